@@ -1,0 +1,35 @@
+# Thin front door over CMake. `make demo` runs the main job; `make test` runs the suite.
+JOBS ?= $(shell nproc)
+BUILD ?= build
+CMAKE_FLAGS ?=
+
+.PHONY: all build deps demo test asan fuzz clean
+
+all: build
+
+deps:
+	@scripts/deps.sh
+
+build: deps
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS)
+
+demo: build
+	@scripts/demo.sh $(BUILD)
+
+test: build
+	@scripts/test-deps.sh $(BUILD)
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+asan: deps
+	@cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DTRIDENT_SANITIZE=ON >/dev/null
+	@cmake --build build-asan -j $(JOBS)
+	@scripts/test-deps.sh build-asan
+	cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j $(JOBS)
+
+fuzz:
+	@scripts/deps.sh --fuzz
+	@scripts/fuzz.sh $(BUILD)-fuzz
+
+clean:
+	rm -rf build build-asan build-fuzz

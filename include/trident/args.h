@@ -1,0 +1,102 @@
+/* Command-line arguments. Owns the one table of Megatron-named flags (type, default, help,
+ * which subcommands take it, valid range) and the parser every subcommand uses. A bad flag or
+ * value is one line naming the flag, and exit 2, before anything else is allocated. */
+#ifndef TRIDENT_ARGS_H
+#define TRIDENT_ARGS_H
+
+#include <stdint.h>
+
+typedef struct { int n; char **v; } td_strlist;
+
+/* Subcommands, as bits: a flag lists the subcommands that accept it. */
+enum td_cmd {
+    TD_CMD_TRAIN = 1u << 0,
+    TD_CMD_PREPROCESS = 1u << 1,
+    TD_CMD_TOKENIZE = 1u << 2,
+    TD_CMD_DATA_INFO = 1u << 3,
+    TD_CMD_EVAL = 1u << 4,
+    TD_CMD_GENERATE = 1u << 5,
+    TD_CMD_CONVERT = 1u << 6,
+    TD_CMD_CHECKPOINT = 1u << 7,
+    TD_CMD_PLAN = 1u << 8,
+    TD_CMD_SERVE = 1u << 9,
+};
+
+#define TD_MAX_FLAGS 128
+
+typedef struct td_args {
+    /* common */
+    int64_t seed;
+    int verbose;
+    /* tokenizer */
+    char *tokenizer_type;
+    char *vocab_file;
+    char *merge_file;
+    int decode;
+    int whole;
+    /* preprocess */
+    td_strlist input;
+    char *input_format;
+    td_strlist json_keys;
+    char *output_prefix;
+    int append_eod;
+    int workers;
+    int skip_bad_lines;
+    /* data */
+    td_strlist data_path;
+    char *split;
+    char *data_cache_path;
+    int seq_length;
+    int micro_batch_size;
+    int global_batch_size;
+    /* model */
+    int num_layers;
+    int hidden_size;
+    int num_attention_heads;
+    int ffn_hidden_size;
+    int max_position_embeddings;
+    int make_vocab_size_divisible_by;
+    double init_method_std;
+    double hidden_dropout;
+    double attention_dropout;
+    /* parallel */
+    int tensor_model_parallel_size;
+    int pipeline_model_parallel_size;
+    int num_layers_per_virtual_pipeline_stage;
+    /* optimizer and schedule */
+    double lr;
+    double min_lr;
+    int64_t lr_warmup_iters;
+    double lr_warmup_fraction;
+    char *lr_decay_style;
+    int64_t lr_decay_iters;
+    double weight_decay;
+    double adam_beta1;
+    double adam_beta2;
+    double adam_eps;
+    double clip_grad;
+    /* training loop */
+    int64_t train_iters;
+    int64_t train_samples;
+    int64_t eval_interval;
+    int64_t eval_iters;
+    int64_t log_interval;
+    char *metrics_file;
+    double peak_tflops;
+
+    unsigned char set_[TD_MAX_FLAGS]; /* set_[i]: flag i of the table was given */
+} td_args;
+
+/* Parses argv[first..argc) for subcommand `cmd` (one td_cmd bit) into *a, after filling every
+ * default. Returns 0 on success, 1 when --help was asked (usage printed to stdout). A bad flag
+ * or value prints one line naming it and exits 2. `prog` is e.g. "trident train". */
+int td_args_parse(td_args *a, unsigned cmd, const char *prog, int argc, char **argv, int first);
+/* Fills every default for `cmd` (what td_args_parse starts from). */
+void td_args_defaults(td_args *a, unsigned cmd);
+/* 1 if `flag` (e.g. "--train-iters") was given on the command line. */
+int td_args_given(const td_args *a, const char *flag);
+/* Prints the flags `cmd` takes, grouped, with defaults and help. */
+void td_args_usage(unsigned cmd, const char *prog, const char *summary);
+void td_args_free(td_args *a);
+
+#endif

@@ -1,0 +1,62 @@
+/* Errors and logging. Owns the one way trident reports trouble: checks that print rank,
+ * file, line, the failed call and a hint, then bring the whole job down (MPI_Abort once a
+ * communicator exists), and log lines prefixed with the rank. */
+#ifndef TRIDENT_CHECK_H
+#define TRIDENT_CHECK_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+/* Exit code for configuration errors (bad flag, bad value, bad layout). */
+#define TD_EXIT_USAGE 2
+
+/* Rank shown in every message; -1 (the default) shows none. */
+void td_log_set_rank(int rank);
+int td_log_rank(void);
+/* Verbosity: 0 errors only, 1 info (default), 2 debug. */
+void td_log_set_level(int level);
+int td_log_level(void);
+
+/* Called instead of exit() by td_die, so a communicator can take the whole job down
+ * (MPI_Abort). NULL restores plain exit. */
+void td_set_abort_hook(void (*hook)(int code));
+
+void td_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#define TD_INFO(...) td_log(1, __VA_ARGS__)
+#define TD_DEBUG(...) td_log(2, __VA_ARGS__)
+void td_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Prints "[rank r] error: <msg>" and ends the job with `code` (through the abort hook). */
+void td_fatal(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
+/* Prints "[rank r] file:line: <call> failed: <msg> (hint: ...)" and ends the job with 1. */
+void td_die(const char *file, int line, const char *call, const char *hint, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6), noreturn));
+/* Config error: one line naming the flag and rule, exit 2 (through the abort hook). */
+void td_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+
+/* TD_CHECK(cond, hint, fmt, ...): if cond is false, td_die with the condition as the call. */
+#define TD_CHECK(cond, hint, ...)                                                        \
+    do {                                                                                 \
+        if (!(cond)) td_die(__FILE__, __LINE__, #cond, hint, __VA_ARGS__);               \
+    } while (0)
+/* TD_ASSERT(cond): an internal invariant; a failure is a bug in trident. */
+#define TD_ASSERT(cond)                                                                  \
+    do {                                                                                 \
+        if (!(cond))                                                                     \
+            td_die(__FILE__, __LINE__, #cond, "this is a bug in trident; please report it", \
+                   "internal invariant broken");                                         \
+    } while (0)
+
+void *td_xmalloc_at(size_t n, const char *file, int line);
+void *td_xcalloc_at(size_t count, size_t size, const char *file, int line);
+void *td_xrealloc_at(void *p, size_t n, const char *file, int line);
+char *td_xstrdup_at(const char *s, const char *file, int line);
+#define td_xmalloc(n) td_xmalloc_at((n), __FILE__, __LINE__)
+#define td_xcalloc(c, s) td_xcalloc_at((c), (s), __FILE__, __LINE__)
+#define td_xrealloc(p, n) td_xrealloc_at((p), (n), __FILE__, __LINE__)
+#define td_xstrdup(s) td_xstrdup_at((s), __FILE__, __LINE__)
+
+/* Formats an errno-style reason for messages: "No such file or directory". */
+const char *td_strerror(int err);
+
+#endif

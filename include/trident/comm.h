@@ -1,0 +1,52 @@
+/* Communicators. Owns every message between ranks, behind a small vtable so the model and
+ * parallel code never include MPI or NCCL headers. A group of one rank returns at once. */
+#ifndef TRIDENT_COMM_H
+#define TRIDENT_COMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum { COMM_F32, COMM_F64, COMM_I32, COMM_I64, COMM_U8 } comm_dtype;
+typedef enum { COMM_SUM, COMM_MAX, COMM_MIN } comm_op;
+
+typedef struct comm comm;
+typedef struct comm_req comm_req; /* an in-flight non-blocking operation */
+
+/* The vtable an implementation (mpi.c, nccl.c) fills; see src/comm/comm_impl.h. */
+struct comm_ops;
+
+/* Initialises the process world (MPI_Init; works without mpirun for one rank), sets the log
+ * rank and makes fatal errors abort the whole job. Call once, first. */
+comm *comm_world_init(int *argc, char ***argv);
+/* Finalises the world (MPI_Finalize) and frees it. */
+void comm_world_finalize(comm *world);
+/* Ends every rank of the job with `code` (MPI_Abort). */
+void comm_abort(const comm *c, int code) __attribute__((noreturn));
+
+int comm_rank(const comm *c);
+int comm_size(const comm *c);
+/* Sub-communicator of the ranks that pass the same color, ordered by key (MPI_Comm_split). */
+comm *comm_split(const comm *c, int color, int key);
+void comm_free(comm *c);
+
+void comm_barrier(const comm *c);
+void comm_bcast(const comm *c, void *buf, size_t count, comm_dtype t, int root);
+void comm_allreduce(const comm *c, void *buf, size_t count, comm_dtype t, comm_op op);
+/* recv holds size * count elements: rank r's `send` lands at r * count. */
+void comm_allgather(const comm *c, const void *send, void *recv, size_t count, comm_dtype t);
+/* send holds size * count elements; rank r gets the sum of every rank's chunk r. */
+void comm_reduce_scatter(const comm *c, const void *send, void *recv, size_t count, comm_dtype t, comm_op op);
+
+/* Non-blocking operations; comm_wait completes and frees the request (NULL is a no-op). */
+comm_req *comm_isend(const comm *c, const void *buf, size_t count, comm_dtype t, int peer, int tag);
+comm_req *comm_irecv(const comm *c, void *buf, size_t count, comm_dtype t, int peer, int tag);
+comm_req *comm_iallreduce(const comm *c, void *buf, size_t count, comm_dtype t, comm_op op);
+comm_req *comm_ireduce_scatter(const comm *c, const void *send, void *recv, size_t count, comm_dtype t,
+                               comm_op op);
+void comm_wait(comm_req *r);
+/* Seconds spent blocked in communication on this communicator since creation. */
+double comm_seconds(const comm *c);
+
+size_t comm_dtype_size(comm_dtype t);
+
+#endif

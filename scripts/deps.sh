@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Install the Debian packages trident builds and tests with, if any are missing.
+# As root: apt-get update + apt-get install. Otherwise: print the exact command and fail.
+set -euo pipefail
+pkgs=(build-essential cmake pkg-config libopenblas-openmp-dev libopenmpi-dev openmpi-bin
+      libpcre2-dev libcjson-dev libcmocka-dev zlib1g-dev libzstd-dev libomp-dev nodejs npm)
+[ "${1:-}" = "--fuzz" ] && pkgs+=(clang)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+if [ "$(id -u)" -eq 0 ]; then
+  echo "deps: installing ${missing[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+else
+  echo "deps: missing Debian packages. Run as root:" >&2
+  echo "  apt-get update && apt-get install -y ${missing[*]}" >&2
+  exit 1
+fi

@@ -1,0 +1,7 @@
+/* Subcommands of the trident binary. Each takes (argc, argv) with argv[0] the subcommand
+ * name, parses its flags with td_args_parse, and returns the process exit code. */
+#ifndef TRIDENT_CLI_H
+#define TRIDENT_CLI_H
+
+
+#endif

@@ -1,0 +1,51 @@
+/* trident: one binary, one subcommand per job. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "trident/check.h"
+
+static int cli_version(int argc, char **argv)
+{
+    (void)argc;
+    (void)argv;
+    printf("trident %s\n", TRIDENT_VERSION);
+    return 0;
+}
+
+typedef struct {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *summary;
+} subcommand;
+
+static const subcommand COMMANDS[] = {
+    /* one row per subcommand: {name, cli_<name>, summary} */
+    {"version", cli_version, "print the version"},
+};
+#define NCOMMANDS ((int)(sizeof COMMANDS / sizeof COMMANDS[0]))
+
+static void usage(FILE *f)
+{
+    fprintf(f, "trident %s: Megatron-style transformer training in C\n\nusage: trident <command> [flags]\n\n"
+               "commands:\n", TRIDENT_VERSION);
+    for (int i = 0; i < NCOMMANDS; i++) fprintf(f, "  %-12s %s\n", COMMANDS[i].name, COMMANDS[i].summary);
+    fprintf(f, "\n'trident <command> --help' lists a command's flags.\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "help") == 0) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? TD_EXIT_USAGE : 0;
+    }
+    if (strcmp(argv[1], "--version") == 0) {
+        printf("trident %s\n", TRIDENT_VERSION);
+        return 0;
+    }
+    for (int i = 0; i < NCOMMANDS; i++)
+        if (strcmp(argv[1], COMMANDS[i].name) == 0) return COMMANDS[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "error: unknown command '%s'\n\n", argv[1]);
+    usage(stderr);
+    return TD_EXIT_USAGE;
+}

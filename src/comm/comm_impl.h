@@ -1,0 +1,38 @@
+/* The communicator vtable behind include/trident/comm.h. One implementation per file
+ * (mpi.c; nccl.c on GPUs). Private to src/comm. */
+#ifndef TRIDENT_COMM_IMPL_H
+#define TRIDENT_COMM_IMPL_H
+
+#include "trident/comm.h"
+
+struct comm_ops {
+    const char *name;
+    comm *(*split)(const comm *c, int color, int key);
+    void (*free)(comm *c);
+    void (*abort)(const comm *c, int code);
+    void (*barrier)(const comm *c);
+    void (*bcast)(const comm *c, void *buf, size_t count, comm_dtype t, int root);
+    void (*allreduce)(const comm *c, void *buf, size_t count, comm_dtype t, comm_op op);
+    void (*allgather)(const comm *c, const void *send, void *recv, size_t count, comm_dtype t);
+    void (*reduce_scatter)(const comm *c, const void *send, void *recv, size_t count, comm_dtype t, comm_op op);
+    comm_req *(*isend)(const comm *c, const void *buf, size_t count, comm_dtype t, int peer, int tag);
+    comm_req *(*irecv)(const comm *c, void *buf, size_t count, comm_dtype t, int peer, int tag);
+    comm_req *(*iallreduce)(const comm *c, void *buf, size_t count, comm_dtype t, comm_op op);
+    comm_req *(*ireduce_scatter)(const comm *c, const void *send, void *recv, size_t count, comm_dtype t,
+                                 comm_op op);
+    void (*wait)(comm_req *r);
+};
+
+struct comm {
+    const struct comm_ops *ops;
+    int rank, size;
+    double seconds; /* time blocked in this communicator */
+    void *impl;     /* implementation state */
+};
+
+/* Every implementation's request starts with this, so comm_wait can dispatch. */
+struct comm_req {
+    const comm *c;
+};
+
+#endif

@@ -1,0 +1,241 @@
+/* MPI communicator: the comm vtable over MPI. The world starts with MPI_Init (a lone process
+ * is a world of one without mpirun) and errors return to us so they can be reported with the
+ * failed call and the rank before the job is aborted. */
+#include <mpi.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "comm_impl.h"
+#include "trident/check.h"
+
+typedef struct {
+    MPI_Comm mc;
+    int owns; /* free with MPI_Comm_free */
+} mpi_state;
+
+typedef struct {
+    struct comm_req base;
+    MPI_Request req;
+} mpi_req;
+
+static const struct comm_ops MPI_OPS;
+static MPI_Comm g_world = MPI_COMM_NULL;
+
+#define MC(c) (((mpi_state *)(c)->impl)->mc)
+
+static void check_mpi(int rc, const char *call, const char *file, int line)
+{
+    if (rc == MPI_SUCCESS) return;
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(rc, msg, &len);
+    td_die(file, line, call, "a peer rank may have died; see the first error above", "%s", msg);
+}
+#define TD_CHECK_MPI(call) check_mpi((call), #call, __FILE__, __LINE__)
+
+static MPI_Datatype mpi_type(comm_dtype t)
+{
+    switch (t) {
+    case COMM_F32: return MPI_FLOAT;
+    case COMM_F64: return MPI_DOUBLE;
+    case COMM_I32: return MPI_INT32_T;
+    case COMM_I64: return MPI_INT64_T;
+    case COMM_U8: return MPI_UINT8_T;
+    }
+    return MPI_BYTE;
+}
+
+static MPI_Op mpi_op(comm_op op)
+{
+    switch (op) {
+    case COMM_SUM: return MPI_SUM;
+    case COMM_MAX: return MPI_MAX;
+    case COMM_MIN: return MPI_MIN;
+    }
+    return MPI_SUM;
+}
+
+/* MPI counts are int: large buffers are rejected loudly rather than truncated. */
+static int icount(size_t n)
+{
+    if (n > (size_t)INT32_MAX)
+        td_die(__FILE__, __LINE__, "icount", "use a smaller --ddp-bucket-size",
+               "message of %zu elements exceeds MPI's int count", n);
+    return (int)n;
+}
+
+static comm *wrap(MPI_Comm mc, int owns)
+{
+    comm *c = td_xcalloc(1, sizeof *c);
+    mpi_state *s = td_xcalloc(1, sizeof *s);
+    s->mc = mc;
+    s->owns = owns;
+    c->ops = &MPI_OPS;
+    c->impl = s;
+    TD_CHECK_MPI(MPI_Comm_rank(mc, &c->rank));
+    TD_CHECK_MPI(MPI_Comm_size(mc, &c->size));
+    return c;
+}
+
+static void abort_hook(int code)
+{
+    int inited = 0, finalized = 0;
+    MPI_Initialized(&inited);
+    MPI_Finalized(&finalized);
+    if (inited && !finalized && g_world != MPI_COMM_NULL) {
+        int size = 1;
+        MPI_Comm_size(g_world, &size);
+        if (size > 1) MPI_Abort(g_world, code);
+    }
+    exit(code);
+}
+
+static void on_signal(int sig)
+{
+    /* A crash or kill on one rank takes the job down instead of leaving peers waiting. */
+    const char msg[] = "fatal signal: aborting the job\n";
+    ssize_t rc = write(2, msg, sizeof msg - 1);
+    (void)rc;
+    signal(sig, SIG_DFL);
+    if (g_world != MPI_COMM_NULL) MPI_Abort(g_world, 128 + sig);
+    raise(sig);
+}
+
+comm *comm_world_init(int *argc, char ***argv)
+{
+    int provided = 0;
+    TD_CHECK_MPI(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided));
+    TD_CHECK_MPI(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+    g_world = MPI_COMM_WORLD;
+    comm *w = wrap(MPI_COMM_WORLD, 0);
+    td_log_set_rank(w->size > 1 ? w->rank : -1);
+    td_set_abort_hook(abort_hook);
+    if (w->size > 1) {
+        signal(SIGSEGV, on_signal);
+        signal(SIGBUS, on_signal);
+        signal(SIGFPE, on_signal);
+        signal(SIGILL, on_signal);
+    }
+    return w;
+}
+
+void comm_world_finalize(comm *world)
+{
+    td_set_abort_hook(NULL);
+    free(world->impl);
+    free(world);
+    MPI_Finalize();
+    g_world = MPI_COMM_NULL;
+}
+
+static comm *mpi_split(const comm *c, int color, int key)
+{
+    MPI_Comm out;
+    TD_CHECK_MPI(MPI_Comm_split(MC(c), color, key, &out));
+    TD_CHECK_MPI(MPI_Comm_set_errhandler(out, MPI_ERRORS_RETURN));
+    return wrap(out, 1);
+}
+
+static void mpi_free(comm *c)
+{
+    mpi_state *s = c->impl;
+    if (s->owns) MPI_Comm_free(&s->mc);
+    free(s);
+    free(c);
+}
+
+static void mpi_abort(const comm *c, int code)
+{
+    fflush(stdout);
+    fflush(stderr);
+    MPI_Abort(MC(c), code);
+    exit(code);
+}
+
+static void mpi_barrier(const comm *c) { TD_CHECK_MPI(MPI_Barrier(MC(c))); }
+
+static void mpi_bcast(const comm *c, void *buf, size_t count, comm_dtype t, int root)
+{
+    TD_CHECK_MPI(MPI_Bcast(buf, icount(count), mpi_type(t), root, MC(c)));
+}
+
+static void mpi_allreduce(const comm *c, void *buf, size_t count, comm_dtype t, comm_op op)
+{
+    TD_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, buf, icount(count), mpi_type(t), mpi_op(op), MC(c)));
+}
+
+static void mpi_allgather(const comm *c, const void *send, void *recv, size_t count, comm_dtype t)
+{
+    const char *rb = recv;
+    const void *sb = send;
+    if ((const char *)send == rb + (size_t)c->rank * count * comm_dtype_size(t)) sb = MPI_IN_PLACE;
+    TD_CHECK_MPI(MPI_Allgather(sb, icount(count), mpi_type(t), recv, icount(count), mpi_type(t), MC(c)));
+}
+
+static void mpi_reduce_scatter(const comm *c, const void *send, void *recv, size_t count, comm_dtype t, comm_op op)
+{
+    TD_CHECK_MPI(MPI_Reduce_scatter_block(send, recv, icount(count), mpi_type(t), mpi_op(op), MC(c)));
+}
+
+static comm_req *new_req(const comm *c)
+{
+    mpi_req *r = td_xcalloc(1, sizeof *r);
+    r->base.c = c;
+    return &r->base;
+}
+
+static comm_req *mpi_isend(const comm *c, const void *buf, size_t count, comm_dtype t, int peer, int tag)
+{
+    comm_req *r = new_req(c);
+    TD_CHECK_MPI(MPI_Isend(buf, icount(count), mpi_type(t), peer, tag, MC(c), &((mpi_req *)r)->req));
+    return r;
+}
+
+static comm_req *mpi_irecv(const comm *c, void *buf, size_t count, comm_dtype t, int peer, int tag)
+{
+    comm_req *r = new_req(c);
+    TD_CHECK_MPI(MPI_Irecv(buf, icount(count), mpi_type(t), peer, tag, MC(c), &((mpi_req *)r)->req));
+    return r;
+}
+
+static comm_req *mpi_iallreduce(const comm *c, void *buf, size_t count, comm_dtype t, comm_op op)
+{
+    comm_req *r = new_req(c);
+    TD_CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, buf, icount(count), mpi_type(t), mpi_op(op), MC(c),
+                                &((mpi_req *)r)->req));
+    return r;
+}
+
+static comm_req *mpi_ireduce_scatter(const comm *c, const void *send, void *recv, size_t count, comm_dtype t,
+                                     comm_op op)
+{
+    comm_req *r = new_req(c);
+    TD_CHECK_MPI(MPI_Ireduce_scatter_block(send, recv, icount(count), mpi_type(t), mpi_op(op), MC(c),
+                                           &((mpi_req *)r)->req));
+    return r;
+}
+
+static void mpi_wait(comm_req *r)
+{
+    TD_CHECK_MPI(MPI_Wait(&((mpi_req *)r)->req, MPI_STATUS_IGNORE));
+    free(r);
+}
+
+static const struct comm_ops MPI_OPS = {
+    .name = "mpi",
+    .split = mpi_split,
+    .free = mpi_free,
+    .abort = mpi_abort,
+    .barrier = mpi_barrier,
+    .bcast = mpi_bcast,
+    .allreduce = mpi_allreduce,
+    .allgather = mpi_allgather,
+    .reduce_scatter = mpi_reduce_scatter,
+    .isend = mpi_isend,
+    .irecv = mpi_irecv,
+    .iallreduce = mpi_iallreduce,
+    .ireduce_scatter = mpi_ireduce_scatter,
+    .wait = mpi_wait,
+};

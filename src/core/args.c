@@ -1,0 +1,337 @@
+/* Command-line arguments: see include/trident/args.h. The table below is the one place a
+ * flag is named, typed, defaulted, documented and bounded. */
+#include "trident/args.h"
+
+#include <errno.h>
+#include <float.h>
+#include <limits.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "trident/check.h"
+
+enum arg_type { A_INT, A_I64, A_FLOAT, A_STR, A_BOOL, A_LIST, A_CHOICE };
+
+typedef struct {
+    const char *name;
+    enum arg_type type;
+    size_t off;
+    const char *def; /* default, parsed like a command-line value; NULL: unset */
+    unsigned cmds;
+    const char *group;
+    const char *help;
+    double lo, hi;       /* valid range for numbers (inclusive) */
+    const char *choices; /* "a|b|c" for A_CHOICE */
+} flag_t;
+
+#define OFF(f) offsetof(td_args, f)
+#define ANY_DATA (TD_CMD_TRAIN | TD_CMD_DATA_INFO | TD_CMD_EVAL)
+#define MODEL (TD_CMD_TRAIN | TD_CMD_EVAL | TD_CMD_GENERATE | TD_CMD_PLAN)
+#define TOK (TD_CMD_TRAIN | TD_CMD_PREPROCESS | TD_CMD_TOKENIZE | TD_CMD_DATA_INFO | TD_CMD_EVAL | TD_CMD_GENERATE)
+#define ALL 0xffffffffu
+#define BIG 9.0e18
+
+static const flag_t FLAGS[] = {
+    {"--seed", A_I64, OFF(seed), "1234", TD_CMD_TRAIN | TD_CMD_DATA_INFO | TD_CMD_EVAL | TD_CMD_GENERATE, "common",
+     "seed of every random stream (init, dropout, data shuffling)", 0, BIG, NULL},
+    {"--verbose", A_INT, OFF(verbose), "1", ALL, "common", "0 errors only, 1 info, 2 debug", 0, 2, NULL},
+
+    {"--tokenizer-type", A_CHOICE, OFF(tokenizer_type), "GPT2BPETokenizer", TOK, "tokenizer",
+     "tokenizer", 0, 0, "GPT2BPETokenizer"},
+    {"--vocab-file", A_STR, OFF(vocab_file), NULL, TOK, "tokenizer",
+     "GPT-2 vocab.json (same as encoder.json)", 0, 0, NULL},
+    {"--merge-file", A_STR, OFF(merge_file), NULL, TOK, "tokenizer",
+     "GPT-2 merges.txt (same as vocab.bpe)", 0, 0, NULL},
+    {"--decode", A_BOOL, OFF(decode), "0", TD_CMD_TOKENIZE, "tokenize",
+     "read lines of space-separated ids, write text", 0, 0, NULL},
+    {"--whole", A_BOOL, OFF(whole), "0", TD_CMD_TOKENIZE, "tokenize",
+     "encode the whole input as one text instead of line by line", 0, 0, NULL},
+
+    {"--input", A_LIST, OFF(input), NULL, TD_CMD_PREPROCESS, "preprocess",
+     "input files (.jsonl, .txt; .gz and .zst are decompressed); repeatable", 0, 0, NULL},
+    {"--input-format", A_CHOICE, OFF(input_format), "json", TD_CMD_PREPROCESS, "preprocess",
+     "json: one JSON object per line; text: each file is one document", 0, 0, "json|text"},
+    {"--json-keys", A_LIST, OFF(json_keys), "text", TD_CMD_PREPROCESS, "preprocess",
+     "keys to extract from each JSON line; one dataset per key", 0, 0, NULL},
+    {"--output-prefix", A_STR, OFF(output_prefix), NULL, TD_CMD_PREPROCESS, "preprocess",
+     "writes PREFIX_<key>_document.bin and .idx", 0, 0, NULL},
+    {"--append-eod", A_BOOL, OFF(append_eod), "0", TD_CMD_PREPROCESS, "preprocess",
+     "append <|endoftext|> to every document", 0, 0, NULL},
+    {"--workers", A_INT, OFF(workers), "1", TD_CMD_PREPROCESS, "preprocess",
+     "tokenizer threads", 1, 1024, NULL},
+    {"--skip-bad-lines", A_BOOL, OFF(skip_bad_lines), "0", TD_CMD_PREPROCESS, "preprocess",
+     "count and skip malformed JSON lines instead of failing", 0, 0, NULL},
+
+    {"--data-path", A_LIST, OFF(data_path), NULL, ANY_DATA, "data",
+     "dataset prefix, or a blend: W1 PREFIX1 W2 PREFIX2 ...", 0, 0, NULL},
+    {"--split", A_STR, OFF(split), "969,30,1", ANY_DATA, "data",
+     "train,valid,test proportions of the documents", 0, 0, NULL},
+    {"--data-cache-path", A_STR, OFF(data_cache_path), NULL, ANY_DATA, "data",
+     "folder for index caches (default: beside the data)", 0, 0, NULL},
+    {"--seq-length", A_INT, OFF(seq_length), "1024", ANY_DATA | MODEL, "data",
+     "tokens per sample", 1, 1 << 24, NULL},
+    {"--micro-batch-size", A_INT, OFF(micro_batch_size), "1", TD_CMD_TRAIN | TD_CMD_EVAL | TD_CMD_PLAN, "data",
+     "samples per micro-batch per data-parallel rank", 1, 1 << 20, NULL},
+    {"--global-batch-size", A_INT, OFF(global_batch_size), NULL, TD_CMD_TRAIN | TD_CMD_DATA_INFO | TD_CMD_PLAN,
+     "data", "samples per iteration over all ranks (default: micro-batch x data-parallel)", 1, 1 << 30, NULL},
+
+    {"--num-layers", A_INT, OFF(num_layers), "12", MODEL, "model", "transformer layers", 1, 1 << 16, NULL},
+    {"--hidden-size", A_INT, OFF(hidden_size), "768", MODEL, "model", "hidden size h", 1, 1 << 20, NULL},
+    {"--num-attention-heads", A_INT, OFF(num_attention_heads), "12", MODEL, "model", "attention heads", 1,
+     1 << 16, NULL},
+    {"--ffn-hidden-size", A_INT, OFF(ffn_hidden_size), NULL, MODEL, "model", "MLP hidden size (default 4h)", 1,
+     1 << 24, NULL},
+    {"--max-position-embeddings", A_INT, OFF(max_position_embeddings), NULL, MODEL, "model",
+     "learned positions (default: --seq-length)", 1, 1 << 24, NULL},
+    {"--make-vocab-size-divisible-by", A_INT, OFF(make_vocab_size_divisible_by), "128", MODEL, "model",
+     "pad the vocab to a multiple of this (times the tensor-parallel size)", 1, 1 << 20, NULL},
+    {"--init-method-std", A_FLOAT, OFF(init_method_std), "0.02", MODEL, "model",
+     "std of the normal init; output projections use std/sqrt(2 layers)", 0, 10, NULL},
+    {"--hidden-dropout", A_FLOAT, OFF(hidden_dropout), "0.1", MODEL, "model", "dropout after projections", 0,
+     0.999, NULL},
+    {"--attention-dropout", A_FLOAT, OFF(attention_dropout), "0.1", MODEL, "model",
+     "dropout on attention probabilities", 0, 0.999, NULL},
+
+    {"--tensor-model-parallel-size", A_INT, OFF(tensor_model_parallel_size), "1", MODEL, "parallel",
+     "ranks a layer is split over", 1, 1 << 16, NULL},
+    {"--pipeline-model-parallel-size", A_INT, OFF(pipeline_model_parallel_size), "1", MODEL, "parallel",
+     "pipeline stages", 1, 1 << 16, NULL},
+    {"--num-layers-per-virtual-pipeline-stage", A_INT, OFF(num_layers_per_virtual_pipeline_stage), NULL,
+     TD_CMD_TRAIN | TD_CMD_PLAN, "parallel", "layers per virtual stage (interleaved 1F1B)", 1, 1 << 16, NULL},
+
+    {"--lr", A_FLOAT, OFF(lr), "1e-4", TD_CMD_TRAIN, "optimizer", "peak learning rate", 0, 1e3, NULL},
+    {"--min-lr", A_FLOAT, OFF(min_lr), "0", TD_CMD_TRAIN, "optimizer", "learning rate at the end of decay", 0,
+     1e3, NULL},
+    {"--lr-warmup-iters", A_I64, OFF(lr_warmup_iters), "0", TD_CMD_TRAIN, "optimizer",
+     "iterations of linear warm-up", 0, BIG, NULL},
+    {"--lr-warmup-fraction", A_FLOAT, OFF(lr_warmup_fraction), NULL, TD_CMD_TRAIN, "optimizer",
+     "warm-up as a fraction of the decay iterations", 0, 1, NULL},
+    {"--lr-decay-style", A_CHOICE, OFF(lr_decay_style), "linear", TD_CMD_TRAIN, "optimizer",
+     "learning-rate decay", 0, 0, "constant|linear|cosine"},
+    {"--lr-decay-iters", A_I64, OFF(lr_decay_iters), NULL, TD_CMD_TRAIN, "optimizer",
+     "iterations to decay over (default: --train-iters)", 1, BIG, NULL},
+    {"--weight-decay", A_FLOAT, OFF(weight_decay), "0.01", TD_CMD_TRAIN, "optimizer",
+     "AdamW decoupled weight decay (not on biases and norms)", 0, 10, NULL},
+    {"--adam-beta1", A_FLOAT, OFF(adam_beta1), "0.9", TD_CMD_TRAIN, "optimizer", "Adam beta1", 0, 0.999999, NULL},
+    {"--adam-beta2", A_FLOAT, OFF(adam_beta2), "0.999", TD_CMD_TRAIN, "optimizer", "Adam beta2", 0, 0.999999,
+     NULL},
+    {"--adam-eps", A_FLOAT, OFF(adam_eps), "1e-8", TD_CMD_TRAIN, "optimizer", "Adam epsilon", 0, 1, NULL},
+    {"--clip-grad", A_FLOAT, OFF(clip_grad), "1.0", TD_CMD_TRAIN, "optimizer",
+     "clip the global gradient norm to this (0: off)", 0, 1e9, NULL},
+
+    {"--train-iters", A_I64, OFF(train_iters), NULL, TD_CMD_TRAIN, "training", "iterations to train", 1, BIG,
+     NULL},
+    {"--train-samples", A_I64, OFF(train_samples), NULL, TD_CMD_TRAIN, "training",
+     "samples to train (instead of --train-iters)", 1, BIG, NULL},
+    {"--eval-interval", A_I64, OFF(eval_interval), "1000", TD_CMD_TRAIN, "training",
+     "iterations between validation runs", 1, BIG, NULL},
+    {"--eval-iters", A_I64, OFF(eval_iters), "100", TD_CMD_TRAIN | TD_CMD_EVAL, "training",
+     "iterations per validation run (0: none)", 0, BIG, NULL},
+    {"--log-interval", A_I64, OFF(log_interval), "100", TD_CMD_TRAIN | TD_CMD_PREPROCESS, "training",
+     "iterations (or documents x1000 in preprocess) between log lines", 1, BIG, NULL},
+    {"--metrics-file", A_STR, OFF(metrics_file), NULL, TD_CMD_TRAIN | TD_CMD_EVAL, "training",
+     "append one JSON object per iteration here", 0, 0, NULL},
+    {"--peak-tflops", A_FLOAT, OFF(peak_tflops), NULL, TD_CMD_TRAIN | TD_CMD_PLAN, "training",
+     "peak TFLOP/s per rank for MFU (default: measured GEMM peak)", 0, 1e9, NULL},
+};
+#define NFLAGS ((int)(sizeof FLAGS / sizeof FLAGS[0]))
+_Static_assert(sizeof FLAGS / sizeof FLAGS[0] <= TD_MAX_FLAGS, "raise TD_MAX_FLAGS");
+
+static const flag_t *find_flag(const char *name, size_t len, int *index)
+{
+    for (int i = 0; i < NFLAGS; i++)
+        if (strlen(FLAGS[i].name) == len && strncmp(FLAGS[i].name, name, len) == 0) {
+            *index = i;
+            return &FLAGS[i];
+        }
+    return NULL;
+}
+
+static void list_push(td_strlist *l, const char *s)
+{
+    l->v = td_xrealloc(l->v, (size_t)(l->n + 1) * sizeof *l->v);
+    l->v[l->n++] = td_xstrdup(s);
+}
+
+static void list_clear(td_strlist *l)
+{
+    for (int i = 0; i < l->n; i++) free(l->v[i]);
+    free(l->v);
+    l->v = NULL;
+    l->n = 0;
+}
+
+static int choice_ok(const char *choices, const char *v)
+{
+    size_t n = strlen(v);
+    for (const char *p = choices; *p;) {
+        const char *bar = strchr(p, '|');
+        size_t len = bar ? (size_t)(bar - p) : strlen(p);
+        if (len == n && strncmp(p, v, n) == 0) return 1;
+        p += len + (bar != NULL);
+    }
+    return 0;
+}
+
+/* Stores one value (text v) into the field of flag f; exits 2 on a bad value. */
+static void store(td_args *a, const flag_t *f, const char *prog, const char *v)
+{
+    char *field = (char *)a + f->off;
+    char *end = NULL;
+    errno = 0;
+    switch (f->type) {
+    case A_INT:
+    case A_I64: {
+        long long x = strtoll(v, &end, 10);
+        if (end == v || *end || errno)
+            td_usage_error("%s: %s '%s' is not an integer", prog, f->name, v);
+        if ((double)x < f->lo || (double)x > f->hi)
+            td_usage_error("%s: %s %s is out of range [%.0f, %.0f]", prog, f->name, v, f->lo, f->hi);
+        if (f->type == A_INT) *(int *)field = (int)x;
+        else *(int64_t *)field = (int64_t)x;
+        break;
+    }
+    case A_FLOAT: {
+        double x = strtod(v, &end);
+        if (end == v || *end || errno || !isfinite(x))
+            td_usage_error("%s: %s '%s' is not a number", prog, f->name, v);
+        if (x < f->lo || x > f->hi)
+            td_usage_error("%s: %s %s is out of range [%g, %g]", prog, f->name, v, f->lo, f->hi);
+        *(double *)field = x;
+        break;
+    }
+    case A_CHOICE:
+        if (!choice_ok(f->choices, v))
+            td_usage_error("%s: %s '%s' is not one of %s", prog, f->name, v, f->choices);
+        /* fall through */
+    case A_STR:
+        free(*(char **)field);
+        *(char **)field = td_xstrdup(v);
+        break;
+    case A_BOOL:
+        if (strcmp(v, "1") == 0 || strcmp(v, "true") == 0) *(int *)field = 1;
+        else if (strcmp(v, "0") == 0 || strcmp(v, "false") == 0) *(int *)field = 0;
+        else td_usage_error("%s: %s takes no value (got '%s')", prog, f->name, v);
+        break;
+    case A_LIST:
+        list_push((td_strlist *)field, v);
+        break;
+    }
+}
+
+static void clear_field(td_args *a, const flag_t *f)
+{
+    char *field = (char *)a + f->off;
+    switch (f->type) {
+    case A_INT: *(int *)field = 0; break;
+    case A_I64: *(int64_t *)field = 0; break;
+    case A_FLOAT: *(double *)field = 0; break;
+    case A_STR:
+    case A_CHOICE: free(*(char **)field); *(char **)field = NULL; break;
+    case A_BOOL: *(int *)field = 0; break;
+    case A_LIST: list_clear((td_strlist *)field); break;
+    }
+}
+
+void td_args_defaults(td_args *a, unsigned cmd)
+{
+    memset(a, 0, sizeof *a);
+    for (int i = 0; i < NFLAGS; i++) {
+        const flag_t *f = &FLAGS[i];
+        if (!(f->cmds & cmd) || !f->def) continue;
+        if (f->type == A_LIST) {
+            /* a list default is space-separated */
+            char *copy = td_xstrdup(f->def), *save = NULL;
+            for (char *t = strtok_r(copy, " ", &save); t; t = strtok_r(NULL, " ", &save))
+                list_push((td_strlist *)((char *)a + f->off), t);
+            free(copy);
+        } else {
+            store(a, f, "defaults", f->def);
+        }
+    }
+}
+
+int td_args_parse(td_args *a, unsigned cmd, const char *prog, int argc, char **argv, int first)
+{
+    td_args_defaults(a, cmd);
+    unsigned char list_started[TD_MAX_FLAGS] = {0};
+    for (int i = first; i < argc; i++) {
+        const char *arg = argv[i];
+        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) return 1;
+        if (strncmp(arg, "--", 2) != 0)
+            td_usage_error("%s: unexpected argument '%s' (flags start with --; see %s --help)", prog, arg, prog);
+        const char *eq = strchr(arg, '=');
+        size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
+        int idx = -1;
+        const flag_t *f = find_flag(arg, len, &idx);
+        if (!f) td_usage_error("%s: unknown flag %.*s (see %s --help)", prog, (int)len, arg, prog);
+        if (!(f->cmds & cmd))
+            td_usage_error("%s: flag %s does not apply to this command (see %s --help)", prog, f->name, prog);
+        if (f->type == A_LIST && !list_started[idx]) {
+            /* the first occurrence replaces the default; later ones append */
+            clear_field(a, f);
+            list_started[idx] = 1;
+        }
+        a->set_[idx] = 1;
+        if (f->type == A_BOOL) {
+            store(a, f, prog, eq ? eq + 1 : "1");
+            continue;
+        }
+        if (eq) {
+            store(a, f, prog, eq + 1);
+            continue;
+        }
+        if (f->type == A_LIST) {
+            int got = 0;
+            while (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0) {
+                store(a, f, prog, argv[++i]);
+                got++;
+            }
+            if (!got) td_usage_error("%s: %s needs at least one value", prog, f->name);
+            continue;
+        }
+        if (i + 1 >= argc) td_usage_error("%s: %s needs a value", prog, f->name);
+        store(a, f, prog, argv[++i]);
+    }
+    return 0;
+}
+
+int td_args_given(const td_args *a, const char *flag)
+{
+    int idx = -1;
+    if (!find_flag(flag, strlen(flag), &idx)) return 0;
+    return a->set_[idx];
+}
+
+void td_args_usage(unsigned cmd, const char *prog, const char *summary)
+{
+    printf("usage: %s [flags]\n", prog);
+    if (summary) printf("\n%s\n", summary);
+    const char *group = NULL;
+    for (int i = 0; i < NFLAGS; i++) {
+        const flag_t *f = &FLAGS[i];
+        if (!(f->cmds & cmd)) continue;
+        if (!group || strcmp(group, f->group) != 0) {
+            group = f->group;
+            printf("\n%s:\n", group);
+        }
+        const char *meta = f->type == A_BOOL ? "" : f->type == A_LIST ? " V [V ...]"
+                         : f->type == A_CHOICE ? " {choice}" : f->type == A_STR ? " STR"
+                         : f->type == A_FLOAT ? " X" : " N";
+        char head[96];
+        snprintf(head, sizeof head, "  %s%s", f->name, meta);
+        printf("%-44s %s", head, f->help);
+        if (f->type == A_CHOICE) printf(" {%s}", f->choices);
+        if (f->def && f->type != A_BOOL) printf(" [default %s]", f->def);
+        printf("\n");
+    }
+    printf("\n  --help                                     this message\n");
+}
+
+void td_args_free(td_args *a)
+{
+    for (int i = 0; i < NFLAGS; i++) clear_field(a, &FLAGS[i]);
+}

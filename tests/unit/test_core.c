@@ -1,0 +1,145 @@
+/* src/core: Philox against the Random123 known-answer vectors, the arena, the flag parser. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "trident/arena.h"
+#include "trident/args.h"
+#include "trident/philox.h"
+
+static void philox_known_answers(void **state)
+{
+    (void)state;
+    /* Random123 kat_vectors, philox4x32_10. */
+    struct { uint32_t ctr[4], key[2], out[4]; } kat[] = {
+        {{0, 0, 0, 0}, {0, 0}, {0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8}},
+        {{0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff}, {0xffffffff, 0xffffffff},
+         {0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd}},
+        {{0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344}, {0xa4093822, 0x299f31d0},
+         {0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}},
+    };
+    for (size_t i = 0; i < sizeof kat / sizeof kat[0]; i++) {
+        td_philox_ctr c;
+        td_philox_key k;
+        memcpy(c.v, kat[i].ctr, sizeof c.v);
+        memcpy(k.v, kat[i].key, sizeof k.v);
+        td_philox_ctr r = td_philox4x32(c, k);
+        for (int j = 0; j < 4; j++) assert_int_equal(r.v[j], kat[i].out[j]);
+    }
+}
+
+static void philox_slices_match_whole(void **state)
+{
+    (void)state;
+    enum { N = 1000 };
+    float whole[N], part[N];
+    td_philox_fill_normal(whole, N, 42, 7, 0, 0.0f, 0.02f);
+    td_philox_fill_normal(part, 300, 42, 7, 0, 0.0f, 0.02f);
+    td_philox_fill_normal(part + 300, N - 300, 42, 7, 300, 0.0f, 0.02f);
+    assert_memory_equal(whole, part, sizeof whole);
+    /* moments of a normal stream */
+    double s = 0, s2 = 0;
+    enum { M = 200000 };
+    for (int i = 0; i < M; i++) {
+        double x = td_philox_normal(1, 2, (uint64_t)i);
+        s += x;
+        s2 += x * x;
+    }
+    assert_true(fabs(s / M) < 0.01);
+    assert_true(fabs(s2 / M - 1.0) < 0.02);
+    /* different streams differ */
+    assert_true(td_philox_uniform(1, 2, 3) != td_philox_uniform(1, 3, 3));
+    for (int i = 0; i < 1000; i++) assert_true(td_philox_below(9, 9, (uint64_t)i, 7) < 7);
+}
+
+static void arena_aligns_and_releases(void **state)
+{
+    (void)state;
+    td_arena a;
+    td_arena_init(&a, 1024);
+    char *p = td_arena_alloc(&a, 3, "p");
+    size_t mark = td_arena_mark(&a);
+    char *q = td_arena_alloc(&a, 100, "q");
+    assert_int_equal((uintptr_t)p % 64, 0);
+    assert_int_equal((uintptr_t)q % 64, 0);
+    assert_true(q >= p + 3);
+    td_arena_release(&a, mark);
+    char *r = td_arena_alloc(&a, 100, "r");
+    assert_ptr_equal(q, r);
+    assert_true(a.peak >= 164);
+    td_arena_free(&a);
+}
+
+static void args_parse_values(void **state)
+{
+    (void)state;
+    char *argv[] = {"train", "--num-layers", "4", "--lr=3e-4", "--data-path", "0.7", "A", "0.3", "B",
+                    "--lr-decay-style", "cosine", "--train-iters", "10"};
+    td_args a;
+    int rc = td_args_parse(&a, TD_CMD_TRAIN, "trident train", 13, argv, 1);
+    assert_int_equal(rc, 0);
+    assert_int_equal(a.num_layers, 4);
+    assert_true(fabs(a.lr - 3e-4) < 1e-12);
+    assert_int_equal(a.data_path.n, 4);
+    assert_string_equal(a.data_path.v[3], "B");
+    assert_string_equal(a.lr_decay_style, "cosine");
+    assert_int_equal(a.hidden_size, 768); /* default */
+    assert_true(td_args_given(&a, "--train-iters"));
+    assert_false(td_args_given(&a, "--train-samples"));
+    td_args_free(&a);
+}
+
+/* Runs the parser in a child; returns its exit status. */
+static int parse_in_child(unsigned cmd, int argc, char **argv)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (!freopen("/dev/null", "w", stderr)) _exit(99);
+        td_args a;
+        td_args_parse(&a, cmd, "trident test", argc, argv, 1);
+        _exit(0);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void args_bad_values_exit_2(void **state)
+{
+    (void)state;
+    char *unknown[] = {"train", "--no-such-flag", "1"};
+    char *notint[] = {"train", "--num-layers", "four"};
+    char *range[] = {"train", "--hidden-dropout", "1.5"};
+    char *choice[] = {"train", "--lr-decay-style", "exp"};
+    char *wrongcmd[] = {"tokenize", "--num-layers", "2"};
+    char *missing[] = {"train", "--num-layers"};
+    assert_int_equal(parse_in_child(TD_CMD_TRAIN, 3, unknown), 2);
+    assert_int_equal(parse_in_child(TD_CMD_TRAIN, 3, notint), 2);
+    assert_int_equal(parse_in_child(TD_CMD_TRAIN, 3, range), 2);
+    assert_int_equal(parse_in_child(TD_CMD_TRAIN, 3, choice), 2);
+    assert_int_equal(parse_in_child(TD_CMD_TOKENIZE, 3, wrongcmd), 2);
+    assert_int_equal(parse_in_child(TD_CMD_TRAIN, 2, missing), 2);
+    char *good[] = {"train", "--num-layers", "2"};
+    assert_int_equal(parse_in_child(TD_CMD_TRAIN, 3, good), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(philox_known_answers),
+        cmocka_unit_test(philox_slices_match_whole),
+        cmocka_unit_test(arena_aligns_and_releases),
+        cmocka_unit_test(args_parse_values),
+        cmocka_unit_test(args_bad_values_exit_2),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
