@@ -1,0 +1,81 @@
+/* The MPI communicator under mpirun: every collective and point-to-point call against values
+ * each rank can compute on its own, on the world and on split sub-groups. Prints
+ * "N passed, 0 failed" on rank 0; any mismatch aborts the job with its message. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "trident/check.h"
+#include "trident/comm.h"
+
+static int g_checks;
+
+#define EXPECT(cond, ...)                                                                \
+    do {                                                                                 \
+        g_checks++;                                                                      \
+        if (!(cond)) td_fatal(1, __VA_ARGS__);                                           \
+    } while (0)
+
+static void check_group(const comm *c, const char *name)
+{
+    int r = comm_rank(c), n = comm_size(c);
+
+    float s[3] = {(float)r, 1.0f, (float)(r * r)};
+    comm_allreduce(c, s, 3, COMM_F32, COMM_SUM);
+    EXPECT(s[0] == (float)(n * (n - 1) / 2) && s[1] == (float)n, "%s: allreduce sum wrong", name);
+
+    int64_t mx = r * 10;
+    comm_allreduce(c, &mx, 1, COMM_I64, COMM_MAX);
+    EXPECT(mx == (int64_t)(n - 1) * 10, "%s: allreduce max got %lld", name, (long long)mx);
+
+    double b = r == n - 1 ? 3.25 : 0.0;
+    comm_bcast(c, &b, 1, COMM_F64, n - 1);
+    EXPECT(b == 3.25, "%s: bcast got %g", name, b);
+
+    int32_t mine[2] = {r, 100 + r}, all[64];
+    comm_allgather(c, mine, all, 2, COMM_I32);
+    for (int i = 0; i < n; i++) EXPECT(all[2 * i] == i && all[2 * i + 1] == 100 + i, "%s: allgather", name);
+
+    float rs_in[64], rs_out[2];
+    for (int i = 0; i < 2 * n; i++) rs_in[i] = (float)(i + r);
+    comm_reduce_scatter(c, rs_in, rs_out, 2, COMM_F32, COMM_SUM);
+    for (int j = 0; j < 2; j++) {
+        float want = (float)(n * (2 * r + j) + n * (n - 1) / 2);
+        EXPECT(rs_out[j] == want, "%s: reduce_scatter got %g want %g", name, rs_out[j], want);
+    }
+
+    /* ring exchange by paired non-blocking send/recv */
+    int next = (r + 1) % n, prev = (r + n - 1) % n;
+    float out = (float)r, in = -1.0f;
+    comm_req *rq = comm_irecv(c, &in, 1, COMM_F32, prev, 7);
+    comm_req *sq = comm_isend(c, &out, 1, COMM_F32, next, 7);
+    comm_wait(sq);
+    comm_wait(rq);
+    EXPECT(in == (float)prev, "%s: ring recv got %g want %d", name, in, prev);
+
+    float acc[4] = {1, 2, 3, (float)r};
+    comm_req *ar = comm_iallreduce(c, acc, 4, COMM_F32, COMM_SUM);
+    comm_wait(ar);
+    EXPECT(acc[0] == (float)n && acc[3] == (float)(n * (n - 1) / 2), "%s: iallreduce", name);
+
+    comm_barrier(c);
+}
+
+int main(int argc, char **argv)
+{
+    comm *world = comm_world_init(&argc, &argv);
+    check_group(world, "world");
+    /* even/odd split, ordered by descending rank */
+    comm *half = comm_split(world, comm_rank(world) % 2, -comm_rank(world));
+    check_group(half, "half");
+    int hn = comm_size(half), hr = comm_rank(half);
+    EXPECT(hn == (comm_size(world) + 1 - comm_rank(world) % 2) / 2, "split size %d", hn);
+    EXPECT(hr == (hn - 1) - comm_rank(world) / 2, "split rank %d", hr);
+    comm_free(half);
+    int total = g_checks;
+    comm_allreduce(world, &total, 1, COMM_I32, COMM_SUM);
+    if (comm_rank(world) == 0) printf("comm: %d passed, 0 failed\n", total);
+    comm_world_finalize(world);
+    return 0;
+}
