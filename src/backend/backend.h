@@ -1,0 +1,357 @@
+/* Compute backends. Owns every floating-point kernel the model runs (GEMMs, norms, attention,
+ * activations, dropout, cross-entropy, the optimizer step), behind one vtable so the model and
+ * parallel code never include BLAS, OpenMP or CUDA headers. Implementations: cpu/ (OpenBLAS
+ * sgemm + OpenMP), cuda/ (later). Pointers are device pointers of the backend (host for cpu).
+ *
+ * Conventions (llm.c style, Megatron TP-aware):
+ *  - outputs first, then inputs, then sizes;
+ *  - every size is the TP-LOCAL size (heads n/t, FFN 4h/t, vocab V/t), so the same kernels
+ *    serve tensor parallelism; weights are (out, in) row-major: out = inp . W^T + b;
+ *  - backward ACCUMULATES (+=) into every gradient it is given, parameter and input alike,
+ *    unless its contract says "writes"; a NULL gradient pointer skips that gradient;
+ *  - buffers do not alias unless the contract says so. */
+#ifndef TRIDENT_BACKEND_H
+#define TRIDENT_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "trident/philox.h"
+
+typedef struct backend backend;
+
+typedef enum { BE_H2D, BE_D2H, BE_D2D } be_copy_kind;
+
+/* Where a dropout mask lives in the logical model: the mask of an element is a pure function of
+ * (seed, sample, site, position, unit) — never of rank or layout — and is regenerated, not
+ * stored. p == 0 (or a NULL be_drop) is exactly the identity. */
+typedef struct be_drop {
+    float p;               /* drop probability in [0, 1); kept values are scaled by 1/(1-p) */
+    uint64_t seed;         /* the run's seed */
+    const int64_t *sample; /* (B) host array: global sample index (dataset order) of batch row b */
+    int site;              /* dropout site id, unique per dropout call site of the model
+                            * (e.g. 3*layer + {0 attn, 1 after proj, 2 after fc2}; 0..65535) */
+    int pos0;              /* position of row t = 0 (nonzero for a sequence-parallel slice) */
+    int unit0;             /* hidden dropout: global channel of column 0;
+                            * attention dropout: global index of local head 0 */
+} be_drop;
+
+/* The vtable. Every entry takes the backend first (threads, stream). Shapes in comments;
+ * N = rows, BT = B*T. See the contracts on each entry. */
+struct be_ops {
+    const char *name;
+
+    /* ---- memory (device memory of the backend; host for cpu) ---- */
+    /* Returns `bytes` of uninitialised memory, 64-byte aligned; dies if short. */
+    void *(*alloc)(const backend *be, size_t bytes);
+    void (*free)(const backend *be, void *p); /* NULL is a no-op */
+    void (*copy_bytes)(const backend *be, void *dst, const void *src, size_t bytes, be_copy_kind kind);
+    void (*set_bytes)(const backend *be, void *p, int byte, size_t bytes);
+    void (*sync)(const backend *be); /* waits for queued work (timing); no-op on cpu */
+
+    /* ---- matmul: out = inp . W^T + b ---- */
+    /* out (BT, OC) written; inp (BT, C); w (OC, C); b (OC) or NULL. */
+    void (*matmul_fwd)(const backend *be, float *out, const float *inp, const float *w, const float *b, int BT,
+                       int C, int OC);
+    /* dinp (BT, C) += dout . W; dw (OC, C) += dout^T . inp; db (OC) += column sums of dout.
+     * Any of dinp, dw, db may be NULL. dout (BT, OC). */
+    void (*matmul_bwd)(const backend *be, float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                       const float *w, int BT, int C, int OC);
+
+    /* ---- embeddings (vocab-parallel word table, replicated positions) ---- */
+    /* out (BT, C) written: row i = wte[ids[i] - vstart] if vstart <= ids[i] < vstart + Vloc, else
+     * zeros. wte (Vloc, C) is the local slice of the word table. ids (BT) are device ints. */
+    void (*embedding_fwd)(const backend *be, float *out, const int32_t *ids, const float *wte, int BT, int C,
+                          int vstart, int Vloc);
+    /* dwte (Vloc, C) += dout rows for the ids in this slice (others ignored). Deterministic. */
+    void (*embedding_bwd)(const backend *be, float *dwte, const float *dout, const int32_t *ids, int BT, int C,
+                          int vstart, int Vloc);
+    /* out (B, T, C) += wpe[pos0 + t] for each row (b, t). wpe (>= pos0 + T, C). */
+    void (*pos_embedding_fwd)(const backend *be, float *out, const float *wpe, int B, int T, int C, int pos0);
+    /* dwpe[pos0 + t] += sum over b of dout[b, t]. dout (B, T, C). Deterministic. */
+    void (*pos_embedding_bwd)(const backend *be, float *dwpe, const float *dout, int B, int T, int C, int pos0);
+
+    /* ---- layernorm, eps 1e-5 ---- */
+    /* out (N, C) written = (inp - mean) * rstd * w + b; mean (N), rstd (N) written (either may
+     * be NULL when no backward follows). inp (N, C); w, b (C). */
+    void (*layernorm_fwd)(const backend *be, float *out, float *mean, float *rstd, const float *inp,
+                          const float *w, const float *b, int N, int C);
+    /* dinp (N, C) +=; dw (C) +=; db (C) += (any may be NULL). dout, inp (N, C); mean, rstd (N)
+     * from the forward. Deterministic (no dependence on thread count). */
+    void (*layernorm_bwd)(const backend *be, float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                          const float *w, const float *mean, const float *rstd, int N, int C);
+
+    /* ---- causal self-attention core on the NH local heads, head size HS, C = NH * HS ---- */
+    /* qkv (B, T, 3C): per token [q of all local heads | k | v], head h at columns h*HS.. of each.
+     * out (B, T, C) written: head h at columns h*HS... att = softmax(q k^T / sqrt(HS), causal),
+     * then dropout (drop, unit = (drop->unit0 + h) * T + key position; NULL or p = 0: none),
+     * out = att . v. lse (B, NH, T) written: the log-sum-exp of each score row, which is all the
+     * backward needs (it recomputes the probabilities; no (T, T) buffer is kept). */
+    void (*attention_fwd)(const backend *be, float *out, float *lse, const float *qkv, int B, int T, int NH,
+                          int HS, const be_drop *drop);
+    /* dqkv (B, T, 3C) += gradient w.r.t. qkv. dout (B, T, C); qkv, lse, drop as in the forward. */
+    void (*attention_bwd)(const backend *be, float *dqkv, const float *dout, const float *qkv, const float *lse,
+                          int B, int T, int NH, int HS, const be_drop *drop);
+
+    /* ---- GeLU, tanh approximation (GPT-2 / Megatron) ---- */
+    /* out (n) written = gelu(inp); out may equal inp. */
+    void (*gelu_fwd)(const backend *be, float *out, const float *inp, size_t n);
+    /* dinp (n) += gelu'(inp) * dout. */
+    void (*gelu_bwd)(const backend *be, float *dinp, const float *dout, const float *inp, size_t n);
+    /* Fused bias + GeLU: out (N, C) written = gelu(inp + b); inp (N, C) is kept (it is what the
+     * backward needs); b (C). */
+    void (*bias_gelu_fwd)(const backend *be, float *out, const float *inp, const float *b, int N, int C);
+    /* dinp (N, C) += gelu'(inp + b) * dout; db (C) += column sums of that (either may be NULL). */
+    void (*bias_gelu_bwd)(const backend *be, float *dinp, float *db, const float *dout, const float *inp,
+                          const float *b, int N, int C);
+
+    /* ---- elementwise ---- */
+    /* out (n) written = a + b; out may equal a or b. */
+    void (*add)(const backend *be, float *out, const float *a, const float *b, size_t n);
+    /* x (n) *= s. */
+    void (*scale)(const backend *be, float *x, float s, size_t n);
+    /* out (N, C) += b (C) on every row. */
+    void (*bias_add)(const backend *be, float *out, const float *b, int N, int C);
+    /* db (C) += column sums of dout (N, C). Deterministic. */
+    void (*bias_bwd)(const backend *be, float *db, const float *dout, int N, int C);
+
+    /* ---- dropout (hidden): tensor (B, T, C), unit = drop->unit0 + channel ---- */
+    /* out written = inp * mask / (1 - p); out may equal inp (then p = 0 costs nothing). */
+    void (*dropout_fwd)(const backend *be, float *out, const float *inp, int B, int T, int C,
+                        const be_drop *drop);
+    /* WRITES dinp = dout * mask / (1 - p) (not +=); dinp may equal dout. */
+    void (*dropout_bwd)(const backend *be, float *dinp, const float *dout, int B, int T, int C,
+                        const be_drop *drop);
+    /* Megatron's bias-dropout-add: out (B, T, C) written = resid + dropout(inp + b); b (C) or
+     * NULL; out may equal resid or inp. Backward: dresid = dout; d(inp) via dropout_bwd, and
+     * db via bias_bwd of that. */
+    void (*bias_dropout_add_fwd)(const backend *be, float *out, const float *resid, const float *inp,
+                                 const float *b, int B, int T, int C, const be_drop *drop);
+
+    /* ---- vocab-parallel softmax cross-entropy over logits (BT, Vloc) of the vocab slice
+     * [vstart, vstart + Vloc) (padded entries included). The parallel code all-reduces between
+     * the steps: max (MAX), sumexp (SUM), tlogit (SUM). Targets are global ids in [0, V). ---- */
+    /* maxv (BT) written = max over the local slice. */
+    void (*ce_max)(const backend *be, float *maxv, const float *logits, int BT, int Vloc);
+    /* sumexp (BT) written = sum over the local slice of exp(logit - maxv) (maxv: GLOBAL max). */
+    void (*ce_sumexp)(const backend *be, float *sumexp, const float *logits, const float *maxv, int BT, int Vloc);
+    /* tlogit (BT) written = logits[i, targets[i] - vstart] if the target is in the slice, else 0. */
+    void (*ce_target)(const backend *be, float *tlogit, const float *logits, const int32_t *targets, int BT,
+                      int Vloc, int vstart);
+    /* losses (BT) written = log(sumexp) + maxv - tlogit (all global). */
+    void (*ce_loss)(const backend *be, float *losses, const float *maxv, const float *sumexp, const float *tlogit,
+                    int BT);
+    /* In place, one pass: logits (BT, Vloc) is overwritten (WRITES, not +=) with
+     * dlogits = (exp(logit - maxv) / sumexp - [target == vstart + j]) * dloss[i].
+     * maxv, sumexp: the global ones; dloss (BT): d(total loss)/d(loss of row i). */
+    void (*ce_bwd)(const backend *be, float *logits, const float *maxv, const float *sumexp,
+                   const int32_t *targets, const float *dloss, int BT, int Vloc, int vstart);
+
+    /* ---- optimizer, on a contiguous slice of n elements ---- */
+    /* PyTorch AdamW, step >= 1 (count including this one): with g' = g * gscale,
+     * p -= lr*wd*p; m = b1 m + (1-b1) g'; v = b2 v + (1-b2) g'^2;
+     * p -= lr/(1-b1^step) * m / (sqrt(v)/sqrt(1-b2^step) + eps). p, m, v updated in place. */
+    void (*adamw)(const backend *be, float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1,
+                  float beta2, float eps, float wd, float gscale, int64_t step);
+    /* Sum of squares of x (n), accumulated in double. Returns it to the host. */
+    double (*sumsq)(const backend *be, const float *x, size_t n);
+
+    /* ---- measurement ---- */
+    /* Best sgemm GFLOP/s of a quick square run (a fraction of a second), for MFU. */
+    double (*peak_gflops)(const backend *be);
+};
+
+/* A backend: its vtable and a small context. Stateless otherwise: every kernel is a pure
+ * function of its arguments (scratch, if any, is allocated inside a call). */
+struct backend {
+    const struct be_ops *ops;
+    int nthreads; /* cpu: OpenMP threads of every kernel (and of OpenBLAS) */
+    int device;   /* cuda: device ordinal */
+    void *impl;   /* implementation state (streams, handles) */
+};
+
+/* The CPU backend with `nthreads` threads (0: OpenMP's default). Sets OpenBLAS's thread count,
+ * which is process-wide. */
+backend *be_cpu(int nthreads);
+/* A backend by name ("cpu", "cuda"); dies with a clear message when it is not built in. */
+backend *be_create(const char *name, int nthreads_or_device);
+void be_free(backend *be);
+
+/* ---- wrappers: be_<entry>(be, ...) calls be->ops-><entry>(be, ...) ---- */
+static inline void *be_alloc(const backend *be, size_t bytes) { return be->ops->alloc(be, bytes); }
+static inline void be_dfree(const backend *be, void *p) { be->ops->free(be, p); }
+static inline void be_memcpy(const backend *be, void *dst, const void *src, size_t bytes, be_copy_kind k)
+{
+    be->ops->copy_bytes(be, dst, src, bytes, k);
+}
+/* x (n floats) = 0. */
+static inline void be_zero(const backend *be, float *x, size_t n) { be->ops->set_bytes(be, x, 0, n * sizeof(float)); }
+/* dst (n floats) = src, both device. */
+static inline void be_copy(const backend *be, float *dst, const float *src, size_t n)
+{
+    be->ops->copy_bytes(be, dst, src, n * sizeof(float), BE_D2D);
+}
+static inline void be_sync(const backend *be) { be->ops->sync(be); }
+
+static inline void be_matmul_fwd(const backend *be, float *out, const float *inp, const float *w, const float *b,
+                                 int BT, int C, int OC)
+{
+    be->ops->matmul_fwd(be, out, inp, w, b, BT, C, OC);
+}
+static inline void be_matmul_bwd(const backend *be, float *dinp, float *dw, float *db, const float *dout,
+                                 const float *inp, const float *w, int BT, int C, int OC)
+{
+    be->ops->matmul_bwd(be, dinp, dw, db, dout, inp, w, BT, C, OC);
+}
+static inline void be_embedding_fwd(const backend *be, float *out, const int32_t *ids, const float *wte, int BT,
+                                    int C, int vstart, int Vloc)
+{
+    be->ops->embedding_fwd(be, out, ids, wte, BT, C, vstart, Vloc);
+}
+static inline void be_embedding_bwd(const backend *be, float *dwte, const float *dout, const int32_t *ids, int BT,
+                                    int C, int vstart, int Vloc)
+{
+    be->ops->embedding_bwd(be, dwte, dout, ids, BT, C, vstart, Vloc);
+}
+static inline void be_pos_embedding_fwd(const backend *be, float *out, const float *wpe, int B, int T, int C,
+                                        int pos0)
+{
+    be->ops->pos_embedding_fwd(be, out, wpe, B, T, C, pos0);
+}
+static inline void be_pos_embedding_bwd(const backend *be, float *dwpe, const float *dout, int B, int T, int C,
+                                        int pos0)
+{
+    be->ops->pos_embedding_bwd(be, dwpe, dout, B, T, C, pos0);
+}
+static inline void be_layernorm_fwd(const backend *be, float *out, float *mean, float *rstd, const float *inp,
+                                    const float *w, const float *b, int N, int C)
+{
+    be->ops->layernorm_fwd(be, out, mean, rstd, inp, w, b, N, C);
+}
+static inline void be_layernorm_bwd(const backend *be, float *dinp, float *dw, float *db, const float *dout,
+                                    const float *inp, const float *w, const float *mean, const float *rstd, int N,
+                                    int C)
+{
+    be->ops->layernorm_bwd(be, dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+}
+static inline void be_attention_fwd(const backend *be, float *out, float *lse, const float *qkv, int B, int T,
+                                    int NH, int HS, const be_drop *drop)
+{
+    be->ops->attention_fwd(be, out, lse, qkv, B, T, NH, HS, drop);
+}
+static inline void be_attention_bwd(const backend *be, float *dqkv, const float *dout, const float *qkv,
+                                    const float *lse, int B, int T, int NH, int HS, const be_drop *drop)
+{
+    be->ops->attention_bwd(be, dqkv, dout, qkv, lse, B, T, NH, HS, drop);
+}
+static inline void be_gelu_fwd(const backend *be, float *out, const float *inp, size_t n)
+{
+    be->ops->gelu_fwd(be, out, inp, n);
+}
+static inline void be_gelu_bwd(const backend *be, float *dinp, const float *dout, const float *inp, size_t n)
+{
+    be->ops->gelu_bwd(be, dinp, dout, inp, n);
+}
+static inline void be_bias_gelu_fwd(const backend *be, float *out, const float *inp, const float *b, int N, int C)
+{
+    be->ops->bias_gelu_fwd(be, out, inp, b, N, C);
+}
+static inline void be_bias_gelu_bwd(const backend *be, float *dinp, float *db, const float *dout,
+                                    const float *inp, const float *b, int N, int C)
+{
+    be->ops->bias_gelu_bwd(be, dinp, db, dout, inp, b, N, C);
+}
+static inline void be_add(const backend *be, float *out, const float *a, const float *b, size_t n)
+{
+    be->ops->add(be, out, a, b, n);
+}
+static inline void be_scale(const backend *be, float *x, float s, size_t n) { be->ops->scale(be, x, s, n); }
+static inline void be_bias_add(const backend *be, float *out, const float *b, int N, int C)
+{
+    be->ops->bias_add(be, out, b, N, C);
+}
+static inline void be_bias_bwd(const backend *be, float *db, const float *dout, int N, int C)
+{
+    be->ops->bias_bwd(be, db, dout, N, C);
+}
+static inline void be_dropout_fwd(const backend *be, float *out, const float *inp, int B, int T, int C,
+                                  const be_drop *drop)
+{
+    be->ops->dropout_fwd(be, out, inp, B, T, C, drop);
+}
+static inline void be_dropout_bwd(const backend *be, float *dinp, const float *dout, int B, int T, int C,
+                                  const be_drop *drop)
+{
+    be->ops->dropout_bwd(be, dinp, dout, B, T, C, drop);
+}
+static inline void be_bias_dropout_add_fwd(const backend *be, float *out, const float *resid, const float *inp,
+                                           const float *b, int B, int T, int C, const be_drop *drop)
+{
+    be->ops->bias_dropout_add_fwd(be, out, resid, inp, b, B, T, C, drop);
+}
+static inline void be_ce_max(const backend *be, float *maxv, const float *logits, int BT, int Vloc)
+{
+    be->ops->ce_max(be, maxv, logits, BT, Vloc);
+}
+static inline void be_ce_sumexp(const backend *be, float *sumexp, const float *logits, const float *maxv, int BT,
+                                int Vloc)
+{
+    be->ops->ce_sumexp(be, sumexp, logits, maxv, BT, Vloc);
+}
+static inline void be_ce_target(const backend *be, float *tlogit, const float *logits, const int32_t *targets,
+                                int BT, int Vloc, int vstart)
+{
+    be->ops->ce_target(be, tlogit, logits, targets, BT, Vloc, vstart);
+}
+static inline void be_ce_loss(const backend *be, float *losses, const float *maxv, const float *sumexp,
+                              const float *tlogit, int BT)
+{
+    be->ops->ce_loss(be, losses, maxv, sumexp, tlogit, BT);
+}
+static inline void be_ce_bwd(const backend *be, float *logits, const float *maxv, const float *sumexp,
+                             const int32_t *targets, const float *dloss, int BT, int Vloc, int vstart)
+{
+    be->ops->ce_bwd(be, logits, maxv, sumexp, targets, dloss, BT, Vloc, vstart);
+}
+static inline void be_adamw(const backend *be, float *p, const float *g, float *m, float *v, size_t n, float lr,
+                            float beta1, float beta2, float eps, float wd, float gscale, int64_t step)
+{
+    be->ops->adamw(be, p, g, m, v, n, lr, beta1, beta2, eps, wd, gscale, step);
+}
+static inline double be_sumsq(const backend *be, const float *x, size_t n) { return be->ops->sumsq(be, x, n); }
+static inline double be_peak_gflops(const backend *be) { return be->ops->peak_gflops(be); }
+
+/* Non-parallel cross-entropy for one rank holding the whole vocabulary (V entries): the steps
+ * above chained. losses, maxv, sumexp, tlogit (BT) written; keep maxv and sumexp for be_ce_bwd
+ * (with Vloc = V, vstart = 0). */
+void be_crossentropy_fwd(const backend *be, float *losses, float *maxv, float *sumexp, float *tlogit,
+                         const float *logits, const int32_t *targets, int BT, int V);
+
+/* ---- the dropout mask, shared by every backend (the CUDA one must match bit for bit) ----
+ * One Philox-4x32-10 block (key = seed) gives the masks of 4 consecutive units:
+ * counter = { unit / 4, position, sample low 32 bits,
+ *             (sample >> 32) & 0xff | site << 8 (16 bits) | kind << 24 };
+ * word unit % 4 is kept when it is >= threshold(p) = floor(p * 2^32). */
+enum { BE_DROP_HIDDEN = 1, BE_DROP_ATTN = 2 };
+
+static inline uint32_t be_drop_threshold(float p)
+{
+    double t = (double)p * 4294967296.0;
+    return t >= 4294967295.0 ? 4294967295u : (uint32_t)t;
+}
+static inline td_philox_ctr be_drop_block(uint64_t seed, int kind, int site, int64_t sample, int64_t pos,
+                                          int64_t unit)
+{
+    td_philox_ctr c = {{(uint32_t)((uint64_t)unit >> 2), (uint32_t)pos, (uint32_t)(uint64_t)sample,
+                        (((uint32_t)((uint64_t)sample >> 32)) & 0xffu) | ((uint32_t)site & 0xffffu) << 8 |
+                            (uint32_t)kind << 24}};
+    return td_philox4x32(c, td_philox_key_from_seed(seed));
+}
+/* 1 if element (sample, site, pos, unit) of a `kind` dropout survives. */
+static inline int be_drop_keep(const be_drop *d, int kind, int64_t sample, int64_t pos, int64_t unit)
+{
+    td_philox_ctr r = be_drop_block(d->seed, kind, d->site, sample, pos, unit);
+    return r.v[unit & 3] >= be_drop_threshold(d->p);
+}
+
+#endif
