@@ -1,0 +1,28 @@
+# Fuzz harnesses: every tests/fuzz/fuzz_<name>.c defines LLVMFuzzerTestOneInput.
+#  - Always: fuzz_<name>_replay links it with replay_main.c, and the ctest fuzz/<name> runs every
+#    seed in tests/fuzz/corpus/<name>/ through it (so `make test` and `make asan` exercise it).
+#  - With -DTRIDENT_FUZZ=ON (clang; scripts/fuzz.sh): fuzz_<name> is a libFuzzer binary.
+file(GLOB FUZZ_HARNESSES CONFIGURE_DEPENDS ${CMAKE_CURRENT_LIST_DIR}/fuzz_*.c)
+foreach(src ${FUZZ_HARNESSES})
+  get_filename_component(target ${src} NAME_WE)
+  string(REGEX REPLACE "^fuzz_" "" name ${target})
+  set(defs TD_TEST_DATA="${TRIDENT_SHARED_DATA}" TD_TEST_FIXTURES="${CMAKE_CURRENT_LIST_DIR}/../fixtures"
+           TD_TEST_TMP="${CMAKE_BINARY_DIR}/testtmp")
+
+  add_executable(${target}_replay ${src} ${CMAKE_CURRENT_LIST_DIR}/replay_main.c)
+  target_link_libraries(${target}_replay PRIVATE trident_core)
+  target_compile_definitions(${target}_replay PRIVATE ${defs})
+  set(corpus ${CMAKE_CURRENT_LIST_DIR}/corpus/${name})
+  if(NOT IS_DIRECTORY ${corpus})
+    set(corpus "")  # no seeds yet: the test only checks that the harness links and starts
+  endif()
+  add_test(NAME fuzz/${name} COMMAND ${target}_replay ${corpus})
+  set_tests_properties(fuzz/${name} PROPERTIES ENVIRONMENT "TMPDIR=${CMAKE_BINARY_DIR}/testtmp")
+
+  if(TRIDENT_FUZZ)
+    add_executable(${target} ${src})
+    target_link_libraries(${target} PRIVATE trident_core)
+    target_compile_definitions(${target} PRIVATE ${defs})
+    target_link_options(${target} PRIVATE -fsanitize=fuzzer)
+  endif()
+endforeach()
