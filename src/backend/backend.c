@@ -1,0 +1,30 @@
+/* Backend selection, and the wrappers that chain vtable entries. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "trident/check.h"
+#include "backend/backend.h"
+
+backend *be_create(const char *name, int nthreads_or_device)
+{
+    if (strcmp(name, "cpu") == 0) return be_cpu(nthreads_or_device);
+    if (strcmp(name, "cuda") == 0)
+        td_fatal(1, "backend 'cuda' is not built into this binary (configure with -DTRIDENT_CUDA=ON on a machine "
+                    "with nvcc)");
+    td_fatal(TD_EXIT_USAGE, "unknown backend '%s' (choose cpu or cuda)", name);
+}
+
+void be_free(backend *be)
+{
+    if (!be) return;
+    free(be);
+}
+
+void be_crossentropy_fwd(const backend *be, float *losses, float *maxv, float *sumexp, float *tlogit,
+                         const float *logits, const int32_t *targets, int BT, int V)
+{
+    be_ce_max(be, maxv, logits, BT, V);
+    be_ce_sumexp(be, sumexp, logits, maxv, BT, V);
+    be_ce_target(be, tlogit, logits, targets, BT, V, 0);
+    be_ce_loss(be, losses, maxv, sumexp, tlogit, BT);
+}

@@ -1,0 +1,74 @@
+/* The CPU backend's kernels (OpenBLAS sgemm + OpenMP), one file per family. Private to
+ * src/backend: everything else reaches them through the vtable in backend/backend.h. */
+#ifndef TRIDENT_BACKEND_CPU_H
+#define TRIDENT_BACKEND_CPU_H
+
+#include "backend/backend.h"
+
+/* Floats per 64-byte cache line: threads that write columns own whole lines of them. */
+#define CPU_LINE 16
+/* Below this many elements a loop runs on one thread (the fork costs more than the work). */
+#define CPU_PAR_MIN 8192
+
+/* db (C) += column sums of x (N, C). Threads own blocks of CPU_LINE columns; each column is
+ * summed over rows in order, so the result does not depend on the thread count. */
+void cpu_colsum_acc(const backend *be, float *db, const float *x, int N, int C);
+/* mult (n) written = 1/(1-p) or 0: the dropout multipliers of units unit0 .. unit0+n-1 of one
+ * (kind, sample, pos) row. drop->p must be > 0. */
+void cpu_drop_mults(float *mult, int n, const be_drop *drop, int kind, int64_t sample, int64_t pos, int64_t unit0);
+static inline int cpu_dropping(const be_drop *d) { return d != NULL && d->p > 0.0f; }
+
+void cpu_matmul_fwd(const backend *be, float *out, const float *inp, const float *w, const float *b, int BT, int C,
+                    int OC);
+void cpu_matmul_bwd(const backend *be, float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                    const float *w, int BT, int C, int OC);
+
+void cpu_embedding_fwd(const backend *be, float *out, const int32_t *ids, const float *wte, int BT, int C,
+                       int vstart, int Vloc);
+void cpu_embedding_bwd(const backend *be, float *dwte, const float *dout, const int32_t *ids, int BT, int C,
+                       int vstart, int Vloc);
+void cpu_pos_embedding_fwd(const backend *be, float *out, const float *wpe, int B, int T, int C, int pos0);
+void cpu_pos_embedding_bwd(const backend *be, float *dwpe, const float *dout, int B, int T, int C, int pos0);
+
+void cpu_layernorm_fwd(const backend *be, float *out, float *mean, float *rstd, const float *inp, const float *w,
+                       const float *b, int N, int C);
+void cpu_layernorm_bwd(const backend *be, float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                       const float *w, const float *mean, const float *rstd, int N, int C);
+
+void cpu_attention_fwd(const backend *be, float *out, float *lse, const float *qkv, int B, int T, int NH, int HS,
+                       const be_drop *drop);
+void cpu_attention_bwd(const backend *be, float *dqkv, const float *dout, const float *qkv, const float *lse, int B,
+                       int T, int NH, int HS, const be_drop *drop);
+
+void cpu_gelu_fwd(const backend *be, float *out, const float *inp, size_t n);
+void cpu_gelu_bwd(const backend *be, float *dinp, const float *dout, const float *inp, size_t n);
+void cpu_bias_gelu_fwd(const backend *be, float *out, const float *inp, const float *b, int N, int C);
+void cpu_bias_gelu_bwd(const backend *be, float *dinp, float *db, const float *dout, const float *inp,
+                       const float *b, int N, int C);
+
+void cpu_add(const backend *be, float *out, const float *a, const float *b, size_t n);
+void cpu_scale(const backend *be, float *x, float s, size_t n);
+void cpu_bias_add(const backend *be, float *out, const float *b, int N, int C);
+void cpu_bias_bwd(const backend *be, float *db, const float *dout, int N, int C);
+
+void cpu_dropout_fwd(const backend *be, float *out, const float *inp, int B, int T, int C, const be_drop *drop);
+void cpu_dropout_bwd(const backend *be, float *dinp, const float *dout, int B, int T, int C, const be_drop *drop);
+void cpu_bias_dropout_add_fwd(const backend *be, float *out, const float *resid, const float *inp, const float *b,
+                              int B, int T, int C, const be_drop *drop);
+
+void cpu_ce_max(const backend *be, float *maxv, const float *logits, int BT, int Vloc);
+void cpu_ce_sumexp(const backend *be, float *sumexp, const float *logits, const float *maxv, int BT, int Vloc);
+void cpu_ce_target(const backend *be, float *tlogit, const float *logits, const int32_t *targets, int BT, int Vloc,
+                   int vstart);
+void cpu_ce_loss(const backend *be, float *losses, const float *maxv, const float *sumexp, const float *tlogit,
+                 int BT);
+void cpu_ce_bwd(const backend *be, float *logits, const float *maxv, const float *sumexp, const int32_t *targets,
+                const float *dloss, int BT, int Vloc, int vstart);
+
+void cpu_adamw(const backend *be, float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1,
+               float beta2, float eps, float wd, float gscale, int64_t step);
+double cpu_sumsq(const backend *be, const float *x, size_t n);
+
+double cpu_peak_gflops(const backend *be);
+
+#endif

@@ -1,0 +1,59 @@
+/* Vocab-parallel softmax cross-entropy, in the steps the parallel code all-reduces between
+ * (Megatron's _VocabParallelCrossEntropy): local max, local sum of exp, target logit, loss;
+ * and the fused backward that overwrites the logits with their gradient. Rows in parallel. */
+#include <math.h>
+
+#include "backend/cpu/cpu.h"
+
+void cpu_ce_max(const backend *be, float *maxv, const float *logits, int BT, int Vloc)
+{
+#pragma omp parallel for schedule(static) num_threads(be->nthreads) if ((size_t)BT * Vloc > CPU_PAR_MIN)
+    for (int i = 0; i < BT; i++) {
+        const float *l = logits + (size_t)i * Vloc;
+        float m = -INFINITY;
+        for (int j = 0; j < Vloc; j++) m = l[j] > m ? l[j] : m;
+        maxv[i] = m;
+    }
+}
+
+void cpu_ce_sumexp(const backend *be, float *sumexp, const float *logits, const float *maxv, int BT, int Vloc)
+{
+#pragma omp parallel for schedule(static) num_threads(be->nthreads) if ((size_t)BT * Vloc > CPU_PAR_MIN)
+    for (int i = 0; i < BT; i++) {
+        const float *l = logits + (size_t)i * Vloc;
+        float m = maxv[i];
+        double s = 0.0;
+        for (int j = 0; j < Vloc; j++) s += expf(l[j] - m);
+        sumexp[i] = (float)s;
+    }
+}
+
+void cpu_ce_target(const backend *be, float *tlogit, const float *logits, const int32_t *targets, int BT, int Vloc,
+                   int vstart)
+{
+    (void)be;
+    for (int i = 0; i < BT; i++) {
+        int64_t r = (int64_t)targets[i] - vstart;
+        tlogit[i] = (r >= 0 && r < Vloc) ? logits[(size_t)i * Vloc + r] : 0.0f;
+    }
+}
+
+void cpu_ce_loss(const backend *be, float *losses, const float *maxv, const float *sumexp, const float *tlogit,
+                 int BT)
+{
+    (void)be;
+    for (int i = 0; i < BT; i++) losses[i] = logf(sumexp[i]) + maxv[i] - tlogit[i];
+}
+
+void cpu_ce_bwd(const backend *be, float *logits, const float *maxv, const float *sumexp, const int32_t *targets,
+                const float *dloss, int BT, int Vloc, int vstart)
+{
+#pragma omp parallel for schedule(static) num_threads(be->nthreads) if ((size_t)BT * Vloc > CPU_PAR_MIN)
+    for (int i = 0; i < BT; i++) {
+        float *l = logits + (size_t)i * Vloc;
+        float m = maxv[i], inv = 1.0f / sumexp[i], d = dloss[i];
+        for (int j = 0; j < Vloc; j++) l[j] = expf(l[j] - m) * inv * d;
+        int64_t r = (int64_t)targets[i] - vstart;
+        if (r >= 0 && r < Vloc) l[r] -= d;
+    }
+}

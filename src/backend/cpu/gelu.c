@@ -1,0 +1,68 @@
+/* GeLU, tanh approximation (GPT-2, Megatron): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
+#include <math.h>
+
+#include "backend/cpu/cpu.h"
+
+#define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
+#define GELU_A 0.044715f
+
+static inline float gelu(float x)
+{
+    float u = GELU_K * (x + GELU_A * x * x * x);
+    return 0.5f * x * (1.0f + tanhf(u));
+}
+
+static inline float gelu_grad(float x)
+{
+    float u = GELU_K * (x + GELU_A * x * x * x);
+    float th = tanhf(u);
+    return 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * GELU_K * (1.0f + 3.0f * GELU_A * x * x);
+}
+
+void cpu_gelu_fwd(const backend *be, float *out, const float *inp, size_t n)
+{
+#pragma omp parallel for schedule(static) num_threads(be->nthreads) if (n > CPU_PAR_MIN)
+    for (size_t i = 0; i < n; i++) out[i] = gelu(inp[i]);
+}
+
+void cpu_gelu_bwd(const backend *be, float *dinp, const float *dout, const float *inp, size_t n)
+{
+#pragma omp parallel for schedule(static) num_threads(be->nthreads) if (n > CPU_PAR_MIN)
+    for (size_t i = 0; i < n; i++) dinp[i] += gelu_grad(inp[i]) * dout[i];
+}
+
+void cpu_bias_gelu_fwd(const backend *be, float *out, const float *inp, const float *b, int N, int C)
+{
+#pragma omp parallel for schedule(static) num_threads(be->nthreads) if ((size_t)N * C > CPU_PAR_MIN)
+    for (int n = 0; n < N; n++) {
+        const float *x = inp + (size_t)n * C;
+        float *y = out + (size_t)n * C;
+        for (int c = 0; c < C; c++) y[c] = gelu(x[c] + b[c]);
+    }
+}
+
+void cpu_bias_gelu_bwd(const backend *be, float *dinp, float *db, const float *dout, const float *inp,
+                       const float *b, int N, int C)
+{
+    if (dinp) {
+#pragma omp parallel for schedule(static) num_threads(be->nthreads) if ((size_t)N * C > CPU_PAR_MIN)
+        for (int n = 0; n < N; n++) {
+            const float *x = inp + (size_t)n * C, *dy = dout + (size_t)n * C;
+            float *dx = dinp + (size_t)n * C;
+            for (int c = 0; c < C; c++) dx[c] += gelu_grad(x[c] + b[c]) * dy[c];
+        }
+    }
+    if (db) {
+        int nblk = (C + CPU_LINE - 1) / CPU_LINE;
+#pragma omp parallel for schedule(static) num_threads(be->nthreads) if ((size_t)N * C > CPU_PAR_MIN)
+        for (int blk = 0; blk < nblk; blk++) {
+            int c0 = blk * CPU_LINE, w = C - c0 < CPU_LINE ? C - c0 : CPU_LINE;
+            float acc[CPU_LINE] = {0};
+            for (int n = 0; n < N; n++) {
+                const float *x = inp + (size_t)n * C + c0, *dy = dout + (size_t)n * C + c0;
+                for (int j = 0; j < w; j++) acc[j] += gelu_grad(x[j] + b[c0 + j]) * dy[j];
+            }
+            for (int j = 0; j < w; j++) db[c0 + j] += acc[j];
+        }
+    }
+}

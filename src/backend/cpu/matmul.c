@@ -1,0 +1,44 @@
+/* Linear layers through OpenBLAS: out = inp . W^T + b with W stored (out, in) row-major. */
+#include <cblas.h>
+#include <string.h>
+
+#include "backend/cpu/cpu.h"
+
+void cpu_colsum_acc(const backend *be, float *db, const float *x, int N, int C)
+{
+    int nblk = (C + CPU_LINE - 1) / CPU_LINE;
+#pragma omp parallel for schedule(static) num_threads(be->nthreads) if ((size_t)N * C > CPU_PAR_MIN)
+    for (int blk = 0; blk < nblk; blk++) {
+        int c0 = blk * CPU_LINE, w = C - c0 < CPU_LINE ? C - c0 : CPU_LINE;
+        float acc[CPU_LINE] = {0};
+        for (int n = 0; n < N; n++) {
+            const float *row = x + (size_t)n * C + c0;
+            for (int j = 0; j < w; j++) acc[j] += row[j];
+        }
+        for (int j = 0; j < w; j++) db[c0 + j] += acc[j];
+    }
+}
+
+void cpu_matmul_fwd(const backend *be, float *out, const float *inp, const float *w, const float *b, int BT, int C,
+                    int OC)
+{
+    if (BT <= 0 || OC <= 0) return;
+    float beta = 0.0f;
+    if (b) {
+#pragma omp parallel for schedule(static) num_threads(be->nthreads) if ((size_t)BT * OC > CPU_PAR_MIN)
+        for (int i = 0; i < BT; i++) memcpy(out + (size_t)i * OC, b, (size_t)OC * sizeof(float));
+        beta = 1.0f;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, BT, OC, C, 1.0f, inp, C, w, C, beta, out, OC);
+}
+
+void cpu_matmul_bwd(const backend *be, float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                    const float *w, int BT, int C, int OC)
+{
+    if (BT <= 0 || OC <= 0) return;
+    /* dinp (BT, C) += dout (BT, OC) . W (OC, C) */
+    if (dinp) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, BT, C, OC, 1.0f, dout, OC, w, C, 1.0f, dinp, C);
+    /* dW (OC, C) += dout^T (OC, BT) . inp (BT, C) */
+    if (dw) cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, BT, 1.0f, dout, OC, inp, C, 1.0f, dw, C);
+    if (db) cpu_colsum_acc(be, db, dout, BT, OC);
+}
