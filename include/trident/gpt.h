@@ -1,0 +1,130 @@
+/* The GPT model (GPT-2 architecture) of one pipeline stage. Owns the parameter and gradient
+ * buffers with their tensor table, layout-invariant initialisation, and the forward and
+ * backward passes of a stage (a range of layers; the first stage adds the embeddings, the
+ * last the final norm, the tied LM head and the loss), written for tensor parallelism. */
+#ifndef TRIDENT_GPT_H
+#define TRIDENT_GPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "trident/arena.h"
+#include "trident/parallel_state.h"
+
+typedef struct gpt_config {
+    int num_layers;      /* L, the whole model */
+    int hidden;          /* h */
+    int heads;           /* n */
+    int ffn;             /* f, 4h by default */
+    int seq;             /* s: tokens per sample */
+    int max_pos;         /* learned positions (>= seq) */
+    int vocab;           /* real vocabulary (50257) */
+    int padded_vocab;    /* vocab padded to a multiple of make_vocab_size_divisible_by * tp */
+    float init_std;      /* normal init std; output projections std / sqrt(2 L) */
+    float hidden_dropout;
+    float attn_dropout;
+    uint64_t seed;
+} gpt_config;
+
+/* Megatron's padding: the smallest multiple of divisible_by * tp that is >= vocab. */
+int gpt_padded_vocab(int vocab, int divisible_by, int tp);
+
+/* Pointers to one layer's tensors (parameters, or their gradients), TP-local shapes. */
+typedef struct gpt_layer {
+    float *ln1_w, *ln1_b; /* (h) */
+    float *qkv_w;         /* (3h/t, h): rows [q of local heads | k | v] */
+    float *qkv_b;         /* (3h/t) */
+    float *proj_w;        /* (h, h/t) */
+    float *proj_b;        /* (h) */
+    float *ln2_w, *ln2_b; /* (h) */
+    float *fc_w;          /* (f/t, h) */
+    float *fc_b;          /* (f/t) */
+    float *fc2_w;         /* (h, f/t) */
+    float *fc2_b;         /* (h) */
+} gpt_layer;
+
+/* Pointers to a stage's tensors. */
+typedef struct gpt_tensors {
+    gpt_layer *layers;    /* nlayers of them */
+    float *wte;           /* (V/t, h) word embedding: first stage; also the head's weight when
+                           * the first stage is the last */
+    float *wpe;           /* (max_pos, h): first stage */
+    float *lnf_w, *lnf_b; /* (h): last stage */
+    float *head_w;        /* (V/t, h): last stage; == wte on a one-stage model, else its own copy */
+} gpt_tensors;
+
+/* One entry of the tensor table: a logical tensor and the slice of it this rank holds. */
+typedef struct gpt_tensor_info {
+    char name[64];        /* logical name, e.g. "layers.3.attn.qkv.weight" */
+    size_t offset;        /* element offset in the parameter and gradient buffers */
+    size_t numel;         /* local elements */
+    int ndim;
+    int64_t shape[2];     /* logical (full) shape */
+    int shard_dim;        /* dimension split over tp, or -1 when replicated */
+    int shard_blocks;     /* shard_dim is `shard_blocks` equal blocks (3 for q|k|v), each split
+                           * over tp; this rank holds [start, start + len) of every block */
+    int64_t shard_start;  /* first index within a block held here */
+    int64_t shard_len;    /* indices held per block */
+    int no_decay;         /* biases and norms: no weight decay */
+    int tp_replicated;    /* identical on every TP rank: count once in the grad norm */
+    int embedding_copy;   /* the last stage's copy of the word embedding */
+} gpt_tensor_info;
+
+/* Saved activations of one micro-batch on this stage (in the arena). */
+typedef struct gpt_acts gpt_acts;
+
+typedef struct gpt_model {
+    gpt_config cfg;
+    const ps_state *ps;
+    const backend *be;
+    int layer0, nlayers;     /* global layers [layer0, layer0 + nlayers) on this stage */
+    int first, last;         /* this stage has the embeddings / the head */
+    int tp, heads_l, hidden_l, ffn_l, vocab_l, vstart; /* TP-local sizes */
+    int mbs;                 /* micro-batch size the arena was sized for */
+
+    float *params, *grads;   /* one buffer each, numel floats, laid out by the table */
+    size_t numel;
+    gpt_tensors p, g;        /* pointer tables over params and grads */
+    gpt_tensor_info *table;  /* ntensors entries, in buffer order (reverse backprop order) */
+    int ntensors;
+
+    td_arena arena;          /* activations of the micro-batches in flight + backward scratch,
+                              * carved once at create (backend memory) */
+    size_t acts_bytes;       /* bytes of one micro-batch's activations */
+    int max_inflight;
+    gpt_acts *slots;         /* max_inflight activation sets */
+    struct gpt_scratch *scratch; /* forward temporaries and backward gradients, shared */
+} gpt_model;
+
+/* Builds the stage of `ps` owning layers [layer0, layer0 + nlayers), allocates its buffers
+ * and an arena for `max_inflight` micro-batches of `mbs` samples, and initialises the
+ * parameters from (seed, logical tensor, element) so every layout starts from the same model. */
+gpt_model *gpt_create(const gpt_config *cfg, const ps_state *ps, const backend *be, int layer0, int nlayers,
+                      int mbs, int max_inflight);
+void gpt_free(gpt_model *m);
+
+/* Takes a free activation slot for one micro-batch (dies if all max_inflight are in use);
+ * gpt_acts_release returns it after its backward (or after a forward-only pass). */
+gpt_acts *gpt_acts_acquire(gpt_model *m);
+void gpt_acts_release(gpt_model *m, gpt_acts *a);
+
+/* Stage forward of one micro-batch of B <= mbs samples. First stage: reads `ids` (B, s), else
+ * `input` (B, s, h), the previous stage's output. Not last stage: returns the output (B, s, h)
+ * in the activations (send it on). Last stage: computes the losses of `targets` (B, s) and
+ * returns NULL; *loss_sum gets the sum of the B*s token losses.
+ * sample (B): global sample indices (for dropout); training = 0 turns dropout off. */
+float *gpt_forward(gpt_model *m, gpt_acts *a, const int32_t *ids, const float *input, const int32_t *targets,
+                   const int64_t *sample, int B, int training, double *loss_sum);
+/* Stage backward of the micro-batch in `a`. Last stage: seeds d(loss) = loss_scale per token
+ * (e.g. 1 / tokens in the global batch). Else `doutput` (B, s, h) is the gradient of this
+ * stage's output. Gradients accumulate into m->grads. Not first stage: returns the gradient of
+ * the stage input (B, s, h) (send it back); first stage: NULL. */
+float *gpt_backward(gpt_model *m, gpt_acts *a, const float *doutput, float loss_scale);
+
+/* Parameters of the logical model (every tensor counted once, padded vocab included). */
+int64_t gpt_num_params(const gpt_config *cfg);
+/* Model FLOPs of one iteration of `batch` samples (Megatron's formula, padded vocab). */
+double gpt_flops_per_iteration(const gpt_config *cfg, int64_t batch, int full_recompute);
+
+#endif

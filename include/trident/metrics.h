@@ -1,0 +1,33 @@
+/* Training metrics. Owns what an iteration reports: one JSON object per iteration appended
+ * to --metrics-file, and the Megatron-style log line. */
+#ifndef TRIDENT_METRICS_H
+#define TRIDENT_METRICS_H
+
+#include <stdint.h>
+
+typedef struct met_record {
+    int64_t iteration;
+    int64_t consumed_samples;
+    double lm_loss;
+    double lr;
+    double grad_norm;
+    double loss_scale;
+    int skipped;
+    double tokens_per_s;
+    double model_tflops_per_rank;
+    double mfu;              /* fraction of the peak, 0..1 */
+    double elapsed_ms;
+    double val_loss;         /* NaN when not evaluated this iteration */
+} met_record;
+
+typedef struct met_writer met_writer;
+
+/* Opens `path` for appending; dies naming the path if it cannot. */
+met_writer *met_open(const char *path);
+/* Appends one line; NULL writer is a no-op. Flushed at once, so a crash loses nothing. */
+void met_write(met_writer *w, const met_record *r);
+void met_close(met_writer *w);
+/* Prints the Megatron-style line (and the validation line when val_loss is set) on stdout. */
+void met_print(const met_record *r, int64_t train_iters, int global_batch);
+
+#endif

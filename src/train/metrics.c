@@ -1,0 +1,58 @@
+/* Training metrics: see include/trident/metrics.h. */
+#include "trident/metrics.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "trident/check.h"
+
+struct met_writer {
+    FILE *f;
+};
+
+met_writer *met_open(const char *path)
+{
+    FILE *f = fopen(path, "a");
+    if (!f) td_fatal(1, "cannot open --metrics-file %s: %s", path, td_strerror(errno));
+    met_writer *w = td_xcalloc(1, sizeof *w);
+    w->f = f;
+    return w;
+}
+
+void met_write(met_writer *w, const met_record *r)
+{
+    if (!w) return;
+    fprintf(w->f,
+            "{\"iteration\": %lld, \"consumed_samples\": %lld, \"lm_loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, "
+            "\"loss_scale\": %.9g, \"skipped\": %d, \"tokens_per_s\": %.6g, \"model_tflops_per_rank\": %.6g, "
+            "\"mfu\": %.6g, \"elapsed_ms\": %.6g",
+            (long long)r->iteration, (long long)r->consumed_samples, r->lm_loss, r->lr, r->grad_norm, r->loss_scale,
+            r->skipped, r->tokens_per_s, r->model_tflops_per_rank, r->mfu, r->elapsed_ms);
+    if (!isnan(r->val_loss))
+        fprintf(w->f, ", \"val_loss\": %.9g, \"val_ppl\": %.9g", r->val_loss, exp(r->val_loss));
+    fprintf(w->f, "}\n");
+    fflush(w->f);
+}
+
+void met_close(met_writer *w)
+{
+    if (!w) return;
+    fclose(w->f);
+    free(w);
+}
+
+void met_print(const met_record *r, int64_t train_iters, int global_batch)
+{
+    printf(" iteration %8lld/%8lld | consumed samples: %12lld | elapsed time per iteration (ms): %.1f | "
+           "learning rate: %.6E | global batch size: %5d | lm loss: %.6E | loss scale: %.1f | grad norm: %.3f | "
+           "tokens/s: %.0f | TFLOP/s/rank: %.3f | MFU: %.1f%% |\n",
+           (long long)r->iteration, (long long)train_iters, (long long)r->consumed_samples, r->elapsed_ms, r->lr,
+           global_batch, r->lm_loss, r->loss_scale, r->grad_norm, r->tokens_per_s, r->model_tflops_per_rank,
+           100.0 * r->mfu);
+    if (!isnan(r->val_loss))
+        printf(" validation loss at iteration %lld | lm loss value: %.6E | lm loss PPL: %.6E |\n",
+               (long long)r->iteration, r->val_loss, exp(r->val_loss));
+    fflush(stdout);
+}

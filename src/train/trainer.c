@@ -1,0 +1,324 @@
+/* The trainer: see include/trident/trainer.h. */
+#include "trident/trainer.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "trident/bpe.h"
+#include "trident/check.h"
+#include "trident/gpt.h"
+#include "trident/gpt_dataset.h"
+#include "trident/metrics.h"
+#include "trident/optim.h"
+#include "trident/parallel_state.h"
+#include "trident/pipeline.h"
+#include "trident/timer.h"
+
+#define FAIL(...)                                                                        \
+    do {                                                                                 \
+        snprintf(msg, msglen, __VA_ARGS__);                                              \
+        return -1;                                                                       \
+    } while (0)
+
+int trainer_validate(const td_args *a, int world_size, char *msg, size_t msglen)
+{
+    int tp = a->tensor_model_parallel_size, pp = a->pipeline_model_parallel_size;
+    int ffn = a->ffn_hidden_size ? a->ffn_hidden_size : 4 * a->hidden_size;
+    int max_pos = a->max_position_embeddings ? a->max_position_embeddings : a->seq_length;
+    if (a->data_path.n == 0) FAIL("--data-path is required (a dataset prefix from trident preprocess)");
+    if (!a->vocab_file) FAIL("--vocab-file is required (GPT-2 vocab.json) to size the vocabulary");
+    int iters = td_args_given(a, "--train-iters"), samples = td_args_given(a, "--train-samples");
+    if (iters == samples) FAIL("give exactly one of --train-iters and --train-samples");
+    if (td_args_given(a, "--lr-warmup-iters") && td_args_given(a, "--lr-warmup-fraction"))
+        FAIL("give at most one of --lr-warmup-iters and --lr-warmup-fraction");
+    if (a->min_lr > a->lr) FAIL("--min-lr %g is larger than --lr %g", a->min_lr, a->lr);
+    if (a->hidden_size % a->num_attention_heads)
+        FAIL("--hidden-size %d is not divisible by --num-attention-heads %d", a->hidden_size, a->num_attention_heads);
+    if (max_pos < a->seq_length)
+        FAIL("--max-position-embeddings %d is smaller than --seq-length %d", max_pos, a->seq_length);
+    if (world_size % (tp * pp))
+        FAIL("the world size %d is not divisible by --tensor-model-parallel-size %d x "
+             "--pipeline-model-parallel-size %d",
+             world_size, tp, pp);
+    if (a->num_attention_heads % tp)
+        FAIL("--num-attention-heads %d is not divisible by --tensor-model-parallel-size %d", a->num_attention_heads,
+             tp);
+    if (ffn % tp) FAIL("--ffn-hidden-size %d is not divisible by --tensor-model-parallel-size %d", ffn, tp);
+    if (a->num_layers % pp)
+        FAIL("--num-layers %d is not divisible by --pipeline-model-parallel-size %d", a->num_layers, pp);
+    if (pp > 1) FAIL("--pipeline-model-parallel-size %d: pipeline parallelism is not in this build yet; use 1", pp);
+    if (td_args_given(a, "--num-layers-per-virtual-pipeline-stage"))
+        FAIL("--num-layers-per-virtual-pipeline-stage needs --pipeline-model-parallel-size > 1");
+    int dp = world_size / (tp * pp);
+    int gbs = a->global_batch_size ? a->global_batch_size : a->micro_batch_size * dp;
+    if (gbs % (a->micro_batch_size * dp))
+        FAIL("--global-batch-size %d is not divisible by --micro-batch-size %d x data-parallel size %d", gbs,
+             a->micro_batch_size, dp);
+    return 0;
+}
+
+/* ---- the run ---- */
+
+typedef struct {
+    const gptds *ds;
+    gptds_split split;
+    int64_t consumed; /* samples consumed before this iteration */
+    int mbs, dp, dp_rank, seq;
+    int32_t *buf;     /* (mbs, seq + 1) */
+} batch_source;
+
+static void next_batch(void *user, int m, int32_t *ids, int32_t *targets, int64_t *sample)
+{
+    batch_source *b = user;
+    gptds_micro_batch(b->ds, b->split, b->consumed, m, b->mbs, b->dp, b->dp_rank, b->buf);
+    int S = b->seq;
+    for (int j = 0; j < b->mbs; j++) {
+        const int32_t *row = b->buf + (size_t)j * (S + 1);
+        memcpy(ids + (size_t)j * S, row, (size_t)S * sizeof(int32_t));
+        memcpy(targets + (size_t)j * S, row + 1, (size_t)S * sizeof(int32_t));
+        sample[j] = b->consumed + (int64_t)m * b->mbs * b->dp + (int64_t)b->dp_rank * b->mbs + j;
+    }
+}
+
+typedef struct {
+    const td_args *a;
+    ps_state *ps;
+    backend *be;
+    gpt_model *model;
+    gptds *data;
+    float *m, *v;            /* Adam moments, same layout as the parameters */
+    opt_lr_schedule lr;
+    int gbs, num_micro;
+    int64_t train_iters;
+    pp_iteration it;
+    batch_source src;
+    int reporter;            /* this rank prints and writes metrics */
+    double peak_tflops;
+    met_writer *metrics;
+} run_state;
+
+/* Sum over the data-parallel group of the gradients, then the word-embedding copies. */
+static void reduce_grads(run_state *r)
+{
+    gpt_model *m = r->model;
+    comm_allreduce(r->ps->dp_group, m->grads, m->numel, COMM_F32, COMM_SUM);
+}
+
+/* Global gradient norm: every logical parameter counted once over TP, PP and DP. */
+static double grad_norm(run_state *r)
+{
+    gpt_model *m = r->model;
+    double ss = 0;
+    for (int i = 0; i < m->ntensors; i++) {
+        const gpt_tensor_info *t = &m->table[i];
+        if (t->embedding_copy) continue;
+        if (t->tp_replicated && r->ps->tp_rank != 0) continue;
+        ss += be_sumsq(r->be, m->grads + t->offset, t->numel);
+    }
+    comm_allreduce(r->ps->mp_group, &ss, 1, COMM_F64, COMM_SUM);
+    return sqrt(ss);
+}
+
+static void optimizer_step(run_state *r, double lr, double gscale, int64_t step)
+{
+    gpt_model *m = r->model;
+    const td_args *a = r->a;
+    for (int i = 0; i < m->ntensors; i++) {
+        const gpt_tensor_info *t = &m->table[i];
+        float wd = t->no_decay ? 0.0f : (float)a->weight_decay;
+        be_adamw(r->be, m->params + t->offset, m->grads + t->offset, r->m + t->offset, r->v + t->offset, t->numel,
+                 (float)lr, (float)a->adam_beta1, (float)a->adam_beta2, (float)a->adam_eps, wd, (float)gscale, step);
+    }
+}
+
+/* Mean token loss over `iters` global batches of split s starting at sample `consumed`. */
+static double evaluate(run_state *r, gptds_split s, int64_t consumed, int64_t iters)
+{
+    double total = 0;
+    r->src.split = s;
+    r->it.training = 0;
+    for (int64_t i = 0; i < iters; i++) {
+        r->src.consumed = consumed + i * r->gbs;
+        total += pp_run(PP_SCHEDULE_NONE, &r->it);
+    }
+    r->it.training = 1;
+    r->src.split = GPTDS_TRAIN;
+    comm_allreduce(r->ps->dp_group, &total, 1, COMM_F64, COMM_SUM);
+    return total / ((double)iters * r->gbs * r->a->seq_length);
+}
+
+static void setup(run_state *r, const td_args *a, comm *world)
+{
+    memset(r, 0, sizeof *r);
+    r->a = a;
+    r->ps = ps_init(world, a->tensor_model_parallel_size, a->pipeline_model_parallel_size);
+    ps_state *ps = r->ps;
+    r->be = be_cpu(0);
+    r->reporter = ps->tp_rank == 0 && ps->dp_rank == 0 && ps_is_last_stage(ps);
+
+    char err[512];
+    bpe_tokenizer *tok = bpe_load(a->vocab_file, a->merge_file, err, sizeof err);
+    if (!tok) td_fatal(1, "%s", err);
+    gpt_config c = {0};
+    c.num_layers = a->num_layers;
+    c.hidden = a->hidden_size;
+    c.heads = a->num_attention_heads;
+    c.ffn = a->ffn_hidden_size ? a->ffn_hidden_size : 4 * a->hidden_size;
+    c.seq = a->seq_length;
+    c.max_pos = a->max_position_embeddings ? a->max_position_embeddings : a->seq_length;
+    c.vocab = bpe_vocab_size(tok);
+    c.padded_vocab = gpt_padded_vocab(c.vocab, a->make_vocab_size_divisible_by, ps->tp);
+    c.init_std = (float)a->init_method_std;
+    c.hidden_dropout = (float)a->hidden_dropout;
+    c.attn_dropout = (float)a->attention_dropout;
+    c.seed = (uint64_t)a->seed;
+    bpe_free(tok);
+
+    r->gbs = a->global_batch_size ? a->global_batch_size : a->micro_batch_size * ps->dp;
+    r->num_micro = r->gbs / (a->micro_batch_size * ps->dp);
+    r->train_iters = td_args_given(a, "--train-iters") ? a->train_iters : a->train_samples / r->gbs;
+    if (r->train_iters < 1) td_usage_error("--train-samples %lld is less than one global batch (%d)",
+                                           (long long)a->train_samples, r->gbs);
+
+    /* data: every rank reads; rank 0 builds the index caches first so the others load them */
+    int64_t want[GPTDS_NSPLITS];
+    gptds_target_samples(r->train_iters, 0, a->eval_interval, a->eval_iters, r->gbs, want);
+    gptds_config dc;
+    gptds_config_from_args(&dc, a, want);
+    if (ps->world_rank == 0) r->data = gptds_open(&dc);
+    comm_barrier(world);
+    if (ps->world_rank != 0) r->data = gptds_open(&dc);
+    gptds_config_free(&dc);
+
+    int layers_per_stage = c.num_layers / ps->pp;
+    r->model = gpt_create(&c, ps, r->be, ps->pp_rank * layers_per_stage, layers_per_stage, a->micro_batch_size, 1);
+    gpt_model *m = r->model;
+    r->m = be_alloc(r->be, m->numel * sizeof(float));
+    r->v = be_alloc(r->be, m->numel * sizeof(float));
+    be_zero(r->be, r->m, m->numel);
+    be_zero(r->be, r->v, m->numel);
+
+    opt_decay_style style;
+    if (opt_decay_style_parse(a->lr_decay_style, &style)) td_usage_error("--lr-decay-style %s", a->lr_decay_style);
+    r->lr.max_lr = a->lr;
+    r->lr.min_lr = a->min_lr;
+    r->lr.style = style;
+    r->lr.decay_iters = td_args_given(a, "--lr-decay-iters") ? a->lr_decay_iters : r->train_iters;
+    r->lr.warmup_iters = td_args_given(a, "--lr-warmup-fraction")
+                             ? (int64_t)(a->lr_warmup_fraction * (double)r->lr.decay_iters)
+                             : a->lr_warmup_iters;
+
+    r->src = (batch_source){r->data, GPTDS_TRAIN, 0, a->micro_batch_size, ps->dp, ps->dp_rank, c.seq,
+                            td_xmalloc((size_t)a->micro_batch_size * (c.seq + 1) * sizeof(int32_t))};
+    r->it = (pp_iteration){m, r->num_micro, a->micro_batch_size, (float)(1.0 / ((double)r->gbs * c.seq)), 1,
+                           next_batch, &r->src,
+                           td_xmalloc((size_t)a->micro_batch_size * c.seq * sizeof(int32_t)),
+                           td_xmalloc((size_t)a->micro_batch_size * c.seq * sizeof(int32_t)),
+                           td_xmalloc((size_t)a->micro_batch_size * sizeof(int64_t))};
+
+    r->peak_tflops = td_args_given(a, "--peak-tflops") ? a->peak_tflops : be_peak_gflops(r->be) / 1e3;
+    if (ps->world_rank == 0) {
+        TD_INFO("trident %s: world %d = tp %d x pp %d x dp %d, backend %s", TRIDENT_VERSION, ps->world_size, ps->tp,
+                ps->pp, ps->dp, r->be->ops->name);
+        TD_INFO("model: %d layers, hidden %d, heads %d, ffn %d, seq %d, vocab %d (padded %d): %.2fM parameters",
+                c.num_layers, c.hidden, c.heads, c.ffn, c.seq, c.vocab, c.padded_vocab,
+                (double)gpt_num_params(&c) / 1e6);
+        TD_INFO("batch: micro %d x %d micro-batches x dp %d = global %d; %lld iterations", a->micro_batch_size,
+                r->num_micro, ps->dp, r->gbs, (long long)r->train_iters);
+        TD_INFO("peak for MFU: %.3f TFLOP/s per rank (%s)", r->peak_tflops,
+                td_args_given(a, "--peak-tflops") ? "--peak-tflops" : "measured sgemm");
+    }
+    if (r->reporter && a->metrics_file) r->metrics = met_open(a->metrics_file);
+}
+
+static void teardown(run_state *r)
+{
+    met_close(r->metrics);
+    free(r->src.buf);
+    free(r->it.ids);
+    free(r->it.targets);
+    free(r->it.sample);
+    be_dfree(r->be, r->m);
+    be_dfree(r->be, r->v);
+    gpt_free(r->model);
+    gptds_close(r->data);
+    be_free(r->be);
+    ps_free(r->ps);
+}
+
+int trainer_run(const td_args *a, comm *world)
+{
+    run_state r;
+    setup(&r, a, world);
+    gpt_model *m = r.model;
+    const gpt_config *c = &m->cfg;
+    double flops_iter = gpt_flops_per_iteration(c, r.gbs, 0);
+    int64_t consumed = 0, valid_consumed = 0;
+    double t_start = td_now();
+
+    for (int64_t iter = 1; iter <= r.train_iters; iter++) {
+        double t0 = td_now();
+        be_zero(r.be, m->grads, m->numel);
+        r.src.consumed = consumed;
+        double loss_sum = pp_run(PP_SCHEDULE_NONE, &r.it);
+        reduce_grads(&r);
+        double norm = grad_norm(&r);
+        if (!isfinite(norm))
+            td_fatal(1, "iteration %lld: the gradient norm is %g (NaN or Inf); lower --lr or check the data",
+                     (long long)iter, norm);
+        double gscale = opt_clip_factor(norm, a->clip_grad);
+        double lr = opt_lr_at(&r.lr, iter);
+        optimizer_step(&r, lr, gscale, iter);
+        consumed += r.gbs;
+        comm_allreduce(r.ps->dp_group, &loss_sum, 1, COMM_F64, COMM_SUM);
+        double loss = loss_sum / ((double)r.gbs * c->seq);
+        be_sync(r.be);
+        double dt = td_now() - t0;
+
+        met_record rec = {0};
+        rec.iteration = iter;
+        rec.consumed_samples = consumed;
+        rec.lm_loss = loss;
+        rec.lr = lr;
+        rec.grad_norm = norm;
+        rec.loss_scale = 1.0;
+        rec.elapsed_ms = dt * 1e3;
+        rec.tokens_per_s = (double)r.gbs * c->seq / dt;
+        rec.model_tflops_per_rank = flops_iter / dt / r.ps->world_size / 1e12;
+        rec.mfu = r.peak_tflops > 0 ? rec.model_tflops_per_rank / r.peak_tflops : 0;
+        rec.val_loss = NAN;
+        if (a->eval_iters > 0 && (iter % a->eval_interval == 0 || iter == r.train_iters)) {
+            rec.val_loss = evaluate(&r, GPTDS_VALID, valid_consumed, a->eval_iters);
+            valid_consumed += a->eval_iters * r.gbs;
+        }
+        if (!isfinite(loss)) td_fatal(1, "iteration %lld: the loss is %g; lower --lr or check the data",
+                                      (long long)iter, loss);
+        if (r.reporter) {
+            met_write(r.metrics, &rec);
+            if (iter % a->log_interval == 0 || iter == 1 || iter == r.train_iters || isfinite(rec.val_loss))
+                met_print(&rec, r.train_iters, r.gbs);
+        }
+    }
+    if (r.reporter) {
+        double total = td_now() - t_start;
+        TD_INFO("done: %lld iterations in %.1f s; peak memory (RSS) %.1f MiB", (long long)r.train_iters, total,
+                (double)trainer_peak_rss() / (1024.0 * 1024.0));
+    }
+    teardown(&r);
+    return 0;
+}
+
+long long trainer_peak_rss(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return 0;
+    char line[256];
+    long long kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "VmHWM: %lld kB", &kb) == 1) break;
+    fclose(f);
+    return kb * 1024;
+}

@@ -1,0 +1,289 @@
+/* src/model/gpt: the whole model against an independent double-precision GPT-2 written plainly
+ * in this file (forward loss, and every parameter's gradient by central finite differences of
+ * it); layout-invariant initialisation (a TP slice equals the rows/columns of the whole
+ * tensor); and a tiny model overfitting one batch. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "backend/backend.h"
+#include "trident/comm.h"
+#include "trident/gpt.h"
+#include "trident/parallel_state.h"
+
+static comm *g_world;
+static ps_state *g_ps;
+static backend *g_be;
+
+static gpt_config tiny_config(void)
+{
+    gpt_config c = {0};
+    c.num_layers = 2;
+    c.hidden = 16;
+    c.heads = 4;
+    c.ffn = 64;
+    c.seq = 8;
+    c.max_pos = 8;
+    c.vocab = 50;
+    c.padded_vocab = gpt_padded_vocab(c.vocab, 8, 1);
+    c.init_std = 0.2f; /* large, so the loss is far from uniform and gradients are sizeable */
+    c.seed = 1234;
+    return c;
+}
+
+/* ---- the reference: GPT-2 forward in double, from the model's parameters (tp = 1) ---- */
+
+typedef struct {
+    const gpt_config *c;
+    const gpt_tensors *p;
+    const double *delta; /* optional perturbation: delta_at is added to *delta_ptr */
+    const float *delta_ptr;
+    double delta_at;
+} ref_model;
+
+static double P(const ref_model *r, const float *x)
+{
+    return (double)*x + (x == r->delta_ptr ? r->delta_at : 0.0);
+}
+
+static void ref_layernorm(double *out, const double *in, const ref_model *r, const float *w, const float *b, int C)
+{
+    double mean = 0, var = 0;
+    for (int i = 0; i < C; i++) mean += in[i];
+    mean /= C;
+    for (int i = 0; i < C; i++) var += (in[i] - mean) * (in[i] - mean);
+    var /= C;
+    double rstd = 1.0 / sqrt(var + 1e-5);
+    for (int i = 0; i < C; i++) out[i] = (in[i] - mean) * rstd * P(r, &w[i]) + P(r, &b[i]);
+}
+
+/* out (OC) = W (OC, C) . in (C) + b */
+static void ref_linear(double *out, const double *in, const ref_model *r, const float *w, const float *b, int C,
+                       int OC)
+{
+    for (int o = 0; o < OC; o++) {
+        double s = b ? P(r, &b[o]) : 0.0;
+        for (int i = 0; i < C; i++) s += P(r, &w[(size_t)o * C + i]) * in[i];
+        out[o] = s;
+    }
+}
+
+static double ref_gelu(double x)
+{
+    return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+}
+
+/* Mean token loss of one sequence ids[0..T) predicting targets[0..T). */
+static double ref_loss(const ref_model *r, const int32_t *ids, const int32_t *targets)
+{
+    const gpt_config *c = r->c;
+    int T = c->seq, h = c->hidden, nh = c->heads, hs = h / nh, f = c->ffn, V = c->padded_vocab;
+    double *x = calloc((size_t)T * h, sizeof(double)), *ln = calloc((size_t)T * h, sizeof(double));
+    double *qkv = calloc((size_t)T * 3 * h, sizeof(double)), *y = calloc((size_t)T * h, sizeof(double));
+    double *tmp = calloc((size_t)T * h, sizeof(double)), *fc = calloc((size_t)T * f, sizeof(double));
+    double *logits = calloc((size_t)V, sizeof(double));
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < h; i++)
+            x[t * h + i] = P(r, &r->p->wte[(size_t)ids[t] * h + i]) + P(r, &r->p->wpe[(size_t)t * h + i]);
+    for (int l = 0; l < c->num_layers; l++) {
+        const gpt_layer *L = &r->p->layers[l];
+        for (int t = 0; t < T; t++) ref_layernorm(ln + t * h, x + t * h, r, L->ln1_w, L->ln1_b, h);
+        for (int t = 0; t < T; t++) ref_linear(qkv + t * 3 * h, ln + t * h, r, L->qkv_w, L->qkv_b, h, 3 * h);
+        for (int hd = 0; hd < nh; hd++)
+            for (int t = 0; t < T; t++) {
+                double att[64], mx = -1e300, sum = 0;
+                for (int u = 0; u <= t; u++) {
+                    double s = 0;
+                    for (int k = 0; k < hs; k++) s += qkv[t * 3 * h + hd * hs + k] * qkv[u * 3 * h + h + hd * hs + k];
+                    att[u] = s / sqrt((double)hs);
+                    if (att[u] > mx) mx = att[u];
+                }
+                for (int u = 0; u <= t; u++) sum += (att[u] = exp(att[u] - mx));
+                for (int k = 0; k < hs; k++) {
+                    double s = 0;
+                    for (int u = 0; u <= t; u++) s += att[u] / sum * qkv[u * 3 * h + 2 * h + hd * hs + k];
+                    y[t * h + hd * hs + k] = s;
+                }
+            }
+        for (int t = 0; t < T; t++) {
+            ref_linear(tmp + t * h, y + t * h, r, L->proj_w, L->proj_b, h, h);
+            for (int i = 0; i < h; i++) x[t * h + i] += tmp[t * h + i];
+        }
+        for (int t = 0; t < T; t++) ref_layernorm(ln + t * h, x + t * h, r, L->ln2_w, L->ln2_b, h);
+        for (int t = 0; t < T; t++) {
+            ref_linear(fc + t * f, ln + t * h, r, L->fc_w, L->fc_b, h, f);
+            for (int i = 0; i < f; i++) fc[t * f + i] = ref_gelu(fc[t * f + i]);
+            ref_linear(tmp + t * h, fc + t * f, r, L->fc2_w, L->fc2_b, f, h);
+            for (int i = 0; i < h; i++) x[t * h + i] += tmp[t * h + i];
+        }
+    }
+    double loss = 0;
+    for (int t = 0; t < T; t++) {
+        ref_layernorm(ln + t * h, x + t * h, r, r->p->lnf_w, r->p->lnf_b, h);
+        ref_linear(logits, ln + t * h, r, r->p->wte, NULL, h, V);
+        double mx = -1e300, sum = 0;
+        for (int v = 0; v < V; v++) mx = logits[v] > mx ? logits[v] : mx;
+        for (int v = 0; v < V; v++) sum += exp(logits[v] - mx);
+        loss += log(sum) + mx - logits[targets[t]];
+    }
+    free(x), free(ln), free(qkv), free(y), free(tmp), free(fc), free(logits);
+    return loss / T;
+}
+
+static void make_batch(const gpt_config *c, int B, int32_t *ids, int32_t *targets, int64_t *sample, unsigned seed)
+{
+    for (int i = 0; i < B * c->seq; i++) {
+        seed = seed * 1103515245u + 12345u;
+        ids[i] = (int32_t)((seed >> 8) % (unsigned)c->vocab);
+        seed = seed * 1103515245u + 12345u;
+        targets[i] = (int32_t)((seed >> 8) % (unsigned)c->vocab);
+    }
+    /* distinct first tokens: no two rows share a context, so the loss can reach 0 */
+    for (int b = 0; b < B; b++) ids[b * c->seq] = b;
+    for (int b = 0; b < B; b++) sample[b] = b;
+}
+
+static void model_matches_double_reference(void **state)
+{
+    (void)state;
+    gpt_config c = tiny_config();
+    enum { B = 2 };
+    gpt_model *m = gpt_create(&c, g_ps, g_be, 0, c.num_layers, B, 1);
+    int32_t ids[B * 8], targets[B * 8];
+    int64_t sample[B];
+    make_batch(&c, B, ids, targets, sample, 7);
+
+    gpt_acts *a = gpt_acts_acquire(m);
+    double loss_sum = 0;
+    gpt_forward(m, a, ids, NULL, targets, sample, B, 1, &loss_sum);
+    gpt_backward(m, a, NULL, 1.0f / (float)(B * c.seq));
+    gpt_acts_release(m, a);
+
+    ref_model r = {&c, &m->p, NULL, NULL, 0};
+    double ref = 0;
+    for (int b = 0; b < B; b++) ref += ref_loss(&r, ids + b * c.seq, targets + b * c.seq) / B;
+    double loss = loss_sum / (B * c.seq);
+    printf("loss %.8f reference %.8f\n", loss, ref);
+    assert_true(fabs(loss - ref) < 1e-5 * fabs(ref));
+
+    /* every tensor: a spread of elements, central differences of the double reference */
+    double worst = 0;
+    int checked = 0;
+    for (int ti = 0; ti < m->ntensors; ti++) {
+        const gpt_tensor_info *t = &m->table[ti];
+        for (size_t k = 0; k < t->numel; k += 1 + t->numel / 7) {
+            const float *pp = m->params + t->offset + k;
+            double eps = 1e-5, lp = 0, lm = 0;
+            r.delta_ptr = pp;
+            r.delta_at = eps;
+            for (int b = 0; b < B; b++) lp += ref_loss(&r, ids + b * c.seq, targets + b * c.seq) / B;
+            r.delta_at = -eps;
+            for (int b = 0; b < B; b++) lm += ref_loss(&r, ids + b * c.seq, targets + b * c.seq) / B;
+            r.delta_ptr = NULL;
+            double fd = (lp - lm) / (2 * eps), an = m->grads[t->offset + k];
+            double err = fabs(fd - an) / (fabs(fd) + 1e-3);
+            if (err > worst) worst = err;
+            if (err > 1e-3) printf("%s[%zu]: analytic %.8g finite-difference %.8g\n", t->name, k, an, fd);
+            assert_true(err <= 1e-3);
+            checked++;
+        }
+    }
+    printf("%d gradient elements checked, worst relative error %.2e\n", checked, worst);
+    gpt_free(m);
+}
+
+/* A TP slice of every tensor equals the matching rows (or columns) of the whole tensor. */
+static void init_is_layout_invariant(void **state)
+{
+    (void)state;
+    gpt_config c = tiny_config();
+    c.padded_vocab = gpt_padded_vocab(c.vocab, 8, 2);
+    gpt_model *whole = gpt_create(&c, g_ps, g_be, 0, c.num_layers, 1, 1);
+    for (int rank = 0; rank < 2; rank++) {
+        ps_state fake = *g_ps;
+        fake.tp = 2;
+        fake.tp_rank = rank;
+        gpt_model *part = gpt_create(&c, &fake, g_be, 0, c.num_layers, 1, 1);
+        assert_int_equal(part->ntensors, whole->ntensors);
+        for (int i = 0; i < part->ntensors; i++) {
+            const gpt_tensor_info *tp = &part->table[i], *tw = &whole->table[i];
+            assert_string_equal(tp->name, tw->name);
+            const float *sp = part->params + tp->offset, *sw = whole->params + tw->offset;
+            int64_t rows = tw->shape[0], cols = tw->ndim == 2 ? tw->shape[1] : 1;
+            if (tp->shard_dim < 0) {
+                assert_memory_equal(sp, sw, tw->numel * sizeof(float));
+            } else if (tp->shard_dim == 0) {
+                int64_t block = rows / tp->shard_blocks;
+                for (int b = 0; b < tp->shard_blocks; b++)
+                    for (int64_t r = 0; r < tp->shard_len; r++)
+                        assert_memory_equal(sp + (b * tp->shard_len + r) * cols,
+                                            sw + (b * block + tp->shard_start + r) * cols, (size_t)cols * sizeof(float));
+            } else {
+                for (int64_t r = 0; r < rows; r++)
+                    assert_memory_equal(sp + r * tp->shard_len, sw + r * cols + tp->shard_start,
+                                        (size_t)tp->shard_len * sizeof(float));
+            }
+        }
+        gpt_free(part);
+    }
+    /* output projections use std / sqrt(2L); norms are 1 and 0 */
+    assert_true(whole->p.layers[0].ln1_w[3] == 1.0f && whole->p.layers[1].ln2_b[5] == 0.0f);
+    gpt_free(whole);
+}
+
+static void overfits_one_batch(void **state)
+{
+    (void)state;
+    gpt_config c = tiny_config();
+    c.init_std = 0.02f;
+    enum { B = 4 };
+    gpt_model *m = gpt_create(&c, g_ps, g_be, 0, c.num_layers, B, 1);
+    float *mo = calloc(m->numel, sizeof(float)), *vo = calloc(m->numel, sizeof(float));
+    int32_t ids[B * 8], targets[B * 8];
+    int64_t sample[B];
+    make_batch(&c, B, ids, targets, sample, 99);
+    double loss = 0;
+    for (int step = 1; step <= 300; step++) {
+        be_zero(g_be, m->grads, m->numel);
+        gpt_acts *a = gpt_acts_acquire(m);
+        double sum = 0;
+        gpt_forward(m, a, ids, NULL, targets, sample, B, 1, &sum);
+        gpt_backward(m, a, NULL, 1.0f / (float)(B * c.seq));
+        gpt_acts_release(m, a);
+        loss = sum / (B * c.seq);
+        for (int i = 0; i < m->ntensors; i++) {
+            const gpt_tensor_info *t = &m->table[i];
+            be_adamw(g_be, m->params + t->offset, m->grads + t->offset, mo + t->offset, vo + t->offset, t->numel,
+                     1e-2f, 0.9f, 0.999f, 1e-8f, 0.0f, 1.0f, step);
+        }
+        if (step == 1 || step % 100 == 0) printf("step %d loss %.4f\n", step, loss);
+    }
+    assert_true(loss < 0.05);
+    free(mo);
+    free(vo);
+    gpt_free(m);
+}
+
+int main(int argc, char **argv)
+{
+    g_world = comm_world_init(&argc, &argv);
+    g_ps = ps_init(g_world, 1, 1);
+    g_be = be_cpu(0);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(model_matches_double_reference),
+        cmocka_unit_test(init_is_layout_invariant),
+        cmocka_unit_test(overfits_one_batch),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    be_free(g_be);
+    ps_free(g_ps);
+    comm_world_finalize(g_world);
+    return rc;
+}
