@@ -63,6 +63,9 @@ typedef struct td_args {
     int tensor_model_parallel_size;
     int pipeline_model_parallel_size;
     int num_layers_per_virtual_pipeline_stage;
+    char *pipeline_schedule;
+    int64_t ddp_bucket_size;
+    int overlap_grad_reduce;
     /* optimizer and schedule */
     double lr;
     double min_lr;
@@ -82,6 +85,7 @@ typedef struct td_args {
     int64_t eval_iters;
     int64_t log_interval;
     char *metrics_file;
+    char *dump_params;
     double peak_tflops;
 
     unsigned char set_[TD_MAX_FLAGS]; /* set_[i]: flag i of the table was given */

@@ -95,6 +95,12 @@ typedef struct gpt_model {
     int max_inflight;
     gpt_acts *slots;         /* max_inflight activation sets */
     struct gpt_scratch *scratch; /* forward temporaries and backward gradients, shared */
+
+    /* Called by gpt_backward each time a prefix of the gradient buffer has received its last
+     * contribution of this micro-batch: grads[0, prefix_end) are final (the buffer is in reverse
+     * backprop order). NULL: not called. Data parallelism uses it to start bucket reductions. */
+    void (*grads_ready)(void *user, size_t prefix_end);
+    void *grads_ready_user;
 } gpt_model;
 
 /* Builds the stage of `ps` owning layers [layer0, layer0 + nlayers), allocates its buffers
@@ -108,6 +114,10 @@ void gpt_free(gpt_model *m);
  * gpt_acts_release returns it after its backward (or after a forward-only pass). */
 gpt_acts *gpt_acts_acquire(gpt_model *m);
 void gpt_acts_release(gpt_model *m, gpt_acts *a);
+/* The slot's stage-input buffer (mbs, s, h): a pipeline may receive the previous stage's output
+ * straight into it (then pass it as gpt_forward's input), and once gpt_backward has returned it
+ * is free to hold the outgoing input gradient until the slot is released. */
+float *gpt_acts_input(gpt_acts *a);
 
 /* Stage forward of one micro-batch of B <= mbs samples. First stage: reads `ids` (B, s), else
  * `input` (B, s, h), the previous stage's output. Not last stage: returns the output (B, s, h)
@@ -121,6 +131,16 @@ float *gpt_forward(gpt_model *m, gpt_acts *a, const int32_t *ids, const float *i
  * stage's output. Gradients accumulate into m->grads. Not first stage: returns the gradient of
  * the stage input (B, s, h) (send it back); first stage: NULL. */
 float *gpt_backward(gpt_model *m, gpt_acts *a, const float *doutput, float loss_scale);
+
+/* Offset (in elements) of logical tensor `name` in the canonical flat layout of the whole model:
+ * word embedding, position embedding, layers 0..L-1 (each in table order), final norm — every
+ * tensor at its logical shape. -1 for an unknown name. Total size: gpt_num_params. */
+int64_t gpt_canonical_offset(const gpt_config *cfg, const char *name);
+/* Writes this rank's slices of the parameters into `fd` (a file of gpt_num_params floats in the
+ * canonical layout) at their logical positions. Replicated tensors and the last stage's copy of
+ * the word embedding are written by one owner only. Every rank of a model replica writes; the
+ * union is the whole model. Returns 0, or -1 with errno set. */
+int gpt_write_canonical(const gpt_model *m, int fd, int writer);
 
 /* Parameters of the logical model (every tensor counted once, padded vocab included). */
 int64_t gpt_num_params(const gpt_config *cfg);

@@ -1,35 +1,54 @@
-/* Pipeline schedules. Owns the order in which a stage runs the forward and backward passes of
- * an iteration's micro-batches and the stage-to-stage transfers between them: none (gradient
- * accumulation on one stage), GPipe, 1F1B and interleaved 1F1B, chosen by pp_run. */
+/* Pipeline schedules. Owns the order in which a rank runs the forward and backward passes of
+ * an iteration's micro-batches over its model chunks, and the stage-to-stage transfers between
+ * them (paired non-blocking send/recv on the pipeline group): none (gradient accumulation on
+ * one stage), GPipe, 1F1B and interleaved 1F1B, chosen by pp_run. */
 #ifndef TRIDENT_PIPELINE_H
 #define TRIDENT_PIPELINE_H
 
 #include <stdint.h>
 
 #include "trident/gpt.h"
+#include "trident/parallel_state.h"
+
+/* Bookkeeping limits of a schedule (checked by the trainer's config validation). */
+#define PP_MAX_CHUNKS 16 /* model chunks (virtual stages) per rank */
+#define PP_MAX_SLOTS 64  /* micro-batches in flight per chunk */
 
 typedef enum { PP_SCHEDULE_NONE, PP_SCHEDULE_GPIPE, PP_SCHEDULE_1F1B, PP_SCHEDULE_INTERLEAVED } pp_schedule;
 
+/* Parses "auto" | "gpipe" | "1f1b" | "interleaved" for a run with `pp` stages and `vp` chunks
+ * per rank ("auto": none for one stage, interleaved with vp > 1, else 1F1B). -1 if unknown. */
+int pp_schedule_parse(const char *s, int pp, int vp, pp_schedule *out);
+const char *pp_schedule_name(pp_schedule s);
+
 /* Supplies micro-batch m (0-based) of the current iteration on this rank: ids and targets
- * (mbs, s) and the global sample index of each row (mbs). Called on the stages that need them
- * (ids on the first, targets on the last); both may be filled every time. */
+ * (mbs, s) and the global sample index of each row (mbs). */
 typedef void (*pp_batch_fn)(void *user, int m, int32_t *ids, int32_t *targets, int64_t *sample);
 
 typedef struct pp_iteration {
-    gpt_model *model;
+    const ps_state *ps;
+    gpt_model **chunks;   /* nchunks model chunks of this rank: chunk c is virtual stage c*pp + pp_rank */
+    int nchunks;
     int num_micro;        /* micro-batches per iteration on this data-parallel rank */
     int mbs;
     float loss_scale;     /* d(loss)/d(token loss): 1 / tokens of the global batch */
     int training;         /* 0: forward only (evaluation) */
     pp_batch_fn batch;
     void *user;
-    /* scratch the schedule uses for one micro-batch's inputs (host): */
+    /* host scratch for one micro-batch's inputs: */
     int32_t *ids, *targets; /* (mbs, s) */
     int64_t *sample;        /* (mbs) */
+    float *grad_in;         /* (mbs, s, h) backend memory: a received output gradient */
+    /* per chunk, or NULL: buckets whose reductions start during the chunk's last backward */
+    struct dp_buckets **overlap;
 } pp_iteration;
 
-/* Runs one iteration's micro-batches with `schedule`; gradients accumulate into the model's
- * buffer. Returns the sum of the token losses on the last stage (0 elsewhere). */
+/* Activation slots each chunk needs for `schedule` (pass as gpt_create's max_inflight). */
+int pp_slots_needed(pp_schedule schedule, int pp, int pp_rank, int nchunks, int num_micro);
+
+/* Runs one iteration's micro-batches with `schedule`; gradients accumulate into the chunks'
+ * buffers. Returns the sum of the token losses computed on this rank (nonzero only on the last
+ * stage). Every send has completed when it returns. */
 double pp_run(pp_schedule schedule, pp_iteration *it);
 
 #endif

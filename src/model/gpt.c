@@ -363,6 +363,8 @@ gpt_acts *gpt_acts_acquire(gpt_model *m)
            "all %d activation slots are in use", m->max_inflight);
 }
 
+float *gpt_acts_input(gpt_acts *a) { return a->input; }
+
 void gpt_acts_release(gpt_model *m, gpt_acts *a)
 {
     (void)m;
@@ -426,7 +428,7 @@ float *gpt_forward(gpt_model *m, gpt_acts *a, const int32_t *ids, const float *i
         be_pos_embedding_fwd(be, a->input, m->p.wpe, B, T, h, 0);
         be_drop d = make_drop(m, a, training ? m->cfg.hidden_dropout : 0.0f, site_embedding(), 0);
         be_dropout_fwd(be, a->input, a->input, B, T, h, &d);
-    } else {
+    } else if (input != a->input) {
         be_copy(be, a->input, input, (size_t)BT * h);
     }
     const float *x = a->input;
@@ -507,12 +509,20 @@ float *gpt_backward(gpt_model *m, gpt_acts *a, const float *doutput, float loss_
     } else {
         be_copy(be, s->dres, doutput, (size_t)BT * h);
     }
-    for (int l = m->nlayers - 1; l >= 0; l--) layer_bwd(m, a, l, l ? a->layers[l - 1].out : a->input);
-    if (!m->first) return s->dres;
+    for (int l = m->nlayers - 1; l >= 0; l--) {
+        layer_bwd(m, a, l, l ? a->layers[l - 1].out : a->input);
+        /* layer l's last tensor in the buffer is ln1.weight: everything up to its end is final */
+        if (m->grads_ready) m->grads_ready(m->grads_ready_user, (size_t)(m->g.layers[l].ln1_w - m->grads) + (size_t)h);
+    }
+    if (!m->first) {
+        if (m->grads_ready) m->grads_ready(m->grads_ready_user, m->numel);
+        return s->dres;
+    }
 
     be_drop d = make_drop(m, a, a->training ? m->cfg.hidden_dropout : 0.0f, site_embedding(), 0);
     be_dropout_bwd(be, s->dres, s->dres, B, T, h, &d);
     be_pos_embedding_bwd(be, m->g.wpe, s->dres, B, T, h, 0);
     be_embedding_bwd(be, m->g.wte, s->dres, a->ids, BT, h, m->vstart, m->vocab_l);
+    if (m->grads_ready) m->grads_ready(m->grads_ready_user, m->numel);
     return NULL;
 }

@@ -1,35 +1,207 @@
-/* Pipeline schedules: see include/trident/pipeline.h. */
+/* Pipeline schedules: see include/trident/pipeline.h.
+ *
+ * Every schedule is one loop over "virtual micro-batches" k (a micro-batch on one chunk) in
+ * three labelled phases, after Megatron's schedules.py: warm-up (forwards only), steady 1F1B
+ * (one forward, one backward) and cool-down (backwards only). GPipe is the case where the
+ * warm-up is everything; no pipeline is GPipe's order on one stage, a micro-batch at a time.
+ *
+ * Transfers: a forward sends its output to the next virtual stage and a backward sends its input
+ * gradient to the previous one, both non-blocking; a step blocks only on the receive it needs.
+ * A message to virtual stage vs for micro-batch m has tag 2 (m V + vs) (+1 for gradients), V the
+ * number of virtual stages, so matching never depends on the order messages are posted. */
 #include "trident/pipeline.h"
 
-#include "trident/check.h"
+#include <string.h>
 
-/* One micro-batch forward (and backward when training) on a single-stage model. */
-static double run_one(pp_iteration *it, int m)
+#include "trident/check.h"
+#include "trident/data_parallel.h"
+
+int pp_schedule_parse(const char *s, int pp, int vp, pp_schedule *out)
 {
-    gpt_model *model = it->model;
-    it->batch(it->user, m, it->ids, it->targets, it->sample);
-    gpt_acts *a = gpt_acts_acquire(model);
-    double loss = 0;
-    gpt_forward(model, a, it->ids, NULL, it->targets, it->sample, it->mbs, it->training, &loss);
-    if (it->training) gpt_backward(model, a, NULL, it->loss_scale);
-    gpt_acts_release(model, a);
-    return loss;
+    if (strcmp(s, "auto") == 0)
+        *out = pp == 1 ? PP_SCHEDULE_NONE : vp > 1 ? PP_SCHEDULE_INTERLEAVED : PP_SCHEDULE_1F1B;
+    else if (strcmp(s, "gpipe") == 0) *out = pp == 1 ? PP_SCHEDULE_NONE : PP_SCHEDULE_GPIPE;
+    else if (strcmp(s, "1f1b") == 0) *out = pp == 1 ? PP_SCHEDULE_NONE : PP_SCHEDULE_1F1B;
+    else if (strcmp(s, "interleaved") == 0) *out = PP_SCHEDULE_INTERLEAVED;
+    else return -1;
+    return 0;
 }
 
-/* No pipeline: gradient accumulation over the micro-batches, one at a time. */
-static double schedule_none(pp_iteration *it)
+const char *pp_schedule_name(pp_schedule s)
 {
+    switch (s) {
+    case PP_SCHEDULE_NONE: return "none";
+    case PP_SCHEDULE_GPIPE: return "gpipe";
+    case PP_SCHEDULE_1F1B: return "1f1b";
+    case PP_SCHEDULE_INTERLEAVED: return "interleaved";
+    }
+    return "?";
+}
+
+/* Forwards run before the first backward on this rank (Megatron's num_warmup_microbatches). */
+static int warmup_count(pp_schedule s, int p, int rank, int v, int total)
+{
+    int w;
+    switch (s) {
+    case PP_SCHEDULE_NONE: w = 0; break; /* one forward then its backward */
+    case PP_SCHEDULE_GPIPE: w = total; break;
+    case PP_SCHEDULE_1F1B: w = p - rank - 1; break;
+    default: w = (p - rank - 1) * 2 + (v - 1) * p; break;
+    }
+    return w < total ? w : total;
+}
+
+int pp_slots_needed(pp_schedule schedule, int pp, int pp_rank, int nchunks, int num_micro)
+{
+    int w = warmup_count(schedule, pp, pp_rank, nchunks, num_micro * nchunks);
+    int n = w + 1; /* in flight at once on the rank; a chunk never holds more */
+    return n < num_micro ? n : num_micro;
+}
+
+/* ---- per-chunk bookkeeping of micro-batches in flight ---- */
+
+typedef struct {
+    gpt_acts *a;
+    int micro;
+    int backward_done;
+    comm_req *send; /* output (forward) or input gradient (backward) on its way */
+} flight;
+
+typedef struct {
+    pp_iteration *it;
+    int p, s, v, V;
+    flight *fl;    /* per chunk: max_inflight entries */
+    int *nfl;      /* per chunk: entries in use */
+    int *next_fwd, *next_bwd; /* per chunk: next micro-batch to run */
+    double loss;
+} run;
+
+static int vstage(const run *r, int chunk) { return chunk * r->p + r->s; }
+static int tag_of(const run *r, int micro, int vs, int grad) { return 2 * (micro * r->V + vs) + grad; }
+
+/* Waits for the sends of finished micro-batches of chunk c and frees their slots. */
+static void reclaim(run *r, int c, int all)
+{
+    gpt_model *m = r->it->chunks[c];
+    flight *fl = r->fl + (size_t)c * m->max_inflight;
+    int keep = 0;
+    for (int i = 0; i < r->nfl[c]; i++) {
+        int finished = fl[i].backward_done || !r->it->training;
+        if (finished || all) {
+            comm_wait(fl[i].send);
+            fl[i].send = NULL;
+        }
+        if (finished) gpt_acts_release(m, fl[i].a);
+        else fl[keep++] = fl[i];
+    }
+    r->nfl[c] = keep;
+}
+
+static void forward_step(run *r, int c)
+{
+    pp_iteration *it = r->it;
+    gpt_model *m = it->chunks[c];
+    const comm *pg = it->ps->pp_group;
+    int micro = r->next_fwd[c]++, vs = vstage(r, c);
+    if (r->nfl[c] == m->max_inflight) reclaim(r, c, 0);
+    TD_ASSERT(r->nfl[c] < m->max_inflight);
+    gpt_acts *a = gpt_acts_acquire(m);
+
+    const float *input = NULL;
+    /* every stage needs the sample indices (dropout keys); the ends need the tokens too */
+    it->batch(it->user, micro, it->ids, it->targets, it->sample);
+    size_t act = (size_t)it->mbs * m->cfg.seq * m->cfg.hidden;
+    if (!m->first) {
+        input = gpt_acts_input(a);
+        comm_wait(comm_irecv(pg, (float *)input, act, COMM_F32, (vs - 1) % r->p, tag_of(r, micro, vs, 0)));
+    }
     double loss = 0;
-    for (int m = 0; m < it->num_micro; m++) loss += run_one(it, m);
-    return loss;
+    float *out = gpt_forward(m, a, it->ids, input, it->targets, it->sample, it->mbs, it->training, &loss);
+    r->loss += loss;
+    flight f = {a, micro, 0, NULL};
+    if (!m->last) f.send = comm_isend(pg, out, act, COMM_F32, (vs + 1) % r->p, tag_of(r, micro, vs + 1, 0));
+    r->fl[(size_t)c * m->max_inflight + r->nfl[c]++] = f;
+}
+
+static void backward_step(run *r, int c)
+{
+    pp_iteration *it = r->it;
+    gpt_model *m = it->chunks[c];
+    const comm *pg = it->ps->pp_group;
+    int micro = r->next_bwd[c]++, vs = vstage(r, c);
+    flight *fl = r->fl + (size_t)c * m->max_inflight, *f = NULL;
+    for (int i = 0; i < r->nfl[c]; i++)
+        if (fl[i].micro == micro && !fl[i].backward_done) f = &fl[i];
+    TD_ASSERT(f != NULL);
+    size_t act = (size_t)it->mbs * m->cfg.seq * m->cfg.hidden;
+    if (!m->last)
+        comm_wait(comm_irecv(pg, it->grad_in, act, COMM_F32, (vs + 1) % r->p, tag_of(r, micro, vs, 1)));
+    /* the output has arrived downstream (its gradient came back), so its send is complete */
+    comm_wait(f->send);
+    f->send = NULL;
+    /* the last micro-batch's backward makes gradients final: buckets may start as they close */
+    int overlap = it->overlap && micro == it->num_micro - 1;
+    m->grads_ready = overlap ? dp_buckets_ready : NULL;
+    m->grads_ready_user = overlap ? it->overlap[c] : NULL;
+    float *dinput = gpt_backward(m, f->a, m->last ? NULL : it->grad_in, it->loss_scale);
+    m->grads_ready = NULL;
+    if (!m->first) {
+        float *buf = gpt_acts_input(f->a);
+        be_copy(m->be, buf, dinput, act);
+        f->send = comm_isend(pg, buf, act, COMM_F32, (vs - 1 + r->p) % r->p, tag_of(r, micro, vs - 1, 1));
+    }
+    f->backward_done = 1;
+}
+
+/* Chunk of virtual micro-batch k (Megatron's get_model_chunk_id). */
+static int chunk_of(const run *r, int k, int forward)
+{
+    int c = (k % (r->p * r->v)) / r->p;
+    return forward ? c : r->v - 1 - c;
 }
 
 double pp_run(pp_schedule schedule, pp_iteration *it)
 {
-    switch (schedule) {
-    case PP_SCHEDULE_NONE: return schedule_none(it);
-    default: break;
+    run r = {0};
+    r.it = it;
+    r.p = it->ps->pp;
+    r.s = it->ps->pp_rank;
+    r.v = it->nchunks;
+    r.V = r.p * r.v;
+    TD_ASSERT(schedule != PP_SCHEDULE_INTERLEAVED || it->num_micro % r.p == 0);
+    TD_ASSERT(schedule == PP_SCHEDULE_INTERLEAVED || r.v == 1);
+    /* chunk c's flights live at fl_store + c * slots; every chunk has the same slot count */
+    flight fl_store[PP_MAX_CHUNKS * PP_MAX_SLOTS] = {{0}};
+    int nfl[PP_MAX_CHUNKS] = {0}, next_fwd[PP_MAX_CHUNKS] = {0}, next_bwd[PP_MAX_CHUNKS] = {0};
+    TD_ASSERT(r.v <= PP_MAX_CHUNKS && it->chunks[0]->max_inflight <= PP_MAX_SLOTS);
+    for (int c = 1; c < r.v; c++) TD_ASSERT(it->chunks[c]->max_inflight == it->chunks[0]->max_inflight);
+    r.fl = fl_store;
+    r.nfl = nfl;
+    r.next_fwd = next_fwd;
+    r.next_bwd = next_bwd;
+
+    int total = it->num_micro * r.v;
+    if (!it->training) {
+        for (int k = 0; k < total; k++) {
+            int c = chunk_of(&r, k, 1);
+            forward_step(&r, c);
+            reclaim(&r, c, 1);
+        }
+        return r.loss;
     }
-    td_die(__FILE__, __LINE__, "pp_run", "use --pipeline-model-parallel-size 1",
-           "pipeline schedule %d is not available in this build", (int)schedule);
+    int warmup = warmup_count(schedule, r.p, r.s, r.v, total);
+    int steady = total - warmup;
+
+    /* warm-up: forwards only */
+    for (int k = 0; k < warmup; k++) forward_step(&r, chunk_of(&r, k, 1));
+    /* steady state: one forward, one backward */
+    for (int k = 0; k < steady; k++) {
+        forward_step(&r, chunk_of(&r, warmup + k, 1));
+        backward_step(&r, chunk_of(&r, k, 0));
+    }
+    /* cool-down: the backwards still owed */
+    for (int k = steady; k < total; k++) backward_step(&r, chunk_of(&r, k, 0));
+
+    for (int c = 0; c < r.v; c++) reclaim(&r, c, 1);
+    return r.loss;
 }

@@ -1,7 +1,10 @@
 /* The trainer: see include/trident/trainer.h. */
 #include "trident/trainer.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +12,7 @@
 #include "backend/backend.h"
 #include "trident/bpe.h"
 #include "trident/check.h"
+#include "trident/data_parallel.h"
 #include "trident/gpt.h"
 #include "trident/gpt_dataset.h"
 #include "trident/metrics.h"
@@ -49,14 +53,38 @@ int trainer_validate(const td_args *a, int world_size, char *msg, size_t msglen)
     if (ffn % tp) FAIL("--ffn-hidden-size %d is not divisible by --tensor-model-parallel-size %d", ffn, tp);
     if (a->num_layers % pp)
         FAIL("--num-layers %d is not divisible by --pipeline-model-parallel-size %d", a->num_layers, pp);
-    if (pp > 1) FAIL("--pipeline-model-parallel-size %d: pipeline parallelism is not in this build yet; use 1", pp);
-    if (td_args_given(a, "--num-layers-per-virtual-pipeline-stage"))
-        FAIL("--num-layers-per-virtual-pipeline-stage needs --pipeline-model-parallel-size > 1");
+    int vp = 1;
+    if (td_args_given(a, "--num-layers-per-virtual-pipeline-stage")) {
+        int per = a->num_layers_per_virtual_pipeline_stage;
+        if (pp == 1) FAIL("--num-layers-per-virtual-pipeline-stage needs --pipeline-model-parallel-size > 1");
+        if (a->num_layers % (pp * per))
+            FAIL("--num-layers %d is not divisible by --pipeline-model-parallel-size %d x "
+                 "--num-layers-per-virtual-pipeline-stage %d",
+                 a->num_layers, pp, per);
+        vp = a->num_layers / (pp * per);
+        if (vp > PP_MAX_CHUNKS) FAIL("%d virtual stages per rank is more than %d; raise "
+                                     "--num-layers-per-virtual-pipeline-stage", vp, PP_MAX_CHUNKS);
+    }
+    pp_schedule sched;
+    if (pp_schedule_parse(a->pipeline_schedule, pp, vp, &sched)) FAIL("--pipeline-schedule %s", a->pipeline_schedule);
+    if (sched == PP_SCHEDULE_INTERLEAVED && vp == 1)
+        FAIL("--pipeline-schedule interleaved needs --num-layers-per-virtual-pipeline-stage");
+    if (sched != PP_SCHEDULE_INTERLEAVED && vp > 1)
+        FAIL("--num-layers-per-virtual-pipeline-stage needs --pipeline-schedule interleaved (or auto)");
     int dp = world_size / (tp * pp);
     int gbs = a->global_batch_size ? a->global_batch_size : a->micro_batch_size * dp;
     if (gbs % (a->micro_batch_size * dp))
         FAIL("--global-batch-size %d is not divisible by --micro-batch-size %d x data-parallel size %d", gbs,
              a->micro_batch_size, dp);
+    int micro = gbs / (a->micro_batch_size * dp);
+    if (sched == PP_SCHEDULE_INTERLEAVED && micro % pp)
+        FAIL("the interleaved schedule needs the number of micro-batches (%d = --global-batch-size %d / "
+             "(--micro-batch-size %d x data-parallel %d)) divisible by --pipeline-model-parallel-size %d",
+             micro, gbs, a->micro_batch_size, dp, pp);
+    if (pp_slots_needed(sched, pp, 0, vp, micro) > PP_MAX_SLOTS)
+        FAIL("%d micro-batches in flight per stage is more than %d; use fewer micro-batches with "
+             "--pipeline-schedule gpipe",
+             pp_slots_needed(sched, pp, 0, vp, micro), PP_MAX_SLOTS);
     return 0;
 }
 
@@ -87,9 +115,12 @@ typedef struct {
     const td_args *a;
     ps_state *ps;
     backend *be;
-    gpt_model *model;
+    int nchunks;                          /* model chunks (virtual stages) on this rank */
+    gpt_model *chunks[PP_MAX_CHUNKS];
+    float *adam_m[PP_MAX_CHUNKS], *adam_v[PP_MAX_CHUNKS]; /* Adam moments, laid out as the params */
+    dp_buckets *buckets[PP_MAX_CHUNKS];
+    pp_schedule schedule;
     gptds *data;
-    float *m, *v;            /* Adam moments, same layout as the parameters */
     opt_lr_schedule lr;
     int gbs, num_micro;
     int64_t train_iters;
@@ -100,23 +131,32 @@ typedef struct {
     met_writer *metrics;
 } run_state;
 
-/* Sum over the data-parallel group of the gradients, then the word-embedding copies. */
+/* Gradients summed over the data-parallel group (bucket by bucket; with overlap most buckets
+ * are already in flight), then the two copies of the word embedding summed over the embedding
+ * group (first and last stage). */
 static void reduce_grads(run_state *r)
 {
-    gpt_model *m = r->model;
-    comm_allreduce(r->ps->dp_group, m->grads, m->numel, COMM_F32, COMM_SUM);
+    for (int c = 0; c < r->nchunks; c++) dp_buckets_finish(r->buckets[c]);
+    if (!r->ps->embd_group || comm_size(r->ps->embd_group) == 1) return;
+    for (int c = 0; c < r->nchunks; c++) {
+        gpt_model *m = r->chunks[c];
+        float *g = m->first ? m->g.wte : (m->last ? m->g.head_w : NULL);
+        if (g) comm_allreduce(r->ps->embd_group, g, (size_t)m->vocab_l * m->cfg.hidden, COMM_F32, COMM_SUM);
+    }
 }
 
 /* Global gradient norm: every logical parameter counted once over TP, PP and DP. */
 static double grad_norm(run_state *r)
 {
-    gpt_model *m = r->model;
     double ss = 0;
-    for (int i = 0; i < m->ntensors; i++) {
-        const gpt_tensor_info *t = &m->table[i];
-        if (t->embedding_copy) continue;
-        if (t->tp_replicated && r->ps->tp_rank != 0) continue;
-        ss += be_sumsq(r->be, m->grads + t->offset, t->numel);
+    for (int c = 0; c < r->nchunks; c++) {
+        gpt_model *m = r->chunks[c];
+        for (int i = 0; i < m->ntensors; i++) {
+            const gpt_tensor_info *t = &m->table[i];
+            if (t->embedding_copy) continue;
+            if (t->tp_replicated && r->ps->tp_rank != 0) continue;
+            ss += be_sumsq(r->be, m->grads + t->offset, t->numel);
+        }
     }
     comm_allreduce(r->ps->mp_group, &ss, 1, COMM_F64, COMM_SUM);
     return sqrt(ss);
@@ -124,13 +164,16 @@ static double grad_norm(run_state *r)
 
 static void optimizer_step(run_state *r, double lr, double gscale, int64_t step)
 {
-    gpt_model *m = r->model;
     const td_args *a = r->a;
-    for (int i = 0; i < m->ntensors; i++) {
-        const gpt_tensor_info *t = &m->table[i];
-        float wd = t->no_decay ? 0.0f : (float)a->weight_decay;
-        be_adamw(r->be, m->params + t->offset, m->grads + t->offset, r->m + t->offset, r->v + t->offset, t->numel,
-                 (float)lr, (float)a->adam_beta1, (float)a->adam_beta2, (float)a->adam_eps, wd, (float)gscale, step);
+    for (int c = 0; c < r->nchunks; c++) {
+        gpt_model *m = r->chunks[c];
+        for (int i = 0; i < m->ntensors; i++) {
+            const gpt_tensor_info *t = &m->table[i];
+            float wd = t->no_decay ? 0.0f : (float)a->weight_decay;
+            be_adamw(r->be, m->params + t->offset, m->grads + t->offset, r->adam_m[c] + t->offset,
+                     r->adam_v[c] + t->offset, t->numel, (float)lr, (float)a->adam_beta1, (float)a->adam_beta2,
+                     (float)a->adam_eps, wd, (float)gscale, step);
+        }
     }
 }
 
@@ -142,23 +185,18 @@ static double evaluate(run_state *r, gptds_split s, int64_t consumed, int64_t it
     r->it.training = 0;
     for (int64_t i = 0; i < iters; i++) {
         r->src.consumed = consumed + i * r->gbs;
-        total += pp_run(PP_SCHEDULE_NONE, &r->it);
+        total += pp_run(r->schedule, &r->it);
     }
     r->it.training = 1;
     r->src.split = GPTDS_TRAIN;
     comm_allreduce(r->ps->dp_group, &total, 1, COMM_F64, COMM_SUM);
+    /* the loss lives on the last stage: share it with every rank */
+    comm_bcast(r->ps->pp_group, &total, 1, COMM_F64, r->ps->pp - 1);
     return total / ((double)iters * r->gbs * r->a->seq_length);
 }
 
-static void setup(run_state *r, const td_args *a, comm *world)
+static gpt_config model_config(const td_args *a, const ps_state *ps)
 {
-    memset(r, 0, sizeof *r);
-    r->a = a;
-    r->ps = ps_init(world, a->tensor_model_parallel_size, a->pipeline_model_parallel_size);
-    ps_state *ps = r->ps;
-    r->be = be_cpu(0);
-    r->reporter = ps->tp_rank == 0 && ps->dp_rank == 0 && ps_is_last_stage(ps);
-
     char err[512];
     bpe_tokenizer *tok = bpe_load(a->vocab_file, a->merge_file, err, sizeof err);
     if (!tok) td_fatal(1, "%s", err);
@@ -176,12 +214,25 @@ static void setup(run_state *r, const td_args *a, comm *world)
     c.attn_dropout = (float)a->attention_dropout;
     c.seed = (uint64_t)a->seed;
     bpe_free(tok);
+    return c;
+}
+
+static void setup(run_state *r, const td_args *a, comm *world)
+{
+    memset(r, 0, sizeof *r);
+    r->a = a;
+    r->ps = ps_init(world, a->tensor_model_parallel_size, a->pipeline_model_parallel_size);
+    ps_state *ps = r->ps;
+    r->be = be_cpu(0);
+    r->reporter = ps->tp_rank == 0 && ps->dp_rank == 0 && ps_is_last_stage(ps);
+    gpt_config c = model_config(a, ps);
 
     r->gbs = a->global_batch_size ? a->global_batch_size : a->micro_batch_size * ps->dp;
     r->num_micro = r->gbs / (a->micro_batch_size * ps->dp);
     r->train_iters = td_args_given(a, "--train-iters") ? a->train_iters : a->train_samples / r->gbs;
-    if (r->train_iters < 1) td_usage_error("--train-samples %lld is less than one global batch (%d)",
-                                           (long long)a->train_samples, r->gbs);
+    if (r->train_iters < 1)
+        td_usage_error("--train-samples %lld is less than one global batch (%d)", (long long)a->train_samples,
+                       r->gbs);
 
     /* data: every rank reads; rank 0 builds the index caches first so the others load them */
     int64_t want[GPTDS_NSPLITS];
@@ -193,13 +244,23 @@ static void setup(run_state *r, const td_args *a, comm *world)
     if (ps->world_rank != 0) r->data = gptds_open(&dc);
     gptds_config_free(&dc);
 
-    int layers_per_stage = c.num_layers / ps->pp;
-    r->model = gpt_create(&c, ps, r->be, ps->pp_rank * layers_per_stage, layers_per_stage, a->micro_batch_size, 1);
-    gpt_model *m = r->model;
-    r->m = be_alloc(r->be, m->numel * sizeof(float));
-    r->v = be_alloc(r->be, m->numel * sizeof(float));
-    be_zero(r->be, r->m, m->numel);
-    be_zero(r->be, r->v, m->numel);
+    /* the model chunks of this rank: chunk k is virtual stage k * pp + pp_rank */
+    int per = td_args_given(a, "--num-layers-per-virtual-pipeline-stage") ? a->num_layers_per_virtual_pipeline_stage
+                                                                          : c.num_layers / ps->pp;
+    r->nchunks = c.num_layers / (ps->pp * per);
+    TD_ASSERT(pp_schedule_parse(a->pipeline_schedule, ps->pp, r->nchunks, &r->schedule) == 0);
+    int slots = pp_slots_needed(r->schedule, ps->pp, ps->pp_rank, r->nchunks, r->num_micro);
+    size_t bucket = (size_t)a->ddp_bucket_size;
+    for (int k = 0; k < r->nchunks; k++) {
+        int vs = k * ps->pp + ps->pp_rank;
+        gpt_model *m = gpt_create(&c, ps, r->be, vs * per, per, a->micro_batch_size, slots);
+        r->chunks[k] = m;
+        r->adam_m[k] = be_alloc(r->be, m->numel * sizeof(float));
+        r->adam_v[k] = be_alloc(r->be, m->numel * sizeof(float));
+        be_zero(r->be, r->adam_m[k], m->numel);
+        be_zero(r->be, r->adam_v[k], m->numel);
+        r->buckets[k] = dp_buckets_create(ps->dp_group, m->grads, m->numel, bucket);
+    }
 
     opt_decay_style style;
     if (opt_decay_style_parse(a->lr_decay_style, &style)) td_usage_error("--lr-decay-style %s", a->lr_decay_style);
@@ -211,18 +272,29 @@ static void setup(run_state *r, const td_args *a, comm *world)
                              ? (int64_t)(a->lr_warmup_fraction * (double)r->lr.decay_iters)
                              : a->lr_warmup_iters;
 
+    size_t tokens = (size_t)a->micro_batch_size * c.seq;
     r->src = (batch_source){r->data, GPTDS_TRAIN, 0, a->micro_batch_size, ps->dp, ps->dp_rank, c.seq,
                             td_xmalloc((size_t)a->micro_batch_size * (c.seq + 1) * sizeof(int32_t))};
-    r->it = (pp_iteration){m, r->num_micro, a->micro_batch_size, (float)(1.0 / ((double)r->gbs * c.seq)), 1,
-                           next_batch, &r->src,
-                           td_xmalloc((size_t)a->micro_batch_size * c.seq * sizeof(int32_t)),
-                           td_xmalloc((size_t)a->micro_batch_size * c.seq * sizeof(int32_t)),
-                           td_xmalloc((size_t)a->micro_batch_size * sizeof(int64_t))};
+    r->it = (pp_iteration){.ps = ps,
+                           .chunks = r->chunks,
+                           .nchunks = r->nchunks,
+                           .num_micro = r->num_micro,
+                           .mbs = a->micro_batch_size,
+                           .loss_scale = (float)(1.0 / ((double)r->gbs * c.seq)),
+                           .training = 1,
+                           .batch = next_batch,
+                           .user = &r->src,
+                           .ids = td_xmalloc(tokens * sizeof(int32_t)),
+                           .targets = td_xmalloc(tokens * sizeof(int32_t)),
+                           .sample = td_xmalloc((size_t)a->micro_batch_size * sizeof(int64_t)),
+                           .grad_in = be_alloc(r->be, tokens * c.hidden * sizeof(float)),
+                           .overlap = a->overlap_grad_reduce ? r->buckets : NULL};
 
     r->peak_tflops = td_args_given(a, "--peak-tflops") ? a->peak_tflops : be_peak_gflops(r->be) / 1e3;
     if (ps->world_rank == 0) {
-        TD_INFO("trident %s: world %d = tp %d x pp %d x dp %d, backend %s", TRIDENT_VERSION, ps->world_size, ps->tp,
-                ps->pp, ps->dp, r->be->ops->name);
+        TD_INFO("trident %s: world %d = tp %d x pp %d x dp %d, backend %s, schedule %s (%d chunk%s per rank)",
+                TRIDENT_VERSION, ps->world_size, ps->tp, ps->pp, ps->dp, r->be->ops->name,
+                pp_schedule_name(r->schedule), r->nchunks, r->nchunks > 1 ? "s" : "");
         TD_INFO("model: %d layers, hidden %d, heads %d, ffn %d, seq %d, vocab %d (padded %d): %.2fM parameters",
                 c.num_layers, c.hidden, c.heads, c.ffn, c.seq, c.vocab, c.padded_vocab,
                 (double)gpt_num_params(&c) / 1e6);
@@ -241,29 +313,52 @@ static void teardown(run_state *r)
     free(r->it.ids);
     free(r->it.targets);
     free(r->it.sample);
-    be_dfree(r->be, r->m);
-    be_dfree(r->be, r->v);
-    gpt_free(r->model);
+    be_dfree(r->be, r->it.grad_in);
+    for (int k = 0; k < r->nchunks; k++) {
+        be_dfree(r->be, r->adam_m[k]);
+        be_dfree(r->be, r->adam_v[k]);
+        dp_buckets_free(r->buckets[k]);
+        gpt_free(r->chunks[k]);
+    }
     gptds_close(r->data);
     be_free(r->be);
     ps_free(r->ps);
+}
+
+/* Writes the whole model, gathered to its logical shapes, to `path` (collective). */
+static void dump_params(run_state *r, const char *path)
+{
+    const gpt_config *c = &r->chunks[0]->cfg;
+    off_t bytes = (off_t)gpt_num_params(c) * (off_t)sizeof(float);
+    if (r->ps->world_rank == 0) {
+        int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd < 0 || ftruncate(fd, bytes) != 0) td_fatal(1, "cannot create --dump-params %s: %s", path, td_strerror(errno));
+        close(fd);
+    }
+    comm_barrier(r->ps->world);
+    int fd = open(path, O_WRONLY);
+    if (fd < 0) td_fatal(1, "cannot open --dump-params %s: %s", path, td_strerror(errno));
+    for (int k = 0; k < r->nchunks; k++)
+        if (gpt_write_canonical(r->chunks[k], fd, r->ps->dp_rank == 0))
+            td_fatal(1, "cannot write --dump-params %s: %s", path, td_strerror(errno));
+    if (fsync(fd) != 0 || close(fd) != 0) td_fatal(1, "cannot write --dump-params %s: %s", path, td_strerror(errno));
+    comm_barrier(r->ps->world);
 }
 
 int trainer_run(const td_args *a, comm *world)
 {
     run_state r;
     setup(&r, a, world);
-    gpt_model *m = r.model;
-    const gpt_config *c = &m->cfg;
+    const gpt_config *c = &r.chunks[0]->cfg;
     double flops_iter = gpt_flops_per_iteration(c, r.gbs, 0);
     int64_t consumed = 0, valid_consumed = 0;
     double t_start = td_now();
 
     for (int64_t iter = 1; iter <= r.train_iters; iter++) {
         double t0 = td_now();
-        be_zero(r.be, m->grads, m->numel);
+        for (int k = 0; k < r.nchunks; k++) be_zero(r.be, r.chunks[k]->grads, r.chunks[k]->numel);
         r.src.consumed = consumed;
-        double loss_sum = pp_run(PP_SCHEDULE_NONE, &r.it);
+        double loss_sum = pp_run(r.schedule, &r.it);
         reduce_grads(&r);
         double norm = grad_norm(&r);
         if (!isfinite(norm))
@@ -274,6 +369,7 @@ int trainer_run(const td_args *a, comm *world)
         optimizer_step(&r, lr, gscale, iter);
         consumed += r.gbs;
         comm_allreduce(r.ps->dp_group, &loss_sum, 1, COMM_F64, COMM_SUM);
+        comm_bcast(r.ps->pp_group, &loss_sum, 1, COMM_F64, r.ps->pp - 1);
         double loss = loss_sum / ((double)r.gbs * c->seq);
         be_sync(r.be);
         double dt = td_now() - t0;
@@ -302,6 +398,7 @@ int trainer_run(const td_args *a, comm *world)
                 met_print(&rec, r.train_iters, r.gbs);
         }
     }
+    if (a->dump_params) dump_params(&r, a->dump_params);
     if (r.reporter) {
         double total = td_now() - t_start;
         TD_INFO("done: %lld iterations in %.1f s; peak memory (RSS) %.1f MiB", (long long)r.train_iters, total,
