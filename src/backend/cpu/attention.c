@@ -63,12 +63,15 @@ void cpu_attention_fwd(const backend *be, float *out, float *lse, const float *q
                 for (int i = 0; i < nr; i++) {
                     int t = r0 + i;
                     float *row = S + (size_t)i * nk, m = -INFINITY, sum = 0.0f;
+#pragma omp simd reduction(max : m)
                     for (int j = 0; j <= t; j++) m = row[j] > m ? row[j] : m;
+#pragma omp simd reduction(+ : sum)
                     for (int j = 0; j <= t; j++) {
-                        row[j] = expf(row[j] - m);
+                        row[j] = cpu_expf(row[j] - m);
                         sum += row[j];
                     }
                     float inv = 1.0f / sum;
+#pragma omp simd
                     for (int j = 0; j <= t; j++) row[j] *= inv;
                     for (int j = t + 1; j < nk; j++) row[j] = 0.0f;
                     l[t] = m + logf(sum);
@@ -99,7 +102,9 @@ static void att_bwd_block(float *dq, float *dk, float *dv, const float *dO, cons
     for (int i = 0; i < nr; i++) {
         int t = r0 + i;
         float *row = P + (size_t)i * nk;
-        for (int j = 0; j <= t; j++) row[j] = expf(row[j] - l[t]);
+        float lt = l[t];
+#pragma omp simd
+        for (int j = 0; j <= t; j++) row[j] = cpu_expf(row[j] - lt);
         for (int j = t + 1; j < nk; j++) row[j] = 0.0f;
         if (dropping) {
             float *mrow = M + (size_t)i * nk, *grow = G + (size_t)i * nk;
@@ -123,7 +128,9 @@ static void att_bwd_block(float *dq, float *dk, float *dv, const float *dO, cons
             for (int j = 0; j <= t; j++) grow[j] *= mrow[j];
         }
         float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
         for (int j = 0; j <= t; j++) dot += prow[j] * grow[j];
+#pragma omp simd
         for (int j = 0; j <= t; j++) prow[j] *= grow[j] - dot;
     }
     /* dQ (nr, HS) += scale dS . K;  dK (nk, HS) += scale dS^T . Q */

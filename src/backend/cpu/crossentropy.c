@@ -11,6 +11,7 @@ void cpu_ce_max(const backend *be, float *maxv, const float *logits, int BT, int
     for (int i = 0; i < BT; i++) {
         const float *l = logits + (size_t)i * Vloc;
         float m = -INFINITY;
+#pragma omp simd reduction(max : m)
         for (int j = 0; j < Vloc; j++) m = l[j] > m ? l[j] : m;
         maxv[i] = m;
     }
@@ -23,7 +24,8 @@ void cpu_ce_sumexp(const backend *be, float *sumexp, const float *logits, const 
         const float *l = logits + (size_t)i * Vloc;
         float m = maxv[i];
         double s = 0.0;
-        for (int j = 0; j < Vloc; j++) s += expf(l[j] - m);
+#pragma omp simd reduction(+ : s)
+        for (int j = 0; j < Vloc; j++) s += cpu_expf(l[j] - m);
         sumexp[i] = (float)s;
     }
 }
@@ -52,7 +54,9 @@ void cpu_ce_bwd(const backend *be, float *logits, const float *maxv, const float
     for (int i = 0; i < BT; i++) {
         float *l = logits + (size_t)i * Vloc;
         float m = maxv[i], inv = 1.0f / sumexp[i], d = dloss[i];
-        for (int j = 0; j < Vloc; j++) l[j] = expf(l[j] - m) * inv * d;
+        float scale = inv * d;
+#pragma omp simd
+        for (int j = 0; j < Vloc; j++) l[j] = cpu_expf(l[j] - m) * scale;
         int64_t r = (int64_t)targets[i] - vstart;
         if (r >= 0 && r < Vloc) l[r] -= d;
     }
