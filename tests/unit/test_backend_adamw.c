@@ -1,4 +1,4 @@
-/* src/backend/cpu/adamw.c and the memory entries: AdamW against a double-precision PyTorch
+/* src/backend/cpu/adamw.c, the memory entries and backend selection: AdamW against a double-precision PyTorch
  * reference over several steps, the sum of squares against double, scale, the memory
  * helpers, and the sgemm peak measurement (printed: the MFU denominator of this machine). */
 #include <setjmp.h>
@@ -98,6 +98,19 @@ static void sumsq_scale_memory(void **state)
     free(x);
 }
 
+static void selection(void **state)
+{
+    (void)state;
+    backend *be = be_create("cpu", 1);
+    assert_string_equal(be->ops->name, "cpu");
+    assert_int_equal(be->nthreads, 1);
+    be_free(be);
+    be = be_cpu(0); /* OpenMP's default */
+    assert_true(be->nthreads >= 1);
+    be_free(be);
+    be_free(NULL);
+}
+
 static void sgemm_peak(void **state)
 {
     const backend *be = *state;
@@ -111,6 +124,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(adamw_steps),
         cmocka_unit_test(sumsq_scale_memory),
+        cmocka_unit_test(selection),
         cmocka_unit_test(sgemm_peak),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
