@@ -41,7 +41,7 @@ static void cpu_sync(const backend *be) { (void)be; }
 /* Best of a few square sgemms (N = 1536: about 7 GFLOP each), after one warm-up. */
 double cpu_peak_gflops(const backend *be)
 {
-    (void)be;
+    cpu_blas_threads(be);
     enum { N = 1536, REPS = 3 };
     float *a = td_xmalloc((size_t)N * N * sizeof(float)), *b = td_xmalloc((size_t)N * N * sizeof(float));
     float *c = td_xmalloc((size_t)N * N * sizeof(float));

@@ -40,6 +40,10 @@ static inline float cpu_expf(float x)
 /* tanh(u) = 1 - 2 / (exp(2u) + 1): absolute error about 1e-7, vectorizable. */
 static inline float cpu_tanhf(float u) { return 1.0f - 2.0f / (cpu_expf(2.0f * u) + 1.0f); }
 
+/* OpenBLAS's thread count is process-wide (the last be_cpu would win): every GEMM outside a
+ * parallel region first sets it to this backend's, which costs nothing when it already is. */
+void cpu_blas_threads(const backend *be);
+
 /* db (C) += column sums of x (N, C). Threads own blocks of CPU_LINE columns; each column is
  * summed over rows in order, so the result does not depend on the thread count. */
 void cpu_colsum_acc(const backend *be, float *db, const float *x, int N, int C);

@@ -4,6 +4,11 @@
 
 #include "backend/cpu/cpu.h"
 
+void cpu_blas_threads(const backend *be)
+{
+    if (openblas_get_num_threads() != be->nthreads) openblas_set_num_threads(be->nthreads);
+}
+
 void cpu_colsum_acc(const backend *be, float *db, const float *x, int N, int C)
 {
     int nblk = (C + CPU_LINE - 1) / CPU_LINE;
@@ -29,6 +34,7 @@ void cpu_matmul_fwd(const backend *be, float *out, const float *inp, const float
         for (int i = 0; i < BT; i++) memcpy(out + (size_t)i * OC, b, (size_t)OC * sizeof(float));
         beta = 1.0f;
     }
+    cpu_blas_threads(be);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, BT, OC, C, 1.0f, inp, C, w, C, beta, out, OC);
 }
 
@@ -36,6 +42,7 @@ void cpu_matmul_bwd(const backend *be, float *dinp, float *dw, float *db, const 
                     const float *w, int BT, int C, int OC)
 {
     if (BT <= 0 || OC <= 0) return;
+    cpu_blas_threads(be);
     /* dinp (BT, C) += dout (BT, OC) . W (OC, C) */
     if (dinp) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, BT, C, OC, 1.0f, dout, OC, w, C, 1.0f, dinp, C);
     /* dW (OC, C) += dout^T (OC, BT) . inp (BT, C) */
