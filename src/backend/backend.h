@@ -86,7 +86,9 @@ struct be_ops {
      * out (B, T, C) written: head h at columns h*HS... att = softmax(q k^T / sqrt(HS), causal),
      * then dropout (drop, unit = (drop->unit0 + h) * T + key position; NULL or p = 0: none),
      * out = att . v. lse (B, NH, T) written: the log-sum-exp of each score row, which is all the
-     * backward needs (it recomputes the probabilities; no (T, T) buffer is kept). */
+     * backward needs (it recomputes the probabilities; no (T, T) buffer is kept). Caller
+     * buffers: out B*T*C floats, lse B*NH*T floats; cpu scratch is allocated inside the call
+     * (64*T floats per thread forward, 3x that backward). */
     void (*attention_fwd)(const backend *be, float *out, float *lse, const float *qkv, int B, int T, int NH,
                           int HS, const be_drop *drop);
     /* dqkv (B, T, 3C) += gradient w.r.t. qkv. dout (B, T, C); qkv, lse, drop as in the forward. */
