@@ -25,13 +25,13 @@ void met_write(met_writer *w, const met_record *r)
 {
     if (!w) return;
     fprintf(w->f,
-            "{\"iteration\": %lld, \"consumed_samples\": %lld, \"lm_loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, "
+            "{\"iteration\": %lld, \"consumed_samples\": %lld, \"lm_loss\": %.17g, \"lr\": %.17g, \"grad_norm\": %.17g, "
             "\"loss_scale\": %.9g, \"skipped\": %d, \"tokens_per_s\": %.6g, \"model_tflops_per_rank\": %.6g, "
             "\"mfu\": %.6g, \"elapsed_ms\": %.6g",
             (long long)r->iteration, (long long)r->consumed_samples, r->lm_loss, r->lr, r->grad_norm, r->loss_scale,
             r->skipped, r->tokens_per_s, r->model_tflops_per_rank, r->mfu, r->elapsed_ms);
     if (!isnan(r->val_loss))
-        fprintf(w->f, ", \"val_loss\": %.9g, \"val_ppl\": %.9g", r->val_loss, exp(r->val_loss));
+        fprintf(w->f, ", \"val_loss\": %.17g, \"val_ppl\": %.17g", r->val_loss, exp(r->val_loss));
     fprintf(w->f, "}\n");
     fflush(w->f);
 }

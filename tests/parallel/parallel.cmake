@@ -1,6 +1,4 @@
 # Tests that run under mpirun. Each group size runs as its own ctest.
-set(TD_MPIRUN ${MPIEXEC_EXECUTABLE} --oversubscribe --bind-to none)
-set(TD_MPI_ENV "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMP_NUM_THREADS=1;OMPI_MCA_btl_vader_single_copy_mechanism=none")
 
 add_executable(test_comm ${CMAKE_CURRENT_LIST_DIR}/test_comm.c)
 target_link_libraries(test_comm PRIVATE trident_core)

@@ -1,0 +1,97 @@
+/* Compares two training runs: usage
+ *   compare_runs METRICS_A METRICS_B PARAMS_A PARAMS_B TOL
+ * Per iteration, lm_loss (and val_loss where both have it) must agree within TOL relative; the
+ * parameter files (gathered, canonical float32) within TOL in relative norm of the difference.
+ * Prints one line per check and "N passed, M failed". */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cJSON.h>
+
+#define MAXIT 4096
+
+static int read_losses(const char *path, double *loss, double *val, int *n)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        fprintf(stderr, "compare_runs: cannot open %s\n", path);
+        return -1;
+    }
+    char line[8192];
+    *n = 0;
+    while (fgets(line, sizeof line, f) && *n < MAXIT) {
+        cJSON *o = cJSON_Parse(line);
+        if (!o) continue;
+        cJSON *l = cJSON_GetObjectItem(o, "lm_loss"), *v = cJSON_GetObjectItem(o, "val_loss");
+        loss[*n] = cJSON_IsNumber(l) ? l->valuedouble : NAN;
+        val[*n] = cJSON_IsNumber(v) ? v->valuedouble : NAN;
+        (*n)++;
+        cJSON_Delete(o);
+    }
+    fclose(f);
+    return 0;
+}
+
+static float *read_floats(const char *path, long *n)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long bytes = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    float *p = malloc((size_t)bytes + 4);
+    *n = (long)(fread(p, 1, (size_t)bytes, f) / sizeof(float));
+    fclose(f);
+    return p;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 6) {
+        fprintf(stderr, "usage: compare_runs METRICS_A METRICS_B PARAMS_A PARAMS_B TOL\n");
+        return 2;
+    }
+    double tol = atof(argv[5]);
+    static double la[MAXIT], va[MAXIT], lb[MAXIT], vb[MAXIT];
+    int na, nb, pass = 0, fail = 0;
+    if (read_losses(argv[1], la, va, &na) || read_losses(argv[2], lb, vb, &nb)) return 1;
+    if (na != nb || na == 0) {
+        printf("iteration count differs: %d vs %d\n", na, nb);
+        fail++;
+    }
+    for (int i = 0; i < na && i < nb; i++) {
+        double rel = fabs(la[i] - lb[i]) / fabs(la[i]);
+        int ok = rel <= tol;
+        printf("iteration %d: lm_loss %.9f vs %.9f (relative %.2e) %s\n", i + 1, la[i], lb[i], rel, ok ? "ok" : "FAIL");
+        ok ? pass++ : fail++;
+        if (!isnan(va[i]) || !isnan(vb[i])) {
+            double vr = fabs(va[i] - vb[i]) / fabs(va[i]);
+            int vok = vr <= tol;
+            printf("iteration %d: val_loss %.9f vs %.9f (relative %.2e) %s\n", i + 1, va[i], vb[i], vr,
+                   vok ? "ok" : "FAIL");
+            vok ? pass++ : fail++;
+        }
+    }
+    long pa, pb;
+    float *A = read_floats(argv[3], &pa), *B = read_floats(argv[4], &pb);
+    if (!A || !B || pa != pb || pa == 0) {
+        printf("parameter files missing or of different sizes (%ld vs %ld floats)\n", A ? pa : -1, B ? pb : -1);
+        fail++;
+    } else {
+        double d = 0, s = 0;
+        for (long i = 0; i < pa; i++) {
+            d += ((double)A[i] - B[i]) * ((double)A[i] - B[i]);
+            s += (double)A[i] * A[i];
+        }
+        double rel = sqrt(d / s);
+        int ok = rel <= tol;
+        printf("parameters: %ld values, relative norm of the difference %.2e %s\n", pa, rel, ok ? "ok" : "FAIL");
+        ok ? pass++ : fail++;
+    }
+    free(A);
+    free(B);
+    printf("%d passed, %d failed\n", pass, fail);
+    return fail ? 1 : 0;
+}
