@@ -10,7 +10,7 @@
 
 #include "trident/bpe.h"
 
-typedef struct pp_config {
+typedef struct prep_config {
     const char *const *inputs; /* files, read in this order */
     int n_inputs;
     const char *const *keys; /* JSON keys; one dataset each (text format: exactly one, naming it) */
@@ -23,9 +23,9 @@ typedef struct pp_config {
     int64_t log_every;         /* documents between progress lines on stderr; 0: none */
     size_t batch_bytes;        /* input text per work batch; 0: 256 KiB */
     int quiet;                 /* 1: no progress, warnings or summary on stderr */
-} pp_config;
+} prep_config;
 
-typedef struct pp_stats {
+typedef struct prep_stats {
     int64_t documents; /* documents read (JSON lines that parsed, or files) */
     int64_t written;   /* documents written, summed over keys */
     int64_t empty;     /* documents skipped because they have no tokens, summed over keys */
@@ -34,29 +34,29 @@ typedef struct pp_stats {
     int64_t tokens; /* tokens written, summed over keys */
     int64_t bytes;  /* input bytes after decompression */
     double seconds;
-} pp_stats;
+} prep_stats;
 
 /* Tokenizes every input with `tok` and writes the datasets atomically (nothing under the final
  * names unless the whole run succeeds). Progress, warnings and a summary go to stderr unless
  * c->quiet. Returns 0, or -1 with one line in err naming the file (and line) and what to do.
  * stats may be NULL. */
-int pp_run(const pp_config *c, const bpe_tokenizer *tok, pp_stats *stats, char *err, size_t errlen);
+int prep_run(const prep_config *c, const bpe_tokenizer *tok, prep_stats *stats, char *err, size_t errlen);
 
 /* "PREFIX_<key>_document", the dataset prefix preprocess writes for `key` (caller frees). */
-char *pp_dataset_prefix(const char *output_prefix, const char *key);
+char *prep_dataset_prefix(const char *output_prefix, const char *key);
 
 /* Growable byte string. */
 typedef struct {
     char *s;
     size_t n, cap;
-} pp_str;
+} prep_str;
 
 /* Parses one JSON line (Python json.loads rules: NaN/Infinity allowed, raw control characters in
  * strings rejected, last duplicate key wins) that must be an object, and decodes the string value
  * of each keys[k] into out[k] (UTF-8; \u escapes and surrogate pairs decoded, \u0000 kept).
  * Returns 0, or -1 with the reason in err (no file or line: the caller adds them). */
-int pp_json_extract(const char *line, size_t len, const char *const *keys, int n_keys, pp_str *out, char *err,
+int prep_json_extract(const char *line, size_t len, const char *const *keys, int n_keys, prep_str *out, char *err,
                     size_t errlen);
-void pp_str_free(pp_str *s);
+void prep_str_free(prep_str *s);
 
 #endif

@@ -38,7 +38,7 @@ static void seterr(char *err, size_t errlen, const char *fmt, ...)
     va_end(ap);
 }
 
-char *pp_dataset_prefix(const char *output_prefix, const char *key)
+char *prep_dataset_prefix(const char *output_prefix, const char *key)
 {
     size_t n = strlen(output_prefix) + strlen(key) + sizeof "__document";
     char *p = td_xmalloc(n);
@@ -50,7 +50,7 @@ char *pp_dataset_prefix(const char *output_prefix, const char *key)
  * Byte strings
  * ------------------------------------------------------------------------------------------- */
 
-static void str_reserve(pp_str *s, size_t extra)
+static void str_reserve(prep_str *s, size_t extra)
 {
     if (s->cap - s->n >= extra) return;
     size_t cap = s->cap ? s->cap : 256;
@@ -59,7 +59,7 @@ static void str_reserve(pp_str *s, size_t extra)
     s->cap = cap;
 }
 
-static void str_put(pp_str *s, const char *p, size_t n)
+static void str_put(prep_str *s, const char *p, size_t n)
 {
     if (!n) return;
     str_reserve(s, n);
@@ -67,7 +67,7 @@ static void str_put(pp_str *s, const char *p, size_t n)
     s->n += n;
 }
 
-void pp_str_free(pp_str *s)
+void prep_str_free(prep_str *s)
 {
     free(s->s);
     s->s = NULL;
@@ -265,7 +265,7 @@ static int jvalue(jp *j, int depth)
     }
 }
 
-static void put_utf8(pp_str *o, unsigned long c)
+static void put_utf8(prep_str *o, unsigned long c)
 {
     char b[4];
     size_t n;
@@ -293,7 +293,7 @@ static void put_utf8(pp_str *o, unsigned long c)
 
 /* Decodes the (validated) string body [p, end) into o. -1 on a lone surrogate, which Python's
  * json accepts but GPT-2's tokenizer cannot encode. */
-static int junescape(const char *p, const char *end, pp_str *o, char *err, size_t errlen)
+static int junescape(const char *p, const char *end, prep_str *o, char *err, size_t errlen)
 {
     o->n = 0;
     str_reserve(o, (size_t)(end - p) + 1);
@@ -335,7 +335,7 @@ static int junescape(const char *p, const char *end, pp_str *o, char *err, size_
 }
 
 /* Is the raw key [b, e) (escapes decoded when esc) equal to key? */
-static int key_equals(const char *b, const char *e, int esc, const char *key, pp_str *tmp)
+static int key_equals(const char *b, const char *e, int esc, const char *key, prep_str *tmp)
 {
     if (esc) {
         if (junescape(b, e, tmp, NULL, 0) != 0) return 0;
@@ -346,7 +346,7 @@ static int key_equals(const char *b, const char *e, int esc, const char *key, pp
     return (size_t)(e - b) == n && memcmp(b, key, n) == 0;
 }
 
-int pp_json_extract(const char *line, size_t len, const char *const *keys, int n_keys, pp_str *out, char *err,
+int prep_json_extract(const char *line, size_t len, const char *const *keys, int n_keys, prep_str *out, char *err,
                     size_t errlen)
 {
     enum { MAXK = 64 };
@@ -366,7 +366,7 @@ int pp_json_extract(const char *line, size_t len, const char *const *keys, int n
         return -1;
     }
     /* top-level object by hand, remembering the wanted values */
-    pp_str tmp = {0};
+    prep_str tmp = {0};
     j.p++;
     jws(&j);
     int rc = -1;
@@ -439,7 +439,7 @@ int pp_json_extract(const char *line, size_t len, const char *const *keys, int n
     }
     rc = 0;
 done:
-    pp_str_free(&tmp);
+    prep_str_free(&tmp);
     return rc;
 }
 
@@ -595,7 +595,7 @@ typedef struct {
 } pp_batch;
 
 typedef struct {
-    const pp_config *c;
+    const prep_config *c;
     const bpe_tokenizer *tok;
     int eod;
     pp_batch *slots;
@@ -609,7 +609,7 @@ typedef struct {
 typedef struct {
     pp_shared *sh;
     bpe_worker *bw;
-    pp_str *vals; /* (n_keys) decoded values */
+    prep_str *vals; /* (n_keys) decoded values */
     pthread_t thread;
 } pp_worker;
 
@@ -657,7 +657,7 @@ static int is_blank(const char *p, size_t n)
 
 static void process_batch(pp_worker *w, pp_batch *b)
 {
-    const pp_config *c = w->sh->c;
+    const prep_config *c = w->sh->c;
     if (c->text_format) {
         b->docs = 1;
         add_document(w, b, 0, b->text, b->len);
@@ -671,7 +671,7 @@ static void process_batch(pp_worker *w, pp_batch *b)
         size_t n = (size_t)(e - p);
         if (is_blank(p, n)) {
             b->blank++;
-        } else if (pp_json_extract(p, n, c->keys, c->n_keys, w->vals, why, sizeof why) != 0) {
+        } else if (prep_json_extract(p, n, c->keys, c->n_keys, w->vals, why, sizeof why) != 0) {
             const char *file = c->inputs[b->file];
             if (!c->skip_bad_lines) {
                 snprintf(b->msg, sizeof b->msg, "%s:%lld: %s; fix the line or pass --skip-bad-lines", file,
@@ -719,12 +719,12 @@ static void *worker_main(void *arg)
  * ------------------------------------------------------------------------------------------- */
 
 typedef struct {
-    const pp_config *c;
+    const prep_config *c;
     pp_shared sh;
     idx_writer **writers; /* (n_keys) */
     char **names;         /* (n_keys) dataset prefixes */
     int64_t next_fill, next_write;
-    pp_stats st;
+    prep_stats st;
     int64_t next_log;
     int64_t warned;
     double t0;
@@ -849,7 +849,7 @@ static int read_text_file(pp_run_state *r, pp_src *s, int file)
 }
 
 /* JSON lines: batches of about batch_bytes of whole lines; a line never spans two batches. */
-static int read_json_file(pp_run_state *r, pp_src *s, int file, pp_str *carry)
+static int read_json_file(pp_run_state *r, pp_src *s, int file, prep_str *carry)
 {
     size_t target = r->c->batch_bytes ? r->c->batch_bytes : PP_DEFAULT_BATCH;
     int64_t line = 1;
@@ -899,7 +899,7 @@ static int read_json_file(pp_run_state *r, pp_src *s, int file, pp_str *carry)
 
 static int read_inputs(pp_run_state *r)
 {
-    pp_str carry = {0};
+    prep_str carry = {0};
     int rc = 0;
     for (int f = 0; f < r->c->n_inputs && rc == 0; f++) {
         pp_src s;
@@ -910,14 +910,14 @@ static int read_inputs(pp_run_state *r)
         rc = r->c->text_format ? read_text_file(r, &s, f) : read_json_file(r, &s, f, &carry);
         src_close(&s);
     }
-    pp_str_free(&carry);
+    prep_str_free(&carry);
     while (rc == 0 && r->next_write < r->next_fill) rc = consume_one(r);
     return rc;
 }
 
 static void summary(pp_run_state *r)
 {
-    const pp_stats *s = &r->st;
+    const prep_stats *s = &r->st;
     double mbs = s->seconds > 0 ? (double)s->bytes / 1e6 / s->seconds : 0;
     fprintf(stderr, "preprocess: %lld documents, %.2f MB in %.2f s (%.2f MB/s, %d worker%s); wrote ",
             (long long)s->documents, (double)s->bytes / 1e6, s->seconds, mbs, r->c->workers,
@@ -929,7 +929,7 @@ static void summary(pp_run_state *r)
     fputc('\n', stderr);
 }
 
-int pp_run(const pp_config *c, const bpe_tokenizer *tok, pp_stats *stats, char *err, size_t errlen)
+int prep_run(const prep_config *c, const bpe_tokenizer *tok, prep_stats *stats, char *err, size_t errlen)
 {
     if (c->n_inputs < 1 || c->n_keys < 1 || c->workers < 1 || !c->output_prefix || (c->text_format && c->n_keys != 1)) {
         seterr(err, errlen, "preprocess: needs at least one input, one key (exactly one in text format), one worker "
@@ -958,7 +958,7 @@ int pp_run(const pp_config *c, const bpe_tokenizer *tok, pp_stats *stats, char *
     r.writers = td_xcalloc((size_t)c->n_keys, sizeof *r.writers);
     r.names = td_xcalloc((size_t)c->n_keys, sizeof *r.names);
     for (int k = 0; k < c->n_keys && rc == 0; k++) {
-        r.names[k] = pp_dataset_prefix(c->output_prefix, c->keys[k]);
+        r.names[k] = prep_dataset_prefix(c->output_prefix, c->keys[k]);
         r.writers[k] = idx_writer_open(r.names[k], dt, err, errlen);
         if (!r.writers[k]) rc = -1;
     }
@@ -991,7 +991,7 @@ int pp_run(const pp_config *c, const bpe_tokenizer *tok, pp_stats *stats, char *
     for (int i = 0; i < started; i++) {
         pthread_join(ws[i].thread, NULL);
         bpe_worker_free(ws[i].bw);
-        for (int k = 0; k < c->n_keys; k++) pp_str_free(&ws[i].vals[k]);
+        for (int k = 0; k < c->n_keys; k++) prep_str_free(&ws[i].vals[k]);
         free(ws[i].vals);
     }
     free(ws);
