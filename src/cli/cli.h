@@ -4,4 +4,6 @@
 #define TRIDENT_CLI_H
 
 
+int cli_tokenize(int argc, char **argv);
+
 #endif

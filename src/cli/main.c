@@ -22,6 +22,7 @@ typedef struct {
 static const subcommand COMMANDS[] = {
     /* one row per subcommand: {name, cli_<name>, summary} */
     {"version", cli_version, "print the version"},
+    {"tokenize", cli_tokenize, "GPT-2 BPE: encode stdin to token ids, or decode ids to text"},
 };
 #define NCOMMANDS ((int)(sizeof COMMANDS / sizeof COMMANDS[0]))
 

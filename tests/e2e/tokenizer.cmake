@@ -1,0 +1,94 @@
+# GPT-2 BPE end to end: `trident tokenize` against GPT-2's reference encoder (npm gpt-3-encoder,
+# installed into <build>/node by scripts/test-deps.sh) on the whole of tinyshakespeare and on
+# random Unicode text, byte for byte; and text -> ids -> text through the command line.
+#
+# This file is both: included by tests/CMakeLists.txt it registers the tests; run with
+# `cmake -DSTEP=... -P tokenizer.cmake` it is one test's driver.
+
+if(CMAKE_SCRIPT_MODE_FILE)
+  # Runs a command; fails the test naming it unless it exits 0.
+  function(run_step what)
+    execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc ERROR_VARIABLE err)
+    if(NOT rc EQUAL 0)
+      message(FATAL_ERROR "${what} failed (exit ${rc}):\n${err}")
+    endif()
+  endfunction()
+
+  # Fails unless files a and b are byte-identical; names the first differing line.
+  function(same_files a b what)
+    execute_process(COMMAND ${CMAKE_COMMAND} -E compare_files ${a} ${b} RESULT_VARIABLE rc)
+    if(NOT rc EQUAL 0)
+      file(STRINGS ${a} la)
+      file(STRINGS ${b} lb)
+      list(LENGTH la na)
+      list(LENGTH lb nb)
+      set(i 0)
+      while(i LESS na AND i LESS nb)
+        list(GET la ${i} x)
+        list(GET lb ${i} y)
+        if(NOT x STREQUAL y)
+          break()
+        endif()
+        math(EXPR i "${i} + 1")
+      endwhile()
+      math(EXPR line "${i} + 1")
+      message(FATAL_ERROR "${what}: ${a} and ${b} differ (first at line ${line}; ${na} vs ${nb} lines)")
+    endif()
+  endfunction()
+
+  set(tok ${TRIDENT} tokenize --vocab-file ${DATA}/gpt2/vocab.json --merge-file ${DATA}/gpt2/merges.txt)
+  set(ref ${NODE} ${SRC}/scripts/bpe-reference.js)
+  set(mod ${BUILD}/node/node_modules/gpt-3-encoder)
+  set(tmp ${BUILD}/testtmp/tokenizer_${TAG}) # one prefix per test: ctest -j runs them side by side
+  if(STEP STREQUAL "reference")
+    # INPUT: a UTF-8 file, or "random" for generated Unicode text
+    if(NOT NODE)
+      message(FATAL_ERROR "node not found; install nodejs (scripts/deps.sh) for the tokenizer reference tests")
+    endif()
+    if(NOT EXISTS ${mod}/Encoder.js)
+      message(FATAL_ERROR "${mod} is missing: run scripts/test-deps.sh ${BUILD} (make test does)")
+    endif()
+    if(INPUT STREQUAL "random")
+      set(INPUT ${tmp}_random.txt)
+      run_step("generating random text" ${ref} random 20240613 2000 ${INPUT})
+    endif()
+    run_step("the reference encoder on ${INPUT}" ${ref} encode ${mod} ${INPUT} OUTPUT_FILE ${tmp}_ref_whole.txt)
+    run_step("trident tokenize --whole < ${INPUT}" ${tok} --whole INPUT_FILE ${INPUT} OUTPUT_FILE ${tmp}_whole.txt)
+    same_files(${tmp}_ref_whole.txt ${tmp}_whole.txt "ids of the whole text")
+    if(LINES)
+      run_step("the reference encoder, line by line" ${ref} encode ${mod} ${INPUT} --lines
+               OUTPUT_FILE ${tmp}_ref_lines.txt)
+      run_step("trident tokenize < ${INPUT}" ${tok} INPUT_FILE ${INPUT} OUTPUT_FILE ${tmp}_lines.txt)
+      same_files(${tmp}_ref_lines.txt ${tmp}_lines.txt "ids line by line")
+    endif()
+  elseif(STEP STREQUAL "roundtrip")
+    # --whole: text -> ids -> text is the identity on tinyshakespeare and on invalid UTF-8.
+    string(ASCII 255 254 192 175 237 160 128 ff)
+    file(READ ${DATA}/tinyshakespeare.txt text LIMIT 100000)
+    file(WRITE ${tmp}_in.txt "${text}${ff}Café ${ff} tail  \n\t ")
+    run_step("trident tokenize --whole" ${tok} --whole INPUT_FILE ${tmp}_in.txt OUTPUT_FILE ${tmp}_ids.txt)
+    run_step("trident tokenize --decode --whole" ${tok} --decode --whole INPUT_FILE ${tmp}_ids.txt
+             OUTPUT_FILE ${tmp}_out.txt)
+    same_files(${tmp}_in.txt ${tmp}_out.txt "text -> ids -> text")
+    # line by line: each line comes back with a newline
+    run_step("trident tokenize" ${tok} INPUT_FILE ${DATA}/tinyshakespeare.txt OUTPUT_FILE ${tmp}_lids.txt)
+    run_step("trident tokenize --decode" ${tok} --decode INPUT_FILE ${tmp}_lids.txt OUTPUT_FILE ${tmp}_lout.txt)
+    same_files(${DATA}/tinyshakespeare.txt ${tmp}_lout.txt "lines -> ids -> lines")
+  else()
+    message(FATAL_ERROR "tokenizer.cmake: unknown STEP '${STEP}'")
+  endif()
+  return()
+endif()
+
+find_program(TRIDENT_NODE node)
+set(_tok_args -DTRIDENT=$<TARGET_FILE:trident> -DDATA=${TRIDENT_SHARED_DATA} -DSRC=${CMAKE_SOURCE_DIR}
+    -DBUILD=${CMAKE_BINARY_DIR} -DNODE=${TRIDENT_NODE})
+add_test(NAME e2e/tokenizer_reference_shakespeare
+         COMMAND ${CMAKE_COMMAND} ${_tok_args} -DSTEP=reference -DTAG=shakespeare
+                 -DINPUT=${TRIDENT_SHARED_DATA}/tinyshakespeare.txt
+                 -DLINES=1 -P ${CMAKE_CURRENT_LIST_FILE})
+add_test(NAME e2e/tokenizer_reference_random
+         COMMAND ${CMAKE_COMMAND} ${_tok_args} -DSTEP=reference -DTAG=random -DINPUT=random
+                 -DLINES=1 -P ${CMAKE_CURRENT_LIST_FILE})
+add_test(NAME e2e/tokenizer_roundtrip
+         COMMAND ${CMAKE_COMMAND} ${_tok_args} -DSTEP=roundtrip -DTAG=roundtrip -P ${CMAKE_CURRENT_LIST_FILE})
