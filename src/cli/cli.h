@@ -5,5 +5,6 @@
 
 
 int cli_tokenize(int argc, char **argv);
+int cli_preprocess(int argc, char **argv);
 
 #endif

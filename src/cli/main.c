@@ -23,6 +23,7 @@ static const subcommand COMMANDS[] = {
     /* one row per subcommand: {name, cli_<name>, summary} */
     {"version", cli_version, "print the version"},
     {"tokenize", cli_tokenize, "GPT-2 BPE: encode stdin to token ids, or decode ids to text"},
+    {"preprocess", cli_preprocess, "tokenize JSON lines or text files into a Megatron .bin/.idx dataset"},
 };
 #define NCOMMANDS ((int)(sizeof COMMANDS / sizeof COMMANDS[0]))
 

@@ -202,12 +202,31 @@ int idx_writer_add(idx_writer *w, const int32_t *ids, size_t n, char *err, size_
         w->cap = w->cap ? 2 * w->cap : 1024;
         w->lens = td_xrealloc(w->lens, w->cap * sizeof *w->lens);
     }
-    for (size_t i = 0; i < n; i++) {
-        if (w->buf_len + isz > w->buf_cap && flush_bin(w, err, errlen) != 0) return -1;
+    for (size_t i = 0; i < n;) {
+        size_t room = (w->buf_cap - w->buf_len) / isz;
+        if (room == 0) {
+            if (flush_bin(w, err, errlen) != 0) return -1;
+            continue;
+        }
+        size_t m = n - i < room ? n - i : room;
         unsigned char *p = w->buf + w->buf_len;
-        uint32_t v = (uint32_t)ids[i];
-        for (size_t b = 0; b < isz; b++) p[b] = (unsigned char)(v >> (8 * b)); /* little-endian */
-        w->buf_len += isz;
+        const int32_t *src = ids + i;
+        switch (isz) { /* little-endian items; ids were range-checked above */
+        case 1:
+            for (size_t k = 0; k < m; k++) p[k] = (unsigned char)src[k];
+            break;
+        case 2:
+            for (size_t k = 0; k < m; k++) {
+                p[2 * k] = (unsigned char)src[k];
+                p[2 * k + 1] = (unsigned char)((uint32_t)src[k] >> 8);
+            }
+            break;
+        default:
+            memcpy(p, src, m * 4); /* the host is little-endian (checked at the top) */
+            break;
+        }
+        w->buf_len += m * isz;
+        i += m;
     }
     w->lens[w->nseq++] = (int32_t)n;
     w->bin_bytes += (int64_t)(n * isz);

@@ -1,0 +1,116 @@
+/* trident preprocess: loose JSON (or text files) -> GPT-2 BPE -> Megatron .bin/.idx.
+ * Every flag is checked (exit 2, naming it) before the tokenizer is loaded. */
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "trident/args.h"
+#include "trident/bpe.h"
+#include "trident/check.h"
+#include "trident/preprocess.h"
+
+#define PROG "trident preprocess"
+
+static void need_readable(const char *flag, const char *path)
+{
+    struct stat st;
+    if (stat(path, &st) != 0) td_usage_error(PROG ": %s %s: %s", flag, path, td_strerror(errno));
+    if (S_ISDIR(st.st_mode)) td_usage_error(PROG ": %s %s is a folder; pass a file", flag, path);
+    if (access(path, R_OK) != 0) td_usage_error(PROG ": %s %s is not readable: %s", flag, path, td_strerror(errno));
+}
+
+/* The folder the output prefix names must exist. */
+static void need_output_folder(const char *prefix)
+{
+    char *dir = td_xstrdup(prefix);
+    char *slash = strrchr(dir, '/');
+    if (!slash) {
+        free(dir);
+        return;
+    }
+    if (slash == dir) slash[1] = '\0';
+    else *slash = '\0';
+    struct stat st;
+    int ok = stat(dir, &st) == 0 && S_ISDIR(st.st_mode);
+    if (!ok) {
+        /* td_usage_error exits; copy the name into a fixed buffer so nothing leaks on the way */
+        char shown[512];
+        snprintf(shown, sizeof shown, "%s", dir);
+        free(dir);
+        td_usage_error(PROG ": --output-prefix %s: folder %s does not exist; create it first", prefix, shown);
+    }
+    free(dir);
+}
+
+static void validate(const td_args *a)
+{
+    if (a->input.n == 0)
+        td_usage_error(PROG ": --input is required (one or more .jsonl or text files; .gz and .zst are decompressed)");
+    if (!a->output_prefix || !*a->output_prefix)
+        td_usage_error(PROG ": --output-prefix is required (writes PREFIX_<key>_document.bin and .idx)");
+    if (!a->vocab_file) td_usage_error(PROG ": --vocab-file is required (GPT-2 vocab.json)");
+    if (!a->merge_file) td_usage_error(PROG ": --merge-file is required (GPT-2 merges.txt)");
+    if (a->json_keys.n == 0) td_usage_error(PROG ": --json-keys needs at least one key");
+    for (int i = 0; i < a->json_keys.n; i++) {
+        const char *k = a->json_keys.v[i];
+        if (!*k || strchr(k, '/'))
+            td_usage_error(PROG ": --json-keys '%s' cannot name an output file (empty or contains '/')", k);
+        for (int j = 0; j < i; j++)
+            if (strcmp(k, a->json_keys.v[j]) == 0) td_usage_error(PROG ": --json-keys lists '%s' twice", k);
+    }
+    if (a->json_keys.n > 64) td_usage_error(PROG ": --json-keys takes at most 64 keys (got %d)", a->json_keys.n);
+    int text = strcmp(a->input_format, "text") == 0;
+    if (text && a->json_keys.n != 1)
+        td_usage_error(PROG ": --input-format text takes one --json-keys value (it only names the output), got %d",
+                       a->json_keys.n);
+    if (text && td_args_given(a, "--skip-bad-lines"))
+        td_usage_error(PROG ": --skip-bad-lines applies to --input-format json only");
+    for (int i = 0; i < a->input.n; i++) need_readable("--input", a->input.v[i]);
+    need_readable("--vocab-file", a->vocab_file);
+    need_readable("--merge-file", a->merge_file);
+    need_output_folder(a->output_prefix);
+}
+
+int cli_preprocess(int argc, char **argv)
+{
+    td_args a;
+    if (td_args_parse(&a, TD_CMD_PREPROCESS, PROG, argc, argv, 1) == 1) {
+        td_args_usage(TD_CMD_PREPROCESS, PROG,
+                      "Tokenizes loose JSON (one object per line) or text files with GPT-2 BPE into Megatron\n"
+                      "indexed datasets PREFIX_<key>_document.bin/.idx (MMIDIDX v1).");
+        td_args_free(&a);
+        return 0;
+    }
+    validate(&a);
+    td_log_set_level(a.verbose);
+
+    char err[1024];
+    bpe_tokenizer *tok = bpe_load(a.vocab_file, a.merge_file, err, sizeof err);
+    if (!tok) {
+        td_args_free(&a);
+        td_fatal(1, "%s", err);
+    }
+    prep_config c = {
+        .inputs = (const char *const *)a.input.v,
+        .n_inputs = a.input.n,
+        .keys = (const char *const *)a.json_keys.v,
+        .n_keys = a.json_keys.n,
+        .text_format = strcmp(a.input_format, "text") == 0,
+        .output_prefix = a.output_prefix,
+        .append_eod = a.append_eod,
+        .workers = a.workers,
+        .skip_bad_lines = a.skip_bad_lines,
+        .log_every = a.log_interval > INT64_MAX / 1000 ? INT64_MAX : a.log_interval * 1000,
+        .quiet = a.verbose == 0,
+    };
+    int rc = prep_run(&c, tok, NULL, err, sizeof err);
+    bpe_free(tok);
+    td_args_free(&a);
+    if (rc != 0) td_fatal(1, "%s", err);
+    return 0;
+}

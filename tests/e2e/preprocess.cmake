@@ -1,0 +1,98 @@
+# `trident preprocess` through the binary: exit codes and messages for bad flags and bad input,
+# and real runs on tinyshakespeare. tests/CMakeLists.txt includes this file to register the
+# tests; each test runs this same file with `cmake -P` and -DCASE=<name> to do one check.
+
+if(NOT CMAKE_SCRIPT_MODE_FILE)
+  set(_pp_cases missing_output_prefix missing_input unknown_flag bad_value input_not_found
+                text_format_needs_one_key help bad_line skip_bad_lines tinyshakespeare_text)
+  foreach(_case ${_pp_cases})
+    add_test(NAME e2e/preprocess_${_case}
+      COMMAND ${CMAKE_COMMAND} -DBIN=$<TARGET_FILE:trident> -DCASE=${_case} -DDATA=${TRIDENT_SHARED_DATA}
+              -DTMP=${CMAKE_BINARY_DIR}/testtmp/e2e-preprocess-${_case} -P ${CMAKE_CURRENT_LIST_FILE})
+  endforeach()
+  return()
+endif()
+
+# ---- script mode: one check ---------------------------------------------------------------
+file(REMOVE_RECURSE ${TMP})
+file(MAKE_DIRECTORY ${TMP})
+set(V --vocab-file ${DATA}/gpt2/vocab.json --merge-file ${DATA}/gpt2/merges.txt)
+file(WRITE ${TMP}/good.jsonl "{\"text\": \"Hello world\"}\n{\"text\": \"second document\"}\n")
+
+# run(<expected exit code> <regex stderr must match> args...): runs trident preprocess.
+function(run want_rc want_err)
+  execute_process(COMMAND ${BIN} preprocess ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT "${rc}" STREQUAL "${want_rc}")
+    message(FATAL_ERROR "trident preprocess ${ARGN}\nexited ${rc}, expected ${want_rc}\nstdout: ${out}\nstderr: ${err}")
+  endif()
+  if(NOT "${err}${out}" MATCHES "${want_err}")
+    message(FATAL_ERROR "trident preprocess ${ARGN}\noutput does not match '${want_err}'\nstdout: ${out}\nstderr: ${err}")
+  endif()
+  set(last_out "${out}" PARENT_SCOPE)
+  set(last_err "${err}" PARENT_SCOPE)
+endfunction()
+
+# no file of the dataset (final or temporary) may exist
+function(expect_nothing_written prefix)
+  file(GLOB left ${prefix}*)
+  if(left)
+    message(FATAL_ERROR "a failed run left files behind: ${left}")
+  endif()
+endfunction()
+
+if(CASE STREQUAL "missing_output_prefix")
+  run(2 "--output-prefix is required" --input ${TMP}/good.jsonl ${V})
+elseif(CASE STREQUAL "missing_input")
+  run(2 "--input is required" --output-prefix ${TMP}/out ${V})
+elseif(CASE STREQUAL "unknown_flag")
+  run(2 "unknown flag --bogus" --input ${TMP}/good.jsonl --output-prefix ${TMP}/out ${V} --bogus 1)
+elseif(CASE STREQUAL "bad_value")
+  run(2 "--workers 0 is out of range" --input ${TMP}/good.jsonl --output-prefix ${TMP}/out ${V} --workers 0)
+  run(2 "--input-format 'xml' is not one of" --input ${TMP}/good.jsonl --output-prefix ${TMP}/out ${V}
+      --input-format xml)
+elseif(CASE STREQUAL "input_not_found")
+  run(2 "--input ${TMP}/nope.jsonl: No such file" --input ${TMP}/nope.jsonl --output-prefix ${TMP}/out ${V})
+  run(2 "--output-prefix ${TMP}/no/such/out: folder" --input ${TMP}/good.jsonl --output-prefix ${TMP}/no/such/out ${V})
+  run(2 "--vocab-file ${TMP}/v.json: No such file" --input ${TMP}/good.jsonl --output-prefix ${TMP}/out
+      --vocab-file ${TMP}/v.json --merge-file ${DATA}/gpt2/merges.txt)
+  expect_nothing_written(${TMP}/out)
+elseif(CASE STREQUAL "text_format_needs_one_key")
+  run(2 "--input-format text takes one --json-keys" --input ${TMP}/good.jsonl --output-prefix ${TMP}/out ${V}
+      --input-format text --json-keys a b)
+elseif(CASE STREQUAL "help")
+  run(0 "--json-keys" --help)
+elseif(CASE STREQUAL "bad_line")
+  file(WRITE ${TMP}/bad.jsonl "{\"text\": \"fine\"}\n{\"text\": \"broken\n{\"text\": \"fine\"}\n")
+  run(1 "bad.jsonl:2: malformed JSON.*--skip-bad-lines" --input ${TMP}/bad.jsonl --output-prefix ${TMP}/out ${V})
+  expect_nothing_written(${TMP}/out)
+elseif(CASE STREQUAL "skip_bad_lines")
+  file(WRITE ${TMP}/bad.jsonl "{\"text\": \"fine\"}\n{\"text\": 3}\n{\"text\": \"fine\"}\n")
+  run(0 "skipping bad line .*bad.jsonl:2: the value of \"text\" is a number.*skipped 1 bad lines"
+      --input ${TMP}/bad.jsonl --output-prefix ${TMP}/out ${V} --skip-bad-lines)
+  file(SIZE ${TMP}/out_text_document.idx size)
+  if(NOT size EQUAL 82)
+    message(FATAL_ERROR "expected 2 documents in the index (82 bytes), got ${size} bytes")
+  endif()
+elseif(CASE STREQUAL "tinyshakespeare_text")
+  # the whole file is one document: 34-byte header, one length, one pointer, doc index 0 1
+  run(0 "1 documents.*wrote .*out_text_document" --input ${DATA}/tinyshakespeare.txt --input-format text
+      --output-prefix ${TMP}/out ${V} --append-eod --workers 2)
+  file(SIZE ${TMP}/out_text_document.idx size)
+  if(NOT size EQUAL 62)
+    message(FATAL_ERROR "expected a 62-byte index, got ${size}")
+  endif()
+  file(READ ${TMP}/out_text_document.idx head LIMIT 18 HEX)
+  if(NOT head STREQUAL "4d4d49444944580000010000000000000008")
+    message(FATAL_ERROR "unexpected .idx header ${head}")
+  endif()
+  file(SIZE ${TMP}/out_text_document.bin bytes)
+  if(bytes LESS 400000 OR bytes GREATER 800000)
+    message(FATAL_ERROR "implausible token count: ${bytes} bytes of uint16 tokens for 1.1 MB of text")
+  endif()
+  file(GLOB left ${TMP}/*.tmp-*)
+  if(left)
+    message(FATAL_ERROR "temporaries left behind: ${left}")
+  endif()
+else()
+  message(FATAL_ERROR "unknown CASE ${CASE}")
+endif()
