@@ -3,6 +3,7 @@
 #ifndef TRIDENT_CLI_H
 #define TRIDENT_CLI_H
 
+int cli_data_info(int argc, char **argv);
 
 int cli_tokenize(int argc, char **argv);
 int cli_preprocess(int argc, char **argv);
