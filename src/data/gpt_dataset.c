@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -404,8 +405,25 @@ static int blob_check(const char *b, size_t len, const cache_layout *L, void *ar
     return 0;
 }
 
-/* Reads a whole file. NULL when it does not exist (*exists = 0) or cannot be read (why set). */
-static char *read_whole(const char *path, size_t *len, int *exists, char *why, size_t whylen)
+/* A cache image: a read-only mapping of a cache file (shared with every process that maps it),
+ * or memory holding indices just built. */
+typedef struct {
+    char *p;
+    size_t len;
+    int mapped;
+} cache_image;
+
+static void image_free(cache_image *im)
+{
+    if (!im->p) return;
+    if (im->mapped) munmap(im->p, im->len);
+    else free(im->p);
+    memset(im, 0, sizeof *im);
+}
+
+/* Maps a whole file read-only. -1 when it does not exist (*exists = 0) or cannot be mapped
+ * (why set). */
+static int map_whole(const char *path, cache_image *im, int *exists, char *why, size_t whylen)
 {
     *exists = 0;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -414,32 +432,28 @@ static char *read_whole(const char *path, size_t *len, int *exists, char *why, s
             *exists = 1;
             snprintf(why, whylen, "open: %s", td_strerror(errno));
         }
-        return NULL;
+        return -1;
     }
     *exists = 1;
     struct stat st;
     if (fstat(fd, &st) != 0) {
         snprintf(why, whylen, "stat: %s", td_strerror(errno));
         close(fd);
-        return NULL;
+        return -1;
     }
-    size_t n = (size_t)st.st_size;
-    char *b = td_xmalloc(n ? n : 1);
-    size_t got = 0;
-    while (got < n) {
-        ssize_t r = read(fd, b + got, n - got);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) {
-            snprintf(why, whylen, "read: %s", r < 0 ? td_strerror(errno) : "file shrank while reading");
-            free(b);
-            close(fd);
-            return NULL;
-        }
-        got += (size_t)r;
+    if (st.st_size < (off_t)sizeof(cache_header)) {
+        snprintf(why, whylen, "%lld bytes, shorter than its header", (long long)st.st_size);
+        close(fd);
+        return -1;
     }
+    void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
     close(fd);
-    *len = n;
-    return b;
+    if (p == MAP_FAILED) {
+        snprintf(why, whylen, "mmap: %s", td_strerror(errno));
+        return -1;
+    }
+    *im = (cache_image){.p = p, .len = (size_t)st.st_size, .mapped = 1};
+    return 0;
 }
 
 /* Writes path atomically: a temporary name unique to this host and process, fsync, rename.
@@ -486,25 +500,23 @@ static int write_atomic(const char *path, const char *b, size_t len, char *why, 
     return rc;
 }
 
-/* Loads a cache file that matches L (and passes `check`), or returns NULL; a file that exists
- * but is unusable gets a warning. */
+/* Maps a cache file that matches L and passes `check` (0, arr and im set), or returns -1; a
+ * file that exists but is unusable gets a warning. */
 typedef int (*content_check)(const void *ctx, void *arr[MAX_ARRAYS], char *why, size_t whylen);
 
-static char *cache_load(const char *path, const cache_layout *L, content_check check, const void *ctx,
-                        void *arr[MAX_ARRAYS])
+static int cache_load(const char *path, const cache_layout *L, content_check check, const void *ctx,
+                      void *arr[MAX_ARRAYS], cache_image *im)
 {
     char why[512] = "";
-    size_t len = 0;
     int exists = 0;
-    char *b = read_whole(path, &len, &exists, why, sizeof why);
-    if (!b) {
+    if (map_whole(path, im, &exists, why, sizeof why) != 0) {
         if (exists) td_warn("index cache %s cannot be read (%s); rebuilding it", path, why);
-        return NULL;
+        return -1;
     }
-    if (blob_check(b, len, L, arr, why, sizeof why) == 0 && check(ctx, arr, why, sizeof why) == 0) return b;
+    if (blob_check(im->p, im->len, L, arr, why, sizeof why) == 0 && check(ctx, arr, why, sizeof why) == 0) return 0;
     td_warn("index cache %s is unusable (%s); rebuilding it", path, why);
-    free(b);
-    return NULL;
+    image_free(im);
+    return -1;
 }
 
 static void cache_store(const char *path, char *b, size_t len)
@@ -521,7 +533,7 @@ static void cache_store(const char *path, char *b, size_t len)
 
 typedef struct {
     uint64_t key;       /* cache key of these indices (0 for an empty split) */
-    char *blob;         /* cache image holding the arrays */
+    cache_image img;    /* holds the arrays */
     gptds_indices ix;
 } split_state;
 
@@ -535,7 +547,7 @@ typedef struct {
 
 typedef struct {
     gptds_blend_info info;
-    char *blob;
+    cache_image img;
     const int32_t *ds_index;  /* (size) */
     const int64_t *ds_sample; /* (size) */
 } blend_state;
@@ -718,13 +730,11 @@ static void gpt_split_open(component *c, gptds_split s, const gptds_config *cfg,
     double t0 = td_now();
     void *arr[MAX_ARRAYS] = {0};
     gpt_check_ctx ctx = {&P, c->lens};
-    if (in->cache_file) st->blob = cache_load(in->cache_file, &L, check_gpt_arrays, &ctx, arr);
-    in->cache_loaded = st->blob != NULL;
-    if (!st->blob) {
-        size_t len;
-        st->blob = blob_alloc(&L, &len, arr);
+    in->cache_loaded = in->cache_file && cache_load(in->cache_file, &L, check_gpt_arrays, &ctx, arr, &st->img) == 0;
+    if (!in->cache_loaded) {
+        st->img.p = blob_alloc(&L, &st->img.len, arr);
         build_gpt_arrays(&P, c->lens, cfg->seed, s, cfg->seq_length, arr[0], arr[1], arr[2]);
-        cache_store(in->cache_file, st->blob, len);
+        cache_store(in->cache_file, st->img.p, st->img.len);
     }
     in->seconds = td_now() - t0;
     in->num_samples = P.n_samples;
@@ -798,13 +808,12 @@ static void blend_split_open(gptds *ds, gptds_split s, const gptds_config *cfg, 
     double t0 = td_now();
     void *arr[MAX_ARRAYS] = {0};
     blend_check_ctx ctx = {ds, s, size};
-    if (b->info.cache_file) b->blob = cache_load(b->info.cache_file, &L, check_blend_arrays, &ctx, arr);
-    b->info.cache_loaded = b->blob != NULL;
-    if (!b->blob) {
-        size_t len;
-        b->blob = blob_alloc(&L, &len, arr);
+    b->info.cache_loaded =
+        b->info.cache_file && cache_load(b->info.cache_file, &L, check_blend_arrays, &ctx, arr, &b->img) == 0;
+    if (!b->info.cache_loaded) {
+        b->img.p = blob_alloc(&L, &b->img.len, arr);
         gptds_build_blend_indices(w, ds->n, size, arr[0], arr[1]);
-        cache_store(b->info.cache_file, b->blob, len);
+        cache_store(b->info.cache_file, b->img.p, b->img.len);
     }
     b->ds_index = arr[0];
     b->ds_sample = arr[1];
@@ -888,14 +897,14 @@ void gptds_close(gptds *ds)
     for (int i = 0; i < ds->n; i++) {
         component *c = &ds->c[i];
         for (int s = 0; s < GPTDS_NSPLITS; s++) {
-            free(c->split[s].blob);
+            image_free(&c->split[s].img);
             free(c->info.split[s].cache_file);
         }
         idx_close(c->idx);
         free(c->path);
     }
     for (int s = 0; s < GPTDS_NSPLITS; s++) {
-        free(ds->blend[s].blob);
+        image_free(&ds->blend[s].img);
         free(ds->blend[s].info.cache_file);
         free(ds->blend[s].info.per_dataset);
     }
