@@ -17,6 +17,7 @@ typedef struct met_record {
     double model_tflops_per_rank;
     double mfu;              /* fraction of the peak, 0..1 */
     double elapsed_ms;
+    double comm_ms;          /* time this rank was blocked in communication */
     double val_loss;         /* NaN when not evaluated this iteration */
 } met_record;
 

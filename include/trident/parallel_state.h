@@ -23,6 +23,9 @@ typedef struct ps_state {
 ps_state *ps_init(comm *world, int tp, int pp);
 void ps_free(ps_state *ps);
 
+/* Seconds this rank has spent blocked in communication on all its groups so far. */
+double ps_comm_seconds(const ps_state *ps);
+
 /* World rank of the grid point (tp_rank, dp_rank, pp_rank). */
 int ps_rank_of(const ps_state *ps, int tp_rank, int dp_rank, int pp_rank);
 static inline int ps_is_first_stage(const ps_state *ps) { return ps->pp_rank == 0; }

@@ -48,3 +48,10 @@ void ps_free(ps_state *ps)
     comm_free(ps->embd_group);
     free(ps);
 }
+
+double ps_comm_seconds(const ps_state *ps)
+{
+    double s = comm_seconds(ps->world) + comm_seconds(ps->tp_group) + comm_seconds(ps->dp_group) +
+               comm_seconds(ps->pp_group) + comm_seconds(ps->mp_group);
+    return ps->embd_group ? s + comm_seconds(ps->embd_group) : s;
+}

@@ -27,9 +27,9 @@ void met_write(met_writer *w, const met_record *r)
     fprintf(w->f,
             "{\"iteration\": %lld, \"consumed_samples\": %lld, \"lm_loss\": %.17g, \"lr\": %.17g, \"grad_norm\": %.17g, "
             "\"loss_scale\": %.9g, \"skipped\": %d, \"tokens_per_s\": %.6g, \"model_tflops_per_rank\": %.6g, "
-            "\"mfu\": %.6g, \"elapsed_ms\": %.6g",
+            "\"mfu\": %.6g, \"elapsed_ms\": %.6g, \"comm_ms\": %.6g",
             (long long)r->iteration, (long long)r->consumed_samples, r->lm_loss, r->lr, r->grad_norm, r->loss_scale,
-            r->skipped, r->tokens_per_s, r->model_tflops_per_rank, r->mfu, r->elapsed_ms);
+            r->skipped, r->tokens_per_s, r->model_tflops_per_rank, r->mfu, r->elapsed_ms, r->comm_ms);
     if (!isnan(r->val_loss))
         fprintf(w->f, ", \"val_loss\": %.17g, \"val_ppl\": %.17g", r->val_loss, exp(r->val_loss));
     fprintf(w->f, "}\n");
@@ -47,10 +47,10 @@ void met_print(const met_record *r, int64_t train_iters, int global_batch)
 {
     printf(" iteration %8lld/%8lld | consumed samples: %12lld | elapsed time per iteration (ms): %.1f | "
            "learning rate: %.6E | global batch size: %5d | lm loss: %.6E | loss scale: %.1f | grad norm: %.3f | "
-           "tokens/s: %.0f | TFLOP/s/rank: %.3f | MFU: %.1f%% |\n",
+           "tokens/s: %.0f | TFLOP/s/rank: %.3f | MFU: %.1f%% | comm (ms): %.1f |\n",
            (long long)r->iteration, (long long)train_iters, (long long)r->consumed_samples, r->elapsed_ms, r->lr,
            global_batch, r->lm_loss, r->loss_scale, r->grad_norm, r->tokens_per_s, r->model_tflops_per_rank,
-           100.0 * r->mfu);
+           100.0 * r->mfu, r->comm_ms);
     if (!isnan(r->val_loss))
         printf(" validation loss at iteration %lld | lm loss value: %.6E | lm loss PPL: %.6E |\n",
                (long long)r->iteration, r->val_loss, exp(r->val_loss));

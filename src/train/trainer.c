@@ -127,6 +127,7 @@ typedef struct {
     pp_iteration it;
     batch_source src;
     int reporter;            /* this rank prints and writes metrics */
+    int eval;                /* validation runs: --eval-iters > 0 and a validation split exists */
     double peak_tflops;
     met_writer *metrics;
 } run_state;
@@ -243,6 +244,9 @@ static void setup(run_state *r, const td_args *a, comm *world)
     comm_barrier(world);
     if (ps->world_rank != 0) r->data = gptds_open(&dc);
     gptds_config_free(&dc);
+    r->eval = a->eval_iters > 0 && gptds_num_samples(r->data, GPTDS_VALID) > 0;
+    if (a->eval_iters > 0 && !r->eval && ps->world_rank == 0)
+        td_warn("--split %s leaves no validation documents: no validation runs", a->split);
 
     /* the model chunks of this rank: chunk k is virtual stage k * pp + pp_rank */
     int per = td_args_given(a, "--num-layers-per-virtual-pipeline-stage") ? a->num_layers_per_virtual_pipeline_stage
@@ -355,7 +359,7 @@ int trainer_run(const td_args *a, comm *world)
     double t_start = td_now();
 
     for (int64_t iter = 1; iter <= r.train_iters; iter++) {
-        double t0 = td_now();
+        double t0 = td_now(), c0 = ps_comm_seconds(r.ps);
         for (int k = 0; k < r.nchunks; k++) be_zero(r.be, r.chunks[k]->grads, r.chunks[k]->numel);
         r.src.consumed = consumed;
         double loss_sum = pp_run(r.schedule, &r.it);
@@ -382,11 +386,12 @@ int trainer_run(const td_args *a, comm *world)
         rec.grad_norm = norm;
         rec.loss_scale = 1.0;
         rec.elapsed_ms = dt * 1e3;
+        rec.comm_ms = (ps_comm_seconds(r.ps) - c0) * 1e3;
         rec.tokens_per_s = (double)r.gbs * c->seq / dt;
         rec.model_tflops_per_rank = flops_iter / dt / r.ps->world_size / 1e12;
         rec.mfu = r.peak_tflops > 0 ? rec.model_tflops_per_rank / r.peak_tflops : 0;
         rec.val_loss = NAN;
-        if (a->eval_iters > 0 && (iter % a->eval_interval == 0 || iter == r.train_iters)) {
+        if (r.eval && (iter % a->eval_interval == 0 || iter == r.train_iters)) {
             rec.val_loss = evaluate(&r, GPTDS_VALID, valid_consumed, a->eval_iters);
             valid_consumed += a->eval_iters * r.gbs;
         }
