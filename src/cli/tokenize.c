@@ -152,6 +152,7 @@ int cli_tokenize(int argc, char **argv)
         td_args_free(&a);
         return 0;
     }
+    td_log_set_level(a.verbose);
     if (!a.vocab_file)
         td_usage_error("trident tokenize: --vocab-file is required (GPT-2's vocab.json, also called encoder.json)");
     if (!a.merge_file)

@@ -24,6 +24,7 @@ enum {
     CACHE_MAX_CHUNK = 128,  /* longer chunks are merged every time */
     CACHE_SLOTS = 1 << 17,  /* per worker; cleared when half full */
     JIT_STACK_MAX = 8 << 20,
+    SCRATCH_KEEP = 1 << 16, /* merge scratch (40 bytes per chunk byte) kept between chunks */
 };
 
 /* ---- the byte <-> unicode table of GPT-2 ---------------------------------------------- */
@@ -510,6 +511,8 @@ struct bpe_worker {
     size_t vals_len, vals_cap;
 };
 
+static void scratch_release(bpe_worker *w);
+
 bpe_worker *bpe_worker_new(const bpe_tokenizer *t)
 {
     bpe_worker *w = td_xcalloc(1, sizeof *w);
@@ -534,11 +537,7 @@ void bpe_worker_free(bpe_worker *w)
     pcre2_match_data_free(w->md);
     pcre2_match_context_free(w->mctx);
     pcre2_jit_stack_free(w->stack);
-    free(w->id);
-    free(w->prev);
-    free(w->next);
-    free(w->pending);
-    free(w->heap);
+    scratch_release(w);
     free(w->slots);
     free(w->keys);
     free(w->vals);
@@ -571,6 +570,18 @@ void bpe_ids_free(bpe_ids *v)
 }
 
 /* ---- merging -------------------------------------------------------------------------- */
+
+static void scratch_release(bpe_worker *w)
+{
+    free(w->id);
+    free(w->prev);
+    free(w->next);
+    free(w->pending);
+    free(w->heap);
+    w->id = w->prev = w->next = w->pending = NULL;
+    w->heap = NULL;
+    w->scratch_cap = 0;
+}
 
 static void scratch_reserve(bpe_worker *w, size_t n)
 {
@@ -714,7 +725,10 @@ static void encode_chunk(bpe_worker *w, const char *s, size_t n, bpe_ids *out)
     merge_chunk(w, (const unsigned char *)s, n);
     size_t first = out->n;
     for (int32_t p = 0; p >= 0; p = w->next[p]) bpe_ids_push(out, w->id[p]);
-    if (!c) return;
+    if (!c) {
+        if (w->scratch_cap > SCRATCH_KEEP) scratch_release(w); /* a huge chunk: do not hold 40 B/byte */
+        return;
+    }
     if (2 * (w->cache_used + 1) > CACHE_SLOTS) {
         cache_clear(w);
         c = cache_find(w, s, n, hash);
