@@ -4,6 +4,7 @@
 #define TRIDENT_CLI_H
 
 int cli_data_info(int argc, char **argv);
+int cli_train(int argc, char **argv);
 
 int cli_tokenize(int argc, char **argv);
 int cli_preprocess(int argc, char **argv);

@@ -21,10 +21,11 @@ typedef struct {
 
 static const subcommand COMMANDS[] = {
     /* one row per subcommand: {name, cli_<name>, summary} */
-    {"version", cli_version, "print the version"},
     {"tokenize", cli_tokenize, "GPT-2 BPE: encode stdin to token ids, or decode ids to text"},
     {"preprocess", cli_preprocess, "tokenize JSON lines or text files into a Megatron .bin/.idx dataset"},
     {"data-info", cli_data_info, "split a dataset, build or load its indices, print the statistics"},
+    {"train", cli_train, "pretrain a GPT model (one rank, or many under mpirun)"},
+    {"version", cli_version, "print the version"},
 };
 #define NCOMMANDS ((int)(sizeof COMMANDS / sizeof COMMANDS[0]))
 

@@ -1,0 +1,61 @@
+# The layout matrix: a tiny GPT with dropout on, trained for a few iterations in every layout,
+# against the one-rank run with the same seed and global batch: per-iteration losses and the
+# final parameters (gathered) within 1e-5 relative. The padded vocabulary is held at 50688 in
+# every layout (--make-vocab-size-divisible-by 512/tp), as the model must be the same.
+add_executable(compare_runs ${CMAKE_CURRENT_LIST_DIR}/compare_runs.c)
+target_link_libraries(compare_runs PRIVATE PkgConfig::CJSON m)
+
+set(LAYOUT_DIR ${CMAKE_BINARY_DIR}/testtmp/layouts)
+set(LAYOUT_DATA ${LAYOUT_DIR}/ts_text_document)
+add_test(NAME parallel/layouts_data COMMAND ${CMAKE_COMMAND} -E env bash -c
+  "set -e; mkdir -p ${LAYOUT_DIR}; ${CMAKE_SOURCE_DIR}/scripts/text-to-jsonl.sh ${TRIDENT_SHARED_DATA}/tinyshakespeare.txt ${LAYOUT_DIR}/ts.jsonl 1500; \
+   $<TARGET_FILE:trident> preprocess --input ${LAYOUT_DIR}/ts.jsonl --output-prefix ${LAYOUT_DIR}/ts --vocab-file ${TRIDENT_SHARED_DATA}/gpt2/vocab.json --merge-file ${TRIDENT_SHARED_DATA}/gpt2/merges.txt --append-eod")
+set_tests_properties(parallel/layouts_data PROPERTIES FIXTURES_SETUP layouts_data TIMEOUT 120)
+
+# flags shared by every run; the global batch is 8 samples
+set(LAYOUT_TRAIN --data-path ${LAYOUT_DATA} --vocab-file ${TRIDENT_SHARED_DATA}/gpt2/vocab.json
+  --merge-file ${TRIDENT_SHARED_DATA}/gpt2/merges.txt --split 90,10,0
+  --num-layers 4 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --max-position-embeddings 16
+  --hidden-dropout 0.1 --attention-dropout 0.1 --global-batch-size 8 --train-iters 4 --lr 1e-3
+  --lr-warmup-iters 1 --lr-decay-style cosine --eval-interval 2 --eval-iters 1 --clip-grad 1.0 --seed 7
+  --peak-tflops 1 --log-interval 100)
+
+function(trident_layout name np tp mbs)
+  set(out ${LAYOUT_DIR}/${name})
+  math(EXPR div "512 / ${tp}")
+  set(cmd ${TD_MPIRUN} -np ${np} $<TARGET_FILE:trident> train ${LAYOUT_TRAIN}
+    --tensor-model-parallel-size ${tp} --make-vocab-size-divisible-by ${div} --micro-batch-size ${mbs}
+    --metrics-file ${out}.jsonl --dump-params ${out}.params ${ARGN})
+  if(name STREQUAL "baseline")
+    add_test(NAME parallel/layout_baseline COMMAND bash -c "rm -f ${out}.jsonl && \"$@\"" _ ${cmd})
+    set_tests_properties(parallel/layout_baseline PROPERTIES FIXTURES_SETUP layouts_baseline
+      FIXTURES_REQUIRED layouts_data)
+  else()
+    add_test(NAME parallel/layout_${name} COMMAND bash -c
+      "rm -f ${out}.jsonl && \"$@\" > ${out}.log 2>&1 || { cat ${out}.log; exit 1; }; \
+       $<TARGET_FILE:compare_runs> ${LAYOUT_DIR}/baseline.jsonl ${out}.jsonl ${LAYOUT_DIR}/baseline.params ${out}.params 1e-5"
+      _ ${cmd})
+    set_tests_properties(parallel/layout_${name} PROPERTIES FIXTURES_REQUIRED "layouts_data;layouts_baseline")
+  endif()
+  set_tests_properties(parallel/layout_${name} PROPERTIES ENVIRONMENT "${TD_MPI_ENV}" TIMEOUT 300)
+endfunction()
+
+trident_layout(baseline 1 1 2)
+trident_layout(mbs1 1 1 1)
+trident_layout(tp2 2 2 2)
+trident_layout(tp4 4 4 2)
+trident_layout(pp2_1f1b 2 1 1 --pipeline-model-parallel-size 2)
+trident_layout(pp4_1f1b 4 1 1 --pipeline-model-parallel-size 4)
+trident_layout(pp2_gpipe 2 1 2 --pipeline-model-parallel-size 2 --pipeline-schedule gpipe)
+trident_layout(pp2_vp2 2 1 1 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1)
+trident_layout(dp2 2 1 2)
+trident_layout(dp4 4 1 1)
+trident_layout(dp2_overlap 2 1 1 --overlap-grad-reduce --ddp-bucket-size 5000)
+trident_layout(tp2_pp2_dp2 8 2 1 --pipeline-model-parallel-size 2)
+trident_layout(tp2_pp2_vp2 4 2 1 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1)
+
+# Bad layouts exit 2 with their message on every rank; a rank killed mid-run ends the job.
+add_test(NAME parallel/failures COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/failures.sh $<TARGET_FILE:trident>
+  ${LAYOUT_DATA} ${TRIDENT_SHARED_DATA}/gpt2/vocab.json ${TRIDENT_SHARED_DATA}/gpt2/merges.txt)
+set_tests_properties(parallel/failures PROPERTIES FIXTURES_REQUIRED layouts_data ENVIRONMENT "${TD_MPI_ENV}"
+  TIMEOUT 240)
