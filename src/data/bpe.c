@@ -342,10 +342,10 @@ static int load_vocab(bpe_tokenizer *t, tok_map *m, const char *path, const int1
                 td_strerror(errno));
         return -1;
     }
-    cJSON *root = cJSON_ParseWithLength(text, len);
+    const char *at = NULL; /* where parsing stopped (cJSON_GetErrorPtr is a global) */
+    cJSON *root = cJSON_ParseWithLengthOpts(text, len, &at, 0);
     int rc = -1;
     if (!root) {
-        const char *at = cJSON_GetErrorPtr();
         size_t off = at && at >= text && at <= text + len ? (size_t)(at - text) : 0;
         set_err(err, errlen, "vocab file '%s' is not valid JSON (near byte %zu); expected GPT-2's vocab.json, an "
                 "object of token -> id", path, off);
@@ -418,7 +418,7 @@ static int load_merges(bpe_tokenizer *t, tok_map *m, const char *path, const int
         char *end = nl ? nl : text + len;
         size_t n = (size_t)(end - p);
         lineno++;
-        if (n && p[n - 1] == '\r') n--;
+        while (n && (p[n - 1] == '\r' || p[n - 1] == ' ' || p[n - 1] == '\t')) n--;
         int header = lineno == 1 && n >= 8 && memcmp(p, "#version", 8) == 0;
         if (n && !header) {
             int32_t ids[3];
@@ -446,8 +446,10 @@ static int compile_regex(bpe_tokenizer *t, char *err, size_t errlen)
                 "built with Unicode support?)", (size_t)at, (char *)msg);
         return -1;
     }
-    t->jit = pcre2_jit_compile(t->re, PCRE2_JIT_COMPLETE) == 0;
-    if (!t->jit) TD_DEBUG("bpe: PCRE2 JIT unavailable; the regex runs interpreted (slower)");
+    /* TD_BPE_NO_JIT=1 forces the interpreter, so tests can hold it against the JIT */
+    const char *no_jit = getenv("TD_BPE_NO_JIT");
+    t->jit = !(no_jit && strcmp(no_jit, "1") == 0) && pcre2_jit_compile(t->re, PCRE2_JIT_COMPLETE) == 0;
+    if (!t->jit) TD_DEBUG("bpe: the regex runs without PCRE2's JIT (slower)");
     return 0;
 }
 
@@ -522,6 +524,7 @@ bpe_worker *bpe_worker_new(const bpe_tokenizer *t)
     TD_CHECK(w->md && w->mctx, "reduce the number of workers", "allocating PCRE2 match data");
     pcre2_set_match_limit(w->mctx, UINT32_MAX);
     pcre2_set_depth_limit(w->mctx, UINT32_MAX);
+    pcre2_set_heap_limit(w->mctx, UINT32_MAX);
     if (t->jit) {
         w->stack = pcre2_jit_stack_create(32 << 10, JIT_STACK_MAX, NULL);
         TD_CHECK(w->stack, "reduce the number of workers", "allocating a PCRE2 JIT stack");
@@ -738,11 +741,32 @@ static void encode_chunk(bpe_worker *w, const char *s, size_t n, bpe_ids *out)
 
 /* ---- encode and decode ---------------------------------------------------------------- */
 
-/* Finds the next regex match at or after pos: 1 with [*s, *e) set, or 0 if there is none. */
+/* Runs the regex on text[0..end) from pos; returns pcre2's result code. */
+static int match_in(bpe_worker *w, const char *text, size_t end, size_t pos)
+{
+    if (w->t->jit) return pcre2_jit_match(w->t->re, (PCRE2_SPTR)text, end, pos, 0, w->md, w->mctx);
+    return pcre2_match(w->t->re, (PCRE2_SPTR)text, end, pos, 0, w->md, w->mctx);
+}
+
+/* Finds the next regex match at or after pos: 1 with [*s, *e) set, or 0 if there is none.
+ * Without JIT, pcre2_match checks the UTF-8 of the whole subject on every call (quadratic over
+ * a long text), so it gets a window from pos that doubles until the result cannot depend on
+ * what lies past it: a match that ends 4 or more bytes before the window's end has seen its
+ * one character of lookahead whole, and any alternative that would run past the window reaches
+ * within 4 bytes of its end (its greedy repeats stop only at a character boundary there). */
 static int next_match(bpe_worker *w, const char *text, size_t len, size_t pos, size_t *s, size_t *e)
 {
-    int rc = w->t->jit ? pcre2_jit_match(w->t->re, (PCRE2_SPTR)text, len, pos, 0, w->md, w->mctx)
-                       : pcre2_match(w->t->re, (PCRE2_SPTR)text, len, pos, 0, w->md, w->mctx);
+    PCRE2_SIZE *ov = pcre2_get_ovector_pointer(w->md);
+    int rc;
+    if (w->t->jit) {
+        rc = match_in(w, text, len, pos);
+    } else {
+        for (size_t window = 256;; window *= 2) {
+            size_t end = len - pos > window ? pos + window : len;
+            rc = match_in(w, text, end, pos);
+            if (end == len || (rc >= 0 && ov[1] + 4 <= end)) break;
+        }
+    }
     if (rc == PCRE2_ERROR_NOMATCH) return 0;
     if (rc < 0) {
         PCRE2_UCHAR msg[256];
@@ -750,7 +774,6 @@ static int next_match(bpe_worker *w, const char *text, size_t len, size_t pos, s
         td_die(__FILE__, __LINE__, "pcre2_match", "this is a bug in trident; please report it with the input",
                "matching GPT-2's pre-tokenization regex at byte %zu: %s", pos, (char *)msg);
     }
-    PCRE2_SIZE *ov = pcre2_get_ovector_pointer(w->md);
     *s = ov[0];
     *e = ov[1];
     TD_ASSERT(*s >= pos && *e > *s && *e <= len);

@@ -234,6 +234,57 @@ static void random_bytes_round_trip(void **state)
     bpe_worker_free(w);
 }
 
+/* Without PCRE2's JIT (TD_BPE_NO_JIT=1, the path for platforms that lack it) the regex runs in
+ * windows; the ids must equal the JIT's on text and on random bytes. */
+static void interpreter_matches_jit(void **state)
+{
+    (void)state;
+    char err[512];
+    setenv("TD_BPE_NO_JIT", "1", 1);
+    bpe_tokenizer *slow = bpe_load(VOCAB, MERGES, err, sizeof err);
+    unsetenv("TD_BPE_NO_JIT");
+    if (!slow) fail_msg("%s", err);
+    bpe_worker *wj = bpe_worker_new(g_tok), *wi = bpe_worker_new(slow);
+    bpe_ids a = {0}, b = {0};
+    size_t len;
+    char *text = slurp(TD_TEST_DATA "/tinyshakespeare.txt", &len);
+    static char buf[8192];
+    uint64_t seed = 0x13198a2e03707344ull;
+    for (int iter = 0; iter < 401; iter++) {
+        const char *s = text;
+        size_t n = len;
+        if (iter) {
+            n = random_bytes(&seed, buf, sizeof buf);
+            s = buf;
+        }
+        encode(wj, s, n, &a);
+        encode(wi, s, n, &b);
+        assert_int_equal(a.n, b.n);
+        assert_memory_equal(a.ids, b.ids, a.n * sizeof *a.ids);
+    }
+    /* chunks that end at and around the window edges (256, 512, 1024 bytes) */
+    const char *units[] = {" ", "x", "!", "\xff", "\xe4\xb8\xad", "1", "\t"};
+    const char *tails[] = {"\xe4\xb8\xad", "x", " x", "\xff", "'s", "  ", ""};
+    for (int u = 0; u < 7; u++)
+        for (int t = 0; t < 7; t++)
+            for (size_t target = 200; target < 1100; target += 3) {
+                size_t n = 0, k = strlen(units[u]);
+                while (n + k <= target) memcpy(buf + n, units[u], k), n += k;
+                memcpy(buf + n, tails[t], strlen(tails[t]));
+                n += strlen(tails[t]);
+                encode(wj, buf, n, &a);
+                encode(wi, buf, n, &b);
+                assert_int_equal(a.n, b.n);
+                assert_memory_equal(a.ids, b.ids, a.n * sizeof *a.ids);
+            }
+    free(text);
+    bpe_ids_free(&a);
+    bpe_ids_free(&b);
+    bpe_worker_free(wj);
+    bpe_worker_free(wi);
+    bpe_free(slow);
+}
+
 /* Bytes no regex alternative can match form their own chunk: splitting around them changes nothing. */
 static void invalid_utf8_is_its_own_chunk(void **state)
 {
@@ -497,6 +548,7 @@ int main(void)
         cmocka_unit_test(fixtures_match_reference),
         cmocka_unit_test(shakespeare_round_trip_and_speed),
         cmocka_unit_test(random_bytes_round_trip),
+        cmocka_unit_test(interpreter_matches_jit),
         cmocka_unit_test(invalid_utf8_is_its_own_chunk),
         cmocka_unit_test(threads_share_tokenizer),
         cmocka_unit_test(decode_rejects_bad_ids),
