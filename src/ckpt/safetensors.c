@@ -102,17 +102,31 @@ static size_t utf8_len(const uint8_t *s, size_t n)
     return len;
 }
 
-/* Offset of the first byte that is not valid UTF-8 text for a JSON header (bad sequences,
- * control characters other than tab, newline and carriage return), or n. */
+/* Offset of the first byte that is not valid UTF-8 JSON text (bad sequences, control
+ * characters inside strings or other than tab, newline and carriage return outside), or n. */
 static size_t bad_text_at(const uint8_t *s, size_t n)
 {
+    int in_string = 0, escape = 0;
     for (size_t i = 0; i < n;) {
-        if (s[i] < 0x20 && s[i] != '\t' && s[i] != '\n' && s[i] != '\r') return i;
+        uint8_t c = s[i];
+        if (c < 0x20 && (in_string || (c != '\t' && c != '\n' && c != '\r'))) return i;
         size_t k = utf8_len(s + i, n - i);
         if (!k) return i;
+        if (escape) escape = 0;
+        else if (in_string && c == '\\') escape = 1;
+        else if (c == '"') in_string = !in_string;
         i += k;
     }
     return n;
+}
+
+/* A copy of s for messages: at most n - 1 bytes, control characters as '?'. */
+static const char *printable(const char *s, char *buf, size_t n)
+{
+    size_t i = 0;
+    for (; s[i] && i + 1 < n; i++) buf[i] = (unsigned char)s[i] < 0x20 ? '?' : s[i];
+    buf[i] = 0;
+    return buf;
 }
 
 /* A JSON number that is a non-negative integer below 2^53. */
@@ -141,43 +155,44 @@ static int by_name(const void *a, const void *b)
 /* Parses one tensor entry `j` (named j->string) into t. */
 static int parse_tensor(const cJSON *j, st_tensor *t, char *err, size_t errlen)
 {
-    const char *name = j->string;
-    if (!cJSON_IsObject(j)) FAIL("tensor '%.200s' is not a JSON object", name);
+    char nbuf[128], fbuf[64];
+    const char *name = printable(j->string, nbuf, sizeof nbuf);
+    if (!cJSON_IsObject(j)) FAIL("tensor '%s' is not a JSON object", name);
     const cJSON *dtype = NULL, *shape = NULL, *offs = NULL;
     for (const cJSON *f = j->child; f; f = f->next) {
         const cJSON **slot = strcmp(f->string, "dtype") == 0 ? &dtype
                              : strcmp(f->string, "shape") == 0 ? &shape
                              : strcmp(f->string, "data_offsets") == 0 ? &offs : NULL;
-        if (!slot) FAIL("tensor '%.200s' has an unknown field '%.100s'", name, f->string);
-        if (*slot) FAIL("tensor '%.200s' has field '%.100s' twice", name, f->string);
+        if (!slot) FAIL("tensor '%s' has an unknown field '%s'", name, printable(f->string, fbuf, sizeof fbuf));
+        if (*slot) FAIL("tensor '%s' has field '%s' twice", name, f->string);
         *slot = f;
     }
-    if (!dtype || !shape || !offs) FAIL("tensor '%.200s' lacks %s", name, !dtype ? "dtype" : !shape ? "shape" : "data_offsets");
+    if (!dtype || !shape || !offs) FAIL("tensor '%s' lacks %s", name, !dtype ? "dtype" : !shape ? "shape" : "data_offsets");
     int dt = cJSON_IsString(dtype) ? st_dtype_parse(dtype->valuestring) : -1;
-    if (dt < 0) FAIL("tensor '%.200s' has an unknown dtype", name);
+    if (dt < 0) FAIL("tensor '%s' has an unknown dtype", name);
     t->dtype = (st_dtype)dt;
-    if (!cJSON_IsArray(shape)) FAIL("tensor '%.200s': shape is not an array", name);
+    if (!cJSON_IsArray(shape)) FAIL("tensor '%s': shape is not an array", name);
     int nd = cJSON_GetArraySize(shape);
-    if (nd > ST_MAX_DIMS) FAIL("tensor '%.200s' has %d dimensions (at most %d)", name, nd, ST_MAX_DIMS);
+    if (nd > ST_MAX_DIMS) FAIL("tensor '%s' has %d dimensions (at most %d)", name, nd, ST_MAX_DIMS);
     t->ndim = nd;
     uint64_t numel = 1;
     int k = 0;
     for (const cJSON *d = shape->child; d; d = d->next, k++) {
         uint64_t v;
-        if (!json_uint(d, &v)) FAIL("tensor '%.200s': shape[%d] is not a non-negative integer", name, k);
+        if (!json_uint(d, &v)) FAIL("tensor '%s': shape[%d] is not a non-negative integer", name, k);
         t->shape[k] = (int64_t)v;
-        if (__builtin_mul_overflow(numel, v, &numel)) FAIL("tensor '%.200s': the shape overflows", name);
+        if (__builtin_mul_overflow(numel, v, &numel)) FAIL("tensor '%s': the shape overflows", name);
     }
     uint64_t bytes;
     if (__builtin_mul_overflow(numel, (uint64_t)st_dtype_size(t->dtype), &bytes))
-        FAIL("tensor '%.200s': the shape overflows", name);
+        FAIL("tensor '%s': the shape overflows", name);
     if (!cJSON_IsArray(offs) || cJSON_GetArraySize(offs) != 2 || !json_uint(offs->child, &t->begin) ||
         !json_uint(offs->child->next, &t->end))
-        FAIL("tensor '%.200s': data_offsets is not [begin, end] of non-negative integers", name);
-    if (t->end < t->begin) FAIL("tensor '%.200s': data_offsets [%llu, %llu] ends before it begins", name,
+        FAIL("tensor '%s': data_offsets is not [begin, end] of non-negative integers", name);
+    if (t->end < t->begin) FAIL("tensor '%s': data_offsets [%llu, %llu] ends before it begins", name,
                                 (unsigned long long)t->begin, (unsigned long long)t->end);
     if (t->end - t->begin != bytes)
-        FAIL("tensor '%.200s': data_offsets [%llu, %llu] hold %llu bytes but shape and dtype need %llu", name,
+        FAIL("tensor '%s': data_offsets [%llu, %llu] hold %llu bytes but shape and dtype need %llu", name,
              (unsigned long long)t->begin, (unsigned long long)t->end, (unsigned long long)(t->end - t->begin),
              (unsigned long long)bytes);
     return 0;
@@ -226,7 +241,9 @@ int st_parse(const uint8_t *buf, size_t len, uint64_t file_size, st_header *out,
             if (has_meta++) FAIL("header has __metadata__ twice");
             if (!cJSON_IsObject(j)) FAIL("__metadata__ is not a JSON object");
             for (const cJSON *m = j->child; m; m = m->next) {
-                if (!cJSON_IsString(m)) FAIL("__metadata__ value '%.200s' is not a string", m->string);
+                char kb[128];
+                if (!cJSON_IsString(m))
+                    FAIL("__metadata__ value '%s' is not a string", printable(m->string, kb, sizeof kb));
                 out->nmeta++;
             }
         } else {
@@ -251,16 +268,17 @@ int st_parse(const uint8_t *buf, size_t len, uint64_t file_size, st_header *out,
         if (!t->name[0]) FAIL("a tensor has an empty name");
         if (parse_tensor(j, t, err, errlen)) goto fail;
     }
+    char nb[128];
     for (int i = 1; i < nm; i++)
         for (int k = 0; k < i; k++)
             if (strcmp(out->meta_keys[i], out->meta_keys[k]) == 0)
-                FAIL("__metadata__ has key '%.200s' twice", out->meta_keys[i]);
+                FAIL("__metadata__ has key '%s' twice", printable(out->meta_keys[i], nb, sizeof nb));
 
     if (out->ntensors > 1) {
         qsort(out->tensors, (size_t)out->ntensors, sizeof *out->tensors, by_name);
         for (int i = 1; i < out->ntensors; i++)
             if (strcmp(out->tensors[i].name, out->tensors[i - 1].name) == 0)
-                FAIL("tensor '%.200s' appears twice", out->tensors[i].name);
+                FAIL("tensor '%s' appears twice", printable(out->tensors[i].name, nb, sizeof nb));
         qsort(out->tensors, (size_t)out->ntensors, sizeof *out->tensors, by_offset);
     }
     uint64_t at = 0;
@@ -268,10 +286,11 @@ int st_parse(const uint8_t *buf, size_t len, uint64_t file_size, st_header *out,
         const st_tensor *t = &out->tensors[i];
         if (t->begin != at) {
             if (t->begin < at)
-                FAIL("tensor '%.200s' (bytes %llu..%llu) overlaps the tensor before it (ending at %llu)", t->name,
+                FAIL("tensor '%s' (bytes %llu..%llu) overlaps the tensor before it (ending at %llu)",
+                     printable(t->name, nb, sizeof nb),
                      (unsigned long long)t->begin, (unsigned long long)t->end, (unsigned long long)at);
-            FAIL("bytes %llu..%llu of the data belong to no tensor (before '%.200s')", (unsigned long long)at,
-                 (unsigned long long)t->begin, t->name);
+            FAIL("bytes %llu..%llu of the data belong to no tensor (before '%s')", (unsigned long long)at,
+                 (unsigned long long)t->begin, printable(t->name, nb, sizeof nb));
         }
         at = t->end;
     }

@@ -167,6 +167,8 @@ static void parser_rejects_malformed(void **state)
     expect_reject("{}x", 0, "after its JSON object");
     expect_reject("{}\n", 0, "after its JSON object");
     expect_reject("{\"a\x01\":1}", 0, "not UTF-8 text"); /* a control character */
+    expect_reject("{\"a\nb\":1}", 0, "not UTF-8 text"); /* a raw newline inside a string */
+    expect_reject("{\"a\\nb\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8],\"q\\n\":1}}", 8, "unknown field 'q?'");
     expect_reject("{\"\xff\":1}", 0, "not UTF-8 text");
     expect_reject("{\"\xc0\xaf\":1}", 0, "not UTF-8 text"); /* overlong */
     expect_reject("{\"\xed\xa0\x80\":1}", 0, "not UTF-8 text"); /* surrogate */
