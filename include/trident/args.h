@@ -87,6 +87,22 @@ typedef struct td_args {
     char *metrics_file;
     char *dump_params;
     double peak_tflops;
+    /* checkpoints */
+    char *save;
+    int64_t save_interval;
+    char *load;
+    int no_load_optim;
+    int no_load_rng;
+    int finetune;
+    int keep_last;
+    int64_t exit_interval;
+    double exit_duration_in_mins;
+    int exit_signal_handler;
+    /* eval and convert */
+    char *split_name;
+    int eval_stride;
+    td_strlist from;
+    td_strlist to;
 
     unsigned char set_[TD_MAX_FLAGS]; /* set_[i]: flag i of the table was given */
 } td_args;
@@ -99,6 +115,10 @@ int td_args_parse(td_args *a, unsigned cmd, const char *prog, int argc, char **a
 void td_args_defaults(td_args *a, unsigned cmd);
 /* 1 if `flag` (e.g. "--train-iters") was given on the command line. */
 int td_args_given(const td_args *a, const char *flag);
+/* Every flag `cmd` takes with its value (defaults included) as the text of one JSON object,
+ * keyed by Megatron's argument names ("num_layers": 12, "split": "969,30,1", lists as arrays,
+ * unset flags null). The caller frees it. */
+char *td_args_json(const td_args *a, unsigned cmd);
 /* Prints the flags `cmd` takes, grouped, with defaults and help. */
 void td_args_usage(unsigned cmd, const char *prog, const char *summary);
 void td_args_free(td_args *a);

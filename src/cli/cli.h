@@ -9,4 +9,6 @@ int cli_train(int argc, char **argv);
 int cli_tokenize(int argc, char **argv);
 int cli_preprocess(int argc, char **argv);
 
+int cli_checkpoint(int argc, char **argv);
+
 #endif

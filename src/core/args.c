@@ -86,7 +86,7 @@ static const flag_t FLAGS[] = {
      1 << 24, NULL},
     {"--max-position-embeddings", A_INT, OFF(max_position_embeddings), NULL, MODEL, "model",
      "learned positions (default: --seq-length)", 1, 1 << 24, NULL},
-    {"--make-vocab-size-divisible-by", A_INT, OFF(make_vocab_size_divisible_by), "128", MODEL, "model",
+    {"--make-vocab-size-divisible-by", A_INT, OFF(make_vocab_size_divisible_by), "128", MODEL | TD_CMD_CONVERT, "model",
      "pad the vocab to a multiple of this (times the tensor-parallel size)", 1, 1 << 20, NULL},
     {"--init-method-std", A_FLOAT, OFF(init_method_std), "0.02", MODEL, "model",
      "std of the normal init; output projections use std/sqrt(2 layers)", 0, 10, NULL},
@@ -144,6 +144,39 @@ static const flag_t FLAGS[] = {
      "at the end, write the whole model's parameters gathered (raw float32, canonical order)", 0, 0, NULL},
     {"--peak-tflops", A_FLOAT, OFF(peak_tflops), NULL, TD_CMD_TRAIN | TD_CMD_PLAN, "training",
      "peak TFLOP/s per rank for MFU (default: measured GEMM peak)", 0, 1e9, NULL},
+
+    {"--save", A_STR, OFF(save), NULL, TD_CMD_TRAIN, "checkpointing",
+     "save checkpoints in this folder (DIR/iter_NNNNNNN/), every --save-interval, at the end and on exit", 0, 0,
+     NULL},
+    {"--save-interval", A_I64, OFF(save_interval), NULL, TD_CMD_TRAIN, "checkpointing",
+     "iterations between checkpoints (default: only at the end and on exit)", 1, BIG, NULL},
+    {"--load", A_STR, OFF(load), NULL, TD_CMD_TRAIN | TD_CMD_EVAL, "checkpointing",
+     "start from the latest checkpoint in this folder (or an iter_NNNNNNN folder); any layout", 0, 0, NULL},
+    {"--no-load-optim", A_BOOL, OFF(no_load_optim), "0", TD_CMD_TRAIN, "checkpointing",
+     "with --load: do not load the optimizer state (Adam moments start at zero)", 0, 0, NULL},
+    {"--no-load-rng", A_BOOL, OFF(no_load_rng), "0", TD_CMD_TRAIN, "checkpointing",
+     "with --load: use --seed instead of the checkpoint's seed (the whole random state)", 0, 0, NULL},
+    {"--finetune", A_BOOL, OFF(finetune), "0", TD_CMD_TRAIN, "checkpointing",
+     "with --load: load the weights only and start at iteration 0 with a fresh optimizer", 0, 0, NULL},
+    {"--keep-last", A_INT, OFF(keep_last), "0", TD_CMD_TRAIN, "checkpointing",
+     "after each save keep only the newest N checkpoints (0: keep all)", 0, 1 << 30, NULL},
+    {"--exit-interval", A_I64, OFF(exit_interval), NULL, TD_CMD_TRAIN, "checkpointing",
+     "save (with --save) and exit 0 when the iteration is a multiple of this", 1, BIG, NULL},
+    {"--exit-duration-in-mins", A_FLOAT, OFF(exit_duration_in_mins), NULL, TD_CMD_TRAIN, "checkpointing",
+     "save (with --save) and exit 0 after the iteration that ends past this many minutes", 0, 1e9, NULL},
+    {"--exit-signal-handler", A_BOOL, OFF(exit_signal_handler), "0", TD_CMD_TRAIN, "checkpointing",
+     "on SIGTERM or SIGINT finish the iteration, save (with --save) and exit 0", 0, 0, NULL},
+
+    {"--split-name", A_CHOICE, OFF(split_name), "valid", TD_CMD_EVAL, "evaluation",
+     "documents to score: a split of --split, or all of them", 0, 0, "train|valid|test|all"},
+    {"--eval-stride", A_INT, OFF(eval_stride), NULL, TD_CMD_EVAL, "evaluation",
+     "tokens between window starts; each later window scores only its last K targets (default: "
+     "--seq-length)", 1, 1 << 24, NULL},
+
+    {"--from", A_LIST, OFF(from), NULL, TD_CMD_CONVERT, "convert",
+     "FORMAT DIR: the input (trident DIR, a checkpoint; hf DIR, config.json + model.safetensors)", 0, 0, NULL},
+    {"--to", A_LIST, OFF(to), NULL, TD_CMD_CONVERT, "convert", "FORMAT DIR: the output (hf or trident)", 0, 0,
+     NULL},
 };
 #define NFLAGS ((int)(sizeof FLAGS / sizeof FLAGS[0]))
 _Static_assert(sizeof FLAGS / sizeof FLAGS[0] <= TD_MAX_FLAGS, "raise TD_MAX_FLAGS");
@@ -312,6 +345,75 @@ int td_args_given(const td_args *a, const char *flag)
     int idx = -1;
     if (!find_flag(flag, strlen(flag), &idx)) return 0;
     return a->set_[idx];
+}
+
+/* Appends text to a growing buffer. */
+static void jput(char **buf, size_t *n, size_t *cap, const char *s)
+{
+    size_t k = strlen(s);
+    if (*n + k + 1 > *cap) {
+        *cap = (*n + k + 1) * 2;
+        *buf = td_xrealloc(*buf, *cap);
+    }
+    memcpy(*buf + *n, s, k + 1);
+    *n += k;
+}
+
+static void jstring(char **buf, size_t *n, size_t *cap, const char *s)
+{
+    jput(buf, n, cap, "\"");
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        char e[8] = {(char)*p, 0};
+        if (*p == '"' || *p == '\\') e[0] = '\\', e[1] = (char)*p, e[2] = 0;
+        else if (*p < 0x20) snprintf(e, sizeof e, "\\u%04x", *p);
+        jput(buf, n, cap, e);
+    }
+    jput(buf, n, cap, "\"");
+}
+
+char *td_args_json(const td_args *a, unsigned cmd)
+{
+    char *buf = NULL, tmp[64];
+    size_t n = 0, cap = 0;
+    jput(&buf, &n, &cap, "{");
+    int first = 1;
+    for (int i = 0; i < NFLAGS; i++) {
+        const flag_t *f = &FLAGS[i];
+        if (!(f->cmds & cmd)) continue;
+        jput(&buf, &n, &cap, first ? "\"" : ", \"");
+        first = 0;
+        for (const char *p = f->name + 2; *p; p++) {
+            char c[2] = {*p == '-' ? '_' : *p, 0};
+            jput(&buf, &n, &cap, c);
+        }
+        jput(&buf, &n, &cap, "\": ");
+        const char *field = (const char *)a + f->off;
+        int set = a->set_[i] || f->def;
+        switch (f->type) {
+        case A_INT: snprintf(tmp, sizeof tmp, "%d", *(const int *)field); break;
+        case A_I64: snprintf(tmp, sizeof tmp, "%lld", (long long)*(const int64_t *)field); break;
+        case A_FLOAT: snprintf(tmp, sizeof tmp, "%.17g", *(const double *)field); break;
+        case A_BOOL: snprintf(tmp, sizeof tmp, "%s", *(const int *)field ? "true" : "false"); break;
+        default: tmp[0] = 0; break;
+        }
+        if (f->type == A_STR || f->type == A_CHOICE) {
+            const char *v = *(char *const *)field;
+            if (v) jstring(&buf, &n, &cap, v);
+            else jput(&buf, &n, &cap, "null");
+        } else if (f->type == A_LIST) {
+            const td_strlist *l = (const td_strlist *)field;
+            jput(&buf, &n, &cap, "[");
+            for (int k = 0; k < l->n; k++) {
+                if (k) jput(&buf, &n, &cap, ", ");
+                jstring(&buf, &n, &cap, l->v[k]);
+            }
+            jput(&buf, &n, &cap, "]");
+        } else {
+            jput(&buf, &n, &cap, set || f->type == A_BOOL ? tmp : "null");
+        }
+    }
+    jput(&buf, &n, &cap, "}");
+    return buf;
 }
 
 void td_args_usage(unsigned cmd, const char *prog, const char *summary)

@@ -3,7 +3,9 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <math.h>
+#include <signal.h>
 #include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +14,7 @@
 #include "backend/backend.h"
 #include "trident/bpe.h"
 #include "trident/check.h"
+#include "trident/checkpoint.h"
 #include "trident/data_parallel.h"
 #include "trident/gpt.h"
 #include "trident/gpt_dataset.h"
@@ -65,6 +68,9 @@ int trainer_validate(const td_args *a, int world_size, char *msg, size_t msglen)
         if (vp > PP_MAX_CHUNKS) FAIL("%d virtual stages per rank is more than %d; raise "
                                      "--num-layers-per-virtual-pipeline-stage", vp, PP_MAX_CHUNKS);
     }
+    if (a->finetune && !a->load) FAIL("--finetune needs --load (the checkpoint to start from)");
+    if (td_args_given(a, "--save-interval") && !a->save) FAIL("--save-interval needs --save");
+    if (a->keep_last && !a->save) FAIL("--keep-last needs --save");
     pp_schedule sched;
     if (pp_schedule_parse(a->pipeline_schedule, pp, vp, &sched)) FAIL("--pipeline-schedule %s", a->pipeline_schedule);
     if (sched == PP_SCHEDULE_INTERLEAVED && vp == 1)
@@ -349,16 +355,146 @@ static void dump_params(run_state *r, const char *path)
     comm_barrier(r->ps->world);
 }
 
+/* ---- checkpoints: --load at start, --save and --exit-* after iterations (docs/checkpoints.md) ---- */
+
+static volatile sig_atomic_t g_exit_signal;
+static void on_exit_signal(int sig) { g_exit_signal = sig; }
+
+/* Ends the job when `bad` on any rank: the lowest such rank prints msg and aborts the job. */
+static void fail_if_any(comm *world, int bad, const char *msg)
+{
+    int32_t who = bad ? comm_rank(world) : INT32_MAX;
+    comm_allreduce(world, &who, 1, COMM_I32, COMM_MIN);
+    if (who == INT32_MAX) return;
+    if (comm_rank(world) == who) td_fatal(1, "%s", msg);
+    comm_barrier(world); /* rank `who` aborts the job meanwhile */
+    td_fatal(1, "rank %d could not load the checkpoint", who);
+}
+
+/* Finds the checkpoint of --load (every rank reads its meta.json). Without --finetune or
+ * --no-load-rng its seed becomes the run's (eff->seed), as the seed is the whole random state.
+ * Returns 1 when there is one to load. */
+static int resume_find(td_args *eff, comm *world, ckpt_meta *meta)
+{
+    if (!eff->load) return 0;
+    char err[1024] = "";
+    int rc = ckpt_find(eff->load, meta, err, sizeof err);
+    fail_if_any(world, rc < 0, err);
+    if (rc == 1) {
+        if (eff->finetune) td_fatal(1, "--finetune --load %s: no checkpoint there", eff->load);
+        if (comm_rank(world) == 0)
+            td_warn("--load %s holds no checkpoint (no %s): starting from scratch", eff->load, CKPT_LATEST);
+        return 0;
+    }
+    if (!eff->finetune && !eff->no_load_rng && (uint64_t)eff->seed != meta->progress.seed) {
+        if (comm_rank(world) == 0 && td_args_given(eff, "--seed"))
+            td_warn("using the checkpoint's seed %llu, not --seed %lld (add --no-load-rng to use --seed)",
+                    (unsigned long long)meta->progress.seed, (long long)eff->seed);
+        eff->seed = (int64_t)meta->progress.seed;
+    }
+    return 1;
+}
+
+static ckpt_model ckpt_view(run_state *r)
+{
+    ckpt_model m = {r->ps, r->nchunks, r->chunks, r->adam_m, r->adam_v};
+    return m;
+}
+
+/* Loads the checkpoint into the run (weights only with --finetune, no moments with
+ * --no-load-optim) and returns where to continue from. */
+static ckpt_progress resume_load(run_state *r, const ckpt_meta *meta)
+{
+    const td_args *a = r->a;
+    double t0 = td_now();
+    ckpt_model m = ckpt_view(r);
+    char err[1024] = "";
+    int rc = ckpt_load(meta, &m, !a->finetune && !a->no_load_optim, err, sizeof err);
+    fail_if_any(r->ps->world, rc != 0, err);
+    ckpt_progress p = meta->progress;
+    if (a->finetune) p = (ckpt_progress){0, 0, 0, (uint64_t)a->seed};
+    p.seed = (uint64_t)a->seed;
+    comm_barrier(r->ps->world);
+    if (r->ps->world_rank == 0)
+        TD_INFO("loaded checkpoint %s (iteration %lld, written by tp %d x pp %d x dp %d, %d virtual stage%s) in %.2f s%s",
+                meta->dir, (long long)meta->progress.iteration, meta->tp, meta->pp, meta->dp, meta->vp,
+                meta->vp > 1 ? "s" : "", td_now() - t0,
+                a->finetune ? ": weights only, starting at iteration 0" : a->no_load_optim ? ": no optimizer state" : "");
+    return p;
+}
+
+static void save_checkpoint(run_state *r, const ckpt_progress *p)
+{
+    const td_args *a = r->a;
+    ckpt_model m = ckpt_view(r);
+    char *args = td_args_json(a, TD_CMD_TRAIN);
+    ckpt_save_stats st;
+    ckpt_save(a->save, &m, p, args, a->keep_last, &st);
+    free(args);
+    if (r->ps->world_rank == 0)
+        TD_INFO("saved checkpoint at iteration %lld to %s: %.1f MB in %.2f s (%.0f MB/s)", (long long)p->iteration,
+                a->save, (double)st.bytes / 1e6, st.seconds, (double)st.bytes / 1e6 / (st.seconds > 0 ? st.seconds : 1e-9));
+}
+
+/* After each iteration: saves every --save-interval, and decides whether to stop (--exit-interval,
+ * --exit-duration-in-mins, a signal with --exit-signal-handler; agreed by all ranks), saving
+ * first. *last_saved: the iteration of the newest save. Returns 1 to stop. */
+static int after_iteration(run_state *r, const ckpt_progress *p, double t_begin, int64_t *last_saved)
+{
+    const td_args *a = r->a;
+    int64_t it = p->iteration;
+    if (a->save && a->save_interval && it % a->save_interval == 0) {
+        save_checkpoint(r, p);
+        *last_saved = it;
+    }
+    int32_t stop[3] = {0, 0, 0}; /* signal, duration, interval */
+    int timed = td_args_given(a, "--exit-duration-in-mins");
+    if (a->exit_signal_handler || timed) {
+        stop[0] = g_exit_signal != 0;
+        stop[1] = timed && (td_now() - t_begin) / 60.0 > a->exit_duration_in_mins;
+        comm_allreduce(r->ps->world, stop, 2, COMM_I32, COMM_MAX);
+    }
+    stop[2] = a->exit_interval && it % a->exit_interval == 0;
+    if (!stop[0] && !stop[1] && !stop[2]) return 0;
+    if (a->save && *last_saved != it) {
+        save_checkpoint(r, p);
+        *last_saved = it;
+    }
+    if (r->ps->world_rank == 0)
+        TD_INFO("exiting after iteration %lld (%s)", (long long)it,
+                stop[0] ? "signal received" : stop[1] ? "--exit-duration-in-mins" : "--exit-interval");
+    return 1;
+}
+
 int trainer_run(const td_args *a, comm *world)
 {
+    double t_begin = td_now();
+    td_args eff = *a; /* the seed may come from the checkpoint */
+    ckpt_meta meta;
+    int resume = resume_find(&eff, world, &meta);
+    if (eff.exit_signal_handler) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_exit_signal;
+        sa.sa_flags = SA_RESTART;
+        sigaction(SIGTERM, &sa, NULL);
+        sigaction(SIGINT, &sa, NULL);
+    }
     run_state r;
-    setup(&r, a, world);
+    setup(&r, &eff, world);
+    a = &eff;
+    ckpt_progress prog = {0, 0, 0, (uint64_t)eff.seed};
+    if (resume) {
+        prog = resume_load(&r, &meta);
+        ckpt_meta_free(&meta);
+    }
     const gpt_config *c = &r.chunks[0]->cfg;
     double flops_iter = gpt_flops_per_iteration(c, r.gbs, 0);
-    int64_t consumed = 0, valid_consumed = 0;
+    int64_t consumed = prog.consumed_train, valid_consumed = prog.consumed_valid, last_saved = prog.iteration;
+    int64_t last_iter = prog.iteration, stopped = 0;
     double t_start = td_now();
 
-    for (int64_t iter = 1; iter <= r.train_iters; iter++) {
+    for (int64_t iter = prog.iteration + 1; iter <= r.train_iters && !stopped; iter++) {
         double t0 = td_now(), c0 = ps_comm_seconds(r.ps);
         for (int k = 0; k < r.nchunks; k++) be_zero(r.be, r.chunks[k]->grads, r.chunks[k]->numel);
         r.src.consumed = consumed;
@@ -402,11 +538,18 @@ int trainer_run(const td_args *a, comm *world)
             if (iter % a->log_interval == 0 || iter == 1 || iter == r.train_iters || isfinite(rec.val_loss))
                 met_print(&rec, r.train_iters, r.gbs);
         }
+        last_iter = iter;
+        ckpt_progress now = {iter, consumed, valid_consumed, (uint64_t)a->seed};
+        stopped = after_iteration(&r, &now, t_begin, &last_saved);
+    }
+    if (a->save && last_iter != last_saved) {
+        ckpt_progress now = {last_iter, consumed, valid_consumed, (uint64_t)a->seed};
+        save_checkpoint(&r, &now);
     }
     if (a->dump_params) dump_params(&r, a->dump_params);
     if (r.reporter) {
         double total = td_now() - t_start;
-        TD_INFO("done: %lld iterations in %.1f s; peak memory (RSS) %.1f MiB", (long long)r.train_iters, total,
+        TD_INFO("done: %lld iterations in %.1f s; peak memory (RSS) %.1f MiB", (long long)last_iter, total,
                 (double)trainer_peak_rss() / (1024.0 * 1024.0));
     }
     teardown(&r);

@@ -1,0 +1,151 @@
+/* Distributed checkpoints. Owns the on-disk layout of a saved run — DIR/iter_NNNNNNN/ with
+ * meta.json and one model and one optimizer safetensors shard per model-parallel position,
+ * whose entries are named by logical tensor with the slice they hold and a CRC32 — the
+ * crash-safe save (shards fsynced, folder renamed into place, latest_checkpointed_iteration.txt
+ * replaced last), pruning, and reading any slice of any logical tensor whatever layout wrote
+ * it (resharding). See docs/checkpoints.md. */
+#ifndef TRIDENT_CHECKPOINT_H
+#define TRIDENT_CHECKPOINT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "trident/gpt.h"
+#include "trident/parallel_state.h"
+
+/* Version of the layout written; a checkpoint with a larger one is refused. */
+#define CKPT_FORMAT_VERSION 1
+#define CKPT_LATEST "latest_checkpointed_iteration.txt"
+
+/* Where a run stands: everything besides tensors that exact resumption needs. Randomness is
+ * counter-based (init, dropout and data order are functions of the seed and logical
+ * coordinates), so the seed is the whole RNG state. */
+typedef struct ckpt_progress {
+    int64_t iteration;      /* iterations done (the Adam step count) */
+    int64_t consumed_train; /* training samples consumed */
+    int64_t consumed_valid; /* validation samples consumed */
+    uint64_t seed;
+} ckpt_progress;
+
+/* What one rank holds: its model chunks (virtual stages) and their Adam moments. */
+typedef struct ckpt_model {
+    const ps_state *ps;
+    int nchunks;
+    gpt_model **chunks;          /* chunk k is virtual stage k * pp + pp_rank */
+    float **adam_m, **adam_v;    /* per chunk, laid out like its params; NULL: no optimizer state */
+} ckpt_model;
+
+/* Which part of a logical tensor a buffer holds. Dimension `dim` (-1: none; the tensor is
+ * whole) is `blocks` equal blocks, and [start, start + len) of every block is held; the local
+ * buffer is row-major over the held indices (block by block). A 1-D tensor is (n, 1). */
+typedef struct ckpt_slice {
+    int ndim;
+    int64_t shape[2]; /* logical shape */
+    int dim, blocks;
+    int64_t start, len;
+} ckpt_slice;
+
+/* The slice a model's table entry holds. */
+ckpt_slice ckpt_slice_of(const gpt_tensor_info *t);
+/* The whole of a tensor of logical shape (d0) or (d0, d1) (d1 = 0 for 1-D). */
+ckpt_slice ckpt_slice_whole(int64_t d0, int64_t d1);
+/* Elements a buffer holding slice s has. */
+int64_t ckpt_slice_numel(const ckpt_slice *s);
+
+/* Kinds of state in a checkpoint. */
+typedef enum { CKPT_PARAMS = 0, CKPT_EXP_AVG = 1, CKPT_EXP_AVG_SQ = 2 } ckpt_kind;
+
+typedef struct ckpt_file {
+    char *name;        /* in the iteration folder */
+    int optimizer;     /* 0 model, 1 optimizer shard */
+    int tp_rank, pp_rank;
+    uint64_t bytes;
+} ckpt_file;
+
+/* A checkpoint's meta.json. */
+typedef struct ckpt_meta {
+    char *dir;               /* the iteration folder */
+    int format_version;
+    char *version;           /* trident version that wrote it */
+    ckpt_progress progress;
+    int tp, pp, dp, vp;      /* the layout that wrote it */
+    gpt_config model;        /* seq: the training sequence length; seed: progress.seed */
+    int has_optimizer;
+    int nfiles;
+    ckpt_file *files;
+    char *args_json;         /* the "args" object, as JSON text */
+} ckpt_meta;
+
+/* Finds the checkpoint at `path`: a save folder (the iteration named by its
+ * latest_checkpointed_iteration.txt) or an iteration folder (holding meta.json). Returns 0 with
+ * *out filled; 1 when `path` holds no checkpoint at all (no such folder, or no latest file and
+ * no meta.json); -1 with one line in err when it holds a bad one (unreadable or malformed
+ * latest file or meta.json, a newer format version, a missing shard or one of the wrong size).
+ * Free with ckpt_meta_free. */
+int ckpt_find(const char *path, ckpt_meta *out, char *err, size_t errlen);
+void ckpt_meta_free(ckpt_meta *m);
+
+/* The model config stored in a checkpoint, for a run of `tp` ranks per layer and sequence
+ * length `seq`: the checkpoint's padded vocabulary when tp divides it, else the vocabulary
+ * padded to a multiple of divisible_by x tp. Dropout off. */
+gpt_config ckpt_model_config(const ckpt_meta *m, int tp, int seq, int divisible_by);
+
+/* ---- reading ---- */
+
+typedef struct ckpt_reader ckpt_reader;
+
+/* Opens every shard of the checkpoint (headers parsed, data mapped) and indexes their entries.
+ * NULL with err naming the file on a malformed shard or inconsistent slices. */
+ckpt_reader *ckpt_reader_open(const ckpt_meta *m, char *err, size_t errlen);
+void ckpt_reader_close(ckpt_reader *r);
+
+/* Fills dst, a buffer holding slice `want` of logical tensor `name`, with state `kind` from
+ * whichever shards hold the parts of it, checking the CRC32 of every entry it reads. The
+ * logical shapes must agree, except for the word embedding's padded rows: rows past the
+ * checkpoint's are copies of its last row (Megatron's rule), rows past this one's are dropped.
+ * Returns 0, or -1 with one line in err (the tensor is missing or not wholly covered, a shape
+ * differs — naming both — or a CRC mismatch naming the file and entry). */
+int ckpt_read(ckpt_reader *r, ckpt_kind kind, const char *name, const ckpt_slice *want, float *dst, char *err,
+              size_t errlen);
+
+/* Loads every chunk of `m` (parameters, and Adam moments when load_optimizer and m has them)
+ * from the checkpoint (this rank only; no communication). 0, or -1 with err. */
+int ckpt_load(const ckpt_meta *meta, const ckpt_model *m, int load_optimizer, char *err, size_t errlen);
+
+/* Logical tensors of a checkpoint, in the order first met (model shards in file order). */
+typedef struct ckpt_tensor_list {
+    int n;
+    char **names;
+    ckpt_slice *shapes; /* whole slices: logical shapes */
+} ckpt_tensor_list;
+void ckpt_list_tensors(const ckpt_reader *r, ckpt_tensor_list *out);
+void ckpt_tensor_list_free(ckpt_tensor_list *l);
+
+/* Verifies the CRC32 of every entry of every shard. Calls report (if not NULL) per entry.
+ * Returns the number of bad entries; err gets the first. */
+int ckpt_verify(ckpt_reader *r, void (*report)(void *user, const char *file, const char *entry, int ok),
+                void *user, char *err, size_t errlen);
+
+/* ---- saving ---- */
+
+typedef struct ckpt_save_stats {
+    double seconds;   /* wall time of the whole save, every rank done */
+    uint64_t bytes;   /* bytes of all shards */
+} ckpt_save_stats;
+
+/* Saves the state of every rank of ps->world (collective): dp rank 0 of each model-parallel
+ * position writes its model shard (and optimizer shard when m has moments) into
+ * DIR/iter_NNNNNNN.tmp, every file fsynced; then world rank 0 writes meta.json (the layout,
+ * progress, model config and `args_json`), fsyncs the folder, renames it to iter_NNNNNNN
+ * (exchanging it with an old one of that iteration), and replaces DIR/CKPT_LATEST by an atomic
+ * rename. keep_last > 0 then removes all but the keep_last newest checkpoints at or below this
+ * iteration. An I/O error ends the job naming the file; the previous checkpoint stays intact.
+ * The environment variable TRIDENT_TEST_SAVE_DELAY_MS (tests only) sleeps that long after each
+ * shard and before the renames. */
+void ckpt_save(const char *dir, const ckpt_model *m, const ckpt_progress *p, const char *args_json, int keep_last,
+               ckpt_save_stats *stats);
+
+/* The iteration folder name of `iteration` in `dir`. */
+void ckpt_iter_dir(char *out, size_t len, const char *dir, int64_t iteration);
+
+#endif

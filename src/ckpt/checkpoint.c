@@ -1,0 +1,578 @@
+/* Distributed checkpoints, saving and meta.json: see include/trident/checkpoint.h and
+ * docs/checkpoints.md. Reading and resharding are in reader.c.
+ *
+ * A save, in order (a crash at any point leaves the previous checkpoint and the latest file
+ * intact):
+ *   1. rank 0 creates DIR/iter_N.tmp (removing stale *.tmp folders of crashed saves);
+ *   2. dp rank 0 of each (tp, pp) position writes model_tpT_ppP.safetensors and
+ *      optim_tpT_ppP.safetensors there, each fsynced;
+ *   3. rank 0 writes meta.json (fsynced), fsyncs the folder and renames it to iter_N (atomically
+ *      exchanging it with an older iter_N if there is one), fsyncs DIR;
+ *   4. rank 0 replaces latest_checkpointed_iteration.txt (temporary, fsync, rename, fsync DIR);
+ *   5. --keep-last prunes. */
+#include "trident/checkpoint.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "ckpt/ckpt_fs.h"
+#include "ckpt/ckpt_impl.h"
+#include "trident/check.h"
+#include "trident/safetensors.h"
+#include "trident/timer.h"
+
+/* ---- slices ---- */
+
+ckpt_slice ckpt_slice_of(const gpt_tensor_info *t)
+{
+    ckpt_slice s = {t->ndim, {t->shape[0], t->ndim == 2 ? t->shape[1] : 0}, t->shard_dim, 1, 0, 0};
+    if (t->shard_dim >= 0) {
+        s.blocks = t->shard_blocks;
+        s.start = t->shard_start;
+        s.len = t->shard_len;
+    }
+    return s;
+}
+
+ckpt_slice ckpt_slice_whole(int64_t d0, int64_t d1)
+{
+    ckpt_slice s = {d1 ? 2 : 1, {d0, d1}, -1, 1, 0, 0};
+    return s;
+}
+
+int64_t ckpt_slice_numel(const ckpt_slice *s)
+{
+    int64_t n0 = s->shape[0], n1 = s->ndim == 2 ? s->shape[1] : 1;
+    if (s->dim == 0) n0 = s->blocks * s->len;
+    if (s->dim == 1) n1 = s->blocks * s->len;
+    return n0 * n1;
+}
+
+void ckpt_iter_dir(char *out, size_t len, const char *dir, int64_t iteration)
+{
+    int k = snprintf(out, len, "%s/iter_%07lld", dir, (long long)iteration);
+    if (k < 0 || (size_t)k >= len) td_fatal(1, "--save path too long: %s", dir);
+}
+
+const char *ckpt_kind_prefix(ckpt_kind k)
+{
+    return k == CKPT_EXP_AVG ? "exp_avg." : k == CKPT_EXP_AVG_SQ ? "exp_avg_sq." : "";
+}
+
+void ckpt_shard_name(char *out, size_t len, int optimizer, int tp_rank, int pp_rank)
+{
+    snprintf(out, len, "%s_tp%03d_pp%03d.safetensors", optimizer ? "optim" : "model", tp_rank, pp_rank);
+}
+
+char *ckpt_slice_json(const ckpt_slice *s, uint32_t crc)
+{
+    char buf[256];
+    if (s->ndim == 2)
+        snprintf(buf, sizeof buf, "{\"shape\":[%lld,%lld],\"dim\":%d,\"blocks\":%d,\"start\":%lld,\"len\":%lld,"
+                 "\"crc32\":\"%08x\"}", (long long)s->shape[0], (long long)s->shape[1], s->dim, s->blocks,
+                 (long long)s->start, (long long)s->len, crc);
+    else
+        snprintf(buf, sizeof buf, "{\"shape\":[%lld],\"dim\":%d,\"blocks\":%d,\"start\":%lld,\"len\":%lld,"
+                 "\"crc32\":\"%08x\"}", (long long)s->shape[0], s->dim, s->blocks, (long long)s->start,
+                 (long long)s->len, crc);
+    return td_xstrdup(buf);
+}
+
+/* ---- writing one shard ---- */
+
+/* Entries of a shard under construction. */
+typedef struct {
+    int n, cap;
+    st_entry *e;
+    char **names, **meta;
+} shard;
+
+static void shard_add(shard *s, const char *name, const ckpt_slice *sl, const float *data)
+{
+    if (s->n == s->cap) {
+        s->cap = s->cap ? 2 * s->cap : 64;
+        s->e = td_xrealloc(s->e, (size_t)s->cap * sizeof *s->e);
+        s->names = td_xrealloc(s->names, (size_t)s->cap * sizeof *s->names);
+        s->meta = td_xrealloc(s->meta, (size_t)s->cap * sizeof *s->meta);
+    }
+    int64_t n0 = sl->shape[0], n1 = sl->ndim == 2 ? sl->shape[1] : 1;
+    if (sl->dim == 0) n0 = sl->blocks * sl->len;
+    if (sl->dim == 1) n1 = sl->blocks * sl->len;
+    size_t bytes = (size_t)(n0 * n1) * sizeof(float);
+    st_entry *e = &s->e[s->n];
+    memset(e, 0, sizeof *e);
+    s->names[s->n] = td_xstrdup(name);
+    e->name = s->names[s->n];
+    e->dtype = ST_F32;
+    e->ndim = sl->ndim;
+    e->shape[0] = n0;
+    e->shape[1] = n1;
+    e->data = data;
+    e->bytes = bytes;
+    s->meta[s->n] = ckpt_slice_json(sl, st_crc32(0, data, bytes));
+    s->n++;
+}
+
+static void shard_free(shard *s)
+{
+    for (int i = 0; i < s->n; i++) {
+        free(s->names[i]);
+        free(s->meta[i]);
+    }
+    free(s->e);
+    free(s->names);
+    free(s->meta);
+}
+
+/* The tensors of chunk c this rank writes: not the last stage's copy of the word embedding
+ * (the first stage saves it), and replicated tensors from tp rank 0 only. */
+static int rank_writes(const ckpt_model *m, const gpt_tensor_info *t)
+{
+    if (t->embedding_copy) return 0;
+    if (t->tp_replicated && m->ps->tp_rank != 0) return 0;
+    return 1;
+}
+
+static void save_delay(void)
+{
+    const char *s = getenv("TRIDENT_TEST_SAVE_DELAY_MS");
+    long ms = s ? atol(s) : 0;
+    if (ms <= 0) return;
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+/* Writes this rank's model shard (optimizer = 0) or optimizer shard (1) into folder tmp.
+ * Returns its size in bytes. */
+static uint64_t write_shard(const char *tmp, const ckpt_model *m, int optimizer)
+{
+    const ps_state *ps = m->ps;
+    int nbuf = optimizer ? 2 : 1;
+    float **host = td_xcalloc((size_t)(2 * m->nchunks), sizeof *host);
+    shard s = {0};
+    for (int c = 0; c < m->nchunks; c++) {
+        const gpt_model *g = m->chunks[c];
+        for (int b = 0; b < nbuf; b++) {
+            const float *src = optimizer ? (b == 0 ? m->adam_m[c] : m->adam_v[c]) : g->params;
+            host[c * 2 + b] = td_xmalloc(g->numel * sizeof(float));
+            be_memcpy(g->be, host[c * 2 + b], src, g->numel * sizeof(float), BE_D2H);
+        }
+        for (int b = 0; b < nbuf; b++)
+            for (int i = 0; i < g->ntensors; i++) {
+                const gpt_tensor_info *t = &g->table[i];
+                if (!rank_writes(m, t)) continue;
+                char name[96];
+                snprintf(name, sizeof name, "%s%s", optimizer ? ckpt_kind_prefix(b ? CKPT_EXP_AVG_SQ : CKPT_EXP_AVG) : "",
+                         t->name);
+                ckpt_slice sl = ckpt_slice_of(t);
+                shard_add(&s, name, &sl, host[c * 2 + b] + t->offset);
+            }
+    }
+    char tp_s[16], pp_s[16], ver[16];
+    snprintf(tp_s, sizeof tp_s, "%d", ps->tp_rank);
+    snprintf(pp_s, sizeof pp_s, "%d", ps->pp_rank);
+    snprintf(ver, sizeof ver, "%d", CKPT_FORMAT_VERSION);
+    int nmeta = 5 + s.n;
+    const char **keys = td_xmalloc((size_t)nmeta * sizeof(char *)), **vals = td_xmalloc((size_t)nmeta * sizeof(char *));
+    keys[0] = "format", vals[0] = "trident";
+    keys[1] = "format_version", vals[1] = ver;
+    keys[2] = "kind", vals[2] = optimizer ? "optimizer" : "model";
+    keys[3] = "tp_rank", vals[3] = tp_s;
+    keys[4] = "pp_rank", vals[4] = pp_s;
+    for (int i = 0; i < s.n; i++) keys[5 + i] = s.names[i], vals[5 + i] = s.meta[i];
+
+    char fname[64], path[4200], err[1024];
+    ckpt_shard_name(fname, sizeof fname, optimizer, ps->tp_rank, ps->pp_rank);
+    ckf_join(path, sizeof path, tmp, fname);
+    if (st_write(path, s.e, s.n, keys, vals, nmeta, 1, err, sizeof err))
+        td_fatal(1, "saving the checkpoint: %s (the previous checkpoint is untouched)", err);
+    struct stat sb;
+    uint64_t bytes = stat(path, &sb) == 0 ? (uint64_t)sb.st_size : 0;
+    free(keys);
+    free(vals);
+    shard_free(&s);
+    for (int i = 0; i < 2 * m->nchunks; i++) free(host[i]);
+    free(host);
+    return bytes;
+}
+
+/* ---- meta.json ---- */
+
+/* A float as the shortest decimal that reads back as it (0.02f is 0.02, not 0.0199999995). */
+static double float_value(float f)
+{
+    char buf[32];
+    for (int digits = 6; digits < 10; digits++) {
+        snprintf(buf, sizeof buf, "%.*g", digits, (double)f);
+        if (strtof(buf, NULL) == f) break;
+    }
+    return strtod(buf, NULL);
+}
+
+static cJSON *meta_json(const ckpt_model *m, const ckpt_progress *p, const char *args_json, const char *tmp)
+{
+    const ps_state *ps = m->ps;
+    const gpt_config *c = &m->chunks[0]->cfg;
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "format", "trident-checkpoint");
+    cJSON_AddNumberToObject(o, "format_version", CKPT_FORMAT_VERSION);
+    cJSON_AddStringToObject(o, "trident_version", TRIDENT_VERSION);
+    cJSON_AddNumberToObject(o, "iteration", (double)p->iteration);
+    cJSON_AddNumberToObject(o, "consumed_train_samples", (double)p->consumed_train);
+    cJSON_AddNumberToObject(o, "consumed_valid_samples", (double)p->consumed_valid);
+    cJSON *rng = cJSON_AddObjectToObject(o, "rng");
+    cJSON_AddStringToObject(rng, "generator", "philox4x32-10, counter-based");
+    char seed[32];
+    snprintf(seed, sizeof seed, "%llu", (unsigned long long)p->seed);
+    cJSON_AddStringToObject(rng, "seed", seed);
+    cJSON_AddStringToObject(rng, "note",
+                            "init is keyed by (seed, tensor, element), dropout by (seed, sample, site, position, "
+                            "unit), data order by (seed, consumed samples): the seed and the consumed samples are "
+                            "the whole random state");
+    cJSON *lay = cJSON_AddObjectToObject(o, "layout");
+    cJSON_AddNumberToObject(lay, "tensor_model_parallel_size", ps->tp);
+    cJSON_AddNumberToObject(lay, "pipeline_model_parallel_size", ps->pp);
+    cJSON_AddNumberToObject(lay, "data_parallel_size", ps->dp);
+    cJSON_AddNumberToObject(lay, "virtual_pipeline_stages", m->nchunks);
+    cJSON_AddNumberToObject(lay, "world_size", ps->world_size);
+    cJSON *mod = cJSON_AddObjectToObject(o, "model");
+    cJSON_AddStringToObject(mod, "architecture", "gpt2");
+    cJSON_AddNumberToObject(mod, "num_layers", c->num_layers);
+    cJSON_AddNumberToObject(mod, "hidden_size", c->hidden);
+    cJSON_AddNumberToObject(mod, "num_attention_heads", c->heads);
+    cJSON_AddNumberToObject(mod, "ffn_hidden_size", c->ffn);
+    cJSON_AddNumberToObject(mod, "max_position_embeddings", c->max_pos);
+    cJSON_AddNumberToObject(mod, "vocab_size", c->vocab);
+    cJSON_AddNumberToObject(mod, "padded_vocab_size", c->padded_vocab);
+    cJSON_AddNumberToObject(mod, "seq_length", c->seq);
+    cJSON_AddNumberToObject(mod, "init_method_std", float_value(c->init_std));
+    cJSON_AddNumberToObject(mod, "hidden_dropout", float_value(c->hidden_dropout));
+    cJSON_AddNumberToObject(mod, "attention_dropout", float_value(c->attn_dropout));
+    cJSON_AddNumberToObject(mod, "layernorm_epsilon", 1e-5);
+    if (m->adam_m) {
+        cJSON *opt = cJSON_AddObjectToObject(o, "optimizer");
+        cJSON_AddStringToObject(opt, "type", "adamw");
+        cJSON_AddNumberToObject(opt, "step", (double)p->iteration);
+        cJSON_AddStringToObject(opt, "state", "exp_avg and exp_avg_sq per parameter (optim_* shards)");
+    } else {
+        cJSON_AddNullToObject(o, "optimizer");
+    }
+    cJSON *files = cJSON_AddArrayToObject(o, "files");
+    for (int opt = 0; opt <= (m->adam_m ? 1 : 0); opt++)
+        for (int pr = 0; pr < ps->pp; pr++)
+            for (int tr = 0; tr < ps->tp; tr++) {
+                char name[64], path[4200];
+                ckpt_shard_name(name, sizeof name, opt, tr, pr);
+                ckf_join(path, sizeof path, tmp, name);
+                struct stat sb;
+                if (stat(path, &sb) != 0)
+                    td_fatal(1, "saving the checkpoint: shard %s was not written: %s", path, td_strerror(errno));
+                cJSON *f = cJSON_CreateObject();
+                cJSON_AddStringToObject(f, "name", name);
+                cJSON_AddStringToObject(f, "kind", opt ? "optimizer" : "model");
+                cJSON_AddNumberToObject(f, "tp_rank", tr);
+                cJSON_AddNumberToObject(f, "pp_rank", pr);
+                cJSON_AddNumberToObject(f, "bytes", (double)sb.st_size);
+                cJSON_AddItemToArray(files, f);
+            }
+    cJSON *args = args_json ? cJSON_Parse(args_json) : NULL;
+    cJSON_AddItemToObject(o, "args", args ? args : cJSON_CreateObject());
+    return o;
+}
+
+/* Removes all but the keep_last newest checkpoints with iteration <= `iteration`. */
+static void prune(const char *dir, int64_t iteration, int keep_last)
+{
+    DIR *d = opendir(dir);
+    if (!d) return;
+    int64_t *its = NULL;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        const char *s = e->d_name;
+        if (strncmp(s, "iter_", 5) != 0 || strlen(s) < 12) continue;
+        char *end;
+        long long v = strtoll(s + 5, &end, 10);
+        if (*end || s[5] < '0' || s[5] > '9' || v > iteration) continue;
+        its = td_xrealloc(its, (size_t)(n + 1) * sizeof *its);
+        its[n++] = v;
+    }
+    closedir(d);
+    for (int i = 0; i < n; i++) /* newest first */
+        for (int k = i + 1; k < n; k++)
+            if (its[k] > its[i]) {
+                int64_t t = its[i];
+                its[i] = its[k];
+                its[k] = t;
+            }
+    for (int i = keep_last; i < n; i++) {
+        char path[4200];
+        ckpt_iter_dir(path, sizeof path, dir, its[i]);
+        if (ckf_remove_tree(path) != 0) td_warn("--keep-last: cannot remove %s: %s", path, td_strerror(errno));
+        else TD_INFO("removed old checkpoint %s (--keep-last %d)", path, keep_last);
+    }
+    free(its);
+}
+
+/* Removes DIR/iter_*.tmp folders left by saves that crashed. */
+static void remove_stale(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d) return;
+    for (struct dirent *e; (e = readdir(d));) {
+        size_t n = strlen(e->d_name);
+        if (strncmp(e->d_name, "iter_", 5) != 0 || n < 4 || strcmp(e->d_name + n - 4, ".tmp") != 0) continue;
+        char path[4200];
+        ckf_join(path, sizeof path, dir, e->d_name);
+        TD_INFO("removing %s, left by an interrupted save", path);
+        if (ckf_remove_tree(path) != 0) td_fatal(1, "cannot remove %s: %s", path, td_strerror(errno));
+    }
+    closedir(d);
+}
+
+static void commit(const char *dir, const char *tmp, const char *final, const ckpt_model *m, const ckpt_progress *p,
+                   const char *args_json)
+{
+    cJSON *meta = meta_json(m, p, args_json, tmp);
+    char *text = cJSON_Print(meta);
+    cJSON_Delete(meta);
+    char path[4200];
+    ckf_join(path, sizeof path, tmp, "meta.json");
+    size_t n = strlen(text);
+    text = td_xrealloc(text, n + 2);
+    text[n++] = '\n';
+    if (ckf_write_atomic(path, text, n) != 0)
+        td_fatal(1, "saving the checkpoint: cannot write %s: %s", path, td_strerror(errno));
+    free(text);
+    if (ckf_fsync_dir(tmp) != 0) td_fatal(1, "saving the checkpoint: cannot fsync %s: %s", tmp, td_strerror(errno));
+    save_delay();
+    if (ckf_is_dir(final)) {
+        /* an older save of this iteration: swap atomically, then remove the old one */
+        if (renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_EXCHANGE) != 0)
+            td_fatal(1, "saving the checkpoint: cannot replace %s: %s", final, td_strerror(errno));
+        if (ckf_remove_tree(tmp) != 0) td_warn("cannot remove the replaced %s: %s", tmp, td_strerror(errno));
+    } else if (rename(tmp, final) != 0) {
+        td_fatal(1, "saving the checkpoint: cannot rename %s to %s: %s", tmp, final, td_strerror(errno));
+    }
+    if (ckf_fsync_dir(dir) != 0) td_fatal(1, "saving the checkpoint: cannot fsync %s: %s", dir, td_strerror(errno));
+    char latest[4200], it[32];
+    ckf_join(latest, sizeof latest, dir, CKPT_LATEST);
+    int k = snprintf(it, sizeof it, "%lld\n", (long long)p->iteration);
+    if (ckf_write_atomic(latest, it, (size_t)k) != 0)
+        td_fatal(1, "saving the checkpoint: cannot write %s: %s", latest, td_strerror(errno));
+}
+
+void ckpt_save(const char *dir, const ckpt_model *m, const ckpt_progress *p, const char *args_json, int keep_last,
+               ckpt_save_stats *stats)
+{
+    const ps_state *ps = m->ps;
+    double t0 = td_now();
+    char final[4200], tmp[4300];
+    ckpt_iter_dir(final, sizeof final, dir, p->iteration);
+    snprintf(tmp, sizeof tmp, "%s.tmp", final);
+    if (ps->world_rank == 0) {
+        if (ckf_mkdirs(dir) != 0) td_fatal(1, "--save %s: cannot create the folder: %s", dir, td_strerror(errno));
+        remove_stale(dir);
+        if (mkdir(tmp, 0755) != 0) td_fatal(1, "--save: cannot create %s: %s", tmp, td_strerror(errno));
+    }
+    comm_barrier(ps->world);
+    int64_t bytes = 0;
+    if (ps->dp_rank == 0) {
+        bytes += (int64_t)write_shard(tmp, m, 0);
+        save_delay();
+        if (m->adam_m) {
+            bytes += (int64_t)write_shard(tmp, m, 1);
+            save_delay();
+        }
+    }
+    comm_allreduce(ps->world, &bytes, 1, COMM_I64, COMM_SUM); /* every shard is on disk */
+    if (ps->world_rank == 0) {
+        commit(dir, tmp, final, m, p, args_json);
+        if (keep_last > 0) prune(dir, p->iteration, keep_last);
+    }
+    comm_barrier(ps->world);
+    if (stats) {
+        stats->seconds = td_now() - t0;
+        stats->bytes = (uint64_t)bytes;
+    }
+}
+
+/* ---- finding and reading meta.json ---- */
+
+#undef FAIL
+#define FAIL(...)                                                                        \
+    do {                                                                                 \
+        snprintf(err, errlen, __VA_ARGS__);                                              \
+        goto fail;                                                                       \
+    } while (0)
+
+static int get_num(const cJSON *o, const char *key, double *v)
+{
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!cJSON_IsNumber(j)) return -1;
+    *v = j->valuedouble;
+    return 0;
+}
+
+static int get_int(const cJSON *o, const char *key, int64_t *v)
+{
+    double d;
+    if (get_num(o, key, &d) || d != floor(d) || fabs(d) > 9007199254740992.0) return -1;
+    *v = (int64_t)d;
+    return 0;
+}
+
+int ckpt_find(const char *path, ckpt_meta *out, char *err, size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    cJSON *root = NULL;
+    char *text = NULL;
+    char mpath[4200], iter_dir[4200];
+    if (!ckf_is_dir(path)) return 1;
+    ckf_join(mpath, sizeof mpath, path, "meta.json");
+    if (ckf_exists(mpath)) {
+        snprintf(iter_dir, sizeof iter_dir, "%s", path);
+    } else {
+        char lpath[4200];
+        ckf_join(lpath, sizeof lpath, path, CKPT_LATEST);
+        if (!ckf_exists(lpath)) return 1;
+        text = ckf_read_text(lpath, NULL, 1 << 12);
+        if (!text) FAIL("cannot read %s: %s", lpath, td_strerror(errno));
+        char *end;
+        long long it = strtoll(text, &end, 10);
+        while (*end == '\n' || *end == ' ' || *end == '\r') end++;
+        if (end == text || *end || it < 0)
+            FAIL("%s does not hold an iteration number (it holds '%.40s'); fix or remove it", lpath, text);
+        free(text);
+        text = NULL;
+        ckpt_iter_dir(iter_dir, sizeof iter_dir, path, it);
+        ckf_join(mpath, sizeof mpath, iter_dir, "meta.json");
+        if (!ckf_exists(mpath))
+            FAIL("%s names iteration %lld but %s is missing: the checkpoint was removed or never completed", lpath,
+                 it, mpath);
+    }
+    size_t len;
+    text = ckf_read_text(mpath, &len, (size_t)1 << 26);
+    if (!text) FAIL("cannot read %s: %s", mpath, td_strerror(errno));
+    root = cJSON_ParseWithLength(text, len);
+    if (!root || !cJSON_IsObject(root)) FAIL("%s is not valid JSON: the checkpoint is corrupt", mpath);
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(root, "format");
+    if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, "trident-checkpoint") != 0)
+        FAIL("%s is not a trident checkpoint's meta.json (no \"format\": \"trident-checkpoint\")", mpath);
+    int64_t v;
+    if (get_int(root, "format_version", &v)) FAIL("%s: format_version is missing", mpath);
+    const cJSON *tv = cJSON_GetObjectItemCaseSensitive(root, "trident_version");
+    out->version = td_xstrdup(cJSON_IsString(tv) ? tv->valuestring : "?");
+    if (v > CKPT_FORMAT_VERSION || v < 1)
+        FAIL("%s has checkpoint format version %lld (written by trident %s); this trident %s reads versions up to "
+             "%d: use a newer trident", mpath, (long long)v, out->version, TRIDENT_VERSION, CKPT_FORMAT_VERSION);
+    out->format_version = (int)v;
+    out->dir = td_xstrdup(iter_dir);
+    if (get_int(root, "iteration", &out->progress.iteration) ||
+        get_int(root, "consumed_train_samples", &out->progress.consumed_train) ||
+        get_int(root, "consumed_valid_samples", &out->progress.consumed_valid))
+        FAIL("%s: iteration or consumed samples missing", mpath);
+    const cJSON *rng = cJSON_GetObjectItemCaseSensitive(root, "rng");
+    const cJSON *seed = rng ? cJSON_GetObjectItemCaseSensitive(rng, "seed") : NULL;
+    if (!cJSON_IsString(seed)) FAIL("%s: rng.seed is missing", mpath);
+    out->progress.seed = strtoull(seed->valuestring, NULL, 10);
+
+    const cJSON *lay = cJSON_GetObjectItemCaseSensitive(root, "layout");
+    int64_t tp, pp, dp, vp;
+    if (!lay || get_int(lay, "tensor_model_parallel_size", &tp) || get_int(lay, "pipeline_model_parallel_size", &pp) ||
+        get_int(lay, "data_parallel_size", &dp) || get_int(lay, "virtual_pipeline_stages", &vp) || tp < 1 || pp < 1 ||
+        dp < 1 || vp < 1 || tp > 65536 || pp > 65536)
+        FAIL("%s: the layout is missing or malformed", mpath);
+    out->tp = (int)tp, out->pp = (int)pp, out->dp = (int)dp, out->vp = (int)vp;
+
+    const cJSON *mod = cJSON_GetObjectItemCaseSensitive(root, "model");
+    int64_t L, h, n, f, mp, V, PV, S;
+    double std, hd, ad;
+    if (!mod || get_int(mod, "num_layers", &L) || get_int(mod, "hidden_size", &h) ||
+        get_int(mod, "num_attention_heads", &n) || get_int(mod, "ffn_hidden_size", &f) ||
+        get_int(mod, "max_position_embeddings", &mp) || get_int(mod, "vocab_size", &V) ||
+        get_int(mod, "padded_vocab_size", &PV) || get_int(mod, "seq_length", &S) ||
+        get_num(mod, "init_method_std", &std) || get_num(mod, "hidden_dropout", &hd) ||
+        get_num(mod, "attention_dropout", &ad) || L < 1 || h < 1 || n < 1 || f < 1 || mp < 1 || V < 1 || PV < V ||
+        S < 1 || L > (1 << 16) || h > (1 << 20) || n > (1 << 16) || f > (1 << 24) || mp > (1 << 24) ||
+        PV > (1 << 30) || h % n)
+        FAIL("%s: the model section is missing or malformed", mpath);
+    gpt_config *c = &out->model;
+    c->num_layers = (int)L, c->hidden = (int)h, c->heads = (int)n, c->ffn = (int)f, c->max_pos = (int)mp;
+    c->vocab = (int)V, c->padded_vocab = (int)PV, c->seq = (int)S;
+    c->init_std = (float)std, c->hidden_dropout = (float)hd, c->attn_dropout = (float)ad;
+    c->seed = out->progress.seed;
+    out->has_optimizer = cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(root, "optimizer"));
+
+    const cJSON *files = cJSON_GetObjectItemCaseSensitive(root, "files");
+    if (!cJSON_IsArray(files)) FAIL("%s: the file list is missing", mpath);
+    out->nfiles = cJSON_GetArraySize(files);
+    out->files = td_xcalloc((size_t)(out->nfiles ? out->nfiles : 1), sizeof *out->files);
+    int counts[2] = {0, 0}, i = 0;
+    for (const cJSON *j = files->child; j; j = j->next, i++) {
+        ckpt_file *fl = &out->files[i];
+        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(j, "name"), *kd = cJSON_GetObjectItemCaseSensitive(j, "kind");
+        int64_t tr, pr, bytes;
+        if (!cJSON_IsString(nm) || !cJSON_IsString(kd) || get_int(j, "tp_rank", &tr) || get_int(j, "pp_rank", &pr) ||
+            get_int(j, "bytes", &bytes) || strchr(nm->valuestring, '/') || !nm->valuestring[0])
+            FAIL("%s: file entry %d is malformed", mpath, i);
+        fl->name = td_xstrdup(nm->valuestring);
+        fl->optimizer = strcmp(kd->valuestring, "optimizer") == 0;
+        fl->tp_rank = (int)tr, fl->pp_rank = (int)pr, fl->bytes = (uint64_t)bytes;
+        counts[fl->optimizer]++;
+    }
+    if (counts[0] != out->tp * out->pp || (out->has_optimizer && counts[1] != out->tp * out->pp))
+        FAIL("%s lists %d model and %d optimizer shards; a %d x %d layout has %d of each: the checkpoint is corrupt",
+             mpath, counts[0], counts[1], out->tp, out->pp, out->tp * out->pp);
+    for (i = 0; i < out->nfiles; i++) {
+        char fpath[4400];
+        ckf_join(fpath, sizeof fpath, iter_dir, out->files[i].name);
+        struct stat sb;
+        if (stat(fpath, &sb) != 0)
+            FAIL("%s is missing (%s lists it): the checkpoint is incomplete", fpath, mpath);
+        if ((uint64_t)sb.st_size != out->files[i].bytes)
+            FAIL("%s has %lld bytes but %s records %llu: the shard is truncated or corrupt", fpath,
+                 (long long)sb.st_size, mpath, (unsigned long long)out->files[i].bytes);
+    }
+    const cJSON *args = cJSON_GetObjectItemCaseSensitive(root, "args");
+    out->args_json = args ? cJSON_PrintUnformatted(args) : td_xstrdup("{}");
+    cJSON_Delete(root);
+    free(text);
+    return 0;
+fail:
+    cJSON_Delete(root);
+    free(text);
+    ckpt_meta_free(out);
+    return -1;
+}
+
+void ckpt_meta_free(ckpt_meta *m)
+{
+    if (!m) return;
+    free(m->dir);
+    free(m->version);
+    for (int i = 0; i < m->nfiles; i++) free(m->files ? m->files[i].name : NULL);
+    free(m->files);
+    free(m->args_json);
+    memset(m, 0, sizeof *m);
+}
+
+gpt_config ckpt_model_config(const ckpt_meta *m, int tp, int seq, int divisible_by)
+{
+    gpt_config c = m->model;
+    c.seq = seq;
+    c.hidden_dropout = 0;
+    c.attn_dropout = 0;
+    if (c.padded_vocab % tp) c.padded_vocab = gpt_padded_vocab(c.vocab, divisible_by, tp);
+    return c;
+}

@@ -1,0 +1,23 @@
+/* Shared between the checkpoint sources (private to src/ckpt): shard and entry naming and the
+ * per-entry slice metadata. */
+#ifndef TRIDENT_CKPT_IMPL_H
+#define TRIDENT_CKPT_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "trident/checkpoint.h"
+
+/* "" for parameters, "exp_avg." and "exp_avg_sq." for the Adam moments: entry name = prefix +
+ * logical tensor name. */
+const char *ckpt_kind_prefix(ckpt_kind k);
+/* model_tpTTT_ppPPP.safetensors or optim_tpTTT_ppPPP.safetensors. */
+void ckpt_shard_name(char *out, size_t len, int optimizer, int tp_rank, int pp_rank);
+/* The __metadata__ value describing an entry: {"shape":[..],"dim":d,"blocks":b,"start":s,
+ * "len":l,"crc32":"xxxxxxxx"} (malloc'd). */
+char *ckpt_slice_json(const ckpt_slice *s, uint32_t crc);
+/* Parses it back; 0, or -1 when malformed or inconsistent (blocks not dividing the dimension,
+ * the held range outside a block). */
+int ckpt_slice_parse(const char *json, ckpt_slice *s, uint32_t *crc);
+
+#endif

@@ -1,0 +1,447 @@
+/* Reading checkpoints in any layout: see include/trident/checkpoint.h.
+ *
+ * Every shard's entries are indexed by (kind, logical name) with the slice they hold. A read
+ * of slice W of tensor T intersects W with the slice of every entry of T: per dimension, a
+ * slice is a list of intervals of logical indices (one per block along its split dimension, or
+ * the whole dimension), each mapped to a local offset, so the intersection is a set of
+ * rectangles copied row by row. Entries of one tensor must not overlap, and together they
+ * must cover what is asked. Each entry's CRC32 is checked the first time it is read. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "ckpt/ckpt_fs.h"
+#include "ckpt/ckpt_impl.h"
+#include "trident/check.h"
+#include "trident/checkpoint.h"
+#include "trident/safetensors.h"
+
+#define MAXB 64 /* blocks of a split dimension */
+#define WORD_EMBEDDING "embedding.word.weight"
+
+typedef struct {
+    int file;             /* index into r->files */
+    const st_tensor *t;
+    ckpt_kind kind;
+    const char *lname;    /* logical name (inside t->name) */
+    ckpt_slice sl;
+    uint32_t crc;
+    int verified;
+} src_entry;
+
+struct ckpt_reader {
+    char *dir;
+    int nfiles;
+    st_file **files;
+    int n;
+    src_entry *e;         /* sorted by (kind, lname) */
+};
+
+#define FAIL(...)                                                                        \
+    do {                                                                                 \
+        snprintf(err, errlen, __VA_ARGS__);                                              \
+        goto fail;                                                                       \
+    } while (0)
+
+/* ---- slice metadata ---- */
+
+int ckpt_slice_parse(const char *json, ckpt_slice *s, uint32_t *crc)
+{
+    cJSON *o = cJSON_Parse(json);
+    int rc = -1;
+    if (!cJSON_IsObject(o)) goto done;
+    const cJSON *shape = cJSON_GetObjectItemCaseSensitive(o, "shape"), *dim = cJSON_GetObjectItemCaseSensitive(o, "dim");
+    const cJSON *blocks = cJSON_GetObjectItemCaseSensitive(o, "blocks"), *start = cJSON_GetObjectItemCaseSensitive(o, "start");
+    const cJSON *len = cJSON_GetObjectItemCaseSensitive(o, "len"), *c = cJSON_GetObjectItemCaseSensitive(o, "crc32");
+    if (!cJSON_IsArray(shape) || !cJSON_IsNumber(dim) || !cJSON_IsNumber(blocks) || !cJSON_IsNumber(start) ||
+        !cJSON_IsNumber(len) || !cJSON_IsString(c))
+        goto done;
+    int nd = cJSON_GetArraySize(shape);
+    if (nd < 1 || nd > 2) goto done;
+    memset(s, 0, sizeof *s);
+    s->ndim = nd;
+    int k = 0;
+    for (const cJSON *d = shape->child; d; d = d->next, k++) {
+        if (!cJSON_IsNumber(d) || d->valuedouble < 0 || d->valuedouble > 1e15) goto done;
+        s->shape[k] = (int64_t)d->valuedouble;
+    }
+    s->dim = (int)dim->valuedouble;
+    s->blocks = (int)blocks->valuedouble;
+    s->start = (int64_t)start->valuedouble;
+    s->len = (int64_t)len->valuedouble;
+    if (s->dim < -1 || s->dim >= nd || s->blocks < 1 || s->blocks > MAXB) goto done;
+    if (s->dim >= 0) {
+        int64_t size = s->shape[s->dim];
+        if (size % s->blocks || s->start < 0 || s->len < 0 || s->start + s->len > size / s->blocks) goto done;
+    }
+    char *end;
+    unsigned long v = strtoul(c->valuestring, &end, 16);
+    if (*end || end == c->valuestring || v > 0xffffffffUL) goto done;
+    *crc = (uint32_t)v;
+    rc = 0;
+done:
+    cJSON_Delete(o);
+    return rc;
+}
+
+/* ---- intervals ---- */
+
+typedef struct {
+    int64_t lo, hi, local;
+} ival;
+
+static int64_t cols_of(const ckpt_slice *s) { return s->ndim == 2 ? s->shape[1] : 1; }
+static int64_t width_of(const ckpt_slice *s) { return s->dim == 1 ? s->blocks * s->len : cols_of(s); }
+
+/* Intervals of logical indices slice s holds along dimension d (0 rows, 1 columns). */
+static int ivals(const ckpt_slice *s, int d, ival *out)
+{
+    int64_t size = d == 0 ? s->shape[0] : cols_of(s);
+    if (s->dim != d) {
+        out[0] = (ival){0, size, 0};
+        return 1;
+    }
+    TD_ASSERT(s->blocks >= 1 && s->blocks <= MAXB);
+    int64_t block = size / s->blocks;
+    for (int b = 0; b < s->blocks; b++) out[b] = (ival){b * block + s->start, b * block + s->start + s->len, b * s->len};
+    return s->blocks;
+}
+
+/* Elements of `want` (rows below rows_lim) that `src` holds; with dst and sdata, copies them. */
+static int64_t intersect(const ckpt_slice *want, const ckpt_slice *src, int64_t rows_lim, float *dst,
+                         const float *sdata)
+{
+    ival w0[MAXB], w1[MAXB], s0[MAXB], s1[MAXB];
+    int nw0 = ivals(want, 0, w0), nw1 = ivals(want, 1, w1), ns0 = ivals(src, 0, s0), ns1 = ivals(src, 1, s1);
+    int64_t Ww = width_of(want), Ws = width_of(src), count = 0;
+    for (int a = 0; a < nw0; a++)
+        for (int b = 0; b < ns0; b++) {
+            int64_t lo = w0[a].lo > s0[b].lo ? w0[a].lo : s0[b].lo;
+            int64_t hi = w0[a].hi < s0[b].hi ? w0[a].hi : s0[b].hi;
+            if (hi > rows_lim) hi = rows_lim;
+            if (lo >= hi) continue;
+            for (int c = 0; c < nw1; c++)
+                for (int d = 0; d < ns1; d++) {
+                    int64_t clo = w1[c].lo > s1[d].lo ? w1[c].lo : s1[d].lo;
+                    int64_t chi = w1[c].hi < s1[d].hi ? w1[c].hi : s1[d].hi;
+                    if (clo >= chi) continue;
+                    count += (hi - lo) * (chi - clo);
+                    if (!dst) continue;
+                    for (int64_t row = lo; row < hi; row++) {
+                        int64_t wr = w0[a].local + row - w0[a].lo, sr = s0[b].local + row - s0[b].lo;
+                        memcpy(dst + wr * Ww + w1[c].local + (clo - w1[c].lo),
+                               sdata + sr * Ws + s1[d].local + (clo - s1[d].lo), (size_t)(chi - clo) * sizeof(float));
+                    }
+                }
+        }
+    return count;
+}
+
+static int same_shape(const ckpt_slice *a, const ckpt_slice *b)
+{
+    return a->ndim == b->ndim && a->shape[0] == b->shape[0] && cols_of(a) == cols_of(b);
+}
+
+static void shape_str(char *out, size_t len, const ckpt_slice *s)
+{
+    if (s->ndim == 2) snprintf(out, len, "[%lld, %lld]", (long long)s->shape[0], (long long)s->shape[1]);
+    else snprintf(out, len, "[%lld]", (long long)s->shape[0]);
+}
+
+/* ---- the index ---- */
+
+/* Natural order: digit runs compare as numbers ("layers.2" before "layers.10"). */
+static int natcmp(const char *a, const char *b)
+{
+    while (*a && *b) {
+        if (*a >= '0' && *a <= '9' && *b >= '0' && *b <= '9') {
+            const char *x = a, *y = b;
+            while (*x == '0') x++;
+            while (*y == '0') y++;
+            size_t nx = strspn(x, "0123456789"), ny = strspn(y, "0123456789");
+            if (nx != ny) return nx < ny ? -1 : 1;
+            int c = strncmp(x, y, nx);
+            if (c) return c;
+            a = x + nx, b = y + ny;
+            continue;
+        }
+        if (*a != *b) return (unsigned char)*a < (unsigned char)*b ? -1 : 1;
+        a++, b++;
+    }
+    return *a ? 1 : *b ? -1 : 0;
+}
+
+static int entry_cmp(const void *x, const void *y)
+{
+    const src_entry *a = x, *b = y;
+    if (a->kind != b->kind) return a->kind < b->kind ? -1 : 1;
+    int c = natcmp(a->lname, b->lname);
+    if (c) return c;
+    return a->file < b->file ? -1 : a->file > b->file ? 1 : 0;
+}
+
+/* Entries [*g0, *g1) of (kind, name). */
+static void find_group(const ckpt_reader *r, ckpt_kind kind, const char *name, int *g0, int *g1)
+{
+    int lo = 0, hi = r->n;
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        const src_entry *e = &r->e[mid];
+        int c = e->kind != kind ? (e->kind < kind ? -1 : 1) : natcmp(e->lname, name);
+        if (c < 0) lo = mid + 1;
+        else hi = mid;
+    }
+    *g0 = lo;
+    while (lo < r->n && r->e[lo].kind == kind && strcmp(r->e[lo].lname, name) == 0) lo++;
+    *g1 = lo;
+}
+
+static int add_entries(ckpt_reader *r, int fi, const ckpt_file *cf, char *err, size_t errlen)
+{
+    const st_file *f = r->files[fi];
+    const char *fmt = st_meta(&f->h, "format"), *kind = st_meta(&f->h, "kind");
+    if (!fmt || strcmp(fmt, "trident") != 0 || !kind || strcmp(kind, cf->optimizer ? "optimizer" : "model") != 0)
+        FAIL("%s: not a trident %s shard (its __metadata__ lacks format/kind)", f->path,
+             cf->optimizer ? "optimizer" : "model");
+    r->e = td_xrealloc(r->e, (size_t)(r->n + f->h.ntensors) * sizeof *r->e);
+    for (int i = 0; i < f->h.ntensors; i++) {
+        const st_tensor *t = &f->h.tensors[i];
+        src_entry *e = &r->e[r->n];
+        memset(e, 0, sizeof *e);
+        e->file = fi;
+        e->t = t;
+        if (!cf->optimizer) {
+            e->kind = CKPT_PARAMS;
+            e->lname = t->name;
+        } else if (strncmp(t->name, "exp_avg_sq.", 11) == 0) {
+            e->kind = CKPT_EXP_AVG_SQ;
+            e->lname = t->name + 11;
+        } else if (strncmp(t->name, "exp_avg.", 8) == 0) {
+            e->kind = CKPT_EXP_AVG;
+            e->lname = t->name + 8;
+        } else {
+            FAIL("%s: entry '%s' is not an optimizer state (exp_avg.* or exp_avg_sq.*)", f->path, t->name);
+        }
+        const char *js = st_meta(&f->h, t->name);
+        if (!js || ckpt_slice_parse(js, &e->sl, &e->crc))
+            FAIL("%s: entry '%s' has no valid slice description in __metadata__: the shard is corrupt", f->path,
+                 t->name);
+        int64_t d0 = e->sl.dim == 0 ? e->sl.blocks * e->sl.len : e->sl.shape[0];
+        int64_t d1 = e->sl.dim == 1 ? e->sl.blocks * e->sl.len : cols_of(&e->sl);
+        int ok = t->dtype == ST_F32 && t->ndim == e->sl.ndim && t->shape[0] == d0 && (t->ndim == 1 || t->shape[1] == d1);
+        if (!ok) FAIL("%s: entry '%s' (%s, %d dimensions) does not match its slice description: the shard is corrupt",
+                      f->path, t->name, st_dtype_name(t->dtype), t->ndim);
+        r->n++;
+    }
+    return 0;
+fail:
+    return -1;
+}
+
+ckpt_reader *ckpt_reader_open(const ckpt_meta *m, char *err, size_t errlen)
+{
+    ckpt_reader *r = td_xcalloc(1, sizeof *r);
+    r->dir = td_xstrdup(m->dir);
+    r->files = td_xcalloc((size_t)(m->nfiles ? m->nfiles : 1), sizeof *r->files);
+    for (int i = 0; i < m->nfiles; i++) {
+        char path[4400], why[1024];
+        ckf_join(path, sizeof path, m->dir, m->files[i].name);
+        r->files[i] = st_open(path, why, sizeof why);
+        r->nfiles = i + 1;
+        if (!r->files[i]) FAIL("%s: the checkpoint is corrupt", why);
+        if (add_entries(r, i, &m->files[i], err, errlen)) goto fail;
+    }
+    qsort(r->e, (size_t)r->n, sizeof *r->e, entry_cmp);
+    for (int g0 = 0, g1; g0 < r->n; g0 = g1) {
+        find_group(r, r->e[g0].kind, r->e[g0].lname, &g0, &g1);
+        for (int i = g0; i < g1; i++) {
+            if (!same_shape(&r->e[i].sl, &r->e[g0].sl)) {
+                char a[64], b[64];
+                shape_str(a, sizeof a, &r->e[g0].sl);
+                shape_str(b, sizeof b, &r->e[i].sl);
+                FAIL("%s: tensor '%s' has logical shape %s in %s but %s in %s: the checkpoint is corrupt", r->dir,
+                     r->e[i].t->name, a, r->files[r->e[g0].file]->path, b, r->files[r->e[i].file]->path);
+            }
+            for (int k = g0; k < i; k++)
+                if (intersect(&r->e[i].sl, &r->e[k].sl, INT64_MAX, NULL, NULL))
+                    FAIL("%s: tensor '%s' has overlapping slices in %s and %s: the checkpoint is corrupt", r->dir,
+                         r->e[i].t->name, r->files[r->e[k].file]->path, r->files[r->e[i].file]->path);
+        }
+    }
+    return r;
+fail:
+    ckpt_reader_close(r);
+    return NULL;
+}
+
+void ckpt_reader_close(ckpt_reader *r)
+{
+    if (!r) return;
+    for (int i = 0; i < r->nfiles; i++) st_close(r->files[i]);
+    free(r->files);
+    free(r->e);
+    free(r->dir);
+    free(r);
+}
+
+/* ---- reading ---- */
+
+static int verify_entry(ckpt_reader *r, src_entry *e, char *err, size_t errlen)
+{
+    if (e->verified) return 0;
+    const st_file *f = r->files[e->file];
+    uint32_t c = st_crc32(0, st_data(f, e->t), (size_t)(e->t->end - e->t->begin));
+    if (c != e->crc) {
+        snprintf(err, errlen, "%s: entry '%s': CRC32 mismatch (stored %08x, computed %08x): the shard is corrupt",
+                 f->path, e->t->name, e->crc, c);
+        return -1;
+    }
+    e->verified = 1;
+    return 0;
+}
+
+static const char *kind_name(ckpt_kind k)
+{
+    return k == CKPT_PARAMS ? "parameters" : k == CKPT_EXP_AVG ? "Adam exp_avg" : "Adam exp_avg_sq";
+}
+
+int ckpt_read(ckpt_reader *r, ckpt_kind kind, const char *name, const ckpt_slice *want, float *dst, char *err,
+              size_t errlen)
+{
+    int g0, g1;
+    find_group(r, kind, name, &g0, &g1);
+    if (g0 == g1) FAIL("tensor %s (%s) is not in the checkpoint %s", name, kind_name(kind), r->dir);
+    const ckpt_slice *have = &r->e[g0].sl;
+    int64_t rows_lim = want->shape[0];
+    if (!same_shape(want, have)) {
+        int vocab_rows = strcmp(name, WORD_EMBEDDING) == 0 && want->ndim == 2 && have->ndim == 2 &&
+                         want->shape[1] == have->shape[1] && want->dim != 1;
+        if (!vocab_rows) {
+            char a[64], b[64];
+            shape_str(a, sizeof a, have);
+            shape_str(b, sizeof b, want);
+            FAIL("tensor %s: the checkpoint's shape is %s but this run's is %s (the model flags differ from the "
+                 "checkpoint's; see its meta.json)", name, a, b);
+        }
+        if (have->shape[0] < rows_lim) rows_lim = have->shape[0];
+    }
+    int64_t expected = 0;
+    {
+        ival w0[MAXB];
+        int n0 = ivals(want, 0, w0);
+        for (int a = 0; a < n0; a++) {
+            int64_t hi = w0[a].hi < rows_lim ? w0[a].hi : rows_lim;
+            if (hi > w0[a].lo) expected += hi - w0[a].lo;
+        }
+        expected *= width_of(want);
+    }
+    int64_t covered = 0;
+    for (int i = g0; i < g1; i++) {
+        src_entry *e = &r->e[i];
+        if (!intersect(want, &e->sl, rows_lim, NULL, NULL)) continue;
+        if (verify_entry(r, e, err, errlen)) return -1;
+        covered += intersect(want, &e->sl, rows_lim, dst, st_data(r->files[e->file], e->t));
+    }
+    if (covered != expected)
+        FAIL("tensor %s (%s): the checkpoint %s holds only %lld of the %lld elements needed: a shard is missing",
+             name, kind_name(kind), r->dir, (long long)covered, (long long)expected);
+    if (rows_lim < want->shape[0]) {
+        /* padded rows the checkpoint lacks: copies of its last row */
+        int64_t cols = cols_of(want);
+        ckpt_slice last = {2, {have->shape[0], cols}, 0, 1, have->shape[0] - 1, 1};
+        float *row = td_xmalloc((size_t)cols * sizeof(float));
+        if (ckpt_read(r, kind, name, &last, row, err, errlen)) {
+            free(row);
+            return -1;
+        }
+        ival w0[MAXB];
+        int n0 = ivals(want, 0, w0);
+        int64_t W = width_of(want);
+        for (int a = 0; a < n0; a++)
+            for (int64_t x = w0[a].lo > rows_lim ? w0[a].lo : rows_lim; x < w0[a].hi; x++)
+                memcpy(dst + (w0[a].local + x - w0[a].lo) * W, row, (size_t)W * sizeof(float));
+        free(row);
+    }
+    return 0;
+fail:
+    return -1;
+}
+
+int ckpt_load(const ckpt_meta *meta, const ckpt_model *m, int load_optimizer, char *err, size_t errlen)
+{
+    ckpt_reader *r = NULL;
+    float *host = NULL;
+    const gpt_config *c = &m->chunks[0]->cfg;
+    if (meta->model.vocab != c->vocab)
+        FAIL("the checkpoint %s has a vocabulary of %d tokens but this run's tokenizer has %d (check --vocab-file)",
+             meta->dir, meta->model.vocab, c->vocab);
+    if (load_optimizer && m->adam_m && !meta->has_optimizer)
+        FAIL("the checkpoint %s has no optimizer state (a converted or weights-only checkpoint): add --finetune "
+             "or --no-load-optim", meta->dir);
+    r = ckpt_reader_open(meta, err, errlen);
+    if (!r) goto fail;
+    for (int k = 0; k < m->nchunks; k++) {
+        const gpt_model *g = m->chunks[k];
+        host = td_xmalloc(g->numel * sizeof(float));
+        int nkinds = load_optimizer && m->adam_m ? 3 : 1;
+        for (int kind = 0; kind < nkinds; kind++) {
+            for (int i = 0; i < g->ntensors; i++) {
+                const gpt_tensor_info *t = &g->table[i];
+                ckpt_slice want = ckpt_slice_of(t);
+                if (ckpt_read(r, (ckpt_kind)kind, t->name, &want, host + t->offset, err, errlen)) goto fail;
+            }
+            float *dst = kind == 0 ? g->params : kind == 1 ? m->adam_m[k] : m->adam_v[k];
+            be_memcpy(g->be, dst, host, g->numel * sizeof(float), BE_H2D);
+        }
+        free(host);
+        host = NULL;
+    }
+    ckpt_reader_close(r);
+    return 0;
+fail:
+    free(host);
+    ckpt_reader_close(r);
+    return -1;
+}
+
+void ckpt_list_tensors(const ckpt_reader *r, ckpt_tensor_list *out)
+{
+    memset(out, 0, sizeof *out);
+    for (int i = 0; i < r->n; i++) {
+        const src_entry *e = &r->e[i];
+        if (e->kind != CKPT_PARAMS || (out->n && strcmp(out->names[out->n - 1], e->lname) == 0)) continue;
+        out->names = td_xrealloc(out->names, (size_t)(out->n + 1) * sizeof *out->names);
+        out->shapes = td_xrealloc(out->shapes, (size_t)(out->n + 1) * sizeof *out->shapes);
+        out->names[out->n] = td_xstrdup(e->lname);
+        out->shapes[out->n] = ckpt_slice_whole(e->sl.shape[0], e->sl.ndim == 2 ? e->sl.shape[1] : 0);
+        out->n++;
+    }
+}
+
+void ckpt_tensor_list_free(ckpt_tensor_list *l)
+{
+    for (int i = 0; i < l->n; i++) free(l->names[i]);
+    free(l->names);
+    free(l->shapes);
+    memset(l, 0, sizeof *l);
+}
+
+int ckpt_verify(ckpt_reader *r, void (*report)(void *user, const char *file, const char *entry, int ok), void *user,
+                char *err, size_t errlen)
+{
+    int bad = 0;
+    /* in file order, so a report reads shard by shard */
+    for (int fi = 0; fi < r->nfiles; fi++)
+        for (int i = 0; i < r->n; i++) {
+            src_entry *e = &r->e[i];
+            if (e->file != fi) continue;
+            char why[1024];
+            int ok = verify_entry(r, e, why, sizeof why) == 0;
+            if (!ok && !bad++) snprintf(err, errlen, "%s", why);
+            if (report) report(user, r->files[fi]->path, e->t->name, ok);
+        }
+    return bad;
+}
