@@ -451,8 +451,11 @@ int ckpt_find(const char *path, ckpt_meta *out, char *err, size_t errlen)
         char *end;
         long long it = strtoll(text, &end, 10);
         while (*end == '\n' || *end == ' ' || *end == '\r') end++;
-        if (end == text || *end || it < 0)
+        if (end == text || *end || it < 0) {
+            for (char *q = text; *q; q++)
+                if ((unsigned char)*q < 0x20) *q = ' ';
             FAIL("%s does not hold an iteration number (it holds '%.40s'); fix or remove it", lpath, text);
+        }
         free(text);
         text = NULL;
         ckpt_iter_dir(iter_dir, sizeof iter_dir, path, it);

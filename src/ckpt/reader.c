@@ -378,6 +378,9 @@ int ckpt_load(const ckpt_meta *meta, const ckpt_model *m, int load_optimizer, ch
     if (meta->model.vocab != c->vocab)
         FAIL("the checkpoint %s has a vocabulary of %d tokens but this run's tokenizer has %d (check --vocab-file)",
              meta->dir, meta->model.vocab, c->vocab);
+    if (meta->model.num_layers != c->num_layers)
+        FAIL("the checkpoint %s has %d layers but this run has %d (--num-layers)", meta->dir, meta->model.num_layers,
+             c->num_layers);
     if (load_optimizer && m->adam_m && !meta->has_optimizer)
         FAIL("the checkpoint %s has no optimizer state (a converted or weights-only checkpoint): add --finetune "
              "or --no-load-optim", meta->dir);

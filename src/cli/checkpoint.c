@@ -114,7 +114,9 @@ static int compare(const char *pa, const char *pb)
         differ++;
     }
     int kinds = ma.has_optimizer && mb.has_optimizer ? 3 : 1;
-    int vocab = ma.model.vocab < mb.model.vocab ? ma.model.vocab : mb.model.vocab;
+    /* the word embedding's padded rows are compared only when both have the same padding */
+    int same_pad = ma.model.padded_vocab == mb.model.padded_vocab;
+    int vocab = same_pad ? ma.model.padded_vocab : ma.model.vocab < mb.model.vocab ? ma.model.vocab : mb.model.vocab;
     for (int i = 0; i < la.n; i++) {
         ckpt_slice s = la.shapes[i];
         if (strcmp(la.names[i], "embedding.word.weight") == 0) s.shape[0] = vocab; /* padded rows aside */
@@ -150,8 +152,10 @@ static int compare(const char *pa, const char *pb)
             free(b);
         }
     }
-    printf("%d tensors%s compared (word embedding: the first %d rows): %s\n", compared,
-           kinds == 3 ? " and Adam moments" : "", vocab, differ ? "DIFFERENT" : "bit-identical");
+    char rows[96] = "";
+    if (!same_pad) snprintf(rows, sizeof rows, " (word embedding: the first %d rows; the paddings differ)", vocab);
+    printf("%d tensors%s compared%s: %s\n", compared, kinds == 3 ? " and Adam moments" : "", rows,
+           differ ? "DIFFERENT" : "bit-identical");
     ckpt_tensor_list_free(&la);
     ckpt_tensor_list_free(&lb);
     ckpt_reader_close(ra);

@@ -490,7 +490,7 @@ int trainer_run(const td_args *a, comm *world)
     }
     const gpt_config *c = &r.chunks[0]->cfg;
     double flops_iter = gpt_flops_per_iteration(c, r.gbs, 0);
-    int64_t consumed = prog.consumed_train, valid_consumed = prog.consumed_valid, last_saved = prog.iteration;
+    int64_t consumed = prog.consumed_train, valid_consumed = prog.consumed_valid, last_saved = -1;
     int64_t last_iter = prog.iteration, stopped = 0;
     double t_start = td_now();
 
@@ -542,7 +542,7 @@ int trainer_run(const td_args *a, comm *world)
         ckpt_progress now = {iter, consumed, valid_consumed, (uint64_t)a->seed};
         stopped = after_iteration(&r, &now, t_begin, &last_saved);
     }
-    if (a->save && last_iter != last_saved) {
+    if (a->save && last_iter > 0 && last_iter != last_saved) { /* also a loaded one: re-saves it as laid out now */
         ckpt_progress now = {last_iter, consumed, valid_consumed, (uint64_t)a->seed};
         save_checkpoint(&r, &now);
     }

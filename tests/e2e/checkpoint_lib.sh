@@ -1,0 +1,39 @@
+# Shared by the checkpoint e2e scripts (sourced). Environment from tests/e2e/checkpoint.cmake:
+# TRIDENT (binary), DATA (dataset prefix), VOCAB, MERGES, WORK (a scratch folder for this test),
+# COMPARE_RUNS (tests/parallel/compare_runs).
+set -u
+[ "$(id -u)" -eq 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMP_NUM_THREADS=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
+MPIRUN=(mpirun --oversubscribe --bind-to none)
+pass=0 fail=0
+rm -rf "$WORK" && mkdir -p "$WORK" && cd "$WORK" || exit 1
+
+ok() { echo "ok: $*"; pass=$((pass + 1)); }
+bad() { echo "FAIL: $*"; fail=$((fail + 1)); }
+finish() { echo "$pass passed, $fail failed"; [ "$fail" -eq 0 ]; }
+
+# The tiny model of the layout tests: 4 layers, hidden 32, dropout on, global batch 8; the padded
+# vocabulary is held at 50688 whatever tp (--make-vocab-size-divisible-by 512/tp).
+BASE=(--data-path "$DATA" --vocab-file "$VOCAB" --merge-file "$MERGES" --split 90,10,0
+      --num-layers 4 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --max-position-embeddings 16
+      --hidden-dropout 0.1 --attention-dropout 0.1 --global-batch-size 8 --lr 1e-3 --lr-warmup-iters 1
+      --lr-decay-style cosine --eval-interval 2 --eval-iters 1 --clip-grad 1.0 --seed 7 --peak-tflops 1
+      --log-interval 100 --micro-batch-size 1)
+
+# train NP TP [flags...]: one run under mpirun (NP ranks, tp TP); output in $last_log.
+train() {
+  local np=$1 tp=$2; shift 2
+  last_log=$WORK/run$((++nrun)).log
+  timeout 120 "${MPIRUN[@]}" -np "$np" "$TRIDENT" train "${BASE[@]}" --tensor-model-parallel-size "$tp" \
+    --make-vocab-size-divisible-by $((512 / tp)) "$@" >"$last_log" 2>&1
+}
+nrun=0
+
+# Metrics lines without the timing fields (what must be bit-identical between runs).
+untimed() { sed -E 's/"(tokens_per_s|model_tflops_per_rank|mfu|elapsed_ms|comm_ms)": [^,}]*(, )?//g' "$@"; }
+
+# Rank processes of a job started as `timeout ... mpirun ...` with pid $1 (its grandchildren).
+ranks_of() { local mp; for mp in $(pgrep -P "$1"); do pgrep -P "$mp"; done; }
+
+# Checksums of every file under a folder, for "nothing was overwritten".
+tree_sums() { (cd "$1" && find . -type f -print0 | sort -z | xargs -0 md5sum); }

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Exact resume: in each layout, a run of 6 iterations and a run stopped at 3 (--exit-interval,
+# which saves) then resumed with --load to 6 write bit-identical metrics (loss, lr, grad norm,
+# validation loss; timing fields aside) and bit-identical final parameters.
+. "$(dirname "$0")/checkpoint_lib.sh"
+check_layout() { # name np tp flags...
+  local name=$1 np=$2 tp=$3; shift 3
+  rm -rf "$name" && mkdir "$name"
+  train "$np" "$tp" --train-iters 6 --metrics-file "$name/full.jsonl" --dump-params "$name/full.params" "$@" ||
+    { bad "$name: uninterrupted run failed"; cat "$last_log"; return; }
+  train "$np" "$tp" --train-iters 6 --exit-interval 3 --save "$name/ckpt" --metrics-file "$name/split.jsonl" "$@" ||
+    { bad "$name: first half failed"; cat "$last_log"; return; }
+  [ "$(cat "$name/ckpt/latest_checkpointed_iteration.txt")" = 3 ] || bad "$name: latest is not 3"
+  train "$np" "$tp" --train-iters 6 --load "$name/ckpt" --save "$name/ckpt" --metrics-file "$name/split.jsonl" \
+    --dump-params "$name/split.params" "$@" || { bad "$name: resumed run failed"; cat "$last_log"; return; }
+  grep -q "loaded checkpoint" "$last_log" || bad "$name: the resumed run did not say it loaded"
+  if diff <(untimed "$name/full.jsonl") <(untimed "$name/split.jsonl") >/dev/null && [ "$(wc -l <"$name/full.jsonl")" = 6 ]; then
+    ok "$name: 6 metrics lines identical to the uninterrupted run ($(grep -c val_loss "$name/full.jsonl") with validation)"
+  else
+    bad "$name: metrics differ"; diff <(untimed "$name/full.jsonl") <(untimed "$name/split.jsonl")
+  fi
+  if cmp -s "$name/full.params" "$name/split.params"; then ok "$name: final parameters bit-identical"
+  else bad "$name: final parameters differ"; fi
+}
+check_layout one_rank 1 1
+check_layout tp2_pp2 4 2 --pipeline-model-parallel-size 2
+check_layout pp2_vp2_dp2 4 1 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1
+finish
