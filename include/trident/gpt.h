@@ -118,6 +118,11 @@ void gpt_acts_release(gpt_model *m, gpt_acts *a);
  * straight into it (then pass it as gpt_forward's input), and once gpt_backward has returned it
  * is free to hold the outgoing input gradient until the slot is released. */
 float *gpt_acts_input(gpt_acts *a);
+/* Last stage, after gpt_forward: the micro-batch's per-token losses (B, s) and its logits over this
+ * rank's vocabulary slice (B, s, V/t), in backend memory (the logits until gpt_backward turns
+ * them into their gradient). For evaluation and tools. */
+const float *gpt_acts_losses(const gpt_acts *a);
+const float *gpt_acts_logits(const gpt_acts *a);
 
 /* Stage forward of one micro-batch of B <= mbs samples. First stage: reads `ids` (B, s), else
  * `input` (B, s, h), the previous stage's output. Not last stage: returns the output (B, s, h)

@@ -10,5 +10,6 @@ int cli_tokenize(int argc, char **argv);
 int cli_preprocess(int argc, char **argv);
 
 int cli_checkpoint(int argc, char **argv);
+int cli_convert(int argc, char **argv);
 
 #endif

@@ -364,6 +364,8 @@ gpt_acts *gpt_acts_acquire(gpt_model *m)
 }
 
 float *gpt_acts_input(gpt_acts *a) { return a->input; }
+const float *gpt_acts_losses(const gpt_acts *a) { return a->losses; }
+const float *gpt_acts_logits(const gpt_acts *a) { return a->logits; }
 
 void gpt_acts_release(gpt_model *m, gpt_acts *a)
 {

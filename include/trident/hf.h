@@ -1,0 +1,25 @@
+/* Hugging Face GPT-2 interchange. Owns the mapping between trident's logical tensors and
+ * transformers' GPT2LMHeadModel files (config.json + model.safetensors): tensor names
+ * (transformer.wte, transformer.h.N.attn.c_attn, ...), Conv1D weights stored [in, out], the
+ * vocabulary unpadded, the LM head tied to wte. See docs/convert.md. */
+#ifndef TRIDENT_HF_H
+#define TRIDENT_HF_H
+
+#include <stddef.h>
+
+#include "trident/checkpoint.h"
+#include "trident/comm.h"
+
+/* Writes OUT/config.json and OUT/model.safetensors (each through a temporary name, fsynced,
+ * renamed) from the parameters of checkpoint `meta`, whatever layout wrote it. The padded rows
+ * of the word embedding are dropped. Returns 0, or -1 with one line in err. */
+int hf_export(const ckpt_meta *meta, const char *out, char *err, size_t errlen);
+
+/* Reads a transformers GPT-2 folder (config.json, model.safetensors; F32, F16 or BF16; names
+ * with or without the "transformer." prefix; lm_head.weight, if present, must equal wte) and
+ * saves it as a trident checkpoint in OUT (iteration 0, one rank, weights only: load it with
+ * --finetune). The vocabulary is padded to a multiple of divisible_by with copies of the last
+ * row (Megatron's rule). `world` is a one-rank communicator. Returns 0, or -1 with err. */
+int hf_import(const char *in, const char *out, int divisible_by, comm *world, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,63 @@
+/* trident convert: Hugging Face GPT-2 <-> trident checkpoints (see docs/convert.md). */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "trident/args.h"
+#include "trident/check.h"
+#include "trident/checkpoint.h"
+#include "trident/comm.h"
+#include "trident/hf.h"
+#include "trident/timer.h"
+
+static const char SUMMARY[] =
+    "trident convert --from trident DIR --to hf OUT: write OUT/config.json and OUT/model.safetensors in\n"
+    "transformers' GPT2LMHeadModel layout from a trident checkpoint of any layout (DIR: a save folder or\n"
+    "an iter_NNNNNNN folder).\n"
+    "trident convert --from hf DIR --to trident OUT: the reverse; OUT is a checkpoint folder (iteration 0,\n"
+    "weights only) to train from with --load OUT --finetune.";
+
+int cli_convert(int argc, char **argv)
+{
+    const char *prog = "trident convert";
+    td_args a;
+    if (td_args_parse(&a, TD_CMD_CONVERT, prog, argc, argv, 1)) {
+        td_args_usage(TD_CMD_CONVERT, prog, SUMMARY);
+        td_args_free(&a);
+        return 0;
+    }
+    td_log_set_level(a.verbose);
+    if (a.from.n != 2 || a.to.n != 2)
+        td_usage_error("%s: give --from FORMAT DIR and --to FORMAT DIR (see %s --help)", prog, prog);
+    const char *ff = a.from.v[0], *in = a.from.v[1], *tf = a.to.v[0], *out = a.to.v[1];
+    int t2h = strcmp(ff, "trident") == 0 && strcmp(tf, "hf") == 0;
+    int h2t = strcmp(ff, "hf") == 0 && strcmp(tf, "trident") == 0;
+    if (!t2h && !h2t)
+        td_usage_error("%s: --from %s --to %s: the conversions are --from trident --to hf and --from hf --to trident",
+                       prog, ff, tf);
+    char err[1024] = "";
+    double t0 = td_now();
+    int rc;
+    if (t2h) {
+        ckpt_meta m;
+        int found = ckpt_find(in, &m, err, sizeof err);
+        if (found == 1) td_fatal(1, "--from trident %s: no checkpoint there (no %s, no meta.json)", in, CKPT_LATEST);
+        if (found) td_fatal(1, "%s", err);
+        rc = hf_export(&m, out, err, sizeof err);
+        if (rc == 0)
+            TD_INFO("wrote %s/config.json and %s/model.safetensors from %s (iteration %lld, tp %d x pp %d) in %.2f s", out,
+                    out, m.dir, (long long)m.progress.iteration, m.tp, m.pp, td_now() - t0);
+        ckpt_meta_free(&m);
+    } else {
+        comm *world = comm_world_init(&argc, &argv);
+        if (comm_size(world) != 1) td_fatal(1, "%s runs on one rank (not under mpirun -np > 1)", prog);
+        rc = hf_import(in, out, a.make_vocab_size_divisible_by, world, err, sizeof err);
+        if (rc == 0)
+            TD_INFO("wrote a trident checkpoint (iteration 0, weights only) to %s from %s in %.2f s; train from it "
+                    "with --load %s --finetune", out, in, td_now() - t0, out);
+        comm_world_finalize(world);
+    }
+    td_args_free(&a);
+    if (rc) td_fatal(1, "%s", err);
+    return 0;
+}

@@ -1,0 +1,473 @@
+/* src/ckpt/hf: Hugging Face GPT-2 interchange, held against an independent GPT-2 written in this
+ * file in transformers' layout (its own safetensors writer and reader over cJSON, Conv1D
+ * weights [in, out], a double-precision forward with gelu_new):
+ *  - import: a random GPT-2 written here converts to a trident checkpoint whose logits, computed
+ *    by trident's model, equal the reference's within 1e-5 (padded vocabulary columns repeat
+ *    the last real one);
+ *  - export: a trident model's file read back here gives the logits trident computes;
+ *  - round trip trident -> hf -> trident is bit-exact;
+ *  - bad configs and files are refused with one line. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+#include <cmocka.h>
+
+#include "backend/backend.h"
+#include "trident/checkpoint.h"
+#include "trident/comm.h"
+#include "trident/gpt.h"
+#include "trident/hf.h"
+#include "trident/parallel_state.h"
+
+static comm *g_world;
+static ps_state *g_ps;
+static backend *g_be;
+static char g_dir[512];
+
+enum { L = 2, H = 16, NH = 4, F = 64, P = 8, V = 50, T = 8 };
+
+/* ---- the independent model: named float tensors in HF layout ---- */
+
+typedef struct {
+    char name[96];
+    int ndim;
+    int64_t shape[2];
+    float *v;
+} htensor;
+
+typedef struct {
+    int n;
+    htensor t[64];
+} hmodel;
+
+static htensor *hadd(hmodel *m, const char *name, int64_t d0, int64_t d1)
+{
+    htensor *t = &m->t[m->n++];
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->ndim = d1 ? 2 : 1;
+    t->shape[0] = d0;
+    t->shape[1] = d1;
+    t->v = calloc((size_t)(d0 * (d1 ? d1 : 1)), sizeof(float));
+    return t;
+}
+
+/* Finds `name`, with or without the "transformer." prefix. */
+static const float *hget(const hmodel *m, const char *name, int64_t d0, int64_t d1)
+{
+    for (int i = 0; i < m->n; i++) {
+        const char *n = m->t[i].name;
+        if (strncmp(n, "transformer.", 12) == 0) n += 12;
+        if (strcmp(n, name) == 0) {
+            assert_int_equal(m->t[i].shape[0], d0);
+            if (d1) assert_int_equal(m->t[i].shape[1], d1);
+            return m->t[i].v;
+        }
+    }
+    fail_msg("tensor %s missing", name);
+    return NULL;
+}
+
+static void hfree(hmodel *m)
+{
+    for (int i = 0; i < m->n; i++) free(m->t[i].v);
+    m->n = 0;
+}
+
+static double lcg_uniform(uint64_t *s)
+{
+    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+    return (double)(*s >> 11) / 9007199254740992.0;
+}
+
+/* A random GPT-2 (no "transformer." prefix, as the published gpt2 files), with the attn.bias
+ * buffers and a tied lm_head.weight that the importer must skip. */
+static void random_gpt2(hmodel *m, uint64_t seed)
+{
+    char n[96];
+    hadd(m, "wte.weight", V, H);
+    hadd(m, "wpe.weight", P, H);
+    for (int l = 0; l < L; l++) {
+        const struct {
+            const char *s;
+            int64_t d0, d1;
+        } shapes[] = {{"ln_1.weight", H, 0},        {"ln_1.bias", H, 0},       {"attn.c_attn.weight", H, 3 * H},
+                      {"attn.c_attn.bias", 3 * H, 0}, {"attn.c_proj.weight", H, H}, {"attn.c_proj.bias", H, 0},
+                      {"ln_2.weight", H, 0},        {"ln_2.bias", H, 0},       {"mlp.c_fc.weight", H, F},
+                      {"mlp.c_fc.bias", F, 0},      {"mlp.c_proj.weight", F, H}, {"mlp.c_proj.bias", H, 0}};
+        for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+            snprintf(n, sizeof n, "h.%d.%s", l, shapes[k].s);
+            hadd(m, n, shapes[k].d0, shapes[k].d1);
+        }
+    }
+    hadd(m, "ln_f.weight", H, 0);
+    hadd(m, "ln_f.bias", H, 0);
+    for (int i = 0; i < m->n; i++) {
+        htensor *t = &m->t[i];
+        int64_t cnt = t->shape[0] * (t->ndim == 2 ? t->shape[1] : 1);
+        int is_ln_w = strstr(t->name, "ln_") && strstr(t->name, ".weight");
+        for (int64_t k = 0; k < cnt; k++)
+            t->v[k] = (float)((is_ln_w ? 1.0 : 0.0) + 0.6 * (lcg_uniform(&seed) - 0.5));
+    }
+    for (int l = 0; l < L; l++) {
+        snprintf(n, sizeof n, "h.%d.attn.bias", l);
+        htensor *b = hadd(m, n, P, P);
+        for (int i = 0; i < P; i++)
+            for (int j = 0; j <= i; j++) b->v[i * P + j] = 1;
+    }
+    htensor *head = hadd(m, "lm_head.weight", V, H);
+    memcpy(head->v, hget(m, "wte.weight", V, H), sizeof(float) * V * H);
+}
+
+/* ---- its own safetensors writer and reader (not src/ckpt/safetensors.c) ---- */
+
+static void write_hf(const hmodel *m, const char *dir, const char *config)
+{
+    mkdir(dir, 0755);
+    char path[700];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    FILE *f = fopen(path, "w");
+    fputs(config, f);
+    fclose(f);
+    char hdr[16384];
+    size_t n = 0, off = 0;
+    n += (size_t)snprintf(hdr + n, sizeof hdr - n, "{\"__metadata__\":{\"format\":\"pt\"}");
+    for (int i = 0; i < m->n; i++) {
+        const htensor *t = &m->t[i];
+        size_t bytes = (size_t)(t->shape[0] * (t->ndim == 2 ? t->shape[1] : 1)) * 4;
+        if (t->ndim == 2)
+            n += (size_t)snprintf(hdr + n, sizeof hdr - n, ",\"%s\":{\"dtype\":\"F32\",\"shape\":[%lld,%lld],\"data_offsets\":[%zu,%zu]}",
+                                  t->name, (long long)t->shape[0], (long long)t->shape[1], off, off + bytes);
+        else
+            n += (size_t)snprintf(hdr + n, sizeof hdr - n, ",\"%s\":{\"dtype\":\"F32\",\"shape\":[%lld],\"data_offsets\":[%zu,%zu]}",
+                                  t->name, (long long)t->shape[0], off, off + bytes);
+        off += bytes;
+    }
+    n += (size_t)snprintf(hdr + n, sizeof hdr - n, "}");
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    f = fopen(path, "wb");
+    uint64_t len = n;
+    fwrite(&len, 8, 1, f);
+    fwrite(hdr, 1, n, f);
+    for (int i = 0; i < m->n; i++) {
+        const htensor *t = &m->t[i];
+        fwrite(t->v, 4, (size_t)(t->shape[0] * (t->ndim == 2 ? t->shape[1] : 1)), f);
+    }
+    fclose(f);
+}
+
+static void read_hf(hmodel *m, const char *dir)
+{
+    char path[700];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    uint8_t *buf = malloc((size_t)size);
+    assert_int_equal(fread(buf, 1, (size_t)size, f), (size_t)size);
+    fclose(f);
+    uint64_t n = 0;
+    for (int i = 7; i >= 0; i--) n = n << 8 | buf[i];
+    cJSON *h = cJSON_ParseWithLength((const char *)buf + 8, (size_t)n);
+    assert_non_null(h);
+    for (cJSON *j = h->child; j; j = j->next) {
+        if (strcmp(j->string, "__metadata__") == 0) {
+            assert_string_equal(cJSON_GetObjectItem(j, "format")->valuestring, "pt");
+            continue;
+        }
+        assert_string_equal(cJSON_GetObjectItem(j, "dtype")->valuestring, "F32");
+        cJSON *shape = cJSON_GetObjectItem(j, "shape"), *offs = cJSON_GetObjectItem(j, "data_offsets");
+        int nd = cJSON_GetArraySize(shape);
+        htensor *t = hadd(m, j->string, (int64_t)cJSON_GetArrayItem(shape, 0)->valuedouble,
+                          nd == 2 ? (int64_t)cJSON_GetArrayItem(shape, 1)->valuedouble : 0);
+        size_t b = (size_t)cJSON_GetArrayItem(offs, 0)->valuedouble, e = (size_t)cJSON_GetArrayItem(offs, 1)->valuedouble;
+        assert_int_equal(e - b, (size_t)(t->shape[0] * (nd == 2 ? t->shape[1] : 1)) * 4);
+        memcpy(t->v, buf + 8 + n + b, e - b);
+    }
+    cJSON_Delete(h);
+    free(buf);
+}
+
+/* ---- the reference forward in double ---- */
+
+static void ln(double *out, const double *in, const float *w, const float *b)
+{
+    double mean = 0, var = 0;
+    for (int i = 0; i < H; i++) mean += in[i];
+    mean /= H;
+    for (int i = 0; i < H; i++) var += (in[i] - mean) * (in[i] - mean);
+    double rstd = 1.0 / sqrt(var / H + 1e-5);
+    for (int i = 0; i < H; i++) out[i] = (in[i] - mean) * rstd * w[i] + b[i];
+}
+
+/* Conv1D: out (n_out) = in (n_in) . W (n_in, n_out) + b */
+static void conv1d(double *out, const double *in, const float *w, const float *b, int n_in, int n_out)
+{
+    for (int o = 0; o < n_out; o++) {
+        double s = b[o];
+        for (int i = 0; i < n_in; i++) s += in[i] * w[(size_t)i * n_out + o];
+        out[o] = s;
+    }
+}
+
+static void ref_logits(const hmodel *m, const int32_t *ids, double *logits /* (T, V) */)
+{
+    static double x[T][H], a[T][H], qkv[T][3 * H], y[T][H], tmp[T][H], fc[T][F];
+    const float *wte = hget(m, "wte.weight", V, H), *wpe = hget(m, "wpe.weight", P, H);
+    char n[96];
+#define G(fmt, d0, d1) (snprintf(n, sizeof n, fmt, l), hget(m, n, d0, d1))
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < H; i++) x[t][i] = (double)wte[ids[t] * H + i] + wpe[t * H + i];
+    for (int l = 0; l < L; l++) {
+        for (int t = 0; t < T; t++) {
+            ln(a[t], x[t], G("h.%d.ln_1.weight", H, 0), G("h.%d.ln_1.bias", H, 0));
+            conv1d(qkv[t], a[t], G("h.%d.attn.c_attn.weight", H, 3 * H), G("h.%d.attn.c_attn.bias", 3 * H, 0), H, 3 * H);
+        }
+        int hs = H / NH;
+        for (int hd = 0; hd < NH; hd++)
+            for (int t = 0; t < T; t++) {
+                double s[T], mx = -1e300, sum = 0;
+                for (int u = 0; u <= t; u++) {
+                    s[u] = 0;
+                    for (int k = 0; k < hs; k++) s[u] += qkv[t][hd * hs + k] * qkv[u][H + hd * hs + k];
+                    s[u] /= sqrt((double)hs);
+                    mx = s[u] > mx ? s[u] : mx;
+                }
+                for (int u = 0; u <= t; u++) sum += (s[u] = exp(s[u] - mx));
+                for (int k = 0; k < hs; k++) {
+                    double acc = 0;
+                    for (int u = 0; u <= t; u++) acc += s[u] / sum * qkv[u][2 * H + hd * hs + k];
+                    y[t][hd * hs + k] = acc;
+                }
+            }
+        for (int t = 0; t < T; t++) {
+            conv1d(tmp[t], y[t], G("h.%d.attn.c_proj.weight", H, H), G("h.%d.attn.c_proj.bias", H, 0), H, H);
+            for (int i = 0; i < H; i++) x[t][i] += tmp[t][i];
+            ln(a[t], x[t], G("h.%d.ln_2.weight", H, 0), G("h.%d.ln_2.bias", H, 0));
+            conv1d(fc[t], a[t], G("h.%d.mlp.c_fc.weight", H, F), G("h.%d.mlp.c_fc.bias", F, 0), H, F);
+            for (int i = 0; i < F; i++) {
+                double v = fc[t][i];
+                fc[t][i] = 0.5 * v * (1 + tanh(sqrt(2 / M_PI) * (v + 0.044715 * v * v * v))); /* gelu_new */
+            }
+            conv1d(tmp[t], fc[t], G("h.%d.mlp.c_proj.weight", F, H), G("h.%d.mlp.c_proj.bias", H, 0), F, H);
+            for (int i = 0; i < H; i++) x[t][i] += tmp[t][i];
+        }
+    }
+#undef G
+    const float *lw = hget(m, "ln_f.weight", H, 0), *lb = hget(m, "ln_f.bias", H, 0);
+    for (int t = 0; t < T; t++) {
+        ln(a[t], x[t], lw, lb);
+        for (int v = 0; v < V; v++) {
+            double s = 0;
+            for (int i = 0; i < H; i++) s += a[t][i] * wte[v * H + i]; /* tied head */
+            logits[t * V + v] = s;
+        }
+    }
+}
+
+/* ---- trident's side ---- */
+
+static const int32_t IDS[T] = {3, 17, 49, 0, 25, 25, 8, 41};
+
+/* Logits (T, padded vocab) of `m` for IDS, computed by trident's model. */
+static float *trident_logits(gpt_model *m)
+{
+    int32_t targets[T] = {0};
+    int64_t sample[1] = {0};
+    gpt_acts *a = gpt_acts_acquire(m);
+    double loss;
+    gpt_forward(m, a, IDS, NULL, targets, sample, 1, 0, &loss);
+    size_t n = (size_t)T * m->vocab_l;
+    float *out = malloc(n * sizeof(float));
+    be_memcpy(m->be, out, gpt_acts_logits(a), n * sizeof(float), BE_D2H);
+    gpt_acts_release(m, a);
+    return out;
+}
+
+static void compare_logits(const float *got, int Vp, const double *ref, const char *what)
+{
+    double maxd = 0, maxr = 0;
+    for (int t = 0; t < T; t++)
+        for (int v = 0; v < V; v++) {
+            double d = fabs(got[t * Vp + v] - ref[t * V + v]);
+            maxd = d > maxd ? d : maxd;
+            maxr = fabs(ref[t * V + v]) > maxr ? fabs(ref[t * V + v]) : maxr;
+        }
+    printf("%s: max |trident - reference| %.3g over logits up to %.3g\n", what, maxd, maxr);
+    assert_true(maxr > 0.5);
+    assert_true(maxd <= 1e-5 * maxr);
+}
+
+/* A model of the checkpoint in `dir` (any layout), loaded by trident (weights only). */
+static gpt_model *load_model(const char *dir)
+{
+    ckpt_meta meta;
+    char err[1024] = "";
+    if (ckpt_find(dir, &meta, err, sizeof err)) fail_msg("%s", err);
+    gpt_config c = ckpt_model_config(&meta, 1, T, 128);
+    gpt_model *m = gpt_create(&c, g_ps, g_be, 0, c.num_layers, 1, 1);
+    ckpt_model cm = {g_ps, 1, &m, NULL, NULL};
+    if (ckpt_load(&meta, &cm, 0, err, sizeof err)) fail_msg("%s", err);
+    ckpt_meta_free(&meta);
+    return m;
+}
+
+static const char *CONFIG = "{\"model_type\": \"gpt2\", \"architectures\": [\"GPT2LMHeadModel\"], \"vocab_size\": 50, "
+                            "\"n_positions\": 8, \"n_embd\": 16, \"n_layer\": 2, \"n_head\": 4, \"n_inner\": null, "
+                            "\"activation_function\": \"gelu_new\", \"layer_norm_epsilon\": 1e-05}";
+
+static void sub(char *out, size_t n, const char *name)
+{
+    snprintf(out, n, "%s/%s", g_dir, name);
+}
+
+static void import_matches_reference(void **state)
+{
+    (void)state;
+    hmodel hm = {0};
+    random_gpt2(&hm, 42);
+    char hfdir[600], ck[600], err[1024] = "";
+    sub(hfdir, sizeof hfdir, "import_hf");
+    sub(ck, sizeof ck, "import_ckpt");
+    write_hf(&hm, hfdir, CONFIG);
+    if (hf_import(hfdir, ck, 8, g_world, err, sizeof err)) fail_msg("%s", err);
+    gpt_model *m = load_model(ck);
+    assert_int_equal(m->cfg.padded_vocab, 56);
+    float *got = trident_logits(m);
+    double ref[T * V];
+    ref_logits(&hm, IDS, ref);
+    compare_logits(got, m->vocab_l, ref, "hf -> trident");
+    /* the padded columns are copies of the last real one */
+    for (int t = 0; t < T; t++)
+        for (int v = V; v < m->vocab_l; v++) assert_true(got[t * m->vocab_l + v] == got[t * m->vocab_l + V - 1]);
+    free(got);
+    gpt_free(m);
+    hfree(&hm);
+}
+
+static void export_matches_reference_and_round_trips(void **state)
+{
+    (void)state;
+    gpt_config c = {L, H, NH, F, T, P, V, gpt_padded_vocab(V, 8, 1), 0.3f, 0, 0, 99};
+    gpt_model *m = gpt_create(&c, g_ps, g_be, 0, L, 1, 1);
+    char ck[600], hfdir[600], back[600], err[1024] = "";
+    sub(ck, sizeof ck, "export_ckpt");
+    sub(hfdir, sizeof hfdir, "export_hf");
+    sub(back, sizeof back, "export_back");
+    ckpt_model cm = {g_ps, 1, &m, NULL, NULL};
+    ckpt_progress prog = {3, 24, 0, 99};
+    ckpt_save(ck, &cm, &prog, "{}", 0, NULL);
+    ckpt_meta meta;
+    if (ckpt_find(ck, &meta, err, sizeof err)) fail_msg("%s", err);
+    if (hf_export(&meta, hfdir, err, sizeof err)) fail_msg("%s", err);
+    ckpt_meta_free(&meta);
+
+    /* the file as transformers lays it out */
+    hmodel hm = {0};
+    read_hf(&hm, hfdir);
+    assert_int_equal(hm.n, 4 + 12 * L);
+    for (int i = 0; i < hm.n; i++) {
+        assert_int_equal(strncmp(hm.t[i].name, "transformer.", 12), 0);
+        assert_null(strstr(hm.t[i].name, "lm_head"));
+    }
+    hget(&hm, "h.1.attn.c_attn.weight", H, 3 * H); /* Conv1D: [in, out] */
+    hget(&hm, "h.0.mlp.c_proj.weight", F, H);
+    char path[700];
+    snprintf(path, sizeof path, "%s/config.json", hfdir);
+    FILE *f = fopen(path, "r");
+    char text[4096];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = 0;
+    cJSON *cfg = cJSON_Parse(text);
+    assert_int_equal(cJSON_GetObjectItem(cfg, "vocab_size")->valueint, V);
+    assert_int_equal(cJSON_GetObjectItem(cfg, "n_embd")->valueint, H);
+    assert_int_equal(cJSON_GetObjectItem(cfg, "n_layer")->valueint, L);
+    assert_int_equal(cJSON_GetObjectItem(cfg, "n_head")->valueint, NH);
+    assert_int_equal(cJSON_GetObjectItem(cfg, "n_positions")->valueint, P);
+    assert_true(cJSON_IsTrue(cJSON_GetObjectItem(cfg, "tie_word_embeddings")));
+    assert_string_equal(cJSON_GetObjectItem(cfg, "activation_function")->valuestring, "gelu_new");
+    cJSON_Delete(cfg);
+
+    double ref[T * V];
+    ref_logits(&hm, IDS, ref);
+    float *got = trident_logits(m);
+    compare_logits(got, m->vocab_l, ref, "trident -> hf");
+    free(got);
+    hfree(&hm);
+
+    /* and back: every parameter bit-identical, padded rows aside */
+    if (hf_import(hfdir, back, 8, g_world, err, sizeof err)) fail_msg("%s", err);
+    gpt_model *b = load_model(back);
+    assert_int_equal(b->numel, m->numel);
+    for (int i = 0; i < m->ntensors; i++) {
+        const gpt_tensor_info *t = &m->table[i];
+        size_t cnt = strcmp(t->name, "embedding.word.weight") == 0 ? (size_t)V * H : t->numel;
+        assert_memory_equal(m->params + t->offset, b->params + b->table[i].offset, cnt * sizeof(float));
+    }
+    gpt_free(b);
+    gpt_free(m);
+}
+
+static void expect_import_error(const char *config, const char *want)
+{
+    hmodel hm = {0};
+    random_gpt2(&hm, 5);
+    char hfdir[600], ck[600], err[1024] = "";
+    sub(hfdir, sizeof hfdir, "bad_hf");
+    sub(ck, sizeof ck, "bad_ckpt");
+    write_hf(&hm, hfdir, config);
+    assert_int_equal(hf_import(hfdir, ck, 8, g_world, err, sizeof err), -1);
+    if (!strstr(err, want)) fail_msg("error '%s' lacks '%s'", err, want);
+    assert_null(strchr(err, '\n'));
+    struct stat sb;
+    assert_int_not_equal(stat(ck, &sb), 0); /* nothing written */
+    hfree(&hm);
+}
+
+static void import_refuses_what_it_cannot_compute(void **state)
+{
+    (void)state;
+    expect_import_error("{\"model_type\": \"llama\"}", "only gpt2");
+    expect_import_error("{\"vocab_size\": 50, \"n_positions\": 8, \"n_embd\": 16, \"n_layer\": 2, \"n_head\": 4, "
+                        "\"activation_function\": \"gelu\"}", "not the tanh GeLU");
+    expect_import_error("{\"vocab_size\": 50, \"n_positions\": 8, \"n_embd\": 16, \"n_layer\": 2, \"n_head\": 4, "
+                        "\"layer_norm_epsilon\": 1e-6}", "layer_norm_epsilon");
+    expect_import_error("{\"vocab_size\": 50, \"n_positions\": 8, \"n_embd\": 16, \"n_layer\": 3, \"n_head\": 4}",
+                        "tensor transformer.h.2.mlp.c_proj.bias is missing");
+    expect_import_error("{\"vocab_size\": 51, \"n_positions\": 8, \"n_embd\": 16, \"n_layer\": 2, \"n_head\": 4}",
+                        "tensor transformer.wte.weight has shape [50, 16] but the config makes it [51, 16]");
+    expect_import_error("{\"vocab_size\": 50, \"n_embd\": 16, \"n_layer\": 2, \"n_head\": 4}", "n_positions");
+}
+
+int main(int argc, char **argv)
+{
+    g_world = comm_world_init(&argc, &argv);
+    g_ps = ps_init(g_world, 1, 1);
+    g_be = be_cpu(1);
+    snprintf(g_dir, sizeof g_dir, "%s/test_checkpoint_hf_%ld", TD_TEST_TMP, (long)getpid());
+    mkdir(g_dir, 0755);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(import_matches_reference),
+        cmocka_unit_test(export_matches_reference_and_round_trips),
+        cmocka_unit_test(import_refuses_what_it_cannot_compute),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
+    if (rc == 0 && system(cmd) != 0) rc = 1;
+    be_free(g_be);
+    ps_free(g_ps);
+    comm_world_finalize(g_world);
+    return rc;
+}
