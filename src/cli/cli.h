@@ -11,5 +11,6 @@ int cli_preprocess(int argc, char **argv);
 
 int cli_checkpoint(int argc, char **argv);
 int cli_convert(int argc, char **argv);
+int cli_eval(int argc, char **argv);
 
 #endif

@@ -24,6 +24,7 @@ static const subcommand COMMANDS[] = {
     {"tokenize", cli_tokenize, "GPT-2 BPE: encode stdin to token ids, or decode ids to text"},
     {"preprocess", cli_preprocess, "tokenize JSON lines or text files into a Megatron .bin/.idx dataset"},
     {"data-info", cli_data_info, "split a dataset, build or load its indices, print the statistics"},
+    {"eval", cli_eval, "strided perplexity of a checkpoint on a dataset (any layout)"},
     {"convert", cli_convert, "convert checkpoints: Hugging Face GPT-2 <-> trident"},
     {"checkpoint", cli_checkpoint, "inspect a checkpoint (info: contents and CRC check; compare: two checkpoints)"},
     {"train", cli_train, "pretrain a GPT model (one rank, or many under mpirun)"},

@@ -1,0 +1,126 @@
+/* trident eval: strided perplexity of a checkpoint on a dataset (see docs/eval.md). */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "trident/args.h"
+#include "trident/check.h"
+#include "trident/checkpoint.h"
+#include "trident/comm.h"
+#include "trident/eval.h"
+#include "trident/gpt_dataset.h"
+#include "trident/indexed.h"
+#include "trident/parallel_state.h"
+#include "trident/timer.h"
+
+static const char SUMMARY[] =
+    "Score a dataset with a checkpoint the way WikiText perplexity is measured: the tokens of the chosen\n"
+    "documents (--split-name of --split, or all) concatenated in order, windows of --seq-length + 1 tokens\n"
+    "every --eval-stride tokens; the first window scores its --seq-length targets, each later one its last\n"
+    "--eval-stride. Prints (and appends to --metrics-file) the mean loss per scored token, the perplexity\n"
+    "and the token count. Any layout: tensor x pipeline x data parallel under mpirun. The model comes from\n"
+    "the checkpoint's meta.json.";
+
+/* One line naming the flag, exit 2, from rank 0 only (every rank finds the same problem). */
+#define USAGE(world, ...)                                                                \
+    do {                                                                                 \
+        if (comm_rank(world) == 0) td_usage_error(__VA_ARGS__);                          \
+        comm_barrier(world);                                                             \
+        td_usage_error(__VA_ARGS__);                                                     \
+    } while (0)
+
+int cli_eval(int argc, char **argv)
+{
+    const char *prog = "trident eval";
+    td_args a;
+    if (td_args_parse(&a, TD_CMD_EVAL, prog, argc, argv, 1)) {
+        td_args_usage(TD_CMD_EVAL, prog, SUMMARY);
+        td_args_free(&a);
+        return 0;
+    }
+    td_log_set_level(a.verbose);
+    comm *world = comm_world_init(&argc, &argv);
+    int tp = a.tensor_model_parallel_size, pp = a.pipeline_model_parallel_size, S = a.seq_length;
+    int K = td_args_given(&a, "--eval-stride") ? a.eval_stride : S;
+    if (!a.load) USAGE(world, "%s: --load DIR (a checkpoint) is required", prog);
+    if (a.data_path.n != 1) USAGE(world, "%s: --data-path takes one dataset prefix (blends are not scored)", prog);
+    if (K > S) USAGE(world, "%s: --eval-stride %d is longer than --seq-length %d (tokens would go unscored)", prog, K, S);
+    if (comm_size(world) % (tp * pp))
+        USAGE(world, "%s: the world size %d is not divisible by --tensor-model-parallel-size %d x "
+                     "--pipeline-model-parallel-size %d", prog, comm_size(world), tp, pp);
+
+    ckpt_meta meta;
+    char err[1024] = "";
+    int rc = ckpt_find(a.load, &meta, err, sizeof err);
+    if (rc == 1) td_fatal(1, "--load %s: no checkpoint there (no %s, no meta.json)", a.load, CKPT_LATEST);
+    if (rc) td_fatal(1, "%s", err);
+    gpt_config c = ckpt_model_config(&meta, tp, S, a.make_vocab_size_divisible_by);
+    if (S > c.max_pos)
+        USAGE(world, "%s: --seq-length %d is longer than the checkpoint's %d positions", prog, S, c.max_pos);
+    if (c.heads % tp || c.ffn % tp)
+        USAGE(world, "%s: --tensor-model-parallel-size %d does not divide the checkpoint's %d heads and FFN size %d",
+              prog, tp, c.heads, c.ffn);
+    if (c.num_layers % pp)
+        USAGE(world, "%s: --pipeline-model-parallel-size %d does not divide the checkpoint's %d layers", prog, pp,
+              c.num_layers);
+
+    /* the documents */
+    idx_dataset *d = idx_open(a.data_path.v[0], err, sizeof err);
+    if (!d) td_fatal(1, "%s", err);
+    int64_t ndocs = idx_num_sequences(d), beg = 0, end = ndocs;
+    if (strcmp(a.split_name, "all") != 0) {
+        double w[GPTDS_NSPLITS];
+        int64_t b[GPTDS_NSPLITS], e[GPTDS_NSPLITS];
+        if (gptds_parse_split(a.split, w, err, sizeof err)) USAGE(world, "%s: --split %s", prog, err);
+        gptds_split_range(w, ndocs, b, e);
+        int s = strcmp(a.split_name, "train") == 0 ? 0 : strcmp(a.split_name, "valid") == 0 ? 1 : 2;
+        beg = b[s], end = e[s];
+        if (beg == end)
+            USAGE(world, "%s: --split %s leaves the %s split of %s empty; use --split-name all or another --split", prog,
+                  a.split, a.split_name, a.data_path.v[0]);
+    }
+
+    /* the model: one stage per pipeline rank */
+    ps_state *ps = ps_init(world, tp, pp);
+    backend *be = be_cpu(0);
+    int per = c.num_layers / pp;
+    gpt_model *m = gpt_create(&c, ps, be, ps->pp_rank * per, per, a.micro_batch_size, 1);
+    ckpt_model cm = {ps, 1, &m, NULL, NULL};
+    double t0 = td_now();
+    rc = ckpt_load(&meta, &cm, 0, err, sizeof err);
+    if (rc) td_fatal(1, "%s", err);
+    if (ps->world_rank == 0)
+        TD_INFO("eval: %s (iteration %lld), tp %d x pp %d x dp %d; %s split of %s: documents [%lld, %lld)", meta.dir,
+                (long long)meta.progress.iteration, tp, pp, ps->dp, a.split_name, a.data_path.v[0], (long long)beg,
+                (long long)end);
+    ev_result res;
+    ev_score(m, ps, d, beg, end, K, a.micro_batch_size, &res);
+    double secs = td_now() - t0;
+    if (ps->world_rank == 0) {
+        printf("eval: %lld documents, %lld tokens; %lld windows of %d+1 tokens every %d; %lld tokens scored\n",
+               (long long)res.documents, (long long)res.doc_tokens, (long long)res.windows, S, K, (long long)res.tokens);
+        printf("eval: loss %.6f | perplexity %.4f | tokens %lld | %.2f s\n", res.loss, res.perplexity,
+               (long long)res.tokens, secs);
+        if (a.metrics_file) {
+            FILE *f = fopen(a.metrics_file, "a");
+            if (!f) td_fatal(1, "cannot open --metrics-file %s: %s", a.metrics_file, td_strerror(errno));
+            fprintf(f, "{\"eval\": \"%s\", \"checkpoint\": \"%s\", \"iteration\": %lld, \"documents\": %lld, "
+                       "\"document_tokens\": %lld, \"seq_length\": %d, \"stride\": %d, \"windows\": %lld, "
+                       "\"tokens\": %lld, \"loss\": %.17g, \"perplexity\": %.17g}\n",
+                    a.split_name, meta.dir, (long long)meta.progress.iteration, (long long)res.documents,
+                    (long long)res.doc_tokens, S, K, (long long)res.windows, (long long)res.tokens, res.loss,
+                    res.perplexity);
+            if (fclose(f) != 0) td_fatal(1, "cannot write --metrics-file %s: %s", a.metrics_file, td_strerror(errno));
+        }
+        fflush(stdout);
+    }
+    gpt_free(m);
+    be_free(be);
+    ps_free(ps);
+    idx_close(d);
+    ckpt_meta_free(&meta);
+    td_args_free(&a);
+    comm_world_finalize(world);
+    return 0;
+}

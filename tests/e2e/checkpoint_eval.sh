@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# trident eval through the binary: a checkpoint trained in tp2 x pp2 is scored on its validation
+# split with stride 16 and 5 in five layouts (one rank, tp2, pp2, dp2 with micro-batches of 2,
+# tp2 x pp2): the same token count and loss within 1e-6 of the one-rank run; the metrics line;
+# stride = seq-length scores every token of the full windows once; bad flags exit 2. (The loss
+# against an independent hand computation: tests/unit/test_eval.c.)
+. "$(dirname "$0")/checkpoint_lib.sh"
+train 4 2 --pipeline-model-parallel-size 2 --train-iters 3 --save ck >/dev/null || { bad "training run"; cat "$last_log"; }
+EV=(--load ck --data-path "$DATA" --split 98,2,0 --split-name valid --seq-length 16 --micro-batch-size 3)
+evaluate() { # name np K tp pp [flags]
+  local name=$1 np=$2 K=$3 tp=$4 pp=$5; shift 5
+  timeout 120 "${MPIRUN[@]}" -np "$np" "$TRIDENT" eval "${EV[@]}" --eval-stride "$K" --tensor-model-parallel-size "$tp" \
+    --pipeline-model-parallel-size "$pp" --metrics-file "$name.jsonl" "$@" >"$name.log" 2>&1
+}
+for K in 16 5; do
+  evaluate one_$K 1 $K 1 1 || { bad "one rank, stride $K"; cat one_$K.log; continue; }
+  ref=$(jq .loss one_$K.jsonl) tok=$(jq .tokens one_$K.jsonl)
+  win=$(jq .windows one_$K.jsonl) n=$(jq .document_tokens one_$K.jsonl)
+  [ "$tok" = $((16 + (win - 1) * K)) ] && [ "$win" = $(((n - 17) / K + 1)) ] &&
+    ok "stride $K: $n tokens, $win windows, $tok scored, loss $ref" || bad "stride $K: counts $n $win $tok"
+  for lay in "tp2 2 2 1" "pp2 2 1 2" "dp2 2 1 1 --micro-batch-size 2" "tp2_pp2 4 2 2"; do
+    set -- $lay; name=$1; shift
+    if evaluate ${name}_$K "$1" $K "$2" "$3" "${@:4}"; then
+      got=$(jq .loss ${name}_$K.jsonl) t=$(jq .tokens ${name}_$K.jsonl)
+      if [ "$t" = "$tok" ] && awk -v a="$ref" -v b="$got" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-6 * a) }'; then
+        ok "stride $K, $name: loss $got, $t tokens"
+      else bad "stride $K, $name: loss $got vs $ref, tokens $t vs $tok"; fi
+    else bad "stride $K, $name"; cat ${name}_$K.log; fi
+  done
+done
+grep -q "eval: loss .* | perplexity .* | tokens" one_16.log && ok "prints loss, perplexity and tokens" || bad "printed line"
+
+check_fail() { # name text flags...
+  local name=$1 text=$2; shift 2
+  out=$("$TRIDENT" eval "$@" 2>&1); rc=$?
+  if [ "$rc" = 2 ] && grep -qF -- "$text" <<<"$out"; then ok "$name: exit 2: $out"; else bad "$name: exit $rc: $out"; fi
+}
+check_fail "stride longer than the window" "--eval-stride 17 is longer than --seq-length 16" "${EV[@]}" --eval-stride 17
+check_fail "no checkpoint" "--load DIR (a checkpoint) is required" --data-path "$DATA" --seq-length 16
+check_fail "window longer than the positions" "--seq-length 32 is longer than the checkpoint's 16 positions" \
+  --load ck --data-path "$DATA" --seq-length 32
+finish
