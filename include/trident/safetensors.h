@@ -61,6 +61,7 @@ typedef struct st_file {
     st_header h;
     uint64_t size;
     const uint8_t *map;          /* the whole file */
+    int fd;                      /* open for reading (pread) until st_close */
 } st_file;
 
 /* Opens and validates `path` (st_parse). NULL with one line in err naming the file. */
@@ -89,6 +90,23 @@ typedef struct st_entry {
  * file and the reason. */
 int st_write(const char *path, const st_entry *e, int n, const char *const *meta_keys,
              const char *const *meta_values, int nmeta, int do_fsync, char *err, size_t errlen);
+
+/* Where st_write_stream gets the data: read() copies bytes [off, off + n) of entry i into buf
+ * (called in file order, in pieces of at most 8 MiB); done(), if set, is called once all data
+ * is written and may then rewrite the metadata values in place, keeping their lengths (e.g. to
+ * fill in checksums of the data just produced). */
+typedef struct st_source {
+    void (*read)(void *user, int i, size_t off, void *buf, size_t n);
+    void (*done)(void *user);
+    void *user;
+} st_source;
+
+/* st_write with the data produced piecewise through a small buffer (the e[i].data are unused):
+ * the data is written after room for the header, then the header, built from the metadata as
+ * done() left it. */
+int st_write_stream(const char *path, const st_entry *e, int n, const char *const *meta_keys,
+                    const char *const *meta_values, int nmeta, const st_source *src, int do_fsync, char *err,
+                    size_t errlen);
 
 /* CRC-32 (ISO-HDLC, zlib's: reflected polynomial 0xEDB88320), continued from `crc` (0 to start). */
 uint32_t st_crc32(uint32_t crc, const void *data, size_t n);

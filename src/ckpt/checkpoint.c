@@ -90,11 +90,16 @@ char *ckpt_slice_json(const ckpt_slice *s, uint32_t crc)
 
 /* ---- writing one shard ---- */
 
-/* Entries of a shard under construction. */
+/* Entries of a shard under construction: their data stays in backend memory and is streamed
+ * to the file through a small host buffer, the CRC32 of each entry computed on the way. */
 typedef struct {
     int n, cap;
     st_entry *e;
     char **names, **meta;
+    const float **src;   /* backend memory of each entry */
+    ckpt_slice *sl;
+    uint32_t *crc;
+    const backend *be;
 } shard;
 
 static void shard_add(shard *s, const char *name, const ckpt_slice *sl, const float *data)
@@ -104,11 +109,13 @@ static void shard_add(shard *s, const char *name, const ckpt_slice *sl, const fl
         s->e = td_xrealloc(s->e, (size_t)s->cap * sizeof *s->e);
         s->names = td_xrealloc(s->names, (size_t)s->cap * sizeof *s->names);
         s->meta = td_xrealloc(s->meta, (size_t)s->cap * sizeof *s->meta);
+        s->src = td_xrealloc(s->src, (size_t)s->cap * sizeof *s->src);
+        s->sl = td_xrealloc(s->sl, (size_t)s->cap * sizeof *s->sl);
+        s->crc = td_xrealloc(s->crc, (size_t)s->cap * sizeof *s->crc);
     }
     int64_t n0 = sl->shape[0], n1 = sl->ndim == 2 ? sl->shape[1] : 1;
     if (sl->dim == 0) n0 = sl->blocks * sl->len;
     if (sl->dim == 1) n1 = sl->blocks * sl->len;
-    size_t bytes = (size_t)(n0 * n1) * sizeof(float);
     st_entry *e = &s->e[s->n];
     memset(e, 0, sizeof *e);
     s->names[s->n] = td_xstrdup(name);
@@ -117,10 +124,30 @@ static void shard_add(shard *s, const char *name, const ckpt_slice *sl, const fl
     e->ndim = sl->ndim;
     e->shape[0] = n0;
     e->shape[1] = n1;
-    e->data = data;
-    e->bytes = bytes;
-    s->meta[s->n] = ckpt_slice_json(sl, st_crc32(0, data, bytes));
+    e->bytes = (size_t)(n0 * n1) * sizeof(float);
+    s->src[s->n] = data;
+    s->sl[s->n] = *sl;
+    s->crc[s->n] = 0;
+    s->meta[s->n] = ckpt_slice_json(sl, 0); /* the CRC is filled in once the data is written */
     s->n++;
+}
+
+static void shard_read(void *user, int i, size_t off, void *buf, size_t n)
+{
+    shard *s = user;
+    be_memcpy(s->be, buf, (const char *)s->src[i] + off, n, BE_D2H);
+    s->crc[i] = st_crc32(s->crc[i], buf, n);
+}
+
+static void shard_done(void *user)
+{
+    shard *s = user;
+    for (int i = 0; i < s->n; i++) {
+        char *j = ckpt_slice_json(&s->sl[i], s->crc[i]);
+        TD_ASSERT(strlen(j) == strlen(s->meta[i]));
+        strcpy(s->meta[i], j);
+        free(j);
+    }
 }
 
 static void shard_free(shard *s)
@@ -132,6 +159,9 @@ static void shard_free(shard *s)
     free(s->e);
     free(s->names);
     free(s->meta);
+    free(s->src);
+    free(s->sl);
+    free(s->crc);
 }
 
 /* The tensors of chunk c this rank writes: not the last stage's copy of the word embedding
@@ -153,31 +183,38 @@ static void save_delay(void)
     }
 }
 
+static int fsync_file(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    int rc = fsync(fd);
+    int e = errno;
+    close(fd);
+    errno = e;
+    return rc;
+}
+
 /* Writes this rank's model shard (optimizer = 0) or optimizer shard (1) into folder tmp.
  * Returns its size in bytes. */
 static uint64_t write_shard(const char *tmp, const ckpt_model *m, int optimizer)
 {
     const ps_state *ps = m->ps;
-    int nbuf = optimizer ? 2 : 1;
-    float **host = td_xcalloc((size_t)(2 * m->nchunks), sizeof *host);
     shard s = {0};
+    s.be = m->chunks[0]->be;
     for (int c = 0; c < m->nchunks; c++) {
         const gpt_model *g = m->chunks[c];
-        for (int b = 0; b < nbuf; b++) {
-            const float *src = optimizer ? (b == 0 ? m->adam_m[c] : m->adam_v[c]) : g->params;
-            host[c * 2 + b] = td_xmalloc(g->numel * sizeof(float));
-            be_memcpy(g->be, host[c * 2 + b], src, g->numel * sizeof(float), BE_D2H);
-        }
-        for (int b = 0; b < nbuf; b++)
+        for (int b = 0; b < (optimizer ? 2 : 1); b++) {
+            const float *base = optimizer ? (b == 0 ? m->adam_m[c] : m->adam_v[c]) : g->params;
             for (int i = 0; i < g->ntensors; i++) {
                 const gpt_tensor_info *t = &g->table[i];
                 if (!rank_writes(m, t)) continue;
                 char name[96];
-                snprintf(name, sizeof name, "%s%s", optimizer ? ckpt_kind_prefix(b ? CKPT_EXP_AVG_SQ : CKPT_EXP_AVG) : "",
-                         t->name);
+                snprintf(name, sizeof name, "%s%s",
+                         optimizer ? ckpt_kind_prefix(b ? CKPT_EXP_AVG_SQ : CKPT_EXP_AVG) : "", t->name);
                 ckpt_slice sl = ckpt_slice_of(t);
-                shard_add(&s, name, &sl, host[c * 2 + b] + t->offset);
+                shard_add(&s, name, &sl, base + t->offset);
             }
+        }
     }
     char tp_s[16], pp_s[16], ver[16];
     snprintf(tp_s, sizeof tp_s, "%d", ps->tp_rank);
@@ -195,15 +232,20 @@ static uint64_t write_shard(const char *tmp, const ckpt_model *m, int optimizer)
     char fname[64], path[4200], err[1024];
     ckpt_shard_name(fname, sizeof fname, optimizer, ps->tp_rank, ps->pp_rank);
     ckf_join(path, sizeof path, tmp, fname);
-    if (st_write(path, s.e, s.n, keys, vals, nmeta, 1, err, sizeof err))
+    double t0 = td_now();
+    st_source src = {shard_read, shard_done, &s};
+    if (st_write_stream(path, s.e, s.n, keys, vals, nmeta, &src, 0, err, sizeof err))
         td_fatal(1, "saving the checkpoint: %s (the previous checkpoint is untouched)", err);
+    double t1 = td_now();
+    if (fsync_file(path) != 0)
+        td_fatal(1, "saving the checkpoint: cannot fsync %s: %s (the previous checkpoint is untouched)", path,
+                 td_strerror(errno));
+    TD_DEBUG("%s: written in %.2f s, fsynced in %.2f s", fname, t1 - t0, td_now() - t1);
     struct stat sb;
     uint64_t bytes = stat(path, &sb) == 0 ? (uint64_t)sb.st_size : 0;
     free(keys);
     free(vals);
     shard_free(&s);
-    for (int i = 0; i < 2 * m->nchunks; i++) free(host[i]);
-    free(host);
     return bytes;
 }
 

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <omp.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -53,10 +54,8 @@ static void crc_tables(void)
         for (int i = 0; i < 256; i++) g_crc[t][i] = (g_crc[t - 1][i] >> 8) ^ g_crc[0][g_crc[t - 1][i] & 0xff];
 }
 
-uint32_t st_crc32(uint32_t crc, const void *data, size_t n)
+static uint32_t crc_serial(uint32_t crc, const uint8_t *p, size_t n)
 {
-    pthread_once(&g_crc_once, crc_tables);
-    const uint8_t *p = data;
     uint32_t c = ~crc;
     while (n && ((uintptr_t)p & 7)) {
         c = g_crc[0][(c ^ *p++) & 0xff] ^ (c >> 8);
@@ -72,6 +71,64 @@ uint32_t st_crc32(uint32_t crc, const void *data, size_t n)
     }
     while (n--) c = g_crc[0][(c ^ *p++) & 0xff] ^ (c >> 8);
     return ~c;
+}
+
+/* CRC combination over GF(2): the CRC register after `len` zero bytes is a linear map of the
+ * register before; square the one-zero-bit operator up to the bits of len. */
+static uint32_t gf2_apply(const uint32_t *mat, uint32_t vec)
+{
+    uint32_t sum = 0;
+    for (int i = 0; vec; vec >>= 1, i++)
+        if (vec & 1) sum ^= mat[i];
+    return sum;
+}
+
+static void gf2_square(uint32_t *out, const uint32_t *mat)
+{
+    for (int i = 0; i < 32; i++) out[i] = gf2_apply(mat, mat[i]);
+}
+
+/* CRC of A then B, from crc(A), crc(B) and the length of B. */
+static uint32_t crc_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b)
+{
+    if (len_b == 0) return crc_a;
+    uint32_t odd[32], even[32];
+    odd[0] = 0xEDB88320u; /* one zero bit */
+    for (int i = 1; i < 32; i++) odd[i] = 1u << (i - 1);
+    gf2_square(even, odd); /* two zero bits */
+    gf2_square(odd, even); /* four */
+    for (;;) {             /* then 8, 16, ... bits: one byte, two, ... */
+        gf2_square(even, odd);
+        if (len_b & 1) crc_a = gf2_apply(even, crc_a);
+        if (!(len_b >>= 1)) break;
+        gf2_square(odd, even);
+        if (len_b & 1) crc_a = gf2_apply(odd, crc_a);
+        if (!(len_b >>= 1)) break;
+    }
+    return crc_a ^ crc_b;
+}
+
+uint32_t st_crc32(uint32_t crc, const void *data, size_t n)
+{
+    pthread_once(&g_crc_once, crc_tables);
+    const uint8_t *p = data;
+    int nt = omp_get_max_threads();
+    if (n < ((size_t)4 << 20) || nt < 2 || omp_in_parallel()) return crc_serial(crc, p, n);
+    /* large buffers: pieces in parallel, combined in order */
+    if (nt > 64) nt = 64;
+    uint32_t part[64];
+    size_t piece = (n / (size_t)nt + 63) & ~(size_t)63;
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int t = 0; t < nt; t++) {
+        size_t b = (size_t)t * piece, e = t == nt - 1 || b + piece > n ? n : b + piece; /* the last takes the rest */
+        part[t] = b < n ? crc_serial(0, p + b, e - b) : 0;
+    }
+    uint32_t c = crc;
+    for (int t = 0; t < nt; t++) {
+        size_t b = (size_t)t * piece, e = t == nt - 1 || b + piece > n ? n : b + piece;
+        if (b < n) c = crc_combine(c, part[t], e - b);
+    }
+    return c;
 }
 
 /* ---- parser ---- */
@@ -360,16 +417,18 @@ st_file *st_open(const char *path, char *err, size_t errlen)
             return NULL;
         }
         map = m;
+        madvise(m, (size_t)size, MADV_SEQUENTIAL); /* larger readahead; a hint, errors ignored */
     }
-    close(fd);
     st_file *f = td_xcalloc(1, sizeof *f);
     char why[512];
     if (st_parse(map ? map : (const uint8_t *)"", (size_t)size, size, &f->h, why, sizeof why)) {
         snprintf(err, errlen, "%s: %s", path, why);
         if (map) munmap((void *)map, (size_t)size);
+        close(fd);
         free(f);
         return NULL;
     }
+    f->fd = fd;
     f->path = td_xstrdup(path);
     f->size = size;
     f->map = map;
@@ -380,6 +439,7 @@ void st_close(st_file *f)
 {
     if (!f) return;
     if (f->map) munmap((void *)f->map, (size_t)f->size);
+    close(f->fd);
     st_header_free(&f->h);
     free(f->path);
     free(f);
@@ -431,73 +491,133 @@ static void sb_json_string(sbuf *b, const char *s)
     sb_put(b, "\"", 1);
 }
 
-static int write_all(int fd, const void *data, size_t n)
+/* The header (JSON, space-padded so the data starts 8-byte aligned) of entries e in order. */
+static void build_header(sbuf *h, const st_entry *e, int n, const char *const *meta_keys,
+                         const char *const *meta_values, int nmeta)
+{
+    h->n = 0;
+    sb_put(h, "{", 1);
+    uint64_t off = 0;
+    for (int i = 0; i < n; i++) {
+        uint64_t numel = 1;
+        for (int k = 0; k < e[i].ndim; k++) numel *= (uint64_t)e[i].shape[k];
+        TD_ASSERT(numel * st_dtype_size(e[i].dtype) == e[i].bytes);
+        if (i) sb_put(h, ",", 1);
+        sb_json_string(h, e[i].name);
+        sb_printf(h, ":{\"dtype\":\"%s\",\"shape\":[", st_dtype_name(e[i].dtype));
+        for (int k = 0; k < e[i].ndim; k++) sb_printf(h, "%s%lld", k ? "," : "", (long long)e[i].shape[k]);
+        sb_printf(h, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)off,
+                  (unsigned long long)(off + e[i].bytes));
+        off += e[i].bytes;
+    }
+    if (nmeta) {
+        sb_put(h, n ? ",\"__metadata__\":{" : "\"__metadata__\":{", n ? 17 : 16);
+        for (int i = 0; i < nmeta; i++) {
+            if (i) sb_put(h, ",", 1);
+            sb_json_string(h, meta_keys[i]);
+            sb_put(h, ":", 1);
+            sb_json_string(h, meta_values[i]);
+        }
+        sb_put(h, "}", 1);
+    }
+    sb_put(h, "}", 1);
+    while ((8 + h->n) % 8) sb_put(h, " ", 1);
+}
+
+static int pwrite_all(int fd, const void *data, size_t n, off_t at)
 {
     const char *p = data;
     while (n) {
         size_t chunk = n < ((size_t)1 << 30) ? n : ((size_t)1 << 30);
-        ssize_t w = write(fd, p, chunk);
+        ssize_t w = pwrite(fd, p, chunk, at);
         if (w < 0) {
             if (errno == EINTR) continue;
             return -1;
         }
         p += w;
         n -= (size_t)w;
+        at += w;
     }
     return 0;
+}
+
+static int write_prefix(int fd, const sbuf *h)
+{
+    uint8_t len8[8];
+    for (int i = 0; i < 8; i++) len8[i] = (uint8_t)((uint64_t)h->n >> (8 * i));
+    return pwrite_all(fd, len8, 8, 0) || pwrite_all(fd, h->p, h->n, 8) ? -1 : 0;
+}
+
+static int finish_file(int fd, int do_fsync, const char **what)
+{
+    *what = "fsync";
+    if (do_fsync && fsync(fd) != 0) {
+        close(fd);
+        return -1;
+    }
+    *what = "close";
+    return close(fd);
 }
 
 int st_write(const char *path, const st_entry *e, int n, const char *const *meta_keys,
              const char *const *meta_values, int nmeta, int do_fsync, char *err, size_t errlen)
 {
     sbuf h = {0};
-    sb_put(&h, "{", 1);
-    uint64_t off = 0;
-    for (int i = 0; i < n; i++) {
-        uint64_t numel = 1;
-        for (int k = 0; k < e[i].ndim; k++) numel *= (uint64_t)e[i].shape[k];
-        TD_ASSERT(numel * st_dtype_size(e[i].dtype) == e[i].bytes);
-        if (i) sb_put(&h, ",", 1);
-        sb_json_string(&h, e[i].name);
-        sb_printf(&h, ":{\"dtype\":\"%s\",\"shape\":[", st_dtype_name(e[i].dtype));
-        for (int k = 0; k < e[i].ndim; k++) sb_printf(&h, "%s%lld", k ? "," : "", (long long)e[i].shape[k]);
-        sb_printf(&h, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)off,
-                  (unsigned long long)(off + e[i].bytes));
-        off += e[i].bytes;
-    }
-    if (nmeta) {
-        sb_put(&h, n ? ",\"__metadata__\":{" : "\"__metadata__\":{", n ? 17 : 16);
-        for (int i = 0; i < nmeta; i++) {
-            if (i) sb_put(&h, ",", 1);
-            sb_json_string(&h, meta_keys[i]);
-            sb_put(&h, ":", 1);
-            sb_json_string(&h, meta_values[i]);
-        }
-        sb_put(&h, "}", 1);
-    }
-    sb_put(&h, "}", 1);
-    while ((8 + h.n) % 8) sb_put(&h, " ", 1);
-
-    uint8_t len8[8];
-    for (int i = 0; i < 8; i++) len8[i] = (uint8_t)((uint64_t)h.n >> (8 * i));
+    build_header(&h, e, n, meta_keys, meta_values, nmeta);
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     int rc = -1;
     const char *what = "create";
     if (fd < 0) goto done;
     what = "write";
-    if (write_all(fd, len8, 8) || write_all(fd, h.p, h.n)) goto done;
-    for (int i = 0; i < n; i++)
-        if (e[i].bytes && write_all(fd, e[i].data, e[i].bytes)) goto done;
-    what = "fsync";
-    if (do_fsync && fsync(fd) != 0) goto done;
-    what = "close";
-    int c = close(fd);
-    fd = -1;
-    if (c != 0) goto done;
-    rc = 0;
+    if (write_prefix(fd, &h)) goto fail;
+    off_t at = (off_t)(8 + h.n);
+    for (int i = 0; i < n; i++) {
+        if (e[i].bytes && pwrite_all(fd, e[i].data, e[i].bytes, at)) goto fail;
+        at += (off_t)e[i].bytes;
+    }
+    rc = finish_file(fd, do_fsync, &what);
+    goto done;
+fail:
+    close(fd);
 done:
     if (rc) snprintf(err, errlen, "cannot %s %s: %s", what, path, td_strerror(errno));
-    if (fd >= 0) close(fd);
+    free(h.p);
+    return rc;
+}
+
+int st_write_stream(const char *path, const st_entry *e, int n, const char *const *meta_keys,
+                    const char *const *meta_values, int nmeta, const st_source *src, int do_fsync, char *err,
+                    size_t errlen)
+{
+    enum { CHUNK = 8 << 20 };
+    sbuf h = {0};
+    build_header(&h, e, n, meta_keys, meta_values, nmeta);
+    size_t hlen = h.n;
+    char *buf = td_xmalloc(CHUNK);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int rc = -1;
+    const char *what = "create";
+    if (fd < 0) goto done;
+    what = "write";
+    off_t at = (off_t)(8 + hlen);
+    for (int i = 0; i < n; i++)
+        for (size_t off = 0; off < e[i].bytes; off += CHUNK) {
+            size_t k = e[i].bytes - off < CHUNK ? e[i].bytes - off : CHUNK;
+            src->read(src->user, i, off, buf, k);
+            if (pwrite_all(fd, buf, k, at)) goto fail;
+            at += (off_t)k;
+        }
+    if (src->done) src->done(src->user);
+    build_header(&h, e, n, meta_keys, meta_values, nmeta); /* with the values done() set */
+    TD_ASSERT(h.n == hlen);
+    if (write_prefix(fd, &h)) goto fail;
+    rc = finish_file(fd, do_fsync, &what);
+    goto done;
+fail:
+    close(fd);
+done:
+    if (rc) snprintf(err, errlen, "cannot %s %s: %s", what, path, td_strerror(errno));
+    free(buf);
     free(h.p);
     return rc;
 }

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <omp.h>
 #include <zlib.h>
 
 #include "trident/safetensors.h"
@@ -45,6 +46,18 @@ static void crc32_matches_reference(void **state)
     uint32_t c = st_crc32(0, buf, 1000);
     c = st_crc32(c, buf + 1000, sizeof buf - 1000);
     assert_int_equal(c, (uint32_t)crc32(0, buf, sizeof buf));
+    /* large buffers are split over threads and the pieces' CRCs combined */
+    size_t big = (9u << 20) + 5;
+    uint8_t *p = malloc(big);
+    for (size_t i = 0; i < big; i++) p[i] = (uint8_t)(i * 2654435761u >> 13);
+    int saved = omp_get_max_threads();
+    for (int nt = 1; nt <= 5; nt += 2) {
+        omp_set_num_threads(nt);
+        assert_int_equal(st_crc32(0, p + 3, big - 3), (uint32_t)crc32(0, p + 3, (uInt)(big - 3)));
+        assert_int_equal(st_crc32(0x12345678u, p, big), (uint32_t)crc32(0x12345678u, p, (uInt)big));
+    }
+    omp_set_num_threads(saved);
+    free(p);
 }
 
 static void round_trip(void **state)
