@@ -14,6 +14,14 @@ backend *be_create(const char *name, int nthreads_or_device)
     td_fatal(TD_EXIT_USAGE, "unknown backend '%s' (choose cpu or cuda)", name);
 }
 
+const char *be_op_name(be_op op)
+{
+    static const char *const names[BE_OP_COUNT] = {"GEMM",          "attention", "layernorm", "gelu",
+                                                   "bias/dropout/residual", "embedding", "cross-entropy",
+                                                   "optimizer",     "memory"};
+    return op >= 0 && op < BE_OP_COUNT ? names[op] : "?";
+}
+
 void be_free(backend *be)
 {
     if (!be) return;

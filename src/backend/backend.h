@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "trident/philox.h"
+#include "trident/timer.h"
 
 typedef struct backend backend;
 
@@ -161,7 +162,38 @@ struct be_ops {
     /* ---- measurement ---- */
     /* Best sgemm GFLOP/s of a quick square run (a fraction of a second), for MFU. */
     double (*peak_gflops)(const backend *be);
+    /* Best STREAM-like copy bandwidth in GB/s (bytes read + bytes written, 1e9) of all threads,
+     * over buffers well beyond the caches (a fraction of a second; 256 MB allocated and freed):
+     * the memory-bound limit kernels like AdamW are held against. */
+    double (*copy_gbps)(const backend *be);
 };
+
+/* ---- time per kernel family, for the trainer's breakdown of an iteration ----
+ * When be->stats is set, every be_<entry> wrapper below adds its wall time to the family of the
+ * entry (and, for GEMMs and attention, its model FLOPs). The cpu backend is synchronous, so these
+ * are kernel times; an asynchronous backend would need a be_sync around each to make them so. */
+typedef enum {
+    BE_OP_GEMM,         /* matmul_fwd, matmul_bwd */
+    BE_OP_ATTENTION,    /* attention_fwd, attention_bwd */
+    BE_OP_LAYERNORM,    /* layernorm_* */
+    BE_OP_GELU,         /* gelu_*, bias_gelu_* */
+    BE_OP_RESIDUAL,     /* bias, dropout, residual add, scale */
+    BE_OP_EMBEDDING,    /* embedding_*, pos_embedding_* */
+    BE_OP_CROSSENTROPY, /* ce_* */
+    BE_OP_OPTIMIZER,    /* adamw, sumsq */
+    BE_OP_MEMORY,       /* zero, copy */
+    BE_OP_COUNT
+} be_op;
+
+typedef struct be_stats {
+    double seconds[BE_OP_COUNT];
+    double flops[BE_OP_COUNT]; /* GEMM: 2 m n k per product; attention: Megatron's count (4 B s^2 h
+                                * forward, twice that backward, causal mask ignored) */
+    int64_t calls[BE_OP_COUNT];
+} be_stats;
+
+/* A short name of a family ("GEMM", "attention", ...). */
+const char *be_op_name(be_op op);
 
 /* A backend: its vtable and a small context. Stateless otherwise: every kernel is a pure
  * function of its arguments (scratch, if any, is allocated inside a call). */
@@ -170,6 +202,7 @@ struct backend {
     int nthreads; /* cpu: OpenMP threads of every kernel (and of OpenBLAS) */
     int device;   /* cuda: device ordinal */
     void *impl;   /* implementation state (streams, handles) */
+    be_stats *stats; /* NULL, or where the wrappers add kernel times (see be_stats) */
 };
 
 /* The CPU backend with `nthreads` threads (0: OpenMP's default). Sets OpenBLAS's thread count,
@@ -179,149 +212,233 @@ backend *be_cpu(int nthreads);
 backend *be_create(const char *name, int nthreads_or_device);
 void be_free(backend *be);
 
-/* ---- wrappers: be_<entry>(be, ...) calls be->ops-><entry>(be, ...) ---- */
+/* ---- wrappers: be_<entry>(be, ...) calls be->ops-><entry>(be, ...), timed into be->stats ---- */
+static inline double be_tic(const backend *be) { return be->stats ? td_now() : 0.0; }
+static inline void be_toc(const backend *be, be_op op, double t0, double flops)
+{
+    if (!be->stats) return;
+    be->stats->seconds[op] += td_now() - t0;
+    be->stats->flops[op] += flops;
+    be->stats->calls[op]++;
+}
+
 static inline void *be_alloc(const backend *be, size_t bytes) { return be->ops->alloc(be, bytes); }
 static inline void be_dfree(const backend *be, void *p) { be->ops->free(be, p); }
 static inline void be_memcpy(const backend *be, void *dst, const void *src, size_t bytes, be_copy_kind k)
 {
+    double t0 = be_tic(be);
     be->ops->copy_bytes(be, dst, src, bytes, k);
+    be_toc(be, BE_OP_MEMORY, t0, 0);
 }
 /* x (n floats) = 0. */
-static inline void be_zero(const backend *be, float *x, size_t n) { be->ops->set_bytes(be, x, 0, n * sizeof(float)); }
+static inline void be_zero(const backend *be, float *x, size_t n)
+{
+    double t0 = be_tic(be);
+    be->ops->set_bytes(be, x, 0, n * sizeof(float));
+    be_toc(be, BE_OP_MEMORY, t0, 0);
+}
 /* dst (n floats) = src, both device. */
 static inline void be_copy(const backend *be, float *dst, const float *src, size_t n)
 {
+    double t0 = be_tic(be);
     be->ops->copy_bytes(be, dst, src, n * sizeof(float), BE_D2D);
+    be_toc(be, BE_OP_MEMORY, t0, 0);
 }
 static inline void be_sync(const backend *be) { be->ops->sync(be); }
 
 static inline void be_matmul_fwd(const backend *be, float *out, const float *inp, const float *w, const float *b,
                                  int BT, int C, int OC)
 {
+    double t0 = be_tic(be);
     be->ops->matmul_fwd(be, out, inp, w, b, BT, C, OC);
+    be_toc(be, BE_OP_GEMM, t0, 2.0 * BT * C * OC);
 }
 static inline void be_matmul_bwd(const backend *be, float *dinp, float *dw, float *db, const float *dout,
                                  const float *inp, const float *w, int BT, int C, int OC)
 {
+    double f = 2.0 * BT * C * OC * ((dinp != NULL) + (dw != NULL));
+    double t0 = be_tic(be);
     be->ops->matmul_bwd(be, dinp, dw, db, dout, inp, w, BT, C, OC);
+    be_toc(be, BE_OP_GEMM, t0, f);
 }
 static inline void be_embedding_fwd(const backend *be, float *out, const int32_t *ids, const float *wte, int BT,
                                     int C, int vstart, int Vloc)
 {
+    double t0 = be_tic(be);
     be->ops->embedding_fwd(be, out, ids, wte, BT, C, vstart, Vloc);
+    be_toc(be, BE_OP_EMBEDDING, t0, 0);
 }
 static inline void be_embedding_bwd(const backend *be, float *dwte, const float *dout, const int32_t *ids, int BT,
                                     int C, int vstart, int Vloc)
 {
+    double t0 = be_tic(be);
     be->ops->embedding_bwd(be, dwte, dout, ids, BT, C, vstart, Vloc);
+    be_toc(be, BE_OP_EMBEDDING, t0, 0);
 }
 static inline void be_pos_embedding_fwd(const backend *be, float *out, const float *wpe, int B, int T, int C,
                                         int pos0)
 {
+    double t0 = be_tic(be);
     be->ops->pos_embedding_fwd(be, out, wpe, B, T, C, pos0);
+    be_toc(be, BE_OP_EMBEDDING, t0, 0);
 }
 static inline void be_pos_embedding_bwd(const backend *be, float *dwpe, const float *dout, int B, int T, int C,
                                         int pos0)
 {
+    double t0 = be_tic(be);
     be->ops->pos_embedding_bwd(be, dwpe, dout, B, T, C, pos0);
+    be_toc(be, BE_OP_EMBEDDING, t0, 0);
 }
 static inline void be_layernorm_fwd(const backend *be, float *out, float *mean, float *rstd, const float *inp,
                                     const float *w, const float *b, int N, int C)
 {
+    double t0 = be_tic(be);
     be->ops->layernorm_fwd(be, out, mean, rstd, inp, w, b, N, C);
+    be_toc(be, BE_OP_LAYERNORM, t0, 0);
 }
 static inline void be_layernorm_bwd(const backend *be, float *dinp, float *dw, float *db, const float *dout,
                                     const float *inp, const float *w, const float *mean, const float *rstd, int N,
                                     int C)
 {
+    double t0 = be_tic(be);
     be->ops->layernorm_bwd(be, dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+    be_toc(be, BE_OP_LAYERNORM, t0, 0);
 }
 static inline void be_attention_fwd(const backend *be, float *out, float *lse, const float *qkv, int B, int T,
                                     int NH, int HS, const be_drop *drop)
 {
+    double t0 = be_tic(be);
     be->ops->attention_fwd(be, out, lse, qkv, B, T, NH, HS, drop);
+    be_toc(be, BE_OP_ATTENTION, t0, 4.0 * B * T * (double)T * NH * HS);
 }
 static inline void be_attention_bwd(const backend *be, float *dqkv, const float *dout, const float *qkv,
                                     const float *lse, int B, int T, int NH, int HS, const be_drop *drop)
 {
+    double t0 = be_tic(be);
     be->ops->attention_bwd(be, dqkv, dout, qkv, lse, B, T, NH, HS, drop);
+    be_toc(be, BE_OP_ATTENTION, t0, 8.0 * B * T * (double)T * NH * HS);
 }
 static inline void be_gelu_fwd(const backend *be, float *out, const float *inp, size_t n)
 {
+    double t0 = be_tic(be);
     be->ops->gelu_fwd(be, out, inp, n);
+    be_toc(be, BE_OP_GELU, t0, 0);
 }
 static inline void be_gelu_bwd(const backend *be, float *dinp, const float *dout, const float *inp, size_t n)
 {
+    double t0 = be_tic(be);
     be->ops->gelu_bwd(be, dinp, dout, inp, n);
+    be_toc(be, BE_OP_GELU, t0, 0);
 }
 static inline void be_bias_gelu_fwd(const backend *be, float *out, const float *inp, const float *b, int N, int C)
 {
+    double t0 = be_tic(be);
     be->ops->bias_gelu_fwd(be, out, inp, b, N, C);
+    be_toc(be, BE_OP_GELU, t0, 0);
 }
 static inline void be_bias_gelu_bwd(const backend *be, float *dinp, float *db, const float *dout,
                                     const float *inp, const float *b, int N, int C)
 {
+    double t0 = be_tic(be);
     be->ops->bias_gelu_bwd(be, dinp, db, dout, inp, b, N, C);
+    be_toc(be, BE_OP_GELU, t0, 0);
 }
 static inline void be_add(const backend *be, float *out, const float *a, const float *b, size_t n)
 {
+    double t0 = be_tic(be);
     be->ops->add(be, out, a, b, n);
+    be_toc(be, BE_OP_RESIDUAL, t0, 0);
 }
-static inline void be_scale(const backend *be, float *x, float s, size_t n) { be->ops->scale(be, x, s, n); }
+static inline void be_scale(const backend *be, float *x, float s, size_t n)
+{
+    double t0 = be_tic(be);
+    be->ops->scale(be, x, s, n);
+    be_toc(be, BE_OP_RESIDUAL, t0, 0);
+}
 static inline void be_bias_add(const backend *be, float *out, const float *b, int N, int C)
 {
+    double t0 = be_tic(be);
     be->ops->bias_add(be, out, b, N, C);
+    be_toc(be, BE_OP_RESIDUAL, t0, 0);
 }
 static inline void be_bias_bwd(const backend *be, float *db, const float *dout, int N, int C)
 {
+    double t0 = be_tic(be);
     be->ops->bias_bwd(be, db, dout, N, C);
+    be_toc(be, BE_OP_RESIDUAL, t0, 0);
 }
 static inline void be_dropout_fwd(const backend *be, float *out, const float *inp, int B, int T, int C,
                                   const be_drop *drop)
 {
+    double t0 = be_tic(be);
     be->ops->dropout_fwd(be, out, inp, B, T, C, drop);
+    be_toc(be, BE_OP_RESIDUAL, t0, 0);
 }
 static inline void be_dropout_bwd(const backend *be, float *dinp, const float *dout, int B, int T, int C,
                                   const be_drop *drop)
 {
+    double t0 = be_tic(be);
     be->ops->dropout_bwd(be, dinp, dout, B, T, C, drop);
+    be_toc(be, BE_OP_RESIDUAL, t0, 0);
 }
 static inline void be_bias_dropout_add_fwd(const backend *be, float *out, const float *resid, const float *inp,
                                            const float *b, int B, int T, int C, const be_drop *drop)
 {
+    double t0 = be_tic(be);
     be->ops->bias_dropout_add_fwd(be, out, resid, inp, b, B, T, C, drop);
+    be_toc(be, BE_OP_RESIDUAL, t0, 0);
 }
 static inline void be_ce_max(const backend *be, float *maxv, const float *logits, int BT, int Vloc)
 {
+    double t0 = be_tic(be);
     be->ops->ce_max(be, maxv, logits, BT, Vloc);
+    be_toc(be, BE_OP_CROSSENTROPY, t0, 0);
 }
 static inline void be_ce_sumexp(const backend *be, float *sumexp, const float *logits, const float *maxv, int BT,
                                 int Vloc)
 {
+    double t0 = be_tic(be);
     be->ops->ce_sumexp(be, sumexp, logits, maxv, BT, Vloc);
+    be_toc(be, BE_OP_CROSSENTROPY, t0, 0);
 }
 static inline void be_ce_target(const backend *be, float *tlogit, const float *logits, const int32_t *targets,
                                 int BT, int Vloc, int vstart)
 {
+    double t0 = be_tic(be);
     be->ops->ce_target(be, tlogit, logits, targets, BT, Vloc, vstart);
+    be_toc(be, BE_OP_CROSSENTROPY, t0, 0);
 }
 static inline void be_ce_loss(const backend *be, float *losses, const float *maxv, const float *sumexp,
                               const float *tlogit, int BT)
 {
+    double t0 = be_tic(be);
     be->ops->ce_loss(be, losses, maxv, sumexp, tlogit, BT);
+    be_toc(be, BE_OP_CROSSENTROPY, t0, 0);
 }
 static inline void be_ce_bwd(const backend *be, float *logits, const float *maxv, const float *sumexp,
                              const int32_t *targets, const float *dloss, int BT, int Vloc, int vstart)
 {
+    double t0 = be_tic(be);
     be->ops->ce_bwd(be, logits, maxv, sumexp, targets, dloss, BT, Vloc, vstart);
+    be_toc(be, BE_OP_CROSSENTROPY, t0, 0);
 }
 static inline void be_adamw(const backend *be, float *p, const float *g, float *m, float *v, size_t n, float lr,
                             float beta1, float beta2, float eps, float wd, float gscale, int64_t step)
 {
+    double t0 = be_tic(be);
     be->ops->adamw(be, p, g, m, v, n, lr, beta1, beta2, eps, wd, gscale, step);
+    be_toc(be, BE_OP_OPTIMIZER, t0, 0);
 }
-static inline double be_sumsq(const backend *be, const float *x, size_t n) { return be->ops->sumsq(be, x, n); }
+static inline double be_sumsq(const backend *be, const float *x, size_t n)
+{
+    double s;
+    double t0 = be_tic(be);
+    s = be->ops->sumsq(be, x, n);
+    be_toc(be, BE_OP_OPTIMIZER, t0, 0);
+    return s;
+}
 static inline double be_peak_gflops(const backend *be) { return be->ops->peak_gflops(be); }
+static inline double be_copy_gbps(const backend *be) { return be->ops->copy_gbps(be); }
 
 /* Non-parallel cross-entropy for one rank holding the whole vocabulary (V entries): the steps
  * above chained. losses, maxv, sumexp, tlogit (BT) written; keep maxv and sumexp for be_ce_bwd

@@ -13,6 +13,7 @@
 
 #include "backend/backend.h"
 #include "trident/bpe.h"
+#include "trident/breakdown.h"
 #include "trident/check.h"
 #include "trident/checkpoint.h"
 #include "trident/data_parallel.h"
@@ -102,11 +103,13 @@ typedef struct {
     int64_t consumed; /* samples consumed before this iteration */
     int mbs, dp, dp_rank, seq;
     int32_t *buf;     /* (mbs, seq + 1) */
+    bd_state *bd;     /* times the reads */
 } batch_source;
 
 static void next_batch(void *user, int m, int32_t *ids, int32_t *targets, int64_t *sample)
 {
     batch_source *b = user;
+    bd_start(b->bd, BD_DATA);
     gptds_micro_batch(b->ds, b->split, b->consumed, m, b->mbs, b->dp, b->dp_rank, b->buf);
     int S = b->seq;
     for (int j = 0; j < b->mbs; j++) {
@@ -115,6 +118,7 @@ static void next_batch(void *user, int m, int32_t *ids, int32_t *targets, int64_
         memcpy(targets + (size_t)j * S, row + 1, (size_t)S * sizeof(int32_t));
         sample[j] = b->consumed + (int64_t)m * b->mbs * b->dp + (int64_t)b->dp_rank * b->mbs + j;
     }
+    bd_stop(b->bd, BD_DATA);
 }
 
 typedef struct {
@@ -136,6 +140,7 @@ typedef struct {
     int eval;                /* validation runs: --eval-iters > 0 and a validation split exists */
     double peak_tflops;
     met_writer *metrics;
+    bd_state bd;             /* the time breakdown printed at the end */
 } run_state;
 
 /* Gradients summed over the data-parallel group (bucket by bucket; with overlap most buckets
@@ -284,7 +289,8 @@ static void setup(run_state *r, const td_args *a, comm *world)
 
     size_t tokens = (size_t)a->micro_batch_size * c.seq;
     r->src = (batch_source){r->data, GPTDS_TRAIN, 0, a->micro_batch_size, ps->dp, ps->dp_rank, c.seq,
-                            td_xmalloc((size_t)a->micro_batch_size * (c.seq + 1) * sizeof(int32_t))};
+                            td_xmalloc((size_t)a->micro_batch_size * (c.seq + 1) * sizeof(int32_t)), &r->bd};
+    bd_init(&r->bd, r->be, ps);
     r->it = (pp_iteration){.ps = ps,
                            .chunks = r->chunks,
                            .nchunks = r->nchunks,
@@ -466,6 +472,21 @@ static int after_iteration(run_state *r, const ckpt_progress *p, double t_begin,
     return 1;
 }
 
+/* The time breakdown and the limits it is held against: the sgemm peak, the copy bandwidth
+ * (measured now, after the peak RSS was read, and only when AdamW's bytes exceed the caches)
+ * and params + grads + Adam state + one micro-batch's activations. */
+static void print_breakdown(run_state *r)
+{
+    double numel = 0, acts = 0;
+    for (int k = 0; k < r->nchunks; k++) {
+        numel += (double)r->chunks[k]->numel;
+        acts += (double)r->chunks[k]->acts_bytes;
+    }
+    bd_limits lim = {r->peak_tflops * 1e3, 0, 28.0 * numel, 16.0 * numel + acts, (double)trainer_peak_rss()};
+    if (lim.adamw_bytes > 256e6) lim.copy_gbps = be_copy_gbps(r->be);
+    bd_print(&r->bd, &lim);
+}
+
 int trainer_run(const td_args *a, comm *world)
 {
     double t_begin = td_now();
@@ -496,22 +517,30 @@ int trainer_run(const td_args *a, comm *world)
 
     for (int64_t iter = prog.iteration + 1; iter <= r.train_iters && !stopped; iter++) {
         double t0 = td_now(), c0 = ps_comm_seconds(r.ps);
+        bd_begin_iteration(&r.bd);
+        bd_start(&r.bd, BD_OPTIMIZER);
         for (int k = 0; k < r.nchunks; k++) be_zero(r.be, r.chunks[k]->grads, r.chunks[k]->numel);
+        bd_stop(&r.bd, BD_OPTIMIZER);
         r.src.consumed = consumed;
         double loss_sum = pp_run(r.schedule, &r.it);
         reduce_grads(&r);
+        bd_start(&r.bd, BD_OPTIMIZER);
         double norm = grad_norm(&r);
         if (!isfinite(norm))
             td_fatal(1, "iteration %lld: the gradient norm is %g (NaN or Inf); lower --lr or check the data",
                      (long long)iter, norm);
         double gscale = opt_clip_factor(norm, a->clip_grad);
         double lr = opt_lr_at(&r.lr, iter);
+        bd_start(&r.bd, BD_ADAMW);
         optimizer_step(&r, lr, gscale, iter);
+        bd_stop(&r.bd, BD_ADAMW);
+        bd_stop(&r.bd, BD_OPTIMIZER);
         consumed += r.gbs;
         comm_allreduce(r.ps->dp_group, &loss_sum, 1, COMM_F64, COMM_SUM);
         comm_bcast(r.ps->pp_group, &loss_sum, 1, COMM_F64, r.ps->pp - 1);
         double loss = loss_sum / ((double)r.gbs * c->seq);
         be_sync(r.be);
+        bd_end_iteration(&r.bd);
         double dt = td_now() - t0;
 
         met_record rec = {0};
@@ -551,6 +580,7 @@ int trainer_run(const td_args *a, comm *world)
         double total = td_now() - t_start;
         TD_INFO("done: %lld iterations in %.1f s; peak memory (RSS) %.1f MiB", (long long)last_iter, total,
                 (double)trainer_peak_rss() / (1024.0 * 1024.0));
+        print_breakdown(&r);
     }
     teardown(&r);
     return 0;

@@ -40,6 +40,19 @@ static inline float cpu_expf(float x)
 /* tanh(u) = 1 - 2 / (exp(2u) + 1): absolute error about 1e-7, vectorizable. */
 static inline float cpu_tanhf(float u) { return 1.0f - 2.0f / (cpu_expf(2.0f * u) + 1.0f); }
 
+/* Columns [*c0, *c1) of C that thread t of nt owns in a column-sum kernel: contiguous ranges cut
+ * at whole cache lines (no false sharing). Such kernels walk the rows in order within a range, so
+ * every column sum is the same whatever the thread count. */
+static inline void cpu_cols_of(int C, int t, int nt, int *c0, int *c1)
+{
+    int64_t lines = (C + CPU_LINE - 1) / CPU_LINE;
+    int64_t a = lines * t / nt * CPU_LINE, b = lines * (t + 1) / nt * CPU_LINE;
+    *c0 = (int)(a < C ? a : C);
+    *c1 = (int)(b < C ? b : C);
+}
+/* Column sums are accumulated CPU_COLS columns at a time in a stack buffer, then added. */
+#define CPU_COLS 512
+
 /* OpenBLAS's thread count is process-wide (the last be_cpu would win): every GEMM outside a
  * parallel region first sets it to this backend's, which costs nothing when it already is. */
 void cpu_blas_threads(const backend *be);
@@ -104,5 +117,6 @@ void cpu_adamw(const backend *be, float *p, const float *g, float *m, float *v, 
 double cpu_sumsq(const backend *be, const float *x, size_t n);
 
 double cpu_peak_gflops(const backend *be);
+double cpu_copy_gbps(const backend *be);
 
 #endif

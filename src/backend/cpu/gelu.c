@@ -1,5 +1,7 @@
 /* GeLU, tanh approximation (GPT-2, Megatron): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
  * tanh through cpu_expf so that the loops vectorize. */
+#include <omp.h>
+
 #include "backend/cpu/cpu.h"
 
 #define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
@@ -41,29 +43,36 @@ void cpu_bias_gelu_fwd(const backend *be, float *out, const float *inp, const fl
     }
 }
 
+/* One pass: threads own column ranges and walk the rows in order, adding the gradient to dinp
+ * and to a column accumulator for db (the same sums whatever the thread count). */
 void cpu_bias_gelu_bwd(const backend *be, float *dinp, float *db, const float *dout, const float *inp,
                        const float *b, int N, int C)
 {
-    if (dinp) {
-#pragma omp parallel for schedule(static) num_threads(be->nthreads) if ((size_t)N * C > CPU_PAR_MIN)
-        for (int n = 0; n < N; n++) {
-            const float *x = inp + (size_t)n * C, *dy = dout + (size_t)n * C;
-            float *dx = dinp + (size_t)n * C;
-#pragma omp simd
-            for (int c = 0; c < C; c++) dx[c] += gelu_grad(x[c] + b[c]) * dy[c];
-        }
-    }
-    if (db) {
-        int nblk = (C + CPU_LINE - 1) / CPU_LINE;
-#pragma omp parallel for schedule(static) num_threads(be->nthreads) if ((size_t)N * C > CPU_PAR_MIN)
-        for (int blk = 0; blk < nblk; blk++) {
-            int c0 = blk * CPU_LINE, w = C - c0 < CPU_LINE ? C - c0 : CPU_LINE;
-            float acc[CPU_LINE] = {0};
+#pragma omp parallel num_threads(be->nthreads) if ((size_t)N * C > CPU_PAR_MIN)
+    {
+        int c0, c1;
+        cpu_cols_of(C, omp_get_thread_num(), omp_get_num_threads(), &c0, &c1);
+        for (int p0 = c0; p0 < c1; p0 += CPU_COLS) {
+            int w = c1 - p0 < CPU_COLS ? c1 - p0 : CPU_COLS;
+            const float *bb = b + p0;
+            float acc[CPU_COLS] = {0};
             for (int n = 0; n < N; n++) {
-                const float *x = inp + (size_t)n * C + c0, *dy = dout + (size_t)n * C + c0;
-                for (int j = 0; j < w; j++) acc[j] += gelu_grad(x[j] + b[c0 + j]) * dy[j];
+                const float *x = inp + (size_t)n * C + p0, *dy = dout + (size_t)n * C + p0;
+                if (dinp) {
+                    float *dx = dinp + (size_t)n * C + p0;
+#pragma omp simd
+                    for (int j = 0; j < w; j++) {
+                        float g = gelu_grad(x[j] + bb[j]) * dy[j];
+                        dx[j] += g;
+                        acc[j] += g;
+                    }
+                } else {
+#pragma omp simd
+                    for (int j = 0; j < w; j++) acc[j] += gelu_grad(x[j] + bb[j]) * dy[j];
+                }
             }
-            for (int j = 0; j < w; j++) db[c0 + j] += acc[j];
+            if (db)
+                for (int j = 0; j < w; j++) db[p0 + j] += acc[j];
         }
     }
 }

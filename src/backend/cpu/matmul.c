@@ -1,5 +1,6 @@
 /* Linear layers through OpenBLAS: out = inp . W^T + b with W stored (out, in) row-major. */
 #include <cblas.h>
+#include <omp.h>
 #include <string.h>
 
 #include "backend/cpu/cpu.h"
@@ -11,16 +12,20 @@ void cpu_blas_threads(const backend *be)
 
 void cpu_colsum_acc(const backend *be, float *db, const float *x, int N, int C)
 {
-    int nblk = (C + CPU_LINE - 1) / CPU_LINE;
-#pragma omp parallel for schedule(static) num_threads(be->nthreads) if ((size_t)N * C > CPU_PAR_MIN)
-    for (int blk = 0; blk < nblk; blk++) {
-        int c0 = blk * CPU_LINE, w = C - c0 < CPU_LINE ? C - c0 : CPU_LINE;
-        float acc[CPU_LINE] = {0};
-        for (int n = 0; n < N; n++) {
-            const float *row = x + (size_t)n * C + c0;
-            for (int j = 0; j < w; j++) acc[j] += row[j];
+#pragma omp parallel num_threads(be->nthreads) if ((size_t)N * C > CPU_PAR_MIN)
+    {
+        int c0, c1;
+        cpu_cols_of(C, omp_get_thread_num(), omp_get_num_threads(), &c0, &c1);
+        for (int p0 = c0; p0 < c1; p0 += CPU_COLS) {
+            int w = c1 - p0 < CPU_COLS ? c1 - p0 : CPU_COLS;
+            float acc[CPU_COLS] = {0};
+            for (int n = 0; n < N; n++) {
+                const float *row = x + (size_t)n * C + p0;
+#pragma omp simd
+                for (int j = 0; j < w; j++) acc[j] += row[j];
+            }
+            for (int j = 0; j < w; j++) db[p0 + j] += acc[j];
         }
-        for (int j = 0; j < w; j++) db[c0 + j] += acc[j];
     }
 }
 

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Kernel micro-benchmark (bench/bench_kernels.c) at one GPT layer's shapes, on the CPU backend:
+# builds it against the core library of $BUILD (default build/) and runs it with the given
+# options (--hidden --heads --mbs --seq --vocab --threads --reps --adam-mparams).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${BUILD:-$root/build}
+[ -f "$build/libtrident_core.a" ] || make -C "$root" build >/dev/null
+blas=$(sed -n 's/^OPENBLAS_LIB:FILEPATH=//p' "$build/CMakeCache.txt")
+flags=$(sed -n 's/^C_FLAGS = //p' "$build/CMakeFiles/trident_core.dir/flags.make")
+# shellcheck disable=SC2086
+cc $flags -I"$root/include" -I"$root/src" -o "$build/bench_kernels" "$root/bench/bench_kernels.c" \
+  "$build/libtrident_core.a" "$blas" -Wl,-rpath,"$(dirname "$blas")" -lm
+exec "$build/bench_kernels" "$@"

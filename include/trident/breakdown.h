@@ -1,0 +1,52 @@
+/* Where an iteration's time goes, to choose what to speed up next: GEMMs, attention, the other
+ * kernels by family, the optimizer, communication, data, and what none of these covers. The
+ * trainer brackets each iteration and marks its data and optimizer regions; the backend adds
+ * its kernel times (be_stats, attached only inside an iteration); communication is read from
+ * the rank grid. Regions are exclusive: communication inside a region counts as communication.
+ * The first iteration warms up and is not counted. */
+#ifndef TRIDENT_BREAKDOWN_H
+#define TRIDENT_BREAKDOWN_H
+
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "trident/parallel_state.h"
+
+typedef enum {
+    BD_DATA,      /* reading and shaping micro-batches */
+    BD_OPTIMIZER, /* zeroing grads, grad norm, AdamW (backend kernels inside are not counted as kernels) */
+    BD_ADAMW,     /* the AdamW step alone (inside BD_OPTIMIZER) */
+    BD_REGIONS
+} bd_region;
+
+typedef struct bd_state {
+    backend *be;                /* be->stats = &kern inside an iteration, outside BD_OPTIMIZER */
+    const ps_state *ps;
+    be_stats kern;              /* kernel times of the counted iterations */
+    double region[BD_REGIONS];  /* seconds, communication excluded */
+    double open_t[BD_REGIONS], open_c[BD_REGIONS];
+    double comm, total;         /* seconds over the counted iterations */
+    double iter_t, iter_c;      /* clock and communication at the open iteration's start */
+    int64_t iters, seen;        /* counted iterations, iterations ended */
+    int in_iter;                /* between begin and end: regions outside iterations are not counted */
+} bd_state;
+
+void bd_init(bd_state *b, backend *be, const ps_state *ps);
+void bd_begin_iteration(bd_state *b);
+void bd_end_iteration(bd_state *b);
+void bd_start(bd_state *b, bd_region r);
+void bd_stop(bd_state *b, bd_region r);
+
+/* What the numbers are held against; zeros leave a comparison out. */
+typedef struct bd_limits {
+    double peak_gflops;     /* the sgemm peak, for GEMM efficiency */
+    double copy_gbps;       /* STREAM-like copy bandwidth, for AdamW */
+    double adamw_bytes;     /* bytes AdamW reads + writes per iteration (28 per parameter) */
+    double bound_bytes;     /* parameters + grads + Adam state + one micro-batch's activations */
+    double peak_rss_bytes;  /* the process's peak resident memory */
+} bd_limits;
+
+/* Prints the mean per counted iteration, one line per category, through TD_INFO. */
+void bd_print(const bd_state *b, const bd_limits *lim);
+
+#endif

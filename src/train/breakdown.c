@@ -1,0 +1,103 @@
+/* The per-iteration time breakdown: see include/trident/breakdown.h. */
+#include "trident/breakdown.h"
+
+#include <string.h>
+
+#include "trident/check.h"
+#include "trident/timer.h"
+
+void bd_init(bd_state *b, backend *be, const ps_state *ps)
+{
+    memset(b, 0, sizeof *b);
+    b->be = be;
+    b->ps = ps;
+}
+
+void bd_begin_iteration(bd_state *b)
+{
+    b->iter_t = td_now();
+    b->iter_c = ps_comm_seconds(b->ps);
+    b->be->stats = &b->kern;
+    b->in_iter = 1;
+}
+
+void bd_end_iteration(bd_state *b)
+{
+    b->be->stats = NULL;
+    b->in_iter = 0;
+    b->total += td_now() - b->iter_t;
+    b->comm += ps_comm_seconds(b->ps) - b->iter_c;
+    if (b->seen++ == 0) { /* warm-up: forget it */
+        memset(&b->kern, 0, sizeof b->kern);
+        memset(b->region, 0, sizeof b->region);
+        b->comm = b->total = 0;
+        return;
+    }
+    b->iters++;
+}
+
+void bd_start(bd_state *b, bd_region r)
+{
+    if (!b->in_iter) return;
+    b->open_t[r] = td_now();
+    b->open_c[r] = ps_comm_seconds(b->ps);
+    if (r == BD_OPTIMIZER) b->be->stats = NULL;
+}
+
+void bd_stop(bd_state *b, bd_region r)
+{
+    if (!b->in_iter) return;
+    b->region[r] += (td_now() - b->open_t[r]) - (ps_comm_seconds(b->ps) - b->open_c[r]);
+    if (r == BD_OPTIMIZER) b->be->stats = &b->kern;
+}
+
+static double pct(double x, double total) { return total > 0 ? 100.0 * x / total : 0.0; }
+
+void bd_print(const bd_state *b, const bd_limits *lim)
+{
+    if (b->iters == 0) {
+        TD_INFO("time breakdown: needs at least 2 iterations (the first warms up)");
+        return;
+    }
+    double n = (double)b->iters, ms = 1e3 / n, total = b->total * ms;
+    const be_stats *k = &b->kern;
+    double other = 0;
+    for (int op = BE_OP_LAYERNORM; op < BE_OP_COUNT; op++) other += k->seconds[op];
+    double gemm = k->seconds[BE_OP_GEMM] * ms, att = k->seconds[BE_OP_ATTENTION] * ms;
+    double opt = b->region[BD_OPTIMIZER] * ms, comm = b->comm * ms, data = b->region[BD_DATA] * ms;
+    double rest = total - gemm - att - other * ms - opt - comm - data;
+    TD_INFO("time breakdown, mean of %lld iterations (the first left out): %.1f ms per iteration",
+            (long long)b->iters, total);
+    double gf = k->seconds[BE_OP_GEMM] > 0 ? k->flops[BE_OP_GEMM] / k->seconds[BE_OP_GEMM] * 1e-9 : 0;
+    TD_INFO("  GEMMs          %9.1f ms %5.1f%%  %.1f GFLOP at %.1f GFLOP/s%s%.0f%%%s", gemm, pct(gemm, total),
+            k->flops[BE_OP_GEMM] / n * 1e-9, gf, lim->peak_gflops > 0 ? " = " : "",
+            lim->peak_gflops > 0 ? 100.0 * gf / lim->peak_gflops : 0.0,
+            lim->peak_gflops > 0 ? " of the sgemm peak" : "");
+    double af = k->seconds[BE_OP_ATTENTION] > 0 ? k->flops[BE_OP_ATTENTION] / k->seconds[BE_OP_ATTENTION] * 1e-9 : 0;
+    TD_INFO("  attention      %9.1f ms %5.1f%%  %.1f GFLOP (model count) at %.1f GFLOP/s", att, pct(att, total),
+            k->flops[BE_OP_ATTENTION] / n * 1e-9, af);
+    char fam[512];
+    size_t len = 0;
+    fam[0] = 0;
+    for (int op = BE_OP_LAYERNORM; op < BE_OP_COUNT && len < sizeof fam; op++)
+        if (k->calls[op])
+            len += (size_t)snprintf(fam + len, sizeof fam - len, "%s%s %.1f", len ? ", " : "", be_op_name((be_op)op),
+                                    k->seconds[op] * ms);
+    TD_INFO("  other kernels  %9.1f ms %5.1f%%  %s", other * ms, pct(other * ms, total), fam);
+    double adamw = b->region[BD_ADAMW] * ms;
+    if (lim->copy_gbps > 0 && lim->adamw_bytes > 0 && adamw > 0) {
+        double gbps = lim->adamw_bytes / (adamw * 1e-3) * 1e-9;
+        TD_INFO("  optimizer      %9.1f ms %5.1f%%  AdamW %.1f ms: %.2f GB at %.1f GB/s; copy bandwidth %.1f GB/s: "
+                "%.2fx the bandwidth limit", opt, pct(opt, total), adamw, lim->adamw_bytes * 1e-9, gbps, lim->copy_gbps,
+                lim->copy_gbps / gbps);
+    } else {
+        TD_INFO("  optimizer      %9.1f ms %5.1f%%  AdamW %.1f ms", opt, pct(opt, total), adamw);
+    }
+    TD_INFO("  communication  %9.1f ms %5.1f%%", comm, pct(comm, total));
+    TD_INFO("  data           %9.1f ms %5.1f%%", data, pct(data, total));
+    TD_INFO("  untimed        %9.1f ms %5.1f%%  (host code between kernels)", rest, pct(rest, total));
+    if (lim->bound_bytes > 0 && lim->peak_rss_bytes > 0)
+        TD_INFO("memory: peak RSS %.1f MiB = %.2fx params + grads + Adam state + one micro-batch's activations "
+                "(%.1f MiB)", lim->peak_rss_bytes / 1048576.0, lim->peak_rss_bytes / lim->bound_bytes,
+                lim->bound_bytes / 1048576.0);
+}
