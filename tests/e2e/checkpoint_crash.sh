@@ -79,9 +79,11 @@ rm -rf rnd && mkdir rnd
 RANDOM=7
 for k in 1 2 3 4 5 6; do
   run_direct rnd/run$k.log --train-iters 100000 --load rnd/ckpt --save rnd/ckpt --save-interval 1 --keep-last 2
-  sleep "$(printf '0.%03d' $((RANDOM % 1000)))"; sleep 0.5
+  # once this run has saved (latest moved), kill it at a random moment within the next second
+  wait_for 120 bash -c "[ \"\$(cat rnd/ckpt/latest_checkpointed_iteration.txt 2>/dev/null)\" -gt ${prev:-0} ]" ||
+    { bad "random kill $k: the run never saved"; kill -9 "$job"; cat rnd/run$k.log; continue; }
+  sleep "$(printf '0.%03d' $((RANDOM % 1000)))"
   kill -9 "$job"; wait "$job" 2>/dev/null
-  if [ ! -f rnd/ckpt/latest_checkpointed_iteration.txt ]; then echo "kill $k: before the first save"; continue; fi
   it=$(cat rnd/ckpt/latest_checkpointed_iteration.txt)
   if [ "$it" -lt "${prev:-0}" ]; then bad "random kill $k: latest went back from $prev to $it"; fi
   prev=$it
