@@ -400,9 +400,19 @@ static void commit(const char *dir, const char *tmp, const char *final, const ck
     save_delay();
     if (ckf_is_dir(final)) {
         /* an older save of this iteration: swap atomically, then remove the old one */
-        if (renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_EXCHANGE) != 0)
+        if (renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_EXCHANGE) == 0) {
+            if (ckf_remove_tree(tmp) != 0) td_warn("cannot remove the replaced %s: %s", tmp, td_strerror(errno));
+        } else if (errno == EINVAL || errno == ENOSYS || errno == ENOTSUP) {
+            /* no atomic exchange on this file system: move the old one aside first (a crash in
+             * between leaves latest naming a missing folder; the .old copy is intact) */
+            char old[4400];
+            snprintf(old, sizeof old, "%s.old", final);
+            if (ckf_remove_tree(old) != 0 || rename(final, old) != 0 || rename(tmp, final) != 0)
+                td_fatal(1, "saving the checkpoint: cannot replace %s: %s", final, td_strerror(errno));
+            if (ckf_remove_tree(old) != 0) td_warn("cannot remove the replaced %s: %s", old, td_strerror(errno));
+        } else {
             td_fatal(1, "saving the checkpoint: cannot replace %s: %s", final, td_strerror(errno));
-        if (ckf_remove_tree(tmp) != 0) td_warn("cannot remove the replaced %s: %s", tmp, td_strerror(errno));
+        }
     } else if (rename(tmp, final) != 0) {
         td_fatal(1, "saving the checkpoint: cannot rename %s to %s: %s", tmp, final, td_strerror(errno));
     }
