@@ -39,6 +39,13 @@ if train 1 1 --train-iters 5 --save kl --save-interval 1 --keep-last 2 >/dev/nul
   ok "--keep-last 2: $(ls kl | tr '\n' ' ')"
 else bad "--keep-last 2: $(ls kl | tr '\n' ' ')"; fi
 
+# loading iteration 5 and saving into the same folder replaces iter_0000005 (atomic exchange)
+cp -r kl/iter_0000005 kl_before
+if train 1 1 --train-iters 5 --load kl --save kl >/dev/null && [ ! -e kl/iter_0000005.tmp ] &&
+   out=$("$TRIDENT" checkpoint compare kl_before kl) && "$TRIDENT" checkpoint info kl >/dev/null; then
+  ok "re-saving a loaded iteration in place: $(tail -1 <<<"$out")"
+else bad "re-saving a loaded iteration in place"; cat "$last_log"; echo "${out:-}"; fi
+
 # --finetune: weights only, iteration 0, fresh optimizer; --no-load-optim keeps the iteration
 if train 1 1 --train-iters 2 --load kl --finetune --metrics-file ft.jsonl &&
    [ "$(jq -s '.[0].iteration' ft.jsonl)" = 1 ] && grep -q "weights only" "$last_log"; then
