@@ -2,7 +2,8 @@
 # trident eval through the binary: a checkpoint trained in tp2 x pp2 is scored on its validation
 # split with stride 16 and 5 in five layouts (one rank, tp2, pp2, dp2 with micro-batches of 2,
 # tp2 x pp2): the same token count and loss within 1e-6 of the one-rank run; the metrics line;
-# stride = seq-length scores every token of the full windows once; bad flags exit 2. (The loss
+# stride = seq-length scores every token of the full windows once; with stride = seq-length it
+# equals the trainer's own validation loss over the same windows; bad flags exit 2. (The loss
 # against an independent hand computation: tests/unit/test_eval.c.)
 . "$(dirname "$0")/checkpoint_lib.sh"
 train 4 2 --pipeline-model-parallel-size 2 --train-iters 3 --save ck >/dev/null || { bad "training run"; cat "$last_log"; }
@@ -29,6 +30,23 @@ for K in 16 5; do
   done
 done
 grep -q "eval: loss .* | perplexity .* | tokens" one_16.log && ok "prints loss, perplexity and tokens" || bad "printed line"
+
+# Against the trainer: with a validation split of one document (--split 1028,1,472: document
+# 1028, 639 tokens) and --eval-iters equal to its window count, the trainer's one validation
+# pass scores one epoch of samples, which are exactly the stride-16 windows (in another order);
+# trident eval of the checkpoint saved right after must give the same loss.
+one=(--split 1028,1,472 --split-name valid --seq-length 16)
+if timeout 60 "$TRIDENT" eval --load ck --data-path "$DATA" "${one[@]}" --metrics-file win.jsonl >win.log 2>&1; then
+  nwin=$(jq .windows win.jsonl)
+  if train 1 1 --split 1028,1,472 --train-iters 1 --eval-interval 1000 --eval-iters "$nwin" --global-batch-size 1 \
+       --save tv --metrics-file tv.jsonl &&
+     timeout 60 "$TRIDENT" eval --load tv --data-path "$DATA" "${one[@]}" --metrics-file tve.jsonl >tve.log 2>&1; then
+    a=$(jq .val_loss tv.jsonl) b=$(jq .loss tve.jsonl)
+    if awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-6 * a) }'; then
+      ok "one document, $nwin windows: the trainer's validation loss $a = eval's $b"
+    else bad "trainer validation $a vs eval $b"; fi
+  else bad "trainer vs eval runs"; cat "$last_log" tve.log 2>/dev/null | tail -5; fi
+else bad "window count"; cat win.log; fi
 
 check_fail() { # name text flags...
   local name=$1 text=$2; shift 2
