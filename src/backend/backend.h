@@ -458,13 +458,17 @@ static inline uint32_t be_drop_threshold(float p)
     double t = (double)p * 4294967296.0;
     return t >= 4294967295.0 ? 4294967295u : (uint32_t)t;
 }
-static inline td_philox_ctr be_drop_block(uint64_t seed, int kind, int site, int64_t sample, int64_t pos,
-                                          int64_t unit)
+static inline td_philox_ctr be_drop_counter(int kind, int site, int64_t sample, int64_t pos, int64_t unit)
 {
     td_philox_ctr c = {{(uint32_t)((uint64_t)unit >> 2), (uint32_t)pos, (uint32_t)(uint64_t)sample,
                         (((uint32_t)((uint64_t)sample >> 32)) & 0xffu) | ((uint32_t)site & 0xffffu) << 8 |
                             (uint32_t)kind << 24}};
-    return td_philox4x32(c, td_philox_key_from_seed(seed));
+    return c;
+}
+static inline td_philox_ctr be_drop_block(uint64_t seed, int kind, int site, int64_t sample, int64_t pos,
+                                          int64_t unit)
+{
+    return td_philox4x32_inline(be_drop_counter(kind, site, sample, pos, unit), td_philox_key_from_seed(seed));
 }
 /* 1 if element (sample, site, pos, unit) of a `kind` dropout survives. */
 static inline int be_drop_keep(const be_drop *d, int kind, int64_t sample, int64_t pos, int64_t unit)

@@ -83,6 +83,28 @@ static void mask_matches_philox(void **state)
     free(x), free(out), free(dx), free(o2);
 }
 
+/* Rows that start inside a Philox block and span several batches of blocks (a partial block, whole
+ * batches, a tail): every element against be_drop_keep, for unit offsets 0..4. */
+static void mask_unaligned_rows(void **state)
+{
+    const backend *be = *state;
+    enum { B = 2, T = 3, C = 4 * TD_PHILOX_BATCH * 2 + 23, N = B * T * C };
+    const int64_t sample[B] = {5, 77};
+    float *x = tb_rand_new(N, 12, 0.5f, 1.5f), *out = tb_zeros(N);
+    for (int u0 = 0; u0 <= 4; u0++) {
+        be_drop d = {.p = 0.25f, .seed = 99, .sample = sample, .site = 3, .pos0 = 1, .unit0 = 4093 + u0};
+        be_dropout_fwd(be, out, x, B, T, C, &d);
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < T; t++)
+                for (int c = 0; c < C; c++) {
+                    size_t i = ((size_t)b * T + t) * C + c;
+                    int keep = be_drop_keep(&d, BE_DROP_HIDDEN, sample[b], d.pos0 + t, d.unit0 + c);
+                    assert_true(out[i] == (keep ? x[i] * (1.0f / (1.0f - d.p)) : 0.0f));
+                }
+    }
+    free(x), free(out);
+}
+
 /* A whole (B, T, C) tensor against slices of it: batch rows (with their sample indices),
  * positions (pos0), channels (unit0). Bitwise equal. */
 static void mask_layout_invariant(void **state)
@@ -181,6 +203,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(p_zero_is_identity),
         cmocka_unit_test(mask_matches_philox),
+        cmocka_unit_test(mask_unaligned_rows),
         cmocka_unit_test(mask_layout_invariant),
         cmocka_unit_test(bias_dropout_add),
     };

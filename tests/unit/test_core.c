@@ -34,6 +34,17 @@ static void philox_known_answers(void **state)
         memcpy(k.v, kat[i].key, sizeof k.v);
         td_philox_ctr r = td_philox4x32(c, k);
         for (int j = 0; j < 4; j++) assert_int_equal(r.v[j], kat[i].out[j]);
+        /* the batched form: block 0 is the same answer, block b the block function of ctr + b (the
+         * first word wraps at 2^32: the second vector starts at 0xffffffff) */
+        uint32_t out[4][TD_PHILOX_BATCH];
+        td_philox4x32_batch(out, c, k);
+        for (int b = 0; b < TD_PHILOX_BATCH; b++) {
+            td_philox_ctr cb = c;
+            cb.v[0] += (uint32_t)b;
+            td_philox_ctr rb = td_philox4x32(cb, k);
+            for (int j = 0; j < 4; j++) assert_int_equal(out[j][b], rb.v[j]);
+        }
+        for (int j = 0; j < 4; j++) assert_int_equal(out[j][0], kat[i].out[j]);
     }
 }
 

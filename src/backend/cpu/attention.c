@@ -49,7 +49,7 @@ void cpu_attention_fwd(const backend *be, float *out, float *lse, const float *q
 {
     int C = NH * HS, blk = T < ATT_BLK ? T : ATT_BLK, dropping = cpu_dropping(drop);
     if (B <= 0 || T <= 0 || NH <= 0) return;
-#pragma omp parallel num_threads(be->nthreads)
+#pragma omp parallel num_threads(be->nthreads) if ((double)B * NH * T * T * HS > CPU_PAR_MIN_MACS)
     {
         float *S = td_xmalloc((size_t)blk * T * sizeof(float));
         float *mult = dropping ? td_xmalloc((size_t)T * sizeof(float)) : NULL;
@@ -147,7 +147,7 @@ void cpu_attention_bwd(const backend *be, float *dqkv, const float *dout, const 
     int C = NH * HS, blk = T < ATT_BLK ? T : ATT_BLK, dropping = cpu_dropping(drop);
     size_t scratch = (size_t)blk * T;
     if (B <= 0 || T <= 0 || NH <= 0) return;
-#pragma omp parallel num_threads(be->nthreads)
+#pragma omp parallel num_threads(be->nthreads) if ((double)B * NH * T * T * HS > CPU_PAR_MIN_MACS)
     {
         float *P = td_xmalloc(scratch * sizeof(float)), *G = td_xmalloc(scratch * sizeof(float));
         float *M = dropping ? td_xmalloc(scratch * sizeof(float)) : NULL;

@@ -7,8 +7,14 @@
 
 /* Floats per 64-byte cache line: threads that write columns own whole lines of them. */
 #define CPU_LINE 16
-/* Below this many elements a loop runs on one thread (the fork costs more than the work). */
-#define CPU_PAR_MIN 8192
+/* Work below which a kernel runs on one thread. A parallel region costs microseconds on idle cores
+ * but up to a scheduler time slice on a busy machine (the team waits at the join for a thread that
+ * is not running), so kernels of less than about half a millisecond of one core's work stay on one
+ * thread. In elements for loops of a few flops each (CPU_PAR_MIN) and loops with an exp, a tanh or
+ * a Philox block per element or two (CPU_PAR_MIN_EXP); in multiply-adds for attention. */
+#define CPU_PAR_MIN ((size_t)1 << 20)
+#define CPU_PAR_MIN_EXP ((size_t)1 << 18)
+#define CPU_PAR_MIN_MACS ((double)(1 << 24))
 
 /* The files whose loops call cpu_expf include this header first: GCC if-converts (and so
  * vectorizes) the clamp below only without trapping math. We never trap on FP exceptions. */

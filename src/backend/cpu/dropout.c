@@ -6,15 +6,28 @@
 #include "trident/check.h"
 #include "backend/cpu/cpu.h"
 
+/* Blocks of 4 units from Philox, TD_PHILOX_BATCH blocks at a time where the row allows (the batch
+ * vectorizes); a partial block at either end one at a time. */
 void cpu_drop_mults(float *mult, int n, const be_drop *drop, int kind, int64_t sample, int64_t pos, int64_t unit0)
 {
     uint32_t thr = be_drop_threshold(drop->p);
     float keep = 1.0f / (1.0f - drop->p);
+    td_philox_key key = td_philox_key_from_seed(drop->seed);
     int64_t u = unit0;
     int j = 0;
-    while (j < n) {
-        td_philox_ctr r = be_drop_block(drop->seed, kind, drop->site, sample, pos, u);
+    if (u & 3) {
+        td_philox_ctr r = td_philox4x32_inline(be_drop_counter(kind, drop->site, sample, pos, u), key);
         for (int w = (int)(u & 3); w < 4 && j < n; w++, j++, u++) mult[j] = r.v[w] >= thr ? keep : 0.0f;
+    }
+    uint32_t out[4][TD_PHILOX_BATCH];
+    for (; n - j >= 4 * TD_PHILOX_BATCH; j += 4 * TD_PHILOX_BATCH, u += 4 * TD_PHILOX_BATCH) {
+        td_philox4x32_batch(out, be_drop_counter(kind, drop->site, sample, pos, u), key);
+        for (int b = 0; b < TD_PHILOX_BATCH; b++)
+            for (int w = 0; w < 4; w++) mult[j + 4 * b + w] = out[w][b] >= thr ? keep : 0.0f;
+    }
+    while (j < n) {
+        td_philox_ctr r = td_philox4x32_inline(be_drop_counter(kind, drop->site, sample, pos, u), key);
+        for (int w = 0; w < 4 && j < n; w++, j++, u++) mult[j] = r.v[w] >= thr ? keep : 0.0f;
     }
 }
 
@@ -24,7 +37,7 @@ static void drop_rows(const backend *be, float *out, const float *resid, const f
                       int T, int C, const be_drop *drop)
 {
     int rows = B * T;
-#pragma omp parallel num_threads(be->nthreads) if ((size_t)rows * C > CPU_PAR_MIN)
+#pragma omp parallel num_threads(be->nthreads) if ((size_t)rows * C > CPU_PAR_MIN_EXP)
     {
         float *mult = td_xmalloc((size_t)C * sizeof(float));
 #pragma omp for schedule(static)
@@ -32,9 +45,22 @@ static void drop_rows(const backend *be, float *out, const float *resid, const f
             int bi = row / T, t = row % T;
             cpu_drop_mults(mult, C, drop, BE_DROP_HIDDEN, drop->sample[bi], (int64_t)drop->pos0 + t, drop->unit0);
             size_t off = (size_t)row * C;
-            for (int c = 0; c < C; c++) {
-                float x = inp[off + c] + (b ? b[c] : 0.0f);
-                out[off + c] = (resid ? resid[off + c] : 0.0f) + x * mult[c];
+            const float *x = inp + off;
+            float *y = out + off;
+            if (resid && b) {
+                const float *r = resid + off;
+#pragma omp simd
+                for (int c = 0; c < C; c++) y[c] = r[c] + (x[c] + b[c]) * mult[c];
+            } else if (resid) {
+                const float *r = resid + off;
+#pragma omp simd
+                for (int c = 0; c < C; c++) y[c] = r[c] + x[c] * mult[c];
+            } else if (b) {
+#pragma omp simd
+                for (int c = 0; c < C; c++) y[c] = (x[c] + b[c]) * mult[c];
+            } else {
+#pragma omp simd
+                for (int c = 0; c < C; c++) y[c] = x[c] * mult[c];
             }
         }
         free(mult);
@@ -65,7 +91,14 @@ void cpu_bias_dropout_add_fwd(const backend *be, float *out, const float *resid,
     size_t rows = (size_t)B * T;
 #pragma omp parallel for schedule(static) num_threads(be->nthreads) if (rows * C > CPU_PAR_MIN)
     for (size_t row = 0; row < rows; row++) {
-        size_t off = row * C;
-        for (int c = 0; c < C; c++) out[off + c] = resid[off + c] + (inp[off + c] + (b ? b[c] : 0.0f));
+        const float *r = resid + row * C, *x = inp + row * C;
+        float *y = out + row * C;
+        if (b) {
+#pragma omp simd
+            for (int c = 0; c < C; c++) y[c] = r[c] + (x[c] + b[c]);
+        } else {
+#pragma omp simd
+            for (int c = 0; c < C; c++) y[c] = r[c] + x[c];
+        }
     }
 }
