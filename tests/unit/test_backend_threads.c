@@ -1,0 +1,146 @@
+/* The CPU backend (src/backend/cpu): results do not depend on the thread count. Shapes large enough that the
+ * kernels run in parallel (above CPU_PAR_MIN), every kernel with a reduction over rows (column sums
+ * for biases, LayerNorm and embedding gradients) or per-thread scratch, one thread against three:
+ * bitwise equal. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "test_backend_util.h"
+
+enum { N = 1030, C = 1040, F = 4 * C }; /* N * C > 2^20: every kernel runs in parallel */
+
+typedef struct {
+    backend *one, *many;
+} pair;
+
+static int setup(void **state)
+{
+    pair *p = td_xmalloc(sizeof *p);
+    p->one = be_cpu(1);
+    p->many = be_cpu(3);
+    *state = p;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    pair *p = *state;
+    be_free(p->one);
+    be_free(p->many);
+    free(p);
+    return 0;
+}
+
+static void same(const char *what, const float *a, const float *b, size_t n)
+{
+    printf("  %-28s %s\n", what, memcmp(a, b, n * sizeof(float)) == 0 ? "bitwise equal" : "DIFFERENT");
+    assert_memory_equal(a, b, n * sizeof(float));
+}
+
+static void layernorm_and_bias(void **state)
+{
+    pair *p = *state;
+    size_t n = (size_t)N * C;
+    float *x = tb_rand_new(n, 1, -2, 2), *dy = tb_rand_new(n, 2, -1, 1), *w = tb_rand_new(C, 3, 0.5f, 1.5f);
+    float *b = tb_rand_new(C, 4, -1, 1), *y1 = tb_zeros(n), *y2 = tb_zeros(n);
+    float *mean = tb_zeros(N), *rstd = tb_zeros(N), *mean2 = tb_zeros(N), *rstd2 = tb_zeros(N);
+    float *dx1 = tb_rand_new(n, 5, -1, 1), *dx2 = tb_zeros(n), *dw1 = tb_rand_new(C, 6, -1, 1), *dw2 = tb_zeros(C);
+    float *db1 = tb_rand_new(C, 7, -1, 1), *db2 = tb_zeros(C);
+    memcpy(dx2, dx1, n * sizeof(float));
+    memcpy(dw2, dw1, C * sizeof(float));
+    memcpy(db2, db1, C * sizeof(float));
+    be_layernorm_fwd(p->one, y1, mean, rstd, x, w, b, N, C);
+    be_layernorm_fwd(p->many, y2, mean2, rstd2, x, w, b, N, C);
+    same("layernorm_fwd out", y1, y2, n);
+    same("layernorm_fwd rstd", rstd, rstd2, N);
+    be_layernorm_bwd(p->one, dx1, dw1, db1, dy, x, w, mean, rstd, N, C);
+    be_layernorm_bwd(p->many, dx2, dw2, db2, dy, x, w, mean, rstd, N, C);
+    same("layernorm_bwd dinp", dx1, dx2, n);
+    same("layernorm_bwd dw", dw1, dw2, C);
+    same("layernorm_bwd db", db1, db2, C);
+    be_bias_bwd(p->one, db1, dy, N, C);
+    be_bias_bwd(p->many, db2, dy, N, C);
+    same("bias_bwd", db1, db2, C);
+    be_matmul_bwd(p->one, NULL, NULL, db1, dy, x, w, N, 1, C);
+    be_matmul_bwd(p->many, NULL, NULL, db2, dy, x, w, N, 1, C);
+    same("matmul_bwd db", db1, db2, C);
+    free(x), free(dy), free(w), free(b), free(y1), free(y2), free(mean), free(rstd), free(mean2), free(rstd2);
+    free(dx1), free(dx2), free(dw1), free(dw2), free(db1), free(db2);
+}
+
+static void bias_gelu(void **state)
+{
+    pair *p = *state;
+    size_t n = (size_t)N * F;
+    float *x = tb_rand_new(n, 11, -3, 3), *dy = tb_rand_new(n, 12, -1, 1), *b = tb_rand_new(F, 13, -1, 1);
+    float *y1 = tb_zeros(n), *y2 = tb_zeros(n), *dx1 = tb_rand_new(n, 14, -1, 1), *dx2 = tb_zeros(n);
+    float *db1 = tb_rand_new(F, 15, -1, 1), *db2 = tb_zeros(F);
+    memcpy(dx2, dx1, n * sizeof(float));
+    memcpy(db2, db1, F * sizeof(float));
+    be_bias_gelu_fwd(p->one, y1, x, b, N, F);
+    be_bias_gelu_fwd(p->many, y2, x, b, N, F);
+    same("bias_gelu_fwd", y1, y2, n);
+    be_bias_gelu_bwd(p->one, dx1, db1, dy, x, b, N, F);
+    be_bias_gelu_bwd(p->many, dx2, db2, dy, x, b, N, F);
+    same("bias_gelu_bwd dinp", dx1, dx2, n);
+    same("bias_gelu_bwd db", db1, db2, F);
+    be_bias_gelu_bwd(p->one, NULL, db1, dy, x, b, N, F);
+    be_bias_gelu_bwd(p->many, NULL, db2, dy, x, b, N, F);
+    same("bias_gelu_bwd db only", db1, db2, F);
+    free(x), free(dy), free(b), free(y1), free(y2), free(dx1), free(dx2), free(db1), free(db2);
+}
+
+static void embeddings(void **state)
+{
+    pair *p = *state;
+    enum { V = 300, B = 5, T = N / B };
+    size_t n = (size_t)B * T * C;
+    int32_t *ids = td_xmalloc((size_t)B * T * sizeof(int32_t));
+    for (int i = 0; i < B * T; i++) ids[i] = (int32_t)((i * 37) % (V + 20)); /* some outside the slice */
+    float *dy = tb_rand_new(n, 21, -1, 1), *d1 = tb_rand_new((size_t)V * C, 22, -1, 1), *d2 = tb_zeros((size_t)V * C);
+    float *wpe1 = tb_rand_new((size_t)T * C, 23, -1, 1), *wpe2 = tb_zeros((size_t)T * C);
+    memcpy(d2, d1, (size_t)V * C * sizeof(float));
+    memcpy(wpe2, wpe1, (size_t)T * C * sizeof(float));
+    be_embedding_bwd(p->one, d1, dy, ids, B * T, C, 10, V);
+    be_embedding_bwd(p->many, d2, dy, ids, B * T, C, 10, V);
+    same("embedding_bwd", d1, d2, (size_t)V * C);
+    be_pos_embedding_bwd(p->one, wpe1, dy, B, T, C, 0);
+    be_pos_embedding_bwd(p->many, wpe2, dy, B, T, C, 0);
+    same("pos_embedding_bwd", wpe1, wpe2, (size_t)T * C);
+    free(ids), free(dy), free(d1), free(d2), free(wpe1), free(wpe2);
+}
+
+static void optimizer(void **state)
+{
+    pair *p = *state;
+    size_t n = (size_t)3 << 20;
+    float *g = tb_rand_new(n, 31, -1, 1), *p1 = tb_rand_new(n, 32, -1, 1), *p2 = tb_zeros(n);
+    float *m1 = tb_zeros(n), *v1 = tb_zeros(n), *m2 = tb_zeros(n), *v2 = tb_zeros(n);
+    memcpy(p2, p1, n * sizeof(float));
+    for (int s = 1; s <= 2; s++) {
+        be_adamw(p->one, p1, g, m1, v1, n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.1f, 0.5f, s);
+        be_adamw(p->many, p2, g, m2, v2, n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.1f, 0.5f, s);
+    }
+    same("adamw p", p1, p2, n);
+    same("adamw v", v1, v2, n);
+    double s1 = be_sumsq(p->one, g, n), s2 = be_sumsq(p->many, g, n);
+    printf("  sumsq                        %s\n", s1 == s2 ? "bitwise equal" : "DIFFERENT");
+    assert_true(s1 == s2);
+    free(g), free(p1), free(p2), free(m1), free(v1), free(m2), free(v2);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(layernorm_and_bias),
+        cmocka_unit_test(bias_gelu),
+        cmocka_unit_test(embeddings),
+        cmocka_unit_test(optimizer),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
