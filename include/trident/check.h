@@ -56,6 +56,10 @@ char *td_xstrdup_at(const char *s, const char *file, int line);
 #define td_xrealloc(p, n) td_xrealloc_at((p), (n), __FILE__, __LINE__)
 #define td_xstrdup(s) td_xstrdup_at((s), __FILE__, __LINE__)
 
+/* Writes a formatted one-line reason into err (errlen bytes) for the functions that report
+ * errors to their caller instead of ending the job; NULL err is a no-op. */
+void td_seterr(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
 /* Formats an errno-style reason for messages: "No such file or directory". */
 const char *td_strerror(int err);
 

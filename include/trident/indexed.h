@@ -13,6 +13,8 @@ enum idx_dtype { IDX_U8 = 1, IDX_I8 = 2, IDX_I16 = 3, IDX_I32 = 4, IDX_I64 = 5, 
 /* Megatron's choice: uint16 when the vocabulary has fewer than 65500 ids, else int32. */
 enum idx_dtype idx_dtype_for_vocab(int vocab_size);
 size_t idx_dtype_size(enum idx_dtype t);
+/* numpy's name of a dtype code ("uint16", ...), "unknown" for a code Megatron does not define. */
+const char *idx_dtype_name(int code);
 
 typedef struct idx_writer idx_writer;
 

@@ -9,21 +9,6 @@
 #include "trident/gpt_dataset.h"
 #include "trident/indexed.h"
 
-static const char *dtype_name(enum idx_dtype t)
-{
-    switch (t) {
-    case IDX_U8: return "uint8";
-    case IDX_I8: return "int8";
-    case IDX_I16: return "int16";
-    case IDX_I32: return "int32";
-    case IDX_I64: return "int64";
-    case IDX_F64: return "float64";
-    case IDX_F32: return "float32";
-    case IDX_U16: return "uint16";
-    }
-    return "?";
-}
-
 static void print_cache(const char *file, int loaded, double seconds)
 {
     if (!file) printf("not cached (%s in %.3f s)", loaded ? "loaded" : "built", seconds);
@@ -35,7 +20,7 @@ static void print_dataset(const gptds *ds, int i)
     const gptds_dataset_info *in = gptds_dataset(ds, i);
     printf("\ndataset %d of %d: %s (weight %.6g)\n", i + 1, gptds_num_datasets(ds), in->path, in->weight);
     printf("  dtype %s, documents %" PRId64 ", tokens %" PRId64 ", document length mean %.1f min %d max %d\n",
-           dtype_name(idx_dtype(in->idx)), in->num_documents, in->num_tokens, in->mean_len, in->min_len, in->max_len);
+           idx_dtype_name(idx_dtype(in->idx)), in->num_documents, in->num_tokens, in->mean_len, in->min_len, in->max_len);
     if (idx_num_documents(in->idx) != in->num_documents)
         printf("  (the .idx document index groups these %" PRId64 " sequences into %" PRId64
                " documents; GPT splits by sequence, as Megatron)\n", in->num_documents, idx_num_documents(in->idx));

@@ -119,3 +119,12 @@ char *td_xstrdup_at(const char *s, const char *file, int line)
 }
 
 const char *td_strerror(int err) { return strerror(err); }
+
+void td_seterr(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (!err || !errlen) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}

@@ -116,16 +116,6 @@ struct bpe_tokenizer {
     int jit;           /* 1 if the pattern was JIT-compiled */
 };
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || !errlen) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 static uint64_t hash_bytes(const char *s, size_t n)
 {
     uint64_t h = 0x9e3779b97f4a7c15ull ^ n;
@@ -263,14 +253,14 @@ static int vocab_fill(bpe_tokenizer *t, const cJSON *root, const char *path, con
         const char *key = it->string;
         double v = cJSON_IsNumber(it) ? it->valuedouble : -1;
         if (!cJSON_IsNumber(it) || v < 0 || v >= n || v != (double)(int)v) {
-            set_err(err, errlen, "vocab file '%s': token \"%.40s\" has id %s; ids must be the integers 0..%d "
+            td_seterr(err, errlen, "vocab file '%s': token \"%.40s\" has id %s; ids must be the integers 0..%d "
                     "(expected GPT-2's vocab.json)", path, key, cJSON_IsNumber(it) ? "out of range" : "that is "
                     "not a number", n - 1);
             goto out;
         }
         int id = (int)v;
         if (bytes[id]) {
-            set_err(err, errlen, "vocab file '%s': id %d is given to two tokens (\"%.40s\" and another); ids "
+            td_seterr(err, errlen, "vocab file '%s': id %d is given to two tokens (\"%.40s\" and another); ids "
                     "must be unique", path, id, key);
             goto out;
         }
@@ -278,7 +268,7 @@ static int vocab_fill(bpe_tokenizer *t, const cJSON *root, const char *path, con
         bytes[id] = td_xmalloc(klen + 1);
         long blen = alphabet_to_bytes(key, klen, cp_to_byte, bytes[id]);
         if (blen < 0) {
-            set_err(err, errlen, "vocab file '%s': token \"%.40s\" (id %d) has a character outside GPT-2's byte "
+            td_seterr(err, errlen, "vocab file '%s': token \"%.40s\" (id %d) has a character outside GPT-2's byte "
                     "alphabet; is this a byte-level BPE vocab?", path, key, id);
             goto out;
         }
@@ -310,7 +300,7 @@ static int vocab_index(bpe_tokenizer *t, tok_map *m, const char *path, char *err
         const char *s = tok_ptr(t, id, &n);
         int old = tok_map_find(m, s, n, id);
         if (old >= 0) {
-            set_err(err, errlen, "vocab file '%s': ids %d and %d spell the same token; tokens must be unique",
+            td_seterr(err, errlen, "vocab file '%s': ids %d and %d spell the same token; tokens must be unique",
                     path, old, id);
             return -1;
         }
@@ -319,14 +309,14 @@ static int vocab_index(bpe_tokenizer *t, tok_map *m, const char *path, char *err
         char c = (char)b;
         t->byte_id[b] = tok_map_find(m, &c, 1, -1);
         if (t->byte_id[b] < 0) {
-            set_err(err, errlen, "vocab file '%s' has no token for byte 0x%02x; a byte-level BPE vocab has all "
+            td_seterr(err, errlen, "vocab file '%s' has no token for byte 0x%02x; a byte-level BPE vocab has all "
                     "256 (expected GPT-2's vocab.json)", path, b);
             return -1;
         }
     }
     t->eod = tok_map_find(m, "<|endoftext|>", 13, -1);
     if (t->eod < 0) {
-        set_err(err, errlen, "vocab file '%s' has no \"<|endoftext|>\" token (expected GPT-2's vocab.json)", path);
+        td_seterr(err, errlen, "vocab file '%s' has no \"<|endoftext|>\" token (expected GPT-2's vocab.json)", path);
         return -1;
     }
     return 0;
@@ -338,7 +328,7 @@ static int load_vocab(bpe_tokenizer *t, tok_map *m, const char *path, const int1
     size_t len = 0;
     char *text = read_file(path, &len);
     if (!text) {
-        set_err(err, errlen, "cannot read vocab file '%s': %s (expected GPT-2's vocab.json)", path,
+        td_seterr(err, errlen, "cannot read vocab file '%s': %s (expected GPT-2's vocab.json)", path,
                 td_strerror(errno));
         return -1;
     }
@@ -347,10 +337,10 @@ static int load_vocab(bpe_tokenizer *t, tok_map *m, const char *path, const int1
     int rc = -1;
     if (!root) {
         size_t off = at && at >= text && at <= text + len ? (size_t)(at - text) : 0;
-        set_err(err, errlen, "vocab file '%s' is not valid JSON (near byte %zu); expected GPT-2's vocab.json, an "
+        td_seterr(err, errlen, "vocab file '%s' is not valid JSON (near byte %zu); expected GPT-2's vocab.json, an "
                 "object of token -> id", path, off);
     } else if (!cJSON_IsObject(root)) {
-        set_err(err, errlen, "vocab file '%s' is JSON but not an object; expected GPT-2's vocab.json, an object "
+        td_seterr(err, errlen, "vocab file '%s' is JSON but not an object; expected GPT-2's vocab.json, an object "
                 "of token -> id", path);
     } else if (vocab_fill(t, root, path, cp_to_byte, err, errlen) == 0) {
         rc = vocab_index(t, m, path, err, errlen);
@@ -368,7 +358,7 @@ static int merge_line(tok_map *m, const int16_t *cp_to_byte, char *line, size_t 
     char *a = line, *b = sp ? sp + 1 : NULL;
     size_t na = sp ? (size_t)(sp - line) : n, nb = sp ? n - na - 1 : 0;
     if (!sp || na == 0 || nb == 0 || memchr(b, ' ', nb)) {
-        set_err(err, errlen, "merges file '%s' line %ld: expected two tokens separated by one space, got "
+        td_seterr(err, errlen, "merges file '%s' line %ld: expected two tokens separated by one space, got "
                 "\"%.*s\" (expected GPT-2's merges.txt)", path, lineno, (int)(n < 60 ? n : 60), line);
         return -1;
     }
@@ -377,15 +367,15 @@ static int merge_line(tok_map *m, const int16_t *cp_to_byte, char *line, size_t 
     long bb = ba < 0 ? -1 : alphabet_to_bytes(b, nb, cp_to_byte, buf + ba);
     int rc = -1;
     if (ba < 0 || bb < 0) {
-        set_err(err, errlen, "merges file '%s' line %ld: \"%.*s\" has a character outside GPT-2's byte alphabet",
+        td_seterr(err, errlen, "merges file '%s' line %ld: \"%.*s\" has a character outside GPT-2's byte alphabet",
                 path, lineno, (int)(n < 60 ? n : 60), line);
     } else if ((ids[0] = tok_map_find(m, buf, (size_t)ba, -1)) < 0 ||
                (ids[1] = tok_map_find(m, buf + ba, (size_t)bb, -1)) < 0) {
-        set_err(err, errlen, "merges file '%s' line %ld: token \"%.*s\" is not in the vocab file; are the vocab "
+        td_seterr(err, errlen, "merges file '%s' line %ld: token \"%.*s\" is not in the vocab file; are the vocab "
                 "and merges files from the same tokenizer?", path, lineno,
                 (int)(ids[0] < 0 ? na : nb), ids[0] < 0 ? a : b);
     } else if ((ids[2] = tok_map_find(m, buf, (size_t)(ba + bb), -1)) < 0) {
-        set_err(err, errlen, "merges file '%s' line %ld: the merged token \"%.*s%.*s\" is not in the vocab file; "
+        td_seterr(err, errlen, "merges file '%s' line %ld: the merged token \"%.*s%.*s\" is not in the vocab file; "
                 "are the vocab and merges files from the same tokenizer?", path, lineno, (int)na, a, (int)nb, b);
     } else {
         rc = 0;
@@ -400,7 +390,7 @@ static int load_merges(bpe_tokenizer *t, tok_map *m, const char *path, const int
     size_t len = 0;
     char *text = read_file(path, &len);
     if (!text) {
-        set_err(err, errlen, "cannot read merges file '%s': %s (expected GPT-2's merges.txt)", path,
+        td_seterr(err, errlen, "cannot read merges file '%s': %s (expected GPT-2's merges.txt)", path,
                 td_strerror(errno));
         return -1;
     }
@@ -442,7 +432,7 @@ static int compile_regex(bpe_tokenizer *t, char *err, size_t errlen)
     if (!t->re) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(code, msg, sizeof msg);
-        set_err(err, errlen, "compiling GPT-2's pre-tokenization regex failed at offset %zu: %s (is libpcre2-8 "
+        td_seterr(err, errlen, "compiling GPT-2's pre-tokenization regex failed at offset %zu: %s (is libpcre2-8 "
                 "built with Unicode support?)", (size_t)at, (char *)msg);
         return -1;
     }
@@ -460,7 +450,7 @@ bpe_tokenizer *bpe_load(const char *vocab_json, const char *merges_txt, char *er
     byte_tables(byte_to_cp, cp_to_byte);
     bpe_tokenizer *t = td_xcalloc(1, sizeof *t);
     tok_map m = {0};
-    set_err(err, errlen, "no error");
+    td_seterr(err, errlen, "no error");
     int rc = load_vocab(t, &m, vocab_json, cp_to_byte, err, errlen);
     if (rc == 0) rc = load_merges(t, &m, merges_txt, cp_to_byte, err, errlen);
     if (rc == 0) rc = compile_regex(t, err, errlen);
@@ -797,7 +787,7 @@ int bpe_decode(const bpe_tokenizer *t, const int32_t *ids, size_t n, char **out,
     size_t total = 0;
     for (size_t i = 0; i < n; i++) {
         if (ids[i] < 0 || ids[i] >= t->n_vocab) {
-            set_err(err, errlen, "token id %d (position %zu) is out of range: the vocab has ids 0..%d", ids[i], i,
+            td_seterr(err, errlen, "token id %d (position %zu) is out of range: the vocab has ids 0..%d", ids[i], i,
                     t->n_vocab - 1);
             return -1;
         }

@@ -28,16 +28,6 @@ static const char IDX_MAGIC[9] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', 0, 0};
 #define IDX_VERSION 1u
 #define IDX_HEADER_BYTES 34u /* magic 9 + version 8 + dtype 1 + two counts 8 + 8 */
 
-static void seterr(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || !errlen) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 enum idx_dtype idx_dtype_for_vocab(int vocab_size) { return vocab_size < 65500 ? IDX_U16 : IDX_I32; }
 
 size_t idx_dtype_size(enum idx_dtype t)
@@ -55,7 +45,7 @@ size_t idx_dtype_size(enum idx_dtype t)
     return 0;
 }
 
-static const char *dtype_name(int code)
+const char *idx_dtype_name(int code)
 {
     switch (code) {
     case IDX_U8: return "uint8";
@@ -143,8 +133,8 @@ static int write_all(int fd, const void *p, size_t n)
 idx_writer *idx_writer_open(const char *prefix, enum idx_dtype dtype, char *err, size_t errlen)
 {
     if (!dtype_is_token_type((int)dtype)) {
-        seterr(err, errlen, "indexed dataset %s: dtype code %d (%s) cannot hold token ids; use uint16 or int32",
-               prefix, (int)dtype, dtype_name((int)dtype));
+        td_seterr(err, errlen, "indexed dataset %s: dtype code %d (%s) cannot hold token ids; use uint16 or int32",
+               prefix, (int)dtype, idx_dtype_name((int)dtype));
         return NULL;
     }
     idx_writer *w = td_xcalloc(1, sizeof *w);
@@ -158,7 +148,7 @@ idx_writer *idx_writer_open(const char *prefix, enum idx_dtype dtype, char *err,
     w->idx_tmp = path_join(prefix, suffix);
     w->bin_fd = open(w->bin_tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (w->bin_fd < 0) {
-        seterr(err, errlen, "cannot create %s: %s (check that the folder of the output prefix exists and is writable)",
+        td_seterr(err, errlen, "cannot create %s: %s (check that the folder of the output prefix exists and is writable)",
                w->bin_tmp, td_strerror(errno));
         writer_free(w);
         return NULL;
@@ -171,7 +161,7 @@ idx_writer *idx_writer_open(const char *prefix, enum idx_dtype dtype, char *err,
 static int flush_bin(idx_writer *w, char *err, size_t errlen)
 {
     if (w->buf_len && write_all(w->bin_fd, w->buf, w->buf_len) != 0) {
-        seterr(err, errlen, "cannot write %s: %s (is the disk full?)", w->bin_tmp, td_strerror(errno));
+        td_seterr(err, errlen, "cannot write %s: %s (is the disk full?)", w->bin_tmp, td_strerror(errno));
         return -1;
     }
     w->buf_len = 0;
@@ -181,7 +171,7 @@ static int flush_bin(idx_writer *w, char *err, size_t errlen)
 int idx_writer_add(idx_writer *w, const int32_t *ids, size_t n, char *err, size_t errlen)
 {
     if (n > (size_t)INT32_MAX) {
-        seterr(err, errlen, "%s: a document of %zu tokens does not fit the int32 length field; split it",
+        td_seterr(err, errlen, "%s: a document of %zu tokens does not fit the int32 length field; split it",
                w->bin_path, n);
         return -1;
     }
@@ -189,13 +179,13 @@ int idx_writer_add(idx_writer *w, const int32_t *ids, size_t n, char *err, size_
     int64_t maxtok = dtype_max_token(w->dtype);
     for (size_t i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] > maxtok) {
-            seterr(err, errlen, "%s: token id %d (document %zu, position %zu) does not fit dtype %s [0, %lld]; "
+            td_seterr(err, errlen, "%s: token id %d (document %zu, position %zu) does not fit dtype %s [0, %lld]; "
                    "use a dtype for a larger vocabulary", w->bin_path, (int)ids[i], w->nseq, i,
-                   dtype_name((int)w->dtype), (long long)maxtok);
+                   idx_dtype_name((int)w->dtype), (long long)maxtok);
             return -1;
         }
     if (w->bin_bytes > INT64_MAX - (int64_t)(n * isz)) {
-        seterr(err, errlen, "%s: the data file would exceed 2^63 bytes", w->bin_path);
+        td_seterr(err, errlen, "%s: the data file would exceed 2^63 bytes", w->bin_path);
         return -1;
     }
     if (w->nseq == w->cap) {
@@ -301,37 +291,37 @@ int idx_writer_finish(idx_writer *w, char *err, size_t errlen)
 {
     if (flush_bin(w, err, errlen) != 0) goto fail;
     if (fsync(w->bin_fd) != 0) {
-        seterr(err, errlen, "cannot fsync %s: %s (is the disk full?)", w->bin_tmp, td_strerror(errno));
+        td_seterr(err, errlen, "cannot fsync %s: %s (is the disk full?)", w->bin_tmp, td_strerror(errno));
         goto fail;
     }
     int fd = open(w->idx_tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) {
-        seterr(err, errlen, "cannot create %s: %s (check that the output folder is writable)", w->idx_tmp,
+        td_seterr(err, errlen, "cannot create %s: %s (check that the output folder is writable)", w->idx_tmp,
                td_strerror(errno));
         goto fail;
     }
     if (write_index(w, fd) != 0 || fsync(fd) != 0) {
-        seterr(err, errlen, "cannot write %s: %s (is the disk full?)", w->idx_tmp, td_strerror(errno));
+        td_seterr(err, errlen, "cannot write %s: %s (is the disk full?)", w->idx_tmp, td_strerror(errno));
         close(fd);
         goto fail;
     }
     if (close(fd) != 0) {
-        seterr(err, errlen, "cannot close %s: %s (is the disk full?)", w->idx_tmp, td_strerror(errno));
+        td_seterr(err, errlen, "cannot close %s: %s (is the disk full?)", w->idx_tmp, td_strerror(errno));
         goto fail;
     }
     int rc = close(w->bin_fd);
     w->bin_fd = -1;
     if (rc != 0) {
-        seterr(err, errlen, "cannot close %s: %s (is the disk full?)", w->bin_tmp, td_strerror(errno));
+        td_seterr(err, errlen, "cannot close %s: %s (is the disk full?)", w->bin_tmp, td_strerror(errno));
         goto fail;
     }
     /* .bin first: a reader that finds the new .idx also finds the .bin it describes. */
     if (rename(w->bin_tmp, w->bin_path) != 0) {
-        seterr(err, errlen, "cannot rename %s to %s: %s", w->bin_tmp, w->bin_path, td_strerror(errno));
+        td_seterr(err, errlen, "cannot rename %s to %s: %s", w->bin_tmp, w->bin_path, td_strerror(errno));
         goto fail;
     }
     if (rename(w->idx_tmp, w->idx_path) != 0) {
-        seterr(err, errlen, "cannot rename %s to %s: %s (%s was already replaced; rerun to rebuild both)",
+        td_seterr(err, errlen, "cannot rename %s to %s: %s (%s was already replaced; rerun to rebuild both)",
                w->idx_tmp, w->idx_path, td_strerror(errno), w->bin_path);
         goto fail;
     }
@@ -397,25 +387,25 @@ static int map_file(const char *path, const unsigned char **map, size_t *size, c
     *size = 0;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-        seterr(err, errlen, "cannot open %s: %s (is the dataset prefix right? it names PREFIX.bin and PREFIX.idx)",
+        td_seterr(err, errlen, "cannot open %s: %s (is the dataset prefix right? it names PREFIX.bin and PREFIX.idx)",
                path, td_strerror(errno));
         return -1;
     }
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        seterr(err, errlen, "%s is not a regular file; pass the prefix of a .bin/.idx pair", path);
+        td_seterr(err, errlen, "%s is not a regular file; pass the prefix of a .bin/.idx pair", path);
         close(fd);
         return -1;
     }
     if (st.st_size > 0) {
         if ((uint64_t)st.st_size > SIZE_MAX) {
-            seterr(err, errlen, "%s is too large to map on this machine", path);
+            td_seterr(err, errlen, "%s is too large to map on this machine", path);
             close(fd);
             return -1;
         }
         void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
         if (p == MAP_FAILED) {
-            seterr(err, errlen, "cannot map %s: %s", path, td_strerror(errno));
+            td_seterr(err, errlen, "cannot map %s: %s", path, td_strerror(errno));
             close(fd);
             return -1;
         }
@@ -433,25 +423,25 @@ static int parse_index(idx_dataset *d, const char *prefix, const unsigned char *
                        size_t errlen)
 {
     if (n < IDX_HEADER_BYTES) {
-        seterr(err, errlen, "%s.idx: file is %zu bytes, shorter than the %u-byte MMIDIDX header; the index is truncated, "
+        td_seterr(err, errlen, "%s.idx: file is %zu bytes, shorter than the %u-byte MMIDIDX header; the index is truncated, "
                CORRUPT_HINT, prefix, n, IDX_HEADER_BYTES);
         return -1;
     }
     if (memcmp(m, IDX_MAGIC, sizeof IDX_MAGIC) != 0) {
-        seterr(err, errlen, "%s.idx: bad magic (not a Megatron MMIDIDX index); pass the prefix of a dataset written by "
+        td_seterr(err, errlen, "%s.idx: bad magic (not a Megatron MMIDIDX index); pass the prefix of a dataset written by "
                "trident preprocess or Megatron's preprocess_data.py", prefix);
         return -1;
     }
     uint64_t version = get_u64(m + 9);
     if (version != IDX_VERSION) {
-        seterr(err, errlen, "%s.idx: MMIDIDX version %llu, but only version 1 is supported; " CORRUPT_HINT, prefix,
+        td_seterr(err, errlen, "%s.idx: MMIDIDX version %llu, but only version 1 is supported; " CORRUPT_HINT, prefix,
                (unsigned long long)version);
         return -1;
     }
     int code = m[17];
     if (!dtype_is_token_type(code)) {
-        seterr(err, errlen, "%s.idx: dtype code %d (%s) is not a token type (uint8, int8, int16, uint16, int32); "
-               CORRUPT_HINT, prefix, code, dtype_name(code));
+        td_seterr(err, errlen, "%s.idx: dtype code %d (%s) is not a token type (uint8, int8, int16, uint16, int32); "
+               CORRUPT_HINT, prefix, code, idx_dtype_name(code));
         return -1;
     }
     d->dtype = (enum idx_dtype)code;
@@ -460,13 +450,13 @@ static int parse_index(idx_dataset *d, const char *prefix, const unsigned char *
     /* Overflow-safe: each sequence costs 12 bytes, each document entry 8. */
     uint64_t body = n - IDX_HEADER_BYTES;
     if (nseq > body / 12 || ndoc > (body - nseq * 12) / 8 || body != nseq * 12 + ndoc * 8) {
-        seterr(err, errlen, "%s.idx: file is %zu bytes but its header promises %llu sequences and %llu document-index "
+        td_seterr(err, errlen, "%s.idx: file is %zu bytes but its header promises %llu sequences and %llu document-index "
                "entries; the index is truncated or corrupt, " CORRUPT_HINT, prefix, n, (unsigned long long)nseq,
                (unsigned long long)ndoc);
         return -1;
     }
     if (ndoc < 1) {
-        seterr(err, errlen, "%s.idx: the document index is empty (it must hold at least the leading 0); " CORRUPT_HINT,
+        td_seterr(err, errlen, "%s.idx: the document index is empty (it must hold at least the leading 0); " CORRUPT_HINT,
                prefix);
         return -1;
     }
@@ -480,26 +470,26 @@ static int parse_index(idx_dataset *d, const char *prefix, const unsigned char *
     /* Lengths and pointers: sequence i starts where i-1 ends, and all lie inside .bin. */
     uint64_t bin_tokens = d->bin_size / d->isz, at = 0;
     if (d->bin_size % d->isz) {
-        seterr(err, errlen, "%s.bin: size %zu is not a multiple of the %zu-byte %s dtype; the data file is truncated "
-               "or corrupt, " CORRUPT_HINT, prefix, d->bin_size, d->isz, dtype_name(code));
+        td_seterr(err, errlen, "%s.bin: size %zu is not a multiple of the %zu-byte %s dtype; the data file is truncated "
+               "or corrupt, " CORRUPT_HINT, prefix, d->bin_size, d->isz, idx_dtype_name(code));
         return -1;
     }
     for (uint64_t i = 0; i < nseq; i++) {
         int32_t len = get_i32(lens + 4 * i);
         int64_t ptr = get_i64(ptrs + 8 * i);
         if (len < 0) {
-            seterr(err, errlen, "%s.idx: sequence %llu has negative length %d; " CORRUPT_HINT, prefix,
+            td_seterr(err, errlen, "%s.idx: sequence %llu has negative length %d; " CORRUPT_HINT, prefix,
                    (unsigned long long)i, (int)len);
             return -1;
         }
         if (ptr < 0 || (uint64_t)ptr != at * d->isz) {
-            seterr(err, errlen, "%s.idx: sequence %llu points at byte %lld of the data file, but the sequences before it "
+            td_seterr(err, errlen, "%s.idx: sequence %llu points at byte %lld of the data file, but the sequences before it "
                    "end at byte %llu; " CORRUPT_HINT, prefix, (unsigned long long)i, (long long)ptr,
                    (unsigned long long)(at * d->isz));
             return -1;
         }
         if ((uint64_t)len > bin_tokens - at) {
-            seterr(err, errlen, "%s.idx: sequence %llu (%d tokens at byte %lld) runs past the end of the %zu-byte data "
+            td_seterr(err, errlen, "%s.idx: sequence %llu (%d tokens at byte %lld) runs past the end of the %zu-byte data "
                    "file; the .bin is truncated or belongs to another index, " CORRUPT_HINT, prefix,
                    (unsigned long long)i, (int)len, (long long)ptr, d->bin_size);
             return -1;
@@ -509,7 +499,7 @@ static int parse_index(idx_dataset *d, const char *prefix, const unsigned char *
         at += (uint64_t)len;
     }
     if (at != bin_tokens) {
-        seterr(err, errlen, "%s.idx: the index describes %llu tokens but the data file holds %llu; the .bin does not "
+        td_seterr(err, errlen, "%s.idx: the index describes %llu tokens but the data file holds %llu; the .bin does not "
                "belong to this index, " CORRUPT_HINT, prefix, (unsigned long long)at, (unsigned long long)bin_tokens);
         return -1;
     }
@@ -521,11 +511,11 @@ static int parse_index(idx_dataset *d, const char *prefix, const unsigned char *
         int64_t v = get_i64(docs + 8 * j);
         int64_t prev = j ? d->docs[j - 1] : 0;
         if (j == 0 && v != 0) {
-            seterr(err, errlen, "%s.idx: the document index starts at %lld, not 0; " CORRUPT_HINT, prefix, (long long)v);
+            td_seterr(err, errlen, "%s.idx: the document index starts at %lld, not 0; " CORRUPT_HINT, prefix, (long long)v);
             return -1;
         }
         if (v < prev || v > d->nseq) {
-            seterr(err, errlen, "%s.idx: document-index entry %llu is %lld, outside [%lld, %lld] (entries must rise from "
+            td_seterr(err, errlen, "%s.idx: document-index entry %llu is %lld, outside [%lld, %lld] (entries must rise from "
                    "0 to the sequence count); " CORRUPT_HINT, prefix, (unsigned long long)j, (long long)v,
                    (long long)prev, (long long)d->nseq);
             return -1;
@@ -533,7 +523,7 @@ static int parse_index(idx_dataset *d, const char *prefix, const unsigned char *
         d->docs[j] = v;
     }
     if (d->docs[ndoc - 1] != d->nseq) {
-        seterr(err, errlen, "%s.idx: the document index ends at %lld but there are %lld sequences; " CORRUPT_HINT, prefix,
+        td_seterr(err, errlen, "%s.idx: the document index ends at %lld but there are %lld sequences; " CORRUPT_HINT, prefix,
                (long long)d->docs[ndoc - 1], (long long)d->nseq);
         return -1;
     }

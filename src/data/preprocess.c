@@ -28,16 +28,6 @@
 #define PP_WARN_PER_BATCH 4
 #define PP_WARN_TOTAL 10
 
-static void seterr(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || !errlen) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 char *prep_dataset_prefix(const char *output_prefix, const char *key)
 {
     size_t n = strlen(output_prefix) + strlen(key) + sizeof "__document";
@@ -101,9 +91,9 @@ static const char *jtype_name(int t)
 
 static int jfail(jp *j, const char *what)
 {
-    if (j->p >= j->end) seterr(j->err, j->errlen, "malformed JSON: %s, but the line ends", what);
+    if (j->p >= j->end) td_seterr(j->err, j->errlen, "malformed JSON: %s, but the line ends", what);
     else
-        seterr(j->err, j->errlen, "malformed JSON at column %zu: %s, found '%c'", (size_t)(j->p - j->start) + 1, what,
+        td_seterr(j->err, j->errlen, "malformed JSON at column %zu: %s, found '%c'", (size_t)(j->p - j->start) + 1, what,
                (unsigned char)*j->p >= 0x20 && (unsigned char)*j->p < 0x7f ? *j->p : '?');
     return J_FAIL;
 }
@@ -322,7 +312,7 @@ static int junescape(const char *p, const char *end, prep_str *o, char *err, siz
                 }
             }
             if (c >= 0xd800 && c <= 0xdfff) {
-                seterr(err, errlen, "lone UTF-16 surrogate \\u%04lx in a string (not valid text)", c);
+                td_seterr(err, errlen, "lone UTF-16 surrogate \\u%04lx in a string (not valid text)", c);
                 return -1;
             }
             put_utf8(o, c);
@@ -353,7 +343,7 @@ int prep_json_extract(const char *line, size_t len, const char *const *keys, int
     const char *vb[MAXK], *ve[MAXK];
     int vt[MAXK];
     if (n_keys > MAXK) {
-        seterr(err, errlen, "too many JSON keys (%d, at most %d)", n_keys, MAXK);
+        td_seterr(err, errlen, "too many JSON keys (%d, at most %d)", n_keys, MAXK);
         return -1;
     }
     for (int k = 0; k < n_keys; k++) vt[k] = J_FAIL;
@@ -362,7 +352,7 @@ int prep_json_extract(const char *line, size_t len, const char *const *keys, int
     if (j.p >= j.end || *j.p != '{') {
         int t = jvalue(&j, 0);
         if (t == J_FAIL) return -1;
-        seterr(err, errlen, "the line is %s, not a JSON object", jtype_name(t));
+        td_seterr(err, errlen, "the line is %s, not a JSON object", jtype_name(t));
         return -1;
     }
     /* top-level object by hand, remembering the wanted values */
@@ -418,11 +408,11 @@ int prep_json_extract(const char *line, size_t len, const char *const *keys, int
     }
     for (int k = 0; k < n_keys; k++) {
         if (vt[k] == J_FAIL) {
-            seterr(err, errlen, "no key \"%s\" in the JSON object", keys[k]);
+            td_seterr(err, errlen, "no key \"%s\" in the JSON object", keys[k]);
             goto done;
         }
         if (vt[k] != J_STRING) {
-            seterr(err, errlen, "the value of \"%s\" is %s, not a string", keys[k], jtype_name(vt[k]));
+            td_seterr(err, errlen, "the value of \"%s\" is %s, not a string", keys[k], jtype_name(vt[k]));
             goto done;
         }
         /* re-scan the string to find its body, then decode it */
@@ -474,13 +464,13 @@ static int src_open(pp_src *s, const char *path, char *err, size_t errlen)
     s->kind = has_suffix(path, ".gz") ? SRC_GZ : has_suffix(path, ".zst") ? SRC_ZST : SRC_PLAIN;
     s->fd = open(path, O_RDONLY | O_CLOEXEC);
     if (s->fd < 0) {
-        seterr(err, errlen, "cannot open %s: %s (check the --input path)", path, td_strerror(errno));
+        td_seterr(err, errlen, "cannot open %s: %s (check the --input path)", path, td_strerror(errno));
         return -1;
     }
     if (s->kind == SRC_GZ) {
         s->gz = gzdopen(s->fd, "rb");
         if (!s->gz) {
-            seterr(err, errlen, "cannot read %s as gzip: out of memory", path);
+            td_seterr(err, errlen, "cannot read %s as gzip: out of memory", path);
             close(s->fd);
             s->fd = -1;
             return -1;
@@ -520,7 +510,7 @@ static ssize_t src_read(pp_src *s, void *buf, size_t cap, char *err, size_t errl
     if (cap > (1u << 30)) cap = 1u << 30;
     if (s->kind == SRC_PLAIN) {
         ssize_t n = read_fd(s->fd, buf, cap);
-        if (n < 0) seterr(err, errlen, "cannot read %s: %s", s->path, td_strerror(errno));
+        if (n < 0) td_seterr(err, errlen, "cannot read %s: %s", s->path, td_strerror(errno));
         return n;
     }
     if (s->kind == SRC_GZ) {
@@ -528,7 +518,7 @@ static ssize_t src_read(pp_src *s, void *buf, size_t cap, char *err, size_t errl
         int code = Z_OK;
         const char *msg = gzerror(s->gz, &code);
         if (n < 0 || (n == 0 && code != Z_OK)) {
-            seterr(err, errlen, "cannot decompress %s: %s (the gzip file is truncated or corrupt; recreate it)",
+            td_seterr(err, errlen, "cannot decompress %s: %s (the gzip file is truncated or corrupt; recreate it)",
                    s->path, code == Z_ERRNO ? td_strerror(errno) : msg);
             return -1;
         }
@@ -538,7 +528,7 @@ static ssize_t src_read(pp_src *s, void *buf, size_t cap, char *err, size_t errl
         if (s->zin_pos == s->zin_len && !s->zeof) {
             ssize_t n = read_fd(s->fd, s->zin, s->zin_cap);
             if (n < 0) {
-                seterr(err, errlen, "cannot read %s: %s", s->path, td_strerror(errno));
+                td_seterr(err, errlen, "cannot read %s: %s", s->path, td_strerror(errno));
                 return -1;
             }
             s->zin_len = (size_t)n;
@@ -549,7 +539,7 @@ static ssize_t src_read(pp_src *s, void *buf, size_t cap, char *err, size_t errl
         ZSTD_outBuffer out = {buf, cap, 0};
         size_t r = ZSTD_decompressStream(s->zd, &out, &in);
         if (ZSTD_isError(r)) {
-            seterr(err, errlen, "cannot decompress %s: %s (the zstd file is corrupt; recreate it)", s->path,
+            td_seterr(err, errlen, "cannot decompress %s: %s (the zstd file is corrupt; recreate it)", s->path,
                    ZSTD_getErrorName(r));
             return -1;
         }
@@ -558,7 +548,7 @@ static ssize_t src_read(pp_src *s, void *buf, size_t cap, char *err, size_t errl
         if (out.pos > 0) return (ssize_t)out.pos;
         if (s->zeof && s->zin_pos == s->zin_len) {
             if (s->zlast != 0) {
-                seterr(err, errlen, "cannot decompress %s: the zstd stream ends inside a frame (the file is "
+                td_seterr(err, errlen, "cannot decompress %s: the zstd stream ends inside a frame (the file is "
                        "truncated; recreate it)", s->path);
                 return -1;
             }
@@ -752,7 +742,7 @@ static int consume_one(pp_run_state *r)
 
     int rc = 0;
     if (b->failed) {
-        seterr(r->err, r->errlen, "%s", b->msg);
+        td_seterr(r->err, r->errlen, "%s", b->msg);
         rc = -1;
     }
     for (int k = 0; k < r->c->n_keys && rc == 0; k++) {
@@ -932,7 +922,7 @@ static void summary(pp_run_state *r)
 int prep_run(const prep_config *c, const bpe_tokenizer *tok, prep_stats *stats, char *err, size_t errlen)
 {
     if (c->n_inputs < 1 || c->n_keys < 1 || c->workers < 1 || !c->output_prefix || (c->text_format && c->n_keys != 1)) {
-        seterr(err, errlen, "preprocess: needs at least one input, one key (exactly one in text format), one worker "
+        td_seterr(err, errlen, "preprocess: needs at least one input, one key (exactly one in text format), one worker "
                "and an output prefix");
         return -1;
     }
@@ -973,7 +963,7 @@ int prep_run(const prep_config *c, const bpe_tokenizer *tok, prep_stats *stats, 
             w->vals = td_xcalloc((size_t)c->n_keys, sizeof *w->vals);
             int e = pthread_create(&w->thread, NULL, worker_main, w);
             if (e != 0) {
-                seterr(err, errlen, "preprocess: cannot start worker thread %d: %s (lower --workers)", started,
+                td_seterr(err, errlen, "preprocess: cannot start worker thread %d: %s (lower --workers)", started,
                        td_strerror(e));
                 bpe_worker_free(w->bw);
                 free(w->vals);
