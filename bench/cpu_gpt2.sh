@@ -1,26 +1,47 @@
 #!/usr/bin/env bash
-# GPT-2 training step on the CPU: trident against the PyTorch peer (../shared/bench/
-# peer_torch_gpt2.py, Debian's python3-torch), side by side in one run, same shape, all cores.
-# Usage: bench/cpu_gpt2.sh [--layers 12 --hidden 768 --heads 12 --mbs 4 --seq 64 --steps 6]
-# Prints best and median step time, tokens/s and the ratio, and the sgemm peak for MFU.
+# GPT-2 training steps on the CPU: trident against the PyTorch peer (../shared/bench/
+# peer_torch_gpt2.py, Debian's python3-torch), back to back in one run, same shapes, all cores.
+#
+# Usage: bench/cpu_gpt2.sh [--shapes LIST] [--steps N] [--repeat R] [--threads T]
+#                          [--blas-core auto|env|NAME] [--peer-blas-core env|NAME] [--no-peer]
+#   --shapes   comma-separated, each LAYERSxHIDDENxHEADS:MBSxSEQ, or the names
+#              small (12x768x12:4x64, GPT-2 124M), long (12x768x12:8x256), large (24x1024x16:8x256);
+#              default small,long,large
+#   --repeat   trident and the peer alternate R times per shape (the machine may be shared: the
+#              ratio of each pair is printed, then the median ratio)
+#   --blas-core  OpenBLAS kernels for trident: auto (default) = SkylakeX where the CPU has AVX-512,
+#              else the environment's choice; env = leave OPENBLAS_CORETYPE as it is; or a core name
+#   --peer-blas-core  the same for the peer: env (default, the peer as installed) or a core name
+# Per shape it prints, for trident: best and median step time, tokens/s, MFU against the sgemm
+# peak measured in the same process, the time breakdown of an iteration, AdamW against the copy
+# bandwidth measured in the same process, peak RSS against params + grads + Adam state + one
+# micro-batch's activations; for the peer: best step time and tokens/s; then the ratio.
+# Environment: BUILD (default build-bench, configured with TRIDENT_NATIVE=${NATIVE:-ON}), WORK.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-layers=12 hidden=768 heads=12 mbs=4 seq=64 steps=6 threads=$(nproc)
+shapes=small,long,large steps=6 repeat=1 threads=$(nproc) blas_core=auto peer_core=env peer=1
 while [ $# -gt 0 ]; do
   case $1 in
-    --layers) layers=$2 ;; --hidden) hidden=$2 ;; --heads) heads=$2 ;; --mbs) mbs=$2 ;;
-    --seq) seq=$2 ;; --steps) steps=$2 ;; --threads) threads=$2 ;;
+    --shapes) shapes=$2 ;; --steps) steps=$2 ;; --repeat) repeat=$2 ;; --threads) threads=$2 ;;
+    --blas-core) blas_core=$2 ;; --peer-blas-core) peer_core=$2 ;;
+    --no-peer) peer=0; shift; continue ;;
+    # the single-shape options of the first version of this script
+    --layers|--hidden|--heads|--mbs|--seq)
+      echo "cpu_gpt2.sh: give shapes as --shapes LAYERSxHIDDENxHEADS:MBSxSEQ (e.g. 12x768x12:4x64)" >&2; exit 2 ;;
     *) echo "cpu_gpt2.sh: unknown option $1" >&2; exit 2 ;;
   esac; shift 2
 done
-build=${BUILD:-$root/build}
-peer=$root/../shared/bench/peer_torch_gpt2.py
+build=${BUILD:-$root/build-bench}
+peer_py=$root/../shared/bench/peer_torch_gpt2.py
 pyt=/usr/bin/python3
-if ! $pyt -c "import torch" 2>/dev/null; then
+if [ "$peer" = 1 ] && ! $pyt -c "import torch" 2>/dev/null; then
   if [ "$(id -u)" -eq 0 ]; then DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-torch >/dev/null
   else echo "cpu_gpt2.sh: the peer needs Debian's python3-torch: apt-get install python3-torch" >&2; exit 1; fi
 fi
-[ -x "$build/trident" ] || make -C "$root" build >/dev/null
+if [ ! -x "$build/trident" ]; then
+  cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DTRIDENT_NATIVE="${NATIVE:-ON}" >/dev/null
+  cmake --build "$build" -j "$(nproc)" >/dev/null
+fi
 data=$("$root/scripts/get-data.sh")
 work=${WORK:-$build/bench}
 mkdir -p "$work"
@@ -30,28 +51,73 @@ if [ ! -f "$work/ts_text_document.idx" ]; then
     --merge-file "$data/gpt2/merges.txt" --append-eod --workers "$threads" 2>/dev/null
 fi
 
-echo "shape: layers $layers hidden $hidden heads $heads micro-batch $mbs seq $seq, fp32, AdamW, $threads threads"
-metrics=$work/metrics-$layers-$hidden-$mbs-$seq.jsonl
-rm -f "$metrics"
-OMP_NUM_THREADS=$threads "$build/trident" train --data-path "$work/ts_text_document" --vocab-file "$data/gpt2/vocab.json" \
-  --merge-file "$data/gpt2/merges.txt" --split 100,0,0 --num-layers "$layers" --hidden-size "$hidden" \
-  --num-attention-heads "$heads" --seq-length "$seq" --micro-batch-size "$mbs" --global-batch-size "$mbs" \
-  --train-iters "$steps" --eval-iters 0 --hidden-dropout 0 --attention-dropout 0 --lr 1e-4 \
-  --metrics-file "$metrics" --log-interval 1000 > "$work/trident.log"
-peak=$(grep -o 'peak for MFU: [0-9.]*' "$work/trident.log" | grep -o '[0-9.]*$')
-rss=$(grep -o 'peak memory (RSS) [0-9.]* MiB' "$work/trident.log" | grep -o '[0-9.]* MiB')
-read -r tbest tmed ttok tmfu < <($pyt - "$metrics" <<'PY'
+avx512=0
+grep -q ' avx512f' /proc/cpuinfo && grep -q ' avx512bw' /proc/cpuinfo && grep -q ' avx512vl' /proc/cpuinfo && avx512=1
+core_env() { # how to set OPENBLAS_CORETYPE for a choice: prints env arguments
+  case $1 in
+    env) ;;
+    auto) [ $avx512 = 1 ] && echo OPENBLAS_CORETYPE=SkylakeX ;;
+    *) echo "OPENBLAS_CORETYPE=$1" ;;
+  esac
+}
+tenv=$(core_env "$blas_core") penv=$(core_env "$peer_core")
+echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), avx512 $avx512, load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "OpenBLAS kernels: trident ${tenv:-OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-(auto)}}, peer ${penv:-OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-(auto)}}; build $build"
+
+run_trident() { # layers hidden heads mbs seq -> prints "best median tokens mfu" and keeps the log
+  local log=$work/trident-$1-$2-$4-$5.log metrics=$work/metrics-$1-$2-$4-$5.jsonl
+  rm -f "$metrics"
+  # shellcheck disable=SC2086
+  env $tenv OMP_NUM_THREADS="$threads" "$build/trident" train --data-path "$work/ts_text_document" \
+    --vocab-file "$data/gpt2/vocab.json" --merge-file "$data/gpt2/merges.txt" --split 100,0,0 \
+    --num-layers "$1" --hidden-size "$2" --num-attention-heads "$3" --micro-batch-size "$4" --seq-length "$5" \
+    --global-batch-size "$4" --train-iters "$steps" --eval-iters 0 --hidden-dropout 0 --attention-dropout 0 \
+    --lr 1e-4 --metrics-file "$metrics" --log-interval 1000 > "$log" 2>&1
+  $pyt - "$metrics" <<'PY'
 import json, sys, statistics
 rows = [json.loads(l) for l in open(sys.argv[1])][1:]  # the first step warms up
-ms = [r["elapsed_ms"] for r in rows]; best = min(ms)
+ms = [r["elapsed_ms"] for r in rows]
 b = min(rows, key=lambda r: r["elapsed_ms"])
-print(f'{best:.1f} {statistics.median(ms):.1f} {b["tokens_per_s"]:.1f} {100*b["mfu"]:.1f}')
+print(f'{b["elapsed_ms"]:.1f} {statistics.median(ms):.1f} {b["tokens_per_s"]:.1f} {100*b["mfu"]:.1f}')
 PY
-)
-pout=$(OMP_NUM_THREADS=$threads $pyt "$peer" --layers "$layers" --heads "$heads" --hidden "$hidden" --mbs "$mbs" \
-  --seq "$seq" --steps "$steps" --threads "$threads")
-pbest=$(grep -o 'best_step_ms [0-9.]*' <<<"$pout" | grep -o '[0-9.]*$')
-ptok=$(grep -o 'tokens_per_s [0-9.]*' <<<"$pout" | grep -o '[0-9.]*$')
-echo "trident: best step ${tbest} ms, median ${tmed} ms, ${ttok} tokens/s, MFU ${tmfu}% of the sgemm peak ${peak} TFLOP/s, peak RSS ${rss}"
-echo "peer:    $pout"
-$pyt -c "print(f'ratio (trident tokens/s / peer tokens/s): {float($ttok)/float($ptok):.2f}')"
+}
+
+run_peer() { # layers hidden heads mbs seq -> prints "best tokens"
+  # shellcheck disable=SC2086
+  env $penv OMP_NUM_THREADS="$threads" $pyt "$peer_py" --layers "$1" --hidden "$2" --heads "$3" --mbs "$4" \
+    --seq "$5" --steps "$steps" --threads "$threads" > "$work/peer.out" 2>&1 || { cat "$work/peer.out" >&2; return 1; }
+  echo "$(grep -o 'best_step_ms [0-9.]*' "$work/peer.out" | grep -o '[0-9.]*$') $(grep -o 'tokens_per_s [0-9.]*' "$work/peer.out" | grep -o '[0-9.]*$')"
+}
+
+IFS=, read -r -a list <<<"$shapes"
+for shape in "${list[@]}"; do
+  case $shape in
+    small) shape=12x768x12:4x64 ;; long) shape=12x768x12:8x256 ;; large) shape=24x1024x16:8x256 ;;
+  esac
+  IFS='x:' read -r L H NH MB S <<<"$shape"
+  echo
+  echo "== $L layers, hidden $H, $NH heads, micro-batch $MB x seq $S, fp32, AdamW, $threads threads, $steps steps (load $(cut -d' ' -f1 /proc/loadavg))"
+  ratios=()
+  for ((r = 1; r <= repeat; r++)); do
+    read -r tbest tmed ttok tmfu < <(run_trident "$L" "$H" "$NH" "$MB" "$S")
+    log=$work/trident-$L-$H-$MB-$S.log
+    peak=$(grep -o 'peak for MFU: [0-9.]*' "$log" | grep -o '[0-9.]*$')
+    echo "trident: best step $tbest ms, median $tmed ms, $ttok tokens/s, MFU $tmfu% of the sgemm peak $(awk "BEGIN{print $peak*1000}") GFLOP/s"
+    if [ "$r" = 1 ]; then
+      sed -n '/time breakdown/,/memory: peak RSS/p' "$log" | sed 's/^/  /'
+    fi
+    if [ "$peer" = 1 ]; then
+      if read -r pbest ptok < <(run_peer "$L" "$H" "$NH" "$MB" "$S") && [ -n "$ptok" ]; then
+        echo "peer:    best step $pbest ms, $ptok tokens/s ($(grep -o 'torch [^ ]*' "$work/peer.out"))"
+        ratio=$(awk "BEGIN{printf \"%.2f\", $ttok/$ptok}")
+        ratios+=("$ratio")
+        echo "ratio (trident tokens/s / peer tokens/s): $ratio"
+      else
+        echo "peer: failed (see above)"
+      fi
+    fi
+  done
+  if [ ${#ratios[@]} -gt 1 ]; then
+    echo "median ratio over ${#ratios[@]} pairs: $(printf '%s\n' "${ratios[@]}" | sort -n | awk '{a[NR]=$1} END{print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}')"
+  fi
+done
