@@ -457,6 +457,16 @@ float *gpt_forward(gpt_model *m, gpt_acts *a, const int32_t *ids, const float *i
 
 /* ---- backward ---- */
 
+/* The gradient of a dropout's input from d, the gradient of its output: d itself when nothing is
+ * dropped (no copy), else the masked copy written to tmp. */
+static const float *dropout_grad(const backend *be, float *tmp, const float *d, int B, int T, int C,
+                                 const be_drop *drop)
+{
+    if (drop->p == 0.0f) return d;
+    be_dropout_bwd(be, tmp, d, B, T, C, drop);
+    return tmp;
+}
+
 /* On entry s->dres holds d(layer output); on exit d(layer input). */
 static void layer_bwd(gpt_model *m, gpt_acts *a, int l, const float *x)
 {
@@ -473,20 +483,20 @@ static void layer_bwd(gpt_model *m, gpt_acts *a, int l, const float *x)
     be_drop d_mlp = make_drop(m, a, ph, site_mlp_out(L), 0);
 
     /* MLP branch: out = res2 + dropout(fc2(gelu(fc(ln2(res2)) + b)) + b2) */
-    be_dropout_bwd(be, s->dtmp, s->dres, B, T, h, &d_mlp);
-    be_bias_bwd(be, g->fc2_b, s->dtmp, BT, h);
+    const float *dbranch = dropout_grad(be, s->dtmp, s->dres, B, T, h, &d_mlp);
+    be_bias_bwd(be, g->fc2_b, dbranch, BT, h);
     be_zero(be, s->dfch_gelu, (size_t)BT * m->ffn_l);
-    tp_row_linear_bwd(be, tp, s->dfch_gelu, g->fc2_w, s->dtmp, la->fch_gelu, p->fc2_w, BT, m->ffn_l, h);
+    tp_row_linear_bwd(be, tp, s->dfch_gelu, g->fc2_w, dbranch, la->fch_gelu, p->fc2_w, BT, m->ffn_l, h);
     be_zero(be, s->dfch, (size_t)BT * m->ffn_l);
     be_bias_gelu_bwd(be, s->dfch, g->fc_b, s->dfch_gelu, la->fch, p->fc_b, BT, m->ffn_l);
     tp_column_linear_bwd(be, tp, s->dln, g->fc_w, NULL, s->dfch, la->ln2, p->fc_w, BT, h, m->ffn_l);
     be_layernorm_bwd(be, s->dres, g->ln2_w, g->ln2_b, s->dln, la->res2, p->ln2_w, la->ln2_mean, la->ln2_rstd, BT, h);
 
     /* attention branch: res2 = x + dropout(proj(attn(qkv(ln1(x)))) + b) */
-    be_dropout_bwd(be, s->dtmp, s->dres, B, T, h, &d_out);
-    be_bias_bwd(be, g->proj_b, s->dtmp, BT, h);
+    dbranch = dropout_grad(be, s->dtmp, s->dres, B, T, h, &d_out);
+    be_bias_bwd(be, g->proj_b, dbranch, BT, h);
     be_zero(be, s->datty, (size_t)BT * m->hidden_l);
-    tp_row_linear_bwd(be, tp, s->datty, g->proj_w, s->dtmp, la->atty, p->proj_w, BT, m->hidden_l, h);
+    tp_row_linear_bwd(be, tp, s->datty, g->proj_w, dbranch, la->atty, p->proj_w, BT, m->hidden_l, h);
     be_zero(be, s->dqkv, (size_t)BT * 3 * m->hidden_l);
     be_attention_bwd(be, s->dqkv, s->datty, la->qkv, la->lse, B, T, m->heads_l, h / m->cfg.heads, &d_att);
     tp_column_linear_bwd(be, tp, s->dln, g->qkv_w, g->qkv_b, s->dqkv, la->ln1, p->qkv_w, BT, h, 3 * m->hidden_l);

@@ -15,7 +15,7 @@ void cpu_adamw(const backend *be, float *p, const float *g, float *m, float *v, 
     float step_size = (float)(lr / bc1);
     float inv_sqrt_bc2 = (float)(1.0 / sqrt(bc2));
     float decay = 1.0f - lr * wd;
-#pragma omp parallel for simd schedule(static) num_threads(be->nthreads) if (n > CPU_PAR_MIN)
+#pragma omp parallel for simd schedule(static) num_threads(be->nthreads) if (n > CPU_PAR_MIN_EXP)
     for (size_t i = 0; i < n; i++) {
         float gi = g[i] * gscale;
         float mi = beta1 * m[i] + (1.0f - beta1) * gi;

@@ -11,10 +11,11 @@
  * but up to a scheduler time slice on a busy machine (the team waits at the join for a thread that
  * is not running), so kernels of less than about half a millisecond of one core's work stay on one
  * thread. In elements for loops of a few flops each (CPU_PAR_MIN) and loops with an exp, a tanh or
- * a Philox block per element or two (CPU_PAR_MIN_EXP); in multiply-adds for attention. */
+ * a Philox block per element or two, or AdamW's 28 bytes (CPU_PAR_MIN_EXP); in multiply-adds of
+ * one of the products for attention. */
 #define CPU_PAR_MIN ((size_t)1 << 20)
 #define CPU_PAR_MIN_EXP ((size_t)1 << 18)
-#define CPU_PAR_MIN_MACS ((double)(1 << 24))
+#define CPU_PAR_MIN_MACS ((double)(1 << 22))
 
 /* The files whose loops call cpu_expf include this header first: GCC if-converts (and so
  * vectorizes) the clamp below only without trapping math. We never trap on FP exceptions. */
