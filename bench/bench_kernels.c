@@ -38,9 +38,11 @@ static double cpu_seconds(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+static const backend *g_be; /* buffers come from the backend, as the model's do (huge pages) */
+
 static float *rnd(size_t n, unsigned seed)
 {
-    float *x = td_xmalloc(n * sizeof(float));
+    float *x = be_alloc(g_be, n * sizeof(float));
     unsigned s = seed * 2654435761u + 1;
     for (size_t i = 0; i < n; i++) {
         s = s * 1664525u + 1013904223u;
@@ -138,6 +140,7 @@ int main(int argc, char **argv)
         }
     }
     backend *be = be_cpu(threads);
+    g_be = be;
     ctx cc = {0}, *c = &cc;
     c->be = be;
     c->B = mbs, c->T = seq, c->C = hidden, c->NH = heads, c->F = 4 * hidden, c->V = vocab, c->adam_n = adam_n;

@@ -28,6 +28,7 @@ void cpu_adamw(const backend *be, float *p, const float *g, float *m, float *v, 
 
 /* Fixed chunks summed in order: the result does not depend on the thread count. */
 #define SUMSQ_CHUNK 16384
+#define SUMSQ_LANES 16
 
 double cpu_sumsq(const backend *be, const float *x, size_t n)
 {
@@ -37,9 +38,16 @@ double cpu_sumsq(const backend *be, const float *x, size_t n)
 #pragma omp parallel for schedule(static) num_threads(be->nthreads) if (n > CPU_PAR_MIN)
     for (size_t k = 0; k < nchunk; k++) {
         size_t lo = k * SUMSQ_CHUNK, hi = lo + SUMSQ_CHUNK < n ? lo + SUMSQ_CHUNK : n;
-        double s = 0.0;
-#pragma omp simd reduction(+ : s)
-        for (size_t i = lo; i < hi; i++) s += (double)x[i] * x[i];
+        /* SUMSQ_LANES independent partial sums (several vector registers, so the adds do not
+         * wait on each other), then the tail, then the lanes in order */
+        double acc[SUMSQ_LANES] = {0}, s = 0.0;
+        size_t i = lo;
+        for (; i + SUMSQ_LANES <= hi; i += SUMSQ_LANES) {
+#pragma omp simd
+            for (int j = 0; j < SUMSQ_LANES; j++) acc[j] += (double)x[i + j] * x[i + j];
+        }
+        for (; i < hi; i++) s += (double)x[i] * x[i];
+        for (int j = 0; j < SUMSQ_LANES; j++) s += acc[j];
         part[k] = s;
     }
     double s = 0.0;

@@ -75,13 +75,14 @@ double cpu_peak_gflops(const backend *be)
     return 2.0 * N * N * (double)N / best * 1e-9;
 }
 
-/* Best of a few parallel copies of 128 MB (each thread its own contiguous part, memcpy), after a
- * first pass that faults the pages in. Bytes counted as STREAM does: read + written. */
+/* Best of a few parallel copies of 128 MB (each thread its own contiguous part, memcpy) between
+ * buffers allocated as the model's are, after a first pass that faults the pages in. Bytes
+ * counted as STREAM does: read + written. */
 double cpu_copy_gbps(const backend *be)
 {
     enum { REPS = 5 };
     size_t n = (size_t)128 << 20;
-    char *a = td_xmalloc(n), *b = td_xmalloc(n);
+    char *a = cpu_alloc(be, n), *b = cpu_alloc(be, n);
     double best = 1e30;
     for (int r = 0; r <= REPS; r++) {
         double t0 = td_now();
@@ -95,8 +96,8 @@ double cpu_copy_gbps(const backend *be)
         double dt = td_now() - t0;
         if (r > 0 && dt < best) best = dt;
     }
-    free(a);
-    free(b);
+    cpu_free(be, a);
+    cpu_free(be, b);
     return 2.0 * (double)n / best * 1e-9;
 }
 
