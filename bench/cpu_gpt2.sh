@@ -11,7 +11,8 @@
 #              ratio of each pair is printed, then the median ratio)
 #   --blas-core  OpenBLAS kernels for trident: auto (default) = SkylakeX where the CPU has AVX-512,
 #              else the environment's choice; env = leave OPENBLAS_CORETYPE as it is; or a core name
-#   --peer-blas-core  the same for the peer: env (default, the peer as installed) or a core name
+#   --peer-blas-core  the same for the peer: same (default: the kernels trident gets, so both sides
+#              run the same GEMMs), env (the peer as installed here), or a core name
 # Per shape it prints, for trident: best and median step time, tokens/s, MFU against the sgemm
 # peak measured in the same process, the time breakdown of an iteration, AdamW against the copy
 # bandwidth measured in the same process, peak RSS against params + grads + Adam state + one
@@ -19,7 +20,7 @@
 # Environment: BUILD (default build-bench, configured with TRIDENT_NATIVE=${NATIVE:-ON}), WORK.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-shapes=small,long,large steps=6 repeat=1 threads=$(nproc) blas_core=auto peer_core=env peer=1
+shapes=small,long,large steps=6 repeat=1 threads=$(nproc) blas_core=auto peer_core=same peer=1
 while [ $# -gt 0 ]; do
   case $1 in
     --shapes) shapes=$2 ;; --steps) steps=$2 ;; --repeat) repeat=$2 ;; --threads) threads=$2 ;;
@@ -60,7 +61,8 @@ core_env() { # how to set OPENBLAS_CORETYPE for a choice: prints env arguments
     *) echo "OPENBLAS_CORETYPE=$1" ;;
   esac
 }
-tenv=$(core_env "$blas_core") penv=$(core_env "$peer_core")
+tenv=$(core_env "$blas_core")
+if [ "$peer_core" = same ]; then penv=$tenv; else penv=$(core_env "$peer_core"); fi
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), avx512 $avx512, load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "OpenBLAS kernels: trident ${tenv:-OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-(auto)}}, peer ${penv:-OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-(auto)}}; build $build"
 
