@@ -34,7 +34,7 @@ double cpu_sumsq(const backend *be, const float *x, size_t n)
 {
     size_t nchunk = (n + SUMSQ_CHUNK - 1) / SUMSQ_CHUNK;
     if (nchunk == 0) return 0.0;
-    double *part = td_xmalloc(nchunk * sizeof(double));
+    double *part = cpu_scratch(3, nchunk * sizeof(double));
 #pragma omp parallel for schedule(static) num_threads(be->nthreads) if (n > CPU_PAR_MIN)
     for (size_t k = 0; k < nchunk; k++) {
         size_t lo = k * SUMSQ_CHUNK, hi = lo + SUMSQ_CHUNK < n ? lo + SUMSQ_CHUNK : n;
@@ -52,6 +52,5 @@ double cpu_sumsq(const backend *be, const float *x, size_t n)
     }
     double s = 0.0;
     for (size_t k = 0; k < nchunk; k++) s += part[k];
-    free(part);
     return s;
 }

@@ -51,8 +51,8 @@ void cpu_attention_fwd(const backend *be, float *out, float *lse, const float *q
     if (B <= 0 || T <= 0 || NH <= 0) return;
 #pragma omp parallel num_threads(be->nthreads) if ((double)B * NH * T * T * HS > CPU_PAR_MIN_MACS)
     {
-        float *S = td_xmalloc((size_t)blk * T * sizeof(float));
-        float *mult = dropping ? td_xmalloc((size_t)T * sizeof(float)) : NULL;
+        float *S = cpu_scratch(0, (size_t)blk * T * sizeof(float));
+        float *mult = dropping ? cpu_scratch(1, (size_t)T * sizeof(float)) : NULL;
 #pragma omp for schedule(dynamic, 1)
         for (int bh = 0; bh < B * NH; bh++) {
             att_task a = task_of(qkv, drop, bh, T, NH, HS);
@@ -86,8 +86,6 @@ void cpu_attention_fwd(const backend *be, float *out, float *lse, const float *q
                             o + (size_t)r0 * C, C);
             }
         }
-        free(S);
-        free(mult);
     }
 }
 
@@ -149,8 +147,8 @@ void cpu_attention_bwd(const backend *be, float *dqkv, const float *dout, const 
     if (B <= 0 || T <= 0 || NH <= 0) return;
 #pragma omp parallel num_threads(be->nthreads) if ((double)B * NH * T * T * HS > CPU_PAR_MIN_MACS)
     {
-        float *P = td_xmalloc(scratch * sizeof(float)), *G = td_xmalloc(scratch * sizeof(float));
-        float *M = dropping ? td_xmalloc(scratch * sizeof(float)) : NULL;
+        float *P = cpu_scratch(0, scratch * sizeof(float)), *G = cpu_scratch(1, scratch * sizeof(float));
+        float *M = dropping ? cpu_scratch(2, scratch * sizeof(float)) : NULL;
 #pragma omp for schedule(dynamic, 1)
         for (int bh = 0; bh < B * NH; bh++) {
             att_task a = task_of(qkv, drop, bh, T, NH, HS);
@@ -162,8 +160,5 @@ void cpu_attention_bwd(const backend *be, float *dqkv, const float *dout, const 
                 att_bwd_block(dq, dk, dv, dO, &a, lse + (size_t)bh * T, drop, r0, nr, P, M, G);
             }
         }
-        free(P);
-        free(G);
-        free(M);
     }
 }

@@ -173,3 +173,23 @@ backend *be_cpu(int nthreads)
     cpu_check_blas_core();
     return be;
 }
+
+#define CPU_SCRATCH_SLOTS 4
+static _Thread_local struct {
+    void *p;
+    size_t bytes;
+} g_scratch[CPU_SCRATCH_SLOTS];
+
+void *cpu_scratch(int slot, size_t bytes)
+{
+    TD_ASSERT(slot >= 0 && slot < CPU_SCRATCH_SLOTS);
+    if (g_scratch[slot].bytes < bytes) {
+        free(g_scratch[slot].p);
+        size_t n = (bytes + 63) & ~(size_t)63;
+        if (posix_memalign(&g_scratch[slot].p, 64, n) != 0)
+            td_die(__FILE__, __LINE__, "posix_memalign", "reduce the micro-batch size or sequence length",
+                   "cannot allocate %zu bytes of kernel scratch", n);
+        g_scratch[slot].bytes = n;
+    }
+    return g_scratch[slot].p;
+}

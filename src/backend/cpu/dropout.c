@@ -39,7 +39,7 @@ static void drop_rows(const backend *be, float *out, const float *resid, const f
     int rows = B * T;
 #pragma omp parallel num_threads(be->nthreads) if ((size_t)rows * C > CPU_PAR_MIN_EXP)
     {
-        float *mult = td_xmalloc((size_t)C * sizeof(float));
+        float *mult = cpu_scratch(3, (size_t)C * sizeof(float));
 #pragma omp for schedule(static)
         for (int row = 0; row < rows; row++) {
             int bi = row / T, t = row % T;
@@ -63,7 +63,6 @@ static void drop_rows(const backend *be, float *out, const float *resid, const f
                 for (int c = 0; c < C; c++) y[c] = x[c] * mult[c];
             }
         }
-        free(mult);
     }
 }
 
