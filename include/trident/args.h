@@ -66,6 +66,7 @@ typedef struct td_args {
     char *pipeline_schedule;
     int64_t ddp_bucket_size;
     int overlap_grad_reduce;
+    double distributed_timeout_minutes;
     /* optimizer and schedule */
     double lr;
     double min_lr;

@@ -41,6 +41,7 @@ int cli_eval(int argc, char **argv)
     }
     td_log_set_level(a.verbose);
     comm *world = comm_world_init(&argc, &argv);
+    comm_set_timeout(a.distributed_timeout_minutes * 60);
     int tp = a.tensor_model_parallel_size, pp = a.pipeline_model_parallel_size, S = a.seq_length;
     int K = td_args_given(&a, "--eval-stride") ? a.eval_stride : S;
     if (!a.load) USAGE(world, "%s: --load DIR (a checkpoint) is required", prog);

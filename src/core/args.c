@@ -107,6 +107,10 @@ static const flag_t FLAGS[] = {
      "gradient elements per data-parallel all-reduce bucket", 1, BIG, NULL},
     {"--overlap-grad-reduce", A_BOOL, OFF(overlap_grad_reduce), "0", TD_CMD_TRAIN, "parallel",
      "start each bucket's all-reduce during the last micro-batch's backward", 0, 0, NULL},
+    {"--distributed-timeout-minutes", A_FLOAT, OFF(distributed_timeout_minutes), "10",
+     TD_CMD_TRAIN | TD_CMD_EVAL, "parallel",
+     "a rank waiting longer than this in one communication aborts the job, naming the call, group and "
+     "peer (fractions allowed; 0: wait forever)", 0, 1e6, NULL},
 
     {"--lr", A_FLOAT, OFF(lr), "1e-4", TD_CMD_TRAIN, "optimizer", "peak learning rate", 0, 1e3, NULL},
     {"--min-lr", A_FLOAT, OFF(min_lr), "0", TD_CMD_TRAIN, "optimizer", "learning rate at the end of decay", 0,
