@@ -1,7 +1,8 @@
-/* The GPT model (GPT-2 architecture) of one pipeline stage. Owns the parameter and gradient
- * buffers with their tensor table, layout-invariant initialisation, and the forward and
- * backward passes of a stage (a range of layers; the first stage adds the embeddings, the
- * last the final norm, the tied LM head and the loss), written for tensor parallelism. */
+/* The GPT model of one pipeline stage. Owns the parameter and gradient buffers with their
+ * tensor table, layout-invariant initialisation, and the forward and backward passes of a
+ * stage (a range of layers; the first stage adds the embeddings, the last the final norm, the
+ * tied LM head and the loss), written for tensor parallelism. The layers are composed of
+ * blocks (src/model/: embedding, norm, attention, mlp, layer). */
 #ifndef TRIDENT_GPT_H
 #define TRIDENT_GPT_H
 
@@ -30,18 +31,29 @@ typedef struct gpt_config {
 /* Megatron's padding: the smallest multiple of divisible_by * tp that is >= vocab. */
 int gpt_padded_vocab(int vocab, int divisible_by, int tp);
 
-/* Pointers to one layer's tensors (parameters, or their gradients), TP-local shapes. */
-typedef struct gpt_layer {
-    float *ln1_w, *ln1_b; /* (h) */
+/* Pointers to the tensors of each block (parameters, or their gradients), TP-local shapes. */
+typedef struct norm_params {
+    float *w, *b;         /* (h), (h) */
+} norm_params;
+typedef struct attn_params {
     float *qkv_w;         /* (3h/t, h): rows [q of local heads | k | v] */
     float *qkv_b;         /* (3h/t) */
     float *proj_w;        /* (h, h/t) */
     float *proj_b;        /* (h) */
-    float *ln2_w, *ln2_b; /* (h) */
+} attn_params;
+typedef struct mlp_params {
     float *fc_w;          /* (f/t, h) */
     float *fc_b;          /* (f/t) */
     float *fc2_w;         /* (h, f/t) */
     float *fc2_b;         /* (h) */
+} mlp_params;
+
+/* One transformer layer: norm, attention, norm, MLP. */
+typedef struct gpt_layer {
+    norm_params ln1;
+    attn_params attn;
+    norm_params ln2;
+    mlp_params mlp;
 } gpt_layer;
 
 /* Pointers to a stage's tensors. */
@@ -50,7 +62,7 @@ typedef struct gpt_tensors {
     float *wte;           /* (V/t, h) word embedding: first stage; also the head's weight when
                            * the first stage is the last */
     float *wpe;           /* (max_pos, h): first stage */
-    float *lnf_w, *lnf_b; /* (h): last stage */
+    norm_params lnf;      /* (h): last stage, the final norm */
     float *head_w;        /* (V/t, h): last stage; == wte on a one-stage model, else its own copy */
 } gpt_tensors;
 

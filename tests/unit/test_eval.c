@@ -73,8 +73,8 @@ static void ref_window(const gpt_model *m, const int32_t *tok /* S + 1 */, doubl
     for (int l = 0; l < c->num_layers; l++) {
         const gpt_layer *L = &p->layers[l];
         for (int t = 0; t < S; t++) {
-            ln(a[t], x[t], L->ln1_w, L->ln1_b, H);
-            lin(qkv[t], a[t], L->qkv_w, L->qkv_b, H, 3 * H);
+            ln(a[t], x[t], L->ln1.w, L->ln1.b, H);
+            lin(qkv[t], a[t], L->attn.qkv_w, L->attn.qkv_b, H, 3 * H);
         }
         for (int hd = 0; hd < nh; hd++)
             for (int t = 0; t < S; t++) {
@@ -93,20 +93,20 @@ static void ref_window(const gpt_model *m, const int32_t *tok /* S + 1 */, doubl
                 }
             }
         for (int t = 0; t < S; t++) {
-            lin(t1[t], y[t], L->proj_w, L->proj_b, H, H);
+            lin(t1[t], y[t], L->attn.proj_w, L->attn.proj_b, H, H);
             for (int i = 0; i < H; i++) x[t][i] += t1[t][i];
-            ln(a[t], x[t], L->ln2_w, L->ln2_b, H);
-            lin(fc[t], a[t], L->fc_w, L->fc_b, H, F);
+            ln(a[t], x[t], L->ln2.w, L->ln2.b, H);
+            lin(fc[t], a[t], L->mlp.fc_w, L->mlp.fc_b, H, F);
             for (int i = 0; i < F; i++) {
                 double v = fc[t][i];
                 fc[t][i] = 0.5 * v * (1 + tanh(sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
             }
-            lin(t1[t], fc[t], L->fc2_w, L->fc2_b, F, H);
+            lin(t1[t], fc[t], L->mlp.fc2_w, L->mlp.fc2_b, F, H);
             for (int i = 0; i < H; i++) x[t][i] += t1[t][i];
         }
     }
     for (int t = 0; t < S; t++) {
-        ln(a[t], x[t], p->lnf_w, p->lnf_b, H);
+        ln(a[t], x[t], p->lnf.w, p->lnf.b, H);
         lin(logits, a[t], p->wte, NULL, H, V);
         double mx = -1e300, sum = 0;
         for (int v = 0; v < V; v++) mx = logits[v] > mx ? logits[v] : mx;

@@ -94,8 +94,8 @@ static double ref_loss(const ref_model *r, const int32_t *ids, const int32_t *ta
             x[t * h + i] = P(r, &r->p->wte[(size_t)ids[t] * h + i]) + P(r, &r->p->wpe[(size_t)t * h + i]);
     for (int l = 0; l < c->num_layers; l++) {
         const gpt_layer *L = &r->p->layers[l];
-        for (int t = 0; t < T; t++) ref_layernorm(ln + t * h, x + t * h, r, L->ln1_w, L->ln1_b, h);
-        for (int t = 0; t < T; t++) ref_linear(qkv + t * 3 * h, ln + t * h, r, L->qkv_w, L->qkv_b, h, 3 * h);
+        for (int t = 0; t < T; t++) ref_layernorm(ln + t * h, x + t * h, r, L->ln1.w, L->ln1.b, h);
+        for (int t = 0; t < T; t++) ref_linear(qkv + t * 3 * h, ln + t * h, r, L->attn.qkv_w, L->attn.qkv_b, h, 3 * h);
         for (int hd = 0; hd < nh; hd++)
             for (int t = 0; t < T; t++) {
                 double att[64], mx = -1e300, sum = 0;
@@ -113,20 +113,20 @@ static double ref_loss(const ref_model *r, const int32_t *ids, const int32_t *ta
                 }
             }
         for (int t = 0; t < T; t++) {
-            ref_linear(tmp + t * h, y + t * h, r, L->proj_w, L->proj_b, h, h);
+            ref_linear(tmp + t * h, y + t * h, r, L->attn.proj_w, L->attn.proj_b, h, h);
             for (int i = 0; i < h; i++) x[t * h + i] += tmp[t * h + i];
         }
-        for (int t = 0; t < T; t++) ref_layernorm(ln + t * h, x + t * h, r, L->ln2_w, L->ln2_b, h);
+        for (int t = 0; t < T; t++) ref_layernorm(ln + t * h, x + t * h, r, L->ln2.w, L->ln2.b, h);
         for (int t = 0; t < T; t++) {
-            ref_linear(fc + t * f, ln + t * h, r, L->fc_w, L->fc_b, h, f);
+            ref_linear(fc + t * f, ln + t * h, r, L->mlp.fc_w, L->mlp.fc_b, h, f);
             for (int i = 0; i < f; i++) fc[t * f + i] = ref_gelu(fc[t * f + i]);
-            ref_linear(tmp + t * h, fc + t * f, r, L->fc2_w, L->fc2_b, f, h);
+            ref_linear(tmp + t * h, fc + t * f, r, L->mlp.fc2_w, L->mlp.fc2_b, f, h);
             for (int i = 0; i < h; i++) x[t * h + i] += tmp[t * h + i];
         }
     }
     double loss = 0;
     for (int t = 0; t < T; t++) {
-        ref_layernorm(ln + t * h, x + t * h, r, r->p->lnf_w, r->p->lnf_b, h);
+        ref_layernorm(ln + t * h, x + t * h, r, r->p->lnf.w, r->p->lnf.b, h);
         ref_linear(logits, ln + t * h, r, r->p->wte, NULL, h, V);
         double mx = -1e300, sum = 0;
         for (int v = 0; v < V; v++) mx = logits[v] > mx ? logits[v] : mx;
@@ -234,7 +234,7 @@ static void init_is_layout_invariant(void **state)
         gpt_free(part);
     }
     /* output projections use std / sqrt(2L); norms are 1 and 0 */
-    assert_true(whole->p.layers[0].ln1_w[3] == 1.0f && whole->p.layers[1].ln2_b[5] == 0.0f);
+    assert_true(whole->p.layers[0].ln1.w[3] == 1.0f && whole->p.layers[1].ln2.b[5] == 0.0f);
     gpt_free(whole);
 }
 

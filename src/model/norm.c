@@ -1,0 +1,32 @@
+/* Norm block (LayerNorm), replicated over tensor parallelism: see model_impl.h. */
+#include "model_impl.h"
+
+#include <stdio.h>
+
+void norm_tensors(table_builder *tb, int layer, int kind, const char *prefix, norm_params *p, norm_params *g)
+{
+    int64_t h = tb->m->cfg.hidden;
+    char n[64];
+    snprintf(n, sizeof n, "%s.bias", prefix);
+    model_add_tensor(tb, &p->b, &g->b, INIT_ZEROS, model_stream(layer, kind), n, h, 0, -1, 1, 1);
+    snprintf(n, sizeof n, "%s.weight", prefix);
+    model_add_tensor(tb, &p->w, &g->w, INIT_ONES, model_stream(layer, kind + 1), n, h, 0, -1, 1, 1);
+}
+
+void norm_acts_carve(carver *cv, norm_acts *a, int64_t BT, int h)
+{
+    CARVE(cv, a->out, float, BT * h);
+    CARVE(cv, a->mean, float, BT);
+    CARVE(cv, a->rstd, float, BT);
+}
+
+void norm_fwd(const gpt_model *m, norm_acts *a, const norm_params *p, const float *x, int BT)
+{
+    be_layernorm_fwd(m->be, a->out, a->mean, a->rstd, x, p->w, p->b, BT, m->cfg.hidden);
+}
+
+void norm_bwd(const gpt_model *m, float *dx, norm_params *g, const float *dout, const float *x, const norm_params *p,
+              const norm_acts *a, int BT)
+{
+    be_layernorm_bwd(m->be, dx, g->w, g->b, dout, x, p->w, a->mean, a->rstd, BT, m->cfg.hidden);
+}
