@@ -1,6 +1,7 @@
 /* src/model/gpt: the whole model against an independent double-precision GPT-2 written plainly
- * in this file (forward loss, and every parameter's gradient by central finite differences of
- * it); layout-invariant initialisation (a TP slice equals the rows/columns of the whole
+ * in this file (forward loss over the real vocabulary only, and every parameter's gradient by
+ * central finite differences of it; the padded vocabulary rows get no gradient at all);
+ * layout-invariant initialisation (a TP slice equals the rows/columns of the whole
  * tensor); and a tiny model overfitting one batch. */
 #include <math.h>
 #include <setjmp.h>
@@ -84,7 +85,8 @@ static double ref_gelu(double x)
 static double ref_loss(const ref_model *r, const int32_t *ids, const int32_t *targets)
 {
     const gpt_config *c = r->c;
-    int T = c->seq, h = c->hidden, nh = c->heads, hs = h / nh, f = c->ffn, V = c->padded_vocab;
+    /* the softmax runs over the real vocabulary: padded rows are not part of the model */
+    int T = c->seq, h = c->hidden, nh = c->heads, hs = h / nh, f = c->ffn, V = c->vocab;
     double *x = calloc((size_t)T * h, sizeof(double)), *ln = calloc((size_t)T * h, sizeof(double));
     double *qkv = calloc((size_t)T * 3 * h, sizeof(double)), *y = calloc((size_t)T * h, sizeof(double));
     double *tmp = calloc((size_t)T * h, sizeof(double)), *fc = calloc((size_t)T * f, sizeof(double));
@@ -196,6 +198,15 @@ static void model_matches_double_reference(void **state)
         }
     }
     printf("%d gradient elements checked, worst relative error %.2e\n", checked, worst);
+
+    /* the padded rows of the tied word embedding: no gradient from the head (their logits are
+     * masked out of the softmax) nor from the input side (no id reaches them) */
+    assert_true(c.padded_vocab > c.vocab);
+    int nonzero = 0;
+    for (size_t k = (size_t)c.vocab * c.hidden; k < (size_t)c.padded_vocab * c.hidden; k++)
+        nonzero += m->g.wte[k] != 0.0f;
+    printf("padded rows %d..%d: %d nonzero gradient elements\n", c.vocab, c.padded_vocab - 1, nonzero);
+    assert_int_equal(nonzero, 0);
     gpt_free(m);
 }
 
