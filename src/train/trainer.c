@@ -251,6 +251,10 @@ static void setup(run_state *r, const td_args *a, comm *world)
     gptds_target_samples(r->train_iters, 0, a->eval_interval, a->eval_iters, r->gbs, want);
     gptds_config dc;
     gptds_config_from_args(&dc, a, want);
+    char vsrc[1100];
+    snprintf(vsrc, sizeof vsrc, "--vocab-file %s", a->vocab_file);
+    dc.vocab_size = c.vocab;
+    dc.vocab_source = vsrc;
     if (ps->world_rank == 0) r->data = gptds_open(&dc);
     comm_barrier(world);
     if (ps->world_rank != 0) r->data = gptds_open(&dc);

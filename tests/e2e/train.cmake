@@ -28,3 +28,13 @@ add_test(NAME e2e/train_cli COMMAND bash -c
    $<TARGET_FILE:trident> train --num-layers two; rc=$?; [ $rc -eq 2 ] || { echo \"bad value exited $rc\"; exit 1; }; \
    $<TARGET_FILE:trident> train --train-iters 2 2>&1 | grep -q -- '--data-path is required' || exit 1; \
    $<TARGET_FILE:trident> train --data-path x --vocab-file y --train-iters 1 --train-samples 8 2>&1 | grep -q 'exactly one of' || exit 1")
+
+# Token ids outside the vocabulary: the tinyshakespeare index over a .bin of 0xFF bytes (every id
+# 65535, as a corrupt or foreign-vocabulary file gives) is refused when the dataset is opened:
+# exit 1, naming the file, the position, the id and the vocabulary size.
+add_test(NAME e2e/train_bad_ids COMMAND bash -c
+  "cd ${TRAIN_DIR} || exit 1; cp ts_text_document.idx ff.idx && head -c $(stat -c %s ts_text_document.bin) /dev/zero | tr '\\0' '\\377' >ff.bin || exit 1; \
+   out=$($<TARGET_FILE:trident> train --data-path ff \"$@\" --num-layers 1 --hidden-size 8 --num-attention-heads 2 \
+     --seq-length 8 --micro-batch-size 1 --train-iters 1 2>&1); rc=$?; echo \"exit $rc: $out\"; \
+   [ $rc -eq 1 ] && grep -q 'ff.bin: token id 65535 at document 0, token 0 (byte 0 of the file) is outside the vocabulary of 50257 ids (--vocab-file ' <<<\"$out\"" _ ${TRAIN_VOCAB})
+set_tests_properties(e2e/train_bad_ids PROPERTIES FIXTURES_REQUIRED train_data TIMEOUT 60)
