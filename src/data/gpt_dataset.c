@@ -703,12 +703,15 @@ static void gpt_split_open(component *c, gptds_split s, const gptds_config *cfg,
     in->num_tokens = P.tokens;
     in->samples_wanted = wanted;
     if (P.tokens <= 1) {
-        if (present && wanted > 0)
-            td_fatal(1, "%s: the %s split has %" PRId64 " documents [%" PRId64 ", %" PRId64 ") of %" PRId64
-                     " with %" PRId64 " tokens, but %" PRId64 " samples of %d+1 tokens are needed: use more data, "
-                     "give the %s split more weight in --split %s, or ask for fewer samples (--train-iters, "
-                     "--eval-iters)", c->path, gptds_split_name(s), P.ndocs, beg, end, c->info.num_documents,
-                     P.tokens, wanted, cfg->seq_length, gptds_split_name(s), cfg->split);
+        /* no training data makes training impossible: the fix is the flag. An empty validation or
+         * test split is just empty (no samples; the trainer skips it) */
+        if (s == GPTDS_TRAIN && wanted > 0)
+            td_usage_error("--split %s leaves the train split of %s with %" PRId64 " documents [%" PRId64 ", %" PRId64
+                           ") of %" PRId64 " (%" PRId64 " tokens), but training needs %" PRId64 " samples of %d+1 "
+                           "tokens: give the train split more weight in --split, or use more data",
+                           cfg->split, c->path, P.ndocs, beg, end, c->info.num_documents, P.tokens, wanted,
+                           cfg->seq_length);
+        (void)present;
         return; /* empty */
     }
     plan_split(&P, cfg->seq_length);
@@ -960,8 +963,9 @@ gptds *gptds_open(const gptds_config *cfg)
             int64_t wanted = want;
             if (ds->blended && want >= 0) /* Megatron's 0.5% margin per blended dataset */
                 wanted = (int64_t)ceil((double)want * cfg->weights[i] * 1.005);
-            sizes[i] = here ? (wanted > 0 ? wanted : 0) : 0;
             gpt_split_open(&ds->c[i], (gptds_split)s, cfg, here, beg[s], end[s], wanted);
+            /* a dataset whose split is empty gives the blend nothing */
+            sizes[i] = here && ds->c[i].info.split[s].num_samples > 0 ? (wanted > 0 ? wanted : 0) : 0;
         }
         if (ds->blended) {
             if (want < 0) ds->blend[s].info.size = -1; /* no target size: nothing to blend */
