@@ -32,14 +32,14 @@ for K in 16 5; do
 done
 grep -q "eval: loss .* | perplexity .* | tokens" one_16.log && ok "prints loss, perplexity and tokens" || bad "printed line"
 
-# Against the trainer: with a validation split of one document (--split 1028,1,472: document
+# Against the trainer: with a validation split of one document (--split 1028,1,471: document
 # 1028, 639 tokens) and --eval-iters equal to its window count, the trainer's one validation
 # pass scores one epoch of samples, which are exactly the stride-16 windows (in another order);
 # trident eval of the checkpoint saved right after must give the same loss.
-one=(--split 1028,1,472 --split-name valid --seq-length 16)
+one=(--split 1028,1,471 --split-name valid --seq-length 16)
 if timeout 60 "$TRIDENT" eval --load ck --data-path "$DATA" "${one[@]}" --metrics-file win.jsonl >win.log 2>&1; then
   nwin=$(jq .windows win.jsonl)
-  if train 1 1 --split 1028,1,472 --train-iters 1 --eval-interval 1000 --eval-iters "$nwin" --global-batch-size 1 \
+  if train 1 1 --split 1028,1,471 --train-iters 1 --eval-interval 1000 --eval-iters "$nwin" --global-batch-size 1 \
        --save tv --metrics-file tv.jsonl &&
      timeout 60 "$TRIDENT" eval --load tv --data-path "$DATA" "${one[@]}" --metrics-file tve.jsonl >tve.log 2>&1; then
     a=$(jq .val_loss tv.jsonl) b=$(jq .loss tve.jsonl)
