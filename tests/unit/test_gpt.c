@@ -249,6 +249,43 @@ static void init_is_layout_invariant(void **state)
     gpt_free(whole);
 }
 
+/* Megatron's weight-decay rule, which the trainer applies through gpt_tensor_info.no_decay:
+ * biases and LayerNorm parameters get no decay; every weight matrix and embedding (the last
+ * stage's copy of the word embedding too) does. Decided here from the names alone. */
+static int should_skip_decay(const char *name)
+{
+    size_t n = strlen(name);
+    int bias = n >= 5 && strcmp(name + n - 5, ".bias") == 0;
+    int norm = strstr(name, "ln1.") || strstr(name, "ln2.") || strncmp(name, "final_norm.", 11) == 0;
+    return bias || norm;
+}
+
+static void weight_decay_skips_biases_and_norms(void **state)
+{
+    (void)state;
+    gpt_config c = tiny_config();
+    /* the whole model on one stage, then the first and the last of two stages */
+    struct { int layer0, nlayers; } parts[] = {{0, 2}, {0, 1}, {1, 1}};
+    int decayed = 0, skipped = 0;
+    for (int k = 0; k < 3; k++) {
+        gpt_model *m = gpt_create(&c, g_ps, g_be, parts[k].layer0, parts[k].nlayers, 1, 1);
+        for (int i = 0; i < m->ntensors; i++) {
+            const gpt_tensor_info *t = &m->table[i];
+            int want = should_skip_decay(t->name);
+            if (t->no_decay != want)
+                fail_msg("%s: no_decay %d, expected %d (biases and norms skip weight decay, matrices and "
+                         "embeddings get it)", t->name, t->no_decay, want);
+            want ? skipped++ : decayed++;
+        }
+        gpt_free(m);
+    }
+    printf("%d tensors decayed, %d skipped\n", decayed, skipped);
+    /* per layer 4 matrices decayed, 4 biases and 4 norm parameters skipped; the whole model
+     * 2 embeddings + 8 and 2 final norm + 16, the first stage 2 + 4 and 8, the last 1 + 4 and 2 + 8 */
+    assert_int_equal(decayed, 10 + 6 + 5);
+    assert_int_equal(skipped, 18 + 8 + 10);
+}
+
 static void overfits_one_batch(void **state)
 {
     (void)state;
@@ -290,6 +327,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(model_matches_double_reference),
         cmocka_unit_test(init_is_layout_invariant),
+        cmocka_unit_test(weight_decay_skips_biases_and_norms),
         cmocka_unit_test(overfits_one_batch),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
