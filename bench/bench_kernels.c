@@ -104,11 +104,11 @@ static void k_head_bwd(ctx *c)
 }
 static void k_ce_fwd(ctx *c)
 {
-    be_crossentropy_fwd(c->be, c->losses, c->maxv, c->sumexp, c->tlogit, c->logits, c->targets, BT, c->V);
+    be_crossentropy_fwd(c->be, c->losses, c->maxv, c->sumexp, c->tlogit, c->logits, c->targets, BT, c->V, c->V);
 }
 static void k_ce_bwd(ctx *c)
 {
-    be_ce_bwd(c->be, c->logits, c->maxv, c->sumexp, c->targets, c->dloss, BT, c->V, 0);
+    be_ce_bwd(c->be, c->logits, c->maxv, c->sumexp, c->targets, c->dloss, BT, c->V, c->V, 0);
 }
 static void k_adamw(ctx *c)
 {

@@ -29,10 +29,10 @@ void be_free(backend *be)
 }
 
 void be_crossentropy_fwd(const backend *be, float *losses, float *maxv, float *sumexp, float *tlogit,
-                         const float *logits, const int32_t *targets, int BT, int V)
+                         const float *logits, const int32_t *targets, int BT, int V, int vocab)
 {
-    be_ce_max(be, maxv, logits, BT, V);
-    be_ce_sumexp(be, sumexp, logits, maxv, BT, V);
+    be_ce_max(be, maxv, logits, BT, V, vocab);
+    be_ce_sumexp(be, sumexp, logits, maxv, BT, V, vocab);
     be_ce_target(be, tlogit, logits, targets, BT, V, 0);
     be_ce_loss(be, losses, maxv, sumexp, tlogit, BT);
 }

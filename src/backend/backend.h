@@ -132,12 +132,16 @@ struct be_ops {
                                  const float *b, int B, int T, int C, const be_drop *drop);
 
     /* ---- vocab-parallel softmax cross-entropy over logits (BT, Vloc) of the vocab slice
-     * [vstart, vstart + Vloc) (padded entries included). The parallel code all-reduces between
-     * the steps: max (MAX), sumexp (SUM), tlogit (SUM). Targets are global ids in [0, V). ---- */
-    /* maxv (BT) written = max over the local slice. */
-    void (*ce_max)(const backend *be, float *maxv, const float *logits, int BT, int Vloc);
-    /* sumexp (BT) written = sum over the local slice of exp(logit - maxv) (maxv: GLOBAL max). */
-    void (*ce_sumexp)(const backend *be, float *sumexp, const float *logits, const float *maxv, int BT, int Vloc);
+     * [vstart, vstart + Vloc). Only its first Vreal columns (0 <= Vreal <= Vloc, see
+     * be_vocab_real) are real vocabulary entries; the rest are Megatron's padding, treated as
+     * logits of -inf: no part in the max or the sum, probability 0, gradient 0. The parallel
+     * code all-reduces between the steps: max (MAX), sumexp (SUM), tlogit (SUM). Targets are
+     * global ids in [0, V) of the real vocabulary. ---- */
+    /* maxv (BT) written = max over the real columns of the local slice (-inf when none). */
+    void (*ce_max)(const backend *be, float *maxv, const float *logits, int BT, int Vloc, int Vreal);
+    /* sumexp (BT) written = sum over the real columns of exp(logit - maxv) (maxv: GLOBAL max). */
+    void (*ce_sumexp)(const backend *be, float *sumexp, const float *logits, const float *maxv, int BT, int Vloc,
+                      int Vreal);
     /* tlogit (BT) written = logits[i, targets[i] - vstart] if the target is in the slice, else 0. */
     void (*ce_target)(const backend *be, float *tlogit, const float *logits, const int32_t *targets, int BT,
                       int Vloc, int vstart);
@@ -145,10 +149,11 @@ struct be_ops {
     void (*ce_loss)(const backend *be, float *losses, const float *maxv, const float *sumexp, const float *tlogit,
                     int BT);
     /* In place, one pass: logits (BT, Vloc) is overwritten (WRITES, not +=) with
-     * dlogits = (exp(logit - maxv) / sumexp - [target == vstart + j]) * dloss[i].
+     * dlogits = (exp(logit - maxv) / sumexp - [target == vstart + j]) * dloss[i] for the real
+     * columns j < Vreal, and exactly 0 for the padded ones.
      * maxv, sumexp: the global ones; dloss (BT): d(total loss)/d(loss of row i). */
     void (*ce_bwd)(const backend *be, float *logits, const float *maxv, const float *sumexp,
-                   const int32_t *targets, const float *dloss, int BT, int Vloc, int vstart);
+                   const int32_t *targets, const float *dloss, int BT, int Vloc, int Vreal, int vstart);
 
     /* ---- optimizer, on a contiguous slice of n elements ---- */
     /* PyTorch AdamW, step >= 1 (count including this one): with g' = g * gscale,
@@ -388,17 +393,24 @@ static inline void be_bias_dropout_add_fwd(const backend *be, float *out, const 
     be->ops->bias_dropout_add_fwd(be, out, resid, inp, b, B, T, C, drop);
     be_toc(be, BE_OP_RESIDUAL, t0, 0);
 }
-static inline void be_ce_max(const backend *be, float *maxv, const float *logits, int BT, int Vloc)
+/* Real vocabulary columns of the slice [vstart, vstart + Vloc) of a vocabulary of `vocab` real
+ * ids padded past it: the Vreal of the cross-entropy steps. */
+static inline int be_vocab_real(int vocab, int vstart, int Vloc)
+{
+    int n = vocab - vstart;
+    return n < 0 ? 0 : n > Vloc ? Vloc : n;
+}
+static inline void be_ce_max(const backend *be, float *maxv, const float *logits, int BT, int Vloc, int Vreal)
 {
     double t0 = be_tic(be);
-    be->ops->ce_max(be, maxv, logits, BT, Vloc);
+    be->ops->ce_max(be, maxv, logits, BT, Vloc, Vreal);
     be_toc(be, BE_OP_CROSSENTROPY, t0, 0);
 }
 static inline void be_ce_sumexp(const backend *be, float *sumexp, const float *logits, const float *maxv, int BT,
-                                int Vloc)
+                                int Vloc, int Vreal)
 {
     double t0 = be_tic(be);
-    be->ops->ce_sumexp(be, sumexp, logits, maxv, BT, Vloc);
+    be->ops->ce_sumexp(be, sumexp, logits, maxv, BT, Vloc, Vreal);
     be_toc(be, BE_OP_CROSSENTROPY, t0, 0);
 }
 static inline void be_ce_target(const backend *be, float *tlogit, const float *logits, const int32_t *targets,
@@ -416,10 +428,10 @@ static inline void be_ce_loss(const backend *be, float *losses, const float *max
     be_toc(be, BE_OP_CROSSENTROPY, t0, 0);
 }
 static inline void be_ce_bwd(const backend *be, float *logits, const float *maxv, const float *sumexp,
-                             const int32_t *targets, const float *dloss, int BT, int Vloc, int vstart)
+                             const int32_t *targets, const float *dloss, int BT, int Vloc, int Vreal, int vstart)
 {
     double t0 = be_tic(be);
-    be->ops->ce_bwd(be, logits, maxv, sumexp, targets, dloss, BT, Vloc, vstart);
+    be->ops->ce_bwd(be, logits, maxv, sumexp, targets, dloss, BT, Vloc, Vreal, vstart);
     be_toc(be, BE_OP_CROSSENTROPY, t0, 0);
 }
 static inline void be_adamw(const backend *be, float *p, const float *g, float *m, float *v, size_t n, float lr,
@@ -440,11 +452,12 @@ static inline double be_sumsq(const backend *be, const float *x, size_t n)
 static inline double be_peak_gflops(const backend *be) { return be->ops->peak_gflops(be); }
 static inline double be_copy_gbps(const backend *be) { return be->ops->copy_gbps(be); }
 
-/* Non-parallel cross-entropy for one rank holding the whole vocabulary (V entries): the steps
- * above chained. losses, maxv, sumexp, tlogit (BT) written; keep maxv and sumexp for be_ce_bwd
- * (with Vloc = V, vstart = 0). */
+/* Non-parallel cross-entropy for one rank holding the whole vocabulary: logits (BT, V), of which
+ * the first `vocab` columns are real (the rest padding, masked out): the steps above chained.
+ * losses, maxv, sumexp, tlogit (BT) written; keep maxv and sumexp for be_ce_bwd (with Vloc = V,
+ * Vreal = vocab, vstart = 0). */
 void be_crossentropy_fwd(const backend *be, float *losses, float *maxv, float *sumexp, float *tlogit,
-                         const float *logits, const int32_t *targets, int BT, int V);
+                         const float *logits, const int32_t *targets, int BT, int V, int vocab);
 
 /* ---- the dropout mask, shared by every backend (the CUDA one must match bit for bit) ----
  * One Philox-4x32-10 block (key = seed) gives the masks of 4 consecutive units:

@@ -302,7 +302,7 @@ float *gpt_forward(gpt_model *m, gpt_acts *a, const int32_t *ids, const float *i
     norm_fwd(m, &a->lnf, &m->p.lnf, x, BT);
     tp_column_linear_fwd(be, tp, a->logits, a->lnf.out, m->p.head_w, NULL, BT, h, m->vocab_l);
     tp_cross_entropy_fwd(be, tp, a->losses, a->maxv, a->sumexp, a->tlogit, a->logits, a->targets, BT, m->vocab_l,
-                         m->vstart);
+                         m->vstart, m->cfg.vocab);
     if (loss_sum) {
         float *host = m->scratch->host;
         be_memcpy(be, host, a->losses, (size_t)BT * sizeof(float), BE_D2H);
@@ -325,7 +325,8 @@ float *gpt_backward(gpt_model *m, gpt_acts *a, const float *doutput, float loss_
     if (m->last) {
         for (int i = 0; i < BT; i++) s->host[i] = loss_scale;
         be_memcpy(be, s->dloss, s->host, (size_t)BT * sizeof(float), BE_H2D);
-        be_ce_bwd(be, a->logits, a->maxv, a->sumexp, a->targets, s->dloss, BT, m->vocab_l, m->vstart);
+        be_ce_bwd(be, a->logits, a->maxv, a->sumexp, a->targets, s->dloss, BT, m->vocab_l,
+                  be_vocab_real(m->cfg.vocab, m->vstart, m->vocab_l), m->vstart);
         tp_column_linear_bwd(be, tp, s->dln, m->g.head_w, NULL, a->logits, a->lnf.out, m->p.head_w, BT, h, m->vocab_l);
         const float *x = m->nlayers ? a->layers[m->nlayers - 1].out : a->input;
         be_zero(be, s->dres, (size_t)BT * h);

@@ -6,6 +6,7 @@
 #include <limits.h>
 #include <math.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,13 +32,33 @@
         return -1;                                                                       \
     } while (0)
 
+/* A tokenizer file flag names a readable file: 0, or -1 with the message naming the flag. */
+static int readable_file(const char *flag, const char *path, const char *what, char *msg, size_t msglen)
+{
+    struct stat st;
+    if (!path) FAIL("%s is required (%s)", flag, what);
+    if (stat(path, &st) != 0) FAIL("%s %s: %s (give %s)", flag, path, td_strerror(errno), what);
+    if (S_ISDIR(st.st_mode)) FAIL("%s %s is a folder; give %s", flag, path, what);
+    if (access(path, R_OK) != 0) FAIL("%s %s is not readable: %s", flag, path, td_strerror(errno));
+    return 0;
+}
+
 int trainer_validate(const td_args *a, int world_size, char *msg, size_t msglen)
 {
     int tp = a->tensor_model_parallel_size, pp = a->pipeline_model_parallel_size;
     int ffn = a->ffn_hidden_size ? a->ffn_hidden_size : 4 * a->hidden_size;
     int max_pos = a->max_position_embeddings ? a->max_position_embeddings : a->seq_length;
     if (a->data_path.n == 0) FAIL("--data-path is required (a dataset prefix from trident preprocess)");
-    if (!a->vocab_file) FAIL("--vocab-file is required (GPT-2 vocab.json) to size the vocabulary");
+    if (readable_file("--vocab-file", a->vocab_file, "GPT-2's vocab.json, to size the vocabulary", msg, msglen) ||
+        readable_file("--merge-file", a->merge_file, "GPT-2's merges.txt", msg, msglen))
+        return -1;
+    double split_w[GPTDS_NSPLITS];
+    char split_err[256];
+    const char *split = a->split ? a->split : "969,30,1";
+    if (gptds_parse_split(split, split_w, split_err, sizeof split_err)) FAIL("--split %s", split_err);
+    if (!(split_w[GPTDS_TRAIN] > 0))
+        FAIL("--split %s gives the train split weight 0, so there is nothing to train on; give it a positive "
+             "weight (e.g. --split 949,50,1)", split);
     int iters = td_args_given(a, "--train-iters"), samples = td_args_given(a, "--train-samples");
     if (iters == samples) FAIL("give exactly one of --train-iters and --train-samples");
     if (td_args_given(a, "--lr-warmup-iters") && td_args_given(a, "--lr-warmup-fraction"))
@@ -251,6 +272,10 @@ static void setup(run_state *r, const td_args *a, comm *world)
     gptds_target_samples(r->train_iters, 0, a->eval_interval, a->eval_iters, r->gbs, want);
     gptds_config dc;
     gptds_config_from_args(&dc, a, want);
+    char vsrc[1100];
+    snprintf(vsrc, sizeof vsrc, "--vocab-file %s", a->vocab_file);
+    dc.vocab_size = c.vocab;
+    dc.vocab_source = vsrc;
     if (ps->world_rank == 0) r->data = gptds_open(&dc);
     comm_barrier(world);
     if (ps->world_rank != 0) r->data = gptds_open(&dc);

@@ -327,9 +327,31 @@ static void reductions_independent_of_threads(void **state)
     be_free(two);
 }
 
+/* The helpers the backend tests rest on fail on NaN, wherever it is. */
+static void helpers_reject_nan(void **state)
+{
+    (void)state;
+    float once[4] = {1, -2, 3, 0.5f}, twice[4] = {2, -4, 6, 1};
+    assert_true(tb_doubled_err(once, twice, 4) <= 1e-6);
+    for (int i = 0; i < 4; i++) {
+        float a[4], b[4];
+        memcpy(a, once, sizeof a);
+        memcpy(b, twice, sizeof b);
+        b[i] = NAN;
+        assert_false(tb_doubled_err(a, b, 4) <= 1e-6);
+        b[i] = twice[i];
+        a[i] = NAN;
+        assert_false(tb_doubled_err(a, b, 4) <= 1e-6);
+        double want[4] = {1, -2, 3, 0.5};
+        a[i] = NAN;
+        assert_false(tb_err(a, want, 4, 1e-6) <= 1e-6);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(helpers_reject_nan),
         cmocka_unit_test(matmul),
         cmocka_unit_test(layernorm),
         cmocka_unit_test(gelu),

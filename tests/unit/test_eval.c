@@ -1,7 +1,7 @@
 /* src/ckpt/eval: strided perplexity against a hand computation. A tiny model scores a tiny
  * indexed dataset; the reference concatenates the documents itself, cuts the windows itself and
  * scores every window with an independent double-precision GPT-2 forward (per-position losses
- * over the padded vocabulary, as the model's softmax has them), keeping the first window's S
+ * over the real vocabulary only: the padded ids are no part of the model), keeping the first window's S
  * targets and each later window's last K. Checked for K = S (plain chunks), K < S, K = 1, an
  * odd micro-batch size, and document ranges; and the window count. */
 #include <math.h>
@@ -66,7 +66,7 @@ static void ref_window(const gpt_model *m, const int32_t *tok /* S + 1 */, doubl
     const gpt_config *c = &m->cfg;
     const gpt_tensors *p = &m->p;
     enum { H = 16, F = 64 };
-    int nh = c->heads, hs = H / nh, V = c->padded_vocab;
+    int nh = c->heads, hs = H / nh, V = c->vocab;
     double x[S][H], a[S][H], qkv[S][3 * H], y[S][H], t1[S][H], fc[S][F], logits[64];
     for (int t = 0; t < S; t++)
         for (int i = 0; i < H; i++) x[t][i] = (double)p->wte[tok[t] * H + i] + p->wpe[t * H + i];

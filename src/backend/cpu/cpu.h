@@ -110,14 +110,15 @@ void cpu_dropout_bwd(const backend *be, float *dinp, const float *dout, int B, i
 void cpu_bias_dropout_add_fwd(const backend *be, float *out, const float *resid, const float *inp, const float *b,
                               int B, int T, int C, const be_drop *drop);
 
-void cpu_ce_max(const backend *be, float *maxv, const float *logits, int BT, int Vloc);
-void cpu_ce_sumexp(const backend *be, float *sumexp, const float *logits, const float *maxv, int BT, int Vloc);
+void cpu_ce_max(const backend *be, float *maxv, const float *logits, int BT, int Vloc, int Vreal);
+void cpu_ce_sumexp(const backend *be, float *sumexp, const float *logits, const float *maxv, int BT, int Vloc,
+                   int Vreal);
 void cpu_ce_target(const backend *be, float *tlogit, const float *logits, const int32_t *targets, int BT, int Vloc,
                    int vstart);
 void cpu_ce_loss(const backend *be, float *losses, const float *maxv, const float *sumexp, const float *tlogit,
                  int BT);
 void cpu_ce_bwd(const backend *be, float *logits, const float *maxv, const float *sumexp, const int32_t *targets,
-                const float *dloss, int BT, int Vloc, int vstart);
+                const float *dloss, int BT, int Vloc, int Vreal, int vstart);
 
 void cpu_adamw(const backend *be, float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1,
                float beta2, float eps, float wd, float gscale, int64_t step);
