@@ -72,7 +72,10 @@ static void run(ctx *c, const char *name, kernel_fn fn, int reps, double flops, 
 }
 
 #define BT (c->B * c->T)
-static void k_ln_fwd(ctx *c) { be_layernorm_fwd(c->be, c->y, c->mean, c->rstd, c->x, c->w, c->b, BT, c->C); }
+static void k_ln_fwd(ctx *c)
+{
+    be_layernorm_fwd(c->be, c->y, c->mean, c->rstd, c->x, c->w, c->b, BT, c->C, 1e-5f);
+}
 static void k_ln_bwd(ctx *c)
 {
     be_layernorm_bwd(c->be, c->dx, c->dw, c->db, c->dy, c->x, c->w, c->mean, c->rstd, BT, c->C);

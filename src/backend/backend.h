@@ -72,11 +72,12 @@ struct be_ops {
     /* dwpe[pos0 + t] += sum over b of dout[b, t]. dout (B, T, C). Deterministic. */
     void (*pos_embedding_bwd)(const backend *be, float *dwpe, const float *dout, int B, int T, int C, int pos0);
 
-    /* ---- layernorm, eps 1e-5 ---- */
-    /* out (N, C) written = (inp - mean) * rstd * w + b; mean (N), rstd (N) written (either may
-     * be NULL when no backward follows). inp (N, C); w, b (C). */
+    /* ---- layernorm ---- */
+    /* out (N, C) written = (inp - mean) * rstd * w + b, rstd = 1 / sqrt(var + eps) (biased
+     * variance, as torch.nn.LayerNorm); mean (N), rstd (N) written (either may be NULL when no
+     * backward follows). inp (N, C); w, b (C). */
     void (*layernorm_fwd)(const backend *be, float *out, float *mean, float *rstd, const float *inp,
-                          const float *w, const float *b, int N, int C);
+                          const float *w, const float *b, int N, int C, float eps);
     /* dinp (N, C) +=; dw (C) +=; db (C) += (any may be NULL). dout, inp (N, C); mean, rstd (N)
      * from the forward. Deterministic (no dependence on thread count). */
     void (*layernorm_bwd)(const backend *be, float *dinp, float *dw, float *db, const float *dout, const float *inp,
@@ -290,10 +291,10 @@ static inline void be_pos_embedding_bwd(const backend *be, float *dwpe, const fl
     be_toc(be, BE_OP_EMBEDDING, t0, 0);
 }
 static inline void be_layernorm_fwd(const backend *be, float *out, float *mean, float *rstd, const float *inp,
-                                    const float *w, const float *b, int N, int C)
+                                    const float *w, const float *b, int N, int C, float eps)
 {
     double t0 = be_tic(be);
-    be->ops->layernorm_fwd(be, out, mean, rstd, inp, w, b, N, C);
+    be->ops->layernorm_fwd(be, out, mean, rstd, inp, w, b, N, C, eps);
     be_toc(be, BE_OP_LAYERNORM, t0, 0);
 }
 static inline void be_layernorm_bwd(const backend *be, float *dinp, float *dw, float *db, const float *dout,

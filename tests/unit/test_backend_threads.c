@@ -54,8 +54,8 @@ static void layernorm_and_bias(void **state)
     memcpy(dx2, dx1, n * sizeof(float));
     memcpy(dw2, dw1, C * sizeof(float));
     memcpy(db2, db1, C * sizeof(float));
-    be_layernorm_fwd(p->one, y1, mean, rstd, x, w, b, N, C);
-    be_layernorm_fwd(p->many, y2, mean2, rstd2, x, w, b, N, C);
+    be_layernorm_fwd(p->one, y1, mean, rstd, x, w, b, N, C, 1e-5f);
+    be_layernorm_fwd(p->many, y2, mean2, rstd2, x, w, b, N, C, 1e-5f);
     same("layernorm_fwd out", y1, y2, n);
     same("layernorm_fwd rstd", rstd, rstd2, N);
     be_layernorm_bwd(p->one, dx1, dw1, db1, dy, x, w, mean, rstd, N, C);

@@ -85,7 +85,7 @@ void cpu_pos_embedding_fwd(const backend *be, float *out, const float *wpe, int 
 void cpu_pos_embedding_bwd(const backend *be, float *dwpe, const float *dout, int B, int T, int C, int pos0);
 
 void cpu_layernorm_fwd(const backend *be, float *out, float *mean, float *rstd, const float *inp, const float *w,
-                       const float *b, int N, int C);
+                       const float *b, int N, int C, float eps);
 void cpu_layernorm_bwd(const backend *be, float *dinp, float *dw, float *db, const float *dout, const float *inp,
                        const float *w, const float *mean, const float *rstd, int N, int C);
 
