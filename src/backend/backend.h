@@ -83,6 +83,33 @@ struct be_ops {
     void (*layernorm_bwd)(const backend *be, float *dinp, float *dw, float *db, const float *dout, const float *inp,
                           const float *w, const float *mean, const float *rstd, int N, int C);
 
+    /* ---- RMSNorm (Llama; Megatron --normalization RMSNorm) ---- */
+    /* out (N, C) written = inp * rstd * w, rstd = 1 / sqrt(mean(inp^2) + eps); rstd (N) written
+     * (may be NULL when no backward follows). inp (N, C); w (C). */
+    void (*rmsnorm_fwd)(const backend *be, float *out, float *rstd, const float *inp, const float *w, int N, int C,
+                        float eps);
+    /* dinp (N, C) +=; dw (C) += (either may be NULL). dout, inp (N, C); w (C); rstd (N) from the
+     * forward. Deterministic (no dependence on thread count). */
+    void (*rmsnorm_bwd)(const backend *be, float *dinp, float *dw, const float *dout, const float *inp,
+                        const float *w, const float *rstd, int N, int C);
+
+    /* ---- rotary position embedding, "rotate half" (Hugging Face Llama, Megatron non-interleaved) ----
+     * x: rows (B, T) of ld floats, each holding nh heads of hs floats from the start pointer (a q
+     * or k slice of a fused qkv row, say). In each head the first rot dims (rot even, <= hs;
+     * rot = hs * --rotary-percent) turn by angle a_i = (pos0 + t) * inv_freq_i, r2 = rot / 2,
+     * inv_freq_i = 1 / base^(2i / rot), i < r2:
+     *   y[i] = x[i] cos a_i - x[i + r2] sin a_i,   y[i + r2] = x[i + r2] cos a_i + x[i] sin a_i;
+     * dims rot.. hs-1 are unchanged. The angles are rounded as Hugging Face's float32
+     * computation rounds them (inv_freq and the product (pos0 + t) * inv_freq in float32; cos
+     * and sin of that float32 angle correctly rounded), so positions far from 0 turn as they do
+     * in a checkpoint's original framework. */
+    /* x rotated in place (written). */
+    void (*rope_fwd)(const backend *be, float *x, int B, int T, int ld, int nh, int hs, int rot, float base,
+                     int pos0);
+    /* dx rotated back in place: WRITES dx = R^T dx (the rotation by -a_i; not +=). */
+    void (*rope_bwd)(const backend *be, float *dx, int B, int T, int ld, int nh, int hs, int rot, float base,
+                     int pos0);
+
     /* ---- causal self-attention core on the NH local heads, head size HS, C = NH * HS ---- */
     /* qkv (B, T, 3C): per token [q of all local heads | k | v], head h at columns h*HS.. of each.
      * out (B, T, C) written: head h at columns h*HS... att = softmax(q k^T / sqrt(HS), causal),
@@ -108,6 +135,13 @@ struct be_ops {
     /* dinp (N, C) += gelu'(inp + b) * dout; db (C) += column sums of that (either may be NULL). */
     void (*bias_gelu_bwd)(const backend *be, float *dinp, float *db, const float *dout, const float *inp,
                           const float *b, int N, int C);
+
+    /* ---- SwiGLU (Llama's MLP; Megatron --swiglu) ---- */
+    /* out (N, F) written = silu(gate) * up, silu(x) = x sigmoid(x); inp (N, 2F), each row
+     * [gate (F) | up (F)] (the fused fc1 output). */
+    void (*swiglu_fwd)(const backend *be, float *out, const float *inp, int N, int F);
+    /* dinp (N, 2F) += gradient w.r.t. [gate | up]. dout (N, F); inp as in the forward. */
+    void (*swiglu_bwd)(const backend *be, float *dinp, const float *dout, const float *inp, int N, int F);
 
     /* ---- elementwise ---- */
     /* out (n) written = a + b; out may equal a or b. */
@@ -176,8 +210,9 @@ struct be_ops {
 typedef enum {
     BE_OP_GEMM,         /* matmul_fwd, matmul_bwd */
     BE_OP_ATTENTION,    /* attention_fwd, attention_bwd */
-    BE_OP_LAYERNORM,    /* layernorm_* */
-    BE_OP_GELU,         /* gelu_*, bias_gelu_* */
+    BE_OP_LAYERNORM,    /* layernorm_*, rmsnorm_* */
+    BE_OP_GELU,         /* gelu_*, bias_gelu_*, swiglu_* (the MLP's activation) */
+    BE_OP_ROPE,         /* rope_* */
     BE_OP_RESIDUAL,     /* bias, dropout, residual add, scale */
     BE_OP_EMBEDDING,    /* embedding_*, pos_embedding_* */
     BE_OP_CROSSENTROPY, /* ce_* */
@@ -305,6 +340,34 @@ static inline void be_layernorm_bwd(const backend *be, float *dinp, float *dw, f
     be->ops->layernorm_bwd(be, dinp, dw, db, dout, inp, w, mean, rstd, N, C);
     be_toc(be, BE_OP_LAYERNORM, t0, 0);
 }
+static inline void be_rmsnorm_fwd(const backend *be, float *out, float *rstd, const float *inp, const float *w,
+                                  int N, int C, float eps)
+{
+    double t0 = be_tic(be);
+    be->ops->rmsnorm_fwd(be, out, rstd, inp, w, N, C, eps);
+    be_toc(be, BE_OP_LAYERNORM, t0, 0);
+}
+static inline void be_rmsnorm_bwd(const backend *be, float *dinp, float *dw, const float *dout, const float *inp,
+                                  const float *w, const float *rstd, int N, int C)
+{
+    double t0 = be_tic(be);
+    be->ops->rmsnorm_bwd(be, dinp, dw, dout, inp, w, rstd, N, C);
+    be_toc(be, BE_OP_LAYERNORM, t0, 0);
+}
+static inline void be_rope_fwd(const backend *be, float *x, int B, int T, int ld, int nh, int hs, int rot,
+                               float base, int pos0)
+{
+    double t0 = be_tic(be);
+    be->ops->rope_fwd(be, x, B, T, ld, nh, hs, rot, base, pos0);
+    be_toc(be, BE_OP_ROPE, t0, 0);
+}
+static inline void be_rope_bwd(const backend *be, float *dx, int B, int T, int ld, int nh, int hs, int rot,
+                               float base, int pos0)
+{
+    double t0 = be_tic(be);
+    be->ops->rope_bwd(be, dx, B, T, ld, nh, hs, rot, base, pos0);
+    be_toc(be, BE_OP_ROPE, t0, 0);
+}
 static inline void be_attention_fwd(const backend *be, float *out, float *lse, const float *qkv, int B, int T,
                                     int NH, int HS, const be_drop *drop)
 {
@@ -342,6 +405,18 @@ static inline void be_bias_gelu_bwd(const backend *be, float *dinp, float *db, c
 {
     double t0 = be_tic(be);
     be->ops->bias_gelu_bwd(be, dinp, db, dout, inp, b, N, C);
+    be_toc(be, BE_OP_GELU, t0, 0);
+}
+static inline void be_swiglu_fwd(const backend *be, float *out, const float *inp, int N, int F)
+{
+    double t0 = be_tic(be);
+    be->ops->swiglu_fwd(be, out, inp, N, F);
+    be_toc(be, BE_OP_GELU, t0, 0);
+}
+static inline void be_swiglu_bwd(const backend *be, float *dinp, const float *dout, const float *inp, int N, int F)
+{
+    double t0 = be_tic(be);
+    be->ops->swiglu_bwd(be, dinp, dout, inp, N, F);
     be_toc(be, BE_OP_GELU, t0, 0);
 }
 static inline void be_add(const backend *be, float *out, const float *a, const float *b, size_t n)

@@ -73,6 +73,49 @@ static void layernorm_and_bias(void **state)
     free(dx1), free(dx2), free(dw1), free(dw2), free(db1), free(db2);
 }
 
+static void rmsnorm(void **state)
+{
+    pair *p = *state;
+    size_t n = (size_t)N * C;
+    float *x = tb_rand_new(n, 41, -2, 2), *dy = tb_rand_new(n, 42, -1, 1), *w = tb_rand_new(C, 43, 0.5f, 1.5f);
+    float *y1 = tb_zeros(n), *y2 = tb_zeros(n), *rstd = tb_zeros(N), *rstd2 = tb_zeros(N);
+    float *dx1 = tb_rand_new(n, 44, -1, 1), *dx2 = tb_copy(dx1, n), *dw1 = tb_rand_new(C, 45, -1, 1);
+    float *dw2 = tb_copy(dw1, C);
+    be_rmsnorm_fwd(p->one, y1, rstd, x, w, N, C, 1e-6f);
+    be_rmsnorm_fwd(p->many, y2, rstd2, x, w, N, C, 1e-6f);
+    same("rmsnorm_fwd out", y1, y2, n);
+    same("rmsnorm_fwd rstd", rstd, rstd2, N);
+    be_rmsnorm_bwd(p->one, dx1, dw1, dy, x, w, rstd, N, C);
+    be_rmsnorm_bwd(p->many, dx2, dw2, dy, x, w, rstd, N, C);
+    same("rmsnorm_bwd dinp", dx1, dx2, n);
+    same("rmsnorm_bwd dw", dw1, dw2, C);
+    free(x), free(dy), free(w), free(y1), free(y2), free(rstd), free(rstd2), free(dx1), free(dx2), free(dw1);
+    free(dw2);
+}
+
+static void swiglu_and_rope(void **state)
+{
+    pair *p = *state;
+    size_t n = (size_t)N * F, n2 = 2 * n;
+    float *x = tb_rand_new(n2, 51, -4, 4), *dy = tb_rand_new(n, 52, -1, 1), *y1 = tb_zeros(n), *y2 = tb_zeros(n);
+    float *dx1 = tb_rand_new(n2, 53, -1, 1), *dx2 = tb_copy(dx1, n2);
+    be_swiglu_fwd(p->one, y1, x, N, F);
+    be_swiglu_fwd(p->many, y2, x, N, F);
+    same("swiglu_fwd", y1, y2, n);
+    be_swiglu_bwd(p->one, dx1, dy, x, N, F);
+    be_swiglu_bwd(p->many, dx2, dy, x, N, F);
+    same("swiglu_bwd", dx1, dx2, n2);
+    /* rope: rows (2, N/2) of C floats holding 16 heads of 64, from column 8 */
+    float *r1 = tb_copy(x, (size_t)N * C), *r2 = tb_copy(x, (size_t)N * C);
+    be_rope_fwd(p->one, r1 + 8, 2, N / 2, C, 16, 64, 64, 10000.0f, 3);
+    be_rope_fwd(p->many, r2 + 8, 2, N / 2, C, 16, 64, 64, 10000.0f, 3);
+    same("rope_fwd", r1, r2, (size_t)N * C);
+    be_rope_bwd(p->one, r1 + 8, 2, N / 2, C, 16, 64, 48, 10000.0f, 3);
+    be_rope_bwd(p->many, r2 + 8, 2, N / 2, C, 16, 64, 48, 10000.0f, 3);
+    same("rope_bwd", r1, r2, (size_t)N * C);
+    free(x), free(dy), free(y1), free(y2), free(dx1), free(dx2), free(r1), free(r2);
+}
+
 static void bias_gelu(void **state)
 {
     pair *p = *state;
@@ -138,7 +181,9 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(layernorm_and_bias),
+        cmocka_unit_test(rmsnorm),
         cmocka_unit_test(bias_gelu),
+        cmocka_unit_test(swiglu_and_rope),
         cmocka_unit_test(embeddings),
         cmocka_unit_test(optimizer),
     };
