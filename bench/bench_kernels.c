@@ -89,10 +89,18 @@ static void k_bda_drop(ctx *c)
 }
 static void k_drop_bwd(ctx *c) { be_dropout_bwd(c->be, c->dx, c->dy, c->B, c->T, c->C, &c->drop); }
 static void k_bias_bwd(ctx *c) { be_bias_bwd(c->be, c->db, c->dy, BT, c->C); }
-static void k_att_fwd(ctx *c) { be_attention_fwd(c->be, c->att, c->lse, c->qkv, c->B, c->T, c->NH, c->C / c->NH, NULL); }
+static void k_att_fwd(ctx *c)
+{
+    const float *q = c->qkv, *k = q + c->C, *v = q + 2 * c->C;
+    be_attention_fwd(c->be, c->att, c->lse, q, k, v, 3 * c->C, 3 * c->C, c->B, c->T, c->NH, c->NH, c->C / c->NH,
+                     NULL);
+}
 static void k_att_bwd(ctx *c)
 {
-    be_attention_bwd(c->be, c->dqkv, c->datt, c->qkv, c->lse, c->B, c->T, c->NH, c->C / c->NH, NULL);
+    const float *q = c->qkv, *k = q + c->C, *v = q + 2 * c->C;
+    float *dq = c->dqkv, *dk = dq + c->C, *dv = dq + 2 * c->C;
+    be_attention_bwd(c->be, dq, dk, dv, c->datt, q, k, v, c->lse, 3 * c->C, 3 * c->C, c->B, c->T, c->NH, c->NH,
+                     c->C / c->NH, NULL);
 }
 static void k_qkv_fwd(ctx *c) { be_matmul_fwd(c->be, c->qkv, c->x, c->wq, NULL, BT, c->C, 3 * c->C); }
 static void k_qkv_bwd(ctx *c) { be_matmul_bwd(c->be, c->dx, c->dwq, NULL, c->dqkv, c->x, c->wq, BT, c->C, 3 * c->C); }

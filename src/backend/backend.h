@@ -110,19 +110,28 @@ struct be_ops {
     void (*rope_bwd)(const backend *be, float *dx, int B, int T, int ld, int nh, int hs, int rot, float base,
                      int pos0);
 
-    /* ---- causal self-attention core on the NH local heads, head size HS, C = NH * HS ---- */
-    /* qkv (B, T, 3C): per token [q of all local heads | k | v], head h at columns h*HS.. of each.
+    /* ---- causal self-attention core, grouped-query: NH local query heads, NKV local key/value
+     * heads (NH % NKV == 0; NKV = NH is multi-head attention), head size HS, C = NH * HS ---- */
+    /* q: rows (B, T) of stride ldq, each holding the NH query heads, head h at columns h*HS..;
+     * k, v: rows (B, T) of stride ldkv, each holding NKV heads. Query head h attends with
+     * key/value head h / (NH / NKV). A fused GPT-2 qkv (B, T, 3C) with rows [q | k | v] is
+     * q = qkv, k = qkv + C, v = qkv + 2C, ldq = ldkv = 3C.
      * out (B, T, C) written: head h at columns h*HS... att = softmax(q k^T / sqrt(HS), causal),
      * then dropout (drop, unit = (drop->unit0 + h) * T + key position; NULL or p = 0: none),
      * out = att . v. lse (B, NH, T) written: the log-sum-exp of each score row, which is all the
      * backward needs (it recomputes the probabilities; no (T, T) buffer is kept). Caller
-     * buffers: out B*T*C floats, lse B*NH*T floats; cpu scratch is allocated inside the call
-     * (64*T floats per thread forward, 3x that backward). */
-    void (*attention_fwd)(const backend *be, float *out, float *lse, const float *qkv, int B, int T, int NH,
-                          int HS, const be_drop *drop);
-    /* dqkv (B, T, 3C) += gradient w.r.t. qkv. dout (B, T, C); qkv, lse, drop as in the forward. */
-    void (*attention_bwd)(const backend *be, float *dqkv, const float *dout, const float *qkv, const float *lse,
-                          int B, int T, int NH, int HS, const be_drop *drop);
+     * buffers: out B*T*C floats, lse B*NH*T floats; cpu scratch is per thread and reused
+     * (64*T floats forward, 3x that backward). */
+    void (*attention_fwd)(const backend *be, float *out, float *lse, const float *q, const float *k, const float *v,
+                          int ldq, int ldkv, int B, int T, int NH, int NKV, int HS, const be_drop *drop);
+    /* dq (rows of stride ldq) +=, dk, dv (rows of stride ldkv) += the gradients w.r.t. q, k, v
+     * (any may be NULL; the other columns of their rows are untouched); dk and dv of a key/value
+     * head receive the sum over the query heads that share it, in a fixed order (deterministic).
+     * dout (B, T, C); q, k, v, lse, strides, drop as in the forward. dq, dk, dv may be parts of
+     * one fused buffer (disjoint columns). */
+    void (*attention_bwd)(const backend *be, float *dq, float *dk, float *dv, const float *dout, const float *q,
+                          const float *k, const float *v, const float *lse, int ldq, int ldkv, int B, int T, int NH,
+                          int NKV, int HS, const be_drop *drop);
 
     /* ---- GeLU, tanh approximation (GPT-2 / Megatron) ---- */
     /* out (n) written = gelu(inp); out may equal inp. */
@@ -368,18 +377,20 @@ static inline void be_rope_bwd(const backend *be, float *dx, int B, int T, int l
     be->ops->rope_bwd(be, dx, B, T, ld, nh, hs, rot, base, pos0);
     be_toc(be, BE_OP_ROPE, t0, 0);
 }
-static inline void be_attention_fwd(const backend *be, float *out, float *lse, const float *qkv, int B, int T,
-                                    int NH, int HS, const be_drop *drop)
+static inline void be_attention_fwd(const backend *be, float *out, float *lse, const float *q, const float *k,
+                                    const float *v, int ldq, int ldkv, int B, int T, int NH, int NKV, int HS,
+                                    const be_drop *drop)
 {
     double t0 = be_tic(be);
-    be->ops->attention_fwd(be, out, lse, qkv, B, T, NH, HS, drop);
+    be->ops->attention_fwd(be, out, lse, q, k, v, ldq, ldkv, B, T, NH, NKV, HS, drop);
     be_toc(be, BE_OP_ATTENTION, t0, 4.0 * B * T * (double)T * NH * HS);
 }
-static inline void be_attention_bwd(const backend *be, float *dqkv, const float *dout, const float *qkv,
-                                    const float *lse, int B, int T, int NH, int HS, const be_drop *drop)
+static inline void be_attention_bwd(const backend *be, float *dq, float *dk, float *dv, const float *dout,
+                                    const float *q, const float *k, const float *v, const float *lse, int ldq,
+                                    int ldkv, int B, int T, int NH, int NKV, int HS, const be_drop *drop)
 {
     double t0 = be_tic(be);
-    be->ops->attention_bwd(be, dqkv, dout, qkv, lse, B, T, NH, HS, drop);
+    be->ops->attention_bwd(be, dq, dk, dv, dout, q, k, v, lse, ldq, ldkv, B, T, NH, NKV, HS, drop);
     be_toc(be, BE_OP_ATTENTION, t0, 8.0 * B * T * (double)T * NH * HS);
 }
 static inline void be_gelu_fwd(const backend *be, float *out, const float *inp, size_t n)

@@ -116,6 +116,38 @@ static void swiglu_and_rope(void **state)
     free(x), free(dy), free(y1), free(y2), free(dx1), free(dx2), free(r1), free(r2);
 }
 
+/* Grouped-query attention above its parallel threshold (B NH T^2 HS > 2^22 multiply-adds), with
+ * dropout: dk and dv sum over the query heads of a group. */
+static void attention_gqa(void **state)
+{
+    pair *p = *state;
+    enum { B = 2, T = 130, NH = 6, HS = 32, AC = NH * HS };
+    const int64_t sample[B] = {17, 18};
+    be_drop drop = {.p = 0.1f, .seed = 9, .sample = sample, .site = 4, .pos0 = 0, .unit0 = 6};
+    for (int NKV = 1; NKV <= 2; NKV++) {
+        int ldq = AC + 3, ldkv = NKV * HS + 5;
+        size_t nq = (size_t)B * T * ldq, nkv = (size_t)B * T * ldkv, no = (size_t)B * T * AC, nl = (size_t)B * NH * T;
+        float *q = tb_rand_new(nq, 61, -2, 2), *k = tb_rand_new(nkv, 62, -2, 2), *v = tb_rand_new(nkv, 63, -2, 2);
+        float *dy = tb_rand_new(no, 64, -1, 1), *o1 = tb_zeros(no), *o2 = tb_zeros(no), *l1 = tb_zeros(nl);
+        float *l2 = tb_zeros(nl), *g1[3], *g2[3];
+        for (int i = 0; i < 3; i++) {
+            size_t n = i ? nkv : nq;
+            g1[i] = tb_rand_new(n, 65 + (uint64_t)i, -1, 1), g2[i] = tb_copy(g1[i], n);
+        }
+        be_attention_fwd(p->one, o1, l1, q, k, v, ldq, ldkv, B, T, NH, NKV, HS, &drop);
+        be_attention_fwd(p->many, o2, l2, q, k, v, ldq, ldkv, B, T, NH, NKV, HS, &drop);
+        same(NKV == 1 ? "attention_fwd NKV 1 out" : "attention_fwd NKV 2 out", o1, o2, no);
+        same("attention_fwd lse", l1, l2, nl);
+        be_attention_bwd(p->one, g1[0], g1[1], g1[2], dy, q, k, v, l1, ldq, ldkv, B, T, NH, NKV, HS, &drop);
+        be_attention_bwd(p->many, g2[0], g2[1], g2[2], dy, q, k, v, l1, ldq, ldkv, B, T, NH, NKV, HS, &drop);
+        same("attention_bwd dq", g1[0], g2[0], nq);
+        same("attention_bwd dk", g1[1], g2[1], nkv);
+        same("attention_bwd dv", g1[2], g2[2], nkv);
+        free(q), free(k), free(v), free(dy), free(o1), free(o2), free(l1), free(l2);
+        for (int i = 0; i < 3; i++) free(g1[i]), free(g2[i]);
+    }
+}
+
 static void bias_gelu(void **state)
 {
     pair *p = *state;
@@ -184,6 +216,7 @@ int main(void)
         cmocka_unit_test(rmsnorm),
         cmocka_unit_test(bias_gelu),
         cmocka_unit_test(swiglu_and_rope),
+        cmocka_unit_test(attention_gqa),
         cmocka_unit_test(embeddings),
         cmocka_unit_test(optimizer),
     };

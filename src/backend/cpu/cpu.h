@@ -97,10 +97,11 @@ void cpu_rmsnorm_bwd(const backend *be, float *dinp, float *dw, const float *dou
 void cpu_rope_fwd(const backend *be, float *x, int B, int T, int ld, int nh, int hs, int rot, float base, int pos0);
 void cpu_rope_bwd(const backend *be, float *dx, int B, int T, int ld, int nh, int hs, int rot, float base, int pos0);
 
-void cpu_attention_fwd(const backend *be, float *out, float *lse, const float *qkv, int B, int T, int NH, int HS,
-                       const be_drop *drop);
-void cpu_attention_bwd(const backend *be, float *dqkv, const float *dout, const float *qkv, const float *lse, int B,
-                       int T, int NH, int HS, const be_drop *drop);
+void cpu_attention_fwd(const backend *be, float *out, float *lse, const float *q, const float *k, const float *v,
+                       int ldq, int ldkv, int B, int T, int NH, int NKV, int HS, const be_drop *drop);
+void cpu_attention_bwd(const backend *be, float *dq, float *dk, float *dv, const float *dout, const float *q,
+                       const float *k, const float *v, const float *lse, int ldq, int ldkv, int B, int T, int NH,
+                       int NKV, int HS, const be_drop *drop);
 
 void cpu_gelu_fwd(const backend *be, float *out, const float *inp, size_t n);
 void cpu_gelu_bwd(const backend *be, float *dinp, const float *dout, const float *inp, size_t n);
