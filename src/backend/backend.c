@@ -16,9 +16,9 @@ backend *be_create(const char *name, int nthreads_or_device)
 
 const char *be_op_name(be_op op)
 {
-    static const char *const names[BE_OP_COUNT] = {"GEMM",          "attention", "layernorm", "gelu",
-                                                   "bias/dropout/residual", "embedding", "cross-entropy",
-                                                   "optimizer",     "memory"};
+    static const char *const names[BE_OP_COUNT] = {"GEMM",          "attention", "norm",      "activation",
+                                                   "rope",          "bias/dropout/residual", "embedding",
+                                                   "cross-entropy", "optimizer", "memory"};
     return op >= 0 && op < BE_OP_COUNT ? names[op] : "?";
 }
 

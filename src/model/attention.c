@@ -36,7 +36,9 @@ void attn_fwd(gpt_model *m, attn_acts *a, const attn_params *p, float *out, cons
     const comm *tp = m->ps->tp_group;
     int T = m->cfg.seq, BT = B * T, h = m->cfg.hidden;
     tp_column_linear_fwd(m->be, tp, a->qkv, x, p->qkv_w, p->qkv_b, BT, h, 3 * m->hidden_l);
-    be_attention_fwd(m->be, a->atty, a->lse, a->qkv, B, T, m->heads_l, h / m->cfg.heads, d_att);
+    int C = m->hidden_l, NH = m->heads_l; /* fused rows [q | k | v], every head with its own k, v */
+    be_attention_fwd(m->be, a->atty, a->lse, a->qkv, a->qkv + C, a->qkv + 2 * C, 3 * C, 3 * C, B, T, NH, NH,
+                     h / m->cfg.heads, d_att);
     tp_row_linear_fwd(m->be, tp, out, a->atty, p->proj_w, BT, m->hidden_l, h);
 }
 
@@ -51,6 +53,8 @@ void attn_bwd(gpt_model *m, float *dx, attn_params *g, const float *dbranch, con
     be_zero(be, s->datty, (size_t)BT * m->hidden_l);
     tp_row_linear_bwd(be, tp, s->datty, g->proj_w, dbranch, a->atty, p->proj_w, BT, m->hidden_l, h);
     be_zero(be, s->dqkv, (size_t)BT * 3 * m->hidden_l);
-    be_attention_bwd(be, s->dqkv, s->datty, a->qkv, a->lse, B, T, m->heads_l, h / m->cfg.heads, d_att);
+    int C = m->hidden_l, NH = m->heads_l;
+    be_attention_bwd(be, s->dqkv, s->dqkv + C, s->dqkv + 2 * C, s->datty, a->qkv, a->qkv + C, a->qkv + 2 * C, a->lse,
+                     3 * C, 3 * C, B, T, NH, NH, h / m->cfg.heads, d_att);
     tp_column_linear_bwd(be, tp, dx, g->qkv_w, g->qkv_b, s->dqkv, x, p->qkv_w, BT, h, 3 * m->hidden_l);
 }

@@ -20,9 +20,12 @@ void norm_acts_carve(carver *cv, norm_acts *a, int64_t BT, int h)
     CARVE(cv, a->rstd, float, BT);
 }
 
+/* eps 1e-5: GPT-2's and Megatron's default (--norm-epsilon), the only value the model takes so far. */
+#define NORM_EPS 1e-5f
+
 void norm_fwd(const gpt_model *m, norm_acts *a, const norm_params *p, const float *x, int BT)
 {
-    be_layernorm_fwd(m->be, a->out, a->mean, a->rstd, x, p->w, p->b, BT, m->cfg.hidden);
+    be_layernorm_fwd(m->be, a->out, a->mean, a->rstd, x, p->w, p->b, BT, m->cfg.hidden, NORM_EPS);
 }
 
 void norm_bwd(const gpt_model *m, float *dx, norm_params *g, const float *dout, const float *x, const norm_params *p,

@@ -58,8 +58,8 @@ static void layernorm_and_bias(void **state)
     memcpy(dx2, dx1, n * sizeof(float));
     memcpy(dw2, dw1, C * sizeof(float));
     memcpy(db2, db1, C * sizeof(float));
-    be_layernorm_fwd(p->one, y1, mean, rstd, x, w, b, N, C);
-    be_layernorm_fwd(p->many, y2, mean2, rstd2, x, w, b, N, C);
+    be_layernorm_fwd(p->one, y1, mean, rstd, x, w, b, N, C, 1e-5f);
+    be_layernorm_fwd(p->many, y2, mean2, rstd2, x, w, b, N, C, 1e-5f);
     same("layernorm_fwd out", y1, y2, n);
     same("layernorm_fwd rstd", rstd, rstd2, N);
     be_layernorm_bwd(p->one, dx1, dw1, db1, dy, x, w, mean, rstd, N, C);
@@ -75,6 +75,81 @@ static void layernorm_and_bias(void **state)
     same("matmul_bwd db", db1, db2, C);
     free(x), free(dy), free(w), free(b), free(y1), free(y2), free(mean), free(rstd), free(mean2), free(rstd2);
     free(dx1), free(dx2), free(dw1), free(dw2), free(db1), free(db2);
+}
+
+static void rmsnorm(void **state)
+{
+    pair *p = *state;
+    size_t n = (size_t)N * C;
+    float *x = tb_rand_new(n, 41, -2, 2), *dy = tb_rand_new(n, 42, -1, 1), *w = tb_rand_new(C, 43, 0.5f, 1.5f);
+    float *y1 = tb_zeros(n), *y2 = tb_zeros(n), *rstd = tb_zeros(N), *rstd2 = tb_zeros(N);
+    float *dx1 = tb_rand_new(n, 44, -1, 1), *dx2 = tb_copy(dx1, n), *dw1 = tb_rand_new(C, 45, -1, 1);
+    float *dw2 = tb_copy(dw1, C);
+    be_rmsnorm_fwd(p->one, y1, rstd, x, w, N, C, 1e-6f);
+    be_rmsnorm_fwd(p->many, y2, rstd2, x, w, N, C, 1e-6f);
+    same("rmsnorm_fwd out", y1, y2, n);
+    same("rmsnorm_fwd rstd", rstd, rstd2, N);
+    be_rmsnorm_bwd(p->one, dx1, dw1, dy, x, w, rstd, N, C);
+    be_rmsnorm_bwd(p->many, dx2, dw2, dy, x, w, rstd, N, C);
+    same("rmsnorm_bwd dinp", dx1, dx2, n);
+    same("rmsnorm_bwd dw", dw1, dw2, C);
+    free(x), free(dy), free(w), free(y1), free(y2), free(rstd), free(rstd2), free(dx1), free(dx2), free(dw1);
+    free(dw2);
+}
+
+static void swiglu_and_rope(void **state)
+{
+    pair *p = *state;
+    size_t n = (size_t)N * F, n2 = 2 * n;
+    float *x = tb_rand_new(n2, 51, -4, 4), *dy = tb_rand_new(n, 52, -1, 1), *y1 = tb_zeros(n), *y2 = tb_zeros(n);
+    float *dx1 = tb_rand_new(n2, 53, -1, 1), *dx2 = tb_copy(dx1, n2);
+    be_swiglu_fwd(p->one, y1, x, N, F);
+    be_swiglu_fwd(p->many, y2, x, N, F);
+    same("swiglu_fwd", y1, y2, n);
+    be_swiglu_bwd(p->one, dx1, dy, x, N, F);
+    be_swiglu_bwd(p->many, dx2, dy, x, N, F);
+    same("swiglu_bwd", dx1, dx2, n2);
+    /* rope: rows (2, N/2) of C floats holding 16 heads of 64, from column 8 */
+    float *r1 = tb_copy(x, (size_t)N * C), *r2 = tb_copy(x, (size_t)N * C);
+    be_rope_fwd(p->one, r1 + 8, 2, N / 2, C, 16, 64, 64, 10000.0f, 3);
+    be_rope_fwd(p->many, r2 + 8, 2, N / 2, C, 16, 64, 64, 10000.0f, 3);
+    same("rope_fwd", r1, r2, (size_t)N * C);
+    be_rope_bwd(p->one, r1 + 8, 2, N / 2, C, 16, 64, 48, 10000.0f, 3);
+    be_rope_bwd(p->many, r2 + 8, 2, N / 2, C, 16, 64, 48, 10000.0f, 3);
+    same("rope_bwd", r1, r2, (size_t)N * C);
+    free(x), free(dy), free(y1), free(y2), free(dx1), free(dx2), free(r1), free(r2);
+}
+
+/* Grouped-query attention above its parallel threshold (B NH T^2 HS > 2^22 multiply-adds), with
+ * dropout: dk and dv sum over the query heads of a group. */
+static void attention_gqa(void **state)
+{
+    pair *p = *state;
+    enum { B = 2, T = 130, NH = 6, HS = 32, AC = NH * HS };
+    const int64_t sample[B] = {17, 18};
+    be_drop drop = {.p = 0.1f, .seed = 9, .sample = sample, .site = 4, .pos0 = 0, .unit0 = 6};
+    for (int NKV = 1; NKV <= 2; NKV++) {
+        int ldq = AC + 3, ldkv = NKV * HS + 5;
+        size_t nq = (size_t)B * T * ldq, nkv = (size_t)B * T * ldkv, no = (size_t)B * T * AC, nl = (size_t)B * NH * T;
+        float *q = tb_rand_new(nq, 61, -2, 2), *k = tb_rand_new(nkv, 62, -2, 2), *v = tb_rand_new(nkv, 63, -2, 2);
+        float *dy = tb_rand_new(no, 64, -1, 1), *o1 = tb_zeros(no), *o2 = tb_zeros(no), *l1 = tb_zeros(nl);
+        float *l2 = tb_zeros(nl), *g1[3], *g2[3];
+        for (int i = 0; i < 3; i++) {
+            size_t n = i ? nkv : nq;
+            g1[i] = tb_rand_new(n, 65 + (uint64_t)i, -1, 1), g2[i] = tb_copy(g1[i], n);
+        }
+        be_attention_fwd(p->one, o1, l1, q, k, v, ldq, ldkv, B, T, NH, NKV, HS, &drop);
+        be_attention_fwd(p->many, o2, l2, q, k, v, ldq, ldkv, B, T, NH, NKV, HS, &drop);
+        same(NKV == 1 ? "attention_fwd NKV 1 out" : "attention_fwd NKV 2 out", o1, o2, no);
+        same("attention_fwd lse", l1, l2, nl);
+        be_attention_bwd(p->one, g1[0], g1[1], g1[2], dy, q, k, v, l1, ldq, ldkv, B, T, NH, NKV, HS, &drop);
+        be_attention_bwd(p->many, g2[0], g2[1], g2[2], dy, q, k, v, l1, ldq, ldkv, B, T, NH, NKV, HS, &drop);
+        same("attention_bwd dq", g1[0], g2[0], nq);
+        same("attention_bwd dk", g1[1], g2[1], nkv);
+        same("attention_bwd dv", g1[2], g2[2], nkv);
+        free(q), free(k), free(v), free(dy), free(o1), free(o2), free(l1), free(l2);
+        for (int i = 0; i < 3; i++) free(g1[i]), free(g2[i]);
+    }
 }
 
 static void bias_gelu(void **state)
@@ -252,7 +327,10 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(layernorm_and_bias),
+        cmocka_unit_test(rmsnorm),
         cmocka_unit_test(bias_gelu),
+        cmocka_unit_test(swiglu_and_rope),
+        cmocka_unit_test(attention_gqa),
         cmocka_unit_test(embeddings),
         cmocka_unit_test(optimizer),
         cmocka_unit_test(attention),
