@@ -54,6 +54,18 @@ typedef struct td_args {
     int hidden_size;
     int num_attention_heads;
     int ffn_hidden_size;
+    char *normalization;
+    double norm_epsilon;
+    char *position_embedding_type;
+    double rotary_base;
+    double rotary_percent;
+    int swiglu;
+    int group_query_attention;
+    int num_query_groups;
+    int kv_channels;
+    int disable_bias_linear;
+    int add_qkv_bias;
+    int untie_embeddings_and_output_weights;
     int max_position_embeddings;
     int make_vocab_size_divisible_by;
     double init_method_std;

@@ -20,19 +20,24 @@ int gpt_padded_vocab(int vocab, int divisible_by, int tp)
     return (int)((vocab + m - 1) / m * m);
 }
 
-int64_t gpt_num_params(const gpt_config *c)
-{
-    int64_t h = c->hidden, f = c->ffn;
-    int64_t layer = 2 * h + 3 * h * h + 3 * h + h * h + h + 2 * h + f * h + f + h * f + h;
-    return (int64_t)c->padded_vocab * h + (int64_t)c->max_pos * h + c->num_layers * layer + 2 * h;
-}
-
 double gpt_flops_per_iteration(const gpt_config *c, int64_t batch, int full_recompute)
 {
+    /* Megatron's num_floating_point_operations: 12 = 3 passes x 2 (multiply-add) x 2 (the
+     * QK^T and AV products), with grouped queries, head sizes and gated MLPs; full
+     * recomputation runs the layers' forward again (16), not the logits. */
     double s = c->seq, l = c->num_layers, h = c->hidden, V = c->padded_vocab;
-    double k = full_recompute ? 96.0 : 72.0;
-    double vterm = full_recompute ? V / (16.0 * l * h) : V / (12.0 * l * h);
-    return k * (double)batch * s * l * h * h * (1.0 + s / (6.0 * h) + vterm);
+    double qratio = (double)gpt_q_width(c) / h, groups = (double)gpt_groups(c) / c->heads;
+    double layers = (1.0 + groups + s / h) * qratio + (double)c->ffn / h * (c->swiglu ? 1.5 : 1.0);
+    double logits = V / (2.0 * l * h);
+    return (double)batch * s * l * h * h * ((full_recompute ? 16.0 : 12.0) * layers + 12.0 * logits);
+}
+
+int gpt_rotary_dims(const gpt_config *c)
+{
+    if (c->pos != GPT_POS_ROPE) return 0;
+    double pct = c->rotary_percent > 0 ? c->rotary_percent : 1.0;
+    int r = (int)(gpt_head_dim(c) * pct);
+    return r - r % 2;
 }
 
 /* ---- the tensor table ---- */
@@ -43,6 +48,7 @@ void model_add_tensor(table_builder *tb, float **param, float **grad, enum init_
                       const char *name, int64_t d0, int64_t d1, int shard_dim, int blocks, int no_decay)
 {
     gpt_model *m = tb->m;
+    TD_ASSERT(shard_dim < 0 || ((shard_dim == 0 ? d0 : d1) / blocks) % tb->tp == 0);
     if (m->ntensors == tb->cap) {
         tb->cap = tb->cap ? 2 * tb->cap : 64;
         m->table = td_xrealloc(m->table, (size_t)tb->cap * sizeof *m->table);
@@ -61,9 +67,9 @@ void model_add_tensor(table_builder *tb, float **param, float **grad, enum init_
     size_t numel = (size_t)d0 * (size_t)(d1 ? d1 : 1);
     if (shard_dim >= 0) {
         int64_t block = (shard_dim == 0 ? d0 : d1) / blocks;
-        t->shard_len = block / m->tp;
-        t->shard_start = t->shard_len * m->ps->tp_rank;
-        numel = numel / (size_t)m->tp;
+        t->shard_len = block / tb->tp;
+        t->shard_start = t->shard_len * tb->tp_rank;
+        numel = numel / (size_t)tb->tp;
     }
     t->numel = numel;
     t->offset = m->numel;
@@ -133,7 +139,7 @@ static size_t acts_layout(gpt_model *m, gpt_acts *a, td_arena *ar)
     CARVE(&cv, a->input, float, BT * h);
     for (int l = 0; l < m->nlayers; l++) layer_acts_carve(&cv, m, &a->layers[l]);
     if (m->last) {
-        norm_acts_carve(&cv, &a->lnf, BT, (int)h);
+        norm_acts_carve(&cv, m, &a->lnf);
         CARVE(&cv, a->logits, float, BT * m->vocab_l);
         CARVE(&cv, a->losses, float, BT);
         CARVE(&cv, a->maxv, float, BT);
@@ -151,12 +157,45 @@ static size_t scratch_layout(gpt_model *m, struct gpt_scratch *s, td_arena *ar)
     CARVE(&cv, s->dres, float, BT * h);
     CARVE(&cv, s->dln, float, BT * h);
     CARVE(&cv, s->dtmp, float, BT * h);
-    CARVE(&cv, s->dqkv, float, BT * 3 * m->hidden_l);
-    CARVE(&cv, s->datty, float, BT * m->hidden_l);
-    CARVE(&cv, s->dfch, float, BT * m->ffn_l);
+    int gqa = gpt_gqa(&m->cfg);
+    CARVE(&cv, s->dqkv, float, BT * (gqa ? m->q_l : 3 * m->q_l));
+    if (gqa) CARVE(&cv, s->dkv, float, BT * 2 * m->kv_l);
+    CARVE(&cv, s->datty, float, BT * m->q_l);
+    CARVE(&cv, s->dfch, float, BT * (m->cfg.swiglu ? 2 : 1) * m->ffn_l);
     CARVE(&cv, s->dfch_gelu, float, BT * m->ffn_l);
     CARVE(&cv, s->dloss, float, BT);
     return cv.bytes;
+}
+
+/* The last stage's output layer: the untied output weight, or the copy of the word embedding
+ * that a tied model keeps on its last stage (same stream, so it starts equal). */
+static void head_tensor(table_builder *tb, gpt_model *m)
+{
+    int64_t h = m->cfg.hidden, V = m->cfg.padded_vocab;
+    int untied = m->cfg.untied;
+    model_add_tensor(tb, &m->p.head_w, &m->g.head_w, INIT_NORMAL, model_stream(-1, untied ? 5 : 1),
+                     untied ? "output_layer.weight" : "embedding.word.weight", V, h, 0, 1, 0);
+    if (!untied) m->table[m->ntensors - 1].embedding_copy = 1;
+}
+
+/* The whole model's logical tensors in the canonical order (see gpt_canonical_offset), built
+ * as a one-rank table into m (no buffers). */
+void gpt_logical_table(const gpt_config *cfg, gpt_model *m)
+{
+    memset(m, 0, sizeof *m);
+    m->cfg = *cfg;
+    m->tp = 1;
+    table_builder tb = {m, NULL, 0, 1, 0};
+    gpt_layer p, g;
+    float *w, *dw;
+    model_add_tensor(&tb, &w, &dw, INIT_NORMAL, 0, "embedding.word.weight", cfg->padded_vocab, cfg->hidden, 0, 1, 0);
+    if (cfg->pos == GPT_POS_LEARNED)
+        model_add_tensor(&tb, &w, &dw, INIT_NORMAL, 0, "embedding.position.weight", cfg->max_pos, cfg->hidden, -1, 1,
+                         0);
+    for (int l = 0; l < cfg->num_layers; l++) layer_tensors(&tb, l, &p, &g);
+    norm_tensors(&tb, -1, 3, "final_norm", &m->p.lnf, &m->g.lnf);
+    if (cfg->untied) head_tensor(&tb, m);
+    free(tb.slots);
 }
 
 gpt_model *gpt_create(const gpt_config *cfg, const ps_state *ps, const backend *be, int layer0, int nlayers,
@@ -171,9 +210,12 @@ gpt_model *gpt_create(const gpt_config *cfg, const ps_state *ps, const backend *
     m->first = layer0 == 0;
     m->last = layer0 + nlayers == cfg->num_layers;
     m->tp = ps->tp;
-    TD_ASSERT(cfg->heads % m->tp == 0 && cfg->ffn % m->tp == 0 && cfg->padded_vocab % m->tp == 0);
+    TD_ASSERT(cfg->heads % m->tp == 0 && gpt_groups(cfg) % m->tp == 0 && cfg->heads % gpt_groups(cfg) == 0 &&
+              cfg->ffn % m->tp == 0 && cfg->padded_vocab % m->tp == 0);
     m->heads_l = cfg->heads / m->tp;
-    m->hidden_l = cfg->hidden / m->tp;
+    m->groups_l = gpt_groups(cfg) / m->tp;
+    m->q_l = m->heads_l * gpt_head_dim(cfg);
+    m->kv_l = m->groups_l * gpt_head_dim(cfg);
     m->ffn_l = cfg->ffn / m->tp;
     m->vocab_l = cfg->padded_vocab / m->tp;
     m->vstart = m->vocab_l * ps->tp_rank;
@@ -181,16 +223,12 @@ gpt_model *gpt_create(const gpt_config *cfg, const ps_state *ps, const backend *
     m->max_inflight = max_inflight;
 
     /* the tensor table, in reverse backprop order */
-    table_builder tb = {m, NULL, 0};
-    int64_t h = cfg->hidden, V = cfg->padded_vocab;
+    table_builder tb = {m, NULL, 0, m->tp, ps->tp_rank};
     m->p.layers = td_xcalloc((size_t)nlayers, sizeof(gpt_layer));
     m->g.layers = td_xcalloc((size_t)nlayers, sizeof(gpt_layer));
     if (m->last) {
-        if (!m->first)
-            model_add_tensor(&tb, &m->p.head_w, &m->g.head_w, INIT_NORMAL, model_stream(-1, 1),
-                             "embedding.word.weight", V, h, 0, 1, 0);
+        if (cfg->untied || !m->first) head_tensor(&tb, m);
         norm_tensors(&tb, -1, 3, "final_norm", &m->p.lnf, &m->g.lnf);
-        if (!m->first) m->table[0].embedding_copy = 1;
     }
     for (int l = nlayers - 1; l >= 0; l--) layer_tensors(&tb, layer0 + l, &m->p.layers[l], &m->g.layers[l]);
     if (m->first) embedding_tensors(&tb, m);
@@ -202,7 +240,7 @@ gpt_model *gpt_create(const gpt_config *cfg, const ps_state *ps, const backend *
         *tb.slots[i].param = m->params + m->table[i].offset;
         *tb.slots[i].grad = m->grads + m->table[i].offset;
     }
-    if (m->last && m->first) {
+    if (m->last && m->first && !cfg->untied) {
         m->p.head_w = m->p.wte;
         m->g.head_w = m->g.wte;
     }

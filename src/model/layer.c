@@ -1,6 +1,8 @@
 /* A transformer layer composed of blocks (after Megatron, pre-norm):
  *   x ─ norm ─ attention ─ +bias, dropout, +x = res2
  *     ─ norm ─ MLP ─ +bias, dropout, +res2 = out
+ * The blocks choose their kind from the config (LayerNorm or RMSNorm; multi-head or
+ * grouped-query attention with or without rotary positions; GeLU or SwiGLU; biases or none).
  * See model_impl.h. */
 #include "model_impl.h"
 
@@ -22,10 +24,10 @@ void layer_acts_carve(carver *cv, const gpt_model *m, layer_acts *a)
 {
     int64_t BT = (int64_t)m->mbs * m->cfg.seq;
     int h = m->cfg.hidden;
-    norm_acts_carve(cv, &a->ln1, BT, h);
+    norm_acts_carve(cv, m, &a->ln1);
     attn_acts_carve(cv, m, &a->attn);
     CARVE(cv, a->res2, float, BT * h);
-    norm_acts_carve(cv, &a->ln2, BT, h);
+    norm_acts_carve(cv, m, &a->ln2);
     mlp_acts_carve(cv, m, &a->mlp);
     CARVE(cv, a->out, float, BT * h);
 }

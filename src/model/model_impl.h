@@ -22,6 +22,7 @@ typedef struct {
     gpt_model *m;
     tensor_slot *slots;
     int cap;
+    int tp, tp_rank; /* the slices taken: tp 1 gives the logical (whole) tensors */
 } table_builder;
 
 /* Philox stream of a logical tensor: (global layer, or -1 outside the layers; kind). */
@@ -48,9 +49,10 @@ struct gpt_scratch {
     float *dres;     /* (BT, h): gradient flowing down the residual stream */
     float *dln;      /* (BT, h): gradient of a norm output */
     float *dtmp;     /* (BT, h): gradient of a branch before dropout */
-    float *dqkv;     /* (BT, 3h/t) */
-    float *datty;    /* (BT, h/t) */
-    float *dfch;     /* (BT, f/t) */
+    float *dqkv;     /* (BT, 3nd/t); grouped-query attention: the queries', (BT, nd/t) */
+    float *dkv;      /* grouped-query attention: (BT, 2gd/t) */
+    float *datty;    /* (BT, nd/t) */
+    float *dfch;     /* (BT, f/t), SwiGLU (BT, 2f/t) */
     float *dfch_gelu;/* (BT, f/t) */
     float *dloss;    /* (BT) */
     float *host;     /* (BT) host memory: losses and d(loss) on their way across */
@@ -58,23 +60,27 @@ struct gpt_scratch {
 
 /* ---- blocks: tensors, activations, forward, backward (backward accumulates into grads) ---- */
 
-/* Norm (LayerNorm): out = norm(x) * w + b over the hidden size; replicated over tp. */
+/* Norm: LayerNorm, out = (x - mean) * rstd * w + b, or RMSNorm, out = x * rstd * w, over the
+ * hidden size; replicated over tp. */
 typedef struct {
-    float *out, *mean, *rstd; /* (BT, h), (BT), (BT) */
+    float *out, *mean, *rstd; /* (BT, h), (BT) LayerNorm only, (BT) */
 } norm_acts;
-/* Adds bias (stream kind) and weight (kind + 1) as "<prefix>.bias"/".weight". */
+/* Adds bias (stream kind; LayerNorm only) and weight (kind + 1) as "<prefix>.bias"/".weight". */
 void norm_tensors(table_builder *tb, int layer, int kind, const char *prefix, norm_params *p, norm_params *g);
-void norm_acts_carve(carver *cv, norm_acts *a, int64_t BT, int h);
+void norm_acts_carve(carver *cv, const gpt_model *m, norm_acts *a);
 void norm_fwd(const gpt_model *m, norm_acts *a, const norm_params *p, const float *x, int BT);
 /* dx += d(norm input) from dout; grads of w and b accumulate. */
 void norm_bwd(const gpt_model *m, float *dx, norm_params *g, const float *dout, const float *x, const norm_params *p,
               const norm_acts *a, int BT);
 
-/* Attention: QKV column-parallel (h -> 3h/t), causal attention on the n/t local heads, output
- * projection row-parallel (h/t -> h). The output bias is added by the layer (with dropout). */
+/* Attention: QKV column-parallel (h -> (n + 2g)d/t), rotary positions, causal attention on the
+ * n/t local heads, output projection row-parallel (nd/t -> h). The output bias is added by the
+ * layer (with dropout). */
 typedef struct {
-    float *qkv;  /* (BT, 3h/t) */
-    float *atty; /* (BT, h/t) */
+    float *q;    /* (BT, 3nd/t): [q | k | v] of the local heads, rotated; grouped-query
+                  * attention: the queries only (BT, nd/t) */
+    float *kv;   /* grouped-query attention: (BT, 2gd/t) [k | v] of the local groups */
+    float *atty; /* (BT, nd/t) */
     float *lse;  /* (B, n/t, s) */
 } attn_acts;
 void attn_tensors(table_builder *tb, int layer, attn_params *p, attn_params *g);
@@ -86,11 +92,11 @@ void attn_fwd(gpt_model *m, attn_acts *a, const attn_params *p, float *out, cons
 void attn_bwd(gpt_model *m, float *dx, attn_params *g, const float *dbranch, const attn_acts *a, const attn_params *p,
               const float *x, int B, const be_drop *d_att);
 
-/* MLP: fc column-parallel (h -> f/t) with bias and GeLU, fc2 row-parallel (f/t -> h); the fc2
- * bias is added by the layer (with dropout). */
+/* MLP: fc column-parallel (h -> f/t) with bias and GeLU, or (h -> 2f/t, gate and up) with
+ * SwiGLU; fc2 row-parallel (f/t -> h); the fc2 bias is added by the layer (with dropout). */
 typedef struct {
-    float *fch;      /* (BT, f/t): fc output before bias and GeLU */
-    float *fch_gelu; /* (BT, f/t) */
+    float *fch;      /* (BT, f/t): fc output before bias and GeLU; SwiGLU (BT, 2f/t) [gate | up] */
+    float *fch_gelu; /* (BT, f/t): the activation's output */
 } mlp_acts;
 void mlp_tensors(table_builder *tb, int layer, mlp_params *p, mlp_params *g);
 void mlp_acts_carve(carver *cv, const gpt_model *m, mlp_acts *a);
@@ -98,7 +104,8 @@ void mlp_fwd(gpt_model *m, mlp_acts *a, const mlp_params *p, float *out, const f
 void mlp_bwd(gpt_model *m, float *dx, mlp_params *g, const float *dbranch, const mlp_acts *a, const mlp_params *p,
              const float *x, int BT);
 
-/* Embedding: word (vocab-parallel) plus learned absolute positions, then dropout. */
+/* Embedding: word (vocab-parallel) plus learned absolute positions (when the model has them),
+ * then dropout. */
 void embedding_tensors(table_builder *tb, gpt_model *m);
 void embedding_fwd(gpt_model *m, float *out, const int32_t *ids, int B, const be_drop *d);
 /* From dout (BT, h; overwritten by the dropout backward). */

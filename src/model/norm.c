@@ -1,4 +1,4 @@
-/* Norm block (LayerNorm), replicated over tensor parallelism: see model_impl.h. */
+/* Norm block (LayerNorm or RMSNorm), replicated over tensor parallelism: see model_impl.h. */
 #include "model_impl.h"
 
 #include <stdio.h>
@@ -7,29 +7,36 @@ void norm_tensors(table_builder *tb, int layer, int kind, const char *prefix, no
 {
     int64_t h = tb->m->cfg.hidden;
     char n[64];
-    snprintf(n, sizeof n, "%s.bias", prefix);
-    model_add_tensor(tb, &p->b, &g->b, INIT_ZEROS, model_stream(layer, kind), n, h, 0, -1, 1, 1);
+    if (tb->m->cfg.norm == GPT_NORM_LAYERNORM) {
+        snprintf(n, sizeof n, "%s.bias", prefix);
+        model_add_tensor(tb, &p->b, &g->b, INIT_ZEROS, model_stream(layer, kind), n, h, 0, -1, 1, 1);
+    }
     snprintf(n, sizeof n, "%s.weight", prefix);
     model_add_tensor(tb, &p->w, &g->w, INIT_ONES, model_stream(layer, kind + 1), n, h, 0, -1, 1, 1);
 }
 
-void norm_acts_carve(carver *cv, norm_acts *a, int64_t BT, int h)
+void norm_acts_carve(carver *cv, const gpt_model *m, norm_acts *a)
 {
-    CARVE(cv, a->out, float, BT * h);
-    CARVE(cv, a->mean, float, BT);
+    int64_t BT = (int64_t)m->mbs * m->cfg.seq;
+    CARVE(cv, a->out, float, BT * m->cfg.hidden);
+    if (m->cfg.norm == GPT_NORM_LAYERNORM) CARVE(cv, a->mean, float, BT);
     CARVE(cv, a->rstd, float, BT);
 }
 
-/* eps 1e-5: GPT-2's and Megatron's default (--norm-epsilon), the only value the model takes so far. */
-#define NORM_EPS 1e-5f
-
 void norm_fwd(const gpt_model *m, norm_acts *a, const norm_params *p, const float *x, int BT)
 {
-    be_layernorm_fwd(m->be, a->out, a->mean, a->rstd, x, p->w, p->b, BT, m->cfg.hidden, NORM_EPS);
+    const gpt_config *c = &m->cfg;
+    if (c->norm == GPT_NORM_RMSNORM)
+        be_rmsnorm_fwd(m->be, a->out, a->rstd, x, p->w, BT, c->hidden, gpt_norm_eps(c));
+    else
+        be_layernorm_fwd(m->be, a->out, a->mean, a->rstd, x, p->w, p->b, BT, c->hidden, gpt_norm_eps(c));
 }
 
 void norm_bwd(const gpt_model *m, float *dx, norm_params *g, const float *dout, const float *x, const norm_params *p,
               const norm_acts *a, int BT)
 {
-    be_layernorm_bwd(m->be, dx, g->w, g->b, dout, x, p->w, a->mean, a->rstd, BT, m->cfg.hidden);
+    if (m->cfg.norm == GPT_NORM_RMSNORM)
+        be_rmsnorm_bwd(m->be, dx, g->w, dout, x, p->w, a->rstd, BT, m->cfg.hidden);
+    else
+        be_layernorm_bwd(m->be, dx, g->w, g->b, dout, x, p->w, a->mean, a->rstd, BT, m->cfg.hidden);
 }

@@ -46,7 +46,6 @@ static int readable_file(const char *flag, const char *path, const char *what, c
 int trainer_validate(const td_args *a, int world_size, char *msg, size_t msglen)
 {
     int tp = a->tensor_model_parallel_size, pp = a->pipeline_model_parallel_size;
-    int ffn = a->ffn_hidden_size ? a->ffn_hidden_size : 4 * a->hidden_size;
     int max_pos = a->max_position_embeddings ? a->max_position_embeddings : a->seq_length;
     if (a->data_path.n == 0) FAIL("--data-path is required (a dataset prefix from trident preprocess)");
     if (readable_file("--vocab-file", a->vocab_file, "GPT-2's vocab.json, to size the vocabulary", msg, msglen) ||
@@ -64,18 +63,13 @@ int trainer_validate(const td_args *a, int world_size, char *msg, size_t msglen)
     if (td_args_given(a, "--lr-warmup-iters") && td_args_given(a, "--lr-warmup-fraction"))
         FAIL("give at most one of --lr-warmup-iters and --lr-warmup-fraction");
     if (a->min_lr > a->lr) FAIL("--min-lr %g is larger than --lr %g", a->min_lr, a->lr);
-    if (a->hidden_size % a->num_attention_heads)
-        FAIL("--hidden-size %d is not divisible by --num-attention-heads %d", a->hidden_size, a->num_attention_heads);
     if (max_pos < a->seq_length)
         FAIL("--max-position-embeddings %d is smaller than --seq-length %d", max_pos, a->seq_length);
     if (world_size % (tp * pp))
         FAIL("the world size %d is not divisible by --tensor-model-parallel-size %d x "
              "--pipeline-model-parallel-size %d",
              world_size, tp, pp);
-    if (a->num_attention_heads % tp)
-        FAIL("--num-attention-heads %d is not divisible by --tensor-model-parallel-size %d", a->num_attention_heads,
-             tp);
-    if (ffn % tp) FAIL("--ffn-hidden-size %d is not divisible by --tensor-model-parallel-size %d", ffn, tp);
+    if (gpt_config_validate(a, tp, msg, msglen)) return -1;
     if (a->num_layers % pp)
         FAIL("--num-layers %d is not divisible by --pipeline-model-parallel-size %d", a->num_layers, pp);
     int vp = 1;
@@ -170,7 +164,7 @@ typedef struct {
 static void reduce_grads(run_state *r)
 {
     for (int c = 0; c < r->nchunks; c++) dp_buckets_finish(r->buckets[c]);
-    if (!r->ps->embd_group || comm_size(r->ps->embd_group) == 1) return;
+    if (!r->ps->embd_group || comm_size(r->ps->embd_group) == 1 || r->chunks[0]->cfg.untied) return;
     for (int c = 0; c < r->nchunks; c++) {
         gpt_model *m = r->chunks[c];
         float *g = m->first ? m->g.wte : (m->last ? m->g.head_w : NULL);
@@ -233,19 +227,10 @@ static gpt_config model_config(const td_args *a, const ps_state *ps)
     char err[512];
     bpe_tokenizer *tok = bpe_load(a->vocab_file, a->merge_file, err, sizeof err);
     if (!tok) td_fatal(1, "%s", err);
-    gpt_config c = {0};
-    c.num_layers = a->num_layers;
-    c.hidden = a->hidden_size;
-    c.heads = a->num_attention_heads;
-    c.ffn = a->ffn_hidden_size ? a->ffn_hidden_size : 4 * a->hidden_size;
-    c.seq = a->seq_length;
-    c.max_pos = a->max_position_embeddings ? a->max_position_embeddings : a->seq_length;
+    gpt_config c;
+    gpt_config_from_args(&c, a);
     c.vocab = bpe_vocab_size(tok);
     c.padded_vocab = gpt_padded_vocab(c.vocab, a->make_vocab_size_divisible_by, ps->tp);
-    c.init_std = (float)a->init_method_std;
-    c.hidden_dropout = (float)a->hidden_dropout;
-    c.attn_dropout = (float)a->attention_dropout;
-    c.seed = (uint64_t)a->seed;
     bpe_free(tok);
     return c;
 }
@@ -336,8 +321,9 @@ static void setup(run_state *r, const td_args *a, comm *world)
         TD_INFO("trident %s: world %d = tp %d x pp %d x dp %d, backend %s, schedule %s (%d chunk%s per rank)",
                 TRIDENT_VERSION, ps->world_size, ps->tp, ps->pp, ps->dp, r->be->ops->name,
                 pp_schedule_name(r->schedule), r->nchunks, r->nchunks > 1 ? "s" : "");
-        TD_INFO("model: %d layers, hidden %d, heads %d, ffn %d, seq %d, vocab %d (padded %d): %.2fM parameters",
-                c.num_layers, c.hidden, c.heads, c.ffn, c.seq, c.vocab, c.padded_vocab,
+        char arch[320];
+        gpt_config_describe(&c, arch, sizeof arch);
+        TD_INFO("model: %s; seq %d, vocab %d (padded %d): %.2fM parameters", arch, c.seq, c.vocab, c.padded_vocab,
                 (double)gpt_num_params(&c) / 1e6);
         TD_INFO("batch: micro %d x %d micro-batches x dp %d = global %d; %lld iterations", a->micro_batch_size,
                 r->num_micro, ps->dp, r->gbs, (long long)r->train_iters);
@@ -396,7 +382,7 @@ static void check_replicas(run_state *r)
         }
         /* the first stage's word embedding against the last stage's copy */
         float *w = m->first ? mine + (m->p.wte - m->params) : m->last ? mine + (m->p.head_w - m->params) : NULL;
-        if (w && r->ps->embd_group && comm_size(r->ps->embd_group) > 1) {
+        if (w && !m->cfg.untied && r->ps->embd_group && comm_size(r->ps->embd_group) > 1) {
             size_t n = (size_t)m->vocab_l * m->cfg.hidden;
             memcpy(ref, w, n * sizeof(float));
             comm_bcast(r->ps->embd_group, ref, n, COMM_F32, 0);

@@ -43,21 +43,24 @@ function(trident_layout name np tp mbs)
   set(cmd ${TD_MPIRUN} -np ${np} $<TARGET_FILE:trident> train ${LAYOUT_TRAIN}
     --tensor-model-parallel-size ${tp} --make-vocab-size-divisible-by ${div} --micro-batch-size ${mbs}
     --metrics-file ${out}.jsonl --dump-params ${out}.params ${ARGN})
-  if(name STREQUAL "baseline")
-    add_test(NAME parallel/layout_baseline COMMAND bash -c "rm -f ${out}.jsonl && \"$@\" > ${out}.log 2>&1 || { cat ${out}.log; exit 1; }" _ ${cmd})
-    set_tests_properties(parallel/layout_baseline PROPERTIES FIXTURES_SETUP layouts_baseline
+  set(cmd ${cmd} ${LAYOUT_ARCH})
+  if(name STREQUAL "${LAYOUT_BASE}")
+    add_test(NAME parallel/layout_${name} COMMAND bash -c "rm -f ${out}.jsonl && \"$@\" > ${out}.log 2>&1 || { cat ${out}.log; exit 1; }" _ ${cmd})
+    set_tests_properties(parallel/layout_${name} PROPERTIES FIXTURES_SETUP layouts_${name}
       FIXTURES_REQUIRED layouts_data)
   else()
     add_test(NAME parallel/layout_${name} COMMAND bash -c
       "rm -f ${out}.jsonl && \"$@\" > ${out}.log 2>&1 || { cat ${out}.log; exit 1; }; \
        grep -q 'every replica is bitwise the same' ${out}.log || { echo 'no replica check in the log'; exit 1; }; \
-       $<TARGET_FILE:compare_runs> ${LAYOUT_DIR}/baseline.jsonl ${out}.jsonl ${LAYOUT_DIR}/baseline.params ${out}.params 1e-5"
+       $<TARGET_FILE:compare_runs> ${LAYOUT_DIR}/${LAYOUT_BASE}.jsonl ${out}.jsonl ${LAYOUT_DIR}/${LAYOUT_BASE}.params ${out}.params 1e-5"
       _ ${cmd})
-    set_tests_properties(parallel/layout_${name} PROPERTIES FIXTURES_REQUIRED "layouts_data;layouts_baseline")
+    set_tests_properties(parallel/layout_${name} PROPERTIES FIXTURES_REQUIRED "layouts_data;layouts_${LAYOUT_BASE}")
   endif()
   set_tests_properties(parallel/layout_${name} PROPERTIES ENVIRONMENT "${env}" TIMEOUT 300)
 endfunction()
 
+set(LAYOUT_ARCH "")
+set(LAYOUT_BASE baseline)
 trident_layout(baseline 1 1 2)
 trident_layout(mbs1 1 1 1)
 trident_layout(tp2 2 2 2)
@@ -82,3 +85,15 @@ add_test(NAME parallel/failures COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/failures.
   ${LAYOUT_DATA} ${TRIDENT_SHARED_DATA}/gpt2/vocab.json ${TRIDENT_SHARED_DATA}/gpt2/merges.txt)
 set_tests_properties(parallel/failures PROPERTIES FIXTURES_REQUIRED layouts_data ENVIRONMENT "${TD_MPI_ENV}"
   TIMEOUT 240)
+
+# A Llama-shaped model: RMSNorm, rotary positions, SwiGLU, 4 heads in 2 query groups, no biases,
+# an untied output layer (on the last stage only), against its own one-rank run.
+set(LAYOUT_ARCH --normalization RMSNorm --position-embedding-type rope --swiglu --ffn-hidden-size 128
+  --group-query-attention --num-query-groups 2 --disable-bias-linear --untie-embeddings-and-output-weights)
+set(LAYOUT_BASE llama_baseline)
+trident_layout(llama_baseline 1 1 2)
+trident_layout(llama_tp2 2 2 2)
+trident_layout(llama_pp2_vp2 2 1 1 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 2)
+trident_layout(llama_dp2 2 1 2)
+trident_layout(llama_tp2_pp2_dp2 8 2 1 --pipeline-model-parallel-size 2)
+trident_layout(llama_tp2_pp2_vp2 4 2 1 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1)

@@ -228,12 +228,14 @@ static void attention(void **state)
     for (int k = 0; k < 2; k++) {
         be_drop drop = {.p = k ? 0.2f : 0.0f, .seed = 5, .sample = sample, .site = 3, .pos0 = 0, .unit0 = 2};
         memcpy(d2, d1, nqkv * sizeof(float));
-        be_attention_fwd(p->one, o1, l1, qkv, B, T, NH, HS, &drop);
-        be_attention_fwd(p->many, o2, l2, qkv, B, T, NH, HS, &drop);
+        be_attention_fwd(p->one, o1, l1, qkv, qkv + CA, qkv + 2 * CA, 3 * CA, 3 * CA, B, T, NH, NH, HS, &drop);
+        be_attention_fwd(p->many, o2, l2, qkv, qkv + CA, qkv + 2 * CA, 3 * CA, 3 * CA, B, T, NH, NH, HS, &drop);
         same(k ? "attention_fwd (dropout)" : "attention_fwd", o1, o2, nout);
         same(k ? "attention_fwd lse (dropout)" : "attention_fwd lse", l1, l2, (size_t)B * NH * T);
-        be_attention_bwd(p->one, d1, dout, qkv, l1, B, T, NH, HS, &drop);
-        be_attention_bwd(p->many, d2, dout, qkv, l1, B, T, NH, HS, &drop);
+        be_attention_bwd(p->one, d1, d1 + CA, d1 + 2 * CA, dout, qkv, qkv + CA, qkv + 2 * CA, l1, 3 * CA, 3 * CA, B,
+                         T, NH, NH, HS, &drop);
+        be_attention_bwd(p->many, d2, d2 + CA, d2 + 2 * CA, dout, qkv, qkv + CA, qkv + 2 * CA, l1, 3 * CA, 3 * CA,
+                         B, T, NH, NH, HS, &drop);
         same(k ? "attention_bwd (dropout)" : "attention_bwd", d1, d2, nqkv);
     }
     free(qkv), free(dout), free(o1), free(o2), free(l1), free(l2), free(d1), free(d2);

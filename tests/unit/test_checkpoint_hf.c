@@ -396,7 +396,8 @@ static void import_matches_reference(void **state)
 static void export_matches_reference_and_round_trips(void **state)
 {
     (void)state;
-    gpt_config c = {L, H, NH, F, T, P, V, gpt_padded_vocab(V, 8, 1), 0.3f, 0, 0, 99};
+    gpt_config c = {.num_layers = L, .hidden = H, .heads = NH, .ffn = F, .seq = T, .max_pos = P, .vocab = V,
+                    .padded_vocab = gpt_padded_vocab(V, 8, 1), .init_std = 0.3f, .seed = 99};
     gpt_model *m = gpt_create(&c, g_ps, g_be, 0, L, 1, 1);
     char ck[600], hfdir[600], back[600], err[1024] = "";
     sub(ck, sizeof ck, "export_ckpt");
