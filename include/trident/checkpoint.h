@@ -139,7 +139,8 @@ typedef struct ckpt_save_stats {
  * progress, model config and `args_json`), fsyncs the folder, renames it to iter_NNNNNNN
  * (exchanging it with an old one of that iteration), and replaces DIR/CKPT_LATEST by an atomic
  * rename. keep_last > 0 then removes all but the keep_last newest checkpoints at or below this
- * iteration. An I/O error ends the job naming the file; the previous checkpoint stays intact.
+ * iteration. An I/O error ends the job naming the file, after removing the partial iter_NNNNNNN.tmp;
+ * the previous checkpoint stays intact.
  * The environment variable TRIDENT_TEST_SAVE_DELAY_MS (tests only) sleeps that long after each
  * shard and before the renames. */
 void ckpt_save(const char *dir, const ckpt_model *m, const ckpt_progress *p, const char *args_json, int keep_last,

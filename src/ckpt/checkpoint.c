@@ -16,6 +16,7 @@
 #include <fcntl.h>
 #include <errno.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -183,6 +184,50 @@ static void save_delay(void)
     }
 }
 
+/* What a failed save leaves to fall back on: the checkpoint DIR's latest file names, if any. */
+static void describe_previous(char *out, size_t len, const char *dir)
+{
+    char latest[4200];
+    ckf_join(latest, sizeof latest, dir, CKPT_LATEST);
+    char *text = ckf_read_text(latest, NULL, 1 << 12);
+    char *end = NULL;
+    long long it = text ? strtoll(text, &end, 10) : -1;
+    if (text && end != text && it >= 0) {
+        char prev[4200];
+        ckpt_iter_dir(prev, sizeof prev, dir, it);
+        snprintf(out, len, "the previous checkpoint %s (iteration %lld) is untouched", prev, it);
+    } else {
+        snprintf(out, len, "there is no earlier checkpoint in %s to fall back on", dir);
+    }
+    free(text);
+}
+
+/* Ends the job after a save failed with errno `e` before the new checkpoint was renamed into
+ * place: removes the partial DIR/iter_N.tmp (a full disk must not stay full), says what is left
+ * and what to do. Any writer rank may call it; the others are brought down by the abort. */
+static _Noreturn void save_fail(const char *dir, const char *tmp, int e, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static _Noreturn void save_fail(const char *dir, const char *tmp, int e, const char *fmt, ...)
+{
+    char what[2048], prev[4400], removed[4400] = "";
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    if (ckf_exists(tmp)) {
+        int rc = -1;
+        for (int k = 0; k < 3 && rc != 0; k++) rc = ckf_remove_tree(tmp); /* other writers may still add files */
+        snprintf(removed, sizeof removed, rc == 0 ? "; removed the partial %s" : "; could not remove the partial %s",
+                 tmp);
+    }
+    describe_previous(prev, sizeof prev, dir);
+    if (e == ENOSPC || e == EDQUOT)
+        td_fatal(1, "saving the checkpoint into %s failed: %s%s; %s. Free space on its file system (df %s) or save "
+                 "elsewhere", dir, what, removed, prev, dir);
+    td_fatal(1, "saving the checkpoint into %s failed: %s%s; %s. Check that %s is writable and its file system healthy",
+             dir, what, removed, prev, dir);
+}
+
 static int fsync_file(const char *path)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -196,7 +241,7 @@ static int fsync_file(const char *path)
 
 /* Writes this rank's model shard (optimizer = 0) or optimizer shard (1) into folder tmp.
  * Returns its size in bytes. */
-static uint64_t write_shard(const char *tmp, const ckpt_model *m, int optimizer)
+static uint64_t write_shard(const char *dir, const char *tmp, const ckpt_model *m, int optimizer)
 {
     const ps_state *ps = m->ps;
     shard s = {0};
@@ -235,11 +280,9 @@ static uint64_t write_shard(const char *tmp, const ckpt_model *m, int optimizer)
     double t0 = td_now();
     st_source src = {shard_read, shard_done, &s};
     if (st_write_stream(path, s.e, s.n, keys, vals, nmeta, &src, 0, err, sizeof err))
-        td_fatal(1, "saving the checkpoint: %s (the previous checkpoint is untouched)", err);
+        save_fail(dir, tmp, errno, "%s", err);
     double t1 = td_now();
-    if (fsync_file(path) != 0)
-        td_fatal(1, "saving the checkpoint: cannot fsync %s: %s (the previous checkpoint is untouched)", path,
-                 td_strerror(errno));
+    if (fsync_file(path) != 0) save_fail(dir, tmp, errno, "cannot fsync %s: %s", path, td_strerror(errno));
     TD_DEBUG("%s: written in %.2f s, fsynced in %.2f s", fname, t1 - t0, td_now() - t1);
     struct stat sb;
     uint64_t bytes = stat(path, &sb) == 0 ? (uint64_t)sb.st_size : 0;
@@ -262,7 +305,8 @@ static double float_value(float f)
     return strtod(buf, NULL);
 }
 
-static cJSON *meta_json(const ckpt_model *m, const ckpt_progress *p, const char *args_json, const char *tmp)
+static cJSON *meta_json(const ckpt_model *m, const ckpt_progress *p, const char *args_json, const char *dir,
+                        const char *tmp)
 {
     const ps_state *ps = m->ps;
     const gpt_config *c = &m->chunks[0]->cfg;
@@ -319,7 +363,7 @@ static cJSON *meta_json(const ckpt_model *m, const ckpt_progress *p, const char 
                 ckf_join(path, sizeof path, tmp, name);
                 struct stat sb;
                 if (stat(path, &sb) != 0)
-                    td_fatal(1, "saving the checkpoint: shard %s was not written: %s", path, td_strerror(errno));
+                    save_fail(dir, tmp, errno, "shard %s was not written: %s", path, td_strerror(errno));
                 cJSON *f = cJSON_CreateObject();
                 cJSON_AddStringToObject(f, "name", name);
                 cJSON_AddStringToObject(f, "kind", opt ? "optimizer" : "model");
@@ -377,7 +421,9 @@ static void remove_stale(const char *dir)
         char path[4200];
         ckf_join(path, sizeof path, dir, e->d_name);
         TD_INFO("removing %s, left by an interrupted save", path);
-        if (ckf_remove_tree(path) != 0) td_fatal(1, "cannot remove %s: %s", path, td_strerror(errno));
+        if (ckf_remove_tree(path) != 0)
+            td_fatal(1, "--save: cannot remove %s, left by an interrupted save: %s; remove it by hand", path,
+                     td_strerror(errno));
     }
     closedir(d);
 }
@@ -385,7 +431,7 @@ static void remove_stale(const char *dir)
 static void commit(const char *dir, const char *tmp, const char *final, const ckpt_model *m, const ckpt_progress *p,
                    const char *args_json)
 {
-    cJSON *meta = meta_json(m, p, args_json, tmp);
+    cJSON *meta = meta_json(m, p, args_json, dir, tmp);
     char *text = cJSON_Print(meta);
     cJSON_Delete(meta);
     char path[4200];
@@ -394,9 +440,9 @@ static void commit(const char *dir, const char *tmp, const char *final, const ck
     text = td_xrealloc(text, n + 2);
     text[n++] = '\n';
     if (ckf_write_atomic(path, text, n) != 0)
-        td_fatal(1, "saving the checkpoint: cannot write %s: %s", path, td_strerror(errno));
+        save_fail(dir, tmp, errno, "cannot write %s: %s", path, td_strerror(errno));
     free(text);
-    if (ckf_fsync_dir(tmp) != 0) td_fatal(1, "saving the checkpoint: cannot fsync %s: %s", tmp, td_strerror(errno));
+    if (ckf_fsync_dir(tmp) != 0) save_fail(dir, tmp, errno, "cannot fsync %s: %s", tmp, td_strerror(errno));
     save_delay();
     if (ckf_is_dir(final)) {
         /* an older save of this iteration: swap atomically, then remove the old one */
@@ -411,17 +457,22 @@ static void commit(const char *dir, const char *tmp, const char *final, const ck
                 td_fatal(1, "saving the checkpoint: cannot replace %s: %s", final, td_strerror(errno));
             if (ckf_remove_tree(old) != 0) td_warn("cannot remove the replaced %s: %s", old, td_strerror(errno));
         } else {
-            td_fatal(1, "saving the checkpoint: cannot replace %s: %s", final, td_strerror(errno));
+            save_fail(dir, tmp, errno, "cannot replace %s: %s", final, td_strerror(errno));
         }
     } else if (rename(tmp, final) != 0) {
-        td_fatal(1, "saving the checkpoint: cannot rename %s to %s: %s", tmp, final, td_strerror(errno));
+        save_fail(dir, tmp, errno, "cannot rename %s to %s: %s", tmp, final, td_strerror(errno));
     }
-    if (ckf_fsync_dir(dir) != 0) td_fatal(1, "saving the checkpoint: cannot fsync %s: %s", dir, td_strerror(errno));
+    if (ckf_fsync_dir(dir) != 0)
+        td_fatal(1, "saving the checkpoint: %s is in place but fsync of %s failed: %s; %s still names the previous "
+                 "checkpoint: check the file system before trusting %s", final, dir, td_strerror(errno), CKPT_LATEST,
+                 final);
     char latest[4200], it[32];
     ckf_join(latest, sizeof latest, dir, CKPT_LATEST);
     int k = snprintf(it, sizeof it, "%lld\n", (long long)p->iteration);
     if (ckf_write_atomic(latest, it, (size_t)k) != 0)
-        td_fatal(1, "saving the checkpoint: cannot write %s: %s", latest, td_strerror(errno));
+        td_fatal(1, "saving the checkpoint: %s is complete but %s could not be updated (%s) and still names the "
+                 "previous checkpoint: free space (df %s), then load %s explicitly or fix %s", final, latest,
+                 td_strerror(errno), dir, final, CKPT_LATEST);
 }
 
 void ckpt_save(const char *dir, const ckpt_model *m, const ckpt_progress *p, const char *args_json, int keep_last,
@@ -435,15 +486,15 @@ void ckpt_save(const char *dir, const ckpt_model *m, const ckpt_progress *p, con
     if (ps->world_rank == 0) {
         if (ckf_mkdirs(dir) != 0) td_fatal(1, "--save %s: cannot create the folder: %s", dir, td_strerror(errno));
         remove_stale(dir);
-        if (mkdir(tmp, 0755) != 0) td_fatal(1, "--save: cannot create %s: %s", tmp, td_strerror(errno));
+        if (mkdir(tmp, 0755) != 0) save_fail(dir, tmp, errno, "cannot create %s: %s", tmp, td_strerror(errno));
     }
     comm_barrier(ps->world);
     int64_t bytes = 0;
     if (ps->dp_rank == 0) {
-        bytes += (int64_t)write_shard(tmp, m, 0);
+        bytes += (int64_t)write_shard(dir, tmp, m, 0);
         save_delay();
         if (m->adam_m) {
-            bytes += (int64_t)write_shard(tmp, m, 1);
+            bytes += (int64_t)write_shard(dir, tmp, m, 1);
             save_delay();
         }
     }
