@@ -93,6 +93,7 @@ typedef struct td_args {
     char *load;
     int no_load_optim;
     int no_load_rng;
+    int use_checkpoint_args;
     int finetune;
     int keep_last;
     int64_t exit_interval;
@@ -113,6 +114,11 @@ typedef struct td_args {
 int td_args_parse(td_args *a, unsigned cmd, const char *prog, int argc, char **argv, int first);
 /* Fills every default for `cmd` (what td_args_parse starts from). */
 void td_args_defaults(td_args *a, unsigned cmd);
+/* The value of numeric flag `flag` (int or float) in *v: 0, or -1 when it is no such flag. */
+int td_args_get_number(const td_args *a, const char *flag, double *v);
+/* Sets numeric flag `flag` to v (not marking it given): 0, or -1 when it is no such flag or v is
+ * outside its range. */
+int td_args_set_number(td_args *a, const char *flag, double v);
 /* 1 if `flag` (e.g. "--train-iters") was given on the command line. */
 int td_args_given(const td_args *a, const char *flag);
 /* Every flag `cmd` takes with its value (defaults included) as the text of one JSON object,

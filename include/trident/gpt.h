@@ -30,6 +30,37 @@ typedef struct gpt_config {
 /* Megatron's padding: the smallest multiple of divisible_by * tp that is >= vocab. */
 int gpt_padded_vocab(int vocab, int divisible_by, int tp);
 
+/* The model settings a checkpoint stores, in one table (meta.json's "model" section, under
+ * Megatron's argument names): written and read by the checkpoint code, shown by `trident
+ * checkpoint info`, held against the flags by the trainer. */
+typedef enum {
+    GPT_KEY_ARCH,    /* fixes tensor shapes: the flag must agree, or the value comes from the checkpoint */
+    GPT_KEY_VOCAB,   /* the tokenizer's vocabulary (--vocab-file): must agree */
+    GPT_KEY_PADDING, /* the padded vocabulary: may differ (rows are copied or dropped on load) */
+    GPT_KEY_RUN,     /* a run setting (sequence length): taken from the checkpoint when its flag is not given */
+    GPT_KEY_RECORD,  /* recorded for reference only (init, dropout) */
+} gpt_key_kind;
+
+typedef struct gpt_config_key {
+    const char *key;  /* in meta.json and Megatron's args */
+    const char *flag; /* the flag of `trident train` that sets it */
+    gpt_key_kind kind;
+    int is_float;     /* a float field of gpt_config, else an int one */
+    size_t offset;    /* of the field in gpt_config */
+    double lo, hi;    /* valid range */
+} gpt_config_key;
+
+extern const gpt_config_key GPT_CONFIG_KEYS[];
+extern const int GPT_NCONFIG_KEYS;
+double gpt_config_get(const gpt_config *c, const gpt_config_key *k);
+void gpt_config_set(gpt_config *c, const gpt_config_key *k, double v);
+
+/* Logical tensor i of the whole model in canonical order (see gpt_canonical_offset): writes its
+ * name, its logical shape ((d0) with shape[1] = 0, or (d0, d1)) and, when keys is not NULL, the
+ * GPT_CONFIG_KEYS key each dimension comes from; returns its ndim, 0 when i is past the last
+ * (there are 4 + 12 L). */
+int gpt_logical_tensor(const gpt_config *cfg, int i, char *name, size_t len, int64_t shape[2], const char *keys[2]);
+
 /* Pointers to one layer's tensors (parameters, or their gradients), TP-local shapes. */
 typedef struct gpt_layer {
     float *ln1_w, *ln1_b; /* (h) */

@@ -13,6 +13,7 @@
 #include "trident/checkpoint.h"
 
 #include <dirent.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <errno.h>
 #include <math.h>
@@ -334,17 +335,11 @@ static cJSON *meta_json(const ckpt_model *m, const ckpt_progress *p, const char 
     cJSON_AddNumberToObject(lay, "world_size", ps->world_size);
     cJSON *mod = cJSON_AddObjectToObject(o, "model");
     cJSON_AddStringToObject(mod, "architecture", "gpt2");
-    cJSON_AddNumberToObject(mod, "num_layers", c->num_layers);
-    cJSON_AddNumberToObject(mod, "hidden_size", c->hidden);
-    cJSON_AddNumberToObject(mod, "num_attention_heads", c->heads);
-    cJSON_AddNumberToObject(mod, "ffn_hidden_size", c->ffn);
-    cJSON_AddNumberToObject(mod, "max_position_embeddings", c->max_pos);
-    cJSON_AddNumberToObject(mod, "vocab_size", c->vocab);
-    cJSON_AddNumberToObject(mod, "padded_vocab_size", c->padded_vocab);
-    cJSON_AddNumberToObject(mod, "seq_length", c->seq);
-    cJSON_AddNumberToObject(mod, "init_method_std", float_value(c->init_std));
-    cJSON_AddNumberToObject(mod, "hidden_dropout", float_value(c->hidden_dropout));
-    cJSON_AddNumberToObject(mod, "attention_dropout", float_value(c->attn_dropout));
+    for (int k = 0; k < GPT_NCONFIG_KEYS; k++) {
+        const gpt_config_key *key = &GPT_CONFIG_KEYS[k];
+        double v = gpt_config_get(c, key);
+        cJSON_AddNumberToObject(mod, key->key, key->is_float ? float_value((float)v) : v);
+    }
     cJSON_AddNumberToObject(mod, "layernorm_epsilon", 1e-5);
     if (m->adam_m) {
         cJSON *opt = cJSON_AddObjectToObject(o, "optimizer");
@@ -377,31 +372,56 @@ static cJSON *meta_json(const ckpt_model *m, const ckpt_progress *p, const char 
     return o;
 }
 
+/* The iteration an iter_NNNNNNN folder's name says (the last path component), or -1. */
+static int64_t iter_of_name(const char *path)
+{
+    size_t n = strlen(path);
+    while (n > 1 && path[n - 1] == '/') n--;
+    size_t b = n;
+    while (b > 0 && path[b - 1] != '/') b--;
+    if (n - b < 6 || strncmp(path + b, "iter_", 5) != 0) return -1;
+    int64_t v = 0;
+    for (size_t i = b + 5; i < n; i++) {
+        if (path[i] < '0' || path[i] > '9' || v > (INT64_MAX - 9) / 10) return -1;
+        v = v * 10 + (path[i] - '0');
+    }
+    return v;
+}
+
+/* The iterations of the checkpoint folders (iter_NNNNNNN, not *.tmp or *.old) in dir, newest
+ * first. Returns how many; *its is malloc'd (NULL when none). */
+static int list_iters(const char *dir, int64_t **its)
+{
+    *its = NULL;
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        int64_t v = iter_of_name(e->d_name);
+        char path[4400];
+        ckf_join(path, sizeof path, dir, e->d_name);
+        if (v < 0 || !ckf_is_dir(path)) continue;
+        *its = td_xrealloc(*its, (size_t)(n + 1) * sizeof **its);
+        (*its)[n++] = v;
+    }
+    closedir(d);
+    for (int i = 0; i < n; i++)
+        for (int k = i + 1; k < n; k++)
+            if ((*its)[k] > (*its)[i]) {
+                int64_t t = (*its)[i];
+                (*its)[i] = (*its)[k];
+                (*its)[k] = t;
+            }
+    return n;
+}
+
 /* Removes all but the keep_last newest checkpoints with iteration <= `iteration`. */
 static void prune(const char *dir, int64_t iteration, int keep_last)
 {
-    DIR *d = opendir(dir);
-    if (!d) return;
-    int64_t *its = NULL;
-    int n = 0;
-    for (struct dirent *e; (e = readdir(d));) {
-        const char *s = e->d_name;
-        if (strncmp(s, "iter_", 5) != 0 || strlen(s) < 12) continue;
-        char *end;
-        long long v = strtoll(s + 5, &end, 10);
-        if (*end || s[5] < '0' || s[5] > '9' || v > iteration) continue;
-        its = td_xrealloc(its, (size_t)(n + 1) * sizeof *its);
-        its[n++] = v;
-    }
-    closedir(d);
-    for (int i = 0; i < n; i++) /* newest first */
-        for (int k = i + 1; k < n; k++)
-            if (its[k] > its[i]) {
-                int64_t t = its[i];
-                its[i] = its[k];
-                its[k] = t;
-            }
-    for (int i = keep_last; i < n; i++) {
+    int64_t *its;
+    int n = list_iters(dir, &its), kept = 0;
+    for (int i = 0; i < n; i++) { /* newest first */
+        if (its[i] > iteration || kept++ < keep_last) continue;
         char path[4200];
         ckpt_iter_dir(path, sizeof path, dir, its[i]);
         if (ckf_remove_tree(path) != 0) td_warn("--keep-last: cannot remove %s: %s", path, td_strerror(errno));
@@ -535,38 +555,42 @@ static int get_int(const cJSON *o, const char *key, int64_t *v)
     return 0;
 }
 
-int ckpt_find(const char *path, ckpt_meta *out, char *err, size_t errlen)
+static int same_folder(const char *a, const char *b)
+{
+    char ra[PATH_MAX], rb[PATH_MAX];
+    return realpath(a, ra) && realpath(b, rb) && strcmp(ra, rb) == 0;
+}
+
+int ckpt_check_save_dir(const char *dir, int64_t start, const char *loaded, char *err, size_t errlen)
+{
+    int64_t *its;
+    int n = list_iters(dir, &its), rc = 0;
+    for (int i = 0; i < n && rc == 0; i++) {
+        char path[4200];
+        ckpt_iter_dir(path, sizeof path, dir, its[i]);
+        if (its[i] < start || (its[i] == start && loaded && same_folder(path, loaded))) continue;
+        if (loaded)
+            snprintf(err, errlen, "--save %s already holds %s, which this run did not load (it continues from %s at "
+                     "iteration %lld): its saves would replace or outdate it. Move it away, save elsewhere, or load "
+                     "it", dir, path, loaded, (long long)start);
+        else
+            snprintf(err, errlen, "--save %s already holds %s and this run starts from scratch: its saves would "
+                     "replace it. Load it with --load %s, move it away, or save elsewhere", dir, path, dir);
+        rc = -1;
+    }
+    free(its);
+    return rc;
+}
+
+/* Reads and checks the meta.json of the iteration folder iter_dir, and every shard header
+ * against it (see ckpt_find). */
+static int read_meta(const char *iter_dir, ckpt_meta *out, char *err, size_t errlen)
 {
     memset(out, 0, sizeof *out);
     cJSON *root = NULL;
     char *text = NULL;
-    char mpath[4200], iter_dir[4200];
-    if (!ckf_is_dir(path)) return 1;
-    ckf_join(mpath, sizeof mpath, path, "meta.json");
-    if (ckf_exists(mpath)) {
-        snprintf(iter_dir, sizeof iter_dir, "%s", path);
-    } else {
-        char lpath[4200];
-        ckf_join(lpath, sizeof lpath, path, CKPT_LATEST);
-        if (!ckf_exists(lpath)) return 1;
-        text = ckf_read_text(lpath, NULL, 1 << 12);
-        if (!text) FAIL("cannot read %s: %s", lpath, td_strerror(errno));
-        char *end;
-        long long it = strtoll(text, &end, 10);
-        while (*end == '\n' || *end == ' ' || *end == '\r') end++;
-        if (end == text || *end || it < 0) {
-            for (char *q = text; *q; q++)
-                if ((unsigned char)*q < 0x20) *q = ' ';
-            FAIL("%s does not hold an iteration number (it holds '%.40s'); fix or remove it", lpath, text);
-        }
-        free(text);
-        text = NULL;
-        ckpt_iter_dir(iter_dir, sizeof iter_dir, path, it);
-        ckf_join(mpath, sizeof mpath, iter_dir, "meta.json");
-        if (!ckf_exists(mpath))
-            FAIL("%s names iteration %lld but %s is missing: the checkpoint was removed or never completed", lpath,
-                 it, mpath);
-    }
+    char mpath[4200];
+    ckf_join(mpath, sizeof mpath, iter_dir, "meta.json");
     size_t len;
     text = ckf_read_text(mpath, &len, (size_t)1 << 26);
     if (!text) FAIL("cannot read %s: %s", mpath, td_strerror(errno));
@@ -592,6 +616,10 @@ int ckpt_find(const char *path, ckpt_meta *out, char *err, size_t errlen)
     const cJSON *seed = rng ? cJSON_GetObjectItemCaseSensitive(rng, "seed") : NULL;
     if (!cJSON_IsString(seed)) FAIL("%s: rng.seed is missing", mpath);
     out->progress.seed = strtoull(seed->valuestring, NULL, 10);
+    int64_t named = iter_of_name(iter_dir);
+    if (named >= 0 && named != out->progress.iteration)
+        FAIL("%s: iteration is %lld but the folder is iter_%07lld: meta.json was edited or the folder renamed; "
+             "restore one to match the other", mpath, (long long)out->progress.iteration, (long long)named);
 
     const cJSON *lay = cJSON_GetObjectItemCaseSensitive(root, "layout");
     int64_t tp, pp, dp, vp;
@@ -602,23 +630,30 @@ int ckpt_find(const char *path, ckpt_meta *out, char *err, size_t errlen)
     out->tp = (int)tp, out->pp = (int)pp, out->dp = (int)dp, out->vp = (int)vp;
 
     const cJSON *mod = cJSON_GetObjectItemCaseSensitive(root, "model");
-    int64_t L, h, n, f, mp, V, PV, S;
-    double std, hd, ad;
-    if (!mod || get_int(mod, "num_layers", &L) || get_int(mod, "hidden_size", &h) ||
-        get_int(mod, "num_attention_heads", &n) || get_int(mod, "ffn_hidden_size", &f) ||
-        get_int(mod, "max_position_embeddings", &mp) || get_int(mod, "vocab_size", &V) ||
-        get_int(mod, "padded_vocab_size", &PV) || get_int(mod, "seq_length", &S) ||
-        get_num(mod, "init_method_std", &std) || get_num(mod, "hidden_dropout", &hd) ||
-        get_num(mod, "attention_dropout", &ad) || L < 1 || h < 1 || n < 1 || f < 1 || mp < 1 || V < 1 || PV < V ||
-        S < 1 || L > (1 << 16) || h > (1 << 20) || n > (1 << 16) || f > (1 << 24) || mp > (1 << 24) ||
-        PV > (1 << 30) || h % n)
-        FAIL("%s: the model section is missing or malformed", mpath);
+    if (!cJSON_IsObject(mod)) FAIL("%s: the model section is missing", mpath);
     gpt_config *c = &out->model;
-    c->num_layers = (int)L, c->hidden = (int)h, c->heads = (int)n, c->ffn = (int)f, c->max_pos = (int)mp;
-    c->vocab = (int)V, c->padded_vocab = (int)PV, c->seq = (int)S;
-    c->init_std = (float)std, c->hidden_dropout = (float)hd, c->attn_dropout = (float)ad;
+    for (int k = 0; k < GPT_NCONFIG_KEYS; k++) {
+        const gpt_config_key *key = &GPT_CONFIG_KEYS[k];
+        double x;
+        if (get_num(mod, key->key, &x) || x < key->lo || x > key->hi || (!key->is_float && x != floor(x)))
+            FAIL("%s: model.%s is missing or not a%s number in [%g, %g]: the checkpoint is corrupt", mpath, key->key,
+                 key->is_float ? "" : "n integer", key->lo, key->hi);
+        gpt_config_set(c, key, x);
+    }
+    if (c->padded_vocab < c->vocab)
+        FAIL("%s: model.padded_vocab_size %d is smaller than model.vocab_size %d: the checkpoint is corrupt", mpath,
+             c->padded_vocab, c->vocab);
+    if (c->hidden % c->heads)
+        FAIL("%s: model.hidden_size %d is not divisible by model.num_attention_heads %d: the checkpoint is corrupt",
+             mpath, c->hidden, c->heads);
     c->seed = out->progress.seed;
-    out->has_optimizer = cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(root, "optimizer"));
+    const cJSON *optim = cJSON_GetObjectItemCaseSensitive(root, "optimizer");
+    out->has_optimizer = cJSON_IsObject(optim);
+    int64_t step;
+    if (out->has_optimizer && (get_int(optim, "step", &step) || step != out->progress.iteration))
+        FAIL("%s: optimizer.step is %s but iteration is %lld (the Adam step count is the iteration): the "
+             "checkpoint is corrupt", mpath, get_int(optim, "step", &step) ? "missing" : "different",
+             (long long)out->progress.iteration);
 
     const cJSON *files = cJSON_GetObjectItemCaseSensitive(root, "files");
     if (!cJSON_IsArray(files)) FAIL("%s: the file list is missing", mpath);
@@ -653,13 +688,116 @@ int ckpt_find(const char *path, ckpt_meta *out, char *err, size_t errlen)
     const cJSON *args = cJSON_GetObjectItemCaseSensitive(root, "args");
     out->args_json = args ? cJSON_PrintUnformatted(args) : td_xstrdup("{}");
     cJSON_Delete(root);
+    root = NULL;
     free(text);
+    text = NULL;
+    ckpt_reader *r = ckpt_reader_open(out, err, errlen); /* every shard's tensors against the model config */
+    if (!r) goto fail;
+    ckpt_reader_close(r);
     return 0;
 fail:
     cJSON_Delete(root);
     free(text);
     ckpt_meta_free(out);
     return -1;
+}
+
+
+/* Opens iteration folder iter_dir as read_meta does and checks the CRC32 of every entry. */
+static int read_verified(const char *iter_dir, ckpt_meta *out, char *err, size_t errlen)
+{
+    if (read_meta(iter_dir, out, err, errlen)) return -1;
+    ckpt_reader *r = ckpt_reader_open(out, err, errlen);
+    int bad = r ? ckpt_verify(r, NULL, NULL, err, errlen) : -1;
+    ckpt_reader_close(r);
+    if (bad) ckpt_meta_free(out);
+    return bad ? -1 : 0;
+}
+
+/* Tries the checkpoints of dir newer than `above` (all when -1), newest first; the first that
+ * verifies fills *out. Returns its iteration, or -1 with the newest one's problem in why. */
+static int64_t newest_verified(const char *dir, int64_t above, ckpt_meta *out, char *why, size_t whylen, int *tried)
+{
+    int64_t *its;
+    int n = list_iters(dir, &its), found = -1;
+    *tried = 0;
+    why[0] = 0;
+    for (int i = 0; i < n && its[i] > above && found < 0; i++) {
+        char path[4200], e[1024];
+        ckpt_iter_dir(path, sizeof path, dir, its[i]);
+        ++*tried;
+        if (read_verified(path, out, e, sizeof e) == 0) found = i;
+        else if (!why[0]) snprintf(why, whylen, "%s", e);
+    }
+    int64_t it = found >= 0 ? its[found] : -1;
+    free(its);
+    return it;
+}
+
+int ckpt_find(const char *path, ckpt_meta *out, char *err, size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    char mpath[4200], lpath[4200], iter_dir[4200], why[1024], note[12000];
+    if (!ckf_is_dir(path)) return 1;
+    ckf_join(mpath, sizeof mpath, path, "meta.json");
+    if (ckf_exists(mpath)) return read_meta(path, out, err, errlen);
+    ckf_join(lpath, sizeof lpath, path, CKPT_LATEST);
+    int tried;
+    if (!ckf_exists(lpath)) {
+        /* no latest file: the newest complete checkpoint that verifies, if there is any */
+        int64_t it = newest_verified(path, -1, out, why, sizeof why, &tried);
+        if (tried == 0) return 1;
+        if (it < 0) {
+            snprintf(err, errlen, "%s has no %s and none of its %d checkpoint folders verifies (the newest: %s): "
+                     "repair or remove them, or load one with --load %s/iter_NNNNNNN", path, CKPT_LATEST, tried,
+                     why, path);
+            return -1;
+        }
+        snprintf(note, sizeof note, "%s has no %s: using %s, the newest checkpoint there that verifies%s%s", path,
+                 CKPT_LATEST, out->dir, tried > 1 ? " (skipped, the newest: " : "", tried > 1 ? why : "");
+        if (tried > 1) strncat(note, ")", sizeof note - strlen(note) - 1);
+        out->note = td_xstrdup(note);
+        return 0;
+    }
+    char *text = ckf_read_text(lpath, NULL, 1 << 12);
+    if (!text) {
+        snprintf(err, errlen, "cannot read %s: %s", lpath, td_strerror(errno));
+        return -1;
+    }
+    char *end;
+    long long it = strtoll(text, &end, 10);
+    while (*end == '\n' || *end == ' ' || *end == '\r') end++;
+    if (end == text || *end || it < 0) {
+        for (char *q = text; *q; q++)
+            if ((unsigned char)*q < 0x20) *q = ' ';
+        snprintf(err, errlen, "%s does not hold an iteration number (it holds '%.40s'); fix or remove it", lpath, text);
+        free(text);
+        return -1;
+    }
+    free(text);
+    ckpt_iter_dir(iter_dir, sizeof iter_dir, path, it);
+    ckf_join(mpath, sizeof mpath, iter_dir, "meta.json");
+    if (!ckf_exists(mpath)) {
+        snprintf(err, errlen, "%s names iteration %lld but %s is missing: the checkpoint was removed or never "
+                 "completed; fix %s (or remove it to load the newest checkpoint that verifies)", lpath, it, mpath,
+                 lpath);
+        return -1;
+    }
+    /* a newer complete folder: a save interrupted after its rename, before latest was updated */
+    int64_t newer = newest_verified(path, it, out, why, sizeof why, &tried);
+    if (newer >= 0) {
+        snprintf(note, sizeof note, "%s names iteration %lld but %s is newer and verifies (a save interrupted before "
+                 "%s was updated): using it", lpath, it, out->dir, CKPT_LATEST);
+        out->note = td_xstrdup(note);
+        return 0;
+    }
+    if (read_meta(iter_dir, out, err, errlen)) return -1;
+    if (tried) {
+        snprintf(note, sizeof note, "%s names iteration %lld; newer checkpoint folders there do not verify (%s)",
+                 lpath, it, why);
+        out->note = td_xstrdup(note);
+    }
+    return 0;
 }
 
 void ckpt_meta_free(ckpt_meta *m)
@@ -670,6 +808,7 @@ void ckpt_meta_free(ckpt_meta *m)
     for (int i = 0; i < m->nfiles; i++) free(m->files ? m->files[i].name : NULL);
     free(m->files);
     free(m->args_json);
+    free(m->note);
     memset(m, 0, sizeof *m);
 }
 

@@ -24,6 +24,7 @@ static void open_or_die(const char *path, ckpt_meta *m)
     int rc = ckpt_find(path, m, err, sizeof err);
     if (rc == 1) td_fatal(1, "%s holds no checkpoint (no %s, no meta.json)", path, CKPT_LATEST);
     if (rc) td_fatal(1, "%s", err);
+    if (m->note) td_warn("%s", m->note);
 }
 
 typedef struct {

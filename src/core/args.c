@@ -154,6 +154,9 @@ static const flag_t FLAGS[] = {
      "start from the latest checkpoint in this folder (or an iter_NNNNNNN folder); any layout", 0, 0, NULL},
     {"--no-load-optim", A_BOOL, OFF(no_load_optim), "0", TD_CMD_TRAIN, "checkpointing",
      "with --load: do not load the optimizer state (Adam moments start at zero)", 0, 0, NULL},
+    {"--use-checkpoint-args", A_BOOL, OFF(use_checkpoint_args), "0", TD_CMD_TRAIN | TD_CMD_EVAL, "checkpointing",
+     "with --load: take the model architecture (and --seq-length) from the checkpoint's meta.json; without it "
+     "a model flag that differs from the checkpoint is an error", 0, 0, NULL},
     {"--no-load-rng", A_BOOL, OFF(no_load_rng), "0", TD_CMD_TRAIN, "checkpointing",
      "with --load: use --seed instead of the checkpoint's seed (the whole random state)", 0, 0, NULL},
     {"--finetune", A_BOOL, OFF(finetune), "0", TD_CMD_TRAIN, "checkpointing",
@@ -338,6 +341,34 @@ int td_args_parse(td_args *a, unsigned cmd, const char *prog, int argc, char **a
         store(a, f, prog, argv[++i]);
     }
     return 0;
+}
+
+int td_args_get_number(const td_args *a, const char *flag, double *v)
+{
+    int idx = -1;
+    const flag_t *f = find_flag(flag, strlen(flag), &idx);
+    if (!f) return -1;
+    const char *field = (const char *)a + f->off;
+    switch (f->type) {
+    case A_INT: *v = *(const int *)field; return 0;
+    case A_I64: *v = (double)*(const int64_t *)field; return 0;
+    case A_FLOAT: *v = *(const double *)field; return 0;
+    default: return -1;
+    }
+}
+
+int td_args_set_number(td_args *a, const char *flag, double v)
+{
+    int idx = -1;
+    const flag_t *f = find_flag(flag, strlen(flag), &idx);
+    if (!f || v < f->lo || v > f->hi) return -1;
+    char *field = (char *)a + f->off;
+    switch (f->type) {
+    case A_INT: *(int *)field = (int)v; return 0;
+    case A_I64: *(int64_t *)field = (int64_t)v; return 0;
+    case A_FLOAT: *(double *)field = v; return 0;
+    default: return -1;
+    }
 }
 
 int td_args_given(const td_args *a, const char *flag)

@@ -14,11 +14,55 @@ static const char *const LAYER_TENSORS[] = {"mlp.fc2.bias", "mlp.fc2.weight", "m
                                             "ln2.bias", "ln2.weight", "attn.proj.bias", "attn.proj.weight",
                                             "attn.qkv.bias", "attn.qkv.weight", "ln1.bias", "ln1.weight"};
 
-static int64_t layer_tensor_size(const gpt_config *c, int k)
+/* Logical shape of per-layer tensor k: ndim, and (d0) or (d0, d1); keys (if not NULL) gets the
+ * config key each dimension is set by. */
+static int layer_tensor_shape(const gpt_config *c, int k, int64_t shape[2], const char *keys[2])
 {
     int64_t h = c->hidden, f = c->ffn;
-    const int64_t sizes[] = {h, h * f, f, f * h, h, h, h, h * h, 3 * h, 3 * h * h, h, h};
-    return sizes[k];
+    const int64_t d0[] = {h, h, f, f, h, h, h, h, 3 * h, 3 * h, h, h};
+    const int64_t d1[] = {0, f, 0, h, 0, 0, 0, h, 0, h, 0, 0};
+    shape[0] = d0[k];
+    shape[1] = d1[k];
+    if (keys) {
+        const char *H = "hidden_size", *F = "ffn_hidden_size";
+        const char *k0[] = {H, H, F, F, H, H, H, H, H, H, H, H}, *k1[] = {0, F, 0, H, 0, 0, 0, H, 0, H, 0, 0};
+        keys[0] = k0[k];
+        keys[1] = k1[k];
+    }
+    return d1[k] ? 2 : 1;
+}
+
+static int64_t layer_tensor_size(const gpt_config *c, int k)
+{
+    int64_t s[2];
+    return layer_tensor_shape(c, k, s, NULL) == 2 ? s[0] * s[1] : s[0];
+}
+
+int gpt_logical_tensor(const gpt_config *c, int i, char *name, size_t len, int64_t shape[2], const char *keys[2])
+{
+    int nlayer = 12 * c->num_layers;
+    const char *unused[2];
+    if (!keys) keys = unused;
+    if (i < 0 || i >= 4 + nlayer) return 0;
+    shape[1] = 0;
+    keys[1] = NULL;
+    if (i < 2) {
+        snprintf(name, len, "%s", i == 0 ? "embedding.word.weight" : "embedding.position.weight");
+        shape[0] = i == 0 ? c->padded_vocab : c->max_pos;
+        keys[0] = i == 0 ? "padded_vocab_size" : "max_position_embeddings";
+        shape[1] = c->hidden;
+        keys[1] = "hidden_size";
+        return 2;
+    }
+    if (i >= 2 + nlayer) {
+        snprintf(name, len, "%s", i == 2 + nlayer ? "final_norm.bias" : "final_norm.weight");
+        shape[0] = c->hidden;
+        keys[0] = "hidden_size";
+        return 1;
+    }
+    int l = (i - 2) / 12, k = (i - 2) % 12;
+    snprintf(name, len, "layers.%d.%s", l, LAYER_TENSORS[k]);
+    return layer_tensor_shape(c, k, shape, keys);
 }
 
 static int64_t layer_size(const gpt_config *c)

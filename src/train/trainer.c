@@ -70,6 +70,7 @@ int trainer_validate(const td_args *a, int world_size, char *msg, size_t msglen)
                                      "--num-layers-per-virtual-pipeline-stage", vp, PP_MAX_CHUNKS);
     }
     if (a->finetune && !a->load) FAIL("--finetune needs --load (the checkpoint to start from)");
+    if (a->use_checkpoint_args && !a->load) FAIL("--use-checkpoint-args needs --load (the checkpoint to take them from)");
     if (td_args_given(a, "--save-interval") && !a->save) FAIL("--save-interval needs --save");
     if (a->keep_last && !a->save) FAIL("--keep-last needs --save");
     pp_schedule sched;
@@ -207,26 +208,21 @@ static double evaluate(run_state *r, gptds_split s, int64_t consumed, int64_t it
     return total / ((double)iters * r->gbs * r->a->seq_length);
 }
 
-static gpt_config model_config(const td_args *a, const ps_state *ps)
+/* The vocabulary of the --vocab-file tokenizer; -1 without one. */
+static int tokenizer_vocab(const td_args *a)
 {
+    if (!a->vocab_file) return -1;
     char err[512];
     bpe_tokenizer *tok = bpe_load(a->vocab_file, a->merge_file, err, sizeof err);
     if (!tok) td_fatal(1, "%s", err);
-    gpt_config c = {0};
-    c.num_layers = a->num_layers;
-    c.hidden = a->hidden_size;
-    c.heads = a->num_attention_heads;
-    c.ffn = a->ffn_hidden_size ? a->ffn_hidden_size : 4 * a->hidden_size;
-    c.seq = a->seq_length;
-    c.max_pos = a->max_position_embeddings ? a->max_position_embeddings : a->seq_length;
-    c.vocab = bpe_vocab_size(tok);
-    c.padded_vocab = gpt_padded_vocab(c.vocab, a->make_vocab_size_divisible_by, ps->tp);
-    c.init_std = (float)a->init_method_std;
-    c.hidden_dropout = (float)a->hidden_dropout;
-    c.attn_dropout = (float)a->attention_dropout;
-    c.seed = (uint64_t)a->seed;
+    int v = bpe_vocab_size(tok);
     bpe_free(tok);
-    return c;
+    return v;
+}
+
+static gpt_config model_config(const td_args *a, const ps_state *ps)
+{
+    return ckpt_config_of_args(a, tokenizer_vocab(a), ps->tp);
 }
 
 static void setup(run_state *r, const td_args *a, comm *world)
@@ -387,11 +383,23 @@ static int resume_find(td_args *eff, comm *world, ckpt_meta *meta)
     int rc = ckpt_find(eff->load, meta, err, sizeof err);
     fail_if_any(world, rc < 0, err);
     if (rc == 1) {
-        if (eff->finetune) td_fatal(1, "--finetune --load %s: no checkpoint there", eff->load);
+        /* only the first run of `--save X --load X` starts from scratch; any other empty --load
+         * is a wrong path */
+        char m[4400];
+        int needed = eff->finetune || eff->use_checkpoint_args;
+        if (needed)
+            snprintf(m, sizeof m, "--load %s holds no checkpoint (no %s, meta.json or iter_* folder) but %s needs one: "
+                     "check the path", eff->load, CKPT_LATEST, eff->finetune ? "--finetune" : "--use-checkpoint-args");
+        else
+            snprintf(m, sizeof m, "--load %s holds no checkpoint (no %s, meta.json or iter_* folder): check the path; "
+                     "to start from scratch leave --load out, or give --save and --load the same folder", eff->load,
+                     CKPT_LATEST);
+        fail_if_any(world, needed || !eff->save || strcmp(eff->save, eff->load) != 0, m);
         if (comm_rank(world) == 0)
-            td_warn("--load %s holds no checkpoint (no %s): starting from scratch", eff->load, CKPT_LATEST);
+            TD_INFO("--load %s holds no checkpoint yet: starting from scratch", eff->load);
         return 0;
     }
+    if (meta->note && comm_rank(world) == 0) td_warn("%s", meta->note);
     if (!eff->finetune && !eff->no_load_rng && (uint64_t)eff->seed != meta->progress.seed) {
         if (comm_rank(world) == 0 && td_args_given(eff, "--seed"))
             td_warn("using the checkpoint's seed %llu, not --seed %lld (add --no-load-rng to use --seed)",
@@ -490,9 +498,23 @@ static void print_breakdown(run_state *r)
 int trainer_run(const td_args *a, comm *world)
 {
     double t_begin = td_now();
-    td_args eff = *a; /* the seed may come from the checkpoint */
+    td_args eff = *a; /* the seed and the model settings may come from the checkpoint */
     ckpt_meta meta;
-    int resume = resume_find(&eff, world, &meta);
+    int resume = resume_find(&eff, world, &meta), rank = comm_rank(world);
+    char msg[4096];
+    /* every rank finds the same problem before allocating; rank 0 prints it, all exit 2 */
+    if ((resume && ckpt_args_reconcile(&eff, &meta, tokenizer_vocab(&eff), eff.tensor_model_parallel_size, rank == 0,
+                                       msg, sizeof msg)) ||
+        trainer_validate(&eff, comm_size(world), msg, sizeof msg)) {
+        if (rank == 0) fprintf(stderr, "trident train: %s\n", msg);
+        if (resume) ckpt_meta_free(&meta);
+        return TD_EXIT_USAGE;
+    }
+    if (eff.save) {
+        int64_t start = resume && !eff.finetune ? meta.progress.iteration : 0;
+        int bad = rank == 0 && ckpt_check_save_dir(eff.save, start, resume ? meta.dir : NULL, msg, sizeof msg);
+        fail_if_any(world, bad, msg);
+    }
     if (eff.exit_signal_handler) {
         struct sigaction sa;
         memset(&sa, 0, sizeof sa);
