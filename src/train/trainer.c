@@ -360,7 +360,45 @@ static void dump_params(run_state *r, const char *path)
 /* ---- checkpoints: --load at start, --save and --exit-* after iterations (docs/checkpoints.md) ---- */
 
 static volatile sig_atomic_t g_exit_signal;
-static void on_exit_signal(int sig) { g_exit_signal = sig; }
+static int g_signal_says; /* this rank reports signals as they arrive (world rank 0) */
+
+static const char *signal_name(int sig) { return sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : "a signal"; }
+
+/* Notes the signal; rank 0 says so at once (write(2) is async-signal-safe; stdio is not). */
+static int g_output_pipes; /* stdout and stderr are pipes to mpirun (not a terminal) */
+
+static void on_exit_signal(int sig)
+{
+    g_exit_signal = sig;
+    if (g_output_pipes) {
+        /* once stopping, mpirun no longer drains the ranks' output: a full pipe must drop lines,
+         * not block the rank before its save (a write blocked now restarts non-blocking) */
+        fcntl(1, F_SETFL, fcntl(1, F_GETFL) | O_NONBLOCK);
+        fcntl(2, F_SETFL, fcntl(2, F_GETFL) | O_NONBLOCK);
+    }
+    if (!g_signal_says) return;
+    static const char term[] = "[rank 0] received SIGTERM: finishing this iteration, then saving and exiting\n";
+    static const char intr[] = "[rank 0] received SIGINT: finishing this iteration, then saving and exiting\n";
+    int saved = errno;
+    ssize_t w = sig == SIGTERM ? write(2, term, sizeof term - 1) : write(2, intr, sizeof intr - 1);
+    (void)w;
+    errno = saved;
+}
+
+/* Seconds Open MPI's mpirun waits between forwarding SIGTERM to the ranks and SIGKILLing them
+ * (its MCA parameter odls_base_sigkill_timeout; it also waits that long before forwarding):
+ * -1 when not started by Open MPI; the default 1 when the environment does not set it. */
+static double ompi_sigkill_timeout(int *is_default)
+{
+    *is_default = 0;
+    if (!getenv("OMPI_COMM_WORLD_SIZE")) return -1;
+    const char *v = getenv("OMPI_MCA_odls_base_sigkill_timeout");
+    if (v && *v) return atof(v);
+    *is_default = 1;
+    return 1;
+}
+
+static double g_sigkill_timeout = -1; /* of mpirun, when known (see above) */
 
 /* Ends the job when `bad` on any rank: the lowest such rank prints msg and aborts the job. */
 static void fail_if_any(comm *world, int bad, const char *msg)
@@ -445,9 +483,17 @@ static void save_checkpoint(run_state *r, const ckpt_progress *p)
     ckpt_save_stats st;
     ckpt_save(a->save, &m, p, args, a->keep_last, &st);
     free(args);
-    if (r->ps->world_rank == 0)
-        TD_INFO("saved checkpoint at iteration %lld to %s: %.1f MB in %.2f s (%.0f MB/s)", (long long)p->iteration,
-                a->save, (double)st.bytes / 1e6, st.seconds, (double)st.bytes / 1e6 / (st.seconds > 0 ? st.seconds : 1e-9));
+    if (r->ps->world_rank != 0) return;
+    TD_INFO("saved checkpoint at iteration %lld to %s: %.1f MB in %.2f s (%.0f MB/s)", (long long)p->iteration,
+            a->save, (double)st.bytes / 1e6, st.seconds, (double)st.bytes / 1e6 / (st.seconds > 0 ? st.seconds : 1e-9));
+    static int warned;
+    if (a->exit_signal_handler && g_sigkill_timeout >= 0 && st.seconds > 0.5 * g_sigkill_timeout && !warned) {
+        warned = 1;
+        td_warn("this save took %.1f s but mpirun SIGKILLs the ranks %g s after passing SIGTERM on "
+                "(odls_base_sigkill_timeout): a SIGTERM to mpirun could lose the save; launch with mpirun --mca "
+                "odls_base_sigkill_timeout %.0f (see docs/checkpoints.md)", st.seconds, g_sigkill_timeout,
+                st.seconds * 4 + 10);
+    }
 }
 
 /* After each iteration: saves every --save-interval, and decides whether to stop (--exit-interval,
@@ -461,22 +507,30 @@ static int after_iteration(run_state *r, const ckpt_progress *p, double t_begin,
         save_checkpoint(r, p);
         *last_saved = it;
     }
-    int32_t stop[3] = {0, 0, 0}; /* signal, duration, interval */
+    int32_t stop[3] = {0, 0, 0}; /* the signal received (its number), duration, interval */
     int timed = td_args_given(a, "--exit-duration-in-mins");
     if (a->exit_signal_handler || timed) {
-        stop[0] = g_exit_signal != 0;
+        stop[0] = g_exit_signal;
         stop[1] = timed && (td_now() - t_begin) / 60.0 > a->exit_duration_in_mins;
         comm_allreduce(r->ps->world, stop, 2, COMM_I32, COMM_MAX);
     }
     stop[2] = a->exit_interval && it % a->exit_interval == 0;
     if (!stop[0] && !stop[1] && !stop[2]) return 0;
+    int rank0 = r->ps->world_rank == 0;
+    const char *sig = signal_name(stop[0]);
     if (a->save && *last_saved != it) {
+        if (rank0 && stop[0]) TD_INFO("received %s: saving iteration %lld to %s before exiting", sig, (long long)it, a->save);
         save_checkpoint(r, p);
         *last_saved = it;
+    } else if (rank0 && stop[0]) {
+        TD_INFO("received %s: %s", sig, a->save ? "this iteration is saved already" : "no --save, nothing to save");
     }
-    if (r->ps->world_rank == 0)
+    if (rank0) {
+        char why[64];
+        snprintf(why, sizeof why, "%s received", sig);
         TD_INFO("exiting after iteration %lld (%s)", (long long)it,
-                stop[0] ? "signal received" : stop[1] ? "--exit-duration-in-mins" : "--exit-interval");
+                stop[0] ? why : stop[1] ? "--exit-duration-in-mins" : "--exit-interval");
+    }
     return 1;
 }
 
@@ -518,6 +572,15 @@ int trainer_run(const td_args *a, comm *world)
     if (eff.exit_signal_handler) {
         struct sigaction sa;
         memset(&sa, 0, sizeof sa);
+        g_signal_says = rank == 0;
+        g_output_pipes = getenv("OMPI_COMM_WORLD_SIZE") && !isatty(1) && !isatty(2);
+        int is_default;
+        g_sigkill_timeout = ompi_sigkill_timeout(&is_default);
+        if (rank == 0 && is_default && eff.save)
+            td_warn("--exit-signal-handler under Open MPI: on SIGTERM (or Ctrl-C) mpirun passes SIGTERM to the ranks "
+                    "after odls_base_sigkill_timeout seconds (default 1) and SIGKILLs them as long again later, too "
+                    "soon to save; launch with mpirun --mca odls_base_sigkill_timeout 60 (more than an iteration plus "
+                    "a save; see docs/checkpoints.md)");
         sa.sa_handler = on_exit_signal;
         sa.sa_flags = SA_RESTART;
         sigaction(SIGTERM, &sa, NULL);
