@@ -424,7 +424,7 @@ static void prune(const char *dir, int64_t iteration, int keep_last)
         if (its[i] > iteration || kept++ < keep_last) continue;
         char path[4200];
         ckpt_iter_dir(path, sizeof path, dir, its[i]);
-        if (ckf_remove_tree(path) != 0) td_warn("--keep-last: cannot remove %s: %s", path, td_strerror(errno));
+        if (ckf_remove_tree(path) != 0) td_warn("--keep-last: cannot remove %s: %s; remove it by hand", path, td_strerror(errno));
         else TD_INFO("removed old checkpoint %s (--keep-last %d)", path, keep_last);
     }
     free(its);

@@ -52,8 +52,12 @@ static int info(const char *path)
            (long long)m.progress.consumed_train, (long long)m.progress.consumed_valid,
            (unsigned long long)m.progress.seed);
     printf("layout: tp %d x pp %d x dp %d, %d virtual stage%s per rank\n", m.tp, m.pp, m.dp, m.vp, m.vp > 1 ? "s" : "");
-    printf("model: gpt2, %d layers, hidden %d, heads %d, ffn %d, positions %d, vocab %d (padded %d), trained at seq %d\n",
-           c->num_layers, c->hidden, c->heads, c->ffn, c->max_pos, c->vocab, c->padded_vocab, c->seq);
+    printf("model: gpt2");
+    for (int k = 0; k < GPT_NCONFIG_KEYS; k++) { /* every setting meta.json stores */
+        const gpt_config_key *key = &GPT_CONFIG_KEYS[k];
+        printf(key->is_float ? ", %s %g" : ", %s %.0f", key->key, gpt_config_get(c, key));
+    }
+    printf("\n");
     printf("optimizer: %s\n", m.has_optimizer ? "adamw (exp_avg, exp_avg_sq)" : "none (weights only)");
     uint64_t total = 0;
     printf("shards (%d):\n", m.nfiles);

@@ -10,7 +10,8 @@
 #  3. A folder newer than latest (a save interrupted between its rename and the latest update):
 #     it is complete, so it is loaded, with a note.
 #  4. A run from scratch (or from an older checkpoint) saving into a folder of checkpoints is
-#     refused, and so is a --load path holding no checkpoint (unless it is also --save).
+#     refused, so is `convert --to trident` into one, and a --load path holding no checkpoint
+#     (unless it is also --save).
 . "$(dirname "$0")/checkpoint_lib.sh"
 train 1 1 --train-iters 6 --metrics-file full.jsonl >/dev/null || { bad "reference run failed"; cat "$last_log"; }
 train 1 1 --train-iters 6 --exit-interval 4 --save src --save-interval 2 >/dev/null ||
@@ -71,6 +72,9 @@ train 1 1 --train-iters 2 --save scratch; rc=$?; line=$(grep -m1 "error: " "$las
 train 1 1 --train-iters 4 --load scratch/iter_0000002 --save scratch; rc=$?; line=$(grep -m1 "error: " "$last_log")
 [ "$rc" = 1 ] && grep -q "already holds scratch/iter_0000004, which this run did not load" <<<"$line" && [ "$before" = "$(tree_sums scratch)" ] &&
   ok "from iteration 2 into a folder holding iteration 4: refused" || { bad "older load over newer: exit $rc"; tail -3 "$last_log"; }
+out=$("$TRIDENT" convert --from hf hf_nl --to trident scratch 2>&1); rc=$?
+[ "$rc" = 1 ] && grep -q "to trident scratch already holds a checkpoint" <<<"$out" && [ "$before" = "$(tree_sums scratch)" ] &&
+  ok "convert --from hf into a folder of checkpoints: refused" || { bad "convert --to trident over checkpoints: exit $rc"; echo "$out" | tail -2; }
 train 1 1 --train-iters 2 --load no_such_folder --save elsewhere; rc=$?; line=$(grep -m1 "error: " "$last_log")
 [ "$rc" = 1 ] && grep -q "load no_such_folder holds no checkpoint" <<<"$line" && [ ! -e elsewhere ] &&
   ok "--load of a path holding no checkpoint: refused: $line" || { bad "--load typo: exit $rc"; tail -3 "$last_log"; }
