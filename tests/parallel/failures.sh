@@ -35,12 +35,12 @@ log=$(mktemp)
 "${mpirun[@]}" -np 4 "$trident" train "${base[@]}" --data-path "$data" --train-iters 100000 --pipeline-model-parallel-size 2 >"$log" 2>&1 &
 job=$!
 for _ in $(seq 1 100); do grep -q "iteration" "$log" && break; sleep 0.2; done
-victim=$(pgrep -f "$trident train" | tail -1)
+victim=$(pgrep -P "$job" | tail -1) # a rank of this job (not of a test running beside it)
 start=$(date +%s)
 kill -9 "$victim"
 for _ in $(seq 1 300); do kill -0 "$job" 2>/dev/null || break; sleep 0.1; done
 if kill -0 "$job" 2>/dev/null; then
-  echo "FAIL: job still running 30 s after a rank was killed"; fail=$((fail + 1)); kill -9 "$job"; pkill -9 -f "$trident train"
+  echo "FAIL: job still running 30 s after a rank was killed"; fail=$((fail + 1)); ranks=$(pgrep -P "$job"); kill -9 "$job" $ranks
 else
   wait "$job"; rc=$?
   took=$(( $(date +%s) - start ))
