@@ -365,14 +365,15 @@ static int g_signal_says; /* this rank reports signals as they arrive (world ran
 static const char *signal_name(int sig) { return sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : "a signal"; }
 
 /* Notes the signal; rank 0 says so at once (write(2) is async-signal-safe; stdio is not). */
-static int g_output_pipes; /* stdout and stderr are pipes to mpirun (not a terminal) */
+static int g_output_pipes; /* stdout and stderr lead to Open MPI's mpirun (a pty or pipe), not a terminal */
 
 static void on_exit_signal(int sig)
 {
     g_exit_signal = sig;
     if (g_output_pipes) {
-        /* once stopping, mpirun no longer drains the ranks' output: a full pipe must drop lines,
-         * not block the rank before its save (a write blocked now restarts non-blocking) */
+        /* while it waits out odls_base_sigkill_timeout mpirun does not drain the ranks' output
+         * (a pty of ~4 KB): a full one must drop lines, not block the rank before its save (a
+         * write blocked now restarts non-blocking) */
         fcntl(1, F_SETFL, fcntl(1, F_GETFL) | O_NONBLOCK);
         fcntl(2, F_SETFL, fcntl(2, F_GETFL) | O_NONBLOCK);
     }
@@ -573,7 +574,7 @@ int trainer_run(const td_args *a, comm *world)
         struct sigaction sa;
         memset(&sa, 0, sizeof sa);
         g_signal_says = rank == 0;
-        g_output_pipes = getenv("OMPI_COMM_WORLD_SIZE") && !isatty(1) && !isatty(2);
+        g_output_pipes = getenv("OMPI_MCA_orte_hnp_uri") != NULL; /* started by mpirun: output goes through it */
         int is_default;
         g_sigkill_timeout = ompi_sigkill_timeout(&is_default);
         if (rank == 0 && is_default && eff.save)
