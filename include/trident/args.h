@@ -106,6 +106,7 @@ typedef struct td_args {
     char *load;
     int no_load_optim;
     int no_load_rng;
+    int use_checkpoint_args;
     int finetune;
     int keep_last;
     int64_t exit_interval;
@@ -126,6 +127,11 @@ typedef struct td_args {
 int td_args_parse(td_args *a, unsigned cmd, const char *prog, int argc, char **argv, int first);
 /* Fills every default for `cmd` (what td_args_parse starts from). */
 void td_args_defaults(td_args *a, unsigned cmd);
+/* The value of numeric flag `flag` (int or float) in *v: 0, or -1 when it is no such flag. */
+int td_args_get_number(const td_args *a, const char *flag, double *v);
+/* Sets numeric flag `flag` to v (not marking it given; a switch to v != 0, a choice flag to its
+ * v-th choice): 0, or -1 when it is no such flag or v is outside its range. */
+int td_args_set_number(td_args *a, const char *flag, double v);
 /* 1 if `flag` (e.g. "--train-iters") was given on the command line. */
 int td_args_given(const td_args *a, const char *flag);
 /* Every flag `cmd` takes with its value (defaults included) as the text of one JSON object,
@@ -134,6 +140,8 @@ int td_args_given(const td_args *a, const char *flag);
 char *td_args_json(const td_args *a, unsigned cmd);
 /* Prints the flags `cmd` takes, grouped, with defaults and help. */
 void td_args_usage(unsigned cmd, const char *prog, const char *summary);
+/* A deep copy (strings and lists its own): free both. */
+void td_args_copy(td_args *dst, const td_args *src);
 void td_args_free(td_args *a);
 
 #endif

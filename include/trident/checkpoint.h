@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "trident/args.h"
 #include "trident/gpt.h"
 #include "trident/parallel_state.h"
 
@@ -74,16 +75,35 @@ typedef struct ckpt_meta {
     int nfiles;
     ckpt_file *files;
     char *args_json;         /* the "args" object, as JSON text */
+    char *note;              /* how ckpt_find chose it when not as latest says (print it), or NULL */
 } ckpt_meta;
 
-/* Finds the checkpoint at `path`: a save folder (the iteration named by its
- * latest_checkpointed_iteration.txt) or an iteration folder (holding meta.json). Returns 0 with
- * *out filled; 1 when `path` holds no checkpoint at all (no such folder, or no latest file and
- * no meta.json); -1 with one line in err when it holds a bad one (unreadable or malformed
- * latest file or meta.json, a newer format version, a missing shard or one of the wrong size).
+/* Finds the checkpoint at `path`: an iteration folder (holding meta.json) or a save folder —
+ * the iteration its latest_checkpointed_iteration.txt names, or a newer complete iter_NNNNNNN
+ * folder that verifies (a save interrupted before latest was updated); without a latest file,
+ * the newest folder that verifies (every CRC32 checked). m->note then says which and why.
+ * meta.json is checked against the folder's name (iteration) and every shard's header: each
+ * tensor's logical shape must be the one the model config makes, and all must be there.
+ * Returns 0 with *out filled; 1 when `path` holds no checkpoint at all (no such folder, or no
+ * latest file, meta.json or iter_* folder); -1 with one line in err when it holds a bad one
+ * (unreadable or malformed latest file or meta.json, a newer format version, a missing shard or
+ * one of the wrong size, a shard disagreeing with meta.json, or no folder that verifies).
  * Free with ckpt_meta_free. */
 int ckpt_find(const char *path, ckpt_meta *out, char *err, size_t errlen);
 void ckpt_meta_free(ckpt_meta *m);
+
+/* The model config the model flags of `a` make, for a tokenizer of `vocab` tokens and `tp`
+ * tensor-parallel ranks (defaults: FFN 4h, positions = --seq-length). */
+gpt_config ckpt_config_of_args(const td_args *a, int vocab, int tp);
+
+/* Holds the model flags of `a` against checkpoint m, setting by setting (GPT_CONFIG_KEYS), before
+ * anything is allocated. With a->use_checkpoint_args the architecture, the sequence length and
+ * the padded vocabulary come from the checkpoint. Without it, an architecture flag given on the
+ * command line that differs is an error naming the flag, its value and the checkpoint's; a flag
+ * not given takes the checkpoint's value (so do --seq-length and the padding when not given).
+ * The tokenizer's `vocab` (<= 0: not checked) must equal the checkpoint's. Updates a; logs what
+ * came from the checkpoint when `log`. Returns 0, or -1 with one line in msg (a usage error). */
+int ckpt_args_reconcile(td_args *a, const ckpt_meta *m, int vocab, int tp, int log, char *msg, size_t msglen);
 
 /* The model config stored in a checkpoint, for a run of `tp` ranks per layer and sequence
  * length `seq`: the checkpoint's padded vocabulary when tp divides it, else the vocabulary
@@ -139,11 +159,18 @@ typedef struct ckpt_save_stats {
  * progress, model config and `args_json`), fsyncs the folder, renames it to iter_NNNNNNN
  * (exchanging it with an old one of that iteration), and replaces DIR/CKPT_LATEST by an atomic
  * rename. keep_last > 0 then removes all but the keep_last newest checkpoints at or below this
- * iteration. An I/O error ends the job naming the file; the previous checkpoint stays intact.
+ * iteration. An I/O error ends the job naming the file, after removing the partial iter_NNNNNNN.tmp;
+ * the previous checkpoint stays intact.
  * The environment variable TRIDENT_TEST_SAVE_DELAY_MS (tests only) sleeps that long after each
  * shard and before the renames. */
 void ckpt_save(const char *dir, const ckpt_model *m, const ckpt_progress *p, const char *args_json, int keep_last,
                ckpt_save_stats *stats);
+
+/* Checks that a run saving into `dir` overwrites or outdates no checkpoint it did not load: no
+ * iter_NNNNNNN folder there is at or past `start` (the iteration the run continues from), except
+ * `loaded` itself (the folder loaded, or NULL for a run from scratch). 0, or -1 with one line in
+ * err naming the folder and what to do. */
+int ckpt_check_save_dir(const char *dir, int64_t start, const char *loaded, char *err, size_t errlen);
 
 /* The iteration folder name of `iteration` in `dir`. */
 void ckpt_iter_dir(char *out, size_t len, const char *dir, int64_t iteration);

@@ -65,11 +65,51 @@ void gpt_config_from_args(gpt_config *c, const struct td_args *a);
  * the flags and the rule in msg. */
 int gpt_config_validate(const struct td_args *a, int tp, char *msg, size_t msglen);
 
+/* Writes the fields whose zero means a default as 0 when they hold that default, so two configs
+ * of the same model compare equal field by field. */
+void gpt_config_normalize(gpt_config *c);
 /* One line naming the architecture: "12 layers, hidden 768, 12 heads in 4 query groups of 64, ...". */
 void gpt_config_describe(const gpt_config *c, char *out, size_t len);
 
 /* Megatron's padding: the smallest multiple of divisible_by * tp that is >= vocab. */
 int gpt_padded_vocab(int vocab, int divisible_by, int tp);
+
+/* The model settings a checkpoint stores, in one table (meta.json's "model" section, under
+ * Megatron's argument names): written and read by the checkpoint code, shown by `trident
+ * checkpoint info`, held against the flags by the trainer. */
+typedef enum {
+    GPT_KEY_ARCH,    /* fixes tensor shapes: the flag must agree, or the value comes from the checkpoint */
+    GPT_KEY_VOCAB,   /* the tokenizer's vocabulary (--vocab-file): must agree */
+    GPT_KEY_PADDING, /* the padded vocabulary: may differ (rows are copied or dropped on load) */
+    GPT_KEY_RUN,     /* a run setting (sequence length): taken from the checkpoint when its flag is not given */
+    GPT_KEY_RECORD,  /* recorded for reference only (init, dropout) */
+} gpt_key_kind;
+
+typedef struct gpt_config_key {
+    const char *key;     /* in meta.json and Megatron's args */
+    const char *flag;    /* the flag of `trident train` that sets it */
+    gpt_key_kind kind;
+    int is_float;        /* a float field of gpt_config, else an int (or enum) one */
+    size_t offset;       /* of the field in gpt_config */
+    double lo, hi;       /* valid range */
+    const char *choices; /* an enum: "LayerNorm|RMSNorm", the value its index, written as the name */
+    const char *enable;  /* a switch the flag needs (--group-query-attention), set when the value is not 0 */
+    int zero_default;    /* 0 means the flag's default (--kv-channels: h / n): the flag is left unset */
+} gpt_config_key;
+
+extern const gpt_config_key GPT_CONFIG_KEYS[];
+extern const int GPT_NCONFIG_KEYS;
+double gpt_config_get(const gpt_config *c, const gpt_config_key *k);
+void gpt_config_set(gpt_config *c, const gpt_config_key *k, double v);
+
+/* The value of key k as text: a number, or an enum's name. */
+void gpt_config_value_str(const gpt_config *c, const gpt_config_key *k, char *out, size_t len);
+
+/* Logical tensor i of the whole model in canonical order (see gpt_canonical_offset): writes its
+ * name, its logical shape ((d0) with shape[1] = 0, or (d0, d1)) and, when keys is not NULL, the
+ * GPT_CONFIG_KEYS key each dimension comes from; returns its ndim, 0 when i is past the last
+ * (GPT-2 has 4 + 12 L). */
+int gpt_logical_tensor(const gpt_config *cfg, int i, char *name, size_t len, int64_t shape[2], const char *keys[2]);
 
 /* Pointers to the tensors of each block (parameters, or their gradients), TP-local shapes. */
 typedef struct norm_params {

@@ -13,9 +13,11 @@
 #include "trident/checkpoint.h"
 
 #include <dirent.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <errno.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -183,6 +185,50 @@ static void save_delay(void)
     }
 }
 
+/* What a failed save leaves to fall back on: the checkpoint DIR's latest file names, if any. */
+static void describe_previous(char *out, size_t len, const char *dir)
+{
+    char latest[4200];
+    ckf_join(latest, sizeof latest, dir, CKPT_LATEST);
+    char *text = ckf_read_text(latest, NULL, 1 << 12);
+    char *end = NULL;
+    long long it = text ? strtoll(text, &end, 10) : -1;
+    if (text && end != text && it >= 0) {
+        char prev[4200];
+        ckpt_iter_dir(prev, sizeof prev, dir, it);
+        snprintf(out, len, "the previous checkpoint %s (iteration %lld) is untouched", prev, it);
+    } else {
+        snprintf(out, len, "there is no earlier checkpoint in %s to fall back on", dir);
+    }
+    free(text);
+}
+
+/* Ends the job after a save failed with errno `e` before the new checkpoint was renamed into
+ * place: removes the partial DIR/iter_N.tmp (a full disk must not stay full), says what is left
+ * and what to do. Any writer rank may call it; the others are brought down by the abort. */
+static _Noreturn void save_fail(const char *dir, const char *tmp, int e, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static _Noreturn void save_fail(const char *dir, const char *tmp, int e, const char *fmt, ...)
+{
+    char what[2048], prev[4400], removed[4400] = "";
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    if (ckf_exists(tmp)) {
+        int rc = -1;
+        for (int k = 0; k < 3 && rc != 0; k++) rc = ckf_remove_tree(tmp); /* other writers may still add files */
+        snprintf(removed, sizeof removed, rc == 0 ? "; removed the partial %s" : "; could not remove the partial %s",
+                 tmp);
+    }
+    describe_previous(prev, sizeof prev, dir);
+    if (e == ENOSPC || e == EDQUOT)
+        td_fatal(1, "saving the checkpoint into %s failed: %s%s; %s. Free space on its file system (df %s) or save "
+                 "elsewhere", dir, what, removed, prev, dir);
+    td_fatal(1, "saving the checkpoint into %s failed: %s%s; %s. Check that %s is writable and its file system healthy",
+             dir, what, removed, prev, dir);
+}
+
 static int fsync_file(const char *path)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -196,7 +242,7 @@ static int fsync_file(const char *path)
 
 /* Writes this rank's model shard (optimizer = 0) or optimizer shard (1) into folder tmp.
  * Returns its size in bytes. */
-static uint64_t write_shard(const char *tmp, const ckpt_model *m, int optimizer)
+static uint64_t write_shard(const char *dir, const char *tmp, const ckpt_model *m, int optimizer)
 {
     const ps_state *ps = m->ps;
     shard s = {0};
@@ -235,11 +281,9 @@ static uint64_t write_shard(const char *tmp, const ckpt_model *m, int optimizer)
     double t0 = td_now();
     st_source src = {shard_read, shard_done, &s};
     if (st_write_stream(path, s.e, s.n, keys, vals, nmeta, &src, 0, err, sizeof err))
-        td_fatal(1, "saving the checkpoint: %s (the previous checkpoint is untouched)", err);
+        save_fail(dir, tmp, errno, "%s", err);
     double t1 = td_now();
-    if (fsync_file(path) != 0)
-        td_fatal(1, "saving the checkpoint: cannot fsync %s: %s (the previous checkpoint is untouched)", path,
-                 td_strerror(errno));
+    if (fsync_file(path) != 0) save_fail(dir, tmp, errno, "cannot fsync %s: %s", path, td_strerror(errno));
     TD_DEBUG("%s: written in %.2f s, fsynced in %.2f s", fname, t1 - t0, td_now() - t1);
     struct stat sb;
     uint64_t bytes = stat(path, &sb) == 0 ? (uint64_t)sb.st_size : 0;
@@ -262,10 +306,12 @@ static double float_value(float f)
     return strtod(buf, NULL);
 }
 
-static cJSON *meta_json(const ckpt_model *m, const ckpt_progress *p, const char *args_json, const char *tmp)
+static cJSON *meta_json(const ckpt_model *m, const ckpt_progress *p, const char *args_json, const char *dir,
+                        const char *tmp)
 {
     const ps_state *ps = m->ps;
-    const gpt_config *c = &m->chunks[0]->cfg;
+    gpt_config cn = m->chunks[0]->cfg, *c = &cn;
+    gpt_config_normalize(&cn); /* defaults written as 0 */
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "format", "trident-checkpoint");
     cJSON_AddNumberToObject(o, "format_version", CKPT_FORMAT_VERSION);
@@ -289,19 +335,18 @@ static cJSON *meta_json(const ckpt_model *m, const ckpt_progress *p, const char 
     cJSON_AddNumberToObject(lay, "virtual_pipeline_stages", m->nchunks);
     cJSON_AddNumberToObject(lay, "world_size", ps->world_size);
     cJSON *mod = cJSON_AddObjectToObject(o, "model");
-    cJSON_AddStringToObject(mod, "architecture", "gpt2");
-    cJSON_AddNumberToObject(mod, "num_layers", c->num_layers);
-    cJSON_AddNumberToObject(mod, "hidden_size", c->hidden);
-    cJSON_AddNumberToObject(mod, "num_attention_heads", c->heads);
-    cJSON_AddNumberToObject(mod, "ffn_hidden_size", c->ffn);
-    cJSON_AddNumberToObject(mod, "max_position_embeddings", c->max_pos);
-    cJSON_AddNumberToObject(mod, "vocab_size", c->vocab);
-    cJSON_AddNumberToObject(mod, "padded_vocab_size", c->padded_vocab);
-    cJSON_AddNumberToObject(mod, "seq_length", c->seq);
-    cJSON_AddNumberToObject(mod, "init_method_std", float_value(c->init_std));
-    cJSON_AddNumberToObject(mod, "hidden_dropout", float_value(c->hidden_dropout));
-    cJSON_AddNumberToObject(mod, "attention_dropout", float_value(c->attn_dropout));
-    cJSON_AddNumberToObject(mod, "layernorm_epsilon", 1e-5);
+    cJSON_AddStringToObject(mod, "architecture", c->norm == GPT_NORM_RMSNORM ? "llama" : "gpt2"); /* informative */
+    for (int k = 0; k < GPT_NCONFIG_KEYS; k++) {
+        const gpt_config_key *key = &GPT_CONFIG_KEYS[k];
+        double v = gpt_config_get(c, key);
+        if (key->choices) {
+            char name[64];
+            gpt_config_value_str(c, key, name, sizeof name);
+            cJSON_AddStringToObject(mod, key->key, name);
+        } else {
+            cJSON_AddNumberToObject(mod, key->key, key->is_float ? float_value((float)v) : v);
+        }
+    }
     if (m->adam_m) {
         cJSON *opt = cJSON_AddObjectToObject(o, "optimizer");
         cJSON_AddStringToObject(opt, "type", "adamw");
@@ -319,7 +364,7 @@ static cJSON *meta_json(const ckpt_model *m, const ckpt_progress *p, const char 
                 ckf_join(path, sizeof path, tmp, name);
                 struct stat sb;
                 if (stat(path, &sb) != 0)
-                    td_fatal(1, "saving the checkpoint: shard %s was not written: %s", path, td_strerror(errno));
+                    save_fail(dir, tmp, errno, "shard %s was not written: %s", path, td_strerror(errno));
                 cJSON *f = cJSON_CreateObject();
                 cJSON_AddStringToObject(f, "name", name);
                 cJSON_AddStringToObject(f, "kind", opt ? "optimizer" : "model");
@@ -333,34 +378,59 @@ static cJSON *meta_json(const ckpt_model *m, const ckpt_progress *p, const char 
     return o;
 }
 
+/* The iteration an iter_NNNNNNN folder's name says (the last path component), or -1. */
+static int64_t iter_of_name(const char *path)
+{
+    size_t n = strlen(path);
+    while (n > 1 && path[n - 1] == '/') n--;
+    size_t b = n;
+    while (b > 0 && path[b - 1] != '/') b--;
+    if (n - b < 6 || strncmp(path + b, "iter_", 5) != 0) return -1;
+    int64_t v = 0;
+    for (size_t i = b + 5; i < n; i++) {
+        if (path[i] < '0' || path[i] > '9' || v > (INT64_MAX - 9) / 10) return -1;
+        v = v * 10 + (path[i] - '0');
+    }
+    return v;
+}
+
+/* The iterations of the checkpoint folders (iter_NNNNNNN, not *.tmp or *.old) in dir, newest
+ * first. Returns how many; *its is malloc'd (NULL when none). */
+static int list_iters(const char *dir, int64_t **its)
+{
+    *its = NULL;
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        int64_t v = iter_of_name(e->d_name);
+        char path[4400];
+        ckf_join(path, sizeof path, dir, e->d_name);
+        if (v < 0 || !ckf_is_dir(path)) continue;
+        *its = td_xrealloc(*its, (size_t)(n + 1) * sizeof **its);
+        (*its)[n++] = v;
+    }
+    closedir(d);
+    for (int i = 0; i < n; i++)
+        for (int k = i + 1; k < n; k++)
+            if ((*its)[k] > (*its)[i]) {
+                int64_t t = (*its)[i];
+                (*its)[i] = (*its)[k];
+                (*its)[k] = t;
+            }
+    return n;
+}
+
 /* Removes all but the keep_last newest checkpoints with iteration <= `iteration`. */
 static void prune(const char *dir, int64_t iteration, int keep_last)
 {
-    DIR *d = opendir(dir);
-    if (!d) return;
-    int64_t *its = NULL;
-    int n = 0;
-    for (struct dirent *e; (e = readdir(d));) {
-        const char *s = e->d_name;
-        if (strncmp(s, "iter_", 5) != 0 || strlen(s) < 12) continue;
-        char *end;
-        long long v = strtoll(s + 5, &end, 10);
-        if (*end || s[5] < '0' || s[5] > '9' || v > iteration) continue;
-        its = td_xrealloc(its, (size_t)(n + 1) * sizeof *its);
-        its[n++] = v;
-    }
-    closedir(d);
-    for (int i = 0; i < n; i++) /* newest first */
-        for (int k = i + 1; k < n; k++)
-            if (its[k] > its[i]) {
-                int64_t t = its[i];
-                its[i] = its[k];
-                its[k] = t;
-            }
-    for (int i = keep_last; i < n; i++) {
+    int64_t *its;
+    int n = list_iters(dir, &its), kept = 0;
+    for (int i = 0; i < n; i++) { /* newest first */
+        if (its[i] > iteration || kept++ < keep_last) continue;
         char path[4200];
         ckpt_iter_dir(path, sizeof path, dir, its[i]);
-        if (ckf_remove_tree(path) != 0) td_warn("--keep-last: cannot remove %s: %s", path, td_strerror(errno));
+        if (ckf_remove_tree(path) != 0) td_warn("--keep-last: cannot remove %s: %s; remove it by hand", path, td_strerror(errno));
         else TD_INFO("removed old checkpoint %s (--keep-last %d)", path, keep_last);
     }
     free(its);
@@ -377,7 +447,9 @@ static void remove_stale(const char *dir)
         char path[4200];
         ckf_join(path, sizeof path, dir, e->d_name);
         TD_INFO("removing %s, left by an interrupted save", path);
-        if (ckf_remove_tree(path) != 0) td_fatal(1, "cannot remove %s: %s", path, td_strerror(errno));
+        if (ckf_remove_tree(path) != 0)
+            td_fatal(1, "--save: cannot remove %s, left by an interrupted save: %s; remove it by hand", path,
+                     td_strerror(errno));
     }
     closedir(d);
 }
@@ -385,7 +457,7 @@ static void remove_stale(const char *dir)
 static void commit(const char *dir, const char *tmp, const char *final, const ckpt_model *m, const ckpt_progress *p,
                    const char *args_json)
 {
-    cJSON *meta = meta_json(m, p, args_json, tmp);
+    cJSON *meta = meta_json(m, p, args_json, dir, tmp);
     char *text = cJSON_Print(meta);
     cJSON_Delete(meta);
     char path[4200];
@@ -394,9 +466,9 @@ static void commit(const char *dir, const char *tmp, const char *final, const ck
     text = td_xrealloc(text, n + 2);
     text[n++] = '\n';
     if (ckf_write_atomic(path, text, n) != 0)
-        td_fatal(1, "saving the checkpoint: cannot write %s: %s", path, td_strerror(errno));
+        save_fail(dir, tmp, errno, "cannot write %s: %s", path, td_strerror(errno));
     free(text);
-    if (ckf_fsync_dir(tmp) != 0) td_fatal(1, "saving the checkpoint: cannot fsync %s: %s", tmp, td_strerror(errno));
+    if (ckf_fsync_dir(tmp) != 0) save_fail(dir, tmp, errno, "cannot fsync %s: %s", tmp, td_strerror(errno));
     save_delay();
     if (ckf_is_dir(final)) {
         /* an older save of this iteration: swap atomically, then remove the old one */
@@ -411,17 +483,22 @@ static void commit(const char *dir, const char *tmp, const char *final, const ck
                 td_fatal(1, "saving the checkpoint: cannot replace %s: %s", final, td_strerror(errno));
             if (ckf_remove_tree(old) != 0) td_warn("cannot remove the replaced %s: %s", old, td_strerror(errno));
         } else {
-            td_fatal(1, "saving the checkpoint: cannot replace %s: %s", final, td_strerror(errno));
+            save_fail(dir, tmp, errno, "cannot replace %s: %s", final, td_strerror(errno));
         }
     } else if (rename(tmp, final) != 0) {
-        td_fatal(1, "saving the checkpoint: cannot rename %s to %s: %s", tmp, final, td_strerror(errno));
+        save_fail(dir, tmp, errno, "cannot rename %s to %s: %s", tmp, final, td_strerror(errno));
     }
-    if (ckf_fsync_dir(dir) != 0) td_fatal(1, "saving the checkpoint: cannot fsync %s: %s", dir, td_strerror(errno));
+    if (ckf_fsync_dir(dir) != 0)
+        td_fatal(1, "saving the checkpoint: %s is in place but fsync of %s failed: %s; %s still names the previous "
+                 "checkpoint: check the file system before trusting %s", final, dir, td_strerror(errno), CKPT_LATEST,
+                 final);
     char latest[4200], it[32];
     ckf_join(latest, sizeof latest, dir, CKPT_LATEST);
     int k = snprintf(it, sizeof it, "%lld\n", (long long)p->iteration);
     if (ckf_write_atomic(latest, it, (size_t)k) != 0)
-        td_fatal(1, "saving the checkpoint: cannot write %s: %s", latest, td_strerror(errno));
+        td_fatal(1, "saving the checkpoint: %s is complete but %s could not be updated (%s) and still names the "
+                 "previous checkpoint: free space (df %s), then load %s explicitly or fix %s", final, latest,
+                 td_strerror(errno), dir, final, CKPT_LATEST);
 }
 
 void ckpt_save(const char *dir, const ckpt_model *m, const ckpt_progress *p, const char *args_json, int keep_last,
@@ -435,15 +512,15 @@ void ckpt_save(const char *dir, const ckpt_model *m, const ckpt_progress *p, con
     if (ps->world_rank == 0) {
         if (ckf_mkdirs(dir) != 0) td_fatal(1, "--save %s: cannot create the folder: %s", dir, td_strerror(errno));
         remove_stale(dir);
-        if (mkdir(tmp, 0755) != 0) td_fatal(1, "--save: cannot create %s: %s", tmp, td_strerror(errno));
+        if (mkdir(tmp, 0755) != 0) save_fail(dir, tmp, errno, "cannot create %s: %s", tmp, td_strerror(errno));
     }
     comm_barrier(ps->world);
     int64_t bytes = 0;
     if (ps->dp_rank == 0) {
-        bytes += (int64_t)write_shard(tmp, m, 0);
+        bytes += (int64_t)write_shard(dir, tmp, m, 0);
         save_delay();
         if (m->adam_m) {
-            bytes += (int64_t)write_shard(tmp, m, 1);
+            bytes += (int64_t)write_shard(dir, tmp, m, 1);
             save_delay();
         }
     }
@@ -484,38 +561,42 @@ static int get_int(const cJSON *o, const char *key, int64_t *v)
     return 0;
 }
 
-int ckpt_find(const char *path, ckpt_meta *out, char *err, size_t errlen)
+static int same_folder(const char *a, const char *b)
+{
+    char ra[PATH_MAX], rb[PATH_MAX];
+    return realpath(a, ra) && realpath(b, rb) && strcmp(ra, rb) == 0;
+}
+
+int ckpt_check_save_dir(const char *dir, int64_t start, const char *loaded, char *err, size_t errlen)
+{
+    int64_t *its;
+    int n = list_iters(dir, &its), rc = 0;
+    for (int i = 0; i < n && rc == 0; i++) {
+        char path[4200];
+        ckpt_iter_dir(path, sizeof path, dir, its[i]);
+        if (its[i] < start || (its[i] == start && loaded && same_folder(path, loaded))) continue;
+        if (loaded)
+            snprintf(err, errlen, "--save %s already holds %s, which this run did not load (it continues from %s at "
+                     "iteration %lld): its saves would replace or outdate it. Move it away, save elsewhere, or load "
+                     "it", dir, path, loaded, (long long)start);
+        else
+            snprintf(err, errlen, "--save %s already holds %s and this run starts from scratch: its saves would "
+                     "replace it. Load it with --load %s, move it away, or save elsewhere", dir, path, dir);
+        rc = -1;
+    }
+    free(its);
+    return rc;
+}
+
+/* Reads and checks the meta.json of the iteration folder iter_dir, and every shard header
+ * against it (see ckpt_find). */
+static int read_meta(const char *iter_dir, ckpt_meta *out, char *err, size_t errlen)
 {
     memset(out, 0, sizeof *out);
     cJSON *root = NULL;
     char *text = NULL;
-    char mpath[4200], iter_dir[4200];
-    if (!ckf_is_dir(path)) return 1;
-    ckf_join(mpath, sizeof mpath, path, "meta.json");
-    if (ckf_exists(mpath)) {
-        snprintf(iter_dir, sizeof iter_dir, "%s", path);
-    } else {
-        char lpath[4200];
-        ckf_join(lpath, sizeof lpath, path, CKPT_LATEST);
-        if (!ckf_exists(lpath)) return 1;
-        text = ckf_read_text(lpath, NULL, 1 << 12);
-        if (!text) FAIL("cannot read %s: %s", lpath, td_strerror(errno));
-        char *end;
-        long long it = strtoll(text, &end, 10);
-        while (*end == '\n' || *end == ' ' || *end == '\r') end++;
-        if (end == text || *end || it < 0) {
-            for (char *q = text; *q; q++)
-                if ((unsigned char)*q < 0x20) *q = ' ';
-            FAIL("%s does not hold an iteration number (it holds '%.40s'); fix or remove it", lpath, text);
-        }
-        free(text);
-        text = NULL;
-        ckpt_iter_dir(iter_dir, sizeof iter_dir, path, it);
-        ckf_join(mpath, sizeof mpath, iter_dir, "meta.json");
-        if (!ckf_exists(mpath))
-            FAIL("%s names iteration %lld but %s is missing: the checkpoint was removed or never completed", lpath,
-                 it, mpath);
-    }
+    char mpath[4200];
+    ckf_join(mpath, sizeof mpath, iter_dir, "meta.json");
     size_t len;
     text = ckf_read_text(mpath, &len, (size_t)1 << 26);
     if (!text) FAIL("cannot read %s: %s", mpath, td_strerror(errno));
@@ -541,6 +622,10 @@ int ckpt_find(const char *path, ckpt_meta *out, char *err, size_t errlen)
     const cJSON *seed = rng ? cJSON_GetObjectItemCaseSensitive(rng, "seed") : NULL;
     if (!cJSON_IsString(seed)) FAIL("%s: rng.seed is missing", mpath);
     out->progress.seed = strtoull(seed->valuestring, NULL, 10);
+    int64_t named = iter_of_name(iter_dir);
+    if (named >= 0 && named != out->progress.iteration)
+        FAIL("%s: iteration is %lld but the folder is iter_%07lld: meta.json was edited or the folder renamed; "
+             "restore one to match the other", mpath, (long long)out->progress.iteration, (long long)named);
 
     const cJSON *lay = cJSON_GetObjectItemCaseSensitive(root, "layout");
     int64_t tp, pp, dp, vp;
@@ -551,23 +636,47 @@ int ckpt_find(const char *path, ckpt_meta *out, char *err, size_t errlen)
     out->tp = (int)tp, out->pp = (int)pp, out->dp = (int)dp, out->vp = (int)vp;
 
     const cJSON *mod = cJSON_GetObjectItemCaseSensitive(root, "model");
-    int64_t L, h, n, f, mp, V, PV, S;
-    double std, hd, ad;
-    if (!mod || get_int(mod, "num_layers", &L) || get_int(mod, "hidden_size", &h) ||
-        get_int(mod, "num_attention_heads", &n) || get_int(mod, "ffn_hidden_size", &f) ||
-        get_int(mod, "max_position_embeddings", &mp) || get_int(mod, "vocab_size", &V) ||
-        get_int(mod, "padded_vocab_size", &PV) || get_int(mod, "seq_length", &S) ||
-        get_num(mod, "init_method_std", &std) || get_num(mod, "hidden_dropout", &hd) ||
-        get_num(mod, "attention_dropout", &ad) || L < 1 || h < 1 || n < 1 || f < 1 || mp < 1 || V < 1 || PV < V ||
-        S < 1 || L > (1 << 16) || h > (1 << 20) || n > (1 << 16) || f > (1 << 24) || mp > (1 << 24) ||
-        PV > (1 << 30) || h % n)
-        FAIL("%s: the model section is missing or malformed", mpath);
+    if (!cJSON_IsObject(mod)) FAIL("%s: the model section is missing", mpath);
     gpt_config *c = &out->model;
-    c->num_layers = (int)L, c->hidden = (int)h, c->heads = (int)n, c->ffn = (int)f, c->max_pos = (int)mp;
-    c->vocab = (int)V, c->padded_vocab = (int)PV, c->seq = (int)S;
-    c->init_std = (float)std, c->hidden_dropout = (float)hd, c->attn_dropout = (float)ad;
+    for (int k = 0; k < GPT_NCONFIG_KEYS; k++) {
+        const gpt_config_key *key = &GPT_CONFIG_KEYS[k];
+        const cJSON *j = cJSON_GetObjectItemCaseSensitive(mod, key->key);
+        double x = 0;
+        if (!j && key->lo <= 0) continue; /* a setting older checkpoints lack: GPT-2's (0) */
+        if (key->choices) {
+            int idx = 0, found = 0;
+            const char *s = key->choices;
+            for (; s && cJSON_IsString(j); idx++, s = strchr(s, '|') ? strchr(s, '|') + 1 : NULL)
+                if (strlen(j->valuestring) == strcspn(s, "|") && strncmp(s, j->valuestring, strcspn(s, "|")) == 0) {
+                    found = 1;
+                    break;
+                }
+            if (!found) FAIL("%s: model.%s is missing or not one of %s: the checkpoint is corrupt", mpath, key->key,
+                             key->choices);
+            x = idx;
+        } else if (get_num(mod, key->key, &x) || x < key->lo || x > key->hi || (!key->is_float && x != floor(x))) {
+            FAIL("%s: model.%s is missing or not a%s number in [%g, %g]: the checkpoint is corrupt", mpath, key->key,
+                 key->is_float ? "" : "n integer", key->lo, key->hi);
+        }
+        gpt_config_set(c, key, x);
+    }
+    if (c->padded_vocab < c->vocab)
+        FAIL("%s: model.padded_vocab_size %d is smaller than model.vocab_size %d: the checkpoint is corrupt", mpath,
+             c->padded_vocab, c->vocab);
+    if (!c->kv_channels && c->hidden % c->heads)
+        FAIL("%s: model.hidden_size %d is not divisible by model.num_attention_heads %d: the checkpoint is corrupt",
+             mpath, c->hidden, c->heads);
+    if (c->heads % gpt_groups(c))
+        FAIL("%s: model.num_attention_heads %d is not divisible by model.num_query_groups %d: the checkpoint is "
+             "corrupt", mpath, c->heads, gpt_groups(c));
     c->seed = out->progress.seed;
-    out->has_optimizer = cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(root, "optimizer"));
+    const cJSON *optim = cJSON_GetObjectItemCaseSensitive(root, "optimizer");
+    out->has_optimizer = cJSON_IsObject(optim);
+    int64_t step;
+    if (out->has_optimizer && (get_int(optim, "step", &step) || step != out->progress.iteration))
+        FAIL("%s: optimizer.step is %s but iteration is %lld (the Adam step count is the iteration): the "
+             "checkpoint is corrupt", mpath, get_int(optim, "step", &step) ? "missing" : "different",
+             (long long)out->progress.iteration);
 
     const cJSON *files = cJSON_GetObjectItemCaseSensitive(root, "files");
     if (!cJSON_IsArray(files)) FAIL("%s: the file list is missing", mpath);
@@ -602,13 +711,116 @@ int ckpt_find(const char *path, ckpt_meta *out, char *err, size_t errlen)
     const cJSON *args = cJSON_GetObjectItemCaseSensitive(root, "args");
     out->args_json = args ? cJSON_PrintUnformatted(args) : td_xstrdup("{}");
     cJSON_Delete(root);
+    root = NULL;
     free(text);
+    text = NULL;
+    ckpt_reader *r = ckpt_reader_open(out, err, errlen); /* every shard's tensors against the model config */
+    if (!r) goto fail;
+    ckpt_reader_close(r);
     return 0;
 fail:
     cJSON_Delete(root);
     free(text);
     ckpt_meta_free(out);
     return -1;
+}
+
+
+/* Opens iteration folder iter_dir as read_meta does and checks the CRC32 of every entry. */
+static int read_verified(const char *iter_dir, ckpt_meta *out, char *err, size_t errlen)
+{
+    if (read_meta(iter_dir, out, err, errlen)) return -1;
+    ckpt_reader *r = ckpt_reader_open(out, err, errlen);
+    int bad = r ? ckpt_verify(r, NULL, NULL, err, errlen) : -1;
+    ckpt_reader_close(r);
+    if (bad) ckpt_meta_free(out);
+    return bad ? -1 : 0;
+}
+
+/* Tries the checkpoints of dir newer than `above` (all when -1), newest first; the first that
+ * verifies fills *out. Returns its iteration, or -1 with the newest one's problem in why. */
+static int64_t newest_verified(const char *dir, int64_t above, ckpt_meta *out, char *why, size_t whylen, int *tried)
+{
+    int64_t *its;
+    int n = list_iters(dir, &its), found = -1;
+    *tried = 0;
+    why[0] = 0;
+    for (int i = 0; i < n && its[i] > above && found < 0; i++) {
+        char path[4200], e[1024];
+        ckpt_iter_dir(path, sizeof path, dir, its[i]);
+        ++*tried;
+        if (read_verified(path, out, e, sizeof e) == 0) found = i;
+        else if (!why[0]) snprintf(why, whylen, "%s", e);
+    }
+    int64_t it = found >= 0 ? its[found] : -1;
+    free(its);
+    return it;
+}
+
+int ckpt_find(const char *path, ckpt_meta *out, char *err, size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    char mpath[4200], lpath[4200], iter_dir[4200], why[1024], note[12000];
+    if (!ckf_is_dir(path)) return 1;
+    ckf_join(mpath, sizeof mpath, path, "meta.json");
+    if (ckf_exists(mpath)) return read_meta(path, out, err, errlen);
+    ckf_join(lpath, sizeof lpath, path, CKPT_LATEST);
+    int tried;
+    if (!ckf_exists(lpath)) {
+        /* no latest file: the newest complete checkpoint that verifies, if there is any */
+        int64_t it = newest_verified(path, -1, out, why, sizeof why, &tried);
+        if (tried == 0) return 1;
+        if (it < 0) {
+            snprintf(err, errlen, "%s has no %s and none of its %d checkpoint folders verifies (the newest: %s): "
+                     "repair or remove them, or load one with --load %s/iter_NNNNNNN", path, CKPT_LATEST, tried,
+                     why, path);
+            return -1;
+        }
+        snprintf(note, sizeof note, "%s has no %s: using %s, the newest checkpoint there that verifies%s%s", path,
+                 CKPT_LATEST, out->dir, tried > 1 ? " (skipped, the newest: " : "", tried > 1 ? why : "");
+        if (tried > 1) strncat(note, ")", sizeof note - strlen(note) - 1);
+        out->note = td_xstrdup(note);
+        return 0;
+    }
+    char *text = ckf_read_text(lpath, NULL, 1 << 12);
+    if (!text) {
+        snprintf(err, errlen, "cannot read %s: %s", lpath, td_strerror(errno));
+        return -1;
+    }
+    char *end;
+    long long it = strtoll(text, &end, 10);
+    while (*end == '\n' || *end == ' ' || *end == '\r') end++;
+    if (end == text || *end || it < 0) {
+        for (char *q = text; *q; q++)
+            if ((unsigned char)*q < 0x20) *q = ' ';
+        snprintf(err, errlen, "%s does not hold an iteration number (it holds '%.40s'); fix or remove it", lpath, text);
+        free(text);
+        return -1;
+    }
+    free(text);
+    ckpt_iter_dir(iter_dir, sizeof iter_dir, path, it);
+    ckf_join(mpath, sizeof mpath, iter_dir, "meta.json");
+    if (!ckf_exists(mpath)) {
+        snprintf(err, errlen, "%s names iteration %lld but %s is missing: the checkpoint was removed or never "
+                 "completed; fix %s (or remove it to load the newest checkpoint that verifies)", lpath, it, mpath,
+                 lpath);
+        return -1;
+    }
+    /* a newer complete folder: a save interrupted after its rename, before latest was updated */
+    int64_t newer = newest_verified(path, it, out, why, sizeof why, &tried);
+    if (newer >= 0) {
+        snprintf(note, sizeof note, "%s names iteration %lld but %s is newer and verifies (a save interrupted before "
+                 "%s was updated): using it", lpath, it, out->dir, CKPT_LATEST);
+        out->note = td_xstrdup(note);
+        return 0;
+    }
+    if (read_meta(iter_dir, out, err, errlen)) return -1;
+    if (tried) {
+        snprintf(note, sizeof note, "%s names iteration %lld; newer checkpoint folders there do not verify (%s)",
+                 lpath, it, why);
+        out->note = td_xstrdup(note);
+    }
+    return 0;
 }
 
 void ckpt_meta_free(ckpt_meta *m)
@@ -619,6 +831,7 @@ void ckpt_meta_free(ckpt_meta *m)
     for (int i = 0; i < m->nfiles; i++) free(m->files ? m->files[i].name : NULL);
     free(m->files);
     free(m->args_json);
+    free(m->note);
     memset(m, 0, sizeof *m);
 }
 

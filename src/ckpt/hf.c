@@ -366,6 +366,14 @@ int hf_import(const char *in, const char *out, int divisible_by, comm *world, ch
     char *used = NULL;
     int rc = -1;
     gpt_config c;
+    ckpt_meta there;
+    int held = ckpt_find(out, &there, err, errlen);
+    if (held != 1) {
+        if (held == 0) ckpt_meta_free(&there);
+        snprintf(err, errlen, "--to trident %s already holds a checkpoint%s: converting into it would replace or outdate "
+                 "it; give an empty or new folder", out, held == 0 ? "" : " (one that does not open)");
+        return -1;
+    }
     if (read_config(in, &c, divisible_by, err, errlen)) return -1;
     char path[4200], why[1024];
     ckf_join(path, sizeof path, in, "model.safetensors");

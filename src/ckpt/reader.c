@@ -210,6 +210,10 @@ static int add_entries(ckpt_reader *r, int fi, const ckpt_file *cf, char *err, s
     if (!fmt || strcmp(fmt, "trident") != 0 || !kind || strcmp(kind, cf->optimizer ? "optimizer" : "model") != 0)
         FAIL("%s: not a trident %s shard (its __metadata__ lacks format/kind)", f->path,
              cf->optimizer ? "optimizer" : "model");
+    const char *tr = st_meta(&f->h, "tp_rank"), *pr = st_meta(&f->h, "pp_rank");
+    if (!tr || !pr || atoi(tr) != cf->tp_rank || atoi(pr) != cf->pp_rank)
+        FAIL("%s: its __metadata__ says tp_rank %s, pp_rank %s but meta.json lists it as tp_rank %d, pp_rank %d: the "
+             "checkpoint is corrupt", f->path, tr ? tr : "(none)", pr ? pr : "(none)", cf->tp_rank, cf->pp_rank);
     r->e = td_xrealloc(r->e, (size_t)(r->n + f->h.ntensors) * sizeof *r->e);
     for (int i = 0; i < f->h.ntensors; i++) {
         const st_tensor *t = &f->h.tensors[i];
@@ -239,6 +243,59 @@ static int add_entries(ckpt_reader *r, int fi, const ckpt_file *cf, char *err, s
         if (!ok) FAIL("%s: entry '%s' (%s, %d dimensions) does not match its slice description: the shard is corrupt",
                       f->path, t->name, st_dtype_name(t->dtype), t->ndim);
         r->n++;
+    }
+    return 0;
+fail:
+    return -1;
+}
+
+/* Every tensor the model config of meta.json makes is in the shards at its logical shape and
+ * wholly covered, for each kind of state the checkpoint has, and nothing else is there. */
+static int check_model(const ckpt_reader *r, const ckpt_meta *m, char *err, size_t errlen)
+{
+    const gpt_config *c = &m->model;
+    int nkinds = m->has_optimizer ? 3 : 1, matched = 0;
+    char mpath[4400];
+    ckf_join(mpath, sizeof mpath, m->dir, "meta.json");
+    char name[64];
+    int64_t want[2];
+    const char *keys[2];
+    for (int i = 0, nd; (nd = gpt_logical_tensor(c, i, name, sizeof name, want, keys)); i++)
+        for (int kind = 0; kind < nkinds; kind++) {
+            int g0, g1;
+            find_group(r, (ckpt_kind)kind, name, &g0, &g1);
+            if (g0 == g1)
+                FAIL("%s: tensor %s%s is in none of the shards but the model of %s (num_layers %d) has it: the "
+                     "checkpoint is incomplete, or meta.json was edited", m->dir, ckpt_kind_prefix((ckpt_kind)kind),
+                     name, mpath, c->num_layers);
+            const src_entry *e = &r->e[g0];
+            int64_t have[2] = {e->sl.shape[0], e->sl.ndim == 2 ? e->sl.shape[1] : 0};
+            if (e->sl.ndim != nd || have[0] != want[0] || have[1] != want[1]) {
+                int d = have[0] != want[0] || e->sl.ndim != nd ? 0 : 1;
+                char shape[64];
+                shape_str(shape, sizeof shape, &e->sl);
+                FAIL("%s: %s is %lld but tensor %s in %s is %lld along that dimension (logical shape %s): meta.json "
+                     "and the shards disagree; restore the meta.json written with them", mpath, keys[d],
+                     (long long)want[d], e->t->name, r->files[e->file]->path, (long long)have[d], shape);
+            }
+            int64_t held = 0, whole = want[0] * (nd == 2 ? want[1] : 1);
+            for (int k = g0; k < g1; k++) held += ckpt_slice_numel(&r->e[k].sl);
+            if (held != whole)
+                FAIL("%s: tensor %s%s: the shards hold %lld of its %lld elements: a shard is missing or %s's layout "
+                     "is wrong", m->dir, ckpt_kind_prefix((ckpt_kind)kind), name, (long long)held, (long long)whole,
+                     mpath);
+            matched += g1 - g0;
+        }
+    if (matched == r->n) return 0;
+    for (int i = 0; i < r->n; i++) {
+        const src_entry *e = &r->e[i];
+        if ((int)e->kind < nkinds && gpt_canonical_offset(c, e->lname) >= 0) continue;
+        int l;
+        if (sscanf(e->lname, "layers.%d.", &l) == 1 && l >= c->num_layers)
+            FAIL("%s: num_layers is %d but %s holds tensor %s: meta.json and the shards disagree; restore the "
+                 "meta.json written with them", mpath, c->num_layers, r->files[e->file]->path, e->t->name);
+        FAIL("%s: entry '%s' is not a tensor of the model %s describes: the shard is corrupt or does not belong here",
+             r->files[e->file]->path, e->t->name, mpath);
     }
     return 0;
 fail:
@@ -275,6 +332,7 @@ ckpt_reader *ckpt_reader_open(const ckpt_meta *m, char *err, size_t errlen)
                          r->e[i].t->name, r->files[r->e[k].file]->path, r->files[r->e[i].file]->path);
         }
     }
+    if (check_model(r, m, err, errlen)) goto fail;
     return r;
 fail:
     ckpt_reader_close(r);

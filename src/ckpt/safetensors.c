@@ -577,8 +577,11 @@ int st_write(const char *path, const st_entry *e, int n, const char *const *meta
     }
     rc = finish_file(fd, do_fsync, &what);
     goto done;
-fail:
+fail: {
+    int e = errno; /* the write's reason, not close's */
     close(fd);
+    errno = e;
+}
 done:
     if (rc) snprintf(err, errlen, "cannot %s %s: %s", what, path, td_strerror(errno));
     free(h.p);
@@ -613,8 +616,11 @@ int st_write_stream(const char *path, const st_entry *e, int n, const char *cons
     if (write_prefix(fd, &h)) goto fail;
     rc = finish_file(fd, do_fsync, &what);
     goto done;
-fail:
+fail: {
+    int e = errno; /* the write's reason, not close's */
     close(fd);
+    errno = e;
+}
 done:
     if (rc) snprintf(err, errlen, "cannot %s %s: %s", what, path, td_strerror(errno));
     free(buf);

@@ -24,6 +24,7 @@ static void open_or_die(const char *path, ckpt_meta *m)
     int rc = ckpt_find(path, m, err, sizeof err);
     if (rc == 1) td_fatal(1, "%s holds no checkpoint (no %s, no meta.json)", path, CKPT_LATEST);
     if (rc) td_fatal(1, "%s", err);
+    if (m->note) td_warn("%s", m->note);
 }
 
 typedef struct {
@@ -51,8 +52,16 @@ static int info(const char *path)
            (long long)m.progress.consumed_train, (long long)m.progress.consumed_valid,
            (unsigned long long)m.progress.seed);
     printf("layout: tp %d x pp %d x dp %d, %d virtual stage%s per rank\n", m.tp, m.pp, m.dp, m.vp, m.vp > 1 ? "s" : "");
-    printf("model: gpt2, %d layers, hidden %d, heads %d, ffn %d, positions %d, vocab %d (padded %d), trained at seq %d\n",
-           c->num_layers, c->hidden, c->heads, c->ffn, c->max_pos, c->vocab, c->padded_vocab, c->seq);
+    char arch[320];
+    gpt_config_describe(c, arch, sizeof arch);
+    printf("model: %s\n", arch);
+    printf("settings:");
+    for (int k = 0; k < GPT_NCONFIG_KEYS; k++) { /* every setting meta.json stores */
+        char v[64];
+        gpt_config_value_str(c, &GPT_CONFIG_KEYS[k], v, sizeof v);
+        printf("%s %s %s", k ? "," : "", GPT_CONFIG_KEYS[k].key, v);
+    }
+    printf("\n");
     printf("optimizer: %s\n", m.has_optimizer ? "adamw (exp_avg, exp_avg_sq)" : "none (weights only)");
     uint64_t total = 0;
     printf("shards (%d):\n", m.nfiles);

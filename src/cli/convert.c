@@ -43,6 +43,7 @@ int cli_convert(int argc, char **argv)
         int found = ckpt_find(in, &m, err, sizeof err);
         if (found == 1) td_fatal(1, "--from trident %s: no checkpoint there (no %s, no meta.json)", in, CKPT_LATEST);
         if (found) td_fatal(1, "%s", err);
+        if (m.note) td_warn("%s", m.note);
         rc = hf_export(&m, out, err, sizeof err);
         if (rc == 0)
             TD_INFO("wrote %s/config.json and %s/model.safetensors from %s (iteration %lld, tp %d x pp %d) in %.2f s", out,

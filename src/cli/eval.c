@@ -42,20 +42,23 @@ int cli_eval(int argc, char **argv)
     td_log_set_level(a.verbose);
     comm *world = comm_world_init(&argc, &argv);
     comm_set_timeout(a.distributed_timeout_minutes * 60);
-    int tp = a.tensor_model_parallel_size, pp = a.pipeline_model_parallel_size, S = a.seq_length;
-    int K = td_args_given(&a, "--eval-stride") ? a.eval_stride : S;
+    int tp = a.tensor_model_parallel_size, pp = a.pipeline_model_parallel_size;
     if (!a.load) USAGE(world, "%s: --load DIR (a checkpoint) is required", prog);
     if (a.data_path.n != 1) USAGE(world, "%s: --data-path takes one dataset prefix (blends are not scored)", prog);
-    if (K > S) USAGE(world, "%s: --eval-stride %d is longer than --seq-length %d (tokens would go unscored)", prog, K, S);
     if (comm_size(world) % (tp * pp))
         USAGE(world, "%s: the world size %d is not divisible by --tensor-model-parallel-size %d x "
                      "--pipeline-model-parallel-size %d", prog, comm_size(world), tp, pp);
 
     ckpt_meta meta;
-    char err[1024] = "";
+    char err[4096] = "";
     int rc = ckpt_find(a.load, &meta, err, sizeof err);
-    if (rc == 1) td_fatal(1, "--load %s: no checkpoint there (no %s, no meta.json)", a.load, CKPT_LATEST);
+    if (rc == 1) td_fatal(1, "--load %s: no checkpoint there (no %s, meta.json or iter_* folder)", a.load, CKPT_LATEST);
     if (rc) td_fatal(1, "%s", err);
+    if (meta.note && comm_rank(world) == 0) td_warn("%s", meta.note);
+    /* the model is the checkpoint's: a model flag given must agree; --seq-length defaults to its own */
+    if (ckpt_args_reconcile(&a, &meta, -1, tp, 0, err, sizeof err)) USAGE(world, "%s: %s", prog, err);
+    int S = a.seq_length, K = td_args_given(&a, "--eval-stride") ? a.eval_stride : S;
+    if (K > S) USAGE(world, "%s: --eval-stride %d is longer than --seq-length %d (tokens would go unscored)", prog, K, S);
     gpt_config c = ckpt_model_config(&meta, tp, S, a.make_vocab_size_divisible_by);
     if (S > c.max_pos)
         USAGE(world, "%s: --seq-length %d is longer than the checkpoint's %d positions", prog, S, c.max_pos);

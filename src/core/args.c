@@ -182,6 +182,9 @@ static const flag_t FLAGS[] = {
      "start from the latest checkpoint in this folder (or an iter_NNNNNNN folder); any layout", 0, 0, NULL},
     {"--no-load-optim", A_BOOL, OFF(no_load_optim), "0", TD_CMD_TRAIN, "checkpointing",
      "with --load: do not load the optimizer state (Adam moments start at zero)", 0, 0, NULL},
+    {"--use-checkpoint-args", A_BOOL, OFF(use_checkpoint_args), "0", TD_CMD_TRAIN | TD_CMD_EVAL, "checkpointing",
+     "with --load: take the model architecture (and --seq-length) from the checkpoint's meta.json; without it "
+     "a model flag that differs from the checkpoint is an error", 0, 0, NULL},
     {"--no-load-rng", A_BOOL, OFF(no_load_rng), "0", TD_CMD_TRAIN, "checkpointing",
      "with --load: use --seed instead of the checkpoint's seed (the whole random state)", 0, 0, NULL},
     {"--finetune", A_BOOL, OFF(finetune), "0", TD_CMD_TRAIN, "checkpointing",
@@ -368,6 +371,50 @@ int td_args_parse(td_args *a, unsigned cmd, const char *prog, int argc, char **a
     return 0;
 }
 
+int td_args_get_number(const td_args *a, const char *flag, double *v)
+{
+    int idx = -1;
+    const flag_t *f = find_flag(flag, strlen(flag), &idx);
+    if (!f) return -1;
+    const char *field = (const char *)a + f->off;
+    switch (f->type) {
+    case A_INT: *v = *(const int *)field; return 0;
+    case A_I64: *v = (double)*(const int64_t *)field; return 0;
+    case A_FLOAT: *v = *(const double *)field; return 0;
+    default: return -1;
+    }
+}
+
+int td_args_set_number(td_args *a, const char *flag, double v)
+{
+    int idx = -1;
+    const flag_t *f = find_flag(flag, strlen(flag), &idx);
+    if (!f || v < f->lo || v > f->hi) return -1;
+    char *field = (char *)a + f->off;
+    switch (f->type) {
+    case A_INT: *(int *)field = (int)v; return 0;
+    case A_I64: *(int64_t *)field = (int64_t)v; return 0;
+    case A_FLOAT: *(double *)field = v; return 0;
+    case A_BOOL: *(int *)field = v != 0; return 0;
+    case A_CHOICE: { /* the v-th of the choices */
+        const char *p = f->choices;
+        for (int i = 0; i < (int)v && p; i++) {
+            p = strchr(p, '|');
+            if (p) p++;
+        }
+        if (!p || v != (int)v) return -1;
+        size_t n = strcspn(p, "|");
+        char *val = td_xmalloc(n + 1);
+        memcpy(val, p, n);
+        val[n] = 0;
+        free(*(char **)field);
+        *(char **)field = val;
+        return 0;
+    }
+    default: return -1;
+    }
+}
+
 int td_args_given(const td_args *a, const char *flag)
 {
     int idx = -1;
@@ -467,6 +514,26 @@ void td_args_usage(unsigned cmd, const char *prog, const char *summary)
         printf("\n");
     }
     printf("\n  --help                                     this message\n");
+}
+
+void td_args_copy(td_args *dst, const td_args *src)
+{
+    *dst = *src;
+    for (int i = 0; i < NFLAGS; i++) {
+        const flag_t *f = &FLAGS[i];
+        char *d = (char *)dst + f->off;
+        const char *s = (const char *)src + f->off;
+        if (f->type == A_STR || f->type == A_CHOICE) {
+            const char *v = *(char *const *)s;
+            *(char **)d = v ? td_xstrdup(v) : NULL;
+        } else if (f->type == A_LIST) {
+            const td_strlist *l = (const td_strlist *)s;
+            td_strlist *out = (td_strlist *)d;
+            out->n = 0;
+            out->v = NULL;
+            for (int k = 0; k < l->n; k++) list_push(out, l->v[k]);
+        }
+    }
 }
 
 void td_args_free(td_args *a)

@@ -101,3 +101,12 @@ void gpt_config_describe(const gpt_config *c, char *out, size_t len)
              (double)gpt_norm_eps(c), pos, gpt_has_bias(c) ? "biases" : "no biases",
              !gpt_has_bias(c) && c->add_qkv_bias ? " but QKV's" : "", c->untied ? "untied output layer" : "tied embeddings");
 }
+
+void gpt_config_normalize(gpt_config *c)
+{
+    if (c->heads > 0 && c->query_groups == c->heads) c->query_groups = 0;
+    if (c->heads > 0 && c->hidden % c->heads == 0 && c->kv_channels == c->hidden / c->heads) c->kv_channels = 0;
+    if (c->rotary_percent == 1.0f) c->rotary_percent = 0;
+    if (c->rotary_base == 10000.0f) c->rotary_base = 0;
+    if (c->norm_eps == 1e-5f) c->norm_eps = 0;
+}

@@ -28,6 +28,38 @@ int64_t gpt_num_params(const gpt_config *c)
     return (int64_t)m.numel;
 }
 
+/* The GPT_CONFIG_KEYS key a dimension of size n of tensor `name` comes from (for messages). */
+static const char *dim_key(const gpt_config *c, const char *name, int64_t n)
+{
+    if (n == c->padded_vocab) return "padded_vocab_size";
+    if (n == c->max_pos && strstr(name, "position")) return "max_position_embeddings";
+    if (n == c->hidden || n == 3 * (int64_t)c->hidden) return "hidden_size";
+    if (n == c->ffn || n == 2 * (int64_t)c->ffn) return "ffn_hidden_size";
+    if (n == c->max_pos) return "max_position_embeddings";
+    if (strstr(name, ".kv.")) return "num_query_groups";
+    return c->kv_channels ? "kv_channels" : "num_attention_heads";
+}
+
+int gpt_logical_tensor(const gpt_config *c, int i, char *name, size_t len, int64_t shape[2], const char *keys[2])
+{
+    gpt_model m;
+    gpt_logical_table(c, &m);
+    int nd = 0;
+    if (i >= 0 && i < m.ntensors) {
+        const gpt_tensor_info *t = &m.table[i];
+        snprintf(name, len, "%s", t->name);
+        nd = t->ndim;
+        shape[0] = t->shape[0];
+        shape[1] = nd == 2 ? t->shape[1] : 0;
+        if (keys) {
+            keys[0] = dim_key(c, t->name, shape[0]);
+            keys[1] = nd == 2 ? dim_key(c, t->name, shape[1]) : NULL;
+        }
+    }
+    free(m.table);
+    return nd;
+}
+
 static int write_at(int fd, const float *src, size_t n, int64_t elem)
 {
     const char *p = (const char *)src;

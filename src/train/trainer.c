@@ -85,6 +85,7 @@ int trainer_validate(const td_args *a, int world_size, char *msg, size_t msglen)
                                      "--num-layers-per-virtual-pipeline-stage", vp, PP_MAX_CHUNKS);
     }
     if (a->finetune && !a->load) FAIL("--finetune needs --load (the checkpoint to start from)");
+    if (a->use_checkpoint_args && !a->load) FAIL("--use-checkpoint-args needs --load (the checkpoint to take them from)");
     if (td_args_given(a, "--save-interval") && !a->save) FAIL("--save-interval needs --save");
     if (a->keep_last && !a->save) FAIL("--keep-last needs --save");
     pp_schedule sched;
@@ -222,17 +223,21 @@ static double evaluate(run_state *r, gptds_split s, int64_t consumed, int64_t it
     return total / ((double)iters * r->gbs * r->a->seq_length);
 }
 
-static gpt_config model_config(const td_args *a, const ps_state *ps)
+/* The vocabulary of the --vocab-file tokenizer; -1 without one. */
+static int tokenizer_vocab(const td_args *a)
 {
+    if (!a->vocab_file) return -1;
     char err[512];
     bpe_tokenizer *tok = bpe_load(a->vocab_file, a->merge_file, err, sizeof err);
     if (!tok) td_fatal(1, "%s", err);
-    gpt_config c;
-    gpt_config_from_args(&c, a);
-    c.vocab = bpe_vocab_size(tok);
-    c.padded_vocab = gpt_padded_vocab(c.vocab, a->make_vocab_size_divisible_by, ps->tp);
+    int v = bpe_vocab_size(tok);
     bpe_free(tok);
-    return c;
+    return v;
+}
+
+static gpt_config model_config(const td_args *a, const ps_state *ps)
+{
+    return ckpt_config_of_args(a, tokenizer_vocab(a), ps->tp);
 }
 
 static void setup(run_state *r, const td_args *a, comm *world)
@@ -423,7 +428,46 @@ static void dump_params(run_state *r, const char *path)
 /* ---- checkpoints: --load at start, --save and --exit-* after iterations (docs/checkpoints.md) ---- */
 
 static volatile sig_atomic_t g_exit_signal;
-static void on_exit_signal(int sig) { g_exit_signal = sig; }
+static int g_signal_says; /* this rank reports signals as they arrive (world rank 0) */
+
+static const char *signal_name(int sig) { return sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : "a signal"; }
+
+/* Notes the signal; rank 0 says so at once (write(2) is async-signal-safe; stdio is not). */
+static int g_output_pipes; /* stdout and stderr lead to Open MPI's mpirun (a pty or pipe), not a terminal */
+
+static void on_exit_signal(int sig)
+{
+    g_exit_signal = sig;
+    if (g_output_pipes) {
+        /* while it waits out odls_base_sigkill_timeout mpirun does not drain the ranks' output
+         * (a pty of ~4 KB): a full one must drop lines, not block the rank before its save (a
+         * write blocked now restarts non-blocking) */
+        fcntl(1, F_SETFL, fcntl(1, F_GETFL) | O_NONBLOCK);
+        fcntl(2, F_SETFL, fcntl(2, F_GETFL) | O_NONBLOCK);
+    }
+    if (!g_signal_says) return;
+    static const char term[] = "[rank 0] received SIGTERM: finishing this iteration, then saving and exiting\n";
+    static const char intr[] = "[rank 0] received SIGINT: finishing this iteration, then saving and exiting\n";
+    int saved = errno;
+    ssize_t w = sig == SIGTERM ? write(2, term, sizeof term - 1) : write(2, intr, sizeof intr - 1);
+    (void)w;
+    errno = saved;
+}
+
+/* Seconds Open MPI's mpirun waits between forwarding SIGTERM to the ranks and SIGKILLing them
+ * (its MCA parameter odls_base_sigkill_timeout; it also waits that long before forwarding):
+ * -1 when not started by Open MPI; the default 1 when the environment does not set it. */
+static double ompi_sigkill_timeout(int *is_default)
+{
+    *is_default = 0;
+    if (!getenv("OMPI_COMM_WORLD_SIZE")) return -1;
+    const char *v = getenv("OMPI_MCA_odls_base_sigkill_timeout");
+    if (v && *v) return atof(v);
+    *is_default = 1;
+    return 1;
+}
+
+static double g_sigkill_timeout = -1; /* of mpirun, when known (see above) */
 
 /* Ends the job when `bad` on any rank: the lowest such rank prints msg and aborts the job. */
 static void fail_if_any(comm *world, int bad, const char *msg)
@@ -446,11 +490,23 @@ static int resume_find(td_args *eff, comm *world, ckpt_meta *meta)
     int rc = ckpt_find(eff->load, meta, err, sizeof err);
     fail_if_any(world, rc < 0, err);
     if (rc == 1) {
-        if (eff->finetune) td_fatal(1, "--finetune --load %s: no checkpoint there", eff->load);
+        /* only the first run of `--save X --load X` starts from scratch; any other empty --load
+         * is a wrong path */
+        char m[4400];
+        int needed = eff->finetune || eff->use_checkpoint_args;
+        if (needed)
+            snprintf(m, sizeof m, "--load %s holds no checkpoint (no %s, meta.json or iter_* folder) but %s needs one: "
+                     "check the path", eff->load, CKPT_LATEST, eff->finetune ? "--finetune" : "--use-checkpoint-args");
+        else
+            snprintf(m, sizeof m, "--load %s holds no checkpoint (no %s, meta.json or iter_* folder): check the path; "
+                     "to start from scratch leave --load out, or give --save and --load the same folder", eff->load,
+                     CKPT_LATEST);
+        fail_if_any(world, needed || !eff->save || strcmp(eff->save, eff->load) != 0, m);
         if (comm_rank(world) == 0)
-            td_warn("--load %s holds no checkpoint (no %s): starting from scratch", eff->load, CKPT_LATEST);
+            TD_INFO("--load %s holds no checkpoint yet: starting from scratch", eff->load);
         return 0;
     }
+    if (meta->note && comm_rank(world) == 0) td_warn("%s", meta->note);
     if (!eff->finetune && !eff->no_load_rng && (uint64_t)eff->seed != meta->progress.seed) {
         if (comm_rank(world) == 0 && td_args_given(eff, "--seed"))
             td_warn("using the checkpoint's seed %llu, not --seed %lld (add --no-load-rng to use --seed)",
@@ -496,9 +552,17 @@ static void save_checkpoint(run_state *r, const ckpt_progress *p)
     ckpt_save_stats st;
     ckpt_save(a->save, &m, p, args, a->keep_last, &st);
     free(args);
-    if (r->ps->world_rank == 0)
-        TD_INFO("saved checkpoint at iteration %lld to %s: %.1f MB in %.2f s (%.0f MB/s)", (long long)p->iteration,
-                a->save, (double)st.bytes / 1e6, st.seconds, (double)st.bytes / 1e6 / (st.seconds > 0 ? st.seconds : 1e-9));
+    if (r->ps->world_rank != 0) return;
+    TD_INFO("saved checkpoint at iteration %lld to %s: %.1f MB in %.2f s (%.0f MB/s)", (long long)p->iteration,
+            a->save, (double)st.bytes / 1e6, st.seconds, (double)st.bytes / 1e6 / (st.seconds > 0 ? st.seconds : 1e-9));
+    static int warned;
+    if (a->exit_signal_handler && g_sigkill_timeout >= 0 && st.seconds > 0.5 * g_sigkill_timeout && !warned) {
+        warned = 1;
+        td_warn("this save took %.1f s but mpirun SIGKILLs the ranks %g s after passing SIGTERM on "
+                "(odls_base_sigkill_timeout): a SIGTERM to mpirun could lose the save; launch with mpirun --mca "
+                "odls_base_sigkill_timeout %.0f (see docs/checkpoints.md)", st.seconds, g_sigkill_timeout,
+                st.seconds * 4 + 10);
+    }
 }
 
 /* After each iteration: saves every --save-interval, and decides whether to stop (--exit-interval,
@@ -512,22 +576,30 @@ static int after_iteration(run_state *r, const ckpt_progress *p, double t_begin,
         save_checkpoint(r, p);
         *last_saved = it;
     }
-    int32_t stop[3] = {0, 0, 0}; /* signal, duration, interval */
+    int32_t stop[3] = {0, 0, 0}; /* the signal received (its number), duration, interval */
     int timed = td_args_given(a, "--exit-duration-in-mins");
     if (a->exit_signal_handler || timed) {
-        stop[0] = g_exit_signal != 0;
+        stop[0] = g_exit_signal;
         stop[1] = timed && (td_now() - t_begin) / 60.0 > a->exit_duration_in_mins;
         comm_allreduce(r->ps->world, stop, 2, COMM_I32, COMM_MAX);
     }
     stop[2] = a->exit_interval && it % a->exit_interval == 0;
     if (!stop[0] && !stop[1] && !stop[2]) return 0;
+    int rank0 = r->ps->world_rank == 0;
+    const char *sig = signal_name(stop[0]);
     if (a->save && *last_saved != it) {
+        if (rank0 && stop[0]) TD_INFO("received %s: saving iteration %lld to %s before exiting", sig, (long long)it, a->save);
         save_checkpoint(r, p);
         *last_saved = it;
+    } else if (rank0 && stop[0]) {
+        TD_INFO("received %s: %s", sig, a->save ? "this iteration is saved already" : "no --save, nothing to save");
     }
-    if (r->ps->world_rank == 0)
+    if (rank0) {
+        char why[64];
+        snprintf(why, sizeof why, "%s received", sig);
         TD_INFO("exiting after iteration %lld (%s)", (long long)it,
-                stop[0] ? "signal received" : stop[1] ? "--exit-duration-in-mins" : "--exit-interval");
+                stop[0] ? why : stop[1] ? "--exit-duration-in-mins" : "--exit-interval");
+    }
     return 1;
 }
 
@@ -549,12 +621,37 @@ static void print_breakdown(run_state *r)
 int trainer_run(const td_args *a, comm *world)
 {
     double t_begin = td_now();
-    td_args eff = *a; /* the seed may come from the checkpoint */
+    td_args eff; /* the seed and the model settings may come from the checkpoint */
+    td_args_copy(&eff, a);
     ckpt_meta meta;
-    int resume = resume_find(&eff, world, &meta);
+    int resume = resume_find(&eff, world, &meta), rank = comm_rank(world);
+    char msg[4096];
+    /* every rank finds the same problem before allocating; rank 0 prints it, all exit 2 */
+    if ((resume && ckpt_args_reconcile(&eff, &meta, tokenizer_vocab(&eff), eff.tensor_model_parallel_size, rank == 0,
+                                       msg, sizeof msg)) ||
+        trainer_validate(&eff, comm_size(world), msg, sizeof msg)) {
+        if (rank == 0) fprintf(stderr, "error: trident train: %s\n", msg);
+        if (resume) ckpt_meta_free(&meta);
+        td_args_free(&eff);
+        return TD_EXIT_USAGE;
+    }
+    if (eff.save) {
+        int64_t start = resume && !eff.finetune ? meta.progress.iteration : 0;
+        int bad = rank == 0 && ckpt_check_save_dir(eff.save, start, resume ? meta.dir : NULL, msg, sizeof msg);
+        fail_if_any(world, bad, msg);
+    }
     if (eff.exit_signal_handler) {
         struct sigaction sa;
         memset(&sa, 0, sizeof sa);
+        g_signal_says = rank == 0;
+        g_output_pipes = getenv("OMPI_MCA_orte_hnp_uri") != NULL; /* started by mpirun: output goes through it */
+        int is_default;
+        g_sigkill_timeout = ompi_sigkill_timeout(&is_default);
+        if (rank == 0 && is_default && eff.save)
+            td_warn("--exit-signal-handler under Open MPI: on SIGTERM (or Ctrl-C) mpirun passes SIGTERM to the ranks "
+                    "after odls_base_sigkill_timeout seconds (default 1) and SIGKILLs them as long again later, too "
+                    "soon to save; launch with mpirun --mca odls_base_sigkill_timeout 60 (more than an iteration plus "
+                    "a save; see docs/checkpoints.md)");
         sa.sa_handler = on_exit_signal;
         sa.sa_flags = SA_RESTART;
         sigaction(SIGTERM, &sa, NULL);
@@ -642,6 +739,7 @@ int trainer_run(const td_args *a, comm *world)
         print_breakdown(&r);
     }
     teardown(&r);
+    td_args_free(&eff);
     return 0;
 }
 

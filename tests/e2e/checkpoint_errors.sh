@@ -18,7 +18,7 @@ case_() {
   local before; before=$(tree_sums "$name")
   train 4 2 --pipeline-model-parallel-size 2 --train-iters 4 --load "$name" --save "$name" --save-interval 1 "$@"
   local rc=$?
-  local line; line=$(grep -m1 "error: " "$last_log")
+  local line; line=$(grep -m1 "error: \|trident train: " "$last_log")
   if [ "$rc" -ne 0 ] && grep -qF -- "$want" <<<"$line" && [ "$before" = "$(tree_sums "$name")" ]; then
     ok "$name: exit $rc, nothing overwritten: $line"
   else
@@ -37,12 +37,38 @@ case_ newer_format "has checkpoint format version 99" \
   "sed -i 's/\"format_version\":\t1/\"format_version\":\t99/' iter_0000002/meta.json"
 case_ latest_dangling "names iteration 7 but" "echo 7 > latest_checkpointed_iteration.txt"
 case_ latest_garbage "does not hold an iteration number" "echo banana > latest_checkpointed_iteration.txt"
-case_ ffn_differs "tensor layers.1.mlp.fc2.weight: the checkpoint's shape is [32, 128] but this run's is [32, 64]" \
-  ":" --ffn-hidden-size 64
-case_ layers_differ "has 4 layers but this run has 8 (--num-layers)" ":" --num-layers 8
-case_ positions_differ "tensor embedding.position.weight: the checkpoint's shape is [16, 32] but this run's is [32, 32]" \
+# model flags that differ from the checkpoint's (more in checkpoint_args.sh): exit 2
+case_ ffn_differs "--ffn-hidden-size 64 differs from the checkpoint's ffn_hidden_size 128" ":" --ffn-hidden-size 64
+case_ layers_differ "--num-layers 8 differs from the checkpoint's num_layers 4" ":" --num-layers 8
+case_ positions_differ "--max-position-embeddings 32 differs from the checkpoint's max_position_embeddings 16" \
   ":" --max-position-embeddings 32
-case_ no_optimizer_state "has no optimizer state" "sed -i 's/\"optimizer\":\t{/\"optimizer\": null, \"x\": {/' iter_0000002/meta.json"
+# a weights-only checkpoint: meta.json without the optimizer and its shards
+case_ no_optimizer_state "has no optimizer state" \
+  "jq '.optimizer = null | .files |= map(select(.kind == \"model\"))' iter_0000002/meta.json >m && mv m iter_0000002/meta.json && rm iter_0000002/optim_*"
+
+# meta.json disagreeing with the shards or the folder name: train --load, eval, convert and
+# checkpoint info each refuse with one line naming meta.json, the field and both values (exit 1)
+edited() { # name want-text jq-edit
+  local name=$1 want=$2 edit=$3
+  case_ "$name" "$want" "jq '$edit' iter_0000002/meta.json >m && mv m iter_0000002/meta.json"
+  local what out rc
+  for what in eval convert info; do
+    case $what in
+      eval) out=$("$TRIDENT" eval --load "$name" --data-path "$DATA" --seq-length 16 2>&1) ;;
+      convert) out=$("$TRIDENT" convert --from trident "$name" --to hf "hf_$name" 2>&1) ;;
+      info) out=$("$TRIDENT" checkpoint info "$name" 2>&1) ;;
+    esac
+    rc=$?
+    if [ "$rc" = 1 ] && [ "$(grep -c "error: " <<<"$out")" = 1 ] && grep -qF -- "$want" <<<"$out" && [ ! -e "hf_$name/config.json" ]
+    then ok "$name: $what refuses (exit 1)"; else bad "$name: $what: exit $rc:"; echo "$out" | tail -3; fi
+  done
+}
+edited hidden_edited "hidden_edited/iter_0000002/meta.json: hidden_size is 128 but tensor embedding.word.weight in" \
+  '.model.hidden_size = 128'
+edited iteration_edited "iteration_edited/iter_0000002/meta.json: iteration is 7 but the folder is iter_0000002" '.iteration = 7'
+edited layers_edited "meta.json: num_layers is 3 but" '.model.num_layers = 3'
+edited heads_edited "meta.json: model.hidden_size 32 is not divisible by model.num_attention_heads 5" \
+  '.model.num_attention_heads = 5'
 
 # checkpoint info on a corrupt one: exit 1, the bad entry named
 rm -rf flipped && cp -r good flipped

@@ -28,7 +28,7 @@ if kill -0 "$job" 2>/dev/null; then bad "SIGTERM: still running after 30 s"; kil
 else
   wait "$job"; rc=$?
   n=$(wc -l <sig.jsonl)
-  if [ "$rc" = 0 ] && [ "$(latest sig)" = "$n" ] && grep -q "exiting after iteration $n (signal received)" "$log" &&
+  if [ "$rc" = 0 ] && [ "$(latest sig)" = "$n" ] && grep -q "exiting after iteration $n (SIGTERM received)" "$log" &&
      "$TRIDENT" checkpoint info sig >/dev/null; then
     ok "SIGTERM to rank pid $victim: every rank saved iteration $n and exited 0"
   else bad "SIGTERM: exit $rc, latest $(latest sig), $n metrics lines"; tail -5 "$log"; fi

@@ -4,7 +4,8 @@
 # to iteration 4. Per-iteration loss and validation loss and the final parameters must match the
 # tp2 x pp2 run that never stopped within 1e-5 (compare_runs). Then the reverse: a one-rank
 # checkpoint loads into tp2 x pp2 x dp2, and `trident checkpoint compare` finds a checkpoint
-# re-saved by another layout right after loading bit-identical to the original.
+# re-saved by another layout right after loading bit-identical to the original. And checkpoints
+# saved at dp 2 (tp1 x dp2, tp2 x dp2) continue at dp 1 within 1e-5 of the runs that never stopped.
 . "$(dirname "$0")/checkpoint_lib.sh"
 train 4 2 --pipeline-model-parallel-size 2 --train-iters 4 --save src --save-interval 2 \
   --metrics-file base.jsonl --dump-params base.params || { bad "source run failed"; cat "$last_log"; finish; exit; }
@@ -32,6 +33,22 @@ if train 8 2 --pipeline-model-parallel-size 2 --train-iters 4 --load one/iter_00
      --dump-params wide.params && out=$("$COMPARE_RUNS" one_tail.jsonl wide.jsonl one.params wide.params 1e-5); then
   ok "one rank -> tp2 x pp2 x dp2: within 1e-5"
 else bad "one rank -> tp2 x pp2 x dp2"; cat "$last_log"; echo "${out:-}"; fi
+
+# fewer data-parallel ranks: saved at tp1 x dp2 and tp2 x dp2, loaded at dp 1 (one rank, tp2)
+dp_down() { # name np tp -> np2 (tp the same, dp 1)
+  local name=$1 np=$2 tp=$3 np2=$4
+  train "$np" "$tp" --train-iters 4 --save "$name" --save-interval 2 --metrics-file "$name.jsonl" \
+    --dump-params "$name.params" >/dev/null || { bad "$name: source run failed"; cat "$last_log"; return; }
+  [ "$(jq .layout.data_parallel_size "$name/iter_0000002/meta.json")" = 2 ] || bad "$name: meta.json does not say dp 2"
+  tail -n 2 "$name.jsonl" >"${name}_tail.jsonl"
+  if train "$np2" "$tp" --train-iters 4 --load "$name/iter_0000002" --metrics-file "${name}_dp1.jsonl" \
+       --dump-params "${name}_dp1.params" && grep -q "written by tp $tp x pp 1 x dp 2" "$last_log" &&
+     out=$("$COMPARE_RUNS" "${name}_tail.jsonl" "${name}_dp1.jsonl" "$name.params" "${name}_dp1.params" 1e-5); then
+    ok "$name -> dp 1: iterations 3-4 and final parameters within 1e-5 ($(grep -o 'relative norm of the difference [^ ]*' <<<"$out"))"
+  else bad "$name -> dp 1"; tail -3 "$last_log"; echo "${out:-}"; fi
+}
+dp_down tp1_dp2 2 1 1
+dp_down tp2_dp2 4 2 2
 
 # loading and saving again in another layout changes no bit (Adam moments included)
 train 2 1 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1 --train-iters 2 \

@@ -286,6 +286,42 @@ static void weight_decay_skips_biases_and_norms(void **state)
     assert_int_equal(skipped, 18 + 8 + 10);
 }
 
+/* gpt_logical_tensor lists exactly the tensors of a one-rank model (its table holds them whole),
+ * at their shapes, each once, and the dimension keys name settings of GPT_CONFIG_KEYS. */
+static void logical_tensors_match_the_model(void **state)
+{
+    (void)state;
+    gpt_config c = tiny_config();
+    c.ffn = 5 * c.hidden; /* not 4h (nor 3h, the qkv rows), so a wrong key would show */
+    gpt_model *m = gpt_create(&c, g_ps, g_be, 0, c.num_layers, 1, 1);
+    int n = 0, seen[256] = {0};
+    char name[64];
+    int64_t shape[2];
+    const char *keys[2];
+    for (int nd; (nd = gpt_logical_tensor(&c, n, name, sizeof name, shape, keys)); n++) {
+        int found = -1;
+        for (int i = 0; i < m->ntensors; i++)
+            if (strcmp(m->table[i].name, name) == 0 && !m->table[i].embedding_copy) found = i;
+        assert_true(found >= 0 && !seen[found]);
+        seen[found] = 1;
+        const gpt_tensor_info *t = &m->table[found];
+        assert_int_equal(nd, t->ndim);
+        assert_int_equal(shape[0], t->shape[0]);
+        if (nd == 2) assert_int_equal(shape[1], t->shape[1]);
+        assert_int_equal(gpt_canonical_offset(&c, name) >= 0, 1);
+        for (int d = 0; d < nd; d++) {
+            int k = 0;
+            while (k < GPT_NCONFIG_KEYS && strcmp(GPT_CONFIG_KEYS[k].key, keys[d]) != 0) k++;
+            assert_true(k < GPT_NCONFIG_KEYS);
+            assert_int_equal((int64_t)gpt_config_get(&c, &GPT_CONFIG_KEYS[k]) * (shape[d] == 3 * c.hidden ? 3 : 1),
+                             shape[d]);
+        }
+    }
+    assert_int_equal(n, 4 + 12 * c.num_layers);
+    assert_int_equal(n, m->ntensors); /* one stage holding all: no embedding copy */
+    gpt_free(m);
+}
+
 static void overfits_one_batch(void **state)
 {
     (void)state;
@@ -328,6 +364,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(model_matches_double_reference),
         cmocka_unit_test(init_is_layout_invariant),
         cmocka_unit_test(weight_decay_skips_biases_and_norms),
+        cmocka_unit_test(logical_tensors_match_the_model),
         cmocka_unit_test(overfits_one_batch),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,99 @@
+/* The model flags against a loaded checkpoint: see ckpt_args_reconcile in
+ * include/trident/checkpoint.h. Driven by GPT_CONFIG_KEYS, so a setting added there is checked. */
+#include <stdio.h>
+#include <string.h>
+
+#include "ckpt/ckpt_fs.h"
+#include "trident/check.h"
+#include "trident/checkpoint.h"
+
+gpt_config ckpt_config_of_args(const td_args *a, int vocab, int tp)
+{
+    gpt_config c;
+    gpt_config_from_args(&c, a);
+    c.vocab = vocab;
+    c.padded_vocab = vocab > 0 ? gpt_padded_vocab(vocab, a->make_vocab_size_divisible_by, tp) : 0;
+    return c;
+}
+
+
+static void append(char *buf, size_t len, const char *s)
+{
+    size_t n = strlen(buf);
+    if (n + 1 < len) snprintf(buf + n, len - n, "%s%s", n ? ", " : "", s);
+}
+
+#define FAIL(...)                                                                        \
+    do {                                                                                 \
+        snprintf(msg, msglen, __VA_ARGS__);                                              \
+        return -1;                                                                       \
+    } while (0)
+
+int ckpt_args_reconcile(td_args *a, const ckpt_meta *m, int vocab, int tp, int log, char *msg, size_t msglen)
+{
+    gpt_config run = ckpt_config_of_args(a, vocab, tp), ckn = m->model, *ck = &ckn;
+    gpt_config_normalize(&run);
+    gpt_config_normalize(&ckn);
+    const int use = a->use_checkpoint_args;
+    char mpath[4200], taken[2048] = "", arch[1024] = "";
+    ckf_join(mpath, sizeof mpath, m->dir, "meta.json");
+    for (int i = 0; i < GPT_NCONFIG_KEYS; i++) {
+        const gpt_config_key *k = &GPT_CONFIG_KEYS[i];
+        double cv = gpt_config_get(ck, k), rv = gpt_config_get(&run, k);
+        int given = td_args_given(a, k->flag);
+        char cs[32], rs[32], item[160];
+        gpt_config_value_str(ck, k, cs, sizeof cs);
+        gpt_config_value_str(&run, k, rs, sizeof rs);
+        if (k->kind == GPT_KEY_ARCH) {
+            snprintf(item, sizeof item, "%s %s", k->key, cs);
+            append(arch, sizeof arch, item);
+        }
+        switch (k->kind) {
+        case GPT_KEY_VOCAB:
+            if (vocab > 0 && rv != cv)
+                FAIL("--vocab-file %s has %s tokens but the checkpoint's vocab_size is %s (%s): use the tokenizer it "
+                     "was trained with", a->vocab_file, rs, cs, mpath);
+            break;
+        case GPT_KEY_ARCH:
+        case GPT_KEY_RUN:
+            if (given && !use) {
+                if (rv != cv && k->kind == GPT_KEY_ARCH)
+                    FAIL("%s %s differs from the checkpoint's %s %s (%s): give %s %s, leave the flag out, or add "
+                         "--use-checkpoint-args", k->flag, rs, k->key, cs, mpath, k->flag, cs);
+                break;
+            }
+            /* 0 of a setting whose 0 means the default: the flag's default, and its switch off */
+            if (k->zero_default && cv == 0) {
+                if (k->enable) td_args_set_number(a, k->enable, 0);
+            } else if (td_args_set_number(a, k->flag, cv) || (k->enable && td_args_set_number(a, k->enable, 1))) {
+                FAIL("the checkpoint's %s %s (%s) is outside the range %s takes: the checkpoint is corrupt", k->key,
+                     cs, mpath, k->flag);
+            }
+            if (rv != cv) {
+                if (given) snprintf(item, sizeof item, "%s %s (not %s %s)", k->key, cs, k->flag, rs);
+                else snprintf(item, sizeof item, "%s %s", k->key, cs);
+                append(taken, sizeof taken, item);
+            }
+            break;
+        case GPT_KEY_PADDING:
+            if ((!given || use) && vocab > 0 && (int)cv % tp == 0 && (int)cv >= vocab &&
+                td_args_set_number(a, k->flag, cv / tp) == 0) {
+                if (rv != cv) {
+                    snprintf(item, sizeof item, "%s %s (--make-vocab-size-divisible-by %.0f)", k->key, cs, cv / tp);
+                    append(taken, sizeof taken, item);
+                }
+            } else if (vocab > 0 && rv != cv && log) {
+                TD_INFO("note: the padded vocabulary is %s in this run but %s in the checkpoint (%s): padded rows are "
+                        "%s, and they take part in the softmax, so the run does not continue exactly; give "
+                        "--make-vocab-size-divisible-by %.0f to keep it", rs, cs, mpath,
+                        rv > cv ? "added as copies of its last row" : "dropped", (int)cv % tp ? 0.0 : cv / tp);
+            }
+            break;
+        default:
+            break;
+        }
+    }
+    if (log && use) TD_INFO("architecture from the checkpoint's meta.json (--use-checkpoint-args): %s (%s)", arch, mpath);
+    if (log && taken[0]) TD_INFO("from the checkpoint's meta.json (%s): %s", mpath, taken);
+    return 0;
+}

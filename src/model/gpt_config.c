@@ -1,0 +1,76 @@
+/* The table of model settings a checkpoint stores: see GPT_CONFIG_KEYS in include/trident/gpt.h.
+ * A setting added to gpt_config is added here once; meta.json, `checkpoint info` and the
+ * checks of the flags against a loaded checkpoint follow. */
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "trident/gpt.h"
+
+#define INT(key, flag, kind, field, lo, hi) {key, flag, kind, 0, offsetof(gpt_config, field), lo, hi, NULL, NULL, 0}
+#define FLT(key, flag, kind, field, lo, hi) {key, flag, kind, 1, offsetof(gpt_config, field), lo, hi, NULL, NULL, 0}
+/* an int whose 0 means the flag's default, or that needs a switch when not 0 */
+#define OPT(key, flag, field, hi, enable) \
+    {key, flag, GPT_KEY_ARCH, 0, offsetof(gpt_config, field), 0, hi, NULL, enable, 1}
+#define FLT0(key, flag, field, hi) {key, flag, GPT_KEY_ARCH, 1, offsetof(gpt_config, field), 0, hi, NULL, NULL, 1}
+#define ENUM(key, flag, field, choices, n) \
+    {key, flag, GPT_KEY_ARCH, 0, offsetof(gpt_config, field), 0, (n) - 1, choices, NULL, 0}
+
+const gpt_config_key GPT_CONFIG_KEYS[] = {
+    INT("num_layers", "--num-layers", GPT_KEY_ARCH, num_layers, 1, 1 << 16),
+    INT("hidden_size", "--hidden-size", GPT_KEY_ARCH, hidden, 1, 1 << 20),
+    INT("num_attention_heads", "--num-attention-heads", GPT_KEY_ARCH, heads, 1, 1 << 16),
+    OPT("num_query_groups", "--num-query-groups", query_groups, 1 << 16, "--group-query-attention"),
+    OPT("kv_channels", "--kv-channels", kv_channels, 1 << 20, NULL),
+    INT("ffn_hidden_size", "--ffn-hidden-size", GPT_KEY_ARCH, ffn, 1, 1 << 24),
+    INT("max_position_embeddings", "--max-position-embeddings", GPT_KEY_ARCH, max_pos, 1, 1 << 24),
+    ENUM("normalization", "--normalization", norm, "LayerNorm|RMSNorm", 2),
+    FLT0("norm_epsilon", "--norm-epsilon", norm_eps, 1),
+    ENUM("position_embedding_type", "--position-embedding-type", pos, "learned_absolute|rope|none", 3),
+    FLT0("rotary_base", "--rotary-base", rotary_base, 1e12),
+    FLT0("rotary_percent", "--rotary-percent", rotary_percent, 1),
+    INT("swiglu", "--swiglu", GPT_KEY_ARCH, swiglu, 0, 1),
+    INT("disable_bias_linear", "--disable-bias-linear", GPT_KEY_ARCH, disable_bias, 0, 1),
+    INT("add_qkv_bias", "--add-qkv-bias", GPT_KEY_ARCH, add_qkv_bias, 0, 1),
+    INT("untie_embeddings_and_output_weights", "--untie-embeddings-and-output-weights", GPT_KEY_ARCH, untied, 0, 1),
+    INT("vocab_size", "--vocab-file", GPT_KEY_VOCAB, vocab, 1, 1 << 30),
+    INT("padded_vocab_size", "--make-vocab-size-divisible-by", GPT_KEY_PADDING, padded_vocab, 1, 1 << 30),
+    INT("seq_length", "--seq-length", GPT_KEY_RUN, seq, 1, 1 << 24),
+    FLT("init_method_std", "--init-method-std", GPT_KEY_RECORD, init_std, 0, 10),
+    FLT("hidden_dropout", "--hidden-dropout", GPT_KEY_RECORD, hidden_dropout, 0, 1),
+    FLT("attention_dropout", "--attention-dropout", GPT_KEY_RECORD, attn_dropout, 0, 1),
+};
+const int GPT_NCONFIG_KEYS = (int)(sizeof GPT_CONFIG_KEYS / sizeof GPT_CONFIG_KEYS[0]);
+
+double gpt_config_get(const gpt_config *c, const gpt_config_key *k)
+{
+    const char *p = (const char *)c + k->offset;
+    if (k->is_float) return (double)*(const float *)p;
+    if (k->choices) return (double)*(const gpt_norm *)p; /* enums are int-sized */
+    return (double)*(const int *)p;
+}
+
+void gpt_config_set(gpt_config *c, const gpt_config_key *k, double v)
+{
+    char *p = (char *)c + k->offset;
+    if (k->is_float) *(float *)p = (float)v;
+    else if (k->choices) *(gpt_norm *)p = (gpt_norm)(int)v;
+    else *(int *)p = (int)v;
+}
+
+void gpt_config_value_str(const gpt_config *c, const gpt_config_key *k, char *out, size_t len)
+{
+    double v = gpt_config_get(c, k);
+    if (k->choices) {
+        const char *s = k->choices;
+        for (int i = 0; i < (int)v && s; i++) {
+            s = strchr(s, '|');
+            if (s) s++;
+        }
+        snprintf(out, len, "%.*s", s ? (int)strcspn(s, "|") : 1, s ? s : "?");
+    } else if (k->is_float) {
+        snprintf(out, len, "%g", v);
+    } else {
+        snprintf(out, len, "%.0f", v);
+    }
+}
