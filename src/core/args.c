@@ -62,7 +62,7 @@ static const flag_t FLAGS[] = {
     {"--output-prefix", A_STR, OFF(output_prefix), NULL, TD_CMD_PREPROCESS, "preprocess",
      "writes PREFIX_<key>_document.bin and .idx", 0, 0, NULL},
     {"--append-eod", A_BOOL, OFF(append_eod), "0", TD_CMD_PREPROCESS, "preprocess",
-     "append <|endoftext|> to every document", 0, 0, NULL},
+     "append the tokenizer's EOS (<|endoftext|> for GPT-2) to every document", 0, 0, NULL},
     {"--workers", A_INT, OFF(workers), "1", TD_CMD_PREPROCESS, "preprocess",
      "tokenizer threads", 1, 1024, NULL},
     {"--skip-bad-lines", A_BOOL, OFF(skip_bad_lines), "0", TD_CMD_PREPROCESS, "preprocess",

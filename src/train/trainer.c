@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
-#include "trident/bpe.h"
+#include "trident/tokenizer.h"
 #include "trident/breakdown.h"
 #include "trident/check.h"
 #include "trident/checkpoint.h"
@@ -37,7 +37,9 @@ int trainer_validate(const td_args *a, int world_size, char *msg, size_t msglen)
     int ffn = a->ffn_hidden_size ? a->ffn_hidden_size : 4 * a->hidden_size;
     int max_pos = a->max_position_embeddings ? a->max_position_embeddings : a->seq_length;
     if (a->data_path.n == 0) FAIL("--data-path is required (a dataset prefix from trident preprocess)");
-    if (!a->vocab_file) FAIL("--vocab-file is required (GPT-2 vocab.json) to size the vocabulary");
+    if (!a->vocab_file && !a->tokenizer_model)
+        FAIL("--vocab-file is required (GPT-2 vocab.json) to size the vocabulary (or --tokenizer-type "
+             "HuggingFaceTokenizer --tokenizer-model tokenizer.json)");
     int iters = td_args_given(a, "--train-iters"), samples = td_args_given(a, "--train-samples");
     if (iters == samples) FAIL("give exactly one of --train-iters and --train-samples");
     if (td_args_given(a, "--lr-warmup-iters") && td_args_given(a, "--lr-warmup-fraction"))
@@ -92,6 +94,8 @@ int trainer_validate(const td_args *a, int world_size, char *msg, size_t msglen)
         FAIL("%d micro-batches in flight per stage is more than %d; use fewer micro-batches with "
              "--pipeline-schedule gpipe",
              pp_slots_needed(sched, pp, 0, vp, micro), PP_MAX_SLOTS);
+    tok_spec spec = {a->tokenizer_type, a->vocab_file, a->merge_file, a->tokenizer_model};
+    if (tok_check_spec(&spec, msg, msglen) != 0) return -1; /* names the tokenizer flag */
     return 0;
 }
 
@@ -210,7 +214,8 @@ static double evaluate(run_state *r, gptds_split s, int64_t consumed, int64_t it
 static gpt_config model_config(const td_args *a, const ps_state *ps)
 {
     char err[512];
-    bpe_tokenizer *tok = bpe_load(a->vocab_file, a->merge_file, err, sizeof err);
+    tok_spec spec = {a->tokenizer_type, a->vocab_file, a->merge_file, a->tokenizer_model};
+    tok_tokenizer *tok = tok_open(&spec, err, sizeof err);
     if (!tok) td_fatal(1, "%s", err);
     gpt_config c = {0};
     c.num_layers = a->num_layers;
@@ -219,13 +224,13 @@ static gpt_config model_config(const td_args *a, const ps_state *ps)
     c.ffn = a->ffn_hidden_size ? a->ffn_hidden_size : 4 * a->hidden_size;
     c.seq = a->seq_length;
     c.max_pos = a->max_position_embeddings ? a->max_position_embeddings : a->seq_length;
-    c.vocab = bpe_vocab_size(tok);
+    c.vocab = tok_vocab_size(tok);
     c.padded_vocab = gpt_padded_vocab(c.vocab, a->make_vocab_size_divisible_by, ps->tp);
     c.init_std = (float)a->init_method_std;
     c.hidden_dropout = (float)a->hidden_dropout;
     c.attn_dropout = (float)a->attention_dropout;
     c.seed = (uint64_t)a->seed;
-    bpe_free(tok);
+    tok_free(tok);
     return c;
 }
 
