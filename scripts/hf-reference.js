@@ -8,7 +8,9 @@
 //        add_special_tokens=false), one line per input line (--lines) or one for the whole file
 //   hf-reference.js random SEED N OUT.txt   N lines of random Unicode text with special tokens
 //   hf-reference.js tricky OUT.txt          tricky strings, one per line
-//   hf-reference.js info NODE_MODULES TOKENIZER.json   vocab size, then BOS and EOS candidates
+//   hf-reference.js cases NODE_MODULES OUT.jsonl   small hand-made tokenizer.json files, one
+//        component each, with the ids and decoded text of a few texts (tests/fixtures, committed)
+//   hf-reference.js info NODE_MODULES TOKENIZER.json   vocab size with added tokens
 //
 // NODE_MODULES is <build>/node/node_modules.
 'use strict';
@@ -128,6 +130,124 @@ function trickyCmd(out) {
   fs.writeFileSync(out, TRICKY.join('\n') + '\n');
 }
 
+// ---- small hand-made tokenizers, one component each, for tests/unit/test_hf_tokenizer.c ----
+
+const CHARS = ['a', 'b', 'c', 'd', 'x', 'y', '1', '2', ' ', '\u2581', '!', "'", 's', 'é'];
+const MERGED = ['ab', 'abc', 'bc', '\u2581a', '\u2581ab', ' a', 'cd', 'xy', '12', "'s", 'aa', 'aaa'];
+const MERGES = [['a', 'b'], ['ab', 'c'], ['b', 'c'], ['\u2581', 'a'], ['\u2581a', 'b'], [' ', 'a'], ['c', 'd'],
+  ['x', 'y'], ['1', '2'], ["'", 's'], ['a', 'a'], ['aa', 'a']]; // as pairs: " a" cannot be written "a b"-style
+
+function charModel(extra) {
+  const vocab = { '<unk>': 0, '<s>': 1, '</s>': 2 };
+  for (const t of [...CHARS, ...MERGED, '<0x7A>', '<0xC3>', '<0xBC>', '<0xE2>', '<0x98>', '<0x83>']) vocab[t] = Object.keys(vocab).length;
+  return Object.assign({ type: 'BPE', dropout: null, unk_token: null, continuing_subword_prefix: null,
+    end_of_word_suffix: null, fuse_unk: false, byte_fallback: false, vocab, merges: MERGES.slice() }, extra || {});
+}
+
+const BYTES = (() => { // GPT-2's byte alphabet
+  const bs = [];
+  for (let b = 33; b <= 126; b++) bs.push(b);
+  for (let b = 161; b <= 172; b++) bs.push(b);
+  for (let b = 174; b <= 255; b++) bs.push(b);
+  const map = {}; let n = 0;
+  for (let b = 0; b < 256; b++) map[b] = bs.includes(b) ? String.fromCodePoint(b) : String.fromCodePoint(256 + n++);
+  return map;
+})();
+
+function byteModel(extra, allBytes) {
+  const vocab = {};
+  const add = t => { if (!(t in vocab)) vocab[t] = Object.keys(vocab).length; };
+  if (allBytes) for (let b = 0; b < 256; b++) add(BYTES[b]); else for (const c of 'abcdxy12\'s! ') add(BYTES[c.charCodeAt(0)]);
+  const sp = BYTES[32];
+  const merges = [['a', 'b'], ['ab', 'c'], [sp, 'a'], [sp + 'a', 'b'], ['x', 'y'], [sp, sp], ["'", 's'], ['1', '2']];
+  for (const [a, b] of merges) { add(a); add(b); add(a + b); }
+  add('abcd'); // reachable only whole (ignore_merges)
+  return Object.assign({ type: 'BPE', dropout: null, unk_token: null, continuing_subword_prefix: null,
+    end_of_word_suffix: null, fuse_unk: false, byte_fallback: false, vocab,
+    merges: merges.map(m => m.join(' ')) }, extra || {}); // as "a b" strings
+}
+
+function tok(model, parts) {
+  return Object.assign({ version: '1.0', truncation: null, padding: null, added_tokens: [], normalizer: null,
+    pre_tokenizer: null, post_processor: null, decoder: null, model }, parts || {});
+}
+
+function added(id, content, o) {
+  return Object.assign({ id, content, single_word: false, lstrip: false, rstrip: false, normalized: false,
+    special: true }, o || {});
+}
+
+const SPLIT = (pattern, behavior, invert) => ({ type: 'Split', pattern, behavior, invert: !!invert });
+const SP_DECODER = { type: 'Sequence', decoders: [{ type: 'Replace', pattern: { String: '\u2581' }, content: ' ' },
+  { type: 'ByteFallback' }, { type: 'Fuse' }, { type: 'Strip', content: ' ', start: 1, stop: 0 }] };
+const SP_NORM = { type: 'Sequence', normalizers: [{ type: 'Prepend', prepend: '\u2581' },
+  { type: 'Replace', pattern: { String: ' ' }, content: '\u2581' }] };
+
+function caseTokenizers() {
+  const T = [];
+  for (const b of ['Removed', 'Isolated', 'MergedWithPrevious', 'MergedWithNext', 'Contiguous'])
+    for (const inv of [false, true]) {
+      T.push([`split-regex-${b}-${inv}`, tok(charModel(), { pre_tokenizer: SPLIT({ Regex: '\\s+|!' }, b, inv) })]);
+      T.push([`split-string-${b}-${inv}`, tok(charModel(), { pre_tokenizer: SPLIT({ String: 'b' }, b, inv) })]);
+    }
+  T.push(['split-empty-matches', tok(charModel(), { pre_tokenizer: SPLIT({ Regex: 'x*' }, 'Isolated') })]);
+  T.push(['split-sequence', tok(charModel(), { pre_tokenizer: { type: 'Sequence', pretokenizers: [
+    SPLIT({ Regex: ' ' }, 'MergedWithNext'), SPLIT({ Regex: '\\p{N}' }, 'Isolated')] } })]);
+  for (const scheme of ['always', 'first', 'never'])
+    for (const split of [true, false])
+      T.push([`metaspace-${scheme}-${split}`, tok(charModel({ byte_fallback: true }), {
+        pre_tokenizer: { type: 'Metaspace', replacement: '\u2581', prepend_scheme: scheme, split },
+        decoder: { type: 'Metaspace', replacement: '\u2581', prepend_scheme: scheme, split },
+        added_tokens: [added(1, '<s>'), added(2, '</s>')] })]);
+  T.push(['metaspace-legacy', tok(charModel(), {
+    pre_tokenizer: { type: 'Metaspace', replacement: '\u2581', add_prefix_space: true },
+    decoder: { type: 'Metaspace', replacement: '\u2581', add_prefix_space: true } })]);
+  T.push(['sp-bytefallback-unk', tok(charModel({ unk_token: '<unk>', byte_fallback: true, fuse_unk: true }), {
+    normalizer: SP_NORM, decoder: SP_DECODER, added_tokens: [added(0, '<unk>'), added(1, '<s>'), added(2, '</s>')] })]);
+  T.push(['sp-unk-nofuse', tok(charModel({ unk_token: '<unk>', fuse_unk: false }), { normalizer: SP_NORM,
+    decoder: SP_DECODER })]);
+  T.push(['sp-unk-fuse', tok(charModel({ unk_token: '<unk>', fuse_unk: true }), { normalizer: SP_NORM })]);
+  T.push(['no-unk-dropped', tok(charModel(), {})]);
+  T.push(['bytelevel-prefix', tok(byteModel({}, true), {
+    pre_tokenizer: { type: 'ByteLevel', add_prefix_space: true, trim_offsets: true, use_regex: true },
+    decoder: { type: 'ByteLevel', add_prefix_space: true, trim_offsets: true, use_regex: true } })]);
+  T.push(['bytelevel-ignore-merges', tok(byteModel({ ignore_merges: true }, true), {
+    pre_tokenizer: { type: 'Sequence', pretokenizers: [SPLIT({ Regex: "'s|\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+|\\s+" }, 'Isolated'),
+      { type: 'ByteLevel', add_prefix_space: false, trim_offsets: true, use_regex: false }] },
+    decoder: { type: 'ByteLevel', add_prefix_space: true, trim_offsets: true, use_regex: true } })]);
+  T.push(['bytelevel-missing-bytes', tok(byteModel({}, false), {
+    pre_tokenizer: { type: 'ByteLevel', add_prefix_space: false, trim_offsets: true, use_regex: true },
+    decoder: { type: 'ByteLevel', add_prefix_space: false, trim_offsets: true, use_regex: true } })]);
+  T.push(['added-strip', tok(charModel(), { pre_tokenizer: SPLIT({ Regex: ' ' }, 'Isolated'), added_tokens: [
+    added(1, '<s>', { lstrip: true }), added(2, '</s>', { rstrip: true }), added(3, 'a', { single_word: true, special: false }),
+    added(4, 'b', { normalized: true, special: false }), added(29, 'xyz', { special: false }), added(30, 'xy!', { special: false })] })]);
+  T.push(['added-normalized', tok(charModel(), { normalizer: SP_NORM, added_tokens: [
+    added(30, ' ab', { normalized: true, special: false }), added(31, '</s>')] })]);
+  return T;
+}
+
+const CASE_TEXTS = ['', ' ', 'a', 'ab', 'abc', 'abcd', 'aaaa', 'a b  c', ' ab c ', 'xy 12!', "x's 1212",
+  'é', 'ü', 'ü ü', 'z', 'zz qq', 'b!b', '!!', 'a</s>b', '<s> a', 'a <s>', '</s>  c', ' <s>  </s> ',
+  'xyz', 'xy!', 'a ab ba', '\u2581a', '  two\u2581', 'é☃q'];
+
+async function casesCmd(modules, out) {
+  const dir = path.join(path.resolve(modules), '@anush008', 'tokenizers');
+  const { Tokenizer } = require(dir);
+  const lines = [];
+  for (const [name, json] of caseTokenizers()) {
+    const t = Tokenizer.fromString(JSON.stringify(json));
+    const cases = [];
+    for (const text of CASE_TEXTS) {
+      const ids = (await t.encode(text, null, { addSpecialTokens: false })).getIds();
+      const decoded = await t.decode(ids, false);
+      cases.push({ text, ids, decoded });
+    }
+    lines.push(JSON.stringify({ name, tokenizer: json, cases }));
+  }
+  fs.writeFileSync(out, lines.join('\n') + '\n');
+  console.error(`hf-reference: wrote ${lines.length} tokenizers x ${CASE_TEXTS.length} texts to ${out}`);
+}
+
 async function infoCmd(modules, tokfile) {
   const tok = load(modules, tokfile);
   console.log(tok.getVocabSize(true));
@@ -141,6 +261,8 @@ const [cmd, ...args] = process.argv.slice(2);
     randomCmd(args[0], args[1], args[2]);
   } else if (cmd === 'tricky' && args.length === 1) {
     trickyCmd(args[0]);
+  } else if (cmd === 'cases' && args.length === 2) {
+    await casesCmd(args[0], args[1]);
   } else if (cmd === 'info' && args.length === 2) {
     await infoCmd(args[0], args[1]);
   } else {

@@ -277,6 +277,7 @@ typedef struct {
 struct hf_tokenizer {
     char name[256];
     int n_vocab;             /* 1 + largest id */
+    int32_t n_model;         /* entries in model.vocab */
     strpool pool;
     uint32_t *tok_off, *tok_len; /* per id: its string as the file spells it; len UINT32_MAX: none */
     smap vocab;              /* model vocab string -> id */
@@ -784,10 +785,10 @@ static int id_value(const cJSON *v, int32_t *id)
     return 0;
 }
 
-static int read_vocab(loader *L, const cJSON *vocab, int32_t max_added)
+static int read_vocab(loader *L, const cJSON *vocab)
 {
     hf_tokenizer *t = L->t;
-    int32_t max_id = max_added;
+    int32_t max_id = -1;
     const cJSON *it;
     size_t count = 0;
     cJSON_ArrayForEach(it, vocab) {
@@ -799,9 +800,10 @@ static int read_vocab(loader *L, const cJSON *vocab, int32_t max_added)
         count++;
     }
     t->n_vocab = max_id + 1;
-    t->tok_off = td_xcalloc((size_t)t->n_vocab, sizeof *t->tok_off);
-    t->tok_len = td_xmalloc((size_t)t->n_vocab * sizeof *t->tok_len);
-    memset(t->tok_len, 0xff, (size_t)t->n_vocab * sizeof *t->tok_len);
+    t->n_model = (int32_t)count;
+    t->tok_off = td_xcalloc((size_t)t->n_vocab + 1, sizeof *t->tok_off);
+    t->tok_len = td_xmalloc(((size_t)t->n_vocab + 1) * sizeof *t->tok_len);
+    memset(t->tok_len, 0xff, ((size_t)t->n_vocab + 1) * sizeof *t->tok_len);
     smap_init(&t->vocab, count);
     cJSON_ArrayForEach(it, vocab) {
         int32_t id = (int32_t)it->valuedouble;
@@ -905,7 +907,7 @@ static void build_keys(hf_tokenizer *t)
     }
 }
 
-static int read_model(loader *L, const cJSON *model, int32_t max_added)
+static int read_model(loader *L, const cJSON *model)
 {
     hf_tokenizer *t = L->t;
     if (!cJSON_IsObject(model)) BAD("tokenizer file '%s' has no \"model\" object", L->name);
@@ -930,7 +932,7 @@ static int read_model(loader *L, const cJSON *model, int32_t max_added)
     t->ignore_merges = bool_field(model, "ignore_merges", 0);
     if (t->byte_fallback < 0 || t->fuse_unk < 0 || t->ignore_merges < 0)
         BAD("tokenizer file '%s': model byte_fallback, fuse_unk and ignore_merges must be booleans", L->name);
-    if (read_vocab(L, vocab, max_added) != 0 || read_merges(L, merges) != 0) return -1;
+    if (read_vocab(L, vocab) != 0 || read_merges(L, merges) != 0) return -1;
     t->unk_id = -1;
     if ((v = str_field(model, "unk_token", &n)) && (t->unk_id = vocab_id(t, v, n)) < 0)
         BAD("tokenizer file '%s': model.unk_token \"%.40s\" is not in model.vocab", L->name, v);
@@ -940,8 +942,8 @@ static int read_model(loader *L, const cJSON *model, int32_t max_added)
 
 typedef struct {
     int32_t id;
-    char *s;
-    size_t n;
+    char *s, *s0; /* match text; content (s0 == s unless normalized) */
+    size_t n, n0;
     int lstrip, rstrip, single_word, normalized;
 } added_in;
 
@@ -959,12 +961,12 @@ static void build_set(added_set *set, const added_in *in, int n_in, int normaliz
     size_t total = 0;
     int n = 0;
     for (int i = 0; i < n_in; i++)
-        if (in[i].normalized == normalized && in[i].n) total += in[i].n, n++;
+        if (in[i].normalized == normalized && in[i].n && in[i].id >= 0) total += in[i].n, n++;
     set->tok = td_xcalloc(n ? (size_t)n : 1, sizeof *set->tok);
     set->text = td_xmalloc(total ? total : 1);
     size_t off = 0;
     for (int i = 0; i < n_in; i++) {
-        if (in[i].normalized != normalized || !in[i].n) continue;
+        if (in[i].normalized != normalized || !in[i].n || in[i].id < 0) continue;
         memcpy(set->text + off, in[i].s, in[i].n);
         set->tok[set->n++] = (added_tok){in[i].id, set->text + off, in[i].n, in[i].lstrip, in[i].rstrip,
                                          in[i].single_word};
@@ -978,10 +980,9 @@ static void build_set(added_set *set, const added_in *in, int n_in, int normaliz
     }
 }
 
-/* Parses added_tokens into in[] (ids checked); *max_id is their largest id. */
-static int read_added(loader *L, const cJSON *list, added_in **out, int *n_out, int32_t *max_id)
+/* Parses added_tokens into in[] (their ids are not used: see place_added). */
+static int read_added(loader *L, const cJSON *list, added_in **out, int *n_out)
 {
-    *max_id = -1;
     *out = NULL;
     *n_out = 0;
     if (!list || cJSON_IsNull(list)) return 0;
@@ -994,14 +995,10 @@ static int read_added(loader *L, const cJSON *list, added_in **out, int *n_out, 
     cJSON_ArrayForEach(it, list) {
         size_t len;
         const char *content = str_field(it, "content", &len);
-        int32_t id;
-        if (!content || id_value(cJSON_GetObjectItemCaseSensitive(it, "id"), &id) != 0)
-            BAD("tokenizer file '%s': added_tokens[%d] needs a \"content\" string and an integer \"id\" in 0..%d",
-                L->name, i, MAX_ID - 1);
+        if (!content) BAD("tokenizer file '%s': added_tokens[%d] needs a \"content\" string", L->name, i);
         int special = bool_field(it, "special", 0);
         added_in *a = &in[i++];
         *n_out = i;
-        a->id = id;
         a->s = dup_bytes(content, len);
         a->n = len;
         a->lstrip = bool_field(it, "lstrip", 0);
@@ -1011,30 +1008,46 @@ static int read_added(loader *L, const cJSON *list, added_in **out, int *n_out, 
         if (special < 0 || a->lstrip < 0 || a->rstrip < 0 || a->single_word < 0 || a->normalized < 0)
             BAD("tokenizer file '%s': added_tokens[%d]: special, lstrip, rstrip, single_word and normalized must be "
                 "booleans", L->name, i - 1);
-        if (id > *max_id) *max_id = id;
     }
     return 0;
 }
 
-/* Gives each added token its id (the model's, if the vocab has the content, as the library
- * does), its spelling for decoding, and its match text (normalized, for normalized tokens). */
+/* Gives each added token its id as the library's add_tokens does (the file's "id" is not read):
+ * an earlier added token's or the vocab's id for the same content, else the next free id after
+ * the model's vocab and the tokens added so far. Then its spelling for decoding and its match
+ * text (normalized, for normalized tokens). */
 static void place_added(hf_tokenizer *t, added_in *in, int n)
 {
     sbuf bufs[2] = {{0}, {0}};
     int need_word_re = 0;
+    int32_t max_added = -1;
     for (int i = 0; i < n; i++) {
         added_in *a = &in[i];
-        int32_t vid = vocab_id(t, a->s, a->n);
-        if (vid >= 0) a->id = vid;
+        a->id = -1;
+        for (int j = 0; j < i && a->id < 0; j++)
+            if (in[j].id >= 0 && in[j].n0 == a->n && memcmp(in[j].s0, a->s, a->n) == 0) a->id = in[j].id;
+        if (a->id < 0) a->id = vocab_id(t, a->s, a->n);
+        if (a->id < 0 && a->n) {
+            if (max_added < 0) a->id = t->n_model;
+            else a->id = max_added >= t->n_model || t->n_model == 0 ? max_added + 1 : t->n_model;
+        }
+        a->s0 = a->s, a->n0 = a->n;
+        if (a->id < 0) continue; /* empty content: the library skips it */
+        if (a->id > max_added) max_added = a->id;
+        if (a->id >= t->n_vocab) {
+            size_t old = (size_t)t->n_vocab, nv = (size_t)a->id + 1;
+            t->tok_off = td_xrealloc(t->tok_off, (nv + 1) * sizeof *t->tok_off);
+            t->tok_len = td_xrealloc(t->tok_len, (nv + 1) * sizeof *t->tok_len);
+            for (size_t k = old; k <= nv; k++) t->tok_len[k] = UINT32_MAX, t->tok_off[k] = 0;
+            t->n_vocab = (int)nv;
+        }
         uint32_t off = pool_add(&t->pool, a->s, a->n);
         t->tok_off[a->id] = off, t->tok_len[a->id] = (uint32_t)a->n;
         need_word_re |= a->single_word;
         if (a->normalized && t->n_norm) {
             size_t nn;
             const char *s = normalize(t, a->s, a->n, bufs, &nn);
-            char *c = dup_bytes(s, nn);
-            free(a->s);
-            a->s = c, a->n = nn;
+            a->s = dup_bytes(s, nn), a->n = nn; /* the original stays in s0 */
         }
     }
     free(bufs[0].p);
@@ -1120,11 +1133,13 @@ static int load_root(loader *L, const cJSON *root)
     }
     added_in *in;
     int n_in;
-    int32_t max_added;
-    int rc = read_added(L, cJSON_GetObjectItemCaseSensitive(root, "added_tokens"), &in, &n_in, &max_added);
-    if (rc == 0) rc = read_model(L, cJSON_GetObjectItemCaseSensitive(root, "model"), max_added);
+    int rc = read_added(L, cJSON_GetObjectItemCaseSensitive(root, "added_tokens"), &in, &n_in);
+    if (rc == 0) rc = read_model(L, cJSON_GetObjectItemCaseSensitive(root, "model"));
     if (rc == 0) place_added(t, in, n_in);
-    for (int i = 0; i < n_in; i++) free(in[i].s);
+    for (int i = 0; i < n_in; i++) {
+        if (in[i].s0 && in[i].s0 != in[i].s) free(in[i].s0);
+        free(in[i].s);
+    }
     free(in);
     if (rc != 0) return -1;
     find_bos_eos(t, root);
@@ -1722,6 +1737,7 @@ static void split_added(hf_worker *w, const added_set *set, const char *s, size_
 static void encode_words(hf_worker *w, const char *s, size_t n, int first, bpe_ids *out)
 {
     const hf_tokenizer *t = w->t;
+    if (n == 0) return; /* the library gives no ids for an empty text, whatever its pre-tokenizers */
     ar_reset(w);
     plist *a = &w->pl[0], *b = &w->pl[1];
     a->n = 0;
