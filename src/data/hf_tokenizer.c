@@ -147,8 +147,8 @@ typedef struct {
 
 static uint32_t pool_add(strpool *sp, const char *s, size_t n)
 {
-    if (sp->n + n > sp->cap) {
-        while (sp->n + n > sp->cap) sp->cap = sp->cap ? 2 * sp->cap : 1 << 16;
+    if (!sp->p || sp->n + n > sp->cap) { /* allocated even for "": tokens point into it */
+        while (!sp->cap || sp->n + n > sp->cap) sp->cap = sp->cap ? 2 * sp->cap : 1 << 16;
         sp->p = td_xrealloc(sp->p, sp->cap);
     }
     TD_CHECK(sp->n + n < UINT32_MAX, "the tokenizer file is too large", "string pool over 4 GB");
@@ -858,7 +858,7 @@ static int read_merges(loader *L, const cJSON *merges)
             break;
         }
         if (skip) continue;
-        if (na + nb > jcap) joined = td_xrealloc(joined, jcap = 2 * (na + nb) + 16);
+        if (!joined || na + nb > jcap) joined = td_xrealloc(joined, jcap = 2 * (na + nb) + 16);
         memcpy(joined, a, na);
         memcpy(joined + na, b, nb);
         int32_t ia = vocab_id(t, a, na), ib = vocab_id(t, b, nb), ic = vocab_id(t, joined, na + nb);
@@ -1166,6 +1166,9 @@ hf_tokenizer *hf_load_json(const char *json, size_t len, const char *name, char 
     }
     cJSON_Delete(root);
     if (rc != 0) {
+        /* names and strings quoted from the file stay on the one line */
+        for (char *p = err; errlen && *p; p++)
+            if ((unsigned char)*p < 0x20) *p = ' ';
         hf_free(t);
         return NULL;
     }
@@ -1606,6 +1609,7 @@ static void ids_push(bpe_ids *v, int32_t id) { bpe_ids_push(v, id); }
 
 static void ids_append(bpe_ids *v, const int32_t *ids, size_t n)
 {
+    if (n == 0) return;
     if (v->n + n > v->cap) {
         while (v->n + n > v->cap) v->cap = v->cap ? 2 * v->cap : 256;
         v->ids = td_xrealloc(v->ids, v->cap * sizeof *v->ids);
@@ -1635,7 +1639,7 @@ static void cache_store(hf_worker *w, const char *s, size_t n, uint64_t h, const
     if (w->vals_len + n_ids > w->vals_cap)
         w->vals = td_xrealloc(w->vals, (w->vals_cap = 2 * (w->vals_cap + n_ids) + 1024) * sizeof *w->vals);
     memcpy(w->keys + w->keys_len, s, n);
-    memcpy(w->vals + w->vals_len, ids, n_ids * sizeof *ids);
+    if (n_ids) memcpy(w->vals + w->vals_len, ids, n_ids * sizeof *ids); /* none: unknown characters, no unk token */
     *c = (cache_slot){h, (uint32_t)w->keys_len, (uint32_t)w->vals_len, (uint16_t)n, (uint16_t)n_ids};
     w->keys_len += n, w->vals_len += n_ids;
     w->cache_used++;
@@ -1658,7 +1662,7 @@ static void bpe_word(hf_worker *w, const char *s, size_t n, bpe_ids *out)
         h = hash_bytes(s, n) | 1;
         cache_slot *c = cache_find(w, s, n, h);
         if (c->hash) {
-            ids_append(out, w->vals + c->val, c->n_ids);
+            if (c->n_ids) ids_append(out, w->vals + c->val, c->n_ids);
             return;
         }
     }
@@ -1666,7 +1670,7 @@ static void bpe_word(hf_worker *w, const char *s, size_t n, bpe_ids *out)
     merge_symbols(w, ns);
     for (size_t i = 0; i < ns; i++)
         if (w->id[i] >= 0) ids_push(out, w->id[i]);
-    if (n <= CACHE_MAX_WORD) cache_store(w, s, n, h, out->ids + first, out->n - first);
+    if (n <= CACHE_MAX_WORD) cache_store(w, s, n, h, out->n > first ? out->ids + first : NULL, out->n - first);
 }
 
 /* ---- added tokens ------------------------------------------------------------------------ */
