@@ -10,6 +10,7 @@
 //   hf-reference.js tricky OUT.txt          tricky strings, one per line
 //   hf-reference.js cases NODE_MODULES OUT.jsonl   small hand-made tokenizer.json files, one
 //        component each, with the ids and decoded text of a few texts (tests/fixtures, committed)
+//   hf-reference.js gpt2-json VOCAB.json MERGES.txt OUT.json   GPT-2's files as a tokenizer.json
 //   hf-reference.js info NODE_MODULES TOKENIZER.json   vocab size with added tokens
 //
 // NODE_MODULES is <build>/node/node_modules.
@@ -248,6 +249,18 @@ async function casesCmd(modules, out) {
   console.error(`hf-reference: wrote ${lines.length} tokenizers x ${CASE_TEXTS.length} texts to ${out}`);
 }
 
+// GPT-2's vocab.json + merges.txt as the tokenizer.json Hugging Face publishes for GPT-2
+// (ByteLevel pre-tokenizer with GPT-2's regex, ByteLevel decoder, <|endoftext|> added).
+function gpt2JsonCmd(vocabFile, mergesFile, out) {
+  const vocab = JSON.parse(fs.readFileSync(vocabFile, 'utf8'));
+  const merges = fs.readFileSync(mergesFile, 'utf8').split('\n').filter(l => l && !l.startsWith('#version'));
+  const bl = { type: 'ByteLevel', add_prefix_space: false, trim_offsets: true, use_regex: true };
+  fs.writeFileSync(out, JSON.stringify(tok({ type: 'BPE', dropout: null, unk_token: null,
+    continuing_subword_prefix: '', end_of_word_suffix: '', fuse_unk: false, byte_fallback: false, vocab, merges },
+  { added_tokens: [added(50256, '<|endoftext|>', { normalized: true })], pre_tokenizer: bl, post_processor: bl,
+    decoder: bl })));
+}
+
 async function infoCmd(modules, tokfile) {
   const tok = load(modules, tokfile);
   console.log(tok.getVocabSize(true));
@@ -261,6 +274,8 @@ const [cmd, ...args] = process.argv.slice(2);
     randomCmd(args[0], args[1], args[2]);
   } else if (cmd === 'tricky' && args.length === 1) {
     trickyCmd(args[0]);
+  } else if (cmd === 'gpt2-json' && args.length === 3) {
+    gpt2JsonCmd(args[0], args[1], args[2]);
   } else if (cmd === 'cases' && args.length === 2) {
     await casesCmd(args[0], args[1]);
   } else if (cmd === 'info' && args.length === 2) {
