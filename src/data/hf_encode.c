@@ -487,7 +487,7 @@ static void bpe_word(hf_worker *w, const char *s, size_t n, bpe_ids *out)
     }
     uint64_t h = 0;
     if (n <= CACHE_MAX_WORD) {
-        h = hf_hash_bytes(s, n) | 1;
+        h = hf_hash_bytes(s, n) | 1ull << 63;
         cache_slot *c = cache_find(w, s, n, h);
         if (c->hash) {
             if (c->n_ids) ids_append(out, w->vals + c->val, c->n_ids);

@@ -30,7 +30,9 @@ uint64_t hf_hash_bytes(const char *s, size_t n)
 {
     uint64_t h = 0x9e3779b97f4a7c15ull ^ n;
     for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 0x100000001b3ull;
-    return h ^ (h >> 29);
+    h ^= h >> 32; /* mix the high bits into the low ones the tables index by */
+    h *= 0xd6e8feb86659fd93ull;
+    return h ^ (h >> 32);
 }
 
 static uint64_t hash_u64(uint64_t x)
@@ -159,7 +161,7 @@ static smap_slot *smap_slot_for(const smap *m, const strpool *sp, const char *s,
 int32_t hf_smap_find(const smap *m, const strpool *sp, const char *s, size_t n)
 {
     if (!m->slot) return -1;
-    smap_slot *x = smap_slot_for(m, sp, s, n, hf_hash_bytes(s, n) | 1);
+    smap_slot *x = smap_slot_for(m, sp, s, n, hf_hash_bytes(s, n) | 1ull << 63);
     return x->hash ? x->id : -1;
 }
 
@@ -175,7 +177,7 @@ static void smap_put(smap *m, const strpool *sp, uint32_t off, size_t n, int32_t
         }
         free(old.slot);
     }
-    uint64_t h = hf_hash_bytes(sp->p + off, n) | 1;
+    uint64_t h = hf_hash_bytes(sp->p + off, n) | 1ull << 63;
     smap_slot *x = smap_slot_for(m, sp, sp->p + off, n, h);
     if (!x->hash) m->used++;
     *x = (smap_slot){h, off, (uint32_t)n, id};
