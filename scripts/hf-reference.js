@@ -209,6 +209,10 @@ function caseTokenizers() {
     decoder: SP_DECODER })]);
   T.push(['sp-unk-fuse', tok(charModel({ unk_token: '<unk>', fuse_unk: true }), { normalizer: SP_NORM })]);
   T.push(['no-unk-dropped', tok(charModel(), {})]);
+  const m = charModel({ unk_token: '<unk>', byte_fallback: true, fuse_unk: true }); // "b▁" and "▁▁": cuts before ▁ refused there
+  for (const x of ['b\u2581', '\u2581\u2581']) m.vocab[x] = Object.keys(m.vocab).length;
+  m.merges.push(['b', '\u2581'], ['\u2581', '\u2581']);
+  T.push(['sp-long-words', tok(m, { normalizer: SP_NORM, decoder: SP_DECODER })]);
   T.push(['bytelevel-prefix', tok(byteModel({}, true), {
     pre_tokenizer: { type: 'ByteLevel', add_prefix_space: true, trim_offsets: true, use_regex: true },
     decoder: { type: 'ByteLevel', add_prefix_space: true, trim_offsets: true, use_regex: true } })]);
@@ -229,7 +233,8 @@ function caseTokenizers() {
 
 const CASE_TEXTS = ['', ' ', 'a', 'ab', 'abc', 'abcd', 'aaaa', 'a b  c', ' ab c ', 'xy 12!', "x's 1212",
   'é', 'ü', 'ü ü', 'z', 'zz qq', 'b!b', '!!', 'a</s>b', '<s> a', 'a <s>', '</s>  c', ' <s>  </s> ',
-  'xyz', 'xy!', 'a ab ba', '\u2581a', '  two\u2581', 'é☃q'];
+  'xyz', 'xy!', 'a ab ba', '\u2581a', '  two\u2581', 'é☃q',
+  'ab b cd ü  q é\u2581'.repeat(12), 'x\u2581b\u2581 ab  b \u2581\u2581c'.repeat(12)]; // long: words cut before ▁
 
 async function casesCmd(modules, out) {
   const dir = path.join(path.resolve(modules), '@anush008', 'tokenizers');

@@ -473,18 +473,9 @@ static void cache_store(hf_worker *w, const char *s, size_t n, uint64_t h, const
     w->cache_used++;
 }
 
-/* The model's tokenize on one word. */
-static void bpe_word(hf_worker *w, const char *s, size_t n, bpe_ids *out)
+/* Merges one word, or one independent part of it, through the cache. */
+static void bpe_part(hf_worker *w, const char *s, size_t n, bpe_ids *out)
 {
-    const hf_tokenizer *t = w->t;
-    if (n == 0) return;
-    if (t->ignore_merges) {
-        int32_t id = n == 1 ? t->byte_id[(unsigned char)s[0]] : hf_smap_find(&t->keys, &t->pool, s, n);
-        if (id >= 0) {
-            ids_push(out, id);
-            return;
-        }
-    }
     uint64_t h = 0;
     if (n <= CACHE_MAX_WORD) {
         h = hf_hash_bytes(s, n) | 1ull << 63;
@@ -499,6 +490,47 @@ static void bpe_word(hf_worker *w, const char *s, size_t n, bpe_ids *out)
     for (size_t i = 0; i < ns; i++)
         if (w->id[i] >= 0) ids_push(out, w->id[i]);
     if (n <= CACHE_MAX_WORD) cache_store(w, s, n, h, out->n > first ? out->ids + first : NULL, out->n - first);
+}
+
+static size_t last_char(const char *s, size_t n);
+
+/* Whether a long word may be cut before the U+2581 at s[at] (see marker_split). */
+static int marker_cut(const hf_tokenizer *t, const char *s, size_t at)
+{
+    size_t k = last_char(s, at), n = at - k;
+    int32_t id = n == 1 ? t->byte_id[(unsigned char)s[k]] : hf_smap_find(&t->keys, &t->pool, s + k, n);
+    if (id < 0) return 0;
+    for (int m = 0; m < t->n_marker_prev; m++)
+        if (strlen(t->marker_prev[m]) == n && memcmp(t->marker_prev[m], s + k, n) == 0) return 0;
+    return 1;
+}
+
+/* The model's tokenize on one word. */
+static void bpe_word(hf_worker *w, const char *s, size_t n, bpe_ids *out)
+{
+    const hf_tokenizer *t = w->t;
+    if (n == 0) return;
+    if (t->ignore_merges) {
+        int32_t id = n == 1 ? t->byte_id[(unsigned char)s[0]] : hf_smap_find(&t->keys, &t->pool, s, n);
+        if (id >= 0) {
+            ids_push(out, id);
+            return;
+        }
+    }
+    size_t start = 0;
+    if (t->marker_split && n > CACHE_MAX_WORD) {
+        for (size_t i = 1; i + 3 <= n;) {
+            const char *hit = memmem(s + i, n - i, "\xe2\x96\x81", 3);
+            if (!hit) break;
+            size_t at = (size_t)(hit - s);
+            if (marker_cut(t, s, at)) {
+                bpe_part(w, s + start, at - start, out);
+                start = at;
+            }
+            i = at + 3;
+        }
+    }
+    bpe_part(w, s + start, n - start, out);
 }
 
 /* ---- added tokens ------------------------------------------------------------------------ */

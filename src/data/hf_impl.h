@@ -124,6 +124,13 @@ struct hf_tokenizer {
     added_set raw, normed;
     pcre2_code *word_re; /* \w, for single_word added tokens */
     int jit;
+    /* Cutting long words before U+2581 (SentencePiece-style files: the word is a whole text).
+     * No merge can join the symbols on either side of a U+2581 whose preceding character c
+     * has its own token and never precedes U+2581 inside a vocab token: every merge's result is
+     * in the vocab. marker_split is 0 where that cannot be used; marker_prev lists the c's. */
+    int marker_split;
+    char marker_prev[16][5];
+    int n_marker_prev;
     int eod, bos;
 };
 

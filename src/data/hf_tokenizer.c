@@ -786,6 +786,28 @@ static void build_keys(hf_tokenizer *t)
     }
 }
 
+/* Which characters precede U+2581 inside vocab tokens (see marker_split in hf_impl.h). */
+static void find_marker_split(hf_tokenizer *t)
+{
+    static const char M[] = "\xe2\x96\x81";
+    t->marker_split = !t->byte_level && hf_smap_find(&t->keys, &t->pool, M, 3) >= 0;
+    for (size_t i = 0; i <= t->vocab.mask && t->marker_split; i++) {
+        const smap_slot *x = &t->vocab.slot[i];
+        const char *s = t->pool.p + x->off;
+        for (size_t j = 1; x->hash && j + 3 <= x->len && t->marker_split; j++) {
+            if (memcmp(s + j, M, 3) != 0) continue;
+            size_t k = j - 1; /* start of the character before */
+            while (k > 0 && j - k < 4 && ((unsigned char)s[k] & 0xc0) == 0x80) k--;
+            int known = 0;
+            for (int m = 0; m < t->n_marker_prev && !known; m++)
+                known = strlen(t->marker_prev[m]) == j - k && memcmp(t->marker_prev[m], s + k, j - k) == 0;
+            if (known) continue;
+            if (t->n_marker_prev == 16 || j - k > 4) t->marker_split = 0; /* too many: not worth it */
+            else memcpy(t->marker_prev[t->n_marker_prev++], s + k, j - k);
+        }
+    }
+}
+
 static int read_model(loader *L, const cJSON *model)
 {
     hf_tokenizer *t = L->t;
@@ -816,6 +838,7 @@ static int read_model(loader *L, const cJSON *model)
     if ((v = str_field(model, "unk_token", &n)) && (t->unk_id = vocab_id(t, v, n)) < 0)
         BAD("tokenizer file '%s': model.unk_token \"%.40s\" is not in model.vocab", L->name, v);
     build_keys(t);
+    find_marker_split(t);
     return 0;
 }
 

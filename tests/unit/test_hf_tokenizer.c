@@ -114,7 +114,7 @@ static void cases_match_library(void **state)
     }
     free(text);
     printf("%d tokenizers, %d texts\n", n_tok, n_cases);
-    assert_true(n_tok >= 38);
+    assert_true(n_tok >= 39);
     assert_int_equal(bad, 0);
 }
 
