@@ -12,12 +12,12 @@
 #include "trident/tokenizer.h"
 
 static const char SUMMARY[] =
-    "Encodes stdin with GPT-2's byte-level BPE (or a Hugging Face tokenizer.json with\n"
-    "--tokenizer-type HuggingFaceTokenizer --tokenizer-model FILE): one line of space-separated ids per input line\n"
+    "Encodes stdin with GPT-2's byte-level BPE, or a Hugging Face tokenizer.json (--tokenizer-type\n"
+    "HuggingFaceTokenizer --tokenizer-model FILE): one line of space-separated ids per input line\n"
     "(the line without its newline), or one line for the whole input with --whole. With --decode,\n"
     "reads lines of space-separated ids and writes the text of each line followed by a newline\n"
-    "(with --whole: the text of all ids, nothing added). Any bytes round-trip, invalid UTF-8\n"
-    "included; see docs/tokenizer.md.\n"
+    "(with --whole: the text of all ids, nothing added). Any bytes round-trip through GPT-2's BPE\n"
+    "and byte-level tokenizer.json files, invalid UTF-8 included; see docs/tokenizer.md.\n"
     "\n"
     "  trident tokenize --vocab-file gpt2/vocab.json --merge-file gpt2/merges.txt < in.txt\n"
     "  trident tokenize --tokenizer-type HuggingFaceTokenizer --tokenizer-model tokenizer.json < in.txt";

@@ -40,7 +40,7 @@ static const flag_t FLAGS[] = {
     {"--verbose", A_INT, OFF(verbose), "1", ALL, "common", "0 errors only, 1 info, 2 debug", 0, 2, NULL},
 
     {"--tokenizer-type", A_CHOICE, OFF(tokenizer_type), "GPT2BPETokenizer", TOK, "tokenizer",
-     "GPT2BPETokenizer: --vocab-file + --merge-file; HuggingFaceTokenizer: --tokenizer-model", 0, 0,
+     "GPT2BPETokenizer (--vocab-file, --merge-file) or HuggingFaceTokenizer (--tokenizer-model)", 0, 0,
      "GPT2BPETokenizer|HuggingFaceTokenizer"},
     {"--tokenizer-model", A_STR, OFF(tokenizer_model), NULL, TOK, "tokenizer",
      "Hugging Face tokenizer.json (BPE models)", 0, 0, NULL},
