@@ -11,6 +11,7 @@
 //   hf-reference.js cases NODE_MODULES OUT.jsonl   small hand-made tokenizer.json files, one
 //        component each, with the ids and decoded text of a few texts (tests/fixtures, committed)
 //   hf-reference.js gpt2-json VOCAB.json MERGES.txt OUT.json   GPT-2's files as a tokenizer.json
+//   hf-reference.js with-normalizer TOKENIZER.json NFC|NFD|NFKC|NFKD OUT.json   the file, renormalized
 //   hf-reference.js info NODE_MODULES TOKENIZER.json   vocab size with added tokens
 //
 // NODE_MODULES is <build>/node/node_modules.
@@ -209,6 +210,9 @@ function caseTokenizers() {
     decoder: SP_DECODER })]);
   T.push(['sp-unk-fuse', tok(charModel({ unk_token: '<unk>', fuse_unk: true }), { normalizer: SP_NORM })]);
   T.push(['no-unk-dropped', tok(charModel(), {})]);
+  for (const nf of ['NFC', 'NFD', 'NFKC', 'NFKD'])
+    T.push([`normalizer-${nf}`, tok(charModel({ unk_token: '<unk>', byte_fallback: true }), {
+      normalizer: { type: 'Sequence', normalizers: [{ type: nf }, SP_NORM] }, decoder: SP_DECODER })]);
   const m = charModel({ unk_token: '<unk>', byte_fallback: true, fuse_unk: true }); // "b▁" and "▁▁": cuts before ▁ refused there
   for (const x of ['b\u2581', '\u2581\u2581']) m.vocab[x] = Object.keys(m.vocab).length;
   m.merges.push(['b', '\u2581'], ['\u2581', '\u2581']);
@@ -233,7 +237,7 @@ function caseTokenizers() {
 
 const CASE_TEXTS = ['', ' ', 'a', 'ab', 'abc', 'abcd', 'aaaa', 'a b  c', ' ab c ', 'xy 12!', "x's 1212",
   'é', 'ü', 'ü ü', 'z', 'zz qq', 'b!b', '!!', 'a</s>b', '<s> a', 'a <s>', '</s>  c', ' <s>  </s> ',
-  'xyz', 'xy!', 'a ab ba', '\u2581a', '  two\u2581', 'é☃q',
+  'xyz', 'xy!', 'a ab ba', '\u2581a', '  two\u2581', 'é☃q', 'e\u0301 a\u0308b \u00e9', '\ufb01x \u2460 \u00bd K',
   'ab b cd ü  q é\u2581'.repeat(12), 'x\u2581b\u2581 ab  b \u2581\u2581c'.repeat(12)]; // long: words cut before ▁
 
 async function casesCmd(modules, out) {
@@ -252,6 +256,13 @@ async function casesCmd(modules, out) {
   }
   fs.writeFileSync(out, lines.join('\n') + '\n');
   console.error(`hf-reference: wrote ${lines.length} tokenizers x ${CASE_TEXTS.length} texts to ${out}`);
+}
+
+// A real file with its normalizer replaced (to test NFC and friends on a real vocabulary).
+function withNormalizerCmd(file, type, out) {
+  const j = JSON.parse(fs.readFileSync(file, 'utf8'));
+  j.normalizer = { type };
+  fs.writeFileSync(out, JSON.stringify(j));
 }
 
 // GPT-2's vocab.json + merges.txt as the tokenizer.json Hugging Face publishes for GPT-2
@@ -279,6 +290,8 @@ const [cmd, ...args] = process.argv.slice(2);
     randomCmd(args[0], args[1], args[2]);
   } else if (cmd === 'tricky' && args.length === 1) {
     trickyCmd(args[0]);
+  } else if (cmd === 'with-normalizer' && args.length === 3) {
+    withNormalizerCmd(args[0], args[1], args[2]);
   } else if (cmd === 'gpt2-json' && args.length === 3) {
     gpt2JsonCmd(args[0], args[1], args[2]);
   } else if (cmd === 'cases' && args.length === 2) {

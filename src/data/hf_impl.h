@@ -54,11 +54,12 @@ typedef struct {
     size_t nlit;
 } pattern;
 
-enum norm_kind { NORM_PREPEND, NORM_REPLACE };
+enum norm_kind { NORM_PREPEND, NORM_REPLACE, NORM_UNICODE };
 typedef struct {
     enum norm_kind kind;
     char *a, *b; /* prepend: a; replace: a -> b */
     size_t na, nb;
+    const void *unorm; /* NFC, NFD, NFKC, NFKD: ICU's UNormalizer2 */
 } norm_step;
 
 enum pre_kind { PRE_SPLIT, PRE_METASPACE, PRE_BYTELEVEL };

