@@ -72,7 +72,10 @@ static void run(ctx *c, const char *name, kernel_fn fn, int reps, double flops, 
 }
 
 #define BT (c->B * c->T)
-static void k_ln_fwd(ctx *c) { be_layernorm_fwd(c->be, c->y, c->mean, c->rstd, c->x, c->w, c->b, BT, c->C); }
+static void k_ln_fwd(ctx *c)
+{
+    be_layernorm_fwd(c->be, c->y, c->mean, c->rstd, c->x, c->w, c->b, BT, c->C, 1e-5f);
+}
 static void k_ln_bwd(ctx *c)
 {
     be_layernorm_bwd(c->be, c->dx, c->dw, c->db, c->dy, c->x, c->w, c->mean, c->rstd, BT, c->C);
@@ -86,10 +89,54 @@ static void k_bda_drop(ctx *c)
 }
 static void k_drop_bwd(ctx *c) { be_dropout_bwd(c->be, c->dx, c->dy, c->B, c->T, c->C, &c->drop); }
 static void k_bias_bwd(ctx *c) { be_bias_bwd(c->be, c->db, c->dy, BT, c->C); }
-static void k_att_fwd(ctx *c) { be_attention_fwd(c->be, c->att, c->lse, c->qkv, c->B, c->T, c->NH, c->C / c->NH, NULL); }
+static void k_att_fwd(ctx *c)
+{
+    const float *q = c->qkv, *k = q + c->C, *v = q + 2 * c->C;
+    be_attention_fwd(c->be, c->att, c->lse, q, k, v, 3 * c->C, 3 * c->C, c->B, c->T, c->NH, c->NH, c->C / c->NH,
+                     NULL);
+}
 static void k_att_bwd(ctx *c)
 {
-    be_attention_bwd(c->be, c->dqkv, c->datt, c->qkv, c->lse, c->B, c->T, c->NH, c->C / c->NH, NULL);
+    const float *q = c->qkv, *k = q + c->C, *v = q + 2 * c->C;
+    float *dq = c->dqkv, *dk = dq + c->C, *dv = dq + 2 * c->C;
+    be_attention_bwd(c->be, dq, dk, dv, c->datt, q, k, v, c->lse, 3 * c->C, 3 * c->C, c->B, c->T, c->NH, c->NH,
+                     c->C / c->NH, NULL);
+}
+/* grouped-query: NH / 4 key/value heads (or NH when 4 does not divide it) read from the fused rows */
+static int gqa_nkv(const ctx *c) { return c->NH % 4 == 0 ? c->NH / 4 : c->NH; }
+static void k_gqa_fwd(ctx *c)
+{
+    const float *q = c->qkv, *k = q + c->C, *v = q + 2 * c->C;
+    be_attention_fwd(c->be, c->att, c->lse, q, k, v, 3 * c->C, 3 * c->C, c->B, c->T, c->NH, gqa_nkv(c),
+                     c->C / c->NH, NULL);
+}
+static void k_gqa_bwd(ctx *c)
+{
+    const float *q = c->qkv, *k = q + c->C, *v = q + 2 * c->C;
+    float *dq = c->dqkv, *dk = dq + c->C, *dv = dq + 2 * c->C;
+    be_attention_bwd(c->be, dq, dk, dv, c->datt, q, k, v, c->lse, 3 * c->C, 3 * c->C, c->B, c->T, c->NH, gqa_nkv(c),
+                     c->C / c->NH, NULL);
+}
+static void k_rms_fwd(ctx *c) { be_rmsnorm_fwd(c->be, c->y, c->rstd, c->x, c->w, BT, c->C, 1e-5f); }
+static void k_rms_bwd(ctx *c) { be_rmsnorm_bwd(c->be, c->dx, c->dw, c->dy, c->x, c->w, c->rstd, BT, c->C); }
+/* SwiGLU on f1 read as (BT, [gate F/2 | up F/2]) */
+static void k_swiglu_fwd(ctx *c) { be_swiglu_fwd(c->be, c->f2, c->f1, BT, c->F / 2); }
+static void k_swiglu_bwd(ctx *c) { be_swiglu_bwd(c->be, c->df1, c->df2, c->f1, BT, c->F / 2); }
+/* RoPE on the q part of the fused qkv rows, full rotary; the "cold" variant alternates the base so
+ * that every call rebuilds its cos/sin table */
+static void k_rope_fwd(ctx *c)
+{
+    be_rope_fwd(c->be, c->qkv, c->B, c->T, 3 * c->C, c->NH, c->C / c->NH, c->C / c->NH, 1e4f, 0);
+}
+static void k_rope_bwd(ctx *c)
+{
+    be_rope_bwd(c->be, c->dqkv, c->B, c->T, 3 * c->C, c->NH, c->C / c->NH, c->C / c->NH, 1e4f, 0);
+}
+static void k_rope_cold(ctx *c)
+{
+    static int flip;
+    float base = (flip ^= 1) ? 1e4f : 5e5f;
+    be_rope_fwd(c->be, c->qkv, c->B, c->T, 3 * c->C, c->NH, c->C / c->NH, c->C / c->NH, base, 0);
 }
 static void k_qkv_fwd(ctx *c) { be_matmul_fwd(c->be, c->qkv, c->x, c->wq, NULL, BT, c->C, 3 * c->C); }
 static void k_qkv_bwd(ctx *c) { be_matmul_bwd(c->be, c->dx, c->dwq, NULL, c->dqkv, c->x, c->wq, BT, c->C, 3 * c->C); }
@@ -104,11 +151,11 @@ static void k_head_bwd(ctx *c)
 }
 static void k_ce_fwd(ctx *c)
 {
-    be_crossentropy_fwd(c->be, c->losses, c->maxv, c->sumexp, c->tlogit, c->logits, c->targets, BT, c->V);
+    be_crossentropy_fwd(c->be, c->losses, c->maxv, c->sumexp, c->tlogit, c->logits, c->targets, BT, c->V, c->V);
 }
 static void k_ce_bwd(ctx *c)
 {
-    be_ce_bwd(c->be, c->logits, c->maxv, c->sumexp, c->targets, c->dloss, BT, c->V, 0);
+    be_ce_bwd(c->be, c->logits, c->maxv, c->sumexp, c->targets, c->dloss, BT, c->V, c->V, 0);
 }
 static void k_adamw(ctx *c)
 {
@@ -179,8 +226,17 @@ int main(int argc, char **argv)
     run(c, "matmul_bwd head", k_head_bwd, reps > 3 ? 3 : reps, 4 * bt * C * V, 0);
     run(c, "attention_fwd", k_att_fwd, reps, 4 * bt * T * C / 2, 0);
     run(c, "attention_bwd", k_att_bwd, reps, 8 * bt * T * C / 2, 0);
+    run(c, "attention_fwd gqa NKV=NH/4", k_gqa_fwd, reps, 4 * bt * T * C / 2, 0);
+    run(c, "attention_bwd gqa NKV=NH/4", k_gqa_bwd, reps, 8 * bt * T * C / 2, 0);
+    run(c, "rope_fwd (q)", k_rope_fwd, reps, 0, 2 * bt * C * fb);
+    run(c, "rope_bwd (q)", k_rope_bwd, reps, 0, 2 * bt * C * fb);
+    run(c, "rope_fwd (q), table rebuilt", k_rope_cold, reps, 0, 2 * bt * C * fb);
     run(c, "layernorm_fwd", k_ln_fwd, reps, 0, 2 * bt * C * fb);
     run(c, "layernorm_bwd", k_ln_bwd, reps, 0, 3 * bt * C * fb);
+    run(c, "rmsnorm_fwd", k_rms_fwd, reps, 0, 2 * bt * C * fb);
+    run(c, "rmsnorm_bwd", k_rms_bwd, reps, 0, 3 * bt * C * fb);
+    run(c, "swiglu_fwd (F/2)", k_swiglu_fwd, reps, 0, 1.5 * bt * F * fb);
+    run(c, "swiglu_bwd (F/2)", k_swiglu_bwd, reps, 0, 2.5 * bt * F * fb);
     run(c, "bias_gelu_fwd", k_bgelu_fwd, reps, 0, 2 * bt * F * fb);
     run(c, "bias_gelu_bwd", k_bgelu_bwd, reps, 0, 3 * bt * F * fb);
     run(c, "bias_dropout_add p=0", k_bda, reps, 0, 3 * bt * C * fb);

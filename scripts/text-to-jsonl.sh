@@ -6,8 +6,10 @@ in=$1 out=$2 max=${3:-0}
 awk -v max="$max" '
   function flush() {
     if (doc != "") { gsub(/\\/, "\\\\", doc); gsub(/"/, "\\\"", doc); gsub(/\t/, "\\t", doc); gsub(/\r/, "\\r", doc);
-      gsub(/\n/, "\\n", doc); print "{\"text\": \"" doc "\"}"; n++; if (max > 0 && n >= max) exit }
-    doc = "" }
+      gsub(/\n/, "\\n", doc); print "{\"text\": \"" doc "\"}"; n++ }
+    doc = ""
+    if (max > 0 && n >= max) exit  # END runs after exit: doc is already empty, nothing is written twice
+  }
   /^[ \t\r]*$/ { flush(); next }
   { doc = doc $0 "\n" }
   END { flush() }' "$in" > "$out.tmp"

@@ -55,6 +55,18 @@ typedef struct td_args {
     int hidden_size;
     int num_attention_heads;
     int ffn_hidden_size;
+    char *normalization;
+    double norm_epsilon;
+    char *position_embedding_type;
+    double rotary_base;
+    double rotary_percent;
+    int swiglu;
+    int group_query_attention;
+    int num_query_groups;
+    int kv_channels;
+    int disable_bias_linear;
+    int add_qkv_bias;
+    int untie_embeddings_and_output_weights;
     int max_position_embeddings;
     int make_vocab_size_divisible_by;
     double init_method_std;
@@ -67,6 +79,7 @@ typedef struct td_args {
     char *pipeline_schedule;
     int64_t ddp_bucket_size;
     int overlap_grad_reduce;
+    double distributed_timeout_minutes;
     /* optimizer and schedule */
     double lr;
     double min_lr;

@@ -31,7 +31,10 @@ void td_fatal(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3
 /* Prints "[rank r] file:line: <call> failed: <msg> (hint: ...)" and ends the job with 1. */
 void td_die(const char *file, int line, const char *call, const char *hint, const char *fmt, ...)
     __attribute__((format(printf, 5, 6), noreturn));
-/* Config error: one line naming the flag and rule, exit 2 (through the abort hook). */
+/* Config error: one line naming the flag and rule, exit 2 (through the abort hook). Every rank
+ * must find the same error (flags, config): only rank 0 prints it — the communicator's rank, or
+ * before one exists the launcher's (OMPI_COMM_WORLD_RANK, PMIX_RANK, PMI_RANK, SLURM_PROCID) —
+ * so a job of n ranks prints it once; every rank exits 2. */
 void td_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 
 /* TD_CHECK(cond, hint, fmt, ...): if cond is false, td_die with the condition as the call. */

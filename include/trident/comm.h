@@ -23,6 +23,14 @@ void comm_world_finalize(comm *world);
 /* Ends every rank of the job with `code` (MPI_Abort). */
 void comm_abort(const comm *c, int code) __attribute__((noreturn));
 
+/* Longest a rank may wait in any one operation before it aborts the job, naming itself, the
+ * operation, the group and the peer (Megatron's --distributed-timeout-minutes). 0: no limit. */
+void comm_set_timeout(double seconds);
+double comm_timeout(void);
+/* Names the group in error messages ("tp", "pp", ...); a split starts with its parent's name. */
+void comm_set_name(comm *c, const char *name);
+const char *comm_name(const comm *c);
+
 int comm_rank(const comm *c);
 int comm_size(const comm *c);
 /* Sub-communicator of the ranks that pass the same color, ordered by key (MPI_Comm_split). */

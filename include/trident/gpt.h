@@ -1,7 +1,8 @@
-/* The GPT model (GPT-2 architecture) of one pipeline stage. Owns the parameter and gradient
- * buffers with their tensor table, layout-invariant initialisation, and the forward and
- * backward passes of a stage (a range of layers; the first stage adds the embeddings, the
- * last the final norm, the tied LM head and the loss), written for tensor parallelism. */
+/* The GPT model of one pipeline stage. Owns the parameter and gradient buffers with their
+ * tensor table, layout-invariant initialisation, and the forward and backward passes of a
+ * stage (a range of layers; the first stage adds the embeddings, the last the final norm, the
+ * tied LM head and the loss), written for tensor parallelism. The layers are composed of
+ * blocks (src/model/: embedding, norm, attention, mlp, layer). */
 #ifndef TRIDENT_GPT_H
 #define TRIDENT_GPT_H
 
@@ -12,36 +13,90 @@
 #include "trident/arena.h"
 #include "trident/parallel_state.h"
 
+typedef enum { GPT_NORM_LAYERNORM, GPT_NORM_RMSNORM } gpt_norm;
+typedef enum { GPT_POS_LEARNED, GPT_POS_ROPE, GPT_POS_NONE } gpt_pos;
+
+/* A zero field means GPT-2's choice, so a zeroed config with the sizes set is GPT-2. */
 typedef struct gpt_config {
     int num_layers;      /* L, the whole model */
     int hidden;          /* h */
-    int heads;           /* n */
+    int heads;           /* n: query heads */
+    int query_groups;    /* g: key/value heads; 0: n (multi-head attention) */
+    int kv_channels;     /* d: head size; 0: h / n */
     int ffn;             /* f, 4h by default */
     int seq;             /* s: tokens per sample */
     int max_pos;         /* learned positions (>= seq) */
     int vocab;           /* real vocabulary (50257) */
     int padded_vocab;    /* vocab padded to a multiple of make_vocab_size_divisible_by * tp */
+    gpt_norm norm;       /* LayerNorm (GPT-2) or RMSNorm (Llama) */
+    float norm_eps;      /* 0: 1e-5 */
+    gpt_pos pos;         /* learned absolute positions (GPT-2), rotary (Llama) or none */
+    float rotary_base;   /* theta; 0: 10000 */
+    float rotary_percent;/* fraction of each head's dims rotated; 0: all */
+    int swiglu;          /* MLP: SwiGLU (gate and up projections) instead of GeLU */
+    int disable_bias;    /* no biases in the linear layers (Llama) */
+    int add_qkv_bias;    /* ... except the QKV projection's (Qwen) */
+    int untied;          /* the output layer is its own tensor, not the word embedding */
     float init_std;      /* normal init std; output projections std / sqrt(2 L) */
     float hidden_dropout;
     float attn_dropout;
     uint64_t seed;
 } gpt_config;
 
+/* The resolved values of the fields whose zero means a default. */
+static inline int gpt_groups(const gpt_config *c) { return c->query_groups ? c->query_groups : c->heads; }
+static inline int gpt_head_dim(const gpt_config *c) { return c->kv_channels ? c->kv_channels : c->hidden / c->heads; }
+static inline float gpt_norm_eps(const gpt_config *c) { return c->norm_eps > 0 ? c->norm_eps : 1e-5f; }
+static inline float gpt_rotary_base(const gpt_config *c) { return c->rotary_base > 0 ? c->rotary_base : 10000.0f; }
+/* Rotated dims of each head (d * rotary_percent, even); 0 without rotary positions. */
+int gpt_rotary_dims(const gpt_config *c);
+/* The query projection's width n*d, and one key or value projection's g*d. */
+static inline int gpt_q_width(const gpt_config *c) { return c->heads * gpt_head_dim(c); }
+static inline int gpt_kv_width(const gpt_config *c) { return gpt_groups(c) * gpt_head_dim(c); }
+/* Grouped-query attention keeps q and kv as two tensors; multi-head attention one fused qkv. */
+static inline int gpt_gqa(const gpt_config *c) { return gpt_groups(c) != c->heads; }
+static inline int gpt_has_bias(const gpt_config *c) { return !c->disable_bias; }
+static inline int gpt_has_qkv_bias(const gpt_config *c) { return !c->disable_bias || c->add_qkv_bias; }
+
+struct td_args;
+/* The architecture from the flags (vocabulary left 0: the tokenizer gives it). */
+void gpt_config_from_args(gpt_config *c, const struct td_args *a);
+/* Checks the architecture flags for `tp` tensor-parallel ranks: 0, or -1 with one line naming
+ * the flags and the rule in msg. */
+int gpt_config_validate(const struct td_args *a, int tp, char *msg, size_t msglen);
+
+/* One line naming the architecture: "12 layers, hidden 768, 12 heads in 4 query groups of 64, ...". */
+void gpt_config_describe(const gpt_config *c, char *out, size_t len);
+
 /* Megatron's padding: the smallest multiple of divisible_by * tp that is >= vocab. */
 int gpt_padded_vocab(int vocab, int divisible_by, int tp);
 
-/* Pointers to one layer's tensors (parameters, or their gradients), TP-local shapes. */
-typedef struct gpt_layer {
-    float *ln1_w, *ln1_b; /* (h) */
-    float *qkv_w;         /* (3h/t, h): rows [q of local heads | k | v] */
-    float *qkv_b;         /* (3h/t) */
-    float *proj_w;        /* (h, h/t) */
-    float *proj_b;        /* (h) */
-    float *ln2_w, *ln2_b; /* (h) */
-    float *fc_w;          /* (f/t, h) */
-    float *fc_b;          /* (f/t) */
+/* Pointers to the tensors of each block (parameters, or their gradients), TP-local shapes. */
+typedef struct norm_params {
+    float *w, *b;         /* (h), (h) */
+} norm_params;
+typedef struct attn_params {
+    float *qkv_w;         /* (3nd/t, h): rows [q of local heads | k | v]; with grouped-query
+                           * attention the queries only, (nd/t, h) */
+    float *qkv_b;         /* (3nd/t), or (nd/t); NULL without a QKV bias */
+    float *kv_w;          /* grouped-query attention: (2gd/t, h), rows [k of local groups | v] */
+    float *kv_b;          /* (2gd/t) or NULL */
+    float *proj_w;        /* (h, nd/t) */
+    float *proj_b;        /* (h) or NULL */
+} attn_params;
+typedef struct mlp_params {
+    float *fc_w;          /* (f/t, h); SwiGLU: (2f/t, h), rows [gate | up] of the local slice */
+    float *fc_b;          /* (f/t) or (2f/t); NULL without biases */
     float *fc2_w;         /* (h, f/t) */
-    float *fc2_b;         /* (h) */
+    float *fc2_b;         /* (h) or NULL */
+} mlp_params;
+
+/* One transformer layer: norm, attention, norm, MLP. */
+typedef struct gpt_layer {
+    norm_params ln1;
+    attn_params attn;
+    norm_params ln2;
+    mlp_params mlp;
 } gpt_layer;
 
 /* Pointers to a stage's tensors. */
@@ -50,8 +105,9 @@ typedef struct gpt_tensors {
     float *wte;           /* (V/t, h) word embedding: first stage; also the head's weight when
                            * the first stage is the last */
     float *wpe;           /* (max_pos, h): first stage */
-    float *lnf_w, *lnf_b; /* (h): last stage */
-    float *head_w;        /* (V/t, h): last stage; == wte on a one-stage model, else its own copy */
+    norm_params lnf;      /* (h): last stage, the final norm */
+    float *head_w;        /* (V/t, h): last stage. Tied: == wte on a one-stage model, else a copy
+                           * kept equal to it; untied: the output layer, its own tensor */
 } gpt_tensors;
 
 /* One entry of the tensor table: a logical tensor and the slice of it this rank holds. */
@@ -80,7 +136,8 @@ typedef struct gpt_model {
     const backend *be;
     int layer0, nlayers;     /* global layers [layer0, layer0 + nlayers) on this stage */
     int first, last;         /* this stage has the embeddings / the head */
-    int tp, heads_l, hidden_l, ffn_l, vocab_l, vstart; /* TP-local sizes */
+    int tp, heads_l, groups_l, ffn_l, vocab_l, vstart; /* TP-local sizes */
+    int q_l, kv_l;           /* TP-local widths of the queries (n/t heads) and of keys or values */
     int mbs;                 /* micro-batch size the arena was sized for */
 
     float *params, *grads;   /* one buffer each, numel floats, laid out by the table */
@@ -137,9 +194,13 @@ float *gpt_forward(gpt_model *m, gpt_acts *a, const int32_t *ids, const float *i
  * the stage input (B, s, h) (send it back); first stage: NULL. */
 float *gpt_backward(gpt_model *m, gpt_acts *a, const float *doutput, float loss_scale);
 
+/* The whole model's logical tensors as a one-rank table in m->table / m->ntensors (no buffers;
+ * free(m->table) after): the canonical order below. */
+void gpt_logical_table(const gpt_config *cfg, gpt_model *m);
 /* Offset (in elements) of logical tensor `name` in the canonical flat layout of the whole model:
- * word embedding, position embedding, layers 0..L-1 (each in table order), final norm — every
- * tensor at its logical shape. -1 for an unknown name. Total size: gpt_num_params. */
+ * word embedding, position embedding, layers 0..L-1 (each in table order), final norm, output
+ * layer (untied) — every tensor at its logical shape. -1 for an unknown name. Total size:
+ * gpt_num_params. */
 int64_t gpt_canonical_offset(const gpt_config *cfg, const char *name);
 /* Writes this rank's slices of the parameters into `fd` (a file of gpt_num_params floats in the
  * canonical layout) at their logical positions. Replicated tensors and the last stage's copy of

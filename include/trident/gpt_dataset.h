@@ -27,6 +27,8 @@ typedef struct gptds_config {
     uint64_t seed;
     int64_t num_samples[GPTDS_NSPLITS]; /* samples wanted per split; -1: one epoch (Megatron's None) */
     int no_cache;          /* 1: neither read nor write cache files */
+    int vocab_size;        /* every token id must be below it (checked once, cached); 0: not checked */
+    const char *vocab_source; /* where vocab_size comes from, for messages ("--vocab-file F"); not owned */
 } gptds_config;
 
 /* Megatron's get_train_valid_test_num_samples: train = train_samples if > 0 else
@@ -38,7 +40,8 @@ void gptds_target_samples(int64_t train_iters, int64_t train_samples, int64_t ev
 
 /* Fills cfg from --data-path, --split, --data-cache-path, --seq-length, --seed and the sample
  * counts `num_samples` (see gptds_target_samples; NULL: one epoch per split). A malformed
- * --data-path or --split is a usage error (exit 2). Free with gptds_config_free. */
+ * --data-path or --split is a usage error (exit 2). vocab_size is left 0 (the caller sets it
+ * with the tokenizer's). Free with gptds_config_free. */
 void gptds_config_from_args(gptds_config *cfg, const td_args *a, const int64_t *num_samples);
 void gptds_config_free(gptds_config *cfg);
 
@@ -54,13 +57,26 @@ unsigned gptds_split_range(const double w[GPTDS_NSPLITS], int64_t n, int64_t beg
 typedef struct gptds gptds;
 
 /* Opens every dataset of cfg and builds (or loads from cache) the indices of all three splits.
- * A dataset that cannot be opened, or a split that has too few tokens for the samples asked of
- * it, ends the job with one line naming it. A cache file that is missing, corrupt or for other
+ * With cfg->vocab_size, first checks every token id of every dataset against it
+ * (gptds_check_token_ids). A dataset that cannot be opened, holds an id outside the vocabulary,
+ * or has a split with too few tokens for the samples asked of it, ends the job with one line
+ * naming it. A cache file that is missing, corrupt or for other
  * inputs is rebuilt (with a warning when it existed). Safe to call from several processes at
  * once (unique temporaries, atomic rename); a trainer should open on one rank first so that the
  * others load. Logs what it did at info level. */
 gptds *gptds_open(const gptds_config *cfg);
 void gptds_close(gptds *ds);
+
+/* Checks every token id of the indexed dataset `idx` (opened from `path`) against [0, vocab),
+ * scanning in parallel (OpenMP). A passing check is remembered in a cache file beside the
+ * dataset (or in cache_dir; none when cache_dir is "" or no_cache), keyed by the vocabulary
+ * size, the .bin file's size and modification time and the document lengths, so the next open
+ * costs nothing. An id outside the vocabulary ends the job (exit 1) with one line naming the
+ * file, the document and token offset (and byte offset in the .bin), the id and the vocabulary
+ * size; vocab_source says where the size came from ("--vocab-file F"). Returns 1 when the result
+ * came from the cache, 0 when it was scanned. */
+int gptds_check_token_ids(const char *path, const idx_dataset *idx, int vocab, const char *vocab_source,
+                          const char *cache_dir, int no_cache);
 
 int gptds_seq_length(const gptds *ds);
 /* Samples available in split s (>= the number asked; 0 for an empty split). */
@@ -99,6 +115,8 @@ typedef struct gptds_dataset_info {
     int64_t num_tokens;
     int32_t min_len, max_len;
     double mean_len;
+    int ids_checked;            /* token ids against the vocabulary: 0 not checked, 1 scanned, 2 cached */
+    double ids_seconds;         /* time the check took */
     gptds_split_info split[GPTDS_NSPLITS];
 } gptds_dataset_info;
 

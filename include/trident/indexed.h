@@ -47,5 +47,11 @@ int64_t idx_num_tokens(const idx_dataset *d);
 /* Copies tokens [offset, offset+n) of sequence i into out as int32; the range must lie in the
  * sequence (asserted). */
 void idx_read(const idx_dataset *d, int64_t i, int64_t offset, int64_t n, int32_t *out);
+/* Scans every token of every sequence (in parallel, with OpenMP) for an id outside [0, limit).
+ * Returns -1 when there is none; else the first sequence holding one, with *offset the token's
+ * offset in it and *id its value (the first such token in file order). */
+int64_t idx_find_id_outside(const idx_dataset *d, int64_t limit, int64_t *offset, int32_t *id);
+/* Byte offset in PREFIX.bin of token `offset` of sequence i. */
+int64_t idx_token_byte_offset(const idx_dataset *d, int64_t i, int64_t offset);
 
 #endif

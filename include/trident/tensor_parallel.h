@@ -52,11 +52,14 @@ void tp_row_linear_bwd(const backend *be, const comm *tp, float *dinp, float *dw
 void tp_embedding_fwd(const backend *be, const comm *tp, float *out, const int32_t *ids, const float *wte_l,
                       int BT, int C, int vstart, int Vloc);
 
-/* Vocab-parallel cross-entropy over logits_l (BT, Vloc) of slice [vstart, vstart + Vloc):
- * losses (BT) written; maxv, sumexp (BT) written for the backward. Three all-reduces (max,
- * sum of exp, target logit); the full logits are never gathered. tlogit (BT) is scratch. */
+/* Vocab-parallel cross-entropy over logits_l (BT, Vloc) of slice [vstart, vstart + Vloc) of a
+ * vocabulary with `vocab` real ids (the padding past them is masked out of the softmax: the
+ * loss is over the real vocabulary in every layout): losses (BT) written; maxv, sumexp (BT)
+ * written for the backward (be_ce_bwd with Vreal = be_vocab_real(vocab, vstart, Vloc)). Three
+ * all-reduces (max, sum of exp, target logit); the full logits are never gathered. tlogit (BT)
+ * is scratch. */
 void tp_cross_entropy_fwd(const backend *be, const comm *tp, float *losses, float *maxv, float *sumexp,
                           float *tlogit, const float *logits_l, const int32_t *targets, int BT, int Vloc,
-                          int vstart);
+                          int vstart, int vocab);
 
 #endif

@@ -72,29 +72,66 @@ struct be_ops {
     /* dwpe[pos0 + t] += sum over b of dout[b, t]. dout (B, T, C). Deterministic. */
     void (*pos_embedding_bwd)(const backend *be, float *dwpe, const float *dout, int B, int T, int C, int pos0);
 
-    /* ---- layernorm, eps 1e-5 ---- */
-    /* out (N, C) written = (inp - mean) * rstd * w + b; mean (N), rstd (N) written (either may
-     * be NULL when no backward follows). inp (N, C); w, b (C). */
+    /* ---- layernorm ---- */
+    /* out (N, C) written = (inp - mean) * rstd * w + b, rstd = 1 / sqrt(var + eps) (biased
+     * variance, as torch.nn.LayerNorm); mean (N), rstd (N) written (either may be NULL when no
+     * backward follows). inp (N, C); w, b (C). */
     void (*layernorm_fwd)(const backend *be, float *out, float *mean, float *rstd, const float *inp,
-                          const float *w, const float *b, int N, int C);
+                          const float *w, const float *b, int N, int C, float eps);
     /* dinp (N, C) +=; dw (C) +=; db (C) += (any may be NULL). dout, inp (N, C); mean, rstd (N)
      * from the forward. Deterministic (no dependence on thread count). */
     void (*layernorm_bwd)(const backend *be, float *dinp, float *dw, float *db, const float *dout, const float *inp,
                           const float *w, const float *mean, const float *rstd, int N, int C);
 
-    /* ---- causal self-attention core on the NH local heads, head size HS, C = NH * HS ---- */
-    /* qkv (B, T, 3C): per token [q of all local heads | k | v], head h at columns h*HS.. of each.
+    /* ---- RMSNorm (Llama; Megatron --normalization RMSNorm) ---- */
+    /* out (N, C) written = inp * rstd * w, rstd = 1 / sqrt(mean(inp^2) + eps); rstd (N) written
+     * (may be NULL when no backward follows). inp (N, C); w (C). */
+    void (*rmsnorm_fwd)(const backend *be, float *out, float *rstd, const float *inp, const float *w, int N, int C,
+                        float eps);
+    /* dinp (N, C) +=; dw (C) += (either may be NULL). dout, inp (N, C); w (C); rstd (N) from the
+     * forward. Deterministic (no dependence on thread count). */
+    void (*rmsnorm_bwd)(const backend *be, float *dinp, float *dw, const float *dout, const float *inp,
+                        const float *w, const float *rstd, int N, int C);
+
+    /* ---- rotary position embedding, "rotate half" (Hugging Face Llama, Megatron non-interleaved) ----
+     * x: rows (B, T) of ld floats, each holding nh heads of hs floats from the start pointer (a q
+     * or k slice of a fused qkv row, say). In each head the first rot dims (rot even, <= hs;
+     * rot = hs * --rotary-percent) turn by angle a_i = (pos0 + t) * inv_freq_i, r2 = rot / 2,
+     * inv_freq_i = 1 / base^(2i / rot), i < r2:
+     *   y[i] = x[i] cos a_i - x[i + r2] sin a_i,   y[i + r2] = x[i + r2] cos a_i + x[i] sin a_i;
+     * dims rot.. hs-1 are unchanged. The angles are rounded as Hugging Face's float32
+     * computation rounds them (inv_freq and the product (pos0 + t) * inv_freq in float32; cos
+     * and sin of that float32 angle correctly rounded), so positions far from 0 turn as they do
+     * in a checkpoint's original framework. */
+    /* x rotated in place (written). */
+    void (*rope_fwd)(const backend *be, float *x, int B, int T, int ld, int nh, int hs, int rot, float base,
+                     int pos0);
+    /* dx rotated back in place: WRITES dx = R^T dx (the rotation by -a_i; not +=). */
+    void (*rope_bwd)(const backend *be, float *dx, int B, int T, int ld, int nh, int hs, int rot, float base,
+                     int pos0);
+
+    /* ---- causal self-attention core, grouped-query: NH local query heads, NKV local key/value
+     * heads (NH % NKV == 0; NKV = NH is multi-head attention), head size HS, C = NH * HS ---- */
+    /* q: rows (B, T) of stride ldq, each holding the NH query heads, head h at columns h*HS..;
+     * k, v: rows (B, T) of stride ldkv, each holding NKV heads. Query head h attends with
+     * key/value head h / (NH / NKV). A fused GPT-2 qkv (B, T, 3C) with rows [q | k | v] is
+     * q = qkv, k = qkv + C, v = qkv + 2C, ldq = ldkv = 3C.
      * out (B, T, C) written: head h at columns h*HS... att = softmax(q k^T / sqrt(HS), causal),
      * then dropout (drop, unit = (drop->unit0 + h) * T + key position; NULL or p = 0: none),
      * out = att . v. lse (B, NH, T) written: the log-sum-exp of each score row, which is all the
      * backward needs (it recomputes the probabilities; no (T, T) buffer is kept). Caller
-     * buffers: out B*T*C floats, lse B*NH*T floats; cpu scratch is allocated inside the call
-     * (64*T floats per thread forward, 3x that backward). */
-    void (*attention_fwd)(const backend *be, float *out, float *lse, const float *qkv, int B, int T, int NH,
-                          int HS, const be_drop *drop);
-    /* dqkv (B, T, 3C) += gradient w.r.t. qkv. dout (B, T, C); qkv, lse, drop as in the forward. */
-    void (*attention_bwd)(const backend *be, float *dqkv, const float *dout, const float *qkv, const float *lse,
-                          int B, int T, int NH, int HS, const be_drop *drop);
+     * buffers: out B*T*C floats, lse B*NH*T floats; cpu scratch is per thread and reused
+     * (64*T floats forward, 3x that backward). */
+    void (*attention_fwd)(const backend *be, float *out, float *lse, const float *q, const float *k, const float *v,
+                          int ldq, int ldkv, int B, int T, int NH, int NKV, int HS, const be_drop *drop);
+    /* dq (rows of stride ldq) +=, dk, dv (rows of stride ldkv) += the gradients w.r.t. q, k, v
+     * (any may be NULL; the other columns of their rows are untouched); dk and dv of a key/value
+     * head receive the sum over the query heads that share it, in a fixed order (deterministic).
+     * dout (B, T, C); q, k, v, lse, strides, drop as in the forward. dq, dk, dv may be parts of
+     * one fused buffer (disjoint columns). */
+    void (*attention_bwd)(const backend *be, float *dq, float *dk, float *dv, const float *dout, const float *q,
+                          const float *k, const float *v, const float *lse, int ldq, int ldkv, int B, int T, int NH,
+                          int NKV, int HS, const be_drop *drop);
 
     /* ---- GeLU, tanh approximation (GPT-2 / Megatron) ---- */
     /* out (n) written = gelu(inp); out may equal inp. */
@@ -107,6 +144,13 @@ struct be_ops {
     /* dinp (N, C) += gelu'(inp + b) * dout; db (C) += column sums of that (either may be NULL). */
     void (*bias_gelu_bwd)(const backend *be, float *dinp, float *db, const float *dout, const float *inp,
                           const float *b, int N, int C);
+
+    /* ---- SwiGLU (Llama's MLP; Megatron --swiglu) ---- */
+    /* out (N, F) written = silu(gate) * up, silu(x) = x sigmoid(x); inp (N, 2F), each row
+     * [gate (F) | up (F)] (the fused fc1 output). */
+    void (*swiglu_fwd)(const backend *be, float *out, const float *inp, int N, int F);
+    /* dinp (N, 2F) += gradient w.r.t. [gate | up]. dout (N, F); inp as in the forward. */
+    void (*swiglu_bwd)(const backend *be, float *dinp, const float *dout, const float *inp, int N, int F);
 
     /* ---- elementwise ---- */
     /* out (n) written = a + b; out may equal a or b. */
@@ -132,12 +176,16 @@ struct be_ops {
                                  const float *b, int B, int T, int C, const be_drop *drop);
 
     /* ---- vocab-parallel softmax cross-entropy over logits (BT, Vloc) of the vocab slice
-     * [vstart, vstart + Vloc) (padded entries included). The parallel code all-reduces between
-     * the steps: max (MAX), sumexp (SUM), tlogit (SUM). Targets are global ids in [0, V). ---- */
-    /* maxv (BT) written = max over the local slice. */
-    void (*ce_max)(const backend *be, float *maxv, const float *logits, int BT, int Vloc);
-    /* sumexp (BT) written = sum over the local slice of exp(logit - maxv) (maxv: GLOBAL max). */
-    void (*ce_sumexp)(const backend *be, float *sumexp, const float *logits, const float *maxv, int BT, int Vloc);
+     * [vstart, vstart + Vloc). Only its first Vreal columns (0 <= Vreal <= Vloc, see
+     * be_vocab_real) are real vocabulary entries; the rest are Megatron's padding, treated as
+     * logits of -inf: no part in the max or the sum, probability 0, gradient 0. The parallel
+     * code all-reduces between the steps: max (MAX), sumexp (SUM), tlogit (SUM). Targets are
+     * global ids in [0, V) of the real vocabulary. ---- */
+    /* maxv (BT) written = max over the real columns of the local slice (-inf when none). */
+    void (*ce_max)(const backend *be, float *maxv, const float *logits, int BT, int Vloc, int Vreal);
+    /* sumexp (BT) written = sum over the real columns of exp(logit - maxv) (maxv: GLOBAL max). */
+    void (*ce_sumexp)(const backend *be, float *sumexp, const float *logits, const float *maxv, int BT, int Vloc,
+                      int Vreal);
     /* tlogit (BT) written = logits[i, targets[i] - vstart] if the target is in the slice, else 0. */
     void (*ce_target)(const backend *be, float *tlogit, const float *logits, const int32_t *targets, int BT,
                       int Vloc, int vstart);
@@ -145,10 +193,11 @@ struct be_ops {
     void (*ce_loss)(const backend *be, float *losses, const float *maxv, const float *sumexp, const float *tlogit,
                     int BT);
     /* In place, one pass: logits (BT, Vloc) is overwritten (WRITES, not +=) with
-     * dlogits = (exp(logit - maxv) / sumexp - [target == vstart + j]) * dloss[i].
+     * dlogits = (exp(logit - maxv) / sumexp - [target == vstart + j]) * dloss[i] for the real
+     * columns j < Vreal, and exactly 0 for the padded ones.
      * maxv, sumexp: the global ones; dloss (BT): d(total loss)/d(loss of row i). */
     void (*ce_bwd)(const backend *be, float *logits, const float *maxv, const float *sumexp,
-                   const int32_t *targets, const float *dloss, int BT, int Vloc, int vstart);
+                   const int32_t *targets, const float *dloss, int BT, int Vloc, int Vreal, int vstart);
 
     /* ---- optimizer, on a contiguous slice of n elements ---- */
     /* PyTorch AdamW, step >= 1 (count including this one): with g' = g * gscale,
@@ -175,8 +224,9 @@ struct be_ops {
 typedef enum {
     BE_OP_GEMM,         /* matmul_fwd, matmul_bwd */
     BE_OP_ATTENTION,    /* attention_fwd, attention_bwd */
-    BE_OP_LAYERNORM,    /* layernorm_* */
-    BE_OP_GELU,         /* gelu_*, bias_gelu_* */
+    BE_OP_LAYERNORM,    /* layernorm_*, rmsnorm_* */
+    BE_OP_GELU,         /* gelu_*, bias_gelu_*, swiglu_* (the MLP's activation) */
+    BE_OP_ROPE,         /* rope_* */
     BE_OP_RESIDUAL,     /* bias, dropout, residual add, scale */
     BE_OP_EMBEDDING,    /* embedding_*, pos_embedding_* */
     BE_OP_CROSSENTROPY, /* ce_* */
@@ -290,10 +340,10 @@ static inline void be_pos_embedding_bwd(const backend *be, float *dwpe, const fl
     be_toc(be, BE_OP_EMBEDDING, t0, 0);
 }
 static inline void be_layernorm_fwd(const backend *be, float *out, float *mean, float *rstd, const float *inp,
-                                    const float *w, const float *b, int N, int C)
+                                    const float *w, const float *b, int N, int C, float eps)
 {
     double t0 = be_tic(be);
-    be->ops->layernorm_fwd(be, out, mean, rstd, inp, w, b, N, C);
+    be->ops->layernorm_fwd(be, out, mean, rstd, inp, w, b, N, C, eps);
     be_toc(be, BE_OP_LAYERNORM, t0, 0);
 }
 static inline void be_layernorm_bwd(const backend *be, float *dinp, float *dw, float *db, const float *dout,
@@ -304,18 +354,48 @@ static inline void be_layernorm_bwd(const backend *be, float *dinp, float *dw, f
     be->ops->layernorm_bwd(be, dinp, dw, db, dout, inp, w, mean, rstd, N, C);
     be_toc(be, BE_OP_LAYERNORM, t0, 0);
 }
-static inline void be_attention_fwd(const backend *be, float *out, float *lse, const float *qkv, int B, int T,
-                                    int NH, int HS, const be_drop *drop)
+static inline void be_rmsnorm_fwd(const backend *be, float *out, float *rstd, const float *inp, const float *w,
+                                  int N, int C, float eps)
 {
     double t0 = be_tic(be);
-    be->ops->attention_fwd(be, out, lse, qkv, B, T, NH, HS, drop);
+    be->ops->rmsnorm_fwd(be, out, rstd, inp, w, N, C, eps);
+    be_toc(be, BE_OP_LAYERNORM, t0, 0);
+}
+static inline void be_rmsnorm_bwd(const backend *be, float *dinp, float *dw, const float *dout, const float *inp,
+                                  const float *w, const float *rstd, int N, int C)
+{
+    double t0 = be_tic(be);
+    be->ops->rmsnorm_bwd(be, dinp, dw, dout, inp, w, rstd, N, C);
+    be_toc(be, BE_OP_LAYERNORM, t0, 0);
+}
+static inline void be_rope_fwd(const backend *be, float *x, int B, int T, int ld, int nh, int hs, int rot,
+                               float base, int pos0)
+{
+    double t0 = be_tic(be);
+    be->ops->rope_fwd(be, x, B, T, ld, nh, hs, rot, base, pos0);
+    be_toc(be, BE_OP_ROPE, t0, 0);
+}
+static inline void be_rope_bwd(const backend *be, float *dx, int B, int T, int ld, int nh, int hs, int rot,
+                               float base, int pos0)
+{
+    double t0 = be_tic(be);
+    be->ops->rope_bwd(be, dx, B, T, ld, nh, hs, rot, base, pos0);
+    be_toc(be, BE_OP_ROPE, t0, 0);
+}
+static inline void be_attention_fwd(const backend *be, float *out, float *lse, const float *q, const float *k,
+                                    const float *v, int ldq, int ldkv, int B, int T, int NH, int NKV, int HS,
+                                    const be_drop *drop)
+{
+    double t0 = be_tic(be);
+    be->ops->attention_fwd(be, out, lse, q, k, v, ldq, ldkv, B, T, NH, NKV, HS, drop);
     be_toc(be, BE_OP_ATTENTION, t0, 4.0 * B * T * (double)T * NH * HS);
 }
-static inline void be_attention_bwd(const backend *be, float *dqkv, const float *dout, const float *qkv,
-                                    const float *lse, int B, int T, int NH, int HS, const be_drop *drop)
+static inline void be_attention_bwd(const backend *be, float *dq, float *dk, float *dv, const float *dout,
+                                    const float *q, const float *k, const float *v, const float *lse, int ldq,
+                                    int ldkv, int B, int T, int NH, int NKV, int HS, const be_drop *drop)
 {
     double t0 = be_tic(be);
-    be->ops->attention_bwd(be, dqkv, dout, qkv, lse, B, T, NH, HS, drop);
+    be->ops->attention_bwd(be, dq, dk, dv, dout, q, k, v, lse, ldq, ldkv, B, T, NH, NKV, HS, drop);
     be_toc(be, BE_OP_ATTENTION, t0, 8.0 * B * T * (double)T * NH * HS);
 }
 static inline void be_gelu_fwd(const backend *be, float *out, const float *inp, size_t n)
@@ -341,6 +421,18 @@ static inline void be_bias_gelu_bwd(const backend *be, float *dinp, float *db, c
 {
     double t0 = be_tic(be);
     be->ops->bias_gelu_bwd(be, dinp, db, dout, inp, b, N, C);
+    be_toc(be, BE_OP_GELU, t0, 0);
+}
+static inline void be_swiglu_fwd(const backend *be, float *out, const float *inp, int N, int F)
+{
+    double t0 = be_tic(be);
+    be->ops->swiglu_fwd(be, out, inp, N, F);
+    be_toc(be, BE_OP_GELU, t0, 0);
+}
+static inline void be_swiglu_bwd(const backend *be, float *dinp, const float *dout, const float *inp, int N, int F)
+{
+    double t0 = be_tic(be);
+    be->ops->swiglu_bwd(be, dinp, dout, inp, N, F);
     be_toc(be, BE_OP_GELU, t0, 0);
 }
 static inline void be_add(const backend *be, float *out, const float *a, const float *b, size_t n)
@@ -388,17 +480,24 @@ static inline void be_bias_dropout_add_fwd(const backend *be, float *out, const 
     be->ops->bias_dropout_add_fwd(be, out, resid, inp, b, B, T, C, drop);
     be_toc(be, BE_OP_RESIDUAL, t0, 0);
 }
-static inline void be_ce_max(const backend *be, float *maxv, const float *logits, int BT, int Vloc)
+/* Real vocabulary columns of the slice [vstart, vstart + Vloc) of a vocabulary of `vocab` real
+ * ids padded past it: the Vreal of the cross-entropy steps. */
+static inline int be_vocab_real(int vocab, int vstart, int Vloc)
+{
+    int n = vocab - vstart;
+    return n < 0 ? 0 : n > Vloc ? Vloc : n;
+}
+static inline void be_ce_max(const backend *be, float *maxv, const float *logits, int BT, int Vloc, int Vreal)
 {
     double t0 = be_tic(be);
-    be->ops->ce_max(be, maxv, logits, BT, Vloc);
+    be->ops->ce_max(be, maxv, logits, BT, Vloc, Vreal);
     be_toc(be, BE_OP_CROSSENTROPY, t0, 0);
 }
 static inline void be_ce_sumexp(const backend *be, float *sumexp, const float *logits, const float *maxv, int BT,
-                                int Vloc)
+                                int Vloc, int Vreal)
 {
     double t0 = be_tic(be);
-    be->ops->ce_sumexp(be, sumexp, logits, maxv, BT, Vloc);
+    be->ops->ce_sumexp(be, sumexp, logits, maxv, BT, Vloc, Vreal);
     be_toc(be, BE_OP_CROSSENTROPY, t0, 0);
 }
 static inline void be_ce_target(const backend *be, float *tlogit, const float *logits, const int32_t *targets,
@@ -416,10 +515,10 @@ static inline void be_ce_loss(const backend *be, float *losses, const float *max
     be_toc(be, BE_OP_CROSSENTROPY, t0, 0);
 }
 static inline void be_ce_bwd(const backend *be, float *logits, const float *maxv, const float *sumexp,
-                             const int32_t *targets, const float *dloss, int BT, int Vloc, int vstart)
+                             const int32_t *targets, const float *dloss, int BT, int Vloc, int Vreal, int vstart)
 {
     double t0 = be_tic(be);
-    be->ops->ce_bwd(be, logits, maxv, sumexp, targets, dloss, BT, Vloc, vstart);
+    be->ops->ce_bwd(be, logits, maxv, sumexp, targets, dloss, BT, Vloc, Vreal, vstart);
     be_toc(be, BE_OP_CROSSENTROPY, t0, 0);
 }
 static inline void be_adamw(const backend *be, float *p, const float *g, float *m, float *v, size_t n, float lr,
@@ -440,11 +539,12 @@ static inline double be_sumsq(const backend *be, const float *x, size_t n)
 static inline double be_peak_gflops(const backend *be) { return be->ops->peak_gflops(be); }
 static inline double be_copy_gbps(const backend *be) { return be->ops->copy_gbps(be); }
 
-/* Non-parallel cross-entropy for one rank holding the whole vocabulary (V entries): the steps
- * above chained. losses, maxv, sumexp, tlogit (BT) written; keep maxv and sumexp for be_ce_bwd
- * (with Vloc = V, vstart = 0). */
+/* Non-parallel cross-entropy for one rank holding the whole vocabulary: logits (BT, V), of which
+ * the first `vocab` columns are real (the rest padding, masked out): the steps above chained.
+ * losses, maxv, sumexp, tlogit (BT) written; keep maxv and sumexp for be_ce_bwd (with Vloc = V,
+ * Vreal = vocab, vstart = 0). */
 void be_crossentropy_fwd(const backend *be, float *losses, float *maxv, float *sumexp, float *tlogit,
-                         const float *logits, const int32_t *targets, int BT, int V);
+                         const float *logits, const int32_t *targets, int BT, int V, int vocab);
 
 /* ---- the dropout mask, shared by every backend (the CUDA one must match bit for bit) ----
  * One Philox-4x32-10 block (key = seed) gives the masks of 4 consecutive units:

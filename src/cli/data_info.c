@@ -5,6 +5,7 @@
 
 #include "cli.h"
 #include "trident/args.h"
+#include "trident/tokenizer.h"
 #include "trident/check.h"
 #include "trident/gpt_dataset.h"
 #include "trident/indexed.h"
@@ -24,6 +25,9 @@ static void print_dataset(const gptds *ds, int i)
     if (idx_num_documents(in->idx) != in->num_documents)
         printf("  (the .idx document index groups these %" PRId64 " sequences into %" PRId64
                " documents; GPT splits by sequence, as Megatron)\n", in->num_documents, idx_num_documents(in->idx));
+    if (in->ids_checked)
+        printf("  token ids: all below the vocabulary size (%s, %.3f s)\n",
+               in->ids_checked == 2 ? "checked before, cached" : "scanned now", in->ids_seconds);
     printf("  %-6s %-22s %12s %7s %10s %10s  %s\n", "split", "documents", "tokens", "epochs", "samples", "wanted",
            "index cache");
     for (int s = 0; s < GPTDS_NSPLITS; s++) {
@@ -89,6 +93,20 @@ int cli_data_info(int argc, char **argv)
     }
     gptds_config cfg;
     gptds_config_from_args(&cfg, &a, wanted);
+    char vsrc[1200];
+    if (a.vocab_file || a.tokenizer_model) { /* optional here: with it, the token ids are checked as training does */
+        char err[1024];
+        tok_spec spec = {a.tokenizer_type, a.vocab_file, a.merge_file, a.tokenizer_model};
+        if (tok_check_spec(&spec, err, sizeof err) != 0) td_usage_error("trident data-info: %s", err);
+        tok_tokenizer *tok = tok_open(&spec, err, sizeof err);
+        const char *flag = a.tokenizer_model ? "--tokenizer-model" : "--vocab-file";
+        const char *file = a.tokenizer_model ? a.tokenizer_model : a.vocab_file;
+        if (!tok) td_fatal(1, "trident data-info: %s %s: %s", flag, file, err);
+        cfg.vocab_size = tok_vocab_size(tok);
+        tok_free(tok);
+        snprintf(vsrc, sizeof vsrc, "%s %s", flag, file);
+        cfg.vocab_source = vsrc;
+    }
     gptds *ds = gptds_open(&cfg);
 
     double w[GPTDS_NSPLITS];

@@ -41,6 +41,7 @@ int cli_eval(int argc, char **argv)
     }
     td_log_set_level(a.verbose);
     comm *world = comm_world_init(&argc, &argv);
+    comm_set_timeout(a.distributed_timeout_minutes * 60);
     int tp = a.tensor_model_parallel_size, pp = a.pipeline_model_parallel_size, S = a.seq_length;
     int K = td_args_given(&a, "--eval-stride") ? a.eval_stride : S;
     if (!a.load) USAGE(world, "%s: --load DIR (a checkpoint) is required", prog);
@@ -68,6 +69,12 @@ int cli_eval(int argc, char **argv)
     /* the documents */
     idx_dataset *d = idx_open(a.data_path.v[0], err, sizeof err);
     if (!d) td_fatal(1, "%s", err);
+    /* every id inside the checkpoint's vocabulary: rank 0 checks (and caches), then the others load */
+    char vsrc[1100];
+    snprintf(vsrc, sizeof vsrc, "the vocabulary of checkpoint %s", meta.dir);
+    if (comm_rank(world) == 0) gptds_check_token_ids(a.data_path.v[0], d, c.vocab, vsrc, a.data_cache_path, 0);
+    comm_barrier(world);
+    if (comm_rank(world) != 0) gptds_check_token_ids(a.data_path.v[0], d, c.vocab, vsrc, a.data_cache_path, 0);
     int64_t ndocs = idx_num_sequences(d), beg = 0, end = ndocs;
     if (strcmp(a.split_name, "all") != 0) {
         double w[GPTDS_NSPLITS];

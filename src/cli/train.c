@@ -21,10 +21,11 @@ int cli_train(int argc, char **argv)
     }
     td_log_set_level(a.verbose);
     comm *world = comm_world_init(&argc, &argv);
+    comm_set_timeout(a.distributed_timeout_minutes * 60);
     char msg[512];
     if (trainer_validate(&a, comm_size(world), msg, sizeof msg)) {
         /* every rank finds the same error; one prints it, all exit 2 */
-        if (comm_rank(world) == 0) fprintf(stderr, "trident train: %s\n", msg);
+        if (comm_rank(world) == 0) fprintf(stderr, "error: trident train: %s\n", msg);
         td_args_free(&a);
         comm_world_finalize(world);
         return TD_EXIT_USAGE;

@@ -1,5 +1,6 @@
 /* Communicator front end: dispatch through the vtable, with the one-rank fast paths and
  * timing in one place. See include/trident/comm.h. */
+#include <stdio.h>
 #include <string.h>
 
 #include "comm_impl.h"
@@ -18,11 +19,23 @@ size_t comm_dtype_size(comm_dtype t)
     return 0;
 }
 
+static double g_timeout = 600;
+
+void comm_set_timeout(double seconds) { g_timeout = seconds > 0 ? seconds : 0; }
+double comm_timeout(void) { return g_timeout; }
+void comm_set_name(comm *c, const char *name) { snprintf(c->name, sizeof c->name, "%s", name); }
+const char *comm_name(const comm *c) { return c->name; }
+
 int comm_rank(const comm *c) { return c->rank; }
 int comm_size(const comm *c) { return c->size; }
 double comm_seconds(const comm *c) { return c->seconds; }
 
-comm *comm_split(const comm *c, int color, int key) { return c->ops->split(c, color, key); }
+comm *comm_split(const comm *c, int color, int key)
+{
+    comm *s = c->ops->split(c, color, key);
+    comm_set_name(s, c->name);
+    return s;
+}
 void comm_free(comm *c)
 {
     if (c) c->ops->free(c);

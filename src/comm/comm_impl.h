@@ -27,6 +27,7 @@ struct comm {
     const struct comm_ops *ops;
     int rank, size;
     double seconds; /* time blocked in this communicator */
+    char name[32];  /* the group's name in messages: "tp", "pp", "dp", ... */
     void *impl;     /* implementation state */
 };
 

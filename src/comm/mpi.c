@@ -3,12 +3,15 @@
  * failed call and the rank before the job is aborted. */
 #include <mpi.h>
 #include <signal.h>
+#include <stdio.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "comm_impl.h"
 #include "trident/check.h"
+#include "trident/timer.h"
 
 typedef struct {
     MPI_Comm mc;
@@ -18,6 +21,8 @@ typedef struct {
 typedef struct {
     struct comm_req base;
     MPI_Request req;
+    const char *call; /* the MPI call that started it, for a timeout message */
+    int peer;         /* point-to-point peer in the group, or -1 */
 } mpi_req;
 
 static const struct comm_ops MPI_OPS;
@@ -110,6 +115,7 @@ comm *comm_world_init(int *argc, char ***argv)
     TD_CHECK_MPI(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
     g_world = MPI_COMM_WORLD;
     comm *w = wrap(MPI_COMM_WORLD, 0);
+    comm_set_name(w, "world");
     td_log_set_rank(w->size > 1 ? w->rank : -1);
     td_set_abort_hook(abort_hook);
     if (w->size > 1) {
@@ -154,16 +160,66 @@ static void mpi_abort(const comm *c, int code)
     exit(code);
 }
 
-static void mpi_barrier(const comm *c) { TD_CHECK_MPI(MPI_Barrier(MC(c))); }
+/* World rank of `peer` in c, for messages. */
+static int world_rank_of(const comm *c, int peer)
+{
+    MPI_Group g, w;
+    int out = -1;
+    if (MPI_Comm_group(MC(c), &g) != MPI_SUCCESS) return -1;
+    if (MPI_Comm_group(MPI_COMM_WORLD, &w) == MPI_SUCCESS) {
+        MPI_Group_translate_ranks(g, 1, &peer, w, &out);
+        MPI_Group_free(&w);
+    }
+    MPI_Group_free(&g);
+    return out;
+}
+
+/* Completes *req, polling so that a wait longer than the timeout ends the job with a message
+ * naming this rank, the call, the group and the peer instead of hanging. The first
+ * millisecond spins; after that each poll yields the core (oversubscribed ranks need it). */
+static void bounded_wait(const comm *c, MPI_Request *req, const char *call, int peer, const char *file, int line)
+{
+    double limit = comm_timeout(), t0 = td_now(), now = t0;
+    for (long spins = 0;; spins++) {
+        int done = 0;
+        check_mpi(MPI_Test(req, &done, MPI_STATUS_IGNORE), call, file, line);
+        if (done) return;
+        if ((spins & 63) != 63) continue;
+        now = td_now();
+        if (now - t0 > 1e-3) {
+            struct timespec ts = {0, 20000};
+            nanosleep(&ts, NULL);
+        }
+        if (limit > 0 && now - t0 > limit) break;
+    }
+    char who[96] = "";
+    if (peer >= 0) snprintf(who, sizeof who, " with peer %d (world rank %d)", peer, world_rank_of(c, peer));
+    td_die(file, line, call, "a rank is stopped, hung or dead, or a step is slower than the limit: "
+           "raise --distributed-timeout-minutes if it is legitimately slow",
+           "no progress for %.1f s (--distributed-timeout-minutes %g) on the %s group (rank %d of %d)%s",
+           now - t0, limit / 60, c->name[0] ? c->name : "world", c->rank, c->size, who);
+}
+#define WAIT(c, req, call) bounded_wait((c), (req), (call), -1, __FILE__, __LINE__)
+
+static void mpi_barrier(const comm *c)
+{
+    MPI_Request q;
+    TD_CHECK_MPI(MPI_Ibarrier(MC(c), &q));
+    WAIT(c, &q, "MPI_Barrier");
+}
 
 static void mpi_bcast(const comm *c, void *buf, size_t count, comm_dtype t, int root)
 {
-    TD_CHECK_MPI(MPI_Bcast(buf, icount(count), mpi_type(t), root, MC(c)));
+    MPI_Request q;
+    TD_CHECK_MPI(MPI_Ibcast(buf, icount(count), mpi_type(t), root, MC(c), &q));
+    WAIT(c, &q, "MPI_Bcast");
 }
 
 static void mpi_allreduce(const comm *c, void *buf, size_t count, comm_dtype t, comm_op op)
 {
-    TD_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, buf, icount(count), mpi_type(t), mpi_op(op), MC(c)));
+    MPI_Request q;
+    TD_CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, buf, icount(count), mpi_type(t), mpi_op(op), MC(c), &q));
+    WAIT(c, &q, "MPI_Allreduce");
 }
 
 static void mpi_allgather(const comm *c, const void *send, void *recv, size_t count, comm_dtype t)
@@ -171,38 +227,44 @@ static void mpi_allgather(const comm *c, const void *send, void *recv, size_t co
     const char *rb = recv;
     const void *sb = send;
     if ((const char *)send == rb + (size_t)c->rank * count * comm_dtype_size(t)) sb = MPI_IN_PLACE;
-    TD_CHECK_MPI(MPI_Allgather(sb, icount(count), mpi_type(t), recv, icount(count), mpi_type(t), MC(c)));
+    MPI_Request q;
+    TD_CHECK_MPI(MPI_Iallgather(sb, icount(count), mpi_type(t), recv, icount(count), mpi_type(t), MC(c), &q));
+    WAIT(c, &q, "MPI_Allgather");
 }
 
 static void mpi_reduce_scatter(const comm *c, const void *send, void *recv, size_t count, comm_dtype t, comm_op op)
 {
-    TD_CHECK_MPI(MPI_Reduce_scatter_block(send, recv, icount(count), mpi_type(t), mpi_op(op), MC(c)));
+    MPI_Request q;
+    TD_CHECK_MPI(MPI_Ireduce_scatter_block(send, recv, icount(count), mpi_type(t), mpi_op(op), MC(c), &q));
+    WAIT(c, &q, "MPI_Reduce_scatter_block");
 }
 
-static comm_req *new_req(const comm *c)
+static comm_req *new_req(const comm *c, const char *call, int peer)
 {
     mpi_req *r = td_xcalloc(1, sizeof *r);
     r->base.c = c;
+    r->call = call;
+    r->peer = peer;
     return &r->base;
 }
 
 static comm_req *mpi_isend(const comm *c, const void *buf, size_t count, comm_dtype t, int peer, int tag)
 {
-    comm_req *r = new_req(c);
+    comm_req *r = new_req(c, "MPI_Isend", peer);
     TD_CHECK_MPI(MPI_Isend(buf, icount(count), mpi_type(t), peer, tag, MC(c), &((mpi_req *)r)->req));
     return r;
 }
 
 static comm_req *mpi_irecv(const comm *c, void *buf, size_t count, comm_dtype t, int peer, int tag)
 {
-    comm_req *r = new_req(c);
+    comm_req *r = new_req(c, "MPI_Irecv", peer);
     TD_CHECK_MPI(MPI_Irecv(buf, icount(count), mpi_type(t), peer, tag, MC(c), &((mpi_req *)r)->req));
     return r;
 }
 
 static comm_req *mpi_iallreduce(const comm *c, void *buf, size_t count, comm_dtype t, comm_op op)
 {
-    comm_req *r = new_req(c);
+    comm_req *r = new_req(c, "MPI_Iallreduce", -1);
     TD_CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, buf, icount(count), mpi_type(t), mpi_op(op), MC(c),
                                 &((mpi_req *)r)->req));
     return r;
@@ -211,7 +273,7 @@ static comm_req *mpi_iallreduce(const comm *c, void *buf, size_t count, comm_dty
 static comm_req *mpi_ireduce_scatter(const comm *c, const void *send, void *recv, size_t count, comm_dtype t,
                                      comm_op op)
 {
-    comm_req *r = new_req(c);
+    comm_req *r = new_req(c, "MPI_Ireduce_scatter_block", -1);
     TD_CHECK_MPI(MPI_Ireduce_scatter_block(send, recv, icount(count), mpi_type(t), mpi_op(op), MC(c),
                                            &((mpi_req *)r)->req));
     return r;
@@ -219,7 +281,8 @@ static comm_req *mpi_ireduce_scatter(const comm *c, const void *send, void *recv
 
 static void mpi_wait(comm_req *r)
 {
-    TD_CHECK_MPI(MPI_Wait(&((mpi_req *)r)->req, MPI_STATUS_IGNORE));
+    mpi_req *q = (mpi_req *)r;
+    bounded_wait(r->c, &q->req, q->call, q->peer, __FILE__, __LINE__);
     free(r);
 }
 

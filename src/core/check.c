@@ -64,12 +64,28 @@ void td_fatal(int code, const char *fmt, ...)
     finish(code);
 }
 
+/* This process's rank in the job as the launcher tells it (Open MPI, PMIx, MPICH/Intel MPI,
+ * Slurm), before any communicator exists; 0 when started alone. */
+static int launcher_rank(void)
+{
+    static const char *vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        const char *v = getenv(vars[i]);
+        if (v && *v) return atoi(v);
+    }
+    return 0;
+}
+
 void td_usage_error(const char *fmt, ...)
 {
-    va_list ap;
-    va_start(ap, fmt);
-    vline(stderr, "error: ", fmt, ap);
-    va_end(ap);
+    /* every rank finds the same config error: rank 0 says it, every rank exits 2 */
+    int rank = g_rank >= 0 ? g_rank : launcher_rank();
+    if (rank == 0) {
+        va_list ap;
+        va_start(ap, fmt);
+        vline(stderr, "error: ", fmt, ap);
+        va_end(ap);
+    }
     finish(TD_EXIT_USAGE);
 }
 

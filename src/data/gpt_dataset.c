@@ -703,12 +703,15 @@ static void gpt_split_open(component *c, gptds_split s, const gptds_config *cfg,
     in->num_tokens = P.tokens;
     in->samples_wanted = wanted;
     if (P.tokens <= 1) {
-        if (present && wanted > 0)
-            td_fatal(1, "%s: the %s split has %" PRId64 " documents [%" PRId64 ", %" PRId64 ") of %" PRId64
-                     " with %" PRId64 " tokens, but %" PRId64 " samples of %d+1 tokens are needed: use more data, "
-                     "give the %s split more weight in --split %s, or ask for fewer samples (--train-iters, "
-                     "--eval-iters)", c->path, gptds_split_name(s), P.ndocs, beg, end, c->info.num_documents,
-                     P.tokens, wanted, cfg->seq_length, gptds_split_name(s), cfg->split);
+        /* no training data makes training impossible: the fix is the flag. An empty validation or
+         * test split is just empty (no samples; the trainer skips it) */
+        if (s == GPTDS_TRAIN && wanted > 0)
+            td_usage_error("--split %s leaves the train split of %s with %" PRId64 " documents [%" PRId64 ", %" PRId64
+                           ") of %" PRId64 " (%" PRId64 " tokens), but training needs %" PRId64 " samples of %d+1 "
+                           "tokens: give the train split more weight in --split, or use more data",
+                           cfg->split, c->path, P.ndocs, beg, end, c->info.num_documents, P.tokens, wanted,
+                           cfg->seq_length);
+        (void)present;
         return; /* empty */
     }
     plan_split(&P, cfg->seq_length);
@@ -828,6 +831,77 @@ static void blend_split_open(gptds *ds, gptds_split s, const gptds_config *cfg, 
     free(desc);
 }
 
+/* ---- token ids against the vocabulary: a passing scan is cached as (tokens, vocabulary) ---- */
+
+typedef struct {
+    int64_t tokens, vocab;
+} ids_check_ctx;
+
+static int check_ids_arrays(const void *vctx, void *arr[MAX_ARRAYS], char *why, size_t whylen)
+{
+    const ids_check_ctx *ctx = vctx;
+    const int64_t *v = arr[0];
+    if (v[0] != ctx->tokens || v[1] != ctx->vocab) {
+        snprintf(why, whylen, "it records %" PRId64 " tokens below %" PRId64 ", expected %" PRId64 " below %" PRId64,
+                 v[0], v[1], ctx->tokens, ctx->vocab);
+        return -1;
+    }
+    return 0;
+}
+
+int gptds_check_token_ids(const char *path, const idx_dataset *idx, int vocab, const char *vocab_source,
+                          const char *cache_dir, int no_cache)
+{
+    char *bin = aprintf("%s.bin", path);
+    struct stat st;
+    if (stat(bin, &st) != 0)
+        td_fatal(1, "%s: %s (the tokens of dataset %s); give the prefix of a dataset from trident preprocess", bin,
+                 td_strerror(errno), path);
+    int64_t nseq = idx_num_sequences(idx), ntok = idx_num_tokens(idx);
+    uint64_t lens_hash = fnv1a_words(FNV_OFFSET, idx_seq_lens(idx), (size_t)nseq * sizeof(int32_t));
+    cache_layout L = {.n_arrays = 1, .count = {2}, .elem = {8}};
+    L.desc = aprintf("trident token id check, algorithm v1\nvocabulary size: %d\n.bin bytes: %lld\n.bin modified: "
+                     "%lld.%09ld\ndtype: %s\nsequences: %" PRId64 "\ntokens: %" PRId64
+                     "\ndocument lengths fnv1a64: %016" PRIx64 "\n",
+                     vocab, (long long)st.st_size, (long long)st.st_mtim.tv_sec, (long)st.st_mtim.tv_nsec,
+                     idx_dtype_name(idx_dtype(idx)), nseq, ntok, lens_hash);
+    L.key = fnv1a(FNV_OFFSET, L.desc, strlen(L.desc));
+    char *file = NULL;
+    if (!no_cache) {
+        char *dir = cache_dir ? td_xstrdup(cache_dir) : dir_of(path);
+        file = aprintf("%s/%s.ids.%016" PRIx64 ".tdidx", dir, base_of(path), L.key);
+        free(dir);
+    }
+    cache_image im = {0};
+    void *arr[MAX_ARRAYS] = {0};
+    ids_check_ctx ctx = {ntok, vocab};
+    int loaded = file && cache_load(file, &L, check_ids_arrays, &ctx, arr, &im) == 0;
+    if (!loaded) {
+        double t0 = td_now();
+        int64_t off = 0;
+        int32_t id = 0;
+        int64_t bad = idx_find_id_outside(idx, vocab, &off, &id);
+        double dt = td_now() - t0;
+        if (bad >= 0)
+            td_fatal(1, "%s: token id %d at document %" PRId64 ", token %" PRId64 " (byte %" PRId64 " of the file) is "
+                     "outside the vocabulary of %d ids (%s): the data was tokenized with another vocabulary, or is "
+                     "corrupt; preprocess it again with this vocabulary, or use the one it was made with",
+                     bin, (int)id, bad, off, idx_token_byte_offset(idx, bad, off), vocab, vocab_source);
+        TD_DEBUG("%s: %" PRId64 " token ids below %d, checked in %.3f s (%.2f GB/s)", bin, ntok, vocab, dt,
+                 dt > 0 ? (double)st.st_size / dt / 1e9 : 0.0);
+        im.p = blob_alloc(&L, &im.len, arr);
+        int64_t *v = arr[0];
+        v[0] = ntok;
+        v[1] = vocab;
+        cache_store(file, im.p, im.len);
+    }
+    image_free(&im);
+    free(file);
+    free(L.desc);
+    free(bin);
+    return loaded;
+}
+
 static void component_open(component *c, const char *path, double weight)
 {
     char err[512];
@@ -866,7 +940,17 @@ gptds *gptds_open(const gptds_config *cfg)
     ds->blended = cfg->weights != NULL;
     ds->seq_length = cfg->seq_length;
     ds->c = td_xcalloc((size_t)ds->n, sizeof *ds->c);
-    for (int i = 0; i < ds->n; i++) component_open(&ds->c[i], cfg->paths[i], ds->blended ? cfg->weights[i] : 1.0);
+    for (int i = 0; i < ds->n; i++) {
+        component *c = &ds->c[i];
+        component_open(c, cfg->paths[i], ds->blended ? cfg->weights[i] : 1.0);
+        if (cfg->vocab_size > 0) {
+            double t0 = td_now();
+            c->info.ids_checked = 1 + gptds_check_token_ids(c->path, c->idx, cfg->vocab_size,
+                                                            cfg->vocab_source ? cfg->vocab_source : "the tokenizer",
+                                                            cfg->cache_dir, cfg->no_cache);
+            c->info.ids_seconds = td_now() - t0;
+        }
+    }
 
     for (int s = 0; s < GPTDS_NSPLITS; s++) {
         int64_t want = cfg->num_samples[s];
@@ -879,8 +963,9 @@ gptds *gptds_open(const gptds_config *cfg)
             int64_t wanted = want;
             if (ds->blended && want >= 0) /* Megatron's 0.5% margin per blended dataset */
                 wanted = (int64_t)ceil((double)want * cfg->weights[i] * 1.005);
-            sizes[i] = here ? (wanted > 0 ? wanted : 0) : 0;
             gpt_split_open(&ds->c[i], (gptds_split)s, cfg, here, beg[s], end[s], wanted);
+            /* a dataset whose split is empty gives the blend nothing */
+            sizes[i] = here && ds->c[i].info.split[s].num_samples > 0 ? (wanted > 0 ? wanted : 0) : 0;
         }
         if (ds->blended) {
             if (want < 0) ds->blend[s].info.size = -1; /* no target size: nothing to blend */

@@ -596,3 +596,95 @@ void idx_read(const idx_dataset *d, int64_t i, int64_t offset, int64_t n, int32_
         break;
     }
 }
+
+/* Largest and smallest id of n tokens at p (in the dtype), vectorized. */
+static void seq_range(enum idx_dtype t, const unsigned char *p, int64_t n, int64_t *lo, int64_t *hi)
+{
+    int64_t mn = 0, mx = 0;
+    switch (t) {
+    case IDX_U8: {
+        unsigned char m = 0;
+#pragma omp simd reduction(max : m)
+        for (int64_t k = 0; k < n; k++) m = p[k] > m ? p[k] : m;
+        mx = m;
+        break;
+    }
+    case IDX_U16: {
+        const uint16_t *q = (const uint16_t *)(const void *)p; /* 2-aligned: pointers are multiples of 2 */
+        uint16_t m = 0;
+#pragma omp simd reduction(max : m)
+        for (int64_t k = 0; k < n; k++) m = q[k] > m ? q[k] : m;
+        mx = m;
+        break;
+    }
+    case IDX_I8: {
+        const int8_t *q = (const int8_t *)(const void *)p;
+        int8_t a = 0, b = 0;
+#pragma omp simd reduction(min : a) reduction(max : b)
+        for (int64_t k = 0; k < n; k++) {
+            a = q[k] < a ? q[k] : a;
+            b = q[k] > b ? q[k] : b;
+        }
+        mn = a, mx = b;
+        break;
+    }
+    case IDX_I16: {
+        const int16_t *q = (const int16_t *)(const void *)p;
+        int16_t a = 0, b = 0;
+#pragma omp simd reduction(min : a) reduction(max : b)
+        for (int64_t k = 0; k < n; k++) {
+            a = q[k] < a ? q[k] : a;
+            b = q[k] > b ? q[k] : b;
+        }
+        mn = a, mx = b;
+        break;
+    }
+    default: {
+        const int32_t *q = (const int32_t *)(const void *)p;
+        int32_t a = 0, b = 0;
+#pragma omp simd reduction(min : a) reduction(max : b)
+        for (int64_t k = 0; k < n; k++) {
+            a = q[k] < a ? q[k] : a;
+            b = q[k] > b ? q[k] : b;
+        }
+        mn = a, mx = b;
+        break;
+    }
+    }
+    *lo = mn;
+    *hi = mx;
+}
+
+int64_t idx_find_id_outside(const idx_dataset *d, int64_t limit, int64_t *offset, int32_t *id)
+{
+    int64_t first_bad = INT64_MAX;
+#pragma omp parallel for schedule(dynamic, 256) reduction(min : first_bad)
+    for (int64_t i = 0; i < d->nseq; i++) {
+        if (i > first_bad || d->lens[i] == 0) continue; /* a later bad one changes nothing */
+        int64_t lo, hi;
+        seq_range(d->dtype, d->bin + (size_t)d->first[i] * d->isz, d->lens[i], &lo, &hi);
+        if (lo < 0 || hi >= limit) first_bad = i;
+    }
+    if (first_bad == INT64_MAX) return -1;
+    /* the first token of that sequence that is out of range */
+    int32_t buf[4096];
+    int64_t len = d->lens[first_bad];
+    for (int64_t at = 0; at < len; at += 4096) {
+        int64_t n = len - at < 4096 ? len - at : 4096;
+        idx_read(d, first_bad, at, n, buf);
+        for (int64_t k = 0; k < n; k++)
+            if (buf[k] < 0 || buf[k] >= limit) {
+                *offset = at + k;
+                *id = buf[k];
+                return first_bad;
+            }
+    }
+    TD_ASSERT(!"seq_range and idx_read disagree");
+    return -1;
+}
+
+int64_t idx_token_byte_offset(const idx_dataset *d, int64_t i, int64_t offset)
+{
+    TD_ASSERT(i >= 0 && i < d->nseq);
+    return (d->first[i] + offset) * (int64_t)d->isz;
+}

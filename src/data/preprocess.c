@@ -25,8 +25,8 @@
 
 #define PP_DEFAULT_BATCH (256u << 10)
 #define PP_MAX_DEPTH 512 /* JSON nesting; Python's json gives up near 1000 */
-#define PP_WARN_PER_BATCH 4
-#define PP_WARN_TOTAL 10
+#define PP_WARN_TOTAL 10 /* bad lines printed (docs/preprocess.md); the summary counts them all */
+#define PP_WARN_PER_BATCH PP_WARN_TOTAL /* a batch may hold all of the first ten */
 
 char *prep_dataset_prefix(const char *output_prefix, const char *key)
 {
@@ -915,7 +915,9 @@ static void summary(pp_run_state *r)
     for (int k = 0; k < r->c->n_keys; k++) fprintf(stderr, "%s%s.{bin,idx}", k ? ", " : "", r->names[k]);
     fprintf(stderr, " (%lld documents, %lld tokens)", (long long)s->written, (long long)s->tokens);
     if (s->empty) fprintf(stderr, "; skipped %lld empty documents", (long long)s->empty);
-    if (s->bad_lines) fprintf(stderr, "; skipped %lld bad lines", (long long)s->bad_lines);
+    if (s->bad_lines)
+        fprintf(stderr, "; skipped %lld bad lines%s", (long long)s->bad_lines,
+                s->bad_lines > PP_WARN_TOTAL ? " (the first 10 are printed above)" : "");
     fputc('\n', stderr);
 }
 

@@ -9,41 +9,23 @@
 #include "trident/check.h"
 #include "trident/gpt.h"
 
-/* The per-layer tensors in table order, with their logical sizes. */
-static const char *const LAYER_TENSORS[] = {"mlp.fc2.bias", "mlp.fc2.weight", "mlp.fc.bias", "mlp.fc.weight",
-                                            "ln2.bias", "ln2.weight", "attn.proj.bias", "attn.proj.weight",
-                                            "attn.qkv.bias", "attn.qkv.weight", "ln1.bias", "ln1.weight"};
-
-static int64_t layer_tensor_size(const gpt_config *c, int k)
-{
-    int64_t h = c->hidden, f = c->ffn;
-    const int64_t sizes[] = {h, h * f, f, f * h, h, h, h, h * h, 3 * h, 3 * h * h, h, h};
-    return sizes[k];
-}
-
-static int64_t layer_size(const gpt_config *c)
-{
-    int64_t n = 0;
-    for (int k = 0; k < 12; k++) n += layer_tensor_size(c, k);
-    return n;
-}
-
 int64_t gpt_canonical_offset(const gpt_config *c, const char *name)
 {
-    int64_t h = c->hidden, wte = (int64_t)c->padded_vocab * h, wpe = (int64_t)c->max_pos * h;
-    int64_t layers = wte + wpe, end = layers + c->num_layers * layer_size(c);
-    if (strcmp(name, "embedding.word.weight") == 0) return 0;
-    if (strcmp(name, "embedding.position.weight") == 0) return wte;
-    if (strcmp(name, "final_norm.bias") == 0) return end;
-    if (strcmp(name, "final_norm.weight") == 0) return end + h;
-    int l, n = 0;
-    if (sscanf(name, "layers.%d.%n", &l, &n) != 1 || n == 0 || l < 0 || l >= c->num_layers) return -1;
-    int64_t off = layers + l * layer_size(c);
-    for (int k = 0; k < 12; k++) {
-        if (strcmp(name + n, LAYER_TENSORS[k]) == 0) return off;
-        off += layer_tensor_size(c, k);
-    }
-    return -1;
+    gpt_model m;
+    gpt_logical_table(c, &m);
+    int64_t off = -1;
+    for (int i = 0; i < m.ntensors && off < 0; i++)
+        if (strcmp(m.table[i].name, name) == 0) off = (int64_t)m.table[i].offset;
+    free(m.table);
+    return off;
+}
+
+int64_t gpt_num_params(const gpt_config *c)
+{
+    gpt_model m;
+    gpt_logical_table(c, &m);
+    free(m.table);
+    return (int64_t)m.numel;
 }
 
 static int write_at(int fd, const float *src, size_t n, int64_t elem)

@@ -30,9 +30,14 @@ ps_state *ps_init(comm *world, int tp, int pp)
     ps->dp_group = comm_split(world, ps->tp_rank + tp * ps->pp_rank, ps->dp_rank);
     ps->pp_group = comm_split(world, ps->tp_rank + tp * ps->dp_rank, ps->pp_rank);
     ps->mp_group = comm_split(world, ps->dp_rank, ps->tp_rank + tp * ps->pp_rank);
+    comm_set_name(ps->tp_group, "tensor-parallel");
+    comm_set_name(ps->dp_group, "data-parallel");
+    comm_set_name(ps->pp_group, "pipeline");
+    comm_set_name(ps->mp_group, "model-parallel");
     int in_embd = ps_is_first_stage(ps) || ps_is_last_stage(ps);
     /* non-members each get a color of their own (a group of one, freed at once) */
     comm *e = comm_split(world, in_embd ? ps->tp_rank + tp * ps->dp_rank : tp * ps->dp + r, ps->pp_rank);
+    comm_set_name(e, "embedding");
     if (in_embd) ps->embd_group = e;
     else comm_free(e);
     return ps;

@@ -79,20 +79,34 @@ typedef struct {
 static int vstage(const run *r, int chunk) { return chunk * r->p + r->s; }
 static int tag_of(const run *r, int micro, int vs, int grad) { return 2 * (micro * r->V + vs) + grad; }
 
-/* Waits for the sends of finished micro-batches of chunk c and frees their slots. */
+/* Frees the slot of a finished micro-batch of chunk c (backward done, or any forward when not
+ * training) after its send completes. `all`: every finished one, and every send still on its way.
+ * A slot is reclaimed only when one is needed, and then the oldest: waiting on a send blocks
+ * until the peer posts its receive, which above MPI's eager limit it does only when its own
+ * schedule reaches that micro-batch, so a rank must never wait on a send it has just started
+ * (forward-only interleaving would then deadlock around the ring of stages). */
 static void reclaim(run *r, int c, int all)
 {
     gpt_model *m = r->it->chunks[c];
     flight *fl = r->fl + (size_t)c * m->max_inflight;
-    int keep = 0;
+    int oldest = -1;
     for (int i = 0; i < r->nfl[c]; i++) {
         int finished = fl[i].backward_done || !r->it->training;
-        if (finished || all) {
+        if (all) {
             comm_wait(fl[i].send);
             fl[i].send = NULL;
         }
-        if (finished) gpt_acts_release(m, fl[i].a);
-        else fl[keep++] = fl[i];
+        if (finished && (oldest < 0 || fl[i].micro < fl[oldest].micro)) oldest = i;
+    }
+    int keep = 0;
+    for (int i = 0; i < r->nfl[c]; i++) {
+        int finished = fl[i].backward_done || !r->it->training;
+        if (finished && (all || i == oldest)) {
+            comm_wait(fl[i].send);
+            gpt_acts_release(m, fl[i].a);
+        } else {
+            fl[keep++] = fl[i];
+        }
     }
     r->nfl[c] = keep;
 }
@@ -182,11 +196,8 @@ double pp_run(pp_schedule schedule, pp_iteration *it)
 
     int total = it->num_micro * r.v;
     if (!it->training) {
-        for (int k = 0; k < total; k++) {
-            int c = chunk_of(&r, k, 1);
-            forward_step(&r, c);
-            reclaim(&r, c, 1);
-        }
+        for (int k = 0; k < total; k++) forward_step(&r, chunk_of(&r, k, 1));
+        for (int c = 0; c < r.v; c++) reclaim(&r, c, 1);
         return r.loss;
     }
     int warmup = warmup_count(schedule, r.p, r.s, r.v, total);

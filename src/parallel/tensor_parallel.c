@@ -43,11 +43,12 @@ void tp_embedding_fwd(const backend *be, const comm *tp, float *out, const int32
 
 void tp_cross_entropy_fwd(const backend *be, const comm *tp, float *losses, float *maxv, float *sumexp,
                           float *tlogit, const float *logits_l, const int32_t *targets, int BT, int Vloc,
-                          int vstart)
+                          int vstart, int vocab)
 {
-    be_ce_max(be, maxv, logits_l, BT, Vloc);
+    int Vreal = be_vocab_real(vocab, vstart, Vloc);
+    be_ce_max(be, maxv, logits_l, BT, Vloc, Vreal);
     comm_allreduce(tp, maxv, (size_t)BT, COMM_F32, COMM_MAX);
-    be_ce_sumexp(be, sumexp, logits_l, maxv, BT, Vloc);
+    be_ce_sumexp(be, sumexp, logits_l, maxv, BT, Vloc, Vreal);
     comm_allreduce(tp, sumexp, (size_t)BT, COMM_F32, COMM_SUM);
     be_ce_target(be, tlogit, logits_l, targets, BT, Vloc, vstart);
     comm_allreduce(tp, tlogit, (size_t)BT, COMM_F32, COMM_SUM);

@@ -6,6 +6,7 @@
 #include <limits.h>
 #include <math.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,32 +32,49 @@
         return -1;                                                                       \
     } while (0)
 
+/* A tokenizer file flag names a readable file: 0, or -1 with the message naming the flag. */
+static int readable_file(const char *flag, const char *path, const char *what, char *msg, size_t msglen)
+{
+    struct stat st;
+    if (!path) FAIL("%s is required (%s)", flag, what);
+    if (stat(path, &st) != 0) FAIL("%s %s: %s (give %s)", flag, path, td_strerror(errno), what);
+    if (S_ISDIR(st.st_mode)) FAIL("%s %s is a folder; give %s", flag, path, what);
+    if (access(path, R_OK) != 0) FAIL("%s %s is not readable: %s", flag, path, td_strerror(errno));
+    return 0;
+}
+
 int trainer_validate(const td_args *a, int world_size, char *msg, size_t msglen)
 {
     int tp = a->tensor_model_parallel_size, pp = a->pipeline_model_parallel_size;
-    int ffn = a->ffn_hidden_size ? a->ffn_hidden_size : 4 * a->hidden_size;
     int max_pos = a->max_position_embeddings ? a->max_position_embeddings : a->seq_length;
     if (a->data_path.n == 0) FAIL("--data-path is required (a dataset prefix from trident preprocess)");
-    if (!a->vocab_file && !a->tokenizer_model)
-        FAIL("--vocab-file is required (GPT-2 vocab.json) to size the vocabulary (or --tokenizer-type "
-             "HuggingFaceTokenizer --tokenizer-model tokenizer.json)");
+    tok_spec spec = {a->tokenizer_type, a->vocab_file, a->merge_file, a->tokenizer_model};
+    if (tok_check_spec(&spec, msg, msglen) != 0) return -1; /* names the tokenizer flag */
+    const char *tflags[2], *tpaths[2];
+    for (int i = 0, n = tok_spec_files(&spec, tflags, tpaths); i < n; i++)
+        if (readable_file(tflags[i], tpaths[i], i == 0 && n == 2 ? "GPT-2's vocab.json, to size the vocabulary"
+                          : n == 2 ? "GPT-2's merges.txt" : "a Hugging Face tokenizer.json, to size the vocabulary",
+                          msg, msglen))
+            return -1;
+    double split_w[GPTDS_NSPLITS];
+    char split_err[256];
+    const char *split = a->split ? a->split : "969,30,1";
+    if (gptds_parse_split(split, split_w, split_err, sizeof split_err)) FAIL("--split %s", split_err);
+    if (!(split_w[GPTDS_TRAIN] > 0))
+        FAIL("--split %s gives the train split weight 0, so there is nothing to train on; give it a positive "
+             "weight (e.g. --split 949,50,1)", split);
     int iters = td_args_given(a, "--train-iters"), samples = td_args_given(a, "--train-samples");
     if (iters == samples) FAIL("give exactly one of --train-iters and --train-samples");
     if (td_args_given(a, "--lr-warmup-iters") && td_args_given(a, "--lr-warmup-fraction"))
         FAIL("give at most one of --lr-warmup-iters and --lr-warmup-fraction");
     if (a->min_lr > a->lr) FAIL("--min-lr %g is larger than --lr %g", a->min_lr, a->lr);
-    if (a->hidden_size % a->num_attention_heads)
-        FAIL("--hidden-size %d is not divisible by --num-attention-heads %d", a->hidden_size, a->num_attention_heads);
     if (max_pos < a->seq_length)
         FAIL("--max-position-embeddings %d is smaller than --seq-length %d", max_pos, a->seq_length);
     if (world_size % (tp * pp))
         FAIL("the world size %d is not divisible by --tensor-model-parallel-size %d x "
              "--pipeline-model-parallel-size %d",
              world_size, tp, pp);
-    if (a->num_attention_heads % tp)
-        FAIL("--num-attention-heads %d is not divisible by --tensor-model-parallel-size %d", a->num_attention_heads,
-             tp);
-    if (ffn % tp) FAIL("--ffn-hidden-size %d is not divisible by --tensor-model-parallel-size %d", ffn, tp);
+    if (gpt_config_validate(a, tp, msg, msglen)) return -1;
     if (a->num_layers % pp)
         FAIL("--num-layers %d is not divisible by --pipeline-model-parallel-size %d", a->num_layers, pp);
     int vp = 1;
@@ -94,8 +112,6 @@ int trainer_validate(const td_args *a, int world_size, char *msg, size_t msglen)
         FAIL("%d micro-batches in flight per stage is more than %d; use fewer micro-batches with "
              "--pipeline-schedule gpipe",
              pp_slots_needed(sched, pp, 0, vp, micro), PP_MAX_SLOTS);
-    tok_spec spec = {a->tokenizer_type, a->vocab_file, a->merge_file, a->tokenizer_model};
-    if (tok_check_spec(&spec, msg, msglen) != 0) return -1; /* names the tokenizer flag */
     return 0;
 }
 
@@ -153,7 +169,7 @@ typedef struct {
 static void reduce_grads(run_state *r)
 {
     for (int c = 0; c < r->nchunks; c++) dp_buckets_finish(r->buckets[c]);
-    if (!r->ps->embd_group || comm_size(r->ps->embd_group) == 1) return;
+    if (!r->ps->embd_group || comm_size(r->ps->embd_group) == 1 || r->chunks[0]->cfg.untied) return;
     for (int c = 0; c < r->nchunks; c++) {
         gpt_model *m = r->chunks[c];
         float *g = m->first ? m->g.wte : (m->last ? m->g.head_w : NULL);
@@ -217,19 +233,10 @@ static gpt_config model_config(const td_args *a, const ps_state *ps)
     tok_spec spec = {a->tokenizer_type, a->vocab_file, a->merge_file, a->tokenizer_model};
     tok_tokenizer *tok = tok_open(&spec, err, sizeof err);
     if (!tok) td_fatal(1, "%s", err);
-    gpt_config c = {0};
-    c.num_layers = a->num_layers;
-    c.hidden = a->hidden_size;
-    c.heads = a->num_attention_heads;
-    c.ffn = a->ffn_hidden_size ? a->ffn_hidden_size : 4 * a->hidden_size;
-    c.seq = a->seq_length;
-    c.max_pos = a->max_position_embeddings ? a->max_position_embeddings : a->seq_length;
+    gpt_config c;
+    gpt_config_from_args(&c, a);
     c.vocab = tok_vocab_size(tok);
     c.padded_vocab = gpt_padded_vocab(c.vocab, a->make_vocab_size_divisible_by, ps->tp);
-    c.init_std = (float)a->init_method_std;
-    c.hidden_dropout = (float)a->hidden_dropout;
-    c.attn_dropout = (float)a->attention_dropout;
-    c.seed = (uint64_t)a->seed;
     tok_free(tok);
     return c;
 }
@@ -256,6 +263,11 @@ static void setup(run_state *r, const td_args *a, comm *world)
     gptds_target_samples(r->train_iters, 0, a->eval_interval, a->eval_iters, r->gbs, want);
     gptds_config dc;
     gptds_config_from_args(&dc, a, want);
+    char vsrc[1100];
+    if (a->tokenizer_model) snprintf(vsrc, sizeof vsrc, "--tokenizer-model %s", a->tokenizer_model);
+    else snprintf(vsrc, sizeof vsrc, "--vocab-file %s", a->vocab_file);
+    dc.vocab_size = c.vocab;
+    dc.vocab_source = vsrc;
     if (ps->world_rank == 0) r->data = gptds_open(&dc);
     comm_barrier(world);
     if (ps->world_rank != 0) r->data = gptds_open(&dc);
@@ -316,8 +328,9 @@ static void setup(run_state *r, const td_args *a, comm *world)
         TD_INFO("trident %s: world %d = tp %d x pp %d x dp %d, backend %s, schedule %s (%d chunk%s per rank)",
                 TRIDENT_VERSION, ps->world_size, ps->tp, ps->pp, ps->dp, r->be->ops->name,
                 pp_schedule_name(r->schedule), r->nchunks, r->nchunks > 1 ? "s" : "");
-        TD_INFO("model: %d layers, hidden %d, heads %d, ffn %d, seq %d, vocab %d (padded %d): %.2fM parameters",
-                c.num_layers, c.hidden, c.heads, c.ffn, c.seq, c.vocab, c.padded_vocab,
+        char arch[320];
+        gpt_config_describe(&c, arch, sizeof arch);
+        TD_INFO("model: %s; seq %d, vocab %d (padded %d): %.2fM parameters", arch, c.seq, c.vocab, c.padded_vocab,
                 (double)gpt_num_params(&c) / 1e6);
         TD_INFO("batch: micro %d x %d micro-batches x dp %d = global %d; %lld iterations", a->micro_batch_size,
                 r->num_micro, ps->dp, r->gbs, (long long)r->train_iters);
@@ -346,6 +359,53 @@ static void teardown(run_state *r)
     ps_free(r->ps);
 }
 
+static double max_abs_diff(const float *a, const float *b, size_t n)
+{
+    double d = 0;
+    for (size_t i = 0; i < n; i++) d = fmax(d, fabs((double)a[i] - b[i]));
+    return d;
+}
+
+/* The dump holds one copy of each parameter; every other copy must be bitwise the same: the
+ * data-parallel replicas, the tensor-parallel copies of replicated tensors (norms, biases
+ * after a row-parallel reduce) and the last stage's copy of the word embedding. A drifted
+ * replica is a bug the dump alone would hide: it ends the job naming the kind and size. */
+static void check_replicas(run_state *r)
+{
+    double d[3] = {0, 0, 0}; /* data-parallel, tensor-parallel, embedding copy */
+    for (int k = 0; k < r->nchunks; k++) {
+        gpt_model *m = r->chunks[k];
+        float *mine = td_xmalloc(m->numel * sizeof(float)), *ref = td_xmalloc(m->numel * sizeof(float));
+        be_memcpy(r->be, mine, m->params, m->numel * sizeof(float), BE_D2H);
+        memcpy(ref, mine, m->numel * sizeof(float));
+        comm_bcast(r->ps->dp_group, ref, m->numel, COMM_F32, 0);
+        d[0] = fmax(d[0], max_abs_diff(mine, ref, m->numel));
+        for (int i = 0; i < m->ntensors; i++) {
+            const gpt_tensor_info *t = &m->table[i];
+            if (!t->tp_replicated) continue;
+            memcpy(ref + t->offset, mine + t->offset, t->numel * sizeof(float));
+            comm_bcast(r->ps->tp_group, ref + t->offset, t->numel, COMM_F32, 0);
+            d[1] = fmax(d[1], max_abs_diff(mine + t->offset, ref + t->offset, t->numel));
+        }
+        /* the first stage's word embedding against the last stage's copy */
+        float *w = m->first ? mine + (m->p.wte - m->params) : m->last ? mine + (m->p.head_w - m->params) : NULL;
+        if (w && !m->cfg.untied && r->ps->embd_group && comm_size(r->ps->embd_group) > 1) {
+            size_t n = (size_t)m->vocab_l * m->cfg.hidden;
+            memcpy(ref, w, n * sizeof(float));
+            comm_bcast(r->ps->embd_group, ref, n, COMM_F32, 0);
+            d[2] = fmax(d[2], max_abs_diff(w, ref, n));
+        }
+        free(mine);
+        free(ref);
+    }
+    comm_allreduce(r->ps->world, d, 3, COMM_F64, COMM_MAX);
+    if (d[0] > 0 || d[1] > 0 || d[2] > 0)
+        td_fatal(1, "--dump-params: parameter replicas differ (largest difference: data-parallel %g, "
+                 "tensor-parallel copies %g, the last stage's word embedding %g); this is a bug in trident",
+                 d[0], d[1], d[2]);
+    if (r->reporter) TD_INFO("dump-params: every replica is bitwise the same as the dumped copy");
+}
+
 /* Writes the whole model, gathered to its logical shapes, to `path` (collective). */
 static void dump_params(run_state *r, const char *path)
 {
@@ -363,6 +423,7 @@ static void dump_params(run_state *r, const char *path)
         if (gpt_write_canonical(r->chunks[k], fd, r->ps->dp_rank == 0))
             td_fatal(1, "cannot write --dump-params %s: %s", path, td_strerror(errno));
     if (fsync(fd) != 0 || close(fd) != 0) td_fatal(1, "cannot write --dump-params %s: %s", path, td_strerror(errno));
+    check_replicas(r);
     comm_barrier(r->ps->world);
 }
 

@@ -5,6 +5,7 @@
 set(CKPT_DIR ${CMAKE_BINARY_DIR}/testtmp/checkpoint)
 add_test(NAME e2e/checkpoint_data COMMAND ${CMAKE_COMMAND} -E env bash -c
   "set -e; mkdir -p ${CKPT_DIR}; ${CMAKE_SOURCE_DIR}/scripts/text-to-jsonl.sh ${TRIDENT_SHARED_DATA}/tinyshakespeare.txt ${CKPT_DIR}/ts.jsonl 1500; \
+   lines=$(wc -l <${CKPT_DIR}/ts.jsonl); [ $lines -eq 1500 ] || { echo \"text-to-jsonl.sh wrote $lines documents, asked for 1500\"; exit 1; }; \
    $<TARGET_FILE:trident> preprocess --input ${CKPT_DIR}/ts.jsonl --output-prefix ${CKPT_DIR}/ts --vocab-file ${TRIDENT_SHARED_DATA}/gpt2/vocab.json --merge-file ${TRIDENT_SHARED_DATA}/gpt2/merges.txt --append-eod")
 set_tests_properties(e2e/checkpoint_data PROPERTIES FIXTURES_SETUP checkpoint_data TIMEOUT 120)
 

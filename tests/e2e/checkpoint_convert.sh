@@ -23,8 +23,9 @@ if "$TRIDENT" convert --from hf hf_src --to trident back >back.log 2>&1 &&
    out=$("$TRIDENT" checkpoint compare src back) && grep -q "bit-identical" <<<"$out"; then
   ok "trident -> hf -> trident: $(tail -1 <<<"$out")"
 else bad "round trip:"; cat back.log; echo "${out:-}"; fi
-"$TRIDENT" checkpoint info back | grep -q "optimizer: none" && ok "the converted checkpoint is weights only" ||
-  bad "converted checkpoint info"
+info=$("$TRIDENT" checkpoint info back 2>&1); rc=$? # its exit code checked, not hidden by a pipe
+[ "$rc" = 0 ] && grep -q "optimizer: none" <<<"$info" && ok "the converted checkpoint is weights only" ||
+  { bad "converted checkpoint info: exit $rc"; echo "$info"; }
 
 if train 2 2 --train-iters 2 --load back --finetune --metrics-file ft.jsonl && grep -q "weights only" "$last_log" &&
    [ "$(wc -l <ft.jsonl)" = 2 ]; then

@@ -2,6 +2,7 @@
 # trident eval through the binary: a checkpoint trained in tp2 x pp2 is scored on its validation
 # split with stride 16 and 5 in five layouts (one rank, tp2, pp2, dp2 with micro-batches of 2,
 # tp2 x pp2): the same token count and loss within 1e-6 of the one-rank run; the metrics line;
+# a dataset with ids outside the vocabulary is refused (exit 1);
 # stride = seq-length scores every token of the full windows once; with stride = seq-length it
 # equals the trainer's own validation loss over the same windows; bad flags exit 2. (The loss
 # against an independent hand computation: tests/unit/test_eval.c.)
@@ -31,14 +32,14 @@ for K in 16 5; do
 done
 grep -q "eval: loss .* | perplexity .* | tokens" one_16.log && ok "prints loss, perplexity and tokens" || bad "printed line"
 
-# Against the trainer: with a validation split of one document (--split 1028,1,472: document
+# Against the trainer: with a validation split of one document (--split 1028,1,471: document
 # 1028, 639 tokens) and --eval-iters equal to its window count, the trainer's one validation
 # pass scores one epoch of samples, which are exactly the stride-16 windows (in another order);
 # trident eval of the checkpoint saved right after must give the same loss.
-one=(--split 1028,1,472 --split-name valid --seq-length 16)
+one=(--split 1028,1,471 --split-name valid --seq-length 16)
 if timeout 60 "$TRIDENT" eval --load ck --data-path "$DATA" "${one[@]}" --metrics-file win.jsonl >win.log 2>&1; then
   nwin=$(jq .windows win.jsonl)
-  if train 1 1 --split 1028,1,472 --train-iters 1 --eval-interval 1000 --eval-iters "$nwin" --global-batch-size 1 \
+  if train 1 1 --split 1028,1,471 --train-iters 1 --eval-interval 1000 --eval-iters "$nwin" --global-batch-size 1 \
        --save tv --metrics-file tv.jsonl &&
      timeout 60 "$TRIDENT" eval --load tv --data-path "$DATA" "${one[@]}" --metrics-file tve.jsonl >tve.log 2>&1; then
     a=$(jq .val_loss tv.jsonl) b=$(jq .loss tve.jsonl)
@@ -47,6 +48,15 @@ if timeout 60 "$TRIDENT" eval --load ck --data-path "$DATA" "${one[@]}" --metric
     else bad "trainer validation $a vs eval $b"; fi
   else bad "trainer vs eval runs"; cat "$last_log" tve.log 2>/dev/null | tail -5; fi
 else bad "window count"; cat win.log; fi
+
+# Token ids outside the checkpoint's vocabulary: a .bin of 0xFF bytes (every id 65535) is refused
+# before anything is scored, once (rank 0), exit 1, naming the file, the position, the id and the size.
+cp "$DATA.idx" ff.idx && head -c "$(stat -c %s "$DATA.bin")" /dev/zero | tr '\0' '\377' >ff.bin
+timeout 60 "${MPIRUN[@]}" -np 2 "$TRIDENT" eval --load ck --data-path ff --seq-length 16 \
+  --tensor-model-parallel-size 2 >ff.log 2>&1; rc=$?
+if [ "$rc" = 1 ] && grep -q "ff.bin: token id 65535 at document 0, token 0 (byte 0 of the file) is outside the vocabulary of 50257 ids" ff.log &&
+   [ "$(grep -c 'token id 65535' ff.log)" = 1 ]; then ok "ids outside the vocabulary: exit 1: $(grep -m1 'token id' ff.log)"
+else bad "ids outside the vocabulary: exit $rc"; cat ff.log; fi
 
 check_fail() { # name text flags...
   local name=$1 text=$2; shift 2

@@ -73,6 +73,22 @@ elseif(CASE STREQUAL "skip_bad_lines")
   if(NOT size EQUAL 82)
     message(FATAL_ERROR "expected 2 documents in the index (82 bytes), got ${size} bytes")
   endif()
+  # docs/preprocess.md: the first ten bad lines are printed, then the total. 15 bad lines in one
+  # batch (and with 2 workers) print exactly lines 2..11 (of the bad ones, in input order)
+  set(many "{\"text\": \"fine\"}\n")
+  foreach(i RANGE 1 15)
+    string(APPEND many "{\"text\": ${i}}\n")
+  endforeach()
+  file(WRITE ${TMP}/many.jsonl "${many}")
+  foreach(workers 1 2)
+    run(0 "skipped 15 bad lines" --input ${TMP}/many.jsonl --output-prefix ${TMP}/many${workers} ${V} --skip-bad-lines
+        --workers ${workers})
+    string(REGEX MATCHALL "warning: skipping bad line [^\n]*many.jsonl:([0-9]+):" shown "${last_err}")
+    list(LENGTH shown n)
+    if(NOT n EQUAL 10 OR NOT "${shown}" MATCHES "many.jsonl:2:.*many.jsonl:11:$")
+      message(FATAL_ERROR "--workers ${workers}: expected warnings for lines 2..11, got ${n}:\n${last_err}")
+    endif()
+  endforeach()
 elseif(CASE STREQUAL "tinyshakespeare_text")
   # the whole file is one document: 34-byte header, one length, one pointer, doc index 0 1
   run(0 "1 documents.*wrote .*out_text_document" --input ${DATA}/tinyshakespeare.txt --input-format text

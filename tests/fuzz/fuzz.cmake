@@ -1,6 +1,7 @@
 # Fuzz harnesses: every tests/fuzz/fuzz_<name>.c defines LLVMFuzzerTestOneInput.
 #  - Always: fuzz_<name>_replay links it with replay_main.c, and the ctest fuzz/<name> runs every
-#    seed in tests/fuzz/corpus/<name>/ through it (so `make test` and `make asan` exercise it).
+#    seed in tests/fuzz/corpus/<name>/ through it (so `make test` and `make asan` exercise it); a
+#    harness without seeds fails its test (it would test nothing).
 #  - With -DTRIDENT_FUZZ=ON (clang; scripts/fuzz.sh): fuzz_<name> is a libFuzzer binary.
 file(GLOB FUZZ_HARNESSES CONFIGURE_DEPENDS ${CMAKE_CURRENT_LIST_DIR}/fuzz_*.c)
 foreach(src ${FUZZ_HARNESSES})
@@ -13,10 +14,7 @@ foreach(src ${FUZZ_HARNESSES})
   target_link_libraries(${target}_replay PRIVATE trident_core)
   target_compile_definitions(${target}_replay PRIVATE ${defs})
   set(corpus ${CMAKE_CURRENT_LIST_DIR}/corpus/${name})
-  if(NOT IS_DIRECTORY ${corpus})
-    set(corpus "")  # no seeds yet: the test only checks that the harness links and starts
-  endif()
-  add_test(NAME fuzz/${name} COMMAND ${target}_replay ${corpus})
+  add_test(NAME fuzz/${name} COMMAND ${target}_replay ${corpus}) # a missing folder fails the test
   set_tests_properties(fuzz/${name} PROPERTIES ENVIRONMENT "TMPDIR=${CMAKE_BINARY_DIR}/testtmp")
 
   if(TRIDENT_FUZZ)
@@ -26,3 +24,8 @@ foreach(src ${FUZZ_HARNESSES})
     target_link_options(${target} PRIVATE -fsanitize=fuzzer)
   endif()
 endforeach()
+
+# The replay itself: an empty corpus must fail (it would pass having tested nothing).
+add_test(NAME fuzz/replay_refuses_empty_corpus COMMAND bash -c
+  "d=$(mktemp -d) || exit 1; $<TARGET_FILE:fuzz_bpe_replay> \"$d\"; rc=$?; rmdir \"$d\"; [ $rc -eq 1 ]")
+set_tests_properties(fuzz/replay_refuses_empty_corpus PROPERTIES ENVIRONMENT "TMPDIR=${CMAKE_BINARY_DIR}/testtmp")

@@ -1,7 +1,9 @@
 /* Replays fuzz inputs through a libFuzzer harness without libFuzzer, so `make test` runs every
  * seed of tests/fuzz/corpus/<name>/ through tests/fuzz/fuzz_<name>.c under the normal (and the
  * ASan/UBSan) build. Usage: fuzz_<name>_replay FILE_OR_DIR... (folders: every regular file in
- * them, in name order). Exits 0 when every input ran; a crash or sanitizer report fails it. */
+ * them, in name order). Exits 0 when every input ran and there was at least one; no input at all
+ * (an empty or missing corpus tests nothing), an unreadable one, a crash or a sanitizer report
+ * fails it. */
 #include <dirent.h>
 #include <errno.h>
 #include <stdint.h>
@@ -92,5 +94,10 @@ int main(int argc, char **argv)
         }
     }
     printf("replay: %d inputs ran\n", count);
+    if (count == 0) {
+        fprintf(stderr, "replay: no input ran, so nothing was tested: give a corpus folder with at least one seed "
+                        "(tests/fuzz/corpus/<name>/)\n");
+        return 1;
+    }
     return rc;
 }

@@ -1,6 +1,7 @@
 /* Compares two training runs: usage
  *   compare_runs METRICS_A METRICS_B PARAMS_A PARAMS_B TOL
- * Per iteration, lm_loss (and val_loss where both have it) must agree within TOL relative; the
+ * Per iteration, lm_loss, grad_norm and lr (and val_loss where either has it) must agree within
+ * TOL relative; the
  * parameter files (gathered, canonical float32) within TOL in relative norm of the difference.
  * Prints one line per check and "N passed, M failed". */
 #include <math.h>
@@ -12,7 +13,11 @@
 
 #define MAXIT 4096
 
-static int read_losses(const char *path, double *loss, double *val, int *n)
+/* The per-iteration values compared; a run missing one where the other has it fails. */
+static const char *const KEYS[] = {"lm_loss", "grad_norm", "lr", "val_loss"};
+#define NKEYS 4
+
+static int read_metrics(const char *path, double (*v)[NKEYS], int *n)
 {
     FILE *f = fopen(path, "r");
     if (!f) {
@@ -24,9 +29,10 @@ static int read_losses(const char *path, double *loss, double *val, int *n)
     while (fgets(line, sizeof line, f) && *n < MAXIT) {
         cJSON *o = cJSON_Parse(line);
         if (!o) continue;
-        cJSON *l = cJSON_GetObjectItem(o, "lm_loss"), *v = cJSON_GetObjectItem(o, "val_loss");
-        loss[*n] = cJSON_IsNumber(l) ? l->valuedouble : NAN;
-        val[*n] = cJSON_IsNumber(v) ? v->valuedouble : NAN;
+        for (int k = 0; k < NKEYS; k++) {
+            cJSON *x = cJSON_GetObjectItem(o, KEYS[k]);
+            v[*n][k] = cJSON_IsNumber(x) ? x->valuedouble : NAN;
+        }
         (*n)++;
         cJSON_Delete(o);
     }
@@ -54,26 +60,22 @@ int main(int argc, char **argv)
         return 2;
     }
     double tol = atof(argv[5]);
-    static double la[MAXIT], va[MAXIT], lb[MAXIT], vb[MAXIT];
+    static double a[MAXIT][NKEYS], b[MAXIT][NKEYS];
     int na, nb, pass = 0, fail = 0;
-    if (read_losses(argv[1], la, va, &na) || read_losses(argv[2], lb, vb, &nb)) return 1;
+    if (read_metrics(argv[1], a, &na) || read_metrics(argv[2], b, &nb)) return 1;
     if (na != nb || na == 0) {
         printf("iteration count differs: %d vs %d\n", na, nb);
         fail++;
     }
-    for (int i = 0; i < na && i < nb; i++) {
-        double rel = fabs(la[i] - lb[i]) / fabs(la[i]);
-        int ok = rel <= tol;
-        printf("iteration %d: lm_loss %.9f vs %.9f (relative %.2e) %s\n", i + 1, la[i], lb[i], rel, ok ? "ok" : "FAIL");
-        ok ? pass++ : fail++;
-        if (!isnan(va[i]) || !isnan(vb[i])) {
-            double vr = fabs(va[i] - vb[i]) / fabs(va[i]);
-            int vok = vr <= tol;
-            printf("iteration %d: val_loss %.9f vs %.9f (relative %.2e) %s\n", i + 1, va[i], vb[i], vr,
-                   vok ? "ok" : "FAIL");
-            vok ? pass++ : fail++;
+    for (int i = 0; i < na && i < nb; i++)
+        for (int k = 0; k < NKEYS; k++) {
+            double x = a[i][k], y = b[i][k];
+            if (k == NKEYS - 1 && isnan(x) && isnan(y)) continue; /* no validation this iteration */
+            double rel = x == y ? 0 : fabs(x - y) / fabs(x);
+            int ok = !isnan(rel) && rel <= tol; /* a value missing on one side is NaN: fails */
+            printf("iteration %d: %s %.9g vs %.9g (relative %.2e) %s\n", i + 1, KEYS[k], x, y, rel, ok ? "ok" : "FAIL");
+            ok ? pass++ : fail++;
         }
-    }
     long pa, pb;
     float *A = read_floats(argv[3], &pa), *B = read_floats(argv[4], &pb);
     if (!A || !B || pa != pb || pa == 0) {

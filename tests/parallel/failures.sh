@@ -29,23 +29,52 @@ check "virtual stages need layers" 2 "--num-layers 4 is not divisible by --pipel
 check "interleaving needs micro-batches % pp" 2 "divisible by --pipeline-model-parallel-size 2" 2 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1 --global-batch-size 3 --data-path "$data"
 check "unknown flag" 2 "unknown flag --tensor-parallel" 2 --tensor-parallel 2 --data-path "$data"
 check "missing dataset" 1 "/nonexistent/ds" 2 --data-path /nonexistent/ds
+check "NaN gradient norm" 1 "(NaN or Inf); lower --lr" 2 --data-path "$data" --train-iters 40 --lr 1000 --init-method-std 5 --clip-grad 0 --hidden-size 64
+
+# The ranks of one job are mpirun's children: never match by command line (other tests' ranks
+# run the same binary under ctest -j).
+ranks_of() { pgrep -P "$1"; }
+# start_job LOG FLAGS...: a 4-rank job in the background; sets $job once it is training.
+start_job() {
+  local log=$1; shift
+  "${mpirun[@]}" -np 4 "$trident" train "${base[@]}" --data-path "$data" --train-iters 100000 "$@" >"$log" 2>&1 &
+  job=$!
+  for _ in $(seq 1 300); do grep -q "iteration" "$log" && break; sleep 0.2; done
+}
+# end_job NAME LIMIT_S TEXT: the job must end non-zero within LIMIT_S, its output holding TEXT.
+end_job() {
+  local name=$1 limit=$2 text=$3 start rc took
+  start=$(date +%s)
+  for _ in $(seq 1 $((limit * 10))); do kill -0 "$job" 2>/dev/null || break; sleep 0.1; done
+  if kill -0 "$job" 2>/dev/null; then
+    echo "FAIL: $name: job still running after $limit s"; fail=$((fail + 1))
+    for p in $(ranks_of "$job"); do kill -9 "$p"; done; kill -9 "$job"; return
+  fi
+  wait "$job"; rc=$?
+  took=$(( $(date +%s) - start ))
+  if [ "$rc" -ne 0 ] && grep -qF -- "$text" "$log"; then
+    echo "ok: $name ends the job in ${took} s (exit $rc): $(grep -F -- "$text" "$log" | head -1)"; pass=$((pass + 1))
+  else
+    echo "FAIL: $name: exit $rc, output:"; tail -5 "$log"; fail=$((fail + 1))
+  fi
+}
 
 # A rank killed with SIGKILL in the middle of training: the job must end, non-zero, within 30 s.
 log=$(mktemp)
-"${mpirun[@]}" -np 4 "$trident" train "${base[@]}" --data-path "$data" --train-iters 100000 --pipeline-model-parallel-size 2 >"$log" 2>&1 &
-job=$!
-for _ in $(seq 1 100); do grep -q "iteration" "$log" && break; sleep 0.2; done
-victim=$(pgrep -f "$trident train" | tail -1)
-start=$(date +%s)
-kill -9 "$victim"
-for _ in $(seq 1 300); do kill -0 "$job" 2>/dev/null || break; sleep 0.1; done
-if kill -0 "$job" 2>/dev/null; then
-  echo "FAIL: job still running 30 s after a rank was killed"; fail=$((fail + 1)); kill -9 "$job"; pkill -9 -f "$trident train"
-else
-  wait "$job"; rc=$?
-  took=$(( $(date +%s) - start ))
-  if [ "$rc" -ne 0 ]; then echo "ok: killed rank ends the job in ${took} s (exit $rc)"; pass=$((pass + 1))
-  else echo "FAIL: job exited 0 after a rank was killed"; fail=$((fail + 1)); fi
+start_job "$log" --pipeline-model-parallel-size 2
+kill -9 "$(ranks_of "$job" | tail -1)"
+end_job "killed rank" 30 ""
+
+# A rank stopped (SIGSTOP) in tp 2 x pp 2: the others wait in a communication until
+# --distributed-timeout-minutes (here 3 s), then abort naming the call, the group and the peer.
+start_job "$log" --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --distributed-timeout-minutes 0.05
+victim=$(ranks_of "$job" | tail -1)
+kill -STOP "$victim"
+end_job "stopped rank" 60 "no progress for"
+kill -CONT "$victim" 2>/dev/null
+grep -E "no progress for" "$log" | head -2
+if ! grep -qE "failed: no progress for [0-9.]+ s \(--distributed-timeout-minutes 0.05\) on the [a-z-]+ group \(rank [0-9]+ of [0-9]+\)" "$log"; then
+  echo "FAIL: the timeout message does not name the call, the limit and the group"; fail=$((fail + 1))
 fi
 rm -f "$log"
 echo "$pass passed, $fail failed"

@@ -1,7 +1,8 @@
 /* src/backend/cpu/attention.c: the causal attention core against a double-precision reference
- * (with and without attention dropout, across the query-block boundary), the backward against
- * central finite differences of that reference, accumulation, causality, and dropout masks
- * that do not depend on how heads and batch rows are split. */
+ * (with and without attention dropout, across the query-block boundary; on a fused GPT-2 qkv and
+ * grouped-query on separate strided q, k, v), the backward against central finite differences
+ * of that reference, accumulation, causality, and dropout masks that do not depend on how heads
+ * and batch rows are split. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -24,9 +25,25 @@ static int teardown(void **state)
     return 0;
 }
 
+/* The GPT-2 layout through the general entry points: qkv (B, T, 3C), rows [q | k | v]. */
+static void fwd_fused(const backend *be, float *out, float *lse, const float *qkv, int B, int T, int NH, int HS,
+                      const be_drop *drop)
+{
+    int C = NH * HS;
+    be_attention_fwd(be, out, lse, qkv, qkv + C, qkv + 2 * C, 3 * C, 3 * C, B, T, NH, NH, HS, drop);
+}
+
+static void bwd_fused(const backend *be, float *dqkv, const float *dout, const float *qkv, const float *lse, int B,
+                      int T, int NH, int HS, const be_drop *drop)
+{
+    int C = NH * HS;
+    be_attention_bwd(be, dqkv, dqkv + C, dqkv + 2 * C, dout, qkv, qkv + C, qkv + 2 * C, lse, 3 * C, 3 * C, B, T, NH,
+                     NH, HS, drop);
+}
+
 typedef struct {
-    double *qkv; /* (B, T, 3C) */
-    int B, T, NH, HS;
+    const double *q, *k, *v; /* rows (B, T) of stride ldq, ldkv, ldkv */
+    int ldq, ldkv, B, T, NH, NKV, HS;
     const be_drop *drop; /* NULL: none */
     double *lse;         /* (B, NH, T) written, or NULL */
 } att_ctx;
@@ -39,10 +56,11 @@ static void att_ref(void *vc, double *out)
     for (int b = 0; b < c->B; b++)
         for (int h = 0; h < c->NH; h++)
             for (int t = 0; t < T; t++) {
-                const double *q = c->qkv + ((size_t)b * T + t) * 3 * C + h * HS;
+                int g = h / (c->NH / c->NKV);
+                const double *q = c->q + ((size_t)b * T + t) * c->ldq + h * HS;
                 double m = -INFINITY, sum = 0.0;
                 for (int j = 0; j <= t; j++) {
-                    const double *k = c->qkv + ((size_t)b * T + j) * 3 * C + C + h * HS;
+                    const double *k = c->k + ((size_t)b * T + j) * c->ldkv + g * HS;
                     double d = 0.0;
                     for (int e = 0; e < HS; e++) d += q[e] * k[e];
                     s[j] = d / sqrt((double)HS);
@@ -59,14 +77,15 @@ static void att_ref(void *vc, double *out)
                                           ((int64_t)c->drop->unit0 + h) * T + j)
                                  ? 1.0 / (1.0 - c->drop->p)
                                  : 0.0;
-                    const double *v = c->qkv + ((size_t)b * T + j) * 3 * C + 2 * C + h * HS;
+                    const double *v = c->v + ((size_t)b * T + j) * c->ldkv + g * HS;
                     for (int e = 0; e < HS; e++) o[e] += p * v[e];
                 }
             }
     free(s);
 }
 
-/* Forward (out and lse) against the reference, backward against FD, accumulation. */
+/* Forward (out and lse) against the reference, backward against FD, accumulation: the fused
+ * GPT-2 layout (NKV = NH). */
 static void check_attention(const backend *be, int B, int T, int NH, int HS, const be_drop *drop, const char *what)
 {
     int C = NH * HS;
@@ -74,11 +93,11 @@ static void check_attention(const backend *be, int B, int T, int NH, int HS, con
     float *qkv = tb_rand_new(nqkv, 60, -1.5f, 1.5f), *R = tb_rand_new(nout, 61, -1, 1);
     float *out = tb_zeros(nout), *lse = tb_zeros(nlse), *dqkv = tb_zeros(nqkv);
     double *ref = td_xmalloc(nout * sizeof(double)), *lse_ref = td_xmalloc(nlse * sizeof(double));
-    double *Rd = tb_dup(R, nout);
-    att_ctx c = {tb_dup(qkv, nqkv), B, T, NH, HS, drop, lse_ref};
+    double *Rd = tb_dup(R, nout), *qkvd = tb_dup(qkv, nqkv);
+    att_ctx c = {qkvd, qkvd + C, qkvd + 2 * C, 3 * C, 3 * C, B, T, NH, NH, HS, drop, lse_ref};
     char name[64];
 
-    be_attention_fwd(be, out, lse, qkv, B, T, NH, HS, drop);
+    fwd_fused(be, out, lse, qkv, B, T, NH, HS, drop);
     att_ref(&c, ref);
     c.lse = NULL;
     snprintf(name, sizeof name, "attention fwd %s", what);
@@ -86,15 +105,78 @@ static void check_attention(const backend *be, int B, int T, int NH, int HS, con
     snprintf(name, sizeof name, "attention lse %s", what);
     TB_CLOSE(name, lse, lse_ref, nlse, 1e-5);
 
-    be_attention_bwd(be, dqkv, R, qkv, lse, B, T, NH, HS, drop);
+    bwd_fused(be, dqkv, R, qkv, lse, B, T, NH, HS, drop);
     snprintf(name, sizeof name, "attention dqkv %s", what);
-    TB_GRAD(name, dqkv, c.qkv, nqkv, att_ref, &c, Rd, nout, 1e-4);
+    TB_GRAD(name, dqkv, qkvd, nqkv, att_ref, &c, Rd, nout, 1e-4);
     float *once = tb_copy(dqkv, nqkv);
-    be_attention_bwd(be, dqkv, R, qkv, lse, B, T, NH, HS, drop);
+    bwd_fused(be, dqkv, R, qkv, lse, B, T, NH, HS, drop);
     tb_check_doubled(name, once, dqkv, nqkv);
 
-    free(qkv), free(R), free(out), free(lse), free(dqkv), free(ref), free(lse_ref), free(Rd), free(c.qkv);
+    free(qkv), free(R), free(out), free(lse), free(dqkv), free(ref), free(lse_ref), free(Rd), free(qkvd);
     free(once);
+}
+
+/* Grouped-query attention on separate q, k, v buffers whose rows carry pad extra columns (which
+ * must get no gradient): forward and lse against the reference, dq, dk, dv against FD,
+ * accumulation, and NULL gradients skipped. */
+static void check_gqa(const backend *be, int B, int T, int NH, int NKV, int HS, int pad, const be_drop *drop,
+                      const char *what)
+{
+    int C = NH * HS, ldq = C + pad, ldkv = NKV * HS + pad;
+    size_t nq = (size_t)B * T * ldq, nkv = (size_t)B * T * ldkv, nout = (size_t)B * T * C, nlse = (size_t)B * NH * T;
+    float *q = tb_rand_new(nq, 62, -1.5f, 1.5f), *k = tb_rand_new(nkv, 63, -1.5f, 1.5f);
+    float *v = tb_rand_new(nkv, 64, -1.5f, 1.5f), *R = tb_rand_new(nout, 65, -1, 1);
+    float *out = tb_zeros(nout), *lse = tb_zeros(nlse), *dq = tb_zeros(nq), *dk = tb_zeros(nkv), *dv = tb_zeros(nkv);
+    double *ref = td_xmalloc(nout * sizeof(double)), *lse_ref = td_xmalloc(nlse * sizeof(double));
+    double *Rd = tb_dup(R, nout), *qd = tb_dup(q, nq), *kd = tb_dup(k, nkv), *vd = tb_dup(v, nkv);
+    att_ctx c = {qd, kd, vd, ldq, ldkv, B, T, NH, NKV, HS, drop, lse_ref};
+    char name[80];
+
+    be_attention_fwd(be, out, lse, q, k, v, ldq, ldkv, B, T, NH, NKV, HS, drop);
+    att_ref(&c, ref);
+    c.lse = NULL;
+    snprintf(name, sizeof name, "gqa fwd %s", what);
+    TB_CLOSE(name, out, ref, nout, 1e-5);
+    snprintf(name, sizeof name, "gqa lse %s", what);
+    TB_CLOSE(name, lse, lse_ref, nlse, 1e-5);
+
+    be_attention_bwd(be, dq, dk, dv, R, q, k, v, lse, ldq, ldkv, B, T, NH, NKV, HS, drop);
+    snprintf(name, sizeof name, "gqa dq %s", what);
+    TB_GRAD(name, dq, qd, nq, att_ref, &c, Rd, nout, 1e-4);
+    snprintf(name, sizeof name, "gqa dk %s", what);
+    TB_GRAD(name, dk, kd, nkv, att_ref, &c, Rd, nout, 1e-4);
+    snprintf(name, sizeof name, "gqa dv %s", what);
+    TB_GRAD(name, dv, vd, nkv, att_ref, &c, Rd, nout, 1e-4);
+
+    float *dq1 = tb_copy(dq, nq), *dk1 = tb_copy(dk, nkv), *dv1 = tb_copy(dv, nkv);
+    be_attention_bwd(be, dq, dk, dv, R, q, k, v, lse, ldq, ldkv, B, T, NH, NKV, HS, drop);
+    tb_check_doubled("gqa dq", dq1, dq, nq);
+    tb_check_doubled("gqa dk", dk1, dk, nkv);
+    tb_check_doubled("gqa dv", dv1, dv, nkv);
+    /* each gradient alone is the same as with the others */
+    float *g = tb_zeros(nq > nkv ? nq : nkv);
+    be_attention_bwd(be, g, NULL, NULL, R, q, k, v, lse, ldq, ldkv, B, T, NH, NKV, HS, drop);
+    assert_memory_equal(g, dq1, nq * sizeof(float));
+    memset(g, 0, nkv * sizeof(float));
+    be_attention_bwd(be, NULL, g, NULL, R, q, k, v, lse, ldq, ldkv, B, T, NH, NKV, HS, drop);
+    assert_memory_equal(g, dk1, nkv * sizeof(float));
+    memset(g, 0, nkv * sizeof(float));
+    be_attention_bwd(be, NULL, NULL, g, R, q, k, v, lse, ldq, ldkv, B, T, NH, NKV, HS, drop);
+    assert_memory_equal(g, dv1, nkv * sizeof(float));
+
+    free(q), free(k), free(v), free(R), free(out), free(lse), free(dq), free(dk), free(dv), free(ref), free(lse_ref);
+    free(Rd), free(qd), free(kd), free(vd), free(dq1), free(dk1), free(dv1), free(g);
+}
+
+static void attention_gqa(void **state)
+{
+    const int64_t sample[2] = {3, 4};
+    be_drop drop = {.p = 0.2f, .seed = 5, .sample = sample, .site = 2, .pos0 = 0, .unit0 = 1};
+    check_gqa(*state, 2, 5, 4, 2, 3, 2, NULL, "(NH4 NKV2, pad 2)");
+    check_gqa(*state, 2, 5, 4, 1, 3, 1, NULL, "(NH4 NKV1, pad 1)");
+    check_gqa(*state, 2, 5, 4, 2, 3, 0, &drop, "(NH4 NKV2, p 0.2)");
+    check_gqa(*state, 1, 67, 4, 1, 2, 3, &drop, "(NH4 NKV1, T67, p 0.2)");
+    check_gqa(*state, 1, 6, 3, 3, 4, 5, NULL, "(NH3 NKV3, separate)");
 }
 
 static void attention_small(void **state) { check_attention(*state, 2, 5, 2, 3, NULL, "(B2 T5 NH2 HS3)"); }
@@ -126,9 +208,9 @@ static void attention_causal(void **state)
     const int64_t sample[1] = {5};
     be_drop drop = {.p = 0.25f, .seed = 1, .sample = sample, .site = 0, .pos0 = 0, .unit0 = 0};
     float *qkv = tb_rand_new(B * T * 3 * C, 70, -1, 1), out0[B * T * C], out1[B * T * C], lse[B * NH * T];
-    be_attention_fwd(be, out0, lse, qkv, B, T, NH, HS, &drop);
+    fwd_fused(be, out0, lse, qkv, B, T, NH, HS, &drop);
     for (int j = 0; j < 3 * C; j++) qkv[U * 3 * C + j] += 0.5f + (float)j;
-    be_attention_fwd(be, out1, lse, qkv, B, T, NH, HS, &drop);
+    fwd_fused(be, out1, lse, qkv, B, T, NH, HS, &drop);
     assert_memory_equal(out0, out1, (size_t)U * C * sizeof(float));
     int changed = 0;
     for (int i = U * C; i < T * C; i++) changed |= out0[i] != out1[i];
@@ -136,7 +218,7 @@ static void attention_causal(void **state)
 
     float *dout = tb_rand_new(B * T * C, 71, -1, 1), *dqkv = tb_zeros(B * T * 3 * C);
     memset(dout + U * C, 0, (size_t)(T - U) * C * sizeof(float));
-    be_attention_bwd(be, dqkv, dout, qkv, lse, B, T, NH, HS, &drop);
+    bwd_fused(be, dqkv, dout, qkv, lse, B, T, NH, HS, &drop);
     for (int i = U * 3 * C; i < T * 3 * C; i++) assert_true(dqkv[i] == 0.0f);
     printf("  attention: past outputs bitwise unchanged by a future token; no gradient flows back to it\n");
     free(qkv), free(dout), free(dqkv);
@@ -151,7 +233,7 @@ static void attention_dropout_layout_invariant(void **state)
     const int64_t sample[B] = {11, 12};
     be_drop drop = {.p = 0.5f, .seed = 77, .sample = sample, .site = 9, .pos0 = 0, .unit0 = 0};
     float *qkv = tb_rand_new(B * T * 3 * C, 80, -1, 1), out[B * T * C], lse[B * NH * T];
-    be_attention_fwd(be, out, lse, qkv, B, T, NH, HS, &drop);
+    fwd_fused(be, out, lse, qkv, B, T, NH, HS, &drop);
 
     /* split by heads: rank r holds heads [2r, 2r+2), its own qkv columns */
     for (int r = 0; r < 2; r++) {
@@ -161,7 +243,7 @@ static void attention_dropout_layout_invariant(void **state)
                 memcpy(part + bt * 3 * HC + s * HC, qkv + bt * 3 * C + s * C + r * HC, HC * sizeof(float));
         be_drop d = drop;
         d.unit0 = r * HN;
-        be_attention_fwd(be, pout, plse, part, B, T, HN, HS, &d);
+        fwd_fused(be, pout, plse, part, B, T, HN, HS, &d);
         for (int bt = 0; bt < B * T; bt++)
             for (int e = 0; e < HC; e++) assert_true(fabsf(pout[bt * HC + e] - out[bt * C + r * HC + e]) <= 1e-6f);
     }
@@ -170,13 +252,13 @@ static void attention_dropout_layout_invariant(void **state)
         float pout[T * C], plse[NH * T];
         be_drop d = drop;
         d.sample = sample + b;
-        be_attention_fwd(be, pout, plse, qkv + b * T * 3 * C, 1, T, NH, HS, &d);
+        fwd_fused(be, pout, plse, qkv + b * T * 3 * C, 1, T, NH, HS, &d);
         for (int i = 0; i < T * C; i++) assert_true(fabsf(pout[i] - out[b * T * C + i]) <= 1e-6f);
     }
     /* and a different seed gives a different mask */
     float other[B * T * C];
     drop.seed = 78;
-    be_attention_fwd(be, other, lse, qkv, B, T, NH, HS, &drop);
+    fwd_fused(be, other, lse, qkv, B, T, NH, HS, &drop);
     assert_true(memcmp(other, out, sizeof other) != 0);
     printf("  attention dropout: head slices and batch-row slices equal the whole (to 1e-6)\n");
     free(qkv);
@@ -188,6 +270,7 @@ int main(void)
         cmocka_unit_test(attention_small),
         cmocka_unit_test(attention_dropout),
         cmocka_unit_test(attention_blocked),
+        cmocka_unit_test(attention_gqa),
         cmocka_unit_test(attention_causal),
         cmocka_unit_test(attention_dropout_layout_invariant),
     };

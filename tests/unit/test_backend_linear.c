@@ -84,6 +84,7 @@ static void matmul(void **state)
 typedef struct {
     double *inp, *w, *b;
     int N, C;
+    double eps;
 } ln_ctx;
 
 static void ln_ref(void *vc, double *out)
@@ -96,7 +97,7 @@ static void ln_ref(void *vc, double *out)
         m /= c->C;
         for (int k = 0; k < c->C; k++) v += (x[k] - m) * (x[k] - m);
         v /= c->C;
-        double s = 1.0 / sqrt(v + 1e-5);
+        double s = 1.0 / sqrt(v + c->eps);
         for (int k = 0; k < c->C; k++) out[n * c->C + k] = (x[k] - m) * s * c->w[k] + c->b[k];
     }
 }
@@ -107,10 +108,15 @@ static void layernorm(void **state)
     enum { N = 4, C = 21 };
     float *inp = tb_rand_new(N * C, 10, -2, 2), *w = tb_rand_new(C, 11, 0.5f, 1.5f), *b = tb_rand_new(C, 12, -1, 1);
     float *R = tb_rand_new(N * C, 13, -1, 1), *out = tb_zeros(N * C), mean[N], rstd[N];
-    ln_ctx c = {tb_dup(inp, N * C), tb_dup(w, C), tb_dup(b, C), N, C};
+    ln_ctx c = {tb_dup(inp, N * C), tb_dup(w, C), tb_dup(b, C), N, C, 0.5};
     double ref[N * C], *Rd = tb_dup(R, N * C);
 
-    be_layernorm_fwd(be, out, mean, rstd, inp, w, b, N, C);
+    /* a large eps first: it reaches the kernel */
+    be_layernorm_fwd(be, out, mean, rstd, inp, w, b, N, C, 0.5f);
+    ln_ref(&c, ref);
+    TB_CLOSE("layernorm fwd (eps 0.5)", out, ref, N * C, 1e-5);
+    c.eps = 1e-5;
+    be_layernorm_fwd(be, out, mean, rstd, inp, w, b, N, C, 1e-5f);
     ln_ref(&c, ref);
     TB_CLOSE("layernorm fwd", out, ref, N * C, 1e-5);
 
@@ -309,7 +315,7 @@ static void reductions_independent_of_threads(void **state)
     const backend *bes[2] = {one, two};
     for (int k = 0; k < 2; k++) {
         for (int j = 0; j < 5; j++) g[k][j] = tb_zeros(j == 0 ? NC : (j == 3 ? (size_t)V * C : C));
-        be_layernorm_fwd(bes[k], out, mean, rstd, inp, w, b, N, C);
+        be_layernorm_fwd(bes[k], out, mean, rstd, inp, w, b, N, C, 1e-5f);
         be_layernorm_bwd(bes[k], g[k][0], g[k][1], g[k][2], dout, inp, w, mean, rstd, N, C);
         be_embedding_bwd(bes[k], g[k][3], dout, ids, N, C, 0, V);
         be_bias_bwd(bes[k], g[k][4], dout, N, C);
@@ -327,9 +333,31 @@ static void reductions_independent_of_threads(void **state)
     be_free(two);
 }
 
+/* The helpers the backend tests rest on fail on NaN, wherever it is. */
+static void helpers_reject_nan(void **state)
+{
+    (void)state;
+    float once[4] = {1, -2, 3, 0.5f}, twice[4] = {2, -4, 6, 1};
+    assert_true(tb_doubled_err(once, twice, 4) <= 1e-6);
+    for (int i = 0; i < 4; i++) {
+        float a[4], b[4];
+        memcpy(a, once, sizeof a);
+        memcpy(b, twice, sizeof b);
+        b[i] = NAN;
+        assert_false(tb_doubled_err(a, b, 4) <= 1e-6);
+        b[i] = twice[i];
+        a[i] = NAN;
+        assert_false(tb_doubled_err(a, b, 4) <= 1e-6);
+        double want[4] = {1, -2, 3, 0.5};
+        a[i] = NAN;
+        assert_false(tb_err(a, want, 4, 1e-6) <= 1e-6);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(helpers_reject_nan),
         cmocka_unit_test(matmul),
         cmocka_unit_test(layernorm),
         cmocka_unit_test(gelu),

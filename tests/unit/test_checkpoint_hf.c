@@ -5,6 +5,8 @@
  *    by trident's model, equal the reference's within 1e-5 (padded vocabulary columns repeat
  *    the last real one);
  *  - export: a trident model's file read back here gives the logits trident computes;
+ *  - the loss trident computes (what `trident eval` reports) equals the reference's softmax
+ *    cross-entropy over the real vocabulary within 1e-5 relative, whatever the padded rows hold;
  *  - round trip trident -> hf -> trident is bit-exact;
  *  - bad configs and files are refused with one line. */
 #include <math.h>
@@ -294,6 +296,41 @@ static float *trident_logits(gpt_model *m)
     return out;
 }
 
+static const int32_t TARGETS[T] = {17, 49, 0, 25, 25, 8, 41, 12};
+
+/* Mean loss of `m` on IDS -> TARGETS, computed by trident's model. */
+static double trident_loss(gpt_model *m)
+{
+    int64_t sample[1] = {0};
+    gpt_acts *a = gpt_acts_acquire(m);
+    double loss = 0;
+    gpt_forward(m, a, IDS, NULL, TARGETS, sample, 1, 0, &loss);
+    gpt_acts_release(m, a);
+    return loss / T;
+}
+
+/* The same from the reference's logits: softmax cross-entropy over the V real entries. */
+static double ref_loss(const double *logits /* (T, V) */)
+{
+    double loss = 0;
+    for (int t = 0; t < T; t++) {
+        const double *l = logits + t * V;
+        double mx = -INFINITY, s = 0;
+        for (int v = 0; v < V; v++) mx = l[v] > mx ? l[v] : mx;
+        for (int v = 0; v < V; v++) s += exp(l[v] - mx);
+        loss += log(s) + mx - l[TARGETS[t]];
+    }
+    return loss / T;
+}
+
+static void compare_loss(gpt_model *m, const double *ref_l, const char *what)
+{
+    double got = trident_loss(m), ref = ref_loss(ref_l);
+    printf("%s: loss %.8f, reference over the %d real ids %.8f (relative difference %.2e)\n", what, got, V, ref,
+           fabs(got - ref) / ref);
+    assert_true(fabs(got - ref) <= 1e-5 * ref);
+}
+
 static void compare_logits(const float *got, int Vp, const double *ref, const char *what)
 {
     double maxd = 0, maxr = 0;
@@ -347,6 +384,7 @@ static void import_matches_reference(void **state)
     double ref[T * V];
     ref_logits(&hm, IDS, ref);
     compare_logits(got, m->vocab_l, ref, "hf -> trident");
+    compare_loss(m, ref, "hf -> trident");
     /* the padded columns are copies of the last real one */
     for (int t = 0; t < T; t++)
         for (int v = V; v < m->vocab_l; v++) assert_true(got[t * m->vocab_l + v] == got[t * m->vocab_l + V - 1]);
@@ -358,7 +396,8 @@ static void import_matches_reference(void **state)
 static void export_matches_reference_and_round_trips(void **state)
 {
     (void)state;
-    gpt_config c = {L, H, NH, F, T, P, V, gpt_padded_vocab(V, 8, 1), 0.3f, 0, 0, 99};
+    gpt_config c = {.num_layers = L, .hidden = H, .heads = NH, .ffn = F, .seq = T, .max_pos = P, .vocab = V,
+                    .padded_vocab = gpt_padded_vocab(V, 8, 1), .init_std = 0.3f, .seed = 99};
     gpt_model *m = gpt_create(&c, g_ps, g_be, 0, L, 1, 1);
     char ck[600], hfdir[600], back[600], err[1024] = "";
     sub(ck, sizeof ck, "export_ckpt");
@@ -403,6 +442,7 @@ static void export_matches_reference_and_round_trips(void **state)
     ref_logits(&hm, IDS, ref);
     float *got = trident_logits(m);
     compare_logits(got, m->vocab_l, ref, "trident -> hf");
+    compare_loss(m, ref, "trident -> hf");
     free(got);
     hfree(&hm);
 

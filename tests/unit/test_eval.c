@@ -1,7 +1,7 @@
 /* src/ckpt/eval: strided perplexity against a hand computation. A tiny model scores a tiny
  * indexed dataset; the reference concatenates the documents itself, cuts the windows itself and
  * scores every window with an independent double-precision GPT-2 forward (per-position losses
- * over the padded vocabulary, as the model's softmax has them), keeping the first window's S
+ * over the real vocabulary only: the padded ids are no part of the model), keeping the first window's S
  * targets and each later window's last K. Checked for K = S (plain chunks), K < S, K = 1, an
  * odd micro-batch size, and document ranges; and the window count. */
 #include <math.h>
@@ -66,15 +66,15 @@ static void ref_window(const gpt_model *m, const int32_t *tok /* S + 1 */, doubl
     const gpt_config *c = &m->cfg;
     const gpt_tensors *p = &m->p;
     enum { H = 16, F = 64 };
-    int nh = c->heads, hs = H / nh, V = c->padded_vocab;
+    int nh = c->heads, hs = H / nh, V = c->vocab;
     double x[S][H], a[S][H], qkv[S][3 * H], y[S][H], t1[S][H], fc[S][F], logits[64];
     for (int t = 0; t < S; t++)
         for (int i = 0; i < H; i++) x[t][i] = (double)p->wte[tok[t] * H + i] + p->wpe[t * H + i];
     for (int l = 0; l < c->num_layers; l++) {
         const gpt_layer *L = &p->layers[l];
         for (int t = 0; t < S; t++) {
-            ln(a[t], x[t], L->ln1_w, L->ln1_b, H);
-            lin(qkv[t], a[t], L->qkv_w, L->qkv_b, H, 3 * H);
+            ln(a[t], x[t], L->ln1.w, L->ln1.b, H);
+            lin(qkv[t], a[t], L->attn.qkv_w, L->attn.qkv_b, H, 3 * H);
         }
         for (int hd = 0; hd < nh; hd++)
             for (int t = 0; t < S; t++) {
@@ -93,20 +93,20 @@ static void ref_window(const gpt_model *m, const int32_t *tok /* S + 1 */, doubl
                 }
             }
         for (int t = 0; t < S; t++) {
-            lin(t1[t], y[t], L->proj_w, L->proj_b, H, H);
+            lin(t1[t], y[t], L->attn.proj_w, L->attn.proj_b, H, H);
             for (int i = 0; i < H; i++) x[t][i] += t1[t][i];
-            ln(a[t], x[t], L->ln2_w, L->ln2_b, H);
-            lin(fc[t], a[t], L->fc_w, L->fc_b, H, F);
+            ln(a[t], x[t], L->ln2.w, L->ln2.b, H);
+            lin(fc[t], a[t], L->mlp.fc_w, L->mlp.fc_b, H, F);
             for (int i = 0; i < F; i++) {
                 double v = fc[t][i];
                 fc[t][i] = 0.5 * v * (1 + tanh(sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
             }
-            lin(t1[t], fc[t], L->fc2_w, L->fc2_b, F, H);
+            lin(t1[t], fc[t], L->mlp.fc2_w, L->mlp.fc2_b, F, H);
             for (int i = 0; i < H; i++) x[t][i] += t1[t][i];
         }
     }
     for (int t = 0; t < S; t++) {
-        ln(a[t], x[t], p->lnf_w, p->lnf_b, H);
+        ln(a[t], x[t], p->lnf.w, p->lnf.b, H);
         lin(logits, a[t], p->wte, NULL, H, V);
         double mx = -1e300, sum = 0;
         for (int v = 0; v < V; v++) mx = logits[v] > mx ? logits[v] : mx;

@@ -1,6 +1,7 @@
 /* src/model/gpt: the whole model against an independent double-precision GPT-2 written plainly
- * in this file (forward loss, and every parameter's gradient by central finite differences of
- * it); layout-invariant initialisation (a TP slice equals the rows/columns of the whole
+ * in this file (forward loss over the real vocabulary only, and every parameter's gradient by
+ * central finite differences of it; the padded vocabulary rows get no gradient at all);
+ * layout-invariant initialisation (a TP slice equals the rows/columns of the whole
  * tensor); and a tiny model overfitting one batch. */
 #include <math.h>
 #include <setjmp.h>
@@ -84,7 +85,8 @@ static double ref_gelu(double x)
 static double ref_loss(const ref_model *r, const int32_t *ids, const int32_t *targets)
 {
     const gpt_config *c = r->c;
-    int T = c->seq, h = c->hidden, nh = c->heads, hs = h / nh, f = c->ffn, V = c->padded_vocab;
+    /* the softmax runs over the real vocabulary: padded rows are not part of the model */
+    int T = c->seq, h = c->hidden, nh = c->heads, hs = h / nh, f = c->ffn, V = c->vocab;
     double *x = calloc((size_t)T * h, sizeof(double)), *ln = calloc((size_t)T * h, sizeof(double));
     double *qkv = calloc((size_t)T * 3 * h, sizeof(double)), *y = calloc((size_t)T * h, sizeof(double));
     double *tmp = calloc((size_t)T * h, sizeof(double)), *fc = calloc((size_t)T * f, sizeof(double));
@@ -94,8 +96,8 @@ static double ref_loss(const ref_model *r, const int32_t *ids, const int32_t *ta
             x[t * h + i] = P(r, &r->p->wte[(size_t)ids[t] * h + i]) + P(r, &r->p->wpe[(size_t)t * h + i]);
     for (int l = 0; l < c->num_layers; l++) {
         const gpt_layer *L = &r->p->layers[l];
-        for (int t = 0; t < T; t++) ref_layernorm(ln + t * h, x + t * h, r, L->ln1_w, L->ln1_b, h);
-        for (int t = 0; t < T; t++) ref_linear(qkv + t * 3 * h, ln + t * h, r, L->qkv_w, L->qkv_b, h, 3 * h);
+        for (int t = 0; t < T; t++) ref_layernorm(ln + t * h, x + t * h, r, L->ln1.w, L->ln1.b, h);
+        for (int t = 0; t < T; t++) ref_linear(qkv + t * 3 * h, ln + t * h, r, L->attn.qkv_w, L->attn.qkv_b, h, 3 * h);
         for (int hd = 0; hd < nh; hd++)
             for (int t = 0; t < T; t++) {
                 double att[64], mx = -1e300, sum = 0;
@@ -113,20 +115,20 @@ static double ref_loss(const ref_model *r, const int32_t *ids, const int32_t *ta
                 }
             }
         for (int t = 0; t < T; t++) {
-            ref_linear(tmp + t * h, y + t * h, r, L->proj_w, L->proj_b, h, h);
+            ref_linear(tmp + t * h, y + t * h, r, L->attn.proj_w, L->attn.proj_b, h, h);
             for (int i = 0; i < h; i++) x[t * h + i] += tmp[t * h + i];
         }
-        for (int t = 0; t < T; t++) ref_layernorm(ln + t * h, x + t * h, r, L->ln2_w, L->ln2_b, h);
+        for (int t = 0; t < T; t++) ref_layernorm(ln + t * h, x + t * h, r, L->ln2.w, L->ln2.b, h);
         for (int t = 0; t < T; t++) {
-            ref_linear(fc + t * f, ln + t * h, r, L->fc_w, L->fc_b, h, f);
+            ref_linear(fc + t * f, ln + t * h, r, L->mlp.fc_w, L->mlp.fc_b, h, f);
             for (int i = 0; i < f; i++) fc[t * f + i] = ref_gelu(fc[t * f + i]);
-            ref_linear(tmp + t * h, fc + t * f, r, L->fc2_w, L->fc2_b, f, h);
+            ref_linear(tmp + t * h, fc + t * f, r, L->mlp.fc2_w, L->mlp.fc2_b, f, h);
             for (int i = 0; i < h; i++) x[t * h + i] += tmp[t * h + i];
         }
     }
     double loss = 0;
     for (int t = 0; t < T; t++) {
-        ref_layernorm(ln + t * h, x + t * h, r, r->p->lnf_w, r->p->lnf_b, h);
+        ref_layernorm(ln + t * h, x + t * h, r, r->p->lnf.w, r->p->lnf.b, h);
         ref_linear(logits, ln + t * h, r, r->p->wte, NULL, h, V);
         double mx = -1e300, sum = 0;
         for (int v = 0; v < V; v++) mx = logits[v] > mx ? logits[v] : mx;
@@ -196,6 +198,15 @@ static void model_matches_double_reference(void **state)
         }
     }
     printf("%d gradient elements checked, worst relative error %.2e\n", checked, worst);
+
+    /* the padded rows of the tied word embedding: no gradient from the head (their logits are
+     * masked out of the softmax) nor from the input side (no id reaches them) */
+    assert_true(c.padded_vocab > c.vocab);
+    int nonzero = 0;
+    for (size_t k = (size_t)c.vocab * c.hidden; k < (size_t)c.padded_vocab * c.hidden; k++)
+        nonzero += m->g.wte[k] != 0.0f;
+    printf("padded rows %d..%d: %d nonzero gradient elements\n", c.vocab, c.padded_vocab - 1, nonzero);
+    assert_int_equal(nonzero, 0);
     gpt_free(m);
 }
 
@@ -234,8 +245,45 @@ static void init_is_layout_invariant(void **state)
         gpt_free(part);
     }
     /* output projections use std / sqrt(2L); norms are 1 and 0 */
-    assert_true(whole->p.layers[0].ln1_w[3] == 1.0f && whole->p.layers[1].ln2_b[5] == 0.0f);
+    assert_true(whole->p.layers[0].ln1.w[3] == 1.0f && whole->p.layers[1].ln2.b[5] == 0.0f);
     gpt_free(whole);
+}
+
+/* Megatron's weight-decay rule, which the trainer applies through gpt_tensor_info.no_decay:
+ * biases and LayerNorm parameters get no decay; every weight matrix and embedding (the last
+ * stage's copy of the word embedding too) does. Decided here from the names alone. */
+static int should_skip_decay(const char *name)
+{
+    size_t n = strlen(name);
+    int bias = n >= 5 && strcmp(name + n - 5, ".bias") == 0;
+    int norm = strstr(name, "ln1.") || strstr(name, "ln2.") || strncmp(name, "final_norm.", 11) == 0;
+    return bias || norm;
+}
+
+static void weight_decay_skips_biases_and_norms(void **state)
+{
+    (void)state;
+    gpt_config c = tiny_config();
+    /* the whole model on one stage, then the first and the last of two stages */
+    struct { int layer0, nlayers; } parts[] = {{0, 2}, {0, 1}, {1, 1}};
+    int decayed = 0, skipped = 0;
+    for (int k = 0; k < 3; k++) {
+        gpt_model *m = gpt_create(&c, g_ps, g_be, parts[k].layer0, parts[k].nlayers, 1, 1);
+        for (int i = 0; i < m->ntensors; i++) {
+            const gpt_tensor_info *t = &m->table[i];
+            int want = should_skip_decay(t->name);
+            if (t->no_decay != want)
+                fail_msg("%s: no_decay %d, expected %d (biases and norms skip weight decay, matrices and "
+                         "embeddings get it)", t->name, t->no_decay, want);
+            want ? skipped++ : decayed++;
+        }
+        gpt_free(m);
+    }
+    printf("%d tensors decayed, %d skipped\n", decayed, skipped);
+    /* per layer 4 matrices decayed, 4 biases and 4 norm parameters skipped; the whole model
+     * 2 embeddings + 8 and 2 final norm + 16, the first stage 2 + 4 and 8, the last 1 + 4 and 2 + 8 */
+    assert_int_equal(decayed, 10 + 6 + 5);
+    assert_int_equal(skipped, 18 + 8 + 10);
 }
 
 static void overfits_one_batch(void **state)
@@ -279,6 +327,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(model_matches_double_reference),
         cmocka_unit_test(init_is_layout_invariant),
+        cmocka_unit_test(weight_decay_skips_biases_and_norms),
         cmocka_unit_test(overfits_one_batch),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -659,6 +659,111 @@ static void reading_past_the_end_fails_loudly(void **state)
     gptds_close(ds);
 }
 
+/* ---- token ids against the vocabulary ---------------------------------------------------- */
+
+/* Opens `prefix` with a vocabulary of `vocab` ids in a child process; returns its exit code, its
+ * stderr in out, and (when it opened) whether the check was scanned (1) or cached (2). */
+static int open_with_vocab(const char *prefix, int vocab, char *out, size_t outlen, int *checked)
+{
+    char errfile[700];
+    snprintf(errfile, sizeof errfile, "%s/child.err", g_dir);
+    int pfd[2];
+    assert_int_equal(pipe(pfd), 0);
+    fflush(stdout); /* the child's exit() must not print the parent's buffered output again */
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (!freopen(errfile, "w", stderr)) _exit(99);
+        gptds_config c = config(1, &prefix, NULL, "1,0,0", 4, 1, 1, 0, 0, 0);
+        c.vocab_size = vocab;
+        c.vocab_source = "--vocab-file test.json";
+        gptds *ds = gptds_open(&c);
+        int how = gptds_dataset(ds, 0)->ids_checked;
+        if (write(pfd[1], &how, sizeof how) != sizeof how) _exit(98);
+        gptds_close(ds);
+        gptds_config_free(&c);
+        _exit(0);
+    }
+    close(pfd[1]);
+    int how = 0;
+    if (read(pfd[0], &how, sizeof how) != sizeof how) how = 0;
+    close(pfd[0]);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    FILE *f = fopen(errfile, "r");
+    size_t got = f ? fread(out, 1, outlen - 1, f) : 0;
+    if (f) fclose(f);
+    out[got] = 0;
+    if (checked) *checked = how;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void write_ids(const char *prefix, enum idx_dtype dt, const int32_t *ids, const int *lens, int ndocs)
+{
+    char err[512];
+    idx_writer *w = idx_writer_open(prefix, dt, err, sizeof err);
+    if (!w) fail_msg("%s", err);
+    for (int d = 0, at = 0; d < ndocs; at += lens[d], d++)
+        if (idx_writer_add(w, ids + at, (size_t)lens[d], err, sizeof err) != 0) fail_msg("%s", err);
+    if (idx_writer_finish(w, err, sizeof err) != 0) fail_msg("%s", err);
+}
+
+static void token_ids_checked_against_the_vocabulary(void **state)
+{
+    (void)state;
+    char out[4096], want[256];
+    int how = 0;
+    /* dataset c: ids d * 1000 + p. All below 60000: passes, scanned, then from the cache */
+    assert_int_equal(open_with_vocab(path_in("c"), 60000, out, sizeof out, &how), 0);
+    assert_int_equal(how, 1);
+    assert_int_equal(open_with_vocab(path_in("c"), 60000, out, sizeof out, &how), 0);
+    assert_int_equal(how, 2);
+    /* a smaller vocabulary is a new key: scanned again, and the first id >= 20000 is named */
+    int d0 = 20;
+    while (doc_len(d0, 30) == 0) d0++;
+    assert_int_equal(open_with_vocab(path_in("c"), 20000, out, sizeof out, NULL), 1);
+    printf("  %s", out);
+    snprintf(want, sizeof want, "%s.bin: token id %d at document %d, token 0 (byte ", path_in("c"), doc_token(d0, 0),
+             d0);
+    assert_non_null(strstr(out, want));
+    assert_non_null(strstr(out, "outside the vocabulary of 20000 ids (--vocab-file test.json)"));
+
+    /* Megatron's uint16 file of 0xFF bytes: every id 65535 */
+    int32_t ff[12];
+    int lens[3] = {5, 0, 7};
+    for (int i = 0; i < 12; i++) ff[i] = 65535;
+    write_ids(path_in("ff"), IDX_U16, ff, lens, 3);
+    assert_int_equal(open_with_vocab(path_in("ff"), 50257, out, sizeof out, NULL), 1);
+    printf("  %s", out);
+    assert_non_null(strstr(out, "token id 65535 at document 0, token 0 (byte 0 of the file)"));
+    assert_non_null(strstr(out, "vocabulary of 50257 ids"));
+
+    /* a negative id (int32 file) in the middle of the third document */
+    int32_t neg[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+    write_ids(path_in("neg"), IDX_I32, neg, lens, 3); /* the writer refuses negative ids: patch two in */
+    char bin[700];
+    snprintf(bin, sizeof bin, "%s.bin", path_in("neg"));
+    FILE *f = fopen(bin, "r+b");
+    assert_non_null(f);
+    int32_t m1 = -1, m2 = -2;
+    assert_int_equal(fseek(f, 36, SEEK_SET), 0);
+    assert_int_equal(fwrite(&m1, 4, 1, f), 1);
+    assert_int_equal(fseek(f, 44, SEEK_SET), 0);
+    assert_int_equal(fwrite(&m2, 4, 1, f), 1);
+    fclose(f);
+    assert_int_equal(open_with_vocab(path_in("neg"), 50, out, sizeof out, NULL), 1);
+    assert_non_null(strstr(out, "token id -1 at document 2, token 4 (byte 36 of the file)"));
+
+    /* the cache is keyed by the .bin too: rewritten with the same lengths and a bad id, it is rescanned */
+    int32_t good[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+    write_ids(path_in("rw"), IDX_U16, good, lens, 3);
+    assert_int_equal(open_with_vocab(path_in("rw"), 50, out, sizeof out, &how), 0);
+    assert_int_equal(how, 1);
+    good[8] = 50;
+    write_ids(path_in("rw"), IDX_U16, good, lens, 3);
+    assert_int_equal(open_with_vocab(path_in("rw"), 50, out, sizeof out, NULL), 1);
+    assert_non_null(strstr(out, "token id 50 at document 2, token 3 (byte 16 of the file)"));
+}
+
 /* ---- the command ------------------------------------------------------------------------- */
 
 static int run(const char *cmd, char *out, size_t outlen)
@@ -707,6 +812,7 @@ int main(void)
         cmocka_unit_test(blend_cache_roundtrip),
         cmocka_unit_test(micro_batches_cover_the_global_batch),
         cmocka_unit_test(reading_past_the_end_fails_loudly),
+        cmocka_unit_test(token_ids_checked_against_the_vocabulary),
         cmocka_unit_test(data_info_command),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -1,10 +1,13 @@
-/* Causal self-attention core on the local heads. Each (batch, head) is one task of one thread;
- * its query rows go in blocks of ATT_BLK so that only the causal part of the scores, keys
- * [0, end of block), is computed. Q K^T, att . V and the backward products are cblas_sgemm
- * calls straight on the interleaved qkv layout (leading dimension 3C): no copies. OpenBLAS
- * runs single-threaded inside the parallel region, so the threads do not oversubscribe.
- * The forward keeps only the log-sum-exp of each score row; the backward recomputes the
- * probabilities from it (one extra Q K^T) instead of storing (B, NH, T, T). */
+/* Causal self-attention core on the local heads, grouped-query: query head h reads key/value
+ * head h / (NH / NKV). Forward: each (batch, query head) is one task of one thread. Backward:
+ * each (batch, key/value head) is one task, which walks the query heads of its group in order,
+ * so the sums into dk and dv are owned by one thread and do not depend on the thread count.
+ * Query rows go in blocks of ATT_BLK so that only the causal part of the scores, keys [0, end of
+ * block), is computed. Q K^T, att . V and the backward products are cblas_sgemm calls straight
+ * on the strided q, k, v rows (a fused qkv layout, leading dimension 3C, or separate buffers):
+ * no copies. OpenBLAS runs single-threaded inside the parallel region, so the threads do not
+ * oversubscribe. The forward keeps only the log-sum-exp of each score row; the backward
+ * recomputes the probabilities from it (one extra Q K^T) instead of storing (B, NH, T, T). */
 #include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
@@ -14,27 +17,40 @@
 
 #define ATT_BLK 64
 
+/* One (batch row, query head): its q rows (stride ldq), the k and v rows of its key/value head
+ * (stride ldkv), out and dout rows (stride C = NH * HS). */
 typedef struct {
-    const float *q, *k, *v; /* rows with stride ld3 = 3C */
-    int T, HS, C, head;     /* head: local head index */
-    int64_t sample;         /* global sample index of the batch row (dropout) */
+    const float *q, *k, *v;
+    int ldq, ldkv, T, HS, C, head; /* head: local query head index */
+    int64_t sample;                /* global sample index of the batch row (dropout) */
 } att_task;
 
-static att_task task_of(const float *qkv, const be_drop *drop, int bh, int T, int NH, int HS)
+typedef struct {
+    const float *q, *k, *v;
+    int ldq, ldkv, B, T, NH, NKV, HS;
+} att_shape;
+
+static att_task task_of(const att_shape *s, const be_drop *drop, int b, int h)
 {
-    int C = NH * HS, b = bh / NH, h = bh % NH;
-    const float *base = qkv + (size_t)b * T * 3 * C + (size_t)h * HS;
-    att_task a = {base, base + C, base + 2 * C, T, HS, C, h, cpu_dropping(drop) ? drop->sample[b] : 0};
+    int g = h / (s->NH / s->NKV);
+    att_task a = {s->q + (size_t)b * s->T * s->ldq + (size_t)h * s->HS,
+                  s->k + (size_t)b * s->T * s->ldkv + (size_t)g * s->HS,
+                  s->v + (size_t)b * s->T * s->ldkv + (size_t)g * s->HS,
+                  s->ldq, s->ldkv, s->T, s->HS, s->NH * s->HS, h, cpu_dropping(drop) ? drop->sample[b] : 0};
     return a;
+}
+
+static void check_shape(const att_shape *s)
+{
+    TD_ASSERT(s->NKV > 0 && s->NH % s->NKV == 0 && s->ldq >= s->NH * s->HS && s->ldkv >= s->NKV * s->HS);
 }
 
 /* Scores of query rows [r0, r0 + nr) against keys [0, nk), nk = r0 + nr, into S (nr, nk). */
 static void scores(float *S, const att_task *a, int r0, int nr, int nk)
 {
-    int ld3 = 3 * a->C;
     float scale = 1.0f / sqrtf((float)a->HS);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, nk, a->HS, scale, a->q + (size_t)r0 * ld3, ld3, a->k,
-                ld3, 0.0f, S, nk);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, nk, a->HS, scale, a->q + (size_t)r0 * a->ldq, a->ldq,
+                a->k, a->ldkv, 0.0f, S, nk);
 }
 
 /* Dropout multipliers of row t (keys [0, nk)) of this head into mult. */
@@ -44,18 +60,20 @@ static void att_mults(float *mult, const att_task *a, const be_drop *drop, int t
     cpu_drop_mults(mult, nk, drop, BE_DROP_ATTN, a->sample, (int64_t)drop->pos0 + t, unit0);
 }
 
-void cpu_attention_fwd(const backend *be, float *out, float *lse, const float *qkv, int B, int T, int NH, int HS,
-                       const be_drop *drop)
+void cpu_attention_fwd(const backend *be, float *out, float *lse, const float *q, const float *k, const float *v,
+                       int ldq, int ldkv, int B, int T, int NH, int NKV, int HS, const be_drop *drop)
 {
     int C = NH * HS, blk = T < ATT_BLK ? T : ATT_BLK, dropping = cpu_dropping(drop);
     if (B <= 0 || T <= 0 || NH <= 0) return;
+    att_shape sh = {q, k, v, ldq, ldkv, B, T, NH, NKV, HS};
+    check_shape(&sh);
 #pragma omp parallel num_threads(be->nthreads) if ((double)B * NH * T * T * HS > CPU_PAR_MIN_MACS)
     {
         float *S = cpu_scratch(0, (size_t)blk * T * sizeof(float));
         float *mult = dropping ? cpu_scratch(1, (size_t)T * sizeof(float)) : NULL;
 #pragma omp for schedule(dynamic, 1)
         for (int bh = 0; bh < B * NH; bh++) {
-            att_task a = task_of(qkv, drop, bh, T, NH, HS);
+            att_task a = task_of(&sh, drop, bh / NH, bh % NH);
             float *o = out + (size_t)(bh / NH) * T * C + (size_t)(bh % NH) * HS;
             float *l = lse + (size_t)bh * T;
             for (int r0 = 0; r0 < T; r0 += blk) {
@@ -82,7 +100,7 @@ void cpu_attention_fwd(const backend *be, float *out, float *lse, const float *q
                     }
                 }
                 /* out rows (nr, HS) = att (nr, nk) . V (nk, HS) */
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nr, HS, nk, 1.0f, S, nk, a.v, 3 * C, 0.0f,
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nr, HS, nk, 1.0f, S, nk, a.v, a.ldkv, 0.0f,
                             o + (size_t)r0 * C, C);
             }
         }
@@ -90,12 +108,12 @@ void cpu_attention_fwd(const backend *be, float *out, float *lse, const float *q
 }
 
 /* One block of query rows of one head: P (probabilities), M (dropout multipliers) and G (the
- * gradient buffer) are (nr, nk) scratch. Accumulates into dq rows [r0, r0+nr), dk, dv rows
- * [0, nk). */
+ * gradient buffer) are (nr, nk) scratch. Accumulates into dq rows [r0, r0+nr) (stride ldq), dk,
+ * dv rows [0, nk) (stride ldkv); any of them may be NULL. */
 static void att_bwd_block(float *dq, float *dk, float *dv, const float *dO, const att_task *a, const float *l,
                           const be_drop *drop, int r0, int nr, float *P, float *M, float *G)
 {
-    int nk = r0 + nr, ld3 = 3 * a->C, C = a->C, HS = a->HS, dropping = M != NULL;
+    int nk = r0 + nr, ldq = a->ldq, ldkv = a->ldkv, C = a->C, HS = a->HS, dropping = M != NULL;
     float scale = 1.0f / sqrtf((float)HS);
     scores(P, a, r0, nr, nk);
     for (int i = 0; i < nr; i++) {
@@ -113,11 +131,13 @@ static void att_bwd_block(float *dq, float *dk, float *dv, const float *dO, cons
         }
     }
     /* dV (nk, HS) += att_dropped^T (nk, nr) . dO (nr, HS) */
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, HS, nr, 1.0f, dropping ? G : P, nk, dO + (size_t)r0 * C,
-                C, 1.0f, dv, ld3);
+    if (dv)
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, HS, nr, 1.0f, dropping ? G : P, nk,
+                    dO + (size_t)r0 * C, C, 1.0f, dv, ldkv);
+    if (!dq && !dk) return;
     /* G (nr, nk) = dO . V^T: the gradient of the dropped probabilities */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, nk, HS, 1.0f, dO + (size_t)r0 * C, C, a->v, ld3, 0.0f, G,
-                nk);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, nk, HS, 1.0f, dO + (size_t)r0 * C, C, a->v, ldkv, 0.0f,
+                G, nk);
     /* dS = P * (dP - sum_j P dP), dP = G * M; written over P */
     for (int i = 0; i < nr; i++) {
         int t = r0 + i;
@@ -133,31 +153,41 @@ static void att_bwd_block(float *dq, float *dk, float *dv, const float *dO, cons
         for (int j = 0; j <= t; j++) prow[j] *= grow[j] - dot;
     }
     /* dQ (nr, HS) += scale dS . K;  dK (nk, HS) += scale dS^T . Q */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nr, HS, nk, scale, P, nk, a->k, ld3, 1.0f,
-                dq + (size_t)r0 * ld3, ld3);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, HS, nr, scale, P, nk, a->q + (size_t)r0 * ld3, ld3,
-                1.0f, dk, ld3);
+    if (dq)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nr, HS, nk, scale, P, nk, a->k, ldkv, 1.0f,
+                    dq + (size_t)r0 * ldq, ldq);
+    if (dk)
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, HS, nr, scale, P, nk, a->q + (size_t)r0 * ldq, ldq,
+                    1.0f, dk, ldkv);
 }
 
-void cpu_attention_bwd(const backend *be, float *dqkv, const float *dout, const float *qkv, const float *lse, int B,
-                       int T, int NH, int HS, const be_drop *drop)
+void cpu_attention_bwd(const backend *be, float *dq, float *dk, float *dv, const float *dout, const float *q,
+                       const float *k, const float *v, const float *lse, int ldq, int ldkv, int B, int T, int NH,
+                       int NKV, int HS, const be_drop *drop)
 {
     int C = NH * HS, blk = T < ATT_BLK ? T : ATT_BLK, dropping = cpu_dropping(drop);
     size_t scratch = (size_t)blk * T;
-    if (B <= 0 || T <= 0 || NH <= 0) return;
+    if (B <= 0 || T <= 0 || NH <= 0 || (!dq && !dk && !dv)) return;
+    att_shape sh = {q, k, v, ldq, ldkv, B, T, NH, NKV, HS};
+    check_shape(&sh);
+    int rep = NH / NKV;
 #pragma omp parallel num_threads(be->nthreads) if ((double)B * NH * T * T * HS > CPU_PAR_MIN_MACS)
     {
         float *P = cpu_scratch(0, scratch * sizeof(float)), *G = cpu_scratch(1, scratch * sizeof(float));
         float *M = dropping ? cpu_scratch(2, scratch * sizeof(float)) : NULL;
 #pragma omp for schedule(dynamic, 1)
-        for (int bh = 0; bh < B * NH; bh++) {
-            att_task a = task_of(qkv, drop, bh, T, NH, HS);
-            size_t off3 = (size_t)(bh / NH) * T * 3 * C + (size_t)(bh % NH) * HS;
-            float *dq = dqkv + off3, *dk = dq + C, *dv = dq + 2 * C;
-            const float *dO = dout + (size_t)(bh / NH) * T * C + (size_t)(bh % NH) * HS;
-            for (int r0 = 0; r0 < T; r0 += blk) {
-                int nr = T - r0 < blk ? T - r0 : blk;
-                att_bwd_block(dq, dk, dv, dO, &a, lse + (size_t)bh * T, drop, r0, nr, P, M, G);
+        for (int bg = 0; bg < B * NKV; bg++) { /* one key/value head: its gradients are this thread's */
+            int b = bg / NKV, g = bg % NKV;
+            size_t okv = (size_t)b * T * ldkv + (size_t)g * HS;
+            float *dkg = dk ? dk + okv : NULL, *dvg = dv ? dv + okv : NULL;
+            for (int h = g * rep; h < (g + 1) * rep; h++) {
+                att_task a = task_of(&sh, drop, b, h);
+                float *dqh = dq ? dq + (size_t)b * T * ldq + (size_t)h * HS : NULL;
+                const float *dO = dout + (size_t)b * T * C + (size_t)h * HS;
+                for (int r0 = 0; r0 < T; r0 += blk) {
+                    int nr = T - r0 < blk ? T - r0 : blk;
+                    att_bwd_block(dqh, dkg, dvg, dO, &a, lse + ((size_t)b * NH + h) * T, drop, r0, nr, P, M, G);
+                }
             }
         }
     }

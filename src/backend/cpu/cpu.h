@@ -85,20 +85,32 @@ void cpu_pos_embedding_fwd(const backend *be, float *out, const float *wpe, int 
 void cpu_pos_embedding_bwd(const backend *be, float *dwpe, const float *dout, int B, int T, int C, int pos0);
 
 void cpu_layernorm_fwd(const backend *be, float *out, float *mean, float *rstd, const float *inp, const float *w,
-                       const float *b, int N, int C);
+                       const float *b, int N, int C, float eps);
 void cpu_layernorm_bwd(const backend *be, float *dinp, float *dw, float *db, const float *dout, const float *inp,
                        const float *w, const float *mean, const float *rstd, int N, int C);
 
-void cpu_attention_fwd(const backend *be, float *out, float *lse, const float *qkv, int B, int T, int NH, int HS,
-                       const be_drop *drop);
-void cpu_attention_bwd(const backend *be, float *dqkv, const float *dout, const float *qkv, const float *lse, int B,
-                       int T, int NH, int HS, const be_drop *drop);
+void cpu_rmsnorm_fwd(const backend *be, float *out, float *rstd, const float *inp, const float *w, int N, int C,
+                     float eps);
+void cpu_rmsnorm_bwd(const backend *be, float *dinp, float *dw, const float *dout, const float *inp, const float *w,
+                     const float *rstd, int N, int C);
+
+void cpu_rope_fwd(const backend *be, float *x, int B, int T, int ld, int nh, int hs, int rot, float base, int pos0);
+void cpu_rope_bwd(const backend *be, float *dx, int B, int T, int ld, int nh, int hs, int rot, float base, int pos0);
+
+void cpu_attention_fwd(const backend *be, float *out, float *lse, const float *q, const float *k, const float *v,
+                       int ldq, int ldkv, int B, int T, int NH, int NKV, int HS, const be_drop *drop);
+void cpu_attention_bwd(const backend *be, float *dq, float *dk, float *dv, const float *dout, const float *q,
+                       const float *k, const float *v, const float *lse, int ldq, int ldkv, int B, int T, int NH,
+                       int NKV, int HS, const be_drop *drop);
 
 void cpu_gelu_fwd(const backend *be, float *out, const float *inp, size_t n);
 void cpu_gelu_bwd(const backend *be, float *dinp, const float *dout, const float *inp, size_t n);
 void cpu_bias_gelu_fwd(const backend *be, float *out, const float *inp, const float *b, int N, int C);
 void cpu_bias_gelu_bwd(const backend *be, float *dinp, float *db, const float *dout, const float *inp,
                        const float *b, int N, int C);
+
+void cpu_swiglu_fwd(const backend *be, float *out, const float *inp, int N, int F);
+void cpu_swiglu_bwd(const backend *be, float *dinp, const float *dout, const float *inp, int N, int F);
 
 void cpu_add(const backend *be, float *out, const float *a, const float *b, size_t n);
 void cpu_scale(const backend *be, float *x, float s, size_t n);
@@ -110,14 +122,15 @@ void cpu_dropout_bwd(const backend *be, float *dinp, const float *dout, int B, i
 void cpu_bias_dropout_add_fwd(const backend *be, float *out, const float *resid, const float *inp, const float *b,
                               int B, int T, int C, const be_drop *drop);
 
-void cpu_ce_max(const backend *be, float *maxv, const float *logits, int BT, int Vloc);
-void cpu_ce_sumexp(const backend *be, float *sumexp, const float *logits, const float *maxv, int BT, int Vloc);
+void cpu_ce_max(const backend *be, float *maxv, const float *logits, int BT, int Vloc, int Vreal);
+void cpu_ce_sumexp(const backend *be, float *sumexp, const float *logits, const float *maxv, int BT, int Vloc,
+                   int Vreal);
 void cpu_ce_target(const backend *be, float *tlogit, const float *logits, const int32_t *targets, int BT, int Vloc,
                    int vstart);
 void cpu_ce_loss(const backend *be, float *losses, const float *maxv, const float *sumexp, const float *tlogit,
                  int BT);
 void cpu_ce_bwd(const backend *be, float *logits, const float *maxv, const float *sumexp, const int32_t *targets,
-                const float *dloss, int BT, int Vloc, int vstart);
+                const float *dloss, int BT, int Vloc, int Vreal, int vstart);
 
 void cpu_adamw(const backend *be, float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1,
                float beta2, float eps, float wd, float gscale, int64_t step);

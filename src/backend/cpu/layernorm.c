@@ -1,4 +1,4 @@
-/* LayerNorm over the last dimension, eps 1e-5. Forward: rows in parallel. Backward: one parallel
+/* LayerNorm over the last dimension. Forward: rows in parallel. Backward: one parallel
  * region, the input gradient by rows and the parameter gradients by column ranges (rows summed in
  * order, so they do not depend on the thread count). */
 #include <math.h>
@@ -6,10 +6,8 @@
 
 #include "backend/cpu/cpu.h"
 
-#define LN_EPS 1e-5f
-
 void cpu_layernorm_fwd(const backend *be, float *out, float *mean, float *rstd, const float *inp, const float *w,
-                       const float *b, int N, int C)
+                       const float *b, int N, int C, float eps)
 {
 #pragma omp parallel for schedule(static) num_threads(be->nthreads) if ((size_t)N * C > CPU_PAR_MIN)
     for (int n = 0; n < N; n++) {
@@ -25,7 +23,7 @@ void cpu_layernorm_fwd(const backend *be, float *out, float *mean, float *rstd, 
             float d = x[c] - m;
             var += d * d;
         }
-        float s = 1.0f / sqrtf(var / (float)C + LN_EPS);
+        float s = 1.0f / sqrtf(var / (float)C + eps);
 #pragma omp simd
         for (int c = 0; c < C; c++) y[c] = (x[c] - m) * s * w[c] + b[c];
         if (mean) mean[n] = m;

@@ -1,0 +1,103 @@
+/* The model's architecture from the command line: see gpt_config_from_args in
+ * include/trident/gpt.h. Defaults are GPT-2's; Megatron's flag names and rules. */
+#include <stdio.h>
+#include <string.h>
+
+#include "trident/args.h"
+#include "trident/gpt.h"
+
+/* Megatron's SwiGLU default: 8h/3 rounded down to a multiple of 64. */
+static int swiglu_ffn(int h) { return (int)((4.0 * h * 2.0 / 3.0) / 64.0) * 64; }
+
+static int default_ffn(const td_args *a)
+{
+    if (a->ffn_hidden_size) return a->ffn_hidden_size;
+    return a->swiglu ? swiglu_ffn(a->hidden_size) : 4 * a->hidden_size;
+}
+
+void gpt_config_from_args(gpt_config *c, const td_args *a)
+{
+    memset(c, 0, sizeof *c);
+    c->num_layers = a->num_layers;
+    c->hidden = a->hidden_size;
+    c->heads = a->num_attention_heads;
+    c->query_groups = a->group_query_attention ? a->num_query_groups : 0;
+    c->kv_channels = td_args_given(a, "--kv-channels") ? a->kv_channels : 0;
+    c->ffn = default_ffn(a);
+    c->seq = a->seq_length;
+    c->max_pos = a->max_position_embeddings ? a->max_position_embeddings : a->seq_length;
+    c->norm = strcmp(a->normalization, "RMSNorm") == 0 ? GPT_NORM_RMSNORM : GPT_NORM_LAYERNORM;
+    c->norm_eps = (float)a->norm_epsilon;
+    c->pos = strcmp(a->position_embedding_type, "rope") == 0   ? GPT_POS_ROPE
+             : strcmp(a->position_embedding_type, "none") == 0 ? GPT_POS_NONE
+                                                                : GPT_POS_LEARNED;
+    c->rotary_base = (float)a->rotary_base;
+    c->rotary_percent = (float)a->rotary_percent;
+    c->swiglu = a->swiglu;
+    c->disable_bias = a->disable_bias_linear;
+    c->add_qkv_bias = a->add_qkv_bias;
+    c->untied = a->untie_embeddings_and_output_weights;
+    c->init_std = (float)a->init_method_std;
+    c->hidden_dropout = (float)a->hidden_dropout;
+    c->attn_dropout = (float)a->attention_dropout;
+    c->seed = (uint64_t)a->seed;
+}
+
+#define FAIL(...)                                                                        \
+    do {                                                                                 \
+        snprintf(msg, msglen, __VA_ARGS__);                                              \
+        return -1;                                                                       \
+    } while (0)
+
+int gpt_config_validate(const td_args *a, int tp, char *msg, size_t msglen)
+{
+    int heads = a->num_attention_heads, kv = td_args_given(a, "--kv-channels");
+    int rope = strcmp(a->position_embedding_type, "rope") == 0;
+    if (!kv && a->hidden_size % heads)
+        FAIL("--hidden-size %d is not divisible by --num-attention-heads %d (or give --kv-channels)", a->hidden_size,
+             heads);
+    int d = kv ? a->kv_channels : a->hidden_size / heads;
+    if (td_args_given(a, "--num-query-groups") && !a->group_query_attention)
+        FAIL("--num-query-groups needs --group-query-attention");
+    if (a->group_query_attention) {
+        int g = a->num_query_groups;
+        if (heads % g)
+            FAIL("--num-attention-heads %d is not divisible by --num-query-groups %d", heads, g);
+        if (g % tp)
+            FAIL("--num-query-groups %d is not divisible by --tensor-model-parallel-size %d", g, tp);
+    }
+    if (heads % tp)
+        FAIL("--num-attention-heads %d is not divisible by --tensor-model-parallel-size %d", heads, tp);
+    if (!rope && (td_args_given(a, "--rotary-base") || td_args_given(a, "--rotary-percent")))
+        FAIL("--rotary-base and --rotary-percent need --position-embedding-type rope");
+    if (rope) {
+        double r = d * a->rotary_percent;
+        if (r != (double)(int)r || (int)r % 2 || r < 2)
+            FAIL("--position-embedding-type rope rotates %g dims of each head (head size %d x --rotary-percent "
+                 "%g): it needs a whole, even number",
+                 r, d, a->rotary_percent);
+    }
+    int ffn = default_ffn(a);
+    if (ffn < 1)
+        FAIL("--swiglu with --hidden-size %d gives no MLP width (8h/3 rounded down to 64): give "
+             "--ffn-hidden-size", a->hidden_size);
+    if (ffn % tp) FAIL("--ffn-hidden-size %d is not divisible by --tensor-model-parallel-size %d", ffn, tp);
+    if (a->add_qkv_bias && !a->disable_bias_linear)
+        FAIL("--add-qkv-bias needs --disable-bias-linear (without it every linear layer has a bias)");
+    return 0;
+}
+
+void gpt_config_describe(const gpt_config *c, char *out, size_t len)
+{
+    int g = gpt_groups(c), d = gpt_head_dim(c);
+    char attn[96], pos[64];
+    if (g != c->heads) snprintf(attn, sizeof attn, "%d heads in %d query groups", c->heads, g);
+    else snprintf(attn, sizeof attn, "%d heads", c->heads);
+    if (c->pos == GPT_POS_ROPE)
+        snprintf(pos, sizeof pos, "rope (base %g, %d of %d dims)", (double)gpt_rotary_base(c), gpt_rotary_dims(c), d);
+    else snprintf(pos, sizeof pos, "%s positions", c->pos == GPT_POS_NONE ? "no" : "learned");
+    snprintf(out, len, "%d layers, hidden %d, %s of %d, %s %d, %s (eps %g), %s, %s%s, %s", c->num_layers, c->hidden,
+             attn, d, c->swiglu ? "SwiGLU" : "GeLU", c->ffn, c->norm == GPT_NORM_RMSNORM ? "RMSNorm" : "LayerNorm",
+             (double)gpt_norm_eps(c), pos, gpt_has_bias(c) ? "biases" : "no biases",
+             !gpt_has_bias(c) && c->add_qkv_bias ? " but QKV's" : "", c->untied ? "untied output layer" : "tied embeddings");
+}

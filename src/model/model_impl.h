@@ -1,0 +1,153 @@
+/* Private to src/model: how a block registers its tensors in the stage's table and carves its
+ * activations from the stage's arena, and the scratch every block's backward shares. Each block
+ * (embedding.c, norm.c, attention.c, mlp.c) owns its tensors' logical shapes, tensor-parallel
+ * split, initialisation streams and activation sizes; layer.c composes them into a transformer
+ * layer; gpt.c builds a pipeline stage from layers and owns the buffers. */
+#ifndef TRIDENT_MODEL_IMPL_H
+#define TRIDENT_MODEL_IMPL_H
+
+#include "trident/gpt.h"
+
+/* ---- the tensor table ---- */
+
+enum init_kind { INIT_NORMAL, INIT_NORMAL_OUT, INIT_ONES, INIT_ZEROS };
+
+typedef struct {
+    float **param, **grad; /* where to point once the buffers exist */
+    enum init_kind init;
+    uint64_t stream;       /* Philox stream of the logical tensor */
+} tensor_slot;
+
+typedef struct {
+    gpt_model *m;
+    tensor_slot *slots;
+    int cap;
+    int tp, tp_rank; /* the slices taken: tp 1 gives the logical (whole) tensors */
+} table_builder;
+
+/* Philox stream of a logical tensor: (global layer, or -1 outside the layers; kind). */
+uint64_t model_stream(int layer, int kind);
+/* Appends logical tensor `name` of shape (d0, d1) (d1 = 0: a vector) to the table. shard_dim:
+ * the dimension split over tp (-1 replicated), as `blocks` equal blocks each split (3 for
+ * q|k|v). The buffers do not exist yet: *param and *grad are pointed at them later. */
+void model_add_tensor(table_builder *tb, float **param, float **grad, enum init_kind init, uint64_t stream,
+                      const char *name, int64_t d0, int64_t d1, int shard_dim, int blocks, int no_decay);
+
+/* ---- activations ---- */
+
+/* Carves buffers from an arena, or (ar == NULL) only counts their bytes. */
+typedef struct {
+    td_arena *ar;
+    size_t bytes;
+} carver;
+void *model_carve(carver *cv, size_t bytes, const char *what);
+#define CARVE(cv, ptr, type, count) ((ptr) = (type *)model_carve((cv), (size_t)(count) * sizeof(type), #ptr))
+
+/* Forward temporaries and backward gradients, shared by every micro-batch of the stage. */
+struct gpt_scratch {
+    float *branch;   /* (BT, h): row-linear output before bias-dropout-add */
+    float *dres;     /* (BT, h): gradient flowing down the residual stream */
+    float *dln;      /* (BT, h): gradient of a norm output */
+    float *dtmp;     /* (BT, h): gradient of a branch before dropout */
+    float *dqkv;     /* (BT, 3nd/t); grouped-query attention: the queries', (BT, nd/t) */
+    float *dkv;      /* grouped-query attention: (BT, 2gd/t) */
+    float *datty;    /* (BT, nd/t) */
+    float *dfch;     /* (BT, f/t), SwiGLU (BT, 2f/t) */
+    float *dfch_gelu;/* (BT, f/t) */
+    float *dloss;    /* (BT) */
+    float *host;     /* (BT) host memory: losses and d(loss) on their way across */
+};
+
+/* ---- blocks: tensors, activations, forward, backward (backward accumulates into grads) ---- */
+
+/* Norm: LayerNorm, out = (x - mean) * rstd * w + b, or RMSNorm, out = x * rstd * w, over the
+ * hidden size; replicated over tp. */
+typedef struct {
+    float *out, *mean, *rstd; /* (BT, h), (BT) LayerNorm only, (BT) */
+} norm_acts;
+/* Adds bias (stream kind; LayerNorm only) and weight (kind + 1) as "<prefix>.bias"/".weight". */
+void norm_tensors(table_builder *tb, int layer, int kind, const char *prefix, norm_params *p, norm_params *g);
+void norm_acts_carve(carver *cv, const gpt_model *m, norm_acts *a);
+void norm_fwd(const gpt_model *m, norm_acts *a, const norm_params *p, const float *x, int BT);
+/* dx += d(norm input) from dout; grads of w and b accumulate. */
+void norm_bwd(const gpt_model *m, float *dx, norm_params *g, const float *dout, const float *x, const norm_params *p,
+              const norm_acts *a, int BT);
+
+/* Attention: QKV column-parallel (h -> (n + 2g)d/t), rotary positions, causal attention on the
+ * n/t local heads, output projection row-parallel (nd/t -> h). The output bias is added by the
+ * layer (with dropout). */
+typedef struct {
+    float *q;    /* (BT, 3nd/t): [q | k | v] of the local heads, rotated; grouped-query
+                  * attention: the queries only (BT, nd/t) */
+    float *kv;   /* grouped-query attention: (BT, 2gd/t) [k | v] of the local groups */
+    float *atty; /* (BT, nd/t) */
+    float *lse;  /* (B, n/t, s) */
+} attn_acts;
+void attn_tensors(table_builder *tb, int layer, attn_params *p, attn_params *g);
+void attn_acts_carve(carver *cv, const gpt_model *m, attn_acts *a);
+/* out (BT, h): the projection of the attention of x (BT, h), before the output bias. */
+void attn_fwd(gpt_model *m, attn_acts *a, const attn_params *p, float *out, const float *x, int B, const be_drop *d_att);
+/* From dbranch (BT, h), the gradient of the block output after its bias: the bias, weight
+ * grads and dx (BT, h, overwritten). */
+void attn_bwd(gpt_model *m, float *dx, attn_params *g, const float *dbranch, const attn_acts *a, const attn_params *p,
+              const float *x, int B, const be_drop *d_att);
+
+/* MLP: fc column-parallel (h -> f/t) with bias and GeLU, or (h -> 2f/t, gate and up) with
+ * SwiGLU; fc2 row-parallel (f/t -> h); the fc2 bias is added by the layer (with dropout). */
+typedef struct {
+    float *fch;      /* (BT, f/t): fc output before bias and GeLU; SwiGLU (BT, 2f/t) [gate | up] */
+    float *fch_gelu; /* (BT, f/t): the activation's output */
+} mlp_acts;
+void mlp_tensors(table_builder *tb, int layer, mlp_params *p, mlp_params *g);
+void mlp_acts_carve(carver *cv, const gpt_model *m, mlp_acts *a);
+void mlp_fwd(gpt_model *m, mlp_acts *a, const mlp_params *p, float *out, const float *x, int BT);
+void mlp_bwd(gpt_model *m, float *dx, mlp_params *g, const float *dbranch, const mlp_acts *a, const mlp_params *p,
+             const float *x, int BT);
+
+/* Embedding: word (vocab-parallel) plus learned absolute positions (when the model has them),
+ * then dropout. */
+void embedding_tensors(table_builder *tb, gpt_model *m);
+void embedding_fwd(gpt_model *m, float *out, const int32_t *ids, int B, const be_drop *d);
+/* From dout (BT, h; overwritten by the dropout backward). */
+void embedding_bwd(gpt_model *m, float *dout, const int32_t *ids, int B, const be_drop *d);
+
+/* A transformer layer: x + attention(norm(x)), then + MLP(norm(.)), each branch with bias,
+ * dropout and residual add; the place where recomputation and sequence parallelism hook in. */
+typedef struct {
+    norm_acts ln1;
+    attn_acts attn;
+    float *res2; /* (BT, h): x + attention branch */
+    norm_acts ln2;
+    mlp_acts mlp;
+    float *out;  /* (BT, h): the layer output */
+} layer_acts;
+void layer_tensors(table_builder *tb, int layer, gpt_layer *p, gpt_layer *g);
+void layer_acts_carve(carver *cv, const gpt_model *m, layer_acts *a);
+/* l: the stage-local layer of the micro-batch in `acts` (its size, samples, dropout on/off). */
+void layer_fwd(gpt_model *m, gpt_acts *acts, int l, const float *x);
+/* On entry m->scratch->dres holds d(layer output); on exit d(layer input). */
+void layer_bwd(gpt_model *m, gpt_acts *acts, int l, const float *x);
+
+/* Saved activations of one micro-batch on the stage (TP-local shapes, BT = B*s). */
+struct gpt_acts {
+    int in_use;
+    int B;                 /* samples in this micro-batch */
+    int training;          /* dropout on */
+    int64_t *sample;       /* (mbs) host: global sample index of each row */
+    int32_t *ids;          /* (mbs, s): first stage */
+    int32_t *targets;      /* (mbs, s): last stage */
+    float *input;          /* (BT, h): stage input (embedding output on the first stage) */
+    layer_acts *layers;    /* nlayers */
+    norm_acts lnf;         /* last stage: the final norm */
+    float *logits;         /* last stage: (BT, V/t); the backward overwrites it with dlogits */
+    float *losses, *maxv, *sumexp, *tlogit; /* last stage: (BT) each */
+};
+
+/* ---- dropout: a site id per call site, 0 the embedding, then three per layer ---- */
+be_drop model_drop(const gpt_model *m, const gpt_acts *a, float p, int site, int unit0);
+static inline int site_embedding(void) { return 0; }
+static inline int site_attn_probs(int layer) { return 1 + 3 * layer; }
+static inline int site_attn_out(int layer) { return 2 + 3 * layer; }
+static inline int site_mlp_out(int layer) { return 3 + 3 * layer; }
+
+#endif

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# trident train's command-line contract, every exit code checked (no pipe hides one): --help;
+# flag-parser and config errors exit 2 naming the flag, printed once however many ranks
+# (mpirun -np 4); a missing tokenizer file is a flag error; a --split that leaves nothing to
+# train on is a flag error, while an empty validation or test split only means no validation.
+# Environment from tests/e2e/train.cmake: TRIDENT, DATA (a dataset prefix), VOCAB, MERGES.
+set -u
+[ "$(id -u)" -eq 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMP_NUM_THREADS=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
+MPIRUN=(mpirun --oversubscribe --bind-to none)
+pass=0 fail=0
+ok() { echo "ok: $*"; pass=$((pass + 1)); }
+bad() { echo "FAIL: $*"; fail=$((fail + 1)); }
+
+# expect NAME RC TEXT CMD...: CMD must exit RC and print TEXT (a fixed string) on stdout or stderr.
+expect() {
+  local name=$1 want=$2 text=$3; shift 3
+  out=$(timeout 120 "$@" 2>&1); rc=$?
+  if [ "$rc" = "$want" ] && grep -qF -- "$text" <<<"$out"; then ok "$name: exit $rc: $(grep -m1 -F -- "$text" <<<"$out")"
+  else bad "$name: exit $rc (expected $want, and '$text' in the output):"; echo "$out" | tail -5; fi
+}
+# once NAME: the last output holds exactly one "error:" line.
+once() {
+  local n; n=$(grep -c "error:" <<<"$out")
+  [ "$n" = 1 ] && ok "$1: printed once" || { bad "$1: $n error lines"; echo "$out" | head -8; }
+}
+
+TOK=(--vocab-file "$VOCAB" --merge-file "$MERGES")
+TINY=(--data-path "$DATA" "${TOK[@]}" --num-layers 1 --hidden-size 8 --num-attention-heads 2 --seq-length 8
+      --micro-batch-size 1 --train-iters 2 --eval-interval 1 --eval-iters 1)
+
+expect "--help" 0 "--tensor-model-parallel-size" "$TRIDENT" train --help
+expect "bad value" 2 "--num-layers 'two' is not an integer" "$TRIDENT" train --num-layers two
+expect "no data" 2 "--data-path is required" "$TRIDENT" train --train-iters 2
+expect "iterations and samples" 2 "exactly one of" "$TRIDENT" train --data-path x "${TOK[@]}" --train-iters 1 \
+  --train-samples 8
+expect "missing --vocab-file" 2 "--vocab-file is required" "$TRIDENT" train --data-path "$DATA" --train-iters 1
+expect "vocab file not there" 2 "--vocab-file $PWD/nowhere/vocab.json: No such file or directory" \
+  "$TRIDENT" train --data-path "$DATA" --vocab-file "$PWD/nowhere/vocab.json" --merge-file "$MERGES" --train-iters 1
+expect "merge file not there" 2 "--merge-file nowhere.txt: No such file or directory" \
+  "$TRIDENT" train --data-path "$DATA" --vocab-file "$VOCAB" --merge-file nowhere.txt --train-iters 1
+expect "train weight 0" 2 "--split 0,1,0 gives the train split weight 0" "$TRIDENT" train "${TINY[@]}" --split 0,1,0
+expect "no training documents" 2 "--split 1,100000,0 leaves the train split of $DATA with 0 documents" \
+  "$TRIDENT" train "${TINY[@]}" --split 1,100000,0
+expect "empty validation split (weight, no documents)" 0 "leaves no validation documents: no validation runs" \
+  "$TRIDENT" train "${TINY[@]}" --split 100000,1,0
+expect "empty test split (weight, no documents)" 0 "iteration        2/       2" \
+  "$TRIDENT" train "${TINY[@]}" --split 100000,0,1
+
+# Under mpirun: one line, from rank 0; every rank exits 2 (so mpirun does).
+expect "np 4: flag-parser error" 2 "--num-layers 'two' is not an integer" "${MPIRUN[@]}" -np 4 "$TRIDENT" train --num-layers two
+once "np 4: flag-parser error"
+expect "np 4: unknown flag" 2 "unknown flag --bogus" "${MPIRUN[@]}" -np 4 "$TRIDENT" train --bogus 1
+once "np 4: unknown flag"
+expect "np 4: config error" 2 "--vocab-file nowhere.json: No such file" "${MPIRUN[@]}" -np 4 "$TRIDENT" train \
+  --data-path "$DATA" --vocab-file nowhere.json --merge-file "$MERGES" --train-iters 1
+once "np 4: config error"
+expect "np 2: no training documents" 2 "--split 1,100000,0 leaves the train split" "${MPIRUN[@]}" -np 2 "$TRIDENT" train \
+  "${TINY[@]}" --split 1,100000,0
+once "np 2: no training documents"
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]

@@ -1,0 +1,437 @@
+/* src/model blocks one at a time (norm, attention, MLP), for three architectures — GPT-2's
+ * (LayerNorm, fused multi-head QKV with biases, GeLU), Llama's (RMSNorm, rotary, 4 heads in 2
+ * query groups of head size 6, SwiGLU, no biases) and a mix (rotary on half of each head, QKV
+ * bias only, GeLU without bias) — against independent double-precision forwards written in this
+ * file: the outputs, and the gradients of the input and of every parameter by central finite
+ * differences of the reference. Each block also runs as two tensor-parallel shards whose group
+ * is a single rank, so the row-parallel outputs and the input gradients stay partial: their sum
+ * over the shards must be the whole block's, and each shard's parameter gradients must be the
+ * rows or columns of the whole block's that it holds. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "backend/backend.h"
+#include "model/model_impl.h"
+#include "trident/comm.h"
+#include "trident/philox.h"
+
+enum { B = 2, T = 8, TP = 2 };
+
+static comm *g_world;
+static backend *g_be;
+
+/* ---- the architectures ---- */
+
+static gpt_config arch(int which)
+{
+    gpt_config c = {0};
+    c.num_layers = 1;
+    c.hidden = 16;
+    c.heads = 4;
+    c.ffn = 24;
+    c.seq = T;
+    c.max_pos = T;
+    c.vocab = 40;
+    c.padded_vocab = 48;
+    c.init_std = 0.3f;
+    c.seed = 77;
+    if (which == 1) { /* Llama */
+        c.norm = GPT_NORM_RMSNORM;
+        c.norm_eps = 1e-6f;
+        c.pos = GPT_POS_ROPE;
+        c.rotary_base = 500.0f;
+        c.query_groups = 2;
+        c.kv_channels = 6;
+        c.swiglu = 1;
+        c.disable_bias = 1;
+        c.untied = 1;
+    } else if (which == 2) { /* rotary on half the dims, QKV bias only, GeLU without bias */
+        c.pos = GPT_POS_ROPE;
+        c.rotary_percent = 0.5f;
+        c.disable_bias = 1;
+        c.add_qkv_bias = 1;
+    }
+    return c;
+}
+
+/* A one-layer model on a grid point of its own: tp ranks, rank r, but the tp group is this one
+ * process, so no collective runs and row-parallel results stay partial sums. */
+typedef struct {
+    ps_state ps;
+    gpt_model *m;
+    gpt_acts *a;
+} model_at;
+
+static void model_open(model_at *x, const gpt_config *c, int tp, int rank)
+{
+    memset(&x->ps, 0, sizeof x->ps);
+    x->ps.world_size = 1;
+    x->ps.tp = tp;
+    x->ps.pp = x->ps.dp = 1;
+    x->ps.tp_rank = rank;
+    x->ps.world = x->ps.tp_group = x->ps.dp_group = x->ps.pp_group = x->ps.mp_group = g_world;
+    x->m = gpt_create(c, &x->ps, g_be, 0, 1, B, 1);
+    x->a = gpt_acts_acquire(x->m);
+    x->a->B = B;
+    x->a->training = 0;
+}
+
+static void model_close(model_at *x)
+{
+    gpt_acts_release(x->m, x->a);
+    gpt_free(x->m);
+}
+
+/* ---- the reference, in double, from the whole (tp 1) model's parameters ---- */
+
+typedef struct {
+    const gpt_model *m;
+    const float *bump; /* one parameter moved by `by` (finite differences) */
+    double by;
+} ref;
+
+static double P(const ref *r, const float *p, size_t i) { return (double)p[i] + (p + i == r->bump ? r->by : 0.0); }
+
+static void ref_norm(const ref *r, double *out, const double *x, const norm_params *p)
+{
+    const gpt_config *c = &r->m->cfg;
+    int h = c->hidden;
+    double eps = gpt_norm_eps(c);
+    for (int t = 0; t < B * T; t++) {
+        const double *xi = x + t * h;
+        double mean = 0, var = 0;
+        if (c->norm == GPT_NORM_LAYERNORM) {
+            for (int i = 0; i < h; i++) mean += xi[i];
+            mean /= h;
+        }
+        for (int i = 0; i < h; i++) var += (xi[i] - mean) * (xi[i] - mean);
+        double rstd = 1.0 / sqrt(var / h + eps);
+        for (int i = 0; i < h; i++)
+            out[t * h + i] = (xi[i] - mean) * rstd * P(r, p->w, i) + (p->b ? P(r, p->b, i) : 0.0);
+    }
+}
+
+/* y (rows, out) = x (rows, in) W^T + b, W (out, in) */
+static void ref_linear(const ref *r, double *y, const double *x, const float *w, const float *b, int rows, int in,
+                       int out)
+{
+    for (int t = 0; t < rows; t++)
+        for (int o = 0; o < out; o++) {
+            double s = b ? P(r, b, o) : 0.0;
+            for (int i = 0; i < in; i++) s += x[t * in + i] * P(r, w, (size_t)o * in + i);
+            y[t * out + o] = s;
+        }
+}
+
+/* Hugging Face's rotate-half on one head vector at position pos. */
+static void ref_rope(const gpt_config *c, double *v, int pos)
+{
+    int rot = gpt_rotary_dims(c), r2 = rot / 2;
+    for (int i = 0; i < r2; i++) {
+        double ang = pos * pow(gpt_rotary_base(c), -2.0 * i / rot);
+        double a = v[i], b = v[i + r2];
+        v[i] = a * cos(ang) - b * sin(ang);
+        v[i + r2] = b * cos(ang) + a * sin(ang);
+    }
+}
+
+/* The attention block's output (BT, h) after its output bias. */
+static void ref_attention(const ref *r, double *out, const double *x, const attn_params *p)
+{
+    const gpt_config *c = &r->m->cfg;
+    int h = c->hidden, n = c->heads, g = gpt_groups(c), d = gpt_head_dim(c), nd = n * d, gd = g * d, BT = B * T;
+    double *q = calloc((size_t)BT * nd, sizeof(double)), *k = calloc((size_t)BT * gd, sizeof(double));
+    double *v = calloc((size_t)BT * gd, sizeof(double)), *y = calloc((size_t)BT * nd, sizeof(double));
+    if (gpt_gqa(c)) {
+        double *kv = calloc((size_t)BT * 2 * gd, sizeof(double));
+        ref_linear(r, q, x, p->qkv_w, p->qkv_b, BT, h, nd);
+        ref_linear(r, kv, x, p->kv_w, p->kv_b, BT, h, 2 * gd);
+        for (int t = 0; t < BT; t++)
+            for (int i = 0; i < gd; i++) k[t * gd + i] = kv[t * 2 * gd + i], v[t * gd + i] = kv[t * 2 * gd + gd + i];
+        free(kv);
+    } else {
+        double *qkv = calloc((size_t)BT * 3 * nd, sizeof(double));
+        ref_linear(r, qkv, x, p->qkv_w, p->qkv_b, BT, h, 3 * nd);
+        for (int t = 0; t < BT; t++)
+            for (int i = 0; i < nd; i++) {
+                q[t * nd + i] = qkv[t * 3 * nd + i];
+                k[t * nd + i] = qkv[t * 3 * nd + nd + i];
+                v[t * nd + i] = qkv[t * 3 * nd + 2 * nd + i];
+            }
+        free(qkv);
+    }
+    if (c->pos == GPT_POS_ROPE)
+        for (int t = 0; t < BT; t++) {
+            for (int hd = 0; hd < n; hd++) ref_rope(c, q + t * nd + hd * d, t % T);
+            for (int gi = 0; gi < g; gi++) ref_rope(c, k + t * gd + gi * d, t % T);
+        }
+    double s[T];
+    for (int b = 0; b < B; b++)
+        for (int hd = 0; hd < n; hd++) {
+            int gi = hd / (n / g);
+            for (int i = 0; i < T; i++) {
+                const double *qi = q + (b * T + i) * nd + hd * d;
+                double mx = -1e300, sum = 0;
+                for (int j = 0; j <= i; j++) {
+                    const double *kj = k + (b * T + j) * gd + gi * d;
+                    double dot = 0;
+                    for (int e = 0; e < d; e++) dot += qi[e] * kj[e];
+                    s[j] = dot / sqrt((double)d);
+                    mx = fmax(mx, s[j]);
+                }
+                for (int j = 0; j <= i; j++) sum += (s[j] = exp(s[j] - mx));
+                double *yi = y + (b * T + i) * nd + hd * d;
+                for (int j = 0; j <= i; j++)
+                    for (int e = 0; e < d; e++) yi[e] += s[j] / sum * v[(b * T + j) * gd + gi * d + e];
+            }
+        }
+    ref_linear(r, out, y, p->proj_w, p->proj_b, BT, nd, h);
+    free(q);
+    free(k);
+    free(v);
+    free(y);
+}
+
+static double gelu(double x) { return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x))); }
+
+/* The MLP block's output (BT, h) after its output bias. */
+static void ref_mlp(const ref *r, double *out, const double *x, const mlp_params *p)
+{
+    const gpt_config *c = &r->m->cfg;
+    int h = c->hidden, f = c->ffn, BT = B * T, w = c->swiglu ? 2 * f : f;
+    double *u = calloc((size_t)BT * w, sizeof(double)), *a = calloc((size_t)BT * f, sizeof(double));
+    ref_linear(r, u, x, p->fc_w, p->fc_b, BT, h, w);
+    for (int t = 0; t < BT; t++)
+        for (int i = 0; i < f; i++) {
+            if (c->swiglu) {
+                double gt = u[t * w + i], up = u[t * w + f + i];
+                a[t * f + i] = gt / (1.0 + exp(-gt)) * up;
+            } else {
+                a[t * f + i] = gelu(u[t * w + i]);
+            }
+        }
+    ref_linear(r, out, a, p->fc2_w, p->fc2_b, BT, f, h);
+    free(u);
+    free(a);
+}
+
+/* ---- driving a block ---- */
+
+enum block { NORM, ATTN, MLP };
+
+/* The block of layer 0 on model x: out (BT, h) = block(in) including its output bias; then, with
+ * dout (BT, h) given, dx (BT, h) written and the parameter gradients accumulated (zeroed first). */
+static void run_block(model_at *x, enum block k, float *out, const float *in, const float *dout, float *dx)
+{
+    gpt_model *m = x->m;
+    layer_acts *la = &x->a->layers[0];
+    gpt_layer *p = &m->p.layers[0], *g = &m->g.layers[0];
+    int BT = B * T, h = m->cfg.hidden;
+    be_zero(g_be, m->grads, m->numel);
+    if (k == NORM) {
+        norm_fwd(m, &la->ln1, &p->ln1, in, BT);
+        memcpy(out, la->ln1.out, (size_t)BT * h * sizeof(float));
+        if (dout) {
+            memset(dx, 0, (size_t)BT * h * sizeof(float));
+            norm_bwd(m, dx, &g->ln1, dout, in, &p->ln1, &la->ln1, BT);
+        }
+        return;
+    }
+    if (k == ATTN) attn_fwd(m, &la->attn, &p->attn, out, in, B, NULL);
+    else mlp_fwd(m, &la->mlp, &p->mlp, out, in, BT);
+    const float *bias = k == ATTN ? p->attn.proj_b : p->mlp.fc2_b;
+    /* a shard adds the replicated bias too: the whole block's is added once, below */
+    if (bias && x->ps.tp_rank == 0)
+        for (int t = 0; t < BT; t++)
+            for (int i = 0; i < h; i++) out[t * h + i] += bias[i];
+    if (!dout) return;
+    if (k == ATTN) attn_bwd(m, dx, &g->attn, dout, &la->attn, &p->attn, in, B, NULL);
+    else mlp_bwd(m, dx, &g->mlp, dout, &la->mlp, &p->mlp, in, BT);
+}
+
+static void ref_block(const ref *r, enum block k, double *out, const double *x)
+{
+    const gpt_layer *p = &r->m->p.layers[0];
+    if (k == NORM) ref_norm(r, out, x, &p->ln1);
+    else if (k == ATTN) ref_attention(r, out, x, &p->attn);
+    else ref_mlp(r, out, x, &p->mlp);
+}
+
+/* sum(out * R) of the reference, with the input x moved at element xi by dxv (xi < 0: none). */
+static double ref_loss(const ref *r, enum block k, const double *x, int xi, double dxv, const float *R)
+{
+    int n = B * T * r->m->cfg.hidden;
+    double *xx = malloc((size_t)n * sizeof(double)), *o = malloc((size_t)n * sizeof(double)), L = 0;
+    memcpy(xx, x, (size_t)n * sizeof(double));
+    if (xi >= 0) xx[xi] += dxv;
+    ref_block(r, k, o, xx);
+    for (int i = 0; i < n; i++) L += o[i] * R[i];
+    free(xx);
+    free(o);
+    return L;
+}
+
+static int prefix_of(const char *name, enum block k)
+{
+    const char *want = k == NORM ? "layers.0.ln1." : k == ATTN ? "layers.0.attn." : "layers.0.mlp.";
+    return strncmp(name, want, strlen(want)) == 0;
+}
+
+/* Element (row, col) of a logical tensor held by a shard, or -1 (local element index). */
+static long local_index(const gpt_tensor_info *t, int64_t row, int64_t col)
+{
+    int64_t cols = t->ndim == 2 ? t->shape[1] : 1;
+    if (t->shard_dim < 0) return (long)(row * cols + col);
+    if (t->shard_dim == 0) {
+        int64_t block = t->shape[0] / t->shard_blocks, b = row / block, in = row % block - t->shard_start;
+        if (in < 0 || in >= t->shard_len) return -1;
+        return (long)((b * t->shard_len + in) * cols + col);
+    }
+    int64_t in = col - t->shard_start;
+    if (in < 0 || in >= t->shard_len) return -1;
+    return (long)(row * t->shard_len + in);
+}
+
+static const gpt_tensor_info *find_tensor(const gpt_model *m, const char *name)
+{
+    for (int i = 0; i < m->ntensors; i++)
+        if (strcmp(m->table[i].name, name) == 0) return &m->table[i];
+    return NULL;
+}
+
+static void check_block(int which, enum block k)
+{
+    const char *bname = k == NORM ? "norm" : k == ATTN ? "attention" : "mlp";
+    gpt_config c = arch(which);
+    int h = c.hidden, n = B * T * h;
+    model_at whole, shard[TP];
+    model_open(&whole, &c, 1, 0);
+    for (int s = 0; s < TP; s++) model_open(&shard[s], &c, TP, s);
+
+    float *x = malloc((size_t)n * sizeof(float)), *R = malloc((size_t)n * sizeof(float));
+    float *out = malloc((size_t)n * sizeof(float)), *dx = malloc((size_t)n * sizeof(float));
+    float *sout = calloc((size_t)n, sizeof(float)), *sdx = calloc((size_t)n, sizeof(float));
+    float *tmp = malloc((size_t)n * sizeof(float)), *tdx = malloc((size_t)n * sizeof(float));
+    double *xd = malloc((size_t)n * sizeof(double)), *od = malloc((size_t)n * sizeof(double));
+    td_philox_fill_normal(x, (uint64_t)n, 5, 1, 0, 0.0f, 1.0f);
+    td_philox_fill_normal(R, (uint64_t)n, 5, 2, 0, 0.0f, 1.0f);
+    for (int i = 0; i < n; i++) xd[i] = x[i];
+
+    /* forward: the whole block against the reference, the shards' sum against the whole */
+    run_block(&whole, k, out, x, R, dx);
+    ref r = {whole.m, NULL, 0};
+    ref_block(&r, k, od, xd);
+    double scale = 0, err = 0, serr = 0;
+    for (int i = 0; i < n; i++) scale = fmax(scale, fabs(od[i]));
+    for (int i = 0; i < n; i++) err = fmax(err, fabs(out[i] - od[i]) / scale);
+    for (int s = 0; s < TP; s++) {
+        run_block(&shard[s], k, tmp, x, R, tdx);
+        for (int i = 0; i < n; i++) sout[i] += k == NORM && s ? 0.0f : tmp[i], sdx[i] += k == NORM && s ? 0.0f : tdx[i];
+    }
+    for (int i = 0; i < n; i++) serr = fmax(serr, fabs(sout[i] - od[i]) / scale);
+    printf("%s %d: forward %.2e relative to the largest output %.3g; tp %d shards summed %.2e\n", bname, which, err,
+           scale, TP, serr);
+    assert_true(err < 1e-5);
+    assert_true(serr < 1e-5);
+
+    /* input gradient by central differences of the reference (every element) */
+    double eps = 1e-5, gscale = 0, gerr = 0, gserr = 0;
+    double *fd = malloc((size_t)n * sizeof(double));
+    for (int i = 0; i < n; i++) {
+        fd[i] = (ref_loss(&r, k, xd, i, eps, R) - ref_loss(&r, k, xd, i, -eps, R)) / (2 * eps);
+        gscale = fmax(gscale, fabs(fd[i]));
+    }
+    for (int i = 0; i < n; i++) {
+        gerr = fmax(gerr, fabs(dx[i] - fd[i]) / gscale);
+        gserr = fmax(gserr, fabs(sdx[i] - fd[i]) / gscale);
+    }
+    printf("%s %d: input gradient %.2e, shards summed %.2e (largest %.3g)\n", bname, which, gerr, gserr, gscale);
+    assert_true(gerr < 1e-4);
+    assert_true(gserr < 1e-4);
+
+    /* parameter gradients: 12 elements of every tensor of the block by central differences;
+     * each shard's slice equal to the whole's (replicated tensors: the whole's on every shard) */
+    float *wg = malloc(whole.m->numel * sizeof(float));
+    be_memcpy(g_be, wg, whole.m->grads, whole.m->numel * sizeof(float), BE_D2H);
+    int checked = 0;
+    long compared = 0; /* shard elements held against the whole */
+    double perr = 0, slerr = 0;
+    for (int ti = 0; ti < whole.m->ntensors; ti++) {
+        const gpt_tensor_info *t = &whole.m->table[ti];
+        if (!prefix_of(t->name, k)) continue;
+        for (int e = 0; e < 12; e++) {
+            size_t idx = (size_t)(((uint64_t)e * 2654435761u + (uint64_t)ti * 40503u) % t->numel);
+            float *pp = whole.m->params + t->offset + idx;
+            ref rp = {whole.m, pp, eps}, rm = {whole.m, pp, -eps};
+            double g = (ref_loss(&rp, k, xd, -1, 0, R) - ref_loss(&rm, k, xd, -1, 0, R)) / (2 * eps);
+            double got = wg[t->offset + idx];
+            perr = fmax(perr, fabs(got - g) / fmax(gscale, 1e-3));
+            checked++;
+        }
+        int64_t rows = t->shape[0], cols = t->ndim == 2 ? t->shape[1] : 1;
+        for (int s = 0; s < TP; s++) {
+            const gpt_tensor_info *st = find_tensor(shard[s].m, t->name);
+            assert_non_null(st);
+            for (int64_t i = 0; i < rows; i++)
+                for (int64_t j = 0; j < cols; j++) {
+                    long li = local_index(st, i, j);
+                    if (li < 0) continue;
+                    compared++;
+                    double want = wg[t->offset + (size_t)(i * cols + j)], have = shard[s].m->grads[st->offset + (size_t)li];
+                    slerr = fmax(slerr, fabs(want - have) / fmax(gscale, 1e-3));
+                }
+        }
+    }
+    printf("%s %d: %d parameter gradients %.2e; %ld shard elements against the whole %.2e\n", bname, which, checked,
+           perr, compared, slerr);
+    assert_true(checked > 0 && compared > 0);
+    assert_true(perr < 1e-4);
+    assert_true(slerr < 1e-5);
+
+    free(wg);
+    free(fd);
+    free(x);
+    free(R);
+    free(out);
+    free(dx);
+    free(sout);
+    free(sdx);
+    free(tmp);
+    free(tdx);
+    free(xd);
+    free(od);
+    model_close(&whole);
+    for (int s = 0; s < TP; s++) model_close(&shard[s]);
+}
+
+static void norm_gpt2(void **st) { (void)st; check_block(0, NORM); }
+static void norm_llama(void **st) { (void)st; check_block(1, NORM); }
+static void attention_gpt2(void **st) { (void)st; check_block(0, ATTN); }
+static void attention_llama(void **st) { (void)st; check_block(1, ATTN); }
+static void attention_mixed(void **st) { (void)st; check_block(2, ATTN); }
+static void mlp_gpt2(void **st) { (void)st; check_block(0, MLP); }
+static void mlp_llama(void **st) { (void)st; check_block(1, MLP); }
+static void mlp_mixed(void **st) { (void)st; check_block(2, MLP); }
+
+int main(int argc, char **argv)
+{
+    g_world = comm_world_init(&argc, &argv);
+    g_be = be_cpu(2);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(norm_gpt2),      cmocka_unit_test(norm_llama),      cmocka_unit_test(attention_gpt2),
+        cmocka_unit_test(attention_llama), cmocka_unit_test(attention_mixed), cmocka_unit_test(mlp_gpt2),
+        cmocka_unit_test(mlp_llama),       cmocka_unit_test(mlp_mixed),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    be_free(g_be);
+    comm_world_finalize(g_world);
+    return rc;
+}
