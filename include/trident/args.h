@@ -32,6 +32,7 @@ typedef struct td_args {
     char *tokenizer_type;
     char *vocab_file;
     char *merge_file;
+    char *tokenizer_model;
     int decode;
     int whole;
     /* preprocess */

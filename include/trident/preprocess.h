@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "trident/bpe.h"
+#include "trident/tokenizer.h"
 
 typedef struct prep_config {
     const char *const *inputs; /* files, read in this order */
@@ -40,7 +40,7 @@ typedef struct prep_stats {
  * names unless the whole run succeeds). Progress, warnings and a summary go to stderr unless
  * c->quiet. Returns 0, or -1 with one line in err naming the file (and line) and what to do.
  * stats may be NULL. */
-int prep_run(const prep_config *c, const bpe_tokenizer *tok, prep_stats *stats, char *err, size_t errlen);
+int prep_run(const prep_config *c, const tok_tokenizer *tok, prep_stats *stats, char *err, size_t errlen);
 
 /* "PREFIX_<key>_document", the dataset prefix preprocess writes for `key` (caller frees). */
 char *prep_dataset_prefix(const char *output_prefix, const char *key);

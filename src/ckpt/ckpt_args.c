@@ -51,8 +51,9 @@ int ckpt_args_reconcile(td_args *a, const ckpt_meta *m, int vocab, int tp, int l
         switch (k->kind) {
         case GPT_KEY_VOCAB:
             if (vocab > 0 && rv != cv)
-                FAIL("--vocab-file %s has %s tokens but the checkpoint's vocab_size is %s (%s): use the tokenizer it "
-                     "was trained with", a->vocab_file, rs, cs, mpath);
+                FAIL("%s %s has %s tokens but the checkpoint's vocab_size is %s (%s): use the tokenizer it "
+                     "was trained with", a->tokenizer_model ? "--tokenizer-model" : "--vocab-file",
+                     a->tokenizer_model ? a->tokenizer_model : a->vocab_file, rs, cs, mpath);
             break;
         case GPT_KEY_ARCH:
         case GPT_KEY_RUN:

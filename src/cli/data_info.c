@@ -5,7 +5,7 @@
 
 #include "cli.h"
 #include "trident/args.h"
-#include "trident/bpe.h"
+#include "trident/tokenizer.h"
 #include "trident/check.h"
 #include "trident/gpt_dataset.h"
 #include "trident/indexed.h"
@@ -94,13 +94,17 @@ int cli_data_info(int argc, char **argv)
     gptds_config cfg;
     gptds_config_from_args(&cfg, &a, wanted);
     char vsrc[1200];
-    if (a.vocab_file) { /* optional here: with it, the token ids are checked as training does */
+    if (a.vocab_file || a.tokenizer_model) { /* optional here: with it, the token ids are checked as training does */
         char err[1024];
-        bpe_tokenizer *tok = bpe_load(a.vocab_file, a.merge_file, err, sizeof err);
-        if (!tok) td_fatal(1, "trident data-info: --vocab-file %s: %s", a.vocab_file, err);
-        cfg.vocab_size = bpe_vocab_size(tok);
-        bpe_free(tok);
-        snprintf(vsrc, sizeof vsrc, "--vocab-file %s", a.vocab_file);
+        tok_spec spec = {a.tokenizer_type, a.vocab_file, a.merge_file, a.tokenizer_model};
+        if (tok_check_spec(&spec, err, sizeof err) != 0) td_usage_error("trident data-info: %s", err);
+        tok_tokenizer *tok = tok_open(&spec, err, sizeof err);
+        const char *flag = a.tokenizer_model ? "--tokenizer-model" : "--vocab-file";
+        const char *file = a.tokenizer_model ? a.tokenizer_model : a.vocab_file;
+        if (!tok) td_fatal(1, "trident data-info: %s %s: %s", flag, file, err);
+        cfg.vocab_size = tok_vocab_size(tok);
+        tok_free(tok);
+        snprintf(vsrc, sizeof vsrc, "%s %s", flag, file);
         cfg.vocab_source = vsrc;
     }
     gptds *ds = gptds_open(&cfg);

@@ -1,4 +1,4 @@
-/* trident preprocess: loose JSON (or text files) -> GPT-2 BPE -> Megatron .bin/.idx.
+/* trident preprocess: loose JSON (or text files) -> GPT-2 BPE or a tokenizer.json -> Megatron .bin/.idx.
  * Every flag is checked (exit 2, naming it) before the tokenizer is loaded. */
 #include <errno.h>
 #include <stdint.h>
@@ -10,9 +10,9 @@
 
 #include "cli.h"
 #include "trident/args.h"
-#include "trident/bpe.h"
 #include "trident/check.h"
 #include "trident/preprocess.h"
+#include "trident/tokenizer.h"
 
 #define PROG "trident preprocess"
 
@@ -53,8 +53,9 @@ static void validate(const td_args *a)
         td_usage_error(PROG ": --input is required (one or more .jsonl or text files; .gz and .zst are decompressed)");
     if (!a->output_prefix || !*a->output_prefix)
         td_usage_error(PROG ": --output-prefix is required (writes PREFIX_<key>_document.bin and .idx)");
-    if (!a->vocab_file) td_usage_error(PROG ": --vocab-file is required (GPT-2 vocab.json)");
-    if (!a->merge_file) td_usage_error(PROG ": --merge-file is required (GPT-2 merges.txt)");
+    char msg[512];
+    tok_spec spec = {a->tokenizer_type, a->vocab_file, a->merge_file, a->tokenizer_model};
+    if (tok_check_spec(&spec, msg, sizeof msg) != 0) td_usage_error(PROG ": %s", msg);
     if (a->json_keys.n == 0) td_usage_error(PROG ": --json-keys needs at least one key");
     for (int i = 0; i < a->json_keys.n; i++) {
         const char *k = a->json_keys.v[i];
@@ -71,8 +72,8 @@ static void validate(const td_args *a)
     if (text && td_args_given(a, "--skip-bad-lines"))
         td_usage_error(PROG ": --skip-bad-lines applies to --input-format json only");
     for (int i = 0; i < a->input.n; i++) need_readable("--input", a->input.v[i]);
-    need_readable("--vocab-file", a->vocab_file);
-    need_readable("--merge-file", a->merge_file);
+    const char *flags[2], *paths[2];
+    for (int i = 0, n = tok_spec_files(&spec, flags, paths); i < n; i++) need_readable(flags[i], paths[i]);
     need_output_folder(a->output_prefix);
 }
 
@@ -81,7 +82,8 @@ int cli_preprocess(int argc, char **argv)
     td_args a;
     if (td_args_parse(&a, TD_CMD_PREPROCESS, PROG, argc, argv, 1) == 1) {
         td_args_usage(TD_CMD_PREPROCESS, PROG,
-                      "Tokenizes loose JSON (one object per line) or text files with GPT-2 BPE into Megatron\n"
+                      "Tokenizes loose JSON (one object per line) or text files with GPT-2 BPE (or a Hugging Face\n"
+                      "tokenizer.json: --tokenizer-type HuggingFaceTokenizer --tokenizer-model FILE) into Megatron\n"
                       "indexed datasets PREFIX_<key>_document.bin/.idx (MMIDIDX v1).");
         td_args_free(&a);
         return 0;
@@ -90,7 +92,8 @@ int cli_preprocess(int argc, char **argv)
     td_log_set_level(a.verbose);
 
     char err[1024];
-    bpe_tokenizer *tok = bpe_load(a.vocab_file, a.merge_file, err, sizeof err);
+    tok_spec spec = {a.tokenizer_type, a.vocab_file, a.merge_file, a.tokenizer_model};
+    tok_tokenizer *tok = tok_open(&spec, err, sizeof err);
     if (!tok) {
         td_args_free(&a);
         td_fatal(1, "%s", err);
@@ -109,7 +112,7 @@ int cli_preprocess(int argc, char **argv)
         .quiet = a.verbose == 0,
     };
     int rc = prep_run(&c, tok, NULL, err, sizeof err);
-    bpe_free(tok);
+    tok_free(tok);
     td_args_free(&a);
     if (rc != 0) td_fatal(1, "%s", err);
     return 0;

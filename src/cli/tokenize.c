@@ -1,4 +1,4 @@
-/* trident tokenize: GPT-2 BPE from stdin to stdout. Encodes each input line (without its
+/* trident tokenize: GPT-2 BPE or a Hugging Face tokenizer.json from stdin to stdout. Encodes each input line (without its
  * newline) to one line of space-separated ids, or the whole input to one line with --whole;
  * --decode turns lines of ids back into text. */
 #include <errno.h>
@@ -8,17 +8,19 @@
 
 #include "cli.h"
 #include "trident/args.h"
-#include "trident/bpe.h"
 #include "trident/check.h"
+#include "trident/tokenizer.h"
 
 static const char SUMMARY[] =
-    "Encodes stdin with GPT-2's byte-level BPE: one line of space-separated ids per input line\n"
+    "Encodes stdin with GPT-2's byte-level BPE, or a Hugging Face tokenizer.json (--tokenizer-type\n"
+    "HuggingFaceTokenizer --tokenizer-model FILE): one line of space-separated ids per input line\n"
     "(the line without its newline), or one line for the whole input with --whole. With --decode,\n"
     "reads lines of space-separated ids and writes the text of each line followed by a newline\n"
-    "(with --whole: the text of all ids, nothing added). Any bytes round-trip, invalid UTF-8\n"
-    "included; see docs/tokenizer.md.\n"
+    "(with --whole: the text of all ids, nothing added). Any bytes round-trip through GPT-2's BPE\n"
+    "and byte-level tokenizer.json files, invalid UTF-8 included; see docs/tokenizer.md.\n"
     "\n"
-    "  trident tokenize --vocab-file gpt2/vocab.json --merge-file gpt2/merges.txt < in.txt";
+    "  trident tokenize --vocab-file gpt2/vocab.json --merge-file gpt2/merges.txt < in.txt\n"
+    "  trident tokenize --tokenizer-type HuggingFaceTokenizer --tokenizer-model tokenizer.json < in.txt";
 
 static void write_or_die(const void *p, size_t n)
 {
@@ -59,16 +61,16 @@ static char *read_all(FILE *f, size_t *len)
     return buf;
 }
 
-static void encode_stream(const bpe_tokenizer *t, int whole)
+static void encode_stream(const tok_tokenizer *t, int whole)
 {
-    bpe_worker *w = bpe_worker_new(t);
+    tok_worker *w = tok_worker_new(t);
     bpe_ids ids = {0};
     char *out = NULL;
     size_t out_cap = 0;
     if (whole) {
         size_t len;
         char *text = read_all(stdin, &len);
-        bpe_encode(w, text, len, &ids);
+        tok_encode(w, text, len, &ids);
         write_ids(&ids, &out, &out_cap);
         free(text);
     } else {
@@ -78,7 +80,7 @@ static void encode_stream(const bpe_tokenizer *t, int whole)
         while ((n = getline(&line, &line_cap, stdin)) > 0) {
             if (line[n - 1] == '\n') n--;
             ids.n = 0;
-            bpe_encode(w, line, (size_t)n, &ids);
+            tok_encode(w, line, (size_t)n, &ids);
             write_ids(&ids, &out, &out_cap);
         }
         if (ferror(stdin)) td_fatal(1, "trident tokenize: reading stdin failed: %s", td_strerror(errno));
@@ -86,7 +88,7 @@ static void encode_stream(const bpe_tokenizer *t, int whole)
     }
     free(out);
     bpe_ids_free(&ids);
-    bpe_worker_free(w);
+    tok_worker_free(w);
 }
 
 /* Appends the ids of one text line to v; exits naming the line on anything but ids. */
@@ -114,17 +116,17 @@ static void parse_ids(const char *s, size_t n, size_t lineno, int n_vocab, bpe_i
     }
 }
 
-static void decode_ids(const bpe_tokenizer *t, const bpe_ids *ids, size_t lineno, char **text, int newline)
+static void decode_ids(const tok_tokenizer *t, const bpe_ids *ids, size_t lineno, char **text, int newline)
 {
     char err[256];
     size_t len = 0;
-    if (bpe_decode(t, ids->ids, ids->n, text, &len, err, sizeof err) != 0)
+    if (tok_decode(t, ids->ids, ids->n, text, &len, err, sizeof err) != 0)
         td_fatal(1, "trident tokenize --decode: line %zu: %s", lineno, err);
     write_or_die(*text, len);
     if (newline) write_or_die("\n", 1);
 }
 
-static void decode_stream(const bpe_tokenizer *t, int whole)
+static void decode_stream(const tok_tokenizer *t, int whole)
 {
     bpe_ids ids = {0};
     char *line = NULL, *text = NULL;
@@ -134,7 +136,7 @@ static void decode_stream(const bpe_tokenizer *t, int whole)
         lineno++;
         if (line[n - 1] == '\n') n--;
         if (!whole) ids.n = 0;
-        parse_ids(line, (size_t)n, lineno, bpe_vocab_size(t), &ids);
+        parse_ids(line, (size_t)n, lineno, tok_vocab_size(t), &ids);
         if (!whole) decode_ids(t, &ids, lineno, &text, 1);
     }
     if (ferror(stdin)) td_fatal(1, "trident tokenize: reading stdin failed: %s", td_strerror(errno));
@@ -153,19 +155,17 @@ int cli_tokenize(int argc, char **argv)
         return 0;
     }
     td_log_set_level(a.verbose);
-    if (!a.vocab_file)
-        td_usage_error("trident tokenize: --vocab-file is required (GPT-2's vocab.json, also called encoder.json)");
-    if (!a.merge_file)
-        td_usage_error("trident tokenize: --merge-file is required (GPT-2's merges.txt, also called vocab.bpe)");
     char err[512];
-    bpe_tokenizer *t = bpe_load(a.vocab_file, a.merge_file, err, sizeof err);
+    tok_spec spec = {a.tokenizer_type, a.vocab_file, a.merge_file, a.tokenizer_model};
+    if (tok_check_spec(&spec, err, sizeof err) != 0) td_usage_error("trident tokenize: %s", err);
+    tok_tokenizer *t = tok_open(&spec, err, sizeof err);
     if (!t) td_usage_error("trident tokenize: %s", err);
     static char outbuf[1 << 16];
     setvbuf(stdout, outbuf, _IOFBF, sizeof outbuf);
     if (a.decode) decode_stream(t, a.whole);
     else encode_stream(t, a.whole);
     if (fflush(stdout) != 0) td_fatal(1, "trident tokenize: writing stdout failed: %s", td_strerror(errno));
-    bpe_free(t);
+    tok_free(t);
     td_args_free(&a);
     return 0;
 }

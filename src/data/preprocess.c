@@ -1,7 +1,7 @@
 /* Preprocessing: see include/trident/preprocess.h and docs/preprocess.md.
  *
  * The main thread reads the inputs and cuts them into batches of whole lines (or one whole file
- * in text format); worker threads, one bpe_worker each, parse and tokenize batches; the main
+ * in text format); worker threads, one tokenizer worker each, parse and tokenize batches; the main
  * thread writes finished batches strictly in the order it read them, so the output does not
  * depend on --workers. Batches live in a ring of slots: FREE -> READY (filled) -> BUSY (a worker
  * has it) -> DONE (tokenized) -> written -> FREE. */
@@ -586,7 +586,7 @@ typedef struct {
 
 typedef struct {
     const prep_config *c;
-    const bpe_tokenizer *tok;
+    const tok_tokenizer *tok;
     int eod;
     pp_batch *slots;
     int nslots;
@@ -598,7 +598,7 @@ typedef struct {
 
 typedef struct {
     pp_shared *sh;
-    bpe_worker *bw;
+    tok_worker *bw;
     prep_str *vals; /* (n_keys) decoded values */
     pthread_t thread;
 } pp_worker;
@@ -621,7 +621,7 @@ static void add_document(pp_worker *w, pp_batch *b, int k, const char *text, siz
 {
     pp_keyout *o = &b->out[k];
     size_t before = o->toks.n;
-    if (n) bpe_encode(w->bw, text, n, &o->toks);
+    if (n) tok_encode(w->bw, text, n, &o->toks);
     size_t got = o->toks.n - before;
     if (got == 0) { /* Megatron: no tokens, no document (and no EOD) */
         b->empty++;
@@ -921,11 +921,16 @@ static void summary(pp_run_state *r)
     fputc('\n', stderr);
 }
 
-int prep_run(const prep_config *c, const bpe_tokenizer *tok, prep_stats *stats, char *err, size_t errlen)
+int prep_run(const prep_config *c, const tok_tokenizer *tok, prep_stats *stats, char *err, size_t errlen)
 {
     if (c->n_inputs < 1 || c->n_keys < 1 || c->workers < 1 || !c->output_prefix || (c->text_format && c->n_keys != 1)) {
         td_seterr(err, errlen, "preprocess: needs at least one input, one key (exactly one in text format), one worker "
                "and an output prefix");
+        return -1;
+    }
+    if (c->append_eod && tok_eod_id(tok) < 0) {
+        td_seterr(err, errlen, "preprocess: --append-eod: the %s tokenizer names no end-of-document token (no EOS in "
+                  "its post-processor, no <|end_of_text|>, <|endoftext|>, </s> or <eos> token)", tok_kind(tok));
         return -1;
     }
     pp_run_state r = {0};
@@ -937,7 +942,7 @@ int prep_run(const prep_config *c, const bpe_tokenizer *tok, prep_stats *stats, 
     pp_shared *sh = &r.sh;
     sh->c = c;
     sh->tok = tok;
-    sh->eod = bpe_eod_id(tok);
+    sh->eod = tok_eod_id(tok);
     sh->nslots = 2 * c->workers + 2;
     sh->slots = td_xcalloc((size_t)sh->nslots, sizeof *sh->slots);
     for (int i = 0; i < sh->nslots; i++) sh->slots[i].out = td_xcalloc((size_t)c->n_keys, sizeof(pp_keyout));
@@ -946,7 +951,7 @@ int prep_run(const prep_config *c, const bpe_tokenizer *tok, prep_stats *stats, 
     pthread_cond_init(&sh->done_cv, NULL);
 
     int rc = 0;
-    enum idx_dtype dt = idx_dtype_for_vocab(bpe_vocab_size(tok));
+    enum idx_dtype dt = idx_dtype_for_vocab(tok_vocab_size(tok));
     r.writers = td_xcalloc((size_t)c->n_keys, sizeof *r.writers);
     r.names = td_xcalloc((size_t)c->n_keys, sizeof *r.names);
     for (int k = 0; k < c->n_keys && rc == 0; k++) {
@@ -961,13 +966,13 @@ int prep_run(const prep_config *c, const bpe_tokenizer *tok, prep_stats *stats, 
         for (; started < c->workers; started++) {
             pp_worker *w = &ws[started];
             w->sh = sh;
-            w->bw = bpe_worker_new(tok);
+            w->bw = tok_worker_new(tok);
             w->vals = td_xcalloc((size_t)c->n_keys, sizeof *w->vals);
             int e = pthread_create(&w->thread, NULL, worker_main, w);
             if (e != 0) {
                 td_seterr(err, errlen, "preprocess: cannot start worker thread %d: %s (lower --workers)", started,
                        td_strerror(e));
-                bpe_worker_free(w->bw);
+                tok_worker_free(w->bw);
                 free(w->vals);
                 rc = -1;
                 break;
@@ -982,7 +987,7 @@ int prep_run(const prep_config *c, const bpe_tokenizer *tok, prep_stats *stats, 
     pthread_mutex_unlock(&sh->mu);
     for (int i = 0; i < started; i++) {
         pthread_join(ws[i].thread, NULL);
-        bpe_worker_free(ws[i].bw);
+        tok_worker_free(ws[i].bw);
         for (int k = 0; k < c->n_keys; k++) prep_str_free(&ws[i].vals[k]);
         free(ws[i].vals);
     }

@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
-#include "trident/bpe.h"
+#include "trident/tokenizer.h"
 #include "trident/breakdown.h"
 #include "trident/check.h"
 #include "trident/checkpoint.h"
@@ -48,9 +48,14 @@ int trainer_validate(const td_args *a, int world_size, char *msg, size_t msglen)
     int tp = a->tensor_model_parallel_size, pp = a->pipeline_model_parallel_size;
     int max_pos = a->max_position_embeddings ? a->max_position_embeddings : a->seq_length;
     if (a->data_path.n == 0) FAIL("--data-path is required (a dataset prefix from trident preprocess)");
-    if (readable_file("--vocab-file", a->vocab_file, "GPT-2's vocab.json, to size the vocabulary", msg, msglen) ||
-        readable_file("--merge-file", a->merge_file, "GPT-2's merges.txt", msg, msglen))
-        return -1;
+    tok_spec spec = {a->tokenizer_type, a->vocab_file, a->merge_file, a->tokenizer_model};
+    if (tok_check_spec(&spec, msg, msglen) != 0) return -1; /* names the tokenizer flag */
+    const char *tflags[2], *tpaths[2];
+    for (int i = 0, n = tok_spec_files(&spec, tflags, tpaths); i < n; i++)
+        if (readable_file(tflags[i], tpaths[i], i == 0 && n == 2 ? "GPT-2's vocab.json, to size the vocabulary"
+                          : n == 2 ? "GPT-2's merges.txt" : "a Hugging Face tokenizer.json, to size the vocabulary",
+                          msg, msglen))
+            return -1;
     double split_w[GPTDS_NSPLITS];
     char split_err[256];
     const char *split = a->split ? a->split : "969,30,1";
@@ -223,15 +228,16 @@ static double evaluate(run_state *r, gptds_split s, int64_t consumed, int64_t it
     return total / ((double)iters * r->gbs * r->a->seq_length);
 }
 
-/* The vocabulary of the --vocab-file tokenizer; -1 without one. */
+/* The vocabulary of the tokenizer (--vocab-file or --tokenizer-model); -1 without one. */
 static int tokenizer_vocab(const td_args *a)
 {
-    if (!a->vocab_file) return -1;
+    if (!a->vocab_file && !a->tokenizer_model) return -1;
     char err[512];
-    bpe_tokenizer *tok = bpe_load(a->vocab_file, a->merge_file, err, sizeof err);
+    tok_spec spec = {a->tokenizer_type, a->vocab_file, a->merge_file, a->tokenizer_model};
+    tok_tokenizer *tok = tok_open(&spec, err, sizeof err);
     if (!tok) td_fatal(1, "%s", err);
-    int v = bpe_vocab_size(tok);
-    bpe_free(tok);
+    int v = tok_vocab_size(tok);
+    tok_free(tok);
     return v;
 }
 
@@ -263,7 +269,8 @@ static void setup(run_state *r, const td_args *a, comm *world)
     gptds_config dc;
     gptds_config_from_args(&dc, a, want);
     char vsrc[1100];
-    snprintf(vsrc, sizeof vsrc, "--vocab-file %s", a->vocab_file);
+    if (a->tokenizer_model) snprintf(vsrc, sizeof vsrc, "--tokenizer-model %s", a->tokenizer_model);
+    else snprintf(vsrc, sizeof vsrc, "--vocab-file %s", a->vocab_file);
     dc.vocab_size = c.vocab;
     dc.vocab_source = vsrc;
     if (ps->world_rank == 0) r->data = gptds_open(&dc);

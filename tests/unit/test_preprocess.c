@@ -21,7 +21,7 @@
 #include "trident/preprocess.h"
 
 static char g_dir[512];
-static bpe_tokenizer *g_tok;
+static tok_tokenizer *g_tok;
 
 static int setup(void **state)
 {
@@ -30,7 +30,8 @@ static int setup(void **state)
     mkdir(TD_TEST_TMP, 0755);
     mkdir(g_dir, 0755);
     char err[512];
-    g_tok = bpe_load(TD_TEST_DATA "/gpt2/vocab.json", TD_TEST_DATA "/gpt2/merges.txt", err, sizeof err);
+    tok_spec spec = {"GPT2BPETokenizer", TD_TEST_DATA "/gpt2/vocab.json", TD_TEST_DATA "/gpt2/merges.txt", NULL};
+    g_tok = tok_open(&spec, err, sizeof err);
     if (!g_tok) {
         fprintf(stderr, "cannot load the GPT-2 tokenizer: %s\n", err);
         return -1;
@@ -41,7 +42,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    bpe_free(g_tok);
+    tok_free(g_tok);
     return 0;
 }
 
@@ -204,17 +205,17 @@ static int files_with(const char *s)
 /* Expects document i of the dataset to hold exactly the tokenizer's ids of text (+ EOD). */
 static void expect_doc(idx_dataset *d, int64_t i, const char *text, size_t n, int eod)
 {
-    bpe_worker *w = bpe_worker_new(g_tok);
+    tok_worker *w = tok_worker_new(g_tok);
     bpe_ids want = {0};
-    bpe_encode(w, text, n, &want);
-    if (eod) bpe_ids_push(&want, bpe_eod_id(g_tok));
+    tok_encode(w, text, n, &want);
+    if (eod) bpe_ids_push(&want, tok_eod_id(g_tok));
     assert_int_equal(idx_seq_len(d, i), (int32_t)want.n);
     int32_t *got = malloc(want.n * sizeof *got + 1);
     idx_read(d, i, 0, (int64_t)want.n, got);
     assert_memory_equal(got, want.ids, want.n * sizeof *got);
     free(got);
     bpe_ids_free(&want);
-    bpe_worker_free(w);
+    tok_worker_free(w);
 }
 
 /* ---- the JSON line reader ------------------------------------------------------------------ */

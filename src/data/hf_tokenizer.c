@@ -1,0 +1,1169 @@
+/* Hugging Face tokenizer.json (BPE models): see include/trident/hf_tokenizer.h and
+ * docs/tokenizer.md. The semantics are those of the Rust `tokenizers` library:
+ *
+ *   text -> added tokens whose "normalized" is false, split out whole (leftmost-longest)
+ *        -> each remaining piece: normalizer, then added tokens whose "normalized" is true
+ *        -> each remaining piece: pre-tokenizers in order, each cutting every piece further
+ *        -> each word: BPE (ignore_merges, chars or bytes to symbols, byte fallback, unknown
+ *           token, merges in (rank, position) order from one heap) -> ids
+ *
+ * Text is kept as raw bytes throughout. A ByteLevel pre-tokenizer (which must come last) only
+ * changes how the model sees a word: as bytes, with the vocab and merges translated from
+ * GPT-2's byte alphabet at load. The library's regexes run on Oniguruma; here they run on PCRE2
+ * with \s, \p{L} and \p{N} rewritten to Oniguruma's classes (regex_rewrite).
+ *
+ * This file reads the file into struct hf_tokenizer (src/data/hf_impl.h); src/data/hf_encode.c
+ * runs the pipeline. */
+#include "hf_impl.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <unicode/uchar.h>
+#include <unicode/unorm2.h>
+#include <unicode/ustring.h>
+#include <unicode/utypes.h>
+
+#include "trident/check.h"
+
+/* ---- small helpers --------------------------------------------------------------------- */
+
+uint64_t hf_hash_bytes(const char *s, size_t n)
+{
+    uint64_t h = 0x9e3779b97f4a7c15ull ^ n;
+    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 0x100000001b3ull;
+    h ^= h >> 32; /* mix the high bits into the low ones the tables index by */
+    h *= 0xd6e8feb86659fd93ull;
+    return h ^ (h >> 32);
+}
+
+static uint64_t hash_u64(uint64_t x)
+{
+    x *= 0x9e3779b97f4a7c15ull;
+    return x ^ (x >> 31);
+}
+
+/* Length of the valid UTF-8 character at s (1-4), or 0 if the bytes there are not one. */
+size_t hf_utf8_len(const unsigned char *s, size_t n, uint32_t *cp)
+{
+    unsigned c = s[0];
+    size_t k;
+    uint32_t v, min;
+    if (c < 0x80) {
+        *cp = c;
+        return 1;
+    }
+    if (c >= 0xc2 && c <= 0xdf) k = 2, v = c & 0x1f, min = 0x80;
+    else if (c >= 0xe0 && c <= 0xef) k = 3, v = c & 0x0f, min = 0x800;
+    else if (c >= 0xf0 && c <= 0xf4) k = 4, v = c & 0x07, min = 0x10000;
+    else return 0;
+    if (k > n) return 0;
+    for (size_t i = 1; i < k; i++) {
+        if ((s[i] & 0xc0) != 0x80) return 0;
+        v = v << 6 | (s[i] & 0x3f);
+    }
+    if (v < min || v > 0x10ffff || (v >= 0xd800 && v <= 0xdfff)) return 0;
+    *cp = v;
+    return k;
+}
+
+/* Bytes of one "character" at s: a valid UTF-8 character, or one byte of invalid input. */
+size_t hf_char_len(const char *s, size_t n)
+{
+    uint32_t cp;
+    size_t k = hf_utf8_len((const unsigned char *)s, n, &cp);
+    return k ? k : 1;
+}
+
+/* GPT-2's byte alphabet: bytes 33-126, 161-172, 174-255 are themselves, the other 68 map in
+ * order to U+0100.. . cp_to_byte has 324 entries (-1: not in the alphabet). */
+void hf_byte_alphabet(int16_t cp_to_byte[324])
+{
+    int extra = 0;
+    for (int i = 0; i < 324; i++) cp_to_byte[i] = -1;
+    for (int b = 0; b < 256; b++) {
+        int self = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
+        cp_to_byte[self ? b : 256 + extra++] = (int16_t)b;
+    }
+}
+
+/* Converts a string of the byte alphabet to its bytes in out (room for n). -1 if a character is
+ * outside the alphabet. */
+long hf_alphabet_to_bytes(const char *s, size_t n, const int16_t *cp_to_byte, char *out)
+{
+    long len = 0;
+    for (size_t i = 0; i < n;) {
+        uint32_t cp;
+        size_t k = hf_utf8_len((const unsigned char *)s + i, n - i, &cp);
+        if (!k || cp >= 324 || cp_to_byte[cp] < 0) return -1;
+        out[len++] = (char)cp_to_byte[cp];
+        i += k;
+    }
+    return len;
+}
+
+/* Reads a whole file. NULL (errno kept) on failure. */
+static char *read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 1 << 16, n = 0;
+    char *buf = td_xmalloc(cap);
+    for (;;) {
+        if (cap - n < 2) buf = td_xrealloc(buf, cap *= 2);
+        size_t got = fread(buf + n, 1, cap - n - 1, f);
+        n += got;
+        if (got == 0) break;
+    }
+    int bad = ferror(f), saved = errno;
+    fclose(f);
+    if (bad) {
+        free(buf);
+        errno = saved ? saved : EIO;
+        return NULL;
+    }
+    buf[n] = 0;
+    *len = n;
+    return buf;
+}
+
+/* ---- string pool and string -> id map ------------------------------------------------- */
+
+static uint32_t pool_add(strpool *sp, const char *s, size_t n)
+{
+    if (!sp->p || sp->n + n > sp->cap) { /* allocated even for "": tokens point into it */
+        while (!sp->cap || sp->n + n > sp->cap) sp->cap = sp->cap ? 2 * sp->cap : 1 << 16;
+        sp->p = td_xrealloc(sp->p, sp->cap);
+    }
+    TD_CHECK(sp->n + n < UINT32_MAX, "the tokenizer file is too large", "string pool over 4 GB");
+    if (n) memcpy(sp->p + sp->n, s, n);
+    uint32_t off = (uint32_t)sp->n;
+    sp->n += n;
+    return off;
+}
+
+static void smap_init(smap *m, size_t n)
+{
+    size_t cap = 16;
+    while (cap < 2 * n) cap <<= 1;
+    m->slot = td_xcalloc(cap, sizeof *m->slot);
+    m->mask = cap - 1;
+    m->used = 0;
+}
+
+static smap_slot *smap_slot_for(const smap *m, const strpool *sp, const char *s, size_t n, uint64_t h)
+{
+    for (size_t i = h & m->mask;; i = (i + 1) & m->mask) {
+        smap_slot *x = &m->slot[i];
+        if (x->hash == 0) return x;
+        if (x->hash == h && x->len == n && memcmp(sp->p + x->off, s, n) == 0) return x;
+    }
+}
+
+int32_t hf_smap_find(const smap *m, const strpool *sp, const char *s, size_t n)
+{
+    if (!m->slot) return -1;
+    smap_slot *x = smap_slot_for(m, sp, s, n, hf_hash_bytes(s, n) | 1ull << 63);
+    return x->hash ? x->id : -1;
+}
+
+/* Maps the pooled string (off, n) to id; a later put of the same string wins. */
+static void smap_put(smap *m, const strpool *sp, uint32_t off, size_t n, int32_t id)
+{
+    if (2 * (m->used + 1) > m->mask + 1) {
+        smap old = *m;
+        smap_init(m, 2 * (old.mask + 1));
+        for (size_t i = 0; i <= old.mask; i++) {
+            smap_slot *o = &old.slot[i];
+            if (o->hash) *smap_slot_for(m, sp, sp->p + o->off, o->len, o->hash) = *o, m->used++;
+        }
+        free(old.slot);
+    }
+    uint64_t h = hf_hash_bytes(sp->p + off, n) | 1ull << 63;
+    smap_slot *x = smap_slot_for(m, sp, sp->p + off, n, h);
+    if (!x->hash) m->used++;
+    *x = (smap_slot){h, off, (uint32_t)n, id};
+}
+
+/* ---- the loaded tokenizer -------------------------------------------------------------- */
+
+int hf_vocab_size(const hf_tokenizer *t) { return t->n_vocab; }
+int hf_eod_id(const hf_tokenizer *t) { return t->eod; }
+int hf_bos_id(const hf_tokenizer *t) { return t->bos; }
+
+const char *hf_token(const hf_tokenizer *t, int id, size_t *n)
+{
+    if (id < 0 || id >= t->n_vocab || t->tok_len[id] == UINT32_MAX) return NULL;
+    *n = t->tok_len[id];
+    return t->pool.p + t->tok_off[id];
+}
+
+const pair_slot *hf_pair_find(const hf_tokenizer *t, int32_t a, int32_t b)
+{
+    uint64_t key = ((uint64_t)(uint32_t)a << 32 | (uint32_t)b) + 1;
+    for (size_t i = hash_u64(key) & t->pair_mask;; i = (i + 1) & t->pair_mask) {
+        const pair_slot *s = &t->pairs[i];
+        if (s->key == key) return s;
+        if (s->key == 0) return NULL;
+    }
+}
+
+/* A later merge of the same pair wins, as in the library (its map is built in order). */
+static void pair_put(hf_tokenizer *t, int32_t a, int32_t b, int32_t rank, int32_t id)
+{
+    uint64_t key = ((uint64_t)(uint32_t)a << 32 | (uint32_t)b) + 1;
+    for (size_t i = hash_u64(key) & t->pair_mask;; i = (i + 1) & t->pair_mask) {
+        pair_slot *s = &t->pairs[i];
+        if (s->key == 0 || s->key == key) {
+            *s = (pair_slot){key, rank, id};
+            return;
+        }
+    }
+}
+
+static void pattern_free(pattern *p)
+{
+    pcre2_code_free(p->re);
+    free(p->lit);
+}
+
+void hf_free(hf_tokenizer *t)
+{
+    if (!t) return;
+    free(t->pool.p);
+    free(t->tok_off);
+    free(t->tok_len);
+    free(t->vocab.slot);
+    if (t->keys.slot != t->vocab.slot) free(t->keys.slot);
+    free(t->pairs);
+    for (int i = 0; i < t->n_norm; i++) free(t->norm[i].a), free(t->norm[i].b);
+    for (int i = 0; i < t->n_pre; i++) pattern_free(&t->pre[i].pat);
+    for (int i = 0; i < t->n_dec; i++) free(t->dec[i].a), free(t->dec[i].b);
+    free(t->raw.tok);
+    free(t->raw.text);
+    free(t->normed.tok);
+    free(t->normed.text);
+    pcre2_code_free(t->word_re);
+    free(t);
+}
+
+/* ---- regexes: the file's Oniguruma pattern on PCRE2 ------------------------------------ */
+
+/* Letters (L) and numbers (N) that the library's Oniguruma (Unicode 16.0) has and PCRE2 10.42
+ * (Unicode 14.0) lacks; no character is in PCRE2's classes but not Oniguruma's. Found by running
+ * every code point through the reference's Split pre-tokenizer (docs/tokenizer.md). */
+static const uint32_t ONIG_EXTRA_L[][2] = {
+    {0x1c89, 0x1c8a}, {0xa7cb, 0xa7cd}, {0xa7da, 0xa7dc}, {0x105c0, 0x105f3}, {0x10d4a, 0x10d65},
+    {0x10d6f, 0x10d85}, {0x10ec2, 0x10ec4}, {0x1123f, 0x11240}, {0x11380, 0x11389}, {0x1138b, 0x1138b},
+    {0x1138e, 0x1138e}, {0x11390, 0x113b5}, {0x113b7, 0x113b7}, {0x113d1, 0x113d1}, {0x113d3, 0x113d3},
+    {0x11bc0, 0x11be0}, {0x11f02, 0x11f02}, {0x11f04, 0x11f10}, {0x11f12, 0x11f33}, {0x1342f, 0x1342f},
+    {0x13441, 0x13446}, {0x13460, 0x143fa}, {0x16100, 0x1611d}, {0x16d40, 0x16d6c}, {0x18cff, 0x18cff},
+    {0x1b132, 0x1b132}, {0x1b155, 0x1b155}, {0x1df25, 0x1df2a}, {0x1e030, 0x1e06d}, {0x1e4d0, 0x1e4eb},
+    {0x1e5d0, 0x1e5ed}, {0x1e5f0, 0x1e5f0}, {0x2b739, 0x2b739}, {0x2ebf0, 0x2ee5d}, {0x31350, 0x323af},
+};
+static const uint32_t ONIG_EXTRA_N[][2] = {
+    {0x10d40, 0x10d49}, {0x116d0, 0x116e3}, {0x11bf0, 0x11bf9}, {0x11f50, 0x11f59}, {0x16130, 0x16139},
+    {0x16d70, 0x16d79}, {0x1ccf0, 0x1ccf9}, {0x1d2c0, 0x1d2d3}, {0x1e4f0, 0x1e4f9}, {0x1e5f1, 0x1e5fa},
+};
+/* Oniguruma's \s: White_Space without U+180E (which PCRE2's \s has). */
+static const char ONIG_SPACE[] = "\\t\\n\\x{0b}\\f\\r\\x{20}\\x{85}\\x{a0}\\x{1680}\\x{2000}-\\x{200a}\\x{2028}"
+                                 "\\x{2029}\\x{202f}\\x{205f}\\x{3000}";
+
+void hf_sb_add(sbuf *b, const char *s, size_t n)
+{
+    if (b->n + n + 1 > b->cap) {
+        while (b->n + n + 1 > b->cap) b->cap = b->cap ? 2 * b->cap : 256;
+        b->p = td_xrealloc(b->p, b->cap);
+    }
+    if (n && s) memcpy(b->p + b->n, s, n); /* s NULL: room only */
+    b->n += n;
+    b->p[b->n] = 0;
+}
+
+static void sb_str(sbuf *b, const char *s) { hf_sb_add(b, s, strlen(s)); }
+
+static void sb_ranges(sbuf *b, const uint32_t (*r)[2], size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        char tmp[48];
+        int k = snprintf(tmp, sizeof tmp, "\\x{%x}-\\x{%x}", r[i][0], r[i][1]);
+        hf_sb_add(b, tmp, (size_t)k);
+    }
+}
+
+/* Rewrites \s, \S, \p{L}, \P{L}, \p{N}, \P{N} to Oniguruma's classes (inside a character class
+ * only the positive forms are rewritten). Everything else is passed to PCRE2 as written. */
+static char *regex_rewrite(const char *src, size_t n)
+{
+    sbuf b = {0};
+    hf_sb_add(&b, "", 0);
+    int in_class = 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = src[i];
+        if (c == '\\' && i + 1 < n) {
+            char d = src[i + 1];
+            int prop = (d == 'p' || d == 'P') && i + 4 < n && src[i + 2] == '{' && src[i + 4] == '}' &&
+                       (src[i + 3] == 'L' || src[i + 3] == 'N');
+            int neg = d == 'S' || d == 'P';
+            if ((d == 's' || d == 'S' || prop) && !(in_class && neg)) {
+                if (!in_class) sb_str(&b, neg ? "[^" : "[");
+                if (prop && src[i + 3] == 'L') {
+                    sb_str(&b, "\\p{L}");
+                    sb_ranges(&b, ONIG_EXTRA_L, sizeof ONIG_EXTRA_L / sizeof ONIG_EXTRA_L[0]);
+                } else if (prop) {
+                    sb_str(&b, "\\p{N}");
+                    sb_ranges(&b, ONIG_EXTRA_N, sizeof ONIG_EXTRA_N / sizeof ONIG_EXTRA_N[0]);
+                } else {
+                    sb_str(&b, ONIG_SPACE);
+                }
+                if (!in_class) sb_str(&b, "]");
+                i += prop ? 4 : 1;
+                continue;
+            }
+            hf_sb_add(&b, src + i, 2);
+            i++;
+            continue;
+        }
+        if (!in_class && c == '[') {
+            in_class = 1;
+            hf_sb_add(&b, src + i, 1);
+            if (i + 1 < n && src[i + 1] == '^') hf_sb_add(&b, src + ++i, 1);
+            if (i + 1 < n && src[i + 1] == ']') hf_sb_add(&b, src + ++i, 1); /* a literal ] first */
+            continue;
+        }
+        if (in_class && c == ']') in_class = 0;
+        hf_sb_add(&b, &c, 1);
+    }
+    return b.p;
+}
+
+static pcre2_code *regex_compile(const char *src, size_t n, int rewrite, int *jit, char *err, size_t errlen,
+                                 const char *name, const char *where)
+{
+    char *pat = rewrite ? regex_rewrite(src, n) : NULL;
+    int code;
+    PCRE2_SIZE at;
+    pcre2_code *re = pcre2_compile((PCRE2_SPTR)(pat ? pat : src), pat ? PCRE2_ZERO_TERMINATED : n,
+                                   PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF | PCRE2_MULTILINE, &code, &at,
+                                   NULL);
+    free(pat);
+    if (!re) {
+        PCRE2_UCHAR msg[256];
+        pcre2_get_error_message(code, msg, sizeof msg);
+        td_seterr(err, errlen, "tokenizer file '%s': %s: the regex \"%.*s\" does not compile in PCRE2: %s", name,
+                  where, (int)(n < 80 ? n : 80), src, (char *)msg);
+        return NULL;
+    }
+    const char *no_jit = getenv("TD_BPE_NO_JIT");
+    if (!(no_jit && strcmp(no_jit, "1") == 0) && pcre2_jit_compile(re, PCRE2_JIT_COMPLETE) != 0) *jit = 0;
+    return re;
+}
+
+/* ---- reading tokenizer.json ------------------------------------------------------------ */
+
+typedef struct {
+    hf_tokenizer *t;
+    const char *name;
+    char *err;
+    size_t errlen;
+} loader;
+
+#define BAD(...)                                                                         \
+    do {                                                                                 \
+        td_seterr(L->err, L->errlen, __VA_ARGS__);                                       \
+        return -1;                                                                       \
+    } while (0)
+
+static const char *type_of(const cJSON *o)
+{
+    const cJSON *ty = cJSON_GetObjectItemCaseSensitive(o, "type");
+    return cJSON_IsString(ty) ? ty->valuestring : NULL;
+}
+
+/* A string field (*n set); NULL if missing or not a string. cJSON strings stop at a NUL. */
+static const char *str_field(const cJSON *o, const char *key, size_t *n)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!cJSON_IsString(v)) return NULL;
+    *n = strlen(v->valuestring);
+    return v->valuestring;
+}
+
+/* A boolean field: 1, 0, or def if missing or null; -1 if it is something else. */
+static int bool_field(const cJSON *o, const char *key, int def)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!v || cJSON_IsNull(v)) return def;
+    if (!cJSON_IsBool(v)) return -1;
+    return cJSON_IsTrue(v);
+}
+
+static char *dup_bytes(const char *s, size_t n)
+{
+    char *p = td_xmalloc(n + 1);
+    memcpy(p, s, n);
+    p[n] = 0;
+    return p;
+}
+
+/* {"String": "..."} or {"Regex": "..."} */
+static int read_pattern(loader *L, const cJSON *o, const char *where, pattern *p, int regex_ok)
+{
+    const cJSON *pat = cJSON_GetObjectItemCaseSensitive(o, "pattern");
+    size_t n;
+    const char *s;
+    if (cJSON_IsObject(pat) && (s = str_field(pat, "String", &n))) {
+        p->lit = dup_bytes(s, n);
+        p->nlit = n;
+        return 0;
+    }
+    if (cJSON_IsObject(pat) && (s = str_field(pat, "Regex", &n))) {
+        if (!regex_ok) BAD("tokenizer file '%s': %s with a Regex pattern is not supported (only String)", L->name, where);
+        p->re = regex_compile(s, n, 1, &L->t->jit, L->err, L->errlen, L->name, where);
+        return p->re ? 0 : -1;
+    }
+    BAD("tokenizer file '%s': %s needs \"pattern\": {\"String\": ...} or {\"Regex\": ...}", L->name, where);
+}
+
+static int read_normalizer(loader *L, const cJSON *o, int depth)
+{
+    hf_tokenizer *t = L->t;
+    const char *ty = type_of(o);
+    if (!ty) BAD("tokenizer file '%s': a normalizer without a \"type\"", L->name);
+    if (strcmp(ty, "Sequence") == 0 && depth < 4) {
+        const cJSON *list = cJSON_GetObjectItemCaseSensitive(o, "normalizers");
+        if (!cJSON_IsArray(list)) BAD("tokenizer file '%s': normalizer Sequence needs a \"normalizers\" list", L->name);
+        const cJSON *it;
+        cJSON_ArrayForEach(it, list) if (read_normalizer(L, it, depth + 1) != 0) return -1;
+        return 0;
+    }
+    if (t->n_norm == MAX_STEPS) BAD("tokenizer file '%s': more than %d normalizers", L->name, MAX_STEPS);
+    norm_step *s = &t->norm[t->n_norm];
+    size_t n;
+    const char *v;
+    if (strcmp(ty, "Prepend") == 0) {
+        if (!(v = str_field(o, "prepend", &n))) BAD("tokenizer file '%s': normalizer Prepend needs \"prepend\"", L->name);
+        *s = (norm_step){NORM_PREPEND, dup_bytes(v, n), NULL, n, 0, NULL};
+    } else if (strcmp(ty, "Replace") == 0) {
+        pattern p = {0};
+        if (read_pattern(L, o, "normalizer Replace", &p, 0) != 0) return -1;
+        if (!(v = str_field(o, "content", &n)) || p.nlit == 0) {
+            free(p.lit);
+            BAD("tokenizer file '%s': normalizer Replace needs a non-empty pattern and a \"content\"", L->name);
+        }
+        *s = (norm_step){NORM_REPLACE, p.lit, dup_bytes(v, n), p.nlit, n, NULL};
+    } else if (strcmp(ty, "NFC") == 0 || strcmp(ty, "NFD") == 0 || strcmp(ty, "NFKC") == 0 || strcmp(ty, "NFKD") == 0) {
+        UErrorCode st = U_ZERO_ERROR;
+        const UNormalizer2 *nz = strcmp(ty, "NFC") == 0 ? unorm2_getNFCInstance(&st)
+                                 : strcmp(ty, "NFD") == 0 ? unorm2_getNFDInstance(&st)
+                                 : strcmp(ty, "NFKC") == 0 ? unorm2_getNFKCInstance(&st)
+                                                           : unorm2_getNFKDInstance(&st);
+        if (!U_SUCCESS(st) || !nz)
+            BAD("tokenizer file '%s': normalizer %s: ICU has no such normalizer here (%s)", L->name, ty,
+                u_errorName(st));
+        *s = (norm_step){NORM_UNICODE, NULL, NULL, 0, 0, nz};
+    } else {
+        BAD("tokenizer file '%s': normalizer %.40s is not supported (trident supports NFC, NFD, NFKC, NFKD, "
+            "Prepend, Replace with a String pattern, and Sequence of them)", L->name, ty);
+    }
+    t->n_norm++;
+    return 0;
+}
+
+static int read_prepend_scheme(loader *L, const cJSON *o, const char *where, enum prepend_scheme *ps)
+{
+    size_t n;
+    const char *v = str_field(o, "prepend_scheme", &n);
+    if (v) {
+        if (strcmp(v, "always") == 0) *ps = PS_ALWAYS;
+        else if (strcmp(v, "first") == 0) *ps = PS_FIRST;
+        else if (strcmp(v, "never") == 0) *ps = PS_NEVER;
+        else BAD("tokenizer file '%s': %s prepend_scheme \"%.20s\" is not always, first or never", L->name, where, v);
+        return 0;
+    }
+    int aps = bool_field(o, "add_prefix_space", 1); /* files before prepend_scheme */
+    if (aps < 0) BAD("tokenizer file '%s': %s add_prefix_space is not a boolean", L->name, where);
+    *ps = aps ? PS_ALWAYS : PS_NEVER;
+    return 0;
+}
+
+static int read_replacement(loader *L, const cJSON *o, const char *where, char rep[8], size_t *nrep)
+{
+    size_t n;
+    const char *v = str_field(o, "replacement", &n);
+    if (!v) v = "\xe2\x96\x81", n = 3; /* U+2581 */
+    uint32_t cp;
+    if (n == 0 || n >= 8 || hf_utf8_len((const unsigned char *)v, n, &cp) != n)
+        BAD("tokenizer file '%s': %s replacement must be one character", L->name, where);
+    memcpy(rep, v, n);
+    *nrep = n;
+    return 0;
+}
+
+static const char GPT2_REGEX[] = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+
+static int read_pre_tokenizer(loader *L, const cJSON *o, int depth)
+{
+    hf_tokenizer *t = L->t;
+    const char *ty = type_of(o);
+    if (!ty) BAD("tokenizer file '%s': a pre-tokenizer without a \"type\"", L->name);
+    if (strcmp(ty, "Sequence") == 0 && depth < 4) {
+        const cJSON *list = cJSON_GetObjectItemCaseSensitive(o, "pretokenizers");
+        if (!cJSON_IsArray(list)) BAD("tokenizer file '%s': pre-tokenizer Sequence needs \"pretokenizers\"", L->name);
+        const cJSON *it;
+        cJSON_ArrayForEach(it, list) if (read_pre_tokenizer(L, it, depth + 1) != 0) return -1;
+        return 0;
+    }
+    if (t->byte_level) BAD("tokenizer file '%s': pre-tokenizer %.40s after ByteLevel is not supported (ByteLevel "
+                           "must come last)", L->name, ty);
+    if (t->n_pre == MAX_STEPS) BAD("tokenizer file '%s': more than %d pre-tokenizers", L->name, MAX_STEPS);
+    pre_step *s = &t->pre[t->n_pre];
+    memset(s, 0, sizeof *s);
+    if (strcmp(ty, "Split") == 0) {
+        s->kind = PRE_SPLIT;
+        t->n_pre++; /* counted now so the pattern is freed on failure */
+        if (read_pattern(L, o, "pre-tokenizer Split", &s->pat, 1) != 0) return -1;
+        s->has_pat = 1;
+        size_t n;
+        const char *b = str_field(o, "behavior", &n);
+        static const char *const NAMES[] = {"Removed", "Isolated", "MergedWithPrevious", "MergedWithNext",
+                                            "Contiguous"};
+        int k = 0;
+        while (b && k < 5 && strcmp(b, NAMES[k]) != 0) k++;
+        if (!b || k == 5)
+            BAD("tokenizer file '%s': pre-tokenizer Split behavior \"%.30s\" is not one of Removed, Isolated, "
+                "MergedWithPrevious, MergedWithNext, Contiguous", L->name, b ? b : "(missing)");
+        s->behavior = (enum split_behavior)k;
+        if ((s->invert = bool_field(o, "invert", 0)) < 0)
+            BAD("tokenizer file '%s': pre-tokenizer Split invert is not a boolean", L->name);
+        return 0;
+    }
+    if (strcmp(ty, "Metaspace") == 0) {
+        s->kind = PRE_METASPACE;
+        if (read_replacement(L, o, "pre-tokenizer Metaspace", s->rep, &s->nrep) != 0) return -1;
+        if (read_prepend_scheme(L, o, "pre-tokenizer Metaspace", &s->prepend) != 0) return -1;
+        if ((s->split = bool_field(o, "split", 1)) < 0)
+            BAD("tokenizer file '%s': pre-tokenizer Metaspace split is not a boolean", L->name);
+        s->pat.lit = dup_bytes(s->rep, s->nrep);
+        s->pat.nlit = s->nrep;
+        t->n_pre++;
+        return 0;
+    }
+    if (strcmp(ty, "ByteLevel") == 0) {
+        s->kind = PRE_BYTELEVEL;
+        int aps = bool_field(o, "add_prefix_space", 1), use_regex = bool_field(o, "use_regex", 1);
+        if (aps < 0 || use_regex < 0)
+            BAD("tokenizer file '%s': pre-tokenizer ByteLevel add_prefix_space and use_regex must be booleans", L->name);
+        s->add_prefix_space = aps;
+        t->n_pre++;
+        if (use_regex) {
+            s->pat.re = regex_compile(GPT2_REGEX, sizeof GPT2_REGEX - 1, 1, &t->jit, L->err, L->errlen, L->name,
+                                      "pre-tokenizer ByteLevel");
+            if (!s->pat.re) return -1;
+            s->has_pat = 1;
+            s->behavior = SB_ISOLATED;
+        }
+        t->byte_level = 1;
+        return 0;
+    }
+    BAD("tokenizer file '%s': pre-tokenizer %.40s is not supported (trident supports Split, ByteLevel, Metaspace, "
+        "and Sequence of them)", L->name, ty);
+}
+
+static int read_decoder(loader *L, const cJSON *o, int depth)
+{
+    hf_tokenizer *t = L->t;
+    const char *ty = type_of(o);
+    if (!ty) BAD("tokenizer file '%s': a decoder without a \"type\"", L->name);
+    if (strcmp(ty, "Sequence") == 0 && depth < 4) {
+        const cJSON *list = cJSON_GetObjectItemCaseSensitive(o, "decoders");
+        if (!cJSON_IsArray(list)) BAD("tokenizer file '%s': decoder Sequence needs a \"decoders\" list", L->name);
+        const cJSON *it;
+        cJSON_ArrayForEach(it, list) if (read_decoder(L, it, depth + 1) != 0) return -1;
+        return 0;
+    }
+    if (t->n_dec == MAX_STEPS) BAD("tokenizer file '%s': more than %d decoders", L->name, MAX_STEPS);
+    dec_step *s = &t->dec[t->n_dec];
+    memset(s, 0, sizeof *s);
+    size_t n;
+    const char *v;
+    if (strcmp(ty, "ByteLevel") == 0) {
+        s->kind = DEC_BYTELEVEL;
+    } else if (strcmp(ty, "ByteFallback") == 0) {
+        s->kind = DEC_BYTEFALLBACK;
+    } else if (strcmp(ty, "Fuse") == 0) {
+        s->kind = DEC_FUSE;
+    } else if (strcmp(ty, "Replace") == 0) {
+        pattern p = {0};
+        if (read_pattern(L, o, "decoder Replace", &p, 0) != 0) return -1;
+        if (!(v = str_field(o, "content", &n)) || p.nlit == 0) {
+            free(p.lit);
+            BAD("tokenizer file '%s': decoder Replace needs a non-empty pattern and a \"content\"", L->name);
+        }
+        s->kind = DEC_REPLACE;
+        s->a = p.lit, s->na = p.nlit, s->b = dup_bytes(v, n), s->nb = n;
+    } else if (strcmp(ty, "Strip") == 0) {
+        const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, "start"), *b = cJSON_GetObjectItemCaseSensitive(o, "stop");
+        uint32_t cp;
+        if (!(v = str_field(o, "content", &n)) || n == 0 || hf_utf8_len((const unsigned char *)v, n, &cp) != n ||
+            !cJSON_IsNumber(a) || !cJSON_IsNumber(b) || a->valuedouble < 0 || b->valuedouble < 0 ||
+            a->valuedouble > 1e6 || b->valuedouble > 1e6)
+            BAD("tokenizer file '%s': decoder Strip needs one \"content\" character and counts \"start\", \"stop\"",
+                L->name);
+        s->kind = DEC_STRIP;
+        s->a = dup_bytes(v, n), s->na = n, s->start = (int)a->valuedouble, s->stop = (int)b->valuedouble;
+    } else if (strcmp(ty, "Metaspace") == 0) {
+        char rep[8];
+        size_t nrep;
+        if (read_replacement(L, o, "decoder Metaspace", rep, &nrep) != 0) return -1;
+        if (read_prepend_scheme(L, o, "decoder Metaspace", &s->prepend) != 0) return -1;
+        s->kind = DEC_METASPACE;
+        s->a = dup_bytes(rep, nrep), s->na = nrep;
+    } else {
+        BAD("tokenizer file '%s': decoder %.40s is not supported (trident supports ByteLevel, Replace, "
+            "ByteFallback, Fuse, Strip, Metaspace, and Sequence of them)", L->name, ty);
+    }
+    t->n_dec++;
+    return 0;
+}
+
+/* ---- normalizers ------------------------------------------------------------------------ */
+
+/* Appends s[0..n) to b with every occurrence of pat replaced by rep (left to right). */
+void hf_replace_into(sbuf *b, const char *s, size_t n, const char *pat, size_t np, const char *rep, size_t nr)
+{
+    size_t i = 0;
+    while (i < n) {
+        const char *hit = np <= n - i ? memmem(s + i, n - i, pat, np) : NULL;
+        size_t end = hit ? (size_t)(hit - s) : n;
+        hf_sb_add(b, s + i, end - i);
+        if (!hit) break;
+        hf_sb_add(b, rep, nr);
+        i = end + np;
+    }
+}
+
+/* Runs the normalizers over s[0..n); the result is s itself (no normalizer) or in one of bufs. */
+/* Appends the Unicode normalization of the valid UTF-8 s[0..n) to b (ICU; UTF-16 in between). */
+static void unicode_run(sbuf *b, const char *s, size_t n, const UNormalizer2 *nz)
+{
+    TD_CHECK(n < INT32_MAX / 4, "split the text", "normalizing a text of %zu bytes (at most 512 MB)", n);
+    UErrorCode st = U_ZERO_ERROR;
+    UChar *src = td_xmalloc((n + 1) * sizeof *src);
+    int32_t n16 = 0, n_out, n8 = 0;
+    u_strFromUTF8(src, (int32_t)n + 1, &n16, s, (int32_t)n, &st);
+    TD_CHECK(U_SUCCESS(st), "this is a bug in trident", "u_strFromUTF8: %s", u_errorName(st));
+    st = U_ZERO_ERROR;
+    n_out = unorm2_normalize(nz, src, n16, NULL, 0, &st); /* preflight: the length */
+    UChar *dst = td_xmalloc(((size_t)n_out + 1) * sizeof *dst);
+    st = U_ZERO_ERROR;
+    unorm2_normalize(nz, src, n16, dst, n_out + 1, &st);
+    TD_CHECK(U_SUCCESS(st), "this is a bug in trident", "unorm2_normalize: %s", u_errorName(st));
+    st = U_ZERO_ERROR;
+    u_strToUTF8(NULL, 0, &n8, dst, n_out, &st);
+    size_t at = b->n;
+    hf_sb_add(b, NULL, (size_t)n8); /* room */
+    st = U_ZERO_ERROR;
+    u_strToUTF8(b->p + at, n8 + 1, &n8, dst, n_out, &st);
+    TD_CHECK(U_SUCCESS(st), "this is a bug in trident", "u_strToUTF8: %s", u_errorName(st));
+    free(src);
+    free(dst);
+}
+
+/* Whether the library's normalizer knows cp. Its tables (the unicode-normalization-alignments
+ * crate) are Unicode 9.0: found by running every code point through the reference's NFKD and
+ * NFD (characters of 9.0 decompose and reorder; of 10.0 and later do not). To it a later
+ * character is a starter without decomposition that composes with nothing. */
+static int known_to_library(uint32_t cp)
+{
+    UVersionInfo age;
+    u_charAge((UChar32)cp, age);
+    return age[0] > 0 && (age[0] < 9 || (age[0] == 9 && age[1] == 0));
+}
+
+/* NFC and friends over any bytes as the library computes them: each maximal run of valid UTF-8
+ * of characters it knows is normalized (runs of ASCII alone are already normal); characters it
+ * does not know, which block reordering and composition there, and invalid bytes are kept as
+ * they are. */
+static void unicode_into(sbuf *b, const char *s, size_t n, const UNormalizer2 *nz)
+{
+    for (size_t i = 0; i < n;) {
+        size_t j = i, k = 0;
+        int ascii = 1;
+        uint32_t cp = 0;
+        for (; j < n && (k = hf_utf8_len((const unsigned char *)s + j, n - j, &cp)) > 0; j += k) {
+            if (cp >= 0x80 && !known_to_library(cp)) break;
+            ascii &= cp < 0x80;
+        }
+        if (j > i && ascii) hf_sb_add(b, s + i, j - i);
+        else if (j > i) unicode_run(b, s + i, j - i, nz);
+        if (j == n) break;
+        size_t skip = k ? k : 1; /* a later character, or an invalid byte */
+        hf_sb_add(b, s + j, skip);
+        i = j + skip;
+    }
+}
+
+const char *hf_normalize(const hf_tokenizer *t, const char *s, size_t n, sbuf bufs[2], size_t *out_n)
+{
+    const char *cur = s;
+    size_t len = n;
+    for (int i = 0; i < t->n_norm; i++) {
+        const norm_step *st = &t->norm[i];
+        if (st->kind == NORM_PREPEND && len == 0) continue;
+        sbuf *b = cur == bufs[0].p ? &bufs[1] : &bufs[0]; /* never the one cur is in */
+        b->n = 0;
+        hf_sb_add(b, "", 0);
+        if (st->kind == NORM_PREPEND) {
+            hf_sb_add(b, st->a, st->na);
+            hf_sb_add(b, cur, len);
+        } else if (st->kind == NORM_REPLACE) {
+            hf_replace_into(b, cur, len, st->a, st->na, st->b, st->nb);
+        } else {
+            unicode_into(b, cur, len, st->unorm);
+        }
+        cur = b->p, len = b->n;
+    }
+    *out_n = len;
+    return cur;
+}
+
+/* ---- the model: vocab, merges, added tokens -------------------------------------------- */
+
+static int id_value(const cJSON *v, int32_t *id)
+{
+    if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble >= MAX_ID || v->valuedouble != (double)(int)v->valuedouble)
+        return -1;
+    *id = (int32_t)v->valuedouble;
+    return 0;
+}
+
+static int read_vocab(loader *L, const cJSON *vocab)
+{
+    hf_tokenizer *t = L->t;
+    int32_t max_id = -1;
+    const cJSON *it;
+    size_t count = 0;
+    cJSON_ArrayForEach(it, vocab) {
+        int32_t id;
+        if (id_value(it, &id) != 0)
+            BAD("tokenizer file '%s': model.vocab: token \"%.40s\" has an id that is not an integer in 0..%d",
+                L->name, it->string, MAX_ID - 1);
+        if (id > max_id) max_id = id;
+        count++;
+    }
+    t->n_vocab = max_id + 1;
+    t->n_model = (int32_t)count;
+    t->tok_off = td_xcalloc((size_t)t->n_vocab + 1, sizeof *t->tok_off);
+    t->tok_len = td_xmalloc(((size_t)t->n_vocab + 1) * sizeof *t->tok_len);
+    memset(t->tok_len, 0xff, ((size_t)t->n_vocab + 1) * sizeof *t->tok_len);
+    smap_init(&t->vocab, count);
+    cJSON_ArrayForEach(it, vocab) {
+        int32_t id = (int32_t)it->valuedouble;
+        size_t n = strlen(it->string);
+        uint32_t off = pool_add(&t->pool, it->string, n);
+        t->tok_off[id] = off, t->tok_len[id] = (uint32_t)n;
+        smap_put(&t->vocab, &t->pool, off, n, id);
+    }
+    return 0;
+}
+
+static int32_t vocab_id(const hf_tokenizer *t, const char *s, size_t n) { return hf_smap_find(&t->vocab, &t->pool, s, n); }
+
+static int merge_parts(const cJSON *m, const char **a, size_t *na, const char **b, size_t *nb, int *skip)
+{
+    *skip = 0;
+    if (cJSON_IsString(m)) {
+        const char *s = m->valuestring, *sp = strchr(s, ' ');
+        if (strncmp(s, "#version", 8) == 0) return *skip = 1, 0;
+        if (!sp || strchr(sp + 1, ' ')) return -1;
+        *a = s, *na = (size_t)(sp - s), *b = sp + 1, *nb = strlen(sp + 1);
+        return 0;
+    }
+    if (cJSON_IsArray(m) && cJSON_GetArraySize(m) == 2 && cJSON_IsString(m->child) && cJSON_IsString(m->child->next)) {
+        *a = m->child->valuestring, *na = strlen(*a);
+        *b = m->child->next->valuestring, *nb = strlen(*b);
+        return 0;
+    }
+    return -1;
+}
+
+static int read_merges(loader *L, const cJSON *merges)
+{
+    hf_tokenizer *t = L->t;
+    size_t cap = 16, n = (size_t)cJSON_GetArraySize(merges);
+    while (cap < 2 * n + 2) cap <<= 1;
+    t->pairs = td_xcalloc(cap, sizeof *t->pairs);
+    t->pair_mask = cap - 1;
+    const cJSON *m;
+    int32_t rank = 0;
+    char *joined = NULL;
+    size_t jcap = 0;
+    int rc = 0;
+    cJSON_ArrayForEach(m, merges) {
+        const char *a, *b;
+        size_t na, nb;
+        int skip;
+        if (merge_parts(m, &a, &na, &b, &nb, &skip) != 0) {
+            td_seterr(L->err, L->errlen, "tokenizer file '%s': model.merges[%d] is neither \"a b\" nor [\"a\", \"b\"]",
+                      L->name, rank);
+            rc = -1;
+            break;
+        }
+        if (skip) continue;
+        if (!joined || na + nb > jcap) joined = td_xrealloc(joined, jcap = 2 * (na + nb) + 16);
+        memcpy(joined, a, na);
+        memcpy(joined + na, b, nb);
+        int32_t ia = vocab_id(t, a, na), ib = vocab_id(t, b, nb), ic = vocab_id(t, joined, na + nb);
+        if (ia < 0 || ib < 0 || ic < 0) {
+            const char *what = ia < 0 ? a : ib < 0 ? b : joined;
+            int wn = (int)(ia < 0 ? na : ib < 0 ? nb : na + nb);
+            td_seterr(L->err, L->errlen, "tokenizer file '%s': model.merges[%d]: token \"%.*s\" is not in model.vocab",
+                      L->name, rank, wn > 60 ? 60 : wn, what);
+            rc = -1;
+            break;
+        }
+        pair_put(t, ia, ib, rank++, ic);
+    }
+    free(joined);
+    return rc;
+}
+
+/* The lookup table of words: vocab strings, or their bytes under a ByteLevel pre-tokenizer
+ * (strings outside the byte alphabet can never be a word's symbols then, and are left out). */
+static void build_keys(hf_tokenizer *t)
+{
+    if (!t->byte_level) {
+        t->keys = t->vocab;
+    } else {
+        int16_t cp_to_byte[324];
+        hf_byte_alphabet(cp_to_byte);
+        smap_init(&t->keys, t->vocab.used);
+        char *buf = NULL;
+        size_t cap = 0;
+        for (size_t i = 0; i <= t->vocab.mask; i++) {
+            const smap_slot *x = &t->vocab.slot[i];
+            if (!x->hash) continue;
+            if (x->len > cap) buf = td_xrealloc(buf, cap = 2 * x->len);
+            long n = hf_alphabet_to_bytes(t->pool.p + x->off, x->len, cp_to_byte, buf);
+            if (n < 0) continue;
+            uint32_t off = pool_add(&t->pool, buf, (size_t)n);
+            smap_put(&t->keys, &t->pool, off, (size_t)n, x->id);
+        }
+        free(buf);
+    }
+    for (int b = 0; b < 256; b++) {
+        char c = (char)b, fb[8];
+        t->byte_id[b] = hf_smap_find(&t->keys, &t->pool, &c, 1);
+        snprintf(fb, sizeof fb, "<0x%02X>", b);
+        t->fallback_id[b] = vocab_id(t, fb, 6);
+    }
+}
+
+/* Which characters precede U+2581 inside vocab tokens (see marker_split in hf_impl.h). */
+static void find_marker_split(hf_tokenizer *t)
+{
+    static const char M[] = "\xe2\x96\x81";
+    t->marker_split = !t->byte_level && hf_smap_find(&t->keys, &t->pool, M, 3) >= 0;
+    for (size_t i = 0; i <= t->vocab.mask && t->marker_split; i++) {
+        const smap_slot *x = &t->vocab.slot[i];
+        const char *s = t->pool.p + x->off;
+        for (size_t j = 1; x->hash && j + 3 <= x->len && t->marker_split; j++) {
+            if (memcmp(s + j, M, 3) != 0) continue;
+            size_t k = j - 1; /* start of the character before */
+            while (k > 0 && j - k < 4 && ((unsigned char)s[k] & 0xc0) == 0x80) k--;
+            int known = 0;
+            for (int m = 0; m < t->n_marker_prev && !known; m++)
+                known = strlen(t->marker_prev[m]) == j - k && memcmp(t->marker_prev[m], s + k, j - k) == 0;
+            if (known) continue;
+            if (t->n_marker_prev == 16 || j - k > 4) t->marker_split = 0; /* too many: not worth it */
+            else memcpy(t->marker_prev[t->n_marker_prev++], s + k, j - k);
+        }
+    }
+}
+
+static int read_model(loader *L, const cJSON *model)
+{
+    hf_tokenizer *t = L->t;
+    if (!cJSON_IsObject(model)) BAD("tokenizer file '%s' has no \"model\" object", L->name);
+    const char *ty = type_of(model);
+    const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
+    const cJSON *merges = cJSON_GetObjectItemCaseSensitive(model, "merges");
+    if (ty && strcmp(ty, "BPE") != 0)
+        BAD("tokenizer file '%s': model %.40s is not supported (trident reads BPE models only)", L->name, ty);
+    if (!ty && !merges) BAD("tokenizer file '%s': the model has no \"type\" and no merges; trident reads BPE models "
+                            "only", L->name);
+    if (!cJSON_IsObject(vocab)) BAD("tokenizer file '%s': model.vocab is not an object of token -> id", L->name);
+    if (!cJSON_IsArray(merges)) BAD("tokenizer file '%s': model.merges is not a list", L->name);
+    const cJSON *dropout = cJSON_GetObjectItemCaseSensitive(model, "dropout");
+    if (dropout && !cJSON_IsNull(dropout) && !(cJSON_IsNumber(dropout) && dropout->valuedouble == 0))
+        BAD("tokenizer file '%s': model.dropout is set; BPE dropout (random merges) is not supported", L->name);
+    size_t n;
+    const char *v;
+    if (((v = str_field(model, "continuing_subword_prefix", &n)) && n) || ((v = str_field(model, "end_of_word_suffix", &n)) && n))
+        BAD("tokenizer file '%s': model continuing_subword_prefix / end_of_word_suffix are not supported", L->name);
+    t->byte_fallback = bool_field(model, "byte_fallback", 0);
+    t->fuse_unk = bool_field(model, "fuse_unk", 0);
+    t->ignore_merges = bool_field(model, "ignore_merges", 0);
+    if (t->byte_fallback < 0 || t->fuse_unk < 0 || t->ignore_merges < 0)
+        BAD("tokenizer file '%s': model byte_fallback, fuse_unk and ignore_merges must be booleans", L->name);
+    if (read_vocab(L, vocab) != 0 || read_merges(L, merges) != 0) return -1;
+    t->unk_id = -1;
+    if ((v = str_field(model, "unk_token", &n)) && (t->unk_id = vocab_id(t, v, n)) < 0)
+        BAD("tokenizer file '%s': model.unk_token \"%.40s\" is not in model.vocab", L->name, v);
+    build_keys(t);
+    find_marker_split(t);
+    return 0;
+}
+
+typedef struct {
+    int32_t id;
+    char *s, *s0; /* match text; content (s0 == s unless normalized) */
+    size_t n, n0;
+    int lstrip, rstrip, single_word, normalized;
+} added_in;
+
+static int cmp_added(const void *pa, const void *pb)
+{
+    const added_tok *a = pa, *b = pb;
+    unsigned ca = (unsigned char)a->s[0], cb = (unsigned char)b->s[0];
+    if (ca != cb) return ca < cb ? -1 : 1;
+    if (a->n != b->n) return a->n > b->n ? -1 : 1;
+    return memcmp(a->s, b->s, a->n);
+}
+
+static void build_set(added_set *set, const added_in *in, int n_in, int normalized)
+{
+    size_t total = 0;
+    int n = 0;
+    for (int i = 0; i < n_in; i++)
+        if (in[i].normalized == normalized && in[i].n && in[i].id >= 0) total += in[i].n, n++;
+    set->tok = td_xcalloc(n ? (size_t)n : 1, sizeof *set->tok);
+    set->text = td_xmalloc(total ? total : 1);
+    size_t off = 0;
+    for (int i = 0; i < n_in; i++) {
+        if (in[i].normalized != normalized || !in[i].n || in[i].id < 0) continue;
+        memcpy(set->text + off, in[i].s, in[i].n);
+        set->tok[set->n++] = (added_tok){in[i].id, set->text + off, in[i].n, in[i].lstrip, in[i].rstrip,
+                                         in[i].single_word};
+        off += in[i].n;
+    }
+    qsort(set->tok, (size_t)set->n, sizeof *set->tok, cmp_added);
+    int k = 0;
+    for (int b = 0; b <= 256; b++) {
+        while (k < set->n && (unsigned char)set->tok[k].s[0] < b) k++;
+        set->bucket[b] = k;
+    }
+}
+
+/* Parses added_tokens into in[] (their ids are not used: see place_added). */
+static int read_added(loader *L, const cJSON *list, added_in **out, int *n_out)
+{
+    *out = NULL;
+    *n_out = 0;
+    if (!list || cJSON_IsNull(list)) return 0;
+    if (!cJSON_IsArray(list)) BAD("tokenizer file '%s': added_tokens is not a list", L->name);
+    int n = cJSON_GetArraySize(list);
+    added_in *in = td_xcalloc(n ? (size_t)n : 1, sizeof *in);
+    *out = in;
+    const cJSON *it;
+    int i = 0;
+    cJSON_ArrayForEach(it, list) {
+        size_t len;
+        const char *content = str_field(it, "content", &len);
+        if (!content) BAD("tokenizer file '%s': added_tokens[%d] needs a \"content\" string", L->name, i);
+        int special = bool_field(it, "special", 0);
+        added_in *a = &in[i++];
+        *n_out = i;
+        a->s = dup_bytes(content, len);
+        a->n = len;
+        a->lstrip = bool_field(it, "lstrip", 0);
+        a->rstrip = bool_field(it, "rstrip", 0);
+        a->single_word = bool_field(it, "single_word", 0);
+        a->normalized = bool_field(it, "normalized", !special);
+        if (special < 0 || a->lstrip < 0 || a->rstrip < 0 || a->single_word < 0 || a->normalized < 0)
+            BAD("tokenizer file '%s': added_tokens[%d]: special, lstrip, rstrip, single_word and normalized must be "
+                "booleans", L->name, i - 1);
+    }
+    return 0;
+}
+
+/* Gives each added token its id as the library's add_tokens does (the file's "id" is not read):
+ * an earlier added token's or the vocab's id for the same content, else the next free id after
+ * the model's vocab and the tokens added so far. Then its spelling for decoding and its match
+ * text (normalized, for normalized tokens). */
+static void place_added(hf_tokenizer *t, added_in *in, int n)
+{
+    sbuf bufs[2] = {{0}, {0}};
+    int need_word_re = 0;
+    int32_t max_added = -1;
+    for (int i = 0; i < n; i++) {
+        added_in *a = &in[i];
+        a->id = -1;
+        for (int j = 0; j < i && a->id < 0; j++)
+            if (in[j].id >= 0 && in[j].n0 == a->n && memcmp(in[j].s0, a->s, a->n) == 0) a->id = in[j].id;
+        if (a->id < 0) a->id = vocab_id(t, a->s, a->n);
+        if (a->id < 0 && a->n) {
+            if (max_added < 0) a->id = t->n_model;
+            else a->id = max_added >= t->n_model || t->n_model == 0 ? max_added + 1 : t->n_model;
+        }
+        a->s0 = a->s, a->n0 = a->n;
+        if (a->id < 0) continue; /* empty content: the library skips it */
+        if (a->id > max_added) max_added = a->id;
+        if (a->id >= t->n_vocab) {
+            size_t old = (size_t)t->n_vocab, nv = (size_t)a->id + 1;
+            t->tok_off = td_xrealloc(t->tok_off, (nv + 1) * sizeof *t->tok_off);
+            t->tok_len = td_xrealloc(t->tok_len, (nv + 1) * sizeof *t->tok_len);
+            for (size_t k = old; k <= nv; k++) t->tok_len[k] = UINT32_MAX, t->tok_off[k] = 0;
+            t->n_vocab = (int)nv;
+        }
+        uint32_t off = pool_add(&t->pool, a->s, a->n);
+        t->tok_off[a->id] = off, t->tok_len[a->id] = (uint32_t)a->n;
+        need_word_re |= a->single_word;
+        if (a->normalized && t->n_norm) {
+            size_t nn;
+            const char *s = hf_normalize(t, a->s, a->n, bufs, &nn);
+            a->s = dup_bytes(s, nn), a->n = nn; /* the original stays in s0 */
+        }
+    }
+    free(bufs[0].p);
+    free(bufs[1].p);
+    build_set(&t->raw, in, n, 0);
+    build_set(&t->normed, in, n, 1);
+    if (need_word_re) {
+        int code;
+        PCRE2_SIZE at;
+        t->word_re = pcre2_compile((PCRE2_SPTR) "\\w", 2, PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &code, &at,
+                                   NULL);
+        TD_CHECK(t->word_re, "is libpcre2-8 built with Unicode support?", "compiling \\w");
+    }
+}
+
+/* An id by the token's spelling: added tokens first, then the vocab. -1 if none. */
+static int32_t id_of(const hf_tokenizer *t, const char *s)
+{
+    size_t n = strlen(s);
+    for (int k = 0; k < 2; k++) {
+        const added_set *set = k ? &t->normed : &t->raw;
+        for (int i = 0; i < set->n; i++)
+            if (set->tok[i].n == n && memcmp(set->tok[i].s, s, n) == 0) return set->tok[i].id;
+    }
+    return vocab_id(t, s, n);
+}
+
+/* BOS and EOS from a TemplateProcessing post-processor: its special tokens before and after
+ * the sequence $A in "single". */
+static void template_bos_eos(hf_tokenizer *t, const cJSON *pp, int depth)
+{
+    const char *ty = type_of(pp);
+    if (!ty || depth > 4) return;
+    if (strcmp(ty, "Sequence") == 0) {
+        const cJSON *it;
+        cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(pp, "processors")) template_bos_eos(t, it, depth + 1);
+        return;
+    }
+    if (strcmp(ty, "TemplateProcessing") != 0) return;
+    const cJSON *single = cJSON_GetObjectItemCaseSensitive(pp, "single"), *it;
+    const cJSON *specials = cJSON_GetObjectItemCaseSensitive(pp, "special_tokens");
+    int after = 0;
+    cJSON_ArrayForEach(it, single) {
+        if (cJSON_GetObjectItemCaseSensitive(it, "Sequence")) {
+            after = 1;
+            continue;
+        }
+        const cJSON *sp = cJSON_GetObjectItemCaseSensitive(it, "SpecialToken");
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(sp, "id");
+        if (!cJSON_IsString(name)) continue;
+        const cJSON *ids = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(specials, name->valuestring), "ids");
+        int32_t id = -1;
+        if (cJSON_GetArraySize(ids) != 1 || id_value(ids->child, &id) != 0 || id >= t->n_vocab) id = id_of(t, name->valuestring);
+        if (id < 0) continue;
+        if (!after && t->bos < 0) t->bos = id;
+        if (after) t->eod = id;
+    }
+}
+
+static void find_bos_eos(hf_tokenizer *t, const cJSON *root)
+{
+    static const char *const EOS[] = {"<|end_of_text|>", "<|endoftext|>", "</s>", "<eos>", "<|eos|>"};
+    static const char *const BOS[] = {"<|begin_of_text|>", "<s>", "<bos>", "<|startoftext|>"};
+    t->eod = t->bos = -1;
+    template_bos_eos(t, cJSON_GetObjectItemCaseSensitive(root, "post_processor"), 0);
+    for (size_t i = 0; i < sizeof EOS / sizeof EOS[0] && t->eod < 0; i++) t->eod = id_of(t, EOS[i]);
+    for (size_t i = 0; i < sizeof BOS / sizeof BOS[0] && t->bos < 0; i++) t->bos = id_of(t, BOS[i]);
+}
+
+static int load_root(loader *L, const cJSON *root)
+{
+    hf_tokenizer *t = L->t;
+    const cJSON *c;
+    if (!cJSON_IsObject(root)) BAD("tokenizer file '%s' is JSON but not an object (expected a Hugging Face "
+                                   "tokenizer.json)", L->name);
+    if ((c = cJSON_GetObjectItemCaseSensitive(root, "normalizer")) && !cJSON_IsNull(c) && read_normalizer(L, c, 0))
+        return -1;
+    if ((c = cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer")) && !cJSON_IsNull(c) && read_pre_tokenizer(L, c, 0))
+        return -1;
+    if ((c = cJSON_GetObjectItemCaseSensitive(root, "decoder")) && !cJSON_IsNull(c)) {
+        t->has_decoder = 1;
+        if (read_decoder(L, c, 0)) return -1;
+    }
+    added_in *in;
+    int n_in;
+    int rc = read_added(L, cJSON_GetObjectItemCaseSensitive(root, "added_tokens"), &in, &n_in);
+    if (rc == 0) rc = read_model(L, cJSON_GetObjectItemCaseSensitive(root, "model"));
+    if (rc == 0) place_added(t, in, n_in);
+    for (int i = 0; i < n_in; i++) {
+        if (in[i].s0 && in[i].s0 != in[i].s) free(in[i].s0);
+        free(in[i].s);
+    }
+    free(in);
+    if (rc != 0) return -1;
+    find_bos_eos(t, root);
+    if (!t->jit) TD_DEBUG("hf_tokenizer: regexes run without PCRE2's JIT (slower)");
+    return 0;
+}
+
+hf_tokenizer *hf_load_json(const char *json, size_t len, const char *name, char *err, size_t errlen)
+{
+    hf_tokenizer *t = td_xcalloc(1, sizeof *t);
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->jit = 1;
+    td_seterr(err, errlen, "no error");
+    loader L = {t, t->name, err, errlen};
+    const char *at = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(json, len, &at, 0);
+    int rc = -1;
+    if (!root) {
+        size_t off = at && at >= json && at <= json + len ? (size_t)(at - json) : 0;
+        td_seterr(err, errlen, "tokenizer file '%s' is not valid JSON (near byte %zu); expected a Hugging Face "
+                  "tokenizer.json", name, off);
+    } else {
+        rc = load_root(&L, root);
+    }
+    cJSON_Delete(root);
+    if (rc != 0) {
+        /* names and strings quoted from the file stay on the one line */
+        for (char *p = err; errlen && *p; p++)
+            if ((unsigned char)*p < 0x20) *p = ' ';
+        hf_free(t);
+        return NULL;
+    }
+    return t;
+}
+
+hf_tokenizer *hf_load(const char *path, char *err, size_t errlen)
+{
+    size_t len;
+    char *text = read_file(path, &len);
+    if (!text) {
+        td_seterr(err, errlen, "cannot read tokenizer file '%s': %s (expected a Hugging Face tokenizer.json)", path,
+                  td_strerror(errno));
+        return NULL;
+    }
+    hf_tokenizer *t = hf_load_json(text, len, path, err, errlen);
+    free(text);
+    return t;
+}

@@ -1,0 +1,160 @@
+/* The tokenizer seam: see include/trident/tokenizer.h. Each kind fills one ops table. */
+#include "trident/tokenizer.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "trident/check.h"
+#include "trident/hf_tokenizer.h"
+
+typedef struct {
+    const char *kind;
+    void (*free)(void *t);
+    int (*vocab_size)(const void *t);
+    int (*eod)(const void *t);
+    void *(*worker_new)(const void *t);
+    void (*worker_free)(void *w);
+    void (*encode)(void *w, const char *text, size_t len, bpe_ids *out);
+    int (*decode)(const void *t, const int32_t *ids, size_t n, char **out, size_t *out_len, char *err,
+                  size_t errlen);
+} tok_ops;
+
+struct tok_tokenizer {
+    const tok_ops *ops;
+    void *impl;
+};
+
+struct tok_worker {
+    const tok_tokenizer *t;
+    void *impl;
+};
+
+/* GPT-2 BPE */
+static void gpt2_free(void *t) { bpe_free(t); }
+static int gpt2_vocab_size(const void *t) { return bpe_vocab_size(t); }
+static int gpt2_eod(const void *t) { return bpe_eod_id(t); }
+static void *gpt2_worker_new(const void *t) { return bpe_worker_new(t); }
+static void gpt2_worker_free(void *w) { bpe_worker_free(w); }
+static void gpt2_encode(void *w, const char *s, size_t n, bpe_ids *out) { bpe_encode(w, s, n, out); }
+static int gpt2_decode(const void *t, const int32_t *ids, size_t n, char **out, size_t *len, char *err, size_t el)
+{
+    return bpe_decode(t, ids, n, out, len, err, el);
+}
+static const tok_ops GPT2_OPS = {"GPT-2 BPE", gpt2_free, gpt2_vocab_size, gpt2_eod, gpt2_worker_new,
+                                 gpt2_worker_free, gpt2_encode, gpt2_decode};
+
+/* Hugging Face tokenizer.json */
+static void hf_free_(void *t) { hf_free(t); }
+static int hf_vocab_size_(const void *t) { return hf_vocab_size(t); }
+static int hf_eod_(const void *t) { return hf_eod_id(t); }
+static void *hf_worker_new_(const void *t) { return hf_worker_new(t); }
+static void hf_worker_free_(void *w) { hf_worker_free(w); }
+static void hf_encode_(void *w, const char *s, size_t n, bpe_ids *out) { hf_encode(w, s, n, out); }
+static int hf_decode_(const void *t, const int32_t *ids, size_t n, char **out, size_t *len, char *err, size_t el)
+{
+    return hf_decode(t, ids, n, out, len, err, el);
+}
+static const tok_ops HF_OPS = {"tokenizer.json BPE", hf_free_, hf_vocab_size_, hf_eod_, hf_worker_new_,
+                               hf_worker_free_, hf_encode_, hf_decode_};
+
+static int is_hf(const tok_spec *s) { return s->type && strcmp(s->type, "HuggingFaceTokenizer") == 0; }
+
+int tok_check_spec(const tok_spec *s, char *msg, size_t msglen)
+{
+    if (is_hf(s)) {
+        if (!s->model) {
+            td_seterr(msg, msglen, "--tokenizer-model is required with --tokenizer-type HuggingFaceTokenizer (a "
+                      "Hugging Face tokenizer.json)");
+            return -1;
+        }
+        if (s->vocab || s->merges) {
+            td_seterr(msg, msglen, "%s applies to --tokenizer-type GPT2BPETokenizer; HuggingFaceTokenizer reads "
+                      "only --tokenizer-model", s->vocab ? "--vocab-file" : "--merge-file");
+            return -1;
+        }
+        return 0;
+    }
+    if (s->model) {
+        td_seterr(msg, msglen, "--tokenizer-model needs --tokenizer-type HuggingFaceTokenizer (GPT2BPETokenizer "
+                  "reads --vocab-file and --merge-file)");
+        return -1;
+    }
+    if (!s->vocab) {
+        td_seterr(msg, msglen, "--vocab-file is required (GPT-2's vocab.json, also called encoder.json; or "
+                  "--tokenizer-type HuggingFaceTokenizer --tokenizer-model tokenizer.json)");
+        return -1;
+    }
+    if (!s->merges) {
+        td_seterr(msg, msglen, "--merge-file is required (GPT-2's merges.txt, also called vocab.bpe)");
+        return -1;
+    }
+    return 0;
+}
+
+int tok_spec_files(const tok_spec *s, const char *flags[2], const char *paths[2])
+{
+    if (is_hf(s)) {
+        flags[0] = "--tokenizer-model", paths[0] = s->model;
+        return 1;
+    }
+    flags[0] = "--vocab-file", paths[0] = s->vocab;
+    flags[1] = "--merge-file", paths[1] = s->merges;
+    return 2;
+}
+
+tok_tokenizer *tok_open(const tok_spec *s, char *err, size_t errlen)
+{
+    if (tok_check_spec(s, err, errlen) != 0) return NULL;
+    void *impl;
+    const tok_ops *ops;
+    if (is_hf(s)) {
+        impl = hf_load(s->model, err, errlen);
+        ops = &HF_OPS;
+    } else {
+        impl = bpe_load(s->vocab, s->merges, err, errlen);
+        ops = &GPT2_OPS;
+    }
+    if (!impl) return NULL;
+    tok_tokenizer *t = td_xcalloc(1, sizeof *t);
+    t->ops = ops;
+    t->impl = impl;
+    return t;
+}
+
+void tok_free(tok_tokenizer *t)
+{
+    if (!t) return;
+    t->ops->free(t->impl);
+    free(t);
+}
+
+int tok_vocab_size(const tok_tokenizer *t) { return t->ops->vocab_size(t->impl); }
+int tok_eod_id(const tok_tokenizer *t) { return t->ops->eod(t->impl); }
+const char *tok_kind(const tok_tokenizer *t) { return t->ops->kind; }
+
+tok_worker *tok_worker_new(const tok_tokenizer *t)
+{
+    tok_worker *w = td_xcalloc(1, sizeof *w);
+    w->t = t;
+    w->impl = t->ops->worker_new(t->impl);
+    return w;
+}
+
+void tok_worker_free(tok_worker *w)
+{
+    if (!w) return;
+    w->t->ops->worker_free(w->impl);
+    free(w);
+}
+
+void tok_encode(tok_worker *w, const char *text, size_t len, bpe_ids *out)
+{
+    w->t->ops->encode(w->impl, text, len, out);
+}
+
+int tok_decode(const tok_tokenizer *t, const int32_t *ids, size_t n, char **out, size_t *out_len, char *err,
+               size_t errlen)
+{
+    return t->ops->decode(t->impl, ids, n, out, out_len, err, errlen);
+}
