@@ -78,6 +78,10 @@ typedef struct ckpt_meta {
     char *note;              /* how ckpt_find chose it when not as latest says (print it), or NULL */
 } ckpt_meta;
 
+/* 1 for the tensors with a row per vocabulary entry (the word embedding, an untied output
+ * layer): their padded rows may differ between runs, so reads take the rows both have. */
+int ckpt_is_vocab_tensor(const char *name);
+
 /* Finds the checkpoint at `path`: an iteration folder (holding meta.json) or a save folder —
  * the iteration its latest_checkpointed_iteration.txt names, or a newer complete iter_NNNNNNN
  * folder that verifies (a save interrupted before latest was updated); without a latest file,

@@ -33,6 +33,11 @@
 #include "trident/safetensors.h"
 #include "trident/timer.h"
 
+int ckpt_is_vocab_tensor(const char *name)
+{
+    return strcmp(name, "embedding.word.weight") == 0 || strcmp(name, "output_layer.weight") == 0;
+}
+
 /* ---- slices ---- */
 
 ckpt_slice ckpt_slice_of(const gpt_tensor_info *t)

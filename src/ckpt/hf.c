@@ -1,4 +1,5 @@
-/* Hugging Face GPT-2 interchange: see include/trident/hf.h and docs/convert.md.
+/* Hugging Face interchange: see include/trident/hf.h and docs/convert.md. The families are
+ * tables of pieces (hf_impl.h); GPT-2's is here, Llama's in hf_llama.c.
  *
  * trident                      transformers GPT2LMHeadModel
  * embedding.word.weight (Vp,h) transformer.wte.weight (V, h)      padded rows dropped / added
@@ -30,6 +31,7 @@
 #include "trident/gpt.h"
 #include "trident/parallel_state.h"
 #include "trident/safetensors.h"
+#include "hf_impl.h"
 
 #define FAIL(...)                                                                        \
     do {                                                                                 \
@@ -37,9 +39,9 @@
         goto fail;                                                                       \
     } while (0)
 
-/* The GPT2LMHeadModel name of a trident tensor (with "transformer."), and whether its matrix is
- * stored transposed (Conv1D). -1 for a name with no counterpart. */
-static int hf_name(const char *name, char *out, size_t n, int *transpose)
+/* GPT-2's pieces: every trident tensor is one GPT2LMHeadModel tensor (with "transformer."),
+ * the Conv1D matrices stored transposed. */
+static int gpt2_pieces(const gpt_config *c, const char *name, hf_piece *out)
 {
     static const struct {
         const char *trident, *hf;
@@ -52,20 +54,24 @@ static int hf_name(const char *name, char *out, size_t n, int *transpose)
         {"mlp.fc.weight", "mlp.c_fc.weight", 1},    {"mlp.fc.bias", "mlp.c_fc.bias", 0},
         {"mlp.fc2.weight", "mlp.c_proj.weight", 1}, {"mlp.fc2.bias", "mlp.c_proj.bias", 0},
     };
-    *transpose = 0;
-    if (strcmp(name, "embedding.word.weight") == 0) return snprintf(out, n, "transformer.wte.weight"), 0;
-    if (strcmp(name, "embedding.position.weight") == 0) return snprintf(out, n, "transformer.wpe.weight"), 0;
-    if (strcmp(name, "final_norm.weight") == 0) return snprintf(out, n, "transformer.ln_f.weight"), 0;
-    if (strcmp(name, "final_norm.bias") == 0) return snprintf(out, n, "transformer.ln_f.bias"), 0;
+    (void)c;
+    hf_piece *p = out;
+    memset(p, 0, sizeof *p);
+    p->rows = -1;
+    if (strcmp(name, "embedding.word.weight") == 0) return snprintf(p->hf, sizeof p->hf, "transformer.wte.weight"), 1;
+    if (strcmp(name, "embedding.position.weight") == 0)
+        return snprintf(p->hf, sizeof p->hf, "transformer.wpe.weight"), 1;
+    if (strcmp(name, "final_norm.weight") == 0) return snprintf(p->hf, sizeof p->hf, "transformer.ln_f.weight"), 1;
+    if (strcmp(name, "final_norm.bias") == 0) return snprintf(p->hf, sizeof p->hf, "transformer.ln_f.bias"), 1;
     int l, k = 0;
-    if (sscanf(name, "layers.%d.%n", &l, &k) != 1 || k == 0) return -1;
+    if (sscanf(name, "layers.%d.%n", &l, &k) != 1 || k == 0) return 0;
     for (size_t i = 0; i < sizeof LAYER / sizeof LAYER[0]; i++)
         if (strcmp(name + k, LAYER[i].trident) == 0) {
-            *transpose = LAYER[i].transpose;
-            snprintf(out, n, "transformer.h.%d.%s", l, LAYER[i].hf);
-            return 0;
+            p->transpose = LAYER[i].transpose;
+            snprintf(p->hf, sizeof p->hf, "transformer.h.%d.%s", l, LAYER[i].hf);
+            return 1;
         }
-    return -1;
+    return 0;
 }
 
 /* out (cols, rows) = in (rows, cols) transposed. */
@@ -92,7 +98,7 @@ static cJSON *gpt2_config(const gpt_config *c)
     cJSON_AddNumberToObject(o, "n_head", c->heads);
     if (c->ffn == 4 * c->hidden) cJSON_AddNullToObject(o, "n_inner");
     else cJSON_AddNumberToObject(o, "n_inner", c->ffn);
-    cJSON_AddNumberToObject(o, "layer_norm_epsilon", 1e-5);
+    cJSON_AddNumberToObject(o, "layer_norm_epsilon", (double)gpt_norm_eps(c));
     cJSON_AddNumberToObject(o, "initializer_range", (double)c->init_std);
     cJSON_AddNumberToObject(o, "embd_pdrop", (double)c->hidden_dropout);
     cJSON_AddNumberToObject(o, "resid_pdrop", (double)c->hidden_dropout);
@@ -110,6 +116,49 @@ static cJSON *gpt2_config(const gpt_config *c)
     return o;
 }
 
+/* GPT-2's architecture exactly (what GPT2LMHeadModel computes), or a reason it is not. */
+static const char *gpt2_mismatch(const gpt_config *c)
+{
+    if (c->norm != GPT_NORM_LAYERNORM) return "RMSNorm";
+    if (c->pos != GPT_POS_LEARNED) return "no learned positions";
+    if (c->swiglu) return "SwiGLU";
+    if (!gpt_has_bias(c)) return "no biases";
+    if (c->untied) return "an untied output layer";
+    if (gpt_gqa(c)) return "grouped-query attention";
+    if (gpt_head_dim(c) * c->heads != c->hidden) return "a head size other than hidden / heads";
+    return NULL;
+}
+
+static int gpt2_read_config(const cJSON *o, const char *path, gpt_config *c, char *err, size_t errlen);
+
+static const hf_family GPT2 = {"gpt2", "GPT2LMHeadModel", gpt2_pieces, gpt2_config, gpt2_mismatch, gpt2_read_config,
+                               NULL};
+
+static const hf_family *const FAMILIES[] = {&GPT2, &HF_LLAMA};
+#define NFAMILIES ((int)(sizeof FAMILIES / sizeof FAMILIES[0]))
+
+/* The family a trident model converts to, or NULL with the reasons in err. */
+static const hf_family *family_of_model(const gpt_config *c, char *err, size_t errlen)
+{
+    char why[256] = "";
+    for (int i = 0; i < NFAMILIES; i++) {
+        const char *w = FAMILIES[i]->mismatch(c);
+        if (!w) return FAMILIES[i];
+        size_t n = strlen(why);
+        snprintf(why + n, sizeof why - n, "%s%s: %s", i ? "; " : "", FAMILIES[i]->arch, w);
+    }
+    snprintf(err, errlen, "this model has no Hugging Face counterpart (%s)", why);
+    return NULL;
+}
+
+/* Rows of the piece (its own count, or the whole tensor's; the vocabulary unpadded). */
+static int64_t piece_rows(const hf_piece *p, const gpt_config *c, const char *name, int64_t rows)
+{
+    if (p->rows >= 0) return p->rows;
+    if (ckpt_is_vocab_tensor(name)) return c->vocab;
+    return rows;
+}
+
 int hf_export(const ckpt_meta *meta, const char *out, char *err, size_t errlen)
 {
     ckpt_reader *r = NULL;
@@ -120,36 +169,42 @@ int hf_export(const ckpt_meta *meta, const char *out, char *err, size_t errlen)
     char *text = NULL;
     int n = 0, rc = -1;
     const gpt_config *c = &meta->model;
+    const hf_family *fam = family_of_model(c, err, errlen);
+    if (!fam) return -1;
     r = ckpt_reader_open(meta, err, errlen);
     if (!r) goto fail;
     ckpt_list_tensors(r, &tl);
-    e = td_xcalloc((size_t)tl.n, sizeof *e);
-    names = td_xcalloc((size_t)tl.n, sizeof *names);
-    bufs = td_xcalloc((size_t)tl.n, sizeof *bufs);
-    for (int i = 0; i < tl.n; i++, n++) {
-        char hn[128];
-        int tr;
-        if (hf_name(tl.names[i], hn, sizeof hn, &tr)) FAIL("%s: tensor %s has no GPT-2 counterpart", meta->dir, tl.names[i]);
+    e = td_xcalloc((size_t)tl.n * HF_MAX_PIECES, sizeof *e);
+    names = td_xcalloc((size_t)tl.n * HF_MAX_PIECES, sizeof *names);
+    bufs = td_xcalloc((size_t)tl.n * HF_MAX_PIECES, sizeof *bufs);
+    for (int i = 0; i < tl.n; i++) {
+        hf_piece pc[HF_MAX_PIECES];
+        int np = fam->pieces(c, tl.names[i], pc);
+        if (np == 0) FAIL("%s: tensor %s has no %s counterpart", meta->dir, tl.names[i], fam->arch);
         ckpt_slice s = tl.shapes[i];
-        if (strcmp(tl.names[i], "embedding.word.weight") == 0) s.shape[0] = c->vocab; /* unpadded */
-        int64_t rows = s.shape[0], cols = s.ndim == 2 ? s.shape[1] : 1;
-        float *buf = td_xmalloc((size_t)(rows * cols) * sizeof(float));
-        bufs[i] = buf;
-        if (ckpt_read(r, CKPT_PARAMS, tl.names[i], &s, buf, err, errlen)) goto fail;
-        if (tr) {
-            float *t = td_xmalloc((size_t)(rows * cols) * sizeof(float));
-            transpose(t, buf, rows, cols);
-            free(buf);
-            bufs[i] = t;
+        int64_t cols = s.ndim == 2 ? s.shape[1] : 1;
+        if (np == 1) s.shape[0] = piece_rows(&pc[0], c, tl.names[i], s.shape[0]); /* unpadded vocabulary */
+        float *whole = td_xmalloc((size_t)(s.shape[0] * cols) * sizeof(float));
+        if (ckpt_read(r, CKPT_PARAMS, tl.names[i], &s, whole, err, errlen)) {
+            free(whole);
+            goto fail;
         }
-        names[i] = td_xstrdup(hn);
-        e[i].name = names[i];
-        e[i].dtype = ST_F32;
-        e[i].ndim = s.ndim;
-        e[i].shape[0] = tr ? cols : rows;
-        e[i].shape[1] = tr ? rows : cols;
-        e[i].data = bufs[i];
-        e[i].bytes = (size_t)(rows * cols) * sizeof(float);
+        for (int k = 0; k < np; k++, n++) {
+            int64_t rows = piece_rows(&pc[k], c, tl.names[i], s.shape[0]);
+            float *buf = td_xmalloc((size_t)(rows * cols) * sizeof(float));
+            if (pc[k].transpose) transpose(buf, whole + pc[k].row0 * cols, rows, cols);
+            else memcpy(buf, whole + pc[k].row0 * cols, (size_t)(rows * cols) * sizeof(float));
+            bufs[n] = buf;
+            names[n] = td_xstrdup(pc[k].hf);
+            e[n].name = names[n];
+            e[n].dtype = ST_F32;
+            e[n].ndim = s.ndim;
+            e[n].shape[0] = pc[k].transpose ? cols : rows;
+            e[n].shape[1] = pc[k].transpose ? rows : cols;
+            e[n].data = buf;
+            e[n].bytes = (size_t)(rows * cols) * sizeof(float);
+        }
+        free(whole);
     }
     if (ckf_mkdirs(out) != 0) FAIL("cannot create %s: %s", out, td_strerror(errno));
     char path[4200], tmp[4300];
@@ -161,7 +216,7 @@ int hf_export(const ckpt_meta *meta, const char *out, char *err, size_t errlen)
         unlink(tmp);
         FAIL("cannot rename %s to %s: %s", tmp, path, td_strerror(errno));
     }
-    cJSON *cfg = gpt2_config(c);
+    cJSON *cfg = fam->config(c);
     text = cJSON_Print(cfg);
     cJSON_Delete(cfg);
     size_t len = strlen(text);
@@ -172,9 +227,9 @@ int hf_export(const ckpt_meta *meta, const char *out, char *err, size_t errlen)
     if (ckf_fsync_dir(out) != 0) FAIL("cannot fsync %s: %s", out, td_strerror(errno));
     rc = 0;
 fail:
-    for (int i = 0; i < tl.n; i++) {
-        if (names) free(names[i]);
-        if (bufs) free(bufs[i]);
+    for (int i = 0; i < n; i++) {
+        free(names[i]);
+        free(bufs[i]);
     }
     free(names);
     free(bufs);
@@ -229,7 +284,7 @@ static void to_float(float *dst, const void *src, st_dtype t, size_t n)
     }
 }
 
-static int json_int(const cJSON *o, const char *key, int def, int *v)
+int hf_json_int(const cJSON *o, const char *key, int def, int *v)
 {
     const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, key);
     if (!j || cJSON_IsNull(j)) {
@@ -242,38 +297,26 @@ static int json_int(const cJSON *o, const char *key, int def, int *v)
     return 0;
 }
 
-static double json_num(const cJSON *o, const char *key, double def)
+double hf_json_num(const cJSON *o, const char *key, double def)
 {
     const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, key);
     return cJSON_IsNumber(j) ? j->valuedouble : def;
 }
 
-static int json_bool(const cJSON *o, const char *key, int def)
+int hf_json_bool(const cJSON *o, const char *key, int def)
 {
     const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, key);
     return cJSON_IsBool(j) ? cJSON_IsTrue(j) : def;
 }
 
 /* The model of a GPT-2 config.json; -1 with err when it is not one trident computes exactly. */
-static int read_config(const char *in, gpt_config *c, int divisible_by, char *err, size_t errlen)
+static int gpt2_read_config(const cJSON *o, const char *path, gpt_config *c, char *err, size_t errlen)
 {
-    char path[4200];
-    ckf_join(path, sizeof path, in, "config.json");
-    size_t len;
-    char *text = ckf_read_text(path, &len, 1 << 24);
-    cJSON *o = NULL;
-    if (!text) FAIL("cannot read %s: %s", path, td_strerror(errno));
-    o = cJSON_ParseWithLength(text, len);
-    if (!cJSON_IsObject(o)) FAIL("%s is not valid JSON", path);
-    const cJSON *mt = cJSON_GetObjectItemCaseSensitive(o, "model_type");
-    if (cJSON_IsString(mt) && strcmp(mt->valuestring, "gpt2") != 0)
-        FAIL("%s: model_type is '%s'; only gpt2 converts", path, mt->valuestring);
-    memset(c, 0, sizeof *c);
     int pos;
-    if (json_int(o, "n_embd", -1, &c->hidden) || json_int(o, "n_layer", -1, &c->num_layers) ||
-        json_int(o, "n_head", -1, &c->heads) || json_int(o, "vocab_size", -1, &c->vocab) ||
-        json_int(o, "n_ctx", 0, &pos) || json_int(o, "n_positions", pos ? pos : -1, &c->max_pos) ||
-        json_int(o, "n_inner", 0, &c->ffn))
+    if (hf_json_int(o, "n_embd", -1, &c->hidden) || hf_json_int(o, "n_layer", -1, &c->num_layers) ||
+        hf_json_int(o, "n_head", -1, &c->heads) || hf_json_int(o, "vocab_size", -1, &c->vocab) ||
+        hf_json_int(o, "n_ctx", 0, &pos) || hf_json_int(o, "n_positions", pos ? pos : -1, &c->max_pos) ||
+        hf_json_int(o, "n_inner", 0, &c->ffn))
         FAIL("%s: n_embd, n_layer, n_head, n_positions and vocab_size must be positive integers (n_inner too, or "
              "null)", path);
     if (!c->ffn) c->ffn = 4 * c->hidden;
@@ -282,23 +325,48 @@ static int read_config(const char *in, gpt_config *c, int divisible_by, char *er
     const char *a = cJSON_IsString(act) ? act->valuestring : "gelu_new";
     if (strcmp(a, "gelu_new") && strcmp(a, "gelu_pytorch_tanh") && strcmp(a, "gelu_fast"))
         FAIL("%s: activation_function '%s' is not the tanh GeLU trident computes (gelu_new)", path, a);
-    if (fabs(json_num(o, "layer_norm_epsilon", 1e-5) - 1e-5) > 1e-12)
-        FAIL("%s: layer_norm_epsilon %g is not trident's 1e-5", path, json_num(o, "layer_norm_epsilon", 1e-5));
-    if (!json_bool(o, "scale_attn_weights", 1) || json_bool(o, "scale_attn_by_inverse_layer_idx", 0))
+    c->norm_eps = (float)hf_json_num(o, "layer_norm_epsilon", 1e-5);
+    if (!(c->norm_eps > 0 && c->norm_eps < 1)) FAIL("%s: layer_norm_epsilon must be in (0, 1)", path);
+    if (!hf_json_bool(o, "scale_attn_weights", 1) || hf_json_bool(o, "scale_attn_by_inverse_layer_idx", 0))
         FAIL("%s: attention scaling other than 1/sqrt(head size) is not supported", path);
+    c->hidden_dropout = (float)hf_json_num(o, "resid_pdrop", 0.1);
+    c->attn_dropout = (float)hf_json_num(o, "attn_pdrop", 0.1);
+    return 0;
+fail:
+    return -1;
+}
+
+/* The family and model of IN/config.json; -1 with err when it is not one trident computes. */
+static const hf_family *read_config(const char *in, gpt_config *c, int divisible_by, char *err, size_t errlen)
+{
+    char path[4200];
+    ckf_join(path, sizeof path, in, "config.json");
+    size_t len;
+    char *text = ckf_read_text(path, &len, 1 << 24);
+    cJSON *o = NULL;
+    const hf_family *fam = NULL;
+    if (!text) FAIL("cannot read %s: %s", path, td_strerror(errno));
+    o = cJSON_ParseWithLength(text, len);
+    if (!cJSON_IsObject(o)) FAIL("%s is not valid JSON", path);
+    const cJSON *mt = cJSON_GetObjectItemCaseSensitive(o, "model_type");
+    const char *type = cJSON_IsString(mt) ? mt->valuestring : "gpt2";
+    for (int i = 0; i < NFAMILIES && !fam; i++)
+        if (strcmp(type, FAMILIES[i]->model_type) == 0 || (FAMILIES[i]->alias && strcmp(type, FAMILIES[i]->alias) == 0))
+            fam = FAMILIES[i];
+    if (!fam) FAIL("%s: model_type is '%s'; gpt2, llama and mistral convert", path, type);
+    memset(c, 0, sizeof *c);
+    if (fam->read_config(o, path, c, err, errlen)) {
+        fam = NULL;
+        goto fail;
+    }
     c->padded_vocab = gpt_padded_vocab(c->vocab, divisible_by, 1);
-    c->init_std = (float)json_num(o, "initializer_range", 0.02);
-    c->hidden_dropout = (float)json_num(o, "resid_pdrop", 0.1);
-    c->attn_dropout = (float)json_num(o, "attn_pdrop", 0.1);
+    c->init_std = (float)hf_json_num(o, "initializer_range", 0.02);
     c->seed = 1234;
     c->seq = 1; /* sizes only the (unused) activation arena */
-    cJSON_Delete(o);
-    free(text);
-    return 0;
 fail:
     cJSON_Delete(o);
     free(text);
-    return -1;
+    return fam;
 }
 
 /* The tensor of f called `name` (with or without "transformer."). */
@@ -315,41 +383,51 @@ static int ends_with(const char *s, const char *suffix)
     return n >= k && strcmp(s + n - k, suffix) == 0;
 }
 
-/* Buffers and the tied head, which carry no parameters of their own. */
+/* Buffers (GPT-2's attention masks, rotary tables) and a tied head, which carry no parameters
+ * of their own. */
 static int ignorable(const char *name)
 {
-    return ends_with(name, ".attn.bias") || ends_with(name, ".attn.masked_bias") || strcmp(name, "lm_head.weight") == 0;
+    return ends_with(name, ".attn.bias") || ends_with(name, ".attn.masked_bias") ||
+           ends_with(name, ".rotary_emb.inv_freq") || strcmp(name, "lm_head.weight") == 0;
 }
 
-/* Fills the table entry t of m (host buffer `host`) from f. used[i] marks f's tensors read. */
-static int import_tensor(const st_file *f, const gpt_model *m, const gpt_tensor_info *t, float *host, char *used,
-                         char *err, size_t errlen)
+/* Fills the table entry t of m (host buffer `host`) from f, piece by piece. used[i] marks f's
+ * tensors read. */
+static int import_tensor(const hf_family *fam, const st_file *f, const gpt_model *m, const gpt_tensor_info *t,
+                         float *host, char *used, char *err, size_t errlen)
 {
-    char hn[128];
-    int tr;
+    hf_piece pc[HF_MAX_PIECES];
     float *tmp = NULL;
-    TD_ASSERT(hf_name(t->name, hn, sizeof hn, &tr) == 0);
-    const st_tensor *s = find_hf(f, hn);
-    if (!s) FAIL("%s: tensor %s is missing", f->path, hn);
-    used[s - f->h.tensors] = 1;
-    if (s->dtype != ST_F32 && s->dtype != ST_F16 && s->dtype != ST_BF16)
-        FAIL("%s: tensor %s is %s; F32, F16 or BF16 convert", f->path, hn, st_dtype_name(s->dtype));
-    int64_t rows = t->shape[0], cols = t->ndim == 2 ? t->shape[1] : 1;
-    int word = strcmp(t->name, "embedding.word.weight") == 0;
-    int64_t want0 = tr ? cols : word ? m->cfg.vocab : rows, want1 = tr ? rows : cols;
-    if (s->ndim != t->ndim || s->shape[0] != want0 || (t->ndim == 2 && s->shape[1] != want1))
-        FAIL("%s: tensor %s has shape [%lld%s%lld] but the config makes it [%lld%s%lld]", f->path, hn,
-             (long long)s->shape[0], s->ndim == 2 ? ", " : "", s->ndim == 2 ? (long long)s->shape[1] : 0LL,
-             (long long)want0, t->ndim == 2 ? ", " : "", t->ndim == 2 ? (long long)want1 : 0LL);
-    size_t n = (size_t)(want0 * want1);
-    tmp = td_xmalloc(n * sizeof(float));
-    to_float(tmp, st_data(f, s), s->dtype, n);
+    int np = fam->pieces(&m->cfg, t->name, pc);
+    TD_ASSERT(np > 0);
+    int64_t rows = t->shape[0], cols = t->ndim == 2 ? t->shape[1] : 1, filled = 0;
     float *dst = host + t->offset;
-    if (tr) transpose(dst, tmp, want0, want1);
-    else memcpy(dst, tmp, n * sizeof(float));
-    if (word) /* padded rows: copies of the last row (Megatron's rule) */
-        for (int64_t r = want0; r < rows; r++) memcpy(dst + r * cols, tmp + (want0 - 1) * cols, (size_t)cols * sizeof(float));
-    free(tmp);
+    for (int k = 0; k < np; k++) {
+        const char *hn = pc[k].hf;
+        int tr = pc[k].transpose;
+        const st_tensor *s = find_hf(f, hn);
+        if (!s) FAIL("%s: tensor %s is missing", f->path, hn);
+        used[s - f->h.tensors] = 1;
+        if (s->dtype != ST_F32 && s->dtype != ST_F16 && s->dtype != ST_BF16)
+            FAIL("%s: tensor %s is %s; F32, F16 or BF16 convert", f->path, hn, st_dtype_name(s->dtype));
+        int64_t prow = piece_rows(&pc[k], &m->cfg, t->name, rows);
+        int64_t want0 = tr ? cols : prow, want1 = tr ? prow : cols;
+        if (s->ndim != t->ndim || s->shape[0] != want0 || (t->ndim == 2 && s->shape[1] != want1))
+            FAIL("%s: tensor %s has shape [%lld%s%lld] but the config makes it [%lld%s%lld]", f->path, hn,
+                 (long long)s->shape[0], s->ndim == 2 ? ", " : "", s->ndim == 2 ? (long long)s->shape[1] : 0LL,
+                 (long long)want0, t->ndim == 2 ? ", " : "", t->ndim == 2 ? (long long)want1 : 0LL);
+        size_t n = (size_t)(want0 * want1);
+        tmp = td_xmalloc(n * sizeof(float));
+        to_float(tmp, st_data(f, s), s->dtype, n);
+        float *at = dst + pc[k].row0 * cols;
+        if (tr) transpose(at, tmp, want0, want1);
+        else memcpy(at, tmp, n * sizeof(float));
+        filled = pc[k].row0 + prow;
+        free(tmp);
+        tmp = NULL;
+    }
+    /* a padded vocabulary: the rows past the real ones are copies of the last (Megatron's rule) */
+    for (int64_t r = filled; r < rows; r++) memcpy(dst + r * cols, dst + (filled - 1) * cols, (size_t)cols * sizeof(float));
     return 0;
 fail:
     free(tmp);
@@ -374,7 +452,8 @@ int hf_import(const char *in, const char *out, int divisible_by, comm *world, ch
                  "it; give an empty or new folder", out, held == 0 ? "" : " (one that does not open)");
         return -1;
     }
-    if (read_config(in, &c, divisible_by, err, errlen)) return -1;
+    const hf_family *fam = read_config(in, &c, divisible_by, err, errlen);
+    if (!fam) return -1;
     char path[4200], why[1024];
     ckf_join(path, sizeof path, in, "model.safetensors");
     if (!ckf_exists(path)) {
@@ -391,19 +470,22 @@ int hf_import(const char *in, const char *out, int divisible_by, comm *world, ch
     m = gpt_create(&c, ps, be, 0, c.num_layers, 1, 1);
     host = td_xmalloc(m->numel * sizeof(float));
     for (int i = 0; i < m->ntensors; i++)
-        if (import_tensor(f, m, &m->table[i], host, used, err, errlen)) goto fail;
+        if (import_tensor(fam, f, m, &m->table[i], host, used, err, errlen)) goto fail;
     for (int i = 0; i < f->h.ntensors; i++) {
         const st_tensor *t = &f->h.tensors[i];
         if (used[i] || !ignorable(t->name)) {
-            if (!used[i]) FAIL("%s: unexpected tensor %s (not part of GPT-2)", path, t->name);
+            if (!used[i]) FAIL("%s: unexpected tensor %s (not part of %s)", path, t->name, fam->arch);
             continue;
         }
         if (strcmp(t->name, "lm_head.weight") == 0) {
             /* must be the tied word embedding */
-            const st_tensor *w = find_hf(f, "transformer.wte.weight");
+            hf_piece wp[HF_MAX_PIECES];
+            fam->pieces(&c, "embedding.word.weight", wp);
+            const st_tensor *w = find_hf(f, wp[0].hf);
             if (t->dtype != w->dtype || t->end - t->begin != w->end - w->begin ||
                 memcmp(st_data(f, t), st_data(f, w), (size_t)(t->end - t->begin)) != 0)
-                FAIL("%s: lm_head.weight differs from wte.weight; an untied LM head is not supported", path);
+                FAIL("%s: lm_head.weight differs from %s but the config ties them (tie_word_embeddings)", path,
+                     wp[0].hf);
         }
     }
     be_memcpy(be, m->params, host, m->numel * sizeof(float), BE_H2D);
@@ -413,6 +495,7 @@ int hf_import(const char *in, const char *out, int divisible_by, comm *world, ch
     cJSON_AddNumberToObject(args, "hidden_size", c.hidden);
     cJSON_AddNumberToObject(args, "num_attention_heads", c.heads);
     cJSON_AddNumberToObject(args, "ffn_hidden_size", c.ffn);
+    cJSON_AddStringToObject(args, "architecture", fam->arch);
     cJSON_AddNumberToObject(args, "max_position_embeddings", c.max_pos);
     cJSON_AddNumberToObject(args, "make_vocab_size_divisible_by", divisible_by);
     cJSON_AddStringToObject(args, "converted_from", "hf");

@@ -24,7 +24,6 @@
 #include "trident/timer.h"
 
 #define MAXB 64 /* blocks of a split dimension */
-#define WORD_EMBEDDING "embedding.word.weight"
 
 typedef struct {
     int file;             /* index into r->files */
@@ -419,7 +418,7 @@ int ckpt_read(ckpt_reader *r, ckpt_kind kind, const char *name, const ckpt_slice
     const ckpt_slice *have = &r->e[g0].sl;
     int64_t rows_lim = want->shape[0];
     if (!same_shape(want, have)) {
-        int vocab_rows = strcmp(name, WORD_EMBEDDING) == 0 && want->ndim == 2 && have->ndim == 2 &&
+        int vocab_rows = ckpt_is_vocab_tensor(name) && want->ndim == 2 && have->ndim == 2 &&
                          want->shape[1] == have->shape[1] && want->dim != 1;
         if (!vocab_rows) {
             char a[64], b[64];

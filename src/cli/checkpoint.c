@@ -129,7 +129,7 @@ static int compare(const char *pa, const char *pb)
     int same_pad = ma.model.padded_vocab == mb.model.padded_vocab;
     for (int i = 0; i < la.n; i++) {
         ckpt_slice s = la.shapes[i];
-        int word = strcmp(la.names[i], "embedding.word.weight") == 0;
+        int word = ckpt_is_vocab_tensor(la.names[i]);
         if (word) s.shape[0] = vocab;
         for (int k = 0; k < kinds; k++) {
             float *a = read_whole(ra, (ckpt_kind)k, la.names[i], &s);

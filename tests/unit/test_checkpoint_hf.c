@@ -478,16 +478,274 @@ static void expect_import_error(const char *config, const char *want)
 static void import_refuses_what_it_cannot_compute(void **state)
 {
     (void)state;
-    expect_import_error("{\"model_type\": \"llama\"}", "only gpt2");
+    expect_import_error("{\"model_type\": \"bert\"}", "gpt2, llama and mistral convert");
     expect_import_error("{\"vocab_size\": 50, \"n_positions\": 8, \"n_embd\": 16, \"n_layer\": 2, \"n_head\": 4, "
                         "\"activation_function\": \"gelu\"}", "not the tanh GeLU");
     expect_import_error("{\"vocab_size\": 50, \"n_positions\": 8, \"n_embd\": 16, \"n_layer\": 2, \"n_head\": 4, "
-                        "\"layer_norm_epsilon\": 1e-6}", "layer_norm_epsilon");
+                        "\"layer_norm_epsilon\": 2}", "layer_norm_epsilon must be in (0, 1)");
     expect_import_error("{\"vocab_size\": 50, \"n_positions\": 8, \"n_embd\": 16, \"n_layer\": 3, \"n_head\": 4}",
                         "tensor transformer.h.2.mlp.c_proj.bias is missing");
     expect_import_error("{\"vocab_size\": 51, \"n_positions\": 8, \"n_embd\": 16, \"n_layer\": 2, \"n_head\": 4}",
                         "tensor transformer.wte.weight has shape [50, 16] but the config makes it [51, 16]");
     expect_import_error("{\"vocab_size\": 50, \"n_embd\": 16, \"n_layer\": 2, \"n_head\": 4}", "n_positions");
+}
+
+
+/* ---- Llama: an independent LlamaForCausalLM in transformers' layout and names ---- */
+
+enum { LH = 16, LNH = 4, LG = 2, LD = 6, LF = 24 };
+#define LTHETA 500.0
+#define LEPS 1e-6
+
+static const char *LLAMA_CONFIG =
+    "{\"model_type\": \"llama\", \"architectures\": [\"LlamaForCausalLM\"], \"vocab_size\": 50, "
+    "\"hidden_size\": 16, \"intermediate_size\": 24, \"num_hidden_layers\": 2, \"num_attention_heads\": 4, "
+    "\"num_key_value_heads\": 2, \"head_dim\": 6, \"max_position_embeddings\": 8, \"rms_norm_eps\": 1e-06, "
+    "\"rope_theta\": 500.0, \"rope_scaling\": null, \"hidden_act\": \"silu\", \"attention_bias\": false, "
+    "\"tie_word_embeddings\": false}";
+
+/* A random Llama (untied lm_head) with a rotary inv_freq buffer the importer must skip. */
+static void random_llama(hmodel *m, uint64_t seed)
+{
+    char n[128];
+    hadd(m, "model.embed_tokens.weight", V, LH);
+    for (int l = 0; l < L; l++) {
+        const struct {
+            const char *s;
+            int64_t d0, d1;
+        } shapes[] = {{"input_layernorm.weight", LH, 0},  {"self_attn.q_proj.weight", LNH * LD, LH},
+                      {"self_attn.k_proj.weight", LG * LD, LH}, {"self_attn.v_proj.weight", LG * LD, LH},
+                      {"self_attn.o_proj.weight", LH, LNH * LD}, {"post_attention_layernorm.weight", LH, 0},
+                      {"mlp.gate_proj.weight", LF, LH},   {"mlp.up_proj.weight", LF, LH},
+                      {"mlp.down_proj.weight", LH, LF}};
+        for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+            snprintf(n, sizeof n, "model.layers.%d.%s", l, shapes[k].s);
+            hadd(m, n, shapes[k].d0, shapes[k].d1);
+        }
+    }
+    hadd(m, "model.norm.weight", LH, 0);
+    hadd(m, "lm_head.weight", V, LH);
+    for (int i = 0; i < m->n; i++) {
+        htensor *t = &m->t[i];
+        int64_t cnt = t->shape[0] * (t->ndim == 2 ? t->shape[1] : 1);
+        int norm = strstr(t->name, "norm") != NULL;
+        for (int64_t k = 0; k < cnt; k++) t->v[k] = (float)((norm ? 1.0 : 0.0) + 0.8 * (lcg_uniform(&seed) - 0.5));
+    }
+    htensor *inv = hadd(m, "model.layers.0.self_attn.rotary_emb.inv_freq", LD / 2, 0);
+    for (int i = 0; i < LD / 2; i++) inv->v[i] = (float)pow(LTHETA, -2.0 * i / LD);
+}
+
+static void rms(double *out, const double *in, const float *w)
+{
+    double ss = 0;
+    for (int i = 0; i < LH; i++) ss += in[i] * in[i];
+    double r = 1.0 / sqrt(ss / LH + LEPS);
+    for (int i = 0; i < LH; i++) out[i] = in[i] * r * w[i];
+}
+
+/* nn.Linear: out (n_out) = W (n_out, n_in) . in */
+static void linear(double *out, const double *in, const float *w, int n_in, int n_out)
+{
+    for (int o = 0; o < n_out; o++) {
+        double s = 0;
+        for (int i = 0; i < n_in; i++) s += w[(size_t)o * n_in + i] * in[i];
+        out[o] = s;
+    }
+}
+
+/* transformers' apply_rotary_pos_emb: x * cos + rotate_half(x) * sin, per head of LD. */
+static void rotate_half(double *x, int pos)
+{
+    double y[LD];
+    for (int i = 0; i < LD; i++) {
+        double ang = pos * pow(LTHETA, -2.0 * (i % (LD / 2)) / LD);
+        double rot = i < LD / 2 ? -x[i + LD / 2] : x[i - LD / 2];
+        y[i] = x[i] * cos(ang) + rot * sin(ang);
+    }
+    memcpy(x, y, sizeof y);
+}
+
+static void ref_llama_logits(const hmodel *m, const int32_t *ids, double *logits /* (T, V) */)
+{
+    static double x[T][LH], a[T][LH], q[T][LNH * LD], k[T][LG * LD], v[T][LG * LD], y[T][LNH * LD], tmp[T][LH];
+    static double g[T][LF], u[T][LF];
+    const float *emb = hget(m, "model.embed_tokens.weight", V, LH);
+    char n[128];
+#define G(fmt, d0, d1) (snprintf(n, sizeof n, fmt, l), hget(m, n, d0, d1))
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < LH; i++) x[t][i] = emb[ids[t] * LH + i];
+    for (int l = 0; l < L; l++) {
+        for (int t = 0; t < T; t++) {
+            rms(a[t], x[t], G("model.layers.%d.input_layernorm.weight", LH, 0));
+            linear(q[t], a[t], G("model.layers.%d.self_attn.q_proj.weight", LNH * LD, LH), LH, LNH * LD);
+            linear(k[t], a[t], G("model.layers.%d.self_attn.k_proj.weight", LG * LD, LH), LH, LG * LD);
+            linear(v[t], a[t], G("model.layers.%d.self_attn.v_proj.weight", LG * LD, LH), LH, LG * LD);
+            for (int hd = 0; hd < LNH; hd++) rotate_half(q[t] + hd * LD, t);
+            for (int gi = 0; gi < LG; gi++) rotate_half(k[t] + gi * LD, t);
+        }
+        for (int hd = 0; hd < LNH; hd++) {
+            int kv = hd / (LNH / LG); /* repeat_kv */
+            for (int t = 0; t < T; t++) {
+                double s[T], mx = -1e300, sum = 0;
+                for (int w = 0; w <= t; w++) {
+                    s[w] = 0;
+                    for (int e = 0; e < LD; e++) s[w] += q[t][hd * LD + e] * k[w][kv * LD + e];
+                    s[w] /= sqrt((double)LD);
+                    mx = s[w] > mx ? s[w] : mx;
+                }
+                for (int w = 0; w <= t; w++) sum += (s[w] = exp(s[w] - mx));
+                for (int e = 0; e < LD; e++) {
+                    double acc = 0;
+                    for (int w = 0; w <= t; w++) acc += s[w] / sum * v[w][kv * LD + e];
+                    y[t][hd * LD + e] = acc;
+                }
+            }
+        }
+        for (int t = 0; t < T; t++) {
+            linear(tmp[t], y[t], G("model.layers.%d.self_attn.o_proj.weight", LH, LNH * LD), LNH * LD, LH);
+            for (int i = 0; i < LH; i++) x[t][i] += tmp[t][i];
+            rms(a[t], x[t], G("model.layers.%d.post_attention_layernorm.weight", LH, 0));
+            linear(g[t], a[t], G("model.layers.%d.mlp.gate_proj.weight", LF, LH), LH, LF);
+            linear(u[t], a[t], G("model.layers.%d.mlp.up_proj.weight", LF, LH), LH, LF);
+            for (int i = 0; i < LF; i++) g[t][i] = g[t][i] / (1.0 + exp(-g[t][i])) * u[t][i]; /* silu(gate) * up */
+            linear(tmp[t], g[t], G("model.layers.%d.mlp.down_proj.weight", LH, LF), LF, LH);
+            for (int i = 0; i < LH; i++) x[t][i] += tmp[t][i];
+        }
+    }
+#undef G
+    const float *nw = hget(m, "model.norm.weight", LH, 0), *head = hget(m, "lm_head.weight", V, LH);
+    for (int t = 0; t < T; t++) {
+        rms(a[t], x[t], nw);
+        linear(logits + t * V, a[t], head, LH, V);
+    }
+}
+
+static void llama_import_matches_reference(void **state)
+{
+    (void)state;
+    hmodel hm = {0};
+    random_llama(&hm, 7);
+    char hfdir[600], ck[600], err[1024] = "";
+    sub(hfdir, sizeof hfdir, "llama_import_hf");
+    sub(ck, sizeof ck, "llama_import_ckpt");
+    write_hf(&hm, hfdir, LLAMA_CONFIG);
+    if (hf_import(hfdir, ck, 8, g_world, err, sizeof err)) fail_msg("%s", err);
+    gpt_model *m = load_model(ck);
+    assert_int_equal(m->cfg.norm, GPT_NORM_RMSNORM);
+    assert_int_equal(gpt_groups(&m->cfg), LG);
+    assert_int_equal(gpt_head_dim(&m->cfg), LD);
+    assert_true(m->cfg.untied && m->cfg.swiglu && m->cfg.pos == GPT_POS_ROPE);
+    float *got = trident_logits(m);
+    double ref[T * V];
+    ref_llama_logits(&hm, IDS, ref);
+    compare_logits(got, m->vocab_l, ref, "llama hf -> trident");
+    compare_loss(m, ref, "llama hf -> trident");
+    free(got);
+    gpt_free(m);
+    hfree(&hm);
+}
+
+static void llama_export_matches_reference_and_round_trips(void **state)
+{
+    (void)state;
+    gpt_config c = {.num_layers = L, .hidden = LH, .heads = LNH, .query_groups = LG, .kv_channels = LD, .ffn = LF,
+                    .seq = T, .max_pos = P, .vocab = V, .padded_vocab = gpt_padded_vocab(V, 8, 1),
+                    .norm = GPT_NORM_RMSNORM, .norm_eps = (float)LEPS, .pos = GPT_POS_ROPE,
+                    .rotary_base = (float)LTHETA, .swiglu = 1, .disable_bias = 1, .untied = 1, .init_std = 0.4f,
+                    .seed = 5};
+    gpt_model *m = gpt_create(&c, g_ps, g_be, 0, L, 1, 1);
+    char ck[600], hfdir[600], back[600], err[1024] = "";
+    sub(ck, sizeof ck, "llama_export_ckpt");
+    sub(hfdir, sizeof hfdir, "llama_export_hf");
+    sub(back, sizeof back, "llama_export_back");
+    ckpt_model cm = {g_ps, 1, &m, NULL, NULL};
+    ckpt_progress prog = {3, 24, 0, 5};
+    ckpt_save(ck, &cm, &prog, "{}", 0, NULL);
+    ckpt_meta meta;
+    if (ckpt_find(ck, &meta, err, sizeof err)) fail_msg("%s", err);
+    if (hf_export(&meta, hfdir, err, sizeof err)) fail_msg("%s", err);
+    ckpt_meta_free(&meta);
+
+    hmodel hm = {0};
+    read_hf(&hm, hfdir);
+    assert_int_equal(hm.n, 3 + 9 * L);
+    hget(&hm, "model.layers.1.self_attn.k_proj.weight", LG * LD, LH);
+    hget(&hm, "model.layers.0.mlp.gate_proj.weight", LF, LH);
+    hget(&hm, "lm_head.weight", V, LH);
+    char path[700];
+    snprintf(path, sizeof path, "%s/config.json", hfdir);
+    FILE *f = fopen(path, "r");
+    char text[4096];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = 0;
+    cJSON *cfg = cJSON_Parse(text);
+    assert_string_equal(cJSON_GetObjectItem(cfg, "model_type")->valuestring, "llama");
+    assert_int_equal(cJSON_GetObjectItem(cfg, "num_key_value_heads")->valueint, LG);
+    assert_int_equal(cJSON_GetObjectItem(cfg, "intermediate_size")->valueint, LF);
+    assert_int_equal(cJSON_GetObjectItem(cfg, "head_dim")->valueint, LD);
+    assert_true(fabs(cJSON_GetObjectItem(cfg, "rope_theta")->valuedouble - LTHETA) < 1e-3);
+    assert_true(cJSON_IsFalse(cJSON_GetObjectItem(cfg, "tie_word_embeddings")));
+    cJSON_Delete(cfg);
+
+    double ref[T * V];
+    ref_llama_logits(&hm, IDS, ref);
+    float *got = trident_logits(m);
+    compare_logits(got, m->vocab_l, ref, "llama trident -> hf");
+    compare_loss(m, ref, "llama trident -> hf");
+    free(got);
+    hfree(&hm);
+
+    if (hf_import(hfdir, back, 8, g_world, err, sizeof err)) fail_msg("%s", err);
+    gpt_model *b = load_model(back);
+    assert_int_equal(b->numel, m->numel);
+    for (int i = 0; i < m->ntensors; i++) {
+        const gpt_tensor_info *t = &m->table[i];
+        int vocab = strcmp(t->name, "embedding.word.weight") == 0 || strcmp(t->name, "output_layer.weight") == 0;
+        size_t cnt = vocab ? (size_t)V * LH : t->numel;
+        assert_string_equal(t->name, b->table[i].name);
+        assert_memory_equal(m->params + t->offset, b->params + b->table[i].offset, cnt * sizeof(float));
+    }
+    gpt_free(b);
+    gpt_free(m);
+}
+
+static void expect_llama_error(const char *extra, const char *want)
+{
+    hmodel hm = {0};
+    random_llama(&hm, 5);
+    char hfdir[600], ck[600], err[1024] = "", fragment[512];
+    sub(hfdir, sizeof hfdir, "bad_llama_hf");
+    sub(ck, sizeof ck, "bad_llama_ckpt");
+    /* LLAMA_CONFIG with the keys of `extra` replaced */
+    cJSON *cfg = cJSON_Parse(LLAMA_CONFIG), *over;
+    snprintf(fragment, sizeof fragment, "{%s}", extra);
+    over = cJSON_Parse(fragment);
+    assert_non_null(cfg);
+    assert_non_null(over);
+    for (cJSON *j = over->child; j; j = j->next) {
+        cJSON_DeleteItemFromObject(cfg, j->string);
+        cJSON_AddItemToObject(cfg, j->string, cJSON_Duplicate(j, 1));
+    }
+    char *config = cJSON_PrintUnformatted(cfg);
+    write_hf(&hm, hfdir, config);
+    free(config);
+    cJSON_Delete(cfg);
+    cJSON_Delete(over);
+    assert_int_equal(hf_import(hfdir, ck, 8, g_world, err, sizeof err), -1);
+    if (!strstr(err, want)) fail_msg("error '%s' lacks '%s'", err, want);
+    hfree(&hm);
+}
+
+static void llama_import_refuses_what_it_cannot_compute(void **state)
+{
+    (void)state;
+    expect_llama_error("\"rope_scaling\": {\"type\": \"linear\", \"factor\": 2}", "rope_scaling");
+    expect_llama_error("\"hidden_act\": \"gelu\"", "hidden_act");
+    expect_llama_error("\"attention_bias\": true", "attention_bias");
+    expect_llama_error("\"sliding_window\": 4", "sliding_window");
+    expect_llama_error("\"num_key_value_heads\": 3", "not divisible by num_key_value_heads");
+    expect_llama_error("\"tie_word_embeddings\": true", "lm_head.weight differs");
 }
 
 int main(int argc, char **argv)
@@ -501,6 +759,9 @@ int main(int argc, char **argv)
         cmocka_unit_test(import_matches_reference),
         cmocka_unit_test(export_matches_reference_and_round_trips),
         cmocka_unit_test(import_refuses_what_it_cannot_compute),
+        cmocka_unit_test(llama_import_matches_reference),
+        cmocka_unit_test(llama_export_matches_reference_and_round_trips),
+        cmocka_unit_test(llama_import_refuses_what_it_cannot_compute),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     char cmd[700];

@@ -1,0 +1,159 @@
+/* Hugging Face Llama (LlamaForCausalLM; MistralForCausalLM reads the same) interchange: the
+ * family table of hf_impl.h.
+ *
+ * trident                          transformers LlamaForCausalLM
+ * embedding.word.weight (Vp, h)    model.embed_tokens.weight (V, h)       padded rows dropped / added
+ * layers.N.ln1.weight              model.layers.N.input_layernorm.weight
+ * layers.N.attn.qkv.weight (3nd,h) model.layers.N.self_attn.{q,k,v}_proj.weight, rows [q | k | v]
+ *   or, with grouped-query attention,
+ * layers.N.attn.q.weight (nd, h)   ...self_attn.q_proj.weight
+ * layers.N.attn.kv.weight (2gd, h) ...self_attn.{k,v}_proj.weight, rows [k | v]
+ * layers.N.attn.proj.weight        ...self_attn.o_proj.weight
+ * layers.N.ln2.weight              ...post_attention_layernorm.weight
+ * layers.N.mlp.fc.weight (2f, h)   ...mlp.{gate,up}_proj.weight, rows [gate | up]
+ * layers.N.mlp.fc2.weight          ...mlp.down_proj.weight
+ * final_norm.weight                model.norm.weight
+ * output_layer.weight (Vp, h)      lm_head.weight (V, h)  (tie_word_embeddings: not stored)
+ * Both rotate q and k by Hugging Face's rotate-half (dims i and i + d/2 of each head paired), so
+ * the q and k rows keep their order: no permutation either way. Weights are (out, in) on both
+ * sides: nothing is transposed. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "hf_impl.h"
+
+#define FAIL(...)                                                                        \
+    do {                                                                                 \
+        snprintf(err, errlen, __VA_ARGS__);                                              \
+        return -1;                                                                       \
+    } while (0)
+
+static int piece(hf_piece *p, int64_t row0, int64_t rows, const char *fmt, int layer)
+{
+    memset(p, 0, sizeof *p);
+    snprintf(p->hf, sizeof p->hf, fmt, layer);
+    p->row0 = row0;
+    p->rows = rows;
+    return 1;
+}
+
+static int llama_pieces(const gpt_config *c, const char *name, hf_piece *out)
+{
+    int64_t nd = gpt_q_width(c), gd = gpt_kv_width(c), f = c->ffn;
+    if (strcmp(name, "embedding.word.weight") == 0) return piece(out, 0, -1, "model.embed_tokens.weight", 0);
+    if (strcmp(name, "output_layer.weight") == 0) return piece(out, 0, -1, "lm_head.weight", 0);
+    if (strcmp(name, "final_norm.weight") == 0) return piece(out, 0, -1, "model.norm.weight", 0);
+    int l, k = 0;
+    if (sscanf(name, "layers.%d.%n", &l, &k) != 1 || k == 0) return 0;
+    const char *t = name + k;
+    if (strcmp(t, "ln1.weight") == 0) return piece(out, 0, -1, "model.layers.%d.input_layernorm.weight", l);
+    if (strcmp(t, "ln2.weight") == 0) return piece(out, 0, -1, "model.layers.%d.post_attention_layernorm.weight", l);
+    if (strcmp(t, "attn.proj.weight") == 0) return piece(out, 0, -1, "model.layers.%d.self_attn.o_proj.weight", l);
+    if (strcmp(t, "mlp.fc2.weight") == 0) return piece(out, 0, -1, "model.layers.%d.mlp.down_proj.weight", l);
+    if (strcmp(t, "mlp.fc.weight") == 0) {
+        piece(&out[0], 0, f, "model.layers.%d.mlp.gate_proj.weight", l);
+        return 1 + piece(&out[1], f, f, "model.layers.%d.mlp.up_proj.weight", l);
+    }
+    int bias = strstr(t, ".bias") != NULL;
+    const char *qn = bias ? "model.layers.%d.self_attn.q_proj.bias" : "model.layers.%d.self_attn.q_proj.weight";
+    const char *kn = bias ? "model.layers.%d.self_attn.k_proj.bias" : "model.layers.%d.self_attn.k_proj.weight";
+    const char *vn = bias ? "model.layers.%d.self_attn.v_proj.bias" : "model.layers.%d.self_attn.v_proj.weight";
+    if (strcmp(t, "attn.qkv.weight") == 0 || strcmp(t, "attn.qkv.bias") == 0) {
+        piece(&out[0], 0, nd, qn, l);
+        piece(&out[1], nd, nd, kn, l);
+        return 2 + piece(&out[2], 2 * nd, nd, vn, l);
+    }
+    if (strcmp(t, "attn.q.weight") == 0 || strcmp(t, "attn.q.bias") == 0) return piece(out, 0, -1, qn, l);
+    if (strcmp(t, "attn.kv.weight") == 0 || strcmp(t, "attn.kv.bias") == 0) {
+        piece(&out[0], 0, gd, kn, l);
+        return 1 + piece(&out[1], gd, gd, vn, l);
+    }
+    return 0;
+}
+
+static cJSON *llama_config(const gpt_config *c)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON *arch = cJSON_AddArrayToObject(o, "architectures");
+    cJSON_AddItemToArray(arch, cJSON_CreateString("LlamaForCausalLM"));
+    cJSON_AddStringToObject(o, "model_type", "llama");
+    cJSON_AddStringToObject(o, "hidden_act", "silu");
+    cJSON_AddNumberToObject(o, "vocab_size", c->vocab);
+    cJSON_AddNumberToObject(o, "hidden_size", c->hidden);
+    cJSON_AddNumberToObject(o, "intermediate_size", c->ffn);
+    cJSON_AddNumberToObject(o, "num_hidden_layers", c->num_layers);
+    cJSON_AddNumberToObject(o, "num_attention_heads", c->heads);
+    cJSON_AddNumberToObject(o, "num_key_value_heads", gpt_groups(c));
+    cJSON_AddNumberToObject(o, "head_dim", gpt_head_dim(c));
+    cJSON_AddNumberToObject(o, "max_position_embeddings", c->max_pos);
+    cJSON_AddNumberToObject(o, "rms_norm_eps", (double)gpt_norm_eps(c));
+    cJSON_AddNumberToObject(o, "rope_theta", (double)gpt_rotary_base(c));
+    cJSON_AddNullToObject(o, "rope_scaling");
+    cJSON_AddBoolToObject(o, "attention_bias", 0);
+    cJSON_AddBoolToObject(o, "mlp_bias", 0);
+    cJSON_AddNumberToObject(o, "attention_dropout", (double)c->attn_dropout);
+    cJSON_AddBoolToObject(o, "tie_word_embeddings", !c->untied);
+    cJSON_AddNumberToObject(o, "initializer_range", (double)c->init_std);
+    cJSON_AddNumberToObject(o, "pretraining_tp", 1);
+    cJSON_AddBoolToObject(o, "use_cache", 1);
+    cJSON_AddStringToObject(o, "torch_dtype", "float32");
+    return o;
+}
+
+static const char *llama_mismatch(const gpt_config *c)
+{
+    if (c->norm != GPT_NORM_RMSNORM) return "LayerNorm";
+    if (c->pos != GPT_POS_ROPE) return "no rotary positions";
+    if (gpt_rotary_dims(c) != gpt_head_dim(c)) return "rotary on part of each head";
+    if (!c->swiglu) return "GeLU";
+    if (gpt_has_bias(c) || c->add_qkv_bias) return "biases";
+    return NULL;
+}
+
+static int llama_read_config(const cJSON *o, const char *path, gpt_config *c, char *err, size_t errlen)
+{
+    int groups, head_dim;
+    if (hf_json_int(o, "hidden_size", -1, &c->hidden) || hf_json_int(o, "num_hidden_layers", -1, &c->num_layers) ||
+        hf_json_int(o, "num_attention_heads", -1, &c->heads) || hf_json_int(o, "vocab_size", -1, &c->vocab) ||
+        hf_json_int(o, "intermediate_size", -1, &c->ffn) ||
+        hf_json_int(o, "max_position_embeddings", -1, &c->max_pos) ||
+        hf_json_int(o, "num_key_value_heads", c->heads, &groups) ||
+        hf_json_int(o, "head_dim", c->hidden % c->heads ? -1 : c->hidden / c->heads, &head_dim))
+        FAIL("%s: hidden_size, num_hidden_layers, num_attention_heads, intermediate_size, max_position_embeddings "
+             "and vocab_size must be positive integers (num_key_value_heads and head_dim too, when given)", path);
+    if (c->heads % groups)
+        FAIL("%s: num_attention_heads %d is not divisible by num_key_value_heads %d", path, c->heads, groups);
+    if (head_dim % 2) FAIL("%s: head_dim %d is odd; rotary positions need an even head size", path, head_dim);
+    c->query_groups = groups == c->heads ? 0 : groups;
+    c->kv_channels = head_dim;
+    const cJSON *act = cJSON_GetObjectItemCaseSensitive(o, "hidden_act");
+    if (cJSON_IsString(act) && strcmp(act->valuestring, "silu") != 0)
+        FAIL("%s: hidden_act '%s' is not the SiLU gate trident computes (silu)", path, act->valuestring);
+    const cJSON *rs = cJSON_GetObjectItemCaseSensitive(o, "rope_scaling");
+    if (rs && !cJSON_IsNull(rs))
+        FAIL("%s: rope_scaling is set; trident computes plain rotary positions (rope_scaling null)", path);
+    if (fabs(hf_json_num(o, "partial_rotary_factor", 1.0) - 1.0) > 1e-12)
+        FAIL("%s: partial_rotary_factor is not 1; trident converts Llama models that rotate whole heads", path);
+    if (hf_json_bool(o, "attention_bias", 0) || hf_json_bool(o, "mlp_bias", 0))
+        FAIL("%s: attention_bias or mlp_bias is true; trident converts Llama models without biases", path);
+    if (hf_json_num(o, "pretraining_tp", 1) != 1) FAIL("%s: pretraining_tp must be 1", path);
+    const cJSON *sw = cJSON_GetObjectItemCaseSensitive(o, "sliding_window");
+    if (cJSON_IsNumber(sw) && sw->valuedouble < c->max_pos)
+        FAIL("%s: sliding_window %g is shorter than max_position_embeddings %d; trident attends to the whole "
+             "causal window", path, sw->valuedouble, c->max_pos);
+    c->norm = GPT_NORM_RMSNORM;
+    c->norm_eps = (float)hf_json_num(o, "rms_norm_eps", 1e-6);
+    if (!(c->norm_eps > 0 && c->norm_eps < 1)) FAIL("%s: rms_norm_eps must be in (0, 1)", path);
+    c->pos = GPT_POS_ROPE;
+    c->rotary_base = (float)hf_json_num(o, "rope_theta", 10000.0);
+    if (!(c->rotary_base > 1)) FAIL("%s: rope_theta must be larger than 1", path);
+    c->swiglu = 1;
+    c->disable_bias = 1;
+    c->untied = !hf_json_bool(o, "tie_word_embeddings", 0);
+    c->attn_dropout = (float)hf_json_num(o, "attention_dropout", 0.0);
+    return 0;
+}
+
+const hf_family HF_LLAMA = {"llama",      "LlamaForCausalLM", llama_pieces, llama_config,
+                            llama_mismatch, llama_read_config,  "mistral"};
