@@ -10,7 +10,7 @@ pre-RMSNorm, rotary positions (rotate-half), grouped-query attention, SwiGLU MLP
 untied output layer, AdamW, fp32. Prints the best step time, tokens/s and model TFLOP/s (by
 Megatron's formula, the one trident reports).
 """
-import argparse, os, time
+import argparse, math, os, time
 import torch, torch.nn as nn, torch.nn.functional as F
 
 ap = argparse.ArgumentParser()
@@ -24,6 +24,8 @@ a = ap.parse_args()
 torch.set_num_threads(a.threads); torch.manual_seed(0)
 L, C, NH, G, Fh, V, B, T = a.layers, a.hidden, a.heads, a.groups, a.ffn, a.vocab, a.mbs, a.seq
 D = C // NH
+sdpa = getattr(F, "scaled_dot_product_attention", None)  # torch >= 2.0
+mask = torch.ones(T, T, dtype=torch.bool).triu(1)
 
 class RMSNorm(nn.Module):
     def __init__(s):
@@ -52,7 +54,10 @@ class Block(nn.Module):
         k = rope(s.k(h).view(B, T, G, D).transpose(1, 2))
         v = s.v(h).view(B, T, G, D).transpose(1, 2)
         k, v = k.repeat_interleave(NH // G, 1), v.repeat_interleave(NH // G, 1)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        if sdpa: y = sdpa(q, k, v, is_causal=True)
+        else:
+            att = (q @ k.transpose(-2, -1)) / math.sqrt(D)
+            y = att.masked_fill(mask, float("-inf")).softmax(-1) @ v
         x = x + s.o(y.transpose(1, 2).reshape(B, T, NH * D))
         h = s.n2(x)
         return x + s.down(F.silu(s.gate(h)) * s.up(h))
