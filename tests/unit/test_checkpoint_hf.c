@@ -200,6 +200,21 @@ static void read_hf(hmodel *m, const char *dir)
     free(buf);
 }
 
+/* DIR/config.json, parsed. */
+static cJSON *read_config_json(const char *dir)
+{
+    char path[700], text[4096];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = 0;
+    cJSON *cfg = cJSON_Parse(text);
+    assert_non_null(cfg);
+    return cfg;
+}
+
 /* ---- the reference forward in double ---- */
 
 static void ln(double *out, const double *in, const float *w, const float *b)
@@ -421,14 +436,7 @@ static void export_matches_reference_and_round_trips(void **state)
     }
     hget(&hm, "h.1.attn.c_attn.weight", H, 3 * H); /* Conv1D: [in, out] */
     hget(&hm, "h.0.mlp.c_proj.weight", F, H);
-    char path[700];
-    snprintf(path, sizeof path, "%s/config.json", hfdir);
-    FILE *f = fopen(path, "r");
-    char text[4096];
-    size_t n = fread(text, 1, sizeof text - 1, f);
-    fclose(f);
-    text[n] = 0;
-    cJSON *cfg = cJSON_Parse(text);
+    cJSON *cfg = read_config_json(hfdir);
     assert_int_equal(cJSON_GetObjectItem(cfg, "vocab_size")->valueint, V);
     assert_int_equal(cJSON_GetObjectItem(cfg, "n_embd")->valueint, H);
     assert_int_equal(cJSON_GetObjectItem(cfg, "n_layer")->valueint, L);
@@ -672,14 +680,7 @@ static void llama_export_matches_reference_and_round_trips(void **state)
     hget(&hm, "model.layers.1.self_attn.k_proj.weight", LG * LD, LH);
     hget(&hm, "model.layers.0.mlp.gate_proj.weight", LF, LH);
     hget(&hm, "lm_head.weight", V, LH);
-    char path[700];
-    snprintf(path, sizeof path, "%s/config.json", hfdir);
-    FILE *f = fopen(path, "r");
-    char text[4096];
-    size_t n = fread(text, 1, sizeof text - 1, f);
-    fclose(f);
-    text[n] = 0;
-    cJSON *cfg = cJSON_Parse(text);
+    cJSON *cfg = read_config_json(hfdir);
     assert_string_equal(cJSON_GetObjectItem(cfg, "model_type")->valuestring, "llama");
     assert_int_equal(cJSON_GetObjectItem(cfg, "num_key_value_heads")->valueint, LG);
     assert_int_equal(cJSON_GetObjectItem(cfg, "intermediate_size")->valueint, LF);
