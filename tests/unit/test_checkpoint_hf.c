@@ -383,6 +383,44 @@ static void sub(char *out, size_t n, const char *name)
     snprintf(out, n, "%s/%s", g_dir, name);
 }
 
+/* Saves m as a trident checkpoint "<tag>_ckpt", exports it to "<tag>_hf" (hfdir) and reads the
+ * files back into hm with this file's own reader. */
+static void export_model(gpt_model *m, const char *tag, char *hfdir, size_t len, hmodel *hm)
+{
+    char ck[600], name[64], err[1024] = "";
+    snprintf(name, sizeof name, "%s_ckpt", tag);
+    sub(ck, sizeof ck, name);
+    snprintf(name, sizeof name, "%s_hf", tag);
+    sub(hfdir, len, name);
+    ckpt_model cm = {g_ps, 1, &m, NULL, NULL};
+    ckpt_progress prog = {3, 24, 0, m->cfg.seed};
+    ckpt_save(ck, &cm, &prog, "{}", 0, NULL);
+    ckpt_meta meta;
+    if (ckpt_find(ck, &meta, err, sizeof err)) fail_msg("%s", err);
+    if (hf_export(&meta, hfdir, err, sizeof err)) fail_msg("%s", err);
+    ckpt_meta_free(&meta);
+    read_hf(hm, hfdir);
+}
+
+/* hfdir imported back ("<tag>_back") holds m's parameters bit for bit (the real vocabulary rows
+ * of the vocabulary tensors). */
+static void check_round_trip(gpt_model *m, const char *hfdir, const char *tag)
+{
+    char back[600], name[64], err[1024] = "";
+    snprintf(name, sizeof name, "%s_back", tag);
+    sub(back, sizeof back, name);
+    if (hf_import(hfdir, back, 8, g_world, err, sizeof err)) fail_msg("%s", err);
+    gpt_model *b = load_model(back);
+    assert_int_equal(b->numel, m->numel);
+    for (int i = 0; i < m->ntensors; i++) {
+        const gpt_tensor_info *t = &m->table[i];
+        size_t cnt = ckpt_is_vocab_tensor(t->name) ? (size_t)V * (size_t)t->shape[1] : t->numel;
+        assert_string_equal(t->name, b->table[i].name);
+        assert_memory_equal(m->params + t->offset, b->params + b->table[i].offset, cnt * sizeof(float));
+    }
+    gpt_free(b);
+}
+
 static void import_matches_reference(void **state)
 {
     (void)state;
@@ -414,21 +452,11 @@ static void export_matches_reference_and_round_trips(void **state)
     gpt_config c = {.num_layers = L, .hidden = H, .heads = NH, .ffn = F, .seq = T, .max_pos = P, .vocab = V,
                     .padded_vocab = gpt_padded_vocab(V, 8, 1), .init_std = 0.3f, .seed = 99};
     gpt_model *m = gpt_create(&c, g_ps, g_be, 0, L, 1, 1);
-    char ck[600], hfdir[600], back[600], err[1024] = "";
-    sub(ck, sizeof ck, "export_ckpt");
-    sub(hfdir, sizeof hfdir, "export_hf");
-    sub(back, sizeof back, "export_back");
-    ckpt_model cm = {g_ps, 1, &m, NULL, NULL};
-    ckpt_progress prog = {3, 24, 0, 99};
-    ckpt_save(ck, &cm, &prog, "{}", 0, NULL);
-    ckpt_meta meta;
-    if (ckpt_find(ck, &meta, err, sizeof err)) fail_msg("%s", err);
-    if (hf_export(&meta, hfdir, err, sizeof err)) fail_msg("%s", err);
-    ckpt_meta_free(&meta);
+    char hfdir[600];
+    hmodel hm = {0};
+    export_model(m, "export", hfdir, sizeof hfdir, &hm);
 
     /* the file as transformers lays it out */
-    hmodel hm = {0};
-    read_hf(&hm, hfdir);
     assert_int_equal(hm.n, 4 + 12 * L);
     for (int i = 0; i < hm.n; i++) {
         assert_int_equal(strncmp(hm.t[i].name, "transformer.", 12), 0);
@@ -455,15 +483,7 @@ static void export_matches_reference_and_round_trips(void **state)
     hfree(&hm);
 
     /* and back: every parameter bit-identical, padded rows aside */
-    if (hf_import(hfdir, back, 8, g_world, err, sizeof err)) fail_msg("%s", err);
-    gpt_model *b = load_model(back);
-    assert_int_equal(b->numel, m->numel);
-    for (int i = 0; i < m->ntensors; i++) {
-        const gpt_tensor_info *t = &m->table[i];
-        size_t cnt = strcmp(t->name, "embedding.word.weight") == 0 ? (size_t)V * H : t->numel;
-        assert_memory_equal(m->params + t->offset, b->params + b->table[i].offset, cnt * sizeof(float));
-    }
-    gpt_free(b);
+    check_round_trip(m, hfdir, "export");
     gpt_free(m);
 }
 
@@ -662,20 +682,9 @@ static void llama_export_matches_reference_and_round_trips(void **state)
                     .rotary_base = (float)LTHETA, .swiglu = 1, .disable_bias = 1, .untied = 1, .init_std = 0.4f,
                     .seed = 5};
     gpt_model *m = gpt_create(&c, g_ps, g_be, 0, L, 1, 1);
-    char ck[600], hfdir[600], back[600], err[1024] = "";
-    sub(ck, sizeof ck, "llama_export_ckpt");
-    sub(hfdir, sizeof hfdir, "llama_export_hf");
-    sub(back, sizeof back, "llama_export_back");
-    ckpt_model cm = {g_ps, 1, &m, NULL, NULL};
-    ckpt_progress prog = {3, 24, 0, 5};
-    ckpt_save(ck, &cm, &prog, "{}", 0, NULL);
-    ckpt_meta meta;
-    if (ckpt_find(ck, &meta, err, sizeof err)) fail_msg("%s", err);
-    if (hf_export(&meta, hfdir, err, sizeof err)) fail_msg("%s", err);
-    ckpt_meta_free(&meta);
-
+    char hfdir[600];
     hmodel hm = {0};
-    read_hf(&hm, hfdir);
+    export_model(m, "llama_export", hfdir, sizeof hfdir, &hm);
     assert_int_equal(hm.n, 3 + 9 * L);
     hget(&hm, "model.layers.1.self_attn.k_proj.weight", LG * LD, LH);
     hget(&hm, "model.layers.0.mlp.gate_proj.weight", LF, LH);
@@ -697,17 +706,7 @@ static void llama_export_matches_reference_and_round_trips(void **state)
     free(got);
     hfree(&hm);
 
-    if (hf_import(hfdir, back, 8, g_world, err, sizeof err)) fail_msg("%s", err);
-    gpt_model *b = load_model(back);
-    assert_int_equal(b->numel, m->numel);
-    for (int i = 0; i < m->ntensors; i++) {
-        const gpt_tensor_info *t = &m->table[i];
-        int vocab = strcmp(t->name, "embedding.word.weight") == 0 || strcmp(t->name, "output_layer.weight") == 0;
-        size_t cnt = vocab ? (size_t)V * LH : t->numel;
-        assert_string_equal(t->name, b->table[i].name);
-        assert_memory_equal(m->params + t->offset, b->params + b->table[i].offset, cnt * sizeof(float));
-    }
-    gpt_free(b);
+    check_round_trip(m, hfdir, "llama_export");
     gpt_free(m);
 }
 
