@@ -148,7 +148,7 @@ typedef struct {
     backend *be;
     int nchunks;                          /* model chunks (virtual stages) on this rank */
     gpt_model *chunks[PP_MAX_CHUNKS];
-    float *adam_m[PP_MAX_CHUNKS], *adam_v[PP_MAX_CHUNKS]; /* Adam moments, laid out as the params */
+    opt_adamw *opt;                       /* AdamW: the moments, grad norm and step */
     dp_buckets *buckets[PP_MAX_CHUNKS];
     pp_schedule schedule;
     gptds *data;
@@ -175,38 +175,6 @@ static void reduce_grads(run_state *r)
         gpt_model *m = r->chunks[c];
         float *g = m->first ? m->g.wte : (m->last ? m->g.head_w : NULL);
         if (g) comm_allreduce(r->ps->embd_group, g, (size_t)m->vocab_l * m->cfg.hidden, COMM_F32, COMM_SUM);
-    }
-}
-
-/* Global gradient norm: every logical parameter counted once over TP, PP and DP. */
-static double grad_norm(run_state *r)
-{
-    double ss = 0;
-    for (int c = 0; c < r->nchunks; c++) {
-        gpt_model *m = r->chunks[c];
-        for (int i = 0; i < m->ntensors; i++) {
-            const gpt_tensor_info *t = &m->table[i];
-            if (t->embedding_copy) continue;
-            if (t->tp_replicated && r->ps->tp_rank != 0) continue;
-            ss += be_sumsq(r->be, m->grads + t->offset, t->numel);
-        }
-    }
-    comm_allreduce(r->ps->mp_group, &ss, 1, COMM_F64, COMM_SUM);
-    return sqrt(ss);
-}
-
-static void optimizer_step(run_state *r, double lr, double gscale, int64_t step)
-{
-    const td_args *a = r->a;
-    for (int c = 0; c < r->nchunks; c++) {
-        gpt_model *m = r->chunks[c];
-        for (int i = 0; i < m->ntensors; i++) {
-            const gpt_tensor_info *t = &m->table[i];
-            float wd = t->no_decay ? 0.0f : (float)a->weight_decay;
-            be_adamw(r->be, m->params + t->offset, m->grads + t->offset, r->adam_m[c] + t->offset,
-                     r->adam_v[c] + t->offset, t->numel, (float)lr, (float)a->adam_beta1, (float)a->adam_beta2,
-                     (float)a->adam_eps, wd, (float)gscale, step);
-        }
     }
 }
 
@@ -292,12 +260,10 @@ static void setup(run_state *r, const td_args *a, comm *world)
         int vs = k * ps->pp + ps->pp_rank;
         gpt_model *m = gpt_create(&c, ps, r->be, vs * per, per, a->micro_batch_size, slots);
         r->chunks[k] = m;
-        r->adam_m[k] = be_alloc(r->be, m->numel * sizeof(float));
-        r->adam_v[k] = be_alloc(r->be, m->numel * sizeof(float));
-        be_zero(r->be, r->adam_m[k], m->numel);
-        be_zero(r->be, r->adam_v[k], m->numel);
         r->buckets[k] = dp_buckets_create(ps->dp_group, m->grads, m->numel, bucket);
     }
+    opt_adamw_hparams hp = {a->adam_beta1, a->adam_beta2, a->adam_eps, a->weight_decay};
+    r->opt = opt_adamw_create(r->be, ps, r->chunks, r->nchunks, &hp);
 
     opt_decay_style style;
     if (opt_decay_style_parse(a->lr_decay_style, &style)) td_usage_error("--lr-decay-style %s", a->lr_decay_style);
@@ -353,9 +319,8 @@ static void teardown(run_state *r)
     free(r->it.targets);
     free(r->it.sample);
     be_dfree(r->be, r->it.grad_in);
+    opt_adamw_free(r->opt);
     for (int k = 0; k < r->nchunks; k++) {
-        be_dfree(r->be, r->adam_m[k]);
-        be_dfree(r->be, r->adam_v[k]);
         dp_buckets_free(r->buckets[k]);
         gpt_free(r->chunks[k]);
     }
@@ -525,7 +490,7 @@ static int resume_find(td_args *eff, comm *world, ckpt_meta *meta)
 
 static ckpt_model ckpt_view(run_state *r)
 {
-    ckpt_model m = {r->ps, r->nchunks, r->chunks, r->adam_m, r->adam_v};
+    ckpt_model m = {r->ps, r->nchunks, r->chunks, r->opt->m, r->opt->v};
     return m;
 }
 
@@ -688,14 +653,14 @@ int trainer_run(const td_args *a, comm *world)
         double loss_sum = pp_run(r.schedule, &r.it);
         reduce_grads(&r);
         bd_start(&r.bd, BD_OPTIMIZER);
-        double norm = grad_norm(&r);
+        double norm = opt_grad_norm(r.opt);
         if (!isfinite(norm))
             td_fatal(1, "iteration %lld: the gradient norm is %g (NaN or Inf); lower --lr or check the data",
                      (long long)iter, norm);
         double gscale = opt_clip_factor(norm, a->clip_grad);
         double lr = opt_lr_at(&r.lr, iter);
         bd_start(&r.bd, BD_ADAMW);
-        optimizer_step(&r, lr, gscale, iter);
+        opt_adamw_step(r.opt, lr, gscale, iter);
         bd_stop(&r.bd, BD_ADAMW);
         bd_stop(&r.bd, BD_OPTIMIZER);
         consumed += r.gbs;
