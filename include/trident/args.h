@@ -77,6 +77,8 @@ typedef struct td_args {
     int pipeline_model_parallel_size;
     int num_layers_per_virtual_pipeline_stage;
     char *pipeline_schedule;
+    int decoder_first_pipeline_num_layers;
+    int decoder_last_pipeline_num_layers;
     int64_t ddp_bucket_size;
     int overlap_grad_reduce;
     double distributed_timeout_minutes;

@@ -8,6 +8,8 @@
 #include <stdint.h>
 
 #include "trident/gpt.h"
+#include <stddef.h>
+
 #include "trident/parallel_state.h"
 
 /* Bookkeeping limits of a schedule (checked by the trainer's config validation). */
@@ -44,6 +46,13 @@ typedef struct pp_iteration {
 } pp_iteration;
 
 /* Activation slots each chunk needs for `schedule` (pass as gpt_create's max_inflight). */
+/* The layers of pipeline stage `stage` of pp (no virtual stages): [*layer0, *layer0 + *n). By
+ * default L/pp each; `first` >= 0 gives the first stage that many and `last` >= 0 the last stage
+ * (Megatron's --decoder-first/last-pipeline-num-layers; -1: not given; 0: the stage holds only
+ * the embedding, or only the output layer and the loss), the other stages sharing the rest
+ * evenly. Returns 0, or -1 with one line in msg when the split is impossible (a middle stage
+ * with no layer, or a rest the middle stages cannot share evenly). */
+int pp_stage_layers(int L, int pp, int first, int last, int stage, int *layer0, int *n, char *msg, size_t msglen);
 int pp_slots_needed(pp_schedule schedule, int pp, int pp_rank, int nchunks, int num_micro);
 
 /* Runs one iteration's micro-batches with `schedule`; gradients accumulate into the chunks'

@@ -128,6 +128,12 @@ static const flag_t FLAGS[] = {
      "pipeline stages", 1, 1 << 16, NULL},
     {"--num-layers-per-virtual-pipeline-stage", A_INT, OFF(num_layers_per_virtual_pipeline_stage), NULL,
      TD_CMD_TRAIN | TD_CMD_PLAN, "parallel", "layers per virtual stage (interleaved 1F1B)", 1, 1 << 16, NULL},
+    {"--decoder-first-pipeline-num-layers", A_INT, OFF(decoder_first_pipeline_num_layers), NULL, TD_CMD_TRAIN,
+     "parallel", "layers of the first pipeline stage (the others share the rest evenly; 0: the embedding only)", 0,
+     1 << 16, NULL},
+    {"--decoder-last-pipeline-num-layers", A_INT, OFF(decoder_last_pipeline_num_layers), NULL, TD_CMD_TRAIN,
+     "parallel", "layers of the last pipeline stage, which also holds the output layer and the loss (0: those "
+     "only)", 0, 1 << 16, NULL},
     {"--pipeline-schedule", A_CHOICE, OFF(pipeline_schedule), "auto", TD_CMD_TRAIN | TD_CMD_PLAN, "parallel",
      "auto: 1F1B, interleaved with virtual stages, none for one stage", 0, 0, "auto|gpipe|1f1b|interleaved"},
     {"--ddp-bucket-size", A_I64, OFF(ddp_bucket_size), "40000000", TD_CMD_TRAIN, "parallel",

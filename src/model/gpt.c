@@ -207,8 +207,9 @@ gpt_model *gpt_create(const gpt_config *cfg, const ps_state *ps, const backend *
     m->be = be;
     m->layer0 = layer0;
     m->nlayers = nlayers;
-    m->first = layer0 == 0;
-    m->last = layer0 + nlayers == cfg->num_layers;
+    /* by pipeline position as well as by layers: a stage of an uneven split may hold no layer */
+    m->first = layer0 == 0 && ps->pp_rank == 0;
+    m->last = layer0 + nlayers == cfg->num_layers && ps->pp_rank == ps->pp - 1;
     m->tp = ps->tp;
     TD_ASSERT(cfg->heads % m->tp == 0 && gpt_groups(cfg) % m->tp == 0 && cfg->heads % gpt_groups(cfg) == 0 &&
               cfg->ffn % m->tp == 0 && cfg->padded_vocab % m->tp == 0);

@@ -11,6 +11,7 @@
  * number of virtual stages, so matching never depends on the order messages are posted. */
 #include "trident/pipeline.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "trident/check.h"
@@ -49,6 +50,34 @@ static int warmup_count(pp_schedule s, int p, int rank, int v, int total)
     default: w = (p - rank - 1) * 2 + (v - 1) * p; break;
     }
     return w < total ? w : total;
+}
+
+int pp_stage_layers(int L, int pp, int first, int last, int stage, int *layer0, int *n, char *msg, size_t msglen)
+{
+    int ends = (first >= 0) + (last >= 0), middle = pp - ends;
+    int rest = L - (first > 0 ? first : 0) - (last > 0 ? last : 0);
+    if (ends && pp == 1) {
+        snprintf(msg, msglen, "--decoder-first/last-pipeline-num-layers need --pipeline-model-parallel-size > 1");
+        return -1;
+    }
+    if (ends == 2 && pp == 2 && rest != 0) {
+        snprintf(msg, msglen, "--decoder-first-pipeline-num-layers %d + --decoder-last-pipeline-num-layers %d is not "
+                 "--num-layers %d (two stages hold them all)", first, last, L);
+        return -1;
+    }
+    if (rest < 0 || (middle > 0 && (rest < middle || rest % middle))) {
+        snprintf(msg, msglen, "--num-layers %d less the first/last stages' layers leaves %d for %d other stage%s: "
+                 "give them a positive multiple of %d", L, rest, middle, middle > 1 ? "s" : "", middle > 0 ? middle : 1);
+        return -1;
+    }
+    int each = middle > 0 ? rest / middle : 0;
+    int at = 0;
+    for (int s = 0; s <= stage; s++) {
+        int k = s == 0 && first >= 0 ? first : s == pp - 1 && last >= 0 ? last : each;
+        if (s == stage) *layer0 = at, *n = k;
+        at += k;
+    }
+    return 0;
 }
 
 int pp_slots_needed(pp_schedule schedule, int pp, int pp_rank, int nchunks, int num_micro)

@@ -43,6 +43,16 @@ static int readable_file(const char *flag, const char *path, const char *what, c
     return 0;
 }
 
+/* --decoder-first/last-pipeline-num-layers, or -1 when not given. */
+static int trainer_first_layers(const td_args *a)
+{
+    return td_args_given(a, "--decoder-first-pipeline-num-layers") ? a->decoder_first_pipeline_num_layers : -1;
+}
+static int trainer_last_layers(const td_args *a)
+{
+    return td_args_given(a, "--decoder-last-pipeline-num-layers") ? a->decoder_last_pipeline_num_layers : -1;
+}
+
 int trainer_validate(const td_args *a, int world_size, char *msg, size_t msglen)
 {
     int tp = a->tensor_model_parallel_size, pp = a->pipeline_model_parallel_size;
@@ -75,8 +85,16 @@ int trainer_validate(const td_args *a, int world_size, char *msg, size_t msglen)
              "--pipeline-model-parallel-size %d",
              world_size, tp, pp);
     if (gpt_config_validate(a, tp, msg, msglen)) return -1;
-    if (a->num_layers % pp)
-        FAIL("--num-layers %d is not divisible by --pipeline-model-parallel-size %d", a->num_layers, pp);
+    int first = trainer_first_layers(a), last = trainer_last_layers(a), l0, nl;
+    if (first >= 0 || last >= 0) {
+        if (pp_stage_layers(a->num_layers, pp, first, last, 0, &l0, &nl, msg, msglen)) return -1;
+        if (td_args_given(a, "--num-layers-per-virtual-pipeline-stage"))
+            FAIL("--decoder-first/last-pipeline-num-layers do not combine with "
+                 "--num-layers-per-virtual-pipeline-stage (give the interleaved schedule an even split)");
+    } else if (a->num_layers % pp) {
+        FAIL("--num-layers %d is not divisible by --pipeline-model-parallel-size %d (or give "
+             "--decoder-first/last-pipeline-num-layers)", a->num_layers, pp);
+    }
     int vp = 1;
     if (td_args_given(a, "--num-layers-per-virtual-pipeline-stage")) {
         int per = a->num_layers_per_virtual_pipeline_stage;
@@ -253,12 +271,20 @@ static void setup(run_state *r, const td_args *a, comm *world)
     int per = td_args_given(a, "--num-layers-per-virtual-pipeline-stage") ? a->num_layers_per_virtual_pipeline_stage
                                                                           : c.num_layers / ps->pp;
     r->nchunks = c.num_layers / (ps->pp * per);
+    int stage0 = ps->pp_rank * per, stage_n = per; /* without virtual stages: this stage's layers */
+    if (trainer_first_layers(a) >= 0 || trainer_last_layers(a) >= 0) { /* an uneven split */
+        char why[256];
+        TD_ASSERT(pp_stage_layers(c.num_layers, ps->pp, trainer_first_layers(a), trainer_last_layers(a), ps->pp_rank,
+                                  &stage0, &stage_n, why, sizeof why) == 0);
+        r->nchunks = 1;
+    }
     TD_ASSERT(pp_schedule_parse(a->pipeline_schedule, ps->pp, r->nchunks, &r->schedule) == 0);
     int slots = pp_slots_needed(r->schedule, ps->pp, ps->pp_rank, r->nchunks, r->num_micro);
     size_t bucket = (size_t)a->ddp_bucket_size;
     for (int k = 0; k < r->nchunks; k++) {
         int vs = k * ps->pp + ps->pp_rank;
-        gpt_model *m = gpt_create(&c, ps, r->be, vs * per, per, a->micro_batch_size, slots);
+        int layer0 = r->nchunks == 1 ? stage0 : vs * per, n = r->nchunks == 1 ? stage_n : per;
+        gpt_model *m = gpt_create(&c, ps, r->be, layer0, n, a->micro_batch_size, slots);
         r->chunks[k] = m;
         r->buckets[k] = dp_buckets_create(ps->dp_group, m->grads, m->numel, bucket);
     }
@@ -303,6 +329,18 @@ static void setup(run_state *r, const td_args *a, comm *world)
         gpt_config_describe(&c, arch, sizeof arch);
         TD_INFO("model: %s; seq %d, vocab %d (padded %d): %.2fM parameters", arch, c.seq, c.vocab, c.padded_vocab,
                 (double)gpt_num_params(&c) / 1e6);
+        if (ps->pp > 1 && r->nchunks == 1) {
+            char split[512] = "";
+            for (int st = 0, l0, n; st < ps->pp; st++) {
+                char why[256], one[32];
+                TD_ASSERT(pp_stage_layers(c.num_layers, ps->pp, trainer_first_layers(a), trainer_last_layers(a), st,
+                                          &l0, &n, why, sizeof why) == 0);
+                if (n) snprintf(one, sizeof one, "%s%d-%d", st ? " | " : "", l0, l0 + n - 1);
+                else snprintf(one, sizeof one, "%snone", st ? " | " : "");
+                strncat(split, one, sizeof split - strlen(split) - 1);
+            }
+            TD_INFO("pipeline stages (layers): %s", split);
+        }
         TD_INFO("batch: micro %d x %d micro-batches x dp %d = global %d; %lld iterations", a->micro_batch_size,
                 r->num_micro, ps->dp, r->gbs, (long long)r->train_iters);
         TD_INFO("peak for MFU: %.3f TFLOP/s per rank (%s)", r->peak_tflops,

@@ -27,6 +27,8 @@ check "ffn not divisible by tp" 2 "--ffn-hidden-size 30 is not divisible by --te
 check "batch not divisible by mbs x dp" 2 "--global-batch-size 5 is not divisible by --micro-batch-size 1 x data-parallel size 2" 2 --global-batch-size 5 --data-path "$data"
 check "virtual stages need layers" 2 "--num-layers 4 is not divisible by --pipeline-model-parallel-size 2 x --num-layers-per-virtual-pipeline-stage 3" 2 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 3 --data-path "$data"
 check "interleaving needs micro-batches % pp" 2 "divisible by --pipeline-model-parallel-size 2" 2 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1 --global-batch-size 3 --data-path "$data"
+check "uneven split that does not add up" 2 "--decoder-first-pipeline-num-layers 3 + --decoder-last-pipeline-num-layers 3 is not --num-layers 4" 2 --pipeline-model-parallel-size 2 --decoder-first-pipeline-num-layers 3 --decoder-last-pipeline-num-layers 3 --data-path "$data"
+check "uneven split leaving a stage no layer" 2 "leaves 1 for 2 other stages" 4 --pipeline-model-parallel-size 4 --decoder-first-pipeline-num-layers 2 --decoder-last-pipeline-num-layers 1 --data-path "$data"
 check "unknown flag" 2 "unknown flag --tensor-parallel" 2 --tensor-parallel 2 --data-path "$data"
 check "missing dataset" 1 "/nonexistent/ds" 2 --data-path /nonexistent/ds
 check "NaN gradient norm" 1 "(NaN or Inf); lower --lr" 2 --data-path "$data" --train-iters 40 --lr 1000 --init-method-std 5 --clip-grad 0 --hidden-size 64

@@ -24,7 +24,7 @@ set(LAYOUT_TRAIN --data-path ${LAYOUT_DATA} --vocab-file ${TRIDENT_SHARED_DATA}/
   --num-layers 8 --hidden-size 64 --num-attention-heads 4 --seq-length 64 --max-position-embeddings 64
   --hidden-dropout 0.1 --attention-dropout 0.1 --global-batch-size 8 --train-iters 4 --lr 1e-3
   --min-lr 1e-4 --lr-warmup-iters 1 --lr-decay-style cosine --eval-interval 2 --eval-iters 1
-  --clip-grad 1.0 --seed 7 --peak-tflops 1 --log-interval 100)
+  --clip-grad 1.0 --seed 7 --peak-tflops 1 --log-interval 100 --distributed-timeout-minutes 2)
 
 # trident_layout(name np tp mbs [ENV k=v...] flags...)
 function(trident_layout name np tp mbs)
@@ -74,6 +74,12 @@ trident_layout(dp4 4 1 1)
 trident_layout(dp2_overlap 2 1 1 --overlap-grad-reduce --ddp-bucket-size 5000)
 trident_layout(tp2_pp2_dp2 8 2 1 --pipeline-model-parallel-size 2)
 trident_layout(tp2_pp2_vp2 4 2 1 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1)
+trident_layout(pp2_uneven 2 1 1 --pipeline-model-parallel-size 2 --decoder-last-pipeline-num-layers 3)
+trident_layout(pp4_uneven 4 1 2 --pipeline-model-parallel-size 4 --decoder-first-pipeline-num-layers 1
+  --decoder-last-pipeline-num-layers 1)
+trident_layout(pp2_head_only 2 1 1 --pipeline-model-parallel-size 2 --decoder-last-pipeline-num-layers 0)
+trident_layout(pp4_embedding_only 4 1 1 --pipeline-model-parallel-size 4 --decoder-first-pipeline-num-layers 0
+  --decoder-last-pipeline-num-layers 2)
 trident_layout(pp4_vp2 4 1 1 --pipeline-model-parallel-size 4 --num-layers-per-virtual-pipeline-stage 1)
 trident_layout(pp2_vp2_dp2_eager512 4 1 1 ENV "OMPI_MCA_btl_vader_eager_limit=512;OMPI_MCA_btl_vader_rndv_eager_limit=512"
   --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 2)
