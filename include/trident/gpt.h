@@ -102,6 +102,9 @@ extern const int GPT_NCONFIG_KEYS;
 double gpt_config_get(const gpt_config *c, const gpt_config_key *k);
 void gpt_config_set(gpt_config *c, const gpt_config_key *k, double v);
 
+/* The GPT_CONFIG_KEYS key a dimension of size n of logical tensor `name` comes from (for
+ * messages). */
+const char *gpt_logical_dim_key(const gpt_config *c, const char *name, int64_t n);
 /* The value of key k as text: a number, or an enum's name. */
 void gpt_config_value_str(const gpt_config *c, const gpt_config_key *k, char *out, size_t len);
 

@@ -248,18 +248,19 @@ fail:
     return -1;
 }
 
-/* Every tensor the model config of meta.json makes is in the shards at its logical shape and
- * wholly covered, for each kind of state the checkpoint has, and nothing else is there. */
-static int check_model(const ckpt_reader *r, const ckpt_meta *m, char *err, size_t errlen)
+/* check_model against the whole model's logical tensors (a one-rank table of them). */
+static int check_against(const ckpt_reader *r, const ckpt_meta *m, const gpt_model *logical, char *err,
+                         size_t errlen)
 {
     const gpt_config *c = &m->model;
     int nkinds = m->has_optimizer ? 3 : 1, matched = 0;
     char mpath[4400];
     ckf_join(mpath, sizeof mpath, m->dir, "meta.json");
-    char name[64];
-    int64_t want[2];
-    const char *keys[2];
-    for (int i = 0, nd; (nd = gpt_logical_tensor(c, i, name, sizeof name, want, keys)); i++)
+    for (int i = 0; i < logical->ntensors; i++) {
+        const gpt_tensor_info *lt = &logical->table[i];
+        const char *name = lt->name;
+        int nd = lt->ndim;
+        int64_t want[2] = {lt->shape[0], nd == 2 ? lt->shape[1] : 0};
         for (int kind = 0; kind < nkinds; kind++) {
             int g0, g1;
             find_group(r, (ckpt_kind)kind, name, &g0, &g1);
@@ -274,7 +275,8 @@ static int check_model(const ckpt_reader *r, const ckpt_meta *m, char *err, size
                 char shape[64];
                 shape_str(shape, sizeof shape, &e->sl);
                 FAIL("%s: %s is %lld but tensor %s in %s is %lld along that dimension (logical shape %s): meta.json "
-                     "and the shards disagree; restore the meta.json written with them", mpath, keys[d],
+                     "and the shards disagree; restore the meta.json written with them", mpath,
+                     gpt_logical_dim_key(c, name, want[d]),
                      (long long)want[d], e->t->name, r->files[e->file]->path, (long long)have[d], shape);
             }
             int64_t held = 0, whole = want[0] * (nd == 2 ? want[1] : 1);
@@ -285,6 +287,7 @@ static int check_model(const ckpt_reader *r, const ckpt_meta *m, char *err, size
                      mpath);
             matched += g1 - g0;
         }
+    }
     if (matched == r->n) return 0;
     for (int i = 0; i < r->n; i++) {
         const src_entry *e = &r->e[i];
@@ -299,6 +302,17 @@ static int check_model(const ckpt_reader *r, const ckpt_meta *m, char *err, size
     return 0;
 fail:
     return -1;
+}
+
+/* Every tensor the model config of meta.json makes is in the shards at its logical shape and
+ * wholly covered, for each kind of state the checkpoint has, and nothing else is there. */
+static int check_model(const ckpt_reader *r, const ckpt_meta *m, char *err, size_t errlen)
+{
+    gpt_model logical; /* the whole model's tensors, built once */
+    gpt_logical_table(&m->model, &logical);
+    int rc = check_against(r, m, &logical, err, errlen);
+    free(logical.table);
+    return rc;
 }
 
 ckpt_reader *ckpt_reader_open(const ckpt_meta *m, char *err, size_t errlen)

@@ -9,13 +9,19 @@
 #include "trident/check.h"
 #include "trident/gpt.h"
 
+/* Offset of `name` in a logical table, or -1. */
+static int64_t offset_in(const gpt_model *logical, const char *name)
+{
+    for (int i = 0; i < logical->ntensors; i++)
+        if (strcmp(logical->table[i].name, name) == 0) return (int64_t)logical->table[i].offset;
+    return -1;
+}
+
 int64_t gpt_canonical_offset(const gpt_config *c, const char *name)
 {
     gpt_model m;
     gpt_logical_table(c, &m);
-    int64_t off = -1;
-    for (int i = 0; i < m.ntensors && off < 0; i++)
-        if (strcmp(m.table[i].name, name) == 0) off = (int64_t)m.table[i].offset;
+    int64_t off = offset_in(&m, name);
     free(m.table);
     return off;
 }
@@ -28,8 +34,7 @@ int64_t gpt_num_params(const gpt_config *c)
     return (int64_t)m.numel;
 }
 
-/* The GPT_CONFIG_KEYS key a dimension of size n of tensor `name` comes from (for messages). */
-static const char *dim_key(const gpt_config *c, const char *name, int64_t n)
+const char *gpt_logical_dim_key(const gpt_config *c, const char *name, int64_t n)
 {
     if (n == c->padded_vocab) return "padded_vocab_size";
     if (n == c->max_pos && strstr(name, "position")) return "max_position_embeddings";
@@ -52,8 +57,8 @@ int gpt_logical_tensor(const gpt_config *c, int i, char *name, size_t len, int64
         shape[0] = t->shape[0];
         shape[1] = nd == 2 ? t->shape[1] : 0;
         if (keys) {
-            keys[0] = dim_key(c, t->name, shape[0]);
-            keys[1] = nd == 2 ? dim_key(c, t->name, shape[1]) : NULL;
+            keys[0] = gpt_logical_dim_key(c, t->name, shape[0]);
+            keys[1] = nd == 2 ? gpt_logical_dim_key(c, t->name, shape[1]) : NULL;
         }
     }
     free(m.table);
@@ -82,13 +87,15 @@ int gpt_write_canonical(const gpt_model *m, int fd, int writer)
 {
     float *host = td_xmalloc(m->numel * sizeof(float));
     be_memcpy(m->be, host, m->params, m->numel * sizeof(float), BE_D2H);
+    gpt_model logical; /* the canonical offsets, built once */
+    gpt_logical_table(&m->cfg, &logical);
     int rc = 0;
     for (int i = 0; i < m->ntensors && rc == 0; i++) {
         const gpt_tensor_info *t = &m->table[i];
         if (t->embedding_copy) continue;
         if (t->tp_replicated && !(writer && m->ps->tp_rank == 0)) continue;
         if (!t->tp_replicated && !writer) continue;
-        int64_t base = gpt_canonical_offset(&m->cfg, t->name);
+        int64_t base = offset_in(&logical, t->name);
         TD_ASSERT(base >= 0);
         const float *src = host + t->offset;
         int64_t rows = t->shape[0], cols = t->ndim == 2 ? t->shape[1] : 1;
@@ -105,5 +112,6 @@ int gpt_write_canonical(const gpt_model *m, int fd, int writer)
         }
     }
     free(host);
+    free(logical.table);
     return rc;
 }
