@@ -77,6 +77,9 @@ typedef struct td_args {
     int pipeline_model_parallel_size;
     int num_layers_per_virtual_pipeline_stage;
     char *pipeline_schedule;
+    char *recompute_granularity; /* NULL, "full" or "selective" */
+    char *recompute_method;      /* NULL, "uniform" or "block" */
+    int recompute_num_layers;
     int decoder_first_pipeline_num_layers;
     int decoder_last_pipeline_num_layers;
     int64_t ddp_bucket_size;

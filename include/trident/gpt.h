@@ -173,6 +173,22 @@ typedef struct gpt_tensor_info {
 /* Saved activations of one micro-batch on this stage (in the arena). */
 typedef struct gpt_acts gpt_acts;
 
+/* Activation recomputation (Megatron's --recompute-granularity/-method/-num-layers): what a
+ * stage keeps of each micro-batch and re-runs in its backward. Full: a recomputed layer keeps
+ * only its input; its forward runs again (into one set of activations per stage, shared by the
+ * micro-batches) just before its backward. Uniform: the stage's layers in groups of num_layers,
+ * only each group's input kept; block: the stage's first num_layers layers, one at a time, the
+ * rest keep everything. Selective: every layer keeps all but the attention core's output and
+ * log-sum-exp, recomputed from the kept q, k, v before the attention backward. The gradients are
+ * bitwise those without recomputation. */
+typedef enum { GPT_RECOMPUTE_NONE, GPT_RECOMPUTE_FULL, GPT_RECOMPUTE_SELECTIVE } gpt_recompute_granularity;
+typedef enum { GPT_RECOMPUTE_UNIFORM, GPT_RECOMPUTE_BLOCK } gpt_recompute_method;
+typedef struct gpt_recompute {
+    gpt_recompute_granularity granularity;
+    gpt_recompute_method method; /* full only */
+    int num_layers;              /* full only: layers per group (uniform), recomputed layers (block) */
+} gpt_recompute;
+
 typedef struct gpt_model {
     gpt_config cfg;
     const ps_state *ps;
@@ -192,6 +208,8 @@ typedef struct gpt_model {
     td_arena arena;          /* activations of the micro-batches in flight + backward scratch,
                               * carved once at create (backend memory) */
     size_t acts_bytes;       /* bytes of one micro-batch's activations */
+    gpt_recompute rc;        /* activation recomputation */
+    size_t rc_bytes;         /* bytes of the activations recomputation shares across micro-batches */
     int max_inflight;
     gpt_acts *slots;         /* max_inflight activation sets */
     struct gpt_scratch *scratch; /* forward temporaries and backward gradients, shared */
@@ -208,6 +226,12 @@ typedef struct gpt_model {
  * parameters from (seed, logical tensor, element) so every layout starts from the same model. */
 gpt_model *gpt_create(const gpt_config *cfg, const ps_state *ps, const backend *be, int layer0, int nlayers,
                       int mbs, int max_inflight);
+/* gpt_create with activation recomputation (rc NULL: none): the arena keeps less of each
+ * micro-batch (acts_bytes) plus rc_bytes shared by all of them. */
+gpt_model *gpt_create_recompute(const gpt_config *cfg, const ps_state *ps, const backend *be, int layer0, int nlayers,
+                                int mbs, int max_inflight, const gpt_recompute *rc);
+/* "none", "selective", "full uniform 2", "full block 3". */
+void gpt_recompute_describe(const gpt_recompute *rc, char *out, size_t len);
 void gpt_free(gpt_model *m);
 
 /* Takes a free activation slot for one micro-batch (dies if all max_inflight are in use);

@@ -144,6 +144,14 @@ static const flag_t FLAGS[] = {
      TD_CMD_TRAIN | TD_CMD_EVAL, "parallel",
      "a rank waiting longer than this in one communication aborts the job, naming the call, group and "
      "peer (fractions allowed; 0: wait forever)", 0, 1e6, NULL},
+    {"--recompute-granularity", A_CHOICE, OFF(recompute_granularity), NULL, TD_CMD_TRAIN, "recomputation",
+     "re-run parts of the forward in the backward instead of keeping their activations: full (whole layers, "
+     "with --recompute-method) or selective (the attention core)", 0, 0, "full|selective"},
+    {"--recompute-method", A_CHOICE, OFF(recompute_method), NULL, TD_CMD_TRAIN, "recomputation",
+     "full recomputation: uniform (each stage's layers in groups of --recompute-num-layers, only each group's "
+     "input kept) or block (the first --recompute-num-layers layers of each stage)", 0, 0, "uniform|block"},
+    {"--recompute-num-layers", A_INT, OFF(recompute_num_layers), NULL, TD_CMD_TRAIN, "recomputation",
+     "full recomputation: layers per group (uniform) or layers recomputed per stage (block)", 1, 1 << 16, NULL},
 
     {"--lr", A_FLOAT, OFF(lr), "1e-4", TD_CMD_TRAIN, "optimizer", "peak learning rate", 0, 1e3, NULL},
     {"--min-lr", A_FLOAT, OFF(min_lr), "0", TD_CMD_TRAIN, "optimizer", "learning rate at the end of decay", 0,

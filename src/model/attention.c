@@ -41,6 +41,7 @@ void attn_acts_carve(carver *cv, const gpt_model *m, attn_acts *a)
     int gqa = gpt_gqa(&m->cfg);
     CARVE(cv, a->q, float, BT * (gqa ? m->q_l : 3 * m->q_l));
     if (gqa) CARVE(cv, a->kv, float, BT * 2 * m->kv_l);
+    if (cv->skip_attn_core) return;
     CARVE(cv, a->atty, float, BT * m->q_l);
     CARVE(cv, a->lse, float, (int64_t)m->mbs * m->heads_l * m->cfg.seq);
 }
@@ -68,6 +69,13 @@ static qkv_view view_of(const gpt_model *m, float *q, float *kv)
     return w;
 }
 
+void attn_core_fwd(gpt_model *m, const attn_acts *a, int B, const be_drop *d_att)
+{
+    qkv_view w = view_of(m, a->q, a->kv);
+    be_attention_fwd(m->be, a->atty, a->lse, w.q, w.k, w.v, w.ldq, w.ldkv, B, m->cfg.seq, m->heads_l, m->groups_l,
+                     gpt_head_dim(&m->cfg), d_att);
+}
+
 void attn_fwd(gpt_model *m, attn_acts *a, const attn_params *p, float *out, const float *x, int B, const be_drop *d_att)
 {
     const gpt_config *c = &m->cfg;
@@ -81,7 +89,7 @@ void attn_fwd(gpt_model *m, attn_acts *a, const attn_params *p, float *out, cons
         be_rope_fwd(m->be, w.q, B, T, w.ldq, m->heads_l, d, rot, gpt_rotary_base(c), 0);
         be_rope_fwd(m->be, w.k, B, T, w.ldkv, m->groups_l, d, rot, gpt_rotary_base(c), 0);
     }
-    be_attention_fwd(m->be, a->atty, a->lse, w.q, w.k, w.v, w.ldq, w.ldkv, B, T, m->heads_l, m->groups_l, d, d_att);
+    attn_core_fwd(m, a, B, d_att);
     tp_row_linear_fwd(m->be, tp, out, a->atty, p->proj_w, BT, m->q_l, h);
 }
 

@@ -129,15 +129,16 @@ void *model_carve(carver *cv, size_t bytes, const char *what)
     return cv->ar ? td_arena_alloc(cv->ar, bytes, what) : NULL;
 }
 
-/* One micro-batch's activations (ar NULL: only counts the bytes). */
-static size_t acts_layout(gpt_model *m, gpt_acts *a, td_arena *ar)
+/* One micro-batch's activations (ar NULL: only counts the bytes); with recomputation, some
+ * point into `shared`. */
+static size_t acts_layout(gpt_model *m, gpt_acts *a, const layer_acts *shared, td_arena *ar)
 {
-    carver cv = {ar, 0};
+    carver cv = {ar, 0, 0};
     int64_t BT = (int64_t)m->mbs * m->cfg.seq, h = m->cfg.hidden;
     CARVE(&cv, a->ids, int32_t, BT);
     CARVE(&cv, a->targets, int32_t, BT);
     CARVE(&cv, a->input, float, BT * h);
-    for (int l = 0; l < m->nlayers; l++) layer_acts_carve(&cv, m, &a->layers[l]);
+    recompute_layers_carve(&cv, m, a->layers, shared);
     if (m->last) {
         norm_acts_carve(&cv, m, &a->lnf);
         CARVE(&cv, a->logits, float, BT * m->vocab_l);
@@ -151,7 +152,7 @@ static size_t acts_layout(gpt_model *m, gpt_acts *a, td_arena *ar)
 
 static size_t scratch_layout(gpt_model *m, struct gpt_scratch *s, td_arena *ar)
 {
-    carver cv = {ar, 0};
+    carver cv = {ar, 0, 0};
     int64_t BT = (int64_t)m->mbs * m->cfg.seq, h = m->cfg.hidden;
     CARVE(&cv, s->branch, float, BT * h);
     CARVE(&cv, s->dres, float, BT * h);
@@ -201,7 +202,14 @@ void gpt_logical_table(const gpt_config *cfg, gpt_model *m)
 gpt_model *gpt_create(const gpt_config *cfg, const ps_state *ps, const backend *be, int layer0, int nlayers,
                       int mbs, int max_inflight)
 {
+    return gpt_create_recompute(cfg, ps, be, layer0, nlayers, mbs, max_inflight, NULL);
+}
+
+gpt_model *gpt_create_recompute(const gpt_config *cfg, const ps_state *ps, const backend *be, int layer0, int nlayers,
+                                int mbs, int max_inflight, const gpt_recompute *rc)
+{
     gpt_model *m = td_xcalloc(1, sizeof *m);
+    if (rc) m->rc = *rc;
     m->cfg = *cfg;
     m->ps = ps;
     m->be = be;
@@ -248,7 +256,9 @@ gpt_model *gpt_create(const gpt_config *cfg, const ps_state *ps, const backend *
     init_params(m, tb.slots);
     free(tb.slots);
 
-    /* activations: max_inflight slots and the shared scratch, carved from one arena */
+    /* activations: max_inflight slots, what recomputation shares among them and the shared
+     * scratch, carved from one arena */
+    layer_acts *shared = td_xcalloc((size_t)(nlayers ? nlayers : 1), sizeof(layer_acts));
     m->slots = td_xcalloc((size_t)max_inflight, sizeof(gpt_acts));
     m->scratch = td_xcalloc(1, sizeof *m->scratch);
     m->scratch->host = td_xmalloc((size_t)mbs * cfg->seq * sizeof(float));
@@ -256,11 +266,14 @@ gpt_model *gpt_create(const gpt_config *cfg, const ps_state *ps, const backend *
         m->slots[i].layers = td_xcalloc((size_t)nlayers, sizeof(layer_acts));
         m->slots[i].sample = td_xcalloc((size_t)mbs, sizeof(int64_t));
     }
-    m->acts_bytes = acts_layout(m, &m->slots[0], NULL);
-    size_t total = m->acts_bytes * (size_t)max_inflight + scratch_layout(m, m->scratch, NULL) + 64;
+    m->acts_bytes = acts_layout(m, &m->slots[0], shared, NULL);
+    m->rc_bytes = recompute_shared_layout(m, shared, NULL);
+    size_t total = m->acts_bytes * (size_t)max_inflight + m->rc_bytes + scratch_layout(m, m->scratch, NULL) + 64;
     td_arena_wrap(&m->arena, be_alloc(be, total), total);
-    for (int i = 0; i < max_inflight; i++) acts_layout(m, &m->slots[i], &m->arena);
+    recompute_shared_layout(m, shared, &m->arena);
+    for (int i = 0; i < max_inflight; i++) acts_layout(m, &m->slots[i], shared, &m->arena);
     scratch_layout(m, m->scratch, &m->arena);
+    free(shared);
     return m;
 }
 
@@ -374,6 +387,7 @@ float *gpt_backward(gpt_model *m, gpt_acts *a, const float *doutput, float loss_
         be_copy(be, s->dres, doutput, (size_t)BT * h);
     }
     for (int l = m->nlayers - 1; l >= 0; l--) {
+        recompute_before_bwd(m, a, l);
         layer_bwd(m, a, l, l ? a->layers[l - 1].out : a->input);
         /* layer l's last tensor in the buffer is ln1.weight: everything up to its end is final */
         if (m->grads_ready) m->grads_ready(m->grads_ready_user, (size_t)(m->g.layers[l].ln1.w - m->grads) + (size_t)h);

@@ -59,6 +59,13 @@ void layer_fwd(gpt_model *m, gpt_acts *acts, int l, const float *x)
     be_bias_dropout_add_fwd(m->be, a->out, a->res2, branch, p->mlp.fc2_b, B, T, h, &d_mlp);
 }
 
+void layer_attn_core_fwd(gpt_model *m, gpt_acts *acts, int l)
+{
+    be_drop d_att, d_out, d_mlp;
+    layer_drops(m, acts, m->layer0 + l, &d_att, &d_out, &d_mlp);
+    attn_core_fwd(m, &acts->layers[l].attn, acts->B, &d_att);
+}
+
 /* The gradient of a dropout's input from d, the gradient of its output: d itself when nothing is
  * dropped (no copy), else the masked copy written to tmp. */
 static const float *dropout_grad(const backend *be, float *tmp, const float *d, int B, int T, int C,

@@ -39,6 +39,7 @@ void model_add_tensor(table_builder *tb, float **param, float **grad, enum init_
 typedef struct {
     td_arena *ar;
     size_t bytes;
+    int skip_attn_core; /* selective recomputation: attn_acts_carve leaves atty and lse NULL */
 } carver;
 void *model_carve(carver *cv, size_t bytes, const char *what);
 #define CARVE(cv, ptr, type, count) ((ptr) = (type *)model_carve((cv), (size_t)(count) * sizeof(type), #ptr))
@@ -87,6 +88,8 @@ void attn_tensors(table_builder *tb, int layer, attn_params *p, attn_params *g);
 void attn_acts_carve(carver *cv, const gpt_model *m, attn_acts *a);
 /* out (BT, h): the projection of the attention of x (BT, h), before the output bias. */
 void attn_fwd(gpt_model *m, attn_acts *a, const attn_params *p, float *out, const float *x, int B, const be_drop *d_att);
+/* The attention core alone: atty and lse from the kept (rotated) q, k, v. */
+void attn_core_fwd(gpt_model *m, const attn_acts *a, int B, const be_drop *d_att);
 /* From dbranch (BT, h), the gradient of the block output after its bias: the bias, weight
  * grads and dx (BT, h, overwritten). */
 void attn_bwd(gpt_model *m, float *dx, attn_params *g, const float *dbranch, const attn_acts *a, const attn_params *p,
@@ -127,6 +130,8 @@ void layer_acts_carve(carver *cv, const gpt_model *m, layer_acts *a);
 void layer_fwd(gpt_model *m, gpt_acts *acts, int l, const float *x);
 /* On entry m->scratch->dres holds d(layer output); on exit d(layer input). */
 void layer_bwd(gpt_model *m, gpt_acts *acts, int l, const float *x);
+/* Re-runs layer l's attention core (its dropout included) into its atty and lse. */
+void layer_attn_core_fwd(gpt_model *m, gpt_acts *acts, int l);
 
 /* Saved activations of one micro-batch on the stage (TP-local shapes, BT = B*s). */
 struct gpt_acts {
@@ -142,6 +147,17 @@ struct gpt_acts {
     float *logits;         /* last stage: (BT, V/t); the backward overwrites it with dlogits */
     float *losses, *maxv, *sumexp, *tlogit; /* last stage: (BT) each */
 };
+
+/* ---- activation recomputation (recompute.c) ---- */
+
+/* Carves (ar NULL: counts) the activations shared by every micro-batch: the layers a full
+ * recomputation re-runs, or selective recomputation's attention core output and lse. `shared`
+ * holds the stage's layers (calloc'ed, nlayers). Returns the bytes. */
+size_t recompute_shared_layout(gpt_model *m, layer_acts *shared, td_arena *ar);
+/* Carves one micro-batch's layer activations: what it keeps, the rest pointed at `shared`. */
+void recompute_layers_carve(carver *cv, const gpt_model *m, layer_acts *layers, const layer_acts *shared);
+/* Before layer l's backward: re-runs what the micro-batch in `acts` did not keep of it. */
+void recompute_before_bwd(gpt_model *m, gpt_acts *acts, int l);
 
 /* ---- dropout: a site id per call site, 0 the embedding, then three per layer ---- */
 be_drop model_drop(const gpt_model *m, const gpt_acts *a, float p, int site, int unit0);

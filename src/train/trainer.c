@@ -53,6 +53,27 @@ static int trainer_last_layers(const td_args *a)
     return td_args_given(a, "--decoder-last-pipeline-num-layers") ? a->decoder_last_pipeline_num_layers : -1;
 }
 
+/* Megatron's rules for the recomputation flags; `most`: the layers of the largest stage. */
+static int recompute_validate(const td_args *a, int most, char *msg, size_t msglen)
+{
+    const char *gran = a->recompute_granularity;
+    int method = td_args_given(a, "--recompute-method"), num = td_args_given(a, "--recompute-num-layers");
+    if (!gran && (method || num))
+        FAIL("--recompute-method and --recompute-num-layers need --recompute-granularity full");
+    if (!gran) return 0;
+    if (strcmp(gran, "selective") == 0) {
+        if (method || num)
+            FAIL("--recompute-granularity selective takes no --recompute-method or --recompute-num-layers "
+                 "(they choose the layers of full recomputation)");
+        return 0;
+    }
+    if (!method) FAIL("--recompute-granularity full needs --recompute-method (uniform or block)");
+    if (!num || a->recompute_num_layers > most)
+        FAIL("--recompute-granularity full needs --recompute-num-layers between 1 and %d (the layers per pipeline "
+             "stage)%s", most, num ? "" : "; it is not given");
+    return 0;
+}
+
 int trainer_validate(const td_args *a, int world_size, char *msg, size_t msglen)
 {
     int tp = a->tensor_model_parallel_size, pp = a->pipeline_model_parallel_size;
@@ -107,6 +128,12 @@ int trainer_validate(const td_args *a, int world_size, char *msg, size_t msglen)
         if (vp > PP_MAX_CHUNKS) FAIL("%d virtual stages per rank is more than %d; raise "
                                      "--num-layers-per-virtual-pipeline-stage", vp, PP_MAX_CHUNKS);
     }
+    int most = a->num_layers / pp; /* layers of the largest pipeline stage */
+    for (int st = 0; (first >= 0 || last >= 0) && st < pp; st++) {
+        TD_ASSERT(pp_stage_layers(a->num_layers, pp, first, last, st, &l0, &nl, msg, msglen) == 0);
+        if (st == 0 || nl > most) most = nl;
+    }
+    if (recompute_validate(a, most, msg, msglen)) return -1;
     if (a->finetune && !a->load) FAIL("--finetune needs --load (the checkpoint to start from)");
     if (a->use_checkpoint_args && !a->load) FAIL("--use-checkpoint-args needs --load (the checkpoint to take them from)");
     if (td_args_given(a, "--save-interval") && !a->save) FAIL("--save-interval needs --save");
@@ -281,10 +308,17 @@ static void setup(run_state *r, const td_args *a, comm *world)
     TD_ASSERT(pp_schedule_parse(a->pipeline_schedule, ps->pp, r->nchunks, &r->schedule) == 0);
     int slots = pp_slots_needed(r->schedule, ps->pp, ps->pp_rank, r->nchunks, r->num_micro);
     size_t bucket = (size_t)a->ddp_bucket_size;
+    gpt_recompute rc = {GPT_RECOMPUTE_NONE, GPT_RECOMPUTE_UNIFORM, 0};
+    if (a->recompute_granularity) {
+        int full = strcmp(a->recompute_granularity, "full") == 0;
+        rc.granularity = full ? GPT_RECOMPUTE_FULL : GPT_RECOMPUTE_SELECTIVE;
+        if (full && strcmp(a->recompute_method, "block") == 0) rc.method = GPT_RECOMPUTE_BLOCK;
+        if (full) rc.num_layers = a->recompute_num_layers;
+    }
     for (int k = 0; k < r->nchunks; k++) {
         int vs = k * ps->pp + ps->pp_rank;
         int layer0 = r->nchunks == 1 ? stage0 : vs * per, n = r->nchunks == 1 ? stage_n : per;
-        gpt_model *m = gpt_create(&c, ps, r->be, layer0, n, a->micro_batch_size, slots);
+        gpt_model *m = gpt_create_recompute(&c, ps, r->be, layer0, n, a->micro_batch_size, slots, &rc);
         r->chunks[k] = m;
         r->buckets[k] = dp_buckets_create(ps->dp_group, m->grads, m->numel, bucket);
     }
@@ -343,6 +377,15 @@ static void setup(run_state *r, const td_args *a, comm *world)
         }
         TD_INFO("batch: micro %d x %d micro-batches x dp %d = global %d; %lld iterations", a->micro_batch_size,
                 r->num_micro, ps->dp, r->gbs, (long long)r->train_iters);
+        double acts = 0, shared = 0;
+        for (int k = 0; k < r->nchunks; k++) {
+            acts += (double)r->chunks[k]->acts_bytes;
+            shared += (double)r->chunks[k]->rc_bytes;
+        }
+        char rcs[64];
+        gpt_recompute_describe(&r->chunks[0]->rc, rcs, sizeof rcs);
+        TD_INFO("activations (rank 0): %.2f MiB per micro-batch x %d in flight, + %.2f MiB shared by them; "
+                "recomputation %s", acts / 1048576.0, slots, shared / 1048576.0, rcs);
         TD_INFO("peak for MFU: %.3f TFLOP/s per rank (%s)", r->peak_tflops,
                 td_args_given(a, "--peak-tflops") ? "--peak-tflops" : "measured sgemm");
     }

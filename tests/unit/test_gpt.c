@@ -2,7 +2,8 @@
  * in this file (forward loss over the real vocabulary only, and every parameter's gradient by
  * central finite differences of it; the padded vocabulary rows get no gradient at all);
  * layout-invariant initialisation (a TP slice equals the rows/columns of the whole
- * tensor); and a tiny model overfitting one batch. */
+ * tensor); a tiny model overfitting one batch; and activation recomputation (every mode) giving
+ * bitwise the gradients of none. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -355,6 +356,80 @@ static void overfits_one_batch(void **state)
     gpt_free(m);
 }
 
+/* Two micro-batches in flight (both forwards, then both backwards, so the second forward
+ * overwrites whatever recomputation shares): returns the gradients and the two loss sums. */
+static float *grads_of_two_micro_batches(const gpt_config *c, const gpt_recompute *rc, double loss[2],
+                                         size_t *acts_bytes, size_t *numel)
+{
+    enum { B = 2 };
+    gpt_model *m = gpt_create_recompute(c, g_ps, g_be, 0, c->num_layers, B, 2, rc);
+    int32_t ids[2][B * 8], targets[2][B * 8];
+    int64_t sample[2][B];
+    gpt_acts *a[2];
+    for (int k = 0; k < 2; k++) {
+        make_batch(c, B, ids[k], targets[k], sample[k], 5u + (unsigned)k);
+        sample[k][0] += 2 * k; /* distinct dropout masks */
+        sample[k][1] += 2 * k;
+        a[k] = gpt_acts_acquire(m);
+        gpt_forward(m, a[k], ids[k], NULL, targets[k], sample[k], B, 1, &loss[k]);
+    }
+    for (int k = 0; k < 2; k++) {
+        gpt_backward(m, a[k], NULL, 1.0f / (float)(2 * B * c->seq));
+        gpt_acts_release(m, a[k]);
+    }
+    float *g = malloc(m->numel * sizeof(float));
+    memcpy(g, m->grads, m->numel * sizeof(float));
+    *acts_bytes = m->acts_bytes;
+    *numel = m->numel;
+    gpt_free(m);
+    return g;
+}
+
+/* Every recomputation mode gives bitwise the gradients and losses of none, with dropout on,
+ * for GPT-2 and Llama blocks, keeping less of each micro-batch. */
+static void recomputation_is_bitwise(void **state)
+{
+    (void)state;
+    for (int llama = 0; llama < 2; llama++) {
+        gpt_config c = tiny_config();
+        c.num_layers = 3;
+        c.hidden_dropout = 0.1f;
+        c.attn_dropout = 0.1f;
+        if (llama) {
+            c.norm = GPT_NORM_RMSNORM;
+            c.pos = GPT_POS_ROPE;
+            c.swiglu = 1;
+            c.ffn = 32;
+            c.query_groups = 2;
+            c.disable_bias = 1;
+            c.untied = 1;
+        }
+        gpt_recompute none = {GPT_RECOMPUTE_NONE, GPT_RECOMPUTE_UNIFORM, 0};
+        double loss0[2];
+        size_t bytes0, n0;
+        float *g0 = grads_of_two_micro_batches(&c, &none, loss0, &bytes0, &n0);
+        const gpt_recompute modes[] = {
+            {GPT_RECOMPUTE_FULL, GPT_RECOMPUTE_UNIFORM, 1}, {GPT_RECOMPUTE_FULL, GPT_RECOMPUTE_UNIFORM, 2},
+            {GPT_RECOMPUTE_FULL, GPT_RECOMPUTE_UNIFORM, 3}, {GPT_RECOMPUTE_FULL, GPT_RECOMPUTE_BLOCK, 1},
+            {GPT_RECOMPUTE_FULL, GPT_RECOMPUTE_BLOCK, 3},   {GPT_RECOMPUTE_SELECTIVE, GPT_RECOMPUTE_UNIFORM, 0},
+        };
+        for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
+            char name[64];
+            gpt_recompute_describe(&modes[i], name, sizeof name);
+            double loss[2];
+            size_t bytes, n;
+            float *g = grads_of_two_micro_batches(&c, &modes[i], loss, &bytes, &n);
+            printf("%s %s: %zu bytes per micro-batch (none %zu)\n", llama ? "llama" : "gpt2", name, bytes, bytes0);
+            assert_int_equal(n, n0);
+            assert_true(loss[0] == loss0[0] && loss[1] == loss0[1]);
+            assert_memory_equal(g, g0, n0 * sizeof(float));
+            assert_true(bytes < bytes0);
+            free(g);
+        }
+        free(g0);
+    }
+}
+
 int main(int argc, char **argv)
 {
     g_world = comm_world_init(&argc, &argv);
@@ -366,6 +441,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(weight_decay_skips_biases_and_norms),
         cmocka_unit_test(logical_tensors_match_the_model),
         cmocka_unit_test(overfits_one_batch),
+        cmocka_unit_test(recomputation_is_bitwise),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     be_free(g_be);

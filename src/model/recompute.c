@@ -1,0 +1,87 @@
+/* Activation recomputation (after Megatron's --recompute-granularity, -method, -num-layers): see
+ * gpt.h. Only the carving of the activations and one hook before each layer's backward differ;
+ * the layers' forward and backward are the same functions, reading and writing wherever the
+ * micro-batch's layer_acts point.
+ *
+ * Full: a recomputed layer's activations point into `shared` (one set per stage, as many layers
+ * as a group holds), except the output of a group's last layer, which is the next group's input
+ * (or the stage output) and is kept per micro-batch. The forward writes the group's activations
+ * into the shared set as it goes; the backward of the group's last layer first re-runs the
+ * group's forward from its kept input (the same kernels, dropout masks and tensor-parallel
+ * all-reduces on the same data: the same bits), then the layers' backward run as without
+ * recomputation.
+ * Selective: every layer keeps q, k, v (rotated) but not the attention core's output and
+ * log-sum-exp: they point at one shared pair and are recomputed before the layer's backward. */
+#include "model_impl.h"
+
+#include <stdio.h>
+
+/* The recomputed group of layer l: [*start, *end], or 0 when the layer keeps its activations. */
+static int full_group(const gpt_model *m, int l, int *start, int *end)
+{
+    int n = m->rc.num_layers;
+    if (m->rc.granularity != GPT_RECOMPUTE_FULL || n < 1) return 0;
+    if (m->rc.method == GPT_RECOMPUTE_BLOCK) {
+        *start = *end = l;
+        return l < n;
+    }
+    *start = l / n * n;
+    *end = *start + n - 1 < m->nlayers - 1 ? *start + n - 1 : m->nlayers - 1;
+    return 1;
+}
+
+/* Layers of activations a full recomputation re-runs at a time. */
+static int full_shared_layers(const gpt_model *m)
+{
+    int n = m->rc.num_layers < m->nlayers ? m->rc.num_layers : m->nlayers;
+    return m->rc.method == GPT_RECOMPUTE_BLOCK ? (n > 0) : n;
+}
+
+size_t recompute_shared_layout(gpt_model *m, layer_acts *shared, td_arena *ar)
+{
+    carver cv = {ar, 0, 0};
+    if (m->rc.granularity == GPT_RECOMPUTE_FULL) {
+        for (int j = 0; j < full_shared_layers(m); j++) layer_acts_carve(&cv, m, &shared[j]);
+    } else if (m->rc.granularity == GPT_RECOMPUTE_SELECTIVE && m->nlayers > 0) {
+        int64_t BT = (int64_t)m->mbs * m->cfg.seq;
+        CARVE(&cv, shared[0].attn.atty, float, BT * m->q_l);
+        CARVE(&cv, shared[0].attn.lse, float, (int64_t)m->mbs * m->heads_l * m->cfg.seq);
+    }
+    return cv.bytes;
+}
+
+void recompute_layers_carve(carver *cv, const gpt_model *m, layer_acts *layers, const layer_acts *shared)
+{
+    int64_t BT = (int64_t)m->mbs * m->cfg.seq;
+    for (int l = 0, start, end; l < m->nlayers; l++) {
+        if (full_group(m, l, &start, &end)) {
+            layers[l] = shared[l - start];
+            if (l == end) CARVE(cv, layers[l].out, float, BT * m->cfg.hidden);
+        } else if (m->rc.granularity == GPT_RECOMPUTE_SELECTIVE) {
+            cv->skip_attn_core = 1;
+            layer_acts_carve(cv, m, &layers[l]);
+            cv->skip_attn_core = 0;
+            layers[l].attn.atty = shared[0].attn.atty;
+            layers[l].attn.lse = shared[0].attn.lse;
+        } else {
+            layer_acts_carve(cv, m, &layers[l]);
+        }
+    }
+}
+
+void recompute_before_bwd(gpt_model *m, gpt_acts *acts, int l)
+{
+    int start, end;
+    if (m->rc.granularity == GPT_RECOMPUTE_SELECTIVE) {
+        layer_attn_core_fwd(m, acts, l);
+    } else if (full_group(m, l, &start, &end) && l == end) {
+        for (int j = start; j <= end; j++) layer_fwd(m, acts, j, j ? acts->layers[j - 1].out : acts->input);
+    }
+}
+
+void gpt_recompute_describe(const gpt_recompute *rc, char *out, size_t len)
+{
+    if (!rc || rc->granularity == GPT_RECOMPUTE_NONE) snprintf(out, len, "none");
+    else if (rc->granularity == GPT_RECOMPUTE_SELECTIVE) snprintf(out, len, "selective");
+    else snprintf(out, len, "full %s %d", rc->method == GPT_RECOMPUTE_BLOCK ? "block" : "uniform", rc->num_layers);
+}
