@@ -26,8 +26,18 @@ set(LAYOUT_TRAIN --data-path ${LAYOUT_DATA} --vocab-file ${TRIDENT_SHARED_DATA}/
   --min-lr 1e-4 --lr-warmup-iters 1 --lr-decay-style cosine --eval-interval 2 --eval-iters 1
   --clip-grad 1.0 --seed 7 --peak-tflops 1 --log-interval 100 --distributed-timeout-minutes 2)
 
-# trident_layout(name np tp mbs [ENV k=v...] flags...)
+# trident_layout(name np tp mbs [ENV k=v...] flags...): compared with the run LAYOUT_REF (default
+# LAYOUT_BASE) within LAYOUT_TOL (default 1e-5; 0: bitwise). Every run is a fixture its
+# comparisons pull in.
 function(trident_layout name np tp mbs)
+  set(ref ${LAYOUT_BASE})
+  if(DEFINED LAYOUT_REF)
+    set(ref ${LAYOUT_REF})
+  endif()
+  set(tol 1e-5)
+  if(DEFINED LAYOUT_TOL)
+    set(tol ${LAYOUT_TOL})
+  endif()
   set(env ${TD_MPI_ENV})
   if(ARGN AND "${ARGV4}" STREQUAL "ENV")
     list(POP_FRONT ARGN _)
@@ -52,9 +62,10 @@ function(trident_layout name np tp mbs)
     add_test(NAME parallel/layout_${name} COMMAND bash -c
       "rm -f ${out}.jsonl && \"$@\" > ${out}.log 2>&1 || { cat ${out}.log; exit 1; }; \
        grep -q 'every replica is bitwise the same' ${out}.log || { echo 'no replica check in the log'; exit 1; }; \
-       $<TARGET_FILE:compare_runs> ${LAYOUT_DIR}/${LAYOUT_BASE}.jsonl ${out}.jsonl ${LAYOUT_DIR}/${LAYOUT_BASE}.params ${out}.params 1e-5"
+       $<TARGET_FILE:compare_runs> ${LAYOUT_DIR}/${ref}.jsonl ${out}.jsonl ${LAYOUT_DIR}/${ref}.params ${out}.params ${tol}"
       _ ${cmd})
-    set_tests_properties(parallel/layout_${name} PROPERTIES FIXTURES_REQUIRED "layouts_data;layouts_${LAYOUT_BASE}")
+    set_tests_properties(parallel/layout_${name} PROPERTIES FIXTURES_SETUP layouts_${name}
+      FIXTURES_REQUIRED "layouts_data;layouts_${ref}")
   endif()
   set_tests_properties(parallel/layout_${name} PROPERTIES ENVIRONMENT "${env}" TIMEOUT 300)
 endfunction()
@@ -86,6 +97,23 @@ trident_layout(pp2_vp2_dp2_eager512 4 1 1 ENV "OMPI_MCA_btl_vader_eager_limit=51
 trident_layout(tp2_pp2_eager512 4 2 2 ENV "OMPI_MCA_btl_vader_eager_limit=512;OMPI_MCA_btl_vader_rndv_eager_limit=512"
   --pipeline-model-parallel-size 2 --overlap-grad-reduce)
 
+# Activation recomputation: bitwise the run without it in the same layout (tolerance 0), and in
+# the pipeline schedules against the one-rank run.
+set(LAYOUT_TOL 0)
+trident_layout(rc_full_uniform 1 1 2 --recompute-granularity full --recompute-method uniform --recompute-num-layers 3)
+trident_layout(rc_full_block 1 1 2 --recompute-granularity full --recompute-method block --recompute-num-layers 5)
+trident_layout(rc_selective 1 1 2 --recompute-granularity selective)
+set(LAYOUT_REF tp2)
+trident_layout(rc_tp2_full 2 2 2 --recompute-granularity full --recompute-method uniform --recompute-num-layers 1)
+unset(LAYOUT_REF)
+unset(LAYOUT_TOL)
+trident_layout(rc_pp2_1f1b_full 2 1 1 --pipeline-model-parallel-size 2 --recompute-granularity full
+  --recompute-method uniform --recompute-num-layers 2)
+trident_layout(rc_pp2_gpipe_block 2 1 2 --pipeline-model-parallel-size 2 --pipeline-schedule gpipe
+  --recompute-granularity full --recompute-method block --recompute-num-layers 2)
+trident_layout(rc_tp2_pp2_vp2_selective 4 2 1 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 2
+  --recompute-granularity selective)
+
 # Bad layouts exit 2 with their message on every rank; a rank killed mid-run ends the job.
 add_test(NAME parallel/failures COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/failures.sh $<TARGET_FILE:trident>
   ${LAYOUT_DATA} ${TRIDENT_SHARED_DATA}/gpt2/vocab.json ${TRIDENT_SHARED_DATA}/gpt2/merges.txt)
@@ -103,3 +131,11 @@ trident_layout(llama_pp2_vp2 2 1 1 --pipeline-model-parallel-size 2 --num-layers
 trident_layout(llama_dp2 2 1 2)
 trident_layout(llama_tp2_pp2_dp2 8 2 1 --pipeline-model-parallel-size 2)
 trident_layout(llama_tp2_pp2_vp2 4 2 1 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1)
+set(LAYOUT_TOL 0)
+trident_layout(llama_rc_selective 1 1 2 --recompute-granularity selective)
+set(LAYOUT_REF llama_tp2)
+trident_layout(llama_rc_tp2_full 2 2 2 --recompute-granularity full --recompute-method uniform --recompute-num-layers 3)
+unset(LAYOUT_REF)
+unset(LAYOUT_TOL)
+trident_layout(llama_rc_pp2_vp2_block 2 1 1 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 2
+  --recompute-granularity full --recompute-method block --recompute-num-layers 1)
