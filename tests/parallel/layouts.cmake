@@ -105,6 +105,8 @@ trident_layout(rc_full_block 1 1 2 --recompute-granularity full --recompute-meth
 trident_layout(rc_selective 1 1 2 --recompute-granularity selective)
 set(LAYOUT_REF tp2)
 trident_layout(rc_tp2_full 2 2 2 --recompute-granularity full --recompute-method uniform --recompute-num-layers 1)
+set(LAYOUT_REF tp4)
+trident_layout(rc_tp4_full 4 4 2 --recompute-granularity full --recompute-method uniform --recompute-num-layers 2)
 unset(LAYOUT_REF)
 unset(LAYOUT_TOL)
 trident_layout(rc_pp2_1f1b_full 2 1 1 --pipeline-model-parallel-size 2 --recompute-granularity full
