@@ -20,6 +20,7 @@
 #include "trident/data_parallel.h"
 #include "trident/gpt.h"
 #include "trident/gpt_dataset.h"
+#include "trident/memory.h"
 #include "trident/metrics.h"
 #include "trident/optim.h"
 #include "trident/parallel_state.h"
@@ -180,6 +181,10 @@ typedef struct {
     double peak_tflops;
     met_writer *metrics;
     bd_state bd;             /* the time breakdown printed at the end */
+    mem_layout mem;          /* what this rank holds, for the memory prediction */
+    mem_prediction mem_pred;
+    double rss_start;        /* resident bytes before the data and the model (libraries, MPI) */
+    double rss_peak;         /* peak resident bytes of the training (before the end-of-run measurements) */
 } run_state;
 
 /* Gradients summed over the data-parallel group (bucket by bucket; with overlap most buckets
@@ -232,9 +237,88 @@ static gpt_config model_config(const td_args *a, const ps_state *ps)
     return ckpt_config_of_args(a, tokenizer_vocab(a), ps->tp);
 }
 
+/* Resident bytes of this process now (VmRSS), or at its peak (VmHWM). */
+static long long proc_status_bytes(const char *key)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return 0;
+    char line[256];
+    long long kb = 0;
+    size_t n = strlen(key);
+    while (fgets(line, sizeof line, f))
+        if (strncmp(line, key, n) == 0 && line[n] == ':') {
+            kb = atoll(line + n + 1);
+            break;
+        }
+    fclose(f);
+    return kb * 1024;
+}
+
+long long trainer_peak_rss(void) { return proc_status_bytes("VmHWM"); }
+
+#define MIB (1024.0 * 1024.0)
+
+/* Gathers every rank's line of `len` bytes to world rank 0 and prints, per pipeline stage, the
+ * line of its first rank (tp 0, dp 0) under `title`. */
+static void print_per_stage(const run_state *r, const char *line, size_t len, const char *title)
+{
+    const ps_state *ps = r->ps;
+    char *all = td_xmalloc(len * (size_t)ps->world_size);
+    comm_allgather(ps->world, line, all, len, COMM_U8);
+    if (ps->world_rank == 0)
+        for (int st = 0; st < ps->pp; st++)
+            TD_INFO("%s, stage %d: %s", title, st, all + len * (size_t)ps_rank_of(ps, 0, 0, st));
+    free(all);
+}
+
+/* Predicts what this rank will hold (memory.h) and prints it per pipeline stage. */
+static void predict_memory(run_state *r, const gpt_config *c, int slots)
+{
+    const td_args *a = r->a;
+    mem_layout *l = &r->mem;
+    l->cfg = *c;
+    l->tp = r->ps->tp;
+    l->dp = r->ps->dp;
+    l->mbs = a->micro_batch_size;
+    l->nchunks = r->nchunks;
+    for (int k = 0; k < r->nchunks; k++) {
+        const gpt_model *m = r->chunks[k];
+        l->chunk[k] = (mem_chunk){m->nlayers, m->first, m->last, slots};
+    }
+    mem_predict(l, &r->mem_pred);
+    char line[400];
+    mem_describe(&r->mem_pred, l, line, sizeof line);
+    print_per_stage(r, line, sizeof line, "memory per rank (predicted)");
+}
+
+/* Sets this rank's peak RSS against the prediction plus what it held before the model (the
+ * libraries, MPI): the largest per pipeline stage. */
+static void report_memory(run_state *r)
+{
+    const ps_state *ps = r->ps;
+    double mine[3] = {r->rss_peak, r->mem_pred.total, r->rss_start};
+    double *all = td_xmalloc(3 * sizeof(double) * (size_t)ps->world_size);
+    comm_allgather(ps->world, mine, all, 3, COMM_F64);
+    if (ps->world_rank == 0)
+        for (int st = 0; st < ps->pp; st++) {
+            const double *top = NULL; /* the rank of the stage with the largest peak */
+            for (int t = 0; t < ps->tp; t++)
+                for (int d = 0; d < ps->dp; d++) {
+                    const double *x = all + 3 * ps_rank_of(ps, t, d, st);
+                    if (!top || x[0] > top[0]) top = x;
+                }
+            double pred = top[1] + top[2];
+            TD_INFO("peak memory (RSS), stage %d: %.1f MiB measured, %.1f MiB predicted (%.1f for the model and its "
+                    "run + %.1f held before it): %+.1f%%", st, top[0] / MIB, pred / MIB, top[1] / MIB, top[2] / MIB,
+                    100.0 * (top[0] - pred) / pred);
+        }
+    free(all);
+}
+
 static void setup(run_state *r, const td_args *a, comm *world)
 {
     memset(r, 0, sizeof *r);
+    r->rss_start = (double)proc_status_bytes("VmRSS");
     r->a = a;
     r->ps = ps_init(world, a->tensor_model_parallel_size, a->pipeline_model_parallel_size);
     ps_state *ps = r->ps;
@@ -290,6 +374,7 @@ static void setup(run_state *r, const td_args *a, comm *world)
     }
     opt_adamw_hparams hp = {a->adam_beta1, a->adam_beta2, a->adam_eps, a->weight_decay};
     r->opt = opt_adamw_create(r->be, ps, r->chunks, r->nchunks, &hp);
+    predict_memory(r, &c, slots);
 
     opt_decay_style style;
     if (opt_decay_style_parse(a->lr_decay_style, &style)) td_usage_error("--lr-decay-style %s", a->lr_decay_style);
@@ -737,6 +822,7 @@ int trainer_run(const td_args *a, comm *world)
         ckpt_progress now = {iter, consumed, valid_consumed, (uint64_t)a->seed};
         stopped = after_iteration(&r, &now, t_begin, &last_saved);
     }
+    r.rss_peak = (double)trainer_peak_rss();
     if (a->save && last_iter > 0 && last_iter != last_saved) { /* also a loaded one: re-saves it as laid out now */
         ckpt_progress now = {last_iter, consumed, valid_consumed, (uint64_t)a->seed};
         save_checkpoint(&r, &now);
@@ -748,19 +834,8 @@ int trainer_run(const td_args *a, comm *world)
                 (double)trainer_peak_rss() / (1024.0 * 1024.0));
         print_breakdown(&r);
     }
+    report_memory(&r);
     teardown(&r);
     td_args_free(&eff);
     return 0;
-}
-
-long long trainer_peak_rss(void)
-{
-    FILE *f = fopen("/proc/self/status", "r");
-    if (!f) return 0;
-    char line[256];
-    long long kb = 0;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "VmHWM: %lld kB", &kb) == 1) break;
-    fclose(f);
-    return kb * 1024;
 }
