@@ -698,17 +698,13 @@ static int after_iteration(run_state *r, const ckpt_progress *p, double t_begin,
     return 1;
 }
 
-/* The time breakdown and the limits it is held against: the sgemm peak, the copy bandwidth
- * (measured now, after the peak RSS was read, and only when AdamW's bytes exceed the caches)
- * and params + grads + Adam state + one micro-batch's activations. */
+/* The time breakdown and the limits it is held against: the sgemm peak and the copy bandwidth
+ * (measured now, after the peak RSS was read, and only when AdamW's bytes exceed the caches). */
 static void print_breakdown(run_state *r)
 {
-    double numel = 0, acts = 0;
-    for (int k = 0; k < r->nchunks; k++) {
-        numel += (double)r->chunks[k]->numel;
-        acts += (double)r->chunks[k]->acts_bytes;
-    }
-    bd_limits lim = {r->peak_tflops * 1e3, 0, 28.0 * numel, 16.0 * numel + acts, (double)trainer_peak_rss()};
+    double numel = 0;
+    for (int k = 0; k < r->nchunks; k++) numel += (double)r->chunks[k]->numel;
+    bd_limits lim = {r->peak_tflops * 1e3, 0, 28.0 * numel};
     if (lim.adamw_bytes > 256e6) lim.copy_gbps = be_copy_gbps(r->be);
     bd_print(&r->bd, &lim);
 }
