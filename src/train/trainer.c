@@ -107,6 +107,9 @@ int trainer_validate(const td_args *a, int world_size, char *msg, size_t msglen)
         if (vp > PP_MAX_CHUNKS) FAIL("%d virtual stages per rank is more than %d; raise "
                                      "--num-layers-per-virtual-pipeline-stage", vp, PP_MAX_CHUNKS);
     }
+    if (a->overlap_param_gather && !a->use_distributed_optimizer)
+        FAIL("--overlap-param-gather needs --use-distributed-optimizer (only the distributed optimizer all-gathers "
+             "parameters)");
     if (a->finetune && !a->load) FAIL("--finetune needs --load (the checkpoint to start from)");
     if (a->use_checkpoint_args && !a->load) FAIL("--use-checkpoint-args needs --load (the checkpoint to take them from)");
     if (td_args_given(a, "--save-interval") && !a->save) FAIL("--save-interval needs --save");
@@ -167,7 +170,7 @@ typedef struct {
     int nchunks;                          /* model chunks (virtual stages) on this rank */
     gpt_model *chunks[PP_MAX_CHUNKS];
     opt_adamw *opt;                       /* AdamW: the moments, grad norm and step */
-    dp_buckets *buckets[PP_MAX_CHUNKS];
+    dp_chunk *dp[PP_MAX_CHUNKS];          /* data parallelism attached to each chunk */
     pp_schedule schedule;
     gptds *data;
     opt_lr_schedule lr;
@@ -182,24 +185,18 @@ typedef struct {
     bd_state bd;             /* the time breakdown printed at the end */
 } run_state;
 
-/* Gradients summed over the data-parallel group (bucket by bucket; with overlap most buckets
- * are already in flight), then the two copies of the word embedding summed over the embedding
- * group (first and last stage). */
-static void reduce_grads(run_state *r)
+/* Completes every parameter all-gather in flight (distributed optimizer): before anything
+ * reads the parameters outside a forward. */
+static void wait_params(run_state *r)
 {
-    for (int c = 0; c < r->nchunks; c++) dp_buckets_finish(r->buckets[c]);
-    if (!r->ps->embd_group || comm_size(r->ps->embd_group) == 1 || r->chunks[0]->cfg.untied) return;
-    for (int c = 0; c < r->nchunks; c++) {
-        gpt_model *m = r->chunks[c];
-        float *g = m->first ? m->g.wte : (m->last ? m->g.head_w : NULL);
-        if (g) comm_allreduce(r->ps->embd_group, g, (size_t)m->vocab_l * m->cfg.hidden, COMM_F32, COMM_SUM);
-    }
+    for (int c = 0; c < r->nchunks; c++) dp_wait_params(r->dp[c]);
 }
 
 /* Mean token loss over `iters` global batches of split s starting at sample `consumed`. */
 static double evaluate(run_state *r, gptds_split s, int64_t consumed, int64_t iters)
 {
     double total = 0;
+    wait_params(r);
     r->src.split = s;
     r->it.training = 0;
     for (int64_t i = 0; i < iters; i++) {
@@ -280,16 +277,19 @@ static void setup(run_state *r, const td_args *a, comm *world)
     }
     TD_ASSERT(pp_schedule_parse(a->pipeline_schedule, ps->pp, r->nchunks, &r->schedule) == 0);
     int slots = pp_slots_needed(r->schedule, ps->pp, ps->pp_rank, r->nchunks, r->num_micro);
-    size_t bucket = (size_t)a->ddp_bucket_size;
+    dp_config dpc = {(size_t)a->ddp_bucket_size, a->overlap_grad_reduce, a->use_distributed_optimizer,
+                     a->overlap_param_gather};
+    opt_shard shards[PP_MAX_CHUNKS];
     for (int k = 0; k < r->nchunks; k++) {
         int vs = k * ps->pp + ps->pp_rank;
         int layer0 = r->nchunks == 1 ? stage0 : vs * per, n = r->nchunks == 1 ? stage_n : per;
         gpt_model *m = gpt_create(&c, ps, r->be, layer0, n, a->micro_batch_size, slots);
         r->chunks[k] = m;
-        r->buckets[k] = dp_buckets_create(ps->dp_group, m->grads, m->numel, bucket);
+        r->dp[k] = dp_attach(m, ps, &dpc);
+        shards[k].ranges = dp_shard(r->dp[k], &shards[k].nranges, &shards[k].grads);
     }
     opt_adamw_hparams hp = {a->adam_beta1, a->adam_beta2, a->adam_eps, a->weight_decay};
-    r->opt = opt_adamw_create(r->be, ps, r->chunks, r->nchunks, &hp);
+    r->opt = opt_adamw_create(r->be, ps, r->chunks, r->nchunks, shards, a->use_distributed_optimizer, &hp);
 
     opt_decay_style style;
     if (opt_decay_style_parse(a->lr_decay_style, &style)) td_usage_error("--lr-decay-style %s", a->lr_decay_style);
@@ -317,8 +317,7 @@ static void setup(run_state *r, const td_args *a, comm *world)
                            .ids = td_xmalloc(tokens * sizeof(int32_t)),
                            .targets = td_xmalloc(tokens * sizeof(int32_t)),
                            .sample = td_xmalloc((size_t)a->micro_batch_size * sizeof(int64_t)),
-                           .grad_in = be_alloc(r->be, tokens * c.hidden * sizeof(float)),
-                           .overlap = a->overlap_grad_reduce ? r->buckets : NULL};
+                           .grad_in = be_alloc(r->be, tokens * c.hidden * sizeof(float))};
 
     r->peak_tflops = td_args_given(a, "--peak-tflops") ? a->peak_tflops : be_peak_gflops(r->be) / 1e3;
     if (ps->world_rank == 0) {
@@ -346,6 +345,16 @@ static void setup(run_state *r, const td_args *a, comm *world)
         TD_INFO("peak for MFU: %.3f TFLOP/s per rank (%s)", r->peak_tflops,
                 td_args_given(a, "--peak-tflops") ? "--peak-tflops" : "measured sgemm");
     }
+    /* the optimizer state of the first rank of each stage (equal over dp up to one element a bucket) */
+    if (ps->dp_rank == 0 && ps->tp_rank == 0) {
+        size_t numel = 0;
+        for (int k = 0; k < r->nchunks; k++) numel += r->chunks[k]->numel;
+        size_t st = opt_adamw_state_numel(r->opt);
+        TD_INFO("optimizer: %s, %d bucket%s per chunk; Adam state on this rank %.2f MB (%zu elements, %.4f of the "
+                "stage's %zu parameters x 2)", a->use_distributed_optimizer ? "distributed over dp" : "replicated",
+                dp_num_buckets(r->dp[0]), dp_num_buckets(r->dp[0]) > 1 ? "s" : "", (double)st * sizeof(float) / 1e6,
+                st, numel ? (double)st / (2.0 * (double)numel) : 0.0, numel);
+    }
     if (r->reporter && a->metrics_file) r->metrics = met_open(a->metrics_file);
 }
 
@@ -359,7 +368,7 @@ static void teardown(run_state *r)
     be_dfree(r->be, r->it.grad_in);
     opt_adamw_free(r->opt);
     for (int k = 0; k < r->nchunks; k++) {
-        dp_buckets_free(r->buckets[k]);
+        dp_detach(r->dp[k]);
         gpt_free(r->chunks[k]);
     }
     gptds_close(r->data);
@@ -418,6 +427,7 @@ static void check_replicas(run_state *r)
 static void dump_params(run_state *r, const char *path)
 {
     const gpt_config *c = &r->chunks[0]->cfg;
+    wait_params(r);
     off_t bytes = (off_t)gpt_num_params(c) * (off_t)sizeof(float);
     if (r->ps->world_rank == 0) {
         int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -526,10 +536,34 @@ static int resume_find(td_args *eff, comm *world, ckpt_meta *meta)
     return 1;
 }
 
-static ckpt_model ckpt_view(run_state *r)
+/* The run as the checkpoint code sees it: the moments laid out as the parameters. The plain
+ * optimizer's are; the distributed optimizer's shards go through full-size copies (filled from
+ * the shards when `gather`, collective over dp), freed by ckpt_view_done. */
+static ckpt_model ckpt_view(run_state *r, int gather)
 {
     ckpt_model m = {r->ps, r->nchunks, r->chunks, r->opt->m, r->opt->v};
+    if (!r->opt->sharded) return m;
+    m.adam_m = td_xcalloc((size_t)r->nchunks, sizeof(float *));
+    m.adam_v = td_xcalloc((size_t)r->nchunks, sizeof(float *));
+    for (int k = 0; k < r->nchunks; k++) {
+        m.adam_m[k] = be_alloc(r->be, r->chunks[k]->numel * sizeof(float));
+        m.adam_v[k] = be_alloc(r->be, r->chunks[k]->numel * sizeof(float));
+        if (gather) opt_adamw_export(r->opt, k, m.adam_m[k], m.adam_v[k]);
+    }
     return m;
+}
+
+/* After a load (`loaded`): the distributed optimizer takes its shards from the full copies. */
+static void ckpt_view_done(run_state *r, ckpt_model *m, int loaded)
+{
+    if (!r->opt->sharded) return;
+    for (int k = 0; k < r->nchunks; k++) {
+        if (loaded) opt_adamw_import(r->opt, k, m->adam_m[k], m->adam_v[k]);
+        be_dfree(r->be, m->adam_m[k]);
+        be_dfree(r->be, m->adam_v[k]);
+    }
+    free(m->adam_m);
+    free(m->adam_v);
 }
 
 /* Loads the checkpoint into the run (weights only with --finetune, no moments with
@@ -538,10 +572,12 @@ static ckpt_progress resume_load(run_state *r, const ckpt_meta *meta)
 {
     const td_args *a = r->a;
     double t0 = td_now();
-    ckpt_model m = ckpt_view(r);
+    int load_optim = !a->finetune && !a->no_load_optim;
+    ckpt_model m = ckpt_view(r, 0);
     char err[1024] = "";
-    int rc = ckpt_load(meta, &m, !a->finetune && !a->no_load_optim, err, sizeof err);
+    int rc = ckpt_load(meta, &m, load_optim, err, sizeof err);
     fail_if_any(r->ps->world, rc != 0, err);
+    ckpt_view_done(r, &m, load_optim);
     ckpt_progress p = meta->progress;
     if (a->finetune) p = (ckpt_progress){0, 0, 0, (uint64_t)a->seed};
     p.seed = (uint64_t)a->seed;
@@ -557,10 +593,12 @@ static ckpt_progress resume_load(run_state *r, const ckpt_meta *meta)
 static void save_checkpoint(run_state *r, const ckpt_progress *p)
 {
     const td_args *a = r->a;
-    ckpt_model m = ckpt_view(r);
+    wait_params(r);
+    ckpt_model m = ckpt_view(r, 1);
     char *args = td_args_json(a, TD_CMD_TRAIN);
     ckpt_save_stats st;
     ckpt_save(a->save, &m, p, args, a->keep_last, &st);
+    ckpt_view_done(r, &m, 0);
     free(args);
     if (r->ps->world_rank != 0) return;
     TD_INFO("saved checkpoint at iteration %lld to %s: %.1f MB in %.2f s (%.0f MB/s)", (long long)p->iteration,
@@ -689,7 +727,7 @@ int trainer_run(const td_args *a, comm *world)
         bd_stop(&r.bd, BD_OPTIMIZER);
         r.src.consumed = consumed;
         double loss_sum = pp_run(r.schedule, &r.it);
-        reduce_grads(&r);
+        dp_finish_grads(r.dp, r.nchunks);
         bd_start(&r.bd, BD_OPTIMIZER);
         double norm = opt_grad_norm(r.opt);
         if (!isfinite(norm))
@@ -699,6 +737,7 @@ int trainer_run(const td_args *a, comm *world)
         double lr = opt_lr_at(&r.lr, iter);
         bd_start(&r.bd, BD_ADAMW);
         opt_adamw_step(r.opt, lr, gscale, iter);
+        for (int k = 0; k < r.nchunks; k++) dp_start_param_gather(r.dp[k]);
         bd_stop(&r.bd, BD_ADAMW);
         bd_stop(&r.bd, BD_OPTIMIZER);
         consumed += r.gbs;
