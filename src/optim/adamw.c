@@ -101,24 +101,6 @@ void opt_adamw_step(opt_adamw *o, double lr, double gscale, int64_t step)
     }
 }
 
-void opt_adamw_export(const opt_adamw *o, int c, float *m, float *v)
-{
-    const gpt_model *g = o->chunks[c];
-    const opt_shard *sh = &o->shard[c];
-    be_zero(o->be, m, g->numel);
-    be_zero(o->be, v, g->numel);
-    for (int k = 0; k < sh->nranges; k++) {
-        const dp_range *r = &sh->ranges[k];
-        be_copy(o->be, m + r->lo, o->m[c] + r->shard, r->n);
-        be_copy(o->be, v + r->lo, o->v[c] + r->shard, r->n);
-    }
-    /* the shards are disjoint: the sum over dp puts every element in place exactly */
-    if (o->sharded) {
-        comm_allreduce(o->ps->dp_group, m, g->numel, COMM_F32, COMM_SUM);
-        comm_allreduce(o->ps->dp_group, v, g->numel, COMM_F32, COMM_SUM);
-    }
-}
-
 void opt_adamw_import(opt_adamw *o, int c, const float *m, const float *v)
 {
     const opt_shard *sh = &o->shard[c];

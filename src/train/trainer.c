@@ -171,6 +171,8 @@ typedef struct {
     gpt_model *chunks[PP_MAX_CHUNKS];
     opt_adamw *opt;                       /* AdamW: the moments, grad norm and step */
     dp_chunk *dp[PP_MAX_CHUNKS];          /* data parallelism attached to each chunk */
+    const dp_range *shard_ranges[PP_MAX_CHUNKS]; /* what the optimizer steps of each chunk */
+    int nshard_ranges[PP_MAX_CHUNKS];
     pp_schedule schedule;
     gptds *data;
     opt_lr_schedule lr;
@@ -287,6 +289,8 @@ static void setup(run_state *r, const td_args *a, comm *world)
         r->chunks[k] = m;
         r->dp[k] = dp_attach(m, ps, &dpc);
         shards[k].ranges = dp_shard(r->dp[k], &shards[k].nranges, &shards[k].grads);
+        r->shard_ranges[k] = shards[k].ranges;
+        r->nshard_ranges[k] = shards[k].nranges;
     }
     opt_adamw_hparams hp = {a->adam_beta1, a->adam_beta2, a->adam_eps, a->weight_decay};
     r->opt = opt_adamw_create(r->be, ps, r->chunks, r->nchunks, shards, a->use_distributed_optimizer, &hp);
@@ -536,27 +540,32 @@ static int resume_find(td_args *eff, comm *world, ckpt_meta *meta)
     return 1;
 }
 
-/* The run as the checkpoint code sees it: the moments laid out as the parameters. The plain
- * optimizer's are; the distributed optimizer's shards go through full-size copies (filled from
- * the shards when `gather`, collective over dp), freed by ckpt_view_done. */
-static ckpt_model ckpt_view(run_state *r, int gather)
+/* The run as the checkpoint code sees it. The plain optimizer's moments are laid out as the
+ * parameters. The distributed optimizer's shards are saved as they are (each dp rank writing
+ * its own); a load reads into full-size copies (`for_load`) that ckpt_view_done hands to the
+ * optimizer, each rank keeping its shard, and frees. */
+static ckpt_model ckpt_view(run_state *r, int for_load)
 {
-    ckpt_model m = {r->ps, r->nchunks, r->chunks, r->opt->m, r->opt->v};
+    ckpt_model m = {r->ps, r->nchunks, r->chunks, r->opt->m, r->opt->v, NULL, NULL};
     if (!r->opt->sharded) return m;
+    if (!for_load) {
+        m.shard_ranges = r->shard_ranges;
+        m.nshard_ranges = r->nshard_ranges;
+        return m;
+    }
     m.adam_m = td_xcalloc((size_t)r->nchunks, sizeof(float *));
     m.adam_v = td_xcalloc((size_t)r->nchunks, sizeof(float *));
     for (int k = 0; k < r->nchunks; k++) {
         m.adam_m[k] = be_alloc(r->be, r->chunks[k]->numel * sizeof(float));
         m.adam_v[k] = be_alloc(r->be, r->chunks[k]->numel * sizeof(float));
-        if (gather) opt_adamw_export(r->opt, k, m.adam_m[k], m.adam_v[k]);
     }
     return m;
 }
 
-/* After a load (`loaded`): the distributed optimizer takes its shards from the full copies. */
+/* After a load (`loaded`: moments were read), or a save. */
 static void ckpt_view_done(run_state *r, ckpt_model *m, int loaded)
 {
-    if (!r->opt->sharded) return;
+    if (!r->opt->sharded || m->shard_ranges) return;
     for (int k = 0; k < r->nchunks; k++) {
         if (loaded) opt_adamw_import(r->opt, k, m->adam_m[k], m->adam_v[k]);
         be_dfree(r->be, m->adam_m[k]);
@@ -573,7 +582,7 @@ static ckpt_progress resume_load(run_state *r, const ckpt_meta *meta)
     const td_args *a = r->a;
     double t0 = td_now();
     int load_optim = !a->finetune && !a->no_load_optim;
-    ckpt_model m = ckpt_view(r, 0);
+    ckpt_model m = ckpt_view(r, 1);
     char err[1024] = "";
     int rc = ckpt_load(meta, &m, load_optim, err, sizeof err);
     fail_if_any(r->ps->world, rc != 0, err);
@@ -594,7 +603,7 @@ static void save_checkpoint(run_state *r, const ckpt_progress *p)
 {
     const td_args *a = r->a;
     wait_params(r);
-    ckpt_model m = ckpt_view(r, 1);
+    ckpt_model m = ckpt_view(r, 0);
     char *args = td_args_json(a, TD_CMD_TRAIN);
     ckpt_save_stats st;
     ckpt_save(a->save, &m, p, args, a->keep_last, &st);
