@@ -349,15 +349,16 @@ static void setup(run_state *r, const td_args *a, comm *world)
         TD_INFO("peak for MFU: %.3f TFLOP/s per rank (%s)", r->peak_tflops,
                 td_args_given(a, "--peak-tflops") ? "--peak-tflops" : "measured sgemm");
     }
-    /* the optimizer state of the first rank of each stage (equal over dp up to one element a bucket) */
+    /* the optimizer state of the first rank of each stage (its dp peers' differ by at most one
+     * element a bucket) */
     if (ps->dp_rank == 0 && ps->tp_rank == 0) {
         size_t numel = 0;
         for (int k = 0; k < r->nchunks; k++) numel += r->chunks[k]->numel;
         size_t st = opt_adamw_state_numel(r->opt);
-        TD_INFO("optimizer: %s, %d bucket%s per chunk; Adam state on this rank %.2f MB (%zu elements, %.4f of the "
-                "stage's %zu parameters x 2)", a->use_distributed_optimizer ? "distributed over dp" : "replicated",
+        TD_INFO("optimizer: AdamW %s (%d bucket%s per chunk); state on this rank %.2f MB: both moments of %zu of its "
+                "%zu parameters", a->use_distributed_optimizer ? "distributed over dp" : "replicated over dp",
                 dp_num_buckets(r->dp[0]), dp_num_buckets(r->dp[0]) > 1 ? "s" : "", (double)st * sizeof(float) / 1e6,
-                st, numel ? (double)st / (2.0 * (double)numel) : 0.0, numel);
+                st / 2, numel);
     }
     if (r->reporter && a->metrics_file) r->metrics = met_open(a->metrics_file);
 }
