@@ -491,18 +491,25 @@ void ckpt_reader_close(ckpt_reader *r)
 
 /* ---- reading ---- */
 
+/* Checks the CRC32 of one piece; 0, or -1 with err. */
+static int verify_piece(const ckpt_reader *r, const src_piece *pc, char *err, size_t errlen)
+{
+    const st_file *f = r->files[pc->file];
+    uint32_t c = st_crc32(0, st_data(f, pc->t), (size_t)(pc->t->end - pc->t->begin));
+    if (c == pc->crc) return 0;
+    snprintf(err, errlen, "%s: entry '%s': CRC32 mismatch (stored %08x, computed %08x): the shard is corrupt", f->path,
+             pc->t->name, pc->crc, c);
+    return -1;
+}
+
 /* Checks every piece's CRC32 and assembles the slice in e->buf. */
 static int assemble(ckpt_reader *r, src_entry *e, char *err, size_t errlen)
 {
     float *buf = td_xmalloc((size_t)ckpt_slice_numel(&e->sl) * sizeof(float));
     for (int p = 0; p < e->npieces; p++) {
         const src_piece *pc = &e->pieces[p];
-        const st_file *f = r->files[pc->file];
-        const float *data = st_data(f, pc->t);
-        uint32_t c = st_crc32(0, data, (size_t)(pc->t->end - pc->t->begin));
-        if (c != pc->crc) {
-            snprintf(err, errlen, "%s: entry '%s': CRC32 mismatch (stored %08x, computed %08x): the shard is corrupt",
-                     f->path, pc->t->name, pc->crc, c);
+        const float *data = st_data(r->files[pc->file], pc->t);
+        if (verify_piece(r, pc, err, errlen)) {
             free(buf);
             return -1;
         }
@@ -614,6 +621,11 @@ int ckpt_read(ckpt_reader *r, ckpt_kind kind, const char *name, const ckpt_slice
         if (!intersect(want, &e->sl, rows_lim, NULL, NULL)) continue;
         if (verify_entry(r, e, err, errlen)) return -1;
         covered += intersect(want, &e->sl, rows_lim, dst, entry_data(r, e));
+        if (e->npieces) { /* assembled again if read again: one slice in memory at a time */
+            free(e->buf);
+            e->buf = NULL;
+            e->verified = 0;
+        }
     }
     if (covered != expected)
         FAIL("tensor %s (%s): the checkpoint %s holds only %lld of the %lld elements needed: a shard is missing",
@@ -710,12 +722,18 @@ int ckpt_verify(ckpt_reader *r, void (*report)(void *user, const char *file, con
                 char *err, size_t errlen)
 {
     int bad = 0;
-    /* in file order, so a report reads shard by shard */
+    /* in file order, so a report reads shard by shard; the pieces of a slice each in its own file */
     for (int fi = 0; fi < r->nfiles; fi++)
         for (int i = 0; i < r->n; i++) {
             src_entry *e = &r->e[i];
-            if (e->file != fi) continue;
             char why[1024];
+            for (int p = 0; p < e->npieces; p++) {
+                if (e->pieces[p].file != fi) continue;
+                int ok = verify_piece(r, &e->pieces[p], why, sizeof why) == 0;
+                if (!ok && !bad++) snprintf(err, errlen, "%s", why);
+                if (report) report(user, r->files[fi]->path, e->pieces[p].t->name, ok);
+            }
+            if (e->npieces || e->file != fi) continue;
             int ok = verify_entry(r, e, why, sizeof why) == 0;
             if (!ok && !bad++) snprintf(err, errlen, "%s", why);
             if (report) report(user, r->files[fi]->path, e->t->name, ok);

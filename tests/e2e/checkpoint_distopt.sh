@@ -65,4 +65,19 @@ continue_from p2 p2_to_dist_tp2_dp2 4 2 "${DIST[@]}"
 train 1 1 --train-iters 2 --load d4/iter_0000002 --save resaved >/dev/null || { bad "re-save run failed"; cat "$last_log"; }
 if out=$("$TRIDENT" checkpoint compare d4/iter_0000002 resaved 2>&1); then ok "dp 4 sharded -> one rank plain -> saved again: $(tail -1 <<<"$out")"
 else bad "re-saved checkpoint differs:"; echo "$out"; fi
+
+# `checkpoint info` checks every piece; a corrupt or missing data-parallel shard is named
+if out=$("$TRIDENT" checkpoint info d4 2>&1) && grep -q "optim_tp000_pp000_dp003.safetensors" <<<"$out"; then
+  ok "checkpoint info verifies the dp shards: $(grep -E 'CRC32' <<<"$out" | tail -1)"
+else bad "checkpoint info on the dp 4 checkpoint:"; echo "$out" | tail -3; fi
+cp -r d4 flipped
+f=flipped/iter_0000002/optim_tp000_pp000_dp002.safetensors
+printf '\x55' | dd of=$f bs=1 seek=$(($(stat -c %s $f) - 1)) conv=notrunc status=none
+if ! out=$("$TRIDENT" checkpoint info flipped/iter_0000002 2>&1) && grep -q "BAD CRC32: .*optim_tp000_pp000_dp002.safetensors" <<<"$out"
+then ok "a flipped byte in a dp shard: checkpoint info names it and exits 1"
+else bad "flipped dp shard:"; echo "$out" | tail -3; fi
+cp -r d4 missing && rm missing/iter_0000002/optim_tp000_pp000_dp001.safetensors
+if ! train 2 1 --train-iters 4 --load missing/iter_0000002 "${DIST[@]}" &&
+   grep -q "optim_tp000_pp000_dp001.safetensors is missing" "$last_log"; then ok "a missing dp shard: the load names it"
+else bad "missing dp shard:"; tail -3 "$last_log"; fi
 finish
