@@ -36,9 +36,9 @@ typedef struct ckpt_model {
     int nchunks;
     gpt_model **chunks;          /* chunk k is virtual stage k * pp + pp_rank */
     float **adam_m, **adam_v;    /* per chunk, laid out like its params; NULL: no optimizer state */
-    /* The distributed optimizer's shards (saving only), or NULL: chunk k's moments hold
-     * buffer ranges shard_ranges[k][0 .. nshard_ranges[k]) in shard order (data_parallel), and
-     * every data-parallel rank writes its own optimizer shard. */
+    /* The distributed optimizer's shards, or NULL: chunk k's moments hold buffer ranges
+     * shard_ranges[k][0 .. nshard_ranges[k]) in shard order (data_parallel); every
+     * data-parallel rank writes its own optimizer shard, and a load keeps only those ranges. */
     const dp_range *const *shard_ranges;
     const int *nshard_ranges;
 } ckpt_model;

@@ -58,9 +58,6 @@ double opt_grad_norm(const opt_adamw *o);
 /* One AdamW step at `lr` on grads scaled by gscale (clipping) over the shards; step counts
  * from 1. Weight decay per element from the tensor it lies in (no_decay). */
 void opt_adamw_step(opt_adamw *o, double lr, double gscale, int64_t step);
-/* Takes this rank's elements of chunk c's moments from buffers laid out as its parameters
- * (numel floats each, the optimizer backend's memory), e.g. read from a checkpoint. */
-void opt_adamw_import(opt_adamw *o, int c, const float *m, const float *v);
 
 typedef enum { OPT_DECAY_CONSTANT, OPT_DECAY_LINEAR, OPT_DECAY_COSINE } opt_decay_style;
 

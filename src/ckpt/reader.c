@@ -681,7 +681,14 @@ int ckpt_load(const ckpt_meta *meta, const ckpt_model *m, int load_optimizer, ch
             }
             double t1 = td_now();
             float *dst = kind == 0 ? g->params : kind == 1 ? m->adam_m[k] : m->adam_v[k];
-            be_memcpy(g->be, dst, host, g->numel * sizeof(float), BE_H2D);
+            if (kind > 0 && m->shard_ranges) { /* the distributed optimizer keeps its pieces */
+                for (int q = 0; q < m->nshard_ranges[k]; q++) {
+                    const dp_range *sr = &m->shard_ranges[k][q];
+                    be_memcpy(g->be, dst + sr->shard, host + sr->lo, sr->n * sizeof(float), BE_H2D);
+                }
+            } else {
+                be_memcpy(g->be, dst, host, g->numel * sizeof(float), BE_H2D);
+            }
             TD_DEBUG("chunk %d, %s: read and checked in %.2f s, copied to the backend in %.2f s", k,
                      kind_name((ckpt_kind)kind), t1 - t0, td_now() - t1);
         }

@@ -100,13 +100,3 @@ void opt_adamw_step(opt_adamw *o, double lr, double gscale, int64_t step)
         }
     }
 }
-
-void opt_adamw_import(opt_adamw *o, int c, const float *m, const float *v)
-{
-    const opt_shard *sh = &o->shard[c];
-    for (int k = 0; k < sh->nranges; k++) {
-        const dp_range *r = &sh->ranges[k];
-        be_copy(o->be, o->m[c] + r->shard, m + r->lo, r->n);
-        be_copy(o->be, o->v[c] + r->shard, v + r->lo, r->n);
-    }
-}

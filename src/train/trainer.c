@@ -541,39 +541,16 @@ static int resume_find(td_args *eff, comm *world, ckpt_meta *meta)
     return 1;
 }
 
-/* The run as the checkpoint code sees it. The plain optimizer's moments are laid out as the
- * parameters. The distributed optimizer's shards are saved as they are (each dp rank writing
- * its own); a load reads into full-size copies (`for_load`) that ckpt_view_done hands to the
- * optimizer, each rank keeping its shard, and frees. */
-static ckpt_model ckpt_view(run_state *r, int for_load)
+/* The run as the checkpoint code sees it: with the distributed optimizer, the moments of this
+ * rank's shard (each dp rank saves its own; a load keeps its ranges). */
+static ckpt_model ckpt_view(run_state *r)
 {
     ckpt_model m = {r->ps, r->nchunks, r->chunks, r->opt->m, r->opt->v, NULL, NULL};
-    if (!r->opt->sharded) return m;
-    if (!for_load) {
+    if (r->opt->sharded) {
         m.shard_ranges = r->shard_ranges;
         m.nshard_ranges = r->nshard_ranges;
-        return m;
-    }
-    m.adam_m = td_xcalloc((size_t)r->nchunks, sizeof(float *));
-    m.adam_v = td_xcalloc((size_t)r->nchunks, sizeof(float *));
-    for (int k = 0; k < r->nchunks; k++) {
-        m.adam_m[k] = be_alloc(r->be, r->chunks[k]->numel * sizeof(float));
-        m.adam_v[k] = be_alloc(r->be, r->chunks[k]->numel * sizeof(float));
     }
     return m;
-}
-
-/* After a load (`loaded`: moments were read), or a save. */
-static void ckpt_view_done(run_state *r, ckpt_model *m, int loaded)
-{
-    if (!r->opt->sharded || m->shard_ranges) return;
-    for (int k = 0; k < r->nchunks; k++) {
-        if (loaded) opt_adamw_import(r->opt, k, m->adam_m[k], m->adam_v[k]);
-        be_dfree(r->be, m->adam_m[k]);
-        be_dfree(r->be, m->adam_v[k]);
-    }
-    free(m->adam_m);
-    free(m->adam_v);
 }
 
 /* Loads the checkpoint into the run (weights only with --finetune, no moments with
@@ -582,12 +559,10 @@ static ckpt_progress resume_load(run_state *r, const ckpt_meta *meta)
 {
     const td_args *a = r->a;
     double t0 = td_now();
-    int load_optim = !a->finetune && !a->no_load_optim;
-    ckpt_model m = ckpt_view(r, 1);
+    ckpt_model m = ckpt_view(r);
     char err[1024] = "";
-    int rc = ckpt_load(meta, &m, load_optim, err, sizeof err);
+    int rc = ckpt_load(meta, &m, !a->finetune && !a->no_load_optim, err, sizeof err);
     fail_if_any(r->ps->world, rc != 0, err);
-    ckpt_view_done(r, &m, load_optim);
     ckpt_progress p = meta->progress;
     if (a->finetune) p = (ckpt_progress){0, 0, 0, (uint64_t)a->seed};
     p.seed = (uint64_t)a->seed;
@@ -604,11 +579,10 @@ static void save_checkpoint(run_state *r, const ckpt_progress *p)
 {
     const td_args *a = r->a;
     wait_params(r);
-    ckpt_model m = ckpt_view(r, 0);
+    ckpt_model m = ckpt_view(r);
     char *args = td_args_json(a, TD_CMD_TRAIN);
     ckpt_save_stats st;
     ckpt_save(a->save, &m, p, args, a->keep_last, &st);
-    ckpt_view_done(r, &m, 0);
     free(args);
     if (r->ps->world_rank != 0) return;
     TD_INFO("saved checkpoint at iteration %lld to %s: %.1f MB in %.2f s (%.0f MB/s)", (long long)p->iteration,
