@@ -637,15 +637,17 @@ static int after_iteration(run_state *r, const ckpt_progress *p, double t_begin,
 
 /* The time breakdown and the limits it is held against: the sgemm peak, the copy bandwidth
  * (measured now, after the peak RSS was read, and only when AdamW's bytes exceed the caches)
- * and params + grads + Adam state + one micro-batch's activations. */
+ * and params + grads + Adam state (+ the shard's gradients with the distributed optimizer) +
+ * one micro-batch's activations. AdamW touches 28 bytes per element it steps. */
 static void print_breakdown(run_state *r)
 {
-    double numel = 0, acts = 0;
+    double numel = 0, acts = 0, stepped = (double)opt_adamw_state_numel(r->opt) / 2;
     for (int k = 0; k < r->nchunks; k++) {
         numel += (double)r->chunks[k]->numel;
         acts += (double)r->chunks[k]->acts_bytes;
     }
-    bd_limits lim = {r->peak_tflops * 1e3, 0, 28.0 * numel, 16.0 * numel + acts, (double)trainer_peak_rss()};
+    double state = 8.0 * stepped + (r->opt->sharded ? 4.0 * stepped : 0);
+    bd_limits lim = {r->peak_tflops * 1e3, 0, 28.0 * stepped, 8.0 * numel + state + acts, (double)trainer_peak_rss()};
     if (lim.adamw_bytes > 256e6) lim.copy_gbps = be_copy_gbps(r->be);
     bd_print(&r->bd, &lim);
 }
