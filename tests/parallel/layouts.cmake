@@ -94,6 +94,8 @@ trident_layout(distopt_tp2_pp2_dp2 8 2 1 --pipeline-model-parallel-size 2 --use-
   --overlap-grad-reduce --ddp-bucket-size 20000)
 trident_layout(distopt_pp2_vp2_dp2 4 1 1 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 2
   --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather --ddp-bucket-size 7000)
+trident_layout(distopt_dp4_eager512 4 1 1 ENV "OMPI_MCA_btl_vader_eager_limit=512;OMPI_MCA_btl_vader_rndv_eager_limit=512"
+  --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather --ddp-bucket-size 50000)
 
 # Bad layouts exit 2 with their message on every rank; a rank killed mid-run ends the job.
 add_test(NAME parallel/failures COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/failures.sh $<TARGET_FILE:trident>
