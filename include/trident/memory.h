@@ -26,7 +26,7 @@ typedef struct {
     int mbs;         /* micro-batch size */
     int nchunks;
     mem_chunk chunk[MEM_MAX_CHUNKS];
-    int distributed_optimizer; /* Adam state divided over dp */
+    int distributed_optimizer; /* Adam state (and a grad shard) divided over dp */
     int sequence_parallel;     /* norms, dropout and residuals hold s/t of the sequence */
     int recompute;             /* MEM_RECOMPUTE_* */
     int recompute_block;       /* full: 1 block method (first N layers of a chunk), 0 uniform (groups of N) */
@@ -37,7 +37,9 @@ enum { MEM_RECOMPUTE_NONE, MEM_RECOMPUTE_SELECTIVE, MEM_RECOMPUTE_FULL };
 
 /* Bytes on one rank. */
 typedef struct {
-    double params, grads, optimizer; /* fp32 parameters and grads; Adam's two moments */
+    double params, grads;            /* fp32 parameters and grads */
+    double optimizer;                /* Adam's two moments; distributed: of the shard, and the
+                                      * shard's reduced grads */
     double acts_micro;               /* saved activations of one micro-batch, all chunks */
     double acts;                     /* ... times the micro-batches in flight */
     double workspace;                /* shared per chunk: the backward's gradients, recomputation buffers */

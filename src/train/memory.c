@@ -103,7 +103,8 @@ void mem_predict(const mem_layout *l, mem_prediction *p)
     p->workspace += 4.0 * l->mbs * l->cfg.seq * l->cfg.hidden; /* the received output gradient */
     p->params = 4.0 * numel;
     p->grads = 4.0 * numel;
-    p->optimizer = 8.0 * numel / (l->distributed_optimizer ? l->dp : 1);
+    /* the distributed optimizer also reduce-scatters the grads into a buffer of its shard */
+    p->optimizer = l->distributed_optimizer ? 12.0 * numel / l->dp : 8.0 * numel;
     p->total = p->params + p->grads + p->optimizer + p->acts + p->workspace;
 }
 

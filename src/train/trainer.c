@@ -108,6 +108,9 @@ int trainer_validate(const td_args *a, int world_size, char *msg, size_t msglen)
         if (vp > PP_MAX_CHUNKS) FAIL("%d virtual stages per rank is more than %d; raise "
                                      "--num-layers-per-virtual-pipeline-stage", vp, PP_MAX_CHUNKS);
     }
+    if (a->overlap_param_gather && !a->use_distributed_optimizer)
+        FAIL("--overlap-param-gather needs --use-distributed-optimizer (only the distributed optimizer all-gathers "
+             "parameters)");
     if (a->finetune && !a->load) FAIL("--finetune needs --load (the checkpoint to start from)");
     if (a->use_checkpoint_args && !a->load) FAIL("--use-checkpoint-args needs --load (the checkpoint to take them from)");
     if (td_args_given(a, "--save-interval") && !a->save) FAIL("--save-interval needs --save");
@@ -168,7 +171,9 @@ typedef struct {
     int nchunks;                          /* model chunks (virtual stages) on this rank */
     gpt_model *chunks[PP_MAX_CHUNKS];
     opt_adamw *opt;                       /* AdamW: the moments, grad norm and step */
-    dp_buckets *buckets[PP_MAX_CHUNKS];
+    dp_chunk *dp[PP_MAX_CHUNKS];          /* data parallelism attached to each chunk */
+    const dp_range *shard_ranges[PP_MAX_CHUNKS]; /* what the optimizer steps of each chunk */
+    int nshard_ranges[PP_MAX_CHUNKS];
     pp_schedule schedule;
     gptds *data;
     opt_lr_schedule lr;
@@ -187,24 +192,18 @@ typedef struct {
     double rss_peak;         /* peak resident bytes of the training (before the end-of-run measurements) */
 } run_state;
 
-/* Gradients summed over the data-parallel group (bucket by bucket; with overlap most buckets
- * are already in flight), then the two copies of the word embedding summed over the embedding
- * group (first and last stage). */
-static void reduce_grads(run_state *r)
+/* Completes every parameter all-gather in flight (distributed optimizer): before anything
+ * reads the parameters outside a forward. */
+static void wait_params(run_state *r)
 {
-    for (int c = 0; c < r->nchunks; c++) dp_buckets_finish(r->buckets[c]);
-    if (!r->ps->embd_group || comm_size(r->ps->embd_group) == 1 || r->chunks[0]->cfg.untied) return;
-    for (int c = 0; c < r->nchunks; c++) {
-        gpt_model *m = r->chunks[c];
-        float *g = m->first ? m->g.wte : (m->last ? m->g.head_w : NULL);
-        if (g) comm_allreduce(r->ps->embd_group, g, (size_t)m->vocab_l * m->cfg.hidden, COMM_F32, COMM_SUM);
-    }
+    for (int c = 0; c < r->nchunks; c++) dp_wait_params(r->dp[c]);
 }
 
 /* Mean token loss over `iters` global batches of split s starting at sample `consumed`. */
 static double evaluate(run_state *r, gptds_split s, int64_t consumed, int64_t iters)
 {
     double total = 0;
+    wait_params(r);
     r->src.split = s;
     r->it.training = 0;
     for (int64_t i = 0; i < iters; i++) {
@@ -281,6 +280,7 @@ static void predict_memory(run_state *r, const gpt_config *c, int slots)
     l->dp = r->ps->dp;
     l->mbs = a->micro_batch_size;
     l->nchunks = r->nchunks;
+    l->distributed_optimizer = a->use_distributed_optimizer && r->ps->dp > 1;
     for (int k = 0; k < r->nchunks; k++) {
         const gpt_model *m = r->chunks[k];
         l->chunk[k] = (mem_chunk){m->nlayers, m->first, m->last, slots};
@@ -364,16 +364,21 @@ static void setup(run_state *r, const td_args *a, comm *world)
     }
     TD_ASSERT(pp_schedule_parse(a->pipeline_schedule, ps->pp, r->nchunks, &r->schedule) == 0);
     int slots = pp_slots_needed(r->schedule, ps->pp, ps->pp_rank, r->nchunks, r->num_micro);
-    size_t bucket = (size_t)a->ddp_bucket_size;
+    dp_config dpc = {(size_t)a->ddp_bucket_size, a->overlap_grad_reduce, a->use_distributed_optimizer,
+                     a->overlap_param_gather};
+    opt_shard shards[PP_MAX_CHUNKS];
     for (int k = 0; k < r->nchunks; k++) {
         int vs = k * ps->pp + ps->pp_rank;
         int layer0 = r->nchunks == 1 ? stage0 : vs * per, n = r->nchunks == 1 ? stage_n : per;
         gpt_model *m = gpt_create(&c, ps, r->be, layer0, n, a->micro_batch_size, slots);
         r->chunks[k] = m;
-        r->buckets[k] = dp_buckets_create(ps->dp_group, m->grads, m->numel, bucket);
+        r->dp[k] = dp_attach(m, ps, &dpc);
+        shards[k].ranges = dp_shard(r->dp[k], &shards[k].nranges, &shards[k].grads);
+        r->shard_ranges[k] = shards[k].ranges;
+        r->nshard_ranges[k] = shards[k].nranges;
     }
     opt_adamw_hparams hp = {a->adam_beta1, a->adam_beta2, a->adam_eps, a->weight_decay};
-    r->opt = opt_adamw_create(r->be, ps, r->chunks, r->nchunks, &hp);
+    r->opt = opt_adamw_create(r->be, ps, r->chunks, r->nchunks, shards, a->use_distributed_optimizer, &hp);
     predict_memory(r, &c, slots);
 
     opt_decay_style style;
@@ -402,8 +407,7 @@ static void setup(run_state *r, const td_args *a, comm *world)
                            .ids = td_xmalloc(tokens * sizeof(int32_t)),
                            .targets = td_xmalloc(tokens * sizeof(int32_t)),
                            .sample = td_xmalloc((size_t)a->micro_batch_size * sizeof(int64_t)),
-                           .grad_in = be_alloc(r->be, tokens * c.hidden * sizeof(float)),
-                           .overlap = a->overlap_grad_reduce ? r->buckets : NULL};
+                           .grad_in = be_alloc(r->be, tokens * c.hidden * sizeof(float))};
 
     r->peak_tflops = td_args_given(a, "--peak-tflops") ? a->peak_tflops : be_peak_gflops(r->be) / 1e3;
     if (ps->world_rank == 0) {
@@ -431,6 +435,17 @@ static void setup(run_state *r, const td_args *a, comm *world)
         TD_INFO("peak for MFU: %.3f TFLOP/s per rank (%s)", r->peak_tflops,
                 td_args_given(a, "--peak-tflops") ? "--peak-tflops" : "measured sgemm");
     }
+    /* the optimizer state of the first rank of each stage (its dp peers' differ by at most one
+     * element a bucket) */
+    if (ps->dp_rank == 0 && ps->tp_rank == 0) {
+        size_t numel = 0;
+        for (int k = 0; k < r->nchunks; k++) numel += r->chunks[k]->numel;
+        size_t st = opt_adamw_state_numel(r->opt);
+        TD_INFO("optimizer: AdamW %s (%d bucket%s per chunk); state on this rank %.2f MB: both moments of %zu of its "
+                "%zu parameters", a->use_distributed_optimizer ? "distributed over dp" : "replicated over dp",
+                dp_num_buckets(r->dp[0]), dp_num_buckets(r->dp[0]) > 1 ? "s" : "", (double)st * sizeof(float) / 1e6,
+                st / 2, numel);
+    }
     if (r->reporter && a->metrics_file) r->metrics = met_open(a->metrics_file);
 }
 
@@ -444,7 +459,7 @@ static void teardown(run_state *r)
     be_dfree(r->be, r->it.grad_in);
     opt_adamw_free(r->opt);
     for (int k = 0; k < r->nchunks; k++) {
-        dp_buckets_free(r->buckets[k]);
+        dp_detach(r->dp[k]);
         gpt_free(r->chunks[k]);
     }
     gptds_close(r->data);
@@ -503,6 +518,7 @@ static void check_replicas(run_state *r)
 static void dump_params(run_state *r, const char *path)
 {
     const gpt_config *c = &r->chunks[0]->cfg;
+    wait_params(r);
     off_t bytes = (off_t)gpt_num_params(c) * (off_t)sizeof(float);
     if (r->ps->world_rank == 0) {
         int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -611,9 +627,15 @@ static int resume_find(td_args *eff, comm *world, ckpt_meta *meta)
     return 1;
 }
 
+/* The run as the checkpoint code sees it: with the distributed optimizer, the moments of this
+ * rank's shard (each dp rank saves its own; a load keeps its ranges). */
 static ckpt_model ckpt_view(run_state *r)
 {
-    ckpt_model m = {r->ps, r->nchunks, r->chunks, r->opt->m, r->opt->v};
+    ckpt_model m = {r->ps, r->nchunks, r->chunks, r->opt->m, r->opt->v, NULL, NULL};
+    if (r->opt->sharded) {
+        m.shard_ranges = r->shard_ranges;
+        m.nshard_ranges = r->nshard_ranges;
+    }
     return m;
 }
 
@@ -642,6 +664,7 @@ static ckpt_progress resume_load(run_state *r, const ckpt_meta *meta)
 static void save_checkpoint(run_state *r, const ckpt_progress *p)
 {
     const td_args *a = r->a;
+    wait_params(r);
     ckpt_model m = ckpt_view(r);
     char *args = td_args_json(a, TD_CMD_TRAIN);
     ckpt_save_stats st;
@@ -699,12 +722,12 @@ static int after_iteration(run_state *r, const ckpt_progress *p, double t_begin,
 }
 
 /* The time breakdown and the limits it is held against: the sgemm peak and the copy bandwidth
- * (measured now, after the peak RSS was read, and only when AdamW's bytes exceed the caches). */
+ * (measured now, after the peak RSS was read, and only when AdamW's bytes exceed the caches).
+ * AdamW touches 28 bytes per element it steps (the shard with the distributed optimizer). */
 static void print_breakdown(run_state *r)
 {
-    double numel = 0;
-    for (int k = 0; k < r->nchunks; k++) numel += (double)r->chunks[k]->numel;
-    bd_limits lim = {r->peak_tflops * 1e3, 0, 28.0 * numel};
+    double stepped = (double)opt_adamw_state_numel(r->opt) / 2;
+    bd_limits lim = {r->peak_tflops * 1e3, 0, 28.0 * stepped};
     if (lim.adamw_bytes > 256e6) lim.copy_gbps = be_copy_gbps(r->be);
     bd_print(&r->bd, &lim);
 }
@@ -770,7 +793,7 @@ int trainer_run(const td_args *a, comm *world)
         bd_stop(&r.bd, BD_OPTIMIZER);
         r.src.consumed = consumed;
         double loss_sum = pp_run(r.schedule, &r.it);
-        reduce_grads(&r);
+        dp_finish_grads(r.dp, r.nchunks);
         bd_start(&r.bd, BD_OPTIMIZER);
         double norm = opt_grad_norm(r.opt);
         if (!isfinite(norm))
@@ -780,6 +803,7 @@ int trainer_run(const td_args *a, comm *world)
         double lr = opt_lr_at(&r.lr, iter);
         bd_start(&r.bd, BD_ADAMW);
         opt_adamw_step(r.opt, lr, gscale, iter);
+        for (int k = 0; k < r.nchunks; k++) dp_start_param_gather(r.dp[k]);
         bd_stop(&r.bd, BD_ADAMW);
         bd_stop(&r.bd, BD_OPTIMIZER);
         consumed += r.gbs;

@@ -29,6 +29,7 @@ check "virtual stages need layers" 2 "--num-layers 4 is not divisible by --pipel
 check "interleaving needs micro-batches % pp" 2 "divisible by --pipeline-model-parallel-size 2" 2 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1 --global-batch-size 3 --data-path "$data"
 check "uneven split that does not add up" 2 "--decoder-first-pipeline-num-layers 3 + --decoder-last-pipeline-num-layers 3 is not --num-layers 4" 2 --pipeline-model-parallel-size 2 --decoder-first-pipeline-num-layers 3 --decoder-last-pipeline-num-layers 3 --data-path "$data"
 check "uneven split leaving a stage no layer" 2 "leaves 1 for 2 other stages" 4 --pipeline-model-parallel-size 4 --decoder-first-pipeline-num-layers 2 --decoder-last-pipeline-num-layers 1 --data-path "$data"
+check "param gather needs the distributed optimizer" 2 "--overlap-param-gather needs --use-distributed-optimizer" 2 --overlap-param-gather --data-path "$data"
 check "unknown flag" 2 "unknown flag --tensor-parallel" 2 --tensor-parallel 2 --data-path "$data"
 check "missing dataset" 1 "/nonexistent/ds" 2 --data-path /nonexistent/ds
 check "NaN gradient norm" 1 "(NaN or Inf); lower --lr" 2 --data-path "$data" --train-iters 40 --lr 1000 --init-method-std 5 --clip-grad 0 --hidden-size 64

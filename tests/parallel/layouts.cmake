@@ -85,6 +85,17 @@ trident_layout(pp2_vp2_dp2_eager512 4 1 1 ENV "OMPI_MCA_btl_vader_eager_limit=51
   --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 2)
 trident_layout(tp2_pp2_eager512 4 2 2 ENV "OMPI_MCA_btl_vader_eager_limit=512;OMPI_MCA_btl_vader_rndv_eager_limit=512"
   --pipeline-model-parallel-size 2 --overlap-grad-reduce)
+# The distributed optimizer (ZeRO-1): reduce-scatter, a shard of Adam per dp rank, all-gather;
+# several buckets (--ddp-bucket-size) with both overlaps; the tied embedding split over stages.
+trident_layout(distopt_dp2 2 1 2 --use-distributed-optimizer)
+trident_layout(distopt_dp4_overlap 4 1 1 --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather
+  --ddp-bucket-size 5000)
+trident_layout(distopt_tp2_pp2_dp2 8 2 1 --pipeline-model-parallel-size 2 --use-distributed-optimizer
+  --overlap-grad-reduce --ddp-bucket-size 20000)
+trident_layout(distopt_pp2_vp2_dp2 4 1 1 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 2
+  --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather --ddp-bucket-size 7000)
+trident_layout(distopt_dp4_eager512 4 1 1 ENV "OMPI_MCA_btl_vader_eager_limit=512;OMPI_MCA_btl_vader_rndv_eager_limit=512"
+  --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather --ddp-bucket-size 50000)
 
 # Bad layouts exit 2 with their message on every rank; a rank killed mid-run ends the job.
 add_test(NAME parallel/failures COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/failures.sh $<TARGET_FILE:trident>
@@ -103,3 +114,5 @@ trident_layout(llama_pp2_vp2 2 1 1 --pipeline-model-parallel-size 2 --num-layers
 trident_layout(llama_dp2 2 1 2)
 trident_layout(llama_tp2_pp2_dp2 8 2 1 --pipeline-model-parallel-size 2)
 trident_layout(llama_tp2_pp2_vp2 4 2 1 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1)
+trident_layout(llama_distopt_dp2 2 1 2 --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather
+  --ddp-bucket-size 6000)
