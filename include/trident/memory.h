@@ -31,6 +31,7 @@ typedef struct {
     int recompute;             /* MEM_RECOMPUTE_* */
     int recompute_block;       /* full: 1 block method (first N layers of a chunk), 0 uniform (groups of N) */
     int recompute_num_layers;
+    double bucket_elems;       /* --ddp-bucket-size (0: one bucket per chunk) */
 } mem_layout;
 
 enum { MEM_RECOMPUTE_NONE, MEM_RECOMPUTE_SELECTIVE, MEM_RECOMPUTE_FULL };
@@ -43,6 +44,7 @@ typedef struct {
     double acts_micro;               /* saved activations of one micro-batch, all chunks */
     double acts;                     /* ... times the micro-batches in flight */
     double workspace;                /* shared per chunk: the backward's gradients, recomputation buffers */
+    double comm;                     /* dp > 1: MPI's temporary for a bucket's reduction */
     double total;                    /* the sum of the above */
 } mem_prediction;
 

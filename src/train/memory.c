@@ -105,7 +105,11 @@ void mem_predict(const mem_layout *l, mem_prediction *p)
     p->grads = 4.0 * numel;
     /* the distributed optimizer also reduce-scatters the grads into a buffer of its shard */
     p->optimizer = l->distributed_optimizer ? 12.0 * numel / l->dp : 8.0 * numel;
-    p->total = p->params + p->grads + p->optimizer + p->acts + p->workspace;
+    if (l->dp > 1) { /* Open MPI's non-blocking reductions copy a bucket (measured: about one) */
+        double bucket = l->bucket_elems > 0 && l->bucket_elems < numel ? l->bucket_elems : numel;
+        p->comm = 4.0 * bucket;
+    }
+    p->total = p->params + p->grads + p->optimizer + p->acts + p->workspace + p->comm;
 }
 
 void mem_describe(const mem_prediction *p, const mem_layout *l, char *out, size_t len)
@@ -114,7 +118,7 @@ void mem_describe(const mem_prediction *p, const mem_layout *l, char *out, size_
     for (int i = 0; i < l->nchunks; i++) inflight += l->chunk[i].inflight;
     snprintf(out, len,
              "params %.1f + grads %.1f + optimizer %.1f%s + activations %.1f (%.1f per micro-batch, %d in flight) + "
-             "workspace %.1f = %.1f MiB",
+             "workspace %.1f + communication %.1f = %.1f MiB",
              p->params / MIB, p->grads / MIB, p->optimizer / MIB, l->distributed_optimizer ? " (1/dp)" : "",
-             p->acts / MIB, p->acts_micro / MIB, inflight, p->workspace / MIB, p->total / MIB);
+             p->acts / MIB, p->acts_micro / MIB, inflight, p->workspace / MIB, p->comm / MIB, p->total / MIB);
 }

@@ -281,6 +281,7 @@ static void predict_memory(run_state *r, const gpt_config *c, int slots)
     l->mbs = a->micro_batch_size;
     l->nchunks = r->nchunks;
     l->distributed_optimizer = a->use_distributed_optimizer && r->ps->dp > 1;
+    l->bucket_elems = (double)a->ddp_bucket_size;
     for (int k = 0; k < r->nchunks; k++) {
         const gpt_model *m = r->chunks[k];
         l->chunk[k] = (mem_chunk){m->nlayers, m->first, m->last, slots};
