@@ -19,8 +19,8 @@
 #              run the same GEMMs), env (the peer as installed here), or a core name
 # Per shape it prints, for trident: best and median step time, tokens/s, MFU against the sgemm
 # peak measured in the same process, the time breakdown of an iteration, AdamW against the copy
-# bandwidth measured in the same process, peak RSS against params + grads + Adam state + one
-# micro-batch's activations; for the peer: best step time and tokens/s; then the ratio.
+# bandwidth measured in the same process, peak RSS against trident's memory prediction
+# (docs/memory.md); for the peer: best step time and tokens/s; then the ratio.
 # Environment: BUILD (default build-bench, configured with TRIDENT_NATIVE=${NATIVE:-ON}), WORK.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -126,7 +126,7 @@ for shape in "${list[@]}"; do
     peak=$(grep -o 'peak for MFU: [0-9.]*' "$log" | grep -o '[0-9.]*$')
     echo "trident: best step $tbest ms, median $tmed ms, $ttok tokens/s, MFU $tmfu% of the sgemm peak $(awk "BEGIN{print $peak*1000}") GFLOP/s"
     if [ "$r" = 1 ]; then
-      sed -n '/time breakdown/,/memory: peak RSS/p' "$log" | sed 's/^/  /'
+      sed -n '/time breakdown/,/peak memory (RSS), stage 0/p' "$log" | sed 's/^/  /'
     fi
     if [ "$peer" = 1 ]; then
       if read -r pbest ptok < <(run_peer "$L" "$H" "$NH" "$MB" "$S") && [ -n "$ptok" ]; then

@@ -84,6 +84,8 @@ typedef struct td_args {
     int decoder_last_pipeline_num_layers;
     int64_t ddp_bucket_size;
     int overlap_grad_reduce;
+    int use_distributed_optimizer;
+    int overlap_param_gather;
     double distributed_timeout_minutes;
     /* optimizer and schedule */
     double lr;

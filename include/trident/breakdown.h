@@ -42,8 +42,6 @@ typedef struct bd_limits {
     double peak_gflops;     /* the sgemm peak, for GEMM efficiency */
     double copy_gbps;       /* STREAM-like copy bandwidth, for AdamW */
     double adamw_bytes;     /* bytes AdamW reads + writes per iteration (28 per parameter) */
-    double bound_bytes;     /* parameters + grads + Adam state + one micro-batch's activations */
-    double peak_rss_bytes;  /* the process's peak resident memory */
 } bd_limits;
 
 /* Prints the mean per counted iteration, one line per category, through TD_INFO. */

@@ -11,11 +11,13 @@
 #include <stdint.h>
 
 #include "trident/args.h"
+#include "trident/data_parallel.h"
 #include "trident/gpt.h"
 #include "trident/parallel_state.h"
 
-/* Version of the layout written; a checkpoint with a larger one is refused. */
-#define CKPT_FORMAT_VERSION 1
+/* Version of the layout written (2 with optimizer shards per data-parallel rank, else 1); a
+ * checkpoint with a larger one is refused. */
+#define CKPT_FORMAT_VERSION 2
 #define CKPT_LATEST "latest_checkpointed_iteration.txt"
 
 /* Where a run stands: everything besides tensors that exact resumption needs. Randomness is
@@ -34,6 +36,11 @@ typedef struct ckpt_model {
     int nchunks;
     gpt_model **chunks;          /* chunk k is virtual stage k * pp + pp_rank */
     float **adam_m, **adam_v;    /* per chunk, laid out like its params; NULL: no optimizer state */
+    /* The distributed optimizer's shards, or NULL: chunk k's moments hold buffer ranges
+     * shard_ranges[k][0 .. nshard_ranges[k]) in shard order (data_parallel); every
+     * data-parallel rank writes its own optimizer shard, and a load keeps only those ranges. */
+    const dp_range *const *shard_ranges;
+    const int *nshard_ranges;
 } ckpt_model;
 
 /* Which part of a logical tensor a buffer holds. Dimension `dim` (-1: none; the tensor is
@@ -60,6 +67,7 @@ typedef struct ckpt_file {
     char *name;        /* in the iteration folder */
     int optimizer;     /* 0 model, 1 optimizer shard */
     int tp_rank, pp_rank;
+    int dp_rank;       /* an optimizer shard of one data-parallel rank (distributed optimizer), or -1 */
     uint64_t bytes;
 } ckpt_file;
 
@@ -158,7 +166,8 @@ typedef struct ckpt_save_stats {
 } ckpt_save_stats;
 
 /* Saves the state of every rank of ps->world (collective): dp rank 0 of each model-parallel
- * position writes its model shard (and optimizer shard when m has moments) into
+ * position writes its model shard (and optimizer shard when m has moments; with
+ * m->shard_ranges every dp rank writes its own optimizer shard) into
  * DIR/iter_NNNNNNN.tmp, every file fsynced; then world rank 0 writes meta.json (the layout,
  * progress, model config and `args_json`), fsyncs the folder, renames it to iter_NNNNNNN
  * (exchanging it with an old one of that iteration), and replaces DIR/CKPT_LATEST by an atomic

@@ -51,6 +51,13 @@ comm_req *comm_irecv(const comm *c, void *buf, size_t count, comm_dtype t, int p
 comm_req *comm_iallreduce(const comm *c, void *buf, size_t count, comm_dtype t, comm_op op);
 comm_req *comm_ireduce_scatter(const comm *c, const void *send, void *recv, size_t count, comm_dtype t,
                                comm_op op);
+/* In place over buf: rank r's counts[r] elements at displs[r] go to every rank (MPI_Iallgatherv).
+ * counts and displs (size entries) are copied; buf must stay until the wait. */
+comm_req *comm_iallgatherv(const comm *c, void *buf, const size_t *counts, const size_t *displs, comm_dtype t);
+/* send holds the sum of counts (size entries, copied) elements, chunk r after chunks 0..r-1;
+ * rank r gets the sum over the group of every rank's chunk r in recv (MPI_Ireduce_scatter). */
+comm_req *comm_ireduce_scatterv(const comm *c, const void *send, void *recv, const size_t *counts, comm_dtype t,
+                                comm_op op);
 void comm_wait(comm_req *r);
 /* Seconds spent blocked in communication on this communicator since creation. */
 double comm_seconds(const comm *c);

@@ -1,25 +1,63 @@
-/* Data parallelism. Owns the reduction of a model chunk's gradient buffer over the
- * data-parallel group: the buffer cut into buckets (--ddp-bucket-size elements) in its own
- * order (reverse backprop), each bucket's non-blocking all-reduce started as soon as its
- * gradients are final when overlapping (--overlap-grad-reduce), and one wait before the step. */
+/* Data parallelism. Owns every collective over the data-parallel group for a model chunk's
+ * buffers, attached to the chunk once: the gradient buffer cut into buckets (--ddp-bucket-size
+ * elements) in its own order (reverse backprop); per bucket an all-reduce (plain optimizer) or
+ * a reduce-scatter into this rank's shard (--use-distributed-optimizer), started as soon as
+ * the bucket's gradients are final during the backward of the iteration's last micro-batch
+ * (--overlap-grad-reduce) or else at the finish; the finish also sums the tied word
+ * embedding's two copies over the embedding group (Megatron's finalize_model_grads). With the
+ * distributed optimizer, the all-gather of the updated parameters, per bucket, waited for
+ * before the forward first reads them (--overlap-param-gather) or at once.
+ *
+ * Sharding: each bucket is split over the dp ranks (rank r owns piece r of every bucket, the
+ * pieces differing by at most one element, no padding), so a bucket's reduce-scatter can start
+ * the moment the bucket closes. A rank's shard is its pieces in bucket order. */
 #ifndef TRIDENT_DATA_PARALLEL_H
 #define TRIDENT_DATA_PARALLEL_H
 
 #include <stddef.h>
 
-#include "trident/comm.h"
+#include "trident/gpt.h"
+#include "trident/parallel_state.h"
 
-typedef struct dp_buckets dp_buckets;
+typedef struct dp_chunk dp_chunk;
 
-/* Buckets over grads (numel floats) of `bucket_elems` elements each (the last may be shorter). */
-dp_buckets *dp_buckets_create(const comm *dp, float *grads, size_t numel, size_t bucket_elems);
-void dp_buckets_free(dp_buckets *d);
-/* Starts the all-reduce of every bucket lying wholly in grads[0, prefix_end) not yet started.
- * Matches gpt_model.grads_ready (user = the dp_buckets). */
-void dp_buckets_ready(void *d, size_t prefix_end);
-/* Starts the buckets not started yet and waits for all; the buffer then holds the sum over the
- * group. Resets for the next iteration. */
-void dp_buckets_finish(dp_buckets *d);
-int dp_buckets_count(const dp_buckets *d);
+typedef struct {
+    size_t bucket_elems;      /* --ddp-bucket-size; 0: one bucket */
+    int overlap_grad_reduce;  /* start buckets during the last micro-batch's backward */
+    int distributed;          /* --use-distributed-optimizer: reduce-scatter, shard, all-gather */
+    int overlap_param_gather; /* wait for each bucket's gather only before the forward reads it */
+} dp_config;
+
+/* One range of a rank's shard: chunk buffer elements [lo, lo + n), at `shard` in its shard. */
+typedef struct {
+    size_t lo, n, shard;
+} dp_range;
+
+/* Bucket b of a buffer of numel elements cut into buckets of `bucket` (0: one): [*lo, *hi). */
+int dp_bucket_count(size_t numel, size_t bucket);
+void dp_bucket_bounds(size_t numel, size_t bucket, int b, size_t *lo, size_t *hi);
+/* Rank r's piece of n elements split over dp ranks: [*start, *start + *count) (the first
+ * n % dp ranks one element more). */
+void dp_piece(size_t n, int dp, int r, size_t *start, size_t *count);
+
+/* Attaches data parallelism to chunk m (installs m's gradient and parameter hooks as the
+ * config asks). Allocates the shard gradient buffer when distributed. */
+dp_chunk *dp_attach(gpt_model *m, const ps_state *ps, const dp_config *cfg);
+void dp_detach(dp_chunk *d);
+/* The ranges of the buffers this rank steps: with the distributed optimizer its pieces of
+ * every bucket, else the whole buffer (one range). *grads: where their reduced gradients are
+ * (the shard buffer, or m->grads). */
+const dp_range *dp_shard(const dp_chunk *d, int *nranges, const float **grads);
+/* After the iteration's backwards: the gradients of this rank's shard (dp_shard) hold the sum
+ * over the data-parallel group and, for a tied embedding split over stages, over both copies.
+ * Collective over dp and the embedding group; every chunk of the rank at once. */
+void dp_finish_grads(dp_chunk *const *d, int n);
+/* Distributed optimizer, after the step: starts the all-gather of every bucket's updated
+ * parameters; waits for them unless --overlap-param-gather. No-op otherwise. */
+void dp_start_param_gather(dp_chunk *d);
+/* Completes every all-gather in flight: the parameters are whole (before anything reads them
+ * outside a forward: evaluation, saving, dumping, the end of the run). */
+void dp_wait_params(dp_chunk *d);
+int dp_num_buckets(const dp_chunk *d);
 
 #endif

@@ -219,6 +219,14 @@ typedef struct gpt_model {
      * backprop order). NULL: not called. Data parallelism uses it to start bucket reductions. */
     void (*grads_ready)(void *user, size_t prefix_end);
     void *grads_ready_user;
+    /* Set by the schedule around the backward of the iteration's last micro-batch on this
+     * chunk: the gradients become final as it runs (a grads_ready hook may act on them). */
+    int grads_final;
+    /* Called by gpt_forward before it reads parameters [from, numel) (the embedding first, then
+     * each layer; the buffer is in reverse forward order). NULL: not called. Data parallelism
+     * uses it to wait for a parameter all-gather still in flight. */
+    void (*params_needed)(void *user, size_t from);
+    void *params_needed_user;
 } gpt_model;
 
 /* Builds the stage of `ps` owning layers [layer0, layer0 + nlayers), allocates its buffers

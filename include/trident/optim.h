@@ -1,5 +1,6 @@
-/* The optimizer. Owns AdamW over the models' flat buffers (the moments, laid out as the
- * parameters; weight decay by each tensor's no_decay), the global gradient norm, the
+/* The optimizer. Owns AdamW over the models' flat buffers (the moments of the elements it
+ * steps: the whole buffers, or with the distributed optimizer this rank's shard; weight decay
+ * by each tensor's no_decay), the global gradient norm, the
  * learning-rate schedule (Megatron's OptimizerParamScheduler: linear warm-up, then constant,
  * linear or cosine decay to min-lr) and the clip factor. The AdamW arithmetic is a backend
  * kernel. */
@@ -9,6 +10,7 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
+#include "trident/data_parallel.h"
 #include "trident/gpt.h"
 #include "trident/parallel_state.h"
 
@@ -18,24 +20,43 @@ typedef struct {
     double beta1, beta2, eps, weight_decay;
 } opt_adamw_hparams;
 
-/* AdamW over the model chunks of one rank. */
+/* What the optimizer steps of one chunk: the ranges of its buffers (data_parallel's shard: the
+ * whole buffer, or this rank's pieces of every bucket with the distributed optimizer) and where
+ * their reduced gradients are (range k's at grads + ranges[k].shard). */
+typedef struct {
+    const dp_range *ranges;
+    int nranges;
+    const float *grads;
+} opt_shard;
+
+/* AdamW over the model chunks of one rank, holding moments only for the elements it steps. */
 typedef struct opt_adamw {
     const backend *be;
     const ps_state *ps;
     int nchunks;
+    int sharded;                                  /* the shards split the buffers over dp */
     gpt_model *chunks[OPT_MAX_CHUNKS];
-    float *m[OPT_MAX_CHUNKS], *v[OPT_MAX_CHUNKS]; /* moments per chunk, numel floats, zeroed */
+    opt_shard shard[OPT_MAX_CHUNKS];
+    size_t state_numel[OPT_MAX_CHUNKS];           /* elements stepped per chunk (the moments' length) */
+    float *m[OPT_MAX_CHUNKS], *v[OPT_MAX_CHUNKS]; /* moments per chunk in shard order, zeroed; laid
+                                                   * out as the parameters when not sharded */
     opt_adamw_hparams hp;
 } opt_adamw;
 
+/* shards: one per chunk; `sharded`: they split the chunk over the data-parallel group (the
+ * distributed optimizer), so the grad norm sums over it too. */
 opt_adamw *opt_adamw_create(const backend *be, const ps_state *ps, gpt_model *const *chunks, int nchunks,
-                            const opt_adamw_hparams *hp);
+                            const opt_shard *shards, int sharded, const opt_adamw_hparams *hp);
 void opt_adamw_free(opt_adamw *o);
+/* Elements of optimizer state this rank holds (both moments), for memory accounting. */
+size_t opt_adamw_state_numel(const opt_adamw *o);
 /* The global gradient norm of the chunks' (reduced) grads: every logical parameter counted once
  * over tp, pp and dp (replicated tensors on tp rank 0, the last stage's embedding copy left
- * out), summed over the model-parallel group. Collective over it. */
+ * out, a sharded element on its owner), summed over the model-parallel group (and over dp when
+ * sharded). Collective over them. */
 double opt_grad_norm(const opt_adamw *o);
-/* One AdamW step at `lr` on grads scaled by gscale (clipping); step counts from 1. */
+/* One AdamW step at `lr` on grads scaled by gscale (clipping) over the shards; step counts
+ * from 1. Weight decay per element from the tensor it lies in (no_decay). */
 void opt_adamw_step(opt_adamw *o, double lr, double gscale, int64_t step);
 
 typedef enum { OPT_DECAY_CONSTANT, OPT_DECAY_LINEAR, OPT_DECAY_COSINE } opt_decay_style;

@@ -41,8 +41,6 @@ typedef struct pp_iteration {
     int32_t *ids, *targets; /* (mbs, s) */
     int64_t *sample;        /* (mbs) */
     float *grad_in;         /* (mbs, s, h) backend memory: a received output gradient */
-    /* per chunk, or NULL: buckets whose reductions start during the chunk's last backward */
-    struct dp_buckets **overlap;
 } pp_iteration;
 
 /* Activation slots each chunk needs for `schedule` (pass as gpt_create's max_inflight). */
@@ -56,7 +54,8 @@ int pp_stage_layers(int L, int pp, int first, int last, int stage, int *layer0, 
 int pp_slots_needed(pp_schedule schedule, int pp, int pp_rank, int nchunks, int num_micro);
 
 /* Runs one iteration's micro-batches with `schedule`; gradients accumulate into the chunks'
- * buffers. Returns the sum of the token losses computed on this rank (nonzero only on the last
+ * buffers (each chunk's grads_final is set during its last micro-batch's backward). Returns
+ * the sum of the token losses computed on this rank (nonzero only on the last
  * stage). Every send has completed when it returns. */
 double pp_run(pp_schedule schedule, pp_iteration *it);
 

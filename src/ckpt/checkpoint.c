@@ -81,6 +81,25 @@ void ckpt_shard_name(char *out, size_t len, int optimizer, int tp_rank, int pp_r
     snprintf(out, len, "%s_tp%03d_pp%03d.safetensors", optimizer ? "optim" : "model", tp_rank, pp_rank);
 }
 
+void ckpt_dp_shard_name(char *out, size_t len, int tp_rank, int pp_rank, int dp_rank)
+{
+    snprintf(out, len, "optim_tp%03d_pp%03d_dp%03d.safetensors", tp_rank, pp_rank, dp_rank);
+}
+
+char *ckpt_piece_json(const ckpt_slice *s, uint32_t crc, const int64_t *elems, int nranges)
+{
+    char *head = ckpt_slice_json(s, crc);
+    size_t cap = strlen(head) + 32 + (size_t)nranges * 48, at = strlen(head) - 1; /* drop the closing brace */
+    char *out = td_xmalloc(cap);
+    memcpy(out, head, at);
+    free(head);
+    at += (size_t)snprintf(out + at, cap - at, ",\"elements\":[");
+    for (int i = 0; i < 2 * nranges; i++)
+        at += (size_t)snprintf(out + at, cap - at, "%s%lld", i ? "," : "", (long long)elems[i]);
+    snprintf(out + at, cap - at, "]}");
+    return out;
+}
+
 char *ckpt_slice_json(const ckpt_slice *s, uint32_t crc)
 {
     char buf[256];
@@ -106,10 +125,20 @@ typedef struct {
     const float **src;   /* backend memory of each entry */
     ckpt_slice *sl;
     uint32_t *crc;
+    int64_t **elems;     /* a piece's element ranges (2 per range), or NULL: the whole slice */
+    int *nranges;
     const backend *be;
 } shard;
 
-static void shard_add(shard *s, const char *name, const ckpt_slice *sl, const float *data)
+/* The entry's __metadata__ value: its slice, or its piece of one. */
+static char *entry_json(const shard *s, int i, uint32_t crc)
+{
+    return s->elems[i] ? ckpt_piece_json(&s->sl[i], crc, s->elems[i], s->nranges[i]) : ckpt_slice_json(&s->sl[i], crc);
+}
+
+/* Adds an entry holding slice sl of tensor `name`, or with elems (nranges ranges, taken over)
+ * only those elements of the slice's buffer, one after another. */
+static void shard_add(shard *s, const char *name, const ckpt_slice *sl, const float *data, int64_t *elems, int nranges)
 {
     if (s->n == s->cap) {
         s->cap = s->cap ? 2 * s->cap : 64;
@@ -119,6 +148,8 @@ static void shard_add(shard *s, const char *name, const ckpt_slice *sl, const fl
         s->src = td_xrealloc(s->src, (size_t)s->cap * sizeof *s->src);
         s->sl = td_xrealloc(s->sl, (size_t)s->cap * sizeof *s->sl);
         s->crc = td_xrealloc(s->crc, (size_t)s->cap * sizeof *s->crc);
+        s->elems = td_xrealloc(s->elems, (size_t)s->cap * sizeof *s->elems);
+        s->nranges = td_xrealloc(s->nranges, (size_t)s->cap * sizeof *s->nranges);
     }
     int64_t n0 = sl->shape[0], n1 = sl->ndim == 2 ? sl->shape[1] : 1;
     if (sl->dim == 0) n0 = sl->blocks * sl->len;
@@ -131,11 +162,20 @@ static void shard_add(shard *s, const char *name, const ckpt_slice *sl, const fl
     e->ndim = sl->ndim;
     e->shape[0] = n0;
     e->shape[1] = n1;
+    if (elems) {
+        n0 = 0;
+        for (int k = 0; k < nranges; k++) n0 += elems[2 * k + 1] - elems[2 * k];
+        n1 = 1;
+        e->ndim = 1;
+        e->shape[0] = n0;
+    }
     e->bytes = (size_t)(n0 * n1) * sizeof(float);
     s->src[s->n] = data;
     s->sl[s->n] = *sl;
     s->crc[s->n] = 0;
-    s->meta[s->n] = ckpt_slice_json(sl, 0); /* the CRC is filled in once the data is written */
+    s->elems[s->n] = elems;
+    s->nranges[s->n] = nranges;
+    s->meta[s->n] = entry_json(s, s->n, 0); /* the CRC is filled in once the data is written */
     s->n++;
 }
 
@@ -150,7 +190,7 @@ static void shard_done(void *user)
 {
     shard *s = user;
     for (int i = 0; i < s->n; i++) {
-        char *j = ckpt_slice_json(&s->sl[i], s->crc[i]);
+        char *j = entry_json(s, i, s->crc[i]);
         TD_ASSERT(strlen(j) == strlen(s->meta[i]));
         strcpy(s->meta[i], j);
         free(j);
@@ -162,7 +202,10 @@ static void shard_free(shard *s)
     for (int i = 0; i < s->n; i++) {
         free(s->names[i]);
         free(s->meta[i]);
+        free(s->elems[i]);
     }
+    free(s->elems);
+    free(s->nranges);
     free(s->e);
     free(s->names);
     free(s->meta);
@@ -247,9 +290,35 @@ static int fsync_file(const char *path)
 
 /* Writes this rank's model shard (optimizer = 0) or optimizer shard (1) into folder tmp.
  * Returns its size in bytes. */
+/* The part of tensor t in chunk c's shard (m->shard_ranges): its element ranges within t and
+ * where they start in the shard (contiguous there: a tensor's pieces of consecutive buckets
+ * are). Returns the number of ranges (0: none of t is here); *elems is malloc'd. */
+static int shard_part(const ckpt_model *m, int c, const gpt_tensor_info *t, int64_t **elems, size_t *at)
+{
+    int n = 0;
+    size_t next = 0;
+    *elems = NULL;
+    for (int k = 0; k < m->nshard_ranges[c]; k++) {
+        const dp_range *r = &m->shard_ranges[c][k];
+        size_t lo = t->offset > r->lo ? t->offset : r->lo;
+        size_t hi = t->offset + t->numel < r->lo + r->n ? t->offset + t->numel : r->lo + r->n;
+        if (lo >= hi) continue;
+        size_t s = r->shard + (lo - r->lo);
+        if (n == 0) *at = s;
+        TD_ASSERT(n == 0 || s == next);
+        next = s + (hi - lo);
+        *elems = td_xrealloc(*elems, (size_t)(n + 1) * 2 * sizeof(int64_t));
+        (*elems)[2 * n] = (int64_t)(lo - t->offset);
+        (*elems)[2 * n + 1] = (int64_t)(hi - t->offset);
+        n++;
+    }
+    return n;
+}
+
 static uint64_t write_shard(const char *dir, const char *tmp, const ckpt_model *m, int optimizer)
 {
     const ps_state *ps = m->ps;
+    int by_dp = optimizer && m->shard_ranges; /* this data-parallel rank's shard of the moments */
     shard s = {0};
     s.be = m->chunks[0]->be;
     for (int c = 0; c < m->nchunks; c++) {
@@ -263,25 +332,35 @@ static uint64_t write_shard(const char *dir, const char *tmp, const ckpt_model *
                 snprintf(name, sizeof name, "%s%s",
                          optimizer ? ckpt_kind_prefix(b ? CKPT_EXP_AVG_SQ : CKPT_EXP_AVG) : "", t->name);
                 ckpt_slice sl = ckpt_slice_of(t);
-                shard_add(&s, name, &sl, base + t->offset);
+                if (!by_dp) {
+                    shard_add(&s, name, &sl, base + t->offset, NULL, 0);
+                    continue;
+                }
+                int64_t *elems;
+                size_t at = 0;
+                int n = shard_part(m, c, t, &elems, &at);
+                if (n) shard_add(&s, name, &sl, base + at, elems, n);
             }
         }
     }
-    char tp_s[16], pp_s[16], ver[16];
+    char tp_s[16], pp_s[16], dp_s[16], ver[16];
     snprintf(tp_s, sizeof tp_s, "%d", ps->tp_rank);
     snprintf(pp_s, sizeof pp_s, "%d", ps->pp_rank);
-    snprintf(ver, sizeof ver, "%d", CKPT_FORMAT_VERSION);
-    int nmeta = 5 + s.n;
+    snprintf(dp_s, sizeof dp_s, "%d", ps->dp_rank);
+    snprintf(ver, sizeof ver, "%d", m->shard_ranges ? 2 : 1);
+    int nmeta = 5 + by_dp + s.n;
     const char **keys = td_xmalloc((size_t)nmeta * sizeof(char *)), **vals = td_xmalloc((size_t)nmeta * sizeof(char *));
     keys[0] = "format", vals[0] = "trident";
     keys[1] = "format_version", vals[1] = ver;
     keys[2] = "kind", vals[2] = optimizer ? "optimizer" : "model";
     keys[3] = "tp_rank", vals[3] = tp_s;
     keys[4] = "pp_rank", vals[4] = pp_s;
-    for (int i = 0; i < s.n; i++) keys[5 + i] = s.names[i], vals[5 + i] = s.meta[i];
+    if (by_dp) keys[5] = "dp_rank", vals[5] = dp_s;
+    for (int i = 0; i < s.n; i++) keys[5 + by_dp + i] = s.names[i], vals[5 + by_dp + i] = s.meta[i];
 
     char fname[64], path[4200], err[1024];
-    ckpt_shard_name(fname, sizeof fname, optimizer, ps->tp_rank, ps->pp_rank);
+    if (by_dp) ckpt_dp_shard_name(fname, sizeof fname, ps->tp_rank, ps->pp_rank, ps->dp_rank);
+    else ckpt_shard_name(fname, sizeof fname, optimizer, ps->tp_rank, ps->pp_rank);
     ckf_join(path, sizeof path, tmp, fname);
     double t0 = td_now();
     st_source src = {shard_read, shard_done, &s};
@@ -319,7 +398,7 @@ static cJSON *meta_json(const ckpt_model *m, const ckpt_progress *p, const char 
     gpt_config_normalize(&cn); /* defaults written as 0 */
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "format", "trident-checkpoint");
-    cJSON_AddNumberToObject(o, "format_version", CKPT_FORMAT_VERSION);
+    cJSON_AddNumberToObject(o, "format_version", m->shard_ranges ? 2 : 1); /* 1: readable by older trident */
     cJSON_AddStringToObject(o, "trident_version", TRIDENT_VERSION);
     cJSON_AddNumberToObject(o, "iteration", (double)p->iteration);
     cJSON_AddNumberToObject(o, "consumed_train_samples", (double)p->consumed_train);
@@ -356,16 +435,20 @@ static cJSON *meta_json(const ckpt_model *m, const ckpt_progress *p, const char 
         cJSON *opt = cJSON_AddObjectToObject(o, "optimizer");
         cJSON_AddStringToObject(opt, "type", "adamw");
         cJSON_AddNumberToObject(opt, "step", (double)p->iteration);
-        cJSON_AddStringToObject(opt, "state", "exp_avg and exp_avg_sq per parameter (optim_* shards)");
+        cJSON_AddStringToObject(opt, "state", m->shard_ranges ? "exp_avg and exp_avg_sq per parameter, each data-parallel "
+                                "rank's part in its own shard (optim_*_dp* shards, distributed optimizer)"
+                                : "exp_avg and exp_avg_sq per parameter (optim_* shards)");
     } else {
         cJSON_AddNullToObject(o, "optimizer");
     }
     cJSON *files = cJSON_AddArrayToObject(o, "files");
     for (int opt = 0; opt <= (m->adam_m ? 1 : 0); opt++)
         for (int pr = 0; pr < ps->pp; pr++)
-            for (int tr = 0; tr < ps->tp; tr++) {
+            for (int tr = 0; tr < ps->tp; tr++)
+                for (int dr = 0; dr < (opt && m->shard_ranges ? ps->dp : 1); dr++) {
                 char name[64], path[4200];
-                ckpt_shard_name(name, sizeof name, opt, tr, pr);
+                if (opt && m->shard_ranges) ckpt_dp_shard_name(name, sizeof name, tr, pr, dr);
+                else ckpt_shard_name(name, sizeof name, opt, tr, pr);
                 ckf_join(path, sizeof path, tmp, name);
                 struct stat sb;
                 if (stat(path, &sb) != 0)
@@ -375,6 +458,7 @@ static cJSON *meta_json(const ckpt_model *m, const ckpt_progress *p, const char 
                 cJSON_AddStringToObject(f, "kind", opt ? "optimizer" : "model");
                 cJSON_AddNumberToObject(f, "tp_rank", tr);
                 cJSON_AddNumberToObject(f, "pp_rank", pr);
+                if (opt && m->shard_ranges) cJSON_AddNumberToObject(f, "dp_rank", dr);
                 cJSON_AddNumberToObject(f, "bytes", (double)sb.st_size);
                 cJSON_AddItemToArray(files, f);
             }
@@ -524,10 +608,10 @@ void ckpt_save(const char *dir, const ckpt_model *m, const ckpt_progress *p, con
     if (ps->dp_rank == 0) {
         bytes += (int64_t)write_shard(dir, tmp, m, 0);
         save_delay();
-        if (m->adam_m) {
-            bytes += (int64_t)write_shard(dir, tmp, m, 1);
-            save_delay();
-        }
+    }
+    if (m->adam_m && (ps->dp_rank == 0 || m->shard_ranges)) {
+        bytes += (int64_t)write_shard(dir, tmp, m, 1);
+        save_delay();
     }
     comm_allreduce(ps->world, &bytes, 1, COMM_I64, COMM_SUM); /* every shard is on disk */
     if (ps->world_rank == 0) {
@@ -687,7 +771,7 @@ static int read_meta(const char *iter_dir, ckpt_meta *out, char *err, size_t err
     if (!cJSON_IsArray(files)) FAIL("%s: the file list is missing", mpath);
     out->nfiles = cJSON_GetArraySize(files);
     out->files = td_xcalloc((size_t)(out->nfiles ? out->nfiles : 1), sizeof *out->files);
-    int counts[2] = {0, 0}, i = 0;
+    int counts[2] = {0, 0}, i = 0, by_dp = 0;
     for (const cJSON *j = files->child; j; j = j->next, i++) {
         ckpt_file *fl = &out->files[i];
         const cJSON *nm = cJSON_GetObjectItemCaseSensitive(j, "name"), *kd = cJSON_GetObjectItemCaseSensitive(j, "kind");
@@ -698,11 +782,20 @@ static int read_meta(const char *iter_dir, ckpt_meta *out, char *err, size_t err
         fl->name = td_xstrdup(nm->valuestring);
         fl->optimizer = strcmp(kd->valuestring, "optimizer") == 0;
         fl->tp_rank = (int)tr, fl->pp_rank = (int)pr, fl->bytes = (uint64_t)bytes;
+        int64_t dr = -1;
+        if (cJSON_GetObjectItemCaseSensitive(j, "dp_rank") && (get_int(j, "dp_rank", &dr) || !fl->optimizer || dr < 0))
+            FAIL("%s: file entry %d has a malformed dp_rank", mpath, i);
+        fl->dp_rank = (int)dr;
+        by_dp += dr >= 0;
         counts[fl->optimizer]++;
     }
-    if (counts[0] != out->tp * out->pp || (out->has_optimizer && counts[1] != out->tp * out->pp))
-        FAIL("%s lists %d model and %d optimizer shards; a %d x %d layout has %d of each: the checkpoint is corrupt",
-             mpath, counts[0], counts[1], out->tp, out->pp, out->tp * out->pp);
+    /* optimizer shards: one per model-parallel position, or (distributed optimizer) per rank */
+    int optim_want = out->tp * out->pp * (by_dp ? out->dp : 1);
+    if (counts[0] != out->tp * out->pp || (out->has_optimizer && counts[1] != optim_want) ||
+        (by_dp && by_dp != counts[1]))
+        FAIL("%s lists %d model and %d optimizer shards (%d of them per data-parallel rank); a %d x %d x dp %d layout "
+             "has %d model and %d optimizer shards: the checkpoint is corrupt", mpath, counts[0], counts[1], by_dp,
+             out->tp, out->pp, out->dp, out->tp * out->pp, optim_want);
     for (i = 0; i < out->nfiles; i++) {
         char fpath[4400];
         ckf_join(fpath, sizeof fpath, iter_dir, out->files[i].name);

@@ -13,9 +13,15 @@
 const char *ckpt_kind_prefix(ckpt_kind k);
 /* model_tpTTT_ppPPP.safetensors or optim_tpTTT_ppPPP.safetensors. */
 void ckpt_shard_name(char *out, size_t len, int optimizer, int tp_rank, int pp_rank);
+/* optim_tpTTT_ppPPP_dpDDD.safetensors: the optimizer shard of one data-parallel rank. */
+void ckpt_dp_shard_name(char *out, size_t len, int tp_rank, int pp_rank, int dp_rank);
 /* The __metadata__ value describing an entry: {"shape":[..],"dim":d,"blocks":b,"start":s,
  * "len":l,"crc32":"xxxxxxxx"} (malloc'd). */
 char *ckpt_slice_json(const ckpt_slice *s, uint32_t crc);
+/* The same for a piece of a slice (an entry of a data-parallel optimizer shard): the slice's
+ * description plus "elements":[b0,e0,b1,e1,...], the element ranges [b, e) of the slice's
+ * buffer (row-major over the held indices) the entry holds, one after another (malloc'd). */
+char *ckpt_piece_json(const ckpt_slice *s, uint32_t crc, const int64_t *elems, int nranges);
 /* Parses it back; 0, or -1 when malformed or inconsistent (blocks not dividing the dimension,
  * the held range outside a block). */
 int ckpt_slice_parse(const char *json, ckpt_slice *s, uint32_t *crc);

@@ -502,7 +502,7 @@ int hf_import(const char *in, const char *out, int divisible_by, comm *world, ch
     cJSON_AddStringToObject(args, "source", in);
     char *args_json = cJSON_PrintUnformatted(args);
     cJSON_Delete(args);
-    ckpt_model cm = {ps, 1, &m, NULL, NULL};
+    ckpt_model cm = {ps, 1, &m, NULL, NULL, NULL, NULL};
     ckpt_progress prog = {0, 0, 0, c.seed};
     ckpt_save(out, &cm, &prog, args_json, 0, NULL);
     free(args_json);

@@ -5,7 +5,11 @@
  * slice is a list of intervals of logical indices (one per block along its split dimension, or
  * the whole dimension), each mapped to a local offset, so the intersection is a set of
  * rectangles copied row by row. Entries of one tensor must not overlap, and together they
- * must cover what is asked. Each entry's CRC32 is checked the first time it is read. */
+ * must cover what is asked. Each entry's CRC32 is checked the first time it is read.
+ *
+ * A distributed optimizer's shards (one per data-parallel rank) hold pieces of slices: element
+ * ranges of a slice's buffer. The pieces of one slice, from every data-parallel rank, are
+ * indexed as one entry of that slice, assembled in memory when first read; they must tile it. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -25,14 +29,27 @@
 
 #define MAXB 64 /* blocks of a split dimension */
 
+/* A piece of a slice: the elements [elems[2k], elems[2k+1]) of the slice's buffer, k < n, one
+ * after another in entry t. */
 typedef struct {
-    int file;             /* index into r->files */
+    int file;
+    const st_tensor *t;
+    uint32_t crc;
+    int n;
+    int64_t *elems;
+} src_piece;
+
+typedef struct {
+    int file;             /* index into r->files (of the first piece when assembled) */
     const st_tensor *t;
     ckpt_kind kind;
     const char *lname;    /* logical name (inside t->name) */
     ckpt_slice sl;
     uint32_t crc;
     int verified;
+    int npieces;          /* > 0: assembled from these pieces (data-parallel optimizer shards) */
+    src_piece *pieces;
+    float *buf;           /* the assembled slice, once read */
 } src_entry;
 
 struct ckpt_reader {
@@ -86,6 +103,34 @@ int ckpt_slice_parse(const char *json, ckpt_slice *s, uint32_t *crc)
     *crc = (uint32_t)v;
     rc = 0;
 done:
+    cJSON_Delete(o);
+    return rc;
+}
+
+/* The "elements" of a piece's description: 0 with *elems (malloc'd, 2 n values) and *n, or -1
+ * when there are none or they are malformed (not increasing, outside [0, numel)). */
+static int piece_parse(const char *json, int64_t numel, int64_t **elems, int *n)
+{
+    cJSON *o = cJSON_Parse(json);
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, "elements");
+    int k = cJSON_IsArray(a) ? cJSON_GetArraySize(a) : 0, rc = -1;
+    *elems = NULL;
+    if (k < 2 || k % 2) goto done;
+    *elems = td_xmalloc((size_t)k * sizeof(int64_t));
+    int i = 0;
+    int64_t prev = 0;
+    for (const cJSON *v = a->child; v; v = v->next, i++) {
+        if (!cJSON_IsNumber(v) || v->valuedouble < (double)prev || v->valuedouble > (double)numel) goto done;
+        (*elems)[i] = prev = (int64_t)v->valuedouble;
+        if (i % 2 && (*elems)[i] == (*elems)[i - 1]) goto done;
+    }
+    *n = k / 2;
+    rc = 0;
+done:
+    if (rc) {
+        free(*elems);
+        *elems = NULL;
+    }
     cJSON_Delete(o);
     return rc;
 }
@@ -209,10 +254,11 @@ static int add_entries(ckpt_reader *r, int fi, const ckpt_file *cf, char *err, s
     if (!fmt || strcmp(fmt, "trident") != 0 || !kind || strcmp(kind, cf->optimizer ? "optimizer" : "model") != 0)
         FAIL("%s: not a trident %s shard (its __metadata__ lacks format/kind)", f->path,
              cf->optimizer ? "optimizer" : "model");
-    const char *tr = st_meta(&f->h, "tp_rank"), *pr = st_meta(&f->h, "pp_rank");
-    if (!tr || !pr || atoi(tr) != cf->tp_rank || atoi(pr) != cf->pp_rank)
-        FAIL("%s: its __metadata__ says tp_rank %s, pp_rank %s but meta.json lists it as tp_rank %d, pp_rank %d: the "
-             "checkpoint is corrupt", f->path, tr ? tr : "(none)", pr ? pr : "(none)", cf->tp_rank, cf->pp_rank);
+    const char *tr = st_meta(&f->h, "tp_rank"), *pr = st_meta(&f->h, "pp_rank"), *dr = st_meta(&f->h, "dp_rank");
+    if (!tr || !pr || atoi(tr) != cf->tp_rank || atoi(pr) != cf->pp_rank || (dr ? atoi(dr) : -1) != cf->dp_rank)
+        FAIL("%s: its __metadata__ says tp_rank %s, pp_rank %s, dp_rank %s but meta.json lists it as tp_rank %d, "
+             "pp_rank %d, dp_rank %d: the checkpoint is corrupt", f->path, tr ? tr : "(none)", pr ? pr : "(none)",
+             dr ? dr : "(none)", cf->tp_rank, cf->pp_rank, cf->dp_rank);
     r->e = td_xrealloc(r->e, (size_t)(r->n + f->h.ntensors) * sizeof *r->e);
     for (int i = 0; i < f->h.ntensors; i++) {
         const st_tensor *t = &f->h.tensors[i];
@@ -239,6 +285,22 @@ static int add_entries(ckpt_reader *r, int fi, const ckpt_file *cf, char *err, s
         int64_t d0 = e->sl.dim == 0 ? e->sl.blocks * e->sl.len : e->sl.shape[0];
         int64_t d1 = e->sl.dim == 1 ? e->sl.blocks * e->sl.len : cols_of(&e->sl);
         int ok = t->dtype == ST_F32 && t->ndim == e->sl.ndim && t->shape[0] == d0 && (t->ndim == 1 || t->shape[1] == d1);
+        if (cf->dp_rank >= 0) { /* a piece: the listed elements, one after another */
+            src_piece pc = {fi, t, e->crc, 0, NULL};
+            if (piece_parse(js, ckpt_slice_numel(&e->sl), &pc.elems, &pc.n))
+                FAIL("%s: entry '%s' has no valid element ranges in __metadata__: the shard is corrupt", f->path,
+                     t->name);
+            int64_t held = 0;
+            for (int k = 0; k < pc.n; k++) held += pc.elems[2 * k + 1] - pc.elems[2 * k];
+            ok = t->dtype == ST_F32 && t->ndim == 1 && t->shape[0] == held;
+            e->npieces = 1;
+            e->pieces = td_xmalloc(sizeof *e->pieces);
+            e->pieces[0] = pc;
+            r->n++; /* freed with the reader from here on */
+            if (!ok) FAIL("%s: entry '%s' does not hold the elements its description lists: the shard is corrupt",
+                          f->path, t->name);
+            continue;
+        }
         if (!ok) FAIL("%s: entry '%s' (%s, %d dimensions) does not match its slice description: the shard is corrupt",
                       f->path, t->name, st_dtype_name(t->dtype), t->ndim);
         r->n++;
@@ -315,6 +377,65 @@ static int check_model(const ckpt_reader *r, const ckpt_meta *m, char *err, size
     return rc;
 }
 
+static int same_slice(const ckpt_slice *a, const ckpt_slice *b)
+{
+    if (!same_shape(a, b) || a->dim != b->dim) return 0;
+    return a->dim < 0 || (a->blocks == b->blocks && a->start == b->start && a->len == b->len);
+}
+
+static int range_cmp(const void *x, const void *y)
+{
+    const int64_t *a = x, *b = y;
+    return a[0] < b[0] ? -1 : a[0] > b[0];
+}
+
+/* Joins the pieces of each slice (same tensor, kind and slice; from the data-parallel ranks'
+ * shards) into one entry, checking that they tile the slice. */
+static int merge_pieces(ckpt_reader *r, char *err, size_t errlen)
+{
+    int out = 0;
+    for (int i = 0; i < r->n; i++) {
+        src_entry *e = &r->e[i];
+        src_entry *into = NULL;
+        if (e->npieces)
+            for (int k = out - 1; k >= 0 && r->e[k].kind == e->kind && strcmp(r->e[k].lname, e->lname) == 0; k--)
+                if (r->e[k].npieces && same_slice(&r->e[k].sl, &e->sl)) into = &r->e[k];
+        if (!into) {
+            r->e[out++] = *e;
+            continue;
+        }
+        into->pieces = td_xrealloc(into->pieces, (size_t)(into->npieces + e->npieces) * sizeof *into->pieces);
+        memcpy(into->pieces + into->npieces, e->pieces, (size_t)e->npieces * sizeof *e->pieces);
+        into->npieces += e->npieces;
+        free(e->pieces);
+    }
+    r->n = out;
+    for (int i = 0; i < r->n; i++) {
+        src_entry *e = &r->e[i];
+        if (!e->npieces) continue;
+        int nr = 0;
+        for (int p = 0; p < e->npieces; p++) nr += e->pieces[p].n;
+        int64_t *all = td_xmalloc((size_t)nr * 2 * sizeof(int64_t)), at = 0;
+        for (int p = 0, k = 0; p < e->npieces; p++, k = 0)
+            for (; k < e->pieces[p].n; k++) {
+                all[2 * at] = e->pieces[p].elems[2 * k];
+                all[2 * at + 1] = e->pieces[p].elems[2 * k + 1];
+                at++;
+            }
+        qsort(all, (size_t)nr, 2 * sizeof(int64_t), range_cmp);
+        int64_t end = 0;
+        for (int k = 0; k < nr && all[2 * k] == end; k++) end = all[2 * k + 1];
+        free(all);
+        if (end != ckpt_slice_numel(&e->sl)) {
+            snprintf(err, errlen, "%s: tensor '%s': the data-parallel optimizer shards hold pieces that do not tile "
+                     "its slice (elements covered up to %lld of %lld): a shard is missing or the checkpoint is corrupt",
+                     r->dir, e->t->name, (long long)end, (long long)ckpt_slice_numel(&e->sl));
+            return -1;
+        }
+    }
+    return 0;
+}
+
 ckpt_reader *ckpt_reader_open(const ckpt_meta *m, char *err, size_t errlen)
 {
     ckpt_reader *r = td_xcalloc(1, sizeof *r);
@@ -329,6 +450,7 @@ ckpt_reader *ckpt_reader_open(const ckpt_meta *m, char *err, size_t errlen)
         if (add_entries(r, i, &m->files[i], err, errlen)) goto fail;
     }
     qsort(r->e, (size_t)r->n, sizeof *r->e, entry_cmp);
+    if (merge_pieces(r, err, errlen)) goto fail;
     for (int g0 = 0, g1; g0 < r->n; g0 = g1) {
         find_group(r, r->e[g0].kind, r->e[g0].lname, &g0, &g1);
         for (int i = g0; i < g1; i++) {
@@ -357,6 +479,11 @@ void ckpt_reader_close(ckpt_reader *r)
     if (!r) return;
     for (int i = 0; i < r->nfiles; i++) st_close(r->files[i]);
     free(r->files);
+    for (int i = 0; i < r->n; i++) {
+        for (int p = 0; p < r->e[i].npieces; p++) free(r->e[i].pieces[p].elems);
+        free(r->e[i].pieces);
+        free(r->e[i].buf);
+    }
     free(r->e);
     free(r->dir);
     free(r);
@@ -364,9 +491,48 @@ void ckpt_reader_close(ckpt_reader *r)
 
 /* ---- reading ---- */
 
+/* Checks the CRC32 of one piece; 0, or -1 with err. */
+static int verify_piece(const ckpt_reader *r, const src_piece *pc, char *err, size_t errlen)
+{
+    const st_file *f = r->files[pc->file];
+    uint32_t c = st_crc32(0, st_data(f, pc->t), (size_t)(pc->t->end - pc->t->begin));
+    if (c == pc->crc) return 0;
+    snprintf(err, errlen, "%s: entry '%s': CRC32 mismatch (stored %08x, computed %08x): the shard is corrupt", f->path,
+             pc->t->name, pc->crc, c);
+    return -1;
+}
+
+/* Checks every piece's CRC32 and assembles the slice in e->buf. */
+static int assemble(ckpt_reader *r, src_entry *e, char *err, size_t errlen)
+{
+    float *buf = td_xmalloc((size_t)ckpt_slice_numel(&e->sl) * sizeof(float));
+    for (int p = 0; p < e->npieces; p++) {
+        const src_piece *pc = &e->pieces[p];
+        const float *data = st_data(r->files[pc->file], pc->t);
+        if (verify_piece(r, pc, err, errlen)) {
+            free(buf);
+            return -1;
+        }
+        for (int k = 0; k < pc->n; k++) {
+            int64_t n = pc->elems[2 * k + 1] - pc->elems[2 * k];
+            memcpy(buf + pc->elems[2 * k], data, (size_t)n * sizeof(float));
+            data += n;
+        }
+    }
+    e->buf = buf;
+    e->verified = 1;
+    return 0;
+}
+
+static const float *entry_data(const ckpt_reader *r, const src_entry *e)
+{
+    return e->npieces ? e->buf : st_data(r->files[e->file], e->t);
+}
+
 static int verify_entry(ckpt_reader *r, src_entry *e, char *err, size_t errlen)
 {
     if (e->verified) return 0;
+    if (e->npieces) return assemble(r, e, err, errlen);
     const st_file *f = r->files[e->file];
     /* ask the kernel for the whole entry at once, then checksum it */
     uintptr_t page = 4096, b = (uintptr_t)st_data(f, e->t) & ~(page - 1);
@@ -380,12 +546,6 @@ static int verify_entry(ckpt_reader *r, src_entry *e, char *err, size_t errlen)
     }
     e->verified = 1;
     return 0;
-}
-
-static int same_slice(const ckpt_slice *a, const ckpt_slice *b)
-{
-    if (!same_shape(a, b) || a->dim != b->dim) return 0;
-    return a->dim < 0 || (a->blocks == b->blocks && a->start == b->start && a->len == b->len);
 }
 
 /* Reads the whole of entry e into dst with pread (sequential reads, no page faults on a
@@ -454,13 +614,18 @@ int ckpt_read(ckpt_reader *r, ckpt_kind kind, const char *name, const ckpt_slice
         expected *= width_of(want);
     }
     int64_t covered = 0;
-    if (g1 - g0 == 1 && same_slice(want, &r->e[g0].sl) && !r->e[g0].verified)
+    if (g1 - g0 == 1 && same_slice(want, &r->e[g0].sl) && !r->e[g0].verified && !r->e[g0].npieces)
         return copy_verified(r, &r->e[g0], dst, err, errlen); /* the layout that wrote it: one pass */
     for (int i = g0; i < g1; i++) {
         src_entry *e = &r->e[i];
         if (!intersect(want, &e->sl, rows_lim, NULL, NULL)) continue;
         if (verify_entry(r, e, err, errlen)) return -1;
-        covered += intersect(want, &e->sl, rows_lim, dst, st_data(r->files[e->file], e->t));
+        covered += intersect(want, &e->sl, rows_lim, dst, entry_data(r, e));
+        if (e->npieces) { /* assembled again if read again: one slice in memory at a time */
+            free(e->buf);
+            e->buf = NULL;
+            e->verified = 0;
+        }
     }
     if (covered != expected)
         FAIL("tensor %s (%s): the checkpoint %s holds only %lld of the %lld elements needed: a shard is missing",
@@ -516,7 +681,14 @@ int ckpt_load(const ckpt_meta *meta, const ckpt_model *m, int load_optimizer, ch
             }
             double t1 = td_now();
             float *dst = kind == 0 ? g->params : kind == 1 ? m->adam_m[k] : m->adam_v[k];
-            be_memcpy(g->be, dst, host, g->numel * sizeof(float), BE_H2D);
+            if (kind > 0 && m->shard_ranges) { /* the distributed optimizer keeps its pieces */
+                for (int q = 0; q < m->nshard_ranges[k]; q++) {
+                    const dp_range *sr = &m->shard_ranges[k][q];
+                    be_memcpy(g->be, dst + sr->shard, host + sr->lo, sr->n * sizeof(float), BE_H2D);
+                }
+            } else {
+                be_memcpy(g->be, dst, host, g->numel * sizeof(float), BE_H2D);
+            }
             TD_DEBUG("chunk %d, %s: read and checked in %.2f s, copied to the backend in %.2f s", k,
                      kind_name((ckpt_kind)kind), t1 - t0, td_now() - t1);
         }
@@ -557,12 +729,18 @@ int ckpt_verify(ckpt_reader *r, void (*report)(void *user, const char *file, con
                 char *err, size_t errlen)
 {
     int bad = 0;
-    /* in file order, so a report reads shard by shard */
+    /* in file order, so a report reads shard by shard; the pieces of a slice each in its own file */
     for (int fi = 0; fi < r->nfiles; fi++)
         for (int i = 0; i < r->n; i++) {
             src_entry *e = &r->e[i];
-            if (e->file != fi) continue;
             char why[1024];
+            for (int p = 0; p < e->npieces; p++) {
+                if (e->pieces[p].file != fi) continue;
+                int ok = verify_piece(r, &e->pieces[p], why, sizeof why) == 0;
+                if (!ok && !bad++) snprintf(err, errlen, "%s", why);
+                if (report) report(user, r->files[fi]->path, e->pieces[p].t->name, ok);
+            }
+            if (e->npieces || e->file != fi) continue;
             int ok = verify_entry(r, e, why, sizeof why) == 0;
             if (!ok && !bad++) snprintf(err, errlen, "%s", why);
             if (report) report(user, r->files[fi]->path, e->t->name, ok);

@@ -62,7 +62,11 @@ static int info(const char *path)
         printf("%s %s %s", k ? "," : "", GPT_CONFIG_KEYS[k].key, v);
     }
     printf("\n");
-    printf("optimizer: %s\n", m.has_optimizer ? "adamw (exp_avg, exp_avg_sq)" : "none (weights only)");
+    int by_dp = 0;
+    for (int i = 0; i < m.nfiles; i++) by_dp |= m.files[i].dp_rank >= 0;
+    printf("optimizer: %s\n", !m.has_optimizer ? "none (weights only)"
+                              : by_dp ? "adamw (exp_avg, exp_avg_sq), one shard per data-parallel rank (distributed)"
+                                      : "adamw (exp_avg, exp_avg_sq)");
     uint64_t total = 0;
     printf("shards (%d):\n", m.nfiles);
     for (int i = 0; i < m.nfiles; i++) {

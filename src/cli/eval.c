@@ -96,7 +96,7 @@ int cli_eval(int argc, char **argv)
     backend *be = be_cpu(0);
     int per = c.num_layers / pp;
     gpt_model *m = gpt_create(&c, ps, be, ps->pp_rank * per, per, a.micro_batch_size, 1);
-    ckpt_model cm = {ps, 1, &m, NULL, NULL};
+    ckpt_model cm = {ps, 1, &m, NULL, NULL, NULL, NULL};
     double t0 = td_now();
     rc = ckpt_load(&meta, &cm, 0, err, sizeof err);
     if (rc) td_fatal(1, "%s", err);

@@ -113,6 +113,22 @@ comm_req *comm_ireduce_scatter(const comm *c, const void *send, void *recv, size
     return c->ops->ireduce_scatter(c, send, recv, count, t, op);
 }
 
+comm_req *comm_iallgatherv(const comm *c, void *buf, const size_t *counts, const size_t *displs, comm_dtype t)
+{
+    if (c->size == 1) return NULL;
+    return c->ops->iallgatherv(c, buf, counts, displs, t);
+}
+
+comm_req *comm_ireduce_scatterv(const comm *c, const void *send, void *recv, const size_t *counts, comm_dtype t,
+                                comm_op op)
+{
+    if (c->size == 1) {
+        if (send != recv) memmove(recv, send, counts[0] * comm_dtype_size(t));
+        return NULL;
+    }
+    return c->ops->ireduce_scatterv(c, send, recv, counts, t, op);
+}
+
 void comm_wait(comm_req *r)
 {
     if (!r) return;

@@ -20,6 +20,9 @@ struct comm_ops {
     comm_req *(*iallreduce)(const comm *c, void *buf, size_t count, comm_dtype t, comm_op op);
     comm_req *(*ireduce_scatter)(const comm *c, const void *send, void *recv, size_t count, comm_dtype t,
                                  comm_op op);
+    comm_req *(*iallgatherv)(const comm *c, void *buf, const size_t *counts, const size_t *displs, comm_dtype t);
+    comm_req *(*ireduce_scatterv)(const comm *c, const void *send, void *recv, const size_t *counts, comm_dtype t,
+                                  comm_op op);
     void (*wait)(comm_req *r);
 };
 

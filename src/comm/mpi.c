@@ -23,6 +23,7 @@ typedef struct {
     MPI_Request req;
     const char *call; /* the MPI call that started it, for a timeout message */
     int peer;         /* point-to-point peer in the group, or -1 */
+    int *counts;      /* the v-collectives' counts and displacements, kept until completion */
 } mpi_req;
 
 static const struct comm_ops MPI_OPS;
@@ -279,10 +280,42 @@ static comm_req *mpi_ireduce_scatter(const comm *c, const void *send, void *recv
     return r;
 }
 
+/* The int counts (and displacements) of a v-collective, held by the request. */
+static int *icounts(mpi_req *q, int n, const size_t *counts, const size_t *displs)
+{
+    q->counts = td_xmalloc((size_t)(displs ? 2 * n : n) * sizeof(int));
+    for (int i = 0; i < n; i++) {
+        q->counts[i] = icount(counts[i]);
+        if (displs) q->counts[n + i] = icount(displs[i]);
+    }
+    return q->counts;
+}
+
+static comm_req *mpi_iallgatherv(const comm *c, void *buf, const size_t *counts, const size_t *displs, comm_dtype t)
+{
+    comm_req *r = new_req(c, "MPI_Iallgatherv", -1);
+    mpi_req *q = (mpi_req *)r;
+    int *cd = icounts(q, c->size, counts, displs);
+    TD_CHECK_MPI(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, cd, cd + c->size, mpi_type(t), MC(c),
+                                 &q->req));
+    return r;
+}
+
+static comm_req *mpi_ireduce_scatterv(const comm *c, const void *send, void *recv, const size_t *counts, comm_dtype t,
+                                      comm_op op)
+{
+    comm_req *r = new_req(c, "MPI_Ireduce_scatter", -1);
+    mpi_req *q = (mpi_req *)r;
+    int *cn = icounts(q, c->size, counts, NULL);
+    TD_CHECK_MPI(MPI_Ireduce_scatter(send, recv, cn, mpi_type(t), mpi_op(op), MC(c), &q->req));
+    return r;
+}
+
 static void mpi_wait(comm_req *r)
 {
     mpi_req *q = (mpi_req *)r;
     bounded_wait(r->c, &q->req, q->call, q->peer, __FILE__, __LINE__);
+    free(q->counts);
     free(r);
 }
 
@@ -300,5 +333,7 @@ static const struct comm_ops MPI_OPS = {
     .irecv = mpi_irecv,
     .iallreduce = mpi_iallreduce,
     .ireduce_scatter = mpi_ireduce_scatter,
+    .iallgatherv = mpi_iallgatherv,
+    .ireduce_scatterv = mpi_ireduce_scatterv,
     .wait = mpi_wait,
 };

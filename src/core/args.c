@@ -139,7 +139,14 @@ static const flag_t FLAGS[] = {
     {"--ddp-bucket-size", A_I64, OFF(ddp_bucket_size), "40000000", TD_CMD_TRAIN, "parallel",
      "gradient elements per data-parallel all-reduce bucket", 1, BIG, NULL},
     {"--overlap-grad-reduce", A_BOOL, OFF(overlap_grad_reduce), "0", TD_CMD_TRAIN, "parallel",
-     "start each bucket's all-reduce during the last micro-batch's backward", 0, 0, NULL},
+     "start each bucket's all-reduce (reduce-scatter with --use-distributed-optimizer) during the last "
+     "micro-batch's backward", 0, 0, NULL},
+    {"--use-distributed-optimizer", A_BOOL, OFF(use_distributed_optimizer), "0", TD_CMD_TRAIN, "parallel",
+     "shard the Adam state over the data-parallel ranks (ZeRO-1): reduce-scatter the gradients, step "
+     "1/dp of each bucket, all-gather the parameters", 0, 0, NULL},
+    {"--overlap-param-gather", A_BOOL, OFF(overlap_param_gather), "0", TD_CMD_TRAIN, "parallel",
+     "with --use-distributed-optimizer: wait for each bucket's parameter all-gather only when the next "
+     "forward first reads it", 0, 0, NULL},
     {"--distributed-timeout-minutes", A_FLOAT, OFF(distributed_timeout_minutes), "10",
      TD_CMD_TRAIN | TD_CMD_EVAL, "parallel",
      "a rank waiting longer than this in one communication aborts the job, naming the call, group and "

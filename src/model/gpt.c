@@ -325,6 +325,14 @@ be_drop model_drop(const gpt_model *m, const gpt_acts *a, float p, int site, int
     return d;
 }
 
+/* Where layer l's parameters begin in the buffer (l = -1: the embeddings): the end of layer
+ * l + 1's, whose last tensor is ln1.weight; the top layer's reach down to 0 (the head). */
+static size_t layer_start(const gpt_model *m, int l)
+{
+    if (l + 1 >= m->nlayers) return 0;
+    return (size_t)(m->p.layers[l + 1].ln1.w - m->params) + (size_t)m->cfg.hidden;
+}
+
 float *gpt_forward(gpt_model *m, gpt_acts *a, const int32_t *ids, const float *input, const int32_t *targets,
                    const int64_t *sample, int B, int training, double *loss_sum)
 {
@@ -336,6 +344,7 @@ float *gpt_forward(gpt_model *m, gpt_acts *a, const int32_t *ids, const float *i
     a->training = training;
     memcpy(a->sample, sample, (size_t)B * sizeof(int64_t));
 
+    if (m->params_needed) m->params_needed(m->params_needed_user, layer_start(m, -1));
     if (m->first) {
         be_memcpy(be, a->ids, ids, (size_t)BT * sizeof(int32_t), BE_H2D);
         be_drop d = model_drop(m, a, training ? m->cfg.hidden_dropout : 0.0f, site_embedding(), 0);
@@ -345,6 +354,7 @@ float *gpt_forward(gpt_model *m, gpt_acts *a, const int32_t *ids, const float *i
     }
     const float *x = a->input;
     for (int l = 0; l < m->nlayers; l++) {
+        if (m->params_needed) m->params_needed(m->params_needed_user, layer_start(m, l));
         layer_fwd(m, a, l, x);
         x = a->layers[l].out;
     }

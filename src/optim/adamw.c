@@ -6,21 +6,25 @@
 #include "trident/optim.h"
 
 opt_adamw *opt_adamw_create(const backend *be, const ps_state *ps, gpt_model *const *chunks, int nchunks,
-                            const opt_adamw_hparams *hp)
+                            const opt_shard *shards, int sharded, const opt_adamw_hparams *hp)
 {
     TD_ASSERT(nchunks >= 1 && nchunks <= OPT_MAX_CHUNKS);
     opt_adamw *o = td_xcalloc(1, sizeof *o);
     o->be = be;
     o->ps = ps;
     o->nchunks = nchunks;
+    o->sharded = sharded;
     o->hp = *hp;
     for (int c = 0; c < nchunks; c++) {
-        gpt_model *m = chunks[c];
-        o->chunks[c] = m;
-        o->m[c] = be_alloc(be, m->numel * sizeof(float));
-        o->v[c] = be_alloc(be, m->numel * sizeof(float));
-        be_zero(be, o->m[c], m->numel);
-        be_zero(be, o->v[c], m->numel);
+        o->chunks[c] = chunks[c];
+        o->shard[c] = shards[c];
+        size_t n = 0;
+        for (int k = 0; k < shards[c].nranges; k++) n += shards[c].ranges[k].n;
+        o->state_numel[c] = n;
+        o->m[c] = be_alloc(be, (n ? n : 1) * sizeof(float));
+        o->v[c] = be_alloc(be, (n ? n : 1) * sizeof(float));
+        be_zero(be, o->m[c], n);
+        be_zero(be, o->v[c], n);
     }
     return o;
 }
@@ -35,18 +39,43 @@ void opt_adamw_free(opt_adamw *o)
     free(o);
 }
 
+size_t opt_adamw_state_numel(const opt_adamw *o)
+{
+    size_t n = 0;
+    for (int c = 0; c < o->nchunks; c++) n += 2 * o->state_numel[c];
+    return n;
+}
+
+/* The part of tensor t inside range r: [*lo, *lo + *n) of the buffer; 0 when none. */
+static int overlap(const gpt_tensor_info *t, const dp_range *r, size_t *lo, size_t *n)
+{
+    size_t a = t->offset > r->lo ? t->offset : r->lo;
+    size_t b = t->offset + t->numel < r->lo + r->n ? t->offset + t->numel : r->lo + r->n;
+    if (a >= b) return 0;
+    *lo = a;
+    *n = b - a;
+    return 1;
+}
+
 double opt_grad_norm(const opt_adamw *o)
 {
     double ss = 0;
     for (int c = 0; c < o->nchunks; c++) {
         const gpt_model *m = o->chunks[c];
-        for (int i = 0; i < m->ntensors; i++) {
-            const gpt_tensor_info *t = &m->table[i];
-            if (t->embedding_copy) continue;                         /* the first stage's counts */
-            if (t->tp_replicated && o->ps->tp_rank != 0) continue;   /* one copy of norms and biases */
-            ss += be_sumsq(o->be, m->grads + t->offset, t->numel);
+        const opt_shard *sh = &o->shard[c];
+        for (int k = 0; k < sh->nranges; k++) {
+            const dp_range *r = &sh->ranges[k];
+            for (int i = 0; i < m->ntensors; i++) {
+                const gpt_tensor_info *t = &m->table[i];
+                size_t lo, n;
+                if (t->embedding_copy) continue;                         /* the first stage's counts */
+                if (t->tp_replicated && o->ps->tp_rank != 0) continue;   /* one copy of norms and biases */
+                if (!overlap(t, r, &lo, &n)) continue;
+                ss += be_sumsq(o->be, sh->grads + r->shard + (lo - r->lo), n);
+            }
         }
     }
+    if (o->sharded) comm_allreduce(o->ps->dp_group, &ss, 1, COMM_F64, COMM_SUM);
     comm_allreduce(o->ps->mp_group, &ss, 1, COMM_F64, COMM_SUM);
     return sqrt(ss);
 }
@@ -56,12 +85,18 @@ void opt_adamw_step(opt_adamw *o, double lr, double gscale, int64_t step)
     const opt_adamw_hparams *hp = &o->hp;
     for (int c = 0; c < o->nchunks; c++) {
         gpt_model *m = o->chunks[c];
-        for (int i = 0; i < m->ntensors; i++) {
-            const gpt_tensor_info *t = &m->table[i];
-            float wd = t->no_decay ? 0.0f : (float)hp->weight_decay;
-            be_adamw(o->be, m->params + t->offset, m->grads + t->offset, o->m[c] + t->offset, o->v[c] + t->offset,
-                     t->numel, (float)lr, (float)hp->beta1, (float)hp->beta2, (float)hp->eps, wd, (float)gscale,
-                     step);
+        const opt_shard *sh = &o->shard[c];
+        for (int k = 0; k < sh->nranges; k++) {
+            const dp_range *r = &sh->ranges[k];
+            for (int i = 0; i < m->ntensors; i++) {
+                const gpt_tensor_info *t = &m->table[i];
+                size_t lo, n;
+                if (!overlap(t, r, &lo, &n)) continue;
+                size_t s = r->shard + (lo - r->lo); /* in the shard: gradients and moments */
+                float wd = t->no_decay ? 0.0f : (float)hp->weight_decay;
+                be_adamw(o->be, m->params + lo, sh->grads + s, o->m[c] + s, o->v[c] + s, n, (float)lr,
+                         (float)hp->beta1, (float)hp->beta2, (float)hp->eps, wd, (float)gscale, step);
+            }
         }
     }
 }

@@ -5,59 +5,190 @@
 
 #include "trident/check.h"
 
-struct dp_buckets {
-    const comm *dp;
-    float *grads;
-    size_t numel, bucket;
-    int n;            /* buckets */
-    int started;      /* buckets [0, started) have their all-reduce in flight */
-    comm_req **req;   /* (n) */
+typedef struct {
+    size_t lo, hi;      /* elements [lo, hi) of the chunk's buffers */
+    size_t *counts;     /* (dp) each rank's piece */
+    size_t *displs;     /* (dp) its offset within the bucket */
+    int held;           /* waits for the embedding group's sum before its reduction starts */
+    comm_req *grad_req; /* the reduction in flight */
+    comm_req *param_req;/* the all-gather in flight */
+} bucket;
+
+struct dp_chunk {
+    gpt_model *m;
+    const ps_state *ps;
+    dp_config cfg;
+    int n;             /* buckets */
+    bucket *b;         /* (n) */
+    int next;          /* buckets [0, next) closed by the hook (started, or held) */
+    int nranges;
+    dp_range *ranges;  /* (nranges): this rank's shard */
+    float *shard_grads;/* distributed: the reduced gradients of the shard (backend memory) */
+    size_t shard_numel;
+    float *embd_grads; /* the tied word embedding's gradient to sum over the embedding group, or NULL */
+    size_t embd_numel;
 };
 
-dp_buckets *dp_buckets_create(const comm *dp, float *grads, size_t numel, size_t bucket_elems)
+int dp_bucket_count(size_t numel, size_t bucket)
 {
-    dp_buckets *d = td_xcalloc(1, sizeof *d);
-    d->dp = dp;
-    d->grads = grads;
-    d->numel = numel;
-    d->bucket = bucket_elems ? bucket_elems : numel;
-    d->n = numel ? (int)((numel + d->bucket - 1) / d->bucket) : 0;
-    d->req = td_xcalloc((size_t)(d->n ? d->n : 1), sizeof *d->req);
+    if (!numel) return 0;
+    if (!bucket) bucket = numel;
+    return (int)((numel + bucket - 1) / bucket);
+}
+
+void dp_bucket_bounds(size_t numel, size_t bucket, int b, size_t *lo, size_t *hi)
+{
+    if (!bucket) bucket = numel;
+    *lo = (size_t)b * bucket;
+    *hi = *lo + bucket < numel ? *lo + bucket : numel;
+}
+
+void dp_piece(size_t n, int dp, int r, size_t *start, size_t *count)
+{
+    size_t each = n / (size_t)dp, extra = n % (size_t)dp, ur = (size_t)r;
+    *count = each + (ur < extra);
+    *start = ur * each + (ur < extra ? ur : extra);
+}
+
+static void start_reduce(dp_chunk *d, int i)
+{
+    bucket *k = &d->b[i];
+    float *g = d->m->grads + k->lo;
+    if (d->cfg.distributed)
+        k->grad_req = comm_ireduce_scatterv(d->ps->dp_group, g, d->shard_grads + d->ranges[i].shard, k->counts,
+                                            COMM_F32, COMM_SUM);
+    else
+        k->grad_req = comm_iallreduce(d->ps->dp_group, g, k->hi - k->lo, COMM_F32, COMM_SUM);
+}
+
+/* gpt_model.grads_ready: during the last micro-batch's backward, starts every bucket lying
+ * wholly in grads[0, prefix_end) (a held one is left for the finish). */
+static void grads_ready(void *user, size_t prefix_end)
+{
+    dp_chunk *d = user;
+    if (!d->m->grads_final) return;
+    while (d->next < d->n && d->b[d->next].hi <= prefix_end) {
+        if (!d->b[d->next].held) start_reduce(d, d->next);
+        d->next++;
+    }
+}
+
+/* gpt_model.params_needed: waits for the gathers of the buckets reaching into [from, numel). */
+static void params_needed(void *user, size_t from)
+{
+    dp_chunk *d = user;
+    for (int i = d->n - 1; i >= 0 && d->b[i].hi > from; i--) {
+        comm_wait(d->b[i].param_req);
+        d->b[i].param_req = NULL;
+    }
+}
+
+dp_chunk *dp_attach(gpt_model *m, const ps_state *ps, const dp_config *cfg)
+{
+    dp_chunk *d = td_xcalloc(1, sizeof *d);
+    d->m = m;
+    d->ps = ps;
+    d->cfg = *cfg;
+    d->n = dp_bucket_count(m->numel, cfg->bucket_elems);
+    d->b = td_xcalloc((size_t)(d->n ? d->n : 1), sizeof *d->b);
+    int dp = ps->dp;
+    if (!m->cfg.untied && ps->embd_group && comm_size(ps->embd_group) > 1 && (m->first || m->last)) {
+        d->embd_grads = m->first ? m->g.wte : m->g.head_w;
+        d->embd_numel = (size_t)m->vocab_l * m->cfg.hidden;
+    }
+    size_t elo = d->embd_grads ? (size_t)(d->embd_grads - m->grads) : 0, ehi = elo + d->embd_numel;
+    d->nranges = cfg->distributed ? d->n : 1;
+    d->ranges = td_xcalloc((size_t)(d->nranges ? d->nranges : 1), sizeof *d->ranges);
+    if (!cfg->distributed) d->ranges[0] = (dp_range){0, m->numel, 0};
+    for (int i = 0; i < d->n; i++) {
+        bucket *k = &d->b[i];
+        dp_bucket_bounds(m->numel, cfg->bucket_elems, i, &k->lo, &k->hi);
+        k->counts = td_xmalloc((size_t)dp * sizeof(size_t));
+        k->displs = td_xmalloc((size_t)dp * sizeof(size_t));
+        for (int r = 0; r < dp; r++) dp_piece(k->hi - k->lo, dp, r, &k->displs[r], &k->counts[r]);
+        /* a reduce-scatter leaves only the shard summed: the embedding copies are summed first */
+        k->held = cfg->distributed && d->embd_grads && k->lo < ehi && elo < k->hi;
+        if (cfg->distributed) {
+            d->ranges[i] = (dp_range){k->lo + k->displs[ps->dp_rank], k->counts[ps->dp_rank], d->shard_numel};
+            d->shard_numel += k->counts[ps->dp_rank];
+        }
+    }
+    if (cfg->distributed) {
+        d->shard_grads = be_alloc(m->be, (d->shard_numel ? d->shard_numel : 1) * sizeof(float));
+        be_zero(m->be, d->shard_grads, d->shard_numel);
+    }
+    if (cfg->overlap_grad_reduce) {
+        m->grads_ready = grads_ready;
+        m->grads_ready_user = d;
+    }
+    if (cfg->distributed && cfg->overlap_param_gather) {
+        m->params_needed = params_needed;
+        m->params_needed_user = d;
+    }
     return d;
 }
 
-void dp_buckets_free(dp_buckets *d)
+void dp_detach(dp_chunk *d)
 {
     if (!d) return;
-    free(d->req);
+    dp_wait_params(d);
+    if (d->m->grads_ready_user == d) d->m->grads_ready = NULL, d->m->grads_ready_user = NULL;
+    if (d->m->params_needed_user == d) d->m->params_needed = NULL, d->m->params_needed_user = NULL;
+    for (int i = 0; i < d->n; i++) {
+        free(d->b[i].counts);
+        free(d->b[i].displs);
+    }
+    if (d->shard_grads) be_dfree(d->m->be, d->shard_grads);
+    free(d->b);
+    free(d->ranges);
     free(d);
 }
 
-int dp_buckets_count(const dp_buckets *d) { return d->n; }
-
-static void start(dp_buckets *d, int b)
+const dp_range *dp_shard(const dp_chunk *d, int *nranges, const float **grads)
 {
-    size_t lo = (size_t)b * d->bucket, hi = lo + d->bucket < d->numel ? lo + d->bucket : d->numel;
-    d->req[b] = comm_iallreduce(d->dp, d->grads + lo, hi - lo, COMM_F32, COMM_SUM);
+    *nranges = d->nranges;
+    *grads = d->cfg.distributed ? d->shard_grads : d->m->grads;
+    return d->ranges;
 }
 
-void dp_buckets_ready(void *user, size_t prefix_end)
+int dp_num_buckets(const dp_chunk *d) { return d->n; }
+
+void dp_finish_grads(dp_chunk *const *d, int n)
 {
-    dp_buckets *d = user;
-    while (d->started < d->n) {
-        size_t hi = (size_t)(d->started + 1) * d->bucket;
-        if (hi > d->numel) hi = d->numel;
-        if (hi > prefix_end) break;
-        start(d, d->started++);
+    /* distributed: the embedding copies are summed before the reduce-scatters of their buckets */
+    for (int c = 0; c < n; c++)
+        if (d[c]->cfg.distributed && d[c]->embd_grads)
+            comm_allreduce(d[c]->ps->embd_group, d[c]->embd_grads, d[c]->embd_numel, COMM_F32, COMM_SUM);
+    for (int c = 0; c < n; c++) {
+        dp_chunk *k = d[c];
+        for (int i = 0; i < k->n; i++) {
+            if (i >= k->next || k->b[i].held) start_reduce(k, i);
+            comm_wait(k->b[i].grad_req);
+            k->b[i].grad_req = NULL;
+        }
+        k->next = 0;
     }
+    /* plain: every rank has the whole sum over dp; then the two copies are summed */
+    for (int c = 0; c < n; c++)
+        if (!d[c]->cfg.distributed && d[c]->embd_grads)
+            comm_allreduce(d[c]->ps->embd_group, d[c]->embd_grads, d[c]->embd_numel, COMM_F32, COMM_SUM);
 }
 
-void dp_buckets_finish(dp_buckets *d)
+void dp_start_param_gather(dp_chunk *d)
 {
-    while (d->started < d->n) start(d, d->started++);
-    for (int b = 0; b < d->n; b++) {
-        comm_wait(d->req[b]);
-        d->req[b] = NULL;
+    if (!d->cfg.distributed) return;
+    for (int i = 0; i < d->n; i++) {
+        bucket *k = &d->b[i];
+        TD_ASSERT(k->param_req == NULL);
+        k->param_req = comm_iallgatherv(d->ps->dp_group, d->m->params + k->lo, k->counts, k->displs, COMM_F32);
     }
-    d->started = 0;
+    if (!d->cfg.overlap_param_gather) dp_wait_params(d);
+}
+
+void dp_wait_params(dp_chunk *d)
+{
+    for (int i = 0; i < d->n; i++) {
+        comm_wait(d->b[i].param_req);
+        d->b[i].param_req = NULL;
+    }
 }

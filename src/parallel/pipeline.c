@@ -15,7 +15,6 @@
 #include <string.h>
 
 #include "trident/check.h"
-#include "trident/data_parallel.h"
 
 int pp_schedule_parse(const char *s, int pp, int vp, pp_schedule *out)
 {
@@ -182,12 +181,10 @@ static void backward_step(run *r, int c)
     /* the output has arrived downstream (its gradient came back), so its send is complete */
     comm_wait(f->send);
     f->send = NULL;
-    /* the last micro-batch's backward makes gradients final: buckets may start as they close */
-    int overlap = it->overlap && micro == it->num_micro - 1;
-    m->grads_ready = overlap ? dp_buckets_ready : NULL;
-    m->grads_ready_user = overlap ? it->overlap[c] : NULL;
+    /* the last micro-batch's backward makes the chunk's gradients final */
+    m->grads_final = micro == it->num_micro - 1;
     float *dinput = gpt_backward(m, f->a, m->last ? NULL : it->grad_in, it->loss_scale);
-    m->grads_ready = NULL;
+    m->grads_final = 0;
     if (!m->first) {
         float *buf = gpt_acts_input(f->a);
         be_copy(m->be, buf, dinput, act);

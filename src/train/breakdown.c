@@ -96,8 +96,4 @@ void bd_print(const bd_state *b, const bd_limits *lim)
     TD_INFO("  communication  %9.1f ms %5.1f%%", comm, pct(comm, total));
     TD_INFO("  data           %9.1f ms %5.1f%%", data, pct(data, total));
     TD_INFO("  untimed        %9.1f ms %5.1f%%  (host code between kernels)", rest, pct(rest, total));
-    if (lim->bound_bytes > 0 && lim->peak_rss_bytes > 0)
-        TD_INFO("memory: peak RSS %.1f MiB = %.2fx params + grads + Adam state + one micro-batch's activations "
-                "(%.1f MiB)", lim->peak_rss_bytes / 1048576.0, lim->peak_rss_bytes / lim->bound_bytes,
-                lim->bound_bytes / 1048576.0);
 }

@@ -20,6 +20,7 @@
 #include "trident/data_parallel.h"
 #include "trident/gpt.h"
 #include "trident/gpt_dataset.h"
+#include "trident/memory.h"
 #include "trident/metrics.h"
 #include "trident/optim.h"
 #include "trident/parallel_state.h"
@@ -134,6 +135,9 @@ int trainer_validate(const td_args *a, int world_size, char *msg, size_t msglen)
         if (st == 0 || nl > most) most = nl;
     }
     if (recompute_validate(a, most, msg, msglen)) return -1;
+    if (a->overlap_param_gather && !a->use_distributed_optimizer)
+        FAIL("--overlap-param-gather needs --use-distributed-optimizer (only the distributed optimizer all-gathers "
+             "parameters)");
     if (a->finetune && !a->load) FAIL("--finetune needs --load (the checkpoint to start from)");
     if (a->use_checkpoint_args && !a->load) FAIL("--use-checkpoint-args needs --load (the checkpoint to take them from)");
     if (td_args_given(a, "--save-interval") && !a->save) FAIL("--save-interval needs --save");
@@ -194,7 +198,9 @@ typedef struct {
     int nchunks;                          /* model chunks (virtual stages) on this rank */
     gpt_model *chunks[PP_MAX_CHUNKS];
     opt_adamw *opt;                       /* AdamW: the moments, grad norm and step */
-    dp_buckets *buckets[PP_MAX_CHUNKS];
+    dp_chunk *dp[PP_MAX_CHUNKS];          /* data parallelism attached to each chunk */
+    const dp_range *shard_ranges[PP_MAX_CHUNKS]; /* what the optimizer steps of each chunk */
+    int nshard_ranges[PP_MAX_CHUNKS];
     pp_schedule schedule;
     gptds *data;
     opt_lr_schedule lr;
@@ -207,26 +213,24 @@ typedef struct {
     double peak_tflops;
     met_writer *metrics;
     bd_state bd;             /* the time breakdown printed at the end */
+    mem_layout mem;          /* what this rank holds, for the memory prediction */
+    mem_prediction mem_pred;
+    double rss_start;        /* resident bytes before the data and the model (libraries, MPI) */
+    double rss_peak;         /* peak resident bytes of the training (before the end-of-run measurements) */
 } run_state;
 
-/* Gradients summed over the data-parallel group (bucket by bucket; with overlap most buckets
- * are already in flight), then the two copies of the word embedding summed over the embedding
- * group (first and last stage). */
-static void reduce_grads(run_state *r)
+/* Completes every parameter all-gather in flight (distributed optimizer): before anything
+ * reads the parameters outside a forward. */
+static void wait_params(run_state *r)
 {
-    for (int c = 0; c < r->nchunks; c++) dp_buckets_finish(r->buckets[c]);
-    if (!r->ps->embd_group || comm_size(r->ps->embd_group) == 1 || r->chunks[0]->cfg.untied) return;
-    for (int c = 0; c < r->nchunks; c++) {
-        gpt_model *m = r->chunks[c];
-        float *g = m->first ? m->g.wte : (m->last ? m->g.head_w : NULL);
-        if (g) comm_allreduce(r->ps->embd_group, g, (size_t)m->vocab_l * m->cfg.hidden, COMM_F32, COMM_SUM);
-    }
+    for (int c = 0; c < r->nchunks; c++) dp_wait_params(r->dp[c]);
 }
 
 /* Mean token loss over `iters` global batches of split s starting at sample `consumed`. */
 static double evaluate(run_state *r, gptds_split s, int64_t consumed, int64_t iters)
 {
     double total = 0;
+    wait_params(r);
     r->src.split = s;
     r->it.training = 0;
     for (int64_t i = 0; i < iters; i++) {
@@ -259,9 +263,96 @@ static gpt_config model_config(const td_args *a, const ps_state *ps)
     return ckpt_config_of_args(a, tokenizer_vocab(a), ps->tp);
 }
 
+/* Resident bytes of this process now (VmRSS), or at its peak (VmHWM). */
+static long long proc_status_bytes(const char *key)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return 0;
+    char line[256];
+    long long kb = 0;
+    size_t n = strlen(key);
+    while (fgets(line, sizeof line, f))
+        if (strncmp(line, key, n) == 0 && line[n] == ':') {
+            kb = atoll(line + n + 1);
+            break;
+        }
+    fclose(f);
+    return kb * 1024;
+}
+
+long long trainer_peak_rss(void) { return proc_status_bytes("VmHWM"); }
+
+#define MIB (1024.0 * 1024.0)
+
+/* Gathers every rank's line of `len` bytes to world rank 0 and prints, per pipeline stage, the
+ * line of its first rank (tp 0, dp 0) under `title`. */
+static void print_per_stage(const run_state *r, const char *line, size_t len, const char *title)
+{
+    const ps_state *ps = r->ps;
+    char *all = td_xmalloc(len * (size_t)ps->world_size);
+    comm_allgather(ps->world, line, all, len, COMM_U8);
+    if (ps->world_rank == 0)
+        for (int st = 0; st < ps->pp; st++)
+            TD_INFO("%s, stage %d: %s", title, st, all + len * (size_t)ps_rank_of(ps, 0, 0, st));
+    free(all);
+}
+
+/* Predicts what this rank will hold (memory.h) and prints it per pipeline stage. */
+static void predict_memory(run_state *r, const gpt_config *c, int slots)
+{
+    const td_args *a = r->a;
+    mem_layout *l = &r->mem;
+    l->cfg = *c;
+    l->tp = r->ps->tp;
+    l->dp = r->ps->dp;
+    l->mbs = a->micro_batch_size;
+    l->nchunks = r->nchunks;
+    l->distributed_optimizer = a->use_distributed_optimizer && r->ps->dp > 1;
+    l->bucket_elems = (double)a->ddp_bucket_size;
+    const gpt_recompute *rc = &r->chunks[0]->rc;
+    l->recompute = rc->granularity == GPT_RECOMPUTE_FULL        ? MEM_RECOMPUTE_FULL
+                   : rc->granularity == GPT_RECOMPUTE_SELECTIVE ? MEM_RECOMPUTE_SELECTIVE
+                                                                : MEM_RECOMPUTE_NONE;
+    l->recompute_block = rc->method == GPT_RECOMPUTE_BLOCK;
+    l->recompute_num_layers = rc->num_layers;
+    for (int k = 0; k < r->nchunks; k++) {
+        const gpt_model *m = r->chunks[k];
+        l->chunk[k] = (mem_chunk){m->nlayers, m->first, m->last, slots};
+    }
+    mem_predict(l, &r->mem_pred);
+    char line[400];
+    mem_describe(&r->mem_pred, l, line, sizeof line);
+    print_per_stage(r, line, sizeof line, "memory per rank (predicted)");
+}
+
+/* Sets this rank's peak RSS against the prediction plus what it held before the model (the
+ * libraries, MPI): the largest per pipeline stage. */
+static void report_memory(run_state *r)
+{
+    const ps_state *ps = r->ps;
+    double mine[3] = {r->rss_peak, r->mem_pred.total, r->rss_start};
+    double *all = td_xmalloc(3 * sizeof(double) * (size_t)ps->world_size);
+    comm_allgather(ps->world, mine, all, 3, COMM_F64);
+    if (ps->world_rank == 0)
+        for (int st = 0; st < ps->pp; st++) {
+            const double *top = NULL; /* the rank of the stage with the largest peak */
+            for (int t = 0; t < ps->tp; t++)
+                for (int d = 0; d < ps->dp; d++) {
+                    const double *x = all + 3 * ps_rank_of(ps, t, d, st);
+                    if (!top || x[0] > top[0]) top = x;
+                }
+            double pred = top[1] + top[2];
+            TD_INFO("peak memory (RSS), stage %d: %.1f MiB measured, %.1f MiB predicted (%.1f for the model and its "
+                    "run + %.1f held before it): %+.1f%%", st, top[0] / MIB, pred / MIB, top[1] / MIB, top[2] / MIB,
+                    100.0 * (top[0] - pred) / pred);
+        }
+    free(all);
+}
+
 static void setup(run_state *r, const td_args *a, comm *world)
 {
     memset(r, 0, sizeof *r);
+    r->rss_start = (double)proc_status_bytes("VmRSS");
     r->a = a;
     r->ps = ps_init(world, a->tensor_model_parallel_size, a->pipeline_model_parallel_size);
     ps_state *ps = r->ps;
@@ -307,7 +398,6 @@ static void setup(run_state *r, const td_args *a, comm *world)
     }
     TD_ASSERT(pp_schedule_parse(a->pipeline_schedule, ps->pp, r->nchunks, &r->schedule) == 0);
     int slots = pp_slots_needed(r->schedule, ps->pp, ps->pp_rank, r->nchunks, r->num_micro);
-    size_t bucket = (size_t)a->ddp_bucket_size;
     gpt_recompute rc = {GPT_RECOMPUTE_NONE, GPT_RECOMPUTE_UNIFORM, 0};
     if (a->recompute_granularity) {
         int full = strcmp(a->recompute_granularity, "full") == 0;
@@ -315,15 +405,22 @@ static void setup(run_state *r, const td_args *a, comm *world)
         if (full && strcmp(a->recompute_method, "block") == 0) rc.method = GPT_RECOMPUTE_BLOCK;
         if (full) rc.num_layers = a->recompute_num_layers;
     }
+    dp_config dpc = {(size_t)a->ddp_bucket_size, a->overlap_grad_reduce, a->use_distributed_optimizer,
+                     a->overlap_param_gather};
+    opt_shard shards[PP_MAX_CHUNKS];
     for (int k = 0; k < r->nchunks; k++) {
         int vs = k * ps->pp + ps->pp_rank;
         int layer0 = r->nchunks == 1 ? stage0 : vs * per, n = r->nchunks == 1 ? stage_n : per;
         gpt_model *m = gpt_create_recompute(&c, ps, r->be, layer0, n, a->micro_batch_size, slots, &rc);
         r->chunks[k] = m;
-        r->buckets[k] = dp_buckets_create(ps->dp_group, m->grads, m->numel, bucket);
+        r->dp[k] = dp_attach(m, ps, &dpc);
+        shards[k].ranges = dp_shard(r->dp[k], &shards[k].nranges, &shards[k].grads);
+        r->shard_ranges[k] = shards[k].ranges;
+        r->nshard_ranges[k] = shards[k].nranges;
     }
     opt_adamw_hparams hp = {a->adam_beta1, a->adam_beta2, a->adam_eps, a->weight_decay};
-    r->opt = opt_adamw_create(r->be, ps, r->chunks, r->nchunks, &hp);
+    r->opt = opt_adamw_create(r->be, ps, r->chunks, r->nchunks, shards, a->use_distributed_optimizer, &hp);
+    predict_memory(r, &c, slots);
 
     opt_decay_style style;
     if (opt_decay_style_parse(a->lr_decay_style, &style)) td_usage_error("--lr-decay-style %s", a->lr_decay_style);
@@ -351,8 +448,7 @@ static void setup(run_state *r, const td_args *a, comm *world)
                            .ids = td_xmalloc(tokens * sizeof(int32_t)),
                            .targets = td_xmalloc(tokens * sizeof(int32_t)),
                            .sample = td_xmalloc((size_t)a->micro_batch_size * sizeof(int64_t)),
-                           .grad_in = be_alloc(r->be, tokens * c.hidden * sizeof(float)),
-                           .overlap = a->overlap_grad_reduce ? r->buckets : NULL};
+                           .grad_in = be_alloc(r->be, tokens * c.hidden * sizeof(float))};
 
     r->peak_tflops = td_args_given(a, "--peak-tflops") ? a->peak_tflops : be_peak_gflops(r->be) / 1e3;
     if (ps->world_rank == 0) {
@@ -389,6 +485,17 @@ static void setup(run_state *r, const td_args *a, comm *world)
         TD_INFO("peak for MFU: %.3f TFLOP/s per rank (%s)", r->peak_tflops,
                 td_args_given(a, "--peak-tflops") ? "--peak-tflops" : "measured sgemm");
     }
+    /* the optimizer state of the first rank of each stage (its dp peers' differ by at most one
+     * element a bucket) */
+    if (ps->dp_rank == 0 && ps->tp_rank == 0) {
+        size_t numel = 0;
+        for (int k = 0; k < r->nchunks; k++) numel += r->chunks[k]->numel;
+        size_t st = opt_adamw_state_numel(r->opt);
+        TD_INFO("optimizer: AdamW %s (%d bucket%s per chunk); state on this rank %.2f MB: both moments of %zu of its "
+                "%zu parameters", a->use_distributed_optimizer ? "distributed over dp" : "replicated over dp",
+                dp_num_buckets(r->dp[0]), dp_num_buckets(r->dp[0]) > 1 ? "s" : "", (double)st * sizeof(float) / 1e6,
+                st / 2, numel);
+    }
     if (r->reporter && a->metrics_file) r->metrics = met_open(a->metrics_file);
 }
 
@@ -402,7 +509,7 @@ static void teardown(run_state *r)
     be_dfree(r->be, r->it.grad_in);
     opt_adamw_free(r->opt);
     for (int k = 0; k < r->nchunks; k++) {
-        dp_buckets_free(r->buckets[k]);
+        dp_detach(r->dp[k]);
         gpt_free(r->chunks[k]);
     }
     gptds_close(r->data);
@@ -461,6 +568,7 @@ static void check_replicas(run_state *r)
 static void dump_params(run_state *r, const char *path)
 {
     const gpt_config *c = &r->chunks[0]->cfg;
+    wait_params(r);
     off_t bytes = (off_t)gpt_num_params(c) * (off_t)sizeof(float);
     if (r->ps->world_rank == 0) {
         int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -569,9 +677,15 @@ static int resume_find(td_args *eff, comm *world, ckpt_meta *meta)
     return 1;
 }
 
+/* The run as the checkpoint code sees it: with the distributed optimizer, the moments of this
+ * rank's shard (each dp rank saves its own; a load keeps its ranges). */
 static ckpt_model ckpt_view(run_state *r)
 {
-    ckpt_model m = {r->ps, r->nchunks, r->chunks, r->opt->m, r->opt->v};
+    ckpt_model m = {r->ps, r->nchunks, r->chunks, r->opt->m, r->opt->v, NULL, NULL};
+    if (r->opt->sharded) {
+        m.shard_ranges = r->shard_ranges;
+        m.nshard_ranges = r->nshard_ranges;
+    }
     return m;
 }
 
@@ -600,6 +714,7 @@ static ckpt_progress resume_load(run_state *r, const ckpt_meta *meta)
 static void save_checkpoint(run_state *r, const ckpt_progress *p)
 {
     const td_args *a = r->a;
+    wait_params(r);
     ckpt_model m = ckpt_view(r);
     char *args = td_args_json(a, TD_CMD_TRAIN);
     ckpt_save_stats st;
@@ -656,18 +771,13 @@ static int after_iteration(run_state *r, const ckpt_progress *p, double t_begin,
     return 1;
 }
 
-/* The time breakdown and the limits it is held against: the sgemm peak, the copy bandwidth
- * (measured now, after the peak RSS was read, and only when AdamW's bytes exceed the caches)
- * and params + grads + Adam state + one micro-batch's activations (with what recomputation
- * shares). */
+/* The time breakdown and the limits it is held against: the sgemm peak and the copy bandwidth
+ * (measured now, after the peak RSS was read, and only when AdamW's bytes exceed the caches).
+ * AdamW touches 28 bytes per element it steps (the shard with the distributed optimizer). */
 static void print_breakdown(run_state *r)
 {
-    double numel = 0, acts = 0;
-    for (int k = 0; k < r->nchunks; k++) {
-        numel += (double)r->chunks[k]->numel;
-        acts += (double)(r->chunks[k]->acts_bytes + r->chunks[k]->rc_bytes);
-    }
-    bd_limits lim = {r->peak_tflops * 1e3, 0, 28.0 * numel, 16.0 * numel + acts, (double)trainer_peak_rss()};
+    double stepped = (double)opt_adamw_state_numel(r->opt) / 2;
+    bd_limits lim = {r->peak_tflops * 1e3, 0, 28.0 * stepped};
     if (lim.adamw_bytes > 256e6) lim.copy_gbps = be_copy_gbps(r->be);
     bd_print(&r->bd, &lim);
 }
@@ -733,7 +843,7 @@ int trainer_run(const td_args *a, comm *world)
         bd_stop(&r.bd, BD_OPTIMIZER);
         r.src.consumed = consumed;
         double loss_sum = pp_run(r.schedule, &r.it);
-        reduce_grads(&r);
+        dp_finish_grads(r.dp, r.nchunks);
         bd_start(&r.bd, BD_OPTIMIZER);
         double norm = opt_grad_norm(r.opt);
         if (!isfinite(norm))
@@ -743,6 +853,7 @@ int trainer_run(const td_args *a, comm *world)
         double lr = opt_lr_at(&r.lr, iter);
         bd_start(&r.bd, BD_ADAMW);
         opt_adamw_step(r.opt, lr, gscale, iter);
+        for (int k = 0; k < r.nchunks; k++) dp_start_param_gather(r.dp[k]);
         bd_stop(&r.bd, BD_ADAMW);
         bd_stop(&r.bd, BD_OPTIMIZER);
         consumed += r.gbs;
@@ -781,6 +892,7 @@ int trainer_run(const td_args *a, comm *world)
         ckpt_progress now = {iter, consumed, valid_consumed, (uint64_t)a->seed};
         stopped = after_iteration(&r, &now, t_begin, &last_saved);
     }
+    r.rss_peak = (double)trainer_peak_rss();
     if (a->save && last_iter > 0 && last_iter != last_saved) { /* also a loaded one: re-saves it as laid out now */
         ckpt_progress now = {last_iter, consumed, valid_consumed, (uint64_t)a->seed};
         save_checkpoint(&r, &now);
@@ -792,19 +904,8 @@ int trainer_run(const td_args *a, comm *world)
                 (double)trainer_peak_rss() / (1024.0 * 1024.0));
         print_breakdown(&r);
     }
+    report_memory(&r);
     teardown(&r);
     td_args_free(&eff);
     return 0;
-}
-
-long long trainer_peak_rss(void)
-{
-    FILE *f = fopen("/proc/self/status", "r");
-    if (!f) return 0;
-    char line[256];
-    long long kb = 0;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "VmHWM: %lld kB", &kb) == 1) break;
-    fclose(f);
-    return kb * 1024;
 }

@@ -35,6 +35,7 @@ check "full recompute without num-layers" 2 "needs --recompute-num-layers betwee
 check "recompute num-layers above a stage's" 2 "needs --recompute-num-layers between 1 and 2 (the layers per pipeline stage)" 2 --pipeline-model-parallel-size 2 --recompute-granularity full --recompute-method uniform --recompute-num-layers 3 --data-path "$data"
 check "selective recompute with a method" 2 "--recompute-granularity selective takes no --recompute-method" 1 --recompute-granularity selective --recompute-method block --data-path "$data"
 check "unknown recompute granularity" 2 "--recompute-granularity" 1 --recompute-granularity partial --data-path "$data"
+check "param gather needs the distributed optimizer" 2 "--overlap-param-gather needs --use-distributed-optimizer" 2 --overlap-param-gather --data-path "$data"
 check "unknown flag" 2 "unknown flag --tensor-parallel" 2 --tensor-parallel 2 --data-path "$data"
 check "missing dataset" 1 "/nonexistent/ds" 2 --data-path /nonexistent/ds
 check "NaN gradient norm" 1 "(NaN or Inf); lower --lr" 2 --data-path "$data" --train-iters 40 --lr 1000 --init-method-std 5 --clip-grad 0 --hidden-size 64

@@ -96,6 +96,17 @@ trident_layout(pp2_vp2_dp2_eager512 4 1 1 ENV "OMPI_MCA_btl_vader_eager_limit=51
   --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 2)
 trident_layout(tp2_pp2_eager512 4 2 2 ENV "OMPI_MCA_btl_vader_eager_limit=512;OMPI_MCA_btl_vader_rndv_eager_limit=512"
   --pipeline-model-parallel-size 2 --overlap-grad-reduce)
+# The distributed optimizer (ZeRO-1): reduce-scatter, a shard of Adam per dp rank, all-gather;
+# several buckets (--ddp-bucket-size) with both overlaps; the tied embedding split over stages.
+trident_layout(distopt_dp2 2 1 2 --use-distributed-optimizer)
+trident_layout(distopt_dp4_overlap 4 1 1 --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather
+  --ddp-bucket-size 5000)
+trident_layout(distopt_tp2_pp2_dp2 8 2 1 --pipeline-model-parallel-size 2 --use-distributed-optimizer
+  --overlap-grad-reduce --ddp-bucket-size 20000)
+trident_layout(distopt_pp2_vp2_dp2 4 1 1 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 2
+  --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather --ddp-bucket-size 7000)
+trident_layout(distopt_dp4_eager512 4 1 1 ENV "OMPI_MCA_btl_vader_eager_limit=512;OMPI_MCA_btl_vader_rndv_eager_limit=512"
+  --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather --ddp-bucket-size 50000)
 
 # Activation recomputation: bitwise the run without it in the same layout (tolerance 0), and in
 # the pipeline schedules against the one-rank run.
@@ -113,6 +124,8 @@ trident_layout(rc_pp2_1f1b_full 2 1 1 --pipeline-model-parallel-size 2 --recompu
   --recompute-method uniform --recompute-num-layers 2)
 trident_layout(rc_pp2_gpipe_block 2 1 2 --pipeline-model-parallel-size 2 --pipeline-schedule gpipe
   --recompute-granularity full --recompute-method block --recompute-num-layers 2)
+trident_layout(rc_distopt_dp2_full 2 1 1 --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather
+  --ddp-bucket-size 5000 --recompute-granularity full --recompute-method block --recompute-num-layers 4)
 trident_layout(rc_tp2_pp2_vp2_selective 4 2 1 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 2
   --recompute-granularity selective)
 
@@ -141,3 +154,5 @@ unset(LAYOUT_REF)
 unset(LAYOUT_TOL)
 trident_layout(llama_rc_pp2_vp2_block 2 1 1 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 2
   --recompute-granularity full --recompute-method block --recompute-num-layers 1)
+trident_layout(llama_distopt_dp2 2 1 2 --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather
+  --ddp-bucket-size 6000)

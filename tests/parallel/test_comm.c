@@ -59,6 +59,21 @@ static void check_group(const comm *c, const char *name)
     comm_wait(ar);
     EXPECT(acc[0] == (float)n && acc[3] == (float)(n * (n - 1) / 2), "%s: iallreduce", name);
 
+    /* uneven pieces: rank i has i + 1 elements (reduce-scatter with counts, in-place all-gather) */
+    size_t cnt[64], dsp[64], tot = 0;
+    for (int i = 0; i < n; i++) dsp[i] = tot, cnt[i] = (size_t)i + 1, tot += cnt[i];
+    float vin[2100], vout[64];
+    for (size_t i = 0; i < tot; i++) vin[i] = (float)i + (float)r;
+    comm_wait(comm_ireduce_scatterv(c, vin, vout, cnt, COMM_F32, COMM_SUM));
+    for (size_t j = 0; j < cnt[r]; j++) {
+        float want = (float)n * (float)(dsp[r] + j) + (float)(n * (n - 1) / 2);
+        EXPECT(vout[j] == want, "%s: ireduce_scatterv got %g want %g", name, vout[j], want);
+    }
+    for (size_t i = 0; i < tot; i++) vin[i] = -1;
+    for (size_t j = 0; j < cnt[r]; j++) vin[dsp[r] + j] = (float)(dsp[r] + j);
+    comm_wait(comm_iallgatherv(c, vin, cnt, dsp, COMM_F32));
+    for (size_t i = 0; i < tot; i++) EXPECT(vin[i] == (float)i, "%s: iallgatherv [%zu] got %g", name, i, vin[i]);
+
     comm_barrier(c);
 }
 

@@ -368,7 +368,7 @@ static gpt_model *load_model(const char *dir)
     if (ckpt_find(dir, &meta, err, sizeof err)) fail_msg("%s", err);
     gpt_config c = ckpt_model_config(&meta, 1, T, 128);
     gpt_model *m = gpt_create(&c, g_ps, g_be, 0, c.num_layers, 1, 1);
-    ckpt_model cm = {g_ps, 1, &m, NULL, NULL};
+    ckpt_model cm = {g_ps, 1, &m, NULL, NULL, NULL, NULL};
     if (ckpt_load(&meta, &cm, 0, err, sizeof err)) fail_msg("%s", err);
     ckpt_meta_free(&meta);
     return m;
@@ -392,7 +392,7 @@ static void export_model(gpt_model *m, const char *tag, char *hfdir, size_t len,
     sub(ck, sizeof ck, name);
     snprintf(name, sizeof name, "%s_hf", tag);
     sub(hfdir, len, name);
-    ckpt_model cm = {g_ps, 1, &m, NULL, NULL};
+    ckpt_model cm = {g_ps, 1, &m, NULL, NULL, NULL, NULL};
     ckpt_progress prog = {3, 24, 0, m->cfg.seed};
     ckpt_save(ck, &cm, &prog, "{}", 0, NULL);
     ckpt_meta meta;
