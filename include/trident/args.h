@@ -81,6 +81,8 @@ typedef struct td_args {
     char *recompute_method;      /* NULL, "uniform" or "block" */
     int recompute_num_layers;
     int decoder_first_pipeline_num_layers;
+    int account_for_embedding_in_pipeline_split;
+    int account_for_loss_in_pipeline_split;
     int decoder_last_pipeline_num_layers;
     int64_t ddp_bucket_size;
     int overlap_grad_reduce;

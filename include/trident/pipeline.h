@@ -43,14 +43,26 @@ typedef struct pp_iteration {
     float *grad_in;         /* (mbs, s, h) backend memory: a received output gradient */
 } pp_iteration;
 
+/* How the decoder layers are split over the pipeline's virtual stages (vp per rank; virtual stage
+ * vs = chunk * pp + pp_rank). By default L / (pp vp) each. Megatron's uneven splits:
+ * --decoder-first/last-pipeline-num-layers (first, last >= 0; -1 not given; vp 1 only) give the
+ * first or last stage that many (0: the stage holds only the embedding, or only the output layer
+ * and the loss), the other stages sharing the rest evenly; --account-for-embedding/
+ * loss-in-pipeline-split count the embedding, or the output layer and loss, as one layer of the
+ * split: L + 1 (+ 1) shared evenly over the pp vp virtual stages, the first (last) holding one
+ * decoder layer fewer. */
+typedef struct pp_split {
+    int L, pp, vp;
+    int first, last;
+    int embedding, loss;
+} pp_split;
+
+/* 0, or -1 with one line in msg naming the flags when the split is impossible (a middle stage
+ * with no layer, a rest the stages cannot share evenly, both kinds of uneven split). */
+int pp_split_check(const pp_split *s, char *msg, size_t msglen);
+/* Virtual stage vs's layers [*layer0, *layer0 + *n) of a checked split. */
+void pp_split_layers(const pp_split *s, int vs, int *layer0, int *n);
 /* Activation slots each chunk needs for `schedule` (pass as gpt_create's max_inflight). */
-/* The layers of pipeline stage `stage` of pp (no virtual stages): [*layer0, *layer0 + *n). By
- * default L/pp each; `first` >= 0 gives the first stage that many and `last` >= 0 the last stage
- * (Megatron's --decoder-first/last-pipeline-num-layers; -1: not given; 0: the stage holds only
- * the embedding, or only the output layer and the loss), the other stages sharing the rest
- * evenly. Returns 0, or -1 with one line in msg when the split is impossible (a middle stage
- * with no layer, or a rest the middle stages cannot share evenly). */
-int pp_stage_layers(int L, int pp, int first, int last, int stage, int *layer0, int *n, char *msg, size_t msglen);
 int pp_slots_needed(pp_schedule schedule, int pp, int pp_rank, int nchunks, int num_micro);
 
 /* Runs one iteration's micro-batches with `schedule`; gradients accumulate into the chunks'

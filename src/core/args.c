@@ -134,6 +134,12 @@ static const flag_t FLAGS[] = {
     {"--decoder-last-pipeline-num-layers", A_INT, OFF(decoder_last_pipeline_num_layers), NULL, TD_CMD_TRAIN,
      "parallel", "layers of the last pipeline stage, which also holds the output layer and the loss (0: those "
      "only)", 0, 1 << 16, NULL},
+    {"--account-for-embedding-in-pipeline-split", A_BOOL, OFF(account_for_embedding_in_pipeline_split), "0",
+     TD_CMD_TRAIN, "parallel", "count the embedding as one layer when splitting layers over pipeline stages (the "
+     "first stage holds one decoder layer fewer)", 0, 0, NULL},
+    {"--account-for-loss-in-pipeline-split", A_BOOL, OFF(account_for_loss_in_pipeline_split), "0", TD_CMD_TRAIN,
+     "parallel", "count the output layer and loss as one layer when splitting layers over pipeline stages (the last "
+     "stage holds one decoder layer fewer)", 0, 0, NULL},
     {"--pipeline-schedule", A_CHOICE, OFF(pipeline_schedule), "auto", TD_CMD_TRAIN | TD_CMD_PLAN, "parallel",
      "auto: 1F1B, interleaved with virtual stages, none for one stage", 0, 0, "auto|gpipe|1f1b|interleaved"},
     {"--ddp-bucket-size", A_I64, OFF(ddp_bucket_size), "40000000", TD_CMD_TRAIN, "parallel",

@@ -51,14 +51,49 @@ static int warmup_count(pp_schedule s, int p, int rank, int v, int total)
     return w < total ? w : total;
 }
 
-int pp_stage_layers(int L, int pp, int first, int last, int stage, int *layer0, int *n, char *msg, size_t msglen)
+int pp_split_check(const pp_split *s, char *msg, size_t msglen)
 {
-    int ends = (first >= 0) + (last >= 0), middle = pp - ends;
-    int rest = L - (first > 0 ? first : 0) - (last > 0 ? last : 0);
-    if (ends && pp == 1) {
-        snprintf(msg, msglen, "--decoder-first/last-pipeline-num-layers need --pipeline-model-parallel-size > 1");
+    int L = s->L, pp = s->pp, first = s->first, last = s->last;
+    int ends = (first >= 0) + (last >= 0), accounted = s->embedding + s->loss;
+    if (ends && accounted) {
+        snprintf(msg, msglen, "--decoder-first/last-pipeline-num-layers do not combine with "
+                 "--account-for-embedding/loss-in-pipeline-split: give one kind of uneven split");
         return -1;
     }
+    if ((ends || accounted) && pp == 1) {
+        snprintf(msg, msglen, "--%s need --pipeline-model-parallel-size > 1",
+                 ends ? "decoder-first/last-pipeline-num-layers" : "account-for-embedding/loss-in-pipeline-split");
+        return -1;
+    }
+    if (ends && s->vp > 1) {
+        snprintf(msg, msglen, "--decoder-first/last-pipeline-num-layers do not combine with "
+                 "--num-layers-per-virtual-pipeline-stage (give the interleaved schedule an even split, or "
+                 "--account-for-embedding/loss-in-pipeline-split)");
+        return -1;
+    }
+    if (accounted) {
+        int V = pp * s->vp, total = L + accounted;
+        if (total % V) {
+            snprintf(msg, msglen, "--num-layers %d + %d for --account-for-%s-in-pipeline-split is not divisible by the "
+                     "%d %sstages", L, accounted, s->embedding && s->loss ? "embedding/loss" : s->embedding ? "embedding"
+                     : "loss", V, s->vp > 1 ? "virtual " : "");
+            return -1;
+        }
+        return 0; /* every stage has total / V >= 1, the ends one less */
+    }
+    if (!ends) {
+        if (L % (pp * s->vp)) {
+            if (s->vp > 1)
+                snprintf(msg, msglen, "--num-layers %d is not divisible by %d virtual stages", L, pp * s->vp);
+            else
+                snprintf(msg, msglen, "--num-layers %d is not divisible by --pipeline-model-parallel-size %d (or give "
+                         "--decoder-first/last-pipeline-num-layers or --account-for-embedding/loss-in-pipeline-split)",
+                         L, pp);
+            return -1;
+        }
+        return 0;
+    }
+    int middle = pp - ends, rest = L - (first > 0 ? first : 0) - (last > 0 ? last : 0);
     if (ends == 2 && pp == 2 && rest != 0) {
         snprintf(msg, msglen, "--decoder-first-pipeline-num-layers %d + --decoder-last-pipeline-num-layers %d is not "
                  "--num-layers %d (two stages hold them all)", first, last, L);
@@ -69,14 +104,31 @@ int pp_stage_layers(int L, int pp, int first, int last, int stage, int *layer0, 
                  "give them a positive multiple of %d", L, rest, middle, middle > 1 ? "s" : "", middle > 0 ? middle : 1);
         return -1;
     }
-    int each = middle > 0 ? rest / middle : 0;
-    int at = 0;
-    for (int s = 0; s <= stage; s++) {
-        int k = s == 0 && first >= 0 ? first : s == pp - 1 && last >= 0 ? last : each;
-        if (s == stage) *layer0 = at, *n = k;
-        at += k;
-    }
     return 0;
+}
+
+/* Layers of virtual stage vs under the split. */
+static int split_count(const pp_split *s, int vs)
+{
+    int V = s->pp * s->vp;
+    if (s->embedding || s->loss) {
+        int per = (s->L + s->embedding + s->loss) / V;
+        return per - (vs == 0 && s->embedding) - (vs == V - 1 && s->loss);
+    }
+    if (s->first < 0 && s->last < 0) return s->L / V;
+    int ends = (s->first >= 0) + (s->last >= 0), middle = s->pp - ends;
+    int rest = s->L - (s->first > 0 ? s->first : 0) - (s->last > 0 ? s->last : 0);
+    if (vs == 0 && s->first >= 0) return s->first;
+    if (vs == s->pp - 1 && s->last >= 0) return s->last;
+    return rest / middle;
+}
+
+void pp_split_layers(const pp_split *s, int vs, int *layer0, int *n)
+{
+    int at = 0;
+    for (int v = 0; v < vs; v++) at += split_count(s, v);
+    *layer0 = at;
+    *n = split_count(s, vs);
 }
 
 int pp_slots_needed(pp_schedule schedule, int pp, int pp_rank, int nchunks, int num_micro)

@@ -75,6 +75,18 @@ static int recompute_validate(const td_args *a, int most, char *msg, size_t msgl
     return 0;
 }
 
+/* The pipeline split of the flags (virtual stages from --num-layers-per-virtual-pipeline-stage,
+ * counting the embedding and loss when accounted for); unchecked. */
+static pp_split trainer_split(const td_args *a, int pp)
+{
+    pp_split s = {a->num_layers, pp, 1, trainer_first_layers(a), trainer_last_layers(a),
+                  a->account_for_embedding_in_pipeline_split, a->account_for_loss_in_pipeline_split};
+    int per = a->num_layers_per_virtual_pipeline_stage;
+    if (td_args_given(a, "--num-layers-per-virtual-pipeline-stage") && per > 0)
+        s.vp = (s.L + s.embedding + s.loss) / (pp * per);
+    return s;
+}
+
 int trainer_validate(const td_args *a, int world_size, char *msg, size_t msglen)
 {
     int tp = a->tensor_model_parallel_size, pp = a->pipeline_model_parallel_size;
@@ -107,32 +119,24 @@ int trainer_validate(const td_args *a, int world_size, char *msg, size_t msglen)
              "--pipeline-model-parallel-size %d",
              world_size, tp, pp);
     if (gpt_config_validate(a, tp, msg, msglen)) return -1;
-    int first = trainer_first_layers(a), last = trainer_last_layers(a), l0, nl;
-    if (first >= 0 || last >= 0) {
-        if (pp_stage_layers(a->num_layers, pp, first, last, 0, &l0, &nl, msg, msglen)) return -1;
-        if (td_args_given(a, "--num-layers-per-virtual-pipeline-stage"))
-            FAIL("--decoder-first/last-pipeline-num-layers do not combine with "
-                 "--num-layers-per-virtual-pipeline-stage (give the interleaved schedule an even split)");
-    } else if (a->num_layers % pp) {
-        FAIL("--num-layers %d is not divisible by --pipeline-model-parallel-size %d (or give "
-             "--decoder-first/last-pipeline-num-layers)", a->num_layers, pp);
-    }
-    int vp = 1;
+    pp_split layers_split = trainer_split(a, pp);
+    int vp = layers_split.vp;
     if (td_args_given(a, "--num-layers-per-virtual-pipeline-stage")) {
         int per = a->num_layers_per_virtual_pipeline_stage;
+        int total = a->num_layers + layers_split.embedding + layers_split.loss;
         if (pp == 1) FAIL("--num-layers-per-virtual-pipeline-stage needs --pipeline-model-parallel-size > 1");
-        if (a->num_layers % (pp * per))
-            FAIL("--num-layers %d is not divisible by --pipeline-model-parallel-size %d x "
-                 "--num-layers-per-virtual-pipeline-stage %d",
-                 a->num_layers, pp, per);
-        vp = a->num_layers / (pp * per);
+        if (total % (pp * per))
+            FAIL("--num-layers %d%s is not divisible by --pipeline-model-parallel-size %d x "
+                 "--num-layers-per-virtual-pipeline-stage %d", a->num_layers,
+                 total > a->num_layers ? " (+ the embedding and loss accounted for)" : "", pp, per);
         if (vp > PP_MAX_CHUNKS) FAIL("%d virtual stages per rank is more than %d; raise "
                                      "--num-layers-per-virtual-pipeline-stage", vp, PP_MAX_CHUNKS);
     }
-    int most = a->num_layers / pp; /* layers of the largest pipeline stage */
-    for (int st = 0; (first >= 0 || last >= 0) && st < pp; st++) {
-        TD_ASSERT(pp_stage_layers(a->num_layers, pp, first, last, st, &l0, &nl, msg, msglen) == 0);
-        if (st == 0 || nl > most) most = nl;
+    if (pp_split_check(&layers_split, msg, msglen)) return -1;
+    int most = 0; /* layers of the largest virtual stage */
+    for (int vs = 0, l0, nl; vs < pp * vp; vs++) {
+        pp_split_layers(&layers_split, vs, &l0, &nl);
+        if (nl > most) most = nl;
     }
     if (recompute_validate(a, most, msg, msglen)) return -1;
     if (a->overlap_param_gather && !a->use_distributed_optimizer)
@@ -386,16 +390,8 @@ static void setup(run_state *r, const td_args *a, comm *world)
         td_warn("--split %s leaves no validation documents: no validation runs", a->split);
 
     /* the model chunks of this rank: chunk k is virtual stage k * pp + pp_rank */
-    int per = td_args_given(a, "--num-layers-per-virtual-pipeline-stage") ? a->num_layers_per_virtual_pipeline_stage
-                                                                          : c.num_layers / ps->pp;
-    r->nchunks = c.num_layers / (ps->pp * per);
-    int stage0 = ps->pp_rank * per, stage_n = per; /* without virtual stages: this stage's layers */
-    if (trainer_first_layers(a) >= 0 || trainer_last_layers(a) >= 0) { /* an uneven split */
-        char why[256];
-        TD_ASSERT(pp_stage_layers(c.num_layers, ps->pp, trainer_first_layers(a), trainer_last_layers(a), ps->pp_rank,
-                                  &stage0, &stage_n, why, sizeof why) == 0);
-        r->nchunks = 1;
-    }
+    pp_split split = trainer_split(a, ps->pp);
+    r->nchunks = split.vp;
     TD_ASSERT(pp_schedule_parse(a->pipeline_schedule, ps->pp, r->nchunks, &r->schedule) == 0);
     int slots = pp_slots_needed(r->schedule, ps->pp, ps->pp_rank, r->nchunks, r->num_micro);
     gpt_recompute rc = {GPT_RECOMPUTE_NONE, GPT_RECOMPUTE_UNIFORM, 0};
@@ -409,8 +405,8 @@ static void setup(run_state *r, const td_args *a, comm *world)
                      a->overlap_param_gather};
     opt_shard shards[PP_MAX_CHUNKS];
     for (int k = 0; k < r->nchunks; k++) {
-        int vs = k * ps->pp + ps->pp_rank;
-        int layer0 = r->nchunks == 1 ? stage0 : vs * per, n = r->nchunks == 1 ? stage_n : per;
+        int layer0, n;
+        pp_split_layers(&split, k * ps->pp + ps->pp_rank, &layer0, &n);
         gpt_model *m = gpt_create_recompute(&c, ps, r->be, layer0, n, a->micro_batch_size, slots, &rc);
         r->chunks[k] = m;
         r->dp[k] = dp_attach(m, ps, &dpc);
@@ -459,17 +455,19 @@ static void setup(run_state *r, const td_args *a, comm *world)
         gpt_config_describe(&c, arch, sizeof arch);
         TD_INFO("model: %s; seq %d, vocab %d (padded %d): %.2fM parameters", arch, c.seq, c.vocab, c.padded_vocab,
                 (double)gpt_num_params(&c) / 1e6);
-        if (ps->pp > 1 && r->nchunks == 1) {
-            char split[512] = "";
-            for (int st = 0, l0, n; st < ps->pp; st++) {
-                char why[256], one[32];
-                TD_ASSERT(pp_stage_layers(c.num_layers, ps->pp, trainer_first_layers(a), trainer_last_layers(a), st,
-                                          &l0, &n, why, sizeof why) == 0);
-                if (n) snprintf(one, sizeof one, "%s%d-%d", st ? " | " : "", l0, l0 + n - 1);
-                else snprintf(one, sizeof one, "%snone", st ? " | " : "");
-                strncat(split, one, sizeof split - strlen(split) - 1);
+        if (ps->pp > 1) {
+            char line[1024] = "";
+            for (int vs = 0, l0, n; vs < ps->pp * r->nchunks; vs++) {
+                char one[48];
+                pp_split_layers(&split, vs, &l0, &n);
+                const char *sep = vs == 0 ? "" : vs % ps->pp == 0 ? " || " : " | ";
+                if (n) snprintf(one, sizeof one, "%s%d-%d", sep, l0, l0 + n - 1);
+                else snprintf(one, sizeof one, "%snone", sep);
+                strncat(line, one, sizeof line - strlen(line) - 1);
             }
-            TD_INFO("pipeline stages (layers): %s", split);
+            TD_INFO("pipeline %sstages (layers): %s%s%s", r->nchunks > 1 ? "virtual " : "", line,
+                    split.embedding ? "; the embedding counted as a layer" : "",
+                    split.loss ? "; the loss counted as a layer" : "");
         }
         TD_INFO("batch: micro %d x %d micro-batches x dp %d = global %d; %lld iterations", a->micro_batch_size,
                 r->num_micro, ps->dp, r->gbs, (long long)r->train_iters);

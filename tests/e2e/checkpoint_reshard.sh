@@ -25,6 +25,7 @@ reshard dp2 2 1
 reshard tp4 4 4
 reshard tp2_dp2 4 2
 reshard pp2_uneven 2 1 --pipeline-model-parallel-size 2 --decoder-last-pipeline-num-layers 1
+reshard pp2_vp3_accounted 2 1 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1 --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split
 
 # the other way: one rank -> tp2 x pp2 x dp2
 train 1 1 --train-iters 4 --save one --save-interval 2 --metrics-file one.jsonl --dump-params one.params ||

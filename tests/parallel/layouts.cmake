@@ -91,6 +91,14 @@ trident_layout(pp4_uneven 4 1 2 --pipeline-model-parallel-size 4 --decoder-first
 trident_layout(pp2_head_only 2 1 1 --pipeline-model-parallel-size 2 --decoder-last-pipeline-num-layers 0)
 trident_layout(pp4_embedding_only 4 1 1 --pipeline-model-parallel-size 4 --decoder-first-pipeline-num-layers 0
   --decoder-last-pipeline-num-layers 2)
+# Megatron's accounting: 8 layers + the embedding + the loss = 10 over pp 2, 5 a stage, so the
+# split is 0-3 | 4-7; the embedding alone over pp 3 (0-1 | 2-4 | 5-7); interleaved, 10 virtual
+# stages of one: the first only the embedding, the last only the loss
+trident_layout(pp2_account_both 2 1 1 --pipeline-model-parallel-size 2 --account-for-embedding-in-pipeline-split
+  --account-for-loss-in-pipeline-split)
+trident_layout(pp3_account_embedding 3 1 1 --pipeline-model-parallel-size 3 --account-for-embedding-in-pipeline-split)
+trident_layout(pp2_vp5_account_both 2 1 1 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1
+  --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split)
 trident_layout(pp4_vp2 4 1 1 --pipeline-model-parallel-size 4 --num-layers-per-virtual-pipeline-stage 1)
 trident_layout(pp2_vp2_dp2_eager512 4 1 1 ENV "OMPI_MCA_btl_vader_eager_limit=512;OMPI_MCA_btl_vader_rndv_eager_limit=512"
   --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 2)
