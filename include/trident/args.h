@@ -87,6 +87,7 @@ typedef struct td_args {
     int64_t ddp_bucket_size;
     int overlap_grad_reduce;
     int use_distributed_optimizer;
+    int sequence_parallel;
     int overlap_param_gather;
     double distributed_timeout_minutes;
     /* optimizer and schedule */

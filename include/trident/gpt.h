@@ -198,6 +198,10 @@ typedef struct gpt_model {
     int tp, heads_l, groups_l, ffn_l, vocab_l, vstart; /* TP-local sizes */
     int q_l, kv_l;           /* TP-local widths of the queries (n/t heads) and of keys or values */
     int mbs;                 /* micro-batch size the arena was sized for */
+    int sp;                  /* sequence parallel (ps->sequence_parallel): outside the tensor-
+                              * parallel regions (norms, dropout, residuals, the stage input and
+                              * output) a sample holds seq_l = seq / tp positions, this rank's */
+    int seq_l;               /* seq / tp with sp, else seq */
 
     float *params, *grads;   /* one buffer each, numel floats, laid out by the table */
     size_t numel;

@@ -16,6 +16,8 @@ typedef struct ps_state {
     comm *pp_group;                /* same tp_rank and dp_rank, ordered by stage */
     comm *mp_group;                /* same dp_rank: tp x pp, for the grad norm */
     comm *embd_group;              /* first and last stage (same tp, dp rank); NULL on others */
+    int sequence_parallel;         /* outside the tensor-parallel regions each tp rank holds s/tp of
+                                    * the sequence (set by the trainer before building models) */
 } ps_state;
 
 /* Builds the grid; the caller has checked that tp * pp divides the world size (collective over

@@ -18,6 +18,20 @@ static inline void tp_copy_fwd(const comm *tp, float *x, size_t n)
     (void)x;
     (void)n;
 }
+/* Sequence parallelism (Korthikanti et al. 2022): outside the tensor-parallel regions a rank holds
+ * positions [r s/t, (r + 1) s/t) of every sample, (B, s/t, C). f becomes an all-gather along the
+ * sequence (backward: reduce-scatter) and g a reduce-scatter (backward: all-gather).
+ * full (B, T, C) written = the group's local (B, T/t, C) parts in sequence order; tmp (B, T, C)
+ * is scratch. */
+void tp_sp_gather(const backend *be, const comm *tp, float *full, const float *local, float *tmp, int B, int T,
+                  int C);
+/* local (B, T/t, C) written = this rank's positions of the sum over the group of full (B, T, C);
+ * tmp (B, T, C) is scratch. */
+void tp_sp_scatter(const backend *be, const comm *tp, float *local, const float *full, float *tmp, int B, int T,
+                   int C);
+
+/* The maps below take a NULL group to mean "no reduction here": sequence parallelism reduces
+ * with a reduce-scatter instead (the caller's). */
 /* f, backward: dx (n) = sum over the group of dx. */
 void tp_copy_bwd(const comm *tp, float *dx, size_t n);
 /* g, forward: x (n) = sum over the group of x. */

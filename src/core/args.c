@@ -134,6 +134,9 @@ static const flag_t FLAGS[] = {
     {"--decoder-last-pipeline-num-layers", A_INT, OFF(decoder_last_pipeline_num_layers), NULL, TD_CMD_TRAIN,
      "parallel", "layers of the last pipeline stage, which also holds the output layer and the loss (0: those "
      "only)", 0, 1 << 16, NULL},
+    {"--sequence-parallel", A_BOOL, OFF(sequence_parallel), "0", TD_CMD_TRAIN | TD_CMD_PLAN, "parallel",
+     "split norms, dropout and residuals along the sequence over the tensor-parallel ranks (needs "
+     "--tensor-model-parallel-size > 1; --seq-length divisible by it)", 0, 0, NULL},
     {"--account-for-embedding-in-pipeline-split", A_BOOL, OFF(account_for_embedding_in_pipeline_split), "0",
      TD_CMD_TRAIN, "parallel", "count the embedding as one layer when splitting layers over pipeline stages (the "
      "first stage holds one decoder layer fewer)", 0, 0, NULL},

@@ -79,7 +79,7 @@ void attn_core_fwd(gpt_model *m, const attn_acts *a, int B, const be_drop *d_att
 void attn_fwd(gpt_model *m, attn_acts *a, const attn_params *p, float *out, const float *x, int B, const be_drop *d_att)
 {
     const gpt_config *c = &m->cfg;
-    const comm *tp = m->ps->tp_group;
+    const comm *tp = model_tp_reduce(m);
     int T = c->seq, BT = B * T, h = c->hidden, d = gpt_head_dim(c), rot = gpt_rotary_dims(c);
     int gqa = gpt_gqa(c);
     tp_column_linear_fwd(m->be, tp, a->q, x, p->qkv_w, p->qkv_b, BT, h, gqa ? m->q_l : 3 * m->q_l);
@@ -98,7 +98,7 @@ void attn_bwd(gpt_model *m, float *dx, attn_params *g, const float *dbranch, con
 {
     const gpt_config *c = &m->cfg;
     const backend *be = m->be;
-    const comm *tp = m->ps->tp_group;
+    const comm *tp = model_tp_reduce(m);
     struct gpt_scratch *s = m->scratch;
     int T = c->seq, BT = B * T, h = c->hidden, d = gpt_head_dim(c), rot = gpt_rotary_dims(c);
     int gqa = gpt_gqa(c);

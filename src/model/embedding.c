@@ -16,18 +16,35 @@ void embedding_tensors(table_builder *tb, gpt_model *m)
                      0);
 }
 
+/* Under sequence parallelism the vocab-parallel lookup's all-reduce becomes a reduce-scatter:
+ * out holds this rank's positions (B, seq_l, h), and the positions and dropout act on them. */
 void embedding_fwd(gpt_model *m, float *out, const int32_t *ids, int B, const be_drop *d)
 {
-    int T = m->cfg.seq, h = m->cfg.hidden;
-    tp_embedding_fwd(m->be, m->ps->tp_group, out, ids, m->p.wte, B * T, h, m->vstart, m->vocab_l);
-    if (m->p.wpe) be_pos_embedding_fwd(m->be, out, m->p.wpe, B, T, h, 0);
-    be_dropout_fwd(m->be, out, out, B, T, h, d);
+    int T = m->seq_l, h = m->cfg.hidden, pos0 = model_pos0(m);
+    if (m->sp) {
+        struct gpt_scratch *s = m->scratch;
+        be_embedding_fwd(m->be, s->branch, ids, m->p.wte, B * m->cfg.seq, h, m->vstart, m->vocab_l);
+        tp_sp_scatter(m->be, m->ps->tp_group, out, s->branch, s->sptmp, B, m->cfg.seq, h);
+    } else {
+        tp_embedding_fwd(m->be, m->ps->tp_group, out, ids, m->p.wte, B * T, h, m->vstart, m->vocab_l);
+    }
+    if (m->p.wpe) be_pos_embedding_fwd(m->be, out, m->p.wpe, B, T, h, pos0);
+    be_drop dl = *d;
+    dl.pos0 = pos0;
+    be_dropout_fwd(m->be, out, out, B, T, h, &dl);
 }
 
 void embedding_bwd(gpt_model *m, float *dout, const int32_t *ids, int B, const be_drop *d)
 {
-    int T = m->cfg.seq, h = m->cfg.hidden;
-    be_dropout_bwd(m->be, dout, dout, B, T, h, d);
-    if (m->g.wpe) be_pos_embedding_bwd(m->be, m->g.wpe, dout, B, T, h, 0);
-    be_embedding_bwd(m->be, m->g.wte, dout, ids, B * T, h, m->vstart, m->vocab_l);
+    int T = m->seq_l, h = m->cfg.hidden, pos0 = model_pos0(m);
+    be_drop dl = *d;
+    dl.pos0 = pos0;
+    be_dropout_bwd(m->be, dout, dout, B, T, h, &dl);
+    if (m->g.wpe) be_pos_embedding_bwd(m->be, m->g.wpe, dout, B, T, h, pos0);
+    if (m->sp) { /* every position's gradient, for this rank's vocabulary rows */
+        struct gpt_scratch *s = m->scratch;
+        tp_sp_gather(m->be, m->ps->tp_group, s->dgath, dout, s->sptmp, B, m->cfg.seq, h);
+        dout = s->dgath;
+    }
+    be_embedding_bwd(m->be, m->g.wte, dout, ids, B * m->cfg.seq, h, m->vstart, m->vocab_l);
 }

@@ -137,7 +137,7 @@ static size_t acts_layout(gpt_model *m, gpt_acts *a, const layer_acts *shared, t
     int64_t BT = (int64_t)m->mbs * m->cfg.seq, h = m->cfg.hidden;
     CARVE(&cv, a->ids, int32_t, BT);
     CARVE(&cv, a->targets, int32_t, BT);
-    CARVE(&cv, a->input, float, BT * h);
+    CARVE(&cv, a->input, float, (int64_t)m->mbs * m->seq_l * h);
     recompute_layers_carve(&cv, m, a->layers, shared);
     if (m->last) {
         norm_acts_carve(&cv, m, &a->lnf);
@@ -165,6 +165,14 @@ static size_t scratch_layout(gpt_model *m, struct gpt_scratch *s, td_arena *ar)
     CARVE(&cv, s->dfch, float, BT * (m->cfg.swiglu ? 2 : 1) * m->ffn_l);
     CARVE(&cv, s->dfch_gelu, float, BT * m->ffn_l);
     CARVE(&cv, s->dloss, float, BT);
+    if (m->sp) {
+        int64_t BTl = (int64_t)m->mbs * m->seq_l;
+        CARVE(&cv, s->gath, float, BT * h);
+        CARVE(&cv, s->dgath, float, BT * h);
+        CARVE(&cv, s->sptmp, float, BT * h);
+        CARVE(&cv, s->branch_l, float, BTl * h);
+        CARVE(&cv, s->dln_l, float, BTl * h);
+    }
     return cv.bytes;
 }
 
@@ -229,6 +237,9 @@ gpt_model *gpt_create_recompute(const gpt_config *cfg, const ps_state *ps, const
     m->vocab_l = cfg->padded_vocab / m->tp;
     m->vstart = m->vocab_l * ps->tp_rank;
     m->mbs = mbs;
+    m->sp = ps->sequence_parallel;
+    TD_ASSERT(!m->sp || cfg->seq % m->tp == 0);
+    m->seq_l = m->sp ? cfg->seq / m->tp : cfg->seq;
     m->max_inflight = max_inflight;
 
     /* the tensor table, in reverse backprop order */
@@ -350,7 +361,7 @@ float *gpt_forward(gpt_model *m, gpt_acts *a, const int32_t *ids, const float *i
         be_drop d = model_drop(m, a, training ? m->cfg.hidden_dropout : 0.0f, site_embedding(), 0);
         embedding_fwd(m, a->input, a->ids, B, &d);
     } else if (input != a->input) {
-        be_copy(be, a->input, input, (size_t)BT * h);
+        be_copy(be, a->input, input, (size_t)B * m->seq_l * h);
     }
     const float *x = a->input;
     for (int l = 0; l < m->nlayers; l++) {
@@ -361,8 +372,8 @@ float *gpt_forward(gpt_model *m, gpt_acts *a, const int32_t *ids, const float *i
     if (!m->last) return (float *)x;
 
     be_memcpy(be, a->targets, targets, (size_t)BT * sizeof(int32_t), BE_H2D);
-    norm_fwd(m, &a->lnf, &m->p.lnf, x, BT);
-    tp_column_linear_fwd(be, tp, a->logits, a->lnf.out, m->p.head_w, NULL, BT, h, m->vocab_l);
+    norm_fwd(m, &a->lnf, &m->p.lnf, x, B * m->seq_l);
+    tp_column_linear_fwd(be, tp, a->logits, model_sp_input(m, a->lnf.out, B), m->p.head_w, NULL, BT, h, m->vocab_l);
     tp_cross_entropy_fwd(be, tp, a->losses, a->maxv, a->sumexp, a->tlogit, a->logits, a->targets, BT, m->vocab_l,
                          m->vstart, m->cfg.vocab);
     if (loss_sum) {
@@ -377,28 +388,42 @@ float *gpt_forward(gpt_model *m, gpt_acts *a, const int32_t *ids, const float *i
 
 /* ---- backward ---- */
 
+/* Sequence parallelism: each tp rank's norm saw only its positions, so in the iteration's last
+ * backward (grads_final) the accumulated weight and bias grads are summed over the group, before
+ * data parallelism takes them (Megatron's all-reduce of the sequence-parallel grads). */
+static void sp_sum_norm_grads(const gpt_model *m, norm_params *g)
+{
+    if (!m->sp || !m->grads_final) return;
+    comm_allreduce(m->ps->tp_group, g->w, (size_t)m->cfg.hidden, COMM_F32, COMM_SUM);
+    if (g->b) comm_allreduce(m->ps->tp_group, g->b, (size_t)m->cfg.hidden, COMM_F32, COMM_SUM);
+}
+
 float *gpt_backward(gpt_model *m, gpt_acts *a, const float *doutput, float loss_scale)
 {
     const backend *be = m->be;
     const comm *tp = m->ps->tp_group;
     struct gpt_scratch *s = m->scratch;
-    int B = a->B, T = m->cfg.seq, BT = B * T, h = m->cfg.hidden;
+    int B = a->B, T = m->cfg.seq, BT = B * T, BTl = B * m->seq_l, h = m->cfg.hidden;
 
     if (m->last) {
         for (int i = 0; i < BT; i++) s->host[i] = loss_scale;
         be_memcpy(be, s->dloss, s->host, (size_t)BT * sizeof(float), BE_H2D);
         be_ce_bwd(be, a->logits, a->maxv, a->sumexp, a->targets, s->dloss, BT, m->vocab_l,
                   be_vocab_real(m->cfg.vocab, m->vstart, m->vocab_l), m->vstart);
-        tp_column_linear_bwd(be, tp, s->dln, m->g.head_w, NULL, a->logits, a->lnf.out, m->p.head_w, BT, h, m->vocab_l);
+        tp_column_linear_bwd(be, model_tp_reduce(m), s->dln, m->g.head_w, NULL, a->logits,
+                             model_sp_input(m, a->lnf.out, B), m->p.head_w, BT, h, m->vocab_l);
         const float *x = m->nlayers ? a->layers[m->nlayers - 1].out : a->input;
-        be_zero(be, s->dres, (size_t)BT * h);
-        norm_bwd(m, s->dres, &m->g.lnf, s->dln, x, &m->p.lnf, &a->lnf, BT);
+        be_zero(be, s->dres, (size_t)BTl * h);
+        norm_bwd(m, s->dres, &m->g.lnf, model_sp_norm_grad(m, B), x, &m->p.lnf, &a->lnf, BTl);
+        sp_sum_norm_grads(m, &m->g.lnf);
     } else {
-        be_copy(be, s->dres, doutput, (size_t)BT * h);
+        be_copy(be, s->dres, doutput, (size_t)BTl * h);
     }
     for (int l = m->nlayers - 1; l >= 0; l--) {
         recompute_before_bwd(m, a, l);
         layer_bwd(m, a, l, l ? a->layers[l - 1].out : a->input);
+        sp_sum_norm_grads(m, &m->g.layers[l].ln1);
+        sp_sum_norm_grads(m, &m->g.layers[l].ln2);
         /* layer l's last tensor in the buffer is ln1.weight: everything up to its end is final */
         if (m->grads_ready) m->grads_ready(m->grads_ready_user, (size_t)(m->g.layers[l].ln1.w - m->grads) + (size_t)h);
     }
@@ -409,6 +434,8 @@ float *gpt_backward(gpt_model *m, gpt_acts *a, const float *doutput, float loss_
 
     be_drop d = model_drop(m, a, a->training ? m->cfg.hidden_dropout : 0.0f, site_embedding(), 0);
     embedding_bwd(m, s->dres, a->ids, B, &d);
+    if (m->sp && m->grads_final && m->g.wpe)
+        comm_allreduce(tp, m->g.wpe, (size_t)m->cfg.max_pos * h, COMM_F32, COMM_SUM);
     if (m->grads_ready) m->grads_ready(m->grads_ready_user, m->numel);
     return NULL;
 }

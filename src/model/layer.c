@@ -8,6 +8,8 @@
 
 #include <stdio.h>
 
+#include "trident/tensor_parallel.h"
+
 void layer_tensors(table_builder *tb, int layer, gpt_layer *p, gpt_layer *g)
 {
     char n[64];
@@ -22,7 +24,7 @@ void layer_tensors(table_builder *tb, int layer, gpt_layer *p, gpt_layer *g)
 
 void layer_acts_carve(carver *cv, const gpt_model *m, layer_acts *a)
 {
-    int64_t BT = (int64_t)m->mbs * m->cfg.seq;
+    int64_t BT = (int64_t)m->mbs * m->seq_l; /* this rank's positions under sequence parallelism */
     int h = m->cfg.hidden;
     norm_acts_carve(cv, m, &a->ln1);
     attn_acts_carve(cv, m, &a->attn);
@@ -39,24 +41,45 @@ static void layer_drops(const gpt_model *m, const gpt_acts *acts, int L, be_drop
     *att = model_drop(m, acts, pa, site_attn_probs(L), m->ps->tp_rank * m->heads_l);
     *out = model_drop(m, acts, ph, site_attn_out(L), 0);
     *mlp = model_drop(m, acts, ph, site_mlp_out(L), 0);
+    out->pos0 = mlp->pos0 = model_pos0(m); /* the branches' dropout acts on this rank's positions */
+}
+
+/* A block's input (also the LM head's): the norm output x (B, seq_l, h), gathered along the sequence under sequence
+ * parallelism (f), else x itself. */
+const float *model_sp_input(gpt_model *m, const float *x, int B)
+{
+    if (!m->sp) return x;
+    struct gpt_scratch *s = m->scratch;
+    tp_sp_gather(m->be, m->ps->tp_group, s->gath, x, s->sptmp, B, m->cfg.seq, m->cfg.hidden);
+    return s->gath;
+}
+
+/* A block's output (B, s, h) before its reduction: sequence parallelism reduce-scatters it to this
+ * rank's positions (g); otherwise the block has all-reduced it already. */
+static const float *block_output(gpt_model *m, float *out, int B)
+{
+    if (!m->sp) return out;
+    struct gpt_scratch *s = m->scratch;
+    tp_sp_scatter(m->be, m->ps->tp_group, s->branch_l, out, s->sptmp, B, m->cfg.seq, m->cfg.hidden);
+    return s->branch_l;
 }
 
 void layer_fwd(gpt_model *m, gpt_acts *acts, int l, const float *x)
 {
     const gpt_layer *p = &m->p.layers[l];
     layer_acts *a = &acts->layers[l];
-    int B = acts->B, T = m->cfg.seq, BT = B * T, h = m->cfg.hidden;
+    int B = acts->B, T = m->seq_l, BT = B * T, h = m->cfg.hidden; /* T: this rank's positions */
     be_drop d_att, d_out, d_mlp;
     layer_drops(m, acts, m->layer0 + l, &d_att, &d_out, &d_mlp);
     float *branch = m->scratch->branch;
 
     norm_fwd(m, &a->ln1, &p->ln1, x, BT);
-    attn_fwd(m, &a->attn, &p->attn, branch, a->ln1.out, B, &d_att);
-    be_bias_dropout_add_fwd(m->be, a->res2, x, branch, p->attn.proj_b, B, T, h, &d_out);
+    attn_fwd(m, &a->attn, &p->attn, branch, model_sp_input(m, a->ln1.out, B), B, &d_att);
+    be_bias_dropout_add_fwd(m->be, a->res2, x, block_output(m, branch, B), p->attn.proj_b, B, T, h, &d_out);
 
     norm_fwd(m, &a->ln2, &p->ln2, a->res2, BT);
-    mlp_fwd(m, &a->mlp, &p->mlp, branch, a->ln2.out, BT);
-    be_bias_dropout_add_fwd(m->be, a->out, a->res2, branch, p->mlp.fc2_b, B, T, h, &d_mlp);
+    mlp_fwd(m, &a->mlp, &p->mlp, branch, model_sp_input(m, a->ln2.out, B), B * m->cfg.seq);
+    be_bias_dropout_add_fwd(m->be, a->out, a->res2, block_output(m, branch, B), p->mlp.fc2_b, B, T, h, &d_mlp);
 }
 
 void layer_attn_core_fwd(gpt_model *m, gpt_acts *acts, int l)
@@ -76,23 +99,44 @@ static const float *dropout_grad(const backend *be, float *tmp, const float *d, 
     return tmp;
 }
 
+/* Sequence parallelism, backward: a branch's output gradient d (B, seq_l, h) gathered along the
+ * sequence (g's backward); else d itself. */
+static const float *branch_grad(gpt_model *m, const float *d, int B)
+{
+    if (!m->sp) return d;
+    struct gpt_scratch *s = m->scratch;
+    tp_sp_gather(m->be, m->ps->tp_group, s->dgath, d, s->sptmp, B, m->cfg.seq, m->cfg.hidden);
+    return s->dgath;
+}
+
+/* The gradient of a norm's output from the block's input gradient in s->dln: under sequence
+ * parallelism the block left it unreduced (B, s, h) and it is reduce-scattered to this rank's
+ * positions (f's backward); else s->dln itself (all-reduced by the block). */
+const float *model_sp_norm_grad(gpt_model *m, int B)
+{
+    struct gpt_scratch *s = m->scratch;
+    if (!m->sp) return s->dln;
+    tp_sp_scatter(m->be, m->ps->tp_group, s->dln_l, s->dln, s->sptmp, B, m->cfg.seq, m->cfg.hidden);
+    return s->dln_l;
+}
+
 void layer_bwd(gpt_model *m, gpt_acts *acts, int l, const float *x)
 {
     const gpt_layer *p = &m->p.layers[l];
     gpt_layer *g = &m->g.layers[l];
     const layer_acts *a = &acts->layers[l];
     struct gpt_scratch *s = m->scratch;
-    int B = acts->B, T = m->cfg.seq, BT = B * T, h = m->cfg.hidden;
+    int B = acts->B, T = m->seq_l, BT = B * T, h = m->cfg.hidden; /* T: this rank's positions */
     be_drop d_att, d_out, d_mlp;
     layer_drops(m, acts, m->layer0 + l, &d_att, &d_out, &d_mlp);
 
     /* MLP branch; the residual's gradient is dres itself, the norm's adds to it */
-    const float *dbranch = dropout_grad(m->be, s->dtmp, s->dres, B, T, h, &d_mlp);
-    mlp_bwd(m, s->dln, &g->mlp, dbranch, &a->mlp, &p->mlp, a->ln2.out, BT);
-    norm_bwd(m, s->dres, &g->ln2, s->dln, a->res2, &p->ln2, &a->ln2, BT);
+    const float *dbranch = branch_grad(m, dropout_grad(m->be, s->dtmp, s->dres, B, T, h, &d_mlp), B);
+    mlp_bwd(m, s->dln, &g->mlp, dbranch, &a->mlp, &p->mlp, model_sp_input(m, a->ln2.out, B), B * m->cfg.seq);
+    norm_bwd(m, s->dres, &g->ln2, model_sp_norm_grad(m, B), a->res2, &p->ln2, &a->ln2, BT);
 
     /* attention branch */
-    dbranch = dropout_grad(m->be, s->dtmp, s->dres, B, T, h, &d_out);
-    attn_bwd(m, s->dln, &g->attn, dbranch, &a->attn, &p->attn, a->ln1.out, B, &d_att);
-    norm_bwd(m, s->dres, &g->ln1, s->dln, x, &p->ln1, &a->ln1, BT);
+    dbranch = branch_grad(m, dropout_grad(m->be, s->dtmp, s->dres, B, T, h, &d_out), B);
+    attn_bwd(m, s->dln, &g->attn, dbranch, &a->attn, &p->attn, model_sp_input(m, a->ln1.out, B), B, &d_att);
+    norm_bwd(m, s->dres, &g->ln1, model_sp_norm_grad(m, B), x, &p->ln1, &a->ln1, BT);
 }

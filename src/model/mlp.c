@@ -38,7 +38,7 @@ void mlp_acts_carve(carver *cv, const gpt_model *m, mlp_acts *a)
 
 void mlp_fwd(gpt_model *m, mlp_acts *a, const mlp_params *p, float *out, const float *x, int BT)
 {
-    const comm *tp = m->ps->tp_group;
+    const comm *tp = model_tp_reduce(m);
     int h = m->cfg.hidden;
     if (m->cfg.swiglu) {
         tp_column_linear_fwd(m->be, tp, a->fch, x, p->fc_w, p->fc_b, BT, h, fc_width(m));
@@ -55,7 +55,7 @@ void mlp_bwd(gpt_model *m, float *dx, mlp_params *g, const float *dbranch, const
              const float *x, int BT)
 {
     const backend *be = m->be;
-    const comm *tp = m->ps->tp_group;
+    const comm *tp = model_tp_reduce(m);
     struct gpt_scratch *s = m->scratch;
     int h = m->cfg.hidden;
     if (g->fc2_b) be_bias_bwd(be, g->fc2_b, dbranch, BT, h);

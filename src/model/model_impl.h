@@ -57,6 +57,12 @@ struct gpt_scratch {
     float *dfch_gelu;/* (BT, f/t) */
     float *dloss;    /* (BT) */
     float *host;     /* (BT) host memory: losses and d(loss) on their way across */
+    /* sequence parallelism only (NULL otherwise): */
+    float *gath;     /* (BT, h): a norm output gathered along the sequence */
+    float *dgath;    /* (BT, h): a branch's output gradient gathered along the sequence */
+    float *sptmp;    /* (BT, h): the collectives' rank-major staging */
+    float *branch_l; /* (BT/t, h): a branch output reduce-scattered to this rank's positions */
+    float *dln_l;    /* (BT/t, h): a norm output's gradient, likewise */
 };
 
 /* ---- blocks: tensors, activations, forward, backward (backward accumulates into grads) ---- */
@@ -161,6 +167,18 @@ void recompute_before_bwd(gpt_model *m, gpt_acts *acts, int l);
 
 /* ---- dropout: a site id per call site, 0 the embedding, then three per layer ---- */
 be_drop model_drop(const gpt_model *m, const gpt_acts *a, float p, int site, int unit0);
+/* The first position a sample holds outside the tensor-parallel regions: tp_rank * seq_l under
+ * sequence parallelism, else 0. */
+static inline int model_pos0(const gpt_model *m) { return m->sp ? m->ps->tp_rank * m->seq_l : 0; }
+/* The group a block's row-parallel forward and column-parallel backward all-reduce over: NULL
+ * under sequence parallelism, whose reduce-scatter the layer does instead. */
+static inline const comm *model_tp_reduce(const gpt_model *m) { return m->sp ? NULL : m->ps->tp_group; }
+/* Sequence parallelism's f (layer.c): a block's input, the norm output x (B, seq_l, h) gathered
+ * along the sequence into scratch; x itself without it. */
+const float *model_sp_input(gpt_model *m, const float *x, int B);
+/* ... and f's backward: the norm output's gradient from the block's unreduced input gradient in
+ * scratch->dln, reduce-scattered to this rank's positions; scratch->dln itself without it. */
+const float *model_sp_norm_grad(gpt_model *m, int B);
 static inline int site_embedding(void) { return 0; }
 static inline int site_attn_probs(int layer) { return 1 + 3 * layer; }
 static inline int site_attn_out(int layer) { return 2 + 3 * layer; }

@@ -17,7 +17,7 @@ void norm_tensors(table_builder *tb, int layer, int kind, const char *prefix, no
 
 void norm_acts_carve(carver *cv, const gpt_model *m, norm_acts *a)
 {
-    int64_t BT = (int64_t)m->mbs * m->cfg.seq;
+    int64_t BT = (int64_t)m->mbs * m->seq_l; /* this rank's positions under sequence parallelism */
     CARVE(cv, a->out, float, BT * m->cfg.hidden);
     if (m->cfg.norm == GPT_NORM_LAYERNORM) CARVE(cv, a->mean, float, BT);
     CARVE(cv, a->rstd, float, BT);

@@ -52,11 +52,10 @@ size_t recompute_shared_layout(gpt_model *m, layer_acts *shared, td_arena *ar)
 
 void recompute_layers_carve(carver *cv, const gpt_model *m, layer_acts *layers, const layer_acts *shared)
 {
-    int64_t BT = (int64_t)m->mbs * m->cfg.seq;
     for (int l = 0, start, end; l < m->nlayers; l++) {
         if (full_group(m, l, &start, &end)) {
             layers[l] = shared[l - start];
-            if (l == end) CARVE(cv, layers[l].out, float, BT * m->cfg.hidden);
+            if (l == end) CARVE(cv, layers[l].out, float, (int64_t)m->mbs * m->seq_l * m->cfg.hidden);
         } else if (m->rc.granularity == GPT_RECOMPUTE_SELECTIVE) {
             cv->skip_attn_core = 1;
             layer_acts_carve(cv, m, &layers[l]);

@@ -204,7 +204,7 @@ static void forward_step(run *r, int c)
     const float *input = NULL;
     /* every stage needs the sample indices (dropout keys); the ends need the tokens too */
     it->batch(it->user, micro, it->ids, it->targets, it->sample);
-    size_t act = (size_t)it->mbs * m->cfg.seq * m->cfg.hidden;
+    size_t act = (size_t)it->mbs * m->seq_l * m->cfg.hidden; /* sequence parallelism: this rank's positions */
     if (!m->first) {
         input = gpt_acts_input(a);
         comm_wait(comm_irecv(pg, (float *)input, act, COMM_F32, (vs - 1) % r->p, tag_of(r, micro, vs, 0)));
@@ -227,7 +227,7 @@ static void backward_step(run *r, int c)
     for (int i = 0; i < r->nfl[c]; i++)
         if (fl[i].micro == micro && !fl[i].backward_done) f = &fl[i];
     TD_ASSERT(f != NULL);
-    size_t act = (size_t)it->mbs * m->cfg.seq * m->cfg.hidden;
+    size_t act = (size_t)it->mbs * m->seq_l * m->cfg.hidden; /* sequence parallelism: this rank's positions */
     if (!m->last)
         comm_wait(comm_irecv(pg, it->grad_in, act, COMM_F32, (vs + 1) % r->p, tag_of(r, micro, vs, 1)));
     /* the output has arrived downstream (its gradient came back), so its send is complete */

@@ -1,9 +1,55 @@
 /* Tensor parallelism: see include/trident/tensor_parallel.h. */
 #include "trident/tensor_parallel.h"
 
-void tp_copy_bwd(const comm *tp, float *dx, size_t n) { comm_allreduce(tp, dx, n, COMM_F32, COMM_SUM); }
+void tp_copy_bwd(const comm *tp, float *dx, size_t n)
+{
+    if (tp) comm_allreduce(tp, dx, n, COMM_F32, COMM_SUM);
+}
 
-void tp_reduce_fwd(const comm *tp, float *x, size_t n) { comm_allreduce(tp, x, n, COMM_F32, COMM_SUM); }
+void tp_reduce_fwd(const comm *tp, float *x, size_t n)
+{
+    if (tp) comm_allreduce(tp, x, n, COMM_F32, COMM_SUM);
+}
+
+/* Rank-major (t, B, T/t, C) <-> sample-major (B, T, C): chunk r of sample b is positions
+ * [r T/t, (r + 1) T/t) of it. */
+static void sp_permute(const backend *be, float *dst, const float *src, int t, int B, int T, int C, int to_samples)
+{
+    size_t part = (size_t)(T / t) * C;
+    for (int r = 0; r < t; r++)
+        for (int b = 0; b < B; b++) {
+            float *rank_major = (float *)(to_samples ? src : dst) + ((size_t)r * B + b) * part;
+            float *sample_major = (float *)(to_samples ? dst : src) + (size_t)b * T * C + (size_t)r * part;
+            if (to_samples) be_copy(be, sample_major, rank_major, part);
+            else be_copy(be, rank_major, sample_major, part);
+        }
+}
+
+void tp_sp_gather(const backend *be, const comm *tp, float *full, const float *local, float *tmp, int B, int T,
+                  int C)
+{
+    int t = comm_size(tp);
+    size_t n = (size_t)B * (T / t) * C;
+    if (t == 1) {
+        if (full != local) be_copy(be, full, local, n);
+        return;
+    }
+    comm_allgather(tp, local, tmp, n, COMM_F32);
+    sp_permute(be, full, tmp, t, B, T, C, 1);
+}
+
+void tp_sp_scatter(const backend *be, const comm *tp, float *local, const float *full, float *tmp, int B, int T,
+                   int C)
+{
+    int t = comm_size(tp);
+    size_t n = (size_t)B * (T / t) * C;
+    if (t == 1) {
+        if (full != local) be_copy(be, local, full, n);
+        return;
+    }
+    sp_permute(be, tmp, full, t, B, T, C, 0);
+    comm_reduce_scatter(tp, tmp, local, n, COMM_F32, COMM_SUM);
+}
 
 void tp_column_linear_fwd(const backend *be, const comm *tp, float *out, const float *inp, const float *w,
                           const float *b, int BT, int C, int OCl)

@@ -79,6 +79,7 @@ static double chunk_workspace(const mem_layout *l, const mem_chunk *k)
     double t = l->tp, BT = (double)l->mbs * c->seq, h = c->hidden;
     double q = gpt_q_width(c) / t, kv = gpt_kv_width(c) / t, f = c->ffn / t;
     double floats = 4 * BT * h + BT * (q + 2 * kv) + BT * q + BT * (c->swiglu ? 2 : 1) * f + BT * f + 2 * BT;
+    if (l->sequence_parallel) floats += 3 * BT * h + 2 * BT / t * h; /* gathered, staging; two local */
     if (l->recompute == MEM_RECOMPUTE_FULL) {
         double full;
         layer_acts(l, BT, &full);

@@ -139,6 +139,9 @@ int trainer_validate(const td_args *a, int world_size, char *msg, size_t msglen)
         if (nl > most) most = nl;
     }
     if (recompute_validate(a, most, msg, msglen)) return -1;
+    if (a->sequence_parallel && tp > 1 && a->seq_length % tp)
+        FAIL("--sequence-parallel splits the sequence over the tensor-parallel ranks: --seq-length %d is not "
+             "divisible by --tensor-model-parallel-size %d", a->seq_length, tp);
     if (a->overlap_param_gather && !a->use_distributed_optimizer)
         FAIL("--overlap-param-gather needs --use-distributed-optimizer (only the distributed optimizer all-gathers "
              "parameters)");
@@ -313,6 +316,7 @@ static void predict_memory(run_state *r, const gpt_config *c, int slots)
     l->nchunks = r->nchunks;
     l->distributed_optimizer = a->use_distributed_optimizer && r->ps->dp > 1;
     l->bucket_elems = (double)a->ddp_bucket_size;
+    l->sequence_parallel = r->ps->sequence_parallel;
     const gpt_recompute *rc = &r->chunks[0]->rc;
     l->recompute = rc->granularity == GPT_RECOMPUTE_FULL        ? MEM_RECOMPUTE_FULL
                    : rc->granularity == GPT_RECOMPUTE_SELECTIVE ? MEM_RECOMPUTE_SELECTIVE
@@ -360,6 +364,10 @@ static void setup(run_state *r, const td_args *a, comm *world)
     r->a = a;
     r->ps = ps_init(world, a->tensor_model_parallel_size, a->pipeline_model_parallel_size);
     ps_state *ps = r->ps;
+    /* Megatron turns sequence parallelism off on one tensor-parallel rank */
+    ps->sequence_parallel = a->sequence_parallel && ps->tp > 1;
+    if (a->sequence_parallel && ps->tp == 1 && ps->world_rank == 0)
+        TD_INFO("--sequence-parallel does nothing without tensor parallelism: off");
     r->be = be_cpu(0);
     r->reporter = ps->tp_rank == 0 && ps->dp_rank == 0 && ps_is_last_stage(ps);
     gpt_config c = model_config(a, ps);
@@ -448,8 +456,9 @@ static void setup(run_state *r, const td_args *a, comm *world)
 
     r->peak_tflops = td_args_given(a, "--peak-tflops") ? a->peak_tflops : be_peak_gflops(r->be) / 1e3;
     if (ps->world_rank == 0) {
-        TD_INFO("trident %s: world %d = tp %d x pp %d x dp %d, backend %s, schedule %s (%d chunk%s per rank)",
-                TRIDENT_VERSION, ps->world_size, ps->tp, ps->pp, ps->dp, r->be->ops->name,
+        TD_INFO("trident %s: world %d = tp %d x pp %d x dp %d%s, backend %s, schedule %s (%d chunk%s per rank)",
+                TRIDENT_VERSION, ps->world_size, ps->tp, ps->pp, ps->dp,
+                ps->sequence_parallel ? " (sequence parallel)" : "", r->be->ops->name,
                 pp_schedule_name(r->schedule), r->nchunks, r->nchunks > 1 ? "s" : "");
         char arch[320];
         gpt_config_describe(&c, arch, sizeof arch);

@@ -106,6 +106,17 @@ trident_layout(tp2_pp2_eager512 4 2 2 ENV "OMPI_MCA_btl_vader_eager_limit=512;OM
   --pipeline-model-parallel-size 2 --overlap-grad-reduce)
 # The distributed optimizer (ZeRO-1): reduce-scatter, a shard of Adam per dp rank, all-gather;
 # several buckets (--ddp-bucket-size) with both overlaps; the tied embedding split over stages.
+# sequence parallelism: norms, dropout and residuals on s/t of each sample, the stage transfers
+# 1/t the size, dropout masks those of the one-rank run
+trident_layout(sp_tp2 2 2 2 --sequence-parallel)
+trident_layout(sp_tp4 4 4 1 --sequence-parallel)
+trident_layout(sp_tp2_pp2_vp2 4 2 1 --sequence-parallel --pipeline-model-parallel-size 2
+  --num-layers-per-virtual-pipeline-stage 2)
+# everything at once (issue 11): tp 2 x pp 2 x dp 2, sequence parallel, distributed optimizer
+# with both overlaps, full recomputation
+trident_layout(sp_distopt_rc_tp2_pp2_dp2 8 2 1 --sequence-parallel --pipeline-model-parallel-size 2
+  --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather --ddp-bucket-size 20000
+  --recompute-granularity full --recompute-method uniform --recompute-num-layers 2)
 trident_layout(distopt_dp2 2 1 2 --use-distributed-optimizer)
 trident_layout(distopt_dp4_overlap 4 1 1 --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather
   --ddp-bucket-size 5000)
@@ -162,5 +173,8 @@ unset(LAYOUT_REF)
 unset(LAYOUT_TOL)
 trident_layout(llama_rc_pp2_vp2_block 2 1 1 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 2
   --recompute-granularity full --recompute-method block --recompute-num-layers 1)
+trident_layout(llama_sp_tp2 2 2 2 --sequence-parallel)
+trident_layout(llama_sp_distopt_rc_tp2_pp2_dp2 8 2 1 --sequence-parallel --pipeline-model-parallel-size 2
+  --use-distributed-optimizer --recompute-granularity selective)
 trident_layout(llama_distopt_dp2 2 1 2 --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather
   --ddp-bucket-size 6000)
