@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Parallel efficiency on one machine: the same model and global batch trained on one rank with
-# all cores, and on 2 ranks x 1 thread as tp 2, pp 2 (1F1B, 8 micro-batches; even, and with the
-# last stage holding a quarter of the layers beside the output layer and loss) and dp 2.
+# all cores, and on 2 ranks x 1 thread as tp 2 (with and without sequence parallelism), pp 2
+# (1F1B, 8 micro-batches: even, the last stage holding a quarter of the layers beside the output
+# layer and loss, or only those; and the last with gbs micro-batches of one sample) and dp 2.
 # Prints tokens/s of each, the ratio to one rank, and the time each layout spends blocked in
 # communication per iteration (on the reporting rank). Usage:
 #   bench/parallel_scaling.sh [--layers 8 --hidden 512 --heads 8 --seq 128 --gbs 16 --iters 6]
@@ -52,8 +53,11 @@ read -r base_tok base_comm base_ms < <(run one 1 "$cores" --micro-batch-size 2)
 printf "%-34s %10s %8s %12s %10s\n" layout tokens/s ratio "iter (ms)" "comm (ms)"
 printf "%-34s %10.1f %8s %12.1f %10.1f\n" "1 rank x $cores threads" "$base_tok" 1.00 "$base_ms" "$base_comm"
 for spec in "tp2|--tensor-model-parallel-size 2 --make-vocab-size-divisible-by 128 --micro-batch-size 2" \
+            "tp2-sp (sequence parallel)|--tensor-model-parallel-size 2 --make-vocab-size-divisible-by 128 --micro-batch-size 2 --sequence-parallel" \
             "pp2 (1F1B, $((gbs / (gbs / 8))) micro-batches)|--pipeline-model-parallel-size 2 --micro-batch-size $((gbs / 8))" \
             "pp2-uneven (last stage $((layers / 4)) layers + head)|--pipeline-model-parallel-size 2 --micro-batch-size $((gbs / 8)) --decoder-last-pipeline-num-layers $((layers / 4))" \
+            "pp2-headonly (last stage: head + loss only)|--pipeline-model-parallel-size 2 --micro-batch-size $((gbs / 8)) --decoder-last-pipeline-num-layers 0" \
+            "pp2-headonly-m$gbs (the same, $gbs micro-batches of 1)|--pipeline-model-parallel-size 2 --micro-batch-size 1 --decoder-last-pipeline-num-layers 0" \
             "dp2|--micro-batch-size 2"; do
   name=${spec%%|*}; flags=${spec#*|}
   read -r tok comm ms < <(run "$(echo "$name" | cut -d' ' -f1)" 2 1 $flags)
