@@ -104,10 +104,13 @@ static void init_params(gpt_model *m, const tensor_slot *slots)
 {
     const gpt_config *c = &m->cfg;
     float std_out = c->init_std / sqrtf(2.0f * (float)c->num_layers);
-    float *host = td_xmalloc(m->numel * sizeof(float));
+    /* one tensor at a time through a host buffer of the largest: no second copy of the model */
+    size_t most = 1;
+    for (int i = 0; i < m->ntensors; i++)
+        if (m->table[i].numel > most) most = m->table[i].numel;
+    float *dst = td_xmalloc(most * sizeof(float));
     for (int i = 0; i < m->ntensors; i++) {
         const gpt_tensor_info *t = &m->table[i];
-        float *dst = host + t->offset;
         switch (slots[i].init) {
         case INIT_NORMAL: init_normal_slice(dst, t, c->seed, slots[i].stream, c->init_std); break;
         case INIT_NORMAL_OUT: init_normal_slice(dst, t, c->seed, slots[i].stream, std_out); break;
@@ -116,9 +119,9 @@ static void init_params(gpt_model *m, const tensor_slot *slots)
             break;
         case INIT_ZEROS: memset(dst, 0, t->numel * sizeof(float)); break;
         }
+        be_memcpy(m->be, m->params + t->offset, dst, t->numel * sizeof(float), BE_H2D);
     }
-    be_memcpy(m->be, m->params, host, m->numel * sizeof(float), BE_H2D);
-    free(host);
+    free(dst);
 }
 
 /* ---- activations ---- */
