@@ -409,8 +409,9 @@ static void setup(run_state *r, const td_args *a, comm *world)
         if (full && strcmp(a->recompute_method, "block") == 0) rc.method = GPT_RECOMPUTE_BLOCK;
         if (full) rc.num_layers = a->recompute_num_layers;
     }
-    dp_config dpc = {(size_t)a->ddp_bucket_size, a->overlap_grad_reduce, a->use_distributed_optimizer,
-                     a->overlap_param_gather};
+    /* on one data-parallel rank the distributed optimizer is the plain one (no second grad buffer) */
+    int distributed = a->use_distributed_optimizer && ps->dp > 1;
+    dp_config dpc = {(size_t)a->ddp_bucket_size, a->overlap_grad_reduce, distributed, a->overlap_param_gather};
     opt_shard shards[PP_MAX_CHUNKS];
     for (int k = 0; k < r->nchunks; k++) {
         int layer0, n;
@@ -423,7 +424,7 @@ static void setup(run_state *r, const td_args *a, comm *world)
         r->nshard_ranges[k] = shards[k].nranges;
     }
     opt_adamw_hparams hp = {a->adam_beta1, a->adam_beta2, a->adam_eps, a->weight_decay};
-    r->opt = opt_adamw_create(r->be, ps, r->chunks, r->nchunks, shards, a->use_distributed_optimizer, &hp);
+    r->opt = opt_adamw_create(r->be, ps, r->chunks, r->nchunks, shards, distributed, &hp);
     predict_memory(r, &c, slots);
 
     opt_decay_style style;
@@ -499,7 +500,8 @@ static void setup(run_state *r, const td_args *a, comm *world)
         for (int k = 0; k < r->nchunks; k++) numel += r->chunks[k]->numel;
         size_t st = opt_adamw_state_numel(r->opt);
         TD_INFO("optimizer: AdamW %s (%d bucket%s per chunk); state on this rank %.2f MB: both moments of %zu of its "
-                "%zu parameters", a->use_distributed_optimizer ? "distributed over dp" : "replicated over dp",
+                "%zu parameters", r->opt->sharded ? "distributed over dp" : a->use_distributed_optimizer ? "on one dp rank (the "
+                "distributed optimizer is the plain one)" : "replicated over dp",
                 dp_num_buckets(r->dp[0]), dp_num_buckets(r->dp[0]) > 1 ? "s" : "", (double)st * sizeof(float) / 1e6,
                 st / 2, numel);
     }
