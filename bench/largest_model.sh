@@ -25,12 +25,7 @@ ranks=8 seq=1024 gbs=16
 for ((i = 0; i < ${#args[@]}; i += 2)); do
   case ${args[i]} in --ranks) ranks=${args[i+1]} ;; --seq) seq=${args[i+1]} ;; --gbs) gbs=${args[i+1]} ;; esac
 done
-if [ ! -f "$work/ts_text_document.idx" ]; then
-  mkdir -p "$work"
-  "$root/scripts/text-to-jsonl.sh" "$data/tinyshakespeare.txt" "$work/ts.jsonl"
-  "$build/trident" preprocess --input "$work/ts.jsonl" --output-prefix "$work/ts" --vocab-file "$data/gpt2/vocab.json" \
-    --merge-file "$data/gpt2/merges.txt" --append-eod 2>/dev/null
-fi
+"$root/bench/shakespeare.sh" "$build/trident" "$data" "$work" >/dev/null
 n=0
 grep 'parameters:' "$build/largest_model.txt" | while read -r line; do
   n=$((n + 1))

@@ -27,11 +27,7 @@ build=${BUILD:-$root/build}
 data=$("$root/scripts/get-data.sh")
 work=${WORK:-$build/bench}
 mkdir -p "$work"
-if [ ! -f "$work/ts_text_document.idx" ]; then
-  "$root/scripts/text-to-jsonl.sh" "$data/tinyshakespeare.txt" "$work/ts.jsonl"
-  "$build/trident" preprocess --input "$work/ts.jsonl" --output-prefix "$work/ts" --vocab-file "$data/gpt2/vocab.json" \
-    --merge-file "$data/gpt2/merges.txt" --append-eod 2>/dev/null
-fi
+"$root/bench/shakespeare.sh" "$build/trident" "$data" "$work" >/dev/null
 common=(--data-path "$work/ts_text_document" --vocab-file "$data/gpt2/vocab.json" --merge-file "$data/gpt2/merges.txt"
   --split 100,0,0 --train-iters "$iters" --eval-iters 0 --hidden-dropout 0 --attention-dropout 0 --lr 1e-4
   --log-interval 1000 --peak-tflops 1)

@@ -22,11 +22,7 @@ build=${BUILD:-$root/build}
 data=$("$root/scripts/get-data.sh")
 work=${WORK:-$build/bench}
 mkdir -p "$work"
-if [ ! -f "$work/ts_text_document.idx" ]; then
-  "$root/scripts/text-to-jsonl.sh" "$data/tinyshakespeare.txt" "$work/ts.jsonl"
-  "$build/trident" preprocess --input "$work/ts.jsonl" --output-prefix "$work/ts" --vocab-file "$data/gpt2/vocab.json" \
-    --merge-file "$data/gpt2/merges.txt" --append-eod 2>/dev/null
-fi
+"$root/bench/shakespeare.sh" "$build/trident" "$data" "$work" >/dev/null
 cores=$(nproc)
 common=(--data-path "$work/ts_text_document" --vocab-file "$data/gpt2/vocab.json" --merge-file "$data/gpt2/merges.txt"
   --split 100,0,0 --num-layers "$layers" --hidden-size "$hidden" --num-attention-heads "$heads" --seq-length "$seq"

@@ -28,10 +28,7 @@ data=$("$root/scripts/get-data.sh")
 work=${WORK:-$build/bench-recompute}
 mkdir -p "$work"
 tok=(--vocab-file "$data/gpt2/vocab.json" --merge-file "$data/gpt2/merges.txt")
-if [ ! -f "$work/ts_text_document.idx" ]; then
-  "$root/scripts/text-to-jsonl.sh" "$data/tinyshakespeare.txt" "$work/ts.jsonl"
-  "$build/trident" preprocess --input "$work/ts.jsonl" --output-prefix "$work/ts" "${tok[@]}" --append-eod 2>/dev/null
-fi
+"$root/bench/shakespeare.sh" "$build/trident" "$data" "$work" >/dev/null
 IFS=x: read -r layers hidden heads mbs seq <<<"$shape"
 
 mode_flags() {
