@@ -44,7 +44,8 @@ typedef struct {
     double acts_micro;               /* saved activations of one micro-batch, all chunks */
     double acts;                     /* ... times the micro-batches in flight */
     double workspace;                /* shared per chunk: the backward's gradients, recomputation buffers */
-    double comm;                     /* dp > 1: MPI's temporary for a bucket's reduction */
+    double comm;                     /* MPI's temporaries: a bucket's reduction (dp > 1), the tied
+                                      * embedding's sum over the first and last stage */
     double total;                    /* the sum of the above */
 } mem_prediction;
 

@@ -113,6 +113,11 @@ void mem_predict(const mem_layout *l, mem_prediction *p)
         double bucket = l->bucket_elems > 0 && l->bucket_elems < numel ? l->bucket_elems : numel;
         p->comm = 4.0 * bucket;
     }
+    /* a tied word embedding split over the first and last stage: its grads' sum over the two is
+     * a non-blocking all-reduce, which Open MPI stages through a copy (measured at pp 8) */
+    for (int i = 0; i < l->nchunks; i++)
+        if (l->chunk[i].first != l->chunk[i].last && !l->cfg.untied)
+            p->comm += 4.0 * l->cfg.padded_vocab / l->tp * l->cfg.hidden;
     p->total = p->params + p->grads + p->optimizer + p->acts + p->workspace + p->comm;
 }
 

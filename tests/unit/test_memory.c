@@ -136,6 +136,14 @@ static void test_layout_terms(void **state)
     assert_true(fabs(a.optimizer - 2 * a.params) < 1e-6 * a.params);
     assert_true(fabs(a.acts - 3 * a.acts_micro) < 1e-6 * a.acts);
     assert_true(a.comm > 0);
+    /* the first stage of a pipeline with a tied embedding: + the embedding's all-reduce copy */
+    l.dp = 1;
+    l.distributed_optimizer = 0;
+    mem_predict(&l, &a);
+    assert_true(a.comm == 0);
+    l.chunk[0] = (mem_chunk){4, 1, 0, 3};
+    mem_predict(&l, &b);
+    assert_true(fabs(b.comm - 4.0 * l.cfg.padded_vocab * l.cfg.hidden) < 1e-6 * b.comm);
     assert_true(fabs(a.total - (a.params + a.grads + a.optimizer + a.acts + a.workspace + a.comm)) < 1e-6 * a.total);
 }
 
