@@ -3,7 +3,8 @@
 # peer_torch_gpt2.py, Debian's python3-torch), back to back in one run, same shapes, all cores.
 #
 # Usage: bench/cpu_gpt2.sh [--arch gpt2|llama] [--shapes LIST] [--steps N] [--repeat R] [--threads T]
-#                          [--blas-core auto|env|NAME] [--peer-blas-core env|NAME] [--no-peer]
+#                          [--precision fp32|bf16] [--blas-core auto|env|NAME] [--peer-blas-core env|NAME]
+#                          [--no-peer]
 #   --arch     gpt2 (default): GPT-2 against ../shared/bench/peer_torch_gpt2.py, GPT-2's BPE;
 #              llama: RMSNorm, rope, SwiGLU (ffn 8h/3 rounded to 64, 2048 at h 768), grouped-query
 #              attention (heads/3 query groups), no biases, untied output, Llama 3's tokenizer.json
@@ -11,24 +12,28 @@
 #   --shapes   comma-separated, each LAYERSxHIDDENxHEADS:MBSxSEQ, or the names
 #              small (12x768x12:4x64, GPT-2 124M), long (12x768x12:8x256), large (24x1024x16:8x256);
 #              default small,long,large
+#   --precision  fp32 (default), or bf16: trident --bf16 against the peer's bf16 autocast (gpt2 only)
 #   --repeat   trident and the peer alternate R times per shape (the machine may be shared: the
 #              ratio of each pair is printed, then the median ratio)
-#   --blas-core  OpenBLAS kernels for trident: auto (default) = SkylakeX where the CPU has AVX-512,
-#              else the environment's choice; env = leave OPENBLAS_CORETYPE as it is; or a core name
-#   --peer-blas-core  the same for the peer: same (default: the kernels trident gets, so both sides
-#              run the same GEMMs), env (the peer as installed here), or a core name
+#   --blas-core  OpenBLAS kernels for trident: env (default) = OPENBLAS_CORETYPE as it is (unset,
+#              trident picks the CPU's best itself); auto = SkylakeX where the CPU has AVX-512; or a core name
+#   --peer-blas-core  the same for the peer: same (default: the kernels trident runs, read from its
+#              log, so both sides run the same GEMMs), env (the peer as installed here), or a core name
 # Per shape it prints, for trident: best and median step time, tokens/s, MFU against the sgemm
 # peak measured in the same process, the time breakdown of an iteration, AdamW against the copy
 # bandwidth measured in the same process, peak RSS against trident's memory prediction
 # (docs/memory.md); for the peer: best step time and tokens/s; then the ratio.
-# Environment: BUILD (default build-bench, configured with TRIDENT_NATIVE=${NATIVE:-ON}), WORK.
+# Environment: BUILD (default build-bench, configured with TRIDENT_NATIVE=${NATIVE:-OFF}: the
+# portable build a new user gets; NATIVE=ON for -march=native), WORK.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-shapes=small,long,large steps=6 repeat=1 threads=$(nproc) blas_core=auto peer_core=same peer=1 arch=gpt2
+shapes=small,long,large steps=6 repeat=1 threads=$(nproc) blas_core=env peer_core=same peer=1 arch=gpt2
+precision=fp32
 while [ $# -gt 0 ]; do
   case $1 in
     --shapes) shapes=$2 ;; --steps) steps=$2 ;; --repeat) repeat=$2 ;; --threads) threads=$2 ;;
     --blas-core) blas_core=$2 ;; --peer-blas-core) peer_core=$2 ;; --arch) arch=$2 ;;
+    --precision) precision=$2 ;;
     --no-peer) peer=0; shift; continue ;;
     # the single-shape options of the first version of this script
     --layers|--hidden|--heads|--mbs|--seq)
@@ -36,6 +41,12 @@ while [ $# -gt 0 ]; do
     *) echo "cpu_gpt2.sh: unknown option $1" >&2; exit 2 ;;
   esac; shift 2
 done
+case $precision in
+  fp32) tprec=() pprec=() ;;
+  bf16) tprec=(--bf16) pprec=(--bf16)
+        [ "$arch" = gpt2 ] || { echo "cpu_gpt2.sh: --precision bf16 only with --arch gpt2" >&2; exit 2; } ;;
+  *) echo "cpu_gpt2.sh: --precision fp32 or bf16" >&2; exit 2 ;;
+esac
 build=${BUILD:-$root/build-bench}
 case $arch in
   gpt2) peer_py=$root/../shared/bench/peer_torch_gpt2.py ;;
@@ -48,7 +59,7 @@ if [ "$peer" = 1 ] && ! $pyt -c "import torch" 2>/dev/null; then
   else echo "cpu_gpt2.sh: the peer needs Debian's python3-torch: apt-get install python3-torch" >&2; exit 1; fi
 fi
 if [ ! -x "$build/trident" ]; then
-  cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DTRIDENT_NATIVE="${NATIVE:-ON}" >/dev/null
+  cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DTRIDENT_NATIVE="${NATIVE:-OFF}" >/dev/null
   cmake --build "$build" -j "$(nproc)" >/dev/null
 fi
 data=$("$root/scripts/get-data.sh")
@@ -82,7 +93,17 @@ core_env() { # how to set OPENBLAS_CORETYPE for a choice: prints env arguments
   esac
 }
 tenv=$(core_env "$blas_core")
-if [ "$peer_core" = same ]; then penv=$tenv; else penv=$(core_env "$peer_core"); fi
+if [ "$peer_core" = same ]; then
+  # the OpenBLAS kernels trident runs (it may choose them itself at start-up): from a one-step run's log
+  same_core() {
+    [ -n "$tenv" ] && { echo "$tenv"; return; }
+    env OMP_NUM_THREADS=1 "$build/trident" train --data-path "$work/ts_${arch}_text_document" "${tok[@]}" --split 100,0,0 \
+      $(model_flags 3) --num-layers 1 --hidden-size 96 --num-attention-heads 3 --micro-batch-size 1 --seq-length 16 \
+      --train-iters 1 --eval-iters 0 --log-interval 1000 --lr 1e-4 2>&1 |
+      grep -o 'OpenBLAS [A-Za-z0-9]* sgemm' | awk '{print "OPENBLAS_CORETYPE=" $2}'
+  }
+  penv=$(same_core)
+else penv=$(core_env "$peer_core"); fi
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), avx512 $avx512, load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "OpenBLAS kernels: trident ${tenv:-OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-(auto)}}, peer ${penv:-OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-(auto)}}; build $build"
 
@@ -94,7 +115,7 @@ run_trident() { # layers hidden heads mbs seq -> prints "best median tokens mfu"
     "${tok[@]}" --split 100,0,0 $(model_flags "$3") \
     --num-layers "$1" --hidden-size "$2" --num-attention-heads "$3" --micro-batch-size "$4" --seq-length "$5" \
     --global-batch-size "$4" --train-iters "$steps" --eval-iters 0 --hidden-dropout 0 --attention-dropout 0 \
-    --lr 1e-4 --metrics-file "$metrics" --log-interval 1000 > "$log" 2>&1
+    --lr 1e-4 --metrics-file "$metrics" --log-interval 1000 "${tprec[@]}" > "$log" 2>&1
   $pyt - "$metrics" <<'PY'
 import json, sys, statistics
 rows = [json.loads(l) for l in open(sys.argv[1])][1:]  # the first step warms up
@@ -107,7 +128,7 @@ PY
 run_peer() { # layers hidden heads mbs seq -> prints "best tokens"
   # shellcheck disable=SC2086
   env $penv OMP_NUM_THREADS="$threads" $pyt "$peer_py" --layers "$1" --hidden "$2" --heads "$3" --mbs "$4" \
-    --seq "$5" --steps "$steps" --threads "$threads" $(peer_flags "$3" "$2") > "$work/peer.out" 2>&1 || { cat "$work/peer.out" >&2; return 1; }
+    --seq "$5" --steps "$steps" --threads "$threads" $(peer_flags "$3" "$2") "${pprec[@]}" > "$work/peer.out" 2>&1 || { cat "$work/peer.out" >&2; return 1; }
   echo "$(grep -o 'best_step_ms [0-9.]*' "$work/peer.out" | grep -o '[0-9.]*$') $(grep -o 'tokens_per_s [0-9.]*' "$work/peer.out" | grep -o '[0-9.]*$')"
 }
 
@@ -118,7 +139,7 @@ for shape in "${list[@]}"; do
   esac
   IFS='x:' read -r L H NH MB S <<<"$shape"
   echo
-  echo "== $arch: $L layers, hidden $H, $NH heads, micro-batch $MB x seq $S, fp32, AdamW, $threads threads, $steps steps (load $(cut -d' ' -f1 /proc/loadavg))"
+  echo "== $arch: $L layers, hidden $H, $NH heads, micro-batch $MB x seq $S, $precision, AdamW, $threads threads, $steps steps (load $(cut -d' ' -f1 /proc/loadavg))"
   ratios=()
   for ((r = 1; r <= repeat; r++)); do
     read -r tbest tmed ttok tmfu < <(run_trident "$L" "$H" "$NH" "$MB" "$S")

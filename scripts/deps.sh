@@ -2,7 +2,7 @@
 # Install the Debian packages trident builds and tests with, if any are missing.
 # As root: apt-get update + apt-get install. Otherwise: print the exact command and fail.
 set -euo pipefail
-pkgs=(build-essential cmake pkg-config libopenblas-openmp-dev libopenmpi-dev openmpi-bin
+pkgs=(build-essential cmake pkg-config libopenblas-openmp-dev libdnnl-dev libopenmpi-dev openmpi-bin
       libpcre2-dev libcjson-dev libcmocka-dev zlib1g-dev libzstd-dev libicu-dev)
 [ "${1:-}" = "--fuzz" ] && pkgs+=(clang)
 missing=()

@@ -88,6 +88,12 @@ typedef struct td_args {
     int overlap_grad_reduce;
     int use_distributed_optimizer;
     int sequence_parallel;
+    int bf16, fp16;            /* mixed precision */
+    char *dtype;               /* convert --to hf: F32, F16 or BF16 */
+    double loss_scale;         /* constant loss scale (given or not) */
+    double initial_loss_scale, min_loss_scale;
+    int64_t loss_scale_window;
+    int hysteresis;
     int overlap_param_gather;
     double distributed_timeout_minutes;
     /* optimizer and schedule */

@@ -39,7 +39,8 @@ void bd_stop(bd_state *b, bd_region r);
 
 /* What the numbers are held against; zeros leave a comparison out. */
 typedef struct bd_limits {
-    double peak_gflops;     /* the sgemm peak, for GEMM efficiency */
+    double peak_gflops;     /* the GEMM peak in the GEMMs' dtype, for their efficiency */
+    const char *peak_name;  /* " of the sgemm peak", " of the bf16 GEMM peak" */
     double copy_gbps;       /* STREAM-like copy bandwidth, for AdamW */
     double adamw_bytes;     /* bytes AdamW reads + writes per iteration (28 per parameter) */
 } bd_limits;

@@ -28,6 +28,12 @@ typedef struct ckpt_progress {
     int64_t consumed_train; /* training samples consumed */
     int64_t consumed_valid; /* validation samples consumed */
     uint64_t seed;
+    /* mixed precision (meta.json "skipped_iterations", "loss_scale"; absent: 0, none) */
+    int64_t skipped;        /* iterations whose step was skipped by an overflow: Adam steps = iteration - skipped */
+    int has_loss_scale;     /* the run had a loss scale; then: */
+    double loss_scale;
+    int64_t growth_tracker;
+    int hysteresis_tracker;
 } ckpt_progress;
 
 /* What one rank holds: its model chunks (virtual stages) and their Adam moments. */

@@ -9,11 +9,14 @@
 
 #include "trident/checkpoint.h"
 #include "trident/comm.h"
+#include "trident/safetensors.h"
 
 /* Writes OUT/config.json and OUT/model.safetensors (each through a temporary name, fsynced,
  * renamed) from the parameters of checkpoint `meta`, whatever layout wrote it. The padded rows
- * of the word embedding are dropped. Returns 0, or -1 with one line in err. */
-int hf_export(const ckpt_meta *meta, const char *out, char *err, size_t errlen);
+ * of the word embedding are dropped. The tensors are written as `dtype` (ST_F32, or ST_F16 or
+ * ST_BF16 rounded to nearest even from the fp32 master weights; config.json's torch_dtype says
+ * which). Returns 0, or -1 with one line in err. */
+int hf_export(const ckpt_meta *meta, const char *out, st_dtype dtype, char *err, size_t errlen);
 
 /* Reads a transformers GPT-2 folder (config.json, model.safetensors; F32, F16 or BF16; names
  * with or without the "transformer." prefix; lm_head.weight, if present, must equal wte) and

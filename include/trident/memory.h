@@ -32,6 +32,8 @@ typedef struct {
     int recompute_block;       /* full: 1 block method (first N layers of a chunk), 0 uniform (groups of N) */
     int recompute_num_layers;
     double bucket_elems;       /* --ddp-bucket-size (0: one bucket per chunk) */
+    int lowp;                  /* GEMMs in bf16 or fp16 (--bf16, --fp16): the weights' copies */
+    int lowp_widened;          /* ... widened to fp32 for sgemm (fp16, or no AVX512-BF16) */
 } mem_layout;
 
 enum { MEM_RECOMPUTE_NONE, MEM_RECOMPUTE_SELECTIVE, MEM_RECOMPUTE_FULL };
@@ -44,6 +46,8 @@ typedef struct {
     double acts_micro;               /* saved activations of one micro-batch, all chunks */
     double acts;                     /* ... times the micro-batches in flight */
     double workspace;                /* shared per chunk: the backward's gradients, recomputation buffers */
+    double lowp;                     /* --bf16/--fp16: the weights' 2-byte copies and the GEMMs'
+                                      * conversion scratch */
     double comm;                     /* MPI's temporaries: a bucket's reduction (dp > 1), the tied
                                       * embedding's sum over the first and last stage */
     double total;                    /* the sum of the above */

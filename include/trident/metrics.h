@@ -12,7 +12,8 @@ typedef struct met_record {
     double lr;
     double grad_norm;
     double loss_scale;
-    int skipped;
+    int skipped;             /* this iteration's step was skipped (a loss-scale overflow) */
+    int64_t skipped_total;   /* ... and how many were, so far */
     double tokens_per_s;
     double model_tflops_per_rank;
     double mfu;              /* fraction of the peak, 0..1 */

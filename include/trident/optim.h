@@ -41,6 +41,8 @@ typedef struct opt_adamw {
     float *m[OPT_MAX_CHUNKS], *v[OPT_MAX_CHUNKS]; /* moments per chunk in shard order, zeroed; laid
                                                    * out as the parameters when not sharded */
     opt_adamw_hparams hp;
+    int check_all_finite; /* the grad norm is Inf when any stepped gradient is not finite, also one
+                           * it does not count (loss scaling: an overflow must skip the step) */
 } opt_adamw;
 
 /* shards: one per chunk; `sharded`: they split the chunk over the data-parallel group (the
@@ -75,5 +77,25 @@ double opt_lr_at(const opt_lr_schedule *s, int64_t iter);
 /* Factor to multiply gradients by so their global norm is at most max_norm (1 when max_norm
  * is 0 or the norm is already small enough). */
 double opt_clip_factor(double grad_norm, double max_norm);
+
+/* ---- loss scaling for --fp16 (and a constant --loss-scale): Megatron's grad scalers ----
+ * The backward starts from d(loss) * scale, so small fp16 gradients do not flush to zero; the
+ * optimizer divides it out. A step whose gradients hold an Inf or NaN (an fp16 overflow; found by
+ * the grad norm, which every rank of the model-parallel group shares) is skipped. The dynamic
+ * scaler then counts down `hysteresis` overflows before halving the scale (not below min_scale),
+ * and doubles it after `window` steps in a row without one (resetting the count-down). */
+typedef struct {
+    int dynamic;             /* 0: constant scale (--loss-scale) */
+    double scale, min_scale;
+    int64_t window;          /* --loss-scale-window */
+    int hysteresis;          /* --hysteresis */
+    int64_t growth_tracker;  /* steps since the last overflow or growth */
+    int hysteresis_tracker;  /* overflows left before the next halving */
+} opt_loss_scaler;
+
+void opt_loss_scaler_init(opt_loss_scaler *s, int dynamic, double scale, double min_scale, int64_t window,
+                          int hysteresis);
+/* After a step's gradients: found_inf says they overflowed (the step is skipped). */
+void opt_loss_scaler_update(opt_loss_scaler *s, int found_inf);
 
 #endif

@@ -25,6 +25,7 @@ const char *be_op_name(be_op op)
 void be_free(backend *be)
 {
     if (!be) return;
+    be_lowp_free(be);
     free(be);
 }
 

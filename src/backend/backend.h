@@ -23,6 +23,14 @@ typedef struct backend backend;
 
 typedef enum { BE_H2D, BE_D2H, BE_D2D } be_copy_kind;
 
+/* Element types of backend buffers. Every kernel takes fp32 unless its contract names a dtype:
+ * the low-precision GEMMs and the conversions below. bf16 is the top half of an IEEE float
+ * (8-bit exponent, 7-bit mantissa); fp16 is IEEE binary16 (5-bit exponent, 10-bit mantissa,
+ * largest finite 65504). Both are stored as uint16_t. */
+typedef enum { BE_F32 = 0, BE_BF16 = 1, BE_F16 = 2 } be_dtype;
+static inline size_t be_dtype_size(be_dtype t) { return t == BE_F32 ? 4 : 2; }
+static inline const char *be_dtype_name(be_dtype t) { return t == BE_BF16 ? "bf16" : t == BE_F16 ? "fp16" : "fp32"; }
+
 /* Where a dropout mask lives in the logical model: the mask of an element is a pure function of
  * (seed, sample, site, position, unit) — never of rank or layout — and is regenerated, not
  * stored. p == 0 (or a NULL be_drop) is exactly the identity. */
@@ -58,6 +66,23 @@ struct be_ops {
      * Any of dinp, dw, db may be NULL. dout (BT, OC). */
     void (*matmul_bwd)(const backend *be, float *dinp, float *dw, float *db, const float *dout, const float *inp,
                        const float *w, int BT, int C, int OC);
+
+    /* ---- dtypes ---- */
+    /* dst (n, dtype dt) written = src (n, dtype st) converted: to bf16 and fp16 rounded to nearest
+     * even, NaN kept NaN, beyond fp16's range +-Inf; widening is exact. dst == src only when the
+     * types are equal. */
+    void (*convert)(const backend *be, void *dst, be_dtype dt, const void *src, be_dtype st, size_t n);
+    /* The low-precision linear layer: as matmul_fwd and matmul_bwd, with inp, w and dout in dtype
+     * dt (BE_BF16 or BE_F16) and every product accumulated in fp32 into fp32 outputs (out
+     * written, b fp32 or NULL; dinp and dw accumulated, either may be NULL). The bias gradient is
+     * not here: it is a column sum of the fp32 dout (bias_bwd). */
+    void (*matmul_fwd_lp)(const backend *be, float *out, const void *inp, const void *w, const float *b, be_dtype dt,
+                          int BT, int C, int OC);
+    void (*matmul_bwd_lp)(const backend *be, float *dinp, float *dw, const void *dout, const void *inp,
+                          const void *w, be_dtype dt, int BT, int C, int OC);
+    /* 1 if GEMMs in dt run on the device's own instructions for it (cpu: bf16 with AVX512-BF16),
+     * 0 if they are widened to fp32 (same results, fp32 speed). */
+    int (*lp_native)(const backend *be, be_dtype dt);
 
     /* ---- embeddings (vocab-parallel word table, replicated positions) ---- */
     /* out (BT, C) written: row i = wte[ids[i] - vstart] if vstart <= ids[i] < vstart + Vloc, else
@@ -215,6 +240,8 @@ struct be_ops {
      * over buffers well beyond the caches (a fraction of a second; 256 MB allocated and freed):
      * the memory-bound limit kernels like AdamW are held against. */
     double (*copy_gbps)(const backend *be);
+    /* One line naming the kernels in use (ISA build, GEMM libraries), for the start-up log. */
+    void (*describe)(const backend *be, char *out, size_t len);
 };
 
 /* ---- time per kernel family, for the trainer's breakdown of an iteration ----
@@ -231,7 +258,7 @@ typedef enum {
     BE_OP_EMBEDDING,    /* embedding_*, pos_embedding_* */
     BE_OP_CROSSENTROPY, /* ce_* */
     BE_OP_OPTIMIZER,    /* adamw, sumsq */
-    BE_OP_MEMORY,       /* zero, copy */
+    BE_OP_MEMORY,       /* zero, copy, dtype conversion */
     BE_OP_COUNT
 } be_op;
 
@@ -251,8 +278,13 @@ struct backend {
     const struct be_ops *ops;
     int nthreads; /* cpu: OpenMP threads of every kernel (and of OpenBLAS) */
     int device;   /* cuda: device ordinal */
+    int isa;      /* cpu: which ISA build of the kernels runs (cpu.c) */
     void *impl;   /* implementation state (streams, handles) */
     be_stats *stats; /* NULL, or where the wrappers add kernel times (see be_stats) */
+    /* Mixed precision (mixed.c): BE_F32, or the dtype every be_matmul_fwd/bwd multiplies in
+     * (be_set_gemm_dtype); the weights' copies in it. */
+    be_dtype gemm_dtype;
+    struct be_lowp *lowp;
 };
 
 /* The CPU backend with `nthreads` threads (0: OpenMP's default). Sets OpenBLAS's thread count,
@@ -261,6 +293,11 @@ backend *be_cpu(int nthreads);
 /* A backend by name ("cpu", "cuda"); dies with a clear message when it is not built in. */
 backend *be_create(const char *name, int nthreads_or_device);
 void be_free(backend *be);
+/* First thing in main, before any thread or library starts: lets the backends set up the process
+ * for this machine. cpu: where OpenBLAS loaded older kernels than the CPU runs (0.3.21 gives
+ * AMD Zen 4 its AVX2 ones), sets OPENBLAS_CORETYPE and executes the program again, once; the
+ * log then names what it replaced. */
+void be_prepare_process(char **argv);
 
 /* ---- wrappers: be_<entry>(be, ...) calls be->ops-><entry>(be, ...), timed into be->stats ---- */
 static inline double be_tic(const backend *be) { return be->stats ? td_now() : 0.0; }
@@ -296,9 +333,41 @@ static inline void be_copy(const backend *be, float *dst, const float *src, size
 }
 static inline void be_sync(const backend *be) { be->ops->sync(be); }
 
+/* ---- mixed precision (mixed.c) ----
+ * With a gemm dtype set, be_matmul_fwd and be_matmul_bwd keep their fp32 interface but multiply
+ * in that dtype: inputs and output gradients are rounded into it on the way in (scratch of the
+ * backend), weights come from their copies in it, and every product accumulates in fp32. The
+ * weight copies: be_lowp_register names the fp32 buffers weights live in (a model's parameter
+ * buffer); the first GEMM reading a weight after be_lowp_invalidate rounds that weight into its
+ * copy, the later ones reuse it. Everything else (norms, softmax, cross-entropy, the optimizer,
+ * grads) stays fp32. */
+void be_set_gemm_dtype(backend *be, be_dtype dt);
+/* [base, base + n) holds weights: keeps a copy of it in the gemm dtype (2 bytes an element). */
+void be_lowp_register(const backend *be, const float *base, size_t n);
+/* The registered weights changed (an optimizer step, a load): copies are remade on next use. */
+void be_lowp_invalidate(const backend *be);
+/* Frees the copies and scratch (be_free does). */
+void be_lowp_free(backend *be);
+/* Bytes of the weight copies and conversion scratch held now. */
+size_t be_lowp_bytes(const backend *be);
+void be_matmul_fwd_mixed(const backend *be, float *out, const float *inp, const float *w, const float *b, int BT,
+                         int C, int OC);
+void be_matmul_bwd_mixed(const backend *be, float *dinp, float *dw, float *db, const float *dout,
+                         const float *inp, const float *w, int BT, int C, int OC);
+
+static inline void be_convert(const backend *be, void *dst, be_dtype dt, const void *src, be_dtype st, size_t n)
+{
+    double t0 = be_tic(be);
+    be->ops->convert(be, dst, dt, src, st, n);
+    be_toc(be, BE_OP_MEMORY, t0, 0);
+}
 static inline void be_matmul_fwd(const backend *be, float *out, const float *inp, const float *w, const float *b,
                                  int BT, int C, int OC)
 {
+    if (be->gemm_dtype != BE_F32) {
+        be_matmul_fwd_mixed(be, out, inp, w, b, BT, C, OC);
+        return;
+    }
     double t0 = be_tic(be);
     be->ops->matmul_fwd(be, out, inp, w, b, BT, C, OC);
     be_toc(be, BE_OP_GEMM, t0, 2.0 * BT * C * OC);
@@ -306,6 +375,10 @@ static inline void be_matmul_fwd(const backend *be, float *out, const float *inp
 static inline void be_matmul_bwd(const backend *be, float *dinp, float *dw, float *db, const float *dout,
                                  const float *inp, const float *w, int BT, int C, int OC)
 {
+    if (be->gemm_dtype != BE_F32) {
+        be_matmul_bwd_mixed(be, dinp, dw, db, dout, inp, w, BT, C, OC);
+        return;
+    }
     double f = 2.0 * BT * C * OC * ((dinp != NULL) + (dw != NULL));
     double t0 = be_tic(be);
     be->ops->matmul_bwd(be, dinp, dw, db, dout, inp, w, BT, C, OC);
@@ -538,6 +611,7 @@ static inline double be_sumsq(const backend *be, const float *x, size_t n)
 }
 static inline double be_peak_gflops(const backend *be) { return be->ops->peak_gflops(be); }
 static inline double be_copy_gbps(const backend *be) { return be->ops->copy_gbps(be); }
+static inline void be_describe(const backend *be, char *out, size_t len) { be->ops->describe(be, out, len); }
 
 /* Non-parallel cross-entropy for one rank holding the whole vocabulary: logits (BT, V), of which
  * the first `vocab` columns are real (the rest padding, masked out): the steps above chained.

@@ -403,6 +403,13 @@ static cJSON *meta_json(const ckpt_model *m, const ckpt_progress *p, const char 
     cJSON_AddNumberToObject(o, "iteration", (double)p->iteration);
     cJSON_AddNumberToObject(o, "consumed_train_samples", (double)p->consumed_train);
     cJSON_AddNumberToObject(o, "consumed_valid_samples", (double)p->consumed_valid);
+    if (p->skipped) cJSON_AddNumberToObject(o, "skipped_iterations", (double)p->skipped);
+    if (p->has_loss_scale) {
+        cJSON *ls = cJSON_AddObjectToObject(o, "loss_scale");
+        cJSON_AddNumberToObject(ls, "scale", p->loss_scale);
+        cJSON_AddNumberToObject(ls, "growth_tracker", (double)p->growth_tracker);
+        cJSON_AddNumberToObject(ls, "hysteresis_tracker", p->hysteresis_tracker);
+    }
     cJSON *rng = cJSON_AddObjectToObject(o, "rng");
     cJSON_AddStringToObject(rng, "generator", "philox4x32-10, counter-based");
     char seed[32];
@@ -707,6 +714,18 @@ static int read_meta(const char *iter_dir, ckpt_meta *out, char *err, size_t err
         get_int(root, "consumed_train_samples", &out->progress.consumed_train) ||
         get_int(root, "consumed_valid_samples", &out->progress.consumed_valid))
         FAIL("%s: iteration or consumed samples missing", mpath);
+    if (get_int(root, "skipped_iterations", &out->progress.skipped)) out->progress.skipped = 0;
+    if (out->progress.skipped < 0 || out->progress.skipped > out->progress.iteration)
+        FAIL("%s: skipped_iterations %lld is not in [0, iteration]", mpath, (long long)out->progress.skipped);
+    const cJSON *ls = cJSON_GetObjectItemCaseSensitive(root, "loss_scale");
+    if (ls) {
+        int64_t ht;
+        if (get_num(ls, "scale", &out->progress.loss_scale) || !(out->progress.loss_scale > 0) ||
+            get_int(ls, "growth_tracker", &out->progress.growth_tracker) || get_int(ls, "hysteresis_tracker", &ht))
+            FAIL("%s: loss_scale needs a positive scale, growth_tracker and hysteresis_tracker", mpath);
+        out->progress.hysteresis_tracker = (int)ht;
+        out->progress.has_loss_scale = 1;
+    }
     const cJSON *rng = cJSON_GetObjectItemCaseSensitive(root, "rng");
     const cJSON *seed = rng ? cJSON_GetObjectItemCaseSensitive(rng, "seed") : NULL;
     if (!cJSON_IsString(seed)) FAIL("%s: rng.seed is missing", mpath);

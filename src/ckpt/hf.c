@@ -29,6 +29,7 @@
 #include "ckpt/ckpt_fs.h"
 #include "trident/check.h"
 #include "trident/gpt.h"
+#include "trident/half.h"
 #include "trident/parallel_state.h"
 #include "trident/safetensors.h"
 #include "hf_impl.h"
@@ -159,7 +160,17 @@ static int64_t piece_rows(const hf_piece *p, const gpt_config *c, const char *na
     return rows;
 }
 
-int hf_export(const ckpt_meta *meta, const char *out, char *err, size_t errlen)
+/* buf (n floats) narrowed in place to dtype t (F16, BF16: into its first 2n bytes); F32 stays. */
+static void narrow(float *buf, size_t n, st_dtype t)
+{
+    uint16_t *h = (uint16_t *)buf;
+    if (t == ST_F16)
+        for (size_t i = 0; i < n; i++) h[i] = td_f32_to_f16(buf[i]); /* h[i] overwrites bytes of buf[<= i] */
+    else if (t == ST_BF16)
+        for (size_t i = 0; i < n; i++) h[i] = td_f32_to_bf16(buf[i]);
+}
+
+int hf_export(const ckpt_meta *meta, const char *out, st_dtype dtype, char *err, size_t errlen)
 {
     ckpt_reader *r = NULL;
     ckpt_tensor_list tl = {0};
@@ -197,12 +208,13 @@ int hf_export(const ckpt_meta *meta, const char *out, char *err, size_t errlen)
             bufs[n] = buf;
             names[n] = td_xstrdup(pc[k].hf);
             e[n].name = names[n];
-            e[n].dtype = ST_F32;
+            narrow(buf, (size_t)(rows * cols), dtype);
+            e[n].dtype = dtype;
             e[n].ndim = s.ndim;
             e[n].shape[0] = pc[k].transpose ? cols : rows;
             e[n].shape[1] = pc[k].transpose ? rows : cols;
             e[n].data = buf;
-            e[n].bytes = (size_t)(rows * cols) * sizeof(float);
+            e[n].bytes = (size_t)(rows * cols) * st_dtype_size(dtype);
         }
         free(whole);
     }
@@ -217,6 +229,10 @@ int hf_export(const ckpt_meta *meta, const char *out, char *err, size_t errlen)
         FAIL("cannot rename %s to %s: %s", tmp, path, td_strerror(errno));
     }
     cJSON *cfg = fam->config(c);
+    cJSON_ReplaceItemInObjectCaseSensitive(cfg, "torch_dtype",
+                                           cJSON_CreateString(dtype == ST_F16    ? "float16"
+                                                              : dtype == ST_BF16 ? "bfloat16"
+                                                                                 : "float32"));
     text = cJSON_Print(cfg);
     cJSON_Delete(cfg);
     size_t len = strlen(text);
@@ -242,29 +258,6 @@ fail:
 
 /* ---- import ---- */
 
-static float half_to_float(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
-    if (exp == 0) {
-        if (man == 0) bits = sign;
-        else { /* subnormal: renormalise */
-            int e = -1;
-            do {
-                e++;
-                man <<= 1;
-            } while (!(man & 0x400));
-            bits = sign | (uint32_t)(127 - 15 - e) << 23 | (man & 0x3ff) << 13;
-        }
-    } else if (exp == 31) {
-        bits = sign | 0x7f800000u | man << 13;
-    } else {
-        bits = sign | (exp + 112) << 23 | man << 13;
-    }
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-}
-
 /* Converts n elements of an F32, F16 or BF16 tensor to float. */
 static void to_float(float *dst, const void *src, st_dtype t, size_t n)
 {
@@ -275,11 +268,7 @@ static void to_float(float *dst, const void *src, st_dtype t, size_t n)
         } else {
             uint16_t h;
             memcpy(&h, p + 2 * i, 2);
-            if (t == ST_F16) dst[i] = half_to_float(h);
-            else {
-                uint32_t bits = (uint32_t)h << 16;
-                memcpy(&dst[i], &bits, 4);
-            }
+            dst[i] = t == ST_F16 ? td_f16_to_f32(h) : td_bf16_to_f32(h);
         }
     }
 }
@@ -503,7 +492,7 @@ int hf_import(const char *in, const char *out, int divisible_by, comm *world, ch
     char *args_json = cJSON_PrintUnformatted(args);
     cJSON_Delete(args);
     ckpt_model cm = {ps, 1, &m, NULL, NULL, NULL, NULL};
-    ckpt_progress prog = {0, 0, 0, c.seed};
+    ckpt_progress prog = {.seed = c.seed};
     ckpt_save(out, &cm, &prog, args_json, 0, NULL);
     free(args_json);
     rc = 0;

@@ -13,7 +13,7 @@
 static const char SUMMARY[] =
     "trident convert --from trident DIR --to hf OUT: write OUT/config.json and OUT/model.safetensors in\n"
     "transformers' GPT2LMHeadModel layout from a trident checkpoint of any layout (DIR: a save folder or\n"
-    "an iter_NNNNNNN folder).\n"
+    "an iter_NNNNNNN folder), as F32 tensors or (--dtype) F16 or BF16 ones rounded from the fp32 weights.\n"
     "trident convert --from hf DIR --to trident OUT: the reverse; OUT is a checkpoint folder (iteration 0,\n"
     "weights only) to train from with --load OUT --finetune.";
 
@@ -32,6 +32,8 @@ int cli_convert(int argc, char **argv)
     const char *ff = a.from.v[0], *in = a.from.v[1], *tf = a.to.v[0], *out = a.to.v[1];
     int t2h = strcmp(ff, "trident") == 0 && strcmp(tf, "hf") == 0;
     int h2t = strcmp(ff, "hf") == 0 && strcmp(tf, "trident") == 0;
+    if (td_args_given(&a, "--dtype") && !t2h)
+        td_usage_error("%s: --dtype chooses the tensors' type of --to hf (a trident checkpoint keeps fp32)", prog);
     if (!t2h && !h2t)
         td_usage_error("%s: --from %s --to %s: the conversions are --from trident --to hf and --from hf --to trident",
                        prog, ff, tf);
@@ -44,10 +46,10 @@ int cli_convert(int argc, char **argv)
         if (found == 1) td_fatal(1, "--from trident %s: no checkpoint there (no %s, no meta.json)", in, CKPT_LATEST);
         if (found) td_fatal(1, "%s", err);
         if (m.note) td_warn("%s", m.note);
-        rc = hf_export(&m, out, err, sizeof err);
+        rc = hf_export(&m, out, (st_dtype)st_dtype_parse(a.dtype), err, sizeof err);
         if (rc == 0)
-            TD_INFO("wrote %s/config.json and %s/model.safetensors from %s (iteration %lld, tp %d x pp %d) in %.2f s", out,
-                    out, m.dir, (long long)m.progress.iteration, m.tp, m.pp, td_now() - t0);
+            TD_INFO("wrote %s/config.json and %s/model.safetensors (%s) from %s (iteration %lld, tp %d x pp %d) in %.2f s",
+                    out, out, a.dtype, m.dir, (long long)m.progress.iteration, m.tp, m.pp, td_now() - t0);
         ckpt_meta_free(&m);
     } else {
         comm *world = comm_world_init(&argc, &argv);

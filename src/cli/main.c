@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "backend/backend.h"
 #include "trident/check.h"
 
 static int cli_version(int argc, char **argv)
@@ -42,6 +43,7 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
+    be_prepare_process(argv);
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "help") == 0) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? TD_EXIT_USAGE : 0;

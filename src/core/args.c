@@ -189,6 +189,22 @@ static const flag_t FLAGS[] = {
     {"--clip-grad", A_FLOAT, OFF(clip_grad), "1.0", TD_CMD_TRAIN, "optimizer",
      "clip the global gradient norm to this (0: off)", 0, 1e9, NULL},
 
+    {"--bf16", A_BOOL, OFF(bf16), "0", TD_CMD_TRAIN | TD_CMD_PLAN, "mixed precision",
+     "GEMMs in bf16 (weights' bf16 copies, activations rounded on the way in, fp32 accumulation); fp32 master "
+     "weights, Adam state, grads, norms, softmax and cross-entropy", 0, 0, NULL},
+    {"--fp16", A_BOOL, OFF(fp16), "0", TD_CMD_TRAIN | TD_CMD_PLAN, "mixed precision",
+     "GEMMs in fp16 as --bf16 does, with loss scaling (dynamic unless --loss-scale)", 0, 0, NULL},
+    {"--loss-scale", A_FLOAT, OFF(loss_scale), NULL, TD_CMD_TRAIN, "mixed precision",
+     "a constant loss scale (default: dynamic with --fp16, none with --bf16)", 0, 1e300, NULL},
+    {"--initial-loss-scale", A_FLOAT, OFF(initial_loss_scale), "4294967296", TD_CMD_TRAIN, "mixed precision",
+     "the dynamic loss scale's start (2^32)", 1e-30, 1e300, NULL},
+    {"--min-loss-scale", A_FLOAT, OFF(min_loss_scale), "1.0", TD_CMD_TRAIN, "mixed precision",
+     "the dynamic loss scale never halves below this", 1e-30, 1e300, NULL},
+    {"--loss-scale-window", A_I64, OFF(loss_scale_window), "1000", TD_CMD_TRAIN, "mixed precision",
+     "steps without overflow before the dynamic loss scale doubles", 1, BIG, NULL},
+    {"--hysteresis", A_INT, OFF(hysteresis), "2", TD_CMD_TRAIN, "mixed precision",
+     "overflows (skipped steps) before the dynamic loss scale halves", 1, 1000000, NULL},
+
     {"--train-iters", A_I64, OFF(train_iters), NULL, TD_CMD_TRAIN | TD_CMD_DATA_INFO, "training", "iterations to train", 1, BIG,
      NULL},
     {"--train-samples", A_I64, OFF(train_samples), NULL, TD_CMD_TRAIN | TD_CMD_DATA_INFO, "training",
@@ -241,6 +257,8 @@ static const flag_t FLAGS[] = {
      "FORMAT DIR: the input (trident DIR, a checkpoint; hf DIR, config.json + model.safetensors)", 0, 0, NULL},
     {"--to", A_LIST, OFF(to), NULL, TD_CMD_CONVERT, "convert", "FORMAT DIR: the output (hf or trident)", 0, 0,
      NULL},
+    {"--dtype", A_CHOICE, OFF(dtype), "F32", TD_CMD_CONVERT, "convert",
+     "--to hf: the tensors' type (F16 and BF16 round the fp32 weights to nearest even)", 0, 0, "F32|F16|BF16"},
 };
 #define NFLAGS ((int)(sizeof FLAGS / sizeof FLAGS[0]))
 _Static_assert(sizeof FLAGS / sizeof FLAGS[0] <= TD_MAX_FLAGS, "raise TD_MAX_FLAGS");

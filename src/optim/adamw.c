@@ -68,10 +68,13 @@ double opt_grad_norm(const opt_adamw *o)
             for (int i = 0; i < m->ntensors; i++) {
                 const gpt_tensor_info *t = &m->table[i];
                 size_t lo, n;
-                if (t->embedding_copy) continue;                         /* the first stage's counts */
-                if (t->tp_replicated && o->ps->tp_rank != 0) continue;   /* one copy of norms and biases */
                 if (!overlap(t, r, &lo, &n)) continue;
-                ss += be_sumsq(o->be, sh->grads + r->shard + (lo - r->lo), n);
+                /* the first stage counts the embedding; tp rank 0 the norms and biases */
+                int counted = !t->embedding_copy && !(t->tp_replicated && o->ps->tp_rank != 0);
+                if (!counted && !o->check_all_finite) continue;
+                double s = be_sumsq(o->be, sh->grads + r->shard + (lo - r->lo), n);
+                if (counted) ss += s;
+                else if (!isfinite(s)) ss = INFINITY; /* an overflow anywhere skips the step everywhere */
             }
         }
     }

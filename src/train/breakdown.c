@@ -72,7 +72,7 @@ void bd_print(const bd_state *b, const bd_limits *lim)
     TD_INFO("  GEMMs          %9.1f ms %5.1f%%  %.1f GFLOP at %.1f GFLOP/s%s%.0f%%%s", gemm, pct(gemm, total),
             k->flops[BE_OP_GEMM] / n * 1e-9, gf, lim->peak_gflops > 0 ? " = " : "",
             lim->peak_gflops > 0 ? 100.0 * gf / lim->peak_gflops : 0.0,
-            lim->peak_gflops > 0 ? " of the sgemm peak" : "");
+            lim->peak_gflops > 0 ? lim->peak_name : "");
     double af = k->seconds[BE_OP_ATTENTION] > 0 ? k->flops[BE_OP_ATTENTION] / k->seconds[BE_OP_ATTENTION] * 1e-9 : 0;
     TD_INFO("  attention      %9.1f ms %5.1f%%  %.1f GFLOP (model count) at %.1f GFLOP/s", att, pct(att, total),
             k->flops[BE_OP_ATTENTION] / n * 1e-9, af);

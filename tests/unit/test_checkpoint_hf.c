@@ -49,6 +49,7 @@ typedef struct {
 typedef struct {
     int n;
     htensor t[64];
+    char dtype[8]; /* read_hf: the tensors' dtype (all the same) */
 } hmodel;
 
 static htensor *hadd(hmodel *m, const char *name, int64_t d0, int64_t d1)
@@ -187,14 +188,34 @@ static void read_hf(hmodel *m, const char *dir)
             assert_string_equal(cJSON_GetObjectItem(j, "format")->valuestring, "pt");
             continue;
         }
-        assert_string_equal(cJSON_GetObjectItem(j, "dtype")->valuestring, "F32");
+        const char *dt = cJSON_GetObjectItem(j, "dtype")->valuestring;
+        assert_true(strcmp(dt, "F32") == 0 || strcmp(dt, "F16") == 0 || strcmp(dt, "BF16") == 0);
+        snprintf(m->dtype, sizeof m->dtype, "%s", dt);
+        size_t es = dt[0] == 'F' && dt[1] == '3' ? 4 : 2;
         cJSON *shape = cJSON_GetObjectItem(j, "shape"), *offs = cJSON_GetObjectItem(j, "data_offsets");
         int nd = cJSON_GetArraySize(shape);
         htensor *t = hadd(m, j->string, (int64_t)cJSON_GetArrayItem(shape, 0)->valuedouble,
                           nd == 2 ? (int64_t)cJSON_GetArrayItem(shape, 1)->valuedouble : 0);
         size_t b = (size_t)cJSON_GetArrayItem(offs, 0)->valuedouble, e = (size_t)cJSON_GetArrayItem(offs, 1)->valuedouble;
-        assert_int_equal(e - b, (size_t)(t->shape[0] * (nd == 2 ? t->shape[1] : 1)) * 4);
-        memcpy(t->v, buf + 8 + n + b, e - b);
+        size_t cnt = (size_t)(t->shape[0] * (nd == 2 ? t->shape[1] : 1));
+        assert_int_equal(e - b, cnt * es);
+        const uint8_t *src = buf + 8 + n + b;
+        for (size_t k = 0; k < cnt; k++) { /* 16-bit formats decoded from their definitions */
+            if (es == 4) {
+                memcpy(&t->v[k], src + 4 * k, 4);
+                continue;
+            }
+            unsigned h = src[2 * k] | (unsigned)src[2 * k + 1] << 8;
+            if (dt[0] == 'B') { /* bf16: sign, 8-bit exponent (bias 127), 7-bit mantissa */
+                int ex = (h >> 7) & 255, mant = h & 127;
+                double v = ex == 0 ? ldexp(mant, -133) : ldexp(128 + mant, ex - 134);
+                t->v[k] = (float)(h >> 15 ? -v : v);
+            } else { /* fp16: 5-bit exponent (bias 15), 10-bit mantissa */
+                int ex = (h >> 10) & 31, mant = h & 1023;
+                double v = ex == 0 ? ldexp(mant, -24) : ldexp(1024 + mant, ex - 25);
+                t->v[k] = (float)(h >> 15 ? -v : v);
+            }
+        }
     }
     cJSON_Delete(h);
     free(buf);
@@ -385,7 +406,7 @@ static void sub(char *out, size_t n, const char *name)
 
 /* Saves m as a trident checkpoint "<tag>_ckpt", exports it to "<tag>_hf" (hfdir) and reads the
  * files back into hm with this file's own reader. */
-static void export_model(gpt_model *m, const char *tag, char *hfdir, size_t len, hmodel *hm)
+static void export_model_as(gpt_model *m, const char *tag, char *hfdir, size_t len, hmodel *hm, st_dtype dtype)
 {
     char ck[600], name[64], err[1024] = "";
     snprintf(name, sizeof name, "%s_ckpt", tag);
@@ -393,13 +414,17 @@ static void export_model(gpt_model *m, const char *tag, char *hfdir, size_t len,
     snprintf(name, sizeof name, "%s_hf", tag);
     sub(hfdir, len, name);
     ckpt_model cm = {g_ps, 1, &m, NULL, NULL, NULL, NULL};
-    ckpt_progress prog = {3, 24, 0, m->cfg.seed};
+    ckpt_progress prog = {.iteration = 3, .consumed_train = 24, .seed = m->cfg.seed};
     ckpt_save(ck, &cm, &prog, "{}", 0, NULL);
     ckpt_meta meta;
     if (ckpt_find(ck, &meta, err, sizeof err)) fail_msg("%s", err);
-    if (hf_export(&meta, hfdir, err, sizeof err)) fail_msg("%s", err);
+    if (hf_export(&meta, hfdir, dtype, err, sizeof err)) fail_msg("%s", err);
     ckpt_meta_free(&meta);
     read_hf(hm, hfdir);
+}
+static void export_model(gpt_model *m, const char *tag, char *hfdir, size_t len, hmodel *hm)
+{
+    export_model_as(m, tag, hfdir, len, hm, ST_F32);
 }
 
 /* hfdir imported back ("<tag>_back") holds m's parameters bit for bit (the real vocabulary rows
@@ -484,6 +509,56 @@ static void export_matches_reference_and_round_trips(void **state)
 
     /* and back: every parameter bit-identical, padded rows aside */
     check_round_trip(m, hfdir, "export");
+    gpt_free(m);
+}
+
+/* convert --dtype F16 / BF16: every tensor of the F32 export rounded to nearest (the error at
+ * most half a unit in the last place: 2^-8 relative for bf16, 2^-11 for fp16, 2^-25 absolute for
+ * fp16's subnormals), and torch_dtype names the type. */
+static void export_half_precision(void **state)
+{
+    (void)state;
+    gpt_config c = {.num_layers = L, .hidden = H, .heads = NH, .ffn = F, .seq = T, .max_pos = P, .vocab = V,
+                    .padded_vocab = gpt_padded_vocab(V, 8, 1), .init_std = 0.3f, .seed = 77};
+    gpt_model *m = gpt_create(&c, g_ps, g_be, 0, L, 1, 1);
+    char d32[600], dh[600];
+    hmodel h32 = {0};
+    export_model_as(m, "x32", d32, sizeof d32, &h32, ST_F32);
+    const struct { st_dtype t; const char *name, *torch; double ulp; } kinds[] = {
+        {ST_BF16, "BF16", "bfloat16", 0x1p-7}, {ST_F16, "F16", "float16", 0x1p-10}};
+    for (int kd = 0; kd < 2; kd++) {
+        hmodel hh = {0};
+        export_model_as(m, kinds[kd].name, dh, sizeof dh, &hh, kinds[kd].t);
+        assert_string_equal(hh.dtype, kinds[kd].name);
+        cJSON *cfg = read_config_json(dh);
+        assert_string_equal(cJSON_GetObjectItem(cfg, "torch_dtype")->valuestring, kinds[kd].torch);
+        cJSON_Delete(cfg);
+        assert_int_equal(hh.n, h32.n);
+        double worst = 0;
+        for (int i = 0; i < hh.n; i++) {
+            assert_string_equal(hh.t[i].name, h32.t[i].name);
+            size_t cnt = (size_t)(h32.t[i].shape[0] * (h32.t[i].ndim == 2 ? h32.t[i].shape[1] : 1));
+            for (size_t k = 0; k < cnt; k++) {
+                double x = h32.t[i].v[k], y = hh.t[i].v[k];
+                if (x == 0) {
+                    assert_true(y == 0);
+                    continue;
+                }
+                double e = fabs(y - x) / fabs(x);
+                int ex;
+                frexp(x, &ex);
+                /* half a unit in the last place of x's binade (fp16 subnormals: of 2^-24) */
+                double half_ulp = 0.5 * kinds[kd].ulp * ldexp(1.0, ex - 1);
+                if (kinds[kd].t == ST_F16 && half_ulp < 0x1p-25) half_ulp = 0x1p-25;
+                assert_true(fabs(y - x) <= half_ulp * (1 + 1e-12));
+                worst = e > worst ? e : worst;
+            }
+        }
+        printf("  %s export: largest relative rounding error %.2e (bound %.2e)\n", kinds[kd].name, worst,
+               kinds[kd].ulp / 2);
+        hfree(&hh);
+    }
+    hfree(&h32);
     gpt_free(m);
 }
 
@@ -759,6 +834,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(import_matches_reference),
         cmocka_unit_test(export_matches_reference_and_round_trips),
         cmocka_unit_test(import_refuses_what_it_cannot_compute),
+        cmocka_unit_test(export_half_precision),
         cmocka_unit_test(llama_import_matches_reference),
         cmocka_unit_test(llama_export_matches_reference_and_round_trips),
         cmocka_unit_test(llama_import_refuses_what_it_cannot_compute),

@@ -1,10 +1,12 @@
 /* The CPU backend: host memory, the vtable, and the sgemm peak measurement. */
 #include <cblas.h>
 #include <omp.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "trident/check.h"
 #include "trident/timer.h"
@@ -50,24 +52,38 @@ static void cpu_set_bytes(const backend *be, void *p, int byte, size_t bytes)
 
 static void cpu_sync(const backend *be) { (void)be; }
 
-/* Best of up to 16 square sgemms (N = 1536: about 7 GFLOP each) after one warm-up, stopping after
- * half a second: on a machine shared with other work the best run is the one that had the cores. */
+/* Best of up to 16 square GEMMs (N = 1536: about 7 GFLOP each) in the backend's gemm dtype (sgemm,
+ * or the low-precision kernel on inputs in bf16 or fp16) after one warm-up, stopping after half a
+ * second: on a machine shared with other work the best run is the one that had the cores. */
 double cpu_peak_gflops(const backend *be)
 {
     cpu_blas_threads(be);
     enum { N = 1536, REPS = 16 };
+    be_dtype dt = be->gemm_dtype;
     float *a = td_xmalloc((size_t)N * N * sizeof(float)), *b = td_xmalloc((size_t)N * N * sizeof(float));
     float *c = td_xmalloc((size_t)N * N * sizeof(float));
     for (size_t i = 0; i < (size_t)N * N; i++) {
         a[i] = (float)(i % 7) * 0.01f;
         b[i] = (float)(i % 5) * 0.01f;
     }
+    void *al = a, *bl = b;
+    if (dt != BE_F32) {
+        al = td_xmalloc((size_t)N * N * 2);
+        bl = td_xmalloc((size_t)N * N * 2);
+        be->ops->convert(be, al, dt, a, BE_F32, (size_t)N * N);
+        be->ops->convert(be, bl, dt, b, BE_F32, (size_t)N * N);
+    }
     double best = 1e30, start = td_now();
     for (int r = 0; r <= REPS && (r < 4 || td_now() - start < 0.5); r++) {
         double t0 = td_now();
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, N, N, 1.0f, a, N, b, N, 0.0f, c, N);
-        double dt = td_now() - t0;
-        if (r > 0 && dt < best) best = dt;
+        if (dt == BE_F32) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, N, N, 1.0f, a, N, b, N, 0.0f, c, N);
+        else be->ops->matmul_fwd_lp(be, c, al, bl, NULL, dt, N, N, N);
+        double dt_s = td_now() - t0;
+        if (r > 0 && dt_s < best) best = dt_s;
+    }
+    if (dt != BE_F32) {
+        free(al);
+        free(bl);
     }
     free(a);
     free(b);
@@ -101,82 +117,163 @@ double cpu_copy_gbps(const backend *be)
     return 2.0 * (double)n / best * 1e-9;
 }
 
-static const struct be_ops cpu_ops = {
-    .name = "cpu",
-    .alloc = cpu_alloc,
-    .free = cpu_free,
-    .copy_bytes = cpu_copy_bytes,
-    .set_bytes = cpu_set_bytes,
-    .sync = cpu_sync,
-    .matmul_fwd = cpu_matmul_fwd,
-    .matmul_bwd = cpu_matmul_bwd,
-    .embedding_fwd = cpu_embedding_fwd,
-    .embedding_bwd = cpu_embedding_bwd,
-    .pos_embedding_fwd = cpu_pos_embedding_fwd,
-    .pos_embedding_bwd = cpu_pos_embedding_bwd,
-    .layernorm_fwd = cpu_layernorm_fwd,
-    .layernorm_bwd = cpu_layernorm_bwd,
-    .rmsnorm_fwd = cpu_rmsnorm_fwd,
-    .rmsnorm_bwd = cpu_rmsnorm_bwd,
-    .rope_fwd = cpu_rope_fwd,
-    .rope_bwd = cpu_rope_bwd,
-    .attention_fwd = cpu_attention_fwd,
-    .attention_bwd = cpu_attention_bwd,
-    .gelu_fwd = cpu_gelu_fwd,
-    .gelu_bwd = cpu_gelu_bwd,
-    .bias_gelu_fwd = cpu_bias_gelu_fwd,
-    .bias_gelu_bwd = cpu_bias_gelu_bwd,
-    .swiglu_fwd = cpu_swiglu_fwd,
-    .swiglu_bwd = cpu_swiglu_bwd,
-    .add = cpu_add,
-    .scale = cpu_scale,
-    .bias_add = cpu_bias_add,
-    .bias_bwd = cpu_bias_bwd,
-    .dropout_fwd = cpu_dropout_fwd,
-    .dropout_bwd = cpu_dropout_bwd,
-    .bias_dropout_add_fwd = cpu_bias_dropout_add_fwd,
-    .ce_max = cpu_ce_max,
-    .ce_sumexp = cpu_ce_sumexp,
-    .ce_target = cpu_ce_target,
-    .ce_loss = cpu_ce_loss,
-    .ce_bwd = cpu_ce_bwd,
-    .adamw = cpu_adamw,
-    .sumsq = cpu_sumsq,
-    .peak_gflops = cpu_peak_gflops,
-    .copy_gbps = cpu_copy_gbps,
-};
 
-/* OpenBLAS picks its kernels when it loads, by CPU model or from OPENBLAS_CORETYPE; a release
- * older than the CPU falls back to its AVX2 (Haswell) kernels even where AVX-512 is there (0.3.21
- * on AMD Zen 4 and 5), at half the sgemm speed. Only the variable, read at load time, changes
- * that: say so, once. */
-static void cpu_check_blas_core(void)
+void cpu_blas_threads(const backend *be)
+{
+    if (openblas_get_num_threads() != be->nthreads) openblas_set_num_threads(be->nthreads);
+}
+
+/* ---- choosing the kernels of this CPU ---- */
+
+/* The ISA builds of the kernel files, best last (see cpu.h). */
+typedef struct {
+    const char *name, *what;
+    void (*fill)(struct be_ops *);
+} cpu_isa;
+void cpu_kernels_fill_avx2(struct be_ops *ops);
+void cpu_kernels_fill_avx512(struct be_ops *ops);
+static const cpu_isa CPU_ISAS[] = {
+    {"baseline", "the target's baseline ISA", cpu_kernels_fill},
+#ifdef TRIDENT_CPU_ISA_BUILDS
+    {"avx2", "AVX2 + FMA", cpu_kernels_fill_avx2},
+    {"avx512", "AVX-512", cpu_kernels_fill_avx512},
+#endif
+};
+enum { CPU_NISAS = (int)(sizeof CPU_ISAS / sizeof CPU_ISAS[0]) };
+
+/* x86-64-v3 (AVX2, FMA, BMI2) and x86-64-v4 (AVX-512 F, BW, CD, DQ, VL): the -march of the
+ * builds. __builtin_cpu_supports also checks that the OS saves the vector registers. */
+static int cpu_x86_v3(void)
 {
 #if defined(__x86_64__) && defined(__GNUC__)
-    static int checked;
-    const char *core = openblas_get_corename(), *env = getenv("OPENBLAS_CORETYPE");
-    if (checked++ || !core || td_log_rank() > 0) return;
     __builtin_cpu_init();
-    int avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                 __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
-    if (avx512 && (strcasecmp(core, "Haswell") == 0 || strcasecmp(core, "Zen") == 0))
-        td_warn("OpenBLAS runs its %s (AVX2) kernels on this AVX-512 CPU%s%s%s: export OPENBLAS_CORETYPE=SkylakeX "
-                "(with mpirun: -x OPENBLAS_CORETYPE) for about twice the GEMM speed",
-                core, env ? " (OPENBLAS_CORETYPE=" : "", env ? env : "", env ? ")" : "");
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("bmi2");
+#else
+    return 0;
 #endif
+}
+
+int cpu_has_avx512(void)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+    __builtin_cpu_init();
+    return cpu_x86_v3() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
+           __builtin_cpu_supports("avx512cd");
+#else
+    return 0;
+#endif
+}
+
+int cpu_has_avx512bf16(void)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+    __builtin_cpu_init();
+    return cpu_has_avx512() && __builtin_cpu_supports("avx512bf16");
+#else
+    return 0;
+#endif
+}
+
+/* 1 if this CPU runs build i. */
+static int cpu_isa_supported(int i)
+{
+    if (strcmp(CPU_ISAS[i].name, "avx2") == 0) return cpu_x86_v3();
+    if (strcmp(CPU_ISAS[i].name, "avx512") == 0) return cpu_has_avx512();
+    return 1;
+}
+
+/* The best build this CPU runs, or the one TRIDENT_CPU_ISA names (baseline, avx2, avx512: for
+ * benchmarks and tests). */
+static int cpu_isa_choose(void)
+{
+    const char *env = getenv("TRIDENT_CPU_ISA");
+    if (env && *env) {
+        for (int i = 0; i < CPU_NISAS; i++)
+            if (strcmp(env, CPU_ISAS[i].name) == 0) {
+                TD_CHECK(cpu_isa_supported(i), "unset TRIDENT_CPU_ISA, or name a build this CPU runs",
+                         "TRIDENT_CPU_ISA=%s: this CPU lacks %s", env, CPU_ISAS[i].what);
+                return i;
+            }
+        td_fatal(TD_EXIT_USAGE, "TRIDENT_CPU_ISA=%s: not a kernel build of this binary (baseline%s)", env,
+                 CPU_NISAS > 1 ? ", avx2, avx512" : "");
+    }
+    int best = 0;
+    for (int i = 1; i < CPU_NISAS; i++)
+        if (cpu_isa_supported(i)) best = i;
+    return best;
+}
+
+/* OpenBLAS cores with AVX-512 kernels (0.3.21's names). */
+static int cpu_blas_core_avx512(const char *core)
+{
+    return core && (strcasecmp(core, "SkylakeX") == 0 || strcasecmp(core, "Cooperlake") == 0 ||
+                    strcasecmp(core, "SapphireRapids") == 0);
+}
+
+const char *cpu_blas_core_for(const char *loaded, const char *env, int avx512, int avx512bf16)
+{
+    if ((env && *env) || !avx512 || !loaded || cpu_blas_core_avx512(loaded)) return NULL;
+    return avx512bf16 ? "Cooperlake" : "SkylakeX";
+}
+
+void be_prepare_process(char **argv)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+    /* OpenBLAS picks its kernels when it loads, by CPU model or from OPENBLAS_CORETYPE; a release
+     * older than the CPU falls back to its AVX2 kernels where AVX-512 is there (0.3.21 on AMD
+     * Zen 4 and 5), at half the sgemm speed. The variable is read only at load time: set it and
+     * start this program again (same pid, so mpirun and srun keep tracking the rank). */
+    const char *core = cpu_blas_core_for(openblas_get_corename(), getenv("OPENBLAS_CORETYPE"),
+                                         cpu_has_avx512(), cpu_has_avx512bf16());
+    if (!core || getenv("TRIDENT_BLAS_REEXEC")) return;
+    setenv("OPENBLAS_CORETYPE", core, 1);
+    setenv("TRIDENT_BLAS_REEXEC", openblas_get_corename(), 1); /* once, and what it replaced */
+    execv("/proc/self/exe", argv);
+    unsetenv("OPENBLAS_CORETYPE"); /* no /proc: carry on with the kernels loaded (the log says which) */
+#else
+    (void)argv;
+#endif
+}
+
+static void cpu_describe(const backend *be, char *out, size_t len)
+{
+    const char *was = getenv("TRIDENT_BLAS_REEXEC");
+    const cpu_isa *isa = &CPU_ISAS[be->isa];
+    snprintf(out, len, "trident's %s kernels (%s), OpenBLAS %s sgemm%s%s%s%s", isa->name, isa->what,
+             openblas_get_corename(), was ? " (chosen at start-up over " : "", was ? was : "", was ? ")" : "",
+             cpu_has_avx512() && !cpu_blas_core_avx512(openblas_get_corename())
+                 ? ": AVX2 kernels on an AVX-512 CPU, unset OPENBLAS_CORETYPE for twice the GEMM speed"
+                 : "");
 }
 
 backend *be_cpu(int nthreads)
 {
     TD_CHECK(nthreads >= 0, "pass 0 for OpenMP's default", "nthreads %d", nthreads);
+    static struct be_ops ops[CPU_NISAS];
+    static int filled[CPU_NISAS];
     backend *be = td_xcalloc(1, sizeof *be);
-    be->ops = &cpu_ops;
+    be->isa = cpu_isa_choose();
+    if (!filled[be->isa]) {
+        struct be_ops *o = &ops[be->isa];
+        o->name = "cpu";
+        o->alloc = cpu_alloc;
+        o->free = cpu_free;
+        o->copy_bytes = cpu_copy_bytes;
+        o->set_bytes = cpu_set_bytes;
+        o->sync = cpu_sync;
+        o->peak_gflops = cpu_peak_gflops;
+        o->copy_gbps = cpu_copy_gbps;
+        o->describe = cpu_describe;
+        CPU_ISAS[be->isa].fill(o);
+        filled[be->isa] = 1;
+    }
+    be->ops = &ops[be->isa];
     be->nthreads = nthreads > 0 ? nthreads : omp_get_max_threads();
     be->device = -1;
     /* OpenBLAS (OpenMP build) sizes its team from the OpenMP setting of the calling thread. */
     omp_set_num_threads(be->nthreads);
     openblas_set_num_threads(be->nthreads);
-    cpu_check_blas_core();
     return be;
 }
 

@@ -5,6 +5,57 @@
 
 #include "backend/backend.h"
 
+/* Per-ISA builds. CMakeLists.txt compiles the kernel files (every file here but cpu.c) for the
+ * target's baseline and, on x86-64, twice more: with -march=x86-64-v3 (AVX2 + FMA) and
+ * -march=x86-64-v4 (AVX-512) and CPU_ISA defined as avx2 or avx512. The names below then carry
+ * that suffix, so the three builds link side by side in one binary and be_cpu picks one at run
+ * time from the CPU's features (cpu_isa_*). */
+#ifdef CPU_ISA
+#define CPU_PASTE2(a, b) a##_##b
+#define CPU_PASTE(a, b) CPU_PASTE2(a, b)
+#define cpu_adamw CPU_PASTE(cpu_adamw, CPU_ISA)
+#define cpu_add CPU_PASTE(cpu_add, CPU_ISA)
+#define cpu_attention_bwd CPU_PASTE(cpu_attention_bwd, CPU_ISA)
+#define cpu_attention_fwd CPU_PASTE(cpu_attention_fwd, CPU_ISA)
+#define cpu_bias_add CPU_PASTE(cpu_bias_add, CPU_ISA)
+#define cpu_bias_bwd CPU_PASTE(cpu_bias_bwd, CPU_ISA)
+#define cpu_bias_dropout_add_fwd CPU_PASTE(cpu_bias_dropout_add_fwd, CPU_ISA)
+#define cpu_bias_gelu_bwd CPU_PASTE(cpu_bias_gelu_bwd, CPU_ISA)
+#define cpu_bias_gelu_fwd CPU_PASTE(cpu_bias_gelu_fwd, CPU_ISA)
+#define cpu_ce_bwd CPU_PASTE(cpu_ce_bwd, CPU_ISA)
+#define cpu_ce_loss CPU_PASTE(cpu_ce_loss, CPU_ISA)
+#define cpu_ce_max CPU_PASTE(cpu_ce_max, CPU_ISA)
+#define cpu_ce_sumexp CPU_PASTE(cpu_ce_sumexp, CPU_ISA)
+#define cpu_ce_target CPU_PASTE(cpu_ce_target, CPU_ISA)
+#define cpu_colsum_acc CPU_PASTE(cpu_colsum_acc, CPU_ISA)
+#define cpu_drop_mults CPU_PASTE(cpu_drop_mults, CPU_ISA)
+#define cpu_dropout_bwd CPU_PASTE(cpu_dropout_bwd, CPU_ISA)
+#define cpu_dropout_fwd CPU_PASTE(cpu_dropout_fwd, CPU_ISA)
+#define cpu_embedding_bwd CPU_PASTE(cpu_embedding_bwd, CPU_ISA)
+#define cpu_embedding_fwd CPU_PASTE(cpu_embedding_fwd, CPU_ISA)
+#define cpu_gelu_bwd CPU_PASTE(cpu_gelu_bwd, CPU_ISA)
+#define cpu_gelu_fwd CPU_PASTE(cpu_gelu_fwd, CPU_ISA)
+#define cpu_layernorm_bwd CPU_PASTE(cpu_layernorm_bwd, CPU_ISA)
+#define cpu_layernorm_fwd CPU_PASTE(cpu_layernorm_fwd, CPU_ISA)
+#define cpu_matmul_bwd CPU_PASTE(cpu_matmul_bwd, CPU_ISA)
+#define cpu_matmul_fwd CPU_PASTE(cpu_matmul_fwd, CPU_ISA)
+#define cpu_pos_embedding_bwd CPU_PASTE(cpu_pos_embedding_bwd, CPU_ISA)
+#define cpu_pos_embedding_fwd CPU_PASTE(cpu_pos_embedding_fwd, CPU_ISA)
+#define cpu_rmsnorm_bwd CPU_PASTE(cpu_rmsnorm_bwd, CPU_ISA)
+#define cpu_rmsnorm_fwd CPU_PASTE(cpu_rmsnorm_fwd, CPU_ISA)
+#define cpu_rope_bwd CPU_PASTE(cpu_rope_bwd, CPU_ISA)
+#define cpu_rope_fwd CPU_PASTE(cpu_rope_fwd, CPU_ISA)
+#define cpu_scale CPU_PASTE(cpu_scale, CPU_ISA)
+#define cpu_sumsq CPU_PASTE(cpu_sumsq, CPU_ISA)
+#define cpu_swiglu_bwd CPU_PASTE(cpu_swiglu_bwd, CPU_ISA)
+#define cpu_swiglu_fwd CPU_PASTE(cpu_swiglu_fwd, CPU_ISA)
+#define cpu_convert CPU_PASTE(cpu_convert, CPU_ISA)
+#define cpu_lp_native CPU_PASTE(cpu_lp_native, CPU_ISA)
+#define cpu_matmul_fwd_lp CPU_PASTE(cpu_matmul_fwd_lp, CPU_ISA)
+#define cpu_matmul_bwd_lp CPU_PASTE(cpu_matmul_bwd_lp, CPU_ISA)
+#define cpu_kernels_fill CPU_PASTE(cpu_kernels_fill, CPU_ISA)
+#endif
+
 /* Floats per 64-byte cache line: threads that write columns own whole lines of them. */
 #define CPU_LINE 16
 /* Work below which a kernel runs on one thread. A parallel region costs microseconds on idle cores
@@ -60,6 +111,18 @@ static inline void cpu_cols_of(int C, int t, int nt, int *c0, int *c1)
 /* Column sums are accumulated CPU_COLS columns at a time in a stack buffer, then added. */
 #define CPU_COLS 512
 
+/* The kernel entries of the vtable (every one but memory and measurement), from this ISA's
+ * build. */
+void cpu_kernels_fill(struct be_ops *ops);
+
+/* What this CPU has: AVX-512 (F, BW, CD, DQ, VL; x86-64-v4) and its bf16 dot products. */
+int cpu_has_avx512(void);
+int cpu_has_avx512bf16(void);
+/* The OpenBLAS core to load instead of `loaded` (the one OpenBLAS picked), or NULL to keep it:
+ * an AVX-512 core (Cooperlake where the CPU has bf16, else SkylakeX) when the CPU has AVX-512,
+ * OpenBLAS picked an older core and OPENBLAS_CORETYPE (`env`) is not set. */
+const char *cpu_blas_core_for(const char *loaded, const char *env, int avx512, int avx512bf16);
+
 /* OpenBLAS's thread count is process-wide (the last be_cpu would win): every GEMM outside a
  * parallel region first sets it to this backend's, which costs nothing when it already is. */
 void cpu_blas_threads(const backend *be);
@@ -76,6 +139,13 @@ void cpu_matmul_fwd(const backend *be, float *out, const float *inp, const float
                     int OC);
 void cpu_matmul_bwd(const backend *be, float *dinp, float *dw, float *db, const float *dout, const float *inp,
                     const float *w, int BT, int C, int OC);
+
+void cpu_convert(const backend *be, void *dst, be_dtype dt, const void *src, be_dtype st, size_t n);
+int cpu_lp_native(const backend *be, be_dtype dt);
+void cpu_matmul_fwd_lp(const backend *be, float *out, const void *inp, const void *w, const float *b, be_dtype dt,
+                       int BT, int C, int OC);
+void cpu_matmul_bwd_lp(const backend *be, float *dinp, float *dw, const void *dout, const void *inp, const void *w,
+                       be_dtype dt, int BT, int C, int OC);
 
 void cpu_embedding_fwd(const backend *be, float *out, const int32_t *ids, const float *wte, int BT, int C,
                        int vstart, int Vloc);

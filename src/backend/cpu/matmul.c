@@ -5,11 +5,6 @@
 
 #include "backend/cpu/cpu.h"
 
-void cpu_blas_threads(const backend *be)
-{
-    if (openblas_get_num_threads() != be->nthreads) openblas_set_num_threads(be->nthreads);
-}
-
 void cpu_colsum_acc(const backend *be, float *db, const float *x, int N, int C)
 {
 #pragma omp parallel num_threads(be->nthreads) if ((size_t)N * C > CPU_PAR_MIN)

@@ -1,0 +1,158 @@
+/* Mixed precision: the fp32 matmul entry points multiplying in the backend's gemm dtype, and the
+ * weights' low-precision copies (see backend.h). */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "trident/check.h"
+#include "backend/backend.h"
+
+#define LOWP_RANGES 64   /* weight buffers: one per model chunk */
+#define LOWP_SLOTS 8192  /* weights tracked; a power of two */
+
+struct be_lowp {
+    struct {
+        const float *base;
+        size_t n;
+        uint16_t *copy; /* n elements in the gemm dtype */
+    } range[LOWP_RANGES];
+    int nranges;
+    uint64_t gen; /* bumped by be_lowp_invalidate; a copy made in an older one is stale */
+    struct {
+        const float *w;
+        size_t n;
+        uint64_t gen;
+    } made[LOWP_SLOTS]; /* open addressing on w: when each weight's copy was made */
+    void *scratch[3];   /* inputs, output gradients, a weight outside every range */
+    size_t scratch_bytes[3];
+};
+
+void be_set_gemm_dtype(backend *be, be_dtype dt)
+{
+    TD_CHECK(!be->lowp || dt == be->gemm_dtype, "set the GEMM dtype once, before registering weights",
+             "gemm dtype changed from %s to %s", be_dtype_name(be->gemm_dtype), be_dtype_name(dt));
+    be->gemm_dtype = dt;
+    if (dt != BE_F32 && !be->lowp) {
+        be->lowp = td_xcalloc(1, sizeof *be->lowp);
+        be->lowp->gen = 1;
+    }
+}
+
+void be_lowp_register(const backend *be, const float *base, size_t n)
+{
+    struct be_lowp *l = be->lowp;
+    if (!l || n == 0) return;
+    /* a buffer freed and allocated again may come back at the same place: drop what overlaps it */
+    for (int i = 0; i < l->nranges; i++)
+        if (base < l->range[i].base + l->range[i].n && l->range[i].base < base + n) {
+            be_dfree(be, l->range[i].copy);
+            l->range[i--] = l->range[--l->nranges];
+        }
+    memset(l->made, 0, sizeof l->made);
+    l->gen++;
+    TD_CHECK(l->nranges < LOWP_RANGES, "use fewer model chunks per rank", "more than %d weight buffers",
+             LOWP_RANGES);
+    l->range[l->nranges].base = base;
+    l->range[l->nranges].n = n;
+    l->range[l->nranges].copy = be_alloc(be, n * be_dtype_size(be->gemm_dtype));
+    l->nranges++;
+}
+
+void be_lowp_invalidate(const backend *be)
+{
+    if (be->lowp) be->lowp->gen++;
+}
+
+size_t be_lowp_bytes(const backend *be)
+{
+    const struct be_lowp *l = be->lowp;
+    if (!l) return 0;
+    size_t b = 0;
+    for (int i = 0; i < l->nranges; i++) b += l->range[i].n * be_dtype_size(be->gemm_dtype);
+    for (int i = 0; i < 3; i++) b += l->scratch_bytes[i];
+    return b;
+}
+
+static void *lowp_scratch(const backend *be, int slot, size_t bytes)
+{
+    struct be_lowp *l = be->lowp;
+    if (l->scratch_bytes[slot] < bytes) {
+        be_dfree(be, l->scratch[slot]);
+        l->scratch[slot] = be_alloc(be, bytes);
+        l->scratch_bytes[slot] = bytes;
+    }
+    return l->scratch[slot];
+}
+
+/* x (n floats) rounded into scratch slot `slot`. */
+static const void *lowp_input(const backend *be, int slot, const float *x, size_t n)
+{
+    void *d = lowp_scratch(be, slot, n * be_dtype_size(be->gemm_dtype));
+    be_convert(be, d, be->gemm_dtype, x, BE_F32, n);
+    return d;
+}
+
+/* The copy of weight w (n floats): in its range's copy, made now if stale; a weight in no range
+ * is rounded into scratch at every call. */
+static const void *lowp_weight(const backend *be, const float *w, size_t n)
+{
+    struct be_lowp *l = be->lowp;
+    for (int i = 0; i < l->nranges; i++) {
+        if (w < l->range[i].base || w + n > l->range[i].base + l->range[i].n) continue;
+        void *copy = (char *)l->range[i].copy + (size_t)(w - l->range[i].base) * be_dtype_size(be->gemm_dtype);
+        size_t h = (size_t)(((uintptr_t)w >> 2) * 0x9E3779B97F4A7C15ull >> 40) & (LOWP_SLOTS - 1);
+        for (int probe = 0; probe < LOWP_SLOTS; probe++, h = (h + 1) & (LOWP_SLOTS - 1)) {
+            if (l->made[h].w == w && l->made[h].n == n) {
+                if (l->made[h].gen != l->gen) {
+                    be_convert(be, copy, be->gemm_dtype, w, BE_F32, n);
+                    l->made[h].gen = l->gen;
+                }
+                return copy;
+            }
+            if (!l->made[h].w) {
+                be_convert(be, copy, be->gemm_dtype, w, BE_F32, n);
+                l->made[h].w = w;
+                l->made[h].n = n;
+                l->made[h].gen = l->gen;
+                return copy;
+            }
+        }
+        break; /* table full: convert into scratch */
+    }
+    return lowp_input(be, 2, w, n);
+}
+
+void be_matmul_fwd_mixed(const backend *be, float *out, const float *inp, const float *w, const float *b, int BT,
+                         int C, int OC)
+{
+    if (BT <= 0 || OC <= 0) return;
+    const void *wl = lowp_weight(be, w, (size_t)OC * C);
+    const void *il = lowp_input(be, 0, inp, (size_t)BT * C);
+    double t0 = be_tic(be);
+    be->ops->matmul_fwd_lp(be, out, il, wl, b, be->gemm_dtype, BT, C, OC);
+    be_toc(be, BE_OP_GEMM, t0, 2.0 * BT * C * OC);
+}
+
+void be_matmul_bwd_mixed(const backend *be, float *dinp, float *dw, float *db, const float *dout,
+                         const float *inp, const float *w, int BT, int C, int OC)
+{
+    if (BT <= 0 || OC <= 0) return;
+    if (db) be_bias_bwd(be, db, dout, BT, OC);
+    if (!dinp && !dw) return;
+    const void *dl = lowp_input(be, 1, dout, (size_t)BT * OC);
+    const void *wl = dinp ? lowp_weight(be, w, (size_t)OC * C) : NULL;
+    const void *il = dw ? lowp_input(be, 0, inp, (size_t)BT * C) : NULL;
+    double t0 = be_tic(be);
+    be->ops->matmul_bwd_lp(be, dinp, dw, dl, il, wl, be->gemm_dtype, BT, C, OC);
+    be_toc(be, BE_OP_GEMM, t0, 2.0 * BT * C * OC * ((dinp != NULL) + (dw != NULL)));
+}
+
+void be_lowp_free(backend *be)
+{
+    struct be_lowp *l = be->lowp;
+    if (!l) return;
+    for (int i = 0; i < l->nranges; i++) be_dfree(be, l->range[i].copy);
+    for (int i = 0; i < 3; i++) be_dfree(be, l->scratch[i]);
+    free(l);
+    be->lowp = NULL;
+}
