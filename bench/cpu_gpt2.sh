@@ -145,7 +145,7 @@ for shape in "${list[@]}"; do
     read -r tbest tmed ttok tmfu < <(run_trident "$L" "$H" "$NH" "$MB" "$S")
     log=$work/trident-$arch-$L-$H-$MB-$S.log
     peak=$(grep -o 'peak for MFU: [0-9.]*' "$log" | grep -o '[0-9.]*$')
-    echo "trident: best step $tbest ms, median $tmed ms, $ttok tokens/s, MFU $tmfu% of the sgemm peak $(awk "BEGIN{print $peak*1000}") GFLOP/s"
+    echo "trident: best step $tbest ms, median $tmed ms, $ttok tokens/s, MFU $tmfu% of the $precision GEMM peak $(awk "BEGIN{print $peak*1000}") GFLOP/s"
     if [ "$r" = 1 ]; then
       sed -n '/time breakdown/,/peak memory (RSS), stage 0/p' "$log" | sed 's/^/  /'
     fi

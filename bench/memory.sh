@@ -7,7 +7,9 @@
 #           said so, when the machine has less).
 #   acts:   GPT-2 124M's shape (12 x 768, seq 1024, micro-batch 4, one micro-batch): no, selective
 #           and full recomputation on one rank; tp 2 with and without --sequence-parallel.
-# Usage: bench/memory.sh [states|acts|all] [--iters N]
+#   precision: the same shape in fp32, --bf16 and --fp16 (and bf16 with selective recomputation):
+#           bf16 keeps the GEMM inputs it saves in bf16 and adds 2-byte copies of the weights.
+# Usage: bench/memory.sh [states|acts|precision|all] [--iters N]
 # Every run trains N iterations (default 2) on tinyshakespeare; ranks run one thread each, the
 # one-rank runs all cores. Environment: BUILD (default build), WORK (default $BUILD/bench).
 set -euo pipefail
@@ -20,7 +22,7 @@ while [ $# -gt 0 ]; do
     *) echo "memory.sh: unknown option $1 (give states, acts or all, then --iters N)" >&2; exit 2 ;;
   esac; shift 2
 done
-case $part in states|acts|all) ;; *) echo "memory.sh: unknown part $part (states, acts or all)" >&2; exit 2 ;; esac
+case $part in states|acts|precision|all) ;; *) echo "memory.sh: unknown part $part (states, acts, precision or all)" >&2; exit 2 ;; esac
 build=${BUILD:-$root/build}
 [ -x "$build/trident" ] || make -C "$root" build >/dev/null
 [ "$(id -u)" -eq 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -31,6 +33,9 @@ mkdir -p "$work"
 common=(--data-path "$work/ts_text_document" --vocab-file "$data/gpt2/vocab.json" --merge-file "$data/gpt2/merges.txt"
   --split 100,0,0 --train-iters "$iters" --eval-iters 0 --hidden-dropout 0 --attention-dropout 0 --lr 1e-4
   --log-interval 1000 --peak-tflops 1)
+
+gpt2_124m_1024=(--num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-length 1024 --micro-batch-size 4
+  --global-batch-size 4)
 
 # run NAME NP FLAGS... -> one table row from the run's log
 run() {
@@ -76,8 +81,7 @@ fi
 
 if [ "$part" = acts ] || [ "$part" = all ]; then
   echo; echo "GPT-2 124M shape: 12 layers x 768, seq 1024, micro-batch 4, one micro-batch"
-  shape=(--num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-length 1024 --micro-batch-size 4
-    --global-batch-size 4)
+  shape=("${gpt2_124m_1024[@]}")
   header
   run none 1 "${shape[@]}"
   run selective 1 "${shape[@]}" --recompute-granularity selective
@@ -86,4 +90,14 @@ if [ "$part" = acts ] || [ "$part" = all ]; then
   run tp2-sp 2 "${shape[@]}" --tensor-model-parallel-size 2 --sequence-parallel
   run tp2-sp-full 2 "${shape[@]}" --tensor-model-parallel-size 2 --sequence-parallel --recompute-granularity full \
     --recompute-method uniform --recompute-num-layers 1
+fi
+
+if [ "$part" = precision ] || [ "$part" = all ]; then
+  echo; echo "GPT-2 124M shape: 12 layers x 768, seq 1024, micro-batch 4, one micro-batch; fp32 against mixed precision"
+  shape=("${gpt2_124m_1024[@]}")
+  header
+  run fp32 1 "${shape[@]}"
+  run bf16 1 "${shape[@]}" --bf16
+  run fp16 1 "${shape[@]}" --fp16
+  run bf16-selective 1 "${shape[@]}" --bf16 --recompute-granularity selective
 fi

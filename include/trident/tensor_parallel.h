@@ -44,22 +44,23 @@ static inline void tp_reduce_bwd(const comm *tp, float *dx, size_t n)
     (void)n;
 }
 
+/* The inputs of the linear layers are be_in: fp32, or an activation kept in the GEMMs' dtype. */
 /* Column-parallel linear: out (BT, OCl) written = f(inp) . W_l^T + b_l, where W_l (OCl, C) and
  * b_l (OCl) are this rank's rows of the full weight. */
-void tp_column_linear_fwd(const backend *be, const comm *tp, float *out, const float *inp, const float *w,
-                          const float *b, int BT, int C, int OCl);
+void tp_column_linear_fwd(const backend *be, const comm *tp, float *out, be_in inp, const float *w, const float *b,
+                          int BT, int C, int OCl);
 /* dinp (BT, C) WRITTEN with the full input gradient (summed over the group); dw (OCl, C) and
  * db (OCl) accumulate. dinp must not alias anything else. */
 void tp_column_linear_bwd(const backend *be, const comm *tp, float *dinp, float *dw, float *db,
-                          const float *dout, const float *inp, const float *w, int BT, int C, int OCl);
+                          const float *dout, be_in inp, const float *w, int BT, int C, int OCl);
 /* Row-parallel linear without its bias: out (BT, OC) written = g(inp_l . W_l^T), where inp_l
  * (BT, Cl) is this rank's slice of the input features and W_l (OC, Cl) its columns of the full
  * weight. The caller adds the (replicated) bias after the reduce. */
-void tp_row_linear_fwd(const backend *be, const comm *tp, float *out, const float *inp, const float *w, int BT,
-                       int Cl, int OC);
+void tp_row_linear_fwd(const backend *be, const comm *tp, float *out, be_in inp, const float *w, int BT, int Cl,
+                       int OC);
 /* dinp (BT, Cl) accumulates dout . W_l; dw (OC, Cl) accumulates. */
 void tp_row_linear_bwd(const backend *be, const comm *tp, float *dinp, float *dw, const float *dout,
-                       const float *inp, const float *w, int BT, int Cl, int OC);
+                       be_in inp, const float *w, int BT, int Cl, int OC);
 
 /* Vocab-parallel embedding lookup: out (BT, C) written = rows of the full table for ids, each
  * rank contributing the ids in its slice [vstart, vstart + Vloc) and the group summing (g). */

@@ -350,10 +350,22 @@ void be_lowp_invalidate(const backend *be);
 void be_lowp_free(backend *be);
 /* Bytes of the weight copies and conversion scratch held now. */
 size_t be_lowp_bytes(const backend *be);
-void be_matmul_fwd_mixed(const backend *be, float *out, const float *inp, const float *w, const float *b, int BT,
-                         int C, int OC);
-void be_matmul_bwd_mixed(const backend *be, float *dinp, float *dw, float *db, const float *dout,
-                         const float *inp, const float *w, int BT, int C, int OC);
+
+/* A GEMM input: fp32, or a buffer already in the GEMMs' dtype (an activation a model keeps in it,
+ * half the bytes; the GEMMs then read it as it is). */
+typedef struct be_in {
+    const void *p;
+    be_dtype dt; /* BE_F32, or be->gemm_dtype */
+} be_in;
+static inline be_in be_f32(const float *p)
+{
+    be_in x = {p, BE_F32};
+    return x;
+}
+void be_matmul_fwd_mixed(const backend *be, float *out, be_in inp, const float *w, const float *b, int BT, int C,
+                         int OC);
+void be_matmul_bwd_mixed(const backend *be, float *dinp, float *dw, float *db, const float *dout, be_in inp,
+                         const float *w, int BT, int C, int OC);
 
 static inline void be_convert(const backend *be, void *dst, be_dtype dt, const void *src, be_dtype st, size_t n)
 {
@@ -361,19 +373,20 @@ static inline void be_convert(const backend *be, void *dst, be_dtype dt, const v
     be->ops->convert(be, dst, dt, src, st, n);
     be_toc(be, BE_OP_MEMORY, t0, 0);
 }
-static inline void be_matmul_fwd(const backend *be, float *out, const float *inp, const float *w, const float *b,
-                                 int BT, int C, int OC)
+/* The linear layer on an input of either kind (be_in); be_matmul_fwd/bwd below take fp32. */
+static inline void be_matmul_fwd_in(const backend *be, float *out, be_in inp, const float *w, const float *b,
+                                    int BT, int C, int OC)
 {
     if (be->gemm_dtype != BE_F32) {
         be_matmul_fwd_mixed(be, out, inp, w, b, BT, C, OC);
         return;
     }
     double t0 = be_tic(be);
-    be->ops->matmul_fwd(be, out, inp, w, b, BT, C, OC);
+    be->ops->matmul_fwd(be, out, (const float *)inp.p, w, b, BT, C, OC);
     be_toc(be, BE_OP_GEMM, t0, 2.0 * BT * C * OC);
 }
-static inline void be_matmul_bwd(const backend *be, float *dinp, float *dw, float *db, const float *dout,
-                                 const float *inp, const float *w, int BT, int C, int OC)
+static inline void be_matmul_bwd_in(const backend *be, float *dinp, float *dw, float *db, const float *dout,
+                                    be_in inp, const float *w, int BT, int C, int OC)
 {
     if (be->gemm_dtype != BE_F32) {
         be_matmul_bwd_mixed(be, dinp, dw, db, dout, inp, w, BT, C, OC);
@@ -381,8 +394,18 @@ static inline void be_matmul_bwd(const backend *be, float *dinp, float *dw, floa
     }
     double f = 2.0 * BT * C * OC * ((dinp != NULL) + (dw != NULL));
     double t0 = be_tic(be);
-    be->ops->matmul_bwd(be, dinp, dw, db, dout, inp, w, BT, C, OC);
+    be->ops->matmul_bwd(be, dinp, dw, db, dout, (const float *)inp.p, w, BT, C, OC);
     be_toc(be, BE_OP_GEMM, t0, f);
+}
+static inline void be_matmul_fwd(const backend *be, float *out, const float *inp, const float *w, const float *b,
+                                 int BT, int C, int OC)
+{
+    be_matmul_fwd_in(be, out, be_f32(inp), w, b, BT, C, OC);
+}
+static inline void be_matmul_bwd(const backend *be, float *dinp, float *dw, float *db, const float *dout,
+                                 const float *inp, const float *w, int BT, int C, int OC)
+{
+    be_matmul_bwd_in(be, dinp, dw, db, dout, be_f32(inp), w, BT, C, OC);
 }
 static inline void be_embedding_fwd(const backend *be, float *out, const int32_t *ids, const float *wte, int BT,
                                     int C, int vstart, int Vloc)

@@ -92,6 +92,15 @@ static const void *lowp_input(const backend *be, int slot, const float *x, size_
     return d;
 }
 
+/* A GEMM input in the gemm dtype: as it is, or rounded into scratch slot `slot`. */
+static const void *lowp_in(const backend *be, int slot, be_in x, size_t n)
+{
+    if (x.dt == be->gemm_dtype) return x.p;
+    TD_CHECK(x.dt == BE_F32, "keep activations in fp32 or in the GEMMs' dtype", "a %s GEMM input in a %s run",
+             be_dtype_name(x.dt), be_dtype_name(be->gemm_dtype));
+    return lowp_input(be, slot, x.p, n);
+}
+
 /* The copy of weight w (n floats): in its range's copy, made now if stale; a weight in no range
  * is rounded into scratch at every call. */
 static const void *lowp_weight(const backend *be, const float *w, size_t n)
@@ -122,29 +131,46 @@ static const void *lowp_weight(const backend *be, const float *w, size_t n)
     return lowp_input(be, 2, w, n);
 }
 
-void be_matmul_fwd_mixed(const backend *be, float *out, const float *inp, const float *w, const float *b, int BT,
-                         int C, int OC)
+void be_matmul_fwd_mixed(const backend *be, float *out, be_in inp, const float *w, const float *b, int BT, int C,
+                         int OC)
 {
     if (BT <= 0 || OC <= 0) return;
     const void *wl = lowp_weight(be, w, (size_t)OC * C);
-    const void *il = lowp_input(be, 0, inp, (size_t)BT * C);
+    const void *il = lowp_in(be, 0, inp, (size_t)BT * C);
     double t0 = be_tic(be);
     be->ops->matmul_fwd_lp(be, out, il, wl, b, be->gemm_dtype, BT, C, OC);
     be_toc(be, BE_OP_GEMM, t0, 2.0 * BT * C * OC);
 }
 
-void be_matmul_bwd_mixed(const backend *be, float *dinp, float *dw, float *db, const float *dout,
-                         const float *inp, const float *w, int BT, int C, int OC)
+/* The backward in slices of rows when the rounded output gradient would pass LOWP_CHUNK_BYTES
+ * (an LM head's: tokens x vocabulary): the scratch stays bounded, and each slice's products are
+ * still large GEMMs. dW then sums the slices' products in order. */
+#define LOWP_CHUNK_BYTES ((size_t)64 << 20)
+
+void be_matmul_bwd_mixed(const backend *be, float *dinp, float *dw, float *db, const float *dout, be_in inp,
+                         const float *w, int BT, int C, int OC)
 {
     if (BT <= 0 || OC <= 0) return;
     if (db) be_bias_bwd(be, db, dout, BT, OC);
     if (!dinp && !dw) return;
-    const void *dl = lowp_input(be, 1, dout, (size_t)BT * OC);
+    be_dtype dt = be->gemm_dtype;
+    size_t es = be_dtype_size(dt), row = (size_t)OC * es;
+    int rows = (size_t)BT * row > LOWP_CHUNK_BYTES ? (int)(LOWP_CHUNK_BYTES / row) : BT;
+    if (rows < 256) rows = BT < 256 ? BT : 256;
     const void *wl = dinp ? lowp_weight(be, w, (size_t)OC * C) : NULL;
-    const void *il = dw ? lowp_input(be, 0, inp, (size_t)BT * C) : NULL;
-    double t0 = be_tic(be);
-    be->ops->matmul_bwd_lp(be, dinp, dw, dl, il, wl, be->gemm_dtype, BT, C, OC);
-    be_toc(be, BE_OP_GEMM, t0, 2.0 * BT * C * OC * ((dinp != NULL) + (dw != NULL)));
+    for (int r0 = 0; r0 < BT; r0 += rows) {
+        int n = BT - r0 < rows ? BT - r0 : rows;
+        const void *dl = lowp_input(be, 1, dout + (size_t)r0 * OC, (size_t)n * OC);
+        const void *il = NULL;
+        if (dw) {
+            be_in part = inp;
+            part.p = (const char *)inp.p + (size_t)r0 * C * be_dtype_size(inp.dt);
+            il = lowp_in(be, 0, part, (size_t)n * C);
+        }
+        double t0 = be_tic(be);
+        be->ops->matmul_bwd_lp(be, dinp ? dinp + (size_t)r0 * C : NULL, dw, dl, il, wl, dt, n, C, OC);
+        be_toc(be, BE_OP_GEMM, t0, 2.0 * n * C * OC * ((dinp != NULL) + (dw != NULL)));
+    }
 }
 
 void be_lowp_free(backend *be)

@@ -190,7 +190,7 @@ static const flag_t FLAGS[] = {
      "clip the global gradient norm to this (0: off)", 0, 1e9, NULL},
 
     {"--bf16", A_BOOL, OFF(bf16), "0", TD_CMD_TRAIN | TD_CMD_PLAN, "mixed precision",
-     "GEMMs in bf16 (weights' bf16 copies, activations rounded on the way in, fp32 accumulation); fp32 master "
+     "GEMMs in bf16 (bf16 copies of the weights, GEMM inputs rounded to bf16 and kept so, fp32 accumulation); fp32 master "
      "weights, Adam state, grads, norms, softmax and cross-entropy", 0, 0, NULL},
     {"--fp16", A_BOOL, OFF(fp16), "0", TD_CMD_TRAIN | TD_CMD_PLAN, "mixed precision",
      "GEMMs in fp16 as --bf16 does, with loss scaling (dynamic unless --loss-scale)", 0, 0, NULL},

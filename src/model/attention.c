@@ -42,7 +42,7 @@ void attn_acts_carve(carver *cv, const gpt_model *m, attn_acts *a)
     CARVE(cv, a->q, float, BT * (gqa ? m->q_l : 3 * m->q_l));
     if (gqa) CARVE(cv, a->kv, float, BT * 2 * m->kv_l);
     if (cv->skip_attn_core) return;
-    CARVE(cv, a->atty, float, BT * m->q_l);
+    model_carve_kept(cv, m, &a->atty, BT * m->q_l, 1, "atty");
     CARVE(cv, a->lse, float, (int64_t)m->mbs * m->heads_l * m->cfg.seq);
 }
 
@@ -72,11 +72,12 @@ static qkv_view view_of(const gpt_model *m, float *q, float *kv)
 void attn_core_fwd(gpt_model *m, const attn_acts *a, int B, const be_drop *d_att)
 {
     qkv_view w = view_of(m, a->q, a->kv);
-    be_attention_fwd(m->be, a->atty, a->lse, w.q, w.k, w.v, w.ldq, w.ldkv, B, m->cfg.seq, m->heads_l, m->groups_l,
-                     gpt_head_dim(&m->cfg), d_att);
+    be_attention_fwd(m->be, model_kept_stage(m, &a->atty), a->lse, w.q, w.k, w.v, w.ldq, w.ldkv, B, m->cfg.seq,
+                     m->heads_l, m->groups_l, gpt_head_dim(&m->cfg), d_att);
+    model_kept_done(m, &a->atty, (size_t)B * m->cfg.seq * m->q_l);
 }
 
-void attn_fwd(gpt_model *m, attn_acts *a, const attn_params *p, float *out, const float *x, int B, const be_drop *d_att)
+void attn_fwd(gpt_model *m, attn_acts *a, const attn_params *p, float *out, be_in x, int B, const be_drop *d_att)
 {
     const gpt_config *c = &m->cfg;
     const comm *tp = model_tp_reduce(m);
@@ -90,11 +91,11 @@ void attn_fwd(gpt_model *m, attn_acts *a, const attn_params *p, float *out, cons
         be_rope_fwd(m->be, w.k, B, T, w.ldkv, m->groups_l, d, rot, gpt_rotary_base(c), 0);
     }
     attn_core_fwd(m, a, B, d_att);
-    tp_row_linear_fwd(m->be, tp, out, a->atty, p->proj_w, BT, m->q_l, h);
+    tp_row_linear_fwd(m->be, tp, out, model_kept_in(&a->atty), p->proj_w, BT, m->q_l, h);
 }
 
 void attn_bwd(gpt_model *m, float *dx, attn_params *g, const float *dbranch, const attn_acts *a, const attn_params *p,
-              const float *x, int B, const be_drop *d_att)
+              be_in x, int B, const be_drop *d_att)
 {
     const gpt_config *c = &m->cfg;
     const backend *be = m->be;
@@ -104,7 +105,7 @@ void attn_bwd(gpt_model *m, float *dx, attn_params *g, const float *dbranch, con
     int gqa = gpt_gqa(c);
     if (g->proj_b) be_bias_bwd(be, g->proj_b, dbranch, BT, h);
     be_zero(be, s->datty, (size_t)BT * m->q_l);
-    tp_row_linear_bwd(be, tp, s->datty, g->proj_w, dbranch, a->atty, p->proj_w, BT, m->q_l, h);
+    tp_row_linear_bwd(be, tp, s->datty, g->proj_w, dbranch, model_kept_in(&a->atty), p->proj_w, BT, m->q_l, h);
     be_zero(be, s->dqkv, (size_t)BT * (gqa ? m->q_l : 3 * m->q_l));
     if (gqa) be_zero(be, s->dkv, (size_t)BT * 2 * m->kv_l);
     qkv_view w = view_of(m, a->q, a->kv), dw = view_of(m, s->dqkv, s->dkv);

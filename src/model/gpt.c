@@ -132,6 +132,22 @@ void *model_carve(carver *cv, size_t bytes, const char *what)
     return cv->ar ? td_arena_alloc(cv->ar, bytes, what) : NULL;
 }
 
+void model_carve_kept(carver *cv, const gpt_model *m, kept_buf *k, int64_t count, int lowp, const char *what)
+{
+    k->dt = lowp ? m->be->gemm_dtype : BE_F32;
+    k->p = model_carve(cv, (size_t)count * be_dtype_size(k->dt), what);
+}
+
+float *model_kept_stage(const gpt_model *m, const kept_buf *k)
+{
+    return k->dt == BE_F32 ? k->p : m->scratch->lp_stage;
+}
+
+void model_kept_done(const gpt_model *m, const kept_buf *k, size_t n)
+{
+    if (k->dt != BE_F32) be_convert(m->be, k->p, k->dt, m->scratch->lp_stage, BE_F32, n);
+}
+
 /* One micro-batch's activations (ar NULL: only counts the bytes); with recomputation, some
  * point into `shared`. */
 static size_t acts_layout(gpt_model *m, gpt_acts *a, const layer_acts *shared, td_arena *ar)
@@ -175,6 +191,10 @@ static size_t scratch_layout(gpt_model *m, struct gpt_scratch *s, td_arena *ar)
         CARVE(&cv, s->sptmp, float, BT * h);
         CARVE(&cv, s->branch_l, float, BTl * h);
         CARVE(&cv, s->dln_l, float, BTl * h);
+    }
+    if (m->be->gemm_dtype != BE_F32) {
+        int64_t w = h > m->q_l ? h : m->q_l;
+        CARVE(&cv, s->lp_stage, float, BT * (w > m->ffn_l ? w : m->ffn_l));
     }
     return cv.bytes;
 }
@@ -376,7 +396,7 @@ float *gpt_forward(gpt_model *m, gpt_acts *a, const int32_t *ids, const float *i
 
     be_memcpy(be, a->targets, targets, (size_t)BT * sizeof(int32_t), BE_H2D);
     norm_fwd(m, &a->lnf, &m->p.lnf, x, B * m->seq_l);
-    tp_column_linear_fwd(be, tp, a->logits, model_sp_input(m, a->lnf.out, B), m->p.head_w, NULL, BT, h, m->vocab_l);
+    tp_column_linear_fwd(be, tp, a->logits, model_sp_input(m, &a->lnf.out, B), m->p.head_w, NULL, BT, h, m->vocab_l);
     tp_cross_entropy_fwd(be, tp, a->losses, a->maxv, a->sumexp, a->tlogit, a->logits, a->targets, BT, m->vocab_l,
                          m->vstart, m->cfg.vocab);
     if (loss_sum) {
@@ -414,7 +434,7 @@ float *gpt_backward(gpt_model *m, gpt_acts *a, const float *doutput, float loss_
         be_ce_bwd(be, a->logits, a->maxv, a->sumexp, a->targets, s->dloss, BT, m->vocab_l,
                   be_vocab_real(m->cfg.vocab, m->vstart, m->vocab_l), m->vstart);
         tp_column_linear_bwd(be, model_tp_reduce(m), s->dln, m->g.head_w, NULL, a->logits,
-                             model_sp_input(m, a->lnf.out, B), m->p.head_w, BT, h, m->vocab_l);
+                             model_sp_input(m, &a->lnf.out, B), m->p.head_w, BT, h, m->vocab_l);
         const float *x = m->nlayers ? a->layers[m->nlayers - 1].out : a->input;
         be_zero(be, s->dres, (size_t)BTl * h);
         norm_bwd(m, s->dres, &m->g.lnf, model_sp_norm_grad(m, B), x, &m->p.lnf, &a->lnf, BTl);

@@ -8,6 +8,7 @@
 
 #include <stdio.h>
 
+#include "trident/check.h"
 #include "trident/tensor_parallel.h"
 
 void layer_tensors(table_builder *tb, int layer, gpt_layer *p, gpt_layer *g)
@@ -46,12 +47,13 @@ static void layer_drops(const gpt_model *m, const gpt_acts *acts, int L, be_drop
 
 /* A block's input (also the LM head's): the norm output x (B, seq_l, h), gathered along the sequence under sequence
  * parallelism (f), else x itself. */
-const float *model_sp_input(gpt_model *m, const float *x, int B)
+be_in model_sp_input(gpt_model *m, const kept_buf *x, int B)
 {
-    if (!m->sp) return x;
+    if (!m->sp) return model_kept_in(x);
     struct gpt_scratch *s = m->scratch;
-    tp_sp_gather(m->be, m->ps->tp_group, s->gath, x, s->sptmp, B, m->cfg.seq, m->cfg.hidden);
-    return s->gath;
+    TD_ASSERT(x->dt == BE_F32); /* norm outputs stay fp32 under sequence parallelism */
+    tp_sp_gather(m->be, m->ps->tp_group, s->gath, x->p, s->sptmp, B, m->cfg.seq, m->cfg.hidden);
+    return be_f32(s->gath);
 }
 
 /* A block's output (B, s, h) before its reduction: sequence parallelism reduce-scatters it to this
@@ -74,11 +76,11 @@ void layer_fwd(gpt_model *m, gpt_acts *acts, int l, const float *x)
     float *branch = m->scratch->branch;
 
     norm_fwd(m, &a->ln1, &p->ln1, x, BT);
-    attn_fwd(m, &a->attn, &p->attn, branch, model_sp_input(m, a->ln1.out, B), B, &d_att);
+    attn_fwd(m, &a->attn, &p->attn, branch, model_sp_input(m, &a->ln1.out, B), B, &d_att);
     be_bias_dropout_add_fwd(m->be, a->res2, x, block_output(m, branch, B), p->attn.proj_b, B, T, h, &d_out);
 
     norm_fwd(m, &a->ln2, &p->ln2, a->res2, BT);
-    mlp_fwd(m, &a->mlp, &p->mlp, branch, model_sp_input(m, a->ln2.out, B), B * m->cfg.seq);
+    mlp_fwd(m, &a->mlp, &p->mlp, branch, model_sp_input(m, &a->ln2.out, B), B * m->cfg.seq);
     be_bias_dropout_add_fwd(m->be, a->out, a->res2, block_output(m, branch, B), p->mlp.fc2_b, B, T, h, &d_mlp);
 }
 
@@ -132,11 +134,11 @@ void layer_bwd(gpt_model *m, gpt_acts *acts, int l, const float *x)
 
     /* MLP branch; the residual's gradient is dres itself, the norm's adds to it */
     const float *dbranch = branch_grad(m, dropout_grad(m->be, s->dtmp, s->dres, B, T, h, &d_mlp), B);
-    mlp_bwd(m, s->dln, &g->mlp, dbranch, &a->mlp, &p->mlp, model_sp_input(m, a->ln2.out, B), B * m->cfg.seq);
+    mlp_bwd(m, s->dln, &g->mlp, dbranch, &a->mlp, &p->mlp, model_sp_input(m, &a->ln2.out, B), B * m->cfg.seq);
     norm_bwd(m, s->dres, &g->ln2, model_sp_norm_grad(m, B), a->res2, &p->ln2, &a->ln2, BT);
 
     /* attention branch */
     dbranch = branch_grad(m, dropout_grad(m->be, s->dtmp, s->dres, B, T, h, &d_out), B);
-    attn_bwd(m, s->dln, &g->attn, dbranch, &a->attn, &p->attn, model_sp_input(m, a->ln1.out, B), B, &d_att);
+    attn_bwd(m, s->dln, &g->attn, dbranch, &a->attn, &p->attn, model_sp_input(m, &a->ln1.out, B), B, &d_att);
     norm_bwd(m, s->dres, &g->ln1, model_sp_norm_grad(m, B), x, &p->ln1, &a->ln1, BT);
 }

@@ -33,26 +33,28 @@ void mlp_acts_carve(carver *cv, const gpt_model *m, mlp_acts *a)
 {
     int64_t BT = (int64_t)m->mbs * m->cfg.seq;
     CARVE(cv, a->fch, float, BT * fc_width(m));
-    CARVE(cv, a->fch_gelu, float, BT * m->ffn_l);
+    model_carve_kept(cv, m, &a->fch_gelu, BT * m->ffn_l, 1, "fch_gelu");
 }
 
-void mlp_fwd(gpt_model *m, mlp_acts *a, const mlp_params *p, float *out, const float *x, int BT)
+void mlp_fwd(gpt_model *m, mlp_acts *a, const mlp_params *p, float *out, be_in x, int BT)
 {
     const comm *tp = model_tp_reduce(m);
     int h = m->cfg.hidden;
+    float *act = model_kept_stage(m, &a->fch_gelu);
     if (m->cfg.swiglu) {
         tp_column_linear_fwd(m->be, tp, a->fch, x, p->fc_w, p->fc_b, BT, h, fc_width(m));
-        be_swiglu_fwd(m->be, a->fch_gelu, a->fch, BT, m->ffn_l);
+        be_swiglu_fwd(m->be, act, a->fch, BT, m->ffn_l);
     } else {
         tp_column_linear_fwd(m->be, tp, a->fch, x, p->fc_w, NULL, BT, h, m->ffn_l);
-        if (p->fc_b) be_bias_gelu_fwd(m->be, a->fch_gelu, a->fch, p->fc_b, BT, m->ffn_l);
-        else be_gelu_fwd(m->be, a->fch_gelu, a->fch, (size_t)BT * m->ffn_l);
+        if (p->fc_b) be_bias_gelu_fwd(m->be, act, a->fch, p->fc_b, BT, m->ffn_l);
+        else be_gelu_fwd(m->be, act, a->fch, (size_t)BT * m->ffn_l);
     }
-    tp_row_linear_fwd(m->be, tp, out, a->fch_gelu, p->fc2_w, BT, m->ffn_l, h);
+    model_kept_done(m, &a->fch_gelu, (size_t)BT * m->ffn_l);
+    tp_row_linear_fwd(m->be, tp, out, model_kept_in(&a->fch_gelu), p->fc2_w, BT, m->ffn_l, h);
 }
 
 void mlp_bwd(gpt_model *m, float *dx, mlp_params *g, const float *dbranch, const mlp_acts *a, const mlp_params *p,
-             const float *x, int BT)
+             be_in x, int BT)
 {
     const backend *be = m->be;
     const comm *tp = model_tp_reduce(m);
@@ -60,7 +62,7 @@ void mlp_bwd(gpt_model *m, float *dx, mlp_params *g, const float *dbranch, const
     int h = m->cfg.hidden;
     if (g->fc2_b) be_bias_bwd(be, g->fc2_b, dbranch, BT, h);
     be_zero(be, s->dfch_gelu, (size_t)BT * m->ffn_l);
-    tp_row_linear_bwd(be, tp, s->dfch_gelu, g->fc2_w, dbranch, a->fch_gelu, p->fc2_w, BT, m->ffn_l, h);
+    tp_row_linear_bwd(be, tp, s->dfch_gelu, g->fc2_w, dbranch, model_kept_in(&a->fch_gelu), p->fc2_w, BT, m->ffn_l, h);
     be_zero(be, s->dfch, (size_t)BT * fc_width(m));
     if (m->cfg.swiglu) {
         be_swiglu_bwd(be, s->dfch, s->dfch_gelu, a->fch, BT, m->ffn_l);

@@ -44,6 +44,27 @@ typedef struct {
 void *model_carve(carver *cv, size_t bytes, const char *what);
 #define CARVE(cv, ptr, type, count) ((ptr) = (type *)model_carve((cv), (size_t)(count) * sizeof(type), #ptr))
 
+/* ---- kept GEMM inputs ----
+ * The activations a micro-batch keeps only to feed GEMMs again in the backward (the norms'
+ * outputs, the attention core's output, the MLP activation's output) are kept in the GEMMs'
+ * dtype under mixed precision (--bf16, --fp16: half the bytes, and the GEMMs read them as they
+ * are), in fp32 otherwise. Under sequence parallelism the norms' outputs stay fp32: they are
+ * gathered along the sequence before their GEMMs (and hold s/t of it). A producer writes fp32
+ * where model_kept_stage says, then model_kept_done rounds that into the kept buffer. */
+typedef struct {
+    void *p;
+    be_dtype dt;
+} kept_buf;
+/* Carves `count` elements; lowp: may be kept in the GEMMs' dtype. */
+void model_carve_kept(carver *cv, const gpt_model *m, kept_buf *k, int64_t count, int lowp, const char *what);
+float *model_kept_stage(const gpt_model *m, const kept_buf *k);
+void model_kept_done(const gpt_model *m, const kept_buf *k, size_t n);
+static inline be_in model_kept_in(const kept_buf *k)
+{
+    be_in x = {k->p, k->dt};
+    return x;
+}
+
 /* Forward temporaries and backward gradients, shared by every micro-batch of the stage. */
 struct gpt_scratch {
     float *branch;   /* (BT, h): row-linear output before bias-dropout-add */
@@ -63,6 +84,8 @@ struct gpt_scratch {
     float *sptmp;    /* (BT, h): the collectives' rank-major staging */
     float *branch_l; /* (BT/t, h): a branch output reduce-scattered to this rank's positions */
     float *dln_l;    /* (BT/t, h): a norm output's gradient, likewise */
+    /* mixed precision only (NULL otherwise): */
+    float *lp_stage; /* (BT, max(h, nd/t, f/t)): a kept GEMM input in fp32 on its way in */
 };
 
 /* ---- blocks: tensors, activations, forward, backward (backward accumulates into grads) ---- */
@@ -70,7 +93,8 @@ struct gpt_scratch {
 /* Norm: LayerNorm, out = (x - mean) * rstd * w + b, or RMSNorm, out = x * rstd * w, over the
  * hidden size; replicated over tp. */
 typedef struct {
-    float *out, *mean, *rstd; /* (BT, h), (BT) LayerNorm only, (BT) */
+    kept_buf out;             /* (BT, h) */
+    float *mean, *rstd;       /* (BT) LayerNorm only, (BT) */
 } norm_acts;
 /* Adds bias (stream kind; LayerNorm only) and weight (kind + 1) as "<prefix>.bias"/".weight". */
 void norm_tensors(table_builder *tb, int layer, int kind, const char *prefix, norm_params *p, norm_params *g);
@@ -87,31 +111,31 @@ typedef struct {
     float *q;    /* (BT, 3nd/t): [q | k | v] of the local heads, rotated; grouped-query
                   * attention: the queries only (BT, nd/t) */
     float *kv;   /* grouped-query attention: (BT, 2gd/t) [k | v] of the local groups */
-    float *atty; /* (BT, nd/t) */
-    float *lse;  /* (B, n/t, s) */
+    kept_buf atty; /* (BT, nd/t) */
+    float *lse;    /* (B, n/t, s) */
 } attn_acts;
 void attn_tensors(table_builder *tb, int layer, attn_params *p, attn_params *g);
 void attn_acts_carve(carver *cv, const gpt_model *m, attn_acts *a);
 /* out (BT, h): the projection of the attention of x (BT, h), before the output bias. */
-void attn_fwd(gpt_model *m, attn_acts *a, const attn_params *p, float *out, const float *x, int B, const be_drop *d_att);
+void attn_fwd(gpt_model *m, attn_acts *a, const attn_params *p, float *out, be_in x, int B, const be_drop *d_att);
 /* The attention core alone: atty and lse from the kept (rotated) q, k, v. */
 void attn_core_fwd(gpt_model *m, const attn_acts *a, int B, const be_drop *d_att);
 /* From dbranch (BT, h), the gradient of the block output after its bias: the bias, weight
  * grads and dx (BT, h, overwritten). */
 void attn_bwd(gpt_model *m, float *dx, attn_params *g, const float *dbranch, const attn_acts *a, const attn_params *p,
-              const float *x, int B, const be_drop *d_att);
+              be_in x, int B, const be_drop *d_att);
 
 /* MLP: fc column-parallel (h -> f/t) with bias and GeLU, or (h -> 2f/t, gate and up) with
  * SwiGLU; fc2 row-parallel (f/t -> h); the fc2 bias is added by the layer (with dropout). */
 typedef struct {
     float *fch;      /* (BT, f/t): fc output before bias and GeLU; SwiGLU (BT, 2f/t) [gate | up] */
-    float *fch_gelu; /* (BT, f/t): the activation's output */
+    kept_buf fch_gelu; /* (BT, f/t): the activation's output */
 } mlp_acts;
 void mlp_tensors(table_builder *tb, int layer, mlp_params *p, mlp_params *g);
 void mlp_acts_carve(carver *cv, const gpt_model *m, mlp_acts *a);
-void mlp_fwd(gpt_model *m, mlp_acts *a, const mlp_params *p, float *out, const float *x, int BT);
+void mlp_fwd(gpt_model *m, mlp_acts *a, const mlp_params *p, float *out, be_in x, int BT);
 void mlp_bwd(gpt_model *m, float *dx, mlp_params *g, const float *dbranch, const mlp_acts *a, const mlp_params *p,
-             const float *x, int BT);
+             be_in x, int BT);
 
 /* Embedding: word (vocab-parallel) plus learned absolute positions (when the model has them),
  * then dropout. */
@@ -175,7 +199,7 @@ static inline int model_pos0(const gpt_model *m) { return m->sp ? m->ps->tp_rank
 static inline const comm *model_tp_reduce(const gpt_model *m) { return m->sp ? NULL : m->ps->tp_group; }
 /* Sequence parallelism's f (layer.c): a block's input, the norm output x (B, seq_l, h) gathered
  * along the sequence into scratch; x itself without it. */
-const float *model_sp_input(gpt_model *m, const float *x, int B);
+be_in model_sp_input(gpt_model *m, const kept_buf *x, int B);
 /* ... and f's backward: the norm output's gradient from the block's unreduced input gradient in
  * scratch->dln, reduce-scattered to this rank's positions; scratch->dln itself without it. */
 const float *model_sp_norm_grad(gpt_model *m, int B);

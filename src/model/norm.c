@@ -18,7 +18,7 @@ void norm_tensors(table_builder *tb, int layer, int kind, const char *prefix, no
 void norm_acts_carve(carver *cv, const gpt_model *m, norm_acts *a)
 {
     int64_t BT = (int64_t)m->mbs * m->seq_l; /* this rank's positions under sequence parallelism */
-    CARVE(cv, a->out, float, BT * m->cfg.hidden);
+    model_carve_kept(cv, m, &a->out, BT * m->cfg.hidden, !m->sp, "norm out");
     if (m->cfg.norm == GPT_NORM_LAYERNORM) CARVE(cv, a->mean, float, BT);
     CARVE(cv, a->rstd, float, BT);
 }
@@ -26,10 +26,12 @@ void norm_acts_carve(carver *cv, const gpt_model *m, norm_acts *a)
 void norm_fwd(const gpt_model *m, norm_acts *a, const norm_params *p, const float *x, int BT)
 {
     const gpt_config *c = &m->cfg;
+    float *out = model_kept_stage(m, &a->out);
     if (c->norm == GPT_NORM_RMSNORM)
-        be_rmsnorm_fwd(m->be, a->out, a->rstd, x, p->w, BT, c->hidden, gpt_norm_eps(c));
+        be_rmsnorm_fwd(m->be, out, a->rstd, x, p->w, BT, c->hidden, gpt_norm_eps(c));
     else
-        be_layernorm_fwd(m->be, a->out, a->mean, a->rstd, x, p->w, p->b, BT, c->hidden, gpt_norm_eps(c));
+        be_layernorm_fwd(m->be, out, a->mean, a->rstd, x, p->w, p->b, BT, c->hidden, gpt_norm_eps(c));
+    model_kept_done(m, &a->out, (size_t)BT * c->hidden);
 }
 
 void norm_bwd(const gpt_model *m, float *dx, norm_params *g, const float *dout, const float *x, const norm_params *p,

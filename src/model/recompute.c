@@ -44,7 +44,7 @@ size_t recompute_shared_layout(gpt_model *m, layer_acts *shared, td_arena *ar)
         for (int j = 0; j < full_shared_layers(m); j++) layer_acts_carve(&cv, m, &shared[j]);
     } else if (m->rc.granularity == GPT_RECOMPUTE_SELECTIVE && m->nlayers > 0) {
         int64_t BT = (int64_t)m->mbs * m->cfg.seq;
-        CARVE(&cv, shared[0].attn.atty, float, BT * m->q_l);
+        model_carve_kept(&cv, m, &shared[0].attn.atty, BT * m->q_l, 1, "atty");
         CARVE(&cv, shared[0].attn.lse, float, (int64_t)m->mbs * m->heads_l * m->cfg.seq);
     }
     return cv.bytes;

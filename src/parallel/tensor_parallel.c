@@ -51,33 +51,33 @@ void tp_sp_scatter(const backend *be, const comm *tp, float *local, const float 
     comm_reduce_scatter(tp, tmp, local, n, COMM_F32, COMM_SUM);
 }
 
-void tp_column_linear_fwd(const backend *be, const comm *tp, float *out, const float *inp, const float *w,
-                          const float *b, int BT, int C, int OCl)
+void tp_column_linear_fwd(const backend *be, const comm *tp, float *out, be_in inp, const float *w, const float *b,
+                          int BT, int C, int OCl)
 {
-    tp_copy_fwd(tp, (float *)inp, (size_t)BT * C);
-    be_matmul_fwd(be, out, inp, w, b, BT, C, OCl);
+    tp_copy_fwd(tp, (float *)inp.p, (size_t)BT * C); /* the identity (f) */
+    be_matmul_fwd_in(be, out, inp, w, b, BT, C, OCl);
 }
 
 void tp_column_linear_bwd(const backend *be, const comm *tp, float *dinp, float *dw, float *db,
-                          const float *dout, const float *inp, const float *w, int BT, int C, int OCl)
+                          const float *dout, be_in inp, const float *w, int BT, int C, int OCl)
 {
     be_zero(be, dinp, (size_t)BT * C);
-    be_matmul_bwd(be, dinp, dw, db, dout, inp, w, BT, C, OCl);
+    be_matmul_bwd_in(be, dinp, dw, db, dout, inp, w, BT, C, OCl);
     tp_copy_bwd(tp, dinp, (size_t)BT * C);
 }
 
-void tp_row_linear_fwd(const backend *be, const comm *tp, float *out, const float *inp, const float *w, int BT,
-                       int Cl, int OC)
+void tp_row_linear_fwd(const backend *be, const comm *tp, float *out, be_in inp, const float *w, int BT, int Cl,
+                       int OC)
 {
-    be_matmul_fwd(be, out, inp, w, NULL, BT, Cl, OC);
+    be_matmul_fwd_in(be, out, inp, w, NULL, BT, Cl, OC);
     tp_reduce_fwd(tp, out, (size_t)BT * OC);
 }
 
 void tp_row_linear_bwd(const backend *be, const comm *tp, float *dinp, float *dw, const float *dout,
-                       const float *inp, const float *w, int BT, int Cl, int OC)
+                       be_in inp, const float *w, int BT, int Cl, int OC)
 {
     tp_reduce_bwd(tp, (float *)dout, (size_t)BT * OC);
-    be_matmul_bwd(be, dinp, dw, NULL, dout, inp, w, BT, Cl, OC);
+    be_matmul_bwd_in(be, dinp, dw, NULL, dout, inp, w, BT, Cl, OC);
 }
 
 void tp_embedding_fwd(const backend *be, const comm *tp, float *out, const int32_t *ids, const float *wte_l,

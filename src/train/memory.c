@@ -2,6 +2,8 @@
  * shape the way the blocks lay their tensors and activations out (src/model/), in fp32. */
 #include "trident/memory.h"
 
+#include <math.h>
+
 #include <stdio.h>
 
 #define MIB (1024.0 * 1024.0)
@@ -24,10 +26,18 @@ double mem_chunk_params(const gpt_config *c, int tp, const mem_chunk *k)
     return n;
 }
 
-/* Floats of one norm's saved activations over `rows` tokens: its output and statistics. */
-static double norm_acts(const gpt_config *c, double rows)
+/* Floats of a kept GEMM input of n elements: half under mixed precision (model_impl.h), except
+ * a norm output under sequence parallelism. */
+static double kept(const mem_layout *l, double n, int norm_out)
 {
-    return rows * c->hidden + rows * (c->norm == GPT_NORM_LAYERNORM ? 2 : 1);
+    return l->lowp && !(norm_out && l->sequence_parallel) ? n / 2 : n;
+}
+
+/* Floats of one norm's saved activations over `rows` tokens: its output and statistics. */
+static double norm_acts(const mem_layout *l, double rows)
+{
+    const gpt_config *c = &l->cfg;
+    return kept(l, rows * c->hidden, 1) + rows * (c->norm == GPT_NORM_LAYERNORM ? 2 : 1);
 }
 
 /* Floats one layer saves for one micro-batch of BT tokens, and (*shared) the floats a
@@ -37,9 +47,9 @@ static double layer_acts(const mem_layout *l, double BT, double *recomputed)
     const gpt_config *c = &l->cfg;
     double t = l->tp, h = c->hidden, q = gpt_q_width(c) / t, kv = gpt_kv_width(c) / t, f = c->ffn / t;
     double sp = l->sequence_parallel ? t : 1; /* the residual stream's tokens are divided by sp */
-    double qkv = BT * (q + 2 * kv), lse = BT * c->heads / t, atty = BT * q;
-    double mlp = BT * (c->swiglu ? 2 : 1) * f + BT * f;
-    double all = 2 * norm_acts(c, BT / sp) + qkv + lse + atty + mlp + 2 * BT / sp * h; /* + res2 and out */
+    double qkv = BT * (q + 2 * kv), lse = BT * c->heads / t, atty = kept(l, BT * q, 0);
+    double mlp = BT * (c->swiglu ? 2 : 1) * f + kept(l, BT * f, 0);
+    double all = 2 * norm_acts(l, BT / sp) + qkv + lse + atty + mlp + 2 * BT / sp * h; /* + res2 and out */
     *recomputed = all;
     /* selective: the attention core's output and lse are recomputed (one shared pair a chunk) */
     if (l->recompute == MEM_RECOMPUTE_SELECTIVE) return all - atty - lse;
@@ -67,7 +77,7 @@ double mem_chunk_acts(const mem_layout *l, const mem_chunk *k)
         layers = k->nlayers * layer;
     }
     double last = 0;
-    if (k->last) last = norm_acts(c, BT / sp) + BT * c->padded_vocab / l->tp + 4 * BT;
+    if (k->last) last = norm_acts(l, BT / sp) + BT * c->padded_vocab / l->tp + 4 * BT;
     return 4.0 * (ints + input + layers + last);
 }
 
@@ -80,6 +90,7 @@ static double chunk_workspace(const mem_layout *l, const mem_chunk *k)
     double q = gpt_q_width(c) / t, kv = gpt_kv_width(c) / t, f = c->ffn / t;
     double floats = 4 * BT * h + BT * (q + 2 * kv) + BT * q + BT * (c->swiglu ? 2 : 1) * f + BT * f + 2 * BT;
     if (l->sequence_parallel) floats += 3 * BT * h + 2 * BT / t * h; /* gathered, staging; two local */
+    if (l->lowp) floats += BT * fmax(fmax(h, q), f); /* a kept input's fp32 staging */
     if (l->recompute == MEM_RECOMPUTE_FULL) {
         double full;
         layer_acts(l, BT, &full);
@@ -87,7 +98,7 @@ static double chunk_workspace(const mem_layout *l, const mem_chunk *k)
         if (n > k->nlayers) n = k->nlayers;
         floats += (l->recompute_block ? 1 : n) * full;
     } else if (l->recompute == MEM_RECOMPUTE_SELECTIVE && k->nlayers > 0) {
-        floats += BT * q + BT * c->heads / t;
+        floats += kept(l, BT * q, 0) + BT * c->heads / t;
     }
     return 4.0 * floats;
 }
@@ -127,10 +138,13 @@ void mem_predict(const mem_layout *l, mem_prediction *p)
         double fc1 = (c->swiglu ? 2.0 : 1.0) * c->ffn / l->tp, qkv = (gpt_q_width(c) + 2.0 * gpt_kv_width(c)) / l->tp;
         double widest_out = fc1 > qkv ? fc1 : qkv; /* the widest GEMM output: fc1's, qkv's or the logits */
         if (head && V > widest_out) widest_out = V;
-        /* the copies, one input and one output gradient rounded (mixed.c's scratch) */
-        p->lowp = 2.0 * numel + 2.0 * BT * widest_in + 2.0 * BT * (widest_out > widest_in ? widest_out : widest_in);
-        if (l->lowp_widened) /* and their fp32 widenings (cpu's per-thread scratch) */
-            p->lowp += 4.0 * BT * widest_in + 4.0 * BT * widest_out + 4.0 * (head ? V * c->hidden : 0);
+        /* the copies and one output gradient rounded (mixed.c's scratch: at most 64 MiB of
+         * rows at a time); under sequence parallelism also a gathered norm output */
+        double dout = fmin(2.0 * BT * widest_out, fmax(64.0 * MIB, 2.0 * 256 * widest_out));
+        p->lowp = 2.0 * numel + dout;
+        if (l->sequence_parallel) p->lowp += 2.0 * BT * c->hidden;
+        if (l->lowp_widened) /* and their fp32 widenings (cpu's per-thread scratch), the largest weight's too */
+            p->lowp += 4.0 * BT * widest_in + 2.0 * dout + 4.0 * (head ? V : fc1) * c->hidden;
     }
     p->total = p->params + p->grads + p->optimizer + p->acts + p->workspace + p->lowp + p->comm;
 }

@@ -250,12 +250,44 @@ static void mixed_weight_copies(void **state)
     be_free(be);
 }
 
+/* An output gradient past 64 MiB in bf16 (an LM head's) goes through the backward in slices of
+ * rows: the same input gradient and weight gradient as the double product of the rounded inputs. */
+static void mixed_backward_in_slices(void **state)
+{
+    (void)state;
+    enum { BT = 1400, C = 8, OC = 30000 }; /* dout in bf16: 84 MB, two slices */
+    backend *be = be_cpu(2);
+    be_set_gemm_dtype(be, BE_BF16);
+    float *w = tb_rand_new((size_t)OC * C, 31, -1, 1), *inp = tb_rand_new((size_t)BT * C, 32, -1, 1);
+    float *dout = tb_rand_new((size_t)BT * OC, 33, -1, 1);
+    be_lowp_register(be, w, (size_t)OC * C);
+    float *dinp = tb_zeros((size_t)BT * C), *dw = tb_zeros((size_t)OC * C);
+    be_matmul_bwd(be, dinp, dw, NULL, dout, inp, w, BT, C, OC);
+    round_to(be, w, (size_t)OC * C, BE_BF16);
+    round_to(be, inp, (size_t)BT * C, BE_BF16);
+    round_to(be, dout, (size_t)BT * OC, BE_BF16);
+    double *wdinp = td_xcalloc((size_t)BT * C, sizeof(double)), *wdw = td_xcalloc((size_t)OC * C, sizeof(double));
+    for (int i = 0; i < BT; i++)
+        for (int o = 0; o < OC; o++) {
+            double d = dout[(size_t)i * OC + o];
+            for (int k = 0; k < C; k++) {
+                wdinp[i * C + k] += d * w[(size_t)o * C + k];
+                wdw[(size_t)o * C + k] += d * inp[i * C + k];
+            }
+        }
+    TB_CLOSE("sliced dinp", dinp, wdinp, (size_t)BT * C, 2.0 * OC * ldexp(1, -24) * 4);
+    TB_CLOSE("sliced dw", dw, wdw, (size_t)OC * C, 2.0 * BT * ldexp(1, -24) * 4);
+    free(w), free(inp), free(dout), free(dinp), free(dw), free(wdinp), free(wdw);
+    be_free(be);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(conversions),
         cmocka_unit_test(linear_lp),
         cmocka_unit_test(mixed_weight_copies),
+        cmocka_unit_test(mixed_backward_in_slices),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

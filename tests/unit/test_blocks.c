@@ -238,23 +238,23 @@ static void run_block(model_at *x, enum block k, float *out, const float *in, co
     be_zero(g_be, m->grads, m->numel);
     if (k == NORM) {
         norm_fwd(m, &la->ln1, &p->ln1, in, BT);
-        memcpy(out, la->ln1.out, (size_t)BT * h * sizeof(float));
+        memcpy(out, la->ln1.out.p, (size_t)BT * h * sizeof(float)); /* fp32: no mixed precision here */
         if (dout) {
             memset(dx, 0, (size_t)BT * h * sizeof(float));
             norm_bwd(m, dx, &g->ln1, dout, in, &p->ln1, &la->ln1, BT);
         }
         return;
     }
-    if (k == ATTN) attn_fwd(m, &la->attn, &p->attn, out, in, B, NULL);
-    else mlp_fwd(m, &la->mlp, &p->mlp, out, in, BT);
+    if (k == ATTN) attn_fwd(m, &la->attn, &p->attn, out, be_f32(in), B, NULL);
+    else mlp_fwd(m, &la->mlp, &p->mlp, out, be_f32(in), BT);
     const float *bias = k == ATTN ? p->attn.proj_b : p->mlp.fc2_b;
     /* a shard adds the replicated bias too: the whole block's is added once, below */
     if (bias && x->ps.tp_rank == 0)
         for (int t = 0; t < BT; t++)
             for (int i = 0; i < h; i++) out[t * h + i] += bias[i];
     if (!dout) return;
-    if (k == ATTN) attn_bwd(m, dx, &g->attn, dout, &la->attn, &p->attn, in, B, NULL);
-    else mlp_bwd(m, dx, &g->mlp, dout, &la->mlp, &p->mlp, in, BT);
+    if (k == ATTN) attn_bwd(m, dx, &g->attn, dout, &la->attn, &p->attn, be_f32(in), B, NULL);
+    else mlp_bwd(m, dx, &g->mlp, dout, &la->mlp, &p->mlp, be_f32(in), BT);
 }
 
 static void ref_block(const ref *r, enum block k, double *out, const double *x)

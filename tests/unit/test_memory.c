@@ -60,6 +60,7 @@ static void check_rc(const gpt_config *c, int layer0, int n, int mbs, const gpt_
                                                                : MEM_RECOMPUTE_NONE;
     l.recompute_block = rc->method == GPT_RECOMPUTE_BLOCK;
     l.recompute_num_layers = rc->num_layers;
+    l.lowp = g_be->gemm_dtype != BE_F32;
     l.cfg = *c;
     l.tp = l.dp = 1;
     l.mbs = mbs;
@@ -116,6 +117,22 @@ static void test_llama_chunks(void **state)
     check(&c, 3, 1, 3);
 }
 
+/* Mixed precision: the GEMM inputs kept in bf16 (norm outputs, attention output, the MLP
+ * activation), every chunk position and recomputation mode. */
+static void test_bf16_chunks(void **state)
+{
+    (void)state;
+    backend *fp32 = g_be;
+    backend *bf16 = be_cpu(0);
+    be_set_gemm_dtype(bf16, BE_BF16);
+    g_be = bf16;
+    test_gpt2_chunks(state);
+    test_llama_chunks(state);
+    test_recompute_chunks(state);
+    g_be = fp32;
+    be_free(bf16);
+}
+
 /* The distributed optimizer divides Adam's state by dp (and adds a grad shard); activations scale with the micro-batches
  * in flight. */
 static void test_layout_terms(void **state)
@@ -156,6 +173,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_gpt2_chunks),
         cmocka_unit_test(test_llama_chunks),
         cmocka_unit_test(test_recompute_chunks),
+        cmocka_unit_test(test_bf16_chunks),
         cmocka_unit_test(test_layout_terms),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
