@@ -90,6 +90,10 @@ typedef struct td_args {
     int sequence_parallel;
     int bf16, fp16;            /* mixed precision */
     char *dtype;               /* convert --to hf: F32, F16 or BF16 */
+    td_strlist prompt;         /* generate */
+    char *prompt_file;
+    int max_new_tokens, greedy, top_k, no_kv_cache, ignore_eod;
+    double temperature, top_p;
     double loss_scale;         /* constant loss scale (given or not) */
     double initial_loss_scale, min_loss_scale;
     int64_t loss_scale_window;

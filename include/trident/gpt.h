@@ -273,6 +273,21 @@ float *gpt_forward(gpt_model *m, gpt_acts *a, const int32_t *ids, const float *i
  * the stage input (B, s, h) (send it back); first stage: NULL. */
 float *gpt_backward(gpt_model *m, gpt_acts *a, const float *doutput, float loss_scale);
 
+/* ---- generation (src/model/infer.c): the incremental forward with a key/value cache ---- */
+typedef struct gpt_kv_cache gpt_kv_cache;
+/* A cache for B rows of up to `cap` positions of this stage's layers, and the buffers of steps of
+ * up to `nmax` new positions a row. */
+gpt_kv_cache *gpt_kv_create(gpt_model *m, int B, int cap, int nmax);
+void gpt_kv_free(gpt_model *m, gpt_kv_cache *c);
+/* Runs positions [pos, pos + n) of every row through the stage, appending their keys and values
+ * to the cache, which must hold [0, pos) of the same rows (pos = 0 starts over). First stage:
+ * ids (B, n) host; other stages: input (B, n, h), the previous stage's output. Not last stage:
+ * returns this stage's output (B, n, h) to send on. Last stage: writes logits (B, vocab) (host,
+ * the real vocabulary gathered over tensor parallelism) of each row's last new position and
+ * returns NULL. Dropout is off. Collective over the tensor-parallel group. */
+float *gpt_infer(gpt_model *m, gpt_kv_cache *c, const int32_t *ids, const float *input, int pos, int n,
+                 float *logits);
+
 /* The whole model's logical tensors as a one-rank table in m->table / m->ntensors (no buffers;
  * free(m->table) after): the canonical order below. */
 void gpt_logical_table(const gpt_config *cfg, gpt_model *m);

@@ -158,6 +158,14 @@ struct be_ops {
                           const float *k, const float *v, const float *lse, int ldq, int ldkv, int B, int T, int NH,
                           int NKV, int HS, const be_drop *drop);
 
+    /* ---- attention over a key/value cache (generation; no dropout, no backward) ----
+     * q: rows (B, n) of stride ldq, the queries of positions pos0 .. pos0 + n - 1 (NH heads of HS,
+     * rotated); kc, vc: (B, cap, NKV * HS) caches holding the keys and values of positions
+     * 0 .. pos0 + n - 1 (the new ones already appended). out (B, n, NH * HS) written: query i of
+     * head h attends to keys 0 .. pos0 + i of head h / (NH / NKV), softmax(q k^T / sqrt(HS)) v. */
+    void (*attention_kv_fwd)(const backend *be, float *out, const float *q, const float *kc, const float *vc, int ldq,
+                             int B, int n, int pos0, int cap, int NH, int NKV, int HS);
+
     /* ---- GeLU, tanh approximation (GPT-2 / Megatron) ---- */
     /* out (n) written = gelu(inp); out may equal inp. */
     void (*gelu_fwd)(const backend *be, float *out, const float *inp, size_t n);
@@ -493,6 +501,14 @@ static inline void be_attention_bwd(const backend *be, float *dq, float *dk, flo
     double t0 = be_tic(be);
     be->ops->attention_bwd(be, dq, dk, dv, dout, q, k, v, lse, ldq, ldkv, B, T, NH, NKV, HS, drop);
     be_toc(be, BE_OP_ATTENTION, t0, 8.0 * B * T * (double)T * NH * HS);
+}
+static inline void be_attention_kv_fwd(const backend *be, float *out, const float *q, const float *kc,
+                                       const float *vc, int ldq, int B, int n, int pos0, int cap, int NH, int NKV,
+                                       int HS)
+{
+    double t0 = be_tic(be);
+    be->ops->attention_kv_fwd(be, out, q, kc, vc, ldq, B, n, pos0, cap, NH, NKV, HS);
+    be_toc(be, BE_OP_ATTENTION, t0, 4.0 * B * n * (double)(pos0 + n) * NH * HS);
 }
 static inline void be_gelu_fwd(const backend *be, float *out, const float *inp, size_t n)
 {

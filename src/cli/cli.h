@@ -12,5 +12,6 @@ int cli_preprocess(int argc, char **argv);
 int cli_checkpoint(int argc, char **argv);
 int cli_convert(int argc, char **argv);
 int cli_eval(int argc, char **argv);
+int cli_generate(int argc, char **argv);
 
 #endif

@@ -157,7 +157,7 @@ static const flag_t FLAGS[] = {
      "with --use-distributed-optimizer: wait for each bucket's parameter all-gather only when the next "
      "forward first reads it", 0, 0, NULL},
     {"--distributed-timeout-minutes", A_FLOAT, OFF(distributed_timeout_minutes), "10",
-     TD_CMD_TRAIN | TD_CMD_EVAL, "parallel",
+     TD_CMD_TRAIN | TD_CMD_EVAL | TD_CMD_GENERATE, "parallel",
      "a rank waiting longer than this in one communication aborts the job, naming the call, group and "
      "peer (fractions allowed; 0: wait forever)", 0, 1e6, NULL},
     {"--recompute-granularity", A_CHOICE, OFF(recompute_granularity), NULL, TD_CMD_TRAIN, "recomputation",
@@ -227,7 +227,7 @@ static const flag_t FLAGS[] = {
      NULL},
     {"--save-interval", A_I64, OFF(save_interval), NULL, TD_CMD_TRAIN, "checkpointing",
      "iterations between checkpoints (default: only at the end and on exit)", 1, BIG, NULL},
-    {"--load", A_STR, OFF(load), NULL, TD_CMD_TRAIN | TD_CMD_EVAL, "checkpointing",
+    {"--load", A_STR, OFF(load), NULL, TD_CMD_TRAIN | TD_CMD_EVAL | TD_CMD_GENERATE, "checkpointing",
      "start from the latest checkpoint in this folder (or an iter_NNNNNNN folder); any layout", 0, 0, NULL},
     {"--no-load-optim", A_BOOL, OFF(no_load_optim), "0", TD_CMD_TRAIN, "checkpointing",
      "with --load: do not load the optimizer state (Adam moments start at zero)", 0, 0, NULL},
@@ -246,6 +246,26 @@ static const flag_t FLAGS[] = {
      "save (with --save) and exit 0 after the iteration that ends past this many minutes", 0, 1e9, NULL},
     {"--exit-signal-handler", A_BOOL, OFF(exit_signal_handler), "0", TD_CMD_TRAIN, "checkpointing",
      "on SIGTERM or SIGINT finish the iteration, save (with --save) and exit 0", 0, 0, NULL},
+
+    {"--prompt", A_LIST, OFF(prompt), NULL, TD_CMD_GENERATE, "generation",
+     "one or more prompts (generated together, as one batch)", 0, 0, NULL},
+    {"--prompt-file", A_STR, OFF(prompt_file), NULL, TD_CMD_GENERATE, "generation",
+     "prompts, one a line (- for stdin); the default when no --prompt is given is stdin", 0, 0, NULL},
+    {"--max-new-tokens", A_INT, OFF(max_new_tokens), "64", TD_CMD_GENERATE, "generation",
+     "tokens to generate after each prompt (fewer when the end-of-document token comes)", 1, 1 << 20, NULL},
+    {"--greedy", A_BOOL, OFF(greedy), "0", TD_CMD_GENERATE, "generation",
+     "always the most likely token (also --temperature 0 or --top-k 1)", 0, 0, NULL},
+    {"--temperature", A_FLOAT, OFF(temperature), "1.0", TD_CMD_GENERATE, "generation",
+     "sampling temperature", 0, 100, NULL},
+    {"--top-k", A_INT, OFF(top_k), "0", TD_CMD_GENERATE, "generation",
+     "sample from the k most likely tokens (0: all)", 0, 1 << 30, NULL},
+    {"--top-p", A_FLOAT, OFF(top_p), "0.0", TD_CMD_GENERATE, "generation",
+     "sample from the smallest set of tokens whose probabilities add up to p (0: all)", 0, 1, NULL},
+    {"--ignore-eod", A_BOOL, OFF(ignore_eod), "0", TD_CMD_GENERATE, "generation",
+     "do not stop at the end-of-document token: always --max-new-tokens", 0, 0, NULL},
+    {"--no-kv-cache", A_BOOL, OFF(no_kv_cache), "0", TD_CMD_GENERATE, "generation",
+     "run the whole prefix again at every step instead of keeping keys and values (slow; the reference)", 0, 0,
+     NULL},
 
     {"--split-name", A_CHOICE, OFF(split_name), "valid", TD_CMD_EVAL, "evaluation",
      "documents to score: a split of --split, or all of them", 0, 0, "train|valid|test|all"},
@@ -440,7 +460,9 @@ int td_args_set_number(td_args *a, const char *flag, double v)
 {
     int idx = -1;
     const flag_t *f = find_flag(flag, strlen(flag), &idx);
-    if (!f || v < f->lo || v > f->hi) return -1;
+    if (!f) return -1;
+    int numeric = f->type == A_INT || f->type == A_I64 || f->type == A_FLOAT; /* bools and choices have no range */
+    if (numeric && (v < f->lo || v > f->hi)) return -1;
     char *field = (char *)a + f->off;
     switch (f->type) {
     case A_INT: *(int *)field = (int)v; return 0;

@@ -48,3 +48,9 @@ set_tests_properties(e2e/llama PROPERTIES TIMEOUT 600
 add_test(NAME e2e/mixed_precision COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/mixed_precision.sh)
 set_tests_properties(e2e/mixed_precision PROPERTIES FIXTURES_REQUIRED train_data TIMEOUT 600
   ENVIRONMENT "TRIDENT=$<TARGET_FILE:trident>;DATA=${TRAIN_DATA};VOCAB=${TRIDENT_SHARED_DATA}/gpt2/vocab.json;MERGES=${TRIDENT_SHARED_DATA}/gpt2/merges.txt;WORK=${CMAKE_BINARY_DIR}/testtmp/mixed_precision")
+
+# Generation: the key/value cache against full recomputation, every layout against one rank, and
+# batched prompts against each alone, for GPT-2 and Llama-style models (tests/e2e/generate.sh).
+add_test(NAME e2e/generate COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/generate.sh)
+set_tests_properties(e2e/generate PROPERTIES FIXTURES_REQUIRED train_data TIMEOUT 600
+  ENVIRONMENT "TRIDENT=$<TARGET_FILE:trident>;DATA=${TRAIN_DATA};VOCAB=${TRIDENT_SHARED_DATA}/gpt2/vocab.json;MERGES=${TRIDENT_SHARED_DATA}/gpt2/merges.txt;WORK=${CMAKE_BINARY_DIR}/testtmp/generate")

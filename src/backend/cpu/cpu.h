@@ -53,6 +53,7 @@
 #define cpu_lp_native CPU_PASTE(cpu_lp_native, CPU_ISA)
 #define cpu_matmul_fwd_lp CPU_PASTE(cpu_matmul_fwd_lp, CPU_ISA)
 #define cpu_matmul_bwd_lp CPU_PASTE(cpu_matmul_bwd_lp, CPU_ISA)
+#define cpu_attention_kv_fwd CPU_PASTE(cpu_attention_kv_fwd, CPU_ISA)
 #define cpu_kernels_fill CPU_PASTE(cpu_kernels_fill, CPU_ISA)
 #endif
 
@@ -172,6 +173,9 @@ void cpu_attention_fwd(const backend *be, float *out, float *lse, const float *q
 void cpu_attention_bwd(const backend *be, float *dq, float *dk, float *dv, const float *dout, const float *q,
                        const float *k, const float *v, const float *lse, int ldq, int ldkv, int B, int T, int NH,
                        int NKV, int HS, const be_drop *drop);
+
+void cpu_attention_kv_fwd(const backend *be, float *out, const float *q, const float *kc, const float *vc, int ldq,
+                          int B, int n, int pos0, int cap, int NH, int NKV, int HS);
 
 void cpu_gelu_fwd(const backend *be, float *out, const float *inp, size_t n);
 void cpu_gelu_bwd(const backend *be, float *dinp, const float *dout, const float *inp, size_t n);

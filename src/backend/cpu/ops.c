@@ -22,6 +22,7 @@ void cpu_kernels_fill(struct be_ops *o)
     o->rope_bwd = cpu_rope_bwd;
     o->attention_fwd = cpu_attention_fwd;
     o->attention_bwd = cpu_attention_bwd;
+    o->attention_kv_fwd = cpu_attention_kv_fwd;
     o->gelu_fwd = cpu_gelu_fwd;
     o->gelu_bwd = cpu_gelu_bwd;
     o->bias_gelu_fwd = cpu_bias_gelu_fwd;

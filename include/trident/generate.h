@@ -1,0 +1,46 @@
+/* Text generation: batches of prompts of different lengths through a model in any tensor x
+ * pipeline layout, with the key/value cache (gpt_infer) or by running the whole prefix again at
+ * every step; greedy or sampled (temperature, top-k, top-p) from a seeded counter-based stream,
+ * so a seed gives the same tokens in every layout. See docs/generate.md. */
+#ifndef TRIDENT_GENERATE_H
+#define TRIDENT_GENERATE_H
+
+#include <stdint.h>
+
+#include "trident/gpt.h"
+#include "trident/parallel_state.h"
+
+typedef struct gen_config {
+    int max_new;       /* tokens to generate a row (after its prompt) */
+    int greedy;        /* argmax (also when temperature is 0 or top_k is 1) */
+    float temperature; /* > 0 */
+    int top_k;         /* 0: all */
+    float top_p;       /* 0 (or 1): all */
+    uint64_t seed;
+    int eod;           /* a row stops after generating this id; -1: none */
+    int no_cache;      /* run the whole prefix at every step (the reference for the cache) */
+} gen_config;
+
+typedef struct gen_stats {
+    int64_t prompt_tokens, generated;
+    double prefill_s, decode_s;
+} gen_stats;
+
+/* Called on world rank 0 with each generated token of row b as it comes. */
+typedef void (*gen_stream_fn)(void *user, int b, int32_t token);
+
+/* Positions a batch needs: its longest prompt plus max_new. */
+int gen_capacity(const gen_config *g, int B, const int *lens);
+
+/* Generates for B prompts (prompts[b], lens[b] >= 1 tokens) on this rank's stage m (built for the
+ * layout of ps; collective over ps->world). out[b] (capacity gen_capacity ids) gets the prompt
+ * and its continuation, out_len[b] their count, on every rank. Returns 0. */
+int gen_run(gpt_model *m, const ps_state *ps, const gen_config *g, int B, int32_t *const *prompts, const int *lens,
+            int32_t **out, int *out_len, gen_stream_fn stream, void *user, gen_stats *st);
+
+/* The token sampled from logits (V) for row b at position pos: argmax when greedy, else from
+ * softmax(logits / temperature) cut to the top_k largest and the smallest set of cumulative
+ * probability >= top_p, by the uniform number of (seed, b, pos). logits is overwritten. */
+int32_t gen_sample(float *logits, int V, const gen_config *g, int b, int pos);
+
+#endif

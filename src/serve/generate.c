@@ -1,0 +1,142 @@
+/* Text generation: see include/trident/generate.h. Megatron's batching: every row starts at
+ * position 0; the steps run from the shortest prompt on, a row taking its own prompt's token
+ * while it has one and the sampled one after. */
+#include "trident/generate.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "trident/check.h"
+#include "trident/comm.h"
+#include "trident/philox.h"
+#include "trident/timer.h"
+
+int gen_capacity(const gen_config *g, int B, const int *lens)
+{
+    int most = 0;
+    for (int b = 0; b < B; b++) most = lens[b] > most ? lens[b] : most;
+    return most + g->max_new;
+}
+
+static int is_greedy(const gen_config *g) { return g->greedy || g->temperature <= 0.0f || g->top_k == 1; }
+
+static int desc(const void *a, const void *b)
+{
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x < y) - (x > y);
+}
+
+int32_t gen_sample(float *logits, int V, const gen_config *g, int b, int pos)
+{
+    int best = 0;
+    for (int i = 1; i < V; i++)
+        if (logits[i] > logits[best]) best = i;
+    if (is_greedy(g)) return best;
+    float mx = logits[best];
+    double sum = 0;
+    for (int i = 0; i < V; i++) {
+        logits[i] = expf((logits[i] - mx) / g->temperature);
+        sum += logits[i];
+    }
+    /* the cut: probabilities below the k-th largest, and past the top-p mass, are dropped */
+    float floor_p = 0.0f;
+    if ((g->top_k > 0 && g->top_k < V) || (g->top_p > 0.0f && g->top_p < 1.0f)) {
+        float *sorted = td_xmalloc((size_t)V * sizeof(float));
+        memcpy(sorted, logits, (size_t)V * sizeof(float));
+        qsort(sorted, (size_t)V, sizeof(float), desc);
+        int keep = g->top_k > 0 && g->top_k < V ? g->top_k : V;
+        if (g->top_p > 0.0f && g->top_p < 1.0f) {
+            double cum = 0;
+            for (int i = 0; i < keep; i++) {
+                cum += sorted[i] / sum;
+                if (cum >= g->top_p) {
+                    keep = i + 1;
+                    break;
+                }
+            }
+        }
+        floor_p = sorted[keep - 1];
+        free(sorted);
+        sum = 0;
+        for (int i = 0; i < V; i++) {
+            if (logits[i] < floor_p) logits[i] = 0.0f;
+            sum += logits[i];
+        }
+    }
+    double u = td_philox_uniform(g->seed, (uint64_t)b, (uint64_t)pos) * sum, cum = 0;
+    int last = best;
+    for (int i = 0; i < V; i++) {
+        if (logits[i] <= 0.0f) continue;
+        cum += logits[i];
+        last = i;
+        if (u < cum) return i;
+    }
+    return last; /* rounding left u at the very top */
+}
+
+/* One forward of positions [pos, pos + n) of tokens (B, cap) through the pipeline; the last stage
+ * fills logits (B, vocab). */
+static void step(gpt_model *m, const ps_state *ps, gpt_kv_cache *c, const int32_t *tokens, int B, int cap, int pos,
+                 int n, int32_t *ids, float *logits)
+{
+    size_t rows = (size_t)B * n, h = (size_t)m->cfg.hidden;
+    float *in = NULL;
+    if (m->first) {
+        for (int b = 0; b < B; b++) memcpy(ids + (size_t)b * n, tokens + (size_t)b * cap + pos, (size_t)n * sizeof(int32_t));
+    } else {
+        in = be_alloc(m->be, rows * h * sizeof(float));
+        comm_wait(comm_irecv(ps->pp_group, in, rows * h, COMM_F32, ps->pp_rank - 1, 1));
+    }
+    float *y = gpt_infer(m, c, ids, in, pos, n, logits);
+    if (!m->last) comm_wait(comm_isend(ps->pp_group, y, rows * h, COMM_F32, ps->pp_rank + 1, 1));
+    be_dfree(m->be, in);
+}
+
+int gen_run(gpt_model *m, const ps_state *ps, const gen_config *g, int B, int32_t *const *prompts, const int *lens,
+            int32_t **out, int *out_len, gen_stream_fn stream, void *user, gen_stats *st)
+{
+    int cap = gen_capacity(g, B, lens), V = m->cfg.vocab, shortest = lens[0];
+    for (int b = 1; b < B; b++) shortest = lens[b] < shortest ? lens[b] : shortest;
+    TD_ASSERT(shortest >= 1);
+    int32_t *tokens = td_xcalloc((size_t)B * cap, sizeof(int32_t)), *next = td_xmalloc((size_t)B * sizeof(int32_t));
+    int32_t *ids = td_xmalloc((size_t)B * cap * sizeof(int32_t));
+    int *done = td_xcalloc((size_t)B, sizeof(int)), *len = td_xmalloc((size_t)B * sizeof(int));
+    float *logits = m->last ? td_xmalloc((size_t)B * V * sizeof(float)) : NULL;
+    for (int b = 0; b < B; b++) {
+        memcpy(tokens + (size_t)b * cap, prompts[b], (size_t)lens[b] * sizeof(int32_t));
+        len[b] = lens[b];
+    }
+    gpt_kv_cache *c = gpt_kv_create(m, B, cap, g->no_cache ? cap : shortest);
+    memset(st, 0, sizeof *st);
+    for (int b = 0; b < B; b++) st->prompt_tokens += lens[b];
+    int last_stage = ps->pp - 1, ndone = 0;
+    double t0 = td_now();
+    /* position t - 1's logits choose the token at t; t runs from the shortest prompt on */
+    for (int t = shortest; ndone < B && t < cap; t++) {
+        if (g->no_cache) step(m, ps, c, tokens, B, cap, 0, t, ids, logits);
+        else if (t == shortest) step(m, ps, c, tokens, B, cap, 0, t, ids, logits);
+        else step(m, ps, c, tokens, B, cap, t - 1, 1, ids, logits);
+        if (t == shortest) st->prefill_s = td_now() - t0;
+        if (m->last)
+            for (int b = 0; b < B; b++) next[b] = gen_sample(logits + (size_t)b * V, V, g, b, t);
+        comm_bcast(ps->pp_group, next, (size_t)B, COMM_I32, last_stage);
+        for (int b = 0; b < B; b++) {
+            if (done[b]) continue;
+            if (t < lens[b]) continue; /* still inside its prompt */
+            tokens[(size_t)b * cap + t] = next[b];
+            len[b] = t + 1;
+            st->generated++;
+            if (stream && ps->world_rank == 0) stream(user, b, next[b]);
+            if (next[b] == g->eod || len[b] - lens[b] >= g->max_new) done[b] = 1, ndone++;
+        }
+    }
+    st->decode_s = td_now() - t0 - st->prefill_s;
+    for (int b = 0; b < B; b++) {
+        memcpy(out[b], tokens + (size_t)b * cap, (size_t)len[b] * sizeof(int32_t));
+        out_len[b] = len[b];
+    }
+    gpt_kv_free(m, c);
+    free(tokens), free(next), free(ids), free(done), free(len), free(logits);
+    return 0;
+}

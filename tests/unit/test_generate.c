@@ -1,0 +1,188 @@
+/* Generation's forward (src/model/infer.c) against the training forward (gpt_forward, dropout
+ * off), which computes every position's logits with the training attention kernel: the logits of
+ * the last position of a prefix, run whole (a fresh cache) and step by step (a prefix, then one
+ * position at a time through the cache), for GPT-2 blocks and Llama blocks (RMSNorm, rotary
+ * positions, SwiGLU, grouped-query attention, no biases, untied output). And the sampler: greedy
+ * is the argmax, top-k and top-p never pick outside their set, a seed gives the same tokens. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <math.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "backend/backend.h"
+#include "trident/comm.h"
+#include "trident/generate.h"
+#include "trident/gpt.h"
+#include "trident/parallel_state.h"
+#include "trident/philox.h"
+
+static comm *g_world;
+static ps_state *g_ps;
+static backend *g_be;
+
+enum { B = 2, T = 12 };
+
+static gpt_config gpt2(void)
+{
+    gpt_config c = {0};
+    c.num_layers = 3;
+    c.hidden = 32;
+    c.heads = 4;
+    c.ffn = 128;
+    c.seq = T;
+    c.max_pos = 16;
+    c.vocab = 100;
+    c.padded_vocab = gpt_padded_vocab(c.vocab, 64, 1);
+    c.init_std = 0.2f; /* large enough that the logits differ from row to row */
+    c.seed = 3;
+    return c;
+}
+
+static gpt_config llama(void)
+{
+    gpt_config c = gpt2();
+    c.norm = GPT_NORM_RMSNORM;
+    c.pos = GPT_POS_ROPE;
+    c.swiglu = 1;
+    c.disable_bias = 1;
+    c.untied = 1;
+    c.query_groups = 2;
+    c.ffn = 96;
+    return c;
+}
+
+/* Largest |a - b| over the largest |b| of the real vocabulary. */
+static double rel(const float *a, const float *b, int n)
+{
+    double e = 0, s = 1e-6;
+    for (int i = 0; i < n; i++) {
+        e = fmax(e, fabs((double)a[i] - b[i]));
+        s = fmax(s, fabs((double)b[i]));
+    }
+    return e / s;
+}
+
+static void check_model(const gpt_config *c, const char *name)
+{
+    gpt_model *m = gpt_create(c, g_ps, g_be, 0, c->num_layers, B, 1);
+    int V = c->vocab, Vl = m->vocab_l;
+    int32_t ids[B * T], targets[B * T];
+    int64_t sample[B] = {0, 1};
+    for (int i = 0; i < B * T; i++) {
+        ids[i] = (int32_t)(td_philox_uniform(9, 0, (uint64_t)i) * V);
+        targets[i] = ids[(i + 1) % (B * T)];
+    }
+    gpt_acts *a = gpt_acts_acquire(m);
+    gpt_forward(m, a, ids, NULL, targets, sample, B, 0, NULL);
+    const float *ref = gpt_acts_logits(a); /* (B, T, Vl) */
+
+    float logits[B * 100];
+    gpt_kv_cache *kv = gpt_kv_create(m, B, T, T);
+    double worst_whole = 0, worst_steps = 0;
+    /* whole prefixes from position 0 */
+    for (int t = 1; t <= T; t++) {
+        int32_t pre[B * T];
+        for (int b = 0; b < B; b++) memcpy(pre + b * t, ids + b * T, (size_t)t * sizeof(int32_t));
+        gpt_infer(m, kv, pre, NULL, 0, t, logits);
+        for (int b = 0; b < B; b++)
+            worst_whole = fmax(worst_whole, rel(logits + b * V, ref + ((size_t)b * T + t - 1) * Vl, V));
+    }
+    /* a prefix of 4, then one position at a time */
+    int32_t pre[B * 4];
+    for (int b = 0; b < B; b++) memcpy(pre + b * 4, ids + b * T, 4 * sizeof(int32_t));
+    gpt_infer(m, kv, pre, NULL, 0, 4, logits);
+    for (int b = 0; b < B; b++) worst_steps = fmax(worst_steps, rel(logits + b * V, ref + ((size_t)b * T + 3) * Vl, V));
+    for (int t = 4; t < T; t++) {
+        int32_t one[B] = {ids[t], ids[T + t]};
+        gpt_infer(m, kv, one, NULL, t, 1, logits);
+        for (int b = 0; b < B; b++) worst_steps = fmax(worst_steps, rel(logits + b * V, ref + ((size_t)b * T + t) * Vl, V));
+    }
+    printf("  %s: whole prefixes %.2e, through the cache %.2e (tol 1e-5)\n", name, worst_whole, worst_steps);
+    assert_true(worst_whole < 1e-5);
+    assert_true(worst_steps < 1e-5);
+    gpt_kv_free(m, kv);
+    gpt_acts_release(m, a);
+    gpt_free(m);
+}
+
+static void infer_matches_training_forward(void **state)
+{
+    (void)state;
+    gpt_config c = gpt2(), d = llama();
+    check_model(&c, "GPT-2 blocks");
+    check_model(&d, "Llama blocks");
+}
+
+static void sampler(void **state)
+{
+    (void)state;
+    enum { V = 50 };
+    float base[V], l[V];
+    for (int i = 0; i < V; i++) base[i] = (float)(td_philox_uniform(4, 1, (uint64_t)i) * 6.0);
+    int best = 0;
+    for (int i = 1; i < V; i++)
+        if (base[i] > base[best]) best = i;
+    gen_config g = {.max_new = 1, .greedy = 1, .temperature = 1.0f, .seed = 7, .eod = -1};
+    memcpy(l, base, sizeof l);
+    assert_int_equal(gen_sample(l, V, &g, 0, 0), best);
+    /* top-k 3: only the 3 largest, and each of them sometimes */
+    g.greedy = 0;
+    g.top_k = 3;
+    float sorted[V];
+    memcpy(sorted, base, sizeof sorted);
+    for (int i = 0; i < V; i++)
+        for (int j = i + 1; j < V; j++)
+            if (sorted[j] > sorted[i]) {
+                float t = sorted[i];
+                sorted[i] = sorted[j];
+                sorted[j] = t;
+            }
+    int seen[V] = {0};
+    for (int pos = 0; pos < 300; pos++) {
+        memcpy(l, base, sizeof l);
+        int k = gen_sample(l, V, &g, 0, pos);
+        assert_true(base[k] >= sorted[2]);
+        seen[k]++;
+    }
+    int kinds = 0;
+    for (int i = 0; i < V; i++) kinds += seen[i] > 0;
+    assert_int_equal(kinds, 3);
+    /* top-p 0.5: the smallest set of the most likely with half the mass */
+    g.top_k = 0;
+    g.top_p = 0.5f;
+    double z = 0, cum = 0;
+    for (int i = 0; i < V; i++) z += exp(sorted[i] - sorted[0]);
+    int keep = 0;
+    while (cum < 0.5) cum += exp(sorted[keep++] - sorted[0]) / z;
+    for (int pos = 0; pos < 300; pos++) {
+        memcpy(l, base, sizeof l);
+        int k = gen_sample(l, V, &g, 1, pos);
+        assert_true(base[k] >= sorted[keep - 1]);
+    }
+    /* the same seed, row and position: the same token */
+    memcpy(l, base, sizeof l);
+    int a = gen_sample(l, V, &g, 1, 17);
+    memcpy(l, base, sizeof l);
+    assert_int_equal(gen_sample(l, V, &g, 1, 17), a);
+}
+
+int main(int argc, char **argv)
+{
+    g_world = comm_world_init(&argc, &argv);
+    g_ps = ps_init(g_world, 1, 1);
+    g_be = be_cpu(0);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(infer_matches_training_forward),
+        cmocka_unit_test(sampler),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    be_free(g_be);
+    ps_free(g_ps);
+    comm_world_finalize(g_world);
+    return rc;
+}
