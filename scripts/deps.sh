@@ -3,7 +3,8 @@
 # As root: apt-get update + apt-get install. Otherwise: print the exact command and fail.
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libopenblas-openmp-dev libdnnl-dev libopenmpi-dev openmpi-bin
-      libpcre2-dev libcjson-dev libcmocka-dev zlib1g-dev libzstd-dev libicu-dev)
+      libpcre2-dev libcjson-dev libcmocka-dev zlib1g-dev libzstd-dev libicu-dev libmicrohttpd-dev curl
+      protobuf-compiler) # protoc --decode_raw reads the TensorBoard files in the tests
 [ "${1:-}" = "--fuzz" ] && pkgs+=(clang)
 missing=()
 for p in "${pkgs[@]}"; do

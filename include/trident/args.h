@@ -92,6 +92,13 @@ typedef struct td_args {
     char *dtype;               /* convert --to hf: F32, F16 or BF16 */
     td_strlist prompt;         /* generate */
     char *prompt_file;
+    char *task, *valid_data;   /* eval --task */
+    char *tensorboard_dir;
+    char *host;                /* serve */
+    int port, max_batch, max_queue, max_prompt_tokens, max_tokens_to_generate;
+    int64_t max_body_bytes;
+    int64_t tensorboard_log_interval;
+    int strict_lambada, overlapping_eval;
     int max_new_tokens, greedy, top_k, no_kv_cache, ignore_eod;
     double temperature, top_p;
     double loss_scale;         /* constant loss scale (given or not) */

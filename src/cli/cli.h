@@ -3,6 +3,14 @@
 #ifndef TRIDENT_CLI_H
 #define TRIDENT_CLI_H
 
+#include "backend/backend.h"
+#include "trident/args.h"
+#include "trident/checkpoint.h"
+#include "trident/comm.h"
+#include "trident/gpt.h"
+#include "trident/parallel_state.h"
+#include "trident/tokenizer.h"
+
 int cli_data_info(int argc, char **argv);
 int cli_train(int argc, char **argv);
 
@@ -13,5 +21,21 @@ int cli_checkpoint(int argc, char **argv);
 int cli_convert(int argc, char **argv);
 int cli_eval(int argc, char **argv);
 int cli_generate(int argc, char **argv);
+int cli_serve(int argc, char **argv);
+
+/* ---- model_load.c: what generate and serve share ---- */
+typedef struct {
+    ckpt_meta meta;
+    tok_tokenizer *tok;
+    ps_state *ps;
+    backend *be;
+    gpt_model *m; /* this rank's stage, loaded from the checkpoint (any layout it was saved in) */
+} cli_model;
+/* --load given, the world divisible by tp x pp, the tokenizer flags whole: else exit 2. */
+void cli_check_load_flags(const td_args *a, comm *world, const char *prog);
+/* The checkpoint of --load (its model settings reconciled into a), its tokenizer, and this rank's
+ * stage in the layout of a's tp and pp, loaded. Exits 2 on flags that do not fit it. */
+void cli_load_model(cli_model *out, td_args *a, comm *world, const char *prog);
+void cli_free_model(cli_model *c);
 
 #endif

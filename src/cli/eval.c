@@ -13,6 +13,7 @@
 #include "trident/indexed.h"
 #include "trident/parallel_state.h"
 #include "trident/timer.h"
+#include "trident/tokenizer.h"
 
 static const char SUMMARY[] =
     "Score a dataset with a checkpoint the way WikiText perplexity is measured: the tokens of the chosen\n"
@@ -20,7 +21,9 @@ static const char SUMMARY[] =
     "every --eval-stride tokens; the first window scores its --seq-length targets, each later one its last\n"
     "--eval-stride. Prints (and appends to --metrics-file) the mean loss per scored token, the perplexity\n"
     "and the token count. Any layout: tensor x pipeline x data parallel under mpirun. The model comes from\n"
-    "the checkpoint's meta.json.";
+    "the checkpoint's meta.json.\n"
+    "With --task WIKITEXT103|LAMBADA|HELLASWAG --valid-data FILE: the zero-shot evaluations of the Megatron\n"
+    "papers and llm.c on their published files (docs/eval.md).";
 
 /* One line naming the flag, exit 2, from rank 0 only (every rank finds the same problem). */
 #define USAGE(world, ...)                                                                \
@@ -29,6 +32,85 @@ static const char SUMMARY[] =
         comm_barrier(world);                                                             \
         td_usage_error(__VA_ARGS__);                                                     \
     } while (0)
+
+/* trident eval --task: a zero-shot task on --valid-data (eval_tasks.c). */
+static int eval_task(td_args *a, comm *world, const char *prog)
+{
+    int tp = a->tensor_model_parallel_size, pp = a->pipeline_model_parallel_size;
+    if (!a->valid_data) USAGE(world, "%s: --task %s needs --valid-data FILE", prog, a->task);
+    if (comm_size(world) % (tp * pp))
+        USAGE(world, "%s: the world size %d is not divisible by --tensor-model-parallel-size %d x "
+                     "--pipeline-model-parallel-size %d", prog, comm_size(world), tp, pp);
+    char err[4096] = "";
+    tok_spec spec = {a->tokenizer_type, a->vocab_file, a->merge_file, a->tokenizer_model};
+    if (tok_check_spec(&spec, err, sizeof err)) USAGE(world, "%s: %s", prog, err);
+    ckpt_meta meta;
+    int rc = ckpt_find(a->load, &meta, err, sizeof err);
+    if (rc == 1) td_fatal(1, "--load %s: no checkpoint there (no %s, meta.json or iter_* folder)", a->load, CKPT_LATEST);
+    if (rc) td_fatal(1, "%s", err);
+    tok_tokenizer *tok = tok_open(&spec, err, sizeof err);
+    if (!tok) td_fatal(1, "%s", err);
+    if (ckpt_args_reconcile(a, &meta, tok_vocab_size(tok), tp, 0, err, sizeof err)) USAGE(world, "%s: %s", prog, err);
+    int S = a->seq_length, K = a->overlapping_eval;
+    if (K > S) USAGE(world, "%s: --overlapping-eval %d is longer than --seq-length %d", prog, K, S);
+    gpt_config c = ckpt_model_config(&meta, tp, S, a->make_vocab_size_divisible_by);
+    if (c.heads % tp || c.ffn % tp || c.num_layers % pp)
+        USAGE(world, "%s: tp %d x pp %d does not divide the checkpoint's %d heads, FFN size %d and %d layers", prog,
+              tp, pp, c.heads, c.ffn, c.num_layers);
+    ps_state *ps = ps_init(world, tp, pp);
+    backend *be = be_cpu(0);
+    int per = c.num_layers / pp, mbs = a->micro_batch_size < 4 && strcmp(a->task, "HELLASWAG") == 0 ? 4 : a->micro_batch_size;
+    gpt_model *m = gpt_create(&c, ps, be, ps->pp_rank * per, per, mbs, 1);
+    ckpt_model cm = {ps, 1, &m, NULL, NULL, NULL, NULL};
+    if (ckpt_load(&meta, &cm, 0, err, sizeof err)) td_fatal(1, "%s", err);
+    double t0 = td_now();
+    char line[512];
+    if (strcmp(a->task, "WIKITEXT103") == 0) {
+        ev_wikitext_result r;
+        if (ev_wikitext(m, ps, tok, a->valid_data, K, &r, err, sizeof err)) td_fatal(1, "%s", err);
+        snprintf(line, sizeof line, "\"loss\": %.17g, \"perplexity\": %.17g, \"adjusted_perplexity\": %.17g, "
+                 "\"tokens\": %lld, \"original_words\": %lld", r.loss, r.perplexity, r.adjusted_perplexity,
+                 (long long)r.doc_tokens, (long long)r.original_words);
+        if (ps->world_rank == 0)
+            printf("WIKITEXT103: %lld words, %lld tokens, %lld windows every %d | loss %.6f | perplexity %.4f | "
+                   "adjusted perplexity (per word) %.4f\n", (long long)r.original_words, (long long)r.doc_tokens,
+                   (long long)r.windows, K, r.loss, r.perplexity, r.adjusted_perplexity);
+    } else if (strcmp(a->task, "LAMBADA") == 0) {
+        ev_lambada_result r;
+        if (ev_lambada(m, ps, tok, a->valid_data, a->strict_lambada, &r, err, sizeof err)) td_fatal(1, "%s", err);
+        snprintf(line, sizeof line, "\"accuracy\": %.17g, \"correct\": %lld, \"examples\": %lld, \"strict\": %s",
+                 r.accuracy, (long long)r.correct, (long long)r.n, a->strict_lambada ? "true" : "false");
+        if (ps->world_rank == 0)
+            printf("LAMBADA%s: %lld of %lld correct | accuracy %.4f\n", a->strict_lambada ? " (strict)" : "",
+                   (long long)r.correct, (long long)r.n, r.accuracy);
+    } else {
+        ev_hellaswag_result r;
+        if (ev_hellaswag(m, ps, tok, a->valid_data, &r, err, sizeof err)) td_fatal(1, "%s", err);
+        snprintf(line, sizeof line, "\"acc\": %.17g, \"acc_norm\": %.17g, \"examples\": %lld", r.acc, r.acc_norm,
+                 (long long)r.n);
+        if (ps->world_rank == 0)
+            printf("HELLASWAG: %lld examples | acc %.4f | acc_norm %.4f\n", (long long)r.n, r.acc, r.acc_norm);
+    }
+    if (ps->world_rank == 0) {
+        TD_INFO("eval --task %s: %s (iteration %lld), tp %d x pp %d, %.2f s", a->task, meta.dir,
+                (long long)meta.progress.iteration, tp, pp, td_now() - t0);
+        if (a->metrics_file) {
+            FILE *f = fopen(a->metrics_file, "a");
+            if (!f) td_fatal(1, "cannot open --metrics-file %s: %s", a->metrics_file, td_strerror(errno));
+            fprintf(f, "{\"task\": \"%s\", \"checkpoint\": \"%s\", %s}\n", a->task, meta.dir, line);
+            if (fclose(f) != 0) td_fatal(1, "cannot write --metrics-file %s: %s", a->metrics_file, td_strerror(errno));
+        }
+        fflush(stdout);
+    }
+    gpt_free(m);
+    be_free(be);
+    ps_free(ps);
+    tok_free(tok);
+    ckpt_meta_free(&meta);
+    td_args_free(a);
+    comm_world_finalize(world);
+    return 0;
+}
 
 int cli_eval(int argc, char **argv)
 {
@@ -44,6 +126,7 @@ int cli_eval(int argc, char **argv)
     comm_set_timeout(a.distributed_timeout_minutes * 60);
     int tp = a.tensor_model_parallel_size, pp = a.pipeline_model_parallel_size;
     if (!a.load) USAGE(world, "%s: --load DIR (a checkpoint) is required", prog);
+    if (a.task) return eval_task(&a, world, prog);
     if (a.data_path.n != 1) USAGE(world, "%s: --data-path takes one dataset prefix (blends are not scored)", prog);
     if (comm_size(world) % (tp * pp))
         USAGE(world, "%s: the world size %d is not divisible by --tensor-model-parallel-size %d x "

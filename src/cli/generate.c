@@ -76,13 +76,8 @@ int cli_generate(int argc, char **argv)
     comm *world = comm_world_init(&argc, &argv);
     comm_set_timeout(a.distributed_timeout_minutes * 60);
     int tp = a.tensor_model_parallel_size, pp = a.pipeline_model_parallel_size;
-    if (!a.load) USAGE(world, "%s: --load DIR (a checkpoint) is required", prog);
-    if (comm_size(world) % (tp * pp))
-        USAGE(world, "%s: the world size %d is not divisible by --tensor-model-parallel-size %d x "
-                     "--pipeline-model-parallel-size %d", prog, comm_size(world), tp, pp);
+    cli_check_load_flags(&a, world, prog);
     char err[4096] = "";
-    tok_spec spec = {a.tokenizer_type, a.vocab_file, a.merge_file, a.tokenizer_model};
-    if (tok_check_spec(&spec, err, sizeof err)) USAGE(world, "%s: %s", prog, err);
 
     /* the prompts: every rank reads them (a file, or stdin on rank 0 passed on) */
     td_strlist prompts = {0, NULL};
@@ -107,20 +102,12 @@ int cli_generate(int argc, char **argv)
     }
     if (prompts.n == 0) USAGE(world, "%s: no prompt: give --prompt TEXT, --prompt-file FILE or lines on stdin", prog);
 
-    ckpt_meta meta;
-    int rc = ckpt_find(a.load, &meta, err, sizeof err);
-    if (rc == 1) td_fatal(1, "--load %s: no checkpoint there (no %s, meta.json or iter_* folder)", a.load, CKPT_LATEST);
-    if (rc) td_fatal(1, "%s", err);
-    tok_tokenizer *tok = tok_open(&spec, err, sizeof err);
-    if (!tok) td_fatal(1, "%s", err);
-    if (ckpt_args_reconcile(&a, &meta, tok_vocab_size(tok), tp, 0, err, sizeof err)) USAGE(world, "%s: %s", prog, err);
-    gpt_config c = ckpt_model_config(&meta, tp, a.seq_length, a.make_vocab_size_divisible_by);
-    if (c.heads % tp || c.ffn % tp || gpt_groups(&c) % tp)
-        USAGE(world, "%s: --tensor-model-parallel-size %d does not divide the checkpoint's %d heads, %d query groups "
-                     "and FFN size %d", prog, tp, c.heads, gpt_groups(&c), c.ffn);
-    if (c.num_layers % pp)
-        USAGE(world, "%s: --pipeline-model-parallel-size %d does not divide the checkpoint's %d layers", prog, pp,
-              c.num_layers);
+    cli_model cm;
+    cli_load_model(&cm, &a, world, prog);
+    const tok_tokenizer *tok = cm.tok;
+    const gpt_config c = cm.m->cfg;
+    gpt_model *m = cm.m;
+    ps_state *ps = cm.ps;
 
     /* the prompts' tokens */
     int B = prompts.n;
@@ -145,16 +132,9 @@ int cli_generate(int argc, char **argv)
               cap, c.max_pos);
     for (int b = 0; b < B; b++) out[b] = td_xmalloc((size_t)cap * sizeof(int32_t));
 
-    /* the model, one stage per pipeline rank, loaded from any layout */
-    ps_state *ps = ps_init(world, tp, pp);
-    backend *be = be_cpu(0);
-    int per = c.num_layers / pp;
-    gpt_model *m = gpt_create(&c, ps, be, ps->pp_rank * per, per, 1, 1);
-    ckpt_model cm = {ps, 1, &m, NULL, NULL, NULL, NULL};
-    if (ckpt_load(&meta, &cm, 0, err, sizeof err)) td_fatal(1, "%s", err);
     if (ps->world_rank == 0)
-        TD_INFO("generate: %s (iteration %lld), tp %d x pp %d; %d prompt%s, %s, %s", meta.dir,
-                (long long)meta.progress.iteration, tp, pp, B, B > 1 ? "s" : "",
+        TD_INFO("generate: %s (iteration %lld), tp %d x pp %d; %d prompt%s, %s, %s", cm.meta.dir,
+                (long long)cm.meta.progress.iteration, tp, pp, B, B > 1 ? "s" : "",
                 g.greedy || g.temperature <= 0 || g.top_k == 1 ? "greedy" : "sampled",
                 g.no_cache ? "no key/value cache" : "key/value cache");
 
@@ -189,11 +169,7 @@ int cli_generate(int argc, char **argv)
     }
     for (int b = 0; b < B; b++) free(ids[b]), free(out[b]), free(prompts.v[b]);
     free(ids), free(out), free(lens), free(out_lens), free(prompts.v);
-    gpt_free(m);
-    be_free(be);
-    ps_free(ps);
-    tok_free(tok);
-    ckpt_meta_free(&meta);
+    cli_free_model(&cm);
     td_args_free(&a);
     comm_world_finalize(world);
     return 0;

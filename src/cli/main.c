@@ -27,6 +27,7 @@ static const subcommand COMMANDS[] = {
     {"data-info", cli_data_info, "split a dataset, build or load its indices, print the statistics"},
     {"eval", cli_eval, "strided perplexity of a checkpoint on a dataset (any layout)"},
     {"generate", cli_generate, "generate text from a checkpoint with a key/value cache (any tp x pp layout)"},
+    {"serve", cli_serve, "serve a checkpoint over HTTP (Megatron's PUT /api, OpenAI-style /v1/completions)"},
     {"convert", cli_convert, "convert checkpoints: Hugging Face GPT-2 <-> trident"},
     {"checkpoint", cli_checkpoint, "inspect a checkpoint (info: contents and CRC check; compare: two checkpoints)"},
     {"train", cli_train, "pretrain a GPT model (one rank, or many under mpirun)"},

@@ -29,13 +29,15 @@ typedef struct {
 
 #define OFF(f) offsetof(td_args, f)
 #define ANY_DATA (TD_CMD_TRAIN | TD_CMD_DATA_INFO | TD_CMD_EVAL)
-#define MODEL (TD_CMD_TRAIN | TD_CMD_EVAL | TD_CMD_GENERATE | TD_CMD_PLAN)
-#define TOK (TD_CMD_TRAIN | TD_CMD_PREPROCESS | TD_CMD_TOKENIZE | TD_CMD_DATA_INFO | TD_CMD_EVAL | TD_CMD_GENERATE)
+#define MODEL (TD_CMD_TRAIN | TD_CMD_EVAL | TD_CMD_GENERATE | TD_CMD_SERVE | TD_CMD_PLAN)
+#define TOK (TD_CMD_TRAIN | TD_CMD_PREPROCESS | TD_CMD_TOKENIZE | TD_CMD_DATA_INFO | TD_CMD_EVAL | TD_CMD_GENERATE | \
+             TD_CMD_SERVE)
 #define ALL 0xffffffffu
 #define BIG 9.0e18
 
 static const flag_t FLAGS[] = {
-    {"--seed", A_I64, OFF(seed), "1234", TD_CMD_TRAIN | TD_CMD_DATA_INFO | TD_CMD_EVAL | TD_CMD_GENERATE, "common",
+    {"--seed", A_I64, OFF(seed), "1234", TD_CMD_TRAIN | TD_CMD_DATA_INFO | TD_CMD_EVAL | TD_CMD_GENERATE | TD_CMD_SERVE,
+     "common",
      "seed of every random stream (init, dropout, data shuffling)", 0, BIG, NULL},
     {"--verbose", A_INT, OFF(verbose), "1", ALL, "common", "0 errors only, 1 info, 2 debug", 0, 2, NULL},
 
@@ -157,7 +159,7 @@ static const flag_t FLAGS[] = {
      "with --use-distributed-optimizer: wait for each bucket's parameter all-gather only when the next "
      "forward first reads it", 0, 0, NULL},
     {"--distributed-timeout-minutes", A_FLOAT, OFF(distributed_timeout_minutes), "10",
-     TD_CMD_TRAIN | TD_CMD_EVAL | TD_CMD_GENERATE, "parallel",
+     TD_CMD_TRAIN | TD_CMD_EVAL | TD_CMD_GENERATE | TD_CMD_SERVE, "parallel",
      "a rank waiting longer than this in one communication aborts the job, naming the call, group and "
      "peer (fractions allowed; 0: wait forever)", 0, 1e6, NULL},
     {"--recompute-granularity", A_CHOICE, OFF(recompute_granularity), NULL, TD_CMD_TRAIN, "recomputation",
@@ -219,6 +221,11 @@ static const flag_t FLAGS[] = {
      "append one JSON object per iteration here", 0, 0, NULL},
     {"--dump-params", A_STR, OFF(dump_params), NULL, TD_CMD_TRAIN, "training",
      "at the end, write the whole model's parameters gathered (raw float32, canonical order)", 0, 0, NULL},
+    {"--tensorboard-dir", A_STR, OFF(tensorboard_dir), NULL, TD_CMD_TRAIN, "training",
+     "write TensorBoard event files here (loss, lr, grad norm, loss scale, tokens/s, MFU, validation, peak memory)",
+     0, 0, NULL},
+    {"--tensorboard-log-interval", A_I64, OFF(tensorboard_log_interval), "1", TD_CMD_TRAIN, "training",
+     "iterations between TensorBoard events (validation is always written)", 1, BIG, NULL},
     {"--peak-tflops", A_FLOAT, OFF(peak_tflops), NULL, TD_CMD_TRAIN | TD_CMD_PLAN, "training",
      "peak TFLOP/s per rank for MFU (default: measured GEMM peak)", 0, 1e9, NULL},
 
@@ -227,7 +234,7 @@ static const flag_t FLAGS[] = {
      NULL},
     {"--save-interval", A_I64, OFF(save_interval), NULL, TD_CMD_TRAIN, "checkpointing",
      "iterations between checkpoints (default: only at the end and on exit)", 1, BIG, NULL},
-    {"--load", A_STR, OFF(load), NULL, TD_CMD_TRAIN | TD_CMD_EVAL | TD_CMD_GENERATE, "checkpointing",
+    {"--load", A_STR, OFF(load), NULL, TD_CMD_TRAIN | TD_CMD_EVAL | TD_CMD_GENERATE | TD_CMD_SERVE, "checkpointing",
      "start from the latest checkpoint in this folder (or an iter_NNNNNNN folder); any layout", 0, 0, NULL},
     {"--no-load-optim", A_BOOL, OFF(no_load_optim), "0", TD_CMD_TRAIN, "checkpointing",
      "with --load: do not load the optimizer state (Adam moments start at zero)", 0, 0, NULL},
@@ -267,6 +274,27 @@ static const flag_t FLAGS[] = {
      "run the whole prefix again at every step instead of keeping keys and values (slow; the reference)", 0, 0,
      NULL},
 
+    {"--host", A_STR, OFF(host), "127.0.0.1", TD_CMD_SERVE, "server", "the IPv4 address to listen on", 0, 0, NULL},
+    {"--port", A_INT, OFF(port), "5000", TD_CMD_SERVE, "server", "the TCP port", 1, 65535, NULL},
+    {"--max-batch", A_INT, OFF(max_batch), "8", TD_CMD_SERVE, "server",
+     "prompts generated together (greedy requests are batched; a sampled one runs alone)", 1, 1024, NULL},
+    {"--max-queue", A_INT, OFF(max_queue), "64", TD_CMD_SERVE, "server",
+     "requests waiting; more get 503", 1, 1 << 20, NULL},
+    {"--max-body-bytes", A_I64, OFF(max_body_bytes), "1048576", TD_CMD_SERVE, "server",
+     "bytes of a request body; more get 413", 64, 1e9, NULL},
+    {"--max-prompt-tokens", A_INT, OFF(max_prompt_tokens), NULL, TD_CMD_SERVE, "server",
+     "tokens of a prompt; more get 400 (default: the model's positions - 1)", 1, 1 << 24, NULL},
+    {"--max-tokens-to-generate", A_INT, OFF(max_tokens_to_generate), "256", TD_CMD_SERVE, "server",
+     "tokens a request may ask for; more get 400", 1, 1 << 24, NULL},
+    {"--task", A_CHOICE, OFF(task), NULL, TD_CMD_EVAL, "evaluation",
+     "a zero-shot task on --valid-data instead of a dataset: WikiText-103 perplexity, LAMBADA accuracy or "
+     "HellaSwag (docs/eval.md)", 0, 0, "WIKITEXT103|LAMBADA|HELLASWAG"},
+    {"--valid-data", A_STR, OFF(valid_data), NULL, TD_CMD_EVAL, "evaluation",
+     "--task's file: wiki.test.tokens, lambada_test.jsonl or hellaswag_val.jsonl", 0, 0, NULL},
+    {"--strict-lambada", A_BOOL, OFF(strict_lambada), "0", TD_CMD_EVAL, "evaluation",
+     "LAMBADA: the whole last word must be predicted (default: its last token)", 0, 0, NULL},
+    {"--overlapping-eval", A_INT, OFF(overlapping_eval), "32", TD_CMD_EVAL, "evaluation",
+     "WIKITEXT103: tokens between window starts (each later window scores its last ones)", 1, 1 << 24, NULL},
     {"--split-name", A_CHOICE, OFF(split_name), "valid", TD_CMD_EVAL, "evaluation",
      "documents to score: a split of --split, or all of them", 0, 0, "train|valid|test|all"},
     {"--eval-stride", A_INT, OFF(eval_stride), NULL, TD_CMD_EVAL, "evaluation",

@@ -22,6 +22,7 @@
 #include "trident/gpt_dataset.h"
 #include "trident/memory.h"
 #include "trident/metrics.h"
+#include "trident/tensorboard.h"
 #include "trident/optim.h"
 #include "trident/parallel_state.h"
 #include "trident/pipeline.h"
@@ -232,6 +233,7 @@ typedef struct {
     int eval;                /* validation runs: --eval-iters > 0 and a validation split exists */
     double peak_tflops;
     met_writer *metrics;
+    tb_writer *tb;           /* --tensorboard-dir, on the reporter */
     bd_state bd;             /* the time breakdown printed at the end */
     mem_layout mem;          /* what this rank holds, for the memory prediction */
     mem_prediction mem_pred;
@@ -546,11 +548,13 @@ static void setup(run_state *r, const td_args *a, comm *world)
                 st / 2, numel);
     }
     if (r->reporter && a->metrics_file) r->metrics = met_open(a->metrics_file);
+    if (r->reporter && a->tensorboard_dir) r->tb = tb_open(a->tensorboard_dir);
 }
 
 static void teardown(run_state *r)
 {
     met_close(r->metrics);
+    tb_close(r->tb);
     free(r->src.buf);
     free(r->it.ids);
     free(r->it.targets);
@@ -983,6 +987,7 @@ int trainer_run(const td_args *a, comm *world)
             td_fatal(1, "iteration %lld: the loss is %g; lower --lr or check the data", (long long)iter, loss);
         if (r.reporter) {
             met_write(r.metrics, &rec);
+            if (iter % a->tensorboard_log_interval == 0 || isfinite(rec.val_loss)) tb_log_iteration(r.tb, &rec, r.scaled);
             if (iter % a->log_interval == 0 || iter == 1 || iter == r.train_iters || isfinite(rec.val_loss))
                 met_print(&rec, r.train_iters, r.gbs);
         }
@@ -1000,6 +1005,8 @@ int trainer_run(const td_args *a, comm *world)
         double total = td_now() - t_start;
         TD_INFO("done: %lld iterations in %.1f s; peak memory (RSS) %.1f MiB", (long long)last_iter, total,
                 (double)trainer_peak_rss() / (1024.0 * 1024.0));
+        tb_scalar(r.tb, "peak-memory-mib", last_iter, r.rss_peak / (1024.0 * 1024.0));
+        tb_flush(r.tb);
         print_breakdown(&r);
     }
     report_memory(&r);

@@ -54,3 +54,14 @@ set_tests_properties(e2e/mixed_precision PROPERTIES FIXTURES_REQUIRED train_data
 add_test(NAME e2e/generate COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/generate.sh)
 set_tests_properties(e2e/generate PROPERTIES FIXTURES_REQUIRED train_data TIMEOUT 600
   ENVIRONMENT "TRIDENT=$<TARGET_FILE:trident>;DATA=${TRAIN_DATA};VOCAB=${TRIDENT_SHARED_DATA}/gpt2/vocab.json;MERGES=${TRIDENT_SHARED_DATA}/gpt2/merges.txt;WORK=${CMAKE_BINARY_DIR}/testtmp/generate")
+
+# TensorBoard event files decoded by protoc --decode_raw (tests/e2e/tensorboard.sh).
+add_test(NAME e2e/tensorboard COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/tensorboard.sh)
+set_tests_properties(e2e/tensorboard PROPERTIES FIXTURES_REQUIRED train_data TIMEOUT 120
+  ENVIRONMENT "TRIDENT=$<TARGET_FILE:trident>;DATA=${TRAIN_DATA};VOCAB=${TRIDENT_SHARED_DATA}/gpt2/vocab.json;MERGES=${TRIDENT_SHARED_DATA}/gpt2/merges.txt;WORK=${CMAKE_BINARY_DIR}/testtmp/tensorboard")
+
+# trident serve on loopback: concurrent clients against trident generate, a burst of bad requests,
+# streaming, SIGTERM with a request in flight; on 1 rank and on tp 2 (tests/e2e/serve.py).
+add_test(NAME e2e/serve COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/serve.py)
+set_tests_properties(e2e/serve PROPERTIES FIXTURES_REQUIRED train_data TIMEOUT 600
+  ENVIRONMENT "TRIDENT=$<TARGET_FILE:trident>;DATA=${TRAIN_DATA};VOCAB=${TRIDENT_SHARED_DATA}/gpt2/vocab.json;MERGES=${TRIDENT_SHARED_DATA}/gpt2/merges.txt;WORK=${CMAKE_BINARY_DIR}/testtmp/serve")

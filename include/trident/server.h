@@ -1,0 +1,33 @@
+/* trident serve: Megatron's text-generation server (PUT /api) and an OpenAI-style
+ * POST /v1/completions on GNU libmicrohttpd, generating with gen_run in any tp x pp layout.
+ * World rank 0 runs the HTTP front end and a queue; requests are batched (greedy ones together,
+ * up to max_batch prompts) and each batch is broadcast to every rank, which generate it together.
+ * Idle ranks hear a heartbeat so their bounded waits do not expire. SIGTERM or SIGINT stops new
+ * connections, finishes what is queued and in flight, and exits. See docs/serve.md. */
+#ifndef TRIDENT_SERVER_H
+#define TRIDENT_SERVER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "trident/gpt.h"
+#include "trident/parallel_state.h"
+#include "trident/tokenizer.h"
+
+typedef struct srv_config {
+    const char *host;      /* the address to bind (127.0.0.1 by default) */
+    int port;
+    int max_batch;         /* prompts generated together */
+    int max_queue;         /* requests waiting; past it: 503 */
+    size_t max_body;       /* bytes of a request body; past it: 413 */
+    int max_prompt_tokens; /* tokens of one prompt; past it: 400 */
+    int max_tokens;        /* tokens to generate a prompt; past it: 400 */
+    uint64_t seed;         /* sampling seed when a request gives none */
+} srv_config;
+
+/* Serves until SIGTERM or SIGINT (collective over ps->world). Returns 0, or -1 with err when
+ * rank 0 cannot listen (then every rank returns -1). */
+int srv_run(gpt_model *m, const ps_state *ps, const tok_tokenizer *tok, const srv_config *cfg, char *err,
+            size_t errlen);
+
+#endif

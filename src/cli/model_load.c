@@ -1,0 +1,62 @@
+/* What `generate` and `serve` share: the checkpoint, its tokenizer and this rank's model stage. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "trident/check.h"
+
+#define USAGE(world, ...)                                                                \
+    do {                                                                                 \
+        if (comm_rank(world) == 0) td_usage_error(__VA_ARGS__);                          \
+        comm_barrier(world);                                                             \
+        td_usage_error(__VA_ARGS__);                                                     \
+    } while (0)
+
+void cli_check_load_flags(const td_args *a, comm *world, const char *prog)
+{
+    int tp = a->tensor_model_parallel_size, pp = a->pipeline_model_parallel_size;
+    if (!a->load) USAGE(world, "%s: --load DIR (a checkpoint) is required", prog);
+    if (comm_size(world) % (tp * pp))
+        USAGE(world, "%s: the world size %d is not divisible by --tensor-model-parallel-size %d x "
+                     "--pipeline-model-parallel-size %d", prog, comm_size(world), tp, pp);
+    char err[1024] = "";
+    tok_spec spec = {a->tokenizer_type, a->vocab_file, a->merge_file, a->tokenizer_model};
+    if (tok_check_spec(&spec, err, sizeof err)) USAGE(world, "%s: %s", prog, err);
+}
+
+void cli_load_model(cli_model *out, td_args *a, comm *world, const char *prog)
+{
+    memset(out, 0, sizeof *out);
+    int tp = a->tensor_model_parallel_size, pp = a->pipeline_model_parallel_size;
+    char err[4096] = "";
+    int rc = ckpt_find(a->load, &out->meta, err, sizeof err);
+    if (rc == 1) td_fatal(1, "--load %s: no checkpoint there (no %s, meta.json or iter_* folder)", a->load, CKPT_LATEST);
+    if (rc) td_fatal(1, "%s", err);
+    tok_spec spec = {a->tokenizer_type, a->vocab_file, a->merge_file, a->tokenizer_model};
+    out->tok = tok_open(&spec, err, sizeof err);
+    if (!out->tok) td_fatal(1, "%s", err);
+    if (ckpt_args_reconcile(a, &out->meta, tok_vocab_size(out->tok), tp, 0, err, sizeof err))
+        USAGE(world, "%s: %s", prog, err);
+    gpt_config c = ckpt_model_config(&out->meta, tp, a->seq_length, a->make_vocab_size_divisible_by);
+    if (c.heads % tp || c.ffn % tp || gpt_groups(&c) % tp)
+        USAGE(world, "%s: --tensor-model-parallel-size %d does not divide the checkpoint's %d heads, %d query groups "
+                     "and FFN size %d", prog, tp, c.heads, gpt_groups(&c), c.ffn);
+    if (c.num_layers % pp)
+        USAGE(world, "%s: --pipeline-model-parallel-size %d does not divide the checkpoint's %d layers", prog, pp,
+              c.num_layers);
+    out->ps = ps_init(world, tp, pp);
+    out->be = be_cpu(0);
+    int per = c.num_layers / pp;
+    out->m = gpt_create(&c, out->ps, out->be, out->ps->pp_rank * per, per, 1, 1);
+    ckpt_model cm = {out->ps, 1, &out->m, NULL, NULL, NULL, NULL};
+    if (ckpt_load(&out->meta, &cm, 0, err, sizeof err)) td_fatal(1, "%s", err);
+}
+
+void cli_free_model(cli_model *c)
+{
+    gpt_free(c->m);
+    be_free(c->be);
+    ps_free(c->ps);
+    tok_free(c->tok);
+    ckpt_meta_free(&c->meta);
+}

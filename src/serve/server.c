@@ -1,0 +1,591 @@
+/* trident serve: see include/trident/server.h and docs/serve.md. */
+#include "trident/server.h"
+
+#include <arpa/inet.h>
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "trident/check.h"
+#include "trident/comm.h"
+#include "trident/generate.h"
+#include "trident/timer.h"
+
+enum { API_MEGATRON, API_OPENAI };
+enum { SRV_IDLE, SRV_BATCH, SRV_STOP };
+#define HEARTBEAT_S 5.0
+
+typedef struct request {
+    int api, stream, n;       /* n prompts */
+    int32_t **ids;
+    int *lens;
+    gen_config g;
+    int32_t **out;
+    int *out_lens;
+    int done;
+    /* streaming: server-sent events appended as tokens come, read by the response callback */
+    char *sse;
+    size_t sse_len, sse_read;
+    int refs;                 /* the handler and (streaming) the response callback */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    struct request *next;
+} request;
+
+static struct {
+    const srv_config *cfg;
+    const tok_tokenizer *tok;
+    int positions;            /* the model's */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    request *head, *tail;
+    int queued;
+    int connections;          /* open requests (answered when 0 at shutdown) */
+    uint64_t next_id;
+} S = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+
+static volatile sig_atomic_t g_stop;
+static void on_signal(int sig)
+{
+    (void)sig;
+    g_stop = 1;
+}
+
+/* ---- requests ---- */
+
+static void req_unref(request *r)
+{
+    pthread_mutex_lock(&r->mu);
+    int left = --r->refs;
+    pthread_mutex_unlock(&r->mu);
+    if (left) return;
+    for (int i = 0; i < r->n; i++) free(r->ids[i]), free(r->out[i]);
+    free(r->ids), free(r->lens), free(r->out), free(r->out_lens), free(r->sse);
+    pthread_mutex_destroy(&r->mu);
+    pthread_cond_destroy(&r->cv);
+    free(r);
+}
+
+static void sse_append(request *r, const char *text)
+{
+    size_t n = strlen(text);
+    r->sse = td_xrealloc(r->sse, r->sse_len + n + 1);
+    memcpy(r->sse + r->sse_len, text, n + 1);
+    r->sse_len += n;
+}
+
+/* The text of n ids, NUL-terminated (invalid UTF-8 left as the bytes are: cJSON escapes nothing
+ * but control characters, so clients see what the model produced). */
+static char *decode(const int32_t *ids, int n)
+{
+    char *text = NULL, err[256];
+    size_t len = 0;
+    if (n == 0 || tok_decode(S.tok, ids, (size_t)n, &text, &len, err, sizeof err)) {
+        free(text);
+        return td_xstrdup("");
+    }
+    text = td_xrealloc(text, len + 1);
+    text[len] = 0;
+    return text;
+}
+
+/* An OpenAI completion chunk (or the whole answer) as JSON text. */
+static char *openai_json(request *r, int stream_row, const char *chunk)
+{
+    cJSON *o = cJSON_CreateObject();
+    char id[48];
+    snprintf(id, sizeof id, "cmpl-%llu", (unsigned long long)(uintptr_t)r);
+    cJSON_AddStringToObject(o, "id", id);
+    cJSON_AddStringToObject(o, "object", "text_completion");
+    cJSON_AddNumberToObject(o, "created", (double)time(NULL));
+    cJSON_AddStringToObject(o, "model", "trident");
+    cJSON *ch = cJSON_AddArrayToObject(o, "choices");
+    int64_t completion = 0, prompt = 0;
+    for (int i = 0; i < r->n; i++) {
+        if (chunk && i != stream_row) continue;
+        cJSON *c = cJSON_CreateObject();
+        int gen = r->out_lens[i] - r->lens[i];
+        completion += gen > 0 ? gen : 0;
+        prompt += r->lens[i];
+        if (chunk) {
+            cJSON_AddStringToObject(c, "text", chunk);
+            cJSON_AddNumberToObject(c, "index", i);
+            cJSON_AddNullToObject(c, "finish_reason");
+        } else {
+            char *t = decode(r->out[i] + r->lens[i], gen);
+            cJSON_AddStringToObject(c, "text", t);
+            free(t);
+            cJSON_AddNumberToObject(c, "index", i);
+            int eod = gen > 0 && r->out[i][r->out_lens[i] - 1] == r->g.eod;
+            cJSON_AddStringToObject(c, "finish_reason", eod ? "stop" : "length");
+        }
+        cJSON_AddItemToArray(ch, c);
+    }
+    if (!chunk) {
+        cJSON *u = cJSON_AddObjectToObject(o, "usage");
+        cJSON_AddNumberToObject(u, "prompt_tokens", (double)prompt);
+        cJSON_AddNumberToObject(u, "completion_tokens", (double)completion);
+        cJSON_AddNumberToObject(u, "total_tokens", (double)(prompt + completion));
+    }
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return s;
+}
+
+/* Megatron's answer: {"text": [prompt + continuation], "segments": [[token texts]], "logprobs": null}. */
+static char *megatron_json(request *r)
+{
+    cJSON *o = cJSON_CreateObject(), *text = cJSON_AddArrayToObject(o, "text");
+    cJSON *seg = cJSON_AddArrayToObject(o, "segments");
+    for (int i = 0; i < r->n; i++) {
+        char *t = decode(r->out[i], r->out_lens[i]);
+        cJSON_AddItemToArray(text, cJSON_CreateString(t));
+        free(t);
+        cJSON *s = cJSON_CreateArray();
+        for (int k = 0; k < r->out_lens[i]; k++) {
+            char *p = decode(r->out[i] + k, 1);
+            cJSON_AddItemToArray(s, cJSON_CreateString(p));
+            free(p);
+        }
+        cJSON_AddItemToArray(seg, s);
+    }
+    cJSON_AddNullToObject(o, "logprobs");
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return s;
+}
+
+/* ---- HTTP ---- */
+
+typedef struct {
+    char *body;
+    size_t len;
+    int too_big;
+} conn;
+
+static enum MHD_Result reply(struct MHD_Connection *c, unsigned code, char *json, const char *type)
+{
+    struct MHD_Response *res = MHD_create_response_from_buffer(strlen(json), json, MHD_RESPMEM_MUST_FREE);
+    MHD_add_response_header(res, "Content-Type", type);
+    enum MHD_Result ok = MHD_queue_response(c, code, res);
+    MHD_destroy_response(res);
+    return ok;
+}
+
+static enum MHD_Result error(struct MHD_Connection *c, unsigned code, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "error", msg);
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return reply(c, code, s, "application/json");
+}
+
+/* A number field: absent (def), or a JSON number within [lo, hi]; -1 with the message otherwise. */
+static int number(const cJSON *o, const char *key, double def, double lo, double hi, int integer, double *v, char *msg,
+                  size_t len)
+{
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, key);
+    *v = def;
+    if (!j || cJSON_IsNull(j)) return 0;
+    if (!cJSON_IsNumber(j)) return snprintf(msg, len, "\"%s\" must be a number", key), -1;
+    *v = j->valuedouble;
+    if (*v < lo || *v > hi || (integer && *v != (double)(int64_t)*v))
+        return snprintf(msg, len, "\"%s\" is %g; it takes %s from %g to %g", key, *v, integer ? "integers" : "numbers",
+                        lo, hi), -1;
+    return 0;
+}
+
+/* The request a body describes, or NULL with (code, msg). */
+static request *parse(int api, const char *body, size_t len, unsigned *code, char *msg, size_t mlen)
+{
+    *code = 400;
+    cJSON *o = cJSON_ParseWithLength(body, len);
+    if (!o || !cJSON_IsObject(o)) {
+        snprintf(msg, mlen, "the body is not a JSON object");
+        cJSON_Delete(o);
+        return NULL;
+    }
+    const srv_config *cfg = S.cfg;
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive(o, api == API_MEGATRON ? "prompts" : "prompt");
+    const char *pname = api == API_MEGATRON ? "prompts" : "prompt";
+    int n = cJSON_IsString(p) && api == API_OPENAI ? 1 : cJSON_IsArray(p) ? cJSON_GetArraySize(p) : -1;
+    double tokens, temp, top_k = 0, top_p, seed = (double)(cfg->seed % 9007199254740992ull);
+    int stream = 0, err = 0;
+    if (n < 1) {
+        snprintf(msg, mlen, "\"%s\" must be %s with at least one prompt", pname,
+                 api == API_MEGATRON ? "an array of strings" : "a string or an array of strings");
+        err = 1;
+    } else if (n > cfg->max_batch) {
+        snprintf(msg, mlen, "%d prompts; a request takes at most %d (--max-batch)", n, cfg->max_batch);
+        err = 1;
+    } else if (api == API_MEGATRON) {
+        err = number(o, "tokens_to_generate", 64, 0, cfg->max_tokens, 1, &tokens, msg, mlen) ||
+              number(o, "temperature", 1.0, 0, 100, 0, &temp, msg, mlen) ||
+              number(o, "top_k", 0, 0, 1e9, 1, &top_k, msg, mlen) || number(o, "top_p", 0, 0, 1, 0, &top_p, msg, mlen) ||
+              number(o, "random_seed", seed, 0, 9007199254740992.0, 1, &seed, msg, mlen);
+        const cJSON *lp = cJSON_GetObjectItemCaseSensitive(o, "logprobs");
+        if (!err && lp && !cJSON_IsBool(lp)) snprintf(msg, mlen, "\"logprobs\" must be true or false"), err = 1;
+    } else {
+        err = number(o, "max_tokens", 16, 0, cfg->max_tokens, 1, &tokens, msg, mlen) ||
+              number(o, "temperature", 1.0, 0, 100, 0, &temp, msg, mlen) ||
+              number(o, "top_p", 1.0, 0, 1, 0, &top_p, msg, mlen) ||
+              number(o, "seed", seed, 0, 9007199254740992.0, 1, &seed, msg, mlen);
+        const cJSON *st = cJSON_GetObjectItemCaseSensitive(o, "stream");
+        if (!err && st && !cJSON_IsBool(st)) snprintf(msg, mlen, "\"stream\" must be true or false"), err = 1;
+        stream = cJSON_IsTrue(st);
+    }
+    if (err) {
+        cJSON_Delete(o);
+        return NULL;
+    }
+    request *r = td_xcalloc(1, sizeof *r);
+    r->api = api, r->stream = stream, r->n = n, r->refs = 1;
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_cond_init(&r->cv, NULL);
+    r->g = (gen_config){(int)tokens, temp == 0 || top_k == 1, (float)temp, (int)top_k, (float)top_p,
+                        (uint64_t)seed, tok_eod_id(S.tok), 0};
+    r->ids = td_xcalloc((size_t)n, sizeof *r->ids);
+    r->out = td_xcalloc((size_t)n, sizeof *r->out);
+    r->lens = td_xcalloc((size_t)n, sizeof(int));
+    r->out_lens = td_xcalloc((size_t)n, sizeof(int));
+    tok_worker *w = tok_worker_new(S.tok);
+    for (int i = 0; i < n && !err; i++) {
+        const cJSON *s = cJSON_IsString(p) ? p : cJSON_GetArrayItem(p, i);
+        if (!cJSON_IsString(s) || !*s->valuestring) {
+            snprintf(msg, mlen, "prompt %d is not a non-empty string", i + 1);
+            err = 1;
+            break;
+        }
+        bpe_ids e = {0};
+        tok_encode(w, s->valuestring, strlen(s->valuestring), &e);
+        r->ids[i] = e.ids, r->lens[i] = (int)e.n;
+        if (e.n < 1 || (int)e.n > cfg->max_prompt_tokens || (int)e.n + (int)tokens > S.positions) {
+            snprintf(msg, mlen, "prompt %d is %zu tokens; with %d to generate a request takes at most %d (the model's "
+                     "positions; --max-prompt-tokens %d)", i + 1, e.n, (int)tokens,
+                     S.positions - (int)tokens < cfg->max_prompt_tokens ? S.positions - (int)tokens : cfg->max_prompt_tokens,
+                     cfg->max_prompt_tokens);
+            err = 1;
+        }
+        r->out[i] = td_xmalloc((size_t)(e.n + (size_t)tokens + 1) * sizeof(int32_t));
+    }
+    tok_worker_free(w);
+    cJSON_Delete(o);
+    if (err) {
+        req_unref(r);
+        return NULL;
+    }
+    return r;
+}
+
+/* Streaming responses: the events so far, then the end when the request is done. */
+static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    (void)pos;
+    request *r = cls;
+    pthread_mutex_lock(&r->mu);
+    while (r->sse_read == r->sse_len && !r->done) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += 1;
+        pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+    }
+    ssize_t n;
+    if (r->sse_read == r->sse_len) n = MHD_CONTENT_READER_END_OF_STREAM;
+    else {
+        n = (ssize_t)(r->sse_len - r->sse_read < max ? r->sse_len - r->sse_read : max);
+        memcpy(buf, r->sse + r->sse_read, (size_t)n);
+        r->sse_read += (size_t)n;
+    }
+    pthread_mutex_unlock(&r->mu);
+    return n;
+}
+static void sse_free(void *cls) { req_unref(cls); }
+
+static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                              const char *version, const char *upload, size_t *upload_size, void **con_cls)
+{
+    (void)cls, (void)version;
+    conn *k = *con_cls;
+    if (!k) {
+        *con_cls = k = td_xcalloc(1, sizeof *k);
+        pthread_mutex_lock(&S.mu);
+        S.connections++;
+        pthread_mutex_unlock(&S.mu);
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        if (!k->too_big && k->len + *upload_size <= S.cfg->max_body) {
+            k->body = td_xrealloc(k->body, k->len + *upload_size + 1);
+            memcpy(k->body + k->len, upload, *upload_size);
+            k->len += *upload_size;
+        } else {
+            k->too_big = 1;
+        }
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    int api = strcmp(url, "/api") == 0 ? API_MEGATRON : strcmp(url, "/v1/completions") == 0 ? API_OPENAI : -1;
+    if (api < 0) return error(c, MHD_HTTP_NOT_FOUND, "no such endpoint %s: PUT /api or POST /v1/completions", url);
+    if (strcmp(method, api == API_MEGATRON ? "PUT" : "POST") != 0)
+        return error(c, MHD_HTTP_METHOD_NOT_ALLOWED, "%s takes %s", url, api == API_MEGATRON ? "PUT" : "POST");
+    if (k->too_big)
+        return error(c, 413, "the body is over %zu bytes (--max-body-bytes)", S.cfg->max_body);
+    unsigned code;
+    char msg[512];
+    request *r = parse(api, k->body ? k->body : "", k->len, &code, msg, sizeof msg);
+    if (!r) return error(c, code, "%s", msg);
+    pthread_mutex_lock(&S.mu);
+    if (g_stop || S.queued >= S.cfg->max_queue) {
+        pthread_mutex_unlock(&S.mu);
+        req_unref(r);
+        return error(c, MHD_HTTP_SERVICE_UNAVAILABLE, g_stop ? "the server is stopping" :
+                     "%d requests are queued (--max-queue): try again later", S.cfg->max_queue);
+    }
+    r->refs++; /* the queue's */
+    if (S.tail) S.tail->next = r;
+    else S.head = r;
+    S.tail = r;
+    S.queued++;
+    pthread_cond_signal(&S.cv);
+    pthread_mutex_unlock(&S.mu);
+    if (r->stream) { /* the callback holds the handler's reference */
+        struct MHD_Response *res = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, sse_read, r, sse_free);
+        MHD_add_response_header(res, "Content-Type", "text/event-stream");
+        MHD_add_response_header(res, "Cache-Control", "no-cache");
+        enum MHD_Result ok = MHD_queue_response(c, MHD_HTTP_OK, res);
+        MHD_destroy_response(res);
+        return ok;
+    }
+    pthread_mutex_lock(&r->mu);
+    while (!r->done) pthread_cond_wait(&r->cv, &r->mu);
+    pthread_mutex_unlock(&r->mu);
+    char *json = r->api == API_MEGATRON ? megatron_json(r) : openai_json(r, -1, NULL);
+    req_unref(r);
+    return reply(c, MHD_HTTP_OK, json, "application/json");
+}
+
+static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode why)
+{
+    (void)cls, (void)c, (void)why;
+    conn *k = *con_cls;
+    if (!k) return;
+    free(k->body);
+    free(k);
+    *con_cls = NULL;
+    pthread_mutex_lock(&S.mu);
+    S.connections--;
+    pthread_cond_broadcast(&S.cv);
+    pthread_mutex_unlock(&S.mu);
+}
+
+/* ---- generation: rank 0 batches, every rank generates ---- */
+
+typedef struct {
+    request **req;
+    int *row0; /* the batch's first row of each request */
+    int nreq;
+} batch;
+
+static void on_token(void *user, int b, int32_t token)
+{
+    batch *bt = user;
+    int i = bt->nreq - 1;
+    while (i > 0 && bt->row0[i] > b) i--;
+    request *r = bt->req[i];
+    if (!r->stream) return;
+    char *t = decode(&token, 1);
+    pthread_mutex_lock(&r->mu);
+    char *json = openai_json(r, b - bt->row0[i], t);
+    sse_append(r, "data: ");
+    sse_append(r, json);
+    sse_append(r, "\n\n");
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+    free(json);
+    free(t);
+}
+
+/* Broadcasts one message from rank 0: the kind, and for a batch its settings, lengths and tokens. */
+static int exchange(const ps_state *ps, int kind, gen_config *g, int *B, int **lens, int32_t ***ids)
+{
+    int64_t h[10] = {kind, *B, g->max_new, g->greedy, g->top_k, g->eod, (int64_t)(g->seed >> 1), (int64_t)(g->seed & 1)};
+    double f[2] = {g->temperature, g->top_p};
+    comm_bcast(ps->world, h, 10, COMM_I64, 0);
+    if (h[0] != SRV_BATCH) return (int)h[0];
+    comm_bcast(ps->world, f, 2, COMM_F64, 0);
+    if (ps->world_rank != 0) {
+        *B = (int)h[1];
+        *g = (gen_config){(int)h[2], (int)h[3], (float)f[0], (int)h[4], (float)f[1],
+                          (uint64_t)h[6] << 1 | (uint64_t)h[7], (int)h[5], 0};
+        *lens = td_xmalloc((size_t)*B * sizeof(int));
+        *ids = td_xcalloc((size_t)*B, sizeof **ids);
+    }
+    comm_bcast(ps->world, *lens, (size_t)*B, COMM_I32, 0);
+    for (int i = 0; i < *B; i++) {
+        if (ps->world_rank != 0) (*ids)[i] = td_xmalloc((size_t)(*lens)[i] * sizeof(int32_t));
+        comm_bcast(ps->world, (*ids)[i], (size_t)(*lens)[i], COMM_I32, 0);
+    }
+    return SRV_BATCH;
+}
+
+static void generate(gpt_model *m, const ps_state *ps, const gen_config *g, int B, int32_t **ids, int *lens,
+                     batch *bt)
+{
+    int cap = gen_capacity(g, B, lens);
+    int32_t **out = td_xcalloc((size_t)B, sizeof *out);
+    int *out_lens = td_xcalloc((size_t)B, sizeof(int));
+    for (int i = 0; i < B; i++) out[i] = td_xmalloc((size_t)cap * sizeof(int32_t));
+    gen_stats st;
+    gen_run(m, ps, g, B, ids, lens, out, out_lens, bt ? on_token : NULL, bt, &st);
+    if (bt)
+        for (int q = 0; q < bt->nreq; q++) {
+            request *r = bt->req[q];
+            pthread_mutex_lock(&r->mu);
+            for (int i = 0; i < r->n; i++) {
+                int row = bt->row0[q] + i, keep = out_lens[row] - lens[row] + r->lens[i];
+                memcpy(r->out[i], r->ids[i], (size_t)r->lens[i] * sizeof(int32_t));
+                memcpy(r->out[i] + r->lens[i], out[row] + lens[row], (size_t)(keep - r->lens[i]) * sizeof(int32_t));
+                r->out_lens[i] = keep;
+            }
+            if (r->stream) sse_append(r, "data: [DONE]\n\n");
+            r->done = 1;
+            pthread_cond_broadcast(&r->cv);
+            pthread_mutex_unlock(&r->mu);
+            req_unref(r); /* the queue's */
+        }
+    for (int i = 0; i < B; i++) free(out[i]);
+    free(out), free(out_lens);
+}
+
+/* Rank 0: the next batch: the first queued request, and after it the queued requests with the
+ * same settings while the prompts fit max_batch (greedy ones only: a sampled row's random
+ * numbers depend on its row, so it runs alone). NULL when the queue is empty. */
+static int take_batch(batch *bt, gen_config *g, int *B, int **lens, int32_t ***ids)
+{
+    if (!S.head) return 0;
+    bt->nreq = 0, *B = 0;
+    *g = S.head->g;
+    request **pp = &S.head;
+    while (*pp) {
+        request *r = *pp;
+        int same = bt->nreq == 0 || (r->g.greedy && g->greedy && r->g.max_new == g->max_new);
+        if (!same || *B + r->n > S.cfg->max_batch) break;
+        bt->req = td_xrealloc(bt->req, (size_t)(bt->nreq + 1) * sizeof *bt->req);
+        bt->row0 = td_xrealloc(bt->row0, (size_t)(bt->nreq + 1) * sizeof(int));
+        bt->row0[bt->nreq] = *B;
+        bt->req[bt->nreq++] = r;
+        *B += r->n;
+        *pp = r->next;
+        S.queued--;
+        if (!g->greedy) break;
+    }
+    if (!S.head) S.tail = NULL;
+    else for (S.tail = S.head; S.tail->next; S.tail = S.tail->next);
+    *lens = td_xmalloc((size_t)*B * sizeof(int));
+    *ids = td_xmalloc((size_t)*B * sizeof **ids);
+    for (int q = 0, k = 0; q < bt->nreq; q++)
+        for (int i = 0; i < bt->req[q]->n; i++, k++) (*lens)[k] = bt->req[q]->lens[i], (*ids)[k] = bt->req[q]->ids[i];
+    return 1;
+}
+
+int srv_run(gpt_model *m, const ps_state *ps, const tok_tokenizer *tok, const srv_config *cfg, char *err,
+            size_t errlen)
+{
+    S.cfg = cfg, S.tok = tok, S.positions = m->cfg.max_pos;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    struct MHD_Daemon *d = NULL;
+    int32_t listening = 1;
+    if (ps->world_rank == 0) {
+        struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)cfg->port)};
+        if (inet_pton(AF_INET, cfg->host, &addr.sin_addr) != 1) {
+            snprintf(err, errlen, "--host %s is not an IPv4 address", cfg->host);
+            listening = 0;
+        } else {
+            d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG,
+                                 (uint16_t)cfg->port, NULL, NULL, handle, NULL, MHD_OPTION_SOCK_ADDR, &addr,
+                                 MHD_OPTION_NOTIFY_COMPLETED, completed, NULL, MHD_OPTION_CONNECTION_TIMEOUT,
+                                 (unsigned)120, MHD_OPTION_END);
+            if (!d) snprintf(err, errlen, "cannot listen on %s:%d (in use, or not an address of this machine)",
+                             cfg->host, cfg->port), listening = 0;
+        }
+        if (listening) TD_INFO("serve: listening on http://%s:%d (PUT /api, POST /v1/completions)", cfg->host, cfg->port);
+    }
+    comm_bcast(ps->world, &listening, 1, COMM_I32, 0);
+    if (!listening) {
+        if (ps->world_rank != 0) snprintf(err, errlen, "rank 0 could not listen");
+        return -1;
+    }
+    if (ps->world_rank != 0) { /* follow rank 0 */
+        for (;;) {
+            gen_config g = {0};
+            int B = 0, *lens = NULL;
+            int32_t **ids = NULL;
+            int kind = exchange(ps, SRV_IDLE, &g, &B, &lens, &ids);
+            if (kind == SRV_STOP) return 0;
+            if (kind != SRV_BATCH) continue;
+            generate(m, ps, &g, B, ids, lens, NULL);
+            for (int i = 0; i < B; i++) free(ids[i]);
+            free(ids), free(lens);
+        }
+    }
+    batch bt = {0};
+    double last = td_now();
+    int quiesced = 0;
+    for (;;) {
+        pthread_mutex_lock(&S.mu);
+        if (g_stop && !quiesced) {
+            MHD_quiesce_daemon(d); /* no new connections; the open ones are answered */
+            quiesced = 1;
+            TD_INFO("serve: stopping: finishing %d queued request%s", S.queued, S.queued == 1 ? "" : "s");
+        }
+        if (!S.head && !(quiesced && S.connections == 0)) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 200 * 1000000L;
+            if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+            pthread_cond_timedwait(&S.cv, &S.mu, &ts);
+        }
+        gen_config g;
+        int B, *lens = NULL;
+        int32_t **ids = NULL;
+        int have = take_batch(&bt, &g, &B, &lens, &ids);
+        int finished = quiesced && !have && S.connections == 0;
+        pthread_mutex_unlock(&S.mu);
+        if (finished) break;
+        if (have) {
+            exchange(ps, SRV_BATCH, &g, &B, &lens, &ids);
+            generate(m, ps, &g, B, ids, lens, &bt);
+            free(lens), free(ids);
+            last = td_now();
+        } else if (td_now() - last > HEARTBEAT_S) { /* keeps the other ranks' waits from timing out */
+            gen_config none = {0};
+            int zero = 0;
+            exchange(ps, SRV_IDLE, &none, &zero, NULL, NULL);
+            last = td_now();
+        }
+    }
+    gen_config none = {0};
+    int zero = 0;
+    exchange(ps, SRV_STOP, &none, &zero, NULL, NULL);
+    MHD_stop_daemon(d);
+    free(bt.req), free(bt.row0);
+    TD_INFO("serve: stopped");
+    return 0;
+}
