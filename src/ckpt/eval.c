@@ -52,7 +52,7 @@ int64_t ev_num_windows(int64_t n, int S, int K)
 void ev_score(gpt_model *m, const ps_state *ps, const idx_dataset *d, int64_t doc_begin, int64_t doc_end, int K,
               int mbs, ev_result *out)
 {
-    const int S = m->cfg.seq, h = m->cfg.hidden;
+    const int S = m->cfg.seq;
     TD_ASSERT(K >= 1 && K <= S && mbs >= 1 && mbs <= m->mbs);
     stream s;
     stream_open(&s, d, doc_begin, doc_end);
@@ -70,7 +70,7 @@ void ev_score(gpt_model *m, const ps_state *ps, const idx_dataset *d, int64_t do
     size_t BT = (size_t)mbs * S;
     int32_t *row = td_xmalloc((size_t)(S + 1) * sizeof(int32_t));
     int32_t *ids = td_xmalloc(BT * sizeof(int32_t)), *targets = td_xmalloc(BT * sizeof(int32_t));
-    int64_t *sample = td_xcalloc((size_t)mbs, sizeof(int64_t)), *win = td_xmalloc((size_t)mbs * sizeof(int64_t));
+    int64_t *win = td_xmalloc((size_t)mbs * sizeof(int64_t));
     float *losses = td_xmalloc(BT * sizeof(float));
     int64_t per_step = (int64_t)mbs * ps->dp, steps = (nwin + per_step - 1) / per_step;
     double sum[2] = {0, 0}; /* loss, tokens */
@@ -82,25 +82,14 @@ void ev_score(gpt_model *m, const ps_state *ps, const idx_dataset *d, int64_t do
             memcpy(ids + (size_t)b * S, row, (size_t)S * sizeof(int32_t));
             memcpy(targets + (size_t)b * S, row + 1, (size_t)S * sizeof(int32_t));
         }
-        gpt_acts *a = gpt_acts_acquire(m);
-        const float *input = NULL;
-        if (!m->first) {
-            comm_wait(comm_irecv(ps->pp_group, gpt_acts_input(a), BT * h, COMM_F32, ps->pp_rank - 1, 0));
-            input = gpt_acts_input(a);
-        }
-        const float *y = gpt_forward(m, a, ids, input, targets, sample, mbs, 0, NULL);
-        if (!m->last) {
-            comm_wait(comm_isend(ps->pp_group, y, BT * h, COMM_F32, ps->pp_rank + 1, 0));
-        } else if (ps->tp_rank == 0) {
-            be_memcpy(m->be, losses, gpt_acts_losses(a), BT * sizeof(float), BE_D2H);
+        ev_forward(m, ps, ids, targets, mbs, losses, NULL);
+        if (ps->tp_rank == 0 && ps->pp_rank == ps->pp - 1) /* one rank a replica adds up */
             for (int b = 0; b < mbs; b++) {
                 if (win[b] < 0) continue;
                 int first = win[b] == 0 ? 0 : S - K; /* later windows score their last K targets */
                 for (int t = first; t < S; t++) sum[0] += losses[(size_t)b * S + t];
                 sum[1] += S - first;
             }
-        }
-        gpt_acts_release(m, a);
     }
     comm_allreduce(ps->world, sum, 2, COMM_F64, COMM_SUM);
     out->tokens = (int64_t)sum[1];
@@ -110,7 +99,6 @@ void ev_score(gpt_model *m, const ps_state *ps, const idx_dataset *d, int64_t do
     free(row);
     free(ids);
     free(targets);
-    free(sample);
     free(win);
     free(losses);
     free(s.cum);

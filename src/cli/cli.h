@@ -5,6 +5,7 @@
 
 #include "backend/backend.h"
 #include "trident/args.h"
+#include "trident/check.h"
 #include "trident/checkpoint.h"
 #include "trident/comm.h"
 #include "trident/gpt.h"
@@ -22,6 +23,15 @@ int cli_convert(int argc, char **argv);
 int cli_eval(int argc, char **argv);
 int cli_generate(int argc, char **argv);
 int cli_serve(int argc, char **argv);
+
+/* A usage error found by every rank alike: one line naming the flag, exit 2, printed by rank 0
+ * only (the others wait for it at the barrier, then exit too). */
+#define USAGE(world, ...)                                                                \
+    do {                                                                                 \
+        if (comm_rank(world) == 0) td_usage_error(__VA_ARGS__);                          \
+        comm_barrier(world);                                                             \
+        td_usage_error(__VA_ARGS__);                                                     \
+    } while (0)
 
 /* ---- model_load.c: what generate and serve share ---- */
 typedef struct {

@@ -25,14 +25,6 @@ static const char SUMMARY[] =
     "With --task WIKITEXT103|LAMBADA|HELLASWAG --valid-data FILE: the zero-shot evaluations of the Megatron\n"
     "papers and llm.c on their published files (docs/eval.md).";
 
-/* One line naming the flag, exit 2, from rank 0 only (every rank finds the same problem). */
-#define USAGE(world, ...)                                                                \
-    do {                                                                                 \
-        if (comm_rank(world) == 0) td_usage_error(__VA_ARGS__);                          \
-        comm_barrier(world);                                                             \
-        td_usage_error(__VA_ARGS__);                                                     \
-    } while (0)
-
 /* trident eval --task: a zero-shot task on --valid-data (eval_tasks.c). */
 static int eval_task(td_args *a, comm *world, const char *prog)
 {

@@ -22,12 +22,6 @@ static const char SUMMARY[] =
     "per layer, so each new token costs one position's forward. One prompt streams its tokens as they\n"
     "come; several are printed when done. Runs on one rank or under mpirun in any tp x pp layout.";
 
-#define USAGE(world, ...)                                                                \
-    do {                                                                                 \
-        if (comm_rank(world) == 0) td_usage_error(__VA_ARGS__);                          \
-        comm_barrier(world);                                                             \
-        td_usage_error(__VA_ARGS__);                                                     \
-    } while (0)
 
 /* The prompts of a file (or stdin for "-"), one a line, empty lines skipped. */
 static void read_prompts(const char *path, td_strlist *out)

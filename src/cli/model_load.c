@@ -5,12 +5,6 @@
 #include "cli.h"
 #include "trident/check.h"
 
-#define USAGE(world, ...)                                                                \
-    do {                                                                                 \
-        if (comm_rank(world) == 0) td_usage_error(__VA_ARGS__);                          \
-        comm_barrier(world);                                                             \
-        td_usage_error(__VA_ARGS__);                                                     \
-    } while (0)
 
 void cli_check_load_flags(const td_args *a, comm *world, const char *prog)
 {
