@@ -3,7 +3,7 @@
 prints requests/s, tokens/s and latency percentiles.
 
     python3 bench/serve_load.py --port 5000 --clients 8 --seconds 30 --tokens 32"""
-import argparse, json, threading, time, urllib.request
+import argparse, json, threading, time, urllib.error, urllib.request
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--host", default="127.0.0.1"); ap.add_argument("--port", type=int, default=5000)
@@ -13,6 +13,15 @@ a = ap.parse_args()
 url = f"http://{a.host}:{a.port}/api"
 body = json.dumps({"prompts": [a.prompt], "tokens_to_generate": a.tokens, "temperature": 0}).encode()
 lat, errors, lock = [], [0], threading.Lock()
+for _ in range(1200):  # until the server answers (it may still be loading the model): 120 s at most
+    try:
+        urllib.request.urlopen(urllib.request.Request(url, method="GET"), timeout=2)
+    except urllib.error.HTTPError:
+        break  # 405: it is up
+    except OSError:
+        time.sleep(0.1)
+else:
+    raise SystemExit(f"no server answers at {url}")
 end = time.time() + a.seconds
 
 def client():
