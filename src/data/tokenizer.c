@@ -7,6 +7,10 @@
 
 #include "trident/check.h"
 #include "trident/hf_tokenizer.h"
+#include "trident/wordpiece.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
 
 typedef struct {
     const char *kind;
@@ -58,7 +62,72 @@ static int hf_decode_(const void *t, const int32_t *ids, size_t n, char **out, s
 static const tok_ops HF_OPS = {"tokenizer.json BPE", hf_free_, hf_vocab_size_, hf_eod_, hf_worker_new_,
                                hf_worker_free_, hf_encode_, hf_decode_};
 
+/* BERT WordPiece (vocab.txt, or a tokenizer.json whose model is WordPiece) */
+static void wp_free_(void *t) { wp_free(t); }
+static int wp_vocab_size_(const void *t) { return wp_vocab_size(t); }
+static int wp_eod_(const void *t) { return wp_sep_id(t); }
+static void *wp_worker_new_(const void *t) { return (void *)t; } /* stateless */
+static void wp_worker_free_(void *w) { (void)w; }
+static void wp_encode_(void *w, const char *s, size_t n, bpe_ids *out) { wp_encode(w, s, n, out); }
+static int wp_decode_(const void *t, const int32_t *ids, size_t n, char **out, size_t *len, char *err, size_t el)
+{
+    return wp_decode(t, ids, n, out, len, err, el);
+}
+static const tok_ops WP_OPS = {"WordPiece", wp_free_, wp_vocab_size_, wp_eod_, wp_worker_new_, wp_worker_free_,
+                               wp_encode_, wp_decode_};
+
 static int is_hf(const tok_spec *s) { return s->type && strcmp(s->type, "HuggingFaceTokenizer") == 0; }
+static int is_bert(const tok_spec *s)
+{
+    return s->type && (strcmp(s->type, "BertWordPieceLowerCase") == 0 || strcmp(s->type, "BertWordPieceCase") == 0);
+}
+
+/* A tokenizer.json whose model is WordPiece, with its BertNormalizer's settings; NULL (err empty)
+ * when the model is another kind. */
+static wp_tokenizer *hf_wordpiece(const char *path, char *err, size_t errlen)
+{
+    err[0] = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL; /* hf_load says why */
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = td_xmalloc((size_t)(n > 0 ? n : 0) + 1);
+    size_t got = fread(buf, 1, (size_t)(n > 0 ? n : 0), f);
+    buf[got] = 0;
+    fclose(f);
+    cJSON *j = cJSON_Parse(buf);
+    free(buf);
+    const cJSON *model = j ? cJSON_GetObjectItemCaseSensitive(j, "model") : NULL;
+    const cJSON *type = model ? cJSON_GetObjectItemCaseSensitive(model, "type") : NULL;
+    wp_tokenizer *t = NULL;
+    if (cJSON_IsString(type) && strcmp(type->valuestring, "WordPiece") == 0) {
+        const cJSON *nz = cJSON_GetObjectItemCaseSensitive(j, "normalizer");
+        wp_options o = {0};
+        if (nz && !cJSON_IsNull(nz)) {
+            const cJSON *nt = cJSON_GetObjectItemCaseSensitive(nz, "type");
+            if (!cJSON_IsString(nt) || strcmp(nt->valuestring, "BertNormalizer") != 0) {
+                td_seterr(err, errlen, "%s: a WordPiece model with a %s normalizer; trident reads BertNormalizer (or "
+                          "none)", path, cJSON_IsString(nt) ? nt->valuestring : "malformed");
+                cJSON_Delete(j);
+                return NULL;
+            }
+            const cJSON *lc = cJSON_GetObjectItemCaseSensitive(nz, "lowercase");
+            const cJSON *sa = cJSON_GetObjectItemCaseSensitive(nz, "strip_accents");
+            o.lowercase = !lc || cJSON_IsTrue(lc);
+            o.strip_accents = sa && !cJSON_IsNull(sa) ? cJSON_IsTrue(sa) : o.lowercase;
+            const cJSON *ch = cJSON_GetObjectItemCaseSensitive(nz, "handle_chinese_chars");
+            const cJSON *cl = cJSON_GetObjectItemCaseSensitive(nz, "clean_text");
+            o.chinese = !ch || cJSON_IsTrue(ch);
+            o.clean = !cl || cJSON_IsTrue(cl);
+        }
+        const cJSON *unk = cJSON_GetObjectItemCaseSensitive(model, "unk_token");
+        o.unk = cJSON_IsString(unk) ? unk->valuestring : NULL;
+        t = wp_from_json(model, &o, err, errlen, path);
+    }
+    cJSON_Delete(j);
+    return t;
+}
 
 int tok_check_spec(const tok_spec *s, char *msg, size_t msglen)
 {
@@ -80,6 +149,17 @@ int tok_check_spec(const tok_spec *s, char *msg, size_t msglen)
                   "reads --vocab-file and --merge-file)");
         return -1;
     }
+    if (is_bert(s)) {
+        if (!s->vocab) {
+            td_seterr(msg, msglen, "--vocab-file is required with --tokenizer-type %s (BERT's vocab.txt)", s->type);
+            return -1;
+        }
+        if (s->merges) {
+            td_seterr(msg, msglen, "--merge-file applies to GPT2BPETokenizer; %s reads only --vocab-file", s->type);
+            return -1;
+        }
+        return 0;
+    }
     if (!s->vocab) {
         td_seterr(msg, msglen, "--vocab-file is required (GPT-2's vocab.json, also called encoder.json; or "
                   "--tokenizer-type HuggingFaceTokenizer --tokenizer-model tokenizer.json)");
@@ -99,6 +179,7 @@ int tok_spec_files(const tok_spec *s, const char *flags[2], const char *paths[2]
         return 1;
     }
     flags[0] = "--vocab-file", paths[0] = s->vocab;
+    if (is_bert(s)) return 1;
     flags[1] = "--merge-file", paths[1] = s->merges;
     return 2;
 }
@@ -109,8 +190,15 @@ tok_tokenizer *tok_open(const tok_spec *s, char *err, size_t errlen)
     void *impl;
     const tok_ops *ops;
     if (is_hf(s)) {
-        impl = hf_load(s->model, err, errlen);
-        ops = &HF_OPS;
+        impl = hf_wordpiece(s->model, err, errlen);
+        if (impl) ops = &WP_OPS;
+        else if (err[0]) return NULL;
+        else impl = hf_load(s->model, err, errlen), ops = &HF_OPS;
+    } else if (is_bert(s)) {
+        int lower = strcmp(s->type, "BertWordPieceLowerCase") == 0;
+        wp_options o = {lower, lower, 1, 1, NULL};
+        impl = wp_load_vocab(s->vocab, &o, err, errlen);
+        ops = &WP_OPS;
     } else {
         impl = bpe_load(s->vocab, s->merges, err, errlen);
         ops = &GPT2_OPS;

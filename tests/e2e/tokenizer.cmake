@@ -73,6 +73,10 @@ if(CMAKE_SCRIPT_MODE_FILE)
     if(MODEL STREQUAL "gpt2") # GPT-2's vocab and merges written as Hugging Face's GPT-2 tokenizer.json
       set(model ${tmp}_gpt2.json)
       run_step("writing GPT-2's tokenizer.json" ${href} gpt2-json ${DATA}/gpt2/vocab.json ${DATA}/gpt2/merges.txt ${model})
+    elseif(MODEL MATCHES "^bert-(lower|cased)$") # BERT's WordPiece over bert-base-uncased's vocab.txt
+      set(kase ${CMAKE_MATCH_1})
+      set(model ${tmp}_bert.json)
+      run_step("writing BERT's tokenizer.json" ${href} bert-json ${BUILD}/node/bert/vocab.txt ${kase} ${model})
     elseif(MODEL MATCHES "^llama3-(NFC|NFKC)$") # Llama 3's file with a Unicode normalizer
       set(model ${tmp}_${CMAKE_MATCH_1}.json)
       run_step("writing Llama 3 with ${CMAKE_MATCH_1}" ${href} with-normalizer
@@ -99,6 +103,19 @@ if(CMAKE_SCRIPT_MODE_FILE)
              OUTPUT_FILE ${tmp}_ref_lines.txt)
     run_step("trident tokenize < ${INPUT}" ${htok} INPUT_FILE ${INPUT} OUTPUT_FILE ${tmp}_lines.txt)
     same_files(${tmp}_ref_lines.txt ${tmp}_lines.txt "ids line by line (${MODEL})")
+    if(MODEL MATCHES "^bert-")
+      # the same ids from Megatron's flags: --tokenizer-type BertWordPiece{LowerCase,Case} --vocab-file vocab.txt
+      if(kase STREQUAL "lower")
+        set(wtype BertWordPieceLowerCase)
+      else()
+        set(wtype BertWordPieceCase)
+      endif()
+      set(wtok ${TRIDENT} tokenize --tokenizer-type ${wtype} --vocab-file ${BUILD}/node/bert/vocab.txt)
+      run_step("trident tokenize (${wtype}) --whole" ${wtok} --whole INPUT_FILE ${INPUT} OUTPUT_FILE ${tmp}_wp_whole.txt)
+      same_files(${tmp}_ref_whole.txt ${tmp}_wp_whole.txt "ids of the whole text (${wtype} over vocab.txt)")
+      run_step("trident tokenize (${wtype})" ${wtok} INPUT_FILE ${INPUT} OUTPUT_FILE ${tmp}_wp_lines.txt)
+      same_files(${tmp}_ref_lines.txt ${tmp}_wp_lines.txt "ids line by line (${wtype} over vocab.txt)")
+    endif()
   elseif(STEP STREQUAL "hf_roundtrip")
     # byte-level (llama3): text -> ids -> text is the identity on any bytes; SentencePiece-style
     # (llama2): on text without U+2581 and special tokens, line by line
@@ -189,6 +206,19 @@ add_test(NAME e2e/tokenizer_reference_random
                  -DLINES=1 -P ${CMAKE_CURRENT_LIST_FILE})
 add_test(NAME e2e/tokenizer_roundtrip
          COMMAND ${CMAKE_COMMAND} ${_tok_args} -DSTEP=roundtrip -DTAG=roundtrip -P ${CMAKE_CURRENT_LIST_FILE})
+# BERT's WordPiece (issue 14's tokenizer): lower-cased and cased, against the tokenizers library's
+# WordPiece with BertNormalizer and BertPreTokenizer over the same vocab.txt
+foreach(kase lower cased)
+  foreach(input shakespeare random tricky)
+    set(_in ${input})
+    if(input STREQUAL "shakespeare")
+      set(_in ${TRIDENT_SHARED_DATA}/tinyshakespeare.txt)
+    endif()
+    add_test(NAME e2e/tokenizer_bert_${kase}_${input}
+             COMMAND ${CMAKE_COMMAND} ${_tok_args} -DSTEP=hf_reference -DTAG=bert_${kase}_${input} -DMODEL=bert-${kase}
+                     -DINPUT=${_in} -P ${CMAKE_CURRENT_LIST_FILE})
+  endforeach()
+endforeach()
 foreach(model llama3 llama2 gpt2)
   foreach(input shakespeare random tricky)
     set(_in ${input})
