@@ -34,9 +34,12 @@ int gen_capacity(const gen_config *g, int B, const int *lens);
 
 /* Generates for B prompts (prompts[b], lens[b] >= 1 tokens) on this rank's stage m (built for the
  * layout of ps; collective over ps->world). out[b] (capacity gen_capacity ids) gets the prompt
- * and its continuation, out_len[b] their count, on every rank. Returns 0. */
+ * and its continuation, out_len[b] their count, on every rank. logprobs (NULL: none) gets, as
+ * Megatron's server returns them, logprobs[b][i] = log p(out[b][i + 1] | out[b][0..i]) for
+ * i < out_len[b] - 1 (capacity gen_capacity - 1 floats a row): prompt tokens and generated ones
+ * alike (the shortest prompt then runs one position at a time). Returns 0. */
 int gen_run(gpt_model *m, const ps_state *ps, const gen_config *g, int B, int32_t *const *prompts, const int *lens,
-            int32_t **out, int *out_len, gen_stream_fn stream, void *user, gen_stats *st);
+            int32_t **out, int *out_len, float **logprobs, gen_stream_fn stream, void *user, gen_stats *st);
 
 /* The token sampled from logits (V) for row b at position pos: argmax when greedy, else from
  * softmax(logits / temperature) cut to the top_k largest and the smallest set of cumulative

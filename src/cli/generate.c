@@ -138,7 +138,7 @@ int cli_generate(int argc, char **argv)
         fflush(stdout);
     }
     gen_stats st;
-    gen_run(m, ps, &g, B, ids, lens, out, out_lens, B == 1 ? stream_token : NULL, &s, &st);
+    gen_run(m, ps, &g, B, ids, lens, out, out_lens, NULL, B == 1 ? stream_token : NULL, &s, &st);
     if (ps->world_rank == 0) {
         for (int b = 0; b < B; b++) {
             if (B == 1) {

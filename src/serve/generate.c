@@ -93,8 +93,17 @@ static void step(gpt_model *m, const ps_state *ps, gpt_kv_cache *c, const int32_
     be_dfree(m->be, in);
 }
 
+/* log p(token) under logits (V), in double. */
+static float log_prob(const float *l, int V, int token)
+{
+    double mx = l[0], z = 0;
+    for (int i = 1; i < V; i++) mx = l[i] > mx ? l[i] : mx;
+    for (int i = 0; i < V; i++) z += exp((double)l[i] - mx);
+    return (float)((double)l[token] - mx - log(z));
+}
+
 int gen_run(gpt_model *m, const ps_state *ps, const gen_config *g, int B, int32_t *const *prompts, const int *lens,
-            int32_t **out, int *out_len, gen_stream_fn stream, void *user, gen_stats *st)
+            int32_t **out, int *out_len, float **logprobs, gen_stream_fn stream, void *user, gen_stats *st)
 {
     int cap = gen_capacity(g, B, lens), V = m->cfg.vocab, shortest = lens[0];
     for (int b = 1; b < B; b++) shortest = lens[b] < shortest ? lens[b] : shortest;
@@ -111,18 +120,38 @@ int gen_run(gpt_model *m, const ps_state *ps, const gen_config *g, int B, int32_
     memset(st, 0, sizeof *st);
     for (int b = 0; b < B; b++) st->prompt_tokens += lens[b];
     int last_stage = ps->pp - 1, ndone = 0;
+    float *lp = td_xcalloc((size_t)B, sizeof(float)), *row = logprobs && m->last ? td_xmalloc((size_t)V * sizeof(float)) : NULL;
     double t0 = td_now();
+    /* with log-probabilities, the shortest prompt's positions run one at a time: each one's logits
+     * give the next prompt token's log-probability */
+    int from = 1;
+    if (logprobs)
+        for (; from < shortest; from++) {
+            if (g->no_cache) step(m, ps, c, tokens, B, cap, 0, from, ids, logits);
+            else step(m, ps, c, tokens, B, cap, from - 1, 1, ids, logits);
+            if (m->last)
+                for (int b = 0; b < B; b++) lp[b] = log_prob(logits + (size_t)b * V, V, tokens[(size_t)b * cap + from]);
+            comm_bcast(ps->pp_group, lp, (size_t)B, COMM_F32, last_stage);
+            for (int b = 0; b < B; b++) logprobs[b][from - 1] = lp[b];
+        }
     /* position t - 1's logits choose the token at t; t runs from the shortest prompt on */
     for (int t = shortest; ndone < B && t < cap; t++) {
         if (g->no_cache) step(m, ps, c, tokens, B, cap, 0, t, ids, logits);
-        else if (t == shortest) step(m, ps, c, tokens, B, cap, 0, t, ids, logits);
+        else if (t == shortest && from == 1) step(m, ps, c, tokens, B, cap, 0, t, ids, logits);
         else step(m, ps, c, tokens, B, cap, t - 1, 1, ids, logits);
         if (t == shortest) st->prefill_s = td_now() - t0;
         if (m->last)
-            for (int b = 0; b < B; b++) next[b] = gen_sample(logits + (size_t)b * V, V, g, b, t);
+            for (int b = 0; b < B; b++) {
+                float *l = logits + (size_t)b * V;
+                if (row) memcpy(row, l, (size_t)V * sizeof(float)); /* the sampler overwrites l */
+                next[b] = gen_sample(l, V, g, b, t);
+                if (row) lp[b] = log_prob(row, V, t < lens[b] ? tokens[(size_t)b * cap + t] : next[b]);
+            }
         comm_bcast(ps->pp_group, next, (size_t)B, COMM_I32, last_stage);
+        if (logprobs) comm_bcast(ps->pp_group, lp, (size_t)B, COMM_F32, last_stage);
         for (int b = 0; b < B; b++) {
             if (done[b]) continue;
+            if (logprobs) logprobs[b][t - 1] = lp[b];
             if (t < lens[b]) continue; /* still inside its prompt */
             tokens[(size_t)b * cap + t] = next[b];
             len[b] = t + 1;
@@ -137,6 +166,6 @@ int gen_run(gpt_model *m, const ps_state *ps, const gen_config *g, int B, int32_
         out_len[b] = len[b];
     }
     gpt_kv_free(m, c);
-    free(tokens), free(next), free(ids), free(done), free(len), free(logits);
+    free(tokens), free(next), free(ids), free(done), free(len), free(logits), free(lp), free(row);
     return 0;
 }

@@ -24,6 +24,8 @@ enum { SRV_IDLE, SRV_BATCH, SRV_STOP };
 
 typedef struct request {
     int api, stream, n;       /* n prompts */
+    int want_logprobs;        /* Megatron's "logprobs": true */
+    float **logprobs;         /* (n, positions - 1) when wanted */
     int32_t **ids;
     int *lens;
     gen_config g;
@@ -66,8 +68,8 @@ static void req_unref(request *r)
     int left = --r->refs;
     pthread_mutex_unlock(&r->mu);
     if (left) return;
-    for (int i = 0; i < r->n; i++) free(r->ids[i]), free(r->out[i]);
-    free(r->ids), free(r->lens), free(r->out), free(r->out_lens), free(r->sse);
+    for (int i = 0; i < r->n; i++) free(r->ids[i]), free(r->out[i]), free(r->logprobs ? r->logprobs[i] : NULL);
+    free(r->ids), free(r->lens), free(r->out), free(r->out_lens), free(r->sse), free(r->logprobs);
     pthread_mutex_destroy(&r->mu);
     pthread_cond_destroy(&r->cv);
     free(r);
@@ -156,7 +158,16 @@ static char *megatron_json(request *r)
         }
         cJSON_AddItemToArray(seg, s);
     }
-    cJSON_AddNullToObject(o, "logprobs");
+    if (r->want_logprobs) { /* log p(token i + 1 | tokens 0..i), as Megatron's */
+        cJSON *lp = cJSON_AddArrayToObject(o, "logprobs");
+        for (int i = 0; i < r->n; i++) {
+            cJSON *row = cJSON_CreateArray();
+            for (int k = 0; k + 1 < r->out_lens[i]; k++) cJSON_AddItemToArray(row, cJSON_CreateNumber(r->logprobs[i][k]));
+            cJSON_AddItemToArray(lp, row);
+        }
+    } else {
+        cJSON_AddNullToObject(o, "logprobs");
+    }
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return s;
@@ -223,7 +234,7 @@ static request *parse(int api, const char *body, size_t len, unsigned *code, cha
     const char *pname = api == API_MEGATRON ? "prompts" : "prompt";
     int n = cJSON_IsString(p) && api == API_OPENAI ? 1 : cJSON_IsArray(p) ? cJSON_GetArraySize(p) : -1;
     double tokens, temp, top_k = 0, top_p, seed = (double)(cfg->seed % 9007199254740992ull);
-    int stream = 0, err = 0;
+    int stream = 0, err = 0, logprobs = 0;
     if (n < 1) {
         snprintf(msg, mlen, "\"%s\" must be %s with at least one prompt", pname,
                  api == API_MEGATRON ? "an array of strings" : "a string or an array of strings");
@@ -238,6 +249,7 @@ static request *parse(int api, const char *body, size_t len, unsigned *code, cha
               number(o, "random_seed", seed, 0, 9007199254740992.0, 1, &seed, msg, mlen);
         const cJSON *lp = cJSON_GetObjectItemCaseSensitive(o, "logprobs");
         if (!err && lp && !cJSON_IsBool(lp)) snprintf(msg, mlen, "\"logprobs\" must be true or false"), err = 1;
+        logprobs = cJSON_IsTrue(lp);
     } else {
         err = number(o, "max_tokens", 16, 0, cfg->max_tokens, 1, &tokens, msg, mlen) ||
               number(o, "temperature", 1.0, 0, 100, 0, &temp, msg, mlen) ||
@@ -252,7 +264,7 @@ static request *parse(int api, const char *body, size_t len, unsigned *code, cha
         return NULL;
     }
     request *r = td_xcalloc(1, sizeof *r);
-    r->api = api, r->stream = stream, r->n = n, r->refs = 1;
+    r->api = api, r->stream = stream, r->n = n, r->refs = 1, r->want_logprobs = logprobs;
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->cv, NULL);
     r->g = (gen_config){(int)tokens, temp == 0 || top_k == 1, (float)temp, (int)top_k, (float)top_p,
@@ -261,6 +273,7 @@ static request *parse(int api, const char *body, size_t len, unsigned *code, cha
     r->out = td_xcalloc((size_t)n, sizeof *r->out);
     r->lens = td_xcalloc((size_t)n, sizeof(int));
     r->out_lens = td_xcalloc((size_t)n, sizeof(int));
+    if (logprobs) r->logprobs = td_xcalloc((size_t)n, sizeof *r->logprobs);
     tok_worker *w = tok_worker_new(S.tok);
     for (int i = 0; i < n && !err; i++) {
         const cJSON *s = cJSON_IsString(p) ? p : cJSON_GetArrayItem(p, i);
@@ -280,6 +293,7 @@ static request *parse(int api, const char *body, size_t len, unsigned *code, cha
             err = 1;
         }
         r->out[i] = td_xmalloc((size_t)(e.n + (size_t)tokens + 1) * sizeof(int32_t));
+        if (logprobs) r->logprobs[i] = td_xcalloc(e.n + (size_t)tokens + 1, sizeof(float));
     }
     tok_worker_free(w);
     cJSON_Delete(o);
@@ -397,6 +411,7 @@ typedef struct {
     request **req;
     int *row0; /* the batch's first row of each request */
     int nreq;
+    int logprobs; /* some request wants them: the batch computes them */
 } batch;
 
 static void on_token(void *user, int b, int32_t token)
@@ -419,9 +434,10 @@ static void on_token(void *user, int b, int32_t token)
 }
 
 /* Broadcasts one message from rank 0: the kind, and for a batch its settings, lengths and tokens. */
-static int exchange(const ps_state *ps, int kind, gen_config *g, int *B, int **lens, int32_t ***ids)
+static int exchange(const ps_state *ps, int kind, gen_config *g, int *B, int **lens, int32_t ***ids, int *logprobs)
 {
-    int64_t h[10] = {kind, *B, g->max_new, g->greedy, g->top_k, g->eod, (int64_t)(g->seed >> 1), (int64_t)(g->seed & 1)};
+    int64_t h[10] = {kind, *B, g->max_new, g->greedy, g->top_k, g->eod, (int64_t)(g->seed >> 1), (int64_t)(g->seed & 1),
+                     logprobs ? *logprobs : 0};
     double f[2] = {g->temperature, g->top_p};
     comm_bcast(ps->world, h, 10, COMM_I64, 0);
     if (h[0] != SRV_BATCH) return (int)h[0];
@@ -432,6 +448,7 @@ static int exchange(const ps_state *ps, int kind, gen_config *g, int *B, int **l
                           (uint64_t)h[6] << 1 | (uint64_t)h[7], (int)h[5], 0};
         *lens = td_xmalloc((size_t)*B * sizeof(int));
         *ids = td_xcalloc((size_t)*B, sizeof **ids);
+        *logprobs = (int)h[8];
     }
     comm_bcast(ps->world, *lens, (size_t)*B, COMM_I32, 0);
     for (int i = 0; i < *B; i++) {
@@ -442,14 +459,18 @@ static int exchange(const ps_state *ps, int kind, gen_config *g, int *B, int **l
 }
 
 static void generate(gpt_model *m, const ps_state *ps, const gen_config *g, int B, int32_t **ids, int *lens,
-                     batch *bt)
+                     int want_logprobs, batch *bt)
 {
     int cap = gen_capacity(g, B, lens);
     int32_t **out = td_xcalloc((size_t)B, sizeof *out);
     int *out_lens = td_xcalloc((size_t)B, sizeof(int));
-    for (int i = 0; i < B; i++) out[i] = td_xmalloc((size_t)cap * sizeof(int32_t));
+    float **lp = want_logprobs ? td_xcalloc((size_t)B, sizeof *lp) : NULL;
+    for (int i = 0; i < B; i++) {
+        out[i] = td_xmalloc((size_t)cap * sizeof(int32_t));
+        if (lp) lp[i] = td_xcalloc((size_t)cap, sizeof(float));
+    }
     gen_stats st;
-    gen_run(m, ps, g, B, ids, lens, out, out_lens, bt ? on_token : NULL, bt, &st);
+    gen_run(m, ps, g, B, ids, lens, out, out_lens, lp, bt ? on_token : NULL, bt, &st);
     if (bt)
         for (int q = 0; q < bt->nreq; q++) {
             request *r = bt->req[q];
@@ -459,6 +480,7 @@ static void generate(gpt_model *m, const ps_state *ps, const gen_config *g, int 
                 memcpy(r->out[i], r->ids[i], (size_t)r->lens[i] * sizeof(int32_t));
                 memcpy(r->out[i] + r->lens[i], out[row] + lens[row], (size_t)(keep - r->lens[i]) * sizeof(int32_t));
                 r->out_lens[i] = keep;
+                if (r->want_logprobs) memcpy(r->logprobs[i], lp[row], (size_t)(keep > 1 ? keep - 1 : 0) * sizeof(float));
             }
             if (r->stream) sse_append(r, "data: [DONE]\n\n");
             r->done = 1;
@@ -466,8 +488,8 @@ static void generate(gpt_model *m, const ps_state *ps, const gen_config *g, int 
             pthread_mutex_unlock(&r->mu);
             req_unref(r); /* the queue's */
         }
-    for (int i = 0; i < B; i++) free(out[i]);
-    free(out), free(out_lens);
+    for (int i = 0; i < B; i++) free(out[i]), free(lp ? lp[i] : NULL);
+    free(out), free(out_lens), free(lp);
 }
 
 /* Rank 0: the next batch: the first queued request, and after it the queued requests with the
@@ -476,7 +498,7 @@ static void generate(gpt_model *m, const ps_state *ps, const gen_config *g, int 
 static int take_batch(batch *bt, gen_config *g, int *B, int **lens, int32_t ***ids)
 {
     if (!S.head) return 0;
-    bt->nreq = 0, *B = 0;
+    bt->nreq = 0, *B = 0, bt->logprobs = 0;
     *g = S.head->g;
     request **pp = &S.head;
     while (*pp) {
@@ -487,6 +509,7 @@ static int take_batch(batch *bt, gen_config *g, int *B, int **lens, int32_t ***i
         bt->row0 = td_xrealloc(bt->row0, (size_t)(bt->nreq + 1) * sizeof(int));
         bt->row0[bt->nreq] = *B;
         bt->req[bt->nreq++] = r;
+        bt->logprobs |= r->want_logprobs;
         *B += r->n;
         *pp = r->next;
         S.queued--;
@@ -537,10 +560,11 @@ int srv_run(gpt_model *m, const ps_state *ps, const tok_tokenizer *tok, const sr
             gen_config g = {0};
             int B = 0, *lens = NULL;
             int32_t **ids = NULL;
-            int kind = exchange(ps, SRV_IDLE, &g, &B, &lens, &ids);
+            int want = 0;
+            int kind = exchange(ps, SRV_IDLE, &g, &B, &lens, &ids, &want);
             if (kind == SRV_STOP) return 0;
             if (kind != SRV_BATCH) continue;
-            generate(m, ps, &g, B, ids, lens, NULL);
+            generate(m, ps, &g, B, ids, lens, want, NULL);
             for (int i = 0; i < B; i++) free(ids[i]);
             free(ids), free(lens);
         }
@@ -570,20 +594,20 @@ int srv_run(gpt_model *m, const ps_state *ps, const tok_tokenizer *tok, const sr
         pthread_mutex_unlock(&S.mu);
         if (finished) break;
         if (have) {
-            exchange(ps, SRV_BATCH, &g, &B, &lens, &ids);
-            generate(m, ps, &g, B, ids, lens, &bt);
+            exchange(ps, SRV_BATCH, &g, &B, &lens, &ids, &bt.logprobs);
+            generate(m, ps, &g, B, ids, lens, bt.logprobs, &bt);
             free(lens), free(ids);
             last = td_now();
         } else if (td_now() - last > HEARTBEAT_S) { /* keeps the other ranks' waits from timing out */
             gen_config none = {0};
             int zero = 0;
-            exchange(ps, SRV_IDLE, &none, &zero, NULL, NULL);
+            exchange(ps, SRV_IDLE, &none, &zero, NULL, NULL, NULL);
             last = td_now();
         }
     }
     gen_config none = {0};
     int zero = 0;
-    exchange(ps, SRV_STOP, &none, &zero, NULL, NULL);
+    exchange(ps, SRV_STOP, &none, &zero, NULL, NULL, NULL);
     MHD_stop_daemon(d);
     free(bt.req), free(bt.row0);
     TD_INFO("serve: stopped");

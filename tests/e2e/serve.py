@@ -91,6 +91,14 @@ for np_, tp in ((1, 1), (2, 2)):
     st, resp = call(port, "PUT", "/api", {"prompts": ["ROMEO: I will"], "tokens_to_generate": 24, "temperature": 0})
     (ok if codes_ok and st == 200 and json.loads(resp)["text"][0] == expect["ROMEO: I will"] else bad)(
         f"{tag}: 30 bad requests get their 4xx with a JSON error; a good one is answered after")
+    # Megatron's log-probabilities: one per token after the first, each <= 0
+    st, resp = call(port, "PUT", "/api", {"prompts": ["ROMEO: I will", "O"], "tokens_to_generate": 8,
+                                          "temperature": 0, "logprobs": True})
+    j = json.loads(resp) if st == 200 else {}
+    good = st == 200 and len(j.get("logprobs") or []) == 2 and all(
+        len(lp) == len(seg) - 1 and all(-1e9 < x <= 0 for x in lp) for lp, seg in zip(j["logprobs"], j["segments"]))
+    (ok if good else bad)(f"{tag}: \"logprobs\": true gives one log-probability a token after the first" +
+                          ("" if good else f": {resp[:300]}"))
     # (c) streaming
     req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", method="POST",
                                  data=json.dumps({"prompt": "ROMEO:", "max_tokens": 6, "temperature": 0, "stream": True}).encode())

@@ -206,20 +206,10 @@ add_test(NAME e2e/tokenizer_reference_random
                  -DLINES=1 -P ${CMAKE_CURRENT_LIST_FILE})
 add_test(NAME e2e/tokenizer_roundtrip
          COMMAND ${CMAKE_COMMAND} ${_tok_args} -DSTEP=roundtrip -DTAG=roundtrip -P ${CMAKE_CURRENT_LIST_FILE})
-# BERT's WordPiece (issue 14's tokenizer): lower-cased and cased, against the tokenizers library's
-# WordPiece with BertNormalizer and BertPreTokenizer over the same vocab.txt
-foreach(kase lower cased)
-  foreach(input shakespeare random tricky)
-    set(_in ${input})
-    if(input STREQUAL "shakespeare")
-      set(_in ${TRIDENT_SHARED_DATA}/tinyshakespeare.txt)
-    endif()
-    add_test(NAME e2e/tokenizer_bert_${kase}_${input}
-             COMMAND ${CMAKE_COMMAND} ${_tok_args} -DSTEP=hf_reference -DTAG=bert_${kase}_${input} -DMODEL=bert-${kase}
-                     -DINPUT=${_in} -P ${CMAKE_CURRENT_LIST_FILE})
-  endforeach()
-endforeach()
-foreach(model llama3 llama2 gpt2)
+# every tokenizer.json kind against the tokenizers library; bert-lower and bert-cased: BERT's
+# WordPiece (BertNormalizer, BertPreTokenizer) over bert-base-uncased's vocab.txt, also read as
+# --tokenizer-type BertWordPiece{LowerCase,Case}
+foreach(model bert-lower bert-cased llama3 llama2 gpt2)
   foreach(input shakespeare random tricky)
     set(_in ${input})
     if(input STREQUAL "shakespeare")
@@ -229,9 +219,8 @@ foreach(model llama3 llama2 gpt2)
              COMMAND ${CMAKE_COMMAND} ${_tok_args} -DSTEP=hf_reference -DTAG=hf_${model}_${input} -DMODEL=${model}
                      -DINPUT=${_in} -P ${CMAKE_CURRENT_LIST_FILE})
   endforeach()
-  if(model STREQUAL "gpt2")
-    continue()
-  endif()
+endforeach()
+foreach(model llama3 llama2)
   if(model STREQUAL "llama3")
     foreach(nf NFC NFKC)
       foreach(input random tricky)

@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -171,6 +172,53 @@ static void sampler(void **state)
     assert_int_equal(gen_sample(l, V, &g, 1, 17), a);
 }
 
+/* gen_run's log-probabilities (Megatron's server returns them): log p(token i + 1 | tokens 0..i)
+ * of prompt and generated tokens alike, with the cache and without, against the log-softmax of the
+ * training forward's logits over the final sequences. */
+static void logprobs(void **state)
+{
+    (void)state;
+    gpt_config c = llama();
+    gpt_model *m = gpt_create(&c, g_ps, g_be, 0, c.num_layers, B, 1);
+    int V = c.vocab, Vl = m->vocab_l;
+    int32_t p0[5] = {3, 14, 15, 92, 65}, p1[2] = {35, 89};
+    int32_t *prompts[B] = {p0, p1};
+    int lens[B] = {5, 2};
+    for (int no_cache = 0; no_cache <= 1; no_cache++) {
+        gen_config g = {.max_new = 4, .greedy = 1, .temperature = 1.0f, .seed = 1, .eod = -1, .no_cache = no_cache};
+        int cap = gen_capacity(&g, B, lens), out_len[B];
+        int32_t *out[B];
+        float *lp[B];
+        for (int b = 0; b < B; b++) out[b] = calloc((size_t)cap, sizeof(int32_t)), lp[b] = calloc((size_t)cap, sizeof(float));
+        gen_stats st;
+        gen_run(m, g_ps, &g, B, prompts, lens, out, out_len, lp, NULL, NULL, &st);
+        int32_t ids[B * T] = {0}, targets[B * T] = {0};
+        int64_t sample[B] = {0, 1};
+        for (int b = 0; b < B; b++)
+            for (int i = 0; i + 1 < out_len[b]; i++) ids[b * T + i] = out[b][i], targets[b * T + i] = out[b][i + 1];
+        gpt_acts *a = gpt_acts_acquire(m);
+        gpt_forward(m, a, ids, NULL, targets, sample, B, 0, NULL);
+        const float *ref = gpt_acts_logits(a);
+        double worst = 0;
+        for (int b = 0; b < B; b++) {
+            assert_int_equal(out_len[b], lens[b] + 4);
+            for (int i = 0; i + 1 < out_len[b]; i++) {
+                const float *l = ref + ((size_t)b * T + i) * Vl;
+                double mx = l[0], z = 0;
+                for (int v = 1; v < V; v++) mx = fmax(mx, l[v]);
+                for (int v = 0; v < V; v++) z += exp(l[v] - mx);
+                double want = l[out[b][i + 1]] - mx - log(z);
+                worst = fmax(worst, fabs(lp[b][i] - want));
+            }
+        }
+        printf("  log-probabilities (%s): largest difference %.2e (tol 1e-4)\n", no_cache ? "no cache" : "cache", worst);
+        assert_true(worst < 1e-4);
+        gpt_acts_release(m, a);
+        for (int b = 0; b < B; b++) free(out[b]), free(lp[b]);
+    }
+    gpt_free(m);
+}
+
 int main(int argc, char **argv)
 {
     g_world = comm_world_init(&argc, &argv);
@@ -179,6 +227,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(infer_matches_training_forward),
         cmocka_unit_test(sampler),
+        cmocka_unit_test(logprobs),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     be_free(g_be);
