@@ -36,24 +36,25 @@ uint32_t tb_crc32c(const void *data, size_t n)
 }
 
 /* ---- a protocol buffer, by hand ---- */
+#define TB_MAX_TAG 256 /* bounds an event well inside a pbuf */
 typedef struct {
     uint8_t b[512];
     size_t n;
 } pbuf;
 
+static void put_byte(pbuf *p, uint8_t v)
+{
+    if (p->n == sizeof p->b) td_fatal(1, "TensorBoard: an event exceeds %zu bytes (internal error)", sizeof p->b);
+    p->b[p->n++] = v;
+}
 static void put_varint(pbuf *p, uint64_t v)
 {
-    while (v >= 0x80 && p->n < sizeof p->b) {
-        p->b[p->n++] = (uint8_t)(v | 0x80);
-        v >>= 7;
-    }
-    if (p->n < sizeof p->b) p->b[p->n++] = (uint8_t)v;
+    for (; v >= 0x80; v >>= 7) put_byte(p, (uint8_t)(v | 0x80));
+    put_byte(p, (uint8_t)v);
 }
 static void put_bytes(pbuf *p, const void *d, size_t n)
 {
-    if (p->n + n > sizeof p->b) n = sizeof p->b - p->n;
-    memcpy(p->b + p->n, d, n);
-    p->n += n;
+    for (size_t i = 0; i < n; i++) put_byte(p, ((const uint8_t *)d)[i]);
 }
 static void put_key(pbuf *p, int field, int wire) { put_varint(p, (uint64_t)field << 3 | (uint64_t)wire); }
 static void put_fixed64(pbuf *p, int field, double v)
@@ -61,14 +62,14 @@ static void put_fixed64(pbuf *p, int field, double v)
     put_key(p, field, 1);
     uint64_t u;
     memcpy(&u, &v, 8);
-    for (int i = 0; i < 8; i++) put_bytes(p, &(uint8_t){(uint8_t)(u >> (8 * i))}, 1);
+    for (int i = 0; i < 8; i++) put_byte(p, (uint8_t)(u >> (8 * i)));
 }
 static void put_fixed32(pbuf *p, int field, float v)
 {
     put_key(p, field, 5);
     uint32_t u;
     memcpy(&u, &v, 4);
-    for (int i = 0; i < 4; i++) put_bytes(p, &(uint8_t){(uint8_t)(u >> (8 * i))}, 1);
+    for (int i = 0; i < 4; i++) put_byte(p, (uint8_t)(u >> (8 * i)));
 }
 static void put_len(pbuf *p, int field, const void *d, size_t n)
 {
@@ -84,17 +85,21 @@ static double wall_time(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* One TFRecord holding the event. */
+static void put_le(uint8_t *p, uint64_t v, int n)
+{
+    for (int i = 0; i < n; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* One TFRecord holding the event, in one fwrite. */
 static void write_record(tb_writer *w, const pbuf *ev)
 {
-    uint8_t head[12];
-    uint64_t len = ev->n;
-    for (int i = 0; i < 8; i++) head[i] = (uint8_t)(len >> (8 * i));
-    uint32_t c = tb_mask_crc(tb_crc32c(head, 8)), d = tb_mask_crc(tb_crc32c(ev->b, ev->n));
-    for (int i = 0; i < 4; i++) head[8 + i] = (uint8_t)(c >> (8 * i));
-    uint8_t tail[4];
-    for (int i = 0; i < 4; i++) tail[i] = (uint8_t)(d >> (8 * i));
-    if (fwrite(head, 1, 12, w->f) != 12 || fwrite(ev->b, 1, ev->n, w->f) != ev->n || fwrite(tail, 1, 4, w->f) != 4)
+    uint8_t rec[12 + sizeof ev->b + 4];
+    put_le(rec, ev->n, 8);
+    put_le(rec + 8, tb_mask_crc(tb_crc32c(rec, 8)), 4);
+    memcpy(rec + 12, ev->b, ev->n);
+    put_le(rec + 12 + ev->n, tb_mask_crc(tb_crc32c(ev->b, ev->n)), 4);
+    size_t n = 12 + ev->n + 4;
+    if (fwrite(rec, 1, n, w->f) != n)
         td_fatal(1, "cannot write the TensorBoard file %s: %s; check the disk", w->path, td_strerror(errno));
 }
 
@@ -134,6 +139,7 @@ tb_writer *tb_open(const char *dir)
 void tb_scalar(tb_writer *w, const char *tag, int64_t step, double value)
 {
     if (!w) return;
+    if (strlen(tag) > TB_MAX_TAG) td_fatal(1, "TensorBoard tag \"%.40s...\" is longer than %d bytes", tag, TB_MAX_TAG);
     pbuf val = {.n = 0}, sum = {.n = 0}, ev = {.n = 0};
     put_len(&val, 1, tag, strlen(tag));
     put_fixed32(&val, 2, (float)value);
@@ -160,17 +166,19 @@ void tb_close(tb_writer *w)
     free(w);
 }
 
-void tb_log_iteration(tb_writer *w, const met_record *r, int scaled)
+void tb_log_iteration(tb_writer *w, const met_record *r, int scaled, int64_t interval)
 {
     if (!w) return;
     int64_t it = r->iteration;
-    tb_scalar(w, "lm loss", it, r->lm_loss);
-    tb_scalar(w, "learning-rate", it, r->lr);
-    tb_scalar(w, "grad-norm", it, r->grad_norm);
-    if (scaled) tb_scalar(w, "loss-scale", it, r->loss_scale);
-    tb_scalar(w, "tokens-per-second", it, r->tokens_per_s);
-    tb_scalar(w, "mfu", it, r->mfu);
-    tb_scalar(w, "iteration-time", it, r->elapsed_ms / 1e3);
+    if (it % interval == 0) {
+        tb_scalar(w, "lm loss", it, r->lm_loss);
+        tb_scalar(w, "learning-rate", it, r->lr);
+        tb_scalar(w, "grad-norm", it, r->grad_norm);
+        if (scaled) tb_scalar(w, "loss-scale", it, r->loss_scale);
+        tb_scalar(w, "tokens-per-second", it, r->tokens_per_s);
+        tb_scalar(w, "mfu", it, r->mfu);
+        tb_scalar(w, "iteration-time", it, r->elapsed_ms / 1e3);
+    }
     if (!isnan(r->val_loss)) {
         tb_scalar(w, "lm loss validation", it, r->val_loss);
         tb_scalar(w, "lm loss validation ppl", it, exp(fmin(r->val_loss, 20.0)));

@@ -987,7 +987,7 @@ int trainer_run(const td_args *a, comm *world)
             td_fatal(1, "iteration %lld: the loss is %g; lower --lr or check the data", (long long)iter, loss);
         if (r.reporter) {
             met_write(r.metrics, &rec);
-            if (iter % a->tensorboard_log_interval == 0 || isfinite(rec.val_loss)) tb_log_iteration(r.tb, &rec, r.scaled);
+            tb_log_iteration(r.tb, &rec, r.scaled, a->tensorboard_log_interval);
             if (iter % a->log_interval == 0 || iter == 1 || iter == r.train_iters || isfinite(rec.val_loss))
                 met_print(&rec, r.train_iters, r.gbs);
         }

@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <dirent.h>
+#include <unistd.h>
+#include <math.h>
 
 #include <cmocka.h>
 
@@ -46,7 +48,7 @@ static uint64_t varint(const uint8_t **p)
 typedef struct {
     int has_version;
     int64_t step;
-    char tag[64];
+    char tag[300];
     float value;
 } event;
 
@@ -81,31 +83,57 @@ static void decode(const uint8_t *p, size_t n, event *e)
     }
 }
 
+/* Counts DIR's events.out.tfevents.* files (the last one's path in path); removes them if remove. */
+static int event_files(const char *dir, char *path, size_t cap, int remove)
+{
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(d)))
+        if (strncmp(de->d_name, "events.out.tfevents.", 20) == 0) {
+            snprintf(path, cap, "%s/%s", dir, de->d_name);
+            if (remove) unlink(path);
+            n++;
+        }
+    closedir(d);
+    return n;
+}
+
 static void write_and_read_back(void **state)
 {
     (void)state;
     char dir[512];
     snprintf(dir, sizeof dir, "%s/tb_unit/run1", TD_TEST_TMP);
+    char stale[1024];
+    event_files(dir, stale, sizeof stale, 1); /* an earlier run's file */
     tb_writer *w = tb_open(dir);
     tb_scalar(w, "lm loss", 1, 10.5);
     tb_scalar(w, "learning-rate", 300000, 6e-4);
     met_record r = {.iteration = 7, .lm_loss = 3.25, .lr = 1e-3, .grad_norm = 0.5, .loss_scale = 1024,
                     .tokens_per_s = 1000, .mfu = 0.5, .elapsed_ms = 250, .val_loss = 2.0};
-    tb_log_iteration(w, &r, 1);
+    tb_log_iteration(w, &r, 1, 1);
+    /* interval 2: iteration 7 writes only its validation tags, 8 the training tags (unscaled: no
+     * loss-scale), 9 nothing */
+    tb_log_iteration(w, &r, 1, 2);
+    met_record r8 = r, r9 = r;
+    r8.iteration = 8, r8.val_loss = NAN;
+    r9.iteration = 9, r9.val_loss = NAN;
+    tb_log_iteration(w, &r8, 0, 2);
+    tb_log_iteration(w, &r9, 0, 2);
+    char longest[257];
+    memset(longest, 'x', 256);
+    longest[256] = 0;
+    tb_scalar(w, longest, -1, -2.5);
     tb_close(w);
-    DIR *d = opendir(dir);
-    assert_non_null(d);
-    struct dirent *de;
-    char path[1024] = "";
-    while ((de = readdir(d)))
-        if (strncmp(de->d_name, "events.out.tfevents.", 20) == 0) snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
-    closedir(d);
+    char path[1024];
+    assert_int_equal(event_files(dir, path, sizeof path, 0), 1);
     FILE *f = fopen(path, "rb");
     assert_non_null(f);
     uint8_t buf[8192];
     size_t n = fread(buf, 1, sizeof buf, f), off = 0;
     fclose(f);
-    event ev[16];
+    event ev[32];
     int k = 0;
     while (off < n) { /* TFRecord: length, masked CRC of it, data, masked CRC of the data */
         uint64_t len = le(buf + off, 8);
@@ -115,7 +143,7 @@ static void write_and_read_back(void **state)
         off += 12 + len + 4;
     }
     assert_int_equal(off, n);
-    assert_int_equal(k, 1 + 2 + 9);
+    assert_int_equal(k, 1 + 2 + 9 + 2 + 6 + 1);
     assert_true(ev[0].has_version);
     assert_string_equal(ev[1].tag, "lm loss");
     assert_int_equal(ev[1].step, 1);
@@ -130,6 +158,17 @@ static void write_and_read_back(void **state)
     }
     assert_true(ev[6].value == 1024.0f);
     assert_true(ev[9].value == 0.25f);
+    assert_string_equal(ev[12].tag, "lm loss validation");
+    assert_string_equal(ev[13].tag, "lm loss validation ppl");
+    assert_int_equal(ev[13].step, 7);
+    const char *unscaled[] = {"lm loss", "learning-rate", "grad-norm", "tokens-per-second", "mfu", "iteration-time"};
+    for (int i = 0; i < 6; i++) {
+        assert_string_equal(ev[14 + i].tag, unscaled[i]);
+        assert_int_equal(ev[14 + i].step, 8);
+    }
+    assert_string_equal(ev[20].tag, longest);
+    assert_int_equal(ev[20].step, -1); /* a ten-byte varint */
+    assert_true(ev[20].value == -2.5f);
 }
 
 int main(void)
