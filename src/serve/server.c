@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "trident/check.h"
 #include "trident/comm.h"
@@ -550,7 +551,9 @@ int srv_run(gpt_model *m, const ps_state *ps, const tok_tokenizer *tok, const sr
             if (!d) snprintf(err, errlen, "cannot listen on %s:%d (in use, or not an address of this machine)",
                              cfg->host, cfg->port), listening = 0;
         }
-        if (listening) TD_INFO("serve: listening on http://%s:%d (PUT /api, POST /v1/completions)", cfg->host, cfg->port);
+        if (listening)
+            TD_INFO("serve: listening on http://%s:%d (PUT /api, POST /v1/completions); pid %ld", cfg->host, cfg->port,
+                    (long)getpid());
     }
     comm_bcast(ps->world, &listening, 1, COMM_I32, 0);
     if (!listening) {
