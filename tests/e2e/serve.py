@@ -55,14 +55,15 @@ def rank0_pid(log):  # "serve: listening on http://...; pid N"
     return int(line.rsplit("pid ", 1)[1])
 
 def sigterm_in_flight(p, port, log, pid, tag):
-    """(d): six requests of eight prompts (one batch each, about 0.3 s apiece here), SIGTERM to pid 0.5 s in, while
-    some are still queued (the log's count): every request is answered, the server stops."""
-    res = []
+    """(d): six requests of eight prompts at once (one batch each); SIGTERM to pid as soon as the first is answered,
+    with one batch in flight and the rest queued (the log's count): every request is answered, the server stops."""
+    res, first = [], threading.Event()
     def long_req():
         res.append(call(port, "PUT", "/api", {"prompts": ["First Citizen:"] * 8, "tokens_to_generate": 40,
                                               "temperature": 0})[0])
+        first.set()
     th = [threading.Thread(target=long_req) for _ in range(6)]
-    [t.start() for t in th]; time.sleep(0.5)
+    [t.start() for t in th]; first.wait(120)
     os.kill(pid, signal.SIGTERM); [t.join(120) for t in th]
     try: rc = p.wait(120)
     except subprocess.TimeoutExpired: p.kill(); p.wait(10); rc = "hung"
