@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "trident/check.h"
 #include "trident/comm.h"
@@ -24,6 +25,7 @@ enum { SRV_IDLE, SRV_BATCH, SRV_STOP };
 
 typedef struct request {
     int api, stream, n;       /* n prompts */
+    uint64_t id;              /* OpenAI's "cmpl-<id>", one a request */
     int want_logprobs;        /* Megatron's "logprobs": true */
     float **logprobs;         /* (n, positions - 1) when wanted */
     int32_t **ids;
@@ -50,7 +52,7 @@ static struct {
     request *head, *tail;
     int queued;
     int connections;          /* open requests (answered when 0 at shutdown) */
-    uint64_t next_id;
+    uint64_t next_id;         /* the last id given to a queued request */
 } S = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
 
 static volatile sig_atomic_t g_stop;
@@ -103,7 +105,7 @@ static char *openai_json(request *r, int stream_row, const char *chunk)
 {
     cJSON *o = cJSON_CreateObject();
     char id[48];
-    snprintf(id, sizeof id, "cmpl-%llu", (unsigned long long)(uintptr_t)r);
+    snprintf(id, sizeof id, "cmpl-%llu", (unsigned long long)r->id);
     cJSON_AddStringToObject(o, "id", id);
     cJSON_AddStringToObject(o, "object", "text_completion");
     cJSON_AddNumberToObject(o, "created", (double)time(NULL));
@@ -369,6 +371,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
                      "%d requests are queued (--max-queue): try again later", S.cfg->max_queue);
     }
     r->refs++; /* the queue's */
+    r->id = ++S.next_id;
     if (S.tail) S.tail->next = r;
     else S.head = r;
     S.tail = r;
@@ -548,7 +551,9 @@ int srv_run(gpt_model *m, const ps_state *ps, const tok_tokenizer *tok, const sr
             if (!d) snprintf(err, errlen, "cannot listen on %s:%d (in use, or not an address of this machine)",
                              cfg->host, cfg->port), listening = 0;
         }
-        if (listening) TD_INFO("serve: listening on http://%s:%d (PUT /api, POST /v1/completions)", cfg->host, cfg->port);
+        if (listening)
+            TD_INFO("serve: listening on http://%s:%d (PUT /api, POST /v1/completions); pid %ld", cfg->host, cfg->port,
+                    (long)getpid());
     }
     comm_bcast(ps->world, &listening, 1, COMM_I32, 0);
     if (!listening) {
