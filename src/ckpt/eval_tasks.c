@@ -177,6 +177,18 @@ static int fill_row(int32_t *ids, int32_t *targets, int S, const int32_t *tokens
     return first - drop - 1;
 }
 
+/* Row r of a batch from a context (nc tokens) and its continuation (nt): returns the position of
+ * the continuation's first token among the targets (fill_row). */
+static int fill_pair(int32_t *ids, int32_t *targets, int S, const int32_t *ctx, int nc, const int32_t *cont, int nt)
+{
+    int32_t *all = td_xmalloc((size_t)(nc + nt) * sizeof(int32_t));
+    memcpy(all, ctx, (size_t)nc * sizeof(int32_t));
+    memcpy(all + nc, cont, (size_t)nt * sizeof(int32_t));
+    int first = fill_row(ids, targets, S, all, nc + nt, nc);
+    free(all);
+    return first;
+}
+
 /* ---- the tasks ---- */
 
 static char *read_file(const char *path, size_t *len, char *err, size_t errlen)
@@ -331,12 +343,9 @@ int ev_lambada(gpt_model *m, const ps_state *ps, const tok_tokenizer *tok, const
                 tgt[0] = ctx[--nc];
                 nt = 1;
             }
-            int32_t *all = td_xmalloc((size_t)(nc + nt) * sizeof(int32_t));
-            memcpy(all, ctx, (size_t)nc * sizeof(int32_t));
-            memcpy(all + nc, tgt, (size_t)nt * sizeof(int32_t));
-            first[r] = fill_row(ids + (size_t)r * S, tg + (size_t)r * S, S, all, nc + nt, nc);
+            first[r] = fill_pair(ids + (size_t)r * S, tg + (size_t)r * S, S, ctx, nc, tgt, nt);
             count[r] = nt;
-            free(ctx), free(tgt), free(all);
+            free(ctx), free(tgt);
         }
         if (rc) break;
         ev_forward(m, ps, ids, tg, rows_in, loss, ok);
@@ -392,12 +401,9 @@ int ev_hellaswag(gpt_model *m, const ps_state *ps, const tok_tokenizer *tok, con
             memcpy(spaced + 1, end->valuestring, el + 1);
             int ne;
             int32_t *t = encode(w, spaced, el + 1, &ne);
-            int32_t *all = td_xmalloc((size_t)(nc + ne) * sizeof(int32_t));
-            memcpy(all, c, (size_t)nc * sizeof(int32_t));
-            memcpy(all + nc, t, (size_t)ne * sizeof(int32_t));
-            first[k] = fill_row(ids + (size_t)k * S, tg + (size_t)k * S, S, all, nc + ne, nc);
+            first[k] = fill_pair(ids + (size_t)k * S, tg + (size_t)k * S, S, c, nc, t, ne);
             cnt[k] = ne;
-            free(spaced), free(t), free(all);
+            free(spaced), free(t);
         }
         free(c);
         if (rc) break;

@@ -39,13 +39,16 @@ typedef struct {
     tok_tokenizer *tok;
     ps_state *ps;
     backend *be;
+    gpt_config cfg; /* the checkpoint's model, for a's layout */
     gpt_model *m; /* this rank's stage, loaded from the checkpoint (any layout it was saved in) */
 } cli_model;
 /* --load given, the world divisible by tp x pp, the tokenizer flags whole: else exit 2. */
 void cli_check_load_flags(const td_args *a, comm *world, const char *prog);
-/* The checkpoint of --load (its model settings reconciled into a), its tokenizer, and this rank's
- * stage in the layout of a's tp and pp, loaded. Exits 2 on flags that do not fit it. */
-void cli_load_model(cli_model *out, td_args *a, comm *world, const char *prog);
+/* The checkpoint of --load (its model settings reconciled into a; its config in out->cfg) and its
+ * tokenizer, nothing allocated for the model yet. Exits 2 on flags that do not fit it. */
+void cli_open_checkpoint(cli_model *out, td_args *a, comm *world, const char *prog);
+/* Then this rank's stage in the layout of a's tp and pp, for micro-batches of mbs rows, loaded. */
+void cli_load_stage(cli_model *out, const td_args *a, comm *world, int mbs);
 void cli_free_model(cli_model *c);
 
 #endif

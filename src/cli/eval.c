@@ -30,31 +30,18 @@ static int eval_task(td_args *a, comm *world, const char *prog)
 {
     int tp = a->tensor_model_parallel_size, pp = a->pipeline_model_parallel_size;
     if (!a->valid_data) USAGE(world, "%s: --task %s needs --valid-data FILE", prog, a->task);
-    if (comm_size(world) % (tp * pp))
-        USAGE(world, "%s: the world size %d is not divisible by --tensor-model-parallel-size %d x "
-                     "--pipeline-model-parallel-size %d", prog, comm_size(world), tp, pp);
+    cli_check_load_flags(a, world, prog);
+    cli_model cmod;
+    cli_open_checkpoint(&cmod, a, world, prog);
+    int K = a->overlapping_eval;
+    if (K > a->seq_length)
+        USAGE(world, "%s: --overlapping-eval %d is longer than --seq-length %d", prog, K, a->seq_length);
+    cli_load_stage(&cmod, a, world, a->micro_batch_size < 4 && strcmp(a->task, "HELLASWAG") == 0 ? 4 : a->micro_batch_size);
+    gpt_model *m = cmod.m;
+    ps_state *ps = cmod.ps;
+    const tok_tokenizer *tok = cmod.tok;
+    const ckpt_meta meta = cmod.meta;
     char err[4096] = "";
-    tok_spec spec = {a->tokenizer_type, a->vocab_file, a->merge_file, a->tokenizer_model};
-    if (tok_check_spec(&spec, err, sizeof err)) USAGE(world, "%s: %s", prog, err);
-    ckpt_meta meta;
-    int rc = ckpt_find(a->load, &meta, err, sizeof err);
-    if (rc == 1) td_fatal(1, "--load %s: no checkpoint there (no %s, meta.json or iter_* folder)", a->load, CKPT_LATEST);
-    if (rc) td_fatal(1, "%s", err);
-    tok_tokenizer *tok = tok_open(&spec, err, sizeof err);
-    if (!tok) td_fatal(1, "%s", err);
-    if (ckpt_args_reconcile(a, &meta, tok_vocab_size(tok), tp, 0, err, sizeof err)) USAGE(world, "%s: %s", prog, err);
-    int S = a->seq_length, K = a->overlapping_eval;
-    if (K > S) USAGE(world, "%s: --overlapping-eval %d is longer than --seq-length %d", prog, K, S);
-    gpt_config c = ckpt_model_config(&meta, tp, S, a->make_vocab_size_divisible_by);
-    if (c.heads % tp || c.ffn % tp || c.num_layers % pp)
-        USAGE(world, "%s: tp %d x pp %d does not divide the checkpoint's %d heads, FFN size %d and %d layers", prog,
-              tp, pp, c.heads, c.ffn, c.num_layers);
-    ps_state *ps = ps_init(world, tp, pp);
-    backend *be = be_cpu(0);
-    int per = c.num_layers / pp, mbs = a->micro_batch_size < 4 && strcmp(a->task, "HELLASWAG") == 0 ? 4 : a->micro_batch_size;
-    gpt_model *m = gpt_create(&c, ps, be, ps->pp_rank * per, per, mbs, 1);
-    ckpt_model cm = {ps, 1, &m, NULL, NULL, NULL, NULL};
-    if (ckpt_load(&meta, &cm, 0, err, sizeof err)) td_fatal(1, "%s", err);
     double t0 = td_now();
     char line[512];
     if (strcmp(a->task, "WIKITEXT103") == 0) {
@@ -94,11 +81,7 @@ static int eval_task(td_args *a, comm *world, const char *prog)
         }
         fflush(stdout);
     }
-    gpt_free(m);
-    be_free(be);
-    ps_free(ps);
-    tok_free(tok);
-    ckpt_meta_free(&meta);
+    cli_free_model(&cmod);
     td_args_free(a);
     comm_world_finalize(world);
     return 0;

@@ -97,11 +97,9 @@ int cli_generate(int argc, char **argv)
     if (prompts.n == 0) USAGE(world, "%s: no prompt: give --prompt TEXT, --prompt-file FILE or lines on stdin", prog);
 
     cli_model cm;
-    cli_load_model(&cm, &a, world, prog);
+    cli_open_checkpoint(&cm, &a, world, prog);
     const tok_tokenizer *tok = cm.tok;
-    const gpt_config c = cm.m->cfg;
-    gpt_model *m = cm.m;
-    ps_state *ps = cm.ps;
+    const gpt_config c = cm.cfg;
 
     /* the prompts' tokens */
     int B = prompts.n;
@@ -125,6 +123,9 @@ int cli_generate(int argc, char **argv)
         USAGE(world, "%s: the longest prompt plus --max-new-tokens is %d positions, more than the model's %d", prog,
               cap, c.max_pos);
     for (int b = 0; b < B; b++) out[b] = td_xmalloc((size_t)cap * sizeof(int32_t));
+    cli_load_stage(&cm, &a, world, 1);
+    gpt_model *m = cm.m;
+    ps_state *ps = cm.ps;
 
     if (ps->world_rank == 0)
         TD_INFO("generate: %s (iteration %lld), tp %d x pp %d; %d prompt%s, %s, %s", cm.meta.dir,

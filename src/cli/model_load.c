@@ -18,7 +18,7 @@ void cli_check_load_flags(const td_args *a, comm *world, const char *prog)
     if (tok_check_spec(&spec, err, sizeof err)) USAGE(world, "%s: %s", prog, err);
 }
 
-void cli_load_model(cli_model *out, td_args *a, comm *world, const char *prog)
+void cli_open_checkpoint(cli_model *out, td_args *a, comm *world, const char *prog)
 {
     memset(out, 0, sizeof *out);
     int tp = a->tensor_model_parallel_size, pp = a->pipeline_model_parallel_size;
@@ -31,17 +31,23 @@ void cli_load_model(cli_model *out, td_args *a, comm *world, const char *prog)
     if (!out->tok) td_fatal(1, "%s", err);
     if (ckpt_args_reconcile(a, &out->meta, tok_vocab_size(out->tok), tp, 0, err, sizeof err))
         USAGE(world, "%s: %s", prog, err);
-    gpt_config c = ckpt_model_config(&out->meta, tp, a->seq_length, a->make_vocab_size_divisible_by);
-    if (c.heads % tp || c.ffn % tp || gpt_groups(&c) % tp)
+    out->cfg = ckpt_model_config(&out->meta, tp, a->seq_length, a->make_vocab_size_divisible_by);
+    const gpt_config *c = &out->cfg;
+    if (c->heads % tp || c->ffn % tp || gpt_groups(c) % tp)
         USAGE(world, "%s: --tensor-model-parallel-size %d does not divide the checkpoint's %d heads, %d query groups "
-                     "and FFN size %d", prog, tp, c.heads, gpt_groups(&c), c.ffn);
-    if (c.num_layers % pp)
+                     "and FFN size %d", prog, tp, c->heads, gpt_groups(c), c->ffn);
+    if (c->num_layers % pp)
         USAGE(world, "%s: --pipeline-model-parallel-size %d does not divide the checkpoint's %d layers", prog, pp,
-              c.num_layers);
-    out->ps = ps_init(world, tp, pp);
+              c->num_layers);
+}
+
+void cli_load_stage(cli_model *out, const td_args *a, comm *world, int mbs)
+{
+    char err[4096] = "";
+    int pp = a->pipeline_model_parallel_size, per = out->cfg.num_layers / pp;
+    out->ps = ps_init(world, a->tensor_model_parallel_size, pp);
     out->be = be_cpu(0);
-    int per = c.num_layers / pp;
-    out->m = gpt_create(&c, out->ps, out->be, out->ps->pp_rank * per, per, 1, 1);
+    out->m = gpt_create(&out->cfg, out->ps, out->be, out->ps->pp_rank * per, per, mbs, 1);
     ckpt_model cm = {out->ps, 1, &out->m, NULL, NULL, NULL, NULL};
     if (ckpt_load(&out->meta, &cm, 0, err, sizeof err)) td_fatal(1, "%s", err);
 }

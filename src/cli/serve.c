@@ -25,7 +25,8 @@ int cli_serve(int argc, char **argv)
     comm_set_timeout(a.distributed_timeout_minutes * 60);
     cli_check_load_flags(&a, world, prog);
     cli_model cm;
-    cli_load_model(&cm, &a, world, prog);
+    cli_open_checkpoint(&cm, &a, world, prog);
+    cli_load_stage(&cm, &a, world, 1);
     int positions = cm.m->cfg.max_pos;
     srv_config cfg = {a.host, a.port, a.max_batch, a.max_queue, (size_t)a.max_body_bytes,
                       td_args_given(&a, "--max-prompt-tokens") ? a.max_prompt_tokens : positions - 1,
