@@ -135,28 +135,30 @@ struct be_ops {
     void (*rope_bwd)(const backend *be, float *dx, int B, int T, int ld, int nh, int hs, int rot, float base,
                      int pos0);
 
-    /* ---- causal self-attention core, grouped-query: NH local query heads, NKV local key/value
+    /* ---- self-attention core, grouped-query: NH local query heads, NKV local key/value
      * heads (NH % NKV == 0; NKV = NH is multi-head attention), head size HS, C = NH * HS ---- */
     /* q: rows (B, T) of stride ldq, each holding the NH query heads, head h at columns h*HS..;
      * k, v: rows (B, T) of stride ldkv, each holding NKV heads. Query head h attends with
      * key/value head h / (NH / NKV). A fused GPT-2 qkv (B, T, 3C) with rows [q | k | v] is
      * q = qkv, k = qkv + C, v = qkv + 2C, ldq = ldkv = 3C.
-     * out (B, T, C) written: head h at columns h*HS... att = softmax(q k^T / sqrt(HS), causal),
-     * then dropout (drop, unit = (drop->unit0 + h) * T + key position; NULL or p = 0: none),
+     * out (B, T, C) written: head h at columns h*HS... att = softmax(q k^T / sqrt(HS)) over keys
+     * [0, t] of query t (causal: klen NULL), or over keys [0, klen[b]) for every query of sample b
+     * (bidirectional with a padding mask, BERT: klen (B) host ints in [1, T]), then dropout (drop, unit = (drop->unit0 + h) * T + key position; NULL or p = 0: none),
      * out = att . v. lse (B, NH, T) written: the log-sum-exp of each score row, which is all the
      * backward needs (it recomputes the probabilities; no (T, T) buffer is kept). Caller
      * buffers: out B*T*C floats, lse B*NH*T floats; cpu scratch is per thread and reused
      * (64*T floats forward, 3x that backward). */
     void (*attention_fwd)(const backend *be, float *out, float *lse, const float *q, const float *k, const float *v,
-                          int ldq, int ldkv, int B, int T, int NH, int NKV, int HS, const be_drop *drop);
+                          int ldq, int ldkv, int B, int T, int NH, int NKV, int HS, const int32_t *klen,
+                          const be_drop *drop);
     /* dq (rows of stride ldq) +=, dk, dv (rows of stride ldkv) += the gradients w.r.t. q, k, v
      * (any may be NULL; the other columns of their rows are untouched); dk and dv of a key/value
      * head receive the sum over the query heads that share it, in a fixed order (deterministic).
-     * dout (B, T, C); q, k, v, lse, strides, drop as in the forward. dq, dk, dv may be parts of
-     * one fused buffer (disjoint columns). */
+     * dout (B, T, C); q, k, v, lse, strides, klen, drop as in the forward. dq, dk, dv may be
+     * parts of one fused buffer (disjoint columns). */
     void (*attention_bwd)(const backend *be, float *dq, float *dk, float *dv, const float *dout, const float *q,
                           const float *k, const float *v, const float *lse, int ldq, int ldkv, int B, int T, int NH,
-                          int NKV, int HS, const be_drop *drop);
+                          int NKV, int HS, const int32_t *klen, const be_drop *drop);
 
     /* ---- attention over a key/value cache (generation; no dropout, no backward) ----
      * q: rows (B, n) of stride ldq, the queries of positions pos0 .. pos0 + n - 1 (NH heads of HS,
@@ -486,21 +488,36 @@ static inline void be_rope_bwd(const backend *be, float *dx, int B, int T, int l
     be->ops->rope_bwd(be, dx, B, T, ld, nh, hs, rot, base, pos0);
     be_toc(be, BE_OP_ROPE, t0, 0);
 }
+/* Model FLOPs are Megatron's count (4 B s^2 h forward) whatever the mask. */
+static inline void be_attention_fwd_masked(const backend *be, float *out, float *lse, const float *q, const float *k,
+                                           const float *v, int ldq, int ldkv, int B, int T, int NH, int NKV, int HS,
+                                           const int32_t *klen, const be_drop *drop)
+{
+    double t0 = be_tic(be);
+    be->ops->attention_fwd(be, out, lse, q, k, v, ldq, ldkv, B, T, NH, NKV, HS, klen, drop);
+    be_toc(be, BE_OP_ATTENTION, t0, 4.0 * B * T * (double)T * NH * HS);
+}
+static inline void be_attention_bwd_masked(const backend *be, float *dq, float *dk, float *dv, const float *dout,
+                                           const float *q, const float *k, const float *v, const float *lse, int ldq,
+                                           int ldkv, int B, int T, int NH, int NKV, int HS, const int32_t *klen,
+                                           const be_drop *drop)
+{
+    double t0 = be_tic(be);
+    be->ops->attention_bwd(be, dq, dk, dv, dout, q, k, v, lse, ldq, ldkv, B, T, NH, NKV, HS, klen, drop);
+    be_toc(be, BE_OP_ATTENTION, t0, 8.0 * B * T * (double)T * NH * HS);
+}
+/* Causal (GPT). */
 static inline void be_attention_fwd(const backend *be, float *out, float *lse, const float *q, const float *k,
                                     const float *v, int ldq, int ldkv, int B, int T, int NH, int NKV, int HS,
                                     const be_drop *drop)
 {
-    double t0 = be_tic(be);
-    be->ops->attention_fwd(be, out, lse, q, k, v, ldq, ldkv, B, T, NH, NKV, HS, drop);
-    be_toc(be, BE_OP_ATTENTION, t0, 4.0 * B * T * (double)T * NH * HS);
+    be_attention_fwd_masked(be, out, lse, q, k, v, ldq, ldkv, B, T, NH, NKV, HS, NULL, drop);
 }
 static inline void be_attention_bwd(const backend *be, float *dq, float *dk, float *dv, const float *dout,
                                     const float *q, const float *k, const float *v, const float *lse, int ldq,
                                     int ldkv, int B, int T, int NH, int NKV, int HS, const be_drop *drop)
 {
-    double t0 = be_tic(be);
-    be->ops->attention_bwd(be, dq, dk, dv, dout, q, k, v, lse, ldq, ldkv, B, T, NH, NKV, HS, drop);
-    be_toc(be, BE_OP_ATTENTION, t0, 8.0 * B * T * (double)T * NH * HS);
+    be_attention_bwd_masked(be, dq, dk, dv, dout, q, k, v, lse, ldq, ldkv, B, T, NH, NKV, HS, NULL, drop);
 }
 static inline void be_attention_kv_fwd(const backend *be, float *out, const float *q, const float *kc,
                                        const float *vc, int ldq, int B, int n, int pos0, int cap, int NH, int NKV,

@@ -46,6 +46,7 @@ typedef struct {
     int ldq, ldkv, B, T, NH, NKV, HS;
     const be_drop *drop; /* NULL: none */
     double *lse;         /* (B, NH, T) written, or NULL */
+    const int32_t *klen; /* (B) bidirectional over keys [0, klen[b]); NULL: causal */
 } att_ctx;
 
 static void att_ref(void *vc, double *out)
@@ -56,21 +57,21 @@ static void att_ref(void *vc, double *out)
     for (int b = 0; b < c->B; b++)
         for (int h = 0; h < c->NH; h++)
             for (int t = 0; t < T; t++) {
-                int g = h / (c->NH / c->NKV);
+                int g = h / (c->NH / c->NKV), e = c->klen ? c->klen[b] : t + 1;
                 const double *q = c->q + ((size_t)b * T + t) * c->ldq + h * HS;
                 double m = -INFINITY, sum = 0.0;
-                for (int j = 0; j <= t; j++) {
+                for (int j = 0; j < e; j++) {
                     const double *k = c->k + ((size_t)b * T + j) * c->ldkv + g * HS;
                     double d = 0.0;
                     for (int e = 0; e < HS; e++) d += q[e] * k[e];
                     s[j] = d / sqrt((double)HS);
                     m = s[j] > m ? s[j] : m;
                 }
-                for (int j = 0; j <= t; j++) sum += exp(s[j] - m);
+                for (int j = 0; j < e; j++) sum += exp(s[j] - m);
                 if (c->lse) c->lse[((size_t)b * c->NH + h) * T + t] = m + log(sum);
                 double *o = out + ((size_t)b * T + t) * C + h * HS;
-                for (int e = 0; e < HS; e++) o[e] = 0.0;
-                for (int j = 0; j <= t; j++) {
+                for (int i = 0; i < HS; i++) o[i] = 0.0;
+                for (int j = 0; j < e; j++) {
                     double p = exp(s[j] - m) / sum;
                     if (c->drop && c->drop->p > 0)
                         p *= be_drop_keep(c->drop, BE_DROP_ATTN, c->drop->sample[b], c->drop->pos0 + t,
@@ -78,7 +79,7 @@ static void att_ref(void *vc, double *out)
                                  ? 1.0 / (1.0 - c->drop->p)
                                  : 0.0;
                     const double *v = c->v + ((size_t)b * T + j) * c->ldkv + g * HS;
-                    for (int e = 0; e < HS; e++) o[e] += p * v[e];
+                    for (int i = 0; i < HS; i++) o[i] += p * v[i];
                 }
             }
     free(s);
@@ -94,7 +95,7 @@ static void check_attention(const backend *be, int B, int T, int NH, int HS, con
     float *out = tb_zeros(nout), *lse = tb_zeros(nlse), *dqkv = tb_zeros(nqkv);
     double *ref = td_xmalloc(nout * sizeof(double)), *lse_ref = td_xmalloc(nlse * sizeof(double));
     double *Rd = tb_dup(R, nout), *qkvd = tb_dup(qkv, nqkv);
-    att_ctx c = {qkvd, qkvd + C, qkvd + 2 * C, 3 * C, 3 * C, B, T, NH, NH, HS, drop, lse_ref};
+    att_ctx c = {qkvd, qkvd + C, qkvd + 2 * C, 3 * C, 3 * C, B, T, NH, NH, HS, drop, lse_ref, NULL};
     char name[64];
 
     fwd_fused(be, out, lse, qkv, B, T, NH, HS, drop);
@@ -119,8 +120,8 @@ static void check_attention(const backend *be, int B, int T, int NH, int HS, con
 /* Grouped-query attention on separate q, k, v buffers whose rows carry pad extra columns (which
  * must get no gradient): forward and lse against the reference, dq, dk, dv against FD,
  * accumulation, and NULL gradients skipped. */
-static void check_gqa(const backend *be, int B, int T, int NH, int NKV, int HS, int pad, const be_drop *drop,
-                      const char *what)
+static void check_gqa_masked(const backend *be, int B, int T, int NH, int NKV, int HS, int pad, const int32_t *klen,
+                             const be_drop *drop, const char *what)
 {
     int C = NH * HS, ldq = C + pad, ldkv = NKV * HS + pad;
     size_t nq = (size_t)B * T * ldq, nkv = (size_t)B * T * ldkv, nout = (size_t)B * T * C, nlse = (size_t)B * NH * T;
@@ -129,10 +130,10 @@ static void check_gqa(const backend *be, int B, int T, int NH, int NKV, int HS, 
     float *out = tb_zeros(nout), *lse = tb_zeros(nlse), *dq = tb_zeros(nq), *dk = tb_zeros(nkv), *dv = tb_zeros(nkv);
     double *ref = td_xmalloc(nout * sizeof(double)), *lse_ref = td_xmalloc(nlse * sizeof(double));
     double *Rd = tb_dup(R, nout), *qd = tb_dup(q, nq), *kd = tb_dup(k, nkv), *vd = tb_dup(v, nkv);
-    att_ctx c = {qd, kd, vd, ldq, ldkv, B, T, NH, NKV, HS, drop, lse_ref};
+    att_ctx c = {qd, kd, vd, ldq, ldkv, B, T, NH, NKV, HS, drop, lse_ref, klen};
     char name[80];
 
-    be_attention_fwd(be, out, lse, q, k, v, ldq, ldkv, B, T, NH, NKV, HS, drop);
+    be_attention_fwd_masked(be, out, lse, q, k, v, ldq, ldkv, B, T, NH, NKV, HS, klen, drop);
     att_ref(&c, ref);
     c.lse = NULL;
     snprintf(name, sizeof name, "gqa fwd %s", what);
@@ -140,7 +141,7 @@ static void check_gqa(const backend *be, int B, int T, int NH, int NKV, int HS, 
     snprintf(name, sizeof name, "gqa lse %s", what);
     TB_CLOSE(name, lse, lse_ref, nlse, 1e-5);
 
-    be_attention_bwd(be, dq, dk, dv, R, q, k, v, lse, ldq, ldkv, B, T, NH, NKV, HS, drop);
+    be_attention_bwd_masked(be, dq, dk, dv, R, q, k, v, lse, ldq, ldkv, B, T, NH, NKV, HS, klen, drop);
     snprintf(name, sizeof name, "gqa dq %s", what);
     TB_GRAD(name, dq, qd, nq, att_ref, &c, Rd, nout, 1e-4);
     snprintf(name, sizeof name, "gqa dk %s", what);
@@ -149,23 +150,64 @@ static void check_gqa(const backend *be, int B, int T, int NH, int NKV, int HS, 
     TB_GRAD(name, dv, vd, nkv, att_ref, &c, Rd, nout, 1e-4);
 
     float *dq1 = tb_copy(dq, nq), *dk1 = tb_copy(dk, nkv), *dv1 = tb_copy(dv, nkv);
-    be_attention_bwd(be, dq, dk, dv, R, q, k, v, lse, ldq, ldkv, B, T, NH, NKV, HS, drop);
+    be_attention_bwd_masked(be, dq, dk, dv, R, q, k, v, lse, ldq, ldkv, B, T, NH, NKV, HS, klen, drop);
     tb_check_doubled("gqa dq", dq1, dq, nq);
     tb_check_doubled("gqa dk", dk1, dk, nkv);
     tb_check_doubled("gqa dv", dv1, dv, nkv);
     /* each gradient alone is the same as with the others */
     float *g = tb_zeros(nq > nkv ? nq : nkv);
-    be_attention_bwd(be, g, NULL, NULL, R, q, k, v, lse, ldq, ldkv, B, T, NH, NKV, HS, drop);
+    be_attention_bwd_masked(be, g, NULL, NULL, R, q, k, v, lse, ldq, ldkv, B, T, NH, NKV, HS, klen, drop);
     assert_memory_equal(g, dq1, nq * sizeof(float));
     memset(g, 0, nkv * sizeof(float));
-    be_attention_bwd(be, NULL, g, NULL, R, q, k, v, lse, ldq, ldkv, B, T, NH, NKV, HS, drop);
+    be_attention_bwd_masked(be, NULL, g, NULL, R, q, k, v, lse, ldq, ldkv, B, T, NH, NKV, HS, klen, drop);
     assert_memory_equal(g, dk1, nkv * sizeof(float));
     memset(g, 0, nkv * sizeof(float));
-    be_attention_bwd(be, NULL, NULL, g, R, q, k, v, lse, ldq, ldkv, B, T, NH, NKV, HS, drop);
+    be_attention_bwd_masked(be, NULL, NULL, g, R, q, k, v, lse, ldq, ldkv, B, T, NH, NKV, HS, klen, drop);
     assert_memory_equal(g, dv1, nkv * sizeof(float));
 
     free(q), free(k), free(v), free(R), free(out), free(lse), free(dq), free(dk), free(dv), free(ref), free(lse_ref);
     free(Rd), free(qd), free(kd), free(vd), free(dq1), free(dk1), free(dv1), free(g);
+}
+
+static void check_gqa(const backend *be, int B, int T, int NH, int NKV, int HS, int pad, const be_drop *drop,
+                      const char *what)
+{
+    check_gqa_masked(be, B, T, NH, NKV, HS, pad, NULL, drop, what);
+}
+
+/* BERT's bidirectional attention over each sample's unpadded keys: against the reference (every
+ * query, padded ones included, reads keys [0, klen[b])) and FD, across the query-block boundary. */
+static void attention_bidirectional(void **state)
+{
+    const int64_t sample[3] = {3, 4, 9};
+    const int32_t klen[3] = {5, 2, 1}, klen_long[1] = {67};
+    be_drop drop = {.p = 0.2f, .seed = 5, .sample = sample, .site = 2, .pos0 = 0, .unit0 = 1};
+    check_gqa_masked(*state, 3, 5, 2, 2, 3, 0, klen, NULL, "(bidirectional, lengths 5 2 1)");
+    check_gqa_masked(*state, 3, 5, 4, 2, 3, 1, klen, &drop, "(bidirectional GQA, p 0.2)");
+    check_gqa_masked(*state, 1, 70, 2, 1, 2, 0, klen_long, &drop, "(bidirectional T70 length 67, p 0.2)");
+}
+
+/* Changing a padded token (at or past klen) changes no output of the unpadded queries, and no
+ * gradient flows to its keys and values. */
+static void attention_padding(void **state)
+{
+    const backend *be = *state;
+    enum { B = 2, T = 9, NH = 2, HS = 4, C = NH * HS };
+    const int32_t klen[B] = {6, 9};
+    const int64_t sample[B] = {5, 6};
+    be_drop drop = {.p = 0.25f, .seed = 1, .sample = sample, .site = 0, .pos0 = 0, .unit0 = 0};
+    float *qkv = tb_rand_new(B * T * 3 * C, 72, -1, 1), out0[B * T * C], out1[B * T * C], lse[B * NH * T];
+    be_attention_fwd_masked(be, out0, lse, qkv, qkv + C, qkv + 2 * C, 3 * C, 3 * C, B, T, NH, NH, HS, klen, &drop);
+    for (int j = C; j < 3 * C; j++) qkv[7 * 3 * C + j] += 0.5f + (float)j; /* k, v of sample 0's position 7 */
+    be_attention_fwd_masked(be, out1, lse, qkv, qkv + C, qkv + 2 * C, 3 * C, 3 * C, B, T, NH, NH, HS, klen, &drop);
+    assert_memory_equal(out0, out1, sizeof out0);
+    float *dout = tb_rand_new(B * T * 3 * C, 73, -1, 1), *dqkv = tb_zeros(B * T * 3 * C);
+    be_attention_bwd_masked(be, dqkv, dqkv + C, dqkv + 2 * C, dout, qkv, qkv + C, qkv + 2 * C, lse, 3 * C, 3 * C, B,
+                            T, NH, NH, HS, klen, &drop);
+    for (int t = 6; t < T; t++)
+        for (int j = C; j < 3 * C; j++) assert_true(dqkv[t * 3 * C + j] == 0.0f);
+    printf("  attention: padded keys change nothing and get no gradient\n");
+    free(qkv), free(dout), free(dqkv);
 }
 
 static void attention_gqa(void **state)
@@ -272,6 +314,8 @@ int main(void)
         cmocka_unit_test(attention_blocked),
         cmocka_unit_test(attention_gqa),
         cmocka_unit_test(attention_causal),
+        cmocka_unit_test(attention_bidirectional),
+        cmocka_unit_test(attention_padding),
         cmocka_unit_test(attention_dropout_layout_invariant),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

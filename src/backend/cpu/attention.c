@@ -1,9 +1,11 @@
-/* Causal self-attention core on the local heads, grouped-query: query head h reads key/value
- * head h / (NH / NKV). Forward: each (batch, query head) is one task of one thread. Backward:
+/* Self-attention core on the local heads, grouped-query: query head h reads key/value head
+ * h / (NH / NKV). Causal (GPT: query t reads keys [0, t]), or bidirectional over each sample's
+ * unpadded keys (BERT: every query of sample b reads keys [0, klen[b]); the padded queries read
+ * them too, and what they compute is never used). Forward: each (batch, query head) is one task of one thread. Backward:
  * each (batch, key/value head) is one task, which walks the query heads of its group in order,
  * so the sums into dk and dv are owned by one thread and do not depend on the thread count.
- * Query rows go in blocks of ATT_BLK so that only the causal part of the scores, keys [0, end of
- * block), is computed. Q K^T, att . V and the backward products are cblas_sgemm calls straight
+ * Query rows go in blocks of ATT_BLK so that only the scores that count are computed: keys [0, end
+ * of block) when causal, [0, klen[b]) otherwise. Q K^T, att . V and the backward products are cblas_sgemm calls straight
  * on the strided q, k, v rows (a fused qkv layout, leading dimension 3C, or separate buffers):
  * no copies. OpenBLAS runs single-threaded inside the parallel region, so the threads do not
  * oversubscribe. The forward keeps only the log-sum-exp of each score row; the backward
@@ -22,13 +24,20 @@
 typedef struct {
     const float *q, *k, *v;
     int ldq, ldkv, T, HS, C, head; /* head: local query head index */
+    int klen;                      /* bidirectional over keys [0, klen); 0: causal */
     int64_t sample;                /* global sample index of the batch row (dropout) */
 } att_task;
 
 typedef struct {
     const float *q, *k, *v;
     int ldq, ldkv, B, T, NH, NKV, HS;
+    const int32_t *klen;
 } att_shape;
+
+/* Keys of query row t: [0, t] causal, else [0, klen). */
+static inline int keys_of(const att_task *a, int t) { return a->klen ? a->klen : t + 1; }
+/* Keys a block of query rows [r0, r0 + nr) reads. */
+static inline int block_keys(const att_task *a, int r0, int nr) { return a->klen ? a->klen : r0 + nr; }
 
 static att_task task_of(const att_shape *s, const be_drop *drop, int b, int h)
 {
@@ -36,16 +45,18 @@ static att_task task_of(const att_shape *s, const be_drop *drop, int b, int h)
     att_task a = {s->q + (size_t)b * s->T * s->ldq + (size_t)h * s->HS,
                   s->k + (size_t)b * s->T * s->ldkv + (size_t)g * s->HS,
                   s->v + (size_t)b * s->T * s->ldkv + (size_t)g * s->HS,
-                  s->ldq, s->ldkv, s->T, s->HS, s->NH * s->HS, h, cpu_dropping(drop) ? drop->sample[b] : 0};
+                  s->ldq, s->ldkv, s->T, s->HS, s->NH * s->HS, h, s->klen ? s->klen[b] : 0,
+                  cpu_dropping(drop) ? drop->sample[b] : 0};
     return a;
 }
 
 static void check_shape(const att_shape *s)
 {
     TD_ASSERT(s->NKV > 0 && s->NH % s->NKV == 0 && s->ldq >= s->NH * s->HS && s->ldkv >= s->NKV * s->HS);
+    for (int b = 0; s->klen && b < s->B; b++) TD_ASSERT(s->klen[b] >= 1 && s->klen[b] <= s->T);
 }
 
-/* Scores of query rows [r0, r0 + nr) against keys [0, nk), nk = r0 + nr, into S (nr, nk). */
+/* Scores of query rows [r0, r0 + nr) against keys [0, nk) into S (nr, nk). */
 static void scores(float *S, const att_task *a, int r0, int nr, int nk)
 {
     float scale = 1.0f / sqrtf((float)a->HS);
@@ -61,11 +72,12 @@ static void att_mults(float *mult, const att_task *a, const be_drop *drop, int t
 }
 
 void cpu_attention_fwd(const backend *be, float *out, float *lse, const float *q, const float *k, const float *v,
-                       int ldq, int ldkv, int B, int T, int NH, int NKV, int HS, const be_drop *drop)
+                       int ldq, int ldkv, int B, int T, int NH, int NKV, int HS, const int32_t *klen,
+                       const be_drop *drop)
 {
     int C = NH * HS, blk = T < ATT_BLK ? T : ATT_BLK, dropping = cpu_dropping(drop);
     if (B <= 0 || T <= 0 || NH <= 0) return;
-    att_shape sh = {q, k, v, ldq, ldkv, B, T, NH, NKV, HS};
+    att_shape sh = {q, k, v, ldq, ldkv, B, T, NH, NKV, HS, klen};
     check_shape(&sh);
 #pragma omp parallel num_threads(be->nthreads) if ((double)B * NH * T * T * HS > CPU_PAR_MIN_MACS)
     {
@@ -77,26 +89,26 @@ void cpu_attention_fwd(const backend *be, float *out, float *lse, const float *q
             float *o = out + (size_t)(bh / NH) * T * C + (size_t)(bh % NH) * HS;
             float *l = lse + (size_t)bh * T;
             for (int r0 = 0; r0 < T; r0 += blk) {
-                int nr = T - r0 < blk ? T - r0 : blk, nk = r0 + nr;
+                int nr = T - r0 < blk ? T - r0 : blk, nk = block_keys(&a, r0, nr);
                 scores(S, &a, r0, nr, nk);
                 for (int i = 0; i < nr; i++) {
-                    int t = r0 + i;
+                    int t = r0 + i, e = keys_of(&a, t);
                     float *row = S + (size_t)i * nk, m = -INFINITY, sum = 0.0f;
 #pragma omp simd reduction(max : m)
-                    for (int j = 0; j <= t; j++) m = row[j] > m ? row[j] : m;
+                    for (int j = 0; j < e; j++) m = row[j] > m ? row[j] : m;
 #pragma omp simd reduction(+ : sum)
-                    for (int j = 0; j <= t; j++) {
+                    for (int j = 0; j < e; j++) {
                         row[j] = cpu_expf(row[j] - m);
                         sum += row[j];
                     }
                     float inv = 1.0f / sum;
 #pragma omp simd
-                    for (int j = 0; j <= t; j++) row[j] *= inv;
-                    for (int j = t + 1; j < nk; j++) row[j] = 0.0f;
+                    for (int j = 0; j < e; j++) row[j] *= inv;
+                    for (int j = e; j < nk; j++) row[j] = 0.0f;
                     l[t] = m + logf(sum);
                     if (dropping) {
-                        att_mults(mult, &a, drop, t, t + 1);
-                        for (int j = 0; j <= t; j++) row[j] *= mult[j];
+                        att_mults(mult, &a, drop, t, e);
+                        for (int j = 0; j < e; j++) row[j] *= mult[j];
                     }
                 }
                 /* out rows (nr, HS) = att (nr, nk) . V (nk, HS) */
@@ -113,20 +125,20 @@ void cpu_attention_fwd(const backend *be, float *out, float *lse, const float *q
 static void att_bwd_block(float *dq, float *dk, float *dv, const float *dO, const att_task *a, const float *l,
                           const be_drop *drop, int r0, int nr, float *P, float *M, float *G)
 {
-    int nk = r0 + nr, ldq = a->ldq, ldkv = a->ldkv, C = a->C, HS = a->HS, dropping = M != NULL;
+    int nk = block_keys(a, r0, nr), ldq = a->ldq, ldkv = a->ldkv, C = a->C, HS = a->HS, dropping = M != NULL;
     float scale = 1.0f / sqrtf((float)HS);
     scores(P, a, r0, nr, nk);
     for (int i = 0; i < nr; i++) {
-        int t = r0 + i;
+        int t = r0 + i, e = keys_of(a, t);
         float *row = P + (size_t)i * nk;
         float lt = l[t];
 #pragma omp simd
-        for (int j = 0; j <= t; j++) row[j] = cpu_expf(row[j] - lt);
-        for (int j = t + 1; j < nk; j++) row[j] = 0.0f;
+        for (int j = 0; j < e; j++) row[j] = cpu_expf(row[j] - lt);
+        for (int j = e; j < nk; j++) row[j] = 0.0f;
         if (dropping) {
             float *mrow = M + (size_t)i * nk, *grow = G + (size_t)i * nk;
-            att_mults(mrow, a, drop, t, t + 1);
-            for (int j = t + 1; j < nk; j++) mrow[j] = 0.0f;
+            att_mults(mrow, a, drop, t, e);
+            for (int j = e; j < nk; j++) mrow[j] = 0.0f;
             for (int j = 0; j < nk; j++) grow[j] = row[j] * mrow[j];
         }
     }
@@ -140,17 +152,17 @@ static void att_bwd_block(float *dq, float *dk, float *dv, const float *dO, cons
                 G, nk);
     /* dS = P * (dP - sum_j P dP), dP = G * M; written over P */
     for (int i = 0; i < nr; i++) {
-        int t = r0 + i;
+        int e = keys_of(a, r0 + i);
         float *prow = P + (size_t)i * nk, *grow = G + (size_t)i * nk;
         if (dropping) {
             const float *mrow = M + (size_t)i * nk;
-            for (int j = 0; j <= t; j++) grow[j] *= mrow[j];
+            for (int j = 0; j < e; j++) grow[j] *= mrow[j];
         }
         float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
-        for (int j = 0; j <= t; j++) dot += prow[j] * grow[j];
+        for (int j = 0; j < e; j++) dot += prow[j] * grow[j];
 #pragma omp simd
-        for (int j = 0; j <= t; j++) prow[j] *= grow[j] - dot;
+        for (int j = 0; j < e; j++) prow[j] *= grow[j] - dot;
     }
     /* dQ (nr, HS) += scale dS . K;  dK (nk, HS) += scale dS^T . Q */
     if (dq)
@@ -163,12 +175,12 @@ static void att_bwd_block(float *dq, float *dk, float *dv, const float *dO, cons
 
 void cpu_attention_bwd(const backend *be, float *dq, float *dk, float *dv, const float *dout, const float *q,
                        const float *k, const float *v, const float *lse, int ldq, int ldkv, int B, int T, int NH,
-                       int NKV, int HS, const be_drop *drop)
+                       int NKV, int HS, const int32_t *klen, const be_drop *drop)
 {
     int C = NH * HS, blk = T < ATT_BLK ? T : ATT_BLK, dropping = cpu_dropping(drop);
     size_t scratch = (size_t)blk * T;
     if (B <= 0 || T <= 0 || NH <= 0 || (!dq && !dk && !dv)) return;
-    att_shape sh = {q, k, v, ldq, ldkv, B, T, NH, NKV, HS};
+    att_shape sh = {q, k, v, ldq, ldkv, B, T, NH, NKV, HS, klen};
     check_shape(&sh);
     int rep = NH / NKV;
 #pragma omp parallel num_threads(be->nthreads) if ((double)B * NH * T * T * HS > CPU_PAR_MIN_MACS)

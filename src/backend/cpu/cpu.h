@@ -169,10 +169,11 @@ void cpu_rope_fwd(const backend *be, float *x, int B, int T, int ld, int nh, int
 void cpu_rope_bwd(const backend *be, float *dx, int B, int T, int ld, int nh, int hs, int rot, float base, int pos0);
 
 void cpu_attention_fwd(const backend *be, float *out, float *lse, const float *q, const float *k, const float *v,
-                       int ldq, int ldkv, int B, int T, int NH, int NKV, int HS, const be_drop *drop);
+                       int ldq, int ldkv, int B, int T, int NH, int NKV, int HS, const int32_t *klen,
+                       const be_drop *drop);
 void cpu_attention_bwd(const backend *be, float *dq, float *dk, float *dv, const float *dout, const float *q,
                        const float *k, const float *v, const float *lse, int ldq, int ldkv, int B, int T, int NH,
-                       int NKV, int HS, const be_drop *drop);
+                       int NKV, int HS, const int32_t *klen, const be_drop *drop);
 
 void cpu_attention_kv_fwd(const backend *be, float *out, const float *q, const float *kc, const float *vc, int ldq,
                           int B, int n, int pos0, int cap, int NH, int NKV, int HS);
