@@ -26,7 +26,11 @@ static const char *const NUMBER_ABBREVS[] = {
     "no", "nos", "fig", "figs", "vol", "vols", "pp", "ch", "chap", "sec", "eq", "eqs", "art",
 };
 
-static int is_space(unsigned char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+static int is_space(unsigned char c)
+{
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
+
 static int is_upper(unsigned char c) { return c >= 'A' && c <= 'Z'; }
 static int is_digit(unsigned char c) { return c >= '0' && c <= '9'; }
 static int is_alpha(unsigned char c) { return is_upper(c) || (c >= 'a' && c <= 'z'); }
@@ -109,8 +113,8 @@ static int period_ends(const char *t, size_t start, size_t dot, size_t next)
     if (dot - b == 1 && is_upper((unsigned char)t[b]) && t[b] != 'I') return 0; /* an initial */
     if (dotted_letters(t, b, dot)) return 0;
     if (in_list(t, b, dot, ABBREVS, sizeof ABBREVS / sizeof *ABBREVS)) return 0;
-    if (is_digit((unsigned char)t[next]) && in_list(t, b, dot, NUMBER_ABBREVS, sizeof NUMBER_ABBREVS / sizeof *NUMBER_ABBREVS))
-        return 0;
+    size_t n_number = sizeof NUMBER_ABBREVS / sizeof *NUMBER_ABBREVS;
+    if (is_digit((unsigned char)t[next]) && in_list(t, b, dot, NUMBER_ABBREVS, n_number)) return 0;
     if (b == start || t[b - 1] == '\n') { /* a list item "1. " */
         size_t i = b;
         while (i < dot && is_digit((unsigned char)t[i])) i++;

@@ -10,7 +10,10 @@
 
 #include "trident/sentence.h"
 
-static int is_space(unsigned char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+static int is_space(unsigned char c)
+{
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
