@@ -41,6 +41,7 @@ typedef struct td_args {
     td_strlist json_keys;
     char *output_prefix;
     int append_eod;
+    int split_sentences;
     int workers;
     int skip_bad_lines;
     /* data */

@@ -20,10 +20,16 @@ typedef struct idx_writer idx_writer;
 
 /* Starts PREFIX.bin / PREFIX.idx under temporary names. NULL with a message in err on failure. */
 idx_writer *idx_writer_open(const char *prefix, enum idx_dtype dtype, char *err, size_t errlen);
-/* Appends one document (one sequence) of n tokens. Returns 0, or -1 with err set (I/O error,
- * a token that does not fit the dtype). */
+/* Appends one sequence of n tokens to the current document. Returns 0, or -1 with err set (I/O
+ * error, a token that does not fit the dtype). */
+int idx_writer_add_sequence(idx_writer *w, const int32_t *ids, size_t n, char *err, size_t errlen);
+/* Ends the current document: the sequences added since the previous end (none: an empty
+ * document, as Megatron writes for a text without tokens). */
+void idx_writer_end_document(idx_writer *w);
+/* Appends one document of one sequence of n tokens (add_sequence + end_document). */
 int idx_writer_add(idx_writer *w, const int32_t *ids, size_t n, char *err, size_t errlen);
-/* Writes the index, fsyncs both files and renames them into place. Frees w. 0 or -1 + err. */
+/* Ends a document still open, writes the index, fsyncs both files and renames them into place.
+ * Frees w. 0 or -1 + err. */
 int idx_writer_finish(idx_writer *w, char *err, size_t errlen);
 /* Removes the temporary files and frees w (a failed run leaves nothing behind). */
 void idx_writer_abort(idx_writer *w);

@@ -1,7 +1,9 @@
 /* Preprocessing, after Megatron's tools/preprocess_data.py. Owns reading the inputs (plain, .gz,
  * .zst), loose JSON lines (one document per line) or whole text files (one document per file),
  * the worker threads that tokenize batches of documents in parallel, and writing one indexed
- * dataset per JSON key, PREFIX_<key>_document.{bin,idx}, in input order. */
+ * dataset per JSON key, PREFIX_<key>_document.{bin,idx}, in input order; with split_sentences
+ * (BERT data) each document is cut into sentences (sent_split), one sequence each, in
+ * PREFIX_<key>_sentence.{bin,idx}. */
 #ifndef TRIDENT_PREPROCESS_H
 #define TRIDENT_PREPROCESS_H
 
@@ -17,7 +19,8 @@ typedef struct prep_config {
     int n_keys;
     int text_format;           /* 1: each input file is one document; 0: one JSON object per line */
     const char *output_prefix; /* datasets go to PREFIX_<key>_document.{bin,idx} */
-    int append_eod;            /* append the tokenizer's EOD to every non-empty document */
+    int split_sentences;       /* one sequence per sentence, to PREFIX_<key>_sentence.{bin,idx} */
+    int append_eod;            /* append the tokenizer's EOD to every non-empty document (its last sentence) */
     int workers;               /* tokenizer threads, >= 1 */
     int skip_bad_lines;        /* count and skip bad JSON lines instead of failing */
     int64_t log_every;         /* documents between progress lines on stderr; 0: none */
@@ -29,6 +32,7 @@ typedef struct prep_stats {
     int64_t documents; /* documents read (JSON lines that parsed, or files) */
     int64_t written;   /* documents written, summed over keys */
     int64_t empty;     /* documents skipped because they have no tokens, summed over keys */
+    int64_t sentences; /* with split_sentences: sentences written (sequences), summed over keys */
     int64_t bad_lines; /* lines skipped by --skip-bad-lines */
     int64_t blank_lines;
     int64_t tokens; /* tokens written, summed over keys */
@@ -42,8 +46,9 @@ typedef struct prep_stats {
  * stats may be NULL. */
 int prep_run(const prep_config *c, const tok_tokenizer *tok, prep_stats *stats, char *err, size_t errlen);
 
-/* "PREFIX_<key>_document", the dataset prefix preprocess writes for `key` (caller frees). */
-char *prep_dataset_prefix(const char *output_prefix, const char *key);
+/* "PREFIX_<key>_document" ("PREFIX_<key>_sentence" with split_sentences), the dataset prefix
+ * preprocess writes for `key` (caller frees). */
+char *prep_dataset_prefix(const char *output_prefix, const char *key, int split_sentences);
 
 /* Growable byte string. */
 typedef struct {

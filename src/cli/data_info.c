@@ -20,16 +20,23 @@ static void print_dataset(const gptds *ds, int i)
 {
     const gptds_dataset_info *in = gptds_dataset(ds, i);
     printf("\ndataset %d of %d: %s (weight %.6g)\n", i + 1, gptds_num_datasets(ds), in->path, in->weight);
-    printf("  dtype %s, documents %" PRId64 ", tokens %" PRId64 ", document length mean %.1f min %d max %d\n",
-           idx_dtype_name(idx_dtype(in->idx)), in->num_documents, in->num_tokens, in->mean_len, in->min_len, in->max_len);
-    if (idx_num_documents(in->idx) != in->num_documents)
-        printf("  (the .idx document index groups these %" PRId64 " sequences into %" PRId64
-               " documents; GPT splits by sequence, as Megatron)\n", in->num_documents, idx_num_documents(in->idx));
+    /* GPT's "documents" are the sequences; a sentence-level (BERT) dataset groups several
+     * sequences into each document of the .idx, and then both counts are shown. */
+    int64_t ndocs = idx_num_documents(in->idx);
+    const char *unit = ndocs != in->num_documents ? "sequence" : "document";
+    printf("  dtype %s, %ss %" PRId64, idx_dtype_name(idx_dtype(in->idx)), unit, in->num_documents);
+    if (ndocs != in->num_documents) printf(" in %" PRId64 " documents (%.2f per document)", ndocs,
+                                           ndocs ? (double)in->num_documents / (double)ndocs : 0.0);
+    printf(", tokens %" PRId64 ", %s length mean %.1f min %d max %d\n", in->num_tokens, unit, in->mean_len,
+           in->min_len, in->max_len);
+    if (ndocs != in->num_documents)
+        printf("  (the .idx document index groups the sequences into documents, as --split-sentences writes; GPT "
+               "splits and samples by sequence, as Megatron)\n");
     if (in->ids_checked)
         printf("  token ids: all below the vocabulary size (%s, %.3f s)\n",
                in->ids_checked == 2 ? "checked before, cached" : "scanned now", in->ids_seconds);
-    printf("  %-6s %-22s %12s %7s %10s %10s  %s\n", "split", "documents", "tokens", "epochs", "samples", "wanted",
-           "index cache");
+    printf("  %-6s %-22s %12s %7s %10s %10s  %s\n", "split", ndocs != in->num_documents ? "sequences" : "documents",
+           "tokens", "epochs", "samples", "wanted", "index cache");
     for (int s = 0; s < GPTDS_NSPLITS; s++) {
         const gptds_split_info *sp = &in->split[s];
         char range[64], wanted[32];

@@ -52,7 +52,8 @@ static void validate(const td_args *a)
     if (a->input.n == 0)
         td_usage_error(PROG ": --input is required (one or more .jsonl or text files; .gz and .zst are decompressed)");
     if (!a->output_prefix || !*a->output_prefix)
-        td_usage_error(PROG ": --output-prefix is required (writes PREFIX_<key>_document.bin and .idx)");
+        td_usage_error(PROG ": --output-prefix is required (writes PREFIX_<key>_document.bin and .idx, or "
+                       "PREFIX_<key>_sentence.* with --split-sentences)");
     char msg[512];
     tok_spec spec = {a->tokenizer_type, a->vocab_file, a->merge_file, a->tokenizer_model};
     if (tok_check_spec(&spec, msg, sizeof msg) != 0) td_usage_error(PROG ": %s", msg);
@@ -84,7 +85,8 @@ int cli_preprocess(int argc, char **argv)
         td_args_usage(TD_CMD_PREPROCESS, PROG,
                       "Tokenizes loose JSON (one object per line) or text files with GPT-2 BPE (or a Hugging Face\n"
                       "tokenizer.json: --tokenizer-type HuggingFaceTokenizer --tokenizer-model FILE) into Megatron\n"
-                      "indexed datasets PREFIX_<key>_document.bin/.idx (MMIDIDX v1).");
+                      "indexed datasets PREFIX_<key>_document.bin/.idx (MMIDIDX v1). With --split-sentences each\n"
+                      "document is cut into sentences, one sequence each, in PREFIX_<key>_sentence.bin/.idx.");
         td_args_free(&a);
         return 0;
     }
@@ -105,6 +107,7 @@ int cli_preprocess(int argc, char **argv)
         .n_keys = a.json_keys.n,
         .text_format = strcmp(a.input_format, "text") == 0,
         .output_prefix = a.output_prefix,
+        .split_sentences = a.split_sentences,
         .append_eod = a.append_eod,
         .workers = a.workers,
         .skip_bad_lines = a.skip_bad_lines,

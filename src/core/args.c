@@ -63,9 +63,13 @@ static const flag_t FLAGS[] = {
     {"--json-keys", A_LIST, OFF(json_keys), "text", TD_CMD_PREPROCESS, "preprocess",
      "keys to extract from each JSON line; one dataset per key", 0, 0, NULL},
     {"--output-prefix", A_STR, OFF(output_prefix), NULL, TD_CMD_PREPROCESS, "preprocess",
-     "writes PREFIX_<key>_document.bin and .idx", 0, 0, NULL},
+     "writes PREFIX_<key>_document.bin and .idx (_sentence with --split-sentences)", 0, 0, NULL},
     {"--append-eod", A_BOOL, OFF(append_eod), "0", TD_CMD_PREPROCESS, "preprocess",
-     "append the tokenizer's EOS (<|endoftext|> for GPT-2) to every document", 0, 0, NULL},
+     "append the tokenizer's EOS (<|endoftext|> for GPT-2) to every document (to its last sentence with "
+     "--split-sentences)", 0, 0, NULL},
+    {"--split-sentences", A_BOOL, OFF(split_sentences), "0", TD_CMD_PREPROCESS, "preprocess",
+     "one sequence per sentence (BERT data; rule-based splitter, not NLTK punkt), written to "
+     "PREFIX_<key>_sentence.bin and .idx", 0, 0, NULL},
     {"--workers", A_INT, OFF(workers), "1", TD_CMD_PREPROCESS, "preprocess",
      "tokenizer threads", 1, 1024, NULL},
     {"--skip-bad-lines", A_BOOL, OFF(skip_bad_lines), "0", TD_CMD_PREPROCESS, "preprocess",

@@ -21,6 +21,7 @@
 
 #include "trident/check.h"
 #include "trident/indexed.h"
+#include "trident/sentence.h"
 #include "trident/timer.h"
 
 #define PP_DEFAULT_BATCH (256u << 10)
@@ -28,11 +29,12 @@
 #define PP_WARN_TOTAL 10 /* bad lines printed (docs/preprocess.md); the summary counts them all */
 #define PP_WARN_PER_BATCH PP_WARN_TOTAL /* a batch may hold all of the first ten */
 
-char *prep_dataset_prefix(const char *output_prefix, const char *key)
+char *prep_dataset_prefix(const char *output_prefix, const char *key, int split_sentences)
 {
-    size_t n = strlen(output_prefix) + strlen(key) + sizeof "__document";
+    const char *level = split_sentences ? "sentence" : "document";
+    size_t n = strlen(output_prefix) + strlen(key) + strlen(level) + 3;
     char *p = td_xmalloc(n);
-    snprintf(p, n, "%s_%s_document", output_prefix, key);
+    snprintf(p, n, "%s_%s_%s", output_prefix, key, level);
     return p;
 }
 
@@ -564,9 +566,11 @@ static ssize_t src_read(pp_src *s, void *buf, size_t cap, char *err, size_t errl
 enum { SLOT_FREE, SLOT_READY, SLOT_BUSY, SLOT_DONE };
 
 typedef struct {
-    bpe_ids toks;  /* tokens of this batch's documents for one key, back to back */
-    int64_t *lens; /* (ndocs) tokens per document written */
-    size_t ndocs, cap;
+    bpe_ids toks;       /* tokens of this batch's documents for one key, back to back */
+    int64_t *lens;      /* (nseqs) tokens per sequence written */
+    size_t nseqs, cap;
+    int64_t *doc_seqs;  /* (ndocs) sequences per document written: 1, or its sentences */
+    size_t ndocs, doc_cap;
 } pp_keyout;
 
 typedef struct {
@@ -600,6 +604,8 @@ typedef struct {
     pp_shared *sh;
     tok_worker *bw;
     prep_str *vals; /* (n_keys) decoded values */
+    sent_span *spans; /* (span_cap) sentences of the current value, with split_sentences */
+    size_t span_cap;
     pthread_t thread;
 } pp_worker;
 
@@ -612,30 +618,52 @@ static void batch_reset(pp_batch *b, int n_keys)
     b->nwarn = 0;
     for (int k = 0; k < n_keys; k++) {
         b->out[k].toks.n = 0;
-        b->out[k].ndocs = 0;
+        b->out[k].nseqs = b->out[k].ndocs = 0;
     }
 }
 
-/* Appends the tokens of text to key k's output, or counts an empty document. */
+static void push_len(int64_t **v, size_t *n, size_t *cap, int64_t x)
+{
+    if (*n == *cap) {
+        *cap = *cap ? 2 * *cap : 256;
+        *v = td_xrealloc(*v, *cap * sizeof **v);
+    }
+    (*v)[(*n)++] = x;
+}
+
+/* Appends the tokens of text to key k's output, as one sequence or (split_sentences) one per
+ * sentence, each sentence tokenized alone as Megatron does; sentences without tokens are dropped,
+ * and a document left without any is counted as empty. */
 static void add_document(pp_worker *w, pp_batch *b, int k, const char *text, size_t n)
 {
+    const prep_config *c = w->sh->c;
     pp_keyout *o = &b->out[k];
-    size_t before = o->toks.n;
-    if (n) tok_encode(w->bw, text, n, &o->toks);
-    size_t got = o->toks.n - before;
-    if (got == 0) { /* Megatron: no tokens, no document (and no EOD) */
+    sent_span whole = {0, n}, *sp = &whole;
+    size_t nsp = n > 0;
+    if (c->split_sentences) {
+        nsp = sent_split(text, n, w->spans, w->span_cap);
+        if (nsp > w->span_cap) {
+            w->span_cap = 2 * nsp;
+            w->spans = td_xrealloc(w->spans, w->span_cap * sizeof *w->spans);
+            sent_split(text, n, w->spans, w->span_cap);
+        }
+        sp = w->spans;
+    }
+    size_t first = o->nseqs;
+    for (size_t i = 0; i < nsp; i++) {
+        size_t before = o->toks.n;
+        tok_encode(w->bw, text + sp[i].start, sp[i].end - sp[i].start, &o->toks);
+        if (o->toks.n > before) push_len(&o->lens, &o->nseqs, &o->cap, (int64_t)(o->toks.n - before));
+    }
+    if (o->nseqs == first) { /* Megatron: no tokens, no document (and no EOD) */
         b->empty++;
         return;
     }
-    if (w->sh->c->append_eod) {
+    if (c->append_eod) { /* on the last sentence only */
         bpe_ids_push(&o->toks, w->sh->eod);
-        got++;
+        o->lens[o->nseqs - 1]++;
     }
-    if (o->ndocs == o->cap) {
-        o->cap = o->cap ? 2 * o->cap : 256;
-        o->lens = td_xrealloc(o->lens, o->cap * sizeof *o->lens);
-    }
-    o->lens[o->ndocs++] = (int64_t)got;
+    push_len(&o->doc_seqs, &o->ndocs, &o->doc_cap, (int64_t)(o->nseqs - first));
 }
 
 static int is_blank(const char *p, size_t n)
@@ -748,15 +776,16 @@ static int consume_one(pp_run_state *r)
     for (int k = 0; k < r->c->n_keys && rc == 0; k++) {
         pp_keyout *o = &b->out[k];
         const int32_t *t = o->toks.ids;
-        for (size_t i = 0; i < o->ndocs; i++) {
-            if (idx_writer_add(r->writers[k], t, (size_t)o->lens[i], r->err, r->errlen) != 0) {
-                rc = -1;
-                break;
+        for (size_t i = 0, q = 0; i < o->ndocs && rc == 0; i++) {
+            for (int64_t j = 0; j < o->doc_seqs[i] && rc == 0; j++, q++) {
+                rc = idx_writer_add_sequence(r->writers[k], t, (size_t)o->lens[q], r->err, r->errlen);
+                t += o->lens[q];
             }
-            t += o->lens[i];
-            r->st.tokens += o->lens[i];
+            idx_writer_end_document(r->writers[k]);
         }
+        r->st.tokens += (int64_t)o->toks.n;
         r->st.written += (int64_t)o->ndocs;
+        if (r->c->split_sentences) r->st.sentences += (int64_t)o->nseqs;
     }
     if (rc == 0) {
         for (int i = 0; i < b->nwarn && !r->c->quiet; i++, r->warned++)
@@ -913,7 +942,9 @@ static void summary(pp_run_state *r)
             (long long)s->documents, (double)s->bytes / 1e6, s->seconds, mbs, r->c->workers,
             r->c->workers == 1 ? "" : "s");
     for (int k = 0; k < r->c->n_keys; k++) fprintf(stderr, "%s%s.{bin,idx}", k ? ", " : "", r->names[k]);
-    fprintf(stderr, " (%lld documents, %lld tokens)", (long long)s->written, (long long)s->tokens);
+    fprintf(stderr, " (%lld documents, ", (long long)s->written);
+    if (r->c->split_sentences) fprintf(stderr, "%lld sentences, ", (long long)s->sentences);
+    fprintf(stderr, "%lld tokens)", (long long)s->tokens);
     if (s->empty) fprintf(stderr, "; skipped %lld empty documents", (long long)s->empty);
     if (s->bad_lines)
         fprintf(stderr, "; skipped %lld bad lines%s", (long long)s->bad_lines,
@@ -955,7 +986,7 @@ int prep_run(const prep_config *c, const tok_tokenizer *tok, prep_stats *stats, 
     r.writers = td_xcalloc((size_t)c->n_keys, sizeof *r.writers);
     r.names = td_xcalloc((size_t)c->n_keys, sizeof *r.names);
     for (int k = 0; k < c->n_keys && rc == 0; k++) {
-        r.names[k] = prep_dataset_prefix(c->output_prefix, c->keys[k]);
+        r.names[k] = prep_dataset_prefix(c->output_prefix, c->keys[k], c->split_sentences);
         r.writers[k] = idx_writer_open(r.names[k], dt, err, errlen);
         if (!r.writers[k]) rc = -1;
     }
@@ -990,6 +1021,7 @@ int prep_run(const prep_config *c, const tok_tokenizer *tok, prep_stats *stats, 
         tok_worker_free(ws[i].bw);
         for (int k = 0; k < c->n_keys; k++) prep_str_free(&ws[i].vals[k]);
         free(ws[i].vals);
+        free(ws[i].spans);
     }
     free(ws);
 
@@ -1010,6 +1042,7 @@ int prep_run(const prep_config *c, const tok_tokenizer *tok, prep_stats *stats, 
         for (int k = 0; k < c->n_keys; k++) {
             bpe_ids_free(&sh->slots[i].out[k].toks);
             free(sh->slots[i].out[k].lens);
+            free(sh->slots[i].out[k].doc_seqs);
         }
         free(sh->slots[i].out);
         free(sh->slots[i].text);

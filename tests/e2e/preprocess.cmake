@@ -4,7 +4,7 @@
 
 if(NOT CMAKE_SCRIPT_MODE_FILE)
   set(_pp_cases missing_output_prefix missing_input unknown_flag bad_value input_not_found
-                text_format_needs_one_key help bad_line skip_bad_lines tinyshakespeare_text)
+                text_format_needs_one_key help bad_line skip_bad_lines tinyshakespeare_text split_sentences)
   foreach(_case ${_pp_cases})
     add_test(NAME e2e/preprocess_${_case}
       COMMAND ${CMAKE_COMMAND} -DBIN=$<TARGET_FILE:trident> -DCASE=${_case} -DDATA=${TRIDENT_SHARED_DATA}
@@ -108,6 +108,43 @@ elseif(CASE STREQUAL "tinyshakespeare_text")
   file(GLOB left ${TMP}/*.tmp-*)
   if(left)
     message(FATAL_ERROR "temporaries left behind: ${left}")
+  endif()
+elseif(CASE STREQUAL "split_sentences")
+  # 4 documents, 9 sentences (abbreviations, initials, a decimal, quotes, an ellipsis, a blank
+  # line); the empty one is skipped. The .idx: 9 sequences, document index 0 3 5 9 (4 entries).
+  file(WRITE ${TMP}/docs.jsonl
+    "{\"text\": \"Mr. Smith paid $3.50 for it. J. R. R. Tolkien wrote books. Did he?\"}\n"
+    "{\"text\": \"\"}\n"
+    "{\"text\": \"She said \\\"Stop.\\\" Then she left... and came back\"}\n"
+    "{\"text\": \"Title\\n\\nDr. Who arrived at 5 p.m. today! Really?! Yes, e.g. Here.\"}\n")
+  run(0 "4 documents.*wrote .*out_text_sentence.{bin,idx} \\(3 documents, 9 sentences, [0-9]+ tokens\\); skipped 1 empty"
+      --input ${TMP}/docs.jsonl --output-prefix ${TMP}/out ${V} --split-sentences --append-eod)
+  if(EXISTS ${TMP}/out_text_document.idx)
+    message(FATAL_ERROR "--split-sentences wrote a _document dataset")
+  endif()
+  file(READ ${TMP}/out_text_sentence.idx head LIMIT 16 OFFSET 18 HEX)
+  if(NOT head STREQUAL "09000000000000000400000000000000")
+    message(FATAL_ERROR "expected 9 sequences and 4 document-index entries, got header bytes ${head}")
+  endif()
+  file(SIZE ${TMP}/out_text_sentence.idx size)
+  file(READ ${TMP}/out_text_sentence.idx docs OFFSET 142 HEX) # 34 + 9 x 12
+  if(NOT size EQUAL 174 OR NOT docs STREQUAL
+     "0000000000000000030000000000000005000000000000000900000000000000")
+    message(FATAL_ERROR "expected document index 0 3 5 9 in a 174-byte .idx, got ${size} bytes, ${docs}")
+  endif()
+  run(0 "9 sentences" --input ${TMP}/docs.jsonl --output-prefix ${TMP}/w2 ${V} --split-sentences --append-eod
+      --workers 2)
+  foreach(ext bin idx)
+    file(SHA256 ${TMP}/out_text_sentence.${ext} a)
+    file(SHA256 ${TMP}/w2_text_sentence.${ext} b)
+    if(NOT a STREQUAL b)
+      message(FATAL_ERROR "--workers 2 wrote a different .${ext}")
+    endif()
+  endforeach()
+  execute_process(COMMAND ${BIN} data-info --data-path ${TMP}/out_text_sentence --seq-length 8 --split 1,0,0
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0 OR NOT out MATCHES "sequences 9 in 3 documents" OR NOT out MATCHES "train +9 \\[0, 9\\)")
+    message(FATAL_ERROR "trident data-info on the sentence dataset (exit ${rc}):\n${out}${err}")
   endif()
 else()
   message(FATAL_ERROR "unknown CASE ${CASE}")

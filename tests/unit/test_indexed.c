@@ -266,6 +266,67 @@ static void roundtrip_int32(void **state)
 
 /* ---- writer errors and atomicity ---------------------------------------------------------- */
 
+/* Documents of several sequences (sentences): the document index holds each document's end, an
+ * empty document repeats the previous entry, and a document left open is ended by finish. */
+static void multi_sequence_documents(void **state)
+{
+    (void)state;
+    char prefix[600], path[600], err[512] = "";
+    path_of(prefix, sizeof prefix, "sentences", "");
+    idx_writer *w = idx_writer_open(prefix, IDX_U16, err, sizeof err);
+    assert_non_null(w);
+    const int32_t a[] = {1, 2}, b[] = {3}, c[] = {4, 5, 6}, d[] = {7}, e[] = {8, 9}, f[] = {10};
+    assert_int_equal(idx_writer_add_sequence(w, a, 2, err, sizeof err), 0); /* document 0: 3 sentences */
+    assert_int_equal(idx_writer_add_sequence(w, b, 1, err, sizeof err), 0);
+    assert_int_equal(idx_writer_add_sequence(w, c, 3, err, sizeof err), 0);
+    idx_writer_end_document(w);
+    idx_writer_end_document(w);                                 /* document 1: empty */
+    assert_int_equal(idx_writer_add(w, d, 1, err, sizeof err), 0); /* document 2: one sequence */
+    assert_int_equal(idx_writer_add_sequence(w, e, 2, err, sizeof err), 0); /* document 3, left open */
+    assert_int_equal(idx_writer_add_sequence(w, f, 1, err, sizeof err), 0);
+    assert_int_equal(idx_writer_finish(w, err, sizeof err), 0);
+
+    /* the bytes, by hand: 6 sequences, 5 document-index entries 0 3 3 4 6 */
+    size_t n;
+    path_of(path, sizeof path, "sentences", ".idx");
+    unsigned char *raw = slurp(path, &n);
+    assert_int_equal(n, 34 + 6 * 4 + 6 * 8 + 5 * 8);
+    assert_int_equal(le64(raw + 18), 6);
+    assert_int_equal(le64(raw + 26), 5);
+    const uint64_t want_docs[] = {0, 3, 3, 4, 6};
+    for (int j = 0; j < 5; j++) assert_int_equal(le64(raw + 34 + 6 * 12 + 8 * j), want_docs[j]);
+    free(raw);
+
+    /* and through the reader */
+    idx_dataset *ds = idx_open(prefix, err, sizeof err);
+    assert_non_null(ds);
+    assert_int_equal(idx_num_sequences(ds), 6);
+    assert_int_equal(idx_num_documents(ds), 4);
+    assert_int_equal(idx_num_tokens(ds), 10);
+    const int64_t *docs = idx_doc_index(ds);
+    for (int j = 0; j < 5; j++) assert_int_equal(docs[j], (int64_t)want_docs[j]);
+    const int32_t want_lens[] = {2, 1, 3, 1, 2, 1};
+    int32_t got[3], next = 1;
+    for (int64_t i = 0; i < 6; i++) {
+        assert_int_equal(idx_seq_len(ds, i), want_lens[i]);
+        idx_read(ds, i, 0, want_lens[i], got);
+        for (int k = 0; k < want_lens[i]; k++) assert_int_equal(got[k], next++);
+    }
+    idx_close(ds);
+
+    /* finish after a closed document adds no empty one */
+    w = idx_writer_open(prefix, IDX_U16, err, sizeof err);
+    assert_non_null(w);
+    assert_int_equal(idx_writer_add_sequence(w, a, 2, err, sizeof err), 0);
+    idx_writer_end_document(w);
+    assert_int_equal(idx_writer_finish(w, err, sizeof err), 0);
+    ds = idx_open(prefix, err, sizeof err);
+    assert_non_null(ds);
+    assert_int_equal(idx_num_documents(ds), 1);
+    assert_int_equal(idx_num_sequences(ds), 1);
+    idx_close(ds);
+}
+
 static void writer_is_atomic_and_abort_cleans_up(void **state)
 {
     (void)state;
@@ -454,6 +515,7 @@ int main(void)
         cmocka_unit_test(idx_bytes_int32_and_empty),
         cmocka_unit_test(roundtrip_uint16),
         cmocka_unit_test(roundtrip_int32),
+        cmocka_unit_test(multi_sequence_documents),
         cmocka_unit_test(writer_is_atomic_and_abort_cleans_up),
         cmocka_unit_test(reader_rejects_every_truncation),
         cmocka_unit_test(reader_rejects_short_or_long_bin),

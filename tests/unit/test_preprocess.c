@@ -163,14 +163,14 @@ static void run_ok(const prep_config *c, prep_stats *st)
     if (run(c, st, err, sizeof err) != 0) fail_msg("prep_run failed: %s", err);
 }
 
-/* The bytes of PREFIX_text_document.{bin,idx}, concatenated. */
-static unsigned char *dataset_bytes(const char *prefix, size_t *n)
+/* The bytes of PREFIX_text_<level>.{bin,idx}, concatenated. */
+static unsigned char *dataset_bytes(const char *prefix, const char *level, size_t *n)
 {
     char path[800];
     size_t a, b;
-    snprintf(path, sizeof path, "%s_text_document.bin", prefix);
+    snprintf(path, sizeof path, "%s_text_%s.bin", prefix, level);
     unsigned char *bin = slurp(path, &a);
-    snprintf(path, sizeof path, "%s_text_document.idx", prefix);
+    snprintf(path, sizeof path, "%s_text_%s.idx", prefix, level);
     unsigned char *idx = slurp(path, &b);
     unsigned char *all = malloc(a + b + 1);
     memcpy(all, bin, a);
@@ -181,10 +181,10 @@ static unsigned char *dataset_bytes(const char *prefix, size_t *n)
     return all;
 }
 
-static void assert_same_dataset(const char *p1, const char *p2)
+static void assert_same_dataset(const char *p1, const char *p2, const char *level)
 {
     size_t n1, n2;
-    unsigned char *a = dataset_bytes(p1, &n1), *b = dataset_bytes(p2, &n2);
+    unsigned char *a = dataset_bytes(p1, level, &n1), *b = dataset_bytes(p2, level, &n2);
     assert_int_equal(n1, n2);
     assert_memory_equal(a, b, n1);
     free(a);
@@ -546,8 +546,8 @@ static void gz_and_zst_match_plain(void **state)
         run_ok(&c, &st);
         assert_int_equal(st.bytes, (int64_t)n);
     }
-    assert_same_dataset(prefixes[0], prefixes[1]);
-    assert_same_dataset(prefixes[0], prefixes[2]);
+    assert_same_dataset(prefixes[0], prefixes[1], "document");
+    assert_same_dataset(prefixes[0], prefixes[2], "document");
 
     /* truncated compressed files are errors naming the file, not short datasets */
     char err[1024];
@@ -592,14 +592,77 @@ static void workers_give_identical_output(void **state)
         if (docs >= 0) assert_int_equal(st.written, docs);
         docs = st.written;
     }
-    assert_same_dataset(prefixes[0], prefixes[1]);
-    assert_same_dataset(prefixes[0], prefixes[2]);
+    assert_same_dataset(prefixes[0], prefixes[1], "document");
+    assert_same_dataset(prefixes[0], prefixes[2], "document");
     /* and the default batch size gives the same bytes too */
     prep_config c = base_config(inputs, 2, tmp_path("wdefault"));
     c.workers = 2;
     c.append_eod = 1;
     run_ok(&c, NULL);
-    assert_same_dataset(prefixes[0], tmp_path("wdefault"));
+    assert_same_dataset(prefixes[0], tmp_path("wdefault"), "document");
+}
+
+/* --split-sentences: one sequence per sentence, each the tokenizer's ids of the sentence alone,
+ * EOD on a document's last sentence, documents without tokens skipped, the document index
+ * grouping the sentences; and the same bytes for any number of workers. */
+static void split_sentences_one_sequence_each(void **state)
+{
+    (void)state;
+    const char *lines =
+        "{\"text\": \"Mr. Smith left. He came back!  Did he?\"}\n"
+        "{\"text\": \"\"}\n"
+        "{\"text\": \"  \\n\\n \"}\n"
+        "{\"text\": \"one sentence only\"}\n"
+        "{\"text\": \"First para\\n\\nSecond para. \\u00c9tait fini.\"}\n";
+    const char *sentences[] = {"Mr. Smith left.", "He came back!", "Did he?", "one sentence only", "First para",
+                               "Second para.", "\xc3\x89tait fini."};
+    const int64_t want_docs[] = {0, 3, 4, 7};
+    char *in = tmp_path("sent.jsonl");
+    spit(in, lines, strlen(lines));
+    const char *inputs[] = {in};
+    for (int eod = 0; eod <= 1; eod++) {
+        char *prefix = tmp_path(eod ? "sent-eod" : "sent");
+        prep_config c = base_config(inputs, 1, prefix);
+        c.split_sentences = 1;
+        c.append_eod = eod;
+        prep_stats st;
+        run_ok(&c, &st);
+        assert_int_equal(st.documents, 5);
+        assert_int_equal(st.written, 3);
+        assert_int_equal(st.empty, 2); /* "" and whitespace alone have no sentences */
+        assert_int_equal(st.sentences, 7);
+        char path[800], err[512];
+        snprintf(path, sizeof path, "%s_text_sentence", prefix);
+        idx_dataset *d = idx_open(path, err, sizeof err);
+        if (!d) fail_msg("%s", err);
+        assert_int_equal(idx_num_sequences(d), 7);
+        assert_int_equal(idx_num_documents(d), 3);
+        for (int j = 0; j < 4; j++) assert_int_equal(idx_doc_index(d)[j], want_docs[j]);
+        for (int i = 0; i < 7; i++) {
+            int last = i == 2 || i == 3 || i == 6;
+            expect_doc(d, i, sentences[i], strlen(sentences[i]), eod && last);
+        }
+        assert_int_equal(idx_num_tokens(d), st.tokens);
+        idx_close(d);
+        snprintf(path, sizeof path, "%s_text_document.idx", prefix);
+        assert_int_equal(access(path, F_OK), -1);
+    }
+
+    char *many = tmp_path("sent-workers.jsonl");
+    shakespeare_jsonl(many, 60000, 700);
+    const char *inputs2[] = {many};
+    const char *prefixes[] = {tmp_path("sw1"), tmp_path("sw2")};
+    for (int w = 1; w <= 2; w++) {
+        prep_config c = base_config(inputs2, 1, prefixes[w - 1]);
+        c.split_sentences = 1;
+        c.append_eod = 1;
+        c.workers = w;
+        c.batch_bytes = 4096;
+        prep_stats st;
+        run_ok(&c, &st);
+        assert_true(st.sentences > st.written);
+    }
+    assert_same_dataset(prefixes[0], prefixes[1], "sentence");
 }
 
 int main(void)
@@ -614,6 +677,7 @@ int main(void)
         cmocka_unit_test(missing_input_or_output_folder_fails_cleanly),
         cmocka_unit_test(gz_and_zst_match_plain),
         cmocka_unit_test(workers_give_identical_output),
+        cmocka_unit_test(split_sentences_one_sequence_each),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
