@@ -22,7 +22,7 @@ enum td_cmd {
     TD_CMD_SERVE = 1u << 9,
 };
 
-#define TD_MAX_FLAGS 128
+#define TD_MAX_FLAGS 160
 
 typedef struct td_args {
     /* common */
@@ -52,6 +52,9 @@ typedef struct td_args {
     int micro_batch_size;
     int global_batch_size;
     /* model */
+    char *model;               /* gpt | bert */
+    int bert_binary_head, bert_no_binary_head;
+    double short_seq_prob, mask_prob;
     int num_layers;
     int hidden_size;
     int num_attention_heads;

@@ -15,6 +15,10 @@
 
 typedef enum { GPT_NORM_LAYERNORM, GPT_NORM_RMSNORM } gpt_norm;
 typedef enum { GPT_POS_LEARNED, GPT_POS_ROPE, GPT_POS_NONE } gpt_pos;
+/* The model family: a causal decoder with a next-token loss (GPT, Llama), or Megatron-BERT's
+ * bidirectional encoder (token-type embeddings, a padding mask, the masked-LM head with its
+ * dense + GeLU + norm transform and output bias, the pooler and the sentence-order head). */
+typedef enum { GPT_FAMILY_GPT, GPT_FAMILY_BERT } gpt_family;
 
 /* A zero field means GPT-2's choice, so a zeroed config with the sizes set is GPT-2. */
 typedef struct gpt_config {
@@ -41,6 +45,8 @@ typedef struct gpt_config {
     float hidden_dropout;
     float attn_dropout;
     uint64_t seed;
+    gpt_family family;   /* GPT (0) or BERT */
+    int binary_head;     /* BERT: the pooler and the sentence-order head (--bert-binary-head) */
 } gpt_config;
 
 /* The resolved values of the fields whose zero means a default. */
@@ -57,6 +63,9 @@ static inline int gpt_kv_width(const gpt_config *c) { return gpt_groups(c) * gpt
 static inline int gpt_gqa(const gpt_config *c) { return gpt_groups(c) != c->heads; }
 static inline int gpt_has_bias(const gpt_config *c) { return !c->disable_bias; }
 static inline int gpt_has_qkv_bias(const gpt_config *c) { return !c->disable_bias || c->add_qkv_bias; }
+static inline int gpt_is_bert(const gpt_config *c) { return c->family == GPT_FAMILY_BERT; }
+/* BERT's token types (segments A and B). */
+#define GPT_BERT_TOKENTYPES 2
 
 struct td_args;
 /* The architecture from the flags (vocabulary left 0: the tokenizer gives it). */
@@ -151,6 +160,13 @@ typedef struct gpt_tensors {
     norm_params lnf;      /* (h): last stage, the final norm */
     float *head_w;        /* (V/t, h): last stage. Tied: == wte on a one-stage model, else a copy
                            * kept equal to it; untied: the output layer, its own tensor */
+    /* BERT only (NULL otherwise): */
+    float *tte;           /* (2, h) token-type embedding: first stage */
+    float *lm_dense_w, *lm_dense_b; /* (h, h), (h): the LM head's transform, last stage */
+    norm_params lm_norm;  /* (h): ... its norm */
+    float *lm_bias;       /* (V/t): the output bias of the tied decoder */
+    float *pool_w, *pool_b; /* (h, h), (h): the pooler, with the binary head */
+    float *bin_w, *bin_b; /* (2, h), (2): the sentence-order head */
 } gpt_tensors;
 
 /* One entry of the tensor table: a logical tensor and the slice of it this rank holds. */
@@ -260,17 +276,39 @@ float *gpt_acts_input(gpt_acts *a);
 const float *gpt_acts_losses(const gpt_acts *a);
 const float *gpt_acts_logits(const gpt_acts *a);
 
+/* BERT's inputs beside the tokens (host memory). The targets are the masked-LM labels: the
+ * original token at a masked position, -1 elsewhere (no loss there). The loss of an iteration is
+ * the mean masked-LM loss over the masked tokens of the global batch plus the mean sentence-order
+ * loss over its samples; the weights say what one token's and one sample's loss count, so that
+ * the sum over micro-batches and data-parallel ranks is that mean whatever the layout. */
+typedef struct gpt_bert_batch {
+    const int32_t *types;   /* (B, s) token types 0 or 1: first stage */
+    const int32_t *lengths; /* (B) tokens before the padding, in [1, s]: every stage (attention) */
+    const int32_t *sop;     /* (B) sentence-order labels 0 or 1 (1: swapped): last stage */
+    float mlm_weight;       /* 1 / masked tokens of the global batch */
+    float sop_weight;       /* 1 / samples of the global batch */
+} gpt_bert_batch;
+
+/* What a BERT last stage's forward measured of a micro-batch (sums, for the iteration's means). */
+enum { GPT_BERT_MLM_LOSS, GPT_BERT_MLM_TOKENS, GPT_BERT_MLM_CORRECT, GPT_BERT_SOP_LOSS, GPT_BERT_SOP_SAMPLES,
+       GPT_BERT_SOP_CORRECT, GPT_BERT_NSTATS };
+
 /* Stage forward of one micro-batch of B <= mbs samples. First stage: reads `ids` (B, s), else
  * `input` (B, s, h), the previous stage's output. Not last stage: returns the output (B, s, h)
  * in the activations (send it on). Last stage: computes the losses of `targets` (B, s) and
- * returns NULL; *loss_sum gets the sum of the B*s token losses.
- * sample (B): global sample indices (for dropout); training = 0 turns dropout off. */
+ * returns NULL; *loss_sum gets the sum of the B*s token losses (GPT) or the weighted loss of the
+ * micro-batch (BERT: masked-LM and sentence-order losses times their weights).
+ * bert: BERT's inputs (NULL for GPT). sample (B): global sample indices (for dropout);
+ * training = 0 turns dropout off. */
 float *gpt_forward(gpt_model *m, gpt_acts *a, const int32_t *ids, const float *input, const int32_t *targets,
-                   const int64_t *sample, int B, int training, double *loss_sum);
+                   const gpt_bert_batch *bert, const int64_t *sample, int B, int training, double *loss_sum);
+/* BERT, last stage, after gpt_forward: adds the micro-batch's GPT_BERT_* sums into stats. */
+void gpt_bert_stats(const gpt_acts *a, double stats[GPT_BERT_NSTATS]);
 /* Stage backward of the micro-batch in `a`. Last stage: seeds d(loss) = loss_scale per token
- * (e.g. 1 / tokens in the global batch). Else `doutput` (B, s, h) is the gradient of this
- * stage's output. Gradients accumulate into m->grads. Not first stage: returns the gradient of
- * the stage input (B, s, h) (send it back); first stage: NULL. */
+ * (e.g. 1 / tokens in the global batch; BERT: loss_scale times the batch's weights). Else
+ * `doutput` (B, s, h) is the gradient of this stage's output. Gradients accumulate into
+ * m->grads. Not first stage: returns the gradient of the stage input (B, s, h) (send it back);
+ * first stage: NULL. */
 float *gpt_backward(gpt_model *m, gpt_acts *a, const float *doutput, float loss_scale);
 
 /* ---- generation (src/model/infer.c): the incremental forward with a key/value cache ---- */

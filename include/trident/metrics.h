@@ -20,6 +20,10 @@ typedef struct met_record {
     double elapsed_ms;
     double comm_ms;          /* time this rank was blocked in communication */
     double val_loss;         /* NaN when not evaluated this iteration */
+    /* BERT (bert = 1): lm_loss is the masked-LM loss; the total loss is lm_loss + sop_loss */
+    int bert;
+    double lm_acc;           /* masked tokens predicted right (argmax) */
+    double sop_loss, sop_acc; /* sentence order; NaN without the binary head */
 } met_record;
 
 typedef struct met_writer met_writer;

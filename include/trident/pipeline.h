@@ -24,8 +24,10 @@ int pp_schedule_parse(const char *s, int pp, int vp, pp_schedule *out);
 const char *pp_schedule_name(pp_schedule s);
 
 /* Supplies micro-batch m (0-based) of the current iteration on this rank: ids and targets
- * (mbs, s) and the global sample index of each row (mbs). */
-typedef void (*pp_batch_fn)(void *user, int m, int32_t *ids, int32_t *targets, int64_t *sample);
+ * (mbs, s) and the global sample index of each row (mbs); for BERT (bert not NULL) also its
+ * arrays (into the buffers it points at) and weights. */
+typedef void (*pp_batch_fn)(void *user, int m, int32_t *ids, int32_t *targets, gpt_bert_batch *bert,
+                            int64_t *sample);
 
 typedef struct pp_iteration {
     const ps_state *ps;
@@ -41,6 +43,10 @@ typedef struct pp_iteration {
     int32_t *ids, *targets; /* (mbs, s) */
     int64_t *sample;        /* (mbs) */
     float *grad_in;         /* (mbs, s, h) backend memory: a received output gradient */
+    /* BERT only (bert.lengths NULL for GPT): its inputs' buffers (types (mbs, s), lengths and
+     * sop (mbs)), and the sums of the last stage's forwards, added to by pp_run */
+    gpt_bert_batch bert;
+    double bert_stats[GPT_BERT_NSTATS];
 } pp_iteration;
 
 /* How the decoder layers are split over the pipeline's virtual stages (vp per rank; virtual stage

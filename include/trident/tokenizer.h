@@ -34,6 +34,16 @@ int tok_vocab_size(const tok_tokenizer *t);
 int tok_eod_id(const tok_tokenizer *t); /* the id --append-eod adds; -1 if the tokenizer has none */
 const char *tok_kind(const tok_tokenizer *t); /* "GPT-2 BPE" or "tokenizer.json BPE", for messages */
 
+/* BERT's special tokens and "##" continuation pieces (whole-word masking), from a WordPiece
+ * tokenizer. */
+typedef struct tok_bert_vocab {
+    int32_t cls, sep, mask, pad; /* [CLS], [SEP], [MASK], [PAD] */
+    uint8_t *subword;            /* (vocab) 1 for a "##" piece; free() it */
+} tok_bert_vocab;
+/* 0 with *out filled; -1 with one line in msg when the tokenizer is not WordPiece or lacks one of
+ * the special tokens. */
+int tok_bert_vocab_get(const tok_tokenizer *t, tok_bert_vocab *out, char *msg, size_t msglen);
+
 tok_worker *tok_worker_new(const tok_tokenizer *t);
 void tok_worker_free(tok_worker *w);
 /* Appends the ids of text[0..len) to out. */

@@ -29,6 +29,7 @@ void wp_free(wp_tokenizer *t);
 int wp_vocab_size(const wp_tokenizer *t);
 int wp_sep_id(const wp_tokenizer *t);   /* [SEP], or -1 */
 int wp_token_id(const wp_tokenizer *t, const char *token); /* -1 if absent */
+const char *wp_token(const wp_tokenizer *t, int id);        /* NULL outside [0, vocab) */
 /* Appends the ids of text[0..len) (UTF-8) to out. Thread-safe (no state). */
 void wp_encode(const wp_tokenizer *t, const char *text, size_t len, bpe_ids *out);
 /* Tokens joined by spaces, "##" pieces glued to the one before (Hugging Face's WordPiece decoder

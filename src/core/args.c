@@ -88,6 +88,18 @@ static const flag_t FLAGS[] = {
     {"--global-batch-size", A_INT, OFF(global_batch_size), NULL, TD_CMD_TRAIN | TD_CMD_DATA_INFO | TD_CMD_PLAN,
      "data", "samples per iteration over all ranks (default: micro-batch x data-parallel)", 1, 1 << 30, NULL},
 
+    {"--model", A_CHOICE, OFF(model), "gpt", MODEL, "model",
+     "gpt: a causal decoder with a next-token loss (GPT-2, Llama); bert: Megatron-BERT, a bidirectional encoder "
+     "with masked-LM and sentence-order losses (docs/bert.md)", 0, 0, "gpt|bert"},
+    {"--bert-binary-head", A_BOOL, OFF(bert_binary_head), "1", MODEL, "model",
+     "BERT: the pooler and the sentence-order head, samples of two segments (the default)", 0, 0, NULL},
+    {"--bert-no-binary-head", A_BOOL, OFF(bert_no_binary_head), "0", MODEL, "model",
+     "BERT: no pooler or sentence-order head; samples of one segment, masked-LM loss only", 0, 0, NULL},
+    {"--short-seq-prob", A_FLOAT, OFF(short_seq_prob), "0.1", TD_CMD_TRAIN, "data",
+     "BERT: probability that a sample aims at a random length shorter than --seq-length", 0, 1, NULL},
+    {"--mask-prob", A_FLOAT, OFF(mask_prob), "0.15", TD_CMD_TRAIN, "data",
+     "BERT: fraction of the tokens masked for the masked-LM loss (80% [MASK], 10% random, 10% kept)", 0.001, 1,
+     NULL},
     {"--num-layers", A_INT, OFF(num_layers), "12", MODEL, "model", "transformer layers", 1, 1 << 16, NULL},
     {"--hidden-size", A_INT, OFF(hidden_size), "768", MODEL, "model", "hidden size h", 1, 1 << 20, NULL},
     {"--num-attention-heads", A_INT, OFF(num_attention_heads), "12", MODEL, "model", "attention heads", 1,

@@ -221,6 +221,31 @@ int tok_vocab_size(const tok_tokenizer *t) { return t->ops->vocab_size(t->impl);
 int tok_eod_id(const tok_tokenizer *t) { return t->ops->eod(t->impl); }
 const char *tok_kind(const tok_tokenizer *t) { return t->ops->kind; }
 
+int tok_bert_vocab_get(const tok_tokenizer *t, tok_bert_vocab *out, char *msg, size_t msglen)
+{
+    if (t->ops != &WP_OPS) {
+        snprintf(msg, msglen, "BERT needs a WordPiece tokenizer (--tokenizer-type BertWordPieceLowerCase or "
+                              "BertWordPieceCase with --vocab-file vocab.txt), not %s", t->ops->kind);
+        return -1;
+    }
+    const wp_tokenizer *wp = t->impl;
+    static const char *const names[4] = {"[CLS]", "[SEP]", "[MASK]", "[PAD]"};
+    int32_t *ids[4] = {&out->cls, &out->sep, &out->mask, &out->pad};
+    for (int i = 0; i < 4; i++)
+        if ((*ids[i] = wp_token_id(wp, names[i])) < 0) {
+            snprintf(msg, msglen, "the WordPiece vocabulary has no %s token, which BERT needs; use a BERT vocab.txt",
+                     names[i]);
+            return -1;
+        }
+    int n = wp_vocab_size(wp);
+    out->subword = td_xcalloc((size_t)n, 1);
+    for (int i = 0; i < n; i++) {
+        const char *s = wp_token(wp, i);
+        out->subword[i] = s && strncmp(s, "##", 2) == 0 && s[2];
+    }
+    return 0;
+}
+
 tok_worker *tok_worker_new(const tok_tokenizer *t)
 {
     tok_worker *w = td_xcalloc(1, sizeof *w);

@@ -133,6 +133,8 @@ void wp_free(wp_tokenizer *t)
 
 int wp_vocab_size(const wp_tokenizer *t) { return t->n; }
 int wp_sep_id(const wp_tokenizer *t) { return t->sep; }
+const char *wp_token(const wp_tokenizer *t, int id) { return id >= 0 && id < t->n ? t->tokens[id] : NULL; }
+
 int wp_token_id(const wp_tokenizer *t, const char *token) { return lookup(t, token, strlen(token)); }
 
 /* ---- the basic tokenizer ---- */

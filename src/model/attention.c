@@ -1,6 +1,7 @@
 /* Attention block under tensor parallelism (after Megatron): the QKV projection column-parallel
  * (each rank computes the queries of its n/t heads and the keys and values of its g/t groups),
- * rotary positions on the local heads, the causal core (query head i reads key/value group
+ * rotary positions on the local heads, the core (causal, or BERT's bidirectional one over each
+ * sample's unpadded keys) (query head i reads key/value group
  * i / (n/g)), output projection row-parallel. Multi-head attention keeps one fused qkv weight
  * ([q | k | v] blocks, GPT-2's layout); grouped-query attention a q and a kv weight. */
 #include "model_impl.h"
@@ -69,15 +70,16 @@ static qkv_view view_of(const gpt_model *m, float *q, float *kv)
     return w;
 }
 
-void attn_core_fwd(gpt_model *m, const attn_acts *a, int B, const be_drop *d_att)
+void attn_core_fwd(gpt_model *m, const attn_acts *a, int B, const int32_t *klen, const be_drop *d_att)
 {
     qkv_view w = view_of(m, a->q, a->kv);
-    be_attention_fwd(m->be, model_kept_stage(m, &a->atty), a->lse, w.q, w.k, w.v, w.ldq, w.ldkv, B, m->cfg.seq,
-                     m->heads_l, m->groups_l, gpt_head_dim(&m->cfg), d_att);
+    be_attention_fwd_masked(m->be, model_kept_stage(m, &a->atty), a->lse, w.q, w.k, w.v, w.ldq, w.ldkv, B,
+                            m->cfg.seq, m->heads_l, m->groups_l, gpt_head_dim(&m->cfg), klen, d_att);
     model_kept_done(m, &a->atty, (size_t)B * m->cfg.seq * m->q_l);
 }
 
-void attn_fwd(gpt_model *m, attn_acts *a, const attn_params *p, float *out, be_in x, int B, const be_drop *d_att)
+void attn_fwd(gpt_model *m, attn_acts *a, const attn_params *p, float *out, be_in x, int B, const int32_t *klen,
+              const be_drop *d_att)
 {
     const gpt_config *c = &m->cfg;
     const comm *tp = model_tp_reduce(m);
@@ -90,12 +92,12 @@ void attn_fwd(gpt_model *m, attn_acts *a, const attn_params *p, float *out, be_i
         be_rope_fwd(m->be, w.q, B, T, w.ldq, m->heads_l, d, rot, gpt_rotary_base(c), 0);
         be_rope_fwd(m->be, w.k, B, T, w.ldkv, m->groups_l, d, rot, gpt_rotary_base(c), 0);
     }
-    attn_core_fwd(m, a, B, d_att);
+    attn_core_fwd(m, a, B, klen, d_att);
     tp_row_linear_fwd(m->be, tp, out, model_kept_in(&a->atty), p->proj_w, BT, m->q_l, h);
 }
 
 void attn_bwd(gpt_model *m, float *dx, attn_params *g, const float *dbranch, const attn_acts *a, const attn_params *p,
-              be_in x, int B, const be_drop *d_att)
+              be_in x, int B, const int32_t *klen, const be_drop *d_att)
 {
     const gpt_config *c = &m->cfg;
     const backend *be = m->be;
@@ -109,8 +111,8 @@ void attn_bwd(gpt_model *m, float *dx, attn_params *g, const float *dbranch, con
     be_zero(be, s->dqkv, (size_t)BT * (gqa ? m->q_l : 3 * m->q_l));
     if (gqa) be_zero(be, s->dkv, (size_t)BT * 2 * m->kv_l);
     qkv_view w = view_of(m, a->q, a->kv), dw = view_of(m, s->dqkv, s->dkv);
-    be_attention_bwd(be, dw.q, dw.k, dw.v, s->datty, w.q, w.k, w.v, a->lse, w.ldq, w.ldkv, B, T, m->heads_l,
-                     m->groups_l, d, d_att);
+    be_attention_bwd_masked(be, dw.q, dw.k, dw.v, s->datty, w.q, w.k, w.v, a->lse, w.ldq, w.ldkv, B, T, m->heads_l,
+                            m->groups_l, d, klen, d_att);
     if (rot) {
         /* back through the rotation: the gradients of the projections' outputs */
         be_rope_bwd(be, dw.q, B, T, dw.ldq, m->heads_l, d, rot, gpt_rotary_base(c), 0);

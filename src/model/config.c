@@ -41,6 +41,8 @@ void gpt_config_from_args(gpt_config *c, const td_args *a)
     c->hidden_dropout = (float)a->hidden_dropout;
     c->attn_dropout = (float)a->attention_dropout;
     c->seed = (uint64_t)a->seed;
+    c->family = a->model && strcmp(a->model, "bert") == 0 ? GPT_FAMILY_BERT : GPT_FAMILY_GPT;
+    c->binary_head = gpt_is_bert(c) && a->bert_binary_head && !a->bert_no_binary_head;
 }
 
 #define FAIL(...)                                                                        \
@@ -84,6 +86,21 @@ int gpt_config_validate(const td_args *a, int tp, char *msg, size_t msglen)
     if (ffn % tp) FAIL("--ffn-hidden-size %d is not divisible by --tensor-model-parallel-size %d", ffn, tp);
     if (a->add_qkv_bias && !a->disable_bias_linear)
         FAIL("--add-qkv-bias needs --disable-bias-linear (without it every linear layer has a bias)");
+    int bert = a->model && strcmp(a->model, "bert") == 0;
+    if (!bert && (td_args_given(a, "--bert-no-binary-head") || td_args_given(a, "--bert-binary-head")))
+        FAIL("--bert-binary-head and --bert-no-binary-head need --model bert");
+    if (bert) {
+        if (strcmp(a->normalization, "LayerNorm") != 0)
+            FAIL("--model bert is Megatron-BERT, with LayerNorm: leave out --normalization %s", a->normalization);
+        if (strcmp(a->position_embedding_type, "learned_absolute") != 0)
+            FAIL("--model bert has learned absolute positions: leave out --position-embedding-type %s",
+                 a->position_embedding_type);
+        if (a->swiglu || a->disable_bias_linear || a->untie_embeddings_and_output_weights)
+            FAIL("--model bert is Megatron-BERT (GeLU MLP, biases, the decoder tied to the word embedding): leave "
+                 "out --swiglu, --disable-bias-linear and --untie-embeddings-and-output-weights");
+        if (a->bert_binary_head && a->bert_no_binary_head && td_args_given(a, "--bert-binary-head"))
+            FAIL("give at most one of --bert-binary-head and --bert-no-binary-head");
+    }
     return 0;
 }
 
@@ -96,7 +113,9 @@ void gpt_config_describe(const gpt_config *c, char *out, size_t len)
     if (c->pos == GPT_POS_ROPE)
         snprintf(pos, sizeof pos, "rope (base %g, %d of %d dims)", (double)gpt_rotary_base(c), gpt_rotary_dims(c), d);
     else snprintf(pos, sizeof pos, "%s positions", c->pos == GPT_POS_NONE ? "no" : "learned");
-    snprintf(out, len, "%d layers, hidden %d, %s of %d, %s %d, %s (eps %g), %s, %s%s, %s", c->num_layers, c->hidden,
+    snprintf(out, len, "%s%d layers, hidden %d, %s of %d, %s %d, %s (eps %g), %s, %s%s, %s",
+             !gpt_is_bert(c) ? "" : c->binary_head ? "BERT with the sentence-order head: " : "BERT: ", c->num_layers,
+             c->hidden,
              attn, d, c->swiglu ? "SwiGLU" : "GeLU", c->ffn, c->norm == GPT_NORM_RMSNORM ? "RMSNorm" : "LayerNorm",
              (double)gpt_norm_eps(c), pos, gpt_has_bias(c) ? "biases" : "no biases",
              !gpt_has_bias(c) && c->add_qkv_bias ? " but QKV's" : "", c->untied ? "untied output layer" : "tied embeddings");

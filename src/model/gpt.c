@@ -157,6 +157,7 @@ static size_t acts_layout(gpt_model *m, gpt_acts *a, const layer_acts *shared, t
     CARVE(&cv, a->ids, int32_t, BT);
     CARVE(&cv, a->targets, int32_t, BT);
     CARVE(&cv, a->input, float, (int64_t)m->mbs * m->seq_l * h);
+    if (gpt_is_bert(&m->cfg)) CARVE(&cv, a->types, int32_t, (int64_t)m->mbs * m->seq_l);
     recompute_layers_carve(&cv, m, a->layers, shared);
     if (m->last) {
         norm_acts_carve(&cv, m, &a->lnf);
@@ -165,6 +166,7 @@ static size_t acts_layout(gpt_model *m, gpt_acts *a, const layer_acts *shared, t
         CARVE(&cv, a->maxv, float, BT);
         CARVE(&cv, a->sumexp, float, BT);
         CARVE(&cv, a->tlogit, float, BT);
+        if (gpt_is_bert(&m->cfg)) bert_head_acts_carve(&cv, m, a->bert);
     }
     return cv.bytes;
 }
@@ -196,6 +198,10 @@ static size_t scratch_layout(gpt_model *m, struct gpt_scratch *s, td_arena *ar)
         int64_t w = h > m->q_l ? h : m->q_l;
         CARVE(&cv, s->lp_stage, float, BT * (w > m->ffn_l ? w : m->ffn_l));
     }
+    if (gpt_is_bert(&m->cfg) && m->last) {
+        CARVE(&cv, s->dcls, float, (int64_t)m->mbs * h);
+        CARVE(&cv, s->dpool, float, (int64_t)m->mbs * h);
+    }
     return cv.bytes;
 }
 
@@ -224,9 +230,13 @@ void gpt_logical_table(const gpt_config *cfg, gpt_model *m)
     if (cfg->pos == GPT_POS_LEARNED)
         model_add_tensor(&tb, &w, &dw, INIT_NORMAL, 0, "embedding.position.weight", cfg->max_pos, cfg->hidden, -1, 1,
                          0);
+    if (gpt_is_bert(cfg))
+        model_add_tensor(&tb, &w, &dw, INIT_NORMAL, 0, "embedding.tokentype.weight", GPT_BERT_TOKENTYPES, cfg->hidden,
+                         -1, 1, 0);
     for (int l = 0; l < cfg->num_layers; l++) layer_tensors(&tb, l, &p, &g);
     norm_tensors(&tb, -1, 3, "final_norm", &m->p.lnf, &m->g.lnf);
     if (cfg->untied) head_tensor(&tb, m);
+    if (gpt_is_bert(cfg)) bert_head_tensors(&tb, m);
     free(tb.slots);
 }
 
@@ -271,6 +281,7 @@ gpt_model *gpt_create_recompute(const gpt_config *cfg, const ps_state *ps, const
     m->g.layers = td_xcalloc((size_t)nlayers, sizeof(gpt_layer));
     if (m->last) {
         if (cfg->untied || !m->first) head_tensor(&tb, m);
+        if (gpt_is_bert(cfg)) bert_head_tensors(&tb, m);
         norm_tensors(&tb, -1, 3, "final_norm", &m->p.lnf, &m->g.lnf);
     }
     for (int l = nlayers - 1; l >= 0; l--) layer_tensors(&tb, layer0 + l, &m->p.layers[l], &m->g.layers[l]);
@@ -297,8 +308,19 @@ gpt_model *gpt_create_recompute(const gpt_config *cfg, const ps_state *ps, const
     m->scratch = td_xcalloc(1, sizeof *m->scratch);
     m->scratch->host = td_xmalloc((size_t)mbs * cfg->seq * sizeof(float));
     for (int i = 0; i < max_inflight; i++) {
-        m->slots[i].layers = td_xcalloc((size_t)nlayers, sizeof(layer_acts));
-        m->slots[i].sample = td_xcalloc((size_t)mbs, sizeof(int64_t));
+        gpt_acts *a = &m->slots[i];
+        a->layers = td_xcalloc((size_t)nlayers, sizeof(layer_acts));
+        a->sample = td_xcalloc((size_t)mbs, sizeof(int64_t));
+        if (gpt_is_bert(cfg)) {
+            a->klen = td_xcalloc((size_t)mbs, sizeof(int32_t));
+            a->sop = td_xcalloc((size_t)mbs, sizeof(int32_t));
+            a->labels = td_xcalloc((size_t)mbs * cfg->seq, sizeof(int32_t));
+            a->bert = td_xcalloc(1, bert_head_acts_size());
+        }
+    }
+    if (gpt_is_bert(cfg) && m->last) {
+        size_t big = 3 * (size_t)mbs * cfg->seq, hh = 2 * (size_t)mbs * cfg->hidden;
+        m->scratch->host_big = td_xmalloc((big > hh ? big : hh) * sizeof(float));
     }
     m->acts_bytes = acts_layout(m, &m->slots[0], shared, NULL);
     m->rc_bytes = recompute_shared_layout(m, shared, NULL);
@@ -316,11 +338,17 @@ void gpt_free(gpt_model *m)
     if (!m) return;
     be_dfree(m->be, m->arena.base);
     for (int i = 0; i < m->max_inflight; i++) {
-        free(m->slots[i].layers);
-        free(m->slots[i].sample);
+        gpt_acts *a = &m->slots[i];
+        free(a->layers);
+        free(a->sample);
+        free(a->klen);
+        free(a->sop);
+        free(a->labels);
+        free(a->bert);
     }
     free(m->slots);
     free(m->scratch->host);
+    free(m->scratch->host_big);
     free(m->scratch);
     be_dfree(m->be, m->params);
     be_dfree(m->be, m->grads);
@@ -367,8 +395,26 @@ static size_t layer_start(const gpt_model *m, int l)
     return (size_t)(m->p.layers[l + 1].ln1.w - m->params) + (size_t)m->cfg.hidden;
 }
 
+/* BERT's inputs into the slot: the lengths and labels (host), this rank's positions' token types. */
+static void bert_inputs(gpt_model *m, gpt_acts *a, const gpt_bert_batch *bert, const int32_t *targets, int B)
+{
+    TD_ASSERT(bert && bert->lengths);
+    int T = m->cfg.seq, Tl = m->seq_l, pos0 = model_pos0(m);
+    memcpy(a->klen, bert->lengths, (size_t)B * sizeof(int32_t));
+    a->mlm_weight = bert->mlm_weight;
+    a->sop_weight = bert->sop_weight;
+    if (m->last) {
+        memcpy(a->sop, bert->sop, (size_t)B * sizeof(int32_t));
+        memcpy(a->labels, targets, (size_t)B * T * sizeof(int32_t));
+    }
+    if (m->first) /* row by row: under sequence parallelism a slice of each sample */
+        for (int b = 0; b < B; b++)
+            be_memcpy(m->be, a->types + (size_t)b * Tl, bert->types + (size_t)b * T + pos0, (size_t)Tl * sizeof(int32_t),
+                      BE_H2D);
+}
+
 float *gpt_forward(gpt_model *m, gpt_acts *a, const int32_t *ids, const float *input, const int32_t *targets,
-                   const int64_t *sample, int B, int training, double *loss_sum)
+                   const gpt_bert_batch *bert, const int64_t *sample, int B, int training, double *loss_sum)
 {
     const backend *be = m->be;
     const comm *tp = m->ps->tp_group;
@@ -377,12 +423,13 @@ float *gpt_forward(gpt_model *m, gpt_acts *a, const int32_t *ids, const float *i
     a->B = B;
     a->training = training;
     memcpy(a->sample, sample, (size_t)B * sizeof(int64_t));
+    if (gpt_is_bert(&m->cfg)) bert_inputs(m, a, bert, targets, B);
 
     if (m->params_needed) m->params_needed(m->params_needed_user, layer_start(m, -1));
     if (m->first) {
         be_memcpy(be, a->ids, ids, (size_t)BT * sizeof(int32_t), BE_H2D);
         be_drop d = model_drop(m, a, training ? m->cfg.hidden_dropout : 0.0f, site_embedding(), 0);
-        embedding_fwd(m, a->input, a->ids, B, &d);
+        embedding_fwd(m, a->input, a->ids, a->types, B, &d);
     } else if (input != a->input) {
         be_copy(be, a->input, input, (size_t)B * m->seq_l * h);
     }
@@ -396,6 +443,11 @@ float *gpt_forward(gpt_model *m, gpt_acts *a, const int32_t *ids, const float *i
 
     be_memcpy(be, a->targets, targets, (size_t)BT * sizeof(int32_t), BE_H2D);
     norm_fwd(m, &a->lnf, &m->p.lnf, x, B * m->seq_l);
+    if (gpt_is_bert(&m->cfg)) {
+        double loss = bert_heads_fwd(m, a, x);
+        if (loss_sum) *loss_sum = loss;
+        return NULL;
+    }
     tp_column_linear_fwd(be, tp, a->logits, model_sp_input(m, &a->lnf.out, B), m->p.head_w, NULL, BT, h, m->vocab_l);
     tp_cross_entropy_fwd(be, tp, a->losses, a->maxv, a->sumexp, a->tlogit, a->logits, a->targets, BT, m->vocab_l,
                          m->vstart, m->cfg.vocab);
@@ -407,6 +459,11 @@ float *gpt_forward(gpt_model *m, gpt_acts *a, const int32_t *ids, const float *i
         *loss_sum = sum;
     }
     return NULL;
+}
+
+void gpt_bert_stats(const gpt_acts *a, double stats[GPT_BERT_NSTATS])
+{
+    for (int i = 0; i < GPT_BERT_NSTATS; i++) stats[i] += a->stats[i];
 }
 
 /* ---- backward ---- */
@@ -421,6 +478,17 @@ static void sp_sum_norm_grads(const gpt_model *m, norm_params *g)
     if (g->b) comm_allreduce(m->ps->tp_group, g->b, (size_t)m->cfg.hidden, COMM_F32, COMM_SUM);
 }
 
+/* ... and so for BERT's LM-head transform, which runs on this rank's positions. */
+static void sp_sum_bert_grads(const gpt_model *m)
+{
+    if (!m->sp || !m->grads_final) return;
+    size_t h = (size_t)m->cfg.hidden;
+    norm_params g = m->g.lm_norm;
+    sp_sum_norm_grads(m, &g);
+    comm_allreduce(m->ps->tp_group, m->g.lm_dense_w, h * h, COMM_F32, COMM_SUM);
+    comm_allreduce(m->ps->tp_group, m->g.lm_dense_b, h, COMM_F32, COMM_SUM);
+}
+
 float *gpt_backward(gpt_model *m, gpt_acts *a, const float *doutput, float loss_scale)
 {
     const backend *be = m->be;
@@ -428,7 +496,11 @@ float *gpt_backward(gpt_model *m, gpt_acts *a, const float *doutput, float loss_
     struct gpt_scratch *s = m->scratch;
     int B = a->B, T = m->cfg.seq, BT = B * T, BTl = B * m->seq_l, h = m->cfg.hidden;
 
-    if (m->last) {
+    if (m->last && gpt_is_bert(&m->cfg)) {
+        bert_heads_bwd(m, a, m->nlayers ? a->layers[m->nlayers - 1].out : a->input, loss_scale);
+        sp_sum_bert_grads(m);
+        sp_sum_norm_grads(m, &m->g.lnf);
+    } else if (m->last) {
         for (int i = 0; i < BT; i++) s->host[i] = loss_scale;
         be_memcpy(be, s->dloss, s->host, (size_t)BT * sizeof(float), BE_H2D);
         be_ce_bwd(be, a->logits, a->maxv, a->sumexp, a->targets, s->dloss, BT, m->vocab_l,
@@ -456,9 +528,11 @@ float *gpt_backward(gpt_model *m, gpt_acts *a, const float *doutput, float loss_
     }
 
     be_drop d = model_drop(m, a, a->training ? m->cfg.hidden_dropout : 0.0f, site_embedding(), 0);
-    embedding_bwd(m, s->dres, a->ids, B, &d);
+    embedding_bwd(m, s->dres, a->ids, a->types, B, &d);
     if (m->sp && m->grads_final && m->g.wpe)
         comm_allreduce(tp, m->g.wpe, (size_t)m->cfg.max_pos * h, COMM_F32, COMM_SUM);
+    if (m->sp && m->grads_final && m->g.tte)
+        comm_allreduce(tp, m->g.tte, (size_t)GPT_BERT_TOKENTYPES * h, COMM_F32, COMM_SUM);
     if (m->grads_ready) m->grads_ready(m->grads_ready_user, m->numel);
     return NULL;
 }

@@ -17,6 +17,8 @@
     {key, flag, GPT_KEY_ARCH, 0, offsetof(gpt_config, field), 0, (n) - 1, choices, NULL, 0}
 
 const gpt_config_key GPT_CONFIG_KEYS[] = {
+    ENUM("model", "--model", family, "gpt|bert", 2),
+    INT("bert_binary_head", "--bert-binary-head", GPT_KEY_ARCH, binary_head, 0, 1),
     INT("num_layers", "--num-layers", GPT_KEY_ARCH, num_layers, 1, 1 << 16),
     INT("hidden_size", "--hidden-size", GPT_KEY_ARCH, hidden, 1, 1 << 20),
     INT("num_attention_heads", "--num-attention-heads", GPT_KEY_ARCH, heads, 1, 1 << 16),

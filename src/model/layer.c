@@ -76,7 +76,7 @@ void layer_fwd(gpt_model *m, gpt_acts *acts, int l, const float *x)
     float *branch = m->scratch->branch;
 
     norm_fwd(m, &a->ln1, &p->ln1, x, BT);
-    attn_fwd(m, &a->attn, &p->attn, branch, model_sp_input(m, &a->ln1.out, B), B, &d_att);
+    attn_fwd(m, &a->attn, &p->attn, branch, model_sp_input(m, &a->ln1.out, B), B, acts->klen, &d_att);
     be_bias_dropout_add_fwd(m->be, a->res2, x, block_output(m, branch, B), p->attn.proj_b, B, T, h, &d_out);
 
     norm_fwd(m, &a->ln2, &p->ln2, a->res2, BT);
@@ -88,7 +88,7 @@ void layer_attn_core_fwd(gpt_model *m, gpt_acts *acts, int l)
 {
     be_drop d_att, d_out, d_mlp;
     layer_drops(m, acts, m->layer0 + l, &d_att, &d_out, &d_mlp);
-    attn_core_fwd(m, &acts->layers[l].attn, acts->B, &d_att);
+    attn_core_fwd(m, &acts->layers[l].attn, acts->B, acts->klen, &d_att);
 }
 
 /* The gradient of a dropout's input from d, the gradient of its output: d itself when nothing is
@@ -139,6 +139,7 @@ void layer_bwd(gpt_model *m, gpt_acts *acts, int l, const float *x)
 
     /* attention branch */
     dbranch = branch_grad(m, dropout_grad(m->be, s->dtmp, s->dres, B, T, h, &d_out), B);
-    attn_bwd(m, s->dln, &g->attn, dbranch, &a->attn, &p->attn, model_sp_input(m, &a->ln1.out, B), B, &d_att);
+    attn_bwd(m, s->dln, &g->attn, dbranch, &a->attn, &p->attn, model_sp_input(m, &a->ln1.out, B), B, acts->klen,
+             &d_att);
     norm_bwd(m, s->dres, &g->ln1, model_sp_norm_grad(m, B), x, &p->ln1, &a->ln1, BT);
 }

@@ -86,6 +86,9 @@ struct gpt_scratch {
     float *dln_l;    /* (BT/t, h): a norm output's gradient, likewise */
     /* mixed precision only (NULL otherwise): */
     float *lp_stage; /* (BT, max(h, nd/t, f/t)): a kept GEMM input in fp32 on its way in */
+    /* BERT's last stage only (NULL otherwise): */
+    float *dcls, *dpool; /* (mbs, h): gradients of the pooler's input and output */
+    float *host_big;     /* host memory, max(3 BT, 2 mbs h): the heads' host work */
 };
 
 /* ---- blocks: tensors, activations, forward, backward (backward accumulates into grads) ---- */
@@ -117,13 +120,15 @@ typedef struct {
 void attn_tensors(table_builder *tb, int layer, attn_params *p, attn_params *g);
 void attn_acts_carve(carver *cv, const gpt_model *m, attn_acts *a);
 /* out (BT, h): the projection of the attention of x (BT, h), before the output bias. */
-void attn_fwd(gpt_model *m, attn_acts *a, const attn_params *p, float *out, be_in x, int B, const be_drop *d_att);
+/* klen (B) host: BERT's bidirectional attention over each sample's unpadded keys; NULL: causal. */
+void attn_fwd(gpt_model *m, attn_acts *a, const attn_params *p, float *out, be_in x, int B, const int32_t *klen,
+              const be_drop *d_att);
 /* The attention core alone: atty and lse from the kept (rotated) q, k, v. */
-void attn_core_fwd(gpt_model *m, const attn_acts *a, int B, const be_drop *d_att);
+void attn_core_fwd(gpt_model *m, const attn_acts *a, int B, const int32_t *klen, const be_drop *d_att);
 /* From dbranch (BT, h), the gradient of the block output after its bias: the bias, weight
  * grads and dx (BT, h, overwritten). */
 void attn_bwd(gpt_model *m, float *dx, attn_params *g, const float *dbranch, const attn_acts *a, const attn_params *p,
-              be_in x, int B, const be_drop *d_att);
+              be_in x, int B, const int32_t *klen, const be_drop *d_att);
 
 /* MLP: fc column-parallel (h -> f/t) with bias and GeLU, or (h -> 2f/t, gate and up) with
  * SwiGLU; fc2 row-parallel (f/t -> h); the fc2 bias is added by the layer (with dropout). */
@@ -137,12 +142,12 @@ void mlp_fwd(gpt_model *m, mlp_acts *a, const mlp_params *p, float *out, be_in x
 void mlp_bwd(gpt_model *m, float *dx, mlp_params *g, const float *dbranch, const mlp_acts *a, const mlp_params *p,
              be_in x, int BT);
 
-/* Embedding: word (vocab-parallel) plus learned absolute positions (when the model has them),
- * then dropout. */
+/* Embedding: word (vocab-parallel) plus learned absolute positions (when the model has them)
+ * plus token types (BERT: types (B, seq_l), this rank's positions), then dropout. */
 void embedding_tensors(table_builder *tb, gpt_model *m);
-void embedding_fwd(gpt_model *m, float *out, const int32_t *ids, int B, const be_drop *d);
+void embedding_fwd(gpt_model *m, float *out, const int32_t *ids, const int32_t *types, int B, const be_drop *d);
 /* From dout (BT, h; overwritten by the dropout backward). */
-void embedding_bwd(gpt_model *m, float *dout, const int32_t *ids, int B, const be_drop *d);
+void embedding_bwd(gpt_model *m, float *dout, const int32_t *ids, const int32_t *types, int B, const be_drop *d);
 
 /* A transformer layer: x + attention(norm(x)), then + MLP(norm(.)), each branch with bias,
  * dropout and residual add; the place where recomputation and sequence parallelism hook in. */
@@ -176,7 +181,30 @@ struct gpt_acts {
     norm_acts lnf;         /* last stage: the final norm */
     float *logits;         /* last stage: (BT, V/t); the backward overwrites it with dlogits */
     float *losses, *maxv, *sumexp, *tlogit; /* last stage: (BT) each */
+    /* BERT (NULL otherwise): */
+    int32_t *types;        /* (mbs, seq_l) first stage: this rank's positions' token types */
+    int32_t *klen;         /* (mbs) host: tokens before the padding */
+    int32_t *sop;          /* (mbs) host: sentence-order labels */
+    int32_t *labels;       /* (mbs, s) host, last stage: the targets (masked-LM labels, -1: none) */
+    float mlm_weight, sop_weight;
+    struct bert_head_acts *bert; /* last stage: the heads' activations */
+    double stats[GPT_BERT_NSTATS]; /* last stage: the forward's sums */
 };
+
+/* ---- BERT's heads (bert.c): last stage, after the final norm ---- */
+
+/* The last stage's BERT tensors in buffer order (the output bias, the LM head's norm and dense
+ * transform, then the binary head and the pooler); the tied decoder weight is the GPT head's. */
+void bert_head_tensors(table_builder *tb, gpt_model *m);
+/* Carves (ar NULL: counts) a micro-batch's head activations into *a (calloc'ed by the caller). */
+void bert_head_acts_carve(carver *cv, const gpt_model *m, struct bert_head_acts *a);
+size_t bert_head_acts_size(void);
+/* The heads and losses of the micro-batch in acts, from the final norm's output (kept in
+ * acts->lnf) and its input x; fills acts->losses and acts->stats. Returns the weighted loss. */
+double bert_heads_fwd(gpt_model *m, gpt_acts *acts, const float *x);
+/* Their backward: s->dres (B, seq_l, h) written with the gradient of the final norm's input x;
+ * the heads' and the final norm's weight gradients accumulate. */
+void bert_heads_bwd(gpt_model *m, gpt_acts *acts, const float *x, float loss_scale);
 
 /* ---- activation recomputation (recompute.c) ---- */
 

@@ -30,6 +30,10 @@ void met_write(met_writer *w, const met_record *r)
             "\"mfu\": %.6g, \"elapsed_ms\": %.6g, \"comm_ms\": %.6g",
             (long long)r->iteration, (long long)r->consumed_samples, r->lm_loss, r->lr, r->grad_norm, r->loss_scale,
             r->skipped, r->tokens_per_s, r->model_tflops_per_rank, r->mfu, r->elapsed_ms, r->comm_ms);
+    if (r->bert) {
+        fprintf(w->f, ", \"lm_acc\": %.17g", r->lm_acc);
+        if (!isnan(r->sop_loss)) fprintf(w->f, ", \"sop_loss\": %.17g, \"sop_acc\": %.17g", r->sop_loss, r->sop_acc);
+    }
     if (!isnan(r->val_loss))
         fprintf(w->f, ", \"val_loss\": %.17g, \"val_ppl\": %.17g", r->val_loss, exp(r->val_loss));
     fprintf(w->f, "}\n");
@@ -45,14 +49,21 @@ void met_close(met_writer *w)
 
 void met_print(const met_record *r, int64_t train_iters, int global_batch)
 {
+    char bert[160] = "";
+    if (r->bert && !isnan(r->sop_loss))
+        snprintf(bert, sizeof bert, "lm acc: %.4f | sop loss: %.6E | sop acc: %.4f | ", r->lm_acc, r->sop_loss,
+                 r->sop_acc);
+    else if (r->bert)
+        snprintf(bert, sizeof bert, "lm acc: %.4f | ", r->lm_acc);
     printf(" iteration %8lld/%8lld | consumed samples: %12lld | elapsed time per iteration (ms): %.1f | "
-           "learning rate: %.6E | global batch size: %5d | lm loss: %.6E | loss scale: %.1f | grad norm: %.3f | "
+           "learning rate: %.6E | global batch size: %5d | lm loss: %.6E | %sloss scale: %.1f | grad norm: %.3f | "
            "tokens/s: %.0f | TFLOP/s/rank: %.3f | MFU: %.1f%% | comm (ms): %.1f | number of skipped iterations: %lld |\n",
            (long long)r->iteration, (long long)train_iters, (long long)r->consumed_samples, r->elapsed_ms, r->lr,
-           global_batch, r->lm_loss, r->loss_scale, r->grad_norm, r->tokens_per_s, r->model_tflops_per_rank,
+           global_batch, r->lm_loss, bert, r->loss_scale, r->grad_norm, r->tokens_per_s, r->model_tflops_per_rank,
            100.0 * r->mfu, r->comm_ms, (long long)r->skipped_total);
     if (!isnan(r->val_loss))
-        printf(" validation loss at iteration %lld | lm loss value: %.6E | lm loss PPL: %.6E |\n",
+        printf(r->bert ? " validation loss at iteration %lld | lm + sop loss value: %.6E |\n"
+                       : " validation loss at iteration %lld | lm loss value: %.6E | lm loss PPL: %.6E |\n",
                (long long)r->iteration, r->val_loss, exp(r->val_loss));
     fflush(stdout);
 }

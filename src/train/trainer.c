@@ -14,6 +14,7 @@
 
 #include "backend/backend.h"
 #include "trident/tokenizer.h"
+#include "trident/bert_source.h"
 #include "trident/breakdown.h"
 #include "trident/check.h"
 #include "trident/checkpoint.h"
@@ -194,9 +195,10 @@ typedef struct {
     bd_state *bd;     /* times the reads */
 } batch_source;
 
-static void next_batch(void *user, int m, int32_t *ids, int32_t *targets, int64_t *sample)
+static void next_batch(void *user, int m, int32_t *ids, int32_t *targets, gpt_bert_batch *bert, int64_t *sample)
 {
     batch_source *b = user;
+    (void)bert;
     bd_start(b->bd, BD_DATA);
     gptds_micro_batch(b->ds, b->split, b->consumed, m, b->mbs, b->dp, b->dp_rank, b->buf);
     int S = b->seq;
@@ -220,7 +222,8 @@ typedef struct {
     const dp_range *shard_ranges[PP_MAX_CHUNKS]; /* what the optimizer steps of each chunk */
     int nshard_ranges[PP_MAX_CHUNKS];
     pp_schedule schedule;
-    gptds *data;
+    gptds *data;             /* GPT's dataset, or */
+    bert_source *bert;       /* BERT's batches */
     opt_lr_schedule lr;
     int scaled;              /* a loss scale: --fp16, or --loss-scale */
     opt_loss_scaler scaler;
@@ -256,16 +259,36 @@ static double evaluate(run_state *r, gptds_split s, int64_t consumed, int64_t it
     be_lowp_invalidate(r->be); /* evaluation follows a step */
     r->src.split = s;
     r->it.training = 0;
+    float loss_scale = r->it.loss_scale;
     for (int64_t i = 0; i < iters; i++) {
         r->src.consumed = consumed + i * r->gbs;
+        if (r->bert) bert_source_begin(r->bert, s, r->src.consumed, r->ps->dp_group);
         total += pp_run(r->schedule, &r->it);
     }
     r->it.training = 1;
+    r->it.loss_scale = loss_scale;
     r->src.split = GPTDS_TRAIN;
     comm_allreduce(r->ps->dp_group, &total, 1, COMM_F64, COMM_SUM);
     /* the loss lives on the last stage: share it with every rank */
     comm_bcast(r->ps->pp_group, &total, 1, COMM_F64, r->ps->pp - 1);
-    return total / ((double)iters * r->gbs * r->a->seq_length);
+    /* BERT's batches are weighted to the mean already */
+    return total / ((double)iters * (r->bert ? 1.0 : (double)r->gbs * r->a->seq_length));
+}
+
+/* BERT: the iteration's masked-LM and sentence-order means and accuracies, from the last stage's
+ * sums (zeroed for the next iteration). */
+static void bert_metrics(run_state *r, met_record *rec)
+{
+    double *st = r->it.bert_stats;
+    comm_allreduce(r->ps->dp_group, st, GPT_BERT_NSTATS, COMM_F64, COMM_SUM);
+    comm_bcast(r->ps->pp_group, st, GPT_BERT_NSTATS, COMM_F64, r->ps->pp - 1);
+    double tokens = st[GPT_BERT_MLM_TOKENS] > 0 ? st[GPT_BERT_MLM_TOKENS] : 1, n = st[GPT_BERT_SOP_SAMPLES];
+    rec->bert = 1;
+    rec->lm_loss = st[GPT_BERT_MLM_LOSS] / tokens;
+    rec->lm_acc = st[GPT_BERT_MLM_CORRECT] / tokens;
+    rec->sop_loss = n > 0 ? st[GPT_BERT_SOP_LOSS] / n : NAN;
+    rec->sop_acc = n > 0 ? st[GPT_BERT_SOP_CORRECT] / n : NAN;
+    memset(st, 0, GPT_BERT_NSTATS * sizeof(double));
 }
 
 /* The vocabulary of the tokenizer (--vocab-file or --tokenizer-model); -1 without one. */
@@ -412,11 +435,16 @@ static void setup(run_state *r, const td_args *a, comm *world)
     else snprintf(vsrc, sizeof vsrc, "--vocab-file %s", a->vocab_file);
     dc.vocab_size = c.vocab;
     dc.vocab_source = vsrc;
-    if (ps->world_rank == 0) r->data = gptds_open(&dc);
-    comm_barrier(world);
-    if (ps->world_rank != 0) r->data = gptds_open(&dc);
+    if (gpt_is_bert(&c)) {
+        r->bert = bert_source_open(a, &c, want, a->micro_batch_size, r->num_micro, ps->dp, ps->dp_rank, world);
+    } else {
+        if (ps->world_rank == 0) r->data = gptds_open(&dc);
+        comm_barrier(world);
+        if (ps->world_rank != 0) r->data = gptds_open(&dc);
+    }
     gptds_config_free(&dc);
-    r->eval = a->eval_iters > 0 && gptds_num_samples(r->data, GPTDS_VALID) > 0;
+    r->eval = a->eval_iters > 0 && (r->bert ? bert_source_num_samples(r->bert, GPTDS_VALID)
+                                            : gptds_num_samples(r->data, GPTDS_VALID)) > 0;
     if (a->eval_iters > 0 && !r->eval && ps->world_rank == 0)
         td_warn("--split %s leaves no validation documents: no validation runs", a->split);
 
@@ -473,13 +501,18 @@ static void setup(run_state *r, const td_args *a, comm *world)
                            .mbs = a->micro_batch_size,
                            .loss_scale = (float)(1.0 / ((double)r->gbs * c.seq)),
                            .training = 1,
-                           .batch = next_batch,
-                           .user = &r->src,
+                           .batch = r->bert ? bert_source_batch : next_batch,
+                           .user = r->bert ? (void *)r->bert : (void *)&r->src,
                            .ids = td_xmalloc(tokens * sizeof(int32_t)),
                            .targets = td_xmalloc(tokens * sizeof(int32_t)),
                            .sample = td_xmalloc((size_t)a->micro_batch_size * sizeof(int64_t)),
                            .grad_in = be_alloc(r->be, tokens * c.hidden * sizeof(float))};
 
+    if (r->bert) {
+        r->it.bert.types = td_xmalloc(tokens * sizeof(int32_t));
+        r->it.bert.lengths = td_xmalloc((size_t)a->micro_batch_size * sizeof(int32_t));
+        r->it.bert.sop = td_xmalloc((size_t)a->micro_batch_size * sizeof(int32_t));
+    }
     r->peak_tflops = td_args_given(a, "--peak-tflops") ? a->peak_tflops : be_peak_gflops(r->be) / 1e3;
     if (ps->world_rank == 0) {
         TD_INFO("trident %s: world %d = tp %d x pp %d x dp %d%s, backend %s, schedule %s (%d chunk%s per rank)",
@@ -566,6 +599,10 @@ static void teardown(run_state *r)
         gpt_free(r->chunks[k]);
     }
     gptds_close(r->data);
+    bert_source_close(r->bert);
+    free((void *)r->it.bert.types);
+    free((void *)r->it.bert.lengths);
+    free((void *)r->it.bert.sop);
     be_free(r->be);
     ps_free(r->ps);
 }
@@ -935,7 +972,8 @@ int trainer_run(const td_args *a, comm *world)
         bd_stop(&r.bd, BD_OPTIMIZER);
         r.src.consumed = consumed;
         double scale = r.scaled ? r.scaler.scale : 1.0;
-        r.it.loss_scale = (float)(scale / ((double)r.gbs * c->seq));
+        r.it.loss_scale = (float)(r.bert ? scale : scale / ((double)r.gbs * c->seq));
+        if (r.bert) bert_source_begin(r.bert, GPTDS_TRAIN, consumed, r.ps->dp_group);
         double loss_sum = pp_run(r.schedule, &r.it);
         dp_finish_grads(r.dp, r.nchunks);
         bd_start(&r.bd, BD_OPTIMIZER);
@@ -959,7 +997,7 @@ int trainer_run(const td_args *a, comm *world)
         consumed += r.gbs;
         comm_allreduce(r.ps->dp_group, &loss_sum, 1, COMM_F64, COMM_SUM);
         comm_bcast(r.ps->pp_group, &loss_sum, 1, COMM_F64, r.ps->pp - 1);
-        double loss = loss_sum / ((double)r.gbs * c->seq);
+        double loss = r.bert ? loss_sum : loss_sum / ((double)r.gbs * c->seq);
         be_sync(r.be);
         bd_end_iteration(&r.bd);
         double dt = td_now() - t0;
@@ -979,6 +1017,7 @@ int trainer_run(const td_args *a, comm *world)
         rec.model_tflops_per_rank = flops_iter / dt / r.ps->world_size / 1e12;
         rec.mfu = r.peak_tflops > 0 ? rec.model_tflops_per_rank / r.peak_tflops : 0;
         rec.val_loss = NAN;
+        if (r.bert) bert_metrics(&r, &rec);
         if (r.eval && (iter % a->eval_interval == 0 || iter == r.train_iters)) {
             rec.val_loss = evaluate(&r, GPTDS_VALID, valid_consumed, a->eval_iters);
             valid_consumed += a->eval_iters * r.gbs;

@@ -1,7 +1,7 @@
 /* Compares two training runs: usage
  *   compare_runs METRICS_A METRICS_B PARAMS_A PARAMS_B TOL
- * Per iteration, lm_loss, grad_norm and lr (and val_loss where either has it) must agree within
- * TOL relative; the
+ * Per iteration, lm_loss, grad_norm and lr (and val_loss, and BERT's sop_loss, where
+ * either has them) must agree within TOL relative; the
  * parameter files (gathered, canonical float32) within TOL in relative norm of the difference.
  * Prints one line per check and "N passed, M failed". */
 #include <math.h>
@@ -14,8 +14,9 @@
 #define MAXIT 4096
 
 /* The per-iteration values compared; a run missing one where the other has it fails. */
-static const char *const KEYS[] = {"lm_loss", "grad_norm", "lr", "val_loss"};
-#define NKEYS 4
+static const char *const KEYS[] = {"lm_loss", "grad_norm", "lr", "val_loss", "sop_loss"};
+#define NKEYS 5
+#define FIRST_OPTIONAL 3 /* keys from here on may be missing from both runs */
 
 static int read_metrics(const char *path, double (*v)[NKEYS], int *n)
 {
@@ -70,7 +71,7 @@ int main(int argc, char **argv)
     for (int i = 0; i < na && i < nb; i++)
         for (int k = 0; k < NKEYS; k++) {
             double x = a[i][k], y = b[i][k];
-            if (k == NKEYS - 1 && isnan(x) && isnan(y)) continue; /* no validation this iteration */
+            if (k >= FIRST_OPTIONAL && isnan(x) && isnan(y)) continue; /* no validation this iteration, or GPT */
             double rel = x == y ? 0 : fabs(x - y) / fabs(x);
             int ok = !isnan(rel) && rel <= tol; /* a value missing on one side is NaN: fails */
             printf("iteration %d: %s %.9g vs %.9g (relative %.2e) %s\n", i + 1, KEYS[k], x, y, rel, ok ? "ok" : "FAIL");

@@ -210,3 +210,39 @@ trident_layout(llama_sp_distopt_rc_tp2_pp2_dp2 8 2 1 --sequence-parallel --pipel
   --use-distributed-optimizer --recompute-granularity selective)
 trident_layout(llama_distopt_dp2 2 1 2 --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather
   --ddp-bucket-size 6000)
+
+# BERT (--model bert, docs/bert.md): a sentence-level dataset of the same text under BERT's
+# WordPiece (bert-base-uncased's vocab.txt, built by scripts/test-deps.sh), bidirectional
+# attention with each sample's padding, token types, the masked-LM head on the tied decoder and
+# the sentence-order head, with dropout; every layout against its one-rank run. The weights of
+# the loss are the global batch's (1 / its masked tokens, 1 / its samples), so the sums over
+# micro-batches and data-parallel ranks are the one-rank run's mean.
+set(BERT_VOCAB ${CMAKE_BINARY_DIR}/node/bert/vocab.txt)
+set(BERT_DATA ${LAYOUT_DIR}/bert_text_sentence)
+add_test(NAME parallel/layouts_bert_data COMMAND ${CMAKE_COMMAND} -E env bash -c
+  "set -e; mkdir -p ${LAYOUT_DIR}; ${CMAKE_SOURCE_DIR}/scripts/text-to-jsonl.sh ${TRIDENT_SHARED_DATA}/tinyshakespeare.txt ${LAYOUT_DIR}/bert.jsonl 6000; \
+   $<TARGET_FILE:trident> preprocess --input ${LAYOUT_DIR}/bert.jsonl --output-prefix ${LAYOUT_DIR}/bert --split-sentences --tokenizer-type BertWordPieceLowerCase --vocab-file ${BERT_VOCAB}")
+set_tests_properties(parallel/layouts_bert_data PROPERTIES FIXTURES_SETUP layouts_bert_data TIMEOUT 120)
+set(GPT_LAYOUT_TRAIN ${LAYOUT_TRAIN})
+set(LAYOUT_TRAIN --model bert --data-path ${BERT_DATA} --tokenizer-type BertWordPieceLowerCase --vocab-file ${BERT_VOCAB}
+  --split 90,10,0 --num-layers 4 --hidden-size 64 --num-attention-heads 4 --seq-length 64 --max-position-embeddings 64
+  --hidden-dropout 0.1 --attention-dropout 0.1 --global-batch-size 8 --train-iters 4 --lr 1e-3 --min-lr 1e-4
+  --lr-warmup-iters 1 --lr-decay-style cosine --eval-interval 2 --eval-iters 1 --clip-grad 1.0 --seed 7
+  --peak-tflops 1 --log-interval 100 --distributed-timeout-minutes 2)
+set(LAYOUT_ARCH "")
+set(LAYOUT_BASE bert_baseline)
+trident_layout(bert_baseline 1 1 2)
+set_tests_properties(parallel/layout_bert_baseline PROPERTIES FIXTURES_REQUIRED "layouts_bert_data")
+foreach(args
+    "bert_tp2 2 2 2"
+    "bert_pp2_1f1b 2 1 1 --pipeline-model-parallel-size 2"
+    "bert_dp2 2 1 2"
+    "bert_sp_tp2 2 2 2 --sequence-parallel"
+    "bert_tp2_pp2_dp2 8 2 1 --pipeline-model-parallel-size 2"
+    "bert_sp_distopt_rc_tp2_pp2_vp2 4 2 1 --sequence-parallel --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1 --use-distributed-optimizer --overlap-grad-reduce --recompute-granularity full --recompute-method uniform --recompute-num-layers 1")
+  separate_arguments(args)
+  trident_layout(${args})
+  list(GET args 0 name)
+  set_tests_properties(parallel/layout_${name} PROPERTIES FIXTURES_REQUIRED "layouts_bert_data;layouts_bert_baseline")
+endforeach()
+set(LAYOUT_TRAIN ${GPT_LAYOUT_TRAIN})

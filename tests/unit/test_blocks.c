@@ -1,12 +1,17 @@
-/* src/model blocks one at a time (norm, attention, MLP), for three architectures — GPT-2's
+/* src/model blocks one at a time (norm, attention, MLP), for four architectures — GPT-2's
  * (LayerNorm, fused multi-head QKV with biases, GeLU), Llama's (RMSNorm, rotary, 4 heads in 2
- * query groups of head size 6, SwiGLU, no biases) and a mix (rotary on half of each head, QKV
- * bias only, GeLU without bias) — against independent double-precision forwards written in this
+ * query groups of head size 6, SwiGLU, no biases), a mix (rotary on half of each head, QKV
+ * bias only, GeLU without bias) and BERT's (GPT-2's blocks, attention bidirectional over each
+ * sample's unpadded keys) — against independent double-precision forwards written in this
  * file: the outputs, and the gradients of the input and of every parameter by central finite
  * differences of the reference. Each block also runs as two tensor-parallel shards whose group
  * is a single rank, so the row-parallel outputs and the input gradients stay partial: their sum
  * over the shards must be the whole block's, and each shard's parameter gradients must be the
- * rows or columns of the whole block's that it holds. */
+ * rows or columns of the whole block's that it holds. BERT's new blocks — the token-type
+ * embedding, the masked-LM head (dense, GeLU, norm, the tied decoder with its bias, the loss at
+ * the masked positions), the pooler and the sentence-order head — are checked as one whole
+ * one-layer model against a double-precision BERT written here: the weighted loss and the
+ * gradient of every tensor by central differences. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -58,9 +63,15 @@ static gpt_config arch(int which)
         c.rotary_percent = 0.5f;
         c.disable_bias = 1;
         c.add_qkv_bias = 1;
+    } else if (which == 3) { /* BERT */
+        c.family = GPT_FAMILY_BERT;
+        c.binary_head = 1;
     }
     return c;
 }
+
+/* BERT's samples: tokens before the padding (the attention's keys). */
+static const int32_t BERT_KLEN[B] = {T, 5};
 
 /* A one-layer model on a grid point of its own: tp ranks, rank r, but the tp group is this one
  * process, so no collective runs and row-parallel results stay partial sums. */
@@ -82,6 +93,7 @@ static void model_open(model_at *x, const gpt_config *c, int tp, int rank)
     x->a = gpt_acts_acquire(x->m);
     x->a->B = B;
     x->a->training = 0;
+    if (gpt_is_bert(c)) memcpy(x->a->klen, BERT_KLEN, sizeof BERT_KLEN);
 }
 
 static void model_close(model_at *x)
@@ -180,16 +192,17 @@ static void ref_attention(const ref *r, double *out, const double *x, const attn
             for (int i = 0; i < T; i++) {
                 const double *qi = q + (b * T + i) * nd + hd * d;
                 double mx = -1e300, sum = 0;
-                for (int j = 0; j <= i; j++) {
+                int e = gpt_is_bert(c) ? BERT_KLEN[b] : i + 1; /* keys [0, e) */
+                for (int j = 0; j < e; j++) {
                     const double *kj = k + (b * T + j) * gd + gi * d;
                     double dot = 0;
                     for (int e = 0; e < d; e++) dot += qi[e] * kj[e];
                     s[j] = dot / sqrt((double)d);
                     mx = fmax(mx, s[j]);
                 }
-                for (int j = 0; j <= i; j++) sum += (s[j] = exp(s[j] - mx));
+                for (int j = 0; j < e; j++) sum += (s[j] = exp(s[j] - mx));
                 double *yi = y + (b * T + i) * nd + hd * d;
-                for (int j = 0; j <= i; j++)
+                for (int j = 0; j < e; j++)
                     for (int e = 0; e < d; e++) yi[e] += s[j] / sum * v[(b * T + j) * gd + gi * d + e];
             }
         }
@@ -245,7 +258,7 @@ static void run_block(model_at *x, enum block k, float *out, const float *in, co
         }
         return;
     }
-    if (k == ATTN) attn_fwd(m, &la->attn, &p->attn, out, be_f32(in), B, NULL);
+    if (k == ATTN) attn_fwd(m, &la->attn, &p->attn, out, be_f32(in), B, x->a->klen, NULL);
     else mlp_fwd(m, &la->mlp, &p->mlp, out, be_f32(in), BT);
     const float *bias = k == ATTN ? p->attn.proj_b : p->mlp.fc2_b;
     /* a shard adds the replicated bias too: the whole block's is added once, below */
@@ -253,7 +266,7 @@ static void run_block(model_at *x, enum block k, float *out, const float *in, co
         for (int t = 0; t < BT; t++)
             for (int i = 0; i < h; i++) out[t * h + i] += bias[i];
     if (!dout) return;
-    if (k == ATTN) attn_bwd(m, dx, &g->attn, dout, &la->attn, &p->attn, be_f32(in), B, NULL);
+    if (k == ATTN) attn_bwd(m, dx, &g->attn, dout, &la->attn, &p->attn, be_f32(in), B, x->a->klen, NULL);
     else mlp_bwd(m, dx, &g->mlp, dout, &la->mlp, &p->mlp, be_f32(in), BT);
 }
 
@@ -420,6 +433,117 @@ static void attention_mixed(void **st) { (void)st; check_block(2, ATTN); }
 static void mlp_gpt2(void **st) { (void)st; check_block(0, MLP); }
 static void mlp_llama(void **st) { (void)st; check_block(1, MLP); }
 static void mlp_mixed(void **st) { (void)st; check_block(2, MLP); }
+static void attention_bert(void **st) { (void)st; check_block(3, ATTN); }
+
+/* ---- BERT: the whole one-layer model against a double-precision one ---- */
+
+static const int32_t BERT_IDS[B * T] = {1, 17, 5, 9, 33, 2, 30, 12, 1, 8, 39, 21, 2, 0, 0, 0};
+static const int32_t BERT_TYPES[B * T] = {0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 1, 1, 1, 0, 0, 0};
+static const int32_t BERT_LABELS[B * T] = {-1, 3, -1, -1, 36, -1, 7, -1, -1, -1, 22, -1, -1, -1, -1, -1};
+static const int32_t BERT_SOP[B] = {1, 0};
+static const float BERT_MLM_W = 0.25f, BERT_SOP_W = 0.5f; /* 1 / 4 masked tokens, 1 / 2 samples */
+
+/* The weighted masked-LM plus sentence-order loss of the reference. */
+static double ref_bert_loss(const ref *r)
+{
+    const gpt_model *m = r->m;
+    const gpt_config *c = &m->cfg;
+    int h = c->hidden, V = c->vocab, n = B * T * h;
+    double *x = calloc((size_t)n, sizeof(double)), *y = calloc((size_t)n, sizeof(double));
+    double *z = calloc((size_t)n, sizeof(double)), *u = calloc((size_t)n, sizeof(double));
+    for (int t = 0; t < B * T; t++)
+        for (int i = 0; i < h; i++)
+            x[t * h + i] = P(r, m->p.wte, (size_t)BERT_IDS[t] * h + i) + P(r, m->p.wpe, (size_t)(t % T) * h + i) +
+                           P(r, m->p.tte, (size_t)BERT_TYPES[t] * h + i);
+    const gpt_layer *L = &m->p.layers[0];
+    ref_norm(r, y, x, &L->ln1);
+    ref_attention(r, z, y, &L->attn);
+    for (int i = 0; i < n; i++) x[i] += z[i];
+    ref_norm(r, y, x, &L->ln2);
+    ref_mlp(r, z, y, &L->mlp);
+    for (int i = 0; i < n; i++) x[i] += z[i];
+    ref_norm(r, y, x, &m->p.lnf); /* y: the encoder's output */
+    /* masked LM: dense, GeLU, norm, the tied decoder with its bias */
+    ref_linear(r, z, y, m->p.lm_dense_w, m->p.lm_dense_b, B * T, h, h);
+    for (int i = 0; i < n; i++) z[i] = gelu(z[i]);
+    ref_norm(r, u, z, &m->p.lm_norm);
+    double loss = 0;
+    for (int t = 0; t < B * T; t++) {
+        if (BERT_LABELS[t] < 0) continue;
+        double lg[64], mx = -1e300, sum = 0;
+        for (int v = 0; v < V; v++) {
+            lg[v] = P(r, m->p.lm_bias, v);
+            for (int i = 0; i < h; i++) lg[v] += u[t * h + i] * P(r, m->p.wte, (size_t)v * h + i);
+            mx = fmax(mx, lg[v]);
+        }
+        for (int v = 0; v < V; v++) sum += exp(lg[v] - mx);
+        loss += BERT_MLM_W * (mx + log(sum) - lg[BERT_LABELS[t]]);
+    }
+    /* sentence order: the pooler on [CLS], the binary head */
+    for (int b = 0; b < B; b++) {
+        double pool[64], lg[2];
+        ref_linear(r, pool, y + (size_t)b * T * h, m->p.pool_w, m->p.pool_b, 1, h, h);
+        for (int i = 0; i < h; i++) pool[i] = tanh(pool[i]);
+        ref_linear(r, lg, pool, m->p.bin_w, m->p.bin_b, 1, h, 2);
+        double mx = fmax(lg[0], lg[1]);
+        loss += BERT_SOP_W * (mx + log(exp(lg[0] - mx) + exp(lg[1] - mx)) - lg[BERT_SOP[b]]);
+    }
+    free(x), free(y), free(z), free(u);
+    return loss;
+}
+
+static void bert_model(void **st)
+{
+    (void)st;
+    gpt_config c = arch(3);
+    model_at x;
+    model_open(&x, &c, 1, 0);
+    gpt_model *m = x.m;
+    gpt_bert_batch bb = {BERT_TYPES, BERT_KLEN, BERT_SOP, BERT_MLM_W, BERT_SOP_W};
+    int64_t sample[B] = {0, 1};
+    double loss = 0;
+    be_zero(g_be, m->grads, m->numel);
+    gpt_forward(m, x.a, BERT_IDS, NULL, BERT_LABELS, &bb, sample, B, 0, &loss);
+    gpt_backward(m, x.a, NULL, 1.0f);
+    ref r0 = {m, NULL, 0};
+    double want = ref_bert_loss(&r0);
+    printf("bert: loss %.9g, reference %.9g (relative %.2e)\n", loss, want, fabs(loss - want) / want);
+    assert_true(fabs(loss - want) / want < 1e-5);
+    double stats[GPT_BERT_NSTATS] = {0};
+    gpt_bert_stats(x.a, stats);
+    assert_true(stats[GPT_BERT_MLM_TOKENS] == 4 && stats[GPT_BERT_SOP_SAMPLES] == B);
+
+    /* every tensor: 8 elements by central differences (all of the small ones) */
+    double eps = 1e-5, gscale = 0, perr = 0;
+    int checked = 0;
+    double *fd = calloc(m->numel, sizeof(double));
+    int *picked = calloc(m->numel, sizeof(int));
+    for (int ti = 0; ti < m->ntensors; ti++) {
+        const gpt_tensor_info *t = &m->table[ti];
+        for (int e = 0; e < 8 && e < (int)t->numel; e++) {
+            size_t idx = t->numel <= 8 ? (size_t)e : (size_t)(((uint64_t)e * 2654435761u + ti * 97u) % t->numel);
+            float *pp = m->params + t->offset + idx;
+            ref rp = {m, pp, eps}, rm = {m, pp, -eps};
+            fd[t->offset + idx] = (ref_bert_loss(&rp) - ref_bert_loss(&rm)) / (2 * eps);
+            picked[t->offset + idx] = 1;
+            gscale = fmax(gscale, fabs(fd[t->offset + idx]));
+        }
+    }
+    for (int ti = 0; ti < m->ntensors; ti++) {
+        const gpt_tensor_info *t = &m->table[ti];
+        double terr = 0;
+        for (size_t i = t->offset; i < t->offset + t->numel; i++)
+            if (picked[i]) terr = fmax(terr, fabs(m->grads[i] - fd[i]) / gscale), checked++;
+        if (strncmp(t->name, "layers.", 7) != 0) printf("  %-28s gradient %.2e\n", t->name, terr);
+        perr = fmax(perr, terr);
+    }
+    printf("bert: %d parameter gradients of %d tensors against central differences: %.2e (largest %.3g)\n",
+           checked, m->ntensors, perr, gscale);
+    assert_true(perr < 1e-4);
+    free(fd);
+    free(picked);
+    model_close(&x);
+}
 
 int main(int argc, char **argv)
 {
@@ -428,7 +552,8 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(norm_gpt2),      cmocka_unit_test(norm_llama),      cmocka_unit_test(attention_gpt2),
         cmocka_unit_test(attention_llama), cmocka_unit_test(attention_mixed), cmocka_unit_test(mlp_gpt2),
-        cmocka_unit_test(mlp_llama),       cmocka_unit_test(mlp_mixed),
+        cmocka_unit_test(mlp_llama),       cmocka_unit_test(mlp_mixed),       cmocka_unit_test(attention_bert),
+        cmocka_unit_test(bert_model),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     be_free(g_be);

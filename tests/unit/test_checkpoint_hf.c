@@ -324,7 +324,7 @@ static float *trident_logits(gpt_model *m)
     int64_t sample[1] = {0};
     gpt_acts *a = gpt_acts_acquire(m);
     double loss;
-    gpt_forward(m, a, IDS, NULL, targets, sample, 1, 0, &loss);
+    gpt_forward(m, a, IDS, NULL, targets, NULL, sample, 1, 0, &loss);
     size_t n = (size_t)T * m->vocab_l;
     float *out = malloc(n * sizeof(float));
     be_memcpy(m->be, out, gpt_acts_logits(a), n * sizeof(float), BE_D2H);
@@ -340,7 +340,7 @@ static double trident_loss(gpt_model *m)
     int64_t sample[1] = {0};
     gpt_acts *a = gpt_acts_acquire(m);
     double loss = 0;
-    gpt_forward(m, a, IDS, NULL, TARGETS, sample, 1, 0, &loss);
+    gpt_forward(m, a, IDS, NULL, TARGETS, NULL, sample, 1, 0, &loss);
     gpt_acts_release(m, a);
     return loss / T;
 }
