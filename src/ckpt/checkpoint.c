@@ -35,7 +35,8 @@
 
 int ckpt_is_vocab_tensor(const char *name)
 {
-    return strcmp(name, "embedding.word.weight") == 0 || strcmp(name, "output_layer.weight") == 0;
+    return strcmp(name, "embedding.word.weight") == 0 || strcmp(name, "output_layer.weight") == 0 ||
+           strcmp(name, "lm_head.bias") == 0;
 }
 
 /* ---- slices ---- */

@@ -120,6 +120,7 @@ static cJSON *gpt2_config(const gpt_config *c)
 /* GPT-2's architecture exactly (what GPT2LMHeadModel computes), or a reason it is not. */
 static const char *gpt2_mismatch(const gpt_config *c)
 {
+    if (gpt_is_bert(c)) return "BERT";
     if (c->norm != GPT_NORM_LAYERNORM) return "RMSNorm";
     if (c->pos != GPT_POS_LEARNED) return "no learned positions";
     if (c->swiglu) return "SwiGLU";
@@ -135,7 +136,7 @@ static int gpt2_read_config(const cJSON *o, const char *path, gpt_config *c, cha
 static const hf_family GPT2 = {"gpt2", "GPT2LMHeadModel", gpt2_pieces, gpt2_config, gpt2_mismatch, gpt2_read_config,
                                NULL};
 
-static const hf_family *const FAMILIES[] = {&GPT2, &HF_LLAMA};
+static const hf_family *const FAMILIES[] = {&GPT2, &HF_LLAMA, &HF_BERT};
 #define NFAMILIES ((int)(sizeof FAMILIES / sizeof FAMILIES[0]))
 
 /* The family a trident model converts to, or NULL with the reasons in err. */
@@ -342,7 +343,7 @@ static const hf_family *read_config(const char *in, gpt_config *c, int divisible
     for (int i = 0; i < NFAMILIES && !fam; i++)
         if (strcmp(type, FAMILIES[i]->model_type) == 0 || (FAMILIES[i]->alias && strcmp(type, FAMILIES[i]->alias) == 0))
             fam = FAMILIES[i];
-    if (!fam) FAIL("%s: model_type is '%s'; gpt2, llama and mistral convert", path, type);
+    if (!fam) FAIL("%s: model_type is '%s'; gpt2, llama, mistral and megatron-bert convert", path, type);
     memset(c, 0, sizeof *c);
     if (fam->read_config(o, path, c, err, errlen)) {
         fam = NULL;
@@ -377,7 +378,8 @@ static int ends_with(const char *s, const char *suffix)
 static int ignorable(const char *name)
 {
     return ends_with(name, ".attn.bias") || ends_with(name, ".attn.masked_bias") ||
-           ends_with(name, ".rotary_emb.inv_freq") || strcmp(name, "lm_head.weight") == 0;
+           ends_with(name, ".rotary_emb.inv_freq") || strcmp(name, "lm_head.weight") == 0 ||
+           strcmp(name, "bert.embeddings.position_ids") == 0 || strncmp(name, "cls.predictions.decoder.", 24) == 0;
 }
 
 /* Fills the table entry t of m (host buffer `host`) from f, piece by piece. used[i] marks f's

@@ -1,5 +1,5 @@
 /* Private to src/ckpt: the Hugging Face families hf.c converts (GPT-2 there, Llama/Mistral in
- * hf_llama.c). A family maps each trident logical tensor to one or more transformers tensors
+ * hf_llama.c, Megatron-BERT in hf_bert.c). A family maps each trident logical tensor to one or more transformers tensors
  * ("pieces": row ranges, possibly stored transposed), writes and reads config.json, and says
  * whether a trident architecture is one it computes exactly. */
 #ifndef TRIDENT_HF_IMPL_H
@@ -34,6 +34,7 @@ typedef struct hf_family {
 } hf_family;
 
 extern const hf_family HF_LLAMA;
+extern const hf_family HF_BERT;
 
 /* config.json values: a positive integer (def when absent or null; def < 0: required), a
  * number, a boolean. hf_json_int returns -1 when the value is not a positive integer. */

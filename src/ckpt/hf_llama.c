@@ -103,6 +103,7 @@ static cJSON *llama_config(const gpt_config *c)
 
 static const char *llama_mismatch(const gpt_config *c)
 {
+    if (gpt_is_bert(c)) return "BERT";
     if (c->norm != GPT_NORM_RMSNORM) return "LayerNorm";
     if (c->pos != GPT_POS_ROPE) return "no rotary positions";
     if (gpt_rotary_dims(c) != gpt_head_dim(c)) return "rotary on part of each head";

@@ -592,8 +592,8 @@ int ckpt_read(ckpt_reader *r, ckpt_kind kind, const char *name, const ckpt_slice
     const ckpt_slice *have = &r->e[g0].sl;
     int64_t rows_lim = want->shape[0];
     if (!same_shape(want, have)) {
-        int vocab_rows = ckpt_is_vocab_tensor(name) && want->ndim == 2 && have->ndim == 2 &&
-                         want->shape[1] == have->shape[1] && want->dim != 1;
+        int vocab_rows = ckpt_is_vocab_tensor(name) && want->ndim == have->ndim &&
+                         (want->ndim == 1 || want->shape[1] == have->shape[1]) && want->dim != 1;
         if (!vocab_rows) {
             char a[64], b[64];
             shape_str(a, sizeof a, have);
@@ -633,7 +633,7 @@ int ckpt_read(ckpt_reader *r, ckpt_kind kind, const char *name, const ckpt_slice
     if (rows_lim < want->shape[0]) {
         /* padded rows the checkpoint lacks: copies of its last row */
         int64_t cols = cols_of(want);
-        ckpt_slice last = {2, {have->shape[0], cols}, 0, 1, have->shape[0] - 1, 1};
+        ckpt_slice last = {want->ndim, {have->shape[0], want->ndim == 2 ? cols : 0}, 0, 1, have->shape[0] - 1, 1};
         float *row = td_xmalloc((size_t)cols * sizeof(float));
         if (ckpt_read(r, kind, name, &last, row, err, errlen)) {
             free(row);

@@ -8,7 +8,12 @@
  *  - the loss trident computes (what `trident eval` reports) equals the reference's softmax
  *    cross-entropy over the real vocabulary within 1e-5 relative, whatever the padded rows hold;
  *  - round trip trident -> hf -> trident is bit-exact;
- *  - bad configs and files are refused with one line. */
+ *  - bad configs and files are refused with one line;
+ * and the same for Llama (LlamaForCausalLM) and Megatron-BERT (MegatronBertForPreTraining: a
+ * forward written here after transformers' MegatronBert — embeddings with token types, a
+ * LayerNorm before attention and before the MLP, an additive mask on the padded keys, the
+ * encoder's final LayerNorm, the prediction head's transform and tied decoder, the pooler and
+ * seq_relationship — gives trident's masked-LM logits and its weighted loss). */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -439,7 +444,7 @@ static void check_round_trip(gpt_model *m, const char *hfdir, const char *tag)
     assert_int_equal(b->numel, m->numel);
     for (int i = 0; i < m->ntensors; i++) {
         const gpt_tensor_info *t = &m->table[i];
-        size_t cnt = ckpt_is_vocab_tensor(t->name) ? (size_t)V * (size_t)t->shape[1] : t->numel;
+        size_t cnt = ckpt_is_vocab_tensor(t->name) ? (size_t)V * (size_t)(t->ndim == 2 ? t->shape[1] : 1) : t->numel;
         assert_string_equal(t->name, b->table[i].name);
         assert_memory_equal(m->params + t->offset, b->params + b->table[i].offset, cnt * sizeof(float));
     }
@@ -581,7 +586,7 @@ static void expect_import_error(const char *config, const char *want)
 static void import_refuses_what_it_cannot_compute(void **state)
 {
     (void)state;
-    expect_import_error("{\"model_type\": \"bert\"}", "gpt2, llama and mistral convert");
+    expect_import_error("{\"model_type\": \"bert\"}", "gpt2, llama, mistral and megatron-bert convert");
     expect_import_error("{\"vocab_size\": 50, \"n_positions\": 8, \"n_embd\": 16, \"n_layer\": 2, \"n_head\": 4, "
                         "\"activation_function\": \"gelu\"}", "not the tanh GeLU");
     expect_import_error("{\"vocab_size\": 50, \"n_positions\": 8, \"n_embd\": 16, \"n_layer\": 2, \"n_head\": 4, "
@@ -823,6 +828,180 @@ static void llama_import_refuses_what_it_cannot_compute(void **state)
     expect_llama_error("\"tie_word_embeddings\": true", "lm_head.weight differs");
 }
 
+/* ---- Megatron-BERT ---- */
+
+enum { BS = 6 }; /* tokens before the padding */
+static const int32_t BTYPES[T] = {0, 0, 0, 1, 1, 1, 0, 0};
+static const int32_t BLABELS[T] = {-1, 12, -1, -1, 30, -1, -1, -1};
+static const int32_t BSOP[1] = {1};
+
+static double gelu_new(double v) { return 0.5 * v * (1 + tanh(sqrt(2 / M_PI) * (v + 0.044715 * v * v * v))); }
+
+/* ln over H with eps */
+static void ln_eps(double *out, const double *in, const float *w, const float *b, double eps)
+{
+    double mean = 0, var = 0;
+    for (int i = 0; i < H; i++) mean += in[i];
+    mean /= H;
+    for (int i = 0; i < H; i++) var += (in[i] - mean) * (in[i] - mean);
+    double rstd = 1.0 / sqrt(var / H + eps);
+    for (int i = 0; i < H; i++) out[i] = (in[i] - mean) * rstd * w[i] + b[i];
+}
+
+/* nn.Linear: out (n_out) = W (n_out, n_in) . in + b */
+static void dense(double *out, const double *in, const float *w, const float *b, int n_in, int n_out)
+{
+    for (int o = 0; o < n_out; o++) {
+        double s = b[o];
+        for (int i = 0; i < n_in; i++) s += w[(size_t)o * n_in + i] * in[i];
+        out[o] = s;
+    }
+}
+
+static const float *bget(const hmodel *m, const char *fmt, int l, int64_t d0, int64_t d1)
+{
+    char n[128];
+    snprintf(n, sizeof n, fmt, l);
+    return hget(m, n, d0, d1);
+}
+
+/* transformers' MegatronBertForPreTraining on IDS (one sample, BS tokens then padding):
+ * the prediction logits (T, V), and the weighted loss (masked LM over BLABELS, mean; plus the
+ * sentence order against BSOP). eps: the config's layer_norm_eps. */
+static double ref_bert(const hmodel *m, double *logits, double eps)
+{
+    static double x[T][H], y[T][H], q[T][H], k[T][H], v[T][H], att[T][H], f[T][F];
+    const float *wte = hget(m, "bert.embeddings.word_embeddings.weight", V, H);
+    const float *wpe = hget(m, "bert.embeddings.position_embeddings.weight", P, H);
+    const float *tte = hget(m, "bert.embeddings.token_type_embeddings.weight", 2, H);
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < H; i++) x[t][i] = (double)wte[IDS[t] * H + i] + wpe[t * H + i] + tte[BTYPES[t] * H + i];
+    const char *lp = "bert.encoder.layer.%d.";
+    char n[160];
+#define W(suffix, d0, d1) (snprintf(n, sizeof n, "%s%s", lp, suffix), bget(m, n, l, d0, d1))
+    for (int l = 0; l < L; l++) {
+        for (int t = 0; t < T; t++) {
+            ln_eps(y[t], x[t], W("attention.ln.weight", H, 0), W("attention.ln.bias", H, 0), eps);
+            dense(q[t], y[t], W("attention.self.query.weight", H, H), W("attention.self.query.bias", H, 0), H, H);
+            dense(k[t], y[t], W("attention.self.key.weight", H, H), W("attention.self.key.bias", H, 0), H, H);
+            dense(v[t], y[t], W("attention.self.value.weight", H, H), W("attention.self.value.bias", H, 0), H, H);
+        }
+        int d = H / NH;
+        for (int hd = 0; hd < NH; hd++)
+            for (int t = 0; t < T; t++) {
+                double sc[T], mx = -INFINITY, sum = 0;
+                for (int j = 0; j < T; j++) {
+                    double dot = 0;
+                    for (int e = 0; e < d; e++) dot += q[t][hd * d + e] * k[j][hd * d + e];
+                    sc[j] = dot / sqrt((double)d) + (j < BS ? 0.0 : -1e30); /* the padded keys masked */
+                    mx = sc[j] > mx ? sc[j] : mx;
+                }
+                for (int j = 0; j < T; j++) sum += (sc[j] = exp(sc[j] - mx));
+                for (int e = 0; e < d; e++) {
+                    double o = 0;
+                    for (int j = 0; j < T; j++) o += sc[j] / sum * v[j][hd * d + e];
+                    att[t][hd * d + e] = o;
+                }
+            }
+        for (int t = 0; t < T; t++) {
+            double o[H];
+            dense(o, att[t], W("attention.output.dense.weight", H, H), W("attention.output.dense.bias", H, 0), H, H);
+            for (int i = 0; i < H; i++) x[t][i] += o[i];
+            ln_eps(y[t], x[t], W("ln.weight", H, 0), W("ln.bias", H, 0), eps);
+            dense(f[t], y[t], W("intermediate.dense.weight", F, H), W("intermediate.dense.bias", F, 0), H, F);
+            for (int i = 0; i < F; i++) f[t][i] = gelu_new(f[t][i]);
+            dense(o, f[t], W("output.dense.weight", H, F), W("output.dense.bias", H, 0), F, H);
+            for (int i = 0; i < H; i++) x[t][i] += o[i];
+        }
+    }
+#undef W
+    double loss = 0, masked = 0;
+    for (int t = 0; t < T; t++) masked += BLABELS[t] >= 0;
+    for (int t = 0; t < T; t++) {
+        double e[H], h1[H], h2[H];
+        ln_eps(e, x[t], hget(m, "bert.encoder.ln.weight", H, 0), hget(m, "bert.encoder.ln.bias", H, 0), eps);
+        memcpy(y[t], e, sizeof e);
+        dense(h1, e, hget(m, "cls.predictions.transform.dense.weight", H, H),
+              hget(m, "cls.predictions.transform.dense.bias", H, 0), H, H);
+        for (int i = 0; i < H; i++) h1[i] = gelu_new(h1[i]);
+        ln_eps(h2, h1, hget(m, "cls.predictions.transform.LayerNorm.weight", H, 0),
+               hget(m, "cls.predictions.transform.LayerNorm.bias", H, 0), eps);
+        dense(logits + t * V, h2, wte, hget(m, "cls.predictions.bias", V, 0), H, V); /* the tied decoder */
+        if (BLABELS[t] < 0) continue;
+        double mx = -INFINITY, s = 0;
+        for (int u = 0; u < V; u++) mx = logits[t * V + u] > mx ? logits[t * V + u] : mx;
+        for (int u = 0; u < V; u++) s += exp(logits[t * V + u] - mx);
+        loss += (log(s) + mx - logits[t * V + BLABELS[t]]) / masked;
+    }
+    double pooled[H], sop[2];
+    dense(pooled, y[0], hget(m, "bert.pooler.dense.weight", H, H), hget(m, "bert.pooler.dense.bias", H, 0), H, H);
+    for (int i = 0; i < H; i++) pooled[i] = tanh(pooled[i]);
+    dense(sop, pooled, hget(m, "cls.seq_relationship.weight", 2, H), hget(m, "cls.seq_relationship.bias", 2, 0), H, 2);
+    double mx = fmax(sop[0], sop[1]);
+    loss += mx + log(exp(sop[0] - mx) + exp(sop[1] - mx)) - sop[BSOP[0]];
+    return loss;
+}
+
+static void bert_export_matches_reference_and_round_trips(void **state)
+{
+    (void)state;
+    gpt_config c = {.num_layers = L, .hidden = H, .heads = NH, .ffn = F, .seq = T, .max_pos = P, .vocab = V,
+                    .padded_vocab = gpt_padded_vocab(V, 8, 1), .init_std = 0.3f, .seed = 17,
+                    .family = GPT_FAMILY_BERT, .binary_head = 1};
+    gpt_model *m = gpt_create(&c, g_ps, g_be, 0, L, 1, 1);
+    /* the zero-initialised biases and norms moved, so that the file's every tensor counts */
+    float *host = malloc(m->numel * sizeof(float));
+    be_memcpy(g_be, host, m->params, m->numel * sizeof(float), BE_D2H);
+    uint64_t seed = 3;
+    for (int i = 0; i < m->ntensors; i++)
+        if (m->table[i].ndim == 1)
+            for (size_t k = 0; k < m->table[i].numel; k++) host[m->table[i].offset + k] += (float)(0.4 * (lcg_uniform(&seed) - 0.5));
+    be_memcpy(g_be, m->params, host, m->numel * sizeof(float), BE_H2D);
+    free(host);
+    char hfdir[600];
+    hmodel hm = {0};
+    export_model(m, "bert_export", hfdir, sizeof hfdir, &hm);
+    assert_int_equal(hm.n, 3 + 16 * L + 2 + 2 + 4 + 1 + 2); /* embeddings, layers, encoder.ln, pooler, transform, bias, seq_relationship */
+    hget(&hm, "bert.encoder.layer.1.attention.self.key.weight", H, H);
+    hget(&hm, "bert.encoder.layer.0.intermediate.dense.weight", F, H);
+    hget(&hm, "cls.predictions.bias", V, 0);
+    hget(&hm, "cls.seq_relationship.weight", 2, H);
+    cJSON *cfg = read_config_json(hfdir);
+    assert_string_equal(cJSON_GetObjectItem(cfg, "model_type")->valuestring, "megatron-bert");
+    assert_string_equal(cJSON_GetArrayItem(cJSON_GetObjectItem(cfg, "architectures"), 0)->valuestring,
+                        "MegatronBertForPreTraining");
+    assert_string_equal(cJSON_GetObjectItem(cfg, "hidden_act")->valuestring, "gelu_new");
+    assert_int_equal(cJSON_GetObjectItem(cfg, "type_vocab_size")->valueint, 2);
+    double eps = cJSON_GetObjectItem(cfg, "layer_norm_eps")->valuedouble;
+    cJSON_Delete(cfg);
+
+    static double ref[T * V];
+    double ref_l = ref_bert(&hm, ref, eps);
+    int32_t lengths[1] = {BS};
+    gpt_bert_batch bb = {BTYPES, lengths, BSOP, 0.5f, 1.0f}; /* 2 masked tokens, 1 sample */
+    int64_t sample[1] = {0};
+    gpt_acts *a = gpt_acts_acquire(m);
+    double loss = 0;
+    gpt_forward(m, a, IDS, NULL, BLABELS, &bb, sample, 1, 0, &loss);
+    float *got = malloc((size_t)T * m->vocab_l * sizeof(float));
+    be_memcpy(g_be, got, gpt_acts_logits(a), (size_t)T * m->vocab_l * sizeof(float), BE_D2H);
+    gpt_acts_release(m, a);
+    double maxd = 0, maxr = 0; /* the unpadded positions (the padded ones are never used) */
+    for (int t = 0; t < BS; t++)
+        for (int v = 0; v < V; v++) {
+            maxd = fmax(maxd, fabs(got[t * m->vocab_l + v] - ref[t * V + v]));
+            maxr = fmax(maxr, fabs(ref[t * V + v]));
+        }
+    printf("bert trident -> hf: max |trident - reference| %.3g over logits up to %.3g; loss %.8f, reference %.8f\n",
+           maxd, maxr, loss, ref_l);
+    assert_true(maxr > 0.5 && maxd <= 1e-5 * maxr);
+    assert_true(fabs(loss - ref_l) <= 1e-5 * ref_l);
+    free(got);
+    hfree(&hm);
+    check_round_trip(m, hfdir, "bert_export");
+    gpt_free(m);
+}
+
 int main(int argc, char **argv)
 {
     g_world = comm_world_init(&argc, &argv);
@@ -838,6 +1017,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(llama_import_matches_reference),
         cmocka_unit_test(llama_export_matches_reference_and_round_trips),
         cmocka_unit_test(llama_import_refuses_what_it_cannot_compute),
+        cmocka_unit_test(bert_export_matches_reference_and_round_trips),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     char cmd[700];
