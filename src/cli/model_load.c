@@ -33,6 +33,10 @@ void cli_open_checkpoint(cli_model *out, td_args *a, comm *world, const char *pr
         USAGE(world, "%s: %s", prog, err);
     out->cfg = ckpt_model_config(&out->meta, tp, a->seq_length, a->make_vocab_size_divisible_by);
     const gpt_config *c = &out->cfg;
+    if (gpt_is_bert(c))
+        USAGE(world, "%s: %s holds a BERT, a bidirectional encoder: it does not generate or score text left to "
+                     "right; convert it to Hugging Face's MegatronBertForPreTraining (trident convert) for its "
+                     "masked-LM predictions", prog, out->meta.dir);
     if (c->heads % tp || c->ffn % tp || gpt_groups(c) % tp)
         USAGE(world, "%s: --tensor-model-parallel-size %d does not divide the checkpoint's %d heads, %d query groups "
                      "and FFN size %d", prog, tp, c->heads, gpt_groups(c), c->ffn);

@@ -17,8 +17,6 @@
     {key, flag, GPT_KEY_ARCH, 0, offsetof(gpt_config, field), 0, (n) - 1, choices, NULL, 0}
 
 const gpt_config_key GPT_CONFIG_KEYS[] = {
-    ENUM("model", "--model", family, "gpt|bert", 2),
-    INT("bert_binary_head", "--bert-binary-head", GPT_KEY_ARCH, binary_head, 0, 1),
     INT("num_layers", "--num-layers", GPT_KEY_ARCH, num_layers, 1, 1 << 16),
     INT("hidden_size", "--hidden-size", GPT_KEY_ARCH, hidden, 1, 1 << 20),
     INT("num_attention_heads", "--num-attention-heads", GPT_KEY_ARCH, heads, 1, 1 << 16),
@@ -35,6 +33,8 @@ const gpt_config_key GPT_CONFIG_KEYS[] = {
     INT("disable_bias_linear", "--disable-bias-linear", GPT_KEY_ARCH, disable_bias, 0, 1),
     INT("add_qkv_bias", "--add-qkv-bias", GPT_KEY_ARCH, add_qkv_bias, 0, 1),
     INT("untie_embeddings_and_output_weights", "--untie-embeddings-and-output-weights", GPT_KEY_ARCH, untied, 0, 1),
+    ENUM("model", "--model", family, "gpt|bert", 2),
+    INT("bert_binary_head", "--bert-binary-head", GPT_KEY_ARCH, binary_head, 0, 1),
     INT("vocab_size", "--vocab-file", GPT_KEY_VOCAB, vocab, 1, 1 << 30),
     INT("padded_vocab_size", "--make-vocab-size-divisible-by", GPT_KEY_PADDING, padded_vocab, 1, 1 << 30),
     INT("seq_length", "--seq-length", GPT_KEY_RUN, seq, 1, 1 << 24),

