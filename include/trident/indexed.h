@@ -23,6 +23,12 @@ idx_writer *idx_writer_open(const char *prefix, enum idx_dtype dtype, char *err,
 /* Appends one document (one sequence) of n tokens. Returns 0, or -1 with err set (I/O error,
  * a token that does not fit the dtype). */
 int idx_writer_add(idx_writer *w, const int32_t *ids, size_t n, char *err, size_t errlen);
+/* Sentence-level datasets (Megatron's add_item / end_document): appends one sequence of n
+ * tokens to the current document; idx_writer_end_document closes the document (the sequences
+ * added since the last end). Sequences still open at idx_writer_finish form one last document;
+ * a document with no sequences is allowed. 0, or -1 with err set, as idx_writer_add. */
+int idx_writer_add_sequence(idx_writer *w, const int32_t *ids, size_t n, char *err, size_t errlen);
+int idx_writer_end_document(idx_writer *w, char *err, size_t errlen);
 /* Writes the index, fsyncs both files and renames them into place. Frees w. 0 or -1 + err. */
 int idx_writer_finish(idx_writer *w, char *err, size_t errlen);
 /* Removes the temporary files and frees w (a failed run leaves nothing behind). */

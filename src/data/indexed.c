@@ -92,6 +92,8 @@ struct idx_writer {
     int64_t bin_bytes; /* bytes of .bin so far (flushed + pending) */
     int32_t *lens;     /* (S) */
     size_t nseq, cap;
+    int64_t *doc_ends; /* (ndocs) sequence count at the end of each document */
+    size_t ndocs, doc_cap;
 };
 
 static char *path_join(const char *prefix, const char *suffix)
@@ -111,6 +113,7 @@ static void writer_free(idx_writer *w)
     free(w->idx_tmp);
     free(w->buf);
     free(w->lens);
+    free(w->doc_ends);
     free(w);
 }
 
@@ -168,7 +171,7 @@ static int flush_bin(idx_writer *w, char *err, size_t errlen)
     return 0;
 }
 
-int idx_writer_add(idx_writer *w, const int32_t *ids, size_t n, char *err, size_t errlen)
+int idx_writer_add_sequence(idx_writer *w, const int32_t *ids, size_t n, char *err, size_t errlen)
 {
     if (n > (size_t)INT32_MAX) {
         td_seterr(err, errlen, "%s: a document of %zu tokens does not fit the int32 length field; split it",
@@ -179,7 +182,7 @@ int idx_writer_add(idx_writer *w, const int32_t *ids, size_t n, char *err, size_
     int64_t maxtok = dtype_max_token(w->dtype);
     for (size_t i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] > maxtok) {
-            td_seterr(err, errlen, "%s: token id %d (document %zu, position %zu) does not fit dtype %s [0, %lld]; "
+            td_seterr(err, errlen, "%s: token id %d (sequence %zu, position %zu) does not fit dtype %s [0, %lld]; "
                    "use a dtype for a larger vocabulary", w->bin_path, (int)ids[i], w->nseq, i,
                    idx_dtype_name((int)w->dtype), (long long)maxtok);
             return -1;
@@ -223,6 +226,24 @@ int idx_writer_add(idx_writer *w, const int32_t *ids, size_t n, char *err, size_
     return 0;
 }
 
+int idx_writer_end_document(idx_writer *w, char *err, size_t errlen)
+{
+    (void)err;
+    (void)errlen;
+    if (w->ndocs == w->doc_cap) {
+        w->doc_cap = w->doc_cap ? 2 * w->doc_cap : 1024;
+        w->doc_ends = td_xrealloc(w->doc_ends, w->doc_cap * sizeof *w->doc_ends);
+    }
+    w->doc_ends[w->ndocs++] = (int64_t)w->nseq;
+    return 0;
+}
+
+int idx_writer_add(idx_writer *w, const int32_t *ids, size_t n, char *err, size_t errlen)
+{
+    if (idx_writer_add_sequence(w, ids, n, err, errlen) != 0) return -1;
+    return idx_writer_end_document(w, err, errlen);
+}
+
 static void put_u64(unsigned char *p, uint64_t v)
 {
     for (int b = 0; b < 8; b++) p[b] = (unsigned char)(v >> (8 * b));
@@ -236,7 +257,7 @@ static int write_index(idx_writer *w, int fd)
     put_u64(head + 9, IDX_VERSION);
     head[17] = (unsigned char)w->dtype;
     put_u64(head + 18, (uint64_t)w->nseq);
-    put_u64(head + 26, (uint64_t)w->nseq + 1); /* one document per sequence, plus the leading 0 */
+    put_u64(head + 26, (uint64_t)w->ndocs + 1); /* the leading 0, then each document's end */
     if (write_all(fd, head, sizeof head) != 0) return -1;
 
     enum { CHUNK = 8192 };
@@ -261,10 +282,10 @@ static int write_index(idx_writer *w, int fd)
         }
         if (write_all(fd, out, 8 * m) != 0) return -1;
     }
-    /* document index: 0, 1, ..., S */
-    for (size_t i = 0; i <= w->nseq; i += CHUNK) {
-        size_t m = w->nseq + 1 - i < CHUNK ? w->nseq + 1 - i : CHUNK;
-        for (size_t j = 0; j < m; j++) put_u64(out + 8 * j, (uint64_t)(i + j));
+    /* document index: 0, then the end of each document (0, 1, ..., S with idx_writer_add) */
+    for (size_t i = 0; i <= w->ndocs; i += CHUNK) {
+        size_t m = w->ndocs + 1 - i < CHUNK ? w->ndocs + 1 - i : CHUNK;
+        for (size_t j = 0; j < m; j++) put_u64(out + 8 * j, i + j == 0 ? 0 : (uint64_t)w->doc_ends[i + j - 1]);
         if (write_all(fd, out, 8 * m) != 0) return -1;
     }
     return 0;
@@ -289,6 +310,8 @@ static void sync_parent(const char *path)
 
 int idx_writer_finish(idx_writer *w, char *err, size_t errlen)
 {
+    /* sequences added since the last document end form one last document */
+    if (w->nseq > (w->ndocs ? (size_t)w->doc_ends[w->ndocs - 1] : 0)) idx_writer_end_document(w, err, errlen);
     if (flush_bin(w, err, errlen) != 0) goto fail;
     if (fsync(w->bin_fd) != 0) {
         td_seterr(err, errlen, "cannot fsync %s: %s (is the disk full?)", w->bin_tmp, td_strerror(errno));

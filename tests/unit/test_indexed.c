@@ -169,6 +169,46 @@ static void idx_bytes_match_megatron_layout(void **state)
     assert_int_equal(count_files_with(".tmp-"), 0);
 }
 
+/* Sentence-level documents (Megatron's add_item / end_document): the document index holds each
+ * document's end; trailing sequences form one last document at finish. */
+static void idx_bytes_sentence_documents(void **state)
+{
+    (void)state;
+    char prefix[600], err[512] = "";
+    path_of(prefix, sizeof prefix, "sentences", "");
+    idx_writer *w = idx_writer_open(prefix, IDX_U16, err, sizeof err);
+    assert_non_null(w);
+    const int32_t a[] = {1, 2}, b[] = {3}, c[] = {4, 5, 6};
+    /* document 0: [1 2] [3]; document 1: [4 5 6]; document 2: empty; document 3: [3] [1 2] */
+    assert_int_equal(idx_writer_add_sequence(w, a, 2, err, sizeof err), 0);
+    assert_int_equal(idx_writer_add_sequence(w, b, 1, err, sizeof err), 0);
+    assert_int_equal(idx_writer_end_document(w, err, sizeof err), 0);
+    assert_int_equal(idx_writer_add(w, c, 3, err, sizeof err), 0);
+    assert_int_equal(idx_writer_end_document(w, err, sizeof err), 0);
+    assert_int_equal(idx_writer_add_sequence(w, b, 1, err, sizeof err), 0);
+    assert_int_equal(idx_writer_add_sequence(w, a, 2, err, sizeof err), 0);
+    assert_int_equal(idx_writer_finish(w, err, sizeof err), 0);
+    char path[600];
+    size_t n;
+    path_of(path, sizeof path, "sentences", ".idx");
+    unsigned char *m = slurp(path, &n);
+    assert_int_equal(le64(m + 18), 5); /* sequences */
+    assert_int_equal(le64(m + 26), 5); /* documents + 1 */
+    assert_int_equal(n, 34 + 5 * 4 + 5 * 8 + 5 * 8);
+    const unsigned char *D = m + 34 + 5 * 4 + 5 * 8;
+    const uint64_t want[] = {0, 2, 3, 3, 5};
+    for (int j = 0; j < 5; j++) assert_int_equal(le64(D + 8 * j), want[j]);
+    free(m);
+    idx_dataset *d = idx_open(prefix, err, sizeof err);
+    assert_non_null(d);
+    assert_int_equal(idx_num_sequences(d), 5);
+    assert_int_equal(idx_num_documents(d), 4);
+    int32_t got[3];
+    idx_read(d, 2, 0, 3, got);
+    assert_memory_equal(got, c, sizeof c);
+    idx_close(d);
+}
+
 static void idx_bytes_int32_and_empty(void **state)
 {
     (void)state;
@@ -451,6 +491,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(dtype_choice_follows_megatron),
         cmocka_unit_test(idx_bytes_match_megatron_layout),
+        cmocka_unit_test(idx_bytes_sentence_documents),
         cmocka_unit_test(idx_bytes_int32_and_empty),
         cmocka_unit_test(roundtrip_uint16),
         cmocka_unit_test(roundtrip_int32),
