@@ -268,6 +268,7 @@ static double evaluate(run_state *r, gptds_split s, int64_t consumed, int64_t it
     r->it.training = 1;
     r->it.loss_scale = loss_scale;
     r->src.split = GPTDS_TRAIN;
+    memset(r->it.bert_stats, 0, sizeof r->it.bert_stats); /* the training iterations' sums are their own */
     comm_allreduce(r->ps->dp_group, &total, 1, COMM_F64, COMM_SUM);
     /* the loss lives on the last stage: share it with every rank */
     comm_bcast(r->ps->pp_group, &total, 1, COMM_F64, r->ps->pp - 1);
