@@ -23,6 +23,10 @@ double mem_chunk_params(const gpt_config *c, int tp, const mem_chunk *k)
         n += norm_param_count(c);
         if (c->untied || !k->first) n += V / tp * h;
     }
+    if (gpt_is_bert(c)) { /* token types; the LM head's transform and bias, the pooler and binary head */
+        if (k->first) n += GPT_BERT_TOKENTYPES * h;
+        if (k->last) n += h * h + h + norm_param_count(c) + V / tp + (c->binary_head ? h * h + h + 2 * h + 2 : 0);
+    }
     return n;
 }
 
@@ -78,6 +82,10 @@ double mem_chunk_acts(const mem_layout *l, const mem_chunk *k)
     }
     double last = 0;
     if (k->last) last = norm_acts(l, BT / sp) + BT * c->padded_vocab / l->tp + 4 * BT;
+    if (gpt_is_bert(c)) { /* token types; the LM head's dense and GeLU outputs and norm, the [CLS] rows */
+        if (k->first) ints += BT / sp;
+        if (k->last) last += 2 * BT / sp * h + norm_acts(l, BT / sp) + (c->binary_head ? l->mbs * (3 * h + 4) : 0);
+    }
     return 4.0 * (ints + input + layers + last);
 }
 
@@ -91,6 +99,8 @@ static double chunk_workspace(const mem_layout *l, const mem_chunk *k)
     double floats = 4 * BT * h + BT * (q + 2 * kv) + BT * q + BT * (c->swiglu ? 2 : 1) * f + BT * f + 2 * BT;
     if (l->sequence_parallel) floats += 3 * BT * h + 2 * BT / t * h; /* gathered, staging; two local */
     if (l->lowp) floats += BT * fmax(fmax(h, q), f); /* a kept input's fp32 staging */
+    if (gpt_is_bert(c) && k->last) /* the pooler's gradients, and the heads' host buffer */
+        floats += 2.0 * l->mbs * h + fmax(3 * BT, 2.0 * l->mbs * h);
     if (l->recompute == MEM_RECOMPUTE_FULL) {
         double full;
         layer_acts(l, BT, &full);

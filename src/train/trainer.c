@@ -402,7 +402,6 @@ static void report_memory(run_state *r)
 static void setup(run_state *r, const td_args *a, comm *world)
 {
     memset(r, 0, sizeof *r);
-    r->rss_start = (double)proc_status_bytes("VmRSS");
     r->a = a;
     r->ps = ps_init(world, a->tensor_model_parallel_size, a->pipeline_model_parallel_size);
     ps_state *ps = r->ps;
@@ -412,6 +411,9 @@ static void setup(run_state *r, const td_args *a, comm *world)
         TD_INFO("--sequence-parallel does nothing without tensor parallelism: off");
     r->be = be_cpu(0);
     if (a->bf16 || a->fp16) be_set_gemm_dtype(r->be, a->bf16 ? BE_BF16 : BE_F16);
+    /* measured before the model exists: its GEMMs' buffers come and go below the run's peak */
+    r->peak_tflops = td_args_given(a, "--peak-tflops") ? a->peak_tflops : be_peak_gflops(r->be) / 1e3;
+    r->rss_start = (double)proc_status_bytes("VmRSS"); /* with OpenBLAS's buffers, which the GEMMs above made */
     r->scaled = a->fp16 || td_args_given(a, "--loss-scale");
     if (td_args_given(a, "--loss-scale")) opt_loss_scaler_init(&r->scaler, 0, a->loss_scale, a->loss_scale, 1, 1);
     else opt_loss_scaler_init(&r->scaler, 1, a->initial_loss_scale, a->min_loss_scale, a->loss_scale_window,
@@ -514,7 +516,6 @@ static void setup(run_state *r, const td_args *a, comm *world)
         r->it.bert.lengths = td_xmalloc((size_t)a->micro_batch_size * sizeof(int32_t));
         r->it.bert.sop = td_xmalloc((size_t)a->micro_batch_size * sizeof(int32_t));
     }
-    r->peak_tflops = td_args_given(a, "--peak-tflops") ? a->peak_tflops : be_peak_gflops(r->be) / 1e3;
     if (ps->world_rank == 0) {
         TD_INFO("trident %s: world %d = tp %d x pp %d x dp %d%s, backend %s, schedule %s (%d chunk%s per rank)",
                 TRIDENT_VERSION, ps->world_size, ps->tp, ps->pp, ps->dp,
