@@ -3,13 +3,10 @@
 # Debian's python3-torch), back to back in one run, same shapes, all cores. The BERT counterpart
 # of bench/cpu_gpt2.sh.
 #
-# PLACEHOLDER on the trident side: `trident train --model bert` does not exist yet. Two flags of
-# the trident command line below are ASSUMED (marked "ASSUMED" where they are passed):
-#   --model bert    train Megatron-BERT (MLM + sentence-order heads) instead of GPT;
-#   --mock-data     synthetic samples instead of --data-path (as Megatron's --mock-data);
-# every other flag exists today and means what it means for GPT (the tokenizer flags are those
-# trident preprocess already takes). Until both flags exist the trident run fails: the script says
-# so, prints the tail of its log, and still runs and prints the peer.
+# trident trains on tinyshakespeare preprocessed here with --split-sentences (documents of 8
+# paragraphs, so samples fill most of the sequence); the peer on random tokens with lengths in
+# [seq/2, seq]. Both compute every position of the sequence (padding included) through the layers
+# and the LM head, as Megatron does.
 #
 # Usage: bench/bert.sh [--shapes LIST] [--steps N] [--repeat R] [--threads T] [--precision fp32|bf16]
 #                      [--blas-core env|auto|NAME] [--no-peer] [--no-trident]
@@ -61,6 +58,17 @@ if [ "$trident" = 1 ]; then
   VOCAB=${VOCAB:-$build/node/bert/vocab.txt}
   [ -f "$VOCAB" ] || "$root/scripts/test-deps.sh" "$build" >/dev/null ||
     echo "bert.sh: no $VOCAB (scripts/test-deps.sh failed); set VOCAB to a BERT vocab.txt" >&2
+  data=$work/bert_shk_text_sentence
+  if [ ! -f "$data.idx" ]; then
+    "$root/scripts/text-to-jsonl.sh" "${SHAKESPEARE:-$root/../shared/data/tinyshakespeare.txt}" "$work/bert_par.jsonl"
+    $pyt -c 'import json, sys
+p = [json.loads(l)["text"] for l in open(sys.argv[1])]
+with open(sys.argv[2], "w") as f:
+    for i in range(0, len(p), 8): f.write(json.dumps({"text": "\n".join(p[i:i + 8])}) + "\n")' \
+      "$work/bert_par.jsonl" "$work/bert_shk.jsonl"
+    "$TRIDENT" preprocess --input "$work/bert_shk.jsonl" --output-prefix "$work/bert_shk" --split-sentences \
+      --tokenizer-type BertWordPieceLowerCase --vocab-file "$VOCAB" --workers 2 >/dev/null
+  fi
 fi
 
 avx512=0
@@ -76,10 +84,8 @@ echo "OpenBLAS kernels: ${benv:-OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-(auto)}} 
 run_trident() { # layers hidden heads mbs seq -> prints "best median tokens mfu", or returns 1
   local log=$work/trident-bert-$1-$2-$4-$5.log metrics=$work/metrics-bert-$1-$2-$4-$5.jsonl
   rm -f "$metrics"
-  # ASSUMED: trident has neither flag yet (see the top of this file); all the others exist today
-  local assumed=(--model bert --mock-data)
   # shellcheck disable=SC2086
-  env $benv OMP_NUM_THREADS="$threads" "$TRIDENT" train "${assumed[@]}" \
+  env $benv OMP_NUM_THREADS="$threads" "$TRIDENT" train --model bert --data-path "$data" --split 100,0,0 \
     --tokenizer-type BertWordPieceLowerCase --vocab-file "$VOCAB" \
     --num-layers "$1" --hidden-size "$2" --num-attention-heads "$3" --micro-batch-size "$4" --seq-length "$5" \
     --max-position-embeddings 512 --global-batch-size "$4" --train-iters "$steps" --eval-iters 0 \
@@ -123,7 +129,7 @@ for shape in "${list[@]}"; do
         echo "trident: best step $tbest ms, median $tmed ms, $ttok tokens/s, MFU $tmfu%"
       else
         ttok=
-        echo "trident: failed (train --model bert / --mock-data not implemented yet?); the end of $log:"
+        echo "trident: failed; the end of $log:"
         tail -n 3 "$log" | sed 's/^/  /'
       fi
     fi

@@ -18,106 +18,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ds_util.h"
 #include "trident/check.h"
 #include "trident/philox.h"
 #include "trident/timer.h"
 
 /* ------------------------------------------------------------------------------------------ */
-/* Small helpers (the file ones as gpt_dataset.c has them)                                    */
-
-static char *aprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static char *aprintf(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    TD_ASSERT(n >= 0);
-    char *s = td_xmalloc((size_t)n + 1);
-    va_start(ap, fmt);
-    vsnprintf(s, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    return s;
-}
-
-#define FNV_OFFSET 0xcbf29ce484222325ull
-#define FNV_PRIME 0x100000001b3ull
-
-/* FNV-1a over 64-bit words, then the tail bytes. */
-static uint64_t fnv1a(uint64_t h, const void *p, size_t n)
-{
-    const unsigned char *b = p;
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        uint64_t w;
-        memcpy(&w, b + i, 8);
-        h = (h ^ w) * FNV_PRIME;
-    }
-    for (; i < n; i++) h = (h ^ b[i]) * FNV_PRIME;
-    return h;
-}
-
-/* mkdir -p; 0 or -1 with errno set. */
-static int make_dirs(const char *path)
-{
-    char *p = td_xstrdup(path);
-    int rc = 0;
-    for (char *q = p + 1;; q++) {
-        if (*q == '/' || *q == 0) {
-            char c = *q;
-            *q = 0;
-            if (mkdir(p, 0755) != 0 && errno != EEXIST) rc = -1;
-            *q = c;
-            if (rc || !c) break;
-        }
-    }
-    free(p);
-    return rc;
-}
-
-/* Writes path atomically: a temporary name unique to this host and process, fsync, rename.
- * 0, or -1 with why (the temporary is removed). */
-static int write_atomic(const char *path, const char *b, size_t len, char *why, size_t whylen)
-{
-    static unsigned counter;
-    char host[64] = "host";
-    gethostname(host, sizeof host - 1);
-    host[sizeof host - 1] = 0;
-    char *tmp = aprintf("%s.tmp.%s.%ld.%u", path, host, (long)getpid(), counter++);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        snprintf(why, whylen, "create %s: %s", tmp, td_strerror(errno));
-        free(tmp);
-        return -1;
-    }
-    size_t put = 0;
-    int rc = 0;
-    while (put < len) {
-        ssize_t w = write(fd, b + put, len - put);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) {
-            snprintf(why, whylen, "write %s: %s", tmp, w < 0 ? td_strerror(errno) : "no progress");
-            rc = -1;
-            break;
-        }
-        put += (size_t)w;
-    }
-    if (rc == 0 && fsync(fd) != 0) {
-        snprintf(why, whylen, "fsync %s: %s", tmp, td_strerror(errno));
-        rc = -1;
-    }
-    if (close(fd) != 0 && rc == 0) {
-        snprintf(why, whylen, "close %s: %s", tmp, td_strerror(errno));
-        rc = -1;
-    }
-    if (rc == 0 && rename(tmp, path) != 0) {
-        snprintf(why, whylen, "rename %s -> %s: %s", tmp, path, td_strerror(errno));
-        rc = -1;
-    }
-    if (rc != 0) unlink(tmp);
-    free(tmp);
-    return rc;
-}
+/* Small helpers: src/data/ds_util.h                                                          */
 
 /* ------------------------------------------------------------------------------------------ */
 /* Random draws. A stream is (tag, purpose, split); per-sample generators put the sample index
@@ -292,7 +199,7 @@ static cache_image image_make(const char *desc, uint64_t key, const int64_t *row
     memcpy(h.magic, CACHE_MAGIC, 8);
     memcpy(im.p + sizeof h, desc, dl);
     if (n) memcpy(im.p + at, rows, (size_t)n * 3 * sizeof(int64_t));
-    h.checksum = fnv1a(FNV_OFFSET, im.p + sizeof h, im.len - sizeof h);
+    h.checksum = ds_fnv1a_words(DS_FNV_OFFSET, im.p + sizeof h, im.len - sizeof h);
     memcpy(im.p, &h, sizeof h);
     return im;
 }
@@ -328,7 +235,7 @@ static int image_check(const cache_image *im, const char *desc, uint64_t key, co
         snprintf(why, whylen, "%zu bytes for %" PRIu64 " rows (truncated or padded)", im->len, h.n_rows);
         return -1;
     }
-    uint64_t sum = fnv1a(FNV_OFFSET, im->p + sizeof h, im->len - sizeof h);
+    uint64_t sum = ds_fnv1a_words(DS_FNV_OFFSET, im->p + sizeof h, im->len - sizeof h);
     if (sum != h.checksum) {
         snprintf(why, whylen, "checksum %016" PRIx64 ", expected %016" PRIx64 " (corrupt)", sum, h.checksum);
         return -1;
@@ -419,23 +326,23 @@ static void split_build(bertds *ds, gptds_split s, const bertds_config *c, int64
                   .max_tokens = ds->max_tokens, .short_prob = c->short_seq_prob, .min_sent = c->binary_head ? 2 : 1,
                   .wanted = in->samples_wanted, .seed = c->seed, .split = s};
     int64_t s0 = P.docs[beg], s1 = P.docs[end];
-    uint64_t h = fnv1a(FNV_OFFSET, P.docs + beg, (size_t)(end - beg + 1) * sizeof *P.docs);
-    h = fnv1a(h, ds->lens + s0, (size_t)(s1 - s0) * sizeof *ds->lens);
-    char *desc = aprintf("trident BertDataset samples mapping, algorithm v%d\nsplit: %s\ndocuments: [%" PRId64
+    uint64_t h = ds_fnv1a_words(DS_FNV_OFFSET, P.docs + beg, (size_t)(end - beg + 1) * sizeof *P.docs);
+    h = ds_fnv1a_words(h, ds->lens + s0, (size_t)(s1 - s0) * sizeof *ds->lens);
+    char *desc = ds_aprintf("trident BertDataset samples mapping, algorithm v%d\nsplit: %s\ndocuments: [%" PRId64
                          ", %" PRId64 ") of %" PRId64 "\nsentences: [%" PRId64 ", %" PRId64 ") of %" PRId64
                          "\ndocument index and sentence lengths fnv1a64: %016" PRIx64 "\nmax tokens: %d\nshort "
                          "sequence probability: %a\nbinary head: %d\nseed: %" PRIu64 "\nsamples wanted: %" PRId64 "\n",
                          BERTDS_ALGO_VERSION, gptds_split_name(s), beg, end, idx_num_documents(ds->idx), s0, s1,
                          idx_num_sequences(ds->idx), h, P.max_tokens, P.short_prob, P.min_sent == 2, c->seed,
                          in->samples_wanted);
-    uint64_t key = fnv1a(FNV_OFFSET, desc, strlen(desc));
+    uint64_t key = ds_fnv1a_words(DS_FNV_OFFSET, desc, strlen(desc));
     if (!c->no_cache) {
         const char *slash = strrchr(ds->path, '/');
         const char *base = slash ? slash + 1 : ds->path;
         if (c->cache_dir)
-            st->cache_file = aprintf("%s/%s.bert.%s.%016" PRIx64 ".tdidx", c->cache_dir, base, gptds_split_name(s), key);
+            st->cache_file = ds_aprintf("%s/%s.bert.%s.%016" PRIx64 ".tdidx", c->cache_dir, base, gptds_split_name(s), key);
         else
-            st->cache_file = aprintf("%.*s%s.bert.%s.%016" PRIx64 ".tdidx", (int)(base - ds->path), ds->path, base,
+            st->cache_file = ds_aprintf("%.*s%s.bert.%s.%016" PRIx64 ".tdidx", (int)(base - ds->path), ds->path, base,
                                      gptds_split_name(s), key);
         in->cache_file = st->cache_file;
     }
@@ -448,7 +355,7 @@ static void split_build(bertds *ds, gptds_split s, const bertds_config *c, int64
         st->img = image_make(desc, key, rows, n, epochs);
         free(rows);
         char why[512];
-        if (st->cache_file && write_atomic(st->cache_file, st->img.p, st->img.len, why, sizeof why) != 0)
+        if (st->cache_file && ds_write_atomic(st->cache_file, st->img.p, st->img.len, why, sizeof why) != 0)
             td_warn("cannot write the BERT samples mapping (%s); continuing with it in memory (point "
                     "--data-cache-path at a writable folder to keep it)", why);
     }
@@ -485,7 +392,7 @@ bertds *bertds_open(const bertds_config *c)
     double w[GPTDS_NSPLITS];
     char err[512];
     if (gptds_parse_split(c->split ? c->split : "969,30,1", w, err, sizeof err) != 0) td_usage_error("--split %s", err);
-    if (c->cache_dir && !c->no_cache && make_dirs(c->cache_dir) != 0)
+    if (c->cache_dir && !c->no_cache && ds_make_dirs(c->cache_dir) != 0)
         td_fatal(1, "--data-cache-path %s: cannot create the folder (%s); give a writable folder", c->cache_dir,
                  td_strerror(errno));
     bertds *ds = td_xcalloc(1, sizeof *ds);

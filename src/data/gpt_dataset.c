@@ -14,27 +14,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ds_util.h"
 #include "trident/check.h"
 #include "trident/philox.h"
 #include "trident/timer.h"
 
 /* ------------------------------------------------------------------------------------------ */
 /* Small helpers: strings, paths, hashes                                                      */
-
-static char *aprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static char *aprintf(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    TD_ASSERT(n >= 0);
-    char *s = td_xmalloc((size_t)n + 1);
-    va_start(ap, fmt);
-    vsnprintf(s, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    return s;
-}
 
 /* Folder part of a dataset prefix ("." when it has none). */
 static char *dir_of(const char *path)
@@ -52,54 +38,6 @@ static const char *base_of(const char *path)
 {
     const char *slash = strrchr(path, '/');
     return slash ? slash + 1 : path;
-}
-
-/* mkdir -p; 0 or -1 with errno set. */
-static int make_dirs(const char *path)
-{
-    char *p = td_xstrdup(path);
-    int rc = 0;
-    for (char *q = p + 1; ; q++) {
-        if (*q == '/' || *q == 0) {
-            char c = *q;
-            *q = 0;
-            if (mkdir(p, 0755) != 0 && errno != EEXIST) rc = -1;
-            *q = c;
-            if (rc || !c) break;
-        }
-    }
-    free(p);
-    struct stat st;
-    if (rc == 0 && (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))) {
-        if (errno == 0) errno = ENOTDIR;
-        rc = -1;
-    }
-    return rc;
-}
-
-#define FNV_OFFSET 0xcbf29ce484222325ull
-#define FNV_PRIME 0x100000001b3ull
-
-/* FNV-1a, 64-bit, byte by byte: cache keys (names). */
-static uint64_t fnv1a(uint64_t h, const void *p, size_t n)
-{
-    const unsigned char *b = p;
-    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * FNV_PRIME;
-    return h;
-}
-
-/* FNV-1a over 64-bit words (then the tail bytes): checksums of large arrays. Each step is a
- * bijection of the state, so any single changed word changes the result. */
-static uint64_t fnv1a_words(uint64_t h, const void *p, size_t n)
-{
-    const unsigned char *b = p;
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        uint64_t w;
-        memcpy(&w, b + i, 8);
-        h = (h ^ w) * FNV_PRIME;
-    }
-    return fnv1a(h, b + i, n - i);
 }
 
 static int64_t mul_or_die(int64_t a, int64_t b, const char *what)
@@ -353,7 +291,7 @@ static void blob_seal(char *b, size_t len)
 {
     cache_header h;
     memcpy(&h, b, sizeof h);
-    h.checksum = fnv1a_words(FNV_OFFSET, b + sizeof h, len - sizeof h);
+    h.checksum = ds_fnv1a_words(DS_FNV_OFFSET, b + sizeof h, len - sizeof h);
     memcpy(b, &h, sizeof h);
 }
 
@@ -396,7 +334,7 @@ static int blob_check(const char *b, size_t len, const cache_layout *L, void *ar
         snprintf(why, whylen, "%zu bytes, expected %zu (truncated or padded)", len, want);
         return -1;
     }
-    uint64_t sum = fnv1a_words(FNV_OFFSET, b + sizeof h, len - sizeof h);
+    uint64_t sum = ds_fnv1a_words(DS_FNV_OFFSET, b + sizeof h, len - sizeof h);
     if (sum != h.checksum) {
         snprintf(why, whylen, "checksum %016" PRIx64 ", expected %016" PRIx64 " (corrupt)", sum, h.checksum);
         return -1;
@@ -456,50 +394,6 @@ static int map_whole(const char *path, cache_image *im, int *exists, char *why, 
     return 0;
 }
 
-/* Writes path atomically: a temporary name unique to this host and process, fsync, rename.
- * 0, or -1 with why (the temporary is removed). */
-static int write_atomic(const char *path, const char *b, size_t len, char *why, size_t whylen)
-{
-    static unsigned counter;
-    char host[64] = "host";
-    gethostname(host, sizeof host - 1);
-    host[sizeof host - 1] = 0;
-    char *tmp = aprintf("%s.tmp.%s.%ld.%u", path, host, (long)getpid(), counter++);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        snprintf(why, whylen, "create %s: %s", tmp, td_strerror(errno));
-        free(tmp);
-        return -1;
-    }
-    size_t put = 0;
-    int rc = 0;
-    while (put < len) {
-        ssize_t w = write(fd, b + put, len - put);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) {
-            snprintf(why, whylen, "write %s: %s", tmp, w < 0 ? td_strerror(errno) : "no progress");
-            rc = -1;
-            break;
-        }
-        put += (size_t)w;
-    }
-    if (rc == 0 && fsync(fd) != 0) {
-        snprintf(why, whylen, "fsync %s: %s", tmp, td_strerror(errno));
-        rc = -1;
-    }
-    if (close(fd) != 0 && rc == 0) {
-        snprintf(why, whylen, "close %s: %s", tmp, td_strerror(errno));
-        rc = -1;
-    }
-    if (rc == 0 && rename(tmp, path) != 0) {
-        snprintf(why, whylen, "rename %s -> %s: %s", tmp, path, td_strerror(errno));
-        rc = -1;
-    }
-    if (rc != 0) unlink(tmp);
-    free(tmp);
-    return rc;
-}
-
 /* Maps a cache file that matches L and passes `check` (0, arr and im set), or returns -1; a
  * file that exists but is unusable gets a warning. */
 typedef int (*content_check)(const void *ctx, void *arr[MAX_ARRAYS], char *why, size_t whylen);
@@ -523,7 +417,7 @@ static void cache_store(const char *path, char *b, size_t len)
 {
     char why[512];
     blob_seal(b, len);
-    if (path && write_atomic(path, b, len, why, sizeof why) != 0)
+    if (path && ds_write_atomic(path, b, len, why, sizeof why) != 0)
         td_warn("cannot write index cache (%s); continuing with the indices in memory (point --data-cache-path "
                 "at a writable folder to keep them)", why);
 }
@@ -686,7 +580,7 @@ static char *cache_path(const gptds_config *cfg, const char *dataset_path, const
 {
     if (cfg->no_cache) return NULL;
     char *dir = cfg->cache_dir ? td_xstrdup(cfg->cache_dir) : dir_of(dataset_path);
-    char *p = aprintf("%s/%s.%s.%016" PRIx64 ".tdidx", dir, stem, gptds_split_name(s), key);
+    char *p = ds_aprintf("%s/%s.%s.%016" PRIx64 ".tdidx", dir, stem, gptds_split_name(s), key);
     free(dir);
     return p;
 }
@@ -716,17 +610,17 @@ static void gpt_split_open(component *c, gptds_split s, const gptds_config *cfg,
     }
     plan_split(&P, cfg->seq_length);
 
-    uint64_t lens_hash = fnv1a_words(FNV_OFFSET, c->lens + beg, (size_t)P.ndocs * sizeof *c->lens);
+    uint64_t lens_hash = ds_fnv1a_words(DS_FNV_OFFSET, c->lens + beg, (size_t)P.ndocs * sizeof *c->lens);
     cache_layout L = {.n_arrays = 3,
                       .count = {(uint64_t)P.n_doc, 2 * (uint64_t)(P.n_samples + 1), (uint64_t)P.n_samples},
                       .elem = {4, 8, 8}};
-    L.desc = aprintf("trident GPTDataset indices, algorithm v%d\nsplit: %s\ndocuments: [%" PRId64 ", %" PRId64
+    L.desc = ds_aprintf("trident GPTDataset indices, algorithm v%d\nsplit: %s\ndocuments: [%" PRId64 ", %" PRId64
                      ") of %" PRId64 "\ndocument lengths fnv1a64: %016" PRIx64 "\ntokens per epoch: %" PRId64
                      "\nseq_length: %d (+1 extra token)\nseed: %" PRIu64 "\nsamples wanted: %" PRId64
                      "\nepochs: %" PRId64 "\nseparate final epoch: %d\n",
                      GPTDS_ALGO_VERSION, gptds_split_name(s), beg, end, c->info.num_documents, lens_hash, P.tokens,
                      cfg->seq_length, cfg->seed, wanted, P.epochs, P.sep);
-    L.key = fnv1a(FNV_OFFSET, L.desc, strlen(L.desc));
+    L.key = ds_fnv1a(DS_FNV_OFFSET, L.desc, strlen(L.desc));
     st->key = L.key;
     in->cache_file = cache_path(cfg, c->path, base_of(c->path), s, L.key);
 
@@ -795,16 +689,16 @@ static void blend_split_open(gptds *ds, gptds_split s, const gptds_config *cfg, 
     gptds_normalize(w, ds->n);
 
     size_t dl = 0;
-    char *desc = aprintf("trident BlendedDataset indices, algorithm v%d\nsplit: %s\nsize: %" PRId64 "\n",
+    char *desc = ds_aprintf("trident BlendedDataset indices, algorithm v%d\nsplit: %s\nsize: %" PRId64 "\n",
                          GPTDS_ALGO_VERSION, gptds_split_name(s), size);
     for (int i = 0; i < ds->n; i++) {
-        char *more = aprintf("%sdataset %d: weight %a, indices %016" PRIx64 "\n", desc, i, w[i],
+        char *more = ds_aprintf("%sdataset %d: weight %a, indices %016" PRIx64 "\n", desc, i, w[i],
                              ds->c[i].split[s].key);
         free(desc);
         desc = more;
     }
     dl = strlen(desc);
-    cache_layout L = {.desc = desc, .key = fnv1a(FNV_OFFSET, desc, dl), .n_arrays = 2,
+    cache_layout L = {.desc = desc, .key = ds_fnv1a(DS_FNV_OFFSET, desc, dl), .n_arrays = 2,
                       .count = {(uint64_t)size, (uint64_t)size}, .elem = {4, 8}};
     b->info.cache_file = cache_path(cfg, ds->c[0].path, "blend", s, L.key);
 
@@ -852,24 +746,24 @@ static int check_ids_arrays(const void *vctx, void *arr[MAX_ARRAYS], char *why, 
 int gptds_check_token_ids(const char *path, const idx_dataset *idx, int vocab, const char *vocab_source,
                           const char *cache_dir, int no_cache)
 {
-    char *bin = aprintf("%s.bin", path);
+    char *bin = ds_aprintf("%s.bin", path);
     struct stat st;
     if (stat(bin, &st) != 0)
         td_fatal(1, "%s: %s (the tokens of dataset %s); give the prefix of a dataset from trident preprocess", bin,
                  td_strerror(errno), path);
     int64_t nseq = idx_num_sequences(idx), ntok = idx_num_tokens(idx);
-    uint64_t lens_hash = fnv1a_words(FNV_OFFSET, idx_seq_lens(idx), (size_t)nseq * sizeof(int32_t));
+    uint64_t lens_hash = ds_fnv1a_words(DS_FNV_OFFSET, idx_seq_lens(idx), (size_t)nseq * sizeof(int32_t));
     cache_layout L = {.n_arrays = 1, .count = {2}, .elem = {8}};
-    L.desc = aprintf("trident token id check, algorithm v1\nvocabulary size: %d\n.bin bytes: %lld\n.bin modified: "
+    L.desc = ds_aprintf("trident token id check, algorithm v1\nvocabulary size: %d\n.bin bytes: %lld\n.bin modified: "
                      "%lld.%09ld\ndtype: %s\nsequences: %" PRId64 "\ntokens: %" PRId64
                      "\ndocument lengths fnv1a64: %016" PRIx64 "\n",
                      vocab, (long long)st.st_size, (long long)st.st_mtim.tv_sec, (long)st.st_mtim.tv_nsec,
                      idx_dtype_name(idx_dtype(idx)), nseq, ntok, lens_hash);
-    L.key = fnv1a(FNV_OFFSET, L.desc, strlen(L.desc));
+    L.key = ds_fnv1a(DS_FNV_OFFSET, L.desc, strlen(L.desc));
     char *file = NULL;
     if (!no_cache) {
         char *dir = cache_dir ? td_xstrdup(cache_dir) : dir_of(path);
-        file = aprintf("%s/%s.ids.%016" PRIx64 ".tdidx", dir, base_of(path), L.key);
+        file = ds_aprintf("%s/%s.ids.%016" PRIx64 ".tdidx", dir, base_of(path), L.key);
         free(dir);
     }
     cache_image im = {0};
@@ -931,7 +825,7 @@ gptds *gptds_open(const gptds_config *cfg)
     double w[GPTDS_NSPLITS];
     char err[256];
     if (gptds_parse_split(cfg->split, w, err, sizeof err) != 0) td_usage_error("--split %s", err);
-    if (cfg->cache_dir && !cfg->no_cache && make_dirs(cfg->cache_dir) != 0)
+    if (cfg->cache_dir && !cfg->no_cache && ds_make_dirs(cfg->cache_dir) != 0)
         td_fatal(1, "--data-cache-path %s: cannot create the folder (%s); give a writable folder", cfg->cache_dir,
                  td_strerror(errno));
 
