@@ -26,9 +26,7 @@ bert_source *bert_source_open(const td_args *a, const gpt_config *c, const int64
     if (!tok) td_fatal(1, "%s", err);
     tok_bert_vocab bv;
     if (tok_bert_vocab_get(tok, &bv, err, sizeof err)) td_fatal(2, "--model bert: %s", err);
-    if (a->data_path.n != 1)
-        td_fatal(2, "--model bert reads one sentence-level dataset: give --data-path PREFIX (from trident "
-                    "preprocess --split-sentences), not a blend");
+    TD_ASSERT(a->data_path.n == 1); /* trainer_validate */
     char vsrc[1100];
     snprintf(vsrc, sizeof vsrc, "%s %s", a->tokenizer_model ? "--tokenizer-model" : "--vocab-file",
              a->tokenizer_model ? a->tokenizer_model : a->vocab_file);

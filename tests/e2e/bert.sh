@@ -8,7 +8,8 @@
 #    that never stopped;
 #  - convert: to Hugging Face's MegatronBertForPreTraining and back, bit-identical (`checkpoint
 #    compare`);
-#  - generate and eval refuse a BERT checkpoint with one line (exit 2);
+#  - generate and eval refuse a BERT checkpoint with one line (exit 2), and bad BERT flags exit 2
+#    once on every rank;
 #  - the losses fall: 60 iterations of a small BERT lower the masked-LM loss by more than 1.5 and
 #    raise its accuracy.
 . "$(dirname "$0")/checkpoint_lib.sh"
@@ -67,6 +68,20 @@ for cmd in "generate --prompt hello" "eval --data-path ts_text_sentence"; do
   if [ $rc = 2 ] && grep -q "BERT" refuse.log && [ "$(wc -l <refuse.log)" = 1 ]; then ok "${cmd%% *} refuses a BERT: $(cat refuse.log)"
   else bad "${cmd%% *} on a BERT: exit $rc"; cat refuse.log; fi
 done
+
+# bad flags: exit 2 on every rank, once, before anything is allocated
+bad_flags() { # want flags...
+  local want=$1; shift
+  timeout 60 "${MPIRUN[@]}" -np 2 "$TRIDENT" train --model bert --data-path ts_text_sentence --train-iters 1 "$@" \
+    >bad.log 2>&1
+  local rc=$?
+  if [ $rc = 2 ] && [ "$(grep -c "error: trident train: .*$want" bad.log)" = 1 ] && ! grep -q "parameters" bad.log; then
+    ok "$*: exit 2, once: $(grep error bad.log)"
+  else bad "$*: exit $rc"; cat bad.log; fi
+}
+bad_flags "needs BERT's WordPiece tokenizer" --vocab-file "$VOCAB"
+bad_flags "leave out --swiglu" --tokenizer-type BertWordPieceLowerCase --vocab-file "$VOCAB" --swiglu
+bad_flags "not a blend" --tokenizer-type BertWordPieceLowerCase --vocab-file "$VOCAB" --data-path 1 a 1 b
 
 # the losses fall
 if train 1 1 --train-iters 60 --hidden-dropout 0 --attention-dropout 0 --lr 3e-3 --lr-warmup-iters 5 --eval-iters 0 \
