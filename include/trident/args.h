@@ -51,6 +51,9 @@ typedef struct td_args {
     int seq_length;
     int micro_batch_size;
     int global_batch_size;
+    /* plan */
+    char *cluster;
+    int num_gpus, vocab_size, plan_top, plan_explain, plan_json;
     /* model */
     char *model;               /* gpt | bert */
     int bert_binary_head, bert_no_binary_head;

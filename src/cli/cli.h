@@ -13,6 +13,7 @@
 #include "trident/tokenizer.h"
 
 int cli_data_info(int argc, char **argv);
+int cli_plan(int argc, char **argv);
 int cli_train(int argc, char **argv);
 
 int cli_tokenize(int argc, char **argv);

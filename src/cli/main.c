@@ -28,9 +28,10 @@ static const subcommand COMMANDS[] = {
     {"eval", cli_eval, "strided perplexity of a checkpoint on a dataset (any layout)"},
     {"generate", cli_generate, "generate text from a checkpoint with a key/value cache (any tp x pp layout)"},
     {"serve", cli_serve, "serve a checkpoint over HTTP (Megatron's PUT /api, OpenAI-style /v1/completions)"},
-    {"convert", cli_convert, "convert checkpoints: Hugging Face GPT-2 <-> trident"},
+    {"convert", cli_convert, "convert checkpoints: Hugging Face GPT-2, Llama, Megatron-BERT <-> trident"},
     {"checkpoint", cli_checkpoint, "inspect a checkpoint (info: contents and CRC check; compare: two checkpoints)"},
-    {"train", cli_train, "pretrain a GPT model (one rank, or many under mpirun)"},
+    {"train", cli_train, "pretrain a GPT, Llama-style or BERT model (one rank, or many under mpirun)"},
+    {"plan", cli_plan, "predict time, TFLOP/s and memory of layouts on a cluster; search for the fastest"},
     {"version", cli_version, "print the version"},
 };
 #define NCOMMANDS ((int)(sizeof COMMANDS / sizeof COMMANDS[0]))

@@ -88,6 +88,16 @@ static const flag_t FLAGS[] = {
     {"--global-batch-size", A_INT, OFF(global_batch_size), NULL, TD_CMD_TRAIN | TD_CMD_DATA_INFO | TD_CMD_PLAN,
      "data", "samples per iteration over all ranks (default: micro-batch x data-parallel)", 1, 1 << 30, NULL},
 
+    {"--cluster", A_STR, OFF(cluster), "dgx-a100-80gb", TD_CMD_PLAN, "plan",
+     "the cluster: dgx2h-v100, dgx-a100-80gb, dgx-h100, or a JSON file (docs/plan.md)", 0, 0, NULL},
+    {"--num-gpus", A_INT, OFF(num_gpus), NULL, TD_CMD_PLAN, "plan", "devices to lay the model out over", 1, 1 << 24,
+     NULL},
+    {"--vocab-size", A_INT, OFF(vocab_size), NULL, TD_CMD_PLAN, "plan",
+     "the vocabulary (plan reads no tokenizer), padded as --make-vocab-size-divisible-by says", 1, 1 << 30, NULL},
+    {"--top", A_INT, OFF(plan_top), "5", TD_CMD_PLAN, "plan", "layouts printed by the search", 1, 1000, NULL},
+    {"--explain", A_BOOL, OFF(plan_explain), "0", TD_CMD_PLAN, "plan",
+     "the breakdown of each layout's time and memory", 0, 0, NULL},
+    {"--json", A_BOOL, OFF(plan_json), "0", TD_CMD_PLAN, "plan", "one JSON object a layout, one a line", 0, 0, NULL},
     {"--model", A_CHOICE, OFF(model), "gpt", MODEL, "model",
      "gpt: a causal decoder with a next-token loss (GPT-2, Llama); bert: Megatron-BERT, a bidirectional encoder "
      "with masked-LM and sentence-order losses (docs/bert.md)", 0, 0, "gpt|bert"},
@@ -166,10 +176,10 @@ static const flag_t FLAGS[] = {
      "auto: 1F1B, interleaved with virtual stages, none for one stage", 0, 0, "auto|gpipe|1f1b|interleaved"},
     {"--ddp-bucket-size", A_I64, OFF(ddp_bucket_size), "40000000", TD_CMD_TRAIN, "parallel",
      "gradient elements per data-parallel all-reduce bucket", 1, BIG, NULL},
-    {"--overlap-grad-reduce", A_BOOL, OFF(overlap_grad_reduce), "0", TD_CMD_TRAIN, "parallel",
+    {"--overlap-grad-reduce", A_BOOL, OFF(overlap_grad_reduce), "0", TD_CMD_TRAIN | TD_CMD_PLAN, "parallel",
      "start each bucket's all-reduce (reduce-scatter with --use-distributed-optimizer) during the last "
      "micro-batch's backward", 0, 0, NULL},
-    {"--use-distributed-optimizer", A_BOOL, OFF(use_distributed_optimizer), "0", TD_CMD_TRAIN, "parallel",
+    {"--use-distributed-optimizer", A_BOOL, OFF(use_distributed_optimizer), "0", TD_CMD_TRAIN | TD_CMD_PLAN, "parallel",
      "shard the Adam state over the data-parallel ranks (ZeRO-1): reduce-scatter the gradients, step "
      "1/dp of each bucket, all-gather the parameters", 0, 0, NULL},
     {"--overlap-param-gather", A_BOOL, OFF(overlap_param_gather), "0", TD_CMD_TRAIN, "parallel",
@@ -179,13 +189,13 @@ static const flag_t FLAGS[] = {
      TD_CMD_TRAIN | TD_CMD_EVAL | TD_CMD_GENERATE | TD_CMD_SERVE, "parallel",
      "a rank waiting longer than this in one communication aborts the job, naming the call, group and "
      "peer (fractions allowed; 0: wait forever)", 0, 1e6, NULL},
-    {"--recompute-granularity", A_CHOICE, OFF(recompute_granularity), NULL, TD_CMD_TRAIN, "recomputation",
+    {"--recompute-granularity", A_CHOICE, OFF(recompute_granularity), NULL, TD_CMD_TRAIN | TD_CMD_PLAN, "recomputation",
      "re-run parts of the forward in the backward instead of keeping their activations: full (whole layers, "
      "with --recompute-method) or selective (the attention core)", 0, 0, "full|selective"},
-    {"--recompute-method", A_CHOICE, OFF(recompute_method), NULL, TD_CMD_TRAIN, "recomputation",
+    {"--recompute-method", A_CHOICE, OFF(recompute_method), NULL, TD_CMD_TRAIN | TD_CMD_PLAN, "recomputation",
      "full recomputation: uniform (each stage's layers in groups of --recompute-num-layers, only each group's "
      "input kept) or block (the first --recompute-num-layers layers of each stage)", 0, 0, "uniform|block"},
-    {"--recompute-num-layers", A_INT, OFF(recompute_num_layers), NULL, TD_CMD_TRAIN, "recomputation",
+    {"--recompute-num-layers", A_INT, OFF(recompute_num_layers), NULL, TD_CMD_TRAIN | TD_CMD_PLAN, "recomputation",
      "full recomputation: layers per group (uniform) or layers recomputed per stage (block)", 1, 1 << 16, NULL},
 
     {"--lr", A_FLOAT, OFF(lr), "1e-4", TD_CMD_TRAIN, "optimizer", "peak learning rate", 0, 1e3, NULL},

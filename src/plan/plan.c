@@ -1,0 +1,393 @@
+/* The layout planner's model of an iteration: see include/trident/plan.h and docs/plan.md.
+ *
+ * Time. A layer's forward on a micro-batch of T = mbs * s tokens at tensor-parallel size t is
+ * its GEMMs (QKV, the attention core's two batched products, the projection, the MLP's two) at
+ * an efficiency that depends on their shapes, plus its memory-bound kernels (norms, bias-dropout-
+ * residual, GeLU, and the softmax over the (s, s) scores of each local head) at the device's
+ * memory bandwidth, plus the tensor-parallel collectives (two all-reduces of T h elements, or
+ * sequence parallelism's all-gather and reduce-scatter of the same volume). Its backward is twice
+ * its forward; full recomputation adds one forward per layer, selective the attention core's.
+ * The last stage adds the output layer and the cross-entropy. A pipeline of p stages with v
+ * chunks each runs m micro-batches in (m + (p - 1) / v) stage-times (1F1B and interleaved
+ * 1F1B), plus the stage-to-stage transfers (T h / t elements each way per micro-batch and
+ * chunk). Then the data-parallel reduction of the stage's gradients (what the last micro-batch's
+ * backward does not hide with --overlap-grad-reduce) and the optimizer step, memory-bound.
+ *
+ * Memory. Parameters, gradients and optimizer state per parameter as Megatron keeps them (16-bit
+ * weights, fp32 gradients, fp32 master weights and Adam moments: 18 bytes, 6 + 12/d with the
+ * distributed optimizer; fp32 training 16, 8 + 8/d), activations by Korthikanti et al.'s
+ * per-layer formulas times the micro-batches in flight on the first stage, the last stage's
+ * logits, and what the framework holds besides (mem_reserved_gib). */
+#include "trident/plan.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "trident/check.h"
+
+#define GIB (1024.0 * 1024.0 * 1024.0)
+
+/* ---- clusters ---- */
+
+static const plan_cluster PRESETS[] = {
+    /* DGX-2H: 16 V100 (32 GB, 450 W: 125 TFLOP/s fp16, no bf16), NVSwitch (150 GB/s a direction, about
+     * 120 reached by NCCL), 8 x 100 Gb/s InfiniBand a node (6.25 GB/s a GPU) */
+    {"dgx2h-v100", 16, {15.7e12, 0, 125e12}, 32, 0.9e12, 120e9, 8e-6, 5.0e9, 15e-6, 0.80, 96, 2.0},
+    /* DGX A100: 8 A100 80 GB (312 TFLOP/s bf16/fp16, 19.5 fp32), NVLink 3 (300 GB/s a direction,
+     * about 240 reached), 8 x 200 Gb/s HDR a node (25 GB/s a GPU, about 21 reached) */
+    {"dgx-a100-80gb", 8, {19.5e12, 312e12, 312e12}, 80, 2.0e12, 240e9, 6e-6, 21e9, 12e-6, 0.76, 48, 3.0},
+    /* DGX H100: 8 H100 SXM 80 GB (989 TFLOP/s dense bf16/fp16, 67 fp32), NVLink 4 (450 GB/s a
+     * direction, about 360 reached), 8 x 400 Gb/s NDR a node (50 GB/s a GPU, about 42 reached) */
+    {"dgx-h100", 8, {67e12, 989e12, 989e12}, 80, 3.35e12, 360e9, 5e-6, 42e9, 10e-6, 0.72, 128, 3.0},
+};
+#define NPRESETS ((int)(sizeof PRESETS / sizeof PRESETS[0]))
+
+int plan_cluster_preset(const char *name, plan_cluster *c)
+{
+    for (int i = 0; i < NPRESETS; i++)
+        if (strcmp(name, PRESETS[i].name) == 0) {
+            *c = PRESETS[i];
+            return 0;
+        }
+    return -1;
+}
+
+const char *plan_cluster_presets(void) { return "dgx2h-v100, dgx-a100-80gb, dgx-h100"; }
+
+/* ---- the terms ---- */
+
+double plan_allreduce_s(double bytes, int n, double bw, double lat)
+{
+    if (n <= 1 || bytes <= 0) return 0;
+    return 2.0 * (n - 1) / n * bytes / bw + 2.0 * (n - 1) * lat;
+}
+
+double plan_allgather_s(double bytes, int n, double bw, double lat)
+{
+    if (n <= 1 || bytes <= 0) return 0;
+    return (double)(n - 1) / n * bytes / bw + (n - 1) * lat;
+}
+
+static double dim_eff(const plan_cluster *c, double d) { return d / (d + c->gemm_half); }
+
+double plan_gemm_s(const plan_cluster *c, int dtype, double M, double N, double K)
+{
+    double eff = c->gemm_emax * dim_eff(c, M) * dim_eff(c, N) * dim_eff(c, K);
+    return 2.0 * M * N * K / (c->peak[dtype] * eff);
+}
+
+double plan_layer_act_bytes(const gpt_config *c, int mbs, int tp, int sp, plan_recompute rc)
+{
+    double s = c->seq, b = mbs, h = c->hidden, a = c->heads, t = tp, sbh = s * b * h;
+    if (rc == PLAN_RC_FULL) return sp ? 2.0 * sbh / t : 2.0 * sbh;
+    double attn = rc == PLAN_RC_SELECTIVE ? 0.0 : 5.0 * a * s / h;
+    if (sp) return sbh / t * (34.0 + attn);
+    return sbh * (10.0 + 24.0 / t + attn / t);
+}
+
+double plan_inflight(int pp, int vp, int micro)
+{
+    double m = micro < pp ? micro : pp;
+    if (vp > 1) m *= 1.0 + (double)(pp - 1) / ((double)pp * vp);
+    return m;
+}
+
+/* ---- one layout ---- */
+
+typedef struct {
+    double fwd, bwd, recompute, tp_comm; /* one layer, one micro-batch: seconds */
+} layer_cost;
+
+/* Bytes per element of activations and of the gradients the data-parallel group reduces. */
+static double act_bytes(int dtype) { return dtype ? 2.0 : 4.0; }
+
+static layer_cost layer_time(const plan_job *j, const plan_cluster *c, const plan_layout *l)
+{
+    const gpt_config *g = &j->cfg;
+    int dt = j->dtype;
+    double t = l->tp, T = (double)l->mbs * g->seq, s = g->seq, h = g->hidden, d = gpt_head_dim(g);
+    double q = gpt_q_width(g) / t, kv = gpt_kv_width(g) / t, f = g->ffn / t, heads = g->heads / t;
+    double gemms = plan_gemm_s(c, dt, T, q + 2 * kv, h) + plan_gemm_s(c, dt, T, h, q) +
+                   plan_gemm_s(c, dt, T, (g->swiglu ? 2 : 1) * f, h) + plan_gemm_s(c, dt, T, h, f);
+    double core = l->mbs * heads * (plan_gemm_s(c, dt, s, s, d) + plan_gemm_s(c, dt, s, d, s));
+    double e = act_bytes(dt), spd = l->sp ? t : 1;
+    /* the softmax's scores: scale and mask, softmax, dropout: about four passes over (s, s) a head */
+    double softmax = l->mbs * heads * s * s * e * 4.0 / c->hbm_bw;
+    /* two norms, two bias-dropout-residuals (the residual stream's tokens, / t with sequence
+     * parallelism), and the MLP's bias and activation on f/t columns */
+    double elementwise = (T * h * e * 12.0 / spd + T * f * e * 4.0) / c->hbm_bw;
+    layer_cost r;
+    r.fwd = gemms + core + softmax + elementwise;
+    r.bwd = 2.0 * r.fwd;
+    r.recompute = l->recompute == PLAN_RC_FULL ? r.fwd : l->recompute == PLAN_RC_SELECTIVE ? core + softmax : 0;
+    int in_node = l->tp <= c->gpus_per_node;
+    double bw = in_node ? c->intra_bw : c->inter_bw, lat = in_node ? c->intra_lat : c->inter_lat;
+    double one = plan_allreduce_s(T * h * e, l->tp, bw, lat); /* = all-gather + reduce-scatter's volume */
+    r.tp_comm = one * (4.0 + (l->recompute == PLAN_RC_FULL ? 2.0 : 0.0));
+    return r;
+}
+
+/* Parameters of a stage holding `layers` layers (and the embedding on the first, the output
+ * layer's copy on the last when the pipeline has more than one stage). */
+static double stage_params(const gpt_config *g, int tp, int layers, int first, int last, int pp)
+{
+    double h = g->hidden, t = tp, V = g->padded_vocab;
+    double qkv = gpt_q_width(g) + 2.0 * gpt_kv_width(g), q = gpt_q_width(g), f = g->ffn * (g->swiglu ? 2.0 : 1.0);
+    double layer = (qkv * h + q * h + f * h + g->ffn * h) / t + 4.0 * h;
+    if (gpt_has_bias(g)) layer += (qkv + f) / t + 2.0 * h;
+    double n = layers * layer;
+    if (first) n += V * h / t + (g->pos == GPT_POS_LEARNED ? (double)g->max_pos * h : 0);
+    if (last && (pp > 1 || g->untied)) n += V * h / t;
+    if (last) n += 2.0 * h;
+    return n;
+}
+
+int plan_evaluate(const plan_job *j, const plan_cluster *c, const plan_layout *l, plan_result *r, char *err,
+                  size_t errlen)
+{
+    const gpt_config *g = &j->cfg;
+    memset(r, 0, sizeof *r);
+    r->l = *l;
+#define BAD(...)                                                                         \
+    do {                                                                                 \
+        snprintf(err, errlen, __VA_ARGS__);                                              \
+        return -1;                                                                       \
+    } while (0)
+    if (c->peak[j->dtype] <= 0) BAD("cluster %s has no peak for this dtype", c->name);
+    if (g->heads % l->tp || g->ffn % l->tp || gpt_groups(g) % l->tp)
+        BAD("--tensor-model-parallel-size %d does not divide the heads (%d), query groups or FFN size", l->tp,
+            g->heads);
+    if (g->num_layers % (l->pp * l->vp))
+        BAD("--num-layers %d is not divisible by pipeline %d x virtual stages %d", g->num_layers, l->pp, l->vp);
+    if (j->gbs % ((int64_t)l->mbs * l->dp))
+        BAD("--global-batch-size %lld is not divisible by --micro-batch-size %d x data-parallel %d",
+            (long long)j->gbs, l->mbs, l->dp);
+    int m = (int)(j->gbs / ((int64_t)l->mbs * l->dp));
+    if (l->vp > 1 && m % l->pp) BAD("the interleaved schedule needs the micro-batches (%d) divisible by %d", m, l->pp);
+    if (l->sp && l->tp > 1 && g->seq % l->tp) BAD("--seq-length is not divisible by the tensor-parallel size");
+    r->micro = m;
+    int n = l->tp * l->pp * l->dp, Ls = g->num_layers / l->pp;
+    double e = act_bytes(j->dtype);
+
+    /* the pipeline: the busiest stage (the last, with the output layer) sets the pace */
+    layer_cost lc = layer_time(j, c, l);
+    double T = (double)l->mbs * g->seq, V = g->padded_vocab / (double)l->tp, h = g->hidden;
+    double head_fwd = plan_gemm_s(c, j->dtype, T, V, h) + T * V * 4.0 * 3.0 / c->hbm_bw; /* logits, fp32 softmax */
+    double head = 3.0 * head_fwd;
+    double per_micro = Ls * (lc.fwd + lc.bwd + lc.recompute + lc.tp_comm) + head;
+    r->t_compute = m * (Ls * (lc.fwd + lc.bwd + lc.recompute) + head);
+    r->t_recompute = m * Ls * lc.recompute;
+    r->t_tp = m * Ls * lc.tp_comm;
+    r->t_bubble = (double)(l->pp - 1) / l->vp * per_micro;
+    if (l->pp > 1) {
+        /* each boundary: T h / t elements (Megatron's scatter-gather across nodes), forward and back */
+        int cross = l->tp * l->pp > c->gpus_per_node;
+        double bw = cross ? c->inter_bw : c->intra_bw, lat = cross ? c->inter_lat : c->intra_lat;
+        double bytes = T * h * e / (l->tp > 1 && cross ? l->tp : 1);
+        r->t_p2p = 2.0 * m * l->vp * (bytes / bw + lat);
+    }
+    /* data parallelism: the stage's gradients, reduced (or reduce-scattered and all-gathered) */
+    double P = stage_params(g, l->tp, Ls, l->pp == 1, 1, l->pp);
+    if (l->dp > 1) {
+        int in_node = n <= c->gpus_per_node;
+        double bw = in_node ? c->intra_bw : c->inter_bw, lat = in_node ? c->intra_lat : c->inter_lat;
+        double gbytes = j->dtype == 2 ? 2.0 : 4.0; /* fp16 grads reduced in fp16; bf16 and fp32 in fp32 */
+        double red = plan_allreduce_s(P * gbytes, l->dp, bw, lat);
+        double hide = l->overlap_grad ? Ls * (lc.bwd + lc.recompute) + head : 0;
+        r->t_dp = red > hide ? red - hide : 0;
+        if (l->distopt) r->t_optimizer += plan_allgather_s(P * e, l->dp, bw, lat);
+    }
+    /* Adam: read the grads, master weights and moments, write them and the 16-bit copy */
+    double shard = l->distopt ? P / l->dp : P;
+    r->t_optimizer += shard * (j->dtype ? 30.0 : 28.0) / c->hbm_bw;
+    r->iter_s = r->t_compute + r->t_tp + r->t_bubble + r->t_p2p + r->t_dp + r->t_optimizer;
+    r->flops = gpt_flops_per_iteration(g, j->gbs, l->recompute == PLAN_RC_FULL);
+    r->tflops_per_gpu = r->flops / r->iter_s / n / 1e12;
+    r->mfu = r->tflops_per_gpu * 1e12 / c->peak[j->dtype];
+
+    /* memory of the first stage (activations of the micro-batches in flight) and of the last
+     * (the logits); the larger */
+    double bpp = j->dtype ? (l->distopt ? 6.0 + 12.0 / l->dp : 18.0) : (l->distopt ? 8.0 + 8.0 / l->dp : 16.0);
+    double acts_layer = plan_layer_act_bytes(g, l->mbs, l->tp, l->sp, l->recompute) * (j->dtype ? 1.0 : 2.0);
+    double inflight = plan_inflight(l->pp, l->vp, m);
+    double work = l->recompute == PLAN_RC_FULL ? plan_layer_act_bytes(g, l->mbs, l->tp, l->sp, PLAN_RC_NONE) : 0;
+    double logits = T * V * (4.0 + e); /* the fp32 softmax and the 16-bit logits of one micro-batch */
+    double stages[2][3]; /* params, acts, other */
+    for (int k = 0; k < 2; k++) {
+        int is_first = k == 0, is_last = k == 1 || l->pp == 1;
+        double p = stage_params(g, l->tp, Ls, is_first, is_last, l->pp);
+        stages[k][0] = p;
+        stages[k][1] = Ls * acts_layer * (is_first ? inflight : 1.0) + work + (is_last ? logits : 0);
+        stages[k][2] = c->mem_reserved_gib * GIB;
+    }
+    int worst = stages[0][0] * bpp + stages[0][1] >= stages[1][0] * bpp + stages[1][1] ? 0 : 1;
+    double pw = stages[worst][0];
+    r->m_params = pw * e;
+    r->m_grads = pw * (j->dtype ? 4.0 : 4.0);
+    r->m_optimizer = pw * (bpp - e - 4.0);
+    r->m_acts = stages[worst][1];
+    r->m_other = stages[worst][2];
+    r->m_total = r->m_params + r->m_grads + r->m_optimizer + r->m_acts + r->m_other;
+    r->fits = r->m_total <= c->mem_gib * GIB;
+    return 0;
+#undef BAD
+}
+
+/* ---- the search ---- */
+
+static int by_time(const void *a, const void *b)
+{
+    const plan_result *x = a, *y = b;
+    return x->iter_s < y->iter_s ? -1 : x->iter_s > y->iter_s;
+}
+
+int plan_search(const plan_job *j, const plan_cluster *c, int n, plan_result *out, int cap)
+{
+    const gpt_config *g = &j->cfg;
+    int found = 0, room = 0;
+    plan_result *all = NULL;
+    for (int tp = 1; tp <= c->gpus_per_node && tp <= n; tp *= 2)
+        for (int pp = 1; pp <= g->num_layers && tp * pp <= n; pp++) {
+            if (n % (tp * pp) || g->num_layers % pp) continue;
+            int dp = n / (tp * pp);
+            if (j->gbs % dp) continue;
+            int64_t per = j->gbs / dp;
+            for (int mbs = 1; mbs <= per && mbs <= 16; mbs++) {
+                if (per % mbs) continue;
+                for (int vp = 1; vp <= (pp > 1 ? g->num_layers / pp : 1); vp++) {
+                    if ((g->num_layers / pp) % vp) continue;
+                    if (vp > 1 && vp != 2 && vp != 3 && vp != 4 && vp != 6 && vp != 8) continue;
+                    for (int rc = 0; rc < 3; rc++)
+                        for (int sp = 0; sp <= (tp > 1); sp++)
+                            for (int dop = 0; dop <= (dp > 1); dop++) {
+                                plan_layout l = {tp, pp, dp, vp, mbs, (plan_recompute)rc, sp, dop, dp > 1};
+                                plan_result r;
+                                char err[256];
+                                if (plan_evaluate(j, c, &l, &r, err, sizeof err) || !r.fits) continue;
+                                if (found == room) {
+                                    room = room ? 2 * room : 256;
+                                    all = realloc(all, (size_t)room * sizeof *all);
+                                    if (!all) abort();
+                                }
+                                all[found++] = r;
+                            }
+                }
+            }
+        }
+    if (found) qsort(all, (size_t)found, sizeof *all, by_time);
+    for (int i = 0; i < found && i < cap; i++) out[i] = all[i];
+    free(all);
+    return found;
+}
+
+void plan_layout_flags(const plan_layout *l, int num_layers, char *out, size_t len)
+{
+    char vp[64] = "", rc[96] = "";
+    if (l->vp > 1) snprintf(vp, sizeof vp, " --num-layers-per-virtual-pipeline-stage %d", num_layers / (l->pp * l->vp));
+    if (l->recompute == PLAN_RC_FULL)
+        snprintf(rc, sizeof rc, " --recompute-granularity full --recompute-method uniform --recompute-num-layers 1");
+    else if (l->recompute == PLAN_RC_SELECTIVE)
+        snprintf(rc, sizeof rc, " --recompute-granularity selective");
+    snprintf(out, len, "--tensor-model-parallel-size %d --pipeline-model-parallel-size %d --micro-batch-size %d%s%s%s%s%s",
+             l->tp, l->pp, l->mbs, vp, rc, l->sp ? " --sequence-parallel" : "",
+             l->distopt ? " --use-distributed-optimizer" : "", l->overlap_grad ? " --overlap-grad-reduce" : "");
+}
+
+/* ---- cluster files ---- */
+
+/* The JSON fields, in plan_cluster. */
+static const struct {
+    const char *key;
+    size_t off;
+    double lo, hi;
+} FIELDS[] = {
+    {"gpus_per_node", offsetof(plan_cluster, gpus_per_node), 1, 1 << 20},
+    {"peak_fp32_flops", offsetof(plan_cluster, peak[0]), 0, 1e18},
+    {"peak_bf16_flops", offsetof(plan_cluster, peak[1]), 0, 1e18},
+    {"peak_fp16_flops", offsetof(plan_cluster, peak[2]), 0, 1e18},
+    {"memory_gib", offsetof(plan_cluster, mem_gib), 1e-3, 1e9},
+    {"memory_bandwidth", offsetof(plan_cluster, hbm_bw), 1e6, 1e16},
+    {"intra_node_bandwidth", offsetof(plan_cluster, intra_bw), 1e6, 1e16},
+    {"intra_node_latency", offsetof(plan_cluster, intra_lat), 0, 1},
+    {"inter_node_bandwidth", offsetof(plan_cluster, inter_bw), 1e6, 1e16},
+    {"inter_node_latency", offsetof(plan_cluster, inter_lat), 0, 1},
+    {"gemm_max_efficiency", offsetof(plan_cluster, gemm_emax), 1e-3, 1},
+    {"gemm_half_dim", offsetof(plan_cluster, gemm_half), 0, 1e9},
+    {"reserved_gib", offsetof(plan_cluster, mem_reserved_gib), 0, 1e9},
+};
+#define NFIELDS ((int)(sizeof FIELDS / sizeof FIELDS[0]))
+
+static double *field(plan_cluster *c, int i) { return (double *)((char *)c + FIELDS[i].off); }
+
+int plan_cluster_load(const char *path, plan_cluster *c, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        snprintf(err, errlen, "--cluster %s: cannot open it: %s (give a preset, %s, or a JSON file)", path,
+                 td_strerror(errno), plan_cluster_presets());
+        return -1;
+    }
+    char *text = td_xmalloc(1 << 20);
+    size_t n = fread(text, 1, (1 << 20) - 1, f);
+    fclose(f);
+    text[n] = 0;
+    cJSON *o = cJSON_Parse(text);
+    free(text);
+    int rc = -1;
+    memset(c, 0, sizeof *c);
+    if (!cJSON_IsObject(o)) {
+        snprintf(err, errlen, "--cluster %s is not a JSON object (see docs/plan.md for its fields)", path);
+        goto out;
+    }
+    const cJSON *base = cJSON_GetObjectItemCaseSensitive(o, "base");
+    if (cJSON_IsString(base) && plan_cluster_preset(base->valuestring, c)) {
+        snprintf(err, errlen, "--cluster %s: base '%s' is not a preset (%s)", path, base->valuestring,
+                 plan_cluster_presets());
+        goto out;
+    }
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(o, "name");
+    snprintf(c->name, sizeof c->name, "%s", cJSON_IsString(name) ? name->valuestring : path);
+    for (int i = 0; i < NFIELDS; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, FIELDS[i].key);
+        if (!v) continue;
+        if (!cJSON_IsNumber(v) || v->valuedouble < FIELDS[i].lo || v->valuedouble > FIELDS[i].hi) {
+            snprintf(err, errlen, "--cluster %s: %s must be a number in [%g, %g]", path, FIELDS[i].key, FIELDS[i].lo,
+                     FIELDS[i].hi);
+            goto out;
+        }
+        if (i == 0) c->gpus_per_node = (int)v->valuedouble;
+        else *field(c, i) = v->valuedouble;
+    }
+    const char *missing = NULL;
+    if (c->gpus_per_node < 1) missing = "gpus_per_node";
+    else if (c->mem_gib <= 0) missing = "memory_gib";
+    else if (c->hbm_bw <= 0) missing = "memory_bandwidth";
+    else if (c->intra_bw <= 0) missing = "intra_node_bandwidth";
+    else if (c->inter_bw <= 0) missing = "inter_node_bandwidth";
+    else if (c->gemm_emax <= 0) missing = "gemm_max_efficiency";
+    else if (c->peak[0] <= 0 && c->peak[1] <= 0 && c->peak[2] <= 0) missing = "peak_fp32_flops (or bf16, fp16)";
+    if (missing) {
+        snprintf(err, errlen, "--cluster %s: %s is missing (or give \"base\": a preset to start from)", path, missing);
+        goto out;
+    }
+    rc = 0;
+out:
+    cJSON_Delete(o);
+    return rc;
+}
+
+char *plan_cluster_json(const plan_cluster *c)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "name", c->name);
+    for (int i = 0; i < NFIELDS; i++)
+        cJSON_AddNumberToObject(o, FIELDS[i].key, i == 0 ? (double)c->gpus_per_node : *field((plan_cluster *)c, i));
+    char *s = cJSON_Print(o);
+    cJSON_Delete(o);
+    return s;
+}

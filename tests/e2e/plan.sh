@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# trident plan through the binary: a search prints the fastest layouts and the train flags of the
+# best; given layout flags it evaluates that layout (--json: one object with the fields
+# docs/plan.md names); a cluster file starts from a preset; bad flags exit 2 with one line.
+set -u
+pass=0 fail=0
+ok() { echo "ok: $*"; pass=$((pass + 1)); }
+bad() { echo "FAIL: $*"; fail=$((fail + 1)); }
+cd "$WORK" 2>/dev/null || { mkdir -p "$WORK" && cd "$WORK"; }
+M=(--num-layers 96 --hidden-size 12288 --num-attention-heads 96 --seq-length 2048 --max-position-embeddings 2048
+   --vocab-size 51200 --global-batch-size 1536 --fp16)
+if out=$("$TRIDENT" plan "${M[@]}" --num-gpus 1024 --top 3) && grep -q "^train with: --tensor-model-parallel-size" <<<"$out" &&
+   [ "$(grep -c '^ \+[0-9]' <<<"$out")" = 3 ]; then ok "search: $(tail -n 1 <<<"$out")"
+else bad "search"; echo "$out"; fi
+if out=$("$TRIDENT" plan "${M[@]}" --num-gpus 1024 --tensor-model-parallel-size 8 --pipeline-model-parallel-size 8 \
+     --recompute-granularity full --json) && [ "$(wc -l <<<"$out")" = 1 ] &&
+   for k in tflops_per_gpu iteration_s mfu memory_gib_per_gpu breakdown_s; do grep -q "\"$k\": " <<<"$out" || exit 1; done &&
+   grep -q '"data_parallel_size": 16' <<<"$out"; then ok "one layout, --json: ${out:0:160}..."
+else bad "one layout --json"; echo "$out"; fi
+printf '{"name": "half-h100", "base": "dgx-h100", "gpus_per_node": 4, "memory_gib": 40}\n' >cluster.json
+if out=$("$TRIDENT" plan "${M[@]}" --num-gpus 512 --cluster cluster.json --top 1) && grep -q "of half-h100 (4 a node" <<<"$out" &&
+   ! grep -q "^ *8 " <<<"$out"; then ok "cluster file from a preset: $(head -n 1 <<<"$out" | cut -c1-160)"
+else bad "cluster file"; echo "$out"; fi
+expect2() { # want flags...
+  local want=$1; shift
+  out=$("$TRIDENT" plan "$@" 2>&1); rc=$?
+  if [ $rc = 2 ] && [ "$(wc -l <<<"$out")" = 1 ] && grep -q -- "$want" <<<"$out"; then ok "exit 2: $out"
+  else bad "want exit 2 with '$want', got $rc: $out"; fi
+}
+expect2 "--num-gpus is required" "${M[@]}"
+expect2 "--vocab-size is required" --num-gpus 8 --global-batch-size 8
+expect2 "not divisible by --tensor-model-parallel-size" "${M[@]}" --num-gpus 100 --tensor-model-parallel-size 8
+printf '{"gpus_per_node": "eight"}\n' >bad.json
+expect2 "gpus_per_node must be a number" "${M[@]}" --num-gpus 8 --cluster bad.json
+expect2 "cannot open it" "${M[@]}" --num-gpus 8 --cluster nosuch
+expect2 "no bf16 peak" --num-layers 4 --vocab-size 100 --global-batch-size 16 --num-gpus 16 --cluster dgx2h-v100 --bf16
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]

@@ -1,0 +1,211 @@
+/* src/plan/plan.c, the layout planner: each term of its model on cases worked by hand (ring
+ * collectives, a GEMM at a known efficiency, Korthikanti et al.'s activation formulas, the
+ * micro-batches in flight of 1F1B and interleaved 1F1B, bytes per parameter), then the Megatron
+ * paper's (Narayanan et al. 2021) results on DGX A100s: its weak-scaling table, each row's
+ * TFLOP/s per GPU for its own layout (full recomputation, counted in the FLOPs as the paper
+ * does) within 15% of the published figure and the search's choice no slower; the interleaved
+ * schedule ahead of 1F1B by more at small batches than at large ones (its Figure 12); and the
+ * tensor x pipeline trade-off of its 162.2B model on 64 GPUs best at tensor-parallel size 8, one
+ * node (its Figure 13). */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "trident/plan.h"
+
+#define GIB (1024.0 * 1024.0 * 1024.0)
+
+static void close_to(double got, double want, double rel)
+{
+    if (fabs(got - want) > rel * fabs(want)) fail_msg("%.9g is not within %g of %.9g", got, rel, want);
+}
+
+static void collectives(void **state)
+{
+    (void)state;
+    /* 1 GB over 8 ranks at 100 GB/s, 10 us a step: 2 * 7/8 * 10 ms + 14 * 10 us */
+    close_to(plan_allreduce_s(1e9, 8, 100e9, 10e-6), 0.0175 + 14e-5, 1e-12);
+    close_to(plan_allgather_s(1e9, 8, 100e9, 10e-6), 0.00875 + 7e-5, 1e-12);
+    assert_true(plan_allreduce_s(1e9, 1, 100e9, 10e-6) == 0);
+}
+
+static void gemm(void **state)
+{
+    (void)state;
+    plan_cluster c = {.peak = {0, 100e12, 0}, .gemm_emax = 0.5, .gemm_half = 0};
+    /* 2 * 1024^3 FLOPs at half of 100 TFLOP/s */
+    close_to(plan_gemm_s(&c, 1, 1024, 1024, 1024), 2.0 * 1073741824.0 / 50e12, 1e-12);
+    c.gemm_half = 1024; /* every dimension at half efficiency: 1/8 */
+    close_to(plan_gemm_s(&c, 1, 1024, 1024, 1024), 8 * 2.0 * 1073741824.0 / 50e12, 1e-12);
+}
+
+static void activations(void **state)
+{
+    (void)state;
+    gpt_config g = {.num_layers = 1, .hidden = 4096, .heads = 32, .seq = 2048};
+    double sbh = 2048.0 * 4096; /* micro-batch 1 */
+    double attn = 5.0 * 32 * 2048 / 4096; /* 5as/h = 80 */
+    close_to(plan_layer_act_bytes(&g, 1, 1, 0, PLAN_RC_NONE), sbh * (34 + attn), 1e-12);
+    close_to(plan_layer_act_bytes(&g, 1, 8, 0, PLAN_RC_NONE), sbh * (10 + 24.0 / 8 + attn / 8), 1e-12);
+    close_to(plan_layer_act_bytes(&g, 2, 8, 1, PLAN_RC_NONE), 2 * sbh / 8 * (34 + attn), 1e-12);
+    close_to(plan_layer_act_bytes(&g, 1, 8, 1, PLAN_RC_SELECTIVE), sbh / 8 * 34, 1e-12);
+    close_to(plan_layer_act_bytes(&g, 1, 8, 0, PLAN_RC_FULL), 2 * sbh, 1e-12);
+    close_to(plan_layer_act_bytes(&g, 1, 8, 1, PLAN_RC_FULL), 2 * sbh / 8, 1e-12);
+    /* in flight on the first stage */
+    close_to(plan_inflight(4, 1, 8), 4, 1e-12);
+    close_to(plan_inflight(4, 1, 2), 2, 1e-12);
+    close_to(plan_inflight(4, 2, 8), 4 * (1 + 3.0 / 8), 1e-12);
+}
+
+static plan_job gpt(int layers, int hidden, int heads, int64_t batch)
+{
+    plan_job j;
+    memset(&j, 0, sizeof j);
+    gpt_config *g = &j.cfg;
+    g->num_layers = layers, g->hidden = hidden, g->heads = heads, g->ffn = 4 * hidden, g->seq = 2048;
+    g->max_pos = 2048, g->vocab = g->padded_vocab = 51200;
+    j.gbs = batch;
+    j.dtype = 2;
+    return j;
+}
+
+/* Bytes per parameter: 18 in mixed precision (16-bit weights, fp32 grads, master weights and
+ * moments), 6 + 12/d with the distributed optimizer. */
+static void memory_per_parameter(void **state)
+{
+    (void)state;
+    plan_cluster c;
+    assert_int_equal(plan_cluster_preset("dgx-a100-80gb", &c), 0);
+    plan_job j = gpt(8, 1024, 16, 64);
+    plan_result r;
+    char err[256];
+    plan_layout l = {1, 1, 8, 1, 1, PLAN_RC_NONE, 0, 0, 0};
+    assert_int_equal(plan_evaluate(&j, &c, &l, &r, err, sizeof err), 0);
+    double P = r.m_params / 2;
+    close_to(r.m_params + r.m_grads + r.m_optimizer, 18 * P, 1e-12);
+    l.distopt = 1;
+    assert_int_equal(plan_evaluate(&j, &c, &l, &r, err, sizeof err), 0);
+    close_to(r.m_params + r.m_grads + r.m_optimizer, (6 + 12.0 / 8) * P, 1e-12);
+    /* impossible layouts are refused with a reason */
+    plan_layout bad = {3, 1, 1, 1, 1, PLAN_RC_NONE, 0, 0, 0};
+    assert_int_equal(plan_evaluate(&j, &c, &bad, &r, err, sizeof err), -1);
+    assert_non_null(strstr(err, "tensor-model-parallel"));
+}
+
+/* The paper's Table 1 (weak scaling; sequence 2048, vocabulary 51,200, full recomputation). */
+static const struct {
+    double params;
+    int heads, hidden, layers, tp, pp, gpus, batch;
+    double tflops;
+} TABLE1[] = {
+    {1.7, 24, 2304, 24, 1, 1, 32, 512, 137},         {3.6, 32, 3072, 30, 2, 1, 64, 512, 138},
+    {7.5, 32, 4096, 36, 4, 1, 128, 512, 142},        {18.4, 48, 6144, 40, 8, 1, 256, 1024, 135},
+    {39.1, 64, 8192, 48, 8, 2, 512, 1536, 138},      {76.1, 80, 10240, 60, 8, 4, 1024, 1792, 140},
+    {145.6, 96, 12288, 80, 8, 8, 1536, 2304, 148},   {310.1, 128, 16384, 96, 8, 16, 1920, 2160, 155},
+    {529.6, 128, 20480, 105, 8, 35, 2520, 2520, 163}, {1008.0, 160, 25600, 128, 8, 64, 3072, 3072, 163},
+};
+
+/* The best of the paper's layout (its tp and pp) over micro-batch sizes and interleaving. */
+static plan_result best_of_paper_layout(const plan_job *j, const plan_cluster *c, int tp, int pp, int gpus)
+{
+    plan_result best = {0}, r;
+    char err[256];
+    for (int mbs = 1; mbs <= 8; mbs *= 2)
+        for (int vp = 1; vp <= 4; vp++) {
+            plan_layout l = {tp, pp, gpus / (tp * pp), vp, mbs, PLAN_RC_FULL, 0, 0, 0};
+            if (plan_evaluate(j, c, &l, &r, err, sizeof err) || !r.fits) continue;
+            if (r.tflops_per_gpu > best.tflops_per_gpu) best = r;
+        }
+    return best;
+}
+
+static void megatron_table1(void **state)
+{
+    (void)state;
+    plan_cluster c;
+    assert_int_equal(plan_cluster_preset("dgx-a100-80gb", &c), 0);
+    printf("  %8s %3s %3s %5s %9s %9s %7s  %s\n", "params", "tp", "pp", "GPUs", "paper", "predicted", "error",
+           "the search's best layout (by the model)");
+    double worst = 0;
+    for (size_t i = 0; i < sizeof TABLE1 / sizeof TABLE1[0]; i++) {
+        plan_job j = gpt(TABLE1[i].layers, TABLE1[i].hidden, TABLE1[i].heads, TABLE1[i].batch);
+        plan_result r = best_of_paper_layout(&j, &c, TABLE1[i].tp, TABLE1[i].pp, TABLE1[i].gpus);
+        assert_true(r.tflops_per_gpu > 0);
+        double err = (r.tflops_per_gpu - TABLE1[i].tflops) / TABLE1[i].tflops;
+        worst = fmax(worst, fabs(err));
+        plan_result found[1];
+        assert_true(plan_search(&j, &c, TABLE1[i].gpus, found, 1) > 0);
+        printf("  %7.1fB %3d %3d %5d %9.0f %9.1f %+6.1f%%  tp %d pp %d vp %d mbs %d %s%s: %.1f s vs %.1f s\n",
+               TABLE1[i].params, TABLE1[i].tp, TABLE1[i].pp, TABLE1[i].gpus, TABLE1[i].tflops, r.tflops_per_gpu,
+               100 * err, found[0].l.tp, found[0].l.pp, found[0].l.vp, found[0].l.mbs,
+               found[0].l.recompute == PLAN_RC_FULL ? "full" : found[0].l.recompute ? "selective" : "no recompute",
+               found[0].l.sp ? " sp" : "", found[0].iter_s, r.iter_s);
+        assert_true(fabs(err) <= 0.15);
+        assert_true(found[0].iter_s <= r.iter_s * (1 + 1e-12));
+    }
+    printf("  largest error against the paper: %.1f%%\n", 100 * worst);
+}
+
+/* Figure 12: GPT-3 175B (96 layers, hidden 12288, 96 heads) on 96 GPUs, tp 8 x pp 12, micro-batch
+ * 1; the interleaved schedule (2 chunks a stage) against 1F1B as the batch grows. */
+static void megatron_interleaving(void **state)
+{
+    (void)state;
+    plan_cluster c;
+    assert_int_equal(plan_cluster_preset("dgx-a100-80gb", &c), 0);
+    double last_gain = 1e9;
+    for (int batch = 12; batch <= 60; batch += 12) {
+        plan_job j = gpt(96, 12288, 96, batch);
+        plan_result a, b;
+        char err[256];
+        plan_layout l = {8, 12, 1, 1, 1, PLAN_RC_FULL, 0, 0, 0};
+        assert_int_equal(plan_evaluate(&j, &c, &l, &a, err, sizeof err), 0);
+        l.vp = 2;
+        assert_int_equal(plan_evaluate(&j, &c, &l, &b, err, sizeof err), 0);
+        double gain = b.tflops_per_gpu / a.tflops_per_gpu - 1;
+        printf("  175B, 96 GPUs, batch %2d: 1F1B %.1f, interleaved %.1f TFLOP/s per GPU (%+.1f%%)\n", batch,
+               a.tflops_per_gpu, b.tflops_per_gpu, 100 * gain);
+        assert_true(gain > 0 && gain < last_gain);
+        last_gain = gain;
+    }
+}
+
+/* Figure 13: the 162.2B model (32 layers, hidden 20480, 128 heads) on 64 GPUs, tp x pp = 64. */
+static void megatron_tp_pp(void **state)
+{
+    (void)state;
+    plan_cluster c;
+    assert_int_equal(plan_cluster_preset("dgx-a100-80gb", &c), 0);
+    for (int batch = 32; batch <= 128; batch *= 4) { /* the figure's two batch sizes */
+        plan_job j = gpt(32, 20480, 128, batch);
+        double best = 0;
+        int best_tp = 0;
+        printf("  162.2B, 64 GPUs, batch %3d:", batch);
+        for (int tp = 2; tp <= 32; tp *= 2) {
+            plan_layout l = {tp, 64 / tp, 1, 1, 1, PLAN_RC_FULL, 0, 0, 0};
+            plan_result r;
+            char err[256];
+            assert_int_equal(plan_evaluate(&j, &c, &l, &r, err, sizeof err), 0);
+            printf(" (%d, %d) %.1f", tp, 64 / tp, r.tflops_per_gpu);
+            if (r.tflops_per_gpu > best) best = r.tflops_per_gpu, best_tp = tp;
+        }
+        printf(" TFLOP/s per GPU\n");
+        assert_int_equal(best_tp, 8);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(collectives),         cmocka_unit_test(gemm),           cmocka_unit_test(activations),
+        cmocka_unit_test(memory_per_parameter), cmocka_unit_test(megatron_table1), cmocka_unit_test(megatron_interleaving),
+        cmocka_unit_test(megatron_tp_pp),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
