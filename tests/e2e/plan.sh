@@ -24,7 +24,7 @@ else bad "cluster file"; echo "$out"; fi
 expect2() { # want flags...
   local want=$1; shift
   out=$("$TRIDENT" plan "$@" 2>&1); rc=$?
-  if [ $rc = 2 ] && [ "$(wc -l <<<"$out")" = 1 ] && grep -q -- "$want" <<<"$out"; then ok "exit 2: $out"
+  if [ $rc = 2 ] && [ "$(grep -c "^error: " <<<"$out")" = 1 ] && grep -q -- "$want" <<<"$out"; then ok "exit 2: $(grep error <<<"$out")"
   else bad "want exit 2 with '$want', got $rc: $out"; fi
 }
 expect2 "--num-gpus is required" "${M[@]}"
