@@ -175,25 +175,11 @@ typedef struct {
 
 static size_t pad8(size_t n) { return (n + 7) & ~(size_t)7; }
 
-typedef struct {
-    char *p; /* the whole file image: header, description, rows */
-    size_t len;
-    int mapped;
-} cache_image;
-
-static void image_free(cache_image *im)
-{
-    if (!im->p) return;
-    if (im->mapped) munmap(im->p, im->len);
-    else free(im->p);
-    memset(im, 0, sizeof *im);
-}
-
 /* An image holding rows under description desc, sealed with its checksum. */
-static cache_image image_make(const char *desc, uint64_t key, const int64_t *rows, int64_t n, int64_t epochs)
+static ds_image image_make(const char *desc, uint64_t key, const int64_t *rows, int64_t n, int64_t epochs)
 {
     size_t dl = strlen(desc), at = sizeof(cache_header) + pad8(dl);
-    cache_image im = {.len = at + (size_t)n * 3 * sizeof(int64_t)};
+    ds_image im = {.len = at + (size_t)n * 3 * sizeof(int64_t)};
     im.p = td_xcalloc(1, im.len);
     cache_header h = {.key = key, .desc_len = dl, .n_rows = (uint64_t)n, .epochs = (uint64_t)epochs};
     memcpy(h.magic, CACHE_MAGIC, 8);
@@ -205,7 +191,7 @@ static cache_image image_make(const char *desc, uint64_t key, const int64_t *row
 }
 
 /* Rows of a well-formed image (read through the header). */
-static const int64_t *image_rows(const cache_image *im)
+static const int64_t *image_rows(const ds_image *im)
 {
     cache_header h;
     memcpy(&h, im->p, sizeof h);
@@ -213,7 +199,7 @@ static const int64_t *image_rows(const cache_image *im)
 }
 
 /* Checks an image against this run's description and the split's bounds: 0, or -1 with why. */
-static int image_check(const cache_image *im, const char *desc, uint64_t key, const map_plan *P, char *why,
+static int image_check(const ds_image *im, const char *desc, uint64_t key, const map_plan *P, char *why,
                        size_t whylen)
 {
     cache_header h;
@@ -253,7 +239,7 @@ static int image_check(const cache_image *im, const char *desc, uint64_t key, co
 
 /* Maps path and checks it: 0 with im set, or -1 (a file that exists but is unusable is warned
  * about). */
-static int cache_load(const char *path, const char *desc, uint64_t key, const map_plan *P, cache_image *im)
+static int cache_load(const char *path, const char *desc, uint64_t key, const map_plan *P, ds_image *im)
 {
     char why[512];
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -270,10 +256,10 @@ static int cache_load(const char *path, const char *desc, uint64_t key, const ma
         td_warn("BERT samples mapping %s cannot be mapped (empty or unreadable); rebuilding it", path);
         return -1;
     }
-    *im = (cache_image){.p = p, .len = (size_t)st.st_size, .mapped = 1};
+    *im = (ds_image){.p = p, .len = (size_t)st.st_size, .mapped = 1};
     if (image_check(im, desc, key, P, why, sizeof why) == 0) return 0;
     td_warn("BERT samples mapping %s is unusable (%s); rebuilding it", path, why);
-    image_free(im);
+    ds_image_free(im);
     return -1;
 }
 
@@ -283,7 +269,7 @@ static int cache_load(const char *path, const char *desc, uint64_t key, const ma
 typedef struct {
     bertds_split_info info;
     char *cache_file;
-    cache_image img;
+    ds_image img;
 } split_state;
 
 struct bertds {
@@ -427,7 +413,7 @@ void bertds_close(bertds *ds)
 {
     if (!ds) return;
     for (int s = 0; s < GPTDS_NSPLITS; s++) {
-        image_free(&ds->split[s].img);
+        ds_image_free(&ds->split[s].img);
         free(ds->split[s].cache_file);
     }
     idx_close(ds->idx);

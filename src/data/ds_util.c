@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -116,3 +117,11 @@ int ds_write_atomic(const char *path, const char *b, size_t len, char *why, size
     return rc;
 }
 
+
+void ds_image_free(ds_image *im)
+{
+    if (!im->p) return;
+    if (im->mapped) munmap(im->p, im->len);
+    else free(im->p);
+    memset(im, 0, sizeof *im);
+}

@@ -22,4 +22,14 @@ uint64_t ds_fnv1a_words(uint64_t h, const void *p, size_t n);
  * 0, or -1 with why (the temporary is removed). */
 int ds_write_atomic(const char *path, const char *b, size_t len, char *why, size_t whylen);
 
+/* A cache file's image: a read-only mapping of it (shared with every process that maps it), or
+ * memory holding what was just built. */
+typedef struct ds_image {
+    char *p;
+    size_t len;
+    int mapped;
+} ds_image;
+/* Unmaps or frees the image and zeroes it; a zeroed image is a no-op. */
+void ds_image_free(ds_image *im);
+
 #endif

@@ -343,25 +343,9 @@ static int blob_check(const char *b, size_t len, const cache_layout *L, void *ar
     return 0;
 }
 
-/* A cache image: a read-only mapping of a cache file (shared with every process that maps it),
- * or memory holding indices just built. */
-typedef struct {
-    char *p;
-    size_t len;
-    int mapped;
-} cache_image;
-
-static void image_free(cache_image *im)
-{
-    if (!im->p) return;
-    if (im->mapped) munmap(im->p, im->len);
-    else free(im->p);
-    memset(im, 0, sizeof *im);
-}
-
 /* Maps a whole file read-only. -1 when it does not exist (*exists = 0) or cannot be mapped
  * (why set). */
-static int map_whole(const char *path, cache_image *im, int *exists, char *why, size_t whylen)
+static int map_whole(const char *path, ds_image *im, int *exists, char *why, size_t whylen)
 {
     *exists = 0;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -390,7 +374,7 @@ static int map_whole(const char *path, cache_image *im, int *exists, char *why, 
         snprintf(why, whylen, "mmap: %s", td_strerror(errno));
         return -1;
     }
-    *im = (cache_image){.p = p, .len = (size_t)st.st_size, .mapped = 1};
+    *im = (ds_image){.p = p, .len = (size_t)st.st_size, .mapped = 1};
     return 0;
 }
 
@@ -399,7 +383,7 @@ static int map_whole(const char *path, cache_image *im, int *exists, char *why, 
 typedef int (*content_check)(const void *ctx, void *arr[MAX_ARRAYS], char *why, size_t whylen);
 
 static int cache_load(const char *path, const cache_layout *L, content_check check, const void *ctx,
-                      void *arr[MAX_ARRAYS], cache_image *im)
+                      void *arr[MAX_ARRAYS], ds_image *im)
 {
     char why[512] = "";
     int exists = 0;
@@ -409,7 +393,7 @@ static int cache_load(const char *path, const cache_layout *L, content_check che
     }
     if (blob_check(im->p, im->len, L, arr, why, sizeof why) == 0 && check(ctx, arr, why, sizeof why) == 0) return 0;
     td_warn("index cache %s is unusable (%s); rebuilding it", path, why);
-    image_free(im);
+    ds_image_free(im);
     return -1;
 }
 
@@ -427,7 +411,7 @@ static void cache_store(const char *path, char *b, size_t len)
 
 typedef struct {
     uint64_t key;       /* cache key of these indices (0 for an empty split) */
-    cache_image img;    /* holds the arrays */
+    ds_image img;    /* holds the arrays */
     gptds_indices ix;
 } split_state;
 
@@ -441,7 +425,7 @@ typedef struct {
 
 typedef struct {
     gptds_blend_info info;
-    cache_image img;
+    ds_image img;
     const int32_t *ds_index;  /* (size) */
     const int64_t *ds_sample; /* (size) */
 } blend_state;
@@ -766,7 +750,7 @@ int gptds_check_token_ids(const char *path, const idx_dataset *idx, int vocab, c
         file = ds_aprintf("%s/%s.ids.%016" PRIx64 ".tdidx", dir, base_of(path), L.key);
         free(dir);
     }
-    cache_image im = {0};
+    ds_image im = {0};
     void *arr[MAX_ARRAYS] = {0};
     ids_check_ctx ctx = {ntok, vocab};
     int loaded = file && cache_load(file, &L, check_ids_arrays, &ctx, arr, &im) == 0;
@@ -789,7 +773,7 @@ int gptds_check_token_ids(const char *path, const idx_dataset *idx, int vocab, c
         v[1] = vocab;
         cache_store(file, im.p, im.len);
     }
-    image_free(&im);
+    ds_image_free(&im);
     free(file);
     free(L.desc);
     free(bin);
@@ -876,14 +860,14 @@ void gptds_close(gptds *ds)
     for (int i = 0; i < ds->n; i++) {
         component *c = &ds->c[i];
         for (int s = 0; s < GPTDS_NSPLITS; s++) {
-            image_free(&c->split[s].img);
+            ds_image_free(&c->split[s].img);
             free(c->info.split[s].cache_file);
         }
         idx_close(c->idx);
         free(c->path);
     }
     for (int s = 0; s < GPTDS_NSPLITS; s++) {
-        image_free(&ds->blend[s].img);
+        ds_image_free(&ds->blend[s].img);
         free(ds->blend[s].info.cache_file);
         free(ds->blend[s].info.per_dataset);
     }
