@@ -53,7 +53,7 @@ typedef struct td_args {
     int global_batch_size;
     /* plan */
     char *cluster;
-    int num_gpus, vocab_size, plan_top, plan_explain, plan_json;
+    int num_gpus, vocab_size, plan_top, plan_explain, plan_json, plan_calibrate;
     /* model */
     char *model;               /* gpt | bert */
     int bert_binary_head, bert_no_binary_head;

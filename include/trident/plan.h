@@ -25,6 +25,11 @@ typedef struct plan_cluster {
     /* GEMM efficiency, a fraction of the peak: gemm_emax * f(M) f(N) f(K), f(d) = d / (d + gemm_half) */
     double gemm_emax, gemm_half;
     double mem_reserved_gib; /* what the framework and libraries hold besides the model (CUDA context, allocator) */
+    /* Whose training the model describes: Megatron's on GPUs (16-bit weights and activations,
+     * fp32 master weights; Korthikanti's activations), or trident's own on CPUs (fp32 weights,
+     * grads and Adam state; activations as trident lays them out, src/train/memory.c): what
+     * --calibrate measures. */
+    int trident_cpu;
 } plan_cluster;
 
 /* Fills c with a preset ("dgx2h-v100", "dgx-a100-80gb", "dgx-h100"); -1 when unknown. */
@@ -36,6 +41,12 @@ const char *plan_cluster_presets(void);
 int plan_cluster_load(const char *path, plan_cluster *c, char *err, size_t errlen);
 /* The cluster as JSON text (caller frees), e.g. what --calibrate measured. */
 char *plan_cluster_json(const plan_cluster *c);
+
+struct comm;
+/* This machine as trident runs on it, one device per rank of `world` (src/plan/calibrate.c):
+ * the sgemm peak and its curve over GEMM sizes, the copy bandwidth, the MPI collectives' bandwidth
+ * and latency between the ranks, and what a rank holds before a model. Collective over world. */
+void plan_calibrate(plan_cluster *c, struct comm *world);
 
 typedef enum { PLAN_RC_NONE, PLAN_RC_SELECTIVE, PLAN_RC_FULL } plan_recompute;
 

@@ -8,6 +8,7 @@
 #include "cli.h"
 #include "trident/args.h"
 #include "trident/check.h"
+#include "trident/comm.h"
 #include "trident/plan.h"
 
 #define PROG "trident plan"
@@ -82,6 +83,19 @@ int cli_plan(int argc, char **argv)
                       "devices for the fastest that fits; given layout flags, evaluates that layout. docs/plan.md.\n"
                       "  trident plan --num-layers 96 --hidden-size 12288 --num-attention-heads 96 --seq-length 2048 \\\n"
                       "      --vocab-size 51200 --global-batch-size 1536 --fp16 --cluster dgx-a100-80gb --num-gpus 1024");
+        td_args_free(&a);
+        return 0;
+    }
+    if (a.plan_calibrate) {
+        comm *world = comm_world_init(&argc, &argv);
+        plan_cluster me;
+        plan_calibrate(&me, world);
+        if (comm_rank(world) == 0) {
+            char *js = plan_cluster_json(&me);
+            printf("%s\n", js);
+            free(js);
+        }
+        comm_world_finalize(world);
         td_args_free(&a);
         return 0;
     }

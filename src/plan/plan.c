@@ -29,6 +29,8 @@
 #include <string.h>
 
 #include "trident/check.h"
+#include "trident/memory.h"
+#include "trident/pipeline.h"
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
 
@@ -37,13 +39,13 @@
 static const plan_cluster PRESETS[] = {
     /* DGX-2H: 16 V100 (32 GB, 450 W: 125 TFLOP/s fp16, no bf16), NVSwitch (150 GB/s a direction, about
      * 120 reached by NCCL), 8 x 100 Gb/s InfiniBand a node (6.25 GB/s a GPU) */
-    {"dgx2h-v100", 16, {15.7e12, 0, 125e12}, 32, 0.9e12, 120e9, 8e-6, 5.0e9, 15e-6, 0.80, 96, 2.0},
+    {"dgx2h-v100", 16, {15.7e12, 0, 125e12}, 32, 0.9e12, 120e9, 8e-6, 5.0e9, 15e-6, 0.80, 96, 2.0, 0},
     /* DGX A100: 8 A100 80 GB (312 TFLOP/s bf16/fp16, 19.5 fp32), NVLink 3 (300 GB/s a direction,
      * about 240 reached), 8 x 200 Gb/s HDR a node (25 GB/s a GPU, about 21 reached) */
-    {"dgx-a100-80gb", 8, {19.5e12, 312e12, 312e12}, 80, 2.0e12, 240e9, 6e-6, 21e9, 12e-6, 0.76, 48, 3.0},
+    {"dgx-a100-80gb", 8, {19.5e12, 312e12, 312e12}, 80, 2.0e12, 240e9, 6e-6, 21e9, 12e-6, 0.76, 48, 3.0, 0},
     /* DGX H100: 8 H100 SXM 80 GB (989 TFLOP/s dense bf16/fp16, 67 fp32), NVLink 4 (450 GB/s a
      * direction, about 360 reached), 8 x 400 Gb/s NDR a node (50 GB/s a GPU, about 42 reached) */
-    {"dgx-h100", 8, {67e12, 989e12, 989e12}, 80, 3.35e12, 360e9, 5e-6, 42e9, 10e-6, 0.72, 128, 3.0},
+    {"dgx-h100", 8, {67e12, 989e12, 989e12}, 80, 3.35e12, 360e9, 5e-6, 42e9, 10e-6, 0.72, 128, 3.0, 0},
 };
 #define NPRESETS ((int)(sizeof PRESETS / sizeof PRESETS[0]))
 
@@ -147,6 +149,41 @@ static double stage_params(const gpt_config *g, int tp, int layers, int first, i
     return n;
 }
 
+/* trident's own trainer on CPUs: its memory model (src/train/memory.c, the one the trainer
+ * prints and checks itself against), for the first and the last pipeline rank, the larger. */
+static void trident_memory(const plan_job *j, const plan_cluster *c, const plan_layout *l, int m, plan_result *r)
+{
+    pp_schedule sched = l->pp == 1 ? PP_SCHEDULE_NONE : l->vp > 1 ? PP_SCHEDULE_INTERLEAVED : PP_SCHEDULE_1F1B;
+    int per = j->cfg.num_layers / (l->pp * l->vp);
+    mem_prediction best = {0};
+    for (int rank = 0; rank < l->pp; rank += l->pp > 1 ? l->pp - 1 : 1) {
+        mem_layout ml;
+        memset(&ml, 0, sizeof ml);
+        ml.cfg = j->cfg;
+        ml.tp = l->tp, ml.dp = l->dp, ml.mbs = l->mbs, ml.nchunks = l->vp;
+        ml.distributed_optimizer = l->distopt && l->dp > 1;
+        ml.sequence_parallel = l->sp && l->tp > 1;
+        ml.recompute = l->recompute == PLAN_RC_FULL ? MEM_RECOMPUTE_FULL
+                       : l->recompute == PLAN_RC_SELECTIVE ? MEM_RECOMPUTE_SELECTIVE : MEM_RECOMPUTE_NONE;
+        ml.recompute_num_layers = 1;
+        ml.bucket_elems = 40e6; /* --ddp-bucket-size's default */
+        int slots = pp_slots_needed(sched, l->pp, rank, l->vp, m);
+        for (int k = 0; k < l->vp; k++) {
+            int vs = k * l->pp + rank;
+            ml.chunk[k] = (mem_chunk){per, vs == 0, vs == l->pp * l->vp - 1, slots};
+        }
+        mem_prediction p;
+        mem_predict(&ml, &p);
+        if (p.total > best.total) best = p;
+    }
+    r->m_params = best.params;
+    r->m_grads = best.grads;
+    r->m_optimizer = best.optimizer;
+    r->m_acts = best.acts;
+    r->m_other = best.workspace + best.comm + best.lowp + c->mem_reserved_gib * GIB;
+    r->m_total = best.total + c->mem_reserved_gib * GIB;
+}
+
 int plan_evaluate(const plan_job *j, const plan_cluster *c, const plan_layout *l, plan_result *r, char *err,
                   size_t errlen)
 {
@@ -233,6 +270,7 @@ int plan_evaluate(const plan_job *j, const plan_cluster *c, const plan_layout *l
     r->m_acts = stages[worst][1];
     r->m_other = stages[worst][2];
     r->m_total = r->m_params + r->m_grads + r->m_optimizer + r->m_acts + r->m_other;
+    if (c->trident_cpu) trident_memory(j, c, l, m, r);
     r->fits = r->m_total <= c->mem_gib * GIB;
     return 0;
 #undef BAD
@@ -320,6 +358,7 @@ static const struct {
     {"gemm_half_dim", offsetof(plan_cluster, gemm_half), 0, 1e9},
     {"reserved_gib", offsetof(plan_cluster, mem_reserved_gib), 0, 1e9},
 };
+/* "framework": "megatron" (GPU clusters, the default) or "trident-cpu" (what --calibrate writes). */
 #define NFIELDS ((int)(sizeof FIELDS / sizeof FIELDS[0]))
 
 static double *field(plan_cluster *c, int i) { return (double *)((char *)c + FIELDS[i].off); }
@@ -350,6 +389,13 @@ int plan_cluster_load(const char *path, plan_cluster *c, char *err, size_t errle
                  plan_cluster_presets());
         goto out;
     }
+    const cJSON *fw = cJSON_GetObjectItemCaseSensitive(o, "framework");
+    if (fw && !(cJSON_IsString(fw) && (strcmp(fw->valuestring, "megatron") == 0 ||
+                                      strcmp(fw->valuestring, "trident-cpu") == 0))) {
+        snprintf(err, errlen, "--cluster %s: framework must be \"megatron\" or \"trident-cpu\"", path);
+        goto out;
+    }
+    if (fw) c->trident_cpu = strcmp(fw->valuestring, "trident-cpu") == 0;
     const cJSON *name = cJSON_GetObjectItemCaseSensitive(o, "name");
     snprintf(c->name, sizeof c->name, "%s", cJSON_IsString(name) ? name->valuestring : path);
     for (int i = 0; i < NFIELDS; i++) {
@@ -385,6 +431,7 @@ char *plan_cluster_json(const plan_cluster *c)
 {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "name", c->name);
+    cJSON_AddStringToObject(o, "framework", c->trident_cpu ? "trident-cpu" : "megatron");
     for (int i = 0; i < NFIELDS; i++)
         cJSON_AddNumberToObject(o, FIELDS[i].key, i == 0 ? (double)c->gpus_per_node : *field((plan_cluster *)c, i));
     char *s = cJSON_Print(o);

@@ -3,6 +3,8 @@
 # best; given layout flags it evaluates that layout (--json: one object with the fields
 # docs/plan.md names); a cluster file starts from a preset; bad flags exit 2 with one line.
 set -u
+[ "$(id -u)" -eq 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMP_NUM_THREADS=1
 pass=0 fail=0
 ok() { echo "ok: $*"; pass=$((pass + 1)); }
 bad() { echo "FAIL: $*"; fail=$((fail + 1)); }
@@ -21,6 +23,13 @@ printf '{"name": "half-h100", "base": "dgx-h100", "gpus_per_node": 4, "memory_gi
 if out=$("$TRIDENT" plan "${M[@]}" --num-gpus 512 --cluster cluster.json --top 1) && grep -q "of half-h100 (4 a node" <<<"$out" &&
    ! grep -q "^ *8 " <<<"$out"; then ok "cluster file from a preset: $(head -n 1 <<<"$out" | cut -c1-160)"
 else bad "cluster file"; echo "$out"; fi
+# this machine: calibrated over two ranks, then a layout evaluated on it
+if timeout 120 mpirun --oversubscribe --bind-to none -np 2 "$TRIDENT" plan --calibrate >me.json 2>cal.log &&
+   grep -q '"framework":.*"trident-cpu"' me.json &&
+   out=$("$TRIDENT" plan --num-layers 4 --hidden-size 64 --num-attention-heads 4 --seq-length 64 --vocab-size 50257 \
+         --global-batch-size 8 --cluster me.json --num-gpus 2 --tensor-model-parallel-size 2 --json) &&
+   grep -q '"fits": true' <<<"$out"; then ok "--calibrate: $(tr -d '\n\t' <me.json | cut -c1-200)..."
+else bad "--calibrate"; cat cal.log me.json; echo "${out:-}"; fi
 expect2() { # want flags...
   local want=$1; shift
   out=$("$TRIDENT" plan "$@" 2>&1); rc=$?

@@ -46,7 +46,7 @@ set_tests_properties(e2e/llama PROPERTIES TIMEOUT 600
 # trident plan (tests/e2e/plan.sh): search, one layout in JSON, cluster files, bad flags.
 add_test(NAME e2e/plan COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/plan.sh)
 set_tests_properties(e2e/plan PROPERTIES TIMEOUT 120
-  ENVIRONMENT "TRIDENT=$<TARGET_FILE:trident>;WORK=${CMAKE_BINARY_DIR}/testtmp/plan")
+  ENVIRONMENT "TRIDENT=$<TARGET_FILE:trident>;WORK=${CMAKE_BINARY_DIR}/testtmp/plan;${TD_MPI_ENV}")
 
 # BERT (tests/e2e/bert.sh): exact resume, resharding, Hugging Face round trip, the commands that
 # refuse it, and its losses falling.

@@ -17,6 +17,7 @@
 
 #include <cmocka.h>
 
+#include "trident/memory.h"
 #include "trident/plan.h"
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
@@ -200,12 +201,36 @@ static void megatron_tp_pp(void **state)
     }
 }
 
+/* A calibrated ("trident-cpu") cluster: memory is trident's own model of a rank (what `train`
+ * prints) plus what a rank held before it; fp32 throughout. */
+static void trident_cpu_memory(void **state)
+{
+    (void)state;
+    plan_cluster c = {.gpus_per_node = 2, .peak = {100e9, 0, 0}, .mem_gib = 8, .hbm_bw = 20e9, .intra_bw = 3e9,
+                      .inter_bw = 3e9, .gemm_emax = 0.9, .gemm_half = 16, .mem_reserved_gib = 0.02, .trident_cpu = 1};
+    plan_job j = gpt(8, 256, 8, 16);
+    j.cfg.seq = j.cfg.max_pos = 128;
+    j.cfg.vocab = 50257, j.cfg.padded_vocab = 50304;
+    j.dtype = 0;
+    plan_layout l = {1, 1, 2, 1, 2, PLAN_RC_NONE, 0, 1, 0};
+    plan_result r;
+    char err[256];
+    assert_int_equal(plan_evaluate(&j, &c, &l, &r, err, sizeof err), 0);
+    mem_layout ml = {.cfg = j.cfg, .tp = 1, .dp = 2, .mbs = 2, .nchunks = 1, .distributed_optimizer = 1,
+                     .bucket_elems = 40e6};
+    ml.chunk[0] = (mem_chunk){8, 1, 1, 1};
+    mem_prediction p;
+    mem_predict(&ml, &p);
+    close_to(r.m_total, p.total + 0.02 * GIB, 1e-12);
+    assert_true(r.fits);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(collectives),         cmocka_unit_test(gemm),           cmocka_unit_test(activations),
         cmocka_unit_test(memory_per_parameter), cmocka_unit_test(megatron_table1), cmocka_unit_test(megatron_interleaving),
-        cmocka_unit_test(megatron_tp_pp),
+        cmocka_unit_test(megatron_tp_pp),      cmocka_unit_test(trident_cpu_memory),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
