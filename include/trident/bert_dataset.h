@@ -17,6 +17,8 @@
 /* Megatron's LONG_SENTENCE_LEN: a document (of >= 2 sentences) holding a longer sentence is
  * skipped. */
 #define BERTDS_LONG_SENTENCE_LEN 512
+/* Megatron's max_ngrams: masked spans of up to this many whole words. */
+#define BERTDS_MAX_NGRAMS 3
 
 typedef struct bertds_config {
     const char *path;        /* indexed dataset prefix, sentence level: a document is a run of sequences */

@@ -454,10 +454,11 @@ static void truncate_pair(segment *a, segment *b, int64_t max_tokens, sample_rng
     }
 }
 
-/* Megatron's create_masked_lm_predictions with whole words and without n-gram spans: the
- * candidates (every token but [CLS]/[SEP]) grouped into words, a "##" piece joining the previous
- * word; words taken in a random order while the count stays within num_to_predict; each chosen
- * token becomes [MASK] (80%), stays (10%) or becomes a random id (10%); labels = originals. */
+/* Megatron's create_masked_lm_predictions with whole words and n-gram spans: the candidates
+ * (every token but [CLS]/[SEP]) grouped into words, a "##" piece joining the previous word; spans
+ * of up to BERTDS_MAX_NGRAMS words starting at the words in a random order, taken while the count
+ * stays within num_to_predict; each chosen token becomes [MASK] (80%), stays (10%) or becomes a
+ * random id (10%); labels = originals. */
 static void mask_tokens(const bertds *ds, gptds_split s, int64_t idx, int32_t *tok, int32_t *labels, int n,
                         int64_t target)
 {
@@ -484,18 +485,36 @@ static void mask_tokens(const bertds *ds, gptds_split s, int64_t idx, int32_t *t
         order[i] = order[j];
         order[j] = t;
     }
+    /* Megatron's n-gram spans: from each word (in shuffled order) a span of n whole words, n in
+     * 1..3 with probabilities 6/11, 3/11, 2/11 (1/n normalised), cut to the words left and
+     * shortened while it would pass the limit; a span touching a masked token is skipped */
+    static const double CUM[BERTDS_MAX_NGRAMS] = {6.0 / 11, 9.0 / 11, 1.0};
+    char *covered = td_xcalloc((size_t)(n > 0 ? n : 1), 1);
     int count = 0;
     for (int k = 0; k < nw && (double)count < limit; k++) {
-        int w = order[k], a = wbeg[w], b = w + 1 < nw ? wbeg[w + 1] : nc;
+        int w = order[k], span = 1;
+        double u = rng_unit(&r);
+        while (span < BERTDS_MAX_NGRAMS && u >= CUM[span - 1]) span++;
+        if (span > nw - w) span = nw - w;
+        int a = wbeg[w], b = w + span < nw ? wbeg[w + span] : nc;
+        while ((double)(count + b - a) > limit && span > 1) {
+            span--;
+            b = w + span < nw ? wbeg[w + span] : nc;
+        }
         if ((double)(count + b - a) > limit) continue;
+        int taken = 0;
+        for (int c = a; c < b; c++) taken |= covered[cand[c]];
+        if (taken) continue;
         for (int c = a; c < b; c++) {
             int p = cand[c];
+            covered[p] = 1;
             labels[p] = tok[p];
             if (rng_unit(&r) < 0.8) tok[p] = ds->mask_id;
             else if (rng_unit(&r) >= 0.5) tok[p] = (int32_t)rng_below(&r, (uint64_t)ds->vocab_size);
         }
         count += b - a;
     }
+    free(covered);
     free(order);
     free(wbeg);
     free(cand);

@@ -334,19 +334,25 @@ static void masking_statistics_and_whole_words(void **state)
     bertds *ds = bertds_open(&c);
     sample_buf b = sample_new(S);
     int64_t n = 3000, swapped = 0, text = 0, masked = 0, as_mask = 0, kept = 0, other = 0;
+    int64_t masked_words = 0, runs = 0; /* masked words, and runs of consecutive masked words */
     for (int64_t i = 0; i < n; i++) {
         bertds_get(ds, GPTDS_TRAIN, i, &b.s);
         const bertds_sample *x = &b.s;
         swapped += x->is_random;
         int sep_a = 0;
         while (x->types[sep_a + 1] == 0) sep_a++;
-        int word_masked = -1; /* of the current word: -1 none yet, else 0/1 */
+        int word_masked = -1, prev_word_masked = 0; /* of the current word: -1 none yet, else 0/1 */
         for (int j = 1; j < x->length - 1; j++) {
             if (j == sep_a) continue;
             text++;
             int32_t o = x->labels[j] >= 0 ? x->labels[j] : x->tokens[j];
             int m = x->labels[j] >= 0;
-            if (o < SUBWORD_FROM || word_masked < 0) word_masked = m;
+            if (o < SUBWORD_FROM || word_masked < 0) {
+                if (word_masked >= 0) prev_word_masked = word_masked;
+                word_masked = m;
+                masked_words += m;
+                runs += m && !prev_word_masked;
+            }
             else if (m != word_masked) fail_msg("sample %lld position %d: a \"##\" piece masked %d, its word %d",
                                                 (long long)i, j, m, word_masked);
             if (!m) continue;
@@ -366,6 +372,12 @@ static void masking_statistics_and_whole_words(void **state)
     if (fabs(f_mask - 0.15) > 0.02) fail_msg("masked %.4f of text tokens", f_mask);
     if (fabs(f_as - 0.8) > 0.03 || fabs(f_kept - 0.1) > 0.03 || fabs(f_other - 0.1) > 0.03)
         fail_msg("masked positions: [MASK] %.4f, kept %.4f, random %.4f", f_as, f_kept, f_other);
+    /* n-gram spans: 1, 2 or 3 words (6/11, 3/11, 2/11), so runs of masked words average well over
+     * the 1.2 words that single words at this density would give */
+    double run = (double)masked_words / (double)runs;
+    printf("  %lld samples: swapped %.3f, masked %.3f of text tokens ([MASK] %.3f, kept %.3f, random %.3f), "
+           "%.2f words a masked run\n", (long long)n, f_swap, f_mask, f_as, f_kept, f_other, run);
+    if (run < 1.4) fail_msg("masked runs average %.2f words: no n-gram spans", run);
     free(b.buf);
     bertds_close(ds);
 }
