@@ -153,6 +153,39 @@ static void megatron_table1(void **state)
     printf("  largest error against the paper: %.1f%%\n", 100 * worst);
 }
 
+/* Table 2's PTD-P rows: GPT-3 175B (tp 8 x pp 12) and the 530B model (tp 8 x pp 35), micro-batch
+ * 1, the global batch fixed as the data-parallel size doubles. */
+static void megatron_table2(void **state)
+{
+    (void)state;
+    static const struct {
+        int layers, hidden, heads, pp, gpus, batch;
+        double tflops;
+    } T2[] = {{96, 12288, 96, 12, 384, 1536, 153},   {96, 12288, 96, 12, 768, 1536, 149},
+              {96, 12288, 96, 12, 1536, 1536, 141},  {105, 20480, 128, 35, 560, 2240, 171},
+              {105, 20480, 128, 35, 1120, 2240, 167}, {105, 20480, 128, 35, 2240, 2240, 159}};
+    plan_cluster c;
+    assert_int_equal(plan_cluster_preset("dgx-a100-80gb", &c), 0);
+    double last = 0;
+    for (size_t i = 0; i < sizeof T2 / sizeof T2[0]; i++) {
+        plan_job j = gpt(T2[i].layers, T2[i].hidden, T2[i].heads, T2[i].batch);
+        plan_result best = {0}, r;
+        char err[256];
+        for (int vp = 1; vp <= 4; vp++) {
+            plan_layout l = {8, T2[i].pp, T2[i].gpus / (8 * T2[i].pp), vp, 1, PLAN_RC_FULL, 0, 0, 0};
+            if (plan_evaluate(&j, &c, &l, &r, err, sizeof err) == 0 && r.fits && r.tflops_per_gpu > best.tflops_per_gpu)
+                best = r;
+        }
+        double e = (best.tflops_per_gpu - T2[i].tflops) / T2[i].tflops;
+        printf("  %dL x %d, tp 8 x pp %d, %4d GPUs: paper %.0f, predicted %.1f TFLOP/s per GPU (%+.1f%%)\n",
+               T2[i].layers, T2[i].hidden, T2[i].pp, T2[i].gpus, T2[i].tflops, best.tflops_per_gpu, 100 * e);
+        assert_true(fabs(e) <= 0.15);
+        /* more data-parallel replicas of the same batch: fewer micro-batches each, slower per GPU */
+        if (i % 3) assert_true(best.tflops_per_gpu < last);
+        last = best.tflops_per_gpu;
+    }
+}
+
 /* Figure 12: GPT-3 175B (96 layers, hidden 12288, 96 heads) on 96 GPUs, tp 8 x pp 12, micro-batch
  * 1; the interleaved schedule (2 chunks a stage) against 1F1B as the batch grows. */
 static void megatron_interleaving(void **state)
@@ -230,7 +263,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(collectives),         cmocka_unit_test(gemm),           cmocka_unit_test(activations),
         cmocka_unit_test(memory_per_parameter), cmocka_unit_test(megatron_table1), cmocka_unit_test(megatron_interleaving),
-        cmocka_unit_test(megatron_tp_pp),      cmocka_unit_test(trident_cpu_memory),
+        cmocka_unit_test(megatron_tp_pp),      cmocka_unit_test(trident_cpu_memory), cmocka_unit_test(megatron_table2),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
