@@ -245,6 +245,14 @@ foreach(args
   list(GET args 0 name)
   set_tests_properties(parallel/layout_${name} PROPERTIES FIXTURES_REQUIRED "layouts_bert_data;layouts_bert_baseline")
 endforeach()
+# without the sentence-order head (one segment, masked-LM loss only)
+set(LAYOUT_ARCH --bert-no-binary-head)
+set(LAYOUT_BASE bert_nobh_baseline)
+trident_layout(bert_nobh_baseline 1 1 2)
+set_tests_properties(parallel/layout_bert_nobh_baseline PROPERTIES FIXTURES_REQUIRED "layouts_bert_data")
+trident_layout(bert_nobh_sp_tp2_pp2_dp2 8 2 1 --sequence-parallel --pipeline-model-parallel-size 2)
+set_tests_properties(parallel/layout_bert_nobh_sp_tp2_pp2_dp2 PROPERTIES
+  FIXTURES_REQUIRED "layouts_bert_data;layouts_bert_nobh_baseline")
 # and under --bf16, against its own one-rank run within the bf16 tolerance of the GPT runs above
 set(LAYOUT_ARCH --bf16)
 set(LAYOUT_TOL 2e-3)
