@@ -146,6 +146,10 @@ static double stage_params(const gpt_config *g, int tp, int layers, int first, i
     if (first) n += V * h / t + (g->pos == GPT_POS_LEARNED ? (double)g->max_pos * h : 0);
     if (last && (pp > 1 || g->untied)) n += V * h / t;
     if (last) n += 2.0 * h;
+    if (gpt_is_bert(g)) { /* token types; the LM head's transform and bias, the pooler and binary head */
+        if (first) n += 2.0 * h;
+        if (last) n += h * h + 3.0 * h + V / t + (g->binary_head ? h * h + 3.0 * h + 2 : 0);
+    }
     return n;
 }
 
@@ -215,6 +219,8 @@ int plan_evaluate(const plan_job *j, const plan_cluster *c, const plan_layout *l
     layer_cost lc = layer_time(j, c, l);
     double T = (double)l->mbs * g->seq, V = g->padded_vocab / (double)l->tp, h = g->hidden;
     double head_fwd = plan_gemm_s(c, j->dtype, T, V, h) + T * V * 4.0 * 3.0 / c->hbm_bw; /* logits, fp32 softmax */
+    if (gpt_is_bert(g)) /* BERT's LM-head transform (dense h -> h, replicated; the pooler is B rows) */
+        head_fwd += plan_gemm_s(c, j->dtype, T / (l->sp ? l->tp : 1), h, h);
     double head = 3.0 * head_fwd;
     double per_micro = Ls * (lc.fwd + lc.bwd + lc.recompute + lc.tp_comm) + head;
     r->t_compute = m * (Ls * (lc.fwd + lc.bwd + lc.recompute) + head);
