@@ -16,11 +16,12 @@
 
 typedef struct bert_source bert_source;
 
-/* Opens the dataset of --data-path (one sentence-level dataset) for samples of c->seq tokens,
- * `want` samples per split (gptds_target_samples), on every rank (world rank 0 first, so the
- * others load its caches). Ends the job with one line on a bad tokenizer or dataset. */
-bert_source *bert_source_open(const td_args *a, const gpt_config *c, const int64_t want[GPTDS_NSPLITS], int mbs,
-                              int num_micro, int dp, int dp_rank, comm *world);
+/* Opens the one sentence-level dataset of dc (the trainer's data config from train's flags: path,
+ * split, caches, samples wanted, vocabulary) with the tokenizer and BERT flags of `a`, on every
+ * rank (world rank 0 first, so the others load its caches). Ends the job with one line on a bad
+ * tokenizer or dataset. */
+bert_source *bert_source_open(const gptds_config *dc, const td_args *a, const gpt_config *c, int mbs, int num_micro,
+                              int dp, int dp_rank, comm *world);
 void bert_source_close(bert_source *s);
 int64_t bert_source_num_samples(const bert_source *s, gptds_split split);
 

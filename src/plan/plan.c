@@ -188,6 +188,32 @@ static void trident_memory(const plan_job *j, const plan_cluster *c, const plan_
     r->m_total = best.total + c->mem_reserved_gib * GIB;
 }
 
+/* Megatron's training on GPUs: the first stage (activations of the micro-batches in flight) or
+ * the last (the logits), the larger. */
+static void megatron_memory(const plan_job *j, const plan_cluster *c, const plan_layout *l, int m, plan_result *r)
+{
+    const gpt_config *g = &j->cfg;
+    int Ls = g->num_layers / l->pp;
+    double e = act_bytes(j->dtype), T = (double)l->mbs * g->seq, V = g->padded_vocab / (double)l->tp;
+    double bpp = j->dtype ? (l->distopt ? 6.0 + 12.0 / l->dp : 18.0) : (l->distopt ? 8.0 + 8.0 / l->dp : 16.0);
+    double acts_layer = plan_layer_act_bytes(g, l->mbs, l->tp, l->sp, l->recompute) * (j->dtype ? 1.0 : 2.0);
+    double work = l->recompute == PLAN_RC_FULL ? plan_layer_act_bytes(g, l->mbs, l->tp, l->sp, PLAN_RC_NONE) : 0;
+    double logits = T * V * (4.0 + e); /* the fp32 softmax and the 16-bit logits of one micro-batch */
+    double params[2], acts[2];
+    for (int k = 0; k < 2; k++) { /* 0: the first stage, 1: the last */
+        int is_first = k == 0, is_last = k == 1 || l->pp == 1;
+        params[k] = stage_params(g, l->tp, Ls, is_first, is_last, l->pp);
+        acts[k] = Ls * acts_layer * (is_first ? plan_inflight(l->pp, l->vp, m) : 1.0) + work + (is_last ? logits : 0);
+    }
+    int w = params[0] * bpp + acts[0] >= params[1] * bpp + acts[1] ? 0 : 1;
+    r->m_params = params[w] * e;
+    r->m_grads = params[w] * 4.0; /* fp32 */
+    r->m_optimizer = params[w] * (bpp - e - 4.0);
+    r->m_acts = acts[w];
+    r->m_other = c->mem_reserved_gib * GIB;
+    r->m_total = r->m_params + r->m_grads + r->m_optimizer + r->m_acts + r->m_other;
+}
+
 int plan_evaluate(const plan_job *j, const plan_cluster *c, const plan_layout *l, plan_result *r, char *err,
                   size_t errlen)
 {
@@ -253,30 +279,8 @@ int plan_evaluate(const plan_job *j, const plan_cluster *c, const plan_layout *l
     r->tflops_per_gpu = r->flops / r->iter_s / n / 1e12;
     r->mfu = r->tflops_per_gpu * 1e12 / c->peak[j->dtype];
 
-    /* memory of the first stage (activations of the micro-batches in flight) and of the last
-     * (the logits); the larger */
-    double bpp = j->dtype ? (l->distopt ? 6.0 + 12.0 / l->dp : 18.0) : (l->distopt ? 8.0 + 8.0 / l->dp : 16.0);
-    double acts_layer = plan_layer_act_bytes(g, l->mbs, l->tp, l->sp, l->recompute) * (j->dtype ? 1.0 : 2.0);
-    double inflight = plan_inflight(l->pp, l->vp, m);
-    double work = l->recompute == PLAN_RC_FULL ? plan_layer_act_bytes(g, l->mbs, l->tp, l->sp, PLAN_RC_NONE) : 0;
-    double logits = T * V * (4.0 + e); /* the fp32 softmax and the 16-bit logits of one micro-batch */
-    double stages[2][3]; /* params, acts, other */
-    for (int k = 0; k < 2; k++) {
-        int is_first = k == 0, is_last = k == 1 || l->pp == 1;
-        double p = stage_params(g, l->tp, Ls, is_first, is_last, l->pp);
-        stages[k][0] = p;
-        stages[k][1] = Ls * acts_layer * (is_first ? inflight : 1.0) + work + (is_last ? logits : 0);
-        stages[k][2] = c->mem_reserved_gib * GIB;
-    }
-    int worst = stages[0][0] * bpp + stages[0][1] >= stages[1][0] * bpp + stages[1][1] ? 0 : 1;
-    double pw = stages[worst][0];
-    r->m_params = pw * e;
-    r->m_grads = pw * (j->dtype ? 4.0 : 4.0);
-    r->m_optimizer = pw * (bpp - e - 4.0);
-    r->m_acts = stages[worst][1];
-    r->m_other = stages[worst][2];
-    r->m_total = r->m_params + r->m_grads + r->m_optimizer + r->m_acts + r->m_other;
     if (c->trident_cpu) trident_memory(j, c, l, m, r);
+    else megatron_memory(j, c, l, m, r);
     r->fits = r->m_total <= c->mem_gib * GIB;
     return 0;
 #undef BAD

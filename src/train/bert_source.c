@@ -17,8 +17,8 @@ struct bert_source {
     float mlm_weight, sop_weight;
 };
 
-bert_source *bert_source_open(const td_args *a, const gpt_config *c, const int64_t want[GPTDS_NSPLITS], int mbs,
-                              int num_micro, int dp, int dp_rank, comm *world)
+bert_source *bert_source_open(const gptds_config *dc, const td_args *a, const gpt_config *c, int mbs, int num_micro,
+                              int dp, int dp_rank, comm *world)
 {
     char err[512];
     tok_spec spec = {a->tokenizer_type, a->vocab_file, a->merge_file, a->tokenizer_model};
@@ -26,31 +26,29 @@ bert_source *bert_source_open(const td_args *a, const gpt_config *c, const int64
     if (!tok) td_fatal(1, "%s", err);
     tok_bert_vocab bv;
     if (tok_bert_vocab_get(tok, &bv, err, sizeof err)) td_fatal(2, "--model bert: %s", err);
-    TD_ASSERT(a->data_path.n == 1); /* trainer_validate */
-    char vsrc[1100];
-    snprintf(vsrc, sizeof vsrc, "%s %s", a->tokenizer_model ? "--tokenizer-model" : "--vocab-file",
-             a->tokenizer_model ? a->tokenizer_model : a->vocab_file);
-    bertds_config dc = {.path = a->data_path.v[0],
-                        .split = a->split ? a->split : "969,30,1",
-                        .cache_dir = a->data_cache_path,
+    TD_ASSERT(dc->n == 1 && !dc->weights); /* trainer_validate */
+    bertds_config bc = {.path = dc->paths[0],
+                        .split = dc->split,
+                        .cache_dir = dc->cache_dir,
+                        .no_cache = dc->no_cache,
                         .seq_length = c->seq,
-                        .seed = (uint64_t)a->seed,
+                        .seed = dc->seed,
                         .short_seq_prob = a->short_seq_prob,
                         .masked_lm_prob = a->mask_prob,
                         .binary_head = c->binary_head,
                         .vocab_size = tok_vocab_size(tok),
-                        .vocab_source = vsrc,
+                        .vocab_source = dc->vocab_source,
                         .cls_id = bv.cls,
                         .sep_id = bv.sep,
                         .mask_id = bv.mask,
                         .pad_id = bv.pad,
                         .subword = bv.subword};
-    memcpy(dc.num_samples, want, sizeof dc.num_samples);
+    memcpy(bc.num_samples, dc->num_samples, sizeof bc.num_samples);
     bert_source *s = td_xcalloc(1, sizeof *s);
     int rank = comm_rank(world);
-    if (rank == 0) s->ds = bertds_open(&dc);
+    if (rank == 0) s->ds = bertds_open(&bc);
     comm_barrier(world);
-    if (rank != 0) s->ds = bertds_open(&dc);
+    if (rank != 0) s->ds = bertds_open(&bc);
     free(bv.subword);
     tok_free(tok);
     s->seq = c->seq, s->mbs = mbs, s->num_micro = num_micro, s->dp = dp, s->dp_rank = dp_rank;

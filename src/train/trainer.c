@@ -259,6 +259,15 @@ static void wait_params(run_state *r)
     for (int c = 0; c < r->nchunks; c++) dp_wait_params(r->dp[c]);
 }
 
+/* BERT: builds this rank's micro-batches of the iteration at r->src.consumed (timed as data). */
+static void bert_begin(run_state *r, gptds_split s)
+{
+    if (!r->bert) return;
+    bd_start(&r->bd, BD_DATA);
+    bert_source_begin(r->bert, s, r->src.consumed, r->ps->dp_group);
+    bd_stop(&r->bd, BD_DATA);
+}
+
 /* Mean token loss over `iters` global batches of split s starting at sample `consumed`. */
 static double evaluate(run_state *r, gptds_split s, int64_t consumed, int64_t iters)
 {
@@ -267,14 +276,12 @@ static double evaluate(run_state *r, gptds_split s, int64_t consumed, int64_t it
     be_lowp_invalidate(r->be); /* evaluation follows a step */
     r->src.split = s;
     r->it.training = 0;
-    float loss_scale = r->it.loss_scale;
     for (int64_t i = 0; i < iters; i++) {
         r->src.consumed = consumed + i * r->gbs;
-        if (r->bert) bert_source_begin(r->bert, s, r->src.consumed, r->ps->dp_group);
+        bert_begin(r, s);
         total += pp_run(r->schedule, &r->it);
     }
     r->it.training = 1;
-    r->it.loss_scale = loss_scale;
     r->src.split = GPTDS_TRAIN;
     memset(r->it.bert_stats, 0, sizeof r->it.bert_stats); /* the training iterations' sums are their own */
     comm_allreduce(r->ps->dp_group, &total, 1, COMM_F64, COMM_SUM);
@@ -447,7 +454,7 @@ static void setup(run_state *r, const td_args *a, comm *world)
     dc.vocab_size = c.vocab;
     dc.vocab_source = vsrc;
     if (gpt_is_bert(&c)) {
-        r->bert = bert_source_open(a, &c, want, a->micro_batch_size, r->num_micro, ps->dp, ps->dp_rank, world);
+        r->bert = bert_source_open(&dc, a, &c, a->micro_batch_size, r->num_micro, ps->dp, ps->dp_rank, world);
     } else {
         if (ps->world_rank == 0) r->data = gptds_open(&dc);
         comm_barrier(world);
@@ -983,7 +990,7 @@ int trainer_run(const td_args *a, comm *world)
         r.src.consumed = consumed;
         double scale = r.scaled ? r.scaler.scale : 1.0;
         r.it.loss_scale = (float)(r.bert ? scale : scale / ((double)r.gbs * c->seq));
-        if (r.bert) bert_source_begin(r.bert, GPTDS_TRAIN, consumed, r.ps->dp_group);
+        bert_begin(&r, GPTDS_TRAIN);
         double loss_sum = pp_run(r.schedule, &r.it);
         dp_finish_grads(r.dp, r.nchunks);
         bd_start(&r.bd, BD_OPTIMIZER);
