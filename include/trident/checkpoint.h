@@ -191,6 +191,17 @@ void ckpt_save(const char *dir, const ckpt_model *m, const ckpt_progress *p, con
  * err naming the folder and what to do. */
 int ckpt_check_save_dir(const char *dir, int64_t start, const char *loaded, char *err, size_t errlen);
 
+/* The lock file a training run holds in its --save folder (docs/checkpoints.md). */
+#define CKPT_LOCK_FILE ".trident-save.lock"
+
+/* Takes the --save folder `dir` for this process (creating the folder): an exclusive flock on
+ * DIR/CKPT_LOCK_FILE, held until the process ends however it ends (the kernel releases it; no
+ * stale lock), the file naming the holder (host, pid, start time). One rank of a job calls it.
+ * Returns 0 when held; -1 with one line in err when another process holds it (naming it) or the
+ * folder or the lock file cannot be created; 1 with the reason in err when the file system
+ * does not support flock (nothing is held: warn and go on). */
+int ckpt_lock_save_dir(const char *dir, char *err, size_t errlen);
+
 /* The iteration folder name of `iteration` in `dir`. */
 void ckpt_iter_dir(char *out, size_t len, const char *dir, int64_t iteration);
 

@@ -15,7 +15,8 @@ int trainer_validate(const td_args *a, int world_size, char *msg, size_t msglen)
 /* Runs the training job described by `a` on `world` (collective): finds the checkpoint of --load,
  * holds the model flags against it (ckpt_args_reconcile) and validates them (trainer_validate)
  * before allocating anything — a bad flag is one line from rank 0 and TD_EXIT_USAGE — refuses
- * a --save folder holding checkpoints the run did not load, then trains. Returns the exit code. */
+ * a --save folder another run holds (its lock, exit 1) or holding checkpoints the run did not
+ * load, then trains. Returns the exit code. */
 int trainer_run(const td_args *a, comm *world);
 
 /* Peak resident memory of this process in bytes (VmHWM), 0 if unknown. */

@@ -260,7 +260,8 @@ static const flag_t FLAGS[] = {
      "peak TFLOP/s per rank for MFU (default: measured GEMM peak)", 0, 1e9, NULL},
 
     {"--save", A_STR, OFF(save), NULL, TD_CMD_TRAIN, "checkpointing",
-     "save checkpoints in this folder (DIR/iter_NNNNNNN/), every --save-interval, at the end and on exit", 0, 0,
+     "save checkpoints in this folder (DIR/iter_NNNNNNN/), every --save-interval, at the end and on exit; "
+     "one run at a time (a second run is refused while one holds DIR/.trident-save.lock)", 0, 0,
      NULL},
     {"--save-interval", A_I64, OFF(save_interval), NULL, TD_CMD_TRAIN, "checkpointing",
      "iterations between checkpoints (default: only at the end and on exit)", 1, BIG, NULL},

@@ -919,6 +919,22 @@ static void print_breakdown(run_state *r)
     bd_print(&r->bd, &lim);
 }
 
+/* World rank 0 takes the --save folder's lock for the job (held until it ends); when another run
+ * holds it, rank 0 says so in one line and every rank returns 1 together. */
+static int lock_save_dir(const char *dir, comm *world)
+{
+    char err[4400] = "";
+    int32_t busy = 0;
+    if (comm_rank(world) == 0) {
+        int rc = ckpt_lock_save_dir(dir, err, sizeof err);
+        if (rc > 0) td_warn("%s", err);
+        busy = rc < 0;
+        if (busy) fprintf(stderr, "error: trident train: %s\n", err);
+    }
+    comm_bcast(world, &busy, 1, COMM_I32, 0);
+    return busy;
+}
+
 int trainer_run(const td_args *a, comm *world)
 {
     double t_begin = td_now();
@@ -935,6 +951,11 @@ int trainer_run(const td_args *a, comm *world)
         if (resume) ckpt_meta_free(&meta);
         td_args_free(&eff);
         return TD_EXIT_USAGE;
+    }
+    if (eff.save && lock_save_dir(eff.save, world)) {
+        if (resume) ckpt_meta_free(&meta);
+        td_args_free(&eff);
+        return 1;
     }
     if (eff.save) {
         int64_t start = resume && !eff.finetune ? meta.progress.iteration : 0;

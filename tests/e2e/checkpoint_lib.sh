@@ -35,5 +35,6 @@ untimed() { sed -E 's/"(tokens_per_s|model_tflops_per_rank|mfu|elapsed_ms|comm_m
 # Rank processes of a job started as `timeout ... mpirun ...` with pid $1 (its grandchildren).
 ranks_of() { local mp; for mp in $(pgrep -P "$1"); do pgrep -P "$mp"; done; }
 
-# Checksums of every file under a folder, for "nothing was overwritten".
-tree_sums() { (cd "$1" && find . -type f -print0 | sort -z | xargs -0 md5sum); }
+# Checksums of every file under a folder, for "nothing was overwritten" (not the --save lock,
+# which names the run that last held it).
+tree_sums() { (cd "$1" && find . -type f ! -name .trident-save.lock -print0 | sort -z | xargs -0 md5sum); }
