@@ -19,6 +19,7 @@
  * checkpoint with a larger one is refused. */
 #define CKPT_FORMAT_VERSION 2
 #define CKPT_LATEST "latest_checkpointed_iteration.txt"
+#define CKPT_RUN_ID_LEN 16
 
 /* Where a run stands: everything besides tensors that exact resumption needs. Randomness is
  * counter-based (init, dropout and data order are functions of the seed and logical
@@ -34,7 +35,15 @@ typedef struct ckpt_progress {
     double loss_scale;
     int64_t growth_tracker;
     int hysteresis_tracker;
+    /* The run's identity (meta.json "run_id", and every shard's __metadata__ with its iteration):
+     * made when a run starts from scratch, kept by every resume; "" for checkpoints written
+     * before run ids (they load as before). */
+    char run_id[CKPT_RUN_ID_LEN + 1];
 } ckpt_progress;
+
+/* A new run id: CKPT_RUN_ID_LEN hex digits of the system's randomness (getrandom; the time and
+ * pid when that fails). */
+void ckpt_new_run_id(char out[CKPT_RUN_ID_LEN + 1]);
 
 /* What one rank holds: its model chunks (virtual stages) and their Adam moments. */
 typedef struct ckpt_model {
@@ -101,7 +110,8 @@ int ckpt_is_vocab_tensor(const char *name);
  * folder that verifies (a save interrupted before latest was updated); without a latest file,
  * the newest folder that verifies (every CRC32 checked). m->note then says which and why.
  * meta.json is checked against the folder's name (iteration) and every shard's header: each
- * tensor's logical shape must be the one the model config makes, and all must be there.
+ * tensor's logical shape must be the one the model config makes, and all must be there; each
+ * shard's iteration and run id must be meta.json's (neither present: written before run ids).
  * Returns 0 with *out filled; 1 when `path` holds no checkpoint at all (no such folder, or no
  * latest file, meta.json or iter_* folder); -1 with one line in err when it holds a bad one
  * (unreadable or malformed latest file or meta.json, a newer format version, a missing shard or

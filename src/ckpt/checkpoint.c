@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -316,7 +317,8 @@ static int shard_part(const ckpt_model *m, int c, const gpt_tensor_info *t, int6
     return n;
 }
 
-static uint64_t write_shard(const char *dir, const char *tmp, const ckpt_model *m, int optimizer)
+static uint64_t write_shard(const char *dir, const char *tmp, const ckpt_model *m, const ckpt_progress *p,
+                            int optimizer)
 {
     const ps_state *ps = m->ps;
     int by_dp = optimizer && m->shard_ranges; /* this data-parallel rank's shard of the moments */
@@ -344,20 +346,24 @@ static uint64_t write_shard(const char *dir, const char *tmp, const ckpt_model *
             }
         }
     }
-    char tp_s[16], pp_s[16], dp_s[16], ver[16];
+    char tp_s[16], pp_s[16], dp_s[16], ver[16], it_s[32];
+    snprintf(it_s, sizeof it_s, "%lld", (long long)p->iteration);
     snprintf(tp_s, sizeof tp_s, "%d", ps->tp_rank);
     snprintf(pp_s, sizeof pp_s, "%d", ps->pp_rank);
     snprintf(dp_s, sizeof dp_s, "%d", ps->dp_rank);
     snprintf(ver, sizeof ver, "%d", m->shard_ranges ? 2 : 1);
-    int nmeta = 5 + by_dp + s.n;
-    const char **keys = td_xmalloc((size_t)nmeta * sizeof(char *)), **vals = td_xmalloc((size_t)nmeta * sizeof(char *));
-    keys[0] = "format", vals[0] = "trident";
-    keys[1] = "format_version", vals[1] = ver;
-    keys[2] = "kind", vals[2] = optimizer ? "optimizer" : "model";
-    keys[3] = "tp_rank", vals[3] = tp_s;
-    keys[4] = "pp_rank", vals[4] = pp_s;
-    if (by_dp) keys[5] = "dp_rank", vals[5] = dp_s;
-    for (int i = 0; i < s.n; i++) keys[5 + by_dp + i] = s.names[i], vals[5 + by_dp + i] = s.meta[i];
+    int nmeta = 0, has_id = p->run_id[0] != 0, cap = 8 + s.n; /* 8: the shard's own keys at most */
+    const char **keys = td_xmalloc((size_t)cap * sizeof(char *)), **vals = td_xmalloc((size_t)cap * sizeof(char *));
+    keys[nmeta] = "format", vals[nmeta++] = "trident";
+    keys[nmeta] = "format_version", vals[nmeta++] = ver;
+    keys[nmeta] = "kind", vals[nmeta++] = optimizer ? "optimizer" : "model";
+    keys[nmeta] = "tp_rank", vals[nmeta++] = tp_s;
+    keys[nmeta] = "pp_rank", vals[nmeta++] = pp_s;
+    if (by_dp) keys[nmeta] = "dp_rank", vals[nmeta++] = dp_s;
+    keys[nmeta] = "iteration", vals[nmeta++] = it_s; /* which save of which run: checked against meta.json */
+    if (has_id) keys[nmeta] = "run_id", vals[nmeta++] = p->run_id;
+    for (int i = 0; i < s.n; i++) keys[nmeta] = s.names[i], vals[nmeta++] = s.meta[i];
+    TD_ASSERT(nmeta <= cap);
 
     char fname[64], path[4200], err[1024];
     if (by_dp) ckpt_dp_shard_name(fname, sizeof fname, ps->tp_rank, ps->pp_rank, ps->dp_rank);
@@ -376,6 +382,17 @@ static uint64_t write_shard(const char *dir, const char *tmp, const ckpt_model *
     free(vals);
     shard_free(&s);
     return bytes;
+}
+
+void ckpt_new_run_id(char out[CKPT_RUN_ID_LEN + 1])
+{
+    uint64_t x;
+    if (getrandom(&x, sizeof x, 0) != (ssize_t)sizeof x) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        x = ((uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec) ^ ((uint64_t)getpid() << 40);
+    }
+    snprintf(out, CKPT_RUN_ID_LEN + 1, "%016llx", (unsigned long long)x);
 }
 
 /* ---- meta.json ---- */
@@ -402,6 +419,7 @@ static cJSON *meta_json(const ckpt_model *m, const ckpt_progress *p, const char 
     cJSON_AddNumberToObject(o, "format_version", m->shard_ranges ? 2 : 1); /* 1: readable by older trident */
     cJSON_AddStringToObject(o, "trident_version", TRIDENT_VERSION);
     cJSON_AddNumberToObject(o, "iteration", (double)p->iteration);
+    if (p->run_id[0]) cJSON_AddStringToObject(o, "run_id", p->run_id);
     cJSON_AddNumberToObject(o, "consumed_train_samples", (double)p->consumed_train);
     cJSON_AddNumberToObject(o, "consumed_valid_samples", (double)p->consumed_valid);
     if (p->skipped) cJSON_AddNumberToObject(o, "skipped_iterations", (double)p->skipped);
@@ -614,11 +632,11 @@ void ckpt_save(const char *dir, const ckpt_model *m, const ckpt_progress *p, con
     comm_barrier(ps->world);
     int64_t bytes = 0;
     if (ps->dp_rank == 0) {
-        bytes += (int64_t)write_shard(dir, tmp, m, 0);
+        bytes += (int64_t)write_shard(dir, tmp, m, p, 0);
         save_delay();
     }
     if (m->adam_m && (ps->dp_rank == 0 || m->shard_ranges)) {
-        bytes += (int64_t)write_shard(dir, tmp, m, 1);
+        bytes += (int64_t)write_shard(dir, tmp, m, p, 1);
         save_delay();
     }
     comm_allreduce(ps->world, &bytes, 1, COMM_I64, COMM_SUM); /* every shard is on disk */
@@ -731,6 +749,10 @@ static int read_meta(const char *iter_dir, ckpt_meta *out, char *err, size_t err
     const cJSON *seed = rng ? cJSON_GetObjectItemCaseSensitive(rng, "seed") : NULL;
     if (!cJSON_IsString(seed)) FAIL("%s: rng.seed is missing", mpath);
     out->progress.seed = strtoull(seed->valuestring, NULL, 10);
+    const cJSON *id = cJSON_GetObjectItemCaseSensitive(root, "run_id"); /* absent before run ids */
+    if (id && (!cJSON_IsString(id) || !id->valuestring[0] || strlen(id->valuestring) > CKPT_RUN_ID_LEN))
+        FAIL("%s: run_id is not a string of 1 to %d characters: the checkpoint is corrupt", mpath, CKPT_RUN_ID_LEN);
+    if (id) strcpy(out->progress.run_id, id->valuestring);
     int64_t named = iter_of_name(iter_dir);
     if (named >= 0 && named != out->progress.iteration)
         FAIL("%s: iteration is %lld but the folder is iter_%07lld: meta.json was edited or the folder renamed; "

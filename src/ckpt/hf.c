@@ -495,6 +495,7 @@ int hf_import(const char *in, const char *out, int divisible_by, comm *world, ch
     cJSON_Delete(args);
     ckpt_model cm = {ps, 1, &m, NULL, NULL, NULL, NULL};
     ckpt_progress prog = {.seed = c.seed};
+    ckpt_new_run_id(prog.run_id); /* a converted checkpoint starts a run of its own */
     ckpt_save(out, &cm, &prog, args_json, 0, NULL);
     free(args_json);
     rc = 0;

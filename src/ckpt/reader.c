@@ -247,6 +247,23 @@ static void find_group(const ckpt_reader *r, ckpt_kind kind, const char *name, i
     *g1 = lo;
 }
 
+/* A shard's iteration and run id (its __metadata__) against meta.json's: a shard copied in from
+ * another save or another run is refused. Checkpoints from before run ids have neither. */
+static int check_identity(const st_file *f, const ckpt_meta *m, char *err, size_t errlen)
+{
+    const char *it = st_meta(&f->h, "iteration"), *id = st_meta(&f->h, "run_id"), *want = m->progress.run_id;
+    char *end = NULL;
+    long long v = it ? strtoll(it, &end, 10) : -1;
+    int it_ok = it ? end != it && !*end && v == m->progress.iteration : !want[0];
+    int id_ok = id ? strcmp(id, want) == 0 : !want[0];
+    if (it_ok && id_ok) return 0;
+    snprintf(err, errlen, "%s: its __metadata__ says iteration %s of run %s but %s/meta.json is iteration %lld of run "
+             "%s: the shard was copied from another checkpoint; restore the one saved with this meta.json",
+             f->path, it ? it : "(none)", id ? id : "(none: written before run ids)", m->dir,
+             (long long)m->progress.iteration, want[0] ? want : "(none: written before run ids)");
+    return -1;
+}
+
 static int add_entries(ckpt_reader *r, int fi, const ckpt_file *cf, char *err, size_t errlen)
 {
     const st_file *f = r->files[fi];
@@ -447,7 +464,7 @@ ckpt_reader *ckpt_reader_open(const ckpt_meta *m, char *err, size_t errlen)
         r->files[i] = st_open(path, why, sizeof why);
         r->nfiles = i + 1;
         if (!r->files[i]) FAIL("%s: the checkpoint is corrupt", why);
-        if (add_entries(r, i, &m->files[i], err, errlen)) goto fail;
+        if (check_identity(r->files[i], m, err, errlen) || add_entries(r, i, &m->files[i], err, errlen)) goto fail;
     }
     qsort(r->e, (size_t)r->n, sizeof *r->e, entry_cmp);
     if (merge_pieces(r, err, errlen)) goto fail;

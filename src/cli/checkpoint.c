@@ -48,9 +48,9 @@ static int info(const char *path)
     open_or_die(path, &m);
     const gpt_config *c = &m.model;
     printf("checkpoint %s (format %d, written by trident %s)\n", m.dir, m.format_version, m.version);
-    printf("iteration %lld; consumed samples: train %lld, valid %lld; seed %llu\n", (long long)m.progress.iteration,
-           (long long)m.progress.consumed_train, (long long)m.progress.consumed_valid,
-           (unsigned long long)m.progress.seed);
+    printf("iteration %lld; consumed samples: train %lld, valid %lld; seed %llu; run %s\n",
+           (long long)m.progress.iteration, (long long)m.progress.consumed_train, (long long)m.progress.consumed_valid,
+           (unsigned long long)m.progress.seed, m.progress.run_id[0] ? m.progress.run_id : "(no id: written before run ids)");
     printf("layout: tp %d x pp %d x dp %d, %d virtual stage%s per rank\n", m.tp, m.pp, m.dp, m.vp, m.vp > 1 ? "s" : "");
     char arch[320];
     gpt_config_describe(c, arch, sizeof arch);

@@ -236,6 +236,7 @@ typedef struct {
     int scaled;              /* a loss scale: --fp16, or --loss-scale */
     opt_loss_scaler scaler;
     int64_t skipped;         /* iterations whose step was skipped (overflow) */
+    char run_id[CKPT_RUN_ID_LEN + 1]; /* the run's identity in its checkpoints: kept by a resume */
     int gbs, num_micro;
     int64_t train_iters;
     pp_iteration it;
@@ -801,6 +802,7 @@ static ckpt_progress progress_now(const run_state *r, int64_t iter, int64_t cons
 {
     ckpt_progress p = {.iteration = iter, .consumed_train = consumed, .consumed_valid = valid_consumed, .seed = (uint64_t)r->a->seed};
     p.skipped = r->skipped;
+    memcpy(p.run_id, r->run_id, sizeof p.run_id);
     if (r->scaled) {
         p.has_loss_scale = 1;
         p.loss_scale = r->scaler.scale;
@@ -987,11 +989,16 @@ int trainer_run(const td_args *a, comm *world)
         prog = resume_load(&r, &meta);
         ckpt_meta_free(&meta);
         r.skipped = prog.skipped;
+        memcpy(r.run_id, prog.run_id, sizeof r.run_id);
         if (prog.has_loss_scale && r.scaled && r.scaler.dynamic && !a->finetune) {
             r.scaler.scale = prog.loss_scale;
             r.scaler.growth_tracker = prog.growth_tracker;
             r.scaler.hysteresis_tracker = prog.hysteresis_tracker;
         }
+    }
+    if (!r.run_id[0]) { /* a run from scratch, a --finetune, or a checkpoint from before run ids */
+        if (rank == 0) ckpt_new_run_id(r.run_id);
+        comm_bcast(world, r.run_id, sizeof r.run_id, COMM_U8, 0);
     }
     const char *ov = getenv("TRIDENT_TEST_OVERFLOW_ITER");
     int64_t overflow_test_iter = ov ? atoll(ov) : -1;

@@ -78,4 +78,60 @@ if out=$("$TRIDENT" checkpoint info flipped 2>&1); then bad "checkpoint info acc
 elif grep -q "BAD CRC32: .*optim_tp000_pp000.safetensors: exp_avg_sq.embedding.word.weight" <<<"$out" &&
      grep -Eq "CRC32: 1 of [0-9]+ entries BAD" <<<"$out"; then ok "checkpoint info names the corrupt entry and exits 1"
 else bad "checkpoint info on a corrupt checkpoint:"; echo "$out"; fi
+# A shard of another save or another run copied in (same name, same size, every CRC32 fine):
+# train --load, eval, convert and checkpoint info refuse with one line naming the shard and
+# both iterations and runs; and a checkpoint from before run ids (no iteration or run_id in
+# meta.json and the shards' __metadata__) still loads.
+DIST=(--use-distributed-optimizer --ddp-bucket-size 100000)
+train 2 1 --train-iters 2 --save-interval 1 --save runa "${DIST[@]}" >/dev/null &&
+  train 2 1 --train-iters 2 --save runb --seed 8 "${DIST[@]}" >/dev/null ||
+  { bad "source runs failed"; cat "$last_log"; finish; exit; }
+ida=$(jq -r .run_id runa/iter_0000002/meta.json) idb=$(jq -r .run_id runb/iter_0000002/meta.json)
+[ ${#ida} = 16 ] && [ "$ida" != "$idb" ] && [ "$(jq -r .run_id runa/iter_0000001/meta.json)" = "$ida" ] &&
+  ok "run ids: one per run ($ida, $idb), kept across its saves" || bad "run ids '$ida' '$idb'"
+swapped() { # name shard from-folder want-text
+  local name=$1 shard=$2 from=$3 want=$4 what out rc
+  rm -rf "$name" && cp -r runa "$name" && cp "$from/$shard" "$name/iter_0000002/$shard"
+  for what in train eval convert info; do
+    case $what in
+      train) train 2 1 --train-iters 4 --load "$name" --save "$name" "${DIST[@]}"; rc=$?; out=$(cat "$last_log") ;;
+      eval) out=$("$TRIDENT" eval --load "$name" --data-path "$DATA" --seq-length 16 2>&1) ;;
+      convert) out=$("$TRIDENT" convert --from trident "$name" --to hf "hf_$name" 2>&1) ;;
+      info) out=$("$TRIDENT" checkpoint info "$name" 2>&1) ;;
+    esac
+    [ "$what" = train ] || rc=$?
+    if [ "$rc" = 1 ] && [ "$(grep -c "error: " <<<"$out")" = 1 ] && grep -qF -- "$name/iter_0000002/$shard: $want" <<<"$out" &&
+       [ ! -e "hf_$name/config.json" ] && [ ! -d "$name/iter_0000004" ]
+    then ok "$name: $what refuses (exit 1)"; else bad "$name: $what: exit $rc:"; echo "$out" | grep -m2 "error"; fi
+  done
+}
+swapped model_from_iter1 model_tp000_pp000.safetensors runa/iter_0000001 \
+  "its __metadata__ says iteration 1 of run $ida but model_from_iter1/iter_0000002/meta.json is iteration 2 of run $ida"
+swapped distopt_from_iter1 optim_tp000_pp000_dp001.safetensors runa/iter_0000001 "its __metadata__ says iteration 1 of run $ida but"
+swapped model_from_run_b model_tp000_pp000.safetensors runb/iter_0000002 \
+  "its __metadata__ says iteration 2 of run $idb but model_from_run_b/iter_0000002/meta.json is iteration 2 of run $ida"
+swapped distopt_from_run_b optim_tp000_pp000_dp000.safetensors runb/iter_0000002 "its __metadata__ says iteration 2 of run $idb but"
+
+# before run ids: the keys taken out of meta.json and of each shard's header (blank-padded to its
+# length, as the safetensors format allows, so the data and the sizes stay)
+rm -rf old && cp -r runa old
+jq 'del(.run_id)' old/iter_0000002/meta.json >m && mv m old/iter_0000002/meta.json
+python3 - old/iter_0000002/*.safetensors <<'PY'
+import json, struct, sys
+for path in sys.argv[1:]:
+    with open(path, "r+b") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        h = json.loads(f.read(n))
+        for k in ("iteration", "run_id"):
+            del h["__metadata__"][k]
+        text = json.dumps(h, separators=(",", ":")).encode()
+        f.seek(8)
+        f.write(text + b" " * (n - len(text)))
+PY
+if ! grep -lq run_id old/iter_0000002/* && "$TRIDENT" checkpoint info old | grep -Eq "CRC32: all [0-9]+ entries ok" &&
+   "$TRIDENT" eval --load old --data-path "$DATA" --seq-length 16 >/dev/null 2>&1 &&
+   train 2 1 --train-iters 4 --load old --save old "${DIST[@]}" && [ -d old/iter_0000004 ] &&
+   [ "$(jq -r .run_id old/iter_0000004/meta.json | wc -c)" = 17 ]; then
+  ok "a checkpoint from before run ids loads (info, eval, train); the resumed run saves with a new run id"
+else bad "the checkpoint from before run ids:"; tail -3 "$last_log"; fi
 finish
