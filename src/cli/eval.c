@@ -1,7 +1,10 @@
 /* trident eval: strided perplexity of a checkpoint on a dataset (see docs/eval.md). */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include <cjson/cJSON.h>
 
 #include "cli.h"
 #include "trident/args.h"
@@ -20,10 +23,56 @@ static const char SUMMARY[] =
     "documents (--split-name of --split, or all) concatenated in order, windows of --seq-length + 1 tokens\n"
     "every --eval-stride tokens; the first window scores its --seq-length targets, each later one its last\n"
     "--eval-stride. Prints (and appends to --metrics-file) the mean loss per scored token, the perplexity\n"
-    "and the token count. Any layout: tensor x pipeline x data parallel under mpirun. The model comes from\n"
-    "the checkpoint's meta.json.\n"
+    "and the token count. Any layout: tensor x pipeline x data parallel under mpirun. The model, and unless\n"
+    "given --data-path, --split and --seq-length (so \"valid\" is what the training held out), come from the\n"
+    "checkpoint's meta.json.\n"
     "With --task WIKITEXT103|LAMBADA|HELLASWAG --valid-data FILE: the zero-shot evaluations of the Megatron\n"
     "papers and llm.c on their published files (docs/eval.md).";
+
+static void note_append(char *buf, size_t len, const char *fmt, const char *v)
+{
+    size_t n = strlen(buf);
+    if (n + 2 < len) snprintf(buf + n, len - n, "%s", n ? ", " : "");
+    n = strlen(buf);
+    if (n + 1 < len) snprintf(buf + n, len - n, fmt, v);
+}
+
+/* The data settings that define the documents of --split-name, from the training run's flags in
+ * the checkpoint's meta.json ("args") where not given: --data-path (one prefix) and --split, so
+ * "valid" is the split the training held out. (--seq-length came from the checkpoint already;
+ * the seed plays no part: eval takes the documents in order.) `taken` lists what came from the
+ * checkpoint. 0, or -1 with a usage error in err. */
+static int data_from_checkpoint(td_args *a, const ckpt_meta *m, char *taken, size_t takenlen, char *err, size_t errlen)
+{
+    cJSON *args = cJSON_Parse(m->args_json ? m->args_json : "{}");
+    const cJSON *split = cJSON_GetObjectItemCaseSensitive(args, "split");
+    const cJSON *path = cJSON_GetObjectItemCaseSensitive(args, "data_path");
+    int rc = 0;
+    taken[0] = 0;
+    if (!td_args_given(a, "--data-path")) {
+        int n = cJSON_IsArray(path) ? cJSON_GetArraySize(path) : 0;
+        const cJSON *p0 = n == 1 ? cJSON_GetArrayItem(path, 0) : NULL;
+        if (cJSON_IsString(p0)) {
+            for (int i = 0; i < a->data_path.n; i++) free(a->data_path.v[i]);
+            a->data_path.v = td_xrealloc(a->data_path.v, sizeof *a->data_path.v);
+            a->data_path.v[0] = td_xstrdup(p0->valuestring);
+            a->data_path.n = 1;
+            note_append(taken, takenlen, "--data-path %s", p0->valuestring);
+        } else {
+            snprintf(err, errlen, "--data-path PREFIX is needed: %s/meta.json records %s", m->dir,
+                     n > 1 ? "a blend (eval scores one dataset prefix: give one of them)"
+                           : "no data path of its own (a converted checkpoint, or written before)");
+            rc = -1;
+        }
+    }
+    if (rc == 0 && !td_args_given(a, "--split") && strcmp(a->split_name, "all") != 0 && cJSON_IsString(split)) {
+        free(a->split);
+        a->split = td_xstrdup(split->valuestring);
+        note_append(taken, takenlen, "--split %s", split->valuestring);
+    }
+    cJSON_Delete(args);
+    return rc;
+}
 
 /* trident eval --task: a zero-shot task on --valid-data (eval_tasks.c). */
 static int eval_task(td_args *a, comm *world, const char *prog)
@@ -102,7 +151,7 @@ int cli_eval(int argc, char **argv)
     int tp = a.tensor_model_parallel_size, pp = a.pipeline_model_parallel_size;
     if (!a.load) USAGE(world, "%s: --load DIR (a checkpoint) is required", prog);
     if (a.task) return eval_task(&a, world, prog);
-    if (a.data_path.n != 1) USAGE(world, "%s: --data-path takes one dataset prefix (blends are not scored)", prog);
+    if (a.data_path.n > 1) USAGE(world, "%s: --data-path takes one dataset prefix (blends are not scored)", prog);
     if (comm_size(world) % (tp * pp))
         USAGE(world, "%s: the world size %d is not divisible by --tensor-model-parallel-size %d x "
                      "--pipeline-model-parallel-size %d", prog, comm_size(world), tp, pp);
@@ -115,6 +164,14 @@ int cli_eval(int argc, char **argv)
     if (meta.note && comm_rank(world) == 0) td_warn("%s", meta.note);
     /* the model is the checkpoint's: a model flag given must agree; --seq-length defaults to its own */
     if (ckpt_args_reconcile(&a, &meta, -1, tp, 0, err, sizeof err)) USAGE(world, "%s: %s", prog, err);
+    /* the documents too: the training run's data path and split unless given */
+    char taken[4400];
+    if (data_from_checkpoint(&a, &meta, taken, sizeof taken, err, sizeof err)) USAGE(world, "%s: %s", prog, err);
+    if (!td_args_given(&a, "--seq-length")) {
+        char s[32];
+        snprintf(s, sizeof s, "%d", a.seq_length);
+        note_append(taken, sizeof taken, "--seq-length %s", s);
+    }
     int S = a.seq_length, K = td_args_given(&a, "--eval-stride") ? a.eval_stride : S;
     if (K > S) USAGE(world, "%s: --eval-stride %d is longer than --seq-length %d (tokens would go unscored)", prog, K, S);
     gpt_config c = ckpt_model_config(&meta, tp, S, a.make_vocab_size_divisible_by);
@@ -129,6 +186,9 @@ int cli_eval(int argc, char **argv)
     if (c.num_layers % pp)
         USAGE(world, "%s: --pipeline-model-parallel-size %d does not divide the checkpoint's %d layers", prog, pp,
               c.num_layers);
+
+    if (taken[0] && comm_rank(world) == 0)
+        TD_INFO("eval: from the checkpoint's meta.json (%s/meta.json): %s (give a flag to override)", meta.dir, taken);
 
     /* the documents */
     idx_dataset *d = idx_open(a.data_path.v[0], err, sizeof err);
@@ -178,10 +238,11 @@ int cli_eval(int argc, char **argv)
             if (!f) td_fatal(1, "cannot open --metrics-file %s: %s", a.metrics_file, td_strerror(errno));
             fprintf(f, "{\"eval\": \"%s\", \"checkpoint\": \"%s\", \"iteration\": %lld, \"documents\": %lld, "
                        "\"document_tokens\": %lld, \"seq_length\": %d, \"stride\": %d, \"windows\": %lld, "
-                       "\"tokens\": %lld, \"loss\": %.17g, \"perplexity\": %.17g}\n",
+                       "\"tokens\": %lld, \"loss\": %.17g, \"perplexity\": %.17g, \"split\": \"%s\", "
+                       "\"first_document\": %lld}\n",
                     a.split_name, meta.dir, (long long)meta.progress.iteration, (long long)res.documents,
                     (long long)res.doc_tokens, S, K, (long long)res.windows, (long long)res.tokens, res.loss,
-                    res.perplexity);
+                    res.perplexity, strcmp(a.split_name, "all") == 0 ? "all" : a.split, (long long)beg);
             if (fclose(f) != 0) td_fatal(1, "cannot write --metrics-file %s: %s", a.metrics_file, td_strerror(errno));
         }
         fflush(stdout);

@@ -32,6 +32,30 @@ for K in 16 5; do
 done
 grep -q "eval: loss .* | perplexity .* | tokens" one_16.log && ok "prints loss, perplexity and tokens" || bad "printed line"
 
+# The documents from the checkpoint: ck was trained with --split 90,10,0 (eval's default is
+# 969,30,1). Without --data-path, --split and --seq-length, eval scores the documents the training
+# held out, 1500 x 0.10 = 150 from document 1350 (Megatron's split: round(0.9 x 1500)), with the
+# loss of the explicit flags, and says what it took; flags given win.
+own() { # name [flags]: one rank, the valid split
+  local name=$1; shift
+  timeout 120 "$TRIDENT" eval --load ck --split-name valid --micro-batch-size 8 --metrics-file "$name.jsonl" "$@" \
+    >"$name.log" 2>&1
+}
+docs() { echo "$(jq .documents "$1.jsonl") $(jq .first_document "$1.jsonl") $(jq -r .split "$1.jsonl")"; }
+if own explicit --data-path "$DATA" --split 90,10,0 --seq-length 16 && own taken && own path_only --data-path "$DATA" &&
+   own given --split 98,2,0; then
+  note=$(grep "from the checkpoint's meta.json" taken.log)
+  if [ "$(docs taken)" = "150 1350 90,10,0" ] && [ "$(jq .loss taken.jsonl)" = "$(jq .loss explicit.jsonl)" ] &&
+     grep -qF -- "--data-path $DATA, --split 90,10,0, --seq-length 16" <<<"$note" &&
+     ! grep -q "from the checkpoint's meta.json" explicit.log; then
+    ok "nothing given: the checkpoint's valid split (150 documents from 1350), loss $(jq .loss taken.jsonl) as with the flags: $note"
+  else bad "nothing given: $(docs taken), loss $(jq .loss taken.jsonl) vs $(jq .loss explicit.jsonl): $note"; fi
+  [ "$(docs path_only)" = "150 1350 90,10,0" ] && [ "$(jq .loss path_only.jsonl)" = "$(jq .loss explicit.jsonl)" ] &&
+    ok "--data-path given: the checkpoint's --split still" || bad "--data-path given: $(docs path_only)"
+  [ "$(docs given)" = "30 1470 98,2,0" ] && ! grep "from the checkpoint's" given.log | grep -q -- "--split" &&
+    ok "--split 98,2,0 given wins: 30 documents from 1470" || bad "--split given: $(docs given)"
+else bad "eval with the checkpoint's data settings"; tail -3 explicit.log taken.log path_only.log given.log; fi
+
 # Against the trainer: with a validation split of one document (--split 1028,1,471: document
 # 1028, 639 tokens) and --eval-iters equal to its window count, the trainer's one validation
 # pass scores one epoch of samples, which are exactly the stride-16 windows (in another order);
