@@ -40,7 +40,7 @@ grep -q "4 heads in 2 query groups of 16, SwiGLU 128, RMSNorm" full.log && ok "$
 # tp 2 x pp 2 for 3 iterations, saved; then one rank from the checkpoint
 if "${MPIRUN[@]}" -np 4 "$TRIDENT" train "${RUN[@]}" --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 \
      --exit-interval 3 --save ck >tp.log 2>&1 &&
-   "$TRIDENT" train "${RUN[@]}" --load ck --metrics-file resumed.jsonl --dump-params resumed.params >resumed.log 2>&1; then
+   "$TRIDENT" train "${RUN[@]}" --load ck --save ck --metrics-file resumed.jsonl --dump-params resumed.params >resumed.log 2>&1; then
   tail -n 3 full.jsonl >full_tail.jsonl
   if out=$("$COMPARE_RUNS" full_tail.jsonl resumed.jsonl full.params resumed.params 1e-5); then
     ok "saved at tp 2 x pp 2, continued on one rank: $(tail -2 <<<"$out" | head -1)"
