@@ -77,6 +77,9 @@ int gpt_config_validate(const struct td_args *a, int tp, char *msg, size_t msgle
 /* Writes the fields whose zero means a default as 0 when they hold that default, so two configs
  * of the same model compare equal field by field. */
 void gpt_config_normalize(gpt_config *c);
+/* The inverse: writes each of those fields as the value it means (query groups n, head size
+ * h / n, epsilon 1e-5, rotary base 10000, rotary percent 1), for printing. */
+void gpt_config_resolve(gpt_config *c);
 /* One line naming the architecture: "12 layers, hidden 768, 12 heads in 4 query groups of 64, ...". */
 void gpt_config_describe(const gpt_config *c, char *out, size_t len);
 

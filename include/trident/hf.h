@@ -15,7 +15,8 @@
  * renamed) from the parameters of checkpoint `meta`, whatever layout wrote it. The padded rows
  * of the word embedding are dropped. The tensors are written as `dtype` (ST_F32, or ST_F16 or
  * ST_BF16 rounded to nearest even from the fp32 master weights; config.json's torch_dtype says
- * which). Returns 0, or -1 with one line in err. */
+ * which). An OUT that already holds a model (config.json, model.safetensors, ...) is refused,
+ * nothing written. Returns 0, or -1 with one line in err. */
 int hf_export(const ckpt_meta *meta, const char *out, st_dtype dtype, char *err, size_t errlen);
 
 /* Reads a transformers GPT-2 folder (config.json, model.safetensors; F32, F16 or BF16; names

@@ -397,11 +397,10 @@ void ckpt_new_run_id(char out[CKPT_RUN_ID_LEN + 1])
 
 /* ---- meta.json ---- */
 
-/* A float as the shortest decimal that reads back as it (0.02f is 0.02, not 0.0199999995). */
-static double float_value(float f)
+double ckpt_float_value(float f)
 {
     char buf[32];
-    for (int digits = 6; digits < 10; digits++) {
+    for (int digits = 1; digits < 10; digits++) {
         snprintf(buf, sizeof buf, "%.*g", digits, (double)f);
         if (strtof(buf, NULL) == f) break;
     }
@@ -413,7 +412,7 @@ static cJSON *meta_json(const ckpt_model *m, const ckpt_progress *p, const char 
 {
     const ps_state *ps = m->ps;
     gpt_config cn = m->chunks[0]->cfg, *c = &cn;
-    gpt_config_normalize(&cn); /* defaults written as 0 */
+    gpt_config_resolve(&cn); /* defaults written as what they mean (kv_channels h / n, not 0); read back normalized */
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "format", "trident-checkpoint");
     cJSON_AddNumberToObject(o, "format_version", m->shard_ranges ? 2 : 1); /* 1: readable by older trident */
@@ -454,7 +453,7 @@ static cJSON *meta_json(const ckpt_model *m, const ckpt_progress *p, const char 
             gpt_config_value_str(c, key, name, sizeof name);
             cJSON_AddStringToObject(mod, key->key, name);
         } else {
-            cJSON_AddNumberToObject(mod, key->key, key->is_float ? float_value((float)v) : v);
+            cJSON_AddNumberToObject(mod, key->key, key->is_float ? ckpt_float_value((float)v) : v);
         }
     }
     if (m->adam_m) {
@@ -791,6 +790,7 @@ static int read_meta(const char *iter_dir, ckpt_meta *out, char *err, size_t err
         }
         gpt_config_set(c, key, x);
     }
+    gpt_config_normalize(c); /* resolved defaults (written since issue 21) read as the 0 older files hold */
     if (c->padded_vocab < c->vocab)
         FAIL("%s: model.padded_vocab_size %d is smaller than model.vocab_size %d: the checkpoint is corrupt", mpath,
              c->padded_vocab, c->vocab);

@@ -26,4 +26,8 @@ char *ckpt_piece_json(const ckpt_slice *s, uint32_t crc, const int64_t *elems, i
  * the held range outside a block). */
 int ckpt_slice_parse(const char *json, ckpt_slice *s, uint32_t *crc);
 
+/* A float as the double of the shortest decimal that reads back as the float, for JSON (1e-5f is
+ * 1e-05, not 9.99999974737875e-06; 0.02f is 0.02). */
+double ckpt_float_value(float f);
+
 #endif

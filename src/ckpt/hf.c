@@ -32,6 +32,7 @@
 #include "trident/half.h"
 #include "trident/parallel_state.h"
 #include "trident/safetensors.h"
+#include "ckpt/ckpt_impl.h"
 #include "hf_impl.h"
 
 #define FAIL(...)                                                                        \
@@ -99,11 +100,11 @@ static cJSON *gpt2_config(const gpt_config *c)
     cJSON_AddNumberToObject(o, "n_head", c->heads);
     if (c->ffn == 4 * c->hidden) cJSON_AddNullToObject(o, "n_inner");
     else cJSON_AddNumberToObject(o, "n_inner", c->ffn);
-    cJSON_AddNumberToObject(o, "layer_norm_epsilon", (double)gpt_norm_eps(c));
-    cJSON_AddNumberToObject(o, "initializer_range", (double)c->init_std);
-    cJSON_AddNumberToObject(o, "embd_pdrop", (double)c->hidden_dropout);
-    cJSON_AddNumberToObject(o, "resid_pdrop", (double)c->hidden_dropout);
-    cJSON_AddNumberToObject(o, "attn_pdrop", (double)c->attn_dropout);
+    cJSON_AddNumberToObject(o, "layer_norm_epsilon", ckpt_float_value(gpt_norm_eps(c)));
+    cJSON_AddNumberToObject(o, "initializer_range", ckpt_float_value(c->init_std));
+    cJSON_AddNumberToObject(o, "embd_pdrop", ckpt_float_value(c->hidden_dropout));
+    cJSON_AddNumberToObject(o, "resid_pdrop", ckpt_float_value(c->hidden_dropout));
+    cJSON_AddNumberToObject(o, "attn_pdrop", ckpt_float_value(c->attn_dropout));
     cJSON_AddBoolToObject(o, "scale_attn_weights", 1);
     cJSON_AddBoolToObject(o, "scale_attn_by_inverse_layer_idx", 0);
     cJSON_AddBoolToObject(o, "reorder_and_upcast_attn", 0);
@@ -171,6 +172,18 @@ static void narrow(float *buf, size_t n, st_dtype t)
         for (size_t i = 0; i < n; i++) h[i] = td_f32_to_bf16(buf[i]);
 }
 
+/* The file of a Hugging Face model OUT already holds (config.json, weights), or NULL. */
+static const char *hf_model_file(const char *out, char *path, size_t len)
+{
+    static const char *const files[] = {"config.json", "model.safetensors", "model.safetensors.index.json",
+                                        "pytorch_model.bin"};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        ckf_join(path, len, out, files[i]);
+        if (ckf_exists(path)) return path;
+    }
+    return NULL;
+}
+
 int hf_export(const ckpt_meta *meta, const char *out, st_dtype dtype, char *err, size_t errlen)
 {
     ckpt_reader *r = NULL;
@@ -181,6 +194,12 @@ int hf_export(const ckpt_meta *meta, const char *out, st_dtype dtype, char *err,
     char *text = NULL;
     int n = 0, rc = -1;
     const gpt_config *c = &meta->model;
+    char held[4200];
+    if (hf_model_file(out, held, sizeof held)) {
+        snprintf(err, errlen, "--to hf %s already holds a model (%s): converting into it would replace it; give an "
+                 "empty or new folder, or remove it first", out, held);
+        return -1;
+    }
     const hf_family *fam = family_of_model(c, err, errlen);
     if (!fam) return -1;
     r = ckpt_reader_open(meta, err, errlen);

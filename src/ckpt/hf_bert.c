@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "ckpt/ckpt_impl.h"
 #include "hf_impl.h"
 
 #define FAIL(...)                                                                        \
@@ -98,10 +99,10 @@ static cJSON *bert_config(const gpt_config *c)
     cJSON_AddNumberToObject(o, "num_attention_heads", c->heads);
     cJSON_AddNumberToObject(o, "max_position_embeddings", c->max_pos);
     cJSON_AddNumberToObject(o, "type_vocab_size", GPT_BERT_TOKENTYPES);
-    cJSON_AddNumberToObject(o, "layer_norm_eps", (double)gpt_norm_eps(c));
-    cJSON_AddNumberToObject(o, "hidden_dropout_prob", (double)c->hidden_dropout);
-    cJSON_AddNumberToObject(o, "attention_probs_dropout_prob", (double)c->attn_dropout);
-    cJSON_AddNumberToObject(o, "initializer_range", (double)c->init_std);
+    cJSON_AddNumberToObject(o, "layer_norm_eps", ckpt_float_value(gpt_norm_eps(c)));
+    cJSON_AddNumberToObject(o, "hidden_dropout_prob", ckpt_float_value(c->hidden_dropout));
+    cJSON_AddNumberToObject(o, "attention_probs_dropout_prob", ckpt_float_value(c->attn_dropout));
+    cJSON_AddNumberToObject(o, "initializer_range", ckpt_float_value(c->init_std));
     cJSON_AddStringToObject(o, "position_embedding_type", "absolute");
     cJSON_AddNumberToObject(o, "pad_token_id", 0);
     cJSON_AddBoolToObject(o, "tie_word_embeddings", 1);

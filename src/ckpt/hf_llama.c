@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "ckpt/ckpt_impl.h"
 #include "hf_impl.h"
 
 #define FAIL(...)                                                                        \
@@ -87,14 +88,14 @@ static cJSON *llama_config(const gpt_config *c)
     cJSON_AddNumberToObject(o, "num_key_value_heads", gpt_groups(c));
     cJSON_AddNumberToObject(o, "head_dim", gpt_head_dim(c));
     cJSON_AddNumberToObject(o, "max_position_embeddings", c->max_pos);
-    cJSON_AddNumberToObject(o, "rms_norm_eps", (double)gpt_norm_eps(c));
-    cJSON_AddNumberToObject(o, "rope_theta", (double)gpt_rotary_base(c));
+    cJSON_AddNumberToObject(o, "rms_norm_eps", ckpt_float_value(gpt_norm_eps(c)));
+    cJSON_AddNumberToObject(o, "rope_theta", ckpt_float_value(gpt_rotary_base(c)));
     cJSON_AddNullToObject(o, "rope_scaling");
     cJSON_AddBoolToObject(o, "attention_bias", 0);
     cJSON_AddBoolToObject(o, "mlp_bias", 0);
-    cJSON_AddNumberToObject(o, "attention_dropout", (double)c->attn_dropout);
+    cJSON_AddNumberToObject(o, "attention_dropout", ckpt_float_value(c->attn_dropout));
     cJSON_AddBoolToObject(o, "tie_word_embeddings", !c->untied);
-    cJSON_AddNumberToObject(o, "initializer_range", (double)c->init_std);
+    cJSON_AddNumberToObject(o, "initializer_range", ckpt_float_value(c->init_std));
     cJSON_AddNumberToObject(o, "pretraining_tp", 1);
     cJSON_AddBoolToObject(o, "use_cache", 1);
     cJSON_AddStringToObject(o, "torch_dtype", "float32");

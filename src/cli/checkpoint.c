@@ -46,7 +46,8 @@ static int info(const char *path)
 {
     ckpt_meta m;
     open_or_die(path, &m);
-    const gpt_config *c = &m.model;
+    gpt_config shown = m.model, *c = &shown;
+    gpt_config_resolve(&shown); /* what the defaults mean: kv_channels h / n, norm_epsilon 1e-5, ... */
     printf("checkpoint %s (format %d, written by trident %s)\n", m.dir, m.format_version, m.version);
     printf("iteration %lld; consumed samples: train %lld, valid %lld; seed %llu; run %s\n",
            (long long)m.progress.iteration, (long long)m.progress.consumed_train, (long long)m.progress.consumed_valid,

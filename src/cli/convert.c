@@ -13,7 +13,8 @@
 static const char SUMMARY[] =
     "trident convert --from trident DIR --to hf OUT: write OUT/config.json and OUT/model.safetensors in\n"
     "transformers' GPT2LMHeadModel layout from a trident checkpoint of any layout (DIR: a save folder or\n"
-    "an iter_NNNNNNN folder), as F32 tensors or (--dtype) F16 or BF16 ones rounded from the fp32 weights.\n"
+    "an iter_NNNNNNN folder), as F32 tensors or (--dtype) F16 or BF16 ones rounded from the fp32 weights;\n"
+    "an OUT already holding a model is refused.\n"
     "trident convert --from hf DIR --to trident OUT: the reverse; OUT is a checkpoint folder (iteration 0,\n"
     "weights only) to train from with --load OUT --finetune.";
 

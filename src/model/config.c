@@ -121,6 +121,15 @@ void gpt_config_describe(const gpt_config *c, char *out, size_t len)
              !gpt_has_bias(c) && c->add_qkv_bias ? " but QKV's" : "", c->untied ? "untied output layer" : "tied embeddings");
 }
 
+void gpt_config_resolve(gpt_config *c)
+{
+    c->query_groups = gpt_groups(c);
+    if (c->heads > 0) c->kv_channels = gpt_head_dim(c);
+    c->norm_eps = gpt_norm_eps(c);
+    c->rotary_base = gpt_rotary_base(c);
+    if (!(c->rotary_percent > 0)) c->rotary_percent = 1.0f;
+}
+
 void gpt_config_normalize(gpt_config *c)
 {
     if (c->heads > 0 && c->query_groups == c->heads) c->query_groups = 0;

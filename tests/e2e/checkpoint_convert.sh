@@ -18,6 +18,26 @@ else bad "exports of the same state from two layouts differ"; fi
 jq -e '.architectures == ["GPT2LMHeadModel"] and .vocab_size == 50257 and .n_embd == 32 and .n_layer == 4 and
        .n_head == 4 and .n_positions == 16 and .tie_word_embeddings' hf_src/config.json >/dev/null &&
   ok "config.json: GPT2LMHeadModel, vocab 50257, n_embd 32, 4 layers, tied" || bad "config.json"; 
+# every number of config.json in the shortest text of its float32 (1e-05, not 9.99999974737875e-06)
+if python3 - hf_src/config.json <<'PY'
+import json, re, struct, sys
+text = open(sys.argv[1]).read()
+c = json.loads(text)
+want = {"layer_norm_epsilon": "1e-05", "initializer_range": "0.02", "embd_pdrop": "0.1", "attn_pdrop": "0.1"}
+got = {k: re.search(r'"%s":\s*([^,\n}]+)' % k, text).group(1) for k in want}
+f32 = lambda x: struct.unpack("f", struct.pack("f", x))[0]
+ok = got == want and all(f32(c[k]) == f32(float(v)) for k, v in want.items())
+floats = re.findall(r":\s*(-?[0-9.]+e?-?[0-9]*)", text)
+long = [x for x in floats if len(re.sub(r"[^0-9]", "", x.split("e")[0]).strip("0")) > 9]
+print("config.json floats:", got, "longer than 9 digits:", long)
+sys.exit(0 if ok and not long else 1)
+PY
+then ok "config.json: floats in their shortest form (layer_norm_epsilon 1e-05)"; else bad "config.json floats"; fi
+before=$(tree_sums hf_src)
+out=$("$TRIDENT" convert --from trident src --to hf hf_src 2>&1); rc=$?
+if [ "$rc" = 1 ] && grep -qF "error: --to hf hf_src already holds a model (hf_src/config.json)" <<<"$out" &&
+   [ "$before" = "$(tree_sums hf_src)" ]; then ok "--to hf into a folder holding a model: refused, exit 1, untouched"
+else bad "--to hf into an existing model: exit $rc: $out"; fi
 
 if "$TRIDENT" convert --from hf hf_src --to trident back >back.log 2>&1 &&
    out=$("$TRIDENT" checkpoint compare src back) && grep -q "bit-identical" <<<"$out"; then

@@ -7,9 +7,14 @@ train 4 2 --pipeline-model-parallel-size 2 --train-iters 2 --save good >/dev/nul
   { bad "source run failed"; cat "$last_log"; finish; exit; }
 if out=$("$TRIDENT" checkpoint info good) && grep -q "^iteration 2;" <<<"$out" &&
    grep -q "^layout: tp 2 x pp 2 x dp 1" <<<"$out" && grep -q "embedding.word.weight *\[50688, 32\]" <<<"$out" &&
-   grep -Eq "CRC32: all [0-9]+ entries ok" <<<"$out"; then
-  ok "checkpoint info: iteration, layout, tensors, sizes, CRCs ($(grep -c safetensors <<<"$out") shards)"
+   grep -Eq "CRC32: all [0-9]+ entries ok" <<<"$out" &&
+   grep -q "num_query_groups 4, kv_channels 8, .* norm_epsilon 1e-05, .* rotary_base 10000, rotary_percent 1," <<<"$out"
+then
+  ok "checkpoint info: iteration, layout, tensors, sizes, CRCs ($(grep -c safetensors <<<"$out") shards), defaults resolved (kv_channels 32/4 = 8)"
 else bad "checkpoint info:"; echo "$out"; fi
+model=$(jq -c '.model | [.num_query_groups, .kv_channels, .rotary_base, .rotary_percent]' good/iter_0000002/meta.json)
+[ "$model" = "[4,8,10000,1]" ] && grep -Eq '"norm_epsilon":\s*1e-05,' good/iter_0000002/meta.json &&
+  ok "meta.json: the defaults resolved ($model, norm_epsilon 1e-05)" || bad "meta.json model: $model"
 
 # case NAME EXPECTED-TEXT EDIT [train flags...]: copies good/ to NAME/, applies EDIT there, loads it
 case_() {
@@ -67,7 +72,7 @@ edited hidden_edited "hidden_edited/iter_0000002/meta.json: hidden_size is 128 b
   '.model.hidden_size = 128'
 edited iteration_edited "iteration_edited/iter_0000002/meta.json: iteration is 7 but the folder is iter_0000002" '.iteration = 7'
 edited layers_edited "meta.json: num_layers is 3 but" '.model.num_layers = 3'
-edited heads_edited "meta.json: model.hidden_size 32 is not divisible by model.num_attention_heads 5" \
+edited heads_edited "meta.json: model.num_attention_heads 5 is not divisible by model.num_query_groups 4" \
   '.model.num_attention_heads = 5'
 
 # checkpoint info on a corrupt one: exit 1, the bad entry named
@@ -115,7 +120,9 @@ swapped distopt_from_run_b optim_tp000_pp000_dp000.safetensors runb/iter_0000002
 # before run ids: the keys taken out of meta.json and of each shard's header (blank-padded to its
 # length, as the safetensors format allows, so the data and the sizes stay)
 rm -rf old && cp -r runa old
-jq 'del(.run_id)' old/iter_0000002/meta.json >m && mv m old/iter_0000002/meta.json
+# (and the defaults written as 0, as meta.json had them before)
+jq 'del(.run_id) | .model |= (.num_query_groups = 0 | .kv_channels = 0 | .norm_epsilon = 0 | .rotary_base = 0 |
+    .rotary_percent = 0)' old/iter_0000002/meta.json >m && mv m old/iter_0000002/meta.json
 python3 - old/iter_0000002/*.safetensors <<'PY'
 import json, struct, sys
 for path in sys.argv[1:]:
@@ -128,7 +135,8 @@ for path in sys.argv[1:]:
         f.seek(8)
         f.write(text + b" " * (n - len(text)))
 PY
-if ! grep -lq run_id old/iter_0000002/* && "$TRIDENT" checkpoint info old | grep -Eq "CRC32: all [0-9]+ entries ok" &&
+if ! grep -lq run_id old/iter_0000002/* && "$TRIDENT" checkpoint info old >old_info.txt &&
+   grep -Eq "CRC32: all [0-9]+ entries ok" old_info.txt && grep -q "kv_channels 8, .* norm_epsilon 1e-05" old_info.txt &&
    "$TRIDENT" eval --load old --data-path "$DATA" --seq-length 16 >/dev/null 2>&1 &&
    train 2 1 --train-iters 4 --load old --save old "${DIST[@]}" && [ -d old/iter_0000004 ] &&
    [ "$(jq -r .run_id old/iter_0000004/meta.json | wc -c)" = 17 ]; then
