@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cjson/cJSON.h>
 
@@ -52,7 +53,14 @@ static int data_from_checkpoint(td_args *a, const ckpt_meta *m, char *taken, siz
     if (!td_args_given(a, "--data-path")) {
         int n = cJSON_IsArray(path) ? cJSON_GetArraySize(path) : 0;
         const cJSON *p0 = n == 1 ? cJSON_GetArrayItem(path, 0) : NULL;
-        if (cJSON_IsString(p0)) {
+        char idx[4200];
+        if (cJSON_IsString(p0)) snprintf(idx, sizeof idx, "%s.idx", p0->valuestring);
+        if (cJSON_IsString(p0) && access(idx, R_OK) != 0) {
+            snprintf(err, errlen, "--data-path PREFIX is needed: %.1000s/meta.json records the training run's %.1000s, "
+                     "but %.1000s cannot be read here (%s; a path relative to where the training ran?)", m->dir,
+                     p0->valuestring, idx, td_strerror(errno));
+            rc = -1;
+        } else if (cJSON_IsString(p0)) {
             for (int i = 0; i < a->data_path.n; i++) free(a->data_path.v[i]);
             a->data_path.v = td_xrealloc(a->data_path.v, sizeof *a->data_path.v);
             a->data_path.v[0] = td_xstrdup(p0->valuestring);

@@ -89,6 +89,15 @@ check_fail() { # name text flags...
 }
 check_fail "stride longer than the window" "--eval-stride 17 is longer than --seq-length 16" "${EV[@]}" --eval-stride 17
 check_fail "no checkpoint" "--load DIR (a checkpoint) is required" --data-path "$DATA" --seq-length 16
+# the checkpoint's data path missing, or not there from here: --data-path is asked for
+for edit in "del(.args.data_path)|records no data path of its own" \
+            ".args.data_path = [\"elsewhere/ts\"]|records the training run's elsewhere/ts, but elsewhere/ts.idx cannot be read here" \
+            ".args.data_path = [\"0.5\", \"a\", \"0.5\", \"b\"]|records a blend (eval scores one dataset prefix"; do
+  rm -rf ck_edit && cp -r ck ck_edit && it=$(ls -d ck_edit/iter_*) &&
+    jq "${edit%%|*}" "$it/meta.json" >m && mv m "$it/meta.json"
+  check_fail "the checkpoint's data path: ${edit%%|*}" "--data-path PREFIX is needed: $it/meta.json ${edit#*|}" \
+    --load ck_edit --split-name valid
+done
 check_fail "window longer than the positions" "--seq-length 32 is longer than the checkpoint's 16 positions" \
   --load ck --data-path "$DATA" --seq-length 32
 finish
