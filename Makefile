@@ -2,19 +2,25 @@
 JOBS ?= $(shell nproc)
 BUILD ?= build
 CMAKE_FLAGS ?=
+# CMake's makefiles run make inside make: without this each of them prints its directory.
+MAKEFLAGS += --no-print-directory
 
-.PHONY: all build deps demo test asan fuzz clean
+.PHONY: all build configure deps demo test asan fuzz clean
 
 all: build
 
 deps:
 	@scripts/deps.sh
 
-build: deps
+configure: deps
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null
+
+build: configure
 	@cmake --build $(BUILD) -j $(JOBS)
 
-demo: build
+# The demo needs the trident binary only, not the test programs.
+demo: configure
+	@cmake --build $(BUILD) -j $(JOBS) --target trident
 	@scripts/demo.sh $(BUILD)
 
 test: build

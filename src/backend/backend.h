@@ -300,6 +300,10 @@ struct backend {
 /* The CPU backend with `nthreads` threads (0: OpenMP's default). Sets OpenBLAS's thread count,
  * which is process-wide. */
 backend *be_cpu(int nthreads);
+/* 1 if this binary has the CPU kernel build `name` (baseline, avx2, avx512) and this CPU runs it;
+ * else 0 with the reason written to why (len bytes). *best (when best is not NULL) = the build
+ * be_cpu takes when TRIDENT_CPU_ISA is unset. */
+int be_cpu_isa_runs(const char *name, const char **best, char *why, size_t len);
 /* A backend by name ("cpu", "cuda"); dies with a clear message when it is not built in. */
 backend *be_create(const char *name, int nthreads_or_device);
 void be_free(backend *be);

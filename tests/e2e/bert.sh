@@ -10,8 +10,11 @@
 #    compare`);
 #  - generate and eval refuse a BERT checkpoint with one line (exit 2), and bad BERT flags exit 2
 #    once on every rank;
-#  - the losses fall: 60 iterations of a small BERT lower the masked-LM loss by more than 1.5 and
-#    raise its accuracy.
+#  - the losses fall: 60 iterations of a small BERT lower the masked-LM loss by more than 1.5,
+#    down to within 0.75 of the entropy of the training split's tokens (e2e/ngram_loss.py: what a
+#    model of token frequencies reaches, 6.24 here; the run ends at about 6.8), and raise its
+#    accuracy. Beating that entropy takes hundreds of iterations of a larger model (docs/bert.md:
+#    400 iterations at hidden 128 still sit at 6.3), more than this test's time.
 . "$(dirname "$0")/checkpoint_lib.sh"
 "$(dirname "$0")/../../scripts/text-to-jsonl.sh" "$SHAKESPEARE" ts.jsonl 3000
 "$TRIDENT" preprocess --input ts.jsonl --output-prefix ts --split-sentences --tokenizer-type BertWordPieceLowerCase \
@@ -90,8 +93,10 @@ if train 1 1 --train-iters 60 --hidden-dropout 0 --attention-dropout 0 --lr 3e-3
   last=$(tail -n 5 fall.jsonl | grep -o '"lm_loss": [0-9.]*' | awk '{s += $2} END {print s / NR}')
   acc0=$(head -n 5 fall.jsonl | grep -o '"lm_acc": [0-9.]*' | awk '{s += $2} END {print s / NR}')
   acc1=$(tail -n 5 fall.jsonl | grep -o '"lm_acc": [0-9.]*' | awk '{s += $2} END {print s / NR}')
-  if awk -v a="$first" -v b="$last" -v c="$acc0" -v d="$acc1" 'BEGIN {exit !(b < a - 1.5 && d > c)}'; then
-    ok "60 iterations: masked-LM loss $first -> $last, accuracy $acc0 -> $acc1 (means of the first and last 5)"
-  else bad "the masked-LM loss did not fall enough: $first -> $last, accuracy $acc0 -> $acc1"; fi
+  uni=$(python3 "$(dirname "$0")/ngram_loss.py" ts_text_sentence 90,10,0 0 bert | tail -n 1 | cut -d' ' -f2)
+  if awk -v a="$first" -v b="$last" -v c="$acc0" -v d="$acc1" -v u="${uni:-0}" \
+       'BEGIN {exit !(u > 0 && b < a - 1.5 && b < u + 0.75 && d > c)}'; then
+    ok "60 iterations: masked-LM loss $first -> $last (token frequencies alone: $uni), accuracy $acc0 -> $acc1 (means of the first and last 5)"
+  else bad "the masked-LM loss did not fall enough: $first -> $last (token frequencies alone: ${uni:-not computed}), accuracy $acc0 -> $acc1"; fi
 else bad "the 60-iteration run failed"; cat "$last_log"; fi
 finish

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # trident plan through the binary: a search prints the fastest layouts and the train flags of the
 # best; given layout flags it evaluates that layout (--json: one object with the fields
-# docs/plan.md names); a cluster file starts from a preset; bad flags exit 2 with one line.
+# docs/plan.md names); a cluster file starts from a preset; --calibrate's figures lie within this
+# machine's physical bounds; bad flags exit 2 with one line.
 set -u
 [ "$(id -u)" -eq 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMP_NUM_THREADS=1
@@ -30,6 +31,45 @@ if timeout 120 mpirun --oversubscribe --bind-to none -np 2 "$TRIDENT" plan --cal
          --global-batch-size 8 --cluster me.json --num-gpus 2 --tensor-model-parallel-size 2 --json) &&
    grep -q '"fits": true' <<<"$out"; then ok "--calibrate: $(tr -d '\n\t' <me.json | cut -c1-200)..."
 else bad "--calibrate"; cat cal.log me.json; echo "${out:-}"; fi
+# the calibrated figures against physical bounds of this machine (they fail when a unit or a
+# count is wrong): fmax = cpufreq's cpuinfo_max_freq, else twice the highest "cpu MHz" of
+# /proc/cpuinfo (server parts boost less than 2x their nominal clock); a core does at most
+# 2 FMA pipes x vector lanes x 2 FLOPs a cycle (64 with AVX-512, 32 with AVX2/FMA, else 16) and
+# moves at most 192 bytes a cycle (two 64-byte loads and one store); each rank runs one thread
+calibrated_sane() {
+  python3 - me.json 2 <<'PY'
+import json, re, sys
+c = json.load(open(sys.argv[1])); ranks = int(sys.argv[2])
+info = open("/proc/cpuinfo").read()
+try:
+    fmax = int(open("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq").read()) * 1e3
+except OSError:
+    fmax = 2 * max(float(x) for x in re.findall(r"^cpu MHz\s*:\s*([\d.]+)", info, re.M)) * 1e6
+flags = set(re.search(r"^flags\s*:(.*)$", info, re.M).group(1).split())
+per_cycle = 64 if "avx512f" in flags else 32 if "fma" in flags else 16
+mem = int(re.search(r"^MemTotal:\s*(\d+) kB", open("/proc/meminfo").read(), re.M).group(1)) * 1024 / 2**30
+peak_bound, copy_bound = per_cycle * fmax, 192 * fmax * ranks
+checks = [
+    (0 < c["peak_fp32_flops"] <= peak_bound, "sgemm peak %.3g FLOP/s in (0, %.3g] (%d FLOPs a cycle at %.3g GHz)"
+     % (c["peak_fp32_flops"], peak_bound, per_cycle, fmax / 1e9)),
+    (0 < c["memory_bandwidth"] <= copy_bound, "copy bandwidth %.3g B/s in (0, %.3g] (192 B a cycle, %d cores)"
+     % (c["memory_bandwidth"], copy_bound, ranks)),
+    (0 < c["intra_node_bandwidth"] <= c["memory_bandwidth"], "all-reduce bandwidth %.3g B/s in (0, the copy's %.3g]"
+     % (c["intra_node_bandwidth"], c["memory_bandwidth"])),
+    (0 < c["intra_node_latency"] < 1, "all-reduce latency %.3g s in (0, 1)" % c["intra_node_latency"]),
+    (0 < c["memory_gib"] <= mem, "memory %.3g GiB in (0, MemTotal %.3g]" % (c["memory_gib"], mem)),
+    (0 < c["reserved_gib"] < c["memory_gib"], "held before a model %.3g GiB in (0, memory)" % c["reserved_gib"]),
+    (0 < c["gemm_max_efficiency"] <= 1 and c["gemm_half_dim"] >= 0, "GEMM efficiency %.3g in (0, 1], half dimension "
+     "%.3g >= 0" % (c["gemm_max_efficiency"], c["gemm_half_dim"])),
+    (c["gpus_per_node"] == ranks, "%s devices, the %d ranks" % (c["gpus_per_node"], ranks)),
+]
+for good, what in checks:
+    print(("" if good else "WRONG: ") + what)
+sys.exit(0 if all(g for g, _ in checks) else 1)
+PY
+}
+if [ -s me.json ] && sane=$(calibrated_sane); then ok "calibrated figures within physical bounds: $(tr '\n' ';' <<<"$sane")"
+else bad "calibrated figures"; echo "${sane:-}"; cat me.json; fi
 expect2() { # want flags...
   local want=$1; shift
   out=$("$TRIDENT" plan "$@" 2>&1); rc=$?

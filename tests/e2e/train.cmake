@@ -1,7 +1,11 @@
 # Training end to end on tinyshakespeare: preprocess the whole corpus, train a 2-layer GPT for
-# 150 iterations (about a minute on 2 idle cores), and require the validation loss to fall
-# under 6.8 nats (measured 6.34 with this seed; uniform over the vocabulary is 10.83). Also the
-# command line's own contract (train_cli.sh) and data with ids outside the vocabulary.
+# 150 iterations (about a minute on 2 idle cores), and require the validation loss to beat, by
+# 0.1 nats, the best a model of token frequencies does on the same validation split
+# (e2e/ngram_loss.py: the unigram estimated on the training split, its add-k smoothing picked
+# on the validation tokens; 6.60 here, where the model reaches 6.39 and uniform over the
+# vocabulary is 10.83). The bigram's 5.49 is printed, not required: in 150 iterations this model
+# sees a quarter of an epoch. Also the command line's own contract (train_cli.sh) and data with
+# ids outside the vocabulary.
 set(TRAIN_DIR ${CMAKE_BINARY_DIR}/testtmp/train)
 set(TRAIN_DATA ${TRAIN_DIR}/ts_text_document)
 set(TRAIN_VOCAB --vocab-file ${TRIDENT_SHARED_DATA}/gpt2/vocab.json --merge-file ${TRIDENT_SHARED_DATA}/gpt2/merges.txt)
@@ -19,8 +23,10 @@ add_test(NAME e2e/train_shakespeare_val_loss COMMAND bash -c
      --metrics-file ${TRAIN_DIR}/metrics.jsonl; \
    val=$(grep -o '\"val_loss\": [0-9.]*' ${TRAIN_DIR}/metrics.jsonl | tail -1 | cut -d' ' -f2); \
    first=$(head -1 ${TRAIN_DIR}/metrics.jsonl | grep -o '\"lm_loss\": [0-9.]*' | cut -d' ' -f2); \
-   echo \"first training loss $first, final validation loss $val (threshold 6.8)\"; \
-   awk -v v=$val -v f=$first 'BEGIN { exit !(v > 0 && v < 6.8 && f > 10) }'" _ ${TRAIN_VOCAB})
+   ngram=$(python3 ${CMAKE_CURRENT_LIST_DIR}/ngram_loss.py ${TRAIN_DATA} 949,50,1 50257 gpt | tail -1); \
+   uni=$(cut -d' ' -f2 <<<\"$ngram\"); \
+   echo \"first training loss $first, final validation loss $val; token frequencies alone: $ngram; threshold: unigram - 0.1\"; \
+   awk -v v=$val -v u=$uni -v f=$first 'BEGIN { exit !(v > 0 && u > 0 && v < u - 0.1 && f > 10) }'" _ ${TRAIN_VOCAB})
 set_tests_properties(e2e/train_shakespeare_val_loss PROPERTIES FIXTURES_REQUIRED train_data TIMEOUT 600)
 
 add_test(NAME e2e/train_cli COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/train_cli.sh)

@@ -1,8 +1,25 @@
 /* Compares two training runs: usage
- *   compare_runs METRICS_A METRICS_B PARAMS_A PARAMS_B TOL
+ *   compare_runs METRICS_A METRICS_B PARAMS_A PARAMS_B TOL [NOISE]
  * Per iteration, lm_loss, grad_norm and lr (and val_loss, and BERT's sop_loss, where
  * either has them) must agree within TOL relative; the
  * parameter files (gathered, canonical float32) within TOL in relative norm of the difference.
+ *
+ * NOISE: the metrics of run A again with another build of the CPU kernels (TRIDENT_CPU_ISA=
+ * baseline: other vector widths and FMA contraction, so other rounding in every kernel). Its
+ * differences from A are the float32 noise of this model's training, as it shows after the
+ * optimizer has amplified it; each key's tolerance is then the larger of TOL and NOISE_FACTOR
+ * times that key's largest relative difference over the iterations.
+ *
+ * Why the grad norm needs this (issue 21): it agrees to ~1e-8 at iteration 1 in every layout,
+ * so its reduction across tp/pp is not the cause. From the first step on, Adam's update
+ * lr * g / (|g| + eps) turns the float noise of gradients near eps into parameter differences
+ * (up to 5e-5 per element measured; with --adam-eps 1e-5 they shrink 70x) and the grad norm
+ * answers them with a heavy tail that depends on the model: the Llama-shaped layouts reach 3-5e-6
+ * at iteration 3 in Release (1.2e-5 seen under ASan on another machine), the GPT-2 ones ~2e-8;
+ * the one-rank Llama run under another kernel build alone gives 1.7e-6 (baseline) and 5.1e-6
+ * (AVX2), GPT-2 under 4e-8; dropping any one Llama feature (RMSNorm, rotary, SwiGLU, GQA, no
+ * biases, untied output) lowers it 4-50x, no single one is the cause.
+ *
  * Prints one line per check and "N passed, M failed". */
 #include <math.h>
 #include <stdio.h>
@@ -17,6 +34,11 @@
 static const char *const KEYS[] = {"lm_loss", "grad_norm", "lr", "val_loss", "sop_loss"};
 #define NKEYS 5
 #define FIRST_OPTIONAL 3 /* keys from here on may be missing from both runs */
+/* How far above the measured noise a layout may land: over the layout matrix the largest
+ * difference was 3x the baseline-kernel run's (Llama tp2 x pp2 x vp2, 5.1e-6 against 1.7e-6),
+ * and a single sample of a heavy-tailed noise can sit below its typical size: 10x. A real fault
+ * (a gradient missed, counted twice, or unscaled) moves the grad norm by 1e-3 or more. */
+#define NOISE_FACTOR 10.0
 
 static int read_metrics(const char *path, double (*v)[NKEYS], int *n)
 {
@@ -41,6 +63,25 @@ static int read_metrics(const char *path, double (*v)[NKEYS], int *n)
     return 0;
 }
 
+static double rel_diff(double x, double y) { return x == y ? 0 : fabs(x - y) / fabs(x); }
+
+/* tol[k] = max(base, NOISE_FACTOR x the largest relative difference of key k between the
+ * reference run a and the noise run over the iterations both have). */
+static void noise_tolerances(double (*a)[NKEYS], int na, double (*noise)[NKEYS], int nn, double base, double tol[NKEYS])
+{
+    for (int k = 0; k < NKEYS; k++) {
+        double worst = 0;
+        for (int i = 0; i < na && i < nn; i++) {
+            double d = rel_diff(a[i][k], noise[i][k]);
+            if (!isnan(d) && d > worst) worst = d;
+        }
+        tol[k] = fmax(base, NOISE_FACTOR * worst);
+        if (tol[k] > base)
+            printf("%s: tolerance %.2e, %.0f x the noise %.2e of the reference under other kernels\n", KEYS[k],
+                   tol[k], NOISE_FACTOR, worst);
+    }
+}
+
 static float *read_floats(const char *path, long *n)
 {
     FILE *f = fopen(path, "rb");
@@ -56,14 +97,23 @@ static float *read_floats(const char *path, long *n)
 
 int main(int argc, char **argv)
 {
-    if (argc != 6) {
-        fprintf(stderr, "usage: compare_runs METRICS_A METRICS_B PARAMS_A PARAMS_B TOL\n");
+    if (argc != 6 && argc != 7) {
+        fprintf(stderr, "usage: compare_runs METRICS_A METRICS_B PARAMS_A PARAMS_B TOL [NOISE_METRICS]\n");
         return 2;
     }
-    double tol = atof(argv[5]);
-    static double a[MAXIT][NKEYS], b[MAXIT][NKEYS];
-    int na, nb, pass = 0, fail = 0;
+    double tol = atof(argv[5]), ktol[NKEYS];
+    static double a[MAXIT][NKEYS], b[MAXIT][NKEYS], noise[MAXIT][NKEYS];
+    int na, nb, nn, pass = 0, fail = 0;
     if (read_metrics(argv[1], a, &na) || read_metrics(argv[2], b, &nb)) return 1;
+    for (int k = 0; k < NKEYS; k++) ktol[k] = tol;
+    if (argc == 7) {
+        if (read_metrics(argv[6], noise, &nn)) return 1;
+        if (nn != na) {
+            printf("the noise run has %d iterations, the reference %d\n", nn, na);
+            fail++;
+        }
+        noise_tolerances(a, na, noise, nn, tol, ktol);
+    }
     if (na != nb || na == 0) {
         printf("iteration count differs: %d vs %d\n", na, nb);
         fail++;
@@ -72,8 +122,8 @@ int main(int argc, char **argv)
         for (int k = 0; k < NKEYS; k++) {
             double x = a[i][k], y = b[i][k];
             if (k >= FIRST_OPTIONAL && isnan(x) && isnan(y)) continue; /* no validation this iteration, or GPT */
-            double rel = x == y ? 0 : fabs(x - y) / fabs(x);
-            int ok = !isnan(rel) && rel <= tol; /* a value missing on one side is NaN: fails */
+            double rel = rel_diff(x, y);
+            int ok = !isnan(rel) && rel <= ktol[k]; /* a value missing on one side is NaN: fails */
             printf("iteration %d: %s %.9g vs %.9g (relative %.2e) %s\n", i + 1, KEYS[k], x, y, rel, ok ? "ok" : "FAIL");
             ok ? pass++ : fail++;
         }

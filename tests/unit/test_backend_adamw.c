@@ -121,6 +121,7 @@ static void sgemm_peak(void **state)
 
 int main(void)
 {
+    tb_skip_unless_isa_runs();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(adamw_steps),
         cmocka_unit_test(sumsq_scale_memory),

@@ -308,6 +308,7 @@ static void attention_dropout_layout_invariant(void **state)
 
 int main(void)
 {
+    tb_skip_unless_isa_runs();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(attention_small),
         cmocka_unit_test(attention_dropout),

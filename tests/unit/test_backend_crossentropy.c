@@ -153,6 +153,7 @@ static void crossentropy_vocab_parallel(void **state)
 
 int main(void)
 {
+    tb_skip_unless_isa_runs();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(crossentropy_one_rank),
         cmocka_unit_test(crossentropy_vocab_parallel),

@@ -200,6 +200,7 @@ static void bias_dropout_add(void **state)
 
 int main(void)
 {
+    tb_skip_unless_isa_runs();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(p_zero_is_identity),
         cmocka_unit_test(mask_matches_philox),

@@ -356,6 +356,7 @@ static void helpers_reject_nan(void **state)
 
 int main(void)
 {
+    tb_skip_unless_isa_runs();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(helpers_reject_nan),
         cmocka_unit_test(matmul),

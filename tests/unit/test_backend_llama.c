@@ -213,6 +213,7 @@ static void rope_float32_angles(void **state)
 
 int main(void)
 {
+    tb_skip_unless_isa_runs();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(rmsnorm),
         cmocka_unit_test(swiglu),

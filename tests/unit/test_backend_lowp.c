@@ -283,6 +283,7 @@ static void mixed_backward_in_slices(void **state)
 
 int main(void)
 {
+    tb_skip_unless_isa_runs();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(conversions),
         cmocka_unit_test(linear_lp),

@@ -367,6 +367,7 @@ int main(int argc, char **argv)
 {
     (void)argc;
     be_prepare_process(argv);
+    tb_skip_unless_isa_runs();
     blas_invariant = probe_blas_invariance();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(layernorm_and_bias),

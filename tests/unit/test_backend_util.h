@@ -6,12 +6,35 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "trident/check.h"
 #include "trident/philox.h"
 #include "backend/backend.h"
 
 #define FD_EPS 1e-6
+
+/* ctest's SKIP_RETURN_CODE for the kernel tests (tests/CMakeLists.txt). */
+#define TB_SKIP 77
+
+/* First thing in main. The ISA runs (unit/test_backend_*@<isa>) set TRIDENT_CPU_ISA: when this
+ * CPU cannot run that build, or when it is the build the plain run takes already, exit TB_SKIP
+ * saying why, so that ctest shows the run as skipped instead of passed or failed. */
+static inline void tb_skip_unless_isa_runs(void)
+{
+    const char *isa = getenv("TRIDENT_CPU_ISA"), *best = NULL;
+    char why[160];
+    if (!isa || !*isa) return;
+    if (!be_cpu_isa_runs(isa, &best, why, sizeof why)) {
+        printf("SKIP: TRIDENT_CPU_ISA=%s: %s\n", isa, why);
+        exit(TB_SKIP);
+    }
+    if (strcmp(isa, best) == 0) {
+        printf("SKIP: TRIDENT_CPU_ISA=%s is this CPU's default build, tested by the run without it\n", isa);
+        exit(TB_SKIP);
+    }
+    printf("kernels: the %s build (this CPU's default is %s)\n", isa, best);
+}
 
 /* x (n) = uniform in [lo, hi) from Philox stream `stream`. */
 static inline void tb_rand(float *x, size_t n, uint64_t stream, float lo, float hi)

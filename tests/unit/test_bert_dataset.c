@@ -322,7 +322,29 @@ static void samples_have_bert_structure(void **state)
     bertds_close(ds);
 }
 
-/* Over a few thousand samples: swaps ~1/2; masked ~15% of the text tokens; of the masked
+/* Python's round(): to the nearest integer, halves to the even one. */
+static double round_half_even(double x)
+{
+    double r = floor(x + 0.5);
+    if (r - x == 0.5 && fmod(r, 2.0) != 0.0) r -= 1.0;
+    return r;
+}
+
+/* Megatron's count of predictions (masked_dataset.py, _create_masked_lm_predictions):
+ * n_maskings = min(masking_probability * target_sequence_length,
+ *                  max(1, int(round(len(token_ids) * masking_probability)))),
+ * token_ids the whole sample ([CLS] and [SEP]s too). Spans are taken while the count stays at
+ * most n_maskings (a span shrinks to one word; a word too long, or a span touching a masked
+ * token, is skipped for the next of the shuffled words), so the count is n_maskings' floor
+ * unless the words run out first — Megatron asserts only <=; in these samples they never do. */
+static int megatron_num_to_predict(double p, int64_t target, int length)
+{
+    double by_len = round_half_even((double)length * p);
+    return (int)floor(fmin(p * (double)target, by_len > 1 ? by_len : 1));
+}
+
+/* Over a few thousand samples: swaps ~1/2; every sample's count of masked tokens exactly
+ * Megatron's (so ~15% of the text tokens); of the masked
  * positions ~80% [MASK], ~10% kept, ~10% random; and whole words: the pieces of one word (a word
  * start and the "##" pieces after it, across [SEP] as Megatron groups them) are masked together. */
 static void masking_statistics_and_whole_words(void **state)
@@ -335,9 +357,16 @@ static void masking_statistics_and_whole_words(void **state)
     sample_buf b = sample_new(S);
     int64_t n = 3000, swapped = 0, text = 0, masked = 0, as_mask = 0, kept = 0, other = 0;
     int64_t masked_words = 0, runs = 0; /* masked words, and runs of consecutive masked words */
+    const int64_t *mapping = bertds_info(ds, GPTDS_TRAIN).mapping;
     for (int64_t i = 0; i < n; i++) {
         bertds_get(ds, GPTDS_TRAIN, i, &b.s);
         const bertds_sample *x = &b.s;
+        /* exactly Megatron's number of predictions in every sample */
+        int want = megatron_num_to_predict(c.masked_lm_prob, mapping[3 * i + 2], x->length), got = 0;
+        for (int j = 0; j < S; j++) got += x->labels[j] >= 0;
+        if (got != want)
+            fail_msg("sample %lld (%d tokens, target length %lld): %d predictions, Megatron's n_maskings gives %d",
+                     (long long)i, x->length, (long long)mapping[3 * i + 2], got, want);
         swapped += x->is_random;
         int sep_a = 0;
         while (x->types[sep_a + 1] == 0) sep_a++;

@@ -1,7 +1,8 @@
 /* src/plan/plan.c, the layout planner: each term of its model on cases worked by hand (ring
  * collectives, a GEMM at a known efficiency, Korthikanti et al.'s activation formulas, the
  * micro-batches in flight of 1F1B and interleaved 1F1B, bytes per parameter), then the Megatron
- * paper's (Narayanan et al. 2021) results on DGX A100s: its weak-scaling table, each row's
+ * paper's (Narayanan et al. 2021) results on DGX A100s (the preset's GEMM efficiency fitted to five
+ * rows of Table 1, the fit redone here; the rest held out): its weak-scaling table, each row's
  * TFLOP/s per GPU for its own layout (full recomputation, counted in the FLOPs as the paper
  * does) within 15% of the published figure and the search's choice no slower; the interleaved
  * schedule ahead of 1F1B by more at small batches than at large ones (its Figure 12); and the
@@ -126,6 +127,49 @@ static plan_result best_of_paper_layout(const plan_job *j, const plan_cluster *c
     return best;
 }
 
+/* The preset's GEMM efficiency (dgx-a100-80gb's gemm_max_efficiency) is fitted to these rows of
+ * Table 1 only, every other one from the smallest: 1.7B, 7.5B, 39.1B, 145.6B, 529.6B. Held out of
+ * the fit, and so a check of the model rather than of the fit: Table 1's 3.6B, 18.4B, 76.1B,
+ * 310.1B and 1008B rows, all of Table 2, and Figures 12 and 13. gemm_half_dim (48) is not fitted. */
+static const int TABLE1_FIT[] = {0, 2, 4, 6, 8};
+
+static int table1_fitted(size_t i)
+{
+    for (size_t k = 0; k < sizeof TABLE1_FIT / sizeof TABLE1_FIT[0]; k++)
+        if ((size_t)TABLE1_FIT[k] == i) return 1;
+    return 0;
+}
+
+static double table1_error(const plan_cluster *c, size_t i)
+{
+    plan_job j = gpt(TABLE1[i].layers, TABLE1[i].hidden, TABLE1[i].heads, TABLE1[i].batch);
+    plan_result r = best_of_paper_layout(&j, c, TABLE1[i].tp, TABLE1[i].pp, TABLE1[i].gpus);
+    assert_true(r.tflops_per_gpu > 0);
+    return (r.tflops_per_gpu - TABLE1[i].tflops) / TABLE1[i].tflops;
+}
+
+/* The fit, redone: the efficiency in [0.60, 0.90] (steps of 0.005) with the least squared log
+ * error over the fitted rows is the preset's, to its two digits. */
+static void gemm_efficiency_fit(void **state)
+{
+    (void)state;
+    plan_cluster c;
+    assert_int_equal(plan_cluster_preset("dgx-a100-80gb", &c), 0);
+    double preset = c.gemm_emax, best = 0, best_sq = INFINITY;
+    for (int k = 0; k <= 60; k++) {
+        c.gemm_emax = 0.60 + 0.005 * k;
+        double sq = 0;
+        for (size_t f = 0; f < sizeof TABLE1_FIT / sizeof TABLE1_FIT[0]; f++) {
+            double l = log1p(table1_error(&c, (size_t)TABLE1_FIT[f]));
+            sq += l * l;
+        }
+        if (sq < best_sq) best_sq = sq, best = c.gemm_emax;
+    }
+    printf("  gemm_max_efficiency fitted to Table 1's 1.7B, 7.5B, 39.1B, 145.6B, 529.6B rows: %.3f "
+           "(rms error %.1f%%); the preset's %.2f\n", best, 100 * sqrt(best_sq / 5), preset);
+    assert_true(fabs(best - preset) <= 0.005 + 1e-9);
+}
+
 static void megatron_table1(void **state)
 {
     (void)state;
@@ -133,24 +177,26 @@ static void megatron_table1(void **state)
     assert_int_equal(plan_cluster_preset("dgx-a100-80gb", &c), 0);
     printf("  %8s %3s %3s %5s %9s %9s %7s  %s\n", "params", "tp", "pp", "GPUs", "paper", "predicted", "error",
            "the search's best layout (by the model)");
-    double worst = 0;
+    double worst = 0, worst_held = 0;
     for (size_t i = 0; i < sizeof TABLE1 / sizeof TABLE1[0]; i++) {
         plan_job j = gpt(TABLE1[i].layers, TABLE1[i].hidden, TABLE1[i].heads, TABLE1[i].batch);
         plan_result r = best_of_paper_layout(&j, &c, TABLE1[i].tp, TABLE1[i].pp, TABLE1[i].gpus);
         assert_true(r.tflops_per_gpu > 0);
         double err = (r.tflops_per_gpu - TABLE1[i].tflops) / TABLE1[i].tflops;
         worst = fmax(worst, fabs(err));
+        if (!table1_fitted(i)) worst_held = fmax(worst_held, fabs(err));
         plan_result found[1];
         assert_true(plan_search(&j, &c, TABLE1[i].gpus, found, 1) > 0);
-        printf("  %7.1fB %3d %3d %5d %9.0f %9.1f %+6.1f%%  tp %d pp %d vp %d mbs %d %s%s: %.1f s vs %.1f s\n",
-               TABLE1[i].params, TABLE1[i].tp, TABLE1[i].pp, TABLE1[i].gpus, TABLE1[i].tflops, r.tflops_per_gpu,
+        printf("  %7.1fB%s %3d %3d %5d %9.0f %9.1f %+6.1f%%  tp %d pp %d vp %d mbs %d %s%s: %.1f s vs %.1f s\n",
+               TABLE1[i].params, table1_fitted(i) ? " (fit)" : "      ", TABLE1[i].tp, TABLE1[i].pp, TABLE1[i].gpus, TABLE1[i].tflops, r.tflops_per_gpu,
                100 * err, found[0].l.tp, found[0].l.pp, found[0].l.vp, found[0].l.mbs,
                found[0].l.recompute == PLAN_RC_FULL ? "full" : found[0].l.recompute ? "selective" : "no recompute",
                found[0].l.sp ? " sp" : "", found[0].iter_s, r.iter_s);
         assert_true(fabs(err) <= 0.15);
         assert_true(found[0].iter_s <= r.iter_s * (1 + 1e-12));
     }
-    printf("  largest error against the paper: %.1f%%\n", 100 * worst);
+    printf("  largest error against the paper: %.1f%%, on the rows held out of the fit %.1f%%\n", 100 * worst,
+           100 * worst_held);
 }
 
 /* Table 2's PTD-P rows: GPT-3 175B (tp 8 x pp 12) and the 530B model (tp 8 x pp 35), micro-batch
@@ -262,7 +308,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(collectives),         cmocka_unit_test(gemm),           cmocka_unit_test(activations),
-        cmocka_unit_test(memory_per_parameter), cmocka_unit_test(megatron_table1), cmocka_unit_test(megatron_interleaving),
+        cmocka_unit_test(memory_per_parameter), cmocka_unit_test(gemm_efficiency_fit), cmocka_unit_test(megatron_table1), cmocka_unit_test(megatron_interleaving),
         cmocka_unit_test(megatron_tp_pp),      cmocka_unit_test(trident_cpu_memory), cmocka_unit_test(megatron_table2),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -204,6 +204,23 @@ static int cpu_isa_choose(void)
     return best;
 }
 
+int be_cpu_isa_runs(const char *name, const char **best, char *why, size_t len)
+{
+    int b = 0;
+    for (int i = 1; i < CPU_NISAS; i++)
+        if (cpu_isa_supported(i)) b = i;
+    if (best) *best = CPU_ISAS[b].name;
+    for (int i = 0; i < CPU_NISAS; i++)
+        if (strcmp(name, CPU_ISAS[i].name) == 0) {
+            if (cpu_isa_supported(i)) return 1;
+            snprintf(why, len, "this CPU lacks %s", CPU_ISAS[i].what);
+            return 0;
+        }
+    snprintf(why, len, "this binary has no %s build of the kernels (builds: baseline%s)", name,
+             CPU_NISAS > 1 ? ", avx2, avx512" : "");
+    return 0;
+}
+
 /* OpenBLAS cores with AVX-512 kernels (0.3.21's names). */
 static int cpu_blas_core_avx512(const char *core)
 {
