@@ -542,6 +542,10 @@ static int file_contains(const char *path, const char *want)
 static void cli_tokenize_round_trips_and_fails_clearly(void **state)
 {
     (void)state;
+    /* trident --help's line for tokenize names the three kinds it reads (it said "GPT-2 BPE" only) */
+    assert_int_equal(run("'" TD_TRIDENT_BIN "' --help > " TMP("main_help.txt")), 0);
+    assert_true(file_contains(TMP("main_help.txt"), "tokenize     text to token ids and back: GPT-2 BPE, Hugging Face "
+                                                    "tokenizer.json, BERT WordPiece"));
     assert_int_equal(run(BIN " --help > " TMP("help.txt")), 0);
     assert_true(file_contains(TMP("help.txt"), "--vocab-file"));
     assert_int_equal(run("printf 'Hello world\\nIt'\\''s\\n\\n' | " BIN FILES " > " TMP("enc.txt")), 0);
