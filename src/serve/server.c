@@ -842,7 +842,7 @@ int srv_run(gpt_model *m, const ps_state *ps, const tok_tokenizer *tok, const sr
             slow_reported = S.slow_closed;
         }
         int grace_over = quiesced && td_now() - stop_at >= cfg->shutdown_grace;
-        if (grace_over && !S.head && S.answering == 0 && S.connections + (S.watched != NULL) > 0) {
+        if (grace_over && !S.head && S.answering == 0 && S.watched) {
             int n = close_slow(1);
             if (n) TD_INFO("serve: closing %d connection%s still sending a request after the %d s grace", n,
                            td_plural(n), cfg->shutdown_grace);

@@ -5,7 +5,7 @@
 if(NOT CMAKE_SCRIPT_MODE_FILE)
   set(_pp_cases missing_output_prefix missing_input unknown_flag bad_value input_not_found
                 text_format_needs_one_key help bad_line skip_bad_lines tinyshakespeare_text split_sentences
-                no_usable_document)
+                no_usable_document progress_eta)
   foreach(_case ${_pp_cases})
     add_test(NAME e2e/preprocess_${_case}
       COMMAND ${CMAKE_COMMAND} -DBIN=$<TARGET_FILE:trident> -DCASE=${_case} -DDATA=${TRIDENT_SHARED_DATA}
@@ -103,6 +103,14 @@ elseif(CASE STREQUAL "no_usable_document")
   run(1 "no usable document in ${TMP}/bad.jsonl: 0 documents read, 0 empty \\(no tokens for text\\), 1 bad line skipped"
       --input ${TMP}/bad.jsonl --output-prefix ${TMP}/out ${V} --skip-bad-lines)
   expect_nothing_written(${TMP}/out)
+elseif(CASE STREQUAL "progress_eta")
+  # an uncompressed input's size is known: progress lines (every --log-interval x 1000 documents)
+  # give the share done and the time left
+  string(REPEAT "All the world's a stage, and all the men and women merely players. " 6 text)
+  string(REPEAT "{\"text\": \"${text}\"}\n" 3000 lines)
+  file(WRITE ${TMP}/big.jsonl "${lines}")
+  run(0 "preprocess: [0-9]+ documents \\([0-9]+ docs/s, [0-9.]+ MB/s, [0-9]+%, about [0-9]+ s left\\)"
+      --input ${TMP}/big.jsonl --output-prefix ${TMP}/big ${V} --log-interval 1 --workers 1)
 elseif(CASE STREQUAL "tinyshakespeare_text")
   # the whole file is one document: 34-byte header, one length, one pointer, doc index 0 1
   run(0 "preprocess: 1 document, .*2 workers\\).*wrote .*out_text_document.*\\(1 document, [0-9]+ tokens\\)" --input ${DATA}/tinyshakespeare.txt --input-format text
