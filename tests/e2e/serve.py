@@ -13,7 +13,8 @@
      text <|endoftext|> is never printed;
  (h) on 1 rank, lock-out: 200 idle connections from 127.0.0.2 (over --max-connections-per-ip) leave 127.0.0.1
      served; idle ones are closed after --idle-timeout; 9 client addresses filling --max-connections delay a fresh
-     client only until the idle timeout; a client trickling its body is closed at --request-timeout; and SIGTERM
+     client only until the idle timeout; a client trickling its body or its headers is closed at --request-timeout;
+     and SIGTERM
      with such a client exits within --shutdown-grace.
 Every wait is bounded. Environment: TRIDENT, DATA, VOCAB, MERGES, WORK, MODEL (a saved checkpoint: the shared
 e2e/gen_models fixture)."""
@@ -266,6 +267,14 @@ def trickle(c, seconds, rate_s):
 t = trickle(slow_body(1), 30, 1)
 (ok if t is not None else bad)("a client trickling its body (a byte a second) is closed at --request-timeout 4 s" +
                                (f": after {t:.1f} s" if t is not None else ": not within 30 s"))
+c = socket.create_connection(("127.0.0.1", port), timeout=5)
+c.sendall(b"POST /v1/completions HTTP/1.1\r\nX-Slow: ")  # headers never finished: the handler never runs
+t = trickle(c, 30, 1)
+c.close()
+(ok if t is not None else bad)("a client trickling its headers (a byte a second) is closed at --request-timeout 4 s" +
+                               (f": after {t:.1f} s" if t is not None else ": not within 30 s"))
+text = open(log).read()
+(ok if "sent no whole request within --request-timeout 4 s" in text else bad)("the log says so")
 p.send_signal(signal.SIGTERM); p.wait(60)
 
 p, port, log = start(1, 1, extra=["--idle-timeout", "600", "--request-timeout", "600", "--shutdown-grace", "2"],
