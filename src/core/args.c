@@ -289,7 +289,8 @@ static const flag_t FLAGS[] = {
     {"--prompt-file", A_STR, OFF(prompt_file), NULL, TD_CMD_GENERATE, "generation",
      "prompts, one a line (- for stdin); the default when no --prompt is given is stdin", 0, 0, NULL},
     {"--max-new-tokens", A_INT, OFF(max_new_tokens), "64", TD_CMD_GENERATE, "generation",
-     "tokens to generate after each prompt (fewer when the end-of-document token comes)", 1, 1 << 20, NULL},
+     "tokens to generate after each prompt (fewer when the end-of-document token comes; the default is shortened "
+     "to what the model's positions hold, with a note)", 1, 1 << 20, NULL},
     {"--greedy", A_BOOL, OFF(greedy), "0", TD_CMD_GENERATE, "generation",
      "always the most likely token (also --temperature 0 or --top-k 1)", 0, 0, NULL},
     {"--temperature", A_FLOAT, OFF(temperature), "1.0", TD_CMD_GENERATE, "generation",

@@ -17,7 +17,7 @@ train() { # name flags...
     --train-iters 30 --lr 4e-3 --min-lr 4e-4 --lr-decay-style cosine --lr-warmup-iters 10 --hidden-dropout 0 \
     --attention-dropout 0 --eval-iters 0 --log-interval 10 --seed 1 --make-vocab-size-divisible-by 256 \
     --save "$name" "$@" >"$name.log" 2>&1 || { echo "FAIL: training $name"; tail -5 "$name.log"; exit 1; }
-  echo "ok: $name trained: $(grep -o 'lm loss [0-9.E+-]*' "$name.log" | sed -n '1p;$p' | paste -sd' ' | sed 's/ lm/ ->/')"
+  echo "ok: $name trained: lm loss $(grep -o 'lm loss: [0-9.E+-]*' "$name.log" | sed -n '1p;$p' | cut -d' ' -f3 | paste -sd' ' | sed 's/ / -> /')"
 }
 train gpt2
 train llama "${LLAMA[@]}"
