@@ -18,7 +18,7 @@
      with such a client exits within --shutdown-grace.
 Every wait is bounded. Environment: TRIDENT, DATA, VOCAB, MERGES, WORK, MODEL (a saved checkpoint: the shared
 e2e/gen_models fixture)."""
-import json, os, re, shutil, signal, socket, subprocess, sys, threading, time, urllib.error, urllib.request
+import atexit, json, os, re, shutil, signal, socket, subprocess, sys, threading, time, urllib.error, urllib.request
 
 T, WORK = os.environ["TRIDENT"], os.environ["WORK"]
 TOK = ["--vocab-file", os.environ["VOCAB"], "--merge-file", os.environ["MERGES"]]
@@ -60,6 +60,7 @@ def start(np_, tp, ck=CK, extra=(), tag=""):
     if np_ > 1: cmd = ["mpirun", "--oversubscribe", "--bind-to", "none", "-np", str(np_)] + cmd
     log = f"serve{np_}{tag}.log"
     p = subprocess.Popen(cmd, env=env, stdout=open(log, "w"), stderr=subprocess.STDOUT)
+    atexit.register(lambda: p.poll() is None and p.kill())  # a failed check never leaves a server behind
     for _ in range(600):
         try:
             if call(port, "GET", "/api", b"", timeout=2)[0] == 405: return p, port, log
