@@ -166,9 +166,11 @@ function byteModel(extra, allBytes) {
   const add = t => { if (!(t in vocab)) vocab[t] = Object.keys(vocab).length; };
   if (allBytes) for (let b = 0; b < 256; b++) add(BYTES[b]); else for (const c of 'abcdxy12\'s! ') add(BYTES[c.charCodeAt(0)]);
   const sp = BYTES[32];
-  const merges = [['a', 'b'], ['ab', 'c'], [sp, 'a'], [sp + 'a', 'b'], ['x', 'y'], [sp, sp], ["'", 's'], ['1', '2']];
+  // "abcd" is made by the last merge, which merging "abcd" never reaches ("abc" comes first): only
+  // ignore_merges gives it whole. Every vocab entry is a byte or a merge's result, as training makes.
+  const merges = [['a', 'b'], ['ab', 'c'], [sp, 'a'], [sp + 'a', 'b'], ['x', 'y'], [sp, sp], ["'", 's'], ['1', '2'],
+    ['c', 'd'], ['ab', 'cd']];
   for (const [a, b] of merges) { add(a); add(b); add(a + b); }
-  add('abcd'); // reachable only whole (ignore_merges)
   return Object.assign({ type: 'BPE', dropout: null, unk_token: null, continuing_subword_prefix: null,
     end_of_word_suffix: null, fuse_unk: false, byte_fallback: false, vocab,
     merges: merges.map(m => m.join(' ')) }, extra || {}); // as "a b" strings

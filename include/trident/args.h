@@ -103,6 +103,7 @@ typedef struct td_args {
     char *tensorboard_dir;
     char *host;                /* serve */
     int port, max_batch, max_queue, max_prompt_tokens, max_tokens_to_generate;
+    int max_connections, max_connections_per_ip, idle_timeout, request_timeout, shutdown_grace;
     int64_t max_body_bytes;
     int64_t tensorboard_log_interval;
     int strict_lambada, overlapping_eval;

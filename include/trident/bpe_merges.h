@@ -34,4 +34,9 @@ static inline const bpe_merge *bpe_merges_find(const bpe_merges *m, int32_t a, i
     }
 }
 
+/* 1 if a vocabulary entry is spelled like a special token ("<|endoftext|>", "<s>", "<unk>",
+ * "<0x0A>", "[CLS]"): ASCII, no space, at least 3 characters, in <...> or [...]. Such entries are
+ * the ones a byte-pair vocabulary may hold besides its alphabet and its merges' results. */
+int bpe_special_form(const char *s, size_t n);
+
 #endif

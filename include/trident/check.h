@@ -66,4 +66,7 @@ void td_seterr(char *err, size_t errlen, const char *fmt, ...) __attribute__((fo
 /* Formats an errno-style reason for messages: "No such file or directory". */
 const char *td_strerror(int err);
 
+/* "s" unless n is 1: printf("%d document%s", n, td_plural(n)). */
+static inline const char *td_plural(long long n) { return n == 1 ? "" : "s"; }
+
 #endif

@@ -219,12 +219,42 @@ static int32_t *encode(tok_worker *w, const char *text, size_t len, int *n)
     return e.ids ? e.ids : td_xcalloc(1, sizeof(int32_t));
 }
 
+/* The offset of the first byte of s[0..n) that does not start or continue a valid UTF-8
+ * character (overlong forms, surrogates and code points past U+10FFFF included), or -1. */
+static long long utf8_bad_at(const unsigned char *s, size_t n)
+{
+    for (size_t i = 0; i < n;) {
+        unsigned c = s[i];
+        size_t k = c < 0x80 ? 1 : c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+        if (k == 0 || i + k > n) return (long long)i;
+        for (size_t j = 1; j < k; j++)
+            if ((s[i + j] & 0xc0) != 0x80) return (long long)i;
+        if ((c == 0xe0 && s[i + 1] < 0xa0) || (c == 0xed && s[i + 1] >= 0xa0) || (c == 0xf0 && s[i + 1] < 0x90) ||
+            (c == 0xf4 && s[i + 1] >= 0x90))
+            return (long long)i;
+        i += k;
+    }
+    return -1;
+}
+
 int ev_wikitext(gpt_model *m, const ps_state *ps, const tok_tokenizer *tok, const char *path, int K,
                 ev_wikitext_result *out, char *err, size_t errlen)
 {
     size_t len;
     char *raw = read_file(path, &len, err, errlen);
     if (!raw) return -1;
+    long long bad = utf8_bad_at((const unsigned char *)raw, len);
+    if (bad >= 0 || strlen(raw) != len) {
+        if (bad >= 0)
+            snprintf(err, errlen, "%s is not UTF-8: byte %lld (0x%02x) is not part of a valid character; WikiText-103 "
+                     "(wiki.test.tokens) is UTF-8: convert the file (iconv -f LATIN1 -t UTF-8) or give the right one",
+                     path, bad, (unsigned char)raw[bad]);
+        else
+            snprintf(err, errlen, "%s holds a NUL byte at byte %zu; WikiText-103 (wiki.test.tokens) is UTF-8 text",
+                     path, strlen(raw));
+        free(raw);
+        return -1;
+    }
     memset(out, 0, sizeof *out);
     out->original_words = ev_count_space_split(raw);
     char *text = ev_wikitext_detokenize(raw);
@@ -238,7 +268,7 @@ int ev_wikitext(gpt_model *m, const ps_state *ps, const tok_tokenizer *tok, cons
     out->doc_tokens = n;
     int64_t nwin = ev_num_windows(n, S, K);
     if (nwin == 0) {
-        snprintf(err, errlen, "%s holds %d tokens; a window needs --seq-length + 1 = %d", path, n, S + 1);
+        snprintf(err, errlen, "%s holds %d token%s; a window needs --seq-length + 1 = %d", path, n, td_plural(n), S + 1);
         free(tokens);
         return -1;
     }
@@ -268,8 +298,9 @@ int ev_wikitext(gpt_model *m, const ps_state *ps, const tok_tokenizer *tok, cons
     return 0;
 }
 
-/* The jsonl lines of path, parsed; *n of them. */
-static cJSON **read_jsonl(const char *path, int *n, char *err, size_t errlen)
+/* The jsonl lines of path, parsed; *n of them, each from line (*lines)[i]. A file with none is
+ * refused: an empty task scores nothing. */
+static cJSON **read_jsonl(const char *path, int *n, int **lines, char *err, size_t errlen)
 {
     size_t len;
     char *buf = read_file(path, &len, err, errlen);
@@ -286,13 +317,22 @@ static cJSON **read_jsonl(const char *path, int *n, char *err, size_t errlen)
             snprintf(err, errlen, "%s line %d: not JSON", path, lineno);
             for (int i = 0; i < cnt; i++) cJSON_Delete(rows[i]);
             free(rows);
+            free(*lines);
+            *lines = NULL;
             free(buf);
             return NULL;
         }
         rows = td_xrealloc(rows, (size_t)(cnt + 1) * sizeof *rows);
+        *lines = td_xrealloc(*lines, (size_t)(cnt + 1) * sizeof **lines);
+        (*lines)[cnt] = lineno;
         rows[cnt++] = j;
     }
     free(buf);
+    if (cnt == 0) {
+        snprintf(err, errlen, "%s holds no examples (%s); the task file has one JSON object a line", path,
+                 len ? "only blank lines" : "it is empty");
+        return NULL;
+    }
     *n = cnt;
     return rows;
 }
@@ -300,8 +340,8 @@ static cJSON **read_jsonl(const char *path, int *n, char *err, size_t errlen)
 int ev_lambada(gpt_model *m, const ps_state *ps, const tok_tokenizer *tok, const char *path, int strict,
                ev_lambada_result *out, char *err, size_t errlen)
 {
-    int n;
-    cJSON **rows = read_jsonl(path, &n, err, errlen);
+    int n, *lines = NULL;
+    cJSON **rows = read_jsonl(path, &n, &lines, err, errlen);
     if (!rows) return -1;
     memset(out, 0, sizeof *out);
     const int S = m->cfg.seq, B = m->mbs;
@@ -316,7 +356,7 @@ int ev_lambada(gpt_model *m, const ps_state *ps, const tok_tokenizer *tok, const
         for (int r = 0; r < rows_in; r++) {
             const cJSON *t = cJSON_GetObjectItemCaseSensitive(rows[e0 + r], "text");
             if (!cJSON_IsString(t) || !*t->valuestring) {
-                snprintf(err, errlen, "%s example %d: no \"text\" string", path, e0 + r + 1);
+                snprintf(err, errlen, "%s line %d (example %d): no \"text\" string", path, lines[e0 + r], e0 + r + 1);
                 rc = -1;
                 break;
             }
@@ -358,7 +398,7 @@ int ev_lambada(gpt_model *m, const ps_state *ps, const tok_tokenizer *tok, const
     }
     tok_worker_free(w);
     for (int i = 0; i < n; i++) cJSON_Delete(rows[i]);
-    free(rows), free(ids), free(tg), free(loss), free(ok);
+    free(rows), free(lines), free(ids), free(tg), free(loss), free(ok);
     if (rc == 0) out->accuracy = out->n ? (double)out->correct / (double)out->n : 0;
     return rc;
 }
@@ -366,8 +406,8 @@ int ev_lambada(gpt_model *m, const ps_state *ps, const tok_tokenizer *tok, const
 int ev_hellaswag(gpt_model *m, const ps_state *ps, const tok_tokenizer *tok, const char *path,
                  ev_hellaswag_result *out, char *err, size_t errlen)
 {
-    int n;
-    cJSON **rows = read_jsonl(path, &n, err, errlen);
+    int n, *lines = NULL;
+    cJSON **rows = read_jsonl(path, &n, &lines, err, errlen);
     if (!rows) return -1;
     memset(out, 0, sizeof *out);
     const int S = m->cfg.seq;
@@ -381,8 +421,15 @@ int ev_hellaswag(gpt_model *m, const ps_state *ps, const tok_tokenizer *tok, con
         const cJSON *label = cJSON_GetObjectItemCaseSensitive(rows[e], "label");
         const cJSON *ends = cJSON_GetObjectItemCaseSensitive(rows[e], "endings");
         if (!cJSON_IsString(ctx) || !cJSON_IsNumber(label) || !cJSON_IsArray(ends) || cJSON_GetArraySize(ends) != 4) {
-            snprintf(err, errlen, "%s example %d: needs \"ctx\" (a string), \"label\" (a number) and \"endings\" (4 "
-                     "strings)", path, e + 1);
+            snprintf(err, errlen, "%s line %d (example %d): needs \"ctx\" (a string), \"label\" (a number) and "
+                     "\"endings\" (4 strings)", path, lines[e], e + 1);
+            rc = -1;
+            break;
+        }
+        double lv = label->valuedouble;
+        if (!(lv >= 0 && lv <= 3 && lv == (double)(int)lv)) {
+            snprintf(err, errlen, "%s line %d (example %d): \"label\" is %g; it is the index of the right ending, an "
+                     "integer 0 to 3", path, lines[e], e + 1, lv);
             rc = -1;
             break;
         }
@@ -391,7 +438,7 @@ int ev_hellaswag(gpt_model *m, const ps_state *ps, const tok_tokenizer *tok, con
         for (int k = 0; k < 4; k++) {
             const cJSON *end = cJSON_GetArrayItem(ends, k);
             if (!cJSON_IsString(end)) {
-                snprintf(err, errlen, "%s example %d: ending %d is not a string", path, e + 1, k + 1);
+                snprintf(err, errlen, "%s line %d (example %d): ending %d is not a string", path, lines[e], e + 1, k + 1);
                 rc = -1;
                 break;
             }
@@ -425,7 +472,7 @@ int ev_hellaswag(gpt_model *m, const ps_state *ps, const tok_tokenizer *tok, con
     }
     tok_worker_free(w);
     for (int i = 0; i < n; i++) cJSON_Delete(rows[i]);
-    free(rows), free(ids), free(tg), free(loss);
+    free(rows), free(lines), free(ids), free(tg), free(loss);
     if (rc == 0 && out->n) {
         out->acc = (double)out->correct / (double)out->n;
         out->acc_norm = (double)out->correct_norm / (double)out->n;

@@ -108,9 +108,9 @@ static int eval_task(td_args *a, comm *world, const char *prog)
                  "\"tokens\": %lld, \"original_words\": %lld", r.loss, r.perplexity, r.adjusted_perplexity,
                  (long long)r.doc_tokens, (long long)r.original_words);
         if (ps->world_rank == 0)
-            printf("WIKITEXT103: %lld words, %lld tokens, %lld windows every %d | loss %.6f | perplexity %.4f | "
-                   "adjusted perplexity (per word) %.4f\n", (long long)r.original_words, (long long)r.doc_tokens,
-                   (long long)r.windows, K, r.loss, r.perplexity, r.adjusted_perplexity);
+            printf("WIKITEXT103: %lld word%s, %lld token%s, %lld window%s every %d | loss %.6f | perplexity %.4f | "
+                   "adjusted perplexity (per word) %.4f\n", (long long)r.original_words, td_plural(r.original_words),
+                   (long long)r.doc_tokens, td_plural(r.doc_tokens), (long long)r.windows, td_plural(r.windows), K, r.loss, r.perplexity, r.adjusted_perplexity);
     } else if (strcmp(a->task, "LAMBADA") == 0) {
         ev_lambada_result r;
         if (ev_lambada(m, ps, tok, a->valid_data, a->strict_lambada, &r, err, sizeof err)) td_fatal(1, "%s", err);
@@ -125,7 +125,8 @@ static int eval_task(td_args *a, comm *world, const char *prog)
         snprintf(line, sizeof line, "\"acc\": %.17g, \"acc_norm\": %.17g, \"examples\": %lld", r.acc, r.acc_norm,
                  (long long)r.n);
         if (ps->world_rank == 0)
-            printf("HELLASWAG: %lld examples | acc %.4f | acc_norm %.4f\n", (long long)r.n, r.acc, r.acc_norm);
+            printf("HELLASWAG: %lld example%s | acc %.4f | acc_norm %.4f\n", (long long)r.n, td_plural(r.n), r.acc,
+                   r.acc_norm);
     }
     if (ps->world_rank == 0) {
         TD_INFO("eval --task %s: %s (iteration %lld), tp %d x pp %d, %.2f s", a->task, meta.dir,
@@ -192,8 +193,8 @@ int cli_eval(int argc, char **argv)
         USAGE(world, "%s: --tensor-model-parallel-size %d does not divide the checkpoint's %d heads and FFN size %d",
               prog, tp, c.heads, c.ffn);
     if (c.num_layers % pp)
-        USAGE(world, "%s: --pipeline-model-parallel-size %d does not divide the checkpoint's %d layers", prog, pp,
-              c.num_layers);
+        USAGE(world, "%s: --pipeline-model-parallel-size %d does not divide the checkpoint's %d layer%s", prog, pp,
+              c.num_layers, td_plural(c.num_layers));
 
     if (taken[0] && comm_rank(world) == 0)
         TD_INFO("eval: from the checkpoint's meta.json (%s/meta.json): %s (give a flag to override)", meta.dir, taken);
@@ -237,8 +238,9 @@ int cli_eval(int argc, char **argv)
     ev_score(m, ps, d, beg, end, K, a.micro_batch_size, &res);
     double secs = td_now() - t0;
     if (ps->world_rank == 0) {
-        printf("eval: %lld documents, %lld tokens; %lld windows of %d+1 tokens every %d; %lld tokens scored\n",
-               (long long)res.documents, (long long)res.doc_tokens, (long long)res.windows, S, K, (long long)res.tokens);
+        printf("eval: %lld document%s, %lld token%s; %lld window%s of %d+1 tokens every %d; %lld token%s scored\n",
+               (long long)res.documents, td_plural(res.documents), (long long)res.doc_tokens, td_plural(res.doc_tokens),
+               (long long)res.windows, td_plural(res.windows), S, K, (long long)res.tokens, td_plural(res.tokens));
         printf("eval: loss %.6f | perplexity %.4f | tokens %lld | %.2f s\n", res.loss, res.perplexity,
                (long long)res.tokens, secs);
         if (a.metrics_file) {

@@ -43,13 +43,15 @@ static void read_prompts(const char *path, td_strlist *out)
 
 typedef struct {
     const tok_tokenizer *tok;
+    int32_t eod; /* -1 under --ignore-eod */
 } streamer;
 
-/* One prompt: its tokens' text as they come. */
+/* One prompt: its tokens' text as they come (the end-of-document token ends it unprinted). */
 static void stream_token(void *user, int b, int32_t token)
 {
     (void)b;
     const streamer *s = user;
+    if (token == s->eod) return;
     char *text = NULL, err[256];
     size_t len = 0;
     if (tok_decode(s->tok, &token, 1, &text, &len, err, sizeof err) == 0) fwrite(text, 1, len, stdout);
@@ -119,6 +121,15 @@ int cli_generate(int argc, char **argv)
     gen_config g = {a.max_new_tokens, a.greedy, (float)a.temperature, a.top_k, (float)a.top_p, (uint64_t)a.seed,
                     a.ignore_eod ? -1 : tok_eod_id(tok), a.no_kv_cache};
     int cap = gen_capacity(&g, B, lens);
+    if (cap > c.max_pos && cap - g.max_new < c.max_pos && !td_args_given(&a, "--max-new-tokens")) {
+        int fit = c.max_pos - (cap - g.max_new); /* the default asks more than the model holds: what fits */
+        if (comm_rank(world) == 0)
+            TD_INFO("generate: note: --max-new-tokens %d (the default) shortened to %d: the longest prompt is %d "
+                    "token%s of the model's %d positions", g.max_new, fit, cap - g.max_new,
+                    td_plural(cap - g.max_new), c.max_pos);
+        g.max_new = fit;
+        cap = gen_capacity(&g, B, lens);
+    }
     if (cap > c.max_pos)
         USAGE(world, "%s: the longest prompt plus --max-new-tokens is %d positions, more than the model's %d", prog,
               cap, c.max_pos);
@@ -133,7 +144,7 @@ int cli_generate(int argc, char **argv)
                 g.greedy || g.temperature <= 0 || g.top_k == 1 ? "greedy" : "sampled",
                 g.no_cache ? "no key/value cache" : "key/value cache");
 
-    streamer s = {tok};
+    streamer s = {tok, g.eod};
     if (ps->world_rank == 0 && B == 1) {
         fwrite(prompts.v[0], 1, strlen(prompts.v[0]), stdout);
         fflush(stdout);
@@ -148,7 +159,8 @@ int cli_generate(int argc, char **argv)
             }
             char *text = NULL;
             size_t len = 0;
-            if (tok_decode(tok, out[b], (size_t)out_lens[b], &text, &len, err, sizeof err))
+            int n = out_lens[b] - (out_lens[b] > lens[b] && g.eod >= 0 && out[b][out_lens[b] - 1] == g.eod);
+            if (tok_decode(tok, out[b], (size_t)n, &text, &len, err, sizeof err))
                 td_fatal(1, "decoding the output of prompt %d: %s", b + 1, err);
             printf("--- %d ---\n", b + 1);
             fwrite(text, 1, len, stdout);
@@ -156,9 +168,9 @@ int cli_generate(int argc, char **argv)
             free(text);
         }
         fflush(stdout);
-        TD_INFO("generate: %lld tokens for %d prompt%s (%lld prompt tokens) in %.2f s: %.1f tokens/s (first "
-                "step %.2f s, then %.1f tokens/s)", (long long)st.generated, B, B > 1 ? "s" : "",
-                (long long)st.prompt_tokens, st.prefill_s + st.decode_s,
+        TD_INFO("generate: %lld token%s for %d prompt%s (%lld prompt token%s) in %.2f s: %.1f tokens/s (first "
+                "step %.2f s, then %.1f tokens/s)", (long long)st.generated, td_plural(st.generated), B, td_plural(B),
+                (long long)st.prompt_tokens, td_plural(st.prompt_tokens), st.prefill_s + st.decode_s,
                 (double)st.generated / (st.prefill_s + st.decode_s + 1e-12), st.prefill_s,
                 (double)(st.generated > B ? st.generated - B : 0) / (st.decode_s + 1e-12));
     }

@@ -22,7 +22,7 @@ typedef struct {
 
 static const subcommand COMMANDS[] = {
     /* one row per subcommand: {name, cli_<name>, summary} */
-    {"tokenize", cli_tokenize, "GPT-2 BPE: encode stdin to token ids, or decode ids to text"},
+    {"tokenize", cli_tokenize, "text to token ids and back: GPT-2 BPE, Hugging Face tokenizer.json, BERT WordPiece"},
     {"preprocess", cli_preprocess, "tokenize JSON lines or text files into a Megatron .bin/.idx dataset"},
     {"data-info", cli_data_info, "split a dataset, build or load its indices, print the statistics"},
     {"eval", cli_eval, "strided perplexity of a checkpoint on a dataset (any layout)"},

@@ -41,8 +41,8 @@ void cli_open_checkpoint(cli_model *out, td_args *a, comm *world, const char *pr
         USAGE(world, "%s: --tensor-model-parallel-size %d does not divide the checkpoint's %d heads, %d query groups "
                      "and FFN size %d", prog, tp, c->heads, gpt_groups(c), c->ffn);
     if (c->num_layers % pp)
-        USAGE(world, "%s: --pipeline-model-parallel-size %d does not divide the checkpoint's %d layers", prog, pp,
-              c->num_layers);
+        USAGE(world, "%s: --pipeline-model-parallel-size %d does not divide the checkpoint's %d layer%s", prog, pp,
+              c->num_layers, td_plural(c->num_layers));
 }
 
 void cli_load_stage(cli_model *out, const td_args *a, comm *world, int mbs)

@@ -62,9 +62,9 @@ static void header(const plan_job *j, const plan_cluster *c, int n)
 {
     const gpt_config *g = &j->cfg;
     const char *dt = j->dtype == 1 ? "bf16" : j->dtype == 2 ? "fp16" : "fp32";
-    printf("%d layers, hidden %d, %d heads, seq %d, vocab %d (padded %d), global batch %lld, %s on %d devices of %s "
-           "(%d a node, %.0f TFLOP/s %s, %.0f GiB)\n", g->num_layers, g->hidden, g->heads, g->seq, g->vocab,
-           g->padded_vocab, (long long)j->gbs, dt, n, c->name, c->gpus_per_node, c->peak[j->dtype] / 1e12, dt,
+    printf("%d layer%s, hidden %d, %d head%s, seq %d, vocab %d (padded %d), global batch %lld, %s on %d device%s of %s "
+           "(%d a node, %.0f TFLOP/s %s, %.0f GiB)\n", g->num_layers, td_plural(g->num_layers), g->hidden, g->heads,
+           td_plural(g->heads), g->seq, g->vocab, g->padded_vocab, (long long)j->gbs, dt, n, td_plural(n), c->name, c->gpus_per_node, c->peak[j->dtype] / 1e12, dt,
            c->mem_gib);
 }
 

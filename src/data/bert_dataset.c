@@ -365,11 +365,11 @@ static void split_open(bertds *ds, gptds_split s, const bertds_config *c, int pr
     if (present && end > beg) split_build(ds, s, c, beg, end);
     if (in->num_samples == 0 && s == GPTDS_TRAIN && c->num_samples[s] > 0)
         td_usage_error("--split %s leaves the train split of %s with documents [%" PRId64 ", %" PRId64 "), which "
-                       "give no BERT sample (%s needs documents of at least %d sentences, none over %d tokens): "
+                       "give no BERT sample (%s needs documents of at least %d sentence%s, none over %d tokens): "
                        "give the train split more weight, or preprocess with --split-sentences",
                        c->split ? c->split : "969,30,1", ds->path, beg, end,
                        c->binary_head ? "the binary head" : "a sample", c->binary_head ? 2 : 1,
-                       BERTDS_LONG_SENTENCE_LEN);
+                       td_plural(c->binary_head ? 2 : 1), BERTDS_LONG_SENTENCE_LEN);
 }
 
 bertds *bertds_open(const bertds_config *c)

@@ -383,6 +383,51 @@ static int load_merges(bpe_tokenizer *t, tok_map *m, const char *path, const int
     return rc;
 }
 
+/* Quotes token bytes for a message: printable ASCII as is, other bytes as \xNN. */
+static void quote_token(char *out, size_t cap, const char *s, size_t n)
+{
+    size_t len = 0;
+    for (size_t i = 0; i < n && len + 5 < cap; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\') out[len++] = (char)c;
+        else len += (size_t)snprintf(out + len, cap - len, "\\x%02x", c);
+    }
+    out[len] = 0;
+}
+
+/* In a byte-level BPE vocab every token is a byte, a special token, or the result of a merge
+ * (training adds exactly those), so the vocab size is 256 + the distinct merge results + the
+ * specials. A merges file cut short (or from another tokenizer) leaves tokens that no merge
+ * makes: the first such token is named. */
+static int check_coverage(const bpe_tokenizer *t, const char *vocab_path, const char *merges_path, char *err,
+                          size_t errlen)
+{
+    char *made = td_xcalloc((size_t)t->n_vocab, 1);
+    int n_made = 0, n_special = 0, first = -1;
+    for (size_t i = 0; i <= t->merges.mask; i++) {
+        const bpe_merge *s = &t->merges.slots[i];
+        if (s->key && !made[s->id]) made[s->id] = 1, n_made++;
+    }
+    for (int id = 0; id < t->n_vocab; id++) {
+        size_t n;
+        const char *p = tok_ptr(t, id, &n);
+        if (n == 1 || made[id]) continue;
+        if (bpe_special_form(p, n)) n_special++;
+        else if (first < 0) first = id;
+    }
+    free(made);
+    if (first < 0) return 0;
+    size_t n;
+    const char *p = tok_ptr(t, first, &n);
+    char q[128];
+    quote_token(q, sizeof q, p, n < 40 ? n : 40);
+    td_seterr(err, errlen, "vocab file '%s' and merges file '%s' disagree: token \"%s\" (id %d) is not a byte, not a "
+            "special token and made by no merge (the merges make %d tokens: with 256 bytes and %d special the vocab "
+            "would hold %d, it holds %d); is the merges file truncated? Use the vocab.json and merges.txt of one "
+            "tokenizer", vocab_path, merges_path, q, first, n_made, n_special, 256 + n_made + n_special, t->n_vocab);
+    return -1;
+}
+
 static int compile_regex(bpe_tokenizer *t, char *err, size_t errlen)
 {
     char pattern[16384];
@@ -415,6 +460,7 @@ bpe_tokenizer *bpe_load(const char *vocab_json, const char *merges_txt, char *er
     td_seterr(err, errlen, "no error");
     int rc = load_vocab(t, &m, vocab_json, cp_to_byte, err, errlen);
     if (rc == 0) rc = load_merges(t, &m, merges_txt, cp_to_byte, err, errlen);
+    if (rc == 0) rc = check_coverage(t, vocab_json, merges_txt, err, errlen);
     if (rc == 0) rc = compile_regex(t, err, errlen);
     free(m.slot);
     if (rc != 0) {

@@ -30,3 +30,11 @@ void bpe_merges_put(bpe_merges *m, int32_t a, int32_t b, int32_t rank, int32_t i
         }
     }
 }
+
+int bpe_special_form(const char *s, size_t n)
+{
+    if (n < 3 || !((s[0] == '<' && s[n - 1] == '>') || (s[0] == '[' && s[n - 1] == ']'))) return 0;
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)s[i] <= 0x20 || (unsigned char)s[i] >= 0x7f) return 0;
+    return 1;
+}

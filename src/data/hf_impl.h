@@ -111,6 +111,7 @@ struct hf_tokenizer {
     int32_t byte_id[256];    /* id of the one-byte key, or -1 */
     int32_t fallback_id[256];/* id of "<0xNN>", or -1 */
     bpe_merges merges;
+    int32_t n_merges;        /* entries in model.merges */
     int byte_fallback, fuse_unk, ignore_merges;
     int32_t unk_id;          /* -1: no unknown token */
     norm_step norm[MAX_STEPS];

@@ -797,6 +797,7 @@ static int read_merges(loader *L, const cJSON *merges)
         }
         bpe_merges_put(&t->merges, ia, ib, rank++, ic); /* a later merge wins, as in the library */
     }
+    t->n_merges = rank;
     free(joined);
     return rc;
 }
@@ -1065,6 +1066,40 @@ static void find_bos_eos(hf_tokenizer *t, const cJSON *root)
     for (size_t i = 0; i < sizeof BOS / sizeof BOS[0] && t->bos < 0; i++) t->bos = id_of(t, BOS[i]);
 }
 
+/* Every model.vocab entry of a trained BPE model is one character of its alphabet, a special
+ * or added token (the unknown token, byte fallbacks "<0x0A>", "<s>"), or the result of a merge:
+ * that is all training adds. Merges cut short, or from another tokenizer, leave entries no merge
+ * makes; the first (lowest id) is named. */
+static int check_coverage(loader *L, int32_t n_merges)
+{
+    hf_tokenizer *t = L->t;
+    char *made = td_xcalloc((size_t)t->n_vocab + 1, 1);
+    int32_t n_made = 0, first = -1;
+    for (size_t i = 0; i <= t->merges.mask; i++) {
+        const bpe_merge *s = &t->merges.slots[i];
+        if (s->key && !made[s->id]) made[s->id] = 1, n_made++;
+    }
+    for (int k = 0; k < 2; k++) {
+        const added_set *set = k ? &t->normed : &t->raw;
+        for (int i = 0; i < set->n; i++) made[set->tok[i].id] = 1;
+    }
+    for (size_t i = 0; i <= t->vocab.mask; i++) {
+        const smap_slot *x = &t->vocab.slot[i];
+        const char *str = t->pool.p + x->off;
+        if (!x->hash || !x->len || made[x->id] || x->id == t->unk_id || hf_char_len(str, x->len) == x->len ||
+            bpe_special_form(str, x->len))
+            continue;
+        if (first < 0 || x->id < first) first = x->id;
+    }
+    free(made);
+    if (first < 0) return 0;
+    BAD("tokenizer file '%s': model.vocab and model.merges disagree: token \"%.*s\" (id %d) is not one character, "
+        "not a special or added token and made by none of the %d merges (they make %d of the vocab's %d tokens); "
+        "are the merges truncated? Use a tokenizer.json whose vocab and merges come from one tokenizer",
+        L->name, (int)(t->tok_len[first] > 40 ? 40 : t->tok_len[first]), t->pool.p + t->tok_off[first], first,
+        n_merges, n_made, t->n_model);
+}
+
 static int load_root(loader *L, const cJSON *root)
 {
     hf_tokenizer *t = L->t;
@@ -1084,6 +1119,7 @@ static int load_root(loader *L, const cJSON *root)
     int rc = read_added(L, cJSON_GetObjectItemCaseSensitive(root, "added_tokens"), &in, &n_in);
     if (rc == 0) rc = read_model(L, cJSON_GetObjectItemCaseSensitive(root, "model"));
     if (rc == 0) place_added(t, in, n_in);
+    if (rc == 0) rc = check_coverage(L, t->n_merges);
     for (int i = 0; i < n_in; i++) {
         if (in[i].s0 && in[i].s0 != in[i].s) free(in[i].s0);
         free(in[i].s);

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 #include <zstd.h>
@@ -749,14 +750,57 @@ typedef struct {
     char *err;
     size_t errlen;
     int failed;
+    int tty;              /* stderr is a terminal: progress every PP_PROGRESS_S seconds too */
+    double last_progress;
+    int64_t total_bytes;  /* the inputs' sizes when all are plain files (for an ETA), else 0 */
 } pp_run_state;
+
+enum { PP_PROGRESS_S = 5 };
 
 static void progress(pp_run_state *r)
 {
     double dt = td_now() - r->t0;
     if (dt <= 0) dt = 1e-9;
-    fprintf(stderr, "preprocess: %lld documents (%.0f docs/s, %.2f MB/s)\n", (long long)r->st.documents,
-            (double)r->st.documents / dt, (double)r->st.bytes / 1e6 / dt);
+    double mbs = (double)r->st.bytes / 1e6 / dt;
+    char eta[64] = "";
+    if (r->total_bytes > r->st.bytes && r->st.bytes > 0)
+        snprintf(eta, sizeof eta, ", %.0f%%, about %.0f s left", 100.0 * (double)r->st.bytes / (double)r->total_bytes,
+                 (double)(r->total_bytes - r->st.bytes) / 1e6 / mbs);
+    fprintf(stderr, "preprocess: %lld document%s (%.0f docs/s, %.2f MB/s%s)\n", (long long)r->st.documents,
+            td_plural(r->st.documents), (double)r->st.documents / dt, mbs, eta);
+    r->last_progress = td_now();
+}
+
+/* The inputs' total size when every input is an uncompressed regular file (bytes counted are
+ * after decompression), else 0. */
+static int64_t inputs_size(const prep_config *c)
+{
+    int64_t total = 0;
+    for (int i = 0; i < c->n_inputs; i++) {
+        struct stat st;
+        size_t n = strlen(c->inputs[i]);
+        if (strcmp(c->inputs[i], "-") == 0 || (n > 3 && strcmp(c->inputs[i] + n - 3, ".gz") == 0) ||
+            (n > 4 && strcmp(c->inputs[i] + n - 4, ".zst") == 0) ||
+            stat(c->inputs[i], &st) != 0 || !S_ISREG(st.st_mode))
+            return 0;
+        total += (int64_t)st.st_size;
+    }
+    return total;
+}
+
+/* Why nothing was written, as one line: the inputs and what their lines were. */
+static void nothing_usable(pp_run_state *r)
+{
+    const prep_config *c = r->c;
+    const prep_stats *s = &r->st;
+    char names[512] = "";
+    for (int i = 0, len = 0; i < c->n_inputs && len < (int)sizeof names - 1; i++)
+        len += snprintf(names + len, sizeof names - (size_t)len, "%s%s", i ? ", " : "", c->inputs[i]);
+    td_seterr(r->err, r->errlen, "preprocess: no usable document in %s: %lld document%s read, %lld empty (no tokens "
+              "for %s), %lld bad line%s skipped, %lld blank line%s; nothing written. Check --input-format and "
+              "--json-keys against the file", names, (long long)s->documents, td_plural(s->documents),
+              (long long)s->empty, c->n_keys == 1 ? c->keys[0] : "the keys", (long long)s->bad_lines,
+              td_plural(s->bad_lines), (long long)s->blank_lines, td_plural(s->blank_lines));
 }
 
 /* Writes the oldest batch once a worker has finished it. 0, or -1 with r->err set. */
@@ -798,6 +842,8 @@ static int consume_one(pp_run_state *r)
         if (r->c->log_every > 0 && !r->c->quiet && r->st.documents >= r->next_log) {
             progress(r);
             while (r->next_log <= r->st.documents) r->next_log += r->c->log_every;
+        } else if (r->tty && !r->c->quiet && td_now() - r->last_progress >= PP_PROGRESS_S) {
+            progress(r);
         }
     }
     pthread_mutex_lock(&sh->mu);
@@ -938,16 +984,16 @@ static void summary(pp_run_state *r)
 {
     const prep_stats *s = &r->st;
     double mbs = s->seconds > 0 ? (double)s->bytes / 1e6 / s->seconds : 0;
-    fprintf(stderr, "preprocess: %lld documents, %.2f MB in %.2f s (%.2f MB/s, %d worker%s); wrote ",
-            (long long)s->documents, (double)s->bytes / 1e6, s->seconds, mbs, r->c->workers,
-            r->c->workers == 1 ? "" : "s");
+    fprintf(stderr, "preprocess: %lld document%s, %.2f MB in %.2f s (%.2f MB/s, %d worker%s); wrote ",
+            (long long)s->documents, td_plural(s->documents), (double)s->bytes / 1e6, s->seconds, mbs, r->c->workers,
+            td_plural(r->c->workers));
     for (int k = 0; k < r->c->n_keys; k++) fprintf(stderr, "%s%s.{bin,idx}", k ? ", " : "", r->names[k]);
-    fprintf(stderr, " (%lld documents, ", (long long)s->written);
-    if (r->c->split_sentences) fprintf(stderr, "%lld sentences, ", (long long)s->sentences);
-    fprintf(stderr, "%lld tokens)", (long long)s->tokens);
-    if (s->empty) fprintf(stderr, "; skipped %lld empty documents", (long long)s->empty);
+    fprintf(stderr, " (%lld document%s, ", (long long)s->written, td_plural(s->written));
+    if (r->c->split_sentences) fprintf(stderr, "%lld sentence%s, ", (long long)s->sentences, td_plural(s->sentences));
+    fprintf(stderr, "%lld token%s)", (long long)s->tokens, td_plural(s->tokens));
+    if (s->empty) fprintf(stderr, "; skipped %lld empty document%s", (long long)s->empty, td_plural(s->empty));
     if (s->bad_lines)
-        fprintf(stderr, "; skipped %lld bad lines%s", (long long)s->bad_lines,
+        fprintf(stderr, "; skipped %lld bad line%s%s", (long long)s->bad_lines, td_plural(s->bad_lines),
                 s->bad_lines > PP_WARN_TOTAL ? " (the first 10 are printed above)" : "");
     fputc('\n', stderr);
 }
@@ -968,8 +1014,10 @@ int prep_run(const prep_config *c, const tok_tokenizer *tok, prep_stats *stats, 
     r.c = c;
     r.err = err;
     r.errlen = errlen;
-    r.t0 = td_now();
+    r.t0 = r.last_progress = td_now();
     r.next_log = c->log_every;
+    r.tty = isatty(STDERR_FILENO);
+    r.total_bytes = inputs_size(c);
     pp_shared *sh = &r.sh;
     sh->c = c;
     sh->tok = tok;
@@ -1025,6 +1073,10 @@ int prep_run(const prep_config *c, const tok_tokenizer *tok, prep_stats *stats, 
     }
     free(ws);
 
+    if (rc == 0 && r.st.written == 0) {
+        nothing_usable(&r);
+        rc = -1;
+    }
     for (int k = 0; k < c->n_keys; k++) {
         if (!r.writers[k]) continue;
         if (rc == 0) rc = idx_writer_finish(r.writers[k], err, errlen);

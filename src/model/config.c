@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "trident/args.h"
+#include "trident/check.h"
 #include "trident/gpt.h"
 
 /* Megatron's SwiGLU default: 8h/3 rounded down to a multiple of 64. */
@@ -113,9 +114,9 @@ void gpt_config_describe(const gpt_config *c, char *out, size_t len)
     if (c->pos == GPT_POS_ROPE)
         snprintf(pos, sizeof pos, "rope (base %g, %d of %d dims)", (double)gpt_rotary_base(c), gpt_rotary_dims(c), d);
     else snprintf(pos, sizeof pos, "%s positions", c->pos == GPT_POS_NONE ? "no" : "learned");
-    snprintf(out, len, "%s%d layers, hidden %d, %s of %d, %s %d, %s (eps %g), %s, %s%s, %s",
+    snprintf(out, len, "%s%d layer%s, hidden %d, %s of %d, %s %d, %s (eps %g), %s, %s%s, %s",
              !gpt_is_bert(c) ? "" : c->binary_head ? "BERT with the sentence-order head: " : "BERT: ", c->num_layers,
-             c->hidden,
+             td_plural(c->num_layers), c->hidden,
              attn, d, c->swiglu ? "SwiGLU" : "GeLU", c->ffn, c->norm == GPT_NORM_RMSNORM ? "RMSNorm" : "LayerNorm",
              (double)gpt_norm_eps(c), pos, gpt_has_bias(c) ? "biases" : "no biases",
              !gpt_has_bias(c) && c->add_qkv_bias ? " but QKV's" : "", c->untied ? "untied output layer" : "tied embeddings");

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
+#include <sys/socket.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -52,6 +53,9 @@ static struct {
     request *head, *tail;
     int queued;
     int connections;          /* open requests (answered when 0 at shutdown) */
+    int answering;            /* requests accepted (queued) and not yet answered */
+    struct watch *watched;    /* every open connection, for --request-timeout */
+    int slow_closed;          /* connections closed for sending their request too slowly */
     uint64_t next_id;         /* the last id given to a queued request */
 } S = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
 
@@ -85,23 +89,63 @@ static void sse_append(request *r, const char *text)
     r->sse_len += n;
 }
 
-/* The text of n ids, NUL-terminated (invalid UTF-8 left as the bytes are: cJSON escapes nothing
- * but control characters, so clients see what the model produced). */
-static char *decode(const int32_t *ids, int n)
+/* The text of n ids and its length (invalid UTF-8 left as the bytes are, so clients see what the
+ * model produced; a NUL byte stays inside: see text_item). */
+static char *decode(const int32_t *ids, int n, size_t *len)
 {
     char *text = NULL, err[256];
-    size_t len = 0;
-    if (n == 0 || tok_decode(S.tok, ids, (size_t)n, &text, &len, err, sizeof err)) {
+    *len = 0;
+    if (n <= 0 || tok_decode(S.tok, ids, (size_t)n, &text, len, err, sizeof err)) {
         free(text);
+        *len = 0;
         return td_xstrdup("");
     }
-    text = td_xrealloc(text, len + 1);
-    text[len] = 0;
     return text;
 }
 
-/* An OpenAI completion chunk (or the whole answer) as JSON text. */
-static char *openai_json(request *r, int stream_row, const char *chunk)
+/* A JSON string of n bytes as a cJSON item. cJSON's strings end at a NUL; this one escapes it
+ * (\u0000) with the other control characters, quotes and backslashes, and keeps every other byte. */
+static cJSON *text_item(const char *s, size_t n)
+{
+    char *q = td_xmalloc(6 * n + 3);
+    size_t k = 0;
+    q[k++] = '"';
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '"' || c == '\\') q[k++] = '\\', q[k++] = (char)c;
+        else if (c == '\n') q[k++] = '\\', q[k++] = 'n';
+        else if (c == '\t') q[k++] = '\\', q[k++] = 't';
+        else if (c == '\r') q[k++] = '\\', q[k++] = 'r';
+        else if (c < 0x20) k += (size_t)sprintf(q + k, "\\u%04x", c);
+        else q[k++] = (char)c;
+    }
+    q[k++] = '"';
+    q[k] = 0;
+    cJSON *item = cJSON_CreateRaw(q);
+    free(q);
+    return item;
+}
+
+/* Prompt i's continuation: its generated tokens without the end-of-document token that ended it
+ * (generation stops there; the token is never part of the text). */
+static int continuation(const request *r, int i, const int32_t **ids)
+{
+    int gen = r->out_lens[i] - r->lens[i];
+    if (gen > 0 && r->g.eod >= 0 && r->out[i][r->out_lens[i] - 1] == r->g.eod) gen--;
+    *ids = r->out[i] + r->lens[i];
+    return gen > 0 ? gen : 0;
+}
+
+/* "stop" when prompt i ended at the end-of-document token, else "length". */
+static const char *finish_reason(const request *r, int i)
+{
+    int gen = r->out_lens[i] - r->lens[i];
+    return gen > 0 && r->g.eod >= 0 && r->out[i][r->out_lens[i] - 1] == r->g.eod ? "stop" : "length";
+}
+
+/* An OpenAI completion as JSON text: the whole answer (chunk NULL), or one streamed event of
+ * row stream_row with its text (finish: NULL while tokens come, then "stop" or "length"). */
+static char *openai_json(request *r, int stream_row, const char *chunk, size_t chunk_len, const char *finish)
 {
     cJSON *o = cJSON_CreateObject();
     char id[48];
@@ -119,16 +163,18 @@ static char *openai_json(request *r, int stream_row, const char *chunk)
         completion += gen > 0 ? gen : 0;
         prompt += r->lens[i];
         if (chunk) {
-            cJSON_AddStringToObject(c, "text", chunk);
+            cJSON_AddItemToObject(c, "text", text_item(chunk, chunk_len));
             cJSON_AddNumberToObject(c, "index", i);
-            cJSON_AddNullToObject(c, "finish_reason");
+            if (finish) cJSON_AddStringToObject(c, "finish_reason", finish);
+            else cJSON_AddNullToObject(c, "finish_reason");
         } else {
-            char *t = decode(r->out[i] + r->lens[i], gen);
-            cJSON_AddStringToObject(c, "text", t);
+            const int32_t *ids;
+            size_t n;
+            char *t = decode(ids, continuation(r, i, &ids), &n);
+            cJSON_AddItemToObject(c, "text", text_item(t, n));
             free(t);
             cJSON_AddNumberToObject(c, "index", i);
-            int eod = gen > 0 && r->out[i][r->out_lens[i] - 1] == r->g.eod;
-            cJSON_AddStringToObject(c, "finish_reason", eod ? "stop" : "length");
+            cJSON_AddStringToObject(c, "finish_reason", finish_reason(r, i));
         }
         cJSON_AddItemToArray(ch, c);
     }
@@ -149,13 +195,15 @@ static char *megatron_json(request *r)
     cJSON *o = cJSON_CreateObject(), *text = cJSON_AddArrayToObject(o, "text");
     cJSON *seg = cJSON_AddArrayToObject(o, "segments");
     for (int i = 0; i < r->n; i++) {
-        char *t = decode(r->out[i], r->out_lens[i]);
-        cJSON_AddItemToArray(text, cJSON_CreateString(t));
+        const int32_t *gen;
+        size_t n;
+        char *t = decode(r->out[i], r->lens[i] + continuation(r, i, &gen), &n); /* the text stops before EOD */
+        cJSON_AddItemToArray(text, text_item(t, n));
         free(t);
         cJSON *s = cJSON_CreateArray();
-        for (int k = 0; k < r->out_lens[i]; k++) {
-            char *p = decode(r->out[i] + k, 1);
-            cJSON_AddItemToArray(s, cJSON_CreateString(p));
+        for (int k = 0; k < r->out_lens[i]; k++) { /* every token, EOD included, as Megatron's */
+            char *p = decode(r->out[i] + k, 1, &n);
+            cJSON_AddItemToArray(s, text_item(p, n));
             free(p);
         }
         cJSON_AddItemToArray(seg, s);
@@ -181,7 +229,66 @@ typedef struct {
     char *body;
     size_t len;
     int too_big;
+    int answering; /* its request was queued: counted in S.answering until completed */
 } conn;
+
+/* Every open connection, from accept to close: a client must send a whole request (headers and
+ * body) by its deadline, or rank 0's loop shuts its socket down (slow headers never reach the
+ * handler, so MHD's idle timeout alone cannot bound them). */
+typedef struct watch {
+    struct MHD_Connection *c;
+    double deadline; /* 0: a request is being answered */
+    struct watch *prev, *next;
+} watch;
+
+static void set_deadline(struct MHD_Connection *c, double deadline)
+{
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    watch *w = ci ? ci->socket_context : NULL;
+    if (!w) return;
+    pthread_mutex_lock(&S.mu);
+    w->deadline = deadline;
+    pthread_mutex_unlock(&S.mu);
+}
+
+static void notify_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                              enum MHD_ConnectionNotificationCode toe)
+{
+    (void)cls;
+    pthread_mutex_lock(&S.mu);
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        watch *w = td_xcalloc(1, sizeof *w);
+        w->c = c, w->deadline = td_now() + S.cfg->request_timeout;
+        w->next = S.watched;
+        if (S.watched) S.watched->prev = w;
+        S.watched = w;
+        *socket_context = w;
+    } else if (*socket_context) { /* closed: MHD closes the socket after this returns */
+        watch *w = *socket_context;
+        if (w->prev) w->prev->next = w->next;
+        else S.watched = w->next;
+        if (w->next) w->next->prev = w->prev;
+        free(w);
+        *socket_context = NULL;
+    }
+    pthread_mutex_unlock(&S.mu);
+}
+
+/* Shuts down the sockets of connections past their deadline (S.mu held); with all, every
+ * connection not being answered. MHD's thread for each sees the end and closes it. */
+static int close_slow(int all)
+{
+    double now = td_now();
+    int n = 0;
+    for (watch *w = S.watched; w; w = w->next) {
+        if (w->deadline <= 0 || (!all && now <= w->deadline)) continue;
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(w->c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        if (ci) shutdown(ci->connect_fd, SHUT_RDWR);
+        w->deadline = 0, n++;
+        if (!all) S.slow_closed++;
+    }
+    return n;
+}
 
 static enum MHD_Result reply(struct MHD_Connection *c, unsigned code, char *json, const char *type)
 {
@@ -219,6 +326,127 @@ static int number(const cJSON *o, const char *key, double def, double lo, double
         return snprintf(msg, len, "\"%s\" is %g; it takes %s from %g to %g", key, *v, integer ? "integers" : "numbers",
                         lo, hi), -1;
     return 0;
+}
+
+/* ---- JSON strings by length ----
+ * cJSON's strings are C strings, so a "\u0000" inside a prompt would cut it: the prompts are read
+ * again from the body (which cJSON has already accepted as JSON) with their lengths. */
+
+static const char *skip_ws(const char *p, const char *end)
+{
+    while (p < end && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')) p++;
+    return p;
+}
+
+static const char *skip_string(const char *p, const char *end) /* p at the opening quote */
+{
+    for (p++; p < end && *p != '"'; p++)
+        if (*p == '\\') p++;
+    return p < end ? p + 1 : end;
+}
+
+static const char *skip_value(const char *p, const char *end)
+{
+    if (p < end && *p == '"') return skip_string(p, end);
+    int depth = 0;
+    for (; p < end; p++) {
+        if (*p == '"') {
+            p = skip_string(p, end) - 1;
+        } else if (*p == '{' || *p == '[') {
+            depth++;
+        } else if (*p == '}' || *p == ']') {
+            if (depth == 0) return p;
+            if (--depth == 0) return p + 1;
+        } else if (depth == 0 && (*p == ',' || *p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')) {
+            return p;
+        }
+    }
+    return end;
+}
+
+static unsigned hex4(const char *p)
+{
+    unsigned v = 0;
+    for (int i = 0; i < 4; i++) {
+        char c = p[i];
+        v = v << 4 | (unsigned)(c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c - 'A' + 10);
+    }
+    return v;
+}
+
+static size_t put_utf8(char *o, unsigned cp)
+{
+    if (cp < 0x80) return o[0] = (char)cp, 1;
+    if (cp < 0x800) return o[0] = (char)(0xc0 | cp >> 6), o[1] = (char)(0x80 | (cp & 63)), 2;
+    if (cp < 0x10000)
+        return o[0] = (char)(0xe0 | cp >> 12), o[1] = (char)(0x80 | (cp >> 6 & 63)), o[2] = (char)(0x80 | (cp & 63)), 3;
+    o[0] = (char)(0xf0 | cp >> 18), o[1] = (char)(0x80 | (cp >> 12 & 63));
+    return o[2] = (char)(0x80 | (cp >> 6 & 63)), o[3] = (char)(0x80 | (cp & 63)), 4;
+}
+
+/* The string at p (its opening quote), unescaped into a new buffer of *n bytes (NUL-terminated
+ * past them); a lone surrogate becomes U+FFFD. */
+static char *read_string(const char *p, const char *end, size_t *n)
+{
+    const char *e = skip_string(p, end);
+    char *o = td_xmalloc((size_t)(e - p) + 4);
+    size_t k = 0;
+    for (p++; p < e - 1; p++) {
+        if (*p != '\\') {
+            o[k++] = *p;
+            continue;
+        }
+        char c = *++p;
+        if (c == 'u' && p + 4 < e) {
+            unsigned cp = hex4(p + 1);
+            p += 4;
+            if (cp >= 0xd800 && cp < 0xdc00 && p + 6 < e && p[1] == '\\' && p[2] == 'u') {
+                unsigned lo = hex4(p + 3);
+                if (lo >= 0xdc00 && lo < 0xe000) cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00), p += 6;
+            }
+            if (cp >= 0xd800 && cp < 0xe000) cp = 0xfffd;
+            k += put_utf8(o + k, cp);
+        } else {
+            o[k++] = c == 'n' ? '\n' : c == 't' ? '\t' : c == 'r' ? '\r' : c == 'b' ? '\b' : c == 'f' ? '\f' : c;
+        }
+    }
+    o[k] = 0;
+    *n = k;
+    return o;
+}
+
+/* The value of the first member `key` of the top-level object in body, or NULL. */
+static const char *member(const char *body, size_t len, const char *key)
+{
+    const char *end = body + len, *p = skip_ws(body, end);
+    if (p == end || *p != '{') return NULL;
+    for (p = skip_ws(p + 1, end); p < end && *p == '"';) {
+        size_t n;
+        char *k = read_string(p, end, &n);
+        int hit = n == strlen(key) && memcmp(k, key, n) == 0;
+        free(k);
+        p = skip_ws(skip_string(p, end), end);
+        if (p < end && *p == ':') p = skip_ws(p + 1, end);
+        if (hit) return p;
+        p = skip_ws(skip_value(p, end), end);
+        if (p < end && *p == ',') p = skip_ws(p + 1, end);
+    }
+    return NULL;
+}
+
+/* Prompt i (a string, or item i of an array) read by length; NULL if it is not a string. */
+static char *prompt_text(const char *body, size_t len, const char *key, int i, size_t *n)
+{
+    const char *end = body + len, *p = member(body, len, key);
+    if (!p) return NULL;
+    if (*p == '[') {
+        p = skip_ws(p + 1, end);
+        for (int k = 0; k < i && p < end; k++) {
+            p = skip_ws(skip_value(p, end), end);
+            if (p < end && *p == ',') p = skip_ws(p + 1, end);
+        }
+    }
+    return p < end && *p == '"' ? read_string(p, end, n) : NULL;
 }
 
 /* The request a body describes, or NULL with (code, msg). */
@@ -279,17 +507,21 @@ static request *parse(int api, const char *body, size_t len, unsigned *code, cha
     tok_worker *w = tok_worker_new(S.tok);
     for (int i = 0; i < n && !err; i++) {
         const cJSON *s = cJSON_IsString(p) ? p : cJSON_GetArrayItem(p, i);
-        if (!cJSON_IsString(s) || !*s->valuestring) {
+        size_t tlen = 0;
+        char *text = cJSON_IsString(s) ? prompt_text(body, len, pname, i, &tlen) : NULL;
+        if (!text || tlen == 0) {
             snprintf(msg, mlen, "prompt %d is not a non-empty string", i + 1);
+            free(text);
             err = 1;
             break;
         }
         bpe_ids e = {0};
-        tok_encode(w, s->valuestring, strlen(s->valuestring), &e);
+        tok_encode(w, text, tlen, &e);
+        free(text);
         r->ids[i] = e.ids, r->lens[i] = (int)e.n;
         if (e.n < 1 || (int)e.n > cfg->max_prompt_tokens || (int)e.n + (int)tokens > S.positions) {
-            snprintf(msg, mlen, "prompt %d is %zu tokens; with %d to generate a request takes at most %d (the model's "
-                     "positions; --max-prompt-tokens %d)", i + 1, e.n, (int)tokens,
+            snprintf(msg, mlen, "prompt %d is %zu token%s; with %d to generate a request takes at most %d (the model's "
+                     "positions; --max-prompt-tokens %d)", i + 1, e.n, td_plural((long long)e.n), (int)tokens,
                      S.positions - (int)tokens < cfg->max_prompt_tokens ? S.positions - (int)tokens : cfg->max_prompt_tokens,
                      cfg->max_prompt_tokens);
             err = 1;
@@ -359,6 +591,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         return error(c, MHD_HTTP_METHOD_NOT_ALLOWED, "%s takes %s", url, api == API_MEGATRON ? "PUT" : "POST");
     if (k->too_big)
         return error(c, 413, "the body is over %zu bytes (--max-body-bytes)", S.cfg->max_body);
+    set_deadline(c, 0); /* the request is whole: answering it takes as long as generating */
     unsigned code;
     char msg[512];
     request *r = parse(api, k->body ? k->body : "", k->len, &code, msg, sizeof msg);
@@ -368,10 +601,13 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         pthread_mutex_unlock(&S.mu);
         req_unref(r);
         return error(c, MHD_HTTP_SERVICE_UNAVAILABLE, g_stop ? "the server is stopping" :
-                     "%d requests are queued (--max-queue): try again later", S.cfg->max_queue);
+                     "%d request%s queued (--max-queue): try again later", S.cfg->max_queue,
+                     S.cfg->max_queue == 1 ? " is" : "s are");
     }
     r->refs++; /* the queue's */
     r->id = ++S.next_id;
+    S.answering++;
+    k->answering = 1;
     if (S.tail) S.tail->next = r;
     else S.head = r;
     S.tail = r;
@@ -389,21 +625,24 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     pthread_mutex_lock(&r->mu);
     while (!r->done) pthread_cond_wait(&r->cv, &r->mu);
     pthread_mutex_unlock(&r->mu);
-    char *json = r->api == API_MEGATRON ? megatron_json(r) : openai_json(r, -1, NULL);
+    char *json = r->api == API_MEGATRON ? megatron_json(r) : openai_json(r, -1, NULL, 0, NULL);
     req_unref(r);
     return reply(c, MHD_HTTP_OK, json, "application/json");
 }
 
 static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode why)
 {
-    (void)cls, (void)c, (void)why;
+    (void)cls, (void)why;
     conn *k = *con_cls;
     if (!k) return;
+    int answering = k->answering;
     free(k->body);
     free(k);
     *con_cls = NULL;
+    set_deadline(c, td_now() + S.cfg->request_timeout); /* a kept-alive connection's next request */
     pthread_mutex_lock(&S.mu);
     S.connections--;
+    S.answering -= answering;
     pthread_cond_broadcast(&S.cv);
     pthread_mutex_unlock(&S.mu);
 }
@@ -423,10 +662,11 @@ static void on_token(void *user, int b, int32_t token)
     int i = bt->nreq - 1;
     while (i > 0 && bt->row0[i] > b) i--;
     request *r = bt->req[i];
-    if (!r->stream) return;
-    char *t = decode(&token, 1);
+    if (!r->stream || (r->g.eod >= 0 && token == r->g.eod)) return; /* EOD: the last event says "stop" */
+    size_t n;
+    char *t = decode(&token, 1, &n);
     pthread_mutex_lock(&r->mu);
-    char *json = openai_json(r, b - bt->row0[i], t);
+    char *json = openai_json(r, b - bt->row0[i], t, n, NULL);
     sse_append(r, "data: ");
     sse_append(r, json);
     sse_append(r, "\n\n");
@@ -484,6 +724,13 @@ static void generate(gpt_model *m, const ps_state *ps, const gen_config *g, int 
                 memcpy(r->out[i] + r->lens[i], out[row] + lens[row], (size_t)(keep - r->lens[i]) * sizeof(int32_t));
                 r->out_lens[i] = keep;
                 if (r->want_logprobs) memcpy(r->logprobs[i], lp[row], (size_t)(keep > 1 ? keep - 1 : 0) * sizeof(float));
+            }
+            for (int i = 0; i < r->n && r->stream; i++) { /* each row's last event: why it ended */
+                char *json = openai_json(r, i, "", 0, finish_reason(r, i));
+                sse_append(r, "data: ");
+                sse_append(r, json);
+                sse_append(r, "\n\n");
+                free(json);
             }
             if (r->stream) sse_append(r, "data: [DONE]\n\n");
             r->done = 1;
@@ -546,14 +793,18 @@ int srv_run(gpt_model *m, const ps_state *ps, const tok_tokenizer *tok, const sr
         } else {
             d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG,
                                  (uint16_t)cfg->port, NULL, NULL, handle, NULL, MHD_OPTION_SOCK_ADDR, &addr,
-                                 MHD_OPTION_NOTIFY_COMPLETED, completed, NULL, MHD_OPTION_CONNECTION_TIMEOUT,
-                                 (unsigned)120, MHD_OPTION_END);
+                                 MHD_OPTION_NOTIFY_COMPLETED, completed, NULL, MHD_OPTION_NOTIFY_CONNECTION,
+                                 notify_connection, NULL, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->idle_timeout,
+                                 MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_connections,
+                                 MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)cfg->max_per_ip, MHD_OPTION_END);
             if (!d) snprintf(err, errlen, "cannot listen on %s:%d (in use, or not an address of this machine)",
                              cfg->host, cfg->port), listening = 0;
         }
         if (listening)
-            TD_INFO("serve: listening on http://%s:%d (PUT /api, POST /v1/completions); pid %ld", cfg->host, cfg->port,
-                    (long)getpid());
+            TD_INFO("serve: listening on http://%s:%d (PUT /api, POST /v1/completions); pid %ld; at most %d "
+                    "connections, %d per client; idle %d s, request %d s, shutdown grace %d s", cfg->host, cfg->port,
+                    (long)getpid(), cfg->max_connections, cfg->max_per_ip, cfg->idle_timeout, cfg->request_timeout,
+                    cfg->shutdown_grace);
     }
     comm_bcast(ps->world, &listening, 1, COMM_I32, 0);
     if (!listening) {
@@ -575,16 +826,29 @@ int srv_run(gpt_model *m, const ps_state *ps, const tok_tokenizer *tok, const sr
         }
     }
     batch bt = {0};
-    double last = td_now();
-    int quiesced = 0;
+    double last = td_now(), stop_at = 0;
+    int quiesced = 0, slow_reported = 0;
     for (;;) {
         pthread_mutex_lock(&S.mu);
         if (g_stop && !quiesced) {
             MHD_quiesce_daemon(d); /* no new connections; the open ones are answered */
-            quiesced = 1;
+            quiesced = 1, stop_at = td_now();
             TD_INFO("serve: stopping: finishing %d queued request%s", S.queued, S.queued == 1 ? "" : "s");
         }
-        if (!S.head && !(quiesced && S.connections == 0)) {
+        close_slow(0);
+        if (S.slow_closed > slow_reported) {
+            TD_INFO("serve: closed %d connection%s that sent no whole request within --request-timeout %d s",
+                    S.slow_closed - slow_reported, td_plural(S.slow_closed - slow_reported), cfg->request_timeout);
+            slow_reported = S.slow_closed;
+        }
+        int grace_over = quiesced && td_now() - stop_at >= cfg->shutdown_grace;
+        if (grace_over && !S.head && S.answering == 0 && S.watched) {
+            int n = close_slow(1);
+            if (n) TD_INFO("serve: closing %d connection%s still sending a request after the %d s grace", n,
+                           td_plural(n), cfg->shutdown_grace);
+        }
+        int drained = S.connections == 0 || (grace_over && S.answering == 0);
+        if (!S.head && !(quiesced && drained)) {
             struct timespec ts;
             clock_gettime(CLOCK_REALTIME, &ts);
             ts.tv_nsec += 200 * 1000000L;
@@ -595,7 +859,7 @@ int srv_run(gpt_model *m, const ps_state *ps, const tok_tokenizer *tok, const sr
         int B, *lens = NULL;
         int32_t **ids = NULL;
         int have = take_batch(&bt, &g, &B, &lens, &ids);
-        int finished = quiesced && !have && S.connections == 0;
+        int finished = quiesced && !have && drained;
         pthread_mutex_unlock(&S.mu);
         if (finished) break;
         if (have) {

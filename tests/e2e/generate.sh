@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# trident generate end to end (docs/generate.md): a small GPT-2 and a small Llama-style model
-# trained on tinyshakespeare and saved, then
+# trident generate end to end (docs/generate.md) on the small GPT-2 and Llama-style models of the
+# e2e/gen_models fixture (tests/e2e/gen_models.sh, in $MODELS):
 #  - greedy and sampled text with the key/value cache equal to the text by full recomputation
 #    (--no-kv-cache), token for token;
 #  - the same seed's sampled text in tp 2, pp 2 and tp 2 x pp 2 as on one rank;
-#  - three prompts of different lengths batched: each the text it gets alone (greedy).
-# Environment: TRIDENT, DATA (tinyshakespeare preprocessed), VOCAB, MERGES, WORK.
+#  - three prompts of different lengths batched: each the text it gets alone (greedy);
+#  - the default --max-new-tokens (64) on a 64-position model shortened to what fits, with a note.
+# Environment: TRIDENT, DATA (tinyshakespeare preprocessed), VOCAB, MERGES, MODELS, WORK.
 set -u
 pass=0 fail=0
 ok() { echo "ok: $*"; pass=$((pass + 1)); }
@@ -14,16 +15,6 @@ rm -rf "$WORK" && mkdir -p "$WORK" && cd "$WORK" || exit 1
 [ "$(id -u)" -eq 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_btl_vader_single_copy_mechanism=none
 TOK=(--vocab-file "$VOCAB" --merge-file "$MERGES")
-LLAMA=(--normalization RMSNorm --position-embedding-type rope --swiglu --ffn-hidden-size 192
-       --group-query-attention --num-query-groups 2 --disable-bias-linear --untie-embeddings-and-output-weights)
-train() { # name flags...
-  local name=$1; shift
-  OMP_NUM_THREADS=2 "$TRIDENT" train --data-path "$DATA" "${TOK[@]}" --split 949,50,1 --num-layers 4 --hidden-size 64 \
-    --num-attention-heads 4 --seq-length 64 --max-position-embeddings 128 --micro-batch-size 8 --global-batch-size 8 \
-    --train-iters 120 --lr 4e-3 --min-lr 4e-4 --lr-decay-style cosine --lr-warmup-iters 10 --hidden-dropout 0 \
-    --attention-dropout 0 --eval-iters 0 --log-interval 1000 --seed 1 --make-vocab-size-divisible-by 256 \
-    --save "$name" "$@" >"$name.log" 2>&1 || { bad "training $name failed"; tail -5 "$name.log"; }
-}
 # gen NP TP PP OUT flags...: the generated text (stdout without the log lines) in OUT
 gen() {
   local np=$1 tp=$2 pp=$3 out=$4; shift 4
@@ -37,9 +28,7 @@ same() { # what a b
 }
 P="First Citizen: Before we proceed any further, hear me speak."
 for model in gpt2 llama; do
-  flags=(); [ $model = llama ] && flags=("${LLAMA[@]}")
-  train $model "${flags[@]}"
-  L=(--load $model --prompt "$P")
+  L=(--load "$MODELS/$model" --prompt "$P")
   gen 1 1 1 $model.greedy "${L[@]}" --max-new-tokens 48 --greedy
   gen 1 1 1 $model.greedy.nocache "${L[@]}" --max-new-tokens 48 --greedy --no-kv-cache
   same "$model greedy: the cache's text equals full recomputation's" $model.greedy $model.greedy.nocache
@@ -56,14 +45,28 @@ for model in gpt2 llama; do
 done
 # batching: prompts of 3, 12 and 1 tokens together, each as it comes alone
 A="ROMEO: I will" B="KING HENRY: My lords, the time is come that we must part" C="O"
-gen 1 1 1 batch --load gpt2 --prompt "$A" "$B" "$C" --max-new-tokens 20 --greedy
+gen 1 1 1 batch --load "$MODELS/gpt2" --prompt "$A" "$B" "$C" --max-new-tokens 20 --greedy
 i=0
 for p in "$A" "$B" "$C"; do
   i=$((i + 1))
-  gen 1 1 1 alone$i --load gpt2 --prompt "$p" --max-new-tokens 20 --greedy
+  gen 1 1 1 alone$i --load "$MODELS/gpt2" --prompt "$p" --max-new-tokens 20 --greedy
   awk -v n=$i '/^--- [0-9]+ ---$/ { on = ($2 == n); next } on' batch >batch$i
   if [ "$(cat batch$i)" = "$(cat alone$i)" ]; then ok "batched prompt $i = alone"; else bad "batched prompt $i differs"; diff batch$i alone$i | head -4; fi
 done
 grep -q "tokens/s" batch.raw && ok "tokens/s reported: $(grep -o '[0-9.]* tokens/s' batch.raw | head -1)" || bad "no tokens/s line"
+# the default --max-new-tokens (64) on a model of 64 positions: shortened to what fits, with a note
+OMP_NUM_THREADS=2 "$TRIDENT" train --data-path "$DATA" "${TOK[@]}" --split 949,50,1 --num-layers 1 --hidden-size 32 \
+  --num-attention-heads 2 --seq-length 64 --max-position-embeddings 64 --micro-batch-size 2 --train-iters 1 \
+  --eval-iters 0 --log-interval 1000 --make-vocab-size-divisible-by 256 --save p64 >p64.log 2>&1 || bad "training p64"
+"$TRIDENT" generate "${TOK[@]}" --load p64 --prompt "ROMEO: I will" --greedy --ignore-eod >p64.out 2>p64.err
+rc=$?
+n=$(grep -v '^generate: ' p64.out | wc -l)
+# "ROMEO: I will" is 5 tokens (ROM, EO, :, " I", " will"): 64 - 5 = 59 new tokens fit
+if [ $rc -eq 0 ] && grep -q "note: --max-new-tokens 64 (the default) shortened to 59: the longest prompt is 5 tokens of the model's 64 positions" p64.err p64.out &&
+   grep -q "generate: 59 tokens for 1 prompt" p64.err p64.out; then ok "default --max-new-tokens shortened to 59 on a 64-position model"
+else bad "default --max-new-tokens on a 64-position model: exit $rc"; cat p64.err | tail -3; fi
+"$TRIDENT" generate "${TOK[@]}" --load p64 --prompt "ROMEO: I will" --max-new-tokens 64 >/dev/null 2>p64.err2
+[ $? -eq 2 ] && grep -q "more than the model's 64" p64.err2 && ok "an explicit --max-new-tokens 64 that does not fit is refused" ||
+  bad "explicit --max-new-tokens 64: $(cat p64.err2)"
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

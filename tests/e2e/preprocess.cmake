@@ -4,7 +4,8 @@
 
 if(NOT CMAKE_SCRIPT_MODE_FILE)
   set(_pp_cases missing_output_prefix missing_input unknown_flag bad_value input_not_found
-                text_format_needs_one_key help bad_line skip_bad_lines tinyshakespeare_text split_sentences)
+                text_format_needs_one_key help bad_line skip_bad_lines tinyshakespeare_text split_sentences
+                no_usable_document progress_eta)
   foreach(_case ${_pp_cases})
     add_test(NAME e2e/preprocess_${_case}
       COMMAND ${CMAKE_COMMAND} -DBIN=$<TARGET_FILE:trident> -DCASE=${_case} -DDATA=${TRIDENT_SHARED_DATA}
@@ -67,7 +68,7 @@ elseif(CASE STREQUAL "bad_line")
   expect_nothing_written(${TMP}/out)
 elseif(CASE STREQUAL "skip_bad_lines")
   file(WRITE ${TMP}/bad.jsonl "{\"text\": \"fine\"}\n{\"text\": 3}\n{\"text\": \"fine\"}\n")
-  run(0 "skipping bad line .*bad.jsonl:2: the value of \"text\" is a number.*skipped 1 bad lines"
+  run(0 "skipping bad line .*bad.jsonl:2: the value of \"text\" is a number.*skipped 1 bad line\n"
       --input ${TMP}/bad.jsonl --output-prefix ${TMP}/out ${V} --skip-bad-lines)
   file(SIZE ${TMP}/out_text_document.idx size)
   if(NOT size EQUAL 82)
@@ -89,9 +90,30 @@ elseif(CASE STREQUAL "skip_bad_lines")
       message(FATAL_ERROR "--workers ${workers}: expected warnings for lines 2..11, got ${n}:\n${last_err}")
     endif()
   endforeach()
+elseif(CASE STREQUAL "no_usable_document")
+  # nothing to write (empty texts, blank lines, an empty file, only bad lines skipped): exit 1
+  # naming the input and what its lines were; no dataset is left behind
+  file(WRITE ${TMP}/empty.jsonl "{\"text\": \"\"}\n\n{\"text\": \"\"}\n")
+  run(1 "no usable document in ${TMP}/empty.jsonl: 2 documents read, 2 empty \\(no tokens for text\\), 0 bad lines skipped, 1 blank line; nothing written"
+      --input ${TMP}/empty.jsonl --output-prefix ${TMP}/out ${V} --workers 1)
+  expect_nothing_written(${TMP}/out)
+  file(WRITE ${TMP}/zero.jsonl "")
+  run(1 "no usable document in ${TMP}/zero.jsonl: 0 documents read" --input ${TMP}/zero.jsonl --output-prefix ${TMP}/out ${V})
+  file(WRITE ${TMP}/bad.jsonl "{\"text\": 3}\n")
+  run(1 "no usable document in ${TMP}/bad.jsonl: 0 documents read, 0 empty \\(no tokens for text\\), 1 bad line skipped"
+      --input ${TMP}/bad.jsonl --output-prefix ${TMP}/out ${V} --skip-bad-lines)
+  expect_nothing_written(${TMP}/out)
+elseif(CASE STREQUAL "progress_eta")
+  # an uncompressed input's size is known: progress lines (every --log-interval x 1000 documents)
+  # give the share done and the time left
+  string(REPEAT "All the world's a stage, and all the men and women merely players. " 6 text)
+  string(REPEAT "{\"text\": \"${text}\"}\n" 3000 lines)
+  file(WRITE ${TMP}/big.jsonl "${lines}")
+  run(0 "preprocess: [0-9]+ documents \\([0-9]+ docs/s, [0-9.]+ MB/s, [0-9]+%, about [0-9]+ s left\\)"
+      --input ${TMP}/big.jsonl --output-prefix ${TMP}/big ${V} --log-interval 1 --workers 1)
 elseif(CASE STREQUAL "tinyshakespeare_text")
   # the whole file is one document: 34-byte header, one length, one pointer, doc index 0 1
-  run(0 "1 documents.*wrote .*out_text_document" --input ${DATA}/tinyshakespeare.txt --input-format text
+  run(0 "preprocess: 1 document, .*2 workers\\).*wrote .*out_text_document.*\\(1 document, [0-9]+ tokens\\)" --input ${DATA}/tinyshakespeare.txt --input-format text
       --output-prefix ${TMP}/out ${V} --append-eod --workers 2)
   file(SIZE ${TMP}/out_text_document.idx size)
   if(NOT size EQUAL 62)

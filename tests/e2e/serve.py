@@ -5,9 +5,20 @@
      path, a wrong method) each get their 4xx with a JSON error, and a good request is answered after;
  (c) /v1/completions with "stream": true sends server-sent events ending in [DONE];
  (d) SIGTERM while requests are in flight and queued: they are answered and the server exits 0 (under mpirun the
-     signal goes to rank 0, whose pid the log names: mpirun itself delays it, see docs/serve.md).
-Every wait is bounded. Environment: TRIDENT, DATA, VOCAB, MERGES, WORK."""
-import json, os, re, shutil, signal, socket, subprocess, sys, threading, time, urllib.error, urllib.request
+     signal goes to rank 0, whose pid the log names: mpirun itself delays it, see docs/serve.md);
+ (e) a prompt holding U+0000 is read whole: "a\u0000b" is 3 tokens (GPT-2's BPE: "a", byte 0, "b") and is echoed;
+ (f) the last streamed event carries finish_reason "length" or "stop", then [DONE];
+ (g) a model that always ends "a" with the end-of-document token: /api's text is "a", /v1/completions' text is ""
+     with finish_reason "stop", the stream's last event says "stop", and trident generate prints "a": the token's
+     text <|endoftext|> is never printed;
+ (h) on 1 rank, lock-out: 200 idle connections from 127.0.0.2 (over --max-connections-per-ip) leave 127.0.0.1
+     served; idle ones are closed after --idle-timeout; 9 client addresses filling --max-connections delay a fresh
+     client only until the idle timeout; a client trickling its body or its headers is closed at --request-timeout;
+     and SIGTERM
+     with such a client exits within --shutdown-grace.
+Every wait is bounded. Environment: TRIDENT, DATA, VOCAB, MERGES, WORK, MODEL (a saved checkpoint: the shared
+e2e/gen_models fixture)."""
+import atexit, json, os, re, shutil, signal, socket, subprocess, sys, threading, time, urllib.error, urllib.request
 
 T, WORK = os.environ["TRIDENT"], os.environ["WORK"]
 TOK = ["--vocab-file", os.environ["VOCAB"], "--merge-file", os.environ["MERGES"]]
@@ -20,10 +31,17 @@ def ok(m):
 def bad(m):
     global failed; failed += 1; print("FAIL:", m, flush=True)
 
-subprocess.run([T, "train", "--data-path", os.environ["DATA"], *TOK, "--split", "949,50,1", "--num-layers", "2",
-                "--hidden-size", "64", "--num-attention-heads", "4", "--seq-length", "64", "--micro-batch-size", "8",
-                "--train-iters", "60", "--lr", "4e-3", "--hidden-dropout", "0", "--attention-dropout", "0",
-                "--eval-iters", "0", "--log-interval", "1000", "--make-vocab-size-divisible-by", "256", "--save", "ck"],
+CK = os.environ["MODEL"]  # trained once by e2e/gen_models (tests/e2e/gen_models.sh), shared with e2e/generate
+
+# (g)'s model: documents "a" only, so after "a" comes the end-of-document token (and after it "a").
+with open("a.jsonl", "w") as f:
+    for _ in range(400): f.write('{"text": "a"}\n')
+subprocess.run([T, "preprocess", "--input", "a.jsonl", "--output-prefix", "a", "--append-eod", *TOK], env=env,
+               check=True, capture_output=True, timeout=120)
+subprocess.run([T, "train", "--data-path", "a_text_document", *TOK, "--split", "100,0,0", "--num-layers", "1",
+                "--hidden-size", "32", "--num-attention-heads", "2", "--seq-length", "16", "--micro-batch-size", "4",
+                "--train-iters", "40", "--lr", "1e-2", "--hidden-dropout", "0", "--attention-dropout", "0",
+                "--eval-iters", "0", "--log-interval", "1000", "--make-vocab-size-divisible-by", "256", "--save", "eodck"],
                env=dict(env, OMP_NUM_THREADS="2"), check=True, capture_output=True, timeout=300)
 
 def free_port():
@@ -36,12 +54,13 @@ def call(port, method, path, body, timeout=60):
         with urllib.request.urlopen(req, timeout=timeout) as r: return r.status, r.read()
     except urllib.error.HTTPError as e: return e.code, e.read()
 
-def start(np_, tp):
+def start(np_, tp, ck=CK, extra=(), tag=""):
     port = free_port()
-    cmd = [T, "serve", "--load", "ck", *TOK, "--port", str(port), "--tensor-model-parallel-size", str(tp)]
+    cmd = [T, "serve", "--load", ck, *TOK, "--port", str(port), "--tensor-model-parallel-size", str(tp), *extra]
     if np_ > 1: cmd = ["mpirun", "--oversubscribe", "--bind-to", "none", "-np", str(np_)] + cmd
-    log = f"serve{np_}.log"
+    log = f"serve{np_}{tag}.log"
     p = subprocess.Popen(cmd, env=env, stdout=open(log, "w"), stderr=subprocess.STDOUT)
+    atexit.register(lambda: p.poll() is None and p.kill())  # a failed check never leaves a server behind
     for _ in range(600):
         try:
             if call(port, "GET", "/api", b"", timeout=2)[0] == 405: return p, port, log
@@ -52,7 +71,7 @@ def start(np_, tp):
 
 def rank0_pid(log):  # "serve: listening on http://...; pid N"
     line = [l for l in open(log) if "serve: listening on" in l][0]
-    return int(line.rsplit("pid ", 1)[1])
+    return int(re.search(r"; pid (\d+)", line)[1])
 
 def sigterm_in_flight(p, port, log, pid, tag):
     """(d): six requests of eight prompts at once (one batch each); SIGTERM to pid as soon as the first is answered,
@@ -77,7 +96,7 @@ def sigterm_in_flight(p, port, log, pid, tag):
 prompts = ["First Citizen: Before we proceed", "ROMEO: I will", "KING HENRY: My lords", "O"]
 expect = {}
 for pr in prompts:
-    out = subprocess.run([T, "generate", "--load", "ck", *TOK, "--prompt", pr, "--max-new-tokens", "24", "--greedy"],
+    out = subprocess.run([T, "generate", "--load", CK, *TOK, "--prompt", pr, "--max-new-tokens", "24", "--greedy"],
                          env=env, capture_output=True, timeout=120).stdout.decode(errors="replace")
     text = "".join(l for l in out.splitlines(True) if not l.startswith("generate: "))
     expect[pr] = text[:-1] if text.endswith("\n") else text  # generate ends the text with one newline
@@ -134,7 +153,145 @@ for np_, tp in ((1, 1), (2, 2)):
     other = json.loads(resp).get("id") if st == 200 else None
     (ok if len(ids) == 1 and other and other not in ids else bad)(
         f"{tag}: a stream's events share one completion id, another request gets another: {ids}, {other}")
+    # (e) U+0000 inside a prompt
+    st, resp = call(port, "PUT", "/api", {"prompts": ["a\u0000b"], "tokens_to_generate": 1, "temperature": 0})
+    j = json.loads(resp) if st == 200 else {}
+    good = st == 200 and j["text"][0].startswith("a\u0000b") and j["segments"][0][:3] == ["a", "\u0000", "b"]
+    st, resp = call(port, "POST", "/v1/completions", {"prompt": "a\u0000b", "max_tokens": 1, "temperature": 0})
+    good = good and st == 200 and json.loads(resp)["usage"]["prompt_tokens"] == 3
+    (ok if good else bad)(f"{tag}: a prompt holding U+0000 is read whole (3 tokens) and echoed" +
+                          ("" if good else f": {resp[:300]}"))
+    # (f) the stream's last event says why it ended
+    fin = [json.loads(e[6:])["choices"][0]["finish_reason"] for e in events[:-1]]
+    texts = [json.loads(e[6:])["choices"][0]["text"] for e in events[:-1]]
+    good = fin and all(f is None for f in fin[:-1]) and (
+        (fin[-1] == "length" and len(fin) - 1 == 6) or (fin[-1] == "stop" and len(fin) - 1 < 6)) and texts[-1] == ""
+    (ok if good else bad)(f"{tag}: the stream's events carry finish_reason null, the last '{fin[-1] if fin else None}'"
+                          + ("" if good else f": {fin}"))
     # (d) SIGTERM to rank 0 with requests in flight and queued: every rank stops and the job exits 0
     sigterm_in_flight(p, port, log, rank0_pid(log), tag)
+# (g) the end-of-document token ends the text and is never printed
+p, port, log = start(1, 1, ck="eodck", tag="eod")
+st, resp = call(port, "PUT", "/api", {"prompts": ["a"], "tokens_to_generate": 5, "temperature": 0})
+meg = json.loads(resp) if st == 200 else {}
+st2, resp2 = call(port, "POST", "/v1/completions", {"prompt": "a", "max_tokens": 5, "temperature": 0})
+oai = json.loads(resp2)["choices"][0] if st2 == 200 else {}
+req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", method="POST",
+                             data=json.dumps({"prompt": "a", "max_tokens": 5, "temperature": 0, "stream": True}).encode())
+with urllib.request.urlopen(req, timeout=60) as r: raw = r.read().decode(errors="replace")
+events = [l for l in raw.split("\n\n") if l.startswith("data: ")]
+last = json.loads(events[-2][6:])["choices"][0] if len(events) >= 2 else {}
+good = (meg.get("text") == ["a"] and meg["segments"][0][-1] == "<|endoftext|>" and oai.get("text") == "" and
+        oai.get("finish_reason") == "stop" and last.get("finish_reason") == "stop" and "endoftext" not in raw)
+(ok if good else bad)("the end-of-document token ends a completion (finish_reason stop) and is never in the text" +
+                      ("" if good else f": {resp[:200]} {resp2[:300]} {raw[:300]}"))
+def generated(*args):  # trident generate's text: stdout without its log lines
+    out = subprocess.run([T, "generate", "--load", "eodck", *TOK, *args], env=env, capture_output=True,
+                         timeout=120).stdout
+    return b"".join(l for l in out.splitlines(True) if not l.startswith(b"generate: "))
+out = generated("--prompt", "a", "--max-new-tokens", "5", "--greedy")
+(ok if out == b"a\n" else bad)(f"trident generate stops at the end-of-document token unprinted: {out!r}")
+out = generated("--prompt", "a", "b", "--max-new-tokens", "5", "--greedy")
+(ok if out.startswith(b"--- 1 ---\na\n--- 2 ---\n") and b"endoftext" not in out else bad)(f"batched, too: {out!r}")
+p.send_signal(signal.SIGTERM); p.wait(60)
+
+# (h) lock-out and slow clients, on 1 rank
+LIMITS = ["--max-connections", "64", "--max-connections-per-ip", "8", "--idle-timeout", "3", "--request-timeout", "4",
+          "--shutdown-grace", "2"]
+
+def idle_from(addr, n):
+    """n connections from source address addr that send nothing (refused ones come back closed at once)."""
+    out = []
+    for _ in range(n):
+        c = socket.socket(); c.settimeout(5)
+        try: c.bind((addr, 0)); c.connect(("127.0.0.1", port)); out.append(c)
+        except OSError: c.close()
+    return out
+
+def closed_by_server(socks, within):
+    """How many of socks the server closes (EOF or reset) within `within` seconds."""
+    left, t0 = list(socks), time.time()
+    closed = 0
+    while left and time.time() - t0 < within:
+        for c in list(left):
+            c.settimeout(0.05)
+            try:
+                if c.recv(1) == b"": closed += 1; left.remove(c)
+            except socket.timeout: pass
+            except OSError: closed += 1; left.remove(c)
+    for c in socks: c.close()
+    return closed
+
+def served(within):
+    """Seconds until a fresh client from 127.0.0.1 gets an answer (retrying refusals), or None."""
+    t0 = time.time()
+    while time.time() - t0 < within:
+        try:
+            if call(port, "POST", "/v1/completions", {"prompt": "ROMEO:", "max_tokens": 2, "temperature": 0},
+                    timeout=10)[0] == 200: return time.time() - t0
+        except OSError: time.sleep(0.2)
+    return None
+
+p, port, log = start(1, 1, extra=LIMITS, tag="limits")
+socks = idle_from("127.0.0.2", 200)
+t = served(30)
+(ok if t is not None else bad)(f"200 idle connections from 127.0.0.2: 127.0.0.1 is served" +
+                               (f" in {t:.1f} s" if t is not None else " never (30 s)"))
+n = closed_by_server(socks, 30)
+(ok if n == len(socks) else bad)(f"the {len(socks)} idle connections are closed by the server ({n}) within "
+                                 "--idle-timeout 3 s (checked for 30 s)")
+socks = [c for k in range(2, 11) for c in idle_from(f"127.0.0.{k}", 8)]  # 72 tries at a limit of 64
+t = served(60)
+(ok if t is not None else bad)(f"{len(socks)} idle connections from 9 addresses fill --max-connections 64: a fresh "
+                               "client is served once idle ones time out" + (f", after {t:.1f} s" if t else ": never"))
+closed_by_server(socks, 30)
+
+def slow_body(rate_s):
+    """A client sending its headers, then one body byte every rate_s seconds (Content-Length 1000)."""
+    c = socket.create_connection(("127.0.0.1", port), timeout=5)
+    c.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{")
+    return c
+
+def trickle(c, seconds, rate_s):
+    """Sends a byte every rate_s seconds for at most `seconds`; the seconds until the server closed it, or None."""
+    t0 = time.time()
+    while time.time() - t0 < seconds:
+        try: c.sendall(b" ")
+        except OSError: return time.time() - t0
+        c.settimeout(rate_s)
+        try:
+            if c.recv(1024) == b"": return time.time() - t0
+        except socket.timeout: pass
+        except OSError: return time.time() - t0
+    return None
+
+t = trickle(slow_body(1), 30, 1)
+(ok if t is not None else bad)("a client trickling its body (a byte a second) is closed at --request-timeout 4 s" +
+                               (f": after {t:.1f} s" if t is not None else ": not within 30 s"))
+c = socket.create_connection(("127.0.0.1", port), timeout=5)
+c.sendall(b"POST /v1/completions HTTP/1.1\r\nX-Slow: ")  # headers never finished: the handler never runs
+t = trickle(c, 30, 1)
+c.close()
+(ok if t is not None else bad)("a client trickling its headers (a byte a second) is closed at --request-timeout 4 s" +
+                               (f": after {t:.1f} s" if t is not None else ": not within 30 s"))
+text = open(log).read()
+(ok if "sent no whole request within --request-timeout 4 s" in text else bad)("the log says so")
+p.send_signal(signal.SIGTERM); p.wait(60)
+
+p, port, log = start(1, 1, extra=["--idle-timeout", "600", "--request-timeout", "600", "--shutdown-grace", "2"],
+                     tag="grace")
+c = slow_body(1)
+done = threading.Event()
+def keep(): trickle(c, 60, 0.5); done.set()
+th = threading.Thread(target=keep); th.start(); time.sleep(1)
+t0 = time.time(); p.send_signal(signal.SIGTERM)
+try: rc = p.wait(60)
+except subprocess.TimeoutExpired: p.kill(); p.wait(10); rc = "hung"
+took = time.time() - t0
+th.join(70); c.close()
+text = open(log).read()
+(ok if rc == 0 and "after the 2 s grace" in text else bad)(
+    f"SIGTERM with a client still sending its body: exit {rc} after {took:.1f} s (--shutdown-grace 2)" +
+    ("" if rc == 0 else text[-500:]))
 print(f"{passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)

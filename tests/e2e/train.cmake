@@ -66,11 +66,23 @@ add_test(NAME e2e/mixed_precision COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/mixed_p
 set_tests_properties(e2e/mixed_precision PROPERTIES FIXTURES_REQUIRED train_data TIMEOUT 600
   ENVIRONMENT "TRIDENT=$<TARGET_FILE:trident>;DATA=${TRAIN_DATA};VOCAB=${TRIDENT_SHARED_DATA}/gpt2/vocab.json;MERGES=${TRIDENT_SHARED_DATA}/gpt2/merges.txt;WORK=${CMAKE_BINARY_DIR}/testtmp/mixed_precision")
 
+# The small GPT-2 and Llama-style models e2e/generate and e2e/serve share, trained once
+# (tests/e2e/gen_models.sh).
+set(GEN_MODELS ${CMAKE_BINARY_DIR}/testtmp/gen_models)
+add_test(NAME e2e/gen_models COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/gen_models.sh)
+set_tests_properties(e2e/gen_models PROPERTIES FIXTURES_SETUP gen_models FIXTURES_REQUIRED train_data TIMEOUT 300
+  ENVIRONMENT "TRIDENT=$<TARGET_FILE:trident>;DATA=${TRAIN_DATA};VOCAB=${TRIDENT_SHARED_DATA}/gpt2/vocab.json;MERGES=${TRIDENT_SHARED_DATA}/gpt2/merges.txt;WORK=${GEN_MODELS}")
+
 # Generation: the key/value cache against full recomputation, every layout against one rank, and
 # batched prompts against each alone, for GPT-2 and Llama-style models (tests/e2e/generate.sh).
 add_test(NAME e2e/generate COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/generate.sh)
-set_tests_properties(e2e/generate PROPERTIES FIXTURES_REQUIRED train_data TIMEOUT 600
-  ENVIRONMENT "TRIDENT=$<TARGET_FILE:trident>;DATA=${TRAIN_DATA};VOCAB=${TRIDENT_SHARED_DATA}/gpt2/vocab.json;MERGES=${TRIDENT_SHARED_DATA}/gpt2/merges.txt;WORK=${CMAKE_BINARY_DIR}/testtmp/generate")
+set_tests_properties(e2e/generate PROPERTIES FIXTURES_REQUIRED "train_data;gen_models" TIMEOUT 600
+  ENVIRONMENT "TRIDENT=$<TARGET_FILE:trident>;DATA=${TRAIN_DATA};VOCAB=${TRIDENT_SHARED_DATA}/gpt2/vocab.json;MERGES=${TRIDENT_SHARED_DATA}/gpt2/merges.txt;MODELS=${GEN_MODELS};WORK=${CMAKE_BINARY_DIR}/testtmp/generate")
+
+# eval --task on bad task files: one line naming the file and the fault (tests/e2e/eval_tasks.sh).
+add_test(NAME e2e/eval_tasks COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/eval_tasks.sh)
+set_tests_properties(e2e/eval_tasks PROPERTIES FIXTURES_REQUIRED gen_models TIMEOUT 120
+  ENVIRONMENT "TRIDENT=$<TARGET_FILE:trident>;VOCAB=${TRIDENT_SHARED_DATA}/gpt2/vocab.json;MERGES=${TRIDENT_SHARED_DATA}/gpt2/merges.txt;MODELS=${GEN_MODELS};WORK=${CMAKE_BINARY_DIR}/testtmp/eval_tasks")
 
 # TensorBoard event files decoded by protoc --decode_raw (tests/e2e/tensorboard.sh).
 add_test(NAME e2e/tensorboard COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/tensorboard.sh)
@@ -80,5 +92,5 @@ set_tests_properties(e2e/tensorboard PROPERTIES FIXTURES_REQUIRED train_data TIM
 # trident serve on loopback: concurrent clients against trident generate, a burst of bad requests,
 # streaming, SIGTERM with a request in flight; on 1 rank and on tp 2 (tests/e2e/serve.py).
 add_test(NAME e2e/serve COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/serve.py)
-set_tests_properties(e2e/serve PROPERTIES FIXTURES_REQUIRED train_data TIMEOUT 600
-  ENVIRONMENT "TRIDENT=$<TARGET_FILE:trident>;DATA=${TRAIN_DATA};VOCAB=${TRIDENT_SHARED_DATA}/gpt2/vocab.json;MERGES=${TRIDENT_SHARED_DATA}/gpt2/merges.txt;WORK=${CMAKE_BINARY_DIR}/testtmp/serve")
+set_tests_properties(e2e/serve PROPERTIES FIXTURES_REQUIRED "train_data;gen_models" TIMEOUT 600
+  ENVIRONMENT "TRIDENT=$<TARGET_FILE:trident>;DATA=${TRAIN_DATA};VOCAB=${TRIDENT_SHARED_DATA}/gpt2/vocab.json;MERGES=${TRIDENT_SHARED_DATA}/gpt2/merges.txt;MODEL=${GEN_MODELS}/gpt2;WORK=${CMAKE_BINARY_DIR}/testtmp/serve")

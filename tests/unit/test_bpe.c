@@ -485,9 +485,37 @@ static void bad_files_give_errors(void **state)
     expect_load_error(TMP("ok.json"), TMP("m4.txt"), "m4.txt", "merged token \"ba\"");
     spit(TMP("m5.txt"), "#version: 0.2\na \xe4\xb8\xad\n");
     expect_load_error(TMP("ok.json"), TMP("m5.txt"), "m5.txt", "byte alphabet");
+    /* a token no merge makes: "xyz" has no "xy z" or "x yz" merge */
+    const char *dead[] = {"ab", "xyz"};
+    write_tiny_vocab(TMP("dead.json"), dead, 2, -1, 1);
+    expect_load_error(TMP("dead.json"), TMP("ok.txt"), "token \"xyz\" (id 257)", "made by no merge");
     /* a merges file given as the vocab, and the other way round */
     expect_load_error(MERGES, VOCAB, "merges.txt", "not valid JSON");
     expect_load_error(VOCAB, VOCAB, "vocab.json", "merges file");
+}
+
+/* GPT-2's merges.txt cut to its first 1000 lines (the header and 999 merges) still holds only
+ * valid merges, but 49001 vocab tokens are left that no merge makes: the first of them is the
+ * result of merge 1000, "Ġresult" (id 256 + 999 = 1255; GPT-2 numbers its merged tokens after the
+ * 256 bytes in merge order), refused, naming both files. */
+static void truncated_merges_refused(void **state)
+{
+    (void)state;
+    FILE *in = fopen(MERGES, "rb"), *out = fopen(TMP("merges_1000.txt"), "wb");
+    assert_non_null(in);
+    assert_non_null(out);
+    char line[256];
+    for (int i = 0; i < 1000 && fgets(line, sizeof line, in); i++) fputs(line, out);
+    fclose(in);
+    fclose(out);
+    char err[1024] = "";
+    bpe_tokenizer *t = bpe_load(VOCAB, TMP("merges_1000.txt"), err, sizeof err);
+    if (t) fail_msg("a merges file of 999 merges loaded with the 50257-token vocab");
+    const char *want[] = {"vocab.json", "merges_1000.txt", "(id 1255)", "the merges make 999 tokens",
+                          "would hold 1256, it holds 50257", "truncated"};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        if (!strstr(err, want[i])) fail_msg("'%s' does not say '%s'", err, want[i]);
+    assert_null(strchr(err, '\n'));
 }
 
 /* ---- the command line ----------------------------------------------------------------- */
@@ -514,6 +542,10 @@ static int file_contains(const char *path, const char *want)
 static void cli_tokenize_round_trips_and_fails_clearly(void **state)
 {
     (void)state;
+    /* trident --help's line for tokenize names the three kinds it reads (it said "GPT-2 BPE" only) */
+    assert_int_equal(run("'" TD_TRIDENT_BIN "' --help > " TMP("main_help.txt")), 0);
+    assert_true(file_contains(TMP("main_help.txt"), "tokenize     text to token ids and back: GPT-2 BPE, Hugging Face "
+                                                    "tokenizer.json, BERT WordPiece"));
     assert_int_equal(run(BIN " --help > " TMP("help.txt")), 0);
     assert_true(file_contains(TMP("help.txt"), "--vocab-file"));
     assert_int_equal(run("printf 'Hello world\\nIt'\\''s\\n\\n' | " BIN FILES " > " TMP("enc.txt")), 0);
@@ -553,6 +585,7 @@ int main(void)
         cmocka_unit_test(threads_share_tokenizer),
         cmocka_unit_test(decode_rejects_bad_ids),
         cmocka_unit_test(tiny_vocab_merge_rounds),
+        cmocka_unit_test(truncated_merges_refused),
         cmocka_unit_test(bad_files_give_errors),
         cmocka_unit_test(cli_tokenize_round_trips_and_fails_clearly),
     };

@@ -183,7 +183,7 @@ static void lambada(void **state)
     char err[512] = "";
     assert_int_equal(ev_lambada(m, g_ps, g_tok, write_tmp("bad.jsonl", "{\"text\": \"ok\"}\n{\"txt\": 1}\n"), 0, &r,
                                 err, sizeof err), -1);
-    assert_non_null(strstr(err, "example 2"));
+    assert_non_null(strstr(err, "line 2 (example 2)"));
     gpt_free(m);
 }
 
@@ -273,6 +273,56 @@ static void wikitext(void **state)
     gpt_free(m);
 }
 
+/* Expects fn's refusal of a file holding text, with every `want` in the message. */
+static void expect_task_error(const char *task, const char *name, const char *text, const char *want1,
+                              const char *want2)
+{
+    gpt_model *m = model(4);
+    const char *path = write_tmp(name, text);
+    char err[512] = "";
+    int rc;
+    if (strcmp(task, "hellaswag") == 0) {
+        ev_hellaswag_result r;
+        rc = ev_hellaswag(m, g_ps, g_tok, path, &r, err, sizeof err);
+    } else if (strcmp(task, "lambada") == 0) {
+        ev_lambada_result r;
+        rc = ev_lambada(m, g_ps, g_tok, path, 0, &r, err, sizeof err);
+    } else {
+        ev_wikitext_result r;
+        rc = ev_wikitext(m, g_ps, g_tok, path, 8, &r, err, sizeof err);
+    }
+    gpt_free(m);
+    if (rc != -1) fail_msg("%s accepted %s", task, name);
+    if (!strstr(err, path) || !strstr(err, want1) || (want2 && !strstr(err, want2)))
+        fail_msg("%s on %s: '%s' should name the file, '%s' and '%s'", task, name, err, want1, want2 ? want2 : "");
+}
+
+/* Bad task files: a HellaSwag label that is not an ending's index (-1, 7, 1.7) is refused naming
+ * its line (it used to score as a wrong answer); an empty file says so (it used to print an empty
+ * message); a WikiText file that is not UTF-8 names the first bad byte's offset (it used to stop
+ * on an internal PCRE2 error). */
+static void bad_task_files(void **state)
+{
+    (void)state;
+    const char *good = "{\"ctx\": \"The dog runs to the\", \"label\": 0, \"endings\": [\"a\", \"b\", \"c\", \"d\"]}\n";
+    const char *labels[] = {"-1", "7", "1.7"};
+    for (int i = 0; i < 3; i++) {
+        char text[512], want[64];
+        snprintf(text, sizeof text, "%s\n{\"ctx\": \"x\", \"label\": %s, \"endings\": [\"a\", \"b\", \"c\", \"d\"]}\n",
+                 good, labels[i]);
+        snprintf(want, sizeof want, "\"label\" is %s;", labels[i]);
+        expect_task_error("hellaswag", "label.jsonl", text, "line 3 (example 2)", want);
+    }
+    expect_task_error("hellaswag", "empty.jsonl", "", "holds no examples (it is empty)", NULL);
+    expect_task_error("lambada", "empty.jsonl", "", "holds no examples (it is empty)", NULL);
+    expect_task_error("lambada", "blank.jsonl", "\n  \n", "holds no examples (only blank lines)", NULL);
+    expect_task_error("lambada", "notext.jsonl", "{\"text\": \"ok\"}\n\n{\"txt\": 1}\n", "line 3 (example 2)", NULL);
+    expect_task_error("wikitext", "latin1.tokens", " = Caf\xe9 = \n", "byte 6 (0xe9)", "not UTF-8");
+    expect_task_error("wikitext", "overlong.tokens", "ab\xc0\xaf", "byte 2 (0xc0)", NULL);
+    expect_task_error("wikitext", "surrogate.tokens", "abc\xed\xa0\x80", "byte 3 (0xed)", NULL);
+    expect_task_error("wikitext", "cut.tokens", "abcd \xe2\x82", "byte 5 (0xe2)", NULL);
+}
+
 int main(int argc, char **argv)
 {
     g_world = comm_world_init(&argc, &argv);
@@ -290,6 +340,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(lambada),
         cmocka_unit_test(hellaswag),
         cmocka_unit_test(wikitext),
+        cmocka_unit_test(bad_task_files),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     tok_free(g_tok);
