@@ -63,7 +63,7 @@ void ev_score(gpt_model *m, const ps_state *ps, const idx_dataset *d, int64_t do
     out->windows = nwin;
     if (nwin == 0) {
         if (ps->world_rank == 0)
-            td_fatal(1, "the chosen documents hold %lld tokens; a window needs --seq-length + 1 = %d", (long long)ntok,
+            td_fatal(1, "the chosen documents hold %lld token%s; a window needs --seq-length + 1 = %d", (long long)ntok, td_plural(ntok),
                      S + 1);
         comm_barrier(ps->world);
     }

@@ -91,9 +91,9 @@ static int info(const char *path)
     }
     verify_count v = {0, 0};
     int bad = ckpt_verify(r, on_entry, &v, err, sizeof err);
-    printf("total %.1f MB in %d shards\n", (double)total / 1e6, m.nfiles);
+    printf("total %.1f MB in %d shard%s\n", (double)total / 1e6, m.nfiles, td_plural(m.nfiles));
     if (bad) printf("CRC32: %d of %d entries BAD: the checkpoint is corrupt\n", bad, v.entries);
-    else printf("CRC32: all %d entries ok\n", v.entries);
+    else printf("CRC32: all %d entr%s ok\n", v.entries, v.entries == 1 ? "y" : "ies");
     ckpt_tensor_list_free(&tl);
     ckpt_reader_close(r);
     ckpt_meta_free(&m);
@@ -124,7 +124,7 @@ static int compare(const char *pa, const char *pb)
     ckpt_list_tensors(rb, &lb);
     int differ = 0, compared = 0;
     if (la.n != lb.n) {
-        printf("%s has %d tensors, %s has %d\n", ma.dir, la.n, mb.dir, lb.n);
+        printf("%s has %d tensor%s, %s has %d\n", ma.dir, la.n, td_plural(la.n), mb.dir, lb.n);
         differ++;
     }
     int kinds = ma.has_optimizer && mb.has_optimizer ? 3 : 1;
