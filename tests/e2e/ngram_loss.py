@@ -4,7 +4,9 @@ what a trained model must beat before its loss says it learned more than countin
 
   ngram_loss.py PREFIX SPLIT VOCAB gpt   unigram and bigram loss of the validation split's tokens,
                                          estimated on the training split's
-  ngram_loss.py PREFIX SPLIT VOCAB bert  unigram entropy of the training split's tokens
+  ngram_loss.py PREFIX SPLIT VOCAB bert  unigram entropy of the training and of the validation
+                                         split's tokens, and the share of each one's most frequent
+                                         token
 
 PREFIX.idx/.bin is read as the MMIDIDX v1 format (docs/indexed-dataset.md) and the documents
 split as Megatron splits them: SPLIT's weights normalised, split j = documents
@@ -19,8 +21,12 @@ Bigram: interpolated with that unigram, p(t | u) = l c(u, t) / c(u) + (1 - l) p(
 c(u) = 0), with l the best of 0.05, 0.10, ..., 0.95 on the validation tokens: its best case too.
 
 bert: the masked-LM targets are the sentence tokens ([CLS] and [SEP] are added to samples later
-and never masked), and the loss is measured on the training split itself, where the frequency
-model that does best is the split's own distribution: its entropy, -sum p log p, no smoothing.
+and never masked), drawn about uniformly among them. On a split's tokens, the frequency model
+that does best is the split's own distribution (no smoothing, fitted to the very tokens it is
+scored on): its entropy, -sum p log p, is the least cross-entropy any one fixed distribution
+reaches there, and the share of the most frequent token the best accuracy of any one fixed guess.
+Printed for the training split (what training-iteration losses compare with) and the validation
+split (what a validation loss compares with).
 """
 import math
 import struct
@@ -107,12 +113,15 @@ def gpt(docs, split, vocab):
 
 
 def bert(docs, split):
-    (t0, t1), _, _ = split_ranges(split, len(docs))
-    c = Counter(stream(docs, t0, t1))
-    n = sum(c.values())
-    h = -sum(k / n * math.log(k / n) for k in c.values())
-    print(f"training documents [{t0}, {t1}), {n} tokens, {len(c)} distinct")
-    print(f"unigram {h:.4f}")
+    for name, (lo, hi) in zip(("training", "validation"), split_ranges(split, len(docs))):
+        c = Counter(stream(docs, lo, hi))
+        n = sum(c.values())
+        if n == 0:
+            print(f"{name} documents [{lo}, {hi}): no tokens")
+            continue
+        h = -sum(k / n * math.log(k / n) for k in c.values())
+        print(f"{name} documents [{lo}, {hi}), {n} tokens, {len(c)} distinct: "
+              f"entropy {h:.4f} most frequent {max(c.values()) / n:.4f}")
 
 
 def main():
