@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/types.h>
 
 #include "comm_impl.h"
 #include "trident/check.h"
@@ -85,6 +86,132 @@ static comm *wrap(MPI_Comm mc, int owns)
     return c;
 }
 
+/* The world size the launcher announces before MPI_Init (Open MPI, MPICH/Intel MPI, Slurm);
+ * 1 when started alone. */
+static int launcher_size(void)
+{
+    static const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        const char *v = getenv(vars[i]);
+        if (v && *v) return atoi(v);
+    }
+    return 1;
+}
+
+/* ---- a dead peer ends the job in seconds ----
+ * When a rank dies, Open MPI 4.1's mpirun (and each orted, for its node) sends the other ranks
+ * SIGCONT, sleeps odls_base_sigkill_timeout seconds, sends SIGTERM, sleeps as long again and
+ * sends SIGKILL: whatever the survivors do, the job ends after twice the timeout (119 s under
+ * the documented 60). Its sleep(3) returns early on a signal with the unslept whole seconds,
+ * which it sleeps again: each SIGCHLD it receives shortens it by about a second. So a rank
+ * that finds a peer on its node dead (it polls while it waits on a communication) says so,
+ * ignores the coming SIGTERM and sends its launcher SIGCHLD every 10 ms until the launcher's
+ * SIGKILL ends it. Each rank watches the peers of its own node only (/proc), and only those it
+ * could see at start (same pid namespace, same start time). */
+typedef struct {
+    int32_t pid;
+    int64_t start; /* start time, clock ticks after boot (/proc/PID/stat field 22): tells a reused pid */
+    char host[64];
+} peer_id;
+static peer_id *g_peers;          /* by world rank */
+static unsigned char *g_watched;  /* the peers this rank can see die */
+static int g_npeers;
+
+/* Start time and state letter of process pid from /proc; -1 when there is none. */
+static int64_t proc_start(int pid, char *state)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    char *s = strrchr(buf, ')'); /* the command name may hold spaces and parentheses */
+    if (!s || s[1] != ' ') return -1;
+    *state = s[2];
+    for (int field = 3; field < 22; field++) {
+        s = strchr(s + 1, ' ');
+        if (!s) return -1;
+    }
+    return atoll(s + 1);
+}
+
+/* Every rank's pid, start time and host; which peers of this node this rank can watch. */
+static void watch_init(MPI_Comm world, int rank, int size)
+{
+    peer_id me = {.pid = (int32_t)getpid()};
+    char st;
+    me.start = proc_start(me.pid, &st);
+    if (gethostname(me.host, sizeof me.host - 1) != 0) strcpy(me.host, "?");
+    g_peers = td_xcalloc((size_t)size, sizeof *g_peers);
+    g_watched = td_xcalloc((size_t)size, 1);
+    g_npeers = size;
+    TD_CHECK_MPI(MPI_Allgather(&me, sizeof me, MPI_BYTE, g_peers, sizeof me, MPI_BYTE, world));
+    for (int r = 0; r < size; r++)
+        g_watched[r] = r != rank && me.start >= 0 && strcmp(g_peers[r].host, me.host) == 0 &&
+                       proc_start(g_peers[r].pid, &st) == g_peers[r].start;
+}
+
+/* The world rank of a watched peer that is gone (exited, killed, a zombie), or -1. */
+static int dead_peer(void)
+{
+    for (int r = 0; r < g_npeers; r++) {
+        if (!g_watched[r]) continue;
+        char st = '?';
+        int64_t start = proc_start(g_peers[r].pid, &st);
+        if (start != g_peers[r].start || st == 'Z' || st == 'X') return r;
+    }
+    return -1;
+}
+
+/* Seconds mpirun waits before each of its SIGTERM and SIGKILL (odls_base_sigkill_timeout). */
+static double launcher_kill_timeout(void)
+{
+    const char *v = getenv("OMPI_MCA_odls_base_sigkill_timeout");
+    return v && *v ? atof(v) : 1;
+}
+
+/* Under Open MPI's launcher, leaves behind a process that cuts the launcher's sleeps short
+ * (above) while this rank ends: it holds none of the rank's files (the launcher waits for
+ * their end), ignores SIGTERM and sends SIGCHLD every 10 ms until the launcher is gone, its
+ * SIGKILL comes, or twice its timeout has passed. Async-signal-safe. */
+static int g_kick_launcher; /* started by Open MPI's mpirun or orted, more than one rank */
+
+static int under_open_mpi_launcher(void) { return getenv("OMPI_MCA_orte_hnp_uri") && launcher_size() > 1; }
+
+static void kick_launcher(void)
+{
+    if (!g_kick_launcher) return;
+    pid_t launcher = getppid();
+    long polls = (long)((2 * launcher_kill_timeout() + 5) * 100);
+    if (fork() != 0) return; /* the rank, or no child */
+    signal(SIGTERM, SIG_IGN);
+    signal(SIGINT, SIG_IGN);
+    long maxfd = sysconf(_SC_OPEN_MAX);
+    for (int fd = 0; fd < (maxfd > 0 && maxfd < 65536 ? maxfd : 65536); fd++) close(fd);
+    for (long i = 0; i < polls && kill(launcher, SIGCHLD) == 0; i++) {
+        struct timespec ts = {0, 10000000};
+        nanosleep(&ts, NULL);
+    }
+    _exit(0);
+}
+
+/* Says which peer is gone and ends this rank (the launcher is ending the job already). */
+static void __attribute__((noreturn)) lost_peer(int r)
+{
+    fflush(stdout);
+    int me = -1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &me);
+    fprintf(stderr, "[rank %d] error: world rank %d (pid %d on %s) is gone (killed or crashed): ending the job; "
+                    "its own output or the launcher's says why\n",
+            me, r, (int)g_peers[r].pid, g_peers[r].host);
+    fflush(stderr);
+    kick_launcher();
+    if (!g_kick_launcher) MPI_Abort(MPI_COMM_WORLD, 1);
+    _exit(1);
+}
+
 static void abort_hook(int code)
 {
     int inited = 0, finalized = 0;
@@ -93,7 +220,10 @@ static void abort_hook(int code)
     if (inited && !finalized && g_world != MPI_COMM_NULL) {
         int size = 1;
         MPI_Comm_size(g_world, &size);
-        if (size > 1) MPI_Abort(g_world, code);
+        if (size > 1) {
+            kick_launcher();
+            MPI_Abort(g_world, code);
+        }
     }
     exit(code);
 }
@@ -105,6 +235,7 @@ static void on_signal(int sig)
     ssize_t rc = write(2, msg, sizeof msg - 1);
     (void)rc;
     signal(sig, SIG_DFL);
+    kick_launcher();
     if (g_world != MPI_COMM_NULL) MPI_Abort(g_world, 128 + sig);
     raise(sig);
 }
@@ -124,13 +255,55 @@ comm *comm_world_init(int *argc, char ***argv)
         signal(SIGBUS, on_signal);
         signal(SIGFPE, on_signal);
         signal(SIGILL, on_signal);
+        watch_init(MPI_COMM_WORLD, w->rank, w->size);
+        g_kick_launcher = under_open_mpi_launcher();
     }
     return w;
+}
+
+void comm_usage_exit(int code)
+{
+    fflush(stdout);
+    fflush(stderr);
+    int inited = 0, finalized = 0;
+    MPI_Initialized(&inited);
+    MPI_Finalized(&finalized);
+    if (finalized || (!inited && launcher_size() <= 1)) exit(code);
+    td_set_abort_hook(NULL);
+    int provided;
+    if (!inited && MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) exit(code);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    MPI_Request q;
+    int done = 0;
+    double t0 = td_now();
+    if (MPI_Ibarrier(MPI_COMM_WORLD, &q) != MPI_SUCCESS) MPI_Abort(MPI_COMM_WORLD, code);
+    while (!done && td_now() - t0 < 30) {
+        if (MPI_Test(&q, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) break;
+        struct timespec ts = {0, 1000000};
+        if (!done) nanosleep(&ts, NULL);
+    }
+    if (!done) MPI_Abort(MPI_COMM_WORLD, code); /* a rank did not find the error: end them all */
+    MPI_Finalize();
+    comm_exit(code);
+}
+
+void comm_exit(int code)
+{
+    fflush(stdout);
+    fflush(stderr);
+    g_kick_launcher = under_open_mpi_launcher();
+    if (code != 0) kick_launcher();
+    exit(code);
 }
 
 void comm_world_finalize(comm *world)
 {
     td_set_abort_hook(NULL);
+    free(g_peers);
+    free(g_watched);
+    g_peers = NULL;
+    g_watched = NULL;
+    g_npeers = 0;
     free(world->impl);
     free(world);
     MPI_Finalize();
@@ -157,6 +330,7 @@ static void mpi_abort(const comm *c, int code)
 {
     fflush(stdout);
     fflush(stderr);
+    if (c->size > 1) kick_launcher();
     MPI_Abort(MC(c), code);
     exit(code);
 }
@@ -176,11 +350,12 @@ static int world_rank_of(const comm *c, int peer)
 }
 
 /* Completes *req, polling so that a wait longer than the timeout ends the job with a message
- * naming this rank, the call, the group and the peer instead of hanging. The first
- * millisecond spins; after that each poll yields the core (oversubscribed ranks need it). */
+ * naming this rank, the call, the group and the peer instead of hanging, and a wait on a dead
+ * peer ends it at once (checked every half second). The first millisecond spins; after that
+ * each poll yields the core (oversubscribed ranks need it). */
 static void bounded_wait(const comm *c, MPI_Request *req, const char *call, int peer, const char *file, int line)
 {
-    double limit = comm_timeout(), t0 = td_now(), now = t0;
+    double limit = comm_timeout(), t0 = td_now(), now = t0, next_watch = t0 + 0.5;
     for (long spins = 0;; spins++) {
         int done = 0;
         check_mpi(MPI_Test(req, &done, MPI_STATUS_IGNORE), call, file, line);
@@ -190,6 +365,11 @@ static void bounded_wait(const comm *c, MPI_Request *req, const char *call, int 
         if (now - t0 > 1e-3) {
             struct timespec ts = {0, 20000};
             nanosleep(&ts, NULL);
+        }
+        if (now > next_watch) {
+            next_watch = now + 0.5;
+            int dead = dead_peer();
+            if (dead >= 0) lost_peer(dead);
         }
         if (limit > 0 && now - t0 > limit) break;
     }
