@@ -27,7 +27,8 @@ void comm_world_finalize(comm *world);
 void comm_usage_exit(int code) __attribute__((noreturn));
 /* exit(code), after MPI_Finalize or without MPI. Among ranks started by Open MPI's mpirun, a
  * non-zero code makes mpirun end the job, which it does only after sleeping twice
- * odls_base_sigkill_timeout: a child process left behind cuts these sleeps short. */
+ * odls_base_sigkill_timeout (as it does after passing on a SIGTERM, e.g. when the ranks exit
+ * after their save): a child process left behind cuts these sleeps short. */
 void comm_exit(int code) __attribute__((noreturn));
 /* Ends every rank of the job with `code` (MPI_Abort). */
 void comm_abort(const comm *c, int code) __attribute__((noreturn));

@@ -176,9 +176,24 @@ static double launcher_kill_timeout(void)
  * (above) while this rank ends: it holds none of the rank's files (the launcher waits for
  * their end), ignores SIGTERM and sends SIGCHLD every 10 ms until the launcher is gone, its
  * SIGKILL comes, or twice its timeout has passed. Async-signal-safe. */
-static int g_kick_launcher; /* started by Open MPI's mpirun or orted, more than one rank */
+static int g_kick_launcher; /* started by Open MPI's mpirun or orted */
 
-static int under_open_mpi_launcher(void) { return getenv("OMPI_MCA_orte_hnp_uri") && launcher_size() > 1; }
+static volatile sig_atomic_t g_launcher_ending; /* SIGCONT came: how mpirun starts ending a job */
+
+static void on_sigcont(int sig)
+{
+    (void)sig;
+    g_launcher_ending = 1;
+}
+
+/* Whether Open MPI's mpirun or orted started this process: read before MPI_Init, which in a
+ * process started alone starts an orted of its own and sets the same variables. */
+static int under_open_mpi_launcher(void)
+{
+    static int launched = -1;
+    if (launched < 0) launched = getenv("OMPI_MCA_orte_hnp_uri") != NULL;
+    return launched;
+}
 
 static void kick_launcher(void)
 {
@@ -225,7 +240,7 @@ static void abort_hook(int code)
             MPI_Abort(g_world, code);
         }
     }
-    exit(code);
+    comm_exit(code);
 }
 
 static void on_signal(int sig)
@@ -243,6 +258,7 @@ static void on_signal(int sig)
 comm *comm_world_init(int *argc, char ***argv)
 {
     int provided = 0;
+    under_open_mpi_launcher();
     TD_CHECK_MPI(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided));
     TD_CHECK_MPI(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
     g_world = MPI_COMM_WORLD;
@@ -256,7 +272,14 @@ comm *comm_world_init(int *argc, char ***argv)
         signal(SIGFPE, on_signal);
         signal(SIGILL, on_signal);
         watch_init(MPI_COMM_WORLD, w->rank, w->size);
-        g_kick_launcher = under_open_mpi_launcher();
+    }
+    g_kick_launcher = under_open_mpi_launcher();
+    if (g_kick_launcher) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_sigcont;
+        sa.sa_flags = SA_RESTART;
+        sigaction(SIGCONT, &sa, NULL);
     }
     return w;
 }
@@ -268,8 +291,9 @@ void comm_usage_exit(int code)
     int inited = 0, finalized = 0;
     MPI_Initialized(&inited);
     MPI_Finalized(&finalized);
-    if (finalized || (!inited && launcher_size() <= 1)) exit(code);
+    if (finalized || (!inited && launcher_size() <= 1)) comm_exit(code);
     td_set_abort_hook(NULL);
+    under_open_mpi_launcher();
     int provided;
     if (!inited && MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) exit(code);
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
@@ -292,7 +316,7 @@ void comm_exit(int code)
     fflush(stdout);
     fflush(stderr);
     g_kick_launcher = under_open_mpi_launcher();
-    if (code != 0) kick_launcher();
+    if (code != 0 || g_launcher_ending) kick_launcher(); /* e.g. exiting after a save on SIGTERM */
     exit(code);
 }
 
@@ -330,7 +354,7 @@ static void mpi_abort(const comm *c, int code)
 {
     fflush(stdout);
     fflush(stderr);
-    if (c->size > 1) kick_launcher();
+    kick_launcher();
     MPI_Abort(MC(c), code);
     exit(code);
 }
