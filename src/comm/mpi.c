@@ -322,6 +322,13 @@ void comm_exit(int code)
 
 void comm_world_finalize(comm *world)
 {
+    /* mpirun is ending the job (e.g. the ranks saved on its SIGTERM): MPI_Finalize needs it,
+     * asleep, so it would return only at the SIGKILL, twice the timeout after the SIGTERM */
+    if (g_launcher_ending) {
+        fflush(stdout);
+        fflush(stderr);
+        kick_launcher();
+    }
     td_set_abort_hook(NULL);
     free(g_peers);
     free(g_watched);
