@@ -60,6 +60,10 @@ for i in $(seq 1 10); do
 done
 [ "$missed" = 0 ] && ok "np 4: flag-parser error: exit 2 and rank 0's line once, 10 runs of 10" ||
   bad "np 4: flag-parser error: $missed runs of 10 without exit 2 and exactly one line"
+# the race made certain: rank 0 starts a second late (before the fix: exit 2, no line)
+expect "np 4, rank 0 late: flag-parser error" 2 "--num-layers 'two' is not an integer" "${MPIRUN[@]}" -np 4 \
+  bash -c '[ "$OMPI_COMM_WORLD_RANK" = 0 ] && sleep 1; exec "$0" "$@"' "$TRIDENT" train --num-layers two
+once "np 4, rank 0 late: flag-parser error"
 expect "np 4: unknown flag" 2 "unknown flag --bogus" "${MPIRUN[@]}" -np 4 "$TRIDENT" train --bogus 1
 once "np 4: unknown flag"
 expect "np 4: config error" 2 "--vocab-file nowhere.json: No such file" "${MPIRUN[@]}" -np 4 "$TRIDENT" train \
