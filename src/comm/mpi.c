@@ -172,12 +172,9 @@ static double launcher_kill_timeout(void)
     return v && *v ? atof(v) : 1;
 }
 
-/* Under Open MPI's launcher, leaves behind a process that cuts the launcher's sleeps short
- * (above) while this rank ends: it holds none of the rank's files (the launcher waits for
- * their end), ignores SIGTERM and sends SIGCHLD every 10 ms until the launcher is gone, its
- * SIGKILL comes, or twice its timeout has passed. Async-signal-safe. */
-static int g_kick_launcher; /* started by Open MPI's mpirun or orted */
-
+static int g_kick_launcher; /* started by Open MPI's mpirun or orted: kick_launcher works */
+static long g_kick_polls;   /* its 10 ms polls: twice the launcher's timeout, and 5 s */
+static long g_max_fd;       /* the files its child closes */
 static volatile sig_atomic_t g_launcher_ending; /* SIGCONT came: how mpirun starts ending a job */
 
 static void on_sigcont(int sig)
@@ -195,17 +192,28 @@ static int under_open_mpi_launcher(void)
     return launched;
 }
 
+/* Arms kick_launcher (outside signal handlers: it reads the environment). */
+static void kick_setup(void)
+{
+    g_kick_launcher = under_open_mpi_launcher();
+    g_kick_polls = (long)((2 * launcher_kill_timeout() + 5) * 100);
+    g_max_fd = sysconf(_SC_OPEN_MAX);
+    if (g_max_fd <= 0 || g_max_fd > 65536) g_max_fd = 65536;
+}
+
+/* Under Open MPI's launcher, leaves behind a process that cuts the launcher's sleeps short
+ * (above) while this rank ends: it holds none of the rank's files (the launcher waits for
+ * their end), ignores SIGTERM and sends SIGCHLD every 10 ms until the launcher is gone, its
+ * SIGKILL comes, or twice its timeout has passed. Async-signal-safe. */
 static void kick_launcher(void)
 {
     if (!g_kick_launcher) return;
     pid_t launcher = getppid();
-    long polls = (long)((2 * launcher_kill_timeout() + 5) * 100);
     if (fork() != 0) return; /* the rank, or no child */
     signal(SIGTERM, SIG_IGN);
     signal(SIGINT, SIG_IGN);
-    long maxfd = sysconf(_SC_OPEN_MAX);
-    for (int fd = 0; fd < (maxfd > 0 && maxfd < 65536 ? maxfd : 65536); fd++) close(fd);
-    for (long i = 0; i < polls && kill(launcher, SIGCHLD) == 0; i++) {
+    for (int fd = 0; fd < g_max_fd; fd++) close(fd);
+    for (long i = 0; i < g_kick_polls && kill(launcher, SIGCHLD) == 0; i++) {
         struct timespec ts = {0, 10000000};
         nanosleep(&ts, NULL);
     }
@@ -273,7 +281,7 @@ comm *comm_world_init(int *argc, char ***argv)
         signal(SIGILL, on_signal);
         watch_init(MPI_COMM_WORLD, w->rank, w->size);
     }
-    g_kick_launcher = under_open_mpi_launcher();
+    kick_setup();
     if (g_kick_launcher) {
         struct sigaction sa;
         memset(&sa, 0, sizeof sa);
@@ -315,7 +323,7 @@ void comm_exit(int code)
 {
     fflush(stdout);
     fflush(stderr);
-    g_kick_launcher = under_open_mpi_launcher();
+    kick_setup();
     if (code != 0 || g_launcher_ending) kick_launcher(); /* e.g. exiting after a save on SIGTERM */
     exit(code);
 }
