@@ -107,7 +107,9 @@ static int launcher_size(void)
  * that finds a peer on its node dead (it polls while it waits on a communication) says so,
  * ignores the coming SIGTERM and sends its launcher SIGCHLD every 10 ms until the launcher's
  * SIGKILL ends it. Each rank watches the peers of its own node only (/proc), and only those it
- * could see at start (same pid namespace, same start time). */
+ * could see at start (same pid namespace, same start time); the ranks of other nodes (whose
+ * TCP transport does not report the loss: the wait just goes on) hear of it from the first
+ * rank that found it, on a communicator of its own ("rank r is gone"). */
 typedef struct {
     int32_t pid;
     int64_t start; /* start time, clock ticks after boot (/proc/PID/stat field 22): tells a reused pid */
@@ -116,6 +118,10 @@ typedef struct {
 static peer_id *g_peers;          /* by world rank */
 static unsigned char *g_watched;  /* the peers this rank can see die */
 static int g_npeers;
+static MPI_Comm g_alarm = MPI_COMM_NULL;           /* a copy of the world for "rank r is gone" */
+static MPI_Request g_alarm_req = MPI_REQUEST_NULL; /* the receive of one, always posted */
+static int32_t g_alarm_in;                          /* the rank it names */
+#define ALARM_TAG 7
 
 /* Start time and state letter of process pid from /proc; -1 when there is none. */
 static int64_t proc_start(int pid, char *state)
@@ -151,11 +157,40 @@ static void watch_init(MPI_Comm world, int rank, int size)
     for (int r = 0; r < size; r++)
         g_watched[r] = r != rank && me.start >= 0 && strcmp(g_peers[r].host, me.host) == 0 &&
                        proc_start(g_peers[r].pid, &st) == g_peers[r].start;
+    /* test hook: only this world rank watches, as if every other rank were on another node */
+    const char *only = getenv("TRIDENT_TEST_WATCH_ONLY_RANK");
+    if (only && *only && atoi(only) != rank) memset(g_watched, 0, (size_t)size);
+    TD_CHECK_MPI(MPI_Comm_dup(world, &g_alarm));
+    TD_CHECK_MPI(MPI_Comm_set_errhandler(g_alarm, MPI_ERRORS_RETURN));
+    TD_CHECK_MPI(MPI_Irecv(&g_alarm_in, 1, MPI_INT32_T, MPI_ANY_SOURCE, ALARM_TAG, g_alarm, &g_alarm_req));
 }
 
-/* The world rank of a watched peer that is gone (exited, killed, a zombie), or -1. */
-static int dead_peer(void)
+/* Withdraws the alarm's receive (before MPI_Finalize). */
+static void watch_close(void)
 {
+    if (g_alarm_req != MPI_REQUEST_NULL) {
+        MPI_Cancel(&g_alarm_req);
+        MPI_Wait(&g_alarm_req, MPI_STATUS_IGNORE);
+    }
+    if (g_alarm != MPI_COMM_NULL) MPI_Comm_free(&g_alarm);
+    free(g_peers);
+    free(g_watched);
+    g_peers = NULL;
+    g_watched = NULL;
+    g_npeers = 0;
+}
+
+/* The world rank of a watched peer that is gone (exited, killed, a zombie) or of one another
+ * rank says is gone (*heard 1), or -1. */
+static int dead_peer(int *heard)
+{
+    *heard = 0;
+    int done = 0;
+    if (g_alarm_req != MPI_REQUEST_NULL && MPI_Test(&g_alarm_req, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && done &&
+        g_alarm_in >= 0 && g_alarm_in < g_npeers) {
+        *heard = 1;
+        return g_alarm_in;
+    }
     for (int r = 0; r < g_npeers; r++) {
         if (!g_watched[r]) continue;
         char st = '?';
@@ -221,15 +256,39 @@ static void kick_launcher(void)
 }
 
 /* Says which peer is gone and ends this rank (the launcher is ending the job already). */
-static void __attribute__((noreturn)) lost_peer(int r)
+/* Tells every other living rank that rank r is gone, waiting a second at most for the
+ * messages to leave. */
+static void raise_alarm(int r, int me)
+{
+    MPI_Request *q = td_xcalloc((size_t)g_npeers, sizeof *q);
+    int32_t gone = r;
+    for (int p = 0; p < g_npeers; p++) {
+        q[p] = MPI_REQUEST_NULL;
+        if (p != r && p != me && MPI_Isend(&gone, 1, MPI_INT32_T, p, ALARM_TAG, g_alarm, &q[p]) != MPI_SUCCESS)
+            q[p] = MPI_REQUEST_NULL;
+    }
+    double t0 = td_now();
+    int done = 0;
+    while (!done && td_now() - t0 < 1.0) {
+        if (MPI_Testall(g_npeers, q, &done, MPI_STATUSES_IGNORE) != MPI_SUCCESS) break;
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    free(q);
+}
+
+/* Says which peer is gone, passes the word on if this rank found it, and ends this rank (the
+ * launcher is ending the job already). */
+static void __attribute__((noreturn)) lost_peer(int r, int heard)
 {
     fflush(stdout);
     int me = -1;
     MPI_Comm_rank(MPI_COMM_WORLD, &me);
-    fprintf(stderr, "[rank %d] error: world rank %d (pid %d on %s) is gone (killed or crashed): ending the job; "
+    fprintf(stderr, "[rank %d] error: world rank %d (pid %d on %s) is gone (killed or crashed): ending the job%s; "
                     "its own output or the launcher's says why\n",
-            me, r, (int)g_peers[r].pid, g_peers[r].host);
+            me, r, (int)g_peers[r].pid, g_peers[r].host, heard ? " (heard from a rank of its node)" : "");
     fflush(stderr);
+    if (!heard) raise_alarm(r, me);
     kick_launcher();
     if (!g_kick_launcher) MPI_Abort(MPI_COMM_WORLD, 1);
     _exit(1);
@@ -315,6 +374,7 @@ void comm_usage_exit(int code)
         if (!done) nanosleep(&ts, NULL);
     }
     if (!done) MPI_Abort(MPI_COMM_WORLD, code); /* a rank did not find the error: end them all */
+    watch_close();
     MPI_Finalize();
     comm_exit(code);
 }
@@ -338,11 +398,7 @@ void comm_world_finalize(comm *world)
         kick_launcher();
     }
     td_set_abort_hook(NULL);
-    free(g_peers);
-    free(g_watched);
-    g_peers = NULL;
-    g_watched = NULL;
-    g_npeers = 0;
+    watch_close();
     free(world->impl);
     free(world);
     MPI_Finalize();
@@ -407,8 +463,8 @@ static void bounded_wait(const comm *c, MPI_Request *req, const char *call, int 
         }
         if (now > next_watch) {
             next_watch = now + 0.5;
-            int dead = dead_peer();
-            if (dead >= 0) lost_peer(dead);
+            int heard, dead = dead_peer(&heard);
+            if (dead >= 0) lost_peer(dead, heard);
         }
         if (limit > 0 && now - t0 > limit) break;
     }

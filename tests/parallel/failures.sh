@@ -71,7 +71,9 @@ ranks_of() { pgrep -P "$1"; }
 # start_job LOG FLAGS...: a 4-rank job in the background; sets $job once it is training.
 start_job() {
   local log=$1; shift
-  "${mpirun[@]}" -np 4 "$trident" train "${base[@]}" --data-path "$data" --train-iters 100000 "$@" >"$log" 2>&1 &
+  : >"$log" # emptied first, so the wait below never reads the last job's lines
+  "${mpirun[@]}" ${extra_mpirun[@]+"${extra_mpirun[@]}"} -np 4 "$trident" train "${base[@]}" --data-path "$data" \
+    --train-iters 100000 "$@" >"$log" 2>&1 &
   job=$!
   for _ in $(seq 1 300); do grep -qE "iteration +[0-9]+/" "$log" && break; sleep 0.2; done
 }
@@ -100,6 +102,17 @@ start_job "$log" --pipeline-model-parallel-size 2
 victim=$(ranks_of "$job" | tail -1)
 kill -9 "$victim"
 end_job "killed rank" 20 "(pid $victim on $(hostname)) is gone (killed or crashed): ending the job"
+
+# The same with the victim on "another node": only rank 0 watches its node's peers and the ranks
+# talk over TCP (which does not report the loss: their waits would go on); the others must hear
+# of it from rank 0 and end too (on a real cluster, their own node's orted would otherwise sleep
+# twice the timeout).
+extra_mpirun=(--mca btl tcp,self -x TRIDENT_TEST_WATCH_ONLY_RANK=0)
+start_job "$log" --pipeline-model-parallel-size 2
+victim=$(ranks_of "$job" | tail -1)
+kill -9 "$victim"
+end_job "killed rank, heard of by the ranks of other nodes" 20 "(pid $victim on $(hostname)) is gone (killed or crashed): ending the job (heard from a rank of its node)"
+extra_mpirun=()
 
 # A rank stopped (SIGSTOP) in tp 2 x pp 2: the others wait in a communication until
 # --distributed-timeout-minutes (here 3 s), then abort naming the call, the group and the peer.
