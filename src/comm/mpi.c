@@ -99,14 +99,14 @@ static int launcher_size(void)
 }
 
 /* ---- a dead peer ends the job in seconds ----
- * When a rank dies, Open MPI 4.1's mpirun (and each orted, for its node) sends the other ranks
- * SIGCONT, sleeps odls_base_sigkill_timeout seconds, sends SIGTERM, sleeps as long again and
- * sends SIGKILL: whatever the survivors do, the job ends after twice the timeout (119 s under
- * the documented 60). Its sleep(3) returns early on a signal with the unslept whole seconds,
- * which it sleeps again: each SIGCHLD it receives shortens it by about a second. So a rank
- * that finds a peer on its node dead (it polls while it waits on a communication) says so,
- * ignores the coming SIGTERM and sends its launcher SIGCHLD every 10 ms until the launcher's
- * SIGKILL ends it. Each rank watches the peers of its own node only (/proc), and only those it
+ * When a rank dies or exits non-zero (MPI_Abort too), Open MPI 4.1's mpirun (and each orted,
+ * for its node) sends the other ranks SIGCONT, sleeps odls_base_sigkill_timeout seconds, sends
+ * SIGTERM, sleeps as long again and sends SIGKILL: whatever the ranks do, the job ends after
+ * twice the timeout (119 s under the documented 60). Its sleep(3) returns early on a signal
+ * with the unslept whole seconds, which it sleeps again: each SIGCHLD it receives shortens it
+ * by about a second. So a rank that fails, or finds a peer on its node dead (it polls while it
+ * waits on a communication) and says so, leaves a child sending its launcher SIGCHLD every
+ * 10 ms (kick_launcher). Each rank watches the peers of its own node only (/proc), and only those it
  * could see at start (same pid namespace, same start time); the ranks of other nodes (whose
  * TCP transport does not report the loss: the wait just goes on) hear of it from the first
  * rank that found it, on a communicator of its own ("rank r is gone"). */
