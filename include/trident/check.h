@@ -20,6 +20,9 @@ int td_log_level(void);
 /* Called instead of exit() by td_die, so a communicator can take the whole job down
  * (MPI_Abort). NULL restores plain exit. */
 void td_set_abort_hook(void (*hook)(int code));
+/* Called by td_usage_error after rank 0 has printed, instead of exit(), so that under a
+ * launcher no rank's exit can end the job before rank 0's line is out (comm_usage_exit). */
+void td_set_usage_hook(void (*hook)(int code));
 
 void td_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 #define TD_INFO(...) td_log(1, __VA_ARGS__)

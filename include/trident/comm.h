@@ -20,6 +20,16 @@ struct comm_ops;
 comm *comm_world_init(int *argc, char ***argv);
 /* Finalises the world (MPI_Finalize) and frees it. */
 void comm_world_finalize(comm *world);
+/* Ends this process with a config error's code (td_set_usage_hook) once every rank has reached
+ * it: started by a launcher with more than one rank, it joins MPI (MPI_Init if not yet) and waits
+ * at a barrier (30 s at most, then MPI_Abort), so that no rank's exit makes the launcher end the
+ * job before rank 0 has printed the error; then MPI_Finalize and exit(code). */
+void comm_usage_exit(int code) __attribute__((noreturn));
+/* exit(code), after MPI_Finalize or without MPI. Among ranks started by Open MPI's mpirun, a
+ * non-zero code makes mpirun end the job, which it does only after sleeping twice
+ * odls_base_sigkill_timeout (as it does after passing on a SIGTERM, e.g. when the ranks exit
+ * after their save): a child process left behind cuts these sleeps short. */
+void comm_exit(int code) __attribute__((noreturn));
 /* Ends every rank of the job with `code` (MPI_Abort). */
 void comm_abort(const comm *c, int code) __attribute__((noreturn));
 

@@ -5,6 +5,7 @@
 #include "cli.h"
 #include "backend/backend.h"
 #include "trident/check.h"
+#include "trident/comm.h"
 
 static int cli_version(int argc, char **argv)
 {
@@ -47,6 +48,7 @@ static void usage(FILE *f)
 int main(int argc, char **argv)
 {
     be_prepare_process(argv);
+    td_set_usage_hook(comm_usage_exit); /* under mpirun rank 0's error line must get out first */
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "help") == 0) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? TD_EXIT_USAGE : 0;
@@ -56,7 +58,7 @@ int main(int argc, char **argv)
         return 0;
     }
     for (int i = 0; i < NCOMMANDS; i++)
-        if (strcmp(argv[1], COMMANDS[i].name) == 0) return COMMANDS[i].run(argc - 1, argv + 1);
+        if (strcmp(argv[1], COMMANDS[i].name) == 0) comm_exit(COMMANDS[i].run(argc - 1, argv + 1));
     fprintf(stderr, "error: unknown command '%s'\n\n", argv[1]);
     usage(stderr);
     return TD_EXIT_USAGE;

@@ -191,7 +191,7 @@ static const flag_t FLAGS[] = {
     {"--distributed-timeout-minutes", A_FLOAT, OFF(distributed_timeout_minutes), "10",
      TD_CMD_TRAIN | TD_CMD_EVAL | TD_CMD_GENERATE | TD_CMD_SERVE, "parallel",
      "a rank waiting longer than this in one communication aborts the job, naming the call, group and "
-     "peer (fractions allowed; 0: wait forever)", 0, 1e6, NULL},
+     "peer (fractions allowed; 0: wait forever); a peer of its node found dead ends the job at once", 0, 1e6, NULL},
     {"--recompute-granularity", A_CHOICE, OFF(recompute_granularity), NULL, TD_CMD_TRAIN | TD_CMD_PLAN, "recomputation",
      "re-run parts of the forward in the backward instead of keeping their activations: full (whole layers, "
      "with --recompute-method) or selective (the attention core)", 0, 0, "full|selective"},

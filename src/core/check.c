@@ -9,12 +9,14 @@
 static int g_rank = -1;
 static int g_level = 1;
 static void (*g_abort_hook)(int code);
+static void (*g_usage_hook)(int code);
 
 void td_log_set_rank(int rank) { g_rank = rank; }
 int td_log_rank(void) { return g_rank; }
 void td_log_set_level(int level) { g_level = level; }
 int td_log_level(void) { return g_level; }
 void td_set_abort_hook(void (*hook)(int code)) { g_abort_hook = hook; }
+void td_set_usage_hook(void (*hook)(int code)) { g_usage_hook = hook; }
 
 static void prefix(FILE *f)
 {
@@ -86,6 +88,8 @@ void td_usage_error(const char *fmt, ...)
         vline(stderr, "error: ", fmt, ap);
         va_end(ap);
     }
+    fflush(stdout);
+    if (g_usage_hook) g_usage_hook(TD_EXIT_USAGE);
     finish(TD_EXIT_USAGE);
 }
 

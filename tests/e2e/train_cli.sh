@@ -47,9 +47,23 @@ expect "empty validation split (weight, no documents)" 0 "leaves no validation d
 expect "empty test split (weight, no documents)" 0 "iteration        2/       2" \
   "$TRIDENT" train "${TINY[@]}" --split 100000,0,1
 
-# Under mpirun: one line, from rank 0; every rank exits 2 (so mpirun does).
-expect "np 4: flag-parser error" 2 "--num-layers 'two' is not an integer" "${MPIRUN[@]}" -np 4 "$TRIDENT" train --num-layers two
-once "np 4: flag-parser error"
+# Under mpirun: one line, from rank 0; every rank exits 2 (so mpirun does). A rank exiting 2
+# first made mpirun end the job before rank 0 had printed (the line was missing 4 times in 20):
+# ten runs in a row must each print it once.
+missed=0
+for i in $(seq 1 10); do
+  out=$(timeout 120 "${MPIRUN[@]}" -np 4 "$TRIDENT" train --num-layers two 2>&1); rc=$?
+  n=$(grep -c "error: trident train: --num-layers 'two' is not an integer" <<<"$out")
+  if [ "$rc" != 2 ] || [ "$n" != 1 ] || [ "$(grep -c "error:" <<<"$out")" != 1 ]; then
+    missed=$((missed + 1)); echo "run $i: exit $rc, $n lines:"; echo "$out" | head -5
+  fi
+done
+[ "$missed" = 0 ] && ok "np 4: flag-parser error: exit 2 and rank 0's line once, 10 runs of 10" ||
+  bad "np 4: flag-parser error: $missed runs of 10 without exit 2 and exactly one line"
+# the race made certain: rank 0 starts a second late (before the fix: exit 2, no line)
+expect "np 4, rank 0 late: flag-parser error" 2 "--num-layers 'two' is not an integer" "${MPIRUN[@]}" -np 4 \
+  bash -c '[ "$OMPI_COMM_WORLD_RANK" = 0 ] && sleep 1; exec "$0" "$@"' "$TRIDENT" train --num-layers two
+once "np 4, rank 0 late: flag-parser error"
 expect "np 4: unknown flag" 2 "unknown flag --bogus" "${MPIRUN[@]}" -np 4 "$TRIDENT" train --bogus 1
 once "np 4: unknown flag"
 expect "np 4: config error" 2 "--vocab-file nowhere.json: No such file" "${MPIRUN[@]}" -np 4 "$TRIDENT" train \
