@@ -16,7 +16,23 @@ static const char SUMMARY[] =
     "an iter_NNNNNNN folder), as F32 tensors or (--dtype) F16 or BF16 ones rounded from the fp32 weights;\n"
     "an OUT already holding a model is refused.\n"
     "trident convert --from hf DIR --to trident OUT: the reverse; OUT is a checkpoint folder (iteration 0,\n"
-    "weights only) to train from with --load OUT --finetune.";
+    "weights only) to train from with --load OUT --finetune; OUT is locked while it is written, as a\n"
+    "training run locks its --save folder.";
+
+/* --to trident OUT: takes OUT's save lock (ckpt_lock_save_dir, held until this process ends) before
+ * checking that OUT holds no checkpoint and writing one, so two converts into one folder, or a
+ * convert and a training run, never write it at once. The lock's messages name the folder as
+ * this command's --to trident. */
+static void lock_out(const char *out)
+{
+    char err[4400] = "", msg[4500];
+    int rc = ckpt_lock_save_dir(out, err, sizeof err);
+    if (rc == 0) return;
+    const char *rest = strncmp(err, "--save ", 7) == 0 ? err + 7 : err;
+    snprintf(msg, sizeof msg, "--to trident %s", rest);
+    if (rc > 0) td_warn("%s", msg);
+    else td_fatal(1, "%s", msg);
+}
 
 int cli_convert(int argc, char **argv)
 {
@@ -55,6 +71,7 @@ int cli_convert(int argc, char **argv)
     } else {
         comm *world = comm_world_init(&argc, &argv);
         if (comm_size(world) != 1) td_fatal(1, "%s runs on one rank (not under mpirun -np > 1)", prog);
+        lock_out(out);
         rc = hf_import(in, out, a.make_vocab_size_divisible_by, world, err, sizeof err);
         if (rc == 0)
             TD_INFO("wrote a trident checkpoint (iteration 0, weights only) to %s from %s in %.2f s; train from it "

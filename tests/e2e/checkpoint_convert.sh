@@ -55,6 +55,21 @@ if train 1 1 --train-iters 2 --load back >/dev/null; then bad "loading weights-o
 else grep -q "add --finetune or --no-load-optim" "$last_log" && ok "without --finetune: refused with a hint" ||
   { bad "message without --finetune"; cat "$last_log"; }; fi
 
+# --to trident takes the folder's save lock as a training run does: while another process holds
+# it (this shell, through util-linux flock, independent of trident; its holder line written as a
+# holder writes it), the convert is refused naming the holder and writes nothing; once free, the
+# convert takes the lock (the file names it) and writes its checkpoint
+mkdir held && exec 9>held/.trident-save.lock && flock -n 9 && echo "host test, pid $$, since now" >&9
+out=$("$TRIDENT" convert --from hf hf_src --to trident held 2>&1); rc=$?
+if [ "$rc" = 1 ] && grep -qF "error: --to trident held is in use by another training run (host test, pid $$, since now)" <<<"$out" &&
+   [ "$(ls -A held)" = .trident-save.lock ]; then ok "--to trident into a locked folder: refused, exit 1, nothing written: $out"
+else bad "--to trident into a locked folder: exit $rc: $out"; ls -A held; fi
+flock -u 9 && exec 9>&-
+if "$TRIDENT" convert --from hf hf_src --to trident held >held.log 2>&1 && [ -f held/latest_checkpointed_iteration.txt ] &&
+   grep -q "^host .*, pid [0-9]*, since " held/.trident-save.lock && ! grep -q "pid $$," held/.trident-save.lock; then
+  ok "--to trident into the folder once free: written, the lock file names the convert ($(cat held/.trident-save.lock))"
+else bad "--to trident once the lock is free"; cat held.log held/.trident-save.lock; fi
+
 check_fail() { # name rc text args...
   local name=$1 want=$2 text=$3; shift 3
   out=$("$TRIDENT" convert "$@" 2>&1); rc=$?

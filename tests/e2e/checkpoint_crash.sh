@@ -1,17 +1,22 @@
 #!/usr/bin/env bash
 # Crashes during a save (kill -9) leave the previous checkpoint loadable and
 # latest_checkpointed_iteration.txt pointing at it.
-#  1. One rank; TRIDENT_TEST_SAVE_DELAY_MS makes the saver pause after each shard and before the
-#     renames. Killed (a) with only the model shard of iteration 2 written, (b) with every shard
-#     and meta.json written but not yet renamed. Each time: latest says 1, `checkpoint info`
+#  1. One rank, continuing a checkpoint of iteration 1 (saved once, without delay, for both);
+#     TRIDENT_TEST_SAVE_DELAY_MS makes the saver pause after each shard and before the renames.
+#     Killed (a) with only the model shard of iteration 2 written, (b) with every shard and
+#     meta.json written but not yet renamed. Each time: latest says 1, `checkpoint info`
 #     verifies iteration 1, and a run resumed from it (with --save into the same folder) matches
 #     the uninterrupted run exactly and removes the stale iter_0000002.tmp.
-#  2. tp2 x pp2 under mpirun: one rank killed while the shards are written; the job ends
-#     non-zero and the previous checkpoint is intact.
+#  2. tp2 x pp2 under mpirun (continuing its own checkpoint of iteration 1): one rank killed while
+#     the shards of iteration 2 are written; the job ends non-zero and the previous checkpoint is
+#     intact.
 #  3. A run saving every iteration (--keep-last 2) killed at random moments and restarted with
-#     --load, 6 times: whatever latest names always verifies, and it keeps advancing.
+#     --load, 6 times: whatever latest names always verifies, and it keeps advancing. The moment is
+#     uniform over the half second after the run's first save, which spans two or more cycles of
+#     an iteration and its save (about 0.2 s here), so kills land in training, writing and renaming.
 . "$(dirname "$0")/checkpoint_lib.sh"
 train 1 1 --train-iters 5 --metrics-file full.jsonl >/dev/null || { bad "uninterrupted run failed"; cat "$last_log"; }
+train 1 1 --train-iters 5 --exit-interval 1 --save it1 >/dev/null || { bad "the run saving iteration 1 failed"; cat "$last_log"; }
 
 # run_direct LOG flags...: one rank without mpirun, in the background; pid in $job
 run_direct() {
@@ -28,9 +33,9 @@ latest_is() { [ -f "$1/latest_checkpointed_iteration.txt" ] && [ "$(cat "$1/late
 
 kill_during_save() { # name file-that-marks-the-moment
   local name=$1 mark=$2
-  rm -rf "$name" && mkdir "$name"
-  TRIDENT_TEST_SAVE_DELAY_MS=800 run_direct "$name/run.log" --train-iters 5 --save "$name/ckpt" --save-interval 1 \
-    --metrics-file "$name/m.jsonl"
+  rm -rf "$name" && mkdir "$name" && cp -r it1 "$name/ckpt"
+  TRIDENT_TEST_SAVE_DELAY_MS=800 run_direct "$name/run.log" --train-iters 5 --load "$name/ckpt" --save "$name/ckpt" \
+    --save-interval 1 --metrics-file "$name/m.jsonl"
   if ! wait_for 60 test -e "$name/ckpt/iter_0000002.tmp/$mark"; then
     bad "$name: $mark never appeared"; kill -9 "$job"; cat "$name/run.log"; return
   fi
@@ -53,9 +58,11 @@ kill_during_save before_rename meta.json
 
 # 2. a rank of tp2 x pp2 killed while shards are written
 rm -rf mp && mkdir mp
+train 4 2 --pipeline-model-parallel-size 2 --train-iters 5 --exit-interval 1 --save mp/ckpt >/dev/null ||
+  { bad "tp2 x pp2: the run saving iteration 1 failed"; cat "$last_log"; }
 TRIDENT_TEST_SAVE_DELAY_MS=800 timeout 120 "${MPIRUN[@]}" -np 4 "$TRIDENT" train "${BASE[@]}" --tensor-model-parallel-size 2 \
-  --make-vocab-size-divisible-by 256 --pipeline-model-parallel-size 2 --train-iters 5 --save mp/ckpt --save-interval 1 \
-  >mp/run.log 2>&1 &
+  --make-vocab-size-divisible-by 256 --pipeline-model-parallel-size 2 --train-iters 5 --load mp/ckpt --save mp/ckpt \
+  --save-interval 1 >mp/run.log 2>&1 &
 job=$!
 if wait_for 60 test -e mp/ckpt/iter_0000002.tmp/model_tp001_pp001.safetensors; then
   victim=$(ranks_of "$job" | tail -1)
@@ -79,10 +86,10 @@ rm -rf rnd && mkdir rnd
 RANDOM=7
 for k in 1 2 3 4 5 6; do
   run_direct rnd/run$k.log --train-iters 100000 --load rnd/ckpt --save rnd/ckpt --save-interval 1 --keep-last 2
-  # once this run has saved (latest moved), kill it at a random moment within the next second
+  # once this run has saved (latest moved), kill it at a random moment within the next half second
   wait_for 120 bash -c "[ \"\$(cat rnd/ckpt/latest_checkpointed_iteration.txt 2>/dev/null)\" -gt ${prev:-0} ]" ||
     { bad "random kill $k: the run never saved"; kill -9 "$job"; cat rnd/run$k.log; continue; }
-  sleep "$(printf '0.%03d' $((RANDOM % 1000)))"
+  sleep "$(printf '0.%03d' $((RANDOM % 500)))"
   kill -9 "$job"; wait "$job" 2>/dev/null
   it=$(cat rnd/ckpt/latest_checkpointed_iteration.txt)
   if [ "$it" -lt "${prev:-0}" ]; then bad "random kill $k: latest went back from $prev to $it"; fi

@@ -137,7 +137,7 @@ for path in sys.argv[1:]:
 PY
 if ! grep -lq run_id old/iter_0000002/* && "$TRIDENT" checkpoint info old >old_info.txt &&
    grep -Eq "CRC32: all [0-9]+ entries ok" old_info.txt && grep -q "kv_channels 8, .* norm_epsilon 1e-05" old_info.txt &&
-   "$TRIDENT" eval --load old --data-path "$DATA" --seq-length 16 >/dev/null 2>&1 &&
+   "$TRIDENT" eval --load old --data-path "$DATA" --split 99,1,0 --seq-length 16 >/dev/null 2>&1 &&
    train 2 1 --train-iters 4 --load old --save old "${DIST[@]}" && [ -d old/iter_0000004 ] &&
    [ "$(jq -r .run_id old/iter_0000004/meta.json | wc -c)" = 17 ]; then
   ok "a checkpoint from before run ids loads (info, eval, train); the resumed run saves with a new run id"

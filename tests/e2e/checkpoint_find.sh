@@ -25,7 +25,7 @@ out=$("$TRIDENT" checkpoint info nl 2>&1) && grep -q "^iteration 4;" <<<"$out" &
   ok "checkpoint info: $(grep warning <<<"$out")" || { bad "checkpoint info without latest:"; echo "$out" | head -3; }
 out=$("$TRIDENT" convert --from trident nl --to hf hf_nl 2>&1) && grep -qF "$note" <<<"$out" && [ -f hf_nl/config.json ] &&
   ok "convert finds iteration 4 the same way" || { bad "convert without latest:"; echo "$out" | tail -3; }
-out=$("$TRIDENT" eval --load nl --data-path "$DATA" --seq-length 16 2>&1) && grep -qF "$note" <<<"$out" &&
+out=$("$TRIDENT" eval --load nl --data-path "$DATA" --split 99,1,0 --seq-length 16 2>&1) && grep -qF "$note" <<<"$out" &&
   grep -q "eval: loss" <<<"$out" && ok "eval finds iteration 4 the same way" || { bad "eval without latest:"; echo "$out" | tail -3; }
 before=$(tree_sums nl/iter_0000004)
 if train 1 1 --train-iters 6 --load nl --save nl --save-interval 2 --metrics-file nl.jsonl && grep -qF "$note" "$last_log" &&

@@ -4,6 +4,13 @@
 set -u
 [ "$(id -u)" -eq 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMP_NUM_THREADS=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
+# Open MPI's start-up, half a second per launch, mostly probes for network transports (UCX, OFI,
+# openib) a one-node job never uses: name the ones it does use (ob1 over shared memory and self,
+# which it picks anyway), and let a one-rank run start without an orted (an isolated singleton).
+# A job that fails (most runs here are meant to) ends when mpirun has killed its other ranks,
+# which by default waits a second between SIGTERM and SIGKILL: kill at once (no run here saves
+# after a peer failed; checkpoint_signal.sh, which tests that grace, sets its own).
+export OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader OMPI_MCA_ess_singleton_isolated=1 OMPI_MCA_odls_base_sigkill_timeout=0
 MPIRUN=(mpirun --oversubscribe --bind-to none)
 pass=0 fail=0
 rm -rf "$WORK" && mkdir -p "$WORK" && cd "$WORK" || exit 1
@@ -20,11 +27,12 @@ BASE=(--data-path "$DATA" --vocab-file "$VOCAB" --merge-file "$MERGES" --split 9
       --lr-decay-style cosine --eval-interval 2 --eval-iters 1 --clip-grad 1.0 --seed 7 --peak-tflops 1
       --log-interval 100 --micro-batch-size 1)
 
-# train NP TP [flags...]: one run under mpirun (NP ranks, tp TP); output in $last_log.
+# train NP TP [flags...]: one run of NP ranks (tp TP), under mpirun unless NP is 1; output in $last_log.
 train() {
-  local np=$1 tp=$2; shift 2
+  local np=$1 tp=$2 launch=("${MPIRUN[@]}" -np "$1"); shift 2
+  [ "$np" = 1 ] && launch=()
   last_log=$WORK/run$((++nrun)).log
-  timeout 120 "${MPIRUN[@]}" -np "$np" "$TRIDENT" train "${BASE[@]}" --tensor-model-parallel-size "$tp" \
+  timeout 120 "${launch[@]}" "$TRIDENT" train "${BASE[@]}" --tensor-model-parallel-size "$tp" \
     --make-vocab-size-divisible-by $((512 / tp)) "$@" >"$last_log" 2>&1
 }
 nrun=0
