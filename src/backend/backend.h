@@ -667,6 +667,11 @@ static inline double be_sumsq(const backend *be, const float *x, size_t n)
 }
 static inline double be_peak_gflops(const backend *be) { return be->ops->peak_gflops(be); }
 static inline double be_copy_gbps(const backend *be) { return be->ops->copy_gbps(be); }
+/* Bytes a copy of n bytes moves as copy_gbps counts them: n read + n written. */
+static inline double be_copy_bytes(size_t n) { return 2.0 * (double)n; }
+/* Bytes be_adamw moves over n elements, counted as a copy's (read + written): p, g, m and v
+ * read, p, m and v written, one float each. */
+static inline double be_adamw_bytes(size_t n) { return (4.0 + 3.0) * (double)sizeof(float) * (double)n; }
 static inline void be_describe(const backend *be, char *out, size_t len) { be->ops->describe(be, out, len); }
 
 /* Non-parallel cross-entropy for one rank holding the whole vocabulary: logits (BT, V), of which

@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cjson/cJSON.h>
+
 #include "backend/backend.h"
 #include "trident/tokenizer.h"
 #include "trident/bert_source.h"
@@ -242,7 +244,7 @@ typedef struct {
     batch_source src;
     int reporter;            /* this rank prints and writes metrics */
     int eval;                /* validation runs: --eval-iters > 0 and a validation split exists */
-    double peak_tflops;
+    double peak_tflops;      /* for MFU: measured at start (or --peak-tflops), raised to any rate above it */
     met_writer *metrics;
     tb_writer *tb;           /* --tensorboard-dir, on the reporter */
     bd_state bd;             /* the time breakdown printed at the end */
@@ -784,6 +786,26 @@ static int resume_find(td_args *eff, comm *world, ckpt_meta *meta)
     return 1;
 }
 
+/* A note when a resumed run's sequence length or global batch size (gbs) differs from the
+ * checkpoint's: both allowed, as in Megatron (the data continues from the consumed sample count). */
+static void resume_note_changes(const td_args *a, const ckpt_meta *m, int gbs)
+{
+    if (a->finetune) return;
+    if (a->seq_length != m->model.seq)
+        TD_INFO("note: --seq-length %d differs from the checkpoint's %d: the run continues with %d-token samples",
+                a->seq_length, m->model.seq, a->seq_length);
+    cJSON *args = m->args_json ? cJSON_Parse(m->args_json) : NULL;
+    const cJSON *g = cJSON_GetObjectItemCaseSensitive(args, "global_batch_size");
+    const cJSON *mb = cJSON_GetObjectItemCaseSensitive(args, "micro_batch_size");
+    int old = cJSON_IsNumber(g) && g->valuedouble > 0 ? (int)g->valuedouble
+              : cJSON_IsNumber(mb)                    ? (int)mb->valuedouble * m->dp
+                                                      : 0;
+    if (old > 0 && old != gbs)
+        TD_INFO("note: the global batch size is %d, the checkpoint's was %d: the run continues from its %lld "
+                "consumed samples in batches of %d", gbs, old, (long long)m->progress.consumed_train, gbs);
+    cJSON_Delete(args);
+}
+
 /* The run as the checkpoint code sees it: with the distributed optimizer, the moments of this
  * rank's shard (each dp rank saves its own; a load keeps its ranges). */
 static ckpt_model ckpt_view(run_state *r)
@@ -905,18 +927,49 @@ static int after_iteration(run_state *r, const ckpt_progress *p, double t_begin,
     return 1;
 }
 
-/* The time breakdown and the limits it is held against: the sgemm peak and the copy bandwidth
- * (measured now, after the peak RSS was read, and only when AdamW's bytes exceed the caches).
- * AdamW touches 28 bytes per element it steps (the shard with the distributed optimizer). */
+/* The time breakdown and the limits it is held against: the GEMM peak (the best of the start's
+ * measurement, a new one now and the rates the run reached) and the copy bandwidth (measured
+ * now, after the peak RSS was read, and only when AdamW's bytes exceed the caches), both in
+ * bytes read + written. */
 static void print_breakdown(run_state *r)
 {
-    double stepped = (double)opt_adamw_state_numel(r->opt) / 2;
-    bd_limits lim = {.peak_gflops = r->peak_tflops * 1e3, .adamw_bytes = 28.0 * stepped};
-    lim.peak_name = r->be->gemm_dtype == BE_BF16 ? " of the bf16 GEMM peak"
-                    : r->be->gemm_dtype == BE_F16 ? " of the fp16 GEMM peak"
-                                                  : " of the sgemm peak";
+    size_t stepped = opt_adamw_state_numel(r->opt) / 2; /* the shard with the distributed optimizer */
+    double peak = r->peak_tflops * 1e3;
+    if (!td_args_given(r->a, "--peak-tflops")) peak = fmax(peak, be_peak_gflops(r->be));
+    bd_limits lim = {.peak_gflops = peak, .adamw_bytes = be_adamw_bytes(stepped)};
+    lim.peak_name = td_args_given(r->a, "--peak-tflops") ? "--peak-tflops peak"
+                    : r->be->gemm_dtype == BE_BF16       ? "bf16 GEMM peak"
+                    : r->be->gemm_dtype == BE_F16        ? "fp16 GEMM peak"
+                                                         : "sgemm peak";
     if (lim.adamw_bytes > 256e6) lim.copy_gbps = be_copy_gbps(r->be);
     bd_print(&r->bd, &lim);
+}
+
+/* This iteration's MFU against the peak, raised (and said) if the model's rate passed it: the
+ * start's measurement ran on a busier machine or other shapes. */
+static double mfu_of(run_state *r, double model_tflops, int64_t iter)
+{
+    double before = r->peak_tflops, mfu;
+    if (bd_fraction(model_tflops, &r->peak_tflops, &mfu) && r->reporter)
+        TD_INFO("peak for MFU: %.3f TFLOP/s per rank (raised: iteration %lld ran the model at this rate, above the "
+                "%.3f %s)", model_tflops, (long long)iter, before,
+                td_args_given(r->a, "--peak-tflops") ? "of --peak-tflops" : "measured before");
+    return mfu;
+}
+
+/* Ends a diverged run (exit 1, no checkpoint of the diverged model): `what` happened at `iter`;
+ * names the newest checkpoint saved before it, which --load resumes from. */
+static void stop_diverged(const td_args *a, int64_t iter, int64_t last_saved, const char *what)
+{
+    char saved[600] = "";
+    if (a->save && last_saved > 0)
+        snprintf(saved, sizeof saved, "; not saved: the newest checkpoint in --save %s is iteration %lld", a->save,
+                 (long long)last_saved);
+    else if (a->save)
+        snprintf(saved, sizeof saved, "; not saved to --save %s", a->save);
+    td_fatal(1, "iteration %lld: %s: the training diverged; lower --lr%s%s%s", (long long)iter, what,
+             a->clip_grad > 0 ? "" : ", clip the gradients (--clip-grad 1, the default; 0 turns it off)",
+             a->fp16 ? ", or train in --bf16" : "", saved);
 }
 
 int trainer_run(const td_args *a, comm *world)
@@ -963,6 +1016,7 @@ int trainer_run(const td_args *a, comm *world)
     a = &eff;
     ckpt_progress prog = {.seed = (uint64_t)eff.seed};
     if (resume) {
+        if (r.ps->world_rank == 0) resume_note_changes(a, &meta, r.gbs);
         prog = resume_load(&r, &meta);
         ckpt_meta_free(&meta);
         r.skipped = prog.skipped;
@@ -972,6 +1026,10 @@ int trainer_run(const td_args *a, comm *world)
             r.scaler.hysteresis_tracker = prog.hysteresis_tracker;
         }
     }
+    if (resume && prog.iteration >= r.train_iters && r.reporter)
+        TD_INFO("note: the checkpoint is at iteration %lld, already at or past --train-iters %lld%s: nothing to "
+                "train; raise --train-iters to continue", (long long)prog.iteration, (long long)r.train_iters,
+                td_args_given(a, "--train-iters") ? "" : " (--train-samples / --global-batch-size)");
     const char *ov = getenv("TRIDENT_TEST_OVERFLOW_ITER");
     int64_t overflow_test_iter = ov ? atoll(ov) : -1;
     const gpt_config *c = &r.chunks[0]->cfg;
@@ -995,7 +1053,7 @@ int trainer_run(const td_args *a, comm *world)
         dp_finish_grads(r.dp, r.nchunks);
         bd_start(&r.bd, BD_OPTIMIZER);
         if (iter == overflow_test_iter) inject_overflow(&r);
-        double norm = opt_grad_norm(r.opt) / scale; /* of the grads with the loss scale divided out */
+        double norm = opt_unscaled_grad_norm(r.opt, scale);
         int found_inf = !isfinite(norm);
         if (found_inf && !r.scaled)
             td_fatal(1, "iteration %lld: the gradient norm is %g (NaN or Inf); lower --lr or check the data",
@@ -1005,10 +1063,8 @@ int trainer_run(const td_args *a, comm *world)
         int64_t step = iter - r.skipped; /* Adam steps and the schedule count only the steps taken */
         double lr = opt_lr_at(&r.lr, found_inf ? step + 1 : step);
         bd_start(&r.bd, BD_ADAMW);
-        if (!found_inf) {
-            opt_adamw_step(r.opt, lr, opt_clip_factor(norm, a->clip_grad) / scale, step);
+        if (opt_adamw_step_scaled(r.opt, lr, norm, a->clip_grad, scale, step))
             for (int k = 0; k < r.nchunks; k++) dp_start_param_gather(r.dp[k]);
-        }
         bd_stop(&r.bd, BD_ADAMW);
         bd_stop(&r.bd, BD_OPTIMIZER);
         consumed += r.gbs;
@@ -1032,15 +1088,26 @@ int trainer_run(const td_args *a, comm *world)
         rec.comm_ms = (ps_comm_seconds(r.ps) - c0) * 1e3;
         rec.tokens_per_s = (double)r.gbs * c->seq / dt;
         rec.model_tflops_per_rank = flops_iter / dt / r.ps->world_size / 1e12;
-        rec.mfu = r.peak_tflops > 0 ? rec.model_tflops_per_rank / r.peak_tflops : 0;
+        rec.mfu = mfu_of(&r, rec.model_tflops_per_rank, iter);
         rec.val_loss = NAN;
         if (r.bert) bert_metrics(&r, &rec);
         if (r.eval && (iter % a->eval_interval == 0 || iter == r.train_iters)) {
             rec.val_loss = evaluate(&r, GPTDS_VALID, valid_consumed, a->eval_iters);
             valid_consumed += a->eval_iters * r.gbs;
         }
-        if (!isfinite(loss) && !r.scaled)
-            td_fatal(1, "iteration %lld: the loss is %g; lower --lr or check the data", (long long)iter, loss);
+        if (!isfinite(loss)) {
+            snprintf(msg, sizeof msg, "the loss is %g (a NaN or Inf in the forward pass, which no loss scale "
+                     "changes)", loss);
+            stop_diverged(a, iter, last_saved, msg);
+        }
+        if (r.scaled && opt_loss_scaler_diverged(&r.scaler)) {
+            snprintf(msg, sizeof msg, "the gradients overflowed in %d steps in a row with the loss scale at its %s %g "
+                     "(%lld steps skipped in all; a smaller %s may help)", OPT_DIVERGED_OVERFLOWS,
+                     r.scaler.dynamic ? "minimum (--min-loss-scale)" : "constant value (--loss-scale)",
+                     r.scaler.scale, (long long)r.skipped, r.scaler.dynamic ? "--min-loss-scale" : "--loss-scale");
+            stop_diverged(a, iter, last_saved, msg);
+        }
+        rec.time_left_s = (td_now() - t_start) / (double)(iter - prog.iteration) * (double)(r.train_iters - iter);
         if (r.reporter) {
             met_write(r.metrics, &rec);
             tb_log_iteration(r.tb, &rec, r.scaled, a->tensorboard_log_interval);
@@ -1059,7 +1126,8 @@ int trainer_run(const td_args *a, comm *world)
     if (a->dump_params) dump_params(&r, a->dump_params);
     if (r.reporter) {
         double total = td_now() - t_start;
-        TD_INFO("done: %lld iterations in %.1f s; peak memory (RSS) %.1f MiB", (long long)last_iter, total,
+        TD_INFO("done: %lld iterations in %.1f s%s; peak memory (RSS) %.1f MiB", (long long)last_iter, total,
+                last_iter == prog.iteration && resume ? " (none trained: the checkpoint was already there)" : "",
                 (double)trainer_peak_rss() / (1024.0 * 1024.0));
         tb_scalar(r.tb, "peak-memory-mib", last_iter, r.rss_peak / (1024.0 * 1024.0));
         tb_flush(r.tb);
