@@ -4,6 +4,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <math.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -250,7 +253,9 @@ typedef struct {
     bd_state bd;             /* the time breakdown printed at the end */
     mem_layout mem;          /* what this rank holds, for the memory prediction */
     mem_prediction mem_pred;
-    double rss_start;        /* resident bytes before the data and the model (libraries, MPI) */
+    double rss_start;        /* resident bytes before the data and the model (libraries, MPI, what the
+                              * tokenizer's load left) */
+    double hwm_start;        /* the peak resident bytes before them (the tokenizer's load at its largest) */
     double rss_peak;         /* peak resident bytes of the training (before the end-of-run measurements) */
 } run_state;
 
@@ -309,6 +314,15 @@ static void bert_metrics(run_state *r, met_record *rec)
     memset(st, 0, GPT_BERT_NSTATS * sizeof(double));
 }
 
+/* Gives the heap's free pages back to the system (glibc keeps freed small and medium blocks
+ * resident): what a transient buffer left must not count in the run's peak memory. */
+static void trim_heap(void)
+{
+#ifdef __GLIBC__
+    malloc_trim(0);
+#endif
+}
+
 /* The vocabulary of the tokenizer (--vocab-file or --tokenizer-model); -1 without one. */
 static int tokenizer_vocab(const td_args *a)
 {
@@ -319,6 +333,7 @@ static int tokenizer_vocab(const td_args *a)
     if (!tok) td_fatal(1, "%s", err);
     int v = tok_vocab_size(tok);
     tok_free(tok);
+    trim_heap(); /* a tokenizer.json's parse leaves tens of MB in the heap's free lists */
     return v;
 }
 
@@ -392,26 +407,31 @@ static void predict_memory(run_state *r, const gpt_config *c, int slots)
     print_per_stage(r, line, sizeof line, "memory per rank (predicted)");
 }
 
-/* Sets this rank's peak RSS against the prediction plus what it held before the model (the
- * libraries, MPI): the largest per pipeline stage. */
+/* Sets this rank's peak RSS against the prediction: the larger of the model's run plus what the
+ * process held before it (the libraries, MPI), and the peak reached before the model (a large
+ * tokenizer.json's parse: the vocabulary size is read from it). The largest per pipeline stage. */
 static void report_memory(run_state *r)
 {
     const ps_state *ps = r->ps;
-    double mine[3] = {r->rss_peak, r->mem_pred.total, r->rss_start};
-    double *all = td_xmalloc(3 * sizeof(double) * (size_t)ps->world_size);
-    comm_allgather(ps->world, mine, all, 3, COMM_F64);
+    double mine[4] = {r->rss_peak, r->mem_pred.total, r->rss_start, r->hwm_start};
+    double *all = td_xmalloc(4 * sizeof(double) * (size_t)ps->world_size);
+    comm_allgather(ps->world, mine, all, 4, COMM_F64);
     if (ps->world_rank == 0)
         for (int st = 0; st < ps->pp; st++) {
             const double *top = NULL; /* the rank of the stage with the largest peak */
             for (int t = 0; t < ps->tp; t++)
                 for (int d = 0; d < ps->dp; d++) {
-                    const double *x = all + 3 * ps_rank_of(ps, t, d, st);
+                    const double *x = all + 4 * ps_rank_of(ps, t, d, st);
                     if (!top || x[0] > top[0]) top = x;
                 }
-            double pred = top[1] + top[2];
+            double run = top[1] + top[2], pred = fmax(run, top[3]);
+            char before[160] = "";
+            if (top[3] > run)
+                snprintf(before, sizeof before, "; the peak before the model, %.1f MiB (the tokenizer's load), is larger",
+                         top[3] / MIB);
             TD_INFO("peak memory (RSS), stage %d: %.1f MiB measured, %.1f MiB predicted (%.1f for the model and its "
-                    "run + %.1f held before it): %+.1f%%", st, top[0] / MIB, pred / MIB, top[1] / MIB, top[2] / MIB,
-                    100.0 * (top[0] - pred) / pred);
+                    "run + %.1f held before it%s): %+.1f%%", st, top[0] / MIB, pred / MIB, top[1] / MIB, top[2] / MIB,
+                    before, 100.0 * (top[0] - pred) / pred);
         }
     free(all);
 }
@@ -430,13 +450,14 @@ static void setup(run_state *r, const td_args *a, comm *world)
     if (a->bf16 || a->fp16) be_set_gemm_dtype(r->be, a->bf16 ? BE_BF16 : BE_F16);
     /* measured before the model exists: its GEMMs' buffers come and go below the run's peak */
     r->peak_tflops = td_args_given(a, "--peak-tflops") ? a->peak_tflops : be_peak_gflops(r->be) / 1e3;
+    gpt_config c = model_config(a, ps);
     r->rss_start = (double)proc_status_bytes("VmRSS"); /* with OpenBLAS's buffers, which the GEMMs above made */
+    r->hwm_start = (double)proc_status_bytes("VmHWM");
     r->scaled = a->fp16 || td_args_given(a, "--loss-scale");
     if (td_args_given(a, "--loss-scale")) opt_loss_scaler_init(&r->scaler, 0, a->loss_scale, a->loss_scale, 1, 1);
     else opt_loss_scaler_init(&r->scaler, 1, a->initial_loss_scale, a->min_loss_scale, a->loss_scale_window,
                               a->hysteresis);
     r->reporter = ps->tp_rank == 0 && ps->dp_rank == 0 && ps_is_last_stage(ps);
-    gpt_config c = model_config(a, ps);
 
     r->gbs = a->global_batch_size ? a->global_batch_size : a->micro_batch_size * ps->dp;
     r->num_micro = r->gbs / (a->micro_batch_size * ps->dp);
@@ -498,6 +519,7 @@ static void setup(run_state *r, const td_args *a, comm *world)
     opt_adamw_hparams hp = {a->adam_beta1, a->adam_beta2, a->adam_eps, a->weight_decay};
     r->opt = opt_adamw_create(r->be, ps, r->chunks, r->nchunks, shards, distributed, &hp);
     r->opt->check_all_finite = r->scaled;
+    trim_heap(); /* the initialization's host buffer of the largest tensor (the embedding's) */
     predict_memory(r, &c, slots);
 
     opt_decay_style style;
