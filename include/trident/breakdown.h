@@ -41,7 +41,7 @@ void bd_stop(bd_state *b, bd_region r);
 typedef struct bd_limits {
     double peak_gflops;     /* the GEMM peak in the GEMMs' dtype, for their efficiency */
     const char *peak_name;  /* "sgemm peak", "bf16 GEMM peak" */
-    double copy_gbps;       /* STREAM-like copy bandwidth (read + written), for AdamW */
+    double stream_gbps;     /* AdamW's memory traffic alone (be_adamw_stream_gbps), read + written */
     double adamw_bytes;     /* bytes AdamW reads + writes per iteration (be_adamw_bytes) */
 } bd_limits;
 

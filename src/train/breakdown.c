@@ -100,14 +100,14 @@ void bd_print(const bd_state *b, const bd_limits *lim)
                                     k->seconds[op] * ms);
     TD_INFO("  other kernels  %9.1f ms %5.1f%%  %s", other * ms, pct(other * ms, total), fam);
     double adamw = b->region[BD_ADAMW] * ms;
-    if (lim->copy_gbps > 0 && lim->adamw_bytes > 0 && adamw > 0) {
-        double gbps = lim->adamw_bytes / (adamw * 1e-3) * 1e-9, copy = lim->copy_gbps, frac;
-        char vs[160];
-        if (bd_fraction(gbps, &copy, &frac))
-            snprintf(vs, sizeof vs, "100%% of the copy bandwidth, raised to this rate (%.1f GB/s measured)",
-                     lim->copy_gbps);
+    if (lim->stream_gbps > 0 && lim->adamw_bytes > 0 && adamw > 0) {
+        double gbps = lim->adamw_bytes / (adamw * 1e-3) * 1e-9, limit = lim->stream_gbps, frac;
+        char vs[200];
+        if (bd_fraction(gbps, &limit, &frac))
+            snprintf(vs, sizeof vs, "100%% of the bandwidth of its streams, raised to this rate (%.1f GB/s measured)",
+                     lim->stream_gbps);
         else
-            snprintf(vs, sizeof vs, "%.0f%% of the copy bandwidth %.1f GB/s", 100.0 * frac, copy);
+            snprintf(vs, sizeof vs, "%.0f%% of the bandwidth of its streams %.1f GB/s", 100.0 * frac, limit);
         TD_INFO("  optimizer      %9.1f ms %5.1f%%  AdamW %.1f ms: %.2f GB read + written at %.1f GB/s = %s", opt,
                 pct(opt, total), adamw, lim->adamw_bytes * 1e-9, gbps, vs);
     } else {

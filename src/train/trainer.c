@@ -950,9 +950,9 @@ static int after_iteration(run_state *r, const ckpt_progress *p, double t_begin,
 }
 
 /* The time breakdown and the limits it is held against: the GEMM peak (the best of the start's
- * measurement, a new one now and the rates the run reached) and the copy bandwidth (measured
- * now, after the peak RSS was read, and only when AdamW's bytes exceed the caches), both in
- * bytes read + written. */
+ * measurement, a new one now and the rates the run reached) and the bandwidth of AdamW's streams
+ * (measured now, after the peak RSS was read, and only when AdamW's bytes exceed the caches;
+ * bytes read + written, as AdamW's). */
 static void print_breakdown(run_state *r)
 {
     size_t stepped = opt_adamw_state_numel(r->opt) / 2; /* the shard with the distributed optimizer */
@@ -963,7 +963,7 @@ static void print_breakdown(run_state *r)
                     : r->be->gemm_dtype == BE_BF16       ? "bf16 GEMM peak"
                     : r->be->gemm_dtype == BE_F16        ? "fp16 GEMM peak"
                                                          : "sgemm peak";
-    if (lim.adamw_bytes > 256e6) lim.copy_gbps = be_copy_gbps(r->be);
+    if (lim.adamw_bytes > 256e6) lim.stream_gbps = be_adamw_stream_gbps(r->be);
     bd_print(&r->bd, &lim);
 }
 

@@ -45,7 +45,7 @@ static void fraction_raises_the_limit(void **state)
 
 /* What bd_print writes (on stdout) for two counted iterations: GEMMs of 400 GFLOP in 2 s (200
  * GFLOP/s), AdamW 0.2 s of 2 x 2.8 GB (28 GB/s), against the limits given. */
-static char *print_to_string(double peak_gflops, double copy_gbps)
+static char *print_to_string(double peak_gflops, double stream_gbps)
 {
     bd_state b;
     memset(&b, 0, sizeof b);
@@ -55,7 +55,7 @@ static char *print_to_string(double peak_gflops, double copy_gbps)
     b.kern.flops[BE_OP_GEMM] = 400e9;
     b.kern.calls[BE_OP_GEMM] = 10;
     b.region[BD_OPTIMIZER] = b.region[BD_ADAMW] = 0.2;
-    bd_limits lim = {.peak_gflops = peak_gflops, .peak_name = "bf16 GEMM peak", .copy_gbps = copy_gbps,
+    bd_limits lim = {.peak_gflops = peak_gflops, .peak_name = "bf16 GEMM peak", .stream_gbps = stream_gbps,
                      .adamw_bytes = be_adamw_bytes(100000000)};
     char path[] = TD_TEST_TMP "/breakdown_XXXXXX";
     int fd = mkstemp(path), saved = dup(1);
@@ -96,12 +96,12 @@ static void printed_fractions_below_limits(void **state)
     const char *out = print_to_string(400, 56);
     assert_fractions_at_most_one(out);
     assert_non_null(strstr(out, "200.0 GFLOP/s = 50% of the bf16 GEMM peak 400.0 GFLOP/s"));
-    assert_non_null(strstr(out, "2.80 GB read + written at 28.0 GB/s = 50% of the copy bandwidth 56.0 GB/s"));
+    assert_non_null(strstr(out, "2.80 GB read + written at 28.0 GB/s = 50% of the bandwidth of its streams 56.0 GB/s"));
     assert_null(strstr(out, "raised"));
 }
 
-/* The rates above the limits (the issue's 101% of the GEMM peak; AdamW faster than the copy): the
- * limits are raised to the rates, the lines say so and name the limits measured. */
+/* The rates above the limits (the issue's 101% of the GEMM peak; AdamW faster than its limit):
+ * the limits are raised to the rates, the lines say so and name the limits measured. */
 static void printed_fractions_above_limits(void **state)
 {
     (void)state;
@@ -109,7 +109,7 @@ static void printed_fractions_above_limits(void **state)
     assert_fractions_at_most_one(out);
     assert_non_null(strstr(out, "200.0 GFLOP/s = 100% of the bf16 GEMM peak, raised to this rate (198.0 GFLOP/s "
                                 "measured at start)"));
-    assert_non_null(strstr(out, "at 28.0 GB/s = 100% of the copy bandwidth, raised to this rate (10.0 GB/s measured)"));
+    assert_non_null(strstr(out, "at 28.0 GB/s = 100% of the bandwidth of its streams, raised to this rate (10.0 GB/s measured)"));
 }
 
 int main(void)

@@ -213,6 +213,7 @@ double cpu_sumsq(const backend *be, const float *x, size_t n);
 
 double cpu_peak_gflops(const backend *be);
 double cpu_copy_gbps(const backend *be);
+double cpu_adamw_stream_gbps(const backend *be);
 
 /* Per-thread scratch that only grows: slot 0..3 of the calling thread, at least `bytes`, 64-byte
  * aligned. Kernels use it instead of allocating per call, so a training run allocates nothing
