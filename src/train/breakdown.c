@@ -82,8 +82,8 @@ void bd_print(const bd_state *b, const bd_limits *lim)
     char vs[200] = "";
     double peak = lim->peak_gflops, frac;
     if (bd_fraction(gf, &peak, &frac))
-        snprintf(vs, sizeof vs, " = 100%% of the %s, raised to this rate (%.1f GFLOP/s measured at start)",
-                 lim->peak_name, lim->peak_gflops);
+        snprintf(vs, sizeof vs, " = 100%% of the %s, raised to this rate from %.1f GFLOP/s", lim->peak_name,
+                 lim->peak_gflops);
     else if (peak > 0)
         snprintf(vs, sizeof vs, " = %.0f%% of the %s %.1f GFLOP/s", 100.0 * frac, lim->peak_name, peak);
     TD_INFO("  GEMMs          %9.1f ms %5.1f%%  %.1f GFLOP at %.1f GFLOP/s%s", gemm, pct(gemm, total),
@@ -104,7 +104,7 @@ void bd_print(const bd_state *b, const bd_limits *lim)
         double gbps = lim->adamw_bytes / (adamw * 1e-3) * 1e-9, limit = lim->stream_gbps, frac;
         char vs[200];
         if (bd_fraction(gbps, &limit, &frac))
-            snprintf(vs, sizeof vs, "100%% of the bandwidth of its streams, raised to this rate (%.1f GB/s measured)",
+            snprintf(vs, sizeof vs, "100%% of the bandwidth of its streams, raised to this rate from %.1f GB/s measured",
                      lim->stream_gbps);
         else
             snprintf(vs, sizeof vs, "%.0f%% of the bandwidth of its streams %.1f GB/s", 100.0 * frac, limit);

@@ -973,9 +973,8 @@ static double mfu_of(run_state *r, double model_tflops, int64_t iter)
 {
     double before = r->peak_tflops, mfu;
     if (bd_fraction(model_tflops, &r->peak_tflops, &mfu) && r->reporter)
-        TD_INFO("peak for MFU: %.3f TFLOP/s per rank (raised: iteration %lld ran the model at this rate, above the "
-                "%.3f %s)", model_tflops, (long long)iter, before,
-                td_args_given(r->a, "--peak-tflops") ? "of --peak-tflops" : "measured before");
+        TD_INFO("peak for MFU: %.4g TFLOP/s per rank (raised from %.4g: iteration %lld ran the model at this rate)",
+                model_tflops, before, (long long)iter);
     return mfu;
 }
 

@@ -49,6 +49,17 @@ grep -q "note: the global batch size is 4, the checkpoint's was 2: the run conti
 grep -q "note: .*\(seq-length\|global batch\)" same.log && bad "a note without a change: $(grep note same.log)" ||
   ok "no note when nothing changed"
 
+# 5. a peak below the rate reached: raised, said, and no MFU above 1
+"$TRIDENT" train "${GPT[@]}" --seq-length 32 --global-batch-size 2 --train-iters 3 --peak-tflops 1e-6 \
+  --metrics-file mfu.jsonl >mfu.log 2>&1 || { bad "--peak-tflops 1e-6 run failed"; tail -3 mfu.log; }
+over=$(grep -o '"mfu": [^,}]*' mfu.jsonl | awk '$2 > 1' | wc -l)
+if [ "$over" -eq 0 ] && [ "$(grep -c '"mfu": ' mfu.jsonl)" -eq 3 ] &&
+   grep -q "peak for MFU: .* TFLOP/s per rank (raised from 1e-06: iteration 1 ran the model at this rate)" mfu.log &&
+   gemm=$(grep -o 'GFLOP/s = [0-9]*% of the --peak-tflops peak' mfu.log | grep -o '[0-9]*%' | tr -d %) &&
+   [ -n "$gemm" ] && [ "$gemm" -le 100 ]; then
+  ok "MFU at most 1 against --peak-tflops 1e-6, GEMMs at $gemm% of the peak: $(grep -o 'peak for MFU: .*' mfu.log | sed -n 2p)"
+else bad "MFU above 1 or not said: $(grep -o '"mfu": [^,}]*' mfu.jsonl | tr '\n' ' ') $(grep -E 'peak for MFU|GEMMs' mfu.log)"; fi
+
 # 4. the Llama example's memory at tp 2
 head -c 200000 "$TEXT" >ts.txt
 "$(dirname "$0")/../../scripts/text-to-jsonl.sh" ts.txt ts.jsonl 400 || exit 1
