@@ -81,7 +81,10 @@ int main(int argc, char **argv)
             if (k >= FIRST_OPTIONAL && isnan(x) && isnan(y)) continue; /* no validation this iteration, or GPT */
             double rel = x == y ? 0 : fabs(x - y) / fabs(x); /* null == null: 0; null against a number: NaN */
             int ok = !isnan(rel) && rel <= tol; /* a value missing on one side is NaN: fails */
-            printf("iteration %d: %s %.9g vs %.9g (relative %.2e) %s\n", i + 1, KEYS[k], x, y, rel, ok ? "ok" : "FAIL");
+            char xs[32], ys[32];
+            snprintf(xs, sizeof xs, x == NULL_VALUE ? "null" : "%.9g", x);
+            snprintf(ys, sizeof ys, y == NULL_VALUE ? "null" : "%.9g", y);
+            printf("iteration %d: %s %s vs %s (relative %.2e) %s\n", i + 1, KEYS[k], xs, ys, rel, ok ? "ok" : "FAIL");
             ok ? pass++ : fail++;
         }
     long pa, pb;
