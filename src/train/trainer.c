@@ -248,6 +248,7 @@ typedef struct {
     int reporter;            /* this rank prints and writes metrics */
     int eval;                /* validation runs: --eval-iters > 0 and a validation split exists */
     double peak_tflops;      /* for MFU: measured at start (or --peak-tflops), raised to any rate above it */
+    double peak_measured;    /* the GEMM peak as measured at start (or --peak-tflops), TFLOP/s */
     met_writer *metrics;
     tb_writer *tb;           /* --tensorboard-dir, on the reporter */
     bd_state bd;             /* the time breakdown printed at the end */
@@ -450,6 +451,7 @@ static void setup(run_state *r, const td_args *a, comm *world)
     if (a->bf16 || a->fp16) be_set_gemm_dtype(r->be, a->bf16 ? BE_BF16 : BE_F16);
     /* measured before the model exists: its GEMMs' buffers come and go below the run's peak */
     r->peak_tflops = td_args_given(a, "--peak-tflops") ? a->peak_tflops : be_peak_gflops(r->be) / 1e3;
+    r->peak_measured = r->peak_tflops;
     gpt_config c = model_config(a, ps);
     r->rss_start = (double)proc_status_bytes("VmRSS"); /* with OpenBLAS's buffers, which the GEMMs above made */
     r->hwm_start = (double)proc_status_bytes("VmHWM");
@@ -950,13 +952,13 @@ static int after_iteration(run_state *r, const ckpt_progress *p, double t_begin,
 }
 
 /* The time breakdown and the limits it is held against: the GEMM peak (the best of the start's
- * measurement, a new one now and the rates the run reached) and the bandwidth of AdamW's streams
+ * measurement and a new one now; raised by bd_print if the GEMMs ran faster) and the bandwidth of AdamW's streams
  * (measured now, after the peak RSS was read, and only when AdamW's bytes exceed the caches;
  * bytes read + written, as AdamW's). */
 static void print_breakdown(run_state *r)
 {
     size_t stepped = opt_adamw_state_numel(r->opt) / 2; /* the shard with the distributed optimizer */
-    double peak = r->peak_tflops * 1e3;
+    double peak = r->peak_measured * 1e3;
     if (!td_args_given(r->a, "--peak-tflops")) peak = fmax(peak, be_peak_gflops(r->be));
     bd_limits lim = {.peak_gflops = peak, .adamw_bytes = be_adamw_bytes(stepped)};
     lim.peak_name = td_args_given(r->a, "--peak-tflops") ? "--peak-tflops peak"
