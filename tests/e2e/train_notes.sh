@@ -74,7 +74,9 @@ mpirun --oversubscribe --bind-to none -np 2 "$TRIDENT" train --data-path llama_t
   { bad "Llama run failed"; tail -3 llama.log; }
 line=$(grep -o 'peak memory (RSS), stage 0: .*' llama.log)
 pct=$(grep -o '[-+][0-9.]*%$' <<<"$line" | tr -d '+%')
-if [ -n "$pct" ] && awk -v p="$pct" 'BEGIN { exit !(p <= 9 && p >= -9) }'; then ok "Llama at tp 2: $line"
+if ldd "$TRIDENT" | grep -q libasan; then
+  echo "skipped: the Llama memory check under ASan (its shadow memory and quarantine are not the model's): $line"
+elif [ -n "$pct" ] && awk -v p="$pct" 'BEGIN { exit !(p <= 9 && p >= -9) }'; then ok "Llama at tp 2: $line"
 else bad "Llama at tp 2, memory against the prediction: ${line:-no line}"; fi
 
 echo "$pass passed, $fail failed"
