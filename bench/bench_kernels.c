@@ -252,7 +252,8 @@ int main(int argc, char **argv)
     run(c, "sumsq", k_sumsq, 3, 0, 4 * an);
     run(c, "zero", k_zero, 3, 0, 4 * an);
     run(c, "copy", k_copy, 3, 0, 8 * an);
-    printf("sgemm peak %.1f GFLOP/s, copy bandwidth %.1f GB/s\n", be_peak_gflops(be), be_copy_gbps(be));
+    printf("sgemm peak %.1f GFLOP/s, copy bandwidth %.1f GB/s, AdamW's streams %.1f GB/s (read + written)\n",
+           be_peak_gflops(be), be_copy_gbps(be), be_adamw_stream_gbps(be));
     be_free(be);
     return 0;
 }

@@ -40,12 +40,18 @@ void bd_stop(bd_state *b, bd_region r);
 /* What the numbers are held against; zeros leave a comparison out. */
 typedef struct bd_limits {
     double peak_gflops;     /* the GEMM peak in the GEMMs' dtype, for their efficiency */
-    const char *peak_name;  /* " of the sgemm peak", " of the bf16 GEMM peak" */
-    double copy_gbps;       /* STREAM-like copy bandwidth, for AdamW */
-    double adamw_bytes;     /* bytes AdamW reads + writes per iteration (28 per parameter) */
+    const char *peak_name;  /* "sgemm peak", "bf16 GEMM peak" */
+    double stream_gbps;     /* AdamW's memory traffic alone (be_adamw_stream_gbps), read + written */
+    double adamw_bytes;     /* bytes AdamW reads + writes per iteration (be_adamw_bytes) */
 } bd_limits;
 
-/* Prints the mean per counted iteration, one line per category, through TD_INFO. */
+/* `rate` as a fraction of `*limit` (same units), never above 1: a rate above the limit shows the
+ * limit was measured low (a machine busier then, other shapes), so *limit is raised to the rate
+ * and 1 returned (the caller says so); 0 otherwise. *fraction is 0 when *limit is not positive. */
+int bd_fraction(double rate, double *limit, double *fraction);
+
+/* Prints the mean per counted iteration, one line per category, through TD_INFO. Every fraction
+ * of a limit printed is at most 1; a limit raised to a rate above it is named as raised. */
 void bd_print(const bd_state *b, const bd_limits *lim);
 
 #endif

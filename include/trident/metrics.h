@@ -3,6 +3,7 @@
 #ifndef TRIDENT_METRICS_H
 #define TRIDENT_METRICS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 typedef struct met_record {
@@ -24,6 +25,7 @@ typedef struct met_record {
     int bert;
     double lm_acc;           /* masked tokens predicted right (argmax) */
     double sop_loss, sop_acc; /* sentence order; NaN without the binary head */
+    double time_left_s;      /* to --train-iters at the mean iteration time so far; NaN: not known */
 } met_record;
 
 typedef struct met_writer met_writer;
@@ -33,6 +35,9 @@ met_writer *met_open(const char *path);
 /* Appends one line; NULL writer is a no-op. Flushed at once, so a crash loses nothing. */
 void met_write(met_writer *w, const met_record *r);
 void met_close(met_writer *w);
+/* s seconds as "1:02:03" (hours:minutes:seconds, the hours growing past 99 as needed), "?" when
+ * s is not finite or negative. */
+void met_format_duration(char *buf, size_t len, double s);
 /* Prints the Megatron-style line (and the validation line when val_loss is set) on stdout. */
 void met_print(const met_record *r, int64_t train_iters, int global_batch);
 

@@ -61,6 +61,15 @@ double opt_grad_norm(const opt_adamw *o);
  * from 1. Weight decay per element from the tensor it lies in (no_decay). */
 void opt_adamw_step(opt_adamw *o, double lr, double gscale, int64_t step);
 
+/* Loss-scaled gradients (the backward started from d(loss) * scale; scale 1 without one): the
+ * global norm of the gradients with the scale divided out (opt_grad_norm / scale). Not finite
+ * when any gradient overflowed. Collective as opt_grad_norm. */
+double opt_unscaled_grad_norm(const opt_adamw *o, double scale);
+/* One AdamW step on loss-scaled gradients: divides the scale out and clips to max_norm (0: no
+ * clipping) by `norm`, their unscaled norm. When norm is not finite (an overflow) steps nothing
+ * and returns 0 (the step is skipped); 1 when it stepped. */
+int opt_adamw_step_scaled(opt_adamw *o, double lr, double norm, double max_norm, double scale, int64_t step);
+
 typedef enum { OPT_DECAY_CONSTANT, OPT_DECAY_LINEAR, OPT_DECAY_COSINE } opt_decay_style;
 
 typedef struct {
@@ -83,7 +92,11 @@ double opt_clip_factor(double grad_norm, double max_norm);
  * optimizer divides it out. A step whose gradients hold an Inf or NaN (an fp16 overflow; found by
  * the grad norm, which every rank of the model-parallel group shares) is skipped. The dynamic
  * scaler then counts down `hysteresis` overflows before halving the scale (not below min_scale),
- * and doubles it after `window` steps in a row without one (resetting the count-down). */
+ * and doubles it after `window` steps in a row without one (resetting the count-down).
+ * OPT_DIVERGED_OVERFLOWS overflows in a row with the scale at its floor (min_scale, or the
+ * constant scale) are a divergence: the skipped steps leave the weights as they are, so nothing
+ * would change but the batch; the trainer stops. */
+#define OPT_DIVERGED_OVERFLOWS 10
 typedef struct {
     int dynamic;             /* 0: constant scale (--loss-scale) */
     double scale, min_scale;
@@ -91,11 +104,14 @@ typedef struct {
     int hysteresis;          /* --hysteresis */
     int64_t growth_tracker;  /* steps since the last overflow or growth */
     int hysteresis_tracker;  /* overflows left before the next halving */
+    int64_t floor_overflows; /* overflows in a row with the scale already at its floor */
 } opt_loss_scaler;
 
 void opt_loss_scaler_init(opt_loss_scaler *s, int dynamic, double scale, double min_scale, int64_t window,
                           int hysteresis);
 /* After a step's gradients: found_inf says they overflowed (the step is skipped). */
 void opt_loss_scaler_update(opt_loss_scaler *s, int found_inf);
+/* Nonzero once OPT_DIVERGED_OVERFLOWS updates in a row overflowed with the scale at its floor. */
+int opt_loss_scaler_diverged(const opt_loss_scaler *s);
 
 #endif

@@ -103,3 +103,15 @@ void opt_adamw_step(opt_adamw *o, double lr, double gscale, int64_t step)
         }
     }
 }
+
+double opt_unscaled_grad_norm(const opt_adamw *o, double scale)
+{
+    return opt_grad_norm(o) / scale;
+}
+
+int opt_adamw_step_scaled(opt_adamw *o, double lr, double norm, double max_norm, double scale, int64_t step)
+{
+    if (!isfinite(norm)) return 0;
+    opt_adamw_step(o, lr, opt_clip_factor(norm, max_norm) / scale, step);
+    return 1;
+}

@@ -82,7 +82,7 @@ void plan_calibrate(plan_cluster *c, comm *world)
         tcopy = t < tcopy ? t : tcopy;
     }
     be_dfree(be, x), be_dfree(be, y);
-    double copy_bw = 2.0 * (double)bytes / tcopy;
+    double copy_bw = be_copy_bytes(bytes) / tcopy;
     /* MPI: an 8 MiB all-reduce and a one-float one, best of several */
     double bw = copy_bw, lat = 1e-6;
     if (n > 1) {

@@ -53,6 +53,16 @@ void bd_stop(bd_state *b, bd_region r)
 
 static double pct(double x, double total) { return total > 0 ? 100.0 * x / total : 0.0; }
 
+int bd_fraction(double rate, double *limit, double *fraction)
+{
+    *fraction = 0;
+    if (!(*limit > 0)) return 0;
+    int raised = rate > *limit;
+    if (raised) *limit = rate;
+    *fraction = rate / *limit;
+    return raised;
+}
+
 void bd_print(const bd_state *b, const bd_limits *lim)
 {
     if (b->iters == 0) {
@@ -69,10 +79,15 @@ void bd_print(const bd_state *b, const bd_limits *lim)
     TD_INFO("time breakdown, mean of %lld iterations (the first left out): %.1f ms per iteration",
             (long long)b->iters, total);
     double gf = k->seconds[BE_OP_GEMM] > 0 ? k->flops[BE_OP_GEMM] / k->seconds[BE_OP_GEMM] * 1e-9 : 0;
-    TD_INFO("  GEMMs          %9.1f ms %5.1f%%  %.1f GFLOP at %.1f GFLOP/s%s%.0f%%%s", gemm, pct(gemm, total),
-            k->flops[BE_OP_GEMM] / n * 1e-9, gf, lim->peak_gflops > 0 ? " = " : "",
-            lim->peak_gflops > 0 ? 100.0 * gf / lim->peak_gflops : 0.0,
-            lim->peak_gflops > 0 ? lim->peak_name : "");
+    char vs[200] = "";
+    double peak = lim->peak_gflops, frac;
+    if (bd_fraction(gf, &peak, &frac))
+        snprintf(vs, sizeof vs, " = 100%% of the %s, raised to this rate from %.1f GFLOP/s", lim->peak_name,
+                 lim->peak_gflops);
+    else if (peak > 0)
+        snprintf(vs, sizeof vs, " = %.0f%% of the %s %.1f GFLOP/s", 100.0 * frac, lim->peak_name, peak);
+    TD_INFO("  GEMMs          %9.1f ms %5.1f%%  %.1f GFLOP at %.1f GFLOP/s%s", gemm, pct(gemm, total),
+            k->flops[BE_OP_GEMM] / n * 1e-9, gf, vs);
     double af = k->seconds[BE_OP_ATTENTION] > 0 ? k->flops[BE_OP_ATTENTION] / k->seconds[BE_OP_ATTENTION] * 1e-9 : 0;
     TD_INFO("  attention      %9.1f ms %5.1f%%  %.1f GFLOP (model count) at %.1f GFLOP/s", att, pct(att, total),
             k->flops[BE_OP_ATTENTION] / n * 1e-9, af);
@@ -85,11 +100,16 @@ void bd_print(const bd_state *b, const bd_limits *lim)
                                     k->seconds[op] * ms);
     TD_INFO("  other kernels  %9.1f ms %5.1f%%  %s", other * ms, pct(other * ms, total), fam);
     double adamw = b->region[BD_ADAMW] * ms;
-    if (lim->copy_gbps > 0 && lim->adamw_bytes > 0 && adamw > 0) {
-        double gbps = lim->adamw_bytes / (adamw * 1e-3) * 1e-9;
-        TD_INFO("  optimizer      %9.1f ms %5.1f%%  AdamW %.1f ms: %.2f GB at %.1f GB/s; copy bandwidth %.1f GB/s: "
-                "%.2fx the bandwidth limit", opt, pct(opt, total), adamw, lim->adamw_bytes * 1e-9, gbps, lim->copy_gbps,
-                lim->copy_gbps / gbps);
+    if (lim->stream_gbps > 0 && lim->adamw_bytes > 0 && adamw > 0) {
+        double gbps = lim->adamw_bytes / (adamw * 1e-3) * 1e-9, limit = lim->stream_gbps, frac;
+        char vs[200];
+        if (bd_fraction(gbps, &limit, &frac))
+            snprintf(vs, sizeof vs, "100%% of the bandwidth of its streams, raised to this rate from %.1f GB/s measured",
+                     lim->stream_gbps);
+        else
+            snprintf(vs, sizeof vs, "%.0f%% of the bandwidth of its streams %.1f GB/s", 100.0 * frac, limit);
+        TD_INFO("  optimizer      %9.1f ms %5.1f%%  AdamW %.1f ms: %.2f GB read + written at %.1f GB/s = %s", opt,
+                pct(opt, total), adamw, lim->adamw_bytes * 1e-9, gbps, vs);
     } else {
         TD_INFO("  optimizer      %9.1f ms %5.1f%%  AdamW %.1f ms", opt, pct(opt, total), adamw);
     }

@@ -21,21 +21,40 @@ met_writer *met_open(const char *path)
     return w;
 }
 
+/* ", \"key\": x" with `digits` significant digits; JSON has no NaN or Infinity: null for them
+ * (a skipped step's grad norm, a perplexity past the double range). */
+static void put_num(FILE *f, const char *key, double x, int digits)
+{
+    if (isfinite(x)) fprintf(f, ", \"%s\": %.*g", key, digits, x);
+    else fprintf(f, ", \"%s\": null", key);
+}
+
 void met_write(met_writer *w, const met_record *r)
 {
     if (!w) return;
-    fprintf(w->f,
-            "{\"iteration\": %lld, \"consumed_samples\": %lld, \"lm_loss\": %.17g, \"lr\": %.17g, \"grad_norm\": %.17g, "
-            "\"loss_scale\": %.9g, \"skipped\": %d, \"tokens_per_s\": %.6g, \"model_tflops_per_rank\": %.6g, "
-            "\"mfu\": %.6g, \"elapsed_ms\": %.6g, \"comm_ms\": %.6g",
-            (long long)r->iteration, (long long)r->consumed_samples, r->lm_loss, r->lr, r->grad_norm, r->loss_scale,
-            r->skipped, r->tokens_per_s, r->model_tflops_per_rank, r->mfu, r->elapsed_ms, r->comm_ms);
+    fprintf(w->f, "{\"iteration\": %lld, \"consumed_samples\": %lld", (long long)r->iteration,
+            (long long)r->consumed_samples);
+    put_num(w->f, "lm_loss", r->lm_loss, 17);
+    put_num(w->f, "lr", r->lr, 17);
+    put_num(w->f, "grad_norm", r->grad_norm, 17);
+    put_num(w->f, "loss_scale", r->loss_scale, 9);
+    fprintf(w->f, ", \"skipped\": %d", r->skipped);
+    put_num(w->f, "tokens_per_s", r->tokens_per_s, 6);
+    put_num(w->f, "model_tflops_per_rank", r->model_tflops_per_rank, 6);
+    put_num(w->f, "mfu", r->mfu, 6);
+    put_num(w->f, "elapsed_ms", r->elapsed_ms, 6);
+    put_num(w->f, "comm_ms", r->comm_ms, 6);
     if (r->bert) {
-        fprintf(w->f, ", \"lm_acc\": %.17g", r->lm_acc);
-        if (!isnan(r->sop_loss)) fprintf(w->f, ", \"sop_loss\": %.17g, \"sop_acc\": %.17g", r->sop_loss, r->sop_acc);
+        put_num(w->f, "lm_acc", r->lm_acc, 17);
+        if (!isnan(r->sop_loss)) {
+            put_num(w->f, "sop_loss", r->sop_loss, 17);
+            put_num(w->f, "sop_acc", r->sop_acc, 17);
+        }
     }
-    if (!isnan(r->val_loss))
-        fprintf(w->f, ", \"val_loss\": %.17g, \"val_ppl\": %.17g", r->val_loss, exp(r->val_loss));
+    if (!isnan(r->val_loss)) {
+        put_num(w->f, "val_loss", r->val_loss, 17);
+        put_num(w->f, "val_ppl", exp(r->val_loss), 17);
+    }
     fprintf(w->f, "}\n");
     fflush(w->f);
 }
@@ -47,8 +66,20 @@ void met_close(met_writer *w)
     free(w);
 }
 
+void met_format_duration(char *buf, size_t len, double s)
+{
+    if (!isfinite(s) || s < 0) {
+        snprintf(buf, len, "?");
+        return;
+    }
+    long long t = llround(s);
+    snprintf(buf, len, "%lld:%02lld:%02lld", t / 3600, t / 60 % 60, t % 60);
+}
+
 void met_print(const met_record *r, int64_t train_iters, int global_batch)
 {
+    char left[48];
+    met_format_duration(left, sizeof left, r->time_left_s);
     char bert[160] = "";
     if (r->bert && !isnan(r->sop_loss))
         snprintf(bert, sizeof bert, "lm acc: %.4f | sop loss: %.6E | sop acc: %.4f | ", r->lm_acc, r->sop_loss,
@@ -57,10 +88,11 @@ void met_print(const met_record *r, int64_t train_iters, int global_batch)
         snprintf(bert, sizeof bert, "lm acc: %.4f | ", r->lm_acc);
     printf(" iteration %8lld/%8lld | consumed samples: %12lld | elapsed time per iteration (ms): %.1f | "
            "learning rate: %.6E | global batch size: %5d | lm loss: %.6E | %sloss scale: %.1f | grad norm: %.3f | "
-           "tokens/s: %.0f | TFLOP/s/rank: %.3f | MFU: %.1f%% | comm (ms): %.1f | number of skipped iterations: %lld |\n",
+           "tokens/s: %.0f | TFLOP/s/rank: %.3f | MFU: %.1f%% | comm (ms): %.1f | number of skipped iterations: %lld | "
+           "time left: %s |\n",
            (long long)r->iteration, (long long)train_iters, (long long)r->consumed_samples, r->elapsed_ms, r->lr,
            global_batch, r->lm_loss, bert, r->loss_scale, r->grad_norm, r->tokens_per_s, r->model_tflops_per_rank,
-           100.0 * r->mfu, r->comm_ms, (long long)r->skipped_total);
+           100.0 * r->mfu, r->comm_ms, (long long)r->skipped_total, left);
     if (!isnan(r->val_loss))
         printf(r->bert ? " validation loss at iteration %lld | lm + sop loss value: %.6E |\n"
                        : " validation loss at iteration %lld | lm loss value: %.6E | lm loss PPL: %.6E |\n",

@@ -4,6 +4,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <math.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -11,6 +14,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <cjson/cJSON.h>
 
 #include "backend/backend.h"
 #include "trident/tokenizer.h"
@@ -243,13 +248,16 @@ typedef struct {
     batch_source src;
     int reporter;            /* this rank prints and writes metrics */
     int eval;                /* validation runs: --eval-iters > 0 and a validation split exists */
-    double peak_tflops;
+    double peak_tflops;      /* for MFU: measured at start (or --peak-tflops), raised to any rate above it */
+    double peak_measured;    /* the GEMM peak as measured at start (or --peak-tflops), TFLOP/s */
     met_writer *metrics;
     tb_writer *tb;           /* --tensorboard-dir, on the reporter */
     bd_state bd;             /* the time breakdown printed at the end */
     mem_layout mem;          /* what this rank holds, for the memory prediction */
     mem_prediction mem_pred;
-    double rss_start;        /* resident bytes before the data and the model (libraries, MPI) */
+    double rss_start;        /* resident bytes before the data and the model (libraries, MPI, what the
+                              * tokenizer's load left) */
+    double hwm_start;        /* the peak resident bytes before them (the tokenizer's load at its largest) */
     double rss_peak;         /* peak resident bytes of the training (before the end-of-run measurements) */
 } run_state;
 
@@ -308,6 +316,15 @@ static void bert_metrics(run_state *r, met_record *rec)
     memset(st, 0, GPT_BERT_NSTATS * sizeof(double));
 }
 
+/* Gives the heap's free pages back to the system (glibc keeps freed small and medium blocks
+ * resident): what a transient buffer left must not count in the run's peak memory. */
+static void trim_heap(void)
+{
+#ifdef __GLIBC__
+    malloc_trim(0);
+#endif
+}
+
 /* The vocabulary of the tokenizer (--vocab-file or --tokenizer-model); -1 without one. */
 static int tokenizer_vocab(const td_args *a)
 {
@@ -318,6 +335,7 @@ static int tokenizer_vocab(const td_args *a)
     if (!tok) td_fatal(1, "%s", err);
     int v = tok_vocab_size(tok);
     tok_free(tok);
+    trim_heap(); /* a tokenizer.json's parse leaves tens of MB in the heap's free lists */
     return v;
 }
 
@@ -391,26 +409,31 @@ static void predict_memory(run_state *r, const gpt_config *c, int slots)
     print_per_stage(r, line, sizeof line, "memory per rank (predicted)");
 }
 
-/* Sets this rank's peak RSS against the prediction plus what it held before the model (the
- * libraries, MPI): the largest per pipeline stage. */
+/* Sets this rank's peak RSS against the prediction: the larger of the model's run plus what the
+ * process held before it (the libraries, MPI), and the peak reached before the model (a large
+ * tokenizer.json's parse: the vocabulary size is read from it). The largest per pipeline stage. */
 static void report_memory(run_state *r)
 {
     const ps_state *ps = r->ps;
-    double mine[3] = {r->rss_peak, r->mem_pred.total, r->rss_start};
-    double *all = td_xmalloc(3 * sizeof(double) * (size_t)ps->world_size);
-    comm_allgather(ps->world, mine, all, 3, COMM_F64);
+    double mine[4] = {r->rss_peak, r->mem_pred.total, r->rss_start, r->hwm_start};
+    double *all = td_xmalloc(4 * sizeof(double) * (size_t)ps->world_size);
+    comm_allgather(ps->world, mine, all, 4, COMM_F64);
     if (ps->world_rank == 0)
         for (int st = 0; st < ps->pp; st++) {
             const double *top = NULL; /* the rank of the stage with the largest peak */
             for (int t = 0; t < ps->tp; t++)
                 for (int d = 0; d < ps->dp; d++) {
-                    const double *x = all + 3 * ps_rank_of(ps, t, d, st);
+                    const double *x = all + 4 * ps_rank_of(ps, t, d, st);
                     if (!top || x[0] > top[0]) top = x;
                 }
-            double pred = top[1] + top[2];
+            double run = top[1] + top[2], pred = fmax(run, top[3]);
+            char before[160] = "";
+            if (top[3] > run)
+                snprintf(before, sizeof before, "; the peak before the model, %.1f MiB (the tokenizer's load), is larger",
+                         top[3] / MIB);
             TD_INFO("peak memory (RSS), stage %d: %.1f MiB measured, %.1f MiB predicted (%.1f for the model and its "
-                    "run + %.1f held before it): %+.1f%%", st, top[0] / MIB, pred / MIB, top[1] / MIB, top[2] / MIB,
-                    100.0 * (top[0] - pred) / pred);
+                    "run + %.1f held before it%s): %+.1f%%", st, top[0] / MIB, pred / MIB, top[1] / MIB, top[2] / MIB,
+                    before, 100.0 * (top[0] - pred) / pred);
         }
     free(all);
 }
@@ -429,13 +452,15 @@ static void setup(run_state *r, const td_args *a, comm *world)
     if (a->bf16 || a->fp16) be_set_gemm_dtype(r->be, a->bf16 ? BE_BF16 : BE_F16);
     /* measured before the model exists: its GEMMs' buffers come and go below the run's peak */
     r->peak_tflops = td_args_given(a, "--peak-tflops") ? a->peak_tflops : be_peak_gflops(r->be) / 1e3;
+    r->peak_measured = r->peak_tflops;
+    gpt_config c = model_config(a, ps);
     r->rss_start = (double)proc_status_bytes("VmRSS"); /* with OpenBLAS's buffers, which the GEMMs above made */
+    r->hwm_start = (double)proc_status_bytes("VmHWM");
     r->scaled = a->fp16 || td_args_given(a, "--loss-scale");
     if (td_args_given(a, "--loss-scale")) opt_loss_scaler_init(&r->scaler, 0, a->loss_scale, a->loss_scale, 1, 1);
     else opt_loss_scaler_init(&r->scaler, 1, a->initial_loss_scale, a->min_loss_scale, a->loss_scale_window,
                               a->hysteresis);
     r->reporter = ps->tp_rank == 0 && ps->dp_rank == 0 && ps_is_last_stage(ps);
-    gpt_config c = model_config(a, ps);
 
     r->gbs = a->global_batch_size ? a->global_batch_size : a->micro_batch_size * ps->dp;
     r->num_micro = r->gbs / (a->micro_batch_size * ps->dp);
@@ -497,6 +522,7 @@ static void setup(run_state *r, const td_args *a, comm *world)
     opt_adamw_hparams hp = {a->adam_beta1, a->adam_beta2, a->adam_eps, a->weight_decay};
     r->opt = opt_adamw_create(r->be, ps, r->chunks, r->nchunks, shards, distributed, &hp);
     r->opt->check_all_finite = r->scaled;
+    trim_heap(); /* the initialization's host buffer of the largest tensor (the embedding's) */
     predict_memory(r, &c, slots);
 
     opt_decay_style style;
@@ -785,6 +811,26 @@ static int resume_find(td_args *eff, comm *world, ckpt_meta *meta)
     return 1;
 }
 
+/* A note when a resumed run's sequence length or global batch size (gbs) differs from the
+ * checkpoint's: both allowed, as in Megatron (the data continues from the consumed sample count). */
+static void resume_note_changes(const td_args *a, const ckpt_meta *m, int gbs)
+{
+    if (a->finetune) return;
+    if (a->seq_length != m->model.seq)
+        TD_INFO("note: --seq-length %d differs from the checkpoint's %d: the run continues with %d-token samples",
+                a->seq_length, m->model.seq, a->seq_length);
+    cJSON *args = m->args_json ? cJSON_Parse(m->args_json) : NULL;
+    const cJSON *g = cJSON_GetObjectItemCaseSensitive(args, "global_batch_size");
+    const cJSON *mb = cJSON_GetObjectItemCaseSensitive(args, "micro_batch_size");
+    int old = cJSON_IsNumber(g) && g->valuedouble > 0 ? (int)g->valuedouble
+              : cJSON_IsNumber(mb)                    ? (int)mb->valuedouble * m->dp
+                                                      : 0;
+    if (old > 0 && old != gbs)
+        TD_INFO("note: the global batch size is %d, the checkpoint's was %d: the run continues from its %lld "
+                "consumed samples in batches of %d", gbs, old, (long long)m->progress.consumed_train, gbs);
+    cJSON_Delete(args);
+}
+
 /* The run as the checkpoint code sees it: with the distributed optimizer, the moments of this
  * rank's shard (each dp rank saves its own; a load keeps its ranges). */
 static ckpt_model ckpt_view(run_state *r)
@@ -907,17 +953,21 @@ static int after_iteration(run_state *r, const ckpt_progress *p, double t_begin,
     return 1;
 }
 
-/* The time breakdown and the limits it is held against: the sgemm peak and the copy bandwidth
- * (measured now, after the peak RSS was read, and only when AdamW's bytes exceed the caches).
- * AdamW touches 28 bytes per element it steps (the shard with the distributed optimizer). */
+/* The time breakdown and the limits it is held against: the GEMM peak (the best of the start's
+ * measurement and a new one now; raised by bd_print if the GEMMs ran faster) and the bandwidth of AdamW's streams
+ * (measured now, after the peak RSS was read, and only when AdamW's bytes exceed the caches;
+ * bytes read + written, as AdamW's). */
 static void print_breakdown(run_state *r)
 {
-    double stepped = (double)opt_adamw_state_numel(r->opt) / 2;
-    bd_limits lim = {.peak_gflops = r->peak_tflops * 1e3, .adamw_bytes = 28.0 * stepped};
-    lim.peak_name = r->be->gemm_dtype == BE_BF16 ? " of the bf16 GEMM peak"
-                    : r->be->gemm_dtype == BE_F16 ? " of the fp16 GEMM peak"
-                                                  : " of the sgemm peak";
-    if (lim.adamw_bytes > 256e6) lim.copy_gbps = be_copy_gbps(r->be);
+    size_t stepped = opt_adamw_state_numel(r->opt) / 2; /* the shard with the distributed optimizer */
+    double peak = r->peak_measured * 1e3;
+    if (!td_args_given(r->a, "--peak-tflops")) peak = fmax(peak, be_peak_gflops(r->be));
+    bd_limits lim = {.peak_gflops = peak, .adamw_bytes = be_adamw_bytes(stepped)};
+    lim.peak_name = td_args_given(r->a, "--peak-tflops") ? "--peak-tflops peak"
+                    : r->be->gemm_dtype == BE_BF16       ? "bf16 GEMM peak"
+                    : r->be->gemm_dtype == BE_F16        ? "fp16 GEMM peak"
+                                                         : "sgemm peak";
+    if (lim.adamw_bytes > 256e6) lim.stream_gbps = be_adamw_stream_gbps(r->be);
     bd_print(&r->bd, &lim);
 }
 
@@ -935,6 +985,32 @@ static int lock_save_dir(const char *dir, comm *world)
     }
     comm_bcast(world, &busy, 1, COMM_I32, 0);
     return busy;
+}
+
+/* This iteration's MFU against the peak, raised (and said) if the model's rate passed it: the
+ * start's measurement ran on a busier machine or other shapes. */
+static double mfu_of(run_state *r, double model_tflops, int64_t iter)
+{
+    double before = r->peak_tflops, mfu;
+    if (bd_fraction(model_tflops, &r->peak_tflops, &mfu) && r->reporter)
+        TD_INFO("peak for MFU: %.4g TFLOP/s per rank (raised from %.4g: iteration %lld ran the model at this rate)",
+                model_tflops, before, (long long)iter);
+    return mfu;
+}
+
+/* Ends a diverged run (exit 1, no checkpoint of the diverged model): `what` happened at `iter`;
+ * names the newest checkpoint saved before it, which --load resumes from. */
+static void stop_diverged(const td_args *a, int64_t iter, int64_t last_saved, const char *what)
+{
+    char saved[600] = "";
+    if (a->save && last_saved > 0)
+        snprintf(saved, sizeof saved, "; not saved: the newest checkpoint in --save %s is iteration %lld", a->save,
+                 (long long)last_saved);
+    else if (a->save)
+        snprintf(saved, sizeof saved, "; not saved to --save %s", a->save);
+    td_fatal(1, "iteration %lld: %s: the training diverged; lower --lr%s%s%s", (long long)iter, what,
+             a->clip_grad > 0 ? "" : ", clip the gradients (--clip-grad 1, the default; 0 turns it off)",
+             a->fp16 ? ", or train in --bf16" : "", saved);
 }
 
 int trainer_run(const td_args *a, comm *world)
@@ -986,6 +1062,7 @@ int trainer_run(const td_args *a, comm *world)
     a = &eff;
     ckpt_progress prog = {.seed = (uint64_t)eff.seed};
     if (resume) {
+        if (r.ps->world_rank == 0) resume_note_changes(a, &meta, r.gbs);
         prog = resume_load(&r, &meta);
         ckpt_meta_free(&meta);
         r.skipped = prog.skipped;
@@ -1000,6 +1077,10 @@ int trainer_run(const td_args *a, comm *world)
         if (rank == 0) ckpt_new_run_id(r.run_id);
         comm_bcast(world, r.run_id, sizeof r.run_id, COMM_U8, 0);
     }
+    if (resume && prog.iteration >= r.train_iters && r.reporter)
+        TD_INFO("note: the checkpoint is at iteration %lld, already at or past --train-iters %lld%s: nothing to "
+                "train; raise --train-iters to continue", (long long)prog.iteration, (long long)r.train_iters,
+                td_args_given(a, "--train-iters") ? "" : " (--train-samples / --global-batch-size)");
     const char *ov = getenv("TRIDENT_TEST_OVERFLOW_ITER");
     int64_t overflow_test_iter = ov ? atoll(ov) : -1;
     const gpt_config *c = &r.chunks[0]->cfg;
@@ -1023,7 +1104,7 @@ int trainer_run(const td_args *a, comm *world)
         dp_finish_grads(r.dp, r.nchunks);
         bd_start(&r.bd, BD_OPTIMIZER);
         if (iter == overflow_test_iter) inject_overflow(&r);
-        double norm = opt_grad_norm(r.opt) / scale; /* of the grads with the loss scale divided out */
+        double norm = opt_unscaled_grad_norm(r.opt, scale);
         int found_inf = !isfinite(norm);
         if (found_inf && !r.scaled)
             td_fatal(1, "iteration %lld: the gradient norm is %g (NaN or Inf); lower --lr or check the data",
@@ -1033,10 +1114,8 @@ int trainer_run(const td_args *a, comm *world)
         int64_t step = iter - r.skipped; /* Adam steps and the schedule count only the steps taken */
         double lr = opt_lr_at(&r.lr, found_inf ? step + 1 : step);
         bd_start(&r.bd, BD_ADAMW);
-        if (!found_inf) {
-            opt_adamw_step(r.opt, lr, opt_clip_factor(norm, a->clip_grad) / scale, step);
+        if (opt_adamw_step_scaled(r.opt, lr, norm, a->clip_grad, scale, step))
             for (int k = 0; k < r.nchunks; k++) dp_start_param_gather(r.dp[k]);
-        }
         bd_stop(&r.bd, BD_ADAMW);
         bd_stop(&r.bd, BD_OPTIMIZER);
         consumed += r.gbs;
@@ -1060,15 +1139,26 @@ int trainer_run(const td_args *a, comm *world)
         rec.comm_ms = (ps_comm_seconds(r.ps) - c0) * 1e3;
         rec.tokens_per_s = (double)r.gbs * c->seq / dt;
         rec.model_tflops_per_rank = flops_iter / dt / r.ps->world_size / 1e12;
-        rec.mfu = r.peak_tflops > 0 ? rec.model_tflops_per_rank / r.peak_tflops : 0;
+        rec.mfu = mfu_of(&r, rec.model_tflops_per_rank, iter);
         rec.val_loss = NAN;
         if (r.bert) bert_metrics(&r, &rec);
         if (r.eval && (iter % a->eval_interval == 0 || iter == r.train_iters)) {
             rec.val_loss = evaluate(&r, GPTDS_VALID, valid_consumed, a->eval_iters);
             valid_consumed += a->eval_iters * r.gbs;
         }
-        if (!isfinite(loss) && !r.scaled)
-            td_fatal(1, "iteration %lld: the loss is %g; lower --lr or check the data", (long long)iter, loss);
+        if (!isfinite(loss)) {
+            snprintf(msg, sizeof msg, "the loss is %g (a NaN or Inf in the forward pass, which no loss scale "
+                     "changes)", loss);
+            stop_diverged(a, iter, last_saved, msg);
+        }
+        if (r.scaled && opt_loss_scaler_diverged(&r.scaler)) {
+            snprintf(msg, sizeof msg, "the gradients overflowed in %d steps in a row with the loss scale at its %s %g "
+                     "(%lld steps skipped in all; a smaller %s may help)", OPT_DIVERGED_OVERFLOWS,
+                     r.scaler.dynamic ? "minimum (--min-loss-scale)" : "constant value (--loss-scale)",
+                     r.scaler.scale, (long long)r.skipped, r.scaler.dynamic ? "--min-loss-scale" : "--loss-scale");
+            stop_diverged(a, iter, last_saved, msg);
+        }
+        rec.time_left_s = (td_now() - t_start) / (double)(iter - prog.iteration) * (double)(r.train_iters - iter);
         if (r.reporter) {
             met_write(r.metrics, &rec);
             tb_log_iteration(r.tb, &rec, r.scaled, a->tensorboard_log_interval);
@@ -1087,7 +1177,8 @@ int trainer_run(const td_args *a, comm *world)
     if (a->dump_params) dump_params(&r, a->dump_params);
     if (r.reporter) {
         double total = td_now() - t_start;
-        TD_INFO("done: %lld iterations in %.1f s; peak memory (RSS) %.1f MiB", (long long)last_iter, total,
+        TD_INFO("done: %lld iterations in %.1f s%s; peak memory (RSS) %.1f MiB", (long long)last_iter, total,
+                last_iter == prog.iteration && resume ? " (none trained: the checkpoint was already there)" : "",
                 (double)trainer_peak_rss() / (1024.0 * 1024.0));
         tb_scalar(r.tb, "peak-memory-mib", last_iter, r.rss_peak / (1024.0 * 1024.0));
         tb_flush(r.tb);

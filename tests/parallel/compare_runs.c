@@ -30,7 +30,8 @@
 
 #define MAXIT 4096
 
-/* The per-iteration values compared; a run missing one where the other has it fails. */
+/* The per-iteration values compared; a run missing one where the other has it fails. A JSON
+ * null (a value that was not finite: a skipped fp16 step's grad norm) agrees only with a null. */
 static const char *const KEYS[] = {"lm_loss", "grad_norm", "lr", "val_loss", "sop_loss"};
 #define NKEYS 5
 #define FIRST_OPTIONAL 3 /* keys from here on may be missing from both runs */
@@ -39,6 +40,8 @@ static const char *const KEYS[] = {"lm_loss", "grad_norm", "lr", "val_loss", "so
  * and a single sample of a heavy-tailed noise can sit below its typical size: 10x. A real fault
  * (a gradient missed, counted twice, or unscaled) moves the grad norm by 1e-3 or more. */
 #define NOISE_FACTOR 10.0
+
+#define NULL_VALUE (-INFINITY) /* a JSON null; missing is NaN */
 
 static int read_metrics(const char *path, double (*v)[NKEYS], int *n)
 {
@@ -51,10 +54,14 @@ static int read_metrics(const char *path, double (*v)[NKEYS], int *n)
     *n = 0;
     while (fgets(line, sizeof line, f) && *n < MAXIT) {
         cJSON *o = cJSON_Parse(line);
-        if (!o) continue;
+        if (!o) {
+            fprintf(stderr, "compare_runs: %s: line %d is not JSON\n", path, *n + 1);
+            fclose(f);
+            return -1;
+        }
         for (int k = 0; k < NKEYS; k++) {
             cJSON *x = cJSON_GetObjectItem(o, KEYS[k]);
-            v[*n][k] = cJSON_IsNumber(x) ? x->valuedouble : NAN;
+            v[*n][k] = cJSON_IsNumber(x) ? x->valuedouble : cJSON_IsNull(x) ? NULL_VALUE : NAN;
         }
         (*n)++;
         cJSON_Delete(o);
@@ -122,9 +129,12 @@ int main(int argc, char **argv)
         for (int k = 0; k < NKEYS; k++) {
             double x = a[i][k], y = b[i][k];
             if (k >= FIRST_OPTIONAL && isnan(x) && isnan(y)) continue; /* no validation this iteration, or GPT */
-            double rel = rel_diff(x, y);
+            double rel = rel_diff(x, y); /* null == null: 0; null against a number: NaN */
             int ok = !isnan(rel) && rel <= ktol[k]; /* a value missing on one side is NaN: fails */
-            printf("iteration %d: %s %.9g vs %.9g (relative %.2e) %s\n", i + 1, KEYS[k], x, y, rel, ok ? "ok" : "FAIL");
+            char xs[32], ys[32];
+            snprintf(xs, sizeof xs, x == NULL_VALUE ? "null" : "%.9g", x);
+            snprintf(ys, sizeof ys, y == NULL_VALUE ? "null" : "%.9g", y);
+            printf("iteration %d: %s %s vs %s (relative %.2e) %s\n", i + 1, KEYS[k], xs, ys, rel, ok ? "ok" : "FAIL");
             ok ? pass++ : fail++;
         }
     long pa, pb;

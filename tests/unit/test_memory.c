@@ -1,7 +1,11 @@
 /* src/train/memory: the predicted parameters and activations of a chunk against the model that
  * gpt_create builds (its tensor table's elements and its arena's activation bytes), for GPT-2
  * and Llama-style blocks, for first, middle, last and whole-model chunks, and with each mode of
- * activation recomputation. */
+ * activation recomputation; and, independently of the code's arena, at tensor parallelism 2,
+ * with and without sequence parallelism, and for BERT, against counts worked out by hand here
+ * (Megatron's 12Lh^2 + 13Lh parameter formula; Korthikanti et al.'s rule that sequence
+ * parallelism divides every activation term by t, and plain tensor parallelism all but the
+ * norms' and the residual stream's). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -164,6 +168,100 @@ static void test_layout_terms(void **state)
     assert_true(fabs(a.total - (a.params + a.grads + a.optimizer + a.acts + a.workspace + a.comm)) < 1e-6 * a.total);
 }
 
+
+/* Parameters per tensor-parallel rank, counted by hand. GPT-2 (h 32, ffn 128, 4 layers, vocab
+ * 100 padded to 128, 24 positions): Megatron's 12 L h^2 + 13 L h for the layers at tp 1; at tp 2
+ * per layer 2 LayerNorms 2 x 2h = 128, QKV 3h h / 2 = 1536 + bias 3h / 2 = 48, projection
+ * h h / 2 = 512 + bias h = 32 (replicated), fc 128 h / 2 = 2048 + bias 64, fc2 2048 + bias 32:
+ * 6448; the word embedding V / 2 x h = 2048, positions 768, the final LayerNorm 64. */
+static void test_params_by_hand(void **state)
+{
+    (void)state;
+    gpt_config c = gpt2();
+    mem_chunk whole = {4, 1, 1, 1};
+    c.padded_vocab = gpt_padded_vocab(c.vocab, 64, 1);
+    assert_int_equal(c.padded_vocab, 128);
+    double h = 32, L = 4;
+    assert_true(mem_chunk_params(&c, 1, &whole) == 12 * L * h * h + 13 * L * h + 128 * h + 24 * h + 2 * h);
+    c.padded_vocab = gpt_padded_vocab(c.vocab, 64, 2); /* 128: a multiple of 64 x 2 */
+    assert_true(mem_chunk_params(&c, 2, &whole) == 4 * 6448 + 2048 + 768 + 64);
+    mem_chunk middle = {2, 0, 0, 1};
+    assert_true(mem_chunk_params(&c, 2, &middle) == 2 * 6448);
+    /* Llama (RMSNorm h, no biases, SwiGLU 2 x 96, 4 heads of 8 in 2 query groups: QKV 32 + 2 x 16
+     * wide, untied): per layer 2 x 32 + 64 h / 2 + h 32 / 2 + 192 h / 2 + h 96 / 2 = 6208; the
+     * embedding and the output layer 2048 each, the final RMSNorm 32 */
+    gpt_config d = llama();
+    d.padded_vocab = 128;
+    assert_true(mem_chunk_params(&d, 2, &whole) == 4 * 6208 + 2048 + 32 + 2048);
+    mem_chunk last = {1, 0, 1, 1};
+    assert_true(mem_chunk_params(&d, 2, &last) == 6208 + 32 + 2048);
+    /* BERT (2 layers as GPT-2's, tied): + token types 2h = 64; the LM head's dense h h + h = 1056,
+     * its LayerNorm 64 and output bias V / 2 = 64; the pooler 1056 and the sentence-order head
+     * 2h + 2 = 66 */
+    gpt_config b = gpt2();
+    b.family = GPT_FAMILY_BERT;
+    b.num_layers = 2;
+    b.binary_head = 1;
+    b.padded_vocab = 128;
+    mem_chunk bert = {2, 1, 1, 1};
+    assert_true(mem_chunk_params(&b, 2, &bert) == 2 * 6448 + 2048 + 768 + 64 + 64 + 1056 + 64 + 64 + 1056 + 66);
+    b.binary_head = 0;
+    assert_true(mem_chunk_params(&b, 2, &bert) == 2 * 6448 + 2048 + 768 + 64 + 64 + 1056 + 64 + 64);
+}
+
+/* Activation floats of one GPT-2 layer (h 32, 4 heads, ffn 128) for a micro-batch of 2 x 16 =
+ * BT 32 tokens, tensor by tensor: the two LayerNorms' outputs BT h / sp and statistics 2 BT / sp,
+ * QKV BT 3h / t, the attention's log-sum-exp BT heads / t, its output BT h / t, the MLP's fc
+ * output and GeLU output BT ffn / t each, the residual and the layer's output BT h / sp each.
+ * tp 1: 2 (1024 + 64) + 3072 + 128 + 1024 + 2 x 4096 + 2 x 1024 = 16640. */
+static double gpt2_layer_floats(int t, int sp)
+{
+    double BT = 32, h = 32, heads = 4, ffn = 128, s = sp ? t : 1;
+    return 2 * (BT * h / s + 2 * BT / s) + BT * 3 * h / t + BT * heads / t + BT * h / t + 2 * BT * ffn / t + 2 * BT * h / s;
+}
+
+static void test_tp_sp_acts_by_hand(void **state)
+{
+    (void)state;
+    assert_true(gpt2_layer_floats(1, 0) == 16640);
+    /* Korthikanti et al.: with sequence parallelism every term is divided by t ... */
+    assert_true(gpt2_layer_floats(2, 1) == 16640 / 2);
+    /* ... without it, the norms' and the residual stream's (2 (1024 + 64) + 2 x 1024 = 4224) are not */
+    assert_true(gpt2_layer_floats(2, 0) == (16640 - 4224) / 2 + 4224);
+    mem_layout l = {0};
+    l.cfg = gpt2();
+    l.cfg.padded_vocab = 128;
+    l.mbs = 2;
+    l.dp = 1;
+    l.nchunks = 1;
+    mem_chunk middle = {2, 0, 0, 1};
+    /* a middle chunk: the ids and targets (2 BT int32), the stage input BT h / sp, its layers */
+    for (int t = 1; t <= 2; t++)
+        for (int sp = 0; sp <= (t > 1); sp++) {
+            l.tp = t;
+            l.sequence_parallel = sp;
+            double want = 4 * (2 * 32 + 32 * 32 / (sp ? t : 1) + 2 * gpt2_layer_floats(t, sp));
+            if (mem_chunk_acts(&l, &middle) != want)
+                fail_msg("tp %d, sp %d: %.0f predicted, %.0f by hand", t, sp, mem_chunk_acts(&l, &middle), want);
+        }
+    /* the last stage adds its final LayerNorm (BT h / sp + 2 BT / sp), the logits BT V / t and the
+     * cross-entropy's 4 floats a token: at tp 2 with sp 512 + 32 + 32 x 64 + 128 */
+    l.tp = 2;
+    l.sequence_parallel = 1;
+    mem_chunk last = {2, 0, 1, 1};
+    assert_true(mem_chunk_acts(&l, &last) == 4 * (64 + 512 + 2 * 8320 + 512 + 32 + 2048 + 128));
+    /* BERT, the whole model at tp 2 with sp: + token types (BT / sp ints); on the last stage the
+     * LM head's dense and GeLU outputs (2 BT h / sp), its LayerNorm (BT h / sp + 2 BT / sp) and
+     * the pooler's and binary head's rows (mbs (3h + 4)) */
+    l.cfg.family = GPT_FAMILY_BERT;
+    l.cfg.num_layers = 2;
+    l.cfg.binary_head = 1;
+    mem_chunk bert = {2, 1, 1, 1};
+    double first = 64 + 16 + 512, layers = 2 * 8320, head = 512 + 32 + 2048 + 128;
+    double bert_head = 2 * 16 * 32 + (512 + 32) + 2 * (3 * 32 + 4);
+    assert_true(mem_chunk_acts(&l, &bert) == 4 * (first + layers + head + bert_head));
+}
+
 int main(int argc, char **argv)
 {
     g_world = comm_world_init(&argc, &argv);
@@ -175,6 +273,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_recompute_chunks),
         cmocka_unit_test(test_bf16_chunks),
         cmocka_unit_test(test_layout_terms),
+        cmocka_unit_test(test_params_by_hand),
+        cmocka_unit_test(test_tp_sp_acts_by_hand),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     be_free(g_be);

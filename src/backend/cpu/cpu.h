@@ -78,7 +78,7 @@
 /* exp(x) for the softmaxes and GeLU, written so that `#pragma omp simd` loops vectorize it
  * (libm's expf does not): exp(x) = 2^n exp(r), n = round(x / ln 2), |r| <= ln(2)/2, exp(r) by
  * its degree-6 Taylor polynomial. Relative error about 2e-7; x is clamped to [-87, 88], so
- * very negative arguments give 1.6e-38 rather than 0. */
+ * very negative arguments give 1.6e-38 rather than 0; NaN gives NaN. */
 static inline float cpu_expf(float x)
 {
     x = x > 88.0f ? 88.0f : x;
@@ -92,7 +92,9 @@ static inline float cpu_expf(float x)
     p = p * r + 0.5f;
     p = p * r + 1.0f;
     p = p * r + 1.0f;
-    union { int32_t i; float f; } s = {.i = ((int32_t)n + 127) << 23};
+    /* NaN passes the clamps (p is NaN then): its exponent is any valid one, not (int32_t)NaN */
+    int32_t e = (int32_t)(n == n ? n : 0.0f);
+    union { int32_t i; float f; } s = {.i = (e + 127) << 23};
     return p * s.f;
 }
 
@@ -213,6 +215,7 @@ double cpu_sumsq(const backend *be, const float *x, size_t n);
 
 double cpu_peak_gflops(const backend *be);
 double cpu_copy_gbps(const backend *be);
+double cpu_adamw_stream_gbps(const backend *be);
 
 /* Per-thread scratch that only grows: slot 0..3 of the calling thread, at least `bytes`, 64-byte
  * aligned. Kernels use it instead of allocating per call, so a training run allocates nothing
