@@ -41,6 +41,10 @@ function(trident_layout name np tp mbs)
   if(DEFINED LAYOUT_TOL)
     set(tol ${LAYOUT_TOL})
   endif()
+  set(data_fixture layouts_data)
+  if(DEFINED LAYOUT_DATA_FIXTURE)
+    set(data_fixture ${LAYOUT_DATA_FIXTURE})
+  endif()
   set(env ${TD_MPI_ENV})
   if(ARGN AND "${ARGV4}" STREQUAL "ENV")
     list(POP_FRONT ARGN _)
@@ -71,7 +75,7 @@ function(trident_layout name np tp mbs)
   if(name STREQUAL "${LAYOUT_BASE}")
     add_test(NAME parallel/layout_${name} COMMAND bash -c "rm -f ${out}.jsonl && \"$@\" > ${out}.log 2>&1 || { cat ${out}.log; exit 1; }" _ ${cmd})
     set_tests_properties(parallel/layout_${name} PROPERTIES FIXTURES_SETUP layouts_${name}
-      FIXTURES_REQUIRED layouts_data)
+      FIXTURES_REQUIRED ${data_fixture})
     if(noisy)
       set(ncmd ${TD_MPIRUN} -np ${np} $<TARGET_FILE:trident> train ${LAYOUT_TRAIN}
         --tensor-model-parallel-size ${tp} --make-vocab-size-divisible-by ${div} --micro-batch-size ${mbs}
@@ -79,11 +83,11 @@ function(trident_layout name np tp mbs)
       add_test(NAME parallel/layout_${name}_noise COMMAND bash -c
         "rm -f ${out}_noise.jsonl && \"$@\" > ${out}_noise.log 2>&1 || { cat ${out}_noise.log; exit 1; }" _ ${ncmd})
       set_tests_properties(parallel/layout_${name}_noise PROPERTIES FIXTURES_SETUP layouts_${name}_noise
-        FIXTURES_REQUIRED layouts_data ENVIRONMENT "${env};TRIDENT_CPU_ISA=baseline" TIMEOUT 300)
+        FIXTURES_REQUIRED ${data_fixture} ENVIRONMENT "${env};TRIDENT_CPU_ISA=baseline" TIMEOUT 300)
     endif()
   else()
     set(noise "")
-    set(fixtures "layouts_data;layouts_${ref}")
+    set(fixtures "${data_fixture};layouts_${ref}")
     if(noisy AND ref STREQUAL "${LAYOUT_BASE}")
       set(noise ${LAYOUT_DIR}/${ref}_noise.jsonl)
       list(APPEND fixtures layouts_${ref}_noise)
@@ -253,9 +257,9 @@ set(LAYOUT_TRAIN --model bert --data-path ${BERT_DATA} --tokenizer-type BertWord
   --lr-warmup-iters 1 --lr-decay-style cosine --eval-interval 2 --eval-iters 1 --clip-grad 1.0 --seed 7
   --peak-tflops 1 --log-interval 100 --distributed-timeout-minutes 2)
 set(LAYOUT_ARCH "")
+set(LAYOUT_DATA_FIXTURE layouts_bert_data)
 set(LAYOUT_BASE bert_baseline)
 trident_layout(bert_baseline 1 1 2)
-set_tests_properties(parallel/layout_bert_baseline PROPERTIES FIXTURES_REQUIRED "layouts_bert_data")
 foreach(args
     "bert_tp2 2 2 2"
     "bert_pp2_1f1b 2 1 1 --pipeline-model-parallel-size 2"
@@ -265,26 +269,19 @@ foreach(args
     "bert_sp_distopt_rc_tp2_pp2_vp2 4 2 1 --sequence-parallel --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1 --use-distributed-optimizer --overlap-grad-reduce --recompute-granularity full --recompute-method uniform --recompute-num-layers 1")
   separate_arguments(args)
   trident_layout(${args})
-  list(GET args 0 name)
-  set_tests_properties(parallel/layout_${name} PROPERTIES FIXTURES_REQUIRED "layouts_bert_data;layouts_bert_baseline")
 endforeach()
 # without the sentence-order head (one segment, masked-LM loss only)
 set(LAYOUT_ARCH --bert-no-binary-head)
 set(LAYOUT_BASE bert_nobh_baseline)
 trident_layout(bert_nobh_baseline 1 1 2)
-set_tests_properties(parallel/layout_bert_nobh_baseline PROPERTIES FIXTURES_REQUIRED "layouts_bert_data")
 trident_layout(bert_nobh_sp_tp2_pp2_dp2 8 2 1 --sequence-parallel --pipeline-model-parallel-size 2)
-set_tests_properties(parallel/layout_bert_nobh_sp_tp2_pp2_dp2 PROPERTIES
-  FIXTURES_REQUIRED "layouts_bert_data;layouts_bert_nobh_baseline")
 # and under --bf16, against its own one-rank run within the bf16 tolerance of the GPT runs above
 set(LAYOUT_ARCH --bf16)
 set(LAYOUT_TOL 2e-3)
 set(LAYOUT_BASE bert_bf16_baseline)
 trident_layout(bert_bf16_baseline 1 1 2)
-set_tests_properties(parallel/layout_bert_bf16_baseline PROPERTIES FIXTURES_REQUIRED "layouts_bert_data")
 trident_layout(bert_bf16_sp_tp2_pp2_dp2 8 2 1 --sequence-parallel --pipeline-model-parallel-size 2)
-set_tests_properties(parallel/layout_bert_bf16_sp_tp2_pp2_dp2 PROPERTIES
-  FIXTURES_REQUIRED "layouts_bert_data;layouts_bert_bf16_baseline")
 unset(LAYOUT_TOL)
+unset(LAYOUT_DATA_FIXTURE)
 set(LAYOUT_ARCH "")
 set(LAYOUT_TRAIN ${GPT_LAYOUT_TRAIN})
