@@ -22,8 +22,9 @@ comm *comm_world_init(int *argc, char ***argv);
 void comm_world_finalize(comm *world);
 /* Ends this process with a config error's code (td_set_usage_hook) once every rank has reached
  * it: started by a launcher with more than one rank, it joins MPI (MPI_Init if not yet) and waits
- * at a barrier (30 s at most, then MPI_Abort), so that no rank's exit makes the launcher end the
- * job before rank 0 has printed the error; then MPI_Finalize and exit(code). */
+ * at a barrier, so that no rank's exit makes the launcher end the job before rank 0 has printed
+ * the error; then MPI_Finalize and exit(code). Rank 0 waits 2 s at most, then exits (an error
+ * only it finds: its exit ends the job); the others 30 s, then MPI_Abort. */
 void comm_usage_exit(int code) __attribute__((noreturn));
 /* exit(code), after MPI_Finalize or without MPI. Among ranks started by Open MPI's mpirun, a
  * non-zero code makes mpirun end the job, which it does only after sleeping twice

@@ -120,7 +120,7 @@ static unsigned char *g_watched;  /* the peers this rank can see die */
 static int g_npeers;
 static MPI_Comm g_alarm = MPI_COMM_NULL;           /* a copy of the world for "rank r is gone" */
 static MPI_Request g_alarm_req = MPI_REQUEST_NULL; /* the receive of one, always posted */
-static int32_t g_alarm_in;                          /* the rank it names */
+static int32_t g_alarm_in; /* the rank it names; npeers * code + r: rank r ended with code, saying why */
 #define ALARM_TAG 7
 
 /* Start time and state letter of process pid from /proc; -1 when there is none. */
@@ -187,9 +187,9 @@ static int dead_peer(int *heard)
     *heard = 0;
     int done = 0;
     if (g_alarm_req != MPI_REQUEST_NULL && MPI_Test(&g_alarm_req, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && done &&
-        g_alarm_in >= 0 && g_alarm_in < g_npeers) {
-        *heard = 1;
-        return g_alarm_in;
+        g_alarm_in >= 0) {
+        *heard = g_alarm_in < g_npeers ? 1 : 2 + g_alarm_in / g_npeers; /* 2 + code: an error it reported */
+        return g_alarm_in % g_npeers;
     }
     for (int r = 0; r < g_npeers; r++) {
         if (!g_watched[r]) continue;
@@ -282,6 +282,10 @@ static void raise_alarm(int r, int me)
 static void __attribute__((noreturn)) lost_peer(int r, int heard)
 {
     fflush(stdout);
+    if (heard >= 2) { /* rank r ended on an error it reported: end quietly with its code */
+        kick_launcher();
+        _exit(heard - 2);
+    }
     int me = -1;
     MPI_Comm_rank(MPI_COMM_WORLD, &me);
     fprintf(stderr, "[rank %d] error: world rank %d (pid %d on %s) is gone (killed or crashed): ending the job%s; "
@@ -322,6 +326,8 @@ static void on_signal(int sig)
     raise(sig);
 }
 
+static MPI_Comm g_usage_comm = MPI_COMM_NULL; /* comm_usage_exit's barrier, once the world exists */
+
 comm *comm_world_init(int *argc, char ***argv)
 {
     int provided = 0;
@@ -329,6 +335,9 @@ comm *comm_world_init(int *argc, char ***argv)
     TD_CHECK_MPI(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided));
     TD_CHECK_MPI(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
     g_world = MPI_COMM_WORLD;
+    /* comm_usage_exit's barrier on a communicator of its own: on the world's it could match a
+     * collective of a rank still running (rank 0 ending while the others wait in a barrier) */
+    TD_CHECK_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &g_usage_comm));
     comm *w = wrap(MPI_COMM_WORLD, 0);
     comm_set_name(w, "world");
     td_log_set_rank(w->size > 1 ? w->rank : -1);
@@ -365,24 +374,56 @@ void comm_usage_exit(int code)
     if (!inited && MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) exit(code);
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     MPI_Request q;
-    int done = 0;
-    double t0 = td_now();
-    if (MPI_Ibarrier(MPI_COMM_WORLD, &q) != MPI_SUCCESS) MPI_Abort(MPI_COMM_WORLD, code);
-    while (!done && td_now() - t0 < 30) {
+    int done = 0, me = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &me);
+    /* rank 0 has printed the line: it waits briefly (an error only rank 0 finds, e.g. in the
+     * dataset it alone opens, leaves the others in another call, and its exit ends them); the
+     * others wait for rank 0's line, however late it comes */
+    double t0 = td_now(), limit = me == 0 ? 2 : 30;
+    MPI_Comm bc = g_usage_comm != MPI_COMM_NULL ? g_usage_comm : MPI_COMM_WORLD;
+    if (MPI_Ibarrier(bc, &q) != MPI_SUCCESS) MPI_Abort(MPI_COMM_WORLD, code);
+    while (!done && td_now() - t0 < limit) {
         if (MPI_Test(&q, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) break;
         struct timespec ts = {0, 1000000};
         if (!done) nanosleep(&ts, NULL);
     }
+    if (!done && me == 0) comm_exit(code);   /* the launcher ends the others */
     if (!done) MPI_Abort(MPI_COMM_WORLD, code); /* a rank did not find the error: end them all */
     watch_close();
     MPI_Finalize();
     comm_exit(code);
 }
 
+/* Tells every other rank that this one ends with `code` after saying why (so that they end
+ * quietly rather than report it lost), waiting 0.2 s at most for the messages to leave. */
+static void announce_exit(int code)
+{
+    int inited = 0, finalized = 0, me = -1;
+    MPI_Initialized(&inited);
+    MPI_Finalized(&finalized);
+    if (!inited || finalized || g_alarm == MPI_COMM_NULL || code <= 0 || code > 255) return;
+    MPI_Comm_rank(MPI_COMM_WORLD, &me);
+    MPI_Request *q = td_xcalloc((size_t)g_npeers, sizeof *q);
+    int32_t note = g_npeers * code + me;
+    for (int p = 0; p < g_npeers; p++) {
+        q[p] = MPI_REQUEST_NULL;
+        if (p != me && MPI_Isend(&note, 1, MPI_INT32_T, p, ALARM_TAG, g_alarm, &q[p]) != MPI_SUCCESS)
+            q[p] = MPI_REQUEST_NULL;
+    }
+    double t0 = td_now();
+    for (int done = 0; !done && td_now() - t0 < 0.2;) {
+        if (MPI_Testall(g_npeers, q, &done, MPI_STATUSES_IGNORE) != MPI_SUCCESS) break;
+        struct timespec ts = {0, 1000000};
+        if (!done) nanosleep(&ts, NULL);
+    }
+    free(q);
+}
+
 void comm_exit(int code)
 {
     fflush(stdout);
     fflush(stderr);
+    if (code != 0) announce_exit(code);
     kick_setup();
     if (code != 0 || g_launcher_ending) kick_launcher(); /* e.g. exiting after a save on SIGTERM */
     exit(code);

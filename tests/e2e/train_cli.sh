@@ -69,9 +69,15 @@ once "np 4: unknown flag"
 expect "np 4: config error" 2 "--vocab-file nowhere.json: No such file" "${MPIRUN[@]}" -np 4 "$TRIDENT" train \
   --data-path "$DATA" --vocab-file nowhere.json --merge-file "$MERGES" --train-iters 1
 once "np 4: config error"
+# an error only rank 0 finds (it opens the dataset first; the others wait in a barrier): its exit
+# ends the job at once (a usage error's barrier of its own; it took 30 s when that barrier was the
+# world's, where rank 0's matched the others' and rank 1 then waited alone). The bound is a hang guard.
+t0=$SECONDS
 expect "np 2: no training documents" 2 "--split 1,100000,0 leaves the train split" "${MPIRUN[@]}" -np 2 "$TRIDENT" train \
   "${TINY[@]}" --split 1,100000,0
 once "np 2: no training documents"
+[ $((SECONDS - t0)) -lt 15 ] && ok "np 2: an error only rank 0 finds ends the job in $((SECONDS - t0)) s" ||
+  bad "np 2: an error only rank 0 finds took $((SECONDS - t0)) s to end the job"
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
