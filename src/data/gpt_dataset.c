@@ -753,7 +753,13 @@ int gptds_check_token_ids(const char *path, const idx_dataset *idx, int vocab, c
     ds_image im = {0};
     void *arr[MAX_ARRAYS] = {0};
     ids_check_ctx ctx = {ntok, vocab};
-    int loaded = file && cache_load(file, &L, check_ids_arrays, &ctx, arr, &im) == 0;
+    /* a .bin rewritten in place with the same size within one tick of the file system's clock
+     * keeps its mtime: a cache written less than 2 s after the .bin's mtime could predate such a
+     * rewrite, so it is not trusted (git's "racily clean" rule), and the scan writes a newer one */
+    struct stat cs;
+    int racy = file && stat(file, &cs) == 0 &&
+               (double)(cs.st_mtim.tv_sec - st.st_mtim.tv_sec) + 1e-9 * (double)(cs.st_mtim.tv_nsec - st.st_mtim.tv_nsec) < 2;
+    int loaded = file && !racy && cache_load(file, &L, check_ids_arrays, &ctx, arr, &im) == 0;
     if (!loaded) {
         double t0 = td_now();
         int64_t off = 0;
