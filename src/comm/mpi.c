@@ -255,27 +255,27 @@ static void kick_launcher(void)
     _exit(0);
 }
 
-/* Says which peer is gone and ends this rank (the launcher is ending the job already). */
-/* Tells every other living rank that rank r is gone, waiting a second at most for the
- * messages to leave. */
-static void raise_alarm(int r, int me)
+/* Sends `note` on the alarm communicator to every rank but this one and `skip`, waiting `wait`
+ * seconds at most for the messages to leave. */
+static void tell_peers(int32_t note, int me, int skip, double wait)
 {
     MPI_Request *q = td_xcalloc((size_t)g_npeers, sizeof *q);
-    int32_t gone = r;
     for (int p = 0; p < g_npeers; p++) {
         q[p] = MPI_REQUEST_NULL;
-        if (p != r && p != me && MPI_Isend(&gone, 1, MPI_INT32_T, p, ALARM_TAG, g_alarm, &q[p]) != MPI_SUCCESS)
+        if (p != skip && p != me && MPI_Isend(&note, 1, MPI_INT32_T, p, ALARM_TAG, g_alarm, &q[p]) != MPI_SUCCESS)
             q[p] = MPI_REQUEST_NULL;
     }
     double t0 = td_now();
-    int done = 0;
-    while (!done && td_now() - t0 < 1.0) {
+    for (int done = 0; !done && td_now() - t0 < wait;) {
         if (MPI_Testall(g_npeers, q, &done, MPI_STATUSES_IGNORE) != MPI_SUCCESS) break;
         struct timespec ts = {0, 1000000};
-        nanosleep(&ts, NULL);
+        if (!done) nanosleep(&ts, NULL);
     }
     free(q);
 }
+
+/* Tells every other living rank that rank r is gone, waiting a second at most. */
+static void raise_alarm(int r, int me) { tell_peers(r, me, r, 1.0); }
 
 /* Says which peer is gone, passes the word on if this rank found it, and ends this rank (the
  * launcher is ending the job already). */
@@ -403,20 +403,7 @@ static void announce_exit(int code)
     MPI_Finalized(&finalized);
     if (!inited || finalized || g_alarm == MPI_COMM_NULL || code <= 0 || code > 255) return;
     MPI_Comm_rank(MPI_COMM_WORLD, &me);
-    MPI_Request *q = td_xcalloc((size_t)g_npeers, sizeof *q);
-    int32_t note = g_npeers * code + me;
-    for (int p = 0; p < g_npeers; p++) {
-        q[p] = MPI_REQUEST_NULL;
-        if (p != me && MPI_Isend(&note, 1, MPI_INT32_T, p, ALARM_TAG, g_alarm, &q[p]) != MPI_SUCCESS)
-            q[p] = MPI_REQUEST_NULL;
-    }
-    double t0 = td_now();
-    for (int done = 0; !done && td_now() - t0 < 0.2;) {
-        if (MPI_Testall(g_npeers, q, &done, MPI_STATUSES_IGNORE) != MPI_SUCCESS) break;
-        struct timespec ts = {0, 1000000};
-        if (!done) nanosleep(&ts, NULL);
-    }
-    free(q);
+    tell_peers(g_npeers * code + me, me, -1, 0.2);
 }
 
 void comm_exit(int code)
