@@ -10,6 +10,7 @@
  *      exchanging it with an older iter_N if there is one), fsyncs DIR;
  *   4. rank 0 replaces latest_checkpointed_iteration.txt (temporary, fsync, rename, fsync DIR);
  *   5. --keep-last prunes. */
+#include "backend/backend.h"
 #include "trident/checkpoint.h"
 
 #include <dirent.h>

@@ -22,6 +22,7 @@
 
 #include "ckpt/ckpt_fs.h"
 #include "ckpt/ckpt_impl.h"
+#include "backend/backend.h"
 #include "trident/check.h"
 #include "trident/checkpoint.h"
 #include "trident/safetensors.h"

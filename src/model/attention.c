@@ -1,50 +1,86 @@
 /* Attention block under tensor parallelism (after Megatron): the QKV projection column-parallel
  * (each rank computes the queries of its n/t heads and the keys and values of its g/t groups),
- * rotary positions on the local heads, the core (causal, or BERT's bidirectional one over each
- * sample's unpadded keys) (query head i reads key/value group
- * i / (n/g)), output projection row-parallel. Multi-head attention keeps one fused qkv weight
- * ([q | k | v] blocks, GPT-2's layout); grouped-query attention a q and a kv weight. */
-#include "model_impl.h"
+ * rotary positions on the local heads when the model has them, the core (causal, or
+ * bidirectional over each sample's unpadded keys) (query head i reads key/value group i / (n/g)),
+ * output projection row-parallel; the output bias is added by the layer (with dropout).
+ * Multi-head attention keeps one fused qkv weight ([q | k | v] blocks, GPT-2's layout);
+ * grouped-query attention a q and a kv weight. Selective recomputation keeps q, k, v and
+ * redoes the core. See block.h. */
+#include "block.h"
 
 #include <stdio.h>
 
 #include "trident/tensor_parallel.h"
 
-void attn_tensors(table_builder *tb, int layer, attn_params *p, attn_params *g)
+typedef struct {
+    float *q;      /* (BT, 3nd/t): [q | k | v] of the local heads, rotated; grouped-query
+                    * attention: the queries only (BT, nd/t) */
+    float *kv;     /* grouped-query attention: (BT, 2gd/t) [k | v] of the local groups */
+    kept_buf atty; /* (BT, nd/t) */
+    float *lse;    /* (B, n/t, s) */
+} attn_acts;
+
+typedef struct {
+    float *dqkv;   /* (BT, 3nd/t); grouped-query attention: the queries', (BT, nd/t) */
+    float *dkv;    /* grouped-query attention: (BT, 2gd/t) */
+    float *datty;  /* (BT, nd/t) */
+} attn_scratch;
+
+static void tensors(table_builder *tb, int layer, int stream0, const char *prefix, void *pv, void *gv)
 {
-    const gpt_config *c = &tb->m->cfg;
+    attn_params *p = pv, *g = gv;
+    const gpt_config *c = tb->cfg;
     int64_t h = c->hidden, q = gpt_q_width(c), kv = gpt_kv_width(c);
     int qkv_bias = gpt_has_qkv_bias(c);
     char n[64];
-#define T(field, init, kind, d0, d1, sd, blocks, nd, label)                                                   \
-    do {                                                                                                      \
-        snprintf(n, sizeof n, "layers.%d.attn.%s", layer, label);                                             \
-        model_add_tensor(tb, &p->field, &g->field, init, model_stream(layer, kind), n, d0, d1, sd, blocks, nd); \
+#define T(field, init, kind, d0, d1, sd, blocks, nd, label)                                                    \
+    do {                                                                                                       \
+        snprintf(n, sizeof n, "%s.%s", prefix, label);                                                         \
+        model_add_tensor(tb, &p->field, &g->field, init, model_stream(layer, stream0 + (kind)), n, d0, d1, sd, \
+                         blocks, nd);                                                                          \
     } while (0)
     /* reverse of the order the backward finishes them */
-    if (gpt_has_bias(c)) T(proj_b, INIT_ZEROS, 7, h, 0, -1, 1, 1, "proj.bias");
-    T(proj_w, INIT_NORMAL_OUT, 8, h, q, 1, 1, 0, "proj.weight");
+    if (gpt_has_bias(c)) T(proj_b, INIT_ZEROS, 0, h, 0, -1, 1, 1, "proj.bias");
+    T(proj_w, INIT_NORMAL_OUT, 1, h, q, 1, 1, 0, "proj.weight");
     if (gpt_gqa(c)) {
-        if (qkv_bias) T(kv_b, INIT_ZEROS, 13, 2 * kv, 0, 0, 2, 1, "kv.bias");
-        T(kv_w, INIT_NORMAL, 14, 2 * kv, h, 0, 2, 0, "kv.weight");
-        if (qkv_bias) T(qkv_b, INIT_ZEROS, 9, q, 0, 0, 1, 1, "q.bias");
-        T(qkv_w, INIT_NORMAL, 10, q, h, 0, 1, 0, "q.weight");
+        if (qkv_bias) T(kv_b, INIT_ZEROS, 6, 2 * kv, 0, 0, 2, 1, "kv.bias");
+        T(kv_w, INIT_NORMAL, 7, 2 * kv, h, 0, 2, 0, "kv.weight");
+        if (qkv_bias) T(qkv_b, INIT_ZEROS, 2, q, 0, 0, 1, 1, "q.bias");
+        T(qkv_w, INIT_NORMAL, 3, q, h, 0, 1, 0, "q.weight");
     } else {
-        if (qkv_bias) T(qkv_b, INIT_ZEROS, 9, 3 * q, 0, 0, 3, 1, "qkv.bias");
-        T(qkv_w, INIT_NORMAL, 10, 3 * q, h, 0, 3, 0, "qkv.weight");
+        if (qkv_bias) T(qkv_b, INIT_ZEROS, 2, 3 * q, 0, 0, 3, 1, "qkv.bias");
+        T(qkv_w, INIT_NORMAL, 3, 3 * q, h, 0, 3, 0, "qkv.weight");
     }
 #undef T
 }
 
-void attn_acts_carve(carver *cv, const gpt_model *m, attn_acts *a)
+/* What selective recomputation redoes: the core's output and log-sum-exp. */
+static void core_acts(carver *cv, const gpt_model *m, void *av)
 {
+    attn_acts *a = av;
+    int64_t BT = (int64_t)m->mbs * m->cfg.seq;
+    model_carve_kept(cv, &a->atty, BT * m->q_l, 1, "atty");
+    CARVE(cv, a->lse, float, (int64_t)m->mbs * m->heads_l * m->cfg.seq);
+}
+
+static void acts(carver *cv, const gpt_model *m, void *av)
+{
+    attn_acts *a = av;
     int64_t BT = (int64_t)m->mbs * m->cfg.seq;
     int gqa = gpt_gqa(&m->cfg);
     CARVE(cv, a->q, float, BT * (gqa ? m->q_l : 3 * m->q_l));
     if (gqa) CARVE(cv, a->kv, float, BT * 2 * m->kv_l);
-    if (cv->skip_attn_core) return;
-    model_carve_kept(cv, m, &a->atty, BT * m->q_l, 1, "atty");
-    CARVE(cv, a->lse, float, (int64_t)m->mbs * m->heads_l * m->cfg.seq);
+    if (!cv->selective) core_acts(cv, m, a);
+}
+
+static void scratch(carver *cv, const gpt_model *m, void *sv)
+{
+    attn_scratch *s = sv;
+    int64_t BT = (int64_t)m->mbs * m->cfg.seq;
+    int gqa = gpt_gqa(&m->cfg);
+    CARVE(cv, s->dqkv, float, BT * (gqa ? m->q_l : 3 * m->q_l));
+    if (gqa) CARVE(cv, s->dkv, float, BT * 2 * m->kv_l);
+    CARVE(cv, s->datty, float, BT * m->q_l);
 }
 
 /* Where q, k and v sit in a buffer pair laid out as the activations (or their gradients). */
@@ -70,20 +106,25 @@ static qkv_view view_of(const gpt_model *m, float *q, float *kv)
     return w;
 }
 
-void attn_core_fwd(gpt_model *m, const attn_acts *a, int B, const int32_t *klen, const be_drop *d_att)
+/* The attention core alone: atty and lse from the kept (rotated) q, k, v. */
+static void core_fwd(const block_io *io, void *av)
 {
+    const gpt_model *m = io->m;
+    attn_acts *a = av;
     qkv_view w = view_of(m, a->q, a->kv);
-    be_attention_fwd_masked(m->be, model_kept_stage(m, &a->atty), a->lse, w.q, w.k, w.v, w.ldq, w.ldkv, B,
-                            m->cfg.seq, m->heads_l, m->groups_l, gpt_head_dim(&m->cfg), klen, d_att);
-    model_kept_done(m, &a->atty, (size_t)B * m->cfg.seq * m->q_l);
+    be_attention_fwd_masked(m->be, kept_stage(&a->atty), a->lse, w.q, w.k, w.v, w.ldq, w.ldkv, io->B, m->cfg.seq,
+                            m->heads_l, m->groups_l, gpt_head_dim(&m->cfg), io->klen, io->drop);
+    kept_done(m->be, &a->atty, (size_t)io->B * m->cfg.seq * m->q_l);
 }
 
-void attn_fwd(gpt_model *m, attn_acts *a, const attn_params *p, float *out, be_in x, int B, const int32_t *klen,
-              const be_drop *d_att)
+static void fwd(const block_io *io, void *av, const void *pv, float *out, be_in x)
 {
+    const gpt_model *m = io->m;
     const gpt_config *c = &m->cfg;
+    const attn_params *p = pv;
+    attn_acts *a = av;
     const comm *tp = model_tp_reduce(m);
-    int T = c->seq, BT = B * T, h = c->hidden, d = gpt_head_dim(c), rot = gpt_rotary_dims(c);
+    int B = io->B, T = c->seq, BT = B * T, h = c->hidden, d = gpt_head_dim(c), rot = gpt_rotary_dims(c);
     int gqa = gpt_gqa(c);
     tp_column_linear_fwd(m->be, tp, a->q, x, p->qkv_w, p->qkv_b, BT, h, gqa ? m->q_l : 3 * m->q_l);
     if (gqa) tp_column_linear_fwd(m->be, tp, a->kv, x, p->kv_w, p->kv_b, BT, h, 2 * m->kv_l);
@@ -92,27 +133,31 @@ void attn_fwd(gpt_model *m, attn_acts *a, const attn_params *p, float *out, be_i
         be_rope_fwd(m->be, w.q, B, T, w.ldq, m->heads_l, d, rot, gpt_rotary_base(c), 0);
         be_rope_fwd(m->be, w.k, B, T, w.ldkv, m->groups_l, d, rot, gpt_rotary_base(c), 0);
     }
-    attn_core_fwd(m, a, B, klen, d_att);
-    tp_row_linear_fwd(m->be, tp, out, model_kept_in(&a->atty), p->proj_w, BT, m->q_l, h);
+    core_fwd(io, a);
+    tp_row_linear_fwd(m->be, tp, out, kept_in(&a->atty), p->proj_w, BT, m->q_l, h);
 }
 
-void attn_bwd(gpt_model *m, float *dx, attn_params *g, const float *dbranch, const attn_acts *a, const attn_params *p,
-              be_in x, int B, const int32_t *klen, const be_drop *d_att)
+static void bwd(const block_io *io, float *dx, void *gv, const float *dbranch, const void *av, const void *pv,
+                be_in x)
 {
+    const gpt_model *m = io->m;
     const gpt_config *c = &m->cfg;
     const backend *be = m->be;
+    const attn_params *p = pv;
+    attn_params *g = gv;
+    const attn_acts *a = av;
+    attn_scratch *s = io->scratch;
     const comm *tp = model_tp_reduce(m);
-    struct gpt_scratch *s = m->scratch;
-    int T = c->seq, BT = B * T, h = c->hidden, d = gpt_head_dim(c), rot = gpt_rotary_dims(c);
+    int B = io->B, T = c->seq, BT = B * T, h = c->hidden, d = gpt_head_dim(c), rot = gpt_rotary_dims(c);
     int gqa = gpt_gqa(c);
     if (g->proj_b) be_bias_bwd(be, g->proj_b, dbranch, BT, h);
     be_zero(be, s->datty, (size_t)BT * m->q_l);
-    tp_row_linear_bwd(be, tp, s->datty, g->proj_w, dbranch, model_kept_in(&a->atty), p->proj_w, BT, m->q_l, h);
+    tp_row_linear_bwd(be, tp, s->datty, g->proj_w, dbranch, kept_in(&a->atty), p->proj_w, BT, m->q_l, h);
     be_zero(be, s->dqkv, (size_t)BT * (gqa ? m->q_l : 3 * m->q_l));
     if (gqa) be_zero(be, s->dkv, (size_t)BT * 2 * m->kv_l);
     qkv_view w = view_of(m, a->q, a->kv), dw = view_of(m, s->dqkv, s->dkv);
     be_attention_bwd_masked(be, dw.q, dw.k, dw.v, s->datty, w.q, w.k, w.v, a->lse, w.ldq, w.ldkv, B, T, m->heads_l,
-                            m->groups_l, d, klen, d_att);
+                            m->groups_l, d, io->klen, io->drop);
     if (rot) {
         /* back through the rotation: the gradients of the projections' outputs */
         be_rope_bwd(be, dw.q, B, T, dw.ldq, m->heads_l, d, rot, gpt_rotary_base(c), 0);
@@ -123,7 +168,18 @@ void attn_bwd(gpt_model *m, float *dx, attn_params *g, const float *dbranch, con
         return;
     }
     /* two column-parallel projections of the same input: their input gradients add up */
+    float *dx2 = m->scratch->dtmp;
     tp_column_linear_bwd(be, tp, dx, g->qkv_w, g->qkv_b, s->dqkv, x, p->qkv_w, BT, h, m->q_l);
-    tp_column_linear_bwd(be, tp, s->dtmp, g->kv_w, g->kv_b, s->dkv, x, p->kv_w, BT, h, 2 * m->kv_l);
-    be_add(be, dx, dx, s->dtmp, (size_t)BT * h);
+    tp_column_linear_bwd(be, tp, dx2, g->kv_w, g->kv_b, s->dkv, x, p->kv_w, BT, h, 2 * m->kv_l);
+    be_add(be, dx, dx, dx2, (size_t)BT * h);
 }
+
+static const float *out_bias(const void *p) { return ((const attn_params *)p)->proj_b; }
+static float *out_bias_grad(void *g) { return ((attn_params *)g)->proj_b; }
+
+const block_ops attention_ops = {
+    .name = "attention", .params_size = sizeof(attn_params), .acts_size = sizeof(attn_acts),
+    .scratch_size = sizeof(attn_scratch), .tensors = tensors, .acts = acts, .scratch = scratch, .fwd = fwd,
+    .bwd = bwd, .recompute_acts = core_acts, .recompute = core_fwd, .out_bias = out_bias,
+    .out_bias_grad = out_bias_grad,
+};

@@ -1,5 +1,6 @@
 /* The model's architecture from the command line: see gpt_config_from_args in
  * include/trident/gpt.h. Defaults are GPT-2's; Megatron's flag names and rules. */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -138,4 +139,30 @@ void gpt_config_normalize(gpt_config *c)
     if (c->rotary_percent == 1.0f) c->rotary_percent = 0;
     if (c->rotary_base == 10000.0f) c->rotary_base = 0;
     if (c->norm_eps == 1e-5f) c->norm_eps = 0;
+}
+
+int gpt_padded_vocab(int vocab, int divisible_by, int tp)
+{
+    int64_t m = (int64_t)divisible_by * tp;
+    return (int)((vocab + m - 1) / m * m);
+}
+
+double gpt_flops_per_iteration(const gpt_config *c, int64_t batch, int full_recompute)
+{
+    /* Megatron's num_floating_point_operations: 12 = 3 passes x 2 (multiply-add) x 2 (the
+     * QK^T and AV products), with grouped queries, head sizes and gated MLPs; full
+     * recomputation runs the layers' forward again (16), not the logits. */
+    double s = c->seq, l = c->num_layers, h = c->hidden, V = c->padded_vocab;
+    double qratio = (double)gpt_q_width(c) / h, groups = (double)gpt_groups(c) / c->heads;
+    double layers = (1.0 + groups + s / h) * qratio + (double)c->ffn / h * (c->swiglu ? 1.5 : 1.0);
+    double logits = V / (2.0 * l * h);
+    return (double)batch * s * l * h * h * ((full_recompute ? 16.0 : 12.0) * layers + 12.0 * logits);
+}
+
+int gpt_rotary_dims(const gpt_config *c)
+{
+    if (c->pos != GPT_POS_ROPE) return 0;
+    double pct = c->rotary_percent > 0 ? c->rotary_percent : 1.0;
+    int r = (int)(gpt_head_dim(c) * pct);
+    return r - r % 2;
 }

@@ -1,27 +1,26 @@
-/* Embedding block: vocab-parallel word embedding (out-of-slice ids masked, then all-reduced
- * over tp) plus learned absolute positions (GPT-2, BERT; rotary models have none here) plus
- * BERT's token types (replicated, two rows), then dropout. See model_impl.h. */
+/* Embedding: vocab-parallel word embedding (out-of-slice ids masked, then all-reduced over tp)
+ * plus learned absolute positions (when the config has them; rotary models have none here) plus
+ * token types (when it has them: replicated rows), then dropout. See model_impl.h. */
 #include "model_impl.h"
 
 #include "trident/tensor_parallel.h"
 
-void embedding_tensors(table_builder *tb, gpt_model *m)
+static void tensors(table_builder *tb, gpt_tensors *p, gpt_tensors *g)
 {
-    const gpt_config *c = &m->cfg;
+    const gpt_config *c = tb->cfg;
     int64_t h = c->hidden, V = c->padded_vocab;
     if (gpt_is_bert(c))
-        model_add_tensor(tb, &m->p.tte, &m->g.tte, INIT_NORMAL, model_stream(-1, 6), "embedding.tokentype.weight",
+        model_add_tensor(tb, &p->tte, &g->tte, INIT_NORMAL, model_stream(-1, 6), "embedding.tokentype.weight",
                          GPT_BERT_TOKENTYPES, h, -1, 1, 0);
     if (c->pos == GPT_POS_LEARNED)
-        model_add_tensor(tb, &m->p.wpe, &m->g.wpe, INIT_NORMAL, model_stream(-1, 2), "embedding.position.weight",
+        model_add_tensor(tb, &p->wpe, &g->wpe, INIT_NORMAL, model_stream(-1, 2), "embedding.position.weight",
                          c->max_pos, h, -1, 1, 0);
-    model_add_tensor(tb, &m->p.wte, &m->g.wte, INIT_NORMAL, model_stream(-1, 1), "embedding.word.weight", V, h, 0, 1,
-                     0);
+    model_add_tensor(tb, &p->wte, &g->wte, INIT_NORMAL, model_stream(-1, 1), "embedding.word.weight", V, h, 0, 1, 0);
 }
 
 /* Under sequence parallelism the vocab-parallel lookup's all-reduce becomes a reduce-scatter:
  * out holds this rank's positions (B, seq_l, h), and the positions and dropout act on them. */
-void embedding_fwd(gpt_model *m, float *out, const int32_t *ids, const int32_t *types, int B, const be_drop *d)
+static void fwd(gpt_model *m, float *out, const int32_t *ids, const int32_t *types, int B, const be_drop *d)
 {
     int T = m->seq_l, h = m->cfg.hidden, pos0 = model_pos0(m);
     if (m->sp) {
@@ -42,7 +41,7 @@ void embedding_fwd(gpt_model *m, float *out, const int32_t *ids, const int32_t *
     be_dropout_fwd(m->be, out, out, B, T, h, &dl);
 }
 
-void embedding_bwd(gpt_model *m, float *dout, const int32_t *ids, const int32_t *types, int B, const be_drop *d)
+static void bwd(gpt_model *m, float *dout, const int32_t *ids, const int32_t *types, int B, const be_drop *d)
 {
     int T = m->seq_l, h = m->cfg.hidden, pos0 = model_pos0(m);
     be_drop dl = *d;
@@ -57,3 +56,5 @@ void embedding_bwd(gpt_model *m, float *dout, const int32_t *ids, const int32_t 
     }
     be_embedding_bwd(m->be, m->g.wte, dout, ids, B * m->cfg.seq, h, m->vstart, m->vocab_l);
 }
+
+const embedding_ops embedding_block = {tensors, fwd, bwd};

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backend/backend.h"
 #include "trident/check.h"
 #include "trident/gpt.h"
 

@@ -2,7 +2,9 @@
  * and values kept in a cache so that a step of one token attends to all the earlier ones without
  * running them again. The same blocks' weights and kernels as training (tensor-parallel GEMMs,
  * rotary positions from the step's first position, learned positions likewise), no dropout,
- * nothing kept for a backward. See gpt_kv_create in include/trident/gpt.h. */
+ * nothing kept for a backward. It reads the built-in kinds' parameters (block.h: norm_params,
+ * attn_params, mlp_params); a new block kind needs its step here too, and gpt_kv_create refuses
+ * a model with a kind it does not know. See gpt_kv_create in include/trident/gpt.h. */
 #include "model_impl.h"
 
 #include <stdlib.h>
@@ -28,8 +30,22 @@ struct gpt_kv_cache {
 static int kv_width(const gpt_model *m) { return gpt_gqa(&m->cfg) ? m->kv_l : m->q_l; }
 static int fc_out(const gpt_model *m) { return m->cfg.swiglu ? 2 * m->ffn_l : m->ffn_l; }
 
+/* Whether the generation step knows the kinds in the stage's slots. */
+static int kinds_known(const gpt_model *m)
+{
+    for (int l = 0; l < m->nlayers; l++) {
+        const gpt_layer *L = &m->layers[l];
+        const block_ops *mlp = L->slot[GPT_SLOT_MLP].ops;
+        if (L->slot[GPT_SLOT_ATTENTION].ops != &attention_ops || (mlp != &mlp_gelu_ops && mlp != &mlp_swiglu_ops))
+            return 0;
+    }
+    return 1;
+}
+
 gpt_kv_cache *gpt_kv_create(gpt_model *m, int B, int cap, int nmax)
 {
+    TD_CHECK(kinds_known(m), "add the kind's step to src/model/infer.c",
+             "generation has no step for a block kind of this model");
     TD_CHECK(!m->sp, "generate without --sequence-parallel", "the generation forward has no sequence parallelism");
     TD_CHECK(B >= 1 && nmax >= 1 && nmax <= cap, "", "kv cache of %d rows, %d positions, %d a step", B, cap, nmax);
     const backend *be = m->be;
@@ -86,17 +102,20 @@ static void norm(const gpt_model *m, float *out, const float *x, const norm_para
 static void layer_step(gpt_model *m, gpt_kv_cache *c, int l, int pos, int n)
 {
     const gpt_config *cf = &m->cfg;
-    const gpt_layer *p = &m->p.layers[l];
+    const gpt_layer *L = &m->layers[l];
+    const norm_params *ln1 = L->slot[GPT_SLOT_INPUT_NORM].p, *ln2 = L->slot[GPT_SLOT_PRE_MLP_NORM].p;
+    const attn_params *attn = L->slot[GPT_SLOT_ATTENTION].p;
+    const mlp_params *mlp = L->slot[GPT_SLOT_MLP].p;
     const backend *be = m->be;
     const comm *tp = m->ps->tp_group;
     int B = c->B, rows = B * n, h = cf->hidden, d = gpt_head_dim(cf), rot = gpt_rotary_dims(cf), gqa = gpt_gqa(cf);
     int kvw = kv_width(m);
 
     /* attention: q, k, v of the new positions; k and v appended to the cache */
-    norm(m, c->ln, c->x, &p->ln1, rows);
-    tp_column_linear_fwd(be, tp, c->q, be_f32(c->ln), p->attn.qkv_w, p->attn.qkv_b, rows, h,
+    norm(m, c->ln, c->x, ln1, rows);
+    tp_column_linear_fwd(be, tp, c->q, be_f32(c->ln), attn->qkv_w, attn->qkv_b, rows, h,
                          gqa ? m->q_l : 3 * m->q_l);
-    if (gqa) tp_column_linear_fwd(be, tp, c->kv, be_f32(c->ln), p->attn.kv_w, p->attn.kv_b, rows, h, 2 * m->kv_l);
+    if (gqa) tp_column_linear_fwd(be, tp, c->kv, be_f32(c->ln), attn->kv_w, attn->kv_b, rows, h, 2 * m->kv_l);
     float *q = c->q, *k = gqa ? c->kv : c->q + m->q_l, *v = gqa ? c->kv + m->kv_l : c->q + 2 * m->q_l;
     int ldq = gqa ? m->q_l : 3 * m->q_l, ldkv = gqa ? 2 * m->kv_l : 3 * m->q_l;
     if (rot) {
@@ -110,21 +129,21 @@ static void layer_step(gpt_model *m, gpt_kv_cache *c, int l, int pos, int n)
             be_memcpy(be, c->v[l] + dst, v + src, (size_t)kvw * sizeof(float), BE_D2D);
         }
     be_attention_kv_fwd(be, c->atty, q, c->k[l], c->v[l], ldq, B, n, pos, c->cap, m->heads_l, m->groups_l, d);
-    tp_row_linear_fwd(be, tp, c->branch, be_f32(c->atty), p->attn.proj_w, rows, m->q_l, h);
-    be_bias_dropout_add_fwd(be, c->x, c->x, c->branch, p->attn.proj_b, B, n, h, NULL);
+    tp_row_linear_fwd(be, tp, c->branch, be_f32(c->atty), attn->proj_w, rows, m->q_l, h);
+    be_bias_dropout_add_fwd(be, c->x, c->x, c->branch, attn->proj_b, B, n, h, NULL);
 
     /* MLP */
-    norm(m, c->ln, c->x, &p->ln2, rows);
+    norm(m, c->ln, c->x, ln2, rows);
     if (cf->swiglu) {
-        tp_column_linear_fwd(be, tp, c->fch, be_f32(c->ln), p->mlp.fc_w, p->mlp.fc_b, rows, h, fc_out(m));
+        tp_column_linear_fwd(be, tp, c->fch, be_f32(c->ln), mlp->fc_w, mlp->fc_b, rows, h, fc_out(m));
         be_swiglu_fwd(be, c->act, c->fch, rows, m->ffn_l);
     } else {
-        tp_column_linear_fwd(be, tp, c->fch, be_f32(c->ln), p->mlp.fc_w, NULL, rows, h, m->ffn_l);
-        if (p->mlp.fc_b) be_bias_gelu_fwd(be, c->act, c->fch, p->mlp.fc_b, rows, m->ffn_l);
+        tp_column_linear_fwd(be, tp, c->fch, be_f32(c->ln), mlp->fc_w, NULL, rows, h, m->ffn_l);
+        if (mlp->fc_b) be_bias_gelu_fwd(be, c->act, c->fch, mlp->fc_b, rows, m->ffn_l);
         else be_gelu_fwd(be, c->act, c->fch, (size_t)rows * m->ffn_l);
     }
-    tp_row_linear_fwd(be, tp, c->branch, be_f32(c->act), p->mlp.fc2_w, rows, m->ffn_l, h);
-    be_bias_dropout_add_fwd(be, c->x, c->x, c->branch, p->mlp.fc2_b, B, n, h, NULL);
+    tp_row_linear_fwd(be, tp, c->branch, be_f32(c->act), mlp->fc2_w, rows, m->ffn_l, h);
+    be_bias_dropout_add_fwd(be, c->x, c->x, c->branch, mlp->fc2_b, B, n, h, NULL);
 }
 
 float *gpt_infer(gpt_model *m, gpt_kv_cache *c, const int32_t *ids, const float *input, int pos, int n,
@@ -146,7 +165,7 @@ float *gpt_infer(gpt_model *m, gpt_kv_cache *c, const int32_t *ids, const float 
 
     /* the logits of each row's last new position, gathered over the vocabulary slices */
     for (int b = 0; b < B; b++) be_copy(be, c->last + (size_t)b * h, c->x + ((size_t)b * n + n - 1) * h, (size_t)h);
-    norm(m, c->ln, c->last, &m->p.lnf, B);
+    norm(m, c->ln, c->last, m->lnf.p, B);
     tp_column_linear_fwd(be, m->ps->tp_group, c->logits_l, be_f32(c->ln), m->p.head_w, NULL, B, h, m->vocab_l);
     size_t slice = (size_t)B * m->vocab_l;
     if (m->tp > 1) {

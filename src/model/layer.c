@@ -1,59 +1,87 @@
-/* A transformer layer composed of blocks (after Megatron, pre-norm):
- *   x ─ norm ─ attention ─ +bias, dropout, +x = res2
- *     ─ norm ─ MLP ─ +bias, dropout, +res2 = out
- * The blocks choose their kind from the config (LayerNorm or RMSNorm; multi-head or
- * grouped-query attention with or without rotary positions; GeLU or SwiGLU; biases or none).
- * See model_impl.h. */
+/* A transformer layer as slots (after Megatron, pre-norm):
+ *   x ─ input norm ─ attention ─ +bias, dropout, +x = res2
+ *     ─ pre-MLP norm ─ MLP ─ +bias, dropout, +res2 = out
+ * Each slot's kind comes from the config (layer_spec.c); the layer calls it only through its
+ * ops (block.h). Sequence parallelism's gathers and scatters around the branches, and the
+ * residual adds with their dropout, are the layer's. */
 #include "model_impl.h"
 
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "trident/check.h"
 #include "trident/tensor_parallel.h"
 
-void layer_tensors(table_builder *tb, int layer, gpt_layer *p, gpt_layer *g)
+/* The branch slot after each norm slot, and the layer's two residual halves. */
+enum { HALF_ATTN, HALF_MLP };
+static const int NORM_OF[2] = {GPT_SLOT_INPUT_NORM, GPT_SLOT_PRE_MLP_NORM};
+static const int BRANCH_OF[2] = {GPT_SLOT_ATTENTION, GPT_SLOT_MLP};
+/* Each slot's name in the tensor names and the first Philox stream kind of its tensors (the
+ * values of GPT-2's layout, kept so checkpoints and initialisation stay what they were). */
+static const char *const SLOT_NAME[GPT_LAYER_NSLOTS] = {"ln1", "attn", "ln2", "mlp"};
+static const int SLOT_STREAM[GPT_LAYER_NSLOTS] = {11, 7, 5, 1};
+
+void layer_init(gpt_layer *L, const gpt_config *c)
 {
-    char n[64];
-    /* reverse of the order the backward finishes them: ln1.weight last */
-    mlp_tensors(tb, layer, &p->mlp, &g->mlp);
-    snprintf(n, sizeof n, "layers.%d.ln2", layer);
-    norm_tensors(tb, layer, 5, n, &p->ln2, &g->ln2);
-    attn_tensors(tb, layer, &p->attn, &g->attn);
-    snprintf(n, sizeof n, "layers.%d.ln1", layer);
-    norm_tensors(tb, layer, 11, n, &p->ln1, &g->ln1);
+    for (int k = 0; k < GPT_LAYER_NSLOTS; k++) block_slot_init(&L->slot[k], layer_spec_ops(c, k));
 }
 
-void layer_acts_carve(carver *cv, const gpt_model *m, layer_acts *a)
+void layer_free(gpt_layer *L)
+{
+    for (int k = 0; k < GPT_LAYER_NSLOTS; k++) block_slot_free(&L->slot[k]);
+}
+
+void layer_tensors(table_builder *tb, int layer, gpt_layer *L)
+{
+    char n[64];
+    /* reverse of the order the backward finishes them: the input norm's weight last */
+    for (int k = GPT_LAYER_NSLOTS - 1; k >= 0; k--) {
+        snprintf(n, sizeof n, "layers.%d.%s", layer, SLOT_NAME[k]);
+        block_slot_tensors(&L->slot[k], tb, layer, SLOT_STREAM[k], n);
+    }
+}
+
+void layer_acts_alloc(const gpt_layer *L, layer_acts *a)
+{
+    for (int k = 0; k < GPT_LAYER_NSLOTS; k++) a->slot[k] = td_xcalloc(1, L->slot[k].ops->acts_size);
+}
+
+void layer_acts_free(const gpt_layer *L, layer_acts *a)
+{
+    (void)L;
+    for (int k = 0; k < GPT_LAYER_NSLOTS; k++) {
+        free(a->slot[k]);
+        a->slot[k] = NULL;
+    }
+}
+
+void layer_acts_share(const gpt_layer *L, layer_acts *dst, const layer_acts *src)
+{
+    for (int k = 0; k < GPT_LAYER_NSLOTS; k++) memcpy(dst->slot[k], src->slot[k], L->slot[k].ops->acts_size);
+    dst->res2 = src->res2;
+    dst->out = src->out;
+}
+
+void layer_acts_carve(carver *cv, const gpt_model *m, const gpt_layer *L, layer_acts *a)
 {
     int64_t BT = (int64_t)m->mbs * m->seq_l; /* this rank's positions under sequence parallelism */
     int h = m->cfg.hidden;
-    norm_acts_carve(cv, m, &a->ln1);
-    attn_acts_carve(cv, m, &a->attn);
-    CARVE(cv, a->res2, float, BT * h);
-    norm_acts_carve(cv, m, &a->ln2);
-    mlp_acts_carve(cv, m, &a->mlp);
-    CARVE(cv, a->out, float, BT * h);
+    for (int half = HALF_ATTN; half <= HALF_MLP; half++) {
+        for (int k = NORM_OF[half]; k <= BRANCH_OF[half]; k++) L->slot[k].ops->acts(cv, m, a->slot[k]);
+        if (half == HALF_ATTN) CARVE(cv, a->res2, float, BT * h);
+        else CARVE(cv, a->out, float, BT * h);
+    }
 }
 
 /* The three dropouts of global layer L: attention probabilities, and after each branch. */
-static void layer_drops(const gpt_model *m, const gpt_acts *acts, int L, be_drop *att, be_drop *out, be_drop *mlp)
+static void layer_drops(const gpt_model *m, const gpt_acts *acts, int L, be_drop *att, be_drop out[2])
 {
     float ph = acts->training ? m->cfg.hidden_dropout : 0.0f, pa = acts->training ? m->cfg.attn_dropout : 0.0f;
     *att = model_drop(m, acts, pa, site_attn_probs(L), m->ps->tp_rank * m->heads_l);
-    *out = model_drop(m, acts, ph, site_attn_out(L), 0);
-    *mlp = model_drop(m, acts, ph, site_mlp_out(L), 0);
-    out->pos0 = mlp->pos0 = model_pos0(m); /* the branches' dropout acts on this rank's positions */
-}
-
-/* A block's input (also the LM head's): the norm output x (B, seq_l, h), gathered along the sequence under sequence
- * parallelism (f), else x itself. */
-be_in model_sp_input(gpt_model *m, const kept_buf *x, int B)
-{
-    if (!m->sp) return model_kept_in(x);
-    struct gpt_scratch *s = m->scratch;
-    TD_ASSERT(x->dt == BE_F32); /* norm outputs stay fp32 under sequence parallelism */
-    tp_sp_gather(m->be, m->ps->tp_group, s->gath, x->p, s->sptmp, B, m->cfg.seq, m->cfg.hidden);
-    return be_f32(s->gath);
+    out[HALF_ATTN] = model_drop(m, acts, ph, site_attn_out(L), 0);
+    out[HALF_MLP] = model_drop(m, acts, ph, site_mlp_out(L), 0);
+    out[0].pos0 = out[1].pos0 = model_pos0(m); /* the branches' dropout acts on this rank's positions */
 }
 
 /* A block's output (B, s, h) before its reduction: sequence parallelism reduce-scatters it to this
@@ -66,29 +94,47 @@ static const float *block_output(gpt_model *m, float *out, int B)
     return s->branch_l;
 }
 
-void layer_fwd(gpt_model *m, gpt_acts *acts, int l, const float *x)
+/* The io of slot k of a layer: its scratch, and the attention probabilities' dropout. */
+static block_io slot_io(gpt_model *m, const gpt_acts *acts, int k, const be_drop *d_att)
 {
-    const gpt_layer *p = &m->p.layers[l];
-    layer_acts *a = &acts->layers[l];
-    int B = acts->B, T = m->seq_l, BT = B * T, h = m->cfg.hidden; /* T: this rank's positions */
-    be_drop d_att, d_out, d_mlp;
-    layer_drops(m, acts, m->layer0 + l, &d_att, &d_out, &d_mlp);
-    float *branch = m->scratch->branch;
-
-    norm_fwd(m, &a->ln1, &p->ln1, x, BT);
-    attn_fwd(m, &a->attn, &p->attn, branch, model_sp_input(m, &a->ln1.out, B), B, acts->klen, &d_att);
-    be_bias_dropout_add_fwd(m->be, a->res2, x, block_output(m, branch, B), p->attn.proj_b, B, T, h, &d_out);
-
-    norm_fwd(m, &a->ln2, &p->ln2, a->res2, BT);
-    mlp_fwd(m, &a->mlp, &p->mlp, branch, model_sp_input(m, &a->ln2.out, B), B * m->cfg.seq);
-    be_bias_dropout_add_fwd(m->be, a->out, a->res2, block_output(m, branch, B), p->mlp.fc2_b, B, T, h, &d_mlp);
+    return model_io(m, acts, m->scratch->slot[k], k == GPT_SLOT_ATTENTION ? d_att : NULL);
 }
 
-void layer_attn_core_fwd(gpt_model *m, gpt_acts *acts, int l)
+/* One residual half: out = x + dropout(branch(norm(x)) + bias). */
+static void half_fwd(gpt_model *m, gpt_acts *acts, int l, int half, const float *x, float *out, const be_drop *d_att,
+                     const be_drop *d_out)
 {
-    be_drop d_att, d_out, d_mlp;
-    layer_drops(m, acts, m->layer0 + l, &d_att, &d_out, &d_mlp);
-    attn_core_fwd(m, &acts->layers[l].attn, acts->B, acts->klen, &d_att);
+    const block_slot *n = &m->layers[l].slot[NORM_OF[half]], *b = &m->layers[l].slot[BRANCH_OF[half]];
+    layer_acts *a = &acts->layers[l];
+    void *na = a->slot[NORM_OF[half]];
+    int B = acts->B;
+    float *branch = m->scratch->branch;
+    block_io nio = slot_io(m, acts, NORM_OF[half], d_att), bio = slot_io(m, acts, BRANCH_OF[half], d_att);
+    n->ops->fwd(&nio, na, n->p, NULL, be_f32(x));
+    b->ops->fwd(&bio, a->slot[BRANCH_OF[half]], b->p, branch, model_sp_input(m, n->ops->output(na), B));
+    const float *bias = b->ops->out_bias ? b->ops->out_bias(b->p) : NULL;
+    be_bias_dropout_add_fwd(m->be, out, x, block_output(m, branch, B), bias, B, m->seq_l, m->cfg.hidden, d_out);
+}
+
+void layer_fwd(gpt_model *m, gpt_acts *acts, int l, const float *x)
+{
+    layer_acts *a = &acts->layers[l];
+    be_drop d_att, d_out[2];
+    layer_drops(m, acts, m->layer0 + l, &d_att, d_out);
+    half_fwd(m, acts, l, HALF_ATTN, x, a->res2, &d_att, &d_out[HALF_ATTN]);
+    half_fwd(m, acts, l, HALF_MLP, a->res2, a->out, &d_att, &d_out[HALF_MLP]);
+}
+
+void layer_recompute(gpt_model *m, gpt_acts *acts, int l)
+{
+    be_drop d_att, d_out[2];
+    layer_drops(m, acts, m->layer0 + l, &d_att, d_out);
+    for (int k = 0; k < GPT_LAYER_NSLOTS; k++) {
+        const block_slot *s = &m->layers[l].slot[k];
+        if (!s->ops->recompute) continue;
+        block_io io = slot_io(m, acts, k, &d_att);
+        s->ops->recompute(&io, acts->layers[l].slot[k]);
+    }
 }
 
 /* The gradient of a dropout's input from d, the gradient of its output: d itself when nothing is
@@ -111,35 +157,25 @@ static const float *branch_grad(gpt_model *m, const float *d, int B)
     return s->dgath;
 }
 
-/* The gradient of a norm's output from the block's input gradient in s->dln: under sequence
- * parallelism the block left it unreduced (B, s, h) and it is reduce-scattered to this rank's
- * positions (f's backward); else s->dln itself (all-reduced by the block). */
-const float *model_sp_norm_grad(gpt_model *m, int B)
+/* One residual half backward: the residual's gradient is dres itself, the norm's adds to it. */
+static void half_bwd(gpt_model *m, gpt_acts *acts, int l, int half, const float *x, const be_drop *d_att,
+                     const be_drop *d_out)
 {
+    const block_slot *n = &m->layers[l].slot[NORM_OF[half]], *b = &m->layers[l].slot[BRANCH_OF[half]];
+    const layer_acts *a = &acts->layers[l];
+    const void *na = a->slot[NORM_OF[half]];
     struct gpt_scratch *s = m->scratch;
-    if (!m->sp) return s->dln;
-    tp_sp_scatter(m->be, m->ps->tp_group, s->dln_l, s->dln, s->sptmp, B, m->cfg.seq, m->cfg.hidden);
-    return s->dln_l;
+    int B = acts->B;
+    block_io nio = slot_io(m, acts, NORM_OF[half], d_att), bio = slot_io(m, acts, BRANCH_OF[half], d_att);
+    const float *dbranch = branch_grad(m, dropout_grad(m->be, s->dtmp, s->dres, B, m->seq_l, m->cfg.hidden, d_out), B);
+    b->ops->bwd(&bio, s->dln, b->g, dbranch, a->slot[BRANCH_OF[half]], b->p, model_sp_input(m, n->ops->output(na), B));
+    n->ops->bwd(&nio, s->dres, n->g, model_sp_norm_grad(m, B), na, n->p, be_f32(x));
 }
 
 void layer_bwd(gpt_model *m, gpt_acts *acts, int l, const float *x)
 {
-    const gpt_layer *p = &m->p.layers[l];
-    gpt_layer *g = &m->g.layers[l];
-    const layer_acts *a = &acts->layers[l];
-    struct gpt_scratch *s = m->scratch;
-    int B = acts->B, T = m->seq_l, BT = B * T, h = m->cfg.hidden; /* T: this rank's positions */
-    be_drop d_att, d_out, d_mlp;
-    layer_drops(m, acts, m->layer0 + l, &d_att, &d_out, &d_mlp);
-
-    /* MLP branch; the residual's gradient is dres itself, the norm's adds to it */
-    const float *dbranch = branch_grad(m, dropout_grad(m->be, s->dtmp, s->dres, B, T, h, &d_mlp), B);
-    mlp_bwd(m, s->dln, &g->mlp, dbranch, &a->mlp, &p->mlp, model_sp_input(m, &a->ln2.out, B), B * m->cfg.seq);
-    norm_bwd(m, s->dres, &g->ln2, model_sp_norm_grad(m, B), a->res2, &p->ln2, &a->ln2, BT);
-
-    /* attention branch */
-    dbranch = branch_grad(m, dropout_grad(m->be, s->dtmp, s->dres, B, T, h, &d_out), B);
-    attn_bwd(m, s->dln, &g->attn, dbranch, &a->attn, &p->attn, model_sp_input(m, &a->ln1.out, B), B, acts->klen,
-             &d_att);
-    norm_bwd(m, s->dres, &g->ln1, model_sp_norm_grad(m, B), x, &p->ln1, &a->ln1, BT);
+    be_drop d_att, d_out[2];
+    layer_drops(m, acts, m->layer0 + l, &d_att, d_out);
+    half_bwd(m, acts, l, HALF_MLP, acts->layers[l].res2, &d_att, &d_out[HALF_MLP]);
+    half_bwd(m, acts, l, HALF_ATTN, x, &d_att, &d_out[HALF_ATTN]);
 }

@@ -10,8 +10,9 @@
  * group's forward from its kept input (the same kernels, dropout masks and tensor-parallel
  * all-reduces on the same data: the same bits), then the layers' backward run as without
  * recomputation.
- * Selective: every layer keeps q, k, v (rotated) but not the attention core's output and
- * log-sum-exp: they point at one shared pair and are recomputed before the layer's backward. */
+ * Selective: every layer keeps all but what its slots' kinds say they redo (block_ops
+ * recompute_acts: the attention core's output and log-sum-exp); that points at one shared set,
+ * carved again over the same bytes for each layer, and is redone before the layer's backward. */
 #include "model_impl.h"
 
 #include <stdio.h>
@@ -37,15 +38,22 @@ static int full_shared_layers(const gpt_model *m)
     return m->rc.method == GPT_RECOMPUTE_BLOCK ? (n > 0) : n;
 }
 
+/* Carves what selective recomputation redoes of layer L's slots into a (the same bytes for
+ * every layer when cv's arena is rewound over them). */
+static void selective_carve(carver *cv, const gpt_model *m, const gpt_layer *L, layer_acts *a)
+{
+    for (int k = 0; k < GPT_LAYER_NSLOTS; k++)
+        if (L->slot[k].ops->recompute_acts) L->slot[k].ops->recompute_acts(cv, m, a->slot[k]);
+}
+
 size_t recompute_shared_layout(gpt_model *m, layer_acts *shared, td_arena *ar)
 {
-    carver cv = {ar, 0, 0};
+    carver cv = model_carver(m, ar);
     if (m->rc.granularity == GPT_RECOMPUTE_FULL) {
-        for (int j = 0; j < full_shared_layers(m); j++) layer_acts_carve(&cv, m, &shared[j]);
+        for (int j = 0; j < full_shared_layers(m); j++) layer_acts_carve(&cv, m, &m->layers[j], &shared[j]);
     } else if (m->rc.granularity == GPT_RECOMPUTE_SELECTIVE && m->nlayers > 0) {
-        int64_t BT = (int64_t)m->mbs * m->cfg.seq;
-        model_carve_kept(&cv, m, &shared[0].attn.atty, BT * m->q_l, 1, "atty");
-        CARVE(&cv, shared[0].attn.lse, float, (int64_t)m->mbs * m->heads_l * m->cfg.seq);
+        if (ar) m->rc_base = ar->base + ((ar->used + 63) & ~(size_t)63);
+        selective_carve(&cv, m, &m->layers[0], &shared[0]);
     }
     return cv.bytes;
 }
@@ -53,17 +61,23 @@ size_t recompute_shared_layout(gpt_model *m, layer_acts *shared, td_arena *ar)
 void recompute_layers_carve(carver *cv, const gpt_model *m, layer_acts *layers, const layer_acts *shared)
 {
     for (int l = 0, start, end; l < m->nlayers; l++) {
+        const gpt_layer *L = &m->layers[l];
         if (full_group(m, l, &start, &end)) {
-            layers[l] = shared[l - start];
+            layer_acts_share(L, &layers[l], &shared[l - start]);
             if (l == end) CARVE(cv, layers[l].out, float, (int64_t)m->mbs * m->seq_l * m->cfg.hidden);
         } else if (m->rc.granularity == GPT_RECOMPUTE_SELECTIVE) {
-            cv->skip_attn_core = 1;
-            layer_acts_carve(cv, m, &layers[l]);
-            cv->skip_attn_core = 0;
-            layers[l].attn.atty = shared[0].attn.atty;
-            layers[l].attn.lse = shared[0].attn.lse;
+            cv->selective = 1;
+            layer_acts_carve(cv, m, L, &layers[l]);
+            cv->selective = 0;
+            if (cv->ar) { /* the shared bytes again: the same pointers as every other layer's */
+                td_arena over;
+                td_arena_wrap(&over, m->rc_base, m->rc_bytes);
+                carver again = *cv;
+                again.ar = &over;
+                selective_carve(&again, m, L, &layers[l]);
+            }
         } else {
-            layer_acts_carve(cv, m, &layers[l]);
+            layer_acts_carve(cv, m, L, &layers[l]);
         }
     }
 }
@@ -72,7 +86,7 @@ void recompute_before_bwd(gpt_model *m, gpt_acts *acts, int l)
 {
     int start, end;
     if (m->rc.granularity == GPT_RECOMPUTE_SELECTIVE) {
-        layer_attn_core_fwd(m, acts, l);
+        layer_recompute(m, acts, l);
     } else if (full_group(m, l, &start, &end) && l == end) {
         for (int j = start; j <= end; j++) layer_fwd(m, acts, j, j ? acts->layers[j - 1].out : acts->input);
     }

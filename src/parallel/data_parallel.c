@@ -1,6 +1,8 @@
 /* Data parallelism: see include/trident/data_parallel.h. */
 #include "trident/data_parallel.h"
 
+#include "backend/backend.h"
+
 #include <stdlib.h>
 
 #include "trident/check.h"

@@ -11,6 +11,8 @@
  * number of virtual stages, so matching never depends on the order messages are posted. */
 #include "trident/pipeline.h"
 
+#include "backend/backend.h"
+
 #include <stdio.h>
 #include <string.h>
 

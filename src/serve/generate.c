@@ -3,6 +3,8 @@
  * while it has one and the sampled one after. */
 #include "trident/generate.h"
 
+#include "backend/backend.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

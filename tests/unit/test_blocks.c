@@ -93,7 +93,10 @@ static void model_open(model_at *x, const gpt_config *c, int tp, int rank)
     x->a = gpt_acts_acquire(x->m);
     x->a->B = B;
     x->a->training = 0;
-    if (gpt_is_bert(c)) memcpy(x->a->klen, BERT_KLEN, sizeof BERT_KLEN);
+    if (gpt_is_bert(c)) {
+        memcpy(x->a->lengths, BERT_KLEN, sizeof BERT_KLEN);
+        x->a->klen = x->a->lengths;
+    }
 }
 
 static void model_close(model_at *x)
@@ -242,40 +245,45 @@ enum block { NORM, ATTN, MLP };
 
 /* The block of layer 0 on model x: out (BT, h) = block(in) including its output bias; then, with
  * dout (BT, h) given, dx (BT, h) written and the parameter gradients accumulated (zeroed first). */
+static int slot_of(enum block k)
+{
+    return k == NORM ? GPT_SLOT_INPUT_NORM : k == ATTN ? GPT_SLOT_ATTENTION : GPT_SLOT_MLP;
+}
+
 static void run_block(model_at *x, enum block k, float *out, const float *in, const float *dout, float *dx)
 {
     gpt_model *m = x->m;
-    layer_acts *la = &x->a->layers[0];
-    gpt_layer *p = &m->p.layers[0], *g = &m->g.layers[0];
+    int slot = slot_of(k);
+    const block_slot *s = &m->layers[0].slot[slot];
+    void *acts = x->a->layers[0].slot[slot];
+    block_io io = {m, B, x->a->klen, NULL, m->scratch->slot[slot]};
     int BT = B * T, h = m->cfg.hidden;
     be_zero(g_be, m->grads, m->numel);
     if (k == NORM) {
-        norm_fwd(m, &la->ln1, &p->ln1, in, BT);
-        memcpy(out, la->ln1.out.p, (size_t)BT * h * sizeof(float)); /* fp32: no mixed precision here */
+        s->ops->fwd(&io, acts, s->p, NULL, be_f32(in));
+        memcpy(out, s->ops->output(acts)->p, (size_t)BT * h * sizeof(float)); /* fp32: no mixed precision here */
         if (dout) {
             memset(dx, 0, (size_t)BT * h * sizeof(float));
-            norm_bwd(m, dx, &g->ln1, dout, in, &p->ln1, &la->ln1, BT);
+            s->ops->bwd(&io, dx, s->g, dout, acts, s->p, be_f32(in));
         }
         return;
     }
-    if (k == ATTN) attn_fwd(m, &la->attn, &p->attn, out, be_f32(in), B, x->a->klen, NULL);
-    else mlp_fwd(m, &la->mlp, &p->mlp, out, be_f32(in), BT);
-    const float *bias = k == ATTN ? p->attn.proj_b : p->mlp.fc2_b;
+    s->ops->fwd(&io, acts, s->p, out, be_f32(in));
+    const float *bias = s->ops->out_bias(s->p);
     /* a shard adds the replicated bias too: the whole block's is added once, below */
     if (bias && x->ps.tp_rank == 0)
         for (int t = 0; t < BT; t++)
             for (int i = 0; i < h; i++) out[t * h + i] += bias[i];
     if (!dout) return;
-    if (k == ATTN) attn_bwd(m, dx, &g->attn, dout, &la->attn, &p->attn, be_f32(in), B, x->a->klen, NULL);
-    else mlp_bwd(m, dx, &g->mlp, dout, &la->mlp, &p->mlp, be_f32(in), BT);
+    s->ops->bwd(&io, dx, s->g, dout, acts, s->p, be_f32(in));
 }
 
 static void ref_block(const ref *r, enum block k, double *out, const double *x)
 {
-    const gpt_layer *p = &r->m->p.layers[0];
-    if (k == NORM) ref_norm(r, out, x, &p->ln1);
-    else if (k == ATTN) ref_attention(r, out, x, &p->attn);
-    else ref_mlp(r, out, x, &p->mlp);
+    const void *p = r->m->layers[0].slot[slot_of(k)].p;
+    if (k == NORM) ref_norm(r, out, x, p);
+    else if (k == ATTN) ref_attention(r, out, x, p);
+    else ref_mlp(r, out, x, p);
 }
 
 /* sum(out * R) of the reference, with the input x moved at element xi by dxv (xi < 0: none). */
@@ -455,24 +463,25 @@ static double ref_bert_loss(const ref *r)
         for (int i = 0; i < h; i++)
             x[t * h + i] = P(r, m->p.wte, (size_t)BERT_IDS[t] * h + i) + P(r, m->p.wpe, (size_t)(t % T) * h + i) +
                            P(r, m->p.tte, (size_t)BERT_TYPES[t] * h + i);
-    const gpt_layer *L = &m->p.layers[0];
-    ref_norm(r, y, x, &L->ln1);
-    ref_attention(r, z, y, &L->attn);
+    const gpt_layer *L = &m->layers[0];
+    ref_norm(r, y, x, L->slot[GPT_SLOT_INPUT_NORM].p);
+    ref_attention(r, z, y, L->slot[GPT_SLOT_ATTENTION].p);
     for (int i = 0; i < n; i++) x[i] += z[i];
-    ref_norm(r, y, x, &L->ln2);
-    ref_mlp(r, z, y, &L->mlp);
+    ref_norm(r, y, x, L->slot[GPT_SLOT_PRE_MLP_NORM].p);
+    ref_mlp(r, z, y, L->slot[GPT_SLOT_MLP].p);
     for (int i = 0; i < n; i++) x[i] += z[i];
-    ref_norm(r, y, x, &m->p.lnf); /* y: the encoder's output */
+    ref_norm(r, y, x, m->lnf.p); /* y: the encoder's output */
+    norm_params lm_norm = {gpt_param(m, "lm_head.norm.weight", 0), gpt_param(m, "lm_head.norm.bias", 0)};
     /* masked LM: dense, GeLU, norm, the tied decoder with its bias */
-    ref_linear(r, z, y, m->p.lm_dense_w, m->p.lm_dense_b, B * T, h, h);
+    ref_linear(r, z, y, gpt_param(m, "lm_head.dense.weight", 0), gpt_param(m, "lm_head.dense.bias", 0), B * T, h, h);
     for (int i = 0; i < n; i++) z[i] = gelu(z[i]);
-    ref_norm(r, u, z, &m->p.lm_norm);
+    ref_norm(r, u, z, &lm_norm);
     double loss = 0;
     for (int t = 0; t < B * T; t++) {
         if (BERT_LABELS[t] < 0) continue;
         double lg[64], mx = -1e300, sum = 0;
         for (int v = 0; v < V; v++) {
-            lg[v] = P(r, m->p.lm_bias, v);
+            lg[v] = P(r, gpt_param(m, "lm_head.bias", 0), v);
             for (int i = 0; i < h; i++) lg[v] += u[t * h + i] * P(r, m->p.wte, (size_t)v * h + i);
             mx = fmax(mx, lg[v]);
         }
@@ -482,9 +491,9 @@ static double ref_bert_loss(const ref *r)
     /* sentence order: the pooler on [CLS], the binary head */
     for (int b = 0; b < B; b++) {
         double pool[64], lg[2];
-        ref_linear(r, pool, y + (size_t)b * T * h, m->p.pool_w, m->p.pool_b, 1, h, h);
+        ref_linear(r, pool, y + (size_t)b * T * h, gpt_param(m, "pooler.dense.weight", 0), gpt_param(m, "pooler.dense.bias", 0), 1, h, h);
         for (int i = 0; i < h; i++) pool[i] = tanh(pool[i]);
-        ref_linear(r, lg, pool, m->p.bin_w, m->p.bin_b, 1, h, 2);
+        ref_linear(r, lg, pool, gpt_param(m, "binary_head.weight", 0), gpt_param(m, "binary_head.bias", 0), 1, h, 2);
         double mx = fmax(lg[0], lg[1]);
         loss += BERT_SOP_W * (mx + log(exp(lg[0] - mx) + exp(lg[1] - mx)) - lg[BERT_SOP[b]]);
     }

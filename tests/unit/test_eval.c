@@ -61,6 +61,39 @@ static void lin(double *out, const double *in, const float *w, const float *b, i
     }
 }
 
+/* A layer's tensors by their logical names (the layer holds its blocks behind their ops). */
+typedef struct {
+    const float *w, *b;
+} tnorm;
+typedef struct {
+    tnorm ln1, ln2;
+    struct {
+        const float *qkv_w, *qkv_b, *proj_w, *proj_b;
+    } attn;
+    struct {
+        const float *fc_w, *fc_b, *fc2_w, *fc2_b;
+    } mlp;
+} tlayer;
+
+static const float *tensor_at(const gpt_model *m, int l, const char *what)
+{
+    char n[64];
+    if (l < 0) snprintf(n, sizeof n, "%s", what);
+    else snprintf(n, sizeof n, "layers.%d.%s", l, what);
+    return gpt_param(m, n, 0);
+}
+
+static tlayer layer_of(const gpt_model *m, int l)
+{
+    tlayer L = {{tensor_at(m, l, "ln1.weight"), tensor_at(m, l, "ln1.bias")},
+                {tensor_at(m, l, "ln2.weight"), tensor_at(m, l, "ln2.bias")},
+                {tensor_at(m, l, "attn.qkv.weight"), tensor_at(m, l, "attn.qkv.bias"), tensor_at(m, l, "attn.proj.weight"),
+                 tensor_at(m, l, "attn.proj.bias")},
+                {tensor_at(m, l, "mlp.fc.weight"), tensor_at(m, l, "mlp.fc.bias"), tensor_at(m, l, "mlp.fc2.weight"),
+                 tensor_at(m, l, "mlp.fc2.bias")}};
+    return L;
+}
+
 static void ref_window(const gpt_model *m, const int32_t *tok /* S + 1 */, double *loss /* S */)
 {
     const gpt_config *c = &m->cfg;
@@ -71,7 +104,7 @@ static void ref_window(const gpt_model *m, const int32_t *tok /* S + 1 */, doubl
     for (int t = 0; t < S; t++)
         for (int i = 0; i < H; i++) x[t][i] = (double)p->wte[tok[t] * H + i] + p->wpe[t * H + i];
     for (int l = 0; l < c->num_layers; l++) {
-        const gpt_layer *L = &p->layers[l];
+        tlayer Lv = layer_of(m, l), *L = &Lv;
         for (int t = 0; t < S; t++) {
             ln(a[t], x[t], L->ln1.w, L->ln1.b, H);
             lin(qkv[t], a[t], L->attn.qkv_w, L->attn.qkv_b, H, 3 * H);
@@ -106,7 +139,7 @@ static void ref_window(const gpt_model *m, const int32_t *tok /* S + 1 */, doubl
         }
     }
     for (int t = 0; t < S; t++) {
-        ln(a[t], x[t], p->lnf.w, p->lnf.b, H);
+        ln(a[t], x[t], tensor_at(m, -1, "final_norm.weight"), tensor_at(m, -1, "final_norm.bias"), H);
         lin(logits, a[t], p->wte, NULL, H, V);
         double mx = -1e300, sum = 0;
         for (int v = 0; v < V; v++) mx = logits[v] > mx ? logits[v] : mx;

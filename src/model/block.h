@@ -1,0 +1,124 @@
+/* Private to src/model: the block seam (after Megatron-Core's ModuleSpec). A block kind is one
+ * const block_ops: its tensors, its activations, forward, backward and what selective
+ * recomputation redoes. A layer is slots (gpt.h: input norm, attention, pre-MLP norm, MLP),
+ * each holding a kind's ops and its parameters behind an opaque pointer; layer_spec.c fills
+ * them from the config through one table. A new kind is a file defining its ops (static
+ * functions behind them) and a row of that table. */
+#ifndef TRIDENT_MODEL_BLOCK_H
+#define TRIDENT_MODEL_BLOCK_H
+
+#include "builder.h"
+#include "trident/comm.h"
+
+/* What a block's forward and backward are given besides its tensors and activations. */
+typedef struct block_io {
+    gpt_model *m;          /* the stage's sizes, backend, groups and shared scratch (read only) */
+    int B;                 /* samples in the micro-batch */
+    const int32_t *klen;   /* (B) device: each sample's keys before its padding; NULL: causal */
+    const be_drop *drop;   /* the block's own dropout (attention probabilities); NULL: none */
+    void *scratch;         /* the slot's backward scratch (shared by the layers of the stage) */
+} block_io;
+
+typedef struct block_ops {
+    const char *name;
+    size_t params_size;    /* bytes of the kind's parameter struct (slot->p and slot->g) */
+    size_t acts_size;      /* bytes of its activation struct */
+    size_t scratch_size;   /* bytes of its scratch struct (0: none) */
+    /* Registers the tensors "<prefix>.<name>" of global layer `layer` (-1: outside the layers),
+     * with Philox streams (layer, stream0 + k), in reverse of the order the backward finishes
+     * them, pointing p's and g's fields at them. */
+    void (*tensors)(table_builder *tb, int layer, int stream0, const char *prefix, void *p, void *g);
+    /* Carves (cv->ar NULL: counts) one micro-batch's activations into a; under cv->selective
+     * leaves out what recompute redoes. */
+    void (*acts)(carver *cv, const gpt_model *m, void *a);
+    /* Carves its backward scratch (scratch_size 0: NULL). */
+    void (*scratch)(carver *cv, const gpt_model *m, void *s);
+    /* out (B s, h) from x: for norms x is fp32 (B, seq_l, h) and the output is kept in the
+     * activations (output below; out unused); other kinds write their branch output before
+     * the output bias, which the layer adds with dropout. */
+    void (*fwd)(const block_io *io, void *a, const void *p, float *out, be_in x);
+    /* From dout, the gradient of the output (before the output bias for branch kinds): the
+     * parameter gradients accumulate into g; dx accumulates (norms) or is overwritten
+     * (branches) with the input's gradient. */
+    void (*bwd)(const block_io *io, float *dx, void *g, const float *dout, const void *a, const void *p, be_in x);
+    /* Selective recomputation: carves what it does not keep (NULL: keeps everything), and
+     * redoes it from what it kept before the backward. */
+    void (*recompute_acts)(carver *cv, const gpt_model *m, void *a);
+    void (*recompute)(const block_io *io, void *a);
+    /* A norm's output, kept in its activations; NULL for branch kinds. */
+    const kept_buf *(*output)(const void *a);
+    /* The bias the layer adds to a branch's output with dropout (NULL: none). */
+    const float *(*out_bias)(const void *p);
+    float *(*out_bias_grad)(void *g);
+    /* Runs on this rank's positions only under sequence parallelism: its gradients are summed
+     * over the tensor-parallel group at the end of the iteration. */
+    int seq_local;
+} block_ops;
+
+/* Forward temporaries and backward gradients of the stage, shared by every block and every
+ * micro-batch (a kind's own backward buffers are its slot's scratch). */
+struct gpt_scratch {
+    float *branch;   /* (BT, h): row-linear output before bias-dropout-add */
+    float *dres;     /* (BT, h): gradient flowing down the residual stream */
+    float *dln;      /* (BT, h): gradient of a norm output */
+    float *dtmp;     /* (BT, h): gradient of a branch before dropout; a block's second input gradient */
+    float *dloss;    /* (BT) */
+    float *host;     /* (BT) host memory: losses and d(loss) on their way across */
+    /* sequence parallelism only (NULL otherwise): */
+    float *gath;     /* (BT, h): a norm output gathered along the sequence */
+    float *dgath;    /* (BT, h): a branch's output gradient gathered along the sequence */
+    float *sptmp;    /* (BT, h): the collectives' rank-major staging */
+    float *branch_l; /* (BT/t, h): a branch output reduce-scattered to this rank's positions */
+    float *dln_l;    /* (BT/t, h): a norm output's gradient, likewise */
+    /* mixed precision only (NULL otherwise): */
+    float *lp_stage; /* (BT, max(h, nd/t, f/t)): a kept GEMM input in fp32 on its way in */
+    void *slot[GPT_LAYER_NSLOTS]; /* each layer slot's kind's own scratch (NULL: none) */
+    void *head;      /* the head's (last stage) */
+    float *head_host;/* host memory for the head's work */
+};
+
+/* The group a block's row-parallel forward and column-parallel backward all-reduce over: NULL
+ * under sequence parallelism, whose reduce-scatter the layer does instead. */
+static inline const comm *model_tp_reduce(const gpt_model *m) { return m->sp ? NULL : m->ps->tp_group; }
+/* The first position a sample holds outside the tensor-parallel regions: tp_rank * seq_l under
+ * sequence parallelism, else 0. */
+static inline int model_pos0(const gpt_model *m) { return m->sp ? m->ps->tp_rank * m->seq_l : 0; }
+
+/* ---- the kinds (one file each) ---- */
+extern const block_ops layernorm_ops, rmsnorm_ops;  /* norm.c */
+extern const block_ops attention_ops;               /* attention.c: multi-head or grouped-query, rotary or not */
+extern const block_ops mlp_gelu_ops, mlp_swiglu_ops; /* mlp.c */
+
+/* Their parameter structs, TP-local shapes (read by the kind, and by tools that know it). */
+typedef struct norm_params {
+    float *w, *b;         /* (h), (h); b NULL for RMSNorm */
+} norm_params;
+typedef struct attn_params {
+    float *qkv_w;         /* (3nd/t, h): rows [q of local heads | k | v]; with grouped-query
+                           * attention the queries only, (nd/t, h) */
+    float *qkv_b;         /* (3nd/t), or (nd/t); NULL without a QKV bias */
+    float *kv_w;          /* grouped-query attention: (2gd/t, h), rows [k of local groups | v] */
+    float *kv_b;          /* (2gd/t) or NULL */
+    float *proj_w;        /* (h, nd/t) */
+    float *proj_b;        /* (h) or NULL */
+} attn_params;
+typedef struct mlp_params {
+    float *fc_w;          /* (f/t, h); SwiGLU: (2f/t, h), rows [gate | up] of the local slice */
+    float *fc_b;          /* (f/t) or (2f/t); NULL without biases */
+    float *fc2_w;         /* (h, f/t) */
+    float *fc2_b;         /* (h) or NULL */
+} mlp_params;
+
+/* ---- slots ---- */
+
+/* The kind of a layer slot, or of a norm anywhere (the final norm, a head's), for the config:
+ * the layer spec table (layer_spec.c). */
+const block_ops *layer_spec_ops(const gpt_config *c, int slot);
+const block_ops *layer_spec_norm(const gpt_config *c);
+/* A slot of kind ops: its parameter structs allocated (block_slot_free frees them). */
+void block_slot_init(block_slot *s, const block_ops *ops);
+void block_slot_free(block_slot *s);
+/* Registers the slot's tensors, recording their range in the table. */
+void block_slot_tensors(block_slot *s, table_builder *tb, int layer, int stream0, const char *prefix);
+
+#endif

@@ -1,0 +1,114 @@
+/* The builder the blocks lay themselves out with: see builder.h. The tensor table (names,
+ * shapes, tensor-parallel slices, buffer offsets in registration order), the parameters'
+ * layout-invariant initialisation, and the carving of activations from an arena. */
+#include "builder.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "trident/check.h"
+#include "trident/philox.h"
+
+uint64_t model_stream(int layer, int kind) { return ((uint64_t)(layer < 0 ? 0xffff : layer) << 8) | (uint64_t)kind; }
+
+void model_add_tensor(table_builder *tb, float **param, float **grad, enum init_kind init, uint64_t stream,
+                      const char *name, int64_t d0, int64_t d1, int shard_dim, int blocks, int no_decay)
+{
+    TD_ASSERT(shard_dim < 0 || ((shard_dim == 0 ? d0 : d1) / blocks) % tb->tp == 0);
+    if (tb->n == tb->cap) {
+        tb->cap = tb->cap ? 2 * tb->cap : 64;
+        tb->table = td_xrealloc(tb->table, (size_t)tb->cap * sizeof *tb->table);
+        tb->slots = td_xrealloc(tb->slots, (size_t)tb->cap * sizeof *tb->slots);
+    }
+    gpt_tensor_info *t = &tb->table[tb->n];
+    memset(t, 0, sizeof *t);
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->ndim = d1 ? 2 : 1;
+    t->shape[0] = d0;
+    t->shape[1] = d1;
+    t->shard_dim = shard_dim;
+    t->shard_blocks = blocks;
+    t->no_decay = no_decay;
+    t->tp_replicated = shard_dim < 0;
+    size_t numel = (size_t)d0 * (size_t)(d1 ? d1 : 1);
+    if (shard_dim >= 0) {
+        int64_t block = (shard_dim == 0 ? d0 : d1) / blocks;
+        t->shard_len = block / tb->tp;
+        t->shard_start = t->shard_len * tb->tp_rank;
+        numel = numel / (size_t)tb->tp;
+    }
+    t->numel = numel;
+    t->offset = tb->numel;
+    tb->numel += numel;
+    tb->slots[tb->n] = (tensor_slot){param, grad, init, stream};
+    tb->n++;
+}
+
+void model_table_point(const table_builder *tb, float *params, float *grads)
+{
+    for (int i = 0; i < tb->n; i++) {
+        *tb->slots[i].param = params + tb->table[i].offset;
+        *tb->slots[i].grad = grads + tb->table[i].offset;
+    }
+}
+
+/* Fills this rank's slice of logical tensor t from the normal stream (seed, stream): element
+ * (i, j) of the logical tensor is draw number i * cols + j, whatever the layout. */
+static void init_normal_slice(float *dst, const gpt_tensor_info *t, uint64_t seed, uint64_t stream, float std)
+{
+    int64_t rows = t->shape[0], cols = t->ndim == 2 ? t->shape[1] : 1;
+    if (t->shard_dim < 0) {
+        td_philox_fill_normal(dst, (uint64_t)(rows * cols), seed, stream, 0, 0.0f, std);
+    } else if (t->shard_dim == 0) {
+        int64_t block = rows / t->shard_blocks;
+        for (int b = 0; b < t->shard_blocks; b++)
+            for (int64_t r = 0; r < t->shard_len; r++) {
+                int64_t lrow = b * block + t->shard_start + r, local = b * t->shard_len + r;
+                td_philox_fill_normal(dst + local * cols, (uint64_t)cols, seed, stream, (uint64_t)(lrow * cols),
+                                      0.0f, std);
+            }
+    } else {
+        for (int64_t r = 0; r < rows; r++)
+            td_philox_fill_normal(dst + r * t->shard_len, (uint64_t)t->shard_len, seed, stream,
+                                  (uint64_t)(r * cols + t->shard_start), 0.0f, std);
+    }
+}
+
+void model_table_init(const table_builder *tb, const backend *be, float *params)
+{
+    const gpt_config *c = tb->cfg;
+    float std_out = c->init_std / sqrtf(2.0f * (float)c->num_layers);
+    /* one tensor at a time through a host buffer of the largest: no second copy of the model */
+    size_t most = 1;
+    for (int i = 0; i < tb->n; i++)
+        if (tb->table[i].numel > most) most = tb->table[i].numel;
+    float *dst = td_xmalloc(most * sizeof(float));
+    for (int i = 0; i < tb->n; i++) {
+        const gpt_tensor_info *t = &tb->table[i];
+        switch (tb->slots[i].init) {
+        case INIT_NORMAL: init_normal_slice(dst, t, c->seed, tb->slots[i].stream, c->init_std); break;
+        case INIT_NORMAL_OUT: init_normal_slice(dst, t, c->seed, tb->slots[i].stream, std_out); break;
+        case INIT_ONES:
+            for (size_t k = 0; k < t->numel; k++) dst[k] = 1.0f;
+            break;
+        case INIT_ZEROS: memset(dst, 0, t->numel * sizeof(float)); break;
+        }
+        be_memcpy(be, params + t->offset, dst, t->numel * sizeof(float), BE_H2D);
+    }
+    free(dst);
+}
+
+void *model_carve(carver *cv, size_t bytes, const char *what)
+{
+    cv->bytes += (bytes + 63) & ~(size_t)63;
+    return cv->ar ? td_arena_alloc(cv->ar, bytes, what) : NULL;
+}
+
+void model_carve_kept(carver *cv, kept_buf *k, int64_t count, int lowp, const char *what)
+{
+    k->dt = lowp ? cv->kept_dt : BE_F32;
+    k->stage = cv->kept_stage;
+    k->p = model_carve(cv, (size_t)count * be_dtype_size(k->dt), what);
+}

@@ -1,0 +1,62 @@
+/* The LM head and its loss (GPT, Llama): the output layer on the final norm's output,
+ * vocab-parallel (tied to the word embedding, or its own tensor), and the vocab-parallel
+ * next-token cross-entropy over every position. See head_ops in model_impl.h. */
+#include "model_impl.h"
+
+#include "trident/tensor_parallel.h"
+
+/* The output layer: the untied output weight, or the copy of the word embedding that a tied
+ * model keeps on its last stage (same stream, so it starts equal). */
+static void tensors(table_builder *tb, gpt_model *m, int output)
+{
+    int64_t h = m->cfg.hidden, V = m->cfg.padded_vocab;
+    int untied = m->cfg.untied;
+    if (!output) return;
+    model_add_tensor(tb, &m->p.head_w, &m->g.head_w, INIT_NORMAL, model_stream(-1, untied ? 5 : 1),
+                     untied ? "output_layer.weight" : "embedding.word.weight", V, h, 0, 1, 0);
+    if (!untied) tb->table[tb->n - 1].embedding_copy = 1;
+}
+
+static void acts(carver *cv, const gpt_model *m, void *a)
+{
+    (void)cv, (void)m, (void)a; /* the logits and losses are the stage's (gpt_acts) */
+}
+
+static void fwd(gpt_model *m, gpt_acts *a, const float *x, double *loss)
+{
+    const backend *be = m->be;
+    const comm *tp = m->ps->tp_group;
+    int B = a->B, BT = B * m->cfg.seq, h = m->cfg.hidden;
+    (void)x;
+    tp_column_linear_fwd(be, tp, a->logits, model_sp_input(m, m->lnf.ops->output(a->lnf), B), m->p.head_w, NULL, BT,
+                         h, m->vocab_l);
+    tp_cross_entropy_fwd(be, tp, a->losses, a->maxv, a->sumexp, a->tlogit, a->logits, a->targets, BT, m->vocab_l,
+                         m->vstart, m->cfg.vocab);
+    if (!loss) return;
+    float *host = m->scratch->host;
+    be_memcpy(be, host, a->losses, (size_t)BT * sizeof(float), BE_D2H);
+    double sum = 0;
+    for (int i = 0; i < BT; i++) sum += host[i];
+    *loss = sum;
+}
+
+static void bwd(gpt_model *m, gpt_acts *a, const float *x, float loss_scale)
+{
+    const backend *be = m->be;
+    struct gpt_scratch *s = m->scratch;
+    int B = a->B, BT = B * m->cfg.seq, h = m->cfg.hidden;
+    for (int i = 0; i < BT; i++) s->host[i] = loss_scale;
+    be_memcpy(be, s->dloss, s->host, (size_t)BT * sizeof(float), BE_H2D);
+    be_ce_bwd(be, a->logits, a->maxv, a->sumexp, a->targets, s->dloss, BT, m->vocab_l,
+              be_vocab_real(m->cfg.vocab, m->vstart, m->vocab_l), m->vstart);
+    const kept_buf *out = m->lnf.ops->output(a->lnf);
+    tp_column_linear_bwd(be, model_tp_reduce(m), s->dln, m->g.head_w, NULL, a->logits, model_sp_input(m, out, B),
+                         m->p.head_w, BT, h, m->vocab_l);
+    be_zero(be, s->dres, (size_t)B * m->seq_l * h);
+    block_io io = model_io(m, a, NULL, NULL);
+    m->lnf.ops->bwd(&io, s->dres, m->lnf.g, model_sp_norm_grad(m, B), a->lnf, m->lnf.p, be_f32(x));
+}
+
+const head_ops lm_head_ops = {
+    .name = "LM head", .tensors = tensors, .acts = acts, .fwd = fwd, .bwd = bwd,
+};

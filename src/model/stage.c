@@ -1,0 +1,394 @@
+/* A pipeline stage of the model: see include/trident/gpt.h. A stage is the embedding (first
+ * stage), a range of layers (layer.c: slots filled with blocks), and the final norm and the head
+ * with its loss (last stage). It owns the buffers: parameters and gradients laid out by the
+ * builder's table in reverse backprop order (head, final norm, layers last to first, positions,
+ * words), so gradient buckets close in the order the backward produces them; and one arena of
+ * activations. It reaches the blocks only through their ops. */
+#include "model_impl.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "trident/check.h"
+#include "trident/tensor_parallel.h"
+
+/* One micro-batch's activations (ar NULL: only counts the bytes); with recomputation, some
+ * point into `shared`. */
+static size_t acts_layout(gpt_model *m, gpt_acts *a, const layer_acts *shared, td_arena *ar)
+{
+    carver cv = model_carver(m, ar);
+    int64_t BT = (int64_t)m->mbs * m->cfg.seq, h = m->cfg.hidden;
+    CARVE(&cv, a->ids, int32_t, BT);
+    CARVE(&cv, a->targets, int32_t, BT);
+    CARVE(&cv, a->input, float, (int64_t)m->mbs * m->seq_l * h);
+    if (gpt_is_bert(&m->cfg)) CARVE(&cv, a->types, int32_t, (int64_t)m->mbs * m->seq_l);
+    recompute_layers_carve(&cv, m, a->layers, shared);
+    if (m->last) {
+        m->lnf.ops->acts(&cv, m, a->lnf);
+        CARVE(&cv, a->logits, float, BT * m->vocab_l);
+        CARVE(&cv, a->losses, float, BT);
+        CARVE(&cv, a->maxv, float, BT);
+        CARVE(&cv, a->sumexp, float, BT);
+        CARVE(&cv, a->tlogit, float, BT);
+        m->head->acts(&cv, m, a->head);
+    }
+    return cv.bytes;
+}
+
+/* The shared scratch, each layer slot's kind's and the head's. */
+static size_t scratch_layout(gpt_model *m, struct gpt_scratch *s, td_arena *ar)
+{
+    carver cv = model_carver(m, ar);
+    int64_t BT = (int64_t)m->mbs * m->cfg.seq, h = m->cfg.hidden;
+    if (m->be->gemm_dtype != BE_F32) { /* first: the kept buffers carved after it point at it */
+        int64_t w = h > m->q_l ? h : m->q_l;
+        CARVE(&cv, s->lp_stage, float, BT * (w > m->ffn_l ? w : m->ffn_l));
+    }
+    CARVE(&cv, s->branch, float, BT * h);
+    CARVE(&cv, s->dres, float, BT * h);
+    CARVE(&cv, s->dln, float, BT * h);
+    CARVE(&cv, s->dtmp, float, BT * h);
+    for (int k = 0; k < GPT_LAYER_NSLOTS && m->nlayers > 0; k++) {
+        const block_ops *ops = m->layers[0].slot[k].ops;
+        if (ops->scratch) ops->scratch(&cv, m, s->slot[k]);
+    }
+    CARVE(&cv, s->dloss, float, BT);
+    if (m->sp) {
+        int64_t BTl = (int64_t)m->mbs * m->seq_l;
+        CARVE(&cv, s->gath, float, BT * h);
+        CARVE(&cv, s->dgath, float, BT * h);
+        CARVE(&cv, s->sptmp, float, BT * h);
+        CARVE(&cv, s->branch_l, float, BTl * h);
+        CARVE(&cv, s->dln_l, float, BTl * h);
+    }
+    if (m->last && m->head->scratch) m->head->scratch(&cv, m, s->head);
+    return cv.bytes;
+}
+
+/* The stage's slots and head: kinds from the config, parameter structs allocated. */
+static void slots_init(gpt_model *m, int last)
+{
+    m->layers = td_xcalloc((size_t)(m->nlayers ? m->nlayers : 1), sizeof(gpt_layer));
+    for (int l = 0; l < m->nlayers; l++) layer_init(&m->layers[l], &m->cfg);
+    block_slot_init(&m->lnf, layer_spec_norm(&m->cfg));
+    m->head = model_head_of(&m->cfg);
+    m->head_p = td_xcalloc(1, m->head->params_size ? m->head->params_size : 1);
+    m->head_g = td_xcalloc(1, m->head->params_size ? m->head->params_size : 1);
+    (void)last;
+}
+
+static void slots_free(gpt_model *m)
+{
+    for (int l = 0; l < m->nlayers; l++) layer_free(&m->layers[l]);
+    free(m->layers);
+    block_slot_free(&m->lnf);
+    free(m->head_p);
+    free(m->head_g);
+}
+
+/* Takes the builder's table into m. */
+static void take_table(gpt_model *m, table_builder *tb)
+{
+    m->table = tb->table;
+    m->ntensors = tb->n;
+    m->numel = tb->numel;
+}
+
+void gpt_logical_table(const gpt_config *cfg, gpt_model *m)
+{
+    memset(m, 0, sizeof *m);
+    m->cfg = *cfg;
+    m->tp = 1;
+    m->nlayers = cfg->num_layers;
+    slots_init(m, 1);
+    table_builder tb = {cfg, 1, 0, NULL, NULL, 0, 0, 0};
+    embedding_block.tensors(&tb, &m->p, &m->g); /* GPT-2's order: word, position (then token types) */
+    for (int l = 0; l < cfg->num_layers; l++) layer_tensors(&tb, l, &m->layers[l]);
+    block_slot_tensors(&m->lnf, &tb, -1, 3, "final_norm");
+    m->head->tensors(&tb, m, cfg->untied);
+    take_table(m, &tb);
+    free(tb.slots);
+    slots_free(m);
+    m->layers = NULL;
+}
+
+gpt_model *gpt_create(const gpt_config *cfg, const ps_state *ps, const backend *be, int layer0, int nlayers,
+                      int mbs, int max_inflight)
+{
+    return gpt_create_recompute(cfg, ps, be, layer0, nlayers, mbs, max_inflight, NULL);
+}
+
+/* The sizes of the stage on this rank. */
+static void stage_sizes(gpt_model *m, const gpt_config *cfg, const ps_state *ps)
+{
+    m->tp = ps->tp;
+    TD_ASSERT(cfg->heads % m->tp == 0 && gpt_groups(cfg) % m->tp == 0 && cfg->heads % gpt_groups(cfg) == 0 &&
+              cfg->ffn % m->tp == 0 && cfg->padded_vocab % m->tp == 0);
+    m->heads_l = cfg->heads / m->tp;
+    m->groups_l = gpt_groups(cfg) / m->tp;
+    m->q_l = m->heads_l * gpt_head_dim(cfg);
+    m->kv_l = m->groups_l * gpt_head_dim(cfg);
+    m->ffn_l = cfg->ffn / m->tp;
+    m->vocab_l = cfg->padded_vocab / m->tp;
+    m->vstart = m->vocab_l * ps->tp_rank;
+    m->sp = ps->sequence_parallel;
+    TD_ASSERT(!m->sp || cfg->seq % m->tp == 0);
+    m->seq_l = m->sp ? cfg->seq / m->tp : cfg->seq;
+}
+
+/* The tensor table in reverse backprop order, the buffers, the parameters initialised. */
+static void stage_tensors(gpt_model *m)
+{
+    const gpt_config *cfg = &m->cfg;
+    table_builder tb = {cfg, m->tp, m->ps->tp_rank, NULL, NULL, 0, 0, 0};
+    if (m->last) {
+        m->head->tensors(&tb, m, cfg->untied || !m->first);
+        block_slot_tensors(&m->lnf, &tb, -1, 3, "final_norm");
+    }
+    for (int l = m->nlayers - 1; l >= 0; l--) layer_tensors(&tb, m->layer0 + l, &m->layers[l]);
+    if (m->first) embedding_block.tensors(&tb, &m->p, &m->g);
+    take_table(m, &tb);
+    m->params = be_alloc(m->be, m->numel * sizeof(float));
+    m->grads = be_alloc(m->be, m->numel * sizeof(float));
+    be_zero(m->be, m->grads, m->numel);
+    model_table_point(&tb, m->params, m->grads);
+    if (m->last && m->first && !cfg->untied) {
+        m->p.head_w = m->p.wte;
+        m->g.head_w = m->g.wte;
+    }
+    model_table_init(&tb, m->be, m->params);
+    free(tb.slots);
+}
+
+/* One activation slot's host-side structs. */
+static void acts_alloc(gpt_model *m, gpt_acts *a)
+{
+    int mbs = m->mbs;
+    a->layers = td_xcalloc((size_t)(m->nlayers ? m->nlayers : 1), sizeof(layer_acts));
+    for (int l = 0; l < m->nlayers; l++) layer_acts_alloc(&m->layers[l], &a->layers[l]);
+    a->lnf = td_xcalloc(1, m->lnf.ops->acts_size);
+    a->head = td_xcalloc(1, m->head->acts_size ? m->head->acts_size : 1);
+    a->sample = td_xcalloc((size_t)mbs, sizeof(int64_t));
+    a->lengths = td_xcalloc((size_t)mbs, sizeof(int32_t));
+    a->sample_labels = td_xcalloc((size_t)mbs, sizeof(int32_t));
+    a->targets_host = td_xcalloc((size_t)mbs * m->cfg.seq, sizeof(int32_t));
+}
+
+static void acts_free(gpt_model *m, gpt_acts *a)
+{
+    for (int l = 0; l < m->nlayers; l++) layer_acts_free(&m->layers[l], &a->layers[l]);
+    free(a->layers);
+    free(a->lnf);
+    if (m->head->acts_free) m->head->acts_free(a->head);
+    free(a->head);
+    free(a->sample);
+    free(a->lengths);
+    free(a->sample_labels);
+    free(a->targets_host);
+}
+
+/* The arena: max_inflight activation slots, what recomputation shares among them and the shared
+ * scratch (first: the kept buffers carved after it stage through it). */
+static void stage_acts(gpt_model *m)
+{
+    int nl = m->nlayers ? m->nlayers : 1;
+    layer_acts *shared = td_xcalloc((size_t)nl, sizeof(layer_acts));
+    for (int l = 0; l < m->nlayers; l++) layer_acts_alloc(&m->layers[l], &shared[l]);
+    m->slots = td_xcalloc((size_t)m->max_inflight, sizeof(gpt_acts));
+    m->scratch = td_xcalloc(1, sizeof *m->scratch);
+    struct gpt_scratch *s = m->scratch;
+    s->host = td_xmalloc((size_t)m->mbs * m->cfg.seq * sizeof(float));
+    for (int k = 0; k < GPT_LAYER_NSLOTS && m->nlayers > 0; k++)
+        if (m->layers[0].slot[k].ops->scratch_size) s->slot[k] = td_xcalloc(1, m->layers[0].slot[k].ops->scratch_size);
+    if (m->last && m->head->scratch_size) s->head = td_xcalloc(1, m->head->scratch_size);
+    if (m->last && m->head->host_floats) s->head_host = td_xmalloc(m->head->host_floats(m) * sizeof(float));
+    for (int i = 0; i < m->max_inflight; i++) acts_alloc(m, &m->slots[i]);
+
+    size_t scratch_bytes = scratch_layout(m, s, NULL);
+    m->acts_bytes = acts_layout(m, &m->slots[0], shared, NULL);
+    m->rc_bytes = recompute_shared_layout(m, shared, NULL);
+    size_t total = m->acts_bytes * (size_t)m->max_inflight + m->rc_bytes + scratch_bytes + 64;
+    td_arena_wrap(&m->arena, be_alloc(m->be, total), total);
+    scratch_layout(m, s, &m->arena);
+    recompute_shared_layout(m, shared, &m->arena);
+    for (int i = 0; i < m->max_inflight; i++) acts_layout(m, &m->slots[i], shared, &m->arena);
+    for (int l = 0; l < m->nlayers; l++) layer_acts_free(&m->layers[l], &shared[l]);
+    free(shared);
+}
+
+gpt_model *gpt_create_recompute(const gpt_config *cfg, const ps_state *ps, const backend *be, int layer0, int nlayers,
+                                int mbs, int max_inflight, const gpt_recompute *rc)
+{
+    gpt_model *m = td_xcalloc(1, sizeof *m);
+    if (rc) m->rc = *rc;
+    m->cfg = *cfg;
+    m->ps = ps;
+    m->be = be;
+    m->layer0 = layer0;
+    m->nlayers = nlayers;
+    /* by pipeline position as well as by layers: a stage of an uneven split may hold no layer */
+    m->first = layer0 == 0 && ps->pp_rank == 0;
+    m->last = layer0 + nlayers == cfg->num_layers && ps->pp_rank == ps->pp - 1;
+    m->mbs = mbs;
+    m->max_inflight = max_inflight;
+    stage_sizes(m, cfg, ps);
+    slots_init(m, m->last);
+    stage_tensors(m);
+    stage_acts(m);
+    return m;
+}
+
+void gpt_free(gpt_model *m)
+{
+    if (!m) return;
+    be_dfree(m->be, m->arena.base);
+    for (int i = 0; i < m->max_inflight; i++) acts_free(m, &m->slots[i]);
+    free(m->slots);
+    struct gpt_scratch *s = m->scratch;
+    for (int k = 0; k < GPT_LAYER_NSLOTS; k++) free(s->slot[k]);
+    free(s->head);
+    free(s->host);
+    free(s->head_host);
+    free(s);
+    be_dfree(m->be, m->params);
+    be_dfree(m->be, m->grads);
+    slots_free(m);
+    free(m->table);
+    free(m);
+}
+
+gpt_acts *gpt_acts_acquire(gpt_model *m)
+{
+    for (int i = 0; i < m->max_inflight; i++)
+        if (!m->slots[i].in_use) {
+            m->slots[i].in_use = 1;
+            return &m->slots[i];
+        }
+    td_die(__FILE__, __LINE__, "gpt_acts_acquire", "this is a bug in the pipeline schedule",
+           "all %d activation slots are in use", m->max_inflight);
+}
+
+float *gpt_acts_input(gpt_acts *a) { return a->input; }
+const float *gpt_acts_losses(const gpt_acts *a) { return a->losses; }
+const float *gpt_acts_logits(const gpt_acts *a) { return a->logits; }
+
+void gpt_acts_release(gpt_model *m, gpt_acts *a)
+{
+    (void)m;
+    a->in_use = 0;
+}
+
+float *gpt_param(const gpt_model *m, const char *name, int grad)
+{
+    for (int i = 0; i < m->ntensors; i++)
+        if (strcmp(m->table[i].name, name) == 0) return (grad ? m->grads : m->params) + m->table[i].offset;
+    return NULL;
+}
+
+/* ---- forward ---- */
+
+/* Where layer l's parameters begin in the buffer (l = -1: the embeddings): the end of layer
+ * l + 1's tensors; the top layer's reach down to 0 (the head). */
+static size_t layer_start(const gpt_model *m, int l)
+{
+    if (l + 1 >= m->nlayers) return 0;
+    const gpt_layer *L = &m->layers[l + 1];
+    int last = 0;
+    for (int k = 0; k < GPT_LAYER_NSLOTS; k++)
+        if (L->slot[k].t1 > last) last = L->slot[k].t1;
+    return m->table[last - 1].offset + m->table[last - 1].numel;
+}
+
+/* The batch's optional inputs into the slot: lengths, per-sample labels and targets (host),
+ * this rank's positions' token types. */
+static void optional_inputs(gpt_model *m, gpt_acts *a, const gpt_bert_batch *in, const int32_t *targets, int B)
+{
+    int T = m->cfg.seq, Tl = m->seq_l, pos0 = model_pos0(m);
+    a->token_weight = in->mlm_weight;
+    a->sample_weight = in->sop_weight;
+    if (in->lengths) memcpy(a->lengths, in->lengths, (size_t)B * sizeof(int32_t));
+    if (m->last && in->sop) memcpy(a->sample_labels, in->sop, (size_t)B * sizeof(int32_t));
+    if (m->last) memcpy(a->targets_host, targets, (size_t)B * T * sizeof(int32_t));
+    if (m->first && a->types) /* row by row: under sequence parallelism a slice of each sample */
+        for (int b = 0; b < B; b++)
+            be_memcpy(m->be, a->types + (size_t)b * Tl, in->types + (size_t)b * T + pos0, (size_t)Tl * sizeof(int32_t),
+                      BE_H2D);
+}
+
+float *gpt_forward(gpt_model *m, gpt_acts *a, const int32_t *ids, const float *input, const int32_t *targets,
+                   const gpt_bert_batch *bert, const int64_t *sample, int B, int training, double *loss_sum)
+{
+    const backend *be = m->be;
+    int T = m->cfg.seq, BT = B * T, h = m->cfg.hidden;
+    TD_ASSERT(B >= 1 && B <= m->mbs);
+    a->B = B;
+    a->training = training;
+    memcpy(a->sample, sample, (size_t)B * sizeof(int64_t));
+    int bidirectional = gpt_is_bert(&m->cfg);
+    TD_ASSERT(!bidirectional || (bert && bert->lengths));
+    if (bert) optional_inputs(m, a, bert, targets, B);
+    a->klen = bidirectional ? a->lengths : NULL; /* NULL: causal */
+
+    if (m->params_needed) m->params_needed(m->params_needed_user, layer_start(m, -1));
+    if (m->first) {
+        be_memcpy(be, a->ids, ids, (size_t)BT * sizeof(int32_t), BE_H2D);
+        be_drop d = model_drop(m, a, training ? m->cfg.hidden_dropout : 0.0f, site_embedding(), 0);
+        embedding_block.fwd(m, a->input, a->ids, a->types, B, &d);
+    } else if (input != a->input) {
+        be_copy(be, a->input, input, (size_t)B * m->seq_l * h);
+    }
+    const float *x = a->input;
+    for (int l = 0; l < m->nlayers; l++) {
+        if (m->params_needed) m->params_needed(m->params_needed_user, layer_start(m, l));
+        layer_fwd(m, a, l, x);
+        x = a->layers[l].out;
+    }
+    if (!m->last) return (float *)x;
+
+    be_memcpy(be, a->targets, targets, (size_t)BT * sizeof(int32_t), BE_H2D);
+    block_io io = model_io(m, a, NULL, NULL);
+    m->lnf.ops->fwd(&io, a->lnf, m->lnf.p, NULL, be_f32(x));
+    m->head->fwd(m, a, x, loss_sum);
+    return NULL;
+}
+
+void gpt_bert_stats(const gpt_acts *a, double stats[GPT_BERT_NSTATS])
+{
+    for (int i = 0; i < GPT_BERT_NSTATS; i++) stats[i] += a->stats[i];
+}
+
+/* ---- backward ---- */
+
+float *gpt_backward(gpt_model *m, gpt_acts *a, const float *doutput, float loss_scale)
+{
+    const backend *be = m->be;
+    struct gpt_scratch *s = m->scratch;
+    int B = a->B, BTl = B * m->seq_l, h = m->cfg.hidden;
+
+    if (m->last) {
+        m->head->bwd(m, a, m->nlayers ? a->layers[m->nlayers - 1].out : a->input, loss_scale);
+        if (m->head->sp_sum) m->head->sp_sum(m);
+        model_sp_sum_slot(m, &m->lnf);
+    } else {
+        be_copy(be, s->dres, doutput, (size_t)BTl * h);
+    }
+    for (int l = m->nlayers - 1; l >= 0; l--) {
+        recompute_before_bwd(m, a, l);
+        layer_bwd(m, a, l, l ? a->layers[l - 1].out : a->input);
+        for (int k = 0; k < GPT_LAYER_NSLOTS; k++) model_sp_sum_slot(m, &m->layers[l].slot[k]);
+        /* everything up to the end of layer l's tensors is final */
+        if (m->grads_ready) m->grads_ready(m->grads_ready_user, layer_start(m, l - 1));
+    }
+    if (!m->first) {
+        if (m->grads_ready) m->grads_ready(m->grads_ready_user, m->numel);
+        return s->dres;
+    }
+
+    be_drop d = model_drop(m, a, a->training ? m->cfg.hidden_dropout : 0.0f, site_embedding(), 0);
+    embedding_block.bwd(m, s->dres, a->ids, a->types, B, &d);
+    if (m->g.wpe) model_sp_sum(m, m->g.wpe, (size_t)m->cfg.max_pos * h);
+    if (m->g.tte) model_sp_sum(m, m->g.tte, (size_t)GPT_BERT_TOKENTYPES * h);
+    if (m->grads_ready) m->grads_ready(m->grads_ready_user, m->numel);
+    return NULL;
+}

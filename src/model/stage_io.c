@@ -1,0 +1,48 @@
+/* What every piece of a stage (layers, blocks' callers, heads) shares and the stage itself
+ * does not need to be called for: dropout keys, a block's io, sequence parallelism's f with its
+ * backward, and the sums of the gradients of what ran on this rank's positions. */
+#include "model_impl.h"
+
+#include "trident/check.h"
+#include "trident/tensor_parallel.h"
+
+be_drop model_drop(const gpt_model *m, const gpt_acts *a, float p, int site, int unit0)
+{
+    be_drop d = {p, m->cfg.seed, a->sample, site, 0, unit0};
+    return d;
+}
+
+block_io model_io(gpt_model *m, const gpt_acts *acts, void *scratch, const be_drop *drop)
+{
+    block_io io = {m, acts->B, acts->klen, drop, scratch};
+    return io;
+}
+
+be_in model_sp_input(gpt_model *m, const kept_buf *x, int B)
+{
+    if (!m->sp) return kept_in(x);
+    struct gpt_scratch *s = m->scratch;
+    TD_ASSERT(x->dt == BE_F32); /* norm outputs stay fp32 under sequence parallelism */
+    tp_sp_gather(m->be, m->ps->tp_group, s->gath, x->p, s->sptmp, B, m->cfg.seq, m->cfg.hidden);
+    return be_f32(s->gath);
+}
+
+const float *model_sp_norm_grad(gpt_model *m, int B)
+{
+    struct gpt_scratch *s = m->scratch;
+    if (!m->sp) return s->dln;
+    tp_sp_scatter(m->be, m->ps->tp_group, s->dln_l, s->dln, s->sptmp, B, m->cfg.seq, m->cfg.hidden);
+    return s->dln_l;
+}
+
+void model_sp_sum(const gpt_model *m, float *g, size_t n)
+{
+    if (!m->sp || !m->grads_final) return;
+    comm_allreduce(m->ps->tp_group, g, n, COMM_F32, COMM_SUM);
+}
+
+void model_sp_sum_slot(const gpt_model *m, const block_slot *s)
+{
+    if (!m->sp || !m->grads_final || !s->ops->seq_local) return;
+    for (int t = s->t0; t < s->t1; t++) model_sp_sum(m, m->grads + m->table[t].offset, m->table[t].numel);
+}
