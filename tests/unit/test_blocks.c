@@ -554,6 +554,38 @@ static void bert_model(void **st)
     model_close(&x);
 }
 
+/* The layer spec: each architecture's slots hold the kinds its config names (by hand: GPT-2
+ * LayerNorm and GeLU, Llama RMSNorm and SwiGLU, BERT GPT-2's with its own heads), the final
+ * norm the same kind as the layers', and the slot's tensors are the kind's, named after the slot. */
+static void layer_spec(void **st)
+{
+    (void)st;
+    static const char *const want[4][5] = {
+        {"LayerNorm", "attention", "LayerNorm", "MLP (GeLU)", "LM head"},
+        {"RMSNorm", "attention", "RMSNorm", "MLP (SwiGLU)", "LM head"},
+        {"LayerNorm", "attention", "LayerNorm", "MLP (GeLU)", "LM head"},
+        {"LayerNorm", "attention", "LayerNorm", "MLP (GeLU)", "BERT heads"},
+    };
+    static const char *const prefix[GPT_LAYER_NSLOTS] = {"layers.0.ln1.", "layers.0.attn.", "layers.0.ln2.",
+                                                         "layers.0.mlp."};
+    for (int which = 0; which < 4; which++) {
+        gpt_config c = arch(which);
+        model_at x;
+        model_open(&x, &c, 1, 0);
+        const gpt_model *m = x.m;
+        for (int k = 0; k < GPT_LAYER_NSLOTS; k++) {
+            const block_slot *s = &m->layers[0].slot[k];
+            assert_string_equal(s->ops->name, want[which][k]);
+            assert_true(s->t1 > s->t0);
+            for (int t = s->t0; t < s->t1; t++)
+                assert_true(strncmp(m->table[t].name, prefix[k], strlen(prefix[k])) == 0);
+        }
+        assert_string_equal(m->lnf.ops->name, want[which][0]);
+        assert_string_equal(m->head->name, want[which][4]);
+        model_close(&x);
+    }
+}
+
 int main(int argc, char **argv)
 {
     g_world = comm_world_init(&argc, &argv);
@@ -562,7 +594,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(norm_gpt2),      cmocka_unit_test(norm_llama),      cmocka_unit_test(attention_gpt2),
         cmocka_unit_test(attention_llama), cmocka_unit_test(attention_mixed), cmocka_unit_test(mlp_gpt2),
         cmocka_unit_test(mlp_llama),       cmocka_unit_test(mlp_mixed),       cmocka_unit_test(attention_bert),
-        cmocka_unit_test(bert_model),
+        cmocka_unit_test(bert_model),      cmocka_unit_test(layer_spec),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     be_free(g_be);
