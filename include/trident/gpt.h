@@ -142,6 +142,24 @@ gpt_model *gpt_create_recompute(const gpt_config *cfg, const ps_state *ps, const
 void gpt_recompute_describe(const gpt_recompute *rc, char *out, size_t len);
 void gpt_free(gpt_model *m);
 
+/* The stage's layout in bytes, as gpt_create carves it (the same functions, counting; each
+ * buffer unrounded), for a config on tp tensor-parallel ranks (sp: sequence parallel) with
+ * micro-batches of mbs samples, kept GEMM inputs in a 2-byte dtype when lowp: the one
+ * description the memory prediction reads. */
+typedef struct gpt_layout_bytes {
+    double inputs;          /* one micro-batch: ids, targets (device) and the stage input */
+    double types;           /* ... the first stage's token types (0: the model has none) */
+    double layer;           /* ... one layer, everything kept */
+    double layer_selective; /* ... one layer under selective recomputation */
+    double layer_redo;      /* what selective recomputation redoes of a layer (one shared set) */
+    double head;            /* ... last stage: final norm, logits, per-token losses, the head's */
+    double scratch;         /* the backward scratch of a stage with layers, shared (not the head's) */
+    double scratch_head;    /* the head's scratch (last stage) */
+    double host;            /* host memory of the scratch: the losses' staging */
+    double host_head;       /* ... and the head's host work (last stage) */
+} gpt_layout_bytes;
+void gpt_layout_bytes_of(const gpt_config *cfg, int tp, int sp, int mbs, int lowp, gpt_layout_bytes *out);
+
 /* Takes a free activation slot for one micro-batch (dies if all max_inflight are in use);
  * gpt_acts_release returns it after its backward (or after a forward-only pass). */
 gpt_acts *gpt_acts_acquire(gpt_model *m);

@@ -61,6 +61,10 @@ static inline int gpt_has_qkv_bias(const gpt_config *c) { return !c->disable_bia
 static inline int gpt_is_bert(const gpt_config *c) { return c->family == GPT_FAMILY_BERT; }
 /* BERT's token types (segments A and B). */
 #define GPT_BERT_TOKENTYPES 2
+/* What the family means for the model, by name: attention over every unpadded position instead
+ * of the causal mask, and the rows of the token-type embedding (0: none). */
+static inline int gpt_bidirectional(const gpt_config *c) { return c->family == GPT_FAMILY_BERT; }
+static inline int gpt_tokentypes(const gpt_config *c) { return gpt_is_bert(c) ? GPT_BERT_TOKENTYPES : 0; }
 
 struct td_args;
 /* The architecture from the flags (vocabulary left 0: the tokenizer gives it). */

@@ -103,6 +103,7 @@ void model_table_init(const table_builder *tb, const backend *be, float *params)
 void *model_carve(carver *cv, size_t bytes, const char *what)
 {
     cv->bytes += (bytes + 63) & ~(size_t)63;
+    cv->raw += bytes;
     return cv->ar ? td_arena_alloc(cv->ar, bytes, what) : NULL;
 }
 

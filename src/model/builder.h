@@ -53,6 +53,7 @@ typedef struct carver {
     int selective;     /* selective recomputation: a block leaves out what its recompute redoes */
     be_dtype kept_dt;  /* the dtype kept GEMM inputs may be kept in (the backend's GEMM dtype) */
     float *kept_stage; /* fp32 staging of a kept input in kept_dt (the stage's shared scratch) */
+    size_t raw;        /* the bytes asked for, unrounded (the memory prediction's count) */
 } carver;
 void *model_carve(carver *cv, size_t bytes, const char *what);
 #define CARVE(cv, ptr, type, count) ((ptr) = (type *)model_carve((cv), (size_t)(count) * sizeof(type), #ptr))

@@ -9,7 +9,7 @@
 /* A carver of the stage's activations: kept GEMM inputs in the backend's GEMM dtype. */
 static inline carver model_carver(const gpt_model *m, td_arena *ar)
 {
-    carver cv = {ar, 0, 0, m->be->gemm_dtype, m->scratch ? m->scratch->lp_stage : NULL};
+    carver cv = {ar, 0, 0, m->be->gemm_dtype, m->scratch ? m->scratch->lp_stage : NULL, 0};
     return cv;
 }
 

@@ -13,61 +13,87 @@
 #include "trident/check.h"
 #include "trident/tensor_parallel.h"
 
+/* A micro-batch's inputs on the device and the stage input: the ids and targets, the input
+ * (B, seq_l, h), the first stage's token types. */
+static void inputs_carve(carver *cv, const gpt_model *m, gpt_acts *a)
+{
+    int64_t BT = (int64_t)m->mbs * m->cfg.seq, h = m->cfg.hidden;
+    CARVE(cv, a->ids, int32_t, BT);
+    CARVE(cv, a->targets, int32_t, BT);
+    CARVE(cv, a->input, float, (int64_t)m->mbs * m->seq_l * h);
+    if (m->first && gpt_tokentypes(&m->cfg)) CARVE(cv, a->types, int32_t, (int64_t)m->mbs * m->seq_l);
+}
+
+/* The last stage's: the final norm, the logits and per-token losses every head computes, the
+ * head's own. */
+static void head_carve(carver *cv, const gpt_model *m, gpt_acts *a)
+{
+    int64_t BT = (int64_t)m->mbs * m->cfg.seq;
+    m->lnf.ops->acts(cv, m, a->lnf);
+    CARVE(cv, a->logits, float, BT * m->vocab_l);
+    CARVE(cv, a->losses, float, BT);
+    CARVE(cv, a->maxv, float, BT);
+    CARVE(cv, a->sumexp, float, BT);
+    CARVE(cv, a->tlogit, float, BT);
+    m->head->acts(cv, m, a->head);
+}
+
 /* One micro-batch's activations (ar NULL: only counts the bytes); with recomputation, some
  * point into `shared`. */
 static size_t acts_layout(gpt_model *m, gpt_acts *a, const layer_acts *shared, td_arena *ar)
 {
     carver cv = model_carver(m, ar);
-    int64_t BT = (int64_t)m->mbs * m->cfg.seq, h = m->cfg.hidden;
-    CARVE(&cv, a->ids, int32_t, BT);
-    CARVE(&cv, a->targets, int32_t, BT);
-    CARVE(&cv, a->input, float, (int64_t)m->mbs * m->seq_l * h);
-    if (gpt_is_bert(&m->cfg)) CARVE(&cv, a->types, int32_t, (int64_t)m->mbs * m->seq_l);
+    inputs_carve(&cv, m, a);
     recompute_layers_carve(&cv, m, a->layers, shared);
-    if (m->last) {
-        m->lnf.ops->acts(&cv, m, a->lnf);
-        CARVE(&cv, a->logits, float, BT * m->vocab_l);
-        CARVE(&cv, a->losses, float, BT);
-        CARVE(&cv, a->maxv, float, BT);
-        CARVE(&cv, a->sumexp, float, BT);
-        CARVE(&cv, a->tlogit, float, BT);
-        m->head->acts(&cv, m, a->head);
-    }
+    if (m->last) head_carve(&cv, m, a);
     return cv.bytes;
 }
 
-/* The shared scratch, each layer slot's kind's and the head's. */
+/* The shared scratch, each layer slot's kind's and the head's (cv: the stage's carver). */
+static void scratch_carve(carver *cv, const gpt_model *m, struct gpt_scratch *s)
+{
+    int64_t BT = (int64_t)m->mbs * m->cfg.seq, h = m->cfg.hidden;
+    if (cv->kept_dt != BE_F32) { /* first: the kept buffers carved after it point at it */
+        int64_t w = h > m->q_l ? h : m->q_l;
+        CARVE(cv, s->lp_stage, float, BT * (w > m->ffn_l ? w : m->ffn_l));
+    }
+    CARVE(cv, s->branch, float, BT * h);
+    CARVE(cv, s->dres, float, BT * h);
+    CARVE(cv, s->dln, float, BT * h);
+    CARVE(cv, s->dtmp, float, BT * h);
+    for (int k = 0; k < GPT_LAYER_NSLOTS && m->nlayers > 0; k++) {
+        const block_ops *ops = m->layers[0].slot[k].ops;
+        if (ops->scratch) ops->scratch(cv, m, s->slot[k]);
+    }
+    CARVE(cv, s->dloss, float, BT);
+    if (m->sp) {
+        int64_t BTl = (int64_t)m->mbs * m->seq_l;
+        CARVE(cv, s->gath, float, BT * h);
+        CARVE(cv, s->dgath, float, BT * h);
+        CARVE(cv, s->sptmp, float, BT * h);
+        CARVE(cv, s->branch_l, float, BTl * h);
+        CARVE(cv, s->dln_l, float, BTl * h);
+    }
+    if (m->last && m->head->scratch) m->head->scratch(cv, m, s->head);
+}
+
 static size_t scratch_layout(gpt_model *m, struct gpt_scratch *s, td_arena *ar)
 {
     carver cv = model_carver(m, ar);
-    int64_t BT = (int64_t)m->mbs * m->cfg.seq, h = m->cfg.hidden;
-    if (m->be->gemm_dtype != BE_F32) { /* first: the kept buffers carved after it point at it */
-        int64_t w = h > m->q_l ? h : m->q_l;
-        CARVE(&cv, s->lp_stage, float, BT * (w > m->ffn_l ? w : m->ffn_l));
-    }
-    CARVE(&cv, s->branch, float, BT * h);
-    CARVE(&cv, s->dres, float, BT * h);
-    CARVE(&cv, s->dln, float, BT * h);
-    CARVE(&cv, s->dtmp, float, BT * h);
-    for (int k = 0; k < GPT_LAYER_NSLOTS && m->nlayers > 0; k++) {
-        const block_ops *ops = m->layers[0].slot[k].ops;
-        if (ops->scratch) ops->scratch(&cv, m, s->slot[k]);
-    }
-    CARVE(&cv, s->dloss, float, BT);
-    if (m->sp) {
-        int64_t BTl = (int64_t)m->mbs * m->seq_l;
-        CARVE(&cv, s->gath, float, BT * h);
-        CARVE(&cv, s->dgath, float, BT * h);
-        CARVE(&cv, s->sptmp, float, BT * h);
-        CARVE(&cv, s->branch_l, float, BTl * h);
-        CARVE(&cv, s->dln_l, float, BTl * h);
-    }
-    if (m->last && m->head->scratch) m->head->scratch(&cv, m, s->head);
+    scratch_carve(&cv, m, s);
     return cv.bytes;
 }
 
+/* Host memory of the scratch: the losses' staging and the head's host work. */
+static size_t scratch_host_floats(const gpt_model *m)
+{
+    size_t n = (size_t)m->mbs * m->cfg.seq;
+    if (m->last && m->head->host_floats) n += m->head->host_floats(m);
+    return n;
+}
+
 /* The stage's slots and head: kinds from the config, parameter structs allocated. */
-static void slots_init(gpt_model *m, int last)
+static void slots_init(gpt_model *m)
 {
     m->layers = td_xcalloc((size_t)(m->nlayers ? m->nlayers : 1), sizeof(gpt_layer));
     for (int l = 0; l < m->nlayers; l++) layer_init(&m->layers[l], &m->cfg);
@@ -75,7 +101,6 @@ static void slots_init(gpt_model *m, int last)
     m->head = model_head_of(&m->cfg);
     m->head_p = td_xcalloc(1, m->head->params_size ? m->head->params_size : 1);
     m->head_g = td_xcalloc(1, m->head->params_size ? m->head->params_size : 1);
-    (void)last;
 }
 
 static void slots_free(gpt_model *m)
@@ -101,7 +126,7 @@ void gpt_logical_table(const gpt_config *cfg, gpt_model *m)
     m->cfg = *cfg;
     m->tp = 1;
     m->nlayers = cfg->num_layers;
-    slots_init(m, 1);
+    slots_init(m);
     table_builder tb = {cfg, 1, 0, NULL, NULL, 0, 0, 0};
     embedding_block.tensors(&tb, &m->p, &m->g); /* GPT-2's order: word, position (then token types) */
     for (int l = 0; l < cfg->num_layers; l++) layer_tensors(&tb, l, &m->layers[l]);
@@ -119,12 +144,10 @@ gpt_model *gpt_create(const gpt_config *cfg, const ps_state *ps, const backend *
     return gpt_create_recompute(cfg, ps, be, layer0, nlayers, mbs, max_inflight, NULL);
 }
 
-/* The sizes of the stage on this rank. */
+/* The sizes of the stage on this rank (checked by gpt_create). */
 static void stage_sizes(gpt_model *m, const gpt_config *cfg, const ps_state *ps)
 {
     m->tp = ps->tp;
-    TD_ASSERT(cfg->heads % m->tp == 0 && gpt_groups(cfg) % m->tp == 0 && cfg->heads % gpt_groups(cfg) == 0 &&
-              cfg->ffn % m->tp == 0 && cfg->padded_vocab % m->tp == 0);
     m->heads_l = cfg->heads / m->tp;
     m->groups_l = gpt_groups(cfg) / m->tp;
     m->q_l = m->heads_l * gpt_head_dim(cfg);
@@ -133,7 +156,6 @@ static void stage_sizes(gpt_model *m, const gpt_config *cfg, const ps_state *ps)
     m->vocab_l = cfg->padded_vocab / m->tp;
     m->vstart = m->vocab_l * ps->tp_rank;
     m->sp = ps->sequence_parallel;
-    TD_ASSERT(!m->sp || cfg->seq % m->tp == 0);
     m->seq_l = m->sp ? cfg->seq / m->tp : cfg->seq;
 }
 
@@ -188,6 +210,20 @@ static void acts_free(gpt_model *m, gpt_acts *a)
     free(a->targets_host);
 }
 
+/* The kinds' scratch structs (the buffers are carved). */
+static void scratch_alloc(const gpt_model *m, struct gpt_scratch *s)
+{
+    for (int k = 0; k < GPT_LAYER_NSLOTS && m->nlayers > 0; k++)
+        if (m->layers[0].slot[k].ops->scratch_size) s->slot[k] = td_xcalloc(1, m->layers[0].slot[k].ops->scratch_size);
+    if (m->last && m->head->scratch_size) s->head = td_xcalloc(1, m->head->scratch_size);
+}
+
+static void scratch_free(struct gpt_scratch *s)
+{
+    for (int k = 0; k < GPT_LAYER_NSLOTS; k++) free(s->slot[k]);
+    free(s->head);
+}
+
 /* The arena: max_inflight activation slots, what recomputation shares among them and the shared
  * scratch (first: the kept buffers carved after it stage through it). */
 static void stage_acts(gpt_model *m)
@@ -199,9 +235,7 @@ static void stage_acts(gpt_model *m)
     m->scratch = td_xcalloc(1, sizeof *m->scratch);
     struct gpt_scratch *s = m->scratch;
     s->host = td_xmalloc((size_t)m->mbs * m->cfg.seq * sizeof(float));
-    for (int k = 0; k < GPT_LAYER_NSLOTS && m->nlayers > 0; k++)
-        if (m->layers[0].slot[k].ops->scratch_size) s->slot[k] = td_xcalloc(1, m->layers[0].slot[k].ops->scratch_size);
-    if (m->last && m->head->scratch_size) s->head = td_xcalloc(1, m->head->scratch_size);
+    scratch_alloc(m, s);
     if (m->last && m->head->host_floats) s->head_host = td_xmalloc(m->head->host_floats(m) * sizeof(float));
     for (int i = 0; i < m->max_inflight; i++) acts_alloc(m, &m->slots[i]);
 
@@ -232,8 +266,11 @@ gpt_model *gpt_create_recompute(const gpt_config *cfg, const ps_state *ps, const
     m->last = layer0 + nlayers == cfg->num_layers && ps->pp_rank == ps->pp - 1;
     m->mbs = mbs;
     m->max_inflight = max_inflight;
+    TD_ASSERT(cfg->heads % ps->tp == 0 && gpt_groups(cfg) % ps->tp == 0 && cfg->heads % gpt_groups(cfg) == 0 &&
+              cfg->ffn % ps->tp == 0 && cfg->padded_vocab % ps->tp == 0);
+    TD_ASSERT(!ps->sequence_parallel || cfg->seq % ps->tp == 0);
     stage_sizes(m, cfg, ps);
-    slots_init(m, m->last);
+    slots_init(m);
     stage_tensors(m);
     stage_acts(m);
     return m;
@@ -246,8 +283,7 @@ void gpt_free(gpt_model *m)
     for (int i = 0; i < m->max_inflight; i++) acts_free(m, &m->slots[i]);
     free(m->slots);
     struct gpt_scratch *s = m->scratch;
-    for (int k = 0; k < GPT_LAYER_NSLOTS; k++) free(s->slot[k]);
-    free(s->head);
+    scratch_free(s);
     free(s->host);
     free(s->head_host);
     free(s);
@@ -256,6 +292,41 @@ void gpt_free(gpt_model *m)
     slots_free(m);
     free(m->table);
     free(m);
+}
+
+void gpt_layout_bytes_of(const gpt_config *cfg, int tp, int sp, int mbs, int lowp, gpt_layout_bytes *out)
+{
+    ps_state ps = {0};
+    ps.tp = tp, ps.pp = 1, ps.sequence_parallel = sp;
+    gpt_model m = {0};
+    struct gpt_scratch s = {0};
+    m.cfg = *cfg, m.ps = &ps, m.mbs = mbs, m.nlayers = 1, m.first = m.last = 1, m.scratch = &s;
+    stage_sizes(&m, cfg, &ps);
+    slots_init(&m);
+    scratch_alloc(&m, &s);
+    gpt_acts a = {0};
+    acts_alloc(&m, &a);
+    const gpt_layer *L = &m.layers[0];
+    carver base = {NULL, 0, 0, lowp ? BE_BF16 : BE_F32, NULL, 0}, cv;
+    cv = base, inputs_carve(&cv, &m, &a), out->inputs = (double)cv.raw;
+    out->types = gpt_tokentypes(cfg) ? (double)mbs * m.seq_l * sizeof(int32_t) : 0;
+    out->inputs -= out->types;
+    cv = base, layer_acts_carve(&cv, &m, L, &a.layers[0]), out->layer = (double)cv.raw;
+    cv = base, cv.selective = 1, layer_acts_carve(&cv, &m, L, &a.layers[0]), out->layer_selective = (double)cv.raw;
+    out->layer_redo = out->layer - out->layer_selective;
+    cv = base, head_carve(&cv, &m, &a), out->head = (double)cv.raw;
+    cv = base, scratch_carve(&cv, &m, &s), out->scratch = (double)cv.raw;
+    out->scratch_head = 0;
+    if (m.head->scratch) {
+        cv = base, m.head->scratch(&cv, &m, s.head);
+        out->scratch_head = (double)cv.raw;
+    }
+    out->scratch -= out->scratch_head;
+    out->host = (double)(mbs * (size_t)cfg->seq) * sizeof(float);
+    out->host_head = (double)(scratch_host_floats(&m) - mbs * (size_t)cfg->seq) * sizeof(float);
+    acts_free(&m, &a);
+    scratch_free(&s);
+    slots_free(&m);
 }
 
 gpt_acts *gpt_acts_acquire(gpt_model *m)

@@ -1,5 +1,7 @@
-/* Memory prediction: see include/trident/memory.h. Every figure is counted from the model's
- * shape the way the blocks lay their tensors and activations out (src/model/), in fp32. */
+/* Memory prediction: see include/trident/memory.h. The activations and the backward's scratch
+ * are the model's own layout description (gpt_layout_bytes_of: the bytes the stage's carving
+ * asks for, from the same functions), so the prediction cannot drift from the carving; the
+ * parameters are counted from the model's shape. */
 #include "trident/memory.h"
 
 #include <math.h>
@@ -30,87 +32,54 @@ double mem_chunk_params(const gpt_config *c, int tp, const mem_chunk *k)
     return n;
 }
 
-/* Floats of a kept GEMM input of n elements: half under mixed precision (model_impl.h), except
- * a norm output under sequence parallelism. */
-static double kept(const mem_layout *l, double n, int norm_out)
+/* The stage's layout in bytes, as the model carves it (gpt_layout_bytes_of: the blocks' and the
+ * head's own descriptions), for this layout. */
+static gpt_layout_bytes layout_of(const mem_layout *l)
 {
-    return l->lowp && !(norm_out && l->sequence_parallel) ? n / 2 : n;
-}
-
-/* Floats of one norm's saved activations over `rows` tokens: its output and statistics. */
-static double norm_acts(const mem_layout *l, double rows)
-{
-    const gpt_config *c = &l->cfg;
-    return kept(l, rows * c->hidden, 1) + rows * (c->norm == GPT_NORM_LAYERNORM ? 2 : 1);
-}
-
-/* Floats one layer saves for one micro-batch of BT tokens, and (*shared) the floats a
- * recomputed layer needs only while its backward runs. */
-static double layer_acts(const mem_layout *l, double BT, double *recomputed)
-{
-    const gpt_config *c = &l->cfg;
-    double t = l->tp, h = c->hidden, q = gpt_q_width(c) / t, kv = gpt_kv_width(c) / t, f = c->ffn / t;
-    double sp = l->sequence_parallel ? t : 1; /* the residual stream's tokens are divided by sp */
-    double qkv = BT * (q + 2 * kv), lse = BT * c->heads / t, atty = kept(l, BT * q, 0);
-    double mlp = BT * (c->swiglu ? 2 : 1) * f + kept(l, BT * f, 0);
-    double all = 2 * norm_acts(l, BT / sp) + qkv + lse + atty + mlp + 2 * BT / sp * h; /* + res2 and out */
-    *recomputed = all;
-    /* selective: the attention core's output and lse are recomputed (one shared pair a chunk) */
-    if (l->recompute == MEM_RECOMPUTE_SELECTIVE) return all - atty - lse;
-    return all;
+    gpt_layout_bytes b;
+    gpt_layout_bytes_of(&l->cfg, l->tp, l->sequence_parallel, l->mbs, l->lowp, &b);
+    return b;
 }
 
 double mem_chunk_acts(const mem_layout *l, const mem_chunk *k)
 {
     const gpt_config *c = &l->cfg;
+    gpt_layout_bytes b = layout_of(l);
     double BT = (double)l->mbs * c->seq, h = c->hidden, sp = l->sequence_parallel ? l->tp : 1;
-    double ints = 2 * BT;          /* ids and targets (int32) */
-    double input = BT / sp * h;    /* the stage input */
-    double layer_full, layer = layer_acts(l, BT, &layer_full), layers;
+    double inputs = b.inputs + (k->first ? b.types : 0);
+    double layer = l->recompute == MEM_RECOMPUTE_SELECTIVE ? b.layer_selective : b.layer, layers;
     if (l->recompute == MEM_RECOMPUTE_FULL) {
         /* a recomputed layer keeps its input only (the group's first layer's, uniform: one per group) */
+        double kept = 4.0 * BT / sp * h;
         int n = l->recompute_num_layers > 0 ? l->recompute_num_layers : 1;
         if (l->recompute_block) {
             int rec = n < k->nlayers ? n : k->nlayers;
-            layers = rec * (BT / sp * h) + (k->nlayers - rec) * layer;
+            layers = rec * kept + (k->nlayers - rec) * layer;
         } else {
             int groups = (k->nlayers + n - 1) / n;
-            layers = groups * (BT / sp * h);
+            layers = groups * kept;
         }
     } else {
         layers = k->nlayers * layer;
     }
-    double last = 0;
-    if (k->last) last = norm_acts(l, BT / sp) + BT * c->padded_vocab / l->tp + 4 * BT;
-    if (gpt_is_bert(c)) { /* token types; the LM head's dense and GeLU outputs and norm, the [CLS] rows */
-        if (k->first) ints += BT / sp;
-        if (k->last) last += 2 * BT / sp * h + norm_acts(l, BT / sp) + (c->binary_head ? l->mbs * (3 * h + 4) : 0);
-    }
-    return 4.0 * (ints + input + layers + last);
+    return inputs + layers + (k->last ? b.head : 0);
 }
 
-/* The backward's gradients (shared by the micro-batches of a chunk), and with full
- * recomputation one group's re-run activations, with selective the attention core's output. */
+/* The backward's gradients (shared by the micro-batches of a chunk) and its host staging, and
+ * with full recomputation one group's re-run activations, with selective what it redoes. */
 static double chunk_workspace(const mem_layout *l, const mem_chunk *k)
 {
-    const gpt_config *c = &l->cfg;
-    double t = l->tp, BT = (double)l->mbs * c->seq, h = c->hidden;
-    double q = gpt_q_width(c) / t, kv = gpt_kv_width(c) / t, f = c->ffn / t;
-    double floats = 4 * BT * h + BT * (q + 2 * kv) + BT * q + BT * (c->swiglu ? 2 : 1) * f + BT * f + 2 * BT;
-    if (l->sequence_parallel) floats += 3 * BT * h + 2 * BT / t * h; /* gathered, staging; two local */
-    if (l->lowp) floats += BT * fmax(fmax(h, q), f); /* a kept input's fp32 staging */
-    if (gpt_is_bert(c) && k->last) /* the pooler's gradients, and the heads' host buffer */
-        floats += 2.0 * l->mbs * h + fmax(3 * BT, 2.0 * l->mbs * h);
+    gpt_layout_bytes b = layout_of(l);
+    double bytes = b.scratch + b.host;
+    if (k->last) bytes += b.scratch_head + b.host_head;
     if (l->recompute == MEM_RECOMPUTE_FULL) {
-        double full;
-        layer_acts(l, BT, &full);
         int n = l->recompute_num_layers > 0 ? l->recompute_num_layers : 1;
         if (n > k->nlayers) n = k->nlayers;
-        floats += (l->recompute_block ? 1 : n) * full;
+        bytes += (l->recompute_block ? 1 : n) * b.layer;
     } else if (l->recompute == MEM_RECOMPUTE_SELECTIVE && k->nlayers > 0) {
-        floats += kept(l, BT * q, 0) + BT * c->heads / t;
+        bytes += b.layer_redo;
     }
-    return 4.0 * floats;
+    return bytes;
 }
 
 void mem_predict(const mem_layout *l, mem_prediction *p)
