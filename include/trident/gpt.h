@@ -142,6 +142,9 @@ gpt_model *gpt_create_recompute(const gpt_config *cfg, const ps_state *ps, const
 void gpt_recompute_describe(const gpt_recompute *rc, char *out, size_t len);
 void gpt_free(gpt_model *m);
 
+/* Parameters (elements) of a stage of nlayers layers (first: with the embedding, last: with the
+ * final norm and the head) on one of tp tensor-parallel ranks: the table gpt_create registers. */
+int64_t gpt_stage_numel(const gpt_config *cfg, int tp, int nlayers, int first, int last);
 /* The stage's layout in bytes, as gpt_create carves it (the same functions, counting; each
  * buffer unrounded), for a config on tp tensor-parallel ranks (sp: sequence parallel) with
  * micro-batches of mbs samples, kept GEMM inputs in a 2-byte dtype when lowp: the one

@@ -159,17 +159,24 @@ static void stage_sizes(gpt_model *m, const gpt_config *cfg, const ps_state *ps)
     m->seq_l = m->sp ? cfg->seq / m->tp : cfg->seq;
 }
 
+/* The stage's tensors into tb in reverse backprop order. */
+static void stage_register(gpt_model *m, table_builder *tb)
+{
+    const gpt_config *cfg = &m->cfg;
+    if (m->last) {
+        m->head->tensors(tb, m, cfg->untied || !m->first);
+        block_slot_tensors(&m->lnf, tb, -1, 3, "final_norm");
+    }
+    for (int l = m->nlayers - 1; l >= 0; l--) layer_tensors(tb, m->layer0 + l, &m->layers[l]);
+    if (m->first) embedding_block.tensors(tb, &m->p, &m->g);
+}
+
 /* The tensor table in reverse backprop order, the buffers, the parameters initialised. */
 static void stage_tensors(gpt_model *m)
 {
     const gpt_config *cfg = &m->cfg;
     table_builder tb = {cfg, m->tp, m->ps->tp_rank, NULL, NULL, 0, 0, 0};
-    if (m->last) {
-        m->head->tensors(&tb, m, cfg->untied || !m->first);
-        block_slot_tensors(&m->lnf, &tb, -1, 3, "final_norm");
-    }
-    for (int l = m->nlayers - 1; l >= 0; l--) layer_tensors(&tb, m->layer0 + l, &m->layers[l]);
-    if (m->first) embedding_block.tensors(&tb, &m->p, &m->g);
+    stage_register(m, &tb);
     take_table(m, &tb);
     m->params = be_alloc(m->be, m->numel * sizeof(float));
     m->grads = be_alloc(m->be, m->numel * sizeof(float));
@@ -292,6 +299,22 @@ void gpt_free(gpt_model *m)
     slots_free(m);
     free(m->table);
     free(m);
+}
+
+int64_t gpt_stage_numel(const gpt_config *cfg, int tp, int nlayers, int first, int last)
+{
+    ps_state ps = {0};
+    ps.tp = tp, ps.pp = 1;
+    gpt_model m = {0};
+    m.cfg = *cfg, m.ps = &ps, m.nlayers = nlayers, m.first = first, m.last = last;
+    stage_sizes(&m, cfg, &ps);
+    slots_init(&m);
+    table_builder tb = {cfg, tp, 0, NULL, NULL, 0, 0, 0};
+    stage_register(&m, &tb);
+    free(tb.table);
+    free(tb.slots);
+    slots_free(&m);
+    return (int64_t)tb.numel;
 }
 
 void gpt_layout_bytes_of(const gpt_config *cfg, int tp, int sp, int mbs, int lowp, gpt_layout_bytes *out)

@@ -1,7 +1,7 @@
 /* Memory prediction: see include/trident/memory.h. The activations and the backward's scratch
  * are the model's own layout description (gpt_layout_bytes_of: the bytes the stage's carving
- * asks for, from the same functions), so the prediction cannot drift from the carving; the
- * parameters are counted from the model's shape. */
+ * asks for, from the same functions) and its tensor table (gpt_stage_numel), so the prediction
+ * cannot drift from what gpt_create builds. */
 #include "trident/memory.h"
 
 #include <math.h>
@@ -10,26 +10,9 @@
 
 #define MIB (1024.0 * 1024.0)
 
-static double norm_param_count(const gpt_config *c) { return c->norm == GPT_NORM_LAYERNORM ? 2.0 * c->hidden : c->hidden; }
-
 double mem_chunk_params(const gpt_config *c, int tp, const mem_chunk *k)
 {
-    double h = c->hidden, qkv = gpt_q_width(c) + 2.0 * gpt_kv_width(c), q = gpt_q_width(c);
-    double fc = (c->swiglu ? 2.0 : 1.0) * c->ffn, V = c->padded_vocab;
-    double layer = 2 * norm_param_count(c) + qkv * h / tp + h * q / tp + fc * h / tp + h * c->ffn / tp;
-    if (gpt_has_qkv_bias(c)) layer += qkv / tp;
-    if (gpt_has_bias(c)) layer += h + fc / tp + h;
-    double n = layer * k->nlayers;
-    if (k->first) n += V / tp * h + (c->pos == GPT_POS_LEARNED ? (double)c->max_pos * h : 0);
-    if (k->last) {
-        n += norm_param_count(c);
-        if (c->untied || !k->first) n += V / tp * h;
-    }
-    if (gpt_is_bert(c)) { /* token types; the LM head's transform and bias, the pooler and binary head */
-        if (k->first) n += GPT_BERT_TOKENTYPES * h;
-        if (k->last) n += h * h + h + norm_param_count(c) + V / tp + (c->binary_head ? h * h + h + 2 * h + 2 : 0);
-    }
-    return n;
+    return (double)gpt_stage_numel(c, tp, k->nlayers, k->first, k->last); /* the model's own table */
 }
 
 /* The stage's layout in bytes, as the model carves it (gpt_layout_bytes_of: the blocks' and the
