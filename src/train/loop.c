@@ -103,7 +103,7 @@ void run_loop(run_state *r, ckpt_progress prog, int resume, double t_begin)
         ckpt_progress now = run_progress_now(r, iter, consumed, valid_consumed);
         stopped = run_after_iteration(r, &now, t_begin, &last_saved);
     }
-    r->report.rss_peak = (double)trainer_peak_rss();
+    r->report.rss_peak = (double)run_peak_rss();
     if (a->save && last_iter > 0 && last_iter != last_saved) { /* also a loaded one: re-saves it as laid out now */
         ckpt_progress now = run_progress_now(r, last_iter, consumed, valid_consumed);
         run_save_checkpoint(r, &now);
@@ -113,7 +113,7 @@ void run_loop(run_state *r, ckpt_progress prog, int resume, double t_begin)
         double total = td_now() - t_start;
         TD_INFO("done: %lld iterations in %.1f s%s; peak memory (RSS) %.1f MiB", (long long)last_iter, total,
                 last_iter == prog.iteration && resume ? " (none trained: the checkpoint was already there)" : "",
-                (double)trainer_peak_rss() / (1024.0 * 1024.0));
+                (double)run_peak_rss() / (1024.0 * 1024.0));
         tb_scalar(r->report.tb, "peak-memory-mib", last_iter, r->report.rss_peak / (1024.0 * 1024.0));
         tb_flush(r->report.tb);
         run_print_breakdown(r);

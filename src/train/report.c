@@ -26,7 +26,7 @@ static long long proc_status_bytes(const char *key)
     return kb * 1024;
 }
 
-long long trainer_peak_rss(void) { return proc_status_bytes("VmHWM"); }
+long long run_peak_rss(void) { return proc_status_bytes("VmHWM"); }
 
 #define MIB (1024.0 * 1024.0)
 

@@ -2,7 +2,8 @@
  * up and owns it, and the functions the train floor's units give each other. Only src/train/
  * includes it. Who calls whom (no unit calls back up):
  *
- *   trainer.c  (trainer_run: flags, lock, signals, set-up, resume, then the loop; teardown)
+ *   trainer.c  (trainer.h: trainer_run: flags, lock, signals, set-up, resume, then the loop;
+ *              teardown; trainer_validate and trainer_peak_rss pass to validate.c and report.c)
  *     -> validate.c  (trainer_validate, run_split)
  *     -> model.c     (rank grid, backend, model chunks + data parallelism)
  *     -> batches.c   (datasets, the schedule's batch callback, evaluation, BERT's batches)
@@ -29,7 +30,6 @@
 #include "trident/parallel_state.h"
 #include "trident/pipeline.h"
 #include "trident/tensorboard.h"
-#include "trident/trainer.h"
 
 /* GPT's batches: the schedule's callback reads them from the dataset (batches.c). */
 typedef struct {
@@ -105,6 +105,9 @@ typedef struct {
 } run_state;
 
 /* ---- validate.c ---- */
+
+/* trainer_validate (trainer.h), which trainer.c gives the rest of trident. */
+int run_validate(const td_args *a, int world_size, char *msg, size_t msglen);
 
 /* The pipeline split of the flags (virtual stages from --num-layers-per-virtual-pipeline-stage,
  * counting the embedding and loss when accounted for); unchecked. */
@@ -214,6 +217,9 @@ void run_save_checkpoint(run_state *r, const ckpt_progress *p);
 int run_after_iteration(run_state *r, const ckpt_progress *p, double t_begin, int64_t *last_saved);
 
 /* ---- report.c ---- */
+
+/* Peak resident memory of this process in bytes (VmHWM), 0 if unknown: trainer_peak_rss (trainer.h). */
+long long run_peak_rss(void);
 
 /* Measures the GEMM peak for MFU (or takes --peak-tflops). */
 void run_report_peak(run_state *r);

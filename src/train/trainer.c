@@ -11,6 +11,13 @@
 #include "trident/check.h"
 #include "trident/timer.h"
 
+int trainer_validate(const td_args *a, int world_size, char *msg, size_t msglen)
+{
+    return run_validate(a, world_size, msg, msglen);
+}
+
+long long trainer_peak_rss(void) { return run_peak_rss(); }
+
 /* The sizes of the run: global batch, micro-batches per iteration, iterations; the reporter. */
 static void setup_shape(run_state *r)
 {

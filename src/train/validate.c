@@ -70,7 +70,7 @@ pp_split run_split(const td_args *a, int pp)
     return s;
 }
 
-int trainer_validate(const td_args *a, int world_size, char *msg, size_t msglen)
+int run_validate(const td_args *a, int world_size, char *msg, size_t msglen)
 {
     int tp = a->tensor_model_parallel_size, pp = a->pipeline_model_parallel_size;
     int max_pos = a->max_position_embeddings ? a->max_position_embeddings : a->seq_length;
