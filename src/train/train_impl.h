@@ -1,17 +1,17 @@
 /* The trainer's private header: the state of one training run, grouped by the unit that sets it
  * up and owns it, and the functions the train floor's units give each other. Only src/train/
- * includes it. Who calls whom (no unit calls back up):
+ * includes it. Who calls whom (no unit calls back up; farm-studio look src/train: no circle):
  *
- *   trainer.c  (trainer.h: trainer_run: flags, lock, signals, set-up, resume, then the loop;
+ *   trainer.c  (trainer.h: trainer_run: flags, lock, signals, set-up in order, resume, the loop,
  *              teardown; trainer_validate and trainer_peak_rss pass to validate.c and report.c)
- *     -> validate.c  (trainer_validate, run_split)
- *     -> model.c     (rank grid, backend, model chunks + data parallelism)
- *     -> batches.c   (datasets, the schedule's batch callback, evaluation, BERT's batches)
+ *     -> validate.c  (the flags against the rules; the pipeline split)
+ *     -> model.c     (rank grid, backend, model chunks + data parallelism)      -> validate
+ *     -> batches.c   (datasets, the schedule's batch callback, evaluation, BERT) -> model
  *     -> optim.c     (AdamW, learning-rate schedule, loss scale)
- *     -> ckpt.c      (--load, --save, the exit conditions and signals)
- *     -> report.c    (start lines, metrics, TensorBoard, MFU, time breakdown, memory)
+ *     -> ckpt.c      (--load, --save, the exit conditions and signals)           -> model
+ *     -> report.c    (start lines, metrics, TensorBoard, MFU, breakdown, memory) -> validate
  *     -> loop.c      (the iterations) -> batches, optim, ckpt, report, dump
- *   dump.c (--dump-params) -> model;  batches, ckpt -> model;  model -> validate. */
+ *   dump.c (--dump-params) -> model. */
 #ifndef TRIDENT_TRAIN_IMPL_H
 #define TRIDENT_TRAIN_IMPL_H
 
