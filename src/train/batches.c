@@ -144,3 +144,20 @@ void run_batches_close(run_state *r)
     free((void *)r->batches.it.bert.lengths);
     free((void *)r->batches.it.bert.sop);
 }
+
+float run_batches_loss_scale(const run_state *r, double scale)
+{
+    const gpt_config *c = &r->model.chunks[0]->cfg;
+    return (float)(r->batches.bert ? scale : scale / ((double)r->gbs * c->seq));
+}
+
+double run_batches_loss(const run_state *r, double loss_sum)
+{
+    const gpt_config *c = &r->model.chunks[0]->cfg;
+    return r->batches.bert ? loss_sum : loss_sum / ((double)r->gbs * c->seq);
+}
+
+void run_batches_metrics(run_state *r, met_record *rec)
+{
+    if (r->batches.bert) run_bert_metrics(r, rec);
+}

@@ -32,7 +32,7 @@ void run_loop(run_state *r, ckpt_progress prog, int resume, double t_begin)
         bd_stop(&r->report.bd, BD_OPTIMIZER);
         r->batches.src.consumed = consumed;
         double scale = r->optim.scaled ? r->optim.scaler.scale : 1.0;
-        r->batches.it.loss_scale = (float)(r->batches.bert ? scale : scale / ((double)r->gbs * c->seq));
+        r->batches.it.loss_scale = run_batches_loss_scale(r, scale);
         run_bert_begin(r, GPTDS_TRAIN);
         double loss_sum = pp_run(r->model.schedule, &r->batches.it);
         dp_finish_grads(r->model.dp, r->model.nchunks);
@@ -55,7 +55,7 @@ void run_loop(run_state *r, ckpt_progress prog, int resume, double t_begin)
         consumed += r->gbs;
         comm_allreduce(r->ps->dp_group, &loss_sum, 1, COMM_F64, COMM_SUM);
         comm_bcast(r->ps->pp_group, &loss_sum, 1, COMM_F64, r->ps->pp - 1);
-        double loss = r->batches.bert ? loss_sum : loss_sum / ((double)r->gbs * c->seq);
+        double loss = run_batches_loss(r, loss_sum);
         be_sync(r->model.be);
         bd_end_iteration(&r->report.bd);
         double dt = td_now() - t0;
@@ -75,7 +75,7 @@ void run_loop(run_state *r, ckpt_progress prog, int resume, double t_begin)
         rec.model_tflops_per_rank = flops_iter / dt / r->ps->world_size / 1e12;
         rec.mfu = run_mfu_of(r, rec.model_tflops_per_rank, iter);
         rec.val_loss = NAN;
-        if (r->batches.bert) run_bert_metrics(r, &rec);
+        run_batches_metrics(r, &rec);
         if (r->batches.eval && (iter % a->eval_interval == 0 || iter == r->train_iters)) {
             rec.val_loss = run_evaluate(r, GPTDS_VALID, valid_consumed, a->eval_iters);
             valid_consumed += a->eval_iters * r->gbs;

@@ -161,6 +161,16 @@ double run_evaluate(run_state *r, gptds_split s, int64_t consumed, int64_t iters
  * sums (zeroed for the next iteration). */
 void run_bert_metrics(run_state *r, met_record *rec);
 
+/* The loss scale the schedule's last stage applies to its loss sum this iteration: `scale`
+ * (the loss scaler's) over the iteration's tokens for GPT; BERT's batches are weighted already. */
+float run_batches_loss_scale(const run_state *r, double scale);
+
+/* The iteration's mean loss from the loss sum reduced over dp (same weighting as above). */
+double run_batches_loss(const run_state *r, double loss_sum);
+
+/* Adds the family's own figures to the iteration's record (BERT: run_bert_metrics). */
+void run_batches_metrics(run_state *r, met_record *rec);
+
 /* Frees the datasets and the iteration's buffers. */
 void run_batches_close(run_state *r);
 
