@@ -2,8 +2,7 @@
  * special tokens and "##" pieces), building the micro-batches of an iteration on this
  * data-parallel rank once, counting the masked tokens of the whole global batch (one all-reduce
  * over the data-parallel group) so that every micro-batch carries the weights that make the loss
- * the mean over the global batch in every layout, and handing the micro-batches to the pipeline
- * (a pp_batch_fn). */
+ * the mean over the global batch in every layout: a batch source (include/trident/batch_source.h). */
 #ifndef TRIDENT_BERT_SOURCE_H
 #define TRIDENT_BERT_SOURCE_H
 
@@ -23,12 +22,10 @@ typedef struct bert_source bert_source;
 bert_source *bert_source_open(const gptds_config *dc, const td_args *a, const gpt_config *c, int mbs, int num_micro,
                               int dp, int dp_rank, comm *world);
 void bert_source_close(bert_source *s);
-int64_t bert_source_num_samples(const bert_source *s, gptds_split split);
-
-/* Builds this rank's micro-batches of the iteration starting at sample `consumed` of `split` and
- * the weights (1 / masked tokens, 1 / samples of the global batch; collective over dp_group). */
-void bert_source_begin(bert_source *s, gptds_split split, int64_t consumed, const comm *dp_group);
-/* pp_batch_fn: micro-batch m of the iteration begun (user: the bert_source). */
-void bert_source_batch(void *user, int m, int32_t *ids, int32_t *targets, gpt_bert_batch *bert, int64_t *sample);
+/* BERT's batch source (batch_source_ops on a bert_source: see batch_source.h): begin builds this
+ * rank's micro-batches of the iteration and their weights (1 / masked tokens, 1 / samples of
+ * the global batch; collective over dp_group). */
+struct batch_source_ops;
+extern const struct batch_source_ops bert_source_ops;
 
 #endif

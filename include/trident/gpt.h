@@ -136,8 +136,8 @@ gpt_model *gpt_create(const gpt_config *cfg, const ps_state *ps, const struct ba
                       int mbs, int max_inflight);
 /* gpt_create with activation recomputation (rc NULL: none): the arena keeps less of each
  * micro-batch (acts_bytes) plus rc_bytes shared by all of them. */
-gpt_model *gpt_create_recompute(const gpt_config *cfg, const ps_state *ps, const struct backend *be, int layer0, int nlayers,
-                                int mbs, int max_inflight, const gpt_recompute *rc);
+gpt_model *gpt_create_recompute(const gpt_config *cfg, const ps_state *ps, const struct backend *be, int layer0,
+                                int nlayers, int mbs, int max_inflight, const gpt_recompute *rc);
 /* "none", "selective", "full uniform 2", "full block 3". */
 void gpt_recompute_describe(const gpt_recompute *rc, char *out, size_t len);
 void gpt_free(gpt_model *m);
@@ -180,36 +180,59 @@ float *gpt_param(const gpt_model *m, const char *name, int grad);
 const float *gpt_acts_losses(const gpt_acts *a);
 const float *gpt_acts_logits(const gpt_acts *a);
 
-/* BERT's inputs beside the tokens (host memory). The targets are the masked-LM labels: the
- * original token at a masked position, -1 elsewhere (no loss there). The loss of an iteration is
- * the mean masked-LM loss over the masked tokens of the global batch plus the mean sentence-order
- * loss over its samples; the weights say what one token's and one sample's loss count, so that
- * the sum over micro-batches and data-parallel ranks is that mean whatever the layout. */
-typedef struct gpt_bert_batch {
-    const int32_t *types;   /* (B, s) token types 0 or 1: first stage */
-    const int32_t *lengths; /* (B) tokens before the padding, in [1, s]: every stage (attention) */
-    const int32_t *sop;     /* (B) sentence-order labels 0 or 1 (1: swapped): last stage */
-    float mlm_weight;       /* 1 / masked tokens of the global batch */
-    float sop_weight;       /* 1 / samples of the global batch */
-} gpt_bert_batch;
+/* One micro-batch's inputs (host memory), named by what they are, not by a model family: the
+ * batch source fills them, the schedule carries them, the stage reads what its config needs.
+ * The weights say what one token's and one sample's loss count in the iteration's loss, so that
+ * the sum over micro-batches and data-parallel ranks is the loss whatever the layout. */
+typedef struct gpt_batch {
+    int B;                   /* samples, <= the stage's mbs */
+    const int32_t *ids;      /* (B, s): first stage */
+    const int32_t *targets;  /* (B, s): last stage; -1: no loss at that position (when the head
+                              * reads only some) */
+    const int64_t *sample;   /* (B) global sample indices: every stage (dropout keys) */
+    const int32_t *types;    /* (B, s) token types, first stage; NULL: the model has none */
+    const int32_t *lengths;  /* (B) tokens before the padding, in [1, s]: every stage of a
+                              * bidirectional model (attention); NULL: causal */
+    const int32_t *labels;   /* (B) per-sample labels, last stage; NULL: none */
+    float token_weight;      /* what one token's loss counts (a head that weights its loss) */
+    float sample_weight;     /* what one sample's loss counts */
+} gpt_batch;
 
-/* What a BERT last stage's forward measured of a micro-batch (sums, for the iteration's means). */
-enum { GPT_BERT_MLM_LOSS, GPT_BERT_MLM_TOKENS, GPT_BERT_MLM_CORRECT, GPT_BERT_SOP_LOSS, GPT_BERT_SOP_SAMPLES,
-       GPT_BERT_SOP_CORRECT, GPT_BERT_NSTATS };
+/* The head's sums of a micro-batch's forward (for the iteration's means): at most GPT_MAX_STATS,
+ * named by the head. */
+#define GPT_MAX_STATS 8
+int gpt_head_nstats(const gpt_config *c);
+const char *gpt_head_stat_name(const gpt_config *c, int i);
+/* Last stage, after gpt_forward: adds the micro-batch's sums into stats (gpt_head_nstats). */
+void gpt_head_stats(const gpt_acts *a, double *stats);
 
-/* Stage forward of one micro-batch of B <= mbs samples. First stage: reads `ids` (B, s), else
- * `input` (B, s, h), the previous stage's output. Not last stage: returns the output (B, s, h)
- * in the activations (send it on). Last stage: computes the losses of `targets` (B, s) and
- * returns NULL; *loss_sum gets the sum of the B*s token losses (GPT) or the weighted loss of the
- * micro-batch (BERT: masked-LM and sentence-order losses times their weights).
- * bert: BERT's inputs (NULL for GPT). sample (B): global sample indices (for dropout);
+/* A metric an iteration reports beside its loss. */
+typedef struct gpt_metric {
+    const char *key;   /* in metrics.jsonl: "lm_acc" */
+    const char *label; /* in the log line: "lm acc" */
+    const char *fmt;   /* its number in the log line: "%.4f" */
+    double value;
+} gpt_metric;
+/* What the head reports of an iteration from its sums over the global batch (stats, as
+ * gpt_head_stats adds them): *loss the iteration's loss (overwritten only by a head whose sums
+ * hold it), and its metrics into out (at most GPT_MAX_STATS); returns how many. */
+int gpt_head_metrics(const gpt_config *c, const double *stats, double *loss, gpt_metric *out);
+/* How a loss summed over micro-batches becomes the iteration's mean: divided by what (the
+ * tokens of the global batch for a next-token loss; 1 for a head whose batches carry their
+ * weights), and the validation line's name of it (NULL: "lm loss", with its perplexity). */
+double gpt_head_loss_divisor(const gpt_config *c, int64_t global_batch);
+const char *gpt_head_loss_name(const gpt_config *c);
+
+/* Stage forward of one micro-batch `in` (in->B <= mbs samples). First stage: reads in->ids,
+ * else `input` (B, s, h), the previous stage's output. Not last stage: returns the output
+ * (B, s, h) in the activations (send it on). Last stage: computes the head's losses of
+ * in->targets and returns NULL; *loss_sum (when not NULL) gets the micro-batch's loss (the sum
+ * of its token losses, or the weighted sum for a head that weights them).
  * training = 0 turns dropout off. */
-float *gpt_forward(gpt_model *m, gpt_acts *a, const int32_t *ids, const float *input, const int32_t *targets,
-                   const gpt_bert_batch *bert, const int64_t *sample, int B, int training, double *loss_sum);
-/* BERT, last stage, after gpt_forward: adds the micro-batch's GPT_BERT_* sums into stats. */
-void gpt_bert_stats(const gpt_acts *a, double stats[GPT_BERT_NSTATS]);
+float *gpt_forward(gpt_model *m, gpt_acts *a, const gpt_batch *in, const float *input, int training,
+                   double *loss_sum);
 /* Stage backward of the micro-batch in `a`. Last stage: seeds d(loss) = loss_scale per token
- * (e.g. 1 / tokens in the global batch; BERT: loss_scale times the batch's weights). Else
+ * (e.g. 1 / tokens in the global batch; a weighting head: times the batch's weights). Else
  * `doutput` (B, s, h) is the gradient of this stage's output. Gradients accumulate into
  * m->grads. Not first stage: returns the gradient of the stage input (B, s, h) (send it back);
  * first stage: NULL. */

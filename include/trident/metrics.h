@@ -6,6 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "trident/gpt.h"
+
 typedef struct met_record {
     int64_t iteration;
     int64_t consumed_samples;
@@ -21,10 +23,12 @@ typedef struct met_record {
     double elapsed_ms;
     double comm_ms;          /* time this rank was blocked in communication */
     double val_loss;         /* NaN when not evaluated this iteration */
-    /* BERT (bert = 1): lm_loss is the masked-LM loss; the total loss is lm_loss + sop_loss */
-    int bert;
-    double lm_acc;           /* masked tokens predicted right (argmax) */
-    double sop_loss, sop_acc; /* sentence order; NaN without the binary head */
+    /* the head's metrics beside the loss (gpt_head_metrics: e.g. a masked LM's accuracy), in
+     * metrics.jsonl under their keys and in the log line after the loss */
+    int nextra;
+    gpt_metric extra[GPT_MAX_STATS];
+    const char *val_name;    /* the validation line's name of the loss; NULL: "lm loss", with its
+                              * perplexity */
     double time_left_s;      /* to --train-iters at the mean iteration time so far; NaN: not known */
 } met_record;
 

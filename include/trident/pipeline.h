@@ -5,11 +5,10 @@
 #ifndef TRIDENT_PIPELINE_H
 #define TRIDENT_PIPELINE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "trident/gpt.h"
-#include <stddef.h>
-
 #include "trident/parallel_state.h"
 
 /* Bookkeeping limits of a schedule (checked by the trainer's config validation). */
@@ -23,30 +22,21 @@ typedef enum { PP_SCHEDULE_NONE, PP_SCHEDULE_GPIPE, PP_SCHEDULE_1F1B, PP_SCHEDUL
 int pp_schedule_parse(const char *s, int pp, int vp, pp_schedule *out);
 const char *pp_schedule_name(pp_schedule s);
 
-/* Supplies micro-batch m (0-based) of the current iteration on this rank: ids and targets
- * (mbs, s) and the global sample index of each row (mbs); for BERT (bert not NULL) also its
- * arrays (into the buffers it points at) and weights. */
-typedef void (*pp_batch_fn)(void *user, int m, int32_t *ids, int32_t *targets, gpt_bert_batch *bert,
-                            int64_t *sample);
-
 typedef struct pp_iteration {
     const ps_state *ps;
     gpt_model **chunks;   /* nchunks model chunks of this rank: chunk c is virtual stage c*pp + pp_rank */
     int nchunks;
     int num_micro;        /* micro-batches per iteration on this data-parallel rank */
     int mbs;
-    float loss_scale;     /* d(loss)/d(token loss): 1 / tokens of the global batch */
+    float loss_scale;     /* d(loss)/d(token loss): e.g. 1 / tokens of the global batch */
     int training;         /* 0: forward only (evaluation) */
-    pp_batch_fn batch;
-    void *user;
-    /* host scratch for one micro-batch's inputs: */
-    int32_t *ids, *targets; /* (mbs, s) */
-    int64_t *sample;        /* (mbs) */
-    float *grad_in;         /* (mbs, s, h) backend memory: a received output gradient */
-    /* BERT only (bert.lengths NULL for GPT): its inputs' buffers (types (mbs, s), lengths and
-     * sop (mbs)), and the sums of the last stage's forwards, added to by pp_run */
-    gpt_bert_batch bert;
-    double bert_stats[GPT_BERT_NSTATS];
+    /* The iteration's num_micro micro-batches on this rank, filled before pp_run (by the batch
+     * source): the schedule hands micro-batch m to each chunk's stage as it is, never looking
+     * inside. */
+    const gpt_batch *micro;
+    float *grad_in;       /* (mbs, s, h) backend memory: a received output gradient */
+    /* The head's sums of the last stage's forwards (gpt_head_stats), added to by pp_run. */
+    double stats[GPT_MAX_STATS];
 } pp_iteration;
 
 /* How the decoder layers are split over the pipeline's virtual stages (vp per rank; virtual stage
@@ -73,8 +63,8 @@ int pp_slots_needed(pp_schedule schedule, int pp, int pp_rank, int nchunks, int 
 
 /* Runs one iteration's micro-batches with `schedule`; gradients accumulate into the chunks'
  * buffers (each chunk's grads_final is set during its last micro-batch's backward). Returns
- * the sum of the token losses computed on this rank (nonzero only on the last
- * stage). Every send has completed when it returns. */
+ * the sum of the micro-batches' losses computed on this rank (gpt_forward's loss_sum; nonzero
+ * only on the last stage). Every send has completed when it returns. */
 double pp_run(pp_schedule schedule, pp_iteration *it);
 
 #endif

@@ -121,7 +121,8 @@ void ev_forward(gpt_model *m, const ps_state *ps, const int32_t *ids, const int3
         comm_wait(comm_irecv(ps->pp_group, gpt_acts_input(a), BT * h, COMM_F32, ps->pp_rank - 1, 0));
         input = gpt_acts_input(a);
     }
-    const float *y = gpt_forward(m, a, ids, input, targets, NULL, sample, B, 0, NULL);
+    gpt_batch in = {.B = B, .ids = ids, .targets = targets, .sample = sample};
+    const float *y = gpt_forward(m, a, &in, input, 0, NULL);
     if (!m->last) {
         comm_wait(comm_isend(ps->pp_group, y, BT * h, COMM_F32, ps->pp_rank + 1, 0));
     } else {

@@ -273,9 +273,32 @@ static void sp_sum(const gpt_model *m)
     model_sp_sum(m, g->lm_dense_b, h);
 }
 
+/* The masked-LM mean and accuracy over the masked tokens, the sentence-order ones over the samples
+ * (none without the binary head). */
+static int metrics(const double *st, double *loss, gpt_metric *out)
+{
+    double tokens = st[MLM_TOKENS] > 0 ? st[MLM_TOKENS] : 1, n = st[SOP_SAMPLES];
+    *loss = st[MLM_LOSS] / tokens;
+    int k = 0;
+    out[k++] = (gpt_metric){"lm_acc", "lm acc", "%.4f", st[MLM_CORRECT] / tokens};
+    if (n > 0) {
+        out[k++] = (gpt_metric){"sop_loss", "sop loss", "%.6E", st[SOP_LOSS] / n};
+        out[k++] = (gpt_metric){"sop_acc", "sop acc", "%.4f", st[SOP_CORRECT] / n};
+    }
+    return k;
+}
+
+/* The batches carry their weights: the micro-batches' losses sum to the mean already. */
+static double loss_divisor(const gpt_config *c, int64_t global_batch)
+{
+    (void)c, (void)global_batch;
+    return 1.0;
+}
+
 const head_ops bert_head_ops = {
     .name = "BERT heads", .params_size = sizeof(bert_params), .acts_size = sizeof(struct bert_head_acts),
     .tensors = tensors, .acts = acts, .acts_free = acts_free, .scratch = scratch, .scratch_size = sizeof(bert_scratch),
     .host_floats = host_floats, .fwd = fwd, .bwd = bwd, .sp_sum = sp_sum, .nstats = NSTATS,
     .stat_names = {"mlm_loss", "mlm_tokens", "mlm_correct", "sop_loss", "sop_samples", "sop_correct"},
+    .metrics = metrics, .loss_divisor = loss_divisor, .loss_name = "lm + sop loss",
 };

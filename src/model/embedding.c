@@ -9,9 +9,9 @@ static void tensors(table_builder *tb, gpt_tensors *p, gpt_tensors *g)
 {
     const gpt_config *c = tb->cfg;
     int64_t h = c->hidden, V = c->padded_vocab;
-    if (gpt_is_bert(c))
+    if (gpt_tokentypes(c))
         model_add_tensor(tb, &p->tte, &g->tte, INIT_NORMAL, model_stream(-1, 6), "embedding.tokentype.weight",
-                         GPT_BERT_TOKENTYPES, h, -1, 1, 0);
+                         gpt_tokentypes(c), h, -1, 1, 0);
     if (c->pos == GPT_POS_LEARNED)
         model_add_tensor(tb, &p->wpe, &g->wpe, INIT_NORMAL, model_stream(-1, 2), "embedding.position.weight",
                          c->max_pos, h, -1, 1, 0);
@@ -33,7 +33,7 @@ static void fwd(gpt_model *m, float *out, const int32_t *ids, const int32_t *typ
     if (m->p.wpe) be_pos_embedding_fwd(m->be, out, m->p.wpe, B, T, h, pos0);
     if (m->p.tte) { /* a lookup into scratch, added */
         float *tt = m->scratch->branch;
-        be_embedding_fwd(m->be, tt, types, m->p.tte, B * T, h, 0, GPT_BERT_TOKENTYPES);
+        be_embedding_fwd(m->be, tt, types, m->p.tte, B * T, h, 0, gpt_tokentypes(&m->cfg));
         be_add(m->be, out, out, tt, (size_t)B * T * h);
     }
     be_drop dl = *d;
@@ -48,7 +48,7 @@ static void bwd(gpt_model *m, float *dout, const int32_t *ids, const int32_t *ty
     dl.pos0 = pos0;
     be_dropout_bwd(m->be, dout, dout, B, T, h, &dl);
     if (m->g.wpe) be_pos_embedding_bwd(m->be, m->g.wpe, dout, B, T, h, pos0);
-    if (m->g.tte) be_embedding_bwd(m->be, m->g.tte, dout, types, B * T, h, 0, GPT_BERT_TOKENTYPES);
+    if (m->g.tte) be_embedding_bwd(m->be, m->g.tte, dout, types, B * T, h, 0, gpt_tokentypes(&m->cfg));
     if (m->sp) { /* every position's gradient, for this rank's vocabulary rows */
         struct gpt_scratch *s = m->scratch;
         tp_sp_gather(m->be, m->ps->tp_group, s->dgath, dout, s->sptmp, B, m->cfg.seq, h);

@@ -57,6 +57,10 @@ static void bwd(gpt_model *m, gpt_acts *a, const float *x, float loss_scale)
     m->lnf.ops->bwd(&io, s->dres, m->lnf.g, model_sp_norm_grad(m, B), a->lnf, m->lnf.p, be_f32(x));
 }
 
+/* The mean over the tokens of the global batch. */
+static double loss_divisor(const gpt_config *c, int64_t global_batch) { return (double)global_batch * c->seq; }
+
 const head_ops lm_head_ops = {
-    .name = "LM head", .tensors = tensors, .acts = acts, .fwd = fwd, .bwd = bwd,
+    .name = "LM head", .tensors = tensors, .acts = acts, .fwd = fwd, .bwd = bwd, .loss_divisor = loss_divisor,
+    .loss_name = NULL, /* "lm loss", with its perplexity */
 };

@@ -53,7 +53,7 @@ void layer_recompute(gpt_model *m, gpt_acts *acts, int l);
 
 /* ---- the head (head_lm.c, and a family's own): last stage, after the final norm ---- */
 
-#define HEAD_MAX_STATS 8
+#define HEAD_MAX_STATS GPT_MAX_STATS
 typedef struct head_ops {
     const char *name;
     size_t params_size, acts_size;
@@ -80,6 +80,11 @@ typedef struct head_ops {
     void (*sp_sum)(const gpt_model *m);
     int nstats;                            /* the sums its forward measures, for the iteration's means */
     const char *stat_names[HEAD_MAX_STATS];
+    /* The iteration's report from the sums over the global batch: see gpt_head_metrics. */
+    int (*metrics)(const double *stats, double *loss, gpt_metric *out);
+    /* What a loss summed over the micro-batches is divided by (gpt_head_loss_divisor). */
+    double (*loss_divisor)(const gpt_config *c, int64_t global_batch);
+    const char *loss_name; /* "lm loss": the validation line's name of the loss */
 } head_ops;
 extern const head_ops lm_head_ops;   /* head_lm.c: the LM head and the next-token loss (GPT, Llama) */
 extern const head_ops bert_head_ops; /* bert.c: BERT's masked-LM and sentence-order heads */

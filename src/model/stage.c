@@ -394,39 +394,43 @@ static size_t layer_start(const gpt_model *m, int l)
     return m->table[last - 1].offset + m->table[last - 1].numel;
 }
 
-/* The batch's optional inputs into the slot: lengths, per-sample labels and targets (host),
- * this rank's positions' token types. */
-static void optional_inputs(gpt_model *m, gpt_acts *a, const gpt_bert_batch *in, const int32_t *targets, int B)
+/* The batch's inputs into the slot: the sample indices, the optional lengths, per-sample labels
+ * and targets (host), this rank's positions' token types. */
+static void take_inputs(gpt_model *m, gpt_acts *a, const gpt_batch *in)
 {
-    int T = m->cfg.seq, Tl = m->seq_l, pos0 = model_pos0(m);
-    a->token_weight = in->mlm_weight;
-    a->sample_weight = in->sop_weight;
-    if (in->lengths) memcpy(a->lengths, in->lengths, (size_t)B * sizeof(int32_t));
-    if (m->last && in->sop) memcpy(a->sample_labels, in->sop, (size_t)B * sizeof(int32_t));
-    if (m->last) memcpy(a->targets_host, targets, (size_t)B * T * sizeof(int32_t));
+    int B = in->B, T = m->cfg.seq, Tl = m->seq_l, pos0 = model_pos0(m);
+    memcpy(a->sample, in->sample, (size_t)B * sizeof(int64_t));
+    a->token_weight = in->token_weight;
+    a->sample_weight = in->sample_weight;
+    a->klen = NULL; /* causal */
+    if (in->lengths) {
+        memcpy(a->lengths, in->lengths, (size_t)B * sizeof(int32_t));
+        a->klen = a->lengths;
+    }
+    if (m->last && in->labels) memcpy(a->sample_labels, in->labels, (size_t)B * sizeof(int32_t));
+    if (m->last) memcpy(a->targets_host, in->targets, (size_t)B * T * sizeof(int32_t));
     if (m->first && a->types) /* row by row: under sequence parallelism a slice of each sample */
         for (int b = 0; b < B; b++)
             be_memcpy(m->be, a->types + (size_t)b * Tl, in->types + (size_t)b * T + pos0, (size_t)Tl * sizeof(int32_t),
                       BE_H2D);
 }
 
-float *gpt_forward(gpt_model *m, gpt_acts *a, const int32_t *ids, const float *input, const int32_t *targets,
-                   const gpt_bert_batch *bert, const int64_t *sample, int B, int training, double *loss_sum)
+float *gpt_forward(gpt_model *m, gpt_acts *a, const gpt_batch *in, const float *input, int training, double *loss_sum)
 {
     const backend *be = m->be;
-    int T = m->cfg.seq, BT = B * T, h = m->cfg.hidden;
+    int B = in->B, T = m->cfg.seq, BT = B * T, h = m->cfg.hidden;
     TD_ASSERT(B >= 1 && B <= m->mbs);
+    TD_CHECK(!gpt_bidirectional(&m->cfg) || in->lengths, "give the batch its lengths",
+             "a bidirectional model's micro-batch has no lengths (tokens before the padding)");
+    TD_CHECK(!(m->first && a->types) || in->types, "give the batch its token types",
+             "the model has token-type embeddings but its micro-batch has no token types");
     a->B = B;
     a->training = training;
-    memcpy(a->sample, sample, (size_t)B * sizeof(int64_t));
-    int bidirectional = gpt_is_bert(&m->cfg);
-    TD_ASSERT(!bidirectional || (bert && bert->lengths));
-    if (bert) optional_inputs(m, a, bert, targets, B);
-    a->klen = bidirectional ? a->lengths : NULL; /* NULL: causal */
+    take_inputs(m, a, in);
 
     if (m->params_needed) m->params_needed(m->params_needed_user, layer_start(m, -1));
     if (m->first) {
-        be_memcpy(be, a->ids, ids, (size_t)BT * sizeof(int32_t), BE_H2D);
+        be_memcpy(be, a->ids, in->ids, (size_t)BT * sizeof(int32_t), BE_H2D);
         be_drop d = model_drop(m, a, training ? m->cfg.hidden_dropout : 0.0f, site_embedding(), 0);
         embedding_block.fwd(m, a->input, a->ids, a->types, B, &d);
     } else if (input != a->input) {
@@ -440,17 +444,33 @@ float *gpt_forward(gpt_model *m, gpt_acts *a, const int32_t *ids, const float *i
     }
     if (!m->last) return (float *)x;
 
-    be_memcpy(be, a->targets, targets, (size_t)BT * sizeof(int32_t), BE_H2D);
+    be_memcpy(be, a->targets, in->targets, (size_t)BT * sizeof(int32_t), BE_H2D);
     block_io io = model_io(m, a, NULL, NULL);
     m->lnf.ops->fwd(&io, a->lnf, m->lnf.p, NULL, be_f32(x));
     m->head->fwd(m, a, x, loss_sum);
     return NULL;
 }
 
-void gpt_bert_stats(const gpt_acts *a, double stats[GPT_BERT_NSTATS])
+int gpt_head_nstats(const gpt_config *c) { return model_head_of(c)->nstats; }
+const char *gpt_head_stat_name(const gpt_config *c, int i) { return model_head_of(c)->stat_names[i]; }
+
+void gpt_head_stats(const gpt_acts *a, double *stats)
 {
-    for (int i = 0; i < GPT_BERT_NSTATS; i++) stats[i] += a->stats[i];
+    for (int i = 0; i < HEAD_MAX_STATS; i++) stats[i] += a->stats[i];
 }
+
+int gpt_head_metrics(const gpt_config *c, const double *stats, double *loss, gpt_metric *out)
+{
+    const head_ops *h = model_head_of(c);
+    return h->metrics ? h->metrics(stats, loss, out) : 0;
+}
+
+double gpt_head_loss_divisor(const gpt_config *c, int64_t global_batch)
+{
+    return model_head_of(c)->loss_divisor(c, global_batch);
+}
+
+const char *gpt_head_loss_name(const gpt_config *c) { return model_head_of(c)->loss_name; }
 
 /* ---- backward ---- */
 
@@ -482,7 +502,7 @@ float *gpt_backward(gpt_model *m, gpt_acts *a, const float *doutput, float loss_
     be_drop d = model_drop(m, a, a->training ? m->cfg.hidden_dropout : 0.0f, site_embedding(), 0);
     embedding_block.bwd(m, s->dres, a->ids, a->types, B, &d);
     if (m->g.wpe) model_sp_sum(m, m->g.wpe, (size_t)m->cfg.max_pos * h);
-    if (m->g.tte) model_sp_sum(m, m->g.tte, (size_t)GPT_BERT_TOKENTYPES * h);
+    if (m->g.tte) model_sp_sum(m, m->g.tte, (size_t)gpt_tokentypes(&m->cfg) * h);
     if (m->grads_ready) m->grads_ready(m->grads_ready_user, m->numel);
     return NULL;
 }

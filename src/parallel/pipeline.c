@@ -204,18 +204,15 @@ static void forward_step(run *r, int c)
     gpt_acts *a = gpt_acts_acquire(m);
 
     const float *input = NULL;
-    /* every stage needs the sample indices (dropout keys); the ends need the tokens too */
-    gpt_bert_batch *bert = it->bert.lengths ? &it->bert : NULL;
-    it->batch(it->user, micro, it->ids, it->targets, bert, it->sample);
     size_t act = (size_t)it->mbs * m->seq_l * m->cfg.hidden; /* sequence parallelism: this rank's positions */
     if (!m->first) {
         input = gpt_acts_input(a);
         comm_wait(comm_irecv(pg, (float *)input, act, COMM_F32, (vs - 1) % r->p, tag_of(r, micro, vs, 0)));
     }
     double loss = 0;
-    float *out = gpt_forward(m, a, it->ids, input, it->targets, bert, it->sample, it->mbs, it->training, &loss);
+    float *out = gpt_forward(m, a, &it->micro[micro], input, it->training, &loss);
     r->loss += loss;
-    if (bert && m->last) gpt_bert_stats(a, it->bert_stats);
+    if (m->last) gpt_head_stats(a, it->stats);
     flight f = {a, micro, 0, NULL};
     if (!m->last) f.send = comm_isend(pg, out, act, COMM_F32, (vs + 1) % r->p, tag_of(r, micro, vs + 1, 0));
     r->fl[(size_t)c * m->max_inflight + r->nfl[c]++] = f;

@@ -1,6 +1,8 @@
 /* The trainer's BERT batches: see include/trident/bert_source.h. */
 #include "trident/bert_source.h"
 
+#include "trident/batch_source.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,6 +16,7 @@ struct bert_source {
     int64_t consumed;
     /* the iteration's micro-batches on this rank: num_micro * mbs rows */
     int32_t *tokens, *types, *labels, *lengths, *sop;
+    int64_t *sample;
     float mlm_weight, sop_weight;
 };
 
@@ -58,6 +61,7 @@ bert_source *bert_source_open(const gptds_config *dc, const td_args *a, const gp
     s->labels = td_xmalloc(n * sizeof(int32_t));
     s->lengths = td_xmalloc(rows * sizeof(int32_t));
     s->sop = td_xmalloc(rows * sizeof(int32_t));
+    s->sample = td_xmalloc(rows * sizeof(int64_t));
     return s;
 }
 
@@ -65,14 +69,20 @@ void bert_source_close(bert_source *s)
 {
     if (!s) return;
     bertds_close(s->ds);
-    free(s->tokens), free(s->types), free(s->labels), free(s->lengths), free(s->sop);
+    free(s->tokens), free(s->types), free(s->labels), free(s->lengths), free(s->sop), free(s->sample);
     free(s);
 }
 
-int64_t bert_source_num_samples(const bert_source *s, gptds_split split) { return bertds_num_samples(s->ds, split); }
-
-void bert_source_begin(bert_source *s, gptds_split split, int64_t consumed, const comm *dp_group)
+static int64_t num_samples(const void *self, gptds_split split)
 {
+    return bertds_num_samples(((const bert_source *)self)->ds, split);
+}
+
+/* Builds the iteration's micro-batches, then the weights: 1 / masked tokens and 1 / samples of
+ * the global batch (one all-reduce over dp_group). */
+static void begin(void *self, gptds_split split, int64_t consumed, const comm *dp_group, gpt_batch *micro)
+{
+    bert_source *s = self;
     s->consumed = consumed;
     int64_t masked = 0;
     for (int m = 0; m < s->num_micro; m++) {
@@ -86,25 +96,21 @@ void bert_source_begin(bert_source *s, gptds_split split, int64_t consumed, cons
             size_t r = (size_t)m * s->mbs + j;
             s->lengths[r] = rows[j].length;
             s->sop[r] = rows[j].is_random;
+            s->sample[r] = batch_sample_index(consumed, m, j, s->mbs, s->dp, s->dp_rank);
             for (int t = 0; t < s->seq; t++) masked += rows[j].labels[t] >= 0;
         }
     }
     comm_allreduce(dp_group, &masked, 1, COMM_I64, COMM_SUM);
     s->mlm_weight = masked ? (float)(1.0 / (double)masked) : 0.0f;
     s->sop_weight = (float)(1.0 / ((double)s->num_micro * s->mbs * s->dp));
+    for (int m = 0; m < s->num_micro; m++) {
+        size_t r0 = (size_t)m * s->mbs, t0 = r0 * s->seq;
+        micro[m] = (gpt_batch){.B = s->mbs, .ids = s->tokens + t0, .targets = s->labels + t0, .sample = s->sample + r0,
+                               .types = s->types + t0, .lengths = s->lengths + r0, .labels = s->sop + r0,
+                               .token_weight = s->mlm_weight, .sample_weight = s->sop_weight};
+    }
 }
 
-void bert_source_batch(void *user, int m, int32_t *ids, int32_t *targets, gpt_bert_batch *bert, int64_t *sample)
-{
-    bert_source *s = user;
-    size_t r0 = (size_t)m * s->mbs, n = (size_t)s->mbs * s->seq;
-    memcpy(ids, s->tokens + r0 * s->seq, n * sizeof(int32_t));
-    memcpy(targets, s->labels + r0 * s->seq, n * sizeof(int32_t));
-    memcpy((int32_t *)bert->types, s->types + r0 * s->seq, n * sizeof(int32_t));
-    memcpy((int32_t *)bert->lengths, s->lengths + r0, (size_t)s->mbs * sizeof(int32_t));
-    memcpy((int32_t *)bert->sop, s->sop + r0, (size_t)s->mbs * sizeof(int32_t));
-    bert->mlm_weight = s->mlm_weight;
-    bert->sop_weight = s->sop_weight;
-    for (int j = 0; j < s->mbs; j++)
-        sample[j] = s->consumed + (int64_t)m * s->mbs * s->dp + (int64_t)s->dp_rank * s->mbs + j;
-}
+static void close_source(void *self) { bert_source_close(self); }
+
+const batch_source_ops bert_source_ops = {"BERT sentence pairs", begin, num_samples, close_source};

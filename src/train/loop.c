@@ -30,10 +30,10 @@ void run_loop(run_state *r, ckpt_progress prog, int resume, double t_begin)
         for (int k = 0; k < r->model.nchunks; k++) be_zero(r->model.be, r->model.chunks[k]->grads, r->model.chunks[k]->numel);
         be_lowp_invalidate(r->model.be); /* the last step (or a load) changed the weights */
         bd_stop(&r->report.bd, BD_OPTIMIZER);
-        r->batches.src.consumed = consumed;
+        r->batches.consumed = consumed;
         double scale = r->optim.scaled ? r->optim.scaler.scale : 1.0;
         r->batches.it.loss_scale = run_batches_loss_scale(r, scale);
-        run_bert_begin(r, GPTDS_TRAIN);
+        run_batches_begin(r, GPTDS_TRAIN);
         double loss_sum = pp_run(r->model.schedule, &r->batches.it);
         dp_finish_grads(r->model.dp, r->model.nchunks);
         bd_start(&r->report.bd, BD_OPTIMIZER);

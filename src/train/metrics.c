@@ -44,13 +44,7 @@ void met_write(met_writer *w, const met_record *r)
     put_num(w->f, "mfu", r->mfu, 6);
     put_num(w->f, "elapsed_ms", r->elapsed_ms, 6);
     put_num(w->f, "comm_ms", r->comm_ms, 6);
-    if (r->bert) {
-        put_num(w->f, "lm_acc", r->lm_acc, 17);
-        if (!isnan(r->sop_loss)) {
-            put_num(w->f, "sop_loss", r->sop_loss, 17);
-            put_num(w->f, "sop_acc", r->sop_acc, 17);
-        }
-    }
+    for (int i = 0; i < r->nextra; i++) put_num(w->f, r->extra[i].key, r->extra[i].value, 17);
     if (!isnan(r->val_loss)) {
         put_num(w->f, "val_loss", r->val_loss, 17);
         put_num(w->f, "val_ppl", exp(r->val_loss), 17);
@@ -80,22 +74,25 @@ void met_print(const met_record *r, int64_t train_iters, int global_batch)
 {
     char left[48];
     met_format_duration(left, sizeof left, r->time_left_s);
-    char bert[160] = "";
-    if (r->bert && !isnan(r->sop_loss))
-        snprintf(bert, sizeof bert, "lm acc: %.4f | sop loss: %.6E | sop acc: %.4f | ", r->lm_acc, r->sop_loss,
-                 r->sop_acc);
-    else if (r->bert)
-        snprintf(bert, sizeof bert, "lm acc: %.4f | ", r->lm_acc);
+    char extra[320] = "";
+    size_t at = 0;
+    for (int i = 0; i < r->nextra && at < sizeof extra; i++) {
+        char num[64];
+        snprintf(num, sizeof num, r->extra[i].fmt, r->extra[i].value);
+        at += (size_t)snprintf(extra + at, sizeof extra - at, "%s: %s | ", r->extra[i].label, num);
+    }
     printf(" iteration %8lld/%8lld | consumed samples: %12lld | elapsed time per iteration (ms): %.1f | "
            "learning rate: %.6E | global batch size: %5d | lm loss: %.6E | %sloss scale: %.1f | grad norm: %.3f | "
            "tokens/s: %.0f | TFLOP/s/rank: %.3f | MFU: %.1f%% | comm (ms): %.1f | number of skipped iterations: %lld | "
            "time left: %s |\n",
            (long long)r->iteration, (long long)train_iters, (long long)r->consumed_samples, r->elapsed_ms, r->lr,
-           global_batch, r->lm_loss, bert, r->loss_scale, r->grad_norm, r->tokens_per_s, r->model_tflops_per_rank,
+           global_batch, r->lm_loss, extra, r->loss_scale, r->grad_norm, r->tokens_per_s, r->model_tflops_per_rank,
            100.0 * r->mfu, r->comm_ms, (long long)r->skipped_total, left);
-    if (!isnan(r->val_loss))
-        printf(r->bert ? " validation loss at iteration %lld | lm + sop loss value: %.6E |\n"
-                       : " validation loss at iteration %lld | lm loss value: %.6E | lm loss PPL: %.6E |\n",
+    if (!isnan(r->val_loss) && r->val_name)
+        printf(" validation loss at iteration %lld | %s value: %.6E |\n", (long long)r->iteration, r->val_name,
+               r->val_loss);
+    else if (!isnan(r->val_loss))
+        printf(" validation loss at iteration %lld | lm loss value: %.6E | lm loss PPL: %.6E |\n",
                (long long)r->iteration, r->val_loss, exp(r->val_loss));
     fflush(stdout);
 }

@@ -18,7 +18,7 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
-#include "trident/bert_source.h"
+#include "trident/batch_source.h"
 #include "trident/breakdown.h"
 #include "trident/checkpoint.h"
 #include "trident/data_parallel.h"
@@ -30,16 +30,6 @@
 #include "trident/parallel_state.h"
 #include "trident/pipeline.h"
 #include "trident/tensorboard.h"
-
-/* GPT's batches: the schedule's callback reads them from the dataset (batches.c). */
-typedef struct {
-    const gptds *ds;
-    gptds_split split;
-    int64_t consumed; /* samples consumed before this iteration */
-    int mbs, dp, dp_rank, seq;
-    int32_t *buf;     /* (mbs, seq + 1) */
-    bd_state *bd;     /* times the reads */
-} batch_source;
 
 /* The model unit (model.c): the backend, this rank's chunks and their data parallelism. */
 typedef struct {
@@ -53,13 +43,12 @@ typedef struct {
     int slots;                            /* micro-batches in flight per stage */
 } run_model;
 
-/* The data unit (batches.c): the datasets and what the schedule reads them through. */
+/* The data unit (batches.c): the family's batch source and the schedule's iteration. */
 typedef struct {
-    gptds *data;             /* GPT's dataset, or */
-    bert_source *bert;       /* BERT's batches */
+    batch_source *source;    /* chosen once at set-up (batch_source_open) */
     int eval;                /* validation runs: --eval-iters > 0 and a validation split exists */
-    pp_iteration it;
-    batch_source src;
+    int64_t consumed;        /* samples consumed before this iteration */
+    pp_iteration it;         /* it.micro: the source's micro-batches of the iteration */
 } run_batches;
 
 /* The optimizer unit (optim.c). */
@@ -144,34 +133,33 @@ void run_model_free(run_state *r);
 
 /* ---- batches.c ---- */
 
-/* Opens the training data of configuration c (GPT's dataset or BERT's batches) and decides r->batches.eval. */
+/* Opens the batch source of configuration c's family and decides r->batches.eval. */
 void run_batches_open(run_state *r, const gpt_config *c, comm *world);
 
-/* Sets up r->batches.it, the schedule's iteration, and the batch source it calls (needs the
- * model chunks and r->report.bd). */
+/* Sets up r->batches.it, the schedule's iteration over the source's micro-batches (needs the
+ * model chunks). */
 void run_batches_iteration(run_state *r, const gpt_config *c);
 
-/* BERT: builds this rank's micro-batches of the iteration at r->batches.src.consumed (timed as data). */
-void run_bert_begin(run_state *r, gptds_split s);
+/* Builds this rank's micro-batches of the iteration of split s at r->batches.consumed into
+ * r->batches.it.micro (timed as data), before the schedule runs. */
+void run_batches_begin(run_state *r, gptds_split s);
 
 /* Mean token loss over `iters` global batches of split s starting at sample `consumed`. */
 double run_evaluate(run_state *r, gptds_split s, int64_t consumed, int64_t iters);
 
-/* BERT: the iteration's masked-LM and sentence-order means and accuracies, from the last stage's
- * sums (zeroed for the next iteration). */
-void run_bert_metrics(run_state *r, met_record *rec);
-
 /* The loss scale the schedule's last stage applies to its loss sum this iteration: `scale`
- * (the loss scaler's) over the iteration's tokens for GPT; BERT's batches are weighted already. */
+ * (the loss scaler's) over the head's loss divisor (the iteration's tokens for a next-token loss;
+ * 1 for batches weighted already). */
 float run_batches_loss_scale(const run_state *r, double scale);
 
 /* The iteration's mean loss from the loss sum reduced over dp (same weighting as above). */
 double run_batches_loss(const run_state *r, double loss_sum);
 
-/* Adds the family's own figures to the iteration's record (BERT: run_bert_metrics). */
+/* Adds the head's own figures to the iteration's record, from the last stage's sums (zeroed for
+ * the next iteration). */
 void run_batches_metrics(run_state *r, met_record *rec);
 
-/* Frees the datasets and the iteration's buffers. */
+/* Frees the batch source and the iteration's buffers. */
 void run_batches_close(run_state *r);
 
 /* ---- optim.c ---- */

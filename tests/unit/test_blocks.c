@@ -508,19 +508,25 @@ static void bert_model(void **st)
     model_at x;
     model_open(&x, &c, 1, 0);
     gpt_model *m = x.m;
-    gpt_bert_batch bb = {BERT_TYPES, BERT_KLEN, BERT_SOP, BERT_MLM_W, BERT_SOP_W};
+    gpt_batch bb = {.types = BERT_TYPES, .lengths = BERT_KLEN, .labels = BERT_SOP, .token_weight = BERT_MLM_W, .sample_weight = BERT_SOP_W};
     int64_t sample[B] = {0, 1};
     double loss = 0;
     be_zero(g_be, m->grads, m->numel);
-    gpt_forward(m, x.a, BERT_IDS, NULL, BERT_LABELS, &bb, sample, B, 0, &loss);
+    bb.B = B, bb.ids = BERT_IDS, bb.targets = BERT_LABELS, bb.sample = sample;
+    gpt_forward(m, x.a, &bb, NULL, 0, &loss);
     gpt_backward(m, x.a, NULL, 1.0f);
     ref r0 = {m, NULL, 0};
     double want = ref_bert_loss(&r0);
     printf("bert: loss %.9g, reference %.9g (relative %.2e)\n", loss, want, fabs(loss - want) / want);
     assert_true(fabs(loss - want) / want < 1e-5);
-    double stats[GPT_BERT_NSTATS] = {0};
-    gpt_bert_stats(x.a, stats);
-    assert_true(stats[GPT_BERT_MLM_TOKENS] == 4 && stats[GPT_BERT_SOP_SAMPLES] == B);
+    /* the head's sums, by the names it gives them: 4 masked tokens, B samples */
+    double stats[GPT_MAX_STATS] = {0};
+    gpt_head_stats(x.a, stats);
+    assert_int_equal(gpt_head_nstats(&c), 6);
+    for (int i = 0; i < gpt_head_nstats(&c); i++) {
+        if (strcmp(gpt_head_stat_name(&c, i), "mlm_tokens") == 0) assert_true(stats[i] == 4);
+        if (strcmp(gpt_head_stat_name(&c, i), "sop_samples") == 0) assert_true(stats[i] == B);
+    }
 
     /* every tensor: 8 elements by central differences (all of the small ones) */
     double eps = 1e-5, gscale = 0, perr = 0;
@@ -586,6 +592,40 @@ static void layer_spec(void **st)
     }
 }
 
+/* The heads' report by hand: BERT's means over the masked tokens and the samples (and none of
+ * the sentence order without samples); the LM head's none, its loss the mean over the tokens. */
+static void head_metrics(void **st)
+{
+    (void)st;
+    gpt_config bert = arch(3), gpt = arch(0);
+    double sums[GPT_MAX_STATS] = {0}, loss = 7;
+    const char *names[] = {"mlm_loss", "mlm_tokens", "mlm_correct", "sop_loss", "sop_samples", "sop_correct"};
+    const double v[] = {6, 3, 2, 1.5, 3, 1};
+    for (int i = 0; i < gpt_head_nstats(&bert); i++)
+        for (int k = 0; k < 6; k++)
+            if (strcmp(gpt_head_stat_name(&bert, i), names[k]) == 0) sums[i] = v[k];
+    gpt_metric out[GPT_MAX_STATS];
+    assert_int_equal(gpt_head_metrics(&bert, sums, &loss, out), 3);
+    assert_true(loss == 2.0);
+    assert_string_equal(out[0].key, "lm_acc");
+    assert_true(out[0].value == 2.0 / 3);
+    assert_string_equal(out[1].key, "sop_loss");
+    assert_true(out[1].value == 0.5);
+    assert_string_equal(out[2].key, "sop_acc");
+    assert_true(out[2].value == 1.0 / 3);
+    assert_true(gpt_head_loss_divisor(&bert, 16) == 1.0);
+    assert_string_equal(gpt_head_loss_name(&bert), "lm + sop loss");
+    for (int i = 0; i < gpt_head_nstats(&bert); i++)
+        if (strcmp(gpt_head_stat_name(&bert, i), "sop_samples") == 0) sums[i] = 0;
+    assert_int_equal(gpt_head_metrics(&bert, sums, &loss, out), 1);
+    assert_int_equal(gpt_head_nstats(&gpt), 0);
+    loss = 7;
+    assert_int_equal(gpt_head_metrics(&gpt, sums, &loss, out), 0);
+    assert_true(loss == 7);
+    assert_true(gpt_head_loss_divisor(&gpt, 16) == 16.0 * T);
+    assert_null(gpt_head_loss_name(&gpt));
+}
+
 int main(int argc, char **argv)
 {
     g_world = comm_world_init(&argc, &argv);
@@ -594,7 +634,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(norm_gpt2),      cmocka_unit_test(norm_llama),      cmocka_unit_test(attention_gpt2),
         cmocka_unit_test(attention_llama), cmocka_unit_test(attention_mixed), cmocka_unit_test(mlp_gpt2),
         cmocka_unit_test(mlp_llama),       cmocka_unit_test(mlp_mixed),       cmocka_unit_test(attention_bert),
-        cmocka_unit_test(bert_model),      cmocka_unit_test(layer_spec),
+        cmocka_unit_test(bert_model),      cmocka_unit_test(layer_spec),      cmocka_unit_test(head_metrics),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     be_free(g_be);

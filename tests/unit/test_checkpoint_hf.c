@@ -329,7 +329,7 @@ static float *trident_logits(gpt_model *m)
     int64_t sample[1] = {0};
     gpt_acts *a = gpt_acts_acquire(m);
     double loss;
-    gpt_forward(m, a, IDS, NULL, targets, NULL, sample, 1, 0, &loss);
+    gpt_forward(m, a, &(gpt_batch){.B = 1, .ids = IDS, .targets = targets, .sample = sample}, NULL, 0, &loss);
     size_t n = (size_t)T * m->vocab_l;
     float *out = malloc(n * sizeof(float));
     be_memcpy(m->be, out, gpt_acts_logits(a), n * sizeof(float), BE_D2H);
@@ -345,7 +345,7 @@ static double trident_loss(gpt_model *m)
     int64_t sample[1] = {0};
     gpt_acts *a = gpt_acts_acquire(m);
     double loss = 0;
-    gpt_forward(m, a, IDS, NULL, TARGETS, NULL, sample, 1, 0, &loss);
+    gpt_forward(m, a, &(gpt_batch){.B = 1, .ids = IDS, .targets = TARGETS, .sample = sample}, NULL, 0, &loss);
     gpt_acts_release(m, a);
     return loss / T;
 }
@@ -978,11 +978,12 @@ static void bert_export_matches_reference_and_round_trips(void **state)
     static double ref[T * V];
     double ref_l = ref_bert(&hm, ref, eps);
     int32_t lengths[1] = {BS};
-    gpt_bert_batch bb = {BTYPES, lengths, BSOP, 0.5f, 1.0f}; /* 2 masked tokens, 1 sample */
+    gpt_batch bb = {.types = BTYPES, .lengths = lengths, .labels = BSOP, .token_weight = 0.5f, .sample_weight = 1.0f}; /* 2 masked tokens, 1 sample */
     int64_t sample[1] = {0};
     gpt_acts *a = gpt_acts_acquire(m);
     double loss = 0;
-    gpt_forward(m, a, IDS, NULL, BLABELS, &bb, sample, 1, 0, &loss);
+    bb.B = 1, bb.ids = IDS, bb.targets = BLABELS, bb.sample = sample;
+    gpt_forward(m, a, &bb, NULL, 0, &loss);
     float *got = malloc((size_t)T * m->vocab_l * sizeof(float));
     be_memcpy(g_be, got, gpt_acts_logits(a), (size_t)T * m->vocab_l * sizeof(float), BE_D2H);
     gpt_acts_release(m, a);

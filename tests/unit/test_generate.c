@@ -79,7 +79,7 @@ static void check_model(const gpt_config *c, const char *name)
         targets[i] = ids[(i + 1) % (B * T)];
     }
     gpt_acts *a = gpt_acts_acquire(m);
-    gpt_forward(m, a, ids, NULL, targets, NULL, sample, B, 0, NULL);
+    gpt_forward(m, a, &(gpt_batch){.B = B, .ids = ids, .targets = targets, .sample = sample}, NULL, 0, NULL);
     const float *ref = gpt_acts_logits(a); /* (B, T, Vl) */
 
     float logits[B * 100];
@@ -197,7 +197,7 @@ static void logprobs(void **state)
         for (int b = 0; b < B; b++)
             for (int i = 0; i + 1 < out_len[b]; i++) ids[b * T + i] = out[b][i], targets[b * T + i] = out[b][i + 1];
         gpt_acts *a = gpt_acts_acquire(m);
-        gpt_forward(m, a, ids, NULL, targets, NULL, sample, B, 0, NULL);
+        gpt_forward(m, a, &(gpt_batch){.B = B, .ids = ids, .targets = targets, .sample = sample}, NULL, 0, NULL);
         const float *ref = gpt_acts_logits(a);
         double worst = 0;
         for (int b = 0; b < B; b++) {

@@ -211,7 +211,7 @@ static void model_matches_double_reference(void **state)
 
     gpt_acts *a = gpt_acts_acquire(m);
     double loss_sum = 0;
-    gpt_forward(m, a, ids, NULL, targets, NULL, sample, B, 1, &loss_sum);
+    gpt_forward(m, a, &(gpt_batch){.B = B, .ids = ids, .targets = targets, .sample = sample}, NULL, 1, &loss_sum);
     gpt_backward(m, a, NULL, 1.0f / (float)(B * c.seq));
     gpt_acts_release(m, a);
 
@@ -385,7 +385,7 @@ static void overfits_one_batch(void **state)
         be_zero(g_be, m->grads, m->numel);
         gpt_acts *a = gpt_acts_acquire(m);
         double sum = 0;
-        gpt_forward(m, a, ids, NULL, targets, NULL, sample, B, 1, &sum);
+        gpt_forward(m, a, &(gpt_batch){.B = B, .ids = ids, .targets = targets, .sample = sample}, NULL, 1, &sum);
         gpt_backward(m, a, NULL, 1.0f / (float)(B * c.seq));
         gpt_acts_release(m, a);
         loss = sum / (B * c.seq);
@@ -417,7 +417,8 @@ static float *grads_of_two_micro_batches(const gpt_config *c, const gpt_recomput
         sample[k][0] += 2 * k; /* distinct dropout masks */
         sample[k][1] += 2 * k;
         a[k] = gpt_acts_acquire(m);
-        gpt_forward(m, a[k], ids[k], NULL, targets[k], NULL, sample[k], B, 1, &loss[k]);
+        gpt_batch in = {.B = B, .ids = ids[k], .targets = targets[k], .sample = sample[k]};
+        gpt_forward(m, a[k], &in, NULL, 1, &loss[k]);
     }
     for (int k = 0; k < 2; k++) {
         gpt_backward(m, a[k], NULL, 1.0f / (float)(2 * B * c->seq));

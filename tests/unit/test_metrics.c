@@ -65,10 +65,10 @@ static void non_finite_values_as_null(void **state)
     assert_true(cJSON_GetObjectItem(j, "skipped")->valueint == 1);
     cJSON_Delete(j);
     r.val_loss = NAN;
-    r.bert = 1;
-    r.lm_acc = NAN;
-    r.sop_loss = INFINITY;
-    r.sop_acc = 0.5;
+    r.nextra = 3; /* a head's metrics, by their keys */
+    r.extra[0] = (gpt_metric){"lm_acc", "lm acc", "%.4f", NAN};
+    r.extra[1] = (gpt_metric){"sop_loss", "sop loss", "%.6E", INFINITY};
+    r.extra[2] = (gpt_metric){"sop_acc", "sop acc", "%.4f", 0.5};
     j = write_and_parse(&r);
     assert_null(cJSON_GetObjectItem(j, "val_loss"));
     assert_true(cJSON_IsNull(cJSON_GetObjectItem(j, "lm_acc")));
