@@ -96,7 +96,7 @@ struct gpt_acts {
     int in_use;
     int B;                 /* samples in this micro-batch */
     int training;          /* dropout on */
-    int64_t *sample;       /* (mbs) host: global sample index of each row */
+    int64_t *sample;       /* (mbs) device: global sample index of each row (dropout keys) */
     int32_t *ids;          /* (mbs, s): first stage */
     int32_t *targets;      /* (mbs, s): last stage */
     float *input;          /* (BT, h): stage input (embedding output on the first stage) */
@@ -108,7 +108,7 @@ struct gpt_acts {
     double stats[HEAD_MAX_STATS]; /* last stage: the head's sums of this micro-batch */
     /* optional inputs (NULL when the batch has none): */
     int32_t *types;        /* (mbs, seq_l) first stage: this rank's positions' token types */
-    int32_t *lengths;      /* (mbs) host: tokens before the padding (bidirectional attention) */
+    int32_t *lengths;      /* (mbs) device, bidirectional models: tokens before the padding */
     const int32_t *klen;   /* what the attention reads: lengths, or NULL (causal) */
     int32_t *sample_labels;/* (mbs) host: per-sample labels, last stage */
     int32_t *targets_host; /* (mbs, s) host, last stage: the targets (-1: no loss there) */

@@ -13,8 +13,9 @@
 #include "trident/check.h"
 #include "trident/tensor_parallel.h"
 
-/* A micro-batch's inputs on the device and the stage input: the ids and targets, the input
- * (B, seq_l, h), the first stage's token types. */
+/* A micro-batch's inputs on the device (what kernels read) and the stage input: the ids and
+ * targets, the input (B, seq_l, h), the first stage's token types, the sample indices (dropout
+ * keys) and, for bidirectional attention, the lengths. */
 static void inputs_carve(carver *cv, const gpt_model *m, gpt_acts *a)
 {
     int64_t BT = (int64_t)m->mbs * m->cfg.seq, h = m->cfg.hidden;
@@ -22,6 +23,8 @@ static void inputs_carve(carver *cv, const gpt_model *m, gpt_acts *a)
     CARVE(cv, a->targets, int32_t, BT);
     CARVE(cv, a->input, float, (int64_t)m->mbs * m->seq_l * h);
     if (m->first && gpt_tokentypes(&m->cfg)) CARVE(cv, a->types, int32_t, (int64_t)m->mbs * m->seq_l);
+    CARVE(cv, a->sample, int64_t, m->mbs);
+    if (gpt_bidirectional(&m->cfg)) CARVE(cv, a->lengths, int32_t, m->mbs);
 }
 
 /* The last stage's: the final norm, the logits and per-token losses every head computes, the
@@ -198,8 +201,6 @@ static void acts_alloc(gpt_model *m, gpt_acts *a)
     for (int l = 0; l < m->nlayers; l++) layer_acts_alloc(&m->layers[l], &a->layers[l]);
     a->lnf = td_xcalloc(1, m->lnf.ops->acts_size);
     a->head = td_xcalloc(1, m->head->acts_size ? m->head->acts_size : 1);
-    a->sample = td_xcalloc((size_t)mbs, sizeof(int64_t));
-    a->lengths = td_xcalloc((size_t)mbs, sizeof(int32_t));
     a->sample_labels = td_xcalloc((size_t)mbs, sizeof(int32_t));
     a->targets_host = td_xcalloc((size_t)mbs * m->cfg.seq, sizeof(int32_t));
 }
@@ -211,8 +212,6 @@ static void acts_free(gpt_model *m, gpt_acts *a)
     free(a->lnf);
     if (m->head->acts_free) m->head->acts_free(a->head);
     free(a->head);
-    free(a->sample);
-    free(a->lengths);
     free(a->sample_labels);
     free(a->targets_host);
 }
@@ -394,17 +393,20 @@ static size_t layer_start(const gpt_model *m, int l)
     return m->table[last - 1].offset + m->table[last - 1].numel;
 }
 
-/* The batch's inputs into the slot: the sample indices, the optional lengths, per-sample labels
- * and targets (host), this rank's positions' token types. */
+/* The batch's inputs into the slot, once per micro-batch: on the device what kernels read (the
+ * sample indices, the lengths of a bidirectional model, this rank's positions' token types; the
+ * ids and targets where they are read), in host memory what the head reads there (per-sample
+ * labels, targets, weights). */
 static void take_inputs(gpt_model *m, gpt_acts *a, const gpt_batch *in)
 {
+    const backend *be = m->be;
     int B = in->B, T = m->cfg.seq, Tl = m->seq_l, pos0 = model_pos0(m);
-    memcpy(a->sample, in->sample, (size_t)B * sizeof(int64_t));
+    be_memcpy(be, a->sample, in->sample, (size_t)B * sizeof(int64_t), BE_H2D);
     a->token_weight = in->token_weight;
     a->sample_weight = in->sample_weight;
     a->klen = NULL; /* causal */
-    if (in->lengths) {
-        memcpy(a->lengths, in->lengths, (size_t)B * sizeof(int32_t));
+    if (a->lengths) {
+        be_memcpy(be, a->lengths, in->lengths, (size_t)B * sizeof(int32_t), BE_H2D);
         a->klen = a->lengths;
     }
     if (m->last && in->labels) memcpy(a->sample_labels, in->labels, (size_t)B * sizeof(int32_t));
