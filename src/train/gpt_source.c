@@ -1,0 +1,67 @@
+/* GPT's batch source: windows of seq + 1 tokens of the GPT dataset, ids the first seq and
+ * targets the next seq, the global sample index of each row. See include/trident/gpt_source.h. */
+#include "trident/gpt_source.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "trident/check.h"
+
+typedef struct {
+    gptds *ds;
+    int mbs, dp, dp_rank, seq, num_micro;
+    int32_t *window;           /* (mbs, seq + 1) */
+    int32_t *ids, *targets;    /* (num_micro, mbs, seq) */
+    int64_t *sample;           /* (num_micro, mbs) */
+} gpt_source;
+
+static void gpt_begin(void *self, gptds_split split, int64_t consumed, const comm *dp_group, gpt_batch *micro)
+{
+    gpt_source *g = self;
+    (void)dp_group;
+    int S = g->seq;
+    for (int m = 0; m < g->num_micro; m++) {
+        gptds_micro_batch(g->ds, split, consumed, m, g->mbs, g->dp, g->dp_rank, g->window);
+        size_t r0 = (size_t)m * g->mbs;
+        for (int j = 0; j < g->mbs; j++) {
+            const int32_t *row = g->window + (size_t)j * (S + 1);
+            memcpy(g->ids + (r0 + j) * S, row, (size_t)S * sizeof(int32_t));
+            memcpy(g->targets + (r0 + j) * S, row + 1, (size_t)S * sizeof(int32_t));
+            g->sample[r0 + j] = batch_sample_index(consumed, m, j, g->mbs, g->dp, g->dp_rank);
+        }
+        micro[m] = (gpt_batch){.B = g->mbs, .ids = g->ids + r0 * S, .targets = g->targets + r0 * S,
+                               .sample = g->sample + r0};
+    }
+}
+
+static int64_t gpt_num_samples(const void *self, gptds_split split)
+{
+    return gptds_num_samples(((const gpt_source *)self)->ds, split);
+}
+
+static void gpt_close(void *self)
+{
+    gpt_source *g = self;
+    gptds_close(g->ds);
+    free(g->window), free(g->ids), free(g->targets), free(g->sample);
+    free(g);
+}
+
+const batch_source_ops gpt_source_ops = {"GPT windows", gpt_begin, gpt_num_samples, gpt_close};
+
+void *gpt_source_open(const gptds_config *dc, const gpt_config *c, int mbs, int num_micro, int dp, int dp_rank,
+                      comm *world)
+{
+    gpt_source *g = td_xcalloc(1, sizeof *g);
+    if (comm_rank(world) == 0) g->ds = gptds_open(dc);
+    comm_barrier(world);
+    if (comm_rank(world) != 0) g->ds = gptds_open(dc);
+    g->mbs = mbs, g->dp = dp, g->dp_rank = dp_rank, g->seq = c->seq, g->num_micro = num_micro;
+    size_t rows = (size_t)num_micro * mbs;
+    g->window = td_xmalloc((size_t)mbs * (c->seq + 1) * sizeof(int32_t));
+    g->ids = td_xmalloc(rows * c->seq * sizeof(int32_t));
+    g->targets = td_xmalloc(rows * c->seq * sizeof(int32_t));
+    g->sample = td_xmalloc(rows * sizeof(int64_t));
+    return g;
+}
+
