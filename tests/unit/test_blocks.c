@@ -25,6 +25,7 @@
 
 #include "backend/backend.h"
 #include "model/model_impl.h"
+#include "trident/check.h"
 #include "trident/comm.h"
 #include "trident/philox.h"
 
@@ -626,6 +627,59 @@ static void head_metrics(void **st)
     assert_null(gpt_head_loss_name(&gpt));
 }
 
+/* The stage's checks of what it is given: a bidirectional model's micro-batch without its
+ * lengths, a token-type model's without its types, and generation over a block kind it has no
+ * step for, each end the job naming what is missing (caught here through the abort hook). */
+static jmp_buf g_died;
+static void died(int code)
+{
+    (void)code;
+    longjmp(g_died, 1);
+}
+
+static const block_ops *g_kind;
+static int dies_forward(model_at *x, const gpt_batch *in)
+{
+    if (setjmp(g_died)) return 1;
+    gpt_forward(x->m, x->a, in, NULL, 0, NULL);
+    return 0;
+}
+
+static int dies_kv_create(gpt_model *m)
+{
+    if (setjmp(g_died)) return 1;
+    gpt_kv_cache *c = gpt_kv_create(m, 1, 4, 2);
+    gpt_kv_free(m, c);
+    return 0;
+}
+
+static void stage_checks(void **st)
+{
+    (void)st;
+    gpt_config c = arch(3), g = arch(0);
+    model_at x;
+    model_open(&x, &c, 1, 0);
+    int64_t sample[B] = {0, 1};
+    gpt_batch in = {.B = B, .ids = BERT_IDS, .targets = BERT_LABELS, .sample = sample, .types = BERT_TYPES,
+                    .lengths = BERT_KLEN, .labels = BERT_SOP, .token_weight = 1, .sample_weight = 1};
+    td_set_abort_hook(died);
+    assert_false(dies_forward(&x, &in));
+    in.lengths = NULL;
+    assert_true(dies_forward(&x, &in));
+    in.lengths = BERT_KLEN, in.types = NULL;
+    assert_true(dies_forward(&x, &in));
+    model_close(&x);
+    model_open(&x, &g, 1, 0);
+    assert_false(dies_kv_create(x.m));
+    g_kind = x.m->layers[0].slot[GPT_SLOT_MLP].ops;
+    static const block_ops unknown = {.name = "a kind generation has no step for"};
+    x.m->layers[0].slot[GPT_SLOT_MLP].ops = &unknown;
+    assert_true(dies_kv_create(x.m));
+    x.m->layers[0].slot[GPT_SLOT_MLP].ops = g_kind;
+    td_set_abort_hook(NULL);
+    model_close(&x);
+}
+
 int main(int argc, char **argv)
 {
     g_world = comm_world_init(&argc, &argv);
@@ -634,7 +688,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(norm_gpt2),      cmocka_unit_test(norm_llama),      cmocka_unit_test(attention_gpt2),
         cmocka_unit_test(attention_llama), cmocka_unit_test(attention_mixed), cmocka_unit_test(mlp_gpt2),
         cmocka_unit_test(mlp_llama),       cmocka_unit_test(mlp_mixed),       cmocka_unit_test(attention_bert),
-        cmocka_unit_test(bert_model),      cmocka_unit_test(layer_spec),      cmocka_unit_test(head_metrics),
+        cmocka_unit_test(bert_model),      cmocka_unit_test(layer_spec),      cmocka_unit_test(head_metrics),    cmocka_unit_test(stage_checks),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     be_free(g_be);
