@@ -143,12 +143,15 @@ void gpt_recompute_describe(const gpt_recompute *rc, char *out, size_t len);
 void gpt_free(gpt_model *m);
 
 /* Parameters (elements) of a stage of nlayers layers (first: with the embedding, last: with the
- * final norm and the head) on one of tp tensor-parallel ranks: the table gpt_create registers. */
+ * final norm and the head) on one of tp tensor-parallel ranks: the table gpt_create registers
+ * (the padded vocabulary taken up to a multiple of tp, as a run pads it). */
 int64_t gpt_stage_numel(const gpt_config *cfg, int tp, int nlayers, int first, int last);
+/* Whether the head transforms every position (dense h -> h) before the decoder: for a cost model. */
+int gpt_head_transform(const gpt_config *c);
 /* The stage's layout in bytes, as gpt_create carves it (the same functions, counting; each
  * buffer unrounded), for a config on tp tensor-parallel ranks (sp: sequence parallel) with
  * micro-batches of mbs samples, kept GEMM inputs in a 2-byte dtype when lowp: the one
- * description the memory prediction reads. */
+ * description the memory prediction reads (the padded vocabulary taken up to a multiple of tp). */
 typedef struct gpt_layout_bytes {
     double inputs;          /* one micro-batch: ids, targets (device) and the stage input */
     double types;           /* ... the first stage's token types (0: the model has none) */

@@ -8,7 +8,7 @@
  * summed over the group (the others contribute zeros: exact), every rank runs the replicated
  * pooler on them, and only rank 0 takes the gradient back into its positions and the final
  * norm's weights (which the group then sums, as for every sequence-parallel norm).
- * Behind head_ops (model_impl.h): the stage calls it only through bert_head_ops. */
+ * Behind head_ops (model_impl.h): the stage calls it only through mlm_sop_head_ops. */
 #include "model_impl.h"
 
 #include <math.h>
@@ -18,7 +18,7 @@
 #include "trident/check.h"
 #include "trident/tensor_parallel.h"
 
-/* BERT's statistics, in bert_head_ops.stat_names' order. */
+/* BERT's statistics, in mlm_sop_head_ops.stat_names' order. */
 enum { MLM_LOSS, MLM_TOKENS, MLM_CORRECT, SOP_LOSS, SOP_SAMPLES, SOP_CORRECT, NSTATS };
 /* The sentence-order classes (and token types). */
 #define NCLASS 2
@@ -295,10 +295,10 @@ static double loss_divisor(const gpt_config *c, int64_t global_batch)
     return 1.0;
 }
 
-const head_ops bert_head_ops = {
+const head_ops mlm_sop_head_ops = {
     .name = "BERT heads", .params_size = sizeof(bert_params), .acts_size = sizeof(struct bert_head_acts),
     .tensors = tensors, .acts = acts, .acts_free = acts_free, .scratch = scratch, .scratch_size = sizeof(bert_scratch),
     .host_floats = host_floats, .fwd = fwd, .bwd = bwd, .sp_sum = sp_sum, .nstats = NSTATS,
     .stat_names = {"mlm_loss", "mlm_tokens", "mlm_correct", "sop_loss", "sop_samples", "sop_correct"},
-    .metrics = metrics, .loss_divisor = loss_divisor, .loss_name = "lm + sop loss",
+    .metrics = metrics, .loss_divisor = loss_divisor, .loss_name = "lm + sop loss", .transform = 1,
 };

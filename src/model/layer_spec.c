@@ -60,4 +60,9 @@ void block_slot_tensors(block_slot *s, table_builder *tb, int layer, int stream0
     s->t1 = tb->n;
 }
 
-const head_ops *model_head_of(const gpt_config *c) { return gpt_is_bert(c) ? &bert_head_ops : &lm_head_ops; }
+/* The heads, by what the config's family trains: a masked LM with sentence order (an encoder
+ * with token types), or the next-token LM. */
+const head_ops *model_head_of(const gpt_config *c)
+{
+    return gpt_bidirectional(c) && gpt_tokentypes(c) ? &mlm_sop_head_ops : &lm_head_ops;
+}

@@ -51,7 +51,7 @@ void layer_bwd(gpt_model *m, gpt_acts *acts, int l, const float *x);
 /* Re-runs what selective recomputation did not keep of layer l (the slots' recompute). */
 void layer_recompute(gpt_model *m, gpt_acts *acts, int l);
 
-/* ---- the head (head_lm.c, and a family's own): last stage, after the final norm ---- */
+/* ---- the head (head_lm.c, and a family's own file): last stage, after the final norm ---- */
 
 #define HEAD_MAX_STATS GPT_MAX_STATS
 typedef struct head_ops {
@@ -84,10 +84,11 @@ typedef struct head_ops {
     int (*metrics)(const double *stats, double *loss, gpt_metric *out);
     /* What a loss summed over the micro-batches is divided by (gpt_head_loss_divisor). */
     double (*loss_divisor)(const gpt_config *c, int64_t global_batch);
-    const char *loss_name; /* "lm loss": the validation line's name of the loss */
+    const char *loss_name; /* the validation line's name of the loss (NULL: "lm loss", with its perplexity) */
+    int transform;         /* a dense h -> h transform on every position before the decoder */
 } head_ops;
 extern const head_ops lm_head_ops;   /* head_lm.c: the LM head and the next-token loss (GPT, Llama) */
-extern const head_ops bert_head_ops; /* bert.c: BERT's masked-LM and sentence-order heads */
+extern const head_ops mlm_sop_head_ops; /* the masked-LM and sentence-order heads (the encoder family's file) */
 /* The head of a config (layer_spec.c). */
 const head_ops *model_head_of(const gpt_config *c);
 

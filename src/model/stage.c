@@ -300,8 +300,21 @@ void gpt_free(gpt_model *m)
     free(m);
 }
 
-int64_t gpt_stage_numel(const gpt_config *cfg, int tp, int nlayers, int first, int last)
+int gpt_head_transform(const gpt_config *c) { return model_head_of(c)->transform; }
+
+/* A config to count a stage of tp ranks with: its padded vocabulary a multiple of tp, as a run
+ * pads it (a plan may ask about a vocabulary padded for one rank). */
+static gpt_config counted(const gpt_config *cfg, int tp)
 {
+    gpt_config c = *cfg;
+    c.padded_vocab = (c.padded_vocab + tp - 1) / tp * tp;
+    return c;
+}
+
+int64_t gpt_stage_numel(const gpt_config *config, int tp, int nlayers, int first, int last)
+{
+    gpt_config cf = counted(config, tp);
+    const gpt_config *cfg = &cf;
     ps_state ps = {0};
     ps.tp = tp, ps.pp = 1;
     gpt_model m = {0};
@@ -316,8 +329,10 @@ int64_t gpt_stage_numel(const gpt_config *cfg, int tp, int nlayers, int first, i
     return (int64_t)tb.numel;
 }
 
-void gpt_layout_bytes_of(const gpt_config *cfg, int tp, int sp, int mbs, int lowp, gpt_layout_bytes *out)
+void gpt_layout_bytes_of(const gpt_config *config, int tp, int sp, int mbs, int lowp, gpt_layout_bytes *out)
 {
+    gpt_config cf = counted(config, tp);
+    const gpt_config *cfg = &cf;
     ps_state ps = {0};
     ps.tp = tp, ps.pp = 1, ps.sequence_parallel = sp;
     gpt_model m = {0};

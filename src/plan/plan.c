@@ -246,7 +246,7 @@ int plan_evaluate(const plan_job *j, const plan_cluster *c, const plan_layout *l
     layer_cost lc = layer_time(j, c, l);
     double T = (double)l->mbs * g->seq, V = g->padded_vocab / (double)l->tp, h = g->hidden;
     double head_fwd = plan_gemm_s(c, j->dtype, T, V, h) + T * V * 4.0 * 3.0 / c->hbm_bw; /* logits, fp32 softmax */
-    if (gpt_is_bert(g)) /* BERT's LM-head transform (dense h -> h, replicated; the pooler is B rows) */
+    if (gpt_head_transform(g)) /* the head's transform (dense h -> h, replicated; a pooler is B rows) */
         head_fwd += plan_gemm_s(c, j->dtype, T / (l->sp ? l->tp : 1), h, h);
     double head = 3.0 * head_fwd;
     double per_micro = Ls * (lc.fwd + lc.bwd + lc.recompute + lc.tp_comm) + head;

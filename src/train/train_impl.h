@@ -6,7 +6,7 @@
  *              teardown; trainer_validate and trainer_peak_rss pass to validate.c and report.c)
  *     -> validate.c  (the flags against the rules; the pipeline split)
  *     -> model.c     (rank grid, backend, model chunks + data parallelism)      -> validate
- *     -> batches.c   (datasets, the schedule's batch callback, evaluation, BERT) -> model
+ *     -> batches.c   (the family's batch source, the iteration, evaluation)     -> model
  *     -> optim.c     (AdamW, learning-rate schedule, loss scale)
  *     -> ckpt.c      (--load, --save, the exit conditions and signals)           -> model
  *     -> report.c    (start lines, metrics, TensorBoard, MFU, breakdown, memory) -> validate
