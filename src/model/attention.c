@@ -175,11 +175,9 @@ static void bwd(const block_io *io, float *dx, void *gv, const float *dbranch, c
 }
 
 static const float *out_bias(const void *p) { return ((const attn_params *)p)->proj_b; }
-static float *out_bias_grad(void *g) { return ((attn_params *)g)->proj_b; }
 
 const block_ops attention_ops = {
     .name = "attention", .params_size = sizeof(attn_params), .acts_size = sizeof(attn_acts),
     .scratch_size = sizeof(attn_scratch), .tensors = tensors, .acts = acts, .scratch = scratch, .fwd = fwd,
     .bwd = bwd, .recompute_acts = core_acts, .recompute = core_fwd, .out_bias = out_bias,
-    .out_bias_grad = out_bias_grad,
 };

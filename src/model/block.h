@@ -49,7 +49,6 @@ typedef struct block_ops {
     const kept_buf *(*output)(const void *a);
     /* The bias the layer adds to a branch's output with dropout (NULL: none). */
     const float *(*out_bias)(const void *p);
-    float *(*out_bias_grad)(void *g);
     /* Runs on this rank's positions only under sequence parallelism: its gradients are summed
      * over the tensor-parallel group at the end of the iteration. */
     int seq_local;

@@ -130,16 +130,15 @@ static void swiglu_bwd(const block_io *io, float *dx, void *gv, const float *dbr
 }
 
 static const float *out_bias(const void *p) { return ((const mlp_params *)p)->fc2_b; }
-static float *out_bias_grad(void *g) { return ((mlp_params *)g)->fc2_b; }
 
 const block_ops mlp_gelu_ops = {
     .name = "MLP (GeLU)", .params_size = sizeof(mlp_params), .acts_size = sizeof(mlp_acts),
     .scratch_size = sizeof(mlp_scratch), .tensors = tensors, .acts = acts, .scratch = scratch, .fwd = gelu_fwd,
-    .bwd = gelu_bwd, .out_bias = out_bias, .out_bias_grad = out_bias_grad,
+    .bwd = gelu_bwd, .out_bias = out_bias,
 };
 
 const block_ops mlp_swiglu_ops = {
     .name = "MLP (SwiGLU)", .params_size = sizeof(mlp_params), .acts_size = sizeof(mlp_acts),
     .scratch_size = sizeof(mlp_scratch), .tensors = tensors, .acts = acts, .scratch = scratch, .fwd = swiglu_fwd,
-    .bwd = swiglu_bwd, .out_bias = out_bias, .out_bias_grad = out_bias_grad,
+    .bwd = swiglu_bwd, .out_bias = out_bias,
 };
