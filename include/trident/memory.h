@@ -8,7 +8,7 @@
 
 #include <stddef.h>
 
-#include "trident/gpt.h"
+#include "trident/gpt_config.h"
 
 #define MEM_MAX_CHUNKS 16
 

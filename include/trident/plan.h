@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "trident/gpt.h"
+#include "trident/gpt_config.h"
 
 /* A cluster: nodes of identical devices. Bandwidths are per device and per direction. */
 typedef struct plan_cluster {

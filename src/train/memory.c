@@ -4,6 +4,8 @@
  * cannot drift from what gpt_create builds. */
 #include "trident/memory.h"
 
+#include "trident/gpt.h"
+
 #include <math.h>
 
 #include <stdio.h>
