@@ -5,17 +5,28 @@
 
 #include "trident/tensor_parallel.h"
 
-static void tensors(table_builder *tb, gpt_tensors *p, gpt_tensors *g)
+/* In buffer order (token types, positions, words), or in the canonical order (words,
+ * positions, token types). */
+static void tensors(table_builder *tb, gpt_tensors *p, gpt_tensors *g, int canonical)
 {
     const gpt_config *c = tb->cfg;
     int64_t h = c->hidden, V = c->padded_vocab;
-    if (gpt_tokentypes(c))
-        model_add_tensor(tb, &p->tte, &g->tte, INIT_NORMAL, model_stream(-1, 6), "embedding.tokentype.weight",
-                         gpt_tokentypes(c), h, -1, 1, 0);
-    if (c->pos == GPT_POS_LEARNED)
-        model_add_tensor(tb, &p->wpe, &g->wpe, INIT_NORMAL, model_stream(-1, 2), "embedding.position.weight",
-                         c->max_pos, h, -1, 1, 0);
-    model_add_tensor(tb, &p->wte, &g->wte, INIT_NORMAL, model_stream(-1, 1), "embedding.word.weight", V, h, 0, 1, 0);
+    for (int k = 0; k < 3; k++)
+        switch (canonical ? 2 - k : k) {
+        case 0:
+            if (gpt_tokentypes(c))
+                model_add_tensor(tb, &p->tte, &g->tte, INIT_NORMAL, model_stream(-1, 6), "embedding.tokentype.weight",
+                                 gpt_tokentypes(c), h, -1, 1, 0);
+            break;
+        case 1:
+            if (c->pos == GPT_POS_LEARNED)
+                model_add_tensor(tb, &p->wpe, &g->wpe, INIT_NORMAL, model_stream(-1, 2), "embedding.position.weight",
+                                 c->max_pos, h, -1, 1, 0);
+            break;
+        default:
+            model_add_tensor(tb, &p->wte, &g->wte, INIT_NORMAL, model_stream(-1, 1), "embedding.word.weight", V, h, 0,
+                             1, 0);
+        }
 }
 
 /* Under sequence parallelism the vocab-parallel lookup's all-reduce becomes a reduce-scatter:

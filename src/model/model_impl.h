@@ -18,7 +18,9 @@ static inline carver model_carver(const gpt_model *m, td_arena *ar)
 /* Word (vocab-parallel) plus learned absolute positions (when the model has them) plus token
  * types (when it has them: types (B, seq_l), this rank's positions), then dropout. */
 typedef struct embedding_ops {
-    void (*tensors)(table_builder *tb, gpt_tensors *p, gpt_tensors *g);
+    /* canonical: the whole model's logical order (words, positions, token types), else the
+     * buffer's (the reverse). */
+    void (*tensors)(table_builder *tb, gpt_tensors *p, gpt_tensors *g, int canonical);
     void (*fwd)(gpt_model *m, float *out, const int32_t *ids, const int32_t *types, int B, const be_drop *d);
     /* From dout (B, seq_l, h; overwritten by the dropout backward). */
     void (*bwd)(gpt_model *m, float *dout, const int32_t *ids, const int32_t *types, int B, const be_drop *d);

@@ -131,7 +131,7 @@ void gpt_logical_table(const gpt_config *cfg, gpt_model *m)
     m->nlayers = cfg->num_layers;
     slots_init(m);
     table_builder tb = {cfg, 1, 0, NULL, NULL, 0, 0, 0};
-    embedding_block.tensors(&tb, &m->p, &m->g); /* GPT-2's order: word, position (then token types) */
+    embedding_block.tensors(&tb, &m->p, &m->g, 1); /* GPT-2's order: word, position (then token types) */
     for (int l = 0; l < cfg->num_layers; l++) layer_tensors(&tb, l, &m->layers[l]);
     block_slot_tensors(&m->lnf, &tb, -1, 3, "final_norm");
     m->head->tensors(&tb, m, cfg->untied);
@@ -171,7 +171,7 @@ static void stage_register(gpt_model *m, table_builder *tb)
         block_slot_tensors(&m->lnf, tb, -1, 3, "final_norm");
     }
     for (int l = m->nlayers - 1; l >= 0; l--) layer_tensors(tb, m->layer0 + l, &m->layers[l]);
-    if (m->first) embedding_block.tensors(tb, &m->p, &m->g);
+    if (m->first) embedding_block.tensors(tb, &m->p, &m->g, 0);
 }
 
 /* The tensor table in reverse backprop order, the buffers, the parameters initialised. */

@@ -369,6 +369,25 @@ static void logical_tensors_match_the_model(void **state)
     gpt_free(m);
 }
 
+/* The canonical flat layout, by hand (gpt_config.h): the word embedding first, then the
+ * positions (then a BERT's token types), the layers (12 h^2 + 13 h each for GPT-2's blocks),
+ * the final norm; checkpoints gathered from any layout are written at these offsets. */
+static void canonical_order_by_hand(void **state)
+{
+    (void)state;
+    gpt_config c = tiny_config();
+    int64_t h = c.hidden, V = c.padded_vocab, P = c.max_pos, L = c.num_layers, layer = 12 * h * h + 13 * h;
+    assert_int_equal(gpt_canonical_offset(&c, "embedding.word.weight"), 0);
+    assert_int_equal(gpt_canonical_offset(&c, "embedding.position.weight"), V * h);
+    assert_int_equal(gpt_canonical_offset(&c, "layers.0.mlp.fc2.bias"), V * h + P * h);
+    assert_int_equal(gpt_canonical_offset(&c, "layers.1.mlp.fc2.bias"), V * h + P * h + layer);
+    assert_int_equal(gpt_canonical_offset(&c, "final_norm.bias"), V * h + P * h + L * layer);
+    assert_int_equal(gpt_num_params(&c), V * h + P * h + L * layer + 2 * h);
+    c.family = GPT_FAMILY_BERT;
+    assert_int_equal(gpt_canonical_offset(&c, "embedding.tokentype.weight"), V * h + P * h);
+    assert_int_equal(gpt_canonical_offset(&c, "layers.0.mlp.fc2.bias"), V * h + P * h + 2 * h);
+}
+
 static void overfits_one_batch(void **state)
 {
     (void)state;
@@ -487,6 +506,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(init_is_layout_invariant),
         cmocka_unit_test(weight_decay_skips_biases_and_norms),
         cmocka_unit_test(logical_tensors_match_the_model),
+        cmocka_unit_test(canonical_order_by_hand),
         cmocka_unit_test(overfits_one_batch),
         cmocka_unit_test(recomputation_is_bitwise),
     };
