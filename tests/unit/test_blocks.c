@@ -492,7 +492,8 @@ static double ref_bert_loss(const ref *r)
     /* sentence order: the pooler on [CLS], the binary head */
     for (int b = 0; b < B; b++) {
         double pool[64], lg[2];
-        ref_linear(r, pool, y + (size_t)b * T * h, gpt_param(m, "pooler.dense.weight", 0), gpt_param(m, "pooler.dense.bias", 0), 1, h, h);
+        ref_linear(r, pool, y + (size_t)b * T * h, gpt_param(m, "pooler.dense.weight", 0),
+                   gpt_param(m, "pooler.dense.bias", 0), 1, h, h);
         for (int i = 0; i < h; i++) pool[i] = tanh(pool[i]);
         ref_linear(r, lg, pool, gpt_param(m, "binary_head.weight", 0), gpt_param(m, "binary_head.bias", 0), 1, h, 2);
         double mx = fmax(lg[0], lg[1]);
@@ -509,7 +510,8 @@ static void bert_model(void **st)
     model_at x;
     model_open(&x, &c, 1, 0);
     gpt_model *m = x.m;
-    gpt_batch bb = {.types = BERT_TYPES, .lengths = BERT_KLEN, .labels = BERT_SOP, .token_weight = BERT_MLM_W, .sample_weight = BERT_SOP_W};
+    gpt_batch bb = {.types = BERT_TYPES, .lengths = BERT_KLEN, .labels = BERT_SOP, .token_weight = BERT_MLM_W,
+                    .sample_weight = BERT_SOP_W};
     int64_t sample[B] = {0, 1};
     double loss = 0;
     be_zero(g_be, m->grads, m->numel);
@@ -688,7 +690,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(norm_gpt2),      cmocka_unit_test(norm_llama),      cmocka_unit_test(attention_gpt2),
         cmocka_unit_test(attention_llama), cmocka_unit_test(attention_mixed), cmocka_unit_test(mlp_gpt2),
         cmocka_unit_test(mlp_llama),       cmocka_unit_test(mlp_mixed),       cmocka_unit_test(attention_bert),
-        cmocka_unit_test(bert_model),      cmocka_unit_test(layer_spec),      cmocka_unit_test(head_metrics),    cmocka_unit_test(stage_checks),
+        cmocka_unit_test(bert_model),      cmocka_unit_test(layer_spec),      cmocka_unit_test(head_metrics),
+        cmocka_unit_test(stage_checks),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     be_free(g_be);

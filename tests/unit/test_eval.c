@@ -87,8 +87,8 @@ static tlayer layer_of(const gpt_model *m, int l)
 {
     tlayer L = {{tensor_at(m, l, "ln1.weight"), tensor_at(m, l, "ln1.bias")},
                 {tensor_at(m, l, "ln2.weight"), tensor_at(m, l, "ln2.bias")},
-                {tensor_at(m, l, "attn.qkv.weight"), tensor_at(m, l, "attn.qkv.bias"), tensor_at(m, l, "attn.proj.weight"),
-                 tensor_at(m, l, "attn.proj.bias")},
+                {tensor_at(m, l, "attn.qkv.weight"), tensor_at(m, l, "attn.qkv.bias"),
+                 tensor_at(m, l, "attn.proj.weight"), tensor_at(m, l, "attn.proj.bias")},
                 {tensor_at(m, l, "mlp.fc.weight"), tensor_at(m, l, "mlp.fc.bias"), tensor_at(m, l, "mlp.fc2.weight"),
                  tensor_at(m, l, "mlp.fc2.bias")}};
     return L;
