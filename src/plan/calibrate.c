@@ -49,12 +49,12 @@ static double resident_gib(void)
     return kb * 1024.0 / GIB;
 }
 
-void plan_calibrate(plan_cluster *c, comm *world)
+void plan_calibrate(plan_cluster *c, const char *backend_name, comm *world)
 {
     memset(c, 0, sizeof *c);
     int n = comm_size(world);
     double reserved = resident_gib();
-    backend *be = be_cpu(0);
+    backend *be = be_create(backend_name, 0);
     snprintf(c->name, sizeof c->name, "this machine (%d rank%s, %d thread%s each)", n, n > 1 ? "s" : "", be->nthreads,
              be->nthreads > 1 ? "s" : "");
     c->trident_cpu = 1;

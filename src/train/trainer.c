@@ -448,7 +448,7 @@ static void setup(run_state *r, const td_args *a, comm *world)
     ps->sequence_parallel = a->sequence_parallel && ps->tp > 1;
     if (a->sequence_parallel && ps->tp == 1 && ps->world_rank == 0)
         TD_INFO("--sequence-parallel does nothing without tensor parallelism: off");
-    r->be = be_cpu(0);
+    r->be = be_create(a->backend, 0);
     if (a->bf16 || a->fp16) be_set_gemm_dtype(r->be, a->bf16 ? BE_BF16 : BE_F16);
     /* measured before the model exists: its GEMMs' buffers come and go below the run's peak */
     r->peak_tflops = td_args_given(a, "--peak-tflops") ? a->peak_tflops : be_peak_gflops(r->be) / 1e3;
