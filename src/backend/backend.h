@@ -48,10 +48,10 @@ typedef struct backend backend;
 
 typedef enum { BE_H2D, BE_D2H, BE_D2D } be_copy_kind;
 
-/* Element types of backend buffers. Every kernel takes fp32 unless its contract names a dtype:
- * the low-precision GEMMs and the conversions below. bf16 is the top half of an IEEE float
- * (8-bit exponent, 7-bit mantissa); fp16 is IEEE binary16 (5-bit exponent, 10-bit mantissa,
- * largest finite 65504). Both are stored as uint16_t. */
+/* Element types of backend buffers: typed buffers (below) carry one, `float *` arguments are
+ * fp32. The cpu kernels compute in fp32 but the low-precision GEMMs and the conversions. bf16
+ * is the top half of an IEEE float (8-bit exponent, 7-bit mantissa); fp16 is IEEE binary16
+ * (5-bit exponent, 10-bit mantissa, largest finite 65504). Both are stored as uint16_t. */
 typedef enum { BE_F32 = 0, BE_BF16 = 1, BE_F16 = 2 } be_dtype;
 static inline size_t be_dtype_size(be_dtype t) { return t == BE_F32 ? 4 : 2; }
 static inline const char *be_dtype_name(be_dtype t) { return t == BE_BF16 ? "bf16" : t == BE_F16 ? "fp16" : "fp32"; }
@@ -595,7 +595,8 @@ static inline void be_attention_kv_fwd(const backend *be, float *out, const floa
                                        int HS)
 {
     be_event t0 = be_tic(be);
-    be->ops->attention_kv_fwd(be, be_f32_out(out), be_f32(q), be_f32(kc), be_f32(vc), ldq, B, n, pos0, cap, NH, NKV, HS);
+    be->ops->attention_kv_fwd(be, be_f32_out(out), be_f32(q), be_f32(kc), be_f32(vc), ldq, B, n, pos0, cap, NH, NKV,
+                              HS);
     be_toc(be, BE_OP_ATTENTION, t0, 4.0 * B * n * (double)(pos0 + n) * NH * HS);
 }
 static inline void be_gelu_fwd(const backend *be, float *out, const float *inp, size_t n)
