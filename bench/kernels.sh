@@ -11,8 +11,9 @@ if [ ! -f "$build/libtrident_core.a" ]; then
   cmake --build "$build" -j "$(nproc)" >/dev/null
 fi
 blas=$(sed -n 's/^OPENBLAS_LIB:FILEPATH=//p' "$build/CMakeCache.txt")
+dnnl=$(sed -n 's/^DNNL_LIB:FILEPATH=//p' "$build/CMakeCache.txt") # the bf16 GEMMs' oneDNN, when found
 flags=$(sed -n 's/^C_FLAGS = //p' "$build/CMakeFiles/trident_core.dir/flags.make")
 # shellcheck disable=SC2086
 cc $flags -I"$root/include" -I"$root/src" -o "$build/bench_kernels" "$root/bench/bench_kernels.c" \
-  "$build/libtrident_core.a" "$blas" -Wl,-rpath,"$(dirname "$blas")" -lm
+  "$build/libtrident_core.a" "$blas" $dnnl -Wl,-rpath,"$(dirname "$blas")" -lm
 exec "$build/bench_kernels" "$@"

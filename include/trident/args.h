@@ -28,6 +28,7 @@ typedef struct td_args {
     /* common */
     int64_t seed;
     int verbose;
+    char *backend;             /* --backend: a name of the registry (src/backend/registry.c) */
     /* tokenizer */
     char *tokenizer_type;
     char *vocab_file;

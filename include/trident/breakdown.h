@@ -3,7 +3,9 @@
  * trainer brackets each iteration and marks its data and optimizer regions; the backend adds
  * its kernel times (be_stats, attached only inside an iteration); communication is read from
  * the rank grid. Regions are exclusive: communication inside a region counts as communication.
- * The first iteration warms up and is not counted. */
+ * Iterations and regions are timed with the backend's events (be_event_record), so their times
+ * include the kernels they enqueue on an asynchronous backend. The first iteration warms up and
+ * is not counted. */
 #ifndef TRIDENT_BREAKDOWN_H
 #define TRIDENT_BREAKDOWN_H
 
@@ -24,9 +26,11 @@ typedef struct bd_state {
     const ps_state *ps;
     be_stats kern;              /* kernel times of the counted iterations */
     double region[BD_REGIONS];  /* seconds, communication excluded */
-    double open_t[BD_REGIONS], open_c[BD_REGIONS];
+    be_event open_t[BD_REGIONS]; /* the backend's event at each open region's start */
+    double open_c[BD_REGIONS];
     double comm, total;         /* seconds over the counted iterations */
-    double iter_t, iter_c;      /* clock and communication at the open iteration's start */
+    be_event iter_t;            /* the backend's event at the open iteration's start */
+    double iter_c;              /* communication at the open iteration's start */
     int64_t iters, seen;        /* counted iterations, iterations ended */
     int in_iter;                /* between begin and end: regions outside iterations are not counted */
 } bd_state;

@@ -23,7 +23,9 @@ int hf_export(const ckpt_meta *meta, const char *out, st_dtype dtype, char *err,
  * with or without the "transformer." prefix; lm_head.weight, if present, must equal wte) and
  * saves it as a trident checkpoint in OUT (iteration 0, one rank, weights only: load it with
  * --finetune). The vocabulary is padded to a multiple of divisible_by with copies of the last
- * row (Megatron's rule). `world` is a one-rank communicator. Returns 0, or -1 with err. */
-int hf_import(const char *in, const char *out, int divisible_by, comm *world, char *err, size_t errlen);
+ * row (Megatron's rule). The model is built on backend `backend_name` (be_create); `world` is a
+ * one-rank communicator. Returns 0, or -1 with err. */
+int hf_import(const char *in, const char *out, int divisible_by, const char *backend_name, comm *world, char *err,
+              size_t errlen);
 
 #endif

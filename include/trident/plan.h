@@ -45,8 +45,9 @@ char *plan_cluster_json(const plan_cluster *c);
 struct comm;
 /* This machine as trident runs on it, one device per rank of `world` (src/plan/calibrate.c):
  * the sgemm peak and its curve over GEMM sizes, the copy bandwidth, the MPI collectives' bandwidth
- * and latency between the ranks, and what a rank holds before a model. Collective over world. */
-void plan_calibrate(plan_cluster *c, struct comm *world);
+ * and latency between the ranks, and what a rank holds before a model, on backend `backend_name`
+ * (be_create). Collective over world. */
+void plan_calibrate(plan_cluster *c, const char *backend_name, struct comm *world);
 
 typedef enum { PLAN_RC_NONE, PLAN_RC_SELECTIVE, PLAN_RC_FULL } plan_recompute;
 

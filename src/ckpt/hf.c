@@ -444,7 +444,8 @@ fail:
     return -1;
 }
 
-int hf_import(const char *in, const char *out, int divisible_by, comm *world, char *err, size_t errlen)
+int hf_import(const char *in, const char *out, int divisible_by, const char *backend_name, comm *world, char *err,
+              size_t errlen)
 {
     st_file *f = NULL;
     ps_state *ps = NULL;
@@ -476,7 +477,7 @@ int hf_import(const char *in, const char *out, int divisible_by, comm *world, ch
     if (!f) FAIL("%s", why);
     used = td_xcalloc((size_t)(f->h.ntensors ? f->h.ntensors : 1), 1);
     ps = ps_init(world, 1, 1);
-    be = be_cpu(0);
+    be = be_create(backend_name, 0);
     m = gpt_create(&c, ps, be, 0, c.num_layers, 1, 1);
     host = td_xmalloc(m->numel * sizeof(float));
     for (int i = 0; i < m->ntensors; i++)

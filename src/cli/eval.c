@@ -223,7 +223,7 @@ int cli_eval(int argc, char **argv)
 
     /* the model: one stage per pipeline rank */
     ps_state *ps = ps_init(world, tp, pp);
-    backend *be = be_cpu(0);
+    backend *be = be_create(a.backend, 0);
     int per = c.num_layers / pp;
     gpt_model *m = gpt_create(&c, ps, be, ps->pp_rank * per, per, a.micro_batch_size, 1);
     ckpt_model cm = {ps, 1, &m, NULL, NULL, NULL, NULL};

@@ -54,7 +54,7 @@ void run_model_grid(run_state *r, comm *world)
     ps->sequence_parallel = a->sequence_parallel && ps->tp > 1;
     if (a->sequence_parallel && ps->tp == 1 && ps->world_rank == 0)
         TD_INFO("--sequence-parallel does nothing without tensor parallelism: off");
-    r->model.be = be_cpu(0);
+    r->model.be = be_create(a->backend, 0);
     if (a->bf16 || a->fp16) be_set_gemm_dtype(r->model.be, a->bf16 ? BE_BF16 : BE_F16);
 }
 

@@ -439,7 +439,7 @@ static void check_round_trip(gpt_model *m, const char *hfdir, const char *tag)
     char back[600], name[64], err[1024] = "";
     snprintf(name, sizeof name, "%s_back", tag);
     sub(back, sizeof back, name);
-    if (hf_import(hfdir, back, 8, g_world, err, sizeof err)) fail_msg("%s", err);
+    if (hf_import(hfdir, back, 8, "cpu", g_world, err, sizeof err)) fail_msg("%s", err);
     gpt_model *b = load_model(back);
     assert_int_equal(b->numel, m->numel);
     for (int i = 0; i < m->ntensors; i++) {
@@ -460,7 +460,7 @@ static void import_matches_reference(void **state)
     sub(hfdir, sizeof hfdir, "import_hf");
     sub(ck, sizeof ck, "import_ckpt");
     write_hf(&hm, hfdir, CONFIG);
-    if (hf_import(hfdir, ck, 8, g_world, err, sizeof err)) fail_msg("%s", err);
+    if (hf_import(hfdir, ck, 8, "cpu", g_world, err, sizeof err)) fail_msg("%s", err);
     gpt_model *m = load_model(ck);
     assert_int_equal(m->cfg.padded_vocab, 56);
     float *got = trident_logits(m);
@@ -575,7 +575,7 @@ static void expect_import_error(const char *config, const char *want)
     sub(hfdir, sizeof hfdir, "bad_hf");
     sub(ck, sizeof ck, "bad_ckpt");
     write_hf(&hm, hfdir, config);
-    assert_int_equal(hf_import(hfdir, ck, 8, g_world, err, sizeof err), -1);
+    assert_int_equal(hf_import(hfdir, ck, 8, "cpu", g_world, err, sizeof err), -1);
     if (!strstr(err, want)) fail_msg("error '%s' lacks '%s'", err, want);
     assert_null(strchr(err, '\n'));
     struct stat sb;
@@ -737,7 +737,7 @@ static void llama_import_matches_reference(void **state)
     sub(hfdir, sizeof hfdir, "llama_import_hf");
     sub(ck, sizeof ck, "llama_import_ckpt");
     write_hf(&hm, hfdir, LLAMA_CONFIG);
-    if (hf_import(hfdir, ck, 8, g_world, err, sizeof err)) fail_msg("%s", err);
+    if (hf_import(hfdir, ck, 8, "cpu", g_world, err, sizeof err)) fail_msg("%s", err);
     gpt_model *m = load_model(ck);
     assert_int_equal(m->cfg.norm, GPT_NORM_RMSNORM);
     assert_int_equal(gpt_groups(&m->cfg), LG);
@@ -812,7 +812,7 @@ static void expect_llama_error(const char *extra, const char *want)
     free(config);
     cJSON_Delete(cfg);
     cJSON_Delete(over);
-    assert_int_equal(hf_import(hfdir, ck, 8, g_world, err, sizeof err), -1);
+    assert_int_equal(hf_import(hfdir, ck, 8, "cpu", g_world, err, sizeof err), -1);
     if (!strstr(err, want)) fail_msg("error '%s' lacks '%s'", err, want);
     hfree(&hm);
 }
@@ -1006,7 +1006,7 @@ int main(int argc, char **argv)
 {
     g_world = comm_world_init(&argc, &argv);
     g_ps = ps_init(g_world, 1, 1);
-    g_be = be_cpu(1);
+    g_be = be_create("cpu", 1);
     snprintf(g_dir, sizeof g_dir, "%s/test_checkpoint_hf_%ld", TD_TEST_TMP, (long)getpid());
     mkdir(g_dir, 0755);
     const struct CMUnitTest tests[] = {

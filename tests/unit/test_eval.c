@@ -220,7 +220,7 @@ int main(int argc, char **argv)
 {
     g_world = comm_world_init(&argc, &argv);
     g_ps = ps_init(g_world, 1, 1);
-    g_be = be_cpu(1);
+    g_be = be_create("cpu", 1);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(window_count),
         cmocka_unit_test(strided_loss_matches_hand_computation),
