@@ -144,8 +144,8 @@ int trainer_validate(const td_args *a, int world_size, char *msg, size_t msglen)
             FAIL("--num-layers %d%s is not divisible by --pipeline-model-parallel-size %d x "
                  "--num-layers-per-virtual-pipeline-stage %d", a->num_layers,
                  total > a->num_layers ? " (+ the embedding and loss accounted for)" : "", pp, per);
-        if (vp > PP_MAX_CHUNKS) FAIL("%d virtual stages per rank is more than %d; raise "
-                                     "--num-layers-per-virtual-pipeline-stage", vp, PP_MAX_CHUNKS);
+        if (vp > PS_MAX_CHUNKS) FAIL("%d virtual stages per rank is more than %d; raise "
+                                     "--num-layers-per-virtual-pipeline-stage", vp, PS_MAX_CHUNKS);
     }
     if (pp_split_check(&layers_split, msg, msglen)) return -1;
     int most = 0; /* layers of the largest virtual stage */
@@ -229,11 +229,11 @@ typedef struct {
     ps_state *ps;
     backend *be;
     int nchunks;                          /* model chunks (virtual stages) on this rank */
-    gpt_model *chunks[PP_MAX_CHUNKS];
+    gpt_model *chunks[PS_MAX_CHUNKS];
     opt_adamw *opt;                       /* AdamW: the moments, grad norm and step */
-    dp_chunk *dp[PP_MAX_CHUNKS];          /* data parallelism attached to each chunk */
-    const dp_range *shard_ranges[PP_MAX_CHUNKS]; /* what the optimizer steps of each chunk */
-    int nshard_ranges[PP_MAX_CHUNKS];
+    dp_chunk *dp[PS_MAX_CHUNKS];          /* data parallelism attached to each chunk */
+    const dp_range *shard_ranges[PS_MAX_CHUNKS]; /* what the optimizer steps of each chunk */
+    int nshard_ranges[PS_MAX_CHUNKS];
     pp_schedule schedule;
     gptds *data;             /* GPT's dataset, or */
     bert_source *bert;       /* BERT's batches */
@@ -507,7 +507,7 @@ static void setup(run_state *r, const td_args *a, comm *world)
     /* on one data-parallel rank the distributed optimizer is the plain one (no second grad buffer) */
     int distributed = a->use_distributed_optimizer && ps->dp > 1;
     dp_config dpc = {(size_t)a->ddp_bucket_size, a->overlap_grad_reduce, distributed, a->overlap_param_gather};
-    opt_shard shards[PP_MAX_CHUNKS];
+    opt_shard shards[PS_MAX_CHUNKS];
     for (int k = 0; k < r->nchunks; k++) {
         int layer0, n;
         pp_split_layers(&split, k * ps->pp + ps->pp_rank, &layer0, &n);
