@@ -1,9 +1,9 @@
 /* The layout of a checkpoint's shards, shared by the writer (checkpoint.c) and the reader
- * (reader.c), which build on it and not on each other: iteration folders and shard file
- * names, the entry kinds (parameters, Adam moments) and their name prefixes, the tensors
- * split along the vocabulary, and slices — which part of a logical tensor an entry holds —
- * with their __metadata__ descriptions, written and parsed. See include/trident/checkpoint.h
- * and docs/checkpoints.md. */
+ * (reader.c): the reader builds on it alone, never on the writer (which uses the reader to
+ * find and verify what it wrote). Iteration folders and shard file names, the entry kinds
+ * (parameters, Adam moments) and their name prefixes, the tensors split along the vocabulary,
+ * and slices — which part of a logical tensor an entry holds — with their __metadata__
+ * descriptions, written and parsed. See include/trident/checkpoint.h and docs/checkpoints.md. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -27,8 +27,6 @@
 #include "trident/safetensors.h"
 #include "trident/timer.h"
 
-#define MAXB CKPT_MAX_BLOCKS
-
 /* A piece of a slice: the elements [elems[2k], elems[2k+1]) of the slice's buffer, k < n, one
  * after another in entry t. */
 typedef struct {
@@ -83,7 +81,7 @@ static int ivals(const ckpt_slice *s, int d, ival *out)
         out[0] = (ival){0, size, 0};
         return 1;
     }
-    TD_ASSERT(s->blocks >= 1 && s->blocks <= MAXB);
+    TD_ASSERT(s->blocks >= 1 && s->blocks <= CKPT_MAX_BLOCKS);
     int64_t block = size / s->blocks;
     for (int b = 0; b < s->blocks; b++) out[b] = (ival){b * block + s->start, b * block + s->start + s->len, b * s->len};
     return s->blocks;
@@ -93,7 +91,7 @@ static int ivals(const ckpt_slice *s, int d, ival *out)
 static int64_t intersect(const ckpt_slice *want, const ckpt_slice *src, int64_t rows_lim, float *dst,
                          const float *sdata)
 {
-    ival w0[MAXB], w1[MAXB], s0[MAXB], s1[MAXB];
+    ival w0[CKPT_MAX_BLOCKS], w1[CKPT_MAX_BLOCKS], s0[CKPT_MAX_BLOCKS], s1[CKPT_MAX_BLOCKS];
     int nw0 = ivals(want, 0, w0), nw1 = ivals(want, 1, w1), ns0 = ivals(src, 0, s0), ns1 = ivals(src, 1, s1);
     int64_t Ww = width_of(want), Ws = width_of(src), count = 0;
     for (int a = 0; a < nw0; a++)
@@ -553,7 +551,7 @@ int ckpt_read(ckpt_reader *r, ckpt_kind kind, const char *name, const ckpt_slice
     }
     int64_t expected = 0;
     {
-        ival w0[MAXB];
+        ival w0[CKPT_MAX_BLOCKS];
         int n0 = ivals(want, 0, w0);
         for (int a = 0; a < n0; a++) {
             int64_t hi = w0[a].hi < rows_lim ? w0[a].hi : rows_lim;
@@ -587,7 +585,7 @@ int ckpt_read(ckpt_reader *r, ckpt_kind kind, const char *name, const ckpt_slice
             free(row);
             return -1;
         }
-        ival w0[MAXB];
+        ival w0[CKPT_MAX_BLOCKS];
         int n0 = ivals(want, 0, w0);
         int64_t W = width_of(want);
         for (int a = 0; a < n0; a++)
