@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "trident/gpt_dataset.h"
+#include "trident/tokenizer.h"
 
 /* Version of the mapping algorithm; part of every cache key, so a change rebuilds old caches. */
 #define BERTDS_ALGO_VERSION 1
@@ -80,5 +81,15 @@ typedef struct bertds_split_info {
     int cache_loaded;           /* 1 loaded from cache, 0 built */
 } bertds_split_info;
 bertds_split_info bertds_info(const bertds *ds, gptds_split s);
+
+/* BERT's special tokens and "##" continuation pieces (whole-word masking), from a WordPiece
+ * tokenizer. */
+typedef struct bertds_vocab {
+    int32_t cls, sep, mask, pad; /* [CLS], [SEP], [MASK], [PAD] */
+    uint8_t *subword;            /* (vocab) 1 for a "##" piece; free() it */
+} bertds_vocab;
+/* 0 with *out filled; -1 with one line in msg when the tokenizer is not WordPiece or lacks one of
+ * the special tokens. */
+int bertds_vocab_get(const tok_tokenizer *t, bertds_vocab *out, char *msg, size_t msglen);
 
 #endif

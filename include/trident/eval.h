@@ -1,7 +1,9 @@
-/* Evaluation of a checkpoint. Owns strided (WikiText-style) perplexity: the tokens of a run of
- * documents concatenated in order, windows of S+1 tokens starting every K tokens, each token
- * scored once (the first window scores its S targets, each later one its last K), in any
- * layout (tensor, pipeline and data parallel). See docs/eval.md. */
+/* Evaluation of a checkpoint (src/eval/). forward.c scores rows through the pipeline and counts
+ * windows; strided.c owns strided (WikiText-style) perplexity: the tokens of a run of documents
+ * concatenated in order, windows of S+1 tokens starting every K tokens, each token scored once
+ * (the first window scores its S targets, each later one its last K), in any layout (tensor,
+ * pipeline and data parallel); tasks.c the zero-shot tasks. Both build on forward.c alone.
+ * See docs/eval.md. */
 #ifndef TRIDENT_EVAL_H
 #define TRIDENT_EVAL_H
 
@@ -21,7 +23,7 @@ typedef struct ev_result {
     double perplexity;   /* exp(loss) */
 } ev_result;
 
-/* Windows of S+1 tokens every K over n tokens: floor((n - S - 1) / K) + 1, or 0 when n <= S. */
+/* (forward.c) Windows of S+1 tokens every K over n tokens: floor((n - S - 1) / K) + 1, or 0 when n <= S. */
 int64_t ev_num_windows(int64_t n, int S, int K);
 
 /* Scores documents [doc_begin, doc_end) of d with the model stage m of this rank (collective
@@ -31,10 +33,12 @@ int64_t ev_num_windows(int64_t n, int S, int K);
 void ev_score(gpt_model *m, const ps_state *ps, const idx_dataset *d, int64_t doc_begin, int64_t doc_end, int K,
               int mbs, ev_result *out);
 
-/* ---- zero-shot tasks (src/ckpt/eval_tasks.c; trident eval --task) ----
+/* ---- zero-shot tasks (src/eval/tasks.c; trident eval --task) ----
  * Each is collective over ps->world and gives every rank the result. m is built for micro-batches
  * of m->mbs rows (HellaSwag needs 4) of m->cfg.seq tokens; a longer example keeps its last
  * seq + 1 tokens. */
+
+/* ---- the rows both score (src/eval/forward.c) ---- */
 
 /* Runs B <= m->mbs rows of m->cfg.seq tokens through the pipeline (dropout off): loss (B, seq)
  * = -log p(target) of every position, and (correct not NULL) correct (B, seq) = 1 where the

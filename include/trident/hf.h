@@ -28,4 +28,11 @@ int hf_export(const ckpt_meta *meta, const char *out, st_dtype dtype, char *err,
 int hf_import(const char *in, const char *out, int divisible_by, const char *backend_name, comm *world, char *err,
               size_t errlen);
 
+/* The model_type values the families read, in the order they are tried: "gpt2, llama, mistral
+ * and ..." (truncated to len). */
+void hf_model_types(char *out, size_t len);
+/* The Hugging Face class a model of c's family converts to (the architecture of the first family
+ * row that holds it: "GPT2LMHeadModel", ...), or NULL when none does. For messages. */
+const char *hf_class_of(const gpt_config *c);
+
 #endif

@@ -9,8 +9,7 @@
 #include <stddef.h>
 
 #include "trident/gpt.h"
-
-#define MEM_MAX_CHUNKS 16
+#include "trident/parallel_state.h"
 
 /* One model chunk (virtual stage) of a rank. */
 typedef struct {
@@ -25,7 +24,7 @@ typedef struct {
     int tp, dp;
     int mbs;         /* micro-batch size */
     int nchunks;
-    mem_chunk chunk[MEM_MAX_CHUNKS];
+    mem_chunk chunk[PS_MAX_CHUNKS];
     int distributed_optimizer; /* Adam state (and a grad shard) divided over dp */
     int sequence_parallel;     /* norms, dropout and residuals hold s/t of the sequence */
     int recompute;             /* MEM_RECOMPUTE_* */

@@ -14,8 +14,6 @@
 #include "trident/gpt.h"
 #include "trident/parallel_state.h"
 
-#define OPT_MAX_CHUNKS 16 /* model chunks (virtual stages) of one rank */
-
 typedef struct {
     double beta1, beta2, eps, weight_decay;
 } opt_adamw_hparams;
@@ -35,10 +33,10 @@ typedef struct opt_adamw {
     const ps_state *ps;
     int nchunks;
     int sharded;                                  /* the shards split the buffers over dp */
-    gpt_model *chunks[OPT_MAX_CHUNKS];
-    opt_shard shard[OPT_MAX_CHUNKS];
-    size_t state_numel[OPT_MAX_CHUNKS];           /* elements stepped per chunk (the moments' length) */
-    float *m[OPT_MAX_CHUNKS], *v[OPT_MAX_CHUNKS]; /* moments per chunk in shard order, zeroed; laid
+    gpt_model *chunks[PS_MAX_CHUNKS];
+    opt_shard shard[PS_MAX_CHUNKS];
+    size_t state_numel[PS_MAX_CHUNKS];           /* elements stepped per chunk (the moments' length) */
+    float *m[PS_MAX_CHUNKS], *v[PS_MAX_CHUNKS]; /* moments per chunk in shard order, zeroed; laid
                                                    * out as the parameters when not sharded */
     opt_adamw_hparams hp;
     int check_all_finite; /* the grad norm is Inf when any stepped gradient is not finite, also one

@@ -20,6 +20,12 @@ typedef struct ps_state {
                                     * the sequence (set by the trainer before building models) */
 } ps_state;
 
+/* Model chunks (virtual pipeline stages) one rank may hold at most: --num-layers-per-virtual-
+ * pipeline-stage gives each rank num_layers / (pp x layers per stage) chunks, and the schedule,
+ * the optimizer and the memory prediction keep a fixed table per chunk. The trainer's config
+ * validation refuses more, naming this limit. */
+#define PS_MAX_CHUNKS 16
+
 /* Builds the grid; the caller has checked that tp * pp divides the world size (collective over
  * world: every rank must call it). */
 ps_state *ps_init(comm *world, int tp, int pp);

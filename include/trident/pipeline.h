@@ -12,8 +12,8 @@
 
 #include "trident/parallel_state.h"
 
-/* Bookkeeping limits of a schedule (checked by the trainer's config validation). */
-#define PP_MAX_CHUNKS 16 /* model chunks (virtual stages) per rank */
+/* Bookkeeping limit of a schedule (checked by the trainer's config validation), beside
+ * PS_MAX_CHUNKS (parallel_state.h), the model chunks per rank. */
 #define PP_MAX_SLOTS 64  /* micro-batches in flight per chunk */
 
 typedef enum { PP_SCHEDULE_NONE, PP_SCHEDULE_GPIPE, PP_SCHEDULE_1F1B, PP_SCHEDULE_INTERLEAVED } pp_schedule;

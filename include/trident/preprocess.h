@@ -2,7 +2,7 @@
  * .zst), loose JSON lines (one document per line) or whole text files (one document per file),
  * the worker threads that tokenize batches of documents in parallel, and writing one indexed
  * dataset per JSON key, PREFIX_<key>_document.{bin,idx}, in input order; with split_sentences
- * (BERT data) each document is cut into sentences (sent_split), one sequence each, in
+ * (sentence-pair data) each document is cut into sentences (sent_split), one sequence each, in
  * PREFIX_<key>_sentence.{bin,idx}. */
 #ifndef TRIDENT_PREPROCESS_H
 #define TRIDENT_PREPROCESS_H

@@ -1,6 +1,7 @@
-/* The tokenizer seam: one handle over GPT-2's BPE (vocab.json + merges.txt, src/data/bpe.c) and
- * Hugging Face tokenizer.json (src/data/hf_tokenizer.c), chosen by --tokenizer-type, so the
- * commands that encode, decode or size a vocabulary never branch on the kind. */
+/* The tokenizer seam: one handle over GPT-2's BPE (vocab.json + merges.txt, src/data/bpe.c),
+ * Hugging Face tokenizer.json (src/data/hf_tokenizer.c) and WordPiece (vocab.txt or
+ * tokenizer.json, src/data/wordpiece.c), chosen by --tokenizer-type, so the commands that
+ * encode, decode or size a vocabulary never branch on the kind. */
 #ifndef TRIDENT_TOKENIZER_H
 #define TRIDENT_TOKENIZER_H
 
@@ -9,12 +10,14 @@
 
 #include "trident/bpe.h" /* bpe_ids, the id vector every tokenizer appends to */
 
+struct wp_tokenizer;
+
 typedef struct tok_tokenizer tok_tokenizer; /* immutable after open; share across threads */
 typedef struct tok_worker tok_worker;       /* per-thread scratch */
 
 /* What --tokenizer-type and its file flags name. */
 typedef struct {
-    const char *type;   /* "GPT2BPETokenizer" or "HuggingFaceTokenizer" */
+    const char *type;   /* "GPT2BPETokenizer", "HuggingFaceTokenizer" or a WordPiece type (wordpiece.h) */
     const char *vocab;  /* --vocab-file (GPT-2) */
     const char *merges; /* --merge-file (GPT-2) */
     const char *model;  /* --tokenizer-model (Hugging Face tokenizer.json) */
@@ -34,15 +37,9 @@ int tok_vocab_size(const tok_tokenizer *t);
 int tok_eod_id(const tok_tokenizer *t); /* the id --append-eod adds; -1 if the tokenizer has none */
 const char *tok_kind(const tok_tokenizer *t); /* "GPT-2 BPE" or "tokenizer.json BPE", for messages */
 
-/* BERT's special tokens and "##" continuation pieces (whole-word masking), from a WordPiece
- * tokenizer. */
-typedef struct tok_bert_vocab {
-    int32_t cls, sep, mask, pad; /* [CLS], [SEP], [MASK], [PAD] */
-    uint8_t *subword;            /* (vocab) 1 for a "##" piece; free() it */
-} tok_bert_vocab;
-/* 0 with *out filled; -1 with one line in msg when the tokenizer is not WordPiece or lacks one of
- * the special tokens. */
-int tok_bert_vocab_get(const tok_tokenizer *t, tok_bert_vocab *out, char *msg, size_t msglen);
+/* The WordPiece model under t (for its special tokens and "##" pieces), or NULL when t is
+ * another kind. */
+const struct wp_tokenizer *tok_wordpiece(const tok_tokenizer *t);
 
 tok_worker *tok_worker_new(const tok_tokenizer *t);
 void tok_worker_free(tok_worker *w);

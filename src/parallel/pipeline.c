@@ -265,9 +265,9 @@ double pp_run(pp_schedule schedule, pp_iteration *it)
     TD_ASSERT(schedule != PP_SCHEDULE_INTERLEAVED || it->num_micro % r.p == 0);
     TD_ASSERT(schedule == PP_SCHEDULE_INTERLEAVED || r.v == 1);
     /* chunk c's flights live at fl_store + c * slots; every chunk has the same slot count */
-    flight fl_store[PP_MAX_CHUNKS * PP_MAX_SLOTS] = {{0}};
-    int nfl[PP_MAX_CHUNKS] = {0}, next_fwd[PP_MAX_CHUNKS] = {0}, next_bwd[PP_MAX_CHUNKS] = {0};
-    TD_ASSERT(r.v <= PP_MAX_CHUNKS && it->chunks[0]->max_inflight <= PP_MAX_SLOTS);
+    flight fl_store[PS_MAX_CHUNKS * PP_MAX_SLOTS] = {{0}};
+    int nfl[PS_MAX_CHUNKS] = {0}, next_fwd[PS_MAX_CHUNKS] = {0}, next_bwd[PS_MAX_CHUNKS] = {0};
+    TD_ASSERT(r.v <= PS_MAX_CHUNKS && it->chunks[0]->max_inflight <= PP_MAX_SLOTS);
     for (int c = 1; c < r.v; c++) TD_ASSERT(it->chunks[c]->max_inflight == it->chunks[0]->max_inflight);
     r.fl = fl_store;
     r.nfl = nfl;

@@ -71,7 +71,7 @@ static gpt_recompute recompute_of(const td_args *a)
     return rc;
 }
 
-int run_model_build(run_state *r, const gpt_config *c, opt_shard shards[PP_MAX_CHUNKS])
+int run_model_build(run_state *r, const gpt_config *c, opt_shard shards[PS_MAX_CHUNKS])
 {
     const td_args *a = r->a;
     ps_state *ps = r->ps;

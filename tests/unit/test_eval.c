@@ -1,4 +1,4 @@
-/* src/ckpt/eval: strided perplexity against a hand computation. A tiny model scores a tiny
+/* src/eval/strided.c: strided perplexity against a hand computation. A tiny model scores a tiny
  * indexed dataset; the reference concatenates the documents itself, cuts the windows itself and
  * scores every window with an independent double-precision GPT-2 forward (per-position losses
  * over the real vocabulary only: the padded ids are no part of the model), keeping the first window's S

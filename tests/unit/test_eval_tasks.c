@@ -1,4 +1,4 @@
-/* trident eval --task (src/ckpt/eval_tasks.c) on small files written here in the published
+/* trident eval --task (src/eval/tasks.c) on small files written here in the published
  * formats: Megatron's WikiText detokenizer and word count on a hand-made excerpt (answers worked
  * by hand); WikiText perplexity, LAMBADA and HellaSwag scores of a small random model against
  * the same scores computed here from the generation forward's logits (gpt_infer: another path

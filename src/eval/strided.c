@@ -1,11 +1,11 @@
-/* Strided perplexity of a checkpoint: see include/trident/eval.h and docs/eval.md. */
+/* Strided perplexity of a checkpoint (windows of a run of documents, each token scored once),
+ * over the rows of forward.c: see include/trident/eval.h and docs/eval.md. */
 #include "trident/eval.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/backend.h"
 #include "trident/check.h"
 #include "trident/comm.h"
 
@@ -42,11 +42,6 @@ static void stream_read(const stream *s, int64_t pos, int64_t len, int32_t *out)
         if (k > 0) idx_read(s->d, s->d0 + doc, off, k, out);
         out += k, pos += k, len -= k;
     }
-}
-
-int64_t ev_num_windows(int64_t n, int S, int K)
-{
-    return n <= S ? 0 : (n - S - 1) / K + 1;
 }
 
 void ev_score(gpt_model *m, const ps_state *ps, const idx_dataset *d, int64_t doc_begin, int64_t doc_end, int K,
