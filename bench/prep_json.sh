@@ -19,7 +19,7 @@ while [ $# -gt 0 ]; do
     *) echo "prep_json.sh: unknown option $1 (see the usage at the top of the script)" >&2; exit 2 ;;
   esac
 done
-if [ ! -f "$build/libtrident_core.a" ]; then
+if [ ! -f "$build/bench/prep_json" ]; then
   cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DTRIDENT_NATIVE="${NATIVE:-ON}" >/dev/null
   cmake --build "$build" -j "$(nproc)" >/dev/null
 fi
@@ -31,13 +31,8 @@ if [ ! -f "$jsonl" ]; then
   while [ "$(stat -c %s "$jsonl.tmp")" -lt $((mb * 1000000)) ]; do cat "$work/shakespeare.jsonl" >> "$jsonl.tmp"; done
   mv "$jsonl.tmp" "$jsonl"
 fi
-blas=$(sed -n 's/^OPENBLAS_LIB:FILEPATH=//p' "$build/CMakeCache.txt")
-flags=$(sed -n 's/^C_FLAGS = //p' "$build/CMakeFiles/trident_core.dir/flags.make")
-# shellcheck disable=SC2086
-cc $flags -I"$root/include" -I"$root/src" -o "$build/prep_json" "$root/bench/prep_json.c" \
-  "$build/libtrident_core.a" "$blas" -Wl,-rpath,"$(dirname "$blas")" -lcjson -lm
 echo "load: $(cut -d' ' -f1-3 /proc/loadavg)"
-"$build/prep_json" "$jsonl" --reps "$reps"
+"$build/bench/prep_json" "$jsonl" --reps "$reps"
 if [ "$whole" = 1 ]; then
   /usr/bin/time -f "trident preprocess: %e s wall, %U s user, %M KB peak" "$build/trident" preprocess \
     --input "$jsonl" --output-prefix "$work/prep_bench" --vocab-file "$data/gpt2/vocab.json" \

@@ -1,6 +1,6 @@
 /* What every backend shares and calls no implementation: the kernel families' names and the
  * wrappers that chain vtable entries. */
-#include "backend/backend.h"
+#include "backend.h"
 
 const char *be_op_name(be_op op)
 {

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "trident/check.h"
-#include "backend/backend.h"
+#include "backend.h"
 
 #define LOWP_RANGES 64   /* weight buffers: one per model chunk */
 #define LOWP_SLOTS 8192  /* weights tracked; a power of two */

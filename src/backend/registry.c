@@ -6,8 +6,8 @@
 #include <string.h>
 
 #include "trident/check.h"
-#include "backend/backend.h"
-#include "backend/cpu/cpu.h"
+#include "backend.h"
+#include "cpu/cpu.h"
 
 typedef struct {
     const char *name;

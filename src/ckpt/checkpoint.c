@@ -1,4 +1,4 @@
-/* Distributed checkpoints, saving and meta.json: see include/trident/checkpoint.h and
+/* Distributed checkpoints, saving and meta.json: see include/ckpt/trident/checkpoint.h and
  * docs/checkpoints.md. Reading and resharding are in reader.c; the shard layout both share
  * (names, kinds, slices and their descriptions) in layout.c.
  *
@@ -29,8 +29,8 @@
 
 #include <cjson/cJSON.h>
 
-#include "ckpt/ckpt_fs.h"
-#include "ckpt/ckpt_impl.h"
+#include "ckpt_fs.h"
+#include "ckpt_impl.h"
 #include "trident/check.h"
 #include "trident/safetensors.h"
 #include "trident/timer.h"

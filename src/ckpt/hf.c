@@ -1,4 +1,4 @@
-/* Hugging Face interchange: see include/trident/hf.h and docs/convert.md. The families are
+/* Hugging Face interchange: see include/ckpt/trident/hf.h and docs/convert.md. The families are
  * rows of pieces and config readers and writers (hf_impl.h), one file each (hf_gpt2.c,
  * hf_llama.c, ...), listed in hf_families.c; this file exports and imports through them and
  * names none. */
@@ -13,14 +13,14 @@
 
 #include <cjson/cJSON.h>
 
-#include "backend/backend.h"
-#include "ckpt/ckpt_fs.h"
+#include "backend.h"
+#include "ckpt_fs.h"
 #include "trident/check.h"
 #include "trident/gpt.h"
 #include "trident/half.h"
 #include "trident/parallel_state.h"
 #include "trident/safetensors.h"
-#include "ckpt/ckpt_impl.h"
+#include "ckpt_impl.h"
 #include "hf_impl.h"
 
 #define FAIL(...)                                                                        \

@@ -23,7 +23,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "ckpt/ckpt_impl.h"
+#include "ckpt_impl.h"
 #include "hf_impl.h"
 
 #define FAIL(...)                                                                        \

@@ -18,7 +18,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "ckpt/ckpt_impl.h"
+#include "ckpt_impl.h"
 #include "hf_impl.h"
 
 #define FAIL(...)                                                                        \

@@ -3,14 +3,14 @@
  * find and verify what it wrote). Iteration folders and shard file names, the entry kinds
  * (parameters, Adam moments) and their name prefixes, the tensors split along the vocabulary,
  * and slices — which part of a logical tensor an entry holds — with their __metadata__
- * descriptions, written and parsed. See include/trident/checkpoint.h and docs/checkpoints.md. */
+ * descriptions, written and parsed. See include/ckpt/trident/checkpoint.h and docs/checkpoints.md. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <cjson/cJSON.h>
 
-#include "ckpt/ckpt_impl.h"
+#include "ckpt_impl.h"
 #include "trident/check.h"
 #include "trident/checkpoint.h"
 

@@ -1,4 +1,4 @@
-/* Reading checkpoints in any layout: see include/trident/checkpoint.h.
+/* Reading checkpoints in any layout: see include/ckpt/trident/checkpoint.h.
  *
  * Every shard's entries are indexed by (kind, logical name) with the slice they hold. A read
  * of slice W of tensor T intersects W with the slice of every entry of T: per dimension, a
@@ -20,8 +20,8 @@
 
 #include <cjson/cJSON.h>
 
-#include "ckpt/ckpt_fs.h"
-#include "ckpt/ckpt_impl.h"
+#include "ckpt_fs.h"
+#include "ckpt_impl.h"
 #include "trident/check.h"
 #include "trident/checkpoint.h"
 #include "trident/safetensors.h"

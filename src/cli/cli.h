@@ -3,7 +3,7 @@
 #ifndef TRIDENT_CLI_H
 #define TRIDENT_CLI_H
 
-#include "backend/backend.h"
+#include "backend.h"
 #include "trident/args.h"
 #include "trident/check.h"
 #include "trident/checkpoint.h"

@@ -4,7 +4,7 @@
 
 #include "cli.h"
 #include "trident/hf.h"
-#include "backend/backend.h"
+#include "backend.h"
 #include "trident/check.h"
 #include "trident/comm.h"
 

@@ -1,4 +1,4 @@
-/* trident plan: the layout planner's command (include/trident/plan.h, docs/plan.md). With layout
+/* trident plan: the layout planner's command (include/plan/trident/plan.h, docs/plan.md). With layout
  * flags it evaluates that layout; without, it searches every layout of --num-gpus devices and
  * prints the fastest that fit, and the train flags of the best. */
 #include <stdio.h>

@@ -1,4 +1,4 @@
-/* Command-line arguments: see include/trident/args.h. The table below is the one place a
+/* Command-line arguments: see include/core/trident/args.h. The table below is the one place a
  * flag is named, typed, defaulted, documented and bounded. */
 #include "trident/args.h"
 

@@ -1,4 +1,4 @@
-/* BERT dataset after Megatron's BertDataset: see include/trident/bert_dataset.h and docs/bert.md.
+/* BERT dataset after Megatron's BertDataset: see include/data/trident/bert_dataset.h and docs/bert.md.
  * Random draws come from Philox keyed by (seed, purpose, split, index), never by rank.
  *
  * Cache file: a header (magic, key, description length, rows, epochs, checksum of the rest), the

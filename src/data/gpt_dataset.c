@@ -1,4 +1,4 @@
-/* GPT dataset after Megatron's GPTDataset / BlendedDataset: see include/trident/gpt_dataset.h
+/* GPT dataset after Megatron's GPTDataset / BlendedDataset: see include/data/trident/gpt_dataset.h
  * and docs/data.md. Random draws come from Philox keyed by (seed, purpose, split, epoch group). */
 #include "trident/gpt_dataset.h"
 

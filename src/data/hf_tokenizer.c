@@ -1,4 +1,4 @@
-/* Hugging Face tokenizer.json (BPE models): see include/trident/hf_tokenizer.h and
+/* Hugging Face tokenizer.json (BPE models): see include/data/trident/hf_tokenizer.h and
  * docs/tokenizer.md. The semantics are those of the Rust `tokenizers` library:
  *
  *   text -> added tokens whose "normalized" is false, split out whole (leftmost-longest)

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "data/prep_impl.h"
+#include "prep_impl.h"
 #include "trident/check.h"
 
 static int has_suffix(const char *s, const char *suf)

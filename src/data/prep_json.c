@@ -1,5 +1,5 @@
 /* The reader of preprocess's input format: one JSON line at a time (prep_json_extract), and
- * the growable byte strings it decodes into. See include/trident/preprocess.h.
+ * the growable byte strings it decodes into. See include/data/trident/preprocess.h.
  *
  * A scanner of its own, not cJSON, because Megatron's preprocess_data.py reads each line with
  * Python's json.loads and trident keeps its rules (unit/test_preprocess holds them): NaN and
@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "data/prep_impl.h"
+#include "prep_impl.h"
 #include "trident/check.h"
 #include "trident/preprocess.h"
 

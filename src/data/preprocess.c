@@ -1,4 +1,4 @@
-/* Preprocessing: see include/trident/preprocess.h and docs/preprocess.md. This file runs it
+/* Preprocessing: see include/data/trident/preprocess.h and docs/preprocess.md. This file runs it
  * (batches, workers, the writer); the inputs are read by prep_input.c and each JSON line is
  * parsed by prep_json.c.
  *
@@ -20,7 +20,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "data/prep_impl.h"
+#include "prep_impl.h"
 #include "trident/check.h"
 #include "trident/indexed.h"
 #include "trident/sentence.h"

@@ -1,4 +1,4 @@
-/* The tokenizer seam: see include/trident/tokenizer.h. Each kind fills one ops table. */
+/* The tokenizer seam: see include/data/trident/tokenizer.h. Each kind fills one ops table. */
 #include "trident/tokenizer.h"
 
 #include <stdio.h>

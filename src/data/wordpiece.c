@@ -1,6 +1,6 @@
 /* BERT's WordPiece tokenizer: the basic tokenizer (Hugging Face's BertNormalizer and
  * BertPreTokenizer, after Google's BERT tokenization.py) and greedy longest-match WordPiece with
- * "##" continuations. See include/trident/wordpiece.h and docs/tokenizer.md. */
+ * "##" continuations. See include/data/trident/wordpiece.h and docs/tokenizer.md. */
 #include "trident/wordpiece.h"
 
 #include <cjson/cJSON.h>

@@ -1,14 +1,14 @@
 /* The rows every evaluation scores: windows of a token stream (ev_num_windows) and one batch of
  * rows through the pipeline stage of this rank with each target's loss and whether it was the
  * most likely token (ev_forward). Strided perplexity (strided.c) and the zero-shot tasks
- * (tasks.c) both build on it and on nothing of each other. See include/trident/eval.h. */
+ * (tasks.c) both build on it and on nothing of each other. See include/eval/trident/eval.h. */
 #include "trident/eval.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/backend.h"
+#include "backend.h"
 #include "trident/check.h"
 #include "trident/comm.h"
 

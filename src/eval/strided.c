@@ -1,5 +1,5 @@
 /* Strided perplexity of a checkpoint (windows of a run of documents, each token scored once),
- * over the rows of forward.c: see include/trident/eval.h and docs/eval.md. */
+ * over the rows of forward.c: see include/eval/trident/eval.h and docs/eval.md. */
 #include "trident/eval.h"
 
 #include <math.h>

@@ -1,6 +1,6 @@
 /* The zero-shot evaluations of the Megatron papers and llm.c: WikiText-103 perplexity (with
  * Megatron's detokenizer and its adjusted perplexity per original word), LAMBADA last-word
- * accuracy and HellaSwag (acc and acc_norm, as llm.c scores it). See include/trident/eval.h
+ * accuracy and HellaSwag (acc and acc_norm, as llm.c scores it). See include/eval/trident/eval.h
  * and docs/eval.md. */
 #include "trident/eval.h"
 

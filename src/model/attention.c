@@ -8,7 +8,7 @@
 
 #include <stdio.h>
 
-#include "trident/tensor_parallel.h"
+#include "tensor_parallel.h"
 
 void attn_tensors(table_builder *tb, int layer, attn_params *p, attn_params *g)
 {

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "trident/tensor_parallel.h"
+#include "tensor_parallel.h"
 
 struct bert_head_acts {
     float *lm_h;       /* (BTl, h): the transform's dense output, before GeLU */

@@ -3,7 +3,7 @@
  * BERT's token types (replicated, two rows), then dropout. See model_impl.h. */
 #include "model_impl.h"
 
-#include "trident/tensor_parallel.h"
+#include "tensor_parallel.h"
 
 void embedding_tensors(table_builder *tb, gpt_model *m)
 {

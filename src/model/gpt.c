@@ -1,4 +1,4 @@
-/* GPT model of one pipeline stage: see include/trident/gpt.h. A stage is the embedding block
+/* GPT model of one pipeline stage: see include/model/trident/gpt.h. A stage is the embedding block
  * (first stage), a range of layers (layer.c, composed of the blocks in norm.c, attention.c,
  * mlp.c), and the final norm, LM head and vocab-parallel loss (last stage).
  * Buffers are laid out in reverse backprop order (head, final norm, layers last to first,
@@ -12,7 +12,7 @@
 
 #include "trident/check.h"
 #include "trident/philox.h"
-#include "trident/tensor_parallel.h"
+#include "tensor_parallel.h"
 
 int gpt_padded_vocab(int vocab, int divisible_by, int tp)
 {

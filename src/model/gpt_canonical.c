@@ -1,5 +1,5 @@
 /* The canonical flat layout of a whole GPT model: see gpt_canonical_offset in
- * include/trident/gpt.h. Used to gather parameters written by any layout into one file. */
+ * include/model/trident/gpt.h. Used to gather parameters written by any layout into one file. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -2,14 +2,14 @@
  * and values kept in a cache so that a step of one token attends to all the earlier ones without
  * running them again. The same blocks' weights and kernels as training (tensor-parallel GEMMs,
  * rotary positions from the step's first position, learned positions likewise), no dropout,
- * nothing kept for a backward. See gpt_kv_create in include/trident/gpt.h. */
+ * nothing kept for a backward. See gpt_kv_create in include/model/trident/gpt.h. */
 #include "model_impl.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #include "trident/check.h"
-#include "trident/tensor_parallel.h"
+#include "tensor_parallel.h"
 
 struct gpt_kv_cache {
     int B, cap, nmax;

@@ -9,7 +9,7 @@
 #include <stdio.h>
 
 #include "trident/check.h"
-#include "trident/tensor_parallel.h"
+#include "tensor_parallel.h"
 
 void layer_tensors(table_builder *tb, int layer, gpt_layer *p, gpt_layer *g)
 {

@@ -5,7 +5,7 @@
 
 #include <stdio.h>
 
-#include "trident/tensor_parallel.h"
+#include "tensor_parallel.h"
 
 /* Width of the fc output on this rank: f/t, or 2f/t for SwiGLU's gate and up. */
 static int fc_width(const gpt_model *m) { return m->cfg.swiglu ? 2 * m->ffn_l : m->ffn_l; }

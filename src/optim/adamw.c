@@ -1,4 +1,4 @@
-/* The AdamW optimizer over a model's flat buffers: see opt_adamw in include/trident/optim.h. */
+/* The AdamW optimizer over a model's flat buffers: see opt_adamw in include/optim/trident/optim.h. */
 #include <math.h>
 #include <stdlib.h>
 

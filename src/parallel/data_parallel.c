@@ -1,4 +1,4 @@
-/* Data parallelism: see include/trident/data_parallel.h. */
+/* Data parallelism: see include/parallel/trident/data_parallel.h. */
 #include "trident/data_parallel.h"
 
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-/* Pipeline schedules: see include/trident/pipeline.h.
+/* Pipeline schedules: see include/parallel/trident/pipeline.h.
  *
  * Every schedule is one loop over "virtual micro-batches" k (a micro-batch on one chunk) in
  * three labelled phases, after Megatron's schedules.py: warm-up (forwards only), steady 1F1B

@@ -1,5 +1,5 @@
 /* `trident plan --calibrate`: this machine as trident trains on it, one device per MPI rank (see
- * plan_calibrate in include/trident/plan.h). Every rank measures at once, as training runs them:
+ * plan_calibrate in include/plan/trident/plan.h). Every rank measures at once, as training runs them:
  *  - the sgemm peak (the backend's own measurement, as the trainer's MFU uses) and the curve:
  *    square GEMMs of 64 to 1024, whose efficiency fits gemm_max_efficiency and gemm_half_dim;
  *  - the copy bandwidth of buffers far larger than the caches;
@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/backend.h"
+#include "backend.h"
 #include "trident/check.h"
 #include "trident/comm.h"
 #include "trident/plan.h"

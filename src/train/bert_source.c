@@ -1,4 +1,4 @@
-/* The trainer's BERT batches: see include/trident/bert_source.h. */
+/* The trainer's BERT batches: see include/train/trident/bert_source.h. */
 #include "trident/bert_source.h"
 
 #include <stdlib.h>

@@ -1,5 +1,5 @@
-/* The per-iteration time breakdown: see include/trident/breakdown.h. */
-#include "trident/breakdown.h"
+/* The per-iteration time breakdown: see src/train/breakdown.h. */
+#include "breakdown.h"
 
 #include <string.h>
 

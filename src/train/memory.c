@@ -1,4 +1,4 @@
-/* Memory prediction: see include/trident/memory.h. Every figure is counted from the model's
+/* Memory prediction: see include/train/trident/memory.h. Every figure is counted from the model's
  * shape the way the blocks lay their tensors and activations out (src/model/), in fp32. */
 #include "trident/memory.h"
 

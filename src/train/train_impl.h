@@ -17,9 +17,9 @@
 
 #include <stdint.h>
 
-#include "backend/backend.h"
+#include "backend.h"
 #include "trident/bert_source.h"
-#include "trident/breakdown.h"
+#include "breakdown.h"
 #include "trident/checkpoint.h"
 #include "trident/data_parallel.h"
 #include "trident/gpt.h"

@@ -1,4 +1,4 @@
-/* The trainer: see include/trident/trainer.h. trainer_run holds the run together: the flags
+/* The trainer: see include/train/trident/trainer.h. trainer_run holds the run together: the flags
  * against the checkpoint and the rules, the --save lock, the signals, the set-up of each unit
  * (model, data, optimizer, reporting: train_impl.h), the --load, then the loop (loop.c). */
 #include "trident/trainer.h"

@@ -16,7 +16,7 @@
 #include <stdlib.h>
 
 #include "trident/check.h"
-#include "backend/cpu/cpu.h"
+#include "cpu.h"
 
 #define ATT_BLK 64
 

@@ -10,7 +10,7 @@
 
 #include "trident/check.h"
 #include "trident/timer.h"
-#include "backend/cpu/cpu.h"
+#include "cpu.h"
 
 /* Buffers of at least CPU_HUGE bytes (parameters, gradients, Adam moments, activations) are
  * 2 MiB aligned and asked for transparent huge pages: streaming kernels and GEMM packing then walk

@@ -3,7 +3,7 @@
 #ifndef TRIDENT_BACKEND_CPU_H
 #define TRIDENT_BACKEND_CPU_H
 
-#include "backend/backend.h"
+#include "backend.h"
 
 /* Per-ISA builds. CMakeLists.txt compiles the kernel files (every file here but cpu.c) for the
  * target's baseline and, on x86-64, twice more: with -march=x86-64-v3 (AVX2 + FMA) and

@@ -3,7 +3,7 @@
  * checks their dtypes (the cpu computes activations in fp32; the low-precision GEMMs read bf16
  * or fp16) and calls the kernel on plain pointers. */
 #include "trident/check.h"
-#include "backend/cpu/cpu.h"
+#include "cpu.h"
 
 #define CPU_DTYPE_HINT "the cpu backend computes activations in fp32: pass fp32 buffers (be_f32, be_f32_out)"
 

@@ -11,7 +11,7 @@
 
 #include <stdint.h>
 
-#include "backend/backend.h"
+#include "backend.h"
 #include "trident/parallel_state.h"
 
 typedef enum {

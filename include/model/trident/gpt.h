@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "backend/backend.h"
+#include "backend.h"
 #include "trident/arena.h"
 #include "trident/parallel_state.h"
 

@@ -1,4 +1,4 @@
-/* The rank grid and its groups: see include/trident/parallel_state.h. */
+/* The rank grid and its groups: see include/comm/trident/parallel_state.h. */
 #include "trident/parallel_state.h"
 
 #include <stdlib.h>

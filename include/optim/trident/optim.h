@@ -9,7 +9,7 @@
 
 #include <stdint.h>
 
-#include "backend/backend.h"
+#include "backend.h"
 #include "trident/data_parallel.h"
 #include "trident/gpt.h"
 #include "trident/parallel_state.h"

@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "backend/backend.h"
+#include "backend.h"
 #include "trident/comm.h"
 
 /* f, forward: identity (nothing to do; named so the call sites read like the paper). */

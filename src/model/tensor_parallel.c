@@ -1,5 +1,5 @@
-/* Tensor parallelism: see include/trident/tensor_parallel.h. */
-#include "trident/tensor_parallel.h"
+/* Tensor parallelism: see src/model/tensor_parallel.h. */
+#include "tensor_parallel.h"
 
 void tp_copy_bwd(const comm *tp, float *dx, size_t n)
 {
