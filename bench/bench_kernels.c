@@ -186,7 +186,7 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    backend *be = be_cpu(threads);
+    backend *be = be_create("cpu", threads);
     g_be = be;
     ctx cc = {0}, *c = &cc;
     c->be = be;

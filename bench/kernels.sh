@@ -6,13 +6,8 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD:-$root/build-bench}
-if [ ! -f "$build/libtrident_core.a" ]; then
+if [ ! -f "$build/bench/bench_kernels" ]; then
   cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DTRIDENT_NATIVE="${NATIVE:-ON}" >/dev/null
   cmake --build "$build" -j "$(nproc)" >/dev/null
 fi
-blas=$(sed -n 's/^OPENBLAS_LIB:FILEPATH=//p' "$build/CMakeCache.txt")
-flags=$(sed -n 's/^C_FLAGS = //p' "$build/CMakeFiles/trident_core.dir/flags.make")
-# shellcheck disable=SC2086
-cc $flags -I"$root/include" -I"$root/src" -o "$build/bench_kernels" "$root/bench/bench_kernels.c" \
-  "$build/libtrident_core.a" "$blas" -Wl,-rpath,"$(dirname "$blas")" -lm
-exec "$build/bench_kernels" "$@"
+exec "$build/bench/bench_kernels" "$@"

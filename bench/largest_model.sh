@@ -6,17 +6,12 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD:-$root/build}
-[ -f "$build/libtrident_core.a" ] || make -C "$root" build >/dev/null
-blas=$(sed -n 's/^OPENBLAS_LIB:FILEPATH=//p' "$build/CMakeCache.txt")
-flags=$(sed -n 's/^C_FLAGS = //p' "$build/CMakeFiles/trident_core.dir/flags.make")
+[ -f "$build/bench/largest_model" ] || make -C "$root" build >/dev/null
 verify=0 args=()
 while [ $# -gt 0 ]; do
   case $1 in --verify) verify=1; shift ;; *) args+=("$1" "$2"); shift 2 ;; esac
 done
-# shellcheck disable=SC2086
-cc $flags -I"$root/include" -I"$root/src" -o "$build/largest_model" "$root/bench/largest_model.c" \
-  "$build/libtrident_core.a" "$blas" -Wl,-rpath,"$(dirname "$blas")" -lm
-"$build/largest_model" "${args[@]}" | tee "$build/largest_model.txt"
+"$build/bench/largest_model" "${args[@]}" | tee "$build/largest_model.txt"
 [ $verify -eq 1 ] || exit 0
 [ "$(id -u)" -eq 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 data=$("$root/scripts/get-data.sh")

@@ -1,18 +1,6 @@
-/* Backend selection, and the wrappers that chain vtable entries. */
-#include <stdlib.h>
-#include <string.h>
-
-#include "trident/check.h"
-#include "backend/backend.h"
-
-backend *be_create(const char *name, int nthreads_or_device)
-{
-    if (strcmp(name, "cpu") == 0) return be_cpu(nthreads_or_device);
-    if (strcmp(name, "cuda") == 0)
-        td_fatal(1, "backend 'cuda' is not built into this binary (configure with -DTRIDENT_CUDA=ON on a machine "
-                    "with nvcc)");
-    td_fatal(TD_EXIT_USAGE, "unknown backend '%s' (choose cpu or cuda)", name);
-}
+/* What every backend shares and calls no implementation: the kernel families' names and the
+ * wrappers that chain vtable entries. */
+#include "backend.h"
 
 const char *be_op_name(be_op op)
 {
@@ -20,13 +8,6 @@ const char *be_op_name(be_op op)
                                                    "rope",          "bias/dropout/residual", "embedding",
                                                    "cross-entropy", "optimizer", "memory"};
     return op >= 0 && op < BE_OP_COUNT ? names[op] : "?";
-}
-
-void be_free(backend *be)
-{
-    if (!be) return;
-    be_lowp_free(be);
-    free(be);
 }
 
 void be_crossentropy_fwd(const backend *be, float *losses, float *maxv, float *sumexp, float *tlogit,

@@ -1,7 +1,8 @@
 /* Compute backends. Owns every floating-point kernel the model runs (GEMMs, norms, attention,
  * activations, dropout, cross-entropy, the optimizer step), behind one vtable so the model and
  * parallel code never include BLAS, OpenMP or CUDA headers. Implementations: cpu/ (OpenBLAS
- * sgemm + OpenMP), cuda/ (later). Pointers are device pointers of the backend (host for cpu).
+ * sgemm + OpenMP); registry.c names them (be_create); docs/backend.md is the contract entry by
+ * entry and what a device backend implements each with.
  *
  * Conventions (llm.c style, Megatron TP-aware):
  *  - outputs first, then inputs, then sizes;
@@ -9,7 +10,31 @@
  *    serve tensor parallelism; weights are (out, in) row-major: out = inp . W^T + b;
  *  - backward ACCUMULATES (+=) into every gradient it is given, parameter and input alike,
  *    unless its contract says "writes"; a NULL gradient pointer skips that gradient;
- *  - buffers do not alias unless the contract says so. */
+ *  - buffers do not alias unless the contract says so;
+ *  - activations (and their gradients) travel as typed buffers (be_in to read, be_out to write:
+ *    a pointer and its dtype); weights, their gradients, optimizer state and per-row
+ *    statistics (mean, rstd, lse, maxv, ...) are fp32 `float *`. A backend checks the dtypes it
+ *    is given and dies naming the entry on one it does not compute in (cpu: fp32 only, but the
+ *    low-precision GEMMs).
+ *
+ * The queue. A backend has ONE ordered queue (cpu: none, every call runs to completion before it
+ * returns; CUDA: one stream, be->queue). Every vtable entry is enqueued on it in call order and
+ * runs after everything enqueued before it, so the model needs no synchronisation between
+ * kernels. Memory:
+ *  - every pointer an entry takes is DEVICE memory of this backend (from alloc; cpu: host
+ *    memory), including the integer arrays: token ids, targets, attention's klen and a dropout's
+ *    sample indices. Only the scalars of the call itself (sizes, eps, a be_drop's p, seed, site,
+ *    pos0, unit0) are host values, read when the call is made;
+ *  - host code reads or writes device memory only through copy_bytes: an H2D copy returns once
+ *    the host source may be reused (synchronous for the host buffer), a D2H copy returns once
+ *    everything enqueued before it has run and the host destination holds the bytes
+ *    (synchronous); D2D copies and set_bytes are enqueued like kernels. Code that dereferences a
+ *    device pointer on the host is correct on cpu only;
+ *  - an entry that returns a value read from device memory (sumsq) waits for the queue first;
+ *  - sync returns when everything enqueued so far has run: after it the host may time, free or
+ *    reuse any buffer. free is ordered after the work queued before it.
+ * Timing goes through events (event_record, event_elapsed): a point in the queue, so the time
+ * between two is the device's, not the host's enqueueing time. */
 #ifndef TRIDENT_BACKEND_H
 #define TRIDENT_BACKEND_H
 
@@ -23,21 +48,52 @@ typedef struct backend backend;
 
 typedef enum { BE_H2D, BE_D2H, BE_D2D } be_copy_kind;
 
-/* Element types of backend buffers. Every kernel takes fp32 unless its contract names a dtype:
- * the low-precision GEMMs and the conversions below. bf16 is the top half of an IEEE float
- * (8-bit exponent, 7-bit mantissa); fp16 is IEEE binary16 (5-bit exponent, 10-bit mantissa,
- * largest finite 65504). Both are stored as uint16_t. */
+/* Element types of backend buffers: typed buffers (below) carry one, `float *` arguments are
+ * fp32. The cpu kernels compute in fp32 but the low-precision GEMMs and the conversions. bf16
+ * is the top half of an IEEE float (8-bit exponent, 7-bit mantissa); fp16 is IEEE binary16
+ * (5-bit exponent, 10-bit mantissa, largest finite 65504). Both are stored as uint16_t. */
 typedef enum { BE_F32 = 0, BE_BF16 = 1, BE_F16 = 2 } be_dtype;
 static inline size_t be_dtype_size(be_dtype t) { return t == BE_F32 ? 4 : 2; }
 static inline const char *be_dtype_name(be_dtype t) { return t == BE_BF16 ? "bf16" : t == BE_F16 ? "fp16" : "fp32"; }
 
+/* Typed buffers: an activation (or its gradient) as the kernels receive it, device memory and
+ * the dtype of its elements. be_in is read, be_out written or accumulated. A NULL p (an optional
+ * output left out) may carry any dtype. */
+typedef struct be_in {
+    const void *p;
+    be_dtype dt;
+} be_in;
+typedef struct be_out {
+    void *p;
+    be_dtype dt;
+} be_out;
+static inline be_in be_f32(const float *p)
+{
+    be_in x = {p, BE_F32};
+    return x;
+}
+static inline be_out be_f32_out(float *p)
+{
+    be_out x = {p, BE_F32};
+    return x;
+}
+
+/* A point in the backend's queue (event_record): cpu stamps the wall clock when the call is made
+ * (everything before it has run); a device backend records a device event (h) on its queue. An
+ * event is read once, by event_elapsed, which releases what it holds. */
+typedef struct be_event {
+    double t; /* cpu: td_now() at the record */
+    void *h;  /* device backends: their event handle; cpu: NULL */
+} be_event;
+
 /* Where a dropout mask lives in the logical model: the mask of an element is a pure function of
  * (seed, sample, site, position, unit) — never of rank or layout — and is regenerated, not
- * stored. p == 0 (or a NULL be_drop) is exactly the identity. */
+ * stored. p == 0 (or a NULL be_drop) is exactly the identity. The struct itself is host memory
+ * read at the call (its scalars are kernel arguments); `sample` points into device memory. */
 typedef struct be_drop {
     float p;               /* drop probability in [0, 1); kept values are scaled by 1/(1-p) */
     uint64_t seed;         /* the run's seed */
-    const int64_t *sample; /* (B) host array: global sample index (dataset order) of batch row b */
+    const int64_t *sample; /* (B) device array: global sample index (dataset order) of batch row b */
     int site;              /* dropout site id, unique per dropout call site of the model
                             * (e.g. 3*layer + {0 attn, 1 after proj, 2 after fc2}; 0..65535) */
     int pos0;              /* position of row t = 0 (nonzero for a sequence-parallel slice) */
@@ -45,8 +101,9 @@ typedef struct be_drop {
                             * attention dropout: global index of local head 0 */
 } be_drop;
 
-/* The vtable. Every entry takes the backend first (threads, stream). Shapes in comments;
- * N = rows, BT = B*T. See the contracts on each entry. */
+/* The vtable. Every entry takes the backend first (threads, queue) and is enqueued on its queue
+ * in call order (see the top of this file). Shapes in comments; N = rows, BT = B*T. See the
+ * contracts on each entry. */
 struct be_ops {
     const char *name;
 
@@ -54,18 +111,31 @@ struct be_ops {
     /* Returns `bytes` of uninitialised memory, 64-byte aligned; dies if short. */
     void *(*alloc)(const backend *be, size_t bytes);
     void (*free)(const backend *be, void *p); /* NULL is a no-op */
+    /* dst = src, `bytes` bytes. BE_H2D (src host, dst device) returns when src may be reused;
+     * BE_D2H (src device, dst host) returns when dst holds the bytes, after all queued work;
+     * BE_D2D (both device) is enqueued. Overlap only when dst == src. */
     void (*copy_bytes)(const backend *be, void *dst, const void *src, size_t bytes, be_copy_kind kind);
+    /* p (device, `bytes` bytes) = byte, enqueued. */
     void (*set_bytes)(const backend *be, void *p, int byte, size_t bytes);
-    void (*sync)(const backend *be); /* waits for queued work (timing); no-op on cpu */
+    /* Returns when everything enqueued so far has run. cpu: nothing queues, a no-op. */
+    void (*sync)(const backend *be);
+    /* *ev = a point in the queue after everything enqueued so far (cpu: the wall clock now). */
+    void (*event_record)(const backend *be, be_event *ev);
+    /* Seconds between two recorded events, start recorded first; waits until `end` has passed.
+     * Releases both events (each is read once). */
+    double (*event_elapsed)(const backend *be, be_event *start, be_event *end);
+    /* Frees the backend's own state (its queue, library handles), after waiting for the queue;
+     * be_free calls it, then frees the struct. cpu: nothing to free. */
+    void (*destroy)(backend *be);
 
     /* ---- matmul: out = inp . W^T + b ---- */
     /* out (BT, OC) written; inp (BT, C); w (OC, C); b (OC) or NULL. */
-    void (*matmul_fwd)(const backend *be, float *out, const float *inp, const float *w, const float *b, int BT,
-                       int C, int OC);
+    void (*matmul_fwd)(const backend *be, be_out out, be_in inp, const float *w, const float *b, int BT, int C,
+                       int OC);
     /* dinp (BT, C) += dout . W; dw (OC, C) += dout^T . inp; db (OC) += column sums of dout.
      * Any of dinp, dw, db may be NULL. dout (BT, OC). */
-    void (*matmul_bwd)(const backend *be, float *dinp, float *dw, float *db, const float *dout, const float *inp,
-                       const float *w, int BT, int C, int OC);
+    void (*matmul_bwd)(const backend *be, be_out dinp, float *dw, float *db, be_in dout, be_in inp, const float *w,
+                       int BT, int C, int OC);
 
     /* ---- dtypes ---- */
     /* dst (n, dtype dt) written = src (n, dtype st) converted: to bf16 and fp16 rounded to nearest
@@ -73,13 +143,13 @@ struct be_ops {
      * types are equal. */
     void (*convert)(const backend *be, void *dst, be_dtype dt, const void *src, be_dtype st, size_t n);
     /* The low-precision linear layer: as matmul_fwd and matmul_bwd, with inp, w and dout in dtype
-     * dt (BE_BF16 or BE_F16) and every product accumulated in fp32 into fp32 outputs (out
-     * written, b fp32 or NULL; dinp and dw accumulated, either may be NULL). The bias gradient is
-     * not here: it is a column sum of the fp32 dout (bias_bwd). */
-    void (*matmul_fwd_lp)(const backend *be, float *out, const void *inp, const void *w, const float *b, be_dtype dt,
+     * dt (BE_BF16 or BE_F16: inp.dt and dout.dt are dt) and every product accumulated in fp32
+     * into fp32 outputs (out written, b fp32 or NULL; dinp and dw accumulated, either may be
+     * NULL). The bias gradient is not here: it is a column sum of the fp32 dout (bias_bwd). */
+    void (*matmul_fwd_lp)(const backend *be, be_out out, be_in inp, const void *w, const float *b, be_dtype dt,
                           int BT, int C, int OC);
-    void (*matmul_bwd_lp)(const backend *be, float *dinp, float *dw, const void *dout, const void *inp,
-                          const void *w, be_dtype dt, int BT, int C, int OC);
+    void (*matmul_bwd_lp)(const backend *be, be_out dinp, float *dw, be_in dout, be_in inp, const void *w,
+                          be_dtype dt, int BT, int C, int OC);
     /* 1 if GEMMs in dt run on the device's own instructions for it (cpu: bf16 with AVX512-BF16),
      * 0 if they are widened to fp32 (same results, fp32 speed). */
     int (*lp_native)(const backend *be, be_dtype dt);
@@ -87,36 +157,36 @@ struct be_ops {
     /* ---- embeddings (vocab-parallel word table, replicated positions) ---- */
     /* out (BT, C) written: row i = wte[ids[i] - vstart] if vstart <= ids[i] < vstart + Vloc, else
      * zeros. wte (Vloc, C) is the local slice of the word table. ids (BT) are device ints. */
-    void (*embedding_fwd)(const backend *be, float *out, const int32_t *ids, const float *wte, int BT, int C,
+    void (*embedding_fwd)(const backend *be, be_out out, const int32_t *ids, const float *wte, int BT, int C,
                           int vstart, int Vloc);
     /* dwte (Vloc, C) += dout rows for the ids in this slice (others ignored). Deterministic. */
-    void (*embedding_bwd)(const backend *be, float *dwte, const float *dout, const int32_t *ids, int BT, int C,
+    void (*embedding_bwd)(const backend *be, float *dwte, be_in dout, const int32_t *ids, int BT, int C,
                           int vstart, int Vloc);
     /* out (B, T, C) += wpe[pos0 + t] for each row (b, t). wpe (>= pos0 + T, C). */
-    void (*pos_embedding_fwd)(const backend *be, float *out, const float *wpe, int B, int T, int C, int pos0);
+    void (*pos_embedding_fwd)(const backend *be, be_out out, const float *wpe, int B, int T, int C, int pos0);
     /* dwpe[pos0 + t] += sum over b of dout[b, t]. dout (B, T, C). Deterministic. */
-    void (*pos_embedding_bwd)(const backend *be, float *dwpe, const float *dout, int B, int T, int C, int pos0);
+    void (*pos_embedding_bwd)(const backend *be, float *dwpe, be_in dout, int B, int T, int C, int pos0);
 
     /* ---- layernorm ---- */
     /* out (N, C) written = (inp - mean) * rstd * w + b, rstd = 1 / sqrt(var + eps) (biased
      * variance, as torch.nn.LayerNorm); mean (N), rstd (N) written (either may be NULL when no
      * backward follows). inp (N, C); w, b (C). */
-    void (*layernorm_fwd)(const backend *be, float *out, float *mean, float *rstd, const float *inp,
-                          const float *w, const float *b, int N, int C, float eps);
+    void (*layernorm_fwd)(const backend *be, be_out out, float *mean, float *rstd, be_in inp, const float *w,
+                          const float *b, int N, int C, float eps);
     /* dinp (N, C) +=; dw (C) +=; db (C) += (any may be NULL). dout, inp (N, C); mean, rstd (N)
      * from the forward. Deterministic (no dependence on thread count). */
-    void (*layernorm_bwd)(const backend *be, float *dinp, float *dw, float *db, const float *dout, const float *inp,
+    void (*layernorm_bwd)(const backend *be, be_out dinp, float *dw, float *db, be_in dout, be_in inp,
                           const float *w, const float *mean, const float *rstd, int N, int C);
 
     /* ---- RMSNorm (Llama; Megatron --normalization RMSNorm) ---- */
     /* out (N, C) written = inp * rstd * w, rstd = 1 / sqrt(mean(inp^2) + eps); rstd (N) written
      * (may be NULL when no backward follows). inp (N, C); w (C). */
-    void (*rmsnorm_fwd)(const backend *be, float *out, float *rstd, const float *inp, const float *w, int N, int C,
+    void (*rmsnorm_fwd)(const backend *be, be_out out, float *rstd, be_in inp, const float *w, int N, int C,
                         float eps);
     /* dinp (N, C) +=; dw (C) += (either may be NULL). dout, inp (N, C); w (C); rstd (N) from the
      * forward. Deterministic (no dependence on thread count). */
-    void (*rmsnorm_bwd)(const backend *be, float *dinp, float *dw, const float *dout, const float *inp,
-                        const float *w, const float *rstd, int N, int C);
+    void (*rmsnorm_bwd)(const backend *be, be_out dinp, float *dw, be_in dout, be_in inp, const float *w,
+                        const float *rstd, int N, int C);
 
     /* ---- rotary position embedding, "rotate half" (Hugging Face Llama, Megatron non-interleaved) ----
      * x: rows (B, T) of ld floats, each holding nh heads of hs floats from the start pointer (a q
@@ -129,10 +199,10 @@ struct be_ops {
      * and sin of that float32 angle correctly rounded), so positions far from 0 turn as they do
      * in a checkpoint's original framework. */
     /* x rotated in place (written). */
-    void (*rope_fwd)(const backend *be, float *x, int B, int T, int ld, int nh, int hs, int rot, float base,
+    void (*rope_fwd)(const backend *be, be_out x, int B, int T, int ld, int nh, int hs, int rot, float base,
                      int pos0);
     /* dx rotated back in place: WRITES dx = R^T dx (the rotation by -a_i; not +=). */
-    void (*rope_bwd)(const backend *be, float *dx, int B, int T, int ld, int nh, int hs, int rot, float base,
+    void (*rope_bwd)(const backend *be, be_out dx, int B, int T, int ld, int nh, int hs, int rot, float base,
                      int pos0);
 
     /* ---- self-attention core, grouped-query: NH local query heads, NKV local key/value
@@ -143,87 +213,85 @@ struct be_ops {
      * q = qkv, k = qkv + C, v = qkv + 2C, ldq = ldkv = 3C.
      * out (B, T, C) written: head h at columns h*HS... att = softmax(q k^T / sqrt(HS)) over keys
      * [0, t] of query t (causal: klen NULL), or over keys [0, klen[b]) for every query of sample b
-     * (bidirectional with a padding mask, BERT: klen (B) host ints in [1, T]), then dropout (drop, unit = (drop->unit0 + h) * T + key position; NULL or p = 0: none),
+     * (bidirectional with a padding mask: klen (B) device ints in [1, T]), then dropout (drop,
+     * unit = (drop->unit0 + h) * T + key position; NULL or p = 0: none),
      * out = att . v. lse (B, NH, T) written: the log-sum-exp of each score row, which is all the
      * backward needs (it recomputes the probabilities; no (T, T) buffer is kept). Caller
      * buffers: out B*T*C floats, lse B*NH*T floats; cpu scratch is per thread and reused
      * (64*T floats forward, 3x that backward). */
-    void (*attention_fwd)(const backend *be, float *out, float *lse, const float *q, const float *k, const float *v,
-                          int ldq, int ldkv, int B, int T, int NH, int NKV, int HS, const int32_t *klen,
-                          const be_drop *drop);
+    void (*attention_fwd)(const backend *be, be_out out, float *lse, be_in q, be_in k, be_in v, int ldq, int ldkv,
+                          int B, int T, int NH, int NKV, int HS, const int32_t *klen, const be_drop *drop);
     /* dq (rows of stride ldq) +=, dk, dv (rows of stride ldkv) += the gradients w.r.t. q, k, v
      * (any may be NULL; the other columns of their rows are untouched); dk and dv of a key/value
      * head receive the sum over the query heads that share it, in a fixed order (deterministic).
      * dout (B, T, C); q, k, v, lse, strides, klen, drop as in the forward. dq, dk, dv may be
      * parts of one fused buffer (disjoint columns). */
-    void (*attention_bwd)(const backend *be, float *dq, float *dk, float *dv, const float *dout, const float *q,
-                          const float *k, const float *v, const float *lse, int ldq, int ldkv, int B, int T, int NH,
-                          int NKV, int HS, const int32_t *klen, const be_drop *drop);
+    void (*attention_bwd)(const backend *be, be_out dq, be_out dk, be_out dv, be_in dout, be_in q, be_in k, be_in v,
+                          const float *lse, int ldq, int ldkv, int B, int T, int NH, int NKV, int HS,
+                          const int32_t *klen, const be_drop *drop);
 
     /* ---- attention over a key/value cache (generation; no dropout, no backward) ----
      * q: rows (B, n) of stride ldq, the queries of positions pos0 .. pos0 + n - 1 (NH heads of HS,
      * rotated); kc, vc: (B, cap, NKV * HS) caches holding the keys and values of positions
      * 0 .. pos0 + n - 1 (the new ones already appended). out (B, n, NH * HS) written: query i of
      * head h attends to keys 0 .. pos0 + i of head h / (NH / NKV), softmax(q k^T / sqrt(HS)) v. */
-    void (*attention_kv_fwd)(const backend *be, float *out, const float *q, const float *kc, const float *vc, int ldq,
-                             int B, int n, int pos0, int cap, int NH, int NKV, int HS);
+    void (*attention_kv_fwd)(const backend *be, be_out out, be_in q, be_in kc, be_in vc, int ldq, int B, int n,
+                             int pos0, int cap, int NH, int NKV, int HS);
 
     /* ---- GeLU, tanh approximation (GPT-2 / Megatron) ---- */
     /* out (n) written = gelu(inp); out may equal inp. */
-    void (*gelu_fwd)(const backend *be, float *out, const float *inp, size_t n);
+    void (*gelu_fwd)(const backend *be, be_out out, be_in inp, size_t n);
     /* dinp (n) += gelu'(inp) * dout. */
-    void (*gelu_bwd)(const backend *be, float *dinp, const float *dout, const float *inp, size_t n);
+    void (*gelu_bwd)(const backend *be, be_out dinp, be_in dout, be_in inp, size_t n);
     /* Fused bias + GeLU: out (N, C) written = gelu(inp + b); inp (N, C) is kept (it is what the
      * backward needs); b (C). */
-    void (*bias_gelu_fwd)(const backend *be, float *out, const float *inp, const float *b, int N, int C);
+    void (*bias_gelu_fwd)(const backend *be, be_out out, be_in inp, const float *b, int N, int C);
     /* dinp (N, C) += gelu'(inp + b) * dout; db (C) += column sums of that (either may be NULL). */
-    void (*bias_gelu_bwd)(const backend *be, float *dinp, float *db, const float *dout, const float *inp,
-                          const float *b, int N, int C);
+    void (*bias_gelu_bwd)(const backend *be, be_out dinp, float *db, be_in dout, be_in inp, const float *b, int N,
+                          int C);
 
     /* ---- SwiGLU (Llama's MLP; Megatron --swiglu) ---- */
     /* out (N, F) written = silu(gate) * up, silu(x) = x sigmoid(x); inp (N, 2F), each row
      * [gate (F) | up (F)] (the fused fc1 output). */
-    void (*swiglu_fwd)(const backend *be, float *out, const float *inp, int N, int F);
+    void (*swiglu_fwd)(const backend *be, be_out out, be_in inp, int N, int F);
     /* dinp (N, 2F) += gradient w.r.t. [gate | up]. dout (N, F); inp as in the forward. */
-    void (*swiglu_bwd)(const backend *be, float *dinp, const float *dout, const float *inp, int N, int F);
+    void (*swiglu_bwd)(const backend *be, be_out dinp, be_in dout, be_in inp, int N, int F);
 
     /* ---- elementwise ---- */
     /* out (n) written = a + b; out may equal a or b. */
-    void (*add)(const backend *be, float *out, const float *a, const float *b, size_t n);
+    void (*add)(const backend *be, be_out out, be_in a, be_in b, size_t n);
     /* x (n) *= s. */
-    void (*scale)(const backend *be, float *x, float s, size_t n);
+    void (*scale)(const backend *be, be_out x, float s, size_t n);
     /* out (N, C) += b (C) on every row. */
-    void (*bias_add)(const backend *be, float *out, const float *b, int N, int C);
+    void (*bias_add)(const backend *be, be_out out, const float *b, int N, int C);
     /* db (C) += column sums of dout (N, C). Deterministic. */
-    void (*bias_bwd)(const backend *be, float *db, const float *dout, int N, int C);
+    void (*bias_bwd)(const backend *be, float *db, be_in dout, int N, int C);
 
     /* ---- dropout (hidden): tensor (B, T, C), unit = drop->unit0 + channel ---- */
     /* out written = inp * mask / (1 - p); out may equal inp (then p = 0 costs nothing). */
-    void (*dropout_fwd)(const backend *be, float *out, const float *inp, int B, int T, int C,
-                        const be_drop *drop);
+    void (*dropout_fwd)(const backend *be, be_out out, be_in inp, int B, int T, int C, const be_drop *drop);
     /* WRITES dinp = dout * mask / (1 - p) (not +=); dinp may equal dout. */
-    void (*dropout_bwd)(const backend *be, float *dinp, const float *dout, int B, int T, int C,
-                        const be_drop *drop);
+    void (*dropout_bwd)(const backend *be, be_out dinp, be_in dout, int B, int T, int C, const be_drop *drop);
     /* Megatron's bias-dropout-add: out (B, T, C) written = resid + dropout(inp + b); b (C) or
      * NULL; out may equal resid or inp. Backward: dresid = dout; d(inp) via dropout_bwd, and
      * db via bias_bwd of that. */
-    void (*bias_dropout_add_fwd)(const backend *be, float *out, const float *resid, const float *inp,
-                                 const float *b, int B, int T, int C, const be_drop *drop);
+    void (*bias_dropout_add_fwd)(const backend *be, be_out out, be_in resid, be_in inp, const float *b, int B,
+                                 int T, int C, const be_drop *drop);
 
     /* ---- vocab-parallel softmax cross-entropy over logits (BT, Vloc) of the vocab slice
      * [vstart, vstart + Vloc). Only its first Vreal columns (0 <= Vreal <= Vloc, see
      * be_vocab_real) are real vocabulary entries; the rest are Megatron's padding, treated as
      * logits of -inf: no part in the max or the sum, probability 0, gradient 0. The parallel
      * code all-reduces between the steps: max (MAX), sumexp (SUM), tlogit (SUM). Targets are
-     * global ids in [0, V) of the real vocabulary. ---- */
+     * global ids in [0, V) of the real vocabulary, (BT) device ints. ---- */
     /* maxv (BT) written = max over the real columns of the local slice (-inf when none). */
-    void (*ce_max)(const backend *be, float *maxv, const float *logits, int BT, int Vloc, int Vreal);
+    void (*ce_max)(const backend *be, float *maxv, be_in logits, int BT, int Vloc, int Vreal);
     /* sumexp (BT) written = sum over the real columns of exp(logit - maxv) (maxv: GLOBAL max). */
-    void (*ce_sumexp)(const backend *be, float *sumexp, const float *logits, const float *maxv, int BT, int Vloc,
+    void (*ce_sumexp)(const backend *be, float *sumexp, be_in logits, const float *maxv, int BT, int Vloc,
                       int Vreal);
     /* tlogit (BT) written = logits[i, targets[i] - vstart] if the target is in the slice, else 0. */
-    void (*ce_target)(const backend *be, float *tlogit, const float *logits, const int32_t *targets, int BT,
-                      int Vloc, int vstart);
+    void (*ce_target)(const backend *be, float *tlogit, be_in logits, const int32_t *targets, int BT, int Vloc,
+                      int vstart);
     /* losses (BT) written = log(sumexp) + maxv - tlogit (all global). */
     void (*ce_loss)(const backend *be, float *losses, const float *maxv, const float *sumexp, const float *tlogit,
                     int BT);
@@ -231,8 +299,8 @@ struct be_ops {
      * dlogits = (exp(logit - maxv) / sumexp - [target == vstart + j]) * dloss[i] for the real
      * columns j < Vreal, and exactly 0 for the padded ones.
      * maxv, sumexp: the global ones; dloss (BT): d(total loss)/d(loss of row i). */
-    void (*ce_bwd)(const backend *be, float *logits, const float *maxv, const float *sumexp,
-                   const int32_t *targets, const float *dloss, int BT, int Vloc, int Vreal, int vstart);
+    void (*ce_bwd)(const backend *be, be_out logits, const float *maxv, const float *sumexp, const int32_t *targets,
+                   const float *dloss, int BT, int Vloc, int Vreal, int vstart);
 
     /* ---- optimizer, on a contiguous slice of n elements ---- */
     /* PyTorch AdamW, step >= 1 (count including this one): with g' = g * gscale,
@@ -240,7 +308,7 @@ struct be_ops {
      * p -= lr/(1-b1^step) * m / (sqrt(v)/sqrt(1-b2^step) + eps). p, m, v updated in place. */
     void (*adamw)(const backend *be, float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1,
                   float beta2, float eps, float wd, float gscale, int64_t step);
-    /* Sum of squares of x (n), accumulated in double. Returns it to the host. */
+    /* Sum of squares of x (n), accumulated in double. Returns it to the host (waits for the queue). */
     double (*sumsq)(const backend *be, const float *x, size_t n);
 
     /* ---- measurement ---- */
@@ -259,9 +327,11 @@ struct be_ops {
 };
 
 /* ---- time per kernel family, for the trainer's breakdown of an iteration ----
- * When be->stats is set, every be_<entry> wrapper below adds its wall time to the family of the
- * entry (and, for GEMMs and attention, its model FLOPs). The cpu backend is synchronous, so these
- * are kernel times; an asynchronous backend would need a be_sync around each to make them so. */
+ * When be->stats is set, every be_<entry> wrapper below adds the time between two events, one
+ * recorded before the entry and one after (be_tic, be_toc), to the family of the entry (and,
+ * for GEMMs and attention, its model FLOPs). On cpu the events are wall-clock stamps around a
+ * call that runs to completion; on a device backend they are points of its queue, and reading
+ * one waits for it (stats are for measurement runs). */
 typedef enum {
     BE_OP_GEMM,         /* matmul_fwd, matmul_bwd */
     BE_OP_ATTENTION,    /* attention_fwd, attention_bwd */
@@ -287,13 +357,15 @@ typedef struct be_stats {
 const char *be_op_name(be_op op);
 
 /* A backend: its vtable and a small context. Stateless otherwise: every kernel is a pure
- * function of its arguments (scratch, if any, is allocated inside a call). */
+ * function of its arguments (scratch, if any, is the implementation's own). */
 struct backend {
     const struct be_ops *ops;
+    void *queue;  /* the one ordered queue every entry is enqueued on (CUDA: a cudaStream_t);
+                   * cpu: NULL, every entry runs before it returns */
     int nthreads; /* cpu: OpenMP threads of every kernel (and of OpenBLAS) */
-    int device;   /* cuda: device ordinal */
+    int device;   /* a device backend: its device ordinal; cpu: -1 */
     int isa;      /* cpu: which ISA build of the kernels runs (cpu.c) */
-    void *impl;   /* implementation state (streams, handles) */
+    void *impl;   /* implementation state (library handles, event pools) */
     be_stats *stats; /* NULL, or where the wrappers add kernel times (see be_stats) */
     /* Mixed precision (mixed.c): BE_F32, or the dtype every be_matmul_fwd/bwd multiplies in
      * (be_set_gemm_dtype); the weights' copies in it. */
@@ -301,28 +373,55 @@ struct backend {
     struct be_lowp *lowp;
 };
 
-/* The CPU backend with `nthreads` threads (0: OpenMP's default). Sets OpenBLAS's thread count,
- * which is process-wide. */
-backend *be_cpu(int nthreads);
+/* ---- the backends of this binary (registry.c) ---- */
+/* A backend by name (be_backend_names; "cpu"): nthreads_or_device is the cpu's thread count (0:
+ * OpenMP's default) or a device backend's device ordinal. An unknown name exits 2 with the list. */
+backend *be_create(const char *name, int nthreads_or_device);
+/* 1 if `name` is a backend of this binary. */
+int be_backend_known(const char *name);
+/* The backends of this binary, ", " between them ("cpu"). */
+const char *be_backend_names(void);
+/* Waits for the queue, frees the backend's state (destroy), its mixed-precision copies and the
+ * struct. NULL is a no-op. */
+void be_free(backend *be);
 /* 1 if this binary has the CPU kernel build `name` (baseline, avx2, avx512) and this CPU runs it;
  * else 0 with the reason written to why (len bytes). *best (when best is not NULL) = the build
- * be_cpu takes when TRIDENT_CPU_ISA is unset. */
+ * the cpu backend takes when TRIDENT_CPU_ISA is unset. */
 int be_cpu_isa_runs(const char *name, const char **best, char *why, size_t len);
-/* A backend by name ("cpu", "cuda"); dies with a clear message when it is not built in. */
-backend *be_create(const char *name, int nthreads_or_device);
-void be_free(backend *be);
 /* First thing in main, before any thread or library starts: lets the backends set up the process
  * for this machine. cpu: where OpenBLAS loaded older kernels than the CPU runs (0.3.21 gives
  * AMD Zen 4 its AVX2 ones), sets OPENBLAS_CORETYPE and executes the program again, once; the
  * log then names what it replaced. */
 void be_prepare_process(char **argv);
 
+/* ---- events: time on the backend's queue ---- */
+/* A point in the queue after everything enqueued so far. */
+static inline be_event be_event_record(const backend *be)
+{
+    be_event e = {0.0, NULL};
+    be->ops->event_record(be, &e);
+    return e;
+}
+/* Seconds from start to end (both recorded by be_event_record, start first); waits for end and
+ * releases both. */
+static inline double be_event_elapsed(const backend *be, be_event *start, be_event *end)
+{
+    return be->ops->event_elapsed(be, start, end);
+}
+
 /* ---- wrappers: be_<entry>(be, ...) calls be->ops-><entry>(be, ...), timed into be->stats ---- */
-static inline double be_tic(const backend *be) { return be->stats ? td_now() : 0.0; }
-static inline void be_toc(const backend *be, be_op op, double t0, double flops)
+/* Fp32 callers: the wrappers take float * and pass it as an fp32 typed buffer. */
+static inline be_event be_tic(const backend *be)
+{
+    be_event e = {0.0, NULL};
+    if (be->stats) be->ops->event_record(be, &e);
+    return e;
+}
+static inline void be_toc(const backend *be, be_op op, be_event t0, double flops)
 {
     if (!be->stats) return;
-    be->stats->seconds[op] += td_now() - t0;
+    be_event t1 = be_event_record(be);
+    be->stats->seconds[op] += be->ops->event_elapsed(be, &t0, &t1);
     be->stats->flops[op] += flops;
     be->stats->calls[op]++;
 }
@@ -331,21 +430,21 @@ static inline void *be_alloc(const backend *be, size_t bytes) { return be->ops->
 static inline void be_dfree(const backend *be, void *p) { be->ops->free(be, p); }
 static inline void be_memcpy(const backend *be, void *dst, const void *src, size_t bytes, be_copy_kind k)
 {
-    double t0 = be_tic(be);
+    be_event t0 = be_tic(be);
     be->ops->copy_bytes(be, dst, src, bytes, k);
     be_toc(be, BE_OP_MEMORY, t0, 0);
 }
 /* x (n floats) = 0. */
 static inline void be_zero(const backend *be, float *x, size_t n)
 {
-    double t0 = be_tic(be);
+    be_event t0 = be_tic(be);
     be->ops->set_bytes(be, x, 0, n * sizeof(float));
     be_toc(be, BE_OP_MEMORY, t0, 0);
 }
 /* dst (n floats) = src, both device. */
 static inline void be_copy(const backend *be, float *dst, const float *src, size_t n)
 {
-    double t0 = be_tic(be);
+    be_event t0 = be_tic(be);
     be->ops->copy_bytes(be, dst, src, n * sizeof(float), BE_D2D);
     be_toc(be, BE_OP_MEMORY, t0, 0);
 }
@@ -369,131 +468,93 @@ void be_lowp_free(backend *be);
 /* Bytes of the weight copies and conversion scratch held now. */
 size_t be_lowp_bytes(const backend *be);
 
-/* A GEMM input: fp32, or a buffer already in the GEMMs' dtype (an activation a model keeps in it,
- * half the bytes; the GEMMs then read it as it is). */
-typedef struct be_in {
-    const void *p;
-    be_dtype dt; /* BE_F32, or be->gemm_dtype */
-} be_in;
-static inline be_in be_f32(const float *p)
-{
-    be_in x = {p, BE_F32};
-    return x;
-}
-void be_matmul_fwd_mixed(const backend *be, float *out, be_in inp, const float *w, const float *b, int BT, int C,
-                         int OC);
-void be_matmul_bwd_mixed(const backend *be, float *dinp, float *dw, float *db, const float *dout, be_in inp,
-                         const float *w, int BT, int C, int OC);
-
 static inline void be_convert(const backend *be, void *dst, be_dtype dt, const void *src, be_dtype st, size_t n)
 {
-    double t0 = be_tic(be);
+    be_event t0 = be_tic(be);
     be->ops->convert(be, dst, dt, src, st, n);
     be_toc(be, BE_OP_MEMORY, t0, 0);
 }
-/* The linear layer on an input of either kind (be_in); be_matmul_fwd/bwd below take fp32. */
-static inline void be_matmul_fwd_in(const backend *be, float *out, be_in inp, const float *w, const float *b,
-                                    int BT, int C, int OC)
-{
-    if (be->gemm_dtype != BE_F32) {
-        be_matmul_fwd_mixed(be, out, inp, w, b, BT, C, OC);
-        return;
-    }
-    double t0 = be_tic(be);
-    be->ops->matmul_fwd(be, out, (const float *)inp.p, w, b, BT, C, OC);
-    be_toc(be, BE_OP_GEMM, t0, 2.0 * BT * C * OC);
-}
-static inline void be_matmul_bwd_in(const backend *be, float *dinp, float *dw, float *db, const float *dout,
-                                    be_in inp, const float *w, int BT, int C, int OC)
-{
-    if (be->gemm_dtype != BE_F32) {
-        be_matmul_bwd_mixed(be, dinp, dw, db, dout, inp, w, BT, C, OC);
-        return;
-    }
-    double f = 2.0 * BT * C * OC * ((dinp != NULL) + (dw != NULL));
-    double t0 = be_tic(be);
-    be->ops->matmul_bwd(be, dinp, dw, db, dout, (const float *)inp.p, w, BT, C, OC);
-    be_toc(be, BE_OP_GEMM, t0, f);
-}
-static inline void be_matmul_fwd(const backend *be, float *out, const float *inp, const float *w, const float *b,
-                                 int BT, int C, int OC)
-{
-    be_matmul_fwd_in(be, out, be_f32(inp), w, b, BT, C, OC);
-}
-static inline void be_matmul_bwd(const backend *be, float *dinp, float *dw, float *db, const float *dout,
-                                 const float *inp, const float *w, int BT, int C, int OC)
-{
-    be_matmul_bwd_in(be, dinp, dw, db, dout, be_f32(inp), w, BT, C, OC);
-}
+/* The linear layer (mixed.c): out (BT, OC) written = inp . W^T + b, and its backward (as
+ * matmul_fwd / matmul_bwd), in the backend's gemm dtype. The _in forms take the input as a
+ * typed buffer: fp32, or already in the gemm dtype (an activation a model keeps in it, half the
+ * bytes; the GEMMs then read it as it is). */
+void be_matmul_fwd_in(const backend *be, float *out, be_in inp, const float *w, const float *b, int BT, int C,
+                      int OC);
+void be_matmul_bwd_in(const backend *be, float *dinp, float *dw, float *db, const float *dout, be_in inp,
+                      const float *w, int BT, int C, int OC);
+void be_matmul_fwd(const backend *be, float *out, const float *inp, const float *w, const float *b, int BT, int C,
+                   int OC);
+void be_matmul_bwd(const backend *be, float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                   const float *w, int BT, int C, int OC);
 static inline void be_embedding_fwd(const backend *be, float *out, const int32_t *ids, const float *wte, int BT,
                                     int C, int vstart, int Vloc)
 {
-    double t0 = be_tic(be);
-    be->ops->embedding_fwd(be, out, ids, wte, BT, C, vstart, Vloc);
+    be_event t0 = be_tic(be);
+    be->ops->embedding_fwd(be, be_f32_out(out), ids, wte, BT, C, vstart, Vloc);
     be_toc(be, BE_OP_EMBEDDING, t0, 0);
 }
 static inline void be_embedding_bwd(const backend *be, float *dwte, const float *dout, const int32_t *ids, int BT,
                                     int C, int vstart, int Vloc)
 {
-    double t0 = be_tic(be);
-    be->ops->embedding_bwd(be, dwte, dout, ids, BT, C, vstart, Vloc);
+    be_event t0 = be_tic(be);
+    be->ops->embedding_bwd(be, dwte, be_f32(dout), ids, BT, C, vstart, Vloc);
     be_toc(be, BE_OP_EMBEDDING, t0, 0);
 }
 static inline void be_pos_embedding_fwd(const backend *be, float *out, const float *wpe, int B, int T, int C,
                                         int pos0)
 {
-    double t0 = be_tic(be);
-    be->ops->pos_embedding_fwd(be, out, wpe, B, T, C, pos0);
+    be_event t0 = be_tic(be);
+    be->ops->pos_embedding_fwd(be, be_f32_out(out), wpe, B, T, C, pos0);
     be_toc(be, BE_OP_EMBEDDING, t0, 0);
 }
 static inline void be_pos_embedding_bwd(const backend *be, float *dwpe, const float *dout, int B, int T, int C,
                                         int pos0)
 {
-    double t0 = be_tic(be);
-    be->ops->pos_embedding_bwd(be, dwpe, dout, B, T, C, pos0);
+    be_event t0 = be_tic(be);
+    be->ops->pos_embedding_bwd(be, dwpe, be_f32(dout), B, T, C, pos0);
     be_toc(be, BE_OP_EMBEDDING, t0, 0);
 }
 static inline void be_layernorm_fwd(const backend *be, float *out, float *mean, float *rstd, const float *inp,
                                     const float *w, const float *b, int N, int C, float eps)
 {
-    double t0 = be_tic(be);
-    be->ops->layernorm_fwd(be, out, mean, rstd, inp, w, b, N, C, eps);
+    be_event t0 = be_tic(be);
+    be->ops->layernorm_fwd(be, be_f32_out(out), mean, rstd, be_f32(inp), w, b, N, C, eps);
     be_toc(be, BE_OP_LAYERNORM, t0, 0);
 }
 static inline void be_layernorm_bwd(const backend *be, float *dinp, float *dw, float *db, const float *dout,
                                     const float *inp, const float *w, const float *mean, const float *rstd, int N,
                                     int C)
 {
-    double t0 = be_tic(be);
-    be->ops->layernorm_bwd(be, dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+    be_event t0 = be_tic(be);
+    be->ops->layernorm_bwd(be, be_f32_out(dinp), dw, db, be_f32(dout), be_f32(inp), w, mean, rstd, N, C);
     be_toc(be, BE_OP_LAYERNORM, t0, 0);
 }
 static inline void be_rmsnorm_fwd(const backend *be, float *out, float *rstd, const float *inp, const float *w,
                                   int N, int C, float eps)
 {
-    double t0 = be_tic(be);
-    be->ops->rmsnorm_fwd(be, out, rstd, inp, w, N, C, eps);
+    be_event t0 = be_tic(be);
+    be->ops->rmsnorm_fwd(be, be_f32_out(out), rstd, be_f32(inp), w, N, C, eps);
     be_toc(be, BE_OP_LAYERNORM, t0, 0);
 }
 static inline void be_rmsnorm_bwd(const backend *be, float *dinp, float *dw, const float *dout, const float *inp,
                                   const float *w, const float *rstd, int N, int C)
 {
-    double t0 = be_tic(be);
-    be->ops->rmsnorm_bwd(be, dinp, dw, dout, inp, w, rstd, N, C);
+    be_event t0 = be_tic(be);
+    be->ops->rmsnorm_bwd(be, be_f32_out(dinp), dw, be_f32(dout), be_f32(inp), w, rstd, N, C);
     be_toc(be, BE_OP_LAYERNORM, t0, 0);
 }
 static inline void be_rope_fwd(const backend *be, float *x, int B, int T, int ld, int nh, int hs, int rot,
                                float base, int pos0)
 {
-    double t0 = be_tic(be);
-    be->ops->rope_fwd(be, x, B, T, ld, nh, hs, rot, base, pos0);
+    be_event t0 = be_tic(be);
+    be->ops->rope_fwd(be, be_f32_out(x), B, T, ld, nh, hs, rot, base, pos0);
     be_toc(be, BE_OP_ROPE, t0, 0);
 }
 static inline void be_rope_bwd(const backend *be, float *dx, int B, int T, int ld, int nh, int hs, int rot,
                                float base, int pos0)
 {
-    double t0 = be_tic(be);
-    be->ops->rope_bwd(be, dx, B, T, ld, nh, hs, rot, base, pos0);
+    be_event t0 = be_tic(be);
+    be->ops->rope_bwd(be, be_f32_out(dx), B, T, ld, nh, hs, rot, base, pos0);
     be_toc(be, BE_OP_ROPE, t0, 0);
 }
 /* Model FLOPs are Megatron's count (4 B s^2 h forward) whatever the mask. */
@@ -501,8 +562,9 @@ static inline void be_attention_fwd_masked(const backend *be, float *out, float 
                                            const float *v, int ldq, int ldkv, int B, int T, int NH, int NKV, int HS,
                                            const int32_t *klen, const be_drop *drop)
 {
-    double t0 = be_tic(be);
-    be->ops->attention_fwd(be, out, lse, q, k, v, ldq, ldkv, B, T, NH, NKV, HS, klen, drop);
+    be_event t0 = be_tic(be);
+    be->ops->attention_fwd(be, be_f32_out(out), lse, be_f32(q), be_f32(k), be_f32(v), ldq, ldkv, B, T, NH, NKV,
+                          HS, klen, drop);
     be_toc(be, BE_OP_ATTENTION, t0, 4.0 * B * T * (double)T * NH * HS);
 }
 static inline void be_attention_bwd_masked(const backend *be, float *dq, float *dk, float *dv, const float *dout,
@@ -510,8 +572,9 @@ static inline void be_attention_bwd_masked(const backend *be, float *dq, float *
                                            int ldkv, int B, int T, int NH, int NKV, int HS, const int32_t *klen,
                                            const be_drop *drop)
 {
-    double t0 = be_tic(be);
-    be->ops->attention_bwd(be, dq, dk, dv, dout, q, k, v, lse, ldq, ldkv, B, T, NH, NKV, HS, klen, drop);
+    be_event t0 = be_tic(be);
+    be->ops->attention_bwd(be, be_f32_out(dq), be_f32_out(dk), be_f32_out(dv), be_f32(dout), be_f32(q),
+                          be_f32(k), be_f32(v), lse, ldq, ldkv, B, T, NH, NKV, HS, klen, drop);
     be_toc(be, BE_OP_ATTENTION, t0, 8.0 * B * T * (double)T * NH * HS);
 }
 /* Causal (GPT). */
@@ -531,90 +594,91 @@ static inline void be_attention_kv_fwd(const backend *be, float *out, const floa
                                        const float *vc, int ldq, int B, int n, int pos0, int cap, int NH, int NKV,
                                        int HS)
 {
-    double t0 = be_tic(be);
-    be->ops->attention_kv_fwd(be, out, q, kc, vc, ldq, B, n, pos0, cap, NH, NKV, HS);
+    be_event t0 = be_tic(be);
+    be->ops->attention_kv_fwd(be, be_f32_out(out), be_f32(q), be_f32(kc), be_f32(vc), ldq, B, n, pos0, cap, NH, NKV,
+                              HS);
     be_toc(be, BE_OP_ATTENTION, t0, 4.0 * B * n * (double)(pos0 + n) * NH * HS);
 }
 static inline void be_gelu_fwd(const backend *be, float *out, const float *inp, size_t n)
 {
-    double t0 = be_tic(be);
-    be->ops->gelu_fwd(be, out, inp, n);
+    be_event t0 = be_tic(be);
+    be->ops->gelu_fwd(be, be_f32_out(out), be_f32(inp), n);
     be_toc(be, BE_OP_GELU, t0, 0);
 }
 static inline void be_gelu_bwd(const backend *be, float *dinp, const float *dout, const float *inp, size_t n)
 {
-    double t0 = be_tic(be);
-    be->ops->gelu_bwd(be, dinp, dout, inp, n);
+    be_event t0 = be_tic(be);
+    be->ops->gelu_bwd(be, be_f32_out(dinp), be_f32(dout), be_f32(inp), n);
     be_toc(be, BE_OP_GELU, t0, 0);
 }
 static inline void be_bias_gelu_fwd(const backend *be, float *out, const float *inp, const float *b, int N, int C)
 {
-    double t0 = be_tic(be);
-    be->ops->bias_gelu_fwd(be, out, inp, b, N, C);
+    be_event t0 = be_tic(be);
+    be->ops->bias_gelu_fwd(be, be_f32_out(out), be_f32(inp), b, N, C);
     be_toc(be, BE_OP_GELU, t0, 0);
 }
 static inline void be_bias_gelu_bwd(const backend *be, float *dinp, float *db, const float *dout,
                                     const float *inp, const float *b, int N, int C)
 {
-    double t0 = be_tic(be);
-    be->ops->bias_gelu_bwd(be, dinp, db, dout, inp, b, N, C);
+    be_event t0 = be_tic(be);
+    be->ops->bias_gelu_bwd(be, be_f32_out(dinp), db, be_f32(dout), be_f32(inp), b, N, C);
     be_toc(be, BE_OP_GELU, t0, 0);
 }
 static inline void be_swiglu_fwd(const backend *be, float *out, const float *inp, int N, int F)
 {
-    double t0 = be_tic(be);
-    be->ops->swiglu_fwd(be, out, inp, N, F);
+    be_event t0 = be_tic(be);
+    be->ops->swiglu_fwd(be, be_f32_out(out), be_f32(inp), N, F);
     be_toc(be, BE_OP_GELU, t0, 0);
 }
 static inline void be_swiglu_bwd(const backend *be, float *dinp, const float *dout, const float *inp, int N, int F)
 {
-    double t0 = be_tic(be);
-    be->ops->swiglu_bwd(be, dinp, dout, inp, N, F);
+    be_event t0 = be_tic(be);
+    be->ops->swiglu_bwd(be, be_f32_out(dinp), be_f32(dout), be_f32(inp), N, F);
     be_toc(be, BE_OP_GELU, t0, 0);
 }
 static inline void be_add(const backend *be, float *out, const float *a, const float *b, size_t n)
 {
-    double t0 = be_tic(be);
-    be->ops->add(be, out, a, b, n);
+    be_event t0 = be_tic(be);
+    be->ops->add(be, be_f32_out(out), be_f32(a), be_f32(b), n);
     be_toc(be, BE_OP_RESIDUAL, t0, 0);
 }
 static inline void be_scale(const backend *be, float *x, float s, size_t n)
 {
-    double t0 = be_tic(be);
-    be->ops->scale(be, x, s, n);
+    be_event t0 = be_tic(be);
+    be->ops->scale(be, be_f32_out(x), s, n);
     be_toc(be, BE_OP_RESIDUAL, t0, 0);
 }
 static inline void be_bias_add(const backend *be, float *out, const float *b, int N, int C)
 {
-    double t0 = be_tic(be);
-    be->ops->bias_add(be, out, b, N, C);
+    be_event t0 = be_tic(be);
+    be->ops->bias_add(be, be_f32_out(out), b, N, C);
     be_toc(be, BE_OP_RESIDUAL, t0, 0);
 }
 static inline void be_bias_bwd(const backend *be, float *db, const float *dout, int N, int C)
 {
-    double t0 = be_tic(be);
-    be->ops->bias_bwd(be, db, dout, N, C);
+    be_event t0 = be_tic(be);
+    be->ops->bias_bwd(be, db, be_f32(dout), N, C);
     be_toc(be, BE_OP_RESIDUAL, t0, 0);
 }
 static inline void be_dropout_fwd(const backend *be, float *out, const float *inp, int B, int T, int C,
                                   const be_drop *drop)
 {
-    double t0 = be_tic(be);
-    be->ops->dropout_fwd(be, out, inp, B, T, C, drop);
+    be_event t0 = be_tic(be);
+    be->ops->dropout_fwd(be, be_f32_out(out), be_f32(inp), B, T, C, drop);
     be_toc(be, BE_OP_RESIDUAL, t0, 0);
 }
 static inline void be_dropout_bwd(const backend *be, float *dinp, const float *dout, int B, int T, int C,
                                   const be_drop *drop)
 {
-    double t0 = be_tic(be);
-    be->ops->dropout_bwd(be, dinp, dout, B, T, C, drop);
+    be_event t0 = be_tic(be);
+    be->ops->dropout_bwd(be, be_f32_out(dinp), be_f32(dout), B, T, C, drop);
     be_toc(be, BE_OP_RESIDUAL, t0, 0);
 }
 static inline void be_bias_dropout_add_fwd(const backend *be, float *out, const float *resid, const float *inp,
                                            const float *b, int B, int T, int C, const be_drop *drop)
 {
-    double t0 = be_tic(be);
-    be->ops->bias_dropout_add_fwd(be, out, resid, inp, b, B, T, C, drop);
+    be_event t0 = be_tic(be);
+    be->ops->bias_dropout_add_fwd(be, be_f32_out(out), be_f32(resid), be_f32(inp), b, B, T, C, drop);
     be_toc(be, BE_OP_RESIDUAL, t0, 0);
 }
 /* Real vocabulary columns of the slice [vstart, vstart + Vloc) of a vocabulary of `vocab` real
@@ -626,49 +690,49 @@ static inline int be_vocab_real(int vocab, int vstart, int Vloc)
 }
 static inline void be_ce_max(const backend *be, float *maxv, const float *logits, int BT, int Vloc, int Vreal)
 {
-    double t0 = be_tic(be);
-    be->ops->ce_max(be, maxv, logits, BT, Vloc, Vreal);
+    be_event t0 = be_tic(be);
+    be->ops->ce_max(be, maxv, be_f32(logits), BT, Vloc, Vreal);
     be_toc(be, BE_OP_CROSSENTROPY, t0, 0);
 }
 static inline void be_ce_sumexp(const backend *be, float *sumexp, const float *logits, const float *maxv, int BT,
                                 int Vloc, int Vreal)
 {
-    double t0 = be_tic(be);
-    be->ops->ce_sumexp(be, sumexp, logits, maxv, BT, Vloc, Vreal);
+    be_event t0 = be_tic(be);
+    be->ops->ce_sumexp(be, sumexp, be_f32(logits), maxv, BT, Vloc, Vreal);
     be_toc(be, BE_OP_CROSSENTROPY, t0, 0);
 }
 static inline void be_ce_target(const backend *be, float *tlogit, const float *logits, const int32_t *targets,
                                 int BT, int Vloc, int vstart)
 {
-    double t0 = be_tic(be);
-    be->ops->ce_target(be, tlogit, logits, targets, BT, Vloc, vstart);
+    be_event t0 = be_tic(be);
+    be->ops->ce_target(be, tlogit, be_f32(logits), targets, BT, Vloc, vstart);
     be_toc(be, BE_OP_CROSSENTROPY, t0, 0);
 }
 static inline void be_ce_loss(const backend *be, float *losses, const float *maxv, const float *sumexp,
                               const float *tlogit, int BT)
 {
-    double t0 = be_tic(be);
+    be_event t0 = be_tic(be);
     be->ops->ce_loss(be, losses, maxv, sumexp, tlogit, BT);
     be_toc(be, BE_OP_CROSSENTROPY, t0, 0);
 }
 static inline void be_ce_bwd(const backend *be, float *logits, const float *maxv, const float *sumexp,
                              const int32_t *targets, const float *dloss, int BT, int Vloc, int Vreal, int vstart)
 {
-    double t0 = be_tic(be);
-    be->ops->ce_bwd(be, logits, maxv, sumexp, targets, dloss, BT, Vloc, Vreal, vstart);
+    be_event t0 = be_tic(be);
+    be->ops->ce_bwd(be, be_f32_out(logits), maxv, sumexp, targets, dloss, BT, Vloc, Vreal, vstart);
     be_toc(be, BE_OP_CROSSENTROPY, t0, 0);
 }
 static inline void be_adamw(const backend *be, float *p, const float *g, float *m, float *v, size_t n, float lr,
                             float beta1, float beta2, float eps, float wd, float gscale, int64_t step)
 {
-    double t0 = be_tic(be);
+    be_event t0 = be_tic(be);
     be->ops->adamw(be, p, g, m, v, n, lr, beta1, beta2, eps, wd, gscale, step);
     be_toc(be, BE_OP_OPTIMIZER, t0, 0);
 }
 static inline double be_sumsq(const backend *be, const float *x, size_t n)
 {
     double s;
-    double t0 = be_tic(be);
+    be_event t0 = be_tic(be);
     s = be->ops->sumsq(be, x, n);
     be_toc(be, BE_OP_OPTIMIZER, t0, 0);
     return s;

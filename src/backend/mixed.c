@@ -1,11 +1,12 @@
-/* Mixed precision: the fp32 matmul entry points multiplying in the backend's gemm dtype, and the
+/* The linear layer's entry points (be_matmul_fwd/bwd and their typed-input forms): fp32 straight
+ * to the vtable, or, with a gemm dtype set, mixed precision: multiplying in that dtype from the
  * weights' low-precision copies (see backend.h). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "trident/check.h"
-#include "backend/backend.h"
+#include "backend.h"
 
 #define LOWP_RANGES 64   /* weight buffers: one per model chunk */
 #define LOWP_SLOTS 8192  /* weights tracked; a power of two */
@@ -91,14 +92,19 @@ static const void *lowp_input(const backend *be, int slot, const float *x, size_
     be_convert(be, d, be->gemm_dtype, x, BE_F32, n);
     return d;
 }
+static be_in lowp_typed(const backend *be, const void *p)
+{
+    be_in x = {p, be->gemm_dtype};
+    return x;
+}
 
 /* A GEMM input in the gemm dtype: as it is, or rounded into scratch slot `slot`. */
-static const void *lowp_in(const backend *be, int slot, be_in x, size_t n)
+static be_in lowp_in(const backend *be, int slot, be_in x, size_t n)
 {
-    if (x.dt == be->gemm_dtype) return x.p;
+    if (x.dt == be->gemm_dtype) return x;
     TD_CHECK(x.dt == BE_F32, "keep activations in fp32 or in the GEMMs' dtype", "a %s GEMM input in a %s run",
              be_dtype_name(x.dt), be_dtype_name(be->gemm_dtype));
-    return lowp_input(be, slot, x.p, n);
+    return lowp_typed(be, lowp_input(be, slot, x.p, n));
 }
 
 /* The copy of weight w (n floats): in its range's copy, made now if stale; a weight in no range
@@ -131,14 +137,14 @@ static const void *lowp_weight(const backend *be, const float *w, size_t n)
     return lowp_input(be, 2, w, n);
 }
 
-void be_matmul_fwd_mixed(const backend *be, float *out, be_in inp, const float *w, const float *b, int BT, int C,
-                         int OC)
+static void matmul_fwd_mixed(const backend *be, float *out, be_in inp, const float *w, const float *b, int BT, int C,
+                             int OC)
 {
     if (BT <= 0 || OC <= 0) return;
     const void *wl = lowp_weight(be, w, (size_t)OC * C);
-    const void *il = lowp_in(be, 0, inp, (size_t)BT * C);
-    double t0 = be_tic(be);
-    be->ops->matmul_fwd_lp(be, out, il, wl, b, be->gemm_dtype, BT, C, OC);
+    be_in il = lowp_in(be, 0, inp, (size_t)BT * C);
+    be_event t0 = be_tic(be);
+    be->ops->matmul_fwd_lp(be, be_f32_out(out), il, wl, b, be->gemm_dtype, BT, C, OC);
     be_toc(be, BE_OP_GEMM, t0, 2.0 * BT * C * OC);
 }
 
@@ -147,8 +153,8 @@ void be_matmul_fwd_mixed(const backend *be, float *out, be_in inp, const float *
  * still large GEMMs. dW then sums the slices' products in order. */
 #define LOWP_CHUNK_BYTES ((size_t)64 << 20)
 
-void be_matmul_bwd_mixed(const backend *be, float *dinp, float *dw, float *db, const float *dout, be_in inp,
-                         const float *w, int BT, int C, int OC)
+static void matmul_bwd_mixed(const backend *be, float *dinp, float *dw, float *db, const float *dout, be_in inp,
+                             const float *w, int BT, int C, int OC)
 {
     if (BT <= 0 || OC <= 0) return;
     if (db) be_bias_bwd(be, db, dout, BT, OC);
@@ -160,15 +166,15 @@ void be_matmul_bwd_mixed(const backend *be, float *dinp, float *dw, float *db, c
     const void *wl = dinp ? lowp_weight(be, w, (size_t)OC * C) : NULL;
     for (int r0 = 0; r0 < BT; r0 += rows) {
         int n = BT - r0 < rows ? BT - r0 : rows;
-        const void *dl = lowp_input(be, 1, dout + (size_t)r0 * OC, (size_t)n * OC);
-        const void *il = NULL;
+        be_in dl = lowp_typed(be, lowp_input(be, 1, dout + (size_t)r0 * OC, (size_t)n * OC));
+        be_in il = lowp_typed(be, NULL);
         if (dw) {
             be_in part = inp;
             part.p = (const char *)inp.p + (size_t)r0 * C * be_dtype_size(inp.dt);
             il = lowp_in(be, 0, part, (size_t)n * C);
         }
-        double t0 = be_tic(be);
-        be->ops->matmul_bwd_lp(be, dinp ? dinp + (size_t)r0 * C : NULL, dw, dl, il, wl, dt, n, C, OC);
+        be_event t0 = be_tic(be);
+        be->ops->matmul_bwd_lp(be, be_f32_out(dinp ? dinp + (size_t)r0 * C : NULL), dw, dl, il, wl, dt, n, C, OC);
         be_toc(be, BE_OP_GEMM, t0, 2.0 * n * C * OC * ((dinp != NULL) + (dw != NULL)));
     }
 }
@@ -181,4 +187,41 @@ void be_lowp_free(backend *be)
     for (int i = 0; i < 3; i++) be_dfree(be, l->scratch[i]);
     free(l);
     be->lowp = NULL;
+}
+
+void be_matmul_fwd_in(const backend *be, float *out, be_in inp, const float *w, const float *b, int BT, int C,
+                      int OC)
+{
+    if (be->gemm_dtype != BE_F32) {
+        matmul_fwd_mixed(be, out, inp, w, b, BT, C, OC);
+        return;
+    }
+    be_event t0 = be_tic(be);
+    be->ops->matmul_fwd(be, be_f32_out(out), inp, w, b, BT, C, OC);
+    be_toc(be, BE_OP_GEMM, t0, 2.0 * BT * C * OC);
+}
+
+void be_matmul_bwd_in(const backend *be, float *dinp, float *dw, float *db, const float *dout, be_in inp,
+                      const float *w, int BT, int C, int OC)
+{
+    if (be->gemm_dtype != BE_F32) {
+        matmul_bwd_mixed(be, dinp, dw, db, dout, inp, w, BT, C, OC);
+        return;
+    }
+    double f = 2.0 * BT * C * OC * ((dinp != NULL) + (dw != NULL));
+    be_event t0 = be_tic(be);
+    be->ops->matmul_bwd(be, be_f32_out(dinp), dw, db, be_f32(dout), inp, w, BT, C, OC);
+    be_toc(be, BE_OP_GEMM, t0, f);
+}
+
+void be_matmul_fwd(const backend *be, float *out, const float *inp, const float *w, const float *b, int BT, int C,
+                   int OC)
+{
+    be_matmul_fwd_in(be, out, be_f32(inp), w, b, BT, C, OC);
+}
+
+void be_matmul_bwd(const backend *be, float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                   const float *w, int BT, int C, int OC)
+{
+    be_matmul_bwd_in(be, dinp, dw, db, dout, be_f32(inp), w, BT, C, OC);
 }

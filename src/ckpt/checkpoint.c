@@ -1,5 +1,6 @@
-/* Distributed checkpoints, saving and meta.json: see include/trident/checkpoint.h and
- * docs/checkpoints.md. Reading and resharding are in reader.c.
+/* Distributed checkpoints, saving and meta.json: see include/ckpt/trident/checkpoint.h and
+ * docs/checkpoints.md. Reading and resharding are in reader.c; the shard layout both share
+ * (names, kinds, slices and their descriptions) in layout.c.
  *
  * A save, in order (a crash at any point leaves the previous checkpoint and the latest file
  * intact):
@@ -10,7 +11,6 @@
  *      exchanging it with an older iter_N if there is one), fsyncs DIR;
  *   4. rank 0 replaces latest_checkpointed_iteration.txt (temporary, fsync, rename, fsync DIR);
  *   5. --keep-last prunes. */
-#include "backend/backend.h"
 #include "trident/checkpoint.h"
 
 #include <dirent.h>
@@ -29,93 +29,12 @@
 
 #include <cjson/cJSON.h>
 
-#include "ckpt/ckpt_fs.h"
-#include "ckpt/ckpt_impl.h"
+#include "backend.h"
+#include "ckpt_fs.h"
+#include "ckpt_impl.h"
 #include "trident/check.h"
 #include "trident/safetensors.h"
 #include "trident/timer.h"
-
-int ckpt_is_vocab_tensor(const char *name)
-{
-    return strcmp(name, "embedding.word.weight") == 0 || strcmp(name, "output_layer.weight") == 0 ||
-           strcmp(name, "lm_head.bias") == 0;
-}
-
-/* ---- slices ---- */
-
-ckpt_slice ckpt_slice_of(const gpt_tensor_info *t)
-{
-    ckpt_slice s = {t->ndim, {t->shape[0], t->ndim == 2 ? t->shape[1] : 0}, t->shard_dim, 1, 0, 0};
-    if (t->shard_dim >= 0) {
-        s.blocks = t->shard_blocks;
-        s.start = t->shard_start;
-        s.len = t->shard_len;
-    }
-    return s;
-}
-
-ckpt_slice ckpt_slice_whole(int64_t d0, int64_t d1)
-{
-    ckpt_slice s = {d1 ? 2 : 1, {d0, d1}, -1, 1, 0, 0};
-    return s;
-}
-
-int64_t ckpt_slice_numel(const ckpt_slice *s)
-{
-    int64_t n0 = s->shape[0], n1 = s->ndim == 2 ? s->shape[1] : 1;
-    if (s->dim == 0) n0 = s->blocks * s->len;
-    if (s->dim == 1) n1 = s->blocks * s->len;
-    return n0 * n1;
-}
-
-void ckpt_iter_dir(char *out, size_t len, const char *dir, int64_t iteration)
-{
-    int k = snprintf(out, len, "%s/iter_%07lld", dir, (long long)iteration);
-    if (k < 0 || (size_t)k >= len) td_fatal(1, "--save path too long: %s", dir);
-}
-
-const char *ckpt_kind_prefix(ckpt_kind k)
-{
-    return k == CKPT_EXP_AVG ? "exp_avg." : k == CKPT_EXP_AVG_SQ ? "exp_avg_sq." : "";
-}
-
-void ckpt_shard_name(char *out, size_t len, int optimizer, int tp_rank, int pp_rank)
-{
-    snprintf(out, len, "%s_tp%03d_pp%03d.safetensors", optimizer ? "optim" : "model", tp_rank, pp_rank);
-}
-
-void ckpt_dp_shard_name(char *out, size_t len, int tp_rank, int pp_rank, int dp_rank)
-{
-    snprintf(out, len, "optim_tp%03d_pp%03d_dp%03d.safetensors", tp_rank, pp_rank, dp_rank);
-}
-
-char *ckpt_piece_json(const ckpt_slice *s, uint32_t crc, const int64_t *elems, int nranges)
-{
-    char *head = ckpt_slice_json(s, crc);
-    size_t cap = strlen(head) + 32 + (size_t)nranges * 48, at = strlen(head) - 1; /* drop the closing brace */
-    char *out = td_xmalloc(cap);
-    memcpy(out, head, at);
-    free(head);
-    at += (size_t)snprintf(out + at, cap - at, ",\"elements\":[");
-    for (int i = 0; i < 2 * nranges; i++)
-        at += (size_t)snprintf(out + at, cap - at, "%s%lld", i ? "," : "", (long long)elems[i]);
-    snprintf(out + at, cap - at, "]}");
-    return out;
-}
-
-char *ckpt_slice_json(const ckpt_slice *s, uint32_t crc)
-{
-    char buf[256];
-    if (s->ndim == 2)
-        snprintf(buf, sizeof buf, "{\"shape\":[%lld,%lld],\"dim\":%d,\"blocks\":%d,\"start\":%lld,\"len\":%lld,"
-                 "\"crc32\":\"%08x\"}", (long long)s->shape[0], (long long)s->shape[1], s->dim, s->blocks,
-                 (long long)s->start, (long long)s->len, crc);
-    else
-        snprintf(buf, sizeof buf, "{\"shape\":[%lld],\"dim\":%d,\"blocks\":%d,\"start\":%lld,\"len\":%lld,"
-                 "\"crc32\":\"%08x\"}", (long long)s->shape[0], s->dim, s->blocks, (long long)s->start,
-                 (long long)s->len, crc);
-    return td_xstrdup(buf);
-}
 
 /* ---- writing one shard ---- */
 
@@ -131,17 +50,17 @@ typedef struct {
     int64_t **elems;     /* a piece's element ranges (2 per range), or NULL: the whole slice */
     int *nranges;
     const backend *be;
-} shard;
+} out_shard;
 
 /* The entry's __metadata__ value: its slice, or its piece of one. */
-static char *entry_json(const shard *s, int i, uint32_t crc)
+static char *entry_json(const out_shard *s, int i, uint32_t crc)
 {
     return s->elems[i] ? ckpt_piece_json(&s->sl[i], crc, s->elems[i], s->nranges[i]) : ckpt_slice_json(&s->sl[i], crc);
 }
 
 /* Adds an entry holding slice sl of tensor `name`, or with elems (nranges ranges, taken over)
  * only those elements of the slice's buffer, one after another. */
-static void shard_add(shard *s, const char *name, const ckpt_slice *sl, const float *data, int64_t *elems, int nranges)
+static void shard_add(out_shard *s, const char *name, const ckpt_slice *sl, const float *data, int64_t *elems, int nranges)
 {
     if (s->n == s->cap) {
         s->cap = s->cap ? 2 * s->cap : 64;
@@ -184,14 +103,14 @@ static void shard_add(shard *s, const char *name, const ckpt_slice *sl, const fl
 
 static void shard_read(void *user, int i, size_t off, void *buf, size_t n)
 {
-    shard *s = user;
+    out_shard *s = user;
     be_memcpy(s->be, buf, (const char *)s->src[i] + off, n, BE_D2H);
     s->crc[i] = st_crc32(s->crc[i], buf, n);
 }
 
 static void shard_done(void *user)
 {
-    shard *s = user;
+    out_shard *s = user;
     for (int i = 0; i < s->n; i++) {
         char *j = entry_json(s, i, s->crc[i]);
         TD_ASSERT(strlen(j) == strlen(s->meta[i]));
@@ -200,7 +119,7 @@ static void shard_done(void *user)
     }
 }
 
-static void shard_free(shard *s)
+static void shard_free(out_shard *s)
 {
     for (int i = 0; i < s->n; i++) {
         free(s->names[i]);
@@ -323,7 +242,7 @@ static uint64_t write_shard(const char *dir, const char *tmp, const ckpt_model *
 {
     const ps_state *ps = m->ps;
     int by_dp = optimizer && m->shard_ranges; /* this data-parallel rank's shard of the moments */
-    shard s = {0};
+    out_shard s = {0};
     s.be = m->chunks[0]->be;
     for (int c = 0; c < m->nchunks; c++) {
         const gpt_model *g = m->chunks[c];

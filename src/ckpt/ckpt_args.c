@@ -1,9 +1,9 @@
 /* The model flags against a loaded checkpoint: see ckpt_args_reconcile in
- * include/trident/checkpoint.h. Driven by GPT_CONFIG_KEYS, so a setting added there is checked. */
+ * include/ckpt/trident/checkpoint.h. Driven by GPT_CONFIG_KEYS, so a setting added there is checked. */
 #include <stdio.h>
 #include <string.h>
 
-#include "ckpt/ckpt_fs.h"
+#include "ckpt_fs.h"
 #include "trident/check.h"
 #include "trident/checkpoint.h"
 

@@ -1,5 +1,5 @@
 /* File-system helpers of the checkpoint modules: see ckpt_fs.h. */
-#include "ckpt/ckpt_fs.h"
+#include "ckpt_fs.h"
 
 #include <errno.h>
 #include <fcntl.h>

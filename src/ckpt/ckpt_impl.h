@@ -1,5 +1,5 @@
-/* Shared between the checkpoint sources (private to src/ckpt): shard and entry naming and the
- * per-entry slice metadata. */
+/* Shared between the checkpoint sources (private to src/ckpt; defined in layout.c): shard and
+ * entry naming and the per-entry slice metadata. */
 #ifndef TRIDENT_CKPT_IMPL_H
 #define TRIDENT_CKPT_IMPL_H
 
@@ -25,8 +25,13 @@ char *ckpt_piece_json(const ckpt_slice *s, uint32_t crc, const int64_t *elems, i
 /* Parses it back; 0, or -1 when malformed or inconsistent (blocks not dividing the dimension,
  * the held range outside a block). */
 int ckpt_slice_parse(const char *json, ckpt_slice *s, uint32_t *crc);
+/* The "elements" of a piece's description: 0 with *elems (malloc'd, 2 n values) and *n, or -1
+ * when there are none or they are malformed (not increasing, outside [0, numel)). */
+int ckpt_piece_parse(const char *json, int64_t numel, int64_t **elems, int *n);
+/* Blocks a split dimension may have at most (a larger "blocks" is refused as malformed). */
+#define CKPT_MAX_BLOCKS 64
 
-/* A float as the double of the shortest decimal that reads back as the float, for JSON (1e-5f is
+/* (checkpoint.c) A float as the double of the shortest decimal that reads back as the float, for JSON (1e-5f is
  * 1e-05, not 9.99999974737875e-06; 0.02f is 0.02). */
 double ckpt_float_value(float f);
 

@@ -1,19 +1,7 @@
-/* Hugging Face interchange: see include/trident/hf.h and docs/convert.md. The families are
- * tables of pieces (hf_impl.h); GPT-2's is here, Llama's in hf_llama.c.
- *
- * trident                      transformers GPT2LMHeadModel
- * embedding.word.weight (Vp,h) transformer.wte.weight (V, h)      padded rows dropped / added
- * embedding.position.weight    transformer.wpe.weight (P, h)
- * layers.N.ln1.{weight,bias}   transformer.h.N.ln_1.{weight,bias}
- * layers.N.attn.qkv (3h, h)    transformer.h.N.attn.c_attn (h, 3h)  Conv1D: [in, out], transposed
- * layers.N.attn.proj (h, h)    transformer.h.N.attn.c_proj (h, h)   transposed
- * layers.N.ln2                 transformer.h.N.ln_2
- * layers.N.mlp.fc (f, h)       transformer.h.N.mlp.c_fc (h, f)      transposed
- * layers.N.mlp.fc2 (h, f)      transformer.h.N.mlp.c_proj (f, h)    transposed
- * final_norm                   transformer.ln_f
- * (head tied to wte)           lm_head.weight: not stored (tied)
- * Both lay q|k|v out as three blocks of h with the heads contiguous inside each, so c_attn's
- * columns are qkv's rows in the same order. */
+/* Hugging Face interchange: see include/ckpt/trident/hf.h and docs/convert.md. The families are
+ * rows of pieces and config readers and writers (hf_impl.h), one file each (hf_gpt2.c,
+ * hf_llama.c, ...), listed in hf_families.c; this file exports and imports through them and
+ * names none. */
 #include "trident/hf.h"
 
 #include <errno.h>
@@ -25,14 +13,14 @@
 
 #include <cjson/cJSON.h>
 
-#include "backend/backend.h"
-#include "ckpt/ckpt_fs.h"
+#include "backend.h"
+#include "ckpt_fs.h"
 #include "trident/check.h"
 #include "trident/gpt.h"
 #include "trident/half.h"
 #include "trident/parallel_state.h"
 #include "trident/safetensors.h"
-#include "ckpt/ckpt_impl.h"
+#include "ckpt_impl.h"
 #include "hf_impl.h"
 
 #define FAIL(...)                                                                        \
@@ -41,41 +29,6 @@
         goto fail;                                                                       \
     } while (0)
 
-/* GPT-2's pieces: every trident tensor is one GPT2LMHeadModel tensor (with "transformer."),
- * the Conv1D matrices stored transposed. */
-static int gpt2_pieces(const gpt_config *c, const char *name, hf_piece *out)
-{
-    static const struct {
-        const char *trident, *hf;
-        int transpose;
-    } LAYER[] = {
-        {"ln1.weight", "ln_1.weight", 0},           {"ln1.bias", "ln_1.bias", 0},
-        {"attn.qkv.weight", "attn.c_attn.weight", 1}, {"attn.qkv.bias", "attn.c_attn.bias", 0},
-        {"attn.proj.weight", "attn.c_proj.weight", 1}, {"attn.proj.bias", "attn.c_proj.bias", 0},
-        {"ln2.weight", "ln_2.weight", 0},           {"ln2.bias", "ln_2.bias", 0},
-        {"mlp.fc.weight", "mlp.c_fc.weight", 1},    {"mlp.fc.bias", "mlp.c_fc.bias", 0},
-        {"mlp.fc2.weight", "mlp.c_proj.weight", 1}, {"mlp.fc2.bias", "mlp.c_proj.bias", 0},
-    };
-    (void)c;
-    hf_piece *p = out;
-    memset(p, 0, sizeof *p);
-    p->rows = -1;
-    if (strcmp(name, "embedding.word.weight") == 0) return snprintf(p->hf, sizeof p->hf, "transformer.wte.weight"), 1;
-    if (strcmp(name, "embedding.position.weight") == 0)
-        return snprintf(p->hf, sizeof p->hf, "transformer.wpe.weight"), 1;
-    if (strcmp(name, "final_norm.weight") == 0) return snprintf(p->hf, sizeof p->hf, "transformer.ln_f.weight"), 1;
-    if (strcmp(name, "final_norm.bias") == 0) return snprintf(p->hf, sizeof p->hf, "transformer.ln_f.bias"), 1;
-    int l, k = 0;
-    if (sscanf(name, "layers.%d.%n", &l, &k) != 1 || k == 0) return 0;
-    for (size_t i = 0; i < sizeof LAYER / sizeof LAYER[0]; i++)
-        if (strcmp(name + k, LAYER[i].trident) == 0) {
-            p->transpose = LAYER[i].transpose;
-            snprintf(p->hf, sizeof p->hf, "transformer.h.%d.%s", l, LAYER[i].hf);
-            return 1;
-        }
-    return 0;
-}
-
 /* out (cols, rows) = in (rows, cols) transposed. */
 static void transpose(float *out, const float *in, int64_t rows, int64_t cols)
 {
@@ -83,72 +36,23 @@ static void transpose(float *out, const float *in, int64_t rows, int64_t cols)
         for (int64_t j = 0; j < cols; j++) out[j * rows + i] = in[i * cols + j];
 }
 
-/* ---- export ---- */
-
-static cJSON *gpt2_config(const gpt_config *c)
+const char *hf_class_of(const gpt_config *c)
 {
-    cJSON *o = cJSON_CreateObject();
-    cJSON *arch = cJSON_AddArrayToObject(o, "architectures");
-    cJSON_AddItemToArray(arch, cJSON_CreateString("GPT2LMHeadModel"));
-    cJSON_AddStringToObject(o, "model_type", "gpt2");
-    cJSON_AddStringToObject(o, "activation_function", "gelu_new");
-    cJSON_AddNumberToObject(o, "vocab_size", c->vocab);
-    cJSON_AddNumberToObject(o, "n_positions", c->max_pos);
-    cJSON_AddNumberToObject(o, "n_ctx", c->max_pos);
-    cJSON_AddNumberToObject(o, "n_embd", c->hidden);
-    cJSON_AddNumberToObject(o, "n_layer", c->num_layers);
-    cJSON_AddNumberToObject(o, "n_head", c->heads);
-    if (c->ffn == 4 * c->hidden) cJSON_AddNullToObject(o, "n_inner");
-    else cJSON_AddNumberToObject(o, "n_inner", c->ffn);
-    cJSON_AddNumberToObject(o, "layer_norm_epsilon", ckpt_float_value(gpt_norm_eps(c)));
-    cJSON_AddNumberToObject(o, "initializer_range", ckpt_float_value(c->init_std));
-    cJSON_AddNumberToObject(o, "embd_pdrop", ckpt_float_value(c->hidden_dropout));
-    cJSON_AddNumberToObject(o, "resid_pdrop", ckpt_float_value(c->hidden_dropout));
-    cJSON_AddNumberToObject(o, "attn_pdrop", ckpt_float_value(c->attn_dropout));
-    cJSON_AddBoolToObject(o, "scale_attn_weights", 1);
-    cJSON_AddBoolToObject(o, "scale_attn_by_inverse_layer_idx", 0);
-    cJSON_AddBoolToObject(o, "reorder_and_upcast_attn", 0);
-    cJSON_AddBoolToObject(o, "tie_word_embeddings", 1);
-    cJSON_AddBoolToObject(o, "use_cache", 1);
-    if (c->vocab == 50257) { /* GPT-2's BPE: <|endoftext|> */
-        cJSON_AddNumberToObject(o, "bos_token_id", 50256);
-        cJSON_AddNumberToObject(o, "eos_token_id", 50256);
-    }
-    cJSON_AddStringToObject(o, "torch_dtype", "float32");
-    return o;
-}
-
-/* GPT-2's architecture exactly (what GPT2LMHeadModel computes), or a reason it is not. */
-static const char *gpt2_mismatch(const gpt_config *c)
-{
-    if (gpt_is_bert(c)) return "BERT";
-    if (c->norm != GPT_NORM_LAYERNORM) return "RMSNorm";
-    if (c->pos != GPT_POS_LEARNED) return "no learned positions";
-    if (c->swiglu) return "SwiGLU";
-    if (!gpt_has_bias(c)) return "no biases";
-    if (c->untied) return "an untied output layer";
-    if (gpt_gqa(c)) return "grouped-query attention";
-    if (gpt_head_dim(c) * c->heads != c->hidden) return "a head size other than hidden / heads";
+    for (int i = 0; hf_families[i]; i++)
+        if (hf_families[i]->family == c->family) return hf_families[i]->arch;
     return NULL;
 }
-
-static int gpt2_read_config(const cJSON *o, const char *path, gpt_config *c, char *err, size_t errlen);
-
-static const hf_family GPT2 = {"gpt2", "GPT2LMHeadModel", gpt2_pieces, gpt2_config, gpt2_mismatch, gpt2_read_config,
-                               NULL};
-
-static const hf_family *const FAMILIES[] = {&GPT2, &HF_LLAMA, &HF_BERT};
-#define NFAMILIES ((int)(sizeof FAMILIES / sizeof FAMILIES[0]))
 
 /* The family a trident model converts to, or NULL with the reasons in err. */
 static const hf_family *family_of_model(const gpt_config *c, char *err, size_t errlen)
 {
-    char why[256] = "";
-    for (int i = 0; i < NFAMILIES; i++) {
-        const char *w = FAMILIES[i]->mismatch(c);
-        if (!w) return FAMILIES[i];
+    char why[512] = "";
+    for (int i = 0; hf_families[i]; i++) {
+        const hf_family *f = hf_families[i];
+        const char *w = c->family != f->family ? "another model family (--model)" : f->mismatch(c);
+        if (!w) return f;
         size_t n = strlen(why);
-        snprintf(why + n, sizeof why - n, "%s%s: %s", i ? "; " : "", FAMILIES[i]->arch, w);
+        snprintf(why + n, sizeof why - n, "%s%s: %s", i ? "; " : "", f->arch, w);
     }
     snprintf(err, errlen, "this model has no Hugging Face counterpart (%s)", why);
     return NULL;
@@ -318,31 +222,18 @@ int hf_json_bool(const cJSON *o, const char *key, int def)
     return cJSON_IsBool(j) ? cJSON_IsTrue(j) : def;
 }
 
-/* The model of a GPT-2 config.json; -1 with err when it is not one trident computes exactly. */
-static int gpt2_read_config(const cJSON *o, const char *path, gpt_config *c, char *err, size_t errlen)
+void hf_model_types(char *out, size_t len)
 {
-    int pos;
-    if (hf_json_int(o, "n_embd", -1, &c->hidden) || hf_json_int(o, "n_layer", -1, &c->num_layers) ||
-        hf_json_int(o, "n_head", -1, &c->heads) || hf_json_int(o, "vocab_size", -1, &c->vocab) ||
-        hf_json_int(o, "n_ctx", 0, &pos) || hf_json_int(o, "n_positions", pos ? pos : -1, &c->max_pos) ||
-        hf_json_int(o, "n_inner", 0, &c->ffn))
-        FAIL("%s: n_embd, n_layer, n_head, n_positions and vocab_size must be positive integers (n_inner too, or "
-             "null)", path);
-    if (!c->ffn) c->ffn = 4 * c->hidden;
-    if (c->hidden % c->heads) FAIL("%s: n_embd %d is not divisible by n_head %d", path, c->hidden, c->heads);
-    const cJSON *act = cJSON_GetObjectItemCaseSensitive(o, "activation_function");
-    const char *a = cJSON_IsString(act) ? act->valuestring : "gelu_new";
-    if (strcmp(a, "gelu_new") && strcmp(a, "gelu_pytorch_tanh") && strcmp(a, "gelu_fast"))
-        FAIL("%s: activation_function '%s' is not the tanh GeLU trident computes (gelu_new)", path, a);
-    c->norm_eps = (float)hf_json_num(o, "layer_norm_epsilon", 1e-5);
-    if (!(c->norm_eps > 0 && c->norm_eps < 1)) FAIL("%s: layer_norm_epsilon must be in (0, 1)", path);
-    if (!hf_json_bool(o, "scale_attn_weights", 1) || hf_json_bool(o, "scale_attn_by_inverse_layer_idx", 0))
-        FAIL("%s: attention scaling other than 1/sqrt(head size) is not supported", path);
-    c->hidden_dropout = (float)hf_json_num(o, "resid_pdrop", 0.1);
-    c->attn_dropout = (float)hf_json_num(o, "attn_pdrop", 0.1);
-    return 0;
-fail:
-    return -1;
+    const char *names[32];
+    int n = 0;
+    for (int i = 0; hf_families[i] && n < 30; i++) {
+        names[n++] = hf_families[i]->model_type;
+        if (hf_families[i]->alias) names[n++] = hf_families[i]->alias;
+    }
+    size_t at = 0;
+    out[0] = 0;
+    for (int i = 0; i < n && at < len; i++)
+        at += (size_t)snprintf(out + at, len - at, "%s%s", i == 0 ? "" : i == n - 1 ? " and " : ", ", names[i]);
 }
 
 /* The family and model of IN/config.json; -1 with err when it is not one trident computes. */
@@ -359,10 +250,15 @@ static const hf_family *read_config(const char *in, gpt_config *c, int divisible
     if (!cJSON_IsObject(o)) FAIL("%s is not valid JSON", path);
     const cJSON *mt = cJSON_GetObjectItemCaseSensitive(o, "model_type");
     const char *type = cJSON_IsString(mt) ? mt->valuestring : "gpt2";
-    for (int i = 0; i < NFAMILIES && !fam; i++)
-        if (strcmp(type, FAMILIES[i]->model_type) == 0 || (FAMILIES[i]->alias && strcmp(type, FAMILIES[i]->alias) == 0))
-            fam = FAMILIES[i];
-    if (!fam) FAIL("%s: model_type is '%s'; gpt2, llama, mistral and megatron-bert convert", path, type);
+    for (int i = 0; hf_families[i] && !fam; i++)
+        if (strcmp(type, hf_families[i]->model_type) == 0 ||
+            (hf_families[i]->alias && strcmp(type, hf_families[i]->alias) == 0))
+            fam = hf_families[i];
+    if (!fam) {
+        char known[256];
+        hf_model_types(known, sizeof known);
+        FAIL("%s: model_type is '%s'; %s convert", path, type, known);
+    }
     memset(c, 0, sizeof *c);
     if (fam->read_config(o, path, c, err, errlen)) {
         fam = NULL;
@@ -393,12 +289,12 @@ static int ends_with(const char *s, const char *suffix)
 }
 
 /* Buffers (GPT-2's attention masks, rotary tables) and a tied head, which carry no parameters
- * of their own. */
-static int ignorable(const char *name)
+ * of their own, and those the family names (its ignorable). */
+static int ignorable(const hf_family *fam, const char *name)
 {
     return ends_with(name, ".attn.bias") || ends_with(name, ".attn.masked_bias") ||
            ends_with(name, ".rotary_emb.inv_freq") || strcmp(name, "lm_head.weight") == 0 ||
-           strcmp(name, "bert.embeddings.position_ids") == 0 || strncmp(name, "cls.predictions.decoder.", 24) == 0;
+           (fam->ignorable && fam->ignorable(name));
 }
 
 /* Fills the table entry t of m (host buffer `host`) from f, piece by piece. used[i] marks f's
@@ -444,7 +340,8 @@ fail:
     return -1;
 }
 
-int hf_import(const char *in, const char *out, int divisible_by, comm *world, char *err, size_t errlen)
+int hf_import(const char *in, const char *out, int divisible_by, const char *backend_name, comm *world, char *err,
+              size_t errlen)
 {
     st_file *f = NULL;
     ps_state *ps = NULL;
@@ -476,14 +373,14 @@ int hf_import(const char *in, const char *out, int divisible_by, comm *world, ch
     if (!f) FAIL("%s", why);
     used = td_xcalloc((size_t)(f->h.ntensors ? f->h.ntensors : 1), 1);
     ps = ps_init(world, 1, 1);
-    be = be_cpu(0);
+    be = be_create(backend_name, 0);
     m = gpt_create(&c, ps, be, 0, c.num_layers, 1, 1);
     host = td_xmalloc(m->numel * sizeof(float));
     for (int i = 0; i < m->ntensors; i++)
         if (import_tensor(fam, f, m, &m->table[i], host, used, err, errlen)) goto fail;
     for (int i = 0; i < f->h.ntensors; i++) {
         const st_tensor *t = &f->h.tensors[i];
-        if (used[i] || !ignorable(t->name)) {
+        if (used[i] || !ignorable(fam, t->name)) {
             if (!used[i]) FAIL("%s: unexpected tensor %s (not part of %s)", path, t->name, fam->arch);
             continue;
         }

@@ -23,7 +23,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "ckpt/ckpt_impl.h"
+#include "ckpt_impl.h"
 #include "hf_impl.h"
 
 #define FAIL(...)                                                                        \
@@ -112,7 +112,6 @@ static cJSON *bert_config(const gpt_config *c)
 
 static const char *bert_mismatch(const gpt_config *c)
 {
-    if (!gpt_is_bert(c)) return "not BERT";
     if (gpt_head_dim(c) * c->heads != c->hidden) return "a head size other than hidden / heads";
     return NULL;
 }
@@ -145,5 +144,11 @@ static int bert_read_config(const cJSON *o, const char *path, gpt_config *c, cha
     return 0;
 }
 
-const hf_family HF_BERT = {"megatron-bert", "MegatronBertForPreTraining", bert_pieces, bert_config,
-                           bert_mismatch, bert_read_config, NULL};
+/* Buffers and tied copies of MegatronBertForPreTraining that carry no parameters of their own. */
+static int bert_ignorable(const char *name)
+{
+    return strcmp(name, "bert.embeddings.position_ids") == 0 || strncmp(name, "cls.predictions.decoder.", 24) == 0;
+}
+
+const hf_family HF_BERT = {"megatron-bert", "MegatronBertForPreTraining", GPT_FAMILY_BERT, bert_pieces, bert_config,
+                           bert_mismatch, bert_read_config, NULL, bert_ignorable};

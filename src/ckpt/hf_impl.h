@@ -1,5 +1,5 @@
-/* Private to src/ckpt: the Hugging Face families hf.c converts (GPT-2 there, Llama/Mistral in
- * hf_llama.c, Megatron-BERT in hf_bert.c). A family maps each trident logical tensor to one or more transformers tensors
+/* Private to src/ckpt: the Hugging Face families hf.c converts, one file each (hf_gpt2.c,
+ * hf_llama.c, ...) defining one row, listed in hf_families.c. A family maps each trident logical tensor to one or more transformers tensors
  * ("pieces": row ranges, possibly stored transposed), writes and reads config.json, and says
  * whether a trident architecture is one it computes exactly. */
 #ifndef TRIDENT_HF_IMPL_H
@@ -23,6 +23,7 @@ typedef struct {
 
 typedef struct hf_family {
     const char *model_type, *arch; /* "gpt2", "GPT2LMHeadModel" */
+    gpt_family family;             /* the trident models it holds (--model) */
     /* The pieces of trident tensor `name` (0: it has no counterpart). */
     int (*pieces)(const gpt_config *c, const char *name, hf_piece *out);
     cJSON *(*config)(const gpt_config *c);
@@ -31,10 +32,14 @@ typedef struct hf_family {
     /* Fills the architecture of c from config.json (o, read from path); -1 with one line in err. */
     int (*read_config)(const cJSON *o, const char *path, gpt_config *c, char *err, size_t errlen);
     const char *alias; /* another model_type read the same way ("mistral"), or NULL */
+    /* 1 for a tensor of the family's files that carries no parameter of its own (a buffer, a
+     * tied copy), which import passes over; NULL: none beyond the common ones (hf.c). */
+    int (*ignorable)(const char *name);
 } hf_family;
 
-extern const hf_family HF_LLAMA;
-extern const hf_family HF_BERT;
+/* Every family, in the order export tries them (the first whose architecture matches); NULL
+ * ends the list (hf_families.c). */
+extern const hf_family *const hf_families[];
 
 /* config.json values: a positive integer (def when absent or null; def < 0: required), a
  * number, a boolean. hf_json_int returns -1 when the value is not a positive integer. */

@@ -21,7 +21,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "ckpt/ckpt_impl.h"
+#include "ckpt_impl.h"
 #include "hf_impl.h"
 
 #define FAIL(...)                                                                        \
@@ -104,7 +104,6 @@ static cJSON *llama_config(const gpt_config *c)
 
 static const char *llama_mismatch(const gpt_config *c)
 {
-    if (gpt_is_bert(c)) return "BERT";
     if (c->norm != GPT_NORM_RMSNORM) return "LayerNorm";
     if (c->pos != GPT_POS_ROPE) return "no rotary positions";
     if (gpt_rotary_dims(c) != gpt_head_dim(c)) return "rotary on part of each head";
@@ -157,5 +156,5 @@ static int llama_read_config(const cJSON *o, const char *path, gpt_config *c, ch
     return 0;
 }
 
-const hf_family HF_LLAMA = {"llama",      "LlamaForCausalLM", llama_pieces, llama_config,
-                            llama_mismatch, llama_read_config,  "mistral"};
+const hf_family HF_LLAMA = {"llama", "LlamaForCausalLM", GPT_FAMILY_GPT, llama_pieces, llama_config, llama_mismatch,
+                            llama_read_config, "mistral", NULL};

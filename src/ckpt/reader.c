@@ -1,4 +1,4 @@
-/* Reading checkpoints in any layout: see include/trident/checkpoint.h.
+/* Reading checkpoints in any layout: see include/ckpt/trident/checkpoint.h.
  *
  * Every shard's entries are indexed by (kind, logical name) with the slice they hold. A read
  * of slice W of tensor T intersects W with the slice of every entry of T: per dimension, a
@@ -20,15 +20,13 @@
 
 #include <cjson/cJSON.h>
 
-#include "ckpt/ckpt_fs.h"
-#include "ckpt/ckpt_impl.h"
-#include "backend/backend.h"
+#include "backend.h"
+#include "ckpt_fs.h"
+#include "ckpt_impl.h"
 #include "trident/check.h"
 #include "trident/checkpoint.h"
 #include "trident/safetensors.h"
 #include "trident/timer.h"
-
-#define MAXB 64 /* blocks of a split dimension */
 
 /* A piece of a slice: the elements [elems[2k], elems[2k+1]) of the slice's buffer, k < n, one
  * after another in entry t. */
@@ -67,75 +65,6 @@ struct ckpt_reader {
         goto fail;                                                                       \
     } while (0)
 
-/* ---- slice metadata ---- */
-
-int ckpt_slice_parse(const char *json, ckpt_slice *s, uint32_t *crc)
-{
-    cJSON *o = cJSON_Parse(json);
-    int rc = -1;
-    if (!cJSON_IsObject(o)) goto done;
-    const cJSON *shape = cJSON_GetObjectItemCaseSensitive(o, "shape"), *dim = cJSON_GetObjectItemCaseSensitive(o, "dim");
-    const cJSON *blocks = cJSON_GetObjectItemCaseSensitive(o, "blocks"), *start = cJSON_GetObjectItemCaseSensitive(o, "start");
-    const cJSON *len = cJSON_GetObjectItemCaseSensitive(o, "len"), *c = cJSON_GetObjectItemCaseSensitive(o, "crc32");
-    if (!cJSON_IsArray(shape) || !cJSON_IsNumber(dim) || !cJSON_IsNumber(blocks) || !cJSON_IsNumber(start) ||
-        !cJSON_IsNumber(len) || !cJSON_IsString(c))
-        goto done;
-    int nd = cJSON_GetArraySize(shape);
-    if (nd < 1 || nd > 2) goto done;
-    memset(s, 0, sizeof *s);
-    s->ndim = nd;
-    int k = 0;
-    for (const cJSON *d = shape->child; d; d = d->next, k++) {
-        if (!cJSON_IsNumber(d) || d->valuedouble < 0 || d->valuedouble > 1e15) goto done;
-        s->shape[k] = (int64_t)d->valuedouble;
-    }
-    s->dim = (int)dim->valuedouble;
-    s->blocks = (int)blocks->valuedouble;
-    s->start = (int64_t)start->valuedouble;
-    s->len = (int64_t)len->valuedouble;
-    if (s->dim < -1 || s->dim >= nd || s->blocks < 1 || s->blocks > MAXB) goto done;
-    if (s->dim >= 0) {
-        int64_t size = s->shape[s->dim];
-        if (size % s->blocks || s->start < 0 || s->len < 0 || s->start + s->len > size / s->blocks) goto done;
-    }
-    char *end;
-    unsigned long v = strtoul(c->valuestring, &end, 16);
-    if (*end || end == c->valuestring || v > 0xffffffffUL) goto done;
-    *crc = (uint32_t)v;
-    rc = 0;
-done:
-    cJSON_Delete(o);
-    return rc;
-}
-
-/* The "elements" of a piece's description: 0 with *elems (malloc'd, 2 n values) and *n, or -1
- * when there are none or they are malformed (not increasing, outside [0, numel)). */
-static int piece_parse(const char *json, int64_t numel, int64_t **elems, int *n)
-{
-    cJSON *o = cJSON_Parse(json);
-    const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, "elements");
-    int k = cJSON_IsArray(a) ? cJSON_GetArraySize(a) : 0, rc = -1;
-    *elems = NULL;
-    if (k < 2 || k % 2) goto done;
-    *elems = td_xmalloc((size_t)k * sizeof(int64_t));
-    int i = 0;
-    int64_t prev = 0;
-    for (const cJSON *v = a->child; v; v = v->next, i++) {
-        if (!cJSON_IsNumber(v) || v->valuedouble < (double)prev || v->valuedouble > (double)numel) goto done;
-        (*elems)[i] = prev = (int64_t)v->valuedouble;
-        if (i % 2 && (*elems)[i] == (*elems)[i - 1]) goto done;
-    }
-    *n = k / 2;
-    rc = 0;
-done:
-    if (rc) {
-        free(*elems);
-        *elems = NULL;
-    }
-    cJSON_Delete(o);
-    return rc;
-}
-
 /* ---- intervals ---- */
 
 typedef struct {
@@ -153,7 +82,7 @@ static int ivals(const ckpt_slice *s, int d, ival *out)
         out[0] = (ival){0, size, 0};
         return 1;
     }
-    TD_ASSERT(s->blocks >= 1 && s->blocks <= MAXB);
+    TD_ASSERT(s->blocks >= 1 && s->blocks <= CKPT_MAX_BLOCKS);
     int64_t block = size / s->blocks;
     for (int b = 0; b < s->blocks; b++) out[b] = (ival){b * block + s->start, b * block + s->start + s->len, b * s->len};
     return s->blocks;
@@ -163,7 +92,7 @@ static int ivals(const ckpt_slice *s, int d, ival *out)
 static int64_t intersect(const ckpt_slice *want, const ckpt_slice *src, int64_t rows_lim, float *dst,
                          const float *sdata)
 {
-    ival w0[MAXB], w1[MAXB], s0[MAXB], s1[MAXB];
+    ival w0[CKPT_MAX_BLOCKS], w1[CKPT_MAX_BLOCKS], s0[CKPT_MAX_BLOCKS], s1[CKPT_MAX_BLOCKS];
     int nw0 = ivals(want, 0, w0), nw1 = ivals(want, 1, w1), ns0 = ivals(src, 0, s0), ns1 = ivals(src, 1, s1);
     int64_t Ww = width_of(want), Ws = width_of(src), count = 0;
     for (int a = 0; a < nw0; a++)
@@ -305,7 +234,7 @@ static int add_entries(ckpt_reader *r, int fi, const ckpt_file *cf, char *err, s
         int ok = t->dtype == ST_F32 && t->ndim == e->sl.ndim && t->shape[0] == d0 && (t->ndim == 1 || t->shape[1] == d1);
         if (cf->dp_rank >= 0) { /* a piece: the listed elements, one after another */
             src_piece pc = {fi, t, e->crc, 0, NULL};
-            if (piece_parse(js, ckpt_slice_numel(&e->sl), &pc.elems, &pc.n))
+            if (ckpt_piece_parse(js, ckpt_slice_numel(&e->sl), &pc.elems, &pc.n))
                 FAIL("%s: entry '%s' has no valid element ranges in __metadata__: the shard is corrupt", f->path,
                      t->name);
             int64_t held = 0;
@@ -623,7 +552,7 @@ int ckpt_read(ckpt_reader *r, ckpt_kind kind, const char *name, const ckpt_slice
     }
     int64_t expected = 0;
     {
-        ival w0[MAXB];
+        ival w0[CKPT_MAX_BLOCKS];
         int n0 = ivals(want, 0, w0);
         for (int a = 0; a < n0; a++) {
             int64_t hi = w0[a].hi < rows_lim ? w0[a].hi : rows_lim;
@@ -657,7 +586,7 @@ int ckpt_read(ckpt_reader *r, ckpt_kind kind, const char *name, const ckpt_slice
             free(row);
             return -1;
         }
-        ival w0[MAXB];
+        ival w0[CKPT_MAX_BLOCKS];
         int n0 = ivals(want, 0, w0);
         int64_t W = width_of(want);
         for (int a = 0; a < n0; a++)

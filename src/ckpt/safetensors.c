@@ -1,4 +1,4 @@
-/* safetensors files: see include/trident/safetensors.h. */
+/* safetensors files: see include/ckpt/trident/safetensors.h. */
 #include "trident/safetensors.h"
 
 #include <errno.h>

@@ -1,4 +1,4 @@
-/* The --save folder's lock: see ckpt_lock_save_dir in include/trident/checkpoint.h.
+/* The --save folder's lock: see ckpt_lock_save_dir in include/ckpt/trident/checkpoint.h.
  *
  * An flock(2) on DIR/.trident-save.lock, taken without waiting and never released by hand: the
  * kernel drops it when the process ends, however it ends (a kill -9 included), so a lock is
@@ -14,7 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "ckpt/ckpt_fs.h"
+#include "ckpt_fs.h"
 #include "trident/check.h"
 
 /* Who holds the lock, as the holder wrote it into the lock file ("" when it has not yet). */

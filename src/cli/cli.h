@@ -3,7 +3,7 @@
 #ifndef TRIDENT_CLI_H
 #define TRIDENT_CLI_H
 
-#include "backend/backend.h"
+#include "backend.h"
 #include "trident/args.h"
 #include "trident/check.h"
 #include "trident/checkpoint.h"
@@ -34,7 +34,13 @@ int cli_serve(int argc, char **argv);
         td_usage_error(__VA_ARGS__);                                                     \
     } while (0)
 
-/* ---- model_load.c: what generate and serve share ---- */
+/* ---- model_load.c: what generate, serve and eval share ---- */
+
+/* A command that scores or generates text left to right (generate, serve, eval): refuses, with
+ * exit 2, a checkpoint whose model is not a causal decoder with a next-token loss, naming its
+ * --model and, for eval, where its losses come from instead. */
+void cli_need_causal(const gpt_config *c, comm *world, const char *prog, const char *dir, int scoring);
+
 typedef struct {
     ckpt_meta meta;
     tok_tokenizer *tok;

@@ -72,7 +72,7 @@ int cli_convert(int argc, char **argv)
         comm *world = comm_world_init(&argc, &argv);
         if (comm_size(world) != 1) td_fatal(1, "%s runs on one rank (not under mpirun -np > 1)", prog);
         lock_out(out);
-        rc = hf_import(in, out, a.make_vocab_size_divisible_by, world, err, sizeof err);
+        rc = hf_import(in, out, a.make_vocab_size_divisible_by, a.backend, world, err, sizeof err);
         if (rc == 0)
             TD_INFO("wrote a trident checkpoint (iteration 0, weights only) to %s from %s in %.2f s; train from it "
                     "with --load %s --finetune", out, in, td_now() - t0, out);

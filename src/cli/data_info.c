@@ -20,7 +20,7 @@ static void print_dataset(const gptds *ds, int i)
 {
     const gptds_dataset_info *in = gptds_dataset(ds, i);
     printf("\ndataset %d of %d: %s (weight %.6g)\n", i + 1, gptds_num_datasets(ds), in->path, in->weight);
-    /* GPT's "documents" are the sequences; a sentence-level (BERT) dataset groups several
+    /* GPT's "documents" are the sequences; a sentence-level dataset (--split-sentences) groups several
      * sequences into each document of the .idx, and then both counts are shown. */
     int64_t ndocs = idx_num_documents(in->idx);
     const char *unit = ndocs != in->num_documents ? "sequence" : "document";

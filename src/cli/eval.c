@@ -184,9 +184,7 @@ int cli_eval(int argc, char **argv)
     int S = a.seq_length, K = td_args_given(&a, "--eval-stride") ? a.eval_stride : S;
     if (K > S) USAGE(world, "%s: --eval-stride %d is longer than --seq-length %d (tokens would go unscored)", prog, K, S);
     gpt_config c = ckpt_model_config(&meta, tp, S, a.make_vocab_size_divisible_by);
-    if (gpt_is_bert(&c))
-        USAGE(world, "%s: %s holds a BERT, which has no next-token loss to score; its masked-LM and sentence-order "
-                     "validation losses come from trident train --model bert --eval-iters N", prog, meta.dir);
+    cli_need_causal(&c, world, prog, meta.dir, 1);
     if (S > c.max_pos)
         USAGE(world, "%s: --seq-length %d is longer than the checkpoint's %d positions", prog, S, c.max_pos);
     if (c.heads % tp || c.ffn % tp)
@@ -223,7 +221,7 @@ int cli_eval(int argc, char **argv)
 
     /* the model: one stage per pipeline rank */
     ps_state *ps = ps_init(world, tp, pp);
-    backend *be = be_cpu(0);
+    backend *be = be_create(a.backend, 0);
     int per = c.num_layers / pp;
     gpt_model *m = gpt_create(&c, ps, be, ps->pp_rank * per, per, a.micro_batch_size, 1);
     ckpt_model cm = {ps, 1, &m, NULL, NULL, NULL, NULL};

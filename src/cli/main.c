@@ -3,7 +3,8 @@
 #include <string.h>
 
 #include "cli.h"
-#include "backend/backend.h"
+#include "trident/hf.h"
+#include "backend.h"
 #include "trident/check.h"
 #include "trident/comm.h"
 
@@ -19,21 +20,22 @@ typedef struct {
     const char *name;
     int (*run)(int argc, char **argv);
     const char *summary;
+    void (*detail)(char *out, size_t len); /* more of the summary, from the floor that knows it; or NULL */
 } subcommand;
 
 static const subcommand COMMANDS[] = {
-    /* one row per subcommand: {name, cli_<name>, summary} */
-    {"tokenize", cli_tokenize, "text to token ids and back: GPT-2 BPE, Hugging Face tokenizer.json, BERT WordPiece"},
-    {"preprocess", cli_preprocess, "tokenize JSON lines or text files into a Megatron .bin/.idx dataset"},
-    {"data-info", cli_data_info, "split a dataset, build or load its indices, print the statistics"},
-    {"eval", cli_eval, "strided perplexity of a checkpoint on a dataset (any layout)"},
-    {"generate", cli_generate, "generate text from a checkpoint with a key/value cache (any tp x pp layout)"},
-    {"serve", cli_serve, "serve a checkpoint over HTTP (Megatron's PUT /api, OpenAI-style /v1/completions)"},
-    {"convert", cli_convert, "convert checkpoints: Hugging Face GPT-2, Llama, Megatron-BERT <-> trident"},
-    {"checkpoint", cli_checkpoint, "inspect a checkpoint (info: contents and CRC check; compare: two checkpoints)"},
-    {"train", cli_train, "pretrain a GPT, Llama-style or BERT model (one rank, or many under mpirun)"},
-    {"plan", cli_plan, "predict time, TFLOP/s and memory of layouts on a cluster; search for the fastest"},
-    {"version", cli_version, "print the version"},
+    /* one row per subcommand: {name, cli_<name>, summary, detail} */
+    {"tokenize", cli_tokenize, "text to token ids and back: GPT-2 BPE, Hugging Face tokenizer.json, WordPiece", NULL},
+    {"preprocess", cli_preprocess, "tokenize JSON lines or text files into a Megatron .bin/.idx dataset", NULL},
+    {"data-info", cli_data_info, "split a dataset, build or load its indices, print the statistics", NULL},
+    {"eval", cli_eval, "strided perplexity of a checkpoint on a dataset (any layout)", NULL},
+    {"generate", cli_generate, "generate text from a checkpoint with a key/value cache (any tp x pp layout)", NULL},
+    {"serve", cli_serve, "serve a checkpoint over HTTP (Megatron's PUT /api, OpenAI-style /v1/completions)", NULL},
+    {"convert", cli_convert, "convert checkpoints between trident and Hugging Face; model_type", hf_model_types},
+    {"checkpoint", cli_checkpoint, "inspect a checkpoint (info: contents and CRC check; compare: two checkpoints)", NULL},
+    {"train", cli_train, "pretrain a decoder (GPT-2, Llama-style) or an encoder (--model), on one rank or many under mpirun", NULL},
+    {"plan", cli_plan, "predict time, TFLOP/s and memory of layouts on a cluster; search for the fastest", NULL},
+    {"version", cli_version, "print the version", NULL},
 };
 #define NCOMMANDS ((int)(sizeof COMMANDS / sizeof COMMANDS[0]))
 
@@ -41,7 +43,11 @@ static void usage(FILE *f)
 {
     fprintf(f, "trident %s: Megatron-style transformer training in C\n\nusage: trident <command> [flags]\n\n"
                "commands:\n", TRIDENT_VERSION);
-    for (int i = 0; i < NCOMMANDS; i++) fprintf(f, "  %-12s %s\n", COMMANDS[i].name, COMMANDS[i].summary);
+    for (int i = 0; i < NCOMMANDS; i++) {
+        char detail[256] = "";
+        if (COMMANDS[i].detail) COMMANDS[i].detail(detail, sizeof detail);
+        fprintf(f, "  %-12s %s%s%s\n", COMMANDS[i].name, COMMANDS[i].summary, detail[0] ? " " : "", detail);
+    }
     fprintf(f, "\n'trident <command> --help' lists a command's flags.\n");
 }
 

@@ -1,10 +1,34 @@
-/* What `generate` and `serve` share: the checkpoint, its tokenizer and this rank's model stage. */
+/* What `generate` and `serve` share: the checkpoint, its tokenizer and this rank's model stage;
+ * and the check of the model's kind `eval` shares with them. */
 #include <stdio.h>
 #include <string.h>
 
 #include "cli.h"
 #include "trident/check.h"
+#include "trident/hf.h"
 
+/* The --model value of c's family ("gpt", ...), as meta.json's key spells it. */
+static void model_flag_value(const gpt_config *c, char *out, size_t len)
+{
+    snprintf(out, len, "?");
+    for (int i = 0; i < GPT_NCONFIG_KEYS; i++)
+        if (strcmp(GPT_CONFIG_KEYS[i].flag, "--model") == 0) gpt_config_value_str(c, &GPT_CONFIG_KEYS[i], out, len);
+}
+
+void cli_need_causal(const gpt_config *c, comm *world, const char *prog, const char *dir, int scoring)
+{
+    if (c->family == GPT_FAMILY_GPT) return;
+    char model[32];
+    model_flag_value(c, model, sizeof model);
+    if (scoring)
+        USAGE(world, "%s: %s holds a --model %s checkpoint, not a causal decoder: it has no next-token loss to "
+                     "score; its validation losses come from trident train --model %s --eval-iters N", prog, dir,
+              model, model);
+    const char *hf = hf_class_of(c);
+    USAGE(world, "%s: %s holds a --model %s checkpoint, not a causal decoder: it does not generate or score text "
+                 "left to right%s%s%s", prog, dir, model, hf ? "; convert it to Hugging Face's " : "", hf ? hf : "",
+          hf ? " (trident convert) for its predictions" : "");
+}
 
 void cli_check_load_flags(const td_args *a, comm *world, const char *prog)
 {
@@ -33,10 +57,7 @@ void cli_open_checkpoint(cli_model *out, td_args *a, comm *world, const char *pr
         USAGE(world, "%s: %s", prog, err);
     out->cfg = ckpt_model_config(&out->meta, tp, a->seq_length, a->make_vocab_size_divisible_by);
     const gpt_config *c = &out->cfg;
-    if (gpt_is_bert(c))
-        USAGE(world, "%s: %s holds a BERT, a bidirectional encoder: it does not generate or score text left to "
-                     "right; convert it to Hugging Face's MegatronBertForPreTraining (trident convert) for its "
-                     "masked-LM predictions", prog, out->meta.dir);
+    cli_need_causal(c, world, prog, out->meta.dir, 0);
     if (c->heads % tp || c->ffn % tp || gpt_groups(c) % tp)
         USAGE(world, "%s: --tensor-model-parallel-size %d does not divide the checkpoint's %d heads, %d query groups "
                      "and FFN size %d", prog, tp, c->heads, gpt_groups(c), c->ffn);
@@ -50,7 +71,7 @@ void cli_load_stage(cli_model *out, const td_args *a, comm *world, int mbs)
     char err[4096] = "";
     int pp = a->pipeline_model_parallel_size, per = out->cfg.num_layers / pp;
     out->ps = ps_init(world, a->tensor_model_parallel_size, pp);
-    out->be = be_cpu(0);
+    out->be = be_create(a->backend, 0);
     out->m = gpt_create(&out->cfg, out->ps, out->be, out->ps->pp_rank * per, per, mbs, 1);
     ckpt_model cm = {out->ps, 1, &out->m, NULL, NULL, NULL, NULL};
     if (ckpt_load(&out->meta, &cm, 0, err, sizeof err)) td_fatal(1, "%s", err);

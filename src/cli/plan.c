@@ -1,4 +1,4 @@
-/* trident plan: the layout planner's command (include/trident/plan.h, docs/plan.md). With layout
+/* trident plan: the layout planner's command (include/plan/trident/plan.h, docs/plan.md). With layout
  * flags it evaluates that layout; without, it searches every layout of --num-gpus devices and
  * prints the fastest that fit, and the train flags of the best. */
 #include <stdio.h>
@@ -89,7 +89,7 @@ int cli_plan(int argc, char **argv)
     if (a.plan_calibrate) {
         comm *world = comm_world_init(&argc, &argv);
         plan_cluster me;
-        plan_calibrate(&me, world);
+        plan_calibrate(&me, a.backend, world);
         if (comm_rank(world) == 0) {
             char *js = plan_cluster_json(&me);
             printf("%s\n", js);

@@ -1,5 +1,5 @@
 /* Communicator front end: dispatch through the vtable, with the one-rank fast paths and
- * timing in one place. See include/trident/comm.h. */
+ * timing in one place. See include/comm/trident/comm.h. */
 #include <stdio.h>
 #include <string.h>
 

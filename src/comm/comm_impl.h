@@ -1,4 +1,4 @@
-/* The communicator vtable behind include/trident/comm.h. One implementation per file
+/* The communicator vtable behind include/comm/trident/comm.h. One implementation per file
  * (mpi.c; nccl.c on GPUs). Private to src/comm. */
 #ifndef TRIDENT_COMM_IMPL_H
 #define TRIDENT_COMM_IMPL_H

@@ -1,4 +1,4 @@
-/* Arena allocator: see include/trident/arena.h. */
+/* Arena allocator: see include/core/trident/arena.h. */
 #include "trident/arena.h"
 
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-/* Command-line arguments: see include/trident/args.h. The table below is the one place a
+/* Command-line arguments: see include/core/trident/args.h. The table below is the one place a
  * flag is named, typed, defaulted, documented and bounded. */
 #include "trident/args.h"
 
@@ -40,6 +40,10 @@ static const flag_t FLAGS[] = {
      "common",
      "seed of every random stream (init, dropout, data shuffling)", 0, BIG, NULL},
     {"--verbose", A_INT, OFF(verbose), "1", ALL, "common", "0 errors only, 1 info, 2 debug", 0, 2, NULL},
+    {"--backend", A_CHOICE, OFF(backend), "cpu",
+     TD_CMD_TRAIN | TD_CMD_EVAL | TD_CMD_GENERATE | TD_CMD_SERVE | TD_CMD_CONVERT | TD_CMD_PLAN, "common",
+     "the compute backend: cpu (the only one today; plan reads it with --calibrate, convert with --from hf)", 0, 0,
+     "cpu"},
 
     {"--tokenizer-type", A_CHOICE, OFF(tokenizer_type), "GPT2BPETokenizer", TOK, "tokenizer",
      "GPT2BPETokenizer (--vocab-file, --merge-file), HuggingFaceTokenizer (--tokenizer-model), or BERT's "

@@ -1,4 +1,4 @@
-/* Errors and logging: see include/trident/check.h. */
+/* Errors and logging: see include/core/trident/check.h. */
 #include "trident/check.h"
 
 #include <errno.h>

@@ -1,4 +1,4 @@
-/* Philox-4x32-10: see include/trident/philox.h (the block function is inline there). */
+/* Philox-4x32-10: see include/core/trident/philox.h (the block function is inline there). */
 #include "trident/philox.h"
 
 #include <math.h>

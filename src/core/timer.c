@@ -1,4 +1,4 @@
-/* Timers: see include/trident/timer.h. */
+/* Timers: see include/core/trident/timer.h. */
 #include "trident/timer.h"
 
 #include <time.h>

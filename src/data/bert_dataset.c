@@ -1,4 +1,4 @@
-/* BERT dataset after Megatron's BertDataset: see include/trident/bert_dataset.h and docs/bert.md.
+/* BERT dataset after Megatron's BertDataset: see include/data/trident/bert_dataset.h and docs/bert.md.
  * Random draws come from Philox keyed by (seed, purpose, split, index), never by rank.
  *
  * Cache file: a header (magic, key, description length, rows, epochs, checksum of the rest), the
@@ -22,6 +22,7 @@
 #include "trident/check.h"
 #include "trident/philox.h"
 #include "trident/timer.h"
+#include "trident/wordpiece.h"
 
 /* ------------------------------------------------------------------------------------------ */
 /* Small helpers: src/data/ds_util.h                                                          */
@@ -600,4 +601,31 @@ void bertds_micro_batch(const bertds *ds, gptds_split s, int64_t consumed, int m
              "bad micro-batch request: consumed %" PRId64 ", m %d, b %d, dp %d, d %d", consumed, m, b, dp, d);
     int64_t first = consumed + (int64_t)m * b * dp + (int64_t)d * b;
     for (int j = 0; j < b; j++) bertds_get(ds, s, first + j, &rows[j]);
+}
+
+/* ---- the vocabulary's special tokens ---- */
+
+int bertds_vocab_get(const tok_tokenizer *t, bertds_vocab *out, char *msg, size_t msglen)
+{
+    const wp_tokenizer *wp = tok_wordpiece(t);
+    if (!wp) {
+        snprintf(msg, msglen, "BERT needs a WordPiece tokenizer (--tokenizer-type BertWordPieceLowerCase or "
+                              "BertWordPieceCase with --vocab-file vocab.txt), not %s", tok_kind(t));
+        return -1;
+    }
+    static const char *const names[4] = {"[CLS]", "[SEP]", "[MASK]", "[PAD]"};
+    int32_t *ids[4] = {&out->cls, &out->sep, &out->mask, &out->pad};
+    for (int i = 0; i < 4; i++)
+        if ((*ids[i] = wp_token_id(wp, names[i])) < 0) {
+            snprintf(msg, msglen, "the WordPiece vocabulary has no %s token, which BERT needs; use a BERT vocab.txt",
+                     names[i]);
+            return -1;
+        }
+    int n = wp_vocab_size(wp);
+    out->subword = td_xcalloc((size_t)n, 1);
+    for (int i = 0; i < n; i++) {
+        const char *s = wp_token(wp, i);
+        out->subword[i] = s && strncmp(s, "##", 2) == 0 && s[2];
+    }
+    return 0;
 }

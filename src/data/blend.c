@@ -1,5 +1,5 @@
 /* Blend arithmetic after Megatron: weight normalisation in numpy's summation order and the
- * greedy max-error rule of build_blending_indices. See include/trident/gpt_dataset.h. */
+ * greedy max-error rule of build_blending_indices. See include/data/trident/gpt_dataset.h. */
 #include <stdint.h>
 #include <stdlib.h>
 

@@ -1,4 +1,4 @@
-/* GPT-2 byte-level BPE: see include/trident/bpe.h and docs/tokenizer.md.
+/* GPT-2 byte-level BPE: see include/data/trident/bpe.h and docs/tokenizer.md.
  *
  * Encoding is three steps. (1) GPT-2's pre-tokenization regex cuts the text into chunks; bytes
  * the regex cannot match (invalid UTF-8) form chunks of their own. (2) Each byte of a chunk

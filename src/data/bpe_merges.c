@@ -1,4 +1,4 @@
-/* The merge table of a byte-pair encoder: see include/trident/bpe_merges.h. */
+/* The merge table of a byte-pair encoder: see include/data/trident/bpe_merges.h. */
 #include "trident/bpe_merges.h"
 
 #include <stdlib.h>

@@ -1,6 +1,6 @@
-/* Private to src/data: what the datasets' index caches share (src/data/gpt_dataset.c,
- * src/data/bert_dataset.c): formatted strings, folders, hashes of cache keys and contents, and
- * files written atomically. */
+/* Private to src/data: what the datasets' index caches share (every dataset of src/data that
+ * caches its indices; ds_cache.c holds the GPT dataset's file format): formatted strings,
+ * folders, hashes of cache keys and contents, and files written atomically. */
 #ifndef TRIDENT_DS_UTIL_H
 #define TRIDENT_DS_UTIL_H
 

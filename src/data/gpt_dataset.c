@@ -1,4 +1,4 @@
-/* GPT dataset after Megatron's GPTDataset / BlendedDataset: see include/trident/gpt_dataset.h
+/* GPT dataset after Megatron's GPTDataset / BlendedDataset: see include/data/trident/gpt_dataset.h
  * and docs/data.md. Random draws come from Philox keyed by (seed, purpose, split, epoch group). */
 #include "trident/gpt_dataset.h"
 
@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ds_cache.h"
 #include "ds_util.h"
 #include "trident/check.h"
 #include "trident/philox.h"
@@ -230,183 +231,6 @@ void gptds_config_free(gptds_config *cfg)
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* Cache files: a header (magic, key, description length, array counts and element sizes, a
- * checksum of the rest), the description text, then the arrays, each padded to 8 bytes. The
- * description names every input the arrays depend on; it is compared byte for byte on load.   */
-
-#define CACHE_MAGIC "TDIDXv01"
-#define MAX_ARRAYS 3
-
-typedef struct {
-    char magic[8];
-    uint64_t key;
-    uint64_t desc_len;
-    uint64_t n_arrays;
-    uint64_t count[MAX_ARRAYS];
-    uint64_t elem[MAX_ARRAYS];
-    uint64_t checksum; /* fnv1a_words over every byte after the header */
-} cache_header;
-
-typedef struct {
-    char *desc;
-    uint64_t key;
-    int n_arrays;
-    uint64_t count[MAX_ARRAYS], elem[MAX_ARRAYS];
-} cache_layout;
-
-static size_t pad8(size_t n) { return (n + 7) & ~(size_t)7; }
-
-static size_t layout_size(const cache_layout *L, size_t off[MAX_ARRAYS])
-{
-    size_t at = sizeof(cache_header) + pad8(strlen(L->desc));
-    for (int i = 0; i < L->n_arrays; i++) {
-        off[i] = at;
-        at += pad8((size_t)(L->count[i] * L->elem[i]));
-    }
-    return at;
-}
-
-static char *blob_alloc(const cache_layout *L, size_t *len, void *arr[MAX_ARRAYS])
-{
-    size_t off[MAX_ARRAYS];
-    *len = layout_size(L, off);
-    char *b = td_xcalloc(1, *len);
-    cache_header h;
-    memset(&h, 0, sizeof h);
-    memcpy(h.magic, CACHE_MAGIC, 8);
-    h.key = L->key;
-    h.desc_len = strlen(L->desc);
-    h.n_arrays = (uint64_t)L->n_arrays;
-    for (int i = 0; i < L->n_arrays; i++) {
-        h.count[i] = L->count[i];
-        h.elem[i] = L->elem[i];
-        arr[i] = b + off[i];
-    }
-    memcpy(b, &h, sizeof h);
-    memcpy(b + sizeof h, L->desc, h.desc_len);
-    return b;
-}
-
-static void blob_seal(char *b, size_t len)
-{
-    cache_header h;
-    memcpy(&h, b, sizeof h);
-    h.checksum = ds_fnv1a_words(DS_FNV_OFFSET, b + sizeof h, len - sizeof h);
-    memcpy(b, &h, sizeof h);
-}
-
-/* Checks a cache file image against the layout expected; 0 (arr set) or -1 with `why`. */
-static int blob_check(const char *b, size_t len, const cache_layout *L, void *arr[MAX_ARRAYS], char *why,
-                      size_t whylen)
-{
-    cache_header h;
-    if (len < sizeof h) {
-        snprintf(why, whylen, "%zu bytes, shorter than its header", len);
-        return -1;
-    }
-    memcpy(&h, b, sizeof h);
-    if (memcmp(h.magic, CACHE_MAGIC, 8) != 0) {
-        snprintf(why, whylen, "bad magic (not a trident index cache, or written by another version)");
-        return -1;
-    }
-    if (h.key != L->key) {
-        snprintf(why, whylen, "key %016" PRIx64 ", expected %016" PRIx64, h.key, L->key);
-        return -1;
-    }
-    size_t dlen = strlen(L->desc);
-    if (h.desc_len != dlen || len < sizeof h + dlen || memcmp(b + sizeof h, L->desc, dlen) != 0) {
-        snprintf(why, whylen, "its description of the inputs differs from this run's");
-        return -1;
-    }
-    if (h.n_arrays != (uint64_t)L->n_arrays) {
-        snprintf(why, whylen, "%" PRIu64 " arrays, expected %d", h.n_arrays, L->n_arrays);
-        return -1;
-    }
-    for (int i = 0; i < L->n_arrays; i++)
-        if (h.count[i] != L->count[i] || h.elem[i] != L->elem[i]) {
-            snprintf(why, whylen, "array %d holds %" PRIu64 " x %" PRIu64 " bytes, expected %" PRIu64 " x %" PRIu64,
-                     i, h.count[i], h.elem[i], L->count[i], L->elem[i]);
-            return -1;
-        }
-    size_t off[MAX_ARRAYS];
-    size_t want = layout_size(L, off);
-    if (len != want) {
-        snprintf(why, whylen, "%zu bytes, expected %zu (truncated or padded)", len, want);
-        return -1;
-    }
-    uint64_t sum = ds_fnv1a_words(DS_FNV_OFFSET, b + sizeof h, len - sizeof h);
-    if (sum != h.checksum) {
-        snprintf(why, whylen, "checksum %016" PRIx64 ", expected %016" PRIx64 " (corrupt)", sum, h.checksum);
-        return -1;
-    }
-    for (int i = 0; i < L->n_arrays; i++) arr[i] = (char *)b + off[i];
-    return 0;
-}
-
-/* Maps a whole file read-only. -1 when it does not exist (*exists = 0) or cannot be mapped
- * (why set). */
-static int map_whole(const char *path, ds_image *im, int *exists, char *why, size_t whylen)
-{
-    *exists = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        if (errno != ENOENT) {
-            *exists = 1;
-            snprintf(why, whylen, "open: %s", td_strerror(errno));
-        }
-        return -1;
-    }
-    *exists = 1;
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        snprintf(why, whylen, "stat: %s", td_strerror(errno));
-        close(fd);
-        return -1;
-    }
-    if (st.st_size < (off_t)sizeof(cache_header)) {
-        snprintf(why, whylen, "%lld bytes, shorter than its header", (long long)st.st_size);
-        close(fd);
-        return -1;
-    }
-    void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-    close(fd);
-    if (p == MAP_FAILED) {
-        snprintf(why, whylen, "mmap: %s", td_strerror(errno));
-        return -1;
-    }
-    *im = (ds_image){.p = p, .len = (size_t)st.st_size, .mapped = 1};
-    return 0;
-}
-
-/* Maps a cache file that matches L and passes `check` (0, arr and im set), or returns -1; a
- * file that exists but is unusable gets a warning. */
-typedef int (*content_check)(const void *ctx, void *arr[MAX_ARRAYS], char *why, size_t whylen);
-
-static int cache_load(const char *path, const cache_layout *L, content_check check, const void *ctx,
-                      void *arr[MAX_ARRAYS], ds_image *im)
-{
-    char why[512] = "";
-    int exists = 0;
-    if (map_whole(path, im, &exists, why, sizeof why) != 0) {
-        if (exists) td_warn("index cache %s cannot be read (%s); rebuilding it", path, why);
-        return -1;
-    }
-    if (blob_check(im->p, im->len, L, arr, why, sizeof why) == 0 && check(ctx, arr, why, sizeof why) == 0) return 0;
-    td_warn("index cache %s is unusable (%s); rebuilding it", path, why);
-    ds_image_free(im);
-    return -1;
-}
-
-static void cache_store(const char *path, char *b, size_t len)
-{
-    char why[512];
-    blob_seal(b, len);
-    if (path && ds_write_atomic(path, b, len, why, sizeof why) != 0)
-        td_warn("cannot write index cache (%s); continuing with the indices in memory (point --data-cache-path "
-                "at a writable folder to keep them)", why);
-}
-
-/* ------------------------------------------------------------------------------------------ */
 /* The dataset                                                                                */
 
 typedef struct {
@@ -521,7 +345,7 @@ typedef struct {
 } gpt_check_ctx;
 
 /* Bounds of loaded GPT indices: nothing read through them can leave the dataset. */
-static int check_gpt_arrays(const void *vctx, void *arr[MAX_ARRAYS], char *why, size_t whylen)
+static int check_gpt_arrays(const void *vctx, void *arr[DS_CACHE_MAX_ARRAYS], char *why, size_t whylen)
 {
     const gpt_check_ctx *ctx = vctx;
     const gpt_plan *P = ctx->P;
@@ -595,7 +419,7 @@ static void gpt_split_open(component *c, gptds_split s, const gptds_config *cfg,
     plan_split(&P, cfg->seq_length);
 
     uint64_t lens_hash = ds_fnv1a_words(DS_FNV_OFFSET, c->lens + beg, (size_t)P.ndocs * sizeof *c->lens);
-    cache_layout L = {.n_arrays = 3,
+    ds_cache_layout L = {.n_arrays = 3,
                       .count = {(uint64_t)P.n_doc, 2 * (uint64_t)(P.n_samples + 1), (uint64_t)P.n_samples},
                       .elem = {4, 8, 8}};
     L.desc = ds_aprintf("trident GPTDataset indices, algorithm v%d\nsplit: %s\ndocuments: [%" PRId64 ", %" PRId64
@@ -609,13 +433,13 @@ static void gpt_split_open(component *c, gptds_split s, const gptds_config *cfg,
     in->cache_file = cache_path(cfg, c->path, base_of(c->path), s, L.key);
 
     double t0 = td_now();
-    void *arr[MAX_ARRAYS] = {0};
+    void *arr[DS_CACHE_MAX_ARRAYS] = {0};
     gpt_check_ctx ctx = {&P, c->lens};
-    in->cache_loaded = in->cache_file && cache_load(in->cache_file, &L, check_gpt_arrays, &ctx, arr, &st->img) == 0;
+    in->cache_loaded = in->cache_file && ds_cache_load(in->cache_file, &L, check_gpt_arrays, &ctx, arr, &st->img) == 0;
     if (!in->cache_loaded) {
-        st->img.p = blob_alloc(&L, &st->img.len, arr);
+        st->img.p = ds_cache_alloc(&L, &st->img.len, arr);
         build_gpt_arrays(&P, c->lens, cfg->seed, s, cfg->seq_length, arr[0], arr[1], arr[2]);
-        cache_store(in->cache_file, st->img.p, st->img.len);
+        ds_cache_store(in->cache_file, st->img.p, st->img.len);
     }
     in->seconds = td_now() - t0;
     in->num_samples = P.n_samples;
@@ -637,7 +461,7 @@ typedef struct {
 
 /* A loaded blend is valid when every entry names a dataset and is that dataset's running count,
  * within the samples the dataset has. */
-static int check_blend_arrays(const void *vctx, void *arr[MAX_ARRAYS], char *why, size_t whylen)
+static int check_blend_arrays(const void *vctx, void *arr[DS_CACHE_MAX_ARRAYS], char *why, size_t whylen)
 {
     const blend_check_ctx *ctx = vctx;
     const int32_t *di = arr[0];
@@ -682,19 +506,19 @@ static void blend_split_open(gptds *ds, gptds_split s, const gptds_config *cfg, 
         desc = more;
     }
     dl = strlen(desc);
-    cache_layout L = {.desc = desc, .key = ds_fnv1a(DS_FNV_OFFSET, desc, dl), .n_arrays = 2,
+    ds_cache_layout L = {.desc = desc, .key = ds_fnv1a(DS_FNV_OFFSET, desc, dl), .n_arrays = 2,
                       .count = {(uint64_t)size, (uint64_t)size}, .elem = {4, 8}};
     b->info.cache_file = cache_path(cfg, ds->c[0].path, "blend", s, L.key);
 
     double t0 = td_now();
-    void *arr[MAX_ARRAYS] = {0};
+    void *arr[DS_CACHE_MAX_ARRAYS] = {0};
     blend_check_ctx ctx = {ds, s, size};
     b->info.cache_loaded =
-        b->info.cache_file && cache_load(b->info.cache_file, &L, check_blend_arrays, &ctx, arr, &b->img) == 0;
+        b->info.cache_file && ds_cache_load(b->info.cache_file, &L, check_blend_arrays, &ctx, arr, &b->img) == 0;
     if (!b->info.cache_loaded) {
-        b->img.p = blob_alloc(&L, &b->img.len, arr);
+        b->img.p = ds_cache_alloc(&L, &b->img.len, arr);
         gptds_build_blend_indices(w, ds->n, size, arr[0], arr[1]);
-        cache_store(b->info.cache_file, b->img.p, b->img.len);
+        ds_cache_store(b->info.cache_file, b->img.p, b->img.len);
     }
     b->ds_index = arr[0];
     b->ds_sample = arr[1];
@@ -715,7 +539,7 @@ typedef struct {
     int64_t tokens, vocab;
 } ids_check_ctx;
 
-static int check_ids_arrays(const void *vctx, void *arr[MAX_ARRAYS], char *why, size_t whylen)
+static int check_ids_arrays(const void *vctx, void *arr[DS_CACHE_MAX_ARRAYS], char *why, size_t whylen)
 {
     const ids_check_ctx *ctx = vctx;
     const int64_t *v = arr[0];
@@ -737,7 +561,7 @@ int gptds_check_token_ids(const char *path, const idx_dataset *idx, int vocab, c
                  td_strerror(errno), path);
     int64_t nseq = idx_num_sequences(idx), ntok = idx_num_tokens(idx);
     uint64_t lens_hash = ds_fnv1a_words(DS_FNV_OFFSET, idx_seq_lens(idx), (size_t)nseq * sizeof(int32_t));
-    cache_layout L = {.n_arrays = 1, .count = {2}, .elem = {8}};
+    ds_cache_layout L = {.n_arrays = 1, .count = {2}, .elem = {8}};
     L.desc = ds_aprintf("trident token id check, algorithm v1\nvocabulary size: %d\n.bin bytes: %lld\n.bin modified: "
                      "%lld.%09ld\ndtype: %s\nsequences: %" PRId64 "\ntokens: %" PRId64
                      "\ndocument lengths fnv1a64: %016" PRIx64 "\n",
@@ -751,7 +575,7 @@ int gptds_check_token_ids(const char *path, const idx_dataset *idx, int vocab, c
         free(dir);
     }
     ds_image im = {0};
-    void *arr[MAX_ARRAYS] = {0};
+    void *arr[DS_CACHE_MAX_ARRAYS] = {0};
     ids_check_ctx ctx = {ntok, vocab};
     /* a .bin rewritten in place with the same size within one tick of the file system's clock
      * keeps its mtime: a cache written less than 2 s after the .bin's mtime could predate such a
@@ -759,7 +583,7 @@ int gptds_check_token_ids(const char *path, const idx_dataset *idx, int vocab, c
     struct stat cs;
     int racy = file && stat(file, &cs) == 0 &&
                (double)(cs.st_mtim.tv_sec - st.st_mtim.tv_sec) + 1e-9 * (double)(cs.st_mtim.tv_nsec - st.st_mtim.tv_nsec) < 2;
-    int loaded = file && !racy && cache_load(file, &L, check_ids_arrays, &ctx, arr, &im) == 0;
+    int loaded = file && !racy && ds_cache_load(file, &L, check_ids_arrays, &ctx, arr, &im) == 0;
     if (!loaded) {
         double t0 = td_now();
         int64_t off = 0;
@@ -773,11 +597,11 @@ int gptds_check_token_ids(const char *path, const idx_dataset *idx, int vocab, c
                      bin, (int)id, bad, off, idx_token_byte_offset(idx, bad, off), vocab, vocab_source);
         TD_DEBUG("%s: %" PRId64 " token ids below %d, checked in %.3f s (%.2f GB/s)", bin, ntok, vocab, dt,
                  dt > 0 ? (double)st.st_size / dt / 1e9 : 0.0);
-        im.p = blob_alloc(&L, &im.len, arr);
+        im.p = ds_cache_alloc(&L, &im.len, arr);
         int64_t *v = arr[0];
         v[0] = ntok;
         v[1] = vocab;
-        cache_store(file, im.p, im.len);
+        ds_cache_store(file, im.p, im.len);
     }
     ds_image_free(&im);
     free(file);

@@ -1,5 +1,5 @@
 /* The encode pipeline and decoding of a loaded tokenizer.json (src/data/hf_tokenizer.c reads
- * it; see include/trident/hf_tokenizer.h and docs/tokenizer.md). Per-thread state lives in an
+ * it; see include/data/trident/hf_tokenizer.h and docs/tokenizer.md). Per-thread state lives in an
  * hf_worker: PCRE2 match data, piece lists over a bump allocator, merge scratch and a word
  * cache. */
 #include "hf_impl.h"

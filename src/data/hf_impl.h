@@ -1,5 +1,6 @@
 /* Private to src/data/hf_tokenizer.c (reading tokenizer.json) and src/data/hf_encode.c (the
- * encode pipeline and decoding): the loaded tokenizer's layout and the helpers both use. */
+ * encode pipeline and decoding): the loaded tokenizer's layout and the helpers both use
+ * (defined in src/data/hf_text.c). */
 #ifndef TRIDENT_HF_IMPL_H
 #define TRIDENT_HF_IMPL_H
 
@@ -142,10 +143,21 @@ size_t hf_char_len(const char *s, size_t n);
  * character is outside it; out has room for n). */
 void hf_byte_alphabet(int16_t cp_to_byte[324]);
 long hf_alphabet_to_bytes(const char *s, size_t n, const int16_t *cp_to_byte, char *out);
+/* Appends s[0..n) to the pool (no NUL: strings are (offset, length)); its offset. */
+uint32_t hf_pool_add(strpool *sp, const char *s, size_t n);
+/* An empty map of at least 2 n slots (a power of two, 16 at least; it grows when half full). */
+void hf_smap_init(smap *m, size_t n);
+/* Maps the n bytes at sp->p + off to id (a later put of the same string replaces it). */
+void hf_smap_put(smap *m, const strpool *sp, uint32_t off, size_t n, int32_t id);
 int32_t hf_smap_find(const smap *m, const strpool *sp, const char *s, size_t n); /* -1: absent */
 void hf_sb_add(sbuf *b, const char *s, size_t n); /* appends, keeps a NUL after */
 /* Appends s[0..n) to b with every occurrence of pat replaced by rep (left to right). */
 void hf_replace_into(sbuf *b, const char *s, size_t n, const char *pat, size_t np, const char *rep, size_t nr);
+/* The regex src[0..n) compiled for PCRE2 (rewrite: \\s, \\p{L}, \\p{N} and their negations as
+ * Oniguruma's classes); *jit = 0 when the JIT fails (TD_BPE_NO_JIT=1: not tried). NULL with err
+ * naming the file (name) and the place in it (where) when it does not compile. */
+pcre2_code *hf_regex_compile(const char *src, size_t n, int rewrite, int *jit, char *err, size_t errlen,
+                             const char *name, const char *where);
 /* Runs the normalizers over s[0..n); the result is s itself (none) or in one of bufs. */
 const char *hf_normalize(const hf_tokenizer *t, const char *s, size_t n, sbuf bufs[2], size_t *out_n);
 

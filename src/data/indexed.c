@@ -1,4 +1,4 @@
-/* Megatron indexed dataset: see include/trident/indexed.h and docs/indexed-dataset.md.
+/* Megatron indexed dataset: see include/data/trident/indexed.h and docs/indexed-dataset.md.
  *
  * .idx layout (all little-endian):
  *   magic "MMIDIDX\0\0" (9) | version u64 = 1 | dtype u8 | sequence count u64 (S) |

@@ -1,4 +1,4 @@
-/* Rule-based sentence splitter: see include/trident/sentence.h and docs/preprocess.md.
+/* Rule-based sentence splitter: see include/data/trident/sentence.h and docs/preprocess.md.
  *
  * One pass over the text: paragraphs (cut at blank lines) are split independently; inside one,
  * each run of terminators followed by whitespace is a candidate end, decided by the run, the

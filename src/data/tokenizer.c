@@ -1,4 +1,4 @@
-/* The tokenizer seam: see include/trident/tokenizer.h. Each kind fills one ops table. */
+/* The tokenizer seam: see include/data/trident/tokenizer.h. Each kind fills one ops table. */
 #include "trident/tokenizer.h"
 
 #include <stdio.h>
@@ -8,9 +8,6 @@
 #include "trident/check.h"
 #include "trident/hf_tokenizer.h"
 #include "trident/wordpiece.h"
-
-#include <cjson/cJSON.h>
-#include <errno.h>
 
 typedef struct {
     const char *kind;
@@ -62,7 +59,7 @@ static int hf_decode_(const void *t, const int32_t *ids, size_t n, char **out, s
 static const tok_ops HF_OPS = {"tokenizer.json BPE", hf_free_, hf_vocab_size_, hf_eod_, hf_worker_new_,
                                hf_worker_free_, hf_encode_, hf_decode_};
 
-/* BERT WordPiece (vocab.txt, or a tokenizer.json whose model is WordPiece) */
+/* WordPiece (vocab.txt, or a tokenizer.json whose model is WordPiece) */
 static void wp_free_(void *t) { wp_free(t); }
 static int wp_vocab_size_(const void *t) { return wp_vocab_size(t); }
 static int wp_eod_(const void *t) { return wp_sep_id(t); }
@@ -77,57 +74,7 @@ static const tok_ops WP_OPS = {"WordPiece", wp_free_, wp_vocab_size_, wp_eod_, w
                                wp_encode_, wp_decode_};
 
 static int is_hf(const tok_spec *s) { return s->type && strcmp(s->type, "HuggingFaceTokenizer") == 0; }
-static int is_bert(const tok_spec *s)
-{
-    return s->type && (strcmp(s->type, "BertWordPieceLowerCase") == 0 || strcmp(s->type, "BertWordPieceCase") == 0);
-}
-
-/* A tokenizer.json whose model is WordPiece, with its BertNormalizer's settings; NULL (err empty)
- * when the model is another kind. */
-static wp_tokenizer *hf_wordpiece(const char *path, char *err, size_t errlen)
-{
-    err[0] = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL; /* hf_load says why */
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = td_xmalloc((size_t)(n > 0 ? n : 0) + 1);
-    size_t got = fread(buf, 1, (size_t)(n > 0 ? n : 0), f);
-    buf[got] = 0;
-    fclose(f);
-    cJSON *j = cJSON_Parse(buf);
-    free(buf);
-    const cJSON *model = j ? cJSON_GetObjectItemCaseSensitive(j, "model") : NULL;
-    const cJSON *type = model ? cJSON_GetObjectItemCaseSensitive(model, "type") : NULL;
-    wp_tokenizer *t = NULL;
-    if (cJSON_IsString(type) && strcmp(type->valuestring, "WordPiece") == 0) {
-        const cJSON *nz = cJSON_GetObjectItemCaseSensitive(j, "normalizer");
-        wp_options o = {0};
-        if (nz && !cJSON_IsNull(nz)) {
-            const cJSON *nt = cJSON_GetObjectItemCaseSensitive(nz, "type");
-            if (!cJSON_IsString(nt) || strcmp(nt->valuestring, "BertNormalizer") != 0) {
-                td_seterr(err, errlen, "%s: a WordPiece model with a %s normalizer; trident reads BertNormalizer (or "
-                          "none)", path, cJSON_IsString(nt) ? nt->valuestring : "malformed");
-                cJSON_Delete(j);
-                return NULL;
-            }
-            const cJSON *lc = cJSON_GetObjectItemCaseSensitive(nz, "lowercase");
-            const cJSON *sa = cJSON_GetObjectItemCaseSensitive(nz, "strip_accents");
-            o.lowercase = !lc || cJSON_IsTrue(lc);
-            o.strip_accents = sa && !cJSON_IsNull(sa) ? cJSON_IsTrue(sa) : o.lowercase;
-            const cJSON *ch = cJSON_GetObjectItemCaseSensitive(nz, "handle_chinese_chars");
-            const cJSON *cl = cJSON_GetObjectItemCaseSensitive(nz, "clean_text");
-            o.chinese = !ch || cJSON_IsTrue(ch);
-            o.clean = !cl || cJSON_IsTrue(cl);
-        }
-        const cJSON *unk = cJSON_GetObjectItemCaseSensitive(model, "unk_token");
-        o.unk = cJSON_IsString(unk) ? unk->valuestring : NULL;
-        t = wp_from_json(model, &o, err, errlen, path);
-    }
-    cJSON_Delete(j);
-    return t;
-}
+static int is_wordpiece(const tok_spec *s) { return wp_type_lowercase(s->type) >= 0; }
 
 int tok_check_spec(const tok_spec *s, char *msg, size_t msglen)
 {
@@ -149,9 +96,9 @@ int tok_check_spec(const tok_spec *s, char *msg, size_t msglen)
                   "reads --vocab-file and --merge-file)");
         return -1;
     }
-    if (is_bert(s)) {
+    if (is_wordpiece(s)) {
         if (!s->vocab) {
-            td_seterr(msg, msglen, "--vocab-file is required with --tokenizer-type %s (BERT's vocab.txt)", s->type);
+            td_seterr(msg, msglen, "--vocab-file is required with --tokenizer-type %s (a WordPiece vocab.txt)", s->type);
             return -1;
         }
         if (s->merges) {
@@ -179,7 +126,7 @@ int tok_spec_files(const tok_spec *s, const char *flags[2], const char *paths[2]
         return 1;
     }
     flags[0] = "--vocab-file", paths[0] = s->vocab;
-    if (is_bert(s)) return 1;
+    if (is_wordpiece(s)) return 1;
     flags[1] = "--merge-file", paths[1] = s->merges;
     return 2;
 }
@@ -190,12 +137,12 @@ tok_tokenizer *tok_open(const tok_spec *s, char *err, size_t errlen)
     void *impl;
     const tok_ops *ops;
     if (is_hf(s)) {
-        impl = hf_wordpiece(s->model, err, errlen);
+        impl = wp_load_tokenizer_json(s->model, err, errlen);
         if (impl) ops = &WP_OPS;
         else if (err[0]) return NULL;
         else impl = hf_load(s->model, err, errlen), ops = &HF_OPS;
-    } else if (is_bert(s)) {
-        int lower = strcmp(s->type, "BertWordPieceLowerCase") == 0;
+    } else if (is_wordpiece(s)) {
+        int lower = wp_type_lowercase(s->type);
         wp_options o = {lower, lower, 1, 1, NULL};
         impl = wp_load_vocab(s->vocab, &o, err, errlen);
         ops = &WP_OPS;
@@ -221,30 +168,7 @@ int tok_vocab_size(const tok_tokenizer *t) { return t->ops->vocab_size(t->impl);
 int tok_eod_id(const tok_tokenizer *t) { return t->ops->eod(t->impl); }
 const char *tok_kind(const tok_tokenizer *t) { return t->ops->kind; }
 
-int tok_bert_vocab_get(const tok_tokenizer *t, tok_bert_vocab *out, char *msg, size_t msglen)
-{
-    if (t->ops != &WP_OPS) {
-        snprintf(msg, msglen, "BERT needs a WordPiece tokenizer (--tokenizer-type BertWordPieceLowerCase or "
-                              "BertWordPieceCase with --vocab-file vocab.txt), not %s", t->ops->kind);
-        return -1;
-    }
-    const wp_tokenizer *wp = t->impl;
-    static const char *const names[4] = {"[CLS]", "[SEP]", "[MASK]", "[PAD]"};
-    int32_t *ids[4] = {&out->cls, &out->sep, &out->mask, &out->pad};
-    for (int i = 0; i < 4; i++)
-        if ((*ids[i] = wp_token_id(wp, names[i])) < 0) {
-            snprintf(msg, msglen, "the WordPiece vocabulary has no %s token, which BERT needs; use a BERT vocab.txt",
-                     names[i]);
-            return -1;
-        }
-    int n = wp_vocab_size(wp);
-    out->subword = td_xcalloc((size_t)n, 1);
-    for (int i = 0; i < n; i++) {
-        const char *s = wp_token(wp, i);
-        out->subword[i] = s && strncmp(s, "##", 2) == 0 && s[2];
-    }
-    return 0;
-}
+const wp_tokenizer *tok_wordpiece(const tok_tokenizer *t) { return t->ops == &WP_OPS ? t->impl : NULL; }
 
 tok_worker *tok_worker_new(const tok_tokenizer *t)
 {

@@ -1,6 +1,6 @@
 /* BERT's WordPiece tokenizer: the basic tokenizer (Hugging Face's BertNormalizer and
  * BertPreTokenizer, after Google's BERT tokenization.py) and greedy longest-match WordPiece with
- * "##" continuations. See include/trident/wordpiece.h and docs/tokenizer.md. */
+ * "##" continuations. See include/data/trident/wordpiece.h and docs/tokenizer.md. */
 #include "trident/wordpiece.h"
 
 #include <cjson/cJSON.h>
@@ -332,4 +332,59 @@ int wp_decode(const wp_tokenizer *t, const int32_t *ids, size_t n, char **out, s
     *out = s;
     *out_len = len;
     return 0;
+}
+
+/* ---- what names a WordPiece tokenizer: Megatron's --tokenizer-type values, tokenizer.json ---- */
+
+int wp_type_lowercase(const char *type)
+{
+    if (!type) return -1;
+    if (strcmp(type, "BertWordPieceLowerCase") == 0) return 1;
+    if (strcmp(type, "BertWordPieceCase") == 0) return 0;
+    return -1;
+}
+
+wp_tokenizer *wp_load_tokenizer_json(const char *path, char *err, size_t errlen)
+{
+    err[0] = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL; /* hf_load says why */
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = td_xmalloc((size_t)(n > 0 ? n : 0) + 1);
+    size_t got = fread(buf, 1, (size_t)(n > 0 ? n : 0), f);
+    buf[got] = 0;
+    fclose(f);
+    cJSON *j = cJSON_Parse(buf);
+    free(buf);
+    const cJSON *model = j ? cJSON_GetObjectItemCaseSensitive(j, "model") : NULL;
+    const cJSON *type = model ? cJSON_GetObjectItemCaseSensitive(model, "type") : NULL;
+    wp_tokenizer *t = NULL;
+    if (cJSON_IsString(type) && strcmp(type->valuestring, "WordPiece") == 0) {
+        const cJSON *nz = cJSON_GetObjectItemCaseSensitive(j, "normalizer");
+        wp_options o = {0};
+        if (nz && !cJSON_IsNull(nz)) {
+            const cJSON *nt = cJSON_GetObjectItemCaseSensitive(nz, "type");
+            if (!cJSON_IsString(nt) || strcmp(nt->valuestring, "BertNormalizer") != 0) {
+                td_seterr(err, errlen, "%s: a WordPiece model with a %s normalizer; trident reads BertNormalizer (or "
+                          "none)", path, cJSON_IsString(nt) ? nt->valuestring : "malformed");
+                cJSON_Delete(j);
+                return NULL;
+            }
+            const cJSON *lc = cJSON_GetObjectItemCaseSensitive(nz, "lowercase");
+            const cJSON *sa = cJSON_GetObjectItemCaseSensitive(nz, "strip_accents");
+            o.lowercase = !lc || cJSON_IsTrue(lc);
+            o.strip_accents = sa && !cJSON_IsNull(sa) ? cJSON_IsTrue(sa) : o.lowercase;
+            const cJSON *ch = cJSON_GetObjectItemCaseSensitive(nz, "handle_chinese_chars");
+            const cJSON *cl = cJSON_GetObjectItemCaseSensitive(nz, "clean_text");
+            o.chinese = !ch || cJSON_IsTrue(ch);
+            o.clean = !cl || cJSON_IsTrue(cl);
+        }
+        const cJSON *unk = cJSON_GetObjectItemCaseSensitive(model, "unk_token");
+        o.unk = cJSON_IsString(unk) ? unk->valuestring : NULL;
+        t = wp_from_json(model, &o, err, errlen, path);
+    }
+    cJSON_Delete(j);
+    return t;
 }

@@ -10,7 +10,7 @@
 
 #include <stdio.h>
 
-#include "trident/tensor_parallel.h"
+#include "tensor_parallel.h"
 
 typedef struct {
     float *q;      /* (BT, 3nd/t): [q | k | v] of the local heads, rotated; grouped-query

@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "trident/check.h"
-#include "trident/tensor_parallel.h"
+#include "tensor_parallel.h"
 
 /* BERT's statistics, in mlm_sop_head_ops.stat_names' order. */
 enum { MLM_LOSS, MLM_TOKENS, MLM_CORRECT, SOP_LOSS, SOP_SAMPLES, SOP_CORRECT, NSTATS };

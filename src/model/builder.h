@@ -7,7 +7,7 @@
 #ifndef TRIDENT_MODEL_BUILDER_H
 #define TRIDENT_MODEL_BUILDER_H
 
-#include "backend/backend.h"
+#include "backend.h"
 #include "trident/gpt.h"
 
 /* ---- the tensor table ---- */

@@ -1,5 +1,5 @@
 /* The model's architecture from the command line: see gpt_config_from_args in
- * include/trident/gpt.h. Defaults are GPT-2's; Megatron's flag names and rules. */
+ * include/model/trident/gpt.h. Defaults are GPT-2's; Megatron's flag names and rules. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>

@@ -3,7 +3,7 @@
  * token types (when it has them: replicated rows), then dropout. See model_impl.h. */
 #include "model_impl.h"
 
-#include "trident/tensor_parallel.h"
+#include "tensor_parallel.h"
 
 /* In buffer order (token types, positions, words), or in the canonical order (words,
  * positions, token types). */

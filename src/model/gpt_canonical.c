@@ -1,12 +1,12 @@
 /* The canonical flat layout of a whole GPT model: see gpt_canonical_offset in
- * include/trident/gpt.h. Used to gather parameters written by any layout into one file. */
+ * include/model/trident/gpt.h. Used to gather parameters written by any layout into one file. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "backend/backend.h"
+#include "backend.h"
 #include "trident/check.h"
 #include "trident/gpt.h"
 

@@ -1,4 +1,4 @@
-/* The table of model settings a checkpoint stores: see GPT_CONFIG_KEYS in include/trident/gpt.h.
+/* The table of model settings a checkpoint stores: see GPT_CONFIG_KEYS in include/model/trident/gpt.h.
  * A setting added to gpt_config is added here once; meta.json, `checkpoint info` and the
  * checks of the flags against a loaded checkpoint follow. */
 #include <stddef.h>

@@ -3,7 +3,7 @@
  * next-token cross-entropy over every position. See head_ops in model_impl.h. */
 #include "model_impl.h"
 
-#include "trident/tensor_parallel.h"
+#include "tensor_parallel.h"
 
 /* The output layer: the untied output weight, or the copy of the word embedding that a tied
  * model keeps on its last stage (same stream, so it starts equal). */

@@ -4,14 +4,14 @@
  * rotary positions from the step's first position, learned positions likewise), no dropout,
  * nothing kept for a backward. It reads the built-in kinds' parameters (block.h: norm_params,
  * attn_params, mlp_params); a new block kind needs its step here too, and gpt_kv_create refuses
- * a model with a kind it does not know. See gpt_kv_create in include/trident/gpt.h. */
+ * a model with a kind it does not know. See gpt_kv_create in include/model/trident/gpt.h. */
 #include "model_impl.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #include "trident/check.h"
-#include "trident/tensor_parallel.h"
+#include "tensor_parallel.h"
 
 struct gpt_kv_cache {
     int B, cap, nmax;

@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "trident/check.h"
-#include "trident/tensor_parallel.h"
+#include "tensor_parallel.h"
 
 /* The branch slot after each norm slot, and the layer's two residual halves. */
 enum { HALF_ATTN, HALF_MLP };

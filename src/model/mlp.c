@@ -6,7 +6,7 @@
 
 #include <stdio.h>
 
-#include "trident/tensor_parallel.h"
+#include "tensor_parallel.h"
 
 typedef struct {
     float *fch;        /* (BT, f/t): fc output before bias and GeLU; SwiGLU (BT, 2f/t) [gate | up] */

@@ -1,4 +1,4 @@
-/* A pipeline stage of the model: see include/trident/gpt.h. A stage is the embedding (first
+/* A pipeline stage of the model: see include/model/trident/gpt.h. A stage is the embedding (first
  * stage), a range of layers (layer.c: slots filled with blocks), and the final norm and the head
  * with its loss (last stage). It owns the buffers: parameters and gradients laid out by the
  * builder's table in reverse backprop order (head, final norm, layers last to first, positions,
@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "trident/check.h"
-#include "trident/tensor_parallel.h"
+#include "tensor_parallel.h"
 
 /* A micro-batch's inputs on the device (what kernels read) and the stage input: the ids and
  * targets, the input (B, seq_l, h), the first stage's token types, the sample indices (dropout

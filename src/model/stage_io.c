@@ -4,7 +4,7 @@
 #include "model_impl.h"
 
 #include "trident/check.h"
-#include "trident/tensor_parallel.h"
+#include "tensor_parallel.h"
 
 be_drop model_drop(const gpt_model *m, const gpt_acts *a, float p, int site, int unit0)
 {

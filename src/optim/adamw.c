@@ -1,4 +1,4 @@
-/* The AdamW optimizer over a model's flat buffers: see opt_adamw in include/trident/optim.h. */
+/* The AdamW optimizer over a model's flat buffers: see opt_adamw in include/optim/trident/optim.h. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -8,7 +8,7 @@
 opt_adamw *opt_adamw_create(const backend *be, const ps_state *ps, gpt_model *const *chunks, int nchunks,
                             const opt_shard *shards, int sharded, const opt_adamw_hparams *hp)
 {
-    TD_ASSERT(nchunks >= 1 && nchunks <= OPT_MAX_CHUNKS);
+    TD_ASSERT(nchunks >= 1 && nchunks <= PS_MAX_CHUNKS);
     opt_adamw *o = td_xcalloc(1, sizeof *o);
     o->be = be;
     o->ps = ps;

@@ -1,4 +1,4 @@
-/* Learning-rate schedule and clipping: see include/trident/optim.h. */
+/* Learning-rate schedule and clipping: see include/optim/trident/optim.h. */
 #include <math.h>
 #include <string.h>
 

@@ -1,7 +1,7 @@
-/* Data parallelism: see include/trident/data_parallel.h. */
+/* Data parallelism: see include/parallel/trident/data_parallel.h. */
 #include "trident/data_parallel.h"
 
-#include "backend/backend.h"
+#include "backend.h"
 
 #include <stdlib.h>
 

@@ -1,4 +1,4 @@
-/* Pipeline schedules: see include/trident/pipeline.h.
+/* Pipeline schedules: see include/parallel/trident/pipeline.h.
  *
  * Every schedule is one loop over "virtual micro-batches" k (a micro-batch on one chunk) in
  * three labelled phases, after Megatron's schedules.py: warm-up (forwards only), steady 1F1B
@@ -11,7 +11,7 @@
  * number of virtual stages, so matching never depends on the order messages are posted. */
 #include "trident/pipeline.h"
 
-#include "backend/backend.h"
+#include "backend.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -264,9 +264,9 @@ double pp_run(pp_schedule schedule, pp_iteration *it)
     TD_ASSERT(schedule != PP_SCHEDULE_INTERLEAVED || it->num_micro % r.p == 0);
     TD_ASSERT(schedule == PP_SCHEDULE_INTERLEAVED || r.v == 1);
     /* chunk c's flights live at fl_store + c * slots; every chunk has the same slot count */
-    flight fl_store[PP_MAX_CHUNKS * PP_MAX_SLOTS] = {{0}};
-    int nfl[PP_MAX_CHUNKS] = {0}, next_fwd[PP_MAX_CHUNKS] = {0}, next_bwd[PP_MAX_CHUNKS] = {0};
-    TD_ASSERT(r.v <= PP_MAX_CHUNKS && it->chunks[0]->max_inflight <= PP_MAX_SLOTS);
+    flight fl_store[PS_MAX_CHUNKS * PP_MAX_SLOTS] = {{0}};
+    int nfl[PS_MAX_CHUNKS] = {0}, next_fwd[PS_MAX_CHUNKS] = {0}, next_bwd[PS_MAX_CHUNKS] = {0};
+    TD_ASSERT(r.v <= PS_MAX_CHUNKS && it->chunks[0]->max_inflight <= PP_MAX_SLOTS);
     for (int c = 1; c < r.v; c++) TD_ASSERT(it->chunks[c]->max_inflight == it->chunks[0]->max_inflight);
     r.fl = fl_store;
     r.nfl = nfl;

@@ -1,5 +1,5 @@
 /* `trident plan --calibrate`: this machine as trident trains on it, one device per MPI rank (see
- * plan_calibrate in include/trident/plan.h). Every rank measures at once, as training runs them:
+ * plan_calibrate in include/plan/trident/plan.h). Every rank measures at once, as training runs them:
  *  - the sgemm peak (the backend's own measurement, as the trainer's MFU uses) and the curve:
  *    square GEMMs of 64 to 1024, whose efficiency fits gemm_max_efficiency and gemm_half_dim;
  *  - the copy bandwidth of buffers far larger than the caches;
@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/backend.h"
+#include "backend.h"
 #include "trident/check.h"
 #include "trident/comm.h"
 #include "trident/plan.h"
@@ -19,18 +19,23 @@
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
 
-/* Best seconds of `reps` runs of an (n, n) x (n, n) GEMM. */
+/* Best seconds of `reps` runs of an (n, n) x (n, n) GEMM, timed by the backend's events. */
 static double gemm_best(const backend *be, int n, int reps)
 {
-    float *a = be_alloc(be, (size_t)n * n * sizeof(float)), *b = be_alloc(be, (size_t)n * n * sizeof(float));
-    float *c = be_alloc(be, (size_t)n * n * sizeof(float));
-    for (size_t i = 0; i < (size_t)n * n; i++) a[i] = (float)(i % 7) * 0.01f, b[i] = (float)(i % 5) * 0.01f;
+    size_t bytes = (size_t)n * n * sizeof(float);
+    float *a = be_alloc(be, bytes), *b = be_alloc(be, bytes), *c = be_alloc(be, bytes);
+    float *h = td_xmalloc(bytes);
+    for (size_t i = 0; i < (size_t)n * n; i++) h[i] = (float)(i % 7) * 0.01f;
+    be_memcpy(be, a, h, bytes, BE_H2D);
+    for (size_t i = 0; i < (size_t)n * n; i++) h[i] = (float)(i % 5) * 0.01f;
+    be_memcpy(be, b, h, bytes, BE_H2D);
+    free(h);
     double best = 1e30;
     for (int r = 0; r < reps; r++) {
-        double t0 = td_now();
+        be_event t0 = be_event_record(be);
         be_matmul_fwd(be, c, a, b, NULL, n, n, n);
-        be_sync(be);
-        double t = td_now() - t0;
+        be_event t1 = be_event_record(be);
+        double t = be_event_elapsed(be, &t0, &t1);
         best = t < best ? t : best;
     }
     be_dfree(be, a), be_dfree(be, b), be_dfree(be, c);
@@ -49,12 +54,12 @@ static double resident_gib(void)
     return kb * 1024.0 / GIB;
 }
 
-void plan_calibrate(plan_cluster *c, comm *world)
+void plan_calibrate(plan_cluster *c, const char *backend_name, comm *world)
 {
     memset(c, 0, sizeof *c);
     int n = comm_size(world);
     double reserved = resident_gib();
-    backend *be = be_cpu(0);
+    backend *be = be_create(backend_name, 0);
     snprintf(c->name, sizeof c->name, "this machine (%d rank%s, %d thread%s each)", n, n > 1 ? "s" : "", be->nthreads,
              be->nthreads > 1 ? "s" : "");
     c->trident_cpu = 1;
@@ -73,12 +78,13 @@ void plan_calibrate(plan_cluster *c, comm *world)
     /* copy bandwidth: bytes read and written */
     size_t bytes = (size_t)256 << 20;
     float *x = be_alloc(be, bytes), *y = be_alloc(be, bytes);
-    memset(x, 1, bytes), memset(y, 2, bytes);
+    be_zero(be, x, bytes / sizeof(float)), be_zero(be, y, bytes / sizeof(float)); /* pages in */
     double tcopy = 1e30;
     for (int k = 0; k < 5; k++) {
-        double t0 = td_now();
+        be_event t0 = be_event_record(be);
         be_copy(be, y, x, bytes / sizeof(float));
-        double t = td_now() - t0;
+        be_event t1 = be_event_record(be);
+        double t = be_event_elapsed(be, &t0, &t1);
         tcopy = t < tcopy ? t : tcopy;
     }
     be_dfree(be, x), be_dfree(be, y);

@@ -1,4 +1,4 @@
-/* The layout planner's model of an iteration: see include/trident/plan.h and docs/plan.md.
+/* The layout planner's model of an iteration: see include/plan/trident/plan.h and docs/plan.md.
  *
  * Time. A layer's forward on a micro-batch of T = mbs * s tokens at tensor-parallel size t is
  * its GEMMs (QKV, the attention core's two batched products, the projection, the MLP's two) at

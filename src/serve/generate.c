@@ -1,9 +1,9 @@
-/* Text generation: see include/trident/generate.h. Megatron's batching: every row starts at
+/* Text generation: see include/serve/trident/generate.h. Megatron's batching: every row starts at
  * position 0; the steps run from the shortest prompt on, a row taking its own prompt's token
  * while it has one and the sampled one after. */
 #include "trident/generate.h"
 
-#include "backend/backend.h"
+#include "backend.h"
 
 #include <math.h>
 #include <stdlib.h>

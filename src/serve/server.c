@@ -1,4 +1,4 @@
-/* trident serve: see include/trident/server.h and docs/serve.md. */
+/* trident serve: see include/serve/trident/server.h and docs/serve.md. */
 #include "trident/server.h"
 
 #include <arpa/inet.h>

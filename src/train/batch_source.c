@@ -1,4 +1,4 @@
-/* Batch sources: see include/trident/batch_source.h. The generic part: a family's source behind
+/* Batch sources: see include/train/trident/batch_source.h. The generic part: a family's source behind
  * its ops (the choice of one is source_open.c). */
 #include "trident/batch_source.h"
 

@@ -1,4 +1,4 @@
-/* The data unit of a training run: the family's batch source (include/trident/batch_source.h),
+/* The data unit of a training run: the family's batch source (include/train/trident/batch_source.h),
  * chosen once, which fills an iteration's micro-batches before the schedule runs; the schedule's
  * iteration; evaluation on the validation split; and the loss's normalisation and the head's
  * figures, which the model's head says (gpt_head_*). No family is named here. See train_impl.h. */

@@ -1,4 +1,4 @@
-/* The trainer's BERT batches: see include/trident/bert_source.h. */
+/* The trainer's BERT batches: see include/train/trident/bert_source.h. */
 #include "trident/bert_source.h"
 
 #include "trident/batch_source.h"
@@ -27,8 +27,8 @@ bert_source *bert_source_open(const gptds_config *dc, const td_args *a, const gp
     tok_spec spec = {a->tokenizer_type, a->vocab_file, a->merge_file, a->tokenizer_model};
     tok_tokenizer *tok = tok_open(&spec, err, sizeof err);
     if (!tok) td_fatal(1, "%s", err);
-    tok_bert_vocab bv;
-    if (tok_bert_vocab_get(tok, &bv, err, sizeof err)) td_fatal(2, "--model bert: %s", err);
+    bertds_vocab bv;
+    if (bertds_vocab_get(tok, &bv, err, sizeof err)) td_fatal(2, "--model bert: %s", err);
     TD_ASSERT(dc->n == 1 && !dc->weights); /* trainer_validate */
     bertds_config bc = {.path = dc->paths[0],
                         .split = dc->split,

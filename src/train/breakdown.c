@@ -1,10 +1,9 @@
-/* The per-iteration time breakdown: see include/trident/breakdown.h. */
-#include "trident/breakdown.h"
+/* The per-iteration time breakdown: see src/train/breakdown.h. */
+#include "breakdown.h"
 
 #include <string.h>
 
 #include "trident/check.h"
-#include "trident/timer.h"
 
 void bd_init(bd_state *b, backend *be, const ps_state *ps)
 {
@@ -15,7 +14,7 @@ void bd_init(bd_state *b, backend *be, const ps_state *ps)
 
 void bd_begin_iteration(bd_state *b)
 {
-    b->iter_t = td_now();
+    b->iter_t = be_event_record(b->be);
     b->iter_c = ps_comm_seconds(b->ps);
     b->be->stats = &b->kern;
     b->in_iter = 1;
@@ -25,7 +24,8 @@ void bd_end_iteration(bd_state *b)
 {
     b->be->stats = NULL;
     b->in_iter = 0;
-    b->total += td_now() - b->iter_t;
+    be_event end = be_event_record(b->be);
+    b->total += be_event_elapsed(b->be, &b->iter_t, &end);
     b->comm += ps_comm_seconds(b->ps) - b->iter_c;
     if (b->seen++ == 0) { /* warm-up: forget it */
         memset(&b->kern, 0, sizeof b->kern);
@@ -39,7 +39,7 @@ void bd_end_iteration(bd_state *b)
 void bd_start(bd_state *b, bd_region r)
 {
     if (!b->in_iter) return;
-    b->open_t[r] = td_now();
+    b->open_t[r] = be_event_record(b->be);
     b->open_c[r] = ps_comm_seconds(b->ps);
     if (r == BD_OPTIMIZER) b->be->stats = NULL;
 }
@@ -47,7 +47,8 @@ void bd_start(bd_state *b, bd_region r)
 void bd_stop(bd_state *b, bd_region r)
 {
     if (!b->in_iter) return;
-    b->region[r] += (td_now() - b->open_t[r]) - (ps_comm_seconds(b->ps) - b->open_c[r]);
+    be_event end = be_event_record(b->be);
+    b->region[r] += be_event_elapsed(b->be, &b->open_t[r], &end) - (ps_comm_seconds(b->ps) - b->open_c[r]);
     if (r == BD_OPTIMIZER) b->be->stats = &b->kern;
 }
 

@@ -1,5 +1,5 @@
 /* GPT's batch source: windows of seq + 1 tokens of the GPT dataset, ids the first seq and
- * targets the next seq, the global sample index of each row. See include/trident/gpt_source.h. */
+ * targets the next seq, the global sample index of each row. See include/train/trident/gpt_source.h. */
 #include "trident/gpt_source.h"
 
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-/* Memory prediction: see include/trident/memory.h. The activations and the backward's scratch
+/* Memory prediction: see include/train/trident/memory.h. The activations and the backward's scratch
  * are the model's own layout description (gpt_layout_bytes_of: the bytes the stage's carving
  * asks for, from the same functions) and its tensor table (gpt_stage_numel), so the prediction
  * cannot drift from what gpt_create builds. */

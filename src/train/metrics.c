@@ -1,4 +1,4 @@
-/* Training metrics: see include/trident/metrics.h. */
+/* Training metrics: see include/train/trident/metrics.h. */
 #include "trident/metrics.h"
 
 #include <errno.h>

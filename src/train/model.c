@@ -54,7 +54,7 @@ void run_model_grid(run_state *r, comm *world)
     ps->sequence_parallel = a->sequence_parallel && ps->tp > 1;
     if (a->sequence_parallel && ps->tp == 1 && ps->world_rank == 0)
         TD_INFO("--sequence-parallel does nothing without tensor parallelism: off");
-    r->model.be = be_cpu(0);
+    r->model.be = be_create(a->backend, 0);
     if (a->bf16 || a->fp16) be_set_gemm_dtype(r->model.be, a->bf16 ? BE_BF16 : BE_F16);
 }
 
@@ -71,7 +71,7 @@ static gpt_recompute recompute_of(const td_args *a)
     return rc;
 }
 
-int run_model_build(run_state *r, const gpt_config *c, opt_shard shards[PP_MAX_CHUNKS])
+int run_model_build(run_state *r, const gpt_config *c, opt_shard shards[PS_MAX_CHUNKS])
 {
     const td_args *a = r->a;
     ps_state *ps = r->ps;

@@ -20,7 +20,7 @@ void run_inject_overflow(run_state *r)
 }
 
 
-void run_optim_create(run_state *r, const opt_shard shards[PP_MAX_CHUNKS], int distributed)
+void run_optim_create(run_state *r, const opt_shard shards[PS_MAX_CHUNKS], int distributed)
 {
     const td_args *a = r->a;
     r->optim.scaled = a->fp16 || td_args_given(a, "--loss-scale");

@@ -1,5 +1,5 @@
 /* The choice of a family's batch source, once at set-up: see batch_source_open in
- * include/trident/batch_source.h. */
+ * include/train/trident/batch_source.h. */
 #include "trident/batch_source.h"
 
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-/* TensorBoard event files: see include/trident/tensorboard.h. */
+/* TensorBoard event files: see include/train/trident/tensorboard.h. */
 #include "trident/tensorboard.h"
 
 #include <errno.h>

@@ -17,9 +17,9 @@
 
 #include <stdint.h>
 
-#include "backend/backend.h"
+#include "backend.h"
 #include "trident/batch_source.h"
-#include "trident/breakdown.h"
+#include "breakdown.h"
 #include "trident/checkpoint.h"
 #include "trident/data_parallel.h"
 #include "trident/gpt.h"
@@ -35,10 +35,10 @@
 typedef struct {
     backend *be;
     int nchunks;                          /* model chunks (virtual stages) on this rank */
-    gpt_model *chunks[PP_MAX_CHUNKS];
-    dp_chunk *dp[PP_MAX_CHUNKS];          /* data parallelism attached to each chunk */
-    const dp_range *shard_ranges[PP_MAX_CHUNKS]; /* what the optimizer steps of each chunk */
-    int nshard_ranges[PP_MAX_CHUNKS];
+    gpt_model *chunks[PS_MAX_CHUNKS];
+    dp_chunk *dp[PS_MAX_CHUNKS];          /* data parallelism attached to each chunk */
+    const dp_range *shard_ranges[PS_MAX_CHUNKS]; /* what the optimizer steps of each chunk */
+    int nshard_ranges[PS_MAX_CHUNKS];
     pp_schedule schedule;
     int slots;                            /* micro-batches in flight per stage */
 } run_model;
@@ -122,7 +122,7 @@ void run_model_grid(run_state *r, comm *world);
 /* Creates this rank's model chunks of configuration c, attaches data parallelism to each and
  * sets the schedule and r->model.slots; fills shards[k] (what the optimizer steps of chunk k).
  * Returns whether the optimizer is distributed over dp. */
-int run_model_build(run_state *r, const gpt_config *c, opt_shard shards[PP_MAX_CHUNKS]);
+int run_model_build(run_state *r, const gpt_config *c, opt_shard shards[PS_MAX_CHUNKS]);
 
 /* Completes every parameter all-gather in flight (distributed optimizer): before anything
  * reads the parameters outside a forward. */
@@ -165,7 +165,7 @@ void run_batches_close(run_state *r);
 /* ---- optim.c ---- */
 
 /* Creates AdamW over the chunks' shards (`distributed`: over dp). */
-void run_optim_create(run_state *r, const opt_shard shards[PP_MAX_CHUNKS], int distributed);
+void run_optim_create(run_state *r, const opt_shard shards[PS_MAX_CHUNKS], int distributed);
 
 /* Sets the learning-rate schedule (exits on a bad --lr-decay-style) and the loss scale. */
 void run_optim_schedule(run_state *r);

@@ -1,4 +1,4 @@
-/* The trainer: see include/trident/trainer.h. trainer_run holds the run together: the flags
+/* The trainer: see include/train/trident/trainer.h. trainer_run holds the run together: the flags
  * against the checkpoint and the rules, the --save lock, the signals, the set-up of each unit
  * (model, data, optimizer, reporting: train_impl.h), the --load, then the loop (loop.c). */
 #include "trident/trainer.h"
@@ -45,7 +45,7 @@ static void setup(run_state *r, const td_args *a, comm *world)
     run_report_rss_start(r);
     setup_shape(r);
     run_batches_open(r, &c, world);
-    opt_shard shards[PP_MAX_CHUNKS];
+    opt_shard shards[PS_MAX_CHUNKS];
     int distributed = run_model_build(r, &c, shards);
     run_optim_create(r, shards, distributed);
     run_trim_heap(); /* the initialization's host buffer of the largest tensor (the embedding's) */

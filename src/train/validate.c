@@ -120,8 +120,8 @@ int run_validate(const td_args *a, int world_size, char *msg, size_t msglen)
             FAIL("--num-layers %d%s is not divisible by --pipeline-model-parallel-size %d x "
                  "--num-layers-per-virtual-pipeline-stage %d", a->num_layers,
                  total > a->num_layers ? " (+ the embedding and loss accounted for)" : "", pp, per);
-        if (vp > PP_MAX_CHUNKS) FAIL("%d virtual stages per rank is more than %d; raise "
-                                     "--num-layers-per-virtual-pipeline-stage", vp, PP_MAX_CHUNKS);
+        if (vp > PS_MAX_CHUNKS) FAIL("%d virtual stages per rank is more than %d; raise "
+                                     "--num-layers-per-virtual-pipeline-stage", vp, PS_MAX_CHUNKS);
     }
     if (pp_split_check(&layers_split, msg, msglen)) return -1;
     int most = 0; /* layers of the largest virtual stage */

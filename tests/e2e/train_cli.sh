@@ -32,6 +32,10 @@ TINY=(--data-path "$DATA" "${TOK[@]}" --num-layers 1 --hidden-size 8 --num-atten
 expect "--help" 0 "--tensor-model-parallel-size" "$TRIDENT" train --help
 expect "bad value" 2 "--num-layers 'two' is not an integer" "$TRIDENT" train --num-layers two
 expect "no data" 2 "--data-path is required" "$TRIDENT" train --train-iters 2
+# --backend: a name of the registry (src/backend/registry.c), before anything is allocated
+for cmd in train eval generate serve convert plan; do
+  expect "$cmd: unknown backend" 2 "--backend 'cuda' is not one of cpu" "$TRIDENT" $cmd --backend cuda
+done
 expect "iterations and samples" 2 "exactly one of" "$TRIDENT" train --data-path x "${TOK[@]}" --train-iters 1 \
   --train-samples 8
 expect "missing --vocab-file" 2 "--vocab-file is required" "$TRIDENT" train --data-path "$DATA" --train-iters 1

@@ -1,7 +1,8 @@
 # Tests that run under mpirun. Each group size runs as its own ctest.
 
 add_executable(test_comm ${CMAKE_CURRENT_LIST_DIR}/test_comm.c)
-target_link_libraries(test_comm PRIVATE trident_core)
+target_link_libraries(test_comm PRIVATE trident_floors)
+target_include_directories(test_comm PRIVATE ${CMAKE_SOURCE_DIR}/src)
 add_test(NAME parallel/comm_np1 COMMAND test_comm)
 foreach(np 2 3 4)
   add_test(NAME parallel/comm_np${np} COMMAND ${TD_MPIRUN} -np ${np} $<TARGET_FILE:test_comm>)

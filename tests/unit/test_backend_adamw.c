@@ -14,7 +14,7 @@
 
 static int setup(void **state)
 {
-    *state = be_cpu(2);
+    *state = be_create("cpu", 2);
     return 0;
 }
 
@@ -78,7 +78,7 @@ static void sumsq_scale_memory(void **state)
     printf("  sumsq: rel err %.2e (tol 1e-12)\n", fabs(got - ref) / ref);
     assert_true(fabs(got - ref) / ref < 1e-12);
     assert_true(be_sumsq(be, x, 0) == 0.0);
-    backend *one = be_cpu(1);
+    backend *one = be_create("cpu", 1);
     assert_true(be_sumsq(one, x, N) == got); /* the same with one thread, bit for bit */
     be_free(one);
 
@@ -105,7 +105,7 @@ static void selection(void **state)
     assert_string_equal(be->ops->name, "cpu");
     assert_int_equal(be->nthreads, 1);
     be_free(be);
-    be = be_cpu(0); /* OpenMP's default */
+    be = be_create("cpu", 0); /* OpenMP's default */
     assert_true(be->nthreads >= 1);
     be_free(be);
     be_free(NULL);

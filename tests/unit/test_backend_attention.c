@@ -15,7 +15,7 @@
 
 static int setup(void **state)
 {
-    *state = be_cpu(2);
+    *state = be_create("cpu", 2);
     return 0;
 }
 

@@ -13,7 +13,7 @@
 
 static int setup(void **state)
 {
-    *state = be_cpu(2);
+    *state = be_create("cpu", 2);
     return 0;
 }
 
@@ -305,7 +305,7 @@ static void embedding(void **state)
 static void reductions_independent_of_threads(void **state)
 {
     (void)state;
-    backend *one = be_cpu(1), *two = be_cpu(2);
+    backend *one = be_create("cpu", 1), *two = be_create("cpu", 2);
     enum { N = 96, C = 211, NC = N * C, V = 40 }; /* above the size where loops go parallel */
     float *inp = tb_rand_new(NC, 50, -2, 2), *w = tb_rand_new(C, 51, 0.5f, 1.5f), *b = tb_rand_new(C, 52, -1, 1);
     float *dout = tb_rand_new(NC, 53, -1, 1), *out = tb_zeros(NC), mean[N], rstd[N];

@@ -22,7 +22,7 @@
 
 static int setup(void **state)
 {
-    *state = be_cpu(2);
+    *state = be_create("cpu", 2);
     return 0;
 }
 
@@ -148,7 +148,8 @@ static void linear_lp_dtype(const backend *be, be_dtype dt)
     /* forward */
     float *out = tb_zeros(BT * OC), *out32 = tb_zeros(BT * OC);
     double *want = td_xmalloc(BT * OC * sizeof(double));
-    be->ops->matmul_fwd_lp(be, out, li, lw, b, dt, BT, C, OC);
+    be_in li_t = {li, dt}, ld_t = {ld, dt};
+    be->ops->matmul_fwd_lp(be, be_f32_out(out), li_t, lw, b, dt, BT, C, OC);
     ref_fwd(want, ri, rw, b, BT, C, OC);
     TB_CLOSE("fwd vs double of rounded inputs", out, want, BT * OC, 2.0 * C * ldexp(1, -24) * 4);
     be_matmul_fwd(be, out32, inp, w, b, BT, C, OC);
@@ -167,7 +168,7 @@ static void linear_lp_dtype(const backend *be, be_dtype dt)
     /* backward: dinp += dout . W, dW += dout^T . inp, on top of what is there */
     float *dinp = tb_rand_new(BT * C, 15, -1, 1), *dw = tb_rand_new(OC * C, 16, -1, 1);
     double *wdinp = tb_dup(dinp, BT * C), *wdw = tb_dup(dw, OC * C);
-    be->ops->matmul_bwd_lp(be, dinp, dw, ld, li, lw, dt, BT, C, OC);
+    be->ops->matmul_bwd_lp(be, be_f32_out(dinp), dw, ld_t, li_t, lw, dt, BT, C, OC);
     for (int i = 0; i < BT; i++)
         for (int k = 0; k < C; k++)
             for (int o = 0; o < OC; o++) wdinp[i * C + k] += (double)rd[i * OC + o] * rw[o * C + k];
@@ -178,8 +179,8 @@ static void linear_lp_dtype(const backend *be, be_dtype dt)
     TB_CLOSE("dw vs double of rounded inputs", dw, wdw, OC * C, 2.0 * BT * ldexp(1, -24) * 4);
     /* dinp only, dw only */
     float *dinp2 = tb_zeros(BT * C), *dw2 = tb_zeros(OC * C);
-    be->ops->matmul_bwd_lp(be, dinp2, NULL, ld, li, lw, dt, BT, C, OC);
-    be->ops->matmul_bwd_lp(be, NULL, dw2, ld, li, lw, dt, BT, C, OC);
+    be->ops->matmul_bwd_lp(be, be_f32_out(dinp2), NULL, ld_t, li_t, lw, dt, BT, C, OC);
+    be->ops->matmul_bwd_lp(be, be_f32_out(NULL), dw2, ld_t, li_t, lw, dt, BT, C, OC);
     for (int i = 0; i < BT * C; i++) wdinp[i] -= (double)dinp[i] - dinp2[i];
     for (int i = 0; i < OC * C; i++) wdw[i] -= (double)dw[i] - dw2[i];
     TB_CLOSE("dinp alone", dinp2, wdinp, BT * C, 1e-5);
@@ -202,7 +203,7 @@ static void mixed_weight_copies(void **state)
 {
     (void)state;
     enum { BT = 33, C = 64, OC = 48 };
-    backend *be = be_cpu(2);
+    backend *be = be_create("cpu", 2);
     be_set_gemm_dtype(be, BE_BF16);
     float *params = tb_rand_new(OC * C + 100, 21, -1, 1), *inp = tb_rand_new(BT * C, 22, -1, 1);
     float *w = params + 100; /* a weight inside the registered buffer */
@@ -256,7 +257,7 @@ static void mixed_backward_in_slices(void **state)
 {
     (void)state;
     enum { BT = 1400, C = 8, OC = 30000 }; /* dout in bf16: 84 MB, two slices */
-    backend *be = be_cpu(2);
+    backend *be = be_create("cpu", 2);
     be_set_gemm_dtype(be, BE_BF16);
     float *w = tb_rand_new((size_t)OC * C, 31, -1, 1), *inp = tb_rand_new((size_t)BT * C, 32, -1, 1);
     float *dout = tb_rand_new((size_t)BT * OC, 33, -1, 1);

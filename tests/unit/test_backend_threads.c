@@ -30,8 +30,8 @@ typedef struct {
 static int setup(void **state)
 {
     pair *p = td_xmalloc(sizeof *p);
-    p->one = be_cpu(1);
-    p->many = be_cpu(3);
+    p->one = be_create("cpu", 1);
+    p->many = be_create("cpu", 3);
     *state = p;
     return 0;
 }

@@ -685,7 +685,7 @@ static void stage_checks(void **st)
 int main(int argc, char **argv)
 {
     g_world = comm_world_init(&argc, &argv);
-    g_be = be_cpu(2);
+    g_be = be_create("cpu", 2);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(norm_gpt2),      cmocka_unit_test(norm_llama),      cmocka_unit_test(attention_gpt2),
         cmocka_unit_test(attention_llama), cmocka_unit_test(attention_mixed), cmocka_unit_test(mlp_gpt2),

@@ -545,7 +545,10 @@ static void cli_tokenize_round_trips_and_fails_clearly(void **state)
     /* trident --help's line for tokenize names the three kinds it reads (it said "GPT-2 BPE" only) */
     assert_int_equal(run("'" TD_TRIDENT_BIN "' --help > " TMP("main_help.txt")), 0);
     assert_true(file_contains(TMP("main_help.txt"), "tokenize     text to token ids and back: GPT-2 BPE, Hugging Face "
-                                                    "tokenizer.json, BERT WordPiece"));
+                                                    "tokenizer.json, WordPiece"));
+    /* and convert's every transformers model_type it reads, from the converter's list of families */
+    assert_true(file_contains(TMP("main_help.txt"), "convert      convert checkpoints between trident and Hugging Face; "
+                                                    "model_type gpt2, llama, mistral and megatron-bert\n"));
     assert_int_equal(run(BIN " --help > " TMP("help.txt")), 0);
     assert_true(file_contains(TMP("help.txt"), "--vocab-file"));
     assert_int_equal(run("printf 'Hello world\\nIt'\\''s\\n\\n' | " BIN FILES " > " TMP("enc.txt")), 0);

@@ -14,7 +14,7 @@
 
 #include <cmocka.h>
 
-#include "trident/breakdown.h"
+#include "train/breakdown.h"
 
 /* AdamW per element: reads p, g, m, v (4 floats), writes p, m, v (3 floats) = 28 bytes; a copy of
  * n bytes reads n and writes n. So AdamW over n elements moves as much as a copy of 14 n bytes,

@@ -9,6 +9,9 @@
  *    cross-entropy over the real vocabulary within 1e-5 relative, whatever the padded rows hold;
  *  - round trip trident -> hf -> trident is bit-exact;
  *  - bad configs and files are refused with one line;
+ *  - the list of families: the class each converts to, the model_types read, a model none
+ *    computes refused naming what differs from each, and the tensors each family's files carry
+ *    without parameters (BERT's position_ids and tied decoder) passed over by that family only;
  * and the same for Llama (LlamaForCausalLM) and Megatron-BERT (MegatronBertForPreTraining: a
  * forward written here after transformers' MegatronBert — embeddings with token types, a
  * LayerNorm before attention and before the MLP, an additive mask on the padded keys, the
@@ -42,53 +45,7 @@ static char g_dir[512];
 
 enum { L = 2, H = 16, NH = 4, F = 64, P = 8, V = 50, T = 8 };
 
-/* ---- the independent model: named float tensors in HF layout ---- */
-
-typedef struct {
-    char name[96];
-    int ndim;
-    int64_t shape[2];
-    float *v;
-} htensor;
-
-typedef struct {
-    int n;
-    htensor t[64];
-    char dtype[8]; /* read_hf: the tensors' dtype (all the same) */
-} hmodel;
-
-static htensor *hadd(hmodel *m, const char *name, int64_t d0, int64_t d1)
-{
-    htensor *t = &m->t[m->n++];
-    snprintf(t->name, sizeof t->name, "%s", name);
-    t->ndim = d1 ? 2 : 1;
-    t->shape[0] = d0;
-    t->shape[1] = d1;
-    t->v = calloc((size_t)(d0 * (d1 ? d1 : 1)), sizeof(float));
-    return t;
-}
-
-/* Finds `name`, with or without the "transformer." prefix. */
-static const float *hget(const hmodel *m, const char *name, int64_t d0, int64_t d1)
-{
-    for (int i = 0; i < m->n; i++) {
-        const char *n = m->t[i].name;
-        if (strncmp(n, "transformer.", 12) == 0) n += 12;
-        if (strcmp(n, name) == 0) {
-            assert_int_equal(m->t[i].shape[0], d0);
-            if (d1) assert_int_equal(m->t[i].shape[1], d1);
-            return m->t[i].v;
-        }
-    }
-    fail_msg("tensor %s missing", name);
-    return NULL;
-}
-
-static void hfree(hmodel *m)
-{
-    for (int i = 0; i < m->n; i++) free(m->t[i].v);
-    m->n = 0;
-}
+#include "test_hf_files.h"
 
 static double lcg_uniform(uint64_t *s)
 {
@@ -135,111 +92,6 @@ static void random_gpt2(hmodel *m, uint64_t seed)
     memcpy(head->v, hget(m, "wte.weight", V, H), sizeof(float) * V * H);
 }
 
-/* ---- its own safetensors writer and reader (not src/ckpt/safetensors.c) ---- */
-
-static void write_hf(const hmodel *m, const char *dir, const char *config)
-{
-    mkdir(dir, 0755);
-    char path[700];
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    FILE *f = fopen(path, "w");
-    fputs(config, f);
-    fclose(f);
-    char hdr[16384];
-    size_t n = 0, off = 0;
-    n += (size_t)snprintf(hdr + n, sizeof hdr - n, "{\"__metadata__\":{\"format\":\"pt\"}");
-    for (int i = 0; i < m->n; i++) {
-        const htensor *t = &m->t[i];
-        size_t bytes = (size_t)(t->shape[0] * (t->ndim == 2 ? t->shape[1] : 1)) * 4;
-        if (t->ndim == 2)
-            n += (size_t)snprintf(hdr + n, sizeof hdr - n, ",\"%s\":{\"dtype\":\"F32\",\"shape\":[%lld,%lld],\"data_offsets\":[%zu,%zu]}",
-                                  t->name, (long long)t->shape[0], (long long)t->shape[1], off, off + bytes);
-        else
-            n += (size_t)snprintf(hdr + n, sizeof hdr - n, ",\"%s\":{\"dtype\":\"F32\",\"shape\":[%lld],\"data_offsets\":[%zu,%zu]}",
-                                  t->name, (long long)t->shape[0], off, off + bytes);
-        off += bytes;
-    }
-    n += (size_t)snprintf(hdr + n, sizeof hdr - n, "}");
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    f = fopen(path, "wb");
-    uint64_t len = n;
-    fwrite(&len, 8, 1, f);
-    fwrite(hdr, 1, n, f);
-    for (int i = 0; i < m->n; i++) {
-        const htensor *t = &m->t[i];
-        fwrite(t->v, 4, (size_t)(t->shape[0] * (t->ndim == 2 ? t->shape[1] : 1)), f);
-    }
-    fclose(f);
-}
-
-static void read_hf(hmodel *m, const char *dir)
-{
-    char path[700];
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    FILE *f = fopen(path, "rb");
-    assert_non_null(f);
-    fseek(f, 0, SEEK_END);
-    long size = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *buf = malloc((size_t)size);
-    assert_int_equal(fread(buf, 1, (size_t)size, f), (size_t)size);
-    fclose(f);
-    uint64_t n = 0;
-    for (int i = 7; i >= 0; i--) n = n << 8 | buf[i];
-    cJSON *h = cJSON_ParseWithLength((const char *)buf + 8, (size_t)n);
-    assert_non_null(h);
-    for (cJSON *j = h->child; j; j = j->next) {
-        if (strcmp(j->string, "__metadata__") == 0) {
-            assert_string_equal(cJSON_GetObjectItem(j, "format")->valuestring, "pt");
-            continue;
-        }
-        const char *dt = cJSON_GetObjectItem(j, "dtype")->valuestring;
-        assert_true(strcmp(dt, "F32") == 0 || strcmp(dt, "F16") == 0 || strcmp(dt, "BF16") == 0);
-        snprintf(m->dtype, sizeof m->dtype, "%s", dt);
-        size_t es = dt[0] == 'F' && dt[1] == '3' ? 4 : 2;
-        cJSON *shape = cJSON_GetObjectItem(j, "shape"), *offs = cJSON_GetObjectItem(j, "data_offsets");
-        int nd = cJSON_GetArraySize(shape);
-        htensor *t = hadd(m, j->string, (int64_t)cJSON_GetArrayItem(shape, 0)->valuedouble,
-                          nd == 2 ? (int64_t)cJSON_GetArrayItem(shape, 1)->valuedouble : 0);
-        size_t b = (size_t)cJSON_GetArrayItem(offs, 0)->valuedouble, e = (size_t)cJSON_GetArrayItem(offs, 1)->valuedouble;
-        size_t cnt = (size_t)(t->shape[0] * (nd == 2 ? t->shape[1] : 1));
-        assert_int_equal(e - b, cnt * es);
-        const uint8_t *src = buf + 8 + n + b;
-        for (size_t k = 0; k < cnt; k++) { /* 16-bit formats decoded from their definitions */
-            if (es == 4) {
-                memcpy(&t->v[k], src + 4 * k, 4);
-                continue;
-            }
-            unsigned h = src[2 * k] | (unsigned)src[2 * k + 1] << 8;
-            if (dt[0] == 'B') { /* bf16: sign, 8-bit exponent (bias 127), 7-bit mantissa */
-                int ex = (h >> 7) & 255, mant = h & 127;
-                double v = ex == 0 ? ldexp(mant, -133) : ldexp(128 + mant, ex - 134);
-                t->v[k] = (float)(h >> 15 ? -v : v);
-            } else { /* fp16: 5-bit exponent (bias 15), 10-bit mantissa */
-                int ex = (h >> 10) & 31, mant = h & 1023;
-                double v = ex == 0 ? ldexp(mant, -24) : ldexp(1024 + mant, ex - 25);
-                t->v[k] = (float)(h >> 15 ? -v : v);
-            }
-        }
-    }
-    cJSON_Delete(h);
-    free(buf);
-}
-
-/* DIR/config.json, parsed. */
-static cJSON *read_config_json(const char *dir)
-{
-    char path[700], text[4096];
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    FILE *f = fopen(path, "r");
-    assert_non_null(f);
-    size_t n = fread(text, 1, sizeof text - 1, f);
-    fclose(f);
-    text[n] = 0;
-    cJSON *cfg = cJSON_Parse(text);
-    assert_non_null(cfg);
-    return cfg;
-}
 
 /* ---- the reference forward in double ---- */
 
@@ -439,7 +291,7 @@ static void check_round_trip(gpt_model *m, const char *hfdir, const char *tag)
     char back[600], name[64], err[1024] = "";
     snprintf(name, sizeof name, "%s_back", tag);
     sub(back, sizeof back, name);
-    if (hf_import(hfdir, back, 8, g_world, err, sizeof err)) fail_msg("%s", err);
+    if (hf_import(hfdir, back, 8, "cpu", g_world, err, sizeof err)) fail_msg("%s", err);
     gpt_model *b = load_model(back);
     assert_int_equal(b->numel, m->numel);
     for (int i = 0; i < m->ntensors; i++) {
@@ -460,7 +312,7 @@ static void import_matches_reference(void **state)
     sub(hfdir, sizeof hfdir, "import_hf");
     sub(ck, sizeof ck, "import_ckpt");
     write_hf(&hm, hfdir, CONFIG);
-    if (hf_import(hfdir, ck, 8, g_world, err, sizeof err)) fail_msg("%s", err);
+    if (hf_import(hfdir, ck, 8, "cpu", g_world, err, sizeof err)) fail_msg("%s", err);
     gpt_model *m = load_model(ck);
     assert_int_equal(m->cfg.padded_vocab, 56);
     float *got = trident_logits(m);
@@ -575,7 +427,7 @@ static void expect_import_error(const char *config, const char *want)
     sub(hfdir, sizeof hfdir, "bad_hf");
     sub(ck, sizeof ck, "bad_ckpt");
     write_hf(&hm, hfdir, config);
-    assert_int_equal(hf_import(hfdir, ck, 8, g_world, err, sizeof err), -1);
+    assert_int_equal(hf_import(hfdir, ck, 8, "cpu", g_world, err, sizeof err), -1);
     if (!strstr(err, want)) fail_msg("error '%s' lacks '%s'", err, want);
     assert_null(strchr(err, '\n'));
     struct stat sb;
@@ -737,7 +589,7 @@ static void llama_import_matches_reference(void **state)
     sub(hfdir, sizeof hfdir, "llama_import_hf");
     sub(ck, sizeof ck, "llama_import_ckpt");
     write_hf(&hm, hfdir, LLAMA_CONFIG);
-    if (hf_import(hfdir, ck, 8, g_world, err, sizeof err)) fail_msg("%s", err);
+    if (hf_import(hfdir, ck, 8, "cpu", g_world, err, sizeof err)) fail_msg("%s", err);
     gpt_model *m = load_model(ck);
     assert_int_equal(m->cfg.norm, GPT_NORM_RMSNORM);
     assert_int_equal(gpt_groups(&m->cfg), LG);
@@ -812,7 +664,7 @@ static void expect_llama_error(const char *extra, const char *want)
     free(config);
     cJSON_Delete(cfg);
     cJSON_Delete(over);
-    assert_int_equal(hf_import(hfdir, ck, 8, g_world, err, sizeof err), -1);
+    assert_int_equal(hf_import(hfdir, ck, 8, "cpu", g_world, err, sizeof err), -1);
     if (!strstr(err, want)) fail_msg("error '%s' lacks '%s'", err, want);
     hfree(&hm);
 }
@@ -1003,11 +855,85 @@ static void bert_export_matches_reference_and_round_trips(void **state)
     gpt_free(m);
 }
 
+/* ---- the list of families: which converts what, and each one's own tensors ---- */
+
+/* The text of DIR/config.json (malloc'd). */
+static char *config_text(const char *dir)
+{
+    cJSON *cfg = read_config_json(dir);
+    char *s = cJSON_PrintUnformatted(cfg);
+    cJSON_Delete(cfg);
+    return s;
+}
+
+static void families_route_models_and_tensors(void **state)
+{
+    (void)state;
+    /* the class each family of trident models converts to, and the model_types read */
+    gpt_config gc = {.family = GPT_FAMILY_GPT}, bc = {.family = GPT_FAMILY_BERT};
+    assert_string_equal(hf_class_of(&gc), "GPT2LMHeadModel");
+    assert_string_equal(hf_class_of(&bc), "MegatronBertForPreTraining");
+    char types[256];
+    hf_model_types(types, sizeof types);
+    assert_string_equal(types, "gpt2, llama, mistral and megatron-bert");
+
+    /* a model no family computes: refused, naming what differs from each (BERT's: the family) */
+    gpt_config c = {.num_layers = L, .hidden = H, .heads = NH, .ffn = F, .seq = T, .max_pos = P, .vocab = V,
+                    .padded_vocab = gpt_padded_vocab(V, 8, 1), .init_std = 0.3f, .seed = 5,
+                    .norm = GPT_NORM_RMSNORM, .pos = GPT_POS_LEARNED};
+    gpt_model *m = gpt_create(&c, g_ps, g_be, 0, L, 1, 1);
+    char ck[600], out[600], err[1024] = "";
+    sub(ck, sizeof ck, "nofamily_ckpt");
+    sub(out, sizeof out, "nofamily_hf");
+    ckpt_model cm = {g_ps, 1, &m, NULL, NULL, NULL, NULL};
+    ckpt_progress prog = {.iteration = 1, .seed = 5};
+    ckpt_save(ck, &cm, &prog, "{}", 0, NULL);
+    ckpt_meta meta;
+    if (ckpt_find(ck, &meta, err, sizeof err)) fail_msg("%s", err);
+    assert_int_equal(hf_export(&meta, out, ST_F32, err, sizeof err), -1);
+    ckpt_meta_free(&meta);
+    gpt_free(m);
+    if (!strstr(err, "GPT2LMHeadModel: RMSNorm") || !strstr(err, "LlamaForCausalLM: no rotary positions") ||
+        !strstr(err, "MegatronBertForPreTraining: another model family (--model)"))
+        fail_msg("error '%s' does not name what differs from each family", err);
+
+    /* BERT's files carry position_ids and the tied decoder: its row passes over them ... */
+    gpt_config b = {.num_layers = L, .hidden = H, .heads = NH, .ffn = F, .seq = T, .max_pos = P, .vocab = V,
+                    .padded_vocab = gpt_padded_vocab(V, 8, 1), .init_std = 0.3f, .seed = 11,
+                    .family = GPT_FAMILY_BERT, .binary_head = 1};
+    m = gpt_create(&b, g_ps, g_be, 0, L, 1, 1);
+    char hfdir[600], extra[600];
+    hmodel hm = {0};
+    export_model(m, "bert_extra", hfdir, sizeof hfdir, &hm);
+    hadd(&hm, "bert.embeddings.position_ids", 1, P);
+    memcpy(hadd(&hm, "cls.predictions.decoder.weight", V, H)->v, hget(&hm, "bert.embeddings.word_embeddings.weight", V, H),
+           (size_t)V * H * sizeof(float));
+    hadd(&hm, "cls.predictions.decoder.bias", V, 0);
+    sub(extra, sizeof extra, "bert_extra_files");
+    char *cfg = config_text(hfdir);
+    write_hf(&hm, extra, cfg);
+    check_round_trip(m, extra, "bert_extra");
+    gpt_free(m);
+    hfree(&hm);
+    free(cfg);
+
+    /* ... which GPT-2's does not: there they are tensors of no GPT2LMHeadModel */
+    random_gpt2(&hm, 9);
+    hadd(&hm, "bert.embeddings.position_ids", 1, P);
+    sub(hfdir, sizeof hfdir, "gpt2_extra_hf");
+    sub(ck, sizeof ck, "gpt2_extra_ckpt");
+    write_hf(&hm, hfdir, CONFIG);
+    assert_int_equal(hf_import(hfdir, ck, 8, "cpu", g_world, err, sizeof err), -1);
+    if (!strstr(err, "unexpected tensor bert.embeddings.position_ids (not part of GPT2LMHeadModel)"))
+        fail_msg("error '%s' lacks the unexpected tensor", err);
+    hfree(&hm);
+}
+
 int main(int argc, char **argv)
 {
     g_world = comm_world_init(&argc, &argv);
     g_ps = ps_init(g_world, 1, 1);
-    g_be = be_cpu(1);
+    g_be = be_create("cpu", 1);
     snprintf(g_dir, sizeof g_dir, "%s/test_checkpoint_hf_%ld", TD_TEST_TMP, (long)getpid());
     mkdir(g_dir, 0755);
     const struct CMUnitTest tests[] = {
@@ -1019,6 +945,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(llama_export_matches_reference_and_round_trips),
         cmocka_unit_test(llama_import_refuses_what_it_cannot_compute),
         cmocka_unit_test(bert_export_matches_reference_and_round_trips),
+        cmocka_unit_test(families_route_models_and_tensors),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     char cmd[700];

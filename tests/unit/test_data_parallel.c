@@ -61,7 +61,7 @@ static void buckets(void **state)
 static void step_over_shard(void **state)
 {
     (void)state;
-    backend *be = be_cpu(1);
+    backend *be = be_create("cpu", 1);
     gpt_tensor_info table[3];
     memset(table, 0, sizeof table);
     size_t off[3] = {0, 5, 8}, num[3] = {5, 3, 4};

@@ -1,4 +1,4 @@
-/* src/ckpt/eval: strided perplexity against a hand computation. A tiny model scores a tiny
+/* src/eval/strided.c: strided perplexity against a hand computation. A tiny model scores a tiny
  * indexed dataset; the reference concatenates the documents itself, cuts the windows itself and
  * scores every window with an independent double-precision GPT-2 forward (per-position losses
  * over the real vocabulary only: the padded ids are no part of the model), keeping the first window's S
@@ -253,7 +253,7 @@ int main(int argc, char **argv)
 {
     g_world = comm_world_init(&argc, &argv);
     g_ps = ps_init(g_world, 1, 1);
-    g_be = be_cpu(1);
+    g_be = be_create("cpu", 1);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(window_count),
         cmocka_unit_test(strided_loss_matches_hand_computation),

@@ -1,4 +1,4 @@
-/* trident eval --task (src/ckpt/eval_tasks.c) on small files written here in the published
+/* trident eval --task (src/eval/tasks.c) on small files written here in the published
  * formats: Megatron's WikiText detokenizer and word count on a hand-made excerpt (answers worked
  * by hand); WikiText perplexity, LAMBADA and HellaSwag scores of a small random model against
  * the same scores computed here from the generation forward's logits (gpt_infer: another path
@@ -327,7 +327,7 @@ int main(int argc, char **argv)
 {
     g_world = comm_world_init(&argc, &argv);
     g_ps = ps_init(g_world, 1, 1);
-    g_be = be_cpu(0);
+    g_be = be_create("cpu", 0);
     char err[512];
     tok_spec spec = {"GPT2BPETokenizer", TD_TEST_DATA "/gpt2/vocab.json", TD_TEST_DATA "/gpt2/merges.txt", NULL};
     g_tok = tok_open(&spec, err, sizeof err);

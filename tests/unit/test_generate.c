@@ -223,7 +223,7 @@ int main(int argc, char **argv)
 {
     g_world = comm_world_init(&argc, &argv);
     g_ps = ps_init(g_world, 1, 1);
-    g_be = be_cpu(0);
+    g_be = be_create("cpu", 0);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(infer_matches_training_forward),
         cmocka_unit_test(sampler),

@@ -500,7 +500,7 @@ int main(int argc, char **argv)
 {
     g_world = comm_world_init(&argc, &argv);
     g_ps = ps_init(g_world, 1, 1);
-    g_be = be_cpu(0);
+    g_be = be_create("cpu", 0);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(model_matches_double_reference),
         cmocka_unit_test(init_is_layout_invariant),

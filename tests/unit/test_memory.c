@@ -127,7 +127,7 @@ static void test_bf16_chunks(void **state)
 {
     (void)state;
     backend *fp32 = g_be;
-    backend *bf16 = be_cpu(0);
+    backend *bf16 = be_create("cpu", 0);
     be_set_gemm_dtype(bf16, BE_BF16);
     g_be = bf16;
     test_gpt2_chunks(state);
@@ -268,7 +268,7 @@ int main(int argc, char **argv)
 {
     g_world = comm_world_init(&argc, &argv);
     g_ps = ps_init(g_world, 1, 1);
-    g_be = be_cpu(0);
+    g_be = be_create("cpu", 0);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gpt2_chunks),
         cmocka_unit_test(test_llama_chunks),

@@ -156,7 +156,7 @@ static float fp16_round(const backend *be, float x)
 static void fp16_unscaled_steps(void **state)
 {
     (void)state;
-    backend *be = be_cpu(1);
+    backend *be = be_create("cpu", 1);
     gpt_tensor_info table[2];
     memset(table, 0, sizeof table);
     table[0] = (gpt_tensor_info){.offset = 0, .numel = 4};

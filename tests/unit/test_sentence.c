@@ -1,4 +1,4 @@
-/* src/data/sentence.c: the splitting rules of include/trident/sentence.h, one group per rule,
+/* src/data/sentence.c: the splitting rules of include/data/trident/sentence.h, one group per rule,
  * each case the sentences a reader would mark by hand. */
 #include <setjmp.h>
 #include <stdarg.h>

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 
 #include "trident/check.h"
-#include "backend/cpu/cpu.h"
+#include "cpu.h"
 
 void cpu_adamw(const backend *be, float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1,
                float beta2, float eps, float wd, float gscale, int64_t step)

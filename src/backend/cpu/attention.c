@@ -1,13 +1,14 @@
 /* Self-attention core on the local heads, grouped-query: query head h reads key/value head
- * h / (NH / NKV). Causal (GPT: query t reads keys [0, t]), or bidirectional over each sample's
- * unpadded keys (BERT: every query of sample b reads keys [0, klen[b]); the padded queries read
- * them too, and what they compute is never used). Forward: each (batch, query head) is one task of one thread. Backward:
- * each (batch, key/value head) is one task, which walks the query heads of its group in order,
- * so the sums into dk and dv are owned by one thread and do not depend on the thread count.
- * Query rows go in blocks of ATT_BLK so that only the scores that count are computed: keys [0, end
- * of block) when causal, [0, klen[b]) otherwise. Q K^T, att . V and the backward products are cblas_sgemm calls straight
- * on the strided q, k, v rows (a fused qkv layout, leading dimension 3C, or separate buffers):
- * no copies. OpenBLAS runs single-threaded inside the parallel region, so the threads do not
+ * h / (NH / NKV). Causal (query t reads keys [0, t]), or bidirectional with a padding mask over
+ * each sample's unpadded keys (every query of sample b reads keys [0, klen[b]); the padded
+ * queries read them too, and what they compute is never used). Forward: each (batch, query
+ * head) is one task of one thread. Backward: each (batch, key/value head) is one task, which
+ * walks the query heads of its group in order, so the sums into dk and dv are owned by one
+ * thread and do not depend on the thread count. Query rows go in blocks of ATT_BLK so that only
+ * the scores that count are computed: keys [0, end of block) when causal, [0, klen[b])
+ * otherwise. Q K^T, att . V and the backward products are cblas_sgemm calls straight on the
+ * strided q, k, v rows (a fused qkv layout, leading dimension 3C, or separate buffers): no
+ * copies. OpenBLAS runs single-threaded inside the parallel region, so the threads do not
  * oversubscribe. The forward keeps only the log-sum-exp of each score row; the backward
  * recomputes the probabilities from it (one extra Q K^T) instead of storing (B, NH, T, T). */
 #include <cblas.h>
@@ -15,7 +16,7 @@
 #include <stdlib.h>
 
 #include "trident/check.h"
-#include "backend/cpu/cpu.h"
+#include "cpu.h"
 
 #define ATT_BLK 64
 

@@ -3,7 +3,7 @@
 #include <math.h>
 #include <omp.h>
 
-#include "backend/cpu/cpu.h"
+#include "cpu.h"
 
 void cpu_attention_kv_fwd(const backend *be, float *out, const float *q, const float *kc, const float *vc, int ldq,
                           int B, int n, int pos0, int cap, int NH, int NKV, int HS)

@@ -10,7 +10,7 @@
 
 #include "trident/check.h"
 #include "trident/timer.h"
-#include "backend/cpu/cpu.h"
+#include "cpu.h"
 
 /* Buffers of at least CPU_HUGE bytes (parameters, gradients, Adam moments, activations) are
  * 2 MiB aligned and asked for transparent huge pages: streaming kernels and GEMM packing then walk
@@ -52,6 +52,20 @@ static void cpu_set_bytes(const backend *be, void *p, int byte, size_t bytes)
 
 static void cpu_sync(const backend *be) { (void)be; }
 
+/* Every call has run when it returns: an event is the wall clock at its record. */
+static void cpu_event_record(const backend *be, be_event *ev)
+{
+    (void)be;
+    ev->t = td_now();
+    ev->h = NULL;
+}
+
+static double cpu_event_elapsed(const backend *be, be_event *start, be_event *end)
+{
+    (void)be;
+    return end->t - start->t;
+}
+
 /* Best of up to 16 square GEMMs (N = 1536: about 7 GFLOP each) in the backend's gemm dtype (sgemm,
  * or the low-precision kernel on inputs in bf16 or fp16) after one warm-up, stopping after half a
  * second: on a machine shared with other work the best run is the one that had the cores. */
@@ -77,7 +91,11 @@ double cpu_peak_gflops(const backend *be)
     for (int r = 0; r <= REPS && (r < 4 || td_now() - start < 0.5); r++) {
         double t0 = td_now();
         if (dt == BE_F32) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, N, N, 1.0f, a, N, b, N, 0.0f, c, N);
-        else be->ops->matmul_fwd_lp(be, c, al, bl, NULL, dt, N, N, N);
+        else {
+            be_out co = {c, BE_F32};
+            be_in ai = {al, dt};
+            be->ops->matmul_fwd_lp(be, co, ai, bl, NULL, dt, N, N, N);
+        }
         double dt_s = td_now() - t0;
         if (r > 0 && dt_s < best) best = dt_s;
     }
@@ -317,6 +335,8 @@ backend *be_cpu(int nthreads)
         o->copy_bytes = cpu_copy_bytes;
         o->set_bytes = cpu_set_bytes;
         o->sync = cpu_sync;
+        o->event_record = cpu_event_record;
+        o->event_elapsed = cpu_event_elapsed;
         o->peak_gflops = cpu_peak_gflops;
         o->copy_gbps = cpu_copy_gbps;
         o->adamw_stream_gbps = cpu_adamw_stream_gbps;
@@ -327,6 +347,7 @@ backend *be_cpu(int nthreads)
     be->ops = &ops[be->isa];
     be->nthreads = nthreads > 0 ? nthreads : omp_get_max_threads();
     be->device = -1;
+    be->queue = NULL; /* synchronous: nothing queues */
     /* OpenBLAS (OpenMP build) sizes its team from the OpenMP setting of the calling thread. */
     omp_set_num_threads(be->nthreads);
     openblas_set_num_threads(be->nthreads);

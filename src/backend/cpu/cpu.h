@@ -3,7 +3,7 @@
 #ifndef TRIDENT_BACKEND_CPU_H
 #define TRIDENT_BACKEND_CPU_H
 
-#include "backend/backend.h"
+#include "backend.h"
 
 /* Per-ISA builds. CMakeLists.txt compiles the kernel files (every file here but cpu.c) for the
  * target's baseline and, on x86-64, twice more: with -march=x86-64-v3 (AVX2 + FMA) and
@@ -114,8 +114,13 @@ static inline void cpu_cols_of(int C, int t, int nt, int *c0, int *c1)
 /* Column sums are accumulated CPU_COLS columns at a time in a stack buffer, then added. */
 #define CPU_COLS 512
 
+/* The CPU backend with `nthreads` threads (0: OpenMP's default). Sets OpenBLAS's thread count,
+ * which is process-wide. Only the registry calls it: everything else asks be_create("cpu"). */
+backend *be_cpu(int nthreads);
+
 /* The kernel entries of the vtable (every one but memory and measurement), from this ISA's
- * build. */
+ * build: ops.c, whose entries check the typed buffers' dtypes (fp32 here, but the low-precision
+ * GEMMs') and call the kernels below. */
 void cpu_kernels_fill(struct be_ops *ops);
 
 /* What this CPU has: AVX-512 (F, BW, CD, DQ, VL; x86-64-v4) and its bf16 dot products. */

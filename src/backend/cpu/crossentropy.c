@@ -6,7 +6,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "backend/cpu/cpu.h"
+#include "cpu.h"
 
 void cpu_ce_max(const backend *be, float *maxv, const float *logits, int BT, int Vloc, int Vreal)
 {

@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "trident/check.h"
-#include "backend/cpu/cpu.h"
+#include "cpu.h"
 
 /* Blocks of 4 units from Philox, TD_PHILOX_BATCH blocks at a time where the row allows (the batch
  * vectorizes); a partial block at either end one at a time. */

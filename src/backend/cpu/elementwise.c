@@ -1,5 +1,5 @@
 /* Elementwise helpers: residual add, scale, bias add and its gradient. */
-#include "backend/cpu/cpu.h"
+#include "cpu.h"
 
 void cpu_add(const backend *be, float *out, const float *a, const float *b, size_t n)
 {

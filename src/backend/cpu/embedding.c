@@ -2,7 +2,7 @@
  * parallel code all-reduces) and replicated learned positions. */
 #include <string.h>
 
-#include "backend/cpu/cpu.h"
+#include "cpu.h"
 
 void cpu_embedding_fwd(const backend *be, float *out, const int32_t *ids, const float *wte, int BT, int C,
                        int vstart, int Vloc)

@@ -2,7 +2,7 @@
  * tanh through cpu_expf so that the loops vectorize. */
 #include <omp.h>
 
-#include "backend/cpu/cpu.h"
+#include "cpu.h"
 
 #define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
 #define GELU_A 0.044715f

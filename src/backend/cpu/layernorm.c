@@ -4,7 +4,7 @@
 #include <math.h>
 #include <omp.h>
 
-#include "backend/cpu/cpu.h"
+#include "cpu.h"
 
 void cpu_layernorm_fwd(const backend *be, float *out, float *mean, float *rstd, const float *inp, const float *w,
                        const float *b, int N, int C, float eps)

@@ -3,7 +3,7 @@
 #include <omp.h>
 #include <string.h>
 
-#include "backend/cpu/cpu.h"
+#include "cpu.h"
 
 void cpu_colsum_acc(const backend *be, float *db, const float *x, int N, int C)
 {

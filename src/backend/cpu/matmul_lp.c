@@ -12,7 +12,7 @@
 
 #include "trident/check.h"
 #include "trident/half.h"
-#include "backend/cpu/cpu.h"
+#include "cpu.h"
 
 /* oneDNN's bf16 GEMM: exported by libdnnl (extern "C", row-major like dnnl_sgemm) but not
  * declared in its 2.x headers. A and B are bf16 stored as uint16_t. */

@@ -4,7 +4,7 @@
 #include <math.h>
 #include <omp.h>
 
-#include "backend/cpu/cpu.h"
+#include "cpu.h"
 
 void cpu_rmsnorm_fwd(const backend *be, float *out, float *rstd, const float *inp, const float *w, int N, int C,
                      float eps)

@@ -16,7 +16,7 @@
 #include <stdlib.h>
 
 #include "trident/check.h"
-#include "backend/cpu/cpu.h"
+#include "cpu.h"
 
 static _Thread_local struct {
     float *tab; /* (npos, 2, r2): cos of row p at tab[2 p r2 + i], sin at tab[(2 p + 1) r2 + i] */

@@ -1,6 +1,6 @@
 /* SwiGLU on the fused fc1 output [gate | up]: silu(gate) * up, the sigmoid through cpu_expf so
  * that the loops vectorize. Rows in parallel; no reductions. */
-#include "backend/cpu/cpu.h"
+#include "cpu.h"
 
 static inline float sigmoid(float x) { return 1.0f / (1.0f + cpu_expf(-x)); }
 

@@ -1,0 +1,42 @@
+/* The rank grid. Owns world = tp x dp x pp (tp fastest, then dp, then pp:
+ * rank = tp_rank + tp * (dp_rank + dp * pp_rank)) and the process groups built from it by
+ * communicator split: tp, dp, pp, model-parallel (tp x pp) and embedding (first and last stage). */
+#ifndef TRIDENT_PARALLEL_STATE_H
+#define TRIDENT_PARALLEL_STATE_H
+
+#include "trident/comm.h"
+
+typedef struct ps_state {
+    int world_rank, world_size;
+    int tp, pp, dp;                /* group sizes */
+    int tp_rank, pp_rank, dp_rank; /* this rank's coordinates */
+    comm *world;                   /* not owned */
+    comm *tp_group;                /* same dp_rank and pp_rank */
+    comm *dp_group;                /* same tp_rank and pp_rank */
+    comm *pp_group;                /* same tp_rank and dp_rank, ordered by stage */
+    comm *mp_group;                /* same dp_rank: tp x pp, for the grad norm */
+    comm *embd_group;              /* first and last stage (same tp, dp rank); NULL on others */
+    int sequence_parallel;         /* outside the tensor-parallel regions each tp rank holds s/tp of
+                                    * the sequence (set by the trainer before building models) */
+} ps_state;
+
+/* Model chunks (virtual pipeline stages) one rank may hold at most: --num-layers-per-virtual-
+ * pipeline-stage gives each rank num_layers / (pp x layers per stage) chunks, and the schedule,
+ * the optimizer and the memory prediction keep a fixed table per chunk. The trainer's config
+ * validation refuses more, naming this limit. */
+#define PS_MAX_CHUNKS 16
+
+/* Builds the grid; the caller has checked that tp * pp divides the world size (collective over
+ * world: every rank must call it). */
+ps_state *ps_init(comm *world, int tp, int pp);
+void ps_free(ps_state *ps);
+
+/* Seconds this rank has spent blocked in communication on all its groups so far. */
+double ps_comm_seconds(const ps_state *ps);
+
+/* World rank of the grid point (tp_rank, dp_rank, pp_rank). */
+int ps_rank_of(const ps_state *ps, int tp_rank, int dp_rank, int pp_rank);
+static inline int ps_is_first_stage(const ps_state *ps) { return ps->pp_rank == 0; }
+static inline int ps_is_last_stage(const ps_state *ps) { return ps->pp_rank == ps->pp - 1; }
+
+#endif

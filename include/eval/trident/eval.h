@@ -1,0 +1,86 @@
+/* Evaluation of a checkpoint (src/eval/). forward.c scores rows through the pipeline and counts
+ * windows; strided.c owns strided (WikiText-style) perplexity: the tokens of a run of documents
+ * concatenated in order, windows of S+1 tokens starting every K tokens, each token scored once
+ * (the first window scores its S targets, each later one its last K), in any layout (tensor,
+ * pipeline and data parallel); tasks.c the zero-shot tasks. Both build on forward.c alone.
+ * See docs/eval.md. */
+#ifndef TRIDENT_EVAL_H
+#define TRIDENT_EVAL_H
+
+#include <stdint.h>
+
+#include "trident/gpt.h"
+#include "trident/indexed.h"
+#include "trident/parallel_state.h"
+#include "trident/tokenizer.h"
+
+typedef struct ev_result {
+    int64_t documents;   /* documents scored */
+    int64_t doc_tokens;  /* tokens in them */
+    int64_t windows;
+    int64_t tokens;      /* targets scored: S + (windows - 1) K */
+    double loss;         /* mean loss per scored token (nats) */
+    double perplexity;   /* exp(loss) */
+} ev_result;
+
+/* (forward.c) Windows of S+1 tokens every K over n tokens: floor((n - S - 1) / K) + 1, or 0 when n <= S. */
+int64_t ev_num_windows(int64_t n, int S, int K);
+
+/* Scores documents [doc_begin, doc_end) of d with the model stage m of this rank (collective
+ * over ps->world; m->cfg.seq is S, m built for micro-batches of `mbs`), stride K (1 <= K <= S).
+ * Windows are dealt to data-parallel ranks mbs at a time; stages pass activations along the
+ * pipeline group. Every rank gets the result. Dies (collectively) when there is no full window. */
+void ev_score(gpt_model *m, const ps_state *ps, const idx_dataset *d, int64_t doc_begin, int64_t doc_end, int K,
+              int mbs, ev_result *out);
+
+/* ---- zero-shot tasks (src/eval/tasks.c; trident eval --task) ----
+ * Each is collective over ps->world and gives every rank the result. m is built for micro-batches
+ * of m->mbs rows (HellaSwag needs 4) of m->cfg.seq tokens; a longer example keeps its last
+ * seq + 1 tokens. */
+
+/* ---- the rows both score (src/eval/forward.c) ---- */
+
+/* Runs B <= m->mbs rows of m->cfg.seq tokens through the pipeline (dropout off): loss (B, seq)
+ * = -log p(target) of every position, and (correct not NULL) correct (B, seq) = 1 where the
+ * most likely token over the whole vocabulary (the lowest id on ties) is the target. */
+void ev_forward(gpt_model *m, const ps_state *ps, const int32_t *ids, const int32_t *targets, int B, float *loss,
+                uint8_t *correct);
+
+/* Megatron's WikiText detokenizer (tasks/zeroshot_gpt/detokenizer.py), as a new string. */
+char *ev_wikitext_detokenize(const char *text);
+/* Python's len(text.strip().split(" ")): Megatron's count of WikiText's original tokens. */
+int64_t ev_count_space_split(const char *text);
+
+typedef struct {
+    int64_t original_words;  /* the raw file's space-separated words */
+    int64_t doc_tokens;      /* tokens of the detokenized text */
+    int64_t windows, tokens; /* windows of seq + 1 every K; targets scored */
+    double loss, perplexity; /* per token */
+    double adjusted_perplexity; /* exp(loss x (tokens - 1) / (original words - 1)), Megatron's */
+} ev_wikitext_result;
+/* WIKITEXT103: the raw wiki.test.tokens at path, detokenized, tokenized whole, scored in
+ * windows every K tokens as ev_score does. Returns 0, or -1 with err. */
+int ev_wikitext(gpt_model *m, const ps_state *ps, const tok_tokenizer *tok, const char *path, int K,
+                ev_wikitext_result *out, char *err, size_t errlen);
+
+typedef struct {
+    int64_t n, correct;
+    double accuracy;
+} ev_lambada_result;
+/* LAMBADA: lambada_test.jsonl ({"text": ...} a line); an example is right when every target
+ * token is the most likely one given the ones before (teacher forced): the last token, or with
+ * strict the whole last word (Megatron's --strict-lambada). */
+int ev_lambada(gpt_model *m, const ps_state *ps, const tok_tokenizer *tok, const char *path, int strict,
+               ev_lambada_result *out, char *err, size_t errlen);
+
+typedef struct {
+    int64_t n, correct, correct_norm;
+    double acc, acc_norm;
+} ev_hellaswag_result;
+/* HELLASWAG: hellaswag_val.jsonl ({"ctx", "label", "endings": [4]}); llm.c's scoring: each
+ * ending (" " + ending) after the context, the sum of its tokens' losses (acc: the lowest) and
+ * their mean (acc_norm: the lowest). */
+int ev_hellaswag(gpt_model *m, const ps_state *ps, const tok_tokenizer *tok, const char *path,
+                 ev_hellaswag_result *out, char *err, size_t errlen);
+
+#endif

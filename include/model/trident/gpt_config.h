@@ -1,0 +1,138 @@
+/* The model's configuration: the architecture (gpt_config) with its derived sizes, the flags it
+ * comes from, the table of settings a checkpoint stores (meta.json's "model" section) and the
+ * whole model's logical tensors (names, shapes, the canonical flat layout). No model is built
+ * here: the stage that holds one is include/model/trident/gpt.h. */
+#ifndef TRIDENT_GPT_CONFIG_H
+#define TRIDENT_GPT_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum { GPT_NORM_LAYERNORM, GPT_NORM_RMSNORM } gpt_norm;
+typedef enum { GPT_POS_LEARNED, GPT_POS_ROPE, GPT_POS_NONE } gpt_pos;
+/* The model family: a causal decoder with a next-token loss (GPT, Llama), or Megatron-BERT's
+ * bidirectional encoder (token-type embeddings, a padding mask, the masked-LM head with its
+ * dense + GeLU + norm transform and output bias, the pooler and the sentence-order head). */
+typedef enum { GPT_FAMILY_GPT, GPT_FAMILY_BERT } gpt_family;
+
+/* A zero field means GPT-2's choice, so a zeroed config with the sizes set is GPT-2. */
+typedef struct gpt_config {
+    int num_layers;      /* L, the whole model */
+    int hidden;          /* h */
+    int heads;           /* n: query heads */
+    int query_groups;    /* g: key/value heads; 0: n (multi-head attention) */
+    int kv_channels;     /* d: head size; 0: h / n */
+    int ffn;             /* f, 4h by default */
+    int seq;             /* s: tokens per sample */
+    int max_pos;         /* learned positions (>= seq) */
+    int vocab;           /* real vocabulary (50257) */
+    int padded_vocab;    /* vocab padded to a multiple of make_vocab_size_divisible_by * tp */
+    gpt_norm norm;       /* LayerNorm (GPT-2) or RMSNorm (Llama) */
+    float norm_eps;      /* 0: 1e-5 */
+    gpt_pos pos;         /* learned absolute positions (GPT-2), rotary (Llama) or none */
+    float rotary_base;   /* theta; 0: 10000 */
+    float rotary_percent;/* fraction of each head's dims rotated; 0: all */
+    int swiglu;          /* MLP: SwiGLU (gate and up projections) instead of GeLU */
+    int disable_bias;    /* no biases in the linear layers (Llama) */
+    int add_qkv_bias;    /* ... except the QKV projection's (Qwen) */
+    int untied;          /* the output layer is its own tensor, not the word embedding */
+    float init_std;      /* normal init std; output projections std / sqrt(2 L) */
+    float hidden_dropout;
+    float attn_dropout;
+    uint64_t seed;
+    gpt_family family;   /* GPT (0) or BERT */
+    int binary_head;     /* BERT: the pooler and the sentence-order head (--bert-binary-head) */
+} gpt_config;
+
+/* The resolved values of the fields whose zero means a default. */
+static inline int gpt_groups(const gpt_config *c) { return c->query_groups ? c->query_groups : c->heads; }
+static inline int gpt_head_dim(const gpt_config *c) { return c->kv_channels ? c->kv_channels : c->hidden / c->heads; }
+static inline float gpt_norm_eps(const gpt_config *c) { return c->norm_eps > 0 ? c->norm_eps : 1e-5f; }
+static inline float gpt_rotary_base(const gpt_config *c) { return c->rotary_base > 0 ? c->rotary_base : 10000.0f; }
+/* Rotated dims of each head (d * rotary_percent, even); 0 without rotary positions. */
+int gpt_rotary_dims(const gpt_config *c);
+/* The query projection's width n*d, and one key or value projection's g*d. */
+static inline int gpt_q_width(const gpt_config *c) { return c->heads * gpt_head_dim(c); }
+static inline int gpt_kv_width(const gpt_config *c) { return gpt_groups(c) * gpt_head_dim(c); }
+/* Grouped-query attention keeps q and kv as two tensors; multi-head attention one fused qkv. */
+static inline int gpt_gqa(const gpt_config *c) { return gpt_groups(c) != c->heads; }
+static inline int gpt_has_bias(const gpt_config *c) { return !c->disable_bias; }
+static inline int gpt_has_qkv_bias(const gpt_config *c) { return !c->disable_bias || c->add_qkv_bias; }
+static inline int gpt_is_bert(const gpt_config *c) { return c->family == GPT_FAMILY_BERT; }
+/* BERT's token types (segments A and B). */
+#define GPT_BERT_TOKENTYPES 2
+/* What the family means for the model, by name: attention over every unpadded position instead
+ * of the causal mask, and the rows of the token-type embedding (0: none). */
+static inline int gpt_bidirectional(const gpt_config *c) { return c->family == GPT_FAMILY_BERT; }
+static inline int gpt_tokentypes(const gpt_config *c) { return gpt_is_bert(c) ? GPT_BERT_TOKENTYPES : 0; }
+
+struct td_args;
+/* The architecture from the flags (vocabulary left 0: the tokenizer gives it). */
+void gpt_config_from_args(gpt_config *c, const struct td_args *a);
+/* Checks the architecture flags for `tp` tensor-parallel ranks: 0, or -1 with one line naming
+ * the flags and the rule in msg. */
+int gpt_config_validate(const struct td_args *a, int tp, char *msg, size_t msglen);
+
+/* Writes the fields whose zero means a default as 0 when they hold that default, so two configs
+ * of the same model compare equal field by field. */
+void gpt_config_normalize(gpt_config *c);
+/* The inverse: writes each of those fields as the value it means (query groups n, head size
+ * h / n, epsilon 1e-5, rotary base 10000, rotary percent 1), for printing. */
+void gpt_config_resolve(gpt_config *c);
+/* One line naming the architecture: "12 layers, hidden 768, 12 heads in 4 query groups of 64, ...". */
+void gpt_config_describe(const gpt_config *c, char *out, size_t len);
+
+/* Megatron's padding: the smallest multiple of divisible_by * tp that is >= vocab. */
+int gpt_padded_vocab(int vocab, int divisible_by, int tp);
+
+/* The model settings a checkpoint stores, in one table (meta.json's "model" section, under
+ * Megatron's argument names): written and read by the checkpoint code, shown by `trident
+ * checkpoint info`, held against the flags by the trainer. */
+typedef enum {
+    GPT_KEY_ARCH,    /* fixes tensor shapes: the flag must agree, or the value comes from the checkpoint */
+    GPT_KEY_VOCAB,   /* the tokenizer's vocabulary (--vocab-file): must agree */
+    GPT_KEY_PADDING, /* the padded vocabulary: may differ (rows are copied or dropped on load) */
+    GPT_KEY_RUN,     /* a run setting (sequence length): taken from the checkpoint when its flag is not given */
+    GPT_KEY_RECORD,  /* recorded for reference only (init, dropout) */
+} gpt_key_kind;
+
+typedef struct gpt_config_key {
+    const char *key;     /* in meta.json and Megatron's args */
+    const char *flag;    /* the flag of `trident train` that sets it */
+    gpt_key_kind kind;
+    int is_float;        /* a float field of gpt_config, else an int (or enum) one */
+    size_t offset;       /* of the field in gpt_config */
+    double lo, hi;       /* valid range */
+    const char *choices; /* an enum: "LayerNorm|RMSNorm", the value its index, written as the name */
+    const char *enable;  /* a switch the flag needs (--group-query-attention), set when the value is not 0 */
+    int zero_default;    /* 0 means the flag's default (--kv-channels: h / n): the flag is left unset */
+} gpt_config_key;
+
+extern const gpt_config_key GPT_CONFIG_KEYS[];
+extern const int GPT_NCONFIG_KEYS;
+double gpt_config_get(const gpt_config *c, const gpt_config_key *k);
+void gpt_config_set(gpt_config *c, const gpt_config_key *k, double v);
+
+/* The GPT_CONFIG_KEYS key a dimension of size n of logical tensor `name` comes from (for
+ * messages). */
+const char *gpt_logical_dim_key(const gpt_config *c, const char *name, int64_t n);
+/* The value of key k as text: a number, or an enum's name. */
+void gpt_config_value_str(const gpt_config *c, const gpt_config_key *k, char *out, size_t len);
+
+/* Logical tensor i of the whole model in canonical order (see gpt_canonical_offset): writes its
+ * name, its logical shape ((d0) with shape[1] = 0, or (d0, d1)) and, when keys is not NULL, the
+ * GPT_CONFIG_KEYS key each dimension comes from; returns its ndim, 0 when i is past the last
+ * (GPT-2 has 4 + 12 L). */
+int gpt_logical_tensor(const gpt_config *cfg, int i, char *name, size_t len, int64_t shape[2], const char *keys[2]);
+
+/* Offset (in elements) of logical tensor `name` in the canonical flat layout of the whole model:
+ * word embedding, position embedding, layers 0..L-1 (each in table order), final norm, output
+ * layer (untied) — every tensor at its logical shape. -1 for an unknown name. Total size:
+ * gpt_num_params. */
+int64_t gpt_canonical_offset(const gpt_config *cfg, const char *name);
+/* Parameters of the logical model (every tensor counted once, padded vocab included). */
+int64_t gpt_num_params(const gpt_config *cfg);
+/* Model FLOPs of one iteration of `batch` samples (Megatron's formula, padded vocab). */
+double gpt_flops_per_iteration(const gpt_config *cfg, int64_t batch, int full_recompute);
+
+#endif

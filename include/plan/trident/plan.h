@@ -1,0 +1,120 @@
+/* The layout planner (`trident plan`, docs/plan.md). Owns a model of a training iteration's time
+ * and of a device's memory for a GPT model laid out over a cluster — tensor, pipeline (1F1B or
+ * interleaved) and data parallelism, micro-batch size, recomputation, sequence parallelism, the
+ * distributed optimizer — the cluster descriptions it runs on (presets of the Megatron papers'
+ * machines, JSON files, or this machine measured), and the search over layouts. */
+#ifndef TRIDENT_PLAN_H
+#define TRIDENT_PLAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "trident/gpt_config.h"
+
+/* A cluster: nodes of identical devices. Bandwidths are per device and per direction. */
+typedef struct plan_cluster {
+    char name[64];
+    int gpus_per_node;
+    double peak[3];        /* FLOP/s per device in fp32, bf16, fp16 (be_dtype order) */
+    double mem_gib;        /* device memory */
+    double hbm_bw;         /* bytes/s of memory-bound kernels (norms, softmax, the optimizer) */
+    double intra_bw;       /* bytes/s between devices of a node (NVLink / NVSwitch) */
+    double intra_lat;      /* s per message step inside a node */
+    double inter_bw;       /* bytes/s a device gets across nodes (its share of the node's NICs) */
+    double inter_lat;      /* s per message step across nodes */
+    /* GEMM efficiency, a fraction of the peak: gemm_emax * f(M) f(N) f(K), f(d) = d / (d + gemm_half) */
+    double gemm_emax, gemm_half;
+    double mem_reserved_gib; /* what the framework and libraries hold besides the model (CUDA context, allocator) */
+    /* Whose training the model describes: Megatron's on GPUs (16-bit weights and activations,
+     * fp32 master weights; Korthikanti's activations), or trident's own on CPUs (fp32 weights,
+     * grads and Adam state; activations as trident lays them out, src/train/memory.c): what
+     * --calibrate measures. */
+    int trident_cpu;
+} plan_cluster;
+
+/* Fills c with a preset ("dgx2h-v100", "dgx-a100-80gb", "dgx-h100"); -1 when unknown. */
+int plan_cluster_preset(const char *name, plan_cluster *c);
+/* Names of the presets, "a, b, c". */
+const char *plan_cluster_presets(void);
+/* Reads a cluster from a JSON file (the fields above; a "base" preset may give the rest).
+ * 0, or -1 with one line in err. */
+int plan_cluster_load(const char *path, plan_cluster *c, char *err, size_t errlen);
+/* The cluster as JSON text (caller frees), e.g. what --calibrate measured. */
+char *plan_cluster_json(const plan_cluster *c);
+
+struct comm;
+/* This machine as trident runs on it, one device per rank of `world` (src/plan/calibrate.c):
+ * the sgemm peak and its curve over GEMM sizes, the copy bandwidth, the MPI collectives' bandwidth
+ * and latency between the ranks, and what a rank holds before a model, on backend `backend_name`
+ * (be_create). Collective over world. */
+void plan_calibrate(plan_cluster *c, const char *backend_name, struct comm *world);
+
+typedef enum { PLAN_RC_NONE, PLAN_RC_SELECTIVE, PLAN_RC_FULL } plan_recompute;
+
+typedef struct plan_layout {
+    int tp, pp, dp;
+    int vp;                /* model chunks per pipeline rank (interleaved schedule when > 1) */
+    int mbs;
+    plan_recompute recompute; /* full: every layer (Megatron's uniform, 1 layer a group) */
+    int sp;                /* sequence parallelism */
+    int distopt;           /* distributed optimizer */
+    int overlap_grad;      /* the data-parallel reduction overlaps the last micro-batch's backward */
+} plan_layout;
+
+/* What a training iteration costs: a model, its batch and dtype. */
+typedef struct plan_job {
+    gpt_config cfg;        /* seq, vocab (padded) set */
+    int64_t gbs;           /* global batch (samples) */
+    int dtype;             /* 0 fp32, 1 bf16, 2 fp16 (be_dtype) */
+} plan_job;
+
+typedef struct plan_result {
+    plan_layout l;
+    int fits;              /* memory within the device's */
+    int micro;             /* micro-batches per iteration per pipeline */
+    double iter_s;         /* predicted time per iteration */
+    double flops;          /* model FLOPs of an iteration (Megatron's formula, recomputation's included) */
+    double tflops_per_gpu; /* flops / iter_s / devices / 1e12 */
+    double mfu;            /* tflops_per_gpu against the device's peak */
+    /* the iteration's time, in seconds: what the critical path spends on each */
+    double t_compute;      /* forward and backward GEMMs and kernels of the pipeline's busiest stage */
+    double t_recompute;    /* of which the forward re-run by recomputation */
+    double t_tp;           /* tensor-parallel collectives */
+    double t_bubble;       /* pipeline fill and drain */
+    double t_p2p;          /* pipeline transfers */
+    double t_dp;           /* data-parallel reduction not hidden behind the backward */
+    double t_optimizer;    /* the optimizer step (and the parameter all-gather with the distributed optimizer) */
+    /* memory of the busiest device, bytes */
+    double m_params, m_grads, m_optimizer, m_acts, m_other, m_total;
+} plan_result;
+
+/* ---- the terms (exposed for the unit tests) ---- */
+/* Ring all-reduce / all-gather (or reduce-scatter) of `bytes` (the whole buffer) over n ranks. */
+double plan_allreduce_s(double bytes, int n, double bw, double lat);
+double plan_allgather_s(double bytes, int n, double bw, double lat);
+/* Seconds of an (M, K) x (K, N) GEMM in the job's dtype. */
+double plan_gemm_s(const plan_cluster *c, int dtype, double M, double N, double K);
+/* Activation bytes one layer keeps for a micro-batch (Korthikanti et al. 2022, 16-bit
+ * activations): sbh(34 + 5as/h) without parallelism; tp t: sbh(10 + 24/t + 5as/(ht)); with
+ * sequence parallelism sbh/t (34 + 5as/h); selective recomputation drops the 5as/h term; full
+ * recomputation keeps the layer input, 2sbh (/t with sequence parallelism). */
+double plan_layer_act_bytes(const gpt_config *c, int mbs, int tp, int sp, plan_recompute rc);
+/* Micro-batches whose activations a pipeline's first stage holds at once: min(p, m) for 1F1B,
+ * times (1 + (p - 1) / (p v)) interleaved (Megatron's interleaved schedule). */
+double plan_inflight(int pp, int vp, int micro);
+
+/* Evaluates a layout; 0, or -1 with why in err when the layout is impossible (sizes that do not
+ * divide, more devices than the cluster's). */
+int plan_evaluate(const plan_job *j, const plan_cluster *c, const plan_layout *l, plan_result *r, char *err,
+                  size_t errlen);
+
+/* Every layout of n devices (tp a power of two up to a node, pp dividing the layers, mbs
+ * dividing the per-replica batch, interleaving, recomputation, sequence parallelism, the
+ * distributed optimizer), the ones that fit sorted fastest first into out (up to cap). Returns
+ * how many fit (may exceed cap). */
+int plan_search(const plan_job *j, const plan_cluster *c, int n, plan_result *out, int cap);
+
+/* `trident train` flags of a layout: "--tensor-model-parallel-size 8 ..." */
+void plan_layout_flags(const plan_layout *l, int num_layers, char *out, size_t len);
+
+#endif

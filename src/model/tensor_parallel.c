@@ -1,0 +1,102 @@
+/* Tensor parallelism: see src/model/tensor_parallel.h. */
+#include "tensor_parallel.h"
+
+void tp_copy_bwd(const comm *tp, float *dx, size_t n)
+{
+    if (tp) comm_allreduce(tp, dx, n, COMM_F32, COMM_SUM);
+}
+
+void tp_reduce_fwd(const comm *tp, float *x, size_t n)
+{
+    if (tp) comm_allreduce(tp, x, n, COMM_F32, COMM_SUM);
+}
+
+/* Rank-major (t, B, T/t, C) <-> sample-major (B, T, C): chunk r of sample b is positions
+ * [r T/t, (r + 1) T/t) of it. */
+static void sp_permute(const backend *be, float *dst, const float *src, int t, int B, int T, int C, int to_samples)
+{
+    size_t part = (size_t)(T / t) * C;
+    for (int r = 0; r < t; r++)
+        for (int b = 0; b < B; b++) {
+            float *rank_major = (float *)(to_samples ? src : dst) + ((size_t)r * B + b) * part;
+            float *sample_major = (float *)(to_samples ? dst : src) + (size_t)b * T * C + (size_t)r * part;
+            if (to_samples) be_copy(be, sample_major, rank_major, part);
+            else be_copy(be, rank_major, sample_major, part);
+        }
+}
+
+void tp_sp_gather(const backend *be, const comm *tp, float *full, const float *local, float *tmp, int B, int T,
+                  int C)
+{
+    int t = comm_size(tp);
+    size_t n = (size_t)B * (T / t) * C;
+    if (t == 1) {
+        if (full != local) be_copy(be, full, local, n);
+        return;
+    }
+    comm_allgather(tp, local, tmp, n, COMM_F32);
+    sp_permute(be, full, tmp, t, B, T, C, 1);
+}
+
+void tp_sp_scatter(const backend *be, const comm *tp, float *local, const float *full, float *tmp, int B, int T,
+                   int C)
+{
+    int t = comm_size(tp);
+    size_t n = (size_t)B * (T / t) * C;
+    if (t == 1) {
+        if (full != local) be_copy(be, local, full, n);
+        return;
+    }
+    sp_permute(be, tmp, full, t, B, T, C, 0);
+    comm_reduce_scatter(tp, tmp, local, n, COMM_F32, COMM_SUM);
+}
+
+void tp_column_linear_fwd(const backend *be, const comm *tp, float *out, be_in inp, const float *w, const float *b,
+                          int BT, int C, int OCl)
+{
+    tp_copy_fwd(tp, (float *)inp.p, (size_t)BT * C); /* the identity (f) */
+    be_matmul_fwd_in(be, out, inp, w, b, BT, C, OCl);
+}
+
+void tp_column_linear_bwd(const backend *be, const comm *tp, float *dinp, float *dw, float *db,
+                          const float *dout, be_in inp, const float *w, int BT, int C, int OCl)
+{
+    be_zero(be, dinp, (size_t)BT * C);
+    be_matmul_bwd_in(be, dinp, dw, db, dout, inp, w, BT, C, OCl);
+    tp_copy_bwd(tp, dinp, (size_t)BT * C);
+}
+
+void tp_row_linear_fwd(const backend *be, const comm *tp, float *out, be_in inp, const float *w, int BT, int Cl,
+                       int OC)
+{
+    be_matmul_fwd_in(be, out, inp, w, NULL, BT, Cl, OC);
+    tp_reduce_fwd(tp, out, (size_t)BT * OC);
+}
+
+void tp_row_linear_bwd(const backend *be, const comm *tp, float *dinp, float *dw, const float *dout,
+                       be_in inp, const float *w, int BT, int Cl, int OC)
+{
+    tp_reduce_bwd(tp, (float *)dout, (size_t)BT * OC);
+    be_matmul_bwd_in(be, dinp, dw, NULL, dout, inp, w, BT, Cl, OC);
+}
+
+void tp_embedding_fwd(const backend *be, const comm *tp, float *out, const int32_t *ids, const float *wte_l,
+                      int BT, int C, int vstart, int Vloc)
+{
+    be_embedding_fwd(be, out, ids, wte_l, BT, C, vstart, Vloc);
+    tp_reduce_fwd(tp, out, (size_t)BT * C);
+}
+
+void tp_cross_entropy_fwd(const backend *be, const comm *tp, float *losses, float *maxv, float *sumexp,
+                          float *tlogit, const float *logits_l, const int32_t *targets, int BT, int Vloc,
+                          int vstart, int vocab)
+{
+    int Vreal = be_vocab_real(vocab, vstart, Vloc);
+    be_ce_max(be, maxv, logits_l, BT, Vloc, Vreal);
+    comm_allreduce(tp, maxv, (size_t)BT, COMM_F32, COMM_MAX);
+    be_ce_sumexp(be, sumexp, logits_l, maxv, BT, Vloc, Vreal);
+    comm_allreduce(tp, sumexp, (size_t)BT, COMM_F32, COMM_SUM);
+    be_ce_target(be, tlogit, logits_l, targets, BT, Vloc, vstart);
+    comm_allreduce(tp, tlogit, (size_t)BT, COMM_F32, COMM_SUM);
+    be_ce_loss(be, losses, maxv, sumexp, tlogit, BT);
+}
