@@ -2,6 +2,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "backend.h"
 #include "trident/check.h"
 #include "trident/optim.h"
 

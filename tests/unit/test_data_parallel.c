@@ -10,6 +10,7 @@
 
 #include <cmocka.h>
 
+#include "backend/backend.h"
 #include "trident/data_parallel.h"
 #include "trident/optim.h"
 

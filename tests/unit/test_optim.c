@@ -11,6 +11,7 @@
 
 #include <cmocka.h>
 
+#include "backend/backend.h"
 #include "trident/comm.h"
 #include "trident/optim.h"
 

@@ -9,7 +9,6 @@
 
 #include <stdint.h>
 
-#include "backend.h"
 #include "trident/data_parallel.h"
 #include "trident/gpt.h"
 #include "trident/parallel_state.h"
@@ -29,7 +28,7 @@ typedef struct {
 
 /* AdamW over the model chunks of one rank, holding moments only for the elements it steps. */
 typedef struct opt_adamw {
-    const backend *be;
+    const struct backend *be;
     const ps_state *ps;
     int nchunks;
     int sharded;                                  /* the shards split the buffers over dp */
@@ -45,7 +44,7 @@ typedef struct opt_adamw {
 
 /* shards: one per chunk; `sharded`: they split the chunk over the data-parallel group (the
  * distributed optimizer), so the grad norm sums over it too. */
-opt_adamw *opt_adamw_create(const backend *be, const ps_state *ps, gpt_model *const *chunks, int nchunks,
+opt_adamw *opt_adamw_create(const struct backend *be, const ps_state *ps, gpt_model *const *chunks, int nchunks,
                             const opt_shard *shards, int sharded, const opt_adamw_hparams *hp);
 void opt_adamw_free(opt_adamw *o);
 /* Elements of optimizer state this rank holds (both moments), for memory accounting. */
