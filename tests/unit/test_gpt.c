@@ -383,7 +383,7 @@ static void canonical_order_by_hand(void **state)
     assert_int_equal(gpt_canonical_offset(&c, "layers.1.mlp.fc2.bias"), V * h + P * h + layer);
     assert_int_equal(gpt_canonical_offset(&c, "final_norm.bias"), V * h + P * h + L * layer);
     assert_int_equal(gpt_num_params(&c), V * h + P * h + L * layer + 2 * h);
-    c.family = GPT_FAMILY_BERT;
+    c.kind = GPT_KIND_ENCODER;
     assert_int_equal(gpt_canonical_offset(&c, "embedding.tokentype.weight"), V * h + P * h);
     assert_int_equal(gpt_canonical_offset(&c, "layers.0.mlp.fc2.bias"), V * h + P * h + 2 * h);
 }
