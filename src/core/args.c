@@ -599,8 +599,8 @@ int td_args_choice_index(const td_args *a, const char *flag)
  * tokenizer, and its architecture flags are fixed. */
 static int check_bert(const td_args *a, char *msg, size_t msglen)
 {
-    if (!a->tokenizer_type ||
-        (strncmp(a->tokenizer_type, "BertWordPiece", 13) != 0 && strcmp(a->tokenizer_type, "HuggingFaceTokenizer") != 0))
+    const char *tok = a->tokenizer_type ? a->tokenizer_type : "";
+    if (strncmp(tok, "BertWordPiece", 13) != 0 && strcmp(tok, "HuggingFaceTokenizer") != 0)
         FAIL("--model bert needs BERT's WordPiece tokenizer: --tokenizer-type BertWordPieceLowerCase (or "
              "BertWordPieceCase) --vocab-file vocab.txt, or a WordPiece tokenizer.json");
     if (a->data_path.n != 1)

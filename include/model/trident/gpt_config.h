@@ -67,7 +67,10 @@ static inline int gpt_has_qkv_bias(const gpt_config *c) { return !c->disable_bia
  * (its transform and output bias; the pooler and the sentence-order head when binary_head)
  * instead of the next-token one. */
 static inline int gpt_bidirectional(const gpt_config *c) { return c->kind == GPT_KIND_ENCODER; }
-static inline int gpt_tokentypes(const gpt_config *c) { return c->kind == GPT_KIND_ENCODER ? GPT_ENCODER_TOKENTYPES : 0; }
+static inline int gpt_tokentypes(const gpt_config *c)
+{
+    return c->kind == GPT_KIND_ENCODER ? GPT_ENCODER_TOKENTYPES : 0;
+}
 static inline int gpt_masked_lm(const gpt_config *c) { return c->kind == GPT_KIND_ENCODER; }
 
 struct td_args;
