@@ -39,7 +39,7 @@ static void transpose(float *out, const float *in, int64_t rows, int64_t cols)
 const char *hf_class_of(const gpt_config *c)
 {
     for (int i = 0; hf_families[i]; i++)
-        if (hf_families[i]->family == c->family) return hf_families[i]->arch;
+        if (hf_families[i]->kind == c->kind) return hf_families[i]->arch;
     return NULL;
 }
 
@@ -49,7 +49,7 @@ static const hf_family *family_of_model(const gpt_config *c, char *err, size_t e
     char why[512] = "";
     for (int i = 0; hf_families[i]; i++) {
         const hf_family *f = hf_families[i];
-        const char *w = c->family != f->family ? "another model family (--model)" : f->mismatch(c);
+        const char *w = c->kind != f->kind ? "another model family (--model)" : f->mismatch(c);
         if (!w) return f;
         size_t n = strlen(why);
         snprintf(why + n, sizeof why - n, "%s%s: %s", i ? "; " : "", f->arch, w);

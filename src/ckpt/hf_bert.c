@@ -98,7 +98,7 @@ static cJSON *bert_config(const gpt_config *c)
     cJSON_AddNumberToObject(o, "num_hidden_layers", c->num_layers);
     cJSON_AddNumberToObject(o, "num_attention_heads", c->heads);
     cJSON_AddNumberToObject(o, "max_position_embeddings", c->max_pos);
-    cJSON_AddNumberToObject(o, "type_vocab_size", GPT_BERT_TOKENTYPES);
+    cJSON_AddNumberToObject(o, "type_vocab_size", GPT_ENCODER_TOKENTYPES);
     cJSON_AddNumberToObject(o, "layer_norm_eps", ckpt_float_value(gpt_norm_eps(c)));
     cJSON_AddNumberToObject(o, "hidden_dropout_prob", ckpt_float_value(c->hidden_dropout));
     cJSON_AddNumberToObject(o, "attention_probs_dropout_prob", ckpt_float_value(c->attn_dropout));
@@ -130,13 +130,13 @@ static int bert_read_config(const cJSON *o, const char *path, gpt_config *c, cha
     const char *a = cJSON_IsString(act) ? act->valuestring : "gelu";
     if (strcmp(a, "gelu_new") && strcmp(a, "gelu_pytorch_tanh") && strcmp(a, "gelu_fast"))
         FAIL("%s: hidden_act '%s' is not the tanh GeLU trident computes (gelu_new)", path, a);
-    if (hf_json_num(o, "type_vocab_size", 2) != GPT_BERT_TOKENTYPES) FAIL("%s: type_vocab_size must be 2", path);
+    if (hf_json_num(o, "type_vocab_size", 2) != GPT_ENCODER_TOKENTYPES) FAIL("%s: type_vocab_size must be 2", path);
     const cJSON *pe = cJSON_GetObjectItemCaseSensitive(o, "position_embedding_type");
     if (cJSON_IsString(pe) && strcmp(pe->valuestring, "absolute") != 0)
         FAIL("%s: position_embedding_type '%s'; trident's BERT has absolute positions", path, pe->valuestring);
     c->norm_eps = (float)hf_json_num(o, "layer_norm_eps", 1e-12);
     if (!(c->norm_eps > 0 && c->norm_eps < 1)) FAIL("%s: layer_norm_eps must be in (0, 1)", path);
-    c->family = GPT_FAMILY_BERT;
+    c->kind = GPT_KIND_ENCODER;
     const cJSON *arch = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(o, "architectures"), 0);
     c->binary_head = !(cJSON_IsString(arch) && strcmp(arch->valuestring, "MegatronBertForMaskedLM") == 0);
     c->hidden_dropout = (float)hf_json_num(o, "hidden_dropout_prob", 0.1);
@@ -150,5 +150,5 @@ static int bert_ignorable(const char *name)
     return strcmp(name, "bert.embeddings.position_ids") == 0 || strncmp(name, "cls.predictions.decoder.", 24) == 0;
 }
 
-const hf_family HF_BERT = {"megatron-bert", "MegatronBertForPreTraining", GPT_FAMILY_BERT, bert_pieces, bert_config,
+const hf_family HF_BERT = {"megatron-bert", "MegatronBertForPreTraining", GPT_KIND_ENCODER, bert_pieces, bert_config,
                            bert_mismatch, bert_read_config, NULL, bert_ignorable};

@@ -133,5 +133,5 @@ static int gpt2_read_config(const cJSON *o, const char *path, gpt_config *c, cha
     return 0;
 }
 
-const hf_family HF_GPT2 = {"gpt2", "GPT2LMHeadModel", GPT_FAMILY_GPT, gpt2_pieces, gpt2_config, gpt2_mismatch,
+const hf_family HF_GPT2 = {"gpt2", "GPT2LMHeadModel", GPT_KIND_DECODER, gpt2_pieces, gpt2_config, gpt2_mismatch,
                            gpt2_read_config, NULL, NULL};

@@ -23,7 +23,7 @@ typedef struct {
 
 typedef struct hf_family {
     const char *model_type, *arch; /* "gpt2", "GPT2LMHeadModel" */
-    gpt_family family;             /* the trident models it holds (--model) */
+    gpt_kind kind;                 /* the trident models it holds (--model) */
     /* The pieces of trident tensor `name` (0: it has no counterpart). */
     int (*pieces)(const gpt_config *c, const char *name, hf_piece *out);
     cJSON *(*config)(const gpt_config *c);

@@ -156,5 +156,5 @@ static int llama_read_config(const cJSON *o, const char *path, gpt_config *c, ch
     return 0;
 }
 
-const hf_family HF_LLAMA = {"llama", "LlamaForCausalLM", GPT_FAMILY_GPT, llama_pieces, llama_config, llama_mismatch,
+const hf_family HF_LLAMA = {"llama", "LlamaForCausalLM", GPT_KIND_DECODER, llama_pieces, llama_config, llama_mismatch,
                             llama_read_config, "mistral", NULL};

@@ -17,7 +17,7 @@ static void model_flag_value(const gpt_config *c, char *out, size_t len)
 
 void cli_need_causal(const gpt_config *c, comm *world, const char *prog, const char *dir, int scoring)
 {
-    if (c->family == GPT_FAMILY_GPT) return;
+    if (c->kind == GPT_KIND_DECODER) return;
     char model[32];
     model_flag_value(c, model, sizeof model);
     if (scoring)

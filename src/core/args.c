@@ -35,6 +35,8 @@ typedef struct {
 #define ALL 0xffffffffu
 #define BIG 9.0e18
 
+const char TD_MODEL_CHOICES[] = "gpt|bert";
+
 static const flag_t FLAGS[] = {
     {"--seed", A_I64, OFF(seed), "1234", TD_CMD_TRAIN | TD_CMD_DATA_INFO | TD_CMD_EVAL | TD_CMD_GENERATE | TD_CMD_SERVE,
      "common",
@@ -107,7 +109,7 @@ static const flag_t FLAGS[] = {
      "cluster JSON for --cluster", 0, 0, NULL},
     {"--model", A_CHOICE, OFF(model), "gpt", MODEL, "model",
      "gpt: a causal decoder with a next-token loss (GPT-2, Llama); bert: Megatron-BERT, a bidirectional encoder "
-     "with masked-LM and sentence-order losses (docs/bert.md)", 0, 0, "gpt|bert"},
+     "with masked-LM and sentence-order losses (docs/bert.md)", 0, 0, TD_MODEL_CHOICES},
     {"--bert-binary-head", A_BOOL, OFF(bert_binary_head), "1", MODEL, "model",
      "BERT: the pooler and the sentence-order head, samples of two segments (the default)", 0, 0, NULL},
     {"--bert-no-binary-head", A_BOOL, OFF(bert_no_binary_head), "0", MODEL, "model",
@@ -568,6 +570,61 @@ int td_args_given(const td_args *a, const char *flag)
     int idx = -1;
     if (!find_flag(flag, strlen(flag), &idx)) return 0;
     return a->set_[idx];
+}
+
+int td_args_choice_index(const td_args *a, const char *flag)
+{
+    int idx = -1;
+    const flag_t *f = find_flag(flag, strlen(flag), &idx);
+    if (!f || f->type != A_CHOICE) return -1;
+    const char *v = *(char *const *)((const char *)a + f->off);
+    if (!v) return -1;
+    size_t n = strlen(v);
+    int i = 0;
+    for (const char *p = f->choices; *p; i++) {
+        size_t len = strcspn(p, "|");
+        if (len == n && strncmp(p, v, n) == 0) return i;
+        p += len + (p[len] == '|');
+    }
+    return -1;
+}
+
+#define FAIL(...)                                                                        \
+    do {                                                                                 \
+        snprintf(msg, msglen, __VA_ARGS__);                                              \
+        return -1;                                                                       \
+    } while (0)
+
+/* --model bert is Megatron-BERT: it reads one sentence-level dataset under a WordPiece
+ * tokenizer, and its architecture flags are fixed. */
+static int check_bert(const td_args *a, char *msg, size_t msglen)
+{
+    const char *tok = a->tokenizer_type ? a->tokenizer_type : "";
+    if (strncmp(tok, "BertWordPiece", 13) != 0 && strcmp(tok, "HuggingFaceTokenizer") != 0)
+        FAIL("--model bert needs BERT's WordPiece tokenizer: --tokenizer-type BertWordPieceLowerCase (or "
+             "BertWordPieceCase) --vocab-file vocab.txt, or a WordPiece tokenizer.json");
+    if (a->data_path.n != 1)
+        FAIL("--model bert reads one sentence-level dataset: give --data-path PREFIX (from trident preprocess "
+             "--split-sentences), not a blend");
+    if (strcmp(a->normalization, "LayerNorm") != 0)
+        FAIL("--model bert is Megatron-BERT, with LayerNorm: leave out --normalization %s", a->normalization);
+    if (strcmp(a->position_embedding_type, "learned_absolute") != 0)
+        FAIL("--model bert has learned absolute positions: leave out --position-embedding-type %s",
+             a->position_embedding_type);
+    if (a->swiglu || a->disable_bias_linear || a->untie_embeddings_and_output_weights)
+        FAIL("--model bert is Megatron-BERT (GeLU MLP, biases, the decoder tied to the word embedding): leave "
+             "out --swiglu, --disable-bias-linear and --untie-embeddings-and-output-weights");
+    if (a->bert_binary_head && a->bert_no_binary_head && td_args_given(a, "--bert-binary-head"))
+        FAIL("give at most one of --bert-binary-head and --bert-no-binary-head");
+    return 0;
+}
+
+int td_args_check_model(const td_args *a, char *msg, size_t msglen)
+{
+    int bert = a->model && strcmp(a->model, "bert") == 0;
+    if (!bert && (td_args_given(a, "--bert-no-binary-head") || td_args_given(a, "--bert-binary-head")))
+        FAIL("--bert-binary-head and --bert-no-binary-head need --model bert");
+    return bert ? check_bert(a, msg, msglen) : 0;
 }
 
 /* Appends text to a growing buffer. */

@@ -43,8 +43,8 @@ void gpt_config_from_args(gpt_config *c, const td_args *a)
     c->hidden_dropout = (float)a->hidden_dropout;
     c->attn_dropout = (float)a->attention_dropout;
     c->seed = (uint64_t)a->seed;
-    c->family = a->model && strcmp(a->model, "bert") == 0 ? GPT_FAMILY_BERT : GPT_FAMILY_GPT;
-    c->binary_head = gpt_is_bert(c) && a->bert_binary_head && !a->bert_no_binary_head;
+    c->kind = td_args_choice_index(a, "--model") == GPT_KIND_ENCODER ? GPT_KIND_ENCODER : GPT_KIND_DECODER;
+    if (c->kind == GPT_KIND_ENCODER) gpt_encoder_from_args(c, a);
 }
 
 #define FAIL(...)                                                                        \
@@ -88,21 +88,6 @@ int gpt_config_validate(const td_args *a, int tp, char *msg, size_t msglen)
     if (ffn % tp) FAIL("--ffn-hidden-size %d is not divisible by --tensor-model-parallel-size %d", ffn, tp);
     if (a->add_qkv_bias && !a->disable_bias_linear)
         FAIL("--add-qkv-bias needs --disable-bias-linear (without it every linear layer has a bias)");
-    int bert = a->model && strcmp(a->model, "bert") == 0;
-    if (!bert && (td_args_given(a, "--bert-no-binary-head") || td_args_given(a, "--bert-binary-head")))
-        FAIL("--bert-binary-head and --bert-no-binary-head need --model bert");
-    if (bert) {
-        if (strcmp(a->normalization, "LayerNorm") != 0)
-            FAIL("--model bert is Megatron-BERT, with LayerNorm: leave out --normalization %s", a->normalization);
-        if (strcmp(a->position_embedding_type, "learned_absolute") != 0)
-            FAIL("--model bert has learned absolute positions: leave out --position-embedding-type %s",
-                 a->position_embedding_type);
-        if (a->swiglu || a->disable_bias_linear || a->untie_embeddings_and_output_weights)
-            FAIL("--model bert is Megatron-BERT (GeLU MLP, biases, the decoder tied to the word embedding): leave "
-                 "out --swiglu, --disable-bias-linear and --untie-embeddings-and-output-weights");
-        if (a->bert_binary_head && a->bert_no_binary_head && td_args_given(a, "--bert-binary-head"))
-            FAIL("give at most one of --bert-binary-head and --bert-no-binary-head");
-    }
     return 0;
 }
 
@@ -115,8 +100,10 @@ void gpt_config_describe(const gpt_config *c, char *out, size_t len)
     if (c->pos == GPT_POS_ROPE)
         snprintf(pos, sizeof pos, "rope (base %g, %d of %d dims)", (double)gpt_rotary_base(c), gpt_rotary_dims(c), d);
     else snprintf(pos, sizeof pos, "%s positions", c->pos == GPT_POS_NONE ? "no" : "learned");
-    snprintf(out, len, "%s%d layer%s, hidden %d, %s of %d, %s %d, %s (eps %g), %s, %s%s, %s",
-             !gpt_is_bert(c) ? "" : c->binary_head ? "BERT with the sentence-order head: " : "BERT: ", c->num_layers,
+    char kind[96] = "";
+    if (c->kind == GPT_KIND_ENCODER)
+        snprintf(kind, sizeof kind, "%s%s: ", GPT_ENCODER_NAME, c->binary_head ? " with the sentence-order head" : "");
+    snprintf(out, len, "%s%d layer%s, hidden %d, %s of %d, %s %d, %s (eps %g), %s, %s%s, %s", kind, c->num_layers,
              td_plural(c->num_layers), c->hidden,
              attn, d, c->swiglu ? "SwiGLU" : "GeLU", c->ffn, c->norm == GPT_NORM_RMSNORM ? "RMSNorm" : "LayerNorm",
              (double)gpt_norm_eps(c), pos, gpt_has_bias(c) ? "biases" : "no biases",

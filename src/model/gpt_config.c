@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "trident/args.h"
 #include "trident/gpt.h"
 
 #define INT(key, flag, kind, field, lo, hi) {key, flag, kind, 0, offsetof(gpt_config, field), lo, hi, NULL, NULL, 0}
@@ -33,8 +34,8 @@ const gpt_config_key GPT_CONFIG_KEYS[] = {
     INT("disable_bias_linear", "--disable-bias-linear", GPT_KEY_ARCH, disable_bias, 0, 1),
     INT("add_qkv_bias", "--add-qkv-bias", GPT_KEY_ARCH, add_qkv_bias, 0, 1),
     INT("untie_embeddings_and_output_weights", "--untie-embeddings-and-output-weights", GPT_KEY_ARCH, untied, 0, 1),
-    ENUM("model", "--model", family, "gpt|bert", 2),
-    INT("bert_binary_head", "--bert-binary-head", GPT_KEY_ARCH, binary_head, 0, 1),
+    ENUM("model", "--model", kind, TD_MODEL_CHOICES, 2),
+    INT(GPT_BINARY_HEAD_KEY, GPT_BINARY_HEAD_FLAG, GPT_KEY_ARCH, binary_head, 0, 1),
     INT("vocab_size", "--vocab-file", GPT_KEY_VOCAB, vocab, 1, 1 << 30),
     INT("padded_vocab_size", "--make-vocab-size-divisible-by", GPT_KEY_PADDING, padded_vocab, 1, 1 << 30),
     INT("seq_length", "--seq-length", GPT_KEY_RUN, seq, 1, 1 << 24),

@@ -64,5 +64,5 @@ void block_slot_tensors(block_slot *s, table_builder *tb, int layer, int stream0
  * with token types), or the next-token LM. */
 const head_ops *model_head_of(const gpt_config *c)
 {
-    return gpt_bidirectional(c) && gpt_tokentypes(c) ? &mlm_sop_head_ops : &lm_head_ops;
+    return gpt_masked_lm(c) ? &mlm_sop_head_ops : &lm_head_ops;
 }

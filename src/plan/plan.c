@@ -147,10 +147,9 @@ static double stage_params(const gpt_config *g, int tp, int layers, int first, i
     if (first) n += V * h / t + (g->pos == GPT_POS_LEARNED ? (double)g->max_pos * h : 0);
     if (last && (pp > 1 || g->untied)) n += V * h / t;
     if (last) n += 2.0 * h;
-    if (gpt_is_bert(g)) { /* token types; the LM head's transform and bias, the pooler and binary head */
-        if (first) n += 2.0 * h;
-        if (last) n += h * h + 3.0 * h + V / t + (g->binary_head ? h * h + 3.0 * h + 2 : 0);
-    }
+    if (first) n += (double)gpt_tokentypes(g) * h; /* the token-type embedding */
+    if (last && gpt_masked_lm(g)) /* the masked-LM head's transform and bias, the pooler and binary head */
+        n += h * h + 3.0 * h + V / t + (g->binary_head ? h * h + 3.0 * h + 2 : 0);
     return n;
 }
 

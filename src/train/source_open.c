@@ -14,7 +14,7 @@ batch_source *batch_source_open(const gptds_config *dc, const td_args *a, const 
     batch_source *s = td_xcalloc(1, sizeof *s);
     s->num_micro = num_micro;
     s->micro = td_xcalloc((size_t)num_micro, sizeof *s->micro);
-    if (gpt_tokentypes(c)) { /* a family with segments: BERT's sentence pairs */
+    if (gpt_tokentypes(c)) { /* an encoder: masked sentence pairs with token types */
         s->ops = &bert_source_ops;
         s->self = bert_source_open(dc, a, c, mbs, num_micro, dp, dp_rank, world);
     } else {

@@ -75,14 +75,7 @@ int run_validate(const td_args *a, int world_size, char *msg, size_t msglen)
     int tp = a->tensor_model_parallel_size, pp = a->pipeline_model_parallel_size;
     int max_pos = a->max_position_embeddings ? a->max_position_embeddings : a->seq_length;
     if (a->data_path.n == 0) FAIL("--data-path is required (a dataset prefix from trident preprocess)");
-    if (a->model && strcmp(a->model, "bert") == 0) {
-        if (strncmp(a->tokenizer_type, "BertWordPiece", 13) != 0 && strcmp(a->tokenizer_type, "HuggingFaceTokenizer") != 0)
-            FAIL("--model bert needs BERT's WordPiece tokenizer: --tokenizer-type BertWordPieceLowerCase (or "
-                 "BertWordPieceCase) --vocab-file vocab.txt, or a WordPiece tokenizer.json");
-        if (a->data_path.n != 1)
-            FAIL("--model bert reads one sentence-level dataset: give --data-path PREFIX (from trident preprocess "
-                 "--split-sentences), not a blend");
-    }
+    if (td_args_check_model(a, msg, msglen)) return -1; /* what the --model choice fixes */
     tok_spec spec = {a->tokenizer_type, a->vocab_file, a->merge_file, a->tokenizer_model};
     if (tok_check_spec(&spec, msg, msglen) != 0) return -1; /* names the tokenizer flag */
     const char *tflags[2], *tpaths[2];

@@ -65,7 +65,7 @@ static gpt_config arch(int which)
         c.disable_bias = 1;
         c.add_qkv_bias = 1;
     } else if (which == 3) { /* BERT */
-        c.family = GPT_FAMILY_BERT;
+        c.kind = GPT_KIND_ENCODER;
         c.binary_head = 1;
     }
     return c;
@@ -94,7 +94,7 @@ static void model_open(model_at *x, const gpt_config *c, int tp, int rank)
     x->a = gpt_acts_acquire(x->m);
     x->a->B = B;
     x->a->training = 0;
-    if (gpt_is_bert(c)) {
+    if (gpt_masked_lm(c)) {
         memcpy(x->a->lengths, BERT_KLEN, sizeof BERT_KLEN);
         x->a->klen = x->a->lengths;
     }
@@ -196,7 +196,7 @@ static void ref_attention(const ref *r, double *out, const double *x, const attn
             for (int i = 0; i < T; i++) {
                 const double *qi = q + (b * T + i) * nd + hd * d;
                 double mx = -1e300, sum = 0;
-                int e = gpt_is_bert(c) ? BERT_KLEN[b] : i + 1; /* keys [0, e) */
+                int e = gpt_masked_lm(c) ? BERT_KLEN[b] : i + 1; /* keys [0, e) */
                 for (int j = 0; j < e; j++) {
                     const double *kj = k + (b * T + j) * gd + gi * d;
                     double dot = 0;

@@ -799,7 +799,7 @@ static void bert_export_matches_reference_and_round_trips(void **state)
     (void)state;
     gpt_config c = {.num_layers = L, .hidden = H, .heads = NH, .ffn = F, .seq = T, .max_pos = P, .vocab = V,
                     .padded_vocab = gpt_padded_vocab(V, 8, 1), .init_std = 0.3f, .seed = 17,
-                    .family = GPT_FAMILY_BERT, .binary_head = 1};
+                    .kind = GPT_KIND_ENCODER, .binary_head = 1};
     gpt_model *m = gpt_create(&c, g_ps, g_be, 0, L, 1, 1);
     /* the zero-initialised biases and norms moved, so that the file's every tensor counts */
     float *host = malloc(m->numel * sizeof(float));
@@ -870,7 +870,7 @@ static void families_route_models_and_tensors(void **state)
 {
     (void)state;
     /* the class each family of trident models converts to, and the model_types read */
-    gpt_config gc = {.family = GPT_FAMILY_GPT}, bc = {.family = GPT_FAMILY_BERT};
+    gpt_config gc = {.kind = GPT_KIND_DECODER}, bc = {.kind = GPT_KIND_ENCODER};
     assert_string_equal(hf_class_of(&gc), "GPT2LMHeadModel");
     assert_string_equal(hf_class_of(&bc), "MegatronBertForPreTraining");
     char types[256];
@@ -900,7 +900,7 @@ static void families_route_models_and_tensors(void **state)
     /* BERT's files carry position_ids and the tied decoder: its row passes over them ... */
     gpt_config b = {.num_layers = L, .hidden = H, .heads = NH, .ffn = F, .seq = T, .max_pos = P, .vocab = V,
                     .padded_vocab = gpt_padded_vocab(V, 8, 1), .init_std = 0.3f, .seed = 11,
-                    .family = GPT_FAMILY_BERT, .binary_head = 1};
+                    .kind = GPT_KIND_ENCODER, .binary_head = 1};
     m = gpt_create(&b, g_ps, g_be, 0, L, 1, 1);
     char hfdir[600], extra[600];
     hmodel hm = {0};

@@ -1,4 +1,5 @@
-/* src/core: Philox against the Random123 known-answer vectors, the arena, the flag parser. */
+/* src/core: Philox against the Random123 known-answer vectors, the arena, the flag parser and the
+ * flag combinations --model fixes. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -143,6 +144,72 @@ static void args_bad_values_exit_2(void **state)
     assert_int_equal(parse_in_child(TD_CMD_TRAIN, 3, good), 0);
 }
 
+/* The index of a choice flag's value: --model's choices are "gpt|bert" (gpt_kind's order). */
+static void args_choice_index(void **state)
+{
+    (void)state;
+    char *argv[] = {"train", "--model", "bert"};
+    td_args a;
+    assert_int_equal(td_args_parse(&a, TD_CMD_TRAIN, "trident train", 1, argv, 1), 0);
+    assert_int_equal(td_args_choice_index(&a, "--model"), 0); /* the default, gpt */
+    td_args_free(&a);
+    assert_int_equal(td_args_parse(&a, TD_CMD_TRAIN, "trident train", 3, argv, 1), 0);
+    assert_int_equal(td_args_choice_index(&a, "--model"), 1);
+    assert_int_equal(td_args_choice_index(&a, "--num-layers"), -1); /* no choice flag */
+    assert_int_equal(td_args_choice_index(&a, "--no-such-flag"), -1);
+    assert_string_equal(TD_MODEL_CHOICES, "gpt|bert");
+    td_args_free(&a);
+}
+
+/* The flag combinations --model fixes: each argv, and the words its one line must hold (NULL:
+ * accepted). */
+static void args_model_rules(void **state)
+{
+    (void)state;
+    struct {
+        const char *argv[12];
+        const char *want;
+    } cases[] = {
+        {{"--data-path", "A"}, NULL},
+        {{"--data-path", "1", "A", "1", "B"}, NULL}, /* a blend is fine for gpt */
+        {{"--bert-no-binary-head"}, "--bert-binary-head and --bert-no-binary-head need --model bert"},
+        {{"--bert-binary-head", "--model", "gpt"}, "need --model bert"},
+        {{"--model", "bert", "--data-path", "A"}, "needs BERT's WordPiece tokenizer"},
+        {{"--model", "bert", "--tokenizer-type", "BertWordPieceLowerCase", "--data-path", "A"}, NULL},
+        {{"--model", "bert", "--tokenizer-type", "BertWordPieceCase", "--data-path", "A", "--bert-no-binary-head"},
+         NULL},
+        {{"--model", "bert", "--tokenizer-type", "HuggingFaceTokenizer", "--data-path", "A"}, NULL},
+        {{"--model", "bert", "--tokenizer-type", "BertWordPieceLowerCase", "--data-path", "1", "A", "1", "B"},
+         "not a blend"},
+        {{"--model", "bert", "--tokenizer-type", "BertWordPieceLowerCase", "--data-path", "A", "--normalization",
+          "RMSNorm"}, "with LayerNorm: leave out --normalization RMSNorm"},
+        {{"--model", "bert", "--tokenizer-type", "BertWordPieceLowerCase", "--data-path", "A",
+          "--position-embedding-type", "rope"}, "leave out --position-embedding-type rope"},
+        {{"--model", "bert", "--tokenizer-type", "BertWordPieceLowerCase", "--data-path", "A", "--swiglu"},
+         "leave out --swiglu"},
+        {{"--model", "bert", "--tokenizer-type", "BertWordPieceLowerCase", "--data-path", "A",
+          "--untie-embeddings-and-output-weights"}, "leave out --swiglu"},
+        {{"--model", "bert", "--tokenizer-type", "BertWordPieceLowerCase", "--data-path", "A", "--bert-binary-head",
+          "--bert-no-binary-head"}, "give at most one of --bert-binary-head and --bert-no-binary-head"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *argv[13] = {"train"};
+        int argc = 1;
+        while (argc < 13 && cases[i].argv[argc - 1]) {
+            argv[argc] = (char *)cases[i].argv[argc - 1];
+            argc++;
+        }
+        td_args a;
+        assert_int_equal(td_args_parse(&a, TD_CMD_TRAIN, "trident train", argc, argv, 1), 0);
+        char msg[512] = "";
+        int rc = td_args_check_model(&a, msg, sizeof msg);
+        if (cases[i].want ? rc != -1 || !strstr(msg, cases[i].want) : rc != 0)
+            fail_msg("case %zu (%s ...): rc %d, '%s'; wanted %s", i, argv[1], rc, msg,
+                     cases[i].want ? cases[i].want : "acceptance");
+        td_args_free(&a);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -151,6 +218,8 @@ int main(void)
         cmocka_unit_test(arena_aligns_and_releases),
         cmocka_unit_test(args_parse_values),
         cmocka_unit_test(args_bad_values_exit_2),
+        cmocka_unit_test(args_choice_index),
+        cmocka_unit_test(args_model_rules),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "backend/backend.h"
+#include "trident/args.h"
 #include "trident/comm.h"
 #include "trident/gpt.h"
 #include "trident/parallel_state.h"
@@ -383,9 +384,92 @@ static void canonical_order_by_hand(void **state)
     assert_int_equal(gpt_canonical_offset(&c, "layers.1.mlp.fc2.bias"), V * h + P * h + layer);
     assert_int_equal(gpt_canonical_offset(&c, "final_norm.bias"), V * h + P * h + L * layer);
     assert_int_equal(gpt_num_params(&c), V * h + P * h + L * layer + 2 * h);
-    c.family = GPT_FAMILY_BERT;
+    c.kind = GPT_KIND_ENCODER;
     assert_int_equal(gpt_canonical_offset(&c, "embedding.tokentype.weight"), V * h + P * h);
     assert_int_equal(gpt_canonical_offset(&c, "layers.0.mlp.fc2.bias"), V * h + P * h + 2 * h);
+}
+
+/* The settings a checkpoint stores: every key of GPT_CONFIG_KEYS under Megatron's argument name
+ * with its flag, written out here (meta.json written before must keep loading), the model kind
+ * written as --model's choice, and the kind and binary head --model bert sets. */
+static void config_keys_by_hand(void **state)
+{
+    (void)state;
+    static const char *const keys[][2] = {
+        {"num_layers", "--num-layers"},
+        {"hidden_size", "--hidden-size"},
+        {"num_attention_heads", "--num-attention-heads"},
+        {"num_query_groups", "--num-query-groups"},
+        {"kv_channels", "--kv-channels"},
+        {"ffn_hidden_size", "--ffn-hidden-size"},
+        {"max_position_embeddings", "--max-position-embeddings"},
+        {"normalization", "--normalization"},
+        {"norm_epsilon", "--norm-epsilon"},
+        {"position_embedding_type", "--position-embedding-type"},
+        {"rotary_base", "--rotary-base"},
+        {"rotary_percent", "--rotary-percent"},
+        {"swiglu", "--swiglu"},
+        {"disable_bias_linear", "--disable-bias-linear"},
+        {"add_qkv_bias", "--add-qkv-bias"},
+        {"untie_embeddings_and_output_weights", "--untie-embeddings-and-output-weights"},
+        {"model", "--model"},
+        {"bert_binary_head", "--bert-binary-head"},
+        {"vocab_size", "--vocab-file"},
+        {"padded_vocab_size", "--make-vocab-size-divisible-by"},
+        {"seq_length", "--seq-length"},
+        {"init_method_std", "--init-method-std"},
+        {"hidden_dropout", "--hidden-dropout"},
+        {"attention_dropout", "--attention-dropout"},
+    };
+    int n = (int)(sizeof keys / sizeof keys[0]);
+    assert_int_equal(GPT_NCONFIG_KEYS, n);
+    const gpt_config_key *model = NULL, *binary = NULL;
+    for (int i = 0; i < n; i++) {
+        assert_string_equal(GPT_CONFIG_KEYS[i].key, keys[i][0]);
+        assert_string_equal(GPT_CONFIG_KEYS[i].flag, keys[i][1]);
+        if (strcmp(keys[i][0], "model") == 0) model = &GPT_CONFIG_KEYS[i];
+        if (strcmp(keys[i][0], "bert_binary_head") == 0) binary = &GPT_CONFIG_KEYS[i];
+    }
+    char v[32];
+    gpt_config c = tiny_config();
+    gpt_config_value_str(&c, model, v, sizeof v);
+    assert_string_equal(v, "gpt");
+    gpt_config_set(&c, model, 1);
+    assert_int_equal(c.kind, GPT_KIND_ENCODER);
+    gpt_config_value_str(&c, model, v, sizeof v);
+    assert_string_equal(v, "bert");
+    gpt_config_set(&c, binary, 1);
+    assert_int_equal(c.binary_head, 1);
+
+    /* the flags: gpt ignores the binary head's default (on); bert takes it, or not */
+    struct {
+        int argc;
+        char *argv[6];
+        gpt_kind kind;
+        int binary_head, tokentypes;
+        const char *describe; /* how gpt_config_describe starts */
+    } runs[] = {
+        {3, {"train", "--num-layers", "2"}, GPT_KIND_DECODER, 0, 0, "2 layers, "},
+        {5, {"train", "--num-layers", "2", "--model", "bert"}, GPT_KIND_ENCODER, 1, 2,
+         "BERT with the sentence-order head: 2 layers, "},
+        {6, {"train", "--num-layers", "2", "--model", "bert", "--bert-no-binary-head"}, GPT_KIND_ENCODER, 0, 2,
+         "BERT: 2 layers, "},
+    };
+    for (size_t r = 0; r < sizeof runs / sizeof runs[0]; r++) {
+        td_args a;
+        assert_int_equal(td_args_parse(&a, TD_CMD_TRAIN, "trident train", runs[r].argc, runs[r].argv, 1), 0);
+        gpt_config fc;
+        gpt_config_from_args(&fc, &a);
+        assert_int_equal(fc.kind, runs[r].kind);
+        assert_int_equal(fc.binary_head, runs[r].binary_head);
+        assert_int_equal(gpt_tokentypes(&fc), runs[r].tokentypes);
+        assert_int_equal(gpt_bidirectional(&fc), runs[r].kind == GPT_KIND_ENCODER);
+        char d[512];
+        gpt_config_describe(&fc, d, sizeof d);
+        if (strncmp(d, runs[r].describe, strlen(runs[r].describe)) != 0)
+            fail_msg("describe: '%s', wanted it to start '%s'", d, runs[r].describe);
+        td_args_free(&a);
+    }
 }
 
 static void overfits_one_batch(void **state)
@@ -507,6 +591,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(weight_decay_skips_biases_and_norms),
         cmocka_unit_test(logical_tensors_match_the_model),
         cmocka_unit_test(canonical_order_by_hand),
+        cmocka_unit_test(config_keys_by_hand),
         cmocka_unit_test(overfits_one_batch),
         cmocka_unit_test(recomputation_is_bitwise),
     };

@@ -199,7 +199,7 @@ static void test_params_by_hand(void **state)
      * its LayerNorm 64 and output bias V / 2 = 64; the pooler 1056 and the sentence-order head
      * 2h + 2 = 66 */
     gpt_config b = gpt2();
-    b.family = GPT_FAMILY_BERT;
+    b.kind = GPT_KIND_ENCODER;
     b.num_layers = 2;
     b.binary_head = 1;
     b.padded_vocab = 128;
@@ -255,7 +255,7 @@ static void test_tp_sp_acts_by_hand(void **state)
      * device for the attention (mbs ints); on the last stage the
      * LM head's dense and GeLU outputs (2 BT h / sp), its LayerNorm (BT h / sp + 2 BT / sp) and
      * the pooler's and binary head's rows (mbs (3h + 4)) */
-    l.cfg.family = GPT_FAMILY_BERT;
+    l.cfg.kind = GPT_KIND_ENCODER;
     l.cfg.num_layers = 2;
     l.cfg.binary_head = 1;
     mem_chunk bert = {2, 1, 1, 1};

@@ -4,6 +4,7 @@
 #ifndef TRIDENT_ARGS_H
 #define TRIDENT_ARGS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 typedef struct { int n; char **v; } td_strlist;
@@ -171,6 +172,16 @@ int td_args_get_number(const td_args *a, const char *flag, double *v);
 int td_args_set_number(td_args *a, const char *flag, double v);
 /* 1 if `flag` (e.g. "--train-iters") was given on the command line. */
 int td_args_given(const td_args *a, const char *flag);
+/* The index of choice flag `flag`'s value among its choices ("--model bert": 1), or -1 when it is
+ * no choice flag or has no value. */
+int td_args_choice_index(const td_args *a, const char *flag);
+/* --model's choices, in the order of gpt_kind (include/model/trident/gpt_config.h). */
+extern const char TD_MODEL_CHOICES[];
+/* The flag combinations a --model choice fixes (--model bert: Megatron-BERT's LayerNorm, learned
+ * positions, GeLU MLP with biases and tied decoder, a WordPiece tokenizer and one sentence-level
+ * dataset; --bert-binary-head and --bert-no-binary-head need it) for a training run: 0, or -1
+ * with one line naming the flags and the rule in msg. Reads only the flags. */
+int td_args_check_model(const td_args *a, char *msg, size_t msglen);
 /* Every flag `cmd` takes with its value (defaults included) as the text of one JSON object,
  * keyed by Megatron's argument names ("num_layers": 12, "split": "969,30,1", lists as arrays,
  * unset flags null). The caller frees it. */

@@ -10,10 +10,12 @@
 
 typedef enum { GPT_NORM_LAYERNORM, GPT_NORM_RMSNORM } gpt_norm;
 typedef enum { GPT_POS_LEARNED, GPT_POS_ROPE, GPT_POS_NONE } gpt_pos;
-/* The model family: a causal decoder with a next-token loss (GPT, Llama), or Megatron-BERT's
- * bidirectional encoder (token-type embeddings, a padding mask, the masked-LM head with its
- * dense + GeLU + norm transform and output bias, the pooler and the sentence-order head). */
-typedef enum { GPT_FAMILY_GPT, GPT_FAMILY_BERT } gpt_family;
+/* The model's kind: a causal decoder with a next-token loss (GPT, Llama), or a bidirectional
+ * encoder (token-type embeddings for sentence pairs, a padding mask, the masked-LM head with its
+ * dense + GeLU + norm transform and output bias; the pooler and the sentence-order head when
+ * binary_head). Numbered as --model's choices (TD_MODEL_CHOICES in trident/args.h): meta.json's
+ * "model" writes the choice of that index. */
+typedef enum { GPT_KIND_DECODER, GPT_KIND_ENCODER } gpt_kind;
 
 /* A zero field means GPT-2's choice, so a zeroed config with the sizes set is GPT-2. */
 typedef struct gpt_config {
@@ -40,8 +42,8 @@ typedef struct gpt_config {
     float hidden_dropout;
     float attn_dropout;
     uint64_t seed;
-    gpt_family family;   /* GPT (0) or BERT */
-    int binary_head;     /* BERT: the pooler and the sentence-order head (--bert-binary-head) */
+    gpt_kind kind;       /* a causal decoder (0) or a bidirectional encoder */
+    int binary_head;     /* an encoder's pooler and sentence-order head */
 } gpt_config;
 
 /* The resolved values of the fields whose zero means a default. */
@@ -58,17 +60,28 @@ static inline int gpt_kv_width(const gpt_config *c) { return gpt_groups(c) * gpt
 static inline int gpt_gqa(const gpt_config *c) { return gpt_groups(c) != c->heads; }
 static inline int gpt_has_bias(const gpt_config *c) { return !c->disable_bias; }
 static inline int gpt_has_qkv_bias(const gpt_config *c) { return !c->disable_bias || c->add_qkv_bias; }
-static inline int gpt_is_bert(const gpt_config *c) { return c->family == GPT_FAMILY_BERT; }
-/* BERT's token types (segments A and B). */
-#define GPT_BERT_TOKENTYPES 2
-/* What the family means for the model, by name: attention over every unpadded position instead
- * of the causal mask, and the rows of the token-type embedding (0: none). */
-static inline int gpt_bidirectional(const gpt_config *c) { return c->family == GPT_FAMILY_BERT; }
-static inline int gpt_tokentypes(const gpt_config *c) { return gpt_is_bert(c) ? GPT_BERT_TOKENTYPES : 0; }
+/* An encoder's token types (segments A and B of a sentence pair). */
+#define GPT_ENCODER_TOKENTYPES 2
+/* What the kind means for the model, by name: attention over every unpadded position instead
+ * of the causal mask, the rows of the token-type embedding (0: none), and the masked-LM head
+ * (its transform and output bias; the pooler and the sentence-order head when binary_head)
+ * instead of the next-token one. */
+static inline int gpt_bidirectional(const gpt_config *c) { return c->kind == GPT_KIND_ENCODER; }
+static inline int gpt_tokentypes(const gpt_config *c)
+{
+    return c->kind == GPT_KIND_ENCODER ? GPT_ENCODER_TOKENTYPES : 0;
+}
+static inline int gpt_masked_lm(const gpt_config *c) { return c->kind == GPT_KIND_ENCODER; }
 
 struct td_args;
 /* The architecture from the flags (vocabulary left 0: the tokenizer gives it). */
 void gpt_config_from_args(gpt_config *c, const struct td_args *a);
+/* The encoder's settings of the flags beyond its kind (the binary head), from the encoder
+ * family's own file; gpt_config_from_args calls it for an encoder. */
+void gpt_encoder_from_args(gpt_config *c, const struct td_args *a);
+/* The encoder family's names: meta.json's key and the flag of binary_head, and the name
+ * gpt_config_describe prints. */
+extern const char GPT_BINARY_HEAD_KEY[], GPT_BINARY_HEAD_FLAG[], GPT_ENCODER_NAME[];
 /* Checks the architecture flags for `tp` tensor-parallel ranks: 0, or -1 with one line naming
  * the flags and the rule in msg. */
 int gpt_config_validate(const struct td_args *a, int tp, char *msg, size_t msglen);

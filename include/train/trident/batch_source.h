@@ -2,7 +2,7 @@
  * chosen once at set-up, fills this data-parallel rank's num_micro micro-batches (gpt_batch,
  * include/model/trident/gpt.h) before the schedule runs, so a micro-batch's route from the schedule
  * down to the kernels never calls back up for its data. GPT's source reads token windows of the
- * GPT dataset (ids and next-token targets); BERT's (bert_source.c) builds masked samples with
+ * GPT dataset (ids and next-token targets); the encoder's builds masked sentence pairs with
  * token types, lengths, sentence-order labels and the loss weights of the global batch. */
 #ifndef TRIDENT_BATCH_SOURCE_H
 #define TRIDENT_BATCH_SOURCE_H
