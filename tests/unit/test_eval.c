@@ -22,6 +22,7 @@
 #include "trident/gpt.h"
 #include "trident/indexed.h"
 #include "trident/parallel_state.h"
+#include "test_model_tensors.h"
 
 static comm *g_world;
 static ps_state *g_ps;
@@ -59,39 +60,6 @@ static void lin(double *out, const double *in, const float *w, const float *b, i
         for (int i = 0; i < C; i++) s += (double)w[(size_t)o * C + i] * in[i];
         out[o] = s;
     }
-}
-
-/* A layer's tensors by their logical names (the layer holds its blocks behind their ops). */
-typedef struct {
-    const float *w, *b;
-} tnorm;
-typedef struct {
-    tnorm ln1, ln2;
-    struct {
-        const float *qkv_w, *qkv_b, *proj_w, *proj_b;
-    } attn;
-    struct {
-        const float *fc_w, *fc_b, *fc2_w, *fc2_b;
-    } mlp;
-} tlayer;
-
-static const float *tensor_at(const gpt_model *m, int l, const char *what)
-{
-    char n[64];
-    if (l < 0) snprintf(n, sizeof n, "%s", what);
-    else snprintf(n, sizeof n, "layers.%d.%s", l, what);
-    return gpt_param(m, n, 0);
-}
-
-static tlayer layer_of(const gpt_model *m, int l)
-{
-    tlayer L = {{tensor_at(m, l, "ln1.weight"), tensor_at(m, l, "ln1.bias")},
-                {tensor_at(m, l, "ln2.weight"), tensor_at(m, l, "ln2.bias")},
-                {tensor_at(m, l, "attn.qkv.weight"), tensor_at(m, l, "attn.qkv.bias"),
-                 tensor_at(m, l, "attn.proj.weight"), tensor_at(m, l, "attn.proj.bias")},
-                {tensor_at(m, l, "mlp.fc.weight"), tensor_at(m, l, "mlp.fc.bias"), tensor_at(m, l, "mlp.fc2.weight"),
-                 tensor_at(m, l, "mlp.fc2.bias")}};
-    return L;
 }
 
 static void ref_window(const gpt_model *m, const int32_t *tok /* S + 1 */, double *loss /* S */)
