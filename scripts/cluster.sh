@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# A cluster on one machine (docs/cluster.md): each fake node is a network + UTS + mount namespace
+# with its own hostname, its own /etc/hosts and /tmp, and one veth link (eth0) to a bridge that
+# lives in a namespace of its own; Open MPI reaches a node through the rsh agent written here,
+# which enters the node's namespaces where ssh would log in. Addresses (10.77.0.0/24) exist only
+# inside the namespaces made here; nothing is sent anywhere else.
+#
+# Usage: scripts/cluster.sh up N [--ranks-per-node K] [--rate RATE]   (RATE for tc tbf: 1gbit)
+#        scripts/cluster.sh run NODE CMD...    (NODE: node1 .. nodeN)
+#        scripts/cluster.sh down
+# Environment: CLUSTER_DIR (default /run/trident-cluster; not under /tmp, which each node has its own of): the hostfile, the rsh agent
+# (CLUSTER_DIR/rsh), the node table. `up` removes what it made if it fails; `down` removes all.
+# Needs root (CAP_NET_ADMIN, CAP_SYS_ADMIN): otherwise it says so in one line and exits 77.
+set -euo pipefail
+dir=${CLUSTER_DIR:-/run/trident-cluster}
+net=10.77.0
+
+die() { echo "cluster.sh: $*" >&2; exit 1; }
+
+can_make_namespaces() {
+  [ "$(id -u)" -eq 0 ] || { echo "cluster.sh: needs root (network and mount namespaces, veth links): skipped" >&2; return 1; }
+  unshare --net --uts --mount true 2>/dev/null ||
+    { echo "cluster.sh: this machine refuses new namespaces (no CAP_SYS_ADMIN/CAP_NET_ADMIN): skipped" >&2; return 1; }
+}
+
+pid_of() { # node -> the pid holding its namespaces
+  awk -v n="$1" '$1 == n { print $2 }' "$dir/nodes" 2>/dev/null
+}
+
+down() {
+  [ -f "$dir/nodes" ] || { rm -rf "$dir"; return 0; }
+  # the namespaces (and the veth links, the bridge and the addresses in them) end with their holders
+  awk '{ print $2 }' "$dir/nodes" | while read -r pid; do kill "$pid" 2>/dev/null || true; done
+  rm -rf "$dir"
+}
+
+# A process that holds new namespaces open: it waits on a pipe that nothing writes.
+hold() { # name, unshare flags...
+  local name=$1; shift
+  mkdir -p "$dir/$name"
+  unshare "$@" --fork --kill-child sh -c 'exec sleep infinity' &
+  local outer=$!
+  # the holder is unshare's child; wait until it is there and in its own namespace
+  local pid=""
+  for _ in $(seq 100); do
+    pid=$(pgrep -P "$outer" sleep || true)
+    [ -n "$pid" ] && break
+    sleep 0.02
+  done
+  [ -n "$pid" ] || die "could not start the namespaces of $name"
+  echo "$name $pid $outer" >> "$dir/nodes"
+}
+
+up() {
+  local n=$1; shift
+  local per=1 rate=""
+  while [ $# -gt 0 ]; do
+    case $1 in
+      --ranks-per-node) per=$2; shift 2 ;;
+      --rate) rate=$2; shift 2 ;;
+      *) echo "cluster.sh: unknown option $1 (see the usage at the top of the script)" >&2; exit 2 ;;
+    esac
+  done
+  [[ $n =~ ^[0-9]+$ ]] && [ "$n" -ge 1 ] && [ "$n" -le 200 ] || { echo "cluster.sh: up N: N from 1 to 200, not '$n'" >&2; exit 2; }
+  can_make_namespaces || exit 77
+  [ -f "$dir/nodes" ] && die "a cluster is up already in $dir: scripts/cluster.sh down first"
+  mkdir -p "$dir"
+  trap 'down' ERR INT TERM
+  hold bridge --net
+  local bpid; bpid=$(pid_of bridge)
+  nsenter -t "$bpid" -n ip link add br0 type bridge
+  nsenter -t "$bpid" -n ip link set br0 up
+  : > "$dir/hosts"
+  echo "127.0.0.1 localhost" >> "$dir/hosts"
+  for k in $(seq "$n"); do echo "$net.$((10 + k)) node$k" >> "$dir/hosts"; done
+  : > "$dir/hostfile"
+  for k in $(seq "$n"); do
+    local node=node$k
+    hold "$node" --net --uts --mount --propagation private
+    local pid; pid=$(pid_of "$node")
+    mkdir -p "$dir/$node/tmp"
+    # its name, its /etc/hosts and its /tmp, seen only inside its mount namespace
+    nsenter -t "$pid" -u hostname "$node"
+    nsenter -t "$pid" -m mount --bind "$dir/hosts" /etc/hosts
+    nsenter -t "$pid" -m mount --bind "$dir/$node/tmp" /tmp
+    # eth0 in the node, its peer on the bridge
+    ip link add "tdc$$n$k" type veth peer name "tdb$$n$k"
+    ip link set "tdc$$n$k" netns "$pid"
+    ip link set "tdb$$n$k" netns "$bpid"
+    nsenter -t "$pid" -n ip link set "tdc$$n$k" name eth0
+    nsenter -t "$pid" -n ip addr add "$net.$((10 + k))/24" dev eth0
+    nsenter -t "$pid" -n ip link set lo up
+    nsenter -t "$pid" -n ip link set eth0 up
+    nsenter -t "$bpid" -n ip link set "tdb$$n$k" master br0
+    nsenter -t "$bpid" -n ip link set "tdb$$n$k" up
+    [ -z "$rate" ] || nsenter -t "$pid" -n tc qdisc add dev eth0 root tbf rate "$rate" burst 256kb latency 50ms
+    echo "$node slots=$per" >> "$dir/hostfile"
+  done
+  # the rsh agent: Open MPI calls it as `rsh [options] HOST COMMAND...`, as it would call ssh
+  cat > "$dir/rsh" <<EOF
+#!/usr/bin/env bash
+# Open MPI's plm_rsh_agent for the cluster in $dir: enters HOST's namespaces and runs COMMAND.
+while [ \$# -gt 0 ] && [ "\${1#-}" != "\$1" ]; do shift; done
+host=\$1; shift
+pid=\$(awk -v n="\$host" '\$1 == n { print \$2 }' "$dir/nodes")
+[ -n "\$pid" ] || { echo "rsh: no node \$host in $dir/nodes" >&2; exit 255; }
+exec nsenter -t "\$pid" -n -u -m -- /bin/sh -c "\$*"
+EOF
+  chmod +x "$dir/rsh"
+  trap - ERR INT TERM
+  echo "cluster: $n nodes (node1..node$n, $net.11..), $per slots each${rate:+, links shaped to $rate}; hostfile $dir/hostfile, rsh agent $dir/rsh"
+}
+
+run() { # node, command...
+  local node=$1; shift
+  local pid; pid=$(pid_of "$node")
+  [ -n "$pid" ] || die "no node $node (scripts/cluster.sh up N first; nodes: $(awk '{print $1}' "$dir/nodes" 2>/dev/null | tr '\n' ' '))"
+  # the caller's working directory and environment come along, as under ssh with a shared home
+  exec nsenter -t "$pid" -n -u -m --wd="$PWD" -- "$@"
+}
+
+case ${1:-} in
+  up) shift; [ $# -ge 1 ] || { echo "cluster.sh: up N [--ranks-per-node K] [--rate RATE]" >&2; exit 2; }; up "$@" ;;
+  down) down ;;
+  run) shift; [ $# -ge 2 ] || { echo "cluster.sh: run NODE CMD..." >&2; exit 2; }; run "$@" ;;
+  *) echo "usage: scripts/cluster.sh up N [--ranks-per-node K] [--rate RATE] | run NODE CMD... | down" >&2; exit 2 ;;
+esac

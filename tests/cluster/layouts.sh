@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Layouts across emulated nodes (scripts/cluster.sh: network + UTS + mount namespaces linked by
+# veth through a bridge, Open MPI over TCP between them, launched through the cluster's rsh
+# agent) against the one-rank run: the same losses and grad norms within 1e-5.
+# Environment (tests/cluster/cluster.cmake): TRIDENT, DATA, VOCAB, MERGES, WORK, COMPARE_RUNS, ROOT.
+set -u
+export CLUSTER_DIR=/run/trident-cluster-layouts.$$
+cluster=$ROOT/scripts/cluster.sh
+trap '"$cluster" down' EXIT
+"$cluster" up 2 --ranks-per-node 2 --rate 1gbit || exit $? # 77: no namespaces here (skipped, says why)
+rm -rf "$WORK" && mkdir -p "$WORK" && cd "$WORK" || exit 1
+export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+unset OMPI_MCA_pml OMPI_MCA_btl # the suite's one-node transports: here TCP must carry the job
+BASE=(--data-path "$DATA" --vocab-file "$VOCAB" --merge-file "$MERGES" --split 90,10,0 --num-layers 4
+      --hidden-size 64 --num-attention-heads 4 --seq-length 32 --max-position-embeddings 32
+      --hidden-dropout 0.1 --attention-dropout 0.1 --global-batch-size 8 --micro-batch-size 2 --lr 1e-3
+      --seed 7 --train-iters 3 --log-interval 100 --eval-iters 0)
+fail=0
+"$TRIDENT" train "${BASE[@]}" --make-vocab-size-divisible-by 512 --metrics-file one.jsonl --dump-params one.params > one.log 2>&1 || { echo "FAIL: one rank"; cat one.log; exit 1; }
+across() { # name, flags...: 4 ranks, 2 on each node
+  local name=$1; shift
+  timeout 120 "$cluster" run node1 mpirun --hostfile "$CLUSTER_DIR/hostfile" --mca plm_rsh_agent "$CLUSTER_DIR/rsh" \
+    --mca btl tcp,self,vader --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0 -x OMP_NUM_THREADS \
+    -np 4 "$TRIDENT" train "${BASE[@]}" --make-vocab-size-divisible-by 256 "$@" --metrics-file "$name.jsonl" --dump-params "$name.params" > "$name.log" 2>&1
+  local rc=$?
+  if [ $rc -ne 0 ]; then echo "FAIL: $name exited $rc"; tail -20 "$name.log"; fail=1; return; fi
+  if "$COMPARE_RUNS" one.jsonl "$name.jsonl" one.params "$name.params" 1e-5 > "$name.cmp" 2>&1; then echo "ok: $name across 2 nodes = one rank"
+  else echo "FAIL: $name differs from one rank"; cat "$name.cmp"; fail=1; fi
+}
+across tp2_dp2 --tensor-model-parallel-size 2
+across tp2_pp2 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2
+exit $fail
