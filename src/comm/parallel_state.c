@@ -1,7 +1,10 @@
 /* The rank grid and its groups: see include/comm/trident/parallel_state.h. */
 #include "trident/parallel_state.h"
 
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "trident/check.h"
 
@@ -59,4 +62,70 @@ double ps_comm_seconds(const ps_state *ps)
     double s = comm_seconds(ps->world) + comm_seconds(ps->tp_group) + comm_seconds(ps->dp_group) +
                comm_seconds(ps->pp_group) + comm_seconds(ps->mp_group);
     return ps->embd_group ? s + comm_seconds(ps->embd_group) : s;
+}
+
+/* ---- placement ---- */
+
+#define PS_HOST 64
+
+/* "lo", or "lo-hi" when they differ. */
+static void span(char *out, size_t len, int lo, int hi)
+{
+    if (lo == hi) snprintf(out, len, "%d", lo);
+    else snprintf(out, len, "%d-%d", lo, hi);
+}
+
+void ps_placement(const ps_state *ps, char *out, size_t len, char *warn, size_t wlen)
+{
+    int n = ps->world_size;
+    char me[PS_HOST] = {0};
+    if (gethostname(me, sizeof me - 1) != 0) strcpy(me, "?");
+    char *hosts = td_xcalloc((size_t)n, PS_HOST);
+    comm_allgather(ps->world, me, hosts, PS_HOST, COMM_U8);
+    out[0] = warn[0] = '\0';
+    if (ps->world_rank == 0) {
+        size_t used = 0;
+        /* ranks are grouped by host in order of first appearance */
+        for (int r = 0; r < n; r++) {
+            const char *h = hosts + (size_t)r * PS_HOST;
+            int seen = 0;
+            for (int q = 0; q < r && !seen; q++) seen = strcmp(hosts + (size_t)q * PS_HOST, h) == 0;
+            if (seen) continue;
+            int lo = n, hi = -1, tl = ps->tp, th = -1, pl = ps->pp, ph = -1, dl = ps->dp, dh = -1, count = 0;
+            for (int q = 0; q < n; q++) {
+                if (strcmp(hosts + (size_t)q * PS_HOST, h) != 0) continue;
+                int t = q % ps->tp, d = (q / ps->tp) % ps->dp, p = q / (ps->tp * ps->dp);
+                lo = q < lo ? q : lo, hi = q > hi ? q : hi, count++;
+                tl = t < tl ? t : tl, th = t > th ? t : th;
+                dl = d < dl ? d : dl, dh = d > dh ? d : dh;
+                pl = p < pl ? p : pl, ph = p > ph ? p : ph;
+            }
+            char rs[96], ts[32], ds[32], pss[32];
+            span(rs, sizeof rs, lo, hi), span(ts, sizeof ts, tl, th), span(ds, sizeof ds, dl, dh), span(pss, sizeof pss, pl, ph);
+            if (count != hi - lo + 1) { /* not consecutive: the ranks one by one (the first 12) */
+                size_t k = 0;
+                int listed = 0;
+                for (int q = lo; q <= hi && listed < 12 && k < sizeof rs; q++)
+                    if (strcmp(hosts + (size_t)q * PS_HOST, h) == 0)
+                        k += (size_t)snprintf(rs + k, sizeof rs - k, "%s%d", listed++ ? "," : "", q);
+                if (listed < count && k < sizeof rs) snprintf(rs + k, sizeof rs - k, ",...");
+            }
+            int w = snprintf(out + used, used < len ? len - used : 0, "%s%s: %s %s (tp %s, pp %s, dp %s)",
+                             used ? "; " : "", h, count == 1 ? "rank" : "ranks", rs, ts, pss, ds);
+            if (w > 0) used += (size_t)w;
+        }
+        /* a tensor-parallel group: consecutive world ranks [g * tp, g * tp + tp) */
+        for (int g = 0; g < n / ps->tp && !warn[0]; g++)
+            for (int k = 1; k < ps->tp; k++) {
+                const char *a = hosts + (size_t)g * ps->tp * PS_HOST, *b = hosts + (size_t)(g * ps->tp + k) * PS_HOST;
+                if (strcmp(a, b) == 0) continue;
+                snprintf(warn, wlen,
+                         "the tensor-parallel group of ranks %d-%d spans hosts %s and %s: every layer's all-reduces "
+                         "cross the network. Place ranks so that each host runs a multiple of %d consecutive ranks "
+                         "(mpirun: --map-by slot with slots a multiple of %d per host; Slurm: --ntasks-per-node)",
+                         g * ps->tp, g * ps->tp + ps->tp - 1, a, b, ps->tp, ps->tp);
+                break;
+            }
+    }
+    free(hosts);
 }

@@ -202,11 +202,15 @@ void run_report_start(run_state *r, const gpt_config *c)
     const td_args *a = r->a;
     const ps_state *ps = r->ps;
     const backend *be = r->model.be;
+    char where[2048], warn[512];
+    ps_placement(ps, where, sizeof where, warn, sizeof warn); /* collective */
     if (ps->world_rank != 0) return;
     TD_INFO("trident %s: world %d = tp %d x pp %d x dp %d%s, backend %s, schedule %s (%d chunk%s per rank)",
             TRIDENT_VERSION, ps->world_size, ps->tp, ps->pp, ps->dp,
             ps->sequence_parallel ? " (sequence parallel)" : "", be->ops->name,
             pp_schedule_name(r->model.schedule), r->model.nchunks, r->model.nchunks > 1 ? "s" : "");
+    TD_INFO("placement: %s", where);
+    if (warn[0]) td_warn("%s", warn);
     char arch[320];
     be_describe(be, arch, sizeof arch);
     TD_INFO("kernels: %s", arch);

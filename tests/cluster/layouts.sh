@@ -20,13 +20,26 @@ fail=0
 across() { # name, flags...: 4 ranks, 2 on each node
   local name=$1; shift
   timeout 120 "$cluster" run node1 mpirun --hostfile "$CLUSTER_DIR/hostfile" --mca plm_rsh_agent "$CLUSTER_DIR/rsh" \
-    --mca btl tcp,self,vader --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0 -x OMP_NUM_THREADS \
+    --mca btl tcp,self,vader --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0 -x OMP_NUM_THREADS ${MAP:+--map-by $MAP} \
     -np 4 "$TRIDENT" train "${BASE[@]}" --make-vocab-size-divisible-by 256 "$@" --metrics-file "$name.jsonl" --dump-params "$name.params" > "$name.log" 2>&1
   local rc=$?
   if [ $rc -ne 0 ]; then echo "FAIL: $name exited $rc"; tail -20 "$name.log"; fail=1; return; fi
   if "$COMPARE_RUNS" one.jsonl "$name.jsonl" one.params "$name.params" 1e-5 > "$name.cmp" 2>&1; then echo "ok: $name across 2 nodes = one rank"
   else echo "FAIL: $name differs from one rank"; cat "$name.cmp"; fail=1; fi
 }
+placed() { # name, the placement line rank 0 must print
+  if grep -qF "placement: $2" "$1.log"; then echo "ok: $1 placed as $2"; else echo "FAIL: $1: no 'placement: $2'"; grep placement "$1.log"; fail=1; fi
+}
 across tp2_dp2 --tensor-model-parallel-size 2
+placed tp2_dp2 "node1: ranks 0-1 (tp 0-1, pp 0, dp 0); node2: ranks 2-3 (tp 0-1, pp 0, dp 1)"
+grep -q "spans hosts" tp2_dp2.log && { echo "FAIL: tp2_dp2 warned of a tensor-parallel group across hosts"; fail=1; }
 across tp2_pp2 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2
+placed tp2_pp2 "node1: ranks 0-1 (tp 0-1, pp 0, dp 0); node2: ranks 2-3 (tp 0-1, pp 1, dp 0)"
+# ranks dealt round-robin over the nodes: each tensor-parallel pair spans both, which is correct but
+# slow, and rank 0 must say so, once, with the fix
+MAP=node across tp2_spread --tensor-model-parallel-size 2
+placed tp2_spread "node1: ranks 0,2 (tp 0, pp 0, dp 0-1); node2: ranks 1,3 (tp 1, pp 0, dp 0-1)"
+if [ "$(grep -c "tensor-parallel group of ranks 0-1 spans hosts node1 and node2" tp2_spread.log)" = 1 ]; then
+  echo "ok: tp2_spread warned once that a tensor-parallel group spans hosts"
+else echo "FAIL: tp2_spread: no single warning of the tensor-parallel group across hosts"; grep -i warn tp2_spread.log; fail=1; fi
 exit $fail

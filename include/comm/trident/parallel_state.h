@@ -34,6 +34,12 @@ void ps_free(ps_state *ps);
 /* Seconds this rank has spent blocked in communication on all its groups so far. */
 double ps_comm_seconds(const ps_state *ps);
 
+/* Where the ranks run (collective over the world): on world rank 0, fills `out` with one line per
+ * host, "HOST: ranks A-B (tp a-b, pp c, dp d-e)", and `warn` with one line naming the first
+ * tensor-parallel group whose ranks span hosts and how to keep tp inside a node ("" when none);
+ * other ranks get "" in both. Hosts are gethostname()'s names. */
+void ps_placement(const ps_state *ps, char *out, size_t len, char *warn, size_t wlen);
+
 /* World rank of the grid point (tp_rank, dp_rank, pp_rank). */
 int ps_rank_of(const ps_state *ps, int tp_rank, int dp_rank, int pp_rank);
 static inline int ps_is_first_stage(const ps_state *ps) { return ps->pp_rank == 0; }
