@@ -110,9 +110,14 @@ void ps_placement(const ps_state *ps, char *out, size_t len, char *warn, size_t 
                         k += (size_t)snprintf(rs + k, sizeof rs - k, "%s%d", listed++ ? "," : "", q);
                 if (listed < count && k < sizeof rs) snprintf(rs + k, sizeof rs - k, ",...");
             }
-            int w = snprintf(out + used, used < len ? len - used : 0, "%s%s: %s %s (tp %s, pp %s, dp %s)",
-                             used ? "; " : "", h, count == 1 ? "rank" : "ranks", rs, ts, pss, ds);
+            if (used + 4 >= len) break; /* full: the line already ends in "..." */
+            int w = snprintf(out + used, len - used, "%s%s: %s %s (tp %s, pp %s, dp %s)", used ? "; " : "", h,
+                             count == 1 ? "rank" : "ranks", rs, ts, pss, ds);
             if (w > 0) used += (size_t)w;
+            if (used >= len) { /* cut short: say so */
+                memcpy(out + len - 4, "...", 4);
+                used = len;
+            }
         }
         /* a tensor-parallel group: consecutive world ranks [g * tp, g * tp + tp) */
         for (int g = 0; g < n / ps->tp && !warn[0]; g++)
