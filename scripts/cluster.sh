@@ -7,6 +7,7 @@
 #
 # Usage: scripts/cluster.sh up N [--ranks-per-node K] [--rate RATE]   (RATE for tc tbf: 1gbit)
 #        scripts/cluster.sh run NODE CMD...    (NODE: node1 .. nodeN)
+#        scripts/cluster.sh fault NODE kill|cut|loss|stop|heal   (what can go wrong with a node)
 #        scripts/cluster.sh down
 # Environment: CLUSTER_DIR (default /run/trident-cluster; not under /tmp, which each node has its own of): the hostfile, the rsh agent
 # (CLUSTER_DIR/rsh), the node table. `up` removes what it made if it fails; `down` removes all.
@@ -27,8 +28,22 @@ pid_of() { # node -> the pid holding its namespaces
   awk -v n="$1" '$1 == n { print $2 }' "$dir/nodes" 2>/dev/null
 }
 
+# The processes inside node $1's namespaces (its network namespace), its holder aside.
+procs_of() {
+  local pid; pid=$(pid_of "$1"); [ -n "$pid" ] || return 0
+  local ns; ns=$(readlink "/proc/$pid/ns/net") || return 0
+  for p in /proc/[0-9]*; do
+    [ "${p#/proc/}" != "$pid" ] && [ "$(readlink "$p/ns/net" 2>/dev/null)" = "$ns" ] && echo "${p#/proc/}"
+  done
+  return 0
+}
+
 down() {
   [ -f "$dir/nodes" ] || { rm -rf "$dir"; return 0; }
+  # what still runs inside a node (a daemon of a job that was cut off, a stopped rank) goes too
+  awk '$1 != "bridge" { print $1 }' "$dir/nodes" | while read -r node; do
+    procs_of "$node" | xargs -r kill -KILL 2>/dev/null || true
+  done
   # the namespaces (and the veth links, the bridge and the addresses in them) end with their holders
   awk '{ print $2 }' "$dir/nodes" | while read -r pid; do kill "$pid" 2>/dev/null || true; done
   rm -rf "$dir"
@@ -119,9 +134,34 @@ run() { # node, command...
   exec nsenter -t "$pid" -n -u -m --wd="$PWD" -- "$@"
 }
 
+# What can go wrong with a node, for the fault tests: every process in it killed; its link cut
+# (down); 100% loss with the link up (a blackhole qdisc on both ends of its link: this kernel
+# has no netem); every process in it stopped (SIGSTOP); heal undoes cut, loss and stop.
+fault() { # node, kind
+  local node=$1 kind=$2
+  local pid; pid=$(pid_of "$node"); [ -n "$pid" ] || die "no node $node"
+  local bpid; bpid=$(pid_of bridge)
+  local k=${node#node}
+  local peer; peer=$(nsenter -t "$bpid" -n ip -o link show master br0 | awk -F': ' '{ sub(/@.*/, "", $2); print $2 }' |
+    grep -E "^tdb[0-9]+n$k\$" | head -1 || true)
+  case $kind in
+    kill) procs_of "$node" | xargs -r kill -KILL ;;
+    cut) nsenter -t "$pid" -n ip link set eth0 down ;;
+    loss) nsenter -t "$pid" -n tc qdisc replace dev eth0 root blackhole
+          [ -n "$peer" ] && nsenter -t "$bpid" -n tc qdisc replace dev "$peer" root blackhole ;;
+    stop) procs_of "$node" | xargs -r kill -STOP ;;
+    heal) nsenter -t "$pid" -n ip link set eth0 up
+          nsenter -t "$pid" -n tc qdisc del dev eth0 root 2>/dev/null || true
+          [ -z "$peer" ] || nsenter -t "$bpid" -n tc qdisc del dev "$peer" root 2>/dev/null || true
+          procs_of "$node" | xargs -r kill -CONT ;;
+    *) echo "cluster.sh: fault NODE kill|cut|loss|stop|heal, not '$kind'" >&2; exit 2 ;;
+  esac
+}
+
 case ${1:-} in
   up) shift; [ $# -ge 1 ] || { echo "cluster.sh: up N [--ranks-per-node K] [--rate RATE]" >&2; exit 2; }; up "$@" ;;
   down) down ;;
   run) shift; [ $# -ge 2 ] || { echo "cluster.sh: run NODE CMD..." >&2; exit 2; }; run "$@" ;;
-  *) echo "usage: scripts/cluster.sh up N [--ranks-per-node K] [--rate RATE] | run NODE CMD... | down" >&2; exit 2 ;;
+  fault) shift; [ $# -eq 2 ] || { echo "cluster.sh: fault NODE kill|cut|loss|stop|heal" >&2; exit 2; }; fault "$@" ;;
+  *) echo "usage: scripts/cluster.sh up N [--ranks-per-node K] [--rate RATE] | run NODE CMD... | fault NODE KIND | down" >&2; exit 2 ;;
 esac

@@ -1,5 +1,13 @@
 # Trident across emulated nodes (scripts/cluster.sh, docs/cluster.md). Needs root for the
-# namespaces; without them the test is skipped (77), naming why.
-add_test(NAME cluster/layouts COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/layouts.sh)
-set_tests_properties(cluster/layouts PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77 FIXTURES_REQUIRED checkpoint_data
-  ENVIRONMENT "TRIDENT=$<TARGET_FILE:trident>;DATA=${CMAKE_BINARY_DIR}/testtmp/checkpoint/ts_text_document;VOCAB=${TRIDENT_SHARED_DATA}/gpt2/vocab.json;MERGES=${TRIDENT_SHARED_DATA}/gpt2/merges.txt;WORK=${CMAKE_BINARY_DIR}/testtmp/cluster;COMPARE_RUNS=$<TARGET_FILE:compare_runs>;ROOT=${CMAKE_SOURCE_DIR}")
+# namespaces; without them the tests are skipped (77), naming why.
+set(TD_CLUSTER_ENV "TRIDENT=$<TARGET_FILE:trident>;DATA=${CMAKE_BINARY_DIR}/testtmp/checkpoint/ts_text_document;VOCAB=${TRIDENT_SHARED_DATA}/gpt2/vocab.json;MERGES=${TRIDENT_SHARED_DATA}/gpt2/merges.txt;COMPARE_RUNS=$<TARGET_FILE:compare_runs>;ROOT=${CMAKE_SOURCE_DIR}")
+# td_cluster_test(NAME COST SCRIPT ARGS...): WORK is testtmp/cluster-NAME
+function(td_cluster_test name cost script)
+  add_test(NAME cluster/${name} COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/${script} ${ARGN})
+  set_tests_properties(cluster/${name} PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77 COST ${cost}
+    FIXTURES_REQUIRED checkpoint_data ENVIRONMENT "${TD_CLUSTER_ENV};WORK=${CMAKE_BINARY_DIR}/testtmp/cluster-${name}")
+endfunction()
+td_cluster_test(layouts 12 layouts.sh)
+foreach(kind kill cut loss stop)
+  td_cluster_test(fault_${kind} 20 faults.sh ${kind})
+endforeach()
