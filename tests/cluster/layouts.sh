@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Layouts across emulated nodes (scripts/cluster.sh: network + UTS + mount namespaces linked by
 # veth through a bridge, Open MPI over TCP between them, launched through the cluster's rsh
-# agent) against the one-rank run: the same losses and grad norms within 1e-5.
+# agent) against the one-rank run: the same losses and grad norms within 1e-5: tp 2 x dp 2, tp 2 x pp 2
+# interleaved, pp 2 x dp 2 with the distributed optimizer, and tp 2 x dp 2 dealt round-robin.
 # Environment (tests/cluster/cluster.cmake): TRIDENT, DATA, VOCAB, MERGES, WORK, COMPARE_RUNS, ROOT.
 set -u
 export CLUSTER_DIR=/run/trident-cluster-layouts.$$
@@ -33,8 +34,13 @@ placed() { # name, the placement line rank 0 must print
 across tp2_dp2 --tensor-model-parallel-size 2
 placed tp2_dp2 "node1: ranks 0-1 (tp 0-1, pp 0, dp 0); node2: ranks 2-3 (tp 0-1, pp 0, dp 1)"
 grep -q "spans hosts" tp2_dp2.log && { echo "FAIL: tp2_dp2 warned of a tensor-parallel group across hosts"; fail=1; }
-across tp2_pp2 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2
-placed tp2_pp2 "node1: ranks 0-1 (tp 0-1, pp 0, dp 0); node2: ranks 2-3 (tp 0-1, pp 1, dp 0)"
+# interleaved: two virtual stages of one layer per rank, the pipeline's sends crossing the network both ways
+across tp2_pp2_interleaved --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1
+placed tp2_pp2_interleaved "node1: ranks 0-1 (tp 0-1, pp 0, dp 0); node2: ranks 2-3 (tp 0-1, pp 1, dp 0)"
+grep -q "interleaved" tp2_pp2_interleaved.log || { echo "FAIL: tp2_pp2_interleaved did not run the interleaved schedule"; grep schedule tp2_pp2_interleaved.log; fail=1; }
+# the distributed optimizer's reduce-scatter and all-gather between the nodes (dp pairs 0,2 and 1,3)
+across pp2_dp2_distopt --pipeline-model-parallel-size 2 --use-distributed-optimizer --make-vocab-size-divisible-by 512 # tp 1: pad as one rank
+placed pp2_dp2_distopt "node1: ranks 0-1 (tp 0, pp 0, dp 0-1); node2: ranks 2-3 (tp 0, pp 1, dp 0-1)"
 # ranks dealt round-robin over the nodes: each tensor-parallel pair spans both, which is correct but
 # slow, and rank 0 must say so, once, with the fix
 MAP=node across tp2_spread --tensor-model-parallel-size 2
