@@ -278,14 +278,17 @@ static void bounded_wait(const comm *c, MPI_Request *req, const char *call, int 
         snprintf(who, sizeof who, " with peer %d (world rank %d on %s)", peer, w, fault_host_of(w));
     }
     const char *group = c->name[0] ? c->name : "world";
+    int me = -1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &me);
     if (rc != MPI_SUCCESS) {
         char msg[MPI_MAX_ERROR_STRING];
         int len = 0;
         MPI_Error_string(rc, msg, &len);
-        snprintf(what, sizeof what, "%s on the %s group (rank %d of %d)%s", msg, group, c->rank, c->size, who);
+        snprintf(what, sizeof what, "%s on the %s group (rank %d of %d)%s, in world rank %d on %s", msg, group, c->rank,
+                 c->size, who, me, fault_host_of(me));
     } else
-        snprintf(what, sizeof what, "no progress for %.1f s (--distributed-timeout-minutes %g) on the %s group (rank %d of %d)%s",
-                 now - t0, limit / 60, group, c->rank, c->size, who);
+        snprintf(what, sizeof what, "no progress for %.1f s (--distributed-timeout-minutes %g) on the %s group (rank %d of %d)%s, "
+                 "in world rank %d on %s", now - t0, limit / 60, group, c->rank, c->size, who, me, fault_host_of(me));
     fault_timed_out(file, line, call, what);
 }
 #define WAIT(c, req, call) bounded_wait((c), (req), (call), -1, __FILE__, __LINE__)

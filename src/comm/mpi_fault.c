@@ -343,10 +343,8 @@ void fault_poll(int full)
     answer_roll_calls();
     if (g_pinged) {
         /* another rank's wait timed out: the job ends; call the roll too, with its words */
-        char what[sizeof g_ping_first.what + 96];
-        int r = g_ping_first.rank >= 0 && g_ping_first.rank < g_npeers ? g_ping_first.rank : 0;
-        snprintf(what, sizeof what, "%.*s in world rank %d on %s", (int)sizeof g_ping_first.what - 1,
-                 g_ping_first.what, r, g_peers[r].host);
+        char what[sizeof g_ping_first.what];
+        snprintf(what, sizeof what, "%.*s", (int)sizeof g_ping_first.what - 1, g_ping_first.what);
         g_ping_first.call[sizeof g_ping_first.call - 1] = 0;
         g_ping_first.file[sizeof g_ping_first.file - 1] = 0;
         fault_timed_out(g_ping_first.file, g_ping_first.line, g_ping_first.call, what);
