@@ -272,7 +272,7 @@ static void bounded_wait(const comm *c, MPI_Request *req, const char *call, int 
         if (now > next_watch) next_watch = now + 0.5;
         if (limit > 0 && now - t0 > limit) break;
     }
-    char who[160] = "", what[400];
+    char who[160] = "", what[1024];
     if (peer >= 0) {
         int w = world_rank_of(c, peer);
         snprintf(who, sizeof who, " with peer %d (world rank %d on %s)", peer, w, fault_host_of(w));
