@@ -474,6 +474,6 @@ void fault_timed_out(const char *file, int line, const char *call, const char *w
                "%s; every rank answered a roll call in %.1f s, so none is lost", what, took);
     td_die(file, line, call, "the job ends: check those hosts (up? network? stopped?), then resume from the last "
            "checkpoint with --load on the hosts that answered; fewer data-parallel ranks keep --global-batch-size "
-           "and the trajectory", "%s; no answer in %.1f s from %s: down, stalled or cut off from the network",
+           "and the trajectory; if they were only busy (a step longer than the limit), raise --distributed-timeout-minutes", "%s; no answer in %.1f s from %s: down, stalled or cut off from the network",
            what, window, lost);
 }
