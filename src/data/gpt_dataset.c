@@ -383,6 +383,12 @@ static int check_gpt_arrays(const void *vctx, void *arr[DS_CACHE_MAX_ARRAYS], ch
     return 0;
 }
 
+char *gptds_cache_dir(const gptds_config *cfg, int i)
+{
+    if (cfg->no_cache) return NULL;
+    return cfg->cache_dir ? td_xstrdup(cfg->cache_dir) : dir_of(cfg->paths[i]);
+}
+
 static char *cache_path(const gptds_config *cfg, const char *dataset_path, const char *stem, gptds_split s,
                         uint64_t key)
 {

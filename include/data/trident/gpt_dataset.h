@@ -62,10 +62,13 @@ typedef struct gptds gptds;
  * or has a split with too few tokens for the samples asked of it, ends the job with one line
  * naming it. A cache file that is missing, corrupt or for other
  * inputs is rebuilt (with a warning when it existed). Safe to call from several processes at
- * once (unique temporaries, atomic rename); a trainer should open on one rank first so that the
- * others load. Logs what it did at info level. */
+ * once (unique temporaries, atomic rename); a trainer opens on one rank per cache folder first,
+ * so that the others load (src/train/shared_fs.c). Logs what it did at info level. */
 gptds *gptds_open(const gptds_config *cfg);
 void gptds_close(gptds *ds);
+/* The folder that the index caches of dataset i of cfg go into (cfg->cache_dir, or the folder of
+ * paths[i]; BERT's dataset uses the same), td_xmalloc'ed; NULL with no_cache. */
+char *gptds_cache_dir(const gptds_config *cfg, int i);
 
 /* Checks every token id of the indexed dataset `idx` (opened from `path`) against [0, vocab),
  * scanning in parallel (OpenMP). A passing check is remembered in a cache file beside the
