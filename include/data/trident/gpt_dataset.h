@@ -74,7 +74,8 @@ char *gptds_cache_dir(const gptds_config *cfg, int i);
  * scanning in parallel (OpenMP). A passing check is remembered in a cache file beside the
  * dataset (or in cache_dir; none when cache_dir is "" or no_cache), keyed by the vocabulary
  * size, the .bin file's size and modification time and the document lengths, so the next open
- * costs nothing. An id outside the vocabulary ends the job (exit 1) with one line naming the
+ * costs nothing (a .bin modified less than 2 s ago gets none: a cache written that soon after it is
+ * not trusted, as a rewrite within one tick of the clock keeps the mtime). An id outside the vocabulary ends the job (exit 1) with one line naming the
  * file, the document and token offset (and byte offset in the .bin), the id and the vocabulary
  * size; vocab_source says where the size came from ("--vocab-file F"). Returns 1 when the result
  * came from the cache, 0 when it was scanned. */
