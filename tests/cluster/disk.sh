@@ -41,7 +41,12 @@ across() { # name, flags...: 4 ranks, 2 on each node; its exit code in $rc
 }
 ran() { # name: the run ended well
   [ "$rc" -eq 0 ] && return 0
-  bad "$1 exited $rc"; tail -20 "$1.log"; return 1
+  bad "$1 exited $rc"; tail -20 "$1.log"; holders; return 1
+}
+holders() { # a failure's first suspect: a namespace of the cluster gone (its holder process ended)
+  while read -r node pid _; do
+    kill -0 "$pid" 2>/dev/null || echo "note: the process holding $node's namespaces (pid $pid) has ended: the cluster broke"
+  done < "$CLUSTER_DIR/nodes"
 }
 # "node file built|loaded" for every cache line of a run (ranks 0-1 on node1, 2-3 on node2)
 caches() {
@@ -101,7 +106,7 @@ fi
 refused() { # name, what the one line must hold
   if [ "$rc" = 2 ] && [ "$(grep -c "$2" "$1.log")" = 1 ] && ! grep -q "gpt dataset" "$1.log"; then
     echo "ok: $1: refused at start, exit 2, one line naming node2's ranks"
-  else bad "$1: exit $rc, expected 2 with one line holding '$2', before the data opens"; cat "$1.log"; fi
+  else bad "$1: exit $rc, expected 2 with one line holding '$2', before the data opens"; cat "$1.log"; holders; fi
 }
 across save_local --data-path "$WORK/data/$name" --train-iters 2 --save /mnt/local/ckpt
 refused save_local "error: --save /mnt/local/ckpt is not one folder for all ranks: node2 (ranks 2-3) do not see the folder that rank 0 sees on node1"
