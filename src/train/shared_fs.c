@@ -13,7 +13,6 @@
  * file; and the --save check then refuses a folder that was shared, which says so and is safe. */
 #include "shared_fs.h"
 
-#include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -286,7 +285,7 @@ void sfs_check_save_dir(comm *world, const char *dir)
 void sfs_check_same_checkpoint(comm *world, const char *dir, int rc, const ckpt_meta *meta)
 {
     if (comm_size(world) == 1) return;
-    char mine[SFS_FIND], first[SFS_FIND];
+    char mine[SFS_FIND], first[SFS_FIND], other[SFS_FIND];
     if (rc == 0)
         snprintf(mine, sizeof mine, "iteration %lld in %s (run %s)", (long long)meta->progress.iteration, meta->dir,
                  meta->progress.run_id[0] ? meta->progress.run_id : "without id");
@@ -294,10 +293,15 @@ void sfs_check_same_checkpoint(comm *world, const char *dir, int rc, const ckpt_
         snprintf(mine, sizeof mine, "no checkpoint");
     memcpy(first, mine, sizeof first);
     comm_bcast(world, first, sizeof first, COMM_U8, 0);
+    int differs = strcmp(mine, first) != 0;
     char who[SFS_LIST], host0[SFS_HOST];
-    if (who_has(world, strcmp(mine, first) != 0, who, sizeof who, host0))
-        td_usage_error("--load %s does not show every rank the same checkpoint: %s find another than rank 0 on %s, "
-                       "which finds %s, so the ranks would start from different states. Give --load a folder on a "
-                       "filesystem that every node mounts (the shared home, NFS, Lustre), or the same copy on every "
-                       "node", dir, who, host0, first);
+    if (!who_has(world, differs, who, sizeof who, host0)) return;
+    int32_t odd = differs ? comm_rank(world) : INT32_MAX; /* the first rank that differs tells what it finds */
+    comm_allreduce(world, &odd, 1, COMM_I32, COMM_MIN);
+    memcpy(other, mine, sizeof other);
+    comm_bcast(world, other, sizeof other, COMM_U8, odd);
+    td_usage_error("--load %s shows the ranks different checkpoints: rank 0 on %s finds %s, but %s do not (rank %d "
+                   "finds %s), so the ranks would start from different states. Give --load a folder on a filesystem "
+                   "that every node mounts (the shared home, NFS, Lustre), or the same copy on every node",
+                   dir, host0, first, who, (int)odd, other);
 }

@@ -36,7 +36,8 @@ void sfs_check_save_dir(comm *world, const char *dir);
 
 /* Ends the job (exit 2, one line from rank 0) unless every rank found the same checkpoint in
  * --load `dir`: ckpt_find's result `rc` and, when rc is 0, meta's iteration folder, iteration
- * and run id. The line names rank 0's find and the hosts and ranks that found otherwise. */
+ * and run id. The line names rank 0's find, the hosts and ranks that found otherwise, and what
+ * the first of them found. */
 void sfs_check_same_checkpoint(comm *world, const char *dir, int rc, const ckpt_meta *meta);
 
 #endif

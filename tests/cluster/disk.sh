@@ -114,7 +114,7 @@ refused save_local "error: --save /mnt/local/ckpt is not one folder for all rank
 # 5. --load of a checkpoint that only node1's disk holds: refused; a copy on each node's disk loads
 cp -r "$WORK/ckpt" "$CLUSTER_DIR/node1/disk/copy"
 across load_one --data-path "$WORK/data/$name" --train-iters 4 --load /mnt/local/copy
-refused load_one "error: --load /mnt/local/copy does not show every rank the same checkpoint: node2 (ranks 2-3) find another than rank 0 on node1, which finds iteration 4"
+refused load_one "error: --load /mnt/local/copy shows the ranks different checkpoints: rank 0 on node1 finds iteration 4 in /mnt/local/copy/iter_0000004 (run [0-9a-f]*), but node2 (ranks 2-3) do not (rank 2 finds no checkpoint)"
 cp -r "$WORK/ckpt" "$CLUSTER_DIR/node2/disk/copy"
 across load_copies --data-path "$WORK/data/$name" --train-iters 4 --load /mnt/local/copy
 ran load_copies && echo "ok: a --load copied to each node's disk (the same checkpoint on every rank) loads"
