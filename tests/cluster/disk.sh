@@ -116,6 +116,16 @@ cp -r "$WORK/ckpt" "$CLUSTER_DIR/node1/disk/copy"
 across load_one --data-path "$WORK/data/$name" --train-iters 4 --load /mnt/local/copy
 refused load_one "error: --load /mnt/local/copy shows the ranks different checkpoints: rank 0 on node1 finds iteration 4 in /mnt/local/copy/iter_0000004 (run [0-9a-f]*), but node2 (ranks 2-3) do not (rank 2 finds no checkpoint)"
 cp -r "$WORK/ckpt" "$CLUSTER_DIR/node2/disk/copy"
-across load_copies --data-path "$WORK/data/$name" --train-iters 4 --load /mnt/local/copy
-ran load_copies && echo "ok: a --load copied to each node's disk (the same checkpoint on every rank) loads"
+# ... with a blend of the shared and the node-local copy (new caches: other sample counts): two
+# cache folders, one shared and one per node, each file built once on its disk, in three turns
+across load_copies --data-path 0.5 "$WORK/data/$name" 0.5 "/mnt/local/data/$name" --train-iters 4 --load /mnt/local/copy
+if ran load_copies; then
+  echo "ok: a --load copied to each node's disk (the same checkpoint on every rank) loads"
+  got=$(caches load_copies | awk '{ disk = $2 ~ /^\/mnt\/local\// ? $1 : "shared"; k = disk " " $2; n[k]++; b[k] += $3 == "built" }
+    END { for (k in n) print k, b[k] " built of " n[k] }' | sort)
+  want=$(echo "$got" | awk '{ print $1, $2, "1 built of", ($1 == "shared" ? 4 : 2) }')
+  if [ "$(echo "$got" | wc -l)" = 6 ] && [ "$got" = "$want" ]; then
+    echo "ok: load_copies: a blend of shared and node-local data: each cache built once on its disk (shared: once in all)"
+  else bad "load_copies: caches of the blend, per disk: want 2 shared + 2 per node, each built once"; echo "$got"; fi
+fi
 exit $fail
