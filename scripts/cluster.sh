@@ -5,7 +5,8 @@
 # which enters the node's namespaces where ssh would log in. Addresses (10.77.0.0/24) exist only
 # inside the namespaces made here; nothing is sent anywhere else.
 #
-# Usage: scripts/cluster.sh up N [--ranks-per-node K] [--rate RATE]   (RATE for tc tbf: 1gbit)
+# Usage: scripts/cluster.sh up N [--ranks-per-node K] [--rate RATE] [--private-disk]   (RATE for tc tbf: 1gbit;
+#          --private-disk: each node's own disk CLUSTER_DIR/nodeK/disk at /mnt/local, the rest shared)
 #        scripts/cluster.sh run NODE CMD...    (NODE: node1 .. nodeN)
 #        scripts/cluster.sh fault NODE kill|cut|loss|stop|heal   (what can go wrong with a node)
 #        scripts/cluster.sh down
@@ -68,11 +69,12 @@ hold() { # name, unshare flags...
 
 up() {
   local n=$1; shift
-  local per=1 rate=""
+  local per=1 rate="" disk=""
   while [ $# -gt 0 ]; do
     case $1 in
       --ranks-per-node) per=$2; shift 2 ;;
       --rate) rate=$2; shift 2 ;;
+      --private-disk) disk=/mnt/local; shift ;;
       *) echo "cluster.sh: unknown option $1 (see the usage at the top of the script)" >&2; exit 2 ;;
     esac
   done
@@ -98,6 +100,8 @@ up() {
     nsenter -t "$pid" -u hostname "$node"
     nsenter -t "$pid" -m mount --bind "$dir/hosts" /etc/hosts
     nsenter -t "$pid" -m mount --bind "$dir/$node/tmp" /tmp
+    # its own disk (an empty folder at /mnt/local outside the nodes); down removes it with $dir
+    [ -z "$disk" ] || { mkdir -p "$disk" "$dir/$node/disk" && nsenter -t "$pid" -m mount --bind "$dir/$node/disk" "$disk"; }
     # eth0 in the node, its peer on the bridge
     ip link add "tdc$$n$k" type veth peer name "tdb$$n$k"
     ip link set "tdc$$n$k" netns "$pid"
@@ -123,7 +127,7 @@ exec nsenter -t "\$pid" -n -u -m -- /bin/sh -c "\$*"
 EOF
   chmod +x "$dir/rsh"
   trap - ERR INT TERM
-  echo "cluster: $n nodes (node1..node$n, $net.11..), $per slots each${rate:+, links shaped to $rate}; hostfile $dir/hostfile, rsh agent $dir/rsh"
+  echo "cluster: $n nodes (node1..node$n, $net.11..), $per slots each${rate:+, links shaped to $rate}${disk:+, each its own disk at $disk}; hostfile $dir/hostfile, rsh agent $dir/rsh"
 }
 
 run() { # node, command...
@@ -159,9 +163,9 @@ fault() { # node, kind
 }
 
 case ${1:-} in
-  up) shift; [ $# -ge 1 ] || { echo "cluster.sh: up N [--ranks-per-node K] [--rate RATE]" >&2; exit 2; }; up "$@" ;;
+  up) shift; [ $# -ge 1 ] || { echo "cluster.sh: up N [--ranks-per-node K] [--rate RATE] [--private-disk]" >&2; exit 2; }; up "$@" ;;
   down) down ;;
   run) shift; [ $# -ge 2 ] || { echo "cluster.sh: run NODE CMD..." >&2; exit 2; }; run "$@" ;;
   fault) shift; [ $# -eq 2 ] || { echo "cluster.sh: fault NODE kill|cut|loss|stop|heal" >&2; exit 2; }; fault "$@" ;;
-  *) echo "usage: scripts/cluster.sh up N [--ranks-per-node K] [--rate RATE] | run NODE CMD... | fault NODE KIND | down" >&2; exit 2 ;;
+  *) echo "usage: scripts/cluster.sh up N [--ranks-per-node K] [--rate RATE] [--private-disk] | run NODE CMD... | fault NODE KIND | down" >&2; exit 2 ;;
 esac

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ds_cache.h"
@@ -383,6 +384,12 @@ static int check_gpt_arrays(const void *vctx, void *arr[DS_CACHE_MAX_ARRAYS], ch
     return 0;
 }
 
+char *gptds_cache_dir(const gptds_config *cfg, int i)
+{
+    if (cfg->no_cache) return NULL;
+    return cfg->cache_dir ? td_xstrdup(cfg->cache_dir) : dir_of(cfg->paths[i]);
+}
+
 static char *cache_path(const gptds_config *cfg, const char *dataset_path, const char *stem, gptds_split s,
                         uint64_t key)
 {
@@ -551,6 +558,12 @@ static int check_ids_arrays(const void *vctx, void *arr[DS_CACHE_MAX_ARRAYS], ch
     return 0;
 }
 
+/* a - b in seconds */
+static double seconds_after(const struct timespec *a, const struct timespec *b)
+{
+    return (double)(a->tv_sec - b->tv_sec) + 1e-9 * (double)(a->tv_nsec - b->tv_nsec);
+}
+
 int gptds_check_token_ids(const char *path, const idx_dataset *idx, int vocab, const char *vocab_source,
                           const char *cache_dir, int no_cache)
 {
@@ -581,8 +594,7 @@ int gptds_check_token_ids(const char *path, const idx_dataset *idx, int vocab, c
      * keeps its mtime: a cache written less than 2 s after the .bin's mtime could predate such a
      * rewrite, so it is not trusted (git's "racily clean" rule), and the scan writes a newer one */
     struct stat cs;
-    int racy = file && stat(file, &cs) == 0 &&
-               (double)(cs.st_mtim.tv_sec - st.st_mtim.tv_sec) + 1e-9 * (double)(cs.st_mtim.tv_nsec - st.st_mtim.tv_nsec) < 2;
+    int racy = file && stat(file, &cs) == 0 && seconds_after(&cs.st_mtim, &st.st_mtim) < 2;
     int loaded = file && !racy && ds_cache_load(file, &L, check_ids_arrays, &ctx, arr, &im) == 0;
     if (!loaded) {
         double t0 = td_now();
@@ -601,7 +613,11 @@ int gptds_check_token_ids(const char *path, const idx_dataset *idx, int vocab, c
         int64_t *v = arr[0];
         v[0] = ntok;
         v[1] = vocab;
-        ds_cache_store(file, im.p, im.len);
+        /* a cache written now would be racy by the rule above, never trusted: none is written (so
+         * the ranks that all scan a .bin this fresh never write one file at once either) */
+        struct timespec now;
+        clock_gettime(CLOCK_REALTIME, &now);
+        ds_cache_store(seconds_after(&now, &st.st_mtim) < 2 ? NULL : file, im.p, im.len);
     }
     ds_image_free(&im);
     free(file);

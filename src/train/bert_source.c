@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "trident/bert_dataset.h"
+#include "shared_fs.h"
 #include "trident/check.h"
 #include "trident/tokenizer.h"
 
@@ -19,6 +20,17 @@ struct bert_source {
     int64_t *sample;
     float mlm_weight, sop_weight;
 };
+
+struct open_bert {
+    const bertds_config *bc;
+    bertds *ds;
+};
+
+static void open_bert(void *ctx)
+{
+    struct open_bert *o = ctx;
+    o->ds = bertds_open(o->bc);
+}
 
 bert_source *bert_source_open(const gptds_config *dc, const td_args *a, const gpt_config *c, int mbs, int num_micro,
                               int dp, int dp_rank, comm *world)
@@ -48,10 +60,9 @@ bert_source *bert_source_open(const gptds_config *dc, const td_args *a, const gp
                         .subword = bv.subword};
     memcpy(bc.num_samples, dc->num_samples, sizeof bc.num_samples);
     bert_source *s = td_xcalloc(1, sizeof *s);
-    int rank = comm_rank(world);
-    if (rank == 0) s->ds = bertds_open(&bc);
-    comm_barrier(world);
-    if (rank != 0) s->ds = bertds_open(&bc);
+    struct open_bert o = {&bc, NULL};
+    sfs_open_data(world, dc, open_bert, &o); /* each cache folder built by one rank, then read by the others */
+    s->ds = o.ds;
     free(bv.subword);
     tok_free(tok);
     s->seq = c->seq, s->mbs = mbs, s->num_micro = num_micro, s->dp = dp, s->dp_rank = dp_rank;

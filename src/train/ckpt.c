@@ -12,6 +12,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "shared_fs.h"
 #include "train_impl.h"
 #include "trident/check.h"
 #include "trident/timer.h"
@@ -80,6 +81,7 @@ int run_resume_find(td_args *eff, comm *world, ckpt_meta *meta)
     char err[1024] = "";
     int rc = ckpt_find(eff->load, meta, err, sizeof err);
     run_fail_if_any(world, rc < 0, err);
+    sfs_check_same_checkpoint(world, eff->load, rc, meta); /* not one rank from scratch, another resuming */
     if (rc == 1) {
         /* only the first run of `--save X --load X` starts from scratch; any other empty --load
          * is a wrong path */

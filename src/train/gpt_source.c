@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "shared_fs.h"
 #include "trident/check.h"
 
 typedef struct {
@@ -49,13 +50,24 @@ static void gpt_close(void *self)
 
 const batch_source_ops gpt_source_ops = {"GPT windows", gpt_begin, gpt_num_samples, gpt_close};
 
+struct open_gpt {
+    const gptds_config *dc;
+    gptds *ds;
+};
+
+static void open_gpt(void *ctx)
+{
+    struct open_gpt *o = ctx;
+    o->ds = gptds_open(o->dc);
+}
+
 void *gpt_source_open(const gptds_config *dc, const gpt_config *c, int mbs, int num_micro, int dp, int dp_rank,
                       comm *world)
 {
     gpt_source *g = td_xcalloc(1, sizeof *g);
-    if (comm_rank(world) == 0) g->ds = gptds_open(dc);
-    comm_barrier(world);
-    if (comm_rank(world) != 0) g->ds = gptds_open(dc);
+    struct open_gpt o = {dc, NULL};
+    sfs_open_data(world, dc, open_gpt, &o); /* each cache folder built by one rank, then read by the others */
+    g->ds = o.ds;
     g->mbs = mbs, g->dp = dp, g->dp_rank = dp_rank, g->seq = c->seq, g->num_micro = num_micro;
     size_t rows = (size_t)num_micro * mbs;
     g->window = td_xmalloc((size_t)mbs * (c->seq + 1) * sizeof(int32_t));

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "shared_fs.h"
 #include "train_impl.h"
 #include "trident/check.h"
 #include "trident/timer.h"
@@ -88,6 +89,7 @@ int trainer_run(const td_args *a, comm *world)
         td_args_free(&eff);
         return 1;
     }
+    if (eff.save) sfs_check_save_dir(world, eff.save); /* one folder for all ranks, never a node-local one */
     if (eff.save) {
         int64_t start = resume && !eff.finetune ? meta.progress.iteration : 0;
         int bad = rank == 0 && ckpt_check_save_dir(eff.save, start, resume ? meta.dir : NULL, msg, sizeof msg);

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
+#include <glob.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -709,15 +710,15 @@ static void write_ids(const char *prefix, enum idx_dtype dt, const int32_t *ids,
     if (idx_writer_finish(w, err, sizeof err) != 0) fail_msg("%s", err);
 }
 
-/* Sets PREFIX.bin's modification time 10 s back: a cache of its check is trusted only when
- * written 2 s or more after the .bin was (gptds_check_token_ids). */
-static void age_bin(const char *prefix)
+/* Sets PREFIX.bin's modification time `delta` seconds from now: a cache of its check is written,
+ * and trusted, only 2 s or more after the .bin was modified (gptds_check_token_ids). */
+static void set_bin_time(const char *prefix, int delta)
 {
     char bin[700];
     snprintf(bin, sizeof bin, "%s.bin", prefix);
     struct timespec now, t[2];
     clock_gettime(CLOCK_REALTIME, &now);
-    t[0] = t[1] = (struct timespec){now.tv_sec - 10, now.tv_nsec};
+    t[0] = t[1] = (struct timespec){now.tv_sec + delta, now.tv_nsec};
     assert_int_equal(utimensat(AT_FDCWD, bin, t, 0), 0);
 }
 
@@ -727,7 +728,7 @@ static void token_ids_checked_against_the_vocabulary(void **state)
     char out[4096], want[256];
     int how = 0;
     /* dataset c: ids d * 1000 + p. All below 60000: passes, scanned, then from the cache */
-    age_bin(path_in("c"));
+    set_bin_time(path_in("c"), -10);
     assert_int_equal(open_with_vocab(path_in("c"), 60000, out, sizeof out, &how), 0);
     assert_int_equal(how, 1);
     assert_int_equal(open_with_vocab(path_in("c"), 60000, out, sizeof out, &how), 0);
@@ -779,6 +780,20 @@ static void token_ids_checked_against_the_vocabulary(void **state)
     write_ids(path_in("rw"), IDX_U16, good, lens, 3);
     assert_int_equal(open_with_vocab(path_in("rw"), 50, out, sizeof out, NULL), 1);
     assert_non_null(strstr(out, "token id 50 at document 2, token 3 (byte 16 of the file)"));
+
+    /* a .bin this fresh gets no cache of its check (one written now would be racy, never trusted;
+     * and the ranks that all scan it would write one file at once): scanned again. (Its time is
+     * set a minute ahead: fresh however slowly the test runs.) */
+    write_ids(path_in("fresh"), IDX_U16, neg, lens, 3);
+    set_bin_time(path_in("fresh"), 60);
+    assert_int_equal(open_with_vocab(path_in("fresh"), 50, out, sizeof out, &how), 0);
+    assert_int_equal(how, 1);
+    char pat[800];
+    glob_t g;
+    snprintf(pat, sizeof pat, "%s.ids.*", path_in("fresh"));
+    assert_int_equal(glob(pat, 0, NULL, &g), GLOB_NOMATCH);
+    assert_int_equal(open_with_vocab(path_in("fresh"), 50, out, sizeof out, &how), 0);
+    assert_int_equal(how, 1);
 }
 
 /* ---- the command ------------------------------------------------------------------------- */

@@ -62,16 +62,20 @@ typedef struct gptds gptds;
  * or has a split with too few tokens for the samples asked of it, ends the job with one line
  * naming it. A cache file that is missing, corrupt or for other
  * inputs is rebuilt (with a warning when it existed). Safe to call from several processes at
- * once (unique temporaries, atomic rename); a trainer should open on one rank first so that the
- * others load. Logs what it did at info level. */
+ * once (unique temporaries, atomic rename); a trainer opens on one rank per cache folder first,
+ * so that the others load (src/train/shared_fs.c). Logs what it did at info level. */
 gptds *gptds_open(const gptds_config *cfg);
 void gptds_close(gptds *ds);
+/* The folder that the index caches of dataset i of cfg go into (cfg->cache_dir, or the folder of
+ * paths[i]; BERT's dataset uses the same), td_xmalloc'ed; NULL with no_cache. */
+char *gptds_cache_dir(const gptds_config *cfg, int i);
 
 /* Checks every token id of the indexed dataset `idx` (opened from `path`) against [0, vocab),
  * scanning in parallel (OpenMP). A passing check is remembered in a cache file beside the
  * dataset (or in cache_dir; none when cache_dir is "" or no_cache), keyed by the vocabulary
  * size, the .bin file's size and modification time and the document lengths, so the next open
- * costs nothing. An id outside the vocabulary ends the job (exit 1) with one line naming the
+ * costs nothing (a .bin modified less than 2 s ago gets none: a cache written that soon after it is
+ * not trusted, as a rewrite within one tick of the clock keeps the mtime). An id outside the vocabulary ends the job (exit 1) with one line naming the
  * file, the document and token offset (and byte offset in the .bin), the id and the vocabulary
  * size; vocab_source says where the size came from ("--vocab-file F"). Returns 1 when the result
  * came from the cache, 0 when it was scanned. */
