@@ -5,7 +5,8 @@
 # which enters the node's namespaces where ssh would log in. Addresses (10.77.0.0/24) exist only
 # inside the namespaces made here; nothing is sent anywhere else.
 #
-# Usage: scripts/cluster.sh up N [--ranks-per-node K] [--rate RATE]   (RATE for tc tbf: 1gbit)
+# Usage: scripts/cluster.sh up N [--ranks-per-node K] [--rate RATE] [--slurm]   (RATE for tc tbf: 1gbit;
+#          --slurm: munge, slurmctld and a slurmd per node of K CPUs, see scripts/cluster-slurm.sh)
 #        scripts/cluster.sh run NODE CMD...    (NODE: node1 .. nodeN)
 #        scripts/cluster.sh down
 # Environment: CLUSTER_DIR (default /run/trident-cluster; not under /tmp, which each node has its own of): the hostfile, the rsh agent
@@ -29,6 +30,7 @@ pid_of() { # node -> the pid holding its namespaces
 
 down() {
   [ -f "$dir/nodes" ] || { rm -rf "$dir"; return 0; }
+  [ ! -d "$dir/slurm" ] || "$(dirname "$0")/cluster-slurm.sh" down || true
   # the namespaces (and the veth links, the bridge and the addresses in them) end with their holders
   awk '{ print $2 }' "$dir/nodes" | while read -r pid; do kill "$pid" 2>/dev/null || true; done
   rm -rf "$dir"
@@ -53,11 +55,12 @@ hold() { # name, unshare flags...
 
 up() {
   local n=$1; shift
-  local per=1 rate=""
+  local per=1 rate="" slurm=""
   while [ $# -gt 0 ]; do
     case $1 in
       --ranks-per-node) per=$2; shift 2 ;;
       --rate) rate=$2; shift 2 ;;
+      --slurm) slurm=1; shift ;;
       *) echo "cluster.sh: unknown option $1 (see the usage at the top of the script)" >&2; exit 2 ;;
     esac
   done
@@ -107,8 +110,10 @@ pid=\$(awk -v n="\$host" '\$1 == n { print \$2 }' "$dir/nodes")
 exec nsenter -t "\$pid" -n -u -m -- /bin/sh -c "\$*"
 EOF
   chmod +x "$dir/rsh"
+  [ -z "$slurm" ] || "$(dirname "$0")/cluster-slurm.sh" up "$n" "$per"
   trap - ERR INT TERM
   echo "cluster: $n nodes (node1..node$n, $net.11..), $per slots each${rate:+, links shaped to $rate}; hostfile $dir/hostfile, rsh agent $dir/rsh"
+  [ -z "$slurm" ] || echo "slurm: export SLURM_CONF=$dir/slurm/slurm.conf, then e.g. scripts/cluster.sh run node1 srun -N $n hostname"
 }
 
 run() { # node, command...
@@ -120,8 +125,8 @@ run() { # node, command...
 }
 
 case ${1:-} in
-  up) shift; [ $# -ge 1 ] || { echo "cluster.sh: up N [--ranks-per-node K] [--rate RATE]" >&2; exit 2; }; up "$@" ;;
+  up) shift; [ $# -ge 1 ] || { echo "cluster.sh: up N [--ranks-per-node K] [--rate RATE] [--slurm]" >&2; exit 2; }; up "$@" ;;
   down) down ;;
   run) shift; [ $# -ge 2 ] || { echo "cluster.sh: run NODE CMD..." >&2; exit 2; }; run "$@" ;;
-  *) echo "usage: scripts/cluster.sh up N [--ranks-per-node K] [--rate RATE] | run NODE CMD... | down" >&2; exit 2 ;;
+  *) echo "usage: scripts/cluster.sh up N [--ranks-per-node K] [--rate RATE] [--slurm] | run NODE CMD... | down" >&2; exit 2 ;;
 esac
