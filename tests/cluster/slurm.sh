@@ -5,7 +5,7 @@
 #  (a) srun -N 2 --ntasks-per-node 2 --mpi=pmix trident train, and salloc -N 2 --ntasks-per-node 2
 #      mpirun trident train, tp 2 x dp 2: each node holds one tensor-parallel pair (the placement
 #      line), and the losses, grad norms and final parameters are the one-rank run's within 1e-5
-#      (compare_runs);
+#      (compare_runs); srun without --mpi=pmix is refused (each rank would be a world of one);
 #  (b) sbatch --time=1 --signal=TERM@22: slurmctld checks time limits every 30 s and sends the
 #      signal at the first check that finds the end less than 22 + 30 s away (from 8 s after the
 #      start: trident is past its start-up by then); every rank gets SIGTERM, trident
@@ -84,6 +84,13 @@ across() { # name, launcher...
   grep -qF "placement: node1: ranks 0-1 (tp 0-1, pp 0, dp 0); node2: ranks 2-3 (tp 0-1, pp 0, dp 1)" "$name.log" ||
     { bad "$*: no placement line with a tensor-parallel pair on each node"; grep placement "$name.log"; }
 }
+# without --mpi=pmix (this cluster's MpiDefault is none, as Debian's) each rank could start as a
+# world of its own: Open MPI must refuse instead
+if timeout 60 "$cluster" run node1 srun -N 2 --ntasks-per-node 2 "$TRIDENT" train "${BASE[@]}" --exit-interval 3 > nopmix.log 2>&1; then
+  bad "srun without --mpi=pmix trained"; grep -m 2 "world" nopmix.log
+elif grep -q 'direct launched using "srun"' nopmix.log && ! grep -q "iteration " nopmix.log; then
+  ok "srun without --mpi=pmix: refused by Open MPI before any rank trains ($(grep -m 1 -o 'The application appears to have been direct launched using "srun"' nopmix.log))"
+else bad "srun without --mpi=pmix: failed otherwise"; tail -5 nopmix.log; fi
 across srun srun -N 2 --ntasks-per-node 2 --mpi=pmix
 wait
 compare one srun "srun -N 2 --ntasks-per-node 2 --mpi=pmix: tp 2 x dp 2 across 2 nodes = one rank, a tp pair on each node"
