@@ -130,14 +130,21 @@ else bad "the requeued job: $state, $(wc -l < job.jsonl) metrics lines (want $((
 compare ref job "the interrupted and requeued job (iterations 1-$n, then $((n + 1))-$((n + 3))) = the uninterrupted one-rank run"
 
 # down while a job runs: its slurmstepd and tasks outlive slurmd, and must not outlive down
-login sbatch -N 2 -o /dev/null --wrap 'srun sleep 300' > /dev/null
-for _ in $(seq 100); do [ "$(pgrep -fc '(^|/)sleep 300$')" -ge 2 ] && break; sleep 0.1; done # its tasks, one a node
 nets=$(awk '{ print $2 }' "$CLUSTER_DIR/nodes" | while read -r p; do readlink "/proc/$p/ns/net"; done)
-in_cluster() { find /proc -mindepth 3 -maxdepth 3 -path '/proc/[0-9]*/ns/net' -printf '%l\n' 2>/dev/null | grep -cFx "$nets"; }
-before=$(in_cluster)
+in_cluster() { # pids of the processes in the cluster's network namespaces
+  find /proc -mindepth 3 -maxdepth 3 -path '/proc/[0-9]*/ns/net' -printf '%l %h\n' 2>/dev/null | grep -F "$nets" | cut -d/ -f3
+}
+tasks() { # how many of them run `sleep 300`
+  local p k=0
+  for p in $(in_cluster); do tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null | grep -q '^[^ ]*sleep 300 $' && k=$((k + 1)); done
+  echo $k
+}
+login sbatch -N 2 -o /dev/null --wrap 'srun sleep 300' > /dev/null
+for _ in $(seq 100); do [ "$(tasks)" = 2 ] && break; sleep 0.1; done # one on each node
+running=$(tasks) before=$(in_cluster | wc -l)
 "$cluster" down
-for _ in $(seq 20); do after=$(in_cluster); [ "$after" = 0 ] && break; sleep 0.1; done # the holders' unshare ending
-if [ "$after" = 0 ] && [ "$before" -gt 10 ] && ! pgrep -f "$CLUSTER_DIR" > /dev/null; then
-  ok "down with a job running: $before processes in the cluster's namespaces before, none after"
-else bad "down left $after of $before processes in the cluster's namespaces"; pgrep -af "$CLUSTER_DIR"; fi
+for _ in $(seq 20); do after=$(in_cluster | wc -l); [ "$after" = 0 ] && break; sleep 0.1; done # the holders' unshare ending
+if [ "$running" = 2 ] && [ "$after" = 0 ] && ! pgrep -f "$CLUSTER_DIR" > /dev/null; then
+  ok "down with a job running (its 2 tasks among $before processes in the cluster's namespaces): none left"
+else bad "down with $running of the job's 2 tasks running left $after of $before processes in the cluster's namespaces"; pgrep -af "$CLUSTER_DIR"; fi
 exit $fail
