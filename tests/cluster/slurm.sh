@@ -33,16 +33,6 @@ fail=0
 ok() { echo "ok: $* ($SECONDS s)"; }
 bad() { echo "FAIL: $*"; fail=1; }
 
-# A second cluster beside this one whose slurmd cannot start (a planted one that fails): one
-# line naming the daemon and its last words, exit 77 (the tests that need Slurm skip), and
-# nothing of it left behind
-mkdir bin && printf '#!/bin/sh\necho "slurmd: fatal: planted failure" >&2\nexit 1\n' > bin/slurmd && chmod +x bin/slurmd
-said=$(PATH=$PWD/bin:$PATH CLUSTER_DIR=$CLUSTER_DIR.planted "$cluster" up 1 --slurm 2>&1); rc=$?
-if [ $rc = 77 ] && [ "$said" = "cluster-slurm.sh: Slurm could not start here (slurmd.node1 ended: slurmd: fatal: planted failure): skipped" ] &&
-   [ ! -e "$CLUSTER_DIR.planted" ] && ! pgrep -f "$CLUSTER_DIR.planted" > /dev/null; then
-  ok "a slurmd that cannot start: exit 77, one line naming it, nothing left"
-else bad "a slurmd that cannot start: exit $rc, said '$said'"; pgrep -af "$CLUSTER_DIR.planted"; fi
-
 # The layout tests' model; --train-iters fixed for every run, so that the learning-rate schedule
 # and the dataset's sample order are the same whichever iteration a run stops at. The signal
 # comes after 40-250 iterations, as the machine's load has it: --adam-eps 1e-5 keeps the float
@@ -60,6 +50,28 @@ compare() { # reference, run, what
   if "$COMPARE_RUNS" "$1.jsonl" "$2.jsonl" "$1.params" "$2.params" 1e-5 > "$2.cmp" 2>&1; then ok "$3"
   else bad "$3: differs from the one-rank run"; cat "$2.cmp"; fi
 }
+# A second cluster beside this one whose slurmd cannot start (a planted one that fails): one
+# line naming the daemon and its last words, exit 77 (the tests that need Slurm skip), and
+# nothing of it left behind
+planted_slurmd() {
+  mkdir -p bin && printf '#!/bin/sh\necho "slurmd: fatal: planted failure" >&2\nexit 1\n' > bin/slurmd && chmod +x bin/slurmd
+  local said rc
+  said=$(PATH=$PWD/bin:$PATH CLUSTER_DIR=$CLUSTER_DIR.planted "$cluster" up 1 --slurm 2>&1); rc=$?
+  if [ $rc = 77 ] && [ "$said" = "cluster-slurm.sh: Slurm could not start here (slurmd.node1 ended: slurmd: fatal: planted failure): skipped" ] &&
+     [ ! -e "$CLUSTER_DIR.planted" ] && ! pgrep -f "$CLUSTER_DIR.planted" > /dev/null; then
+    ok "a slurmd that cannot start: exit 77, one line naming it, nothing left"
+  else bad "a slurmd that cannot start: exit $rc, said '$said'"; pgrep -af "$CLUSTER_DIR.planted"; fi
+}
+# Without --mpi=pmix (this cluster's MpiDefault is none, as Debian's) each rank could start as a
+# world of its own: Open MPI must refuse instead
+without_pmix() {
+  if timeout 60 "$cluster" run node1 srun -N 2 --ntasks-per-node 2 "$TRIDENT" train "${BASE[@]}" --exit-interval 3 > nopmix.log 2>&1; then
+    bad "srun without --mpi=pmix trained"; grep -m 2 "world" nopmix.log
+  elif grep -q 'direct launched using "srun"' nopmix.log && ! grep -q "iteration " nopmix.log; then
+    ok "srun without --mpi=pmix: refused by Open MPI before any rank trains ($(grep -m 1 -o 'The application appears to have been direct launched using "srun"' nopmix.log))"
+  else bad "srun without --mpi=pmix: failed otherwise"; tail -5 nopmix.log; fi
+}
+
 field() { tr ' ' '\n' <<< "$1" | sed -n "s/^$2=//p"; } # scontrol -o line, field name
 wait_job() { # id, restarts: waits (120 s at most) until the job's run number `restarts` has ended; sets state, runtime
   local line
@@ -84,13 +96,6 @@ across() { # name, launcher...
   grep -qF "placement: node1: ranks 0-1 (tp 0-1, pp 0, dp 0); node2: ranks 2-3 (tp 0-1, pp 0, dp 1)" "$name.log" ||
     { bad "$*: no placement line with a tensor-parallel pair on each node"; grep placement "$name.log"; }
 }
-# without --mpi=pmix (this cluster's MpiDefault is none, as Debian's) each rank could start as a
-# world of its own: Open MPI must refuse instead
-if timeout 60 "$cluster" run node1 srun -N 2 --ntasks-per-node 2 "$TRIDENT" train "${BASE[@]}" --exit-interval 3 > nopmix.log 2>&1; then
-  bad "srun without --mpi=pmix trained"; grep -m 2 "world" nopmix.log
-elif grep -q 'direct launched using "srun"' nopmix.log && ! grep -q "iteration " nopmix.log; then
-  ok "srun without --mpi=pmix: refused by Open MPI before any rank trains ($(grep -m 1 -o 'The application appears to have been direct launched using "srun"' nopmix.log))"
-else bad "srun without --mpi=pmix: failed otherwise"; tail -5 nopmix.log; fi
 across srun srun -N 2 --ntasks-per-node 2 --mpi=pmix
 wait
 compare one srun "srun -N 2 --ntasks-per-node 2 --mpi=pmix: tp 2 x dp 2 across 2 nodes = one rank, a tp pair on each node"
@@ -108,6 +113,7 @@ compare one salloc "salloc -N 2 --ntasks-per-node 2 mpirun: tp 2 x dp 2 across 2
 } > job.sh
 id=$(login sbatch --parsable -N 2 --ntasks-per-node 2 --time=1 --signal=TERM@22 --requeue --open-mode=append -o job.log job.sh) ||
   { bad "sbatch: $id"; exit 1; }
+planted_slurmd # meanwhile (it needs no CPU of this cluster)
 wait_job "$id" 0
 n=$(cat ck/latest_checkpointed_iteration.txt 2>/dev/null)
 if [ "$state" = COMPLETED ] && [ -n "$n" ] && grep -q "received SIGTERM: saving iteration $n to ck before exiting" job.log &&
@@ -121,6 +127,7 @@ echo $((n + 3)) > stop
 # (pending again) the second run's limit: 10 minutes, so that no time-limit signal comes again before its 3 iterations
 login scontrol requeue "$id" && login scontrol update JobId="$id" TimeLimit=10 || bad "scontrol requeue $id failed"
 one_rank ref $((n + 3)) & # the uninterrupted run, while the requeued job waits its turn
+without_pmix # meanwhile: the nodes are free until the requeued job may start
 wait_job "$id" 1
 wait
 if [ "$state" = COMPLETED ] && grep -q "loaded checkpoint ck/iter_$(printf %07d "$n")" job.log &&
