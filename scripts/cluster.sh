@@ -5,8 +5,9 @@
 # which enters the node's namespaces where ssh would log in. Addresses (10.77.0.0/24) exist only
 # inside the namespaces made here; nothing is sent anywhere else.
 #
-# Usage: scripts/cluster.sh up N [--ranks-per-node K] [--rate RATE] [--private-disk]   (RATE for tc tbf: 1gbit;
-#          --private-disk: each node's own disk CLUSTER_DIR/nodeK/disk at /mnt/local, the rest shared)
+# Usage: scripts/cluster.sh up N [--ranks-per-node K] [--rate RATE] [--private-disk] [--slurm]   (RATE for tc tbf: 1gbit;
+#          --private-disk: each node's own disk CLUSTER_DIR/nodeK/disk at /mnt/local, the rest shared;
+#          --slurm: munge, slurmctld and a slurmd per node of K CPUs, see scripts/cluster-slurm.sh)
 #        scripts/cluster.sh run NODE CMD...    (NODE: node1 .. nodeN)
 #        scripts/cluster.sh fault NODE kill|cut|loss|stop|heal   (what can go wrong with a node)
 #        scripts/cluster.sh down
@@ -41,6 +42,7 @@ procs_of() {
 
 down() {
   [ -f "$dir/nodes" ] || { rm -rf "$dir"; return 0; }
+  [ ! -d "$dir/slurm" ] || "$(dirname "$0")/cluster-slurm.sh" down || true
   # what still runs inside a node (a daemon of a job that was cut off, a stopped rank) goes too
   awk '$1 != "bridge" { print $1 }' "$dir/nodes" | while read -r node; do
     procs_of "$node" | xargs -r kill -KILL 2>/dev/null || true
@@ -69,12 +71,13 @@ hold() { # name, unshare flags...
 
 up() {
   local n=$1; shift
-  local per=1 rate="" disk=""
+  local per=1 rate="" disk="" slurm=""
   while [ $# -gt 0 ]; do
     case $1 in
       --ranks-per-node) per=$2; shift 2 ;;
       --rate) rate=$2; shift 2 ;;
       --private-disk) disk=/mnt/local; shift ;;
+      --slurm) slurm=1; shift ;;
       *) echo "cluster.sh: unknown option $1 (see the usage at the top of the script)" >&2; exit 2 ;;
     esac
   done
@@ -126,8 +129,10 @@ pid=\$(awk -v n="\$host" '\$1 == n { print \$2 }' "$dir/nodes")
 exec nsenter -t "\$pid" -n -u -m -- /bin/sh -c "\$*"
 EOF
   chmod +x "$dir/rsh"
+  [ -z "$slurm" ] || "$(dirname "$0")/cluster-slurm.sh" up "$n" "$per"
   trap - ERR INT TERM
   echo "cluster: $n nodes (node1..node$n, $net.11..), $per slots each${rate:+, links shaped to $rate}${disk:+, each its own disk at $disk}; hostfile $dir/hostfile, rsh agent $dir/rsh"
+  [ -z "$slurm" ] || echo "slurm: export SLURM_CONF=$dir/slurm/slurm.conf, then e.g. scripts/cluster.sh run node1 srun -N $n hostname"
 }
 
 run() { # node, command...
@@ -163,9 +168,9 @@ fault() { # node, kind
 }
 
 case ${1:-} in
-  up) shift; [ $# -ge 1 ] || { echo "cluster.sh: up N [--ranks-per-node K] [--rate RATE] [--private-disk]" >&2; exit 2; }; up "$@" ;;
+  up) shift; [ $# -ge 1 ] || { echo "cluster.sh: up N [--ranks-per-node K] [--rate RATE] [--private-disk] [--slurm]" >&2; exit 2; }; up "$@" ;;
   down) down ;;
   run) shift; [ $# -ge 2 ] || { echo "cluster.sh: run NODE CMD..." >&2; exit 2; }; run "$@" ;;
   fault) shift; [ $# -eq 2 ] || { echo "cluster.sh: fault NODE kill|cut|loss|stop|heal" >&2; exit 2; }; fault "$@" ;;
-  *) echo "usage: scripts/cluster.sh up N [--ranks-per-node K] [--rate RATE] [--private-disk] | run NODE CMD... | fault NODE KIND | down" >&2; exit 2 ;;
+  *) echo "usage: scripts/cluster.sh up N [--ranks-per-node K] [--rate RATE] [--private-disk] [--slurm] | run NODE CMD... | fault NODE KIND | down" >&2; exit 2 ;;
 esac

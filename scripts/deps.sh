@@ -5,6 +5,8 @@ set -euo pipefail
 pkgs=(build-essential cmake pkg-config libopenblas-openmp-dev libdnnl-dev libopenmpi-dev openmpi-bin
       libpcre2-dev libcjson-dev libcmocka-dev zlib1g-dev libzstd-dev libicu-dev libmicrohttpd-dev curl
       protobuf-compiler) # protoc --decode_raw reads the TensorBoard files in the tests
+# Slurm for the emulated cluster's `--slurm` (scripts/cluster-slurm.sh, tests/cluster/slurm.sh)
+pkgs+=(slurmctld slurmd slurm-client munge)
 [ "${1:-}" = "--fuzz" ] && pkgs+=(clang)
 missing=()
 for p in "${pkgs[@]}"; do
