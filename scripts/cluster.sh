@@ -30,12 +30,15 @@ pid_of() { # node -> the pid holding its namespaces
   awk -v n="$1" '$1 == n { print $2 }' "$dir/nodes" 2>/dev/null
 }
 
-# The processes inside node $1's namespaces (its network namespace), its holder aside.
+# The processes inside node $1's namespaces (its network namespace), its holder and the unshare
+# above it (which entered the namespaces too) aside.
 procs_of() {
   local pid; pid=$(pid_of "$1"); [ -n "$pid" ] || return 0
+  local outer; outer=$(awk -v n="$1" '$1 == n { print $3 }' "$dir/nodes")
   local ns; ns=$(readlink "/proc/$pid/ns/net") || return 0
   for p in /proc/[0-9]*; do
-    [ "${p#/proc/}" != "$pid" ] && [ "$(readlink "$p/ns/net" 2>/dev/null)" = "$ns" ] && echo "${p#/proc/}"
+    case ${p#/proc/} in "$pid"|"$outer") continue ;; esac
+    [ "$(readlink "$p/ns/net" 2>/dev/null)" = "$ns" ] && echo "${p#/proc/}"
   done
   return 0
 }
