@@ -12,7 +12,7 @@ LLAMA=(--normalization RMSNorm --position-embedding-type rope --swiglu --ffn-hid
        --group-query-attention --num-query-groups 2 --disable-bias-linear --untie-embeddings-and-output-weights)
 train() { # name flags...
   local name=$1; shift
-  OMP_NUM_THREADS=2 "$TRIDENT" train --data-path "$DATA" "${TOK[@]}" --split 949,50,1 --num-layers 4 --hidden-size 64 \
+  "$TRIDENT" train --data-path "$DATA" "${TOK[@]}" --split 949,50,1 --num-layers 4 --hidden-size 64 \
     --num-attention-heads 4 --seq-length 64 --max-position-embeddings 128 --micro-batch-size 8 --global-batch-size 8 \
     --train-iters 30 --lr 4e-3 --min-lr 4e-4 --lr-decay-style cosine --lr-warmup-iters 10 --hidden-dropout 0 \
     --attention-dropout 0 --eval-iters 0 --log-interval 10 --seed 1 --make-vocab-size-divisible-by 256 \

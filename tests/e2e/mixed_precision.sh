@@ -26,7 +26,7 @@ pass=0 fail=0
 ok() { echo "ok: $*"; pass=$((pass + 1)); }
 bad() { echo "FAIL: $*"; fail=$((fail + 1)); }
 rm -rf "$WORK" && mkdir -p "$WORK" && cd "$WORK" || exit 1
-export OMP_NUM_THREADS=2
+export OMP_NUM_THREADS=1 # as TD_MPI_ENV: the other core runs another test
 DATAF=(--data-path "$DATA" --vocab-file "$VOCAB" --merge-file "$MERGES" --split 949,50,1 --num-layers 2
        --hidden-size 64 --num-attention-heads 4 --seq-length 64 --seed 1)
 TRAIN=(--lr 4e-3 --min-lr 4e-4 --lr-decay-style cosine --lr-warmup-iters 15 --weight-decay 0.1 --hidden-dropout 0

@@ -42,7 +42,7 @@ subprocess.run([T, "train", "--data-path", "a_text_document", *TOK, "--split", "
                 "--hidden-size", "32", "--num-attention-heads", "2", "--seq-length", "16", "--micro-batch-size", "4",
                 "--train-iters", "40", "--lr", "1e-2", "--hidden-dropout", "0", "--attention-dropout", "0",
                 "--eval-iters", "0", "--log-interval", "1000", "--make-vocab-size-divisible-by", "256", "--save", "eodck"],
-               env=dict(env, OMP_NUM_THREADS="2"), check=True, capture_output=True, timeout=300)
+               env=env, check=True, capture_output=True, timeout=300)
 
 def free_port():
     s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]; s.close(); return p
