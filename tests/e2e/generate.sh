@@ -57,7 +57,7 @@ grep -q "tokens/s" batch.raw && ok "tokens/s reported: $(grep -o '[0-9.]* tokens
 # the default --max-new-tokens (64) on a model of 64 positions: shortened to what fits, with a note
 "$TRIDENT" train --data-path "$DATA" "${TOK[@]}" --split 949,50,1 --num-layers 1 --hidden-size 32 \
   --num-attention-heads 2 --seq-length 64 --max-position-embeddings 64 --micro-batch-size 2 --train-iters 1 \
-  --eval-iters 0 --log-interval 1000 --make-vocab-size-divisible-by 256 --save p64 >p64.log 2>&1 || bad "training p64"
+  --eval-iters 0 --log-interval 1000 --make-vocab-size-divisible-by 256 --peak-tflops 1 --save p64 >p64.log 2>&1 || bad "training p64"
 "$TRIDENT" generate "${TOK[@]}" --load p64 --prompt "ROMEO: I will" --greedy --ignore-eod >p64.out 2>p64.err
 rc=$?
 n=$(grep -v '^generate: ' p64.out | wc -l)

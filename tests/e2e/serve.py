@@ -41,7 +41,8 @@ subprocess.run([T, "preprocess", "--input", "a.jsonl", "--output-prefix", "a", "
 subprocess.run([T, "train", "--data-path", "a_text_document", *TOK, "--split", "100,0,0", "--num-layers", "1",
                 "--hidden-size", "32", "--num-attention-heads", "2", "--seq-length", "16", "--micro-batch-size", "4",
                 "--train-iters", "40", "--lr", "1e-2", "--hidden-dropout", "0", "--attention-dropout", "0",
-                "--eval-iters", "0", "--log-interval", "1000", "--make-vocab-size-divisible-by", "256", "--save", "eodck"],
+                "--eval-iters", "0", "--log-interval", "1000", "--make-vocab-size-divisible-by", "256", "--peak-tflops", "1",
+                "--save", "eodck"],
                env=env, check=True, capture_output=True, timeout=300)
 
 def free_port():

@@ -19,7 +19,7 @@ train() { # name, extra flags...
   local name=$1; shift
   "$TRIDENT" train --data-path "$DATA" --vocab-file "$VOCAB" --merge-file "$MERGES" --split 949,50,1 \
     --num-layers 1 --hidden-size 32 --num-attention-heads 2 --seq-length 32 --micro-batch-size 2 --train-iters 4 \
-    --eval-interval 2 --eval-iters 1 --lr 1e-3 --log-interval 100 --metrics-file "$name.jsonl" "$@" >"$name.log" 2>&1
+    --eval-interval 2 --eval-iters 1 --lr 1e-3 --log-interval 100 --peak-tflops 1 --metrics-file "$name.jsonl" "$@" >"$name.log" 2>&1
 }
 train every --tensorboard-dir tb/every || { echo "FAIL: training"; tail -5 every.log; exit 1; }
 train third --tensorboard-dir tb/third --tensorboard-log-interval 3 --fp16 --loss-scale 1024 ||
