@@ -13,7 +13,6 @@ ok() { echo "ok: $*"; pass=$((pass + 1)); }
 bad() { echo "FAIL: $*"; fail=$((fail + 1)); }
 rm -rf "$WORK" && mkdir -p "$WORK" && cd "$WORK" || exit 1
 [ "$(id -u)" -eq 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_btl_vader_single_copy_mechanism=none
 TOK=(--vocab-file "$VOCAB" --merge-file "$MERGES")
 # gen NP TP PP OUT flags...: the generated text (stdout without the log lines) in OUT
 # (one rank without mpirun, a singleton, as the user runs it: 0.1-0.4 s less a start)
