@@ -3,7 +3,7 @@
 # COMPARE_RUNS (tests/parallel/compare_runs).
 set -u
 [ "$(id -u)" -eq 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMP_NUM_THREADS=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
+export OMP_NUM_THREADS=1 # (the single-copy mechanism: TD_MPI_ENV, tests/CMakeLists.txt)
 # Open MPI's start-up, half a second per launch, mostly probes for network transports (UCX, OFI,
 # openib) a one-node job never uses: name the ones it does use (ob1 over shared memory and self,
 # which it picks anyway), and let a one-rank run start without an orted (an isolated singleton).

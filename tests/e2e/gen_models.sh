@@ -12,10 +12,10 @@ LLAMA=(--normalization RMSNorm --position-embedding-type rope --swiglu --ffn-hid
        --group-query-attention --num-query-groups 2 --disable-bias-linear --untie-embeddings-and-output-weights)
 train() { # name flags...
   local name=$1; shift
-  OMP_NUM_THREADS=2 "$TRIDENT" train --data-path "$DATA" "${TOK[@]}" --split 949,50,1 --num-layers 4 --hidden-size 64 \
+  "$TRIDENT" train --data-path "$DATA" "${TOK[@]}" --split 949,50,1 --num-layers 4 --hidden-size 64 \
     --num-attention-heads 4 --seq-length 64 --max-position-embeddings 128 --micro-batch-size 8 --global-batch-size 8 \
     --train-iters 30 --lr 4e-3 --min-lr 4e-4 --lr-decay-style cosine --lr-warmup-iters 10 --hidden-dropout 0 \
-    --attention-dropout 0 --eval-iters 0 --log-interval 10 --seed 1 --make-vocab-size-divisible-by 256 \
+    --attention-dropout 0 --eval-iters 0 --log-interval 10 --seed 1 --make-vocab-size-divisible-by 256 --peak-tflops 1 \
     --save "$name" "$@" >"$name.log" 2>&1 || { echo "FAIL: training $name"; tail -5 "$name.log"; exit 1; }
   echo "ok: $name trained: lm loss $(grep -o 'lm loss: [0-9.E+-]*' "$name.log" | sed -n '1p;$p' | cut -d' ' -f3 | paste -sd' ' | sed 's/ / -> /')"
 }

@@ -17,9 +17,9 @@ rm -rf "$WORK" && mkdir -p "$WORK" && cd "$WORK" || exit 1
 command -v protoc >/dev/null || { echo "FAIL: protoc not found (scripts/deps.sh installs protobuf-compiler)"; exit 1; }
 train() { # name, extra flags...
   local name=$1; shift
-  OMP_NUM_THREADS=2 "$TRIDENT" train --data-path "$DATA" --vocab-file "$VOCAB" --merge-file "$MERGES" --split 949,50,1 \
+  "$TRIDENT" train --data-path "$DATA" --vocab-file "$VOCAB" --merge-file "$MERGES" --split 949,50,1 \
     --num-layers 1 --hidden-size 32 --num-attention-heads 2 --seq-length 32 --micro-batch-size 2 --train-iters 4 \
-    --eval-interval 2 --eval-iters 1 --lr 1e-3 --log-interval 100 --metrics-file "$name.jsonl" "$@" >"$name.log" 2>&1
+    --eval-interval 2 --eval-iters 1 --lr 1e-3 --log-interval 100 --peak-tflops 1 --metrics-file "$name.jsonl" "$@" >"$name.log" 2>&1
 }
 train every --tensorboard-dir tb/every || { echo "FAIL: training"; tail -5 every.log; exit 1; }
 train third --tensorboard-dir tb/third --tensorboard-log-interval 3 --fp16 --loss-scale 1024 ||

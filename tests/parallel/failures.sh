@@ -36,10 +36,15 @@ tally() {
   local f
   for f in "$results"/*; do
     cat "$f"
-    if grep -q "^ok: " "$f"; then pass=$((pass + 1)); else fail=$((fail + 1)); fi
+    local oks fails
+    oks=$(grep -c "^ok: " "$f") fails=$(grep -c "^FAIL" "$f")
+    [ $((oks + fails)) -eq 0 ] && fails=1 # a check that said nothing failed
+    pass=$((pass + oks)) fail=$((fail + fails))
   done
   rm -rf "$results"
 }
+# the longest (40 iterations) first, so that it does not end last
+check "NaN gradient norm" 1 "(NaN or Inf); lower --lr" 2 --data-path "$data" --train-iters 40 --lr 1000 --init-method-std 5 --clip-grad 0 --hidden-size 64
 check "heads not divisible by tp" 2 "--num-attention-heads 4 is not divisible by --tensor-model-parallel-size 3" 3 --tensor-model-parallel-size 3 --data-path "$data"
 check "world not divisible by tp x pp" 2 "the world size 3 is not divisible" 3 --tensor-model-parallel-size 2 --data-path "$data"
 check "layers not divisible by pp" 2 "--num-layers 4 is not divisible by --pipeline-model-parallel-size 3" 3 --pipeline-model-parallel-size 3 --data-path "$data"
@@ -63,7 +68,6 @@ check "unknown recompute granularity" 2 "--recompute-granularity" 1 --recompute-
 check "param gather needs the distributed optimizer" 2 "--overlap-param-gather needs --use-distributed-optimizer" 2 --overlap-param-gather --data-path "$data"
 check "unknown flag" 2 "unknown flag --tensor-parallel" 2 --tensor-parallel 2 --data-path "$data"
 check "missing dataset" 1 "/nonexistent/ds" 2 --data-path /nonexistent/ds
-check "NaN gradient norm" 1 "(NaN or Inf); lower --lr" 2 --data-path "$data" --train-iters 40 --lr 1000 --init-method-std 5 --clip-grad 0 --hidden-size 64
 tally
 
 # The ranks of one job are mpirun's children: never match by command line (other tests' ranks
@@ -78,54 +82,73 @@ start_job() {
   job=$!
   for _ in $(seq 1 300); do grep -qE "iteration +[0-9]+/" "$log" && break; sleep 0.2; done
 }
-# end_job NAME LIMIT_S TEXT: the job must end non-zero within LIMIT_S, its output holding TEXT.
+# end_job NAME LIMIT_S TEXT: the job must end non-zero within LIMIT_S, its output holding TEXT (the
+# verdict is the line it prints: "ok: ..." or "FAIL: ...").
 end_job() {
   local name=$1 limit=$2 text=$3 start rc took
   start=$(date +%s)
   for _ in $(seq 1 $((limit * 10))); do kill -0 "$job" 2>/dev/null || break; sleep 0.1; done
   if kill -0 "$job" 2>/dev/null; then
-    echo "FAIL: $name: job still running after $limit s"; fail=$((fail + 1))
+    echo "FAIL: $name: job still running after $limit s"
     for p in $(ranks_of "$job"); do kill -9 "$p"; done; kill -9 "$job"; return
   fi
   wait "$job"; rc=$?
   took=$(( $(date +%s) - start ))
   if [ "$rc" -ne 0 ] && grep -qF -- "$text" "$log"; then
-    echo "ok: $name ends the job in ${took} s (exit $rc): $(grep -F -- "$text" "$log" | head -1)"; pass=$((pass + 1))
+    echo "ok: $name ends the job in ${took} s (exit $rc): $(grep -F -- "$text" "$log" | head -1)"
   else
-    echo "FAIL: $name: exit $rc, output:"; tail -5 "$log"; fail=$((fail + 1))
+    echo "FAIL: $name: exit $rc, output:"; tail -5 "$log"
   fi
 }
 
+# The three faults below run side by side (each its own job, log and verdict file; tallied as the
+# checks above): the stopped rank's job mostly waits out its timeout.
+results=$(mktemp -d)
+# fault N NAME: runs the function NAME in the background, its lines to $results/N.
+fault() { "$2" >"$results/$1" 2>&1 & }
+
 # A rank killed with SIGKILL in the middle of training: the job must end, non-zero, within 20 s
 # (mpirun alone: 119 s), the others naming the rank lost by its pid and host.
-log=$(mktemp)
-start_job "$log" --pipeline-model-parallel-size 2
-victim=$(ranks_of "$job" | tail -1)
-kill -9 "$victim"
-end_job "killed rank" 20 "(pid $victim on $(hostname)) is gone (killed or crashed): ending the job"
+killed_rank() {
+  local log victim; log=$(mktemp)
+  start_job "$log" --pipeline-model-parallel-size 2
+  victim=$(ranks_of "$job" | tail -1)
+  kill -9 "$victim"
+  end_job "killed rank" 20 "(pid $victim on $(hostname)) is gone (killed or crashed): ending the job"
+  rm -f "$log"
+}
+fault 1 killed_rank
 
 # The same with the victim on "another node": only rank 0 watches its node's peers and the ranks
 # talk over TCP (which does not report the loss: their waits would go on); the others must hear
 # of it from rank 0 and end too (on a real cluster, their own node's orted would otherwise sleep
 # twice the timeout).
-extra_mpirun=(--mca btl tcp,self -x TRIDENT_TEST_WATCH_ONLY_RANK=0)
-start_job "$log" --pipeline-model-parallel-size 2
-victim=$(ranks_of "$job" | tail -1)
-kill -9 "$victim"
-end_job "killed rank, heard of by the ranks of other nodes" 20 "(pid $victim on $(hostname)) is gone (killed or crashed): ending the job (heard from a rank of its node)"
-extra_mpirun=()
+killed_rank_other_node() {
+  local log victim extra_mpirun=(--mca btl tcp,self -x TRIDENT_TEST_WATCH_ONLY_RANK=0); log=$(mktemp)
+  start_job "$log" --pipeline-model-parallel-size 2
+  victim=$(ranks_of "$job" | tail -1)
+  kill -9 "$victim"
+  end_job "killed rank, heard of by the ranks of other nodes" 20 "(pid $victim on $(hostname)) is gone (killed or crashed): ending the job (heard from a rank of its node)"
+  rm -f "$log"
+}
+fault 2 killed_rank_other_node
 
 # A rank stopped (SIGSTOP) in tp 2 x pp 2: the others wait in a communication until
 # --distributed-timeout-minutes (here 3 s), then abort naming the call, the group and the peer.
-start_job "$log" --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --distributed-timeout-minutes 0.05
-victim=$(ranks_of "$job" | tail -1)
-kill -STOP "$victim"
-end_job "stopped rank" 30 "no progress for"
-kill -CONT "$victim" 2>/dev/null
-grep -E "no progress for" "$log" | head -2
-if ! grep -qE "failed: no progress for [0-9.]+ s \(--distributed-timeout-minutes 0.05\) on the [a-z-]+ group \(rank [0-9]+ of [0-9]+\)" "$log"; then
-  echo "FAIL: the timeout message does not name the call, the limit and the group"; fail=$((fail + 1))
-fi
-rm -f "$log"
+stopped_rank() {
+  local log victim; log=$(mktemp)
+  start_job "$log" --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --distributed-timeout-minutes 0.05
+  victim=$(ranks_of "$job" | tail -1)
+  kill -STOP "$victim"
+  end_job "stopped rank" 30 "no progress for"
+  kill -CONT "$victim" 2>/dev/null
+  grep -E "no progress for" "$log" | head -2
+  if ! grep -qE "failed: no progress for [0-9.]+ s \(--distributed-timeout-minutes 0.05\) on the [a-z-]+ group \(rank [0-9]+ of [0-9]+\)" "$log"; then
+    echo "FAIL: the timeout message does not name the call, the limit and the group"
+  fi
+  rm -f "$log"
+}
+fault 3 stopped_rank
+tally
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
