@@ -10,6 +10,16 @@
 # Environment (tests/cluster/cluster.cmake): TRIDENT, DATA, VOCAB, MERGES, WORK, COMPARE_RUNS, ROOT.
 set -u
 kind=$1
+if [ "$kind" = all ]; then # the four side by side, each with its own cluster and folder: most of each is waiting
+  kinds="kill cut loss stop" rc=0
+  for k in $kinds; do WORK=$WORK/$k bash "$0" "$k" > "$WORK.$k.out" 2>&1 & eval "pid_$k=\$!"; done
+  for k in $kinds; do
+    eval "wait \$pid_$k"; r=$?
+    cat "$WORK.$k.out"
+    [ $r -eq 0 ] || { [ $r -eq 77 ] && [ $rc -eq 0 ] && rc=77; } || rc=1
+  done
+  exit $rc
+fi
 export CLUSTER_DIR=/run/trident-cluster-fault-$kind.$$
 cluster=$ROOT/scripts/cluster.sh
 trap '"$cluster" down' EXIT
