@@ -12,6 +12,7 @@ set -u
 kind=$1
 if [ "$kind" = all ]; then # the four side by side, each with its own cluster and folder: most of each is waiting
   kinds="kill cut loss stop" rc=0
+  mkdir -p "$(dirname "$WORK")" || exit 1
   for k in $kinds; do WORK=$WORK/$k bash "$0" "$k" > "$WORK.$k.out" 2>&1 & eval "pid_$k=\$!"; done
   for k in $kinds; do
     eval "wait \$pid_$k"; r=$?
