@@ -170,7 +170,6 @@ static int g_kick_launcher;        /* started by Open MPI's mpirun or orted: the
 static pid_t g_launcher;           /* it, and its start time (a reused pid is not it) */
 static int64_t g_launcher_start;
 static long g_kick_polls;          /* the watcher's 10 ms kicks: twice the launcher's timeout, and 5 s */
-static long g_end_polls;           /* after which a launcher still there is ended: 5 s more */
 static long g_max_fd;              /* the files its child closes */
 static volatile sig_atomic_t g_launcher_ending; /* SIGCONT came: how mpirun starts ending a job */
 
@@ -197,7 +196,6 @@ void fault_kick_setup(void)
     g_kick_launcher = under_open_mpi_launcher();
     double t = launcher_kill_timeout();
     g_kick_polls = (long)((2 * t + 5) * 100);
-    g_end_polls = g_kick_polls;
     g_max_fd = sysconf(_SC_OPEN_MAX);
     if (g_max_fd <= 0 || g_max_fd > 65536) g_max_fd = 65536;
     if (first && g_kick_launcher) {
@@ -215,8 +213,8 @@ void fault_kick_setup(void)
 /* The watcher holds none of the rank's files (the launcher waits for their end), lives in a
  * session of its own (the launcher's SIGKILL of the rank's group spares it), and ends when the
  * launcher is gone: it kicks it every 10 ms for twice its timeout and 5 s; when this rank
- * failed, a launcher still there 5 s after that is stuck (on a node it cannot reach) and is
- * SIGKILLed, if it is still the same process. */
+ * failed, a launcher still there then is stuck (on a node it cannot reach: a kicked launcher
+ * ends a job in a second or two) and is SIGKILLed, if it is still the same process. */
 void fault_kick_launcher(int failed)
 {
     if (!g_kick_launcher || g_launcher <= 1) return;
@@ -226,12 +224,7 @@ void fault_kick_launcher(int failed)
     signal(SIGINT, SIG_IGN);
     signal(SIGHUP, SIG_IGN);
     for (int fd = 0; fd < g_max_fd; fd++) close(fd);
-    long i = 0;
-    for (; i < g_kick_polls && kill(g_launcher, SIGCHLD) == 0; i++) {
-        struct timespec ts = {0, 10000000};
-        nanosleep(&ts, NULL);
-    }
-    for (; failed && i < g_end_polls && kill(g_launcher, 0) == 0; i++) {
+    for (long i = 0; i < g_kick_polls && kill(g_launcher, SIGCHLD) == 0; i++) {
         struct timespec ts = {0, 10000000};
         nanosleep(&ts, NULL);
     }
@@ -316,19 +309,18 @@ static void __attribute__((noreturn)) lost_peer(int r, int heard)
     _exit(1);
 }
 
-/* Answers every roll call that came ("here"); whether one came. */
-static int answer_roll_calls(void)
+/* Answers every roll call that came ("here"); the first one is kept in g_ping_first. */
+static void answer_roll_calls(void)
 {
-    int any = 0;
     for (;;) {
         int done = 0;
         MPI_Status st;
-        if (g_ping_req == MPI_REQUEST_NULL || MPI_Test(&g_ping_req, &done, &st) != MPI_SUCCESS || !done) return any;
+        if (g_ping_req == MPI_REQUEST_NULL || MPI_Test(&g_ping_req, &done, &st) != MPI_SUCCESS || !done) return;
         MPI_Request q;
         if (MPI_Isend(&g_pong, 1, MPI_INT32_T, st.MPI_SOURCE, PONG_TAG, g_alarm, &q) == MPI_SUCCESS)
             MPI_Request_free(&q);
         if (!g_pinged) g_ping_first = g_ping_in;
-        g_pinged = any = 1;
+        g_pinged = 1;
         if (MPI_Irecv(&g_ping_in, sizeof g_ping_in, MPI_BYTE, MPI_ANY_SOURCE, PING_TAG, g_alarm, &g_ping_req) !=
             MPI_SUCCESS)
             g_ping_req = MPI_REQUEST_NULL;
