@@ -296,7 +296,10 @@ int plan_evaluate(const plan_job *j, const plan_cluster *c, const plan_layout *l
     r->t_compute = m * (Ls * (lc.fwd + lc.bwd + lc.recompute) + head);
     r->t_recompute = m * Ls * lc.recompute;
     r->t_tp = m * Ls * lc.tp_comm;
-    r->t_bubble = (double)(l->pp - 1) / l->vp * per_micro;
+    /* fill and drain: a micro-batch's forward through the p - 1 stages before the last and its
+     * backward back through them, stages of layers only (the last, with the output layer, is the
+     * one the steady state waits on) */
+    r->t_bubble = (double)(l->pp - 1) / l->vp * (per_micro - head);
     double gbytes = j->dtype == 2 ? 2.0 : 4.0; /* fp16 grads reduced in fp16; bf16 and fp32 in fp32 */
     if (l->pp > 1) {
         /* each boundary: T h elements forward and back; Megatron's scatter-gather sends / t of them
