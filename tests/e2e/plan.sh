@@ -81,6 +81,11 @@ expect2 "--vocab-size is required" --num-gpus 8 --global-batch-size 8
 expect2 "not divisible by --tensor-model-parallel-size" "${M[@]}" --num-gpus 100 --tensor-model-parallel-size 8
 printf '{"gpus_per_node": "eight"}\n' >bad.json
 expect2 "gpus_per_node must be a number" "${M[@]}" --num-gpus 8 --cluster bad.json
+printf '{"base": "dgx-h100", "nodes": 2.5}\n' >half_node.json
+expect2 "nodes must be a number in \[0, 1048576\], a whole one" "${M[@]}" --num-gpus 8 --cluster half_node.json
+printf '{"base": "dgx-h100", "nodes": 2}\n' >two_nodes.json
+expect2 "the layout needs 32 devices; cluster two_nodes.json has 16 (2 nodes of 8)" "${M[@]}" --num-gpus 32 \
+  --tensor-model-parallel-size 8 --pipeline-model-parallel-size 4 --cluster two_nodes.json
 expect2 "cannot open it" "${M[@]}" --num-gpus 8 --cluster nosuch
 expect2 "no bf16 peak" --num-layers 4 --vocab-size 100 --global-batch-size 16 --num-gpus 16 --cluster dgx2h-v100 --bf16
 echo "$pass passed, $fail failed"
