@@ -31,6 +31,12 @@ if timeout 120 mpirun --oversubscribe --bind-to none -np 2 "$TRIDENT" plan --cal
          --global-batch-size 8 --cluster me.json --num-gpus 2 --tensor-model-parallel-size 2 --json) &&
    grep -q '"fits": true' <<<"$out"; then ok "--calibrate: $(tr -d '\n\t' <me.json | cut -c1-200)..."
 else bad "--calibrate"; cat cal.log me.json; echo "${out:-}"; fi
+# across nodes, as this machine's 4 ranks on 2 hosts (TRIDENT_TEST_HOSTS): nodes, ranks a node and both
+# links written (the real network: cluster/plan_calibrate)
+if timeout 120 env TRIDENT_TEST_HOSTS=2 mpirun --oversubscribe --bind-to none -x TRIDENT_TEST_HOSTS -np 4 "$TRIDENT" plan --calibrate >two.json 2>cal2.log &&
+   python3 -c 'import json, sys; c = json.load(open("two.json")); sys.exit(not (c["nodes"] == 2 and c["gpus_per_node"] == 2 and c["inter_node_bandwidth"] > 0 and c["intra_node_bandwidth"] > 0 and c["name"].startswith("2 nodes x 2 ranks")))'
+then ok "--calibrate on 2 hosts of 2 ranks: $(tr -d '\n\t' <two.json | cut -c1-120)..."
+else bad "--calibrate on 2 hosts"; cat cal2.log two.json; fi
 # the calibrated figures against physical bounds of this machine (they fail when a unit or a
 # count is wrong): fmax = cpufreq's cpuinfo_max_freq, else twice the highest "cpu MHz" of
 # /proc/cpuinfo (server parts boost less than 2x their nominal clock); a core does at most
