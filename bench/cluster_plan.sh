@@ -5,7 +5,8 @@
 # train a GPT (4 layers, hidden 256, 8 heads, seq 128, global batch 8, micro-batch 2, GPT-2's
 # vocabulary) for ITERS iterations in layouts whose groups cross the network, and print the
 # measured median time per iteration (the first left out) beside `trident plan`'s prediction
-# with the same flags and its communication terms.
+# with the same flags, and the communication the trainer's breakdown measured beside the plan's
+# communication terms.
 #   2 x 1: dp 2 across; pp 2 across
 #   2 x 2: tp 2 inside x dp 2 across; tp 2 inside x pp 2 across; dp 4 (a ring over both nodes)
 # Usage: bench/cluster_plan.sh [RATE...]   (default: 1gbit 200mbit; needs root for the namespaces)
@@ -70,7 +71,7 @@ TRAIN=(--data-path "$work/ts_text_document" --vocab-file "$data/gpt2/vocab.json"
        --attention-dropout 0)
 cd "$work" || exit 1
 echo "uptime: $(uptime)"
-printf "| rate | nodes x ranks | layout | measured (ms) | predicted (ms) | error | plan: tp / pp / dp comm (ms) |\n|---|---|---|---|---|---|---|\n"
+printf "| rate | nodes x ranks | layout | measured (ms) | predicted (ms) | error | communication measured (ms) | plan: tp / pp / dp (ms) |\n|---|---|---|---|---|---|---|---|\n"
 run() { # rate shape np cluster.json name mpirun-flags(comma-separated) train flags...
   local rate=$1 shape=$2 np=$3 cl=$4 name=$5 mflags=$6; shift 6
   local log=$work/$rate-$name
@@ -79,13 +80,15 @@ run() { # rate shape np cluster.json name mpirun-flags(comma-separated) train fl
   timeout 600 "$cluster" run node1 mpirun --hostfile "$CLUSTER_DIR/hostfile" --mca plm_rsh_agent "$CLUSTER_DIR/rsh" \
     "${MPI_NET[@]}" ${mflags//,/ } -np "$np" "$T" train "${MODEL[@]}" "${TRAIN[@]}" "$@" --metrics-file "$log.jsonl" \
     >"$log.log" 2>&1 || { echo "| $rate | $shape | $name | train failed, see $log.log | | | |"; return; }
-  local ms pred
+  local ms pred comm
+  # the communication the breakdown's rank spent (waits included: in a pipeline, its bubble too)
+  comm=$(grep -h "\] *communication" "$log.log" | head -n 1 | awk '{print $4}')
   ms=$(tail -n +2 "$log.jsonl" | grep -o '"elapsed_ms": [0-9.]*' | awk '{print $2}' | sort -n |
        awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}')
   pred=$(cp_predict "$cl" "$np" "${MODEL[@]}" "$@")
-  awk -v r="$rate" -v s="$shape" -v n="$name" -v ms="$ms" -v p="$pred" 'BEGIN {
-    split(p, x, " "); printf "| %s | %s | %s | %.0f | %.0f | %+.1f%% | %.0f / %.0f / %.0f |\n", r, s, n, ms, x[1] * 1e3,
-      100 * (x[1] * 1e3 - ms) / ms, x[2] * 1e3, x[3] * 1e3, x[4] * 1e3 }'
+  awk -v r="$rate" -v s="$shape" -v n="$name" -v ms="$ms" -v p="$pred" -v c="$comm" 'BEGIN {
+    split(p, x, " "); printf "| %s | %s | %s | %.0f | %.0f | %+.1f%% | %.0f | %.0f / %.0f / %.0f |\n", r, s, n, ms, x[1] * 1e3,
+      100 * (x[1] * 1e3 - ms) / ms, c, x[2] * 1e3, x[3] * 1e3, x[4] * 1e3 }'
 }
 for rate in "${rates[@]}"; do
   "$cluster" up 2 --ranks-per-node 2 --rate "$rate" >/dev/null || exit $?
