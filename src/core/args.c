@@ -105,8 +105,9 @@ static const flag_t FLAGS[] = {
      "the breakdown of each layout's time and memory", 0, 0, NULL},
     {"--json", A_BOOL, OFF(plan_json), "0", TD_CMD_PLAN, "plan", "one JSON object a layout, one a line", 0, 0, NULL},
     {"--calibrate", A_BOOL, OFF(plan_calibrate), "0", TD_CMD_PLAN, "plan",
-     "measure this machine as trident trains on it (one device per rank: run under mpirun -np N) and print it as a "
-     "cluster JSON for --cluster", 0, 0, NULL},
+     "measure the machines as trident trains on them (one device per rank: run under the mpirun you train with, "
+     "on one host or several): compute, memory, and the links inside and across nodes apart; print it as a cluster "
+     "JSON for --cluster", 0, 0, NULL},
     {"--model", A_CHOICE, OFF(model), "gpt", MODEL, "model",
      "gpt: a causal decoder with a next-token loss (GPT-2, Llama); bert: Megatron-BERT, a bidirectional encoder "
      "with masked-LM and sentence-order losses (docs/bert.md)", 0, 0, TD_MODEL_CHOICES},

@@ -1,15 +1,22 @@
-/* `trident plan --calibrate`: this machine as trident trains on it, one device per MPI rank (see
- * plan_calibrate in include/plan/trident/plan.h). Every rank measures at once, as training runs them:
+/* `trident plan --calibrate`: the machines trident trains on, one device per MPI rank, over one
+ * node or several (see plan_calibrate in include/plan/trident/plan.h). Every rank measures at once,
+ * as training runs them:
  *  - the sgemm peak (the backend's own measurement, as the trainer's MFU uses) and the curve:
  *    square GEMMs of 64 to 1024, whose efficiency fits gemm_max_efficiency and gemm_half_dim;
  *  - the copy bandwidth of buffers far larger than the caches;
- *  - with several ranks, the all-reduce's bandwidth (8 MiB) and latency (one float);
+ *  - the links, apart: all-reduces among the ranks of each node (every node at once) and among
+ *    the ranks of one local index on every node (every index at once: each node's link carries
+ *    all its ranks, so a rank gets its share), of 4 bytes to 4 MiB, fitted to
+ *    latency + size / bandwidth by least squares (the ring's 2 (n - 1) steps and 2 (n - 1) / n
+ *    of the bytes);
  *  - the resident memory a rank holds before any model (libraries, MPI).
- * The slowest rank's figures are kept. */
+ * Nodes are the ranks' host names (gethostname), in order of first appearance. The slowest rank's
+ * figures are kept. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backend.h"
 #include "trident/check.h"
@@ -54,16 +61,90 @@ static double resident_gib(void)
     return kb * 1024.0 / GIB;
 }
 
+/* Node of every rank (hosts numbered in order of first appearance; caller frees), the number
+ * of nodes and the most ranks a node holds. TRIDENT_TEST_HOSTS=N (tests on one machine) names
+ * the ranks' hosts as N nodes filled in rank order would. Collective over world. */
+static int *node_of_ranks(comm *world, int *nodes, int *per_node)
+{
+    enum { HOST = 64 };
+    int n = comm_size(world);
+    char me[HOST] = "";
+    const char *fake = getenv("TRIDENT_TEST_HOSTS");
+    if (fake && atoi(fake) > 0) snprintf(me, sizeof me, "test-host-%d", (int)((long)comm_rank(world) * atoi(fake) / n));
+    else if (gethostname(me, sizeof me - 1) != 0) strcpy(me, "?");
+    char *hosts = td_xcalloc((size_t)n, HOST);
+    comm_allgather(world, me, hosts, HOST, COMM_U8);
+    int *node = td_xcalloc((size_t)n, sizeof *node), *count = td_xcalloc((size_t)n, sizeof *count);
+    *nodes = 0, *per_node = 0;
+    for (int r = 0; r < n; r++) {
+        node[r] = -1;
+        for (int q = 0; q < r && node[r] < 0; q++)
+            if (strcmp(hosts + (size_t)q * HOST, hosts + (size_t)r * HOST) == 0) node[r] = node[q];
+        if (node[r] < 0) node[r] = (*nodes)++;
+        if (++count[node[r]] > *per_node) *per_node = count[node[r]];
+    }
+    free(count);
+    free(hosts);
+    return node;
+}
+
+/* Best seconds of an all-reduce of `count` floats over c, started together with every other
+ * group of world (a barrier of world before each). Collective over world. */
+static double allreduce_best(comm *world, comm *c, float *buf, size_t count, int reps)
+{
+    double best = 1e30;
+    for (int k = 0; k < reps; k++) {
+        comm_barrier(world);
+        double t0 = td_now();
+        comm_allreduce(c, buf, count, COMM_F32, COMM_SUM);
+        double t = td_now() - t0;
+        best = t < best ? t : best;
+    }
+    return best;
+}
+
+/* Fits the link under c's all-reduces, t = 2 (n - 1) lat + 2 (n - 1) / n S / bw (the ring's steps
+ * and bytes, plan_allreduce_s), on S of 4 bytes to 4 MiB by least squares. Every rank of world
+ * calls it, with its own c (one rank: writes nothing). Collective over world. */
+static void fit_link(comm *world, comm *c, double *bw, double *lat)
+{
+    static const size_t COUNTS[] = {1, 1 << 14, 1 << 18, 1 << 20}; /* floats: 4 B, 64 KiB, 1 MiB, 4 MiB */
+    enum { NS = sizeof COUNTS / sizeof COUNTS[0] };
+    int n = comm_size(c);
+    float *buf = td_xcalloc(COUNTS[NS - 1], sizeof *buf);
+    double x[NS], y[NS], mx = 0, my = 0;
+    for (int i = 0; i < NS; i++) {
+        x[i] = 2.0 * (n - 1) / (n > 1 ? n : 1) * (double)COUNTS[i] * sizeof(float);
+        y[i] = allreduce_best(world, c, buf, COUNTS[i], i < 2 ? 20 : 4);
+        mx += x[i] / NS, my += y[i] / NS;
+    }
+    free(buf);
+    if (n < 2) return;
+    double sxy = 0, sxx = 0;
+    for (int i = 0; i < NS; i++) sxy += (x[i] - mx) * (y[i] - my), sxx += (x[i] - mx) * (x[i] - mx);
+    double slope = sxy / sxx, icept = my - slope * mx;
+    if (slope <= 0) slope = (y[NS - 1] > 0 ? y[NS - 1] : 1e-9) / x[NS - 1]; /* noise: the largest alone */
+    *bw = 1.0 / slope;
+    *lat = icept > 0 ? icept / (2.0 * (n - 1)) : 1e-7;
+}
+
 void plan_calibrate(plan_cluster *c, const char *backend_name, comm *world)
 {
     memset(c, 0, sizeof *c);
-    int n = comm_size(world);
     double reserved = resident_gib();
+    int nodes, per_node;
+    int *node = node_of_ranks(world, &nodes, &per_node);
+    int me = comm_rank(world), local = 0;
+    for (int q = 0; q < me; q++) local += node[q] == node[me];
+    int my_node = node[me];
+    free(node);
     backend *be = be_create(backend_name, 0);
-    snprintf(c->name, sizeof c->name, "this machine (%d rank%s, %d thread%s each)", n, n > 1 ? "s" : "", be->nthreads,
-             be->nthreads > 1 ? "s" : "");
+    snprintf(c->name, sizeof c->name, "%d node%s x %d rank%s, %d thread%s each", nodes, nodes > 1 ? "s" : "",
+             per_node, per_node > 1 ? "s" : "", be->nthreads, be->nthreads > 1 ? "s" : "");
     c->trident_cpu = 1;
-    c->gpus_per_node = n;
+    c->gpus_per_node = per_node;
+    c->nodes = nodes;
+    c->cores_per_node = (int)sysconf(_SC_NPROCESSORS_ONLN);
     comm_barrier(world);
     double peak = be_peak_gflops(be) * 1e9;
     /* the curve: efficiency of n^3 GEMMs against the peak; f(d) = d / (d + half) per dimension */
@@ -89,40 +170,29 @@ void plan_calibrate(plan_cluster *c, const char *backend_name, comm *world)
     }
     be_dfree(be, x), be_dfree(be, y);
     double copy_bw = be_copy_bytes(bytes) / tcopy;
-    /* MPI: an 8 MiB all-reduce and a one-float one, best of several */
-    double bw = copy_bw, lat = 1e-6;
-    if (n > 1) {
-        size_t cnt = (size_t)2 << 20;
-        float *buf = calloc(cnt, sizeof(float));
-        double tb = 1e30, tl = 1e30;
-        for (int k = 0; k < 8; k++) {
-            comm_barrier(world);
-            double t0 = td_now();
-            comm_allreduce(world, buf, cnt, COMM_F32, COMM_SUM);
-            double t = td_now() - t0;
-            tb = t < tb ? t : tb;
-            comm_barrier(world);
-            t0 = td_now();
-            for (int i = 0; i < 20; i++) comm_allreduce(world, buf, 1, COMM_F32, COMM_SUM);
-            t = (td_now() - t0) / 20;
-            tl = t < tl ? t : tl;
-        }
-        free(buf);
-        lat = tl / (2.0 * (n - 1));
-        double steps = 2.0 * (n - 1) * lat;
-        bw = 2.0 * (n - 1) / n * (double)cnt * sizeof(float) / (tb > steps ? tb - steps : tb);
-    }
+    /* MPI: the link inside a node and the one across nodes, apart; a rank that measures none
+     * of them gives figures neutral in the min / max below */
+    double intra_bw = 1e30, intra_lat = 0, inter_bw = 1e30, inter_lat = 0;
+    comm *in = comm_split(world, my_node, me); /* every node at once */
+    fit_link(world, in, &intra_bw, &intra_lat);
+    comm_free(in);
+    comm *across = comm_split(world, local, me); /* every local index at once */
+    fit_link(world, across, &inter_bw, &inter_lat);
+    comm_free(across);
     /* the slowest rank's figures, the largest holdings */
-    double mine[6] = {-peak, -emax, half, -copy_bw, -bw, lat}, all[6];
+    double mine[8] = {-peak, -emax, half, -copy_bw, -intra_bw, intra_lat, -inter_bw, inter_lat}, all[8];
     memcpy(all, mine, sizeof mine);
-    comm_allreduce(world, all, 6, COMM_F64, COMM_MAX);
+    comm_allreduce(world, all, 8, COMM_F64, COMM_MAX);
     comm_allreduce(world, &reserved, 1, COMM_F64, COMM_MAX);
     c->peak[0] = -all[0];
     c->gemm_emax = -all[1];
     c->gemm_half = all[2];
     c->hbm_bw = -all[3];
-    c->intra_bw = c->inter_bw = -all[4];
-    c->intra_lat = c->inter_lat = all[5];
+    /* one rank a node: nothing measured inside, the copy stands for it; one node: no network */
+    c->intra_bw = per_node > 1 ? -all[4] : c->hbm_bw;
+    c->intra_lat = per_node > 1 ? all[5] : 1e-6;
+    c->inter_bw = nodes > 1 ? -all[6] : c->intra_bw;
+    c->inter_lat = nodes > 1 ? all[7] : c->intra_lat;
     c->mem_reserved_gib = reserved;
     /* a device's memory: this machine's, shared by its ranks */
     FILE *m = fopen("/proc/meminfo", "r");
@@ -131,6 +201,6 @@ void plan_calibrate(plan_cluster *c, const char *backend_name, comm *world)
     while (m && fgets(line, sizeof line, m))
         if (strncmp(line, "MemTotal:", 9) == 0) kb = atof(line + 9);
     if (m) fclose(m);
-    c->mem_gib = kb > 0 ? kb * 1024.0 / GIB / n : 1;
+    c->mem_gib = kb > 0 ? kb * 1024.0 / GIB / per_node : 1;
     be_free(be);
 }

@@ -39,14 +39,14 @@
 static const plan_cluster PRESETS[] = {
     /* DGX-2H: 16 V100 (32 GB, 450 W: 125 TFLOP/s fp16, no bf16), NVSwitch (150 GB/s a direction, about
      * 120 reached by NCCL), 8 x 100 Gb/s InfiniBand a node (6.25 GB/s a GPU) */
-    {"dgx2h-v100", 16, {15.7e12, 0, 125e12}, 32, 0.9e12, 120e9, 8e-6, 5.0e9, 15e-6, 0.80, 96, 2.0, 0},
+    {"dgx2h-v100", 16, {15.7e12, 0, 125e12}, 32, 0.9e12, 120e9, 8e-6, 5.0e9, 15e-6, 0.80, 96, 2.0, 0, 0, 0},
     /* DGX A100: 8 A100 80 GB (312 TFLOP/s bf16/fp16, 19.5 fp32), NVLink 3 (300 GB/s a direction,
      * about 240 reached), 8 x 200 Gb/s HDR a node (25 GB/s a GPU, about 21 reached); GEMM efficiency
      * 0.70 fitted to five rows of the Megatron paper's Table 1, the rest held out (tests/unit/test_plan.c) */
-    {"dgx-a100-80gb", 8, {19.5e12, 312e12, 312e12}, 80, 2.0e12, 240e9, 6e-6, 21e9, 12e-6, 0.70, 48, 3.0, 0},
+    {"dgx-a100-80gb", 8, {19.5e12, 312e12, 312e12}, 80, 2.0e12, 240e9, 6e-6, 21e9, 12e-6, 0.70, 48, 3.0, 0, 0, 0},
     /* DGX H100: 8 H100 SXM 80 GB (989 TFLOP/s dense bf16/fp16, 67 fp32), NVLink 4 (450 GB/s a
      * direction, about 360 reached), 8 x 400 Gb/s NDR a node (50 GB/s a GPU, about 42 reached) */
-    {"dgx-h100", 8, {67e12, 989e12, 989e12}, 80, 3.35e12, 360e9, 5e-6, 42e9, 10e-6, 0.72, 128, 3.0, 0},
+    {"dgx-h100", 8, {67e12, 989e12, 989e12}, 80, 3.35e12, 360e9, 5e-6, 42e9, 10e-6, 0.72, 128, 3.0, 0, 0, 0},
 };
 #define NPRESETS ((int)(sizeof PRESETS / sizeof PRESETS[0]))
 
@@ -100,6 +100,47 @@ double plan_inflight(int pp, int vp, int micro)
     return m;
 }
 
+/* ---- placement: which link a group runs over ---- */
+
+/* Rank of grid coordinates (tp_rank, dp_rank, pp_rank), Megatron's order. */
+static int grid_rank(const plan_layout *l, int t, int d, int p) { return t + l->tp * (d + l->dp * p); }
+
+/* The g-th group of a kind's k-th member. */
+static int group_member(const plan_layout *l, plan_group kind, int g, int k)
+{
+    if (kind == PLAN_GROUP_TP) return g * l->tp + k;                     /* consecutive ranks */
+    if (kind == PLAN_GROUP_DP) return grid_rank(l, g % l->tp, k, g / l->tp); /* stride tp */
+    return grid_rank(l, g % l->tp, g / l->tp, k);                           /* stride tp dp */
+}
+
+int plan_group_link(const plan_cluster *c, const plan_layout *l, plan_group kind, double *bw, double *lat)
+{
+    int size = kind == PLAN_GROUP_TP ? l->tp : kind == PLAN_GROUP_PP ? l->pp : l->dp;
+    int n = l->tp * l->pp * l->dp, K = c->gpus_per_node > 0 ? c->gpus_per_node : 1;
+    int span = 1, fewest = size; /* the most nodes a group spans; the fewest ranks a group has on a node */
+    for (int g = 0; g < n / size; g++) {
+        int nodes = 1, run = 1;
+        for (int k = 1; k < size; k++) { /* members ascend, so a node's members are one run */
+            if (group_member(l, kind, g, k) / K != group_member(l, kind, g, k - 1) / K) {
+                nodes++;
+                fewest = run < fewest ? run : fewest;
+                run = 0;
+            }
+            run++;
+        }
+        fewest = run < fewest ? run : fewest;
+        span = nodes > span ? nodes : span;
+    }
+    if (span == 1) {
+        *bw = c->intra_bw, *lat = c->intra_lat;
+        return 1;
+    }
+    double share = c->trident_cpu ? c->inter_bw * fewest : c->inter_bw;
+    *bw = share < c->intra_bw ? share : c->intra_bw;
+    *lat = c->inter_lat;
+    return span;
+}
+
 /* ---- one layout ---- */
 
 typedef struct {
@@ -128,8 +169,8 @@ static layer_cost layer_time(const plan_job *j, const plan_cluster *c, const pla
     r.fwd = gemms + core + softmax + elementwise;
     r.bwd = 2.0 * r.fwd;
     r.recompute = l->recompute == PLAN_RC_FULL ? r.fwd : l->recompute == PLAN_RC_SELECTIVE ? core + softmax : 0;
-    int in_node = l->tp <= c->gpus_per_node;
-    double bw = in_node ? c->intra_bw : c->inter_bw, lat = in_node ? c->intra_lat : c->inter_lat;
+    double bw, lat;
+    plan_group_link(c, l, PLAN_GROUP_TP, &bw, &lat);
     double one = plan_allreduce_s(T * h * e, l->tp, bw, lat); /* = all-gather + reduce-scatter's volume */
     r.tp_comm = one * (4.0 + (l->recompute == PLAN_RC_FULL ? 2.0 : 0.0));
     return r;
@@ -239,6 +280,9 @@ int plan_evaluate(const plan_job *j, const plan_cluster *c, const plan_layout *l
     if (l->sp && l->tp > 1 && g->seq % l->tp) BAD("--seq-length is not divisible by the tensor-parallel size");
     r->micro = m;
     int n = l->tp * l->pp * l->dp, Ls = g->num_layers / l->pp;
+    if (c->nodes > 0 && n > c->nodes * c->gpus_per_node)
+        BAD("the layout needs %d devices; cluster %s has %d (%d node%s of %d)", n, c->name, c->nodes * c->gpus_per_node,
+            c->nodes, c->nodes == 1 ? "" : "s", c->gpus_per_node);
     double e = act_bytes(j->dtype);
 
     /* the pipeline: the busiest stage (the last, with the output layer) sets the pace */
@@ -252,20 +296,28 @@ int plan_evaluate(const plan_job *j, const plan_cluster *c, const plan_layout *l
     r->t_compute = m * (Ls * (lc.fwd + lc.bwd + lc.recompute) + head);
     r->t_recompute = m * Ls * lc.recompute;
     r->t_tp = m * Ls * lc.tp_comm;
-    r->t_bubble = (double)(l->pp - 1) / l->vp * per_micro;
+    /* fill and drain: a micro-batch's forward through the p - 1 stages before the last and its
+     * backward back through them, stages of layers only (the last, with the output layer, is the
+     * one the steady state waits on) */
+    r->t_bubble = (double)(l->pp - 1) / l->vp * (per_micro - head);
+    double gbytes = j->dtype == 2 ? 2.0 : 4.0; /* fp16 grads reduced in fp16; bf16 and fp32 in fp32 */
     if (l->pp > 1) {
-        /* each boundary: T h / t elements (Megatron's scatter-gather across nodes), forward and back */
-        int cross = l->tp * l->pp > c->gpus_per_node;
-        double bw = cross ? c->inter_bw : c->intra_bw, lat = cross ? c->inter_lat : c->intra_lat;
-        double bytes = T * h * e / (l->tp > 1 && cross ? l->tp : 1);
+        /* each boundary: T h elements forward and back; Megatron's scatter-gather sends / t of them
+         * across nodes, trident's pipeline the whole from every tp rank (/ t only when sequence
+         * parallelism has split it) */
+        double bw, lat;
+        int cross = plan_group_link(c, l, PLAN_GROUP_PP, &bw, &lat) > 1;
+        int split = c->trident_cpu ? l->sp : cross;
+        double bytes = T * h * e / (l->tp > 1 && split ? l->tp : 1);
         r->t_p2p = 2.0 * m * l->vp * (bytes / bw + lat);
+        /* the tied embedding's gradient: summed between the first and the last stage (V h / t each) */
+        if (!g->untied) r->t_p2p += plan_allreduce_s(V * h * gbytes, 2, bw, lat);
     }
     /* data parallelism: the stage's gradients, reduced (or reduce-scattered and all-gathered) */
     double P = stage_params(g, l->tp, Ls, l->pp == 1, 1, l->pp);
     if (l->dp > 1) {
-        int in_node = n <= c->gpus_per_node;
-        double bw = in_node ? c->intra_bw : c->inter_bw, lat = in_node ? c->intra_lat : c->inter_lat;
-        double gbytes = j->dtype == 2 ? 2.0 : 4.0; /* fp16 grads reduced in fp16; bf16 and fp32 in fp32 */
+        double bw, lat;
+        plan_group_link(c, l, PLAN_GROUP_DP, &bw, &lat);
         double red = plan_allreduce_s(P * gbytes, l->dp, bw, lat);
         double hide = l->overlap_grad ? Ls * (lc.bwd + lc.recompute) + head : 0;
         r->t_dp = red > hide ? red - hide : 0;
@@ -353,25 +405,39 @@ static const struct {
     const char *key;
     size_t off;
     double lo, hi;
+    int integer; /* an int in plan_cluster, a whole number in the file; else a double */
 } FIELDS[] = {
-    {"gpus_per_node", offsetof(plan_cluster, gpus_per_node), 1, 1 << 20},
-    {"peak_fp32_flops", offsetof(plan_cluster, peak[0]), 0, 1e18},
-    {"peak_bf16_flops", offsetof(plan_cluster, peak[1]), 0, 1e18},
-    {"peak_fp16_flops", offsetof(plan_cluster, peak[2]), 0, 1e18},
-    {"memory_gib", offsetof(plan_cluster, mem_gib), 1e-3, 1e9},
-    {"memory_bandwidth", offsetof(plan_cluster, hbm_bw), 1e6, 1e16},
-    {"intra_node_bandwidth", offsetof(plan_cluster, intra_bw), 1e6, 1e16},
-    {"intra_node_latency", offsetof(plan_cluster, intra_lat), 0, 1},
-    {"inter_node_bandwidth", offsetof(plan_cluster, inter_bw), 1e6, 1e16},
-    {"inter_node_latency", offsetof(plan_cluster, inter_lat), 0, 1},
-    {"gemm_max_efficiency", offsetof(plan_cluster, gemm_emax), 1e-3, 1},
-    {"gemm_half_dim", offsetof(plan_cluster, gemm_half), 0, 1e9},
-    {"reserved_gib", offsetof(plan_cluster, mem_reserved_gib), 0, 1e9},
+    {"gpus_per_node", offsetof(plan_cluster, gpus_per_node), 1, 1 << 20, 1},
+    {"nodes", offsetof(plan_cluster, nodes), 0, 1 << 20, 1},
+    {"cores_per_node", offsetof(plan_cluster, cores_per_node), 0, 1 << 20, 1},
+    {"peak_fp32_flops", offsetof(plan_cluster, peak[0]), 0, 1e18, 0},
+    {"peak_bf16_flops", offsetof(plan_cluster, peak[1]), 0, 1e18, 0},
+    {"peak_fp16_flops", offsetof(plan_cluster, peak[2]), 0, 1e18, 0},
+    {"memory_gib", offsetof(plan_cluster, mem_gib), 1e-3, 1e9, 0},
+    {"memory_bandwidth", offsetof(plan_cluster, hbm_bw), 1e6, 1e16, 0},
+    {"intra_node_bandwidth", offsetof(plan_cluster, intra_bw), 1e6, 1e16, 0},
+    {"intra_node_latency", offsetof(plan_cluster, intra_lat), 0, 1, 0},
+    {"inter_node_bandwidth", offsetof(plan_cluster, inter_bw), 1e6, 1e16, 0},
+    {"inter_node_latency", offsetof(plan_cluster, inter_lat), 0, 1, 0},
+    {"gemm_max_efficiency", offsetof(plan_cluster, gemm_emax), 1e-3, 1, 0},
+    {"gemm_half_dim", offsetof(plan_cluster, gemm_half), 0, 1e9, 0},
+    {"reserved_gib", offsetof(plan_cluster, mem_reserved_gib), 0, 1e9, 0},
 };
 /* "framework": "megatron" (GPU clusters, the default) or "trident-cpu" (what --calibrate writes). */
 #define NFIELDS ((int)(sizeof FIELDS / sizeof FIELDS[0]))
 
-static double *field(plan_cluster *c, int i) { return (double *)((char *)c + FIELDS[i].off); }
+static double get_field(const plan_cluster *c, int i)
+{
+    const char *p = (const char *)c + FIELDS[i].off;
+    return FIELDS[i].integer ? (double)*(const int *)p : *(const double *)p;
+}
+
+static void set_field(plan_cluster *c, int i, double v)
+{
+    char *p = (char *)c + FIELDS[i].off;
+    if (FIELDS[i].integer) *(int *)p = (int)v;
+    else *(double *)p = v;
+}
 
 int plan_cluster_load(const char *path, plan_cluster *c, char *err, size_t errlen)
 {
@@ -411,13 +477,13 @@ int plan_cluster_load(const char *path, plan_cluster *c, char *err, size_t errle
     for (int i = 0; i < NFIELDS; i++) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, FIELDS[i].key);
         if (!v) continue;
-        if (!cJSON_IsNumber(v) || v->valuedouble < FIELDS[i].lo || v->valuedouble > FIELDS[i].hi) {
-            snprintf(err, errlen, "--cluster %s: %s must be a number in [%g, %g]", path, FIELDS[i].key, FIELDS[i].lo,
-                     FIELDS[i].hi);
+        if (!cJSON_IsNumber(v) || !(v->valuedouble >= FIELDS[i].lo && v->valuedouble <= FIELDS[i].hi) ||
+            (FIELDS[i].integer && v->valuedouble != floor(v->valuedouble))) {
+            snprintf(err, errlen, "--cluster %s: %s must be a number in [%.15g, %.15g]%s", path, FIELDS[i].key,
+                     FIELDS[i].lo, FIELDS[i].hi, FIELDS[i].integer ? ", a whole one" : "");
             goto out;
         }
-        if (i == 0) c->gpus_per_node = (int)v->valuedouble;
-        else *field(c, i) = v->valuedouble;
+        set_field(c, i, v->valuedouble);
     }
     const char *missing = NULL;
     if (c->gpus_per_node < 1) missing = "gpus_per_node";
@@ -443,7 +509,7 @@ char *plan_cluster_json(const plan_cluster *c)
     cJSON_AddStringToObject(o, "name", c->name);
     cJSON_AddStringToObject(o, "framework", c->trident_cpu ? "trident-cpu" : "megatron");
     for (int i = 0; i < NFIELDS; i++)
-        cJSON_AddNumberToObject(o, FIELDS[i].key, i == 0 ? (double)c->gpus_per_node : *field((plan_cluster *)c, i));
+        if (!FIELDS[i].integer || get_field(c, i) > 0 || i == 0) cJSON_AddNumberToObject(o, FIELDS[i].key, get_field(c, i));
     char *s = cJSON_Print(o);
     cJSON_Delete(o);
     return s;

@@ -11,3 +11,4 @@ td_cluster_test(layouts 12 layouts.sh)
 td_cluster_test(disk 17 disk.sh)
 # slurm.sh and faults.sh (kill, cut, loss, stop) side by side: mostly waiting, they share one slot
 td_cluster_test(slurm_and_faults 60 waiting.sh)
+td_cluster_test(plan_calibrate 20 plan_calibrate.sh)

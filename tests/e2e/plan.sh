@@ -31,6 +31,12 @@ if timeout 120 mpirun --oversubscribe --bind-to none -np 2 "$TRIDENT" plan --cal
          --global-batch-size 8 --cluster me.json --num-gpus 2 --tensor-model-parallel-size 2 --json) &&
    grep -q '"fits": true' <<<"$out"; then ok "--calibrate: $(tr -d '\n\t' <me.json | cut -c1-200)..."
 else bad "--calibrate"; cat cal.log me.json; echo "${out:-}"; fi
+# across nodes, as this machine's 4 ranks on 2 hosts (TRIDENT_TEST_HOSTS): nodes, ranks a node and both
+# links written (the real network: cluster/plan_calibrate)
+if timeout 120 env TRIDENT_TEST_HOSTS=2 mpirun --oversubscribe --bind-to none -x TRIDENT_TEST_HOSTS -np 4 "$TRIDENT" plan --calibrate >two.json 2>cal2.log &&
+   python3 -c 'import json, sys; c = json.load(open("two.json")); sys.exit(not (c["nodes"] == 2 and c["gpus_per_node"] == 2 and c["inter_node_bandwidth"] > 0 and c["intra_node_bandwidth"] > 0 and c["name"].startswith("2 nodes x 2 ranks")))'
+then ok "--calibrate on 2 hosts of 2 ranks: $(tr -d '\n\t' <two.json | cut -c1-120)..."
+else bad "--calibrate on 2 hosts"; cat cal2.log two.json; fi
 # the calibrated figures against physical bounds of this machine (they fail when a unit or a
 # count is wrong): fmax = cpufreq's cpuinfo_max_freq, else twice the highest "cpu MHz" of
 # /proc/cpuinfo (server parts boost less than 2x their nominal clock); a core does at most
@@ -81,6 +87,11 @@ expect2 "--vocab-size is required" --num-gpus 8 --global-batch-size 8
 expect2 "not divisible by --tensor-model-parallel-size" "${M[@]}" --num-gpus 100 --tensor-model-parallel-size 8
 printf '{"gpus_per_node": "eight"}\n' >bad.json
 expect2 "gpus_per_node must be a number" "${M[@]}" --num-gpus 8 --cluster bad.json
+printf '{"base": "dgx-h100", "nodes": 2.5}\n' >half_node.json
+expect2 "nodes must be a number in \[0, 1048576\], a whole one" "${M[@]}" --num-gpus 8 --cluster half_node.json
+printf '{"base": "dgx-h100", "nodes": 2}\n' >two_nodes.json
+expect2 "the layout needs 32 devices; cluster two_nodes.json has 16 (2 nodes of 8)" "${M[@]}" --num-gpus 32 \
+  --tensor-model-parallel-size 8 --pipeline-model-parallel-size 4 --cluster two_nodes.json
 expect2 "cannot open it" "${M[@]}" --num-gpus 8 --cluster nosuch
 expect2 "no bf16 peak" --num-layers 4 --vocab-size 100 --global-batch-size 16 --num-gpus 16 --cluster dgx2h-v100 --bf16
 echo "$pass passed, $fail failed"

@@ -304,12 +304,86 @@ static void trident_cpu_memory(void **state)
     assert_true(r.fits);
 }
 
+/* Which link each group runs over (ranks fill 2-rank nodes in order, Megatron's rank order), and
+ * what a collective then costs, worked by hand. The cluster: nodes of 2 ranks, 4 GB/s and 2 us
+ * inside, 50 MB/s a rank (100 MB/s a node) and 100 us across. */
+static void placement_links(void **state)
+{
+    (void)state;
+    plan_cluster c = {.gpus_per_node = 2, .nodes = 2, .peak = {100e9, 0, 0}, .mem_gib = 8, .hbm_bw = 20e9,
+                      .intra_bw = 4e9, .intra_lat = 2e-6, .inter_bw = 50e6, .inter_lat = 1e-4, .gemm_emax = 0.9,
+                      .gemm_half = 16, .trident_cpu = 1};
+    double bw, lat;
+    /* tp 2 x dp 2: tp pairs {0,1} {2,3} inside the nodes, dp pairs {0,2} {1,3} across, one rank a node each */
+    plan_layout tp2dp2 = {2, 1, 2, 1, 1, PLAN_RC_NONE, 0, 0, 0};
+    assert_int_equal(plan_group_link(&c, &tp2dp2, PLAN_GROUP_TP, &bw, &lat), 1);
+    assert_true(bw == 4e9 && lat == 2e-6);
+    assert_int_equal(plan_group_link(&c, &tp2dp2, PLAN_GROUP_DP, &bw, &lat), 2);
+    assert_true(bw == 50e6 && lat == 1e-4);
+    /* dp 4: one ring over both nodes, two of its ranks a node: the ring crosses each node's link
+     * once, so it has the whole node's 100 MB/s; Megatron's GPUs (a NIC each) keep their own 50 */
+    plan_layout dp4 = {1, 1, 4, 1, 1, PLAN_RC_NONE, 0, 0, 0};
+    assert_int_equal(plan_group_link(&c, &dp4, PLAN_GROUP_DP, &bw, &lat), 2);
+    assert_true(bw == 100e6);
+    c.trident_cpu = 0;
+    plan_group_link(&c, &dp4, PLAN_GROUP_DP, &bw, &lat);
+    assert_true(bw == 50e6);
+    c.trident_cpu = 1;
+    /* pp 2 x dp 2 (tp 1): rank = d + 2p, so dp pairs {0,1} {2,3} inside, pp pairs {0,2} {1,3} across */
+    plan_layout pp2dp2 = {1, 2, 2, 1, 1, PLAN_RC_NONE, 0, 0, 0};
+    assert_int_equal(plan_group_link(&c, &pp2dp2, PLAN_GROUP_DP, &bw, &lat), 1);
+    assert_int_equal(plan_group_link(&c, &pp2dp2, PLAN_GROUP_PP, &bw, &lat), 2);
+    assert_true(bw == 50e6);
+    /* tp 4 spans both nodes, two ranks on each: 100 MB/s */
+    plan_layout tp4 = {4, 1, 1, 1, 1, PLAN_RC_NONE, 0, 0, 0};
+    assert_int_equal(plan_group_link(&c, &tp4, PLAN_GROUP_TP, &bw, &lat), 2);
+    assert_true(bw == 100e6);
+    /* 3 ranks a node, tp 2 (3 is no multiple of 2): the pair {2,3} straddles nodes 1 and 2 */
+    c.gpus_per_node = 3, c.nodes = 0;
+    plan_layout tp2dp3 = {2, 1, 3, 1, 1, PLAN_RC_NONE, 0, 0, 0};
+    assert_int_equal(plan_group_link(&c, &tp2dp3, PLAN_GROUP_TP, &bw, &lat), 2);
+    assert_true(bw == 50e6 && lat == 1e-4);
+    assert_int_equal(plan_group_link(&c, &tp2dp3, PLAN_GROUP_DP, &bw, &lat), 2); /* {0,2,4}: nodes 1, 1, 2 */
+    c.gpus_per_node = 2, c.nodes = 2;
+
+    /* The costs: GPT-2 shape, 2 layers of hidden 64, 4 heads, ffn 256, seq 32, vocab 128, fp32. */
+    plan_job j;
+    memset(&j, 0, sizeof j);
+    j.cfg.num_layers = 2, j.cfg.hidden = 64, j.cfg.heads = 4, j.cfg.ffn = 256, j.cfg.seq = 32, j.cfg.max_pos = 32;
+    j.cfg.vocab = j.cfg.padded_vocab = 128;
+    j.gbs = 4;
+    plan_result r;
+    char err[256];
+    /* tp 2: a layer's half: QKV 64x192/2 + 96, projection 64x64/2 + 64, fc1 64x256/2 + 128, fc2
+     * 256x64/2 + 64, two LayerNorms 256 = 25184; two layers 50368, the word embedding's half
+     * 64x64, positions 32x64, the final norm 128: 56640 parameters, 226560 bytes, summed over the
+     * dp pair across the nodes at 50 MB/s: 2 (1/2) 226560 / 50e6 + 2 x 100 us */
+    assert_int_equal(plan_evaluate(&j, &c, &tp2dp2, &r, err, sizeof err), 0);
+    close_to(r.t_dp, 226560 / 50e6 + 2e-4, 1e-12);
+    /* dp 4: 49984 a layer, 99968 + 128x64 + 2048 + 128 = 110336 parameters, 441344 bytes, over
+     * the 4-ring at the node's 100 MB/s: 2 (3/4) 441344 / 100e6 + 6 x 100 us */
+    assert_int_equal(plan_evaluate(&j, &c, &dp4, &r, err, sizeof err), 0);
+    close_to(r.t_dp, 1.5 * 441344 / 100e6 + 6e-4, 1e-12);
+    /* tp 2 x pp 2 across: 4 micro-batches, each 32x64 fp32 activations (8192 bytes, whole from each tp rank:
+     * trident sends no scatter-gather) forward and back at 50 MB/s + 100 us, and the tied
+     * embedding's half (64x64 fp32) summed by the first and last stages */
+    plan_layout tp2pp2 = {2, 2, 1, 1, 1, PLAN_RC_NONE, 0, 0, 0};
+    assert_int_equal(plan_evaluate(&j, &c, &tp2pp2, &r, err, sizeof err), 0);
+    close_to(r.t_p2p, 8 * (8192 / 50e6 + 1e-4) + 16384 / 50e6 + 2e-4, 1e-12);
+    /* more devices than the cluster's 2 nodes of 2 */
+    plan_layout dp8 = {1, 1, 8, 1, 1, PLAN_RC_NONE, 0, 0, 0};
+    j.gbs = 8;
+    assert_int_equal(plan_evaluate(&j, &c, &dp8, &r, err, sizeof err), -1);
+    assert_non_null(strstr(err, "needs 8 devices"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(collectives),         cmocka_unit_test(gemm),           cmocka_unit_test(activations),
         cmocka_unit_test(memory_per_parameter), cmocka_unit_test(gemm_efficiency_fit), cmocka_unit_test(megatron_table1), cmocka_unit_test(megatron_interleaving),
         cmocka_unit_test(megatron_tp_pp),      cmocka_unit_test(trident_cpu_memory), cmocka_unit_test(megatron_table2),
+        cmocka_unit_test(placement_links),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

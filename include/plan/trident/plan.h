@@ -11,16 +11,20 @@
 
 #include "trident/gpt_config.h"
 
-/* A cluster: nodes of identical devices. Bandwidths are per device and per direction. */
+/* A cluster: nodes of identical devices. Bandwidths are per device and per direction. Ranks fill
+ * the nodes in order (rank r on node r / gpus_per_node), Megatron's rank order over them
+ * (rank = tp_rank + tp (dp_rank + dp pp_rank)): a group whose ranks sit on one node uses the intra
+ * figures, one that spans nodes the inter ones (plan_group_link). */
 typedef struct plan_cluster {
     char name[64];
-    int gpus_per_node;
+    int gpus_per_node;     /* devices (trident: MPI ranks) a node */
     double peak[3];        /* FLOP/s per device in fp32, bf16, fp16 (be_dtype order) */
     double mem_gib;        /* device memory */
     double hbm_bw;         /* bytes/s of memory-bound kernels (norms, softmax, the optimizer) */
     double intra_bw;       /* bytes/s between devices of a node (NVLink / NVSwitch) */
     double intra_lat;      /* s per message step inside a node */
-    double inter_bw;       /* bytes/s a device gets across nodes (its share of the node's NICs) */
+    double inter_bw;       /* bytes/s a device gets across nodes when every device of its node crosses at
+                            * once (its share of the node's NICs) */
     double inter_lat;      /* s per message step across nodes */
     /* GEMM efficiency, a fraction of the peak: gemm_emax * f(M) f(N) f(K), f(d) = d / (d + gemm_half) */
     double gemm_emax, gemm_half;
@@ -30,6 +34,8 @@ typedef struct plan_cluster {
      * grads and Adam state; activations as trident lays them out, src/train/memory.c): what
      * --calibrate measures. */
     int trident_cpu;
+    int nodes;             /* nodes in the cluster; 0: as many as a layout needs */
+    int cores_per_node;    /* what --calibrate saw (information only; 0 when not given) */
 } plan_cluster;
 
 /* Fills c with a preset ("dgx2h-v100", "dgx-a100-80gb", "dgx-h100"); -1 when unknown. */
@@ -81,7 +87,8 @@ typedef struct plan_result {
     double t_recompute;    /* of which the forward re-run by recomputation */
     double t_tp;           /* tensor-parallel collectives */
     double t_bubble;       /* pipeline fill and drain */
-    double t_p2p;          /* pipeline transfers */
+    double t_p2p;          /* pipeline transfers (and the tied embedding's gradient sum between the first
+                            * and last stages) */
     double t_dp;           /* data-parallel reduction not hidden behind the backward */
     double t_optimizer;    /* the optimizer step (and the parameter all-gather with the distributed optimizer) */
     /* memory of the busiest device, bytes */
@@ -103,8 +110,17 @@ double plan_layer_act_bytes(const gpt_config *c, int mbs, int tp, int sp, plan_r
  * times (1 + (p - 1) / (p v)) interleaved (Megatron's interleaved schedule). */
 double plan_inflight(int pp, int vp, int micro);
 
+typedef enum { PLAN_GROUP_TP, PLAN_GROUP_PP, PLAN_GROUP_DP } plan_group;
+/* The link the collectives of a layout's tp, pp or dp groups run over, given the placement rule
+ * above: the intra-node bandwidth and latency when every group of that kind sits inside a node,
+ * else the inter-node ones. On a trident-cpu cluster the ranks of a node share its one link, so a
+ * group with k ranks on each node it spans (a ring crosses each node's link once, and the node's
+ * K / k groups at once) gets k shares of it: k * inter_bw, at most intra_bw. Writes *bw and *lat;
+ * returns the most nodes one group spans (1: inside a node). */
+int plan_group_link(const plan_cluster *c, const plan_layout *l, plan_group g, double *bw, double *lat);
+
 /* Evaluates a layout; 0, or -1 with why in err when the layout is impossible (sizes that do not
- * divide, more devices than the cluster's). */
+ * divide, more devices than the cluster's nodes hold). */
 int plan_evaluate(const plan_job *j, const plan_cluster *c, const plan_layout *l, plan_result *r, char *err,
                   size_t errlen);
 

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# `trident plan --calibrate` across 2 emulated nodes of 2 ranks (scripts/cluster.sh, each node's
+# link shaped to 1 Gbit/s by tc): the cluster file names 2 nodes of 2 ranks, the node's link
+# (a rank's share x its ranks) between 0.3 and 1.1 Gbit/s, the link inside a node faster than the
+# one across, and `trident plan` with that file prices tp 2 x dp 2's data-parallel pairs across
+# the nodes. Environment (tests/cluster/cluster.cmake): TRIDENT, WORK, ROOT.
+set -u
+export CLUSTER_DIR=/run/trident-cluster-plan.$$
+cluster=$ROOT/scripts/cluster.sh
+trap '"$cluster" down' EXIT
+"$cluster" up 2 --ranks-per-node 2 --rate 1gbit || exit $? # 77: no namespaces here (skipped, says why)
+rm -rf "$WORK" && mkdir -p "$WORK" && cd "$WORK" || exit 1
+export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+unset OMPI_MCA_pml OMPI_MCA_btl # the suite's one-node transports: here TCP must carry the job
+timeout 180 "$cluster" run node1 mpirun --hostfile "$CLUSTER_DIR/hostfile" --mca plm_rsh_agent "$CLUSTER_DIR/rsh" \
+  --mca btl tcp,self,vader --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0 -x OMP_NUM_THREADS \
+  -np 4 "$TRIDENT" plan --calibrate > me.json 2> cal.log || { echo "FAIL: --calibrate exited $?"; cat cal.log; exit 1; }
+python3 - me.json <<'PY' || { cat me.json; exit 1; }
+import json, sys
+c = json.load(open(sys.argv[1]))
+link = c["inter_node_bandwidth"] * c["gpus_per_node"] * 8  # bits/s through one node's link
+checks = [
+    (c["nodes"] == 2 and c["gpus_per_node"] == 2, "2 nodes of 2 ranks: nodes %s, gpus_per_node %s" % (c["nodes"], c["gpus_per_node"])),
+    (0.3e9 <= link <= 1.1e9, "the node's link %.3g bit/s (a rank's share %.3g B/s x 2) in [0.3, 1.1] Gbit/s, shaped to 1" % (link, c["inter_node_bandwidth"])),
+    (c["intra_node_bandwidth"] > c["inter_node_bandwidth"] * c["gpus_per_node"], "inside a node %.3g B/s > across %.3g B/s a node" % (c["intra_node_bandwidth"], c["inter_node_bandwidth"] * c["gpus_per_node"])),
+    (0 < c["inter_node_latency"] < 0.1 and 0 < c["intra_node_latency"] < 0.1, "latencies %.3g s inside, %.3g s across, in (0, 0.1)" % (c["intra_node_latency"], c["inter_node_latency"])),
+]
+bad = [m for ok, m in checks if not ok]
+for ok, m in checks: print(("ok: " if ok else "FAIL: ") + m)
+sys.exit(1 if bad else 0)
+PY
+# the file prices tp 2 inside and dp 2 across: the dp pairs' sum at the share across, not the link inside
+M=(--num-layers 4 --hidden-size 256 --num-attention-heads 8 --seq-length 128 --vocab-size 50257 --global-batch-size 8
+   --cluster me.json --num-gpus 4 --tensor-model-parallel-size 2 --json)
+out=$("$TRIDENT" plan "${M[@]}") || { echo "FAIL: plan with the calibrated file"; echo "$out"; exit 1; }
+python3 - me.json "$out" <<'PY'
+import json, sys
+c, r = json.load(open(sys.argv[1])), json.loads(sys.argv[2])
+# the stage's gradients: 4 layers of 256 (12 h^2 + 13 h a layer, / 2 but the replicated biases and
+# norms: 5 h), half the padded vocab (50304 / 2) x 256, 128 positions x 256, the final norm
+h = 256
+layer = 12 * h * h // 2 + (3 * h + 4 * h) // 2 + 6 * h  # weights / 2, QKV and fc1 biases / 2, the rest whole
+P = 4 * layer + 50304 // 2 * h + 128 * h + 2 * h
+want = P * 4 / c["inter_node_bandwidth"] + 2 * c["inter_node_latency"]
+got = r["breakdown_s"]["data_parallel"]
+ok = abs(got - want) <= 1e-6 * want
+print(("ok: " if ok else "FAIL: ") + "dp 2 across prices %d parameters at the share across: %.6g s (by hand %.6g)" % (P, got, want))
+sys.exit(0 if ok else 1)
+PY
