@@ -202,12 +202,6 @@ typedef struct {
 static int vstage(const run *r, int chunk) { return chunk * r->p + r->s; }
 static int tag_of(const run *r, int micro, int vs, int grad) { return 2 * (micro * r->V + vs) + grad; }
 
-/* Frees the slot of a finished micro-batch of chunk c (backward done, or any forward when not
- * training) after its send completes. `all`: every finished one, and every send still on its way.
- * A slot is reclaimed only when one is needed, and then the oldest: waiting on a send blocks
- * until the peer posts its receive, which above MPI's eager limit it does only when its own
- * schedule reaches that micro-batch, so a rank must never wait on a send it has just started
- * (forward-only interleaving would then deadlock around the ring of stages). */
 /* comm_wait on a stage transfer, its time counted in the iteration's transfer_s. */
 static void transfer_wait(run *r, comm_req *q)
 {
@@ -217,6 +211,20 @@ static void transfer_wait(run *r, comm_req *q)
     r->it->transfer_s += td_now() - t0;
 }
 
+/* pp_recv of the iteration's transfer, its time counted in transfer_s. */
+static void transfer_recv(run *r, float *buf, size_t n, int peer, int tag)
+{
+    double t0 = td_now();
+    pp_recv(r->it->ps, r->it->scatter_gather, buf, n, peer, tag);
+    r->it->transfer_s += td_now() - t0;
+}
+
+/* Frees the slot of a finished micro-batch of chunk c (backward done, or any forward when not
+ * training) after its send completes. `all`: every finished one, and every send still on its way.
+ * A slot is reclaimed only when one is needed, and then the oldest: waiting on a send blocks
+ * until the peer posts its receive, which above MPI's eager limit it does only when its own
+ * schedule reaches that micro-batch, so a rank must never wait on a send it has just started
+ * (forward-only interleaving would then deadlock around the ring of stages). */
 static void reclaim(run *r, int c, int all)
 {
     gpt_model *m = r->it->chunks[c];
@@ -256,9 +264,7 @@ static void forward_step(run *r, int c)
     size_t act = (size_t)it->mbs * m->seq_l * m->cfg.hidden; /* sequence parallelism: this rank's positions */
     if (!m->first) {
         input = gpt_acts_input(a);
-        double t0 = td_now();
-        pp_recv(it->ps, it->scatter_gather, (float *)input, act, (vs - 1) % r->p, tag_of(r, micro, vs, 0));
-        it->transfer_s += td_now() - t0;
+        transfer_recv(r, (float *)input, act, (vs - 1) % r->p, tag_of(r, micro, vs, 0));
     }
     double loss = 0;
     float *out = gpt_forward(m, a, &it->micro[micro], input, it->training, &loss);
@@ -279,11 +285,7 @@ static void backward_step(run *r, int c)
         if (fl[i].micro == micro && !fl[i].backward_done) f = &fl[i];
     TD_ASSERT(f != NULL);
     size_t act = (size_t)it->mbs * m->seq_l * m->cfg.hidden; /* sequence parallelism: this rank's positions */
-    if (!m->last) {
-        double t0 = td_now();
-        pp_recv(it->ps, it->scatter_gather, it->grad_in, act, (vs + 1) % r->p, tag_of(r, micro, vs, 1));
-        it->transfer_s += td_now() - t0;
-    }
+    if (!m->last) transfer_recv(r, it->grad_in, act, (vs + 1) % r->p, tag_of(r, micro, vs, 1));
     /* the output has arrived downstream (its gradient came back), so its send is complete */
     transfer_wait(r, f->send);
     f->send = NULL;
