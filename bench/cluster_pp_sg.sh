@@ -16,8 +16,10 @@
 # bench/cluster_scaling.sh.
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
-# pp_sg_pair LABEL: one run with scatter/gather and one without on the cluster at $CLUSTER_DIR,
-# with the model in pp_sg_flags (an array) and the job's files under $work; prints one row each.
+# pp_sg_pair LABEL: one run with scatter/gather and one without on the cluster at $CLUSTER_DIR
+# (2 nodes, 2 slots each), trident at $build/trident, the model's flags in the array pp_sg_flags
+# and the job's files under $work (not under /tmp); prints one row each, and fails if the two
+# runs' losses are not bitwise the same.
 pp_sg_pair() {
   local label=$1 sg flags name
   for sg in on off; do
@@ -36,6 +38,11 @@ med = lambda k: statistics.median(r[k] for r in rows)
 print(f'{sys.argv[2]:<8} {sys.argv[3]:<4} {med("elapsed_ms"):12.1f} {med("comm_ms"):10.1f} {med("pp_ms"):10.1f}')
 PY
   done
+  /usr/bin/python3 - "$work/ppsg-$label-on.jsonl" "$work/ppsg-$label-off.jsonl" <<'PY' || return 1
+import json, sys
+a, b = ([json.loads(l)["lm_loss"] for l in open(p)] for p in sys.argv[1:])
+if a != b: sys.exit(f"cluster_pp_sg.sh: losses differ with and without scatter/gather: {a} vs {b}")
+PY
 }
 
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then
