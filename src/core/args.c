@@ -176,6 +176,10 @@ static const flag_t FLAGS[] = {
     {"--sequence-parallel", A_BOOL, OFF(sequence_parallel), "0", TD_CMD_TRAIN | TD_CMD_PLAN, "parallel",
      "split norms, dropout and residuals along the sequence over the tensor-parallel ranks (needs "
      "--tensor-model-parallel-size > 1; --seq-length divisible by it)", 0, 0, NULL},
+    {"--no-scatter-gather-tensors-in-pipeline", A_BOOL, OFF(no_scatter_gather_tensors_in_pipeline), "0", TD_CMD_TRAIN,
+     "parallel", "send the whole activation between pipeline stages from every tensor-parallel rank (default "
+     "with tp > 1 and no --sequence-parallel: each sends 1/tp of it and the receivers all-gather it over "
+     "their tensor-parallel group)", 0, 0, NULL},
     {"--account-for-embedding-in-pipeline-split", A_BOOL, OFF(account_for_embedding_in_pipeline_split), "0",
      TD_CMD_TRAIN, "parallel", "count the embedding as one layer when splitting layers over pipeline stages (the "
      "first stage holds one decoder layer fewer)", 0, 0, NULL},

@@ -8,15 +8,21 @@
  * Transfers: a forward sends its output to the next virtual stage and a backward sends its input
  * gradient to the previous one, both non-blocking; a step blocks only on the receive it needs.
  * A message to virtual stage vs for micro-batch m has tag 2 (m V + vs) (+1 for gradients), V the
- * number of virtual stages, so matching never depends on the order messages are posted. */
+ * number of virtual stages, so matching never depends on the order messages are posted.
+ * Scatter/gather (Megatron-LM 2021, section 4.1): with tp > 1 every tp rank of a stage holds the
+ * same boundary tensor, so each sends only its 1/tp slice to its peer of the same tp rank, and
+ * the receivers rebuild the whole by an all-gather over their tp group (the fast links inside
+ * a node, when tp is kept there and pp crosses nodes). */
 #include "trident/pipeline.h"
 
 #include "backend.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "trident/check.h"
+#include "trident/timer.h"
 
 int pp_schedule_parse(const char *s, int pp, int vp, pp_schedule *out)
 {
@@ -140,6 +146,41 @@ int pp_slots_needed(pp_schedule schedule, int pp, int pp_rank, int nchunks, int 
     return n < num_micro ? n : num_micro;
 }
 
+/* ---- stage transfers ---- */
+
+int pp_scatter_gather_applies(const ps_state *ps, int wanted)
+{
+    return wanted && ps->pp > 1 && ps->tp > 1 && !ps->sequence_parallel;
+}
+
+void pp_transfer_slice(size_t n, int t, int r, size_t *off, size_t *count)
+{
+    size_t q = n / (size_t)t, extra = n % (size_t)t, ur = (size_t)r;
+    *count = q + (ur < extra);
+    *off = ur * q + (ur < extra ? ur : extra);
+}
+
+comm_req *pp_send(const ps_state *ps, int scatter_gather, const float *buf, size_t n, int peer, int tag)
+{
+    size_t off = 0, count = n;
+    if (scatter_gather) pp_transfer_slice(n, ps->tp, ps->tp_rank, &off, &count);
+    return comm_isend(ps->pp_group, buf + off, count, COMM_F32, peer, tag);
+}
+
+void pp_recv(const ps_state *ps, int scatter_gather, float *buf, size_t n, int peer, int tag)
+{
+    if (!scatter_gather) {
+        comm_wait(comm_irecv(ps->pp_group, buf, n, COMM_F32, peer, tag));
+        return;
+    }
+    int t = ps->tp;
+    size_t *counts = td_xmalloc(2 * (size_t)t * sizeof(size_t)), *displs = counts + t;
+    for (int r = 0; r < t; r++) pp_transfer_slice(n, t, r, &displs[r], &counts[r]);
+    comm_wait(comm_irecv(ps->pp_group, buf + displs[ps->tp_rank], counts[ps->tp_rank], COMM_F32, peer, tag));
+    comm_wait(comm_iallgatherv(ps->tp_group, buf, counts, displs, COMM_F32));
+    free(counts);
+}
+
 /* ---- per-chunk bookkeeping of micro-batches in flight ---- */
 
 typedef struct {
@@ -161,6 +202,23 @@ typedef struct {
 static int vstage(const run *r, int chunk) { return chunk * r->p + r->s; }
 static int tag_of(const run *r, int micro, int vs, int grad) { return 2 * (micro * r->V + vs) + grad; }
 
+/* comm_wait on a stage transfer, its time counted in the iteration's transfer_s. */
+static void transfer_wait(run *r, comm_req *q)
+{
+    if (!q) return;
+    double t0 = td_now();
+    comm_wait(q);
+    r->it->transfer_s += td_now() - t0;
+}
+
+/* pp_recv of the iteration's transfer, its time counted in transfer_s. */
+static void transfer_recv(run *r, float *buf, size_t n, int peer, int tag)
+{
+    double t0 = td_now();
+    pp_recv(r->it->ps, r->it->scatter_gather, buf, n, peer, tag);
+    r->it->transfer_s += td_now() - t0;
+}
+
 /* Frees the slot of a finished micro-batch of chunk c (backward done, or any forward when not
  * training) after its send completes. `all`: every finished one, and every send still on its way.
  * A slot is reclaimed only when one is needed, and then the oldest: waiting on a send blocks
@@ -175,7 +233,7 @@ static void reclaim(run *r, int c, int all)
     for (int i = 0; i < r->nfl[c]; i++) {
         int finished = fl[i].backward_done || !r->it->training;
         if (all) {
-            comm_wait(fl[i].send);
+            transfer_wait(r, fl[i].send);
             fl[i].send = NULL;
         }
         if (finished && (oldest < 0 || fl[i].micro < fl[oldest].micro)) oldest = i;
@@ -184,7 +242,7 @@ static void reclaim(run *r, int c, int all)
     for (int i = 0; i < r->nfl[c]; i++) {
         int finished = fl[i].backward_done || !r->it->training;
         if (finished && (all || i == oldest)) {
-            comm_wait(fl[i].send);
+            transfer_wait(r, fl[i].send);
             gpt_acts_release(m, fl[i].a);
         } else {
             fl[keep++] = fl[i];
@@ -197,7 +255,6 @@ static void forward_step(run *r, int c)
 {
     pp_iteration *it = r->it;
     gpt_model *m = it->chunks[c];
-    const comm *pg = it->ps->pp_group;
     int micro = r->next_fwd[c]++, vs = vstage(r, c);
     if (r->nfl[c] == m->max_inflight) reclaim(r, c, 0);
     TD_ASSERT(r->nfl[c] < m->max_inflight);
@@ -207,14 +264,14 @@ static void forward_step(run *r, int c)
     size_t act = (size_t)it->mbs * m->seq_l * m->cfg.hidden; /* sequence parallelism: this rank's positions */
     if (!m->first) {
         input = gpt_acts_input(a);
-        comm_wait(comm_irecv(pg, (float *)input, act, COMM_F32, (vs - 1) % r->p, tag_of(r, micro, vs, 0)));
+        transfer_recv(r, (float *)input, act, (vs - 1) % r->p, tag_of(r, micro, vs, 0));
     }
     double loss = 0;
     float *out = gpt_forward(m, a, &it->micro[micro], input, it->training, &loss);
     r->loss += loss;
     if (m->last) gpt_head_stats(a, it->stats);
     flight f = {a, micro, 0, NULL};
-    if (!m->last) f.send = comm_isend(pg, out, act, COMM_F32, (vs + 1) % r->p, tag_of(r, micro, vs + 1, 0));
+    if (!m->last) f.send = pp_send(it->ps, it->scatter_gather, out, act, (vs + 1) % r->p, tag_of(r, micro, vs + 1, 0));
     r->fl[(size_t)c * m->max_inflight + r->nfl[c]++] = f;
 }
 
@@ -222,17 +279,15 @@ static void backward_step(run *r, int c)
 {
     pp_iteration *it = r->it;
     gpt_model *m = it->chunks[c];
-    const comm *pg = it->ps->pp_group;
     int micro = r->next_bwd[c]++, vs = vstage(r, c);
     flight *fl = r->fl + (size_t)c * m->max_inflight, *f = NULL;
     for (int i = 0; i < r->nfl[c]; i++)
         if (fl[i].micro == micro && !fl[i].backward_done) f = &fl[i];
     TD_ASSERT(f != NULL);
     size_t act = (size_t)it->mbs * m->seq_l * m->cfg.hidden; /* sequence parallelism: this rank's positions */
-    if (!m->last)
-        comm_wait(comm_irecv(pg, it->grad_in, act, COMM_F32, (vs + 1) % r->p, tag_of(r, micro, vs, 1)));
+    if (!m->last) transfer_recv(r, it->grad_in, act, (vs + 1) % r->p, tag_of(r, micro, vs, 1));
     /* the output has arrived downstream (its gradient came back), so its send is complete */
-    comm_wait(f->send);
+    transfer_wait(r, f->send);
     f->send = NULL;
     /* the last micro-batch's backward makes the chunk's gradients final */
     m->grads_final = micro == it->num_micro - 1;
@@ -241,7 +296,7 @@ static void backward_step(run *r, int c)
     if (!m->first) {
         float *buf = gpt_acts_input(f->a);
         be_copy(m->be, buf, dinput, act);
-        f->send = comm_isend(pg, buf, act, COMM_F32, (vs - 1 + r->p) % r->p, tag_of(r, micro, vs - 1, 1));
+        f->send = pp_send(it->ps, it->scatter_gather, buf, act, (vs - 1 + r->p) % r->p, tag_of(r, micro, vs - 1, 1));
     }
     f->backward_done = 1;
 }

@@ -71,6 +71,7 @@ void run_batches_iteration(run_state *r, const gpt_config *c)
                                    .mbs = a->micro_batch_size,
                                    .loss_scale = (float)(1.0 / gpt_head_loss_divisor(c, r->gbs)),
                                    .training = 1,
+                                   .scatter_gather = pp_scatter_gather_applies(r->ps, !a->no_scatter_gather_tensors_in_pipeline),
                                    .micro = r->batches.source->micro,
                                    .grad_in = be_alloc(r->model.be, tokens * c->hidden * sizeof(float))};
 }

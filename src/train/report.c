@@ -197,6 +197,27 @@ static void print_stages(const run_state *r)
             split.loss ? "; the loss counted as a layer" : "");
 }
 
+/* One line saying whether the stage transfers use scatter/gather, and why (more than one stage). */
+static void print_transfers(const run_state *r, const gpt_config *c)
+{
+    const ps_state *ps = r->ps;
+    double kib = (double)r->a->micro_batch_size * c->seq * c->hidden * sizeof(float) / 1024.0;
+    if (ps->tp == 1)
+        TD_INFO("pipeline transfers: %.0f KiB a micro-batch; scatter/gather off: one tensor-parallel rank", kib);
+    else if (ps->sequence_parallel)
+        TD_INFO("pipeline transfers: %.0f KiB a micro-batch per tp rank; scatter/gather not needed: under "
+                "--sequence-parallel each of the %d tp ranks already sends only its 1/%d of the sequence",
+                kib / ps->tp, ps->tp, ps->tp);
+    else if (pp_scatter_gather_applies(ps, !r->a->no_scatter_gather_tensors_in_pipeline))
+        TD_INFO("pipeline transfers: %.0f KiB a micro-batch per tp rank; scatter/gather on: each of the %d tp "
+                "ranks sends 1/%d of the %.0f KiB activation and the receivers all-gather it over their tp group",
+                kib / ps->tp, ps->tp, ps->tp, kib);
+    else
+        TD_INFO("pipeline transfers: %.0f KiB a micro-batch per tp rank; scatter/gather off "
+                "(--no-scatter-gather-tensors-in-pipeline): each of the %d tp ranks sends the whole activation",
+                kib, ps->tp);
+}
+
 void run_report_start(run_state *r, const gpt_config *c)
 {
     const td_args *a = r->a;
@@ -218,7 +239,10 @@ void run_report_start(run_state *r, const gpt_config *c)
     gpt_config_describe(c, arch, sizeof arch);
     TD_INFO("model: %s; seq %d, vocab %d (padded %d): %.2fM parameters", arch, c->seq, c->vocab, c->padded_vocab,
             (double)gpt_num_params(c) / 1e6);
-    if (ps->pp > 1) print_stages(r);
+    if (ps->pp > 1) {
+        print_stages(r);
+        print_transfers(r, c);
+    }
     TD_INFO("batch: micro %d x %d micro-batches x dp %d = global %d; %lld iterations", a->micro_batch_size,
             r->num_micro, ps->dp, r->gbs, (long long)r->train_iters);
     double acts = 0, shared = 0;

@@ -2,7 +2,9 @@
 # Layouts across emulated nodes (scripts/cluster.sh: network + UTS + mount namespaces linked by
 # veth through a bridge, Open MPI over TCP between them, launched through the cluster's rsh
 # agent) against the one-rank run: the same losses and grad norms within 1e-5: tp 2 x dp 2, tp 2 x pp 2
-# interleaved, pp 2 x dp 2 with the distributed optimizer, and tp 2 x dp 2 dealt round-robin.
+# interleaved and 1F1B with validation (both with scatter/gather: each rank sends half of each stage
+# transfer across the network, its node's pair all-gathers it), pp 2 x dp 2 with the distributed
+# optimizer, and tp 2 x dp 2 dealt round-robin.
 # Environment (tests/cluster/cluster.cmake): TRIDENT, DATA, VOCAB, MERGES, WORK, COMPARE_RUNS, ROOT.
 set -u
 export CLUSTER_DIR=/run/trident-cluster-layouts.$$
@@ -18,14 +20,15 @@ BASE=(--data-path "$DATA" --vocab-file "$VOCAB" --merge-file "$MERGES" --split 9
       --seed 7 --train-iters 3 --log-interval 100 --eval-iters 0)
 fail=0
 "$TRIDENT" train "${BASE[@]}" --make-vocab-size-divisible-by 512 --metrics-file one.jsonl --dump-params one.params > one.log 2>&1 || { echo "FAIL: one rank"; cat one.log; exit 1; }
-across() { # name, flags...: 4 ranks, 2 on each node
+across() { # name, flags...: 4 ranks, 2 on each node, against the run REF (default one)
   local name=$1; shift
   timeout 120 "$cluster" run node1 mpirun --hostfile "$CLUSTER_DIR/hostfile" --mca plm_rsh_agent "$CLUSTER_DIR/rsh" \
     --mca btl tcp,self,vader --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0 -x OMP_NUM_THREADS ${MAP:+--map-by $MAP} \
     -np 4 "$TRIDENT" train "${BASE[@]}" --make-vocab-size-divisible-by 256 "$@" --metrics-file "$name.jsonl" --dump-params "$name.params" > "$name.log" 2>&1
   local rc=$?
   if [ $rc -ne 0 ]; then echo "FAIL: $name exited $rc"; tail -20 "$name.log"; fail=1; return; fi
-  if "$COMPARE_RUNS" one.jsonl "$name.jsonl" one.params "$name.params" 1e-5 > "$name.cmp" 2>&1; then echo "ok: $name across 2 nodes = one rank"
+  local ref=${REF:-one}
+  if "$COMPARE_RUNS" "$ref.jsonl" "$name.jsonl" "$ref.params" "$name.params" 1e-5 > "$name.cmp" 2>&1; then echo "ok: $name across 2 nodes = one rank"
   else echo "FAIL: $name differs from one rank"; cat "$name.cmp"; fail=1; fi
 }
 placed() { # name, the placement line rank 0 must print
@@ -38,6 +41,16 @@ grep -q "spans hosts" tp2_dp2.log && { echo "FAIL: tp2_dp2 warned of a tensor-pa
 across tp2_pp2_interleaved --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1
 placed tp2_pp2_interleaved "node1: ranks 0-1 (tp 0-1, pp 0, dp 0); node2: ranks 2-3 (tp 0-1, pp 1, dp 0)"
 grep -q "interleaved" tp2_pp2_interleaved.log || { echo "FAIL: tp2_pp2_interleaved did not run the interleaved schedule"; grep schedule tp2_pp2_interleaved.log; fail=1; }
+# 1F1B with validation every other iteration (the forward-only schedule), scatter/gather on
+EVAL=(--eval-interval 2 --eval-iters 1)
+"$TRIDENT" train "${BASE[@]}" "${EVAL[@]}" --make-vocab-size-divisible-by 512 --metrics-file one_eval.jsonl --dump-params one_eval.params > one_eval.log 2>&1 || { echo "FAIL: one rank with validation"; cat one_eval.log; exit 1; }
+REF=one_eval across tp2_pp2_sg --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 "${EVAL[@]}"
+placed tp2_pp2_sg "node1: ranks 0-1 (tp 0-1, pp 0, dp 0); node2: ranks 2-3 (tp 0-1, pp 1, dp 0)"
+for n in tp2_pp2_interleaved tp2_pp2_sg; do
+  if grep -q "scatter/gather on: each of the 2 tp ranks sends 1/2" $n.log; then echo "ok: $n sent half of each transfer across"
+  else echo "FAIL: $n: scatter/gather not on"; grep "pipeline transfers" $n.log; fail=1; fi
+done
+grep -q "val_loss" tp2_pp2_sg.jsonl || { echo "FAIL: tp2_pp2_sg ran no validation"; fail=1; }
 # the distributed optimizer's reduce-scatter and all-gather between the nodes (dp pairs 0,2 and 1,3)
 across pp2_dp2_distopt --pipeline-model-parallel-size 2 --use-distributed-optimizer --make-vocab-size-divisible-by 512 # tp 1: pad as one rank
 placed pp2_dp2_distopt "node1: ranks 0-1 (tp 0, pp 0, dp 0-1); node2: ranks 2-3 (tp 0, pp 1, dp 0-1)"

@@ -122,6 +122,20 @@ trident_layout(dp4 4 1 1)
 trident_layout(dp2_overlap 2 1 1 --overlap-grad-reduce --ddp-bucket-size 5000)
 trident_layout(tp2_pp2_dp2 8 2 1 --pipeline-model-parallel-size 2)
 trident_layout(tp2_pp2_vp2 4 2 1 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1)
+trident_layout(tp2_pp2 4 2 2 --pipeline-model-parallel-size 2)
+# Scatter/gather (on by default with tp > 1 and no sequence parallelism): each tp rank sends 1/tp
+# of a stage transfer and the receivers all-gather it. It moves the same floats, so the runs
+# without it are bitwise those with it (tolerance 0): 1F1B and interleaved, with validation
+# (the forward-only schedule) every other iteration; the runs with it are held against the one-
+# rank run above. The log names which applies (parallel/layout_scatter_gather_log).
+set(LAYOUT_TOL 0)
+set(LAYOUT_REF tp2_pp2)
+trident_layout(tp2_pp2_nosg 4 2 2 --pipeline-model-parallel-size 2 --no-scatter-gather-tensors-in-pipeline)
+set(LAYOUT_REF tp2_pp2_vp2)
+trident_layout(tp2_pp2_vp2_nosg 4 2 1 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1
+  --no-scatter-gather-tensors-in-pipeline)
+unset(LAYOUT_REF)
+unset(LAYOUT_TOL)
 trident_layout(pp2_uneven 2 1 1 --pipeline-model-parallel-size 2 --decoder-last-pipeline-num-layers 3)
 trident_layout(pp4_uneven 4 1 2 --pipeline-model-parallel-size 4 --decoder-first-pipeline-num-layers 1
   --decoder-last-pipeline-num-layers 1)
@@ -149,6 +163,14 @@ trident_layout(sp_tp2 2 2 2 --sequence-parallel)
 trident_layout(sp_tp4 4 4 1 --sequence-parallel)
 trident_layout(sp_tp2_pp2_vp2 4 2 1 --sequence-parallel --pipeline-model-parallel-size 2
   --num-layers-per-virtual-pipeline-stage 2)
+add_test(NAME parallel/layout_scatter_gather_log COMMAND bash -c
+  "grep -q 'scatter/gather on: each of the 2 tp ranks sends 1/2' ${LAYOUT_DIR}/tp2_pp2.log && \
+   grep -q 'scatter/gather off (--no-scatter-gather-tensors-in-pipeline)' ${LAYOUT_DIR}/tp2_pp2_nosg.log && \
+   grep -q 'scatter/gather not needed: under --sequence-parallel' ${LAYOUT_DIR}/sp_tp2_pp2_vp2.log && \
+   grep -q 'scatter/gather off: one tensor-parallel rank' ${LAYOUT_DIR}/pp2_1f1b.log || \
+   { grep -H 'pipeline transfers' ${LAYOUT_DIR}/tp2_pp2.log ${LAYOUT_DIR}/tp2_pp2_nosg.log ${LAYOUT_DIR}/sp_tp2_pp2_vp2.log ${LAYOUT_DIR}/pp2_1f1b.log; exit 1; }")
+set_tests_properties(parallel/layout_scatter_gather_log PROPERTIES
+  FIXTURES_REQUIRED "layouts_tp2_pp2;layouts_tp2_pp2_nosg;layouts_sp_tp2_pp2_vp2;layouts_pp2_1f1b" TIMEOUT 10)
 # everything at once (issue 11): tp 2 x pp 2 x dp 2, sequence parallel, distributed optimizer
 # with both overlaps, full recomputation
 trident_layout(sp_distopt_rc_tp2_pp2_dp2 8 2 1 --sequence-parallel --pipeline-model-parallel-size 2

@@ -8,6 +8,8 @@
 
 #include "trident/check.h"
 #include "trident/comm.h"
+#include "trident/parallel_state.h"
+#include "trident/pipeline.h"
 
 static int g_checks;
 
@@ -77,6 +79,54 @@ static void check_group(const comm *c, const char *name)
     comm_barrier(c);
 }
 
+/* The slices scatter/gather sends, worked by hand: the first n % t ranks one element longer. */
+static void check_slices(void)
+{
+    static const struct { size_t n; int t; size_t off[4], count[4]; } want[] = {
+        {8, 2, {0, 4}, {4, 4}}, {7, 2, {0, 4}, {4, 3}}, {1, 2, {0, 1}, {1, 0}}, {10, 4, {0, 3, 6, 8}, {3, 3, 2, 2}},
+    };
+    for (size_t k = 0; k < sizeof want / sizeof want[0]; k++)
+        for (int r = 0; r < want[k].t; r++) {
+            size_t off, count;
+            pp_transfer_slice(want[k].n, want[k].t, r, &off, &count);
+            EXPECT(off == want[k].off[r] && count == want[k].count[r], "slice %d of %zu over %d: [%zu, +%zu) want [%zu, +%zu)",
+                   r, want[k].n, want[k].t, off, count, want[k].off[r], want[k].count[r]);
+        }
+}
+
+/* Stage transfers on a tp 2 x pp 2 grid (4 ranks): n floats from stage 0 to stage 1 and back,
+ * with and without scatter/gather, n even, odd and below tp. Under scatter/gather a sender holds
+ * the right values only in its own slice (-7 elsewhere): the receiver must still get all n, so
+ * a sender that sent more than its slice, or a receiver that kept only its slice (no all-gather),
+ * fails here. */
+static void check_stage_transfers(comm *world)
+{
+    ps_state *ps = ps_init(world, 2, 2);
+    static const size_t sizes[] = {64, 7, 1};
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++)
+        for (int sg = 0; sg < 2; sg++)
+            for (int dir = 0; dir < 2; dir++) {
+                size_t n = sizes[k], off = 0, count = n;
+                int from = dir, tag = (int)(4 * k) + 2 * sg + dir;
+                float buf[64];
+                if (ps->pp_rank == from) {
+                    if (sg) pp_transfer_slice(n, ps->tp, ps->tp_rank, &off, &count);
+                    for (size_t i = 0; i < n; i++) buf[i] = i >= off && i < off + count ? (float)(100 * tag + (int)i) : -7.0f;
+                    comm_wait(pp_send(ps, sg, buf, n, 1 - from, tag));
+                } else {
+                    for (size_t i = 0; i < n; i++) buf[i] = -1.0f;
+                    pp_recv(ps, sg, buf, n, from, tag);
+                    for (size_t i = 0; i < n; i++)
+                        EXPECT(buf[i] == (float)(100 * tag + (int)i), "stage transfer n %zu scatter/gather %d: [%zu] got %g want %d",
+                               n, sg, i, buf[i], 100 * tag + (int)i);
+                }
+            }
+    EXPECT(pp_scatter_gather_applies(ps, 1) && !pp_scatter_gather_applies(ps, 0), "scatter/gather on tp 2 x pp 2");
+    ps->sequence_parallel = 1;
+    EXPECT(!pp_scatter_gather_applies(ps, 1), "scatter/gather under sequence parallelism");
+    ps_free(ps);
+}
+
 int main(int argc, char **argv)
 {
     comm *world = comm_world_init(&argc, &argv);
@@ -88,6 +138,8 @@ int main(int argc, char **argv)
     EXPECT(hn == (comm_size(world) + 1 - comm_rank(world) % 2) / 2, "split size %d", hn);
     EXPECT(hr == (hn - 1) - comm_rank(world) / 2, "split rank %d", hr);
     comm_free(half);
+    check_slices();
+    if (comm_size(world) == 4) check_stage_transfers(world);
     int total = g_checks;
     comm_allreduce(world, &total, 1, COMM_I32, COMM_SUM);
     if (comm_rank(world) == 0) printf("comm: %d passed, 0 failed\n", total);

@@ -97,6 +97,7 @@ typedef struct td_args {
     int overlap_grad_reduce;
     int use_distributed_optimizer;
     int sequence_parallel;
+    int no_scatter_gather_tensors_in_pipeline;
     int bf16, fp16;            /* mixed precision */
     char *dtype;               /* convert --to hf: F32, F16 or BF16 */
     td_strlist prompt;         /* generate */

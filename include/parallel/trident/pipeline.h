@@ -35,6 +35,12 @@ typedef struct pp_iteration {
      * inside. */
     const gpt_batch *micro;
     float *grad_in;       /* (mbs, s, h) backend memory: a received output gradient */
+    /* Megatron's scatter/gather (pp_scatter_gather_applies): each tensor-parallel rank sends
+     * 1/tp of every stage transfer and the receiver all-gathers it over its tp group. */
+    int scatter_gather;
+    /* Seconds this rank was blocked in stage transfers (receives, their all-gathers, waits on
+     * sends: time the neighbour stage was still computing included), added to by pp_run. */
+    double transfer_s;
     /* The head's sums of the last stage's forwards (gpt_head_stats), added to by pp_run. */
     double stats[GPT_MAX_STATS];
 } pp_iteration;
@@ -60,6 +66,25 @@ int pp_split_check(const pp_split *s, char *msg, size_t msglen);
 void pp_split_layers(const pp_split *s, int vs, int *layer0, int *n);
 /* Activation slots each chunk needs for `schedule` (pass as gpt_create's max_inflight). */
 int pp_slots_needed(pp_schedule schedule, int pp, int pp_rank, int nchunks, int num_micro);
+
+/* Whether scatter/gather applies to the stage transfers: asked for (`wanted`, Megatron's
+ * default; --no-scatter-gather-tensors-in-pipeline clears it), more than one stage and more than
+ * one tensor-parallel rank, and no sequence parallelism (there each tp rank holds its own 1/tp of
+ * the sequence already and sends only that). */
+int pp_scatter_gather_applies(const ps_state *ps, int wanted);
+
+/* One stage transfer of the n floats of buf to stage `peer` of the pipeline group with `tag`
+ * (non-blocking; buf must stay until comm_wait). With scatter_gather only this tp rank's slice
+ * goes (pp_transfer_slice), to the peer with the same tp rank. */
+comm_req *pp_send(const ps_state *ps, int scatter_gather, const float *buf, size_t n, int peer, int tag);
+/* Receives the n floats pp_send sent from stage `peer` with `tag` into buf, blocking; with
+ * scatter_gather this rank's slice arrives and an all-gather over the tp group (collective:
+ * every tp rank of the stage receives the same transfer) rebuilds the whole of buf. */
+void pp_recv(const ps_state *ps, int scatter_gather, float *buf, size_t n, int peer, int tag);
+/* The slice [*off, *off + *count) of an n-element transfer that tp rank r of t sends under
+ * scatter/gather: t runs differing by at most one element, the first n % t one longer, so any
+ * n works without padding (Megatron requires n divisible by t). */
+void pp_transfer_slice(size_t n, int t, int r, size_t *off, size_t *count);
 
 /* Runs one iteration's micro-batches with `schedule`; gradients accumulate into the chunks'
  * buffers (each chunk's grads_final is set during its last micro-batch's backward). Returns

@@ -22,6 +22,7 @@ typedef struct met_record {
     double mfu;              /* fraction of the peak, 0..1 */
     double elapsed_ms;
     double comm_ms;          /* time this rank was blocked in communication */
+    double pp_ms;            /* ... of which in pipeline stage transfers (pp_iteration.transfer_s) */
     double val_loss;         /* NaN when not evaluated this iteration */
     /* the head's metrics beside the loss (gpt_head_metrics: e.g. a masked LM's accuracy), in
      * metrics.jsonl under their keys and in the log line after the loss */
