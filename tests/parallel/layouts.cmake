@@ -306,3 +306,9 @@ unset(LAYOUT_TOL)
 unset(LAYOUT_DATA_FIXTURE)
 set(LAYOUT_ARCH "")
 set(LAYOUT_TRAIN ${GPT_LAYOUT_TRAIN})
+
+# The exposed and in-flight communication per group, in the metrics file and the breakdown.
+add_test(NAME parallel/exposed COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/exposed.sh $<TARGET_FILE:trident>
+  ${LAYOUT_DATA} ${TRIDENT_SHARED_DATA}/gpt2/vocab.json ${TRIDENT_SHARED_DATA}/gpt2/merges.txt ${LAYOUT_DIR}/exposed)
+set_tests_properties(parallel/exposed PROPERTIES FIXTURES_REQUIRED layouts_data ENVIRONMENT "${TD_MPI_ENV}"
+  TIMEOUT 300)
