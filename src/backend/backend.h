@@ -41,6 +41,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "trident/comm.h"
 #include "trident/philox.h"
 #include "trident/timer.h"
 
@@ -417,8 +418,11 @@ static inline be_event be_tic(const backend *be)
     if (be->stats) be->ops->event_record(be, &e);
     return e;
 }
+/* Ends every wrapped kernel: communication in flight moves on between kernels (comm_progress;
+ * nothing when none is), so a rank computing does not hold back the transfers it started. */
 static inline void be_toc(const backend *be, be_op op, be_event t0, double flops)
 {
+    comm_progress();
     if (!be->stats) return;
     be_event t1 = be_event_record(be);
     be->stats->seconds[op] += be->ops->event_elapsed(be, &t0, &t1);

@@ -47,12 +47,80 @@ void comm_abort(const comm *c, int code)
     __builtin_unreachable();
 }
 
+/* A communication of c begins or ends: busy grows by the time at least one was in flight. */
+static void enter(const comm *c, double now)
+{
+    comm *m = (comm *)c;
+    if (m->inflight++ == 0) m->since = now;
+}
+static void leave(const comm *c, double now)
+{
+    comm *m = (comm *)c;
+    if (--m->inflight == 0) m->busy += now - m->since;
+}
+
 #define TIMED(c, call)                                                                   \
     do {                                                                                 \
         double t0_ = td_now();                                                           \
+        enter((c), t0_);                                                                 \
         call;                                                                            \
-        ((comm *)(c))->seconds += td_now() - t0_;                                        \
+        double t1_ = td_now();                                                           \
+        ((comm *)(c))->seconds += t1_ - t0_;                                             \
+        leave((c), t1_);                                                                 \
     } while (0)
+
+/* The requests comm_progress advances: started here, not yet waited. A request that finds the
+ * table full is not advanced before its wait (progress is an optimization, never needed). */
+#define PENDING_MAX 1024
+static comm_req *g_pending[PENDING_MAX];
+static int g_npending, g_nactive; /* in the table; of them, not yet seen complete */
+static double g_last_progress;
+
+/* r was started at t0 (its start call blocked the rank until now: exposed) and is in flight. */
+static comm_req *track(comm_req *r, double t0)
+{
+    comm *c = (comm *)r->c;
+    enter(c, t0);
+    c->seconds += td_now() - t0;
+    if (g_npending < PENDING_MAX) {
+        g_pending[g_npending++] = r;
+        r->tracked = 1;
+        g_nactive++;
+    }
+    return r;
+}
+
+static void untrack(comm_req *r)
+{
+    if (!r->tracked) return;
+    for (int i = 0; i < g_npending; i++)
+        if (g_pending[i] == r) {
+            g_pending[i] = g_pending[--g_npending];
+            break;
+        }
+    if (!r->done) g_nactive--;
+}
+
+int comm_progress(void)
+{
+    if (g_nactive == 0) return 0;
+    double now = td_now();
+    if (now - g_last_progress < COMM_PROGRESS_INTERVAL) return g_nactive;
+    g_last_progress = now;
+    for (int i = 0; i < g_npending; i++) {
+        comm_req *r = g_pending[i];
+        if (r->done || !r->c->ops->test(r)) continue;
+        r->done = 1;
+        g_nactive--;
+        leave(r->c, td_now());
+    }
+    return g_nactive;
+}
+
+double comm_busy_seconds(const comm *c)
+{
+    return c->inflight ? c->busy + (td_now() - c->since) : c->busy;
+}
 
 void comm_barrier(const comm *c)
 {
@@ -89,18 +157,21 @@ void comm_reduce_scatter(const comm *c, const void *send, void *recv, size_t cou
 
 comm_req *comm_isend(const comm *c, const void *buf, size_t count, comm_dtype t, int peer, int tag)
 {
-    return c->ops->isend(c, buf, count, t, peer, tag);
+    double t0 = td_now();
+    return track(c->ops->isend(c, buf, count, t, peer, tag), t0);
 }
 
 comm_req *comm_irecv(const comm *c, void *buf, size_t count, comm_dtype t, int peer, int tag)
 {
-    return c->ops->irecv(c, buf, count, t, peer, tag);
+    double t0 = td_now();
+    return track(c->ops->irecv(c, buf, count, t, peer, tag), t0);
 }
 
 comm_req *comm_iallreduce(const comm *c, void *buf, size_t count, comm_dtype t, comm_op op)
 {
     if (c->size == 1 || !count) return NULL;
-    return c->ops->iallreduce(c, buf, count, t, op);
+    double t0 = td_now();
+    return track(c->ops->iallreduce(c, buf, count, t, op), t0);
 }
 
 comm_req *comm_ireduce_scatter(const comm *c, const void *send, void *recv, size_t count, comm_dtype t,
@@ -110,13 +181,15 @@ comm_req *comm_ireduce_scatter(const comm *c, const void *send, void *recv, size
         if (send != recv) memmove(recv, send, count * comm_dtype_size(t));
         return NULL;
     }
-    return c->ops->ireduce_scatter(c, send, recv, count, t, op);
+    double t0 = td_now();
+    return track(c->ops->ireduce_scatter(c, send, recv, count, t, op), t0);
 }
 
 comm_req *comm_iallgatherv(const comm *c, void *buf, const size_t *counts, const size_t *displs, comm_dtype t)
 {
     if (c->size == 1) return NULL;
-    return c->ops->iallgatherv(c, buf, counts, displs, t);
+    double t0 = td_now();
+    return track(c->ops->iallgatherv(c, buf, counts, displs, t), t0);
 }
 
 comm_req *comm_ireduce_scatterv(const comm *c, const void *send, void *recv, const size_t *counts, comm_dtype t,
@@ -126,12 +199,22 @@ comm_req *comm_ireduce_scatterv(const comm *c, const void *send, void *recv, con
         if (send != recv) memmove(recv, send, counts[0] * comm_dtype_size(t));
         return NULL;
     }
-    return c->ops->ireduce_scatterv(c, send, recv, counts, t, op);
+    double t0 = td_now();
+    return track(c->ops->ireduce_scatterv(c, send, recv, counts, t, op), t0);
 }
 
 void comm_wait(comm_req *r)
 {
     if (!r) return;
     const comm *c = r->c;
-    TIMED(c, c->ops->wait(r));
+    untrack(r);
+    if (r->done) { /* complete already: hidden, nothing to wait for */
+        c->ops->wait(r);
+        return;
+    }
+    double t0 = td_now();
+    c->ops->wait(r);
+    double t1 = td_now();
+    ((comm *)c)->seconds += t1 - t0;
+    leave(c, t1);
 }

@@ -24,12 +24,16 @@ struct comm_ops {
     comm_req *(*ireduce_scatterv)(const comm *c, const void *send, void *recv, const size_t *counts, comm_dtype t,
                                   comm_op op);
     void (*wait)(comm_req *r);
+    int (*test)(comm_req *r); /* 1 once complete (the request stays until wait); 0 if not yet, or on an error wait reports */
 };
 
 struct comm {
     const struct comm_ops *ops;
     int rank, size;
-    double seconds; /* time blocked in this communicator */
+    double seconds; /* time blocked in this communicator (exposed) */
+    double busy;    /* time with at least one of its communications in flight (see comm_busy_seconds) */
+    double since;   /* td_now() when inflight last rose from 0 */
+    int inflight;   /* blocking calls and requests not yet seen complete */
     char name[32];  /* the group's name in messages: "tp", "pp", "dp", ... */
     void *impl;     /* implementation state */
 };
@@ -37,6 +41,8 @@ struct comm {
 /* Every implementation's request starts with this, so comm_wait can dispatch. */
 struct comm_req {
     const comm *c;
+    int done;      /* seen complete by comm_progress: the wait only frees it */
+    int tracked;   /* in comm.c's table of requests comm_progress advances */
 };
 
 #endif

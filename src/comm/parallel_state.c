@@ -64,6 +64,23 @@ double ps_comm_seconds(const ps_state *ps)
     return ps->embd_group ? s + comm_seconds(ps->embd_group) : s;
 }
 
+const char *ps_group_name(ps_group g)
+{
+    static const char *const names[PS_GROUPS] = {"tp", "pp", "dp", "embd", "other"};
+    return g < PS_GROUPS ? names[g] : "?";
+}
+
+void ps_comm_times(const ps_state *ps, double exposed[PS_GROUPS], double inflight[PS_GROUPS])
+{
+    const comm *one[] = {ps->tp_group, ps->pp_group, ps->dp_group, ps->embd_group};
+    for (int g = 0; g < PS_OTHER; g++) {
+        exposed[g] = one[g] ? comm_seconds(one[g]) : 0;
+        inflight[g] = one[g] ? comm_busy_seconds(one[g]) : 0;
+    }
+    exposed[PS_OTHER] = comm_seconds(ps->world) + comm_seconds(ps->mp_group);
+    inflight[PS_OTHER] = comm_busy_seconds(ps->world) + comm_busy_seconds(ps->mp_group);
+}
+
 /* ---- placement ---- */
 
 #define PS_HOST 64

@@ -501,6 +501,10 @@ float *gpt_backward(gpt_model *m, gpt_acts *a, const float *doutput, float loss_
         m->head->bwd(m, a, m->nlayers ? a->layers[m->nlayers - 1].out : a->input, loss_scale);
         if (m->head->sp_sum) m->head->sp_sum(m);
         model_sp_sum_slot(m, &m->lnf);
+        /* the head's and the final norm's gradients, first in the buffer, are final: their buckets
+         * (an untied output layer's is as large as the word embedding's) reduce behind the layers */
+        if (m->grads_ready && m->lnf.t1 > 0)
+            m->grads_ready(m->grads_ready_user, m->table[m->lnf.t1 - 1].offset + m->table[m->lnf.t1 - 1].numel);
     } else {
         be_copy(be, s->dres, doutput, (size_t)BTl * h);
     }

@@ -16,6 +16,7 @@ void bd_begin_iteration(bd_state *b)
 {
     b->iter_t = be_event_record(b->be);
     b->iter_c = ps_comm_seconds(b->ps);
+    ps_comm_times(b->ps, b->iter_x, b->iter_f);
     b->be->stats = &b->kern;
     b->in_iter = 1;
 }
@@ -27,9 +28,17 @@ void bd_end_iteration(bd_state *b)
     be_event end = be_event_record(b->be);
     b->total += be_event_elapsed(b->be, &b->iter_t, &end);
     b->comm += ps_comm_seconds(b->ps) - b->iter_c;
+    double x[PS_GROUPS], f[PS_GROUPS];
+    ps_comm_times(b->ps, x, f);
+    for (int g = 0; g < PS_GROUPS; g++) {
+        b->exposed[g] += x[g] - b->iter_x[g];
+        b->inflight[g] += f[g] - b->iter_f[g];
+    }
     if (b->seen++ == 0) { /* warm-up: forget it */
         memset(&b->kern, 0, sizeof b->kern);
         memset(b->region, 0, sizeof b->region);
+        memset(b->exposed, 0, sizeof b->exposed);
+        memset(b->inflight, 0, sizeof b->inflight);
         b->comm = b->total = 0;
         return;
     }
@@ -114,7 +123,13 @@ void bd_print(const bd_state *b, const bd_limits *lim)
     } else {
         TD_INFO("  optimizer      %9.1f ms %5.1f%%  AdamW %.1f ms", opt, pct(opt, total), adamw);
     }
-    TD_INFO("  communication  %9.1f ms %5.1f%%", comm, pct(comm, total));
+    TD_INFO("  communication  %9.1f ms %5.1f%%  exposed (blocked); per group:", comm, pct(comm, total));
+    for (int g = 0; g < PS_GROUPS; g++) {
+        double x = b->exposed[g] * ms, f = b->inflight[g] * ms;
+        if (f > 0)
+            TD_INFO("    %-5s exposed %9.1f ms of %.1f ms in flight (%.0f%% hidden)", ps_group_name((ps_group)g), x, f,
+                    pct(f - x, f));
+    }
     TD_INFO("  data           %9.1f ms %5.1f%%", data, pct(data, total));
     TD_INFO("  untimed        %9.1f ms %5.1f%%  (host code between kernels)", rest, pct(rest, total));
 }

@@ -2,7 +2,8 @@
  * kernels by family, the optimizer, communication, data, and what none of these covers. The
  * trainer brackets each iteration and marks its data and optimizer regions; the backend adds
  * its kernel times (be_stats, attached only inside an iteration); communication is read from
- * the rank grid. Regions are exclusive: communication inside a region counts as communication.
+ * the rank grid, per kind of group both exposed (the rank blocked in it) and in flight (see
+ * ps_comm_times; in flight and not exposed is hidden behind compute). Regions are exclusive: communication inside a region counts as communication.
  * Iterations and regions are timed with the backend's events (be_event_record), so their times
  * include the kernels they enqueue on an asynchronous backend. The first iteration warms up and
  * is not counted. */
@@ -29,6 +30,9 @@ typedef struct bd_state {
     be_event open_t[BD_REGIONS]; /* the backend's event at each open region's start */
     double open_c[BD_REGIONS];
     double comm, total;         /* seconds over the counted iterations */
+    double exposed[PS_GROUPS];  /* ... blocked in each kind of group (their sum is comm) */
+    double inflight[PS_GROUPS]; /* ... with that kind's communication in flight */
+    double iter_x[PS_GROUPS], iter_f[PS_GROUPS]; /* exposed and inflight at the open iteration's start */
     be_event iter_t;            /* the backend's event at the open iteration's start */
     double iter_c;              /* communication at the open iteration's start */
     int64_t iters, seen;        /* counted iterations, iterations ended */

@@ -25,6 +25,8 @@ void run_loop(run_state *r, ckpt_progress prog, int resume, double t_begin)
 
     for (int64_t iter = prog.iteration + 1; iter <= r->train_iters && !stopped; iter++) {
         double t0 = td_now(), c0 = ps_comm_seconds(r->ps), pp0 = r->batches.it.transfer_s;
+        double x0[PS_GROUPS], f0[PS_GROUPS];
+        ps_comm_times(r->ps, x0, f0);
         bd_begin_iteration(&r->report.bd);
         bd_start(&r->report.bd, BD_OPTIMIZER);
         for (int k = 0; k < r->model.nchunks; k++) be_zero(r->model.be, r->model.chunks[k]->grads, r->model.chunks[k]->numel);
@@ -72,6 +74,12 @@ void run_loop(run_state *r, ckpt_progress prog, int resume, double t_begin)
         rec.elapsed_ms = dt * 1e3;
         rec.comm_ms = (ps_comm_seconds(r->ps) - c0) * 1e3;
         rec.pp_ms = (r->batches.it.transfer_s - pp0) * 1e3;
+        double x1[PS_GROUPS], f1[PS_GROUPS];
+        ps_comm_times(r->ps, x1, f1);
+        for (int g = 0; g < PS_GROUPS; g++) {
+            rec.exposed_ms[g] = (x1[g] - x0[g]) * 1e3;
+            rec.inflight_ms[g] = (f1[g] - f0[g]) * 1e3;
+        }
         rec.tokens_per_s = (double)r->gbs * c->seq / dt;
         rec.model_tflops_per_rank = flops_iter / dt / r->ps->world_size / 1e12;
         rec.mfu = run_mfu_of(r, rec.model_tflops_per_rank, iter);

@@ -45,6 +45,13 @@ void met_write(met_writer *w, const met_record *r)
     put_num(w->f, "elapsed_ms", r->elapsed_ms, 6);
     put_num(w->f, "comm_ms", r->comm_ms, 6);
     put_num(w->f, "pp_ms", r->pp_ms, 6);
+    for (int g = 0; g < PS_GROUPS; g++) {
+        char key[40];
+        snprintf(key, sizeof key, "%s_exposed_ms", ps_group_name((ps_group)g));
+        put_num(w->f, key, r->exposed_ms[g], 6);
+        snprintf(key, sizeof key, "%s_inflight_ms", ps_group_name((ps_group)g));
+        put_num(w->f, key, r->inflight_ms[g], 6);
+    }
     for (int i = 0; i < r->nextra; i++) put_num(w->f, r->extra[i].key, r->extra[i].value, 17);
     if (!isnan(r->val_loss)) {
         put_num(w->f, "val_loss", r->val_loss, 17);

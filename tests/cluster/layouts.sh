@@ -4,7 +4,7 @@
 # agent) against the one-rank run: the same losses and grad norms within 1e-5: tp 2 x dp 2, tp 2 x pp 2
 # interleaved and 1F1B with validation (both with scatter/gather: each rank sends half of each stage
 # transfer across the network, its node's pair all-gathers it), pp 2 x dp 2 with the distributed
-# optimizer, and tp 2 x dp 2 dealt round-robin.
+# optimizer, tp 2 x dp 2 with both overlaps, and tp 2 x dp 2 dealt round-robin.
 # Environment (tests/cluster/cluster.cmake): TRIDENT, DATA, VOCAB, MERGES, WORK, COMPARE_RUNS, ROOT.
 set -u
 export CLUSTER_DIR=/run/trident-cluster-layouts.$$
@@ -54,6 +54,14 @@ grep -q "val_loss" tp2_pp2_sg.jsonl || { echo "FAIL: tp2_pp2_sg ran no validatio
 # the distributed optimizer's reduce-scatter and all-gather between the nodes (dp pairs 0,2 and 1,3)
 across pp2_dp2_distopt --pipeline-model-parallel-size 2 --use-distributed-optimizer --make-vocab-size-divisible-by 512 # tp 1: pad as one rank
 placed pp2_dp2_distopt "node1: ranks 0-1 (tp 0, pp 0, dp 0-1); node2: ranks 2-3 (tp 0, pp 1, dp 0-1)"
+# both overlaps over TCP (dp pairs 0,2 and 1,3 across the network, several buckets): the progress
+# between kernels (comm_progress) changes no result, and the dp time in flight is reported
+across tp2_dp2_overlap --tensor-model-parallel-size 2 --use-distributed-optimizer --overlap-grad-reduce \
+  --overlap-param-gather --ddp-bucket-size 20000
+if awk '{ s = $0; sub(/.*"dp_inflight_ms": /, "", s); sub(/[,}].*/, "", s); x = $0; sub(/.*"dp_exposed_ms": /, "", x)
+          sub(/[,}].*/, "", x); if (!(s + 0 > 0 && x + 0 <= (s + 0) * (1 + 1e-5) + 1e-6)) bad = 1 } END { exit bad }' tp2_dp2_overlap.jsonl
+then echo "ok: tp2_dp2_overlap reports dp time in flight, exposed <= in flight"
+else echo "FAIL: tp2_dp2_overlap: dp_inflight_ms missing, 0, or below dp_exposed_ms"; cat tp2_dp2_overlap.jsonl; fail=1; fi
 # ranks dealt round-robin over the nodes: each tensor-parallel pair spans both, which is correct but
 # slow, and rank 0 must say so, once, with the fix
 MAP=node across tp2_spread --tensor-model-parallel-size 2

@@ -186,6 +186,23 @@ trident_layout(distopt_pp2_vp2_dp2 4 1 1 --pipeline-model-parallel-size 2 --num-
 trident_layout(distopt_dp4_eager512 4 1 1 ENV "OMPI_MCA_btl_vader_eager_limit=512;OMPI_MCA_btl_vader_rndv_eager_limit=512"
   --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather --ddp-bucket-size 50000)
 
+# The overlaps and the progress they make between kernels (comm_progress) change no bit: dp 2
+# sums two addends whatever the bucketing, so with and without them the runs are bitwise equal.
+set(LAYOUT_TOL 0)
+set(LAYOUT_REF dp2)
+trident_layout(dp2_overlap_bitwise 2 1 2 --overlap-grad-reduce --ddp-bucket-size 5000)
+unset(LAYOUT_REF)
+unset(LAYOUT_TOL)
+# the distributed optimizer's shard follows the buckets (and the grad norm's order of addition
+# with it): its reference has the same buckets
+trident_layout(distopt_dp2_buckets 2 1 2 --use-distributed-optimizer --ddp-bucket-size 5000)
+set(LAYOUT_TOL 0)
+set(LAYOUT_REF distopt_dp2_buckets)
+trident_layout(distopt_dp2_overlap_bitwise 2 1 2 --use-distributed-optimizer --overlap-grad-reduce
+  --overlap-param-gather --ddp-bucket-size 5000)
+unset(LAYOUT_REF)
+unset(LAYOUT_TOL)
+
 # Activation recomputation: bitwise the run without it in the same layout (tolerance 0), and in
 # the pipeline schedules against the one-rank run.
 set(LAYOUT_TOL 0)
@@ -311,3 +328,9 @@ unset(LAYOUT_TOL)
 unset(LAYOUT_DATA_FIXTURE)
 set(LAYOUT_ARCH "")
 set(LAYOUT_TRAIN ${GPT_LAYOUT_TRAIN})
+
+# The exposed and in-flight communication per group, in the metrics file and the breakdown.
+add_test(NAME parallel/exposed COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/exposed.sh $<TARGET_FILE:trident>
+  ${LAYOUT_DATA} ${TRIDENT_SHARED_DATA}/gpt2/vocab.json ${TRIDENT_SHARED_DATA}/gpt2/merges.txt ${LAYOUT_DIR}/exposed)
+set_tests_properties(parallel/exposed PROPERTIES FIXTURES_REQUIRED layouts_data ENVIRONMENT "${TD_MPI_ENV}"
+  TIMEOUT 300)

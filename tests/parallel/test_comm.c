@@ -10,6 +10,7 @@
 #include "trident/comm.h"
 #include "trident/parallel_state.h"
 #include "trident/pipeline.h"
+#include "trident/timer.h"
 
 static int g_checks;
 
@@ -18,6 +19,36 @@ static int g_checks;
         g_checks++;                                                                      \
         if (!(cond)) td_fatal(1, __VA_ARGS__);                                           \
     } while (0)
+
+/* A request comm_progress alone carries to completion (no MPI call of ours between its start
+ * and its wait; 4 MiB is far above the eager limits, so it needs several rounds of progress on
+ * both sides): the sum is right, in flight is at least the time blocked, and the wait of a
+ * request seen complete blocks for nothing. Without progress between start and wait the loop
+ * would run to its deadline. */
+static void check_progress(const comm *c, const char *name)
+{
+    int r = comm_rank(c), n = comm_size(c);
+    size_t len = (size_t)1 << 20;
+    float *x = malloc(len * sizeof *x);
+    for (size_t i = 0; i < len; i++) x[i] = (float)(i % 1000) + (float)r;
+    comm_req *q = comm_iallreduce(c, x, len, COMM_F32, COMM_SUM);
+    double deadline = td_now() + 30;
+    volatile double sink = 0;
+    while (comm_progress() > 0 && td_now() < deadline)
+        for (int k = 0; k < 1000; k++) sink += k; /* "compute" */
+    EXPECT(comm_progress() == 0, "%s: comm_progress did not complete an all-reduce in 30 s", name);
+    double blocked = comm_seconds(c);
+    comm_wait(q);
+    EXPECT(comm_seconds(c) == blocked, "%s: the wait of a completed request blocked %g s", name,
+           comm_seconds(c) - blocked);
+    EXPECT(comm_busy_seconds(c) >= comm_seconds(c), "%s: in flight %g s < blocked %g s", name, comm_busy_seconds(c),
+           comm_seconds(c));
+    for (size_t i = 0; i < len; i += 4099) {
+        float want = (float)n * (float)(i % 1000) + (float)(n * (n - 1) / 2);
+        EXPECT(x[i] == want, "%s: progressed all-reduce [%zu] got %g want %g", name, i, x[i], want);
+    }
+    free(x);
+}
 
 static void check_group(const comm *c, const char *name)
 {
@@ -76,6 +107,7 @@ static void check_group(const comm *c, const char *name)
     comm_wait(comm_iallgatherv(c, vin, cnt, dsp, COMM_F32));
     for (size_t i = 0; i < tot; i++) EXPECT(vin[i] == (float)i, "%s: iallgatherv [%zu] got %g", name, i, vin[i]);
 
+    check_progress(c, name);
     comm_barrier(c);
 }
 

@@ -70,8 +70,24 @@ comm_req *comm_iallgatherv(const comm *c, void *buf, const size_t *counts, const
 comm_req *comm_ireduce_scatterv(const comm *c, const void *send, void *recv, const size_t *counts, comm_dtype t,
                                 comm_op op);
 void comm_wait(comm_req *r);
-/* Seconds spent blocked in communication on this communicator since creation. */
+/* Seconds spent blocked in communication on this communicator since creation: the blocking
+ * calls and the waits of requests not yet complete (a request comm_progress saw complete costs
+ * its wait nothing). This is the communication that was exposed, not hidden behind compute. */
 double comm_seconds(const comm *c);
+/* Seconds since creation during which at least one communication of this communicator was in
+ * flight: a blocking call, or a request from its start until comm_progress or its wait saw it
+ * complete (a union of intervals, so requests in flight together count once). Never less than
+ * comm_seconds; the difference is the communication hidden behind other work. */
+double comm_busy_seconds(const comm *c);
+
+/* The least time between two passes of comm_progress (seconds). */
+#define COMM_PROGRESS_INTERVAL 1e-4
+/* Advances every request started and not yet waited, on every communicator (an MPI_Test each):
+ * non-blocking MPI over TCP moves only inside MPI calls, so a rank computing between a start
+ * and its wait calls this between kernels (the backend does, after each one) for the transfer to
+ * proceed meanwhile. At most one pass per COMM_PROGRESS_INTERVAL; nothing when no request is in
+ * flight. Main thread only (MPI_THREAD_FUNNELED). Returns the requests not yet seen complete. */
+int comm_progress(void);
 
 size_t comm_dtype_size(comm_dtype t);
 

@@ -34,6 +34,16 @@ void ps_free(ps_state *ps);
 /* Seconds this rank has spent blocked in communication on all its groups so far. */
 double ps_comm_seconds(const ps_state *ps);
 
+/* The kinds of group communication time is reported by (the embedding group's sum of the tied
+ * word embedding's gradient apart from pp; "other": the world and model-parallel groups). */
+typedef enum { PS_TP, PS_PP, PS_DP, PS_EMBD, PS_OTHER, PS_GROUPS } ps_group;
+/* "tp", "pp", "dp", "embd", "other". */
+const char *ps_group_name(ps_group g);
+/* Per kind of group, so far: exposed[g] the seconds blocked in it (comm_seconds; their sum is
+ * ps_comm_seconds) and inflight[g] the seconds it had communication in flight
+ * (comm_busy_seconds; "other" adds its two groups). exposed[g] <= inflight[g]. */
+void ps_comm_times(const ps_state *ps, double exposed[PS_GROUPS], double inflight[PS_GROUPS]);
+
 /* Where the ranks run (collective over the world): on world rank 0, fills `out` with one line per
  * host, "HOST: ranks A-B (tp a-b, pp c, dp d-e)", and `warn` with one line naming the first
  * tensor-parallel group whose ranks span hosts and how to keep tp inside a node ("" when none);

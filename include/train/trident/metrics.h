@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "trident/gpt.h"
+#include "trident/parallel_state.h"
 
 typedef struct met_record {
     int64_t iteration;
@@ -23,6 +24,8 @@ typedef struct met_record {
     double elapsed_ms;
     double comm_ms;          /* time this rank was blocked in communication */
     double pp_ms;            /* ... of which in pipeline stage transfers (pp_iteration.transfer_s) */
+    double exposed_ms[PS_GROUPS];  /* ... of it, per kind of group (ps_comm_times) */
+    double inflight_ms[PS_GROUPS]; /* time each kind had communication in flight */
     double val_loss;         /* NaN when not evaluated this iteration */
     /* the head's metrics beside the loss (gpt_head_metrics: e.g. a masked LM's accuracy), in
      * metrics.jsonl under their keys and in the log line after the loss */
