@@ -129,6 +129,11 @@ comm_req *comm_ireduce_scatterv(const comm *c, const void *send, void *recv, con
     return c->ops->ireduce_scatterv(c, send, recv, counts, t, op);
 }
 
+int comm_test(comm_req *r)
+{
+    return r ? r->c->ops->test(r) : 1;
+}
+
 void comm_wait(comm_req *r)
 {
     if (!r) return;

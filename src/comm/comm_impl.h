@@ -24,6 +24,7 @@ struct comm_ops {
     comm_req *(*ireduce_scatterv)(const comm *c, const void *send, void *recv, const size_t *counts, comm_dtype t,
                                   comm_op op);
     void (*wait)(comm_req *r);
+    int (*test)(comm_req *r); /* complete? (the request stays until its wait) */
 };
 
 struct comm {

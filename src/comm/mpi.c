@@ -410,6 +410,13 @@ static void mpi_wait(comm_req *r)
     free(r);
 }
 
+static int mpi_test(comm_req *r)
+{
+    int done = 0;
+    TD_CHECK_MPI(MPI_Test(&((mpi_req *)r)->req, &done, MPI_STATUS_IGNORE));
+    return done;
+}
+
 static const struct comm_ops MPI_OPS = {
     .name = "mpi",
     .split = mpi_split,
@@ -427,4 +434,5 @@ static const struct comm_ops MPI_OPS = {
     .iallgatherv = mpi_iallgatherv,
     .ireduce_scatterv = mpi_ireduce_scatterv,
     .wait = mpi_wait,
+    .test = mpi_test,
 };
