@@ -238,7 +238,7 @@ int dp_choose_collectives(ps_state *ps, const char *mode, size_t numel, size_t b
         snprintf(line, len, "dp collectives: hierarchical (%d hosts x %d data-parallel ranks), as asked", nodes, per);
         return 1;
     }
-    /* auto: one bucket of the run's size, flat and hierarchical alternated, the faster kept */
+    /* auto: one bucket of the run's size, after a warm-up each, twice each way alternated; the faster kept */
     size_t n = bucket_elems && bucket_elems < numel ? bucket_elems : numel;
     if (!n) n = 1;
     float *buf = td_xcalloc(n, sizeof(float)), *shard = td_xcalloc(n / (size_t)ps->dp + 1, sizeof(float));
@@ -248,14 +248,14 @@ int dp_choose_collectives(ps_state *ps, const char *mode, size_t numel, size_t b
     time_bucket(ps, h, buf, shard, counts, displs, n, distributed, 1);
     double tf = 0, th = 0;
     for (int round = 0; round < 2; round++) {
-        tf += time_bucket(ps, ps->dp_group, buf, shard, counts, displs, n, distributed, 2);
-        th += time_bucket(ps, h, buf, shard, counts, displs, n, distributed, 2);
+        tf += time_bucket(ps, ps->dp_group, buf, shard, counts, displs, n, distributed, 1);
+        th += time_bucket(ps, h, buf, shard, counts, displs, n, distributed, 1);
     }
     free(buf), free(shard), free(counts), free(displs);
     int hier = th < tf;
     snprintf(line, len, "dp collectives: %s (%d hosts x %d data-parallel ranks; one bucket of %zu elements %s: flat "
              "%.1f ms, hierarchical %.1f ms; --dp-collectives flat|hierarchical forces one)", hier ? "hierarchical" : "flat",
-             nodes, per, n, distributed ? "reduce-scattered and all-gathered" : "all-reduced", tf / 4 * 1e3, th / 4 * 1e3);
+             nodes, per, n, distributed ? "reduce-scattered and all-gathered" : "all-reduced", tf / 2 * 1e3, th / 2 * 1e3);
     if (hier) ps->dp_hier = h;
     else comm_free(h);
     return hier;
