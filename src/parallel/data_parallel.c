@@ -186,7 +186,9 @@ void dp_finish_grads(dp_chunk *const *d, int n)
 void dp_start_param_gather(dp_chunk *d)
 {
     if (!d->cfg.distributed) return;
-    for (int i = 0; i < d->n; i++) {
+    /* last bucket first: the forward reads it first (params_needed waits from the end), and a
+     * hierarchical gather completes the ones started before it first */
+    for (int i = d->n - 1; i >= 0; i--) {
         bucket *k = &d->b[i];
         TD_ASSERT(k->param_req == NULL);
         k->param_req = comm_iallgatherv(bucket_group(d->ps), d->m->params + k->lo, k->counts, k->displs, COMM_F32);
