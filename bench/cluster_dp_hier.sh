@@ -5,7 +5,8 @@
 # optimizer and with --overlap-grad-reduce; the runs alternated round by round (same load).
 # Prints per run the median time per iteration and the communication per iteration (the time
 # rank 0 was blocked in its groups: here the dp group), after the first iteration, and the line
-# --dp-collectives auto prints. Needs root (namespaces). Usage:
+# --dp-collectives auto prints; then bench_dp_collectives (one gradient's all-reduce: trident flat,
+# hierarchical, blocking MPI_Allreduce) with HAN off and on. Needs root (namespaces). Usage:
 #   bench/cluster_dp_hier.sh [--rate 1gbit --layers 4 --hidden 512 --seq 64 --gbs 8 --iters 4 --rounds 2]
 # Callable from another bench: `source bench/cluster_dp_hier.sh --functions` defines dp_hier_rows.
 set -uo pipefail
@@ -27,6 +28,8 @@ dp_hier_rows() {
   data=$("$root/scripts/get-data.sh")
   local prefix
   prefix=$("$root/bench/shakespeare.sh" "$build/trident" "$data" "$work")
+  # the gradient's elements: GPT-2's vocabulary padded to 50304, tied, and the layers
+  local elements=$(( 50304 * hidden + seq * hidden + layers * (12 * hidden * hidden + 13 * hidden) + 2 * hidden ))
   local common=(--data-path "$prefix" --vocab-file "$data/gpt2/vocab.json" --merge-file "$data/gpt2/merges.txt"
     --split 100,0,0 --num-layers "$layers" --hidden-size "$hidden" --num-attention-heads 8 --seq-length "$seq"
     --max-position-embeddings "$seq" --global-batch-size "$gbs" --micro-batch-size 1 --train-iters "$iters"
@@ -76,6 +79,14 @@ PY
     --mca btl tcp,self,vader --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0 -x OMP_NUM_THREADS \
     -np 4 "$build/trident" train "${common[@]}" --train-iters 1 > "$work/dphier-auto.log" 2>&1
   grep -o "dp collectives: .*" "$work/dphier-auto.log" || echo "auto: no line (see $work/dphier-auto.log)"
+  # the bare collective, one gradient's worth: HAN takes only the blocking MPI_Allreduce
+  local han
+  for han in 0 100; do
+    echo "coll_han_priority $han:"
+    timeout 600 "$cluster" run node1 mpirun --hostfile "$CLUSTER_DIR/hostfile" --mca plm_rsh_agent "$CLUSTER_DIR/rsh" \
+      --mca btl tcp,self,vader --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0 --mca coll_han_priority $han \
+      -np 4 "$build/bench_dp_collectives" "$elements" 3 2>&1 | tail -4
+  done
 }
 
 [ "$functions" = 1 ] && return 0 2>/dev/null
