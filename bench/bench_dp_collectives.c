@@ -20,13 +20,13 @@ static int cmp_double(const void *a, const void *b)
 }
 
 /* Seconds of one all-reduce of buf (n floats) the way `how` says, on the slowest rank. */
-static double one(comm *world, comm *hier, int how, float *buf, size_t n)
+static double one(comm *world, comm *hier, int how, float *buf, float *out, size_t n)
 {
     comm_barrier(world);
     double t0 = td_now();
     if (how == 0) comm_allreduce(world, buf, n, COMM_F32, COMM_SUM);
     else if (how == 1) comm_allreduce(hier, buf, n, COMM_F32, COMM_SUM);
-    else MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    else MPI_Allreduce(buf, out, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD); /* HAN 4.1 crashes on MPI_IN_PLACE */
     double t = td_now() - t0;
     comm_allreduce(world, &t, 1, COMM_F64, COMM_MAX);
     return t;
@@ -43,11 +43,11 @@ int main(int argc, char **argv)
     if (!hier) td_fatal(2, "the world does not span two hosts with as many ranks on each, two at least");
     int nodes, per;
     comm_hier_shape(hier, &nodes, &per);
-    float *buf = td_xcalloc(n, sizeof(float));
+    float *buf = td_xcalloc(n, sizeof(float)), *out = td_xcalloc(n, sizeof(float));
     double *t = td_xcalloc(3 * (size_t)rounds, sizeof(double));
-    for (int how = 0; how < 3; how++) one(world, hier, how, buf, n); /* warm-up */
+    for (int how = 0; how < 3; how++) one(world, hier, how, buf, out, n); /* warm-up */
     for (int r = 0; r < rounds; r++)
-        for (int how = 0; how < 3; how++) t[how * rounds + r] = one(world, hier, how, buf, n);
+        for (int how = 0; how < 3; how++) t[how * rounds + r] = one(world, hier, how, buf, out, n);
     static const char *names[3] = {"trident flat (MPI_Iallreduce)", "trident hierarchical", "MPI_Allreduce (blocking)"};
     if (comm_rank(world) == 0) {
         printf("all-reduce of %zu floats (%.1f MB), %d hosts x %d ranks, median of %d\n", n, n * 4e-6, nodes, per, rounds);
@@ -56,7 +56,7 @@ int main(int argc, char **argv)
             printf("  %-32s %8.1f ms\n", names[how], t[how * rounds + rounds / 2] * 1e3);
         }
     }
-    free(t), free(buf);
+    free(t), free(buf), free(out);
     comm_free(hier);
     comm_world_finalize(world);
     return 0;
