@@ -24,7 +24,9 @@ typedef struct hier_req hier_req;
 
 typedef struct {
     const comm *flat;    /* not owned */
-    comm *node, *rail;   /* this rank's host; local rank my_local of every host, by host */
+    comm *node, *node_ag;/* this rank's host: reductions, and gathers (two groups, so that a bucket's
+                          * reduction need not wait for the gather of the bucket before it) */
+    comm *rail;          /* local rank my_local of every host, ordered by host */
     int nodes, k;        /* hosts, ranks per host */
     int my_node, my_local;
     int *rank_at;        /* (nodes * k): flat rank of local rank l on host n at [n * k + l] */
@@ -77,7 +79,7 @@ static void start_stage(hier_state *s, hier_req *q, int i)
         else if (i == 1) q->cur = comm_iallreduce(s->rail, q->scratch, q->ncounts[s->my_local], q->t, q->op);
         else {
             memcpy(q->buf + q->ndispls[s->my_local] * q->esz, q->scratch, q->ncounts[s->my_local] * q->esz);
-            q->cur = comm_iallgatherv(s->node, q->buf, q->ncounts, q->ndispls, q->t);
+            q->cur = comm_iallgatherv(s->node_ag, q->buf, q->ncounts, q->ndispls, q->t);
         }
         break;
     case H_REDUCE_SCATTERV:
@@ -86,7 +88,7 @@ static void start_stage(hier_state *s, hier_req *q, int i)
         break;
     case H_ALLGATHERV:
         if (i == 0) q->cur = comm_iallgatherv(s->rail, mine, q->rcounts, q->rdispls, q->t);
-        else q->cur = comm_iallgatherv(s->node, q->pack, q->ncounts, q->ndispls, q->t);
+        else q->cur = comm_iallgatherv(s->node_ag, q->pack, q->ncounts, q->ndispls, q->t);
         break;
     }
 }
@@ -203,7 +205,7 @@ static comm_req *hier_iallreduce(const comm *c, void *buf, size_t count, comm_dt
     }
     q->scratch = td_xmalloc((q->ncounts[0] ? q->ncounts[0] : 1) * q->esz);
     q->nstages = 3;
-    q->on[0] = s->node, q->on[1] = s->rail, q->on[2] = s->node;
+    q->on[0] = s->node, q->on[1] = s->rail, q->on[2] = s->node_ag;
     return launch(s, q);
 }
 
@@ -231,7 +233,7 @@ static comm_req *hier_iallgatherv(const comm *c, void *buf, const size_t *counts
     memcpy(q->pack + (q->ndispls[s->my_local] + q->rdispls[s->my_node]) * q->esz, q->buf + q->displs[c->rank] * q->esz,
            q->counts[c->rank] * q->esz);
     q->nstages = 2;
-    q->on[0] = s->rail, q->on[1] = s->node;
+    q->on[0] = s->rail, q->on[1] = s->node_ag;
     return launch(s, q);
 }
 
@@ -302,6 +304,7 @@ static void hier_free(comm *c)
     hier_state *s = STATE(c);
     TD_ASSERT(s->head == NULL);
     comm_free(s->node);
+    comm_free(s->node_ag);
     comm_free(s->rail);
     free(s->rank_at);
     free(s);
@@ -382,10 +385,12 @@ comm *comm_hier_create(const comm *flat, const char *host)
     for (int r = 0; r < size; r++) s->rank_at[node_of[r] * k + local_of[r]] = r;
     free(node_of), free(local_of);
     s->node = comm_split(flat, s->my_node, me);
+    s->node_ag = comm_split(flat, s->my_node, me);
     s->rail = comm_split(flat, s->my_local, s->my_node);
     char name[32];
     snprintf(name, sizeof name, "%.20s in-node", comm_name(flat));
     comm_set_name(s->node, name);
+    comm_set_name(s->node_ag, name);
     snprintf(name, sizeof name, "%.20s rail", comm_name(flat));
     comm_set_name(s->rail, name);
     comm *c = td_xcalloc(1, sizeof *c);
