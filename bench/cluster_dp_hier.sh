@@ -83,9 +83,10 @@ PY
   local han
   for han in 0 100; do
     echo "coll_han_priority $han:"
-    timeout 600 "$cluster" run node1 mpirun --hostfile "$CLUSTER_DIR/hostfile" --mca plm_rsh_agent "$CLUSTER_DIR/rsh" \
+    # HAN did not finish its 12 all-reduces of a 154 MB gradient in 3.5 minutes here: bounded at 4
+    timeout 240 "$cluster" run node1 mpirun --hostfile "$CLUSTER_DIR/hostfile" --mca plm_rsh_agent "$CLUSTER_DIR/rsh" \
       --mca btl tcp,self,vader --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0 --mca coll_han_priority $han \
-      -np 4 "$build/bench_dp_collectives" "$elements" 3 2>&1 | tail -4
+      -np 4 "$build/bench_dp_collectives" "$elements" 3 2>&1 | tail -4 || echo "  (stopped after 240 s)"
   done
 }
 
