@@ -41,7 +41,7 @@ struct comm {
 /* Every implementation's request starts with this, so comm_wait can dispatch. */
 struct comm_req {
     const comm *c;
-    int done;      /* seen complete by comm_progress: the wait only frees it */
+    int done;      /* seen complete by comm_progress or comm_test: the wait only frees it */
     int tracked;   /* in comm.c's table of requests comm_progress advances */
 };
 

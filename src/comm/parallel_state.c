@@ -49,6 +49,7 @@ ps_state *ps_init(comm *world, int tp, int pp)
 void ps_free(ps_state *ps)
 {
     if (!ps) return;
+    comm_free(ps->dp_hier);
     comm_free(ps->tp_group);
     comm_free(ps->dp_group);
     comm_free(ps->pp_group);
@@ -61,6 +62,7 @@ double ps_comm_seconds(const ps_state *ps)
 {
     double s = comm_seconds(ps->world) + comm_seconds(ps->tp_group) + comm_seconds(ps->dp_group) +
                comm_seconds(ps->pp_group) + comm_seconds(ps->mp_group);
+    if (ps->dp_hier) s += comm_seconds(ps->dp_hier);
     return ps->embd_group ? s + comm_seconds(ps->embd_group) : s;
 }
 

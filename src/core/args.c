@@ -199,6 +199,11 @@ static const flag_t FLAGS[] = {
     {"--overlap-param-gather", A_BOOL, OFF(overlap_param_gather), "0", TD_CMD_TRAIN, "parallel",
      "with --use-distributed-optimizer: wait for each bucket's parameter all-gather only when the next "
      "forward first reads it", 0, 0, NULL},
+    {"--dp-collectives", A_CHOICE, OFF(dp_collectives), "auto", TD_CMD_TRAIN, "parallel",
+     "the data-parallel buckets' collectives when the dp group spans hosts with several of its ranks on each: "
+     "hierarchical (sum inside each host, cross the network per rail of local ranks, spread inside again), flat, or "
+     "auto (time one bucket both ways at start, keep the faster; one line gives both times). Elsewhere flat", 0, 0,
+     "auto|flat|hierarchical"},
     {"--distributed-timeout-minutes", A_FLOAT, OFF(distributed_timeout_minutes), "10",
      TD_CMD_TRAIN | TD_CMD_EVAL | TD_CMD_GENERATE | TD_CMD_SERVE, "parallel",
      "a rank waiting longer than this in one communication aborts the job, naming the call, group and "

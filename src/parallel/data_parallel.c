@@ -3,9 +3,13 @@
 
 #include "backend.h"
 
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "trident/check.h"
+#include "trident/comm_hier.h"
+#include "trident/timer.h"
 
 typedef struct {
     size_t lo, hi;      /* elements [lo, hi) of the chunk's buffers */
@@ -52,15 +56,18 @@ void dp_piece(size_t n, int dp, int r, size_t *start, size_t *count)
     *start = ur * each + (ur < extra ? ur : extra);
 }
 
+/* The group of the buckets' collectives: the hierarchical view when one was chosen. */
+static const comm *bucket_group(const ps_state *ps) { return ps->dp_hier ? ps->dp_hier : ps->dp_group; }
+
 static void start_reduce(dp_chunk *d, int i)
 {
     bucket *k = &d->b[i];
     float *g = d->m->grads + k->lo;
     if (d->cfg.distributed)
-        k->grad_req = comm_ireduce_scatterv(d->ps->dp_group, g, d->shard_grads + d->ranges[i].shard, k->counts,
+        k->grad_req = comm_ireduce_scatterv(bucket_group(d->ps), g, d->shard_grads + d->ranges[i].shard, k->counts,
                                             COMM_F32, COMM_SUM);
     else
-        k->grad_req = comm_iallreduce(d->ps->dp_group, g, k->hi - k->lo, COMM_F32, COMM_SUM);
+        k->grad_req = comm_iallreduce(bucket_group(d->ps), g, k->hi - k->lo, COMM_F32, COMM_SUM);
 }
 
 /* gpt_model.grads_ready: during the last micro-batch's backward, starts every bucket lying
@@ -179,10 +186,12 @@ void dp_finish_grads(dp_chunk *const *d, int n)
 void dp_start_param_gather(dp_chunk *d)
 {
     if (!d->cfg.distributed) return;
-    for (int i = 0; i < d->n; i++) {
+    /* last bucket first: the forward reads it first (params_needed waits from the end), and a
+     * hierarchical gather completes the ones started before it first */
+    for (int i = d->n - 1; i >= 0; i--) {
         bucket *k = &d->b[i];
         TD_ASSERT(k->param_req == NULL);
-        k->param_req = comm_iallgatherv(d->ps->dp_group, d->m->params + k->lo, k->counts, k->displs, COMM_F32);
+        k->param_req = comm_iallgatherv(bucket_group(d->ps), d->m->params + k->lo, k->counts, k->displs, COMM_F32);
     }
     if (!d->cfg.overlap_param_gather) dp_wait_params(d);
 }
@@ -193,4 +202,63 @@ void dp_wait_params(dp_chunk *d)
         comm_wait(d->b[i].param_req);
         d->b[i].param_req = NULL;
     }
+}
+
+/* ---- choosing the collectives ---- */
+
+/* Seconds of `reps` rounds of one bucket's collectives of n elements on g (the slowest rank). */
+static double time_bucket(const ps_state *ps, const comm *g, float *buf, float *shard, const size_t *counts,
+                          const size_t *displs, size_t n, int distributed, int reps)
+{
+    comm_barrier(ps->dp_group);
+    double t0 = td_now();
+    for (int i = 0; i < reps; i++) {
+        if (distributed) {
+            comm_wait(comm_ireduce_scatterv(g, buf, shard, counts, COMM_F32, COMM_SUM));
+            comm_wait(comm_iallgatherv(g, buf, counts, displs, COMM_F32));
+        } else
+            comm_wait(comm_iallreduce(g, buf, n, COMM_F32, COMM_SUM));
+    }
+    double t = td_now() - t0;
+    comm_allreduce(ps->dp_group, &t, 1, COMM_F64, COMM_MAX);
+    return t;
+}
+
+int dp_choose_collectives(ps_state *ps, const char *mode, size_t numel, size_t bucket_elems, int distributed,
+                          char *line, size_t len)
+{
+    line[0] = '\0';
+    if (strcmp(mode, "flat") == 0 || ps->dp < 2) return 0;
+    char host[64];
+    comm_host_name(ps->world_rank, ps->world_size, host, sizeof host);
+    comm *h = comm_hier_create(ps->dp_group, host);
+    if (!h) return 0;
+    int nodes, per;
+    comm_hier_shape(h, &nodes, &per);
+    if (strcmp(mode, "hierarchical") == 0) {
+        ps->dp_hier = h;
+        snprintf(line, len, "dp collectives: hierarchical (%d hosts x %d data-parallel ranks), as asked", nodes, per);
+        return 1;
+    }
+    /* auto: one bucket of the run's size, after a warm-up each, twice each way alternated; the faster kept */
+    size_t n = bucket_elems && bucket_elems < numel ? bucket_elems : numel;
+    if (!n) n = 1;
+    float *buf = td_xcalloc(n, sizeof(float)), *shard = td_xcalloc(n / (size_t)ps->dp + 1, sizeof(float));
+    size_t *counts = td_xmalloc((size_t)ps->dp * sizeof(size_t)), *displs = td_xmalloc((size_t)ps->dp * sizeof(size_t));
+    for (int r = 0; r < ps->dp; r++) dp_piece(n, ps->dp, r, &displs[r], &counts[r]);
+    time_bucket(ps, ps->dp_group, buf, shard, counts, displs, n, distributed, 1); /* warm-up */
+    time_bucket(ps, h, buf, shard, counts, displs, n, distributed, 1);
+    double tf = 0, th = 0;
+    for (int round = 0; round < 2; round++) {
+        tf += time_bucket(ps, ps->dp_group, buf, shard, counts, displs, n, distributed, 1);
+        th += time_bucket(ps, h, buf, shard, counts, displs, n, distributed, 1);
+    }
+    free(buf), free(shard), free(counts), free(displs);
+    int hier = th < tf;
+    snprintf(line, len, "dp collectives: %s (%d hosts x %d data-parallel ranks; one bucket of %zu elements %s: flat "
+             "%.1f ms, hierarchical %.1f ms; --dp-collectives flat|hierarchical forces one)", hier ? "hierarchical" : "flat",
+             nodes, per, n, distributed ? "reduce-scattered and all-gathered" : "all-reduced", tf / 2 * 1e3, th / 2 * 1e3);
+    if (hier) ps->dp_hier = h;
+    else comm_free(h);
+    return hier;
 }

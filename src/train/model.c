@@ -96,6 +96,10 @@ int run_model_build(run_state *r, const gpt_config *c, opt_shard shards[PS_MAX_C
         r->model.shard_ranges[k] = shards[k].ranges;
         r->model.nshard_ranges[k] = shards[k].nranges;
     }
+    char line[320];
+    dp_choose_collectives(ps, a->dp_collectives, r->model.chunks[0]->numel, (size_t)a->ddp_bucket_size, distributed,
+                          line, sizeof line); /* collective */
+    if (ps->world_rank == 0 && line[0]) TD_INFO("%s", line);
     return distributed;
 }
 

@@ -8,6 +8,7 @@ function(td_cluster_test name cost script)
     FIXTURES_REQUIRED checkpoint_data ENVIRONMENT "${TD_CLUSTER_ENV};WORK=${CMAKE_BINARY_DIR}/testtmp/cluster-${name}")
 endfunction()
 td_cluster_test(layouts 12 layouts.sh)
+td_cluster_test(dp_hier 12 dp_hier.sh)
 td_cluster_test(disk 17 disk.sh)
 # slurm.sh and faults.sh (kill, cut, loss, stop) side by side: mostly waiting, they share one slot
 td_cluster_test(slurm_and_faults 60 waiting.sh)

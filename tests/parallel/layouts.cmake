@@ -185,6 +185,21 @@ trident_layout(distopt_pp2_vp2_dp2 4 1 1 --pipeline-model-parallel-size 2 --num-
   --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather --ddp-bucket-size 7000)
 trident_layout(distopt_dp4_eager512 4 1 1 ENV "OMPI_MCA_btl_vader_eager_limit=512;OMPI_MCA_btl_vader_rndv_eager_limit=512"
   --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather --ddp-bucket-size 50000)
+# Hierarchical data-parallel collectives (--dp-collectives): TRIDENT_TEST_HOSTS=2 makes ranks 0-1
+# and 2-3 believe they share a host each, so the buckets sum inside the "host", then per rail,
+# then spread inside again: the one-rank run within the tolerance (only the float sums' order
+# differs). layout_hier_used holds that they really went hierarchical, and that auto timed both.
+trident_layout(hier_dp4 4 1 1 ENV "TRIDENT_TEST_HOSTS=2" --dp-collectives hierarchical)
+trident_layout(hier_distopt_dp4_overlap 4 1 1 ENV "TRIDENT_TEST_HOSTS=2" --dp-collectives hierarchical
+  --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather --ddp-bucket-size 5000)
+trident_layout(hier_dp4_overlap_auto 4 1 1 ENV "TRIDENT_TEST_HOSTS=2" --overlap-grad-reduce --ddp-bucket-size 5000)
+add_test(NAME parallel/layout_hier_used COMMAND bash -c
+  "set -e; cd ${LAYOUT_DIR}; grep -q 'dp collectives: hierarchical (2 hosts x 2 data-parallel ranks)' hier_dp4.log; \
+   grep -q 'dp collectives: hierarchical (2 hosts x 2 data-parallel ranks)' hier_distopt_dp4_overlap.log; \
+   grep -Eq 'dp collectives: (flat|hierarchical) .*flat [0-9.]+ ms, hierarchical [0-9.]+ ms' hier_dp4_overlap_auto.log; \
+   ! grep -q 'dp collectives' dp4.log")
+set_tests_properties(parallel/layout_hier_used PROPERTIES
+  FIXTURES_REQUIRED "layouts_hier_dp4;layouts_hier_distopt_dp4_overlap;layouts_hier_dp4_overlap_auto;layouts_dp4")
 
 # The overlaps and the progress they make between kernels (comm_progress) change no bit: dp 2
 # sums two addends whatever the bucketing, so with and without them the runs are bitwise equal.

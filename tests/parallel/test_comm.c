@@ -11,6 +11,7 @@
 #include "trident/parallel_state.h"
 #include "trident/pipeline.h"
 #include "trident/timer.h"
+#include "trident/comm_hier.h"
 
 static int g_checks;
 
@@ -159,6 +160,60 @@ static void check_stage_transfers(comm *world)
     ps_free(ps);
 }
 
+/* Many collectives in flight on one group at once, polled with comm_test, waited out of order:
+ * each still gives its own sums (the staged hierarchical ones must keep their order per group). */
+static void check_in_flight(const comm *c, const char *name)
+{
+    int r = comm_rank(c), n = comm_size(c);
+    enum { K = 5, E = 37 };
+    float ar[K][E], rs_in[K][E * 4], rs_out[K][E], ag[K][E * 4];
+    size_t cnt[4], dsp[4];
+    for (int i = 0; i < n; i++) cnt[i] = E, dsp[i] = (size_t)i * E;
+    comm_req *q[3 * K];
+    for (int b = 0; b < K; b++) {
+        for (int j = 0; j < E; j++) ar[b][j] = (float)(b * 1000 + j + r);
+        for (int j = 0; j < E * n; j++) rs_in[b][j] = (float)(b + j * r);
+        for (int j = 0; j < E * n; j++) ag[b][j] = j / E == r ? (float)(b * 7 + j) : -1.0f;
+        q[3 * b] = comm_iallreduce(c, ar[b], E, COMM_F32, COMM_SUM);
+        q[3 * b + 1] = comm_ireduce_scatterv(c, rs_in[b], rs_out[b], cnt, COMM_F32, COMM_SUM);
+        q[3 * b + 2] = comm_iallgatherv(c, ag[b], cnt, dsp, COMM_F32);
+        comm_test(q[0]);
+    }
+    for (int spin = 0; spin < 100 && !comm_test(q[3 * K - 1]); spin++) comm_test(q[1]);
+    for (int i = 3 * K - 1; i >= 0; i--) comm_wait(q[i]);
+    for (int b = 0; b < K; b++)
+        for (int j = 0; j < E; j++) {
+            EXPECT(ar[b][j] == (float)(n * (b * 1000 + j) + n * (n - 1) / 2), "%s: in flight: all-reduce %d[%d] got %g",
+                   name, b, j, ar[b][j]);
+            size_t g = (size_t)r * E + (size_t)j; /* sum over ranks q of b + g * q */
+            EXPECT(rs_out[b][j] == (float)(n * b) + (float)g * (float)(n * (n - 1) / 2),
+                   "%s: in flight: reduce-scatter %d[%d] got %g", name, b, j, rs_out[b][j]);
+        }
+    for (int b = 0; b < K; b++)
+        for (int j = 0; j < E * n; j++)
+            EXPECT(ag[b][j] == (float)(b * 7 + j), "%s: in flight: all-gather %d[%d] got %g", name, b, j, ag[b][j]);
+}
+
+/* The hierarchical view of the world when its ranks sit on the hosts host_of(rank): NULL unless
+ * two hosts or more hold as many ranks each, two at least; else the flat group's results. */
+static void check_hier(comm *world, int hosts, int interleaved)
+{
+    int r = comm_rank(world), n = comm_size(world);
+    char host[64], name[48];
+    snprintf(host, sizeof host, "h%d", interleaved ? r % hosts : r * hosts / n);
+    snprintf(name, sizeof name, "hierarchical %d hosts%s", hosts, interleaved ? " interleaved" : "");
+    comm *h = comm_hier_create(world, host);
+    int even = n % hosts == 0, want = hosts >= 2 && even && n / hosts >= 2;
+    EXPECT((h != NULL) == want, "%s: comm_hier_create gave %s for %d ranks", name, h ? "a view" : "NULL", n);
+    if (!h) return;
+    int nodes, per;
+    comm_hier_shape(h, &nodes, &per);
+    EXPECT(nodes == hosts && per == n / hosts, "%s: shape %d x %d", name, nodes, per);
+    check_group(h, name);
+    check_in_flight(h, name);
+    comm_free(h);
+}
+
 int main(int argc, char **argv)
 {
     comm *world = comm_world_init(&argc, &argv);
@@ -172,6 +227,10 @@ int main(int argc, char **argv)
     comm_free(half);
     check_slices();
     if (comm_size(world) == 4) check_stage_transfers(world);
+    check_in_flight(world, "world");
+    check_hier(world, 1, 0);
+    check_hier(world, 2, 0);
+    check_hier(world, 2, 1);
     int total = g_checks;
     comm_allreduce(world, &total, 1, COMM_I32, COMM_SUM);
     if (comm_rank(world) == 0) printf("comm: %d passed, 0 failed\n", total);

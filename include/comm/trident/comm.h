@@ -70,6 +70,9 @@ comm_req *comm_iallgatherv(const comm *c, void *buf, const size_t *counts, const
 comm_req *comm_ireduce_scatterv(const comm *c, const void *send, void *recv, const size_t *counts, comm_dtype t,
                                 comm_op op);
 void comm_wait(comm_req *r);
+/* Whether r has completed, advancing it without blocking (a staged collective starts its next
+ * stage); r must still be waited, which then returns at once. NULL: 1. */
+int comm_test(comm_req *r);
 /* Seconds spent blocked in communication on this communicator since creation: the blocking
  * calls and the waits of requests not yet complete (a request comm_progress saw complete costs
  * its wait nothing). This is the communication that was exposed, not hidden behind compute. */

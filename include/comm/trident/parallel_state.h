@@ -16,6 +16,8 @@ typedef struct ps_state {
     comm *pp_group;                /* same tp_rank and dp_rank, ordered by stage */
     comm *mp_group;                /* same dp_rank: tp x pp, for the grad norm */
     comm *embd_group;              /* first and last stage (same tp, dp rank); NULL on others */
+    comm *dp_hier;                 /* a hierarchical view of dp_group for the gradient and parameter
+                                    * buckets (--dp-collectives), or NULL: flat (owned) */
     int sequence_parallel;         /* outside the tensor-parallel regions each tp rank holds s/tp of
                                     * the sequence (set by the trainer before building models) */
 } ps_state;

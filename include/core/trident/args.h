@@ -117,6 +117,7 @@ typedef struct td_args {
     int64_t loss_scale_window;
     int hysteresis;
     int overlap_param_gather;
+    char *dp_collectives;
     double distributed_timeout_minutes;
     /* optimizer and schedule */
     double lr;

@@ -60,4 +60,13 @@ void dp_start_param_gather(dp_chunk *d);
 void dp_wait_params(dp_chunk *d);
 int dp_num_buckets(const dp_chunk *d);
 
+/* --dp-collectives (flat|hierarchical|auto), before dp_attach; collective over the world. When the
+ * dp group spans two hosts or more with as many of its ranks on each, two at least
+ * (comm_hier_create), "hierarchical" sets ps->dp_hier and "auto" times one bucket of
+ * min(bucket_elems, numel) elements (all-reduce; with `distributed` reduce-scatter and all-gather)
+ * both ways on the dp group and keeps the faster, writing one line with both times to `line` (""
+ * when there was nothing to choose). Returns whether the buckets go hierarchical. */
+int dp_choose_collectives(ps_state *ps, const char *mode, size_t numel, size_t bucket_elems, int distributed,
+                          char *line, size_t len);
+
 #endif
