@@ -5,7 +5,8 @@
 # which enters the node's namespaces where ssh would log in. Addresses (10.77.0.0/24) exist only
 # inside the namespaces made here; nothing is sent anywhere else.
 #
-# Usage: scripts/cluster.sh up N [--ranks-per-node K] [--rate RATE] [--private-disk] [--slurm]   (RATE for tc tbf: 1gbit;
+# Usage: scripts/cluster.sh up N [--ranks-per-node K] [--rate RATE] [--cpus C] [--private-disk] [--slurm]   (RATE for tc tbf: 1gbit;
+#          --cpus C: each node's processes get at most C cores' time (a CPU cgroup: 0.5, 1, 2), as a node of C cores;
 #          --private-disk: each node's own disk CLUSTER_DIR/nodeK/disk at /mnt/local, the rest shared;
 #          --slurm: munge, slurmctld and a slurmd per node of K CPUs, see scripts/cluster-slurm.sh)
 #        scripts/cluster.sh run NODE CMD...    (NODE: node1 .. nodeN)
@@ -44,7 +45,7 @@ procs_of() {
 }
 
 down() {
-  [ -f "$dir/nodes" ] || { rm -rf "$dir"; return 0; }
+  [ -f "$dir/nodes" ] || { cpu_groups_down; rm -rf "$dir"; return 0; }
   [ ! -d "$dir/slurm" ] || "$(dirname "$0")/cluster-slurm.sh" down || true
   # what still runs inside a node (a daemon of a job that was cut off, a stopped rank) goes too
   awk '$1 != "bridge" { print $1 }' "$dir/nodes" | while read -r node; do
@@ -52,7 +53,49 @@ down() {
   done
   # the namespaces (and the veth links, the bridge and the addresses in them) end with their holders
   awk '{ print $2 }' "$dir/nodes" | while read -r pid; do kill "$pid" 2>/dev/null || true; done
+  cpu_groups_down
   rm -rf "$dir"
+}
+
+# --cpus: a CPU cgroup a node (cgroup v2's cpu.max, or v1's cfs quota), in the period of 10 ms so
+# that a node's share is even at the scale of one kernel. What the rsh agent and `run` start in a
+# node joins its group (children stay in their parent's group); the group's path is in
+# CLUSTER_DIR/cgroup.
+cpu_root() {
+  if [ -f /sys/fs/cgroup/cgroup.controllers ] && grep -qw cpu /sys/fs/cgroup/cgroup.controllers; then echo /sys/fs/cgroup
+  elif [ -f /sys/fs/cgroup/cpu/cpu.cfs_quota_us ]; then echo /sys/fs/cgroup/cpu
+  else return 1; fi
+}
+
+cpu_groups_up() { # cores, nodes
+  local root; root=$(cpu_root) || die "--cpus needs a CPU cgroup controller (/sys/fs/cgroup/cpu or cgroup v2's cpu): none here"
+  local quota; quota=$(awk -v c="$1" 'BEGIN { q = int(c * 10000 + 0.5); if (q < 1000) exit 1; print q }') ||
+    die "--cpus $1: give the cores a node has, 0.1 or more"
+  local top=$root/trident-cluster.$$
+  [ "$root" != /sys/fs/cgroup ] || echo +cpu > "$root/cgroup.subtree_control" 2>/dev/null || true
+  mkdir "$top" && echo "$top" > "$dir/cgroup"
+  [ "$root" != /sys/fs/cgroup ] || echo +cpu > "$top/cgroup.subtree_control"
+  for k in $(seq "$2"); do
+    mkdir "$top/node$k"
+    if [ "$root" = /sys/fs/cgroup ]; then echo "$quota 10000" > "$top/node$k/cpu.max"
+    else echo 10000 > "$top/node$k/cpu.cfs_period_us" && echo "$quota" > "$top/node$k/cpu.cfs_quota_us"; fi
+  done
+}
+
+cpu_groups_down() {
+  [ -f "$dir/cgroup" ] || return 0
+  local top; top=$(cat "$dir/cgroup")
+  for _ in $(seq 50); do # its processes were killed above; a group goes once they have ended
+    rmdir "$top"/node* 2>/dev/null || true
+    rmdir "$top" 2>/dev/null && return 0
+    sleep 0.1
+  done
+  echo "cluster.sh: could not remove the CPU cgroup $top (processes still in it: $(cat "$top"/node*/cgroup.procs 2>/dev/null | tr '\n' ' '))" >&2
+}
+
+join_cpu_group() { # node: this process joins the node's CPU group, if the cluster has them
+  [ -f "$dir/cgroup" ] || return 0
+  echo $$ > "$(cat "$dir/cgroup")/$1/cgroup.procs"
 }
 
 # A process that holds new namespaces open: it waits on a pipe that nothing writes.
@@ -74,11 +117,12 @@ hold() { # name, unshare flags...
 
 up() {
   local n=$1; shift
-  local per=1 rate="" disk="" slurm=""
+  local per=1 rate="" disk="" slurm="" cpus=""
   while [ $# -gt 0 ]; do
     case $1 in
       --ranks-per-node) per=$2; shift 2 ;;
       --rate) rate=$2; shift 2 ;;
+      --cpus) cpus=$2; shift 2 ;;
       --private-disk) disk=/mnt/local; shift ;;
       --slurm) slurm=1; shift ;;
       *) echo "cluster.sh: unknown option $1 (see the usage at the top of the script)" >&2; exit 2 ;;
@@ -89,6 +133,7 @@ up() {
   [ -f "$dir/nodes" ] && die "a cluster is up already in $dir: scripts/cluster.sh down first"
   mkdir -p "$dir"
   trap 'down' ERR INT TERM
+  [ -z "$cpus" ] || cpu_groups_up "$cpus" "$n"
   hold bridge --net
   local bpid; bpid=$(pid_of bridge)
   nsenter -t "$bpid" -n ip link add br0 type bridge
@@ -129,12 +174,13 @@ while [ \$# -gt 0 ] && [ "\${1#-}" != "\$1" ]; do shift; done
 host=\$1; shift
 pid=\$(awk -v n="\$host" '\$1 == n { print \$2 }' "$dir/nodes")
 [ -n "\$pid" ] || { echo "rsh: no node \$host in $dir/nodes" >&2; exit 255; }
+[ ! -f "$dir/cgroup" ] || echo \$\$ > "\$(cat "$dir/cgroup")/\$host/cgroup.procs"
 exec nsenter -t "\$pid" -n -u -m -- /bin/sh -c "\$*"
 EOF
   chmod +x "$dir/rsh"
   [ -z "$slurm" ] || "$(dirname "$0")/cluster-slurm.sh" up "$n" "$per"
   trap - ERR INT TERM
-  echo "cluster: $n nodes (node1..node$n, $net.11..), $per slots each${rate:+, links shaped to $rate}${disk:+, each its own disk at $disk}; hostfile $dir/hostfile, rsh agent $dir/rsh"
+  echo "cluster: $n nodes (node1..node$n, $net.11..), $per slots each${cpus:+, $cpus cores of CPU time each}${rate:+, links shaped to $rate}${disk:+, each its own disk at $disk}; hostfile $dir/hostfile, rsh agent $dir/rsh"
   [ -z "$slurm" ] || echo "slurm: export SLURM_CONF=$dir/slurm/slurm.conf, then e.g. scripts/cluster.sh run node1 srun -N $n hostname"
 }
 
@@ -142,6 +188,7 @@ run() { # node, command...
   local node=$1; shift
   local pid; pid=$(pid_of "$node")
   [ -n "$pid" ] || die "no node $node (scripts/cluster.sh up N first; nodes: $(awk '{print $1}' "$dir/nodes" 2>/dev/null | tr '\n' ' '))"
+  join_cpu_group "$node"
   # the caller's working directory and environment come along, as under ssh with a shared home
   exec nsenter -t "$pid" -n -u -m --wd="$PWD" -- "$@"
 }
@@ -171,9 +218,9 @@ fault() { # node, kind
 }
 
 case ${1:-} in
-  up) shift; [ $# -ge 1 ] || { echo "cluster.sh: up N [--ranks-per-node K] [--rate RATE] [--private-disk] [--slurm]" >&2; exit 2; }; up "$@" ;;
+  up) shift; [ $# -ge 1 ] || { echo "cluster.sh: up N [--ranks-per-node K] [--rate RATE] [--cpus C] [--private-disk] [--slurm]" >&2; exit 2; }; up "$@" ;;
   down) down ;;
   run) shift; [ $# -ge 2 ] || { echo "cluster.sh: run NODE CMD..." >&2; exit 2; }; run "$@" ;;
   fault) shift; [ $# -eq 2 ] || { echo "cluster.sh: fault NODE kill|cut|loss|stop|heal" >&2; exit 2; }; fault "$@" ;;
-  *) echo "usage: scripts/cluster.sh up N [--ranks-per-node K] [--rate RATE] [--private-disk] [--slurm] | run NODE CMD... | fault NODE KIND | down" >&2; exit 2 ;;
+  *) echo "usage: scripts/cluster.sh up N [--ranks-per-node K] [--rate RATE] [--cpus C] [--private-disk] [--slurm] | run NODE CMD... | fault NODE KIND | down" >&2; exit 2 ;;
 esac
