@@ -1,5 +1,5 @@
 /* One bucket's data-parallel all-reduce three ways on the world (run it under mpirun across
- * hosts): trident's flat group (MPI_Iallreduce, waited by polling: what the trainer does), its
+ * hosts): trident's flat group (its ring collectives from TRIDENT_RING_MIN_BYTES, 256 KiB, else MPI_Iallreduce; what the trainer does), its
  * hierarchical view (src/comm/hier.c), and a blocking MPI_Allreduce, the only call Open MPI 4.1's
  * HAN takes over (run once with --mca coll_han_priority 100 and once without). Rounds alternate the
  * three; prints the median seconds of each on the slowest rank. Usage:
@@ -48,7 +48,7 @@ int main(int argc, char **argv)
     for (int how = 0; how < 3; how++) one(world, hier, how, buf, out, n); /* warm-up */
     for (int r = 0; r < rounds; r++)
         for (int how = 0; how < 3; how++) t[how * rounds + r] = one(world, hier, how, buf, out, n);
-    static const char *names[3] = {"trident flat (MPI_Iallreduce)", "trident hierarchical", "MPI_Allreduce (blocking)"};
+    static const char *names[3] = {"trident flat", "trident hierarchical", "MPI_Allreduce (blocking)"};
     if (comm_rank(world) == 0) {
         printf("all-reduce of %zu floats (%.1f MB), %d hosts x %d ranks, median of %d\n", n, n * 4e-6, nodes, per, rounds);
         for (int how = 0; how < 3; how++) {

@@ -12,12 +12,15 @@
 
 #include "comm_impl.h"
 #include "mpi_fault.h"
+#include "ring.h"
 #include "trident/check.h"
 #include "trident/timer.h"
 
 typedef struct {
     MPI_Comm mc;
-    int owns; /* free with MPI_Comm_free */
+    int owns;     /* free with MPI_Comm_free */
+    comm *ring;   /* the ring collectives' messages (ring.c): a duplicate of mc; NULL in that one */
+    unsigned seq; /* ring collectives started: each one's tag */
 } mpi_state;
 
 typedef struct {
@@ -26,6 +29,7 @@ typedef struct {
     const char *call; /* the MPI call that started it, for a timeout message */
     int peer;         /* point-to-point peer in the group, or -1 */
     int *counts;      /* the v-collectives' counts and displacements, kept until completion */
+    ring_op *ring;    /* a ring collective instead of req (large sums: ring.h) */
 } mpi_req;
 
 static const struct comm_ops MPI_OPS;
@@ -87,6 +91,26 @@ static comm *wrap(MPI_Comm mc, int owns)
     return c;
 }
 
+/* c with its ring communicator: a duplicate of its MPI communicator, so that the ring's
+ * point-to-point messages never match the group's own. */
+static comm *with_ring(comm *c)
+{
+    MPI_Comm dup;
+    TD_CHECK_MPI(MPI_Comm_dup(MC(c), &dup));
+    TD_CHECK_MPI(MPI_Comm_set_errhandler(dup, MPI_ERRORS_RETURN));
+    ((mpi_state *)c->impl)->ring = wrap(dup, 1);
+    return c;
+}
+
+/* The ring communicator of c, named as c in timeout messages, and the next tag. */
+static const comm *ring_of(const comm *c, int *tag)
+{
+    mpi_state *s = c->impl;
+    memcpy(s->ring->name, c->name, sizeof c->name);
+    *tag = (int)(s->seq++ & 0x7fff);
+    return s->ring;
+}
+
 /* The world size the launcher announces before MPI_Init (Open MPI, MPICH/Intel MPI, Slurm);
  * 1 when started alone. */
 static int launcher_size(void)
@@ -135,7 +159,7 @@ comm *comm_world_init(int *argc, char ***argv)
     /* comm_usage_exit's barrier on a communicator of its own: on the world's it could match a
      * collective of a rank still running (rank 0 ending while the others wait in a barrier) */
     TD_CHECK_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &g_usage_comm));
-    comm *w = wrap(MPI_COMM_WORLD, 0);
+    comm *w = with_ring(wrap(MPI_COMM_WORLD, 0));
     comm_set_name(w, "world");
     td_log_set_rank(w->size > 1 ? w->rank : -1);
     td_set_abort_hook(abort_hook);
@@ -204,7 +228,9 @@ void comm_world_finalize(comm *world)
     }
     td_set_abort_hook(NULL);
     fault_close();
-    free(world->impl);
+    mpi_state *s = world->impl;
+    MPI_OPS.free(s->ring);
+    free(s);
     free(world);
     MPI_Finalize();
     g_world = MPI_COMM_NULL;
@@ -215,12 +241,13 @@ static comm *mpi_split(const comm *c, int color, int key)
     MPI_Comm out;
     TD_CHECK_MPI(MPI_Comm_split(MC(c), color, key, &out));
     TD_CHECK_MPI(MPI_Comm_set_errhandler(out, MPI_ERRORS_RETURN));
-    return wrap(out, 1);
+    return with_ring(wrap(out, 1));
 }
 
 static void mpi_free(comm *c)
 {
     mpi_state *s = c->impl;
+    if (s->ring) mpi_free(s->ring);
     if (s->owns) MPI_Comm_free(&s->mc);
     free(s);
     free(c);
@@ -309,6 +336,12 @@ static void mpi_bcast(const comm *c, void *buf, size_t count, comm_dtype t, int 
 
 static void mpi_allreduce(const comm *c, void *buf, size_t count, comm_dtype t, comm_op op)
 {
+    if (ring_applies(count * comm_dtype_size(t), t, op, c->size)) {
+        int tag;
+        const comm *rc = ring_of(c, &tag);
+        ring_wait(ring_allreduce(rc, buf, count, t, tag));
+        return;
+    }
     MPI_Request q;
     TD_CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, buf, icount(count), mpi_type(t), mpi_op(op), MC(c), &q));
     WAIT(c, &q, "MPI_Allreduce");
@@ -318,14 +351,45 @@ static void mpi_allgather(const comm *c, const void *send, void *recv, size_t co
 {
     const char *rb = recv;
     const void *sb = send;
-    if ((const char *)send == rb + (size_t)c->rank * count * comm_dtype_size(t)) sb = MPI_IN_PLACE;
+    size_t es = comm_dtype_size(t);
+    if (ring_applies(count * es * (size_t)c->size, t, COMM_SUM, c->size)) {
+        char *mine = (char *)recv + (size_t)c->rank * count * es;
+        if (send != mine) memmove(mine, send, count * es);
+        size_t *cd = td_xmalloc(2 * (size_t)c->size * sizeof *cd);
+        for (int i = 0; i < c->size; i++) cd[i] = count, cd[c->size + i] = (size_t)i * count;
+        int tag;
+        const comm *rc = ring_of(c, &tag);
+        ring_wait(ring_allgatherv(rc, recv, cd, cd + c->size, t, tag));
+        free(cd);
+        return;
+    }
+    if ((const char *)send == rb + (size_t)c->rank * count * es) sb = MPI_IN_PLACE;
     MPI_Request q;
     TD_CHECK_MPI(MPI_Iallgather(sb, icount(count), mpi_type(t), recv, icount(count), mpi_type(t), MC(c), &q));
     WAIT(c, &q, "MPI_Allgather");
 }
 
+/* A ring reduce-scatter of `count` elements a rank; NULL when the ring does not apply. */
+static ring_op *ring_reduce_scatter_block(const comm *c, const void *send, void *recv, size_t count, comm_dtype t,
+                                          comm_op op)
+{
+    if (!ring_applies(count * comm_dtype_size(t) * (size_t)c->size, t, op, c->size)) return NULL;
+    size_t *cn = td_xmalloc((size_t)c->size * sizeof *cn);
+    for (int i = 0; i < c->size; i++) cn[i] = count;
+    int tag;
+    const comm *rc = ring_of(c, &tag);
+    ring_op *o = ring_reduce_scatterv(rc, send, recv, cn, t, tag);
+    free(cn);
+    return o;
+}
+
 static void mpi_reduce_scatter(const comm *c, const void *send, void *recv, size_t count, comm_dtype t, comm_op op)
 {
+    ring_op *o = ring_reduce_scatter_block(c, send, recv, count, t, op);
+    if (o) {
+        ring_wait(o);
+        return;
+    }
     MPI_Request q;
     TD_CHECK_MPI(MPI_Ireduce_scatter_block(send, recv, icount(count), mpi_type(t), mpi_op(op), MC(c), &q));
     WAIT(c, &q, "MPI_Reduce_scatter_block");
@@ -356,6 +420,13 @@ static comm_req *mpi_irecv(const comm *c, void *buf, size_t count, comm_dtype t,
 
 static comm_req *mpi_iallreduce(const comm *c, void *buf, size_t count, comm_dtype t, comm_op op)
 {
+    if (ring_applies(count * comm_dtype_size(t), t, op, c->size)) {
+        comm_req *r = new_req(c, "ring all-reduce", -1);
+        int tag;
+        const comm *rc = ring_of(c, &tag);
+        ((mpi_req *)r)->ring = ring_allreduce(rc, buf, count, t, tag);
+        return r;
+    }
     comm_req *r = new_req(c, "MPI_Iallreduce", -1);
     TD_CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, buf, icount(count), mpi_type(t), mpi_op(op), MC(c),
                                 &((mpi_req *)r)->req));
@@ -365,7 +436,12 @@ static comm_req *mpi_iallreduce(const comm *c, void *buf, size_t count, comm_dty
 static comm_req *mpi_ireduce_scatter(const comm *c, const void *send, void *recv, size_t count, comm_dtype t,
                                      comm_op op)
 {
-    comm_req *r = new_req(c, "MPI_Ireduce_scatter_block", -1);
+    ring_op *o = ring_reduce_scatter_block(c, send, recv, count, t, op);
+    comm_req *r = new_req(c, o ? "ring reduce-scatter" : "MPI_Ireduce_scatter_block", -1);
+    if (o) {
+        ((mpi_req *)r)->ring = o;
+        return r;
+    }
     TD_CHECK_MPI(MPI_Ireduce_scatter_block(send, recv, icount(count), mpi_type(t), mpi_op(op), MC(c),
                                            &((mpi_req *)r)->req));
     return r;
@@ -384,6 +460,15 @@ static int *icounts(mpi_req *q, int n, const size_t *counts, const size_t *displ
 
 static comm_req *mpi_iallgatherv(const comm *c, void *buf, const size_t *counts, const size_t *displs, comm_dtype t)
 {
+    size_t total = 0;
+    for (int i = 0; i < c->size; i++) total += counts[i];
+    if (ring_applies(total * comm_dtype_size(t), t, COMM_SUM, c->size)) {
+        comm_req *r = new_req(c, "ring all-gather", -1);
+        int tag;
+        const comm *rc = ring_of(c, &tag);
+        ((mpi_req *)r)->ring = ring_allgatherv(rc, buf, counts, displs, t, tag);
+        return r;
+    }
     comm_req *r = new_req(c, "MPI_Iallgatherv", -1);
     mpi_req *q = (mpi_req *)r;
     int *cd = icounts(q, c->size, counts, displs);
@@ -395,6 +480,15 @@ static comm_req *mpi_iallgatherv(const comm *c, void *buf, const size_t *counts,
 static comm_req *mpi_ireduce_scatterv(const comm *c, const void *send, void *recv, const size_t *counts, comm_dtype t,
                                       comm_op op)
 {
+    size_t total = 0;
+    for (int i = 0; i < c->size; i++) total += counts[i];
+    if (ring_applies(total * comm_dtype_size(t), t, op, c->size)) {
+        comm_req *r = new_req(c, "ring reduce-scatter", -1);
+        int tag;
+        const comm *rc = ring_of(c, &tag);
+        ((mpi_req *)r)->ring = ring_reduce_scatterv(rc, send, recv, counts, t, tag);
+        return r;
+    }
     comm_req *r = new_req(c, "MPI_Ireduce_scatter", -1);
     mpi_req *q = (mpi_req *)r;
     int *cn = icounts(q, c->size, counts, NULL);
@@ -405,7 +499,8 @@ static comm_req *mpi_ireduce_scatterv(const comm *c, const void *send, void *rec
 static void mpi_wait(comm_req *r)
 {
     mpi_req *q = (mpi_req *)r;
-    bounded_wait(r->c, &q->req, q->call, q->peer, __FILE__, __LINE__);
+    if (q->ring) ring_wait(q->ring);
+    else bounded_wait(r->c, &q->req, q->call, q->peer, __FILE__, __LINE__);
     free(q->counts);
     free(r);
 }
@@ -413,6 +508,7 @@ static void mpi_wait(comm_req *r)
 static int mpi_test(comm_req *r)
 {
     int done = 0;
+    if (((mpi_req *)r)->ring) return ring_test(((mpi_req *)r)->ring);
     if (MPI_Test(&((mpi_req *)r)->req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) return 0; /* its wait reports it */
     return done;
 }

@@ -9,3 +9,8 @@ foreach(np 2 3 4)
 endforeach()
 set_tests_properties(parallel/comm_np1 parallel/comm_np2 parallel/comm_np3 parallel/comm_np4
   PROPERTIES ENVIRONMENT "${TD_MPI_ENV}" TIMEOUT 60)
+# every float sum through the ring collectives (src/comm/ring.c), held to the ring's order of additions
+foreach(np 3 4)
+  add_test(NAME parallel/comm_np${np}_ring COMMAND ${TD_MPIRUN} -np ${np} $<TARGET_FILE:test_comm>)
+  set_tests_properties(parallel/comm_np${np}_ring PROPERTIES ENVIRONMENT "${TD_MPI_ENV};TRIDENT_RING_MIN_BYTES=0" TIMEOUT 60)
+endforeach()

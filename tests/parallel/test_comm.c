@@ -1,6 +1,7 @@
 /* The MPI communicator under mpirun: every collective and point-to-point call against values
  * each rank can compute on its own, on the world and on split sub-groups. Prints
  * "N passed, 0 failed" on rank 0; any mismatch aborts the job with its message. */
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -214,6 +215,50 @@ static void check_hier(comm *world, int hosts, int interleaved)
     comm_free(h);
 }
 
+/* Rank q's element j: floats of many magnitudes, so that the order of a sum shows in its bits. */
+static float ring_term(int q, size_t j) { return ldexpf(1.0f + (float)((q * 7 + (int)j * 13) % 17) / 17.0f, (q * 5 + (int)j) % 40 - 20); }
+
+/* The sum a ring gives for an element of part x on n ranks, worked here: rank x+1's term, plus
+ * rank x+2's, ... plus rank x's last, each addition rounded to float. */
+static float ring_sum(int n, int x, size_t j)
+{
+    float acc = ring_term((x + 1) % n, j);
+    for (int k = 2; k <= n; k++) acc += ring_term((x + k) % n, j);
+    return acc;
+}
+
+/* With TRIDENT_RING_MIN_BYTES=0 every float sum goes through the ring collectives (src/comm/ring.c):
+ * their results must be the ring's order of additions bit for bit (so a binomial or any other
+ * order fails on 3 ranks or more), the same on every rank. All-reduce (blocking, and started then
+ * advanced by comm_test) split into n near-equal parts; reduce-scatter with uneven parts. */
+static void check_ring_order(const comm *c)
+{
+    const char *v = getenv("TRIDENT_RING_MIN_BYTES");
+    if (!v || strcmp(v, "0") != 0) return;
+    int r = comm_rank(c), n = comm_size(c);
+    enum { N = 1001 };
+    static float a[N], b[N], send[N], recv[N];
+    for (size_t j = 0; j < N; j++) a[j] = b[j] = send[j] = ring_term(r, j);
+    comm_allreduce(c, a, N, COMM_F32, COMM_SUM);
+    comm_req *q = comm_iallreduce(c, b, N, COMM_F32, COMM_SUM);
+    while (!comm_test(q)) {}
+    comm_wait(q);
+    for (size_t j = 0, x = 0, end = N / (size_t)n + (N % (size_t)n > 0); j < N; j++) {
+        while (j >= end) x++, end += N / (size_t)n + (x < N % (size_t)n);
+        float want = ring_sum(n, (int)x, j);
+        EXPECT(a[j] == want && b[j] == want, "ring all-reduce [%zu] (part %zu): %.9g and %.9g, want %.9g", j, x, a[j], b[j], want);
+    }
+    size_t counts[8], at = 0, mine = 0;
+    for (int i = 0; i < n; i++) {
+        counts[i] = (size_t)(i * 97 + 13) % 300;
+        if (i == r) mine = at;
+        at += counts[i];
+    }
+    comm_wait(comm_ireduce_scatterv(c, send, recv, counts, COMM_F32, COMM_SUM));
+    for (size_t j = 0; j < counts[r]; j++)
+        EXPECT(recv[j] == ring_sum(n, r, mine + j), "ring reduce-scatter [%zu]: %.9g want %.9g", j, recv[j], ring_sum(n, r, mine + j));
+}
+
 int main(int argc, char **argv)
 {
     comm *world = comm_world_init(&argc, &argv);
@@ -228,6 +273,7 @@ int main(int argc, char **argv)
     check_slices();
     if (comm_size(world) == 4) check_stage_transfers(world);
     check_in_flight(world, "world");
+    check_ring_order(world);
     check_hier(world, 1, 0);
     check_hier(world, 2, 0);
     check_hier(world, 2, 1);
