@@ -15,19 +15,19 @@
 # in per group (tp, pp + the tied embedding's sum, dp), tokens/s per node and the weak-scaling
 # efficiency (1-node tokens/s per node = 1), then the plan's time per iteration and its error.
 # Usage: bench/cluster_scaling.sh [--nodes "2 4"] [--cpus 0.5] [--rate 500mbit] [--iters 5]
-#          [--layers 8 --hidden 256 --heads 8 --seq 256 --batch 8] [--rows REGEX]
+#          [--layers 8 --hidden 256 --heads 8 --seq 256 --batch 8 --bucket 1000000] [--rows REGEX]
 #        bench/cluster_scaling.sh --replan   (the table of the last run again, with the plan's
 #          predictions computed anew from its saved cluster files: after a change to the planner)
 # Needs root (namespaces, cgroups). Environment: BUILD (default build), WORK (default
 # $BUILD/cluster_scaling; not under /tmp, which each node has its own of).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-nodes_list="2 4" cpus=0.5 rate=500mbit iters=5 layers=8 hidden=256 heads=8 seq=256 batch=8 rows=. replan=""
+nodes_list="2 4" cpus=0.5 rate=500mbit iters=5 layers=8 hidden=256 heads=8 seq=256 batch=8 bucket=1000000 rows=. replan=""
 while [ $# -gt 0 ]; do
   case $1 in
     --replan) replan=1; shift; continue ;;
     --nodes) nodes_list=$2 ;; --cpus) cpus=$2 ;; --rate) rate=$2 ;; --iters) iters=$2 ;; --layers) layers=$2 ;;
-    --hidden) hidden=$2 ;; --heads) heads=$2 ;; --seq) seq=$2 ;; --batch) batch=$2 ;; --rows) rows=$2 ;;
+    --hidden) hidden=$2 ;; --heads) heads=$2 ;; --seq) seq=$2 ;; --batch) batch=$2 ;; --bucket) bucket=$2 ;; --rows) rows=$2 ;;
     *) echo "cluster_scaling.sh: unknown option $1 (see the usage at the top)" >&2; exit 2 ;;
   esac
   shift 2
@@ -48,7 +48,7 @@ trap '"$cluster" down' EXIT
 MPI=(--hostfile "$CLUSTER_DIR/hostfile" --mca plm_rsh_agent "$CLUSTER_DIR/rsh" --mca btl tcp,self,vader
      --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0 -x OMP_NUM_THREADS)
 model=(--num-layers "$layers" --hidden-size "$hidden" --num-attention-heads "$heads" --seq-length "$seq"
-       --max-position-embeddings "$seq" --make-vocab-size-divisible-by 128)
+       --max-position-embeddings "$seq" --make-vocab-size-divisible-by 128 --ddp-bucket-size "$bucket")
 train_only=(--data-path "$prefix" --vocab-file "$data/gpt2/vocab.json" --merge-file "$data/gpt2/merges.txt" --split 100,0,0
             --train-iters "$iters" --eval-iters 0 --hidden-dropout 0 --attention-dropout 0 --log-interval 1000 --lr 1e-4)
 
