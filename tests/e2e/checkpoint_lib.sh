@@ -38,7 +38,7 @@ train() {
 nrun=0
 
 # Metrics lines without the timing fields (what must be bit-identical between runs).
-untimed() { sed -E 's/"(tokens_per_s|model_tflops_per_rank|mfu|elapsed_ms|comm_ms)": [^,}]*(, )?//g' "$@"; }
+untimed() { sed -E 's/"(tokens_per_s|model_tflops_per_rank|mfu|elapsed_ms|comm_ms|pp_ms|[a-z]+_exposed_ms|[a-z]+_inflight_ms)": [^,}]*(, )?//g' "$@"; }
 
 # Rank processes of a job started as `timeout ... mpirun ...` with pid $1 (its grandchildren).
 ranks_of() { local mp; for mp in $(pgrep -P "$1"); do pgrep -P "$mp"; done; }

@@ -149,6 +149,24 @@ stopped_rank() {
   rm -f "$log"
 }
 fault 3 stopped_rank
+
+# A rank stopped in dp 4 with every float sum through the ring collectives (src/comm/ring.c): the
+# others wait in a ring step's point-to-point message, which must end at the timeout naming the data-parallel
+# group and the peer.
+stopped_rank_ring() {
+  local log victim; log=$(mktemp)
+  TRIDENT_RING_MIN_BYTES=0 start_job "$log" --distributed-timeout-minutes 0.05
+  victim=$(ranks_of "$job" | tail -1)
+  kill -STOP "$victim"
+  end_job "stopped rank in a ring all-reduce" 30 "no progress for"
+  kill -CONT "$victim" 2>/dev/null
+  grep -E "no progress for" "$log" | head -2
+  if ! grep -qE "MPI_I(send|recv).* failed: no progress for [0-9.]+ s \(--distributed-timeout-minutes 0.05\) on the data-parallel group \(rank [0-9] of 4\) with peer [0-9]" "$log"; then
+    echo "FAIL: the ring step's timeout does not name the call, the dp group and the peer"
+  fi
+  rm -f "$log"
+}
+fault 4 stopped_rank_ring
 tally
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
