@@ -6,7 +6,7 @@
 # Environment from tests/e2e/train.cmake: TRIDENT, DATA (a dataset prefix), VOCAB, MERGES.
 set -u
 [ "$(id -u)" -eq 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMP_NUM_THREADS=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
+export OMP_NUM_THREADS=1 OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_mpi_yield_when_idle=1
 MPIRUN=(mpirun --oversubscribe --bind-to none)
 pass=0 fail=0
 ok() { echo "ok: $*"; pass=$((pass + 1)); }
