@@ -6,6 +6,8 @@
 //   bpe-reference.js random SEED N OUT.txt            N lines of random Unicode text
 //   bpe-reference.js encode MODULE_DIR FILE [--lines] reference ids of FILE (UTF-8), as
 //                                                     `trident tokenize [--whole]` prints them
+//   bpe-reference.js encode-both MODULE_DIR FILE WHOLE_OUT LINES_OUT   both of encode's outputs
+//                                                     (whole, --lines) written to two files
 //
 // MODULE_DIR is <build>/node/node_modules/gpt-3-encoder.
 'use strict';
@@ -57,9 +59,8 @@ function readUtf8(file) {
   return text;
 }
 
-function encodeCmd(moduleDir, file, lines) {
-  const ref = load(moduleDir);
-  const text = readUtf8(file);
+// The ids of text, whole (one line) or line by line, as the lines of one string.
+function encodeText(ref, text, lines) {
   const out = [];
   if (lines) {
     const parts = text.split('\n');
@@ -69,7 +70,20 @@ function encodeCmd(moduleDir, file, lines) {
     checkSplit(ref, text);
     out.push(encodeLong(ref, text).join(' '));
   }
-  fs.writeSync(1, out.join('\n') + (out.length ? '\n' : ''));
+  return out.join('\n') + (out.length ? '\n' : '');
+}
+
+function encodeCmd(moduleDir, file, lines) {
+  fs.writeSync(1, encodeText(load(moduleDir), readUtf8(file), lines));
+}
+
+// Both encodings of one file from one start of node and of the encoder (whose word cache the
+// second then finds warm: the same ids, half the time of two runs).
+function encodeBothCmd(moduleDir, file, wholeOut, linesOut) {
+  const ref = load(moduleDir);
+  const text = readUtf8(file);
+  fs.writeFileSync(wholeOut, encodeText(ref, text, false));
+  fs.writeFileSync(linesOut, encodeText(ref, text, true));
 }
 
 // ---- random Unicode text -----------------------------------------------------------------
@@ -180,12 +194,14 @@ function fixturesCmd(moduleDir, out) {
 const [cmd, ...args] = process.argv.slice(2);
 if (cmd === 'encode' && (args.length === 2 || (args.length === 3 && args[2] === '--lines'))) {
   encodeCmd(args[0], args[1], args.length === 3);
+} else if (cmd === 'encode-both' && args.length === 4) {
+  encodeBothCmd(args[0], args[1], args[2], args[3]);
 } else if (cmd === 'random' && args.length === 3) {
   randomCmd(args[0], args[1], args[2]);
 } else if (cmd === 'fixtures' && args.length === 2) {
   fixturesCmd(args[0], args[1]);
 } else {
   console.error('usage: bpe-reference.js fixtures MODULE_DIR OUT.jsonl | random SEED N OUT.txt | ' +
-                'encode MODULE_DIR FILE [--lines]');
+                'encode MODULE_DIR FILE [--lines] | encode-both MODULE_DIR FILE WHOLE_OUT LINES_OUT');
   process.exit(2);
 }

@@ -6,6 +6,8 @@
 //   hf-reference.js encode NODE_MODULES TOKENIZER.json FILE [--lines]
 //        ids of FILE (UTF-8) as `trident tokenize [--whole]` prints them: encode(text,
 //        add_special_tokens=false), one line per input line (--lines) or one for the whole file
+//   hf-reference.js encode-both NODE_MODULES TOKENIZER.json FILE WHOLE_OUT LINES_OUT   both of
+//        encode's outputs (whole, --lines) written to two files
 //   hf-reference.js random SEED N OUT.txt   N lines of random Unicode text with special tokens
 //   hf-reference.js tricky OUT.txt          tricky strings, one per line
 //   hf-reference.js cases NODE_MODULES OUT.jsonl   small hand-made tokenizer.json files, one
@@ -39,9 +41,8 @@ function readUtf8(file) {
   return new TextDecoder('utf-8', { fatal: true, ignoreBOM: true }).decode(fs.readFileSync(file));
 }
 
-async function encodeCmd(modules, tokfile, file, lines) {
-  const tok = load(modules, tokfile);
-  const text = readUtf8(file);
+// The ids of text, whole (one line) or line by line, as the lines of one string.
+async function encodeText(tok, text, lines) {
   const opts = { addSpecialTokens: false };
   const out = [];
   if (lines) {
@@ -55,7 +56,20 @@ async function encodeCmd(modules, tokfile, file, lines) {
   } else {
     out.push((await tok.encode(text, null, opts)).getIds().join(' '));
   }
-  fs.writeSync(1, out.join('\n') + (out.length ? '\n' : ''));
+  return out.join('\n') + (out.length ? '\n' : '');
+}
+
+async function encodeCmd(modules, tokfile, file, lines) {
+  fs.writeSync(1, await encodeText(load(modules, tokfile), readUtf8(file), lines));
+}
+
+// Both encodings of one file from one start of node and one load of the tokenizer.json (a second
+// of node's start-up and the library's parse of Llama 3's file a run).
+async function encodeBothCmd(modules, tokfile, file, wholeOut, linesOut) {
+  const tok = load(modules, tokfile);
+  const text = readUtf8(file);
+  fs.writeFileSync(wholeOut, await encodeText(tok, text, false));
+  fs.writeFileSync(linesOut, await encodeText(tok, text, true));
 }
 
 // ---- generated inputs -----------------------------------------------------------------------
@@ -314,6 +328,8 @@ const [cmd, ...args] = process.argv.slice(2);
 (async () => {
   if (cmd === 'encode' && (args.length === 3 || (args.length === 4 && args[3] === '--lines'))) {
     await encodeCmd(args[0], args[1], args[2], args.length === 4);
+  } else if (cmd === 'encode-both' && args.length === 5) {
+    await encodeBothCmd(args[0], args[1], args[2], args[3], args[4]);
   } else if (cmd === 'random' && args.length === 3) {
     randomCmd(args[0], args[1], args[2]);
   } else if (cmd === 'tricky' && args.length === 1) {
@@ -331,7 +347,8 @@ const [cmd, ...args] = process.argv.slice(2);
   } else if (cmd === 'info' && args.length === 2) {
     await infoCmd(args[0], args[1]);
   } else {
-    console.error('usage: hf-reference.js encode NODE_MODULES TOKENIZER.json FILE [--lines] | random SEED N OUT.txt | ' +
+    console.error('usage: hf-reference.js encode NODE_MODULES TOKENIZER.json FILE [--lines] | ' +
+                  'encode-both NODE_MODULES TOKENIZER.json FILE WHOLE_OUT LINES_OUT | random SEED N OUT.txt | ' +
                   'tricky OUT.txt | info NODE_MODULES TOKENIZER.json');
     process.exit(2);
   }

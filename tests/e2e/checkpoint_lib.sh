@@ -11,6 +11,8 @@ export OMP_NUM_THREADS=1 # (the single-copy mechanism: TD_MPI_ENV, tests/CMakeLi
 # which by default waits a second between SIGTERM and SIGKILL: kill at once (no run here saves
 # after a peer failed; checkpoint_signal.sh, which tests that grace, sets its own).
 export OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader OMPI_MCA_ess_singleton_isolated=1 OMPI_MCA_odls_base_sigkill_timeout=0
+# a waiting rank yields its core, also when a job has no more ranks than cores (TD_MPI_ENV says why)
+export OMPI_MCA_mpi_yield_when_idle=1
 MPIRUN=(mpirun --oversubscribe --bind-to none)
 pass=0 fail=0
 rm -rf "$WORK" && mkdir -p "$WORK" && cd "$WORK" || exit 1
