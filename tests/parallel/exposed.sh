@@ -58,6 +58,12 @@ for name in dp2_overlap dp2; do
   grep -q "    dp    exposed .* ms of .* ms in flight (.*% hidden)" "$work/$name.log" ||
     { echo "FAIL: $name: no dp line in the log's time breakdown"; grep -A12 "time breakdown" "$work/$name.log"; fail=1; }
 done
+# the hierarchical collectives' time is the dp group's (ranks told they sit on 2 hosts of 2)
+if TRIDENT_TEST_HOSTS=2 run dp4_hier 4 --dp-collectives hierarchical --overlap-grad-reduce; then
+  grep -q "dp collectives: hierarchical" "$work/dp4_hier.log" || { echo "FAIL: dp4_hier: not hierarchical"; fail=1; }
+  check dp4_hier 'v["dp_inflight_ms"] > 0 && v["dp_exposed_ms"] > 0 && v["dp_exposed_ms"] <= v["dp_inflight_ms"] * (1 + 1e-5) + 1e-6 && v["tp_exposed_ms"] + v["pp_exposed_ms"] + v["dp_exposed_ms"] + v["embd_exposed_ms"] + v["other_exposed_ms"] >= v["comm_ms"] * (1 - 1e-4) - 1e-5' \
+    "hierarchical dp 4: its time counted in dp (exposed <= in flight), the groups adding up to comm_ms"
+fi
 [ -f "$work/dp2.jsonl" ] && check dp2 'v["dp_exposed_ms"] >= 0.5 * v["dp_inflight_ms"]' \
   "without overlap (each wait right after its start) less than half the dp time is hidden"
 exit $fail
