@@ -14,15 +14,15 @@
 # Per row: the median time per iteration after the first, the communication rank 0 was blocked
 # in per group (tp, pp + the tied embedding's sum, dp), tokens/s per node and the weak-scaling
 # efficiency (1-node tokens/s per node = 1), then the plan's time per iteration and its error.
-# Usage: bench/cluster_scaling.sh [--nodes "2 4"] [--cpus 0.5] [--rate 500mbit] [--iters 5]
-#          [--layers 8 --hidden 256 --heads 8 --seq 256 --batch 8 --bucket 1000000] [--rows REGEX]
+# Usage: bench/cluster_scaling.sh [--nodes "2 4"] [--cpus 0.5] [--rate 500mbit] [--iters 4]
+#          [--layers 8 --hidden 256 --heads 8 --seq 256 --batch 16 --bucket 1000000] [--rows REGEX]
 #        bench/cluster_scaling.sh --replan   (the table of the last run again, with the plan's
 #          predictions computed anew from its saved cluster files: after a change to the planner)
 # Needs root (namespaces, cgroups). Environment: BUILD (default build), WORK (default
 # $BUILD/cluster_scaling; not under /tmp, which each node has its own of).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-nodes_list="2 4" cpus=0.5 rate=500mbit iters=5 layers=8 hidden=256 heads=8 seq=256 batch=8 bucket=1000000 rows=. replan=""
+nodes_list="2 4" cpus=0.5 rate=500mbit iters=4 layers=8 hidden=256 heads=8 seq=256 batch=16 bucket=1000000 rows=. replan=""
 while [ $# -gt 0 ]; do
   case $1 in
     --replan) replan=1; shift; continue ;;
