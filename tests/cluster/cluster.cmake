@@ -9,6 +9,7 @@ function(td_cluster_test name cost script)
 endfunction()
 td_cluster_test(layouts 12 layouts.sh)
 td_cluster_test(dp_hier 12 dp_hier.sh)
+td_cluster_test(cpus 3 cpus.sh)
 td_cluster_test(disk 17 disk.sh)
 # slurm.sh and faults.sh (kill, cut, loss, stop) side by side: mostly waiting, they share one slot
 td_cluster_test(slurm_and_faults 60 waiting.sh)
