@@ -99,7 +99,7 @@ echo "uptime: $(uptime)"
 printf "| rate | nodes x ranks | layout | measured (ms) | predicted (ms) | error | exposed measured: tp / pp / embd / dp (ms) | plan: tp / pp / embd / dp (ms) |\n|---|---|---|---|---|---|---|---|\n"
 run() { # rate shape np cluster.json name mpirun-flags(comma-separated) train flags...
   local rate=$1 shape=$2 np=$3 cl=$4 name=$5 mflags=$6; shift 6
-  local log=$work/$rate-${name// /_}
+  local log=$work/$rate-${name//[^A-Za-z0-9]/_}
   rm -f "$log.jsonl"
   # shellcheck disable=SC2086
   timeout 600 "$cluster" run node1 mpirun --hostfile "$CLUSTER_DIR/hostfile" --mca plm_rsh_agent "$CLUSTER_DIR/rsh" \
