@@ -11,13 +11,15 @@
 #   2 x 2: tp 2 inside x dp 2 across; tp 2 inside x pp 2 across with and without scatter/gather;
 #          dp 4 over both nodes, flat and hierarchical
 # Usage: bench/cluster_plan.sh [RATE...]   (default: 1gbit; needs root for the namespaces)
-# Environment: BUILD (default build), WORK (default $BUILD/cluster_plan), ITERS (default 4).
+# Environment: BUILD (default build), WORK (default $BUILD/cluster_plan), ITERS (default 4), CPUS (each
+# node's processes get at most CPUS cores' time: scripts/cluster.sh up --cpus; calibrated inside it),
+# CLUSTER_SH (default scripts/cluster.sh).
 # Sourced (`. bench/cluster_plan.sh`), it only defines cp_calibrate and cp_predict for another
 # bench (bench/cluster_scaling.sh): see their comments.
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${BUILD:-$root/build}
 T=$build/trident
-cluster=$root/scripts/cluster.sh
+cluster=${CLUSTER_SH:-$root/scripts/cluster.sh}
 MPI_NET=(--mca btl tcp,self,vader --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0 -x OMP_NUM_THREADS)
 
 # cp_calibrate OUT.json NP [mpirun flags...]: `trident plan --calibrate` on the cluster that is up
@@ -95,7 +97,7 @@ TRAIN=(--data-path "$work/ts_text_document" --vocab-file "$data/gpt2/vocab.json"
        --split 100,0,0 --train-iters "$iters" --eval-iters 0 --lr 1e-4 --log-interval 1000 --hidden-dropout 0
        --attention-dropout 0)
 cd "$work" || exit 1
-echo "uptime: $(uptime)"
+echo "uptime: $(uptime)${CPUS:+; each node at most $CPUS cores of CPU time (a CPU cgroup)}"
 printf "| rate | nodes x ranks | layout | measured (ms) | predicted (ms) | error | exposed measured: tp / pp / embd / dp (ms) | plan: tp / pp / embd / dp (ms) |\n|---|---|---|---|---|---|---|---|\n"
 run() { # rate shape np cluster.json name mpirun-flags(comma-separated) train flags...
   local rate=$1 shape=$2 np=$3 cl=$4 name=$5 mflags=$6; shift 6
@@ -115,7 +117,7 @@ run() { # rate shape np cluster.json name mpirun-flags(comma-separated) train fl
       100 * (x[1] * 1e3 - a[1]) / a[1], a[2], a[3], a[4], a[5], y[1], y[2], y[3], y[4] }'
 }
 for rate in "${rates[@]}"; do
-  "$cluster" up 2 --ranks-per-node 2 --rate "$rate" >/dev/null || exit $?
+  "$cluster" up 2 --ranks-per-node 2 --rate "$rate" ${CPUS:+--cpus "$CPUS"} >/dev/null || exit $?
   cp_calibrate "$work/$rate-2x1.json" 2 --map-by node || { echo "calibrate 2x1 at $rate failed"; exit 1; }
   cp_calibrate "$work/$rate-2x2.json" 4 || { echo "calibrate 2x2 at $rate failed"; exit 1; }
   for s in 2x1 2x2; do
