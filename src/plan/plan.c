@@ -9,9 +9,12 @@
  * its forward; full recomputation adds one forward per layer, selective the attention core's.
  * The last stage adds the output layer and the cross-entropy. A pipeline of p stages with v
  * chunks each runs m micro-batches in (m + (p - 1) / v) stage-times (1F1B and interleaved
- * 1F1B), plus the stage-to-stage transfers (T h / t elements each way per micro-batch and
- * chunk). Then the data-parallel reduction of the stage's gradients (what the last micro-batch's
- * backward does not hide with --overlap-grad-reduce) and the optimizer step, memory-bound.
+ * 1F1B), plus the stage-to-stage transfers (T h elements each way per micro-batch and chunk, / t
+ * under scatter/gather with the receivers' all-gather). Then the data-parallel reduction of the
+ * stage's gradients (flat, or hierarchical across nodes on trident-cpu clusters; with
+ * --overlap-grad-reduce the buckets closing before the end of the backward hide behind the last
+ * micro-batch's backward) and the optimizer step, memory-bound. The communication left exposed is
+ * also given per kind of group, as the trainer's metrics file measures it.
  *
  * Memory. Parameters, gradients and optimizer state per parameter as Megatron keeps them (16-bit
  * weights, fp32 gradients, fp32 master weights and Adam moments: 18 bytes, 6 + 12/d with the
