@@ -19,6 +19,14 @@ static const char *rc_name(plan_recompute r)
     return r == PLAN_RC_FULL ? "full" : r == PLAN_RC_SELECTIVE ? "selective" : "none";
 }
 
+/* Whether the layout's pipeline transfers go by scatter/gather (tp > 1 between stages, not turned
+ * off, no sequence parallelism, which splits them already). */
+static int scatter_gather(const plan_result *r)
+{
+    const plan_layout *l = &r->l;
+    return l->pp > 1 && l->tp > 1 && !l->sp && !l->no_scatter_gather;
+}
+
 static void print_json(const plan_result *r, const plan_cluster *c)
 {
     const plan_layout *l = &r->l;
@@ -28,12 +36,17 @@ static void print_json(const plan_result *r, const plan_cluster *c)
            "\"tflops_per_gpu\": %.6g, \"mfu\": %.6g, \"memory_gib_per_gpu\": %.6g, \"cluster\": \"%s\", "
            "\"breakdown_s\": {\"compute\": %.6g, \"recompute\": %.6g, \"tensor_parallel\": %.6g, \"bubble\": %.6g, "
            "\"pipeline_p2p\": %.6g, \"data_parallel\": %.6g, \"optimizer\": %.6g}, \"memory_gib\": {\"params\": %.6g, "
-           "\"grads\": %.6g, \"optimizer\": %.6g, \"activations\": %.6g, \"other\": %.6g}}\n",
+           "\"grads\": %.6g, \"optimizer\": %.6g, \"activations\": %.6g, \"other\": %.6g}, ",
            l->tp, l->pp, l->dp, l->vp, l->mbs, r->micro, rc_name(l->recompute), l->sp ? "true" : "false",
            l->distopt ? "true" : "false", r->fits ? "true" : "false", r->iter_s, r->tflops_per_gpu, r->mfu,
            r->m_total / GIB, c->name, r->t_compute, r->t_recompute, r->t_tp, r->t_bubble, r->t_p2p, r->t_dp,
            r->t_optimizer, r->m_params / GIB, r->m_grads / GIB, r->m_optimizer / GIB, r->m_acts / GIB,
            r->m_other / GIB);
+    /* the communication left exposed per kind of group, as the trainer's metrics file names its own */
+    printf("\"tp_exposed_ms\": %.6g, \"pp_exposed_ms\": %.6g, \"embd_exposed_ms\": %.6g, \"dp_exposed_ms\": %.6g, "
+           "\"scatter_gather\": %s, \"dp_collectives\": \"%s\"}\n",
+           r->x_tp * 1e3, r->x_pp * 1e3, r->x_embd * 1e3, r->x_dp * 1e3, scatter_gather(r) ? "true" : "false",
+           r->dp_hier ? "hierarchical" : "flat");
 }
 
 static void print_row(const plan_result *r)
@@ -56,6 +69,9 @@ static void print_explain(const plan_result *r)
     printf("      memory (GiB): params %.2f + grads %.2f + optimizer %.2f + activations %.2f + framework %.2f = %.2f\n",
            r->m_params / GIB, r->m_grads / GIB, r->m_optimizer / GIB, r->m_acts / GIB, r->m_other / GIB,
            r->m_total / GIB);
+    printf("      exposed communication (ms): tp %.1f, pp %.1f, embd %.1f, dp %.1f (%s%s)\n", r->x_tp * 1e3,
+           r->x_pp * 1e3, r->x_embd * 1e3, r->x_dp * 1e3, r->dp_hier ? "hierarchical" : "flat",
+           scatter_gather(r) ? "; pipeline scatter/gather" : "");
 }
 
 static void header(const plan_job *j, const plan_cluster *c, int n)
@@ -66,6 +82,21 @@ static void header(const plan_job *j, const plan_cluster *c, int n)
            "(%d a node, %.0f TFLOP/s %s, %.0f GiB)\n", g->num_layers, td_plural(g->num_layers), g->hidden, g->heads,
            td_plural(g->heads), g->seq, g->vocab, g->padded_vocab, (long long)j->gbs, dt, n, td_plural(n), c->name, c->gpus_per_node, c->peak[j->dtype] / 1e12, dt,
            c->mem_gib);
+}
+
+/* The options every layout takes (the search's too): scatter/gather, the dp collectives, the
+ * parameter all-gather's overlap, the bucket size. */
+static plan_layout layout_options(const td_args *a)
+{
+    plan_layout o;
+    memset(&o, 0, sizeof o);
+    o.no_scatter_gather = a->no_scatter_gather_tensors_in_pipeline;
+    o.dp_collectives = strcmp(a->dp_collectives, "flat") == 0           ? PLAN_DP_FLAT
+                       : strcmp(a->dp_collectives, "hierarchical") == 0 ? PLAN_DP_HIER
+                                                                        : PLAN_DP_AUTO;
+    o.overlap_param = a->overlap_param_gather;
+    o.bucket_elems = td_args_given(a, "--ddp-bucket-size") ? (double)a->ddp_bucket_size : 0;
+    return o;
 }
 
 static const char *const LAYOUT_FLAGS[] = {"--tensor-model-parallel-size", "--pipeline-model-parallel-size",
@@ -118,8 +149,12 @@ int cli_plan(int argc, char **argv)
     if (cl.peak[job.dtype] <= 0)
         td_usage_error(PROG ": the cluster %s has no %s peak (give another of --bf16, --fp16 or neither)", cl.name,
                        job.dtype == 1 ? "bf16" : job.dtype == 2 ? "fp16" : "fp32");
+    plan_layout opts = layout_options(&a);
     int given = 0;
     for (size_t i = 0; i < sizeof LAYOUT_FLAGS / sizeof LAYOUT_FLAGS[0]; i++) given |= td_args_given(&a, LAYOUT_FLAGS[i]);
+    if (given && a.overlap_param_gather && !a.use_distributed_optimizer) /* the search: with its distopt layouts */
+        td_usage_error(PROG ": --overlap-param-gather needs --use-distributed-optimizer (only the distributed "
+                       "optimizer all-gathers parameters)");
     int n = a.num_gpus, L = job.cfg.num_layers;
     if (given) {
         int tp = a.tensor_model_parallel_size, pp = a.pipeline_model_parallel_size;
@@ -128,9 +163,12 @@ int cli_plan(int argc, char **argv)
                            "--pipeline-model-parallel-size %d", n, tp, pp);
         int per = td_args_given(&a, "--num-layers-per-virtual-pipeline-stage") ? a.num_layers_per_virtual_pipeline_stage
                                                                                : 0;
-        plan_layout l = {tp, pp, n / (tp * pp), per ? L / (pp * per) : 1, a.micro_batch_size, PLAN_RC_NONE,
-                         a.sequence_parallel && tp > 1, a.use_distributed_optimizer && n / (tp * pp) > 1,
-                         a.overlap_grad_reduce};
+        plan_layout l = opts;
+        l.tp = tp, l.pp = pp, l.dp = n / (tp * pp), l.vp = per ? L / (pp * per) : 1, l.mbs = a.micro_batch_size;
+        l.sp = a.sequence_parallel && tp > 1;
+        l.distopt = a.use_distributed_optimizer && l.dp > 1;
+        l.overlap_grad = a.overlap_grad_reduce;
+        l.overlap_param = l.distopt && a.overlap_param_gather;
         if (per && L % (pp * per))
             td_usage_error(PROG ": --num-layers %d is not divisible by --pipeline-model-parallel-size %d x "
                            "--num-layers-per-virtual-pipeline-stage %d", L, pp, per);
@@ -152,7 +190,7 @@ int cli_plan(int argc, char **argv)
     int cap = a.plan_top;
     if (!a.plan_json) header(&job, &cl, n);
     plan_result *res = td_xcalloc((size_t)cap, sizeof *res);
-    int found = plan_search(&job, &cl, n, res, cap);
+    int found = plan_search(&job, &cl, n, &opts, res, cap);
     if (found == 0) {
         fprintf(stderr, "error: " PROG ": no layout of %d devices fits %.0f GiB a device; add devices, or shorten the "
                         "sequence or the model\n", n, cl.mem_gib);

@@ -79,7 +79,8 @@ void ps_comm_times(const ps_state *ps, double exposed[PS_GROUPS], double infligh
         exposed[g] = one[g] ? comm_seconds(one[g]) : 0;
         inflight[g] = one[g] ? comm_busy_seconds(one[g]) : 0;
     }
-    if (ps->dp_hier) { /* the buckets' collectives, when they go hierarchically */
+    if (ps->dp_hier) { /* the buckets' hierarchical collectives are the dp group's too (in flight: the sum,
+                        * the flat group being idle while they run) */
         exposed[PS_DP] += comm_seconds(ps->dp_hier);
         inflight[PS_DP] += comm_busy_seconds(ps->dp_hier);
     }

@@ -176,7 +176,7 @@ static const flag_t FLAGS[] = {
     {"--sequence-parallel", A_BOOL, OFF(sequence_parallel), "0", TD_CMD_TRAIN | TD_CMD_PLAN, "parallel",
      "split norms, dropout and residuals along the sequence over the tensor-parallel ranks (needs "
      "--tensor-model-parallel-size > 1; --seq-length divisible by it)", 0, 0, NULL},
-    {"--no-scatter-gather-tensors-in-pipeline", A_BOOL, OFF(no_scatter_gather_tensors_in_pipeline), "0", TD_CMD_TRAIN,
+    {"--no-scatter-gather-tensors-in-pipeline", A_BOOL, OFF(no_scatter_gather_tensors_in_pipeline), "0", TD_CMD_TRAIN | TD_CMD_PLAN,
      "parallel", "send the whole activation between pipeline stages from every tensor-parallel rank (default "
      "with tp > 1 and no --sequence-parallel: each sends 1/tp of it and the receivers all-gather it over "
      "their tensor-parallel group)", 0, 0, NULL},
@@ -188,7 +188,7 @@ static const flag_t FLAGS[] = {
      "stage holds one decoder layer fewer)", 0, 0, NULL},
     {"--pipeline-schedule", A_CHOICE, OFF(pipeline_schedule), "auto", TD_CMD_TRAIN | TD_CMD_PLAN, "parallel",
      "auto: 1F1B, interleaved with virtual stages, none for one stage", 0, 0, "auto|gpipe|1f1b|interleaved"},
-    {"--ddp-bucket-size", A_I64, OFF(ddp_bucket_size), "40000000", TD_CMD_TRAIN, "parallel",
+    {"--ddp-bucket-size", A_I64, OFF(ddp_bucket_size), "40000000", TD_CMD_TRAIN | TD_CMD_PLAN, "parallel",
      "gradient elements per data-parallel all-reduce bucket", 1, BIG, NULL},
     {"--overlap-grad-reduce", A_BOOL, OFF(overlap_grad_reduce), "0", TD_CMD_TRAIN | TD_CMD_PLAN, "parallel",
      "start each bucket's all-reduce (reduce-scatter with --use-distributed-optimizer) during the last "
@@ -196,10 +196,10 @@ static const flag_t FLAGS[] = {
     {"--use-distributed-optimizer", A_BOOL, OFF(use_distributed_optimizer), "0", TD_CMD_TRAIN | TD_CMD_PLAN, "parallel",
      "shard the Adam state over the data-parallel ranks (ZeRO-1): reduce-scatter the gradients, step "
      "1/dp of each bucket, all-gather the parameters", 0, 0, NULL},
-    {"--overlap-param-gather", A_BOOL, OFF(overlap_param_gather), "0", TD_CMD_TRAIN, "parallel",
+    {"--overlap-param-gather", A_BOOL, OFF(overlap_param_gather), "0", TD_CMD_TRAIN | TD_CMD_PLAN, "parallel",
      "with --use-distributed-optimizer: wait for each bucket's parameter all-gather only when the next "
      "forward first reads it", 0, 0, NULL},
-    {"--dp-collectives", A_CHOICE, OFF(dp_collectives), "auto", TD_CMD_TRAIN, "parallel",
+    {"--dp-collectives", A_CHOICE, OFF(dp_collectives), "auto", TD_CMD_TRAIN | TD_CMD_PLAN, "parallel",
      "the data-parallel buckets' collectives when the dp group spans hosts with several of its ranks on each: "
      "hierarchical (sum inside each host, cross the network per rail of local ranks, spread inside again), flat, or "
      "auto (time one bucket both ways at start, keep the faster; one line gives both times). Elsewhere flat", 0, 0,

@@ -2,8 +2,12 @@
  * node or several (see plan_calibrate in include/plan/trident/plan.h). Every rank measures at once,
  * as training runs them:
  *  - the sgemm peak (the backend's own measurement, as the trainer's MFU uses) and the curve:
- *    square GEMMs of 64 to 1024, whose efficiency fits gemm_max_efficiency and gemm_half_dim;
+ *    square GEMMs of 128 and 1024, whose efficiency fits gemm_max_efficiency and gemm_half_dim;
  *  - the copy bandwidth of buffers far larger than the caches;
+ *  - the GEMMs and copies each run back to back for at least 0.3 s and timed as work over wall
+ *    time, so a node under a CPU quota (cgroup cpu.cfs_quota_us) is measured at the rate its
+ *    ranks get, not at the full speed a short burst inside one quota period sees; and the cores
+ *    a node's ranks may use (their affinity, under the quota: cores_per_node, maybe fractional);
  *  - the links, apart: all-reduces among the ranks of each node (every node at once) and among
  *    the ranks of one local index on every node (every index at once: each node's link carries
  *    all its ranks, so a rank gets its share), of 4 bytes to 4 MiB, fitted to
@@ -13,6 +17,7 @@
  * Nodes are the ranks' host names (gethostname), in order of first appearance. The slowest rank's
  * figures are kept. */
 #include <math.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,27 +31,155 @@
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
 
-/* Best seconds of `reps` runs of an (n, n) x (n, n) GEMM, timed by the backend's events. */
-static double gemm_best(const backend *be, int n, int reps)
+/* Seconds a measurement lasts at least: a CPU quota (cgroup cpu.cfs_quota_us, periods of 100 ms)
+ * lets a rank run at the full speed of its cores for part of each period only, so a measurement
+ * shorter than a few periods could see the full speed; over 0.3 s it sees the rate the quota
+ * leaves. */
+#define MEASURE_S 0.3
+/* ... and the best of 3 such windows: other work on the machine (not a quota) comes and goes. */
+#define WINDOWS 3
+
+/* Work a second of `kernel(be, ctx)` (each call `work` of it) run back to back for at least
+ * MEASURE_S: the work over the wall time, so a quota's pauses count; the best of WINDOWS windows. */
+static double sustained_rate(const backend *be, void (*kernel)(const backend *, void *), void *ctx, double work)
+{
+    double best = 0;
+    for (int w = 0; w < WINDOWS; w++) {
+        be_event t0 = be_event_record(be), t1;
+        double t = 0;
+        int reps = 0;
+        do {
+            kernel(be, ctx);
+            reps++;
+            t1 = be_event_record(be);
+            t = be_event_elapsed(be, &t0, &t1);
+        } while (t < MEASURE_S || reps < 2);
+        best = fmax(best, work * reps / t);
+    }
+    return best;
+}
+
+typedef struct {
+    float *a, *b, *c; /* (n, n) each */
+    int n;
+} gemm_args;
+
+static void gemm_once(const backend *be, void *ctx)
+{
+    gemm_args *g = ctx;
+    be_matmul_fwd(be, g->c, g->a, g->b, NULL, g->n, g->n, g->n);
+}
+
+/* FLOP/s of (n, n) x (n, n) GEMMs (sustained_rate, after a warm-up). */
+static double gemm_rate(const backend *be, int n)
 {
     size_t bytes = (size_t)n * n * sizeof(float);
-    float *a = be_alloc(be, bytes), *b = be_alloc(be, bytes), *c = be_alloc(be, bytes);
+    gemm_args g = {be_alloc(be, bytes), be_alloc(be, bytes), be_alloc(be, bytes), n};
     float *h = td_xmalloc(bytes);
     for (size_t i = 0; i < (size_t)n * n; i++) h[i] = (float)(i % 7) * 0.01f;
-    be_memcpy(be, a, h, bytes, BE_H2D);
+    be_memcpy(be, g.a, h, bytes, BE_H2D);
     for (size_t i = 0; i < (size_t)n * n; i++) h[i] = (float)(i % 5) * 0.01f;
-    be_memcpy(be, b, h, bytes, BE_H2D);
+    be_memcpy(be, g.b, h, bytes, BE_H2D);
     free(h);
-    double best = 1e30;
-    for (int r = 0; r < reps; r++) {
-        be_event t0 = be_event_record(be);
-        be_matmul_fwd(be, c, a, b, NULL, n, n, n);
-        be_event t1 = be_event_record(be);
-        double t = be_event_elapsed(be, &t0, &t1);
-        best = t < best ? t : best;
+    gemm_once(be, &g); /* warm-up */
+    double rate = sustained_rate(be, gemm_once, &g, 2.0 * n * n * (double)n);
+    be_dfree(be, g.a), be_dfree(be, g.b), be_dfree(be, g.c);
+    return rate;
+}
+
+typedef struct {
+    float *x, *y;
+    size_t n; /* floats each */
+} copy_args;
+
+static void copy_once(const backend *be, void *ctx)
+{
+    copy_args *k = ctx;
+    be_copy(be, k->y, k->x, k->n);
+}
+
+/* Bytes/s of copies of 256 MiB (read and written; sustained_rate, after a warm-up). */
+static double copy_rate(const backend *be)
+{
+    size_t bytes = (size_t)256 << 20;
+    copy_args k = {be_alloc(be, bytes), be_alloc(be, bytes), bytes / sizeof(float)};
+    be_zero(be, k.x, k.n), be_zero(be, k.y, k.n); /* pages in */
+    copy_once(be, &k);                           /* warm-up */
+    double rate = sustained_rate(be, copy_once, &k, be_copy_bytes(bytes));
+    be_dfree(be, k.x), be_dfree(be, k.y);
+    return rate;
+}
+
+/* gemm_max_efficiency and gemm_half_dim from the rates of GEMMs of 1024 and 128 against c's
+ * peak: emax f(1024)^3 = big, taken as emax, and emax f(128)^3 = small, f(d) = d / (d + half). */
+static void fit_gemm_curve(plan_cluster *c, double big_rate, double small_rate)
+{
+    double big = big_rate / c->peak[0], small = small_rate / c->peak[0];
+    double emax = big > 0.05 ? (big > 1 ? 1 : big) : 0.05;
+    double f = small / emax;
+    f = f >= 1 ? 0.999 : f <= 1e-3 ? 1e-3 : f;
+    c->gemm_emax = emax;
+    c->gemm_half = 128.0 * (1.0 / cbrt(f) - 1.0);
+}
+
+/* The CPU quota of this process's cgroup and its ancestors in cores (cgroup v2 cpu.max, v1
+ * cpu.cfs_quota_us / cpu.cfs_period_us), the smallest; 0 when there is none. */
+static double quota_cores(void)
+{
+    FILE *f = fopen("/proc/self/cgroup", "r");
+    if (!f) return 0;
+    char line[512], path[768], v1[512] = "", v2[512] = "";
+    while (fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = 0;
+        char *ctl = strchr(line, ':'), *p = ctl ? strchr(ctl + 1, ':') : NULL;
+        if (!p) continue;
+        *p++ = 0, ctl++;
+        if (*ctl == 0) snprintf(v2, sizeof v2, "%s", p);
+        else if (strcmp(ctl, "cpu") == 0 || strncmp(ctl, "cpu,", 4) == 0 || strstr(ctl, ",cpu,") ||
+                 (strlen(ctl) > 4 && strcmp(ctl + strlen(ctl) - 4, ",cpu") == 0))
+            snprintf(v1, sizeof v1, "%s", p);
     }
-    be_dfree(be, a), be_dfree(be, b), be_dfree(be, c);
+    fclose(f);
+    double best = 0;
+    for (int v = 1; v <= 2; v++) {
+        char cg[512];
+        snprintf(cg, sizeof cg, "%s", v == 1 ? v1 : v2);
+        if (v == 1 && !v1[0]) continue;
+        if (v == 2 && !v2[0]) continue;
+        for (;;) { /* this cgroup, then each parent up to the root */
+            double q = -1, per = -1;
+            if (v == 1) {
+                snprintf(path, sizeof path, "/sys/fs/cgroup/cpu%s/cpu.cfs_quota_us", cg);
+                FILE *a = fopen(path, "r");
+                if (a && fscanf(a, "%lf", &q) != 1) q = -1;
+                if (a) fclose(a);
+                snprintf(path, sizeof path, "/sys/fs/cgroup/cpu%s/cpu.cfs_period_us", cg);
+                FILE *b = fopen(path, "r");
+                if (b && fscanf(b, "%lf", &per) != 1) per = -1;
+                if (b) fclose(b);
+            } else {
+                snprintf(path, sizeof path, "/sys/fs/cgroup%s/cpu.max", cg);
+                FILE *a = fopen(path, "r");
+                if (a && fscanf(a, "%lf %lf", &q, &per) != 2) q = -1; /* "max 100000": no quota */
+                if (a) fclose(a);
+            }
+            if (q > 0 && per > 0 && (best == 0 || q / per < best)) best = q / per;
+            char *slash = strrchr(cg, '/');
+            if (!slash || cg[1] == 0) break;
+            if (slash == cg) slash[1] = 0;
+            else *slash = 0;
+        }
+    }
     return best;
+}
+
+/* The cores this process may run on: its affinity mask, under its cgroup's CPU quota. */
+static double usable_cores(void)
+{
+    cpu_set_t set;
+    double n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : sysconf(_SC_NPROCESSORS_ONLN);
+    double q = quota_cores();
+    return q > 0 && q < n ? q : n;
 }
 
 static double resident_gib(void)
@@ -144,32 +277,13 @@ void plan_calibrate(plan_cluster *c, const char *backend_name, comm *world)
     c->trident_cpu = 1;
     c->gpus_per_node = per_node;
     c->nodes = nodes;
-    c->cores_per_node = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    c->cores_per_node = usable_cores();
     comm_barrier(world);
-    double peak = be_peak_gflops(be) * 1e9;
-    /* the curve: efficiency of n^3 GEMMs against the peak; f(d) = d / (d + half) per dimension */
-    double big = 2.0 * 1024 * 1024 * 1024 / gemm_best(be, 1024, 5) / peak;
-    double small = 2.0 * 128 * 128 * 128 / gemm_best(be, 128, 50) / peak;
-    double emax = big > 0.05 ? (big > 1 ? 1 : big) : 0.05;
-    /* emax f(128)^3 = small, with f(1024)^3 taken as 1 */
-    double f = small / emax;
-    f = f >= 1 ? 0.999 : f <= 1e-3 ? 1e-3 : f;
-    double r = cbrt(f);
-    double half = 128.0 * (1.0 / r - 1.0);
-    /* copy bandwidth: bytes read and written */
-    size_t bytes = (size_t)256 << 20;
-    float *x = be_alloc(be, bytes), *y = be_alloc(be, bytes);
-    be_zero(be, x, bytes / sizeof(float)), be_zero(be, y, bytes / sizeof(float)); /* pages in */
-    double tcopy = 1e30;
-    for (int k = 0; k < 5; k++) {
-        be_event t0 = be_event_record(be);
-        be_copy(be, y, x, bytes / sizeof(float));
-        be_event t1 = be_event_record(be);
-        double t = be_event_elapsed(be, &t0, &t1);
-        tcopy = t < tcopy ? t : tcopy;
-    }
-    be_dfree(be, x), be_dfree(be, y);
-    double copy_bw = be_copy_bytes(bytes) / tcopy;
+    /* the sgemm peak (the trainer's MFU peak), and what the ranks get, every rank at once, over
+     * enough of a quota's periods: efficiency of n^3 GEMMs against the peak */
+    double big_rate = gemm_rate(be, 1024), small_rate = gemm_rate(be, 128);
+    double peak = fmax(be_peak_gflops(be) * 1e9, big_rate);
+    double copy_bw = copy_rate(be);
     /* MPI: the link inside a node and the one across nodes, apart; a rank that measures none
      * of them gives figures neutral in the min / max below */
     double intra_bw = 1e30, intra_lat = 0, inter_bw = 1e30, inter_lat = 0;
@@ -180,13 +294,12 @@ void plan_calibrate(plan_cluster *c, const char *backend_name, comm *world)
     fit_link(world, across, &inter_bw, &inter_lat);
     comm_free(across);
     /* the slowest rank's figures, the largest holdings */
-    double mine[8] = {-peak, -emax, half, -copy_bw, -intra_bw, intra_lat, -inter_bw, inter_lat}, all[8];
+    double mine[8] = {-peak, -big_rate, -small_rate, -copy_bw, -intra_bw, intra_lat, -inter_bw, inter_lat}, all[8];
     memcpy(all, mine, sizeof mine);
     comm_allreduce(world, all, 8, COMM_F64, COMM_MAX);
     comm_allreduce(world, &reserved, 1, COMM_F64, COMM_MAX);
-    c->peak[0] = -all[0];
-    c->gemm_emax = -all[1];
-    c->gemm_half = all[2];
+    c->peak[0] = fmax(-all[0], -all[1]);
+    fit_gemm_curve(c, -all[1], -all[2]);
     c->hbm_bw = -all[3];
     /* one rank a node: nothing measured inside, the copy stands for it; one node: no network */
     c->intra_bw = per_node > 1 ? -all[4] : c->hbm_bw;

@@ -9,9 +9,12 @@
  * its forward; full recomputation adds one forward per layer, selective the attention core's.
  * The last stage adds the output layer and the cross-entropy. A pipeline of p stages with v
  * chunks each runs m micro-batches in (m + (p - 1) / v) stage-times (1F1B and interleaved
- * 1F1B), plus the stage-to-stage transfers (T h / t elements each way per micro-batch and
- * chunk). Then the data-parallel reduction of the stage's gradients (what the last micro-batch's
- * backward does not hide with --overlap-grad-reduce) and the optimizer step, memory-bound.
+ * 1F1B), plus the stage-to-stage transfers (T h elements each way per micro-batch and chunk, / t
+ * under scatter/gather with the receivers' all-gather). Then the data-parallel reduction of the
+ * stage's gradients (flat, or hierarchical across nodes on trident-cpu clusters; with
+ * --overlap-grad-reduce the buckets closing before the end of the backward hide behind the last
+ * micro-batch's backward) and the optimizer step, memory-bound. The communication left exposed is
+ * also given per kind of group, as the trainer's metrics file measures it.
  *
  * Memory. Parameters, gradients and optimizer state per parameter as Megatron keeps them (16-bit
  * weights, fp32 gradients, fp32 master weights and Adam moments: 18 bytes, 6 + 12/d with the
@@ -113,24 +116,34 @@ static int group_member(const plan_layout *l, plan_group kind, int g, int k)
     return grid_rank(l, g % l->tp, g / l->tp, k);                           /* stride tp dp */
 }
 
-int plan_group_link(const plan_cluster *c, const plan_layout *l, plan_group kind, double *bw, double *lat)
+/* The most nodes one group of a kind spans, and the fewest and the most ranks a group has on a
+ * node it spans. */
+static void group_shape(const plan_cluster *c, const plan_layout *l, plan_group kind, int *span, int *fewest,
+                        int *most)
 {
     int size = kind == PLAN_GROUP_TP ? l->tp : kind == PLAN_GROUP_PP ? l->pp : l->dp;
     int n = l->tp * l->pp * l->dp, K = c->gpus_per_node > 0 ? c->gpus_per_node : 1;
-    int span = 1, fewest = size; /* the most nodes a group spans; the fewest ranks a group has on a node */
+    *span = 1, *fewest = size, *most = 1;
     for (int g = 0; g < n / size; g++) {
         int nodes = 1, run = 1;
-        for (int k = 1; k < size; k++) { /* members ascend, so a node's members are one run */
-            if (group_member(l, kind, g, k) / K != group_member(l, kind, g, k - 1) / K) {
+        for (int k = 1; k <= size; k++) { /* members ascend, so a node's members are one run */
+            if (k == size || group_member(l, kind, g, k) / K != group_member(l, kind, g, k - 1) / K) {
+                *fewest = run < *fewest ? run : *fewest;
+                *most = run > *most ? run : *most;
+                if (k == size) break;
                 nodes++;
-                fewest = run < fewest ? run : fewest;
                 run = 0;
             }
             run++;
         }
-        fewest = run < fewest ? run : fewest;
-        span = nodes > span ? nodes : span;
+        *span = nodes > *span ? nodes : *span;
     }
+}
+
+int plan_group_link(const plan_cluster *c, const plan_layout *l, plan_group kind, double *bw, double *lat)
+{
+    int span, fewest, most;
+    group_shape(c, l, kind, &span, &fewest, &most);
     if (span == 1) {
         *bw = c->intra_bw, *lat = c->intra_lat;
         return 1;
@@ -255,6 +268,103 @@ static void megatron_memory(const plan_job *j, const plan_cluster *c, const plan
     r->m_total = r->m_params + r->m_grads + r->m_optimizer + r->m_acts + r->m_other;
 }
 
+/* Pipeline transfers of the busiest stage (r->t_p2p and its exposed parts): each boundary carries
+ * T h elements a micro-batch and chunk forward and back. Megatron's scatter-gather sends 1/t of
+ * them across nodes. trident's pipeline (src/parallel/pipeline.c) sends 1/t from each tp rank
+ * when tp > 1 (the receivers all-gather the whole over their tp group's link: scatter/gather, on
+ * unless the layout turns it off) or under sequence parallelism (each already holds s/t
+ * positions), else the whole from every tp rank. With tied embeddings the word embedding's
+ * gradient (V h / t) is summed between the first and the last stage. */
+static void pipeline_transfers(const plan_job *j, const plan_cluster *c, const plan_layout *l, int m, double gbytes,
+                               plan_result *r)
+{
+    const gpt_config *g = &j->cfg;
+    double T = (double)l->mbs * g->seq, V = g->padded_vocab / (double)l->tp, h = g->hidden, e = act_bytes(j->dtype);
+    double bw, lat, tbw, tlat;
+    int cross = plan_group_link(c, l, PLAN_GROUP_PP, &bw, &lat) > 1;
+    plan_group_link(c, l, PLAN_GROUP_TP, &tbw, &tlat);
+    int sg = l->tp > 1 && !l->no_scatter_gather && !l->sp; /* trident: the receivers all-gather */
+    int split = c->trident_cpu ? l->tp > 1 && (sg || l->sp) : cross && !l->no_scatter_gather;
+    double bytes = T * h * e / (split ? l->tp : 1), transfers = 2.0 * m * l->vp;
+    r->x_pp = transfers * (bytes / bw + lat);
+    double gather = c->trident_cpu && sg ? transfers * plan_allgather_s(T * h * e, l->tp, tbw, tlat) : 0;
+    r->x_tp += gather;
+    if (!g->untied) r->x_embd = plan_allreduce_s(V * h * gbytes, 2, bw, lat);
+    r->t_p2p = r->x_pp + gather + r->x_embd;
+}
+
+/* What a stage's data-parallel communication costs and leaves exposed, in seconds. */
+typedef struct {
+    double reduce, gather; /* exposed: the gradients' reduction, the distributed optimizer's all-gather */
+    int hier;              /* priced hierarchical */
+} dp_exposed;
+
+/* The dp collectives on S bytes of gradients and G bytes of parameters (G: the distributed
+ * optimizer's all-gather; its reduction is then a reduce-scatter), flat: one ring over the dp
+ * group's link. */
+static void dp_flat(const plan_cluster *c, const plan_layout *l, double S, double G, double *red, double *gat)
+{
+    double bw, lat;
+    plan_group_link(c, l, PLAN_GROUP_DP, &bw, &lat);
+    *red = l->distopt ? plan_allgather_s(S, l->dp, bw, lat) : plan_allreduce_s(S, l->dp, bw, lat);
+    *gat = l->distopt ? plan_allgather_s(G, l->dp, bw, lat) : 0;
+}
+
+/* Hierarchical (src/comm/hier.c), k ranks of the group on each of N nodes: a reduce-scatter over
+ * the k inside the node, then across the nodes per rail (local rank i of every node, the node's k
+ * rails at once: each a rank's share of the link) an all-reduce of S / k over N (a reduce-scatter
+ * with the distributed optimizer), then an all-gather over the k inside (none with the distributed
+ * optimizer, whose parameter all-gather is a rail's of G / k, then the node's of G). */
+static void dp_hier(const plan_cluster *c, const plan_layout *l, int N, int k, double S, double G, double *red,
+                    double *gat)
+{
+    double rail = c->inter_bw < c->intra_bw ? c->inter_bw : c->intra_bw;
+    double in_rs = plan_allgather_s(S, k, c->intra_bw, c->intra_lat);
+    if (l->distopt) {
+        *red = in_rs + plan_allgather_s(S / k, N, rail, c->inter_lat);
+        *gat = plan_allgather_s(G / k, N, rail, c->inter_lat) + plan_allgather_s(G, k, c->intra_bw, c->intra_lat);
+    } else {
+        *red = in_rs + plan_allreduce_s(S / k, N, rail, c->inter_lat) + plan_allgather_s(S, k, c->intra_bw, c->intra_lat);
+        *gat = 0;
+    }
+}
+
+/* A stage's dp communication and what of it stays exposed. The buckets (--ddp-bucket-size, from
+ * the start of the gradient buffer, which holds the gradients in backward order) close as the
+ * backward produces them, but the word embedding and positions of the first stage close only at
+ * its end (the tied embedding with the output layer's gradient; under the distributed optimizer
+ * the copies are summed first, so the last stage's is held to the end too). With
+ * --overlap-grad-reduce the buckets that close before the end reduce behind the last micro-batch's
+ * remaining backward, at most `bwd` of it; the rest is exposed. With --overlap-param-gather the
+ * all-gather of the same buckets hides behind the next forward's first micro-batch (`fwd`): the
+ * embedding's, read first, does not. */
+static dp_exposed dp_stage(const plan_job *j, const plan_cluster *c, const plan_layout *l, int first, int last,
+                           double bwd, double fwd)
+{
+    const gpt_config *g = &j->cfg;
+    int Ls = g->num_layers / l->pp;
+    double P = stage_params(g, l->tp, Ls, first, last, l->pp), e = act_bytes(j->dtype);
+    double S = P * (j->dtype == 2 ? 2.0 : 4.0), G = P * e, red, gat;
+    dp_exposed x = {0, 0, 0};
+    dp_flat(c, l, S, G, &red, &gat);
+    int span, fewest, most;
+    group_shape(c, l, PLAN_GROUP_DP, &span, &fewest, &most);
+    if (c->trident_cpu && l->dp_collectives != PLAN_DP_FLAT && span > 1 && fewest == most && fewest > 1) {
+        double hred, hgat;
+        dp_hier(c, l, span, fewest, S, G, &hred, &hgat);
+        if (l->dp_collectives == PLAN_DP_HIER || hred + hgat < red + gat) red = hred, gat = hgat, x.hier = 1;
+    }
+    double V = g->padded_vocab / (double)l->tp, h = g->hidden, late = 0;
+    if (first) late = V * h + (g->pos == GPT_POS_LEARNED ? (double)g->max_pos * h : 0) + gpt_tokentypes(g) * h;
+    else if (!g->untied && l->distopt) late = V * h;
+    double B = l->bucket_elems > 0 ? l->bucket_elems : 40e6;
+    double early = B * floor((P - late) / B) / P; /* the fraction in buckets closing before the end */
+    double hid = l->overlap_grad ? fmin(red * early, bwd) : 0;
+    double hidg = l->distopt && l->overlap_param ? fmin(gat * early, fwd) : 0;
+    x.reduce = red - hid, x.gather = gat - hidg;
+    return x;
+}
+
 int plan_evaluate(const plan_job *j, const plan_cluster *c, const plan_layout *l, plan_result *r, char *err,
                   size_t errlen)
 {
@@ -283,7 +393,6 @@ int plan_evaluate(const plan_job *j, const plan_cluster *c, const plan_layout *l
     if (c->nodes > 0 && n > c->nodes * c->gpus_per_node)
         BAD("the layout needs %d devices; cluster %s has %d (%d node%s of %d)", n, c->name, c->nodes * c->gpus_per_node,
             c->nodes, c->nodes == 1 ? "" : "s", c->gpus_per_node);
-    double e = act_bytes(j->dtype);
 
     /* the pipeline: the busiest stage (the last, with the output layer) sets the pace */
     layer_cost lc = layer_time(j, c, l);
@@ -296,32 +405,28 @@ int plan_evaluate(const plan_job *j, const plan_cluster *c, const plan_layout *l
     r->t_compute = m * (Ls * (lc.fwd + lc.bwd + lc.recompute) + head);
     r->t_recompute = m * Ls * lc.recompute;
     r->t_tp = m * Ls * lc.tp_comm;
+    r->x_tp = r->t_tp;
     /* fill and drain: a micro-batch's forward through the p - 1 stages before the last and its
      * backward back through them, stages of layers only (the last, with the output layer, is the
      * one the steady state waits on) */
     r->t_bubble = (double)(l->pp - 1) / l->vp * (per_micro - head);
     double gbytes = j->dtype == 2 ? 2.0 : 4.0; /* fp16 grads reduced in fp16; bf16 and fp32 in fp32 */
-    if (l->pp > 1) {
-        /* each boundary: T h elements forward and back; Megatron's scatter-gather sends / t of them
-         * across nodes, trident's pipeline the whole from every tp rank (/ t only when sequence
-         * parallelism has split it) */
-        double bw, lat;
-        int cross = plan_group_link(c, l, PLAN_GROUP_PP, &bw, &lat) > 1;
-        int split = c->trident_cpu ? l->sp : cross;
-        double bytes = T * h * e / (l->tp > 1 && split ? l->tp : 1);
-        r->t_p2p = 2.0 * m * l->vp * (bytes / bw + lat);
-        /* the tied embedding's gradient: summed between the first and the last stage (V h / t each) */
-        if (!g->untied) r->t_p2p += plan_allreduce_s(V * h * gbytes, 2, bw, lat);
-    }
+    if (l->pp > 1) pipeline_transfers(j, c, l, m, gbytes, r);
     /* data parallelism: the stage's gradients, reduced (or reduce-scattered and all-gathered) */
     double P = stage_params(g, l->tp, Ls, l->pp == 1, 1, l->pp);
     if (l->dp > 1) {
-        double bw, lat;
-        plan_group_link(c, l, PLAN_GROUP_DP, &bw, &lat);
-        double red = plan_allreduce_s(P * gbytes, l->dp, bw, lat);
-        double hide = l->overlap_grad ? Ls * (lc.bwd + lc.recompute) + head : 0;
-        r->t_dp = red > hide ? red - hide : 0;
-        if (l->distopt) r->t_optimizer += plan_allgather_s(P * e, l->dp, bw, lat);
+        /* the hide windows: the last micro-batch's backward, the first one's forward, of a stage */
+        double bwd = Ls * (lc.bwd + lc.recompute), fwd = Ls * lc.fwd;
+        double one = l->pp == 1; /* a single stage holds the output layer too */
+        dp_exposed x = dp_stage(j, c, l, 1, l->pp == 1, bwd + one * 2.0 * head_fwd, fwd + one * head_fwd);
+        if (l->pp > 1) { /* the last stage too, with the output layer; the slower counts */
+            dp_exposed y = dp_stage(j, c, l, 0, 1, bwd + 2.0 * head_fwd, fwd + head_fwd);
+            if (y.reduce + y.gather > x.reduce + x.gather) x = y;
+        }
+        r->t_dp = x.reduce;
+        r->t_optimizer += x.gather;
+        r->x_dp = x.reduce + x.gather;
+        r->dp_hier = x.hier;
     }
     /* Adam: read the grads, master weights and moments, write them and the 16-bit copy */
     double shard = l->distopt ? P / l->dp : P;
@@ -346,7 +451,7 @@ static int by_time(const void *a, const void *b)
     return x->iter_s < y->iter_s ? -1 : x->iter_s > y->iter_s;
 }
 
-int plan_search(const plan_job *j, const plan_cluster *c, int n, plan_result *out, int cap)
+int plan_search(const plan_job *j, const plan_cluster *c, int n, const plan_layout *opts, plan_result *out, int cap)
 {
     const gpt_config *g = &j->cfg;
     int found = 0, room = 0;
@@ -365,7 +470,13 @@ int plan_search(const plan_job *j, const plan_cluster *c, int n, plan_result *ou
                     for (int rc = 0; rc < 3; rc++)
                         for (int sp = 0; sp <= (tp > 1); sp++)
                             for (int dop = 0; dop <= (dp > 1); dop++) {
-                                plan_layout l = {tp, pp, dp, vp, mbs, (plan_recompute)rc, sp, dop, dp > 1};
+                                plan_layout l = {tp, pp, dp, vp, mbs, (plan_recompute)rc, sp, dop, dp > 1, 0, PLAN_DP_AUTO, 0, 0};
+                                if (opts) {
+                                    l.no_scatter_gather = opts->no_scatter_gather;
+                                    l.dp_collectives = opts->dp_collectives;
+                                    l.overlap_param = opts->overlap_param && dop;
+                                    l.bucket_elems = opts->bucket_elems;
+                                }
                                 plan_result r;
                                 char err[256];
                                 if (plan_evaluate(j, c, &l, &r, err, sizeof err) || !r.fits) continue;
@@ -387,15 +498,23 @@ int plan_search(const plan_job *j, const plan_cluster *c, int n, plan_result *ou
 
 void plan_layout_flags(const plan_layout *l, int num_layers, char *out, size_t len)
 {
-    char vp[64] = "", rc[96] = "";
+    char vp[64] = "", rc[96] = "", more[160] = "";
     if (l->vp > 1) snprintf(vp, sizeof vp, " --num-layers-per-virtual-pipeline-stage %d", num_layers / (l->pp * l->vp));
     if (l->recompute == PLAN_RC_FULL)
         snprintf(rc, sizeof rc, " --recompute-granularity full --recompute-method uniform --recompute-num-layers 1");
     else if (l->recompute == PLAN_RC_SELECTIVE)
         snprintf(rc, sizeof rc, " --recompute-granularity selective");
-    snprintf(out, len, "--tensor-model-parallel-size %d --pipeline-model-parallel-size %d --micro-batch-size %d%s%s%s%s%s",
+    snprintf(more, sizeof more, "%s%s%s", l->distopt && l->overlap_param ? " --overlap-param-gather" : "",
+             l->no_scatter_gather && l->tp > 1 && l->pp > 1 ? " --no-scatter-gather-tensors-in-pipeline" : "",
+             l->dp_collectives == PLAN_DP_FLAT ? " --dp-collectives flat"
+             : l->dp_collectives == PLAN_DP_HIER ? " --dp-collectives hierarchical" : "");
+    if (l->bucket_elems > 0) {
+        size_t used = strlen(more);
+        snprintf(more + used, sizeof more - used, " --ddp-bucket-size %.0f", l->bucket_elems);
+    }
+    snprintf(out, len, "--tensor-model-parallel-size %d --pipeline-model-parallel-size %d --micro-batch-size %d%s%s%s%s%s%s",
              l->tp, l->pp, l->mbs, vp, rc, l->sp ? " --sequence-parallel" : "",
-             l->distopt ? " --use-distributed-optimizer" : "", l->overlap_grad ? " --overlap-grad-reduce" : "");
+             l->distopt ? " --use-distributed-optimizer" : "", l->overlap_grad ? " --overlap-grad-reduce" : "", more);
 }
 
 /* ---- cluster files ---- */
@@ -409,7 +528,8 @@ static const struct {
 } FIELDS[] = {
     {"gpus_per_node", offsetof(plan_cluster, gpus_per_node), 1, 1 << 20, 1},
     {"nodes", offsetof(plan_cluster, nodes), 0, 1 << 20, 1},
-    {"cores_per_node", offsetof(plan_cluster, cores_per_node), 0, 1 << 20, 1},
+    /* a CPU quota (cgroup cpu.cfs_quota_us) gives a node's ranks a fraction of a core */
+    {"cores_per_node", offsetof(plan_cluster, cores_per_node), 0, 1 << 20, 0},
     {"peak_fp32_flops", offsetof(plan_cluster, peak[0]), 0, 1e18, 0},
     {"peak_bf16_flops", offsetof(plan_cluster, peak[1]), 0, 1e18, 0},
     {"peak_fp16_flops", offsetof(plan_cluster, peak[2]), 0, 1e18, 0},
@@ -425,6 +545,12 @@ static const struct {
 };
 /* "framework": "megatron" (GPU clusters, the default) or "trident-cpu" (what --calibrate writes). */
 #define NFIELDS ((int)(sizeof FIELDS / sizeof FIELDS[0]))
+
+/* Fields written only when given (> 0): the nodes and the cores a node. */
+static int optional_field(int i)
+{
+    return strcmp(FIELDS[i].key, "nodes") == 0 || strcmp(FIELDS[i].key, "cores_per_node") == 0;
+}
 
 static double get_field(const plan_cluster *c, int i)
 {
@@ -509,7 +635,7 @@ char *plan_cluster_json(const plan_cluster *c)
     cJSON_AddStringToObject(o, "name", c->name);
     cJSON_AddStringToObject(o, "framework", c->trident_cpu ? "trident-cpu" : "megatron");
     for (int i = 0; i < NFIELDS; i++)
-        if (!FIELDS[i].integer || get_field(c, i) > 0 || i == 0) cJSON_AddNumberToObject(o, FIELDS[i].key, get_field(c, i));
+        if (get_field(c, i) > 0 || !optional_field(i)) cJSON_AddNumberToObject(o, FIELDS[i].key, get_field(c, i));
     char *s = cJSON_Print(o);
     cJSON_Delete(o);
     return s;

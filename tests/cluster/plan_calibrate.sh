@@ -47,3 +47,38 @@ ok = abs(got - want) <= 1e-6 * want
 print(("ok: " if ok else "FAIL: ") + "dp 2 across prices %d parameters at the share across: %.6g s (by hand %.6g)" % (P, got, want))
 sys.exit(0 if ok else 1)
 PY
+[ $? -eq 0 ] || exit 1
+# dp 4 = 2 nodes x 2 ranks, flat, hierarchical and auto; tp 2 x pp 2 with and without scatter/gather
+M=(--num-layers 4 --hidden-size 256 --num-attention-heads 8 --seq-length 128 --vocab-size 50257 --global-batch-size 8
+   --cluster me.json --num-gpus 4 --json)
+for v in flat hierarchical auto; do
+  "$TRIDENT" plan "${M[@]}" --tensor-model-parallel-size 1 --dp-collectives $v >dp4_$v.json || { echo "FAIL: plan dp 4 $v"; exit 1; }
+done
+"$TRIDENT" plan "${M[@]}" --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 >sg_on.json &&
+"$TRIDENT" plan "${M[@]}" --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 \
+  --no-scatter-gather-tensors-in-pipeline >sg_off.json || { echo "FAIL: plan tp 2 x pp 2"; exit 1; }
+python3 - me.json <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+r = {k: json.load(open(k + ".json")) for k in ("dp4_flat", "dp4_hierarchical", "dp4_auto", "sg_on", "sg_off")}
+h, share, ilat = 256, c["inter_node_bandwidth"], c["inter_node_latency"]
+intra, lat = c["intra_node_bandwidth"], c["intra_node_latency"]
+S = 4 * (4 * (12 * h * h + 13 * h) + 50304 * h + 128 * h + 2 * h)  # the whole model's fp32 gradients
+flat = 2 * 3 / 4 * S / min(2 * share, intra) + 6 * ilat       # one ring crossing each node's link once
+hier = (S / 2 / intra + lat) + (2 * 1 / 2 * (S / 2) / min(share, intra) + 2 * ilat) + (S / 2 / intra + lat)
+act = 128 * h * 4                                              # a micro-batch's boundary activation, fp32
+on, off = 2 * 8 * (act / 2 / share + ilat), 2 * 8 * (act / share + ilat)  # 8 micro-batches, both ways
+checks = [
+    (r["dp4_flat"]["dp_exposed_ms"], flat * 1e3, "dp 4 flat"),
+    (r["dp4_hierarchical"]["dp_exposed_ms"], hier * 1e3, "dp 4 hierarchical"),
+    (r["dp4_auto"]["dp_exposed_ms"], min(flat, hier) * 1e3, "dp 4 auto (the cheaper)"),
+    (r["sg_on"]["pp_exposed_ms"], on * 1e3, "tp 2 x pp 2 transfers, scatter/gather"),
+    (r["sg_off"]["pp_exposed_ms"], off * 1e3, "tp 2 x pp 2 transfers, whole from each tp rank"),
+]
+bad = 0
+for got, want, what in checks:
+    ok = abs(got - want) <= 1e-5 * want
+    bad += not ok
+    print(("ok: " if ok else "FAIL: ") + "%s: %.6g ms (by hand %.6g)" % (what, got, want))
+sys.exit(1 if bad else 0)
+PY

@@ -76,6 +76,44 @@ PY
 }
 if [ -s me.json ] && sane=$(calibrated_sane); then ok "calibrated figures within physical bounds: $(tr '\n' ';' <<<"$sane")"
 else bad "calibrated figures"; echo "${sane:-}"; cat me.json; fi
+# trident's own runs across nodes on a written cluster (2 nodes of 2 ranks; a quota's half core a
+# node loads): scatter/gather on by default with tp 2 x pp 2 (each tp rank sends half), off by
+# the flag; dp 4 over both nodes hierarchical when asked, flat when asked; the exposed
+# communication per group in --json under the metrics file's names
+printf '{"name": "two", "framework": "trident-cpu", "gpus_per_node": 2, "nodes": 2, "cores_per_node": 0.5, "peak_fp32_flops": 2.4e10, "memory_gib": 11.7, "memory_bandwidth": 6.6e9, "intra_node_bandwidth": 1e9, "intra_node_latency": 5e-5, "inter_node_bandwidth": 6e7, "inter_node_latency": 2e-4, "gemm_max_efficiency": 0.9, "gemm_half_dim": 8, "reserved_gib": 0.02}\n' >two_nodes_cpu.json
+S=(--num-layers 4 --hidden-size 256 --num-attention-heads 8 --seq-length 128 --max-position-embeddings 128
+   --global-batch-size 8 --micro-batch-size 2 --vocab-size 50257 --cluster two_nodes_cpu.json --num-gpus 4)
+field() { python3 -c 'import json, sys; r = json.loads(sys.stdin.read()); print(r[sys.argv[1]])' "$1"; }
+if on=$("$TRIDENT" plan "${S[@]}" --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --json) &&
+   off=$("$TRIDENT" plan "${S[@]}" --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --json \
+         --no-scatter-gather-tensors-in-pipeline) &&
+   [ "$(field scatter_gather <<<"$on")" = True ] && [ "$(field scatter_gather <<<"$off")" = False ] &&
+   python3 -c 'import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); sys.exit(not (a > 1.5 * b))' \
+     "$(field pp_exposed_ms <<<"$off")" "$(field pp_exposed_ms <<<"$on")" &&
+   for k in tp_exposed_ms pp_exposed_ms embd_exposed_ms dp_exposed_ms; do grep -q "\"$k\": " <<<"$on" || exit 1; done
+then ok "scatter/gather: pp exposed $(field pp_exposed_ms <<<"$on") ms on, $(field pp_exposed_ms <<<"$off") ms off"
+else bad "scatter/gather"; echo "${on:-} ${off:-}"; fi
+if h=$("$TRIDENT" plan "${S[@]}" --tensor-model-parallel-size 1 --dp-collectives hierarchical --json) &&
+   f=$("$TRIDENT" plan "${S[@]}" --tensor-model-parallel-size 1 --dp-collectives flat --json) &&
+   [ "$(field dp_collectives <<<"$h")" = hierarchical ] && [ "$(field dp_collectives <<<"$f")" = flat ] &&
+   o=$("$TRIDENT" plan "${S[@]}" --tensor-model-parallel-size 1 --use-distributed-optimizer --overlap-grad-reduce \
+       --overlap-param-gather --ddp-bucket-size 1000000 --explain) && grep -q "exposed communication (ms): tp" <<<"$o"
+then ok "dp collectives: hierarchical $(field dp_exposed_ms <<<"$h") ms, flat $(field dp_exposed_ms <<<"$f") ms"
+else bad "dp collectives"; echo "${h:-} ${f:-} ${o:-}"; fi
+# a node under a CPU quota (as bench/cluster_scaling.sh makes them): --calibrate writes the cores
+# its ranks may use, half a core here (cgroup v1 cpu.cfs_quota_us, or v2 cpu.max; root only)
+cg=""
+if [ "$(id -u)" -eq 0 ] && [ -w /sys/fs/cgroup/cpu ] && mkdir "/sys/fs/cgroup/cpu/trident-plan-test.$$" 2>/dev/null; then
+  cg=/sys/fs/cgroup/cpu/trident-plan-test.$$; echo 100000 >"$cg/cpu.cfs_period_us"; echo 50000 >"$cg/cpu.cfs_quota_us"
+elif [ "$(id -u)" -eq 0 ] && [ -f /sys/fs/cgroup/cgroup.controllers ] && mkdir "/sys/fs/cgroup/trident-plan-test.$$" 2>/dev/null; then
+  cg=/sys/fs/cgroup/trident-plan-test.$$; echo "50000 100000" >"$cg/cpu.max"
+fi
+if [ -z "$cg" ]; then echo "not checked: --calibrate under a CPU quota (needs root and a writable cgroup cpu controller)"
+elif timeout 120 sh -c 'echo $$ >"$1/cgroup.procs" && exec "$2" plan --calibrate' sh "$cg" "$TRIDENT" >quota.json 2>quota.log &&
+     python3 -c 'import json, sys; c = json.load(open("quota.json")); sys.exit(c["cores_per_node"] != 0.5)'
+then ok "--calibrate under a half-core quota: cores_per_node 0.5"
+else bad "--calibrate under a quota"; cat quota.log quota.json; fi
+[ -n "$cg" ] && rmdir "$cg"
 expect2() { # want flags...
   local want=$1; shift
   out=$("$TRIDENT" plan "$@" 2>&1); rc=$?
@@ -94,5 +132,11 @@ expect2 "the layout needs 32 devices; cluster two_nodes.json has 16 (2 nodes of 
   --tensor-model-parallel-size 8 --pipeline-model-parallel-size 4 --cluster two_nodes.json
 expect2 "cannot open it" "${M[@]}" --num-gpus 8 --cluster nosuch
 expect2 "no bf16 peak" --num-layers 4 --vocab-size 100 --global-batch-size 16 --num-gpus 16 --cluster dgx2h-v100 --bf16
+expect2 "--dp-collectives 'ring' is not one of auto|flat|hierarchical" "${S[@]}" --dp-collectives ring
+expect2 "--ddp-bucket-size 0 is out of range" "${S[@]}" --ddp-bucket-size 0
+expect2 "--overlap-param-gather needs --use-distributed-optimizer" "${S[@]}" --tensor-model-parallel-size 1 \
+  --overlap-param-gather
+printf '{"base": "dgx-h100", "cores_per_node": -1}\n' >neg_cores.json
+expect2 "cores_per_node must be a number in \[0, 1048576\]" "${M[@]}" --num-gpus 8 --cluster neg_cores.json
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -87,7 +87,7 @@ static void memory_per_parameter(void **state)
     plan_job j = gpt(8, 1024, 16, 64);
     plan_result r;
     char err[256];
-    plan_layout l = {1, 1, 8, 1, 1, PLAN_RC_NONE, 0, 0, 0};
+    plan_layout l = {1, 1, 8, 1, 1, PLAN_RC_NONE, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0};
     assert_int_equal(plan_evaluate(&j, &c, &l, &r, err, sizeof err), 0);
     double P = r.m_params / 2;
     close_to(r.m_params + r.m_grads + r.m_optimizer, 18 * P, 1e-12);
@@ -95,7 +95,7 @@ static void memory_per_parameter(void **state)
     assert_int_equal(plan_evaluate(&j, &c, &l, &r, err, sizeof err), 0);
     close_to(r.m_params + r.m_grads + r.m_optimizer, (6 + 12.0 / 8) * P, 1e-12);
     /* impossible layouts are refused with a reason */
-    plan_layout bad = {3, 1, 1, 1, 1, PLAN_RC_NONE, 0, 0, 0};
+    plan_layout bad = {3, 1, 1, 1, 1, PLAN_RC_NONE, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0};
     assert_int_equal(plan_evaluate(&j, &c, &bad, &r, err, sizeof err), -1);
     assert_non_null(strstr(err, "tensor-model-parallel"));
 }
@@ -120,7 +120,7 @@ static plan_result best_of_paper_layout(const plan_job *j, const plan_cluster *c
     char err[256];
     for (int mbs = 1; mbs <= 8; mbs *= 2)
         for (int vp = 1; vp <= 4; vp++) {
-            plan_layout l = {tp, pp, gpus / (tp * pp), vp, mbs, PLAN_RC_FULL, 0, 0, 0};
+            plan_layout l = {tp, pp, gpus / (tp * pp), vp, mbs, PLAN_RC_FULL, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0};
             if (plan_evaluate(j, c, &l, &r, err, sizeof err) || !r.fits) continue;
             if (r.tflops_per_gpu > best.tflops_per_gpu) best = r;
         }
@@ -186,7 +186,7 @@ static void megatron_table1(void **state)
         worst = fmax(worst, fabs(err));
         if (!table1_fitted(i)) worst_held = fmax(worst_held, fabs(err));
         plan_result found[1];
-        assert_true(plan_search(&j, &c, TABLE1[i].gpus, found, 1) > 0);
+        assert_true(plan_search(&j, &c, TABLE1[i].gpus, NULL, found, 1) > 0);
         printf("  %7.1fB%s %3d %3d %5d %9.0f %9.1f %+6.1f%%  tp %d pp %d vp %d mbs %d %s%s: %.1f s vs %.1f s\n",
                TABLE1[i].params, table1_fitted(i) ? " (fit)" : "      ", TABLE1[i].tp, TABLE1[i].pp, TABLE1[i].gpus, TABLE1[i].tflops, r.tflops_per_gpu,
                100 * err, found[0].l.tp, found[0].l.pp, found[0].l.vp, found[0].l.mbs,
@@ -218,7 +218,7 @@ static void megatron_table2(void **state)
         plan_result best = {0}, r;
         char err[256];
         for (int vp = 1; vp <= 4; vp++) {
-            plan_layout l = {8, T2[i].pp, T2[i].gpus / (8 * T2[i].pp), vp, 1, PLAN_RC_FULL, 0, 0, 0};
+            plan_layout l = {8, T2[i].pp, T2[i].gpus / (8 * T2[i].pp), vp, 1, PLAN_RC_FULL, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0};
             if (plan_evaluate(&j, &c, &l, &r, err, sizeof err) == 0 && r.fits && r.tflops_per_gpu > best.tflops_per_gpu)
                 best = r;
         }
@@ -244,7 +244,7 @@ static void megatron_interleaving(void **state)
         plan_job j = gpt(96, 12288, 96, batch);
         plan_result a, b;
         char err[256];
-        plan_layout l = {8, 12, 1, 1, 1, PLAN_RC_FULL, 0, 0, 0};
+        plan_layout l = {8, 12, 1, 1, 1, PLAN_RC_FULL, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0};
         assert_int_equal(plan_evaluate(&j, &c, &l, &a, err, sizeof err), 0);
         l.vp = 2;
         assert_int_equal(plan_evaluate(&j, &c, &l, &b, err, sizeof err), 0);
@@ -268,7 +268,7 @@ static void megatron_tp_pp(void **state)
         int best_tp = 0;
         printf("  162.2B, 64 GPUs, batch %3d:", batch);
         for (int tp = 2; tp <= 32; tp *= 2) {
-            plan_layout l = {tp, 64 / tp, 1, 1, 1, PLAN_RC_FULL, 0, 0, 0};
+            plan_layout l = {tp, 64 / tp, 1, 1, 1, PLAN_RC_FULL, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0};
             plan_result r;
             char err[256];
             assert_int_equal(plan_evaluate(&j, &c, &l, &r, err, sizeof err), 0);
@@ -291,7 +291,7 @@ static void trident_cpu_memory(void **state)
     j.cfg.seq = j.cfg.max_pos = 128;
     j.cfg.vocab = 50257, j.cfg.padded_vocab = 50304;
     j.dtype = 0;
-    plan_layout l = {1, 1, 2, 1, 2, PLAN_RC_NONE, 0, 1, 0};
+    plan_layout l = {1, 1, 2, 1, 2, PLAN_RC_NONE, 0, 1, 0, 0, PLAN_DP_AUTO, 0, 0};
     plan_result r;
     char err[256];
     assert_int_equal(plan_evaluate(&j, &c, &l, &r, err, sizeof err), 0);
@@ -315,14 +315,14 @@ static void placement_links(void **state)
                       .gemm_half = 16, .trident_cpu = 1};
     double bw, lat;
     /* tp 2 x dp 2: tp pairs {0,1} {2,3} inside the nodes, dp pairs {0,2} {1,3} across, one rank a node each */
-    plan_layout tp2dp2 = {2, 1, 2, 1, 1, PLAN_RC_NONE, 0, 0, 0};
+    plan_layout tp2dp2 = {2, 1, 2, 1, 1, PLAN_RC_NONE, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0};
     assert_int_equal(plan_group_link(&c, &tp2dp2, PLAN_GROUP_TP, &bw, &lat), 1);
     assert_true(bw == 4e9 && lat == 2e-6);
     assert_int_equal(plan_group_link(&c, &tp2dp2, PLAN_GROUP_DP, &bw, &lat), 2);
     assert_true(bw == 50e6 && lat == 1e-4);
     /* dp 4: one ring over both nodes, two of its ranks a node: the ring crosses each node's link
      * once, so it has the whole node's 100 MB/s; Megatron's GPUs (a NIC each) keep their own 50 */
-    plan_layout dp4 = {1, 1, 4, 1, 1, PLAN_RC_NONE, 0, 0, 0};
+    plan_layout dp4 = {1, 1, 4, 1, 1, PLAN_RC_NONE, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0};
     assert_int_equal(plan_group_link(&c, &dp4, PLAN_GROUP_DP, &bw, &lat), 2);
     assert_true(bw == 100e6);
     c.trident_cpu = 0;
@@ -330,17 +330,17 @@ static void placement_links(void **state)
     assert_true(bw == 50e6);
     c.trident_cpu = 1;
     /* pp 2 x dp 2 (tp 1): rank = d + 2p, so dp pairs {0,1} {2,3} inside, pp pairs {0,2} {1,3} across */
-    plan_layout pp2dp2 = {1, 2, 2, 1, 1, PLAN_RC_NONE, 0, 0, 0};
+    plan_layout pp2dp2 = {1, 2, 2, 1, 1, PLAN_RC_NONE, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0};
     assert_int_equal(plan_group_link(&c, &pp2dp2, PLAN_GROUP_DP, &bw, &lat), 1);
     assert_int_equal(plan_group_link(&c, &pp2dp2, PLAN_GROUP_PP, &bw, &lat), 2);
     assert_true(bw == 50e6);
     /* tp 4 spans both nodes, two ranks on each: 100 MB/s */
-    plan_layout tp4 = {4, 1, 1, 1, 1, PLAN_RC_NONE, 0, 0, 0};
+    plan_layout tp4 = {4, 1, 1, 1, 1, PLAN_RC_NONE, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0};
     assert_int_equal(plan_group_link(&c, &tp4, PLAN_GROUP_TP, &bw, &lat), 2);
     assert_true(bw == 100e6);
     /* 3 ranks a node, tp 2 (3 is no multiple of 2): the pair {2,3} straddles nodes 1 and 2 */
     c.gpus_per_node = 3, c.nodes = 0;
-    plan_layout tp2dp3 = {2, 1, 3, 1, 1, PLAN_RC_NONE, 0, 0, 0};
+    plan_layout tp2dp3 = {2, 1, 3, 1, 1, PLAN_RC_NONE, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0};
     assert_int_equal(plan_group_link(&c, &tp2dp3, PLAN_GROUP_TP, &bw, &lat), 2);
     assert_true(bw == 50e6 && lat == 1e-4);
     assert_int_equal(plan_group_link(&c, &tp2dp3, PLAN_GROUP_DP, &bw, &lat), 2); /* {0,2,4}: nodes 1, 1, 2 */
@@ -361,20 +361,167 @@ static void placement_links(void **state)
     assert_int_equal(plan_evaluate(&j, &c, &tp2dp2, &r, err, sizeof err), 0);
     close_to(r.t_dp, 226560 / 50e6 + 2e-4, 1e-12);
     /* dp 4: 49984 a layer, 99968 + 128x64 + 2048 + 128 = 110336 parameters, 441344 bytes, over
-     * the 4-ring at the node's 100 MB/s: 2 (3/4) 441344 / 100e6 + 6 x 100 us */
+     * the 4-ring at the node's 100 MB/s (flat; hierarchical: trident_across_nodes below):
+     * 2 (3/4) 441344 / 100e6 + 6 x 100 us */
+    dp4.dp_collectives = PLAN_DP_FLAT;
     assert_int_equal(plan_evaluate(&j, &c, &dp4, &r, err, sizeof err), 0);
     close_to(r.t_dp, 1.5 * 441344 / 100e6 + 6e-4, 1e-12);
-    /* tp 2 x pp 2 across: 4 micro-batches, each 32x64 fp32 activations (8192 bytes, whole from each tp rank:
-     * trident sends no scatter-gather) forward and back at 50 MB/s + 100 us, and the tied
+    /* tp 2 x pp 2 across, scatter/gather off: 4 micro-batches, each 32x64 fp32 activations (8192
+     * bytes, whole from each tp rank) forward and back at 50 MB/s + 100 us, and the tied
      * embedding's half (64x64 fp32) summed by the first and last stages */
-    plan_layout tp2pp2 = {2, 2, 1, 1, 1, PLAN_RC_NONE, 0, 0, 0};
+    plan_layout tp2pp2 = {2, 2, 1, 1, 1, PLAN_RC_NONE, 0, 0, 0, 1, PLAN_DP_AUTO, 0, 0};
     assert_int_equal(plan_evaluate(&j, &c, &tp2pp2, &r, err, sizeof err), 0);
     close_to(r.t_p2p, 8 * (8192 / 50e6 + 1e-4) + 16384 / 50e6 + 2e-4, 1e-12);
     /* more devices than the cluster's 2 nodes of 2 */
-    plan_layout dp8 = {1, 1, 8, 1, 1, PLAN_RC_NONE, 0, 0, 0};
+    plan_layout dp8 = {1, 1, 8, 1, 1, PLAN_RC_NONE, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0};
     j.gbs = 8;
     assert_int_equal(plan_evaluate(&j, &c, &dp8, &r, err, sizeof err), -1);
     assert_non_null(strstr(err, "needs 8 devices"));
+}
+
+/* trident's own runs across nodes, each term worked by hand on the 2-node cluster of
+ * placement_links (nodes of 2 ranks, 4 GB/s and 2 us inside, 50 MB/s a rank and 100 us across)
+ * and its model (2 layers of hidden 64, 4 heads, seq 32, vocab 128, fp32): the pipeline's
+ * scatter/gather, the hierarchical dp collectives, the overlap the buckets allow, and the
+ * communication left exposed per kind of group. */
+static plan_cluster two_nodes(void)
+{
+    plan_cluster c = {.gpus_per_node = 2, .nodes = 2, .peak = {100e9, 0, 0}, .mem_gib = 8, .hbm_bw = 20e9,
+                      .intra_bw = 4e9, .intra_lat = 2e-6, .inter_bw = 50e6, .inter_lat = 1e-4, .gemm_emax = 0.9,
+                      .gemm_half = 16, .trident_cpu = 1};
+    return c;
+}
+
+static plan_job small_gpt(int64_t gbs)
+{
+    plan_job j;
+    memset(&j, 0, sizeof j);
+    j.cfg.num_layers = 2, j.cfg.hidden = 64, j.cfg.heads = 4, j.cfg.ffn = 256, j.cfg.seq = 32, j.cfg.max_pos = 32;
+    j.cfg.vocab = j.cfg.padded_vocab = 128;
+    j.gbs = gbs;
+    return j;
+}
+
+static void scatter_gather(void **state)
+{
+    (void)state;
+    plan_cluster c = two_nodes();
+    plan_job j = small_gpt(4);
+    plan_result on, off, sp;
+    char err[256];
+    /* tp 2 inside x pp 2 across, 4 micro-batches: 8 transfers of a 32x64 fp32 activation (8192 bytes) */
+    plan_layout l = {2, 2, 1, 1, 1, PLAN_RC_NONE, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0};
+    assert_int_equal(plan_evaluate(&j, &c, &l, &on, err, sizeof err), 0);
+    l.no_scatter_gather = 1;
+    assert_int_equal(plan_evaluate(&j, &c, &l, &off, err, sizeof err), 0);
+    double embd = 16384 / 50e6 + 2e-4; /* the tied embedding's half, 64x64 fp32, summed by two ranks */
+    /* on: each tp rank sends its half, 4096 bytes at 50 MB/s + 100 us; the receiving pair
+     * all-gathers the 8192 bytes inside its node: 4096 / 4e9 + 2 us */
+    close_to(on.x_pp, 8 * (4096 / 50e6 + 1e-4), 1e-12);
+    close_to(on.x_tp - on.t_tp, 8 * (4096 / 4e9 + 2e-6), 1e-12);
+    close_to(on.x_embd, embd, 1e-12);
+    close_to(on.t_p2p, 8 * (4096 / 50e6 + 1e-4) + 8 * (4096 / 4e9 + 2e-6) + embd, 1e-12);
+    /* off: the whole from each tp rank, nothing to gather */
+    close_to(off.x_pp, 8 * (8192 / 50e6 + 1e-4), 1e-12);
+    close_to(off.x_tp, off.t_tp, 1e-12);
+    close_to(off.t_p2p, 8 * (8192 / 50e6 + 1e-4) + embd, 1e-12);
+    assert_true(on.iter_s < off.iter_s);
+    /* sequence parallelism: each tp rank holds s/2 positions already; nothing to gather */
+    l.no_scatter_gather = 0, l.sp = 1;
+    assert_int_equal(plan_evaluate(&j, &c, &l, &sp, err, sizeof err), 0);
+    close_to(sp.x_pp, 8 * (4096 / 50e6 + 1e-4), 1e-12);
+    close_to(sp.x_tp, sp.t_tp, 1e-12);
+}
+
+static void dp_hierarchical(void **state)
+{
+    (void)state;
+    plan_cluster c = two_nodes();
+    plan_job j = small_gpt(4);
+    plan_result r;
+    char err[256];
+    /* dp 4 over 2 nodes of 2: 110336 parameters (placement_links), 441344 bytes of fp32 gradients */
+    plan_layout l = {1, 1, 4, 1, 1, PLAN_RC_NONE, 0, 0, 0, 0, PLAN_DP_FLAT, 0, 0};
+    double flat = 1.5 * 441344 / 100e6 + 6e-4; /* one ring at the node's 100 MB/s */
+    /* in each node a reduce-scatter over 2 (1/2 of 441344 at 4 GB/s + 2 us), the two rails at once
+     * an all-reduce of the half (220672 bytes) over 2 nodes at a rank's 50 MB/s (2 (1/2) 220672 /
+     * 50e6 + 2 x 100 us), an all-gather over 2 inside */
+    double hier = 220672 / 4e9 + 2e-6 + 220672 / 50e6 + 2e-4 + 220672 / 4e9 + 2e-6;
+    assert_int_equal(plan_evaluate(&j, &c, &l, &r, err, sizeof err), 0);
+    close_to(r.t_dp, flat, 1e-12);
+    assert_false(r.dp_hier);
+    l.dp_collectives = PLAN_DP_HIER;
+    assert_int_equal(plan_evaluate(&j, &c, &l, &r, err, sizeof err), 0);
+    close_to(r.t_dp, hier, 1e-12);
+    close_to(r.x_dp, hier, 1e-12);
+    assert_true(r.dp_hier);
+    l.dp_collectives = PLAN_DP_AUTO; /* the cheaper: 4.7 ms against 7.2 */
+    assert_int_equal(plan_evaluate(&j, &c, &l, &r, err, sizeof err), 0);
+    close_to(r.t_dp, hier, 1e-12);
+    /* with a fast network and a slow inside, auto keeps flat */
+    plan_cluster slow_in = c;
+    slow_in.intra_bw = 60e6, slow_in.inter_bw = 50e6;
+    assert_int_equal(plan_evaluate(&j, &slow_in, &l, &r, err, sizeof err), 0);
+    close_to(r.t_dp, 1.5 * 441344 / 60e6 + 6e-4, 1e-12); /* the ring: 2 x 50 MB/s, at most the inside's 60 */
+    assert_false(r.dp_hier);
+    /* the distributed optimizer: reduce-scatter (1/2 of 441344 inside; the rail's half of its
+     * 220672 bytes across), then the parameters' all-gather (the rail's, then inside) */
+    l.distopt = 1, l.dp_collectives = PLAN_DP_HIER;
+    assert_int_equal(plan_evaluate(&j, &c, &l, &r, err, sizeof err), 0);
+    double rs = 220672 / 4e9 + 2e-6 + 110336 / 50e6 + 1e-4, ag = 110336 / 50e6 + 1e-4 + 220672 / 4e9 + 2e-6;
+    close_to(r.t_dp, rs, 1e-12);
+    close_to(r.x_dp, rs + ag, 1e-12);
+    l.dp_collectives = PLAN_DP_FLAT; /* flat: each 3/4 of 441344 over the ring */
+    assert_int_equal(plan_evaluate(&j, &c, &l, &r, err, sizeof err), 0);
+    close_to(r.t_dp, 0.75 * 441344 / 100e6 + 3e-4, 1e-12);
+    close_to(r.x_dp, 2 * (0.75 * 441344 / 100e6 + 3e-4), 1e-12);
+    /* tp 2 x dp 2: one rank of each dp pair a node: flat whatever is asked */
+    plan_layout tp2dp2 = {2, 1, 2, 1, 1, PLAN_RC_NONE, 0, 0, 0, 0, PLAN_DP_HIER, 0, 0};
+    assert_int_equal(plan_evaluate(&j, &c, &tp2dp2, &r, err, sizeof err), 0);
+    close_to(r.t_dp, 226560 / 50e6 + 2e-4, 1e-12);
+    assert_false(r.dp_hier);
+}
+
+static void overlap_buckets(void **state)
+{
+    (void)state;
+    plan_cluster c = two_nodes();
+    plan_job j = small_gpt(8); /* dp 4: 2 micro-batches a rank */
+    plan_result r;
+    char err[256];
+    double flat = 1.5 * 441344 / 100e6 + 6e-4;
+    plan_layout l = {1, 1, 4, 1, 1, PLAN_RC_NONE, 0, 0, 1, 0, PLAN_DP_FLAT, 0, 0};
+    /* one bucket (the default 40M elements holds all 110336): it closes at the end, nothing hides */
+    assert_int_equal(plan_evaluate(&j, &c, &l, &r, err, sizeof err), 0);
+    close_to(r.t_dp, flat, 1e-12);
+    /* buckets of 25000: the word embedding and positions (128x64 + 32x64 = 10240) close last; of
+     * the 100096 before them, 4 whole buckets (100000) close before the end. A backward far
+     * longer than their reduction (a slow machine) hides all of theirs */
+    plan_cluster slow = c;
+    slow.peak[0] = 1e6, slow.hbm_bw = 1e6;
+    l.bucket_elems = 25000;
+    assert_int_equal(plan_evaluate(&j, &slow, &l, &r, err, sizeof err), 0);
+    close_to(r.t_dp, flat * (1 - 100000.0 / 110336), 1e-12);
+    close_to(r.x_dp, r.t_dp, 1e-12);
+    /* a fast machine: only what the last micro-batch's backward lasts hides */
+    plan_cluster fast = c;
+    fast.peak[0] = 1e15, fast.hbm_bw = 1e15;
+    assert_int_equal(plan_evaluate(&j, &fast, &l, &r, err, sizeof err), 0);
+    assert_true(r.t_dp > flat * (1 - 100000.0 / 110336) && r.t_dp < flat);
+    /* without --overlap-grad-reduce nothing hides */
+    l.overlap_grad = 0;
+    assert_int_equal(plan_evaluate(&j, &slow, &l, &r, err, sizeof err), 0);
+    close_to(r.t_dp, flat, 1e-12);
+    /* --overlap-param-gather: the distributed optimizer's all-gather of the same buckets hides
+     * behind the next forward; the embedding's, read first, does not */
+    l.distopt = 1, l.overlap_grad = 1;
+    double half = 0.75 * 441344 / 100e6 + 3e-4;
+    assert_int_equal(plan_evaluate(&j, &slow, &l, &r, err, sizeof err), 0);
+    close_to(r.t_dp, half * (1 - 100000.0 / 110336), 1e-12); /* the reduce-scatter hides as the all-reduce did */
+    close_to(r.x_dp, r.t_dp + half, 1e-12);
+    l.overlap_param = 1;
+    assert_int_equal(plan_evaluate(&j, &slow, &l, &r, err, sizeof err), 0);
+    close_to(r.x_dp - r.t_dp, half * (1 - 100000.0 / 110336), 1e-12);
 }
 
 int main(void)
@@ -383,7 +530,8 @@ int main(void)
         cmocka_unit_test(collectives),         cmocka_unit_test(gemm),           cmocka_unit_test(activations),
         cmocka_unit_test(memory_per_parameter), cmocka_unit_test(gemm_efficiency_fit), cmocka_unit_test(megatron_table1), cmocka_unit_test(megatron_interleaving),
         cmocka_unit_test(megatron_tp_pp),      cmocka_unit_test(trident_cpu_memory), cmocka_unit_test(megatron_table2),
-        cmocka_unit_test(placement_links),
+        cmocka_unit_test(placement_links),     cmocka_unit_test(scatter_gather), cmocka_unit_test(dp_hierarchical),
+        cmocka_unit_test(overlap_buckets),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -35,7 +35,8 @@ typedef struct plan_cluster {
      * --calibrate measures. */
     int trident_cpu;
     int nodes;             /* nodes in the cluster; 0: as many as a layout needs */
-    int cores_per_node;    /* what --calibrate saw (information only; 0 when not given) */
+    double cores_per_node; /* the cores a node's ranks get, as --calibrate saw them (a CPU quota may make it
+                            * fractional; information only; 0 when not given) */
 } plan_cluster;
 
 /* Fills c with a preset ("dgx2h-v100", "dgx-a100-80gb", "dgx-h100"); -1 when unknown. */
@@ -56,6 +57,11 @@ struct comm;
 void plan_calibrate(plan_cluster *c, const char *backend_name, struct comm *world);
 
 typedef enum { PLAN_RC_NONE, PLAN_RC_SELECTIVE, PLAN_RC_FULL } plan_recompute;
+/* --dp-collectives: on a trident-cpu cluster, a dp group with k >= 2 of its ranks on each node it
+ * spans either reduces inside each node, crosses the network once per rail of local ranks on 1/k
+ * of the gradients and gathers inside again (hierarchical), or runs one ring over all (flat);
+ * auto takes the cheaper, as the trainer's start-up measurement does. */
+typedef enum { PLAN_DP_AUTO, PLAN_DP_FLAT, PLAN_DP_HIER } plan_dp_collectives;
 
 typedef struct plan_layout {
     int tp, pp, dp;
@@ -64,7 +70,14 @@ typedef struct plan_layout {
     plan_recompute recompute; /* full: every layer (Megatron's uniform, 1 layer a group) */
     int sp;                /* sequence parallelism */
     int distopt;           /* distributed optimizer */
-    int overlap_grad;      /* the data-parallel reduction overlaps the last micro-batch's backward */
+    int overlap_grad;      /* --overlap-grad-reduce: the gradient buckets that close before the end of the
+                            * backward reduce behind the last micro-batch's remaining backward */
+    int no_scatter_gather; /* --no-scatter-gather-tensors-in-pipeline: with tp > 1 every tp rank sends the
+                            * whole boundary activation (by default each sends 1/tp, the receivers all-gather) */
+    plan_dp_collectives dp_collectives; /* trident-cpu only; 0: auto */
+    int overlap_param;     /* --overlap-param-gather (with distopt): the parameter all-gather behind the next
+                            * forward */
+    double bucket_elems;   /* --ddp-bucket-size, gradient elements a bucket; 0: the default 40e6 */
 } plan_layout;
 
 /* What a training iteration costs: a model, its batch and dtype. */
@@ -91,6 +104,13 @@ typedef struct plan_result {
                             * and last stages) */
     double t_dp;           /* data-parallel reduction not hidden behind the backward */
     double t_optimizer;    /* the optimizer step (and the parameter all-gather with the distributed optimizer) */
+    /* communication the critical path waits for, per kind of group, named as the trainer's metrics
+     * file names its measured figures (<group>_exposed_ms): tp (the layers' collectives and the
+     * scatter/gather's all-gather over the tp group), pp (stage-to-stage transfers), embd (the tied
+     * embedding's gradient sum between the first and last stages), dp (the gradients' reduction and
+     * the distributed optimizer's all-gather not hidden) */
+    double x_tp, x_pp, x_embd, x_dp;
+    int dp_hier;           /* the dp collectives priced hierarchical (trident-cpu, k >= 2 a node) */
     /* memory of the busiest device, bytes */
     double m_params, m_grads, m_optimizer, m_acts, m_other, m_total;
 } plan_result;
@@ -126,9 +146,10 @@ int plan_evaluate(const plan_job *j, const plan_cluster *c, const plan_layout *l
 
 /* Every layout of n devices (tp a power of two up to a node, pp dividing the layers, mbs
  * dividing the per-replica batch, interleaving, recomputation, sequence parallelism, the
- * distributed optimizer), the ones that fit sorted fastest first into out (up to cap). Returns
- * how many fit (may exceed cap). */
-int plan_search(const plan_job *j, const plan_cluster *c, int n, plan_result *out, int cap);
+ * distributed optimizer), the ones that fit sorted fastest first into out (up to cap). Every
+ * layout takes opts's no_scatter_gather, dp_collectives, overlap_param (with the distributed
+ * optimizer) and bucket_elems (opts NULL: the defaults). Returns how many fit (may exceed cap). */
+int plan_search(const plan_job *j, const plan_cluster *c, int n, const plan_layout *opts, plan_result *out, int cap);
 
 /* `trident train` flags of a layout: "--tensor-model-parallel-size 8 ..." */
 void plan_layout_flags(const plan_layout *l, int num_layers, char *out, size_t len);
