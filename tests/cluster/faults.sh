@@ -21,13 +21,8 @@ if [ "$kind" = all ]; then # the four side by side, each with its own cluster an
   done
   exit $rc
 fi
-export CLUSTER_DIR=/run/trident-cluster-fault-$kind.$$
-cluster=$ROOT/scripts/cluster.sh
-trap '"$cluster" down' EXIT
-"$cluster" up 2 --ranks-per-node 2 --rate 1gbit || exit $? # 77: no namespaces here (skipped, says why)
-rm -rf "$WORK" && mkdir -p "$WORK" && cd "$WORK" || exit 1
-export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-unset OMPI_MCA_pml OMPI_MCA_btl # the suite's one-node transports: here TCP must carry the job
+. "$(dirname "$0")/two_nodes.sh"
+two_nodes fault-$kind
 TIMEOUT_S=3 # the job's --distributed-timeout-minutes 0.05 (the other runs keep the default: a slow load under ASan is no fault)
 LAST=12     # the iteration every run ends at (--exit-interval): the lr schedule is that of 1000 iterations in all
 BASE=(--data-path "$DATA" --vocab-file "$VOCAB" --merge-file "$MERGES" --split 90,10,0 --num-layers 4

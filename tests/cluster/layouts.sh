@@ -7,13 +7,8 @@
 # optimizer, tp 2 x dp 2 with both overlaps, and tp 2 x dp 2 dealt round-robin.
 # Environment (tests/cluster/cluster.cmake): TRIDENT, DATA, VOCAB, MERGES, WORK, COMPARE_RUNS, ROOT.
 set -u
-export CLUSTER_DIR=/run/trident-cluster-layouts.$$
-cluster=$ROOT/scripts/cluster.sh
-trap '"$cluster" down' EXIT
-"$cluster" up 2 --ranks-per-node 2 --rate 1gbit || exit $? # 77: no namespaces here (skipped, says why)
-rm -rf "$WORK" && mkdir -p "$WORK" && cd "$WORK" || exit 1
-export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-unset OMPI_MCA_pml OMPI_MCA_btl # the suite's one-node transports: here TCP must carry the job
+. "$(dirname "$0")/two_nodes.sh"
+two_nodes layouts
 BASE=(--data-path "$DATA" --vocab-file "$VOCAB" --merge-file "$MERGES" --split 90,10,0 --num-layers 4
       --hidden-size 64 --num-attention-heads 4 --seq-length 32 --max-position-embeddings 32
       --hidden-dropout 0.1 --attention-dropout 0.1 --global-batch-size 8 --micro-batch-size 2 --lr 1e-3

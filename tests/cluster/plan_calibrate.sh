@@ -5,13 +5,8 @@
 # one across, and `trident plan` with that file prices tp 2 x dp 2's data-parallel pairs across
 # the nodes. Environment (tests/cluster/cluster.cmake): TRIDENT, WORK, ROOT.
 set -u
-export CLUSTER_DIR=/run/trident-cluster-plan.$$
-cluster=$ROOT/scripts/cluster.sh
-trap '"$cluster" down' EXIT
-"$cluster" up 2 --ranks-per-node 2 --rate 1gbit || exit $? # 77: no namespaces here (skipped, says why)
-rm -rf "$WORK" && mkdir -p "$WORK" && cd "$WORK" || exit 1
-export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-unset OMPI_MCA_pml OMPI_MCA_btl # the suite's one-node transports: here TCP must carry the job
+. "$(dirname "$0")/two_nodes.sh"
+two_nodes plan
 timeout 180 "$cluster" run node1 mpirun --hostfile "$CLUSTER_DIR/hostfile" --mca plm_rsh_agent "$CLUSTER_DIR/rsh" \
   --mca btl tcp,self,vader --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0 -x OMP_NUM_THREADS \
   -np 4 "$TRIDENT" plan --calibrate > me.json 2> cal.log || { echo "FAIL: --calibrate exited $?"; cat cal.log; exit 1; }
