@@ -102,13 +102,22 @@ static comm *with_ring(comm *c)
     return c;
 }
 
-/* The ring communicator of c, named as c in timeout messages, and the next tag. */
-static const comm *ring_of(const comm *c, int *tag)
+/* The ring communicator of c (named as c in timeout messages) and the next tag, when the ring
+ * takes a collective of `elems` elements in all of type t and op; else NULL. */
+static const comm *ring_for(const comm *c, size_t elems, comm_dtype t, comm_op op, int *tag)
 {
+    if (!ring_applies(elems * comm_dtype_size(t), t, op, c->size)) return NULL;
     mpi_state *s = c->impl;
     memcpy(s->ring->name, c->name, sizeof c->name);
     *tag = (int)(s->seq++ & 0x7fff);
     return s->ring;
+}
+
+static size_t sum_counts(const size_t *counts, int n)
+{
+    size_t total = 0;
+    for (int i = 0; i < n; i++) total += counts[i];
+    return total;
 }
 
 /* The world size the launcher announces before MPI_Init (Open MPI, MPICH/Intel MPI, Slurm);
@@ -336,9 +345,9 @@ static void mpi_bcast(const comm *c, void *buf, size_t count, comm_dtype t, int 
 
 static void mpi_allreduce(const comm *c, void *buf, size_t count, comm_dtype t, comm_op op)
 {
-    if (ring_applies(count * comm_dtype_size(t), t, op, c->size)) {
-        int tag;
-        const comm *rc = ring_of(c, &tag);
+    int tag;
+    const comm *rc = ring_for(c, count, t, op, &tag);
+    if (rc) {
         ring_wait(ring_allreduce(rc, buf, count, t, tag));
         return;
     }
@@ -352,13 +361,13 @@ static void mpi_allgather(const comm *c, const void *send, void *recv, size_t co
     const char *rb = recv;
     const void *sb = send;
     size_t es = comm_dtype_size(t);
-    if (ring_applies(count * es * (size_t)c->size, t, COMM_SUM, c->size)) {
+    int tag;
+    const comm *rc = ring_for(c, count * (size_t)c->size, t, COMM_SUM, &tag);
+    if (rc) {
         char *mine = (char *)recv + (size_t)c->rank * count * es;
         if (send != mine) memmove(mine, send, count * es);
         size_t *cd = td_xmalloc(2 * (size_t)c->size * sizeof *cd);
         for (int i = 0; i < c->size; i++) cd[i] = count, cd[c->size + i] = (size_t)i * count;
-        int tag;
-        const comm *rc = ring_of(c, &tag);
         ring_wait(ring_allgatherv(rc, recv, cd, cd + c->size, t, tag));
         free(cd);
         return;
@@ -373,11 +382,11 @@ static void mpi_allgather(const comm *c, const void *send, void *recv, size_t co
 static ring_op *ring_reduce_scatter_block(const comm *c, const void *send, void *recv, size_t count, comm_dtype t,
                                           comm_op op)
 {
-    if (!ring_applies(count * comm_dtype_size(t) * (size_t)c->size, t, op, c->size)) return NULL;
+    int tag;
+    const comm *rc = ring_for(c, count * (size_t)c->size, t, op, &tag);
+    if (!rc) return NULL;
     size_t *cn = td_xmalloc((size_t)c->size * sizeof *cn);
     for (int i = 0; i < c->size; i++) cn[i] = count;
-    int tag;
-    const comm *rc = ring_of(c, &tag);
     ring_op *o = ring_reduce_scatterv(rc, send, recv, cn, t, tag);
     free(cn);
     return o;
@@ -404,6 +413,14 @@ static comm_req *new_req(const comm *c, const char *call, int peer)
     return &r->base;
 }
 
+/* A request of c that is the ring collective o. */
+static comm_req *ring_req(const comm *c, const char *call, ring_op *o)
+{
+    comm_req *r = new_req(c, call, -1);
+    ((mpi_req *)r)->ring = o;
+    return r;
+}
+
 static comm_req *mpi_isend(const comm *c, const void *buf, size_t count, comm_dtype t, int peer, int tag)
 {
     comm_req *r = new_req(c, "MPI_Isend", peer);
@@ -420,13 +437,9 @@ static comm_req *mpi_irecv(const comm *c, void *buf, size_t count, comm_dtype t,
 
 static comm_req *mpi_iallreduce(const comm *c, void *buf, size_t count, comm_dtype t, comm_op op)
 {
-    if (ring_applies(count * comm_dtype_size(t), t, op, c->size)) {
-        comm_req *r = new_req(c, "ring all-reduce", -1);
-        int tag;
-        const comm *rc = ring_of(c, &tag);
-        ((mpi_req *)r)->ring = ring_allreduce(rc, buf, count, t, tag);
-        return r;
-    }
+    int tag;
+    const comm *rc = ring_for(c, count, t, op, &tag);
+    if (rc) return ring_req(c, "ring all-reduce", ring_allreduce(rc, buf, count, t, tag));
     comm_req *r = new_req(c, "MPI_Iallreduce", -1);
     TD_CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, buf, icount(count), mpi_type(t), mpi_op(op), MC(c),
                                 &((mpi_req *)r)->req));
@@ -437,11 +450,8 @@ static comm_req *mpi_ireduce_scatter(const comm *c, const void *send, void *recv
                                      comm_op op)
 {
     ring_op *o = ring_reduce_scatter_block(c, send, recv, count, t, op);
-    comm_req *r = new_req(c, o ? "ring reduce-scatter" : "MPI_Ireduce_scatter_block", -1);
-    if (o) {
-        ((mpi_req *)r)->ring = o;
-        return r;
-    }
+    if (o) return ring_req(c, "ring reduce-scatter", o);
+    comm_req *r = new_req(c, "MPI_Ireduce_scatter_block", -1);
     TD_CHECK_MPI(MPI_Ireduce_scatter_block(send, recv, icount(count), mpi_type(t), mpi_op(op), MC(c),
                                            &((mpi_req *)r)->req));
     return r;
@@ -460,15 +470,9 @@ static int *icounts(mpi_req *q, int n, const size_t *counts, const size_t *displ
 
 static comm_req *mpi_iallgatherv(const comm *c, void *buf, const size_t *counts, const size_t *displs, comm_dtype t)
 {
-    size_t total = 0;
-    for (int i = 0; i < c->size; i++) total += counts[i];
-    if (ring_applies(total * comm_dtype_size(t), t, COMM_SUM, c->size)) {
-        comm_req *r = new_req(c, "ring all-gather", -1);
-        int tag;
-        const comm *rc = ring_of(c, &tag);
-        ((mpi_req *)r)->ring = ring_allgatherv(rc, buf, counts, displs, t, tag);
-        return r;
-    }
+    int tag;
+    const comm *rc = ring_for(c, sum_counts(counts, c->size), t, COMM_SUM, &tag);
+    if (rc) return ring_req(c, "ring all-gather", ring_allgatherv(rc, buf, counts, displs, t, tag));
     comm_req *r = new_req(c, "MPI_Iallgatherv", -1);
     mpi_req *q = (mpi_req *)r;
     int *cd = icounts(q, c->size, counts, displs);
@@ -480,15 +484,9 @@ static comm_req *mpi_iallgatherv(const comm *c, void *buf, const size_t *counts,
 static comm_req *mpi_ireduce_scatterv(const comm *c, const void *send, void *recv, const size_t *counts, comm_dtype t,
                                       comm_op op)
 {
-    size_t total = 0;
-    for (int i = 0; i < c->size; i++) total += counts[i];
-    if (ring_applies(total * comm_dtype_size(t), t, op, c->size)) {
-        comm_req *r = new_req(c, "ring reduce-scatter", -1);
-        int tag;
-        const comm *rc = ring_of(c, &tag);
-        ((mpi_req *)r)->ring = ring_reduce_scatterv(rc, send, recv, counts, t, tag);
-        return r;
-    }
+    int tag;
+    const comm *rc = ring_for(c, sum_counts(counts, c->size), t, op, &tag);
+    if (rc) return ring_req(c, "ring reduce-scatter", ring_reduce_scatterv(rc, send, recv, counts, t, tag));
     comm_req *r = new_req(c, "MPI_Ireduce_scatter", -1);
     mpi_req *q = (mpi_req *)r;
     int *cn = icounts(q, c->size, counts, NULL);
