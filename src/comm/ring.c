@@ -118,6 +118,7 @@ static ring_op *new_op(const comm *p2p, comm_dtype t, int tag, int first, int la
         if (counts[i] > most) most = counts[i];
     }
     if (first == RS) o->rtmp = td_xmalloc(most * o->esize + 1);
+    if (first == RS && last == RS) o->stmp = td_xmalloc(most * o->esize + 1); /* reduce-scatter: the partial sums sent */
     return o;
 }
 
@@ -137,10 +138,6 @@ ring_op *ring_reduce_scatterv(const comm *p2p, const void *send, void *recv, con
     ring_op *o = new_op(p2p, t, tag, RS, RS, counts, NULL);
     o->send = send;
     o->recv = recv;
-    size_t most = 0;
-    for (int i = 0; i < o->size; i++)
-        if (counts[i] > most) most = counts[i];
-    o->stmp = td_xmalloc(most * o->esize + 1);
     start_step(o);
     return o;
 }
