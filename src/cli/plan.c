@@ -120,7 +120,7 @@ int cli_plan(int argc, char **argv)
     if (a.plan_calibrate) {
         comm *world = comm_world_init(&argc, &argv);
         plan_cluster me;
-        plan_calibrate(&me, a.backend, world);
+        plan_calibrate(&me, a.backend, a.plan_calibrate_s, world);
         if (comm_rank(world) == 0) {
             char *js = plan_cluster_json(&me);
             printf("%s\n", js);

@@ -108,6 +108,9 @@ static const flag_t FLAGS[] = {
      "measure the machines as trident trains on them (one device per rank: run under the mpirun you train with, "
      "on one host or several): compute, memory, and the links inside and across nodes apart; print it as a cluster "
      "JSON for --cluster", 0, 0, NULL},
+    {"--calibrate-seconds", A_FLOAT, OFF(plan_calibrate_s), "0.3", TD_CMD_PLAN, "plan",
+     "--calibrate: how long each GEMM and copy measurement runs (the best of 3 such windows); under a CPU quota "
+     "give it several of the quota's periods, so that its pauses count", 0.01, 60, NULL},
     {"--model", A_CHOICE, OFF(model), "gpt", MODEL, "model",
      "gpt: a causal decoder with a next-token loss (GPT-2, Llama); bert: Megatron-BERT, a bidirectional encoder "
      "with masked-LM and sentence-order losses (docs/bert.md)", 0, 0, TD_MODEL_CHOICES},

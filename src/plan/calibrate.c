@@ -4,7 +4,7 @@
  *  - the sgemm peak (the backend's own measurement, as the trainer's MFU uses) and the curve:
  *    square GEMMs of 128 and 1024, whose efficiency fits gemm_max_efficiency and gemm_half_dim;
  *  - the copy bandwidth of buffers far larger than the caches;
- *  - the GEMMs and copies each run back to back for at least 0.3 s and timed as work over wall
+ *  - the GEMMs and copies each run back to back for at least --calibrate-seconds (0.3 s) and timed as work over wall
  *    time, so a node under a CPU quota (cgroup cpu.cfs_quota_us) is measured at the rate its
  *    ranks get, not at the full speed a short burst inside one quota period sees; and the cores
  *    a node's ranks may use (their affinity, under the quota: cores_per_node, maybe fractional);
@@ -31,17 +31,17 @@
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
 
-/* Seconds a measurement lasts at least: a CPU quota (cgroup cpu.cfs_quota_us, periods of 100 ms)
- * lets a rank run at the full speed of its cores for part of each period only, so a measurement
- * shorter than a few periods could see the full speed; over 0.3 s it sees the rate the quota
- * leaves. */
-#define MEASURE_S 0.3
-/* ... and the best of 3 such windows: other work on the machine (not a quota) comes and goes. */
+/* A measurement lasts at least `seconds` (--calibrate-seconds, 0.3 by default): a CPU quota
+ * (cgroup cpu.cfs_quota_us, periods of 100 ms by default) lets a rank run at the full speed of its
+ * cores for part of each period only, so a measurement shorter than a few periods could see the
+ * full speed; over 0.3 s it sees the rate the quota leaves. The best of 3 such windows: other work
+ * on the machine (not a quota) comes and goes. */
 #define WINDOWS 3
 
 /* Work a second of `kernel(be, ctx)` (each call `work` of it) run back to back for at least
- * MEASURE_S: the work over the wall time, so a quota's pauses count; the best of WINDOWS windows. */
-static double sustained_rate(const backend *be, void (*kernel)(const backend *, void *), void *ctx, double work)
+ * `seconds`: the work over the wall time, so a quota's pauses count; the best of WINDOWS windows. */
+static double sustained_rate(const backend *be, void (*kernel)(const backend *, void *), void *ctx, double work,
+                             double seconds)
 {
     double best = 0;
     for (int w = 0; w < WINDOWS; w++) {
@@ -53,7 +53,7 @@ static double sustained_rate(const backend *be, void (*kernel)(const backend *, 
             reps++;
             t1 = be_event_record(be);
             t = be_event_elapsed(be, &t0, &t1);
-        } while (t < MEASURE_S || reps < 2);
+        } while (t < seconds || reps < 2);
         best = fmax(best, work * reps / t);
     }
     return best;
@@ -71,7 +71,7 @@ static void gemm_once(const backend *be, void *ctx)
 }
 
 /* FLOP/s of (n, n) x (n, n) GEMMs (sustained_rate, after a warm-up). */
-static double gemm_rate(const backend *be, int n)
+static double gemm_rate(const backend *be, int n, double seconds)
 {
     size_t bytes = (size_t)n * n * sizeof(float);
     gemm_args g = {be_alloc(be, bytes), be_alloc(be, bytes), be_alloc(be, bytes), n};
@@ -82,7 +82,7 @@ static double gemm_rate(const backend *be, int n)
     be_memcpy(be, g.b, h, bytes, BE_H2D);
     free(h);
     gemm_once(be, &g); /* warm-up */
-    double rate = sustained_rate(be, gemm_once, &g, 2.0 * n * n * (double)n);
+    double rate = sustained_rate(be, gemm_once, &g, 2.0 * n * n * (double)n, seconds);
     be_dfree(be, g.a), be_dfree(be, g.b), be_dfree(be, g.c);
     return rate;
 }
@@ -99,13 +99,13 @@ static void copy_once(const backend *be, void *ctx)
 }
 
 /* Bytes/s of copies of 256 MiB (read and written; sustained_rate, after a warm-up). */
-static double copy_rate(const backend *be)
+static double copy_rate(const backend *be, double seconds)
 {
     size_t bytes = (size_t)256 << 20;
     copy_args k = {be_alloc(be, bytes), be_alloc(be, bytes), bytes / sizeof(float)};
     be_zero(be, k.x, k.n), be_zero(be, k.y, k.n); /* pages in */
     copy_once(be, &k);                           /* warm-up */
-    double rate = sustained_rate(be, copy_once, &k, be_copy_bytes(bytes));
+    double rate = sustained_rate(be, copy_once, &k, be_copy_bytes(bytes), seconds);
     be_dfree(be, k.x), be_dfree(be, k.y);
     return rate;
 }
@@ -261,7 +261,7 @@ static void fit_link(comm *world, comm *c, double *bw, double *lat)
     *lat = icept > 0 ? icept / (2.0 * (n - 1)) : 1e-7;
 }
 
-void plan_calibrate(plan_cluster *c, const char *backend_name, comm *world)
+void plan_calibrate(plan_cluster *c, const char *backend_name, double seconds, comm *world)
 {
     memset(c, 0, sizeof *c);
     double reserved = resident_gib();
@@ -281,9 +281,9 @@ void plan_calibrate(plan_cluster *c, const char *backend_name, comm *world)
     comm_barrier(world);
     /* the sgemm peak (the trainer's MFU peak), and what the ranks get, every rank at once, over
      * enough of a quota's periods: efficiency of n^3 GEMMs against the peak */
-    double big_rate = gemm_rate(be, 1024), small_rate = gemm_rate(be, 128);
+    double big_rate = gemm_rate(be, 1024, seconds), small_rate = gemm_rate(be, 128, seconds);
     double peak = fmax(be_peak_gflops(be) * 1e9, big_rate);
-    double copy_bw = copy_rate(be);
+    double copy_bw = copy_rate(be, seconds);
     /* MPI: the link inside a node and the one across nodes, apart; a rank that measures none
      * of them gives figures neutral in the min / max below */
     double intra_bw = 1e30, intra_lat = 0, inter_bw = 1e30, inter_lat = 0;

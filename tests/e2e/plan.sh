@@ -25,7 +25,7 @@ if out=$("$TRIDENT" plan "${M[@]}" --num-gpus 512 --cluster cluster.json --top 1
    ! grep -q "^ *8 " <<<"$out"; then ok "cluster file from a preset: $(head -n 1 <<<"$out" | cut -c1-160)"
 else bad "cluster file"; echo "$out"; fi
 # this machine: calibrated over two ranks, then a layout evaluated on it
-if timeout 120 mpirun --oversubscribe --bind-to none -np 2 "$TRIDENT" plan --calibrate >me.json 2>cal.log &&
+if timeout 120 mpirun --oversubscribe --bind-to none -np 2 "$TRIDENT" plan --calibrate --calibrate-seconds 0.05 >me.json 2>cal.log &&
    grep -q '"framework":.*"trident-cpu"' me.json &&
    out=$("$TRIDENT" plan --num-layers 4 --hidden-size 64 --num-attention-heads 4 --seq-length 64 --vocab-size 50257 \
          --global-batch-size 8 --cluster me.json --num-gpus 2 --tensor-model-parallel-size 2 --json) &&
@@ -33,7 +33,7 @@ if timeout 120 mpirun --oversubscribe --bind-to none -np 2 "$TRIDENT" plan --cal
 else bad "--calibrate"; cat cal.log me.json; echo "${out:-}"; fi
 # across nodes, as this machine's 4 ranks on 2 hosts (TRIDENT_TEST_HOSTS): nodes, ranks a node and both
 # links written (the real network: cluster/plan_calibrate)
-if timeout 120 env TRIDENT_TEST_HOSTS=2 mpirun --oversubscribe --bind-to none -x TRIDENT_TEST_HOSTS -np 4 "$TRIDENT" plan --calibrate >two.json 2>cal2.log &&
+if timeout 120 env TRIDENT_TEST_HOSTS=2 mpirun --oversubscribe --bind-to none -x TRIDENT_TEST_HOSTS -np 4 "$TRIDENT" plan --calibrate --calibrate-seconds 0.05 >two.json 2>cal2.log &&
    python3 -c 'import json, sys; c = json.load(open("two.json")); sys.exit(not (c["nodes"] == 2 and c["gpus_per_node"] == 2 and c["inter_node_bandwidth"] > 0 and c["intra_node_bandwidth"] > 0 and c["name"].startswith("2 nodes x 2 ranks")))'
 then ok "--calibrate on 2 hosts of 2 ranks: $(tr -d '\n\t' <two.json | cut -c1-120)..."
 else bad "--calibrate on 2 hosts"; cat cal2.log two.json; fi
@@ -101,15 +101,16 @@ if h=$("$TRIDENT" plan "${S[@]}" --tensor-model-parallel-size 1 --dp-collectives
 then ok "dp collectives: hierarchical $(field dp_exposed_ms <<<"$h") ms, flat $(field dp_exposed_ms <<<"$f") ms"
 else bad "dp collectives"; echo "${h:-} ${f:-} ${o:-}"; fi
 # a node under a CPU quota (as bench/cluster_scaling.sh makes them): --calibrate writes the cores
-# its ranks may use, half a core here (cgroup v1 cpu.cfs_quota_us, or v2 cpu.max; root only)
+# its ranks may use, half a core here (cgroup v1 cpu.cfs_quota_us, or v2 cpu.max; root only; periods of 10 ms,
+# so that --calibrate-seconds 0.1 spans ten)
 cg=""
 if [ "$(id -u)" -eq 0 ] && [ -w /sys/fs/cgroup/cpu ] && mkdir "/sys/fs/cgroup/cpu/trident-plan-test.$$" 2>/dev/null; then
-  cg=/sys/fs/cgroup/cpu/trident-plan-test.$$; echo 100000 >"$cg/cpu.cfs_period_us"; echo 50000 >"$cg/cpu.cfs_quota_us"
+  cg=/sys/fs/cgroup/cpu/trident-plan-test.$$; echo 10000 >"$cg/cpu.cfs_period_us"; echo 5000 >"$cg/cpu.cfs_quota_us"
 elif [ "$(id -u)" -eq 0 ] && [ -f /sys/fs/cgroup/cgroup.controllers ] && mkdir "/sys/fs/cgroup/trident-plan-test.$$" 2>/dev/null; then
-  cg=/sys/fs/cgroup/trident-plan-test.$$; echo "50000 100000" >"$cg/cpu.max"
+  cg=/sys/fs/cgroup/trident-plan-test.$$; echo "5000 10000" >"$cg/cpu.max"
 fi
 if [ -z "$cg" ]; then echo "not checked: --calibrate under a CPU quota (needs root and a writable cgroup cpu controller)"
-elif timeout 120 sh -c 'echo $$ >"$1/cgroup.procs" && exec "$2" plan --calibrate' sh "$cg" "$TRIDENT" >quota.json 2>quota.log &&
+elif timeout 120 sh -c 'echo $$ >"$1/cgroup.procs" && exec "$2" plan --calibrate --calibrate-seconds 0.1' sh "$cg" "$TRIDENT" >quota.json 2>quota.log &&
      python3 -c 'import json, sys; c = json.load(open("quota.json")); sys.exit(c["cores_per_node"] != 0.5)'
 then ok "--calibrate under a half-core quota: cores_per_node 0.5"
 else bad "--calibrate under a quota"; cat quota.log quota.json; fi

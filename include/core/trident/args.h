@@ -56,6 +56,7 @@ typedef struct td_args {
     /* plan */
     char *cluster;
     int num_gpus, vocab_size, plan_top, plan_explain, plan_json, plan_calibrate;
+    double plan_calibrate_s;
     /* model */
     char *model;               /* gpt | bert */
     int bert_binary_head, bert_no_binary_head;

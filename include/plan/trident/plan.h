@@ -54,7 +54,7 @@ struct comm;
  * the sgemm peak and its curve over GEMM sizes, the copy bandwidth, the MPI collectives' bandwidth
  * and latency between the ranks, and what a rank holds before a model, on backend `backend_name`
  * (be_create). Collective over world. */
-void plan_calibrate(plan_cluster *c, const char *backend_name, struct comm *world);
+void plan_calibrate(plan_cluster *c, const char *backend_name, double seconds, struct comm *world);
 
 typedef enum { PLAN_RC_NONE, PLAN_RC_SELECTIVE, PLAN_RC_FULL } plan_recompute;
 /* --dp-collectives: on a trident-cpu cluster, a dp group with k >= 2 of its ranks on each node it
