@@ -20,7 +20,9 @@
  * mpirun then waits, forever, on the daemon of a node it cannot reach: the process this rank
  * leaves behind ends the launcher once its own grace is over (it is the rank's parent: mpirun on
  * its node, orted on the others), and a rank whose abort does not return ends itself. */
+#include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -214,15 +216,35 @@ void fault_kick_setup(void)
  * session of its own (the launcher's SIGKILL of the rank's group spares it), and ends when the
  * launcher is gone: it kicks it every 10 ms for twice its timeout and 5 s; when this rank
  * failed, a launcher still there then is stuck (on a node it cannot reach: a kicked launcher
- * ends a job in a second or two) and is SIGKILLed, if it is still the same process. */
+ * ends a job in a second or two) and is SIGKILLed, if it is still the same process. The rank
+ * goes on (to MPI_Abort, or its exit, after which the launcher kills the rank's process group)
+ * only once the watcher has left that group, or after 2 s: on a loaded machine a child scheduled
+ * late was killed with the rank before its setsid, and mpirun then hung on the node it could not
+ * reach (cluster/faults, cut, during a build: 107 s). */
 void fault_kick_launcher(int failed)
 {
     if (!g_kick_launcher || g_launcher <= 1) return;
-    if (fork() != 0) return; /* the rank, or no child */
+    int ready[2];
+    if (pipe(ready) != 0) ready[0] = ready[1] = -1;
+    pid_t child = fork();
+    if (child != 0) { /* the rank (or no child): wait for the watcher's word that it has its own session */
+        if (ready[1] >= 0) close(ready[1]);
+        if (ready[0] >= 0) {
+            if (child > 0) {
+                struct pollfd pf = {ready[0], POLLIN, 0};
+                while (poll(&pf, 1, 2000) < 0 && errno == EINTR) {
+                }
+            }
+            close(ready[0]);
+        }
+        return;
+    }
     setsid();
     signal(SIGTERM, SIG_IGN);
     signal(SIGINT, SIG_IGN);
     signal(SIGHUP, SIG_IGN);
+    if (ready[1] >= 0 && write(ready[1], "", 1) != 1) { /* the rank waits 2 s at most anyway */
+    }
     for (int fd = 0; fd < g_max_fd; fd++) close(fd);
     for (long i = 0; i < g_kick_polls && kill(g_launcher, SIGCHLD) == 0; i++) {
         struct timespec ts = {0, 10000000};
