@@ -1,5 +1,7 @@
 # Thin front door over CMake. `make demo` runs the main job; `make test` runs the suite.
 JOBS ?= $(shell nproc)
+# ctest's slots: a computing test holds 2 (a core), a waiting one 1 (tests/CMakeLists.txt)
+TEST_JOBS ?= $(shell echo $$((2 * $(JOBS) + 1)))
 BUILD ?= build
 CMAKE_FLAGS ?=
 # CMake's makefiles run make inside make: without this each of them prints its directory.
@@ -25,14 +27,14 @@ demo: configure
 
 test: build
 	@scripts/test-deps.sh $(BUILD)
-	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+	cd $(BUILD) && ctest --output-on-failure -j $(TEST_JOBS)
 
 asan: deps
 	@cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DTRIDENT_SANITIZE=ON >/dev/null
 	@cmake --build build-asan -j $(JOBS)
 	@scripts/test-deps.sh build-asan
 	cd build-asan && ASAN_OPTIONS=detect_leaks=1:fast_unwind_on_malloc=0 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp \
-	  UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j $(JOBS)
+	  UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j $(TEST_JOBS)
 
 fuzz:
 	@scripts/deps.sh --fuzz
