@@ -7,6 +7,9 @@
  *
  * Transfers: a forward sends its output to the next virtual stage and a backward sends its input
  * gradient to the previous one, both non-blocking; a step blocks only on the receive it needs.
+ * That receive was posted ahead, as soon as the step before it had its own input, into a landing
+ * buffer (pp_iteration.prefetch): across a network a message above the eager limit moves only
+ * once its receive is posted, so a receive posted when needed exposed all of its wire time.
  * A message to virtual stage vs for micro-batch m has tag 2 (m V + vs) (+1 for gradients), V the
  * number of virtual stages, so matching never depends on the order messages are posted.
  * Scatter/gather (Megatron-LM 2021, section 4.1): with tp > 1 every tp rank of a stage holds the
@@ -167,18 +170,27 @@ comm_req *pp_send(const ps_state *ps, int scatter_gather, const float *buf, size
     return comm_isend(ps->pp_group, buf + off, count, COMM_F32, peer, tag);
 }
 
-void pp_recv(const ps_state *ps, int scatter_gather, float *buf, size_t n, int peer, int tag)
+comm_req *pp_recv_start(const ps_state *ps, int scatter_gather, float *buf, size_t n, int peer, int tag)
 {
-    if (!scatter_gather) {
-        comm_wait(comm_irecv(ps->pp_group, buf, n, COMM_F32, peer, tag));
-        return;
-    }
+    size_t off = 0, count = n;
+    if (scatter_gather) pp_transfer_slice(n, ps->tp, ps->tp_rank, &off, &count);
+    return comm_irecv(ps->pp_group, buf + off, count, COMM_F32, peer, tag);
+}
+
+void pp_recv_finish(const ps_state *ps, int scatter_gather, float *buf, size_t n)
+{
+    if (!scatter_gather) return;
     int t = ps->tp;
     size_t *counts = td_xmalloc(2 * (size_t)t * sizeof(size_t)), *displs = counts + t;
     for (int r = 0; r < t; r++) pp_transfer_slice(n, t, r, &displs[r], &counts[r]);
-    comm_wait(comm_irecv(ps->pp_group, buf + displs[ps->tp_rank], counts[ps->tp_rank], COMM_F32, peer, tag));
     comm_wait(comm_iallgatherv(ps->tp_group, buf, counts, displs, COMM_F32));
     free(counts);
+}
+
+void pp_recv(const ps_state *ps, int scatter_gather, float *buf, size_t n, int peer, int tag)
+{
+    comm_wait(pp_recv_start(ps, scatter_gather, buf, n, peer, tag));
+    pp_recv_finish(ps, scatter_gather, buf, n);
 }
 
 /* ---- per-chunk bookkeeping of micro-batches in flight ---- */
@@ -190,12 +202,20 @@ typedef struct {
     comm_req *send; /* output (forward) or input gradient (backward) on its way */
 } flight;
 
+/* A receive posted ahead (it->prefetch): for the step (forward or backward, chunk, micro-batch). */
+typedef struct {
+    comm_req *q;
+    int chunk, micro;
+} prefetched;
+
 typedef struct {
     pp_iteration *it;
     int p, s, v, V;
     flight *fl;    /* per chunk: max_inflight entries */
     int *nfl;      /* per chunk: entries in use */
     int *next_fwd, *next_bwd; /* per chunk: next micro-batch to run */
+    prefetched pre[2];        /* [0] the next forward's input, [1] the next backward's gradient */
+    int next_forward, next_chunk, next_micro; /* the step after the running one (next_chunk -1: none) */
     double loss;
 } run;
 
@@ -211,12 +231,45 @@ static void transfer_wait(run *r, comm_req *q)
     r->it->transfer_s += td_now() - t0;
 }
 
-/* pp_recv of the iteration's transfer, its time counted in transfer_s. */
-static void transfer_recv(run *r, float *buf, size_t n, int peer, int tag)
+/* The transfer into buf of step (grad: backward) of chunk c's micro-batch `micro`, its time
+ * counted in transfer_s: from the receive posted ahead for it, copied out of its landing buffer,
+ * or received now. */
+static void transfer_recv(run *r, int grad, int c, int micro, float *buf, size_t n, int peer, int tag)
 {
+    pp_iteration *it = r->it;
     double t0 = td_now();
-    pp_recv(r->it->ps, r->it->scatter_gather, buf, n, peer, tag);
-    r->it->transfer_s += td_now() - t0;
+    prefetched *pf = &r->pre[grad];
+    if (pf->q && pf->chunk == c && pf->micro == micro) {
+        comm_wait(pf->q);
+        pf->q = NULL;
+        pp_recv_finish(it->ps, it->scatter_gather, it->prefetch[grad], n);
+        be_copy(it->chunks[c]->be, buf, it->prefetch[grad], n);
+    } else {
+        TD_ASSERT(pf->q == NULL);
+        pp_recv(it->ps, it->scatter_gather, buf, n, peer, tag);
+    }
+    it->transfer_s += td_now() - t0;
+}
+
+/* Posts the receive of the step after the running one into its landing buffer (it->prefetch),
+ * once the running step has its own input: the transfer then moves while this step computes
+ * (comm_progress advances it between kernels). Nothing when the step needs no receive (a first
+ * stage's forward, a last stage's backward) or there is no landing buffer (pp 1). */
+static void prefetch_next(run *r)
+{
+    pp_iteration *it = r->it;
+    int c = r->next_chunk, grad = !r->next_forward;
+    if (c < 0 || !it->prefetch[grad]) return;
+    gpt_model *m = it->chunks[c];
+    if (r->next_forward ? m->first : m->last) return;
+    TD_ASSERT(r->pre[grad].q == NULL);
+    int vs = vstage(r, c);
+    size_t act = (size_t)it->mbs * m->seq_l * m->cfg.hidden;
+    int peer = r->next_forward ? (vs - 1) % r->p : (vs + 1) % r->p;
+    r->pre[grad].q = pp_recv_start(it->ps, it->scatter_gather, it->prefetch[grad], act, peer,
+                                   tag_of(r, r->next_micro, vs, grad));
+    r->pre[grad].chunk = c;
+    r->pre[grad].micro = r->next_micro;
 }
 
 /* Frees the slot of a finished micro-batch of chunk c (backward done, or any forward when not
@@ -264,8 +317,9 @@ static void forward_step(run *r, int c)
     size_t act = (size_t)it->mbs * m->seq_l * m->cfg.hidden; /* sequence parallelism: this rank's positions */
     if (!m->first) {
         input = gpt_acts_input(a);
-        transfer_recv(r, (float *)input, act, (vs - 1) % r->p, tag_of(r, micro, vs, 0));
+        transfer_recv(r, 0, c, micro, (float *)input, act, (vs - 1) % r->p, tag_of(r, micro, vs, 0));
     }
+    prefetch_next(r);
     double loss = 0;
     float *out = gpt_forward(m, a, &it->micro[micro], input, it->training, &loss);
     r->loss += loss;
@@ -285,7 +339,8 @@ static void backward_step(run *r, int c)
         if (fl[i].micro == micro && !fl[i].backward_done) f = &fl[i];
     TD_ASSERT(f != NULL);
     size_t act = (size_t)it->mbs * m->seq_l * m->cfg.hidden; /* sequence parallelism: this rank's positions */
-    if (!m->last) transfer_recv(r, it->grad_in, act, (vs + 1) % r->p, tag_of(r, micro, vs, 1));
+    if (!m->last) transfer_recv(r, 1, c, micro, it->grad_in, act, (vs + 1) % r->p, tag_of(r, micro, vs, 1));
+    prefetch_next(r);
     /* the output has arrived downstream (its gradient came back), so its send is complete */
     transfer_wait(r, f->send);
     f->send = NULL;
@@ -328,24 +383,36 @@ double pp_run(pp_schedule schedule, pp_iteration *it)
     r.next_fwd = next_fwd;
     r.next_bwd = next_bwd;
 
-    int total = it->num_micro * r.v;
+    /* the steps in order: forward-only, or warm-up (forwards only), steady state (one forward,
+     * one backward) and cool-down (the backwards still owed) */
+    int total = it->num_micro * r.v, nsteps = it->training ? 2 * total : total, n = 0;
+    int *steps = td_xmalloc((size_t)nsteps * sizeof *steps); /* chunk * 2 + forward */
     if (!it->training) {
-        for (int k = 0; k < total; k++) forward_step(&r, chunk_of(&r, k, 1));
-        for (int c = 0; c < r.v; c++) reclaim(&r, c, 1);
-        return r.loss;
+        for (int k = 0; k < total; k++) steps[n++] = 2 * chunk_of(&r, k, 1) + 1;
+    } else {
+        int warmup = warmup_count(schedule, r.p, r.s, r.v, total), steady = total - warmup;
+        for (int k = 0; k < warmup; k++) steps[n++] = 2 * chunk_of(&r, k, 1) + 1;
+        for (int k = 0; k < steady; k++) {
+            steps[n++] = 2 * chunk_of(&r, warmup + k, 1) + 1;
+            steps[n++] = 2 * chunk_of(&r, k, 0);
+        }
+        for (int k = steady; k < total; k++) steps[n++] = 2 * chunk_of(&r, k, 0);
     }
-    int warmup = warmup_count(schedule, r.p, r.s, r.v, total);
-    int steady = total - warmup;
-
-    /* warm-up: forwards only */
-    for (int k = 0; k < warmup; k++) forward_step(&r, chunk_of(&r, k, 1));
-    /* steady state: one forward, one backward */
-    for (int k = 0; k < steady; k++) {
-        forward_step(&r, chunk_of(&r, warmup + k, 1));
-        backward_step(&r, chunk_of(&r, k, 0));
+    TD_ASSERT(n == nsteps);
+    for (int j = 0; j < nsteps; j++) {
+        int fwd = steps[j] & 1, c = steps[j] >> 1;
+        r.next_chunk = -1;
+        if (j + 1 < nsteps) { /* its micro-batch: the chunk's next, past this step's if the same kind */
+            r.next_forward = steps[j + 1] & 1;
+            r.next_chunk = steps[j + 1] >> 1;
+            r.next_micro = (r.next_forward ? next_fwd : next_bwd)[r.next_chunk] +
+                           (r.next_forward == fwd && r.next_chunk == c);
+        }
+        if (fwd) forward_step(&r, c);
+        else backward_step(&r, c);
     }
-    /* cool-down: the backwards still owed */
-    for (int k = steady; k < total; k++) backward_step(&r, chunk_of(&r, k, 0));
+    free(steps);
+    TD_ASSERT(r.pre[0].q == NULL && r.pre[1].q == NULL);
 
     for (int c = 0; c < r.v; c++) reclaim(&r, c, 1);
     return r.loss;

@@ -74,11 +74,15 @@ void run_batches_iteration(run_state *r, const gpt_config *c)
                                    .scatter_gather = pp_scatter_gather_applies(r->ps, !a->no_scatter_gather_tensors_in_pipeline),
                                    .micro = r->batches.source->micro,
                                    .grad_in = be_alloc(r->model.be, tokens * c->hidden * sizeof(float))};
+    if (r->ps->pp > 1)
+        for (int k = 0; k < 2; k++) r->batches.it.prefetch[k] = be_alloc(r->model.be, tokens * c->hidden * sizeof(float));
 }
 
 void run_batches_close(run_state *r)
 {
     be_dfree(r->model.be, r->batches.it.grad_in);
+    for (int k = 0; k < 2; k++)
+        if (r->batches.it.prefetch[k]) be_dfree(r->model.be, r->batches.it.prefetch[k]);
     batch_source_close(r->batches.source);
 }
 

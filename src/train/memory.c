@@ -80,6 +80,8 @@ void mem_predict(const mem_layout *l, mem_prediction *p)
         p->workspace += chunk_workspace(l, k);
     }
     p->workspace += 4.0 * l->mbs * l->cfg.seq * l->cfg.hidden; /* the received output gradient */
+    if (l->nchunks > 1 || !l->chunk[0].first || !l->chunk[0].last) /* pp > 1: the receives posted ahead */
+        p->workspace += 2 * 4.0 * l->mbs * l->cfg.seq * l->cfg.hidden;
     p->params = 4.0 * numel;
     p->grads = 4.0 * numel;
     /* the distributed optimizer also reduce-scatters the grads into a buffer of its shard */

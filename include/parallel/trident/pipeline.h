@@ -35,6 +35,10 @@ typedef struct pp_iteration {
      * inside. */
     const gpt_batch *micro;
     float *grad_in;       /* (mbs, s, h) backend memory: a received output gradient */
+    /* (mbs, s, h) backend memory each, with pp > 1 (NULL: receives are posted when needed): where
+     * the receive of the next step's input [0] or output gradient [1] lands, posted before the
+     * step before it computes, so that the transfer moves while it does. */
+    float *prefetch[2];
     /* Megatron's scatter/gather (pp_scatter_gather_applies): each tensor-parallel rank sends
      * 1/tp of every stage transfer and the receiver all-gathers it over its tp group. */
     int scatter_gather;
@@ -81,6 +85,10 @@ comm_req *pp_send(const ps_state *ps, int scatter_gather, const float *buf, size
  * scatter_gather this rank's slice arrives and an all-gather over the tp group (collective:
  * every tp rank of the stage receives the same transfer) rebuilds the whole of buf. */
 void pp_recv(const ps_state *ps, int scatter_gather, float *buf, size_t n, int peer, int tag);
+/* pp_recv in two halves: the receive (of this rank's slice, with scatter_gather) posted, and,
+ * once it has completed, the all-gather that rebuilds buf (nothing without scatter_gather). */
+comm_req *pp_recv_start(const ps_state *ps, int scatter_gather, float *buf, size_t n, int peer, int tag);
+void pp_recv_finish(const ps_state *ps, int scatter_gather, float *buf, size_t n);
 /* The slice [*off, *off + *count) of an n-element transfer that tp rank r of t sends under
  * scatter/gather: t runs differing by at most one element, the first n % t one longer, so any
  * n works without padding (Megatron requires n divisible by t). */
