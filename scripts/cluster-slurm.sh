@@ -26,13 +26,16 @@ pid_of() { awk -v n="$1" '$1 == n { print $2 }' "$dir/nodes" 2>/dev/null; }
 
 # munged, slurmctld or slurmd in the foreground inside NODE's namespaces, detached from the
 # caller (its own session, its output to CLUSTER_DIR/slurm/log/NAME.out) so that no test harness
-# waits on its pipes; its pid is $! (setsid and nsenter exec it)
+# waits on its pipes; its pid is $! (setsid, sh and nsenter exec it). Under `up --cpus` it joins
+# NODE's CPU group first, so that the jobs its slurmd starts get the node's share of the cores.
 daemons=() # name:pid of each one started
 start() { # node, name, command...
   local node=$1 name=$2; shift 2
   local pid; pid=$(pid_of "$node")
   [ -n "$pid" ] || die "no namespaces for $node in $dir/nodes"
-  setsid nsenter -t "$pid" -n -u -m -- "$@" </dev/null >"$s/log/$name.out" 2>&1 &
+  local group=""; [ ! -f "$dir/cgroup" ] || [ ! -d "$(cat "$dir/cgroup")/$node" ] || group=$(cat "$dir/cgroup")/$node/cgroup.procs
+  setsid sh -c '[ -z "$1" ] || echo $$ > "$1" || exit 1; shift; exec nsenter "$@"' sh "$group" \
+    -t "$pid" -n -u -m -- "$@" </dev/null >"$s/log/$name.out" 2>&1 &
   daemons+=("$name:$!")
 }
 

@@ -109,15 +109,30 @@ static void seen_done(comm_req *r)
     leave(r->c, td_now());
 }
 
+static void (*g_hook)(void *);
+static void *g_hook_ctx;
+static int g_in_hook;
+
+void comm_set_progress_hook(void (*hook)(void *ctx), void *ctx)
+{
+    g_hook = hook;
+    g_hook_ctx = ctx;
+}
+
 int comm_progress(void)
 {
-    if (g_nactive == 0) return 0;
+    if (g_nactive == 0 && !g_hook) return 0;
     double now = td_now();
     if (now - g_last_progress < COMM_PROGRESS_INTERVAL) return g_nactive;
     g_last_progress = now;
     for (int i = 0; i < g_npending; i++) {
         comm_req *r = g_pending[i];
         if (!r->done && r->c->ops->test(r)) seen_done(r);
+    }
+    if (g_hook && !g_in_hook) {
+        g_in_hook = 1;
+        g_hook(g_hook_ctx);
+        g_in_hook = 0;
     }
     return g_nactive;
 }

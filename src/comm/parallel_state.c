@@ -37,6 +37,10 @@ ps_state *ps_init(comm *world, int tp, int pp)
     comm_set_name(ps->dp_group, "data-parallel");
     comm_set_name(ps->pp_group, "pipeline");
     comm_set_name(ps->mp_group, "model-parallel");
+    if (tp > 1 && pp > 1) {
+        ps->tp_gather = comm_split(ps->tp_group, 0, ps->tp_rank);
+        comm_set_name(ps->tp_gather, "tensor-parallel (stage transfers)");
+    }
     int in_embd = ps_is_first_stage(ps) || ps_is_last_stage(ps);
     /* non-members each get a color of their own (a group of one, freed at once) */
     comm *e = comm_split(world, in_embd ? ps->tp_rank + tp * ps->dp_rank : tp * ps->dp + r, ps->pp_rank);
@@ -50,6 +54,7 @@ void ps_free(ps_state *ps)
 {
     if (!ps) return;
     comm_free(ps->dp_hier);
+    comm_free(ps->tp_gather);
     comm_free(ps->tp_group);
     comm_free(ps->dp_group);
     comm_free(ps->pp_group);
@@ -63,6 +68,7 @@ double ps_comm_seconds(const ps_state *ps)
     double s = comm_seconds(ps->world) + comm_seconds(ps->tp_group) + comm_seconds(ps->dp_group) +
                comm_seconds(ps->pp_group) + comm_seconds(ps->mp_group);
     if (ps->dp_hier) s += comm_seconds(ps->dp_hier);
+    if (ps->tp_gather) s += comm_seconds(ps->tp_gather);
     return ps->embd_group ? s + comm_seconds(ps->embd_group) : s;
 }
 
@@ -83,6 +89,10 @@ void ps_comm_times(const ps_state *ps, double exposed[PS_GROUPS], double infligh
                         * the flat group being idle while they run) */
         exposed[PS_DP] += comm_seconds(ps->dp_hier);
         inflight[PS_DP] += comm_busy_seconds(ps->dp_hier);
+    }
+    if (ps->tp_gather) { /* the stage transfers' all-gathers stay the tp group's, as before they ran behind */
+        exposed[PS_TP] += comm_seconds(ps->tp_gather);
+        inflight[PS_TP] += comm_busy_seconds(ps->tp_gather);
     }
     exposed[PS_OTHER] = comm_seconds(ps->world) + comm_seconds(ps->mp_group);
     inflight[PS_OTHER] = comm_busy_seconds(ps->world) + comm_busy_seconds(ps->mp_group);

@@ -204,8 +204,10 @@ typedef struct {
 
 /* A receive posted ahead (it->prefetch): for the step (forward or backward, chunk, micro-batch). */
 typedef struct {
-    comm_req *q;
+    comm_req *q;      /* the receive (of this rank's slice, with scatter/gather), until it completes */
+    comm_req *gather; /* then, with scatter/gather, the all-gather that rebuilds the whole */
     int chunk, micro;
+    long seq;         /* the order receives were posted in, the same on every tp rank */
 } prefetched;
 
 typedef struct {
@@ -215,6 +217,8 @@ typedef struct {
     int *nfl;      /* per chunk: entries in use */
     int *next_fwd, *next_bwd; /* per chunk: next micro-batch to run */
     prefetched pre[2];        /* [0] the next forward's input, [1] the next backward's gradient */
+    long seq;                 /* receives posted ahead so far */
+    size_t *counts, *displs;  /* scatter/gather: the tp ranks' slices of a transfer */
     int next_forward, next_chunk, next_micro; /* the step after the running one (next_chunk -1: none) */
     double loss;
 } run;
@@ -231,21 +235,51 @@ static void transfer_wait(run *r, comm_req *q)
     r->it->transfer_s += td_now() - t0;
 }
 
+/* Scatter/gather behind compute: once a slice received ahead has arrived, the all-gather that
+ * rebuilds it starts on ps->tp_gather, so that the two tp ranks meet there while they compute
+ * (comm_progress's hook, advance_gathers) instead of at the step that needs it. Gathers start in
+ * the order their receives were posted, the same on every tp rank whichever slice lands first. */
+static void start_gather(run *r, prefetched *pf)
+{
+    comm_wait(pf->q);
+    pf->q = NULL;
+    pf->gather = comm_iallgatherv(r->it->ps->tp_gather, r->it->prefetch[pf - r->pre], r->counts, r->displs, COMM_F32);
+}
+
+static prefetched *oldest_receiving(run *r)
+{
+    prefetched *a = r->pre[0].q ? &r->pre[0] : NULL, *b = r->pre[1].q ? &r->pre[1] : NULL;
+    return !a ? b : !b ? a : a->seq < b->seq ? a : b;
+}
+
+static void advance_gathers(void *ctx)
+{
+    run *r = ctx;
+    prefetched *pf = oldest_receiving(r);
+    if (pf && comm_test(pf->q)) start_gather(r, pf);
+}
+
 /* The transfer into buf of step (grad: backward) of chunk c's micro-batch `micro`, its time
- * counted in transfer_s: from the receive posted ahead for it, copied out of its landing buffer,
- * or received now. */
+ * counted in transfer_s: from the receive posted ahead for it (and its all-gather), copied out of
+ * its landing buffer, or received now. */
 static void transfer_recv(run *r, int grad, int c, int micro, float *buf, size_t n, int peer, int tag)
 {
     pp_iteration *it = r->it;
     double t0 = td_now();
     prefetched *pf = &r->pre[grad];
-    if (pf->q && pf->chunk == c && pf->micro == micro) {
-        comm_wait(pf->q);
-        pf->q = NULL;
-        pp_recv_finish(it->ps, it->scatter_gather, it->prefetch[grad], n);
+    if ((pf->q || pf->gather) && pf->chunk == c && pf->micro == micro) {
+        if (pf->q && r->counts) {
+            TD_ASSERT(oldest_receiving(r) == pf); /* the gathers' order */
+            start_gather(r, pf);
+        } else if (pf->q) {
+            comm_wait(pf->q);
+            pf->q = NULL;
+        }
+        comm_wait(pf->gather);
+        pf->gather = NULL;
         be_copy(it->chunks[c]->be, buf, it->prefetch[grad], n);
     } else {
-        TD_ASSERT(pf->q == NULL);
+        TD_ASSERT(pf->q == NULL && pf->gather == NULL);
         pp_recv(it->ps, it->scatter_gather, buf, n, peer, tag);
     }
     it->transfer_s += td_now() - t0;
@@ -262,7 +296,7 @@ static void prefetch_next(run *r)
     if (c < 0 || !it->prefetch[grad]) return;
     gpt_model *m = it->chunks[c];
     if (r->next_forward ? m->first : m->last) return;
-    TD_ASSERT(r->pre[grad].q == NULL);
+    TD_ASSERT(r->pre[grad].q == NULL && r->pre[grad].gather == NULL);
     int vs = vstage(r, c);
     size_t act = (size_t)it->mbs * m->seq_l * m->cfg.hidden;
     int peer = r->next_forward ? (vs - 1) % r->p : (vs + 1) % r->p;
@@ -270,6 +304,7 @@ static void prefetch_next(run *r)
                                    tag_of(r, r->next_micro, vs, grad));
     r->pre[grad].chunk = c;
     r->pre[grad].micro = r->next_micro;
+    r->pre[grad].seq = r->seq++;
 }
 
 /* Frees the slot of a finished micro-batch of chunk c (backward done, or any forward when not
@@ -399,6 +434,14 @@ double pp_run(pp_schedule schedule, pp_iteration *it)
         for (int k = steady; k < total; k++) steps[n++] = 2 * chunk_of(&r, k, 0);
     }
     TD_ASSERT(n == nsteps);
+    if (it->scatter_gather && it->prefetch[0] && it->ps->tp_gather) { /* the all-gathers behind compute */
+        int t = it->ps->tp;
+        size_t act = (size_t)it->mbs * it->chunks[0]->seq_l * it->chunks[0]->cfg.hidden;
+        r.counts = td_xmalloc(2 * (size_t)t * sizeof(size_t));
+        r.displs = r.counts + t;
+        for (int k = 0; k < t; k++) pp_transfer_slice(act, t, k, &r.displs[k], &r.counts[k]);
+        comm_set_progress_hook(advance_gathers, &r);
+    }
     for (int j = 0; j < nsteps; j++) {
         int fwd = steps[j] & 1, c = steps[j] >> 1;
         r.next_chunk = -1;
@@ -412,7 +455,9 @@ double pp_run(pp_schedule schedule, pp_iteration *it)
         else backward_step(&r, c);
     }
     free(steps);
-    TD_ASSERT(r.pre[0].q == NULL && r.pre[1].q == NULL);
+    if (r.counts) comm_set_progress_hook(NULL, NULL);
+    free(r.counts);
+    TD_ASSERT(r.pre[0].q == NULL && r.pre[1].q == NULL && r.pre[0].gather == NULL && r.pre[1].gather == NULL);
 
     for (int c = 0; c < r.v; c++) reclaim(&r, c, 1);
     return r.loss;

@@ -10,9 +10,22 @@
 # Environment (tests/cluster/cluster.cmake): TRIDENT, DATA, VOCAB, MERGES, WORK, COMPARE_RUNS, ROOT.
 set -u
 kind=$1
+TIMEOUT_S=3 # the job's --distributed-timeout-minutes 0.05 (the other runs keep the default: a slow load under ASan is no fault)
+LAST=12     # the iteration every run ends at (--exit-interval): the lr schedule is that of 1000 iterations in all
+BASE=(--data-path "$DATA" --vocab-file "$VOCAB" --merge-file "$MERGES" --split 90,10,0 --num-layers 4
+      --hidden-size 64 --num-attention-heads 4 --seq-length 32 --max-position-embeddings 32
+      --hidden-dropout 0.1 --attention-dropout 0.1 --global-batch-size 8 --micro-batch-size 2 --lr 1e-3
+      --seed 7 --train-iters 1000 --log-interval 100 --eval-iters 0)
+# the one-rank run every kind is compared with: ONE=PREFIX names one made already
+one_rank() {
+  if [ -n "${ONE:-}" ]; then cp "$ONE.jsonl" one.jsonl && cp "$ONE.params" one.params && return; fi
+  rm -f one.jsonl one.params # a metrics file is appended to
+  "$TRIDENT" train "${BASE[@]}" --make-vocab-size-divisible-by 512 --exit-interval $LAST --metrics-file one.jsonl \
+    --dump-params one.params > one.log 2>&1 || { echo "FAIL: one rank"; tail one.log; exit 1; }
+}
 if [ "$kind" = all ]; then # the four side by side, each with its own cluster and folder: most of each is waiting
   kinds="kill cut loss stop" rc=0
-  mkdir -p "$(dirname "$WORK")" || exit 1
+  mkdir -p "$WORK" && cd "$WORK" && one_rank && export ONE=$WORK/one || exit 1 # made once for the four
   for k in $kinds; do WORK=$WORK/$k bash "$0" "$k" > "$WORK.$k.out" 2>&1 & eval "pid_$k=\$!"; done
   for k in $kinds; do
     eval "wait \$pid_$k"; r=$?
@@ -23,19 +36,12 @@ if [ "$kind" = all ]; then # the four side by side, each with its own cluster an
 fi
 . "$(dirname "$0")/two_nodes.sh"
 two_nodes fault-$kind
-TIMEOUT_S=3 # the job's --distributed-timeout-minutes 0.05 (the other runs keep the default: a slow load under ASan is no fault)
-LAST=12     # the iteration every run ends at (--exit-interval): the lr schedule is that of 1000 iterations in all
-BASE=(--data-path "$DATA" --vocab-file "$VOCAB" --merge-file "$MERGES" --split 90,10,0 --num-layers 4
-      --hidden-size 64 --num-attention-heads 4 --seq-length 32 --max-position-embeddings 32
-      --hidden-dropout 0.1 --attention-dropout 0.1 --global-batch-size 8 --micro-batch-size 2 --lr 1e-3
-      --seed 7 --train-iters 1000 --log-interval 100 --eval-iters 0)
 MPI=(mpirun --mca plm_rsh_agent "$CLUSTER_DIR/rsh" --mca btl tcp,self,vader --mca btl_tcp_if_include eth0
      --mca oob_tcp_if_include eth0 -x OMP_NUM_THREADS)
 fail=0
 bad() { echo "FAIL: $kind: $*"; fail=1; }
 
-"$TRIDENT" train "${BASE[@]}" --make-vocab-size-divisible-by 512 --exit-interval $LAST --metrics-file one.jsonl \
-  --dump-params one.params > one.log 2>&1 || { echo "FAIL: one rank"; tail one.log; exit 1; }
+one_rank # (or the one ONE made for the four kinds)
 
 # the job, 4 ranks over both nodes, until the fault
 "$cluster" run node1 timeout 120 "${MPI[@]}" --hostfile "$CLUSTER_DIR/hostfile" -np 4 "$TRIDENT" train "${BASE[@]}" \

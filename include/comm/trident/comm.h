@@ -91,6 +91,10 @@ double comm_busy_seconds(const comm *c);
  * proceed meanwhile. At most one pass per COMM_PROGRESS_INTERVAL; nothing when no request is in
  * flight. Main thread only (MPI_THREAD_FUNNELED). Returns the requests not yet seen complete. */
 int comm_progress(void);
+/* hook(ctx) runs at the end of each pass of comm_progress (NULL: none), e.g. to start the next
+ * stage of a chain of requests once the one before has completed (the pipeline's stage
+ * transfers: a slice received, then its all-gather). Not re-entered. */
+void comm_set_progress_hook(void (*hook)(void *ctx), void *ctx);
 
 size_t comm_dtype_size(comm_dtype t);
 

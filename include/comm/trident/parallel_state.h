@@ -18,6 +18,10 @@ typedef struct ps_state {
     comm *embd_group;              /* first and last stage (same tp, dp rank); NULL on others */
     comm *dp_hier;                 /* a hierarchical view of dp_group for the gradient and parameter
                                     * buckets (--dp-collectives), or NULL: flat (owned) */
+    comm *tp_gather;               /* with tp > 1 and pp > 1: the tp group again, for the all-gathers
+                                    * of stage transfers that run behind compute (scatter/gather:
+                                    * their order there is the schedule's, whatever the layers' tp
+                                    * collectives do meanwhile); NULL otherwise */
     int sequence_parallel;         /* outside the tensor-parallel regions each tp rank holds s/tp of
                                     * the sequence (set by the trainer before building models) */
 } ps_state;
