@@ -6,7 +6,7 @@ const char *be_op_name(be_op op)
 {
     static const char *const names[BE_OP_COUNT] = {"GEMM",          "attention", "norm",      "activation",
                                                    "rope",          "bias/dropout/residual", "embedding",
-                                                   "cross-entropy", "optimizer", "memory"};
+                                                   "cross-entropy", "optimizer", "memory", "router"};
     return op >= 0 && op < BE_OP_COUNT ? names[op] : "?";
 }
 

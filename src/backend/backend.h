@@ -41,6 +41,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "trident/check.h"
 #include "trident/comm.h"
 #include "trident/philox.h"
 #include "trident/timer.h"
@@ -258,6 +259,31 @@ struct be_ops {
     /* dinp (N, 2F) += gradient w.r.t. [gate | up]. dout (N, F); inp as in the forward. */
     void (*swiglu_bwd)(const backend *be, be_out dinp, be_in dout, be_in inp, int N, int F);
 
+    /* ---- mixture-of-experts routing (Megatron-Core's TopKRouter) ---- */
+    /* Each row n of the router's logits (N, E), E <= BE_MOE_MAX_EXPERTS: its top-k experts idx
+     * (N, k), largest first (ties to the lower index), and their weights probs (N, k), as
+     * topk_routing_with_score_function: BE_MOE_SOFTMAX with pre_softmax: the k largest of
+     * softmax(l), as they are; without: softmax over the k largest logits; BE_MOE_SIGMOID:
+     * the k largest of sigmoid(l) (+ bias[e], the aux-loss-free expert bias, for the choice
+     * only; bias may be NULL), normalised over the k when k > 1. Times scale unless scale is 0. */
+    void (*moe_route_fwd)(const backend *be, int32_t *idx, float *probs, const float *logits, const float *bias, int N,
+                          int E, int k, int score, int pre_softmax, float scale);
+    /* dlogits (N, E) += the gradient of the weights (dprobs (N, k)) through the same function,
+     * the choice held fixed. */
+    void (*moe_route_bwd)(const backend *be, float *dlogits, const float *dprobs, const float *logits,
+                          const int32_t *idx, int N, int E, int k, int score, int pre_softmax, float scale);
+    /* Switch Transformer's load-balancing loss as Megatron computes it, coeff E / (k T^2)
+     * sum_e (sum_n s[n][e]) counts[e] over these N rows (s: softmax of the logits, or sigmoid
+     * normalised over the experts; counts (E): the tokens routed to each expert among the T =
+     * `tokens` it counts), returned; dlogits (N, E) += dscale times its gradient, counts held
+     * fixed (dlogits NULL: the loss only). */
+    double (*moe_aux_loss)(const backend *be, float *dlogits, const float *logits, const int32_t *counts, int N, int E,
+                           int k, int score, double coeff, double tokens, float dscale);
+    /* ST-MoE's router z-loss, coeff / T sum_n logsumexp(l_n)^2 over these N rows (T = `tokens`),
+     * returned; dlogits += dscale times its gradient (NULL: the loss only). */
+    double (*moe_z_loss)(const backend *be, float *dlogits, const float *logits, int N, int E, double coeff,
+                         double tokens, float dscale);
+
     /* ---- elementwise ---- */
     /* out (n) written = a + b; out may equal a or b. */
     void (*add)(const backend *be, be_out out, be_in a, be_in b, size_t n);
@@ -344,6 +370,7 @@ typedef enum {
     BE_OP_CROSSENTROPY, /* ce_* */
     BE_OP_OPTIMIZER,    /* adamw, sumsq */
     BE_OP_MEMORY,       /* zero, copy, dtype conversion */
+    BE_OP_ROUTER,       /* moe_* (mixture-of-experts routing and its losses) */
     BE_OP_COUNT
 } be_op;
 
@@ -639,6 +666,43 @@ static inline void be_swiglu_bwd(const backend *be, float *dinp, const float *do
     be_event t0 = be_tic(be);
     be->ops->swiglu_bwd(be, be_f32_out(dinp), be_f32(dout), be_f32(inp), N, F);
     be_toc(be, BE_OP_GELU, t0, 0);
+}
+/* The routers' score functions (moe_route_fwd) and the most experts a router may choose among. */
+enum { BE_MOE_SOFTMAX, BE_MOE_SIGMOID };
+#define BE_MOE_MAX_EXPERTS 1024
+static inline void be_moe_route_fwd(const backend *be, int32_t *idx, float *probs, const float *logits,
+                                    const float *bias, int N, int E, int k, int score, int pre_softmax, float scale)
+{
+    TD_ASSERT(E >= 1 && E <= BE_MOE_MAX_EXPERTS && k >= 1 && k <= E);
+    be_event t0 = be_tic(be);
+    be->ops->moe_route_fwd(be, idx, probs, logits, bias, N, E, k, score, pre_softmax, scale);
+    be_toc(be, BE_OP_ROUTER, t0, 0);
+}
+static inline void be_moe_route_bwd(const backend *be, float *dlogits, const float *dprobs, const float *logits,
+                                    const int32_t *idx, int N, int E, int k, int score, int pre_softmax, float scale)
+{
+    TD_ASSERT(E >= 1 && E <= BE_MOE_MAX_EXPERTS && k >= 1 && k <= E);
+    be_event t0 = be_tic(be);
+    be->ops->moe_route_bwd(be, dlogits, dprobs, logits, idx, N, E, k, score, pre_softmax, scale);
+    be_toc(be, BE_OP_ROUTER, t0, 0);
+}
+static inline double be_moe_aux_loss(const backend *be, float *dlogits, const float *logits, const int32_t *counts,
+                                     int N, int E, int k, int score, double coeff, double tokens, float dscale)
+{
+    TD_ASSERT(E >= 1 && E <= BE_MOE_MAX_EXPERTS && k >= 1 && k <= E && tokens > 0);
+    be_event t0 = be_tic(be);
+    double loss = be->ops->moe_aux_loss(be, dlogits, logits, counts, N, E, k, score, coeff, tokens, dscale);
+    be_toc(be, BE_OP_ROUTER, t0, 0);
+    return loss;
+}
+static inline double be_moe_z_loss(const backend *be, float *dlogits, const float *logits, int N, int E, double coeff,
+                                   double tokens, float dscale)
+{
+    TD_ASSERT(E >= 1 && E <= BE_MOE_MAX_EXPERTS && tokens > 0);
+    be_event t0 = be_tic(be);
+    double loss = be->ops->moe_z_loss(be, dlogits, logits, N, E, coeff, tokens, dscale);
+    be_toc(be, BE_OP_ROUTER, t0, 0);
+    return loss;
 }
 static inline void be_add(const backend *be, float *out, const float *a, const float *b, size_t n)
 {

@@ -55,6 +55,10 @@
 #define cpu_matmul_bwd_lp CPU_PASTE(cpu_matmul_bwd_lp, CPU_ISA)
 #define cpu_attention_kv_fwd CPU_PASTE(cpu_attention_kv_fwd, CPU_ISA)
 #define cpu_kernels_fill CPU_PASTE(cpu_kernels_fill, CPU_ISA)
+#define cpu_moe_route_fwd CPU_PASTE(cpu_moe_route_fwd, CPU_ISA)
+#define cpu_moe_route_bwd CPU_PASTE(cpu_moe_route_bwd, CPU_ISA)
+#define cpu_moe_aux_loss CPU_PASTE(cpu_moe_aux_loss, CPU_ISA)
+#define cpu_moe_z_loss CPU_PASTE(cpu_moe_z_loss, CPU_ISA)
 #endif
 
 /* Floats per 64-byte cache line: threads that write columns own whole lines of them. */
@@ -192,6 +196,16 @@ void cpu_bias_gelu_bwd(const backend *be, float *dinp, float *db, const float *d
                        const float *b, int N, int C);
 
 void cpu_swiglu_fwd(const backend *be, float *out, const float *inp, int N, int F);
+/* moe_router.c: the backend.h entries of the same names */
+#define CPU_MOE_MAX_EXPERTS BE_MOE_MAX_EXPERTS
+void cpu_moe_route_fwd(const backend *be, int32_t *idx, float *probs, const float *logits, const float *bias, int N,
+                       int E, int k, int score, int pre_softmax, float scale);
+void cpu_moe_route_bwd(const backend *be, float *dlogits, const float *dprobs, const float *logits, const int32_t *idx,
+                       int N, int E, int k, int score, int pre_softmax, float scale);
+double cpu_moe_aux_loss(const backend *be, float *dlogits, const float *logits, const int32_t *counts, int N, int E,
+                        int k, int score, double coeff, double tokens, float dscale);
+double cpu_moe_z_loss(const backend *be, float *dlogits, const float *logits, int N, int E, double coeff, double tokens,
+                      float dscale);
 void cpu_swiglu_bwd(const backend *be, float *dinp, const float *dout, const float *inp, int N, int F);
 
 void cpu_add(const backend *be, float *out, const float *a, const float *b, size_t n);

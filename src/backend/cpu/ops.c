@@ -227,6 +227,10 @@ void cpu_kernels_fill(struct be_ops *o)
     o->bias_gelu_bwd = e_bias_gelu_bwd;
     o->swiglu_fwd = e_swiglu_fwd;
     o->swiglu_bwd = e_swiglu_bwd;
+    o->moe_route_fwd = cpu_moe_route_fwd;
+    o->moe_route_bwd = cpu_moe_route_bwd;
+    o->moe_aux_loss = cpu_moe_aux_loss;
+    o->moe_z_loss = cpu_moe_z_loss;
     o->add = e_add;
     o->scale = e_scale;
     o->bias_add = e_bias_add;
