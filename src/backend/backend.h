@@ -283,6 +283,16 @@ struct be_ops {
      * returned; dlogits += dscale times its gradient (NULL: the loss only). */
     double (*moe_z_loss)(const backend *be, float *dlogits, const float *logits, int N, int E, double coeff,
                          double tokens, float dscale);
+    /* The token dispatch inside a rank: xe[row[n k + j]] = x[n] (rows of h floats), and its
+     * backward dx[n] += sum_j dxe[row[n k + j]]; the combine out[n] written = sum_j probs[n k + j]
+     * ye[row[n k + j]], and its backward dye[row] written = probs dout[n], dprobs written =
+     * dout[n] . ye[row]. row: each (token, choice)'s row in the expert-sorted buffers. */
+    void (*moe_permute)(const backend *be, float *xe, const float *x, const int32_t *row, int N, int k, int h);
+    void (*moe_permute_bwd)(const backend *be, float *dx, const float *dxe, const int32_t *row, int N, int k, int h);
+    void (*moe_unpermute)(const backend *be, float *out, const float *ye, const int32_t *row, const float *probs,
+                          int N, int k, int h);
+    void (*moe_unpermute_bwd)(const backend *be, float *dye, float *dprobs, const float *dout, const float *ye,
+                              const int32_t *row, const float *probs, int N, int k, int h);
 
     /* ---- elementwise ---- */
     /* out (n) written = a + b; out may equal a or b. */
@@ -703,6 +713,34 @@ static inline double be_moe_z_loss(const backend *be, float *dlogits, const floa
     double loss = be->ops->moe_z_loss(be, dlogits, logits, N, E, coeff, tokens, dscale);
     be_toc(be, BE_OP_ROUTER, t0, 0);
     return loss;
+}
+static inline void be_moe_permute(const backend *be, float *xe, const float *x, const int32_t *row, int N, int k,
+                                  int h)
+{
+    be_event t0 = be_tic(be);
+    be->ops->moe_permute(be, xe, x, row, N, k, h);
+    be_toc(be, BE_OP_ROUTER, t0, 0);
+}
+static inline void be_moe_permute_bwd(const backend *be, float *dx, const float *dxe, const int32_t *row, int N,
+                                      int k, int h)
+{
+    be_event t0 = be_tic(be);
+    be->ops->moe_permute_bwd(be, dx, dxe, row, N, k, h);
+    be_toc(be, BE_OP_ROUTER, t0, 0);
+}
+static inline void be_moe_unpermute(const backend *be, float *out, const float *ye, const int32_t *row,
+                                    const float *probs, int N, int k, int h)
+{
+    be_event t0 = be_tic(be);
+    be->ops->moe_unpermute(be, out, ye, row, probs, N, k, h);
+    be_toc(be, BE_OP_ROUTER, t0, 0);
+}
+static inline void be_moe_unpermute_bwd(const backend *be, float *dye, float *dprobs, const float *dout,
+                                        const float *ye, const int32_t *row, const float *probs, int N, int k, int h)
+{
+    be_event t0 = be_tic(be);
+    be->ops->moe_unpermute_bwd(be, dye, dprobs, dout, ye, row, probs, N, k, h);
+    be_toc(be, BE_OP_ROUTER, t0, 0);
 }
 static inline void be_add(const backend *be, float *out, const float *a, const float *b, size_t n)
 {

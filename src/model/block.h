@@ -87,6 +87,7 @@ static inline int model_pos0(const gpt_model *m) { return m->sp ? m->ps->tp_rank
 extern const block_ops layernorm_ops, rmsnorm_ops;  /* norm.c */
 extern const block_ops attention_ops;               /* attention.c: multi-head or grouped-query, rotary or not */
 extern const block_ops mlp_gelu_ops, mlp_swiglu_ops; /* mlp.c */
+extern const block_ops moe_ops;                      /* moe.c: the mixture-of-experts MLP */
 
 /* Their parameter structs, TP-local shapes (read by the kind, and by tools that know it). */
 typedef struct norm_params {
@@ -107,6 +108,14 @@ typedef struct mlp_params {
     float *fc2_w;         /* (h, f/t) */
     float *fc2_b;         /* (h) or NULL */
 } mlp_params;
+
+typedef struct moe_params {
+    float *router_w;      /* (E, h) */
+    float *fc_w;          /* (E bF, h): expert e's rows [e bF, (e + 1) bF), bF = F (GeLU) or 2F (SwiGLU) */
+    float *fc_b;          /* (E bF) or NULL */
+    float *fc2_w;         /* (E h, F) */
+    float *fc2_b;         /* (E h) or NULL */
+} moe_params;
 
 /* ---- slots ---- */
 

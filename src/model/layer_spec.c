@@ -9,8 +9,9 @@
 static int layernorm(const gpt_config *c) { return c->norm == GPT_NORM_LAYERNORM; }
 static int rmsnorm(const gpt_config *c) { return c->norm == GPT_NORM_RMSNORM; }
 static int always(const gpt_config *c) { return (void)c, 1; }
-static int gelu(const gpt_config *c) { return !c->swiglu; }
-static int swiglu(const gpt_config *c) { return c->swiglu; }
+static int gelu(const gpt_config *c) { return !c->swiglu && !gpt_moe(c); }
+static int swiglu(const gpt_config *c) { return c->swiglu && !gpt_moe(c); }
+static int moe(const gpt_config *c) { return gpt_moe(c); }
 
 /* Slot -1: a norm anywhere (the layers' two, the final norm, a head's). */
 #define ANY_NORM (-1)
@@ -25,6 +26,7 @@ static const struct {
     {GPT_SLOT_ATTENTION, always, &attention_ops}, /* multi-head or grouped-query, rotary or not: the config's */
     {GPT_SLOT_MLP, gelu, &mlp_gelu_ops},
     {GPT_SLOT_MLP, swiglu, &mlp_swiglu_ops},
+    {GPT_SLOT_MLP, moe, &moe_ops}, /* its experts GeLU or SwiGLU, as the config's */
 };
 
 const block_ops *layer_spec_ops(const gpt_config *c, int slot)

@@ -493,6 +493,7 @@ const char *gpt_head_loss_name(const gpt_config *c) { return model_head_of(c)->l
 
 float *gpt_backward(gpt_model *m, gpt_acts *a, const float *doutput, float loss_scale)
 {
+    m->loss_scale = loss_scale;
     const backend *be = m->be;
     struct gpt_scratch *s = m->scratch;
     int B = a->B, BTl = B * m->seq_l, h = m->cfg.hidden;

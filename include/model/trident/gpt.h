@@ -89,6 +89,8 @@ typedef struct gpt_model {
     int tp, heads_l, groups_l, ffn_l, vocab_l, vstart; /* TP-local sizes */
     int q_l, kv_l;           /* TP-local widths of the queries (n/t heads) and of keys or values */
     int mbs;                 /* micro-batch size the arena was sized for */
+    float loss_scale;        /* the running backward's d(loss)/d(token loss) (gpt_backward's): the
+                              * MoE blocks' own losses scale their gradients with it */
     int sp;                  /* sequence parallel (ps->sequence_parallel): outside the tensor-
                               * parallel regions (norms, dropout, residuals, the stage input and
                               * output) a sample holds seq_l = seq / tp positions, this rank's */

@@ -44,6 +44,15 @@ typedef struct gpt_config {
     uint64_t seed;
     gpt_kind kind;       /* a causal decoder (0) or a bidirectional encoder */
     int binary_head;     /* an encoder's pooler and sentence-order head */
+    /* mixture of experts in the MLP slot (src/model/moe.c; 0 experts: the dense MLP) */
+    int num_experts;     /* E */
+    int moe_ffn;         /* each expert's hidden size; 0: ffn */
+    int moe_topk;        /* k experts a token */
+    int moe_score;       /* the router's score function: 0 softmax, 1 sigmoid (BE_MOE_*) */
+    int moe_pre_softmax; /* softmax over all experts before the top-k */
+    float moe_topk_scale;/* the weights' scaling factor; 0: none */
+    float moe_aux_coeff; /* Switch Transformer's load-balancing loss (0: none) */
+    float moe_z_coeff;   /* ST-MoE's router z-loss (0: none) */
 } gpt_config;
 
 /* The resolved values of the fields whose zero means a default. */
@@ -59,6 +68,8 @@ static inline int gpt_kv_width(const gpt_config *c) { return gpt_groups(c) * gpt
 /* Grouped-query attention keeps q and kv as two tensors; multi-head attention one fused qkv. */
 static inline int gpt_gqa(const gpt_config *c) { return gpt_groups(c) != c->heads; }
 static inline int gpt_has_bias(const gpt_config *c) { return !c->disable_bias; }
+static inline int gpt_moe(const gpt_config *c) { return c->num_experts > 0; }
+static inline int gpt_moe_ffn(const gpt_config *c) { return c->moe_ffn > 0 ? c->moe_ffn : c->ffn; }
 static inline int gpt_has_qkv_bias(const gpt_config *c) { return !c->disable_bias || c->add_qkv_bias; }
 /* An encoder's token types (segments A and B of a sentence pair). */
 #define GPT_ENCODER_TOKENTYPES 2

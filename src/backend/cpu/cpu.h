@@ -59,6 +59,10 @@
 #define cpu_moe_route_bwd CPU_PASTE(cpu_moe_route_bwd, CPU_ISA)
 #define cpu_moe_aux_loss CPU_PASTE(cpu_moe_aux_loss, CPU_ISA)
 #define cpu_moe_z_loss CPU_PASTE(cpu_moe_z_loss, CPU_ISA)
+#define cpu_moe_permute CPU_PASTE(cpu_moe_permute, CPU_ISA)
+#define cpu_moe_permute_bwd CPU_PASTE(cpu_moe_permute_bwd, CPU_ISA)
+#define cpu_moe_unpermute CPU_PASTE(cpu_moe_unpermute, CPU_ISA)
+#define cpu_moe_unpermute_bwd CPU_PASTE(cpu_moe_unpermute_bwd, CPU_ISA)
 #endif
 
 /* Floats per 64-byte cache line: threads that write columns own whole lines of them. */
@@ -206,6 +210,12 @@ double cpu_moe_aux_loss(const backend *be, float *dlogits, const float *logits, 
                         int k, int score, double coeff, double tokens, float dscale);
 double cpu_moe_z_loss(const backend *be, float *dlogits, const float *logits, int N, int E, double coeff, double tokens,
                       float dscale);
+void cpu_moe_permute(const backend *be, float *xe, const float *x, const int32_t *row, int N, int k, int h);
+void cpu_moe_permute_bwd(const backend *be, float *dx, const float *dxe, const int32_t *row, int N, int k, int h);
+void cpu_moe_unpermute(const backend *be, float *out, const float *ye, const int32_t *row, const float *probs, int N,
+                       int k, int h);
+void cpu_moe_unpermute_bwd(const backend *be, float *dye, float *dprobs, const float *dout, const float *ye,
+                           const int32_t *row, const float *probs, int N, int k, int h);
 void cpu_swiglu_bwd(const backend *be, float *dinp, const float *dout, const float *inp, int N, int F);
 
 void cpu_add(const backend *be, float *out, const float *a, const float *b, size_t n);

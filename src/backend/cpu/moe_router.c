@@ -2,6 +2,7 @@
  * switch_load_balancing_loss_func, z_loss_func), one token a row of the router's logits (N, E).
  * Rows in parallel; per row a handful of experts, so plain loops in float with double sums. */
 #include <math.h>
+#include <string.h>
 
 #include "cpu.h"
 
@@ -151,4 +152,58 @@ double cpu_moe_z_loss(const backend *be, float *dlogits, const float *logits, in
         for (int e = 0; e < E; e++) dl[e] += (float)(dscale * coeff * 2 * lse / tokens * exp((double)l[e] - lse));
     }
     return loss;
+}
+
+/* xe[row[n k + j]] = x[n] (h floats a row): every token's row once for each expert it goes to. */
+void cpu_moe_permute(const backend *be, float *xe, const float *x, const int32_t *row, int N, int k, int h)
+{
+#pragma omp parallel for schedule(static) num_threads(be->nthreads) if ((size_t)N * k * h > 65536)
+    for (int n = 0; n < N; n++)
+        for (int j = 0; j < k; j++) memcpy(xe + (size_t)row[n * k + j] * h, x + (size_t)n * h, (size_t)h * sizeof(float));
+}
+
+/* dx[n] += sum_j dxe[row[n k + j]]: the permutation's backward. */
+void cpu_moe_permute_bwd(const backend *be, float *dx, const float *dxe, const int32_t *row, int N, int k, int h)
+{
+#pragma omp parallel for schedule(static) num_threads(be->nthreads) if ((size_t)N * k * h > 65536)
+    for (int n = 0; n < N; n++)
+        for (int j = 0; j < k; j++) {
+            const float *s = dxe + (size_t)row[n * k + j] * h;
+            float *d = dx + (size_t)n * h;
+            for (int c = 0; c < h; c++) d[c] += s[c];
+        }
+}
+
+/* out[n] written = sum_j probs[n k + j] ye[row[n k + j]]: the experts' outputs weighted back. */
+void cpu_moe_unpermute(const backend *be, float *out, const float *ye, const int32_t *row, const float *probs, int N,
+                       int k, int h)
+{
+#pragma omp parallel for schedule(static) num_threads(be->nthreads) if ((size_t)N * k * h > 65536)
+    for (int n = 0; n < N; n++) {
+        float *o = out + (size_t)n * h;
+        memset(o, 0, (size_t)h * sizeof(float));
+        for (int j = 0; j < k; j++) {
+            const float *y = ye + (size_t)row[n * k + j] * h, p = probs[n * k + j];
+            for (int c = 0; c < h; c++) o[c] += p * y[c];
+        }
+    }
+}
+
+/* Its backward: dye[row[n k + j]] written = probs[n k + j] dout[n]; dprobs[n k + j] written =
+ * dout[n] . ye[row[n k + j]]. */
+void cpu_moe_unpermute_bwd(const backend *be, float *dye, float *dprobs, const float *dout, const float *ye,
+                           const int32_t *row, const float *probs, int N, int k, int h)
+{
+#pragma omp parallel for schedule(static) num_threads(be->nthreads) if ((size_t)N * k * h > 65536)
+    for (int n = 0; n < N; n++) {
+        const float *d = dout + (size_t)n * h;
+        for (int j = 0; j < k; j++) {
+            size_t r = (size_t)row[n * k + j] * h;
+            const float *y = ye + r;
+            float *dy = dye + r, p = probs[n * k + j];
+            double dot = 0;
+            for (int c = 0; c < h; c++) dot += (double)d[c] * y[c], dy[c] = p * d[c];
+            dprobs[n * k + j] = (float)dot;
+        }
+    }
 }

@@ -231,6 +231,10 @@ void cpu_kernels_fill(struct be_ops *o)
     o->moe_route_bwd = cpu_moe_route_bwd;
     o->moe_aux_loss = cpu_moe_aux_loss;
     o->moe_z_loss = cpu_moe_z_loss;
+    o->moe_permute = cpu_moe_permute;
+    o->moe_permute_bwd = cpu_moe_permute_bwd;
+    o->moe_unpermute = cpu_moe_unpermute;
+    o->moe_unpermute_bwd = cpu_moe_unpermute_bwd;
     o->add = e_add;
     o->scale = e_scale;
     o->bias_add = e_bias_add;

@@ -1,0 +1,186 @@
+/* The mixture-of-experts MLP block (after Megatron-Core's MoELayer with its TopKRouter and a
+ * local token dispatcher): a router (h -> E logits, fp32, no bias) chooses each token's top-k
+ * experts and their weights (be_moe_route_fwd); the tokens are copied into expert order
+ * (be_moe_permute), each expert — an MLP like the dense one, GeLU or SwiGLU, of hidden size
+ * --moe-ffn-hidden-size — runs on its rows, and the outputs are summed back weighted
+ * (be_moe_unpermute). Dropless: every expert takes every token routed to it. The load-balancing
+ * loss and the z-loss add their gradients to the router's logits in the backward, scaled as the
+ * language-model loss is (a micro-batch's losses count as its share of the global batch).
+ * The experts' weights are stacked: fc (E bF, h), expert e's rows [e bF, (e + 1) bF) (SwiGLU:
+ * its [gate | up]); fc2 (E h, F). Today: one rank of tensor parallelism, fp32 GEMMs. */
+#include "block.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "trident/check.h"
+
+typedef struct {
+    float *logits;    /* (T, E) */
+    int32_t *idx;     /* (T, k): the chosen experts */
+    float *probs;     /* (T, k): their weights */
+    int32_t *row;     /* (T, k): each choice's row in the expert-sorted buffers */
+    int32_t *count;   /* (E): rows of each expert */
+    float *xe;        /* (T k, h): the input rows in expert order */
+    float *he;        /* (T k, bF): fc's output */
+    float *ae;        /* (T k, F): the activation's */
+    float *ye;        /* (T k, h): the experts' outputs */
+    double aux, z;    /* this micro-batch's load-balancing and z losses (unscaled by their use) */
+} moe_acts;
+
+typedef struct {
+    float *dlogits;   /* (T, E) */
+    float *dprobs;    /* (T, k) */
+    float *dye;       /* (T k, h) */
+    float *dae;       /* (T k, F) */
+    float *dhe;       /* (T k, bF) */
+    float *dxe;       /* (T k, h) */
+} moe_scratch;
+
+static int fc_blocks(const gpt_config *c) { return c->swiglu ? 2 : 1; }
+
+static void tensors(table_builder *tb, int layer, int stream0, const char *prefix, void *pv, void *gv)
+{
+    moe_params *p = pv, *g = gv;
+    const gpt_config *c = tb->cfg;
+    int64_t h = c->hidden, E = c->num_experts, F = gpt_moe_ffn(c), bF = fc_blocks(c) * F;
+    int bias = gpt_has_bias(c);
+    char n[80];
+#define T(field, init, kind, d0, d1, label)                                                                        \
+    do {                                                                                                           \
+        snprintf(n, sizeof n, "%s.%s", prefix, label);                                                             \
+        model_add_tensor(tb, &p->field, &g->field, init, model_stream(layer, stream0 + (kind)), n, d0, d1, -1, 1,  \
+                         (d1) == 0);                                                                               \
+    } while (0)
+    /* reverse of the order the backward finishes them */
+    if (bias) T(fc2_b, INIT_ZEROS, 0, E * h, 0, "experts.fc2.bias");
+    T(fc2_w, INIT_NORMAL_OUT, 1, E * h, F, "experts.fc2.weight");
+    if (bias) T(fc_b, INIT_ZEROS, 2, E * bF, 0, "experts.fc.bias");
+    T(fc_w, INIT_NORMAL, 3, E * bF, h, "experts.fc.weight");
+    T(router_w, INIT_NORMAL, 4, E, h, "router.weight");
+#undef T
+}
+
+static void acts(carver *cv, const gpt_model *m, void *av)
+{
+    moe_acts *a = av;
+    const gpt_config *c = &m->cfg;
+    int64_t T = (int64_t)m->mbs * c->seq, E = c->num_experts, k = c->moe_topk, F = gpt_moe_ffn(c);
+    CARVE(cv, a->logits, float, T * E);
+    CARVE(cv, a->idx, int32_t, T * k);
+    CARVE(cv, a->probs, float, T * k);
+    CARVE(cv, a->row, int32_t, T * k);
+    CARVE(cv, a->count, int32_t, E);
+    CARVE(cv, a->xe, float, T * k * c->hidden);
+    CARVE(cv, a->he, float, T * k * fc_blocks(c) * F);
+    CARVE(cv, a->ae, float, T * k * F);
+    CARVE(cv, a->ye, float, T * k * c->hidden);
+}
+
+static void scratch(carver *cv, const gpt_model *m, void *sv)
+{
+    moe_scratch *s = sv;
+    const gpt_config *c = &m->cfg;
+    int64_t T = (int64_t)m->mbs * c->seq, E = c->num_experts, k = c->moe_topk, F = gpt_moe_ffn(c);
+    CARVE(cv, s->dlogits, float, T * E);
+    CARVE(cv, s->dprobs, float, T * k);
+    CARVE(cv, s->dye, float, T * k * c->hidden);
+    CARVE(cv, s->dae, float, T * k * F);
+    CARVE(cv, s->dhe, float, T * k * fc_blocks(c) * F);
+    CARVE(cv, s->dxe, float, T * k * c->hidden);
+}
+
+/* The rows of each expert and each choice's row in expert order: expert by expert, tokens in
+ * order within one (Megatron's permute). On the host: the CPU backend's memory is the host's. */
+static void dispatch_map(moe_acts *a, int T, int E, int k)
+{
+    int32_t *off = td_xcalloc((size_t)E + 1, sizeof *off);
+    memset(a->count, 0, (size_t)E * sizeof *a->count);
+    for (int i = 0; i < T * k; i++) a->count[a->idx[i]]++;
+    for (int e = 0; e < E; e++) off[e + 1] = off[e] + a->count[e];
+    for (int e = 0; e < E; e++)
+        for (int i = 0; i < T * k; i++)
+            if (a->idx[i] == e) a->row[i] = off[e]++;
+    free(off);
+}
+
+static void fwd(const block_io *io, void *av, const void *pv, float *out, be_in x)
+{
+    const gpt_model *m = io->m;
+    const gpt_config *c = &m->cfg;
+    const moe_params *p = pv;
+    moe_acts *a = av;
+    int T = io->B * c->seq, h = c->hidden, E = c->num_experts, k = c->moe_topk, F = gpt_moe_ffn(c);
+    int bF = fc_blocks(c) * F;
+    TD_ASSERT(x.dt == BE_F32 && m->tp == 1);
+    const float *xf = x.p;
+    be_matmul_fwd(m->be, a->logits, xf, p->router_w, NULL, T, h, E);
+    be_moe_route_fwd(m->be, a->idx, a->probs, a->logits, NULL, T, E, k, c->moe_score, c->moe_pre_softmax,
+                     c->moe_topk_scale);
+    dispatch_map(a, T, E, k);
+    be_moe_permute(m->be, a->xe, xf, a->row, T, k, h);
+    for (int e = 0, r0 = 0; e < E; r0 += a->count[e++]) {
+        int n = a->count[e];
+        if (n == 0) continue;
+        float *he = a->he + (size_t)r0 * bF, *ae = a->ae + (size_t)r0 * F, *ye = a->ye + (size_t)r0 * h;
+        be_matmul_fwd(m->be, he, a->xe + (size_t)r0 * h, p->fc_w + (size_t)e * bF * h,
+                      p->fc_b ? p->fc_b + (size_t)e * bF : NULL, n, h, bF);
+        if (c->swiglu) be_swiglu_fwd(m->be, ae, he, n, F);
+        else be_gelu_fwd(m->be, ae, he, (size_t)n * F);
+        be_matmul_fwd(m->be, ye, ae, p->fc2_w + (size_t)e * h * F, p->fc2_b ? p->fc2_b + (size_t)e * h : NULL, n, F,
+                      h);
+    }
+    be_moe_unpermute(m->be, out, a->ye, a->row, a->probs, T, k, h);
+    /* the losses over this micro-batch's tokens (their gradients come in the backward) */
+    a->aux = c->moe_aux_coeff > 0 ? be_moe_aux_loss(m->be, NULL, a->logits, a->count, T, E, k, c->moe_score,
+                                                    c->moe_aux_coeff, T, 0)
+                                  : 0;
+    a->z = c->moe_z_coeff > 0 ? be_moe_z_loss(m->be, NULL, a->logits, T, E, c->moe_z_coeff, T, 0) : 0;
+}
+
+static void bwd(const block_io *io, float *dx, void *gv, const float *dbranch, const void *av, const void *pv, be_in x)
+{
+    const gpt_model *m = io->m;
+    const gpt_config *c = &m->cfg;
+    const moe_params *p = pv;
+    moe_params *g = gv;
+    const moe_acts *a = av;
+    moe_scratch *s = io->scratch;
+    int T = io->B * c->seq, h = c->hidden, E = c->num_experts, k = c->moe_topk, F = gpt_moe_ffn(c);
+    int bF = fc_blocks(c) * F;
+    const float *xf = x.p;
+    be_moe_unpermute_bwd(m->be, s->dye, s->dprobs, dbranch, a->ye, a->row, a->probs, T, k, h);
+    be_zero(m->be, s->dxe, (size_t)T * k * h);
+    for (int e = 0, r0 = 0; e < E; r0 += a->count[e++]) {
+        int n = a->count[e];
+        if (n == 0) continue;
+        size_t rh = (size_t)r0 * h, rf = (size_t)r0 * F, rb = (size_t)r0 * bF;
+        be_zero(m->be, s->dae + rf, (size_t)n * F);
+        be_matmul_bwd(m->be, s->dae + rf, g->fc2_w + (size_t)e * h * F, g->fc2_b ? g->fc2_b + (size_t)e * h : NULL,
+                      s->dye + rh, a->ae + rf, p->fc2_w + (size_t)e * h * F, n, F, h);
+        be_zero(m->be, s->dhe + rb, (size_t)n * bF);
+        if (c->swiglu) be_swiglu_bwd(m->be, s->dhe + rb, s->dae + rf, a->he + rb, n, F);
+        else be_gelu_bwd(m->be, s->dhe + rb, s->dae + rf, a->he + rb, (size_t)n * F);
+        be_matmul_bwd(m->be, s->dxe + rh, g->fc_w + (size_t)e * bF * h, g->fc_b ? g->fc_b + (size_t)e * bF : NULL,
+                      s->dhe + rb, a->xe + rh, p->fc_w + (size_t)e * bF * h, n, h, bF);
+    }
+    /* the input's gradient is overwritten (a branch kind), then the router's adds to it */
+    be_zero(m->be, dx, (size_t)T * h);
+    be_moe_permute_bwd(m->be, dx, s->dxe, a->row, T, k, h);
+    be_zero(m->be, s->dlogits, (size_t)T * E);
+    be_moe_route_bwd(m->be, s->dlogits, s->dprobs, a->logits, a->idx, T, E, k, c->moe_score, c->moe_pre_softmax,
+                     c->moe_topk_scale);
+    /* each loss is this micro-batch's, counted as the language-model loss's tokens are: the
+     * gradient of loss_scale per token, T tokens */
+    float dscale = m->loss_scale * (float)T;
+    if (c->moe_aux_coeff > 0)
+        be_moe_aux_loss(m->be, s->dlogits, a->logits, a->count, T, E, k, c->moe_score, c->moe_aux_coeff, T, dscale);
+    if (c->moe_z_coeff > 0) be_moe_z_loss(m->be, s->dlogits, a->logits, T, E, c->moe_z_coeff, T, dscale);
+    be_matmul_bwd(m->be, dx, g->router_w, NULL, s->dlogits, xf, p->router_w, T, h, E);
+}
+
+const block_ops moe_ops = {
+    .name = "MoE MLP", .params_size = sizeof(moe_params), .acts_size = sizeof(moe_acts),
+    .scratch_size = sizeof(moe_scratch), .tensors = tensors, .acts = acts, .scratch = scratch, .fwd = fwd, .bwd = bwd,
+};

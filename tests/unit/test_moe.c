@@ -1,0 +1,255 @@
+/* src/model/moe.c, the mixture-of-experts MLP block, against an independent double-precision
+ * MoE written here (Megatron-Core's MoELayer: the router's logits, its own top-k and weights by
+ * each score function, every expert an MLP on its tokens, the weighted sum, the load-balancing
+ * loss and the z-loss): the output, and by central finite differences of the reference the
+ * gradients of the input and of every tensor of the block (router and experts), with the two
+ * losses in the objective at the scale the block gives them (loss_scale x tokens). Two
+ * architectures: GPT-2's experts (GeLU, biases) and Llama's (SwiGLU, none); softmax after the
+ * top-k, before it (with a scaling factor) and sigmoid. Routing is piecewise smooth: the inputs
+ * are drawn so that no token's choice is near a tie (checked), and the choice of the block is
+ * the block's output, against the reference's own choice, tells a different one at once. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "backend/backend.h"
+#include "model/model_impl.h"
+#include "trident/check.h"
+#include "trident/comm.h"
+#include "trident/philox.h"
+
+enum { B = 2, T = 8, BT = B * T };
+
+static comm *g_world;
+static backend *g_be;
+
+typedef struct {
+    gpt_config c;
+    const char *name;
+} arch;
+
+static arch make(int llama, int score, int pre, float scale)
+{
+    arch a = {{0}, NULL};
+    gpt_config *c = &a.c;
+    c->num_layers = 1, c->hidden = 12, c->heads = 2, c->ffn = 20, c->seq = T, c->max_pos = T;
+    c->vocab = 40, c->padded_vocab = 48, c->init_std = 0.4f, c->seed = 91;
+    c->num_experts = 5, c->moe_ffn = 10, c->moe_topk = 2;
+    c->moe_score = score, c->moe_pre_softmax = pre, c->moe_topk_scale = scale;
+    c->moe_aux_coeff = 0.3f, c->moe_z_coeff = 0.05f;
+    if (llama) c->swiglu = 1, c->disable_bias = 1, c->norm = GPT_NORM_RMSNORM, c->pos = GPT_POS_ROPE;
+    return a;
+}
+
+/* ---- the reference ---- */
+typedef struct {
+    const gpt_model *m;
+    const moe_params *p;
+    const float *bump; /* a parameter moved by `by` */
+    double by;
+    double dscale;     /* the losses' weight in the objective: loss_scale x tokens */
+    int32_t *idx;      /* (BT, k) the reference's choice, written */
+    double margin;     /* the smallest gap between a chosen and an unchosen score, written */
+} ref;
+
+static double P(const ref *r, const float *p, size_t i) { return (double)p[i] + (p + i == r->bump ? r->by : 0.0); }
+static double gelu(double x) { return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x))); }
+static double sigm(double x) { return 1.0 / (1.0 + exp(-x)); }
+
+/* out (BT, h) and the objective's extra term (the two losses times dscale), from x (BT, h) */
+static double ref_moe(ref *r, double *out, const double *x)
+{
+    const gpt_config *c = &r->m->cfg;
+    const moe_params *p = r->p;
+    int h = c->hidden, E = c->num_experts, k = c->moe_topk, F = c->moe_ffn, bF = c->swiglu ? 2 * F : F;
+    double lg[BT][8], sc[BT][8], counts[8] = {0}, zsum = 0;
+    r->margin = 1e30;
+    for (int t = 0; t < BT; t++) {
+        for (int e = 0; e < E; e++) {
+            double s = 0;
+            for (int i = 0; i < h; i++) s += x[t * h + i] * P(r, p->router_w, (size_t)e * h + i);
+            lg[t][e] = s;
+        }
+        double mx = lg[t][0], sum = 0;
+        for (int e = 1; e < E; e++) mx = fmax(mx, lg[t][e]);
+        for (int e = 0; e < E; e++) sum += exp(lg[t][e] - mx);
+        double lse = mx + log(sum);
+        zsum += lse * lse;
+        /* the scores the choice ranks */
+        double rank[8], chosen[8] = {0};
+        for (int e = 0; e < E; e++)
+            rank[e] = c->moe_score == BE_MOE_SIGMOID ? sigm(lg[t][e]) : c->moe_pre_softmax ? exp(lg[t][e] - lse) : lg[t][e];
+        for (int j = 0; j < k; j++) {
+            int best = -1;
+            for (int e = 0; e < E; e++)
+                if (!chosen[e] && (best < 0 || rank[e] > rank[best])) best = e;
+            chosen[best] = 1;
+            r->idx[t * k + j] = best;
+        }
+        for (int e = 0; e < E; e++)
+            for (int f = 0; f < E; f++)
+                if (chosen[e] && !chosen[f]) r->margin = fmin(r->margin, rank[e] - rank[f]);
+        /* the weights */
+        double w[8], ws = 0;
+        for (int j = 0; j < k; j++) {
+            int e = r->idx[t * k + j];
+            w[j] = c->moe_score == BE_MOE_SIGMOID ? sigm(lg[t][e]) : exp(lg[t][e] - lse);
+            ws += w[j];
+        }
+        for (int j = 0; j < k; j++) {
+            if (c->moe_score == BE_MOE_SOFTMAX && !c->moe_pre_softmax) w[j] /= ws; /* softmax over the k */
+            if (c->moe_score == BE_MOE_SIGMOID && k > 1) w[j] /= ws + 1e-20;
+            if (c->moe_topk_scale != 0) w[j] *= c->moe_topk_scale;
+        }
+        /* the aux loss's scores */
+        double ssum = 0;
+        for (int e = 0; e < E; e++) ssum += (sc[t][e] = c->moe_score == BE_MOE_SIGMOID ? sigm(lg[t][e]) : exp(lg[t][e] - lse));
+        if (c->moe_score == BE_MOE_SIGMOID)
+            for (int e = 0; e < E; e++) sc[t][e] /= ssum + 1e-20;
+        for (int j = 0; j < k; j++) counts[r->idx[t * k + j]] += 1;
+        /* the experts */
+        for (int i = 0; i < h; i++) out[t * h + i] = 0;
+        for (int j = 0; j < k; j++) {
+            int e = r->idx[t * k + j];
+            double u[64], a[64];
+            for (int o = 0; o < bF; o++) {
+                double s = p->fc_b ? P(r, p->fc_b, (size_t)e * bF + o) : 0;
+                for (int i = 0; i < h; i++) s += x[t * h + i] * P(r, p->fc_w, ((size_t)e * bF + o) * h + i);
+                u[o] = s;
+            }
+            for (int f = 0; f < F; f++) a[f] = c->swiglu ? u[f] * sigm(u[f]) * u[F + f] : gelu(u[f]);
+            for (int o = 0; o < h; o++) {
+                double s = p->fc2_b ? P(r, p->fc2_b, (size_t)e * h + o) : 0;
+                for (int f = 0; f < F; f++) s += a[f] * P(r, p->fc2_w, ((size_t)e * h + o) * F + f);
+                out[t * h + o] += w[j] * s;
+            }
+        }
+    }
+    double aux = 0;
+    for (int t = 0; t < BT; t++)
+        for (int e = 0; e < E; e++) aux += sc[t][e] * counts[e];
+    aux *= c->moe_aux_coeff * E / ((double)k * BT * BT);
+    double z = c->moe_z_coeff * zsum / BT;
+    return r->dscale * (aux + z);
+}
+
+static double objective(ref *r, const double *x, const float *R, double *tmp)
+{
+    double L = ref_moe(r, tmp, x);
+    for (int i = 0; i < BT * r->m->cfg.hidden; i++) L += tmp[i] * R[i];
+    return L;
+}
+
+static void check(arch A, const char *name)
+{
+    const gpt_config *c = &A.c;
+    int h = c->hidden, n = BT * h;
+    ps_state ps;
+    memset(&ps, 0, sizeof ps);
+    ps.world_size = ps.tp = ps.pp = ps.dp = 1;
+    ps.world = ps.tp_group = ps.dp_group = ps.pp_group = ps.mp_group = g_world;
+    gpt_model *m = gpt_create(c, &ps, g_be, 0, 1, B, 1);
+    gpt_acts *acts = gpt_acts_acquire(m);
+    acts->B = B;
+    acts->training = 0;
+    const block_slot *s = &m->layers[0].slot[GPT_SLOT_MLP];
+    assert_ptr_equal(s->ops, &moe_ops);
+    void *av = acts->layers[0].slot[GPT_SLOT_MLP];
+    block_io io = {m, B, NULL, NULL, m->scratch->slot[GPT_SLOT_MLP]};
+
+    float *x = malloc((size_t)n * sizeof(float)), *R = malloc((size_t)n * sizeof(float));
+    float *out = malloc((size_t)n * sizeof(float)), *dx = malloc((size_t)n * sizeof(float));
+    double *xd = malloc((size_t)n * sizeof(double)), *od = malloc((size_t)n * sizeof(double));
+    td_philox_fill_normal(x, (uint64_t)n, 6, 1, 0, 0.0f, 1.0f);
+    td_philox_fill_normal(R, (uint64_t)n, 6, 2, 0, 0.0f, 1.0f);
+    for (int i = 0; i < n; i++) xd[i] = x[i];
+    int32_t ridx[BT * 8];
+    ref r = {m, s->p, NULL, 0, 0, ridx, 0};
+
+    m->loss_scale = 0.9f / BT; /* the block's losses then weigh loss_scale x tokens = 0.9 */
+    r.dscale = (double)m->loss_scale * BT;
+    be_zero(g_be, m->grads, m->numel);
+    s->ops->fwd(&io, av, s->p, out, be_f32(x));
+    s->ops->bwd(&io, dx, s->g, R, av, s->p, be_f32(x));
+    double extra = ref_moe(&r, od, xd);
+    printf("%s: the nearest tie is %.3g away (a finite difference moves a score by ~1e-5)\n", name, r.margin);
+    assert_true(r.margin > 1e-3);
+    /* the output (a choice other than the reference's would be off by a whole expert's share) */
+    double scale = 0, err = 0;
+    for (int i = 0; i < n; i++) scale = fmax(scale, fabs(od[i]));
+    for (int i = 0; i < n; i++) err = fmax(err, fabs(out[i] - od[i]) / scale);
+    printf("%s: forward %.2e relative to the largest output %.3g; losses x dscale %.4g\n", name, err, scale, extra);
+    assert_true(err < 1e-5);
+
+    /* the input's gradient */
+    double eps = 1e-5, gscale = 0, gerr = 0, *tmp = malloc((size_t)n * sizeof(double));
+    double *fd = malloc((size_t)n * sizeof(double));
+    for (int i = 0; i < n; i++) {
+        double x0 = xd[i];
+        xd[i] = x0 + eps;
+        double lp = objective(&r, xd, R, tmp);
+        xd[i] = x0 - eps;
+        double lm = objective(&r, xd, R, tmp);
+        xd[i] = x0;
+        fd[i] = (lp - lm) / (2 * eps);
+        gscale = fmax(gscale, fabs(fd[i]));
+    }
+    for (int i = 0; i < n; i++) gerr = fmax(gerr, fabs(dx[i] - fd[i]) / gscale);
+    printf("%s: input gradient %.2e (largest %.3g)\n", name, gerr, gscale);
+    assert_true(gerr < 1e-4);
+
+    /* every tensor of the block: 16 elements each */
+    float *wg = malloc(m->numel * sizeof(float));
+    be_memcpy(g_be, wg, m->grads, m->numel * sizeof(float), BE_D2H);
+    int checked = 0;
+    double perr = 0;
+    for (int ti = 0; ti < m->ntensors; ti++) {
+        const gpt_tensor_info *t = &m->table[ti];
+        if (strncmp(t->name, "layers.0.mlp.", 13) != 0) continue;
+        for (int e = 0; e < 16; e++) {
+            size_t i = (size_t)(((uint64_t)e * 2654435761u + (uint64_t)ti * 40503u) % t->numel);
+            float *pp = m->params + t->offset + i;
+            ref rp = r, rm = r;
+            rp.bump = pp, rp.by = eps, rm.bump = pp, rm.by = -eps;
+            double g = (objective(&rp, xd, R, tmp) - objective(&rm, xd, R, tmp)) / (2 * eps);
+            perr = fmax(perr, fabs(wg[t->offset + i] - g) / fmax(gscale, 1e-3));
+            checked++;
+        }
+    }
+    printf("%s: %d parameter gradients %.2e\n", name, checked, perr);
+    assert_true(checked >= 16 * (c->disable_bias ? 3 : 5));
+    assert_true(perr < 1e-4);
+    free(wg), free(fd), free(tmp), free(x), free(R), free(out), free(dx), free(xd), free(od);
+    gpt_acts_release(m, acts);
+    gpt_free(m);
+}
+
+static void gpt2_softmax(void **st) { (void)st; check(make(0, BE_MOE_SOFTMAX, 0, 0), "GeLU experts, softmax after top-k"); }
+static void gpt2_pre_softmax(void **st)
+{
+    (void)st;
+    check(make(0, BE_MOE_SOFTMAX, 1, 2.0f), "GeLU experts, softmax before top-k, scaled 2");
+}
+static void llama_softmax(void **st) { (void)st; check(make(1, BE_MOE_SOFTMAX, 0, 0), "SwiGLU experts, softmax after top-k"); }
+static void llama_sigmoid(void **st) { (void)st; check(make(1, BE_MOE_SIGMOID, 0, 0), "SwiGLU experts, sigmoid"); }
+
+int main(int argc, char **argv)
+{
+    g_world = comm_world_init(&argc, &argv);
+    g_be = be_create("cpu", 2);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(gpt2_softmax), cmocka_unit_test(gpt2_pre_softmax), cmocka_unit_test(llama_softmax),
+        cmocka_unit_test(llama_sigmoid),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    be_free(g_be);
+    comm_world_finalize(g_world);
+    return rc;
+}
