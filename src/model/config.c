@@ -45,6 +45,16 @@ void gpt_config_from_args(gpt_config *c, const td_args *a)
     c->seed = (uint64_t)a->seed;
     c->kind = td_args_choice_index(a, "--model") == GPT_KIND_ENCODER ? GPT_KIND_ENCODER : GPT_KIND_DECODER;
     if (c->kind == GPT_KIND_ENCODER) gpt_encoder_from_args(c, a);
+    c->num_experts = a->num_experts;
+    if (c->num_experts > 0) {
+        c->moe_ffn = td_args_given(a, "--moe-ffn-hidden-size") ? a->moe_ffn_hidden_size : 0;
+        c->moe_topk = a->moe_router_topk;
+        c->moe_score = strcmp(a->moe_router_score_function, "sigmoid") == 0;
+        c->moe_pre_softmax = a->moe_router_pre_softmax;
+        c->moe_topk_scale = (float)a->moe_router_topk_scaling_factor;
+        c->moe_aux_coeff = strcmp(a->moe_router_load_balancing_type, "aux_loss") == 0 ? (float)a->moe_aux_loss_coeff : 0;
+        c->moe_z_coeff = (float)a->moe_z_loss_coeff;
+    }
 }
 
 #define FAIL(...)                                                                        \
@@ -88,6 +98,24 @@ int gpt_config_validate(const td_args *a, int tp, char *msg, size_t msglen)
     if (ffn % tp) FAIL("--ffn-hidden-size %d is not divisible by --tensor-model-parallel-size %d", ffn, tp);
     if (a->add_qkv_bias && !a->disable_bias_linear)
         FAIL("--add-qkv-bias needs --disable-bias-linear (without it every linear layer has a bias)");
+    if (a->num_experts == 0) {
+        static const char *const moe_flags[] = {"--moe-ffn-hidden-size", "--moe-router-topk", "--moe-router-score-function",
+                                                "--moe-router-pre-softmax", "--moe-router-topk-scaling-factor",
+                                                "--moe-aux-loss-coeff", "--moe-z-loss-coeff"};
+        for (size_t i = 0; i < sizeof moe_flags / sizeof *moe_flags; i++)
+            if (td_args_given(a, moe_flags[i])) FAIL("%s needs --num-experts (a mixture of experts)", moe_flags[i]);
+    } else {
+        if (a->moe_router_topk > a->num_experts)
+            FAIL("--moe-router-topk %d is more than --num-experts %d", a->moe_router_topk, a->num_experts);
+        if (a->moe_router_pre_softmax && strcmp(a->moe_router_score_function, "softmax") != 0)
+            FAIL("--moe-router-pre-softmax applies to --moe-router-score-function softmax only");
+        if (a->model && strcmp(a->model, "gpt") != 0) FAIL("--num-experts: the mixture of experts is built for --model gpt");
+        /* what is not built yet says so (docs/moe.md) */
+        if (tp > 1)
+            FAIL("--num-experts with --tensor-model-parallel-size %d: the experts run on one tensor-parallel rank "
+                 "today; use data or pipeline parallelism", tp);
+        if (a->bf16 || a->fp16) FAIL("--num-experts with --%s: the experts' GEMMs run in fp32 today", a->bf16 ? "bf16" : "fp16");
+    }
     return 0;
 }
 
@@ -103,9 +131,16 @@ void gpt_config_describe(const gpt_config *c, char *out, size_t len)
     char kind[96] = "";
     if (c->kind == GPT_KIND_ENCODER)
         snprintf(kind, sizeof kind, "%s%s: ", GPT_ENCODER_NAME, c->binary_head ? " with the sentence-order head" : "");
-    snprintf(out, len, "%s%d layer%s, hidden %d, %s of %d, %s %d, %s (eps %g), %s, %s%s, %s", kind, c->num_layers,
+    char mlp[160];
+    if (gpt_moe(c))
+        snprintf(mlp, sizeof mlp, "mixture of %d %s experts of %d, top-%d by %s%s%s", c->num_experts,
+                 c->swiglu ? "SwiGLU" : "GeLU", gpt_moe_ffn(c), c->moe_topk, c->moe_score ? "sigmoid" : "softmax",
+                 c->moe_score || !c->moe_pre_softmax ? "" : " (before the top-k)",
+                 c->moe_aux_coeff > 0 || c->moe_z_coeff > 0 ? ", router losses" : "");
+    else snprintf(mlp, sizeof mlp, "%s %d", c->swiglu ? "SwiGLU" : "GeLU", c->ffn);
+    snprintf(out, len, "%s%d layer%s, hidden %d, %s of %d, %s, %s (eps %g), %s, %s%s, %s", kind, c->num_layers,
              td_plural(c->num_layers), c->hidden,
-             attn, d, c->swiglu ? "SwiGLU" : "GeLU", c->ffn, c->norm == GPT_NORM_RMSNORM ? "RMSNorm" : "LayerNorm",
+             attn, d, mlp, c->norm == GPT_NORM_RMSNORM ? "RMSNorm" : "LayerNorm",
              (double)gpt_norm_eps(c), pos, gpt_has_bias(c) ? "biases" : "no biases",
              !gpt_has_bias(c) && c->add_qkv_bias ? " but QKV's" : "", c->untied ? "untied output layer" : "tied embeddings");
 }
@@ -141,7 +176,9 @@ double gpt_flops_per_iteration(const gpt_config *c, int64_t batch, int full_reco
      * recomputation runs the layers' forward again (16), not the logits. */
     double s = c->seq, l = c->num_layers, h = c->hidden, V = c->padded_vocab;
     double qratio = (double)gpt_q_width(c) / h, groups = (double)gpt_groups(c) / c->heads;
-    double layers = (1.0 + groups + s / h) * qratio + (double)c->ffn / h * (c->swiglu ? 1.5 : 1.0);
+    /* a mixture of experts: the k experts a token goes through (Megatron counts no router) */
+    double ffn = gpt_moe(c) ? (double)c->moe_topk * gpt_moe_ffn(c) : c->ffn;
+    double layers = (1.0 + groups + s / h) * qratio + ffn / h * (c->swiglu ? 1.5 : 1.0);
     double logits = V / (2.0 * l * h);
     return (double)batch * s * l * h * h * ((full_recompute ? 16.0 : 12.0) * layers + 12.0 * logits);
 }

@@ -57,6 +57,9 @@ typedef struct td_args {
     char *cluster;
     int num_gpus, vocab_size, plan_top, plan_explain, plan_json, plan_calibrate;
     double plan_calibrate_s;
+    int num_experts, moe_ffn_hidden_size, moe_router_topk, moe_router_pre_softmax;
+    char *moe_router_score_function, *moe_router_load_balancing_type;
+    double moe_router_topk_scaling_factor, moe_aux_loss_coeff, moe_z_loss_coeff;
     /* model */
     char *model;               /* gpt | bert */
     int bert_binary_head, bert_no_binary_head;
