@@ -38,7 +38,7 @@ const gpt_config_key GPT_CONFIG_KEYS[] = {
     INT(GPT_BINARY_HEAD_KEY, GPT_BINARY_HEAD_FLAG, GPT_KEY_ARCH, binary_head, 0, 1),
     INT("num_experts", "--num-experts", GPT_KEY_ARCH, num_experts, 0, 1024),
     OPT("moe_ffn_hidden_size", "--moe-ffn-hidden-size", moe_ffn, 1 << 24, NULL),
-    INT("moe_router_topk", "--moe-router-topk", GPT_KEY_ARCH, moe_topk, 0, 1024),
+    OPT("moe_router_topk", "--moe-router-topk", moe_topk, 1024, NULL), /* 0 in a dense model */
     ENUM("moe_router_score_function", "--moe-router-score-function", moe_score, "softmax|sigmoid", 2),
     INT("moe_router_pre_softmax", "--moe-router-pre-softmax", GPT_KEY_ARCH, moe_pre_softmax, 0, 1),
     FLT0("moe_router_topk_scaling_factor", "--moe-router-topk-scaling-factor", moe_topk_scale, 1e6),
