@@ -52,6 +52,10 @@ typedef struct block_ops {
     /* Runs on this rank's positions only under sequence parallelism: its gradients are summed
      * over the tensor-parallel group at the end of the iteration. */
     int seq_local;
+    /* Metrics the kind sums over an iteration's training micro-batches (NULL: none): how many
+     * for the config, and a micro-batch's forward's added into out. */
+    int (*nstats)(const gpt_config *c);
+    void (*stats)(const void *a, double *out);
 } block_ops;
 
 /* Forward temporaries and backward gradients of the stage, shared by every block and every

@@ -26,7 +26,8 @@ typedef struct {
     float *he;        /* (T k, bF): fc's output */
     float *ae;        /* (T k, F): the activation's */
     float *ye;        /* (T k, h): the experts' outputs */
-    double aux, z;    /* this micro-batch's load-balancing and z losses (unscaled by their use) */
+    double aux, z;    /* this micro-batch's load-balancing and z losses without their coefficients */
+    int E;
 } moe_acts;
 
 typedef struct {
@@ -67,6 +68,7 @@ static void acts(carver *cv, const gpt_model *m, void *av)
     moe_acts *a = av;
     const gpt_config *c = &m->cfg;
     int64_t T = (int64_t)m->mbs * c->seq, E = c->num_experts, k = c->moe_topk, F = gpt_moe_ffn(c);
+    a->E = (int)E;
     CARVE(cv, a->logits, float, T * E);
     CARVE(cv, a->idx, int32_t, T * k);
     CARVE(cv, a->probs, float, T * k);
@@ -132,11 +134,21 @@ static void fwd(const block_io *io, void *av, const void *pv, float *out, be_in 
                       h);
     }
     be_moe_unpermute(m->be, out, a->ye, a->row, a->probs, T, k, h);
-    /* the losses over this micro-batch's tokens (their gradients come in the backward) */
-    a->aux = c->moe_aux_coeff > 0 ? be_moe_aux_loss(m->be, NULL, a->logits, a->count, T, E, k, c->moe_score,
-                                                    c->moe_aux_coeff, T, 0)
-                                  : 0;
-    a->z = c->moe_z_coeff > 0 ? be_moe_z_loss(m->be, NULL, a->logits, T, E, c->moe_z_coeff, T, 0) : 0;
+    /* the losses over this micro-batch's tokens, without their coefficients (as Megatron logs
+     * them; measured whether they train or not); their gradients come in the backward */
+    a->aux = be_moe_aux_loss(m->be, NULL, a->logits, a->count, T, E, k, c->moe_score, 1.0, T, 0);
+    a->z = be_moe_z_loss(m->be, NULL, a->logits, T, E, 1.0, T, 0);
+}
+
+/* The metrics: the load-balancing loss, the z-loss, then the tokens routed to each expert. */
+static int nstats(const gpt_config *c) { return 2 + c->num_experts; }
+
+static void stats(const void *av, double *out)
+{
+    const moe_acts *a = av;
+    out[0] += a->aux;
+    out[1] += a->z;
+    for (int e = 0; e < a->E; e++) out[2 + e] += a->count[e];
 }
 
 static void bwd(const block_io *io, float *dx, void *gv, const float *dbranch, const void *av, const void *pv, be_in x)
@@ -183,4 +195,5 @@ static void bwd(const block_io *io, float *dx, void *gv, const float *dbranch, c
 const block_ops moe_ops = {
     .name = "MoE MLP", .params_size = sizeof(moe_params), .acts_size = sizeof(moe_acts),
     .scratch_size = sizeof(moe_scratch), .tensors = tensors, .acts = acts, .scratch = scratch, .fwd = fwd, .bwd = bwd,
+    .nstats = nstats, .stats = stats,
 };

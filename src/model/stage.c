@@ -285,6 +285,7 @@ gpt_model *gpt_create_recompute(const gpt_config *cfg, const ps_state *ps, const
 void gpt_free(gpt_model *m)
 {
     if (!m) return;
+    free(m->layer_stats);
     be_dfree(m->be, m->arena.base);
     for (int i = 0; i < m->max_inflight; i++) acts_free(m, &m->slots[i]);
     free(m->slots);
@@ -454,10 +455,14 @@ float *gpt_forward(gpt_model *m, gpt_acts *a, const gpt_batch *in, const float *
         be_copy(be, a->input, input, (size_t)B * m->seq_l * h);
     }
     const float *x = a->input;
+    int nst = training ? gpt_layer_nstats(&m->cfg) : 0;
+    if (nst && !m->layer_stats) m->layer_stats = td_xcalloc((size_t)m->nlayers * nst + 1, sizeof(double));
     for (int l = 0; l < m->nlayers; l++) {
         if (m->params_needed) m->params_needed(m->params_needed_user, layer_start(m, l));
         layer_fwd(m, a, l, x);
         x = a->layers[l].out;
+        const block_slot *mlp = &m->layers[l].slot[GPT_SLOT_MLP];
+        if (nst) mlp->ops->stats(a->layers[l].slot[GPT_SLOT_MLP], m->layer_stats + (size_t)l * nst);
     }
     if (!m->last) return (float *)x;
 
@@ -469,6 +474,18 @@ float *gpt_forward(gpt_model *m, gpt_acts *a, const gpt_batch *in, const float *
 }
 
 int gpt_head_nstats(const gpt_config *c) { return model_head_of(c)->nstats; }
+
+int gpt_layer_nstats(const gpt_config *c)
+{
+    const block_ops *o = layer_spec_ops(c, GPT_SLOT_MLP);
+    return o->nstats ? o->nstats(c) : 0;
+}
+const double *gpt_layer_stats(const gpt_model *m) { return m->layer_stats; }
+void gpt_layer_stats_clear(gpt_model *m)
+{
+    int n = gpt_layer_nstats(&m->cfg);
+    if (m->layer_stats) memset(m->layer_stats, 0, (size_t)m->nlayers * n * sizeof(double));
+}
 const char *gpt_head_stat_name(const gpt_config *c, int i) { return model_head_of(c)->stat_names[i]; }
 
 void gpt_head_stats(const gpt_acts *a, double *stats)

@@ -81,6 +81,8 @@ void run_batches_iteration(run_state *r, const gpt_config *c)
 void run_batches_close(run_state *r)
 {
     be_dfree(r->model.be, r->batches.it.grad_in);
+    free(r->batches.moe_tokens);
+    free(r->batches.moe_load);
     for (int k = 0; k < 2; k++)
         if (r->batches.it.prefetch[k]) be_dfree(r->model.be, r->batches.it.prefetch[k]);
     batch_source_close(r->batches.source);
@@ -96,15 +98,62 @@ double run_batches_loss(const run_state *r, double loss_sum)
     return loss_sum / gpt_head_loss_divisor(config_of(r), r->gbs);
 }
 
+/* A mixture of experts' metrics of the iteration, from every layer's sums over the global batch
+ * (the stages' layers summed over the data-parallel ranks, then gathered over the pipeline by a
+ * sum: each stage holds its own): the load-balancing loss and the z-loss (without their
+ * coefficients: Megatron's logged values), a layer's and a micro-batch's mean; the tokens routed
+ * to each expert; each layer's busiest expert against the mean, and the worst layer's. */
+static void moe_metrics(run_state *r, met_record *rec)
+{
+    const gpt_config *c = config_of(r);
+    int n = gpt_layer_nstats(c);
+    if (n == 0) return;
+    int L = c->num_layers, E = c->num_experts;
+    double *all = td_xcalloc((size_t)L * n, sizeof(double));
+    for (int k = 0; k < r->model.nchunks; k++) {
+        gpt_model *m = r->model.chunks[k];
+        const double *s = gpt_layer_stats(m);
+        for (size_t i = 0; s && i < (size_t)m->nlayers * n; i++) all[(size_t)m->layer0 * n + i] += s[i];
+        gpt_layer_stats_clear(m);
+    }
+    comm_allreduce(r->ps->dp_group, all, (size_t)L * n, COMM_F64, COMM_SUM);
+    if (r->ps->pp > 1) comm_allreduce(r->ps->pp_group, all, (size_t)L * n, COMM_F64, COMM_SUM);
+    if (!r->batches.moe_tokens) {
+        r->batches.moe_tokens = td_xcalloc((size_t)L * E, sizeof(double));
+        r->batches.moe_load = td_xcalloc((size_t)L, sizeof(double));
+    }
+    double micro = (double)r->num_micro * r->ps->dp, aux = 0, z = 0, worst = 0;
+    for (int l = 0; l < L; l++) {
+        const double *s = all + (size_t)l * n;
+        double total = 0, most = 0;
+        aux += s[0], z += s[1];
+        for (int e = 0; e < E; e++) {
+            r->batches.moe_tokens[(size_t)l * E + e] = s[2 + e];
+            total += s[2 + e], most = s[2 + e] > most ? s[2 + e] : most;
+        }
+        r->batches.moe_load[l] = total > 0 ? most / (total / E) : 0;
+        worst = r->batches.moe_load[l] > worst ? r->batches.moe_load[l] : worst;
+    }
+    free(all);
+    TD_ASSERT(rec->nextra + 3 <= GPT_MAX_STATS);
+    rec->extra[rec->nextra++] = (gpt_metric){"load_balancing_loss", "load balancing loss", "%.4f", aux / (L * micro)};
+    rec->extra[rec->nextra++] = (gpt_metric){"z_loss", "z loss", "%.4E", z / (L * micro)};
+    rec->extra[rec->nextra++] = (gpt_metric){"expert_load_max_mean", "expert load max/mean", "%.2f", worst};
+    rec->moe_layers = L, rec->moe_experts = E;
+    rec->moe_tokens = r->batches.moe_tokens, rec->moe_load = r->batches.moe_load;
+}
+
 void run_batches_metrics(run_state *r, met_record *rec)
 {
     const gpt_config *c = config_of(r);
     int n = gpt_head_nstats(c);
     rec->val_name = gpt_head_loss_name(c);
-    if (n == 0) return;
-    double *st = r->batches.it.stats;
-    comm_allreduce(r->ps->dp_group, st, (size_t)n, COMM_F64, COMM_SUM);
-    comm_bcast(r->ps->pp_group, st, (size_t)n, COMM_F64, r->ps->pp - 1);
-    rec->nextra = gpt_head_metrics(c, st, &rec->lm_loss, rec->extra);
-    memset(st, 0, (size_t)n * sizeof(double));
+    if (n > 0) {
+        double *st = r->batches.it.stats;
+        comm_allreduce(r->ps->dp_group, st, (size_t)n, COMM_F64, COMM_SUM);
+        comm_bcast(r->ps->pp_group, st, (size_t)n, COMM_F64, r->ps->pp - 1);
+        rec->nextra = gpt_head_metrics(c, st, &rec->lm_loss, rec->extra);
+        memset(st, 0, (size_t)n * sizeof(double));
+    }
+    moe_metrics(r, rec);
 }

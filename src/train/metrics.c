@@ -53,6 +53,18 @@ void met_write(met_writer *w, const met_record *r)
         put_num(w->f, key, r->inflight_ms[g], 6);
     }
     for (int i = 0; i < r->nextra; i++) put_num(w->f, r->extra[i].key, r->extra[i].value, 17);
+    if (r->moe_layers > 0) { /* per layer: the busiest expert against the mean, and the tokens of each expert */
+        fprintf(w->f, ", \"expert_load_max_mean_per_layer\": [");
+        for (int l = 0; l < r->moe_layers; l++) fprintf(w->f, "%s%.6g", l ? ", " : "", r->moe_load[l]);
+        fprintf(w->f, "], \"tokens_per_expert\": [");
+        for (int l = 0; l < r->moe_layers; l++) {
+            fprintf(w->f, "%s[", l ? ", " : "");
+            for (int e = 0; e < r->moe_experts; e++)
+                fprintf(w->f, "%s%.0f", e ? ", " : "", r->moe_tokens[(size_t)l * r->moe_experts + e]);
+            fprintf(w->f, "]");
+        }
+        fprintf(w->f, "]");
+    }
     if (!isnan(r->val_loss)) {
         put_num(w->f, "val_loss", r->val_loss, 17);
         put_num(w->f, "val_ppl", exp(r->val_loss), 17);

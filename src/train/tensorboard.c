@@ -178,6 +178,7 @@ void tb_log_iteration(tb_writer *w, const met_record *r, int scaled, int64_t int
         tb_scalar(w, "tokens-per-second", it, r->tokens_per_s);
         tb_scalar(w, "mfu", it, r->mfu);
         tb_scalar(w, "iteration-time", it, r->elapsed_ms / 1e3);
+        for (int i = 0; i < r->nextra; i++) tb_scalar(w, r->extra[i].label, it, r->extra[i].value);
     }
     if (!isnan(r->val_loss)) {
         tb_scalar(w, "lm loss validation", it, r->val_loss);

@@ -35,4 +35,17 @@ TRIDENT_TEST_OVERFLOW_ITER=5 check_layout fp16_one_rank 1 1 --fp16 --initial-los
 MOE=(--num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 64 --moe-aux-loss-coeff 1e-2 --moe-z-loss-coeff 1e-3)
 check_layout moe_one_rank 1 1 "${MOE[@]}"
 check_layout moe_pp2_dp2 4 1 --pipeline-model-parallel-size 2 "${MOE[@]}"
+# its metrics: in every layer the tokens per expert sum to k x the global batch's 8 x 16 tokens,
+# and pp 2 x dp 2 counts the very tokens one rank does, with the same losses of the router
+if out=$(python3 - moe_one_rank/full.jsonl moe_pp2_dp2/full.jsonl <<'PY'
+import json, sys
+a, b = ([json.loads(l) for l in open(f)] for f in sys.argv[1:3])
+for x, y in zip(a, b):
+    assert len(x["tokens_per_expert"]) == 4 and all(sum(l) == 2 * 8 * 16 for l in x["tokens_per_expert"]), x
+    assert x["tokens_per_expert"] == y["tokens_per_expert"], (x["tokens_per_expert"], y["tokens_per_expert"])
+    for k in ("load_balancing_loss", "z_loss", "expert_load_max_mean"):
+        assert abs(x[k] - y[k]) <= 1e-5 * abs(x[k]), (k, x[k], y[k])
+print("iteration 6: tokens per expert", a[-1]["tokens_per_expert"], "load balancing loss %.4f" % a[-1]["load_balancing_loss"])
+PY
+); then ok "MoE metrics: $out"; else bad "MoE metrics"; echo "$out"; fi
 finish

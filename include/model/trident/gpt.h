@@ -129,6 +129,8 @@ typedef struct gpt_model {
      * uses it to wait for a parameter all-gather still in flight. */
     void (*params_needed)(void *user, size_t from);
     void *params_needed_user;
+    double *layer_stats;     /* the MLP slots' metrics over the training micro-batches since the
+                              * last gpt_layer_stats_clear (gpt_layer_stats); NULL: none yet */
 } gpt_model;
 
 /* Builds the stage of `ps` owning layers [layer0, layer0 + nlayers), allocates its buffers
@@ -210,6 +212,14 @@ int gpt_head_nstats(const gpt_config *c);
 const char *gpt_head_stat_name(const gpt_config *c, int i);
 /* Last stage, after gpt_forward: adds the micro-batch's sums into stats (gpt_head_nstats). */
 void gpt_head_stats(const gpt_acts *a, double *stats);
+
+/* The MLP slots' metrics, summed over the training micro-batches' forwards since the last clear:
+ * gpt_layer_nstats(c) numbers a layer (0: the kind has none; a mixture of experts: the
+ * load-balancing loss and the z-loss without their coefficients, then the tokens routed to each
+ * expert), for the stage's layers in order (NULL before any). */
+int gpt_layer_nstats(const gpt_config *c);
+const double *gpt_layer_stats(const gpt_model *m);
+void gpt_layer_stats_clear(gpt_model *m);
 
 /* A metric an iteration reports beside its loss. */
 typedef struct gpt_metric {

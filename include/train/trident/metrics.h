@@ -34,6 +34,10 @@ typedef struct met_record {
     const char *val_name;    /* the validation line's name of the loss; NULL: "lm loss", with its
                               * perplexity */
     double time_left_s;      /* to --train-iters at the mean iteration time so far; NaN: not known */
+    /* a mixture of experts (0 layers: none): the iteration's tokens per (layer, expert) over the
+     * global batch, and each layer's busiest expert against the mean, in metrics.jsonl */
+    int moe_layers, moe_experts;
+    const double *moe_tokens, *moe_load;
 } met_record;
 
 typedef struct met_writer met_writer;
