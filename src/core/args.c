@@ -161,6 +161,11 @@ static const flag_t FLAGS[] = {
      "the load-balancing loss's weight (Megatron's default 0; 1e-2 is usual)", 0, 1e6, NULL},
     {"--moe-z-loss-coeff", A_FLOAT, OFF(moe_z_loss_coeff), "0", MODEL, "moe",
      "ST-MoE's router z-loss weight (0: none; 1e-3 is usual)", 0, 1e6, NULL},
+    {"--moe-shared-expert-intermediate-size", A_INT, OFF(moe_shared_expert_intermediate_size), "0", MODEL, "moe",
+     "a shared expert of this hidden size that every token goes through, added to the routed experts' output "
+     "(0: none; Qwen-MoE, DeepSeek)", 0, 1 << 24, NULL},
+    {"--moe-shared-expert-gate", A_BOOL, OFF(moe_shared_expert_gate), "0", MODEL, "moe",
+     "the shared expert's output times sigmoid(w . x), a learned gate (Qwen2-MoE's shared_expert_gate)", 0, 0, NULL},
     {"--group-query-attention", A_BOOL, OFF(group_query_attention), "0", MODEL, "model",
      "grouped-query attention: --num-query-groups key/value heads", 0, 0, NULL},
     {"--num-query-groups", A_INT, OFF(num_query_groups), "1", MODEL, "model",

@@ -119,6 +119,13 @@ typedef struct moe_params {
     float *fc_b;          /* (E bF) or NULL */
     float *fc2_w;         /* (E h, F) */
     float *fc2_b;         /* (E h) or NULL */
+    /* the shared expert (NULL without one): an MLP of hidden size S on every token, its output
+     * times sigmoid(gate_w . x) with the gate */
+    float *sh_fc_w;       /* (bS, h) */
+    float *sh_fc_b;       /* (bS) or NULL */
+    float *sh_fc2_w;      /* (h, S) */
+    float *sh_fc2_b;      /* (h) or NULL */
+    float *sh_gate_w;     /* (1, h) or NULL */
 } moe_params;
 
 /* ---- slots ---- */

@@ -54,6 +54,8 @@ void gpt_config_from_args(gpt_config *c, const td_args *a)
         c->moe_topk_scale = (float)a->moe_router_topk_scaling_factor;
         c->moe_aux_coeff = strcmp(a->moe_router_load_balancing_type, "aux_loss") == 0 ? (float)a->moe_aux_loss_coeff : 0;
         c->moe_z_coeff = (float)a->moe_z_loss_coeff;
+        c->moe_shared_ffn = a->moe_shared_expert_intermediate_size;
+        c->moe_shared_gate = a->moe_shared_expert_gate;
     }
 }
 
@@ -101,12 +103,15 @@ int gpt_config_validate(const td_args *a, int tp, char *msg, size_t msglen)
     if (a->num_experts == 0) {
         static const char *const moe_flags[] = {"--moe-ffn-hidden-size", "--moe-router-topk", "--moe-router-score-function",
                                                 "--moe-router-pre-softmax", "--moe-router-topk-scaling-factor",
-                                                "--moe-aux-loss-coeff", "--moe-z-loss-coeff"};
+                                                "--moe-aux-loss-coeff", "--moe-z-loss-coeff",
+                                                "--moe-shared-expert-intermediate-size", "--moe-shared-expert-gate"};
         for (size_t i = 0; i < sizeof moe_flags / sizeof *moe_flags; i++)
             if (td_args_given(a, moe_flags[i])) FAIL("%s needs --num-experts (a mixture of experts)", moe_flags[i]);
     } else {
         if (a->moe_router_topk > a->num_experts)
             FAIL("--moe-router-topk %d is more than --num-experts %d", a->moe_router_topk, a->num_experts);
+        if (a->moe_shared_expert_gate && a->moe_shared_expert_intermediate_size == 0)
+            FAIL("--moe-shared-expert-gate needs --moe-shared-expert-intermediate-size (the shared expert it gates)");
         if (a->moe_router_pre_softmax && strcmp(a->moe_router_score_function, "softmax") != 0)
             FAIL("--moe-router-pre-softmax applies to --moe-router-score-function softmax only");
         if (a->model && strcmp(a->model, "gpt") != 0) FAIL("--num-experts: the mixture of experts is built for --model gpt");
@@ -137,6 +142,10 @@ void gpt_config_describe(const gpt_config *c, char *out, size_t len)
                  c->swiglu ? "SwiGLU" : "GeLU", gpt_moe_ffn(c), c->moe_topk, c->moe_score ? "sigmoid" : "softmax",
                  c->moe_score || !c->moe_pre_softmax ? "" : " (before the top-k)",
                  c->moe_aux_coeff > 0 || c->moe_z_coeff > 0 ? ", router losses" : "");
+    if (gpt_moe(c) && c->moe_shared_ffn > 0) {
+        size_t at = strlen(mlp);
+        snprintf(mlp + at, sizeof mlp - at, " + a shared expert of %d%s", c->moe_shared_ffn, c->moe_shared_gate ? " (gated)" : "");
+    }
     else snprintf(mlp, sizeof mlp, "%s %d", c->swiglu ? "SwiGLU" : "GeLU", c->ffn);
     snprintf(out, len, "%s%d layer%s, hidden %d, %s of %d, %s, %s (eps %g), %s, %s%s, %s", kind, c->num_layers,
              td_plural(c->num_layers), c->hidden,
@@ -177,7 +186,7 @@ double gpt_flops_per_iteration(const gpt_config *c, int64_t batch, int full_reco
     double s = c->seq, l = c->num_layers, h = c->hidden, V = c->padded_vocab;
     double qratio = (double)gpt_q_width(c) / h, groups = (double)gpt_groups(c) / c->heads;
     /* a mixture of experts: the k experts a token goes through (Megatron counts no router) */
-    double ffn = gpt_moe(c) ? (double)c->moe_topk * gpt_moe_ffn(c) : c->ffn;
+    double ffn = gpt_moe(c) ? (double)c->moe_topk * gpt_moe_ffn(c) + c->moe_shared_ffn : c->ffn;
     double layers = (1.0 + groups + s / h) * qratio + ffn / h * (c->swiglu ? 1.5 : 1.0);
     double logits = V / (2.0 * l * h);
     return (double)batch * s * l * h * h * ((full_recompute ? 16.0 : 12.0) * layers + 12.0 * logits);

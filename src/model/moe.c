@@ -26,6 +26,14 @@ typedef struct {
     float *he;        /* (T k, bF): fc's output */
     float *ae;        /* (T k, F): the activation's */
     float *ye;        /* (T k, h): the experts' outputs */
+    float *sh_he;     /* the shared expert: (T, bS) fc's output */
+    float *sh_ae;     /* (T, S) the activation's */
+    float *sh_ye;     /* (T, h) its output */
+    float *sh_gy;     /* (T, h) ... gated */
+    float *sh_glog;   /* (T) the gate's logit */
+    float *sh_g;      /* (T) sigmoid of it */
+    int32_t *sh_idx;  /* (T) 0: the gate as a router of one expert (be_moe_route_*) */
+    int32_t *ident;   /* (T) n: the rows of the shared expert's combine */
     double aux, z;    /* this micro-batch's load-balancing and z losses without their coefficients */
     int E;
 } moe_acts;
@@ -37,6 +45,11 @@ typedef struct {
     float *dae;       /* (T k, F) */
     float *dhe;       /* (T k, bF) */
     float *dxe;       /* (T k, h) */
+    float *sh_dye;    /* the shared expert's: (T, h) */
+    float *sh_dae;    /* (T, S) */
+    float *sh_dhe;    /* (T, bS) */
+    float *sh_dg;     /* (T) the gate's weight's gradient through sigmoid, then its logit's */
+    float *sh_dglog;  /* (T) */
 } moe_scratch;
 
 static int fc_blocks(const gpt_config *c) { return c->swiglu ? 2 : 1; }
@@ -60,6 +73,14 @@ static void tensors(table_builder *tb, int layer, int stream0, const char *prefi
     if (bias) T(fc_b, INIT_ZEROS, 2, E * bF, 0, "experts.fc.bias");
     T(fc_w, INIT_NORMAL, 3, E * bF, h, "experts.fc.weight");
     T(router_w, INIT_NORMAL, 4, E, h, "router.weight");
+    int64_t S = c->moe_shared_ffn, bS = fc_blocks(c) * S;
+    if (S > 0) {
+        if (bias) T(sh_fc2_b, INIT_ZEROS, 5, h, 0, "shared_expert.fc2.bias");
+        T(sh_fc2_w, INIT_NORMAL_OUT, 6, h, S, "shared_expert.fc2.weight");
+        if (bias) T(sh_fc_b, INIT_ZEROS, 7, bS, 0, "shared_expert.fc.bias");
+        T(sh_fc_w, INIT_NORMAL, 8, bS, h, "shared_expert.fc.weight");
+        if (c->moe_shared_gate) T(sh_gate_w, INIT_NORMAL, 9, 1, h, "shared_expert.gate.weight");
+    }
 #undef T
 }
 
@@ -78,6 +99,17 @@ static void acts(carver *cv, const gpt_model *m, void *av)
     CARVE(cv, a->he, float, T * k * fc_blocks(c) * F);
     CARVE(cv, a->ae, float, T * k * F);
     CARVE(cv, a->ye, float, T * k * c->hidden);
+    int64_t S = c->moe_shared_ffn;
+    if (S > 0) {
+        CARVE(cv, a->sh_he, float, T * fc_blocks(c) * S);
+        CARVE(cv, a->sh_ae, float, T * S);
+        CARVE(cv, a->sh_ye, float, T * c->hidden);
+        CARVE(cv, a->sh_gy, float, T * c->hidden);
+        CARVE(cv, a->sh_glog, float, T);
+        CARVE(cv, a->sh_g, float, T);
+        CARVE(cv, a->sh_idx, int32_t, T);
+        CARVE(cv, a->ident, int32_t, T);
+    }
 }
 
 static void scratch(carver *cv, const gpt_model *m, void *sv)
@@ -91,6 +123,41 @@ static void scratch(carver *cv, const gpt_model *m, void *sv)
     CARVE(cv, s->dae, float, T * k * F);
     CARVE(cv, s->dhe, float, T * k * fc_blocks(c) * F);
     CARVE(cv, s->dxe, float, T * k * c->hidden);
+    int64_t S = c->moe_shared_ffn;
+    if (S > 0) {
+        CARVE(cv, s->sh_dye, float, T * c->hidden);
+        CARVE(cv, s->sh_dae, float, T * S);
+        CARVE(cv, s->sh_dhe, float, T * fc_blocks(c) * S);
+        CARVE(cv, s->sh_dg, float, T);
+        CARVE(cv, s->sh_dglog, float, T);
+    }
+}
+
+/* One MLP of hidden width F (bF = F or 2F) on n rows: he = x W1^T + b1, ae = act(he), ye =
+ * ae W2^T + b2; and its backward (dye given; dx accumulated, the weights' gradients too). */
+static void mlp_fwd(const gpt_model *m, float *ye, float *ae, float *he, const float *x, const float *w1,
+                    const float *b1, const float *w2, const float *b2, int n, int F)
+{
+    const gpt_config *c = &m->cfg;
+    int h = c->hidden, bF = fc_blocks(c) * F;
+    be_matmul_fwd(m->be, he, x, w1, b1, n, h, bF);
+    if (c->swiglu) be_swiglu_fwd(m->be, ae, he, n, F);
+    else be_gelu_fwd(m->be, ae, he, (size_t)n * F);
+    be_matmul_fwd(m->be, ye, ae, w2, b2, n, F, h);
+}
+
+static void mlp_bwd(const gpt_model *m, float *dx, float *dw1, float *db1, float *dw2, float *db2, float *dae, float *dhe,
+                    const float *dye, const float *x, const float *he, const float *ae, const float *w1,
+                    const float *w2, int n, int F)
+{
+    const gpt_config *c = &m->cfg;
+    int h = c->hidden, bF = fc_blocks(c) * F;
+    be_zero(m->be, dae, (size_t)n * F);
+    be_matmul_bwd(m->be, dae, dw2, db2, dye, ae, w2, n, F, h);
+    be_zero(m->be, dhe, (size_t)n * bF);
+    if (c->swiglu) be_swiglu_bwd(m->be, dhe, dae, he, n, F);
+    else be_gelu_bwd(m->be, dhe, dae, he, (size_t)n * F);
+    be_matmul_bwd(m->be, dx, dw1, db1, dhe, x, w1, n, h, bF);
 }
 
 /* The rows of each expert and each choice's row in expert order: expert by expert, tokens in
@@ -125,15 +192,24 @@ static void fwd(const block_io *io, void *av, const void *pv, float *out, be_in 
     for (int e = 0, r0 = 0; e < E; r0 += a->count[e++]) {
         int n = a->count[e];
         if (n == 0) continue;
-        float *he = a->he + (size_t)r0 * bF, *ae = a->ae + (size_t)r0 * F, *ye = a->ye + (size_t)r0 * h;
-        be_matmul_fwd(m->be, he, a->xe + (size_t)r0 * h, p->fc_w + (size_t)e * bF * h,
-                      p->fc_b ? p->fc_b + (size_t)e * bF : NULL, n, h, bF);
-        if (c->swiglu) be_swiglu_fwd(m->be, ae, he, n, F);
-        else be_gelu_fwd(m->be, ae, he, (size_t)n * F);
-        be_matmul_fwd(m->be, ye, ae, p->fc2_w + (size_t)e * h * F, p->fc2_b ? p->fc2_b + (size_t)e * h : NULL, n, F,
-                      h);
+        mlp_fwd(m, a->ye + (size_t)r0 * h, a->ae + (size_t)r0 * F, a->he + (size_t)r0 * bF, a->xe + (size_t)r0 * h,
+                p->fc_w + (size_t)e * bF * h, p->fc_b ? p->fc_b + (size_t)e * bF : NULL, p->fc2_w + (size_t)e * h * F,
+                p->fc2_b ? p->fc2_b + (size_t)e * h : NULL, n, F);
     }
     be_moe_unpermute(m->be, out, a->ye, a->row, a->probs, T, k, h);
+    if (c->moe_shared_ffn > 0) { /* the shared expert on every token, gated or not, added */
+        mlp_fwd(m, a->sh_ye, a->sh_ae, a->sh_he, xf, p->sh_fc_w, p->sh_fc_b, p->sh_fc2_w, p->sh_fc2_b, T,
+                c->moe_shared_ffn);
+        if (p->sh_gate_w) { /* sigmoid(w . x): a router of one expert, its weight not normalised */
+            be_matmul_fwd(m->be, a->sh_glog, xf, p->sh_gate_w, NULL, T, h, 1);
+            be_moe_route_fwd(m->be, a->sh_idx, a->sh_g, a->sh_glog, NULL, T, 1, 1, BE_MOE_SIGMOID, 0, 0);
+            for (int t = 0; t < T; t++) a->ident[t] = t; /* host memory: the CPU backend's */
+            be_moe_unpermute(m->be, a->sh_gy, a->sh_ye, a->ident, a->sh_g, T, 1, h);
+            be_add(m->be, out, out, a->sh_gy, (size_t)T * h);
+        } else {
+            be_add(m->be, out, out, a->sh_ye, (size_t)T * h);
+        }
+    }
     /* the losses over this micro-batch's tokens, without their coefficients (as Megatron logs
      * them; measured whether they train or not); their gradients come in the backward */
     a->aux = be_moe_aux_loss(m->be, NULL, a->logits, a->count, T, E, k, c->moe_score, 1.0, T, 0);
@@ -168,18 +244,26 @@ static void bwd(const block_io *io, float *dx, void *gv, const float *dbranch, c
         int n = a->count[e];
         if (n == 0) continue;
         size_t rh = (size_t)r0 * h, rf = (size_t)r0 * F, rb = (size_t)r0 * bF;
-        be_zero(m->be, s->dae + rf, (size_t)n * F);
-        be_matmul_bwd(m->be, s->dae + rf, g->fc2_w + (size_t)e * h * F, g->fc2_b ? g->fc2_b + (size_t)e * h : NULL,
-                      s->dye + rh, a->ae + rf, p->fc2_w + (size_t)e * h * F, n, F, h);
-        be_zero(m->be, s->dhe + rb, (size_t)n * bF);
-        if (c->swiglu) be_swiglu_bwd(m->be, s->dhe + rb, s->dae + rf, a->he + rb, n, F);
-        else be_gelu_bwd(m->be, s->dhe + rb, s->dae + rf, a->he + rb, (size_t)n * F);
-        be_matmul_bwd(m->be, s->dxe + rh, g->fc_w + (size_t)e * bF * h, g->fc_b ? g->fc_b + (size_t)e * bF : NULL,
-                      s->dhe + rb, a->xe + rh, p->fc_w + (size_t)e * bF * h, n, h, bF);
+        mlp_bwd(m, s->dxe + rh, g->fc_w + (size_t)e * bF * h, g->fc_b ? g->fc_b + (size_t)e * bF : NULL,
+                g->fc2_w + (size_t)e * h * F, g->fc2_b ? g->fc2_b + (size_t)e * h : NULL, s->dae + rf, s->dhe + rb,
+                s->dye + rh, a->xe + rh, a->he + rb, a->ae + rf, p->fc_w + (size_t)e * bF * h,
+                p->fc2_w + (size_t)e * h * F, n, F);
     }
     /* the input's gradient is overwritten (a branch kind), then the router's adds to it */
     be_zero(m->be, dx, (size_t)T * h);
     be_moe_permute_bwd(m->be, dx, s->dxe, a->row, T, k, h);
+    if (c->moe_shared_ffn > 0) {
+        const float *dsh = dbranch;
+        if (p->sh_gate_w) { /* d(gated) -> d(shared output), and the gate's logit's gradient */
+            be_moe_unpermute_bwd(m->be, s->sh_dye, s->sh_dg, dbranch, a->sh_ye, a->ident, a->sh_g, T, 1, h);
+            be_zero(m->be, s->sh_dglog, (size_t)T);
+            be_moe_route_bwd(m->be, s->sh_dglog, s->sh_dg, a->sh_glog, a->sh_idx, T, 1, 1, BE_MOE_SIGMOID, 0, 0);
+            be_matmul_bwd(m->be, dx, g->sh_gate_w, NULL, s->sh_dglog, xf, p->sh_gate_w, T, h, 1);
+            dsh = s->sh_dye;
+        }
+        mlp_bwd(m, dx, g->sh_fc_w, g->sh_fc_b, g->sh_fc2_w, g->sh_fc2_b, s->sh_dae, s->sh_dhe, dsh, xf, a->sh_he,
+                a->sh_ae, p->sh_fc_w, p->sh_fc2_w, T, c->moe_shared_ffn);
+    }
     be_zero(m->be, s->dlogits, (size_t)T * E);
     be_moe_route_bwd(m->be, s->dlogits, s->dprobs, a->logits, a->idx, T, E, k, c->moe_score, c->moe_pre_softmax,
                      c->moe_topk_scale);

@@ -302,13 +302,13 @@ trident_layout(llama_sp_distopt_rc_tp2_pp2_dp2 8 2 1 --sequence-parallel --pipel
 trident_layout(llama_distopt_dp2 2 1 2 --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather
   --ddp-bucket-size 6000)
 
-# A mixture of experts (src/model/moe.c): 4 SwiGLU experts a layer, top-2, the load-balancing and
-# z losses on, dropless; data and pipeline layouts (interleaved too) and the distributed
+# A mixture of experts (src/model/moe.c): 4 SwiGLU experts a layer, top-2, a gated shared expert
+# (Qwen2-MoE's), the load-balancing and z losses on, dropless; data and pipeline layouts (interleaved too) and the distributed
 # optimizer against the one-rank run. The routing must not depend on the layout: the same tokens
 # meet the same router weights on every rank that holds them. The load-balancing loss is a
 # micro-batch's (as Megatron's): the same micro-batch size in every layout.
 set(LAYOUT_ARCH --swiglu --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 64 --moe-aux-loss-coeff 1e-2
-  --moe-z-loss-coeff 1e-3)
+  --moe-z-loss-coeff 1e-3 --moe-shared-expert-intermediate-size 32 --moe-shared-expert-gate)
 set(LAYOUT_BASE moe_baseline)
 trident_layout(moe_baseline 1 1 2)
 trident_layout(moe_dp2 2 1 2)

@@ -35,7 +35,9 @@ typedef struct {
     const char *name;
 } arch;
 
-static arch make(int llama, int score, int pre, float scale)
+static arch make_shared(int llama, int score, int pre, float scale, int shared, int gate);
+static arch make(int llama, int score, int pre, float scale) { return make_shared(llama, score, pre, scale, 0, 0); }
+static arch make_shared(int llama, int score, int pre, float scale, int shared, int gate)
 {
     arch a = {{0}, NULL};
     gpt_config *c = &a.c;
@@ -44,6 +46,7 @@ static arch make(int llama, int score, int pre, float scale)
     c->num_experts = 5, c->moe_ffn = 10, c->moe_topk = 2;
     c->moe_score = score, c->moe_pre_softmax = pre, c->moe_topk_scale = scale;
     c->moe_aux_coeff = 0.3f, c->moe_z_coeff = 0.05f;
+    c->moe_shared_ffn = shared, c->moe_shared_gate = gate;
     if (llama) c->swiglu = 1, c->disable_bias = 1, c->norm = GPT_NORM_RMSNORM, c->pos = GPT_POS_ROPE;
     return a;
 }
@@ -114,8 +117,28 @@ static double ref_moe(ref *r, double *out, const double *x)
         if (c->moe_score == BE_MOE_SIGMOID)
             for (int e = 0; e < E; e++) sc[t][e] /= ssum + 1e-20;
         for (int j = 0; j < k; j++) counts[r->idx[t * k + j]] += 1;
-        /* the experts */
+        /* the experts, after the shared one (Qwen2-MoE: sigmoid(gate . x) times its MLP) */
         for (int i = 0; i < h; i++) out[t * h + i] = 0;
+        if (c->moe_shared_ffn > 0) {
+            int S = c->moe_shared_ffn, bS = c->swiglu ? 2 * S : S;
+            double u[64], a[64], gw = 1;
+            if (p->sh_gate_w) {
+                double gl = 0;
+                for (int i = 0; i < h; i++) gl += x[t * h + i] * P(r, p->sh_gate_w, (size_t)i);
+                gw = sigm(gl);
+            }
+            for (int o = 0; o < bS; o++) {
+                double s = p->sh_fc_b ? P(r, p->sh_fc_b, (size_t)o) : 0;
+                for (int i = 0; i < h; i++) s += x[t * h + i] * P(r, p->sh_fc_w, (size_t)o * h + i);
+                u[o] = s;
+            }
+            for (int f = 0; f < S; f++) a[f] = c->swiglu ? u[f] * sigm(u[f]) * u[S + f] : gelu(u[f]);
+            for (int o = 0; o < h; o++) {
+                double s = p->sh_fc2_b ? P(r, p->sh_fc2_b, (size_t)o) : 0;
+                for (int f = 0; f < S; f++) s += a[f] * P(r, p->sh_fc2_w, (size_t)o * S + f);
+                out[t * h + o] += gw * s;
+            }
+        }
         for (int j = 0; j < k; j++) {
             int e = r->idx[t * k + j];
             double u[64], a[64];
@@ -224,7 +247,8 @@ static void check(arch A, const char *name)
         }
     }
     printf("%s: %d parameter gradients %.2e\n", name, checked, perr);
-    assert_true(checked >= 16 * (c->disable_bias ? 3 : 5));
+    int tensors = (c->disable_bias ? 3 : 5) + (c->moe_shared_ffn ? (c->disable_bias ? 2 : 4) + c->moe_shared_gate : 0);
+    assert_true(checked == 16 * tensors);
     assert_true(perr < 1e-4);
     free(wg), free(fd), free(tmp), free(x), free(R), free(out), free(dx), free(xd), free(od);
     gpt_acts_release(m, acts);
@@ -239,6 +263,12 @@ static void gpt2_pre_softmax(void **st)
 }
 static void llama_softmax(void **st) { (void)st; check(make(1, BE_MOE_SOFTMAX, 0, 0), "SwiGLU experts, softmax after top-k"); }
 static void llama_sigmoid(void **st) { (void)st; check(make(1, BE_MOE_SIGMOID, 0, 0), "SwiGLU experts, sigmoid"); }
+static void qwen_shared_gated(void **st)
+{
+    (void)st;
+    check(make_shared(1, BE_MOE_SOFTMAX, 0, 0, 14, 1), "SwiGLU experts and a gated shared expert (Qwen2-MoE)");
+}
+static void gpt2_shared(void **st) { (void)st; check(make_shared(0, BE_MOE_SOFTMAX, 1, 0, 9, 0), "GeLU experts and a shared expert"); }
 
 int main(int argc, char **argv)
 {
@@ -246,7 +276,7 @@ int main(int argc, char **argv)
     g_be = be_create("cpu", 2);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(gpt2_softmax), cmocka_unit_test(gpt2_pre_softmax), cmocka_unit_test(llama_softmax),
-        cmocka_unit_test(llama_sigmoid),
+        cmocka_unit_test(llama_sigmoid), cmocka_unit_test(qwen_shared_gated), cmocka_unit_test(gpt2_shared),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     be_free(g_be);
