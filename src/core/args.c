@@ -166,6 +166,11 @@ static const flag_t FLAGS[] = {
      "(0: none; Qwen-MoE, DeepSeek)", 0, 1 << 24, NULL},
     {"--moe-shared-expert-gate", A_BOOL, OFF(moe_shared_expert_gate), "0", MODEL, "moe",
      "the shared expert's output times sigmoid(w . x), a learned gate (Qwen2-MoE's shared_expert_gate)", 0, 0, NULL},
+    {"--moe-router-enable-expert-bias", A_BOOL, OFF(moe_router_enable_expert_bias), "0", MODEL, "moe",
+     "DeepSeek-V3's aux-loss-free load balancing: a bias per expert added to the sigmoid scores for the choice "
+     "only, moved each iteration by --moe-router-bias-update-rate toward the experts under the mean load", 0, 0, NULL},
+    {"--moe-router-bias-update-rate", A_FLOAT, OFF(moe_router_bias_update_rate), "1e-3", MODEL, "moe",
+     "how far the expert bias moves an iteration (sign of the mean load minus the expert's)", 0, 1, NULL},
     {"--group-query-attention", A_BOOL, OFF(group_query_attention), "0", MODEL, "model",
      "grouped-query attention: --num-query-groups key/value heads", 0, 0, NULL},
     {"--num-query-groups", A_INT, OFF(num_query_groups), "1", MODEL, "model",

@@ -92,6 +92,8 @@ extern const block_ops layernorm_ops, rmsnorm_ops;  /* norm.c */
 extern const block_ops attention_ops;               /* attention.c: multi-head or grouped-query, rotary or not */
 extern const block_ops mlp_gelu_ops, mlp_swiglu_ops; /* mlp.c */
 extern const block_ops moe_ops;                      /* moe.c: the mixture-of-experts MLP */
+/* moe.c: the expert bias of a layer's MoE parameters moved against its load (tokens (E)). */
+void moe_update_expert_bias(const gpt_config *c, const void *params, const double *tokens);
 
 /* Their parameter structs, TP-local shapes (read by the kind, and by tools that know it). */
 typedef struct norm_params {
@@ -126,6 +128,8 @@ typedef struct moe_params {
     float *sh_fc2_w;      /* (h, S) */
     float *sh_fc2_b;      /* (h) or NULL */
     float *sh_gate_w;     /* (1, h) or NULL */
+    float *expert_bias;   /* (E) with --moe-router-enable-expert-bias, else NULL: no gradient (the trainer
+                           * moves it against the load, gpt_moe_update_expert_bias), no decay */
 } moe_params;
 
 /* ---- slots ---- */

@@ -56,6 +56,8 @@ void gpt_config_from_args(gpt_config *c, const td_args *a)
         c->moe_z_coeff = (float)a->moe_z_loss_coeff;
         c->moe_shared_ffn = a->moe_shared_expert_intermediate_size;
         c->moe_shared_gate = a->moe_shared_expert_gate;
+        c->moe_expert_bias = a->moe_router_enable_expert_bias;
+        c->moe_bias_rate = (float)a->moe_router_bias_update_rate;
     }
 }
 
@@ -104,12 +106,18 @@ int gpt_config_validate(const td_args *a, int tp, char *msg, size_t msglen)
         static const char *const moe_flags[] = {"--moe-ffn-hidden-size", "--moe-router-topk", "--moe-router-score-function",
                                                 "--moe-router-pre-softmax", "--moe-router-topk-scaling-factor",
                                                 "--moe-aux-loss-coeff", "--moe-z-loss-coeff",
-                                                "--moe-shared-expert-intermediate-size", "--moe-shared-expert-gate"};
+                                                "--moe-shared-expert-intermediate-size", "--moe-shared-expert-gate",
+                                                "--moe-router-enable-expert-bias", "--moe-router-bias-update-rate"};
         for (size_t i = 0; i < sizeof moe_flags / sizeof *moe_flags; i++)
             if (td_args_given(a, moe_flags[i])) FAIL("%s needs --num-experts (a mixture of experts)", moe_flags[i]);
     } else {
         if (a->moe_router_topk > a->num_experts)
             FAIL("--moe-router-topk %d is more than --num-experts %d", a->moe_router_topk, a->num_experts);
+        if (a->moe_router_enable_expert_bias && strcmp(a->moe_router_score_function, "sigmoid") != 0)
+            FAIL("--moe-router-enable-expert-bias needs --moe-router-score-function sigmoid (the bias moves the "
+                 "sigmoid scores the choice ranks, as in DeepSeek-V3 and Megatron)");
+        if (td_args_given(a, "--moe-router-bias-update-rate") && !a->moe_router_enable_expert_bias)
+            FAIL("--moe-router-bias-update-rate needs --moe-router-enable-expert-bias");
         if (a->moe_shared_expert_gate && a->moe_shared_expert_intermediate_size == 0)
             FAIL("--moe-shared-expert-gate needs --moe-shared-expert-intermediate-size (the shared expert it gates)");
         if (a->moe_router_pre_softmax && strcmp(a->moe_router_score_function, "softmax") != 0)

@@ -46,6 +46,8 @@ const gpt_config_key GPT_CONFIG_KEYS[] = {
     FLT("moe_z_loss_coeff", "--moe-z-loss-coeff", GPT_KEY_RECORD, moe_z_coeff, 0, 1e6),
     INT("moe_shared_expert_intermediate_size", "--moe-shared-expert-intermediate-size", GPT_KEY_ARCH, moe_shared_ffn, 0, 1 << 24),
     INT("moe_shared_expert_gate", "--moe-shared-expert-gate", GPT_KEY_ARCH, moe_shared_gate, 0, 1),
+    INT("moe_router_enable_expert_bias", "--moe-router-enable-expert-bias", GPT_KEY_ARCH, moe_expert_bias, 0, 1),
+    FLT("moe_router_bias_update_rate", "--moe-router-bias-update-rate", GPT_KEY_RECORD, moe_bias_rate, 0, 1),
     INT("vocab_size", "--vocab-file", GPT_KEY_VOCAB, vocab, 1, 1 << 30),
     INT("padded_vocab_size", "--make-vocab-size-divisible-by", GPT_KEY_PADDING, padded_vocab, 1, 1 << 30),
     INT("seq_length", "--seq-length", GPT_KEY_RUN, seq, 1, 1 << 24),

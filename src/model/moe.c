@@ -73,6 +73,7 @@ static void tensors(table_builder *tb, int layer, int stream0, const char *prefi
     if (bias) T(fc_b, INIT_ZEROS, 2, E * bF, 0, "experts.fc.bias");
     T(fc_w, INIT_NORMAL, 3, E * bF, h, "experts.fc.weight");
     T(router_w, INIT_NORMAL, 4, E, h, "router.weight");
+    if (c->moe_expert_bias) T(expert_bias, INIT_ZEROS, 10, E, 0, "router.expert_bias");
     int64_t S = c->moe_shared_ffn, bS = fc_blocks(c) * S;
     if (S > 0) {
         if (bias) T(sh_fc2_b, INIT_ZEROS, 5, h, 0, "shared_expert.fc2.bias");
@@ -185,7 +186,7 @@ static void fwd(const block_io *io, void *av, const void *pv, float *out, be_in 
     TD_ASSERT(x.dt == BE_F32 && m->tp == 1);
     const float *xf = x.p;
     be_matmul_fwd(m->be, a->logits, xf, p->router_w, NULL, T, h, E);
-    be_moe_route_fwd(m->be, a->idx, a->probs, a->logits, NULL, T, E, k, c->moe_score, c->moe_pre_softmax,
+    be_moe_route_fwd(m->be, a->idx, a->probs, a->logits, p->expert_bias, T, E, k, c->moe_score, c->moe_pre_softmax,
                      c->moe_topk_scale);
     dispatch_map(a, T, E, k);
     be_moe_permute(m->be, a->xe, xf, a->row, T, k, h);
@@ -214,6 +215,20 @@ static void fwd(const block_io *io, void *av, const void *pv, float *out, be_in 
      * them; measured whether they train or not); their gradients come in the backward */
     a->aux = be_moe_aux_loss(m->be, NULL, a->logits, a->count, T, E, k, c->moe_score, 1.0, T, 0);
     a->z = be_moe_z_loss(m->be, NULL, a->logits, T, E, 1.0, T, 0);
+}
+
+/* Megatron's get_updated_expert_bias: each expert's bias moves by rate toward the experts under
+ * the mean load, sign(mean - tokens[e]) (tokens: the iteration's, over the global batch). */
+void moe_update_expert_bias(const gpt_config *c, const void *pv, const double *tokens)
+{
+    const moe_params *p = pv;
+    int E = c->num_experts;
+    double mean = 0;
+    for (int e = 0; e < E; e++) mean += tokens[e] / E;
+    for (int e = 0; e < E; e++) { /* host memory: the CPU backend's */
+        double off = mean - tokens[e];
+        p->expert_bias[e] += off > 0 ? c->moe_bias_rate : off < 0 ? -c->moe_bias_rate : 0.0f;
+    }
 }
 
 /* The metrics: the load-balancing loss, the z-loss, then the tokens routed to each expert. */

@@ -481,6 +481,13 @@ int gpt_layer_nstats(const gpt_config *c)
     return o->nstats ? o->nstats(c) : 0;
 }
 const double *gpt_layer_stats(const gpt_model *m) { return m->layer_stats; }
+
+void gpt_moe_update_expert_bias(gpt_model *m, const double *tokens)
+{
+    if (!gpt_moe(&m->cfg) || !m->cfg.moe_expert_bias) return;
+    for (int l = 0; l < m->nlayers; l++)
+        moe_update_expert_bias(&m->cfg, m->layers[l].slot[GPT_SLOT_MLP].p, tokens + (size_t)(m->layer0 + l) * m->cfg.num_experts);
+}
 void gpt_layer_stats_clear(gpt_model *m)
 {
     int n = gpt_layer_nstats(&m->cfg);

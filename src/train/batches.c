@@ -98,12 +98,11 @@ double run_batches_loss(const run_state *r, double loss_sum)
     return loss_sum / gpt_head_loss_divisor(config_of(r), r->gbs);
 }
 
-/* A mixture of experts' metrics of the iteration, from every layer's sums over the global batch
- * (the stages' layers summed over the data-parallel ranks, then gathered over the pipeline by a
- * sum: each stage holds its own): the load-balancing loss and the z-loss (without their
- * coefficients: Megatron's logged values), a layer's and a micro-batch's mean; the tokens routed
- * to each expert; each layer's busiest expert against the mean, and the worst layer's. */
-static void moe_metrics(run_state *r, met_record *rec)
+/* A mixture of experts' sums of the iteration, every layer's over the global batch (the stages'
+ * layers summed over the data-parallel ranks, then gathered over the pipeline by a sum: each
+ * stage holds its own); then, with --moe-router-enable-expert-bias, every layer's expert bias
+ * moved against its load, on every rank alike, before the optimizer step. */
+void run_batches_moe_collect(run_state *r)
 {
     const gpt_config *c = config_of(r);
     int n = gpt_layer_nstats(c);
@@ -122,24 +121,36 @@ static void moe_metrics(run_state *r, met_record *rec)
         r->batches.moe_tokens = td_xcalloc((size_t)L * E, sizeof(double));
         r->batches.moe_load = td_xcalloc((size_t)L, sizeof(double));
     }
-    double micro = (double)r->num_micro * r->ps->dp, aux = 0, z = 0, worst = 0;
+    r->batches.moe_aux = r->batches.moe_z = 0;
     for (int l = 0; l < L; l++) {
         const double *s = all + (size_t)l * n;
         double total = 0, most = 0;
-        aux += s[0], z += s[1];
+        r->batches.moe_aux += s[0], r->batches.moe_z += s[1];
         for (int e = 0; e < E; e++) {
             r->batches.moe_tokens[(size_t)l * E + e] = s[2 + e];
             total += s[2 + e], most = s[2 + e] > most ? s[2 + e] : most;
         }
         r->batches.moe_load[l] = total > 0 ? most / (total / E) : 0;
-        worst = r->batches.moe_load[l] > worst ? r->batches.moe_load[l] : worst;
     }
     free(all);
+    for (int k = 0; k < r->model.nchunks; k++) gpt_moe_update_expert_bias(r->model.chunks[k], r->batches.moe_tokens);
+}
+
+/* ... and its metrics: the load-balancing loss and the z-loss (without their coefficients:
+ * Megatron's logged values), a layer's and a micro-batch's mean; the tokens routed to each
+ * expert; each layer's busiest expert against the mean, and the worst layer's. */
+static void moe_metrics(run_state *r, met_record *rec)
+{
+    const gpt_config *c = config_of(r);
+    if (gpt_layer_nstats(c) == 0 || !r->batches.moe_tokens) return;
+    int L = c->num_layers;
+    double micro = (double)r->num_micro * r->ps->dp, worst = 0;
+    for (int l = 0; l < L; l++) worst = r->batches.moe_load[l] > worst ? r->batches.moe_load[l] : worst;
     TD_ASSERT(rec->nextra + 3 <= GPT_MAX_STATS);
-    rec->extra[rec->nextra++] = (gpt_metric){"load_balancing_loss", "load balancing loss", "%.4f", aux / (L * micro)};
-    rec->extra[rec->nextra++] = (gpt_metric){"z_loss", "z loss", "%.4E", z / (L * micro)};
+    rec->extra[rec->nextra++] = (gpt_metric){"load_balancing_loss", "load balancing loss", "%.4f", r->batches.moe_aux / (L * micro)};
+    rec->extra[rec->nextra++] = (gpt_metric){"z_loss", "z loss", "%.4E", r->batches.moe_z / (L * micro)};
     rec->extra[rec->nextra++] = (gpt_metric){"expert_load_max_mean", "expert load max/mean", "%.2f", worst};
-    rec->moe_layers = L, rec->moe_experts = E;
+    rec->moe_layers = L, rec->moe_experts = c->num_experts;
     rec->moe_tokens = r->batches.moe_tokens, rec->moe_load = r->batches.moe_load;
 }
 

@@ -51,6 +51,7 @@ typedef struct {
     pp_iteration it;         /* it.micro: the source's micro-batches of the iteration */
     double *moe_tokens;      /* a mixture of experts: the iteration's tokens per (layer, expert) */
     double *moe_load;        /* ... and each layer's busiest expert's share against the mean */
+    double moe_aux, moe_z;   /* ... and the router losses summed over layers and micro-batches */
 } run_batches;
 
 /* The optimizer unit (optim.c). */
@@ -160,6 +161,9 @@ double run_batches_loss(const run_state *r, double loss_sum);
 /* Adds the head's own figures to the iteration's record, from the last stage's sums (zeroed for
  * the next iteration). */
 void run_batches_metrics(run_state *r, met_record *rec);
+/* A mixture of experts: the iteration's per-layer sums over the global batch, and the expert
+ * bias moved against the load (before the optimizer step; every rank). */
+void run_batches_moe_collect(run_state *r);
 
 /* Frees the batch source and the iteration's buffers. */
 void run_batches_close(run_state *r);

@@ -35,6 +35,9 @@ TRIDENT_TEST_OVERFLOW_ITER=5 check_layout fp16_one_rank 1 1 --fp16 --initial-los
 MOE=(--num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 64 --moe-aux-loss-coeff 1e-2 --moe-z-loss-coeff 1e-3)
 check_layout moe_one_rank 1 1 "${MOE[@]}"
 check_layout moe_pp2_dp2 4 1 --pipeline-model-parallel-size 2 "${MOE[@]}"
+# DeepSeek-V3's expert bias (moved each iteration, no gradient) saved and loaded with the router
+check_layout moe_bias_dp2 2 1 --num-experts 4 --moe-router-topk 2 --moe-router-score-function sigmoid \
+  --moe-router-enable-expert-bias --moe-router-bias-update-rate 1e-2
 # its metrics: in every layer the tokens per expert sum to k x the global batch's 8 x 16 tokens,
 # and pp 2 x dp 2 counts the very tokens one rank does, with the same losses of the router
 if out=$(python3 - moe_one_rank/full.jsonl moe_pp2_dp2/full.jsonl <<'PY'

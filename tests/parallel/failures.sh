@@ -123,12 +123,23 @@ fault 1 killed_rank
 # talk over TCP (which does not report the loss: their waits would go on); the others must hear
 # of it from rank 0 and end too (on a real cluster, their own node's orted would otherwise sleep
 # twice the timeout).
+# On one machine mpirun is the victim's parent and may end the job first, killing the ranks before
+# they print what they heard (under ctest -j with other tests, 1 run in a few dozen): that try is
+# reported and the case runs once more; twice in a row fails.
 killed_rank_other_node() {
-  local log victim extra_mpirun=(--mca btl tcp,self -x TRIDENT_TEST_WATCH_ONLY_RANK=0); log=$(mktemp)
-  start_job "$log" --pipeline-model-parallel-size 2
-  victim=$(ranks_of "$job" | tail -1)
-  kill -9 "$victim"
-  end_job "killed rank, heard of by the ranks of other nodes" 20 "(pid $victim on $(hostname)) is gone (killed or crashed): ending the job (heard from a rank of its node)"
+  local log victim extra_mpirun=(--mca btl tcp,self -x TRIDENT_TEST_WATCH_ONLY_RANK=0) try verdict; log=$(mktemp)
+  for try in 1 2; do
+    start_job "$log" --pipeline-model-parallel-size 2
+    victim=$(ranks_of "$job" | tail -1)
+    kill -9 "$victim"
+    verdict=$(end_job "killed rank, heard of by the ranks of other nodes" 20 "(pid $victim on $(hostname)) is gone (killed or crashed): ending the job (heard from a rank of its node)")
+    if [ "$try" = 1 ] && [[ $verdict == FAIL:* ]] && grep -q "mpirun noticed that process rank 3" "$log"; then
+      echo "note: killed rank, heard of by the ranks of other nodes: mpirun ended the job before the others printed; once more"
+      continue
+    fi
+    echo "$verdict"
+    break
+  done
   rm -f "$log"
 }
 fault 2 killed_rank_other_node

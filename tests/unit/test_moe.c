@@ -88,7 +88,8 @@ static double ref_moe(ref *r, double *out, const double *x)
         /* the scores the choice ranks */
         double rank[8], chosen[8] = {0};
         for (int e = 0; e < E; e++)
-            rank[e] = c->moe_score == BE_MOE_SIGMOID ? sigm(lg[t][e]) : c->moe_pre_softmax ? exp(lg[t][e] - lse) : lg[t][e];
+            rank[e] = c->moe_score == BE_MOE_SIGMOID ? sigm(lg[t][e]) + (p->expert_bias ? p->expert_bias[e] : 0.0)
+                      : c->moe_pre_softmax ? exp(lg[t][e] - lse) : lg[t][e];
         for (int j = 0; j < k; j++) {
             int best = -1;
             for (int e = 0; e < E; e++)
@@ -170,6 +171,13 @@ static double objective(ref *r, const double *x, const float *R, double *tmp)
     return L;
 }
 
+static const gpt_tensor_info *find(const gpt_model *m, const char *name)
+{
+    for (int i = 0; i < m->ntensors; i++)
+        if (strcmp(m->table[i].name, name) == 0) return &m->table[i];
+    return NULL;
+}
+
 static void check(arch A, const char *name)
 {
     const gpt_config *c = &A.c;
@@ -185,6 +193,12 @@ static void check(arch A, const char *name)
     const block_slot *s = &m->layers[0].slot[GPT_SLOT_MLP];
     assert_ptr_equal(s->ops, &moe_ops);
     void *av = acts->layers[0].slot[GPT_SLOT_MLP];
+    if (c->moe_expert_bias) { /* a bias that moves the choice: +0.25 makes expert 3 chosen more often, -0.3 expert 0 less */
+        const gpt_tensor_info *t = find(m, "layers.0.mlp.router.expert_bias");
+        assert_non_null(t);
+        static const float bias[5] = {-0.3f, 0.05f, 0.0f, 0.25f, -0.1f};
+        memcpy(m->params + t->offset, bias, sizeof bias);
+    }
     block_io io = {m, B, NULL, NULL, m->scratch->slot[GPT_SLOT_MLP]};
 
     float *x = malloc((size_t)n * sizeof(float)), *R = malloc((size_t)n * sizeof(float));
@@ -247,7 +261,8 @@ static void check(arch A, const char *name)
         }
     }
     printf("%s: %d parameter gradients %.2e\n", name, checked, perr);
-    int tensors = (c->disable_bias ? 3 : 5) + (c->moe_shared_ffn ? (c->disable_bias ? 2 : 4) + c->moe_shared_gate : 0);
+    int tensors = (c->disable_bias ? 3 : 5) + (c->moe_shared_ffn ? (c->disable_bias ? 2 : 4) + c->moe_shared_gate : 0) +
+                  c->moe_expert_bias; /* its gradient is 0, as the reference's: only the choice moves with it */
     assert_true(checked == 16 * tensors);
     assert_true(perr < 1e-4);
     free(wg), free(fd), free(tmp), free(x), free(R), free(out), free(dx), free(xd), free(od);
@@ -268,6 +283,35 @@ static void qwen_shared_gated(void **st)
     (void)st;
     check(make_shared(1, BE_MOE_SOFTMAX, 0, 0, 14, 1), "SwiGLU experts and a gated shared expert (Qwen2-MoE)");
 }
+static void llama_sigmoid_bias(void **st)
+{
+    (void)st;
+    arch a = make(1, BE_MOE_SIGMOID, 0, 0);
+    a.c.moe_expert_bias = 1, a.c.moe_bias_rate = 0.01f;
+    check(a, "SwiGLU experts, sigmoid with the expert bias");
+}
+
+/* Megatron's update: bias[e] += rate sign(mean - tokens[e]), by hand */
+static void expert_bias_update(void **st)
+{
+    (void)st;
+    arch a = make(1, BE_MOE_SIGMOID, 0, 0);
+    a.c.moe_expert_bias = 1, a.c.moe_bias_rate = 0.01f;
+    ps_state ps;
+    memset(&ps, 0, sizeof ps);
+    ps.world_size = ps.tp = ps.pp = ps.dp = 1;
+    ps.world = ps.tp_group = ps.dp_group = ps.pp_group = ps.mp_group = g_world;
+    gpt_model *m = gpt_create(&a.c, &ps, g_be, 0, 1, B, 1);
+    const gpt_tensor_info *t = find(m, "layers.0.mlp.router.expert_bias");
+    assert_non_null(t);
+    const double tokens[5] = {10, 40, 20, 20, 10}; /* mean 20 */
+    gpt_moe_update_expert_bias(m, tokens);
+    gpt_moe_update_expert_bias(m, tokens);
+    const float *b = m->params + t->offset;
+    assert_true(b[0] == 0.02f && b[1] == -0.02f && b[2] == 0 && b[3] == 0 && b[4] == 0.02f);
+    gpt_free(m);
+}
+
 static void gpt2_shared(void **st) { (void)st; check(make_shared(0, BE_MOE_SOFTMAX, 1, 0, 9, 0), "GeLU experts and a shared expert"); }
 
 int main(int argc, char **argv)
@@ -277,6 +321,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(gpt2_softmax), cmocka_unit_test(gpt2_pre_softmax), cmocka_unit_test(llama_softmax),
         cmocka_unit_test(llama_sigmoid), cmocka_unit_test(qwen_shared_gated), cmocka_unit_test(gpt2_shared),
+        cmocka_unit_test(llama_sigmoid_bias), cmocka_unit_test(expert_bias_update),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     be_free(g_be);

@@ -58,7 +58,8 @@ typedef struct td_args {
     int num_gpus, vocab_size, plan_top, plan_explain, plan_json, plan_calibrate;
     double plan_calibrate_s;
     int num_experts, moe_ffn_hidden_size, moe_router_topk, moe_router_pre_softmax;
-    int moe_shared_expert_intermediate_size, moe_shared_expert_gate;
+    int moe_shared_expert_intermediate_size, moe_shared_expert_gate, moe_router_enable_expert_bias;
+    double moe_router_bias_update_rate;
     char *moe_router_score_function, *moe_router_load_balancing_type;
     double moe_router_topk_scaling_factor, moe_aux_loss_coeff, moe_z_loss_coeff;
     /* model */

@@ -220,6 +220,10 @@ void gpt_head_stats(const gpt_acts *a, double *stats);
 int gpt_layer_nstats(const gpt_config *c);
 const double *gpt_layer_stats(const gpt_model *m);
 void gpt_layer_stats_clear(gpt_model *m);
+/* --moe-router-enable-expert-bias: moves each of the stage's MoE layers' expert bias against the
+ * iteration's load, tokens (num_layers, E) over the global batch for the whole model (every rank
+ * alike, before the optimizer step: the bias has no gradient). Nothing without the bias. */
+void gpt_moe_update_expert_bias(gpt_model *m, const double *tokens);
 
 /* A metric an iteration reports beside its loss. */
 typedef struct gpt_metric {

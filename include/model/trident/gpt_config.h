@@ -55,6 +55,9 @@ typedef struct gpt_config {
     float moe_z_coeff;   /* ST-MoE's router z-loss (0: none) */
     int moe_shared_ffn;  /* the shared expert's hidden size, run on every token (0: none; Qwen-MoE) */
     int moe_shared_gate; /* its output times sigmoid(w . x), w (1, h) (Qwen's shared_expert_gate) */
+    int moe_expert_bias; /* DeepSeek-V3's aux-loss-free balancing: a per-expert bias on the scores
+                          * for the choice only, moved against each iteration's load */
+    float moe_bias_rate; /* ... by this much an iteration (--moe-router-bias-update-rate) */
 } gpt_config;
 
 /* The resolved values of the fields whose zero means a default. */
