@@ -92,6 +92,12 @@ extern const block_ops layernorm_ops, rmsnorm_ops;  /* norm.c */
 extern const block_ops attention_ops;               /* attention.c: multi-head or grouped-query, rotary or not */
 extern const block_ops mlp_gelu_ops, mlp_swiglu_ops; /* mlp.c */
 extern const block_ops moe_ops;                      /* moe.c: the mixture-of-experts MLP */
+/* moe.c: generation's step of a MoE layer: out (rows, h) from x (rows, h), with buffers for up to
+ * `rows` tokens (moe_step_new). */
+typedef struct moe_acts moe_acts;
+moe_acts *moe_step_new(const gpt_model *m, int rows);
+void moe_step_free(const gpt_model *m, moe_acts *a);
+void moe_step(const gpt_model *m, const void *params, moe_acts *a, float *out, const float *x, int rows);
 /* moe.c: the expert bias of a layer's MoE parameters moved against its load (tokens (E)). */
 void moe_update_expert_bias(const gpt_config *c, const void *params, const double *tokens);
 

@@ -24,6 +24,7 @@ struct gpt_kv_cache {
     float *last;           /* (B, h): each row's last new position */
     float *logits_l;       /* (B, V/t) */
     float *gathered;       /* host (tp, B, V/t) */
+    moe_acts *moe;         /* a mixture of experts: the step's buffers for (B nmax) tokens */
 };
 
 /* Width of a layer's key (or value) rows on this rank, and of the fc output. */
@@ -36,7 +37,8 @@ static int kinds_known(const gpt_model *m)
     for (int l = 0; l < m->nlayers; l++) {
         const gpt_layer *L = &m->layers[l];
         const block_ops *mlp = L->slot[GPT_SLOT_MLP].ops;
-        if (L->slot[GPT_SLOT_ATTENTION].ops != &attention_ops || (mlp != &mlp_gelu_ops && mlp != &mlp_swiglu_ops))
+        if (L->slot[GPT_SLOT_ATTENTION].ops != &attention_ops ||
+            (mlp != &mlp_gelu_ops && mlp != &mlp_swiglu_ops && mlp != &moe_ops))
             return 0;
     }
     return 1;
@@ -71,6 +73,7 @@ gpt_kv_cache *gpt_kv_create(gpt_model *m, int B, int cap, int nmax)
     c->last = be_alloc(be, (size_t)B * h * sizeof(float));
     c->logits_l = be_alloc(be, (size_t)B * m->vocab_l * sizeof(float));
     c->gathered = td_xmalloc((size_t)m->tp * B * m->vocab_l * sizeof(float));
+    if (gpt_moe(&m->cfg) && m->nlayers > 0) c->moe = moe_step_new(m, (int)rows);
     return c;
 }
 
@@ -85,6 +88,7 @@ void gpt_kv_free(gpt_model *m, gpt_kv_cache *c)
     float *bufs[] = {c->x, c->ln, c->branch, c->q, c->kv, c->atty, c->fch, c->act, c->last, c->logits_l};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) be_dfree(be, bufs[i]);
     be_dfree(be, c->ids);
+    moe_step_free(m, c->moe);
     free(c->gathered);
     free(c->k);
     free(c->v);
@@ -134,6 +138,11 @@ static void layer_step(gpt_model *m, gpt_kv_cache *c, int l, int pos, int n)
 
     /* MLP */
     norm(m, c->ln, c->x, ln2, rows);
+    if (L->slot[GPT_SLOT_MLP].ops == &moe_ops) { /* the experts' outputs carry their own biases */
+        moe_step(m, L->slot[GPT_SLOT_MLP].p, c->moe, c->branch, c->ln, rows);
+        be_bias_dropout_add_fwd(be, c->x, c->x, c->branch, NULL, B, n, h, NULL);
+        return;
+    }
     if (cf->swiglu) {
         tp_column_linear_fwd(be, tp, c->fch, be_f32(c->ln), mlp->fc_w, mlp->fc_b, rows, h, fc_out(m));
         be_swiglu_fwd(be, c->act, c->fch, rows, m->ffn_l);

@@ -16,7 +16,7 @@
 
 #include "trident/check.h"
 
-typedef struct {
+struct moe_acts {
     float *logits;    /* (T, E) */
     int32_t *idx;     /* (T, k): the chosen experts */
     float *probs;     /* (T, k): their weights */
@@ -36,7 +36,7 @@ typedef struct {
     int32_t *ident;   /* (T) n: the rows of the shared expert's combine */
     double aux, z;    /* this micro-batch's load-balancing and z losses without their coefficients */
     int E;
-} moe_acts;
+};
 
 typedef struct {
     float *dlogits;   /* (T, E) */
@@ -175,16 +175,12 @@ static void dispatch_map(moe_acts *a, int T, int E, int k)
     free(off);
 }
 
-static void fwd(const block_io *io, void *av, const void *pv, float *out, be_in x)
+/* The forward of T tokens xf (T, h) into out (T, h), keeping in a what the backward needs. */
+static void forward(const gpt_model *m, moe_acts *a, const moe_params *p, float *out, const float *xf, int T)
 {
-    const gpt_model *m = io->m;
     const gpt_config *c = &m->cfg;
-    const moe_params *p = pv;
-    moe_acts *a = av;
-    int T = io->B * c->seq, h = c->hidden, E = c->num_experts, k = c->moe_topk, F = gpt_moe_ffn(c);
-    int bF = fc_blocks(c) * F;
-    TD_ASSERT(x.dt == BE_F32 && m->tp == 1);
-    const float *xf = x.p;
+    int h = c->hidden, E = c->num_experts, k = c->moe_topk, F = gpt_moe_ffn(c), bF = fc_blocks(c) * F;
+    TD_ASSERT(m->tp == 1);
     be_matmul_fwd(m->be, a->logits, xf, p->router_w, NULL, T, h, E);
     be_moe_route_fwd(m->be, a->idx, a->probs, a->logits, p->expert_bias, T, E, k, c->moe_score, c->moe_pre_softmax,
                      c->moe_topk_scale);
@@ -215,6 +211,59 @@ static void fwd(const block_io *io, void *av, const void *pv, float *out, be_in 
      * them; measured whether they train or not); their gradients come in the backward */
     a->aux = be_moe_aux_loss(m->be, NULL, a->logits, a->count, T, E, k, c->moe_score, 1.0, T, 0);
     a->z = be_moe_z_loss(m->be, NULL, a->logits, T, E, 1.0, T, 0);
+}
+
+static void fwd(const block_io *io, void *av, const void *pv, float *out, be_in x)
+{
+    TD_ASSERT(x.dt == BE_F32);
+    forward(io->m, av, pv, out, x.p, io->B * io->m->cfg.seq);
+}
+
+/* ---- generation's step (src/model/infer.c): the forward of any number of tokens ---- */
+
+moe_acts *moe_step_new(const gpt_model *m, int rows)
+{
+    const gpt_config *c = &m->cfg;
+    size_t T = (size_t)rows, E = (size_t)c->num_experts, k = (size_t)c->moe_topk, F = (size_t)gpt_moe_ffn(c);
+    size_t h = (size_t)c->hidden, bF = (size_t)fc_blocks(c) * F, S = (size_t)c->moe_shared_ffn;
+    moe_acts *a = td_xcalloc(1, sizeof *a);
+    const backend *be = m->be;
+    a->E = (int)E;
+    a->logits = be_alloc(be, T * E * sizeof(float));
+    a->idx = be_alloc(be, T * k * sizeof(int32_t));
+    a->probs = be_alloc(be, T * k * sizeof(float));
+    a->row = be_alloc(be, T * k * sizeof(int32_t));
+    a->count = be_alloc(be, E * sizeof(int32_t));
+    a->xe = be_alloc(be, T * k * h * sizeof(float));
+    a->he = be_alloc(be, T * k * bF * sizeof(float));
+    a->ae = be_alloc(be, T * k * F * sizeof(float));
+    a->ye = be_alloc(be, T * k * h * sizeof(float));
+    if (S > 0) {
+        a->sh_he = be_alloc(be, T * fc_blocks(c) * S * sizeof(float));
+        a->sh_ae = be_alloc(be, T * S * sizeof(float));
+        a->sh_ye = be_alloc(be, T * h * sizeof(float));
+        a->sh_gy = be_alloc(be, T * h * sizeof(float));
+        a->sh_glog = be_alloc(be, T * sizeof(float));
+        a->sh_g = be_alloc(be, T * sizeof(float));
+        a->sh_idx = be_alloc(be, T * sizeof(int32_t));
+        a->ident = be_alloc(be, T * sizeof(int32_t));
+    }
+    return a;
+}
+
+void moe_step_free(const gpt_model *m, moe_acts *a)
+{
+    if (!a) return;
+    void *bufs[] = {a->logits, a->idx, a->probs, a->row, a->count, a->xe, a->he, a->ae, a->ye,
+                    a->sh_he, a->sh_ae, a->sh_ye, a->sh_gy, a->sh_glog, a->sh_g, a->sh_idx, a->ident};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+        if (bufs[i]) be_dfree(m->be, bufs[i]);
+    free(a);
+}
+
+void moe_step(const gpt_model *m, const void *params, moe_acts *a, float *out, const float *x, int rows)
+{
+    forward(m, a, params, out, x, rows);
 }
 
 /* Megatron's get_updated_expert_bias: each expert's bias moves by rate toward the experts under
