@@ -286,7 +286,8 @@ struct be_ops {
     /* The token dispatch inside a rank: xe[row[n k + j]] = x[n] (rows of h floats), and its
      * backward dx[n] += sum_j dxe[row[n k + j]]; the combine out[n] written = sum_j probs[n k + j]
      * ye[row[n k + j]], and its backward dye[row] written = probs dout[n], dprobs written =
-     * dout[n] . ye[row]. row: each (token, choice)'s row in the expert-sorted buffers. */
+     * dout[n] . ye[row]. row: each (token, choice)'s row in the expert-sorted buffers, or -1:
+     * dropped (over its expert's capacity: no row, no part in the output, dprobs 0). */
     void (*moe_permute)(const backend *be, float *xe, const float *x, const int32_t *row, int N, int k, int h);
     void (*moe_permute_bwd)(const backend *be, float *dx, const float *dxe, const int32_t *row, int N, int k, int h);
     void (*moe_unpermute)(const backend *be, float *out, const float *ye, const int32_t *row, const float *probs,

@@ -58,6 +58,8 @@ void gpt_config_from_args(gpt_config *c, const td_args *a)
         c->moe_shared_gate = a->moe_shared_expert_gate;
         c->moe_expert_bias = a->moe_router_enable_expert_bias;
         c->moe_bias_rate = (float)a->moe_router_bias_update_rate;
+        c->moe_capacity = (float)a->moe_expert_capacity_factor;
+        c->moe_drop_position = strcmp(a->moe_token_drop_policy, "position") == 0;
     }
 }
 
@@ -107,7 +109,9 @@ int gpt_config_validate(const td_args *a, int tp, char *msg, size_t msglen)
                                                 "--moe-router-pre-softmax", "--moe-router-topk-scaling-factor",
                                                 "--moe-aux-loss-coeff", "--moe-z-loss-coeff",
                                                 "--moe-shared-expert-intermediate-size", "--moe-shared-expert-gate",
-                                                "--moe-router-enable-expert-bias", "--moe-router-bias-update-rate"};
+                                                "--moe-router-enable-expert-bias", "--moe-router-bias-update-rate",
+                                                "--moe-expert-capacity-factor", "--moe-token-drop-policy",
+                                                "--moe-pad-expert-input-to-capacity"};
         for (size_t i = 0; i < sizeof moe_flags / sizeof *moe_flags; i++)
             if (td_args_given(a, moe_flags[i])) FAIL("%s needs --num-experts (a mixture of experts)", moe_flags[i]);
     } else {
@@ -118,6 +122,10 @@ int gpt_config_validate(const td_args *a, int tp, char *msg, size_t msglen)
                  "sigmoid scores the choice ranks, as in DeepSeek-V3 and Megatron)");
         if (td_args_given(a, "--moe-router-bias-update-rate") && !a->moe_router_enable_expert_bias)
             FAIL("--moe-router-bias-update-rate needs --moe-router-enable-expert-bias");
+        if (a->moe_pad_expert_input_to_capacity)
+            FAIL("--moe-pad-expert-input-to-capacity is not built yet: capacity drops without padding (docs/moe.md)");
+        if (td_args_given(a, "--moe-token-drop-policy") && !(a->moe_expert_capacity_factor > 0))
+            FAIL("--moe-token-drop-policy needs --moe-expert-capacity-factor (dropless otherwise)");
         if (a->moe_shared_expert_gate && a->moe_shared_expert_intermediate_size == 0)
             FAIL("--moe-shared-expert-gate needs --moe-shared-expert-intermediate-size (the shared expert it gates)");
         if (a->moe_router_pre_softmax && strcmp(a->moe_router_score_function, "softmax") != 0)

@@ -10,6 +10,7 @@
  * its [gate | up]); fc2 (E h, F). Today: one rank of tensor parallelism, fp32 GEMMs. */
 #include "block.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,7 +22,9 @@ struct moe_acts {
     int32_t *idx;     /* (T, k): the chosen experts */
     float *probs;     /* (T, k): their weights */
     int32_t *row;     /* (T, k): each choice's row in the expert-sorted buffers */
-    int32_t *count;   /* (E): rows of each expert */
+    int32_t *count;   /* (E): rows of each expert (the tokens it takes) */
+    int32_t *routed;  /* (E): the tokens routed to it, before any were dropped over its capacity */
+    int dropped;      /* (token, expert) choices dropped over capacity in this micro-batch */
     float *xe;        /* (T k, h): the input rows in expert order */
     float *he;        /* (T k, bF): fc's output */
     float *ae;        /* (T k, F): the activation's */
@@ -96,6 +99,7 @@ static void acts(carver *cv, const gpt_model *m, void *av)
     CARVE(cv, a->probs, float, T * k);
     CARVE(cv, a->row, int32_t, T * k);
     CARVE(cv, a->count, int32_t, E);
+    CARVE(cv, a->routed, int32_t, E);
     CARVE(cv, a->xe, float, T * k * c->hidden);
     CARVE(cv, a->he, float, T * k * fc_blocks(c) * F);
     CARVE(cv, a->ae, float, T * k * F);
@@ -163,15 +167,48 @@ static void mlp_bwd(const gpt_model *m, float *dx, float *dw1, float *db1, float
 
 /* The rows of each expert and each choice's row in expert order: expert by expert, tokens in
  * order within one (Megatron's permute). On the host: the CPU backend's memory is the host's. */
-static void dispatch_map(moe_acts *a, int T, int E, int k)
+/* With --moe-expert-capacity-factor (Megatron's apply_router_token_dropping, without padding):
+ * an expert takes at most ceil(T k / E x factor) of its tokens; over that, the choices of the
+ * lowest weight (probs; ties to the later token) or of the latest tokens (position) are dropped:
+ * their row -1, their weight 0. */
+static int cmp_keep(const void *x, const void *y, void *ctx)
 {
+    const float *p = ctx;
+    int i = *(const int *)x, j = *(const int *)y;
+    return p[i] > p[j] ? -1 : p[i] < p[j] ? 1 : (i > j) - (i < j);
+}
+
+static void apply_capacity(moe_acts *a, const gpt_config *c, int T)
+{
+    int E = c->num_experts, k = c->moe_topk;
+    int cap = (int)ceil((double)T * k / E * c->moe_capacity);
+    int *mine = td_xmalloc((size_t)T * k * sizeof *mine);
+    for (int e = 0; e < E; e++) {
+        int n = 0;
+        for (int i = 0; i < T * k; i++)
+            if (a->idx[i] == e) mine[n++] = i; /* in token order */
+        if (n <= cap) continue;
+        if (!c->moe_drop_position) qsort_r(mine, (size_t)n, sizeof *mine, cmp_keep, a->probs);
+        for (int q = cap; q < n; q++) a->row[mine[q]] = -1, a->probs[mine[q]] = 0, a->dropped++;
+    }
+    free(mine);
+}
+
+static void dispatch_map(moe_acts *a, const gpt_config *c, int T)
+{
+    int E = c->num_experts, k = c->moe_topk;
     int32_t *off = td_xcalloc((size_t)E + 1, sizeof *off);
     memset(a->count, 0, (size_t)E * sizeof *a->count);
-    for (int i = 0; i < T * k; i++) a->count[a->idx[i]]++;
+    memset(a->routed, 0, (size_t)E * sizeof *a->routed);
+    for (int i = 0; i < T * k; i++) a->routed[a->idx[i]]++, a->row[i] = 0;
+    a->dropped = 0;
+    if (c->moe_capacity > 0) apply_capacity(a, c, T);
+    for (int i = 0; i < T * k; i++)
+        if (a->row[i] >= 0) a->count[a->idx[i]]++;
     for (int e = 0; e < E; e++) off[e + 1] = off[e] + a->count[e];
     for (int e = 0; e < E; e++)
         for (int i = 0; i < T * k; i++)
-            if (a->idx[i] == e) a->row[i] = off[e]++;
+            if (a->idx[i] == e && a->row[i] >= 0) a->row[i] = off[e]++;
     free(off);
 }
 
@@ -184,7 +221,7 @@ static void forward(const gpt_model *m, moe_acts *a, const moe_params *p, float 
     be_matmul_fwd(m->be, a->logits, xf, p->router_w, NULL, T, h, E);
     be_moe_route_fwd(m->be, a->idx, a->probs, a->logits, p->expert_bias, T, E, k, c->moe_score, c->moe_pre_softmax,
                      c->moe_topk_scale);
-    dispatch_map(a, T, E, k);
+    dispatch_map(a, c, T);
     be_moe_permute(m->be, a->xe, xf, a->row, T, k, h);
     for (int e = 0, r0 = 0; e < E; r0 += a->count[e++]) {
         int n = a->count[e];
@@ -209,7 +246,7 @@ static void forward(const gpt_model *m, moe_acts *a, const moe_params *p, float 
     }
     /* the losses over this micro-batch's tokens, without their coefficients (as Megatron logs
      * them; measured whether they train or not); their gradients come in the backward */
-    a->aux = be_moe_aux_loss(m->be, NULL, a->logits, a->count, T, E, k, c->moe_score, 1.0, T, 0);
+    a->aux = be_moe_aux_loss(m->be, NULL, a->logits, a->routed, T, E, k, c->moe_score, 1.0, T, 0);
     a->z = be_moe_z_loss(m->be, NULL, a->logits, T, E, 1.0, T, 0);
 }
 
@@ -234,6 +271,7 @@ moe_acts *moe_step_new(const gpt_model *m, int rows)
     a->probs = be_alloc(be, T * k * sizeof(float));
     a->row = be_alloc(be, T * k * sizeof(int32_t));
     a->count = be_alloc(be, E * sizeof(int32_t));
+    a->routed = be_alloc(be, E * sizeof(int32_t));
     a->xe = be_alloc(be, T * k * h * sizeof(float));
     a->he = be_alloc(be, T * k * bF * sizeof(float));
     a->ae = be_alloc(be, T * k * F * sizeof(float));
@@ -254,7 +292,7 @@ moe_acts *moe_step_new(const gpt_model *m, int rows)
 void moe_step_free(const gpt_model *m, moe_acts *a)
 {
     if (!a) return;
-    void *bufs[] = {a->logits, a->idx, a->probs, a->row, a->count, a->xe, a->he, a->ae, a->ye,
+    void *bufs[] = {a->logits, a->idx, a->probs, a->row, a->count, a->routed, a->xe, a->he, a->ae, a->ye,
                     a->sh_he, a->sh_ae, a->sh_ye, a->sh_gy, a->sh_glog, a->sh_g, a->sh_idx, a->ident};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         if (bufs[i]) be_dfree(m->be, bufs[i]);
@@ -280,15 +318,17 @@ void moe_update_expert_bias(const gpt_config *c, const void *pv, const double *t
     }
 }
 
-/* The metrics: the load-balancing loss, the z-loss, then the tokens routed to each expert. */
-static int nstats(const gpt_config *c) { return 2 + c->num_experts; }
+/* The metrics: the load-balancing loss, the z-loss, the choices dropped over capacity, then the
+ * tokens routed to each expert. */
+static int nstats(const gpt_config *c) { return 3 + c->num_experts; }
 
 static void stats(const void *av, double *out)
 {
     const moe_acts *a = av;
     out[0] += a->aux;
     out[1] += a->z;
-    for (int e = 0; e < a->E; e++) out[2 + e] += a->count[e];
+    out[2] += a->dropped;
+    for (int e = 0; e < a->E; e++) out[3 + e] += a->routed[e];
 }
 
 static void bwd(const block_io *io, float *dx, void *gv, const float *dbranch, const void *av, const void *pv, be_in x)
@@ -335,7 +375,7 @@ static void bwd(const block_io *io, float *dx, void *gv, const float *dbranch, c
      * gradient of loss_scale per token, T tokens */
     float dscale = m->loss_scale * (float)T;
     if (c->moe_aux_coeff > 0)
-        be_moe_aux_loss(m->be, s->dlogits, a->logits, a->count, T, E, k, c->moe_score, c->moe_aux_coeff, T, dscale);
+        be_moe_aux_loss(m->be, s->dlogits, a->logits, a->routed, T, E, k, c->moe_score, c->moe_aux_coeff, T, dscale);
     if (c->moe_z_coeff > 0) be_moe_z_loss(m->be, s->dlogits, a->logits, T, E, c->moe_z_coeff, T, dscale);
     be_matmul_bwd(m->be, dx, g->router_w, NULL, s->dlogits, xf, p->router_w, T, h, E);
 }

@@ -52,6 +52,7 @@ typedef struct {
     double *moe_tokens;      /* a mixture of experts: the iteration's tokens per (layer, expert) */
     double *moe_load;        /* ... and each layer's busiest expert's share against the mean */
     double moe_aux, moe_z;   /* ... and the router losses summed over layers and micro-batches */
+    double moe_dropped;      /* ... and the choices dropped over capacity */
 } run_batches;
 
 /* The optimizer unit (optim.c). */

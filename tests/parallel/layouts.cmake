@@ -315,6 +315,13 @@ trident_layout(moe_dp2 2 1 2)
 trident_layout(moe_pp2_vp2 2 1 2 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 2)
 trident_layout(moe_distopt_pp2_dp2 4 1 2 --pipeline-model-parallel-size 2 --use-distributed-optimizer
   --overlap-grad-reduce --ddp-bucket-size 20000)
+# with capacity (drops over it, per micro-batch as Megatron's per rank): the same drops in every
+# layout of the same micro-batch size
+set(LAYOUT_ARCH --swiglu --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 64 --moe-aux-loss-coeff 1e-2
+  --moe-expert-capacity-factor 1.0)
+set(LAYOUT_BASE moe_cap_baseline)
+trident_layout(moe_cap_baseline 1 1 2)
+trident_layout(moe_cap_pp2_dp2 4 1 2 --pipeline-model-parallel-size 2)
 set(LAYOUT_ARCH "")
 
 # BERT (--model bert, docs/bert.md): a sentence-level dataset of the same text under BERT's

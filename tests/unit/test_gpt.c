@@ -394,6 +394,8 @@ static void config_keys_by_hand(void **state)
         {"moe_shared_expert_gate", "--moe-shared-expert-gate"},
         {"moe_router_enable_expert_bias", "--moe-router-enable-expert-bias"},
         {"moe_router_bias_update_rate", "--moe-router-bias-update-rate"},
+        {"moe_expert_capacity_factor", "--moe-expert-capacity-factor"},
+        {"moe_token_drop_policy", "--moe-token-drop-policy"},
         {"vocab_size", "--vocab-file"},
         {"padded_vocab_size", "--make-vocab-size-divisible-by"},
         {"seq_length", "--seq-length"},

@@ -60,6 +60,7 @@ typedef struct {
     double dscale;     /* the losses' weight in the objective: loss_scale x tokens */
     int32_t *idx;      /* (BT, k) the reference's choice, written */
     double margin;     /* the smallest gap between a chosen and an unchosen score, written */
+    int dropped;       /* choices dropped over capacity, written */
 } ref;
 
 static double P(const ref *r, const float *p, size_t i) { return (double)p[i] + (p + i == r->bump ? r->by : 0.0); }
@@ -72,8 +73,8 @@ static double ref_moe(ref *r, double *out, const double *x)
     const gpt_config *c = &r->m->cfg;
     const moe_params *p = r->p;
     int h = c->hidden, E = c->num_experts, k = c->moe_topk, F = c->moe_ffn, bF = c->swiglu ? 2 * F : F;
-    double lg[BT][8], sc[BT][8], counts[8] = {0}, zsum = 0;
-    r->margin = 1e30;
+    double lg[BT][8], sc[BT][8], counts[8] = {0}, zsum = 0, ww[BT][8];
+    r->margin = 1e30, r->dropped = 0;
     for (int t = 0; t < BT; t++) {
         for (int e = 0; e < E; e++) {
             double s = 0;
@@ -117,7 +118,27 @@ static double ref_moe(ref *r, double *out, const double *x)
         for (int e = 0; e < E; e++) ssum += (sc[t][e] = c->moe_score == BE_MOE_SIGMOID ? sigm(lg[t][e]) : exp(lg[t][e] - lse));
         if (c->moe_score == BE_MOE_SIGMOID)
             for (int e = 0; e < E; e++) sc[t][e] /= ssum + 1e-20;
-        for (int j = 0; j < k; j++) counts[r->idx[t * k + j]] += 1;
+        for (int j = 0; j < k; j++) counts[r->idx[t * k + j]] += 1, ww[t][j] = w[j];
+    }
+    /* capacity (Megatron's apply_router_token_dropping): an expert keeps ceil(T k / E x factor) of
+     * its choices, the largest weights (ties to the earlier token) or the earliest tokens */
+    if (c->moe_capacity > 0) {
+        int cap = (int)ceil((double)BT * k / E * c->moe_capacity);
+        for (int e = 0; e < E; e++) {
+            int mine[BT * 8], n = 0;
+            for (int i = 0; i < BT * k; i++)
+                if (r->idx[i] == e) mine[n++] = i;
+            for (int a = 0; a < n; a++) /* selection sort by weight, descending, stable */
+                for (int b = a + 1; b < n && !c->moe_drop_position; b++) {
+                    double wa = ww[mine[a] / k][mine[a] % k], wb = ww[mine[b] / k][mine[b] % k];
+                    if (wb > wa) { int tmp = mine[a]; mine[a] = mine[b]; mine[b] = tmp; }
+                }
+            if (n > cap && !c->moe_drop_position) /* the kept and the dropped must not be near a tie */
+                r->margin = fmin(r->margin, ww[mine[cap - 1] / k][mine[cap - 1] % k] - ww[mine[cap] / k][mine[cap] % k]);
+            for (int q = cap; q < n; q++) ww[mine[q] / k][mine[q] % k] = 0, r->dropped++;
+        }
+    }
+    for (int t = 0; t < BT; t++) {
         /* the experts, after the shared one (Qwen2-MoE: sigmoid(gate . x) times its MLP) */
         for (int i = 0; i < h; i++) out[t * h + i] = 0;
         if (c->moe_shared_ffn > 0) {
@@ -152,7 +173,7 @@ static double ref_moe(ref *r, double *out, const double *x)
             for (int o = 0; o < h; o++) {
                 double s = p->fc2_b ? P(r, p->fc2_b, (size_t)e * h + o) : 0;
                 for (int f = 0; f < F; f++) s += a[f] * P(r, p->fc2_w, ((size_t)e * h + o) * F + f);
-                out[t * h + o] += w[j] * s;
+                out[t * h + o] += ww[t][j] * s;
             }
         }
     }
@@ -208,7 +229,7 @@ static void check(arch A, const char *name)
     td_philox_fill_normal(R, (uint64_t)n, 6, 2, 0, 0.0f, 1.0f);
     for (int i = 0; i < n; i++) xd[i] = x[i];
     int32_t ridx[BT * 8];
-    ref r = {m, s->p, NULL, 0, 0, ridx, 0};
+    ref r = {m, s->p, NULL, 0, 0, ridx, 0, 0};
 
     m->loss_scale = 0.9f / BT; /* the block's losses then weigh loss_scale x tokens = 0.9 */
     r.dscale = (double)m->loss_scale * BT;
@@ -216,7 +237,12 @@ static void check(arch A, const char *name)
     s->ops->fwd(&io, av, s->p, out, be_f32(x));
     s->ops->bwd(&io, dx, s->g, R, av, s->p, be_f32(x));
     double extra = ref_moe(&r, od, xd);
-    printf("%s: the nearest tie is %.3g away (a finite difference moves a score by ~1e-5)\n", name, r.margin);
+    printf("%s: the nearest tie is %.3g away (a finite difference moves a score by ~1e-5)%s\n", name, r.margin,
+           c->moe_capacity > 0 ? "; choices dropped over capacity:" : "");
+    if (c->moe_capacity > 0) {
+        printf("  %d of %d\n", r.dropped, BT * c->moe_topk);
+        assert_true(r.dropped > 0); /* the case must drop some */
+    }
     assert_true(r.margin > 1e-3);
     /* the output (a choice other than the reference's would be off by a whole expert's share) */
     double scale = 0, err = 0;
@@ -312,6 +338,21 @@ static void expert_bias_update(void **st)
     gpt_free(m);
 }
 
+static void capacity_probs(void **st)
+{
+    (void)st;
+    arch a = make(1, BE_MOE_SOFTMAX, 0, 0);
+    a.c.moe_capacity = 0.6f; /* 16 tokens x 2 / 5 experts x 0.6: 4 rows an expert */
+    check(a, "SwiGLU experts, capacity 0.6, dropping the lowest weights");
+}
+static void capacity_position(void **st)
+{
+    (void)st;
+    arch a = make(0, BE_MOE_SOFTMAX, 0, 0);
+    a.c.moe_capacity = 0.8f, a.c.moe_drop_position = 1;
+    check(a, "GeLU experts, capacity 0.8, dropping the latest tokens");
+}
+
 static void gpt2_shared(void **st) { (void)st; check(make_shared(0, BE_MOE_SOFTMAX, 1, 0, 9, 0), "GeLU experts and a shared expert"); }
 
 int main(int argc, char **argv)
@@ -321,7 +362,8 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(gpt2_softmax), cmocka_unit_test(gpt2_pre_softmax), cmocka_unit_test(llama_softmax),
         cmocka_unit_test(llama_sigmoid), cmocka_unit_test(qwen_shared_gated), cmocka_unit_test(gpt2_shared),
-        cmocka_unit_test(llama_sigmoid_bias), cmocka_unit_test(expert_bias_update),
+        cmocka_unit_test(llama_sigmoid_bias), cmocka_unit_test(expert_bias_update), cmocka_unit_test(capacity_probs),
+        cmocka_unit_test(capacity_position),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     be_free(g_be);

@@ -23,7 +23,7 @@ enum td_cmd {
     TD_CMD_SERVE = 1u << 9,
 };
 
-#define TD_MAX_FLAGS 160
+#define TD_MAX_FLAGS 192
 
 typedef struct td_args {
     /* common */
@@ -59,7 +59,9 @@ typedef struct td_args {
     double plan_calibrate_s;
     int num_experts, moe_ffn_hidden_size, moe_router_topk, moe_router_pre_softmax;
     int moe_shared_expert_intermediate_size, moe_shared_expert_gate, moe_router_enable_expert_bias;
-    double moe_router_bias_update_rate;
+    double moe_router_bias_update_rate, moe_expert_capacity_factor;
+    char *moe_token_drop_policy;
+    int moe_pad_expert_input_to_capacity;
     char *moe_router_score_function, *moe_router_load_balancing_type;
     double moe_router_topk_scaling_factor, moe_aux_loss_coeff, moe_z_loss_coeff;
     /* model */

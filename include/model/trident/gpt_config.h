@@ -58,6 +58,8 @@ typedef struct gpt_config {
     int moe_expert_bias; /* DeepSeek-V3's aux-loss-free balancing: a per-expert bias on the scores
                           * for the choice only, moved against each iteration's load */
     float moe_bias_rate; /* ... by this much an iteration (--moe-router-bias-update-rate) */
+    float moe_capacity;  /* an expert takes at most ceil(T k / E x this) of a micro-batch's T tokens (0: dropless) */
+    int moe_drop_position; /* over it, drop the latest tokens (1) or the lowest weights (0) */
 } gpt_config;
 
 /* The resolved values of the fields whose zero means a default. */

@@ -159,7 +159,8 @@ void cpu_moe_permute(const backend *be, float *xe, const float *x, const int32_t
 {
 #pragma omp parallel for schedule(static) num_threads(be->nthreads) if ((size_t)N * k * h > 65536)
     for (int n = 0; n < N; n++)
-        for (int j = 0; j < k; j++) memcpy(xe + (size_t)row[n * k + j] * h, x + (size_t)n * h, (size_t)h * sizeof(float));
+        for (int j = 0; j < k; j++)
+            if (row[n * k + j] >= 0) memcpy(xe + (size_t)row[n * k + j] * h, x + (size_t)n * h, (size_t)h * sizeof(float));
 }
 
 /* dx[n] += sum_j dxe[row[n k + j]]: the permutation's backward. */
@@ -168,6 +169,7 @@ void cpu_moe_permute_bwd(const backend *be, float *dx, const float *dxe, const i
 #pragma omp parallel for schedule(static) num_threads(be->nthreads) if ((size_t)N * k * h > 65536)
     for (int n = 0; n < N; n++)
         for (int j = 0; j < k; j++) {
+            if (row[n * k + j] < 0) continue; /* dropped (over an expert's capacity) */
             const float *s = dxe + (size_t)row[n * k + j] * h;
             float *d = dx + (size_t)n * h;
             for (int c = 0; c < h; c++) d[c] += s[c];
@@ -183,6 +185,7 @@ void cpu_moe_unpermute(const backend *be, float *out, const float *ye, const int
         float *o = out + (size_t)n * h;
         memset(o, 0, (size_t)h * sizeof(float));
         for (int j = 0; j < k; j++) {
+            if (row[n * k + j] < 0) continue;
             const float *y = ye + (size_t)row[n * k + j] * h, p = probs[n * k + j];
             for (int c = 0; c < h; c++) o[c] += p * y[c];
         }
@@ -198,6 +201,10 @@ void cpu_moe_unpermute_bwd(const backend *be, float *dye, float *dprobs, const f
     for (int n = 0; n < N; n++) {
         const float *d = dout + (size_t)n * h;
         for (int j = 0; j < k; j++) {
+            if (row[n * k + j] < 0) { /* dropped: no part in the output */
+                dprobs[n * k + j] = 0;
+                continue;
+            }
             size_t r = (size_t)row[n * k + j] * h;
             const float *y = ye + r;
             float *dy = dye + r, p = probs[n * k + j];
