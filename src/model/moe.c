@@ -24,6 +24,10 @@ struct moe_acts {
     int32_t *row;     /* (T, k): each choice's row in the expert-sorted buffers */
     int32_t *count;   /* (E): rows of each expert (the tokens it takes) */
     int32_t *routed;  /* (E): the tokens routed to it, before any were dropped over its capacity */
+    int32_t *aux_count; /* (E): what the load-balancing loss counts: routed, or with the expert bias the
+                         * unbiased top-k's (Megatron's compute_routing_scores_for_aux_loss) */
+    int32_t *aux_idx; /* (T, k) that top-k, with the expert bias */
+    float *aux_probs; /* (T, k) its weights (unused) */
     int dropped;      /* (token, expert) choices dropped over capacity in this micro-batch */
     float *xe;        /* (T k, h): the input rows in expert order */
     float *he;        /* (T k, bF): fc's output */
@@ -100,6 +104,11 @@ static void acts(carver *cv, const gpt_model *m, void *av)
     CARVE(cv, a->row, int32_t, T * k);
     CARVE(cv, a->count, int32_t, E);
     CARVE(cv, a->routed, int32_t, E);
+    CARVE(cv, a->aux_count, int32_t, E);
+    if (c->moe_expert_bias) {
+        CARVE(cv, a->aux_idx, int32_t, T * k);
+        CARVE(cv, a->aux_probs, float, T * k);
+    }
     CARVE(cv, a->xe, float, T * k * c->hidden);
     CARVE(cv, a->he, float, T * k * fc_blocks(c) * F);
     CARVE(cv, a->ae, float, T * k * F);
@@ -222,6 +231,12 @@ static void forward(const gpt_model *m, moe_acts *a, const moe_params *p, float 
     be_moe_route_fwd(m->be, a->idx, a->probs, a->logits, p->expert_bias, T, E, k, c->moe_score, c->moe_pre_softmax,
                      c->moe_topk_scale);
     dispatch_map(a, c, T);
+    memcpy(a->aux_count, a->routed, (size_t)E * sizeof *a->aux_count);
+    if (p->expert_bias) { /* the load-balancing loss counts the unbiased choice (host memory: the CPU backend's) */
+        be_moe_route_fwd(m->be, a->aux_idx, a->aux_probs, a->logits, NULL, T, E, k, c->moe_score, c->moe_pre_softmax, 0);
+        memset(a->aux_count, 0, (size_t)E * sizeof *a->aux_count);
+        for (int i = 0; i < T * k; i++) a->aux_count[a->aux_idx[i]]++;
+    }
     be_moe_permute(m->be, a->xe, xf, a->row, T, k, h);
     for (int e = 0, r0 = 0; e < E; r0 += a->count[e++]) {
         int n = a->count[e];
@@ -246,7 +261,7 @@ static void forward(const gpt_model *m, moe_acts *a, const moe_params *p, float 
     }
     /* the losses over this micro-batch's tokens, without their coefficients (as Megatron logs
      * them; measured whether they train or not); their gradients come in the backward */
-    a->aux = be_moe_aux_loss(m->be, NULL, a->logits, a->routed, T, E, k, c->moe_score, 1.0, T, 0);
+    a->aux = be_moe_aux_loss(m->be, NULL, a->logits, a->aux_count, T, E, k, c->moe_score, 1.0, T, 0);
     a->z = be_moe_z_loss(m->be, NULL, a->logits, T, E, 1.0, T, 0);
 }
 
@@ -272,6 +287,11 @@ moe_acts *moe_step_new(const gpt_model *m, int rows)
     a->row = be_alloc(be, T * k * sizeof(int32_t));
     a->count = be_alloc(be, E * sizeof(int32_t));
     a->routed = be_alloc(be, E * sizeof(int32_t));
+    a->aux_count = be_alloc(be, E * sizeof(int32_t));
+    if (c->moe_expert_bias) {
+        a->aux_idx = be_alloc(be, T * k * sizeof(int32_t));
+        a->aux_probs = be_alloc(be, T * k * sizeof(float));
+    }
     a->xe = be_alloc(be, T * k * h * sizeof(float));
     a->he = be_alloc(be, T * k * bF * sizeof(float));
     a->ae = be_alloc(be, T * k * F * sizeof(float));
@@ -292,7 +312,7 @@ moe_acts *moe_step_new(const gpt_model *m, int rows)
 void moe_step_free(const gpt_model *m, moe_acts *a)
 {
     if (!a) return;
-    void *bufs[] = {a->logits, a->idx, a->probs, a->row, a->count, a->routed, a->xe, a->he, a->ae, a->ye,
+    void *bufs[] = {a->logits, a->idx, a->probs, a->row, a->count, a->routed, a->aux_count, a->aux_idx, a->aux_probs, a->xe, a->he, a->ae, a->ye,
                     a->sh_he, a->sh_ae, a->sh_ye, a->sh_gy, a->sh_glog, a->sh_g, a->sh_idx, a->ident};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         if (bufs[i]) be_dfree(m->be, bufs[i]);
@@ -375,7 +395,7 @@ static void bwd(const block_io *io, float *dx, void *gv, const float *dbranch, c
      * gradient of loss_scale per token, T tokens */
     float dscale = m->loss_scale * (float)T;
     if (c->moe_aux_coeff > 0)
-        be_moe_aux_loss(m->be, s->dlogits, a->logits, a->routed, T, E, k, c->moe_score, c->moe_aux_coeff, T, dscale);
+        be_moe_aux_loss(m->be, s->dlogits, a->logits, a->aux_count, T, E, k, c->moe_score, c->moe_aux_coeff, T, dscale);
     if (c->moe_z_coeff > 0) be_moe_z_loss(m->be, s->dlogits, a->logits, T, E, c->moe_z_coeff, T, dscale);
     be_matmul_bwd(m->be, dx, g->router_w, NULL, s->dlogits, xf, p->router_w, T, h, E);
 }

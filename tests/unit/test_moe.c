@@ -118,7 +118,16 @@ static double ref_moe(ref *r, double *out, const double *x)
         for (int e = 0; e < E; e++) ssum += (sc[t][e] = c->moe_score == BE_MOE_SIGMOID ? sigm(lg[t][e]) : exp(lg[t][e] - lse));
         if (c->moe_score == BE_MOE_SIGMOID)
             for (int e = 0; e < E; e++) sc[t][e] /= ssum + 1e-20;
-        for (int j = 0; j < k; j++) counts[r->idx[t * k + j]] += 1, ww[t][j] = w[j];
+        for (int j = 0; j < k; j++) ww[t][j] = w[j];
+        /* the load-balancing loss counts the top-k of the scores without the expert bias */
+        double unb[8], taken[8] = {0};
+        for (int e = 0; e < E; e++) unb[e] = p->expert_bias ? rank[e] - p->expert_bias[e] : rank[e];
+        for (int j = 0; j < k; j++) {
+            int best = -1;
+            for (int e = 0; e < E; e++)
+                if (!taken[e] && (best < 0 || unb[e] > unb[best])) best = e;
+            taken[best] = 1, counts[best] += 1;
+        }
     }
     /* capacity (Megatron's apply_router_token_dropping): an expert keeps ceil(T k / E x factor) of
      * its choices, the largest weights (ties to the earlier token) or the earliest tokens */
