@@ -135,7 +135,6 @@ int gpt_config_validate(const td_args *a, int tp, char *msg, size_t msglen)
         if (tp > 1)
             FAIL("--num-experts with --tensor-model-parallel-size %d: the experts run on one tensor-parallel rank "
                  "today; use data or pipeline parallelism", tp);
-        if (a->bf16 || a->fp16) FAIL("--num-experts with --%s: the experts' GEMMs run in fp32 today", a->bf16 ? "bf16" : "fp16");
     }
     return 0;
 }

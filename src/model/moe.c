@@ -41,6 +41,7 @@ struct moe_acts {
     float *sh_g;      /* (T) sigmoid of it */
     int32_t *sh_idx;  /* (T) 0: the gate as a router of one expert (be_moe_route_*) */
     int32_t *ident;   /* (T) n: the rows of the shared expert's combine */
+    float *x32;       /* (T, h) the input in fp32 when the layer keeps it in the GEMMs' dtype (bf16, fp16) */
     double aux, z;    /* this micro-batch's load-balancing and z losses without their coefficients */
     int E;
 };
@@ -99,6 +100,7 @@ static void acts(carver *cv, const gpt_model *m, void *av)
     int64_t T = (int64_t)m->mbs * c->seq, E = c->num_experts, k = c->moe_topk, F = gpt_moe_ffn(c);
     a->E = (int)E;
     CARVE(cv, a->logits, float, T * E);
+    if (cv->kept_dt != BE_F32) CARVE(cv, a->x32, float, T * c->hidden); /* mixed precision: the input widened */
     CARVE(cv, a->idx, int32_t, T * k);
     CARVE(cv, a->probs, float, T * k);
     CARVE(cv, a->row, int32_t, T * k);
@@ -265,10 +267,19 @@ static void forward(const gpt_model *m, moe_acts *a, const moe_params *p, float 
     a->z = be_moe_z_loss(m->be, NULL, a->logits, T, E, 1.0, T, 0);
 }
 
+/* The block's input in fp32: as it is, or widened from the GEMMs' dtype (mixed precision keeps
+ * the norm's output in it): the router and the dispatch read fp32, the GEMMs round it again. */
+static const float *input_f32(const gpt_model *m, moe_acts *a, be_in x, int T)
+{
+    if (x.dt == BE_F32) return x.p;
+    be_convert(m->be, a->x32, BE_F32, x.p, x.dt, (size_t)T * m->cfg.hidden);
+    return a->x32;
+}
+
 static void fwd(const block_io *io, void *av, const void *pv, float *out, be_in x)
 {
-    TD_ASSERT(x.dt == BE_F32);
-    forward(io->m, av, pv, out, x.p, io->B * io->m->cfg.seq);
+    moe_acts *a = av;
+    forward(io->m, a, pv, out, input_f32(io->m, a, x, io->B * io->m->cfg.seq), io->B * io->m->cfg.seq);
 }
 
 /* ---- generation's step (src/model/infer.c): the forward of any number of tokens ---- */
@@ -361,7 +372,7 @@ static void bwd(const block_io *io, float *dx, void *gv, const float *dbranch, c
     moe_scratch *s = io->scratch;
     int T = io->B * c->seq, h = c->hidden, E = c->num_experts, k = c->moe_topk, F = gpt_moe_ffn(c);
     int bF = fc_blocks(c) * F;
-    const float *xf = x.p;
+    const float *xf = x.dt == BE_F32 ? (const float *)x.p : a->x32; /* the forward widened it there */
     be_moe_unpermute_bwd(m->be, s->dye, s->dprobs, dbranch, a->ye, a->row, a->probs, T, k, h);
     be_zero(m->be, s->dxe, (size_t)T * k * h);
     for (int e = 0, r0 = 0; e < E; r0 += a->count[e++]) {

@@ -322,6 +322,15 @@ set(LAYOUT_ARCH --swiglu --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-si
 set(LAYOUT_BASE moe_cap_baseline)
 trident_layout(moe_cap_baseline 1 1 2)
 trident_layout(moe_cap_pp2_dp2 4 1 2 --pipeline-model-parallel-size 2)
+# in bf16 (the experts' and the router's GEMMs from bf16 copies; the input widened back to fp32 for
+# the router and the dispatch), at the bf16 group's tolerance
+set(LAYOUT_TOL 2e-3)
+set(LAYOUT_ARCH --bf16 --swiglu --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 64 --moe-aux-loss-coeff 1e-2
+  --moe-shared-expert-intermediate-size 32 --moe-shared-expert-gate)
+set(LAYOUT_BASE moe_bf16_baseline)
+trident_layout(moe_bf16_baseline 1 1 2)
+trident_layout(moe_bf16_pp2_dp2 4 1 2 --pipeline-model-parallel-size 2 --use-distributed-optimizer)
+unset(LAYOUT_TOL)
 set(LAYOUT_ARCH "")
 
 # BERT (--model bert, docs/bert.md): a sentence-level dataset of the same text under BERT's
