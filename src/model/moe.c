@@ -176,8 +176,6 @@ static void mlp_bwd(const gpt_model *m, float *dx, float *dw1, float *db1, float
     be_matmul_bwd(m->be, dx, dw1, db1, dhe, x, w1, n, h, bF);
 }
 
-/* The rows of each expert and each choice's row in expert order: expert by expert, tokens in
- * order within one (Megatron's permute). On the host: the CPU backend's memory is the host's. */
 /* With --moe-expert-capacity-factor (Megatron's apply_router_token_dropping, without padding):
  * an expert takes at most ceil(T k / E x factor) of its tokens; over that, the choices of the
  * lowest weight (probs; ties to the later token) or of the latest tokens (position) are dropped:
@@ -205,6 +203,8 @@ static void apply_capacity(moe_acts *a, const gpt_config *c, int T)
     free(mine);
 }
 
+/* The rows of each expert and each choice's row in expert order: expert by expert, tokens in
+ * order within one (Megatron's permute). On the host: the CPU backend's memory is the host's. */
 static void dispatch_map(moe_acts *a, const gpt_config *c, int T)
 {
     int E = c->num_experts, k = c->moe_topk;
@@ -217,9 +217,8 @@ static void dispatch_map(moe_acts *a, const gpt_config *c, int T)
     for (int i = 0; i < T * k; i++)
         if (a->row[i] >= 0) a->count[a->idx[i]]++;
     for (int e = 0; e < E; e++) off[e + 1] = off[e] + a->count[e];
-    for (int e = 0; e < E; e++)
-        for (int i = 0; i < T * k; i++)
-            if (a->idx[i] == e && a->row[i] >= 0) a->row[i] = off[e]++;
+    for (int i = 0; i < T * k; i++) /* in token order: each expert's rows keep it */
+        if (a->row[i] >= 0) a->row[i] = off[a->idx[i]]++;
     free(off);
 }
 
