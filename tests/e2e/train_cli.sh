@@ -52,6 +52,17 @@ expect "empty validation split (weight, no documents)" 0 "leaves no validation d
   "$TRIDENT" train "${TINY[@]}" --split 100000,1,0
 expect "empty test split (weight, no documents)" 0 "iteration        2/       2" \
   "$TRIDENT" train "${TINY[@]}" --split 100000,0,1
+# the mixture of experts' flags (docs/moe.md): each error names the flag, exit 2, once on 2 ranks
+expect "moe flag without experts" 2 "--moe-router-topk needs --num-experts" "$TRIDENT" train "${TINY[@]}" --moe-router-topk 2
+expect "more experts a token than there are" 2 "--moe-router-topk 3 is more than --num-experts 2" \
+  "$TRIDENT" train "${TINY[@]}" --num-experts 2 --moe-router-topk 3
+expect "expert bias without sigmoid" 2 "--moe-router-enable-expert-bias needs --moe-router-score-function sigmoid" \
+  "$TRIDENT" train "${TINY[@]}" --num-experts 4 --moe-router-enable-expert-bias
+expect "experts under tp, not built" 2 "--num-experts with --tensor-model-parallel-size 2" \
+  "${MPIRUN[@]}" -np 2 "$TRIDENT" train "${TINY[@]}" --num-experts 4 --tensor-model-parallel-size 2
+once "experts under tp, not built"
+expect "padding to capacity, not built" 2 "--moe-pad-expert-input-to-capacity is not built yet" \
+  "$TRIDENT" train "${TINY[@]}" --num-experts 4 --moe-expert-capacity-factor 1 --moe-pad-expert-input-to-capacity
 
 # Under mpirun: one line, from rank 0; every rank exits 2 (so mpirun does). A rank exiting 2
 # first made mpirun end the job before rank 0 had printed (the line was missing 4 times in 20):
