@@ -156,7 +156,7 @@ static const flag_t FLAGS[] = {
      "the chosen experts' weights times this (0: none)", 0, 1e6, NULL},
     {"--moe-router-load-balancing-type", A_CHOICE, OFF(moe_router_load_balancing_type), "aux_loss", MODEL, "moe",
      "aux_loss: Switch Transformer's load-balancing loss over each micro-batch, weighted by --moe-aux-loss-coeff; "
-     "none", 0, 0, "aux_loss|none"},
+     "seq_aux_loss: the same over each sequence, averaged (DeepSeek-V2/V3); none", 0, 0, "aux_loss|seq_aux_loss|none"},
     {"--moe-aux-loss-coeff", A_FLOAT, OFF(moe_aux_loss_coeff), "0", MODEL, "moe",
      "the load-balancing loss's weight (Megatron's default 0; 1e-2 is usual)", 0, 1e6, NULL},
     {"--moe-z-loss-coeff", A_FLOAT, OFF(moe_z_loss_coeff), "0", MODEL, "moe",

@@ -52,7 +52,8 @@ void gpt_config_from_args(gpt_config *c, const td_args *a)
         c->moe_score = strcmp(a->moe_router_score_function, "sigmoid") == 0;
         c->moe_pre_softmax = a->moe_router_pre_softmax;
         c->moe_topk_scale = (float)a->moe_router_topk_scaling_factor;
-        c->moe_aux_coeff = strcmp(a->moe_router_load_balancing_type, "aux_loss") == 0 ? (float)a->moe_aux_loss_coeff : 0;
+        c->moe_aux_coeff = strcmp(a->moe_router_load_balancing_type, "none") != 0 ? (float)a->moe_aux_loss_coeff : 0;
+        c->moe_seq_aux = strcmp(a->moe_router_load_balancing_type, "seq_aux_loss") == 0;
         c->moe_z_coeff = (float)a->moe_z_loss_coeff;
         c->moe_shared_ffn = a->moe_shared_expert_intermediate_size;
         c->moe_shared_gate = a->moe_shared_expert_gate;

@@ -43,6 +43,8 @@ const gpt_config_key GPT_CONFIG_KEYS[] = {
     INT("moe_router_pre_softmax", "--moe-router-pre-softmax", GPT_KEY_ARCH, moe_pre_softmax, 0, 1),
     FLT0("moe_router_topk_scaling_factor", "--moe-router-topk-scaling-factor", moe_topk_scale, 1e6),
     FLT("moe_aux_loss_coeff", "--moe-aux-loss-coeff", GPT_KEY_RECORD, moe_aux_coeff, 0, 1e6),
+    {"moe_router_load_balancing_type", "--moe-router-load-balancing-type", GPT_KEY_RECORD, 0,
+     offsetof(gpt_config, moe_seq_aux), 0, 1, "aux_loss|seq_aux_loss", NULL, 0},
     FLT("moe_z_loss_coeff", "--moe-z-loss-coeff", GPT_KEY_RECORD, moe_z_coeff, 0, 1e6),
     INT("moe_shared_expert_intermediate_size", "--moe-shared-expert-intermediate-size", GPT_KEY_ARCH, moe_shared_ffn, 0, 1 << 24),
     INT("moe_shared_expert_gate", "--moe-shared-expert-gate", GPT_KEY_ARCH, moe_shared_gate, 0, 1),

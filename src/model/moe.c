@@ -27,6 +27,7 @@ struct moe_acts {
     int32_t *aux_count; /* (E): what the load-balancing loss counts: routed, or with the expert bias the
                          * unbiased top-k's (Megatron's compute_routing_scores_for_aux_loss) */
     int32_t *aux_idx; /* (T, k) that top-k, with the expert bias */
+    int32_t *seq_count; /* (B, E) seq_aux_loss: what it counts, per sequence */
     float *aux_probs; /* (T, k) its weights (unused) */
     int dropped;      /* (token, expert) choices dropped over capacity in this micro-batch */
     float *xe;        /* (T k, h): the input rows in expert order */
@@ -107,6 +108,7 @@ static void acts(carver *cv, const gpt_model *m, void *av)
     CARVE(cv, a->count, int32_t, E);
     CARVE(cv, a->routed, int32_t, E);
     CARVE(cv, a->aux_count, int32_t, E);
+    if (c->moe_seq_aux) CARVE(cv, a->seq_count, int32_t, (int64_t)m->mbs * E);
     if (c->moe_expert_bias) {
         CARVE(cv, a->aux_idx, int32_t, T * k);
         CARVE(cv, a->aux_probs, float, T * k);
@@ -222,6 +224,28 @@ static void dispatch_map(moe_acts *a, const gpt_config *c, int T)
     free(off);
 }
 
+/* The load-balancing loss of the T tokens, over all of them (aux_loss), or with seq_aux_loss the
+ * mean over their sequences of each one's own (DeepSeek-V2/V3; Megatron's seq_aux_loss); counted
+ * (`ix`, (T, k)) as the loss counts. dlogits (NULL: none) += dscale times its gradient. */
+static double aux_loss(const gpt_model *m, moe_acts *a, const int32_t *ix, float *dlogits, int T, double coeff,
+                       float dscale)
+{
+    const gpt_config *c = &m->cfg;
+    int E = c->num_experts, k = c->moe_topk, s = c->seq;
+    if (!c->moe_seq_aux || T % s != 0)
+        return be_moe_aux_loss(m->be, dlogits, a->logits, a->aux_count, T, E, k, c->moe_score, coeff, T, dscale);
+    int B = T / s;
+    double loss = 0;
+    for (int b = 0; b < B; b++) { /* host memory: the CPU backend's */
+        int32_t *cnt = a->seq_count + (size_t)b * E;
+        memset(cnt, 0, (size_t)E * sizeof *cnt);
+        for (int i = b * s * k; i < (b + 1) * s * k; i++) cnt[ix[i]]++;
+        loss += be_moe_aux_loss(m->be, dlogits ? dlogits + (size_t)b * s * E : NULL, a->logits + (size_t)b * s * E, cnt,
+                                s, E, k, c->moe_score, coeff / B, s, dscale);
+    }
+    return loss;
+}
+
 /* The forward of T tokens xf (T, h) into out (T, h), keeping in a what the backward needs. */
 static void forward(const gpt_model *m, moe_acts *a, const moe_params *p, float *out, const float *xf, int T)
 {
@@ -262,7 +286,7 @@ static void forward(const gpt_model *m, moe_acts *a, const moe_params *p, float 
     }
     /* the losses over this micro-batch's tokens, without their coefficients (as Megatron logs
      * them; measured whether they train or not); their gradients come in the backward */
-    a->aux = be_moe_aux_loss(m->be, NULL, a->logits, a->aux_count, T, E, k, c->moe_score, 1.0, T, 0);
+    a->aux = aux_loss(m, a, p->expert_bias ? a->aux_idx : a->idx, NULL, T, 1.0, 0);
     a->z = be_moe_z_loss(m->be, NULL, a->logits, T, E, 1.0, T, 0);
 }
 
@@ -298,6 +322,7 @@ moe_acts *moe_step_new(const gpt_model *m, int rows)
     a->count = be_alloc(be, E * sizeof(int32_t));
     a->routed = be_alloc(be, E * sizeof(int32_t));
     a->aux_count = be_alloc(be, E * sizeof(int32_t));
+    if (c->moe_seq_aux) a->seq_count = be_alloc(be, (T / (size_t)c->seq + 1) * E * sizeof(int32_t));
     if (c->moe_expert_bias) {
         a->aux_idx = be_alloc(be, T * k * sizeof(int32_t));
         a->aux_probs = be_alloc(be, T * k * sizeof(float));
@@ -322,7 +347,8 @@ moe_acts *moe_step_new(const gpt_model *m, int rows)
 void moe_step_free(const gpt_model *m, moe_acts *a)
 {
     if (!a) return;
-    void *bufs[] = {a->logits, a->idx, a->probs, a->row, a->count, a->routed, a->aux_count, a->aux_idx, a->aux_probs, a->xe, a->he, a->ae, a->ye,
+    void *bufs[] = {a->logits, a->idx, a->probs, a->row, a->count, a->routed, a->aux_count, a->aux_idx, a->aux_probs,
+                    a->seq_count, a->xe, a->he, a->ae, a->ye,
                     a->sh_he, a->sh_ae, a->sh_ye, a->sh_gy, a->sh_glog, a->sh_g, a->sh_idx, a->ident};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         if (bufs[i]) be_dfree(m->be, bufs[i]);
@@ -405,7 +431,7 @@ static void bwd(const block_io *io, float *dx, void *gv, const float *dbranch, c
      * gradient of loss_scale per token, T tokens */
     float dscale = m->loss_scale * (float)T;
     if (c->moe_aux_coeff > 0)
-        be_moe_aux_loss(m->be, s->dlogits, a->logits, a->aux_count, T, E, k, c->moe_score, c->moe_aux_coeff, T, dscale);
+        aux_loss(m, (moe_acts *)a, p->expert_bias ? a->aux_idx : a->idx, s->dlogits, T, c->moe_aux_coeff, dscale);
     if (c->moe_z_coeff > 0) be_moe_z_loss(m->be, s->dlogits, a->logits, T, E, c->moe_z_coeff, T, dscale);
     be_matmul_bwd(m->be, dx, g->router_w, NULL, s->dlogits, xf, p->router_w, T, h, E);
 }

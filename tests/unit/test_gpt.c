@@ -389,6 +389,7 @@ static void config_keys_by_hand(void **state)
         {"moe_router_pre_softmax", "--moe-router-pre-softmax"},
         {"moe_router_topk_scaling_factor", "--moe-router-topk-scaling-factor"},
         {"moe_aux_loss_coeff", "--moe-aux-loss-coeff"},
+        {"moe_router_load_balancing_type", "--moe-router-load-balancing-type"},
         {"moe_z_loss_coeff", "--moe-z-loss-coeff"},
         {"moe_shared_expert_intermediate_size", "--moe-shared-expert-intermediate-size"},
         {"moe_shared_expert_gate", "--moe-shared-expert-gate"},

@@ -73,7 +73,7 @@ static double ref_moe(ref *r, double *out, const double *x)
     const gpt_config *c = &r->m->cfg;
     const moe_params *p = r->p;
     int h = c->hidden, E = c->num_experts, k = c->moe_topk, F = c->moe_ffn, bF = c->swiglu ? 2 * F : F;
-    double lg[BT][8], sc[BT][8], counts[8] = {0}, zsum = 0, ww[BT][8];
+    double lg[BT][8], sc[BT][8], counts[8] = {0}, zsum = 0, ww[BT][8], cb[B][8] = {{0}};
     r->margin = 1e30, r->dropped = 0;
     for (int t = 0; t < BT; t++) {
         for (int e = 0; e < E; e++) {
@@ -126,7 +126,7 @@ static double ref_moe(ref *r, double *out, const double *x)
             int best = -1;
             for (int e = 0; e < E; e++)
                 if (!taken[e] && (best < 0 || unb[e] > unb[best])) best = e;
-            taken[best] = 1, counts[best] += 1;
+            taken[best] = 1, counts[best] += 1, cb[t / T][best] += 1;
         }
     }
     /* capacity (Megatron's apply_router_token_dropping): an expert keeps ceil(T k / E x factor) of
@@ -187,9 +187,15 @@ static double ref_moe(ref *r, double *out, const double *x)
         }
     }
     double aux = 0;
-    for (int t = 0; t < BT; t++)
-        for (int e = 0; e < E; e++) aux += sc[t][e] * counts[e];
-    aux *= c->moe_aux_coeff * E / ((double)k * BT * BT);
+    if (c->moe_seq_aux) { /* each sequence's own, averaged */
+        for (int t = 0; t < BT; t++)
+            for (int e = 0; e < E; e++) aux += sc[t][e] * cb[t / T][e];
+        aux *= c->moe_aux_coeff * E / ((double)k * T * T) / B;
+    } else {
+        for (int t = 0; t < BT; t++)
+            for (int e = 0; e < E; e++) aux += sc[t][e] * counts[e];
+        aux *= c->moe_aux_coeff * E / ((double)k * BT * BT);
+    }
     double z = c->moe_z_coeff * zsum / BT;
     return r->dscale * (aux + z);
 }
@@ -354,6 +360,13 @@ static void capacity_probs(void **st)
     a.c.moe_capacity = 0.6f; /* 16 tokens x 2 / 5 experts x 0.6: 4 rows an expert */
     check(a, "SwiGLU experts, capacity 0.6, dropping the lowest weights");
 }
+static void seq_aux(void **st)
+{
+    (void)st;
+    arch a = make(1, BE_MOE_SIGMOID, 0, 0);
+    a.c.moe_seq_aux = 1;
+    check(a, "SwiGLU experts, sigmoid, the load-balancing loss per sequence");
+}
 static void capacity_position(void **st)
 {
     (void)st;
@@ -372,7 +385,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(gpt2_softmax), cmocka_unit_test(gpt2_pre_softmax), cmocka_unit_test(llama_softmax),
         cmocka_unit_test(llama_sigmoid), cmocka_unit_test(qwen_shared_gated), cmocka_unit_test(gpt2_shared),
         cmocka_unit_test(llama_sigmoid_bias), cmocka_unit_test(expert_bias_update), cmocka_unit_test(capacity_probs),
-        cmocka_unit_test(capacity_position),
+        cmocka_unit_test(capacity_position), cmocka_unit_test(seq_aux),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     be_free(g_be);

@@ -52,6 +52,7 @@ typedef struct gpt_config {
     int moe_pre_softmax; /* softmax over all experts before the top-k */
     float moe_topk_scale;/* the weights' scaling factor; 0: none */
     float moe_aux_coeff; /* Switch Transformer's load-balancing loss (0: none) */
+    int moe_seq_aux;     /* ... over each sequence, averaged over the micro-batch's (seq_aux_loss) */
     float moe_z_coeff;   /* ST-MoE's router z-loss (0: none) */
     int moe_shared_ffn;  /* the shared expert's hidden size, run on every token (0: none; Qwen-MoE) */
     int moe_shared_gate; /* its output times sigmoid(w . x), w (1, h) (Qwen's shared_expert_gate) */
