@@ -10,7 +10,10 @@
 # Environment (tests/cluster/cluster.cmake): TRIDENT, DATA, VOCAB, MERGES, WORK, COMPARE_RUNS, ROOT.
 set -u
 kind=$1
-TIMEOUT_S=3 # the job's --distributed-timeout-minutes 0.05 (the other runs keep the default: a slow load under ASan is no fault)
+# the job's --distributed-timeout-minutes (the other runs keep the default: a slow load under ASan is no
+# fault): 6 s, as the start-up's collectives wait too (at 3 s a cut job's start timed out once, the
+# suite running four such jobs beside other tests under ctest -j)
+TIMEOUT_S=6
 LAST=12     # the iteration every run ends at (--exit-interval): the lr schedule is that of 1000 iterations in all
 BASE=(--data-path "$DATA" --vocab-file "$VOCAB" --merge-file "$MERGES" --split 90,10,0 --num-layers 4
       --hidden-size 64 --num-attention-heads 4 --seq-length 32 --max-position-embeddings 32
@@ -46,7 +49,7 @@ one_rank # (or the one ONE made for the four kinds)
 # the job, 4 ranks over both nodes, until the fault
 "$cluster" run node1 timeout 120 "${MPI[@]}" --hostfile "$CLUSTER_DIR/hostfile" -np 4 "$TRIDENT" train "${BASE[@]}" \
   --make-vocab-size-divisible-by 256 --tensor-model-parallel-size 2 --save ckpt --save-interval 2 \
-  --distributed-timeout-minutes 0.05 --metrics-file cut.jsonl > job.log 2>&1 &
+  --distributed-timeout-minutes 0.1 --metrics-file cut.jsonl > job.log 2>&1 &
 job=$!
 for _ in $(seq 1800); do [ -f ckpt/latest_checkpointed_iteration.txt ] && break; sleep 0.05; done
 [ -f ckpt/latest_checkpointed_iteration.txt ] || { bad "no checkpoint before the fault"; tail job.log; exit 1; }
