@@ -94,11 +94,11 @@ static void tensors(table_builder *tb, int layer, int stream0, const char *prefi
 #undef T
 }
 
-static void acts(carver *cv, const gpt_model *m, void *av)
+/* The buffers of T tokens' forward (and the backward's kept values), carved: a micro-batch's
+ * activations (acts), or generation's step buffers (moe_step_new). */
+static void carve_tokens(carver *cv, const gpt_config *c, int64_t T, moe_acts *a)
 {
-    moe_acts *a = av;
-    const gpt_config *c = &m->cfg;
-    int64_t T = (int64_t)m->mbs * c->seq, E = c->num_experts, k = c->moe_topk, F = gpt_moe_ffn(c);
+    int64_t E = c->num_experts, k = c->moe_topk, F = gpt_moe_ffn(c);
     a->E = (int)E;
     CARVE(cv, a->logits, float, T * E);
     if (cv->kept_dt != BE_F32) CARVE(cv, a->x32, float, T * c->hidden); /* mixed precision: the input widened */
@@ -108,7 +108,7 @@ static void acts(carver *cv, const gpt_model *m, void *av)
     CARVE(cv, a->count, int32_t, E);
     CARVE(cv, a->routed, int32_t, E);
     CARVE(cv, a->aux_count, int32_t, E);
-    if (c->moe_seq_aux) CARVE(cv, a->seq_count, int32_t, (int64_t)m->mbs * E);
+    if (c->moe_seq_aux) CARVE(cv, a->seq_count, int32_t, (T / c->seq + 1) * E);
     if (c->moe_expert_bias) {
         CARVE(cv, a->aux_idx, int32_t, T * k);
         CARVE(cv, a->aux_probs, float, T * k);
@@ -128,6 +128,11 @@ static void acts(carver *cv, const gpt_model *m, void *av)
         CARVE(cv, a->sh_idx, int32_t, T);
         CARVE(cv, a->ident, int32_t, T);
     }
+}
+
+static void acts(carver *cv, const gpt_model *m, void *av)
+{
+    carve_tokens(cv, &m->cfg, (int64_t)m->mbs * m->cfg.seq, av);
 }
 
 static void scratch(carver *cv, const gpt_model *m, void *sv)
@@ -307,52 +312,29 @@ static void fwd(const block_io *io, void *av, const void *pv, float *out, be_in 
 
 /* ---- generation's step (src/model/infer.c): the forward of any number of tokens ---- */
 
+/* generation's buffers: the same carving as a micro-batch's, in one allocation of its own */
+struct moe_step_bufs {
+    moe_acts a;
+    td_arena ar;
+};
+
 moe_acts *moe_step_new(const gpt_model *m, int rows)
 {
-    const gpt_config *c = &m->cfg;
-    size_t T = (size_t)rows, E = (size_t)c->num_experts, k = (size_t)c->moe_topk, F = (size_t)gpt_moe_ffn(c);
-    size_t h = (size_t)c->hidden, bF = (size_t)fc_blocks(c) * F, S = (size_t)c->moe_shared_ffn;
-    moe_acts *a = td_xcalloc(1, sizeof *a);
-    const backend *be = m->be;
-    a->E = (int)E;
-    a->logits = be_alloc(be, T * E * sizeof(float));
-    a->idx = be_alloc(be, T * k * sizeof(int32_t));
-    a->probs = be_alloc(be, T * k * sizeof(float));
-    a->row = be_alloc(be, T * k * sizeof(int32_t));
-    a->count = be_alloc(be, E * sizeof(int32_t));
-    a->routed = be_alloc(be, E * sizeof(int32_t));
-    a->aux_count = be_alloc(be, E * sizeof(int32_t));
-    if (c->moe_seq_aux) a->seq_count = be_alloc(be, (T / (size_t)c->seq + 1) * E * sizeof(int32_t));
-    if (c->moe_expert_bias) {
-        a->aux_idx = be_alloc(be, T * k * sizeof(int32_t));
-        a->aux_probs = be_alloc(be, T * k * sizeof(float));
-    }
-    a->xe = be_alloc(be, T * k * h * sizeof(float));
-    a->he = be_alloc(be, T * k * bF * sizeof(float));
-    a->ae = be_alloc(be, T * k * F * sizeof(float));
-    a->ye = be_alloc(be, T * k * h * sizeof(float));
-    if (S > 0) {
-        a->sh_he = be_alloc(be, T * fc_blocks(c) * S * sizeof(float));
-        a->sh_ae = be_alloc(be, T * S * sizeof(float));
-        a->sh_ye = be_alloc(be, T * h * sizeof(float));
-        a->sh_gy = be_alloc(be, T * h * sizeof(float));
-        a->sh_glog = be_alloc(be, T * sizeof(float));
-        a->sh_g = be_alloc(be, T * sizeof(float));
-        a->sh_idx = be_alloc(be, T * sizeof(int32_t));
-        a->ident = be_alloc(be, T * sizeof(int32_t));
-    }
-    return a;
+    struct moe_step_bufs *b = td_xcalloc(1, sizeof *b);
+    carver cv = {NULL, 0, 0, BE_F32, NULL, 0};
+    carve_tokens(&cv, &m->cfg, rows, &b->a); /* count */
+    td_arena_wrap(&b->ar, be_alloc(m->be, cv.bytes), cv.bytes);
+    cv = (carver){&b->ar, 0, 0, BE_F32, NULL, 0};
+    carve_tokens(&cv, &m->cfg, rows, &b->a);
+    return &b->a;
 }
 
 void moe_step_free(const gpt_model *m, moe_acts *a)
 {
     if (!a) return;
-    void *bufs[] = {a->logits, a->idx, a->probs, a->row, a->count, a->routed, a->aux_count, a->aux_idx, a->aux_probs,
-                    a->seq_count, a->xe, a->he, a->ae, a->ye,
-                    a->sh_he, a->sh_ae, a->sh_ye, a->sh_gy, a->sh_glog, a->sh_g, a->sh_idx, a->ident};
-    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
-        if (bufs[i]) be_dfree(m->be, bufs[i]);
-    free(a);
+    struct moe_step_bufs *b = (struct moe_step_bufs *)a; /* a is its first member */
+    be_dfree(m->be, b->ar.base);
+    free(b);
 }
 
 void moe_step(const gpt_model *m, const void *params, moe_acts *a, float *out, const float *x, int rows)
