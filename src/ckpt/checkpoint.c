@@ -138,9 +138,10 @@ static void shard_free(out_shard *s)
 
 /* The tensors of chunk c this rank writes: not the last stage's copy of the word embedding
  * (the first stage saves it), and replicated tensors from tp rank 0 only. */
-static int rank_writes(const ckpt_model *m, const gpt_tensor_info *t)
+static int rank_writes(const ckpt_model *m, const gpt_tensor_info *t, int by_dp)
 {
     if (t->embedding_copy) return 0;
+    if (!by_dp && !t->expert && m->ps->dp_rank != 0) return 0; /* expert parallelism: the experts' file */
     if (t->tp_replicated && m->ps->tp_rank != 0) return 0;
     return 1;
 }
@@ -250,7 +251,7 @@ static uint64_t write_shard(const char *dir, const char *tmp, const ckpt_model *
             const float *base = optimizer ? (b == 0 ? m->adam_m[c] : m->adam_v[c]) : g->params;
             for (int i = 0; i < g->ntensors; i++) {
                 const gpt_tensor_info *t = &g->table[i];
-                if (!rank_writes(m, t)) continue;
+                if (!rank_writes(m, t, by_dp)) continue;
                 char name[96];
                 snprintf(name, sizeof name, "%s%s",
                          optimizer ? ckpt_kind_prefix(b ? CKPT_EXP_AVG_SQ : CKPT_EXP_AVG) : "", t->name);
@@ -266,7 +267,8 @@ static uint64_t write_shard(const char *dir, const char *tmp, const ckpt_model *
             }
         }
     }
-    char tp_s[16], pp_s[16], dp_s[16], ver[16], it_s[32];
+    char tp_s[16], pp_s[16], dp_s[16], ep_s[16], ver[16], it_s[32];
+    snprintf(ep_s, sizeof ep_s, "%d", ps->ep_rank);
     snprintf(it_s, sizeof it_s, "%lld", (long long)p->iteration);
     snprintf(tp_s, sizeof tp_s, "%d", ps->tp_rank);
     snprintf(pp_s, sizeof pp_s, "%d", ps->pp_rank);
@@ -280,6 +282,7 @@ static uint64_t write_shard(const char *dir, const char *tmp, const ckpt_model *
     keys[nmeta] = "tp_rank", vals[nmeta++] = tp_s;
     keys[nmeta] = "pp_rank", vals[nmeta++] = pp_s;
     if (by_dp) keys[nmeta] = "dp_rank", vals[nmeta++] = dp_s;
+    else if (ps->ep_rank > 0) keys[nmeta] = "ep_rank", vals[nmeta++] = ep_s;
     keys[nmeta] = "iteration", vals[nmeta++] = it_s; /* which save of which run: checked against meta.json */
     if (has_id) keys[nmeta] = "run_id", vals[nmeta++] = p->run_id;
     for (int i = 0; i < s.n; i++) keys[nmeta] = s.names[i], vals[nmeta++] = s.meta[i];
@@ -287,6 +290,7 @@ static uint64_t write_shard(const char *dir, const char *tmp, const ckpt_model *
 
     char fname[64], path[4200], err[1024];
     if (by_dp) ckpt_dp_shard_name(fname, sizeof fname, ps->tp_rank, ps->pp_rank, ps->dp_rank);
+    else if (ps->ep_rank > 0) ckpt_ep_shard_name(fname, sizeof fname, optimizer, ps->tp_rank, ps->pp_rank, ps->ep_rank);
     else ckpt_shard_name(fname, sizeof fname, optimizer, ps->tp_rank, ps->pp_rank);
     ckf_join(path, sizeof path, tmp, fname);
     double t0 = td_now();
@@ -361,6 +365,7 @@ static cJSON *meta_json(const ckpt_model *m, const ckpt_progress *p, const char 
     cJSON_AddNumberToObject(lay, "tensor_model_parallel_size", ps->tp);
     cJSON_AddNumberToObject(lay, "pipeline_model_parallel_size", ps->pp);
     cJSON_AddNumberToObject(lay, "data_parallel_size", ps->dp);
+    if (ps->ep > 1) cJSON_AddNumberToObject(lay, "expert_model_parallel_size", ps->ep);
     cJSON_AddNumberToObject(lay, "virtual_pipeline_stages", m->nchunks);
     cJSON_AddNumberToObject(lay, "world_size", ps->world_size);
     cJSON *mod = cJSON_AddObjectToObject(o, "model");
@@ -390,9 +395,11 @@ static cJSON *meta_json(const ckpt_model *m, const ckpt_progress *p, const char 
     for (int opt = 0; opt <= (m->adam_m ? 1 : 0); opt++)
         for (int pr = 0; pr < ps->pp; pr++)
             for (int tr = 0; tr < ps->tp; tr++)
-                for (int dr = 0; dr < (opt && m->shard_ranges ? ps->dp : 1); dr++) {
+                for (int dr = 0; dr < (opt && m->shard_ranges ? ps->dp : ps->ep); dr++) {
+                /* dr: the data-parallel rank of a distributed optimizer's shard, else the expert-parallel rank */
                 char name[64], path[4200];
                 if (opt && m->shard_ranges) ckpt_dp_shard_name(name, sizeof name, tr, pr, dr);
+                else if (dr > 0) ckpt_ep_shard_name(name, sizeof name, opt, tr, pr, dr);
                 else ckpt_shard_name(name, sizeof name, opt, tr, pr);
                 ckf_join(path, sizeof path, tmp, name);
                 struct stat sb;
@@ -404,6 +411,7 @@ static cJSON *meta_json(const ckpt_model *m, const ckpt_progress *p, const char 
                 cJSON_AddNumberToObject(f, "tp_rank", tr);
                 cJSON_AddNumberToObject(f, "pp_rank", pr);
                 if (opt && m->shard_ranges) cJSON_AddNumberToObject(f, "dp_rank", dr);
+                else if (dr > 0) cJSON_AddNumberToObject(f, "ep_rank", dr);
                 cJSON_AddNumberToObject(f, "bytes", (double)sb.st_size);
                 cJSON_AddItemToArray(files, f);
             }
@@ -550,11 +558,11 @@ void ckpt_save(const char *dir, const ckpt_model *m, const ckpt_progress *p, con
     }
     comm_barrier(ps->world);
     int64_t bytes = 0;
-    if (ps->dp_rank == 0) {
+    if (ps->edp_rank == 0) { /* without expert parallelism: data-parallel rank 0 */
         bytes += (int64_t)write_shard(dir, tmp, m, p, 0);
         save_delay();
     }
-    if (m->adam_m && (ps->dp_rank == 0 || m->shard_ranges)) {
+    if (m->adam_m && (ps->edp_rank == 0 || m->shard_ranges)) {
         bytes += (int64_t)write_shard(dir, tmp, m, p, 1);
         save_delay();
     }
@@ -684,6 +692,12 @@ static int read_meta(const char *iter_dir, ckpt_meta *out, char *err, size_t err
         dp < 1 || vp < 1 || tp > 65536 || pp > 65536)
         FAIL("%s: the layout is missing or malformed", mpath);
     out->tp = (int)tp, out->pp = (int)pp, out->dp = (int)dp, out->vp = (int)vp;
+    int64_t ep = 1;
+    if (cJSON_GetObjectItemCaseSensitive(lay, "expert_model_parallel_size") &&
+        (get_int(lay, "expert_model_parallel_size", &ep) || ep < 1 || dp % ep))
+        FAIL("%s: the layout's expert_model_parallel_size is malformed (a divisor of data_parallel_size %lld)", mpath,
+             (long long)dp);
+    out->ep = (int)ep;
 
     const cJSON *mod = cJSON_GetObjectItemCaseSensitive(root, "model");
     if (!cJSON_IsObject(mod)) FAIL("%s: the model section is missing", mpath);
@@ -748,16 +762,20 @@ static int read_meta(const char *iter_dir, ckpt_meta *out, char *err, size_t err
         if (cJSON_GetObjectItemCaseSensitive(j, "dp_rank") && (get_int(j, "dp_rank", &dr) || !fl->optimizer || dr < 0))
             FAIL("%s: file entry %d has a malformed dp_rank", mpath, i);
         fl->dp_rank = (int)dr;
+        int64_t er = 0;
+        if (cJSON_GetObjectItemCaseSensitive(j, "ep_rank") && (get_int(j, "ep_rank", &er) || dr >= 0 || er < 1 || er >= out->ep))
+            FAIL("%s: file entry %d has a malformed ep_rank", mpath, i);
+        fl->ep_rank = (int)er;
         by_dp += dr >= 0;
         counts[fl->optimizer]++;
     }
     /* optimizer shards: one per model-parallel position, or (distributed optimizer) per rank */
-    int optim_want = out->tp * out->pp * (by_dp ? out->dp : 1);
-    if (counts[0] != out->tp * out->pp || (out->has_optimizer && counts[1] != optim_want) ||
+    int optim_want = out->tp * out->pp * (by_dp ? out->dp : out->ep);
+    if (counts[0] != out->tp * out->pp * out->ep || (out->has_optimizer && counts[1] != optim_want) ||
         (by_dp && by_dp != counts[1]))
-        FAIL("%s lists %d model and %d optimizer shards (%d of them per data-parallel rank); a %d x %d x dp %d layout "
-             "has %d model and %d optimizer shards: the checkpoint is corrupt", mpath, counts[0], counts[1], by_dp,
-             out->tp, out->pp, out->dp, out->tp * out->pp, optim_want);
+        FAIL("%s lists %d model and %d optimizer shards (%d of them per data-parallel rank); a %d x %d x dp %d (ep %d) "
+             "layout has %d model and %d optimizer shards: the checkpoint is corrupt", mpath, counts[0], counts[1], by_dp,
+             out->tp, out->pp, out->dp, out->ep, out->tp * out->pp * out->ep, optim_want);
     for (i = 0; i < out->nfiles; i++) {
         char fpath[4400];
         ckf_join(fpath, sizeof fpath, iter_dir, out->files[i].name);

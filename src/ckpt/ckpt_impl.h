@@ -14,6 +14,9 @@ const char *ckpt_kind_prefix(ckpt_kind k);
 /* model_tpTTT_ppPPP.safetensors or optim_tpTTT_ppPPP.safetensors. */
 void ckpt_shard_name(char *out, size_t len, int optimizer, int tp_rank, int pp_rank);
 /* optim_tpTTT_ppPPP_dpDDD.safetensors: the optimizer shard of one data-parallel rank. */
+/* Under expert parallelism, the model (or plain optimizer) shard of expert-parallel rank ep_rank > 0:
+ * its experts only (rank 0's file, named as without, holds the rest and its own experts). */
+void ckpt_ep_shard_name(char *out, size_t len, int optimizer, int tp_rank, int pp_rank, int ep_rank);
 void ckpt_dp_shard_name(char *out, size_t len, int tp_rank, int pp_rank, int dp_rank);
 /* The __metadata__ value describing an entry: {"shape":[..],"dim":d,"blocks":b,"start":s,
  * "len":l,"crc32":"xxxxxxxx"} (malloc'd). */

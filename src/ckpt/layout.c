@@ -61,6 +61,11 @@ void ckpt_shard_name(char *out, size_t len, int optimizer, int tp_rank, int pp_r
     snprintf(out, len, "%s_tp%03d_pp%03d.safetensors", optimizer ? "optim" : "model", tp_rank, pp_rank);
 }
 
+void ckpt_ep_shard_name(char *out, size_t len, int optimizer, int tp_rank, int pp_rank, int ep_rank)
+{
+    snprintf(out, len, "%s_tp%03d_pp%03d_ep%03d.safetensors", optimizer ? "optim" : "model", tp_rank, pp_rank, ep_rank);
+}
+
 void ckpt_dp_shard_name(char *out, size_t len, int tp_rank, int pp_rank, int dp_rank)
 {
     snprintf(out, len, "optim_tp%03d_pp%03d_dp%03d.safetensors", tp_rank, pp_rank, dp_rank);

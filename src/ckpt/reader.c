@@ -202,6 +202,10 @@ static int add_entries(ckpt_reader *r, int fi, const ckpt_file *cf, char *err, s
         FAIL("%s: not a trident %s shard (its __metadata__ lacks format/kind)", f->path,
              cf->optimizer ? "optimizer" : "model");
     const char *tr = st_meta(&f->h, "tp_rank"), *pr = st_meta(&f->h, "pp_rank"), *dr = st_meta(&f->h, "dp_rank");
+    const char *er = st_meta(&f->h, "ep_rank");
+    if ((er ? atoi(er) : 0) != cf->ep_rank)
+        FAIL("%s: its __metadata__ says ep_rank %s but meta.json lists it as ep_rank %d: the checkpoint is corrupt",
+             f->path, er ? er : "(none)", cf->ep_rank);
     if (!tr || !pr || atoi(tr) != cf->tp_rank || atoi(pr) != cf->pp_rank || (dr ? atoi(dr) : -1) != cf->dp_rank)
         FAIL("%s: its __metadata__ says tp_rank %s, pp_rank %s, dp_rank %s but meta.json lists it as tp_rank %d, "
              "pp_rank %d, dp_rank %d: the checkpoint is corrupt", f->path, tr ? tr : "(none)", pr ? pr : "(none)",

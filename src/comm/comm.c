@@ -1,6 +1,7 @@
 /* Communicator front end: dispatch through the vtable, with the one-rank fast paths and
  * timing in one place. See include/comm/trident/comm.h. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "comm_impl.h"
@@ -173,6 +174,26 @@ void comm_reduce_scatter(const comm *c, const void *send, void *recv, size_t cou
         return;
     }
     TIMED(c, c->ops->reduce_scatter(c, send, recv, count, t, op));
+}
+
+void comm_alltoallv(const comm *c, const void *send, const size_t *scounts, const size_t *sdispls, void *recv,
+                    const size_t *rcounts, const size_t *rdispls, comm_dtype t, int tag)
+{
+    size_t es = comm_dtype_size(t);
+    int n = c->size, me = c->rank;
+    memmove((char *)recv + rdispls[me] * es, (const char *)send + sdispls[me] * es, scounts[me] * es);
+    if (n == 1) return;
+    comm_req **q = td_xcalloc((size_t)2 * n, sizeof *q);
+    for (int i = 1; i < n; i++) { /* receives first, from the ranks after this one around the ring */
+        int r = (me + i) % n;
+        if (rcounts[r]) q[r] = comm_irecv(c, (char *)recv + rdispls[r] * es, rcounts[r], t, r, tag);
+    }
+    for (int i = 1; i < n; i++) {
+        int r = (me - i + n) % n;
+        if (scounts[r]) q[n + r] = comm_isend(c, (const char *)send + sdispls[r] * es, scounts[r], t, r, tag);
+    }
+    for (int i = 0; i < 2 * n; i++) comm_wait(q[i]);
+    free(q);
 }
 
 comm_req *comm_isend(const comm *c, const void *buf, size_t count, comm_dtype t, int peer, int tag)

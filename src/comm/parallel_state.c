@@ -27,6 +27,7 @@ ps_state *ps_init(comm *world, int tp, int pp)
     ps->tp_rank = r % tp;
     ps->dp_rank = (r / tp) % ps->dp;
     ps->pp_rank = r / (tp * ps->dp);
+    ps->ep = 1, ps->edp = ps->dp, ps->edp_rank = ps->dp_rank;
 
     /* color: the coordinates the group shares; key: the coordinate that varies */
     ps->tp_group = comm_split(world, ps->dp_rank + ps->dp * ps->pp_rank, ps->tp_rank);
@@ -37,6 +38,7 @@ ps_state *ps_init(comm *world, int tp, int pp)
     comm_set_name(ps->dp_group, "data-parallel");
     comm_set_name(ps->pp_group, "pipeline");
     comm_set_name(ps->mp_group, "model-parallel");
+    ps->edp_group = ps->dp_group;
     if (tp > 1 && pp > 1) {
         ps->tp_gather = comm_split(ps->tp_group, 0, ps->tp_rank);
         comm_set_name(ps->tp_gather, "tensor-parallel (stage transfers)");
@@ -50,9 +52,26 @@ ps_state *ps_init(comm *world, int tp, int pp)
     return ps;
 }
 
+void ps_init_experts(ps_state *ps, int ep)
+{
+    TD_ASSERT(ep >= 1 && ps->dp % ep == 0 && ps->ep == 1);
+    if (ep == 1) return;
+    ps->ep = ep;
+    ps->ep_rank = ps->dp_rank % ep;
+    ps->edp = ps->dp / ep;
+    ps->edp_rank = ps->dp_rank / ep;
+    int tp = ps->tp, base = ps->tp_rank + tp * ps->dp * ps->pp_rank; /* tp and pp: shared by both */
+    ps->ep_group = comm_split(ps->world, base + tp * ps->edp_rank, ps->ep_rank);
+    ps->edp_group = comm_split(ps->world, base + tp * ps->ep_rank, ps->edp_rank);
+    comm_set_name(ps->ep_group, "expert-parallel");
+    comm_set_name(ps->edp_group, "expert-data-parallel");
+}
+
 void ps_free(ps_state *ps)
 {
     if (!ps) return;
+    if (ps->edp_group != ps->dp_group) comm_free(ps->edp_group);
+    comm_free(ps->ep_group);
     comm_free(ps->dp_hier);
     comm_free(ps->tp_gather);
     comm_free(ps->tp_group);
@@ -69,18 +88,19 @@ double ps_comm_seconds(const ps_state *ps)
                comm_seconds(ps->pp_group) + comm_seconds(ps->mp_group);
     if (ps->dp_hier) s += comm_seconds(ps->dp_hier);
     if (ps->tp_gather) s += comm_seconds(ps->tp_gather);
+    if (ps->ep_group) s += comm_seconds(ps->ep_group) + comm_seconds(ps->edp_group);
     return ps->embd_group ? s + comm_seconds(ps->embd_group) : s;
 }
 
 const char *ps_group_name(ps_group g)
 {
-    static const char *const names[PS_GROUPS] = {"tp", "pp", "dp", "embd", "other"};
+    static const char *const names[PS_GROUPS] = {"tp", "pp", "dp", "ep", "embd", "other"};
     return g < PS_GROUPS ? names[g] : "?";
 }
 
 void ps_comm_times(const ps_state *ps, double exposed[PS_GROUPS], double inflight[PS_GROUPS])
 {
-    const comm *one[] = {ps->tp_group, ps->pp_group, ps->dp_group, ps->embd_group};
+    const comm *one[] = {ps->tp_group, ps->pp_group, ps->dp_group, ps->ep_group, ps->embd_group};
     for (int g = 0; g < PS_OTHER; g++) {
         exposed[g] = one[g] ? comm_seconds(one[g]) : 0;
         inflight[g] = one[g] ? comm_busy_seconds(one[g]) : 0;
@@ -93,6 +113,10 @@ void ps_comm_times(const ps_state *ps, double exposed[PS_GROUPS], double infligh
     if (ps->tp_gather) { /* the stage transfers' all-gathers stay the tp group's, as before they ran behind */
         exposed[PS_TP] += comm_seconds(ps->tp_gather);
         inflight[PS_TP] += comm_busy_seconds(ps->tp_gather);
+    }
+    if (ps->edp_group != ps->dp_group) { /* the experts' gradient buckets */
+        exposed[PS_DP] += comm_seconds(ps->edp_group);
+        inflight[PS_DP] += comm_busy_seconds(ps->edp_group);
     }
     exposed[PS_OTHER] = comm_seconds(ps->world) + comm_seconds(ps->mp_group);
     inflight[PS_OTHER] = comm_busy_seconds(ps->world) + comm_busy_seconds(ps->mp_group);

@@ -204,6 +204,15 @@ static const flag_t FLAGS[] = {
 
     {"--tensor-model-parallel-size", A_INT, OFF(tensor_model_parallel_size), "1", MODEL, "parallel",
      "ranks a layer is split over", 1, 1 << 16, NULL},
+    {"--expert-model-parallel-size", A_INT, OFF(expert_model_parallel_size), "1", MODEL, "parallel",
+     "ranks the experts of each MoE layer are split over, carved out of data parallelism (Megatron's "
+     "expert parallelism; docs/moe.md)", 1, 1 << 16, NULL},
+    {"--expert-tensor-parallel-size", A_INT, OFF(expert_tensor_parallel_size), "1", MODEL, "parallel",
+     "ranks each expert is split over (only 1 is built)", 1, 1 << 16, NULL},
+    {"--moe-token-dispatcher-type", A_CHOICE, OFF(moe_token_dispatcher_type), "alltoall", MODEL, "moe",
+     "how tokens reach experts on other ranks under expert parallelism: alltoall (each rank sends each "
+     "token's rows to the ranks of its experts and gets the outputs back) or allgather (not built: refused)", 0, 0,
+     "alltoall|allgather"},
     {"--pipeline-model-parallel-size", A_INT, OFF(pipeline_model_parallel_size), "1", MODEL, "parallel",
      "pipeline stages", 1, 1 << 16, NULL},
     {"--num-layers-per-virtual-pipeline-stage", A_INT, OFF(num_layers_per_virtual_pipeline_stage), NULL,

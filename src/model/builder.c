@@ -46,6 +46,24 @@ void model_add_tensor(table_builder *tb, float **param, float **grad, enum init_
     tb->n++;
 }
 
+void model_add_expert_tensor(table_builder *tb, float **param, float **grad, enum init_kind init, uint64_t stream,
+                             const char *name, int64_t d0, int64_t d1, int no_decay)
+{
+    int ep = tb->ep > 1 ? tb->ep : 1;
+    TD_ASSERT(d0 % ep == 0);
+    model_add_tensor(tb, param, grad, init, stream, name, d0, d1, -1, 1, no_decay);
+    gpt_tensor_info *t = &tb->table[tb->n - 1];
+    t->expert = 1;
+    if (ep == 1) return;
+    size_t numel = t->numel / (size_t)ep;
+    tb->numel -= t->numel - numel;
+    t->numel = numel;
+    t->shard_dim = 0;
+    t->shard_blocks = 1;
+    t->shard_len = d0 / ep;
+    t->shard_start = t->shard_len * tb->ep_rank;
+}
+
 void model_table_point(const table_builder *tb, float *params, float *grads)
 {
     for (int i = 0; i < tb->n; i++) {

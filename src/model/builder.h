@@ -27,6 +27,7 @@ typedef struct table_builder {
     tensor_slot *slots;      /* n entries */
     int n, cap;
     size_t numel;            /* elements registered so far */
+    int ep, ep_rank;         /* expert parallelism: the experts' slices taken (0 or 1: all of them) */
 } table_builder;
 
 /* Philox stream of a logical tensor: (global layer, or -1 outside the layers; kind). */
@@ -37,6 +38,10 @@ uint64_t model_stream(int layer, int kind);
  * model_table_point. */
 void model_add_tensor(table_builder *tb, float **param, float **grad, enum init_kind init, uint64_t stream,
                       const char *name, int64_t d0, int64_t d1, int shard_dim, int blocks, int no_decay);
+/* The same for a MoE layer's stacked experts, (d0, d1) with d0 = experts x rows of each: split by
+ * whole experts over the expert-parallel group (dim 0, contiguous), replicated over tp. */
+void model_add_expert_tensor(table_builder *tb, float **param, float **grad, enum init_kind init, uint64_t stream,
+                             const char *name, int64_t d0, int64_t d1, int no_decay);
 /* Points every registered pointer at its place in params and grads. */
 void model_table_point(const table_builder *tb, float *params, float *grads);
 /* Initialises the parameters (backend memory) from (seed, logical tensor, element), one tensor

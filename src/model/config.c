@@ -112,7 +112,8 @@ int gpt_config_validate(const td_args *a, int tp, char *msg, size_t msglen)
                                                 "--moe-shared-expert-intermediate-size", "--moe-shared-expert-gate",
                                                 "--moe-router-enable-expert-bias", "--moe-router-bias-update-rate",
                                                 "--moe-expert-capacity-factor", "--moe-token-drop-policy",
-                                                "--moe-pad-expert-input-to-capacity"};
+                                                "--moe-pad-expert-input-to-capacity", "--expert-model-parallel-size",
+                                                "--expert-tensor-parallel-size", "--moe-token-dispatcher-type"};
         for (size_t i = 0; i < sizeof moe_flags / sizeof *moe_flags; i++)
             if (td_args_given(a, moe_flags[i])) FAIL("%s needs --num-experts (a mixture of experts)", moe_flags[i]);
     } else {
@@ -132,6 +133,14 @@ int gpt_config_validate(const td_args *a, int tp, char *msg, size_t msglen)
         if (a->moe_router_pre_softmax && strcmp(a->moe_router_score_function, "softmax") != 0)
             FAIL("--moe-router-pre-softmax applies to --moe-router-score-function softmax only");
         if (a->model && strcmp(a->model, "gpt") != 0) FAIL("--num-experts: the mixture of experts is built for --model gpt");
+        if (a->num_experts % a->expert_model_parallel_size)
+            FAIL("--num-experts %d is not divisible by --expert-model-parallel-size %d (each rank of the group holds "
+                 "as many experts)", a->num_experts, a->expert_model_parallel_size);
+        if (a->expert_tensor_parallel_size != 1)
+            FAIL("--expert-tensor-parallel-size %d: experts split over tensor-parallel ranks are not built yet; "
+                 "use 1 (docs/moe.md)", a->expert_tensor_parallel_size);
+        if (a->expert_model_parallel_size > 1 && strcmp(a->moe_token_dispatcher_type, "alltoall") != 0)
+            FAIL("--moe-token-dispatcher-type %s is not built yet: use alltoall", a->moe_token_dispatcher_type);
         /* what is not built yet says so (docs/moe.md) */
         if (tp > 1)
             FAIL("--num-experts with --tensor-model-parallel-size %d: the experts run on one tensor-parallel rank "

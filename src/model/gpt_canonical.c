@@ -94,8 +94,10 @@ int gpt_write_canonical(const gpt_model *m, int fd, int writer)
     for (int i = 0; i < m->ntensors && rc == 0; i++) {
         const gpt_tensor_info *t = &m->table[i];
         if (t->embedding_copy) continue;
-        if (t->tp_replicated && !(writer && m->ps->tp_rank == 0)) continue;
-        if (!t->tp_replicated && !writer) continue;
+        /* the experts: from the first copy of each expert-parallel rank's (writer is the dense tensors') */
+        int w = t->expert ? m->ps->edp_rank == 0 : writer;
+        if (t->tp_replicated && !(w && m->ps->tp_rank == 0)) continue;
+        if (!t->tp_replicated && !w) continue;
         int64_t base = offset_in(&logical, t->name);
         TD_ASSERT(base >= 0);
         const float *src = host + t->offset;

@@ -31,9 +31,9 @@ struct moe_acts {
     float *aux_probs; /* (T, k) its weights (unused) */
     int dropped;      /* (token, expert) choices dropped over capacity in this micro-batch */
     float *xe;        /* (T k, h): the input rows in expert order */
-    float *he;        /* (T k, bF): fc's output */
-    float *ae;        /* (T k, F): the activation's */
-    float *ye;        /* (T k, h): the experts' outputs */
+    float *he;        /* (Rmax, bF): fc's output, on this rank's experts' rows */
+    float *ae;        /* (Rmax, F): the activation's */
+    float *ye;        /* (T k, h): the experts' outputs, back in xe's order */
     float *sh_he;     /* the shared expert: (T, bS) fc's output */
     float *sh_ae;     /* (T, S) the activation's */
     float *sh_ye;     /* (T, h) its output */
@@ -42,6 +42,11 @@ struct moe_acts {
     float *sh_g;      /* (T) sigmoid of it */
     int32_t *sh_idx;  /* (T) 0: the gate as a router of one expert (be_moe_route_*) */
     int32_t *ident;   /* (T) n: the rows of the shared expert's combine */
+    int32_t *rcount;  /* (ep, El) expert parallelism: the rows each rank of the group sent each of this
+                       * rank's El experts */
+    int32_t *lcount;  /* (El) the rows of each of this rank's experts (count's own without ep) */
+    float *xl;        /* (Rmax, h) with ep: this rank's experts' input rows, expert by expert, each one's
+                       * by source rank then token (without ep: xe) */
     float *x32;       /* (T, h) the input in fp32 when the layer keeps it in the GEMMs' dtype (bf16, fp16) */
     double aux, z;    /* this micro-batch's load-balancing and z losses without their coefficients */
     int E;
@@ -54,6 +59,10 @@ typedef struct {
     float *dae;       /* (T k, F) */
     float *dhe;       /* (T k, bF) */
     float *dxe;       /* (T k, h) */
+    float *dyl;       /* with ep: (Rmax, h) dye on this rank's experts' rows */
+    float *dxl;       /* (Rmax, h) their input's gradient */
+    float *yl;        /* (Rmax, h) their output (the forward's) */
+    float *xchg;      /* (Rmax, h) rows as they cross the expert-parallel group: by source rank */
     float *sh_dye;    /* the shared expert's: (T, h) */
     float *sh_dae;    /* (T, S) */
     float *sh_dhe;    /* (T, bS) */
@@ -62,6 +71,17 @@ typedef struct {
 } moe_scratch;
 
 static int fc_blocks(const gpt_config *c) { return c->swiglu ? 2 : 1; }
+
+/* Expert parallelism of the stage's ranks (1 without; generation and the memory count run one) */
+static int ep_of(const gpt_model *m) { return m->ps && m->ps->ep > 1 ? m->ps->ep : 1; }
+
+/* The rows this rank's experts may take in a micro-batch of T tokens: without ep its T k; with it
+ * each of the ep ranks sends at most T min(k, El) (a token's k experts are distinct). */
+static int64_t rows_max(const gpt_config *c, int ep, int64_t T)
+{
+    int64_t k = c->moe_topk, El = c->num_experts / ep;
+    return ep == 1 ? T * k : ep * T * (k < El ? k : El);
+}
 
 static void tensors(table_builder *tb, int layer, int stream0, const char *prefix, void *pv, void *gv)
 {
@@ -76,11 +96,17 @@ static void tensors(table_builder *tb, int layer, int stream0, const char *prefi
         model_add_tensor(tb, &p->field, &g->field, init, model_stream(layer, stream0 + (kind)), n, d0, d1, -1, 1,  \
                          (d1) == 0);                                                                               \
     } while (0)
+#define X(field, init, kind, d0, d1, label) /* the experts': split over the expert-parallel group */             \
+    do {                                                                                                           \
+        snprintf(n, sizeof n, "%s.%s", prefix, label);                                                             \
+        model_add_expert_tensor(tb, &p->field, &g->field, init, model_stream(layer, stream0 + (kind)), n, d0, d1,  \
+                                (d1) == 0);                                                                        \
+    } while (0)
     /* reverse of the order the backward finishes them */
-    if (bias) T(fc2_b, INIT_ZEROS, 0, E * h, 0, "experts.fc2.bias");
-    T(fc2_w, INIT_NORMAL_OUT, 1, E * h, F, "experts.fc2.weight");
-    if (bias) T(fc_b, INIT_ZEROS, 2, E * bF, 0, "experts.fc.bias");
-    T(fc_w, INIT_NORMAL, 3, E * bF, h, "experts.fc.weight");
+    if (bias) X(fc2_b, INIT_ZEROS, 0, E * h, 0, "experts.fc2.bias");
+    X(fc2_w, INIT_NORMAL_OUT, 1, E * h, F, "experts.fc2.weight");
+    if (bias) X(fc_b, INIT_ZEROS, 2, E * bF, 0, "experts.fc.bias");
+    X(fc_w, INIT_NORMAL, 3, E * bF, h, "experts.fc.weight");
     T(router_w, INIT_NORMAL, 4, E, h, "router.weight");
     if (c->moe_expert_bias) T(expert_bias, INIT_ZEROS, 10, E, 0, "router.expert_bias");
     int64_t S = c->moe_shared_ffn, bS = fc_blocks(c) * S;
@@ -92,13 +118,14 @@ static void tensors(table_builder *tb, int layer, int stream0, const char *prefi
         if (c->moe_shared_gate) T(sh_gate_w, INIT_NORMAL, 9, 1, h, "shared_expert.gate.weight");
     }
 #undef T
+#undef X
 }
 
 /* The buffers of T tokens' forward (and the backward's kept values), carved: a micro-batch's
  * activations (acts), or generation's step buffers (moe_step_new). */
-static void carve_tokens(carver *cv, const gpt_config *c, int64_t T, moe_acts *a)
+static void carve_tokens(carver *cv, const gpt_config *c, int ep, int64_t T, moe_acts *a)
 {
-    int64_t E = c->num_experts, k = c->moe_topk, F = gpt_moe_ffn(c);
+    int64_t E = c->num_experts, k = c->moe_topk, F = gpt_moe_ffn(c), R = rows_max(c, ep, T);
     a->E = (int)E;
     CARVE(cv, a->logits, float, T * E);
     if (cv->kept_dt != BE_F32) CARVE(cv, a->x32, float, T * c->hidden); /* mixed precision: the input widened */
@@ -114,9 +141,14 @@ static void carve_tokens(carver *cv, const gpt_config *c, int64_t T, moe_acts *a
         CARVE(cv, a->aux_probs, float, T * k);
     }
     CARVE(cv, a->xe, float, T * k * c->hidden);
-    CARVE(cv, a->he, float, T * k * fc_blocks(c) * F);
-    CARVE(cv, a->ae, float, T * k * F);
+    CARVE(cv, a->he, float, R * fc_blocks(c) * F);
+    CARVE(cv, a->ae, float, R * F);
     CARVE(cv, a->ye, float, T * k * c->hidden);
+    CARVE(cv, a->lcount, int32_t, E / ep);
+    if (ep > 1) {
+        CARVE(cv, a->rcount, int32_t, E);
+        CARVE(cv, a->xl, float, R * c->hidden);
+    }
     int64_t S = c->moe_shared_ffn;
     if (S > 0) {
         CARVE(cv, a->sh_he, float, T * fc_blocks(c) * S);
@@ -132,20 +164,28 @@ static void carve_tokens(carver *cv, const gpt_config *c, int64_t T, moe_acts *a
 
 static void acts(carver *cv, const gpt_model *m, void *av)
 {
-    carve_tokens(cv, &m->cfg, (int64_t)m->mbs * m->cfg.seq, av);
+    carve_tokens(cv, &m->cfg, ep_of(m), (int64_t)m->mbs * m->cfg.seq, av);
 }
 
 static void scratch(carver *cv, const gpt_model *m, void *sv)
 {
     moe_scratch *s = sv;
     const gpt_config *c = &m->cfg;
+    int ep = ep_of(m);
     int64_t T = (int64_t)m->mbs * c->seq, E = c->num_experts, k = c->moe_topk, F = gpt_moe_ffn(c);
+    int64_t R = rows_max(c, ep, T);
     CARVE(cv, s->dlogits, float, T * E);
     CARVE(cv, s->dprobs, float, T * k);
     CARVE(cv, s->dye, float, T * k * c->hidden);
-    CARVE(cv, s->dae, float, T * k * F);
-    CARVE(cv, s->dhe, float, T * k * fc_blocks(c) * F);
+    CARVE(cv, s->dae, float, R * F);
+    CARVE(cv, s->dhe, float, R * fc_blocks(c) * F);
     CARVE(cv, s->dxe, float, T * k * c->hidden);
+    if (ep > 1) {
+        CARVE(cv, s->dyl, float, R * c->hidden);
+        CARVE(cv, s->dxl, float, R * c->hidden);
+        CARVE(cv, s->yl, float, R * c->hidden);
+        CARVE(cv, s->xchg, float, R * c->hidden);
+    }
     int64_t S = c->moe_shared_ffn;
     if (S > 0) {
         CARVE(cv, s->sh_dye, float, T * c->hidden);
@@ -229,6 +269,89 @@ static void dispatch_map(moe_acts *a, const gpt_config *c, int T)
     free(off);
 }
 
+/* ---- expert parallelism: the alltoall token dispatcher (Megatron's MoEAlltoAllTokenDispatcher) ----
+ * Rank r of the expert-parallel group holds experts [r El, (r + 1) El). A micro-batch's rows in
+ * expert order (xe) are already grouped by the rank holding their expert: each group goes to that
+ * rank, which orders what it receives expert by expert (each expert's rows by source rank, then
+ * token), runs its experts, and sends each source its rows back in the order they came. */
+#define MOE_TAG_COUNTS 41
+#define MOE_TAG_ROWS 42
+
+/* Each rank tells each other how many rows it sends each of its experts: a->rcount, a->lcount. */
+static void exchange_counts(const gpt_model *m, moe_acts *a)
+{
+    int P = m->ps->ep, El = a->E / P;
+    size_t *cnt = td_xmalloc((size_t)2 * P * sizeof *cnt), *dsp = cnt + P;
+    for (int r = 0; r < P; r++) cnt[r] = (size_t)El, dsp[r] = (size_t)r * El;
+    comm_alltoallv(m->ps->ep_group, a->count, cnt, dsp, a->rcount, cnt, dsp, COMM_I32, MOE_TAG_COUNTS);
+    free(cnt);
+    for (int j = 0; j < El; j++) {
+        a->lcount[j] = 0;
+        for (int r = 0; r < P; r++) a->lcount[j] += a->rcount[r * El + j];
+    }
+}
+
+/* The rows of src sent to or received from each rank, in units of h floats: sent (to_experts)
+ * the rows of its experts in a->count, received their a->rcount; back the other way. */
+static void rank_rows(const moe_acts *a, int P, int h, int sent, size_t *cnt, size_t *dsp)
+{
+    int El = a->E / P;
+    size_t at = 0;
+    for (int r = 0; r < P; r++) {
+        size_t n = 0;
+        for (int j = 0; j < El; j++) n += (size_t)(sent ? a->count[r * El + j] : a->rcount[r * El + j]);
+        cnt[r] = n * (size_t)h, dsp[r] = at * (size_t)h;
+        at += n;
+    }
+}
+
+/* Rows by source rank (each source's expert by expert) <-> expert by expert (each expert's by
+ * source rank): to_expert_major 1 the first into the second. */
+static void reorder(const gpt_model *m, const moe_acts *a, float *dst, const float *src, int h, int to_expert_major)
+{
+    int P = m->ps->ep, El = a->E / P;
+    size_t *src_at = td_xmalloc((size_t)P * sizeof *src_at), at = 0, le = 0;
+    for (int r = 0; r < P; r++) {
+        src_at[r] = at;
+        for (int j = 0; j < El; j++) at += (size_t)a->rcount[r * El + j];
+    }
+    for (int j = 0; j < El; j++)
+        for (int r = 0; r < P; r++) {
+            size_t n = (size_t)a->rcount[r * El + j], s = src_at[r];
+            if (n) {
+                const float *from = to_expert_major ? src + s * h : src + le * h;
+                float *to = to_expert_major ? dst + le * h : dst + s * h;
+                be_copy(m->be, to, from, n * (size_t)h);
+            }
+            src_at[r] += n, le += n;
+        }
+    free(src_at);
+}
+
+/* xe-ordered rows (T k at most, this rank's tokens) to this rank's experts' rows (expert-major),
+ * through xchg; and back. */
+static void to_experts(const gpt_model *m, const moe_acts *a, float *xchg, float *dst, const float *src, int h)
+{
+    int P = m->ps->ep;
+    size_t *v = td_xmalloc((size_t)4 * P * sizeof *v);
+    rank_rows(a, P, h, 1, v, v + P);
+    rank_rows(a, P, h, 0, v + 2 * P, v + 3 * P);
+    comm_alltoallv(m->ps->ep_group, src, v, v + P, xchg, v + 2 * P, v + 3 * P, COMM_F32, MOE_TAG_ROWS);
+    reorder(m, a, dst, xchg, h, 1);
+    free(v);
+}
+
+static void from_experts(const gpt_model *m, const moe_acts *a, float *xchg, float *dst, const float *src, int h)
+{
+    int P = m->ps->ep;
+    size_t *v = td_xmalloc((size_t)4 * P * sizeof *v);
+    rank_rows(a, P, h, 0, v, v + P);
+    rank_rows(a, P, h, 1, v + 2 * P, v + 3 * P);
+    reorder(m, a, xchg, src, h, 0);
+    comm_alltoallv(m->ps->ep_group, xchg, v, v + P, dst, v + 2 * P, v + 3 * P, COMM_F32, MOE_TAG_ROWS);
+    free(v);
+}
+
 /* The load-balancing loss of the T tokens, over all of them (aux_loss), or with seq_aux_loss the
  * mean over their sequences of each one's own (DeepSeek-V2/V3; Megatron's seq_aux_loss); counted
  * (`ix`, (T, k)) as the loss counts. dlogits (NULL: none) += dscale times its gradient. */
@@ -251,8 +374,10 @@ static double aux_loss(const gpt_model *m, moe_acts *a, const int32_t *ix, float
     return loss;
 }
 
-/* The forward of T tokens xf (T, h) into out (T, h), keeping in a what the backward needs. */
-static void forward(const gpt_model *m, moe_acts *a, const moe_params *p, float *out, const float *xf, int T)
+/* The forward of T tokens xf (T, h) into out (T, h), keeping in a what the backward needs (s:
+ * the slot's scratch, for the exchange under expert parallelism; NULL without). */
+static void forward(const gpt_model *m, moe_acts *a, moe_scratch *s, const moe_params *p, float *out, const float *xf,
+                    int T)
 {
     const gpt_config *c = &m->cfg;
     int h = c->hidden, E = c->num_experts, k = c->moe_topk, F = gpt_moe_ffn(c), bF = fc_blocks(c) * F;
@@ -268,13 +393,24 @@ static void forward(const gpt_model *m, moe_acts *a, const moe_params *p, float 
         for (int i = 0; i < T * k; i++) a->aux_count[a->aux_idx[i]]++;
     }
     be_moe_permute(m->be, a->xe, xf, a->row, T, k, h);
-    for (int e = 0, r0 = 0; e < E; r0 += a->count[e++]) {
-        int n = a->count[e];
+    int ep = ep_of(m), El = E / ep;
+    const float *xl = a->xe;
+    float *yl = a->ye;
+    if (ep > 1) { /* the rows to the ranks of their experts */
+        exchange_counts(m, a);
+        to_experts(m, a, s->xchg, a->xl, a->xe, h);
+        xl = a->xl, yl = s->yl;
+    } else {
+        memcpy(a->lcount, a->count, (size_t)E * sizeof *a->lcount);
+    }
+    for (int e = 0, r0 = 0; e < El; r0 += a->lcount[e++]) { /* this rank's experts, e local */
+        int n = a->lcount[e];
         if (n == 0) continue;
-        mlp_fwd(m, a->ye + (size_t)r0 * h, a->ae + (size_t)r0 * F, a->he + (size_t)r0 * bF, a->xe + (size_t)r0 * h,
+        mlp_fwd(m, yl + (size_t)r0 * h, a->ae + (size_t)r0 * F, a->he + (size_t)r0 * bF, xl + (size_t)r0 * h,
                 p->fc_w + (size_t)e * bF * h, p->fc_b ? p->fc_b + (size_t)e * bF : NULL, p->fc2_w + (size_t)e * h * F,
                 p->fc2_b ? p->fc2_b + (size_t)e * h : NULL, n, F);
     }
+    if (ep > 1) from_experts(m, a, s->xchg, a->ye, yl, h); /* the outputs back, in xe's order */
     be_moe_unpermute(m->be, out, a->ye, a->row, a->probs, T, k, h);
     if (c->moe_shared_ffn > 0) { /* the shared expert on every token, gated or not, added */
         mlp_fwd(m, a->sh_ye, a->sh_ae, a->sh_he, xf, p->sh_fc_w, p->sh_fc_b, p->sh_fc2_w, p->sh_fc2_b, T,
@@ -307,7 +443,7 @@ static const float *input_f32(const gpt_model *m, moe_acts *a, be_in x, int T)
 static void fwd(const block_io *io, void *av, const void *pv, float *out, be_in x)
 {
     moe_acts *a = av;
-    forward(io->m, a, pv, out, input_f32(io->m, a, x, io->B * io->m->cfg.seq), io->B * io->m->cfg.seq);
+    forward(io->m, a, io->scratch, pv, out, input_f32(io->m, a, x, io->B * io->m->cfg.seq), io->B * io->m->cfg.seq);
 }
 
 /* ---- generation's step (src/model/infer.c): the forward of any number of tokens ---- */
@@ -322,10 +458,11 @@ moe_acts *moe_step_new(const gpt_model *m, int rows)
 {
     struct moe_step_bufs *b = td_xcalloc(1, sizeof *b);
     carver cv = {NULL, 0, 0, BE_F32, NULL, 0};
-    carve_tokens(&cv, &m->cfg, rows, &b->a); /* count */
+    TD_ASSERT(ep_of(m) == 1); /* generation runs every expert on its one rank */
+    carve_tokens(&cv, &m->cfg, 1, rows, &b->a); /* count */
     td_arena_wrap(&b->ar, be_alloc(m->be, cv.bytes), cv.bytes);
     cv = (carver){&b->ar, 0, 0, BE_F32, NULL, 0};
-    carve_tokens(&cv, &m->cfg, rows, &b->a);
+    carve_tokens(&cv, &m->cfg, 1, rows, &b->a);
     return &b->a;
 }
 
@@ -339,7 +476,7 @@ void moe_step_free(const gpt_model *m, moe_acts *a)
 
 void moe_step(const gpt_model *m, const void *params, moe_acts *a, float *out, const float *x, int rows)
 {
-    forward(m, a, params, out, x, rows);
+    forward(m, a, NULL, params, out, x, rows);
 }
 
 /* Megatron's get_updated_expert_bias: each expert's bias moves by rate toward the experts under
@@ -381,16 +518,25 @@ static void bwd(const block_io *io, float *dx, void *gv, const float *dbranch, c
     int bF = fc_blocks(c) * F;
     const float *xf = x.dt == BE_F32 ? (const float *)x.p : a->x32; /* the forward widened it there */
     be_moe_unpermute_bwd(m->be, s->dye, s->dprobs, dbranch, a->ye, a->row, a->probs, T, k, h);
-    be_zero(m->be, s->dxe, (size_t)T * k * h);
-    for (int e = 0, r0 = 0; e < E; r0 += a->count[e++]) {
-        int n = a->count[e];
+    int ep = ep_of(m), El = E / ep, nl = 0;
+    for (int e = 0; e < El; e++) nl += a->lcount[e];
+    const float *dyl = s->dye, *xl = a->xe;
+    float *dxl = s->dxe;
+    if (ep > 1) { /* the outputs' gradients to the ranks of their experts, as the rows went */
+        to_experts(m, a, s->xchg, s->dyl, s->dye, h);
+        dyl = s->dyl, dxl = s->dxl, xl = a->xl;
+    }
+    be_zero(m->be, dxl, (size_t)nl * h);
+    for (int e = 0, r0 = 0; e < El; r0 += a->lcount[e++]) {
+        int n = a->lcount[e];
         if (n == 0) continue;
         size_t rh = (size_t)r0 * h, rf = (size_t)r0 * F, rb = (size_t)r0 * bF;
-        mlp_bwd(m, s->dxe + rh, g->fc_w + (size_t)e * bF * h, g->fc_b ? g->fc_b + (size_t)e * bF : NULL,
+        mlp_bwd(m, dxl + rh, g->fc_w + (size_t)e * bF * h, g->fc_b ? g->fc_b + (size_t)e * bF : NULL,
                 g->fc2_w + (size_t)e * h * F, g->fc2_b ? g->fc2_b + (size_t)e * h : NULL, s->dae + rf, s->dhe + rb,
-                s->dye + rh, a->xe + rh, a->he + rb, a->ae + rf, p->fc_w + (size_t)e * bF * h,
+                dyl + rh, xl + rh, a->he + rb, a->ae + rf, p->fc_w + (size_t)e * bF * h,
                 p->fc2_w + (size_t)e * h * F, n, F);
     }
+    if (ep > 1) from_experts(m, a, s->xchg, s->dxe, s->dxl, h); /* the inputs' gradients back */
     /* the input's gradient is overwritten (a branch kind), then the router's adds to it */
     be_zero(m->be, dx, (size_t)T * h);
     be_moe_permute_bwd(m->be, dx, s->dxe, a->row, T, k, h);

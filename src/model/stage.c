@@ -130,7 +130,7 @@ void gpt_logical_table(const gpt_config *cfg, gpt_model *m)
     m->tp = 1;
     m->nlayers = cfg->num_layers;
     slots_init(m);
-    table_builder tb = {cfg, 1, 0, NULL, NULL, 0, 0, 0};
+    table_builder tb = {cfg, 1, 0, NULL, NULL, 0, 0, 0, 1, 0};
     embedding_block.tensors(&tb, &m->p, &m->g, 1); /* GPT-2's order: word, position (then token types) */
     for (int l = 0; l < cfg->num_layers; l++) layer_tensors(&tb, l, &m->layers[l]);
     block_slot_tensors(&m->lnf, &tb, -1, 3, "final_norm");
@@ -178,7 +178,7 @@ static void stage_register(gpt_model *m, table_builder *tb)
 static void stage_tensors(gpt_model *m)
 {
     const gpt_config *cfg = &m->cfg;
-    table_builder tb = {cfg, m->tp, m->ps->tp_rank, NULL, NULL, 0, 0, 0};
+    table_builder tb = {cfg, m->tp, m->ps->tp_rank, NULL, NULL, 0, 0, 0, m->ps->ep, m->ps->ep_rank};
     stage_register(m, &tb);
     take_table(m, &tb);
     m->params = be_alloc(m->be, m->numel * sizeof(float));
@@ -322,7 +322,7 @@ int64_t gpt_stage_numel(const gpt_config *config, int tp, int nlayers, int first
     m.cfg = *cfg, m.ps = &ps, m.nlayers = nlayers, m.first = first, m.last = last;
     stage_sizes(&m, cfg, &ps);
     slots_init(&m);
-    table_builder tb = {cfg, tp, 0, NULL, NULL, 0, 0, 0};
+    table_builder tb = {cfg, tp, 0, NULL, NULL, 0, 0, 0, 1, 0};
     stage_register(&m, &tb);
     free(tb.table);
     free(tb.slots);

@@ -60,7 +60,7 @@ static int overlap(const gpt_tensor_info *t, const dp_range *r, size_t *lo, size
 
 double opt_grad_norm(const opt_adamw *o)
 {
-    double ss = 0;
+    double ss = 0, sx = 0; /* the experts' apart: under expert parallelism each rank holds its own */
     for (int c = 0; c < o->nchunks; c++) {
         const gpt_model *m = o->chunks[c];
         const opt_shard *sh = &o->shard[c];
@@ -74,11 +74,16 @@ double opt_grad_norm(const opt_adamw *o)
                 int counted = !t->embedding_copy && !(t->tp_replicated && o->ps->tp_rank != 0);
                 if (!counted && !o->check_all_finite) continue;
                 double s = be_sumsq(o->be, sh->grads + r->shard + (lo - r->lo), n);
-                if (counted) ss += s;
+                if (counted) *(t->expert ? &sx : &ss) += s;
                 else if (!isfinite(s)) ss = INFINITY; /* an overflow anywhere skips the step everywhere */
             }
         }
     }
+    /* distributed: the shards over dp hold every element once (the experts' too: their shards over
+     * the expert-data-parallel group times the expert-parallel ranks' experts); plain: the experts
+     * are summed over the expert-parallel group */
+    if (!o->sharded && o->ps->ep_group) comm_allreduce(o->ps->ep_group, &sx, 1, COMM_F64, COMM_SUM);
+    ss += sx;
     if (o->sharded) comm_allreduce(o->ps->dp_group, &ss, 1, COMM_F64, COMM_SUM);
     comm_allreduce(o->ps->mp_group, &ss, 1, COMM_F64, COMM_SUM);
     return sqrt(ss);

@@ -13,8 +13,9 @@
 
 typedef struct {
     size_t lo, hi;      /* elements [lo, hi) of the chunk's buffers */
-    size_t *counts;     /* (dp) each rank's piece */
-    size_t *displs;     /* (dp) its offset within the bucket */
+    int expert;         /* the experts' gradients: reduced over the expert-data-parallel group */
+    size_t *counts;     /* (group size) each rank's piece */
+    size_t *displs;     /* (group size) its offset within the bucket */
     int held;           /* waits for the embedding group's sum before its reduction starts */
     comm_req *grad_req; /* the reduction in flight */
     comm_req *param_req;/* the all-gather in flight */
@@ -35,6 +36,13 @@ struct dp_chunk {
     size_t embd_numel;
 };
 
+void dp_piece(size_t n, int dp, int r, size_t *start, size_t *count)
+{
+    size_t each = n / (size_t)dp, extra = n % (size_t)dp, ur = (size_t)r;
+    *count = each + (ur < extra);
+    *start = ur * each + (ur < extra ? ur : extra);
+}
+
 int dp_bucket_count(size_t numel, size_t bucket)
 {
     if (!numel) return 0;
@@ -49,25 +57,57 @@ void dp_bucket_bounds(size_t numel, size_t bucket, int b, size_t *lo, size_t *hi
     *hi = *lo + bucket < numel ? *lo + bucket : numel;
 }
 
-void dp_piece(size_t n, int dp, int r, size_t *start, size_t *count)
+/* The group of a bucket's collectives: the experts' over the ranks holding the same experts; the
+ * others over dp, in its hierarchical view when one was chosen. */
+static const comm *group_of(const ps_state *ps, int expert)
 {
-    size_t each = n / (size_t)dp, extra = n % (size_t)dp, ur = (size_t)r;
-    *count = each + (ur < extra);
-    *start = ur * each + (ur < extra ? ur : extra);
+    return expert ? ps->edp_group : ps->dp_hier ? ps->dp_hier : ps->dp_group;
 }
 
-/* The group of the buckets' collectives: the hierarchical view when one was chosen. */
-static const comm *bucket_group(const ps_state *ps) { return ps->dp_hier ? ps->dp_hier : ps->dp_group; }
+static const comm *bucket_group(const dp_chunk *d, const bucket *k) { return group_of(d->ps, k->expert); }
+
+/* Whether element i of the buffer is an expert's: under expert parallelism the experts' runs of
+ * tensors are buckets of their own. */
+static int expert_at(const gpt_model *m, size_t i)
+{
+    for (int t = 0; t < m->ntensors; t++)
+        if (i >= m->table[t].offset && i < m->table[t].offset + m->table[t].numel) return m->table[t].expert;
+    return 0;
+}
+
+/* The buckets: the buffer cut into runs of the same group (one run without expert parallelism),
+ * each run into buckets of bucket_elems (0: one). Returns their count; fills b's bounds if b. */
+static int cut_buckets(const gpt_model *m, const ps_state *ps, size_t bucket_elems, bucket *b)
+{
+    int n = 0;
+    size_t lo = 0;
+    while (lo < m->numel) {
+        int ex = ps->ep > 1 && expert_at(m, lo);
+        size_t hi = m->numel;
+        if (ps->ep > 1)
+            for (int t = 0; t < m->ntensors; t++) { /* the run ends at the first tensor of the other kind */
+                const gpt_tensor_info *x = &m->table[t];
+                if (x->offset >= lo && x->offset < hi && x->expert != ex && x->numel) hi = x->offset;
+            }
+        for (int i = 0, nb = dp_bucket_count(hi - lo, bucket_elems); i < nb; i++, n++)
+            if (b) {
+                dp_bucket_bounds(hi - lo, bucket_elems, i, &b[n].lo, &b[n].hi);
+                b[n].lo += lo, b[n].hi += lo, b[n].expert = ex;
+            }
+        lo = hi;
+    }
+    return n;
+}
 
 static void start_reduce(dp_chunk *d, int i)
 {
     bucket *k = &d->b[i];
     float *g = d->m->grads + k->lo;
     if (d->cfg.distributed)
-        k->grad_req = comm_ireduce_scatterv(bucket_group(d->ps), g, d->shard_grads + d->ranges[i].shard, k->counts,
+        k->grad_req = comm_ireduce_scatterv(bucket_group(d, k), g, d->shard_grads + d->ranges[i].shard, k->counts,
                                             COMM_F32, COMM_SUM);
     else
-        k->grad_req = comm_iallreduce(bucket_group(d->ps), g, k->hi - k->lo, COMM_F32, COMM_SUM);
+        k->grad_req = comm_iallreduce(bucket_group(d, k), g, k->hi - k->lo, COMM_F32, COMM_SUM);
 }
 
 /* gpt_model.grads_ready: during the last micro-batch's backward, starts every bucket lying
@@ -98,9 +138,9 @@ dp_chunk *dp_attach(gpt_model *m, const ps_state *ps, const dp_config *cfg)
     d->m = m;
     d->ps = ps;
     d->cfg = *cfg;
-    d->n = dp_bucket_count(m->numel, cfg->bucket_elems);
+    d->n = cut_buckets(m, ps, cfg->bucket_elems, NULL);
     d->b = td_xcalloc((size_t)(d->n ? d->n : 1), sizeof *d->b);
-    int dp = ps->dp;
+    cut_buckets(m, ps, cfg->bucket_elems, d->b);
     if (!m->cfg.untied && ps->embd_group && comm_size(ps->embd_group) > 1 && (m->first || m->last)) {
         d->embd_grads = m->first ? m->g.wte : m->g.head_w;
         d->embd_numel = (size_t)m->vocab_l * m->cfg.hidden;
@@ -111,15 +151,15 @@ dp_chunk *dp_attach(gpt_model *m, const ps_state *ps, const dp_config *cfg)
     if (!cfg->distributed) d->ranges[0] = (dp_range){0, m->numel, 0};
     for (int i = 0; i < d->n; i++) {
         bucket *k = &d->b[i];
-        dp_bucket_bounds(m->numel, cfg->bucket_elems, i, &k->lo, &k->hi);
-        k->counts = td_xmalloc((size_t)dp * sizeof(size_t));
-        k->displs = td_xmalloc((size_t)dp * sizeof(size_t));
-        for (int r = 0; r < dp; r++) dp_piece(k->hi - k->lo, dp, r, &k->displs[r], &k->counts[r]);
+        int gn = k->expert ? ps->edp : ps->dp, me = k->expert ? ps->edp_rank : ps->dp_rank;
+        k->counts = td_xmalloc((size_t)gn * sizeof(size_t));
+        k->displs = td_xmalloc((size_t)gn * sizeof(size_t));
+        for (int r = 0; r < gn; r++) dp_piece(k->hi - k->lo, gn, r, &k->displs[r], &k->counts[r]);
         /* a reduce-scatter leaves only the shard summed: the embedding copies are summed first */
         k->held = cfg->distributed && d->embd_grads && k->lo < ehi && elo < k->hi;
         if (cfg->distributed) {
-            d->ranges[i] = (dp_range){k->lo + k->displs[ps->dp_rank], k->counts[ps->dp_rank], d->shard_numel};
-            d->shard_numel += k->counts[ps->dp_rank];
+            d->ranges[i] = (dp_range){k->lo + k->displs[me], k->counts[me], d->shard_numel};
+            d->shard_numel += k->counts[me];
         }
     }
     if (cfg->distributed) {
@@ -191,7 +231,7 @@ void dp_start_param_gather(dp_chunk *d)
     for (int i = d->n - 1; i >= 0; i--) {
         bucket *k = &d->b[i];
         TD_ASSERT(k->param_req == NULL);
-        k->param_req = comm_iallgatherv(bucket_group(d->ps), d->m->params + k->lo, k->counts, k->displs, COMM_F32);
+        k->param_req = comm_iallgatherv(bucket_group(d, k), d->m->params + k->lo, k->counts, k->displs, COMM_F32);
     }
     if (!d->cfg.overlap_param_gather) dp_wait_params(d);
 }

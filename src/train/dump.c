@@ -30,6 +30,12 @@ static void check_replicas(run_state *r)
         be_memcpy(r->model.be, mine, m->params, m->numel * sizeof(float), BE_D2H);
         memcpy(ref, mine, m->numel * sizeof(float));
         comm_bcast(r->ps->dp_group, ref, m->numel, COMM_F32, 0);
+        for (int i = 0; i < m->ntensors; i++) { /* the experts: over the ranks holding the same ones */
+            const gpt_tensor_info *t = &m->table[i];
+            if (!t->expert || r->ps->ep == 1) continue;
+            memcpy(ref + t->offset, mine + t->offset, t->numel * sizeof(float));
+            comm_bcast(r->ps->edp_group, ref + t->offset, t->numel, COMM_F32, 0);
+        }
         d[0] = fmax(d[0], max_abs_diff(mine, ref, m->numel));
         for (int i = 0; i < m->ntensors; i++) {
             const gpt_tensor_info *t = &m->table[i];

@@ -50,6 +50,7 @@ void run_model_grid(run_state *r, comm *world)
     const td_args *a = r->a;
     r->ps = ps_init(world, a->tensor_model_parallel_size, a->pipeline_model_parallel_size);
     ps_state *ps = r->ps;
+    ps_init_experts(ps, a->num_experts > 0 ? a->expert_model_parallel_size : 1);
     /* Megatron turns sequence parallelism off on one tensor-parallel rank */
     ps->sequence_parallel = a->sequence_parallel && ps->tp > 1;
     if (a->sequence_parallel && ps->tp == 1 && ps->world_rank == 0)

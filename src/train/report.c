@@ -230,6 +230,9 @@ void run_report_start(run_state *r, const gpt_config *c)
             TRIDENT_VERSION, ps->world_size, ps->tp, ps->pp, ps->dp,
             ps->sequence_parallel ? " (sequence parallel)" : "", be->ops->name,
             pp_schedule_name(r->model.schedule), r->model.nchunks, r->model.nchunks > 1 ? "s" : "");
+    if (ps->ep > 1)
+        TD_INFO("experts: %d a layer over expert parallelism %d (%d on each rank) x expert data parallelism %d, "
+                "tokens by alltoall", c->num_experts, ps->ep, c->num_experts / ps->ep, ps->edp);
     TD_INFO("placement: %s", where);
     if (warn[0]) td_warn("%s", warn);
     char arch[320];

@@ -154,6 +154,10 @@ int run_validate(const td_args *a, int world_size, char *msg, size_t msglen)
     if (gbs % (a->micro_batch_size * dp))
         FAIL("--global-batch-size %d is not divisible by --micro-batch-size %d x data-parallel size %d", gbs,
              a->micro_batch_size, dp);
+    if (dp % a->expert_model_parallel_size)
+        FAIL("--expert-model-parallel-size %d does not divide the data-parallel size %d (world %d / "
+             "(tensor %d x pipeline %d)): expert parallelism is carved out of data parallelism",
+             a->expert_model_parallel_size, dp, world_size, tp, pp);
     int micro = gbs / (a->micro_batch_size * dp);
     if (sched == PP_SCHEDULE_INTERLEAVED && micro % pp)
         FAIL("the interleaved schedule needs the number of micro-batches (%d = --global-batch-size %d / "

@@ -34,13 +34,16 @@ TRIDENT_TEST_OVERFLOW_ITER=5 check_layout fp16_one_rank 1 1 --fp16 --initial-los
 # router losses on
 MOE=(--num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 64 --moe-aux-loss-coeff 1e-2 --moe-z-loss-coeff 1e-3)
 check_layout moe_one_rank 1 1 "${MOE[@]}"
-check_layout moe_pp2_dp2 4 1 --pipeline-model-parallel-size 2 "${MOE[@]}"
+check_layout moe_pp2_ep2 4 1 --pipeline-model-parallel-size 2 --expert-model-parallel-size 2 "${MOE[@]}"
+# expert parallelism 2 x expert data parallelism 2 with the distributed optimizer: each rank saves its
+# pieces of the dense tensors (over dp 4) and of its experts (over the expert-data-parallel pair)
+check_layout moe_distopt_ep2_dp4 4 1 --expert-model-parallel-size 2 --use-distributed-optimizer "${MOE[@]}"
 # DeepSeek-V3's expert bias (moved each iteration, no gradient) saved and loaded with the router
 check_layout moe_bias_dp2 2 1 --num-experts 4 --moe-router-topk 2 --moe-router-score-function sigmoid \
   --moe-router-enable-expert-bias --moe-router-bias-update-rate 1e-2
 # its metrics: in every layer the tokens per expert sum to k x the global batch's 8 x 16 tokens,
 # and pp 2 x dp 2 counts the very tokens one rank does, with the same losses of the router
-if out=$(python3 - moe_one_rank/full.jsonl moe_pp2_dp2/full.jsonl <<'PY'
+if out=$(python3 - moe_one_rank/full.jsonl moe_pp2_ep2/full.jsonl <<'PY'
 import json, sys
 a, b = ([json.loads(l) for l in open(f)] for f in sys.argv[1:3])
 for x, y in zip(a, b):

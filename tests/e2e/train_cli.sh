@@ -61,6 +61,17 @@ expect "expert bias without sigmoid" 2 "--moe-router-enable-expert-bias needs --
 expect "experts under tp, not built" 2 "--num-experts with --tensor-model-parallel-size 2" \
   "${MPIRUN[@]}" -np 2 "$TRIDENT" train "${TINY[@]}" --num-experts 4 --tensor-model-parallel-size 2
 once "experts under tp, not built"
+expect "expert parallelism without experts" 2 "--expert-model-parallel-size needs --num-experts" \
+  "$TRIDENT" train "${TINY[@]}" --expert-model-parallel-size 2
+expect "experts not divisible by ep" 2 "--num-experts 3 is not divisible by --expert-model-parallel-size 2" \
+  "$TRIDENT" train "${TINY[@]}" --num-experts 3 --moe-router-topk 1 --expert-model-parallel-size 2
+expect "ep that does not divide dp" 2 "--expert-model-parallel-size 2 does not divide the data-parallel size 3" \
+  "${MPIRUN[@]}" -np 3 "$TRIDENT" train "${TINY[@]}" --num-experts 4 --expert-model-parallel-size 2
+expect "expert tensor parallelism, not built" 2 "--expert-tensor-parallel-size 2: experts split over" \
+  "$TRIDENT" train "${TINY[@]}" --num-experts 4 --expert-tensor-parallel-size 2
+expect "allgather dispatcher, not built" 2 "--moe-token-dispatcher-type allgather is not built yet" \
+  "${MPIRUN[@]}" -np 2 "$TRIDENT" train "${TINY[@]}" --num-experts 4 --expert-model-parallel-size 2 \
+  --moe-token-dispatcher-type allgather
 expect "padding to capacity, not built" 2 "--moe-pad-expert-input-to-capacity is not built yet" \
   "$TRIDENT" train "${TINY[@]}" --num-experts 4 --moe-expert-capacity-factor 1 --moe-pad-expert-input-to-capacity
 

@@ -33,11 +33,11 @@ check() {
     END { exit bad }' "$work/$name.jsonl"; then echo "ok: $name: $msg"
   else echo "FAIL: $name: $msg"; fail=1; fi
 }
-groups="tp pp dp embd other"
+groups="tp pp dp ep embd other"
 every() { # an awk condition over every group, with G standing for the group's name
   local c="" g; for g in $groups; do c="$c${c:+ && }(${1//G/$g})"; done; echo "$c"
 }
-sum='v["tp_exposed_ms"] + v["pp_exposed_ms"] + v["dp_exposed_ms"] + v["embd_exposed_ms"] + v["other_exposed_ms"]'
+sum='v["tp_exposed_ms"] + v["pp_exposed_ms"] + v["dp_exposed_ms"] + v["ep_exposed_ms"] + v["embd_exposed_ms"] + v["other_exposed_ms"]'
 adds_up="$sum <= v[\"comm_ms\"] * (1 + 1e-4) + 1e-5 && $sum >= v[\"comm_ms\"] * (1 - 1e-4) - 1e-5"
 lines() { [ "$(wc -l < "$work/$1.jsonl")" = 3 ] || { echo "FAIL: $1: not 3 metrics lines"; fail=1; }; }
 

@@ -315,6 +315,14 @@ trident_layout(moe_dp2 2 1 2)
 trident_layout(moe_pp2_vp2 2 1 2 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 2)
 trident_layout(moe_distopt_pp2_dp2 4 1 2 --pipeline-model-parallel-size 2 --use-distributed-optimizer
   --overlap-grad-reduce --ddp-bucket-size 20000)
+# expert parallelism (carved out of dp): each rank holds E / ep experts, the tokens cross the ep
+# group by the alltoall dispatcher, the experts' gradients are summed over the expert-data-parallel
+# group only (ep 2 x edp 2 with the distributed optimizer's shards over it)
+trident_layout(moe_ep2 2 1 2 --expert-model-parallel-size 2)
+trident_layout(moe_ep4 4 1 2 --expert-model-parallel-size 4)
+trident_layout(moe_pp2_ep2 4 1 2 --pipeline-model-parallel-size 2 --expert-model-parallel-size 2)
+trident_layout(moe_distopt_ep2_dp4 4 1 2 --expert-model-parallel-size 2 --use-distributed-optimizer
+  --overlap-grad-reduce --overlap-param-gather --ddp-bucket-size 20000)
 # with capacity (drops over it, per micro-batch as Megatron's per rank): the same drops in every
 # layout of the same micro-batch size
 set(LAYOUT_ARCH --swiglu --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 64 --moe-aux-loss-coeff 1e-2
@@ -322,6 +330,7 @@ set(LAYOUT_ARCH --swiglu --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-si
 set(LAYOUT_BASE moe_cap_baseline)
 trident_layout(moe_cap_baseline 1 1 2)
 trident_layout(moe_cap_pp2_dp2 4 1 2 --pipeline-model-parallel-size 2)
+trident_layout(moe_cap_ep2 2 1 2 --expert-model-parallel-size 2)
 # in bf16 (the experts' and the router's GEMMs from bf16 copies; the input widened back to fp32 for
 # the router and the dispatch), at the bf16 group's tolerance
 set(LAYOUT_TOL 2e-3)
@@ -330,6 +339,7 @@ set(LAYOUT_ARCH --bf16 --swiglu --num-experts 4 --moe-router-topk 2 --moe-ffn-hi
 set(LAYOUT_BASE moe_bf16_baseline)
 trident_layout(moe_bf16_baseline 1 1 2)
 trident_layout(moe_bf16_pp2_dp2 4 1 2 --pipeline-model-parallel-size 2 --use-distributed-optimizer)
+trident_layout(moe_bf16_ep2 2 1 2 --expert-model-parallel-size 2)
 unset(LAYOUT_TOL)
 set(LAYOUT_ARCH "")
 

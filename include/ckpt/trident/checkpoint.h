@@ -83,6 +83,7 @@ typedef struct ckpt_file {
     int optimizer;     /* 0 model, 1 optimizer shard */
     int tp_rank, pp_rank;
     int dp_rank;       /* an optimizer shard of one data-parallel rank (distributed optimizer), or -1 */
+    int ep_rank;       /* otherwise: the expert-parallel rank whose experts it holds (0: and the rest) */
     uint64_t bytes;
 } ckpt_file;
 
@@ -93,6 +94,7 @@ typedef struct ckpt_meta {
     char *version;           /* trident version that wrote it */
     ckpt_progress progress;
     int tp, pp, dp, vp;      /* the layout that wrote it */
+    int ep;                  /* its expert parallelism (1 without) */
     gpt_config model;        /* seq: the training sequence length; seed: progress.seed */
     int has_optimizer;
     int nfiles;

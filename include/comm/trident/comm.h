@@ -56,6 +56,12 @@ void comm_allgather(const comm *c, const void *send, void *recv, size_t count, c
 /* send holds size * count elements; rank r gets the sum of every rank's chunk r. */
 void comm_reduce_scatter(const comm *c, const void *send, void *recv, size_t count, comm_dtype t, comm_op op);
 
+/* Every rank sends scounts[r] elements at sdispls[r] of send to rank r and receives rcounts[r]
+ * elements from rank r at rdispls[r] of recv (MPI_Alltoallv; size entries each; send and recv
+ * must not overlap): point-to-point messages under `tag`, each waited with the bounded wait. */
+void comm_alltoallv(const comm *c, const void *send, const size_t *scounts, const size_t *sdispls, void *recv,
+                    const size_t *rcounts, const size_t *rdispls, comm_dtype t, int tag);
+
 /* Non-blocking operations; comm_wait completes and frees the request (NULL is a no-op). */
 comm_req *comm_isend(const comm *c, const void *buf, size_t count, comm_dtype t, int peer, int tag);
 comm_req *comm_irecv(const comm *c, void *buf, size_t count, comm_dtype t, int peer, int tag);

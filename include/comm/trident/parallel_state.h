@@ -22,6 +22,14 @@ typedef struct ps_state {
                                     * of stage transfers that run behind compute (scatter/gather:
                                     * their order there is the schedule's, whatever the layers' tp
                                     * collectives do meanwhile); NULL otherwise */
+    int ep, ep_rank;               /* expert parallelism (--expert-model-parallel-size), carved out of dp as
+                                    * Megatron's: ep_rank = dp_rank % ep; 1 and 0 without */
+    int edp, edp_rank;             /* expert data parallelism: dp / ep, dp_rank / ep */
+    comm *ep_group;                /* the ep consecutive dp ranks whose experts together make a layer's
+                                    * (same tp, pp and dp_rank / ep); NULL when ep is 1 */
+    comm *edp_group;               /* the ranks holding the same experts (same tp, pp, dp_rank % ep): the
+                                    * experts' gradients are summed over it only; the dp group itself
+                                    * when ep is 1 (not owned then) */
     int sequence_parallel;         /* outside the tensor-parallel regions each tp rank holds s/tp of
                                     * the sequence (set by the trainer before building models) */
 } ps_state;
@@ -33,8 +41,11 @@ typedef struct ps_state {
 #define PS_MAX_CHUNKS 16
 
 /* Builds the grid; the caller has checked that tp * pp divides the world size (collective over
- * world: every rank must call it). */
+ * world: every rank must call it). No expert parallelism (ep 1). */
 ps_state *ps_init(comm *world, int tp, int pp);
+/* Carves expert parallelism of size ep out of dp (ep divides dp; the caller checked): the ep and
+ * expert-data-parallel groups. Collective over the world; once, before models are built. */
+void ps_init_experts(ps_state *ps, int ep);
 void ps_free(ps_state *ps);
 
 /* Seconds this rank has spent blocked in communication on all its groups so far. */
@@ -42,8 +53,9 @@ double ps_comm_seconds(const ps_state *ps);
 
 /* The kinds of group communication time is reported by (the embedding group's sum of the tied
  * word embedding's gradient apart from pp; "other": the world and model-parallel groups). */
-typedef enum { PS_TP, PS_PP, PS_DP, PS_EMBD, PS_OTHER, PS_GROUPS } ps_group;
-/* "tp", "pp", "dp", "embd", "other". */
+typedef enum { PS_TP, PS_PP, PS_DP, PS_EP, PS_EMBD, PS_OTHER, PS_GROUPS } ps_group;
+/* "tp", "pp", "dp", "ep" (the experts' token exchange; their gradients' sum over the expert-data-
+ * parallel group is dp's), "embd", "other". */
 const char *ps_group_name(ps_group g);
 /* Per kind of group, so far: exposed[g] the seconds blocked in it (comm_seconds; their sum is
  * ps_comm_seconds) and inflight[g] the seconds it had communication in flight

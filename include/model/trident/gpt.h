@@ -59,6 +59,8 @@ typedef struct gpt_tensor_info {
     int no_decay;         /* biases and norms: no weight decay */
     int tp_replicated;    /* identical on every TP rank: count once in the grad norm */
     int embedding_copy;   /* the last stage's copy of the word embedding */
+    int expert;           /* a MoE layer's experts: split over the expert-parallel group (shard_dim 0:
+                           * this rank's experts' rows), summed over the expert-data-parallel group */
 } gpt_tensor_info;
 
 /* Saved activations of one micro-batch on this stage (in the arena). */

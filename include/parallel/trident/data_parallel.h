@@ -10,7 +10,11 @@
  *
  * Sharding: each bucket is split over the dp ranks (rank r owns piece r of every bucket, the
  * pieces differing by at most one element, no padding), so a bucket's reduce-scatter can start
- * the moment the bucket closes. A rank's shard is its pieces in bucket order. */
+ * the moment the bucket closes. A rank's shard is its pieces in bucket order.
+ *
+ * Expert parallelism (ps->ep > 1): the experts' tensors differ between the ranks of an
+ * expert-parallel group, so each run of them is bucketed apart and reduced (and sharded, and
+ * gathered) over the expert-data-parallel group only, as Megatron's expert buffers are. */
 #ifndef TRIDENT_DATA_PARALLEL_H
 #define TRIDENT_DATA_PARALLEL_H
 
@@ -33,7 +37,7 @@ typedef struct {
     size_t lo, n, shard;
 } dp_range;
 
-/* Bucket b of a buffer of numel elements cut into buckets of `bucket` (0: one): [*lo, *hi). */
+/* Bucket b of a run of numel elements cut into buckets of `bucket` (0: one): [*lo, *hi). */
 int dp_bucket_count(size_t numel, size_t bucket);
 void dp_bucket_bounds(size_t numel, size_t bucket, int b, size_t *lo, size_t *hi);
 /* Rank r's piece of n elements split over dp ranks: [*start, *start + *count) (the first
