@@ -178,7 +178,8 @@ static const flag_t FLAGS[] = {
      "over capacity, drop the choices of the lowest weight (probs) or of the latest tokens (position)", 0, 0,
      "probs|position"},
     {"--moe-pad-expert-input-to-capacity", A_BOOL, OFF(moe_pad_expert_input_to_capacity), "0", MODEL, "moe",
-     "pad every expert's input to its capacity (not built: refused)", 0, 0, NULL},
+     "every expert runs on exactly its capacity of rows, padded with zeros (fixed shapes; needs "
+     "--moe-expert-capacity-factor)", 0, 0, NULL},
     {"--group-query-attention", A_BOOL, OFF(group_query_attention), "0", MODEL, "model",
      "grouped-query attention: --num-query-groups key/value heads", 0, 0, NULL},
     {"--num-query-groups", A_INT, OFF(num_query_groups), "1", MODEL, "model",

@@ -61,6 +61,7 @@ void gpt_config_from_args(gpt_config *c, const td_args *a)
         c->moe_bias_rate = (float)a->moe_router_bias_update_rate;
         c->moe_capacity = (float)a->moe_expert_capacity_factor;
         c->moe_drop_position = strcmp(a->moe_token_drop_policy, "position") == 0;
+        c->moe_pad = a->moe_pad_expert_input_to_capacity;
     }
 }
 
@@ -124,8 +125,8 @@ int gpt_config_validate(const td_args *a, int tp, char *msg, size_t msglen)
                  "sigmoid scores the choice ranks, as in DeepSeek-V3 and Megatron)");
         if (td_args_given(a, "--moe-router-bias-update-rate") && !a->moe_router_enable_expert_bias)
             FAIL("--moe-router-bias-update-rate needs --moe-router-enable-expert-bias");
-        if (a->moe_pad_expert_input_to_capacity)
-            FAIL("--moe-pad-expert-input-to-capacity is not built yet: capacity drops without padding (docs/moe.md)");
+        if (a->moe_pad_expert_input_to_capacity && !(a->moe_expert_capacity_factor > 0))
+            FAIL("--moe-pad-expert-input-to-capacity needs --moe-expert-capacity-factor (the capacity it pads to)");
         if (td_args_given(a, "--moe-token-drop-policy") && !(a->moe_expert_capacity_factor > 0))
             FAIL("--moe-token-drop-policy needs --moe-expert-capacity-factor (dropless otherwise)");
         if (a->moe_shared_expert_gate && a->moe_shared_expert_intermediate_size == 0)

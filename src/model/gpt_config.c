@@ -53,6 +53,7 @@ const gpt_config_key GPT_CONFIG_KEYS[] = {
     FLT("moe_expert_capacity_factor", "--moe-expert-capacity-factor", GPT_KEY_RECORD, moe_capacity, 0, 1e6),
     {"moe_token_drop_policy", "--moe-token-drop-policy", GPT_KEY_RECORD, 0, offsetof(gpt_config, moe_drop_position), 0, 1,
      "probs|position", NULL, 0},
+    INT("moe_pad_expert_input_to_capacity", "--moe-pad-expert-input-to-capacity", GPT_KEY_RECORD, moe_pad, 0, 1),
     INT("vocab_size", "--vocab-file", GPT_KEY_VOCAB, vocab, 1, 1 << 30),
     INT("padded_vocab_size", "--make-vocab-size-divisible-by", GPT_KEY_PADDING, padded_vocab, 1, 1 << 30),
     INT("seq_length", "--seq-length", GPT_KEY_RUN, seq, 1, 1 << 24),

@@ -75,12 +75,26 @@ static int fc_blocks(const gpt_config *c) { return c->swiglu ? 2 : 1; }
 /* Expert parallelism of the stage's ranks (1 without; generation and the memory count run one) */
 static int ep_of(const gpt_model *m) { return m->ps && m->ps->ep > 1 ? m->ps->ep : 1; }
 
-/* The rows this rank's experts may take in a micro-batch of T tokens: without ep its T k; with it
- * each of the ep ranks sends at most T min(k, El) (a token's k experts are distinct). */
+/* An expert's capacity in a micro-batch of T tokens (--moe-expert-capacity-factor): ceil(T k / E f). */
+static int64_t capacity_of(const gpt_config *c, int64_t T)
+{
+    return (int64_t)ceil((double)T * c->moe_topk / c->num_experts * c->moe_capacity);
+}
+
+/* The rows of a micro-batch's tokens in expert order: T k, or padded every expert's capacity. */
+static int64_t src_rows(const gpt_config *c, int64_t T)
+{
+    return c->moe_pad ? c->num_experts * capacity_of(c, T) : T * c->moe_topk;
+}
+
+/* The rows this rank's experts may take in a micro-batch of T tokens: without ep its own; with it
+ * each of the ep ranks sends at most T min(k, El) (a token's k experts are distinct), or padded
+ * El capacities. */
 static int64_t rows_max(const gpt_config *c, int ep, int64_t T)
 {
     int64_t k = c->moe_topk, El = c->num_experts / ep;
-    return ep == 1 ? T * k : ep * T * (k < El ? k : El);
+    if (ep == 1 || c->moe_pad) return src_rows(c, T);
+    return ep * T * (k < El ? k : El);
 }
 
 static void tensors(table_builder *tb, int layer, int stream0, const char *prefix, void *pv, void *gv)
@@ -140,10 +154,10 @@ static void carve_tokens(carver *cv, const gpt_config *c, int ep, int64_t T, moe
         CARVE(cv, a->aux_idx, int32_t, T * k);
         CARVE(cv, a->aux_probs, float, T * k);
     }
-    CARVE(cv, a->xe, float, T * k * c->hidden);
+    CARVE(cv, a->xe, float, src_rows(c, T) * c->hidden);
     CARVE(cv, a->he, float, R * fc_blocks(c) * F);
     CARVE(cv, a->ae, float, R * F);
-    CARVE(cv, a->ye, float, T * k * c->hidden);
+    CARVE(cv, a->ye, float, src_rows(c, T) * c->hidden);
     CARVE(cv, a->lcount, int32_t, E / ep);
     if (ep > 1) {
         CARVE(cv, a->rcount, int32_t, E);
@@ -176,10 +190,10 @@ static void scratch(carver *cv, const gpt_model *m, void *sv)
     int64_t R = rows_max(c, ep, T);
     CARVE(cv, s->dlogits, float, T * E);
     CARVE(cv, s->dprobs, float, T * k);
-    CARVE(cv, s->dye, float, T * k * c->hidden);
+    CARVE(cv, s->dye, float, src_rows(c, T) * c->hidden);
     CARVE(cv, s->dae, float, R * F);
     CARVE(cv, s->dhe, float, R * fc_blocks(c) * F);
-    CARVE(cv, s->dxe, float, T * k * c->hidden);
+    CARVE(cv, s->dxe, float, src_rows(c, T) * c->hidden);
     if (ep > 1) {
         CARVE(cv, s->dyl, float, R * c->hidden);
         CARVE(cv, s->dxl, float, R * c->hidden);
@@ -236,8 +250,7 @@ static int cmp_keep(const void *x, const void *y, void *ctx)
 
 static void apply_capacity(moe_acts *a, const gpt_config *c, int T)
 {
-    int E = c->num_experts, k = c->moe_topk;
-    int cap = (int)ceil((double)T * k / E * c->moe_capacity);
+    int E = c->num_experts, k = c->moe_topk, cap = (int)capacity_of(c, T);
     int *mine = td_xmalloc((size_t)T * k * sizeof *mine);
     for (int e = 0; e < E; e++) {
         int n = 0;
@@ -263,6 +276,8 @@ static void dispatch_map(moe_acts *a, const gpt_config *c, int T)
     if (c->moe_capacity > 0) apply_capacity(a, c, T);
     for (int i = 0; i < T * k; i++)
         if (a->row[i] >= 0) a->count[a->idx[i]]++;
+    if (c->moe_pad) /* every expert its capacity of rows, the ones past its tokens zeros */
+        for (int e = 0; e < E; e++) a->count[e] = (int32_t)capacity_of(c, T);
     for (int e = 0; e < E; e++) off[e + 1] = off[e] + a->count[e];
     for (int i = 0; i < T * k; i++) /* in token order: each expert's rows keep it */
         if (a->row[i] >= 0) a->row[i] = off[a->idx[i]]++;
@@ -392,6 +407,7 @@ static void forward(const gpt_model *m, moe_acts *a, moe_scratch *s, const moe_p
         memset(a->aux_count, 0, (size_t)E * sizeof *a->aux_count);
         for (int i = 0; i < T * k; i++) a->aux_count[a->aux_idx[i]]++;
     }
+    if (c->moe_pad) be_zero(m->be, a->xe, (size_t)src_rows(c, T) * h); /* the padding rows */
     be_moe_permute(m->be, a->xe, xf, a->row, T, k, h);
     int ep = ep_of(m), El = E / ep;
     const float *xl = a->xe;
@@ -517,6 +533,7 @@ static void bwd(const block_io *io, float *dx, void *gv, const float *dbranch, c
     int T = io->B * c->seq, h = c->hidden, E = c->num_experts, k = c->moe_topk, F = gpt_moe_ffn(c);
     int bF = fc_blocks(c) * F;
     const float *xf = x.dt == BE_F32 ? (const float *)x.p : a->x32; /* the forward widened it there */
+    if (c->moe_pad) be_zero(m->be, s->dye, (size_t)src_rows(c, T) * h); /* no gradient into the padding */
     be_moe_unpermute_bwd(m->be, s->dye, s->dprobs, dbranch, a->ye, a->row, a->probs, T, k, h);
     int ep = ep_of(m), El = E / ep, nl = 0;
     for (int e = 0; e < El; e++) nl += a->lcount[e];

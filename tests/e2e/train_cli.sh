@@ -72,8 +72,8 @@ expect "expert tensor parallelism, not built" 2 "--expert-tensor-parallel-size 2
 expect "allgather dispatcher, not built" 2 "--moe-token-dispatcher-type allgather is not built yet" \
   "${MPIRUN[@]}" -np 2 "$TRIDENT" train "${TINY[@]}" --num-experts 4 --expert-model-parallel-size 2 \
   --moe-token-dispatcher-type allgather
-expect "padding to capacity, not built" 2 "--moe-pad-expert-input-to-capacity is not built yet" \
-  "$TRIDENT" train "${TINY[@]}" --num-experts 4 --moe-expert-capacity-factor 1 --moe-pad-expert-input-to-capacity
+expect "padding without capacity" 2 "--moe-pad-expert-input-to-capacity needs --moe-expert-capacity-factor" \
+  "$TRIDENT" train "${TINY[@]}" --num-experts 4 --moe-pad-expert-input-to-capacity
 
 # Under mpirun: one line, from rank 0; every rank exits 2 (so mpirun does). A rank exiting 2
 # first made mpirun end the job before rank 0 had printed (the line was missing 4 times in 20):

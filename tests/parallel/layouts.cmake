@@ -331,6 +331,9 @@ set(LAYOUT_BASE moe_cap_baseline)
 trident_layout(moe_cap_baseline 1 1 2)
 trident_layout(moe_cap_pp2_dp2 4 1 2 --pipeline-model-parallel-size 2)
 trident_layout(moe_cap_ep2 2 1 2 --expert-model-parallel-size 2)
+# padded to capacity (every expert runs on its capacity of rows, zeros past its tokens): the same
+# training as without, here over ep 2 (the padding crosses the group too)
+trident_layout(moe_cap_pad_ep2 2 1 2 --expert-model-parallel-size 2 --moe-pad-expert-input-to-capacity)
 # in bf16 (the experts' and the router's GEMMs from bf16 copies; the input widened back to fp32 for
 # the router and the dispatch), at the bf16 group's tolerance
 set(LAYOUT_TOL 2e-3)

@@ -397,6 +397,7 @@ static void config_keys_by_hand(void **state)
         {"moe_router_bias_update_rate", "--moe-router-bias-update-rate"},
         {"moe_expert_capacity_factor", "--moe-expert-capacity-factor"},
         {"moe_token_drop_policy", "--moe-token-drop-policy"},
+        {"moe_pad_expert_input_to_capacity", "--moe-pad-expert-input-to-capacity"},
         {"vocab_size", "--vocab-file"},
         {"padded_vocab_size", "--make-vocab-size-divisible-by"},
         {"seq_length", "--seq-length"},
