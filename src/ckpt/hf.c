@@ -36,6 +36,23 @@ static void transpose(float *out, const float *in, int64_t rows, int64_t cols)
         for (int64_t j = 0; j < cols; j++) out[j * rows + i] = in[i * cols + j];
 }
 
+int hf_max_pieces(const gpt_config *c)
+{
+    return 2 * c->num_experts > 3 ? 2 * c->num_experts : 3;
+}
+
+int hf_expert_pieces(hf_piece *out, int layer, int E, int64_t rows, const char *const *fmts, int nfmt)
+{
+    for (int e = 0, n = 0; e < E; e++)
+        for (int j = 0; j < nfmt; j++, n++) {
+            memset(&out[n], 0, sizeof out[n]);
+            snprintf(out[n].hf, sizeof out[n].hf, fmts[j], layer, e);
+            out[n].row0 = (int64_t)n * rows;
+            out[n].rows = rows;
+        }
+    return E * nfmt;
+}
+
 const char *hf_class_of(const gpt_config *c)
 {
     for (int i = 0; hf_families[i]; i++)
@@ -46,7 +63,7 @@ const char *hf_class_of(const gpt_config *c)
 /* The family a trident model converts to, or NULL with the reasons in err. */
 static const hf_family *family_of_model(const gpt_config *c, char *err, size_t errlen)
 {
-    char why[512] = "";
+    char why[1024] = "";
     for (int i = 0; hf_families[i]; i++) {
         const hf_family *f = hf_families[i];
         const char *w = c->kind != f->kind ? "another model family (--model)" : f->mismatch(c);
@@ -95,6 +112,7 @@ int hf_export(const ckpt_meta *meta, const char *out, st_dtype dtype, char *err,
     st_entry *e = NULL;
     char **names = NULL;
     float **bufs = NULL;
+    hf_piece *pc = NULL;
     char *text = NULL;
     int n = 0, rc = -1;
     const gpt_config *c = &meta->model;
@@ -109,11 +127,13 @@ int hf_export(const ckpt_meta *meta, const char *out, st_dtype dtype, char *err,
     r = ckpt_reader_open(meta, err, errlen);
     if (!r) goto fail;
     ckpt_list_tensors(r, &tl);
-    e = td_xcalloc((size_t)tl.n * HF_MAX_PIECES, sizeof *e);
-    names = td_xcalloc((size_t)tl.n * HF_MAX_PIECES, sizeof *names);
-    bufs = td_xcalloc((size_t)tl.n * HF_MAX_PIECES, sizeof *bufs);
+    pc = td_xmalloc((size_t)hf_max_pieces(c) * sizeof *pc);
+    size_t total = 1;
+    for (int i = 0; i < tl.n; i++) total += (size_t)fam->pieces(c, tl.names[i], pc);
+    e = td_xcalloc(total, sizeof *e);
+    names = td_xcalloc(total, sizeof *names);
+    bufs = td_xcalloc(total, sizeof *bufs);
     for (int i = 0; i < tl.n; i++) {
-        hf_piece pc[HF_MAX_PIECES];
         int np = fam->pieces(c, tl.names[i], pc);
         if (np == 0) FAIL("%s: tensor %s has no %s counterpart", meta->dir, tl.names[i], fam->arch);
         ckpt_slice s = tl.shapes[i];
@@ -174,6 +194,7 @@ fail:
     free(names);
     free(bufs);
     free(e);
+    free(pc);
     free(text);
     ckpt_tensor_list_free(&tl);
     ckpt_reader_close(r);
@@ -302,7 +323,7 @@ static int ignorable(const hf_family *fam, const char *name)
 static int import_tensor(const hf_family *fam, const st_file *f, const gpt_model *m, const gpt_tensor_info *t,
                          float *host, char *used, char *err, size_t errlen)
 {
-    hf_piece pc[HF_MAX_PIECES];
+    hf_piece *pc = td_xmalloc((size_t)hf_max_pieces(&m->cfg) * sizeof *pc);
     float *tmp = NULL;
     int np = fam->pieces(&m->cfg, t->name, pc);
     TD_ASSERT(np > 0);
@@ -334,8 +355,10 @@ static int import_tensor(const hf_family *fam, const st_file *f, const gpt_model
     }
     /* a padded vocabulary: the rows past the real ones are copies of the last (Megatron's rule) */
     for (int64_t r = filled; r < rows; r++) memcpy(dst + r * cols, dst + (filled - 1) * cols, (size_t)cols * sizeof(float));
+    free(pc);
     return 0;
 fail:
+    free(pc);
     free(tmp);
     return -1;
 }
@@ -386,13 +409,15 @@ int hf_import(const char *in, const char *out, int divisible_by, const char *bac
         }
         if (strcmp(t->name, "lm_head.weight") == 0) {
             /* must be the tied word embedding */
-            hf_piece wp[HF_MAX_PIECES];
+            hf_piece *wp = td_xmalloc((size_t)hf_max_pieces(&c) * sizeof *wp);
             fam->pieces(&c, "embedding.word.weight", wp);
             const st_tensor *w = find_hf(f, wp[0].hf);
-            if (t->dtype != w->dtype || t->end - t->begin != w->end - w->begin ||
-                memcmp(st_data(f, t), st_data(f, w), (size_t)(t->end - t->begin)) != 0)
-                FAIL("%s: lm_head.weight differs from %s but the config ties them (tie_word_embeddings)", path,
-                     wp[0].hf);
+            int same = t->dtype == w->dtype && t->end - t->begin == w->end - w->begin &&
+                       memcmp(st_data(f, t), st_data(f, w), (size_t)(t->end - t->begin)) == 0;
+            snprintf(why, sizeof why, "%s", wp[0].hf);
+            free(wp);
+            if (!same)
+                FAIL("%s: lm_head.weight differs from %s but the config ties them (tie_word_embeddings)", path, why);
         }
     }
     be_memcpy(be, m->params, host, m->numel * sizeof(float), BE_H2D);

@@ -27,12 +27,13 @@ typedef struct {
 
 typedef struct {
     int n;
-    htensor t[64];
+    htensor t[96];
     char dtype[8]; /* read_hf: the tensors' dtype (all the same) */
 } hmodel;
 
 static htensor *hadd(hmodel *m, const char *name, int64_t d0, int64_t d1)
 {
+    assert_true(m->n < (int)(sizeof m->t / sizeof m->t[0]));
     htensor *t = &m->t[m->n++];
     snprintf(t->name, sizeof t->name, "%s", name);
     t->ndim = d1 ? 2 : 1;
