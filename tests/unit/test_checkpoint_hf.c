@@ -16,7 +16,12 @@
  * forward written here after transformers' MegatronBert — embeddings with token types, a
  * LayerNorm before attention and before the MLP, an additive mask on the padded keys, the
  * encoder's final LayerNorm, the prediction head's transform and tied decoder, the pooler and
- * seq_relationship — gives trident's masked-LM logits and its weighted loss). */
+ * seq_relationship — gives trident's masked-LM logits and its weighted loss), and Mixtral
+ * (MixtralForCausalLM) and Qwen2-MoE (Qwen2MoeForCausalLM: a forward written here with its own
+ * routing — the softmax over every expert, the top k, renormalised over them or not — the SwiGLU
+ * experts one tensor each, Qwen's q/k/v biases and shared expert under a sigmoid gate): logits
+ * within 1e-5 both ways, hf -> trident -> hf giving back every tensor bit for bit, and the
+ * configs neither can compute refused. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
