@@ -100,6 +100,7 @@ static int mixtral_read_config(const cJSON *o, const char *path, gpt_config *c, 
         hf_json_int(o, "num_experts_per_tok", 2, &c->moe_topk))
         FAIL("%s: intermediate_size, num_local_experts and num_experts_per_tok must be positive integers", path);
     if (hf_moe_read_experts(o, path, "num_local_experts", c, err, errlen)) return -1;
+    c->moe_ffn = c->ffn; /* the flags agree whether a run gives --moe-ffn-hidden-size or not */
     if (hf_json_num(o, "router_jitter_noise", 0) != 0)
         FAIL("%s: router_jitter_noise is %g; trident routes without jitter (set it to 0 to convert)", path,
              hf_json_num(o, "router_jitter_noise", 0));

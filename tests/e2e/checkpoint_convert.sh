@@ -101,6 +101,18 @@ else bad "MoE round trip:"; cat moe_back.log; echo "${out:-}"; fi
 if train 1 1 --train-iters 1 "${QWEN[@]}" --load moe_back --finetune >/dev/null; then
   ok "fine-tunes from the converted MoE checkpoint with the flags it was trained with"
 else bad "fine-tune from the converted MoE checkpoint"; cat "$last_log"; fi
+# Mixtral-shaped, as Megatron's recipe gives it (the experts' size from --ffn-hidden-size)
+MIXTRAL=(--normalization RMSNorm --position-embedding-type rope --swiglu --disable-bias-linear
+         --untie-embeddings-and-output-weights --num-experts 4 --moe-router-topk 2 --ffn-hidden-size 16)
+if train 1 1 --train-iters 2 "${MIXTRAL[@]}" --save mix >/dev/null &&
+   "$TRIDENT" convert --from trident mix --to hf mix_hf >mix_conv.log 2>&1 &&
+   jq -e '.architectures == ["MixtralForCausalLM"] and .num_local_experts == 4 and .intermediate_size == 16' \
+      mix_hf/config.json >/dev/null && "$TRIDENT" convert --from hf mix_hf --to trident mix_back >mix_back.log 2>&1 &&
+   out=$("$TRIDENT" checkpoint compare mix mix_back) && grep -q "bit-identical" <<<"$out" &&
+   train 1 1 --train-iters 1 "${MIXTRAL[@]}" --load mix_back --finetune >/dev/null &&
+   train 1 1 --train-iters 1 "${MIXTRAL[@]}" --moe-ffn-hidden-size 16 --load mix_back --finetune >/dev/null; then
+  ok "a Mixtral-shaped checkpoint: out as MixtralForCausalLM, back bit-identical, fine-tunes with or without --moe-ffn-hidden-size"
+else bad "Mixtral round trip"; cat "$last_log" mix_conv.log mix_back.log; echo "${out:-}"; fi
 mkdir -p moe_bad && cp moe_hf/model.safetensors moe_bad/ && jq '.decoder_sparse_step = 2' moe_hf/config.json >moe_bad/config.json
 
 check_fail() { # name rc text args...
