@@ -1121,9 +1121,10 @@ static void export_checkpoint(const char *ck, const char *tag, char *hfdir, size
     read_hf(hm, hfdir);
 }
 
-/* hf -> trident: the logits and loss trident computes are the reference's; the checkpoint's
- * model is the config's; trident -> hf gives back every tensor bit for bit. */
-static void moe_import(const moe_kind *k, const char *config, const char *tag)
+/* hf -> trident (the file, or `shards` > 1 files and their index): the logits and loss trident
+ * computes are the reference's; the checkpoint's model is the config's; trident -> hf gives back
+ * every tensor bit for bit. */
+static void moe_import(const moe_kind *k, const char *config, const char *tag, int shards)
 {
     hmodel hm = {0}, back = {0};
     random_moe(&hm, k, k->qwen ? 21 : 13);
@@ -1132,7 +1133,8 @@ static void moe_import(const moe_kind *k, const char *config, const char *tag)
     sub(hfdir, sizeof hfdir, name);
     snprintf(name, sizeof name, "%s_import_ckpt", tag);
     sub(ck, sizeof ck, name);
-    write_hf(&hm, hfdir, config);
+    if (shards > 1) write_hf_sharded(&hm, hfdir, config, shards);
+    else write_hf(&hm, hfdir, config);
     if (hf_import(hfdir, ck, 8, "cpu", g_world, err, sizeof err)) fail_msg("%s", err);
     gpt_model *m = load_model(ck);
     const gpt_config *c = &m->cfg;
@@ -1173,13 +1175,81 @@ static void moe_import(const moe_kind *k, const char *config, const char *tag)
 static void mixtral_import_matches_reference_and_round_trips(void **state)
 {
     (void)state;
-    moe_import(&MIXTRAL, MIXTRAL_CONFIG, "mixtral");
+    moe_import(&MIXTRAL, MIXTRAL_CONFIG, "mixtral", 1);
 }
 
 static void qwen2moe_import_matches_reference_and_round_trips(void **state)
 {
     (void)state;
-    moe_import(&QWEN2MOE, QWEN2MOE_CONFIG, "qwen2moe");
+    moe_import(&QWEN2MOE, QWEN2MOE_CONFIG, "qwen2moe", 1);
+}
+
+/* As published (Mixtral-8x7B in 19 files): the shards of model.safetensors.index.json. */
+static void mixtral_import_sharded(void **state)
+{
+    (void)state;
+    moe_import(&MIXTRAL, MIXTRAL_CONFIG, "mixtral_sharded", 3);
+}
+
+/* dir's index with weight_map[name] = file. */
+static void set_weight_map(const char *dir, const char *name, const char *file)
+{
+    char path[700];
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    static char text[65536];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = 0;
+    cJSON *idx = cJSON_Parse(text), *map = cJSON_GetObjectItem(idx, "weight_map");
+    assert_non_null(map);
+    cJSON_DeleteItemFromObject(map, name);
+    cJSON_AddStringToObject(map, name, file);
+    char *out = cJSON_Print(idx);
+    f = fopen(path, "w");
+    fputs(out, f);
+    fclose(f);
+    free(out);
+    cJSON_Delete(idx);
+}
+
+/* Shards that disagree with their index, or are missing, are refused naming the file. */
+static void sharded_files_refused(void **state)
+{
+    (void)state;
+    const struct {
+        const char *file, *want;
+        int drop, extra; /* remove shard 2; write a shard holding the first tensor again */
+    } cases[] = {
+        {"model-00002-of-00003.safetensors", "weight_map puts model.embed_tokens.weight in model-00002-of-00003.safetensors, which does not hold it", 0, 0},
+        {"../model-00001-of-00003.safetensors", "weight_map's entry for model.embed_tokens.weight is not a file name of the folder", 0, 0},
+        {"model-00001-of-00003.safetensors", "names shard model-00002-of-00003.safetensors, which does not open", 1, 0},
+        {"model-extra.safetensors", "tensor model.embed_tokens.weight is in two shards", 0, 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        hmodel hm = {0};
+        random_moe(&hm, &MIXTRAL, 5);
+        char hfdir[600], ck[600], path[700], err[1024] = "";
+        sub(hfdir, sizeof hfdir, "bad_shards_hf");
+        sub(ck, sizeof ck, "bad_shards_ckpt");
+        write_hf_sharded(&hm, hfdir, MIXTRAL_CONFIG, 3);
+        set_weight_map(hfdir, "model.embed_tokens.weight", cases[i].file);
+        snprintf(path, sizeof path, "%s/model-00002-of-00003.safetensors", hfdir);
+        if (cases[i].drop) assert_int_equal(unlink(path), 0);
+        snprintf(path, sizeof path, "%s/model-extra.safetensors", hfdir);
+        if (cases[i].extra) write_st(&hm, path, 0, 1);
+        assert_int_equal(hf_import(hfdir, ck, 8, "cpu", g_world, err, sizeof err), -1);
+        if (!strstr(err, cases[i].want)) fail_msg("error '%s' lacks '%s'", err, cases[i].want);
+        printf("  refused: %s\n", err);
+        assert_null(strchr(err, '\n'));
+        struct stat sb;
+        assert_int_not_equal(stat(ck, &sb), 0); /* nothing written */
+        char cmd[700];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", hfdir);
+        assert_int_equal(system(cmd), 0);
+        hfree(&hm);
+    }
 }
 
 /* A trident mixture of experts of the kind (its 1-D tensors, zeros and ones at init, moved so
@@ -1431,6 +1501,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(bert_export_matches_reference_and_round_trips),
         cmocka_unit_test(mixtral_import_matches_reference_and_round_trips),
         cmocka_unit_test(qwen2moe_import_matches_reference_and_round_trips),
+        cmocka_unit_test(mixtral_import_sharded),
+        cmocka_unit_test(sharded_files_refused),
         cmocka_unit_test(moe_export_matches_reference_and_round_trips),
         cmocka_unit_test(moe_refuses_what_it_cannot_compute),
         cmocka_unit_test(families_route_models_and_tensors),
