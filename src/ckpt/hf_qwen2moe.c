@@ -105,7 +105,9 @@ static int empty_list(const cJSON *o, const char *key)
 static int sliding_layer(const cJSON *o)
 {
     const cJSON *types = cJSON_GetObjectItemCaseSensitive(o, "layer_types"), *t;
-    cJSON_ArrayForEach(t, types) if (cJSON_IsString(t) && strcmp(t->valuestring, "sliding_attention") == 0) return 1;
+    cJSON_ArrayForEach(t, types) {
+        if (cJSON_IsString(t) && strcmp(t->valuestring, "sliding_attention") == 0) return 1;
+    }
     return 0;
 }
 
