@@ -36,6 +36,23 @@ static void transpose(float *out, const float *in, int64_t rows, int64_t cols)
         for (int64_t j = 0; j < cols; j++) out[j * rows + i] = in[i * cols + j];
 }
 
+int hf_max_pieces(const gpt_config *c)
+{
+    return 2 * c->num_experts > 3 ? 2 * c->num_experts : 3;
+}
+
+int hf_expert_pieces(hf_piece *out, int layer, int E, int64_t rows, const char *const *fmts, int nfmt)
+{
+    for (int e = 0, n = 0; e < E; e++)
+        for (int j = 0; j < nfmt; j++, n++) {
+            memset(&out[n], 0, sizeof out[n]);
+            snprintf(out[n].hf, sizeof out[n].hf, fmts[j], layer, e);
+            out[n].row0 = (int64_t)n * rows;
+            out[n].rows = rows;
+        }
+    return E * nfmt;
+}
+
 const char *hf_class_of(const gpt_config *c)
 {
     for (int i = 0; hf_families[i]; i++)
@@ -46,7 +63,7 @@ const char *hf_class_of(const gpt_config *c)
 /* The family a trident model converts to, or NULL with the reasons in err. */
 static const hf_family *family_of_model(const gpt_config *c, char *err, size_t errlen)
 {
-    char why[512] = "";
+    char why[1024] = "";
     for (int i = 0; hf_families[i]; i++) {
         const hf_family *f = hf_families[i];
         const char *w = c->kind != f->kind ? "another model family (--model)" : f->mismatch(c);
@@ -95,6 +112,7 @@ int hf_export(const ckpt_meta *meta, const char *out, st_dtype dtype, char *err,
     st_entry *e = NULL;
     char **names = NULL;
     float **bufs = NULL;
+    hf_piece *pc = NULL;
     char *text = NULL;
     int n = 0, rc = -1;
     const gpt_config *c = &meta->model;
@@ -109,11 +127,13 @@ int hf_export(const ckpt_meta *meta, const char *out, st_dtype dtype, char *err,
     r = ckpt_reader_open(meta, err, errlen);
     if (!r) goto fail;
     ckpt_list_tensors(r, &tl);
-    e = td_xcalloc((size_t)tl.n * HF_MAX_PIECES, sizeof *e);
-    names = td_xcalloc((size_t)tl.n * HF_MAX_PIECES, sizeof *names);
-    bufs = td_xcalloc((size_t)tl.n * HF_MAX_PIECES, sizeof *bufs);
+    pc = td_xmalloc((size_t)hf_max_pieces(c) * sizeof *pc);
+    size_t total = 1;
+    for (int i = 0; i < tl.n; i++) total += (size_t)fam->pieces(c, tl.names[i], pc);
+    e = td_xcalloc(total, sizeof *e);
+    names = td_xcalloc(total, sizeof *names);
+    bufs = td_xcalloc(total, sizeof *bufs);
     for (int i = 0; i < tl.n; i++) {
-        hf_piece pc[HF_MAX_PIECES];
         int np = fam->pieces(c, tl.names[i], pc);
         if (np == 0) FAIL("%s: tensor %s has no %s counterpart", meta->dir, tl.names[i], fam->arch);
         ckpt_slice s = tl.shapes[i];
@@ -174,6 +194,7 @@ fail:
     free(names);
     free(bufs);
     free(e);
+    free(pc);
     free(text);
     ckpt_tensor_list_free(&tl);
     ckpt_reader_close(r);
@@ -274,12 +295,120 @@ fail:
     return fam;
 }
 
-/* The tensor of f called `name` (with or without "transformer."). */
-static const st_tensor *find_hf(const st_file *f, const char *name)
+/* The safetensors files of a Hugging Face folder: model.safetensors, or the shards that
+ * model.safetensors.index.json's weight_map names (how models larger than a few GB are
+ * published); a tensor is looked up in all of them. */
+typedef struct hf_files {
+    char where[4300]; /* model.safetensors or the index, for messages */
+    int n;
+    st_file **f;
+    char **used;      /* used[i][j]: tensor j of file i was read */
+} hf_files;
+
+static void close_files(hf_files *fs)
 {
-    const st_tensor *t = st_find(&f->h, name);
-    if (!t && strncmp(name, "transformer.", 12) == 0) t = st_find(&f->h, name + 12);
-    return t;
+    for (int i = 0; i < fs->n; i++) {
+        st_close(fs->f[i]);
+        free(fs->used[i]);
+    }
+    free(fs->f);
+    free(fs->used);
+    memset(fs, 0, sizeof *fs);
+}
+
+/* Opens file `name` of folder `in` as fs's next. */
+static int add_file(hf_files *fs, const char *in, const char *name, char *err, size_t errlen)
+{
+    char path[4200];
+    ckf_join(path, sizeof path, in, name);
+    st_file *f = st_open(path, err, errlen);
+    if (!f) return -1;
+    fs->f = td_xrealloc(fs->f, (size_t)(fs->n + 1) * sizeof *fs->f);
+    fs->used = td_xrealloc(fs->used, (size_t)(fs->n + 1) * sizeof *fs->used);
+    fs->f[fs->n] = f;
+    fs->used[fs->n++] = td_xcalloc((size_t)(f->h.ntensors ? f->h.ntensors : 1), 1);
+    return 0;
+}
+
+/* The file of fs named `name` (a shard's file name), or -1. */
+static int file_index(const hf_files *fs, const char *in, const char *name)
+{
+    char path[4200];
+    ckf_join(path, sizeof path, in, name);
+    for (int i = 0; i < fs->n; i++)
+        if (strcmp(fs->f[i]->path, path) == 0) return i;
+    return -1;
+}
+
+/* The shards of IN's index (fs->where): each file its weight_map names, opened once, holding the
+ * tensors it is named for, and no tensor in two of them. */
+static int open_shards(hf_files *fs, const char *in, char *err, size_t errlen)
+{
+    size_t len;
+    char why[4600];
+    char *text = ckf_read_text(fs->where, &len, (size_t)1 << 28);
+    cJSON *o = NULL;
+    int rc = -1;
+    if (!text) FAIL("cannot read %s: %s", fs->where, td_strerror(errno));
+    o = cJSON_ParseWithLength(text, len);
+    if (!cJSON_IsObject(o)) FAIL("%s is not valid JSON", fs->where);
+    const cJSON *map = cJSON_GetObjectItemCaseSensitive(o, "weight_map"), *e;
+    if (!cJSON_IsObject(map) || !map->child) FAIL("%s has no weight_map (tensor name -> shard file)", fs->where);
+    cJSON_ArrayForEach(e, map) {
+        if (!cJSON_IsString(e) || !e->valuestring[0] || strchr(e->valuestring, '/') || strcmp(e->valuestring, ".") == 0 ||
+            strcmp(e->valuestring, "..") == 0)
+            FAIL("%s: weight_map's entry for %s is not a file name of the folder", fs->where, e->string);
+        if (file_index(fs, in, e->valuestring) < 0 && add_file(fs, in, e->valuestring, why, sizeof why))
+            FAIL("%s names shard %s, which does not open: %s", fs->where, e->valuestring, why);
+        const st_file *f = fs->f[file_index(fs, in, e->valuestring)];
+        if (!st_find(&f->h, e->string))
+            FAIL("%s: weight_map puts %s in %s, which does not hold it", fs->where, e->string, e->valuestring);
+    }
+    for (int i = 1; i < fs->n; i++)
+        for (int j = 0; j < fs->f[i]->h.ntensors; j++)
+            for (int k = 0; k < i; k++)
+                if (st_find(&fs->f[k]->h, fs->f[i]->h.tensors[j].name))
+                    FAIL("%s: tensor %s is in two shards, %s and %s", fs->where, fs->f[i]->h.tensors[j].name,
+                         fs->f[k]->path, fs->f[i]->path);
+    rc = 0;
+fail:
+    cJSON_Delete(o);
+    free(text);
+    return rc;
+}
+
+/* IN's model.safetensors, or its shards; -1 with err (nothing open). */
+static int open_files(hf_files *fs, const char *in, char *err, size_t errlen)
+{
+    memset(fs, 0, sizeof *fs);
+    ckf_join(fs->where, sizeof fs->where, in, "model.safetensors");
+    if (ckf_exists(fs->where)) {
+        if (add_file(fs, in, "model.safetensors", err, errlen) == 0) return 0;
+    } else {
+        size_t n = strlen(fs->where);
+        snprintf(fs->where + n, sizeof fs->where - n, ".index.json");
+        if (!ckf_exists(fs->where))
+            snprintf(err, errlen, "%s has no model.safetensors nor model.safetensors.index.json (only safetensors "
+                     "files convert; save with safe_serialization=True)", in);
+        else if (open_shards(fs, in, err, errlen) == 0)
+            return 0;
+    }
+    close_files(fs);
+    return -1;
+}
+
+/* The tensor called `name` (with or without "transformer.") and its file (*fi), or NULL. */
+static const st_tensor *find_hf(const hf_files *fs, const char *name, int *fi)
+{
+    for (int i = 0; i < fs->n; i++) {
+        const st_tensor *t = st_find(&fs->f[i]->h, name);
+        if (!t && strncmp(name, "transformer.", 12) == 0) t = st_find(&fs->f[i]->h, name + 12);
+        if (t) {
+            *fi = i;
+            return t;
+        }
+    }
+    return NULL;
 }
 
 static int ends_with(const char *s, const char *suffix)
@@ -297,12 +426,12 @@ static int ignorable(const hf_family *fam, const char *name)
            (fam->ignorable && fam->ignorable(name));
 }
 
-/* Fills the table entry t of m (host buffer `host`) from f, piece by piece. used[i] marks f's
- * tensors read. */
-static int import_tensor(const hf_family *fam, const st_file *f, const gpt_model *m, const gpt_tensor_info *t,
-                         float *host, char *used, char *err, size_t errlen)
+/* Fills the table entry t of m (host buffer `host`) from fs, piece by piece, marking the tensors
+ * read. */
+static int import_tensor(const hf_family *fam, hf_files *fs, const gpt_model *m, const gpt_tensor_info *t, float *host,
+                         char *err, size_t errlen)
 {
-    hf_piece pc[HF_MAX_PIECES];
+    hf_piece *pc = td_xmalloc((size_t)hf_max_pieces(&m->cfg) * sizeof *pc);
     float *tmp = NULL;
     int np = fam->pieces(&m->cfg, t->name, pc);
     TD_ASSERT(np > 0);
@@ -311,9 +440,11 @@ static int import_tensor(const hf_family *fam, const st_file *f, const gpt_model
     for (int k = 0; k < np; k++) {
         const char *hn = pc[k].hf;
         int tr = pc[k].transpose;
-        const st_tensor *s = find_hf(f, hn);
-        if (!s) FAIL("%s: tensor %s is missing", f->path, hn);
-        used[s - f->h.tensors] = 1;
+        int fi;
+        const st_tensor *s = find_hf(fs, hn, &fi);
+        if (!s) FAIL("%s: tensor %s is missing", fs->where, hn);
+        const st_file *f = fs->f[fi];
+        fs->used[fi][s - f->h.tensors] = 1;
         if (s->dtype != ST_F32 && s->dtype != ST_F16 && s->dtype != ST_BF16)
             FAIL("%s: tensor %s is %s; F32, F16 or BF16 convert", f->path, hn, st_dtype_name(s->dtype));
         int64_t prow = piece_rows(&pc[k], &m->cfg, t->name, rows);
@@ -334,8 +465,10 @@ static int import_tensor(const hf_family *fam, const st_file *f, const gpt_model
     }
     /* a padded vocabulary: the rows past the real ones are copies of the last (Megatron's rule) */
     for (int64_t r = filled; r < rows; r++) memcpy(dst + r * cols, dst + (filled - 1) * cols, (size_t)cols * sizeof(float));
+    free(pc);
     return 0;
 fail:
+    free(pc);
     free(tmp);
     return -1;
 }
@@ -343,12 +476,11 @@ fail:
 int hf_import(const char *in, const char *out, int divisible_by, const char *backend_name, comm *world, char *err,
               size_t errlen)
 {
-    st_file *f = NULL;
+    hf_files fs = {0};
     ps_state *ps = NULL;
     backend *be = NULL;
     gpt_model *m = NULL;
     float *host = NULL;
-    char *used = NULL;
     int rc = -1;
     gpt_config c;
     ckpt_meta there;
@@ -361,40 +493,37 @@ int hf_import(const char *in, const char *out, int divisible_by, const char *bac
     }
     const hf_family *fam = read_config(in, &c, divisible_by, err, errlen);
     if (!fam) return -1;
-    char path[4200], why[1024];
-    ckf_join(path, sizeof path, in, "model.safetensors");
-    if (!ckf_exists(path)) {
-        char idx[4300];
-        snprintf(idx, sizeof idx, "%s.index.json", path);
-        if (ckf_exists(idx)) FAIL("%s: sharded safetensors checkpoints are not supported; merge the shards first", in);
-        FAIL("%s has no model.safetensors (only safetensors files convert; save with safe_serialization=True)", in);
-    }
-    f = st_open(path, why, sizeof why);
-    if (!f) FAIL("%s", why);
-    used = td_xcalloc((size_t)(f->h.ntensors ? f->h.ntensors : 1), 1);
+    char why[1024];
+    if (open_files(&fs, in, err, errlen)) return -1;
     ps = ps_init(world, 1, 1);
     be = be_create(backend_name, 0);
     m = gpt_create(&c, ps, be, 0, c.num_layers, 1, 1);
     host = td_xmalloc(m->numel * sizeof(float));
     for (int i = 0; i < m->ntensors; i++)
-        if (import_tensor(fam, f, m, &m->table[i], host, used, err, errlen)) goto fail;
-    for (int i = 0; i < f->h.ntensors; i++) {
-        const st_tensor *t = &f->h.tensors[i];
-        if (used[i] || !ignorable(fam, t->name)) {
-            if (!used[i]) FAIL("%s: unexpected tensor %s (not part of %s)", path, t->name, fam->arch);
-            continue;
+        if (import_tensor(fam, &fs, m, &m->table[i], host, err, errlen)) goto fail;
+    for (int fi = 0; fi < fs.n; fi++)
+        for (int i = 0; i < fs.f[fi]->h.ntensors; i++) {
+            const st_file *f = fs.f[fi];
+            const st_tensor *t = &f->h.tensors[i];
+            if (fs.used[fi][i] || !ignorable(fam, t->name)) {
+                if (!fs.used[fi][i]) FAIL("%s: unexpected tensor %s (not part of %s)", f->path, t->name, fam->arch);
+                continue;
+            }
+            if (strcmp(t->name, "lm_head.weight") == 0) {
+                /* must be the tied word embedding */
+                hf_piece *wp = td_xmalloc((size_t)hf_max_pieces(&c) * sizeof *wp);
+                fam->pieces(&c, "embedding.word.weight", wp);
+                int wi;
+                const st_tensor *w = find_hf(&fs, wp[0].hf, &wi);
+                int same = t->dtype == w->dtype && t->end - t->begin == w->end - w->begin &&
+                           memcmp(st_data(f, t), st_data(fs.f[wi], w), (size_t)(t->end - t->begin)) == 0;
+                snprintf(why, sizeof why, "%s", wp[0].hf);
+                free(wp);
+                if (!same)
+                    FAIL("%s: lm_head.weight differs from %s but the config ties them (tie_word_embeddings)", f->path,
+                         why);
+            }
         }
-        if (strcmp(t->name, "lm_head.weight") == 0) {
-            /* must be the tied word embedding */
-            hf_piece wp[HF_MAX_PIECES];
-            fam->pieces(&c, "embedding.word.weight", wp);
-            const st_tensor *w = find_hf(f, wp[0].hf);
-            if (t->dtype != w->dtype || t->end - t->begin != w->end - w->begin ||
-                memcmp(st_data(f, t), st_data(f, w), (size_t)(t->end - t->begin)) != 0)
-                FAIL("%s: lm_head.weight differs from %s but the config ties them (tie_word_embeddings)", path,
-                     wp[0].hf);
-        }
-    }
     be_memcpy(be, m->params, host, m->numel * sizeof(float), BE_H2D);
     m->cfg.seq = c.max_pos; /* recorded as the model's sequence length; the model is never run here */
     cJSON *args = cJSON_CreateObject();
@@ -417,10 +546,9 @@ int hf_import(const char *in, const char *out, int divisible_by, const char *bac
     rc = 0;
 fail:
     free(host);
-    free(used);
     gpt_free(m);
     be_free(be);
     ps_free(ps);
-    st_close(f);
+    close_files(&fs);
     return rc;
 }

@@ -113,6 +113,7 @@ static cJSON *bert_config(const gpt_config *c)
 static const char *bert_mismatch(const gpt_config *c)
 {
     if (gpt_head_dim(c) * c->heads != c->hidden) return "a head size other than hidden / heads";
+    if (gpt_moe(c)) return "a mixture of experts";
     return NULL;
 }
 

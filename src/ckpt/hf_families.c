@@ -3,6 +3,6 @@
  * that file and its line here (docs/convert.md). */
 #include "hf_impl.h"
 
-extern const hf_family HF_GPT2, HF_LLAMA, HF_BERT;
+extern const hf_family HF_GPT2, HF_LLAMA, HF_MIXTRAL, HF_QWEN2MOE, HF_BERT;
 
-const hf_family *const hf_families[] = {&HF_GPT2, &HF_LLAMA, &HF_BERT, NULL};
+const hf_family *const hf_families[] = {&HF_GPT2, &HF_LLAMA, &HF_MIXTRAL, &HF_QWEN2MOE, &HF_BERT, NULL};

@@ -105,6 +105,7 @@ static const char *gpt2_mismatch(const gpt_config *c)
     if (c->untied) return "an untied output layer";
     if (gpt_gqa(c)) return "grouped-query attention";
     if (gpt_head_dim(c) * c->heads != c->hidden) return "a head size other than hidden / heads";
+    if (gpt_moe(c)) return "a mixture of experts";
     return NULL;
 }
 

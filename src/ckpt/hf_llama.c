@@ -1,5 +1,6 @@
 /* Hugging Face Llama (LlamaForCausalLM; MistralForCausalLM reads the same) interchange: the
- * family table of hf_impl.h.
+ * family table of hf_impl.h, and the Llama-shaped decoder's pieces, config.json keys and checks
+ * (hf_llama_*) that Mixtral (hf_mixtral.c) and Qwen2-MoE (hf_qwen2moe.c) build on.
  *
  * trident                          transformers LlamaForCausalLM
  * embedding.word.weight (Vp, h)    model.embed_tokens.weight (V, h)       padded rows dropped / added
@@ -39,7 +40,7 @@ static int piece(hf_piece *p, int64_t row0, int64_t rows, const char *fmt, int l
     return 1;
 }
 
-static int llama_pieces(const gpt_config *c, const char *name, hf_piece *out)
+int hf_llama_pieces(const gpt_config *c, const char *name, hf_piece *out)
 {
     int64_t nd = gpt_q_width(c), gd = gpt_kv_width(c), f = c->ffn;
     if (strcmp(name, "embedding.word.weight") == 0) return piece(out, 0, -1, "model.embed_tokens.weight", 0);
@@ -73,16 +74,15 @@ static int llama_pieces(const gpt_config *c, const char *name, hf_piece *out)
     return 0;
 }
 
-static cJSON *llama_config(const gpt_config *c)
+cJSON *hf_llama_config(const gpt_config *c, const char *arch, const char *model_type)
 {
     cJSON *o = cJSON_CreateObject();
-    cJSON *arch = cJSON_AddArrayToObject(o, "architectures");
-    cJSON_AddItemToArray(arch, cJSON_CreateString("LlamaForCausalLM"));
-    cJSON_AddStringToObject(o, "model_type", "llama");
+    cJSON *archs = cJSON_AddArrayToObject(o, "architectures");
+    cJSON_AddItemToArray(archs, cJSON_CreateString(arch));
+    cJSON_AddStringToObject(o, "model_type", model_type);
     cJSON_AddStringToObject(o, "hidden_act", "silu");
     cJSON_AddNumberToObject(o, "vocab_size", c->vocab);
     cJSON_AddNumberToObject(o, "hidden_size", c->hidden);
-    cJSON_AddNumberToObject(o, "intermediate_size", c->ffn);
     cJSON_AddNumberToObject(o, "num_hidden_layers", c->num_layers);
     cJSON_AddNumberToObject(o, "num_attention_heads", c->heads);
     cJSON_AddNumberToObject(o, "num_key_value_heads", gpt_groups(c));
@@ -91,38 +91,74 @@ static cJSON *llama_config(const gpt_config *c)
     cJSON_AddNumberToObject(o, "rms_norm_eps", ckpt_float_value(gpt_norm_eps(c)));
     cJSON_AddNumberToObject(o, "rope_theta", ckpt_float_value(gpt_rotary_base(c)));
     cJSON_AddNullToObject(o, "rope_scaling");
-    cJSON_AddBoolToObject(o, "attention_bias", 0);
-    cJSON_AddBoolToObject(o, "mlp_bias", 0);
     cJSON_AddNumberToObject(o, "attention_dropout", ckpt_float_value(c->attn_dropout));
     cJSON_AddBoolToObject(o, "tie_word_embeddings", !c->untied);
     cJSON_AddNumberToObject(o, "initializer_range", ckpt_float_value(c->init_std));
-    cJSON_AddNumberToObject(o, "pretraining_tp", 1);
     cJSON_AddBoolToObject(o, "use_cache", 1);
     cJSON_AddStringToObject(o, "torch_dtype", "float32");
     return o;
 }
 
-static const char *llama_mismatch(const gpt_config *c)
+static cJSON *llama_config(const gpt_config *c)
+{
+    cJSON *o = hf_llama_config(c, "LlamaForCausalLM", "llama");
+    cJSON_AddNumberToObject(o, "intermediate_size", c->ffn);
+    cJSON_AddBoolToObject(o, "attention_bias", 0);
+    cJSON_AddBoolToObject(o, "mlp_bias", 0);
+    cJSON_AddNumberToObject(o, "pretraining_tp", 1);
+    return o;
+}
+
+const char *hf_llama_mismatch(const gpt_config *c)
 {
     if (c->norm != GPT_NORM_RMSNORM) return "LayerNorm";
     if (c->pos != GPT_POS_ROPE) return "no rotary positions";
     if (gpt_rotary_dims(c) != gpt_head_dim(c)) return "rotary on part of each head";
     if (!c->swiglu) return "GeLU";
-    if (gpt_has_bias(c) || c->add_qkv_bias) return "biases";
     return NULL;
 }
 
-static int llama_read_config(const cJSON *o, const char *path, gpt_config *c, char *err, size_t errlen)
+static const char *llama_mismatch(const gpt_config *c)
+{
+    const char *w = hf_llama_mismatch(c);
+    if (w) return w;
+    if (gpt_has_bias(c) || c->add_qkv_bias) return "biases";
+    if (gpt_moe(c)) return "a mixture of experts";
+    return NULL;
+}
+
+/* The rotary base of config.json: rope_theta, or transformers 5's rope_parameters {rope_type
+ * "default", rope_theta}; -1 with err for scaled rotary positions. */
+static int read_rope(const cJSON *o, const char *path, double theta, float *base, char *err, size_t errlen)
+{
+    const cJSON *rs = cJSON_GetObjectItemCaseSensitive(o, "rope_scaling");
+    if (rs && !cJSON_IsNull(rs))
+        FAIL("%s: rope_scaling is set; trident computes plain rotary positions (rope_scaling null)", path);
+    theta = hf_json_num(o, "rope_theta", theta);
+    const cJSON *rp = cJSON_GetObjectItemCaseSensitive(o, "rope_parameters");
+    if (cJSON_IsObject(rp)) {
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(rp, "rope_type");
+        if (cJSON_IsString(type) && strcmp(type->valuestring, "default") != 0)
+            FAIL("%s: rope_parameters' rope_type is '%s'; trident computes plain rotary positions (\"default\")", path,
+                 type->valuestring);
+        theta = hf_json_num(rp, "rope_theta", theta);
+    }
+    *base = (float)theta;
+    if (!(*base > 1)) FAIL("%s: rope_theta must be larger than 1", path);
+    return 0;
+}
+
+int hf_llama_read_decoder(const cJSON *o, const char *path, gpt_config *c, double eps, double theta, char *err,
+                          size_t errlen)
 {
     int groups, head_dim;
     if (hf_json_int(o, "hidden_size", -1, &c->hidden) || hf_json_int(o, "num_hidden_layers", -1, &c->num_layers) ||
         hf_json_int(o, "num_attention_heads", -1, &c->heads) || hf_json_int(o, "vocab_size", -1, &c->vocab) ||
-        hf_json_int(o, "intermediate_size", -1, &c->ffn) ||
         hf_json_int(o, "max_position_embeddings", -1, &c->max_pos) ||
         hf_json_int(o, "num_key_value_heads", c->heads, &groups) ||
         hf_json_int(o, "head_dim", c->hidden % c->heads ? -1 : c->hidden / c->heads, &head_dim))
-        FAIL("%s: hidden_size, num_hidden_layers, num_attention_heads, intermediate_size, max_position_embeddings "
-             "and vocab_size must be positive integers (num_key_value_heads and head_dim too, when given)", path);
+        FAIL("%s: hidden_size, num_hidden_layers, num_attention_heads, max_position_embeddings and vocab_size must "
+             "be positive integers (num_key_value_heads and head_dim too, when given)", path);
     if (c->heads % groups)
         FAIL("%s: num_attention_heads %d is not divisible by num_key_value_heads %d", path, c->heads, groups);
     if (head_dim % 2) FAIL("%s: head_dim %d is odd; rotary positions need an even head size", path, head_dim);
@@ -131,24 +167,13 @@ static int llama_read_config(const cJSON *o, const char *path, gpt_config *c, ch
     const cJSON *act = cJSON_GetObjectItemCaseSensitive(o, "hidden_act");
     if (cJSON_IsString(act) && strcmp(act->valuestring, "silu") != 0)
         FAIL("%s: hidden_act '%s' is not the SiLU gate trident computes (silu)", path, act->valuestring);
-    const cJSON *rs = cJSON_GetObjectItemCaseSensitive(o, "rope_scaling");
-    if (rs && !cJSON_IsNull(rs))
-        FAIL("%s: rope_scaling is set; trident computes plain rotary positions (rope_scaling null)", path);
     if (fabs(hf_json_num(o, "partial_rotary_factor", 1.0) - 1.0) > 1e-12)
-        FAIL("%s: partial_rotary_factor is not 1; trident converts Llama models that rotate whole heads", path);
-    if (hf_json_bool(o, "attention_bias", 0) || hf_json_bool(o, "mlp_bias", 0))
-        FAIL("%s: attention_bias or mlp_bias is true; trident converts Llama models without biases", path);
-    if (hf_json_num(o, "pretraining_tp", 1) != 1) FAIL("%s: pretraining_tp must be 1", path);
-    const cJSON *sw = cJSON_GetObjectItemCaseSensitive(o, "sliding_window");
-    if (cJSON_IsNumber(sw) && sw->valuedouble < c->max_pos)
-        FAIL("%s: sliding_window %g is shorter than max_position_embeddings %d; trident attends to the whole "
-             "causal window", path, sw->valuedouble, c->max_pos);
-    c->norm = GPT_NORM_RMSNORM;
-    c->norm_eps = (float)hf_json_num(o, "rms_norm_eps", 1e-6);
-    if (!(c->norm_eps > 0 && c->norm_eps < 1)) FAIL("%s: rms_norm_eps must be in (0, 1)", path);
+        FAIL("%s: partial_rotary_factor is not 1; trident converts models that rotate whole heads", path);
     c->pos = GPT_POS_ROPE;
-    c->rotary_base = (float)hf_json_num(o, "rope_theta", 10000.0);
-    if (!(c->rotary_base > 1)) FAIL("%s: rope_theta must be larger than 1", path);
+    if (read_rope(o, path, theta, &c->rotary_base, err, errlen)) return -1;
+    c->norm = GPT_NORM_RMSNORM;
+    c->norm_eps = (float)hf_json_num(o, "rms_norm_eps", eps);
+    if (!(c->norm_eps > 0 && c->norm_eps < 1)) FAIL("%s: rms_norm_eps must be in (0, 1)", path);
     c->swiglu = 1;
     c->disable_bias = 1;
     c->untied = !hf_json_bool(o, "tie_word_embeddings", 0);
@@ -156,5 +181,24 @@ static int llama_read_config(const cJSON *o, const char *path, gpt_config *c, ch
     return 0;
 }
 
-const hf_family HF_LLAMA = {"llama", "LlamaForCausalLM", GPT_KIND_DECODER, llama_pieces, llama_config, llama_mismatch,
+int hf_llama_full_window(const cJSON *o, const char *path, const gpt_config *c, char *err, size_t errlen)
+{
+    const cJSON *sw = cJSON_GetObjectItemCaseSensitive(o, "sliding_window");
+    if (cJSON_IsNumber(sw) && sw->valuedouble < c->max_pos)
+        FAIL("%s: sliding_window %g is shorter than max_position_embeddings %d; trident attends to the whole "
+             "causal window", path, sw->valuedouble, c->max_pos);
+    return 0;
+}
+
+static int llama_read_config(const cJSON *o, const char *path, gpt_config *c, char *err, size_t errlen)
+{
+    if (hf_llama_read_decoder(o, path, c, 1e-6, 10000.0, err, errlen)) return -1;
+    if (hf_json_int(o, "intermediate_size", -1, &c->ffn)) FAIL("%s: intermediate_size must be a positive integer", path);
+    if (hf_json_bool(o, "attention_bias", 0) || hf_json_bool(o, "mlp_bias", 0))
+        FAIL("%s: attention_bias or mlp_bias is true; trident converts Llama models without biases", path);
+    if (hf_json_num(o, "pretraining_tp", 1) != 1) FAIL("%s: pretraining_tp must be 1", path);
+    return hf_llama_full_window(o, path, c, err, errlen);
+}
+
+const hf_family HF_LLAMA = {"llama", "LlamaForCausalLM", GPT_KIND_DECODER, hf_llama_pieces, llama_config, llama_mismatch,
                             llama_read_config, "mistral", NULL};

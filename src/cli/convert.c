@@ -1,4 +1,5 @@
-/* trident convert: Hugging Face GPT-2 <-> trident checkpoints (see docs/convert.md). */
+/* trident convert: Hugging Face (GPT-2, Llama, Mixtral, Qwen2-MoE, Megatron-BERT) <-> trident
+ * checkpoints (see docs/convert.md). */
 #include <stdio.h>
 #include <string.h>
 
@@ -12,9 +13,11 @@
 
 static const char SUMMARY[] =
     "trident convert --from trident DIR --to hf OUT: write OUT/config.json and OUT/model.safetensors in\n"
-    "transformers' GPT2LMHeadModel layout from a trident checkpoint of any layout (DIR: a save folder or\n"
-    "an iter_NNNNNNN folder), as F32 tensors or (--dtype) F16 or BF16 ones rounded from the fp32 weights;\n"
-    "an OUT already holding a model is refused.\n"
+    "the layout of the transformers class that computes the model (GPT2LMHeadModel, LlamaForCausalLM,\n"
+    "MixtralForCausalLM, Qwen2MoeForCausalLM, MegatronBertForPreTraining; a model none computes is refused,\n"
+    "naming what differs) from a trident checkpoint of any layout (DIR: a save folder or an iter_NNNNNNN\n"
+    "folder), as F32 tensors or (--dtype) F16 or BF16 ones rounded from the fp32 weights; an OUT already\n"
+    "holding a model is refused.\n"
     "trident convert --from hf DIR --to trident OUT: the reverse; OUT is a checkpoint folder (iteration 0,\n"
     "weights only) to train from with --load OUT --finetune; OUT is locked while it is written, as a\n"
     "training run locks its --save folder.";

@@ -2,8 +2,9 @@
 # trident convert through the binary: a checkpoint trained in tp2 x pp2 and the same state
 # re-saved in pp2 x 2 virtual stages export to byte-identical Hugging Face files; hf -> trident
 # gives back every tensor bit-identical (`trident checkpoint compare`, the word embedding over
-# its real rows); a converted checkpoint fine-tunes (--finetune) in another layout; bad
-# invocations are refused. (Logits of converted models against an independent reference:
+# its real rows); a converted checkpoint fine-tunes (--finetune) in another layout; a
+# Qwen2-MoE-shaped mixture of experts goes out as Qwen2MoeForCausalLM and comes back bit-identical;
+# bad invocations and configs trident cannot compute are refused. (Logits of converted models against an independent reference:
 # tests/unit/test_checkpoint_hf.c.)
 . "$(dirname "$0")/checkpoint_lib.sh"
 train 4 2 --pipeline-model-parallel-size 2 --train-iters 3 --save src >/dev/null || { bad "source run"; cat "$last_log"; }
@@ -70,6 +71,50 @@ if "$TRIDENT" convert --from hf hf_src --to trident held >held.log 2>&1 && [ -f 
   ok "--to trident into the folder once free: written, the lock file names the convert ($(cat held/.trident-save.lock))"
 else bad "--to trident once the lock is free"; cat held.log held/.trident-save.lock; fi
 
+# A Qwen2-MoE-shaped mixture of experts (RMSNorm, rotary, SwiGLU experts, q/k/v biases, a gated
+# shared expert) trained on one rank goes out as Qwen2MoeForCausalLM with its experts one tensor
+# each, and comes back bit-identical; a config.json trident cannot compute is refused, exit 1.
+# (Logits against an independent double-precision forward: tests/unit/test_checkpoint_hf.c.)
+QWEN=(--normalization RMSNorm --position-embedding-type rope --swiglu --disable-bias-linear --add-qkv-bias
+      --untie-embeddings-and-output-weights --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 16
+      --moe-shared-expert-intermediate-size 24 --moe-shared-expert-gate --moe-aux-loss-coeff 1e-2)
+if train 1 1 --train-iters 2 "${QWEN[@]}" --save moe >/dev/null &&
+   "$TRIDENT" convert --from trident moe --to hf moe_hf >moe_conv.log 2>&1 &&
+   jq -e '.architectures == ["Qwen2MoeForCausalLM"] and .num_experts == 4 and .num_experts_per_tok == 2 and
+          .moe_intermediate_size == 16 and .shared_expert_intermediate_size == 24 and .norm_topk_prob and .qkv_bias' \
+      moe_hf/config.json >/dev/null &&
+   python3 - moe_hf/model.safetensors <<'PY'
+import json, struct, sys
+f = open(sys.argv[1], "rb")
+h = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+want = {"model.layers.3.mlp.gate.weight": [4, 32], "model.layers.0.mlp.experts.3.up_proj.weight": [16, 32],
+        "model.layers.2.mlp.experts.1.down_proj.weight": [32, 16], "model.layers.1.mlp.shared_expert_gate.weight": [1, 32],
+        "model.layers.0.mlp.shared_expert.gate_proj.weight": [24, 32], "model.layers.0.self_attn.k_proj.bias": [32]}
+sys.exit(0 if all(h.get(k, {}).get("shape") == v for k, v in want.items()) else 1)
+PY
+then ok "a Qwen2-MoE-shaped checkpoint exports as Qwen2MoeForCausalLM (experts one tensor each)"
+else bad "MoE export"; cat "$last_log" moe_conv.log; fi
+if "$TRIDENT" convert --from hf moe_hf --to trident moe_back >moe_back.log 2>&1 &&
+   out=$("$TRIDENT" checkpoint compare moe moe_back) && grep -q "bit-identical" <<<"$out"; then
+  ok "MoE trident -> hf -> trident: $(tail -1 <<<"$out")"
+else bad "MoE round trip:"; cat moe_back.log; echo "${out:-}"; fi
+if train 1 1 --train-iters 1 "${QWEN[@]}" --load moe_back --finetune >/dev/null; then
+  ok "fine-tunes from the converted MoE checkpoint with the flags it was trained with"
+else bad "fine-tune from the converted MoE checkpoint"; cat "$last_log"; fi
+# Mixtral-shaped, as Megatron's recipe gives it (the experts' size from --ffn-hidden-size)
+MIXTRAL=(--normalization RMSNorm --position-embedding-type rope --swiglu --disable-bias-linear
+         --untie-embeddings-and-output-weights --num-experts 4 --moe-router-topk 2 --ffn-hidden-size 16)
+if train 1 1 --train-iters 2 "${MIXTRAL[@]}" --save mix >/dev/null &&
+   "$TRIDENT" convert --from trident mix --to hf mix_hf >mix_conv.log 2>&1 &&
+   jq -e '.architectures == ["MixtralForCausalLM"] and .num_local_experts == 4 and .intermediate_size == 16' \
+      mix_hf/config.json >/dev/null && "$TRIDENT" convert --from hf mix_hf --to trident mix_back >mix_back.log 2>&1 &&
+   out=$("$TRIDENT" checkpoint compare mix mix_back) && grep -q "bit-identical" <<<"$out" &&
+   train 1 1 --train-iters 1 "${MIXTRAL[@]}" --load mix_back --finetune >/dev/null &&
+   train 1 1 --train-iters 1 "${MIXTRAL[@]}" --moe-ffn-hidden-size 16 --load mix_back --finetune >/dev/null; then
+  ok "a Mixtral-shaped checkpoint: out as MixtralForCausalLM, back bit-identical, fine-tunes with or without --moe-ffn-hidden-size"
+else bad "Mixtral round trip"; cat "$last_log" mix_conv.log mix_back.log; echo "${out:-}"; fi
+mkdir -p moe_bad && cp moe_hf/model.safetensors moe_bad/ && jq '.decoder_sparse_step = 2' moe_hf/config.json >moe_bad/config.json
+
 check_fail() { # name rc text args...
   local name=$1 want=$2 text=$3; shift 3
   out=$("$TRIDENT" convert "$@" 2>&1); rc=$?
@@ -79,4 +124,6 @@ check_fail() { # name rc text args...
 check_fail "unknown direction" 2 "the conversions are" --from trident src --to trident x
 check_fail "missing input" 1 "no checkpoint there" --from trident nowhere --to hf x
 check_fail "not a GPT-2 folder" 1 "cannot read nowhere/config.json" --from hf nowhere --to trident x
+check_fail "Qwen2-MoE with dense layers" 1 "decoder_sparse_step is 2; trident converts Qwen2-MoE models whose every layer is sparse" \
+  --from hf moe_bad --to trident x
 finish

@@ -16,7 +16,12 @@
  * forward written here after transformers' MegatronBert — embeddings with token types, a
  * LayerNorm before attention and before the MLP, an additive mask on the padded keys, the
  * encoder's final LayerNorm, the prediction head's transform and tied decoder, the pooler and
- * seq_relationship — gives trident's masked-LM logits and its weighted loss). */
+ * seq_relationship — gives trident's masked-LM logits and its weighted loss), and Mixtral
+ * (MixtralForCausalLM) and Qwen2-MoE (Qwen2MoeForCausalLM: a forward written here with its own
+ * routing — the softmax over every expert, the top k, renormalised over them or not — the SwiGLU
+ * experts one tensor each, Qwen's q/k/v biases and shared expert under a sigmoid gate): logits
+ * within 1e-5 both ways, hf -> trident -> hf giving back every tensor bit for bit, and the
+ * configs neither can compute refused. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -438,7 +443,7 @@ static void expect_import_error(const char *config, const char *want)
 static void import_refuses_what_it_cannot_compute(void **state)
 {
     (void)state;
-    expect_import_error("{\"model_type\": \"bert\"}", "gpt2, llama, mistral and megatron-bert convert");
+    expect_import_error("{\"model_type\": \"bert\"}", "gpt2, llama, mistral, mixtral, qwen2_moe and megatron-bert convert");
     expect_import_error("{\"vocab_size\": 50, \"n_positions\": 8, \"n_embd\": 16, \"n_layer\": 2, \"n_head\": 4, "
                         "\"activation_function\": \"gelu\"}", "not the tanh GeLU");
     expect_import_error("{\"vocab_size\": 50, \"n_positions\": 8, \"n_embd\": 16, \"n_layer\": 2, \"n_head\": 4, "
@@ -855,6 +860,555 @@ static void bert_export_matches_reference_and_round_trips(void **state)
     gpt_free(m);
 }
 
+/* ---- Mixtral and Qwen2-MoE: an independent MixtralForCausalLM and Qwen2MoeForCausalLM ---- */
+
+/* hidden, heads, key/value heads, head size, experts, experts a token, an expert's and the shared
+ * expert's hidden sizes, Qwen's dense intermediate_size (in config.json only: no layer is dense) */
+enum { MH = 32, MNH = 4, MG = 2, MD = 8, ME = 4, MK = 2, MF = 16, MS = 24, MDENSE = 40 };
+
+typedef struct {
+    int qwen;      /* Qwen2MoeForCausalLM (q/k/v biases, a shared expert under a sigmoid gate), else Mixtral */
+    int norm_topk; /* the k chosen softmax weights divided by their sum (Mixtral; Qwen's norm_topk_prob) */
+    int tied;      /* no lm_head.weight: the word embedding is the head */
+    double eps, theta;
+} moe_kind;
+
+static const char *MIXTRAL_CONFIG =
+    "{\"model_type\": \"mixtral\", \"architectures\": [\"MixtralForCausalLM\"], \"vocab_size\": 50, "
+    "\"hidden_size\": 32, \"intermediate_size\": 16, \"num_hidden_layers\": 2, \"num_attention_heads\": 4, "
+    "\"num_key_value_heads\": 2, \"head_dim\": 8, \"max_position_embeddings\": 8, \"rms_norm_eps\": 1e-05, "
+    "\"rope_theta\": 300.0, \"hidden_act\": \"silu\", \"num_local_experts\": 4, \"num_experts_per_tok\": 2, "
+    "\"router_aux_loss_coef\": 0.02, \"router_jitter_noise\": 0.0, \"output_router_logits\": false, "
+    "\"sliding_window\": null, \"tie_word_embeddings\": false}";
+static const moe_kind MIXTRAL = {.qwen = 0, .norm_topk = 1, .tied = 0, .eps = 1e-5, .theta = 300.0};
+
+/* as transformers 5 writes it: rope_parameters, layer_types; a sliding_window shorter than the
+ * positions that use_sliding_window false leaves unused */
+static const char *QWEN2MOE_CONFIG =
+    "{\"model_type\": \"qwen2_moe\", \"architectures\": [\"Qwen2MoeForCausalLM\"], \"vocab_size\": 50, "
+    "\"hidden_size\": 32, \"intermediate_size\": 40, \"moe_intermediate_size\": 16, "
+    "\"shared_expert_intermediate_size\": 24, \"num_hidden_layers\": 2, \"num_attention_heads\": 4, "
+    "\"num_key_value_heads\": 2, \"max_position_embeddings\": 8, \"rms_norm_eps\": 1e-06, "
+    "\"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 700.0}, \"hidden_act\": \"silu\", "
+    "\"num_experts\": 4, \"num_experts_per_tok\": 2, \"norm_topk_prob\": false, \"decoder_sparse_step\": 1, "
+    "\"mlp_only_layers\": [], \"qkv_bias\": true, \"use_sliding_window\": false, \"sliding_window\": 4, "
+    "\"max_window_layers\": 28, \"layer_types\": [\"full_attention\", \"full_attention\"], "
+    "\"router_aux_loss_coef\": 0.001, \"tie_word_embeddings\": false}";
+static const moe_kind QWEN2MOE = {.qwen = 1, .norm_topk = 0, .tied = 0, .eps = 1e-6, .theta = 700.0};
+
+/* The names of layer l's router and of expert e's gate, up and down projections (w = 0, 1, 2). */
+static const char *moe_router_name(const moe_kind *k, int l, char *n, size_t len)
+{
+    snprintf(n, len, k->qwen ? "model.layers.%d.mlp.gate.weight" : "model.layers.%d.block_sparse_moe.gate.weight", l);
+    return n;
+}
+static const char *moe_expert_name(const moe_kind *k, int l, int e, int w, char *n, size_t len)
+{
+    static const char *const qwen[] = {"gate_proj", "up_proj", "down_proj"}, *const mixtral[] = {"w1", "w3", "w2"};
+    if (k->qwen) snprintf(n, len, "model.layers.%d.mlp.experts.%d.%s.weight", l, e, qwen[w]);
+    else snprintf(n, len, "model.layers.%d.block_sparse_moe.experts.%d.%s.weight", l, e, mixtral[w]);
+    return n;
+}
+
+/* A random model of the kind, in transformers' names and shapes. */
+static void random_moe(hmodel *m, const moe_kind *k, uint64_t seed)
+{
+    char n[128];
+    hadd(m, "model.embed_tokens.weight", V, MH);
+    for (int l = 0; l < L; l++) {
+        const struct {
+            const char *s;
+            int64_t d0, d1;
+            int qwen_only;
+        } shapes[] = {{"input_layernorm.weight", MH, 0, 0},      {"self_attn.q_proj.weight", MNH * MD, MH, 0},
+                      {"self_attn.k_proj.weight", MG * MD, MH, 0}, {"self_attn.v_proj.weight", MG * MD, MH, 0},
+                      {"self_attn.q_proj.bias", MNH * MD, 0, 1},  {"self_attn.k_proj.bias", MG * MD, 0, 1},
+                      {"self_attn.v_proj.bias", MG * MD, 0, 1},   {"self_attn.o_proj.weight", MH, MNH * MD, 0},
+                      {"post_attention_layernorm.weight", MH, 0, 0}, {"mlp.shared_expert.gate_proj.weight", MS, MH, 1},
+                      {"mlp.shared_expert.up_proj.weight", MS, MH, 1}, {"mlp.shared_expert.down_proj.weight", MH, MS, 1},
+                      {"mlp.shared_expert_gate.weight", 1, MH, 1}};
+        for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+            if (shapes[i].qwen_only && !k->qwen) continue;
+            snprintf(n, sizeof n, "model.layers.%d.%s", l, shapes[i].s);
+            hadd(m, n, shapes[i].d0, shapes[i].d1);
+        }
+        hadd(m, moe_router_name(k, l, n, sizeof n), ME, MH);
+        for (int e = 0; e < ME; e++) {
+            hadd(m, moe_expert_name(k, l, e, 0, n, sizeof n), MF, MH);
+            hadd(m, moe_expert_name(k, l, e, 1, n, sizeof n), MF, MH);
+            hadd(m, moe_expert_name(k, l, e, 2, n, sizeof n), MH, MF);
+        }
+    }
+    hadd(m, "model.norm.weight", MH, 0);
+    if (!k->tied) hadd(m, "lm_head.weight", V, MH);
+    for (int i = 0; i < m->n; i++) {
+        htensor *t = &m->t[i];
+        int64_t cnt = t->shape[0] * (t->ndim == 2 ? t->shape[1] : 1);
+        int norm = strstr(t->name, "norm") != NULL;
+        for (int64_t j = 0; j < cnt; j++) t->v[j] = (float)((norm ? 1.0 : 0.0) + 0.8 * (lcg_uniform(&seed) - 0.5));
+    }
+}
+
+static void rms_n(double *out, const double *in, const float *w, int n, double eps)
+{
+    double ss = 0;
+    for (int i = 0; i < n; i++) ss += in[i] * in[i];
+    double r = 1.0 / sqrt(ss / n + eps);
+    for (int i = 0; i < n; i++) out[i] = in[i] * r * w[i];
+}
+
+/* transformers' rotate-half rotary positions on one head of MD. */
+static void rope_head(double *x, int pos, double theta)
+{
+    double y[MD];
+    for (int i = 0; i < MD; i++) {
+        double ang = pos * pow(theta, -2.0 * (i % (MD / 2)) / MD);
+        double rot = i < MD / 2 ? -x[i + MD / 2] : x[i - MD / 2];
+        y[i] = x[i] * cos(ang) + rot * sin(ang);
+    }
+    memcpy(x, y, sizeof y);
+}
+
+static double silu(double v) { return v / (1.0 + exp(-v)); }
+
+/* down (silu(gate x) * (up x)) of hidden width f (at most MS). */
+static void swiglu_mlp(double *out, const double *in, const float *gate, const float *up, const float *down, int f)
+{
+    double g[MS], u[MS];
+    linear(g, in, gate, MH, f);
+    linear(u, in, up, MH, f);
+    for (int i = 0; i < f; i++) g[i] = silu(g[i]) * u[i];
+    linear(out, g, down, f, MH);
+}
+
+/* The sparse MLP block of layer l on one token: the softmax over all experts' logits, its MK
+ * largest (ties to the lower index), divided by their sum when norm_topk; the chosen experts'
+ * outputs so weighted; Qwen: plus the shared expert times sigmoid(shared_expert_gate . x).
+ * *nearest: the smallest gap between the k-th chosen and the best unchosen probability seen. */
+static void ref_moe_block(double *out, const double *in, const hmodel *m, const moe_kind *k, int l, double *nearest)
+{
+    char n[128];
+    double lg[ME], p[ME], mx = -INFINITY, sum = 0;
+    linear(lg, in, hget(m, moe_router_name(k, l, n, sizeof n), ME, MH), MH, ME);
+    for (int e = 0; e < ME; e++) mx = fmax(mx, lg[e]);
+    for (int e = 0; e < ME; e++) sum += p[e] = exp(lg[e] - mx);
+    for (int e = 0; e < ME; e++) p[e] /= sum;
+    int chosen[MK], used[ME] = {0};
+    double w[MK], wsum = 0;
+    for (int j = 0; j < MK; j++) {
+        int best = -1;
+        for (int e = 0; e < ME; e++)
+            if (!used[e] && (best < 0 || p[e] > p[best])) best = e;
+        used[best] = 1;
+        chosen[j] = best;
+        wsum += w[j] = p[best];
+    }
+    for (int e = 0; e < ME; e++)
+        if (!used[e]) *nearest = fmin(*nearest, w[MK - 1] - p[e]);
+    if (k->norm_topk)
+        for (int j = 0; j < MK; j++) w[j] /= wsum;
+    for (int i = 0; i < MH; i++) out[i] = 0;
+    for (int j = 0; j < MK; j++) {
+        double y[MH];
+        char g[128], u[128], d[128];
+        int e = chosen[j];
+        swiglu_mlp(y, in, hget(m, moe_expert_name(k, l, e, 0, g, sizeof g), MF, MH),
+                   hget(m, moe_expert_name(k, l, e, 1, u, sizeof u), MF, MH),
+                   hget(m, moe_expert_name(k, l, e, 2, d, sizeof d), MH, MF), MF);
+        for (int i = 0; i < MH; i++) out[i] += w[j] * y[i];
+    }
+    if (!k->qwen) return;
+    double y[MH], glog;
+    swiglu_mlp(y, in, bget(m, "model.layers.%d.mlp.shared_expert.gate_proj.weight", l, MS, MH),
+               bget(m, "model.layers.%d.mlp.shared_expert.up_proj.weight", l, MS, MH),
+               bget(m, "model.layers.%d.mlp.shared_expert.down_proj.weight", l, MH, MS), MS);
+    linear(&glog, in, bget(m, "model.layers.%d.mlp.shared_expert_gate.weight", l, 1, MH), MH, 1);
+    for (int i = 0; i < MH; i++) out[i] += y[i] / (1.0 + exp(-glog));
+}
+
+/* The model's logits (T, V) for IDS; *nearest as ref_moe_block's over every token and layer. */
+static void ref_moe_logits(const hmodel *m, const moe_kind *k, double *logits, double *nearest)
+{
+    static double x[T][MH], a[T][MH], q[T][MNH * MD], kk[T][MG * MD], v[T][MG * MD], y[T][MNH * MD], tmp[T][MH];
+    const float *emb = hget(m, "model.embed_tokens.weight", V, MH);
+    *nearest = INFINITY;
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < MH; i++) x[t][i] = emb[IDS[t] * MH + i];
+    for (int l = 0; l < L; l++) {
+        for (int t = 0; t < T; t++) {
+            rms_n(a[t], x[t], bget(m, "model.layers.%d.input_layernorm.weight", l, MH, 0), MH, k->eps);
+            linear(q[t], a[t], bget(m, "model.layers.%d.self_attn.q_proj.weight", l, MNH * MD, MH), MH, MNH * MD);
+            linear(kk[t], a[t], bget(m, "model.layers.%d.self_attn.k_proj.weight", l, MG * MD, MH), MH, MG * MD);
+            linear(v[t], a[t], bget(m, "model.layers.%d.self_attn.v_proj.weight", l, MG * MD, MH), MH, MG * MD);
+            if (k->qwen) {
+                const float *qb = bget(m, "model.layers.%d.self_attn.q_proj.bias", l, MNH * MD, 0);
+                const float *kb = bget(m, "model.layers.%d.self_attn.k_proj.bias", l, MG * MD, 0);
+                const float *vb = bget(m, "model.layers.%d.self_attn.v_proj.bias", l, MG * MD, 0);
+                for (int i = 0; i < MNH * MD; i++) q[t][i] += qb[i];
+                for (int i = 0; i < MG * MD; i++) kk[t][i] += kb[i], v[t][i] += vb[i];
+            }
+            for (int hd = 0; hd < MNH; hd++) rope_head(q[t] + hd * MD, t, k->theta);
+            for (int g = 0; g < MG; g++) rope_head(kk[t] + g * MD, t, k->theta);
+        }
+        for (int hd = 0; hd < MNH; hd++) {
+            int g = hd / (MNH / MG); /* repeat_kv */
+            for (int t = 0; t < T; t++) {
+                double s[T], mx = -INFINITY, sum = 0;
+                for (int u = 0; u <= t; u++) {
+                    s[u] = 0;
+                    for (int e = 0; e < MD; e++) s[u] += q[t][hd * MD + e] * kk[u][g * MD + e];
+                    s[u] /= sqrt((double)MD);
+                    mx = fmax(mx, s[u]);
+                }
+                for (int u = 0; u <= t; u++) sum += (s[u] = exp(s[u] - mx));
+                for (int e = 0; e < MD; e++) {
+                    double acc = 0;
+                    for (int u = 0; u <= t; u++) acc += s[u] / sum * v[u][g * MD + e];
+                    y[t][hd * MD + e] = acc;
+                }
+            }
+        }
+        for (int t = 0; t < T; t++) {
+            linear(tmp[t], y[t], bget(m, "model.layers.%d.self_attn.o_proj.weight", l, MH, MNH * MD), MNH * MD, MH);
+            for (int i = 0; i < MH; i++) x[t][i] += tmp[t][i];
+            rms_n(a[t], x[t], bget(m, "model.layers.%d.post_attention_layernorm.weight", l, MH, 0), MH, k->eps);
+            ref_moe_block(tmp[t], a[t], m, k, l, nearest);
+            for (int i = 0; i < MH; i++) x[t][i] += tmp[t][i];
+        }
+    }
+    const float *head = k->tied ? emb : hget(m, "lm_head.weight", V, MH);
+    for (int t = 0; t < T; t++) {
+        rms_n(a[t], x[t], hget(m, "model.norm.weight", MH, 0), MH, k->eps);
+        linear(logits + t * V, a[t], head, MH, V);
+    }
+}
+
+/* trident's logits and loss for the model against the reference's; the routing decisions are
+ * away from ties (the nearest printed): a flipped choice would be an O(1) error, not noise. */
+static void compare_moe(gpt_model *m, const hmodel *hm, const moe_kind *k, const char *what)
+{
+    double ref[T * V], nearest;
+    ref_moe_logits(hm, k, ref, &nearest);
+    printf("%s: nearest tie between a chosen and an unchosen expert: %.3g in probability\n", what, nearest);
+    assert_true(nearest > 1e-4);
+    float *got = trident_logits(m);
+    compare_logits(got, m->vocab_l, ref, what);
+    compare_loss(m, ref, what);
+    free(got);
+}
+
+/* Every tensor of `want` is in `got` with its shape and bit for bit its values, and nothing else. */
+static void same_tensors(const hmodel *want, const hmodel *got)
+{
+    assert_int_equal(got->n, want->n);
+    for (int i = 0; i < want->n; i++) {
+        const htensor *t = &want->t[i];
+        const float *g = hget(got, t->name, t->shape[0], t->shape[1]);
+        assert_memory_equal(g, t->v, (size_t)(t->shape[0] * (t->ndim == 2 ? t->shape[1] : 1)) * sizeof(float));
+    }
+}
+
+/* The trident checkpoint ck exported to "<tag>_hf" (hfdir), read back into hm. */
+static void export_checkpoint(const char *ck, const char *tag, char *hfdir, size_t len, hmodel *hm)
+{
+    char name[80], err[1024] = "";
+    snprintf(name, sizeof name, "%s_hf", tag);
+    sub(hfdir, len, name);
+    ckpt_meta meta;
+    if (ckpt_find(ck, &meta, err, sizeof err)) fail_msg("%s", err);
+    if (hf_export(&meta, hfdir, ST_F32, err, sizeof err)) fail_msg("%s", err);
+    ckpt_meta_free(&meta);
+    read_hf(hm, hfdir);
+}
+
+/* hf -> trident (the file, or `shards` > 1 files and their index): the logits and loss trident
+ * computes are the reference's; the checkpoint's model is the config's; trident -> hf gives back
+ * every tensor bit for bit. */
+static void moe_import(const moe_kind *k, const char *config, const char *tag, int shards)
+{
+    hmodel hm = {0}, back = {0};
+    random_moe(&hm, k, k->qwen ? 21 : 13);
+    char hfdir[600], ck[600], name[64], err[1024] = "";
+    snprintf(name, sizeof name, "%s_import_hf", tag);
+    sub(hfdir, sizeof hfdir, name);
+    snprintf(name, sizeof name, "%s_import_ckpt", tag);
+    sub(ck, sizeof ck, name);
+    if (shards > 1) write_hf_sharded(&hm, hfdir, config, shards);
+    else write_hf(&hm, hfdir, config);
+    if (hf_import(hfdir, ck, 8, "cpu", g_world, err, sizeof err)) fail_msg("%s", err);
+    gpt_model *m = load_model(ck);
+    const gpt_config *c = &m->cfg;
+    assert_int_equal(c->num_experts, ME);
+    assert_int_equal(c->moe_topk, MK);
+    assert_int_equal(gpt_moe_ffn(c), MF);
+    assert_int_equal(c->moe_pre_softmax, !k->norm_topk);
+    assert_int_equal(c->moe_shared_ffn, k->qwen ? MS : 0);
+    assert_int_equal(c->moe_shared_gate, k->qwen);
+    assert_int_equal(c->add_qkv_bias, k->qwen);
+    assert_int_equal(gpt_groups(c), MG);
+    assert_true(c->swiglu && c->disable_bias && c->untied && c->norm == GPT_NORM_RMSNORM);
+    assert_true(fabs(gpt_rotary_base(c) - k->theta) < 1e-3);
+    assert_true(fabs(c->moe_aux_coeff - (k->qwen ? 0.001 : 0.02)) < 1e-9);
+    if (k->qwen) assert_int_equal(c->ffn, MDENSE);
+    snprintf(name, sizeof name, "%s hf -> trident", tag);
+    compare_moe(m, &hm, k, name);
+    gpt_free(m);
+
+    snprintf(name, sizeof name, "%s_reexport", tag);
+    export_checkpoint(ck, name, hfdir, sizeof hfdir, &back);
+    same_tensors(&hm, &back);
+    cJSON *cfg = read_config_json(hfdir);
+    assert_int_equal(cJSON_GetObjectItem(cfg, k->qwen ? "num_experts" : "num_local_experts")->valueint, ME);
+    assert_int_equal(cJSON_GetObjectItem(cfg, "num_experts_per_tok")->valueint, MK);
+    assert_int_equal(cJSON_GetObjectItem(cfg, k->qwen ? "moe_intermediate_size" : "intermediate_size")->valueint, MF);
+    if (k->qwen) {
+        assert_int_equal(cJSON_GetObjectItem(cfg, "intermediate_size")->valueint, MDENSE);
+        assert_int_equal(cJSON_GetObjectItem(cfg, "shared_expert_intermediate_size")->valueint, MS);
+        assert_true(cJSON_IsFalse(cJSON_GetObjectItem(cfg, "norm_topk_prob")));
+        assert_true(cJSON_IsTrue(cJSON_GetObjectItem(cfg, "qkv_bias")));
+    }
+    cJSON_Delete(cfg);
+    hfree(&back);
+    hfree(&hm);
+}
+
+static void mixtral_import_matches_reference_and_round_trips(void **state)
+{
+    (void)state;
+    moe_import(&MIXTRAL, MIXTRAL_CONFIG, "mixtral", 1);
+}
+
+static void qwen2moe_import_matches_reference_and_round_trips(void **state)
+{
+    (void)state;
+    moe_import(&QWEN2MOE, QWEN2MOE_CONFIG, "qwen2moe", 1);
+}
+
+/* As published (Mixtral-8x7B in 19 files): the shards of model.safetensors.index.json. */
+static void mixtral_import_sharded(void **state)
+{
+    (void)state;
+    moe_import(&MIXTRAL, MIXTRAL_CONFIG, "mixtral_sharded", 3);
+}
+
+/* dir's index with weight_map[name] = file. */
+static void set_weight_map(const char *dir, const char *name, const char *file)
+{
+    char path[700];
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    static char text[65536];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = 0;
+    cJSON *idx = cJSON_Parse(text), *map = cJSON_GetObjectItem(idx, "weight_map");
+    assert_non_null(map);
+    cJSON_DeleteItemFromObject(map, name);
+    cJSON_AddStringToObject(map, name, file);
+    char *out = cJSON_Print(idx);
+    f = fopen(path, "w");
+    fputs(out, f);
+    fclose(f);
+    free(out);
+    cJSON_Delete(idx);
+}
+
+/* Shards that disagree with their index, or are missing, are refused naming the file. */
+static void sharded_files_refused(void **state)
+{
+    (void)state;
+    const struct {
+        const char *file, *want;
+        int drop, extra; /* remove shard 2; write a shard holding the first tensor again */
+    } cases[] = {
+        {"model-00002-of-00003.safetensors", "weight_map puts model.embed_tokens.weight in model-00002-of-00003.safetensors, which does not hold it", 0, 0},
+        {"../model-00001-of-00003.safetensors", "weight_map's entry for model.embed_tokens.weight is not a file name of the folder", 0, 0},
+        {"model-00001-of-00003.safetensors", "names shard model-00002-of-00003.safetensors, which does not open", 1, 0},
+        {"model-extra.safetensors", "tensor model.embed_tokens.weight is in two shards", 0, 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        hmodel hm = {0};
+        random_moe(&hm, &MIXTRAL, 5);
+        char hfdir[600], ck[600], path[700], err[1024] = "";
+        sub(hfdir, sizeof hfdir, "bad_shards_hf");
+        sub(ck, sizeof ck, "bad_shards_ckpt");
+        write_hf_sharded(&hm, hfdir, MIXTRAL_CONFIG, 3);
+        set_weight_map(hfdir, "model.embed_tokens.weight", cases[i].file);
+        snprintf(path, sizeof path, "%s/model-00002-of-00003.safetensors", hfdir);
+        if (cases[i].drop) assert_int_equal(unlink(path), 0);
+        snprintf(path, sizeof path, "%s/model-extra.safetensors", hfdir);
+        if (cases[i].extra) write_st(&hm, path, 0, 1);
+        assert_int_equal(hf_import(hfdir, ck, 8, "cpu", g_world, err, sizeof err), -1);
+        if (!strstr(err, cases[i].want)) fail_msg("error '%s' lacks '%s'", err, cases[i].want);
+        printf("  refused: %s\n", err);
+        assert_null(strchr(err, '\n'));
+        struct stat sb;
+        assert_int_not_equal(stat(ck, &sb), 0); /* nothing written */
+        char cmd[700];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", hfdir);
+        assert_int_equal(system(cmd), 0);
+        hfree(&hm);
+    }
+}
+
+/* A trident mixture of experts of the kind (its 1-D tensors, zeros and ones at init, moved so
+ * that every one counts). */
+static gpt_model *moe_model(const moe_kind *k, uint64_t seed)
+{
+    gpt_config c = {.num_layers = L, .hidden = MH, .heads = MNH, .query_groups = MG, .kv_channels = MD,
+                    .ffn = 64, /* not the experts' size: a Mixtral's comes back as it */
+                    .seq = T, .max_pos = P, .vocab = V, .padded_vocab = gpt_padded_vocab(V, 8, 1),
+                    .norm = GPT_NORM_RMSNORM, .norm_eps = (float)k->eps, .pos = GPT_POS_ROPE,
+                    .rotary_base = (float)k->theta, .swiglu = 1, .disable_bias = 1, .add_qkv_bias = k->qwen,
+                    .untied = !k->tied, .init_std = 0.4f, .seed = seed, .num_experts = ME, .moe_ffn = MF,
+                    .moe_topk = MK, .moe_pre_softmax = !k->norm_topk, .moe_shared_ffn = k->qwen ? MS : 0,
+                    .moe_shared_gate = k->qwen, .moe_aux_coeff = 0.01f};
+    gpt_model *m = gpt_create(&c, g_ps, g_be, 0, L, 1, 1);
+    float *host = malloc(m->numel * sizeof(float));
+    be_memcpy(g_be, host, m->params, m->numel * sizeof(float), BE_D2H);
+    for (int i = 0; i < m->ntensors; i++)
+        if (m->table[i].ndim == 1)
+            for (size_t j = 0; j < m->table[i].numel; j++) host[m->table[i].offset + j] += (float)(0.4 * (lcg_uniform(&seed) - 0.5));
+    be_memcpy(g_be, m->params, host, m->numel * sizeof(float), BE_H2D);
+    free(host);
+    return m;
+}
+
+/* trident -> hf: the files hold transformers' names and shapes, and the reference's logits over
+ * them are trident's; hf -> trident gives back every parameter bit for bit. Mixtral untied,
+ * Qwen2-MoE tied and renormalising its top-k (norm_topk_prob true). */
+static void moe_export_matches_reference_and_round_trips(void **state)
+{
+    (void)state;
+    static const moe_kind kinds[] = {{.qwen = 0, .norm_topk = 1, .tied = 0, .eps = 1e-5, .theta = 300.0},
+                                     {.qwen = 1, .norm_topk = 1, .tied = 1, .eps = 1e-6, .theta = 700.0}};
+    for (int i = 0; i < 2; i++) {
+        const moe_kind *k = &kinds[i];
+        const char *tag = k->qwen ? "qwen2moe_export" : "mixtral_export";
+        gpt_model *m = moe_model(k, 31 + (uint64_t)i);
+        char hfdir[600], n[128];
+        hmodel hm = {0};
+        export_model(m, tag, hfdir, sizeof hfdir, &hm);
+        assert_int_equal(hm.n, 2 + !k->tied + L * (6 + 1 + 3 * ME + (k->qwen ? 3 + 4 : 0)));
+        hget(&hm, moe_router_name(k, 1, n, sizeof n), ME, MH);
+        hget(&hm, moe_expert_name(k, 0, ME - 1, 0, n, sizeof n), MF, MH);
+        hget(&hm, moe_expert_name(k, 1, 2, 2, n, sizeof n), MH, MF);
+        if (k->qwen) hget(&hm, "model.layers.1.mlp.shared_expert_gate.weight", 1, MH);
+        cJSON *cfg = read_config_json(hfdir);
+        assert_string_equal(cJSON_GetObjectItem(cfg, "model_type")->valuestring, k->qwen ? "qwen2_moe" : "mixtral");
+        assert_string_equal(cJSON_GetArrayItem(cJSON_GetObjectItem(cfg, "architectures"), 0)->valuestring,
+                            k->qwen ? "Qwen2MoeForCausalLM" : "MixtralForCausalLM");
+        assert_int_equal(cJSON_GetObjectItem(cfg, "num_experts_per_tok")->valueint, MK);
+        assert_true(fabs(cJSON_GetObjectItem(cfg, "router_aux_loss_coef")->valuedouble - 0.01) < 1e-12);
+        if (k->qwen) assert_true(cJSON_IsTrue(cJSON_GetObjectItem(cfg, "norm_topk_prob")));
+        assert_int_equal(cJSON_IsTrue(cJSON_GetObjectItem(cfg, "tie_word_embeddings")), k->tied);
+        cJSON_Delete(cfg);
+        compare_moe(m, &hm, k, k->qwen ? "qwen2moe trident -> hf" : "mixtral trident -> hf");
+        hfree(&hm);
+        check_round_trip(m, hfdir, tag);
+        gpt_free(m);
+    }
+}
+
+/* base (a config.json) with the keys of `extra` replaced (a JSON object's members). */
+static char *config_with(const char *base, const char *extra)
+{
+    char fragment[512];
+    cJSON *cfg = cJSON_Parse(base), *over;
+    snprintf(fragment, sizeof fragment, "{%s}", extra);
+    over = cJSON_Parse(fragment);
+    assert_non_null(cfg);
+    assert_non_null(over);
+    for (cJSON *j = over->child; j; j = j->next) {
+        cJSON_DeleteItemFromObject(cfg, j->string);
+        cJSON_AddItemToObject(cfg, j->string, cJSON_Duplicate(j, 1));
+    }
+    char *s = cJSON_PrintUnformatted(cfg);
+    cJSON_Delete(cfg);
+    cJSON_Delete(over);
+    return s;
+}
+
+static void expect_moe_error(const moe_kind *k, const char *extra, const char *want)
+{
+    hmodel hm = {0};
+    random_moe(&hm, k, 5);
+    char hfdir[600], ck[600], err[1024] = "";
+    sub(hfdir, sizeof hfdir, "bad_moe_hf");
+    sub(ck, sizeof ck, "bad_moe_ckpt");
+    char *config = config_with(k->qwen ? QWEN2MOE_CONFIG : MIXTRAL_CONFIG, extra);
+    write_hf(&hm, hfdir, config);
+    free(config);
+    assert_int_equal(hf_import(hfdir, ck, 8, "cpu", g_world, err, sizeof err), -1);
+    if (!strstr(err, want)) fail_msg("error '%s' lacks '%s'", err, want);
+    assert_null(strchr(err, '\n'));
+    struct stat sb;
+    assert_int_not_equal(stat(ck, &sb), 0); /* nothing written */
+    hfree(&hm);
+}
+
+/* A trident model the families cannot hold is refused on export, naming what differs from each. */
+static void expect_moe_export_error(gpt_config c, const char *tag, const char *const *want)
+{
+    gpt_model *m = gpt_create(&c, g_ps, g_be, 0, L, 1, 1);
+    char ck[600], out[600], name[64], err[1024] = "";
+    snprintf(name, sizeof name, "%s_ckpt", tag);
+    sub(ck, sizeof ck, name);
+    snprintf(name, sizeof name, "%s_hf", tag);
+    sub(out, sizeof out, name);
+    ckpt_model cm = {g_ps, 1, &m, NULL, NULL, NULL, NULL};
+    ckpt_progress prog = {.iteration = 1, .seed = c.seed};
+    ckpt_save(ck, &cm, &prog, "{}", 0, NULL);
+    ckpt_meta meta;
+    if (ckpt_find(ck, &meta, err, sizeof err)) fail_msg("%s", err);
+    assert_int_equal(hf_export(&meta, out, ST_F32, err, sizeof err), -1);
+    ckpt_meta_free(&meta);
+    gpt_free(m);
+    for (int i = 0; want[i]; i++)
+        if (!strstr(err, want[i])) fail_msg("error '%s' lacks '%s'", err, want[i]);
+    struct stat sb;
+    assert_int_not_equal(stat(out, &sb), 0); /* nothing written */
+}
+
+static void moe_refuses_what_it_cannot_compute(void **state)
+{
+    (void)state;
+    expect_moe_error(&MIXTRAL, "\"router_jitter_noise\": 0.01", "router_jitter_noise is 0.01");
+    expect_moe_error(&MIXTRAL, "\"sliding_window\": 4", "sliding_window 4 is shorter than max_position_embeddings 8");
+    expect_moe_error(&MIXTRAL, "\"num_experts_per_tok\": 5", "num_experts_per_tok 5 is more than the 4 experts");
+    expect_moe_error(&MIXTRAL, "\"num_local_experts\": 5",
+                     "tensor model.layers.1.block_sparse_moe.experts.4.w2.weight is missing");
+    expect_moe_error(&MIXTRAL, "\"num_local_experts\": 3",
+                     "block_sparse_moe.gate.weight has shape [4, 32] but the config makes it [3, 32]");
+    expect_moe_error(&MIXTRAL, "\"num_local_experts\": 2000", "num_local_experts 2000 is more than the 1024 experts");
+    expect_moe_error(&MIXTRAL, "\"intermediate_size\": 24", "experts.0.w2.weight has shape [32, 16] but the config makes it [32, 24]");
+    expect_moe_error(&QWEN2MOE, "\"decoder_sparse_step\": 2", "decoder_sparse_step is 2");
+    expect_moe_error(&QWEN2MOE, "\"mlp_only_layers\": [1]", "mlp_only_layers is not empty");
+    expect_moe_error(&QWEN2MOE, "\"use_sliding_window\": true", "use_sliding_window is true");
+    expect_moe_error(&QWEN2MOE, "\"layer_types\": [\"sliding_attention\", \"full_attention\"]", "sliding_attention");
+    expect_moe_error(&QWEN2MOE, "\"rope_parameters\": {\"rope_type\": \"yarn\", \"rope_theta\": 700.0}",
+                     "rope_type is 'yarn'");
+    expect_moe_error(&QWEN2MOE, "\"shared_expert_intermediate_size\": 0", "shared_expert_intermediate_size");
+    expect_moe_error(&QWEN2MOE, "\"qkv_bias\": false", "unexpected tensor model.layers.0.self_attn.q_proj.bias");
+
+    gpt_config c = {.num_layers = L, .hidden = MH, .heads = MNH, .ffn = MF, .seq = T, .max_pos = P, .vocab = V,
+                    .padded_vocab = gpt_padded_vocab(V, 8, 1), .norm = GPT_NORM_RMSNORM, .pos = GPT_POS_ROPE,
+                    .swiglu = 1, .disable_bias = 1, .init_std = 0.3f, .seed = 3, .num_experts = ME, .moe_topk = MK,
+                    .moe_score = 1};
+    const char *const sigmoid[] = {"LlamaForCausalLM: a mixture of experts", "MixtralForCausalLM: a sigmoid router",
+                                   "Qwen2MoeForCausalLM: a sigmoid router", NULL};
+    expect_moe_export_error(c, "moe_sigmoid", sigmoid);
+    c.moe_score = 0, c.moe_shared_ffn = MS;
+    const char *const ungated[] = {"MixtralForCausalLM: a shared expert",
+                                   "Qwen2MoeForCausalLM: a shared expert without its gate", NULL};
+    expect_moe_export_error(c, "moe_ungated", ungated);
+    c.moe_shared_ffn = 0, c.moe_pre_softmax = 1;
+    const char *const pre[] = {"MixtralForCausalLM: weights not renormalised", "Qwen2MoeForCausalLM: no shared expert",
+                               NULL};
+    expect_moe_export_error(c, "moe_pre_softmax", pre);
+}
+
 /* ---- the list of families: which converts what, and each one's own tensors ---- */
 
 /* The text of DIR/config.json (malloc'd). */
@@ -875,7 +1429,7 @@ static void families_route_models_and_tensors(void **state)
     assert_string_equal(hf_class_of(&bc), "MegatronBertForPreTraining");
     char types[256];
     hf_model_types(types, sizeof types);
-    assert_string_equal(types, "gpt2, llama, mistral and megatron-bert");
+    assert_string_equal(types, "gpt2, llama, mistral, mixtral, qwen2_moe and megatron-bert");
 
     /* a model no family computes: refused, naming what differs from each (BERT's: the family) */
     gpt_config c = {.num_layers = L, .hidden = H, .heads = NH, .ffn = F, .seq = T, .max_pos = P, .vocab = V,
@@ -945,6 +1499,12 @@ int main(int argc, char **argv)
         cmocka_unit_test(llama_export_matches_reference_and_round_trips),
         cmocka_unit_test(llama_import_refuses_what_it_cannot_compute),
         cmocka_unit_test(bert_export_matches_reference_and_round_trips),
+        cmocka_unit_test(mixtral_import_matches_reference_and_round_trips),
+        cmocka_unit_test(qwen2moe_import_matches_reference_and_round_trips),
+        cmocka_unit_test(mixtral_import_sharded),
+        cmocka_unit_test(sharded_files_refused),
+        cmocka_unit_test(moe_export_matches_reference_and_round_trips),
+        cmocka_unit_test(moe_refuses_what_it_cannot_compute),
         cmocka_unit_test(families_route_models_and_tensors),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

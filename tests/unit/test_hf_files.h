@@ -27,12 +27,13 @@ typedef struct {
 
 typedef struct {
     int n;
-    htensor t[64];
+    htensor t[96];
     char dtype[8]; /* read_hf: the tensors' dtype (all the same) */
 } hmodel;
 
 static htensor *hadd(hmodel *m, const char *name, int64_t d0, int64_t d1)
 {
+    assert_true(m->n < (int)(sizeof m->t / sizeof m->t[0]));
     htensor *t = &m->t[m->n++];
     snprintf(t->name, sizeof t->name, "%s", name);
     t->ndim = d1 ? 2 : 1;
@@ -66,18 +67,13 @@ static void hfree(hmodel *m)
 
 /* ---- its own safetensors writer and reader (not src/ckpt/safetensors.c) ---- */
 
-static void write_hf(const hmodel *m, const char *dir, const char *config)
+/* Tensors [from, to) of m as a safetensors file at path. */
+static void write_st(const hmodel *m, const char *path, int from, int to)
 {
-    mkdir(dir, 0755);
-    char path[700];
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    FILE *f = fopen(path, "w");
-    fputs(config, f);
-    fclose(f);
     char hdr[16384];
     size_t n = 0, off = 0;
     n += (size_t)snprintf(hdr + n, sizeof hdr - n, "{\"__metadata__\":{\"format\":\"pt\"}");
-    for (int i = 0; i < m->n; i++) {
+    for (int i = from; i < to; i++) {
         const htensor *t = &m->t[i];
         size_t bytes = (size_t)(t->shape[0] * (t->ndim == 2 ? t->shape[1] : 1)) * 4;
         if (t->ndim == 2)
@@ -89,16 +85,65 @@ static void write_hf(const hmodel *m, const char *dir, const char *config)
         off += bytes;
     }
     n += (size_t)snprintf(hdr + n, sizeof hdr - n, "}");
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    f = fopen(path, "wb");
+    assert_true(n < sizeof hdr - 1);
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
     uint64_t len = n;
     fwrite(&len, 8, 1, f);
     fwrite(hdr, 1, n, f);
-    for (int i = 0; i < m->n; i++) {
+    for (int i = from; i < to; i++) {
         const htensor *t = &m->t[i];
         fwrite(t->v, 4, (size_t)(t->shape[0] * (t->ndim == 2 ? t->shape[1] : 1)), f);
     }
     fclose(f);
+}
+
+static void write_config(const char *dir, const char *config)
+{
+    mkdir(dir, 0755);
+    char path[700];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    FILE *f = fopen(path, "w");
+    fputs(config, f);
+    fclose(f);
+}
+
+static void write_hf(const hmodel *m, const char *dir, const char *config)
+{
+    write_config(dir, config);
+    char path[700];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    write_st(m, path, 0, m->n);
+}
+
+/* m as save_pretrained shards it: `shards` files model-0000i-of-0000k.safetensors of
+ * consecutive tensors, and model.safetensors.index.json's weight_map naming each tensor's file. */
+static void write_hf_sharded(const hmodel *m, const char *dir, const char *config, int shards)
+{
+    write_config(dir, config);
+    cJSON *idx = cJSON_CreateObject(), *map = cJSON_CreateObject();
+    size_t total = 0;
+    for (int k = 0; k < shards; k++) {
+        int from = m->n * k / shards, to = m->n * (k + 1) / shards;
+        char name[64], path[700];
+        snprintf(name, sizeof name, "model-%05d-of-%05d.safetensors", k + 1, shards);
+        snprintf(path, sizeof path, "%s/%s", dir, name);
+        write_st(m, path, from, to);
+        for (int i = from; i < to; i++) {
+            cJSON_AddStringToObject(map, m->t[i].name, name);
+            total += (size_t)(m->t[i].shape[0] * (m->t[i].ndim == 2 ? m->t[i].shape[1] : 1)) * 4;
+        }
+    }
+    cJSON *meta = cJSON_AddObjectToObject(idx, "metadata");
+    cJSON_AddNumberToObject(meta, "total_size", (double)total);
+    cJSON_AddItemToObject(idx, "weight_map", map);
+    char *text = cJSON_Print(idx), path[700];
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    FILE *f = fopen(path, "w");
+    fputs(text, f);
+    fclose(f);
+    free(text);
+    cJSON_Delete(idx);
 }
 
 static void read_hf(hmodel *m, const char *dir)

@@ -1,7 +1,7 @@
-/* Hugging Face GPT-2 interchange. Owns the mapping between trident's logical tensors and
- * transformers' GPT2LMHeadModel files (config.json + model.safetensors): tensor names
- * (transformer.wte, transformer.h.N.attn.c_attn, ...), Conv1D weights stored [in, out], the
- * vocabulary unpadded, the LM head tied to wte. See docs/convert.md. */
+/* Hugging Face interchange. Owns the mapping between trident's logical tensors and transformers'
+ * files (config.json + model.safetensors) of the families src/ckpt/hf_families.c lists (GPT-2,
+ * Llama, Mixtral, Qwen2-MoE, Megatron-BERT): tensor names, row ranges (q|k|v, gate|up, each
+ * expert of a stack), transposes (GPT-2's Conv1D), the vocabulary unpadded. See docs/convert.md. */
 #ifndef TRIDENT_HF_H
 #define TRIDENT_HF_H
 
@@ -19,8 +19,9 @@
  * nothing written. Returns 0, or -1 with one line in err. */
 int hf_export(const ckpt_meta *meta, const char *out, st_dtype dtype, char *err, size_t errlen);
 
-/* Reads a transformers GPT-2 folder (config.json, model.safetensors; F32, F16 or BF16; names
- * with or without the "transformer." prefix; lm_head.weight, if present, must equal wte) and
+/* Reads a transformers folder of a family's model_type (config.json, and model.safetensors or the
+ * shards model.safetensors.index.json names; F32, F16 or BF16; GPT-2's names with or without the
+ * "transformer." prefix; a tied lm_head.weight, if present, must equal the embedding) and
  * saves it as a trident checkpoint in OUT (iteration 0, one rank, weights only: load it with
  * --finetune). The vocabulary is padded to a multiple of divisible_by with copies of the last
  * row (Megatron's rule). The model is built on backend `backend_name` (be_create); `world` is a
