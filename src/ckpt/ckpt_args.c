@@ -32,6 +32,9 @@ static void append(char *buf, size_t len, const char *s)
 int ckpt_args_reconcile(td_args *a, const ckpt_meta *m, int vocab, int tp, int log, char *msg, size_t msglen)
 {
     gpt_config run = ckpt_config_of_args(a, vocab, tp), ckn = m->model, *ck = &ckn;
+    gpt_config run_said = run, ck_said = ckn; /* in messages: the defaults as what they mean (128, not 0) */
+    gpt_config_resolve(&run_said);
+    gpt_config_resolve(&ck_said);
     gpt_config_normalize(&run);
     gpt_config_normalize(&ckn);
     const int use = a->use_checkpoint_args;
@@ -42,8 +45,8 @@ int ckpt_args_reconcile(td_args *a, const ckpt_meta *m, int vocab, int tp, int l
         double cv = gpt_config_get(ck, k), rv = gpt_config_get(&run, k);
         int given = td_args_given(a, k->flag);
         char cs[32], rs[32], item[160];
-        gpt_config_value_str(ck, k, cs, sizeof cs);
-        gpt_config_value_str(&run, k, rs, sizeof rs);
+        gpt_config_value_str(&ck_said, k, cs, sizeof cs);
+        gpt_config_value_str(&run_said, k, rs, sizeof rs);
         if (k->kind == GPT_KEY_ARCH) {
             snprintf(item, sizeof item, "%s %s", k->key, cs);
             append(arch, sizeof arch, item);

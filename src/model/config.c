@@ -187,6 +187,7 @@ void gpt_config_resolve(gpt_config *c)
     c->norm_eps = gpt_norm_eps(c);
     c->rotary_base = gpt_rotary_base(c);
     if (!(c->rotary_percent > 0)) c->rotary_percent = 1.0f;
+    if (c->num_experts > 0) c->moe_ffn = gpt_moe_ffn(c);
 }
 
 void gpt_config_normalize(gpt_config *c)
@@ -196,6 +197,7 @@ void gpt_config_normalize(gpt_config *c)
     if (c->rotary_percent == 1.0f) c->rotary_percent = 0;
     if (c->rotary_base == 10000.0f) c->rotary_base = 0;
     if (c->norm_eps == 1e-5f) c->norm_eps = 0;
+    if (c->moe_ffn == c->ffn) c->moe_ffn = 0; /* the experts' default: --ffn-hidden-size */
 }
 
 int gpt_padded_vocab(int vocab, int divisible_by, int tp)

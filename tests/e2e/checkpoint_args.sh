@@ -26,6 +26,18 @@ mismatch --hidden-size 64 hidden_size 32
 mismatch --ffn-hidden-size 64 ffn_hidden_size 128
 mismatch --max-position-embeddings 32 max_position_embeddings 16
 
+# a mixture of experts saved without --moe-ffn-hidden-size (the experts as wide as --ffn-hidden-size,
+# 128) loads with the flag given as that width; another width is refused naming it
+MOE=(--num-experts 4 --moe-router-topk 2)
+train 1 1 --train-iters 2 --save moe "${MOE[@]}" >/dev/null || { bad "moe source run failed"; cat "$last_log"; }
+if train 1 1 --train-iters 3 --load moe --moe-ffn-hidden-size 128 "${MOE[@]}" && grep -q "loaded checkpoint" "$last_log"; then
+  ok "moe: saved with the default expert width, loaded with --moe-ffn-hidden-size 128"
+else bad "moe: loading with --moe-ffn-hidden-size 128 (the width it has)"; grep error "$last_log"; fi
+train 1 1 --train-iters 3 --load moe --moe-ffn-hidden-size 64 "${MOE[@]}"; rc=$?
+if [ "$rc" = 2 ] && grep -qF -- "--moe-ffn-hidden-size 64 differs from the checkpoint's moe_ffn_hidden_size 128" "$last_log"; then
+  ok "moe: --moe-ffn-hidden-size 64 against 128: exit 2, named"
+else bad "moe: --moe-ffn-hidden-size 64 against 128: exit $rc"; grep error "$last_log"; fi
+
 if train 2 1 --train-iters 4 --load src --use-checkpoint-args --num-attention-heads 8 --hidden-size 64 --num-layers 2 \
      --metrics-file uca.jsonl --dump-params uca.params &&
    grep -q "architecture from the checkpoint's meta.json (--use-checkpoint-args): num_layers 4, hidden_size 32, num_attention_heads 4, .*ffn_hidden_size 128, max_position_embeddings 16, normalization LayerNorm" "$last_log" &&
