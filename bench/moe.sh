@@ -33,29 +33,32 @@
 # differs from trident's or the peer's.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-shape=12x768x12:4x128 experts=8 topk=2 eff=2048 groups=4 steps=4 repeat=1 threads=$(nproc)
+shape=12x768x12:4x128 experts=8 topk=2 expertffn=2048 groups=4 steps=4 repeat=1 threads=$(nproc)
 peer=1 dense_peer=1 peer_core=same
 while [ $# -gt 0 ]; do
   case $1 in
-    --shape) shape=$2 ;; --experts) experts=$2 ;; --topk) topk=$2 ;; --expert-ffn) eff=$2 ;;
+    --shape) shape=$2 ;; --experts) experts=$2 ;; --topk) topk=$2 ;; --expert-ffn) expertffn=$2 ;;
     --groups) groups=$2 ;; --steps) steps=$2 ;; --repeat) repeat=$2 ;; --threads) threads=$2 ;;
     --peer-blas-core) peer_core=$2 ;;
     --no-peer) peer=0; shift; continue ;;
     --no-dense-peer) dense_peer=0; shift; continue ;;
-    --smoke) shape=2x256x4:2x64 eff=256 groups=2 steps=3; shift; continue ;;
+    --smoke) shape=2x256x4:2x64 expertffn=256 groups=2 steps=3; shift; continue ;;
     *) echo "moe.sh: unknown option $1 (see the usage at the top of bench/moe.sh)" >&2; exit 2 ;;
   esac; shift 2
 done
+[[ $shape =~ ^[1-9][0-9]*x[1-9][0-9]*x[1-9][0-9]*:[1-9][0-9]*x[1-9][0-9]*$ ]] ||
+  { echo "moe.sh: --shape $shape must be LAYERSxHIDDENxHEADS:MBSxSEQ, positive integers (e.g. 12x768x12:4x128)" >&2; exit 2; }
 IFS='x:' read -r L H NH MB S <<<"$shape"
-for v in L H NH MB S experts topk eff groups steps repeat threads; do
-  [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "moe.sh: $v must be a positive integer (--shape LxHxNH:MBSxSEQ, e.g. 12x768x12:4x128)" >&2; exit 2; }
+for v in experts topk expert-ffn groups steps repeat threads; do
+  val=${v//-/}; val=${!val}
+  [[ $val =~ ^[1-9][0-9]*$ ]] || { echo "moe.sh: --$v $val must be a positive integer" >&2; exit 2; }
 done
 if [ $((H % NH)) != 0 ] || [ $((NH % groups)) != 0 ]; then
   echo "moe.sh: hidden $H must divide by heads $NH, and heads by --groups $groups" >&2; exit 2
 fi
 [ "$topk" -le "$experts" ] || { echo "moe.sh: --topk $topk is more than --experts $experts" >&2; exit 2; }
 [ "$steps" -ge 2 ] || { echo "moe.sh: --steps must be at least 2 (the first warms up)" >&2; exit 2; }
-dff=$((topk * eff)) # the dense model's MLP: the K experts' width
+dff=$((topk * expertffn)) # the dense model's MLP: the K experts' width
 
 pyt=/usr/bin/python3
 if [ "$peer" = 1 ] && ! $pyt -c "import torch" 2>/dev/null; then "$root/scripts/deps.sh" --bench; fi
@@ -74,7 +77,7 @@ clean=(env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OMP_NUM_THREADS="$threads")
 
 # The script's own count, from the shape alone: "total_moe active_moe total_dense flops_per_token"
 # (Megatron's vocabulary padding to a multiple of 128; FLOPs per token of either model).
-read -r P_MOE A_MOE P_DENSE FLOP_TOK VP < <($pyt - "$L" "$H" "$NH" "$groups" "$S" "$experts" "$topk" "$eff" <<'PY'
+read -r P_MOE A_MOE P_DENSE FLOP_TOK VP < <($pyt - "$L" "$H" "$NH" "$groups" "$S" "$experts" "$topk" "$expertffn" <<'PY'
 import sys
 L, h, nh, g, s, E, k, f = map(int, sys.argv[1:])
 vp = (50257 + 127) // 128 * 128
@@ -92,7 +95,7 @@ PY
 run_trident() { # kind (moe|dense) -> "best_ms median_ms tokens_per_s flops_per_iter params peak_tflops"
   local kind=$1 log=$work/moe-$1.log metrics=$work/moe-$1.jsonl mlp
   if [ "$kind" = moe ]; then
-    mlp=(--num-experts "$experts" --moe-router-topk "$topk" --moe-ffn-hidden-size "$eff" --moe-aux-loss-coeff 1e-2)
+    mlp=(--num-experts "$experts" --moe-router-topk "$topk" --moe-ffn-hidden-size "$expertffn" --moe-aux-loss-coeff 1e-2)
   else mlp=(--ffn-hidden-size "$dff"); fi
   rm -f "$metrics"
   "${clean[@]}" "$build/trident" train --data-path "$prefix" --vocab-file "$data_dir/gpt2/vocab.json" \
@@ -118,7 +121,7 @@ PY
 
 peer_env=()
 run_peer() { # kind -> "best_ms median_ms tokens_per_s params active_params"
-  local out=$work/peer-$1.out e=$experts f=$eff
+  local out=$work/peer-$1.out e=$experts f=$expertffn
   [ "$1" = dense ] && e=0 f=$dff
   "${clean[@]}" "${peer_env[@]}" $pyt "$root/bench/peer_torch_moe.py" --layers "$L" --hidden "$H" \
     --heads "$NH" --groups "$groups" --experts "$e" --topk "$topk" --ffn "$f" --vocab "$VP" --mbs "$MB" \
@@ -133,7 +136,7 @@ median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END{print (NR%2 ? a[(N
 
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), load $(cut -d' ' -f1-3 /proc/loadavg), $(awk '/MemAvailable/{printf "%.1f", $2/1048576}' /proc/meminfo) GiB available"
 echo "model: $L layers, hidden $H, $NH heads ($groups key/value groups), micro-batch $MB x seq $S, vocab $VP, RMSNorm, rope, SwiGLU, no biases, untied, fp32, AdamW, $threads thread$([ "$threads" = 1 ] || echo s), $steps steps (the first left out)"
-awk -v p="$P_MOE" -v a="$A_MOE" -v d="$P_DENSE" -v f="$FLOP_TOK" -v e="$experts" -v k="$topk" -v ef="$eff" -v df="$dff" 'BEGIN{
+awk -v p="$P_MOE" -v a="$A_MOE" -v d="$P_DENSE" -v f="$FLOP_TOK" -v e="$experts" -v k="$topk" -v ef="$expertffn" -v df="$dff" 'BEGIN{
   printf "  MoE:   %d experts of SwiGLU %d, top-%d: %.0f parameters (%.2fM), %.0f active (%.2fM)\n", e, ef, k, p, p/1e6, a, a/1e6
   printf "  dense: SwiGLU %d: %.0f parameters (%.2fM; all active: the MoE'\''s active less its routers)\n", df, d, d/1e6
   printf "  FLOPs per token (Megatron'\''s count, forward and backward), either model: %.0f (%.4g GFLOP)\n", f, f/1e9 }'
@@ -188,7 +191,9 @@ for ((r = 1; r <= repeat; r++)); do
     echo "$line"
   fi
   if [ "$r" = 1 ]; then
-    echo "busiest expert against the mean, last iteration, worst layer: $(tail -1 "$work/moe-moe.jsonl" | grep -o '"expert_load_max_mean": [0-9.]*' | cut -d' ' -f2)"
+    line="busiest expert against the mean, last step, worst layer: trident $(tail -1 "$work/moe-moe.jsonl" | grep -o '"expert_load_max_mean": [0-9.]*' | cut -d' ' -f2) (tinyshakespeare)"
+    [ ${#pm[@]} -gt 0 ] && line+=", torch $(grep -o 'expert_load_max_mean [0-9.]*' "$work/peer-moe.out" | cut -d' ' -f2) (random tokens)"
+    echo "$line"
     for kind in moe dense; do
       echo "trident $kind, $(grep -o 'memory per rank (predicted).*' "$work/moe-$kind.log" | sed 's/.*= //') predicted; $(sed -n '/time breakdown, mean/,/untimed/p' "$work/moe-$kind.log" | head -1 | sed 's/^time breakdown, //')"
       sed -n '/time breakdown, mean/,/untimed/p' "$work/moe-$kind.log" | sed '1d;s/^/  /'

@@ -29,7 +29,8 @@ With --experts 0 the MLP is one dense SwiGLU of hidden size --ffn (the dense mod
 active parameters has --ffn = k * the experts' F).
 
 Synthetic data: one fixed batch of random token ids. Prints the best and median step time (over
-the steps after the first), tokens/s at the best step, the parameters (all, and active: those a
+the steps after the first), tokens/s at the best step, the busiest expert's tokens against the mean
+in the worst layer at the last step (expert_load_max_mean, as trident's metrics), the parameters (all, and active: those a
 token goes through: the k experts of each layer, not the other E - k) and model TFLOP/s by
 Megatron's num_floating_point_operations, the count trident reports:
   12 B s L h^2 ((1 + G/NH + s/h) + ffn_active / h * 1.5) + 6 B s h V
@@ -83,6 +84,7 @@ class Experts(nn.Module):
         flat = choice.reshape(-1)                             # (N k,): pair p = token p // k
         _, order = torch.sort(flat, stable=True)              # the pairs in expert order
         counts = torch.bincount(flat, minlength=s.E)
+        s.load = counts.max().item() * s.E / counts.sum().item()  # the busiest expert against the mean
         tok, w = order // s.K, weight.reshape(-1)[order]
         y, start = torch.zeros_like(x), 0
         for e, n in enumerate(counts.tolist()):
@@ -218,4 +220,4 @@ ffn_active = K * Fe if E else Fe
 flops = 12 * B * T * L * C * C * ((1 + G / NH + T / C) + ffn_active / C * 1.5) + 6 * B * T * C * V
 print(f"torch {torch.__version__} {a.device} params {N} active_params {N - idle} best_step_ms {best*1e3:.1f} "
       f"median_step_ms {median*1e3:.1f} tokens_per_s {B*T/best:.1f} model_tflops {flops/best/1e12:.4f} "
-      f"loss {loss.item():.4f}")
+      f"loss {loss.item():.4f}" + (f" expert_load_max_mean {max(l.moe.load for l in m.layers):.4g}" if E else ""))

@@ -16,6 +16,19 @@
 #   FLOPs per token (Megatron): 12 x 2 x 256^2 x ((1 + 2/4 + 64/256) + 512/256 x 1.5)
 #     = 1572864 x 4.75 = 7471104, + logits 6 x 256 x 50304 = 77266944: 84738048
 set -euo pipefail
+# bad options: exit 2 before anything runs, one line naming the option and the rule
+refused() { # expected-text args...
+  local want=$1 msg rc=0; shift
+  msg=$("$ROOT/bench/moe.sh" "$@" 2>&1 >/dev/null) || rc=$?
+  [ "$rc" = 2 ] && grep -qF -- "$want" <<<"$msg" ||
+    { echo "bench_moe: moe.sh $* gave exit $rc and '$msg', expected exit 2 and '$want'" >&2; exit 1; }
+  echo "refused as it should be: moe.sh $* -> $msg"
+}
+refused "hidden 768 must divide by heads 5" --shape 12x768x5:4x128 --groups 1
+refused "--topk 9 is more than --experts 8" --topk 9
+refused "--shape 12x768 must be LAYERSxHIDDENxHEADS:MBSxSEQ" --shape 12x768
+refused "--expert-ffn 0 must be a positive integer" --expert-ffn 0
+refused "unknown option --layers" --layers 12
 out=$(BUILD=$BUILD DATA=$DATA WORK=$WORK PEAK_TFLOPS=1 "$ROOT/bench/moe.sh" --smoke --no-peer --threads 1)
 echo "$out"
 expect() {
