@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
-# UNVERIFIED SKELETON: written against the expert-parallelism contract before it was built
-# (--expert-model-parallel-size N; the metrics key "ep_ms": per iteration, the milliseconds the
-# reporting rank spent in the MoE token exchange, dispatch and combine, forward and backward).
-# It has not run against a trident that has them: expect to fix it on the first run.
+# Written against expert parallelism before this branch had it (--expert-model-parallel-size N,
+# --moe-token-dispatcher-type alltoall, the metrics keys ep_exposed_ms / ep_inflight_ms; ep_ms,
+# the key first announced, is read where ep_exposed_ms is missing). Checked at a small size
+# (--layers 2 --hidden 256 --heads 4 --expert-ffn 256 --seq 64 --iters 4 --gbs 8) against main's
+# build at 00f7969 (expert parallelism), on this machine and on 2 emulated nodes; its default
+# sizes have not run.
 #
 # The share of a training step spent in the MoE token exchange (issue 25, "Measure"): the same
 # mixture of experts and global batch on N ranks with the experts split over ep = N ranks
 # (the all-to-all dispatcher) and, as the baseline, with every rank holding every expert (ep 1,
 # dp N: no exchange). Per run, the medians over the iterations after the first of: tokens/s, the
-# time per iteration, ep_ms and its share of the iteration, and the time blocked in any
-# communication (comm_ms).
-#   local (default): N = each of --ranks (2 4) on this machine, --threads-per-rank cores / N;
+# time per iteration, the time blocked in the token exchange (ep_exposed_ms) and its share of the
+# iteration, the time the exchange was under way (ep_inflight_ms: more than the blocked time
+# where it overlaps computation), and the time blocked in any communication (comm_ms).
+#   local (default): N = each of --ranks (2 4) on this machine, cores / N OpenMP threads a rank;
 #   --nodes 2: two emulated nodes (scripts/cluster.sh, root) of 2 ranks each, the links shaped to
 #     --rate: ep 2 (each ep group inside a node: the exchange stays on the node) and ep 4 (across
 #     the nodes), against ep 1, dp 4.
@@ -49,16 +52,20 @@ model=(--data-path "$work/ts_text_document" --vocab-file "$data/gpt2/vocab.json"
   --moe-token-dispatcher-type alltoall --seq-length "$seq" --micro-batch-size "$mbs" --global-batch-size "$gbs"
   --train-iters "$iters" --eval-iters 0 --hidden-dropout 0 --attention-dropout 0 --log-interval 1000 --peak-tflops 1)
 
-summarise() { # metrics file label -> one row; fails when the metrics have no ep_ms
+summarise() { # metrics file label -> one row; fails when the metrics have no ep group
   /usr/bin/python3 - "$1" "$2" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])][1:]  # the first iteration warms up
 if not rows: sys.exit(f"moe_a2a.sh: {sys.argv[1]} has fewer than 2 iterations")
-if "ep_ms" not in rows[0]:
-    sys.exit(f"moe_a2a.sh: {sys.argv[1]} has no ep_ms: this trident does not report the token exchange")
-med = lambda k: statistics.median(r[k] for r in rows)
-it, ep = med("elapsed_ms"), med("ep_ms")
-print(f'{sys.argv[2]:<34} {med("tokens_per_s"):10.1f} {it:12.1f} {ep:10.1f} {100 * ep / it:7.1f}% {med("comm_ms"):10.1f}')
+# the token exchange: blocked in it (ep_exposed_ms) and under way (ep_inflight_ms); ep_ms was the
+# key announced before expert parallelism was built
+key = "ep_exposed_ms" if "ep_exposed_ms" in rows[0] else "ep_ms"
+if key not in rows[0]:
+    sys.exit(f"moe_a2a.sh: {sys.argv[1]} has no ep_exposed_ms: this trident does not report the token exchange")
+med = lambda k: statistics.median(r.get(k, float("nan")) for r in rows)
+it, ep = med("elapsed_ms"), med(key)
+print(f'{sys.argv[2]:<36} {med("tokens_per_s"):10.1f} {it:10.1f} {ep:9.1f} {100 * ep / it:6.1f}% '
+      f'{med("ep_inflight_ms"):11.1f} {med("comm_ms"):9.1f}')
 PY
 }
 
@@ -85,6 +92,9 @@ run() { # np ep label
       echo "moe_a2a.sh: this trident has no expert parallelism yet (docs/moe.md, Not built yet)" >&2
     return 1
   fi
+  if [ "$ep" -gt 1 ] && ! grep -q "over expert parallelism $ep " "$name.log"; then
+    echo "moe_a2a.sh: $name.log does not say its experts are split over expert parallelism $ep" >&2; return 1
+  fi
   summarise "$name.jsonl" "$3"
 }
 
@@ -103,7 +113,7 @@ else
 fi
 echo "model: $layers layers, hidden $hidden, $heads heads, $experts SwiGLU experts of $eff, top-$topk, seq $seq," \
      "micro-batch $mbs, global batch $gbs; $where; $iters iterations, the first left out; load $(cut -d' ' -f1-3 /proc/loadavg)"
-printf '%-34s %10s %12s %10s %8s %10s\n' run tokens/s "iter (ms)" "ep (ms)" share "comm (ms)"
+printf '%-36s %10s %10s %9s %7s %11s %9s\n' run tokens/s "iter ms" "ep ms" share "ep flight" "comm ms"
 for p in "${plan[@]}"; do
   read -r np ep label <<<"$p"
   run "$np" "$ep" "$label"
