@@ -7,12 +7,16 @@ CMAKE_FLAGS ?=
 # CMake's makefiles run make inside make: without this each of them prints its directory.
 MAKEFLAGS += --no-print-directory
 
-.PHONY: all build configure deps demo test asan fuzz clean
+.PHONY: all build configure deps bench-deps demo test asan fuzz clean
 
 all: build
 
 deps:
 	@scripts/deps.sh
+
+# What the benchmarks need beyond the build's packages: PyTorch for the peers (bench/README.md).
+bench-deps:
+	@scripts/deps.sh --bench
 
 configure: deps
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install the Debian packages trident builds and tests with, if any are missing.
+# Install the Debian packages trident builds and tests with (and, with --bench, benchmarks with), if any are missing.
 # As root: apt-get update + apt-get install. Otherwise: print the exact command and fail.
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libopenblas-openmp-dev libdnnl-dev libopenmpi-dev openmpi-bin
@@ -7,7 +7,15 @@ pkgs=(build-essential cmake pkg-config libopenblas-openmp-dev libdnnl-dev libope
       protobuf-compiler) # protoc --decode_raw reads the TensorBoard files in the tests
 # Slurm for the emulated cluster's `--slurm` (scripts/cluster-slurm.sh, tests/cluster/slurm.sh)
 pkgs+=(slurmctld slurmd slurm-client munge)
-[ "${1:-}" = "--fuzz" ] && pkgs+=(clang)
+# --fuzz: the fuzzers' compiler; --bench: PyTorch for the benchmarks' peers (bench/peer_torch_*.py;
+# the tests never need it)
+for opt in "$@"; do
+  case $opt in
+    --fuzz) pkgs+=(clang) ;;
+    --bench) pkgs+=(python3-torch) ;;
+    *) echo "deps: unknown option $opt (--fuzz, --bench)" >&2; exit 2 ;;
+  esac
+done
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -137,3 +137,10 @@ add_test(NAME e2e/moe_learns COMMAND bash -c
      grep -o 'eval: loss [0-9.]*' | cut -d' ' -f3); echo \"trident eval of the validation split: loss $ev\"; \
    awk -v e=$ev -v u=$uni 'BEGIN { exit !(e > 0 && e < u) }'")
 set_tests_properties(e2e/moe_learns PROPERTIES FIXTURES_REQUIRED layouts_data TIMEOUT 300 ENVIRONMENT "${TD_MPI_ENV}")
+
+# bench/moe.sh at its smoke size, trident only (tests/e2e/bench_moe.sh; no torch): its count of the
+# parameters, active parameters and FLOPs per token against arithmetic worked by hand, and, inside
+# the script, against the parameters trident allocated and the FLOPs its MFU counts (docs/moe.md#speed).
+add_test(NAME e2e/bench_moe COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/bench_moe.sh)
+set_tests_properties(e2e/bench_moe PROPERTIES FIXTURES_REQUIRED train_data TIMEOUT 120
+  ENVIRONMENT "ROOT=${CMAKE_SOURCE_DIR};BUILD=${CMAKE_BINARY_DIR};DATA=${TRAIN_DATA};WORK=${CMAKE_BINARY_DIR}/testtmp/bench_moe;TRIDENT_DATA=${TRIDENT_SHARED_DATA};${TD_MPI_ENV}")
