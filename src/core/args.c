@@ -210,10 +210,11 @@ static const flag_t FLAGS[] = {
      "expert parallelism; docs/moe.md)", 1, 1 << 16, NULL},
     {"--expert-tensor-parallel-size", A_INT, OFF(expert_tensor_parallel_size), "1", MODEL, "parallel",
      "ranks each expert is split over (only 1 is built)", 1, 1 << 16, NULL},
-    {"--moe-token-dispatcher-type", A_CHOICE, OFF(moe_token_dispatcher_type), "alltoall", MODEL, "moe",
-     "how tokens reach experts on other ranks under expert parallelism: alltoall (each rank sends each "
-     "token's rows to the ranks of its experts and gets the outputs back) or allgather (not built: refused)", 0, 0,
-     "alltoall|allgather"},
+    {"--moe-token-dispatcher-type", A_CHOICE, OFF(moe_token_dispatcher_type), "allgather", MODEL, "moe",
+     "how tokens reach experts on other ranks under expert parallelism: allgather (every rank of the group "
+     "gets every token and runs its experts on theirs; the outputs summed back: Megatron's default) or "
+     "alltoall (each rank sends each token's rows to the ranks of its experts only)", 0, 0,
+     "allgather|alltoall"},
     {"--pipeline-model-parallel-size", A_INT, OFF(pipeline_model_parallel_size), "1", MODEL, "parallel",
      "pipeline stages", 1, 1 << 16, NULL},
     {"--num-layers-per-virtual-pipeline-stage", A_INT, OFF(num_layers_per_virtual_pipeline_stage), NULL,

@@ -62,6 +62,7 @@ void gpt_config_from_args(gpt_config *c, const td_args *a)
         c->moe_capacity = (float)a->moe_expert_capacity_factor;
         c->moe_drop_position = strcmp(a->moe_token_drop_policy, "position") == 0;
         c->moe_pad = a->moe_pad_expert_input_to_capacity;
+        c->moe_allgather = strcmp(a->moe_token_dispatcher_type, "allgather") == 0;
     }
 }
 
@@ -140,8 +141,6 @@ int gpt_config_validate(const td_args *a, int tp, char *msg, size_t msglen)
         if (a->expert_tensor_parallel_size != 1)
             FAIL("--expert-tensor-parallel-size %d: experts split over tensor-parallel ranks are not built yet; "
                  "use 1 (docs/moe.md)", a->expert_tensor_parallel_size);
-        if (a->expert_model_parallel_size > 1 && strcmp(a->moe_token_dispatcher_type, "alltoall") != 0)
-            FAIL("--moe-token-dispatcher-type %s is not built yet: use alltoall", a->moe_token_dispatcher_type);
         /* what is not built yet says so (docs/moe.md) */
         if (tp > 1)
             FAIL("--num-experts with --tensor-model-parallel-size %d: the experts run on one tensor-parallel rank "

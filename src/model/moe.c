@@ -47,6 +47,9 @@ struct moe_acts {
     int32_t *lcount;  /* (El) the rows of each of this rank's experts (count's own without ep) */
     float *xl;        /* (Rmax, h) with ep: this rank's experts' input rows, expert by expert, each one's
                        * by source rank then token (without ep: xe) */
+    int32_t *grow;    /* (ep T, k) the allgather dispatcher: each gathered choice's row among this rank's
+                       * experts' (-1: another rank's expert, or dropped) */
+    float *gprobs;    /* (ep T, k) the gathered weights */
     float *x32;       /* (T, h) the input in fp32 when the layer keeps it in the GEMMs' dtype (bf16, fp16) */
     double aux, z;    /* this micro-batch's load-balancing and z losses without their coefficients */
     int E;
@@ -63,6 +66,8 @@ typedef struct {
     float *dxl;       /* (Rmax, h) their input's gradient */
     float *yl;        /* (Rmax, h) their output (the forward's) */
     float *xchg;      /* (Rmax, h) rows as they cross the expert-parallel group: by source rank */
+    float *gbuf;      /* (ep T, h) allgather: the group's tokens, then their partial outputs (and back) */
+    float *gdprobs;   /* (ep T, k) allgather: the gathered weights' partial gradients */
     float *sh_dye;    /* the shared expert's: (T, h) */
     float *sh_dae;    /* (T, S) */
     float *sh_dhe;    /* (T, bS) */
@@ -157,11 +162,16 @@ static void carve_tokens(carver *cv, const gpt_config *c, int ep, int64_t T, moe
     CARVE(cv, a->xe, float, src_rows(c, T) * c->hidden);
     CARVE(cv, a->he, float, R * fc_blocks(c) * F);
     CARVE(cv, a->ae, float, R * F);
-    CARVE(cv, a->ye, float, src_rows(c, T) * c->hidden);
+    /* ye: the experts' outputs back at the source; with allgather they stay where computed */
+    CARVE(cv, a->ye, float, (ep > 1 && c->moe_allgather ? R : src_rows(c, T)) * c->hidden);
     CARVE(cv, a->lcount, int32_t, E / ep);
     if (ep > 1) {
         CARVE(cv, a->rcount, int32_t, E);
         CARVE(cv, a->xl, float, R * c->hidden);
+    }
+    if (ep > 1 && c->moe_allgather) {
+        CARVE(cv, a->grow, int32_t, ep * T * k);
+        CARVE(cv, a->gprobs, float, ep * T * k);
     }
     int64_t S = c->moe_shared_ffn;
     if (S > 0) {
@@ -199,6 +209,10 @@ static void scratch(carver *cv, const gpt_model *m, void *sv)
         CARVE(cv, s->dxl, float, R * c->hidden);
         CARVE(cv, s->yl, float, R * c->hidden);
         CARVE(cv, s->xchg, float, R * c->hidden);
+        if (c->moe_allgather) {
+            CARVE(cv, s->gbuf, float, ep * T * c->hidden);
+            CARVE(cv, s->gdprobs, float, ep * T * k);
+        }
     }
     int64_t S = c->moe_shared_ffn;
     if (S > 0) {
@@ -367,6 +381,48 @@ static void from_experts(const gpt_model *m, const moe_acts *a, float *xchg, flo
     free(v);
 }
 
+/* ---- expert parallelism: the allgather token dispatcher (Megatron's MoEAllGatherTokenDispatcher) ----
+ * Every rank of the group gets every rank's tokens and their choices, runs its experts on the
+ * rows routed to them (the same order as alltoall's: expert by expert, each one's by source rank
+ * then token), and sums its experts' weighted outputs for all the group's tokens; a reduce-scatter
+ * leaves each rank its own tokens' sums. Backward: the outputs' gradients gathered, the weights'
+ * and the inputs' partial gradients reduce-scattered. */
+static void gather_dispatch(const gpt_model *m, moe_acts *a, moe_scratch *s, const float *xf, int T)
+{
+    const gpt_config *c = &m->cfg;
+    int P = m->ps->ep, E = c->num_experts, El = E / P, e0 = m->ps->ep_rank * El, k = c->moe_topk, h = c->hidden;
+    int G = P * T;
+    comm_allgather(m->ps->ep_group, xf, s->gbuf, (size_t)T * h, COMM_F32);
+    comm_allgather(m->ps->ep_group, a->probs, a->gprobs, (size_t)T * k, COMM_F32);
+    int32_t *gidx = td_xmalloc((size_t)G * k * sizeof *gidx), *at = td_xcalloc((size_t)El * P, sizeof *at);
+    comm_allgather(m->ps->ep_group, a->idx, gidx, (size_t)T * k, COMM_I32);
+    comm_allgather(m->ps->ep_group, a->row, a->grow, (size_t)T * k, COMM_I32); /* -1: dropped at its source */
+    /* host memory: the CPU backend's. rcount[src][j]: the rows of source src for local expert j */
+    memset(a->rcount, 0, (size_t)E * sizeof *a->rcount);
+    for (int i = 0; i < G * k; i++) {
+        int j = gidx[i] - e0;
+        if (j < 0 || j >= El || a->grow[i] < 0) a->grow[i] = -1;
+        else a->rcount[(i / (T * k)) * El + j]++;
+    }
+    int32_t cap = c->moe_pad ? (int32_t)capacity_of(c, T) : 0;
+    for (int j = 0, r0 = 0; j < El; j++) { /* each (expert, source) its first row */
+        a->lcount[j] = 0;
+        for (int src = 0; src < P; src++) {
+            at[j * P + src] = r0 + a->lcount[j];
+            a->lcount[j] += cap ? cap : a->rcount[src * El + j];
+        }
+        r0 += a->lcount[j];
+    }
+    for (int i = 0; i < G * k; i++)
+        if (a->grow[i] >= 0) a->grow[i] = at[(gidx[i] - e0) * P + i / (T * k)]++;
+    free(gidx);
+    free(at);
+    int nl = 0;
+    for (int j = 0; j < El; j++) nl += a->lcount[j];
+    if (c->moe_pad) be_zero(m->be, a->xl, (size_t)nl * h); /* the padding rows */
+    be_moe_permute(m->be, a->xl, s->gbuf, a->grow, G, k, h);
+}
+
 /* The load-balancing loss of the T tokens, over all of them (aux_loss), or with seq_aux_loss the
  * mean over their sequences of each one's own (DeepSeek-V2/V3; Megatron's seq_aux_loss); counted
  * (`ix`, (T, k)) as the loss counts. dlogits (NULL: none) += dscale times its gradient. */
@@ -412,7 +468,11 @@ static void forward(const gpt_model *m, moe_acts *a, moe_scratch *s, const moe_p
     int ep = ep_of(m), El = E / ep;
     const float *xl = a->xe;
     float *yl = a->ye;
-    if (ep > 1) { /* the rows to the ranks of their experts */
+    int gather = ep > 1 && c->moe_allgather;
+    if (gather) { /* every token to every rank of the group */
+        gather_dispatch(m, a, s, xf, T);
+        xl = a->xl, yl = a->ye;
+    } else if (ep > 1) { /* the rows to the ranks of their experts */
         exchange_counts(m, a);
         to_experts(m, a, s->xchg, a->xl, a->xe, h);
         xl = a->xl, yl = s->yl;
@@ -426,8 +486,13 @@ static void forward(const gpt_model *m, moe_acts *a, moe_scratch *s, const moe_p
                 p->fc_w + (size_t)e * bF * h, p->fc_b ? p->fc_b + (size_t)e * bF : NULL, p->fc2_w + (size_t)e * h * F,
                 p->fc2_b ? p->fc2_b + (size_t)e * h : NULL, n, F);
     }
-    if (ep > 1) from_experts(m, a, s->xchg, a->ye, yl, h); /* the outputs back, in xe's order */
-    be_moe_unpermute(m->be, out, a->ye, a->row, a->probs, T, k, h);
+    if (gather) { /* this rank's experts' share of every gathered token's output, summed over the group */
+        be_moe_unpermute(m->be, s->gbuf, a->ye, a->grow, a->gprobs, ep * T, k, h);
+        comm_reduce_scatter(m->ps->ep_group, s->gbuf, out, (size_t)T * h, COMM_F32, COMM_SUM);
+    } else {
+        if (ep > 1) from_experts(m, a, s->xchg, a->ye, yl, h); /* the outputs back, in xe's order */
+        be_moe_unpermute(m->be, out, a->ye, a->row, a->probs, T, k, h);
+    }
     if (c->moe_shared_ffn > 0) { /* the shared expert on every token, gated or not, added */
         mlp_fwd(m, a->sh_ye, a->sh_ae, a->sh_he, xf, p->sh_fc_w, p->sh_fc_b, p->sh_fc2_w, p->sh_fc2_b, T,
                 c->moe_shared_ffn);
@@ -533,15 +598,23 @@ static void bwd(const block_io *io, float *dx, void *gv, const float *dbranch, c
     int T = io->B * c->seq, h = c->hidden, E = c->num_experts, k = c->moe_topk, F = gpt_moe_ffn(c);
     int bF = fc_blocks(c) * F;
     const float *xf = x.dt == BE_F32 ? (const float *)x.p : a->x32; /* the forward widened it there */
-    if (c->moe_pad) be_zero(m->be, s->dye, (size_t)src_rows(c, T) * h); /* no gradient into the padding */
-    be_moe_unpermute_bwd(m->be, s->dye, s->dprobs, dbranch, a->ye, a->row, a->probs, T, k, h);
-    int ep = ep_of(m), El = E / ep, nl = 0;
+    int ep = ep_of(m), El = E / ep, nl = 0, gather = ep > 1 && c->moe_allgather;
     for (int e = 0; e < El; e++) nl += a->lcount[e];
     const float *dyl = s->dye, *xl = a->xe;
     float *dxl = s->dxe;
-    if (ep > 1) { /* the outputs' gradients to the ranks of their experts, as the rows went */
-        to_experts(m, a, s->xchg, s->dyl, s->dye, h);
+    if (gather) { /* the group's outputs' gradients; the weights' back to their tokens' ranks */
+        comm_allgather(m->ps->ep_group, dbranch, s->gbuf, (size_t)T * h, COMM_F32);
+        if (c->moe_pad) be_zero(m->be, s->dyl, (size_t)nl * h);
+        be_moe_unpermute_bwd(m->be, s->dyl, s->gdprobs, s->gbuf, a->ye, a->grow, a->gprobs, ep * T, k, h);
+        comm_reduce_scatter(m->ps->ep_group, s->gdprobs, s->dprobs, (size_t)T * k, COMM_F32, COMM_SUM);
         dyl = s->dyl, dxl = s->dxl, xl = a->xl;
+    } else {
+        if (c->moe_pad) be_zero(m->be, s->dye, (size_t)src_rows(c, T) * h); /* no gradient into the padding */
+        be_moe_unpermute_bwd(m->be, s->dye, s->dprobs, dbranch, a->ye, a->row, a->probs, T, k, h);
+        if (ep > 1) { /* the outputs' gradients to the ranks of their experts, as the rows went */
+            to_experts(m, a, s->xchg, s->dyl, s->dye, h);
+            dyl = s->dyl, dxl = s->dxl, xl = a->xl;
+        }
     }
     be_zero(m->be, dxl, (size_t)nl * h);
     for (int e = 0, r0 = 0; e < El; r0 += a->lcount[e++]) {
@@ -553,10 +626,16 @@ static void bwd(const block_io *io, float *dx, void *gv, const float *dbranch, c
                 dyl + rh, xl + rh, a->he + rb, a->ae + rf, p->fc_w + (size_t)e * bF * h,
                 p->fc2_w + (size_t)e * h * F, n, F);
     }
-    if (ep > 1) from_experts(m, a, s->xchg, s->dxe, s->dxl, h); /* the inputs' gradients back */
+    if (ep > 1 && !gather) from_experts(m, a, s->xchg, s->dxe, s->dxl, h); /* the inputs' gradients back */
     /* the input's gradient is overwritten (a branch kind), then the router's adds to it */
-    be_zero(m->be, dx, (size_t)T * h);
-    be_moe_permute_bwd(m->be, dx, s->dxe, a->row, T, k, h);
+    if (gather) { /* the group's inputs' partial gradients, summed to their ranks */
+        be_zero(m->be, s->gbuf, (size_t)ep * T * h);
+        be_moe_permute_bwd(m->be, s->gbuf, dxl, a->grow, ep * T, k, h);
+        comm_reduce_scatter(m->ps->ep_group, s->gbuf, dx, (size_t)T * h, COMM_F32, COMM_SUM);
+    } else {
+        be_zero(m->be, dx, (size_t)T * h);
+        be_moe_permute_bwd(m->be, dx, s->dxe, a->row, T, k, h);
+    }
     if (c->moe_shared_ffn > 0) {
         const float *dsh = dbranch;
         if (p->sh_gate_w) { /* d(gated) -> d(shared output), and the gate's logit's gradient */

@@ -232,7 +232,7 @@ void run_report_start(run_state *r, const gpt_config *c)
             pp_schedule_name(r->model.schedule), r->model.nchunks, r->model.nchunks > 1 ? "s" : "");
     if (ps->ep > 1)
         TD_INFO("experts: %d a layer over expert parallelism %d (%d on each rank) x expert data parallelism %d, "
-                "tokens by alltoall", c->num_experts, ps->ep, c->num_experts / ps->ep, ps->edp);
+                "tokens by %s", c->num_experts, ps->ep, c->num_experts / ps->ep, ps->edp, a->moe_token_dispatcher_type);
     TD_INFO("placement: %s", where);
     if (warn[0]) td_warn("%s", warn);
     char arch[320];

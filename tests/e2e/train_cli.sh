@@ -69,9 +69,8 @@ expect "ep that does not divide dp" 2 "--expert-model-parallel-size 2 does not d
   "${MPIRUN[@]}" -np 3 "$TRIDENT" train "${TINY[@]}" --num-experts 4 --expert-model-parallel-size 2
 expect "expert tensor parallelism, not built" 2 "--expert-tensor-parallel-size 2: experts split over" \
   "$TRIDENT" train "${TINY[@]}" --num-experts 4 --expert-tensor-parallel-size 2
-expect "allgather dispatcher, not built" 2 "--moe-token-dispatcher-type allgather is not built yet" \
-  "${MPIRUN[@]}" -np 2 "$TRIDENT" train "${TINY[@]}" --num-experts 4 --expert-model-parallel-size 2 \
-  --moe-token-dispatcher-type allgather
+expect "unknown dispatcher" 2 "--moe-token-dispatcher-type" \
+  "$TRIDENT" train "${TINY[@]}" --num-experts 4 --moe-token-dispatcher-type flex
 expect "padding without capacity" 2 "--moe-pad-expert-input-to-capacity needs --moe-expert-capacity-factor" \
   "$TRIDENT" train "${TINY[@]}" --num-experts 4 --moe-pad-expert-input-to-capacity
 

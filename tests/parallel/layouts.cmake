@@ -316,13 +316,15 @@ trident_layout(moe_pp2_vp2 2 1 2 --pipeline-model-parallel-size 2 --num-layers-p
 trident_layout(moe_distopt_pp2_dp2 4 1 2 --pipeline-model-parallel-size 2 --use-distributed-optimizer
   --overlap-grad-reduce --ddp-bucket-size 20000)
 # expert parallelism (carved out of dp): each rank holds E / ep experts, the tokens cross the ep
-# group by the alltoall dispatcher, the experts' gradients are summed over the expert-data-parallel
-# group only (ep 2 x edp 2 with the distributed optimizer's shards over it)
+# group by the allgather dispatcher (the default) or the alltoall one, the experts' gradients are
+# summed over the expert-data-parallel group only (ep 2 x edp 2 with the distributed optimizer's
+# shards over it)
 trident_layout(moe_ep2 2 1 2 --expert-model-parallel-size 2)
-trident_layout(moe_ep4 4 1 2 --expert-model-parallel-size 4)
+trident_layout(moe_ep2_a2a 2 1 2 --expert-model-parallel-size 2 --moe-token-dispatcher-type alltoall)
+trident_layout(moe_ep4_a2a 4 1 2 --expert-model-parallel-size 4 --moe-token-dispatcher-type alltoall)
 trident_layout(moe_pp2_ep2 4 1 2 --pipeline-model-parallel-size 2 --expert-model-parallel-size 2)
-trident_layout(moe_distopt_ep2_dp4 4 1 2 --expert-model-parallel-size 2 --use-distributed-optimizer
-  --overlap-grad-reduce --overlap-param-gather --ddp-bucket-size 20000)
+trident_layout(moe_distopt_ep2_dp4_a2a 4 1 2 --expert-model-parallel-size 2 --use-distributed-optimizer
+  --overlap-grad-reduce --overlap-param-gather --ddp-bucket-size 20000 --moe-token-dispatcher-type alltoall)
 # with capacity (drops over it, per micro-batch as Megatron's per rank): the same drops in every
 # layout of the same micro-batch size
 set(LAYOUT_ARCH --swiglu --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 64 --moe-aux-loss-coeff 1e-2
@@ -334,6 +336,8 @@ trident_layout(moe_cap_ep2 2 1 2 --expert-model-parallel-size 2)
 # padded to capacity (every expert runs on its capacity of rows, zeros past its tokens): the same
 # training as without, here over ep 2 (the padding crosses the group too)
 trident_layout(moe_cap_pad_ep2 2 1 2 --expert-model-parallel-size 2 --moe-pad-expert-input-to-capacity)
+trident_layout(moe_cap_pad_ep2_a2a 2 1 2 --expert-model-parallel-size 2 --moe-pad-expert-input-to-capacity
+  --moe-token-dispatcher-type alltoall)
 # in bf16 (the experts' and the router's GEMMs from bf16 copies; the input widened back to fp32 for
 # the router and the dispatch), at the bf16 group's tolerance
 set(LAYOUT_TOL 2e-3)
@@ -342,7 +346,7 @@ set(LAYOUT_ARCH --bf16 --swiglu --num-experts 4 --moe-router-topk 2 --moe-ffn-hi
 set(LAYOUT_BASE moe_bf16_baseline)
 trident_layout(moe_bf16_baseline 1 1 2)
 trident_layout(moe_bf16_pp2_dp2 4 1 2 --pipeline-model-parallel-size 2 --use-distributed-optimizer)
-trident_layout(moe_bf16_ep2 2 1 2 --expert-model-parallel-size 2)
+trident_layout(moe_bf16_ep2_a2a 2 1 2 --expert-model-parallel-size 2 --moe-token-dispatcher-type alltoall)
 unset(LAYOUT_TOL)
 set(LAYOUT_ARCH "")
 

@@ -62,6 +62,8 @@ typedef struct gpt_config {
     float moe_capacity;  /* an expert takes at most ceil(T k / E x this) of a micro-batch's T tokens (0: dropless) */
     int moe_drop_position; /* over it, drop the latest tokens (1) or the lowest weights (0) */
     int moe_pad;         /* with capacity: every expert runs on exactly its capacity of rows, padded with zeros */
+    int moe_allgather;   /* under expert parallelism, the allgather token dispatcher (else alltoall); a
+                          * layout setting, not in meta.json */
 } gpt_config;
 
 /* The resolved values of the fields whose zero means a default. */
