@@ -69,7 +69,7 @@ static void check_rc(const gpt_config *c, int layer0, int n, int mbs, const gpt_
     l.tp = l.dp = 1;
     l.mbs = mbs;
     l.nchunks = 1;
-    l.chunk[0] = (mem_chunk){n, m->first, m->last, 1};
+    l.chunk[0] = (mem_chunk){n, m->first, m->last, 1, layer0};
     assert_int_equal((int64_t)mem_chunk_params(c, 1, &l.chunk[0]), (int64_t)m->numel);
     double acts = mem_chunk_acts(&l, &l.chunk[0]);
     /* the arena aligns each buffer to 64 bytes: under 64 bytes more per buffer (13 outside the layers, 13 a layer) */
@@ -148,7 +148,7 @@ static void test_layout_terms(void **state)
     l.dp = 4;
     l.mbs = 2;
     l.nchunks = 1;
-    l.chunk[0] = (mem_chunk){4, 1, 1, 3};
+    l.chunk[0] = (mem_chunk){4, 1, 1, 3, 0};
     mem_prediction a, b;
     mem_predict(&l, &a);
     l.distributed_optimizer = 1;
@@ -162,7 +162,7 @@ static void test_layout_terms(void **state)
     l.distributed_optimizer = 0;
     mem_predict(&l, &a);
     assert_true(a.comm == 0);
-    l.chunk[0] = (mem_chunk){4, 1, 0, 3};
+    l.chunk[0] = (mem_chunk){4, 1, 0, 3, 0};
     mem_predict(&l, &b);
     assert_true(fabs(b.comm - 4.0 * l.cfg.padded_vocab * l.cfg.hidden) < 1e-6 * b.comm);
     assert_true(fabs(a.total - (a.params + a.grads + a.optimizer + a.acts + a.workspace + a.comm)) < 1e-6 * a.total);
@@ -178,14 +178,14 @@ static void test_params_by_hand(void **state)
 {
     (void)state;
     gpt_config c = gpt2();
-    mem_chunk whole = {4, 1, 1, 1};
+    mem_chunk whole = {4, 1, 1, 1, 0};
     c.padded_vocab = gpt_padded_vocab(c.vocab, 64, 1);
     assert_int_equal(c.padded_vocab, 128);
     double h = 32, L = 4;
     assert_true(mem_chunk_params(&c, 1, &whole) == 12 * L * h * h + 13 * L * h + 128 * h + 24 * h + 2 * h);
     c.padded_vocab = gpt_padded_vocab(c.vocab, 64, 2); /* 128: a multiple of 64 x 2 */
     assert_true(mem_chunk_params(&c, 2, &whole) == 4 * 6448 + 2048 + 768 + 64);
-    mem_chunk middle = {2, 0, 0, 1};
+    mem_chunk middle = {2, 0, 0, 1, 0};
     assert_true(mem_chunk_params(&c, 2, &middle) == 2 * 6448);
     /* Llama (RMSNorm h, no biases, SwiGLU 2 x 96, 4 heads of 8 in 2 query groups: QKV 32 + 2 x 16
      * wide, untied): per layer 2 x 32 + 64 h / 2 + h 32 / 2 + 192 h / 2 + h 96 / 2 = 6208; the
@@ -193,7 +193,7 @@ static void test_params_by_hand(void **state)
     gpt_config d = llama();
     d.padded_vocab = 128;
     assert_true(mem_chunk_params(&d, 2, &whole) == 4 * 6208 + 2048 + 32 + 2048);
-    mem_chunk last = {1, 0, 1, 1};
+    mem_chunk last = {1, 0, 1, 1, 0};
     assert_true(mem_chunk_params(&d, 2, &last) == 6208 + 32 + 2048);
     /* BERT (2 layers as GPT-2's, tied): + token types 2h = 64; the LM head's dense h h + h = 1056,
      * its LayerNorm 64 and output bias V / 2 = 64; the pooler 1056 and the sentence-order head
@@ -203,7 +203,7 @@ static void test_params_by_hand(void **state)
     b.num_layers = 2;
     b.binary_head = 1;
     b.padded_vocab = 128;
-    mem_chunk bert = {2, 1, 1, 1};
+    mem_chunk bert = {2, 1, 1, 1, 0};
     assert_true(mem_chunk_params(&b, 2, &bert) == 2 * 6448 + 2048 + 768 + 64 + 64 + 1056 + 64 + 64 + 1056 + 66);
     b.binary_head = 0;
     assert_true(mem_chunk_params(&b, 2, &bert) == 2 * 6448 + 2048 + 768 + 64 + 64 + 1056 + 64 + 64);
@@ -234,7 +234,7 @@ static void test_tp_sp_acts_by_hand(void **state)
     l.mbs = 2;
     l.dp = 1;
     l.nchunks = 1;
-    mem_chunk middle = {2, 0, 0, 1};
+    mem_chunk middle = {2, 0, 0, 1, 0};
     /* a middle chunk: the ids and targets (2 BT int32), the sample indices the stage copies to the
      * device for dropout (mbs int64: 2 mbs floats), the stage input BT h / sp, its layers */
     for (int t = 1; t <= 2; t++)
@@ -249,7 +249,7 @@ static void test_tp_sp_acts_by_hand(void **state)
      * cross-entropy's 4 floats a token: at tp 2 with sp 512 + 32 + 32 x 64 + 128 */
     l.tp = 2;
     l.sequence_parallel = 1;
-    mem_chunk last = {2, 0, 1, 1};
+    mem_chunk last = {2, 0, 1, 1, 0};
     assert_true(mem_chunk_acts(&l, &last) == 4 * (64 + 4 + 512 + 2 * 8320 + 512 + 32 + 2048 + 128));
     /* BERT, the whole model at tp 2 with sp: + token types (BT / sp ints) and the lengths on the
      * device for the attention (mbs ints); on the last stage the
@@ -258,7 +258,7 @@ static void test_tp_sp_acts_by_hand(void **state)
     l.cfg.kind = GPT_KIND_ENCODER;
     l.cfg.num_layers = 2;
     l.cfg.binary_head = 1;
-    mem_chunk bert = {2, 1, 1, 1};
+    mem_chunk bert = {2, 1, 1, 1, 0};
     double first = 64 + 4 + 16 + 2 + 512, layers = 2 * 8320, head = 512 + 32 + 2048 + 128;
     double bert_head = 2 * 16 * 32 + (512 + 32) + 2 * (3 * 32 + 4);
     assert_true(mem_chunk_acts(&l, &bert) == 4 * (first + layers + head + bert_head));
