@@ -136,7 +136,8 @@ int gpt_moe_layer_freq_parse(gpt_config *c, const char *text, int num_layers, ch
         long n = strtol(p, &end, 10);
         while (isspace((unsigned char)*end)) end++;
         if (*end || n < 1)
-            FAIL("--moe-layer-freq %s: an integer must be at least 1 (every N-th layer is MoE, from layer 0)", text);
+            FAIL("--moe-layer-freq %s: give an integer N >= 1 (every N-th layer is MoE, from layer 0) or a list of "
+                 "0 and 1, one a layer", text);
         c->moe_layer_freq = (int)(n < num_layers ? n : num_layers > 0 ? num_layers : 1);
         memset(c->moe_layer_bits, 0, sizeof c->moe_layer_bits);
         if (c->moe_layer_freq == 1) c->moe_layer_freq = 0;

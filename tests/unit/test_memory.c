@@ -137,6 +137,66 @@ static void test_bf16_chunks(void **state)
     be_free(bf16);
 }
 
+/* A mixture of experts mixing dense layers in (--moe-layer-freq [1,0,0,1,1,0]: SwiGLU MLPs of
+ * 96 and 4 experts of 32, top-2, a shared expert): a chunk's parameters and activations as the
+ * other chunks', and its workspace against the arena gpt_create carves (the scratch one per block
+ * kind among the chunk's layers; full recomputation's shared set one region per group position,
+ * as large as the largest layer at it), within the 64-byte alignment of each buffer. */
+static void check_mixed(const gpt_config *c, int layer0, int n, int mbs, const gpt_recompute *rc)
+{
+    check_rc(c, layer0, n, mbs, rc);
+    gpt_model *m = gpt_create_recompute(c, g_ps, g_be, layer0, n, mbs, 1, rc);
+    mem_layout l = {0};
+    l.recompute = rc->granularity == GPT_RECOMPUTE_FULL        ? MEM_RECOMPUTE_FULL
+                  : rc->granularity == GPT_RECOMPUTE_SELECTIVE ? MEM_RECOMPUTE_SELECTIVE
+                                                               : MEM_RECOMPUTE_NONE;
+    l.recompute_block = rc->method == GPT_RECOMPUTE_BLOCK;
+    l.recompute_num_layers = rc->num_layers;
+    l.cfg = *c;
+    l.tp = l.dp = 1;
+    l.mbs = mbs;
+    l.nchunks = 1;
+    l.chunk[0] = (mem_chunk){n, m->first, m->last, 1, layer0};
+    mem_prediction p;
+    mem_predict(&l, &p);
+    gpt_layout_bytes b;
+    gpt_layout_bytes_of(c, 1, 0, mbs, 0, layer0, &b);
+    double act = 4.0 * mbs * c->seq * c->hidden, recv = (m->first && m->last ? 1 : 3) * act;
+    double predicted = p.workspace - recv - b.host - (m->last ? b.host_head : 0);
+    double measured = (double)m->arena.cap - (double)m->acts_bytes - 64;
+    printf("layers [%d, %d), recompute %d/%d/%d: workspace in the arena %.0f, predicted %.0f\n", layer0, layer0 + n,
+           rc->granularity, rc->method, rc->num_layers, measured, predicted);
+    assert_true(predicted <= measured);
+    assert_true(measured - predicted <= 64.0 * (40 + 25 * n));
+    gpt_free(m);
+}
+
+static void test_moe_mixed_chunks(void **state)
+{
+    (void)state;
+    gpt_config c = llama();
+    c.num_layers = 6, c.hidden = 64, c.heads = 4, c.query_groups = 2, c.seq = 32, c.max_pos = 32, c.ffn = 96;
+    c.num_experts = 4, c.moe_topk = 2, c.moe_ffn = 32, c.moe_shared_ffn = 16, c.moe_aux_coeff = 0.01f;
+    char msg[200];
+    assert_int_equal(gpt_moe_layer_freq_parse(&c, "[1,0,0,1,1,0]", 6, msg, sizeof msg), 0);
+    const gpt_recompute modes[] = {{GPT_RECOMPUTE_NONE, GPT_RECOMPUTE_UNIFORM, 0},
+                                   {GPT_RECOMPUTE_SELECTIVE, GPT_RECOMPUTE_UNIFORM, 0},
+                                   {GPT_RECOMPUTE_FULL, GPT_RECOMPUTE_UNIFORM, 2},
+                                   {GPT_RECOMPUTE_FULL, GPT_RECOMPUTE_UNIFORM, 4},
+                                   {GPT_RECOMPUTE_FULL, GPT_RECOMPUTE_BLOCK, 3}};
+    for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
+        check_mixed(&c, 0, 6, 2, &modes[i]); /* the whole model */
+        check_mixed(&c, 0, 3, 2, &modes[i]); /* first: MoE, dense, dense */
+        check_mixed(&c, 1, 2, 1, &modes[i]); /* middle: dense only */
+        check_mixed(&c, 3, 3, 2, &modes[i]); /* last: MoE, MoE, dense */
+    }
+    /* a dense chunk of the mixed model predicts what the same chunk of the dense model does */
+    gpt_config d = c;
+    d.num_experts = 0;
+    mem_chunk middle = {2, 0, 0, 1, 1};
+    assert_true(mem_chunk_params(&c, 1, &middle) == mem_chunk_params(&d, 1, &middle));
+}
+
 /* The distributed optimizer divides Adam's state by dp (and adds a grad shard); activations scale with the micro-batches
  * in flight. */
 static void test_layout_terms(void **state)
@@ -275,6 +335,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_recompute_chunks),
         cmocka_unit_test(test_bf16_chunks),
         cmocka_unit_test(test_layout_terms),
+        cmocka_unit_test(test_moe_mixed_chunks),
         cmocka_unit_test(test_params_by_hand),
         cmocka_unit_test(test_tp_sp_acts_by_hand),
     };
