@@ -2,8 +2,9 @@
  * MoE layers mixed, as Megatron's moe_layer_freq): which layers are MoE for an integer, a list
  * and Megatron's list expressions, worked out by hand; the flag's errors; the tensor table of a
  * mixed model (a dense layer's MLP under the dense names at --ffn-hidden-size, a MoE layer's
- * experts and router) and its parameters counted by hand, whole and per pipeline stage; and the
- * model FLOPs (MFU) by hand, each layer's MLP its own. */
+ * experts and router) and its parameters counted by hand, whole and per pipeline stage; each MoE
+ * layer's expert bias moved by its own row of the load; and the model FLOPs (MFU) by hand, each
+ * layer's MLP its own. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -194,6 +195,30 @@ static void tensor_table_by_hand(void **state)
     gpt_free(m);
 }
 
+/* The expert bias of each MoE layer moves against its own row of the iteration's tokens (rows
+ * for the MoE layers only, in order), on a stage holding layers [1, 4) of [1,0,1,1]: layer 2 takes
+ * row 1, layer 3 row 2; layer 1 (dense) has none. By hand: mean 10, bias += rate sign(mean - load). */
+static void expert_bias_rows_by_hand(void **state)
+{
+    (void)state;
+    gpt_config c = mixed();
+    c.moe_score = 1, c.moe_expert_bias = 1, c.moe_bias_rate = 0.5f;
+    gpt_model *m = gpt_create(&c, g_ps, g_be, 1, 3, 1, 1);
+    const double tokens[3][4] = {{40, 0, 0, 0}, {16, 4, 10, 10}, {5, 5, 15, 15}};
+    gpt_moe_update_expert_bias(m, &tokens[0][0]);
+    assert_null(gpt_param(m, "layers.1.mlp.router.expert_bias", 0));
+    const float *b2 = gpt_param(m, "layers.2.mlp.router.expert_bias", 0);
+    const float *b3 = gpt_param(m, "layers.3.mlp.router.expert_bias", 0);
+    assert_non_null(b2);
+    assert_non_null(b3);
+    const float want2[4] = {-0.5f, 0.5f, 0, 0}, want3[4] = {0.5f, 0.5f, -0.5f, -0.5f};
+    for (int e = 0; e < 4; e++) {
+        assert_true(b2[e] == want2[e]);
+        assert_true(b3[e] == want3[e]);
+    }
+    gpt_free(m);
+}
+
 /* Megatron's count, by hand: forward 2 B s (4 h^2) + 4 B s^2 h per layer for attention, the MLP
  * 2 B s (3 f h) (SwiGLU's three matrices) dense or 2 B s k (3 F h) through k experts, the logits
  * 2 B s V h; backward twice the forward. */
@@ -219,6 +244,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(errors_name_the_flag),
         cmocka_unit_test(validate_refuses),
         cmocka_unit_test(tensor_table_by_hand),
+        cmocka_unit_test(expert_bias_rows_by_hand),
         cmocka_unit_test(flops_by_hand),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
