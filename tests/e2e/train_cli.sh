@@ -61,6 +61,16 @@ expect "expert bias without sigmoid" 2 "--moe-router-enable-expert-bias needs --
 expect "experts under tp, not built" 2 "--num-experts with --tensor-model-parallel-size 2" \
   "${MPIRUN[@]}" -np 2 "$TRIDENT" train "${TINY[@]}" --num-experts 4 --tensor-model-parallel-size 2
 once "experts under tp, not built"
+# --moe-layer-freq: which layers are MoE, an integer or a list of 0 and 1 one a layer
+expect "layer freq without experts" 2 "--moe-layer-freq needs --num-experts" \
+  "$TRIDENT" train "${TINY[@]}" --moe-layer-freq 2
+expect "layer list of the wrong length" 2 "--moe-layer-freq [1,0,1] names 3 layers but --num-layers is 2" \
+  "${MPIRUN[@]}" -np 2 "$TRIDENT" train "${TINY[@]}" --num-layers 2 --num-experts 4 --moe-layer-freq "[1,0,1]"
+once "layer list of the wrong length"
+expect "layer freq not a list" 2 "--moe-layer-freq range(2) is neither an integer nor a list of 0 and 1" \
+  "$TRIDENT" train "${TINY[@]}" --num-experts 4 --moe-layer-freq "range(2)"
+expect "layer freq zero" 2 "--moe-layer-freq 0: give an integer N >= 1" \
+  "$TRIDENT" train "${TINY[@]}" --num-experts 4 --moe-layer-freq 0
 expect "padding to capacity, not built" 2 "--moe-pad-expert-input-to-capacity is not built yet" \
   "$TRIDENT" train "${TINY[@]}" --num-experts 4 --moe-expert-capacity-factor 1 --moe-pad-expert-input-to-capacity
 
