@@ -79,4 +79,14 @@ if train 2 1 --train-iters 7 --pipeline-model-parallel-size 2 --load moe_mixed_p
    grep -q "from the checkpoint's meta.json (moe_mixed_pp2/ckpt/iter_0000006/meta.json): moe_layer_freq \[0, 1, 1, 0\]" "$last_log"; then
   ok "--moe-layer-freq left out: the checkpoint's layers, noted"
 else bad "--moe-layer-freq left out"; grep -i "checkpoint\|error" "$last_log" | head -5; fi
+# ... and with a corrupt moe_layer_freq in meta.json (3 entries for 4 layers): refused, naming the key
+cp -r moe_mixed_pp2/ckpt bad_freq && python3 - bad_freq/iter_0000006/meta.json <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1])); m["model"]["moe_layer_freq"] = [0, 1, 1]; json.dump(m, open(sys.argv[1], "w"))
+PY
+train 2 1 --train-iters 7 --pipeline-model-parallel-size 2 --load bad_freq "${MIXED[@]}"
+rc=$?
+if [ "$rc" != 0 ] && grep -qF "model.moe_layer_freq is not an integer >= 1 nor a list of 0 and 1 with a 1, one a layer of model.num_layers 4: the checkpoint is corrupt" "$last_log"; then
+  ok "a corrupt moe_layer_freq: exit $rc, the key named"
+else bad "a corrupt moe_layer_freq: exit $rc"; tail -3 "$last_log"; fi
 finish
