@@ -376,7 +376,9 @@ static cJSON *meta_json(const ckpt_model *m, const ckpt_progress *p, const char 
             cJSON_AddNumberToObject(mod, key->key, key->is_float ? ckpt_float_value((float)v) : v);
         }
     }
-    if (gpt_moe(c)) { /* Megatron's moe_layer_freq as the list it resolves to: 1 a MoE layer, 0 a dense one */
+    if (gpt_moe(c) && c->num_layers > GPT_MOE_LIST_MAX_LAYERS) { /* longer than a list is read: its integer */
+        cJSON_AddNumberToObject(mod, "moe_layer_freq", c->moe_layer_freq > 0 ? c->moe_layer_freq : 1);
+    } else if (gpt_moe(c)) { /* Megatron's moe_layer_freq as the list it resolves to: 1 a MoE layer, 0 a dense one */
         cJSON *freq = cJSON_AddArrayToObject(mod, "moe_layer_freq");
         for (int l = 0; l < c->num_layers; l++) cJSON_AddItemToArray(freq, cJSON_CreateNumber(gpt_moe_layer(c, l)));
     }
