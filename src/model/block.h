@@ -16,7 +16,7 @@ typedef struct block_io {
     int B;                 /* samples in the micro-batch */
     const int32_t *klen;   /* (B) device: each sample's keys before its padding; NULL: causal */
     const be_drop *drop;   /* the block's own dropout (attention probabilities); NULL: none */
-    void *scratch;         /* the slot's backward scratch (shared by the layers of the stage) */
+    void *scratch;         /* the kind's backward scratch (shared by the slots and layers of the stage it fills) */
 } block_io;
 
 typedef struct block_ops {

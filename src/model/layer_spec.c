@@ -1,5 +1,7 @@
 /* The layer spec (after Megatron-Core's get_gpt_layer_local_spec): which block kind fills each
- * slot of a layer for a config, in one table. A new kind is a row here and its own file. */
+ * slot of a layer for a config and the layer's index (the MLP slot: the MoE block in the layers
+ * --moe-layer-freq names, the dense MLP in the others), in one table. A new kind is a row here
+ * and its own file. */
 #include "model_impl.h"
 
 #include <stdlib.h>

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "trident/check.h"
 #include "trident/gpt_config.h"
 
 /* A list being parsed: its entries (0 or 1), or the first error. */
@@ -143,8 +144,7 @@ int gpt_moe_layer_freq_parse(gpt_config *c, const char *text, int num_layers, ch
         if (c->moe_layer_freq == 1) c->moe_layer_freq = 0;
         return 0;
     }
-    list_parse *s = calloc(1, sizeof *s);
-    if (!s) FAIL("--moe-layer-freq: out of memory");
+    list_parse *s = td_xcalloc(1, sizeof *s);
     s->p = p;
     int rc = expr(s);
     skip_space(s);
