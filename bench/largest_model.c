@@ -41,7 +41,7 @@ static double job_bytes(const gpt_config *c0, int tp, int pp, int dp, int gbs, c
         l.dp = dp;
         l.mbs = 1;
         l.nchunks = 1;
-        l.chunk[0] = (mem_chunk){c.num_layers / pp, st == 0, st == pp - 1, pp_slots_needed(s, pp, st, 1, micro)};
+        l.chunk[0] = (mem_chunk){c.num_layers / pp, st == 0, st == pp - 1, pp_slots_needed(s, pp, st, 1, micro), st * (c.num_layers / pp)};
         l.distributed_optimizer = f->distopt && dp > 1;
         l.sequence_parallel = f->sp && tp > 1;
         l.recompute = f->recompute ? MEM_RECOMPUTE_FULL : MEM_RECOMPUTE_NONE;

@@ -381,6 +381,12 @@ static cJSON *meta_json(const ckpt_model *m, const ckpt_progress *p, const char 
             cJSON_AddNumberToObject(mod, key->key, key->is_float ? ckpt_float_value((float)v) : v);
         }
     }
+    if (gpt_moe(c) && c->num_layers > GPT_MOE_LIST_MAX_LAYERS) { /* longer than a list is read: its integer */
+        cJSON_AddNumberToObject(mod, "moe_layer_freq", c->moe_layer_freq > 0 ? c->moe_layer_freq : 1);
+    } else if (gpt_moe(c)) { /* Megatron's moe_layer_freq as the list it resolves to: 1 a MoE layer, 0 a dense one */
+        cJSON *freq = cJSON_AddArrayToObject(mod, "moe_layer_freq");
+        for (int l = 0; l < c->num_layers; l++) cJSON_AddItemToArray(freq, cJSON_CreateNumber(gpt_moe_layer(c, l)));
+    }
     if (m->adam_m) {
         cJSON *opt = cJSON_AddObjectToObject(o, "optimizer");
         cJSON_AddStringToObject(opt, "type", "adamw");
@@ -603,6 +609,32 @@ static int get_int(const cJSON *o, const char *key, int64_t *v)
     return 0;
 }
 
+/* model.moe_layer_freq (absent: every layer MoE; an integer, or the list of 0 and 1 Megatron's
+ * resolves to, one a layer) into c, whose num_layers is read. 0, or -1 with msg. */
+static int read_moe_layer_freq(const cJSON *mod, gpt_config *c, const char *mpath, char *msg, size_t msglen)
+{
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(mod, "moe_layer_freq");
+    if (!j || c->num_experts == 0) return 0;
+    char text[8 * GPT_MOE_LIST_MAX_LAYERS + 8], why[256];
+    size_t at = 0;
+    if (cJSON_IsNumber(j) && j->valuedouble == floor(j->valuedouble) && j->valuedouble >= 1 && j->valuedouble <= 1 << 30) {
+        snprintf(text, sizeof text, "%.0f", j->valuedouble);
+    } else if (cJSON_IsArray(j) && cJSON_GetArraySize(j) <= GPT_MOE_LIST_MAX_LAYERS) {
+        for (const cJSON *e = j->child; e; e = e->next) {
+            if (!cJSON_IsNumber(e) || (e->valuedouble != 0 && e->valuedouble != 1)) goto bad;
+            at += (size_t)snprintf(text + at, sizeof text - at, "%s%d", at ? "," : "[", (int)e->valuedouble);
+        }
+        snprintf(text + at, sizeof text - at, "%s", at ? "]" : "[]");
+    } else {
+        goto bad;
+    }
+    if (gpt_moe_layer_freq_parse(c, text, c->num_layers, why, sizeof why) == 0) return 0;
+bad:
+    snprintf(msg, msglen, "%s: model.moe_layer_freq is not an integer >= 1 nor a list of 0 and 1 with a 1, one a layer "
+             "of model.num_layers %d: the checkpoint is corrupt", mpath, c->num_layers);
+    return -1;
+}
+
 static int same_folder(const char *a, const char *b)
 {
     char ra[PATH_MAX], rb[PATH_MAX];
@@ -724,6 +756,7 @@ static int read_meta(const char *iter_dir, ckpt_meta *out, char *err, size_t err
         }
         gpt_config_set(c, key, x);
     }
+    if (read_moe_layer_freq(mod, c, mpath, err, errlen)) goto fail;
     gpt_config_normalize(c); /* resolved defaults (written since issue 21) read as the 0 older files hold */
     if (c->padded_vocab < c->vocab)
         FAIL("%s: model.padded_vocab_size %d is smaller than model.vocab_size %d: the checkpoint is corrupt", mpath,

@@ -1,6 +1,7 @@
 /* The model flags against a loaded checkpoint: see ckpt_args_reconcile in
  * include/ckpt/trident/checkpoint.h. Driven by GPT_CONFIG_KEYS, so a setting added there is checked. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ckpt_fs.h"
@@ -28,6 +29,35 @@ static void append(char *buf, size_t len, const char *s)
         snprintf(msg, msglen, __VA_ARGS__);                                              \
         return -1;                                                                       \
     } while (0)
+
+/* --moe-layer-freq against the checkpoint's MoE layers (meta.json's moe_layer_freq, a list): once
+ * the flags hold the checkpoint's other settings (its layers and experts), the flag's layers must
+ * be its when given, else they are taken from it. */
+static int moe_layers_reconcile(td_args *a, const gpt_config *ck, int vocab, int tp, const char *mpath, char *taken,
+                                size_t takenlen, char *msg, size_t msglen)
+{
+    if (!gpt_moe(ck)) return 0;
+    gpt_config run = ckpt_config_of_args(a, vocab, tp);
+    char why[256];
+    int parsed = !a->moe_layer_freq || gpt_moe_layer_freq_parse(&run, a->moe_layer_freq, ck->num_layers, why, sizeof why) == 0;
+    if (parsed && gpt_moe_layers_equal(&run, ck)) return 0;
+    char *list = td_xmalloc(8 * GPT_MOE_LIST_MAX_LAYERS + 8);
+    gpt_moe_layer_freq_str(ck, list, 8 * GPT_MOE_LIST_MAX_LAYERS + 8);
+    if (td_args_given(a, "--moe-layer-freq") && !a->use_checkpoint_args) {
+        if (parsed) snprintf(msg, msglen, "--moe-layer-freq %s differs from the checkpoint's moe_layer_freq %s (%s): give "
+                             "--moe-layer-freq \"%s\", leave the flag out, or add --use-checkpoint-args",
+                             a->moe_layer_freq, list, mpath, list);
+        else snprintf(msg, msglen, "%s", why);
+        free(list);
+        return parsed ? -1 : 0; /* a flag that does not parse is gpt_config_validate's to report */
+    }
+    td_args_set_string(a, "--moe-layer-freq", list);
+    char item[200];
+    snprintf(item, sizeof item, "moe_layer_freq %.160s", list);
+    append(taken, takenlen, item);
+    free(list);
+    return 0;
+}
 
 int ckpt_args_reconcile(td_args *a, const ckpt_meta *m, int vocab, int tp, int log, char *msg, size_t msglen)
 {
@@ -97,6 +127,7 @@ int ckpt_args_reconcile(td_args *a, const ckpt_meta *m, int vocab, int tp, int l
             break;
         }
     }
+    if (moe_layers_reconcile(a, ck, vocab, tp, mpath, taken, sizeof taken, msg, msglen)) return -1;
     if (log && use) TD_INFO("architecture from the checkpoint's meta.json (--use-checkpoint-args): %s (%s)", arch, mpath);
     if (log && taken[0]) TD_INFO("from the checkpoint's meta.json (%s): %s", mpath, taken);
     return 0;

@@ -53,7 +53,7 @@ static int info(const char *path)
            (long long)m.progress.iteration, (long long)m.progress.consumed_train, (long long)m.progress.consumed_valid,
            (unsigned long long)m.progress.seed, m.progress.run_id[0] ? m.progress.run_id : "(no id: written before run ids)");
     printf("layout: tp %d x pp %d x dp %d, %d virtual stage%s per rank\n", m.tp, m.pp, m.dp, m.vp, m.vp > 1 ? "s" : "");
-    char arch[320];
+    char arch[480];
     gpt_config_describe(c, arch, sizeof arch);
     printf("model: %s\n", arch);
     printf("settings:");
@@ -61,6 +61,11 @@ static int info(const char *path)
         char v[64];
         gpt_config_value_str(c, &GPT_CONFIG_KEYS[k], v, sizeof v);
         printf("%s %s %s", k ? "," : "", GPT_CONFIG_KEYS[k].key, v);
+    }
+    if (gpt_moe(c)) { /* the MoE layers (--moe-layer-freq), a list */
+        char freq[8 * GPT_MOE_LIST_MAX_LAYERS];
+        gpt_moe_layer_freq_str(c, freq, sizeof freq);
+        printf(", moe_layer_freq %s", freq);
     }
     printf("\n");
     int by_dp = 0;

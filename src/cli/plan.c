@@ -135,6 +135,9 @@ int cli_plan(int argc, char **argv)
         td_usage_error(PROG ": --vocab-size is required (plan reads no tokenizer; GPT-2's is 50257)");
     if (!td_args_given(&a, "--global-batch-size")) td_usage_error(PROG ": --global-batch-size is required");
     if (a.bf16 && a.fp16) td_usage_error(PROG ": give at most one of --bf16 and --fp16");
+    if (a.num_experts > 0) /* not built yet (docs/moe.md): its times and Megatron's memory would be a dense model's */
+        td_usage_error(PROG ": --num-experts: the plan prices dense models only today (a mixture of experts' parameters, "
+                       "GEMMs and token exchange are not in its model yet: docs/moe.md)");
     plan_cluster cl;
     char err[512];
     if (plan_cluster_preset(a.cluster, &cl) && plan_cluster_load(a.cluster, &cl, err, sizeof err))

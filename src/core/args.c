@@ -177,6 +177,9 @@ static const flag_t FLAGS[] = {
     {"--moe-token-drop-policy", A_CHOICE, OFF(moe_token_drop_policy), "probs", MODEL, "moe",
      "over capacity, drop the choices of the lowest weight (probs) or of the latest tokens (position)", 0, 0,
      "probs|position"},
+    {"--moe-layer-freq", A_STR, OFF(moe_layer_freq), "1", MODEL, "moe",
+     "which layers are MoE, the others the dense MLP of --ffn-hidden-size: an integer N (layer i iff i % N == 0) "
+     "or a list of 0 and 1, one a layer (\"[1,0,1,1]\", or Megatron's \"([1]*1+[0]*1)*2\")", 0, 0, NULL},
     {"--moe-pad-expert-input-to-capacity", A_BOOL, OFF(moe_pad_expert_input_to_capacity), "0", MODEL, "moe",
      "every expert runs on exactly its capacity of rows, padded with zeros (fixed shapes; needs "
      "--moe-expert-capacity-factor)", 0, 0, NULL},
@@ -625,6 +628,17 @@ int td_args_set_number(td_args *a, const char *flag, double v)
     }
     default: return -1;
     }
+}
+
+int td_args_set_string(td_args *a, const char *flag, const char *v)
+{
+    int idx = -1;
+    const flag_t *f = find_flag(flag, strlen(flag), &idx);
+    if (!f || f->type != A_STR) return -1;
+    char **field = (char **)((char *)a + f->off);
+    free(*field);
+    *field = v ? td_xstrdup(v) : NULL;
+    return 0;
 }
 
 int td_args_given(const td_args *a, const char *flag)

@@ -16,7 +16,7 @@ typedef struct block_io {
     int B;                 /* samples in the micro-batch */
     const int32_t *klen;   /* (B) device: each sample's keys before its padding; NULL: causal */
     const be_drop *drop;   /* the block's own dropout (attention probabilities); NULL: none */
-    void *scratch;         /* the slot's backward scratch (shared by the layers of the stage) */
+    void *scratch;         /* the kind's backward scratch (shared by the slots and layers of the stage it fills) */
 } block_io;
 
 typedef struct block_ops {
@@ -58,6 +58,7 @@ typedef struct block_ops {
     void (*stats)(const void *a, double *out);
 } block_ops;
 
+#define GPT_SCRATCH_KINDS 8
 /* Forward temporaries and backward gradients of the stage, shared by every block and every
  * micro-batch (a kind's own backward buffers are its slot's scratch). */
 struct gpt_scratch {
@@ -75,10 +76,21 @@ struct gpt_scratch {
     float *dln_l;    /* (BT/t, h): a norm output's gradient, likewise */
     /* mixed precision only (NULL otherwise): */
     float *lp_stage; /* (BT, max(h, nd/t, f/t)): a kept GEMM input in fp32 on its way in */
-    void *slot[GPT_LAYER_NSLOTS]; /* each layer slot's kind's own scratch (NULL: none) */
+    /* each kind's own scratch among the stage's layer slots (one per kind, shared by the slots and
+     * layers it fills: a mixed stage has both MLP kinds'); model_kind_scratch finds it */
+    struct { const struct block_ops *ops; void *s; } kind[GPT_SCRATCH_KINDS];
+    int nkinds;
     void *head;      /* the head's (last stage) */
     float *head_host;/* host memory for the head's work */
 };
+
+/* The scratch of kind ops in the stage (NULL: the kind has none). */
+static inline void *model_kind_scratch(const gpt_model *m, const block_ops *ops)
+{
+    for (int i = 0; i < m->scratch->nkinds; i++)
+        if (m->scratch->kind[i].ops == ops) return m->scratch->kind[i].s;
+    return NULL;
+}
 
 /* The group a block's row-parallel forward and column-parallel backward all-reduce over: NULL
  * under sequence parallelism, whose reduce-scatter the layer does instead. */
@@ -140,9 +152,10 @@ typedef struct moe_params {
 
 /* ---- slots ---- */
 
-/* The kind of a layer slot, or of a norm anywhere (the final norm, a head's), for the config:
- * the layer spec table (layer_spec.c). */
-const block_ops *layer_spec_ops(const gpt_config *c, int slot);
+/* The kind of slot `slot` of global layer `layer` (the MLP slot's: the MoE block or the dense MLP,
+ * by --moe-layer-freq), or of a norm anywhere (the final norm, a head's), for the config: the
+ * layer spec table (layer_spec.c). */
+const block_ops *layer_spec_ops(const gpt_config *c, int layer, int slot);
 const block_ops *layer_spec_norm(const gpt_config *c);
 /* A slot of kind ops: its parameter structs allocated (block_slot_free frees them). */
 void block_slot_init(block_slot *s, const block_ops *ops);

@@ -63,6 +63,8 @@ void gpt_config_from_args(gpt_config *c, const td_args *a)
         c->moe_drop_position = strcmp(a->moe_token_drop_policy, "position") == 0;
         c->moe_pad = a->moe_pad_expert_input_to_capacity;
         c->moe_allgather = strcmp(a->moe_token_dispatcher_type, "allgather") == 0;
+        char msg[256]; /* a bad value is gpt_config_validate's to report: every layer MoE until then */
+        if (a->moe_layer_freq) gpt_moe_layer_freq_parse(c, a->moe_layer_freq, c->num_layers, msg, sizeof msg);
     }
 }
 
@@ -115,7 +117,7 @@ int gpt_config_validate(const td_args *a, int tp, char *msg, size_t msglen)
                                                 "--moe-router-enable-expert-bias", "--moe-router-bias-update-rate",
                                                 "--moe-expert-capacity-factor", "--moe-token-drop-policy",
                                                 "--moe-pad-expert-input-to-capacity", "--expert-model-parallel-size",
-                                                "--expert-tensor-parallel-size", "--moe-token-dispatcher-type"};
+                                                "--expert-tensor-parallel-size", "--moe-token-dispatcher-type", "--moe-layer-freq"};
         for (size_t i = 0; i < sizeof moe_flags / sizeof *moe_flags; i++)
             if (td_args_given(a, moe_flags[i])) FAIL("%s needs --num-experts (a mixture of experts)", moe_flags[i]);
     } else {
@@ -141,6 +143,9 @@ int gpt_config_validate(const td_args *a, int tp, char *msg, size_t msglen)
         if (a->expert_tensor_parallel_size != 1)
             FAIL("--expert-tensor-parallel-size %d: experts split over tensor-parallel ranks are not built yet; "
                  "use 1 (docs/moe.md)", a->expert_tensor_parallel_size);
+        gpt_config layers = {0};
+        if (gpt_moe_layer_freq_parse(&layers, a->moe_layer_freq ? a->moe_layer_freq : "1", a->num_layers, msg, msglen))
+            return -1;
         /* what is not built yet says so (docs/moe.md) */
         if (tp > 1)
             FAIL("--num-experts with --tensor-model-parallel-size %d: the experts run on one tensor-parallel rank "
@@ -161,17 +166,22 @@ void gpt_config_describe(const gpt_config *c, char *out, size_t len)
     char kind[96] = "";
     if (c->kind == GPT_KIND_ENCODER)
         snprintf(kind, sizeof kind, "%s%s: ", GPT_ENCODER_NAME, c->binary_head ? " with the sentence-order head" : "");
-    char mlp[160];
-    if (gpt_moe(c))
-        snprintf(mlp, sizeof mlp, "mixture of %d %s experts of %d, top-%d by %s%s%s", c->num_experts,
-                 c->swiglu ? "SwiGLU" : "GeLU", gpt_moe_ffn(c), c->moe_topk, c->moe_score ? "sigmoid" : "softmax",
+    char mlp[240];
+    snprintf(mlp, sizeof mlp, "%s %d", c->swiglu ? "SwiGLU" : "GeLU", c->ffn);
+    if (gpt_moe(c)) {
+        int moe_layers = gpt_moe_layers(c, 0, c->num_layers);
+        char dense[64] = ""; /* --moe-layer-freq: the other layers' dense MLP */
+        char shared[64] = "";
+        if (moe_layers < c->num_layers)
+            snprintf(dense, sizeof dense, " in %d of the layers (%s %d in the others)", moe_layers,
+                     c->swiglu ? "SwiGLU" : "GeLU", c->ffn);
+        if (c->moe_shared_ffn > 0)
+            snprintf(shared, sizeof shared, " + a shared expert of %d%s", c->moe_shared_ffn, c->moe_shared_gate ? " (gated)" : "");
+        snprintf(mlp, sizeof mlp, "mixture of %d %s experts of %d%s, top-%d by %s%s%s%s", c->num_experts,
+                 c->swiglu ? "SwiGLU" : "GeLU", gpt_moe_ffn(c), dense, c->moe_topk, c->moe_score ? "sigmoid" : "softmax",
                  c->moe_score || !c->moe_pre_softmax ? "" : " (before the top-k)",
-                 c->moe_aux_coeff > 0 || c->moe_z_coeff > 0 ? ", router losses" : "");
-    if (gpt_moe(c) && c->moe_shared_ffn > 0) {
-        size_t at = strlen(mlp);
-        snprintf(mlp + at, sizeof mlp - at, " + a shared expert of %d%s", c->moe_shared_ffn, c->moe_shared_gate ? " (gated)" : "");
+                 c->moe_aux_coeff > 0 || c->moe_z_coeff > 0 ? ", router losses" : "", shared);
     }
-    else snprintf(mlp, sizeof mlp, "%s %d", c->swiglu ? "SwiGLU" : "GeLU", c->ffn);
     snprintf(out, len, "%s%d layer%s, hidden %d, %s of %d, %s, %s (eps %g), %s, %s%s, %s", kind, c->num_layers,
              td_plural(c->num_layers), c->hidden,
              attn, d, mlp, c->norm == GPT_NORM_RMSNORM ? "RMSNorm" : "LayerNorm",
@@ -212,8 +222,10 @@ double gpt_flops_per_iteration(const gpt_config *c, int64_t batch, int full_reco
      * recomputation runs the layers' forward again (16), not the logits. */
     double s = c->seq, l = c->num_layers, h = c->hidden, V = c->padded_vocab;
     double qratio = (double)gpt_q_width(c) / h, groups = (double)gpt_groups(c) / c->heads;
-    /* a mixture of experts: the k experts a token goes through (Megatron counts no router) */
-    double ffn = gpt_moe(c) ? (double)c->moe_topk * gpt_moe_ffn(c) + c->moe_shared_ffn : c->ffn;
+    /* a mixture of experts: the k experts a token goes through in each MoE layer (Megatron
+     * counts no router), the dense MLP in the others (--moe-layer-freq) */
+    double moe = gpt_moe_layers(c, 0, c->num_layers);
+    double ffn = (moe * ((double)c->moe_topk * gpt_moe_ffn(c) + c->moe_shared_ffn) + (l - moe) * c->ffn) / l;
     double layers = (1.0 + groups + s / h) * qratio + ffn / h * (c->swiglu ? 1.5 : 1.0);
     double logits = V / (2.0 * l * h);
     return (double)batch * s * l * h * h * ((full_recompute ? 16.0 : 12.0) * layers + 12.0 * logits);

@@ -73,7 +73,7 @@ gpt_kv_cache *gpt_kv_create(gpt_model *m, int B, int cap, int nmax)
     c->last = be_alloc(be, (size_t)B * h * sizeof(float));
     c->logits_l = be_alloc(be, (size_t)B * m->vocab_l * sizeof(float));
     c->gathered = td_xmalloc((size_t)m->tp * B * m->vocab_l * sizeof(float));
-    if (gpt_moe(&m->cfg) && m->nlayers > 0) c->moe = moe_step_new(m, (int)rows);
+    if (gpt_moe_layers(&m->cfg, m->layer0, m->nlayers) > 0) c->moe = moe_step_new(m, (int)rows); /* the stage holds a MoE layer */
     return c;
 }
 

@@ -22,9 +22,9 @@ static const int BRANCH_OF[2] = {GPT_SLOT_ATTENTION, GPT_SLOT_MLP};
 static const char *const SLOT_NAME[GPT_LAYER_NSLOTS] = {"ln1", "attn", "ln2", "mlp"};
 static const int SLOT_STREAM[GPT_LAYER_NSLOTS] = {11, 7, 5, 1};
 
-void layer_init(gpt_layer *L, const gpt_config *c)
+void layer_init(gpt_layer *L, const gpt_config *c, int layer)
 {
-    for (int k = 0; k < GPT_LAYER_NSLOTS; k++) block_slot_init(&L->slot[k], layer_spec_ops(c, k));
+    for (int k = 0; k < GPT_LAYER_NSLOTS; k++) block_slot_init(&L->slot[k], layer_spec_ops(c, layer, k));
 }
 
 void layer_free(gpt_layer *L)
@@ -94,10 +94,10 @@ static const float *block_output(gpt_model *m, float *out, int B)
     return s->branch_l;
 }
 
-/* The io of slot k of a layer: its scratch, and the attention probabilities' dropout. */
-static block_io slot_io(gpt_model *m, const gpt_acts *acts, int k, const be_drop *d_att)
+/* The io of slot k of stage layer l: its kind's scratch, and the attention probabilities' dropout. */
+static block_io slot_io(gpt_model *m, const gpt_acts *acts, int l, int k, const be_drop *d_att)
 {
-    return model_io(m, acts, m->scratch->slot[k], k == GPT_SLOT_ATTENTION ? d_att : NULL);
+    return model_io(m, acts, model_kind_scratch(m, m->layers[l].slot[k].ops), k == GPT_SLOT_ATTENTION ? d_att : NULL);
 }
 
 /* One residual half: out = x + dropout(branch(norm(x)) + bias). */
@@ -109,7 +109,7 @@ static void half_fwd(gpt_model *m, gpt_acts *acts, int l, int half, const float 
     void *na = a->slot[NORM_OF[half]];
     int B = acts->B;
     float *branch = m->scratch->branch;
-    block_io nio = slot_io(m, acts, NORM_OF[half], d_att), bio = slot_io(m, acts, BRANCH_OF[half], d_att);
+    block_io nio = slot_io(m, acts, l, NORM_OF[half], d_att), bio = slot_io(m, acts, l, BRANCH_OF[half], d_att);
     n->ops->fwd(&nio, na, n->p, NULL, be_f32(x));
     b->ops->fwd(&bio, a->slot[BRANCH_OF[half]], b->p, branch, model_sp_input(m, n->ops->output(na), B));
     const float *bias = b->ops->out_bias ? b->ops->out_bias(b->p) : NULL;
@@ -132,7 +132,7 @@ void layer_recompute(gpt_model *m, gpt_acts *acts, int l)
     for (int k = 0; k < GPT_LAYER_NSLOTS; k++) {
         const block_slot *s = &m->layers[l].slot[k];
         if (!s->ops->recompute) continue;
-        block_io io = slot_io(m, acts, k, &d_att);
+        block_io io = slot_io(m, acts, l, k, &d_att);
         s->ops->recompute(&io, acts->layers[l].slot[k]);
     }
 }
@@ -166,7 +166,7 @@ static void half_bwd(gpt_model *m, gpt_acts *acts, int l, int half, const float 
     const void *na = a->slot[NORM_OF[half]];
     struct gpt_scratch *s = m->scratch;
     int B = acts->B;
-    block_io nio = slot_io(m, acts, NORM_OF[half], d_att), bio = slot_io(m, acts, BRANCH_OF[half], d_att);
+    block_io nio = slot_io(m, acts, l, NORM_OF[half], d_att), bio = slot_io(m, acts, l, BRANCH_OF[half], d_att);
     const float *dbranch = branch_grad(m, dropout_grad(m->be, s->dtmp, s->dres, B, m->seq_l, m->cfg.hidden, d_out), B);
     b->ops->bwd(&bio, s->dln, b->g, dbranch, a->slot[BRANCH_OF[half]], b->p, model_sp_input(m, n->ops->output(na), B));
     n->ops->bwd(&nio, s->dres, n->g, model_sp_norm_grad(m, B), na, n->p, be_f32(x));

@@ -1,24 +1,28 @@
 /* The layer spec (after Megatron-Core's get_gpt_layer_local_spec): which block kind fills each
- * slot of a layer for a config, in one table. A new kind is a row here and its own file. */
+ * slot of a layer for a config and the layer's index (the MLP slot: the MoE block in the layers
+ * --moe-layer-freq names, the dense MLP in the others), in one table. A new kind is a row here
+ * and its own file. */
 #include "model_impl.h"
 
 #include <stdlib.h>
 
 #include "trident/check.h"
 
-static int layernorm(const gpt_config *c) { return c->norm == GPT_NORM_LAYERNORM; }
-static int rmsnorm(const gpt_config *c) { return c->norm == GPT_NORM_RMSNORM; }
-static int always(const gpt_config *c) { return (void)c, 1; }
-static int gelu(const gpt_config *c) { return !c->swiglu && !gpt_moe(c); }
-static int swiglu(const gpt_config *c) { return c->swiglu && !gpt_moe(c); }
-static int moe(const gpt_config *c) { return gpt_moe(c); }
+/* Whether a kind fits global layer `layer` (-1: a norm outside the layers) of a config. */
+static int layernorm(const gpt_config *c, int layer) { return (void)layer, c->norm == GPT_NORM_LAYERNORM; }
+static int rmsnorm(const gpt_config *c, int layer) { return (void)layer, c->norm == GPT_NORM_RMSNORM; }
+static int always(const gpt_config *c, int layer) { return (void)c, (void)layer, 1; }
+/* the MLP slot: the MoE block in the layers --moe-layer-freq names, the dense MLP in the others */
+static int gelu(const gpt_config *c, int layer) { return !c->swiglu && !gpt_moe_layer(c, layer); }
+static int swiglu(const gpt_config *c, int layer) { return c->swiglu && !gpt_moe_layer(c, layer); }
+static int moe(const gpt_config *c, int layer) { return gpt_moe_layer(c, layer); }
 
 /* Slot -1: a norm anywhere (the layers' two, the final norm, a head's). */
 #define ANY_NORM (-1)
 
 static const struct {
     int slot;
-    int (*fits)(const gpt_config *c);
+    int (*fits)(const gpt_config *c, int layer);
     const block_ops *ops;
 } SPEC[] = {
     {ANY_NORM, layernorm, &layernorm_ops},
@@ -29,16 +33,16 @@ static const struct {
     {GPT_SLOT_MLP, moe, &moe_ops}, /* its experts GeLU or SwiGLU, as the config's */
 };
 
-const block_ops *layer_spec_ops(const gpt_config *c, int slot)
+const block_ops *layer_spec_ops(const gpt_config *c, int layer, int slot)
 {
     int want = slot == GPT_SLOT_INPUT_NORM || slot == GPT_SLOT_PRE_MLP_NORM ? ANY_NORM : slot;
     for (size_t i = 0; i < sizeof SPEC / sizeof *SPEC; i++)
-        if (SPEC[i].slot == want && SPEC[i].fits(c)) return SPEC[i].ops;
+        if (SPEC[i].slot == want && SPEC[i].fits(c, layer)) return SPEC[i].ops;
     td_die(__FILE__, __LINE__, "layer_spec_ops", "add a row for it to SPEC in src/model/layer_spec.c",
-           "no block kind fills layer slot %d for this config", slot);
+           "no block kind fills slot %d of layer %d for this config", slot, layer);
 }
 
-const block_ops *layer_spec_norm(const gpt_config *c) { return layer_spec_ops(c, GPT_SLOT_INPUT_NORM); }
+const block_ops *layer_spec_norm(const gpt_config *c) { return layer_spec_ops(c, -1, GPT_SLOT_INPUT_NORM); }
 
 void block_slot_init(block_slot *s, const block_ops *ops)
 {

@@ -36,8 +36,8 @@ typedef struct {
     float *res2; /* (BT, h): x + attention branch */
     float *out;  /* (BT, h): the layer output */
 } layer_acts;
-/* The slots' kinds from the config, their parameter structs allocated. */
-void layer_init(gpt_layer *L, const gpt_config *c);
+/* The slots' kinds of global layer `layer` from the config, their parameter structs allocated. */
+void layer_init(gpt_layer *L, const gpt_config *c, int layer);
 void layer_free(gpt_layer *L);
 void layer_tensors(table_builder *tb, int layer, gpt_layer *L);
 /* The slots' activation structs (calloc'ed; layer_acts_free frees them). */

@@ -46,11 +46,35 @@ static void selective_carve(carver *cv, const gpt_model *m, const gpt_layer *L, 
         if (L->slot[k].ops->recompute_acts) L->slot[k].ops->recompute_acts(cv, m, a->slot[k]);
 }
 
+/* Full: the shared set, one region for each position in a group; every recomputed layer's
+ * activations (shared[l], allocated for its own kinds) carved over its position's region, which
+ * is as large as the largest of them (layers of a mixture of experts differ: --moe-layer-freq).
+ * Returns the bytes. */
+static size_t full_shared_layout(gpt_model *m, layer_acts *shared, td_arena *ar)
+{
+    int npos = full_shared_layers(m), start, end;
+    size_t total = 0;
+    for (int j = 0; j < npos; j++) {
+        size_t most = 0, from = ar ? td_arena_mark(ar) : 0, to = from;
+        for (int l = 0; l < m->nlayers; l++) {
+            if (!full_group(m, l, &start, &end) || l - start != j) continue;
+            if (ar) td_arena_release(ar, from);
+            carver cv = model_carver(m, ar);
+            layer_acts_carve(&cv, m, &m->layers[l], &shared[l]);
+            if (cv.bytes > most) most = cv.bytes;
+            if (ar && td_arena_mark(ar) > to) to = td_arena_mark(ar);
+        }
+        if (ar) td_arena_release(ar, to);
+        total += most;
+    }
+    return total;
+}
+
 size_t recompute_shared_layout(gpt_model *m, layer_acts *shared, td_arena *ar)
 {
     carver cv = model_carver(m, ar);
     if (m->rc.granularity == GPT_RECOMPUTE_FULL) {
-        for (int j = 0; j < full_shared_layers(m); j++) layer_acts_carve(&cv, m, &m->layers[j], &shared[j]);
+        return full_shared_layout(m, shared, ar);
     } else if (m->rc.granularity == GPT_RECOMPUTE_SELECTIVE && m->nlayers > 0) {
         if (ar) m->rc_base = ar->base + ((ar->used + 63) & ~(size_t)63);
         selective_carve(&cv, m, &m->layers[0], &shared[0]);
@@ -63,7 +87,7 @@ void recompute_layers_carve(carver *cv, const gpt_model *m, layer_acts *layers, 
     for (int l = 0, start, end; l < m->nlayers; l++) {
         const gpt_layer *L = &m->layers[l];
         if (full_group(m, l, &start, &end)) {
-            layer_acts_share(L, &layers[l], &shared[l - start]);
+            layer_acts_share(L, &layers[l], &shared[l]); /* over the region of its position in the group */
             if (l == end) CARVE(cv, layers[l].out, float, (int64_t)m->mbs * m->seq_l * m->cfg.hidden);
         } else if (m->rc.granularity == GPT_RECOMPUTE_SELECTIVE) {
             cv->selective = 1;

@@ -64,10 +64,7 @@ static void scratch_carve(carver *cv, const gpt_model *m, struct gpt_scratch *s)
     CARVE(cv, s->dres, float, BT * h);
     CARVE(cv, s->dln, float, BT * h);
     CARVE(cv, s->dtmp, float, BT * h);
-    for (int k = 0; k < GPT_LAYER_NSLOTS && m->nlayers > 0; k++) {
-        const block_ops *ops = m->layers[0].slot[k].ops;
-        if (ops->scratch) ops->scratch(cv, m, s->slot[k]);
-    }
+    for (int i = 0; i < s->nkinds; i++) s->kind[i].ops->scratch(cv, m, s->kind[i].s);
     CARVE(cv, s->dloss, float, BT);
     if (m->sp) {
         int64_t BTl = (int64_t)m->mbs * m->seq_l;
@@ -95,11 +92,12 @@ static size_t scratch_host_floats(const gpt_model *m)
     return n;
 }
 
-/* The stage's slots and head: kinds from the config, parameter structs allocated. */
+/* The stage's slots and head: kinds from the config (each layer's by its global index), parameter
+ * structs allocated. */
 static void slots_init(gpt_model *m)
 {
     m->layers = td_xcalloc((size_t)(m->nlayers ? m->nlayers : 1), sizeof(gpt_layer));
-    for (int l = 0; l < m->nlayers; l++) layer_init(&m->layers[l], &m->cfg);
+    for (int l = 0; l < m->nlayers; l++) layer_init(&m->layers[l], &m->cfg, m->layer0 + l);
     block_slot_init(&m->lnf, layer_spec_norm(&m->cfg));
     m->head = model_head_of(&m->cfg);
     m->head_p = td_xcalloc(1, m->head->params_size ? m->head->params_size : 1);
@@ -216,17 +214,27 @@ static void acts_free(gpt_model *m, gpt_acts *a)
     free(a->targets_host);
 }
 
-/* The kinds' scratch structs (the buffers are carved). */
+/* The kinds' scratch structs (the buffers are carved): one for each kind with a scratch among the
+ * stage's layer slots, in the order the layers and their slots first use them. */
 static void scratch_alloc(const gpt_model *m, struct gpt_scratch *s)
 {
-    for (int k = 0; k < GPT_LAYER_NSLOTS && m->nlayers > 0; k++)
-        if (m->layers[0].slot[k].ops->scratch_size) s->slot[k] = td_xcalloc(1, m->layers[0].slot[k].ops->scratch_size);
+    for (int l = 0; l < m->nlayers; l++)
+        for (int k = 0; k < GPT_LAYER_NSLOTS; k++) {
+            const block_ops *ops = m->layers[l].slot[k].ops;
+            int known = 0;
+            for (int i = 0; i < s->nkinds; i++) known |= s->kind[i].ops == ops;
+            if (known || !ops->scratch_size) continue;
+            TD_ASSERT(s->nkinds < GPT_SCRATCH_KINDS);
+            s->kind[s->nkinds].ops = ops;
+            s->kind[s->nkinds++].s = td_xcalloc(1, ops->scratch_size);
+        }
     if (m->last && m->head->scratch_size) s->head = td_xcalloc(1, m->head->scratch_size);
 }
 
 static void scratch_free(struct gpt_scratch *s)
 {
-    for (int k = 0; k < GPT_LAYER_NSLOTS; k++) free(s->slot[k]);
+    for (int i = 0; i < s->nkinds; i++) free(s->kind[i].s);
+    s->nkinds = 0;
     free(s->head);
 }
 
@@ -312,14 +320,14 @@ static gpt_config counted(const gpt_config *cfg, int tp)
     return c;
 }
 
-int64_t gpt_stage_numel(const gpt_config *config, int tp, int nlayers, int first, int last)
+int64_t gpt_stage_numel(const gpt_config *config, int tp, int layer0, int nlayers, int first, int last)
 {
     gpt_config cf = counted(config, tp);
     const gpt_config *cfg = &cf;
     ps_state ps = {0};
     ps.tp = tp, ps.pp = 1;
     gpt_model m = {0};
-    m.cfg = *cfg, m.ps = &ps, m.nlayers = nlayers, m.first = first, m.last = last;
+    m.cfg = *cfg, m.ps = &ps, m.layer0 = layer0, m.nlayers = nlayers, m.first = first, m.last = last;
     stage_sizes(&m, cfg, &ps);
     slots_init(&m);
     table_builder tb = {cfg, tp, 0, NULL, NULL, 0, 0, 0, 1, 0};
@@ -330,7 +338,7 @@ int64_t gpt_stage_numel(const gpt_config *config, int tp, int nlayers, int first
     return (int64_t)tb.numel;
 }
 
-void gpt_layout_bytes_of(const gpt_config *config, int tp, int sp, int mbs, int lowp, gpt_layout_bytes *out)
+void gpt_layout_bytes_of(const gpt_config *config, int tp, int sp, int mbs, int lowp, int layer, gpt_layout_bytes *out)
 {
     gpt_config cf = counted(config, tp);
     const gpt_config *cfg = &cf;
@@ -338,7 +346,7 @@ void gpt_layout_bytes_of(const gpt_config *config, int tp, int sp, int mbs, int 
     ps.tp = tp, ps.pp = 1, ps.sequence_parallel = sp;
     gpt_model m = {0};
     struct gpt_scratch s = {0};
-    m.cfg = *cfg, m.ps = &ps, m.mbs = mbs, m.nlayers = 1, m.first = m.last = 1, m.scratch = &s;
+    m.cfg = *cfg, m.ps = &ps, m.mbs = mbs, m.layer0 = layer, m.nlayers = 1, m.first = m.last = 1, m.scratch = &s;
     stage_sizes(&m, cfg, &ps);
     slots_init(&m);
     scratch_alloc(&m, &s);
@@ -360,6 +368,11 @@ void gpt_layout_bytes_of(const gpt_config *config, int tp, int sp, int mbs, int 
         out->scratch_head = (double)cv.raw;
     }
     out->scratch -= out->scratch_head;
+    out->scratch_mlp = 0;
+    if (L->slot[GPT_SLOT_MLP].ops->scratch) {
+        cv = base, L->slot[GPT_SLOT_MLP].ops->scratch(&cv, &m, model_kind_scratch(&m, L->slot[GPT_SLOT_MLP].ops));
+        out->scratch_mlp = (double)cv.raw;
+    }
     out->host = (double)(mbs * (size_t)cfg->seq) * sizeof(float);
     out->host_head = (double)(scratch_host_floats(&m) - mbs * (size_t)cfg->seq) * sizeof(float);
     acts_free(&m, &a);
@@ -462,7 +475,7 @@ float *gpt_forward(gpt_model *m, gpt_acts *a, const gpt_batch *in, const float *
         layer_fwd(m, a, l, x);
         x = a->layers[l].out;
         const block_slot *mlp = &m->layers[l].slot[GPT_SLOT_MLP];
-        if (nst) mlp->ops->stats(a->layers[l].slot[GPT_SLOT_MLP], m->layer_stats + (size_t)l * nst);
+        if (nst && mlp->ops->stats) mlp->ops->stats(a->layers[l].slot[GPT_SLOT_MLP], m->layer_stats + (size_t)l * nst);
     }
     if (!m->last) return (float *)x;
 
@@ -477,7 +490,9 @@ int gpt_head_nstats(const gpt_config *c) { return model_head_of(c)->nstats; }
 
 int gpt_layer_nstats(const gpt_config *c)
 {
-    const block_ops *o = layer_spec_ops(c, GPT_SLOT_MLP);
+    int layer = 0; /* a MoE layer's kind when there is one (--moe-layer-freq) */
+    while (layer < c->num_layers - 1 && !gpt_moe_layer(c, layer)) layer++;
+    const block_ops *o = layer_spec_ops(c, layer, GPT_SLOT_MLP);
     return o->nstats ? o->nstats(c) : 0;
 }
 const double *gpt_layer_stats(const gpt_model *m) { return m->layer_stats; }
@@ -485,8 +500,9 @@ const double *gpt_layer_stats(const gpt_model *m) { return m->layer_stats; }
 void gpt_moe_update_expert_bias(gpt_model *m, const double *tokens)
 {
     if (!gpt_moe(&m->cfg) || !m->cfg.moe_expert_bias) return;
-    for (int l = 0; l < m->nlayers; l++)
-        moe_update_expert_bias(&m->cfg, m->layers[l].slot[GPT_SLOT_MLP].p, tokens + (size_t)(m->layer0 + l) * m->cfg.num_experts);
+    for (int l = 0, moe = gpt_moe_layers(&m->cfg, 0, m->layer0); l < m->nlayers; l++)
+        if (gpt_moe_layer(&m->cfg, m->layer0 + l))
+            moe_update_expert_bias(&m->cfg, m->layers[l].slot[GPT_SLOT_MLP].p, tokens + (size_t)moe++ * m->cfg.num_experts);
 }
 void gpt_layer_stats_clear(gpt_model *m)
 {

@@ -228,7 +228,7 @@ static void trident_memory(const plan_job *j, const plan_cluster *c, const plan_
         int slots = pp_slots_needed(sched, l->pp, rank, l->vp, m);
         for (int k = 0; k < l->vp; k++) {
             int vs = k * l->pp + rank;
-            ml.chunk[k] = (mem_chunk){per, vs == 0, vs == l->pp * l->vp - 1, slots};
+            ml.chunk[k] = (mem_chunk){per, vs == 0, vs == l->pp * l->vp - 1, slots, vs * per};
         }
         mem_prediction p;
         mem_predict(&ml, &p);

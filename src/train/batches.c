@@ -98,16 +98,17 @@ double run_batches_loss(const run_state *r, double loss_sum)
     return loss_sum / gpt_head_loss_divisor(config_of(r), r->gbs);
 }
 
-/* A mixture of experts' sums of the iteration, every layer's over the global batch (the stages'
- * layers summed over the data-parallel ranks, then gathered over the pipeline by a sum: each
- * stage holds its own); then, with --moe-router-enable-expert-bias, every layer's expert bias
- * moved against its load, on every rank alike, before the optimizer step. */
+/* A mixture of experts' sums of the iteration, every MoE layer's over the global batch (the
+ * stages' layers summed over the data-parallel ranks, then gathered over the pipeline by a sum:
+ * each stage holds its own; the dense layers of --moe-layer-freq have none); then, with
+ * --moe-router-enable-expert-bias, every MoE layer's expert bias moved against its load, on every
+ * rank alike, before the optimizer step. */
 void run_batches_moe_collect(run_state *r)
 {
     const gpt_config *c = config_of(r);
     int n = gpt_layer_nstats(c);
     if (n == 0) return;
-    int L = c->num_layers, E = c->num_experts;
+    int L = c->num_layers, E = c->num_experts, Lm = gpt_moe_layers(c, 0, L);
     double *all = td_xcalloc((size_t)L * n, sizeof(double));
     for (int k = 0; k < r->model.nchunks; k++) {
         gpt_model *m = r->model.chunks[k];
@@ -118,32 +119,33 @@ void run_batches_moe_collect(run_state *r)
     comm_allreduce(r->ps->dp_group, all, (size_t)L * n, COMM_F64, COMM_SUM);
     if (r->ps->pp > 1) comm_allreduce(r->ps->pp_group, all, (size_t)L * n, COMM_F64, COMM_SUM);
     if (!r->batches.moe_tokens) {
-        r->batches.moe_tokens = td_xcalloc((size_t)L * E, sizeof(double));
-        r->batches.moe_load = td_xcalloc((size_t)L, sizeof(double));
+        r->batches.moe_tokens = td_xcalloc((size_t)Lm * E, sizeof(double));
+        r->batches.moe_load = td_xcalloc((size_t)Lm, sizeof(double));
     }
     r->batches.moe_aux = r->batches.moe_z = r->batches.moe_dropped = 0;
-    for (int l = 0; l < L; l++) {
+    for (int l = 0, i = 0; l < L; l++) {
+        if (!gpt_moe_layer(c, l)) continue;
         const double *s = all + (size_t)l * n;
         double total = 0, most = 0;
         r->batches.moe_aux += s[0], r->batches.moe_z += s[1], r->batches.moe_dropped += s[2];
         for (int e = 0; e < E; e++) {
-            r->batches.moe_tokens[(size_t)l * E + e] = s[3 + e];
+            r->batches.moe_tokens[(size_t)i * E + e] = s[3 + e];
             total += s[3 + e], most = s[3 + e] > most ? s[3 + e] : most;
         }
-        r->batches.moe_load[l] = total > 0 ? most / (total / E) : 0;
+        r->batches.moe_load[i++] = total > 0 ? most / (total / E) : 0;
     }
     free(all);
     for (int k = 0; k < r->model.nchunks; k++) gpt_moe_update_expert_bias(r->model.chunks[k], r->batches.moe_tokens);
 }
 
 /* ... and its metrics: the load-balancing loss and the z-loss (without their coefficients:
- * Megatron's logged values), a layer's and a micro-batch's mean; the tokens routed to each
- * expert; each layer's busiest expert against the mean, and the worst layer's. */
+ * Megatron's logged values), a MoE layer's and a micro-batch's mean; the tokens routed to each
+ * expert; each MoE layer's busiest expert against the mean, and the worst layer's. */
 static void moe_metrics(run_state *r, met_record *rec)
 {
     const gpt_config *c = config_of(r);
     if (gpt_layer_nstats(c) == 0 || !r->batches.moe_tokens) return;
-    int L = c->num_layers;
+    int L = gpt_moe_layers(c, 0, c->num_layers);
     double micro = (double)r->num_micro * r->ps->dp, worst = 0;
     for (int l = 0; l < L; l++) worst = r->batches.moe_load[l] > worst ? r->batches.moe_load[l] : worst;
     TD_ASSERT(rec->nextra + 4 <= GPT_MAX_STATS);

@@ -9,60 +9,103 @@
 #include <math.h>
 
 #include <stdio.h>
+#include <string.h>
 
 #define MIB (1024.0 * 1024.0)
 
 double mem_chunk_params(const gpt_config *c, int tp, const mem_chunk *k)
 {
-    return (double)gpt_stage_numel(c, tp, k->nlayers, k->first, k->last); /* the model's own table */
+    return (double)gpt_stage_numel(c, tp, k->layer0, k->nlayers, k->first, k->last); /* the model's own table */
 }
 
-/* The stage's layout in bytes, as the model carves it (gpt_layout_bytes_of: the blocks' and the
- * head's own descriptions), for this layout. */
-static gpt_layout_bytes layout_of(const mem_layout *l)
+/* The layouts in bytes of the model's layer kinds, as the model carves them (gpt_layout_bytes_of:
+ * the blocks' and the head's own descriptions), for this layout: a dense layer's and a MoE
+ * layer's (a mixture of experts may mix dense layers in, --moe-layer-freq), each counted once,
+ * only for the kinds the model has. */
+typedef struct {
+    gpt_layout_bytes dense, moe;
+} kind_layouts;
+
+static kind_layouts layouts_of(const mem_layout *l)
 {
-    gpt_layout_bytes b;
-    gpt_layout_bytes_of(&l->cfg, l->tp, l->sequence_parallel, l->mbs, l->lowp, &b);
-    return b;
+    kind_layouts k;
+    memset(&k, 0, sizeof k);
+    int dense = -1, moe = -1;
+    for (int i = 0; i < l->cfg.num_layers && (dense < 0 || moe < 0); i++) {
+        if (gpt_moe_layer(&l->cfg, i) && moe < 0) moe = i;
+        if (!gpt_moe_layer(&l->cfg, i) && dense < 0) dense = i;
+    }
+    if (dense >= 0 || moe < 0)
+        gpt_layout_bytes_of(&l->cfg, l->tp, l->sequence_parallel, l->mbs, l->lowp, dense < 0 ? 0 : dense, &k.dense);
+    if (moe >= 0) gpt_layout_bytes_of(&l->cfg, l->tp, l->sequence_parallel, l->mbs, l->lowp, moe, &k.moe);
+    return k;
+}
+
+/* The layout of global layer `layer`'s kind. */
+static const gpt_layout_bytes *kind_of(const kind_layouts *k, const mem_layout *l, int layer)
+{
+    return gpt_moe_layer(&l->cfg, layer) ? &k->moe : &k->dense;
+}
+
+/* Full recomputation's group of the chunk's layer j (0-based in the chunk): its position in the
+ * group, or -1 when the layer keeps its activations (recompute.c's full_group). */
+static int full_position(const mem_layout *l, int j)
+{
+    int n = l->recompute_num_layers > 0 ? l->recompute_num_layers : 1;
+    if (l->recompute_block) return j < n ? 0 : -1;
+    return j % n; /* uniform: every layer, in groups of n from the chunk's first */
 }
 
 double mem_chunk_acts(const mem_layout *l, const mem_chunk *k)
 {
     const gpt_config *c = &l->cfg;
-    gpt_layout_bytes b = layout_of(l);
+    kind_layouts kl = layouts_of(l);
+    const gpt_layout_bytes *b = kind_of(&kl, l, k->layer0); /* what every layer kind has alike */
     double BT = (double)l->mbs * c->seq, h = c->hidden, sp = l->sequence_parallel ? l->tp : 1;
-    double inputs = b.inputs + (k->first ? b.types : 0);
-    double layer = l->recompute == MEM_RECOMPUTE_SELECTIVE ? b.layer_selective : b.layer, layers;
-    if (l->recompute == MEM_RECOMPUTE_FULL) {
-        /* a recomputed layer keeps its input only (the group's first layer's, uniform: one per group) */
-        double kept = 4.0 * BT / sp * h;
-        int n = l->recompute_num_layers > 0 ? l->recompute_num_layers : 1;
-        if (l->recompute_block) {
-            int rec = n < k->nlayers ? n : k->nlayers;
-            layers = rec * kept + (k->nlayers - rec) * layer;
+    double inputs = b->inputs + (k->first ? b->types : 0), layers = 0;
+    int n = l->recompute_num_layers > 0 ? l->recompute_num_layers : 1;
+    for (int j = 0; j < k->nlayers; j++) {
+        const gpt_layout_bytes *lb = kind_of(&kl, l, k->layer0 + j);
+        if (l->recompute == MEM_RECOMPUTE_FULL && full_position(l, j) >= 0) {
+            /* a recomputed group keeps the output of its last layer only (the next one's input) */
+            int group_end = l->recompute_block || j % n == n - 1 || j == k->nlayers - 1;
+            layers += group_end ? 4.0 * BT / sp * h : 0;
         } else {
-            int groups = (k->nlayers + n - 1) / n;
-            layers = groups * kept;
+            layers += l->recompute == MEM_RECOMPUTE_SELECTIVE ? lb->layer_selective : lb->layer;
         }
-    } else {
-        layers = k->nlayers * layer;
     }
-    return inputs + layers + (k->last ? b.head : 0);
+    return inputs + layers + (k->last ? b->head : 0);
 }
 
-/* The backward's gradients (shared by the micro-batches of a chunk) and its host staging, and
- * with full recomputation one group's re-run activations, with selective what it redoes. */
+/* The backward's gradients (shared by the micro-batches of a chunk: one scratch for each block
+ * kind among its layers) and its host staging, and with full recomputation one group's re-run
+ * activations (each position in a group as large as its largest layer), with selective what it
+ * redoes. */
 static double chunk_workspace(const mem_layout *l, const mem_chunk *k)
 {
-    gpt_layout_bytes b = layout_of(l);
-    double bytes = b.scratch + b.host;
-    if (k->last) bytes += b.scratch_head + b.host_head;
+    kind_layouts kl = layouts_of(l);
+    const gpt_layout_bytes *b = kind_of(&kl, l, k->layer0);
+    int dense = 0, moe = 0; /* the MLP kinds among the chunk's layers */
+    for (int j = 0; j < k->nlayers; j++) {
+        if (gpt_moe_layer(&l->cfg, k->layer0 + j)) moe = 1;
+        else dense = 1;
+    }
+    double bytes = b->scratch - b->scratch_mlp + (dense ? kl.dense.scratch_mlp : 0) + (moe ? kl.moe.scratch_mlp : 0);
+    if (k->nlayers == 0) bytes = b->scratch; /* as gpt_layout_bytes_of counts a stage of layer0's kinds */
+    bytes += b->host;
+    if (k->last) bytes += b->scratch_head + b->host_head;
     if (l->recompute == MEM_RECOMPUTE_FULL) {
         int n = l->recompute_num_layers > 0 ? l->recompute_num_layers : 1;
-        if (n > k->nlayers) n = k->nlayers;
-        bytes += (l->recompute_block ? 1 : n) * b.layer;
+        int npos = l->recompute_block ? (k->nlayers > 0) : n < k->nlayers ? n : k->nlayers;
+        for (int p = 0; p < npos; p++) {
+            double most = 0;
+            for (int j = 0; j < k->nlayers; j++)
+                if (full_position(l, j) == p && kind_of(&kl, l, k->layer0 + j)->layer > most)
+                    most = kind_of(&kl, l, k->layer0 + j)->layer;
+            bytes += most;
+        }
     } else if (l->recompute == MEM_RECOMPUTE_SELECTIVE && k->nlayers > 0) {
-        bytes += b.layer_redo;
+        bytes += b->layer_redo;
     }
     return bytes;
 }

@@ -66,7 +66,7 @@ void run_predict_memory(run_state *r, const gpt_config *c, int slots)
     l->recompute_num_layers = rc->num_layers;
     for (int k = 0; k < r->model.nchunks; k++) {
         const gpt_model *m = r->model.chunks[k];
-        l->chunk[k] = (mem_chunk){m->nlayers, m->first, m->last, slots};
+        l->chunk[k] = (mem_chunk){m->nlayers, m->first, m->last, slots, m->layer0};
     }
     mem_predict(l, &r->report.mem_pred);
     char line[400];
@@ -235,7 +235,7 @@ void run_report_start(run_state *r, const gpt_config *c)
                 "tokens by %s", c->num_experts, ps->ep, c->num_experts / ps->ep, ps->edp, a->moe_token_dispatcher_type);
     TD_INFO("placement: %s", where);
     if (warn[0]) td_warn("%s", warn);
-    char arch[320];
+    char arch[480];
     be_describe(be, arch, sizeof arch);
     TD_INFO("kernels: %s", arch);
     if (a->bf16 || a->fp16) print_precision(r);

@@ -49,7 +49,7 @@ typedef struct {
     int eval;                /* validation runs: --eval-iters > 0 and a validation split exists */
     int64_t consumed;        /* samples consumed before this iteration */
     pp_iteration it;         /* it.micro: the source's micro-batches of the iteration */
-    double *moe_tokens;      /* a mixture of experts: the iteration's tokens per (layer, expert) */
+    double *moe_tokens;      /* a mixture of experts: the iteration's tokens per (MoE layer, expert), the MoE layers in order */
     double *moe_load;        /* ... and each layer's busiest expert's share against the mean */
     double moe_aux, moe_z;   /* ... and the router losses summed over layers and micro-batches */
     double moe_dropped;      /* ... and the choices dropped over capacity */

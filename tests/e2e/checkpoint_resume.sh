@@ -54,4 +54,42 @@ for x, y in zip(a, b):
 print("iteration 6: tokens per expert", a[-1]["tokens_per_expert"], "load balancing loss %.4f" % a[-1]["load_balancing_loss"])
 PY
 ); then ok "MoE metrics: $out"; else bad "MoE metrics"; echo "$out"; fi
+# --moe-layer-freq: dense and MoE layers mixed ([0,1,1,0]: each stage of pp 2 holds one of each),
+# the expert bias moving; meta.json holds the list, the metrics the MoE layers only (2), each
+# summing to k x the batch's tokens
+MIXED=(--num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 64 --moe-aux-loss-coeff 1e-2
+       --moe-router-score-function sigmoid --moe-router-enable-expert-bias --moe-router-bias-update-rate 1e-2)
+check_layout moe_mixed_pp2 2 1 --pipeline-model-parallel-size 2 "${MIXED[@]}" --moe-layer-freq "[0,1,1,0]"
+if out=$(python3 - moe_mixed_pp2/full.jsonl moe_mixed_pp2/ckpt/iter_0000006/meta.json <<'PY'
+import json, sys
+for x in (json.loads(l) for l in open(sys.argv[1])):
+    assert len(x["tokens_per_expert"]) == 2 and all(sum(l) == 2 * 8 * 16 for l in x["tokens_per_expert"]), x
+    assert len(x["expert_load_max_mean_per_layer"]) == 2, x
+freq = json.load(open(sys.argv[2]))["model"]["moe_layer_freq"]
+assert freq == [0, 1, 1, 0], freq
+print("meta.json moe_layer_freq", freq, "tokens per expert", x["tokens_per_expert"])
+PY
+); then ok "mixed MoE metrics and meta.json: $out"; else bad "mixed MoE metrics and meta.json"; echo "$out"; fi
+# ... loaded with other MoE layers: exit 2 before anything is allocated, naming both; the flag
+# left out: the checkpoint's layers, noted
+train 2 1 --train-iters 7 --pipeline-model-parallel-size 2 --load moe_mixed_pp2/ckpt "${MIXED[@]}" --moe-layer-freq 2
+rc=$?
+want="--moe-layer-freq 2 differs from the checkpoint's moe_layer_freq [0, 1, 1, 0] (moe_mixed_pp2/ckpt/iter_0000006/meta.json)"
+if [ "$rc" = 2 ] && [ "$(grep -cF -- "$want" "$last_log")" = 1 ] && ! grep -q "parameters" "$last_log"; then
+  ok "other MoE layers: exit 2, once: $want"
+else bad "other MoE layers: exit $rc, want 2 and once: $want"; tail -3 "$last_log"; fi
+if train 2 1 --train-iters 7 --pipeline-model-parallel-size 2 --load moe_mixed_pp2/ckpt "${MIXED[@]}" &&
+   grep -q "from the checkpoint's meta.json (moe_mixed_pp2/ckpt/iter_0000006/meta.json): moe_layer_freq \[0, 1, 1, 0\]" "$last_log"; then
+  ok "--moe-layer-freq left out: the checkpoint's layers, noted"
+else bad "--moe-layer-freq left out"; grep -i "checkpoint\|error" "$last_log" | head -5; fi
+# ... and with a corrupt moe_layer_freq in meta.json (3 entries for 4 layers): refused, naming the key
+cp -r moe_mixed_pp2/ckpt bad_freq && python3 - bad_freq/iter_0000006/meta.json <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1])); m["model"]["moe_layer_freq"] = [0, 1, 1]; json.dump(m, open(sys.argv[1], "w"))
+PY
+train 2 1 --train-iters 7 --pipeline-model-parallel-size 2 --load bad_freq "${MIXED[@]}"
+rc=$?
+if [ "$rc" != 0 ] && grep -qF "model.moe_layer_freq is not an integer >= 1 nor a list of 0 and 1 with a 1, one a layer of model.num_layers 4: the checkpoint is corrupt" "$last_log"; then
+  ok "a corrupt moe_layer_freq: exit $rc, the key named"
+else bad "a corrupt moe_layer_freq: exit $rc"; tail -3 "$last_log"; fi
 finish

@@ -132,6 +132,7 @@ printf '{"base": "dgx-h100", "nodes": 2}\n' >two_nodes.json
 expect2 "the layout needs 32 devices; cluster two_nodes.json has 16 (2 nodes of 8)" "${M[@]}" --num-gpus 32 \
   --tensor-model-parallel-size 8 --pipeline-model-parallel-size 4 --cluster two_nodes.json
 expect2 "cannot open it" "${M[@]}" --num-gpus 8 --cluster nosuch
+expect2 "--num-experts: the plan prices dense models only today" "${M[@]}" --num-gpus 8 --num-experts 8 --moe-layer-freq 2
 expect2 "no bf16 peak" --num-layers 4 --vocab-size 100 --global-batch-size 16 --num-gpus 16 --cluster dgx2h-v100 --bf16
 expect2 "--dp-collectives 'ring' is not one of auto|flat|hierarchical" "${S[@]}" --dp-collectives ring
 expect2 "--ddp-bucket-size 0 is out of range" "${S[@]}" --ddp-bucket-size 0

@@ -73,6 +73,16 @@ expect "unknown dispatcher" 2 "--moe-token-dispatcher-type" \
   "$TRIDENT" train "${TINY[@]}" --num-experts 4 --moe-token-dispatcher-type flex
 expect "padding without capacity" 2 "--moe-pad-expert-input-to-capacity needs --moe-expert-capacity-factor" \
   "$TRIDENT" train "${TINY[@]}" --num-experts 4 --moe-pad-expert-input-to-capacity
+# --moe-layer-freq: which layers are MoE, an integer or a list of 0 and 1 one a layer
+expect "layer freq without experts" 2 "--moe-layer-freq needs --num-experts" \
+  "$TRIDENT" train "${TINY[@]}" --moe-layer-freq 2
+expect "layer list of the wrong length" 2 "--moe-layer-freq [1,0,1] names 3 layers but --num-layers is 2" \
+  "${MPIRUN[@]}" -np 2 "$TRIDENT" train "${TINY[@]}" --num-layers 2 --num-experts 4 --moe-layer-freq "[1,0,1]"
+once "layer list of the wrong length"
+expect "layer freq not a list" 2 "--moe-layer-freq range(2) is neither an integer nor a list of 0 and 1" \
+  "$TRIDENT" train "${TINY[@]}" --num-experts 4 --moe-layer-freq "range(2)"
+expect "layer freq zero" 2 "--moe-layer-freq 0: give an integer N >= 1" \
+  "$TRIDENT" train "${TINY[@]}" --num-experts 4 --moe-layer-freq 0
 
 # Under mpirun: one line, from rank 0; every rank exits 2 (so mpirun does). A rank exiting 2
 # first made mpirun end the job before rank 0 had printed (the line was missing 4 times in 20):

@@ -348,6 +348,21 @@ trident_layout(moe_bf16_baseline 1 1 2)
 trident_layout(moe_bf16_pp2_dp2 4 1 2 --pipeline-model-parallel-size 2 --use-distributed-optimizer)
 trident_layout(moe_bf16_ep2_a2a 2 1 2 --expert-model-parallel-size 2 --moe-token-dispatcher-type alltoall)
 unset(LAYOUT_TOL)
+# --moe-layer-freq: MoE and dense layers mixed (4 MoE layers and 4 SwiGLU MLPs of --ffn-hidden-size
+# 96: 3 and 1 on the first stage, 1 and 3 on the second), with the expert bias moving; pp 2, pp 2
+# with full recomputation in groups of 2 (a group position holds a MoE layer in one group and a
+# dense one in the other), and interleaved pp 2 x dp 2 with the distributed optimizer (chunks of
+# MoE layers only, of dense only, and of both), against the one-rank run
+set(LAYOUT_ARCH --swiglu --ffn-hidden-size 96 --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 64
+  --moe-aux-loss-coeff 1e-2 --moe-router-score-function sigmoid --moe-router-enable-expert-bias
+  --moe-router-bias-update-rate 1e-2 --moe-layer-freq [1,1,0,1,0,0,1,0])
+set(LAYOUT_BASE moe_mixed_baseline)
+trident_layout(moe_mixed_baseline 1 1 2)
+trident_layout(moe_mixed_pp2 2 1 2 --pipeline-model-parallel-size 2)
+trident_layout(moe_mixed_rc_pp2 2 1 2 --pipeline-model-parallel-size 2 --recompute-granularity full
+  --recompute-method uniform --recompute-num-layers 2)
+trident_layout(moe_mixed_distopt_pp2_vp2_dp2 4 1 2 --pipeline-model-parallel-size 2
+  --num-layers-per-virtual-pipeline-stage 2 --use-distributed-optimizer --overlap-grad-reduce --ddp-bucket-size 20000)
 set(LAYOUT_ARCH "")
 
 # BERT (--model bert, docs/bert.md): a sentence-level dataset of the same text under BERT's

@@ -548,7 +548,7 @@ static void cli_tokenize_round_trips_and_fails_clearly(void **state)
                                                     "tokenizer.json, WordPiece"));
     /* and convert's every transformers model_type it reads, from the converter's list of families */
     assert_true(file_contains(TMP("main_help.txt"), "convert      convert checkpoints between trident and Hugging Face; "
-                                                    "model_type gpt2, llama, mistral and megatron-bert\n"));
+                                                    "model_type gpt2, llama, mistral, mixtral, qwen2_moe and megatron-bert\n"));
     assert_int_equal(run(BIN " --help > " TMP("help.txt")), 0);
     assert_true(file_contains(TMP("help.txt"), "--vocab-file"));
     assert_int_equal(run("printf 'Hello world\\nIt'\\''s\\n\\n' | " BIN FILES " > " TMP("enc.txt")), 0);

@@ -2,7 +2,8 @@
  * off), which computes every position's logits with the training attention kernel: the logits of
  * the last position of a prefix, run whole (a fresh cache) and step by step (a prefix, then one
  * position at a time through the cache), for GPT-2 blocks and Llama blocks (RMSNorm, rotary
- * positions, SwiGLU, grouped-query attention, no biases, untied output). And the sampler: greedy
+ * positions, SwiGLU, grouped-query attention, no biases, untied output), and Llama blocks with a
+ * mixture of experts in the middle layer only (--moe-layer-freq). And the sampler: greedy
  * is the argmax, top-k and top-p never pick outside their set, a seed gives the same tokens. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -117,6 +118,12 @@ static void infer_matches_training_forward(void **state)
     gpt_config c = gpt2(), d = llama();
     check_model(&c, "GPT-2 blocks");
     check_model(&d, "Llama blocks");
+    /* a mixture of experts mixing dense layers in (--moe-layer-freq [0,1,0]): each layer's MLP kind */
+    gpt_config e = llama();
+    e.num_experts = 4, e.moe_topk = 2, e.moe_ffn = 32;
+    char msg[200];
+    assert_int_equal(gpt_moe_layer_freq_parse(&e, "[0,1,0]", e.num_layers, msg, sizeof msg), 0);
+    check_model(&e, "Llama blocks, the middle layer's MLP 4 experts");
 }
 
 static void sampler(void **state)

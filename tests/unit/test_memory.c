@@ -69,7 +69,7 @@ static void check_rc(const gpt_config *c, int layer0, int n, int mbs, const gpt_
     l.tp = l.dp = 1;
     l.mbs = mbs;
     l.nchunks = 1;
-    l.chunk[0] = (mem_chunk){n, m->first, m->last, 1};
+    l.chunk[0] = (mem_chunk){n, m->first, m->last, 1, layer0};
     assert_int_equal((int64_t)mem_chunk_params(c, 1, &l.chunk[0]), (int64_t)m->numel);
     double acts = mem_chunk_acts(&l, &l.chunk[0]);
     /* the arena aligns each buffer to 64 bytes: under 64 bytes more per buffer (13 outside the layers, 13 a layer) */
@@ -137,6 +137,66 @@ static void test_bf16_chunks(void **state)
     be_free(bf16);
 }
 
+/* A mixture of experts mixing dense layers in (--moe-layer-freq [1,0,0,1,1,0]: SwiGLU MLPs of
+ * 96 and 4 experts of 32, top-2, a shared expert): a chunk's parameters and activations as the
+ * other chunks', and its workspace against the arena gpt_create carves (the scratch one per block
+ * kind among the chunk's layers; full recomputation's shared set one region per group position,
+ * as large as the largest layer at it), within the 64-byte alignment of each buffer. */
+static void check_mixed(const gpt_config *c, int layer0, int n, int mbs, const gpt_recompute *rc)
+{
+    check_rc(c, layer0, n, mbs, rc);
+    gpt_model *m = gpt_create_recompute(c, g_ps, g_be, layer0, n, mbs, 1, rc);
+    mem_layout l = {0};
+    l.recompute = rc->granularity == GPT_RECOMPUTE_FULL        ? MEM_RECOMPUTE_FULL
+                  : rc->granularity == GPT_RECOMPUTE_SELECTIVE ? MEM_RECOMPUTE_SELECTIVE
+                                                               : MEM_RECOMPUTE_NONE;
+    l.recompute_block = rc->method == GPT_RECOMPUTE_BLOCK;
+    l.recompute_num_layers = rc->num_layers;
+    l.cfg = *c;
+    l.tp = l.dp = 1;
+    l.mbs = mbs;
+    l.nchunks = 1;
+    l.chunk[0] = (mem_chunk){n, m->first, m->last, 1, layer0};
+    mem_prediction p;
+    mem_predict(&l, &p);
+    gpt_layout_bytes b;
+    gpt_layout_bytes_of(c, 1, 0, mbs, 0, layer0, &b);
+    double act = 4.0 * mbs * c->seq * c->hidden, recv = (m->first && m->last ? 1 : 3) * act;
+    double predicted = p.workspace - recv - b.host - (m->last ? b.host_head : 0);
+    double measured = (double)m->arena.cap - (double)m->acts_bytes - 64;
+    printf("layers [%d, %d), recompute %d/%d/%d: workspace in the arena %.0f, predicted %.0f\n", layer0, layer0 + n,
+           rc->granularity, rc->method, rc->num_layers, measured, predicted);
+    assert_true(predicted <= measured);
+    assert_true(measured - predicted <= 64.0 * (40 + 25 * n));
+    gpt_free(m);
+}
+
+static void test_moe_mixed_chunks(void **state)
+{
+    (void)state;
+    gpt_config c = llama();
+    c.num_layers = 6, c.hidden = 64, c.heads = 4, c.query_groups = 2, c.seq = 32, c.max_pos = 32, c.ffn = 96;
+    c.num_experts = 4, c.moe_topk = 2, c.moe_ffn = 32, c.moe_shared_ffn = 16, c.moe_aux_coeff = 0.01f;
+    char msg[200];
+    assert_int_equal(gpt_moe_layer_freq_parse(&c, "[1,0,0,1,1,0]", 6, msg, sizeof msg), 0);
+    const gpt_recompute modes[] = {{GPT_RECOMPUTE_NONE, GPT_RECOMPUTE_UNIFORM, 0},
+                                   {GPT_RECOMPUTE_SELECTIVE, GPT_RECOMPUTE_UNIFORM, 0},
+                                   {GPT_RECOMPUTE_FULL, GPT_RECOMPUTE_UNIFORM, 2},
+                                   {GPT_RECOMPUTE_FULL, GPT_RECOMPUTE_UNIFORM, 4},
+                                   {GPT_RECOMPUTE_FULL, GPT_RECOMPUTE_BLOCK, 3}};
+    for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
+        check_mixed(&c, 0, 6, 2, &modes[i]); /* the whole model */
+        check_mixed(&c, 0, 3, 2, &modes[i]); /* first: MoE, dense, dense */
+        check_mixed(&c, 1, 2, 1, &modes[i]); /* middle: dense only */
+        check_mixed(&c, 3, 3, 2, &modes[i]); /* last: MoE, MoE, dense */
+    }
+    /* a dense chunk of the mixed model predicts what the same chunk of the dense model does */
+    gpt_config d = c;
+    d.num_experts = 0;
+    mem_chunk middle = {2, 0, 0, 1, 1};
+    assert_true(mem_chunk_params(&c, 1, &middle) == mem_chunk_params(&d, 1, &middle));
+}
+
 /* The distributed optimizer divides Adam's state by dp (and adds a grad shard); activations scale with the micro-batches
  * in flight. */
 static void test_layout_terms(void **state)
@@ -148,7 +208,7 @@ static void test_layout_terms(void **state)
     l.dp = 4;
     l.mbs = 2;
     l.nchunks = 1;
-    l.chunk[0] = (mem_chunk){4, 1, 1, 3};
+    l.chunk[0] = (mem_chunk){4, 1, 1, 3, 0};
     mem_prediction a, b;
     mem_predict(&l, &a);
     l.distributed_optimizer = 1;
@@ -162,7 +222,7 @@ static void test_layout_terms(void **state)
     l.distributed_optimizer = 0;
     mem_predict(&l, &a);
     assert_true(a.comm == 0);
-    l.chunk[0] = (mem_chunk){4, 1, 0, 3};
+    l.chunk[0] = (mem_chunk){4, 1, 0, 3, 0};
     mem_predict(&l, &b);
     assert_true(fabs(b.comm - 4.0 * l.cfg.padded_vocab * l.cfg.hidden) < 1e-6 * b.comm);
     assert_true(fabs(a.total - (a.params + a.grads + a.optimizer + a.acts + a.workspace + a.comm)) < 1e-6 * a.total);
@@ -178,14 +238,14 @@ static void test_params_by_hand(void **state)
 {
     (void)state;
     gpt_config c = gpt2();
-    mem_chunk whole = {4, 1, 1, 1};
+    mem_chunk whole = {4, 1, 1, 1, 0};
     c.padded_vocab = gpt_padded_vocab(c.vocab, 64, 1);
     assert_int_equal(c.padded_vocab, 128);
     double h = 32, L = 4;
     assert_true(mem_chunk_params(&c, 1, &whole) == 12 * L * h * h + 13 * L * h + 128 * h + 24 * h + 2 * h);
     c.padded_vocab = gpt_padded_vocab(c.vocab, 64, 2); /* 128: a multiple of 64 x 2 */
     assert_true(mem_chunk_params(&c, 2, &whole) == 4 * 6448 + 2048 + 768 + 64);
-    mem_chunk middle = {2, 0, 0, 1};
+    mem_chunk middle = {2, 0, 0, 1, 0};
     assert_true(mem_chunk_params(&c, 2, &middle) == 2 * 6448);
     /* Llama (RMSNorm h, no biases, SwiGLU 2 x 96, 4 heads of 8 in 2 query groups: QKV 32 + 2 x 16
      * wide, untied): per layer 2 x 32 + 64 h / 2 + h 32 / 2 + 192 h / 2 + h 96 / 2 = 6208; the
@@ -193,7 +253,7 @@ static void test_params_by_hand(void **state)
     gpt_config d = llama();
     d.padded_vocab = 128;
     assert_true(mem_chunk_params(&d, 2, &whole) == 4 * 6208 + 2048 + 32 + 2048);
-    mem_chunk last = {1, 0, 1, 1};
+    mem_chunk last = {1, 0, 1, 1, 0};
     assert_true(mem_chunk_params(&d, 2, &last) == 6208 + 32 + 2048);
     /* BERT (2 layers as GPT-2's, tied): + token types 2h = 64; the LM head's dense h h + h = 1056,
      * its LayerNorm 64 and output bias V / 2 = 64; the pooler 1056 and the sentence-order head
@@ -203,7 +263,7 @@ static void test_params_by_hand(void **state)
     b.num_layers = 2;
     b.binary_head = 1;
     b.padded_vocab = 128;
-    mem_chunk bert = {2, 1, 1, 1};
+    mem_chunk bert = {2, 1, 1, 1, 0};
     assert_true(mem_chunk_params(&b, 2, &bert) == 2 * 6448 + 2048 + 768 + 64 + 64 + 1056 + 64 + 64 + 1056 + 66);
     b.binary_head = 0;
     assert_true(mem_chunk_params(&b, 2, &bert) == 2 * 6448 + 2048 + 768 + 64 + 64 + 1056 + 64 + 64);
@@ -234,7 +294,7 @@ static void test_tp_sp_acts_by_hand(void **state)
     l.mbs = 2;
     l.dp = 1;
     l.nchunks = 1;
-    mem_chunk middle = {2, 0, 0, 1};
+    mem_chunk middle = {2, 0, 0, 1, 0};
     /* a middle chunk: the ids and targets (2 BT int32), the sample indices the stage copies to the
      * device for dropout (mbs int64: 2 mbs floats), the stage input BT h / sp, its layers */
     for (int t = 1; t <= 2; t++)
@@ -249,7 +309,7 @@ static void test_tp_sp_acts_by_hand(void **state)
      * cross-entropy's 4 floats a token: at tp 2 with sp 512 + 32 + 32 x 64 + 128 */
     l.tp = 2;
     l.sequence_parallel = 1;
-    mem_chunk last = {2, 0, 1, 1};
+    mem_chunk last = {2, 0, 1, 1, 0};
     assert_true(mem_chunk_acts(&l, &last) == 4 * (64 + 4 + 512 + 2 * 8320 + 512 + 32 + 2048 + 128));
     /* BERT, the whole model at tp 2 with sp: + token types (BT / sp ints) and the lengths on the
      * device for the attention (mbs ints); on the last stage the
@@ -258,7 +318,7 @@ static void test_tp_sp_acts_by_hand(void **state)
     l.cfg.kind = GPT_KIND_ENCODER;
     l.cfg.num_layers = 2;
     l.cfg.binary_head = 1;
-    mem_chunk bert = {2, 1, 1, 1};
+    mem_chunk bert = {2, 1, 1, 1, 0};
     double first = 64 + 4 + 16 + 2 + 512, layers = 2 * 8320, head = 512 + 32 + 2048 + 128;
     double bert_head = 2 * 16 * 32 + (512 + 32) + 2 * (3 * 32 + 4);
     assert_true(mem_chunk_acts(&l, &bert) == 4 * (first + layers + head + bert_head));
@@ -275,6 +335,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_recompute_chunks),
         cmocka_unit_test(test_bf16_chunks),
         cmocka_unit_test(test_layout_terms),
+        cmocka_unit_test(test_moe_mixed_chunks),
         cmocka_unit_test(test_params_by_hand),
         cmocka_unit_test(test_tp_sp_acts_by_hand),
     };

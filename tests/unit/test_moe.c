@@ -235,7 +235,7 @@ static void check(arch A, const char *name)
         static const float bias[5] = {-0.3f, 0.05f, 0.0f, 0.25f, -0.1f};
         memcpy(m->params + t->offset, bias, sizeof bias);
     }
-    block_io io = {m, B, NULL, NULL, m->scratch->slot[GPT_SLOT_MLP]};
+    block_io io = {m, B, NULL, NULL, model_kind_scratch(m, m->layers[0].slot[GPT_SLOT_MLP].ops)};
 
     float *x = malloc((size_t)n * sizeof(float)), *R = malloc((size_t)n * sizeof(float));
     float *out = malloc((size_t)n * sizeof(float)), *dx = malloc((size_t)n * sizeof(float));

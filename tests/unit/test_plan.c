@@ -297,7 +297,7 @@ static void trident_cpu_memory(void **state)
     assert_int_equal(plan_evaluate(&j, &c, &l, &r, err, sizeof err), 0);
     mem_layout ml = {.cfg = j.cfg, .tp = 1, .dp = 2, .mbs = 2, .nchunks = 1, .distributed_optimizer = 1,
                      .bucket_elems = 40e6};
-    ml.chunk[0] = (mem_chunk){8, 1, 1, 1};
+    ml.chunk[0] = (mem_chunk){8, 1, 1, 1, 0};
     mem_prediction p;
     mem_predict(&ml, &p);
     close_to(r.m_total, p.total + 0.02 * GIB, 1e-12);

@@ -64,6 +64,7 @@ typedef struct td_args {
     double moe_router_bias_update_rate, moe_expert_capacity_factor;
     char *moe_token_drop_policy;
     int moe_pad_expert_input_to_capacity;
+    char *moe_layer_freq;
     char *moe_router_score_function, *moe_router_load_balancing_type;
     double moe_router_topk_scaling_factor, moe_aux_loss_coeff, moe_z_loss_coeff;
     /* model */
@@ -182,6 +183,8 @@ int td_args_get_number(const td_args *a, const char *flag, double *v);
 /* Sets numeric flag `flag` to v (not marking it given; a switch to v != 0, a choice flag to its
  * v-th choice): 0, or -1 when it is no such flag or v is outside its range. */
 int td_args_set_number(td_args *a, const char *flag, double v);
+/* Sets string flag `flag` to a copy of v (not marking it given): 0, or -1 when it is no such flag. */
+int td_args_set_string(td_args *a, const char *flag, const char *v);
 /* 1 if `flag` (e.g. "--train-iters") was given on the command line. */
 int td_args_given(const td_args *a, const char *flag);
 /* The index of choice flag `flag`'s value among its choices ("--model bert": 1), or -1 when it is

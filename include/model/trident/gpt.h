@@ -148,16 +148,18 @@ gpt_model *gpt_create_recompute(const gpt_config *cfg, const ps_state *ps, const
 void gpt_recompute_describe(const gpt_recompute *rc, char *out, size_t len);
 void gpt_free(gpt_model *m);
 
-/* Parameters (elements) of a stage of nlayers layers (first: with the embedding, last: with the
+/* Parameters (elements) of a stage of layers [layer0, layer0 + nlayers) (first: with the embedding, last: with the
  * final norm and the head) on one of tp tensor-parallel ranks: the table gpt_create registers
  * (the padded vocabulary taken up to a multiple of tp, as a run pads it). */
-int64_t gpt_stage_numel(const gpt_config *cfg, int tp, int nlayers, int first, int last);
+int64_t gpt_stage_numel(const gpt_config *cfg, int tp, int layer0, int nlayers, int first, int last);
 /* Whether the head transforms every position (dense h -> h) before the decoder: for a cost model. */
 int gpt_head_transform(const gpt_config *c);
 /* The stage's layout in bytes, as gpt_create carves it (the same functions, counting; each
  * buffer unrounded), for a config on tp tensor-parallel ranks (sp: sequence parallel) with
  * micro-batches of mbs samples, kept GEMM inputs in a 2-byte dtype when lowp: the one
- * description the memory prediction reads (the padded vocabulary taken up to a multiple of tp). */
+ * description the memory prediction reads (the padded vocabulary taken up to a multiple of tp).
+ * The layer's figures are those of global layer `layer` (its MLP the dense one or the MoE block,
+ * by --moe-layer-freq), the scratch that of a stage holding that layer alone. */
 typedef struct gpt_layout_bytes {
     double inputs;          /* one micro-batch: ids, targets (device) and the stage input */
     double types;           /* ... the first stage's token types (0: the model has none) */
@@ -166,11 +168,12 @@ typedef struct gpt_layout_bytes {
     double layer_redo;      /* what selective recomputation redoes of a layer (one shared set) */
     double head;            /* ... last stage: final norm, logits, per-token losses, the head's */
     double scratch;         /* the backward scratch of a stage with layers, shared (not the head's) */
+    double scratch_mlp;     /* ... of it, the MLP slot's kind's (a stage holding both MLP kinds has both) */
     double scratch_head;    /* the head's scratch (last stage) */
     double host;            /* host memory of the scratch: the losses' staging */
     double host_head;       /* ... and the head's host work (last stage) */
 } gpt_layout_bytes;
-void gpt_layout_bytes_of(const gpt_config *cfg, int tp, int sp, int mbs, int lowp, gpt_layout_bytes *out);
+void gpt_layout_bytes_of(const gpt_config *cfg, int tp, int sp, int mbs, int lowp, int layer, gpt_layout_bytes *out);
 
 /* Takes a free activation slot for one micro-batch (dies if all max_inflight are in use);
  * gpt_acts_release returns it after its backward (or after a forward-only pass). */
@@ -218,12 +221,13 @@ void gpt_head_stats(const gpt_acts *a, double *stats);
 /* The MLP slots' metrics, summed over the training micro-batches' forwards since the last clear:
  * gpt_layer_nstats(c) numbers a layer (0: the kind has none; a mixture of experts: the
  * load-balancing loss and the z-loss without their coefficients, then the tokens routed to each
- * expert), for the stage's layers in order (NULL before any). */
+ * expert), for the stage's layers in order (NULL before any; a dense layer's numbers stay 0 in a
+ * model that mixes them, --moe-layer-freq). */
 int gpt_layer_nstats(const gpt_config *c);
 const double *gpt_layer_stats(const gpt_model *m);
 void gpt_layer_stats_clear(gpt_model *m);
 /* --moe-router-enable-expert-bias: moves each of the stage's MoE layers' expert bias against the
- * iteration's load, tokens (num_layers, E) over the global batch for the whole model (every rank
+ * iteration's load, tokens (MoE layers, E) over the global batch for the whole model's MoE layers in order (every rank
  * alike, before the optimizer step: the bias has no gradient). Nothing without the bias. */
 void gpt_moe_update_expert_bias(gpt_model *m, const double *tokens);
 

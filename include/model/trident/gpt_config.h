@@ -17,6 +17,11 @@ typedef enum { GPT_POS_LEARNED, GPT_POS_ROPE, GPT_POS_NONE } gpt_pos;
  * "model" writes the choice of that index. */
 typedef enum { GPT_KIND_DECODER, GPT_KIND_ENCODER } gpt_kind;
 
+/* --moe-layer-freq as a list ("[1,0,1,1]"): at most this many layers. */
+#define GPT_MOE_LIST_WORDS 16
+#define GPT_MOE_LIST_MAX_LAYERS (64 * GPT_MOE_LIST_WORDS)
+#define GPT_MOE_FREQ_LIST (-1)
+
 /* A zero field means GPT-2's choice, so a zeroed config with the sizes set is GPT-2. */
 typedef struct gpt_config {
     int num_layers;      /* L, the whole model */
@@ -64,6 +69,10 @@ typedef struct gpt_config {
     int moe_pad;         /* with capacity: every expert runs on exactly its capacity of rows, padded with zeros */
     int moe_allgather;   /* under expert parallelism, the allgather token dispatcher (else alltoall); a
                           * layout setting, not in meta.json */
+    /* which layers are MoE (--moe-layer-freq; the others hold the dense MLP of --ffn-hidden-size):
+     * N > 0, layer i iff i % N == 0 (0: 1, every layer); GPT_MOE_FREQ_LIST: the list in moe_layer_bits */
+    int moe_layer_freq;
+    uint64_t moe_layer_bits[GPT_MOE_LIST_WORDS]; /* bit i (word i / 64): layer i is MoE; GPT_MOE_FREQ_LIST only */
 } gpt_config;
 
 /* The resolved values of the fields whose zero means a default. */
@@ -80,6 +89,24 @@ static inline int gpt_kv_width(const gpt_config *c) { return gpt_groups(c) * gpt
 static inline int gpt_gqa(const gpt_config *c) { return gpt_groups(c) != c->heads; }
 static inline int gpt_has_bias(const gpt_config *c) { return !c->disable_bias; }
 static inline int gpt_moe(const gpt_config *c) { return c->num_experts > 0; }
+/* Whether global layer `layer` holds the MoE block (the others the dense MLP); 0 in a dense model. */
+static inline int gpt_moe_layer(const gpt_config *c, int layer)
+{
+    if (c->num_experts <= 0 || layer < 0 || layer >= c->num_layers) return 0;
+    if (c->moe_layer_freq == GPT_MOE_FREQ_LIST) return (int)(c->moe_layer_bits[layer / 64] >> (layer % 64) & 1);
+    return layer % (c->moe_layer_freq > 0 ? c->moe_layer_freq : 1) == 0;
+}
+/* The MoE layers among [layer0, layer0 + n) (of the whole model: gpt_moe_layers(c, 0, L)). */
+int gpt_moe_layers(const gpt_config *c, int layer0, int n);
+/* Parses --moe-layer-freq's text for a model of num_layers layers into c's moe_layer_freq and
+ * moe_layer_bits: an integer N >= 1, or a Python list of 0 and 1 of length num_layers, written out
+ * ("[1,0,1,1]") or as Megatron's list expressions ("([1]*1+[0]*1)*2": lists, +, * by an integer,
+ * parentheses). 0, or -1 with one line naming the flag and the rule in msg (c unchanged). */
+int gpt_moe_layer_freq_parse(gpt_config *c, const char *text, int num_layers, char *msg, size_t msglen);
+/* The MoE layers of c as the list Megatron's moe_layer_freq resolves to: "[1, 0, 1, 0]". */
+void gpt_moe_layer_freq_str(const gpt_config *c, char *out, size_t len);
+/* Whether a and b have the same MoE layers. */
+int gpt_moe_layers_equal(const gpt_config *a, const gpt_config *b);
 static inline int gpt_moe_ffn(const gpt_config *c) { return c->moe_ffn > 0 ? c->moe_ffn : c->ffn; }
 static inline int gpt_has_qkv_bias(const gpt_config *c) { return !c->disable_bias || c->add_qkv_bias; }
 /* An encoder's token types (segments A and B of a sentence pair). */

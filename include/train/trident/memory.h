@@ -17,6 +17,7 @@ typedef struct {
     int first;    /* holds the embeddings */
     int last;     /* holds the final norm, the output layer and the loss */
     int inflight; /* micro-batches whose activations the schedule keeps at once */
+    int layer0;   /* its first layer (of the model): which are MoE and which dense (--moe-layer-freq) */
 } mem_chunk;
 
 typedef struct {
