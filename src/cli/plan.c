@@ -43,18 +43,21 @@ static void print_json(const plan_result *r, const plan_cluster *c)
            r->t_optimizer, r->m_params / GIB, r->m_grads / GIB, r->m_optimizer / GIB, r->m_acts / GIB,
            r->m_other / GIB);
     /* the communication left exposed per kind of group, as the trainer's metrics file names its own */
-    printf("\"tp_exposed_ms\": %.6g, \"pp_exposed_ms\": %.6g, \"embd_exposed_ms\": %.6g, \"dp_exposed_ms\": %.6g, "
-           "\"scatter_gather\": %s, \"dp_collectives\": \"%s\"}\n",
-           r->x_tp * 1e3, r->x_pp * 1e3, r->x_embd * 1e3, r->x_dp * 1e3, scatter_gather(r) ? "true" : "false",
-           r->dp_hier ? "hierarchical" : "flat");
+    printf("\"tp_exposed_ms\": %.6g, \"pp_exposed_ms\": %.6g, \"ep_exposed_ms\": %.6g, \"embd_exposed_ms\": %.6g, "
+           "\"dp_exposed_ms\": %.6g, \"scatter_gather\": %s, \"dp_collectives\": \"%s\", "
+           "\"expert_model_parallel_size\": %d}\n",
+           r->x_tp * 1e3, r->x_pp * 1e3, r->t_ep * 1e3, r->x_embd * 1e3, r->x_dp * 1e3, scatter_gather(r) ? "true" : "false",
+           r->dp_hier ? "hierarchical" : "flat", l->ep > 1 ? l->ep : 1);
 }
 
 static void print_row(const plan_result *r)
 {
     const plan_layout *l = &r->l;
-    printf("%4d %4d %5d %3d %4d %5d  %-9s %3s %7s  %9.3f %8.1f %6.1f%% %8.1f%s\n", l->tp, l->pp, l->dp, l->vp, l->mbs,
+    char ep[32] = "";
+    if (l->ep > 1) snprintf(ep, sizeof ep, "  ep %d", l->ep);
+    printf("%4d %4d %5d %3d %4d %5d  %-9s %3s %7s  %9.3f %8.1f %6.1f%% %8.1f%s%s\n", l->tp, l->pp, l->dp, l->vp, l->mbs,
            r->micro, rc_name(l->recompute), l->sp ? "yes" : "no", l->distopt ? "yes" : "no", r->iter_s,
-           r->tflops_per_gpu, 100.0 * r->mfu, r->m_total / GIB, r->fits ? "" : "  does not fit");
+           r->tflops_per_gpu, 100.0 * r->mfu, r->m_total / GIB, ep, r->fits ? "" : "  does not fit");
 }
 
 static void print_explain(const plan_result *r)
@@ -69,8 +72,8 @@ static void print_explain(const plan_result *r)
     printf("      memory (GiB): params %.2f + grads %.2f + optimizer %.2f + activations %.2f + framework %.2f = %.2f\n",
            r->m_params / GIB, r->m_grads / GIB, r->m_optimizer / GIB, r->m_acts / GIB, r->m_other / GIB,
            r->m_total / GIB);
-    printf("      exposed communication (ms): tp %.1f, pp %.1f, embd %.1f, dp %.1f (%s%s)\n", r->x_tp * 1e3,
-           r->x_pp * 1e3, r->x_embd * 1e3, r->x_dp * 1e3, r->dp_hier ? "hierarchical" : "flat",
+    printf("      exposed communication (ms): tp %.1f, pp %.1f, ep %.1f, embd %.1f, dp %.1f (%s%s)\n", r->x_tp * 1e3,
+           r->x_pp * 1e3, r->t_ep * 1e3, r->x_embd * 1e3, r->x_dp * 1e3, r->dp_hier ? "hierarchical" : "flat",
            scatter_gather(r) ? "; pipeline scatter/gather" : "");
 }
 
@@ -96,13 +99,14 @@ static plan_layout layout_options(const td_args *a)
                                                                         : PLAN_DP_AUTO;
     o.overlap_param = a->overlap_param_gather;
     o.bucket_elems = td_args_given(a, "--ddp-bucket-size") ? (double)a->ddp_bucket_size : 0;
+    o.ep_alltoall = strcmp(a->moe_token_dispatcher_type, "alltoall") == 0;
     return o;
 }
 
 static const char *const LAYOUT_FLAGS[] = {"--tensor-model-parallel-size", "--pipeline-model-parallel-size",
                                            "--num-layers-per-virtual-pipeline-stage", "--micro-batch-size",
                                            "--recompute-granularity", "--use-distributed-optimizer",
-                                           "--sequence-parallel"};
+                                           "--sequence-parallel", "--expert-model-parallel-size"};
 
 int cli_plan(int argc, char **argv)
 {
@@ -135,9 +139,6 @@ int cli_plan(int argc, char **argv)
         td_usage_error(PROG ": --vocab-size is required (plan reads no tokenizer; GPT-2's is 50257)");
     if (!td_args_given(&a, "--global-batch-size")) td_usage_error(PROG ": --global-batch-size is required");
     if (a.bf16 && a.fp16) td_usage_error(PROG ": give at most one of --bf16 and --fp16");
-    if (a.num_experts > 0) /* not built yet (docs/moe.md): its times and Megatron's memory would be a dense model's */
-        td_usage_error(PROG ": --num-experts: the plan prices dense models only today (a mixture of experts' parameters, "
-                       "GEMMs and token exchange are not in its model yet: docs/moe.md)");
     plan_cluster cl;
     char err[512];
     if (plan_cluster_preset(a.cluster, &cl) && plan_cluster_load(a.cluster, &cl, err, sizeof err))
@@ -172,6 +173,7 @@ int cli_plan(int argc, char **argv)
         l.distopt = a.use_distributed_optimizer && l.dp > 1;
         l.overlap_grad = a.overlap_grad_reduce;
         l.overlap_param = l.distopt && a.overlap_param_gather;
+        l.ep = a.expert_model_parallel_size;
         if (per && L % (pp * per))
             td_usage_error(PROG ": --num-layers %d is not divisible by --pipeline-model-parallel-size %d x "
                            "--num-layers-per-virtual-pipeline-stage %d", L, pp, per);

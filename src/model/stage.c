@@ -320,17 +320,17 @@ static gpt_config counted(const gpt_config *cfg, int tp)
     return c;
 }
 
-int64_t gpt_stage_numel(const gpt_config *config, int tp, int layer0, int nlayers, int first, int last)
+int64_t gpt_stage_numel(const gpt_config *config, int tp, int ep, int layer0, int nlayers, int first, int last)
 {
     gpt_config cf = counted(config, tp);
     const gpt_config *cfg = &cf;
     ps_state ps = {0};
-    ps.tp = tp, ps.pp = 1;
+    ps.tp = tp, ps.pp = 1, ps.ep = ep;
     gpt_model m = {0};
     m.cfg = *cfg, m.ps = &ps, m.layer0 = layer0, m.nlayers = nlayers, m.first = first, m.last = last;
     stage_sizes(&m, cfg, &ps);
     slots_init(&m);
-    table_builder tb = {cfg, tp, 0, NULL, NULL, 0, 0, 0, 1, 0};
+    table_builder tb = {cfg, tp, 0, NULL, NULL, 0, 0, 0, ep, 0};
     stage_register(&m, &tb);
     free(tb.table);
     free(tb.slots);
@@ -338,12 +338,13 @@ int64_t gpt_stage_numel(const gpt_config *config, int tp, int layer0, int nlayer
     return (int64_t)tb.numel;
 }
 
-void gpt_layout_bytes_of(const gpt_config *config, int tp, int sp, int mbs, int lowp, int layer, gpt_layout_bytes *out)
+void gpt_layout_bytes_of(const gpt_config *config, int tp, int ep, int sp, int mbs, int lowp, int layer,
+                         gpt_layout_bytes *out)
 {
     gpt_config cf = counted(config, tp);
     const gpt_config *cfg = &cf;
     ps_state ps = {0};
-    ps.tp = tp, ps.pp = 1, ps.sequence_parallel = sp;
+    ps.tp = tp, ps.pp = 1, ps.ep = ep, ps.sequence_parallel = sp;
     gpt_model m = {0};
     struct gpt_scratch s = {0};
     m.cfg = *cfg, m.ps = &ps, m.mbs = mbs, m.layer0 = layer, m.nlayers = 1, m.first = m.last = 1, m.scratch = &s;

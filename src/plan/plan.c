@@ -108,10 +108,16 @@ double plan_inflight(int pp, int vp, int micro)
 /* Rank of grid coordinates (tp_rank, dp_rank, pp_rank), Megatron's order. */
 static int grid_rank(const plan_layout *l, int t, int d, int p) { return t + l->tp * (d + l->dp * p); }
 
+static int ep_of(const plan_layout *l) { return l->ep > 1 ? l->ep : 1; }
+
 /* The g-th group of a kind's k-th member. */
 static int group_member(const plan_layout *l, plan_group kind, int g, int k)
 {
     if (kind == PLAN_GROUP_TP) return g * l->tp + k;                     /* consecutive ranks */
+    if (kind == PLAN_GROUP_EP) { /* ep consecutive dp ranks (stride tp) */
+        int rest = g / l->tp, edp = l->dp / ep_of(l);
+        return grid_rank(l, g % l->tp, rest % edp * ep_of(l) + k, rest / edp);
+    }
     if (kind == PLAN_GROUP_DP) return grid_rank(l, g % l->tp, k, g / l->tp); /* stride tp */
     return grid_rank(l, g % l->tp, g / l->tp, k);                           /* stride tp dp */
 }
@@ -121,7 +127,7 @@ static int group_member(const plan_layout *l, plan_group kind, int g, int k)
 static void group_shape(const plan_cluster *c, const plan_layout *l, plan_group kind, int *span, int *fewest,
                         int *most)
 {
-    int size = kind == PLAN_GROUP_TP ? l->tp : kind == PLAN_GROUP_PP ? l->pp : l->dp;
+    int size = kind == PLAN_GROUP_TP ? l->tp : kind == PLAN_GROUP_PP ? l->pp : kind == PLAN_GROUP_EP ? ep_of(l) : l->dp;
     int n = l->tp * l->pp * l->dp, K = c->gpus_per_node > 0 ? c->gpus_per_node : 1;
     *span = 1, *fewest = size, *most = 1;
     for (int g = 0; g < n / size; g++) {
@@ -158,19 +164,52 @@ int plan_group_link(const plan_cluster *c, const plan_layout *l, plan_group kind
 
 typedef struct {
     double fwd, bwd, recompute, tp_comm; /* one layer, one micro-batch: seconds */
+    double ep_comm;                      /* a MoE layer's token exchange, forward and backward */
 } layer_cost;
 
 /* Bytes per element of activations and of the gradients the data-parallel group reduces. */
 static double act_bytes(int dtype) { return dtype ? 2.0 : 4.0; }
 
-static layer_cost layer_time(const plan_job *j, const plan_cluster *c, const plan_layout *l)
+/* A MoE layer's MLP (moe = 1): the router, each of this rank's E / ep experts on its share of the
+ * rows (balanced: ep T k / E, the tokens of the ep group's ranks), the shared expert on every
+ * token; the token exchange over the ep group (allgather: the group's tokens gathered and the
+ * outputs reduce-scattered, and back; alltoall: the rows of other ranks' experts, (ep - 1) / ep of
+ * T k, there and back, twice). A dense layer's: the MLP of --ffn-hidden-size. Returns the GEMMs'
+ * seconds; *width: the activation's columns a token (for the elementwise passes). */
+static double mlp_time(const plan_job *j, const plan_cluster *c, const plan_layout *l, int moe, double *width,
+                       double *ep_comm)
+{
+    const gpt_config *g = &j->cfg;
+    int dt = j->dtype, b = g->swiglu ? 2 : 1;
+    double t = l->tp, T = (double)l->mbs * g->seq, h = g->hidden, f = g->ffn / t;
+    *ep_comm = 0;
+    if (!moe) {
+        *width = f;
+        return plan_gemm_s(c, dt, T, b * f, h) + plan_gemm_s(c, dt, T, h, f);
+    }
+    int ep = ep_of(l);
+    double E = g->num_experts, k = g->moe_topk, F = gpt_moe_ffn(g) / t, S = g->moe_shared_ffn / t;
+    double rows = ep * T * k / E; /* an expert's, balanced */
+    double sec = plan_gemm_s(c, dt, T, E, h) + E / ep * (plan_gemm_s(c, dt, rows, b * F, h) + plan_gemm_s(c, dt, rows, h, F));
+    if (S > 0) sec += plan_gemm_s(c, dt, T, b * S, h) + plan_gemm_s(c, dt, T, h, S);
+    *width = k * F + S;
+    if (ep > 1) {
+        double bw, lat, e = act_bytes(dt);
+        plan_group_link(c, l, PLAN_GROUP_EP, &bw, &lat);
+        if (l->ep_alltoall) *ep_comm = 4.0 * (T * k * h * e * (ep - 1) / ep / bw + (ep - 1) * lat);
+        else *ep_comm = 4.0 * plan_allgather_s(ep * T * h * e, ep, bw, lat);
+    }
+    return sec;
+}
+
+static layer_cost layer_time(const plan_job *j, const plan_cluster *c, const plan_layout *l, int moe)
 {
     const gpt_config *g = &j->cfg;
     int dt = j->dtype;
     double t = l->tp, T = (double)l->mbs * g->seq, s = g->seq, h = g->hidden, d = gpt_head_dim(g);
-    double q = gpt_q_width(g) / t, kv = gpt_kv_width(g) / t, f = g->ffn / t, heads = g->heads / t;
+    double q = gpt_q_width(g) / t, kv = gpt_kv_width(g) / t, f, heads = g->heads / t, ep_comm;
     double gemms = plan_gemm_s(c, dt, T, q + 2 * kv, h) + plan_gemm_s(c, dt, T, h, q) +
-                   plan_gemm_s(c, dt, T, (g->swiglu ? 2 : 1) * f, h) + plan_gemm_s(c, dt, T, h, f);
+                   mlp_time(j, c, l, moe, &f, &ep_comm);
     double core = l->mbs * heads * (plan_gemm_s(c, dt, s, s, d) + plan_gemm_s(c, dt, s, d, s));
     double e = act_bytes(dt), spd = l->sp ? t : 1;
     /* the softmax's scores: scale and mask, softmax, dropout: about four passes over (s, s) a head */
@@ -178,7 +217,9 @@ static layer_cost layer_time(const plan_job *j, const plan_cluster *c, const pla
     /* two norms, two bias-dropout-residuals (the residual stream's tokens, / t with sequence
      * parallelism), and the MLP's bias and activation on f/t columns */
     double elementwise = (T * h * e * 12.0 / spd + T * f * e * 4.0) / c->hbm_bw;
+    if (moe) elementwise += T * g->moe_topk * h * e * 4.0 / c->hbm_bw; /* the rows permuted and combined */
     layer_cost r;
+    r.ep_comm = ep_comm;
     r.fwd = gemms + core + softmax + elementwise;
     r.bwd = 2.0 * r.fwd;
     r.recompute = l->recompute == PLAN_RC_FULL ? r.fwd : l->recompute == PLAN_RC_SELECTIVE ? core + softmax : 0;
@@ -191,13 +232,41 @@ static layer_cost layer_time(const plan_job *j, const plan_cluster *c, const pla
 
 /* Parameters of a stage holding `layers` layers (and the embedding on the first, the output
  * layer's copy on the last when the pipeline has more than one stage). */
-static double stage_params(const gpt_config *g, int tp, int layers, int first, int last, int pp)
+/* The share of the model's layers that are MoE (--moe-layer-freq; 0 dense). */
+static double moe_share(const gpt_config *g)
+{
+    return gpt_moe(g) ? (double)gpt_moe_layers(g, 0, g->num_layers) / g->num_layers : 0;
+}
+
+/* A MoE layer's experts' parameters on one rank (E / ep of them) and the rest of its MLP (router,
+ * shared expert), against a dense layer's MLP. */
+static double experts_params(const gpt_config *g, int tp, int ep)
+{
+    double h = g->hidden, F = gpt_moe_ffn(g), b = g->swiglu ? 2.0 : 1.0;
+    double one = (b * F * h + F * h) / tp + (gpt_has_bias(g) ? b * F / tp + h : 0);
+    return g->num_experts / (double)ep * one;
+}
+
+static double moe_rest_params(const gpt_config *g, int tp)
+{
+    double h = g->hidden, S = g->moe_shared_ffn, b = g->swiglu ? 2.0 : 1.0;
+    double n = g->num_experts * h + (S > 0 ? (b * S * h + S * h) / tp + (gpt_has_bias(g) ? b * S / tp + h : 0) : 0);
+    return n + (g->moe_shared_gate ? h : 0);
+}
+
+/* Parameters of a stage holding `layers` layers (and the embedding on the first, the output
+ * layer's copy on the last when the pipeline has more than one stage), its MoE layers at the
+ * model's share; *experts: of which the experts' (NULL: not asked). */
+static double stage_params_ep(const gpt_config *g, int tp, int ep, int layers, int first, int last, int pp,
+                              double *experts)
 {
     double h = g->hidden, t = tp, V = g->padded_vocab;
     double qkv = gpt_q_width(g) + 2.0 * gpt_kv_width(g), q = gpt_q_width(g), f = g->ffn * (g->swiglu ? 2.0 : 1.0);
-    double layer = (qkv * h + q * h + f * h + g->ffn * h) / t + 4.0 * h;
-    if (gpt_has_bias(g)) layer += (qkv + f) / t + 2.0 * h;
-    double n = layers * layer;
+    double attn = (qkv * h + q * h) / t + 4.0 * h + (gpt_has_bias(g) ? qkv / t + h : 0);
+    double dense = (f * h + g->ffn * h) / t + (gpt_has_bias(g) ? f / t + h : 0);
+    double share = moe_share(g), x = layers * share * experts_params(g, tp, ep);
+    double n = layers * (attn + (1 - share) * dense + share * moe_rest_params(g, tp)) + x;
+    if (experts) *experts = x;
     if (first) n += V * h / t + (g->pos == GPT_POS_LEARNED ? (double)g->max_pos * h : 0);
     if (last && (pp > 1 || g->untied)) n += V * h / t;
     if (last) n += 2.0 * h;
@@ -206,6 +275,7 @@ static double stage_params(const gpt_config *g, int tp, int layers, int first, i
         n += h * h + 3.0 * h + V / t + (g->binary_head ? h * h + 3.0 * h + 2 : 0);
     return n;
 }
+
 
 /* trident's own trainer on CPUs: its memory model (src/train/memory.c, the one the trainer
  * prints and checks itself against), for the first and the last pipeline rank, the larger. */
@@ -218,7 +288,7 @@ static void trident_memory(const plan_job *j, const plan_cluster *c, const plan_
         mem_layout ml;
         memset(&ml, 0, sizeof ml);
         ml.cfg = j->cfg;
-        ml.tp = l->tp, ml.dp = l->dp, ml.mbs = l->mbs, ml.nchunks = l->vp;
+        ml.tp = l->tp, ml.dp = l->dp, ml.ep = ep_of(l), ml.mbs = l->mbs, ml.nchunks = l->vp;
         ml.distributed_optimizer = l->distopt && l->dp > 1;
         ml.sequence_parallel = l->sp && l->tp > 1;
         ml.recompute = l->recompute == PLAN_RC_FULL ? MEM_RECOMPUTE_FULL
@@ -256,7 +326,7 @@ static void megatron_memory(const plan_job *j, const plan_cluster *c, const plan
     double params[2], acts[2];
     for (int k = 0; k < 2; k++) { /* 0: the first stage, 1: the last */
         int is_first = k == 0, is_last = k == 1 || l->pp == 1;
-        params[k] = stage_params(g, l->tp, Ls, is_first, is_last, l->pp);
+        params[k] = stage_params_ep(g, l->tp, ep_of(l), Ls, is_first, is_last, l->pp, NULL);
         acts[k] = Ls * acts_layer * (is_first ? plan_inflight(l->pp, l->vp, m) : 1.0) + work + (is_last ? logits : 0);
     }
     int w = params[0] * bpp + acts[0] >= params[1] * bpp + acts[1] ? 0 : 1;
@@ -343,10 +413,18 @@ static dp_exposed dp_stage(const plan_job *j, const plan_cluster *c, const plan_
 {
     const gpt_config *g = &j->cfg;
     int Ls = g->num_layers / l->pp;
-    double P = stage_params(g, l->tp, Ls, first, last, l->pp), e = act_bytes(j->dtype);
-    double S = P * (j->dtype == 2 ? 2.0 : 4.0), G = P * e, red, gat;
+    double X, P = stage_params_ep(g, l->tp, ep_of(l), Ls, first, last, l->pp, &X), e = act_bytes(j->dtype);
+    double gb = j->dtype == 2 ? 2.0 : 4.0, S = (P - X) * gb, G = (P - X) * e, red, gat;
     dp_exposed x = {0, 0, 0};
     dp_flat(c, l, S, G, &red, &gat);
+    double xred = 0, xgat = 0; /* the experts' over the expert-data-parallel group (the dp link) */
+    if (X > 0 && l->dp / ep_of(l) > 1) {
+        double bw, lat;
+        int edp = l->dp / ep_of(l);
+        plan_group_link(c, l, PLAN_GROUP_DP, &bw, &lat);
+        xred = l->distopt ? plan_allgather_s(X * gb, edp, bw, lat) : plan_allreduce_s(X * gb, edp, bw, lat);
+        xgat = l->distopt ? plan_allgather_s(X * e, edp, bw, lat) : 0;
+    }
     int span, fewest, most;
     group_shape(c, l, PLAN_GROUP_DP, &span, &fewest, &most);
     if (c->trident_cpu && l->dp_collectives != PLAN_DP_FLAT && span > 1 && fewest == most && fewest > 1) {
@@ -354,6 +432,7 @@ static dp_exposed dp_stage(const plan_job *j, const plan_cluster *c, const plan_
         dp_hier(c, l, span, fewest, S, G, &hred, &hgat);
         if (l->dp_collectives == PLAN_DP_HIER || hred + hgat < red + gat) red = hred, gat = hgat, x.hier = 1;
     }
+    red += xred, gat += xgat;
     double V = g->padded_vocab / (double)l->tp, h = g->hidden, late = 0;
     if (first) late = V * h + (g->pos == GPT_POS_LEARNED ? (double)g->max_pos * h : 0) + gpt_tokentypes(g) * h;
     else if (!g->untied && l->distopt) late = V * h;
@@ -394,18 +473,37 @@ int plan_evaluate(const plan_job *j, const plan_cluster *c, const plan_layout *l
         BAD("the layout needs %d devices; cluster %s has %d (%d node%s of %d)", n, c->name, c->nodes * c->gpus_per_node,
             c->nodes, c->nodes == 1 ? "" : "s", c->gpus_per_node);
 
-    /* the pipeline: the busiest stage (the last, with the output layer) sets the pace */
-    layer_cost lc = layer_time(j, c, l);
+    int ep = ep_of(l);
+    if (gpt_moe(g)) {
+        if (g->num_experts % ep || l->dp % ep)
+            BAD("--expert-model-parallel-size %d divides neither --num-experts %d nor data-parallel %d", ep,
+                g->num_experts, l->dp);
+        if (c->trident_cpu && l->tp > 1)
+            BAD("trident runs the experts on one tensor-parallel rank (docs/moe.md): tensor-parallel %d", l->tp);
+    } else if (ep > 1) {
+        BAD("--expert-model-parallel-size needs --num-experts");
+    }
+    /* the pipeline: the busiest stage (the last, with the output layer) sets the pace; a layer is
+     * the model's mix of dense and MoE layers (--moe-layer-freq) */
+    layer_cost lc = layer_time(j, c, l, 0);
+    double share = moe_share(g);
+    if (share > 0) {
+        layer_cost lm = layer_time(j, c, l, 1);
+        lc.fwd += share * (lm.fwd - lc.fwd), lc.bwd += share * (lm.bwd - lc.bwd);
+        lc.recompute += share * (lm.recompute - lc.recompute), lc.tp_comm += share * (lm.tp_comm - lc.tp_comm);
+        lc.ep_comm = share * lm.ep_comm;
+    }
     double T = (double)l->mbs * g->seq, V = g->padded_vocab / (double)l->tp, h = g->hidden;
     double head_fwd = plan_gemm_s(c, j->dtype, T, V, h) + T * V * 4.0 * 3.0 / c->hbm_bw; /* logits, fp32 softmax */
     if (gpt_head_transform(g)) /* the head's transform (dense h -> h, replicated; a pooler is B rows) */
         head_fwd += plan_gemm_s(c, j->dtype, T / (l->sp ? l->tp : 1), h, h);
     double head = 3.0 * head_fwd;
-    double per_micro = Ls * (lc.fwd + lc.bwd + lc.recompute + lc.tp_comm) + head;
+    double per_micro = Ls * (lc.fwd + lc.bwd + lc.recompute + lc.tp_comm + lc.ep_comm) + head;
     r->t_compute = m * (Ls * (lc.fwd + lc.bwd + lc.recompute) + head);
     r->t_recompute = m * Ls * lc.recompute;
     r->t_tp = m * Ls * lc.tp_comm;
     r->x_tp = r->t_tp;
+    r->t_ep = m * Ls * lc.ep_comm;
     /* fill and drain: a micro-batch's forward through the p - 1 stages before the last and its
      * backward back through them, stages of layers only (the last, with the output layer, is the
      * one the steady state waits on) */
@@ -413,7 +511,7 @@ int plan_evaluate(const plan_job *j, const plan_cluster *c, const plan_layout *l
     double gbytes = j->dtype == 2 ? 2.0 : 4.0; /* fp16 grads reduced in fp16; bf16 and fp32 in fp32 */
     if (l->pp > 1) pipeline_transfers(j, c, l, m, gbytes, r);
     /* data parallelism: the stage's gradients, reduced (or reduce-scattered and all-gathered) */
-    double P = stage_params(g, l->tp, Ls, l->pp == 1, 1, l->pp);
+    double X, P = stage_params_ep(g, l->tp, ep, Ls, l->pp == 1, 1, l->pp, &X);
     if (l->dp > 1) {
         /* the hide windows: the last micro-batch's backward, the first one's forward, of a stage */
         double bwd = Ls * (lc.bwd + lc.recompute), fwd = Ls * lc.fwd;
@@ -429,9 +527,9 @@ int plan_evaluate(const plan_job *j, const plan_cluster *c, const plan_layout *l
         r->dp_hier = x.hier;
     }
     /* Adam: read the grads, master weights and moments, write them and the 16-bit copy */
-    double shard = l->distopt ? P / l->dp : P;
+    double shard = l->distopt ? (P - X) / l->dp + X / (l->dp / ep) : P;
     r->t_optimizer += shard * (j->dtype ? 30.0 : 28.0) / c->hbm_bw;
-    r->iter_s = r->t_compute + r->t_tp + r->t_bubble + r->t_p2p + r->t_dp + r->t_optimizer;
+    r->iter_s = r->t_compute + r->t_tp + r->t_ep + r->t_bubble + r->t_p2p + r->t_dp + r->t_optimizer;
     r->flops = gpt_flops_per_iteration(g, j->gbs, l->recompute == PLAN_RC_FULL);
     r->tflops_per_gpu = r->flops / r->iter_s / n / 1e12;
     r->mfu = r->tflops_per_gpu * 1e12 / c->peak[j->dtype];
@@ -469,13 +567,16 @@ int plan_search(const plan_job *j, const plan_cluster *c, int n, const plan_layo
                     if (vp > 1 && vp != 2 && vp != 3 && vp != 4 && vp != 6 && vp != 8) continue;
                     for (int rc = 0; rc < 3; rc++)
                         for (int sp = 0; sp <= (tp > 1); sp++)
-                            for (int dop = 0; dop <= (dp > 1); dop++) {
-                                plan_layout l = {tp, pp, dp, vp, mbs, (plan_recompute)rc, sp, dop, dp > 1, 0, PLAN_DP_AUTO, 0, 0};
+                            for (int dop = 0; dop <= (dp > 1); dop++)
+                            for (int ep = 1; ep <= (gpt_moe(g) ? dp : 1); ep *= 2) { /* experts: powers of 2 */
+                                if (gpt_moe(g) && (dp % ep || g->num_experts % ep)) continue;
+                                plan_layout l = {tp, pp, dp, vp, mbs, (plan_recompute)rc, sp, dop, dp > 1, 0, PLAN_DP_AUTO, 0, 0, ep, 0};
                                 if (opts) {
                                     l.no_scatter_gather = opts->no_scatter_gather;
                                     l.dp_collectives = opts->dp_collectives;
                                     l.overlap_param = opts->overlap_param && dop;
                                     l.bucket_elems = opts->bucket_elems;
+                                    l.ep_alltoall = opts->ep_alltoall;
                                 }
                                 plan_result r;
                                 char err[256];
@@ -498,7 +599,7 @@ int plan_search(const plan_job *j, const plan_cluster *c, int n, const plan_layo
 
 void plan_layout_flags(const plan_layout *l, int num_layers, char *out, size_t len)
 {
-    char vp[64] = "", rc[96] = "", more[160] = "";
+    char vp[64] = "", rc[96] = "", more[256] = "";
     if (l->vp > 1) snprintf(vp, sizeof vp, " --num-layers-per-virtual-pipeline-stage %d", num_layers / (l->pp * l->vp));
     if (l->recompute == PLAN_RC_FULL)
         snprintf(rc, sizeof rc, " --recompute-granularity full --recompute-method uniform --recompute-num-layers 1");
@@ -511,6 +612,11 @@ void plan_layout_flags(const plan_layout *l, int num_layers, char *out, size_t l
     if (l->bucket_elems > 0) {
         size_t used = strlen(more);
         snprintf(more + used, sizeof more - used, " --ddp-bucket-size %.0f", l->bucket_elems);
+    }
+    if (ep_of(l) > 1) {
+        size_t used = strlen(more);
+        snprintf(more + used, sizeof more - used, " --expert-model-parallel-size %d%s", ep_of(l),
+                 l->ep_alltoall ? " --moe-token-dispatcher-type alltoall" : "");
     }
     snprintf(out, len, "--tensor-model-parallel-size %d --pipeline-model-parallel-size %d --micro-batch-size %d%s%s%s%s%s%s",
              l->tp, l->pp, l->mbs, vp, rc, l->sp ? " --sequence-parallel" : "",

@@ -15,7 +15,7 @@
 
 double mem_chunk_params(const gpt_config *c, int tp, const mem_chunk *k)
 {
-    return (double)gpt_stage_numel(c, tp, k->layer0, k->nlayers, k->first, k->last); /* the model's own table */
+    return (double)gpt_stage_numel(c, tp, 1, k->layer0, k->nlayers, k->first, k->last); /* the model's own table */
 }
 
 /* The layouts in bytes of the model's layer kinds, as the model carves them (gpt_layout_bytes_of:
@@ -25,6 +25,8 @@ double mem_chunk_params(const gpt_config *c, int tp, const mem_chunk *k)
 typedef struct {
     gpt_layout_bytes dense, moe;
 } kind_layouts;
+
+static int ep_of(const mem_layout *l) { return l->ep > 1 ? l->ep : 1; }
 
 static kind_layouts layouts_of(const mem_layout *l)
 {
@@ -36,8 +38,8 @@ static kind_layouts layouts_of(const mem_layout *l)
         if (!gpt_moe_layer(&l->cfg, i) && dense < 0) dense = i;
     }
     if (dense >= 0 || moe < 0)
-        gpt_layout_bytes_of(&l->cfg, l->tp, l->sequence_parallel, l->mbs, l->lowp, dense < 0 ? 0 : dense, &k.dense);
-    if (moe >= 0) gpt_layout_bytes_of(&l->cfg, l->tp, l->sequence_parallel, l->mbs, l->lowp, moe, &k.moe);
+        gpt_layout_bytes_of(&l->cfg, l->tp, ep_of(l), l->sequence_parallel, l->mbs, l->lowp, dense < 0 ? 0 : dense, &k.dense);
+    if (moe >= 0) gpt_layout_bytes_of(&l->cfg, l->tp, ep_of(l), l->sequence_parallel, l->mbs, l->lowp, moe, &k.moe);
     return k;
 }
 
@@ -113,10 +115,16 @@ static double chunk_workspace(const mem_layout *l, const mem_chunk *k)
 void mem_predict(const mem_layout *l, mem_prediction *p)
 {
     *p = (mem_prediction){0};
-    double numel = 0;
+    double numel = 0, experts = 0; /* experts: this rank's (split over ep), of numel */
     for (int i = 0; i < l->nchunks; i++) {
         const mem_chunk *k = &l->chunk[i];
-        numel += mem_chunk_params(&l->cfg, l->tp, k);
+        double all = mem_chunk_params(&l->cfg, l->tp, k);
+        if (ep_of(l) > 1) { /* this rank's experts only: numel(ep) = rest + X / ep, X all the experts' */
+            double here = (double)gpt_stage_numel(&l->cfg, l->tp, ep_of(l), k->layer0, k->nlayers, k->first, k->last);
+            experts += (all - here) / (ep_of(l) - 1);
+            all = here;
+        }
+        numel += all;
         double a = mem_chunk_acts(l, k);
         p->acts_micro += a;
         p->acts += a * k->inflight;
@@ -128,7 +136,8 @@ void mem_predict(const mem_layout *l, mem_prediction *p)
     p->params = 4.0 * numel;
     p->grads = 4.0 * numel;
     /* the distributed optimizer also reduce-scatters the grads into a buffer of its shard */
-    p->optimizer = l->distributed_optimizer ? 12.0 * numel / l->dp : 8.0 * numel;
+    /* (the experts' shards are over the expert-data-parallel group, dp / ep) */
+    p->optimizer = l->distributed_optimizer ? 12.0 * ((numel - experts) / l->dp + experts * ep_of(l) / l->dp) : 8.0 * numel;
     if (l->dp > 1) { /* Open MPI's non-blocking reductions copy a bucket (measured: about one) */
         double bucket = l->bucket_elems > 0 && l->bucket_elems < numel ? l->bucket_elems : numel;
         p->comm = 4.0 * bucket;

@@ -51,6 +51,7 @@ void run_predict_memory(run_state *r, const gpt_config *c, int slots)
     l->cfg = *c;
     l->tp = r->ps->tp;
     l->dp = r->ps->dp;
+    l->ep = r->ps->ep;
     l->mbs = a->micro_batch_size;
     l->nchunks = r->model.nchunks;
     l->distributed_optimizer = a->use_distributed_optimizer && r->ps->dp > 1;

@@ -132,7 +132,20 @@ printf '{"base": "dgx-h100", "nodes": 2}\n' >two_nodes.json
 expect2 "the layout needs 32 devices; cluster two_nodes.json has 16 (2 nodes of 8)" "${M[@]}" --num-gpus 32 \
   --tensor-model-parallel-size 8 --pipeline-model-parallel-size 4 --cluster two_nodes.json
 expect2 "cannot open it" "${M[@]}" --num-gpus 8 --cluster nosuch
-expect2 "--num-experts: the plan prices dense models only today" "${M[@]}" --num-gpus 8 --num-experts 8 --moe-layer-freq 2
+# a mixture of experts: the layout given with expert parallelism 4 prices its token exchange (the
+# metrics file's key); the search offers ep layouts and says how to train them; ep not dividing dp
+MOE=(--num-layers 8 --hidden-size 512 --num-attention-heads 8 --seq-length 1024 --max-position-embeddings 1024
+     --vocab-size 50257 --global-batch-size 64 --cluster dgx-a100-80gb --bf16 --num-experts 8 --moe-router-topk 2
+     --swiglu --moe-layer-freq 2)
+if js=$("$TRIDENT" plan "${MOE[@]}" --num-gpus 16 --expert-model-parallel-size 4 --json) &&
+   python3 -c 'import json,sys; v=json.loads(sys.argv[1]); assert v["expert_model_parallel_size"] == 4 and v["ep_exposed_ms"] > 0, v' "$js"; then
+  ok "moe: ep 4 priced, its token exchange $(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["ep_exposed_ms"])' "$js") ms exposed"
+else bad "moe: ep 4: $js"; fi
+if out=$("$TRIDENT" plan "${MOE[@]}" --num-gpus 16 --top 200) && grep -q "  ep [248]" <<<"$out"; then
+  ok "moe: the search offers ep layouts ($(grep -c '  ep [248]' <<<"$out") of the top 200)"
+else bad "moe: no ep layout in the search"; fi
+expect2 "--expert-model-parallel-size 3 divides neither --num-experts 8 nor data-parallel 16" "${MOE[@]}" --num-gpus 16 \
+  --expert-model-parallel-size 3
 expect2 "no bf16 peak" --num-layers 4 --vocab-size 100 --global-batch-size 16 --num-gpus 16 --cluster dgx2h-v100 --bf16
 expect2 "--dp-collectives 'ring' is not one of auto|flat|hierarchical" "${S[@]}" --dp-collectives ring
 expect2 "--ddp-bucket-size 0 is out of range" "${S[@]}" --ddp-bucket-size 0

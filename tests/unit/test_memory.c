@@ -160,7 +160,7 @@ static void check_mixed(const gpt_config *c, int layer0, int n, int mbs, const g
     mem_prediction p;
     mem_predict(&l, &p);
     gpt_layout_bytes b;
-    gpt_layout_bytes_of(c, 1, 0, mbs, 0, layer0, &b);
+    gpt_layout_bytes_of(c, 1, 1, 0, mbs, 0, layer0, &b);
     double act = 4.0 * mbs * c->seq * c->hidden, recv = (m->first && m->last ? 1 : 3) * act;
     double predicted = p.workspace - recv - b.host - (m->last ? b.host_head : 0);
     double measured = (double)m->arena.cap - (double)m->acts_bytes - 64;

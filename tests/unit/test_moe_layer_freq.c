@@ -187,9 +187,13 @@ static void tensor_table_by_hand(void **state)
     assert_int_equal((int64_t)m->numel, embed + 3 * L0 + L1 + fnorm);
     assert_int_equal(gpt_num_params(&c), embed + 3 * L0 + L1 + fnorm);
     /* the stages of an uneven split in kinds: [0, 2) holds 1 MoE and 1 dense, [2, 4) 2 MoE */
-    assert_int_equal(gpt_stage_numel(&c, 1, 0, 2, 1, 0), embed + L0 + L1);
-    assert_int_equal(gpt_stage_numel(&c, 1, 2, 2, 0, 1), 2 * L0 + fnorm + V * h); /* the last stage's output copy */
-    assert_int_equal(gpt_stage_numel(&c, 1, 1, 1, 0, 0), L1);
+    assert_int_equal(gpt_stage_numel(&c, 1, 1, 0, 2, 1, 0), embed + L0 + L1);
+    assert_int_equal(gpt_stage_numel(&c, 1, 1, 2, 2, 0, 1), 2 * L0 + fnorm + V * h); /* the last stage's output copy */
+    assert_int_equal(gpt_stage_numel(&c, 1, 1, 1, 1, 0, 0), L1);
+    /* expert parallelism 2: a rank holds 2 of the 4 experts of each MoE layer (the router whole) */
+    int64_t F = c.moe_ffn, half = 2 * (2 * F * h + 2 * F) + 2 * (h * F + h);
+    assert_int_equal(gpt_stage_numel(&c, 1, 2, 2, 2, 0, 1), 2 * (L0 - half) + fnorm + V * h);
+    assert_int_equal(gpt_stage_numel(&c, 1, 4, 0, 1, 1, 0), embed + L0 - 3 * half / 2);
     /* the canonical layout: layer 2 starts after a MoE and a dense layer */
     assert_int_equal(gpt_canonical_offset(&c, "layers.2.mlp.experts.fc2.bias"), embed + L0 + L1);
     gpt_free(m);

@@ -18,6 +18,7 @@
 
 #include <cmocka.h>
 
+#include "trident/gpt.h"
 #include "trident/memory.h"
 #include "trident/plan.h"
 
@@ -87,7 +88,7 @@ static void memory_per_parameter(void **state)
     plan_job j = gpt(8, 1024, 16, 64);
     plan_result r;
     char err[256];
-    plan_layout l = {1, 1, 8, 1, 1, PLAN_RC_NONE, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0};
+    plan_layout l = {1, 1, 8, 1, 1, PLAN_RC_NONE, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0, 1, 0};
     assert_int_equal(plan_evaluate(&j, &c, &l, &r, err, sizeof err), 0);
     double P = r.m_params / 2;
     close_to(r.m_params + r.m_grads + r.m_optimizer, 18 * P, 1e-12);
@@ -95,7 +96,7 @@ static void memory_per_parameter(void **state)
     assert_int_equal(plan_evaluate(&j, &c, &l, &r, err, sizeof err), 0);
     close_to(r.m_params + r.m_grads + r.m_optimizer, (6 + 12.0 / 8) * P, 1e-12);
     /* impossible layouts are refused with a reason */
-    plan_layout bad = {3, 1, 1, 1, 1, PLAN_RC_NONE, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0};
+    plan_layout bad = {3, 1, 1, 1, 1, PLAN_RC_NONE, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0, 1, 0};
     assert_int_equal(plan_evaluate(&j, &c, &bad, &r, err, sizeof err), -1);
     assert_non_null(strstr(err, "tensor-model-parallel"));
 }
@@ -120,7 +121,7 @@ static plan_result best_of_paper_layout(const plan_job *j, const plan_cluster *c
     char err[256];
     for (int mbs = 1; mbs <= 8; mbs *= 2)
         for (int vp = 1; vp <= 4; vp++) {
-            plan_layout l = {tp, pp, gpus / (tp * pp), vp, mbs, PLAN_RC_FULL, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0};
+            plan_layout l = {tp, pp, gpus / (tp * pp), vp, mbs, PLAN_RC_FULL, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0, 1, 0};
             if (plan_evaluate(j, c, &l, &r, err, sizeof err) || !r.fits) continue;
             if (r.tflops_per_gpu > best.tflops_per_gpu) best = r;
         }
@@ -218,7 +219,7 @@ static void megatron_table2(void **state)
         plan_result best = {0}, r;
         char err[256];
         for (int vp = 1; vp <= 4; vp++) {
-            plan_layout l = {8, T2[i].pp, T2[i].gpus / (8 * T2[i].pp), vp, 1, PLAN_RC_FULL, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0};
+            plan_layout l = {8, T2[i].pp, T2[i].gpus / (8 * T2[i].pp), vp, 1, PLAN_RC_FULL, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0, 1, 0};
             if (plan_evaluate(&j, &c, &l, &r, err, sizeof err) == 0 && r.fits && r.tflops_per_gpu > best.tflops_per_gpu)
                 best = r;
         }
@@ -244,7 +245,7 @@ static void megatron_interleaving(void **state)
         plan_job j = gpt(96, 12288, 96, batch);
         plan_result a, b;
         char err[256];
-        plan_layout l = {8, 12, 1, 1, 1, PLAN_RC_FULL, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0};
+        plan_layout l = {8, 12, 1, 1, 1, PLAN_RC_FULL, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0, 1, 0};
         assert_int_equal(plan_evaluate(&j, &c, &l, &a, err, sizeof err), 0);
         l.vp = 2;
         assert_int_equal(plan_evaluate(&j, &c, &l, &b, err, sizeof err), 0);
@@ -268,7 +269,7 @@ static void megatron_tp_pp(void **state)
         int best_tp = 0;
         printf("  162.2B, 64 GPUs, batch %3d:", batch);
         for (int tp = 2; tp <= 32; tp *= 2) {
-            plan_layout l = {tp, 64 / tp, 1, 1, 1, PLAN_RC_FULL, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0};
+            plan_layout l = {tp, 64 / tp, 1, 1, 1, PLAN_RC_FULL, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0, 1, 0};
             plan_result r;
             char err[256];
             assert_int_equal(plan_evaluate(&j, &c, &l, &r, err, sizeof err), 0);
@@ -291,7 +292,7 @@ static void trident_cpu_memory(void **state)
     j.cfg.seq = j.cfg.max_pos = 128;
     j.cfg.vocab = 50257, j.cfg.padded_vocab = 50304;
     j.dtype = 0;
-    plan_layout l = {1, 1, 2, 1, 2, PLAN_RC_NONE, 0, 1, 0, 0, PLAN_DP_AUTO, 0, 0};
+    plan_layout l = {1, 1, 2, 1, 2, PLAN_RC_NONE, 0, 1, 0, 0, PLAN_DP_AUTO, 0, 0, 1, 0};
     plan_result r;
     char err[256];
     assert_int_equal(plan_evaluate(&j, &c, &l, &r, err, sizeof err), 0);
@@ -302,6 +303,52 @@ static void trident_cpu_memory(void **state)
     mem_predict(&ml, &p);
     close_to(r.m_total, p.total + 0.02 * GIB, 1e-12);
     assert_true(r.fits);
+}
+
+/* A mixture of experts (8 experts of 512, top-2, every other layer, biases, GeLU), in Megatron's
+ * memory model on GPUs: the parameters a stage holds are the model's own table's (gpt_stage_numel,
+ * another code path) at ep 1 and 4; the token exchange over the ep group by hand: allgather 4 x
+ * (ep - 1) / ep x ep T h e / bw, alltoall 4 x T k h e (ep - 1) / ep / bw (+ latencies); the search
+ * offers ep layouts; trident's own CPU model refuses experts under tp. */
+static void mixture_of_experts(void **state)
+{
+    (void)state;
+    plan_cluster c;
+    assert_int_equal(plan_cluster_preset("dgx-a100-80gb", &c), 0);
+    plan_job j = gpt(4, 256, 8, 64);
+    j.cfg.seq = j.cfg.max_pos = 128;
+    j.cfg.num_experts = 8, j.cfg.moe_topk = 2, j.cfg.moe_ffn = 512, j.cfg.moe_layer_freq = 2;
+    j.dtype = 0; /* fp32: m_params = 4 x the parameters */
+    plan_result r;
+    char err[256];
+    for (int ep = 1; ep <= 4; ep *= 4) {
+        plan_layout l = {1, 1, 8, 1, 1, PLAN_RC_NONE, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0, ep, 0};
+        assert_int_equal(plan_evaluate(&j, &c, &l, &r, err, sizeof err), 0);
+        double want = (double)gpt_stage_numel(&j.cfg, 1, ep, 0, 4, 1, 1);
+        printf("ep %d: the plan's parameters %.0f, the model's table %.0f\n", ep, r.m_params / 4, want);
+        close_to(r.m_params / 4, want, 1e-12);
+        if (ep == 1) assert_true(r.t_ep == 0);
+    }
+    double T = 128, h = 256, e = 4, bw, lat;
+    plan_layout l = {1, 1, 8, 1, 1, PLAN_RC_NONE, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0, 4, 0};
+    plan_group_link(&c, &l, PLAN_GROUP_EP, &bw, &lat);
+    assert_int_equal(plan_evaluate(&j, &c, &l, &r, err, sizeof err), 0);
+    double layers = 2, micro = 64 / 8; /* 2 MoE layers of 4, 8 micro-batches */
+    close_to(r.t_ep, micro * layers * 4 * (3.0 / 4 * 4 * T * h * e / bw + 3 * lat), 1e-9);
+    l.ep_alltoall = 1;
+    assert_int_equal(plan_evaluate(&j, &c, &l, &r, err, sizeof err), 0);
+    close_to(r.t_ep, micro * layers * 4 * (T * 2 * h * e * 3.0 / 4 / bw + 3 * lat), 1e-9);
+    /* ep must divide the experts and dp */
+    l.ep = 16;
+    assert_int_equal(plan_evaluate(&j, &c, &l, &r, err, sizeof err), -1);
+    plan_result top[64];
+    int found = plan_search(&j, &c, 8, NULL, top, 64), with_ep = 0;
+    for (int i = 0; i < found && i < 64; i++) with_ep += top[i].l.ep > 1;
+    assert_true(with_ep > 0);
+    c.trident_cpu = 1;
+    plan_layout tp2 = {2, 1, 4, 1, 1, PLAN_RC_NONE, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0, 1, 0};
+    assert_int_equal(plan_evaluate(&j, &c, &tp2, &r, err, sizeof err), -1);
+    assert_non_null(strstr(err, "one tensor-parallel rank"));
 }
 
 /* Which link each group runs over (ranks fill 2-rank nodes in order, Megatron's rank order), and
@@ -315,14 +362,14 @@ static void placement_links(void **state)
                       .gemm_half = 16, .trident_cpu = 1};
     double bw, lat;
     /* tp 2 x dp 2: tp pairs {0,1} {2,3} inside the nodes, dp pairs {0,2} {1,3} across, one rank a node each */
-    plan_layout tp2dp2 = {2, 1, 2, 1, 1, PLAN_RC_NONE, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0};
+    plan_layout tp2dp2 = {2, 1, 2, 1, 1, PLAN_RC_NONE, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0, 1, 0};
     assert_int_equal(plan_group_link(&c, &tp2dp2, PLAN_GROUP_TP, &bw, &lat), 1);
     assert_true(bw == 4e9 && lat == 2e-6);
     assert_int_equal(plan_group_link(&c, &tp2dp2, PLAN_GROUP_DP, &bw, &lat), 2);
     assert_true(bw == 50e6 && lat == 1e-4);
     /* dp 4: one ring over both nodes, two of its ranks a node: the ring crosses each node's link
      * once, so it has the whole node's 100 MB/s; Megatron's GPUs (a NIC each) keep their own 50 */
-    plan_layout dp4 = {1, 1, 4, 1, 1, PLAN_RC_NONE, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0};
+    plan_layout dp4 = {1, 1, 4, 1, 1, PLAN_RC_NONE, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0, 1, 0};
     assert_int_equal(plan_group_link(&c, &dp4, PLAN_GROUP_DP, &bw, &lat), 2);
     assert_true(bw == 100e6);
     c.trident_cpu = 0;
@@ -330,17 +377,17 @@ static void placement_links(void **state)
     assert_true(bw == 50e6);
     c.trident_cpu = 1;
     /* pp 2 x dp 2 (tp 1): rank = d + 2p, so dp pairs {0,1} {2,3} inside, pp pairs {0,2} {1,3} across */
-    plan_layout pp2dp2 = {1, 2, 2, 1, 1, PLAN_RC_NONE, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0};
+    plan_layout pp2dp2 = {1, 2, 2, 1, 1, PLAN_RC_NONE, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0, 1, 0};
     assert_int_equal(plan_group_link(&c, &pp2dp2, PLAN_GROUP_DP, &bw, &lat), 1);
     assert_int_equal(plan_group_link(&c, &pp2dp2, PLAN_GROUP_PP, &bw, &lat), 2);
     assert_true(bw == 50e6);
     /* tp 4 spans both nodes, two ranks on each: 100 MB/s */
-    plan_layout tp4 = {4, 1, 1, 1, 1, PLAN_RC_NONE, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0};
+    plan_layout tp4 = {4, 1, 1, 1, 1, PLAN_RC_NONE, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0, 1, 0};
     assert_int_equal(plan_group_link(&c, &tp4, PLAN_GROUP_TP, &bw, &lat), 2);
     assert_true(bw == 100e6);
     /* 3 ranks a node, tp 2 (3 is no multiple of 2): the pair {2,3} straddles nodes 1 and 2 */
     c.gpus_per_node = 3, c.nodes = 0;
-    plan_layout tp2dp3 = {2, 1, 3, 1, 1, PLAN_RC_NONE, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0};
+    plan_layout tp2dp3 = {2, 1, 3, 1, 1, PLAN_RC_NONE, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0, 1, 0};
     assert_int_equal(plan_group_link(&c, &tp2dp3, PLAN_GROUP_TP, &bw, &lat), 2);
     assert_true(bw == 50e6 && lat == 1e-4);
     assert_int_equal(plan_group_link(&c, &tp2dp3, PLAN_GROUP_DP, &bw, &lat), 2); /* {0,2,4}: nodes 1, 1, 2 */
@@ -369,11 +416,11 @@ static void placement_links(void **state)
     /* tp 2 x pp 2 across, scatter/gather off: 4 micro-batches, each 32x64 fp32 activations (8192
      * bytes, whole from each tp rank) forward and back at 50 MB/s + 100 us, and the tied
      * embedding's half (64x64 fp32) summed by the first and last stages */
-    plan_layout tp2pp2 = {2, 2, 1, 1, 1, PLAN_RC_NONE, 0, 0, 0, 1, PLAN_DP_AUTO, 0, 0};
+    plan_layout tp2pp2 = {2, 2, 1, 1, 1, PLAN_RC_NONE, 0, 0, 0, 1, PLAN_DP_AUTO, 0, 0, 1, 0};
     assert_int_equal(plan_evaluate(&j, &c, &tp2pp2, &r, err, sizeof err), 0);
     close_to(r.t_p2p, 8 * (8192 / 50e6 + 1e-4) + 16384 / 50e6 + 2e-4, 1e-12);
     /* more devices than the cluster's 2 nodes of 2 */
-    plan_layout dp8 = {1, 1, 8, 1, 1, PLAN_RC_NONE, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0};
+    plan_layout dp8 = {1, 1, 8, 1, 1, PLAN_RC_NONE, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0, 1, 0};
     j.gbs = 8;
     assert_int_equal(plan_evaluate(&j, &c, &dp8, &r, err, sizeof err), -1);
     assert_non_null(strstr(err, "needs 8 devices"));
@@ -410,7 +457,7 @@ static void scatter_gather(void **state)
     plan_result on, off, sp;
     char err[256];
     /* tp 2 inside x pp 2 across, 4 micro-batches: 8 transfers of a 32x64 fp32 activation (8192 bytes) */
-    plan_layout l = {2, 2, 1, 1, 1, PLAN_RC_NONE, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0};
+    plan_layout l = {2, 2, 1, 1, 1, PLAN_RC_NONE, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0, 1, 0};
     assert_int_equal(plan_evaluate(&j, &c, &l, &on, err, sizeof err), 0);
     l.no_scatter_gather = 1;
     assert_int_equal(plan_evaluate(&j, &c, &l, &off, err, sizeof err), 0);
@@ -441,7 +488,7 @@ static void dp_hierarchical(void **state)
     plan_result r;
     char err[256];
     /* dp 4 over 2 nodes of 2: 110336 parameters (placement_links), 441344 bytes of fp32 gradients */
-    plan_layout l = {1, 1, 4, 1, 1, PLAN_RC_NONE, 0, 0, 0, 0, PLAN_DP_FLAT, 0, 0};
+    plan_layout l = {1, 1, 4, 1, 1, PLAN_RC_NONE, 0, 0, 0, 0, PLAN_DP_FLAT, 0, 0, 1, 0};
     double flat = 1.5 * 441344 / 100e6 + 6e-4; /* one ring at the node's 100 MB/s */
     /* in each node a reduce-scatter over 2 (1/2 of 441344 at 4 GB/s + 2 us), the two rails at once
      * an all-reduce of the half (220672 bytes) over 2 nodes at a rank's 50 MB/s (2 (1/2) 220672 /
@@ -476,7 +523,7 @@ static void dp_hierarchical(void **state)
     close_to(r.t_dp, 0.75 * 441344 / 100e6 + 3e-4, 1e-12);
     close_to(r.x_dp, 2 * (0.75 * 441344 / 100e6 + 3e-4), 1e-12);
     /* tp 2 x dp 2: one rank of each dp pair a node: flat whatever is asked */
-    plan_layout tp2dp2 = {2, 1, 2, 1, 1, PLAN_RC_NONE, 0, 0, 0, 0, PLAN_DP_HIER, 0, 0};
+    plan_layout tp2dp2 = {2, 1, 2, 1, 1, PLAN_RC_NONE, 0, 0, 0, 0, PLAN_DP_HIER, 0, 0, 1, 0};
     assert_int_equal(plan_evaluate(&j, &c, &tp2dp2, &r, err, sizeof err), 0);
     close_to(r.t_dp, 226560 / 50e6 + 2e-4, 1e-12);
     assert_false(r.dp_hier);
@@ -490,7 +537,7 @@ static void overlap_buckets(void **state)
     plan_result r;
     char err[256];
     double flat = 1.5 * 441344 / 100e6 + 6e-4;
-    plan_layout l = {1, 1, 4, 1, 1, PLAN_RC_NONE, 0, 0, 1, 0, PLAN_DP_FLAT, 0, 0};
+    plan_layout l = {1, 1, 4, 1, 1, PLAN_RC_NONE, 0, 0, 1, 0, PLAN_DP_FLAT, 0, 0, 1, 0};
     /* one bucket (the default 40M elements holds all 110336): it closes at the end, nothing hides */
     assert_int_equal(plan_evaluate(&j, &c, &l, &r, err, sizeof err), 0);
     close_to(r.t_dp, flat, 1e-12);
@@ -531,7 +578,7 @@ int main(void)
         cmocka_unit_test(memory_per_parameter), cmocka_unit_test(gemm_efficiency_fit), cmocka_unit_test(megatron_table1), cmocka_unit_test(megatron_interleaving),
         cmocka_unit_test(megatron_tp_pp),      cmocka_unit_test(trident_cpu_memory), cmocka_unit_test(megatron_table2),
         cmocka_unit_test(placement_links),     cmocka_unit_test(scatter_gather), cmocka_unit_test(dp_hierarchical),
-        cmocka_unit_test(overlap_buckets),
+        cmocka_unit_test(overlap_buckets),     cmocka_unit_test(mixture_of_experts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -151,7 +151,7 @@ void gpt_free(gpt_model *m);
 /* Parameters (elements) of a stage of layers [layer0, layer0 + nlayers) (first: with the embedding, last: with the
  * final norm and the head) on one of tp tensor-parallel ranks: the table gpt_create registers
  * (the padded vocabulary taken up to a multiple of tp, as a run pads it). */
-int64_t gpt_stage_numel(const gpt_config *cfg, int tp, int layer0, int nlayers, int first, int last);
+int64_t gpt_stage_numel(const gpt_config *cfg, int tp, int ep, int layer0, int nlayers, int first, int last);
 /* Whether the head transforms every position (dense h -> h) before the decoder: for a cost model. */
 int gpt_head_transform(const gpt_config *c);
 /* The stage's layout in bytes, as gpt_create carves it (the same functions, counting; each
@@ -173,7 +173,8 @@ typedef struct gpt_layout_bytes {
     double host;            /* host memory of the scratch: the losses' staging */
     double host_head;       /* ... and the head's host work (last stage) */
 } gpt_layout_bytes;
-void gpt_layout_bytes_of(const gpt_config *cfg, int tp, int sp, int mbs, int lowp, int layer, gpt_layout_bytes *out);
+void gpt_layout_bytes_of(const gpt_config *cfg, int tp, int ep, int sp, int mbs, int lowp, int layer,
+                         gpt_layout_bytes *out);
 
 /* Takes a free activation slot for one micro-batch (dies if all max_inflight are in use);
  * gpt_acts_release returns it after its backward (or after a forward-only pass). */

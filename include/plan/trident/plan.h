@@ -78,6 +78,8 @@ typedef struct plan_layout {
     int overlap_param;     /* --overlap-param-gather (with distopt): the parameter all-gather behind the next
                             * forward */
     double bucket_elems;   /* --ddp-bucket-size, gradient elements a bucket; 0: the default 40e6 */
+    int ep;                /* a mixture of experts: --expert-model-parallel-size, carved out of dp (0: 1) */
+    int ep_alltoall;       /* --moe-token-dispatcher-type alltoall (else allgather) */
 } plan_layout;
 
 /* What a training iteration costs: a model, its batch and dtype. */
@@ -110,6 +112,8 @@ typedef struct plan_result {
      * embedding's gradient sum between the first and last stages), dp (the gradients' reduction and
      * the distributed optimizer's all-gather not hidden) */
     double x_tp, x_pp, x_embd, x_dp;
+    double t_ep;           /* a mixture of experts' token exchange over the expert-parallel group (the
+                            * critical path's; never hidden: x_ep the same) */
     int dp_hier;           /* the dp collectives priced hierarchical (trident-cpu, k >= 2 a node) */
     /* memory of the busiest device, bytes */
     double m_params, m_grads, m_optimizer, m_acts, m_other, m_total;
@@ -130,7 +134,7 @@ double plan_layer_act_bytes(const gpt_config *c, int mbs, int tp, int sp, plan_r
  * times (1 + (p - 1) / (p v)) interleaved (Megatron's interleaved schedule). */
 double plan_inflight(int pp, int vp, int micro);
 
-typedef enum { PLAN_GROUP_TP, PLAN_GROUP_PP, PLAN_GROUP_DP } plan_group;
+typedef enum { PLAN_GROUP_TP, PLAN_GROUP_PP, PLAN_GROUP_DP, PLAN_GROUP_EP } plan_group;
 /* The link the collectives of a layout's tp, pp or dp groups run over, given the placement rule
  * above: the intra-node bandwidth and latency when every group of that kind sits inside a node,
  * else the inter-node ones. On a trident-cpu cluster the ranks of a node share its one link, so a

@@ -23,6 +23,7 @@ typedef struct {
 typedef struct {
     gpt_config cfg;  /* padded_vocab set */
     int tp, dp;
+    int ep;          /* expert parallelism (carved out of dp; 0 or 1: none): a rank's experts are E / ep */
     int mbs;         /* micro-batch size */
     int nchunks;
     mem_chunk chunk[PS_MAX_CHUNKS];
