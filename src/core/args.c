@@ -211,8 +211,9 @@ static const flag_t FLAGS[] = {
     {"--expert-model-parallel-size", A_INT, OFF(expert_model_parallel_size), "1", MODEL, "parallel",
      "ranks the experts of each MoE layer are split over, carved out of data parallelism (Megatron's "
      "expert parallelism; docs/moe.md)", 1, 1 << 16, NULL},
-    {"--expert-tensor-parallel-size", A_INT, OFF(expert_tensor_parallel_size), "1", MODEL, "parallel",
-     "ranks each expert is split over (only 1 is built)", 1, 1 << 16, NULL},
+    {"--expert-tensor-parallel-size", A_INT, OFF(expert_tensor_parallel_size), NULL, MODEL, "parallel",
+     "ranks each expert is split over (default and only value built: --tensor-model-parallel-size)", 1, 1 << 16,
+     NULL},
     {"--moe-token-dispatcher-type", A_CHOICE, OFF(moe_token_dispatcher_type), "allgather", MODEL, "moe",
      "how tokens reach experts on other ranks under expert parallelism: allgather (every rank of the group "
      "gets every token and runs its experts on theirs; the outputs summed back: Megatron's default) or "

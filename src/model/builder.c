@@ -47,11 +47,11 @@ void model_add_tensor(table_builder *tb, float **param, float **grad, enum init_
 }
 
 void model_add_expert_tensor(table_builder *tb, float **param, float **grad, enum init_kind init, uint64_t stream,
-                             const char *name, int64_t d0, int64_t d1, int no_decay)
+                             const char *name, int64_t d0, int64_t d1, int shard_dim, int blocks, int no_decay)
 {
     int ep = tb->ep > 1 ? tb->ep : 1;
-    TD_ASSERT(d0 % ep == 0);
-    model_add_tensor(tb, param, grad, init, stream, name, d0, d1, -1, 1, no_decay);
+    TD_ASSERT(d0 % ep == 0 && (ep == 1 || tb->tp == 1)); /* experts split over both: not built */
+    model_add_tensor(tb, param, grad, init, stream, name, d0, d1, ep == 1 ? shard_dim : -1, blocks, no_decay);
     gpt_tensor_info *t = &tb->table[tb->n - 1];
     t->expert = 1;
     if (ep == 1) return;

@@ -39,9 +39,11 @@ uint64_t model_stream(int layer, int kind);
 void model_add_tensor(table_builder *tb, float **param, float **grad, enum init_kind init, uint64_t stream,
                       const char *name, int64_t d0, int64_t d1, int shard_dim, int blocks, int no_decay);
 /* The same for a MoE layer's stacked experts, (d0, d1) with d0 = experts x rows of each: split by
- * whole experts over the expert-parallel group (dim 0, contiguous), replicated over tp. */
+ * whole experts over the expert-parallel group (dim 0, contiguous), or under tensor parallelism
+ * (without ep) each expert split as the dense MLP's tensor is (shard_dim, blocks: the experts'
+ * blocks), or replicated (shard_dim -1). */
 void model_add_expert_tensor(table_builder *tb, float **param, float **grad, enum init_kind init, uint64_t stream,
-                             const char *name, int64_t d0, int64_t d1, int no_decay);
+                             const char *name, int64_t d0, int64_t d1, int shard_dim, int blocks, int no_decay);
 /* Points every registered pointer at its place in params and grads. */
 void model_table_point(const table_builder *tb, float *params, float *grads);
 /* Initialises the parameters (backend memory) from (seed, logical tensor, element), one tensor

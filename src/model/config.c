@@ -17,6 +17,12 @@ static int default_ffn(const td_args *a)
     return a->swiglu ? swiglu_ffn(a->hidden_size) : 4 * a->hidden_size;
 }
 
+/* Each expert's hidden size: --moe-ffn-hidden-size, or the dense MLP's. */
+static int gpt_moe_ffn_of(const td_args *a)
+{
+    return td_args_given(a, "--moe-ffn-hidden-size") ? a->moe_ffn_hidden_size : default_ffn(a);
+}
+
 void gpt_config_from_args(gpt_config *c, const td_args *a)
 {
     memset(c, 0, sizeof *c);
@@ -140,16 +146,22 @@ int gpt_config_validate(const td_args *a, int tp, char *msg, size_t msglen)
         if (a->num_experts % a->expert_model_parallel_size)
             FAIL("--num-experts %d is not divisible by --expert-model-parallel-size %d (each rank of the group holds "
                  "as many experts)", a->num_experts, a->expert_model_parallel_size);
-        if (a->expert_tensor_parallel_size != 1)
-            FAIL("--expert-tensor-parallel-size %d: experts split over tensor-parallel ranks are not built yet; "
-                 "use 1 (docs/moe.md)", a->expert_tensor_parallel_size);
+        if (td_args_given(a, "--expert-tensor-parallel-size") && a->expert_tensor_parallel_size != tp)
+            FAIL("--expert-tensor-parallel-size %d: only the tensor-parallel size (%d, the default: each expert split "
+                 "as the dense MLP) is built (docs/moe.md)", a->expert_tensor_parallel_size, tp);
         gpt_config layers = {0};
         if (gpt_moe_layer_freq_parse(&layers, a->moe_layer_freq ? a->moe_layer_freq : "1", a->num_layers, msg, msglen))
             return -1;
+        if (gpt_moe_ffn_of(a) % tp)
+            FAIL("--moe-ffn-hidden-size %d is not divisible by --tensor-model-parallel-size %d (each expert splits "
+                 "over the tensor-parallel ranks as the dense MLP does)", gpt_moe_ffn_of(a), tp);
+        if (a->moe_shared_expert_intermediate_size % tp)
+            FAIL("--moe-shared-expert-intermediate-size %d is not divisible by --tensor-model-parallel-size %d",
+                 a->moe_shared_expert_intermediate_size, tp);
         /* what is not built yet says so (docs/moe.md) */
-        if (tp > 1)
-            FAIL("--num-experts with --tensor-model-parallel-size %d: the experts run on one tensor-parallel rank "
-                 "today; use data or pipeline parallelism", tp);
+        if (tp > 1 && a->expert_model_parallel_size > 1)
+            FAIL("--expert-model-parallel-size %d with --tensor-model-parallel-size %d: experts split over both are "
+                 "not built yet; use one of them (docs/moe.md)", a->expert_model_parallel_size, tp);
     }
     return 0;
 }

@@ -106,7 +106,7 @@ static void tensors(table_builder *tb, int layer, int stream0, const char *prefi
 {
     moe_params *p = pv, *g = gv;
     const gpt_config *c = tb->cfg;
-    int64_t h = c->hidden, E = c->num_experts, F = gpt_moe_ffn(c), bF = fc_blocks(c) * F;
+    int64_t h = c->hidden, E = c->num_experts, F = gpt_moe_ffn(c), bF = fc_blocks(c) * F, b = fc_blocks(c);
     int bias = gpt_has_bias(c);
     char n[80];
 #define T(field, init, kind, d0, d1, label)                                                                        \
@@ -115,36 +115,45 @@ static void tensors(table_builder *tb, int layer, int stream0, const char *prefi
         model_add_tensor(tb, &p->field, &g->field, init, model_stream(layer, stream0 + (kind)), n, d0, d1, -1, 1,  \
                          (d1) == 0);                                                                               \
     } while (0)
-#define X(field, init, kind, d0, d1, label) /* the experts': split over the expert-parallel group */             \
+#define TS(field, init, kind, d0, d1, sd, blocks, label) /* split over tp as the dense MLP's */                   \
+    do {                                                                                                           \
+        snprintf(n, sizeof n, "%s.%s", prefix, label);                                                             \
+        model_add_tensor(tb, &p->field, &g->field, init, model_stream(layer, stream0 + (kind)), n, d0, d1, sd,     \
+                         blocks, (d1) == 0);                                                                       \
+    } while (0)
+#define X(field, init, kind, d0, d1, sd, blocks, label) /* the experts': split over ep, or each over tp */      \
     do {                                                                                                           \
         snprintf(n, sizeof n, "%s.%s", prefix, label);                                                             \
         model_add_expert_tensor(tb, &p->field, &g->field, init, model_stream(layer, stream0 + (kind)), n, d0, d1,  \
-                                (d1) == 0);                                                                        \
+                                sd, blocks, (d1) == 0);                                                            \
     } while (0)
-    /* reverse of the order the backward finishes them */
-    if (bias) X(fc2_b, INIT_ZEROS, 0, E * h, 0, "experts.fc2.bias");
-    X(fc2_w, INIT_NORMAL_OUT, 1, E * h, F, "experts.fc2.weight");
-    if (bias) X(fc_b, INIT_ZEROS, 2, E * bF, 0, "experts.fc.bias");
-    X(fc_w, INIT_NORMAL, 3, E * bF, h, "experts.fc.weight");
+    /* Under tensor parallelism each expert (and the shared expert) splits as the dense MLP does: fc
+     * by columns (each expert's [gate | up] blocks), fc2 by rows of its input; the router, the
+     * gate and fc2's biases are whole on every tp rank. Reverse of the order the backward finishes them. */
+    if (bias) X(fc2_b, INIT_ZEROS, 0, E * h, 0, -1, 1, "experts.fc2.bias");
+    X(fc2_w, INIT_NORMAL_OUT, 1, E * h, F, 1, 1, "experts.fc2.weight");
+    if (bias) X(fc_b, INIT_ZEROS, 2, E * bF, 0, 0, (int)(E * b), "experts.fc.bias");
+    X(fc_w, INIT_NORMAL, 3, E * bF, h, 0, (int)(E * b), "experts.fc.weight");
     T(router_w, INIT_NORMAL, 4, E, h, "router.weight");
     if (c->moe_expert_bias) T(expert_bias, INIT_ZEROS, 10, E, 0, "router.expert_bias");
     int64_t S = c->moe_shared_ffn, bS = fc_blocks(c) * S;
     if (S > 0) {
         if (bias) T(sh_fc2_b, INIT_ZEROS, 5, h, 0, "shared_expert.fc2.bias");
-        T(sh_fc2_w, INIT_NORMAL_OUT, 6, h, S, "shared_expert.fc2.weight");
-        if (bias) T(sh_fc_b, INIT_ZEROS, 7, bS, 0, "shared_expert.fc.bias");
-        T(sh_fc_w, INIT_NORMAL, 8, bS, h, "shared_expert.fc.weight");
+        TS(sh_fc2_w, INIT_NORMAL_OUT, 6, h, S, 1, 1, "shared_expert.fc2.weight");
+        if (bias) TS(sh_fc_b, INIT_ZEROS, 7, bS, 0, 0, (int)b, "shared_expert.fc.bias");
+        TS(sh_fc_w, INIT_NORMAL, 8, bS, h, 0, (int)b, "shared_expert.fc.weight");
         if (c->moe_shared_gate) T(sh_gate_w, INIT_NORMAL, 9, 1, h, "shared_expert.gate.weight");
     }
 #undef T
+#undef TS
 #undef X
 }
 
 /* The buffers of T tokens' forward (and the backward's kept values), carved: a micro-batch's
  * activations (acts), or generation's step buffers (moe_step_new). */
-static void carve_tokens(carver *cv, const gpt_config *c, int ep, int64_t T, moe_acts *a)
+static void carve_tokens(carver *cv, const gpt_config *c, int ep, int tp, int64_t T, moe_acts *a)
 {
-    int64_t E = c->num_experts, k = c->moe_topk, F = gpt_moe_ffn(c), R = rows_max(c, ep, T);
+    int64_t E = c->num_experts, k = c->moe_topk, F = gpt_moe_ffn(c) / tp, R = rows_max(c, ep, T);
     a->E = (int)E;
     CARVE(cv, a->logits, float, T * E);
     if (cv->kept_dt != BE_F32) CARVE(cv, a->x32, float, T * c->hidden); /* mixed precision: the input widened */
@@ -173,7 +182,7 @@ static void carve_tokens(carver *cv, const gpt_config *c, int ep, int64_t T, moe
         CARVE(cv, a->grow, int32_t, ep * T * k);
         CARVE(cv, a->gprobs, float, ep * T * k);
     }
-    int64_t S = c->moe_shared_ffn;
+    int64_t S = c->moe_shared_ffn / tp;
     if (S > 0) {
         CARVE(cv, a->sh_he, float, T * fc_blocks(c) * S);
         CARVE(cv, a->sh_ae, float, T * S);
@@ -188,7 +197,7 @@ static void carve_tokens(carver *cv, const gpt_config *c, int ep, int64_t T, moe
 
 static void acts(carver *cv, const gpt_model *m, void *av)
 {
-    carve_tokens(cv, &m->cfg, ep_of(m), (int64_t)m->mbs * m->cfg.seq, av);
+    carve_tokens(cv, &m->cfg, ep_of(m), m->tp, (int64_t)m->mbs * m->cfg.seq, av);
 }
 
 static void scratch(carver *cv, const gpt_model *m, void *sv)
@@ -196,7 +205,7 @@ static void scratch(carver *cv, const gpt_model *m, void *sv)
     moe_scratch *s = sv;
     const gpt_config *c = &m->cfg;
     int ep = ep_of(m);
-    int64_t T = (int64_t)m->mbs * c->seq, E = c->num_experts, k = c->moe_topk, F = gpt_moe_ffn(c);
+    int64_t T = (int64_t)m->mbs * c->seq, E = c->num_experts, k = c->moe_topk, F = gpt_moe_ffn(c) / m->tp;
     int64_t R = rows_max(c, ep, T);
     CARVE(cv, s->dlogits, float, T * E);
     CARVE(cv, s->dprobs, float, T * k);
@@ -214,7 +223,7 @@ static void scratch(carver *cv, const gpt_model *m, void *sv)
             CARVE(cv, s->gdprobs, float, ep * T * k);
         }
     }
-    int64_t S = c->moe_shared_ffn;
+    int64_t S = c->moe_shared_ffn / m->tp;
     if (S > 0) {
         CARVE(cv, s->sh_dye, float, T * c->hidden);
         CARVE(cv, s->sh_dae, float, T * S);
@@ -451,8 +460,11 @@ static void forward(const gpt_model *m, moe_acts *a, moe_scratch *s, const moe_p
                     int T)
 {
     const gpt_config *c = &m->cfg;
-    int h = c->hidden, E = c->num_experts, k = c->moe_topk, F = gpt_moe_ffn(c), bF = fc_blocks(c) * F;
-    TD_ASSERT(m->tp == 1);
+    /* under tensor parallelism every tp rank routes the same tokens alike and runs its slice of
+     * every expert: the outputs are partial sums, summed over tp by the layer (sequence
+     * parallelism's reduce-scatter) or here (all-reduce); fc2's biases on tp rank 0 only */
+    int h = c->hidden, E = c->num_experts, k = c->moe_topk, F = gpt_moe_ffn(c) / m->tp, bF = fc_blocks(c) * F;
+    int first = m->ps->tp_rank == 0;
     be_matmul_fwd(m->be, a->logits, xf, p->router_w, NULL, T, h, E);
     be_moe_route_fwd(m->be, a->idx, a->probs, a->logits, p->expert_bias, T, E, k, c->moe_score, c->moe_pre_softmax,
                      c->moe_topk_scale);
@@ -484,7 +496,7 @@ static void forward(const gpt_model *m, moe_acts *a, moe_scratch *s, const moe_p
         if (n == 0) continue;
         mlp_fwd(m, yl + (size_t)r0 * h, a->ae + (size_t)r0 * F, a->he + (size_t)r0 * bF, xl + (size_t)r0 * h,
                 p->fc_w + (size_t)e * bF * h, p->fc_b ? p->fc_b + (size_t)e * bF : NULL, p->fc2_w + (size_t)e * h * F,
-                p->fc2_b ? p->fc2_b + (size_t)e * h : NULL, n, F);
+                p->fc2_b && first ? p->fc2_b + (size_t)e * h : NULL, n, F);
     }
     if (gather) { /* this rank's experts' share of every gathered token's output, summed over the group */
         be_moe_unpermute(m->be, s->gbuf, a->ye, a->grow, a->gprobs, ep * T, k, h);
@@ -494,8 +506,8 @@ static void forward(const gpt_model *m, moe_acts *a, moe_scratch *s, const moe_p
         be_moe_unpermute(m->be, out, a->ye, a->row, a->probs, T, k, h);
     }
     if (c->moe_shared_ffn > 0) { /* the shared expert on every token, gated or not, added */
-        mlp_fwd(m, a->sh_ye, a->sh_ae, a->sh_he, xf, p->sh_fc_w, p->sh_fc_b, p->sh_fc2_w, p->sh_fc2_b, T,
-                c->moe_shared_ffn);
+        mlp_fwd(m, a->sh_ye, a->sh_ae, a->sh_he, xf, p->sh_fc_w, p->sh_fc_b, p->sh_fc2_w, first ? p->sh_fc2_b : NULL,
+                T, c->moe_shared_ffn / m->tp);
         if (p->sh_gate_w) { /* sigmoid(w . x): a router of one expert, its weight not normalised */
             be_matmul_fwd(m->be, a->sh_glog, xf, p->sh_gate_w, NULL, T, h, 1);
             be_moe_route_fwd(m->be, a->sh_idx, a->sh_g, a->sh_glog, NULL, T, 1, 1, BE_MOE_SIGMOID, 0, 0);
@@ -506,6 +518,7 @@ static void forward(const gpt_model *m, moe_acts *a, moe_scratch *s, const moe_p
             be_add(m->be, out, out, a->sh_ye, (size_t)T * h);
         }
     }
+    if (m->tp > 1 && !m->sp) comm_allreduce(m->ps->tp_group, out, (size_t)T * h, COMM_F32, COMM_SUM);
     /* the losses over this micro-batch's tokens, without their coefficients (as Megatron logs
      * them; measured whether they train or not); their gradients come in the backward */
     a->aux = aux_loss(m, a, p->expert_bias ? a->aux_idx : a->idx, NULL, T, 1.0, 0);
@@ -540,10 +553,10 @@ moe_acts *moe_step_new(const gpt_model *m, int rows)
     struct moe_step_bufs *b = td_xcalloc(1, sizeof *b);
     carver cv = {NULL, 0, 0, BE_F32, NULL, 0};
     TD_ASSERT(ep_of(m) == 1); /* generation runs every expert on its one rank */
-    carve_tokens(&cv, &m->cfg, 1, rows, &b->a); /* count */
+    carve_tokens(&cv, &m->cfg, 1, m->tp, rows, &b->a); /* count */
     td_arena_wrap(&b->ar, be_alloc(m->be, cv.bytes), cv.bytes);
     cv = (carver){&b->ar, 0, 0, BE_F32, NULL, 0};
-    carve_tokens(&cv, &m->cfg, 1, rows, &b->a);
+    carve_tokens(&cv, &m->cfg, 1, m->tp, rows, &b->a);
     return &b->a;
 }
 
@@ -595,9 +608,13 @@ static void bwd(const block_io *io, float *dx, void *gv, const float *dbranch, c
     moe_params *g = gv;
     const moe_acts *a = av;
     moe_scratch *s = io->scratch;
-    int T = io->B * c->seq, h = c->hidden, E = c->num_experts, k = c->moe_topk, F = gpt_moe_ffn(c);
+    int T = io->B * c->seq, h = c->hidden, E = c->num_experts, k = c->moe_topk, F = gpt_moe_ffn(c) / m->tp;
     int bF = fc_blocks(c) * F;
     const float *xf = x.dt == BE_F32 ? (const float *)x.p : a->x32; /* the forward widened it there */
+    /* tensor parallelism: the experts' outputs were partial, so are the weights' gradients through
+     * them (summed over tp); the router's and the gate's input gradients, the same on every tp
+     * rank, count once (tp rank 0; the others' go to a spare buffer) */
+    const comm *tpg = m->tp > 1 ? m->ps->tp_group : NULL;
     int ep = ep_of(m), El = E / ep, nl = 0, gather = ep > 1 && c->moe_allgather;
     for (int e = 0; e < El; e++) nl += a->lcount[e];
     const float *dyl = s->dye, *xl = a->xe;
@@ -611,6 +628,7 @@ static void bwd(const block_io *io, float *dx, void *gv, const float *dbranch, c
     } else {
         if (c->moe_pad) be_zero(m->be, s->dye, (size_t)src_rows(c, T) * h); /* no gradient into the padding */
         be_moe_unpermute_bwd(m->be, s->dye, s->dprobs, dbranch, a->ye, a->row, a->probs, T, k, h);
+        if (tpg) comm_allreduce(tpg, s->dprobs, (size_t)T * k, COMM_F32, COMM_SUM);
         if (ep > 1) { /* the outputs' gradients to the ranks of their experts, as the rows went */
             to_experts(m, a, s->xchg, s->dyl, s->dye, h);
             dyl = s->dyl, dxl = s->dxl, xl = a->xl;
@@ -636,17 +654,19 @@ static void bwd(const block_io *io, float *dx, void *gv, const float *dbranch, c
         be_zero(m->be, dx, (size_t)T * h);
         be_moe_permute_bwd(m->be, dx, s->dxe, a->row, T, k, h);
     }
+    float *dx_once = !tpg || m->ps->tp_rank == 0 ? dx : s->dye; /* s->dye: done with, T k >= T rows */
     if (c->moe_shared_ffn > 0) {
         const float *dsh = dbranch;
         if (p->sh_gate_w) { /* d(gated) -> d(shared output), and the gate's logit's gradient */
             be_moe_unpermute_bwd(m->be, s->sh_dye, s->sh_dg, dbranch, a->sh_ye, a->ident, a->sh_g, T, 1, h);
+            if (tpg) comm_allreduce(tpg, s->sh_dg, (size_t)T, COMM_F32, COMM_SUM);
             be_zero(m->be, s->sh_dglog, (size_t)T);
             be_moe_route_bwd(m->be, s->sh_dglog, s->sh_dg, a->sh_glog, a->sh_idx, T, 1, 1, BE_MOE_SIGMOID, 0, 0);
-            be_matmul_bwd(m->be, dx, g->sh_gate_w, NULL, s->sh_dglog, xf, p->sh_gate_w, T, h, 1);
+            be_matmul_bwd(m->be, dx_once, g->sh_gate_w, NULL, s->sh_dglog, xf, p->sh_gate_w, T, h, 1);
             dsh = s->sh_dye;
         }
         mlp_bwd(m, dx, g->sh_fc_w, g->sh_fc_b, g->sh_fc2_w, g->sh_fc2_b, s->sh_dae, s->sh_dhe, dsh, xf, a->sh_he,
-                a->sh_ae, p->sh_fc_w, p->sh_fc2_w, T, c->moe_shared_ffn);
+                a->sh_ae, p->sh_fc_w, p->sh_fc2_w, T, c->moe_shared_ffn / m->tp);
     }
     be_zero(m->be, s->dlogits, (size_t)T * E);
     be_moe_route_bwd(m->be, s->dlogits, s->dprobs, a->logits, a->idx, T, E, k, c->moe_score, c->moe_pre_softmax,
@@ -657,7 +677,8 @@ static void bwd(const block_io *io, float *dx, void *gv, const float *dbranch, c
     if (c->moe_aux_coeff > 0)
         aux_loss(m, (moe_acts *)a, p->expert_bias ? a->aux_idx : a->idx, s->dlogits, T, c->moe_aux_coeff, dscale);
     if (c->moe_z_coeff > 0) be_moe_z_loss(m->be, s->dlogits, a->logits, T, E, c->moe_z_coeff, T, dscale);
-    be_matmul_bwd(m->be, dx, g->router_w, NULL, s->dlogits, xf, p->router_w, T, h, E);
+    be_matmul_bwd(m->be, dx_once, g->router_w, NULL, s->dlogits, xf, p->router_w, T, h, E);
+    if (tpg && !m->sp) comm_allreduce(tpg, dx, (size_t)T * h, COMM_F32, COMM_SUM); /* f's backward */
 }
 
 const block_ops moe_ops = {

@@ -58,16 +58,20 @@ expect "more experts a token than there are" 2 "--moe-router-topk 3 is more than
   "$TRIDENT" train "${TINY[@]}" --num-experts 2 --moe-router-topk 3
 expect "expert bias without sigmoid" 2 "--moe-router-enable-expert-bias needs --moe-router-score-function sigmoid" \
   "$TRIDENT" train "${TINY[@]}" --num-experts 4 --moe-router-enable-expert-bias
-expect "experts under tp, not built" 2 "--num-experts with --tensor-model-parallel-size 2" \
-  "${MPIRUN[@]}" -np 2 "$TRIDENT" train "${TINY[@]}" --num-experts 4 --tensor-model-parallel-size 2
-once "experts under tp, not built"
+expect "experts over tp and ep, not built" 2 "--expert-model-parallel-size 2 with --tensor-model-parallel-size 2" \
+  "${MPIRUN[@]}" -np 4 "$TRIDENT" train "${TINY[@]}" --num-experts 4 --tensor-model-parallel-size 2 \
+  --expert-model-parallel-size 2
+once "experts over tp and ep, not built"
+expect "expert width not divisible by tp" 2 "--moe-ffn-hidden-size 31 is not divisible by --tensor-model-parallel-size 2" \
+  "${MPIRUN[@]}" -np 2 "$TRIDENT" train "${TINY[@]}" --num-experts 4 --tensor-model-parallel-size 2 \
+  --moe-ffn-hidden-size 31
 expect "expert parallelism without experts" 2 "--expert-model-parallel-size needs --num-experts" \
   "$TRIDENT" train "${TINY[@]}" --expert-model-parallel-size 2
 expect "experts not divisible by ep" 2 "--num-experts 3 is not divisible by --expert-model-parallel-size 2" \
   "$TRIDENT" train "${TINY[@]}" --num-experts 3 --moe-router-topk 1 --expert-model-parallel-size 2
 expect "ep that does not divide dp" 2 "--expert-model-parallel-size 2 does not divide the data-parallel size 3" \
   "${MPIRUN[@]}" -np 3 "$TRIDENT" train "${TINY[@]}" --num-experts 4 --expert-model-parallel-size 2
-expect "expert tensor parallelism, not built" 2 "--expert-tensor-parallel-size 2: experts split over" \
+expect "expert tensor parallelism other than tp, not built" 2 "--expert-tensor-parallel-size 2: only the tensor-parallel size (1" \
   "$TRIDENT" train "${TINY[@]}" --num-experts 4 --expert-tensor-parallel-size 2
 expect "unknown dispatcher" 2 "--moe-token-dispatcher-type" \
   "$TRIDENT" train "${TINY[@]}" --num-experts 4 --moe-token-dispatcher-type flex

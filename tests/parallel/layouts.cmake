@@ -315,6 +315,13 @@ trident_layout(moe_dp2 2 1 2)
 trident_layout(moe_pp2_vp2 2 1 2 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 2)
 trident_layout(moe_distopt_pp2_dp2 4 1 2 --pipeline-model-parallel-size 2 --use-distributed-optimizer
   --overlap-grad-reduce --ddp-bucket-size 20000)
+# tensor parallelism (Megatron's --expert-tensor-parallel-size, = tp): each expert and the shared
+# expert split over tp as the dense MLP (fc by columns, fc2 by rows), every tp rank routing the same
+# tokens; with sequence parallelism, data and pipeline parallelism and the distributed optimizer
+trident_layout(moe_tp2 2 2 2)
+trident_layout(moe_sp_tp2_dp2 4 2 2 --sequence-parallel)
+trident_layout(moe_distopt_sp_tp2_pp2 4 2 2 --sequence-parallel --pipeline-model-parallel-size 2
+  --use-distributed-optimizer --overlap-grad-reduce --ddp-bucket-size 20000)
 # expert parallelism (carved out of dp): each rank holds E / ep experts, the tokens cross the ep
 # group by the allgather dispatcher (the default) or the alltoall one, the experts' gradients are
 # summed over the expert-data-parallel group only (ep 2 x edp 2 with the distributed optimizer's
@@ -333,6 +340,7 @@ set(LAYOUT_BASE moe_cap_baseline)
 trident_layout(moe_cap_baseline 1 1 2)
 trident_layout(moe_cap_pp2_dp2 4 1 2 --pipeline-model-parallel-size 2)
 trident_layout(moe_cap_ep2 2 1 2 --expert-model-parallel-size 2)
+trident_layout(moe_cap_sp_tp2 2 2 2 --sequence-parallel)
 # padded to capacity (every expert runs on its capacity of rows, zeros past its tokens): the same
 # training as without, here over ep 2 (the padding crosses the group too)
 trident_layout(moe_cap_pad_ep2 2 1 2 --expert-model-parallel-size 2 --moe-pad-expert-input-to-capacity)
@@ -347,6 +355,7 @@ set(LAYOUT_BASE moe_bf16_baseline)
 trident_layout(moe_bf16_baseline 1 1 2)
 trident_layout(moe_bf16_pp2_dp2 4 1 2 --pipeline-model-parallel-size 2 --use-distributed-optimizer)
 trident_layout(moe_bf16_ep2_a2a 2 1 2 --expert-model-parallel-size 2 --moe-token-dispatcher-type alltoall)
+trident_layout(moe_bf16_sp_tp2 2 2 2 --sequence-parallel)
 unset(LAYOUT_TOL)
 # --moe-layer-freq: MoE and dense layers mixed (4 MoE layers and 4 SwiGLU MLPs of --ffn-hidden-size
 # 96: 3 and 1 on the first stage, 1 and 3 on the second), with the expert bias moving; pp 2, pp 2
