@@ -53,16 +53,18 @@ dp_down tp1_dp2 2 1 1
 dp_down tp2_dp2 4 2 2
 
 # a mixture of experts saved at expert parallelism 4 (each rank 1 of the 4 experts, the distributed
-# optimizer) continues on one rank (all 4) and at pp 2 x ep 2 (2 a rank): the experts resharded
+# optimizer) continues on one rank (all 4), at pp 2 x ep 2 (2 a rank) and at tp 2 with sequence
+# parallelism (every expert split in halves): the experts resharded
 MOE=(--num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 64 --moe-aux-loss-coeff 1e-2 --moe-z-loss-coeff 1e-3)
 if train 4 1 --expert-model-parallel-size 4 --use-distributed-optimizer --train-iters 4 --save moe_ep4 \
      --save-interval 2 --metrics-file moe_ep4.jsonl --dump-params moe_ep4.params "${MOE[@]}"; then
   [ "$(ls moe_ep4/iter_0000002/model_*.safetensors | wc -l)" = 4 ] || bad "moe ep4: not 4 model shards (rank 0's and 3 of experts)"
   tail -n 2 moe_ep4.jsonl >moe_ep4_tail.jsonl
-  for to in "one_rank 1" "pp2_ep2 4 --pipeline-model-parallel-size 2 --expert-model-parallel-size 2"; do
-    read -r name np flags <<<"$to"
+  for to in "one_rank 1 1" "pp2_ep2 4 1 --pipeline-model-parallel-size 2 --expert-model-parallel-size 2" \
+            "sp_tp2 2 2 --sequence-parallel"; do
+    read -r name np tp flags <<<"$to"
     # shellcheck disable=SC2086
-    if train "$np" 1 --train-iters 4 --load moe_ep4/iter_0000002 --metrics-file "moe_$name.jsonl" \
+    if train "$np" "$tp" --train-iters 4 --load moe_ep4/iter_0000002 --metrics-file "moe_$name.jsonl" \
          --dump-params "moe_$name.params" $flags "${MOE[@]}" &&
        out=$("$COMPARE_RUNS" moe_ep4_tail.jsonl "moe_$name.jsonl" moe_ep4.params "moe_$name.params" 1e-5); then
       ok "moe ep4 -> $name: iterations 3-4 and final parameters within 1e-5 ($(grep -o 'relative norm of the difference [^ ]*' <<<"$out"))"
