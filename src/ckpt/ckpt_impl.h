@@ -32,7 +32,7 @@ int ckpt_slice_parse(const char *json, ckpt_slice *s, uint32_t *crc);
  * when there are none or they are malformed (not increasing, outside [0, numel)). */
 int ckpt_piece_parse(const char *json, int64_t numel, int64_t **elems, int *n);
 /* Blocks a split dimension may have at most (a larger "blocks" is refused as malformed). */
-#define CKPT_MAX_BLOCKS 64
+#define CKPT_MAX_BLOCKS 4096 /* a MoE layer's stacked experts under tp: 2 blocks (SwiGLU) an expert */
 
 /* (checkpoint.c) A float as the double of the shortest decimal that reads back as the float, for JSON (1e-5f is
  * 1e-05, not 9.99999974737875e-06; 0.02f is 0.02). */

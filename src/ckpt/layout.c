@@ -4,6 +4,7 @@
  * (parameters, Adam moments) and their name prefixes, the tensors split along the vocabulary,
  * and slices — which part of a logical tensor an entry holds — with their __metadata__
  * descriptions, written and parsed. See include/ckpt/trident/checkpoint.h and docs/checkpoints.md. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,25 +23,26 @@ int ckpt_is_vocab_tensor(const char *name)
 
 ckpt_slice ckpt_slice_of(const gpt_tensor_info *t)
 {
-    ckpt_slice s = {t->ndim, {t->shape[0], t->ndim == 2 ? t->shape[1] : 0}, t->shard_dim, 1, 0, 0};
+    ckpt_slice s = {t->ndim, {t->shape[0], t->ndim == 2 ? t->shape[1] : 0}, t->shard_dim, 1, 0, 0, 0, 0};
     if (t->shard_dim >= 0) {
         s.blocks = t->shard_blocks;
         s.start = t->shard_start;
         s.len = t->shard_len;
     }
+    if (t->nrows) s.r0 = t->row0, s.r1 = t->row0 + t->nrows;
     return s;
 }
 
 ckpt_slice ckpt_slice_whole(int64_t d0, int64_t d1)
 {
-    ckpt_slice s = {d1 ? 2 : 1, {d0, d1}, -1, 1, 0, 0};
+    ckpt_slice s = {d1 ? 2 : 1, {d0, d1}, -1, 1, 0, 0, 0, 0};
     return s;
 }
 
 int64_t ckpt_slice_numel(const ckpt_slice *s)
 {
-    int64_t n0 = s->shape[0], n1 = s->ndim == 2 ? s->shape[1] : 1;
-    if (s->dim == 0) n0 = s->blocks * s->len;
+    int64_t n0 = s->r1 ? s->r1 - s->r0 : s->shape[0], n1 = s->ndim == 2 ? s->shape[1] : 1;
+    if (s->dim == 0) n0 = (s->r1 ? (s->r1 - s->r0) / (s->shape[0] / s->blocks) : s->blocks) * s->len;
     if (s->dim == 1) n1 = s->blocks * s->len;
     return n0 * n1;
 }
@@ -87,15 +89,16 @@ char *ckpt_piece_json(const ckpt_slice *s, uint32_t crc, const int64_t *elems, i
 
 char *ckpt_slice_json(const ckpt_slice *s, uint32_t crc)
 {
-    char buf[256];
+    char buf[320], rows[64] = "";
+    if (s->r1) snprintf(rows, sizeof rows, ",\"rows\":[%lld,%lld]", (long long)s->r0, (long long)s->r1);
     if (s->ndim == 2)
-        snprintf(buf, sizeof buf, "{\"shape\":[%lld,%lld],\"dim\":%d,\"blocks\":%d,\"start\":%lld,\"len\":%lld,"
+        snprintf(buf, sizeof buf, "{\"shape\":[%lld,%lld],\"dim\":%d,\"blocks\":%d,\"start\":%lld,\"len\":%lld%s,"
                  "\"crc32\":\"%08x\"}", (long long)s->shape[0], (long long)s->shape[1], s->dim, s->blocks,
-                 (long long)s->start, (long long)s->len, crc);
+                 (long long)s->start, (long long)s->len, rows, crc);
     else
-        snprintf(buf, sizeof buf, "{\"shape\":[%lld],\"dim\":%d,\"blocks\":%d,\"start\":%lld,\"len\":%lld,"
+        snprintf(buf, sizeof buf, "{\"shape\":[%lld],\"dim\":%d,\"blocks\":%d,\"start\":%lld,\"len\":%lld%s,"
                  "\"crc32\":\"%08x\"}", (long long)s->shape[0], s->dim, s->blocks, (long long)s->start,
-                 (long long)s->len, crc);
+                 (long long)s->len, rows, crc);
     return td_xstrdup(buf);
 }
 
@@ -129,6 +132,17 @@ int ckpt_slice_parse(const char *json, ckpt_slice *s, uint32_t *crc)
     if (s->dim >= 0) {
         int64_t size = s->shape[s->dim];
         if (size % s->blocks || s->start < 0 || s->len < 0 || s->start + s->len > size / s->blocks) goto done;
+    }
+    const cJSON *rows = cJSON_GetObjectItemCaseSensitive(o, "rows"); /* expert parallelism's range */
+    if (rows) {
+        if (!cJSON_IsArray(rows) || cJSON_GetArraySize(rows) != 2 || !cJSON_IsNumber(rows->child) ||
+            !cJSON_IsNumber(rows->child->next))
+            goto done;
+        double a = rows->child->valuedouble, b = rows->child->next->valuedouble;
+        if (a < 0 || b <= a || b > (double)s->shape[0] || a != floor(a) || b != floor(b)) goto done;
+        s->r0 = (int64_t)a, s->r1 = (int64_t)b;
+        int64_t block = s->dim == 0 ? s->shape[0] / s->blocks : 1;
+        if (s->r0 % block || s->r1 % block) goto done; /* whole blocks */
     }
     char *end;
     unsigned long v = strtoul(c->valuestring, &end, 16);

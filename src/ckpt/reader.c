@@ -77,23 +77,35 @@ static int64_t width_of(const ckpt_slice *s) { return s->dim == 1 ? s->blocks * 
 /* Intervals of logical indices slice s holds along dimension d (0 rows, 1 columns). */
 static int ivals(const ckpt_slice *s, int d, ival *out)
 {
-    int64_t size = d == 0 ? s->shape[0] : cols_of(s);
+    int64_t size = d == 0 ? s->shape[0] : cols_of(s), r0 = d == 0 && s->r1 ? s->r0 : 0, r1 = d == 0 && s->r1 ? s->r1 : size;
     if (s->dim != d) {
-        out[0] = (ival){0, size, 0};
+        out[0] = (ival){r0, r1, 0};
         return 1;
     }
     TD_ASSERT(s->blocks >= 1 && s->blocks <= CKPT_MAX_BLOCKS);
     int64_t block = size / s->blocks;
-    for (int b = 0; b < s->blocks; b++) out[b] = (ival){b * block + s->start, b * block + s->start + s->len, b * s->len};
-    return s->blocks;
+    int n = 0;
+    for (int b = 0; b < s->blocks; b++)
+        if (b * block >= r0 && b * block < r1) /* expert parallelism: its experts' blocks */
+            out[n] = (ival){b * block + s->start, b * block + s->start + s->len, n * s->len}, n++;
+    return n;
+}
+
+/* ivals into a buffer of its own (freed by the caller). */
+static ival *ivals_of(const ckpt_slice *s, int d, int *n)
+{
+    ival *out = td_xmalloc((size_t)(s->dim == d ? s->blocks : 1) * sizeof *out);
+    *n = ivals(s, d, out);
+    return out;
 }
 
 /* Elements of `want` (rows below rows_lim) that `src` holds; with dst and sdata, copies them. */
 static int64_t intersect(const ckpt_slice *want, const ckpt_slice *src, int64_t rows_lim, float *dst,
                          const float *sdata)
 {
-    ival w0[CKPT_MAX_BLOCKS], w1[CKPT_MAX_BLOCKS], s0[CKPT_MAX_BLOCKS], s1[CKPT_MAX_BLOCKS];
-    int nw0 = ivals(want, 0, w0), nw1 = ivals(want, 1, w1), ns0 = ivals(src, 0, s0), ns1 = ivals(src, 1, s1);
+    int nw0, nw1, ns0, ns1;
+    ival *w0 = ivals_of(want, 0, &nw0), *w1 = ivals_of(want, 1, &nw1), *s0 = ivals_of(src, 0, &ns0),
+         *s1 = ivals_of(src, 1, &ns1);
     int64_t Ww = width_of(want), Ws = width_of(src), count = 0;
     for (int a = 0; a < nw0; a++)
         for (int b = 0; b < ns0; b++) {
@@ -115,6 +127,7 @@ static int64_t intersect(const ckpt_slice *want, const ckpt_slice *src, int64_t 
                     }
                 }
         }
+    free(w0), free(w1), free(s0), free(s1);
     return count;
 }
 
@@ -330,7 +343,7 @@ static int check_model(const ckpt_reader *r, const ckpt_meta *m, char *err, size
 
 static int same_slice(const ckpt_slice *a, const ckpt_slice *b)
 {
-    if (!same_shape(a, b) || a->dim != b->dim) return 0;
+    if (!same_shape(a, b) || a->dim != b->dim || a->r0 != b->r0 || a->r1 != b->r1) return 0;
     return a->dim < 0 || (a->blocks == b->blocks && a->start == b->start && a->len == b->len);
 }
 
@@ -556,13 +569,14 @@ int ckpt_read(ckpt_reader *r, ckpt_kind kind, const char *name, const ckpt_slice
     }
     int64_t expected = 0;
     {
-        ival w0[CKPT_MAX_BLOCKS];
-        int n0 = ivals(want, 0, w0);
+        int n0;
+        ival *w0 = ivals_of(want, 0, &n0);
         for (int a = 0; a < n0; a++) {
             int64_t hi = w0[a].hi < rows_lim ? w0[a].hi : rows_lim;
             if (hi > w0[a].lo) expected += hi - w0[a].lo;
         }
         expected *= width_of(want);
+        free(w0);
     }
     int64_t covered = 0;
     if (g1 - g0 == 1 && same_slice(want, &r->e[g0].sl) && !r->e[g0].verified && !r->e[g0].npieces)
@@ -584,18 +598,19 @@ int ckpt_read(ckpt_reader *r, ckpt_kind kind, const char *name, const ckpt_slice
     if (rows_lim < want->shape[0]) {
         /* padded rows the checkpoint lacks: copies of its last row */
         int64_t cols = cols_of(want);
-        ckpt_slice last = {want->ndim, {have->shape[0], want->ndim == 2 ? cols : 0}, 0, 1, have->shape[0] - 1, 1};
+        ckpt_slice last = {want->ndim, {have->shape[0], want->ndim == 2 ? cols : 0}, 0, 1, have->shape[0] - 1, 1, 0, 0};
         float *row = td_xmalloc((size_t)cols * sizeof(float));
         if (ckpt_read(r, kind, name, &last, row, err, errlen)) {
             free(row);
             return -1;
         }
-        ival w0[CKPT_MAX_BLOCKS];
-        int n0 = ivals(want, 0, w0);
+        int n0;
+        ival *w0 = ivals_of(want, 0, &n0);
         int64_t W = width_of(want);
         for (int a = 0; a < n0; a++)
             for (int64_t x = w0[a].lo > rows_lim ? w0[a].lo : rows_lim; x < w0[a].hi; x++)
                 memcpy(dst + (w0[a].local + x - w0[a].lo) * W, row, (size_t)W * sizeof(float));
+        free(w0);
         free(row);
     }
     return 0;

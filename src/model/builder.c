@@ -50,18 +50,16 @@ void model_add_expert_tensor(table_builder *tb, float **param, float **grad, enu
                              const char *name, int64_t d0, int64_t d1, int shard_dim, int blocks, int no_decay)
 {
     int ep = tb->ep > 1 ? tb->ep : 1;
-    TD_ASSERT(d0 % ep == 0 && (ep == 1 || tb->tp == 1)); /* experts split over both: not built */
-    model_add_tensor(tb, param, grad, init, stream, name, d0, d1, ep == 1 ? shard_dim : -1, blocks, no_decay);
+    TD_ASSERT(d0 % ep == 0 && (shard_dim != 0 || blocks % ep == 0));
+    model_add_tensor(tb, param, grad, init, stream, name, d0, d1, shard_dim, blocks, no_decay);
     gpt_tensor_info *t = &tb->table[tb->n - 1];
     t->expert = 1;
     if (ep == 1) return;
-    size_t numel = t->numel / (size_t)ep;
+    size_t numel = t->numel / (size_t)ep; /* this rank's experts: whole blocks of a dim-0 split */
     tb->numel -= t->numel - numel;
     t->numel = numel;
-    t->shard_dim = 0;
-    t->shard_blocks = 1;
-    t->shard_len = d0 / ep;
-    t->shard_start = t->shard_len * tb->ep_rank;
+    t->nrows = d0 / ep;
+    t->row0 = t->nrows * tb->ep_rank;
 }
 
 void model_table_point(const table_builder *tb, float *params, float *grads)
@@ -76,20 +74,23 @@ void model_table_point(const table_builder *tb, float *params, float *grads)
  * (i, j) of the logical tensor is draw number i * cols + j, whatever the layout. */
 static void init_normal_slice(float *dst, const gpt_tensor_info *t, uint64_t seed, uint64_t stream, float std)
 {
-    int64_t rows = t->shape[0], cols = t->ndim == 2 ? t->shape[1] : 1;
+    int64_t rows = t->shape[0], cols = t->ndim == 2 ? t->shape[1] : 1, r0, r1;
+    gpt_tensor_rows(t, &r0, &r1);
     if (t->shard_dim < 0) {
-        td_philox_fill_normal(dst, (uint64_t)(rows * cols), seed, stream, 0, 0.0f, std);
+        td_philox_fill_normal(dst, (uint64_t)((r1 - r0) * cols), seed, stream, (uint64_t)(r0 * cols), 0.0f, std);
     } else if (t->shard_dim == 0) {
-        int64_t block = rows / t->shard_blocks;
-        for (int b = 0; b < t->shard_blocks; b++)
-            for (int64_t r = 0; r < t->shard_len; r++) {
-                int64_t lrow = b * block + t->shard_start + r, local = b * t->shard_len + r;
+        int64_t block = rows / t->shard_blocks, local = 0;
+        for (int b = 0; b < t->shard_blocks; b++) {
+            if (b * block < r0 || b * block >= r1) continue; /* another expert-parallel rank's */
+            for (int64_t r = 0; r < t->shard_len; r++, local++) {
+                int64_t lrow = b * block + t->shard_start + r;
                 td_philox_fill_normal(dst + local * cols, (uint64_t)cols, seed, stream, (uint64_t)(lrow * cols),
                                       0.0f, std);
             }
+        }
     } else {
-        for (int64_t r = 0; r < rows; r++)
-            td_philox_fill_normal(dst + r * t->shard_len, (uint64_t)t->shard_len, seed, stream,
+        for (int64_t r = r0; r < r1; r++)
+            td_philox_fill_normal(dst + (r - r0) * t->shard_len, (uint64_t)t->shard_len, seed, stream,
                                   (uint64_t)(r * cols + t->shard_start), 0.0f, std);
     }
 }

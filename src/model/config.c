@@ -158,10 +158,6 @@ int gpt_config_validate(const td_args *a, int tp, char *msg, size_t msglen)
         if (a->moe_shared_expert_intermediate_size % tp)
             FAIL("--moe-shared-expert-intermediate-size %d is not divisible by --tensor-model-parallel-size %d",
                  a->moe_shared_expert_intermediate_size, tp);
-        /* what is not built yet says so (docs/moe.md) */
-        if (tp > 1 && a->expert_model_parallel_size > 1)
-            FAIL("--expert-model-parallel-size %d with --tensor-model-parallel-size %d: experts split over both are "
-                 "not built yet; use one of them (docs/moe.md)", a->expert_model_parallel_size, tp);
     }
     return 0;
 }

@@ -101,17 +101,21 @@ int gpt_write_canonical(const gpt_model *m, int fd, int writer)
         int64_t base = offset_in(&logical, t->name);
         TD_ASSERT(base >= 0);
         const float *src = host + t->offset;
-        int64_t rows = t->shape[0], cols = t->ndim == 2 ? t->shape[1] : 1;
+        int64_t rows = t->shape[0], cols = t->ndim == 2 ? t->shape[1] : 1, r0, r1;
+        gpt_tensor_rows(t, &r0, &r1);
         if (t->shard_dim < 0) {
-            rc = write_at(fd, src, t->numel, base);
+            rc = write_at(fd, src, t->numel, base + r0 * cols);
         } else if (t->shard_dim == 0) {
-            int64_t block = rows / t->shard_blocks;
-            for (int b = 0; b < t->shard_blocks && rc == 0; b++)
-                rc = write_at(fd, src + b * t->shard_len * cols, (size_t)(t->shard_len * cols),
+            int64_t block = rows / t->shard_blocks, local = 0;
+            for (int b = 0; b < t->shard_blocks && rc == 0; b++) {
+                if (b * block < r0 || b * block >= r1) continue;
+                rc = write_at(fd, src + local * t->shard_len * cols, (size_t)(t->shard_len * cols),
                               base + (b * block + t->shard_start) * cols);
+                local++;
+            }
         } else {
-            for (int64_t r = 0; r < rows && rc == 0; r++)
-                rc = write_at(fd, src + r * t->shard_len, (size_t)t->shard_len, base + r * cols + t->shard_start);
+            for (int64_t r = r0; r < r1 && rc == 0; r++)
+                rc = write_at(fd, src + (r - r0) * t->shard_len, (size_t)t->shard_len, base + r * cols + t->shard_start);
         }
     }
     free(host);

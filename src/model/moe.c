@@ -624,6 +624,7 @@ static void bwd(const block_io *io, float *dx, void *gv, const float *dbranch, c
         if (c->moe_pad) be_zero(m->be, s->dyl, (size_t)nl * h);
         be_moe_unpermute_bwd(m->be, s->dyl, s->gdprobs, s->gbuf, a->ye, a->grow, a->gprobs, ep * T, k, h);
         comm_reduce_scatter(m->ps->ep_group, s->gdprobs, s->dprobs, (size_t)T * k, COMM_F32, COMM_SUM);
+        if (tpg) comm_allreduce(tpg, s->dprobs, (size_t)T * k, COMM_F32, COMM_SUM);
         dyl = s->dyl, dxl = s->dxl, xl = a->xl;
     } else {
         if (c->moe_pad) be_zero(m->be, s->dye, (size_t)src_rows(c, T) * h); /* no gradient into the padding */

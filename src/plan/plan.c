@@ -478,9 +478,6 @@ int plan_evaluate(const plan_job *j, const plan_cluster *c, const plan_layout *l
         if (g->num_experts % ep || l->dp % ep)
             BAD("--expert-model-parallel-size %d divides neither --num-experts %d nor data-parallel %d", ep,
                 g->num_experts, l->dp);
-        if (c->trident_cpu && l->tp > 1 && ep > 1)
-            BAD("trident splits experts over tensor or expert parallelism, not both (docs/moe.md): tp %d x ep %d",
-                l->tp, ep);
     } else if (ep > 1) {
         BAD("--expert-model-parallel-size needs --num-experts");
     }

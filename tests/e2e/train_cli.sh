@@ -58,10 +58,6 @@ expect "more experts a token than there are" 2 "--moe-router-topk 3 is more than
   "$TRIDENT" train "${TINY[@]}" --num-experts 2 --moe-router-topk 3
 expect "expert bias without sigmoid" 2 "--moe-router-enable-expert-bias needs --moe-router-score-function sigmoid" \
   "$TRIDENT" train "${TINY[@]}" --num-experts 4 --moe-router-enable-expert-bias
-expect "experts over tp and ep, not built" 2 "--expert-model-parallel-size 2 with --tensor-model-parallel-size 2" \
-  "${MPIRUN[@]}" -np 4 "$TRIDENT" train "${TINY[@]}" --num-experts 4 --tensor-model-parallel-size 2 \
-  --expert-model-parallel-size 2
-once "experts over tp and ep, not built"
 expect "expert width not divisible by tp" 2 "--moe-ffn-hidden-size 31 is not divisible by --tensor-model-parallel-size 2" \
   "${MPIRUN[@]}" -np 2 "$TRIDENT" train "${TINY[@]}" --num-experts 4 --tensor-model-parallel-size 2 \
   --moe-ffn-hidden-size 31

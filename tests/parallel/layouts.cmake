@@ -322,6 +322,10 @@ trident_layout(moe_tp2 2 2 2)
 trident_layout(moe_sp_tp2_dp2 4 2 2 --sequence-parallel)
 trident_layout(moe_distopt_sp_tp2_pp2 4 2 2 --sequence-parallel --pipeline-model-parallel-size 2
   --use-distributed-optimizer --overlap-grad-reduce --ddp-bucket-size 20000)
+# tp 2 x ep 2: each expert split over tp, the experts over ep (the exchange between the dp ranks of
+# the same tp rank), with sequence parallelism (allgather) and without (alltoall)
+trident_layout(moe_sp_tp2_ep2 4 2 2 --sequence-parallel --expert-model-parallel-size 2)
+trident_layout(moe_tp2_ep2_a2a 4 2 2 --expert-model-parallel-size 2 --moe-token-dispatcher-type alltoall)
 # expert parallelism (carved out of dp): each rank holds E / ep experts, the tokens cross the ep
 # group by the allgather dispatcher (the default) or the alltoall one, the experts' gradients are
 # summed over the expert-data-parallel group only (ep 2 x edp 2 with the distributed optimizer's

@@ -66,6 +66,8 @@ typedef struct ckpt_slice {
     int64_t shape[2]; /* logical shape */
     int dim, blocks;
     int64_t start, len;
+    int64_t r0, r1;   /* expert parallelism: only rows [r0, r1) of dim 0 (whole blocks of a dim-0 split;
+                       * r1 0: every row) */
 } ckpt_slice;
 
 /* The slice a model's table entry holds. */

@@ -59,9 +59,18 @@ typedef struct gpt_tensor_info {
     int no_decay;         /* biases and norms: no weight decay */
     int tp_replicated;    /* identical on every TP rank: count once in the grad norm */
     int embedding_copy;   /* the last stage's copy of the word embedding */
-    int expert;           /* a MoE layer's experts: split over the expert-parallel group (shard_dim 0:
-                           * this rank's experts' rows), summed over the expert-data-parallel group */
+    int expert;           /* a MoE layer's experts: split over the expert-parallel group (row0, nrows: this
+                           * rank's experts' rows), summed over the expert-data-parallel group */
+    int64_t row0, nrows;  /* expert parallelism: only rows [row0, row0 + nrows) of dim 0 held (whole blocks
+                           * of a dim-0 split; nrows 0: every row, the split's) */
 } gpt_tensor_info;
+
+/* The rows of dim 0 tensor t holds at all: [*r0, *r1) (its tensor-parallel blocks among them). */
+static inline void gpt_tensor_rows(const gpt_tensor_info *t, int64_t *r0, int64_t *r1)
+{
+    *r0 = t->nrows ? t->row0 : 0;
+    *r1 = t->nrows ? t->row0 + t->nrows : t->shape[0];
+}
 
 /* Saved activations of one micro-batch on this stage (in the arena). */
 typedef struct gpt_acts gpt_acts;
