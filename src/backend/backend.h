@@ -139,6 +139,15 @@ struct be_ops {
     void (*matmul_bwd)(const backend *be, be_out dinp, float *dw, float *db, be_in dout, be_in inp, const float *w,
                        int BT, int C, int OC);
 
+    /* ---- grouped matmul: a mixture of experts' experts in one call (--moe-grouped-gemm) ----
+     * G groups of counts[g] consecutive rows: out_g (n_g, OC) written = inp_g (n_g, C) . W_g^T + b_g,
+     * W_g = w + g OC C, b_g = b + g OC (b NULL: none); and its backward, dinp_g, dW_g, db_g
+     * accumulated (any NULL). fp32. NULL: be_matmul_grouped_* runs matmul_fwd/bwd group by group. */
+    void (*matmul_grouped_fwd)(const backend *be, float *out, const float *inp, const float *w, const float *b,
+                               const int32_t *counts, int G, int C, int OC);
+    void (*matmul_grouped_bwd)(const backend *be, float *dinp, float *dw, float *db, const float *dout,
+                               const float *inp, const float *w, const int32_t *counts, int G, int C, int OC);
+
     /* ---- dtypes ---- */
     /* dst (n, dtype dt) written = src (n, dtype st) converted: to bf16 and fp16 rounded to nearest
      * even, NaN kept NaN, beyond fp16's range +-Inf; widening is exact. dst == src only when the
@@ -528,6 +537,12 @@ void be_matmul_fwd(const backend *be, float *out, const float *inp, const float 
                    int OC);
 void be_matmul_bwd(const backend *be, float *dinp, float *dw, float *db, const float *dout, const float *inp,
                    const float *w, int BT, int C, int OC);
+/* G linear layers on consecutive groups of rows (counts[g] each), weights stacked (W_g = w + g OC C,
+ * b_g = b + g OC): one backend call in fp32 (matmul_grouped_fwd/bwd), else group by group. */
+void be_matmul_grouped_fwd(const backend *be, float *out, const float *inp, const float *w, const float *b,
+                           const int32_t *counts, int G, int C, int OC);
+void be_matmul_grouped_bwd(const backend *be, float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                           const float *w, const int32_t *counts, int G, int C, int OC);
 static inline void be_embedding_fwd(const backend *be, float *out, const int32_t *ids, const float *wte, int BT,
                                     int C, int vstart, int Vloc)
 {

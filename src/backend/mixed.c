@@ -225,3 +225,41 @@ void be_matmul_bwd(const backend *be, float *dinp, float *dw, float *db, const f
 {
     be_matmul_bwd_in(be, dinp, dw, db, dout, be_f32(inp), w, BT, C, OC);
 }
+
+static int64_t rows_of(const int32_t *counts, int G)
+{
+    int64_t n = 0;
+    for (int g = 0; g < G; g++) n += counts[g];
+    return n;
+}
+
+void be_matmul_grouped_fwd(const backend *be, float *out, const float *inp, const float *w, const float *b,
+                           const int32_t *counts, int G, int C, int OC)
+{
+    if (be->gemm_dtype == BE_F32 && be->ops->matmul_grouped_fwd) {
+        be_event t0 = be_tic(be);
+        be->ops->matmul_grouped_fwd(be, out, inp, w, b, counts, G, C, OC);
+        be_toc(be, BE_OP_GEMM, t0, 2.0 * (double)rows_of(counts, G) * C * OC);
+        return;
+    }
+    for (int g = 0, r = 0; g < G; r += counts[g++])
+        if (counts[g])
+            be_matmul_fwd(be, out + (size_t)r * OC, inp + (size_t)r * C, w + (size_t)g * OC * C,
+                          b ? b + (size_t)g * OC : NULL, counts[g], C, OC);
+}
+
+void be_matmul_grouped_bwd(const backend *be, float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                           const float *w, const int32_t *counts, int G, int C, int OC)
+{
+    if (be->gemm_dtype == BE_F32 && be->ops->matmul_grouped_bwd) {
+        be_event t0 = be_tic(be);
+        be->ops->matmul_grouped_bwd(be, dinp, dw, db, dout, inp, w, counts, G, C, OC);
+        be_toc(be, BE_OP_GEMM, t0, 2.0 * (double)rows_of(counts, G) * C * OC * ((dinp != NULL) + (dw != NULL)));
+        return;
+    }
+    for (int g = 0, r = 0; g < G; r += counts[g++])
+        if (counts[g])
+            be_matmul_bwd(be, dinp ? dinp + (size_t)r * C : NULL, dw ? dw + (size_t)g * OC * C : NULL,
+                          db ? db + (size_t)g * OC : NULL, dout + (size_t)r * OC, inp + (size_t)r * C,
+                          w + (size_t)g * OC * C, counts[g], C, OC);
+}

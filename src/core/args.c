@@ -180,6 +180,9 @@ static const flag_t FLAGS[] = {
     {"--moe-layer-freq", A_STR, OFF(moe_layer_freq), "1", MODEL, "moe",
      "which layers are MoE, the others the dense MLP of --ffn-hidden-size: an integer N (layer i iff i % N == 0) "
      "or a list of 0 and 1, one a layer (\"[1,0,1,1]\", or Megatron's \"([1]*1+[0]*1)*2\")", 0, 0, NULL},
+    {"--moe-grouped-gemm", A_BOOL, OFF(moe_grouped_gemm), "0", MODEL, "moe",
+     "each MoE layer's experts' GEMMs in one grouped backend call over their variable row counts (on CPUs: "
+     "side by side on the threads when the experts' rows are few)", 0, 0, NULL},
     {"--moe-pad-expert-input-to-capacity", A_BOOL, OFF(moe_pad_expert_input_to_capacity), "0", MODEL, "moe",
      "every expert runs on exactly its capacity of rows, padded with zeros (fixed shapes; needs "
      "--moe-expert-capacity-factor)", 0, 0, NULL},

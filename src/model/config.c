@@ -69,6 +69,7 @@ void gpt_config_from_args(gpt_config *c, const td_args *a)
         c->moe_drop_position = strcmp(a->moe_token_drop_policy, "position") == 0;
         c->moe_pad = a->moe_pad_expert_input_to_capacity;
         c->moe_allgather = strcmp(a->moe_token_dispatcher_type, "allgather") == 0;
+        c->moe_grouped = a->moe_grouped_gemm;
         char msg[256]; /* a bad value is gpt_config_validate's to report: every layer MoE until then */
         if (a->moe_layer_freq) gpt_moe_layer_freq_parse(c, a->moe_layer_freq, c->num_layers, msg, sizeof msg);
     }
@@ -123,7 +124,8 @@ int gpt_config_validate(const td_args *a, int tp, char *msg, size_t msglen)
                                                 "--moe-router-enable-expert-bias", "--moe-router-bias-update-rate",
                                                 "--moe-expert-capacity-factor", "--moe-token-drop-policy",
                                                 "--moe-pad-expert-input-to-capacity", "--expert-model-parallel-size",
-                                                "--expert-tensor-parallel-size", "--moe-token-dispatcher-type", "--moe-layer-freq"};
+                                                "--expert-tensor-parallel-size", "--moe-token-dispatcher-type", "--moe-layer-freq",
+                                                "--moe-grouped-gemm"};
         for (size_t i = 0; i < sizeof moe_flags / sizeof *moe_flags; i++)
             if (td_args_given(a, moe_flags[i])) FAIL("%s needs --num-experts (a mixture of experts)", moe_flags[i]);
     } else {

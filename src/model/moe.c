@@ -491,7 +491,15 @@ static void forward(const gpt_model *m, moe_acts *a, moe_scratch *s, const moe_p
     } else {
         memcpy(a->lcount, a->count, (size_t)E * sizeof *a->lcount);
     }
-    for (int e = 0, r0 = 0; e < El; r0 += a->lcount[e++]) { /* this rank's experts, e local */
+    if (c->moe_grouped) { /* one grouped GEMM over this rank's experts, each activation over all rows */
+        int nl = 0;
+        for (int e = 0; e < El; e++) nl += a->lcount[e];
+        be_matmul_grouped_fwd(m->be, a->he, xl, p->fc_w, p->fc_b, a->lcount, El, h, bF);
+        if (c->swiglu) be_swiglu_fwd(m->be, a->ae, a->he, nl, F);
+        else be_gelu_fwd(m->be, a->ae, a->he, (size_t)nl * F);
+        be_matmul_grouped_fwd(m->be, yl, a->ae, p->fc2_w, first ? p->fc2_b : NULL, a->lcount, El, F, h);
+    }
+    for (int e = 0, r0 = 0; e < El && !c->moe_grouped; r0 += a->lcount[e++]) { /* this rank's experts, e local */
         int n = a->lcount[e];
         if (n == 0) continue;
         mlp_fwd(m, yl + (size_t)r0 * h, a->ae + (size_t)r0 * F, a->he + (size_t)r0 * bF, xl + (size_t)r0 * h,
@@ -636,7 +644,15 @@ static void bwd(const block_io *io, float *dx, void *gv, const float *dbranch, c
         }
     }
     be_zero(m->be, dxl, (size_t)nl * h);
-    for (int e = 0, r0 = 0; e < El; r0 += a->lcount[e++]) {
+    if (c->moe_grouped) {
+        be_zero(m->be, s->dae, (size_t)nl * F);
+        be_matmul_grouped_bwd(m->be, s->dae, g->fc2_w, g->fc2_b, dyl, a->ae, p->fc2_w, a->lcount, El, F, h);
+        be_zero(m->be, s->dhe, (size_t)nl * bF);
+        if (c->swiglu) be_swiglu_bwd(m->be, s->dhe, s->dae, a->he, nl, F);
+        else be_gelu_bwd(m->be, s->dhe, s->dae, a->he, (size_t)nl * F);
+        be_matmul_grouped_bwd(m->be, dxl, g->fc_w, g->fc_b, s->dhe, xl, p->fc_w, a->lcount, El, h, bF);
+    }
+    for (int e = 0, r0 = 0; e < El && !c->moe_grouped; r0 += a->lcount[e++]) {
         int n = a->lcount[e];
         if (n == 0) continue;
         size_t rh = (size_t)r0 * h, rf = (size_t)r0 * F, rb = (size_t)r0 * bF;

@@ -333,6 +333,8 @@ trident_layout(moe_tp2_ep2_a2a 4 2 2 --expert-model-parallel-size 2 --moe-token-
 trident_layout(moe_ep2 2 1 2 --expert-model-parallel-size 2)
 trident_layout(moe_ep2_a2a 2 1 2 --expert-model-parallel-size 2 --moe-token-dispatcher-type alltoall)
 trident_layout(moe_ep4_a2a 4 1 2 --expert-model-parallel-size 4 --moe-token-dispatcher-type alltoall)
+# the experts' GEMMs grouped (--moe-grouped-gemm)
+trident_layout(moe_grouped_ep2 2 1 2 --expert-model-parallel-size 2 --moe-grouped-gemm)
 trident_layout(moe_pp2_ep2 4 1 2 --pipeline-model-parallel-size 2 --expert-model-parallel-size 2)
 trident_layout(moe_distopt_ep2_dp4_a2a 4 1 2 --expert-model-parallel-size 2 --use-distributed-optimizer
   --overlap-grad-reduce --overlap-param-gather --ddp-bucket-size 20000 --moe-token-dispatcher-type alltoall)

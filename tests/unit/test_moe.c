@@ -389,6 +389,18 @@ static void capacity_padded(void **st)
     check(a, "SwiGLU experts, capacity 0.6, dropping the lowest weights, padded");
 }
 
+/* --moe-grouped-gemm: the experts' GEMMs in one grouped call each, against the same reference */
+static void grouped(void **st)
+{
+    (void)st;
+    arch a = make(0, BE_MOE_SOFTMAX, 0, 0);
+    a.c.moe_grouped = 1;
+    check(a, "GeLU experts with biases, grouped GEMMs");
+    a = make_shared(1, BE_MOE_SOFTMAX, 1, 0, 9, 1);
+    a.c.moe_grouped = 1;
+    check(a, "SwiGLU experts and a gated shared expert, grouped GEMMs");
+}
+
 static void gpt2_shared(void **st) { (void)st; check(make_shared(0, BE_MOE_SOFTMAX, 1, 0, 9, 0), "GeLU experts and a shared expert"); }
 
 int main(int argc, char **argv)
@@ -399,7 +411,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(gpt2_softmax), cmocka_unit_test(gpt2_pre_softmax), cmocka_unit_test(llama_softmax),
         cmocka_unit_test(llama_sigmoid), cmocka_unit_test(qwen_shared_gated), cmocka_unit_test(gpt2_shared),
         cmocka_unit_test(llama_sigmoid_bias), cmocka_unit_test(expert_bias_update), cmocka_unit_test(capacity_probs),
-        cmocka_unit_test(capacity_position), cmocka_unit_test(seq_aux), cmocka_unit_test(capacity_padded),
+        cmocka_unit_test(capacity_position), cmocka_unit_test(seq_aux), cmocka_unit_test(capacity_padded), cmocka_unit_test(grouped),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     be_free(g_be);

@@ -58,7 +58,7 @@ typedef struct td_args {
     int num_gpus, vocab_size, plan_top, plan_explain, plan_json, plan_calibrate;
     double plan_calibrate_s;
     int num_experts, moe_ffn_hidden_size, moe_router_topk, moe_router_pre_softmax;
-    int expert_model_parallel_size, expert_tensor_parallel_size;
+    int expert_model_parallel_size, expert_tensor_parallel_size, moe_grouped_gemm;
     char *moe_token_dispatcher_type;
     int moe_shared_expert_intermediate_size, moe_shared_expert_gate, moe_router_enable_expert_bias;
     double moe_router_bias_update_rate, moe_expert_capacity_factor;

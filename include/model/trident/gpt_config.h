@@ -69,6 +69,7 @@ typedef struct gpt_config {
     int moe_pad;         /* with capacity: every expert runs on exactly its capacity of rows, padded with zeros */
     int moe_allgather;   /* under expert parallelism, the allgather token dispatcher (else alltoall); a
                           * layout setting, not in meta.json */
+    int moe_grouped;     /* --moe-grouped-gemm: the experts' GEMMs in one grouped call (not in meta.json) */
     /* which layers are MoE (--moe-layer-freq; the others hold the dense MLP of --ffn-hidden-size):
      * N > 0, layer i iff i % N == 0 (0: 1, every layer); GPT_MOE_FREQ_LIST: the list in moe_layer_bits */
     int moe_layer_freq;

@@ -39,6 +39,8 @@
 #define cpu_layernorm_fwd CPU_PASTE(cpu_layernorm_fwd, CPU_ISA)
 #define cpu_matmul_bwd CPU_PASTE(cpu_matmul_bwd, CPU_ISA)
 #define cpu_matmul_fwd CPU_PASTE(cpu_matmul_fwd, CPU_ISA)
+#define cpu_matmul_grouped_fwd CPU_PASTE(cpu_matmul_grouped_fwd, CPU_ISA)
+#define cpu_matmul_grouped_bwd CPU_PASTE(cpu_matmul_grouped_bwd, CPU_ISA)
 #define cpu_pos_embedding_bwd CPU_PASTE(cpu_pos_embedding_bwd, CPU_ISA)
 #define cpu_pos_embedding_fwd CPU_PASTE(cpu_pos_embedding_fwd, CPU_ISA)
 #define cpu_rmsnorm_bwd CPU_PASTE(cpu_rmsnorm_bwd, CPU_ISA)
@@ -153,6 +155,12 @@ static inline int cpu_dropping(const be_drop *d) { return d != NULL && d->p > 0.
 
 void cpu_matmul_fwd(const backend *be, float *out, const float *inp, const float *w, const float *b, int BT, int C,
                     int OC);
+/* Grouped GEMMs below this many rows a group (on average) run side by side, a thread's GEMM each. */
+#define CPU_GROUPED_ROWS 512
+void cpu_matmul_grouped_fwd(const backend *be, float *out, const float *inp, const float *w, const float *b,
+                            const int32_t *counts, int G, int C, int OC);
+void cpu_matmul_grouped_bwd(const backend *be, float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                            const float *w, const int32_t *counts, int G, int C, int OC);
 void cpu_matmul_bwd(const backend *be, float *dinp, float *dw, float *db, const float *dout, const float *inp,
                     const float *w, int BT, int C, int OC);
 

@@ -1,9 +1,11 @@
 /* Linear layers through OpenBLAS: out = inp . W^T + b with W stored (out, in) row-major. */
 #include <cblas.h>
 #include <omp.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cpu.h"
+#include "trident/check.h"
 
 void cpu_colsum_acc(const backend *be, float *db, const float *x, int N, int C)
 {
@@ -36,6 +38,67 @@ void cpu_matmul_fwd(const backend *be, float *out, const float *inp, const float
     }
     cpu_blas_threads(be);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, BT, OC, C, 1.0f, inp, C, w, C, beta, out, OC);
+}
+
+/* The groups' offsets in rows, and whether to run the groups side by side (one thread's GEMM
+ * each: enough groups for the threads and few rows a group, where one threaded GEMM a group
+ * would spend its time starting threads) or one after another (threaded GEMMs). */
+static int64_t *group_rows(const int32_t *counts, int G)
+{
+    int64_t *off = td_xmalloc(((size_t)G + 1) * sizeof *off);
+    off[0] = 0;
+    for (int g = 0; g < G; g++) off[g + 1] = off[g] + counts[g];
+    return off;
+}
+
+static int side_by_side(const backend *be, int G, int64_t rows)
+{
+    return be->nthreads > 1 && G >= be->nthreads && rows / G < CPU_GROUPED_ROWS;
+}
+
+void cpu_matmul_grouped_fwd(const backend *be, float *out, const float *inp, const float *w, const float *b,
+                            const int32_t *counts, int G, int C, int OC)
+{
+    int64_t *off = group_rows(counts, G);
+    int par = side_by_side(be, G, off[G]);
+    if (par) openblas_set_num_threads(1); /* each group's GEMM on its own thread */
+    else cpu_blas_threads(be);
+#pragma omp parallel for schedule(dynamic, 1) num_threads(be->nthreads) if (par)
+    for (int g = 0; g < G; g++) {
+        int n = counts[g];
+        if (n <= 0) continue;
+        float *o = out + off[g] * OC, beta = 0.0f;
+        if (b) {
+            for (int i = 0; i < n; i++) memcpy(o + (size_t)i * OC, b + (size_t)g * OC, (size_t)OC * sizeof(float));
+            beta = 1.0f;
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, OC, C, 1.0f, inp + off[g] * C, C, w + (size_t)g * OC * C,
+                    C, beta, o, OC);
+    }
+    free(off);
+}
+
+void cpu_matmul_grouped_bwd(const backend *be, float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                            const float *w, const int32_t *counts, int G, int C, int OC)
+{
+    int64_t *off = group_rows(counts, G);
+    int par = side_by_side(be, G, off[G]);
+    if (par) openblas_set_num_threads(1);
+    else cpu_blas_threads(be);
+#pragma omp parallel for schedule(dynamic, 1) num_threads(be->nthreads) if (par)
+    for (int g = 0; g < G; g++) {
+        int n = counts[g];
+        if (n <= 0) continue;
+        const float *d = dout + off[g] * OC, *x = inp + off[g] * C, *wg = w + (size_t)g * OC * C;
+        if (dinp) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, C, OC, 1.0f, d, OC, wg, C, 1.0f,
+                              dinp + off[g] * C, C);
+        if (dw) cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, n, 1.0f, d, OC, x, C, 1.0f,
+                            dw + (size_t)g * OC * C, C);
+        if (db) /* each column summed over the group's rows in order */
+            for (int i = 0; i < n; i++)
+                for (int c = 0; c < OC; c++) db[(size_t)g * OC + c] += d[(size_t)i * OC + c];
+    }
+    free(off);
 }
 
 void cpu_matmul_bwd(const backend *be, float *dinp, float *dw, float *db, const float *dout, const float *inp,

@@ -204,6 +204,8 @@ void cpu_kernels_fill(struct be_ops *o)
 {
     o->matmul_fwd = e_matmul_fwd;
     o->matmul_bwd = e_matmul_bwd;
+    o->matmul_grouped_fwd = cpu_matmul_grouped_fwd;
+    o->matmul_grouped_bwd = cpu_matmul_grouped_bwd;
     o->convert = cpu_convert;
     o->matmul_fwd_lp = e_matmul_fwd_lp;
     o->matmul_bwd_lp = e_matmul_bwd_lp;
