@@ -41,6 +41,15 @@ int hf_max_pieces(const gpt_config *c)
     return 2 * c->num_experts > 3 ? 2 * c->num_experts : 3;
 }
 
+int hf_piece_of(hf_piece *p, int64_t row0, int64_t rows, const char *fmt, int layer)
+{
+    memset(p, 0, sizeof *p);
+    snprintf(p->hf, sizeof p->hf, fmt, layer);
+    p->row0 = row0;
+    p->rows = rows;
+    return 1;
+}
+
 int hf_expert_pieces(hf_piece *out, int layer, int E, int64_t rows, const char *const *fmts, int nfmt)
 {
     for (int e = 0, n = 0; e < E; e++)

@@ -46,6 +46,8 @@ int hf_max_pieces(const gpt_config *c);
 /* The pieces of a stack of E experts' matrices in layer `layer`: expert e's rows are nfmt blocks
  * of `rows` rows, block j the transformers tensor fmts[j] names with (layer, e) (two %d).
  * Returns E * nfmt. */
+/* One piece: rows [row0, row0 + rows) (-1: all) of the Hugging Face tensor fmt names for layer. Returns 1. */
+int hf_piece_of(hf_piece *p, int64_t row0, int64_t rows, const char *fmt, int layer);
 int hf_expert_pieces(hf_piece *out, int layer, int E, int64_t rows, const char *const *fmts, int nfmt);
 
 /* The Llama-shaped decoders (hf_llama.c; Mixtral and Qwen2-MoE build on them): */

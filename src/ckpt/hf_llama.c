@@ -31,45 +31,36 @@
         return -1;                                                                       \
     } while (0)
 
-static int piece(hf_piece *p, int64_t row0, int64_t rows, const char *fmt, int layer)
-{
-    memset(p, 0, sizeof *p);
-    snprintf(p->hf, sizeof p->hf, fmt, layer);
-    p->row0 = row0;
-    p->rows = rows;
-    return 1;
-}
-
 int hf_llama_pieces(const gpt_config *c, const char *name, hf_piece *out)
 {
     int64_t nd = gpt_q_width(c), gd = gpt_kv_width(c), f = c->ffn;
-    if (strcmp(name, "embedding.word.weight") == 0) return piece(out, 0, -1, "model.embed_tokens.weight", 0);
-    if (strcmp(name, "output_layer.weight") == 0) return piece(out, 0, -1, "lm_head.weight", 0);
-    if (strcmp(name, "final_norm.weight") == 0) return piece(out, 0, -1, "model.norm.weight", 0);
+    if (strcmp(name, "embedding.word.weight") == 0) return hf_piece_of(out, 0, -1, "model.embed_tokens.weight", 0);
+    if (strcmp(name, "output_layer.weight") == 0) return hf_piece_of(out, 0, -1, "lm_head.weight", 0);
+    if (strcmp(name, "final_norm.weight") == 0) return hf_piece_of(out, 0, -1, "model.norm.weight", 0);
     int l, k = 0;
     if (sscanf(name, "layers.%d.%n", &l, &k) != 1 || k == 0) return 0;
     const char *t = name + k;
-    if (strcmp(t, "ln1.weight") == 0) return piece(out, 0, -1, "model.layers.%d.input_layernorm.weight", l);
-    if (strcmp(t, "ln2.weight") == 0) return piece(out, 0, -1, "model.layers.%d.post_attention_layernorm.weight", l);
-    if (strcmp(t, "attn.proj.weight") == 0) return piece(out, 0, -1, "model.layers.%d.self_attn.o_proj.weight", l);
-    if (strcmp(t, "mlp.fc2.weight") == 0) return piece(out, 0, -1, "model.layers.%d.mlp.down_proj.weight", l);
+    if (strcmp(t, "ln1.weight") == 0) return hf_piece_of(out, 0, -1, "model.layers.%d.input_layernorm.weight", l);
+    if (strcmp(t, "ln2.weight") == 0) return hf_piece_of(out, 0, -1, "model.layers.%d.post_attention_layernorm.weight", l);
+    if (strcmp(t, "attn.proj.weight") == 0) return hf_piece_of(out, 0, -1, "model.layers.%d.self_attn.o_proj.weight", l);
+    if (strcmp(t, "mlp.fc2.weight") == 0) return hf_piece_of(out, 0, -1, "model.layers.%d.mlp.down_proj.weight", l);
     if (strcmp(t, "mlp.fc.weight") == 0) {
-        piece(&out[0], 0, f, "model.layers.%d.mlp.gate_proj.weight", l);
-        return 1 + piece(&out[1], f, f, "model.layers.%d.mlp.up_proj.weight", l);
+        hf_piece_of(&out[0], 0, f, "model.layers.%d.mlp.gate_proj.weight", l);
+        return 1 + hf_piece_of(&out[1], f, f, "model.layers.%d.mlp.up_proj.weight", l);
     }
     int bias = strstr(t, ".bias") != NULL;
     const char *qn = bias ? "model.layers.%d.self_attn.q_proj.bias" : "model.layers.%d.self_attn.q_proj.weight";
     const char *kn = bias ? "model.layers.%d.self_attn.k_proj.bias" : "model.layers.%d.self_attn.k_proj.weight";
     const char *vn = bias ? "model.layers.%d.self_attn.v_proj.bias" : "model.layers.%d.self_attn.v_proj.weight";
     if (strcmp(t, "attn.qkv.weight") == 0 || strcmp(t, "attn.qkv.bias") == 0) {
-        piece(&out[0], 0, nd, qn, l);
-        piece(&out[1], nd, nd, kn, l);
-        return 2 + piece(&out[2], 2 * nd, nd, vn, l);
+        hf_piece_of(&out[0], 0, nd, qn, l);
+        hf_piece_of(&out[1], nd, nd, kn, l);
+        return 2 + hf_piece_of(&out[2], 2 * nd, nd, vn, l);
     }
-    if (strcmp(t, "attn.q.weight") == 0 || strcmp(t, "attn.q.bias") == 0) return piece(out, 0, -1, qn, l);
+    if (strcmp(t, "attn.q.weight") == 0 || strcmp(t, "attn.q.bias") == 0) return hf_piece_of(out, 0, -1, qn, l);
     if (strcmp(t, "attn.kv.weight") == 0 || strcmp(t, "attn.kv.bias") == 0) {
-        piece(&out[0], 0, gd, kn, l);
-        return 1 + piece(&out[1], gd, gd, vn, l);
+        hf_piece_of(&out[0], 0, gd, kn, l);
+        return 1 + hf_piece_of(&out[1], gd, gd, vn, l);
     }
     return 0;
 }

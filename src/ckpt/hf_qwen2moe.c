@@ -29,15 +29,6 @@
         return -1;                                                                       \
     } while (0)
 
-static int one(hf_piece *p, int64_t row0, int64_t rows, const char *fmt, int layer)
-{
-    memset(p, 0, sizeof *p);
-    snprintf(p->hf, sizeof p->hf, fmt, layer);
-    p->row0 = row0;
-    p->rows = rows;
-    return 1;
-}
-
 static int qwen2moe_pieces(const gpt_config *c, const char *name, hf_piece *out)
 {
     static const char *const FC[] = {"model.layers.%d.mlp.experts.%d.gate_proj.weight",
@@ -47,17 +38,17 @@ static int qwen2moe_pieces(const gpt_config *c, const char *name, hf_piece *out)
     int l, k = 0;
     if (sscanf(name, "layers.%d.mlp.%n", &l, &k) == 1 && k > 0) {
         const char *t = name + k;
-        if (strcmp(t, "router.weight") == 0) return one(out, 0, -1, "model.layers.%d.mlp.gate.weight", l);
+        if (strcmp(t, "router.weight") == 0) return hf_piece_of(out, 0, -1, "model.layers.%d.mlp.gate.weight", l);
         if (strcmp(t, "experts.fc.weight") == 0) return hf_expert_pieces(out, l, c->num_experts, gpt_moe_ffn(c), FC, 2);
         if (strcmp(t, "experts.fc2.weight") == 0) return hf_expert_pieces(out, l, c->num_experts, c->hidden, FC2, 1);
         if (strcmp(t, "shared_expert.fc.weight") == 0) {
-            one(&out[0], 0, S, "model.layers.%d.mlp.shared_expert.gate_proj.weight", l);
-            return 1 + one(&out[1], S, S, "model.layers.%d.mlp.shared_expert.up_proj.weight", l);
+            hf_piece_of(&out[0], 0, S, "model.layers.%d.mlp.shared_expert.gate_proj.weight", l);
+            return 1 + hf_piece_of(&out[1], S, S, "model.layers.%d.mlp.shared_expert.up_proj.weight", l);
         }
         if (strcmp(t, "shared_expert.fc2.weight") == 0)
-            return one(out, 0, -1, "model.layers.%d.mlp.shared_expert.down_proj.weight", l);
+            return hf_piece_of(out, 0, -1, "model.layers.%d.mlp.shared_expert.down_proj.weight", l);
         if (strcmp(t, "shared_expert.gate.weight") == 0)
-            return one(out, 0, -1, "model.layers.%d.mlp.shared_expert_gate.weight", l);
+            return hf_piece_of(out, 0, -1, "model.layers.%d.mlp.shared_expert_gate.weight", l);
         return 0; /* a dense MLP: not a layer of this family */
     }
     return hf_llama_pieces(c, name, out);

@@ -366,28 +366,27 @@ static void reorder(const gpt_model *m, const moe_acts *a, float *dst, const flo
     free(src_at);
 }
 
-/* xe-ordered rows (T k at most, this rank's tokens) to this rank's experts' rows (expert-major),
- * through xchg; and back. */
-static void to_experts(const gpt_model *m, const moe_acts *a, float *xchg, float *dst, const float *src, int h)
+/* out = 1: xe-ordered rows (T k at most, this rank's tokens) to this rank's experts' rows
+ * (expert-major), through xchg; out = 0: back. */
+static void exchange(const gpt_model *m, const moe_acts *a, float *xchg, float *dst, const float *src, int h, int out)
 {
     int P = m->ps->ep;
     size_t *v = td_xmalloc((size_t)4 * P * sizeof *v);
-    rank_rows(a, P, h, 1, v, v + P);
-    rank_rows(a, P, h, 0, v + 2 * P, v + 3 * P);
-    comm_alltoallv(m->ps->ep_group, src, v, v + P, xchg, v + 2 * P, v + 3 * P, COMM_F32, MOE_TAG_ROWS);
-    reorder(m, a, dst, xchg, h, 1);
+    rank_rows(a, P, h, out, v, v + P); /* sent */
+    rank_rows(a, P, h, !out, v + 2 * P, v + 3 * P); /* received */
+    if (!out) reorder(m, a, xchg, src, h, 0);
+    comm_alltoallv(m->ps->ep_group, out ? src : xchg, v, v + P, out ? xchg : dst, v + 2 * P, v + 3 * P, COMM_F32,
+                   MOE_TAG_ROWS);
+    if (out) reorder(m, a, dst, xchg, h, 1);
     free(v);
 }
-
+static void to_experts(const gpt_model *m, const moe_acts *a, float *xchg, float *dst, const float *src, int h)
+{
+    exchange(m, a, xchg, dst, src, h, 1);
+}
 static void from_experts(const gpt_model *m, const moe_acts *a, float *xchg, float *dst, const float *src, int h)
 {
-    int P = m->ps->ep;
-    size_t *v = td_xmalloc((size_t)4 * P * sizeof *v);
-    rank_rows(a, P, h, 0, v, v + P);
-    rank_rows(a, P, h, 1, v + 2 * P, v + 3 * P);
-    reorder(m, a, xchg, src, h, 0);
-    comm_alltoallv(m->ps->ep_group, xchg, v, v + P, dst, v + 2 * P, v + 3 * P, COMM_F32, MOE_TAG_ROWS);
-    free(v);
+    exchange(m, a, xchg, dst, src, h, 0);
 }
 
 /* ---- expert parallelism: the allgather token dispatcher (Megatron's MoEAllGatherTokenDispatcher) ----
