@@ -49,17 +49,20 @@ void model_add_tensor(table_builder *tb, float **param, float **grad, enum init_
 void model_add_expert_tensor(table_builder *tb, float **param, float **grad, enum init_kind init, uint64_t stream,
                              const char *name, int64_t d0, int64_t d1, int shard_dim, int blocks, int no_decay)
 {
-    int ep = tb->ep > 1 ? tb->ep : 1;
-    TD_ASSERT(d0 % ep == 0 && (shard_dim != 0 || blocks % ep == 0));
-    model_add_tensor(tb, param, grad, init, stream, name, d0, d1, shard_dim, blocks, no_decay);
+    int ep = tb->ep > 1 ? tb->ep : 1, whole = tb->cfg->moe_etp1 && tb->tp > 1;
+    /* --expert-tensor-parallel-size 1: the experts whole, split over tp x ep ranks (tp rank major) */
+    int groups = whole ? tb->tp * ep : ep, group = whole ? tb->tp_rank * ep + tb->ep_rank : tb->ep_rank;
+    TD_ASSERT(d0 % groups == 0 && (whole || shard_dim != 0 || blocks % ep == 0));
+    model_add_tensor(tb, param, grad, init, stream, name, d0, d1, whole ? -1 : shard_dim, blocks, no_decay);
     gpt_tensor_info *t = &tb->table[tb->n - 1];
     t->expert = 1;
-    if (ep == 1) return;
-    size_t numel = t->numel / (size_t)ep; /* this rank's experts: whole blocks of a dim-0 split */
+    if (whole) t->tp_replicated = 0; /* each tp rank its own experts */
+    if (groups == 1) return;
+    size_t numel = t->numel / (size_t)groups; /* this rank's experts: whole blocks of a dim-0 split */
     tb->numel -= t->numel - numel;
     t->numel = numel;
-    t->nrows = d0 / ep;
-    t->row0 = t->nrows * tb->ep_rank;
+    t->nrows = d0 / groups;
+    t->row0 = t->nrows * group;
 }
 
 void model_table_point(const table_builder *tb, float *params, float *grads)

@@ -70,6 +70,8 @@ void gpt_config_from_args(gpt_config *c, const td_args *a)
         c->moe_pad = a->moe_pad_expert_input_to_capacity;
         c->moe_allgather = strcmp(a->moe_token_dispatcher_type, "allgather") == 0;
         c->moe_grouped = a->moe_grouped_gemm;
+        c->moe_etp1 = td_args_given(a, "--expert-tensor-parallel-size") && a->expert_tensor_parallel_size == 1 &&
+                      a->tensor_model_parallel_size > 1;
         char msg[256]; /* a bad value is gpt_config_validate's to report: every layer MoE until then */
         if (a->moe_layer_freq) gpt_moe_layer_freq_parse(c, a->moe_layer_freq, c->num_layers, msg, sizeof msg);
     }
@@ -148,13 +150,20 @@ int gpt_config_validate(const td_args *a, int tp, char *msg, size_t msglen)
         if (a->num_experts % a->expert_model_parallel_size)
             FAIL("--num-experts %d is not divisible by --expert-model-parallel-size %d (each rank of the group holds "
                  "as many experts)", a->num_experts, a->expert_model_parallel_size);
-        if (td_args_given(a, "--expert-tensor-parallel-size") && a->expert_tensor_parallel_size != tp)
-            FAIL("--expert-tensor-parallel-size %d: only the tensor-parallel size (%d, the default: each expert split "
-                 "as the dense MLP) is built (docs/moe.md)", a->expert_tensor_parallel_size, tp);
+        if (td_args_given(a, "--expert-tensor-parallel-size") && a->expert_tensor_parallel_size != tp &&
+            a->expert_tensor_parallel_size != 1)
+            FAIL("--expert-tensor-parallel-size %d: give the tensor-parallel size (%d, the default: each expert split as "
+                 "the dense MLP) or 1 (each expert whole, the experts split over the tensor-parallel ranks) (docs/moe.md)",
+                 a->expert_tensor_parallel_size, tp);
         gpt_config layers = {0};
         if (gpt_moe_layer_freq_parse(&layers, a->moe_layer_freq ? a->moe_layer_freq : "1", a->num_layers, msg, msglen))
             return -1;
-        if (gpt_moe_ffn_of(a) % tp)
+        int etp1 = td_args_given(a, "--expert-tensor-parallel-size") && a->expert_tensor_parallel_size == 1;
+        if (etp1 && a->num_experts % (tp * a->expert_model_parallel_size))
+            FAIL("--num-experts %d is not divisible by --tensor-model-parallel-size %d x --expert-model-parallel-size %d "
+                 "(with --expert-tensor-parallel-size 1 each rank holds as many whole experts)", a->num_experts, tp,
+                 a->expert_model_parallel_size);
+        if (!etp1 && gpt_moe_ffn_of(a) % tp)
             FAIL("--moe-ffn-hidden-size %d is not divisible by --tensor-model-parallel-size %d (each expert splits "
                  "over the tensor-parallel ranks as the dense MLP does)", gpt_moe_ffn_of(a), tp);
         if (a->moe_shared_expert_intermediate_size % tp)

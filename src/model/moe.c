@@ -45,6 +45,7 @@ struct moe_acts {
     int32_t *rcount;  /* (ep, El) expert parallelism: the rows each rank of the group sent each of this
                        * rank's El experts */
     int32_t *lcount;  /* (El) the rows of each of this rank's experts (count's own without ep) */
+    int32_t *rowm;    /* (T, k) row, or -1 where the expert is another tp rank's (whole experts split over tp) */
     float *xl;        /* (Rmax, h) with ep: this rank's experts' input rows, expert by expert, each one's
                        * by source rank then token (without ep: xe) */
     int32_t *grow;    /* (ep T, k) the allgather dispatcher: each gathered choice's row among this rank's
@@ -79,6 +80,15 @@ static int fc_blocks(const gpt_config *c) { return c->swiglu ? 2 : 1; }
 
 /* Expert parallelism of the stage's ranks (1 without; generation and the memory count run one) */
 static int ep_of(const gpt_model *m) { return m->ps && m->ps->ep > 1 ? m->ps->ep : 1; }
+
+/* --expert-tensor-parallel-size 1 under tp: each expert whole, tp rank r holding experts
+ * [r E / tp, (r + 1) E / tp) (split over ep further); else each expert split over tp. */
+static int whole_experts(const gpt_model *m) { return m->cfg.moe_etp1 && m->tp > 1; }
+/* The tensor-parallel split of each expert's hidden width: tp, or 1 with whole experts. */
+static int expert_tp(const gpt_model *m) { return whole_experts(m) ? 1 : m->tp; }
+/* This rank's tp rank's first expert, and the experts each rank of its ep group holds. */
+static int expert_base(const gpt_model *m) { return whole_experts(m) ? m->ps->tp_rank * (m->cfg.num_experts / m->tp) : 0; }
+static int local_experts(const gpt_model *m) { return m->cfg.num_experts / ep_of(m) / (whole_experts(m) ? m->tp : 1); }
 
 /* An expert's capacity in a micro-batch of T tokens (--moe-expert-capacity-factor): ceil(T k / E f). */
 static int64_t capacity_of(const gpt_config *c, int64_t T)
@@ -151,7 +161,8 @@ static void tensors(table_builder *tb, int layer, int stream0, const char *prefi
 
 /* The buffers of T tokens' forward (and the backward's kept values), carved: a micro-batch's
  * activations (acts), or generation's step buffers (moe_step_new). */
-static void carve_tokens(carver *cv, const gpt_config *c, int ep, int tp, int64_t T, moe_acts *a)
+/* tp: the split of each expert's width; stp: the shared expert's (the tp size). */
+static void carve_tokens(carver *cv, const gpt_config *c, int ep, int tp, int stp, int64_t T, moe_acts *a)
 {
     int64_t E = c->num_experts, k = c->moe_topk, F = gpt_moe_ffn(c) / tp, R = rows_max(c, ep, T);
     a->E = (int)E;
@@ -174,6 +185,7 @@ static void carve_tokens(carver *cv, const gpt_config *c, int ep, int tp, int64_
     /* ye: the experts' outputs back at the source; with allgather they stay where computed */
     CARVE(cv, a->ye, float, (ep > 1 && c->moe_allgather ? R : src_rows(c, T)) * c->hidden);
     CARVE(cv, a->lcount, int32_t, E / ep);
+    CARVE(cv, a->rowm, int32_t, T * k);
     if (ep > 1) {
         CARVE(cv, a->rcount, int32_t, E);
         CARVE(cv, a->xl, float, R * c->hidden);
@@ -182,7 +194,7 @@ static void carve_tokens(carver *cv, const gpt_config *c, int ep, int tp, int64_
         CARVE(cv, a->grow, int32_t, ep * T * k);
         CARVE(cv, a->gprobs, float, ep * T * k);
     }
-    int64_t S = c->moe_shared_ffn / tp;
+    int64_t S = c->moe_shared_ffn / stp;
     if (S > 0) {
         CARVE(cv, a->sh_he, float, T * fc_blocks(c) * S);
         CARVE(cv, a->sh_ae, float, T * S);
@@ -197,7 +209,7 @@ static void carve_tokens(carver *cv, const gpt_config *c, int ep, int tp, int64_
 
 static void acts(carver *cv, const gpt_model *m, void *av)
 {
-    carve_tokens(cv, &m->cfg, ep_of(m), m->tp, (int64_t)m->mbs * m->cfg.seq, av);
+    carve_tokens(cv, &m->cfg, ep_of(m), expert_tp(m), m->tp, (int64_t)m->mbs * m->cfg.seq, av);
 }
 
 static void scratch(carver *cv, const gpt_model *m, void *sv)
@@ -205,7 +217,7 @@ static void scratch(carver *cv, const gpt_model *m, void *sv)
     moe_scratch *s = sv;
     const gpt_config *c = &m->cfg;
     int ep = ep_of(m);
-    int64_t T = (int64_t)m->mbs * c->seq, E = c->num_experts, k = c->moe_topk, F = gpt_moe_ffn(c) / m->tp;
+    int64_t T = (int64_t)m->mbs * c->seq, E = c->num_experts, k = c->moe_topk, F = gpt_moe_ffn(c) / expert_tp(m);
     int64_t R = rows_max(c, ep, T);
     CARVE(cv, s->dlogits, float, T * E);
     CARVE(cv, s->dprobs, float, T * k);
@@ -318,10 +330,11 @@ static void dispatch_map(moe_acts *a, const gpt_config *c, int T)
 /* Each rank tells each other how many rows it sends each of its experts: a->rcount, a->lcount. */
 static void exchange_counts(const gpt_model *m, moe_acts *a)
 {
-    int P = m->ps->ep, El = a->E / P;
+    int P = m->ps->ep, El = local_experts(m);
     size_t *cnt = td_xmalloc((size_t)2 * P * sizeof *cnt), *dsp = cnt + P;
     for (int r = 0; r < P; r++) cnt[r] = (size_t)El, dsp[r] = (size_t)r * El;
-    comm_alltoallv(m->ps->ep_group, a->count, cnt, dsp, a->rcount, cnt, dsp, COMM_I32, MOE_TAG_COUNTS);
+    comm_alltoallv(m->ps->ep_group, a->count + expert_base(m), cnt, dsp, a->rcount, cnt, dsp, COMM_I32,
+                   MOE_TAG_COUNTS);
     free(cnt);
     for (int j = 0; j < El; j++) {
         a->lcount[j] = 0;
@@ -331,13 +344,13 @@ static void exchange_counts(const gpt_model *m, moe_acts *a)
 
 /* The rows of src sent to or received from each rank, in units of h floats: sent (to_experts)
  * the rows of its experts in a->count, received their a->rcount; back the other way. */
-static void rank_rows(const moe_acts *a, int P, int h, int sent, size_t *cnt, size_t *dsp)
+static void rank_rows(const gpt_model *m, const moe_acts *a, int P, int h, int sent, size_t *cnt, size_t *dsp)
 {
-    int El = a->E / P;
+    int El = local_experts(m), eb = expert_base(m);
     size_t at = 0;
     for (int r = 0; r < P; r++) {
         size_t n = 0;
-        for (int j = 0; j < El; j++) n += (size_t)(sent ? a->count[r * El + j] : a->rcount[r * El + j]);
+        for (int j = 0; j < El; j++) n += (size_t)(sent ? a->count[eb + r * El + j] : a->rcount[r * El + j]);
         cnt[r] = n * (size_t)h, dsp[r] = at * (size_t)h;
         at += n;
     }
@@ -347,7 +360,7 @@ static void rank_rows(const moe_acts *a, int P, int h, int sent, size_t *cnt, si
  * source rank): to_expert_major 1 the first into the second. */
 static void reorder(const gpt_model *m, const moe_acts *a, float *dst, const float *src, int h, int to_expert_major)
 {
-    int P = m->ps->ep, El = a->E / P;
+    int P = m->ps->ep, El = local_experts(m);
     size_t *src_at = td_xmalloc((size_t)P * sizeof *src_at), at = 0, le = 0;
     for (int r = 0; r < P; r++) {
         src_at[r] = at;
@@ -372,8 +385,8 @@ static void exchange(const gpt_model *m, const moe_acts *a, float *xchg, float *
 {
     int P = m->ps->ep;
     size_t *v = td_xmalloc((size_t)4 * P * sizeof *v);
-    rank_rows(a, P, h, out, v, v + P); /* sent */
-    rank_rows(a, P, h, !out, v + 2 * P, v + 3 * P); /* received */
+    rank_rows(m, a, P, h, out, v, v + P); /* sent */
+    rank_rows(m, a, P, h, !out, v + 2 * P, v + 3 * P); /* received */
     if (!out) reorder(m, a, xchg, src, h, 0);
     comm_alltoallv(m->ps->ep_group, out ? src : xchg, v, v + P, out ? xchg : dst, v + 2 * P, v + 3 * P, COMM_F32,
                    MOE_TAG_ROWS);
@@ -398,7 +411,8 @@ static void from_experts(const gpt_model *m, const moe_acts *a, float *xchg, flo
 static void gather_dispatch(const gpt_model *m, moe_acts *a, moe_scratch *s, const float *xf, int T)
 {
     const gpt_config *c = &m->cfg;
-    int P = m->ps->ep, E = c->num_experts, El = E / P, e0 = m->ps->ep_rank * El, k = c->moe_topk, h = c->hidden;
+    int P = m->ps->ep, El = local_experts(m), e0 = expert_base(m) + m->ps->ep_rank * El, k = c->moe_topk;
+    int E = c->num_experts, h = c->hidden;
     int G = P * T;
     comm_allgather(m->ps->ep_group, xf, s->gbuf, (size_t)T * h, COMM_F32);
     comm_allgather(m->ps->ep_group, a->probs, a->gprobs, (size_t)T * k, COMM_F32);
@@ -462,8 +476,8 @@ static void forward(const gpt_model *m, moe_acts *a, moe_scratch *s, const moe_p
     /* under tensor parallelism every tp rank routes the same tokens alike and runs its slice of
      * every expert: the outputs are partial sums, summed over tp by the layer (sequence
      * parallelism's reduce-scatter) or here (all-reduce); fc2's biases on tp rank 0 only */
-    int h = c->hidden, E = c->num_experts, k = c->moe_topk, F = gpt_moe_ffn(c) / m->tp, bF = fc_blocks(c) * F;
-    int first = m->ps->tp_rank == 0;
+    int h = c->hidden, E = c->num_experts, k = c->moe_topk, F = gpt_moe_ffn(c) / expert_tp(m), bF = fc_blocks(c) * F;
+    int first = m->ps->tp_rank == 0, bias_here = first || whole_experts(m); /* whole experts: each its own */
     be_matmul_fwd(m->be, a->logits, xf, p->router_w, NULL, T, h, E);
     be_moe_route_fwd(m->be, a->idx, a->probs, a->logits, p->expert_bias, T, E, k, c->moe_score, c->moe_pre_softmax,
                      c->moe_topk_scale);
@@ -476,19 +490,22 @@ static void forward(const gpt_model *m, moe_acts *a, moe_scratch *s, const moe_p
     }
     if (c->moe_pad) be_zero(m->be, a->xe, (size_t)src_rows(c, T) * h); /* the padding rows */
     be_moe_permute(m->be, a->xe, xf, a->row, T, k, h);
-    int ep = ep_of(m), El = E / ep;
-    const float *xl = a->xe;
-    float *yl = a->ye;
+    int ep = ep_of(m), El = local_experts(m), eb = expert_base(m), Etp = whole_experts(m) ? E / m->tp : E;
+    size_t ob = 0; /* the rows of this tp rank's experts start there (host memory: the CPU backend's) */
+    for (int e = 0; e < eb; e++) ob += (size_t)a->count[e];
+    for (int i = 0; i < T * k; i++) a->rowm[i] = a->idx[i] >= eb && a->idx[i] < eb + Etp ? a->row[i] : -1;
+    const float *xl = a->xe + ob * h;
+    float *yl = a->ye + ob * h;
     int gather = ep > 1 && c->moe_allgather;
     if (gather) { /* every token to every rank of the group */
         gather_dispatch(m, a, s, xf, T);
         xl = a->xl, yl = a->ye;
     } else if (ep > 1) { /* the rows to the ranks of their experts */
         exchange_counts(m, a);
-        to_experts(m, a, s->xchg, a->xl, a->xe, h);
+        to_experts(m, a, s->xchg, a->xl, a->xe + ob * h, h);
         xl = a->xl, yl = s->yl;
     } else {
-        memcpy(a->lcount, a->count, (size_t)E * sizeof *a->lcount);
+        memcpy(a->lcount, a->count + eb, (size_t)El * sizeof *a->lcount);
     }
     if (c->moe_grouped) { /* one grouped GEMM over this rank's experts, each activation over all rows */
         int nl = 0;
@@ -496,21 +513,21 @@ static void forward(const gpt_model *m, moe_acts *a, moe_scratch *s, const moe_p
         be_matmul_grouped_fwd(m->be, a->he, xl, p->fc_w, p->fc_b, a->lcount, El, h, bF);
         if (c->swiglu) be_swiglu_fwd(m->be, a->ae, a->he, nl, F);
         else be_gelu_fwd(m->be, a->ae, a->he, (size_t)nl * F);
-        be_matmul_grouped_fwd(m->be, yl, a->ae, p->fc2_w, first ? p->fc2_b : NULL, a->lcount, El, F, h);
+        be_matmul_grouped_fwd(m->be, yl, a->ae, p->fc2_w, bias_here ? p->fc2_b : NULL, a->lcount, El, F, h);
     }
     for (int e = 0, r0 = 0; e < El && !c->moe_grouped; r0 += a->lcount[e++]) { /* this rank's experts, e local */
         int n = a->lcount[e];
         if (n == 0) continue;
         mlp_fwd(m, yl + (size_t)r0 * h, a->ae + (size_t)r0 * F, a->he + (size_t)r0 * bF, xl + (size_t)r0 * h,
                 p->fc_w + (size_t)e * bF * h, p->fc_b ? p->fc_b + (size_t)e * bF : NULL, p->fc2_w + (size_t)e * h * F,
-                p->fc2_b && first ? p->fc2_b + (size_t)e * h : NULL, n, F);
+                p->fc2_b && bias_here ? p->fc2_b + (size_t)e * h : NULL, n, F);
     }
     if (gather) { /* this rank's experts' share of every gathered token's output, summed over the group */
         be_moe_unpermute(m->be, s->gbuf, a->ye, a->grow, a->gprobs, ep * T, k, h);
         comm_reduce_scatter(m->ps->ep_group, s->gbuf, out, (size_t)T * h, COMM_F32, COMM_SUM);
     } else {
-        if (ep > 1) from_experts(m, a, s->xchg, a->ye, yl, h); /* the outputs back, in xe's order */
-        be_moe_unpermute(m->be, out, a->ye, a->row, a->probs, T, k, h);
+        if (ep > 1) from_experts(m, a, s->xchg, a->ye + ob * h, yl, h); /* the outputs back, in xe's order */
+        be_moe_unpermute(m->be, out, a->ye, a->rowm, a->probs, T, k, h);
     }
     if (c->moe_shared_ffn > 0) { /* the shared expert on every token, gated or not, added */
         mlp_fwd(m, a->sh_ye, a->sh_ae, a->sh_he, xf, p->sh_fc_w, p->sh_fc_b, p->sh_fc2_w, first ? p->sh_fc2_b : NULL,
@@ -560,10 +577,10 @@ moe_acts *moe_step_new(const gpt_model *m, int rows)
     struct moe_step_bufs *b = td_xcalloc(1, sizeof *b);
     carver cv = {NULL, 0, 0, BE_F32, NULL, 0};
     TD_ASSERT(ep_of(m) == 1); /* generation runs every expert on its one rank */
-    carve_tokens(&cv, &m->cfg, 1, m->tp, rows, &b->a); /* count */
+    carve_tokens(&cv, &m->cfg, 1, expert_tp(m), m->tp, rows, &b->a); /* count */
     td_arena_wrap(&b->ar, be_alloc(m->be, cv.bytes), cv.bytes);
     cv = (carver){&b->ar, 0, 0, BE_F32, NULL, 0};
-    carve_tokens(&cv, &m->cfg, 1, m->tp, rows, &b->a);
+    carve_tokens(&cv, &m->cfg, 1, expert_tp(m), m->tp, rows, &b->a);
     return &b->a;
 }
 
@@ -615,17 +632,19 @@ static void bwd(const block_io *io, float *dx, void *gv, const float *dbranch, c
     moe_params *g = gv;
     const moe_acts *a = av;
     moe_scratch *s = io->scratch;
-    int T = io->B * c->seq, h = c->hidden, E = c->num_experts, k = c->moe_topk, F = gpt_moe_ffn(c) / m->tp;
+    int T = io->B * c->seq, h = c->hidden, E = c->num_experts, k = c->moe_topk, F = gpt_moe_ffn(c) / expert_tp(m);
     int bF = fc_blocks(c) * F;
     const float *xf = x.dt == BE_F32 ? (const float *)x.p : a->x32; /* the forward widened it there */
     /* tensor parallelism: the experts' outputs were partial, so are the weights' gradients through
      * them (summed over tp); the router's and the gate's input gradients, the same on every tp
      * rank, count once (tp rank 0; the others' go to a spare buffer) */
     const comm *tpg = m->tp > 1 ? m->ps->tp_group : NULL;
-    int ep = ep_of(m), El = E / ep, nl = 0, gather = ep > 1 && c->moe_allgather;
+    int ep = ep_of(m), El = local_experts(m), nl = 0, gather = ep > 1 && c->moe_allgather;
     for (int e = 0; e < El; e++) nl += a->lcount[e];
-    const float *dyl = s->dye, *xl = a->xe;
-    float *dxl = s->dxe;
+    size_t ob = 0; /* this tp rank's experts' rows (whole experts split over tp) */
+    for (int e = 0; e < expert_base(m); e++) ob += (size_t)a->count[e];
+    const float *dyl = s->dye + ob * h, *xl = a->xe + ob * h;
+    float *dxl = s->dxe + ob * h;
     if (gather) { /* the group's outputs' gradients; the weights' back to their tokens' ranks */
         comm_allgather(m->ps->ep_group, dbranch, s->gbuf, (size_t)T * h, COMM_F32);
         if (c->moe_pad) be_zero(m->be, s->dyl, (size_t)nl * h);
@@ -635,10 +654,10 @@ static void bwd(const block_io *io, float *dx, void *gv, const float *dbranch, c
         dyl = s->dyl, dxl = s->dxl, xl = a->xl;
     } else {
         if (c->moe_pad) be_zero(m->be, s->dye, (size_t)src_rows(c, T) * h); /* no gradient into the padding */
-        be_moe_unpermute_bwd(m->be, s->dye, s->dprobs, dbranch, a->ye, a->row, a->probs, T, k, h);
+        be_moe_unpermute_bwd(m->be, s->dye, s->dprobs, dbranch, a->ye, a->rowm, a->probs, T, k, h);
         if (tpg) comm_allreduce(tpg, s->dprobs, (size_t)T * k, COMM_F32, COMM_SUM);
         if (ep > 1) { /* the outputs' gradients to the ranks of their experts, as the rows went */
-            to_experts(m, a, s->xchg, s->dyl, s->dye, h);
+            to_experts(m, a, s->xchg, s->dyl, s->dye + ob * h, h);
             dyl = s->dyl, dxl = s->dxl, xl = a->xl;
         }
     }
@@ -660,7 +679,7 @@ static void bwd(const block_io *io, float *dx, void *gv, const float *dbranch, c
                 dyl + rh, xl + rh, a->he + rb, a->ae + rf, p->fc_w + (size_t)e * bF * h,
                 p->fc2_w + (size_t)e * h * F, n, F);
     }
-    if (ep > 1 && !gather) from_experts(m, a, s->xchg, s->dxe, s->dxl, h); /* the inputs' gradients back */
+    if (ep > 1 && !gather) from_experts(m, a, s->xchg, s->dxe + ob * h, s->dxl, h); /* the inputs' gradients back */
     /* the input's gradient is overwritten (a branch kind), then the router's adds to it */
     if (gather) { /* the group's inputs' partial gradients, summed to their ranks */
         be_zero(m->be, s->gbuf, (size_t)ep * T * h);
@@ -668,7 +687,7 @@ static void bwd(const block_io *io, float *dx, void *gv, const float *dbranch, c
         comm_reduce_scatter(m->ps->ep_group, s->gbuf, dx, (size_t)T * h, COMM_F32, COMM_SUM);
     } else {
         be_zero(m->be, dx, (size_t)T * h);
-        be_moe_permute_bwd(m->be, dx, s->dxe, a->row, T, k, h);
+        be_moe_permute_bwd(m->be, dx, s->dxe, a->rowm, T, k, h);
     }
     float *dx_once = !tpg || m->ps->tp_rank == 0 ? dx : s->dye; /* s->dye: done with, T k >= T rows */
     if (c->moe_shared_ffn > 0) {

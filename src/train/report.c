@@ -231,9 +231,11 @@ void run_report_start(run_state *r, const gpt_config *c)
             TRIDENT_VERSION, ps->world_size, ps->tp, ps->pp, ps->dp,
             ps->sequence_parallel ? " (sequence parallel)" : "", be->ops->name,
             pp_schedule_name(r->model.schedule), r->model.nchunks, r->model.nchunks > 1 ? "s" : "");
-    if (ps->ep > 1)
-        TD_INFO("experts: %d a layer over expert parallelism %d (%d on each rank) x expert data parallelism %d, "
-                "tokens by %s", c->num_experts, ps->ep, c->num_experts / ps->ep, ps->edp, a->moe_token_dispatcher_type);
+    int whole = c->moe_etp1 && ps->tp > 1;
+    if (ps->ep > 1 || whole)
+        TD_INFO("experts: %d a layer over expert parallelism %d%s (%d on each rank) x expert data parallelism %d, "
+                "tokens by %s", c->num_experts, ps->ep, whole ? " x tensor parallelism (whole experts)" : "",
+                c->num_experts / ps->ep / (whole ? ps->tp : 1), ps->edp, a->moe_token_dispatcher_type);
     TD_INFO("placement: %s", where);
     if (warn[0]) td_warn("%s", warn);
     char arch[480];

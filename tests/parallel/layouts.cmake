@@ -326,6 +326,11 @@ trident_layout(moe_distopt_sp_tp2_pp2 4 2 2 --sequence-parallel --pipeline-model
 # the same tp rank), with sequence parallelism (allgather) and without (alltoall)
 trident_layout(moe_sp_tp2_ep2 4 2 2 --sequence-parallel --expert-model-parallel-size 2)
 trident_layout(moe_tp2_ep2_a2a 4 2 2 --expert-model-parallel-size 2 --moe-token-dispatcher-type alltoall)
+# --expert-tensor-parallel-size 1: the experts whole, split over the tp ranks (and over ep: 1 of the 4
+# a rank at tp 2 x ep 2), the tp ranks' partial outputs summed by the layer
+trident_layout(moe_etp1_tp2 2 2 2 --expert-tensor-parallel-size 1)
+trident_layout(moe_etp1_sp_tp2_ep2 4 2 2 --expert-tensor-parallel-size 1 --sequence-parallel
+  --expert-model-parallel-size 2 --moe-token-dispatcher-type alltoall)
 # expert parallelism (carved out of dp): each rank holds E / ep experts, the tokens cross the ep
 # group by the allgather dispatcher (the default) or the alltoall one, the experts' gradients are
 # summed over the expert-data-parallel group only (ep 2 x edp 2 with the distributed optimizer's

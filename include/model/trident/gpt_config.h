@@ -70,6 +70,8 @@ typedef struct gpt_config {
     int moe_allgather;   /* under expert parallelism, the allgather token dispatcher (else alltoall); a
                           * layout setting, not in meta.json */
     int moe_grouped;     /* --moe-grouped-gemm: the experts' GEMMs in one grouped call (not in meta.json) */
+    int moe_etp1;        /* --expert-tensor-parallel-size 1 under tp > 1: each expert whole, the experts split
+                          * over the tp ranks (and ep) instead (a layout setting, not in meta.json) */
     /* which layers are MoE (--moe-layer-freq; the others hold the dense MLP of --ffn-hidden-size):
      * N > 0, layer i iff i % N == 0 (0: 1, every layer); GPT_MOE_FREQ_LIST: the list in moe_layer_bits */
     int moe_layer_freq;
