@@ -335,8 +335,6 @@ trident_layout(moe_etp1_sp_tp2_ep2 4 2 2 --expert-tensor-parallel-size 1 --seque
 # group by the allgather dispatcher (the default) or the alltoall one, the experts' gradients are
 # summed over the expert-data-parallel group only (ep 2 x edp 2 with the distributed optimizer's
 # shards over it)
-trident_layout(moe_ep2 2 1 2 --expert-model-parallel-size 2)
-trident_layout(moe_ep2_a2a 2 1 2 --expert-model-parallel-size 2 --moe-token-dispatcher-type alltoall)
 trident_layout(moe_ep4_a2a 4 1 2 --expert-model-parallel-size 4 --moe-token-dispatcher-type alltoall)
 # the experts' GEMMs grouped (--moe-grouped-gemm)
 trident_layout(moe_grouped_ep2 2 1 2 --expert-model-parallel-size 2 --moe-grouped-gemm)
@@ -350,7 +348,6 @@ set(LAYOUT_ARCH --swiglu --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-si
 set(LAYOUT_BASE moe_cap_baseline)
 trident_layout(moe_cap_baseline 1 1 2)
 trident_layout(moe_cap_pp2_dp2 4 1 2 --pipeline-model-parallel-size 2)
-trident_layout(moe_cap_ep2 2 1 2 --expert-model-parallel-size 2)
 trident_layout(moe_cap_sp_tp2 2 2 2 --sequence-parallel)
 # padded to capacity (every expert runs on its capacity of rows, zeros past its tokens): the same
 # training as without, here over ep 2 (the padding crosses the group too)
