@@ -30,6 +30,7 @@ struct moe_acts {
     int32_t *seq_count; /* (B, E) seq_aux_loss: what it counts, per sequence */
     float *aux_probs; /* (T, k) its weights (unused) */
     int dropped;      /* (token, expert) choices dropped over capacity in this micro-batch */
+    int near_ties;    /* tokens whose last chosen expert and first left out score within float noise */
     float *xe;        /* (T k, h): the input rows in expert order */
     float *he;        /* (Rmax, bF): fc's output, on this rank's experts' rows */
     float *ae;        /* (Rmax, F): the activation's */
@@ -445,6 +446,30 @@ static void gather_dispatch(const gpt_model *m, moe_acts *a, moe_scratch *s, con
     be_moe_permute(m->be, a->xl, s->gbuf, a->grow, G, k, h);
 }
 
+/* The tokens whose choice float noise could flip: the k-th largest routing key (the logit; with
+ * sigmoid scores and the expert bias, sigmoid(logit) + bias) within MOE_TIE of the (k+1)-th,
+ * relative to the larger of 1 and its size. Another layout's rounding (1e-7 relative) could
+ * choose otherwise for these only. Host memory: the CPU backend's. */
+#define MOE_TIE 1e-5
+static int count_near_ties(const moe_acts *a, const moe_params *p, const gpt_config *c, int T)
+{
+    int E = c->num_experts, k = c->moe_topk, n = 0;
+    if (k >= E) return 0;
+    for (int t = 0; t < T; t++) {
+        double kth = INFINITY, next = -INFINITY; /* the smallest chosen key, the largest left out */
+        for (int e = 0; e < E; e++) {
+            double l = a->logits[(size_t)t * E + e], key = l;
+            if (p->expert_bias) key = 1.0 / (1.0 + exp(-l)) + p->expert_bias[e];
+            int chosen = 0;
+            for (int j = 0; j < k; j++) chosen |= a->idx[(size_t)t * k + j] == e;
+            if (chosen) kth = key < kth ? key : kth;
+            else next = key > next ? key : next;
+        }
+        if (kth - next < MOE_TIE * fmax(1.0, fabs(kth))) n++;
+    }
+    return n;
+}
+
 /* The load-balancing loss of the T tokens, over all of them (aux_loss), or with seq_aux_loss the
  * mean over their sequences of each one's own (DeepSeek-V2/V3; Megatron's seq_aux_loss); counted
  * (`ix`, (T, k)) as the loss counts. dlogits (NULL: none) += dscale times its gradient. */
@@ -482,6 +507,7 @@ static void forward(const gpt_model *m, moe_acts *a, moe_scratch *s, const moe_p
     be_moe_route_fwd(m->be, a->idx, a->probs, a->logits, p->expert_bias, T, E, k, c->moe_score, c->moe_pre_softmax,
                      c->moe_topk_scale);
     dispatch_map(a, c, T);
+    a->near_ties = count_near_ties(a, p, c, T);
     memcpy(a->aux_count, a->routed, (size_t)E * sizeof *a->aux_count);
     if (p->expert_bias) { /* the load-balancing loss counts the unbiased choice (host memory: the CPU backend's) */
         be_moe_route_fwd(m->be, a->aux_idx, a->aux_probs, a->logits, NULL, T, E, k, c->moe_score, c->moe_pre_softmax, 0);
@@ -613,7 +639,7 @@ void moe_update_expert_bias(const gpt_config *c, const void *pv, const double *t
 
 /* The metrics: the load-balancing loss, the z-loss, the choices dropped over capacity, then the
  * tokens routed to each expert. */
-static int nstats(const gpt_config *c) { return 3 + c->num_experts; }
+static int nstats(const gpt_config *c) { return 4 + c->num_experts; }
 
 static void stats(const void *av, double *out)
 {
@@ -622,6 +648,7 @@ static void stats(const void *av, double *out)
     out[1] += a->z;
     out[2] += a->dropped;
     for (int e = 0; e < a->E; e++) out[3 + e] += a->routed[e];
+    out[3 + a->E] += a->near_ties;
 }
 
 static void bwd(const block_io *io, float *dx, void *gv, const float *dbranch, const void *av, const void *pv, be_in x)

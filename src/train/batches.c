@@ -122,12 +122,13 @@ void run_batches_moe_collect(run_state *r)
         r->batches.moe_tokens = td_xcalloc((size_t)Lm * E, sizeof(double));
         r->batches.moe_load = td_xcalloc((size_t)Lm, sizeof(double));
     }
-    r->batches.moe_aux = r->batches.moe_z = r->batches.moe_dropped = 0;
+    r->batches.moe_aux = r->batches.moe_z = r->batches.moe_dropped = r->batches.moe_near_ties = 0;
     for (int l = 0, i = 0; l < L; l++) {
         if (!gpt_moe_layer(c, l)) continue;
         const double *s = all + (size_t)l * n;
         double total = 0, most = 0;
         r->batches.moe_aux += s[0], r->batches.moe_z += s[1], r->batches.moe_dropped += s[2];
+        r->batches.moe_near_ties += s[3 + E];
         for (int e = 0; e < E; e++) {
             r->batches.moe_tokens[(size_t)i * E + e] = s[3 + e];
             total += s[3 + e], most = s[3 + e] > most ? s[3 + e] : most;
@@ -148,13 +149,15 @@ static void moe_metrics(run_state *r, met_record *rec)
     int L = gpt_moe_layers(c, 0, c->num_layers);
     double micro = (double)r->num_micro * r->ps->dp, worst = 0;
     for (int l = 0; l < L; l++) worst = r->batches.moe_load[l] > worst ? r->batches.moe_load[l] : worst;
-    TD_ASSERT(rec->nextra + 4 <= GPT_MAX_STATS);
+    TD_ASSERT(rec->nextra + 5 <= GPT_MAX_STATS);
     rec->extra[rec->nextra++] = (gpt_metric){"load_balancing_loss", "load balancing loss", "%.4f", r->batches.moe_aux / (L * micro)};
     rec->extra[rec->nextra++] = (gpt_metric){"z_loss", "z loss", "%.4E", r->batches.moe_z / (L * micro)};
     rec->extra[rec->nextra++] = (gpt_metric){"expert_load_max_mean", "expert load max/mean", "%.2f", worst};
     if (c->moe_capacity > 0) /* the share of the (token, expert) choices dropped over capacity */
         rec->extra[rec->nextra++] = (gpt_metric){"dropped_tokens", "dropped", "%.4f",
                                                  r->batches.moe_dropped / ((double)L * r->gbs * c->seq * c->moe_topk)};
+    /* the tokens of the iteration, over the MoE layers, whose choice float noise could flip */
+    rec->extra[rec->nextra++] = (gpt_metric){"router_near_ties", "near ties", "%.0f", r->batches.moe_near_ties};
     rec->moe_layers = L, rec->moe_experts = c->num_experts;
     rec->moe_tokens = r->batches.moe_tokens, rec->moe_load = r->batches.moe_load;
 }

@@ -53,6 +53,7 @@ typedef struct {
     double *moe_load;        /* ... and each layer's busiest expert's share against the mean */
     double moe_aux, moe_z;   /* ... and the router losses summed over layers and micro-batches */
     double moe_dropped;      /* ... and the choices dropped over capacity */
+    double moe_near_ties;    /* ... and the tokens whose choice float noise could flip (moe.c's MOE_TIE) */
 } run_batches;
 
 /* The optimizer unit (optim.c). */

@@ -53,16 +53,15 @@ dp_down tp1_dp2 2 1 1
 dp_down tp2_dp2 4 2 2
 
 # a mixture of experts saved at expert parallelism 4 (each rank 1 of the 4 experts, the distributed
-# optimizer) continues on one rank (all 4), at pp 2 x ep 2 (2 a rank), at tp 2 with sequence
-# parallelism (every expert split in halves) and at tp 2 x ep 2 (halves of 2 a rank): the experts
-# resharded
+# optimizer) continues on one rank (all 4), at pp 2 x ep 2 (2 a rank) and at tp 2 x ep 2 with
+# sequence parallelism (halves of 2 experts a rank): the experts resharded
 MOE=(--num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 64 --moe-aux-loss-coeff 1e-2 --moe-z-loss-coeff 1e-3)
 if train 4 1 --expert-model-parallel-size 4 --use-distributed-optimizer --train-iters 4 --save moe_ep4 \
      --save-interval 2 --metrics-file moe_ep4.jsonl --dump-params moe_ep4.params "${MOE[@]}"; then
   [ "$(ls moe_ep4/iter_0000002/model_*.safetensors | wc -l)" = 4 ] || bad "moe ep4: not 4 model shards (rank 0's and 3 of experts)"
   tail -n 2 moe_ep4.jsonl >moe_ep4_tail.jsonl
   for to in "one_rank 1 1" "pp2_ep2 4 1 --pipeline-model-parallel-size 2 --expert-model-parallel-size 2" \
-            "sp_tp2 2 2 --sequence-parallel" "tp2_ep2 4 2 --expert-model-parallel-size 2"; do
+            "sp_tp2_ep2 4 2 --sequence-parallel --expert-model-parallel-size 2"; do
     read -r name np tp flags <<<"$to"
     # shellcheck disable=SC2086
     if train "$np" "$tp" --train-iters 4 --load moe_ep4/iter_0000002 --metrics-file "moe_$name.jsonl" \

@@ -311,7 +311,6 @@ set(LAYOUT_ARCH --swiglu --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-si
   --moe-z-loss-coeff 1e-3 --moe-shared-expert-intermediate-size 32 --moe-shared-expert-gate)
 set(LAYOUT_BASE moe_baseline)
 trident_layout(moe_baseline 1 1 2)
-trident_layout(moe_dp2 2 1 2)
 trident_layout(moe_pp2_vp2 2 1 2 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 2)
 trident_layout(moe_distopt_pp2_dp2 4 1 2 --pipeline-model-parallel-size 2 --use-distributed-optimizer
   --overlap-grad-reduce --ddp-bucket-size 20000)
@@ -319,7 +318,6 @@ trident_layout(moe_distopt_pp2_dp2 4 1 2 --pipeline-model-parallel-size 2 --use-
 # expert split over tp as the dense MLP (fc by columns, fc2 by rows), every tp rank routing the same
 # tokens; with sequence parallelism, data and pipeline parallelism and the distributed optimizer
 trident_layout(moe_tp2 2 2 2)
-trident_layout(moe_sp_tp2_dp2 4 2 2 --sequence-parallel)
 trident_layout(moe_distopt_sp_tp2_pp2 4 2 2 --sequence-parallel --pipeline-model-parallel-size 2
   --use-distributed-optimizer --overlap-grad-reduce --ddp-bucket-size 20000)
 # tp 2 x ep 2: each expert split over tp, the experts over ep (the exchange between the dp ranks of
@@ -351,7 +349,6 @@ trident_layout(moe_cap_pp2_dp2 4 1 2 --pipeline-model-parallel-size 2)
 trident_layout(moe_cap_sp_tp2 2 2 2 --sequence-parallel)
 # padded to capacity (every expert runs on its capacity of rows, zeros past its tokens): the same
 # training as without, here over ep 2 (the padding crosses the group too)
-trident_layout(moe_cap_pad_ep2 2 1 2 --expert-model-parallel-size 2 --moe-pad-expert-input-to-capacity)
 trident_layout(moe_cap_pad_ep2_a2a 2 1 2 --expert-model-parallel-size 2 --moe-pad-expert-input-to-capacity
   --moe-token-dispatcher-type alltoall)
 # in bf16 (the experts' and the router's GEMMs from bf16 copies; the input widened back to fp32 for
