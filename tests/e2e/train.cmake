@@ -109,7 +109,8 @@ set_tests_properties(e2e/train_notes PROPERTIES FIXTURES_REQUIRED train_data TIM
 # iterations (3 s): the validation loss must beat, by 0.3 nats, the best a model of byte
 # frequencies does on the same split (e2e/ngram_loss.py: 3.35; the model reaches 2.85; the
 # bigram's 2.58 is printed, not required); then `trident generate` from its checkpoint samples
-# the same text with the key/value cache as by full recomputation, and `trident eval` scores the
+# the same text with the key/value cache as by full recomputation (and at tensor-parallel 2, each
+# expert split in halves), and `trident eval` scores the
 # validation split under the byte unigram.
 set(MOE_DIR ${CMAKE_BINARY_DIR}/testtmp/layouts)
 add_test(NAME e2e/moe_learns COMMAND bash -c
@@ -132,6 +133,10 @@ add_test(NAME e2e/moe_learns COMMAND bash -c
      --temperature 0.9 \"$@\" 2>&1 | sed -n 2,3p; }; \
    a=$(gen); b=$(gen --no-kv-cache); echo \"generated with the key/value cache: $a\"; \
    [ -n \"$a\" ] && [ \"$a\" = \"$b\" ] || { echo \"full recomputation gave: $b\"; exit 1; }; \
+   c=$(${TD_MPIRUN_STR} -np 2 $<TARGET_FILE:trident> generate --load ${MOE_DIR}/moe_ck --tokenizer-type HuggingFaceTokenizer \
+     --tokenizer-model ${MOE_DIR}/bytes.json --prompt 'First Citizen:' --max-new-tokens 40 --top-k 5 --seed 3 \
+     --temperature 0.9 --tensor-model-parallel-size 2 2>&1 | grep -v '^\\[rank' | head -2); \
+   [ \"$a\" = \"$c\" ] || { echo \"at tensor-parallel 2 (each expert split in halves): $c\"; exit 1; }; \
    ev=$($<TARGET_FILE:trident> eval --load ${MOE_DIR}/moe_ck --tokenizer-type HuggingFaceTokenizer \
      --tokenizer-model ${MOE_DIR}/bytes.json --data-path ${MOE_DIR}/bytes_text_document --split 949,50,1 2>&1 | \
      grep -o 'eval: loss [0-9.]*' | cut -d' ' -f3); echo \"trident eval of the validation split: loss $ev\"; \
