@@ -302,16 +302,16 @@ trident_layout(llama_sp_distopt_rc_tp2_pp2_dp2 8 2 1 --sequence-parallel --pipel
 trident_layout(llama_distopt_dp2 2 1 2 --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather
   --ddp-bucket-size 6000)
 
-# A mixture of experts (src/model/moe.c): 4 SwiGLU experts a layer, top-2, a gated shared expert
+# A mixture of experts (src/model/moe.c), 4 layers (the last --num-layers given counts): 4 SwiGLU experts a layer, top-2, a gated shared expert
 # (Qwen2-MoE's), the load-balancing and z losses on, dropless; data and pipeline layouts (interleaved too) and the distributed
 # optimizer against the one-rank run. The routing must not depend on the layout: the same tokens
 # meet the same router weights on every rank that holds them. The load-balancing loss is a
 # micro-batch's (as Megatron's): the same micro-batch size in every layout.
-set(LAYOUT_ARCH --swiglu --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 64 --moe-aux-loss-coeff 1e-2
+set(LAYOUT_ARCH --num-layers 4 --swiglu --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 64 --moe-aux-loss-coeff 1e-2
   --moe-z-loss-coeff 1e-3 --moe-shared-expert-intermediate-size 32 --moe-shared-expert-gate)
 set(LAYOUT_BASE moe_baseline)
 trident_layout(moe_baseline 1 1 2)
-trident_layout(moe_pp2_vp2 2 1 2 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 2)
+trident_layout(moe_pp2_vp2 2 1 2 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1)
 trident_layout(moe_distopt_pp2_dp2 4 1 2 --pipeline-model-parallel-size 2 --use-distributed-optimizer
   --overlap-grad-reduce --ddp-bucket-size 20000)
 # tensor parallelism (Megatron's --expert-tensor-parallel-size, = tp): each expert and the shared
@@ -341,7 +341,7 @@ trident_layout(moe_distopt_ep2_dp4_a2a 4 1 2 --expert-model-parallel-size 2 --us
   --overlap-grad-reduce --overlap-param-gather --ddp-bucket-size 20000 --moe-token-dispatcher-type alltoall)
 # with capacity (drops over it, per micro-batch as Megatron's per rank): the same drops in every
 # layout of the same micro-batch size
-set(LAYOUT_ARCH --swiglu --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 64 --moe-aux-loss-coeff 1e-2
+set(LAYOUT_ARCH --num-layers 4 --swiglu --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 64 --moe-aux-loss-coeff 1e-2
   --moe-expert-capacity-factor 1.0)
 set(LAYOUT_BASE moe_cap_baseline)
 trident_layout(moe_cap_baseline 1 1 2)
@@ -354,7 +354,7 @@ trident_layout(moe_cap_pad_ep2_a2a 2 1 2 --expert-model-parallel-size 2 --moe-pa
 # in bf16 (the experts' and the router's GEMMs from bf16 copies; the input widened back to fp32 for
 # the router and the dispatch), at the bf16 group's tolerance
 set(LAYOUT_TOL 2e-3)
-set(LAYOUT_ARCH --bf16 --swiglu --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 64 --moe-aux-loss-coeff 1e-2
+set(LAYOUT_ARCH --num-layers 4 --bf16 --swiglu --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 64 --moe-aux-loss-coeff 1e-2
   --moe-shared-expert-intermediate-size 32 --moe-shared-expert-gate)
 set(LAYOUT_BASE moe_bf16_baseline)
 trident_layout(moe_bf16_baseline 1 1 2)
