@@ -34,6 +34,10 @@ void cli_check_load_flags(const td_args *a, comm *world, const char *prog)
 {
     int tp = a->tensor_model_parallel_size, pp = a->pipeline_model_parallel_size;
     if (!a->load) USAGE(world, "%s: --load DIR (a checkpoint) is required", prog);
+    if (a->expert_model_parallel_size > 1)
+        USAGE(world, "%s: --expert-model-parallel-size %d: %s holds every expert of a layer on each rank of its "
+                     "stage (tensor and pipeline parallelism split a mixture of experts here); leave the flag out",
+                     prog, a->expert_model_parallel_size, prog);
     if (comm_size(world) % (tp * pp))
         USAGE(world, "%s: the world size %d is not divisible by --tensor-model-parallel-size %d x "
                      "--pipeline-model-parallel-size %d", prog, comm_size(world), tp, pp);

@@ -67,6 +67,8 @@ expect "experts not divisible by ep" 2 "--num-experts 3 is not divisible by --ex
   "$TRIDENT" train "${TINY[@]}" --num-experts 3 --moe-router-topk 1 --expert-model-parallel-size 2
 expect "ep that does not divide dp" 2 "--expert-model-parallel-size 2 does not divide the data-parallel size 3" \
   "${MPIRUN[@]}" -np 3 "$TRIDENT" train "${TINY[@]}" --num-experts 4 --expert-model-parallel-size 2
+expect "generate with expert parallelism, not built" 2 "--expert-model-parallel-size 2: trident generate holds every expert" \
+  "$TRIDENT" generate --load nowhere --vocab-file "$VOCAB" --merge-file "$MERGES" --prompt a --expert-model-parallel-size 2
 expect "expert tensor parallelism other than tp or 1, not built" 2 "--expert-tensor-parallel-size 2: give the tensor-parallel size (1" \
   "$TRIDENT" train "${TINY[@]}" --num-experts 4 --expert-tensor-parallel-size 2
 expect "unknown dispatcher" 2 "--moe-token-dispatcher-type" \
