@@ -46,7 +46,8 @@ struct moe_acts {
     int32_t *rcount;  /* (ep, El) expert parallelism: the rows each rank of the group sent each of this
                        * rank's El experts */
     int32_t *lcount;  /* (El) the rows of each of this rank's experts (count's own without ep) */
-    int32_t *rowm;    /* (T, k) row, or -1 where the expert is another tp rank's (whole experts split over tp) */
+    int32_t *rowm;    /* whole experts split over tp: (T, k) row, or -1 where the expert is another tp rank's;
+                       * NULL otherwise (row serves) */
     float *xl;        /* (Rmax, h) with ep: this rank's experts' input rows, expert by expert, each one's
                        * by source rank then token (without ep: xe) */
     int32_t *grow;    /* (ep T, k) the allgather dispatcher: each gathered choice's row among this rank's
@@ -90,6 +91,8 @@ static int expert_tp(const gpt_model *m) { return whole_experts(m) ? 1 : m->tp; 
 /* This rank's tp rank's first expert, and the experts each rank of its ep group holds. */
 static int expert_base(const gpt_model *m) { return whole_experts(m) ? m->ps->tp_rank * (m->cfg.num_experts / m->tp) : 0; }
 static int local_experts(const gpt_model *m) { return m->cfg.num_experts / ep_of(m) / (whole_experts(m) ? m->tp : 1); }
+/* The rows of this rank's combine: each choice's, less other tp ranks' experts when they hold them. */
+static const int32_t *rows_here(const moe_acts *a) { return a->rowm ? a->rowm : a->row; }
 
 /* An expert's capacity in a micro-batch of T tokens (--moe-expert-capacity-factor): ceil(T k / E f). */
 static int64_t capacity_of(const gpt_config *c, int64_t T)
@@ -186,7 +189,7 @@ static void carve_tokens(carver *cv, const gpt_config *c, int ep, int tp, int st
     /* ye: the experts' outputs back at the source; with allgather they stay where computed */
     CARVE(cv, a->ye, float, (ep > 1 && c->moe_allgather ? R : src_rows(c, T)) * c->hidden);
     CARVE(cv, a->lcount, int32_t, E / ep);
-    CARVE(cv, a->rowm, int32_t, T * k);
+    if (c->moe_etp1 && stp > 1) CARVE(cv, a->rowm, int32_t, T * k);
     if (ep > 1) {
         CARVE(cv, a->rcount, int32_t, E);
         CARVE(cv, a->xl, float, R * c->hidden);
@@ -455,18 +458,20 @@ static int count_near_ties(const moe_acts *a, const moe_params *p, const gpt_con
 {
     int E = c->num_experts, k = c->moe_topk, n = 0;
     if (k >= E) return 0;
+    unsigned char *chosen = td_xcalloc((size_t)E, 1);
     for (int t = 0; t < T; t++) {
         double kth = INFINITY, next = -INFINITY; /* the smallest chosen key, the largest left out */
+        for (int j = 0; j < k; j++) chosen[a->idx[(size_t)t * k + j]] = 1;
         for (int e = 0; e < E; e++) {
             double l = a->logits[(size_t)t * E + e], key = l;
             if (p->expert_bias) key = 1.0 / (1.0 + exp(-l)) + p->expert_bias[e];
-            int chosen = 0;
-            for (int j = 0; j < k; j++) chosen |= a->idx[(size_t)t * k + j] == e;
-            if (chosen) kth = key < kth ? key : kth;
+            if (chosen[e]) kth = key < kth ? key : kth;
             else next = key > next ? key : next;
         }
+        for (int j = 0; j < k; j++) chosen[a->idx[(size_t)t * k + j]] = 0;
         if (kth - next < MOE_TIE * fmax(1.0, fabs(kth))) n++;
     }
+    free(chosen);
     return n;
 }
 
@@ -519,7 +524,8 @@ static void forward(const gpt_model *m, moe_acts *a, moe_scratch *s, const moe_p
     int ep = ep_of(m), El = local_experts(m), eb = expert_base(m), Etp = whole_experts(m) ? E / m->tp : E;
     size_t ob = 0; /* the rows of this tp rank's experts start there (host memory: the CPU backend's) */
     for (int e = 0; e < eb; e++) ob += (size_t)a->count[e];
-    for (int i = 0; i < T * k; i++) a->rowm[i] = a->idx[i] >= eb && a->idx[i] < eb + Etp ? a->row[i] : -1;
+    if (a->rowm)
+        for (int i = 0; i < T * k; i++) a->rowm[i] = a->idx[i] >= eb && a->idx[i] < eb + Etp ? a->row[i] : -1;
     const float *xl = a->xe + ob * h;
     float *yl = a->ye + ob * h;
     int gather = ep > 1 && c->moe_allgather;
@@ -553,7 +559,7 @@ static void forward(const gpt_model *m, moe_acts *a, moe_scratch *s, const moe_p
         comm_reduce_scatter(m->ps->ep_group, s->gbuf, out, (size_t)T * h, COMM_F32, COMM_SUM);
     } else {
         if (ep > 1) from_experts(m, a, s->xchg, a->ye + ob * h, yl, h); /* the outputs back, in xe's order */
-        be_moe_unpermute(m->be, out, a->ye, a->rowm, a->probs, T, k, h);
+        be_moe_unpermute(m->be, out, a->ye, rows_here(a), a->probs, T, k, h);
     }
     if (c->moe_shared_ffn > 0) { /* the shared expert on every token, gated or not, added */
         mlp_fwd(m, a->sh_ye, a->sh_ae, a->sh_he, xf, p->sh_fc_w, p->sh_fc_b, p->sh_fc2_w, first ? p->sh_fc2_b : NULL,
@@ -681,7 +687,7 @@ static void bwd(const block_io *io, float *dx, void *gv, const float *dbranch, c
         dyl = s->dyl, dxl = s->dxl, xl = a->xl;
     } else {
         if (c->moe_pad) be_zero(m->be, s->dye, (size_t)src_rows(c, T) * h); /* no gradient into the padding */
-        be_moe_unpermute_bwd(m->be, s->dye, s->dprobs, dbranch, a->ye, a->rowm, a->probs, T, k, h);
+        be_moe_unpermute_bwd(m->be, s->dye, s->dprobs, dbranch, a->ye, rows_here(a), a->probs, T, k, h);
         if (tpg) comm_allreduce(tpg, s->dprobs, (size_t)T * k, COMM_F32, COMM_SUM);
         if (ep > 1) { /* the outputs' gradients to the ranks of their experts, as the rows went */
             to_experts(m, a, s->xchg, s->dyl, s->dye + ob * h, h);
@@ -714,7 +720,7 @@ static void bwd(const block_io *io, float *dx, void *gv, const float *dbranch, c
         comm_reduce_scatter(m->ps->ep_group, s->gbuf, dx, (size_t)T * h, COMM_F32, COMM_SUM);
     } else {
         be_zero(m->be, dx, (size_t)T * h);
-        be_moe_permute_bwd(m->be, dx, s->dxe, a->rowm, T, k, h);
+        be_moe_permute_bwd(m->be, dx, s->dxe, rows_here(a), T, k, h);
     }
     float *dx_once = !tpg || m->ps->tp_rank == 0 ? dx : s->dye; /* s->dye: done with, T k >= T rows */
     if (c->moe_shared_ffn > 0) {
