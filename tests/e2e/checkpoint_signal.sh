@@ -13,6 +13,7 @@
 #  2. Without it: the save is lost (SIGKILL), but it is reported: a warning at start names the
 #     grace period and how to raise it, and the signal and the save that started are printed.
 . "$(dirname "$0")/checkpoint_lib.sh"
+. "$(dirname "$0")/../session_dir.sh"
 unset OMPI_MCA_odls_base_sigkill_timeout
 latest() { cat "$1/latest_checkpointed_iteration.txt" 2>/dev/null; }
 
@@ -22,6 +23,7 @@ latest() { cat "$1/latest_checkpointed_iteration.txt" 2>/dev/null; }
 # The three runs go at once (mostly asleep in mpirun's grace); outcome NAME sets $rc $took $n.
 sigterm_mpirun() {
   local name=$1 logi=$2; shift 2
+  own_session_dir
   TRIDENT_TEST_SAVE_DELAY_MS=700 "${MPIRUN[@]}" "$@" -np 2 "$TRIDENT" train "${BASE[@]}" --tensor-model-parallel-size 1 \
     --make-vocab-size-divisible-by 512 --train-iters 100000 --exit-signal-handler --save "$name" \
     --eval-interval "$logi" --log-interval "$logi" --metrics-file "$name.jsonl" >"$name.log" 2>&1 &

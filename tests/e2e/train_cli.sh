@@ -8,6 +8,7 @@ set -u
 [ "$(id -u)" -eq 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMP_NUM_THREADS=1 OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_mpi_yield_when_idle=1
 MPIRUN=(mpirun --oversubscribe --bind-to none)
+. "$(dirname "$0")/../session_dir.sh"
 pass=0 fail=0
 ok() { echo "ok: $*"; pass=$((pass + 1)); }
 bad() { echo "FAIL: $*"; fail=$((fail + 1)); }
@@ -93,6 +94,7 @@ expect "layer freq zero" 2 "--moe-layer-freq 0: give an integer N >= 1" \
 # runs one after another did.
 runs=$(mktemp -d)
 flag_run() { # i: one run, its exit code and output in $runs/i
+  own_session_dir
   timeout 120 "${MPIRUN[@]}" -np 4 "$TRIDENT" train --num-layers two >"$runs/$1.out" 2>&1
   echo $? >"$runs/$1.rc"
 }

@@ -8,6 +8,7 @@
 set -u
 [ "$(id -u)" -eq 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 trident=$1 data=$2 vocab=$3 merges=$4
+. "$(dirname "$0")/../session_dir.sh"
 mpirun=(mpirun --oversubscribe --bind-to none --mca odls_base_sigkill_timeout 60)
 base=(--vocab-file "$vocab" --merge-file "$merges" --split 90,10,0 --num-layers 4
       --hidden-size 32 --num-attention-heads 4 --seq-length 16 --micro-batch-size 1 --train-iters 2 --peak-tflops 1)
@@ -24,6 +25,7 @@ nchecks=0
 check_one() {
   local name=$1 want=$2 text=$3 np=$4; shift 4
   local out rc
+  own_session_dir
   out=$(timeout 50 "${mpirun[@]}" -np "$np" "$trident" train "${base[@]}" "$@" 2>&1); rc=$?
   if [ "$rc" -eq "$want" ] && grep -qF -- "$text" <<<"$out"; then
     echo "ok: $name (exit $rc): $(grep -F -- "$text" <<<"$out" | head -1)"
@@ -82,6 +84,11 @@ start_job() {
   job=$!
   for _ in $(seq 1 300); do grep -qE "iteration +[0-9]+/" "$log" && break; sleep 0.2; done
 }
+# started LOG VICTIM: false, with a FAIL line, when the job never started (no rank to fault)
+started() {
+  [ -n "$2" ] && return 0
+  echo "FAIL: the job did not start, output:"; tail -5 "$1"; return 1
+}
 # end_job NAME LIMIT_S TEXT: the job must end non-zero within LIMIT_S, its output holding TEXT (the
 # verdict is the line it prints: "ok: ..." or "FAIL: ...").
 end_job() {
@@ -105,7 +112,7 @@ end_job() {
 # checks above): the stopped rank's job mostly waits out its timeout.
 results=$(mktemp -d)
 # fault N NAME: runs the function NAME in the background, its lines to $results/N.
-fault() { "$2" >"$results/$1" 2>&1 & }
+fault() { (own_session_dir; "$2") >"$results/$1" 2>&1 & }
 
 # A rank killed with SIGKILL in the middle of training: the job must end, non-zero, within 20 s
 # (mpirun alone: 119 s), the others naming the rank lost by its pid and host.
@@ -113,6 +120,7 @@ killed_rank() {
   local log victim; log=$(mktemp)
   start_job "$log" --pipeline-model-parallel-size 2
   victim=$(ranks_of "$job" | tail -1)
+  started "$log" "$victim" || return
   kill -9 "$victim"
   end_job "killed rank" 20 "(pid $victim on $(hostname)) is gone (killed or crashed): ending the job"
   rm -f "$log"
@@ -131,6 +139,7 @@ killed_rank_other_node() {
   log=$(mktemp)
   start_job "$log" --pipeline-model-parallel-size 2
   victim=$(ranks_of "$job" | tail -1)
+  started "$log" "$victim" || return
   kill -9 "$victim"
   start=$(date +%s)
   for _ in $(seq 1 200); do kill -0 "$job" 2>/dev/null || break; sleep 0.1; done
@@ -157,6 +166,7 @@ stopped_rank() {
   local log victim; log=$(mktemp)
   start_job "$log" --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --distributed-timeout-minutes 0.05
   victim=$(ranks_of "$job" | tail -1)
+  started "$log" "$victim" || return
   kill -STOP "$victim"
   end_job "stopped rank" 30 "no progress for"
   kill -CONT "$victim" 2>/dev/null
@@ -175,6 +185,7 @@ stopped_rank_ring() {
   local log victim; log=$(mktemp)
   TRIDENT_RING_MIN_BYTES=0 start_job "$log" --distributed-timeout-minutes 0.05
   victim=$(ranks_of "$job" | tail -1)
+  started "$log" "$victim" || return
   kill -STOP "$victim"
   end_job "stopped rank in a ring all-reduce" 30 "no progress for"
   kill -CONT "$victim" 2>/dev/null
