@@ -3,11 +3,11 @@
 # TCP between the nodes: plain, with the distributed optimizer and both overlaps (many buckets in
 # flight, each a chain of in-node and rail stages), and auto; each against the one-rank run within
 # 1e-5, and the log must say the buckets went hierarchical (auto: both times printed).
-# Environment (tests/cluster/cluster.cmake): TRIDENT, DATA, VOCAB, MERGES, WORK, COMPARE_RUNS, ROOT.
+# Environment (tests/cluster/cluster.cmake): TRIDENT, BYTES_DATA, BYTES_TOKENIZER, WORK, COMPARE_RUNS, ROOT.
 set -u
 . "$(dirname "$0")/two_nodes.sh"
 two_nodes dphier
-BASE=(--data-path "$DATA" --vocab-file "$VOCAB" --merge-file "$MERGES" --split 90,10,0 --num-layers 4
+BASE=(--data-path "$BYTES_DATA" --tokenizer-type HuggingFaceTokenizer --tokenizer-model "$BYTES_TOKENIZER" --split 90,10,0 --num-layers 4
       --hidden-size 64 --num-attention-heads 4 --seq-length 32 --max-position-embeddings 32
       --hidden-dropout 0.1 --attention-dropout 0.1 --global-batch-size 8 --micro-batch-size 1 --lr 1e-3
       --seed 7 --train-iters 3 --log-interval 100 --eval-iters 0 --make-vocab-size-divisible-by 512)

@@ -7,15 +7,17 @@
 # mpirun's own message, which comes first), leave only whole checkpoints, and then resume on
 # node1 alone (tp 2, dp 1: same global batch, twice the micro-batches) along the one-rank run's
 # trajectory within 1e-5.
-# Environment (tests/cluster/cluster.cmake): TRIDENT, DATA, VOCAB, MERGES, WORK, COMPARE_RUNS, ROOT.
+# Environment (tests/cluster/cluster.cmake): TRIDENT, BYTES_DATA, BYTES_TOKENIZER, WORK, COMPARE_RUNS, ROOT.
 set -u
 kind=$1
 # the job's --distributed-timeout-minutes (the other runs keep the default: a slow load under ASan is no
 # fault): 6 s, as the start-up's collectives wait too (at 3 s a cut job's start timed out once, the
 # suite running four such jobs beside other tests under ctest -j)
 TIMEOUT_S=6
-LAST=12     # the iteration every run ends at (--exit-interval): the lr schedule is that of 1000 iterations in all
-BASE=(--data-path "$DATA" --vocab-file "$VOCAB" --merge-file "$MERGES" --split 90,10,0 --num-layers 4
+LAST=40     # the iteration every run ends at (--exit-interval): the lr schedule is that of 1000 iterations in all;
+            # the fault lands within a few iterations of the first save at 2 (up to 10 measured, at 20 ms an
+            # iteration while the suite runs), and must land before this
+BASE=(--data-path "$BYTES_DATA" --tokenizer-type HuggingFaceTokenizer --tokenizer-model "$BYTES_TOKENIZER" --split 90,10,0 --num-layers 4
       --hidden-size 64 --num-attention-heads 4 --seq-length 32 --max-position-embeddings 32
       --hidden-dropout 0.1 --attention-dropout 0.1 --global-batch-size 8 --micro-batch-size 2 --lr 1e-3
       --seed 7 --train-iters 1000 --log-interval 100 --eval-iters 0)

@@ -5,11 +5,11 @@
 # interleaved and 1F1B with validation (both with scatter/gather: each rank sends half of each stage
 # transfer across the network, its node's pair all-gathers it), pp 2 x dp 2 with the distributed
 # optimizer, tp 2 x dp 2 with both overlaps, and tp 2 x dp 2 dealt round-robin.
-# Environment (tests/cluster/cluster.cmake): TRIDENT, DATA, VOCAB, MERGES, WORK, COMPARE_RUNS, ROOT.
+# Environment (tests/cluster/cluster.cmake): TRIDENT, BYTES_DATA, BYTES_TOKENIZER, WORK, COMPARE_RUNS, ROOT.
 set -u
 . "$(dirname "$0")/two_nodes.sh"
 two_nodes layouts
-BASE=(--data-path "$DATA" --vocab-file "$VOCAB" --merge-file "$MERGES" --split 90,10,0 --num-layers 4
+BASE=(--data-path "$BYTES_DATA" --tokenizer-type HuggingFaceTokenizer --tokenizer-model "$BYTES_TOKENIZER" --split 90,10,0 --num-layers 4
       --hidden-size 64 --num-attention-heads 4 --seq-length 32 --max-position-embeddings 32
       --hidden-dropout 0.1 --attention-dropout 0.1 --global-batch-size 8 --micro-batch-size 2 --lr 1e-3
       --seed 7 --train-iters 3 --log-interval 100 --eval-iters 0)

@@ -7,7 +7,7 @@
 #     the flags say, and the run continues exactly;
 #  3. model flags left out: taken from the checkpoint with a note, and the run continues exactly;
 #  4. --use-checkpoint-args without --load, and `trident eval` with a differing flag: exit 2.
-. "$(dirname "$0")/checkpoint_lib.sh"
+CKPT_TOKENS=bytes . "$(dirname "$0")/checkpoint_lib.sh"
 train 1 1 --train-iters 4 --metrics-file full.jsonl --dump-params full.params >/dev/null || { bad "reference run failed"; cat "$last_log"; }
 train 1 1 --train-iters 4 --exit-interval 2 --save src >/dev/null || { bad "source run failed"; cat "$last_log"; }
 tail -n 2 full.jsonl >full_tail.jsonl

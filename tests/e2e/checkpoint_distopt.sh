@@ -6,7 +6,7 @@
 # one (dp 2, one rank), and a plain checkpoint continued with the distributed optimizer, each
 # within 1e-5 of the run that never stopped; re-saving a dp 4 sharded checkpoint with the plain
 # optimizer changes no bit (`trident checkpoint compare`).
-. "$(dirname "$0")/checkpoint_lib.sh"
+CKPT_TOKENS=bytes . "$(dirname "$0")/checkpoint_lib.sh"
 DIST=(--use-distributed-optimizer --ddp-bucket-size 100000)
 
 # exact resume
@@ -37,10 +37,20 @@ if [ "$n" = 4 ] && [ ! -e d4/iter_0000002/optim_tp000_pp000.safetensors ] &&
    [ "$(jq .format_version d4/iter_0000002/meta.json)" = 2 ]; then
   ok "dp 4: four optimizer shards, one per data-parallel rank, listed in meta.json (format 2)"
 else bad "dp 4: optimizer shards not one per dp rank"; ls d4/iter_0000002; fi
-# every shard holds a quarter of the moments
-sizes=$(stat -c %s d4/iter_0000002/optim_tp000_pp000_dp00*.safetensors | sort -n | sed -n '1p;$p' | xargs)
-if awk -v a="${sizes% *}" -v b="${sizes#* }" 'BEGIN { exit !(b < 1.01 * a) }'; then ok "dp 4: optimizer shards of equal size ($sizes bytes)"
-else bad "dp 4: optimizer shard sizes differ: $sizes"; fi
+# every shard holds a quarter of the moments: the same bytes of tensor data (its safetensors
+# header's offsets; the headers themselves differ, naming the tensors each shard cuts)
+sizes=$(python3 - d4/iter_0000002/optim_tp000_pp000_dp00*.safetensors <<'PY'
+import json, struct, sys
+for f in sys.argv[1:]:
+    with open(f, "rb") as fh:
+        n = struct.unpack("<Q", fh.read(8))[0]
+        h = json.loads(fh.read(n))
+    print(sum(v["data_offsets"][1] - v["data_offsets"][0] for k, v in h.items() if k != "__metadata__"))
+PY
+)
+if [ "$(sort -u <<<"$sizes" | wc -l)" = 1 ] && [ "$(head -1 <<<"$sizes")" -gt 0 ]; then
+  ok "dp 4: optimizer shards of equal size ($(head -1 <<<"$sizes") bytes of tensor data each)"
+else bad "dp 4: optimizer shard sizes differ: $(xargs <<<"$sizes")"; fi
 
 continue_from() { # src_prefix name np tp flags...
   local src=$1 name=$2 np=$3 tp=$4; shift 4

@@ -2,7 +2,7 @@
 # Stopping a run cleanly: --exit-interval, --exit-duration-in-mins and --exit-signal-handler
 # (SIGTERM to one rank, as a scheduler sends it) each save and exit 0 on every rank, with latest
 # naming the last iteration done; and --keep-last prunes.
-. "$(dirname "$0")/checkpoint_lib.sh"
+CKPT_TOKENS=bytes . "$(dirname "$0")/checkpoint_lib.sh"
 latest() { cat "$1/latest_checkpointed_iteration.txt" 2>/dev/null; }
 
 if train 2 1 --pipeline-model-parallel-size 2 --train-iters 10 --exit-interval 3 --save ei --metrics-file ei.jsonl &&

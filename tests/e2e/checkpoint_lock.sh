@@ -4,7 +4,7 @@
 # and the first finishes intact. The first is paused (SIGSTOP) while the second tries, so the
 # overlap does not depend on timing. The lock is free again once its holder ends, normally or
 # by kill -9 (checked with util-linux flock, independent of trident, and by a next run).
-. "$(dirname "$0")/checkpoint_lib.sh"
+CKPT_TOKENS=bytes . "$(dirname "$0")/checkpoint_lib.sh"
 LOCK=.trident-save.lock
 
 # wait_lock DIR: until the holder has written its name into DIR's lock file (at most ~60 s)

@@ -6,7 +6,7 @@
 # checkpoint loads into tp2 x pp2 x dp2, and `trident checkpoint compare` finds a checkpoint
 # re-saved by another layout right after loading bit-identical to the original. And checkpoints
 # saved at dp 2 (tp1 x dp2, tp2 x dp2) continue at dp 1 within 1e-5 of the runs that never stopped.
-. "$(dirname "$0")/checkpoint_lib.sh"
+CKPT_TOKENS=bytes . "$(dirname "$0")/checkpoint_lib.sh"
 train 4 2 --pipeline-model-parallel-size 2 --train-iters 4 --save src --save-interval 2 \
   --metrics-file base.jsonl --dump-params base.params || { bad "source run failed"; cat "$last_log"; finish; exit; }
 tail -n 2 base.jsonl >base_tail.jsonl

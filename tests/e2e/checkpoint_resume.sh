@@ -2,7 +2,7 @@
 # Exact resume: in each layout, a run of 6 iterations and a run stopped at 3 (--exit-interval,
 # which saves) then resumed with --load to 6 write bit-identical metrics (loss, lr, grad norm,
 # validation loss; timing fields aside) and bit-identical final parameters.
-. "$(dirname "$0")/checkpoint_lib.sh"
+CKPT_TOKENS=bytes . "$(dirname "$0")/checkpoint_lib.sh"
 check_layout() { # name np tp flags...
   local name=$1 np=$2 tp=$3; shift 3
   rm -rf "$name" && mkdir "$name"
