@@ -67,19 +67,33 @@ cpu_root() {
   else return 1; fi
 }
 
+cpu_quota() { # cores: the quota in microseconds of each 10 ms period
+  awk -v c="$1" 'BEGIN { q = int(c * 10000 + 0.5); if (q < 1000) exit 1; print q }' ||
+    die "--cpus $1: give the cores a node has, 0.1 or more"
+}
+
+set_cpu_quota() { # group, quota
+  if [ -f "$1/cpu.max" ]; then echo "$2 10000" > "$1/cpu.max"
+  else echo 10000 > "$1/cpu.cfs_period_us" && echo "$2" > "$1/cpu.cfs_quota_us"; fi
+}
+
 cpu_groups_up() { # cores, nodes
   local root; root=$(cpu_root) || die "--cpus needs a CPU cgroup controller (/sys/fs/cgroup/cpu or cgroup v2's cpu): none here"
-  local quota; quota=$(awk -v c="$1" 'BEGIN { q = int(c * 10000 + 0.5); if (q < 1000) exit 1; print q }') ||
-    die "--cpus $1: give the cores a node has, 0.1 or more"
+  local quota; quota=$(cpu_quota "$1") || exit 1
   local top=$root/trident-cluster.$$
   [ "$root" != /sys/fs/cgroup ] || echo +cpu > "$root/cgroup.subtree_control" 2>/dev/null || true
   mkdir "$top" && echo "$top" > "$dir/cgroup"
   [ "$root" != /sys/fs/cgroup ] || echo +cpu > "$top/cgroup.subtree_control"
   for k in $(seq "$2"); do
     mkdir "$top/node$k"
-    if [ "$root" = /sys/fs/cgroup ]; then echo "$quota 10000" > "$top/node$k/cpu.max"
-    else echo 10000 > "$top/node$k/cpu.cfs_period_us" && echo "$quota" > "$top/node$k/cpu.cfs_quota_us"; fi
+    set_cpu_quota "$top/node$k" "$quota"
   done
+}
+
+cpus() { # cores: every node's CPU time from now on (the cluster was made with --cpus)
+  [ -f "$dir/cgroup" ] || die "cpus $1: the cluster has no CPU groups (make it with up N --cpus C)"
+  local quota g; quota=$(cpu_quota "$1") || exit 1
+  for g in "$(cat "$dir/cgroup")"/node*; do set_cpu_quota "$g" "$quota"; done
 }
 
 cpu_groups_down() {
@@ -222,5 +236,6 @@ case ${1:-} in
   down) down ;;
   run) shift; [ $# -ge 2 ] || { echo "cluster.sh: run NODE CMD..." >&2; exit 2; }; run "$@" ;;
   fault) shift; [ $# -eq 2 ] || { echo "cluster.sh: fault NODE kill|cut|loss|stop|heal" >&2; exit 2; }; fault "$@" ;;
-  *) echo "usage: scripts/cluster.sh up N [--ranks-per-node K] [--rate RATE] [--cpus C] [--private-disk] [--slurm] | run NODE CMD... | fault NODE KIND | down" >&2; exit 2 ;;
+  cpus) shift; [ $# -eq 1 ] || { echo "cluster.sh: cpus C (each node's cores of CPU time)" >&2; exit 2; }; cpus "$1" ;;
+  *) echo "usage: scripts/cluster.sh up N [--ranks-per-node K] [--rate RATE] [--cpus C] [--private-disk] [--slurm] | run NODE CMD... | fault NODE KIND | cpus C | down" >&2; exit 2 ;;
 esac
