@@ -11,6 +11,7 @@
 #          --slurm: munge, slurmctld and a slurmd per node of K CPUs, see scripts/cluster-slurm.sh)
 #        scripts/cluster.sh run NODE CMD...    (NODE: node1 .. nodeN)
 #        scripts/cluster.sh fault NODE kill|cut|loss|stop|heal   (what can go wrong with a node)
+#        scripts/cluster.sh cpus C   (every node's CPU share from now on; the cluster was made with --cpus)
 #        scripts/cluster.sh down
 # Environment: CLUSTER_DIR (default /run/trident-cluster; not under /tmp, which each node has its own of): the hostfile, the rsh agent
 # (CLUSTER_DIR/rsh), the node table. `up` removes what it made if it fails; `down` removes all.
