@@ -24,19 +24,15 @@ printf '{"name": "half-h100", "base": "dgx-h100", "gpus_per_node": 4, "memory_gi
 if out=$("$TRIDENT" plan "${M[@]}" --num-gpus 512 --cluster cluster.json --top 1) && grep -q "of half-h100 (4 a node" <<<"$out" &&
    ! grep -q "^ *8 " <<<"$out"; then ok "cluster file from a preset: $(head -n 1 <<<"$out" | cut -c1-160)"
 else bad "cluster file"; echo "$out"; fi
-# this machine: calibrated over two ranks, then a layout evaluated on it
-if timeout 120 mpirun --oversubscribe --bind-to none -np 2 "$TRIDENT" plan --calibrate --calibrate-seconds 0.05 >me.json 2>cal.log &&
+# this machine, calibrated as 4 ranks on 2 hosts (TRIDENT_TEST_HOSTS): nodes, ranks a node and both
+# links written (the real network: cluster/plan_calibrate); then a layout evaluated on it
+if timeout 120 env TRIDENT_TEST_HOSTS=2 mpirun --oversubscribe --bind-to none -x TRIDENT_TEST_HOSTS -np 4 "$TRIDENT" plan --calibrate --calibrate-seconds 0.05 >me.json 2>cal.log &&
    grep -q '"framework":.*"trident-cpu"' me.json &&
+   python3 -c 'import json, sys; c = json.load(open("me.json")); sys.exit(not (c["nodes"] == 2 and c["gpus_per_node"] == 2 and c["inter_node_bandwidth"] > 0 and c["intra_node_bandwidth"] > 0 and c["name"].startswith("2 nodes x 2 ranks")))' &&
    out=$("$TRIDENT" plan --num-layers 4 --hidden-size 64 --num-attention-heads 4 --seq-length 64 --vocab-size 50257 \
          --global-batch-size 8 --cluster me.json --num-gpus 2 --tensor-model-parallel-size 2 --json) &&
-   grep -q '"fits": true' <<<"$out"; then ok "--calibrate: $(tr -d '\n\t' <me.json | cut -c1-200)..."
-else bad "--calibrate"; cat cal.log me.json; echo "${out:-}"; fi
-# across nodes, as this machine's 4 ranks on 2 hosts (TRIDENT_TEST_HOSTS): nodes, ranks a node and both
-# links written (the real network: cluster/plan_calibrate)
-if timeout 120 env TRIDENT_TEST_HOSTS=2 mpirun --oversubscribe --bind-to none -x TRIDENT_TEST_HOSTS -np 4 "$TRIDENT" plan --calibrate --calibrate-seconds 0.05 >two.json 2>cal2.log &&
-   python3 -c 'import json, sys; c = json.load(open("two.json")); sys.exit(not (c["nodes"] == 2 and c["gpus_per_node"] == 2 and c["inter_node_bandwidth"] > 0 and c["intra_node_bandwidth"] > 0 and c["name"].startswith("2 nodes x 2 ranks")))'
-then ok "--calibrate on 2 hosts of 2 ranks: $(tr -d '\n\t' <two.json | cut -c1-120)..."
-else bad "--calibrate on 2 hosts"; cat cal2.log two.json; fi
+   grep -q '"fits": true' <<<"$out"; then ok "--calibrate on 2 hosts of 2 ranks: $(tr -d '\n\t' <me.json | cut -c1-200)..."
+else bad "--calibrate on 2 hosts"; cat cal.log me.json; echo "${out:-}"; fi
 # the calibrated figures against physical bounds of this machine (they fail when a unit or a
 # count is wrong): fmax = cpufreq's cpuinfo_max_freq, else twice the highest "cpu MHz" of
 # /proc/cpuinfo (server parts boost less than 2x their nominal clock); a core does at most
