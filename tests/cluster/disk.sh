@@ -12,6 +12,8 @@
 # (--verbose 2), grouped by the node the rank ran on, and held against the files on each disk.
 # Environment (tests/cluster/cluster.cmake): TRIDENT, DATA, VOCAB, MERGES, WORK, COMPARE_RUNS, ROOT.
 set -u
+. "$(dirname "$0")/../session_dir.sh"
+own_session_dir # its jobs apart from those of the tests beside it
 export CLUSTER_DIR=/run/trident-cluster-disk.$$
 cluster=$ROOT/scripts/cluster.sh
 trap '"$cluster" down' EXIT

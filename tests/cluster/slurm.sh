@@ -18,6 +18,8 @@
 #  slurmd that cannot start makes `up --slurm` say so in one line and exit 77, leaving nothing.
 # Environment (tests/cluster/cluster.cmake): TRIDENT, DATA, VOCAB, MERGES, WORK, COMPARE_RUNS, ROOT.
 set -u
+. "$(dirname "$0")/../session_dir.sh"
+own_session_dir # its jobs apart from those of the tests beside it
 export CLUSTER_DIR=/run/trident-cluster-slurm.$$
 cluster=$ROOT/scripts/cluster.sh
 trap '"$cluster" down; CLUSTER_DIR=$CLUSTER_DIR.planted "$cluster" down' EXIT

@@ -2,7 +2,10 @@
 # shaped to 1 Gbit/s (CLUSTER_DIR /run/trident-cluster-NAME.PID, removed on exit; exits 77, saying
 # why, where namespaces cannot be made), makes WORK afresh and enters it, and sets the ranks'
 # environment: one OpenMP thread, root allowed, TCP between the nodes (the suite's one-node
-# transports unset). Needs ROOT and WORK; sets $cluster.
+# transports unset), each script's Open MPI jobs under a session directory base of their own
+# (the node-fault kinds and the Slurm test run side by side: tests/session_dir.sh). Needs ROOT and
+# WORK; sets $cluster.
+. "$(dirname "${BASH_SOURCE[0]}")/../session_dir.sh"
 two_nodes() {
   export CLUSTER_DIR=/run/trident-cluster-$1.$$
   cluster=$ROOT/scripts/cluster.sh
@@ -11,4 +14,5 @@ two_nodes() {
   rm -rf "$WORK" && mkdir -p "$WORK" && cd "$WORK" || exit 1
   export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
   unset OMPI_MCA_pml OMPI_MCA_btl
+  own_session_dir
 }

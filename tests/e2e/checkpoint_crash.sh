@@ -21,7 +21,8 @@ train 1 1 --train-iters 5 --exit-interval 1 --save it1 >/dev/null || { bad "the 
 # run_direct LOG flags...: one rank without mpirun, in the background; pid in $job
 run_direct() {
   local log=$1; shift
-  "$TRIDENT" train "${BASE[@]}" --tensor-model-parallel-size 1 --make-vocab-size-divisible-by 512 "$@" >"$log" 2>&1 &
+  OMPI_MCA_orte_tmpdir_base=$(session_base) "$TRIDENT" train "${BASE[@]}" --tensor-model-parallel-size 1 \
+    --make-vocab-size-divisible-by 512 "$@" >"$log" 2>&1 &
   job=$!
 }
 wait_for() { # seconds test...
@@ -60,7 +61,7 @@ kill_during_save before_rename meta.json
 rm -rf mp && mkdir mp
 train 4 2 --pipeline-model-parallel-size 2 --train-iters 5 --exit-interval 1 --save mp/ckpt >/dev/null ||
   { bad "tp2 x pp2: the run saving iteration 1 failed"; cat "$last_log"; }
-TRIDENT_TEST_SAVE_DELAY_MS=800 timeout 120 "${MPIRUN[@]}" -np 4 "$TRIDENT" train "${BASE[@]}" --tensor-model-parallel-size 2 \
+TRIDENT_TEST_SAVE_DELAY_MS=800 OMPI_MCA_orte_tmpdir_base=$(session_base) timeout 120 "${MPIRUN[@]}" -np 4 "$TRIDENT" train "${BASE[@]}" --tensor-model-parallel-size 2 \
   --make-vocab-size-divisible-by 256 --pipeline-model-parallel-size 2 --train-iters 5 --load mp/ckpt --save mp/ckpt \
   --save-interval 1 >mp/run.log 2>&1 &
 job=$!

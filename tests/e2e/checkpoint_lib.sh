@@ -14,6 +14,8 @@ export OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader OMPI_MCA_ess_singleton_isolated=
 # a waiting rank yields its core, also when a job has no more ranks than cores (TD_MPI_ENV says why)
 export OMPI_MCA_mpi_yield_when_idle=1
 MPIRUN=(mpirun --oversubscribe --bind-to none)
+# each run its own session directory base: several run at once in some scripts (session_dir.sh)
+. "$(dirname "${BASH_SOURCE[0]}")/../session_dir.sh"
 pass=0 fail=0
 rm -rf "$WORK" && mkdir -p "$WORK" && cd "$WORK" || exit 1
 
@@ -41,8 +43,8 @@ train() {
   local np=$1 tp=$2 launch=("${MPIRUN[@]}" -np "$1"); shift 2
   [ "$np" = 1 ] && launch=()
   last_log=$WORK/run$((++nrun)).log
-  timeout 120 "${launch[@]}" "$TRIDENT" train "${BASE[@]}" --tensor-model-parallel-size "$tp" \
-    --make-vocab-size-divisible-by $((512 / tp)) "$@" >"$last_log" 2>&1
+  OMPI_MCA_orte_tmpdir_base=$(session_base) timeout 120 "${launch[@]}" "$TRIDENT" train "${BASE[@]}" \
+    --tensor-model-parallel-size "$tp" --make-vocab-size-divisible-by $((512 / tp)) "$@" >"$last_log" 2>&1
 }
 nrun=0
 

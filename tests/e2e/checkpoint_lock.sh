@@ -12,8 +12,8 @@ wait_lock() { local k; for k in $(seq 600); do [ -s "$1/$LOCK" ] && return 0; sl
 stop_ranks() { local p; for p in $(ranks_of "$1"); do kill "-$2" "$p"; done; }
 
 # A: 2 ranks, seed 7, saving every iteration
-timeout 200 "${MPIRUN[@]}" -np 2 "$TRIDENT" train "${BASE[@]}" --tensor-model-parallel-size 2 \
-  --make-vocab-size-divisible-by 256 --train-iters 4 --save shared --save-interval 1 >a.log 2>&1 &
+OMPI_MCA_orte_tmpdir_base=$(session_base) timeout 200 "${MPIRUN[@]}" -np 2 "$TRIDENT" train "${BASE[@]}" \
+  --tensor-model-parallel-size 2 --make-vocab-size-divisible-by 256 --train-iters 4 --save shared --save-interval 1 >a.log 2>&1 &
 a=$!
 if ! wait_lock shared; then
   bad "run A wrote no lock file into shared/"; ls -a shared; tail -3 a.log; kill $a; finish; exit
@@ -46,8 +46,8 @@ if train 2 2 --train-iters 6 --load shared --save shared && [ "$(cat shared/late
 then ok "a later run into shared (resuming A) saves iteration 6"; else bad "the run after A:"; tail -3 "$last_log"; fi
 
 # a holder killed with kill -9 leaves no stale lock
-timeout 200 "${MPIRUN[@]}" -np 2 "$TRIDENT" train "${BASE[@]}" --tensor-model-parallel-size 2 \
-  --make-vocab-size-divisible-by 256 --train-iters 100 --save killed --save-interval 1000 >c.log 2>&1 &
+OMPI_MCA_orte_tmpdir_base=$(session_base) timeout 200 "${MPIRUN[@]}" -np 2 "$TRIDENT" train "${BASE[@]}" \
+  --tensor-model-parallel-size 2 --make-vocab-size-divisible-by 256 --train-iters 100 --save killed --save-interval 1000 >c.log 2>&1 &
 c=$!
 if wait_lock killed; then
   stop_ranks $c STOP

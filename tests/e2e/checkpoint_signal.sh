@@ -13,7 +13,6 @@
 #  2. Without it: the save is lost (SIGKILL), but it is reported: a warning at start names the
 #     grace period and how to raise it, and the signal and the save that started are printed.
 CKPT_TOKENS=bytes . "$(dirname "$0")/checkpoint_lib.sh"
-. "$(dirname "$0")/../session_dir.sh"
 unset OMPI_MCA_odls_base_sigkill_timeout
 latest() { cat "$1/latest_checkpointed_iteration.txt" 2>/dev/null; }
 

@@ -18,12 +18,21 @@
      within --shutdown-grace.
 Every wait is bounded. Environment: TRIDENT, DATA, VOCAB, MERGES, WORK, MODEL (a saved checkpoint: the shared
 e2e/gen_models fixture)."""
-import atexit, json, os, re, shutil, signal, socket, subprocess, sys, threading, time, urllib.error, urllib.request
+import atexit, json, os, re, shutil, signal, socket, subprocess, sys, tempfile, threading, time, urllib.error, urllib.request
 
 T, WORK = os.environ["TRIDENT"], os.environ["WORK"]
 TOK = ["--vocab-file", os.environ["VOCAB"], "--merge-file", os.environ["MERGES"]]
 shutil.rmtree(WORK, ignore_errors=True); os.makedirs(WORK); os.chdir(WORK)
 env = dict(os.environ, OMP_NUM_THREADS="1", OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+_base = os.environ.get("OMPI_MCA_orte_tmpdir_base", "/tmp")
+
+
+def penv():
+    """env with a session directory base of this process's own: servers and `trident generate` run
+    at once, and Open MPI 4.1 removes a shared base's top directory under a starting job
+    (tests/session_dir.sh)."""
+    os.makedirs(_base, exist_ok=True)
+    return dict(env, OMPI_MCA_orte_tmpdir_base=tempfile.mkdtemp(prefix="s.", dir=_base))
 passed = failed = 0
 count_lock = threading.Lock()  # (h) runs in a thread of its own
 def ok(m):
@@ -40,14 +49,14 @@ CK = os.environ["MODEL"]  # trained once by e2e/gen_models (tests/e2e/gen_models
 # initialisation decides), at 80 it was 0.16, at 120 0.002.
 with open("a.jsonl", "w") as f:
     for _ in range(400): f.write('{"text": "a"}\n')
-subprocess.run([T, "preprocess", "--input", "a.jsonl", "--output-prefix", "a", "--append-eod", *TOK], env=env,
+subprocess.run([T, "preprocess", "--input", "a.jsonl", "--output-prefix", "a", "--append-eod", *TOK], env=penv(),
                check=True, capture_output=True, timeout=120)
 subprocess.run([T, "train", "--data-path", "a_text_document", *TOK, "--split", "100,0,0", "--num-layers", "1",
                 "--hidden-size", "32", "--num-attention-heads", "2", "--seq-length", "16", "--micro-batch-size", "4",
                 "--train-iters", "100", "--lr", "1e-2", "--hidden-dropout", "0", "--attention-dropout", "0",
                 "--eval-iters", "0", "--log-interval", "1000", "--make-vocab-size-divisible-by", "256", "--peak-tflops", "1",
                 "--save", "eodck"],
-               env=env, check=True, capture_output=True, timeout=300)
+               env=penv(), check=True, capture_output=True, timeout=300)
 
 def free_port():
     s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]; s.close(); return p
@@ -64,7 +73,7 @@ def start(np_, tp, ck=CK, extra=(), tag=""):
     cmd = [T, "serve", "--load", ck, *TOK, "--port", str(port), "--tensor-model-parallel-size", str(tp), *extra]
     if np_ > 1: cmd = ["mpirun", "--oversubscribe", "--bind-to", "none", "-np", str(np_)] + cmd
     log = f"serve{np_}{tag}.log"
-    p = subprocess.Popen(cmd, env=env, stdout=open(log, "w"), stderr=subprocess.STDOUT)
+    p = subprocess.Popen(cmd, env=penv(), stdout=open(log, "w"), stderr=subprocess.STDOUT)
     atexit.register(lambda: p.poll() is None and p.kill())  # a failed check never leaves a server behind
     for _ in range(600):
         try:
@@ -206,7 +215,7 @@ prompts = ["First Citizen: Before we proceed", "ROMEO: I will", "KING HENRY: My 
 expect = {}
 for pr in prompts:
     out = subprocess.run([T, "generate", "--load", CK, *TOK, "--prompt", pr, "--max-new-tokens", "24", "--greedy"],
-                         env=env, capture_output=True, timeout=120).stdout.decode(errors="replace")
+                         env=penv(), capture_output=True, timeout=120).stdout.decode(errors="replace")
     text = "".join(l for l in out.splitlines(True) if not l.startswith("generate: "))
     expect[pr] = text[:-1] if text.endswith("\n") else text  # generate ends the text with one newline
 
@@ -295,7 +304,7 @@ good = (meg.get("text") == ["a"] and meg["segments"][0][-1] == "<|endoftext|>" a
 (ok if good else bad)("the end-of-document token ends a completion (finish_reason stop) and is never in the text" +
                       ("" if good else f": {resp[:200]} {resp2[:300]} {raw[:300]}"))
 def generated(*args):  # trident generate's text: stdout without its log lines
-    out = subprocess.run([T, "generate", "--load", "eodck", *TOK, *args], env=env, capture_output=True,
+    out = subprocess.run([T, "generate", "--load", "eodck", *TOK, *args], env=penv(), capture_output=True,
                          timeout=120).stdout
     return b"".join(l for l in out.splitlines(True) if not l.startswith(b"generate: "))
 out = generated("--prompt", "a", "--max-new-tokens", "5", "--greedy")
