@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # `trident plan --calibrate` across 2 emulated nodes of 2 ranks (scripts/cluster.sh, each node's
 # link shaped to 1 Gbit/s by tc): the cluster file names 2 nodes of 2 ranks, the node's link
-# (a rank's share x its ranks) between 0.3 and 1.1 Gbit/s, the link inside a node faster than the
+# (a rank's share x its ranks) between 0.3 and 1.25 Gbit/s (tbf lets a 256 KB burst pass at the
+# veth's speed, a sixteenth of the largest all-reduce's 4 MiB; 1.16 was measured once, an idle
+# machine fitting its four sizes), the link inside a node faster than the
 # one across, and `trident plan` with that file prices tp 2 x dp 2's data-parallel pairs across
 # the nodes. Environment (tests/cluster/cluster.cmake): TRIDENT, WORK, ROOT.
 set -u
@@ -16,7 +18,7 @@ c = json.load(open(sys.argv[1]))
 link = c["inter_node_bandwidth"] * c["gpus_per_node"] * 8  # bits/s through one node's link
 checks = [
     (c["nodes"] == 2 and c["gpus_per_node"] == 2, "2 nodes of 2 ranks: nodes %s, gpus_per_node %s" % (c["nodes"], c["gpus_per_node"])),
-    (0.3e9 <= link <= 1.1e9, "the node's link %.3g bit/s (a rank's share %.3g B/s x 2) in [0.3, 1.1] Gbit/s, shaped to 1" % (link, c["inter_node_bandwidth"])),
+    (0.3e9 <= link <= 1.25e9, "the node's link %.3g bit/s (a rank's share %.3g B/s x 2) in [0.3, 1.25] Gbit/s, shaped to 1" % (link, c["inter_node_bandwidth"])),
     (c["intra_node_bandwidth"] > c["inter_node_bandwidth"] * c["gpus_per_node"], "inside a node %.3g B/s > across %.3g B/s a node" % (c["intra_node_bandwidth"], c["inter_node_bandwidth"] * c["gpus_per_node"])),
     (0 < c["inter_node_latency"] < 0.1 and 0 < c["intra_node_latency"] < 0.1, "latencies %.3g s inside, %.3g s across, in (0, 0.1)" % (c["intra_node_latency"], c["inter_node_latency"])),
 ]
