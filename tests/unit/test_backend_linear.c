@@ -41,6 +41,22 @@ static void mm_ref(void *vc, double *out)
         }
 }
 
+/* One row of a layer large enough for OpenBLAS to thread its GEMV (GPT-2's 768 -> 3072 MLP):
+ * against the double-precision reference. */
+static void matmul_one_row_large(void **state)
+{
+    const backend *be = *state;
+    enum { C = 768, OC = 3072 };
+    float *inp = tb_rand_new(C, 5, -1, 1), *w = tb_rand_new((size_t)OC * C, 6, -0.05, 0.05), *b = tb_rand_new(OC, 7, -1, 1);
+    float *out = tb_zeros(OC);
+    mm_ctx c = {tb_dup(inp, C), tb_dup(w, (size_t)OC * C), tb_dup(b, OC), 1, C, OC};
+    double *ref = malloc(OC * sizeof *ref);
+    be_matmul_fwd(be, out, inp, w, b, 1, C, OC);
+    mm_ref(&c, ref);
+    TB_CLOSE("matmul fwd, one row of 768 -> 3072", out, ref, OC, 1e-5);
+    free(ref), free(inp), free(w), free(b), free(out), free(c.inp), free(c.w), free(c.b);
+}
+
 static void matmul(void **state)
 {
     const backend *be = *state;
@@ -59,6 +75,15 @@ static void matmul(void **state)
     mm_ref(&c, ref);
     TB_CLOSE("matmul fwd (no bias)", out, ref, BT * OC, 1e-5);
     c.b = bd;
+    /* one row (a decoding step: sgemv, not sgemm), with and without the bias */
+    mm_ctx c1 = {c.inp + 2 * C, c.w, bd, 1, C, OC};
+    be_matmul_fwd(be, out, inp + 2 * C, w, b, 1, C, OC);
+    mm_ref(&c1, ref);
+    TB_CLOSE("matmul fwd, one row", out, ref, OC, 1e-5);
+    c1.b = NULL;
+    be_matmul_fwd(be, out, inp + 2 * C, w, NULL, 1, C, OC);
+    mm_ref(&c1, ref);
+    TB_CLOSE("matmul fwd, one row (no bias)", out, ref, OC, 1e-5);
 
     float *dinp = tb_zeros(BT * C), *dw = tb_zeros(OC * C), *db = tb_zeros(OC);
     be_matmul_bwd(be, dinp, dw, db, R, inp, w, BT, C, OC);
@@ -360,6 +385,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(helpers_reject_nan),
         cmocka_unit_test(matmul),
+        cmocka_unit_test(matmul_one_row_large),
         cmocka_unit_test(layernorm),
         cmocka_unit_test(gelu),
         cmocka_unit_test(elementwise),
