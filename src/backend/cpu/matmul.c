@@ -26,6 +26,16 @@ void cpu_colsum_acc(const backend *be, float *db, const float *x, int N, int C)
     }
 }
 
+/* out (n, OC) = inp (n, C) . W^T + beta out. One row (a decoding step of one sequence, or an
+ * expert given one token): sgemm would first copy all of W into its packed layout, tripling the
+ * memory traffic of a product that only needs to read W once; sgemv reads it once
+ * (bench/generate.sh, batch 1: 2.3x). */
+static void rows_times_wt(float *out, const float *inp, const float *w, float beta, int n, int C, int OC)
+{
+    if (n == 1) cblas_sgemv(CblasRowMajor, CblasNoTrans, OC, C, 1.0f, w, C, inp, 1, beta, out, 1);
+    else cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, OC, C, 1.0f, inp, C, w, C, beta, out, OC);
+}
+
 void cpu_matmul_fwd(const backend *be, float *out, const float *inp, const float *w, const float *b, int BT, int C,
                     int OC)
 {
@@ -37,13 +47,7 @@ void cpu_matmul_fwd(const backend *be, float *out, const float *inp, const float
         beta = 1.0f;
     }
     cpu_blas_threads(be);
-    /* One row (a decoding step of one sequence): sgemm would first copy all of W into its packed
-     * layout, tripling the memory traffic of a step that only needs to read W once; sgemv reads it
-     * once (bench/generate.sh, batch 1). */
-    if (BT == 1)
-        cblas_sgemv(CblasRowMajor, CblasNoTrans, OC, C, 1.0f, w, C, inp, 1, beta, out, 1);
-    else
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, BT, OC, C, 1.0f, inp, C, w, C, beta, out, OC);
+    rows_times_wt(out, inp, w, beta, BT, C, OC);
 }
 
 /* The groups' offsets in rows, and whether to run the groups side by side (one thread's GEMM
@@ -78,8 +82,7 @@ void cpu_matmul_grouped_fwd(const backend *be, float *out, const float *inp, con
             for (int i = 0; i < n; i++) memcpy(o + (size_t)i * OC, b + (size_t)g * OC, (size_t)OC * sizeof(float));
             beta = 1.0f;
         }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, OC, C, 1.0f, inp + off[g] * C, C, w + (size_t)g * OC * C,
-                    C, beta, o, OC);
+        rows_times_wt(o, inp + off[g] * C, w + (size_t)g * OC * C, beta, n, C, OC);
     }
     free(off);
 }
