@@ -636,30 +636,33 @@ int ckpt_load(const ckpt_meta *meta, const ckpt_model *m, int load_optimizer, ch
     if (!r) goto fail;
     for (int k = 0; k < m->nchunks; k++) {
         const gpt_model *g = m->chunks[k];
-        host = td_xmalloc(g->numel * sizeof(float));
         int nkinds = load_optimizer && m->adam_m ? 3 : 1;
+        size_t largest = 1;
+        for (int i = 0; i < g->ntensors; i++)
+            if (g->table[i].numel > largest) largest = g->table[i].numel;
         for (int kind = 0; kind < nkinds; kind++) {
             double t0 = td_now();
+            float *dst = kind == 0 ? g->params : kind == 1 ? m->adam_m[k] : m->adam_v[k];
+            /* the distributed optimizer keeps pieces that cut across tensors: the chunk's whole
+             * state through the host, then its pieces; else one tensor at a time through a host
+             * buffer of the largest (no second copy of the model in memory) */
+            int whole = kind > 0 && m->shard_ranges;
+            host = td_xmalloc((whole ? g->numel : largest) * sizeof(float));
             for (int i = 0; i < g->ntensors; i++) {
                 const gpt_tensor_info *t = &g->table[i];
                 ckpt_slice want = ckpt_slice_of(t);
-                if (ckpt_read(r, (ckpt_kind)kind, t->name, &want, host + t->offset, err, errlen)) goto fail;
+                if (ckpt_read(r, (ckpt_kind)kind, t->name, &want, whole ? host + t->offset : host, err, errlen)) goto fail;
+                if (!whole) be_memcpy(g->be, dst + t->offset, host, t->numel * sizeof(float), BE_H2D);
             }
-            double t1 = td_now();
-            float *dst = kind == 0 ? g->params : kind == 1 ? m->adam_m[k] : m->adam_v[k];
-            if (kind > 0 && m->shard_ranges) { /* the distributed optimizer keeps its pieces */
-                for (int q = 0; q < m->nshard_ranges[k]; q++) {
-                    const dp_range *sr = &m->shard_ranges[k][q];
-                    be_memcpy(g->be, dst + sr->shard, host + sr->lo, sr->n * sizeof(float), BE_H2D);
-                }
-            } else {
-                be_memcpy(g->be, dst, host, g->numel * sizeof(float), BE_H2D);
+            for (int q = 0; whole && q < m->nshard_ranges[k]; q++) {
+                const dp_range *sr = &m->shard_ranges[k][q];
+                be_memcpy(g->be, dst + sr->shard, host + sr->lo, sr->n * sizeof(float), BE_H2D);
             }
-            TD_DEBUG("chunk %d, %s: read and checked in %.2f s, copied to the backend in %.2f s", k,
-                     kind_name((ckpt_kind)kind), t1 - t0, td_now() - t1);
+            free(host);
+            host = NULL;
+            TD_DEBUG("chunk %d, %s: read, checked and copied to the backend in %.2f s", k, kind_name((ckpt_kind)kind),
+                     td_now() - t0);
         }
-        free(host);
-        host = NULL;
     }
     ckpt_reader_close(r);
     return 0;

@@ -69,7 +69,7 @@ void model_table_point(const table_builder *tb, float *params, float *grads)
 {
     for (int i = 0; i < tb->n; i++) {
         *tb->slots[i].param = params + tb->table[i].offset;
-        *tb->slots[i].grad = grads + tb->table[i].offset;
+        *tb->slots[i].grad = grads ? grads + tb->table[i].offset : NULL;
     }
 }
 

@@ -44,7 +44,8 @@ void model_add_tensor(table_builder *tb, float **param, float **grad, enum init_
  * blocks), or replicated (shard_dim -1). */
 void model_add_expert_tensor(table_builder *tb, float **param, float **grad, enum init_kind init, uint64_t stream,
                              const char *name, int64_t d0, int64_t d1, int shard_dim, int blocks, int no_decay);
-/* Points every registered pointer at its place in params and grads. */
+/* Points every registered pointer at its place in params and grads (grads NULL: the gradient
+ * pointers NULL). */
 void model_table_point(const table_builder *tb, float *params, float *grads);
 /* Initialises the parameters (backend memory) from (seed, logical tensor, element), one tensor
  * at a time through a host buffer. */

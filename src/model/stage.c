@@ -172,22 +172,25 @@ static void stage_register(gpt_model *m, table_builder *tb)
     if (m->first) embedding_block.tensors(tb, &m->p, &m->g, 0);
 }
 
-/* The tensor table in reverse backprop order, the buffers, the parameters initialised. */
-static void stage_tensors(gpt_model *m)
+/* The tensor table in reverse backprop order, the buffers, the parameters initialised; for a
+ * checkpoint to fill (for_checkpoint): the parameters only, left as allocated. */
+static void stage_tensors(gpt_model *m, int for_checkpoint)
 {
     const gpt_config *cfg = &m->cfg;
     table_builder tb = {cfg, m->tp, m->ps->tp_rank, NULL, NULL, 0, 0, 0, m->ps->ep, m->ps->ep_rank};
     stage_register(m, &tb);
     take_table(m, &tb);
     m->params = be_alloc(m->be, m->numel * sizeof(float));
-    m->grads = be_alloc(m->be, m->numel * sizeof(float));
-    be_zero(m->be, m->grads, m->numel);
+    if (!for_checkpoint) {
+        m->grads = be_alloc(m->be, m->numel * sizeof(float));
+        be_zero(m->be, m->grads, m->numel);
+    }
     model_table_point(&tb, m->params, m->grads);
     if (m->last && m->first && !cfg->untied) {
         m->p.head_w = m->p.wte;
         m->g.head_w = m->g.wte;
     }
-    model_table_init(&tb, m->be, m->params);
+    if (!for_checkpoint) model_table_init(&tb, m->be, m->params);
     free(tb.slots);
 }
 
@@ -265,8 +268,8 @@ static void stage_acts(gpt_model *m)
     free(shared);
 }
 
-gpt_model *gpt_create_recompute(const gpt_config *cfg, const ps_state *ps, const backend *be, int layer0, int nlayers,
-                                int mbs, int max_inflight, const gpt_recompute *rc)
+static gpt_model *stage_create(const gpt_config *cfg, const ps_state *ps, const backend *be, int layer0, int nlayers,
+                               int mbs, int max_inflight, const gpt_recompute *rc, int for_checkpoint)
 {
     gpt_model *m = td_xcalloc(1, sizeof *m);
     if (rc) m->rc = *rc;
@@ -285,9 +288,21 @@ gpt_model *gpt_create_recompute(const gpt_config *cfg, const ps_state *ps, const
     TD_ASSERT(!ps->sequence_parallel || cfg->seq % ps->tp == 0);
     stage_sizes(m, cfg, ps);
     slots_init(m);
-    stage_tensors(m);
+    stage_tensors(m, for_checkpoint);
     stage_acts(m);
     return m;
+}
+
+gpt_model *gpt_create_recompute(const gpt_config *cfg, const ps_state *ps, const backend *be, int layer0, int nlayers,
+                                int mbs, int max_inflight, const gpt_recompute *rc)
+{
+    return stage_create(cfg, ps, be, layer0, nlayers, mbs, max_inflight, rc, 0);
+}
+
+gpt_model *gpt_create_for_checkpoint(const gpt_config *cfg, const ps_state *ps, const backend *be, int layer0,
+                                     int nlayers, int mbs, int max_inflight)
+{
+    return stage_create(cfg, ps, be, layer0, nlayers, mbs, max_inflight, NULL, 1);
 }
 
 void gpt_free(gpt_model *m)

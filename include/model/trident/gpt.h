@@ -153,6 +153,11 @@ gpt_model *gpt_create(const gpt_config *cfg, const ps_state *ps, const struct ba
  * micro-batch (acts_bytes) plus rc_bytes shared by all of them. */
 gpt_model *gpt_create_recompute(const gpt_config *cfg, const ps_state *ps, const struct backend *be, int layer0,
                                 int nlayers, int mbs, int max_inflight, const gpt_recompute *rc);
+/* gpt_create for inference from a checkpoint (generate, serve, eval): no gradient buffer
+ * (grads and the g table NULL) and no initial draws; the parameters hold nothing until the
+ * checkpoint fills every one of them (ckpt_load fails on a tensor it lacks). */
+gpt_model *gpt_create_for_checkpoint(const gpt_config *cfg, const ps_state *ps, const struct backend *be, int layer0,
+                                     int nlayers, int mbs, int max_inflight);
 /* "none", "selective", "full uniform 2", "full block 3". */
 void gpt_recompute_describe(const gpt_recompute *rc, char *out, size_t len);
 void gpt_free(gpt_model *m);
