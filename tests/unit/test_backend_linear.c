@@ -41,20 +41,28 @@ static void mm_ref(void *vc, double *out)
         }
 }
 
-/* One row of a layer large enough for OpenBLAS to thread its GEMV (GPT-2's 768 -> 3072 MLP):
- * against the double-precision reference. */
-static void matmul_one_row_large(void **state)
+/* A decoding step's few rows of a layer large enough to run threaded (GPT-2's 768 -> 3072 MLP):
+ * 1 row (sgemv), 3 and 8 (each W row read once for all of them), 9 (sgemm), against the
+ * double-precision reference. */
+static void matmul_few_rows_large(void **state)
 {
     const backend *be = *state;
-    enum { C = 768, OC = 3072 };
-    float *inp = tb_rand_new(C, 5, -1, 1), *w = tb_rand_new((size_t)OC * C, 6, -0.05, 0.05), *b = tb_rand_new(OC, 7, -1, 1);
-    float *out = tb_zeros(OC);
-    mm_ctx c = {tb_dup(inp, C), tb_dup(w, (size_t)OC * C), tb_dup(b, OC), 1, C, OC};
-    double *ref = malloc(OC * sizeof *ref);
-    be_matmul_fwd(be, out, inp, w, b, 1, C, OC);
-    mm_ref(&c, ref);
-    TB_CLOSE("matmul fwd, one row of 768 -> 3072", out, ref, OC, 1e-5);
-    free(ref), free(inp), free(w), free(b), free(out), free(c.inp), free(c.w), free(c.b);
+    enum { C = 768, OC = 3072, NMAX = 9 };
+    float *inp = tb_rand_new(NMAX * C, 5, -1, 1), *w = tb_rand_new((size_t)OC * C, 6, -0.05, 0.05);
+    float *b = tb_rand_new(OC, 7, -1, 1), *out = tb_zeros(NMAX * OC);
+    double *ref = malloc(NMAX * OC * sizeof *ref);
+    static const int rows[] = {1, 3, 8, 9};
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        int n = rows[i];
+        mm_ctx c = {tb_dup(inp, (size_t)n * C), tb_dup(w, (size_t)OC * C), tb_dup(b, OC), n, C, OC};
+        be_matmul_fwd(be, out, inp, w, b, n, C, OC);
+        mm_ref(&c, ref);
+        char name[64];
+        snprintf(name, sizeof name, "matmul fwd, %d row%s of 768 -> 3072", n, n > 1 ? "s" : "");
+        TB_CLOSE(name, out, ref, (size_t)n * OC, 1e-5);
+        free(c.inp), free(c.w), free(c.b);
+    }
+    free(ref), free(inp), free(w), free(b), free(out);
 }
 
 static void matmul(void **state)
@@ -385,7 +393,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(helpers_reject_nan),
         cmocka_unit_test(matmul),
-        cmocka_unit_test(matmul_one_row_large),
+        cmocka_unit_test(matmul_few_rows_large),
         cmocka_unit_test(layernorm),
         cmocka_unit_test(gelu),
         cmocka_unit_test(elementwise),
