@@ -13,7 +13,7 @@
 #  3. A run saving every iteration (--keep-last 2) killed at random moments and restarted with
 #     --load, 6 times: whatever latest names always verifies, and it keeps advancing. The moment is
 #     uniform over the half second after the run's first save, which spans two or more cycles of
-#     an iteration and its save (about 0.2 s here), so kills land in training, writing and renaming.
+#     an iteration and its save (tens of milliseconds in bytes), so kills land in training, writing and renaming.
 CKPT_TOKENS=bytes . "$(dirname "$0")/checkpoint_lib.sh"
 train 1 1 --train-iters 5 --metrics-file full.jsonl >/dev/null || { bad "uninterrupted run failed"; cat "$last_log"; }
 train 1 1 --train-iters 5 --exit-interval 1 --save it1 >/dev/null || { bad "the run saving iteration 1 failed"; cat "$last_log"; }
