@@ -81,6 +81,12 @@ else
     || { bad "no line naming node2 (ranks 2-3)"; grep -v "iteration " job.log | tail -20; }
   [ "$n" -le 2 ] || bad "$n lines name the lost node (one expected; two may race)"
 fi
+# mpirun may return while a rank of its own node is still ending (under load, one finished a save
+# of iteration 8 after the test had read latest as 6): the checkpoints are read once no rank of
+# the job (a trident process working in this folder) is left, within 30 s
+job_ranks() { local p; for p in $(pgrep -x trident); do [ "$(readlink "/proc/$p/cwd" 2>/dev/null)" = "$PWD" ] && echo "$p"; done; }
+for _ in $(seq 300); do [ -z "$(job_ranks)" ] && break; sleep 0.1; done
+[ -z "$(job_ranks)" ] || bad "ranks of the job still run 30 s after mpirun returned: $(job_ranks | tr '\n' ' ')"
 # only whole checkpoints: every iter_* folder verifies; a save the fault cut short is a *.tmp folder
 last=$(cat ckpt/latest_checkpointed_iteration.txt)
 for d in ckpt/iter_*; do
