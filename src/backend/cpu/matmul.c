@@ -1,4 +1,5 @@
-/* Linear layers through OpenBLAS: out = inp . W^T + b with W stored (out, in) row-major. */
+/* Linear layers: out = inp . W^T + b with W stored (out, in) row-major, through OpenBLAS (sgemm; sgemv
+ * for one row) or, for 2-8 rows, a loop of our own that reads W once (rows_times_wt). */
 #include <cblas.h>
 #include <omp.h>
 #include <stdlib.h>
