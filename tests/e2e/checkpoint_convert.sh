@@ -71,6 +71,30 @@ if "$TRIDENT" convert --from hf hf_src --to trident held >held.log 2>&1 && [ -f 
   ok "--to trident into the folder once free: written, the lock file names the convert ($(cat held/.trident-save.lock))"
 else bad "--to trident once the lock is free"; cat held.log held/.trident-save.lock; fi
 
+# ... and holds it while it writes, not only while it checks the folder: a convert whose save is
+# held (TRIDENT_TEST_SAVE_DELAY_MS, e2e/checkpoint_lock's hook) is paused (SIGSTOP) once its
+# iter_0000000.tmp exists (the writing phase), so the overlap does not depend on timing; meanwhile
+# flock -n cannot take the lock and a second convert into the folder is refused naming the first;
+# continued, the first finishes its checkpoint
+TRIDENT_TEST_SAVE_DELAY_MS=300 OMPI_MCA_orte_tmpdir_base=$(session_base) "$TRIDENT" convert --from hf hf_src \
+  --to trident writing >writing.log 2>&1 &
+conv=$!
+for k in $(seq 1200); do [ -d writing/iter_0000000.tmp ] || ! kill -0 $conv 2>/dev/null && break; sleep 0.05; done
+if kill -STOP $conv 2>/dev/null && [ -d writing/iter_0000000.tmp ]; then
+  holder=$(cat writing/.trident-save.lock)
+  if flock -n writing/.trident-save.lock true; then bad "flock -n took writing/.trident-save.lock while a convert writes there"
+  else ok "the lock is held while the convert writes ($holder)"; fi
+  out=$("$TRIDENT" convert --from hf hf_src --to trident writing 2>&1); rc=$?
+  if [ "$rc" = 1 ] && grep -qF "error: --to trident writing is in use by another training run ($holder)" <<<"$out"
+  then ok "a second convert while the first writes: refused, exit 1"
+  else bad "a second convert while the first writes: exit $rc: $out"; fi
+else bad "the convert into writing/ ended before its writing phase was seen"; cat writing.log; fi
+kill -CONT $conv 2>/dev/null
+if wait $conv && [ "$(cat writing/latest_checkpointed_iteration.txt 2>/dev/null)" = 0 ] &&
+   out=$("$TRIDENT" checkpoint compare back writing) && grep -q "bit-identical" <<<"$out"; then
+  ok "the paused convert finished its checkpoint (bit-identical to back/)"
+else bad "the paused convert:"; cat writing.log; echo "${out:-}"; fi
+
 # A Qwen2-MoE-shaped mixture of experts (RMSNorm, rotary, SwiGLU experts, q/k/v biases, a gated
 # shared expert) trained on one rank goes out as Qwen2MoeForCausalLM with its experts one tensor
 # each, and comes back bit-identical; a config.json trident cannot compute is refused, exit 1.

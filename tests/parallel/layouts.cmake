@@ -203,9 +203,11 @@ add_test(NAME parallel/layout_hier_used COMMAND bash -c
   "set -e; cd ${LAYOUT_DIR}; grep -q 'dp collectives: hierarchical (2 hosts x 2 data-parallel ranks)' hier_dp4.log; \
    grep -q 'dp collectives: hierarchical (2 hosts x 2 data-parallel ranks)' hier_distopt_dp4_overlap.log; \
    grep -Eq 'dp collectives: (flat|hierarchical) .*flat [0-9.]+ ms, hierarchical [0-9.]+ ms' hier_dp4_overlap_auto.log; \
+   grep -q 'dp collectives: hierarchical (2 hosts x 2 data-parallel ranks)' moe_hier_ep2_dp4_a2a.log; \
+   grep -q 'dp collectives: hierarchical (2 hosts x 2 data-parallel ranks)' moe_hier_distopt_ep2_dp4_a2a.log; \
    ! grep -q 'dp collectives' dp4.log")
 set_tests_properties(parallel/layout_hier_used PROPERTIES
-  FIXTURES_REQUIRED "layouts_hier_dp4;layouts_hier_distopt_dp4_overlap;layouts_hier_dp4_overlap_auto;layouts_dp4")
+  FIXTURES_REQUIRED "layouts_hier_dp4;layouts_hier_distopt_dp4_overlap;layouts_hier_dp4_overlap_auto;layouts_dp4;layouts_moe_hier_ep2_dp4_a2a;layouts_moe_hier_distopt_ep2_dp4_a2a")
 
 # The overlaps and the progress they make between kernels (comm_progress) change no bit: dp 2
 # sums two addends whatever the bucketing, so with and without them the runs are bitwise equal.
@@ -277,6 +279,16 @@ add_test(NAME parallel/failures COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/failures.
 set_tests_properties(parallel/failures PROPERTIES FIXTURES_REQUIRED layouts_data ENVIRONMENT "${TD_MPI_ENV}"
   TIMEOUT 240)
 
+# Uneven scatter/gather slices: hidden 65 (4 heads of 16 by --kv-channels) x seq 63 x mbs 1 = 4095
+# floats a stage transfer, odd, so tp rank 0 sends 2048 and tp rank 1 the 2047 after them (every
+# other layout's transfer is a multiple of tp); tp 2 x pp 2 (1F1B, the all-gathers behind compute),
+# 4 layers, against this model's one-rank run
+set(LAYOUT_ARCH --num-layers 4 --hidden-size 65 --kv-channels 16 --seq-length 63)
+set(LAYOUT_BASE odd_baseline)
+trident_layout(odd_baseline 1 1 1)
+trident_layout(odd_tp2_pp2 4 2 1 --pipeline-model-parallel-size 2)
+set(LAYOUT_ARCH "")
+
 # A Llama-shaped model: RMSNorm, rotary positions, SwiGLU, 4 heads in 2 query groups, no biases,
 # an untied output layer (on the last stage only), against its own one-rank run.
 set(LAYOUT_ARCH --normalization RMSNorm --position-embedding-type rope --swiglu --ffn-hidden-size 128
@@ -339,6 +351,14 @@ trident_layout(moe_grouped_ep2 2 1 2 --expert-model-parallel-size 2 --moe-groupe
 trident_layout(moe_pp2_ep2 4 1 2 --pipeline-model-parallel-size 2 --expert-model-parallel-size 2)
 trident_layout(moe_distopt_ep2_dp4_a2a 4 1 2 --expert-model-parallel-size 2 --use-distributed-optimizer
   --overlap-grad-reduce --overlap-param-gather --ddp-bucket-size 20000 --moe-token-dispatcher-type alltoall)
+# under hierarchical dp collectives (TRIDENT_TEST_HOSTS=2: ranks 0-1 and 2-3 a "host" each): the
+# dense buckets sum over the hierarchical view of dp 4, the experts' over their flat
+# expert-data-parallel group (ranks 0,2 and 1,3: the same experts), plain and sharded
+trident_layout(moe_hier_ep2_dp4_a2a 4 1 2 ENV "TRIDENT_TEST_HOSTS=2" --expert-model-parallel-size 2
+  --moe-token-dispatcher-type alltoall --dp-collectives hierarchical)
+trident_layout(moe_hier_distopt_ep2_dp4_a2a 4 1 2 ENV "TRIDENT_TEST_HOSTS=2" --expert-model-parallel-size 2
+  --moe-token-dispatcher-type alltoall --dp-collectives hierarchical --use-distributed-optimizer
+  --overlap-grad-reduce --overlap-param-gather --ddp-bucket-size 20000)
 # with capacity (drops over it, per micro-batch as Megatron's per rank): the same drops in every
 # layout of the same micro-batch size
 set(LAYOUT_ARCH --num-layers 4 --swiglu --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 64 --moe-aux-loss-coeff 1e-2

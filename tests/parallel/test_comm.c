@@ -56,9 +56,23 @@ static void check_group(const comm *c, const char *name)
 {
     int r = comm_rank(c), n = comm_size(c);
 
+    /* every element compared: on a hierarchical view of 2 ranks a host the third is rail 1's part
+     * (the in-host split of 3 is 2 + 1) */
     float s[3] = {(float)r, 1.0f, (float)(r * r)};
     comm_allreduce(c, s, 3, COMM_F32, COMM_SUM);
-    EXPECT(s[0] == (float)(n * (n - 1) / 2) && s[1] == (float)n, "%s: allreduce sum wrong", name);
+    EXPECT(s[0] == (float)(n * (n - 1) / 2) && s[1] == (float)n && s[2] == (float)((n - 1) * n * (2 * n - 1) / 6),
+           "%s: allreduce sum got {%g, %g, %g}", name, s[0], s[1], s[2]);
+    /* uneven splits: lengths that leave the later rails (or local ranks) shorter, or empty (1) */
+    static const size_t lens[] = {1, 5, 7, 13};
+    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+        float v[16];
+        for (size_t j = 0; j < lens[li]; j++) v[j] = (float)(j * 100) + (float)r;
+        comm_allreduce(c, v, lens[li], COMM_F32, COMM_SUM);
+        for (size_t j = 0; j < lens[li]; j++) {
+            float want = (float)n * (float)(j * 100) + (float)(n * (n - 1) / 2);
+            EXPECT(v[j] == want, "%s: allreduce of %zu [%zu] got %g want %g", name, lens[li], j, v[j], want);
+        }
+    }
 
     int64_t mx = r * 10;
     comm_allreduce(c, &mx, 1, COMM_I64, COMM_MAX);
@@ -92,7 +106,8 @@ static void check_group(const comm *c, const char *name)
     float acc[4] = {1, 2, 3, (float)r};
     comm_req *ar = comm_iallreduce(c, acc, 4, COMM_F32, COMM_SUM);
     comm_wait(ar);
-    EXPECT(acc[0] == (float)n && acc[3] == (float)(n * (n - 1) / 2), "%s: iallreduce", name);
+    EXPECT(acc[0] == (float)n && acc[1] == (float)(2 * n) && acc[2] == (float)(3 * n) &&
+           acc[3] == (float)(n * (n - 1) / 2), "%s: iallreduce got {%g, %g, %g, %g}", name, acc[0], acc[1], acc[2], acc[3]);
 
     /* uneven pieces: rank i has i + 1 elements (reduce-scatter with counts, in-place all-gather) */
     size_t cnt[64], dsp[64], tot = 0;

@@ -5,7 +5,7 @@
  * gradients of the input and of every tensor of the block (router and experts), with the two
  * losses in the objective at the scale the block gives them (loss_scale x tokens). Two
  * architectures: GPT-2's experts (GeLU, biases) and Llama's (SwiGLU, none); softmax after the
- * top-k, before it (with a scaling factor) and sigmoid. Routing is piecewise smooth: the inputs
+ * top-k, before it and sigmoid, each with and without a scaling factor (and the factor by hand). Routing is piecewise smooth: the inputs
  * are drawn so that no token's choice is near a tie (checked), and the choice of the block is
  * the block's output, against the reference's own choice, tells a different one at once. */
 #include <math.h>
@@ -401,6 +401,73 @@ static void grouped(void **st)
     check(a, "SwiGLU experts and a gated shared expert, grouped GEMMs");
 }
 
+/* --moe-router-topk-scaling-factor under the other score functions than softmax before top-k,
+ * against the reference (its weights times the factor) */
+static void gpt2_softmax_scaled(void **st)
+{
+    (void)st;
+    check(make(0, BE_MOE_SOFTMAX, 0, 2.0f), "GeLU experts, softmax after top-k, scaled 2");
+}
+static void llama_sigmoid_scaled(void **st)
+{
+    (void)st;
+    check(make(1, BE_MOE_SIGMOID, 0, 2.5f), "SwiGLU experts, sigmoid, scaled 2.5");
+}
+
+/* The block's output on the test input with the router's weights zeroed (every logit 0). */
+static void zero_router_out(arch A, float *out)
+{
+    ps_state ps;
+    memset(&ps, 0, sizeof ps);
+    ps.world_size = ps.tp = ps.pp = ps.dp = 1;
+    ps.world = ps.tp_group = ps.dp_group = ps.pp_group = ps.mp_group = g_world;
+    gpt_model *m = gpt_create(&A.c, &ps, g_be, 0, 1, B, 1);
+    gpt_acts *acts = gpt_acts_acquire(m);
+    acts->B = B;
+    acts->training = 0;
+    const block_slot *s = &m->layers[0].slot[GPT_SLOT_MLP];
+    const gpt_tensor_info *t = find(m, "layers.0.mlp.router.weight");
+    assert_non_null(t);
+    memset(m->params + t->offset, 0, t->numel * sizeof(float));
+    block_io io = {m, B, NULL, NULL, model_kind_scratch(m, s->ops)};
+    float *x = malloc((size_t)BT * A.c.hidden * sizeof(float));
+    td_philox_fill_normal(x, (uint64_t)BT * A.c.hidden, 6, 1, 0, 0.0f, 1.0f);
+    s->ops->fwd(&io, acts->layers[0].slot[GPT_SLOT_MLP], s->p, out, be_f32(x));
+    free(x);
+    gpt_acts_release(m, acts);
+    gpt_free(m);
+}
+
+/* The scaling factor by hand: with every logit 0 each token takes experts 0 and 1 (ties to the
+ * lower index) and its output is w0 y0 + w1 y1 with the same y (the same seed, the same experts).
+ * Softmax after top-k unscaled: w = 1/2 each, the unit here. Sigmoid: 0.5 each normalised over the
+ * two, 1/2, scaled 2.5: 1.25 (2.5 units); softmax after top-k scaled 2: 1 (2 units); softmax before
+ * top-k (1/5 each) scaled 2: 0.4 (0.8 units). */
+static void scale_by_hand(void **st)
+{
+    (void)st;
+    static const struct { int score, pre; float scale; double units; const char *name; } cases[] = {
+        {BE_MOE_SIGMOID, 0, 0, 1.0, "sigmoid"},
+        {BE_MOE_SIGMOID, 0, 2.5f, 2.5, "sigmoid, scaled 2.5"},
+        {BE_MOE_SOFTMAX, 0, 2.0f, 2.0, "softmax after top-k, scaled 2"},
+        {BE_MOE_SOFTMAX, 1, 2.0f, 0.8, "softmax before top-k, scaled 2"},
+    };
+    int n = BT * 12;
+    float *unit = malloc((size_t)n * sizeof(float)), *out = malloc((size_t)n * sizeof(float));
+    zero_router_out(make(1, BE_MOE_SOFTMAX, 0, 0), unit);
+    double big = 0;
+    for (int i = 0; i < n; i++) big = fmax(big, fabs(unit[i]));
+    assert_true(big > 0.1);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        zero_router_out(make(1, cases[c].score, cases[c].pre, cases[c].scale), out);
+        double err = 0;
+        for (int i = 0; i < n; i++) err = fmax(err, fabs(out[i] - cases[c].units * unit[i]) / (cases[c].units * big));
+        printf("scaling by hand, %s: %g units, off by %.2e relative\n", cases[c].name, cases[c].units, err);
+        assert_true(err < 1e-6);
+    }
+    free(unit), free(out);
+}
+
 static void gpt2_shared(void **st) { (void)st; check(make_shared(0, BE_MOE_SOFTMAX, 1, 0, 9, 0), "GeLU experts and a shared expert"); }
 
 int main(int argc, char **argv)
@@ -412,6 +479,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(llama_sigmoid), cmocka_unit_test(qwen_shared_gated), cmocka_unit_test(gpt2_shared),
         cmocka_unit_test(llama_sigmoid_bias), cmocka_unit_test(expert_bias_update), cmocka_unit_test(capacity_probs),
         cmocka_unit_test(capacity_position), cmocka_unit_test(seq_aux), cmocka_unit_test(capacity_padded), cmocka_unit_test(grouped),
+        cmocka_unit_test(gpt2_softmax_scaled), cmocka_unit_test(llama_sigmoid_scaled), cmocka_unit_test(scale_by_hand),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     be_free(g_be);
