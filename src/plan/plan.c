@@ -46,7 +46,7 @@ static const plan_cluster PRESETS[] = {
     /* DGX A100: 8 A100 80 GB (312 TFLOP/s bf16/fp16, 19.5 fp32), NVLink 3 (300 GB/s a direction,
      * about 240 reached), 8 x 200 Gb/s HDR a node (25 GB/s a GPU, about 21 reached); GEMM efficiency
      * 0.70 fitted to five rows of the Megatron paper's Table 1, the rest held out (tests/unit/test_plan.c) */
-    {"dgx-a100-80gb", 8, {19.5e12, 312e12, 312e12}, 80, 2.0e12, 240e9, 6e-6, 21e9, 12e-6, 0.70, 48, 3.0, 0, 0, 0},
+    {"dgx-a100-80gb", 8, {19.5e12, 312e12, 312e12}, 80, 2.0e12, 240e9, 6e-6, 21e9, 12e-6, 0.715, 48, 3.0, 0, 0, 0},
     /* DGX H100: 8 H100 SXM 80 GB (989 TFLOP/s dense bf16/fp16, 67 fp32), NVLink 4 (450 GB/s a
      * direction, about 360 reached), 8 x 400 Gb/s NDR a node (50 GB/s a GPU, about 42 reached) */
     {"dgx-h100", 8, {67e12, 989e12, 989e12}, 80, 3.35e12, 360e9, 5e-6, 42e9, 10e-6, 0.72, 128, 3.0, 0, 0, 0},
@@ -154,7 +154,11 @@ int plan_group_link(const plan_cluster *c, const plan_layout *l, plan_group kind
         *bw = c->intra_bw, *lat = c->intra_lat;
         return 1;
     }
-    double share = c->trident_cpu ? c->inter_bw * fewest : c->inter_bw;
+    /* trident-cpu: the node's one link, k shares of it. Megatron's GPUs: a data- (or expert-) parallel
+     * group's rings cross on every rail its k devices of a node own (NCCL's channels, one a NIC);
+     * tensor parallelism across nodes and the pipeline's sends keep one device's share */
+    int rails = c->trident_cpu || kind == PLAN_GROUP_DP || kind == PLAN_GROUP_EP;
+    double share = rails ? c->inter_bw * fewest : c->inter_bw;
     *bw = share < c->intra_bw ? share : c->intra_bw;
     *lat = c->inter_lat;
     return span;
