@@ -18,7 +18,8 @@
  *
  * Memory. Parameters, gradients and optimizer state per parameter as Megatron keeps them (16-bit
  * weights, fp32 gradients, fp32 master weights and Adam moments: 18 bytes, 6 + 12/d with the
- * distributed optimizer; fp32 training 16, 8 + 8/d), activations by Korthikanti et al.'s
+ * distributed optimizer, the experts' state over their expert-data-parallel group d / ep instead;
+ * fp32 training 16, 8 + 8/d), activations by Korthikanti et al.'s
  * per-layer formulas times the micro-batches in flight on the first stage, the last stage's
  * logits, and what the framework holds besides (mem_reserved_gib). */
 #include "trident/plan.h"
@@ -266,14 +267,15 @@ static double stage_params_ep(const gpt_config *g, int tp, int ep, int layers, i
 {
     double h = g->hidden, t = tp, V = g->padded_vocab;
     double qkv = gpt_q_width(g) + 2.0 * gpt_kv_width(g), q = gpt_q_width(g), f = g->ffn * (g->swiglu ? 2.0 : 1.0);
-    double attn = (qkv * h + q * h) / t + 4.0 * h + (gpt_has_bias(g) ? qkv / t + h : 0);
+    double norm = g->norm == GPT_NORM_RMSNORM ? h : 2.0 * h; /* a norm's weight (and LayerNorm's bias) */
+    double attn = (qkv * h + q * h) / t + 2.0 * norm + (gpt_has_bias(g) ? qkv / t + h : 0);
     double dense = (f * h + g->ffn * h) / t + (gpt_has_bias(g) ? f / t + h : 0);
     double share = moe_share(g), x = layers * share * experts_params(g, tp, ep);
     double n = layers * (attn + (1 - share) * dense + share * moe_rest_params(g, tp)) + x;
     if (experts) *experts = x;
     if (first) n += V * h / t + (g->pos == GPT_POS_LEARNED ? (double)g->max_pos * h : 0);
     if (last && (pp > 1 || g->untied)) n += V * h / t;
-    if (last) n += 2.0 * h;
+    if (last) n += norm;
     if (first) n += (double)gpt_tokentypes(g) * h; /* the token-type embedding */
     if (last && gpt_masked_lm(g)) /* the masked-LM head's transform and bias, the pooler and binary head */
         n += h * h + 3.0 * h + V / t + (g->binary_head ? h * h + 3.0 * h + 2 : 0);
@@ -317,26 +319,32 @@ static void trident_memory(const plan_job *j, const plan_cluster *c, const plan_
 }
 
 /* Megatron's training on GPUs: the first stage (activations of the micro-batches in flight) or
- * the last (the logits), the larger. */
+ * the last (the logits), the larger. A parameter holds its 16-bit copy (fp32 in fp32 training), its
+ * fp32 gradient and the optimizer's state (fp32 master weight and Adam's moments, 12 bytes; fp32
+ * training, the moments, 8), the state sharded by the distributed optimizer: the dense parameters'
+ * over dp, the experts' over their expert-data-parallel group, dp / ep. */
 static void megatron_memory(const plan_job *j, const plan_cluster *c, const plan_layout *l, int m, plan_result *r)
 {
     const gpt_config *g = &j->cfg;
     int Ls = g->num_layers / l->pp;
     double e = act_bytes(j->dtype), T = (double)l->mbs * g->seq, V = g->padded_vocab / (double)l->tp;
-    double bpp = j->dtype ? (l->distopt ? 6.0 + 12.0 / l->dp : 18.0) : (l->distopt ? 8.0 + 8.0 / l->dp : 16.0);
+    double state = j->dtype ? 12.0 : 8.0, edp = (double)(l->dp / ep_of(l));
+    double dense_div = l->distopt ? l->dp : 1, expert_div = l->distopt ? edp : 1;
     double acts_layer = plan_layer_act_bytes(g, l->mbs, l->tp, l->sp, l->recompute) * (j->dtype ? 1.0 : 2.0);
     double work = l->recompute == PLAN_RC_FULL ? plan_layer_act_bytes(g, l->mbs, l->tp, l->sp, PLAN_RC_NONE) : 0;
     double logits = T * V * (4.0 + e); /* the fp32 softmax and the 16-bit logits of one micro-batch */
-    double params[2], acts[2];
+    double params[2], opt[2], acts[2];
     for (int k = 0; k < 2; k++) { /* 0: the first stage, 1: the last */
         int is_first = k == 0, is_last = k == 1 || l->pp == 1;
-        params[k] = stage_params_ep(g, l->tp, ep_of(l), Ls, is_first, is_last, l->pp, NULL);
+        double X;
+        params[k] = stage_params_ep(g, l->tp, ep_of(l), Ls, is_first, is_last, l->pp, &X);
+        opt[k] = state * ((params[k] - X) / dense_div + X / expert_div);
         acts[k] = Ls * acts_layer * (is_first ? plan_inflight(l->pp, l->vp, m) : 1.0) + work + (is_last ? logits : 0);
     }
-    int w = params[0] * bpp + acts[0] >= params[1] * bpp + acts[1] ? 0 : 1;
+    int w = params[0] * (e + 4.0) + opt[0] + acts[0] >= params[1] * (e + 4.0) + opt[1] + acts[1] ? 0 : 1;
     r->m_params = params[w] * e;
     r->m_grads = params[w] * 4.0; /* fp32 */
-    r->m_optimizer = params[w] * (bpp - e - 4.0);
+    r->m_optimizer = opt[w];
     r->m_acts = acts[w];
     r->m_other = c->mem_reserved_gib * GIB;
     r->m_total = r->m_params + r->m_grads + r->m_optimizer + r->m_acts + r->m_other;

@@ -363,6 +363,96 @@ static void mixture_of_experts(void **state)
     assert_int_equal(plan_evaluate(&j, &c, &tp2, &r, err, sizeof err), 0);
 }
 
+/* Mixtral's shape (Jiang et al. 2024: 32 layers of hidden 4096, 32 heads over 8 key/value groups,
+ * 8 SwiGLU experts of 14336 a layer, top-2, RMSNorm, rotary positions, no biases, an untied output
+ * layer, vocabulary 32000), bf16, global batch 512, sequence 4096. */
+static plan_job mixtral(void)
+{
+    plan_job j;
+    memset(&j, 0, sizeof j);
+    gpt_config *g = &j.cfg;
+    g->num_layers = 32, g->hidden = 4096, g->heads = 32, g->query_groups = 8, g->ffn = 14336, g->swiglu = 1;
+    g->norm = GPT_NORM_RMSNORM, g->pos = GPT_POS_ROPE, g->disable_bias = 1, g->untied = 1;
+    g->num_experts = 8, g->moe_topk = 2;
+    g->seq = g->max_pos = 4096, g->vocab = g->padded_vocab = 32000;
+    j.gbs = 512;
+    j.dtype = 1;
+    return j;
+}
+
+/* Mixtral's parameters on one rank of a stage of `layers` layers, counted by hand: a layer's
+ * attention (Q 4096 x 4096, K and V 1024 x 4096 each, the projection 4096 x 4096, / tp), its two
+ * RMSNorms (4096 each) and router (8 x 4096); its E / ep experts of gate, up and down (3 x 14336
+ * x 4096, / tp); the word embedding on the first stage, the output layer and the final norm on the
+ * last (32000 x 4096 / tp each). *experts: of which the experts'. */
+static double mixtral_params(int tp, int ep, int layers, int first, int last, double *experts)
+{
+    double h = 4096, kv = 8 * 128, F = 14336, V = 32000;
+    double layer = ((h + 2 * kv) * h + h * h) / tp + 2 * h + 8 * h;
+    *experts = layers * (8.0 / ep) * 3 * F * h / tp;
+    return layers * layer + *experts + (first ? V * h / tp : 0) + (last ? V * h / tp + h : 0);
+}
+
+/* The distributed optimizer under expert parallelism: the dense parameters' fp32 master weights
+ * and moments (12 bytes) are sharded over dp, the experts' over their expert-data-parallel group,
+ * dp / ep (Megatron's, and trident's own: src/optim). By hand on Mixtral at tp 1 x pp 2 x dp 32
+ * (64 H100s) with ep 4, 2 micro-batches, 4 virtual stages, selective recomputation: the layout an
+ * earlier model listed as fitting at 79.5 GiB with the state of every parameter / dp. And a search
+ * of 64 H100s lists no layout whose hand-counted memory exceeds the device's. */
+static void moe_distributed_optimizer(void **state)
+{
+    (void)state;
+    plan_cluster c;
+    assert_int_equal(plan_cluster_preset("dgx-h100", &c), 0);
+    plan_job j = mixtral();
+    plan_result r;
+    char err[256];
+    for (int ep = 1; ep <= 8; ep *= 2) {
+        plan_layout l = {2, 4, 8, 1, 1, PLAN_RC_SELECTIVE, 1, 1, 1, 0, PLAN_DP_AUTO, 0, 0, ep, 0};
+        assert_int_equal(plan_evaluate(&j, &c, &l, &r, err, sizeof err), 0);
+        double X, P = mixtral_params(2, ep, 8, 1, 0, &X), XL, PL = mixtral_params(2, ep, 8, 0, 1, &XL);
+        int last = fabs(r.m_params - 2 * PL) < 0.5; /* the busiest stage: the first or the last */
+        if (last) P = PL, X = XL;
+        else close_to(r.m_params, 2 * P, 1e-12);
+        /* the model's own table agrees with the hand count */
+        close_to((double)gpt_stage_numel(&j.cfg, 2, ep, last ? 24 : 0, 8, !last, last), P, 1e-12);
+        double want = 12 * ((P - X) / 8 + X / (8 / ep));
+        printf("  Mixtral, tp 2 x pp 4 x dp 8, ep %d: optimizer %.3f GiB (by hand %.3f)\n", ep, r.m_optimizer / GIB,
+               want / GIB);
+        close_to(r.m_optimizer, want, 1e-12);
+        close_to(r.m_grads, 4 * P, 1e-12);
+    }
+    /* the layout listed at 79.5 GiB */
+    plan_layout l = {1, 2, 32, 4, 2, PLAN_RC_SELECTIVE, 0, 1, 1, 0, PLAN_DP_AUTO, 0, 0, 4, 0};
+    assert_int_equal(plan_evaluate(&j, &c, &l, &r, err, sizeof err), 0);
+    double X, P = mixtral_params(1, 4, 16, 1, 0, &X);
+    close_to(r.m_params, 2 * P, 1e-12);
+    double want = 2 * P + 4 * P + 12 * ((P - X) / 32 + X / 8) + r.m_acts + 3 * GIB;
+    printf("  Mixtral, tp 1 x pp 2 x dp 32, ep 4: %.2f GiB (by hand %.2f) on 80\n", r.m_total / GIB, want / GIB);
+    close_to(r.m_total, want, 1e-12);
+    assert_true(want > 80 * GIB);
+    assert_false(r.fits);
+    /* the search: every layout it lists fits by the hand count */
+    enum { CAP = 20000 };
+    static plan_result found[CAP];
+    int n = plan_search(&j, &c, 64, NULL, found, CAP);
+    assert_true(n > 0 && n <= CAP);
+    for (int i = 0; i < n; i++) {
+        const plan_layout *f = &found[i].l;
+        int L = 32 / f->pp, ep = f->ep > 1 ? f->ep : 1;
+        double Xf, XL, Pf = mixtral_params(f->tp, ep, L, 1, f->pp == 1, &Xf);
+        double PL = mixtral_params(f->tp, ep, L, f->pp == 1, 1, &XL);
+        if (fabs(found[i].m_params - 2 * PL) < 0.5) Pf = PL, Xf = XL;
+        double div = f->distopt ? f->dp : 1, xdiv = f->distopt ? f->dp / ep : 1;
+        double total = 6 * Pf + 12 * ((Pf - Xf) / div + Xf / xdiv) + found[i].m_acts + 3 * GIB;
+        if (total > 80 * GIB)
+            fail_msg("listed: tp %d pp %d dp %d vp %d mbs %d ep %d distopt %d needs %.2f GiB by hand", f->tp, f->pp,
+                     f->dp, f->vp, f->mbs, ep, f->distopt, total / GIB);
+        assert_false(f->tp == 1 && f->pp == 2 && f->vp == 4 && f->mbs == 2 && ep == 4 && f->distopt &&
+                     f->recompute == PLAN_RC_SELECTIVE);
+    }
+}
+
 /* Which link each group runs over (ranks fill 2-rank nodes in order, Megatron's rank order), and
  * what a collective then costs, worked by hand. The cluster: nodes of 2 ranks, 4 GB/s and 2 us
  * inside, 50 MB/s a rank (100 MB/s a node) and 100 us across. */
@@ -599,6 +689,7 @@ int main(void)
         cmocka_unit_test(megatron_tp_pp),      cmocka_unit_test(trident_cpu_memory), cmocka_unit_test(megatron_table2),
         cmocka_unit_test(placement_links),     cmocka_unit_test(scatter_gather), cmocka_unit_test(dp_hierarchical),
         cmocka_unit_test(overlap_buckets),     cmocka_unit_test(mixture_of_experts),
+        cmocka_unit_test(moe_distributed_optimizer),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
