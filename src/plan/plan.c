@@ -559,16 +559,22 @@ static int by_time(const void *a, const void *b)
     return x->iter_s < y->iter_s ? -1 : x->iter_s > y->iter_s;
 }
 
-int plan_search(const plan_job *j, const plan_cluster *c, int n, const plan_layout *opts, plan_result *out, int cap)
+int plan_search(const plan_job *j, const plan_cluster *c, int n, const plan_layout *opts, plan_result *out, int cap,
+                plan_search_why *why)
 {
     const gpt_config *g = &j->cfg;
     int found = 0, room = 0;
     plan_result *all = NULL;
+    plan_search_why w;
+    memset(&w, 0, sizeof w);
     for (int tp = 1; tp <= c->gpus_per_node && tp <= n; tp *= 2)
         for (int pp = 1; pp <= g->num_layers && tp * pp <= n; pp++) {
             if (n % (tp * pp) || g->num_layers % pp) continue;
             int dp = n / (tp * pp);
-            if (j->gbs % dp) continue;
+            if (j->gbs % dp) {
+                if (w.batch_refused++ == 0 || dp < w.batch_dp) w.batch_dp = dp;
+                continue;
+            }
             int64_t per = j->gbs / dp;
             for (int mbs = 1; mbs <= per && mbs <= 16; mbs++) {
                 if (per % mbs) continue;
@@ -590,7 +596,12 @@ int plan_search(const plan_job *j, const plan_cluster *c, int n, const plan_layo
                                 }
                                 plan_result r;
                                 char err[256];
-                                if (plan_evaluate(j, c, &l, &r, err, sizeof err) || !r.fits) continue;
+                                if (plan_evaluate(j, c, &l, &r, err, sizeof err)) {
+                                    if (!w.refused[0]) snprintf(w.refused, sizeof w.refused, "%s", err);
+                                    continue;
+                                }
+                                if (w.priced++ == 0 || r.m_total < w.least_bytes) w.least_bytes = r.m_total;
+                                if (!r.fits) continue;
                                 if (found == room) {
                                     room = room ? 2 * room : 256;
                                     all = realloc(all, (size_t)room * sizeof *all);
@@ -601,6 +612,7 @@ int plan_search(const plan_job *j, const plan_cluster *c, int n, const plan_layo
                 }
             }
         }
+    if (why) *why = w;
     if (found) qsort(all, (size_t)found, sizeof *all, by_time);
     for (int i = 0; i < found && i < cap; i++) out[i] = all[i];
     free(all);
@@ -701,6 +713,19 @@ int plan_cluster_load(const char *path, plan_cluster *c, char *err, size_t errle
         snprintf(err, errlen, "--cluster %s is not a JSON object (see docs/plan.md for its fields)", path);
         goto out;
     }
+    for (const cJSON *it = o->child; it; it = it->next) { /* a misspelt key would be silently ignored */
+        int known = strcmp(it->string, "name") == 0 || strcmp(it->string, "base") == 0 ||
+                    strcmp(it->string, "framework") == 0;
+        for (int i = 0; i < NFIELDS && !known; i++) known = strcmp(it->string, FIELDS[i].key) == 0;
+        if (!known) {
+            size_t used = (size_t)snprintf(err, errlen, "--cluster %s: unknown key \"%s\" (known: name, base, framework",
+                                           path, it->string);
+            for (int i = 0; i < NFIELDS && used < errlen; i++)
+                used += (size_t)snprintf(err + used, errlen - used, ", %s", FIELDS[i].key);
+            if (used < errlen) snprintf(err + used, errlen - used, ")");
+            goto out;
+        }
+    }
     const cJSON *base = cJSON_GetObjectItemCaseSensitive(o, "base");
     if (cJSON_IsString(base) && plan_cluster_preset(base->valuestring, c)) {
         snprintf(err, errlen, "--cluster %s: base '%s' is not a preset (%s)", path, base->valuestring,
@@ -737,6 +762,11 @@ int plan_cluster_load(const char *path, plan_cluster *c, char *err, size_t errle
     else if (c->peak[0] <= 0 && c->peak[1] <= 0 && c->peak[2] <= 0) missing = "peak_fp32_flops (or bf16, fp16)";
     if (missing) {
         snprintf(err, errlen, "--cluster %s: %s is missing (or give \"base\": a preset to start from)", path, missing);
+        goto out;
+    }
+    if (c->mem_reserved_gib >= c->mem_gib) {
+        snprintf(err, errlen, "--cluster %s: reserved_gib %.15g leaves nothing of memory_gib %.15g for a model (give "
+                 "reserved_gib below memory_gib)", path, c->mem_reserved_gib, c->mem_gib);
         goto out;
     }
     rc = 0;

@@ -196,7 +196,7 @@ static void megatron_table1(void **state)
         if (!table1_fitted(i)) worst_held = fmax(worst_held, fabs(err));
         plan_job j = gpt(TABLE1[i].layers, TABLE1[i].hidden, TABLE1[i].heads, TABLE1[i].batch);
         plan_result found[1];
-        assert_true(plan_search(&j, &c, TABLE1[i].gpus, NULL, found, 1) > 0);
+        assert_true(plan_search(&j, &c, TABLE1[i].gpus, NULL, found, 1, NULL) > 0);
         printf("  %7.1fB%s %3d %3d %5d %9.0f %9.1f %+6.1f%% %9.1f %+6.1f%%  tp %d pp %d vp %d mbs %d %s%s: %.1f s vs "
                "%.1f s\n", TABLE1[i].params, table1_fitted(i) ? " (fit)" : "      ", TABLE1[i].tp, TABLE1[i].pp,
                TABLE1[i].gpus, TABLE1[i].tflops, r.tflops_per_gpu, 100 * err, b.tflops_per_gpu, 100 * errb,
@@ -353,7 +353,7 @@ static void mixture_of_experts(void **state)
     l.ep = 16;
     assert_int_equal(plan_evaluate(&j, &c, &l, &r, err, sizeof err), -1);
     plan_result top[64];
-    int found = plan_search(&j, &c, 8, NULL, top, 64), with_ep = 0;
+    int found = plan_search(&j, &c, 8, NULL, top, 64, NULL), with_ep = 0;
     for (int i = 0; i < found && i < 64; i++) with_ep += top[i].l.ep > 1;
     assert_true(with_ep > 0);
     c.trident_cpu = 1;
@@ -435,7 +435,7 @@ static void moe_distributed_optimizer(void **state)
     /* the search: every layout it lists fits by the hand count */
     enum { CAP = 20000 };
     static plan_result found[CAP];
-    int n = plan_search(&j, &c, 64, NULL, found, CAP);
+    int n = plan_search(&j, &c, 64, NULL, found, CAP, NULL);
     assert_true(n > 0 && n <= CAP);
     for (int i = 0; i < n; i++) {
         const plan_layout *f = &found[i].l;
