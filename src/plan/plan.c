@@ -46,7 +46,8 @@ static const plan_cluster PRESETS[] = {
     {"dgx2h-v100", 16, {15.7e12, 0, 125e12}, 32, 0.9e12, 120e9, 8e-6, 5.0e9, 15e-6, 0.80, 96, 2.0, 0, 0, 0},
     /* DGX A100: 8 A100 80 GB (312 TFLOP/s bf16/fp16, 19.5 fp32), NVLink 3 (300 GB/s a direction,
      * about 240 reached), 8 x 200 Gb/s HDR a node (25 GB/s a GPU, about 21 reached); GEMM efficiency
-     * 0.70 fitted to five rows of the Megatron paper's Table 1, the rest held out (tests/unit/test_plan.c) */
+     * 0.715 fitted to five rows of the Megatron paper's Table 1 at their own layouts, the rest held
+     * out (tests/unit/test_plan.c) */
     {"dgx-a100-80gb", 8, {19.5e12, 312e12, 312e12}, 80, 2.0e12, 240e9, 6e-6, 21e9, 12e-6, 0.715, 48, 3.0, 0, 0, 0},
     /* DGX H100: 8 H100 SXM 80 GB (989 TFLOP/s dense bf16/fp16, 67 fp32), NVLink 4 (450 GB/s a
      * direction, about 360 reached), 8 x 400 Gb/s NDR a node (50 GB/s a GPU, about 42 reached) */

@@ -1,10 +1,12 @@
 /* src/plan/plan.c, the layout planner: each term of its model on cases worked by hand (ring
  * collectives, a GEMM at a known efficiency, Korthikanti et al.'s activation formulas, the
- * micro-batches in flight of 1F1B and interleaved 1F1B, bytes per parameter), then the Megatron
+ * micro-batches in flight of 1F1B and interleaved 1F1B, bytes per parameter, a mixture of experts'
+ * optimizer state under the distributed optimizer), then the Megatron
  * paper's (Narayanan et al. 2021) results on DGX A100s (the preset's GEMM efficiency fitted to five
  * rows of Table 1, the fit redone here; the rest held out): its weak-scaling table, each row's
- * TFLOP/s per GPU for its own layout (full recomputation, counted in the FLOPs as the paper
- * does) within 15% of the published figure and the search's choice no slower; the interleaved
+ * TFLOP/s per GPU at its own layout as `trident plan` prints it, the preset as shipped (full
+ * recomputation, counted in the FLOPs as the paper does) within 10% of the published figure in
+ * fp16 and 12% in bf16, and the search's choice no slower; the interleaved
  * schedule ahead of 1F1B by more at small batches than at large ones (its Figure 12); and the
  * tensor x pipeline trade-off of its 162.2B model on 64 GPUs best at tensor-parallel size 8, one
  * node (its Figure 13). */
