@@ -35,12 +35,13 @@ static void print_json(const plan_result *r, const plan_cluster *c)
            "\"sequence_parallel\": %s, \"distributed_optimizer\": %s, \"fits\": %s, \"iteration_s\": %.6g, "
            "\"tflops_per_gpu\": %.6g, \"mfu\": %.6g, \"memory_gib_per_gpu\": %.6g, \"cluster\": \"%s\", "
            "\"breakdown_s\": {\"compute\": %.6g, \"recompute\": %.6g, \"tensor_parallel\": %.6g, \"bubble\": %.6g, "
-           "\"pipeline_p2p\": %.6g, \"data_parallel\": %.6g, \"optimizer\": %.6g}, \"memory_gib\": {\"params\": %.6g, "
+           "\"pipeline_p2p\": %.6g, \"data_parallel\": %.6g, \"optimizer\": %.6g, \"expert_parallel\": %.6g}, "
+           "\"memory_gib\": {\"params\": %.6g, "
            "\"grads\": %.6g, \"optimizer\": %.6g, \"activations\": %.6g, \"other\": %.6g}, ",
            l->tp, l->pp, l->dp, l->vp, l->mbs, r->micro, rc_name(l->recompute), l->sp ? "true" : "false",
            l->distopt ? "true" : "false", r->fits ? "true" : "false", r->iter_s, r->tflops_per_gpu, r->mfu,
            r->m_total / GIB, c->name, r->t_compute, r->t_recompute, r->t_tp, r->t_bubble, r->t_p2p, r->t_dp,
-           r->t_optimizer, r->m_params / GIB, r->m_grads / GIB, r->m_optimizer / GIB, r->m_acts / GIB,
+           r->t_optimizer, r->t_ep, r->m_params / GIB, r->m_grads / GIB, r->m_optimizer / GIB, r->m_acts / GIB,
            r->m_other / GIB);
     /* the communication left exposed per kind of group, as the trainer's metrics file names its own */
     printf("\"tp_exposed_ms\": %.6g, \"pp_exposed_ms\": %.6g, \"ep_exposed_ms\": %.6g, \"embd_exposed_ms\": %.6g, "
@@ -65,10 +66,12 @@ static void print_explain(const plan_result *r)
     double t = r->iter_s;
     printf("      time: compute %.3f s (%.0f%%, of which recomputation %.3f), tensor-parallel collectives %.3f (%.0f%%), "
            "pipeline bubble %.3f (%.0f%%), pipeline transfers %.3f (%.0f%%), data-parallel reduction %.3f (%.0f%%), "
-           "optimizer %.3f (%.0f%%)\n",
+           "optimizer %.3f (%.0f%%)",
            r->t_compute, 100 * r->t_compute / t, r->t_recompute, r->t_tp, 100 * r->t_tp / t, r->t_bubble,
            100 * r->t_bubble / t, r->t_p2p, 100 * r->t_p2p / t, r->t_dp, 100 * r->t_dp / t, r->t_optimizer,
            100 * r->t_optimizer / t);
+    if (r->t_ep > 0) printf(", expert-parallel exchange %.3f (%.0f%%)", r->t_ep, 100 * r->t_ep / t);
+    printf("\n");
     printf("      memory (GiB): params %.2f + grads %.2f + optimizer %.2f + activations %.2f + framework %.2f = %.2f\n",
            r->m_params / GIB, r->m_grads / GIB, r->m_optimizer / GIB, r->m_acts / GIB, r->m_other / GIB,
            r->m_total / GIB);
@@ -77,14 +80,23 @@ static void print_explain(const plan_result *r)
            scatter_gather(r) ? "; pipeline scatter/gather" : "");
 }
 
-static void header(const plan_job *j, const plan_cluster *c, int n)
+/* The job and the cluster in a line; ep: the expert-parallel size of an evaluated layout (0: a search). */
+static void header(const plan_job *j, const plan_cluster *c, int n, int ep)
 {
     const gpt_config *g = &j->cfg;
     const char *dt = j->dtype == 1 ? "bf16" : j->dtype == 2 ? "fp16" : "fp32";
-    printf("%d layer%s, hidden %d, %d head%s, seq %d, vocab %d (padded %d), global batch %lld, %s on %d device%s of %s "
-           "(%d a node, %.0f TFLOP/s %s, %.0f GiB)\n", g->num_layers, td_plural(g->num_layers), g->hidden, g->heads,
-           td_plural(g->heads), g->seq, g->vocab, g->padded_vocab, (long long)j->gbs, dt, n, td_plural(n), c->name, c->gpus_per_node, c->peak[j->dtype] / 1e12, dt,
-           c->mem_gib);
+    char moe[128] = "";
+    if (gpt_moe(g)) {
+        char eps[32];
+        if (ep > 0) snprintf(eps, sizeof eps, "ep %d", ep);
+        else snprintf(eps, sizeof eps, "ep searched");
+        snprintf(moe, sizeof moe, ", %d expert%s top-%d (%s)", g->num_experts, td_plural(g->num_experts), g->moe_topk,
+                 eps);
+    }
+    printf("%d layer%s, hidden %d, %d head%s%s, seq %d, vocab %d (padded %d), global batch %lld, %s on %d device%s of "
+           "%s (%d a node, %.0f TFLOP/s %s, %.0f GiB)\n", g->num_layers, td_plural(g->num_layers), g->hidden, g->heads,
+           td_plural(g->heads), moe, g->seq, g->vocab, g->padded_vocab, (long long)j->gbs, dt, n, td_plural(n), c->name,
+           c->gpus_per_node, c->peak[j->dtype] / 1e12, dt, c->mem_gib);
 }
 
 /* The options every layout takes (the search's too): scatter/gather, the dp collectives, the
@@ -134,7 +146,6 @@ int cli_plan(int argc, char **argv)
         td_args_free(&a);
         return 0;
     }
-    if (!td_args_given(&a, "--num-gpus")) td_usage_error(PROG ": --num-gpus is required (the devices to plan for)");
     if (!td_args_given(&a, "--vocab-size"))
         td_usage_error(PROG ": --vocab-size is required (plan reads no tokenizer; GPT-2's is 50257)");
     if (!td_args_given(&a, "--global-batch-size")) td_usage_error(PROG ": --global-batch-size is required");
@@ -143,6 +154,11 @@ int cli_plan(int argc, char **argv)
     char err[512];
     if (plan_cluster_preset(a.cluster, &cl) && plan_cluster_load(a.cluster, &cl, err, sizeof err))
         td_usage_error(PROG ": %s", err);
+    if (!td_args_given(&a, "--num-gpus")) { /* a cluster of known nodes: all its devices */
+        if (cl.nodes <= 0)
+            td_usage_error(PROG ": --num-gpus is required (the devices to plan for), or a cluster file with \"nodes\"");
+        a.num_gpus = cl.nodes * cl.gpus_per_node;
+    }
     plan_job job;
     memset(&job, 0, sizeof job);
     gpt_config_from_args(&job.cfg, &a);
@@ -184,7 +200,7 @@ int cli_plan(int argc, char **argv)
         if (a.plan_json) {
             print_json(&r, &cl);
         } else {
-            header(&job, &cl, n);
+            header(&job, &cl, n, l.ep > 1 ? l.ep : 1);
             printf("  tp   pp    dp  vp  mbs micro  recompute  sp distopt  iter (s) TFLOP/s    MFU   GiB/dev\n");
             print_row(&r);
             print_explain(&r);
@@ -193,13 +209,26 @@ int cli_plan(int argc, char **argv)
         return r.fits ? 0 : 1;
     }
     int cap = a.plan_top;
-    if (!a.plan_json) header(&job, &cl, n);
+    if (cl.nodes > 0 && n > cl.nodes * cl.gpus_per_node)
+        td_usage_error(PROG ": --num-gpus %d is more than cluster %s has: %d (%d node%s of %d); give at most %d", n,
+                       cl.name, cl.nodes * cl.gpus_per_node, cl.nodes, td_plural(cl.nodes), cl.gpus_per_node,
+                       cl.nodes * cl.gpus_per_node);
+    if (!a.plan_json) header(&job, &cl, n, 0);
     plan_result *res = td_xcalloc((size_t)cap, sizeof *res);
-    int found = plan_search(&job, &cl, n, &opts, res, cap);
+    plan_search_why why;
+    int found = plan_search(&job, &cl, n, &opts, res, cap, &why);
     if (found == 0) {
-        fprintf(stderr, "error: " PROG ": no layout of %d devices fits %.0f GiB a device; add devices, or shorten the "
-                        "sequence or the model\n", n, cl.mem_gib);
         free(res);
+        if (why.priced == 0 && why.batch_refused > 0 && !why.refused[0])
+            td_usage_error(PROG ": no layout of %d devices divides --global-batch-size %lld: the data-parallel sizes "
+                           "they allow (%d / (tp x pp), pp dividing the %d layers) are %d or more and none divides "
+                           "it; give a batch divisible by %d", n, (long long)job.gbs, n, job.cfg.num_layers,
+                           why.batch_dp, why.batch_dp);
+        if (why.priced == 0)
+            td_usage_error(PROG ": no layout of %d devices suits the model: %s", n,
+                           why.refused[0] ? why.refused : "no tensor x pipeline size divides the devices");
+        fprintf(stderr, "error: " PROG ": no layout of %d devices fits %.0f GiB a device (the least needs %.1f GiB); "
+                        "add devices, or shorten the sequence or the model\n", n, cl.mem_gib, why.least_bytes / GIB);
         td_args_free(&a);
         return 1;
     }

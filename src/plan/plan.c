@@ -18,7 +18,8 @@
  *
  * Memory. Parameters, gradients and optimizer state per parameter as Megatron keeps them (16-bit
  * weights, fp32 gradients, fp32 master weights and Adam moments: 18 bytes, 6 + 12/d with the
- * distributed optimizer; fp32 training 16, 8 + 8/d), activations by Korthikanti et al.'s
+ * distributed optimizer, the experts' state over their expert-data-parallel group d / ep instead;
+ * fp32 training 16, 8 + 8/d), activations by Korthikanti et al.'s
  * per-layer formulas times the micro-batches in flight on the first stage, the last stage's
  * logits, and what the framework holds besides (mem_reserved_gib). */
 #include "trident/plan.h"
@@ -45,8 +46,9 @@ static const plan_cluster PRESETS[] = {
     {"dgx2h-v100", 16, {15.7e12, 0, 125e12}, 32, 0.9e12, 120e9, 8e-6, 5.0e9, 15e-6, 0.80, 96, 2.0, 0, 0, 0},
     /* DGX A100: 8 A100 80 GB (312 TFLOP/s bf16/fp16, 19.5 fp32), NVLink 3 (300 GB/s a direction,
      * about 240 reached), 8 x 200 Gb/s HDR a node (25 GB/s a GPU, about 21 reached); GEMM efficiency
-     * 0.70 fitted to five rows of the Megatron paper's Table 1, the rest held out (tests/unit/test_plan.c) */
-    {"dgx-a100-80gb", 8, {19.5e12, 312e12, 312e12}, 80, 2.0e12, 240e9, 6e-6, 21e9, 12e-6, 0.70, 48, 3.0, 0, 0, 0},
+     * 0.715 fitted to five rows of the Megatron paper's Table 1 at their own layouts, the rest held
+     * out (tests/unit/test_plan.c) */
+    {"dgx-a100-80gb", 8, {19.5e12, 312e12, 312e12}, 80, 2.0e12, 240e9, 6e-6, 21e9, 12e-6, 0.715, 48, 3.0, 0, 0, 0},
     /* DGX H100: 8 H100 SXM 80 GB (989 TFLOP/s dense bf16/fp16, 67 fp32), NVLink 4 (450 GB/s a
      * direction, about 360 reached), 8 x 400 Gb/s NDR a node (50 GB/s a GPU, about 42 reached) */
     {"dgx-h100", 8, {67e12, 989e12, 989e12}, 80, 3.35e12, 360e9, 5e-6, 42e9, 10e-6, 0.72, 128, 3.0, 0, 0, 0},
@@ -154,7 +156,11 @@ int plan_group_link(const plan_cluster *c, const plan_layout *l, plan_group kind
         *bw = c->intra_bw, *lat = c->intra_lat;
         return 1;
     }
-    double share = c->trident_cpu ? c->inter_bw * fewest : c->inter_bw;
+    /* trident-cpu: the node's one link, k shares of it. Megatron's GPUs: a data- (or expert-) parallel
+     * group's rings cross on every rail its k devices of a node own (NCCL's channels, one a NIC);
+     * tensor parallelism across nodes and the pipeline's sends keep one device's share */
+    int rails = c->trident_cpu || kind == PLAN_GROUP_DP || kind == PLAN_GROUP_EP;
+    double share = rails ? c->inter_bw * fewest : c->inter_bw;
     *bw = share < c->intra_bw ? share : c->intra_bw;
     *lat = c->inter_lat;
     return span;
@@ -262,14 +268,15 @@ static double stage_params_ep(const gpt_config *g, int tp, int ep, int layers, i
 {
     double h = g->hidden, t = tp, V = g->padded_vocab;
     double qkv = gpt_q_width(g) + 2.0 * gpt_kv_width(g), q = gpt_q_width(g), f = g->ffn * (g->swiglu ? 2.0 : 1.0);
-    double attn = (qkv * h + q * h) / t + 4.0 * h + (gpt_has_bias(g) ? qkv / t + h : 0);
+    double norm = g->norm == GPT_NORM_RMSNORM ? h : 2.0 * h; /* a norm's weight (and LayerNorm's bias) */
+    double attn = (qkv * h + q * h) / t + 2.0 * norm + (gpt_has_bias(g) ? qkv / t + h : 0);
     double dense = (f * h + g->ffn * h) / t + (gpt_has_bias(g) ? f / t + h : 0);
     double share = moe_share(g), x = layers * share * experts_params(g, tp, ep);
     double n = layers * (attn + (1 - share) * dense + share * moe_rest_params(g, tp)) + x;
     if (experts) *experts = x;
     if (first) n += V * h / t + (g->pos == GPT_POS_LEARNED ? (double)g->max_pos * h : 0);
     if (last && (pp > 1 || g->untied)) n += V * h / t;
-    if (last) n += 2.0 * h;
+    if (last) n += norm;
     if (first) n += (double)gpt_tokentypes(g) * h; /* the token-type embedding */
     if (last && gpt_masked_lm(g)) /* the masked-LM head's transform and bias, the pooler and binary head */
         n += h * h + 3.0 * h + V / t + (g->binary_head ? h * h + 3.0 * h + 2 : 0);
@@ -313,26 +320,32 @@ static void trident_memory(const plan_job *j, const plan_cluster *c, const plan_
 }
 
 /* Megatron's training on GPUs: the first stage (activations of the micro-batches in flight) or
- * the last (the logits), the larger. */
+ * the last (the logits), the larger. A parameter holds its 16-bit copy (fp32 in fp32 training), its
+ * fp32 gradient and the optimizer's state (fp32 master weight and Adam's moments, 12 bytes; fp32
+ * training, the moments, 8), the state sharded by the distributed optimizer: the dense parameters'
+ * over dp, the experts' over their expert-data-parallel group, dp / ep. */
 static void megatron_memory(const plan_job *j, const plan_cluster *c, const plan_layout *l, int m, plan_result *r)
 {
     const gpt_config *g = &j->cfg;
     int Ls = g->num_layers / l->pp;
     double e = act_bytes(j->dtype), T = (double)l->mbs * g->seq, V = g->padded_vocab / (double)l->tp;
-    double bpp = j->dtype ? (l->distopt ? 6.0 + 12.0 / l->dp : 18.0) : (l->distopt ? 8.0 + 8.0 / l->dp : 16.0);
+    double state = j->dtype ? 12.0 : 8.0, edp = (double)(l->dp / ep_of(l));
+    double dense_div = l->distopt ? l->dp : 1, expert_div = l->distopt ? edp : 1;
     double acts_layer = plan_layer_act_bytes(g, l->mbs, l->tp, l->sp, l->recompute) * (j->dtype ? 1.0 : 2.0);
     double work = l->recompute == PLAN_RC_FULL ? plan_layer_act_bytes(g, l->mbs, l->tp, l->sp, PLAN_RC_NONE) : 0;
     double logits = T * V * (4.0 + e); /* the fp32 softmax and the 16-bit logits of one micro-batch */
-    double params[2], acts[2];
+    double params[2], opt[2], acts[2];
     for (int k = 0; k < 2; k++) { /* 0: the first stage, 1: the last */
         int is_first = k == 0, is_last = k == 1 || l->pp == 1;
-        params[k] = stage_params_ep(g, l->tp, ep_of(l), Ls, is_first, is_last, l->pp, NULL);
+        double X;
+        params[k] = stage_params_ep(g, l->tp, ep_of(l), Ls, is_first, is_last, l->pp, &X);
+        opt[k] = state * ((params[k] - X) / dense_div + X / expert_div);
         acts[k] = Ls * acts_layer * (is_first ? plan_inflight(l->pp, l->vp, m) : 1.0) + work + (is_last ? logits : 0);
     }
-    int w = params[0] * bpp + acts[0] >= params[1] * bpp + acts[1] ? 0 : 1;
+    int w = params[0] * (e + 4.0) + opt[0] + acts[0] >= params[1] * (e + 4.0) + opt[1] + acts[1] ? 0 : 1;
     r->m_params = params[w] * e;
     r->m_grads = params[w] * 4.0; /* fp32 */
-    r->m_optimizer = params[w] * (bpp - e - 4.0);
+    r->m_optimizer = opt[w];
     r->m_acts = acts[w];
     r->m_other = c->mem_reserved_gib * GIB;
     r->m_total = r->m_params + r->m_grads + r->m_optimizer + r->m_acts + r->m_other;
@@ -547,16 +560,22 @@ static int by_time(const void *a, const void *b)
     return x->iter_s < y->iter_s ? -1 : x->iter_s > y->iter_s;
 }
 
-int plan_search(const plan_job *j, const plan_cluster *c, int n, const plan_layout *opts, plan_result *out, int cap)
+int plan_search(const plan_job *j, const plan_cluster *c, int n, const plan_layout *opts, plan_result *out, int cap,
+                plan_search_why *why)
 {
     const gpt_config *g = &j->cfg;
     int found = 0, room = 0;
     plan_result *all = NULL;
+    plan_search_why w;
+    memset(&w, 0, sizeof w);
     for (int tp = 1; tp <= c->gpus_per_node && tp <= n; tp *= 2)
         for (int pp = 1; pp <= g->num_layers && tp * pp <= n; pp++) {
             if (n % (tp * pp) || g->num_layers % pp) continue;
             int dp = n / (tp * pp);
-            if (j->gbs % dp) continue;
+            if (j->gbs % dp) {
+                if (w.batch_refused++ == 0 || dp < w.batch_dp) w.batch_dp = dp;
+                continue;
+            }
             int64_t per = j->gbs / dp;
             for (int mbs = 1; mbs <= per && mbs <= 16; mbs++) {
                 if (per % mbs) continue;
@@ -578,7 +597,12 @@ int plan_search(const plan_job *j, const plan_cluster *c, int n, const plan_layo
                                 }
                                 plan_result r;
                                 char err[256];
-                                if (plan_evaluate(j, c, &l, &r, err, sizeof err) || !r.fits) continue;
+                                if (plan_evaluate(j, c, &l, &r, err, sizeof err)) {
+                                    if (!w.refused[0]) snprintf(w.refused, sizeof w.refused, "%s", err);
+                                    continue;
+                                }
+                                if (w.priced++ == 0 || r.m_total < w.least_bytes) w.least_bytes = r.m_total;
+                                if (!r.fits) continue;
                                 if (found == room) {
                                     room = room ? 2 * room : 256;
                                     all = realloc(all, (size_t)room * sizeof *all);
@@ -589,6 +613,7 @@ int plan_search(const plan_job *j, const plan_cluster *c, int n, const plan_layo
                 }
             }
         }
+    if (why) *why = w;
     if (found) qsort(all, (size_t)found, sizeof *all, by_time);
     for (int i = 0; i < found && i < cap; i++) out[i] = all[i];
     free(all);
@@ -689,6 +714,19 @@ int plan_cluster_load(const char *path, plan_cluster *c, char *err, size_t errle
         snprintf(err, errlen, "--cluster %s is not a JSON object (see docs/plan.md for its fields)", path);
         goto out;
     }
+    for (const cJSON *it = o->child; it; it = it->next) { /* a misspelt key would be silently ignored */
+        int known = strcmp(it->string, "name") == 0 || strcmp(it->string, "base") == 0 ||
+                    strcmp(it->string, "framework") == 0;
+        for (int i = 0; i < NFIELDS && !known; i++) known = strcmp(it->string, FIELDS[i].key) == 0;
+        if (!known) {
+            size_t used = (size_t)snprintf(err, errlen, "--cluster %s: unknown key \"%s\" (known: name, base, framework",
+                                           path, it->string);
+            for (int i = 0; i < NFIELDS && used < errlen; i++)
+                used += (size_t)snprintf(err + used, errlen - used, ", %s", FIELDS[i].key);
+            if (used < errlen) snprintf(err + used, errlen - used, ")");
+            goto out;
+        }
+    }
     const cJSON *base = cJSON_GetObjectItemCaseSensitive(o, "base");
     if (cJSON_IsString(base) && plan_cluster_preset(base->valuestring, c)) {
         snprintf(err, errlen, "--cluster %s: base '%s' is not a preset (%s)", path, base->valuestring,
@@ -725,6 +763,11 @@ int plan_cluster_load(const char *path, plan_cluster *c, char *err, size_t errle
     else if (c->peak[0] <= 0 && c->peak[1] <= 0 && c->peak[2] <= 0) missing = "peak_fp32_flops (or bf16, fp16)";
     if (missing) {
         snprintf(err, errlen, "--cluster %s: %s is missing (or give \"base\": a preset to start from)", path, missing);
+        goto out;
+    }
+    if (c->mem_reserved_gib >= c->mem_gib) {
+        snprintf(err, errlen, "--cluster %s: reserved_gib %.15g leaves nothing of memory_gib %.15g for a model (give "
+                 "reserved_gib below memory_gib)", path, c->mem_reserved_gib, c->mem_gib);
         goto out;
     }
     rc = 0;

@@ -149,5 +149,34 @@ expect2 "--overlap-param-gather needs --use-distributed-optimizer" "${S[@]}" --t
   --overlap-param-gather
 printf '{"base": "dgx-h100", "cores_per_node": -1}\n' >neg_cores.json
 expect2 "cores_per_node must be a number in \[0, 1048576\]" "${M[@]}" --num-gpus 8 --cluster neg_cores.json
+
+# a cluster file's misspelt key is refused, naming it and the known ones (it was silently ignored)
+printf '{"base": "dgx-h100", "memroy_gib": 40}\n' >misspelt.json
+expect2 'unknown key "memroy_gib" (known: name, base, framework, gpus_per_node, nodes, .*memory_gib.*reserved_gib)'   "${M[@]}" --num-gpus 8 --cluster misspelt.json
+# why no layout: a cluster reserving all its memory, fewer devices than asked, a batch no layout
+# divides (exit 2: the input), and memory (exit 1, with the least a layout needs)
+printf '{"base": "dgx-h100", "reserved_gib": 90}\n' >reserved.json
+expect2 "reserved_gib 90 leaves nothing of memory_gib 80 for a model" "${M[@]}" --num-gpus 8 --cluster reserved.json
+expect2 "--num-gpus 32 is more than cluster two_nodes.json has: 16 (2 nodes of 8)" "${M[@]}" --num-gpus 32   --cluster two_nodes.json
+G=(--num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-length 1024 --vocab-size 50257 --bf16 --cluster dgx-h100)
+expect2 "no layout of 64 devices divides --global-batch-size 99: .* give a batch divisible by 2" "${G[@]}"   --global-batch-size 99 --num-gpus 64
+out=$("$TRIDENT" plan "${M[@]}" --global-batch-size 64 --num-gpus 8 --cluster dgx-h100 2>&1); rc=$?
+if [ $rc = 1 ] && [ "$(grep -c "^error: " <<<"$out")" = 1 ] &&
+   grep -q "no layout of 8 devices fits 80 GiB a device (the least needs [0-9.]* GiB)" <<<"$out"; then
+  ok "exit 1: $(grep error <<<"$out")"
+else bad "no layout fits: want exit 1, got $rc: $out"; fi
+# a cluster file with nodes: --num-gpus defaults to all its devices (2 nodes of 8)
+if out=$("$TRIDENT" plan "${G[@]/dgx-h100/two_nodes.json}" --global-batch-size 64 --top 1) &&
+   grep -q " on 16 devices of two_nodes.json" <<<"$out"; then ok "--num-gpus from the cluster's nodes: $(head -n 1 <<<"$out" | cut -c1-140)"
+else bad "--num-gpus from nodes: $out"; fi
+# a mixture of experts evaluated: the header names the experts and ep, the time breakdown the ep
+# exchange, and its shares add up to the iteration (--json: the parts sum to iteration_s)
+if out=$("$TRIDENT" plan "${MOE[@]}" --num-gpus 16 --expert-model-parallel-size 4 --explain) &&
+   grep -q "8 experts top-2 (ep 4)" <<<"$out" && grep -q "expert-parallel exchange [0-9.]* ([0-9]*%)" <<<"$out" &&
+   python3 -c 'import re, sys; s = sum(int(x) for x in re.findall(r"\((\d+)%", sys.argv[1].split("time:")[1].split("\n")[0])); sys.exit(not 97 <= s <= 103)' "$out" &&
+   js=$("$TRIDENT" plan "${MOE[@]}" --num-gpus 16 --expert-model-parallel-size 4 --json) &&
+   python3 -c 'import json, sys; v = json.loads(sys.argv[1]); b = v["breakdown_s"]; t = sum(x for k, x in b.items() if k != "recompute"); sys.exit(not (b["expert_parallel"] > 0 and abs(t - v["iteration_s"]) <= 1e-5 * v["iteration_s"]))' "$js"
+then ok "moe: header, ep exchange's share: $(grep -o 'time:.*' <<<"$out" | cut -c1-200)..."
+else bad "moe: header / time shares: $out ${js:-}"; fi
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

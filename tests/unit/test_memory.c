@@ -229,6 +229,29 @@ static void test_layout_terms(void **state)
 }
 
 
+/* The distributed optimizer under expert parallelism: the experts' state (Adam's moments and the
+ * grad shard, 12 bytes an element) is sharded over the expert-data-parallel group, dp / ep, the
+ * rest over dp. GPT-2 of test_params_by_hand with 4 experts of 64 a layer (GeLU, biases: fc1 64 x
+ * 32 + 64, fc2 32 x 64 + 32 = 4192 an expert), ep 2 of dp 4: a rank holds 2 experts a layer,
+ * 4 x 2 x 4192 = 33536 elements of experts, each with 1/2 of its state. */
+static void test_moe_distributed_optimizer(void **state)
+{
+    (void)state;
+    mem_layout l = {0};
+    l.cfg = gpt2();
+    l.cfg.num_experts = 4, l.cfg.moe_topk = 2, l.cfg.moe_ffn = 64;
+    l.tp = 1, l.dp = 4, l.ep = 2, l.mbs = 2, l.nchunks = 1, l.distributed_optimizer = 1;
+    l.chunk[0] = (mem_chunk){4, 1, 1, 1, 0};
+    mem_prediction p;
+    mem_predict(&l, &p);
+    double experts = 4 * 2 * 4192.0, numel = p.params / 4;
+    double one = (double)gpt_stage_numel(&l.cfg, 1, 1, 0, 4, 1, 1); /* every expert: 2 more a layer */
+    assert_true(fabs(one - numel - experts) < 0.5);
+    double want = 12.0 * ((numel - experts) / 4 + experts / 2);
+    printf("ep 2 of dp 4: optimizer %.0f bytes, by hand %.0f\n", p.optimizer, want);
+    assert_true(fabs(p.optimizer - want) < 1e-9 * want);
+}
+
 /* Parameters per tensor-parallel rank, counted by hand. GPT-2 (h 32, ffn 128, 4 layers, vocab
  * 100 padded to 128, 24 positions): Megatron's 12 L h^2 + 13 L h for the layers at tp 1; at tp 2
  * per layer 2 LayerNorms 2 x 2h = 128, QKV 3h h / 2 = 1536 + bias 3h / 2 = 48, projection
@@ -335,6 +358,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_recompute_chunks),
         cmocka_unit_test(test_bf16_chunks),
         cmocka_unit_test(test_layout_terms),
+        cmocka_unit_test(test_moe_distributed_optimizer),
         cmocka_unit_test(test_moe_mixed_chunks),
         cmocka_unit_test(test_params_by_hand),
         cmocka_unit_test(test_tp_sp_acts_by_hand),

@@ -1,10 +1,12 @@
 /* src/plan/plan.c, the layout planner: each term of its model on cases worked by hand (ring
  * collectives, a GEMM at a known efficiency, Korthikanti et al.'s activation formulas, the
- * micro-batches in flight of 1F1B and interleaved 1F1B, bytes per parameter), then the Megatron
+ * micro-batches in flight of 1F1B and interleaved 1F1B, bytes per parameter, a mixture of experts'
+ * optimizer state under the distributed optimizer), then the Megatron
  * paper's (Narayanan et al. 2021) results on DGX A100s (the preset's GEMM efficiency fitted to five
  * rows of Table 1, the fit redone here; the rest held out): its weak-scaling table, each row's
- * TFLOP/s per GPU for its own layout (full recomputation, counted in the FLOPs as the paper
- * does) within 15% of the published figure and the search's choice no slower; the interleaved
+ * TFLOP/s per GPU at its own layout as `trident plan` prints it, the preset as shipped (full
+ * recomputation, counted in the FLOPs as the paper does) within 10% of the published figure in
+ * fp16 and 12% in bf16, and the search's choice no slower; the interleaved
  * schedule ahead of 1F1B by more at small batches than at large ones (its Figure 12); and the
  * tensor x pipeline trade-off of its 162.2B model on 64 GPUs best at tensor-parallel size 8, one
  * node (its Figure 13). */
@@ -114,24 +116,29 @@ static const struct {
     {529.6, 128, 20480, 105, 8, 35, 2520, 2520, 163}, {1008.0, 160, 25600, 128, 8, 64, 3072, 3072, 163},
 };
 
-/* The best of the paper's layout (its tp and pp) over micro-batch sizes and interleaving. */
-static plan_result best_of_paper_layout(const plan_job *j, const plan_cluster *c, int tp, int pp, int gpus)
+/* A row at its own layout, as `trident plan` evaluates the row's flags (--tensor-model-parallel-size,
+ * --pipeline-model-parallel-size, --recompute-granularity full, the data-parallel size the rest of
+ * --num-gpus, every other layout flag at its default: micro-batch 1, no interleaving, no sequence
+ * parallelism, no distributed optimizer, no overlap), in dtype 2 (fp16, the paper's) or 1 (bf16:
+ * Megatron then reduces the gradients in fp32). */
+static plan_result table1_row(const plan_cluster *c, size_t i, int dtype)
 {
-    plan_result best = {0}, r;
+    plan_job j = gpt(TABLE1[i].layers, TABLE1[i].hidden, TABLE1[i].heads, TABLE1[i].batch);
+    j.dtype = dtype;
+    int tp = TABLE1[i].tp, pp = TABLE1[i].pp;
+    plan_layout l = {tp, pp, TABLE1[i].gpus / (tp * pp), 1, 1, PLAN_RC_FULL, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0, 1, 0};
+    plan_result r;
     char err[256];
-    for (int mbs = 1; mbs <= 8; mbs *= 2)
-        for (int vp = 1; vp <= 4; vp++) {
-            plan_layout l = {tp, pp, gpus / (tp * pp), vp, mbs, PLAN_RC_FULL, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0, 1, 0};
-            if (plan_evaluate(j, c, &l, &r, err, sizeof err) || !r.fits) continue;
-            if (r.tflops_per_gpu > best.tflops_per_gpu) best = r;
-        }
-    return best;
+    assert_int_equal(plan_evaluate(&j, c, &l, &r, err, sizeof err), 0);
+    assert_true(r.fits);
+    return r;
 }
 
 /* The preset's GEMM efficiency (dgx-a100-80gb's gemm_max_efficiency) is fitted to these rows of
- * Table 1 only, every other one from the smallest: 1.7B, 7.5B, 39.1B, 145.6B, 529.6B. Held out of
- * the fit, and so a check of the model rather than of the fit: Table 1's 3.6B, 18.4B, 76.1B,
- * 310.1B and 1008B rows, all of Table 2, and Figures 12 and 13. gemm_half_dim (48) is not fitted. */
+ * Table 1 only, every other one from the smallest: 1.7B, 7.5B, 39.1B, 145.6B, 529.6B, each at its
+ * own layout in fp16. Held out of the fit, and so a check of the model rather than of the fit:
+ * Table 1's 3.6B, 18.4B, 76.1B, 310.1B and 1008B rows, every row in bf16, all of Table 2, and
+ * Figures 12 and 13. gemm_half_dim (48) is not fitted. */
 static const int TABLE1_FIT[] = {0, 2, 4, 6, 8};
 
 static int table1_fitted(size_t i)
@@ -141,12 +148,9 @@ static int table1_fitted(size_t i)
     return 0;
 }
 
-static double table1_error(const plan_cluster *c, size_t i)
+static double table1_error(const plan_cluster *c, size_t i, int dtype)
 {
-    plan_job j = gpt(TABLE1[i].layers, TABLE1[i].hidden, TABLE1[i].heads, TABLE1[i].batch);
-    plan_result r = best_of_paper_layout(&j, c, TABLE1[i].tp, TABLE1[i].pp, TABLE1[i].gpus);
-    assert_true(r.tflops_per_gpu > 0);
-    return (r.tflops_per_gpu - TABLE1[i].tflops) / TABLE1[i].tflops;
+    return (table1_row(c, i, dtype).tflops_per_gpu - TABLE1[i].tflops) / TABLE1[i].tflops;
 }
 
 /* The fit, redone: the efficiency in [0.60, 0.90] (steps of 0.005) with the least squared log
@@ -161,43 +165,52 @@ static void gemm_efficiency_fit(void **state)
         c.gemm_emax = 0.60 + 0.005 * k;
         double sq = 0;
         for (size_t f = 0; f < sizeof TABLE1_FIT / sizeof TABLE1_FIT[0]; f++) {
-            double l = log1p(table1_error(&c, (size_t)TABLE1_FIT[f]));
+            double l = log1p(table1_error(&c, (size_t)TABLE1_FIT[f], 2));
             sq += l * l;
         }
         if (sq < best_sq) best_sq = sq, best = c.gemm_emax;
     }
     printf("  gemm_max_efficiency fitted to Table 1's 1.7B, 7.5B, 39.1B, 145.6B, 529.6B rows: %.3f "
-           "(rms error %.1f%%); the preset's %.2f\n", best, 100 * sqrt(best_sq / 5), preset);
+           "(rms error %.1f%%); the preset's %.3f\n", best, 100 * sqrt(best_sq / 5), preset);
     assert_true(fabs(best - preset) <= 0.005 + 1e-9);
 }
+
+/* Every row of Table 1 at its own layout (table1_row: what `trident plan` prints for the row's
+ * flags), the preset as shipped: fp16, the paper's precision, within TABLE1_FP16_TOL of the
+ * paper's TFLOP/s per GPU; bf16 (its gradients reduced in fp32, which the paper's fp16 runs did
+ * not pay) within TABLE1_BF16_TOL. And the search's pick for the row's GPUs no slower. */
+#define TABLE1_FP16_TOL 0.10
+#define TABLE1_BF16_TOL 0.12
 
 static void megatron_table1(void **state)
 {
     (void)state;
     plan_cluster c;
     assert_int_equal(plan_cluster_preset("dgx-a100-80gb", &c), 0);
-    printf("  %8s %3s %3s %5s %9s %9s %7s  %s\n", "params", "tp", "pp", "GPUs", "paper", "predicted", "error",
-           "the search's best layout (by the model)");
-    double worst = 0, worst_held = 0;
+    printf("  %8s %3s %3s %5s %9s %9s %7s %9s %7s  %s\n", "params", "tp", "pp", "GPUs", "paper", "fp16", "error",
+           "bf16", "error", "the search's best layout (by the model)");
+    double worst = 0, worst_held = 0, worst_bf16 = 0;
     for (size_t i = 0; i < sizeof TABLE1 / sizeof TABLE1[0]; i++) {
-        plan_job j = gpt(TABLE1[i].layers, TABLE1[i].hidden, TABLE1[i].heads, TABLE1[i].batch);
-        plan_result r = best_of_paper_layout(&j, &c, TABLE1[i].tp, TABLE1[i].pp, TABLE1[i].gpus);
-        assert_true(r.tflops_per_gpu > 0);
+        plan_result r = table1_row(&c, i, 2), b = table1_row(&c, i, 1);
         double err = (r.tflops_per_gpu - TABLE1[i].tflops) / TABLE1[i].tflops;
-        worst = fmax(worst, fabs(err));
+        double errb = (b.tflops_per_gpu - TABLE1[i].tflops) / TABLE1[i].tflops;
+        worst = fmax(worst, fabs(err)), worst_bf16 = fmax(worst_bf16, fabs(errb));
         if (!table1_fitted(i)) worst_held = fmax(worst_held, fabs(err));
+        plan_job j = gpt(TABLE1[i].layers, TABLE1[i].hidden, TABLE1[i].heads, TABLE1[i].batch);
         plan_result found[1];
-        assert_true(plan_search(&j, &c, TABLE1[i].gpus, NULL, found, 1) > 0);
-        printf("  %7.1fB%s %3d %3d %5d %9.0f %9.1f %+6.1f%%  tp %d pp %d vp %d mbs %d %s%s: %.1f s vs %.1f s\n",
-               TABLE1[i].params, table1_fitted(i) ? " (fit)" : "      ", TABLE1[i].tp, TABLE1[i].pp, TABLE1[i].gpus, TABLE1[i].tflops, r.tflops_per_gpu,
-               100 * err, found[0].l.tp, found[0].l.pp, found[0].l.vp, found[0].l.mbs,
+        assert_true(plan_search(&j, &c, TABLE1[i].gpus, NULL, found, 1, NULL) > 0);
+        printf("  %7.1fB%s %3d %3d %5d %9.0f %9.1f %+6.1f%% %9.1f %+6.1f%%  tp %d pp %d vp %d mbs %d %s%s: %.1f s vs "
+               "%.1f s\n", TABLE1[i].params, table1_fitted(i) ? " (fit)" : "      ", TABLE1[i].tp, TABLE1[i].pp,
+               TABLE1[i].gpus, TABLE1[i].tflops, r.tflops_per_gpu, 100 * err, b.tflops_per_gpu, 100 * errb,
+               found[0].l.tp, found[0].l.pp, found[0].l.vp, found[0].l.mbs,
                found[0].l.recompute == PLAN_RC_FULL ? "full" : found[0].l.recompute ? "selective" : "no recompute",
                found[0].l.sp ? " sp" : "", found[0].iter_s, r.iter_s);
-        assert_true(fabs(err) <= 0.15);
+        assert_true(fabs(err) <= TABLE1_FP16_TOL);
+        assert_true(fabs(errb) <= TABLE1_BF16_TOL);
         assert_true(found[0].iter_s <= r.iter_s * (1 + 1e-12));
     }
-    printf("  largest error against the paper: %.1f%%, on the rows held out of the fit %.1f%%\n", 100 * worst,
-           100 * worst_held);
+    printf("  largest error against the paper: fp16 %.1f%% (on the rows held out of the fit %.1f%%), bf16 %.1f%%\n",
+           100 * worst, 100 * worst_held, 100 * worst_bf16);
 }
 
 /* Table 2's PTD-P rows: GPT-3 175B (tp 8 x pp 12) and the 530B model (tp 8 x pp 35), micro-batch
@@ -342,7 +355,7 @@ static void mixture_of_experts(void **state)
     l.ep = 16;
     assert_int_equal(plan_evaluate(&j, &c, &l, &r, err, sizeof err), -1);
     plan_result top[64];
-    int found = plan_search(&j, &c, 8, NULL, top, 64), with_ep = 0;
+    int found = plan_search(&j, &c, 8, NULL, top, 64, NULL), with_ep = 0;
     for (int i = 0; i < found && i < 64; i++) with_ep += top[i].l.ep > 1;
     assert_true(with_ep > 0);
     c.trident_cpu = 1;
@@ -350,6 +363,96 @@ static void mixture_of_experts(void **state)
     assert_int_equal(plan_evaluate(&j, &c, &tp2, &r, err, sizeof err), 0);
     tp2.ep = 2;
     assert_int_equal(plan_evaluate(&j, &c, &tp2, &r, err, sizeof err), 0);
+}
+
+/* Mixtral's shape (Jiang et al. 2024: 32 layers of hidden 4096, 32 heads over 8 key/value groups,
+ * 8 SwiGLU experts of 14336 a layer, top-2, RMSNorm, rotary positions, no biases, an untied output
+ * layer, vocabulary 32000), bf16, global batch 512, sequence 4096. */
+static plan_job mixtral(void)
+{
+    plan_job j;
+    memset(&j, 0, sizeof j);
+    gpt_config *g = &j.cfg;
+    g->num_layers = 32, g->hidden = 4096, g->heads = 32, g->query_groups = 8, g->ffn = 14336, g->swiglu = 1;
+    g->norm = GPT_NORM_RMSNORM, g->pos = GPT_POS_ROPE, g->disable_bias = 1, g->untied = 1;
+    g->num_experts = 8, g->moe_topk = 2;
+    g->seq = g->max_pos = 4096, g->vocab = g->padded_vocab = 32000;
+    j.gbs = 512;
+    j.dtype = 1;
+    return j;
+}
+
+/* Mixtral's parameters on one rank of a stage of `layers` layers, counted by hand: a layer's
+ * attention (Q 4096 x 4096, K and V 1024 x 4096 each, the projection 4096 x 4096, / tp), its two
+ * RMSNorms (4096 each) and router (8 x 4096); its E / ep experts of gate, up and down (3 x 14336
+ * x 4096, / tp); the word embedding on the first stage, the output layer and the final norm on the
+ * last (32000 x 4096 / tp each). *experts: of which the experts'. */
+static double mixtral_params(int tp, int ep, int layers, int first, int last, double *experts)
+{
+    double h = 4096, kv = 8 * 128, F = 14336, V = 32000;
+    double layer = ((h + 2 * kv) * h + h * h) / tp + 2 * h + 8 * h;
+    *experts = layers * (8.0 / ep) * 3 * F * h / tp;
+    return layers * layer + *experts + (first ? V * h / tp : 0) + (last ? V * h / tp + h : 0);
+}
+
+/* The distributed optimizer under expert parallelism: the dense parameters' fp32 master weights
+ * and moments (12 bytes) are sharded over dp, the experts' over their expert-data-parallel group,
+ * dp / ep (Megatron's, and trident's own: src/optim). By hand on Mixtral at tp 1 x pp 2 x dp 32
+ * (64 H100s) with ep 4, 2 micro-batches, 4 virtual stages, selective recomputation: the layout an
+ * earlier model listed as fitting at 79.5 GiB with the state of every parameter / dp. And a search
+ * of 64 H100s lists no layout whose hand-counted memory exceeds the device's. */
+static void moe_distributed_optimizer(void **state)
+{
+    (void)state;
+    plan_cluster c;
+    assert_int_equal(plan_cluster_preset("dgx-h100", &c), 0);
+    plan_job j = mixtral();
+    plan_result r;
+    char err[256];
+    for (int ep = 1; ep <= 8; ep *= 2) {
+        plan_layout l = {2, 4, 8, 1, 1, PLAN_RC_SELECTIVE, 1, 1, 1, 0, PLAN_DP_AUTO, 0, 0, ep, 0};
+        assert_int_equal(plan_evaluate(&j, &c, &l, &r, err, sizeof err), 0);
+        double X, P = mixtral_params(2, ep, 8, 1, 0, &X), XL, PL = mixtral_params(2, ep, 8, 0, 1, &XL);
+        int last = fabs(r.m_params - 2 * PL) < 0.5; /* the busiest stage: the first or the last */
+        if (last) P = PL, X = XL;
+        else close_to(r.m_params, 2 * P, 1e-12);
+        /* the model's own table agrees with the hand count */
+        close_to((double)gpt_stage_numel(&j.cfg, 2, ep, last ? 24 : 0, 8, !last, last), P, 1e-12);
+        double want = 12 * ((P - X) / 8 + X / (8 / ep));
+        printf("  Mixtral, tp 2 x pp 4 x dp 8, ep %d: optimizer %.3f GiB (by hand %.3f)\n", ep, r.m_optimizer / GIB,
+               want / GIB);
+        close_to(r.m_optimizer, want, 1e-12);
+        close_to(r.m_grads, 4 * P, 1e-12);
+    }
+    /* the layout listed at 79.5 GiB */
+    plan_layout l = {1, 2, 32, 4, 2, PLAN_RC_SELECTIVE, 0, 1, 1, 0, PLAN_DP_AUTO, 0, 0, 4, 0};
+    assert_int_equal(plan_evaluate(&j, &c, &l, &r, err, sizeof err), 0);
+    double X, P = mixtral_params(1, 4, 16, 1, 0, &X);
+    close_to(r.m_params, 2 * P, 1e-12);
+    double want = 2 * P + 4 * P + 12 * ((P - X) / 32 + X / 8) + r.m_acts + 3 * GIB;
+    printf("  Mixtral, tp 1 x pp 2 x dp 32, ep 4: %.2f GiB (by hand %.2f) on 80\n", r.m_total / GIB, want / GIB);
+    close_to(r.m_total, want, 1e-12);
+    assert_true(want > 80 * GIB);
+    assert_false(r.fits);
+    /* the search: every layout it lists fits by the hand count */
+    enum { CAP = 20000 };
+    static plan_result found[CAP];
+    int n = plan_search(&j, &c, 64, NULL, found, CAP, NULL);
+    assert_true(n > 0 && n <= CAP);
+    for (int i = 0; i < n; i++) {
+        const plan_layout *f = &found[i].l;
+        int L = 32 / f->pp, ep = f->ep > 1 ? f->ep : 1;
+        double Xf, XL, Pf = mixtral_params(f->tp, ep, L, 1, f->pp == 1, &Xf);
+        double PL = mixtral_params(f->tp, ep, L, f->pp == 1, 1, &XL);
+        if (fabs(found[i].m_params - 2 * PL) < 0.5) Pf = PL, Xf = XL;
+        double div = f->distopt ? f->dp : 1, xdiv = f->distopt ? f->dp / ep : 1;
+        double total = 6 * Pf + 12 * ((Pf - Xf) / div + Xf / xdiv) + found[i].m_acts + 3 * GIB;
+        if (total > 80 * GIB)
+            fail_msg("listed: tp %d pp %d dp %d vp %d mbs %d ep %d distopt %d needs %.2f GiB by hand", f->tp, f->pp,
+                     f->dp, f->vp, f->mbs, ep, f->distopt, total / GIB);
+        assert_false(f->tp == 1 && f->pp == 2 && f->vp == 4 && f->mbs == 2 && ep == 4 && f->distopt &&
+                     f->recompute == PLAN_RC_SELECTIVE);
+    }
 }
 
 /* Which link each group runs over (ranks fill 2-rank nodes in order, Megatron's rank order), and
@@ -369,12 +472,20 @@ static void placement_links(void **state)
     assert_int_equal(plan_group_link(&c, &tp2dp2, PLAN_GROUP_DP, &bw, &lat), 2);
     assert_true(bw == 50e6 && lat == 1e-4);
     /* dp 4: one ring over both nodes, two of its ranks a node: the ring crosses each node's link
-     * once, so it has the whole node's 100 MB/s; Megatron's GPUs (a NIC each) keep their own 50 */
+     * once, so it has the whole node's 100 MB/s; Megatron's GPUs (a NIC each): the ring's two
+     * devices a node cross on both their NICs (NCCL's channels), 2 x 50 as well */
     plan_layout dp4 = {1, 1, 4, 1, 1, PLAN_RC_NONE, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0, 1, 0};
     assert_int_equal(plan_group_link(&c, &dp4, PLAN_GROUP_DP, &bw, &lat), 2);
     assert_true(bw == 100e6);
     c.trident_cpu = 0;
     plan_group_link(&c, &dp4, PLAN_GROUP_DP, &bw, &lat);
+    assert_true(bw == 100e6);
+    /* ... but a tensor-parallel group across nodes and the pipeline's sends keep one device's 50 */
+    plan_layout tp4x = {4, 1, 1, 1, 1, PLAN_RC_NONE, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0, 1, 0};
+    assert_int_equal(plan_group_link(&c, &tp4x, PLAN_GROUP_TP, &bw, &lat), 2);
+    assert_true(bw == 50e6);
+    plan_layout pp4 = {1, 4, 1, 1, 1, PLAN_RC_NONE, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0, 1, 0};
+    assert_int_equal(plan_group_link(&c, &pp4, PLAN_GROUP_PP, &bw, &lat), 2);
     assert_true(bw == 50e6);
     c.trident_cpu = 1;
     /* pp 2 x dp 2 (tp 1): rank = d + 2p, so dp pairs {0,1} {2,3} inside, pp pairs {0,2} {1,3} across */
@@ -580,6 +691,7 @@ int main(void)
         cmocka_unit_test(megatron_tp_pp),      cmocka_unit_test(trident_cpu_memory), cmocka_unit_test(megatron_table2),
         cmocka_unit_test(placement_links),     cmocka_unit_test(scatter_gather), cmocka_unit_test(dp_hierarchical),
         cmocka_unit_test(overlap_buckets),     cmocka_unit_test(mixture_of_experts),
+        cmocka_unit_test(moe_distributed_optimizer),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -148,12 +148,23 @@ int plan_group_link(const plan_cluster *c, const plan_layout *l, plan_group g, d
 int plan_evaluate(const plan_job *j, const plan_cluster *c, const plan_layout *l, plan_result *r, char *err,
                   size_t errlen);
 
+/* What a search tried, to say why nothing fits. */
+typedef struct plan_search_why {
+    int priced;          /* layouts evaluated (fitting or not) */
+    int batch_refused;   /* (tp, pp, dp) shapes skipped: dp does not divide the global batch */
+    int batch_dp;        /* ... the smallest such dp */
+    double least_bytes;  /* the least memory a priced layout needs (0: none priced) */
+    char refused[256];   /* plan_evaluate's first reason for refusing a layout ("" when none) */
+} plan_search_why;
+
 /* Every layout of n devices (tp a power of two up to a node, pp dividing the layers, mbs
  * dividing the per-replica batch, interleaving, recomputation, sequence parallelism, the
  * distributed optimizer), the ones that fit sorted fastest first into out (up to cap). Every
  * layout takes opts's no_scatter_gather, dp_collectives, overlap_param (with the distributed
- * optimizer) and bucket_elems (opts NULL: the defaults). Returns how many fit (may exceed cap). */
-int plan_search(const plan_job *j, const plan_cluster *c, int n, const plan_layout *opts, plan_result *out, int cap);
+ * optimizer) and bucket_elems (opts NULL: the defaults). Fills *why (NULL: not asked). Returns how
+ * many fit (may exceed cap). */
+int plan_search(const plan_job *j, const plan_cluster *c, int n, const plan_layout *opts, plan_result *out, int cap,
+                plan_search_why *why);
 
 /* `trident train` flags of a layout: "--tensor-model-parallel-size 8 ..." */
 void plan_layout_flags(const plan_layout *l, int num_layers, char *out, size_t len);
