@@ -449,6 +449,105 @@ static char *prompt_text(const char *body, size_t len, const char *key, int i, s
     return p < end && *p == '"' ? read_string(p, end, n) : NULL;
 }
 
+/* ---- request fields ----
+ * Every field of a body is one the server honours, or one it has not built yet, accepted only
+ * at the value that changes nothing (null always; false, 1, 0 or empty as the field's default):
+ * a client asking for what is not built (log-probabilities, stop strings, several choices) is
+ * told so by name, never answered as if it had been heard. */
+
+enum { HONOURED, NOOP_ANY, NOOP_NULL, NOOP_FALSE, NOOP_ONE, NOOP_ZERO, NOOP_EMPTY };
+
+typedef struct {
+    const char *name;
+    int api, kind;
+    const char *why; /* what to do instead, for the refusal */
+} field;
+
+static const field FIELDS[] = {
+    {"prompts", API_MEGATRON, HONOURED, NULL},
+    {"tokens_to_generate", API_MEGATRON, HONOURED, NULL},
+    {"temperature", API_MEGATRON, HONOURED, NULL},
+    {"top_k", API_MEGATRON, HONOURED, NULL},
+    {"top_p", API_MEGATRON, HONOURED, NULL},
+    {"random_seed", API_MEGATRON, HONOURED, NULL},
+    {"logprobs", API_MEGATRON, HONOURED, NULL},
+    {"no_log", API_MEGATRON, NOOP_ANY, NULL}, /* Megatron's request logging: none here */
+    {"add_BOS", API_MEGATRON, NOOP_FALSE, "no token is put before the prompts; leave it out or false"},
+    {"stop_on_eol", API_MEGATRON, NOOP_FALSE, "generation stops only at the end-of-document token; leave it out or false"},
+    {"stop_on_double_eol", API_MEGATRON, NOOP_FALSE,
+     "generation stops only at the end-of-document token; leave it out or false"},
+    {"prevent_newline_after_colon", API_MEGATRON, NOOP_FALSE, "leave it out or false"},
+    {"top_p_decay", API_MEGATRON, NOOP_ZERO, "top_p stays as given; leave it out or 0"},
+    {"top_p_bound", API_MEGATRON, NOOP_ZERO, "top_p stays as given; leave it out or 0"},
+    {"beam_width", API_MEGATRON, NOOP_NULL, "no beam search; leave it out or null"},
+    {"model", API_OPENAI, NOOP_ANY, NULL}, /* the server has one model */
+    {"user", API_OPENAI, NOOP_ANY, NULL},  /* a client's label: changes nothing */
+    {"prompt", API_OPENAI, HONOURED, NULL},
+    {"max_tokens", API_OPENAI, HONOURED, NULL},
+    {"temperature", API_OPENAI, HONOURED, NULL},
+    {"top_p", API_OPENAI, HONOURED, NULL},
+    {"seed", API_OPENAI, HONOURED, NULL},
+    {"stream", API_OPENAI, HONOURED, NULL},
+    {"echo", API_OPENAI, NOOP_FALSE,
+     "the answer holds the continuation only, with no log-probabilities of the prompt; leave it out or false"},
+    {"logprobs", API_OPENAI, NOOP_NULL,
+     "no log-probabilities are computed here; leave it out or null (PUT /api takes \"logprobs\": true)"},
+    {"stop", API_OPENAI, NOOP_EMPTY, "generation stops only at the end-of-document token; leave it out or null"},
+    {"n", API_OPENAI, NOOP_ONE, "one completion a prompt; send the request again for more, or leave it out or 1"},
+    {"best_of", API_OPENAI, NOOP_ONE, "one completion a prompt; leave it out or 1"},
+    {"suffix", API_OPENAI, NOOP_EMPTY, "no text is inserted; leave it out or null"},
+    {"presence_penalty", API_OPENAI, NOOP_ZERO, "no penalties; leave it out or 0"},
+    {"frequency_penalty", API_OPENAI, NOOP_ZERO, "no penalties; leave it out or 0"},
+    {"logit_bias", API_OPENAI, NOOP_EMPTY, "no biases; leave it out or null"},
+    {"stream_options", API_OPENAI, NOOP_NULL, "the stream has no usage event; leave it out or null"},
+};
+
+/* Whether j is the no-op value of its kind. */
+static int noop_value(const cJSON *j, int kind)
+{
+    if (cJSON_IsNull(j) || kind == NOOP_ANY) return 1;
+    switch (kind) {
+    case NOOP_FALSE: return cJSON_IsFalse(j);
+    case NOOP_ONE: return cJSON_IsNumber(j) && j->valuedouble == 1;
+    case NOOP_ZERO: return cJSON_IsNumber(j) && j->valuedouble == 0;
+    case NOOP_EMPTY:
+        return (cJSON_IsString(j) && !*j->valuestring) || ((cJSON_IsArray(j) || cJSON_IsObject(j)) && !j->child);
+    default: return 0;
+    }
+}
+
+/* 0, or -1 with the message naming the first field of o the server does not honour. */
+static int check_fields(const cJSON *o, int api, char *msg, size_t mlen)
+{
+    for (const cJSON *j = o->child; j; j = j->next) {
+        const field *f = NULL;
+        for (size_t i = 0; i < sizeof FIELDS / sizeof *FIELDS && !f; i++)
+            if (FIELDS[i].api == api && strcmp(FIELDS[i].name, j->string) == 0) f = &FIELDS[i];
+        if (!f) {
+            char known[400];
+            size_t k = 0;
+            known[0] = 0;
+            for (size_t i = 0; i < sizeof FIELDS / sizeof *FIELDS && k < sizeof known - 40; i++)
+                if (FIELDS[i].api == api && FIELDS[i].kind == HONOURED)
+                    k += (size_t)snprintf(known + k, sizeof known - k, "%s%s", k ? ", " : "", FIELDS[i].name);
+            snprintf(msg, mlen, "\"%s\" is not a field of %s (it takes %s)", j->string,
+                     api == API_MEGATRON ? "PUT /api" : "POST /v1/completions", known);
+            return -1;
+        }
+        if (f->kind != HONOURED && !noop_value(j, f->kind)) {
+            snprintf(msg, mlen, "\"%s\" is not supported yet: %s", f->name, f->why);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* A token-id prompt (an array of numbers, or of arrays). */
+static int token_prompt(const cJSON *p)
+{
+    return cJSON_IsArray(p) && p->child && (cJSON_IsNumber(p->child) || cJSON_IsArray(p->child));
+}
+
 /* The request a body describes, or NULL with (code, msg). */
 static request *parse(int api, const char *body, size_t len, unsigned *code, char *msg, size_t mlen)
 {
@@ -459,8 +558,18 @@ static request *parse(int api, const char *body, size_t len, unsigned *code, cha
         cJSON_Delete(o);
         return NULL;
     }
+    if (check_fields(o, api, msg, mlen)) {
+        cJSON_Delete(o);
+        return NULL;
+    }
     const srv_config *cfg = S.cfg;
     const cJSON *p = cJSON_GetObjectItemCaseSensitive(o, api == API_MEGATRON ? "prompts" : "prompt");
+    if (api == API_OPENAI && token_prompt(p)) {
+        snprintf(msg, mlen, "\"prompt\" as token ids is not supported yet: send the prompt as text (a string or "
+                 "strings)");
+        cJSON_Delete(o);
+        return NULL;
+    }
     const char *pname = api == API_MEGATRON ? "prompts" : "prompt";
     int n = cJSON_IsString(p) && api == API_OPENAI ? 1 : cJSON_IsArray(p) ? cJSON_GetArraySize(p) : -1;
     double tokens, temp, top_k = 0, top_p, seed = (double)(cfg->seed % 9007199254740992ull);
