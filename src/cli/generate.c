@@ -69,6 +69,7 @@ int cli_generate(int argc, char **argv)
         return 0;
     }
     td_log_set_level(a.verbose);
+    td_log_set_stream(stderr); /* stdout holds the generated text alone */
     comm *world = comm_world_init(&argc, &argv);
     comm_set_timeout(a.distributed_timeout_minutes * 60);
     int tp = a.tensor_model_parallel_size, pp = a.pipeline_model_parallel_size;

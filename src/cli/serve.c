@@ -30,7 +30,8 @@ int cli_serve(int argc, char **argv)
     int positions = cm.m->cfg.max_pos;
     srv_config cfg = {a.host, a.port, a.max_batch, a.max_queue, (size_t)a.max_body_bytes,
                       td_args_given(&a, "--max-prompt-tokens") ? a.max_prompt_tokens : positions - 1,
-                      a.max_tokens_to_generate, a.max_connections, a.max_connections_per_ip, a.idle_timeout,
+                      a.max_tokens_to_generate,
+                      td_args_given(&a, "--max-connections") ? a.max_connections : 0, a.max_connections_per_ip, a.idle_timeout,
                       a.request_timeout, a.shutdown_grace, (uint64_t)a.seed};
     if (comm_rank(world) == 0)
         TD_INFO("serve: %s (iteration %lld), tp %d x pp %d; batches of up to %d prompt%s, %d queued", cm.meta.dir,

@@ -8,6 +8,7 @@
 
 static int g_rank = -1;
 static int g_level = 1;
+static FILE *g_log_stream; /* NULL: stdout */
 static void (*g_abort_hook)(int code);
 static void (*g_usage_hook)(int code);
 
@@ -15,6 +16,7 @@ void td_log_set_rank(int rank) { g_rank = rank; }
 int td_log_rank(void) { return g_rank; }
 void td_log_set_level(int level) { g_level = level; }
 int td_log_level(void) { return g_level; }
+void td_log_set_stream(FILE *f) { g_log_stream = f; }
 void td_set_abort_hook(void (*hook)(int code)) { g_abort_hook = hook; }
 void td_set_usage_hook(void (*hook)(int code)) { g_usage_hook = hook; }
 
@@ -45,7 +47,7 @@ void td_log(int level, const char *fmt, ...)
     if (level > g_level) return;
     va_list ap;
     va_start(ap, fmt);
-    vline(stdout, NULL, fmt, ap);
+    vline(g_log_stream ? g_log_stream : stdout, NULL, fmt, ap);
     va_end(ap);
 }
 

@@ -6,9 +6,11 @@
 #include <errno.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +25,10 @@
 enum { API_MEGATRON, API_OPENAI };
 enum { SRV_IDLE, SRV_BATCH, SRV_STOP };
 #define HEARTBEAT_S 5.0
+#define IP_BUCKETS 4096
+#define FD_RESERVE 64   /* descriptors kept for the model's files, MPI, the listening socket, epoll */
+#define FD_SLACK 64     /* connections shut down by the server whose close libmicrohttpd has yet to see */
+#define REPORT_S 10.0   /* a limit's log line at most this often */
 
 typedef struct request {
     int api, stream, n;       /* n prompts */
@@ -39,8 +45,9 @@ typedef struct request {
     char *sse;
     size_t sse_len, sse_read;
     int refs;                 /* the handler and (streaming) the response callback */
+    struct MHD_Connection *conn; /* the connection answering it */
+    int suspended;            /* conn is suspended until the request is done or has events to send */
     pthread_mutex_t mu;
-    pthread_cond_t cv;
     struct request *next;
 } request;
 
@@ -54,8 +61,13 @@ static struct {
     int queued;
     int connections;          /* open requests (answered when 0 at shutdown) */
     int answering;            /* requests accepted (queued) and not yet answered */
-    struct watch *watched;    /* every open connection, for --request-timeout */
+    struct watch *watched, *watched_tail; /* every open connection, oldest first */
+    int live;                 /* open connections not yet shut down by the server */
+    int max_connections;      /* --max-connections, or what the descriptor limit allows */
+    struct ip_count *ips[IP_BUCKETS]; /* live connections by client address */
     int slow_closed;          /* connections closed for sending their request too slowly */
+    int full_dropped;         /* connections dropped for a new one at max_connections */
+    int ip_refused;           /* connections refused at --max-connections-per-ip */
     uint64_t next_id;         /* the last id given to a queued request */
 } S = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
 
@@ -77,7 +89,6 @@ static void req_unref(request *r)
     for (int i = 0; i < r->n; i++) free(r->ids[i]), free(r->out[i]), free(r->logprobs ? r->logprobs[i] : NULL);
     free(r->ids), free(r->lens), free(r->out), free(r->out_lens), free(r->sse), free(r->logprobs);
     pthread_mutex_destroy(&r->mu);
-    pthread_cond_destroy(&r->cv);
     free(r);
 }
 
@@ -230,16 +241,65 @@ typedef struct {
     size_t len;
     int too_big;
     int answering; /* its request was queued: counted in S.answering until completed */
+    request *req;  /* a queued request answered in one piece: the handler's reference */
 } conn;
 
 /* Every open connection, from accept to close: a client must send a whole request (headers and
  * body) by its deadline, or rank 0's loop shuts its socket down (slow headers never reach the
- * handler, so MHD's idle timeout alone cannot bound them). */
+ * handler, so MHD's idle timeout alone cannot bound them). When a new connection would pass
+ * max_connections, the oldest one without a whole request is dropped for it. */
 typedef struct watch {
     struct MHD_Connection *c;
+    int fd;
+    uint32_t addr;   /* the client's IPv4 address */
     double deadline; /* 0: a request is being answered */
+    int dropped;     /* shut down by the server; libmicrohttpd closes it next */
     struct watch *prev, *next;
 } watch;
+
+typedef struct ip_count {
+    uint32_t addr;
+    int n;
+    struct ip_count *next;
+} ip_count;
+
+/* The live-connection count of addr (S.mu held); created at 0. */
+static ip_count *ip_entry(uint32_t addr)
+{
+    ip_count **p = &S.ips[(addr * 2654435761u) >> 20 & (IP_BUCKETS - 1)];
+    while (*p && (*p)->addr != addr) p = &(*p)->next;
+    if (!*p) *p = td_xcalloc(1, sizeof **p), (*p)->addr = addr;
+    return *p;
+}
+
+static void ip_release(uint32_t addr)
+{
+    ip_count **p = &S.ips[(addr * 2654435761u) >> 20 & (IP_BUCKETS - 1)];
+    while (*p && (*p)->addr != addr) p = &(*p)->next;
+    if (*p && --(*p)->n <= 0) {
+        ip_count *e = *p;
+        *p = e->next;
+        free(e);
+    }
+}
+
+/* Answers code with {"error": why} straight on the socket, then shuts it down (S.mu held).
+ * Only for connections whose request is not whole: libmicrohttpd is reading them, never writing,
+ * and sees the end at once and closes them. */
+static void drop(watch *w, unsigned code, const char *why)
+{
+    if (w->dropped) return;
+    char body[300], head[200];
+    int nb = snprintf(body, sizeof body, "{\"error\":\"%s\"}", why);
+    int nh = snprintf(head, sizeof head, "HTTP/1.1 %u %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+                      "Connection: close\r\n\r\n", code, code == 503 ? "Service Unavailable" : "Request Timeout", nb);
+    if (send(w->fd, head, (size_t)nh, MSG_DONTWAIT | MSG_NOSIGNAL) == nh)
+        (void)send(w->fd, body, (size_t)nb, MSG_DONTWAIT | MSG_NOSIGNAL);
+    shutdown(w->fd, SHUT_RDWR);
+    w->dropped = 1, w->deadline = 0;
+    S.live--;
+    ip_release(w->addr);
+}
 
 static void set_deadline(struct MHD_Connection *c, double deadline)
 {
@@ -247,8 +307,32 @@ static void set_deadline(struct MHD_Connection *c, double deadline)
     watch *w = ci ? ci->socket_context : NULL;
     if (!w) return;
     pthread_mutex_lock(&S.mu);
-    w->deadline = deadline;
+    if (!w->dropped) w->deadline = deadline;
     pthread_mutex_unlock(&S.mu);
+}
+
+/* A new connection: refused (503) past --max-connections-per-ip; past max_connections the oldest
+ * connection that has not sent a whole request is dropped (503) for it, so idle or slow clients
+ * can never lock a fresh one out. */
+static void admit(watch *w)
+{
+    char msg[160];
+    ip_count *ip = ip_entry(w->addr);
+    S.live++;
+    if (ip->n >= S.cfg->max_per_ip) {
+        snprintf(msg, sizeof msg, "%d connections are open from this address (--max-connections-per-ip)", ip->n);
+        ip->n++; /* drop releases it */
+        drop(w, 503, msg);
+        S.ip_refused++;
+        return;
+    }
+    ip->n++;
+    if (S.live <= S.max_connections) return;
+    watch *old = S.watched;
+    while (old && (old->dropped || old->deadline <= 0)) old = old->next;
+    snprintf(msg, sizeof msg, "the server is full (%d connections) and this one had not sent a whole request",
+             S.max_connections);
+    if (old) drop(old, 503, msg), S.full_dropped++;
 }
 
 static void notify_connection(void *cls, struct MHD_Connection *c, void **socket_context,
@@ -257,37 +341,54 @@ static void notify_connection(void *cls, struct MHD_Connection *c, void **socket
     (void)cls;
     pthread_mutex_lock(&S.mu);
     if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *fd = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        const union MHD_ConnectionInfo *ad = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
         watch *w = td_xcalloc(1, sizeof *w);
-        w->c = c, w->deadline = td_now() + S.cfg->request_timeout;
-        w->next = S.watched;
-        if (S.watched) S.watched->prev = w;
-        S.watched = w;
+        w->c = c, w->deadline = td_now() + S.cfg->request_timeout, w->fd = fd ? fd->connect_fd : -1;
+        if (ad && ad->client_addr->sa_family == AF_INET)
+            w->addr = ((const struct sockaddr_in *)(const void *)ad->client_addr)->sin_addr.s_addr;
+        w->prev = S.watched_tail;
+        if (S.watched_tail) S.watched_tail->next = w;
+        else S.watched = w;
+        S.watched_tail = w;
         *socket_context = w;
+        admit(w);
     } else if (*socket_context) { /* closed: MHD closes the socket after this returns */
         watch *w = *socket_context;
+        if (!w->dropped) S.live--, ip_release(w->addr);
         if (w->prev) w->prev->next = w->next;
         else S.watched = w->next;
         if (w->next) w->next->prev = w->prev;
+        else S.watched_tail = w->prev;
         free(w);
         *socket_context = NULL;
     }
     pthread_mutex_unlock(&S.mu);
 }
 
-/* Shuts down the sockets of connections past their deadline (S.mu held); with all, every
- * connection not being answered. MHD's thread for each sees the end and closes it. */
+/* Shuts down the sockets of connections past their deadline (S.mu held), answering 408; with
+ * all, every connection not being answered (503). MHD's thread sees the end and closes them. */
 static int close_slow(int all)
 {
     double now = td_now();
     int n = 0;
     for (watch *w = S.watched; w; w = w->next) {
-        if (w->deadline <= 0 || (!all && now <= w->deadline)) continue;
-        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(w->c, MHD_CONNECTION_INFO_CONNECTION_FD);
-        if (ci) shutdown(ci->connect_fd, SHUT_RDWR);
-        w->deadline = 0, n++;
+        if (w->dropped || w->deadline <= 0 || (!all && now <= w->deadline)) continue;
+        if (all) drop(w, 503, "the server is stopping");
+        else drop(w, 408, "no whole request within --request-timeout");
+        n++;
         if (!all) S.slow_closed++;
     }
     return n;
+}
+
+/* Wakes r's suspended connection (r->mu held by the caller until it returns the connection to
+ * resume, which the caller resumes after unlocking). */
+static struct MHD_Connection *to_wake(request *r)
+{
+    if (!r->suspended) return NULL;
+    r->suspended = 0;
+    return r->conn;
 }
 
 static enum MHD_Result reply(struct MHD_Connection *c, unsigned code, char *json, const char *type)
@@ -449,6 +550,105 @@ static char *prompt_text(const char *body, size_t len, const char *key, int i, s
     return p < end && *p == '"' ? read_string(p, end, n) : NULL;
 }
 
+/* ---- request fields ----
+ * Every field of a body is one the server honours, or one it has not built yet, accepted only
+ * at the value that changes nothing (null always; false, 1, 0 or empty as the field's default):
+ * a client asking for what is not built (log-probabilities, stop strings, several choices) is
+ * told so by name, never answered as if it had been heard. */
+
+enum { HONOURED, NOOP_ANY, NOOP_NULL, NOOP_FALSE, NOOP_ONE, NOOP_ZERO, NOOP_EMPTY };
+
+typedef struct {
+    const char *name;
+    int api, kind;
+    const char *why; /* what to do instead, for the refusal */
+} field;
+
+static const field FIELDS[] = {
+    {"prompts", API_MEGATRON, HONOURED, NULL},
+    {"tokens_to_generate", API_MEGATRON, HONOURED, NULL},
+    {"temperature", API_MEGATRON, HONOURED, NULL},
+    {"top_k", API_MEGATRON, HONOURED, NULL},
+    {"top_p", API_MEGATRON, HONOURED, NULL},
+    {"random_seed", API_MEGATRON, HONOURED, NULL},
+    {"logprobs", API_MEGATRON, HONOURED, NULL},
+    {"no_log", API_MEGATRON, NOOP_ANY, NULL}, /* Megatron's request logging: none here */
+    {"add_BOS", API_MEGATRON, NOOP_FALSE, "no token is put before the prompts; leave it out or false"},
+    {"stop_on_eol", API_MEGATRON, NOOP_FALSE, "generation stops only at the end-of-document token; leave it out or false"},
+    {"stop_on_double_eol", API_MEGATRON, NOOP_FALSE,
+     "generation stops only at the end-of-document token; leave it out or false"},
+    {"prevent_newline_after_colon", API_MEGATRON, NOOP_FALSE, "leave it out or false"},
+    {"top_p_decay", API_MEGATRON, NOOP_ZERO, "top_p stays as given; leave it out or 0"},
+    {"top_p_bound", API_MEGATRON, NOOP_ZERO, "top_p stays as given; leave it out or 0"},
+    {"beam_width", API_MEGATRON, NOOP_NULL, "no beam search; leave it out or null"},
+    {"model", API_OPENAI, NOOP_ANY, NULL}, /* the server has one model */
+    {"user", API_OPENAI, NOOP_ANY, NULL},  /* a client's label: changes nothing */
+    {"prompt", API_OPENAI, HONOURED, NULL},
+    {"max_tokens", API_OPENAI, HONOURED, NULL},
+    {"temperature", API_OPENAI, HONOURED, NULL},
+    {"top_p", API_OPENAI, HONOURED, NULL},
+    {"seed", API_OPENAI, HONOURED, NULL},
+    {"stream", API_OPENAI, HONOURED, NULL},
+    {"echo", API_OPENAI, NOOP_FALSE,
+     "the answer holds the continuation only, with no log-probabilities of the prompt; leave it out or false"},
+    {"logprobs", API_OPENAI, NOOP_NULL,
+     "no log-probabilities are computed here; leave it out or null (PUT /api takes \"logprobs\": true)"},
+    {"stop", API_OPENAI, NOOP_EMPTY, "generation stops only at the end-of-document token; leave it out or null"},
+    {"n", API_OPENAI, NOOP_ONE, "one completion a prompt; send the request again for more, or leave it out or 1"},
+    {"best_of", API_OPENAI, NOOP_ONE, "one completion a prompt; leave it out or 1"},
+    {"suffix", API_OPENAI, NOOP_EMPTY, "no text is inserted; leave it out or null"},
+    {"presence_penalty", API_OPENAI, NOOP_ZERO, "no penalties; leave it out or 0"},
+    {"frequency_penalty", API_OPENAI, NOOP_ZERO, "no penalties; leave it out or 0"},
+    {"logit_bias", API_OPENAI, NOOP_EMPTY, "no biases; leave it out or null"},
+    {"stream_options", API_OPENAI, NOOP_NULL, "the stream has no usage event; leave it out or null"},
+};
+
+/* Whether j is the no-op value of its kind. */
+static int noop_value(const cJSON *j, int kind)
+{
+    if (cJSON_IsNull(j) || kind == NOOP_ANY) return 1;
+    switch (kind) {
+    case NOOP_FALSE: return cJSON_IsFalse(j);
+    case NOOP_ONE: return cJSON_IsNumber(j) && j->valuedouble == 1;
+    case NOOP_ZERO: return cJSON_IsNumber(j) && j->valuedouble == 0;
+    case NOOP_EMPTY:
+        return (cJSON_IsString(j) && !*j->valuestring) || ((cJSON_IsArray(j) || cJSON_IsObject(j)) && !j->child);
+    default: return 0;
+    }
+}
+
+/* 0, or -1 with the message naming the first field of o the server does not honour. */
+static int check_fields(const cJSON *o, int api, char *msg, size_t mlen)
+{
+    for (const cJSON *j = o->child; j; j = j->next) {
+        const field *f = NULL;
+        for (size_t i = 0; i < sizeof FIELDS / sizeof *FIELDS && !f; i++)
+            if (FIELDS[i].api == api && strcmp(FIELDS[i].name, j->string) == 0) f = &FIELDS[i];
+        if (!f) {
+            char known[400];
+            size_t k = 0;
+            known[0] = 0;
+            for (size_t i = 0; i < sizeof FIELDS / sizeof *FIELDS && k < sizeof known - 40; i++)
+                if (FIELDS[i].api == api && FIELDS[i].kind == HONOURED)
+                    k += (size_t)snprintf(known + k, sizeof known - k, "%s%s", k ? ", " : "", FIELDS[i].name);
+            snprintf(msg, mlen, "\"%s\" is not a field of %s (it takes %s)", j->string,
+                     api == API_MEGATRON ? "PUT /api" : "POST /v1/completions", known);
+            return -1;
+        }
+        if (f->kind != HONOURED && !noop_value(j, f->kind)) {
+            snprintf(msg, mlen, "\"%s\" is not supported yet: %s", f->name, f->why);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* A token-id prompt (an array of numbers, or of arrays). */
+static int token_prompt(const cJSON *p)
+{
+    return cJSON_IsArray(p) && p->child && (cJSON_IsNumber(p->child) || cJSON_IsArray(p->child));
+}
+
 /* The request a body describes, or NULL with (code, msg). */
 static request *parse(int api, const char *body, size_t len, unsigned *code, char *msg, size_t mlen)
 {
@@ -459,8 +659,18 @@ static request *parse(int api, const char *body, size_t len, unsigned *code, cha
         cJSON_Delete(o);
         return NULL;
     }
+    if (check_fields(o, api, msg, mlen)) {
+        cJSON_Delete(o);
+        return NULL;
+    }
     const srv_config *cfg = S.cfg;
     const cJSON *p = cJSON_GetObjectItemCaseSensitive(o, api == API_MEGATRON ? "prompts" : "prompt");
+    if (api == API_OPENAI && token_prompt(p)) {
+        snprintf(msg, mlen, "\"prompt\" as token ids is not supported yet: send the prompt as text (a string or "
+                 "strings)");
+        cJSON_Delete(o);
+        return NULL;
+    }
     const char *pname = api == API_MEGATRON ? "prompts" : "prompt";
     int n = cJSON_IsString(p) && api == API_OPENAI ? 1 : cJSON_IsArray(p) ? cJSON_GetArraySize(p) : -1;
     double tokens, temp, top_k = 0, top_p, seed = (double)(cfg->seed % 9007199254740992ull);
@@ -496,7 +706,6 @@ static request *parse(int api, const char *body, size_t len, unsigned *code, cha
     request *r = td_xcalloc(1, sizeof *r);
     r->api = api, r->stream = stream, r->n = n, r->refs = 1, r->want_logprobs = logprobs;
     pthread_mutex_init(&r->mu, NULL);
-    pthread_cond_init(&r->cv, NULL);
     r->g = (gen_config){(int)tokens, temp == 0 || top_k == 1, (float)temp, (int)top_k, (float)top_p,
                         (uint64_t)seed, tok_eod_id(S.tok), 0};
     r->ids = td_xcalloc((size_t)n, sizeof *r->ids);
@@ -538,29 +747,40 @@ static request *parse(int api, const char *body, size_t len, unsigned *code, cha
     return r;
 }
 
-/* Streaming responses: the events so far, then the end when the request is done. */
+/* Streaming responses: the events so far, then the end when the request is done. With nothing
+ * to send yet, the connection is suspended (the event loop never waits on a request) until the
+ * generating thread has events for it. */
 static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
     (void)pos;
     request *r = cls;
-    pthread_mutex_lock(&r->mu);
-    while (r->sse_read == r->sse_len && !r->done) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += 1;
-        pthread_cond_timedwait(&r->cv, &r->mu, &ts);
-    }
     ssize_t n;
-    if (r->sse_read == r->sse_len) n = MHD_CONTENT_READER_END_OF_STREAM;
-    else {
+    pthread_mutex_lock(&r->mu);
+    if (r->sse_read < r->sse_len) {
         n = (ssize_t)(r->sse_len - r->sse_read < max ? r->sse_len - r->sse_read : max);
         memcpy(buf, r->sse + r->sse_read, (size_t)n);
         r->sse_read += (size_t)n;
+    } else if (r->done) {
+        n = MHD_CONTENT_READER_END_OF_STREAM;
+    } else {
+        r->suspended = 1;
+        MHD_suspend_connection(r->conn);
+        n = 0;
     }
     pthread_mutex_unlock(&r->mu);
     return n;
 }
 static void sse_free(void *cls) { req_unref(cls); }
+
+/* The answer of k's generated request (the handler's reference given up). */
+static enum MHD_Result answer(struct MHD_Connection *c, conn *k)
+{
+    request *r = k->req;
+    k->req = NULL;
+    char *json = r->api == API_MEGATRON ? megatron_json(r) : openai_json(r, -1, NULL, 0, NULL);
+    req_unref(r);
+    return reply(c, MHD_HTTP_OK, json, "application/json");
+}
 
 static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                               const char *version, const char *upload, size_t *upload_size, void **con_cls)
@@ -585,6 +805,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         *upload_size = 0;
         return MHD_YES;
     }
+    if (k->req) return answer(c, k); /* resumed: its request is done */
     int api = strcmp(url, "/api") == 0 ? API_MEGATRON : strcmp(url, "/v1/completions") == 0 ? API_OPENAI : -1;
     if (api < 0) return error(c, MHD_HTTP_NOT_FOUND, "no such endpoint %s: PUT /api or POST /v1/completions", url);
     if (strcmp(method, api == API_MEGATRON ? "PUT" : "POST") != 0)
@@ -614,6 +835,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     S.queued++;
     pthread_cond_signal(&S.cv);
     pthread_mutex_unlock(&S.mu);
+    r->conn = c;
     if (r->stream) { /* the callback holds the handler's reference */
         struct MHD_Response *res = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, sse_read, r, sse_free);
         MHD_add_response_header(res, "Content-Type", "text/event-stream");
@@ -622,12 +844,12 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         MHD_destroy_response(res);
         return ok;
     }
+    k->req = r;
     pthread_mutex_lock(&r->mu);
-    while (!r->done) pthread_cond_wait(&r->cv, &r->mu);
+    int done = r->done;
+    if (!done) r->suspended = 1, MHD_suspend_connection(c); /* resumed when generated */
     pthread_mutex_unlock(&r->mu);
-    char *json = r->api == API_MEGATRON ? megatron_json(r) : openai_json(r, -1, NULL, 0, NULL);
-    req_unref(r);
-    return reply(c, MHD_HTTP_OK, json, "application/json");
+    return done ? answer(c, k) : MHD_YES;
 }
 
 static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode why)
@@ -636,6 +858,7 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum 
     conn *k = *con_cls;
     if (!k) return;
     int answering = k->answering;
+    if (k->req) req_unref(k->req); /* closed unanswered (the server stopping) */
     free(k->body);
     free(k);
     *con_cls = NULL;
@@ -670,8 +893,9 @@ static void on_token(void *user, int b, int32_t token)
     sse_append(r, "data: ");
     sse_append(r, json);
     sse_append(r, "\n\n");
-    pthread_cond_broadcast(&r->cv);
+    struct MHD_Connection *wake = to_wake(r);
     pthread_mutex_unlock(&r->mu);
+    if (wake) MHD_resume_connection(wake);
     free(json);
     free(t);
 }
@@ -734,8 +958,9 @@ static void generate(gpt_model *m, const ps_state *ps, const gen_config *g, int 
             }
             if (r->stream) sse_append(r, "data: [DONE]\n\n");
             r->done = 1;
-            pthread_cond_broadcast(&r->cv);
+            struct MHD_Connection *wake = to_wake(r);
             pthread_mutex_unlock(&r->mu);
+            if (wake) MHD_resume_connection(wake);
             req_unref(r); /* the queue's */
         }
     for (int i = 0; i < B; i++) free(out[i]), free(lp ? lp[i] : NULL);
@@ -774,6 +999,56 @@ static int take_batch(batch *bt, gen_config *g, int *B, int **lens, int32_t ***i
     return 1;
 }
 
+/* Raises the soft descriptor limit to the hard one; the connections the limit leaves room for. */
+static long connection_room(long *nofile)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return *nofile = 1024, 1024 - FD_RESERVE - FD_SLACK;
+    if (rl.rlim_cur != rl.rlim_max) {
+        struct rlimit up = rl;
+        up.rlim_cur = rl.rlim_max == RLIM_INFINITY ? (rlim_t)1 << 20 : rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &up) == 0) rl = up;
+    }
+    *nofile = rl.rlim_cur == RLIM_INFINITY ? 1L << 20 : (long)rl.rlim_cur;
+    return *nofile - FD_RESERVE - FD_SLACK;
+}
+
+/* libmicrohttpd's own messages, at most one a second (a flood of refused sockets would
+ * otherwise write one line each). */
+static void mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    (void)cls;
+    static double last = -1e9;
+    static int skipped;
+    double now = td_now();
+    if (now - last < 1.0) {
+        skipped++;
+        return;
+    }
+    char msg[400];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    size_t n = strlen(msg);
+    while (n && (msg[n - 1] == '\n' || msg[n - 1] == '\r')) msg[--n] = 0;
+    if (skipped) TD_INFO("serve: libmicrohttpd: %s (%d more message%s in the last second not shown)", msg, skipped,
+                         td_plural(skipped));
+    else TD_INFO("serve: libmicrohttpd: %s", msg);
+    last = now, skipped = 0;
+}
+
+/* One log line for a burst of hits of a limit: the first at once, then a count at most every
+ * REPORT_S seconds (S.mu held). */
+typedef struct {
+    int reported;
+    double last;
+} burst;
+
+static int burst_due(burst *b, int count, double now)
+{
+    if (count <= b->reported || now - b->last < REPORT_S) return 0;
+    b->last = now;
+    return 1;
+}
+
 int srv_run(gpt_model *m, const ps_state *ps, const tok_tokenizer *tok, const srv_config *cfg, char *err,
             size_t errlen)
 {
@@ -787,24 +1062,33 @@ int srv_run(gpt_model *m, const ps_state *ps, const tok_tokenizer *tok, const sr
     int32_t listening = 1;
     if (ps->world_rank == 0) {
         struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)cfg->port)};
+        long nofile, room = connection_room(&nofile);
+        S.max_connections = cfg->max_connections ? cfg->max_connections : (int)(room < 10000 ? room : 10000);
         if (inet_pton(AF_INET, cfg->host, &addr.sin_addr) != 1) {
             snprintf(err, errlen, "--host %s is not an IPv4 address", cfg->host);
             listening = 0;
+        } else if (S.max_connections > room || S.max_connections < 1) {
+            snprintf(err, errlen, "--max-connections %d needs %d file descriptors; the limit is %ld (ulimit -n): "
+                     "raise it or lower --max-connections", S.max_connections,
+                     S.max_connections + FD_RESERVE + FD_SLACK, nofile);
+            listening = 0;
         } else {
-            d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG,
-                                 (uint16_t)cfg->port, NULL, NULL, handle, NULL, MHD_OPTION_SOCK_ADDR, &addr,
+            /* One epoll thread for every connection; a request waiting for its generation is suspended. */
+            d = MHD_start_daemon(MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG,
+                                 (uint16_t)cfg->port, NULL, NULL, handle, NULL, MHD_OPTION_EXTERNAL_LOGGER, mhd_log,
+                                 NULL, MHD_OPTION_SOCK_ADDR, &addr,
                                  MHD_OPTION_NOTIFY_COMPLETED, completed, NULL, MHD_OPTION_NOTIFY_CONNECTION,
                                  notify_connection, NULL, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->idle_timeout,
-                                 MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_connections,
-                                 MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)cfg->max_per_ip, MHD_OPTION_END);
+                                 MHD_OPTION_CONNECTION_LIMIT, (unsigned)(S.max_connections + FD_SLACK),
+                                 MHD_OPTION_END);
             if (!d) snprintf(err, errlen, "cannot listen on %s:%d (in use, or not an address of this machine)",
                              cfg->host, cfg->port), listening = 0;
         }
         if (listening)
             TD_INFO("serve: listening on http://%s:%d (PUT /api, POST /v1/completions); pid %ld; at most %d "
-                    "connections, %d per client; idle %d s, request %d s, shutdown grace %d s", cfg->host, cfg->port,
-                    (long)getpid(), cfg->max_connections, cfg->max_per_ip, cfg->idle_timeout, cfg->request_timeout,
-                    cfg->shutdown_grace);
+                    "connections (descriptor limit %ld), %d per client; idle %d s, request %d s, shutdown grace %d s",
+                    cfg->host, cfg->port, (long)getpid(), S.max_connections, nofile, cfg->max_per_ip,
+                    cfg->idle_timeout, cfg->request_timeout, cfg->shutdown_grace);
     }
     comm_bcast(ps->world, &listening, 1, COMM_I32, 0);
     if (!listening) {
@@ -827,7 +1111,8 @@ int srv_run(gpt_model *m, const ps_state *ps, const tok_tokenizer *tok, const sr
     }
     batch bt = {0};
     double last = td_now(), stop_at = 0;
-    int quiesced = 0, slow_reported = 0;
+    int quiesced = 0, finishing = 0;
+    burst slow = {0, -1e9}, full = {0, -1e9}, per_ip = {0, -1e9};
     for (;;) {
         pthread_mutex_lock(&S.mu);
         if (g_stop && !quiesced) {
@@ -836,10 +1121,25 @@ int srv_run(gpt_model *m, const ps_state *ps, const tok_tokenizer *tok, const sr
             TD_INFO("serve: stopping: finishing %d queued request%s", S.queued, S.queued == 1 ? "" : "s");
         }
         close_slow(0);
-        if (S.slow_closed > slow_reported) {
-            TD_INFO("serve: closed %d connection%s that sent no whole request within --request-timeout %d s",
-                    S.slow_closed - slow_reported, td_plural(S.slow_closed - slow_reported), cfg->request_timeout);
-            slow_reported = S.slow_closed;
+        double now = td_now();
+        if (finishing) slow.last = full.last = per_ip.last = -1e9; /* the last counts before the end */
+        if (burst_due(&slow, S.slow_closed, now)) {
+            int n = S.slow_closed - slow.reported;
+            TD_INFO("serve: closed %d connection%s that sent no whole request within --request-timeout %d s", n,
+                    td_plural(n), cfg->request_timeout);
+            slow.reported = S.slow_closed;
+        }
+        if (burst_due(&full, S.full_dropped, now)) {
+            int n = S.full_dropped - full.reported;
+            TD_INFO("serve: --max-connections %d reached: dropped %d connection%s without a whole request (the "
+                    "oldest) for new ones (503)", S.max_connections, n, td_plural(n));
+            full.reported = S.full_dropped;
+        }
+        if (burst_due(&per_ip, S.ip_refused, now)) {
+            int n = S.ip_refused - per_ip.reported;
+            TD_INFO("serve: --max-connections-per-ip %d reached: refused %d connection%s (503)", cfg->max_per_ip, n,
+                    td_plural(n));
+            per_ip.reported = S.ip_refused;
         }
         int grace_over = quiesced && td_now() - stop_at >= cfg->shutdown_grace;
         if (grace_over && !S.head && S.answering == 0 && S.watched) {
@@ -861,6 +1161,10 @@ int srv_run(gpt_model *m, const ps_state *ps, const tok_tokenizer *tok, const sr
         int have = take_batch(&bt, &g, &B, &lens, &ids);
         int finished = quiesced && !have && drained;
         pthread_mutex_unlock(&S.mu);
+        if (finished && !finishing) { /* one more turn reports the limits' last counts */
+            finishing = 1;
+            continue;
+        }
         if (finished) break;
         if (have) {
             exchange(ps, SRV_BATCH, &g, &B, &lens, &ids, &bt.logprobs);
@@ -878,6 +1182,12 @@ int srv_run(gpt_model *m, const ps_state *ps, const tok_tokenizer *tok, const sr
     int zero = 0;
     exchange(ps, SRV_STOP, &none, &zero, NULL, NULL, NULL);
     MHD_stop_daemon(d);
+    for (int i = 0; i < IP_BUCKETS; i++)
+        while (S.ips[i]) {
+            ip_count *e = S.ips[i];
+            S.ips[i] = e->next;
+            free(e);
+        }
     free(bt.req), free(bt.row0);
     TD_INFO("serve: stopped");
     return 0;

@@ -5,7 +5,8 @@
 #    (--no-kv-cache), token for token;
 #  - the same seed's sampled text in tp 2, pp 2 and tp 2 x pp 2 as on one rank;
 #  - three prompts of different lengths batched: each the text it gets alone (greedy);
-#  - the default --max-new-tokens (64) on a 64-position model shortened to what fits, with a note.
+#  - the default --max-new-tokens (64) on a 64-position model shortened to what fits, with a note;
+#  - stdout holds the generated text alone, the log lines go to stderr.
 # Environment: TRIDENT, DATA (tinyshakespeare preprocessed), VOCAB, MERGES, MODELS, WORK.
 set -u
 pass=0 fail=0
@@ -54,7 +55,12 @@ for p in "$A" "$B" "$C"; do
   awk -v n=$i '/^--- [0-9]+ ---$/ { on = ($2 == n); next } on' batch >batch$i
   if [ "$(cat batch$i)" = "$(cat alone$i)" ]; then ok "batched prompt $i = alone"; else bad "batched prompt $i differs"; diff batch$i alone$i | head -4; fi
 done
-grep -q "tokens/s" batch.raw && ok "tokens/s reported: $(grep -o '[0-9.]* tokens/s' batch.raw | head -1)" || bad "no tokens/s line"
+grep -q "tokens/s" batch.err && ok "tokens/s reported: $(grep -o '[0-9.]* tokens/s' batch.err | head -1)" || bad "no tokens/s line"
+# stdout holds the text alone (a prompt and its continuation, or the batch's sections); the log lines are on stderr
+if cmp -s batch.raw batch && cmp -s gpt2.greedy.raw gpt2.greedy && [ "$(head -c ${#P} gpt2.greedy.raw)" = "$P" ] &&
+   [ "$(head -1 batch.raw)" = "--- 1 ---" ] && grep -q '^generate: ' gpt2.greedy.err; then
+  ok "stdout holds the generated text alone, the log lines go to stderr"
+else bad "log lines on stdout: $(grep -E '^(\[rank [0-9]+\] )?generate: ' gpt2.greedy.raw batch.raw | head -2)"; fi
 # the default --max-new-tokens (64) on a model of 64 positions: shortened to what fits, with a note
 "$TRIDENT" train --data-path "$DATA" "${TOK[@]}" --split 949,50,1 --num-layers 1 --hidden-size 32 \
   --num-attention-heads 2 --seq-length 64 --max-position-embeddings 64 --micro-batch-size 2 --train-iters 1 \

@@ -16,6 +16,9 @@ int td_log_rank(void);
 /* Verbosity: 0 errors only, 1 info (default), 2 debug. */
 void td_log_set_level(int level);
 int td_log_level(void);
+/* Where info and debug lines go: stdout (the default, NULL) or, for a command whose stdout is
+ * its output (generate), stderr. */
+void td_log_set_stream(FILE *f);
 
 /* Called instead of exit() by td_die, so a communicator can take the whole job down
  * (MPI_Abort). NULL restores plain exit. */

@@ -22,8 +22,9 @@ typedef struct srv_config {
     size_t max_body;       /* bytes of a request body; past it: 413 */
     int max_prompt_tokens; /* tokens of one prompt; past it: 400 */
     int max_tokens;        /* tokens to generate a prompt; past it: 400 */
-    int max_connections;   /* open connections in all, and from one client address */
-    int max_per_ip;
+    int max_connections;   /* open connections in all (0: what the descriptor limit allows, at most
+                              10000); past it the oldest without a whole request is dropped */
+    int max_per_ip;        /* open connections from one client address; past it: refused */
     int idle_timeout;      /* seconds of silence before a connection is closed */
     int request_timeout;   /* seconds to send a whole request (headers and body) */
     int shutdown_grace;    /* seconds SIGTERM waits for connections without a whole request */
