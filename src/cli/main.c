@@ -64,7 +64,10 @@ int main(int argc, char **argv)
         return 0;
     }
     for (int i = 0; i < NCOMMANDS; i++)
-        if (strcmp(argv[1], COMMANDS[i].name) == 0) comm_exit(COMMANDS[i].run(argc - 1, argv + 1));
+        if (strcmp(argv[1], COMMANDS[i].name) == 0) {
+            td_hang_guard_start(COMMANDS[i].name);
+            comm_exit(COMMANDS[i].run(argc - 1, argv + 1));
+        }
     fprintf(stderr, "error: unknown command '%s'\n\n", argv[1]);
     usage(stderr);
     return TD_EXIT_USAGE;

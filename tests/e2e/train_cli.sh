@@ -8,6 +8,7 @@ set -u
 [ "$(id -u)" -eq 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMP_NUM_THREADS=1 OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_mpi_yield_when_idle=1
 MPIRUN=(mpirun --oversubscribe --bind-to none)
+SCALE=${TD_TIME_SCALE:-1} # the build's slowness (tests/CMakeLists.txt, "Limits"): 10 under the sanitizers
 . "$(dirname "$0")/../session_dir.sh"
 pass=0 fail=0
 ok() { echo "ok: $*"; pass=$((pass + 1)); }
@@ -16,7 +17,7 @@ bad() { echo "FAIL: $*"; fail=$((fail + 1)); }
 # expect NAME RC TEXT CMD...: CMD must exit RC and print TEXT (a fixed string) on stdout or stderr.
 expect() {
   local name=$1 want=$2 text=$3; shift 3
-  out=$(timeout 120 "$@" 2>&1); rc=$?
+  out=$(timeout $((120 * SCALE)) "$@" 2>&1); rc=$?
   if [ "$rc" = "$want" ] && grep -qF -- "$text" <<<"$out"; then ok "$name: exit $rc: $(grep -m1 -F -- "$text" <<<"$out")"
   else bad "$name: exit $rc (expected $want, and '$text' in the output):"; echo "$out" | tail -5; fi
 }
@@ -95,12 +96,14 @@ expect "layer freq zero" 2 "--moe-layer-freq 0: give an integer N >= 1" \
 runs=$(mktemp -d)
 flag_run() { # i: one run, its exit code and output in $runs/i
   own_session_dir
-  timeout 120 "${MPIRUN[@]}" -np 4 "$TRIDENT" train --num-layers two >"$runs/$1.out" 2>&1
+  timeout $((120 * SCALE)) "${MPIRUN[@]}" -np 4 "$TRIDENT" train --num-layers two >"$runs/$1.out" 2>&1
   echo $? >"$runs/$1.rc"
 }
+# (in a slower build, e.g. under the sanitizers, where a start alone is seconds of CPU, two at a time)
+at_once=5; [ "$SCALE" -gt 1 ] && at_once=2
 for i in $(seq 1 10); do
   flag_run "$i" &
-  [ $((i % 5)) = 0 ] && wait
+  [ $((i % at_once)) = 0 ] && wait
 done
 wait
 missed=0
@@ -130,8 +133,18 @@ t0=$SECONDS
 expect "np 2: no training documents" 2 "--split 1,100000,0 leaves the train split" "${MPIRUN[@]}" -np 2 "$TRIDENT" train \
   "${TINY[@]}" --split 1,100000,0
 once "np 2: no training documents"
-[ $((SECONDS - t0)) -lt 15 ] && ok "np 2: an error only rank 0 finds ends the job in $((SECONDS - t0)) s" ||
+[ $((SECONDS - t0)) -lt $((15 * SCALE)) ] && ok "np 2: an error only rank 0 finds ends the job in $((SECONDS - t0)) s" ||
   bad "np 2: an error only rank 0 finds took $((SECONDS - t0)) s to end the job"
+
+# the hang guard (TRIDENT_HANG_GUARD_S, which ctest sets for every test): a trident process that outlives
+# it ends with exit 124 and a line naming the command; here tokenize waiting on a stdin that stays open
+t0=$SECONDS
+out=$(TRIDENT_HANG_GUARD_S=1 timeout $((20 * SCALE)) "$TRIDENT" tokenize "${TOK[@]}" 2>&1 < <(exec sleep 30 2>/dev/null)); rc=$?
+[ "$rc" = 124 ] && grep -q "error: trident tokenize (pid [0-9]* on .*) still running after 1 s" <<<"$out" &&
+  [ $((SECONDS - t0)) -lt $((10 * SCALE)) ] && ok "hang guard: exit 124 in $((SECONDS - t0)) s: $out" ||
+  bad "hang guard: exit $rc after $((SECONDS - t0)) s: $out"
+expect "hang guard: not a number" 2 "TRIDENT_HANG_GUARD_S='soon' is not a number of seconds" \
+  env TRIDENT_HANG_GUARD_S=soon "$TRIDENT" version
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

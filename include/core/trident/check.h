@@ -27,6 +27,12 @@ void td_set_abort_hook(void (*hook)(int code));
  * launcher no rank's exit can end the job before rank 0's line is out (comm_usage_exit). */
 void td_set_usage_hook(void (*hook)(int code));
 
+/* The hang guard: when TRIDENT_HANG_GUARD_S is set (seconds, > 0), a thread ends the process with
+ * exit 124 and one line naming `what`, the pid and the host once that long has passed, whatever the
+ * process is doing; a value that is not a positive number is a usage error (exit 2). Returns 1 when
+ * armed. For test suites (every test sets it) and batch jobs that must not outlive a bound. */
+int td_hang_guard_start(const char *what);
+
 void td_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 #define TD_INFO(...) td_log(1, __VA_ARGS__)
 #define TD_DEBUG(...) td_log(2, __VA_ARGS__)
