@@ -44,8 +44,11 @@ void run_loop(run_state *r, ckpt_progress prog, int resume, double t_begin)
         double norm = opt_unscaled_grad_norm(r->optim.opt, scale);
         int found_inf = !isfinite(norm);
         if (found_inf && !r->optim.scaled)
-            td_fatal(1, "iteration %lld: the gradient norm is %g (NaN or Inf); lower --lr or check the data",
-                     (long long)iter, norm);
+            td_fatal(1, "iteration %lld: the gradient norm is %g (NaN or Inf); %s", (long long)iter, norm,
+                     resume && iter == prog.iteration + 1
+                         ? "the first iteration from the loaded checkpoint: check its weights (a NaN or a value "
+                           "that overflows), then --lr and the data"
+                         : "lower --lr or check the data");
         if (r->optim.scaled) opt_loss_scaler_update(&r->optim.scaler, found_inf);
         r->optim.skipped += found_inf;
         int64_t step = iter - r->optim.skipped; /* Adam steps and the schedule count only the steps taken */
