@@ -124,8 +124,13 @@ void run_loop(run_state *r, ckpt_progress prog, int resume, double t_begin)
     if (a->dump_params) run_dump_params(r, a->dump_params);
     if (r->report.reporter) {
         double total = td_now() - t_start;
-        TD_INFO("done: %lld iterations in %.1f s%s; peak memory (RSS) %.1f MiB", (long long)last_iter, total,
-                last_iter == prog.iteration && resume ? " (none trained: the checkpoint was already there)" : "",
+        long long ran = (long long)(last_iter - prog.iteration);
+        char from[96] = "";
+        if (prog.iteration > 0 && ran > 0)
+            snprintf(from, sizeof from, " (%lld to %lld, resumed from iteration %lld)", (long long)prog.iteration + 1,
+                     (long long)last_iter, (long long)prog.iteration);
+        TD_INFO("done: %lld iteration%s%s in %.1f s%s; peak memory (RSS) %.1f MiB", ran, td_plural(ran), from, total,
+                ran == 0 && resume ? " (none trained: the checkpoint was already there)" : "",
                 (double)run_peak_rss() / (1024.0 * 1024.0));
         tb_scalar(r->report.tb, "peak-memory-mib", last_iter, r->report.rss_peak / (1024.0 * 1024.0));
         tb_flush(r->report.tb);
