@@ -91,7 +91,9 @@ int ckpt_args_reconcile(td_args *a, const ckpt_meta *m, int vocab, int tp, int l
         case GPT_KEY_ARCH:
         case GPT_KEY_RUN:
             if (given && !use) {
-                if (rv != cv && k->kind == GPT_KEY_ARCH)
+                /* a flag is held to the value it means (--moe-ffn-hidden-size 96 is the experts' size of a
+                 * checkpoint whose moe_ffn is its ffn_hidden_size 96), as the message prints them */
+                if (gpt_config_get(&run_said, k) != gpt_config_get(&ck_said, k) && k->kind == GPT_KEY_ARCH)
                     FAIL("%s %s differs from the checkpoint's %s %s (%s): give %s %s, leave the flag out, or add "
                          "--use-checkpoint-args", k->flag, rs, k->key, cs, mpath, k->flag, cs);
                 break;

@@ -465,6 +465,15 @@ static int import_tensor(const hf_family *fam, hf_files *fs, const gpt_model *m,
         size_t n = (size_t)(want0 * want1);
         tmp = td_xmalloc(n * sizeof(float));
         to_float(tmp, st_data(f, s), s->dtype, n);
+        for (size_t i = 0; i < n; i++)
+            if (!isfinite(tmp[i])) {
+                char at2[64] = "";
+                if (s->ndim == 2)
+                    snprintf(at2, sizeof at2, " (row %lld, column %lld)", (long long)(i / (size_t)s->shape[1]),
+                             (long long)(i % (size_t)s->shape[1]));
+                FAIL("%s: tensor %s holds a non-finite value: element %zu%s of %zu is %g; such a model generates "
+                     "garbage, so it is not converted: fix or re-export it", f->path, hn, i, at2, n, (double)tmp[i]);
+            }
         float *at = dst + pc[k].row0 * cols;
         if (tr) transpose(at, tmp, want0, want1);
         else memcpy(at, tmp, n * sizeof(float));

@@ -151,13 +151,14 @@ int cli_generate(int argc, char **argv)
         fflush(stdout);
     }
     gen_stats st;
-    gen_run(m, ps, &g, B, ids, lens, out, out_lens, NULL, B == 1 ? stream_token : NULL, &s, &st);
+    int bad = gen_run(m, ps, &g, B, ids, lens, out, out_lens, NULL, B == 1 ? stream_token : NULL, &s, &st);
     if (ps->world_rank == 0) {
         for (int b = 0; b < B; b++) {
             if (B == 1) {
                 printf("\n");
                 break;
             }
+            if (out_lens[b] == 0) continue; /* stopped: non-finite logits (the error line below) */
             char *text = NULL;
             size_t len = 0;
             int n = out_lens[b] - (out_lens[b] > lens[b] && g.eod >= 0 && out[b][out_lens[b] - 1] == g.eod);
@@ -174,11 +175,18 @@ int cli_generate(int argc, char **argv)
                 (long long)st.prompt_tokens, td_plural(st.prompt_tokens), st.prefill_s + st.decode_s,
                 (double)st.generated / (st.prefill_s + st.decode_s + 1e-12), st.prefill_s,
                 (double)(st.generated > B ? st.generated - B : 0) / (st.decode_s + 1e-12));
+        if (bad) {
+            int b = st.bad_row, gen = st.bad_pos + 1 - lens[b];
+            td_error("prompt %d%s: the model's logits at position %d (%s%d generated) hold a NaN or an "
+                     "infinity, so nothing can be sampled from them: the checkpoint's weights are broken or overflow "
+                     "float32 (%s); %d of %d prompt%s stopped", b + 1, B == 1 ? "" : " (of the batch)", st.bad_pos,
+                     gen < 0 ? "inside the prompt, " : "", gen < 0 ? 0 : gen, cm.meta.dir, bad, B, td_plural(B));
+        }
     }
     for (int b = 0; b < B; b++) free(ids[b]), free(out[b]), free(prompts.v[b]);
     free(ids), free(out), free(lens), free(out_lens), free(prompts.v);
     cli_free_model(&cm);
     td_args_free(&a);
     comm_world_finalize(world);
-    return 0;
+    return bad ? 1 : 0;
 }

@@ -61,6 +61,7 @@ typedef struct {
 static ping_msg g_ping_in, g_ping_first, g_ping_out;
 static MPI_Request g_ping_req = MPI_REQUEST_NULL; /* the receive of a roll call, always posted */
 static int g_pinged;                              /* a roll call came: g_ping_first holds it */
+static int g_relay_rank = -1; /* fault_timed_out called for g_ping_first: the world rank whose wait timed out */
 static const int32_t g_pong = 1;
 
 /* Start time and state letter of process pid from /proc; -1 when there is none.
@@ -361,6 +362,7 @@ void fault_poll(int full)
         snprintf(what, sizeof what, "%.*s", (int)sizeof g_ping_first.what - 1, g_ping_first.what);
         g_ping_first.call[sizeof g_ping_first.call - 1] = 0;
         g_ping_first.file[sizeof g_ping_first.file - 1] = 0;
+        g_relay_rank = g_ping_first.rank;
         fault_timed_out(g_ping_first.file, g_ping_first.line, g_ping_first.call, what);
     }
 }
@@ -455,7 +457,8 @@ void fault_timed_out(const char *file, int line, const char *call, const char *w
         td_die(file, line, call, "a rank is stopped, hung or dead, or a step is slower than the limit: "
                "raise --distributed-timeout-minutes if it is legitimately slow", "%s", what);
     calling = 1;
-    g_ping_out.rank = g_me;
+    int origin = g_relay_rank >= 0 && g_relay_rank < g_npeers ? g_relay_rank : g_me;
+    g_ping_out.rank = origin;
     g_ping_out.line = line;
     const char *src = strstr(file, "src/"); /* __FILE__ may be a long absolute path */
     snprintf(g_ping_out.file, sizeof g_ping_out.file, "%s", src ? src : file);
@@ -479,8 +482,13 @@ void fault_timed_out(const char *file, int line, const char *call, const char *w
             nanosleep(&ts, NULL);
         }
     }
-    char lost[1024];
+    char lost[1024], relayed[256];
     int n = describe_lost(lost, sizeof lost, answered);
+    if (origin != g_me) { /* this rank's prefix on another rank's wait: the line says whose it was */
+        snprintf(relayed, sizeof relayed, "%s in world rank %d (whose wait it was; reported by this rank, the lowest "
+                 "that answered the roll call)", call, origin);
+        call = relayed;
+    }
     fault_announce_exit(1);
     if (n == 0)
         td_die(file, line, call, "a rank is stuck in a computation or a step is slower than the limit: "

@@ -59,6 +59,15 @@ void td_warn(const char *fmt, ...)
     va_end(ap);
 }
 
+void td_error(const char *fmt, ...)
+{
+    fflush(stdout);
+    va_list ap;
+    va_start(ap, fmt);
+    vline(stderr, "error: ", fmt, ap);
+    va_end(ap);
+}
+
 void td_fatal(int code, const char *fmt, ...)
 {
     va_list ap;

@@ -522,10 +522,14 @@ static int read_model(loader *L, const cJSON *model)
     const char *ty = type_of(model);
     const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
     const cJSON *merges = cJSON_GetObjectItemCaseSensitive(model, "merges");
+    if (ty && strcmp(ty, "WordPiece") == 0) /* tok_open gives it to wp_load_tokenizer_json first */
+        BAD("tokenizer file '%s': model WordPiece is read by the WordPiece tokenizer (tok_open), not the BPE reader",
+            L->name);
     if (ty && strcmp(ty, "BPE") != 0)
-        BAD("tokenizer file '%s': model %.40s is not supported (trident reads BPE models only)", L->name, ty);
-    if (!ty && !merges) BAD("tokenizer file '%s': the model has no \"type\" and no merges; trident reads BPE models "
-                            "only", L->name);
+        BAD("tokenizer file '%s': model %.40s is not supported (trident reads tokenizer.json models of type BPE and "
+            "WordPiece)", L->name, ty);
+    if (!ty && !merges) BAD("tokenizer file '%s': the model has no \"type\" and no merges; trident reads tokenizer.json "
+                            "models of type BPE and WordPiece", L->name);
     if (!cJSON_IsObject(vocab)) BAD("tokenizer file '%s': model.vocab is not an object of token -> id", L->name);
     if (!cJSON_IsArray(merges)) BAD("tokenizer file '%s': model.merges is not a list", L->name);
     const cJSON *dropout = cJSON_GetObjectItemCaseSensitive(model, "dropout");
@@ -791,6 +795,52 @@ static int load_root(loader *L, const cJSON *root)
     return 0;
 }
 
+static int hex4(const char *s, const char *end)
+{
+    int v = 0;
+    for (int i = 0; i < 4; i++) {
+        if (s + i >= end) return -1;
+        char c = s[i];
+        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        if (d < 0) return -1;
+        v = v * 16 + d;
+    }
+    return v;
+}
+
+/* Why cJSON stopped at byte off of json (its text before off is valid JSON): an array or object
+ * there deeper than its nesting limit, or a UTF-16 surrogate escape there that is not half of a
+ * pair (which has no character); why gets "" for any other error. */
+static void json_error_why(const char *json, size_t len, size_t off, char *why, size_t n)
+{
+    why[0] = '\0';
+    if (off >= len) return;
+    int depth = 0, in_str = 0;
+    for (size_t i = 0; i < off; i++) {
+        char c = json[i];
+        if (in_str) {
+            if (c == '\\') i++;
+            else if (c == '"') in_str = 0;
+        } else if (c == '"') in_str = 1;
+        else if (c == '[' || c == '{') depth++;
+        else if (c == ']' || c == '}') depth--;
+    }
+    if ((json[off] == '[' || json[off] == '{') && depth >= CJSON_NESTING_LIMIT) {
+        snprintf(why, n, ": nesting deeper than %d levels (the JSON reader's limit) at byte %zu", CJSON_NESTING_LIMIT, off);
+        return;
+    }
+    /* a bad \u escape: cJSON stops at it */
+    const char *p = json + off, *end = json + len;
+    if (p + 1 >= end || p[0] != '\\' || p[1] != 'u') return;
+    int u = hex4(p + 2, end);
+    if (u < 0xd800 || u > 0xdfff) return;
+    int low = u <= 0xdbff && p + 7 < end && p[6] == '\\' && p[7] == 'u' ? hex4(p + 8, end) : -1;
+    if (low >= 0xdc00 && low <= 0xdfff) return;
+    snprintf(why, n, ": a lone UTF-16 surrogate \\u%04x at byte %zu, which is no character (%s)", u, off,
+             u <= 0xdbff ? "a high surrogate \\uD800-\\uDBFF must be followed by a low one \\uDC00-\\uDFFF"
+                         : "a low surrogate \\uDC00-\\uDFFF must follow a high one");
+}
+
 hf_tokenizer *hf_load_json(const char *json, size_t len, const char *name, char *err, size_t errlen)
 {
     hf_tokenizer *t = td_xcalloc(1, sizeof *t);
@@ -803,8 +853,14 @@ hf_tokenizer *hf_load_json(const char *json, size_t len, const char *name, char 
     int rc = -1;
     if (!root) {
         size_t off = at && at >= json && at <= json + len ? (size_t)(at - json) : 0;
-        td_seterr(err, errlen, "tokenizer file '%s' is not valid JSON (near byte %zu); expected a Hugging Face "
-                  "tokenizer.json", name, off);
+        char why[320];
+        json_error_why(json, len, off, why, sizeof why);
+        if (why[0])
+            td_seterr(err, errlen, "tokenizer file '%s' is not valid JSON%s; expected a Hugging Face tokenizer.json", name,
+                      why);
+        else
+            td_seterr(err, errlen, "tokenizer file '%s' is not valid JSON (near byte %zu); expected a Hugging Face "
+                      "tokenizer.json", name, off);
     } else {
         rc = load_root(&L, root);
     }

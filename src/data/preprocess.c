@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -153,6 +154,28 @@ static int is_blank(const char *p, size_t n)
     return 1;
 }
 
+/* A name of a plain text file: .txt, possibly compressed (.txt.gz, .txt.zst). */
+static int ends_with_text(const char *file)
+{
+    static const char *const ext[] = {".txt", ".txt.gz", ".txt.zst"};
+    size_t n = strlen(file);
+    for (size_t i = 0; i < sizeof ext / sizeof ext[0]; i++) {
+        size_t k = strlen(ext[i]);
+        if (n >= k && strcasecmp(file + n - k, ext[i]) == 0) return 1;
+    }
+    return 0;
+}
+
+/* A bad line that says the file is plain text rather than JSON lines: it does not start with '{',
+ * and it is the file's first or the file is named .txt. */
+static int looks_like_text(const char *file, int64_t line, const char *p, size_t n)
+{
+    size_t i = 0;
+    while (i < n && (p[i] == ' ' || p[i] == '\t' || p[i] == '\r')) i++;
+    if (i + 3 <= n && memcmp(p + i, "\xef\xbb\xbf", 3) == 0) i += 3; /* a byte-order mark */
+    return (i == n || p[i] != '{') && (line == 1 || ends_with_text(file));
+}
+
 static void process_batch(pp_worker *w, pp_batch *b)
 {
     const prep_config *c = w->sh->c;
@@ -172,8 +195,14 @@ static void process_batch(pp_worker *w, pp_batch *b)
         } else if (prep_json_extract(p, n, c->keys, c->n_keys, w->vals, why, sizeof why) != 0) {
             const char *file = c->inputs[b->file];
             if (!c->skip_bad_lines) {
-                snprintf(b->msg, sizeof b->msg, "%s:%lld: %s; fix the line or pass --skip-bad-lines", file,
-                         (long long)line, why);
+                if (looks_like_text(file, line, p, n))
+                    snprintf(b->msg, sizeof b->msg, "%s:%lld: %s; the file does not look like JSON lines (%s): to "
+                             "read it as plain text, one document a file, pass --input-format text", file,
+                             (long long)line, why, line == 1 ? "its first line is not a JSON object" :
+                             "its name ends in .txt and the line is not a JSON object");
+                else
+                    snprintf(b->msg, sizeof b->msg, "%s:%lld: %s; fix the line or pass --skip-bad-lines", file,
+                             (long long)line, why);
                 b->failed = 1;
                 return;
             }

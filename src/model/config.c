@@ -150,6 +150,11 @@ int gpt_config_validate(const td_args *a, int tp, char *msg, size_t msglen)
         if (a->num_experts % a->expert_model_parallel_size)
             FAIL("--num-experts %d is not divisible by --expert-model-parallel-size %d (each rank of the group holds "
                  "as many experts)", a->num_experts, a->expert_model_parallel_size);
+        if (td_args_given(a, "--expert-tensor-parallel-size") && a->expert_tensor_parallel_size != 1 && tp == 1)
+            FAIL("--expert-tensor-parallel-size %d: with --tensor-model-parallel-size 1 it can only be 1 (each expert "
+                 "whole); give 1 or leave the flag out%s (docs/moe.md)", a->expert_tensor_parallel_size,
+                 a->expert_tensor_parallel_size > 1 ? ", or split the experts with --tensor-model-parallel-size of the "
+                                                      "same size" : "");
         if (td_args_given(a, "--expert-tensor-parallel-size") && a->expert_tensor_parallel_size != tp &&
             a->expert_tensor_parallel_size != 1)
             FAIL("--expert-tensor-parallel-size %d: give the tensor-parallel size (%d, the default: each expert split as "

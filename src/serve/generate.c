@@ -95,6 +95,24 @@ static void step(gpt_model *m, const ps_state *ps, gpt_kv_cache *c, const int32_
     be_dfree(m->be, in);
 }
 
+/* Marks what a row's next token is when its logits were not all finite (never a token id). */
+#define GEN_NONFINITE INT32_MIN
+
+static int all_finite(const float *l, int V)
+{
+    for (int i = 0; i < V; i++)
+        if (!isfinite(l[i])) return 0;
+    return 1;
+}
+
+/* Row b stops for non-finite logits at position pos (every rank: the token broadcast said so). */
+static void stop_row(gen_stats *st, int *done, int *len, int b, int pos)
+{
+    if (st->nonfinite++ == 0) st->bad_row = b, st->bad_pos = pos;
+    done[b] = 1;
+    len[b] = 0;
+}
+
 /* log p(token) under logits (V), in double. */
 static float log_prob(const float *l, int V, int token)
 {
@@ -121,6 +139,7 @@ int gen_run(gpt_model *m, const ps_state *ps, const gen_config *g, int B, int32_
     gpt_kv_cache *c = gpt_kv_create(m, B, cap, g->no_cache ? cap : shortest);
     memset(st, 0, sizeof *st);
     for (int b = 0; b < B; b++) st->prompt_tokens += lens[b];
+    st->bad_row = st->bad_pos = -1;
     int last_stage = ps->pp - 1, ndone = 0;
     float *lp = td_xcalloc((size_t)B, sizeof(float)), *row = logprobs && m->last ? td_xmalloc((size_t)V * sizeof(float)) : NULL;
     double t0 = td_now();
@@ -132,9 +151,16 @@ int gen_run(gpt_model *m, const ps_state *ps, const gen_config *g, int B, int32_
             if (g->no_cache) step(m, ps, c, tokens, B, cap, 0, from, ids, logits);
             else step(m, ps, c, tokens, B, cap, from - 1, 1, ids, logits);
             if (m->last)
-                for (int b = 0; b < B; b++) lp[b] = log_prob(logits + (size_t)b * V, V, tokens[(size_t)b * cap + from]);
+                for (int b = 0; b < B; b++) {
+                    const float *l = logits + (size_t)b * V;
+                    lp[b] = all_finite(l, V) ? log_prob(l, V, tokens[(size_t)b * cap + from]) : NAN;
+                }
             comm_bcast(ps->pp_group, lp, (size_t)B, COMM_F32, last_stage);
-            for (int b = 0; b < B; b++) logprobs[b][from - 1] = lp[b];
+            for (int b = 0; b < B; b++) {
+                if (done[b]) continue;
+                if (isnan(lp[b])) stop_row(st, done, len, b, from - 1), ndone++;
+                else logprobs[b][from - 1] = lp[b];
+            }
         }
     /* position t - 1's logits choose the token at t; t runs from the shortest prompt on */
     for (int t = shortest; ndone < B && t < cap; t++) {
@@ -145,6 +171,10 @@ int gen_run(gpt_model *m, const ps_state *ps, const gen_config *g, int B, int32_
         if (m->last)
             for (int b = 0; b < B; b++) {
                 float *l = logits + (size_t)b * V;
+                if (!all_finite(l, V)) {
+                    next[b] = GEN_NONFINITE;
+                    continue;
+                }
                 if (row) memcpy(row, l, (size_t)V * sizeof(float)); /* the sampler overwrites l */
                 next[b] = gen_sample(l, V, g, b, t);
                 if (row) lp[b] = log_prob(row, V, t < lens[b] ? tokens[(size_t)b * cap + t] : next[b]);
@@ -153,6 +183,11 @@ int gen_run(gpt_model *m, const ps_state *ps, const gen_config *g, int B, int32_
         if (logprobs) comm_bcast(ps->pp_group, lp, (size_t)B, COMM_F32, last_stage);
         for (int b = 0; b < B; b++) {
             if (done[b]) continue;
+            if (next[b] == GEN_NONFINITE) {
+                stop_row(st, done, len, b, t - 1);
+                ndone++;
+                continue;
+            }
             if (logprobs) logprobs[b][t - 1] = lp[b];
             if (t < lens[b]) continue; /* still inside its prompt */
             tokens[(size_t)b * cap + t] = next[b];
@@ -169,5 +204,5 @@ int gen_run(gpt_model *m, const ps_state *ps, const gen_config *g, int B, int32_
     }
     gpt_kv_free(m, c);
     free(tokens), free(next), free(ids), free(done), free(len), free(logits), free(lp), free(row);
-    return 0;
+    return st->nonfinite;
 }

@@ -41,6 +41,7 @@ typedef struct request {
     int32_t **out;
     int *out_lens;
     int done;
+    char *error;              /* when done: why it failed (a 500), or NULL */
     /* streaming: server-sent events appended as tokens come, read by the response callback */
     char *sse;
     size_t sse_len, sse_read;
@@ -87,7 +88,7 @@ static void req_unref(request *r)
     pthread_mutex_unlock(&r->mu);
     if (left) return;
     for (int i = 0; i < r->n; i++) free(r->ids[i]), free(r->out[i]), free(r->logprobs ? r->logprobs[i] : NULL);
-    free(r->ids), free(r->lens), free(r->out), free(r->out_lens), free(r->sse), free(r->logprobs);
+    free(r->ids), free(r->lens), free(r->out), free(r->out_lens), free(r->sse), free(r->logprobs), free(r->error);
     pthread_mutex_destroy(&r->mu);
     free(r);
 }
@@ -777,6 +778,11 @@ static enum MHD_Result answer(struct MHD_Connection *c, conn *k)
 {
     request *r = k->req;
     k->req = NULL;
+    if (r->error) { /* non-finite logits (generate.c): no text from them */
+        enum MHD_Result ok = error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "%s", r->error);
+        req_unref(r);
+        return ok;
+    }
     char *json = r->api == API_MEGATRON ? megatron_json(r) : openai_json(r, -1, NULL, 0, NULL);
     req_unref(r);
     return reply(c, MHD_HTTP_OK, json, "application/json");
@@ -925,6 +931,35 @@ static int exchange(const ps_state *ps, int kind, gen_config *g, int *B, int **l
     return SRV_BATCH;
 }
 
+/* Request r (its rows' out_lens and prompt lens), r->mu held, when a row stopped for non-finite
+ * logits: made done with the error (a 500, or a streamed error event); returns 1. 0 when every
+ * row is whole. */
+static int nonfinite_error(request *r, const int *out_lens, const int *lens)
+{
+    int i = 0;
+    while (i < r->n && out_lens[i] != 0) i++;
+    if (i == r->n) return 0;
+    char msg[400];
+    snprintf(msg, sizeof msg, "the model's logits for prompt %d hold a NaN or an infinity (its %d tokens or what "
+             "followed): nothing can be sampled from them; the checkpoint's weights are broken or overflow float32",
+             i + 1, lens[i]);
+    TD_INFO("serve: request %llu: %s", (unsigned long long)r->id, msg);
+    r->error = td_xstrdup(msg);
+    if (r->stream) { /* the 200 and maybe tokens are out: an error event ends the stream, no [DONE] */
+        cJSON *o = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(o, "error");
+        cJSON_AddStringToObject(e, "message", msg);
+        cJSON_AddStringToObject(e, "type", "server_error");
+        char *json = cJSON_PrintUnformatted(o);
+        cJSON_Delete(o);
+        sse_append(r, "data: ");
+        sse_append(r, json);
+        sse_append(r, "\n\n");
+        free(json);
+    }
+    r->done = 1;
+    return 1;
+}
+
 static void generate(gpt_model *m, const ps_state *ps, const gen_config *g, int B, int32_t **ids, int *lens,
                      int want_logprobs, batch *bt)
 {
@@ -942,6 +977,13 @@ static void generate(gpt_model *m, const ps_state *ps, const gen_config *g, int 
         for (int q = 0; q < bt->nreq; q++) {
             request *r = bt->req[q];
             pthread_mutex_lock(&r->mu);
+            if (nonfinite_error(r, out_lens + bt->row0[q], lens + bt->row0[q])) {
+                struct MHD_Connection *wake = to_wake(r);
+                pthread_mutex_unlock(&r->mu);
+                if (wake) MHD_resume_connection(wake);
+                req_unref(r); /* the queue's */
+                continue;
+            }
             for (int i = 0; i < r->n; i++) {
                 int row = bt->row0[q] + i, keep = out_lens[row] - lens[row] + r->lens[i];
                 memcpy(r->out[i], r->ids[i], (size_t)r->lens[i] * sizeof(int32_t));

@@ -44,8 +44,11 @@ void run_loop(run_state *r, ckpt_progress prog, int resume, double t_begin)
         double norm = opt_unscaled_grad_norm(r->optim.opt, scale);
         int found_inf = !isfinite(norm);
         if (found_inf && !r->optim.scaled)
-            td_fatal(1, "iteration %lld: the gradient norm is %g (NaN or Inf); lower --lr or check the data",
-                     (long long)iter, norm);
+            td_fatal(1, "iteration %lld: the gradient norm is %g (NaN or Inf); %s", (long long)iter, norm,
+                     resume && iter == prog.iteration + 1
+                         ? "the first iteration from the loaded checkpoint: check its weights (a NaN or a value "
+                           "that overflows), then --lr and the data"
+                         : "lower --lr or check the data");
         if (r->optim.scaled) opt_loss_scaler_update(&r->optim.scaler, found_inf);
         r->optim.skipped += found_inf;
         int64_t step = iter - r->optim.skipped; /* Adam steps and the schedule count only the steps taken */
@@ -121,8 +124,13 @@ void run_loop(run_state *r, ckpt_progress prog, int resume, double t_begin)
     if (a->dump_params) run_dump_params(r, a->dump_params);
     if (r->report.reporter) {
         double total = td_now() - t_start;
-        TD_INFO("done: %lld iterations in %.1f s%s; peak memory (RSS) %.1f MiB", (long long)last_iter, total,
-                last_iter == prog.iteration && resume ? " (none trained: the checkpoint was already there)" : "",
+        long long ran = (long long)(last_iter - prog.iteration);
+        char from[96] = "";
+        if (prog.iteration > 0 && ran > 0)
+            snprintf(from, sizeof from, " (%lld to %lld, resumed from iteration %lld)", (long long)prog.iteration + 1,
+                     (long long)last_iter, (long long)prog.iteration);
+        TD_INFO("done: %lld iteration%s%s in %.1f s%s; peak memory (RSS) %.1f MiB", ran, td_plural(ran), from, total,
+                ran == 0 && resume ? " (none trained: the checkpoint was already there)" : "",
                 (double)run_peak_rss() / (1024.0 * 1024.0));
         tb_scalar(r->report.tb, "peak-memory-mib", last_iter, r->report.rss_peak / (1024.0 * 1024.0));
         tb_flush(r->report.tb);

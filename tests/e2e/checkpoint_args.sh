@@ -37,6 +37,15 @@ train 1 1 --train-iters 3 --load moe --moe-ffn-hidden-size 64 "${MOE[@]}"; rc=$?
 if [ "$rc" = 2 ] && grep -qF -- "--moe-ffn-hidden-size 64 differs from the checkpoint's moe_ffn_hidden_size 128" "$last_log"; then
   ok "moe: --moe-ffn-hidden-size 64 against 128: exit 2, named"
 else bad "moe: --moe-ffn-hidden-size 64 against 128: exit $rc"; grep error "$last_log"; fi
+# the same with --ffn-hidden-size 96 (as a converted Mixtral has it), loaded without that flag: the
+# flag is held to the width the checkpoint's experts have (96), not to its stored "as wide as
+# --ffn-hidden-size" (which against this run's default ffn 128 read as a difference: "96 differs
+# from 96")
+train 1 1 --train-iters 2 --save moe96 "${MOE[@]}" --ffn-hidden-size 96 >/dev/null || { bad "moe96 source run failed"; cat "$last_log"; }
+if train 1 1 --train-iters 3 --load moe96 --moe-ffn-hidden-size 96 "${MOE[@]}" && grep -q "loaded checkpoint" "$last_log" &&
+   grep -q "from the checkpoint's meta.json .*ffn_hidden_size 96" "$last_log"; then
+  ok "moe: saved with --ffn-hidden-size 96, loaded with --moe-ffn-hidden-size 96 alone: $(grep -o "from the checkpoint's meta.json.*" "$last_log")"
+else bad "moe: --moe-ffn-hidden-size 96 on experts of 96 (--ffn-hidden-size 96 not given)"; grep error "$last_log"; fi
 
 if train 2 1 --train-iters 4 --load src --use-checkpoint-args --num-attention-heads 8 --hidden-size 64 --num-layers 2 \
      --metrics-file uca.jsonl --dump-params uca.params &&

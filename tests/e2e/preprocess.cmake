@@ -4,7 +4,7 @@
 
 if(NOT CMAKE_SCRIPT_MODE_FILE)
   set(_pp_cases missing_output_prefix missing_input unknown_flag bad_value input_not_found
-                text_format_needs_one_key help bad_line skip_bad_lines tinyshakespeare_text split_sentences
+                text_format_needs_one_key help bad_line plain_text_input skip_bad_lines tinyshakespeare_text split_sentences
                 no_usable_document progress_eta)
   foreach(_case ${_pp_cases})
     add_test(NAME e2e/preprocess_${_case}
@@ -66,6 +66,27 @@ elseif(CASE STREQUAL "bad_line")
   file(WRITE ${TMP}/bad.jsonl "{\"text\": \"fine\"}\n{\"text\": \"broken\n{\"text\": \"fine\"}\n")
   run(1 "bad.jsonl:2: malformed JSON.*--skip-bad-lines" --input ${TMP}/bad.jsonl --output-prefix ${TMP}/out ${V})
   expect_nothing_written(${TMP}/out)
+elseif(CASE STREQUAL "plain_text_input")
+  # plain text given as JSON lines (no --input-format text): the hint is --input-format text, not
+  # --skip-bad-lines (which would skip every line), when the first line is not a JSON object, or a
+  # later one of a .txt file (its first a JSON line); a bad JSON line in a .txt keeps the old hint
+  file(WRITE ${TMP}/x.data "Hello world.\nSecond line.\n")
+  file(WRITE ${TMP}/x.txt "{\"text\": \"a JSON line\"}\nHello world.\n")
+  file(WRITE ${TMP}/y.txt "{\"text\": \"a JSON line\"}\n{\"text\": \"broken\n")
+  foreach(f x.data:1:its.first.line.is.not.a.JSON.object x.txt:2:its.name.ends.in..txt.and.the.line.is.not.a.JSON.object)
+    string(REPLACE ":" ";" f "${f}")
+    list(GET f 0 name)
+    list(GET f 1 line)
+    list(GET f 2 why)
+    run(1 "${name}:${line}: [^\n]*; the file does not look like JSON lines \\(${why}\\): to read it as plain text, one document a file, pass --input-format text\n$"
+        --input ${TMP}/${name} --output-prefix ${TMP}/out ${V})
+    if("${last_err}" MATCHES "skip-bad-lines")
+      message(FATAL_ERROR "${name}: --skip-bad-lines suggested for a plain text file: ${last_err}")
+    endif()
+    expect_nothing_written(${TMP}/out)
+  endforeach()
+  run(1 "y.txt:2: malformed JSON[^\n]*; fix the line or pass --skip-bad-lines\n$" --input ${TMP}/y.txt --output-prefix ${TMP}/out ${V})
+  run(0 "" --input ${TMP}/x.data --input-format text --output-prefix ${TMP}/out ${V})
 elseif(CASE STREQUAL "skip_bad_lines")
   file(WRITE ${TMP}/bad.jsonl "{\"text\": \"fine\"}\n{\"text\": 3}\n{\"text\": \"fine\"}\n")
   run(0 "skipping bad line .*bad.jsonl:2: the value of \"text\" is a number.*skipped 1 bad line\n"

@@ -71,8 +71,11 @@ expect "ep that does not divide dp" 2 "--expert-model-parallel-size 2 does not d
   "${MPIRUN[@]}" -np 3 "$TRIDENT" train "${TINY[@]}" --num-experts 4 --expert-model-parallel-size 2
 expect "generate with expert parallelism, not built" 2 "--expert-model-parallel-size 2: trident generate holds every expert" \
   "$TRIDENT" generate --load nowhere --vocab-file "$VOCAB" --merge-file "$MERGES" --prompt a --expert-model-parallel-size 2
-expect "expert tensor parallelism other than tp or 1, not built" 2 "--expert-tensor-parallel-size 2: give the tensor-parallel size (1" \
+# (at tp 1 the only value is 1: the message says so, not "give the tensor-parallel size (1 ...) or 1")
+expect "expert tensor parallelism 2 at tp 1" 2 "--expert-tensor-parallel-size 2: with --tensor-model-parallel-size 1 it can only be 1 (each expert whole); give 1 or leave the flag out, or split the experts with --tensor-model-parallel-size of the same size" \
   "$TRIDENT" train "${TINY[@]}" --num-experts 4 --expert-tensor-parallel-size 2
+expect "expert tensor parallelism other than tp or 1, not built" 2 "--expert-tensor-parallel-size 4: give the tensor-parallel size (2, the default" \
+  "${MPIRUN[@]}" -np 2 "$TRIDENT" train "${TINY[@]}" --num-experts 4 --expert-tensor-parallel-size 4 --tensor-model-parallel-size 2
 expect "unknown dispatcher" 2 "--moe-token-dispatcher-type" \
   "$TRIDENT" train "${TINY[@]}" --num-experts 4 --moe-token-dispatcher-type flex
 expect "padding without capacity" 2 "--moe-pad-expert-input-to-capacity needs --moe-expert-capacity-factor" \

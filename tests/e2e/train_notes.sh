@@ -4,9 +4,11 @@
 #  1. every iteration line ends with "time left: H:MM:SS" (the mean iteration time so far times the
 #     iterations left): 0:00:00 on the last;
 #  2. --train-iters 3 on an iteration-4 checkpoint: exit 0, a note that the checkpoint is already
-#     past --train-iters, and "done: 4 iterations ... (none trained ...)";
+#     past --train-iters, and "done: 0 iterations ... (none trained ...)";
 #  3. resuming with another --global-batch-size or --seq-length: one note each naming the old and
-#     new values (both allowed, as in Megatron);
+#     new values (both allowed, as in Megatron); the resumed run's last line counts the iterations
+#     it ran ("done: 1 iteration (5 to 5, resumed from iteration 4)", not the checkpoint's 4 + 1), and
+#     its "loaded" line names the layout that wrote the checkpoint, expert parallelism included;
 #  4. the Llama example's peak memory (its 9 MB tokenizer.json, an embedding of 128256 x 64) at
 #     tp 2 is within 9% of the prediction (it was 60-69% over: the heap the tokenizer's parse and
 #     the initialization left resident).
@@ -37,7 +39,7 @@ n=$(grep -c '^ iteration .* | time left: [0-9]*:[0-5][0-9]:[0-5][0-9] |$' first.
 "$TRIDENT" train "${GPT[@]}" "${PEAK[@]}" --seq-length 32 --global-batch-size 2 --train-iters 3 --load ck >past.log 2>&1
 rc=$?
 if [ $rc -eq 0 ] && grep -q "note: the checkpoint is at iteration 4, already at or past --train-iters 3: nothing to train; raise --train-iters to continue" past.log &&
-   grep -q "done: 4 iterations in .* (none trained: the checkpoint was already there)" past.log; then
+   grep -q "done: 0 iterations in .* (none trained: the checkpoint was already there)" past.log; then
   ok "past --train-iters: exit 0, $(grep -o 'note: the checkpoint.*' past.log)"
 else bad "past --train-iters: exit $rc: $(grep -E 'note|done' past.log)"; fi
 
@@ -51,6 +53,10 @@ grep -q "note: the global batch size is 4, the checkpoint's was 2: the run conti
 "$TRIDENT" train "${GPT[@]}" "${PEAK[@]}" --seq-length 32 --global-batch-size 2 --train-iters 5 --load ck >same.log 2>&1
 grep -q "note: .*\(seq-length\|global batch\)" same.log && bad "a note without a change: $(grep note same.log)" ||
   ok "no note when nothing changed"
+grep -q "^done: 1 iteration (5 to 5, resumed from iteration 4) in " same.log &&
+  ok "resumed: $(grep -o '^done: [^;]*' same.log)" || bad "resumed run's last line: $(grep '^done' same.log)"
+grep -q "^loaded checkpoint .* (iteration 4, written by tp 1 x pp 1 x dp 1, ep 1, 1 virtual stage) in " same.log &&
+  ok "$(grep -o '^loaded checkpoint .*(iteration.*)' same.log)" || bad "the loaded line: $(grep '^loaded' same.log)"
 
 # 5. a peak below the rate reached: raised, said, and no MFU above 1
 "$TRIDENT" train "${GPT[@]}" --seq-length 32 --global-batch-size 2 --train-iters 3 --peak-tflops 1e-6 \

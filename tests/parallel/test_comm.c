@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "trident/check.h"
 #include "trident/comm.h"
@@ -274,9 +275,27 @@ static void check_ring_order(const comm *c)
         EXPECT(recv[j] == ring_sum(n, r, mine + j), "ring reduce-scatter [%zu]: %.9g want %.9g", j, recv[j], ring_sum(n, r, mine + j));
 }
 
+/* --timeout-relay (3 ranks, never returns): ranks 1 and 2 wait for a message from each other that
+ * never comes; rank 0 starts its own such wait (from rank 1) a second later, so theirs time out
+ * first (a 2 s limit) while rank 0 is still waiting: it answers their roll call and, the lowest
+ * rank that answered, prints the job's one line about a wait that was not its own. */
+static void timeout_relay(comm *world)
+{
+    comm_set_timeout(2.0);
+    int r = comm_rank(world);
+    if (r == 0) {
+        struct timespec ts = {1, 0};
+        nanosleep(&ts, NULL);
+    }
+    int32_t x = 0;
+    comm_wait(comm_irecv(world, &x, 1, COMM_I32, r == 0 ? 1 : 3 - r, 99));
+    fprintf(stderr, "rank %d: the wait returned\n", r);
+}
+
 int main(int argc, char **argv)
 {
     comm *world = comm_world_init(&argc, &argv);
+    if (argc > 1 && strcmp(argv[1], "--timeout-relay") == 0) timeout_relay(world);
     check_group(world, "world");
     /* even/odd split, ordered by descending rank */
     comm *half = comm_split(world, comm_rank(world) % 2, -comm_rank(world));

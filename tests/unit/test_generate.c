@@ -4,7 +4,8 @@
  * position at a time through the cache), for GPT-2 blocks and Llama blocks (RMSNorm, rotary
  * positions, SwiGLU, grouped-query attention, no biases, untied output), and Llama blocks with a
  * mixture of experts in the middle layer only (--moe-layer-freq). And the sampler: greedy
- * is the argmax, top-k and top-p never pick outside their set, a seed gives the same tokens. */
+ * is the argmax, top-k and top-p never pick outside their set, a seed gives the same tokens; a row
+ * whose logits are not finite stops, the others go on. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -226,6 +227,51 @@ static void logprobs(void **state)
     gpt_free(m);
 }
 
+/* A row whose logits hold a NaN stops there, nothing sampled from them, and the others go on: the
+ * word embedding row of token 92, which only prompt 0 holds (at position 3), set to NaN makes
+ * prompt 0's logits NaN from position 3 on; prompt 1 must give the tokens it gives unpoisoned. */
+static void nonfinite_logits_stop_the_row(void **state)
+{
+    (void)state;
+    gpt_config c = llama();
+    gpt_model *m = gpt_create(&c, g_ps, g_be, 0, c.num_layers, B, 1);
+    int32_t p0[5] = {3, 14, 15, 92, 65}, p1[2] = {35, 89};
+    int32_t *prompts[B] = {p0, p1};
+    int lens[B] = {5, 2};
+    const gpt_tensor_info *emb = NULL;
+    for (int i = 0; i < m->ntensors; i++)
+        if (strcmp(m->table[i].name, "embedding.word.weight") == 0) emb = &m->table[i];
+    assert_non_null(emb);
+    for (int no_cache = 0; no_cache <= 1; no_cache++) {
+        gen_config g = {.max_new = 4, .greedy = 1, .temperature = 1.0f, .seed = 1, .eod = -1, .no_cache = no_cache};
+        int cap = gen_capacity(&g, B, lens), clean_len[B], out_len[B];
+        int32_t *clean[B], *out[B];
+        for (int b = 0; b < B; b++) clean[b] = calloc((size_t)cap, sizeof(int32_t)), out[b] = calloc((size_t)cap, sizeof(int32_t));
+        gen_stats st;
+        assert_int_equal(gen_run(m, g_ps, &g, B, prompts, lens, clean, clean_len, NULL, NULL, NULL, &st), 0);
+        assert_int_equal(st.nonfinite, 0);
+        for (int i = 0; i < clean_len[1]; i++) assert_int_not_equal(clean[1][i], 92); /* the poison stays in row 0 */
+        float *row = m->params + emb->offset + (size_t)92 * (size_t)c.hidden, keep[32], nan[32];
+        assert_int_equal(c.hidden, 32);
+        for (int j = 0; j < 32; j++) nan[j] = NAN;
+        be_memcpy(g_be, keep, row, sizeof keep, BE_D2H);
+        be_memcpy(g_be, row, nan, sizeof nan, BE_H2D);
+        int bad = gen_run(m, g_ps, &g, B, prompts, lens, out, out_len, NULL, NULL, NULL, &st);
+        be_memcpy(g_be, row, keep, sizeof keep, BE_H2D);
+        printf("  NaN embedding of token 92 (%s): %d row stopped, row %d at position %d\n", no_cache ? "no cache" : "cache",
+               bad, st.bad_row, st.bad_pos);
+        assert_int_equal(bad, 1);
+        assert_int_equal(st.nonfinite, 1);
+        assert_int_equal(st.bad_row, 0);
+        assert_int_equal(st.bad_pos, 3);
+        assert_int_equal(out_len[0], 0);
+        assert_int_equal(out_len[1], clean_len[1]);
+        assert_memory_equal(out[1], clean[1], (size_t)clean_len[1] * sizeof(int32_t));
+        for (int b = 0; b < B; b++) free(clean[b]), free(out[b]);
+    }
+    gpt_free(m);
+}
+
 int main(int argc, char **argv)
 {
     g_world = comm_world_init(&argc, &argv);
@@ -235,6 +281,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(infer_matches_training_forward),
         cmocka_unit_test(sampler),
         cmocka_unit_test(logprobs),
+        cmocka_unit_test(nonfinite_logits_stop_the_row),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     be_free(g_be);

@@ -166,6 +166,29 @@ static void unsupported_is_refused(void **state)
                    "unk_token");
     expect_refusal("{\"model\": ", "not valid JSON");
     expect_refusal("[1]", "not an object");
+    /* the model types trident reads are named (WordPiece among them: tok_open reads it) */
+    expect_refusal(with("model", "{\"type\":\"Unigram\",\"vocab\":[[\"a\",0]]}"),
+                   "(trident reads tokenizer.json models of type BPE and WordPiece)");
+    /* JSON cJSON refuses, said as what is wrong: a surrogate escape with no partner (the string
+     * "\ud800" starts at byte 37, its escape at 38), and nesting past cJSON's 1000 levels */
+    expect_refusal("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\\ud800\": 0}, \"merges\": []}}",
+                   "is not valid JSON: a lone UTF-16 surrogate \\ud800 at byte 38, which is no character (a high "
+                   "surrogate \\uD800-\\uDBFF must be followed by a low one \\uDC00-\\uDFFF)");
+    expect_refusal("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"\\ud800\\u0041\": 0}, \"merges\": []}}",
+                   "a lone UTF-16 surrogate \\ud800 at byte 37");
+    expect_refusal("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"\\udfff\": 0}, \"merges\": []}}",
+                   "a lone UTF-16 surrogate \\udfff at byte 37, which is no character (a low surrogate "
+                   "\\uDC00-\\uDFFF must follow a high one)");
+    enum { DEEP = 100000 };
+    char *deep = malloc(2 * DEEP + 1);
+    memset(deep, '[', DEEP);
+    memset(deep + DEEP, ']', DEEP);
+    deep[2 * DEEP] = 0;
+    expect_refusal(deep, "is not valid JSON: nesting deeper than 1000 levels (the JSON reader's limit) at byte 1000");
+    deep[0] = '{', memcpy(deep + 1, "\"a\":", 4); /* {"a":[[[...: the object is level 1 */
+    deep[2 * DEEP - 1] = '}';
+    expect_refusal(deep, "nesting deeper than 1000 levels (the JSON reader's limit) at byte 1004");
+    free(deep);
     char err[512];
     assert_null(hf_load("/nonexistent/tokenizer.json", err, sizeof err));
     assert_non_null(strstr(err, "/nonexistent/tokenizer.json"));

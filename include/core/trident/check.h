@@ -38,6 +38,8 @@ void td_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)
 #define TD_DEBUG(...) td_log(2, __VA_ARGS__)
 void td_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* Prints "[rank r] error: <msg>" and returns (the caller ends as it must). */
+void td_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Prints "[rank r] error: <msg>" and ends the job with `code` (through the abort hook). */
 void td_fatal(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
 /* Prints "[rank r] file:line: <call> failed: <msg> (hint: ...)" and ends the job with 1. */

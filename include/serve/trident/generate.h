@@ -24,6 +24,8 @@ typedef struct gen_config {
 typedef struct gen_stats {
     int64_t prompt_tokens, generated;
     double prefill_s, decode_s;
+    int nonfinite;        /* rows stopped because their logits held a NaN or an infinity */
+    int bad_row, bad_pos; /* the first of them, and the position whose logits it was (-1: none) */
 } gen_stats;
 
 /* Called on world rank 0 with each generated token of row b as it comes. */
@@ -37,7 +39,10 @@ int gen_capacity(const gen_config *g, int B, const int *lens);
  * and its continuation, out_len[b] their count, on every rank. logprobs (NULL: none) gets, as
  * Megatron's server returns them, logprobs[b][i] = log p(out[b][i + 1] | out[b][0..i]) for
  * i < out_len[b] - 1 (capacity gen_capacity - 1 floats a row): prompt tokens and generated ones
- * alike (the shortest prompt then runs one position at a time). Returns 0. */
+ * alike (the shortest prompt then runs one position at a time). A row whose logits at some
+ * position hold a NaN or an infinity (a broken model or an overflow) stops there with out_len[b]
+ * 0, nothing sampled from them; the others go on. Returns the number of such rows (st says
+ * which came first). */
 int gen_run(gpt_model *m, const ps_state *ps, const gen_config *g, int B, int32_t *const *prompts, const int *lens,
             int32_t **out, int *out_len, float **logprobs, gen_stream_fn stream, void *user, gen_stats *st);
 
