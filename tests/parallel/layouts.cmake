@@ -22,7 +22,7 @@ add_test(NAME parallel/layouts_data COMMAND ${CMAKE_COMMAND} -E env bash -c
    $<TARGET_FILE:trident> preprocess --input ${LAYOUT_DIR}/ts.jsonl --output-prefix ${LAYOUT_DIR}/ts --vocab-file ${TRIDENT_SHARED_DATA}/gpt2/vocab.json --merge-file ${TRIDENT_SHARED_DATA}/gpt2/merges.txt --append-eod; \
    python3 ${CMAKE_CURRENT_LIST_DIR}/byte_tokenizer.py ${LAYOUT_DIR}/bytes.json; \
    $<TARGET_FILE:trident> preprocess --input ${LAYOUT_DIR}/ts.jsonl --output-prefix ${LAYOUT_DIR}/bytes --tokenizer-type HuggingFaceTokenizer --tokenizer-model ${LAYOUT_DIR}/bytes.json --append-eod")
-set_tests_properties(parallel/layouts_data PROPERTIES FIXTURES_SETUP layouts_data TIMEOUT 120)
+set_tests_properties(parallel/layouts_data PROPERTIES FIXTURES_SETUP layouts_data)
 
 # flags shared by every run; the global batch is 8 samples
 set(LAYOUT_TRAIN --data-path ${LAYOUT_DIR}/bytes_text_document --tokenizer-type HuggingFaceTokenizer
@@ -89,7 +89,7 @@ function(trident_layout name np tp mbs)
       add_test(NAME parallel/layout_${name}_noise COMMAND bash -c
         "rm -f ${out}_noise.jsonl && \"$@\" > ${out}_noise.log 2>&1 || { cat ${out}_noise.log; exit 1; }" _ ${ncmd})
       set_tests_properties(parallel/layout_${name}_noise PROPERTIES FIXTURES_SETUP layouts_${name}_noise
-        FIXTURES_REQUIRED ${data_fixture} ENVIRONMENT "${env};TRIDENT_CPU_ISA=baseline" TIMEOUT 300)
+        FIXTURES_REQUIRED ${data_fixture} ENVIRONMENT "${env};TRIDENT_CPU_ISA=baseline")
     endif()
   else()
     set(noise "")
@@ -106,7 +106,7 @@ function(trident_layout name np tp mbs)
     set_tests_properties(parallel/layout_${name} PROPERTIES FIXTURES_SETUP layouts_${name}
       FIXTURES_REQUIRED "${fixtures}")
   endif()
-  set_tests_properties(parallel/layout_${name} PROPERTIES ENVIRONMENT "${env}" TIMEOUT 300)
+  set_tests_properties(parallel/layout_${name} PROPERTIES ENVIRONMENT "${env}")
   # two 8-rank jobs at once under make asan (1.6 GB a rank) ran the 24 GiB machine out of memory
   if(np GREATER_EQUAL 8)
     set_tests_properties(parallel/layout_${name} PROPERTIES RESOURCE_LOCK eight_ranks)
@@ -176,7 +176,7 @@ add_test(NAME parallel/layout_scatter_gather_log COMMAND bash -c
    grep -q 'scatter/gather off: one tensor-parallel rank' ${LAYOUT_DIR}/pp2_1f1b.log || \
    { grep -H 'pipeline transfers' ${LAYOUT_DIR}/tp2_pp2.log ${LAYOUT_DIR}/tp2_pp2_nosg.log ${LAYOUT_DIR}/sp_tp2_pp2_vp2.log ${LAYOUT_DIR}/pp2_1f1b.log; exit 1; }")
 set_tests_properties(parallel/layout_scatter_gather_log PROPERTIES
-  FIXTURES_REQUIRED "layouts_tp2_pp2;layouts_tp2_pp2_nosg;layouts_sp_tp2_pp2_vp2;layouts_pp2_1f1b" TIMEOUT 10)
+  FIXTURES_REQUIRED "layouts_tp2_pp2;layouts_tp2_pp2_nosg;layouts_sp_tp2_pp2_vp2;layouts_pp2_1f1b")
 # everything at once (issue 11): tp 2 x pp 2 x dp 2, sequence parallel, distributed optimizer
 # with both overlaps, full recomputation
 trident_layout(sp_distopt_rc_tp2_pp2_dp2 8 2 1 --sequence-parallel --pipeline-model-parallel-size 2
@@ -276,8 +276,7 @@ set(LAYOUT_ARCH "")
 # Bad layouts exit 2 with their message on every rank; a rank killed mid-run ends the job.
 add_test(NAME parallel/failures COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/failures.sh $<TARGET_FILE:trident>
   ${LAYOUT_DATA} ${TRIDENT_SHARED_DATA}/gpt2/vocab.json ${TRIDENT_SHARED_DATA}/gpt2/merges.txt)
-set_tests_properties(parallel/failures PROPERTIES FIXTURES_REQUIRED layouts_data ENVIRONMENT "${TD_MPI_ENV}"
-  TIMEOUT 240)
+set_tests_properties(parallel/failures PROPERTIES FIXTURES_REQUIRED layouts_data ENVIRONMENT "${TD_MPI_ENV}")
 
 # Uneven scatter/gather slices: hidden 65 (4 heads of 16 by --kv-channels) x seq 63 x mbs 1 = 4095
 # floats a stage transfer, odd, so tp rank 0 sends 2048 and tp rank 1 the 2047 after them (every
@@ -410,7 +409,7 @@ set(BERT_DATA ${LAYOUT_DIR}/bert_text_sentence)
 add_test(NAME parallel/layouts_bert_data COMMAND ${CMAKE_COMMAND} -E env bash -c
   "set -e; mkdir -p ${LAYOUT_DIR}; ${CMAKE_SOURCE_DIR}/scripts/text-to-jsonl.sh ${TRIDENT_SHARED_DATA}/tinyshakespeare.txt ${LAYOUT_DIR}/bert.jsonl 6000; \
    $<TARGET_FILE:trident> preprocess --input ${LAYOUT_DIR}/bert.jsonl --output-prefix ${LAYOUT_DIR}/bert --split-sentences --tokenizer-type BertWordPieceLowerCase --vocab-file ${BERT_VOCAB}")
-set_tests_properties(parallel/layouts_bert_data PROPERTIES FIXTURES_SETUP layouts_bert_data TIMEOUT 120)
+set_tests_properties(parallel/layouts_bert_data PROPERTIES FIXTURES_SETUP layouts_bert_data)
 set(GPT_LAYOUT_TRAIN ${LAYOUT_TRAIN})
 set(LAYOUT_TRAIN --model bert --data-path ${BERT_DATA} --tokenizer-type BertWordPieceLowerCase --vocab-file ${BERT_VOCAB}
   --split 90,10,0 --num-layers 4 --hidden-size 64 --num-attention-heads 4 --seq-length 64 --max-position-embeddings 64
@@ -450,5 +449,4 @@ set(LAYOUT_TRAIN ${GPT_LAYOUT_TRAIN})
 # The exposed and in-flight communication per group, in the metrics file and the breakdown.
 add_test(NAME parallel/exposed COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/exposed.sh $<TARGET_FILE:trident>
   ${LAYOUT_DATA} ${TRIDENT_SHARED_DATA}/gpt2/vocab.json ${TRIDENT_SHARED_DATA}/gpt2/merges.txt ${LAYOUT_DIR}/exposed)
-set_tests_properties(parallel/exposed PROPERTIES FIXTURES_REQUIRED layouts_data ENVIRONMENT "${TD_MPI_ENV}"
-  TIMEOUT 300)
+set_tests_properties(parallel/exposed PROPERTIES FIXTURES_REQUIRED layouts_data ENVIRONMENT "${TD_MPI_ENV}")

@@ -8,18 +8,18 @@ foreach(np 2 3 4)
   add_test(NAME parallel/comm_np${np} COMMAND ${TD_MPIRUN} -np ${np} $<TARGET_FILE:test_comm>)
 endforeach()
 set_tests_properties(parallel/comm_np1 parallel/comm_np2 parallel/comm_np3 parallel/comm_np4
-  PROPERTIES ENVIRONMENT "${TD_MPI_ENV}" TIMEOUT 60)
+  PROPERTIES ENVIRONMENT "${TD_MPI_ENV}")
 # every float sum through the ring collectives (src/comm/ring.c), held to the ring's order of additions
 foreach(np 3 4)
   add_test(NAME parallel/comm_np${np}_ring COMMAND ${TD_MPIRUN} -np ${np} $<TARGET_FILE:test_comm>)
-  set_tests_properties(parallel/comm_np${np}_ring PROPERTIES ENVIRONMENT "${TD_MPI_ENV};TRIDENT_RING_MIN_BYTES=0" TIMEOUT 60)
+  set_tests_properties(parallel/comm_np${np}_ring PROPERTIES ENVIRONMENT "${TD_MPI_ENV};TRIDENT_RING_MIN_BYTES=0")
 endforeach()
 # the MoE alltoall token dispatcher's messages: each peer's exact counts against a reference routing
 add_executable(test_moe_a2a ${CMAKE_CURRENT_LIST_DIR}/test_moe_a2a.c)
 target_link_libraries(test_moe_a2a PRIVATE trident_floors)
 target_include_directories(test_moe_a2a PRIVATE ${CMAKE_SOURCE_DIR}/src)
 add_test(NAME parallel/moe_a2a_np2 COMMAND ${TD_MPIRUN} -np 2 $<TARGET_FILE:test_moe_a2a>)
-set_tests_properties(parallel/moe_a2a_np2 PROPERTIES ENVIRONMENT "${TD_MPI_ENV}" TIMEOUT 60)
+set_tests_properties(parallel/moe_a2a_np2 PROPERTIES ENVIRONMENT "${TD_MPI_ENV}")
 # A wait that times out while the other ranks still wait: the one line of the job, printed by the
 # lowest rank that answered the roll call (rank 0 here), says whose wait it was; its [rank P]
 # prefix and the rank the text says waited ("in world rank M") are the same rank, or the line
@@ -33,4 +33,4 @@ add_test(NAME parallel/comm_timeout_relay COMMAND bash -c
    if [ \"$p\" != \"$m\" ] && ! grep -qE \": MPI_[A-Za-z]+ in world rank $m \\(whose wait it was; reported by this rank, the lowest that answered the roll call\\) failed: \" <<<\"$line\"; then \
      echo \"FAIL: [rank $p] prints world rank $m's wait as its own\"; exit 1; fi; \
    [ \"$p\" = 0 ] || { echo \"FAIL: rank $p printed, not rank 0 (the lowest that answered)\"; exit 1; }; echo ok")
-set_tests_properties(parallel/comm_timeout_relay PROPERTIES ENVIRONMENT "${TD_MPI_ENV}" TIMEOUT 60)
+set_tests_properties(parallel/comm_timeout_relay PROPERTIES ENVIRONMENT "${TD_MPI_ENV}")
