@@ -22,6 +22,7 @@
 Every wait is bounded. Environment: TRIDENT, DATA, VOCAB, MERGES, WORK, MODEL (a saved checkpoint: the shared
 e2e/gen_models fixture)."""
 import atexit, json, os, re, shutil, signal, socket, subprocess, sys, tempfile, threading, time, urllib.error, urllib.request
+SCALE = int(os.environ.get('TD_TIME_SCALE', '1'))  # the build's slowness (tests/CMakeLists.txt, Limits): 10 under the sanitizers
 
 T, WORK = os.environ["TRIDENT"], os.environ["WORK"]
 TOK = ["--vocab-file", os.environ["VOCAB"], "--merge-file", os.environ["MERGES"]]
@@ -53,22 +54,22 @@ CK = os.environ["MODEL"]  # trained once by e2e/gen_models (tests/e2e/gen_models
 with open("a.jsonl", "w") as f:
     for _ in range(400): f.write('{"text": "a"}\n')
 subprocess.run([T, "preprocess", "--input", "a.jsonl", "--output-prefix", "a", "--append-eod", *TOK], env=penv(),
-               check=True, capture_output=True, timeout=120)
+               check=True, capture_output=True, timeout=120 * SCALE)
 subprocess.run([T, "train", "--data-path", "a_text_document", *TOK, "--split", "100,0,0", "--num-layers", "1",
                 "--hidden-size", "32", "--num-attention-heads", "2", "--seq-length", "16", "--micro-batch-size", "4",
                 "--train-iters", "100", "--lr", "1e-2", "--hidden-dropout", "0", "--attention-dropout", "0",
                 "--eval-iters", "0", "--log-interval", "1000", "--make-vocab-size-divisible-by", "256", "--peak-tflops", "1",
                 "--save", "eodck"],
-               env=penv(), check=True, capture_output=True, timeout=300)
+               env=penv(), check=True, capture_output=True, timeout=300 * SCALE)
 
 def free_port():
     s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]; s.close(); return p
 
-def call(port, method, path, body, timeout=60):
+def call(port, method, path, body, timeout=None):
     data = body if isinstance(body, bytes) else json.dumps(body).encode()
     req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data, method=method)
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as r: return r.status, r.read()
+        with urllib.request.urlopen(req, timeout=timeout or 60 * SCALE) as r: return r.status, r.read()
     except urllib.error.HTTPError as e: return e.code, e.read()
 
 def start(np_, tp, ck=CK, extra=(), tag=""):
@@ -99,9 +100,9 @@ def sigterm_in_flight(p, port, log, pid, tag):
                                               "temperature": 0})[0])
         first.set()
     th = [threading.Thread(target=long_req) for _ in range(6)]
-    [t.start() for t in th]; first.wait(120)
-    os.kill(pid, signal.SIGTERM); [t.join(120) for t in th]
-    try: rc = p.wait(120)
+    [t.start() for t in th]; first.wait(120 * SCALE)
+    os.kill(pid, signal.SIGTERM); [t.join(120 * SCALE) for t in th]
+    try: rc = p.wait(120 * SCALE)
     except subprocess.TimeoutExpired: p.kill(); p.wait(10); rc = "hung"
     text = open(log).read()
     queued = re.search(r"serve: stopping: finishing (\d+) queued", text)
@@ -195,7 +196,7 @@ def lockout():
                                    (f": after {t:.1f} s" if t is not None else ": not within 30 s"))
     text = open(log).read()
     (ok if "sent no whole request within --request-timeout 4 s" in text else bad)("the log says so")
-    p.send_signal(signal.SIGTERM); p.wait(60)
+    p.send_signal(signal.SIGTERM); p.wait(60 * SCALE)
 
     p, port, log = start(1, 1, extra=["--idle-timeout", "600", "--request-timeout", "600", "--shutdown-grace", "2"],
                          tag="grace")
@@ -204,10 +205,10 @@ def lockout():
     def keep(): trickle(c, 60, 0.5); done.set()
     th = threading.Thread(target=keep); th.start(); time.sleep(1)
     t0 = time.time(); p.send_signal(signal.SIGTERM)
-    try: rc = p.wait(60)
+    try: rc = p.wait(60 * SCALE)
     except subprocess.TimeoutExpired: p.kill(); p.wait(10); rc = "hung"
     took = time.time() - t0
-    th.join(70); c.close()
+    th.join(70 * SCALE); c.close()
     text = open(log).read()
     (ok if rc == 0 and "after the 2 s grace" in text else bad)(
         f"SIGTERM with a client still sending its body: exit {rc} after {took:.1f} s (--shutdown-grace 2)" +
@@ -219,7 +220,7 @@ prompts = ["First Citizen: Before we proceed", "ROMEO: I will", "KING HENRY: My 
 expect = {}
 for pr in prompts:
     out = subprocess.run([T, "generate", "--load", CK, *TOK, "--prompt", pr, "--max-new-tokens", "24", "--greedy"],
-                         env=penv(), capture_output=True, timeout=120).stdout.decode(errors="replace")
+                         env=penv(), capture_output=True, timeout=120 * SCALE).stdout.decode(errors="replace")
     text = "".join(l for l in out.splitlines(True) if not l.startswith("generate: "))
     expect[pr] = text[:-1] if text.endswith("\n") else text  # generate ends the text with one newline
 
@@ -232,7 +233,7 @@ for np_, tp in ((1, 1), (2, 2)):
         st, body = call(port, "PUT", "/api", {"prompts": [pr], "tokens_to_generate": 24, "temperature": 0})
         got[pr] = (st, json.loads(body)["text"][0] if st == 200 else body)
     th = [threading.Thread(target=client, args=(pr,)) for pr in prompts]
-    [t.start() for t in th]; [t.join(120) for t in th]
+    [t.start() for t in th]; [t.join(120 * SCALE) for t in th]
     same = all(got.get(pr, (0,))[0] == 200 and got[pr][1] == expect[pr] for pr in prompts)
     (ok if same else bad)(f"{tag}: 4 concurrent clients get what trident generate prints" +
                           ("" if same else f": {got} vs {expect}"))
@@ -301,7 +302,7 @@ for np_, tp in ((1, 1), (2, 2)):
     # (c) streaming
     req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", method="POST",
                                  data=json.dumps({"prompt": "ROMEO:", "max_tokens": 6, "temperature": 0, "stream": True}).encode())
-    with urllib.request.urlopen(req, timeout=60) as r:
+    with urllib.request.urlopen(req, timeout=60 * SCALE) as r:
         events = [l for l in r.read().decode(errors="replace").split("\n\n") if l.startswith("data: ")]
     (ok if events and events[-1] == "data: [DONE]" and all("choices" in e for e in events[:-1]) else bad)(
         f"{tag}: the stream sends {len(events) - 1} token events, then [DONE]")
@@ -335,7 +336,7 @@ st2, resp2 = call(port, "POST", "/v1/completions", {"prompt": "a", "max_tokens":
 oai = json.loads(resp2)["choices"][0] if st2 == 200 else {}
 req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", method="POST",
                              data=json.dumps({"prompt": "a", "max_tokens": 5, "temperature": 0, "stream": True}).encode())
-with urllib.request.urlopen(req, timeout=60) as r: raw = r.read().decode(errors="replace")
+with urllib.request.urlopen(req, timeout=60 * SCALE) as r: raw = r.read().decode(errors="replace")
 events = [l for l in raw.split("\n\n") if l.startswith("data: ")]
 last = json.loads(events[-2][6:])["choices"][0] if len(events) >= 2 else {}
 good = (meg.get("text") == ["a"] and meg["segments"][0][-1] == "<|endoftext|>" and oai.get("text") == "" and
@@ -344,15 +345,15 @@ good = (meg.get("text") == ["a"] and meg["segments"][0][-1] == "<|endoftext|>" a
                       ("" if good else f": {resp[:200]} {resp2[:300]} {raw[:300]}"))
 def generated(*args):  # trident generate's text: stdout without its log lines
     out = subprocess.run([T, "generate", "--load", "eodck", *TOK, *args], env=penv(), capture_output=True,
-                         timeout=120).stdout
+                         timeout=120 * SCALE).stdout
     return b"".join(l for l in out.splitlines(True) if not l.startswith(b"generate: "))
 out = generated("--prompt", "a", "--max-new-tokens", "5", "--greedy")
 (ok if out == b"a\n" else bad)(f"trident generate stops at the end-of-document token unprinted: {out!r}")
 out = generated("--prompt", "a", "b", "--max-new-tokens", "5", "--greedy")
 (ok if out.startswith(b"--- 1 ---\na\n--- 2 ---\n") and b"endoftext" not in out else bad)(f"batched, too: {out!r}")
-p.send_signal(signal.SIGTERM); p.wait(60)
+p.send_signal(signal.SIGTERM); p.wait(60 * SCALE)
 
-lockout_thread.join(300)
+lockout_thread.join(300 * SCALE)
 if lockout_thread.is_alive(): bad("(h) did not end within 300 s")
 print(f"{passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)
