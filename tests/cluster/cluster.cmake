@@ -16,3 +16,13 @@ td_cluster_test(disk 17 disk.sh)
 # slurm.sh and faults.sh (kill, cut, loss, stop) side by side: mostly waiting, they share one slot
 td_cluster_test(slurm_and_faults 60 waiting.sh)
 td_cluster_test(plan_calibrate 20 plan_calibrate.sh)
+# scripts/cluster.sh itself (no trident run, no data): `up` returns through a pipe, `up --owner`
+# goes down with its owner however it ends, and the nodes see the paths under /tmp they are given
+function(td_cluster_script_test name timeout)
+  add_test(NAME cluster/${name} COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/${name}.sh)
+  set_tests_properties(cluster/${name} PROPERTIES TIMEOUT ${timeout} SKIP_RETURN_CODE 77
+    ENVIRONMENT "ROOT=${CMAKE_SOURCE_DIR};WORK=${CMAKE_BINARY_DIR}/testtmp/cluster-${name}")
+endfunction()
+td_cluster_script_test(pipe 60)
+td_cluster_script_test(owner 60)
+td_cluster_script_test(tmp_paths 60)

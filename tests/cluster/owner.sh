@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# scripts/cluster.sh up --owner PID: the cluster goes down by itself once PID has ended, however
+# (a ctest timeout SIGKILLs the test's process tree: no trap runs, and the namespaces' holders and
+# Slurm's daemons, in sessions of their own, outlived it for an hour). Twice, with Slurm's daemons
+# where Slurm is installed:
+# - the owner SIGKILLed while the cluster is up;
+# - the owner and `up` itself SIGKILLed while `up` is still making the cluster (as ctest's kill
+#   of the whole tree does);
+# each time, within 15 s: no holder, daemon or watchdog left, no process in the cluster's
+# namespaces, CLUSTER_DIR gone. And without --owner the cluster outlives the process that made it.
+# Environment: ROOT, WORK.
+set -u
+. "$(dirname "$0")/two_nodes.sh"
+export CLUSTER_DIR=/run/trident-cluster-owner.$$
+trap '"$cluster" down' EXIT
+rm -rf "$WORK" && mkdir -p "$WORK" && cd "$WORK" || exit 1
+slurm=(--slurm)
+command -v slurmctld >/dev/null && command -v slurmd >/dev/null && command -v munged >/dev/null || slurm=()
+fail=0
+# the pids of the cluster: its holders and their unshare, its watchdog, and every process in its
+# network namespaces
+pids() {
+  local nets p
+  nets=$(for p in $(awk '{ print $2 }' "$CLUSTER_DIR/nodes" 2>/dev/null); do readlink "/proc/$p/ns/net"; done)
+  awk '{ print $2; print $3 }' "$CLUSTER_DIR/nodes" 2>/dev/null
+  cat "$CLUSTER_DIR/watchdog" 2>/dev/null; echo
+  for p in /proc/[0-9]*; do
+    echo "$nets" | grep -qxF "$(readlink "$p/ns/net" 2>/dev/null)" && echo "${p#/proc/}"
+  done
+}
+alive() { local p; for p in $1; do [ -d "/proc/$p" ] && ! grep -qs '^State:.*Z' "/proc/$p/status" && echo "$p"; done; }
+# name, what to kill (owner | owner+up), when (the line of CLUSTER_DIR/nodes to wait for)
+killed() {
+  local name=$1 what=$2 when=$3
+  rm -f up.out up.pid
+  bash -c '"$0" up 2 "$@" --owner $$ > up.out 2>&1 & echo $! > up.pid; wait $!; exec sleep 600' "$cluster" "${slurm[@]}" &
+  local owner=$!
+  for _ in $(seq 600); do
+    if [ "$when" = done ]; then grep -qs "^cluster: " up.out && break; else grep -qs "$when" "$CLUSTER_DIR/nodes" && break; fi
+    grep -qs 'skipped$' up.out && break
+    [ ! -s up.pid ] || [ -d "/proc/$(cat up.pid)" ] || break # up ended (failed, or before node2)
+    sleep 0.05
+  done
+  if ! [ -s "$CLUSTER_DIR/watchdog" ]; then
+    grep -q 'skipped$' up.out && { kill -KILL $owner; exit 77; } # no namespaces here (says why)
+    echo "FAIL: $name: no cluster came up: $(cat up.out)"; fail=1; kill -KILL $owner; return
+  fi
+  local all; all=$(pids | sort -un | tr '\n' ' ')
+  [ "$what" = owner ] || kill -KILL "$(cat up.pid)"
+  kill -KILL $owner
+  wait $owner 2>/dev/null
+  local left=x t
+  for t in $(seq 150); do left=$(alive "$all"); [ -z "$left" ] && [ ! -e "$CLUSTER_DIR" ] && break; sleep 0.1; done
+  if [ -z "$left" ] && [ ! -e "$CLUSTER_DIR" ]; then
+    echo "ok: $name: $(echo $all | wc -w) processes of the cluster (holders, watchdog, what ran in its namespaces) and CLUSTER_DIR gone $((t / 10)).$((t % 10)) s after the SIGKILL"
+  else
+    echo "FAIL: $name: 15 s after the SIGKILL, left: CLUSTER_DIR $( [ -e "$CLUSTER_DIR" ] && echo there || echo gone), processes:"
+    ps -o pid,stat,cmd -p "$(echo $left | tr ' ' ,)"; fail=1
+  fi
+}
+killed "owner SIGKILLed, the cluster up" owner done
+killed "owner and up SIGKILLed while up makes node2" owner+up "^node2 "
+# no --owner: the cluster stays up after the process that made it has ended (the manual use)
+"$cluster" up 1 > up.out 2>&1 || { echo "FAIL: up 1: $(cat up.out)"; exit 1; }
+sleep 1
+if [ -z "$(alive "$(awk '{ print $2 }' "$CLUSTER_DIR/nodes")" | head -1)" ]; then echo "FAIL: a cluster without --owner went down"; fail=1
+else echo "ok: without --owner the cluster outlives the process that made it"; fi
+[ ${#slurm[@]} -gt 0 ] || echo "note: Slurm is not installed: its daemons were not tried"
+exit $fail
