@@ -59,11 +59,16 @@ procs_of() { # node...
 unshares() { # ends the unshare processes this cluster started (each SIGKILLs its holder as it ends)
   local p c
   for p in $(cat "$dir/unshares" 2>/dev/null); do
-    read -r c < "/proc/$p/comm" 2>/dev/null && [ "$c" = unshare ] && kill "$p" 2>/dev/null || true
+    read -r c 2>/dev/null < "/proc/$p/comm" && [ "$c" = unshare ] && kill "$p" 2>/dev/null || true
   done
 }
 
 down() {
+  # an `up` still making this cluster (its caller gave up on it: a timeout) first ends, bounded
+  local u="" us=""; read -r u us 2>/dev/null < "$dir/up" || true
+  if [ -n "$u" ] && [ "$u" != $$ ]; then
+    for _ in $(seq 1200); do [ "$(started "$u" || true)" = "$us" ] || break; sleep 0.1; done
+  fi
   # the watchdog of `up --owner` (unless this is it) first, so that it does not take down a later cluster
   local w; w=$(cat "$dir/watchdog" 2>/dev/null || true)
   [ -z "$w" ] || [ "$w" = $$ ] || kill "$w" 2>/dev/null || true
@@ -154,7 +159,7 @@ hold() { # name, unshare flags...
 }
 
 # The start time of process $1 (clock ticks after boot), which tells it from a later one of its pid.
-started() { local s; read -r s < "/proc/$1/stat" 2>/dev/null || return 1; s=${s##*) }; set -- $s; echo "${20}"; }
+started() { local s; read -r s 2>/dev/null < "/proc/$1/stat" || return 1; s=${s##*) }; set -- $s; echo "${20}"; }
 
 # `up --owner`: runs in a session of its own, its output nowhere, until the owner (pid, start time)
 # has ended, then takes the cluster down, `up` first if it still runs; ends at once when this
@@ -204,6 +209,7 @@ up() {
   can_make_namespaces || exit 77
   [ -f "$dir/nodes" ] && die "a cluster is up already in $dir: scripts/cluster.sh down first"
   mkdir -p "$dir"
+  echo "$$ $(started $$)" > "$dir/up" # up at work: a down waits for it (removed when up is done)
   trap 'down' ERR
   trap 'down; exit 1' INT TERM
   if [ -n "$owner" ]; then
@@ -261,6 +267,7 @@ EOF
   chmod +x "$dir/rsh"
   [ -z "$slurm" ] || "$here/cluster-slurm.sh" up "$n" "$per"
   trap - ERR INT TERM
+  rm -f "$dir/up"
   local shared="${shares[*]}"
   echo "cluster: $n nodes (node1..node$n, $net.11..), $per slots each${cpus:+, $cpus cores of CPU time each}${rate:+, links shaped to $rate}${disk:+, each its own disk at $disk}${shared:+, $shared shared in their /tmp}${owner:+, down when process $owner ends}; hostfile $dir/hostfile, rsh agent $dir/rsh"
   [ -z "$slurm" ] || echo "slurm: export SLURM_CONF=$dir/slurm/slurm.conf, then e.g. scripts/cluster.sh run node1 srun -N $n hostname"

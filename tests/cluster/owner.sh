@@ -7,7 +7,8 @@
 # - the owner and `up` itself SIGKILLed while `up` is still making the cluster (as ctest's kill
 #   of the whole tree does);
 # each time, within 15 s: no holder, daemon or watchdog left, no process in the cluster's
-# namespaces, CLUSTER_DIR gone. And without --owner the cluster outlives the process that made it.
+# namespaces, CLUSTER_DIR gone. `down` while `up` is still at work waits for it, leaving nothing.
+# And without --owner the cluster outlives the process that made it.
 # Environment: ROOT, WORK.
 set -u
 . "$(dirname "$0")/two_nodes.sh"
@@ -46,7 +47,7 @@ killed() {
     echo "FAIL: $name: no cluster came up: $(cat up.out)"; fail=1; kill -KILL $owner; return
   fi
   local all; all=$(pids | sort -un | tr '\n' ' ')
-  [ "$what" = owner ] || kill -KILL "$(cat up.pid)"
+  [ "$what" = owner ] || kill -KILL "$(cat up.pid)" 2>/dev/null # (up may have ended already)
   kill -KILL $owner
   wait $owner 2>/dev/null
   local left=x t
@@ -60,6 +61,22 @@ killed() {
 }
 killed "owner SIGKILLed, the cluster up" owner done
 killed "owner and up SIGKILLed while up makes node2" owner+up "^node2 "
+# down while `up` is still making the cluster (a caller that gave up on it: timeout 30 up ...;
+# down): down first waits for up to end (before, up went on making nodes and starting daemons
+# while down removed them, and once left Slurm's daemons in namespaces no holder held), then
+# nothing of either is left
+race=$CLUSTER_DIR.race
+ours() { grep -lsz "^CLUSTER_DIR=$race\$" /proc/[0-9]*/environ | sed 's|/proc/\([0-9]*\)/environ|\1|'; }
+CLUSTER_DIR=$race "$cluster" up 2 "${slurm[@]}" > up.out 2>&1 & up=$!
+for _ in $(seq 600); do grep -qs "^node1 " "$race/nodes" && break; sleep 0.05; done
+CLUSTER_DIR=$race "$cluster" down
+if kill -0 $up 2>/dev/null; then echo "FAIL: down returned while up was still at work"; fail=1
+else echo "ok: down while up was at work returned after up had ended"; fi
+wait $up
+left=$(ours | tr '\n' ' ')
+if [ -z "$left" ] && [ ! -e "$race" ]; then echo "ok: down while up was at work: nothing left"
+else echo "FAIL: down while up was at work: left $( [ -e "$race" ] && echo "$race, ")processes $left"; ps -o pid,cmd -p "${left// /,}0"; fail=1
+  ours | xargs -r kill -KILL; CLUSTER_DIR=$race "$cluster" down; fi
 # no --owner: the cluster stays up after the process that made it has ended (the manual use)
 "$cluster" up 1 > up.out 2>&1 || { echo "FAIL: up 1: $(cat up.out)"; exit 1; }
 sleep 1
