@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # scripts/cluster.sh up returns to a caller that reads its output through a pipe: `up ... | cat`
-# and `x=$(up ...)` end once `up` has, with its line read, for a plain cluster, one with Slurm's
-# daemons (where Slurm is installed) and one with the watchdog of --owner. What `up` leaves running
-# must not hold the caller's stdout or stderr (before: the namespaces' holders did, and the reader
-# waited until `down`). Environment: ROOT, WORK.
+# and `x=$(up ...)` end once `up` has, with its line read, for a plain cluster and one with Slurm's
+# daemons (where Slurm is installed), each with the watchdog of --owner (this test's pid, so that
+# no cluster outlives the test). What `up` leaves running must not hold the caller's stdout or
+# stderr (before: the namespaces' holders did, and the reader waited until `down`).
+# Environment: ROOT, WORK.
 set -u
 . "$(dirname "$0")/two_nodes.sh"
 export CLUSTER_DIR=/run/trident-cluster-pipe.$$
@@ -24,8 +25,8 @@ returns() {
     grep -q 'skipped$' up.out && exit 77; fi # no namespaces here (says why)
   "$cluster" down
 }
-returns pipe 1
-returns substitution 1 "${slurm[@]}"
+returns pipe 1 --owner $$
+returns substitution 1 "${slurm[@]}" --owner $$
 returns pipe 1 "${slurm[@]}" --owner $$
 [ ${#slurm[@]} -gt 0 ] || echo "note: Slurm is not installed: its daemons were not tried"
 exit $fail
