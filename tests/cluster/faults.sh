@@ -28,6 +28,10 @@ one_rank() {
   "$TRIDENT" train "${BASE[@]}" --make-vocab-size-divisible-by 512 --exit-interval $LAST --metrics-file one.jsonl \
     --dump-params one.params > one.log 2>&1 || { echo "FAIL: one rank"; tail one.log; exit 1; }
 }
+# one OpenMP thread for the one-rank reference as for the ranks (two_nodes sets it for them): made
+# by `all` before two_nodes with the machine's default threads, its grad norm was 1.5e-5 off the
+# resumed runs' at iteration 27 (other summation order) and all four kinds failed
+export OMP_NUM_THREADS=1
 if [ "$kind" = all ]; then # the four side by side, each with its own cluster and folder: most of each is waiting
   kinds="kill cut loss stop" rc=0
   mkdir -p "$WORK" && cd "$WORK" && one_rank && export ONE=$WORK/one || exit 1 # made once for the four

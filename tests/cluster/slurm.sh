@@ -18,10 +18,9 @@
 #  slurmd that cannot start makes `up --slurm` say so in one line and exit 77, leaving nothing.
 # Environment (tests/cluster/cluster.cmake): TRIDENT, DATA, VOCAB, MERGES, WORK, COMPARE_RUNS, ROOT.
 set -u
-. "$(dirname "$0")/../session_dir.sh"
+. "$(dirname "$0")/two_nodes.sh"
 own_session_dir # its jobs apart from those of the tests beside it
 export CLUSTER_DIR=/run/trident-cluster-slurm.$$
-cluster=$ROOT/scripts/cluster.sh
 trap '"$cluster" down; CLUSTER_DIR=$CLUSTER_DIR.planted "$cluster" down' EXIT
 # A quarter of a core a node (a CPU group; a tenth while the batch job trains): the batch job trains
 # until Slurm's signal, 30-60 s away whatever it does, so the less CPU it may take the more the rest
@@ -30,7 +29,7 @@ trap '"$cluster" down; CLUSTER_DIR=$CLUSTER_DIR.planted "$cluster" down' EXIT
 # (where the machine has a CPU cgroup controller)
 quarter=(--cpus 0.25)
 [ -f /sys/fs/cgroup/cpu/cpu.cfs_quota_us ] || grep -qsw cpu /sys/fs/cgroup/cgroup.controllers || quarter=()
-"$cluster" up 2 --ranks-per-node 2 --slurm "${quarter[@]}" || exit $? # 77: no namespaces or no Slurm here (skipped, says why)
+cluster_up 2 --ranks-per-node 2 --slurm "${quarter[@]}" || exit $? # 77: no namespaces or no Slurm here (skipped, says why)
 export SLURM_CONF=$CLUSTER_DIR/slurm/slurm.conf
 rm -rf "$WORK" && mkdir -p "$WORK" && cd "$WORK" || exit 1
 export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -65,7 +64,7 @@ compare() { # reference, run, what
 planted_slurmd() {
   mkdir -p bin && printf '#!/bin/sh\necho "slurmd: fatal: planted failure" >&2\nexit 1\n' > bin/slurmd && chmod +x bin/slurmd
   local said rc
-  said=$(PATH=$PWD/bin:$PATH CLUSTER_DIR=$CLUSTER_DIR.planted "$cluster" up 1 --slurm 2>&1); rc=$?
+  said=$(PATH=$PWD/bin:$PATH CLUSTER_DIR=$CLUSTER_DIR.planted cluster_up 1 --slurm 2>&1); rc=$?
   if [ $rc = 77 ] && [ "$said" = "cluster-slurm.sh: Slurm could not start here (slurmd.node1 ended: slurmd: fatal: planted failure): skipped" ] &&
      [ ! -e "$CLUSTER_DIR.planted" ] && ! pgrep -f "$CLUSTER_DIR.planted" > /dev/null; then
     ok "a slurmd that cannot start: exit 77, one line naming it, nothing left"
