@@ -1,5 +1,5 @@
 /* Attention of new queries over a key/value cache, for generation: see attention_kv_fwd in
- * backend.h. One (row, head, query) per task; the scores of one query in per-thread scratch. */
+ * be_ops.h. One (row, head, query) per task; the scores of one query in per-thread scratch. */
 #include <math.h>
 #include <omp.h>
 

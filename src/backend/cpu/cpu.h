@@ -216,7 +216,7 @@ void cpu_bias_gelu_bwd(const backend *be, float *dinp, float *db, const float *d
                        const float *b, int N, int C);
 
 void cpu_swiglu_fwd(const backend *be, float *out, const float *inp, int N, int F);
-/* moe_router.c: the backend.h entries of the same names */
+/* moe_router.c: the be_ops.h entries of the same names */
 #define CPU_MOE_MAX_EXPERTS BE_MOE_MAX_EXPERTS
 void cpu_moe_route_fwd(const backend *be, int32_t *idx, float *probs, const float *logits, const float *bias, int N,
                        int E, int k, int score, int pre_softmax, float scale);

@@ -1,4 +1,4 @@
-/* Dropout with masks regenerated from Philox at logical coordinates (see backend.h): nothing
+/* Dropout with masks regenerated from Philox at logical coordinates (see be_ops.h): nothing
  * is stored, and any slice of a tensor (rows, channels, heads) draws exactly its own mask. */
 #include <stdlib.h>
 #include <string.h>
