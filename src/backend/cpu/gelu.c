@@ -22,19 +22,19 @@ static inline float gelu_grad(float x)
 
 void cpu_gelu_fwd(const backend *be, float *out, const float *inp, size_t n)
 {
-#pragma omp parallel for simd schedule(static) num_threads(be->nthreads) if (n > CPU_PAR_MIN_EXP)
+#pragma omp parallel for simd schedule(static) num_threads(cpu_threads(be)) if (n > CPU_PAR_MIN_EXP)
     for (size_t i = 0; i < n; i++) out[i] = gelu(inp[i]);
 }
 
 void cpu_gelu_bwd(const backend *be, float *dinp, const float *dout, const float *inp, size_t n)
 {
-#pragma omp parallel for simd schedule(static) num_threads(be->nthreads) if (n > CPU_PAR_MIN_EXP)
+#pragma omp parallel for simd schedule(static) num_threads(cpu_threads(be)) if (n > CPU_PAR_MIN_EXP)
     for (size_t i = 0; i < n; i++) dinp[i] += gelu_grad(inp[i]) * dout[i];
 }
 
 void cpu_bias_gelu_fwd(const backend *be, float *out, const float *inp, const float *b, int N, int C)
 {
-#pragma omp parallel for schedule(static) num_threads(be->nthreads) if ((size_t)N * C > CPU_PAR_MIN_EXP)
+#pragma omp parallel for schedule(static) num_threads(cpu_threads(be)) if ((size_t)N * C > CPU_PAR_MIN_EXP)
     for (int n = 0; n < N; n++) {
         const float *x = inp + (size_t)n * C;
         float *y = out + (size_t)n * C;
@@ -48,7 +48,7 @@ void cpu_bias_gelu_fwd(const backend *be, float *out, const float *inp, const fl
 void cpu_bias_gelu_bwd(const backend *be, float *dinp, float *db, const float *dout, const float *inp,
                        const float *b, int N, int C)
 {
-#pragma omp parallel num_threads(be->nthreads) if ((size_t)N * C > CPU_PAR_MIN_EXP)
+#pragma omp parallel num_threads(cpu_threads(be)) if ((size_t)N * C > CPU_PAR_MIN_EXP)
     {
         int c0, c1;
         cpu_cols_of(C, omp_get_thread_num(), omp_get_num_threads(), &c0, &c1);

@@ -6,7 +6,7 @@ static inline float sigmoid(float x) { return 1.0f / (1.0f + cpu_expf(-x)); }
 
 void cpu_swiglu_fwd(const backend *be, float *out, const float *inp, int N, int F)
 {
-#pragma omp parallel for schedule(static) num_threads(be->nthreads) if ((size_t)N * F > CPU_PAR_MIN_EXP)
+#pragma omp parallel for schedule(static) num_threads(cpu_threads(be)) if ((size_t)N * F > CPU_PAR_MIN_EXP)
     for (int n = 0; n < N; n++) {
         const float *g = inp + (size_t)n * 2 * F, *u = g + F;
         float *y = out + (size_t)n * F;
@@ -18,7 +18,7 @@ void cpu_swiglu_fwd(const backend *be, float *out, const float *inp, int N, int 
 /* d gate = dout * up * sig (1 + gate (1 - sig)); d up = dout * silu(gate). */
 void cpu_swiglu_bwd(const backend *be, float *dinp, const float *dout, const float *inp, int N, int F)
 {
-#pragma omp parallel for schedule(static) num_threads(be->nthreads) if ((size_t)N * F > CPU_PAR_MIN_EXP)
+#pragma omp parallel for schedule(static) num_threads(cpu_threads(be)) if ((size_t)N * F > CPU_PAR_MIN_EXP)
     for (int n = 0; n < N; n++) {
         const float *g = inp + (size_t)n * 2 * F, *u = g + F, *dy = dout + (size_t)n * F;
         float *dg = dinp + (size_t)n * 2 * F, *du = dg + F;
