@@ -14,7 +14,6 @@
 #include "trident/comm.h"
 #include "trident/eval.h"
 #include "trident/gpt_dataset.h"
-#include "trident/indexed.h"
 #include "trident/parallel_state.h"
 #include "trident/timer.h"
 #include "trident/tokenizer.h"
@@ -198,15 +197,15 @@ int cli_eval(int argc, char **argv)
         TD_INFO("eval: from the checkpoint's meta.json (%s/meta.json): %s (give a flag to override)", meta.dir, taken);
 
     /* the documents */
-    idx_dataset *d = idx_open(a.data_path.v[0], err, sizeof err);
+    dsr_reader *d = dsr_open(a.data_path.v[0], err, sizeof err);
     if (!d) td_fatal(1, "%s", err);
     /* every id inside the checkpoint's vocabulary: rank 0 checks (and caches), then the others load */
     char vsrc[1100];
     snprintf(vsrc, sizeof vsrc, "the vocabulary of checkpoint %s", meta.dir);
-    if (comm_rank(world) == 0) gptds_check_token_ids(a.data_path.v[0], d, c.vocab, vsrc, a.data_cache_path, 0);
+    if (comm_rank(world) == 0) gptds_check_token_ids(d, c.vocab, vsrc, a.data_cache_path, 0);
     comm_barrier(world);
-    if (comm_rank(world) != 0) gptds_check_token_ids(a.data_path.v[0], d, c.vocab, vsrc, a.data_cache_path, 0);
-    int64_t ndocs = idx_num_sequences(d), beg = 0, end = ndocs;
+    if (comm_rank(world) != 0) gptds_check_token_ids(d, c.vocab, vsrc, a.data_cache_path, 0);
+    int64_t ndocs = dsr_num_sequences(d), beg = 0, end = ndocs;
     if (strcmp(a.split_name, "all") != 0) {
         double w[GPTDS_NSPLITS];
         int64_t b[GPTDS_NSPLITS], e[GPTDS_NSPLITS];
@@ -258,7 +257,7 @@ int cli_eval(int argc, char **argv)
     gpt_free(m);
     be_free(be);
     ps_free(ps);
-    idx_close(d);
+    dsr_close(d);
     ckpt_meta_free(&meta);
     td_args_free(&a);
     comm_world_finalize(world);

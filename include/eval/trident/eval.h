@@ -10,7 +10,7 @@
 #include <stdint.h>
 
 #include "trident/gpt.h"
-#include "trident/indexed.h"
+#include "trident/dataset_reader.h"
 #include "trident/parallel_state.h"
 #include "trident/tokenizer.h"
 
@@ -30,7 +30,7 @@ int64_t ev_num_windows(int64_t n, int S, int K);
  * over ps->world; m->cfg.seq is S, m built for micro-batches of `mbs`), stride K (1 <= K <= S).
  * Windows are dealt to data-parallel ranks mbs at a time; stages pass activations along the
  * pipeline group. Every rank gets the result. Dies (collectively) when there is no full window. */
-void ev_score(gpt_model *m, const ps_state *ps, const idx_dataset *d, int64_t doc_begin, int64_t doc_end, int K,
+void ev_score(gpt_model *m, const ps_state *ps, const dsr_reader *d, int64_t doc_begin, int64_t doc_end, int K,
               int mbs, ev_result *out);
 
 /* ---- zero-shot tasks (src/eval/tasks.c; trident eval --task) ----
