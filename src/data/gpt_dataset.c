@@ -148,6 +148,29 @@ unsigned gptds_split_range(const double w[GPTDS_NSPLITS], int64_t n, int64_t beg
     return present;
 }
 
+int gptds_split_docs(const char *split, const char *name, const char *path, int64_t n, int64_t *beg, int64_t *end,
+                     char *err, size_t errlen)
+{
+    *beg = 0, *end = n;
+    if (strcmp(name, "all") == 0) return 0;
+    double w[GPTDS_NSPLITS];
+    int64_t b[GPTDS_NSPLITS], e[GPTDS_NSPLITS];
+    char why[1024];
+    if (gptds_parse_split(split, w, why, sizeof why)) {
+        snprintf(err, errlen, "--split %s", why);
+        return -1;
+    }
+    gptds_split_range(w, n, b, e);
+    int s = strcmp(name, "train") == 0 ? GPTDS_TRAIN : strcmp(name, "valid") == 0 ? GPTDS_VALID : GPTDS_TEST;
+    *beg = b[s], *end = e[s];
+    if (*beg == *end) {
+        snprintf(err, errlen, "--split %s leaves the %s split of %s empty; use --split-name all or another --split",
+                 split, name, path);
+        return -1;
+    }
+    return 0;
+}
+
 void gptds_target_samples(int64_t train_iters, int64_t train_samples, int64_t eval_interval, int64_t eval_iters,
                           int64_t global_batch, int64_t out[GPTDS_NSPLITS])
 {

@@ -8,6 +8,7 @@
 
 #include "trident/check.h"
 #include "trident/comm.h"
+#include "trident/gpt_dataset.h"
 
 /* The concatenated tokens of documents [d0, d1): cum[i] tokens precede document d0 + i. */
 typedef struct {
@@ -97,4 +98,16 @@ void ev_score(gpt_model *m, const ps_state *ps, const dsr_reader *d, int64_t doc
     free(win);
     free(losses);
     free(s.cum);
+}
+
+dsr_reader *ev_open_dataset(comm *world, const char *path, int vocab, const char *vocab_source,
+                            const char *cache_dir)
+{
+    char err[4096] = "";
+    dsr_reader *d = dsr_open(path, err, sizeof err);
+    if (!d) td_fatal(1, "%s", err);
+    if (comm_rank(world) == 0) gptds_check_token_ids(d, vocab, vocab_source, cache_dir, 0);
+    comm_barrier(world);
+    if (comm_rank(world) != 0) gptds_check_token_ids(d, vocab, vocab_source, cache_dir, 0);
+    return d;
 }

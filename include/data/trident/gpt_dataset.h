@@ -51,6 +51,12 @@ int gptds_parse_split(const char *split, double w[GPTDS_NSPLITS], char *err, siz
 /* Megatron's split bookends over n documents: split s holds [beg[s], end[s]), the cumulative
  * weights times n rounded half to even (Python's round). Returns a bit per split that exists: a
  * split whose bookends coincide (weight 0) does not, and gets beg == end == 0. */
+/* The documents [*beg, *end) of the split called `name` ("train", "valid", "test"; "all": every
+ * one) of dataset `path` of n documents under --split `split`, as gptds_split_range cuts them.
+ * Returns 0, or -1 with one line in err (a usage error: the --split string is bad, or leaves that
+ * split empty). */
+int gptds_split_docs(const char *split, const char *name, const char *path, int64_t n, int64_t *beg, int64_t *end,
+                     char *err, size_t errlen);
 unsigned gptds_split_range(const double w[GPTDS_NSPLITS], int64_t n, int64_t beg[GPTDS_NSPLITS],
                            int64_t end[GPTDS_NSPLITS]);
 
