@@ -1,16 +1,15 @@
 /* The model flags against a loaded checkpoint: see ckpt_args_reconcile in
  * include/ckpt/trident/checkpoint.h. Driven by GPT_CONFIG_KEYS, so a setting added there is checked. */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include <cjson/cJSON.h>
 
 #include "ckpt_fs.h"
 #include "trident/check.h"
 #include "trident/checkpoint.h"
+#include "trident/dataset_reader.h"
 
 gpt_config ckpt_config_of_args(const td_args *a, int vocab, int tp)
 {
@@ -158,12 +157,12 @@ int ckpt_args_eval_data(td_args *a, const ckpt_meta *m, char *taken, size_t take
     if (!td_args_given(a, "--data-path")) {
         int n = cJSON_IsArray(path) ? cJSON_GetArraySize(path) : 0;
         const cJSON *p0 = n == 1 ? cJSON_GetArrayItem(path, 0) : NULL;
-        char idx[4200];
-        if (cJSON_IsString(p0)) snprintf(idx, sizeof idx, "%s.idx", p0->valuestring);
-        if (cJSON_IsString(p0) && access(idx, R_OK) != 0) {
+        char file[4200];
+        int why = cJSON_IsString(p0) ? dsr_probe(p0->valuestring, file, sizeof file) : 0;
+        if (why) {
             snprintf(err, errlen, "--data-path PREFIX is needed: %.1000s/meta.json records the training run's %.1000s, "
                      "but %.1000s cannot be read here (%s; a path relative to where the training ran?)", m->dir,
-                     p0->valuestring, idx, td_strerror(errno));
+                     p0->valuestring, file, td_strerror(why));
             rc = -1;
         } else if (cJSON_IsString(p0)) {
             for (int i = 0; i < a->data_path.n; i++) free(a->data_path.v[i]);

@@ -22,14 +22,30 @@ struct dsr_reader {
     char *prefix;
 };
 
+/* The first format whose probe knows prefix, or NULL with the first format's errno and file. */
+static const dsr_ops *format_of(const char *prefix, int *why, char *file, size_t filelen)
+{
+    char other[16];
+    for (int i = 0; i < NFORMATS; i++) {
+        int e = i == 0 ? FORMATS[i]->probe(prefix, file, filelen) : FORMATS[i]->probe(prefix, other, sizeof other);
+        if (e == 0) return FORMATS[i];
+        if (i == 0) *why = e;
+    }
+    return NULL;
+}
+
+int dsr_probe(const char *prefix, char *file, size_t filelen)
+{
+    int why = 0;
+    return format_of(prefix, &why, file, filelen) ? 0 : why;
+}
+
 dsr_reader *dsr_open(const char *prefix, char *err, size_t errlen)
 {
-    const dsr_ops *ops = FORMATS[0];
-    for (int i = 0; i < NFORMATS; i++)
-        if (FORMATS[i]->probe(prefix)) {
-            ops = FORMATS[i];
-            break;
-        }
+    int why = 0;
+    char file[16];
+    const dsr_ops *ops = format_of(prefix, &why, file, sizeof file);
+    if (!ops) ops = FORMATS[0];
     void *h = ops->open(prefix, err, errlen);
     if (!h) return NULL;
     dsr_reader *r = td_xcalloc(1, sizeof *r);

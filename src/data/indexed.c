@@ -714,12 +714,13 @@ int64_t idx_token_byte_offset(const idx_dataset *d, int64_t i, int64_t offset)
 
 /* ---- the indexed format as a dataset reader (the first row of dataset_reader.c's registry) ---- */
 
-static int ops_probe(const char *prefix)
+static int ops_probe(const char *prefix, char *file, size_t filelen)
 {
     char *p = path_join(prefix, ".idx");
-    int yes = access(p, F_OK) == 0;
+    int why = access(p, R_OK) == 0 ? 0 : errno ? errno : EACCES;
+    if (filelen) snprintf(file, filelen, "%s", p);
     free(p);
-    return yes;
+    return why;
 }
 
 static void *ops_open(const char *prefix, char *err, size_t errlen) { return idx_open(prefix, err, errlen); }

@@ -2,7 +2,8 @@
  * with the indexed writer (tokens, sequences and documents chosen here) is read back through the
  * seam: counts, lengths, the document index, token ranges, the token file and byte offsets
  * (worked by hand from the dtype's width), the id scan; and a prefix no format knows gets the
- * first format's error, word for word what idx_open says. */
+ * first format's error, word for word what idx_open says, and dsr_probe names the file missing. */
+#include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -100,6 +101,11 @@ static void unknown_prefix_gets_the_first_formats_error(void **state)
     assert_true(e1[0] != 0);
     assert_string_equal(e1, e2);
     assert_non_null(strstr(e1, "-absent.idx"));
+    char file[700], want[700];
+    assert_int_equal(dsr_probe(missing, file, sizeof file), ENOENT);
+    snprintf(want, sizeof want, "%s.idx", missing);
+    assert_string_equal(file, want);
+    assert_int_equal(dsr_probe(g_prefix, file, sizeof file), 0);
 }
 
 int main(void)

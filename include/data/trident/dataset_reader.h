@@ -12,9 +12,10 @@
  * sentence-split data, its sentences in order). Every entry reads an opened handle. */
 typedef struct dsr_ops {
     const char *name; /* the format, as the docs call it ("indexed") */
-    /* 1 if PREFIX holds a dataset of this format (its files are there), else 0; reads no more
+    /* 0 if PREFIX holds a dataset of this format (its file is there and readable), else the
+     * errno that says why not, with `file` (filelen bytes) the file it looked for; reads no more
      * than it needs to tell */
-    int (*probe)(const char *prefix);
+    int (*probe)(const char *prefix, char *file, size_t filelen);
     /* Opens and validates PREFIX: NULL with one line in err when anything is wrong. */
     void *(*open)(const char *prefix, char *err, size_t errlen);
     void (*close)(void *h);
@@ -41,6 +42,9 @@ typedef struct dsr_reader dsr_reader;
 /* Opens the dataset at PREFIX with the first format of the registry whose probe knows it (none:
  * the first format's, whose error then says what is missing). NULL with one line in err. */
 dsr_reader *dsr_open(const char *prefix, char *err, size_t errlen);
+/* 0 if a format of the registry knows PREFIX; else the first format's errno, with `file` the file
+ * it looked for (for a message: "FILE cannot be read: strerror"). Opens nothing. */
+int dsr_probe(const char *prefix, char *file, size_t filelen);
 void dsr_close(dsr_reader *r);
 
 const char *dsr_format(const dsr_reader *r);   /* its format's name */
