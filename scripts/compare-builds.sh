@@ -2,7 +2,10 @@
 # Two builds of trident held against each other, for a change that must not change behaviour (a
 # restructuring): GPT and BERT train 6 iterations from scratch with each binary, and a checkpoint
 # the OLD binary saved at iteration 3 is resumed to 6 by each; the metrics must be bit-identical
-# (timing fields aside) and the NEW binary's `checkpoint info` must read the OLD checkpoint.
+# (timing fields aside) and the NEW binary's `checkpoint info` must read the OLD checkpoint. On
+# the GPT checkpoint, each binary's `eval` (strided perplexity: the flags' documents and the
+# checkpoint's own, on one rank and on two as tp 2 and pp 2) and greedy `generate` must print the
+# same (timings aside) and write the same metrics line.
 # Usage: scripts/compare-builds.sh OLD_TRIDENT NEW_TRIDENT [BUILD]
 #   BUILD: a build folder whose test fixtures exist (make test ran there); default build.
 set -u
@@ -36,4 +39,26 @@ for fam in gpt bert; do
   if "$new" checkpoint info $fam.ck2 >$fam.info.log 2>&1; then echo "ok: $fam: checkpoint info reads it"
   else echo "FAIL: $fam: checkpoint info"; cat $fam.info.log; fails=$((fails + 1)); fi
 done
+# inference on the old binary's GPT checkpoint: what eval and generate print, timings aside
+secs() { sed -E 's/ \| [0-9.]+ s$//' "$@"; }
+infer() { # name command...: run by each binary (TRIDENT), stdout and the metrics file (METRICS) compared
+  local name=$1; shift
+  for b in old new; do
+    local cmd=("${@/TRIDENT/${!b}}")
+    "${cmd[@]/METRICS/$name.$b.jsonl}" >$name.$b.out 2>$name.$b.err || echo "($b: exit $?)" >>$name.$b.out
+  done
+  if [ -s $name.old.out ] && cmp -s <(secs $name.old.out) <(secs $name.new.out) &&
+     { [ ! -e $name.old.jsonl ] || cmp -s $name.old.jsonl $name.new.jsonl; }; then echo "ok: $name"
+  else echo "FAIL: $name"; diff <(secs $name.old.out) <(secs $name.new.out) | head -5; fails=$((fails + 1)); fi
+}
+mpi=(mpirun --oversubscribe -np 2)
+infer eval_flags TRIDENT eval --metrics-file METRICS --load gpt.ck --data-path "${gpt[1]}" --split 90,10,0 \
+  --split-name valid --seq-length 16 --eval-stride 5 --micro-batch-size 2
+infer eval_own TRIDENT eval --metrics-file METRICS --load gpt.ck --split-name valid --micro-batch-size 3
+infer eval_tp2 "${mpi[@]}" TRIDENT eval --metrics-file METRICS --load gpt.ck --split-name valid --eval-stride 7 \
+  --micro-batch-size 4 --tensor-model-parallel-size 2
+infer eval_pp2 "${mpi[@]}" TRIDENT eval --metrics-file METRICS --load gpt.ck --split-name valid --eval-stride 16 \
+  --micro-batch-size 4 --pipeline-model-parallel-size 2
+infer generate TRIDENT generate --load gpt.ck "${gpt[2]}" "${gpt[3]}" "${gpt[4]}" "${gpt[5]}" --greedy \
+  --max-new-tokens 12 --prompt "The quick brown fox" --prompt "Hello"
 [ $fails -eq 0 ]

@@ -4,9 +4,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cjson/cJSON.h>
+
 #include "ckpt_fs.h"
 #include "trident/check.h"
 #include "trident/checkpoint.h"
+#include "trident/dataset_reader.h"
 
 gpt_config ckpt_config_of_args(const td_args *a, int vocab, int tp)
 {
@@ -133,4 +136,57 @@ int ckpt_args_reconcile(td_args *a, const ckpt_meta *m, int vocab, int tp, int l
     if (log && use) TD_INFO("architecture from the checkpoint's meta.json (--use-checkpoint-args): %s (%s)", arch, mpath);
     if (log && taken[0]) TD_INFO("from the checkpoint's meta.json (%s): %s", mpath, taken);
     return 0;
+}
+
+/* Appends ", " (unless first) and fmt with v to buf. */
+static void note_append(char *buf, size_t len, const char *fmt, const char *v)
+{
+    size_t n = strlen(buf);
+    if (n + 2 < len) snprintf(buf + n, len - n, "%s", n ? ", " : "");
+    n = strlen(buf);
+    if (n + 1 < len) snprintf(buf + n, len - n, fmt, v);
+}
+
+int ckpt_args_eval_data(td_args *a, const ckpt_meta *m, char *taken, size_t takenlen, char *err, size_t errlen)
+{
+    cJSON *args = cJSON_Parse(m->args_json ? m->args_json : "{}");
+    const cJSON *split = cJSON_GetObjectItemCaseSensitive(args, "split");
+    const cJSON *path = cJSON_GetObjectItemCaseSensitive(args, "data_path");
+    int rc = 0;
+    taken[0] = 0;
+    if (!td_args_given(a, "--data-path")) {
+        int n = cJSON_IsArray(path) ? cJSON_GetArraySize(path) : 0;
+        const cJSON *p0 = n == 1 ? cJSON_GetArrayItem(path, 0) : NULL;
+        char file[4200];
+        int why = cJSON_IsString(p0) ? dsr_probe(p0->valuestring, file, sizeof file) : 0;
+        if (why) {
+            snprintf(err, errlen, "--data-path PREFIX is needed: %.1000s/meta.json records the training run's %.1000s, "
+                     "but %.1000s cannot be read here (%s; a path relative to where the training ran?)", m->dir,
+                     p0->valuestring, file, td_strerror(why));
+            rc = -1;
+        } else if (cJSON_IsString(p0)) {
+            for (int i = 0; i < a->data_path.n; i++) free(a->data_path.v[i]);
+            a->data_path.v = td_xrealloc(a->data_path.v, sizeof *a->data_path.v);
+            a->data_path.v[0] = td_xstrdup(p0->valuestring);
+            a->data_path.n = 1;
+            note_append(taken, takenlen, "--data-path %s", p0->valuestring);
+        } else {
+            snprintf(err, errlen, "--data-path PREFIX is needed: %s/meta.json records %s", m->dir,
+                     n > 1 ? "a blend (eval scores one dataset prefix: give one of them)"
+                           : "no data path of its own (a converted checkpoint, or written before)");
+            rc = -1;
+        }
+    }
+    if (rc == 0 && !td_args_given(a, "--split") && strcmp(a->split_name, "all") != 0 && cJSON_IsString(split)) {
+        free(a->split);
+        a->split = td_xstrdup(split->valuestring);
+        note_append(taken, takenlen, "--split %s", split->valuestring);
+    }
+    if (rc == 0 && !td_args_given(a, "--seq-length")) {
+        char s[32];
+        snprintf(s, sizeof s, "%d", a->seq_length);
+        note_append(taken, takenlen, "--seq-length %s", s);
+    }
+    cJSON_Delete(args);
+    return rc;
 }

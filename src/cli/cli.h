@@ -34,7 +34,9 @@ int cli_serve(int argc, char **argv);
         td_usage_error(__VA_ARGS__);                                                     \
     } while (0)
 
-/* ---- model_load.c: what generate, serve and eval share ---- */
+/* ---- model_load.c: the one way generate, serve and eval load a model ----
+ * cli_check_load_flags, cli_open_checkpoint, the command's own checks against the reconciled
+ * flags, then cli_load_stage: every flag checked before anything is allocated. */
 
 /* A command that scores or generates text left to right (generate, serve, eval): refuses, with
  * exit 2, a checkpoint whose model is not a causal decoder with a next-token loss, naming its
@@ -49,11 +51,19 @@ typedef struct {
     gpt_config cfg; /* the checkpoint's model, for a's layout */
     gpt_model *m; /* this rank's stage, loaded from the checkpoint (any layout it was saved in) */
 } cli_model;
-/* --load given, the world divisible by tp x pp, the tokenizer flags whole: else exit 2. */
-void cli_check_load_flags(const td_args *a, comm *world, const char *prog);
-/* The checkpoint of --load (its model settings reconciled into a; its config in out->cfg) and its
- * tokenizer, nothing allocated for the model yet. Exits 2 on flags that do not fit it. */
-void cli_open_checkpoint(cli_model *out, td_args *a, comm *world, const char *prog);
+/* What a command loads a model for (cli_check_load_flags, cli_open_checkpoint). */
+enum {
+    CLI_LOAD_TOKENIZER = 1, /* it reads text: the tokenizer of --tokenizer-* (generate, serve, eval --task) */
+    CLI_LOAD_SCORING = 2,   /* it scores a dataset's tokens: a model that cannot says where its losses are */
+};
+/* --load given, no expert parallelism, the world divisible by tp x pp and, with CLI_LOAD_TOKENIZER
+ * in `what`, the tokenizer flags whole: else exit 2. */
+void cli_check_load_flags(const td_args *a, comm *world, const char *prog, int what);
+/* The checkpoint of --load (how it was chosen, when not as latest says, logged by rank 0; its model
+ * settings reconciled into a; its config in out->cfg) and, with CLI_LOAD_TOKENIZER, its tokenizer
+ * (whose vocabulary must be the checkpoint's); nothing allocated for the model yet. Exits 2 on
+ * flags that do not fit it: a model that is not a causal decoder, tp or pp that does not divide it. */
+void cli_open_checkpoint(cli_model *out, td_args *a, comm *world, const char *prog, int what);
 /* Then this rank's stage in the layout of a's tp and pp, for micro-batches of mbs rows, loaded. */
 void cli_load_stage(cli_model *out, const td_args *a, comm *world, int mbs);
 void cli_free_model(cli_model *c);

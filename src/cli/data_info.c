@@ -8,7 +8,7 @@
 #include "trident/tokenizer.h"
 #include "trident/check.h"
 #include "trident/gpt_dataset.h"
-#include "trident/indexed.h"
+#include "trident/dataset_reader.h"
 
 static void print_cache(const char *file, int loaded, double seconds)
 {
@@ -22,9 +22,9 @@ static void print_dataset(const gptds *ds, int i)
     printf("\ndataset %d of %d: %s (weight %.6g)\n", i + 1, gptds_num_datasets(ds), in->path, in->weight);
     /* GPT's "documents" are the sequences; a sentence-level dataset (--split-sentences) groups several
      * sequences into each document of the .idx, and then both counts are shown. */
-    int64_t ndocs = idx_num_documents(in->idx);
+    int64_t ndocs = dsr_num_documents(in->reader);
     const char *unit = ndocs != in->num_documents ? "sequence" : "document";
-    printf("  dtype %s, %ss %" PRId64, idx_dtype_name(idx_dtype(in->idx)), unit, in->num_documents);
+    printf("  dtype %s, %ss %" PRId64, dsr_token_type(in->reader), unit, in->num_documents);
     if (ndocs != in->num_documents) printf(" in %" PRId64 " documents (%.2f per document)", ndocs,
                                            ndocs ? (double)in->num_documents / (double)ndocs : 0.0);
     printf(", tokens %" PRId64 ", %s length mean %.1f min %d max %d\n", in->num_tokens, unit, in->mean_len,

@@ -73,7 +73,7 @@ int cli_generate(int argc, char **argv)
     comm *world = comm_world_init(&argc, &argv);
     comm_set_timeout(a.distributed_timeout_minutes * 60);
     int tp = a.tensor_model_parallel_size, pp = a.pipeline_model_parallel_size;
-    cli_check_load_flags(&a, world, prog);
+    cli_check_load_flags(&a, world, prog, CLI_LOAD_TOKENIZER);
     char err[4096] = "";
 
     /* the prompts: every rank reads them (a file, or stdin on rank 0 passed on) */
@@ -100,7 +100,7 @@ int cli_generate(int argc, char **argv)
     if (prompts.n == 0) USAGE(world, "%s: no prompt: give --prompt TEXT, --prompt-file FILE or lines on stdin", prog);
 
     cli_model cm;
-    cli_open_checkpoint(&cm, &a, world, prog);
+    cli_open_checkpoint(&cm, &a, world, prog, CLI_LOAD_TOKENIZER);
     const tok_tokenizer *tok = cm.tok;
     const gpt_config c = cm.cfg;
 

@@ -1,5 +1,5 @@
-/* What `generate` and `serve` share: the checkpoint, its tokenizer and this rank's model stage;
- * and the check of the model's kind `eval` shares with them. */
+/* The one way generate, serve and eval (its tasks and strided perplexity) load a model: the
+ * checkpoint, its tokenizer when the command reads text, and this rank's model stage. */
 #include <stdio.h>
 #include <string.h>
 
@@ -30,7 +30,7 @@ void cli_need_causal(const gpt_config *c, comm *world, const char *prog, const c
           hf ? " (trident convert) for its predictions" : "");
 }
 
-void cli_check_load_flags(const td_args *a, comm *world, const char *prog)
+void cli_check_load_flags(const td_args *a, comm *world, const char *prog, int what)
 {
     int tp = a->tensor_model_parallel_size, pp = a->pipeline_model_parallel_size;
     if (!a->load) USAGE(world, "%s: --load DIR (a checkpoint) is required", prog);
@@ -41,12 +41,13 @@ void cli_check_load_flags(const td_args *a, comm *world, const char *prog)
     if (comm_size(world) % (tp * pp))
         USAGE(world, "%s: the world size %d is not divisible by --tensor-model-parallel-size %d x "
                      "--pipeline-model-parallel-size %d", prog, comm_size(world), tp, pp);
+    if (!(what & CLI_LOAD_TOKENIZER)) return;
     char err[1024] = "";
     tok_spec spec = {a->tokenizer_type, a->vocab_file, a->merge_file, a->tokenizer_model};
     if (tok_check_spec(&spec, err, sizeof err)) USAGE(world, "%s: %s", prog, err);
 }
 
-void cli_open_checkpoint(cli_model *out, td_args *a, comm *world, const char *prog)
+void cli_open_checkpoint(cli_model *out, td_args *a, comm *world, const char *prog, int what)
 {
     memset(out, 0, sizeof *out);
     int tp = a->tensor_model_parallel_size, pp = a->pipeline_model_parallel_size;
@@ -54,14 +55,18 @@ void cli_open_checkpoint(cli_model *out, td_args *a, comm *world, const char *pr
     int rc = ckpt_find(a->load, &out->meta, err, sizeof err);
     if (rc == 1) td_fatal(1, "--load %s: no checkpoint there (no %s, meta.json or iter_* folder)", a->load, CKPT_LATEST);
     if (rc) td_fatal(1, "%s", err);
-    tok_spec spec = {a->tokenizer_type, a->vocab_file, a->merge_file, a->tokenizer_model};
-    out->tok = tok_open(&spec, err, sizeof err);
-    if (!out->tok) td_fatal(1, "%s", err);
-    if (ckpt_args_reconcile(a, &out->meta, tok_vocab_size(out->tok), tp, 0, err, sizeof err))
+    if (out->meta.note && comm_rank(world) == 0) td_warn("%s", out->meta.note);
+    if (what & CLI_LOAD_TOKENIZER) {
+        tok_spec spec = {a->tokenizer_type, a->vocab_file, a->merge_file, a->tokenizer_model};
+        out->tok = tok_open(&spec, err, sizeof err);
+        if (!out->tok) td_fatal(1, "%s", err);
+    }
+    /* the model is the checkpoint's: a model flag given must agree; --seq-length defaults to its own */
+    if (ckpt_args_reconcile(a, &out->meta, out->tok ? tok_vocab_size(out->tok) : -1, tp, 0, err, sizeof err))
         USAGE(world, "%s: %s", prog, err);
     out->cfg = ckpt_model_config(&out->meta, tp, a->seq_length, a->make_vocab_size_divisible_by);
     const gpt_config *c = &out->cfg;
-    cli_need_causal(c, world, prog, out->meta.dir, 0);
+    cli_need_causal(c, world, prog, out->meta.dir, (what & CLI_LOAD_SCORING) != 0);
     if (c->heads % tp || c->ffn % tp || gpt_groups(c) % tp)
         USAGE(world, "%s: --tensor-model-parallel-size %d does not divide the checkpoint's %d heads, %d query groups "
                      "and FFN size %d", prog, tp, c->heads, gpt_groups(c), c->ffn);

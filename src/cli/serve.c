@@ -23,9 +23,9 @@ int cli_serve(int argc, char **argv)
     td_log_set_level(a.verbose);
     comm *world = comm_world_init(&argc, &argv);
     comm_set_timeout(a.distributed_timeout_minutes * 60);
-    cli_check_load_flags(&a, world, prog);
+    cli_check_load_flags(&a, world, prog, CLI_LOAD_TOKENIZER);
     cli_model cm;
-    cli_open_checkpoint(&cm, &a, world, prog);
+    cli_open_checkpoint(&cm, &a, world, prog, CLI_LOAD_TOKENIZER);
     cli_load_stage(&cm, &a, world, 1);
     int positions = cm.m->cfg.max_pos;
     srv_config cfg = {a.host, a.port, a.max_batch, a.max_queue, (size_t)a.max_body_bytes,

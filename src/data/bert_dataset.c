@@ -275,7 +275,7 @@ typedef struct {
 
 struct bertds {
     char *path;
-    idx_dataset *idx;
+    dsr_reader *reader;
     const int32_t *lens;
     int seq_length, max_tokens, binary_head, vocab_size;
     uint64_t seed;
@@ -309,7 +309,7 @@ static void split_build(bertds *ds, gptds_split s, const bertds_config *c, int64
 {
     split_state *st = &ds->split[s];
     bertds_split_info *in = &st->info;
-    map_plan P = {.lens = ds->lens, .docs = idx_doc_index(ds->idx), .doc_beg = beg, .doc_end = end,
+    map_plan P = {.lens = ds->lens, .docs = dsr_doc_index(ds->reader), .doc_beg = beg, .doc_end = end,
                   .max_tokens = ds->max_tokens, .short_prob = c->short_seq_prob, .min_sent = c->binary_head ? 2 : 1,
                   .wanted = in->samples_wanted, .seed = c->seed, .split = s};
     int64_t s0 = P.docs[beg], s1 = P.docs[end];
@@ -319,8 +319,8 @@ static void split_build(bertds *ds, gptds_split s, const bertds_config *c, int64
                          ", %" PRId64 ") of %" PRId64 "\nsentences: [%" PRId64 ", %" PRId64 ") of %" PRId64
                          "\ndocument index and sentence lengths fnv1a64: %016" PRIx64 "\nmax tokens: %d\nshort "
                          "sequence probability: %a\nbinary head: %d\nseed: %" PRIu64 "\nsamples wanted: %" PRId64 "\n",
-                         BERTDS_ALGO_VERSION, gptds_split_name(s), beg, end, idx_num_documents(ds->idx), s0, s1,
-                         idx_num_sequences(ds->idx), h, P.max_tokens, P.short_prob, P.min_sent == 2, c->seed,
+                         BERTDS_ALGO_VERSION, gptds_split_name(s), beg, end, dsr_num_documents(ds->reader), s0, s1,
+                         dsr_num_sequences(ds->reader), h, P.max_tokens, P.short_prob, P.min_sent == 2, c->seed,
                          in->samples_wanted);
     uint64_t key = ds_fnv1a_words(DS_FNV_OFFSET, desc, strlen(desc));
     if (!c->no_cache) {
@@ -384,11 +384,11 @@ bertds *bertds_open(const bertds_config *c)
                  td_strerror(errno));
     bertds *ds = td_xcalloc(1, sizeof *ds);
     ds->path = td_xstrdup(c->path);
-    ds->idx = idx_open(c->path, err, sizeof err);
-    if (!ds->idx) td_fatal(1, "--data-path %s: %s", c->path, err);
-    gptds_check_token_ids(c->path, ds->idx, c->vocab_size, c->vocab_source ? c->vocab_source : "the tokenizer",
+    ds->reader = dsr_open(c->path, err, sizeof err);
+    if (!ds->reader) td_fatal(1, "--data-path %s: %s", c->path, err);
+    gptds_check_token_ids(ds->reader, c->vocab_size, c->vocab_source ? c->vocab_source : "the tokenizer",
                           c->cache_dir, c->no_cache);
-    ds->lens = idx_seq_lens(ds->idx);
+    ds->lens = dsr_seq_lens(ds->reader);
     ds->seq_length = c->seq_length;
     ds->max_tokens = c->seq_length - 3; /* [CLS] and two [SEP], also without the binary head, as Megatron */
     ds->binary_head = c->binary_head != 0;
@@ -404,7 +404,7 @@ bertds *bertds_open(const bertds_config *c)
         memcpy(ds->subword, c->subword, (size_t)c->vocab_size);
     }
     int64_t beg[GPTDS_NSPLITS], end[GPTDS_NSPLITS];
-    unsigned present = gptds_split_range(w, idx_num_documents(ds->idx), beg, end);
+    unsigned present = gptds_split_range(w, dsr_num_documents(ds->reader), beg, end);
     for (int s = 0; s < GPTDS_NSPLITS; s++)
         split_open(ds, (gptds_split)s, c, (present >> s) & 1, beg[s], end[s]);
     return ds;
@@ -417,7 +417,7 @@ void bertds_close(bertds *ds)
         ds_image_free(&ds->split[s].img);
         free(ds->split[s].cache_file);
     }
-    idx_close(ds->idx);
+    dsr_close(ds->reader);
     free(ds->subword);
     free(ds->path);
     free(ds);
@@ -542,7 +542,7 @@ void bertds_get(const bertds *ds, gptds_split s, int64_t idx, bertds_sample *out
     bound[0] = 0;
     for (int64_t k = 0; k < nsent; k++) bound[k + 1] = bound[k] + ds->lens[first + k];
     int32_t *buf = td_xmalloc((size_t)(bound[nsent] > 0 ? bound[nsent] : 1) * sizeof *buf);
-    for (int64_t k = 0; k < nsent; k++) idx_read(ds->idx, first + k, 0, ds->lens[first + k], buf + bound[k]);
+    for (int64_t k = 0; k < nsent; k++) dsr_read(ds->reader, first + k, 0, ds->lens[first + k], buf + bound[k]);
 
     /* segments A and B (Megatron's get_a_and_b_segments), then truncation */
     sample_rng r = rng_for(ds->seed, RNG_SEGMENTS, s, (uint64_t)idx);

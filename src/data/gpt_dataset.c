@@ -148,6 +148,29 @@ unsigned gptds_split_range(const double w[GPTDS_NSPLITS], int64_t n, int64_t beg
     return present;
 }
 
+int gptds_split_docs(const char *split, const char *name, const char *path, int64_t n, int64_t *beg, int64_t *end,
+                     char *err, size_t errlen)
+{
+    *beg = 0, *end = n;
+    if (strcmp(name, "all") == 0) return 0;
+    double w[GPTDS_NSPLITS];
+    int64_t b[GPTDS_NSPLITS], e[GPTDS_NSPLITS];
+    char why[1024];
+    if (gptds_parse_split(split, w, why, sizeof why)) {
+        snprintf(err, errlen, "--split %s", why);
+        return -1;
+    }
+    gptds_split_range(w, n, b, e);
+    int s = strcmp(name, "train") == 0 ? GPTDS_TRAIN : strcmp(name, "valid") == 0 ? GPTDS_VALID : GPTDS_TEST;
+    *beg = b[s], *end = e[s];
+    if (*beg == *end) {
+        snprintf(err, errlen, "--split %s leaves the %s split of %s empty; use --split-name all or another --split",
+                 split, name, path);
+        return -1;
+    }
+    return 0;
+}
+
 void gptds_target_samples(int64_t train_iters, int64_t train_samples, int64_t eval_interval, int64_t eval_iters,
                           int64_t global_batch, int64_t out[GPTDS_NSPLITS])
 {
@@ -243,7 +266,7 @@ typedef struct {
 typedef struct {
     gptds_dataset_info info;
     char *path;
-    idx_dataset *idx;
+    dsr_reader *reader;
     const int32_t *lens; /* (num_documents) */
     split_state split[GPTDS_NSPLITS];
 } component;
@@ -564,22 +587,23 @@ static double seconds_after(const struct timespec *a, const struct timespec *b)
     return (double)(a->tv_sec - b->tv_sec) + 1e-9 * (double)(a->tv_nsec - b->tv_nsec);
 }
 
-int gptds_check_token_ids(const char *path, const idx_dataset *idx, int vocab, const char *vocab_source,
-                          const char *cache_dir, int no_cache)
+int gptds_check_token_ids(const dsr_reader *r, int vocab, const char *vocab_source, const char *cache_dir,
+                          int no_cache)
 {
-    char *bin = ds_aprintf("%s.bin", path);
+    const char *path = dsr_prefix(r);
+    char *bin = dsr_token_file(r);
     struct stat st;
     if (stat(bin, &st) != 0)
         td_fatal(1, "%s: %s (the tokens of dataset %s); give the prefix of a dataset from trident preprocess", bin,
                  td_strerror(errno), path);
-    int64_t nseq = idx_num_sequences(idx), ntok = idx_num_tokens(idx);
-    uint64_t lens_hash = ds_fnv1a_words(DS_FNV_OFFSET, idx_seq_lens(idx), (size_t)nseq * sizeof(int32_t));
+    int64_t nseq = dsr_num_sequences(r), ntok = dsr_num_tokens(r);
+    uint64_t lens_hash = ds_fnv1a_words(DS_FNV_OFFSET, dsr_seq_lens(r), (size_t)nseq * sizeof(int32_t));
     ds_cache_layout L = {.n_arrays = 1, .count = {2}, .elem = {8}};
     L.desc = ds_aprintf("trident token id check, algorithm v1\nvocabulary size: %d\n.bin bytes: %lld\n.bin modified: "
                      "%lld.%09ld\ndtype: %s\nsequences: %" PRId64 "\ntokens: %" PRId64
                      "\ndocument lengths fnv1a64: %016" PRIx64 "\n",
                      vocab, (long long)st.st_size, (long long)st.st_mtim.tv_sec, (long)st.st_mtim.tv_nsec,
-                     idx_dtype_name(idx_dtype(idx)), nseq, ntok, lens_hash);
+                     dsr_token_type(r), nseq, ntok, lens_hash);
     L.key = ds_fnv1a(DS_FNV_OFFSET, L.desc, strlen(L.desc));
     char *file = NULL;
     if (!no_cache) {
@@ -600,13 +624,13 @@ int gptds_check_token_ids(const char *path, const idx_dataset *idx, int vocab, c
         double t0 = td_now();
         int64_t off = 0;
         int32_t id = 0;
-        int64_t bad = idx_find_id_outside(idx, vocab, &off, &id);
+        int64_t bad = dsr_find_id_outside(r, vocab, &off, &id);
         double dt = td_now() - t0;
         if (bad >= 0)
             td_fatal(1, "%s: token id %d at document %" PRId64 ", token %" PRId64 " (byte %" PRId64 " of the file) is "
                      "outside the vocabulary of %d ids (%s): the data was tokenized with another vocabulary, or is "
                      "corrupt; preprocess it again with this vocabulary, or use the one it was made with",
-                     bin, (int)id, bad, off, idx_token_byte_offset(idx, bad, off), vocab, vocab_source);
+                     bin, (int)id, bad, off, dsr_token_byte_offset(r, bad, off), vocab, vocab_source);
         TD_DEBUG("%s: %" PRId64 " token ids below %d, checked in %.3f s (%.2f GB/s)", bin, ntok, vocab, dt,
                  dt > 0 ? (double)st.st_size / dt / 1e9 : 0.0);
         im.p = ds_cache_alloc(&L, &im.len, arr);
@@ -630,14 +654,14 @@ static void component_open(component *c, const char *path, double weight)
 {
     char err[512];
     c->path = td_xstrdup(path);
-    c->idx = idx_open(path, err, sizeof err);
-    if (!c->idx) td_fatal(1, "--data-path %s: %s", path, err);
+    c->reader = dsr_open(path, err, sizeof err);
+    if (!c->reader) td_fatal(1, "--data-path %s: %s", path, err);
     gptds_dataset_info *in = &c->info;
     in->path = c->path;
     in->weight = weight;
-    in->idx = c->idx;
-    in->num_documents = idx_num_sequences(c->idx);
-    c->lens = idx_seq_lens(c->idx);
+    in->reader = c->reader;
+    in->num_documents = dsr_num_sequences(c->reader);
+    c->lens = dsr_seq_lens(c->reader);
     in->min_len = in->num_documents ? INT32_MAX : 0;
     for (int64_t i = 0; i < in->num_documents; i++) {
         int32_t l = c->lens[i];
@@ -669,7 +693,7 @@ gptds *gptds_open(const gptds_config *cfg)
         component_open(c, cfg->paths[i], ds->blended ? cfg->weights[i] : 1.0);
         if (cfg->vocab_size > 0) {
             double t0 = td_now();
-            c->info.ids_checked = 1 + gptds_check_token_ids(c->path, c->idx, cfg->vocab_size,
+            c->info.ids_checked = 1 + gptds_check_token_ids(c->reader, cfg->vocab_size,
                                                             cfg->vocab_source ? cfg->vocab_source : "the tokenizer",
                                                             cfg->cache_dir, cfg->no_cache);
             c->info.ids_seconds = td_now() - t0;
@@ -709,7 +733,7 @@ void gptds_close(gptds *ds)
             ds_image_free(&c->split[s].img);
             free(c->info.split[s].cache_file);
         }
-        idx_close(c->idx);
+        dsr_close(c->reader);
         free(c->path);
     }
     for (int s = 0; s < GPTDS_NSPLITS; s++) {
@@ -782,7 +806,7 @@ static void component_sample(const component *c, gptds_split s, int64_t idx, int
             td_fatal(1, "%s: %s sample %" PRId64 " spans more than %" PRId64 " tokens: its index cache %s is "
                      "inconsistent; delete it and rerun", c->path, gptds_split_name(s), idx, want,
                      c->info.split[s].cache_file ? c->info.split[s].cache_file : "(in memory)");
-        idx_read(c->idx, doc, from, n, out + got);
+        dsr_read(c->reader, doc, from, n, out + got);
         got += n;
     }
     if (got != want)

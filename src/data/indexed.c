@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "trident/check.h"
+#include "trident/dataset_reader.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "indexed.c reads and writes the little-endian MMIDIDX format with plain loads: port it for big-endian hosts"
@@ -710,3 +711,53 @@ int64_t idx_token_byte_offset(const idx_dataset *d, int64_t i, int64_t offset)
     TD_ASSERT(i >= 0 && i < d->nseq);
     return (d->first[i] + offset) * (int64_t)d->isz;
 }
+
+/* ---- the indexed format as a dataset reader (the first row of dataset_reader.c's registry) ---- */
+
+static int ops_probe(const char *prefix, char *file, size_t filelen)
+{
+    char *p = path_join(prefix, ".idx");
+    int why = access(p, R_OK) == 0 ? 0 : errno ? errno : EACCES;
+    if (filelen) snprintf(file, filelen, "%s", p);
+    free(p);
+    return why;
+}
+
+static void *ops_open(const char *prefix, char *err, size_t errlen) { return idx_open(prefix, err, errlen); }
+static void ops_close(void *h) { idx_close(h); }
+static int64_t ops_num_sequences(const void *h) { return idx_num_sequences(h); }
+static int64_t ops_num_documents(const void *h) { return idx_num_documents(h); }
+static const int32_t *ops_seq_lens(const void *h) { return idx_seq_lens(h); }
+static const int64_t *ops_doc_index(const void *h) { return idx_doc_index(h); }
+static int64_t ops_num_tokens(const void *h) { return idx_num_tokens(h); }
+static void ops_read(const void *h, int64_t i, int64_t offset, int64_t n, int32_t *out)
+{
+    idx_read(h, i, offset, n, out);
+}
+static int64_t ops_find_id_outside(const void *h, int64_t limit, int64_t *offset, int32_t *id)
+{
+    return idx_find_id_outside(h, limit, offset, id);
+}
+static char *ops_token_file(const char *prefix) { return path_join(prefix, ".bin"); }
+static int64_t ops_token_byte_offset(const void *h, int64_t i, int64_t offset)
+{
+    return idx_token_byte_offset(h, i, offset);
+}
+static const char *ops_token_type(const void *h) { return idx_dtype_name(idx_dtype(h)); }
+
+const dsr_ops dsr_indexed_ops = {
+    .name = "indexed",
+    .probe = ops_probe,
+    .open = ops_open,
+    .close = ops_close,
+    .num_sequences = ops_num_sequences,
+    .num_documents = ops_num_documents,
+    .seq_lens = ops_seq_lens,
+    .doc_index = ops_doc_index,
+    .num_tokens = ops_num_tokens,
+    .read = ops_read,
+    .find_id_outside = ops_find_id_outside,
+    .token_file = ops_token_file,
+    .token_byte_offset = ops_token_byte_offset,
+    .token_type = ops_token_type,
+};

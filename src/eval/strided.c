@@ -8,22 +8,23 @@
 
 #include "trident/check.h"
 #include "trident/comm.h"
+#include "trident/gpt_dataset.h"
 
 /* The concatenated tokens of documents [d0, d1): cum[i] tokens precede document d0 + i. */
 typedef struct {
-    const idx_dataset *d;
+    const dsr_reader *d;
     int64_t d0, n;   /* first document, documents */
     int64_t *cum;    /* (n + 1) */
 } stream;
 
-static void stream_open(stream *s, const idx_dataset *d, int64_t d0, int64_t d1)
+static void stream_open(stream *s, const dsr_reader *d, int64_t d0, int64_t d1)
 {
     s->d = d;
     s->d0 = d0;
     s->n = d1 - d0;
     s->cum = td_xmalloc((size_t)(s->n + 1) * sizeof(int64_t));
     s->cum[0] = 0;
-    for (int64_t i = 0; i < s->n; i++) s->cum[i + 1] = s->cum[i] + idx_seq_len(d, d0 + i);
+    for (int64_t i = 0; i < s->n; i++) s->cum[i + 1] = s->cum[i] + dsr_seq_len(d, d0 + i);
 }
 
 /* out (len) = tokens [pos, pos + len) of the stream. */
@@ -39,12 +40,12 @@ static void stream_read(const stream *s, int64_t pos, int64_t len, int32_t *out)
         TD_ASSERT(doc < s->n);
         int64_t off = pos - s->cum[doc], avail = s->cum[doc + 1] - pos;
         int64_t k = avail < len ? avail : len;
-        if (k > 0) idx_read(s->d, s->d0 + doc, off, k, out);
+        if (k > 0) dsr_read(s->d, s->d0 + doc, off, k, out);
         out += k, pos += k, len -= k;
     }
 }
 
-void ev_score(gpt_model *m, const ps_state *ps, const idx_dataset *d, int64_t doc_begin, int64_t doc_end, int K,
+void ev_score(gpt_model *m, const ps_state *ps, const dsr_reader *d, int64_t doc_begin, int64_t doc_end, int K,
               int mbs, ev_result *out)
 {
     const int S = m->cfg.seq;
@@ -97,4 +98,16 @@ void ev_score(gpt_model *m, const ps_state *ps, const idx_dataset *d, int64_t do
     free(win);
     free(losses);
     free(s.cum);
+}
+
+dsr_reader *ev_open_dataset(comm *world, const char *path, int vocab, const char *vocab_source,
+                            const char *cache_dir)
+{
+    char err[4096] = "";
+    dsr_reader *d = dsr_open(path, err, sizeof err);
+    if (!d) td_fatal(1, "%s", err);
+    if (comm_rank(world) == 0) gptds_check_token_ids(d, vocab, vocab_source, cache_dir, 0);
+    comm_barrier(world);
+    if (comm_rank(world) != 0) gptds_check_token_ids(d, vocab, vocab_source, cache_dir, 0);
+    return d;
 }

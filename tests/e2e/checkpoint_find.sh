@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Which checkpoint a folder holds when latest_checkpointed_iteration.txt does not say (ckpt_find,
-# shared by train --load, eval, convert and checkpoint info), and that a run never overwrites a
+# shared by train --load, eval, generate, convert and checkpoint info), and that a run never overwrites a
 # checkpoint it did not load.
 #  1. No latest file: the newest iter_* folder that verifies is used, and each command says so on
 #     stderr; train --load resumes from it exactly and leaves it untouched.
@@ -27,6 +27,9 @@ out=$("$TRIDENT" convert --from trident nl --to hf hf_nl 2>&1) && grep -qF "$not
   ok "convert finds iteration 4 the same way" || { bad "convert without latest:"; echo "$out" | tail -3; }
 out=$("$TRIDENT" eval --load nl --data-path "$DATA" --split 99,1,0 --seq-length 16 2>&1) && grep -qF "$note" <<<"$out" &&
   grep -q "eval: loss" <<<"$out" && ok "eval finds iteration 4 the same way" || { bad "eval without latest:"; echo "$out" | tail -3; }
+out=$("$TRIDENT" generate --load nl --vocab-file "$VOCAB" --merge-file "$MERGES" --prompt Hi --max-new-tokens 2 2>&1) &&
+  grep -qF "$note" <<<"$out" && grep -q "iteration 4)" <<<"$out" && ok "generate finds iteration 4 the same way, and says so" ||
+  { bad "generate without latest:"; echo "$out" | tail -3; }
 before=$(tree_sums nl/iter_0000004)
 if train 1 1 --train-iters 6 --load nl --save nl --save-interval 2 --metrics-file nl.jsonl && grep -qF "$note" "$last_log" &&
    diff <(untimed full.jsonl | tail -n 2) <(untimed nl.jsonl) >/dev/null && [ "$before" = "$(tree_sums nl/iter_0000004)" ] &&

@@ -169,7 +169,7 @@ static double reference(const gpt_model *m, int d0, int d1, int K, int64_t *toke
     return sum / (double)cnt;
 }
 
-static void check(gpt_model *m, const idx_dataset *d, int d0, int d1, int K, int mbs)
+static void check(gpt_model *m, const dsr_reader *d, int d0, int d1, int K, int mbs)
 {
     ev_result r;
     ev_score(m, g_ps, d, d0, d1, K, mbs, &r);
@@ -192,7 +192,7 @@ static void strided_loss_matches_hand_computation(void **state)
     (void)state;
     make_dataset();
     char err[512];
-    idx_dataset *d = idx_open(g_prefix, err, sizeof err);
+    dsr_reader *d = dsr_open(g_prefix, err, sizeof err);
     if (!d) fail_msg("%s", err);
     gpt_config c = tiny();
     gpt_model *m = gpt_create(&c, g_ps, g_be, 0, c.num_layers, 3, 1);
@@ -202,7 +202,7 @@ static void strided_loss_matches_hand_computation(void **state)
     check(m, d, 3, 7, 5, 2);         /* a run of documents inside the dataset */
     check(m, d, 4, 5, 7, 3);         /* one document */
     gpt_free(m);
-    idx_close(d);
+    dsr_close(d);
     remove_dataset();
 }
 

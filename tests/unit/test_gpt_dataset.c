@@ -107,6 +107,32 @@ static int teardown(void **state)
 
 /* ---- splits ------------------------------------------------------------------------------ */
 
+/* gptds_split_docs (eval's documents): a split by name, "all", and the usage errors, by hand:
+ * 1500 documents at 90,10,0 -> train [0, 1350), valid [1350, 1500); "98,2" over 150 -> test empty. */
+static void split_docs_by_name(void **state)
+{
+    (void)state;
+    int64_t b = -1, e = -1;
+    char err[512] = "";
+    assert_int_equal(gptds_split_docs("90,10,0", "valid", "P", 1500, &b, &e, err, sizeof err), 0);
+    assert_int_equal(b, 1350);
+    assert_int_equal(e, 1500);
+    assert_int_equal(gptds_split_docs("90,10,0", "train", "P", 1500, &b, &e, err, sizeof err), 0);
+    assert_int_equal(b, 0);
+    assert_int_equal(e, 1350);
+    assert_int_equal(gptds_split_docs("8/1/1", "test", "P", 25, &b, &e, err, sizeof err), 0);
+    assert_int_equal(b, 22);
+    assert_int_equal(e, 25);
+    assert_int_equal(gptds_split_docs("not a split", "all", "P", 7, &b, &e, err, sizeof err), 0); /* not read */
+    assert_int_equal(b, 0);
+    assert_int_equal(e, 7);
+    assert_int_equal(gptds_split_docs("98,2", "test", "data/x", 150, &b, &e, err, sizeof err), -1);
+    assert_string_equal(err, "--split 98,2 leaves the test split of data/x empty; use --split-name all or another "
+                             "--split");
+    assert_int_equal(gptds_split_docs("a,b", "valid", "P", 150, &b, &e, err, sizeof err), -1);
+    assert_string_equal(err, "--split 'a,b' is not up to 3 non-negative numbers separated by commas (e.g. 949,50,1)");
+}
+
 static void split_boundaries_match_megatron(void **state)
 {
     (void)state;
@@ -834,6 +860,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(split_boundaries_match_megatron),
+        cmocka_unit_test(split_docs_by_name),
         cmocka_unit_test(target_samples_follow_megatron),
         cmocka_unit_test(one_epoch_uses_every_token_once),
         cmocka_unit_test(epochs_and_separate_final_epoch),

@@ -137,6 +137,15 @@ gpt_config ckpt_config_of_args(const td_args *a, int vocab, int tp);
  * came from the checkpoint when `log`. Returns 0, or -1 with one line in msg (a usage error). */
 int ckpt_args_reconcile(td_args *a, const ckpt_meta *m, int vocab, int tp, int log, char *msg, size_t msglen);
 
+/* The data flags that define eval's documents, from the training run's flags in m's meta.json
+ * ("args") where not given: --data-path (one prefix, readable here) and, unless --split-name is
+ * "all", --split, so "valid" is the split the training held out (the seed plays no part: eval
+ * takes the documents in order). Call after ckpt_args_reconcile. Updates a; `taken` lists what
+ * came from the checkpoint for a log line ("--data-path P, --split S, --seq-length N": the
+ * sequence length too when not given, which reconcile took), "" for nothing. Returns 0, or -1
+ * with one line in err (a usage error). */
+int ckpt_args_eval_data(td_args *a, const ckpt_meta *m, char *taken, size_t takenlen, char *err, size_t errlen);
+
 /* The model config stored in a checkpoint, for a run of `tp` ranks per layer and sequence
  * length `seq`: the checkpoint's padded vocabulary when tp divides it, else the vocabulary
  * padded to a multiple of divisible_by x tp. Dropout off. */

@@ -9,7 +9,7 @@
 #include <stdint.h>
 
 #include "trident/args.h"
-#include "trident/indexed.h"
+#include "trident/dataset_reader.h"
 
 typedef enum { GPTDS_TRAIN = 0, GPTDS_VALID = 1, GPTDS_TEST = 2 } gptds_split;
 #define GPTDS_NSPLITS 3
@@ -51,6 +51,12 @@ int gptds_parse_split(const char *split, double w[GPTDS_NSPLITS], char *err, siz
 /* Megatron's split bookends over n documents: split s holds [beg[s], end[s]), the cumulative
  * weights times n rounded half to even (Python's round). Returns a bit per split that exists: a
  * split whose bookends coincide (weight 0) does not, and gets beg == end == 0. */
+/* The documents [*beg, *end) of the split called `name` ("train", "valid", "test"; "all": every
+ * one) of dataset `path` of n documents under --split `split`, as gptds_split_range cuts them.
+ * Returns 0, or -1 with one line in err (a usage error: the --split string is bad, or leaves that
+ * split empty). */
+int gptds_split_docs(const char *split, const char *name, const char *path, int64_t n, int64_t *beg, int64_t *end,
+                     char *err, size_t errlen);
 unsigned gptds_split_range(const double w[GPTDS_NSPLITS], int64_t n, int64_t beg[GPTDS_NSPLITS],
                            int64_t end[GPTDS_NSPLITS]);
 
@@ -70,17 +76,17 @@ void gptds_close(gptds *ds);
  * paths[i]; BERT's dataset uses the same), td_xmalloc'ed; NULL with no_cache. */
 char *gptds_cache_dir(const gptds_config *cfg, int i);
 
-/* Checks every token id of the indexed dataset `idx` (opened from `path`) against [0, vocab),
+/* Checks every token id of the dataset r (dsr_open) against [0, vocab),
  * scanning in parallel (OpenMP). A passing check is remembered in a cache file beside the
  * dataset (or in cache_dir; none when cache_dir is "" or no_cache), keyed by the vocabulary
- * size, the .bin file's size and modification time and the document lengths, so the next open
+ * size, the token file's (the .bin's) size and modification time and the document lengths, so the next open
  * costs nothing (a .bin modified less than 2 s ago gets none: a cache written that soon after it is
  * not trusted, as a rewrite within one tick of the clock keeps the mtime). An id outside the vocabulary ends the job (exit 1) with one line naming the
- * file, the document and token offset (and byte offset in the .bin), the id and the vocabulary
+ * file, the document and token offset (and byte offset in the token file), the id and the vocabulary
  * size; vocab_source says where the size came from ("--vocab-file F"). Returns 1 when the result
  * came from the cache, 0 when it was scanned. */
-int gptds_check_token_ids(const char *path, const idx_dataset *idx, int vocab, const char *vocab_source,
-                          const char *cache_dir, int no_cache);
+int gptds_check_token_ids(const dsr_reader *r, int vocab, const char *vocab_source, const char *cache_dir,
+                          int no_cache);
 
 int gptds_seq_length(const gptds *ds);
 /* Samples available in split s (>= the number asked; 0 for an empty split). */
@@ -114,8 +120,8 @@ typedef struct gptds_split_info {
 typedef struct gptds_dataset_info {
     const char *path;
     double weight;              /* normalised; 1 without a blend */
-    const idx_dataset *idx;
-    int64_t num_documents;      /* sequences in the .idx (a GPT document is one sequence) */
+    const dsr_reader *reader;   /* the dataset's tokens, opened */
+    int64_t num_documents;      /* sequences in the dataset (a GPT document is one sequence) */
     int64_t num_tokens;
     int32_t min_len, max_len;
     double mean_len;

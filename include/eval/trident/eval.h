@@ -10,7 +10,8 @@
 #include <stdint.h>
 
 #include "trident/gpt.h"
-#include "trident/indexed.h"
+#include "trident/comm.h"
+#include "trident/dataset_reader.h"
 #include "trident/parallel_state.h"
 #include "trident/tokenizer.h"
 
@@ -30,8 +31,15 @@ int64_t ev_num_windows(int64_t n, int S, int K);
  * over ps->world; m->cfg.seq is S, m built for micro-batches of `mbs`), stride K (1 <= K <= S).
  * Windows are dealt to data-parallel ranks mbs at a time; stages pass activations along the
  * pipeline group. Every rank gets the result. Dies (collectively) when there is no full window. */
-void ev_score(gpt_model *m, const ps_state *ps, const idx_dataset *d, int64_t doc_begin, int64_t doc_end, int K,
+void ev_score(gpt_model *m, const ps_state *ps, const dsr_reader *d, int64_t doc_begin, int64_t doc_end, int K,
               int mbs, ev_result *out);
+/* The dataset ev_score reads: PREFIX `path` opened (dsr_open) with every token id checked
+ * against [0, vocab) (gptds_check_token_ids, cache in cache_dir or beside the dataset): rank 0
+ * of world first, so that it writes the check's cache, then the others, which load it.
+ * vocab_source names the vocabulary in an error. Collective over world. Ends the job (exit 1)
+ * on a dataset that cannot be read or holds an id outside the vocabulary. */
+dsr_reader *ev_open_dataset(comm *world, const char *path, int vocab, const char *vocab_source,
+                            const char *cache_dir);
 
 /* ---- zero-shot tasks (src/eval/tasks.c; trident eval --task) ----
  * Each is collective over ps->world and gives every rank the result. m is built for micro-batches
