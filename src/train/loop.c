@@ -38,7 +38,7 @@ void run_loop(run_state *r, ckpt_progress prog, int resume, double t_begin)
         run_batches_begin(r, GPTDS_TRAIN);
         double loss_sum = pp_run(r->model.schedule, &r->batches.it);
         dp_finish_grads(r->model.dp, r->model.nchunks);
-        run_batches_moe_collect(r);
+        run_batches_block_stats(r);
         bd_start(&r->report.bd, BD_OPTIMIZER);
         if (iter == overflow_test_iter) run_inject_overflow(r);
         double norm = opt_unscaled_grad_norm(r->optim.opt, scale);
