@@ -179,7 +179,7 @@ void run_optim_schedule(run_state *r);
 /* Prints the optimizer's line (the first rank of each stage). */
 void run_optim_describe(run_state *r);
 
-/* Test hook (TRIDENT_TEST_OVERFLOW_ITER=N): at iteration N the last rank finds an Inf in one of
+/* --debug-overflow-iteration N (trident/debug.h): at iteration N the last rank finds an Inf in one of
  * the gradients it steps, as an fp16 overflow would leave there; every rank must skip the step. */
 void run_inject_overflow(run_state *r);
 
