@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Two builds of trident held against each other, for a change that must not change behaviour (a
-# restructuring): GPT and BERT train 6 iterations from scratch with each binary, and a checkpoint
+# restructuring): GPT, BERT and a mixture of experts train 6 iterations from scratch with each binary, and a checkpoint
 # the OLD binary saved at iteration 3 is resumed to 6 by each; the metrics must be bit-identical
 # (timing fields aside) and the NEW binary's `checkpoint info` must read the OLD checkpoint. On
 # the GPT checkpoint, each binary's `eval` (strided perplexity: the flags' documents and the
@@ -21,16 +21,23 @@ gpt=(--data-path "$build/testtmp/checkpoint/ts_text_document" --vocab-file "$dat
      --merge-file "$data/gpt2/merges.txt" --seq-length 16 --max-position-embeddings 16 "${common[@]}")
 bert=(--model bert --data-path "$build/testtmp/bert/ts_text_sentence" --tokenizer-type BertWordPieceLowerCase
       --vocab-file "$build/node/bert/vocab.txt" --seq-length 32 --max-position-embeddings 32 "${common[@]}")
+# a mixture of experts (its named statistics in the log line and metrics.jsonl): every other layer
+# MoE, with the load-balancing and z losses, a capacity, the expert bias
+moe=("${gpt[@]}" --num-experts 4 --moe-router-topk 2 --moe-layer-freq "[1,0,1,1]" --moe-aux-loss-coeff 1e-2
+     --moe-z-loss-coeff 1e-3 --moe-expert-capacity-factor 1.5 --moe-router-score-function sigmoid
+     --moe-router-enable-expert-bias --log-interval 1)
 untimed() { sed -E 's/"(tokens_per_s|model_tflops_per_rank|mfu|elapsed_ms|comm_ms)": [^,}]*(, )?//g' "$@"; }
 fails=0
 same() { # what a b
   if [ -s "$2" ] && cmp -s <(untimed "$2") <(untimed "$3"); then echo "ok: $1"; else echo "FAIL: $1"; fails=$((fails + 1)); fi
 }
-for fam in gpt bert; do
+for fam in gpt bert moe; do
   declare -n flags=$fam
   "$old" train "${flags[@]}" --train-iters 6 --metrics-file $fam.old.jsonl >$fam.old.log 2>&1
   "$new" train "${flags[@]}" --train-iters 6 --metrics-file $fam.new.jsonl >$fam.new.log 2>&1
   same "$fam: 6 iterations from scratch, old and new" $fam.old.jsonl $fam.new.jsonl
+  for v in old new; do grep -o 'lm loss:.*loss scale' $fam.$v.log >$fam.$v.lines; done
+  [ $fam = moe ] && same "$fam: the log lines' losses and metrics, old and new" $fam.old.lines $fam.new.lines
   "$old" train "${flags[@]}" --train-iters 6 --exit-interval 3 --save $fam.ck >$fam.save.log 2>&1
   cp -r $fam.ck $fam.ck2
   "$old" train "${flags[@]}" --train-iters 6 --load $fam.ck --metrics-file $fam.rold.jsonl >$fam.rold.log 2>&1

@@ -33,6 +33,7 @@
 #include "ckpt_fs.h"
 #include "ckpt_impl.h"
 #include "trident/check.h"
+#include "trident/debug.h"
 #include "trident/safetensors.h"
 #include "trident/timer.h"
 
@@ -148,8 +149,7 @@ static int rank_writes(const ckpt_model *m, const gpt_tensor_info *t, int by_dp)
 
 static void save_delay(void)
 {
-    const char *s = getenv("TRIDENT_TEST_SAVE_DELAY_MS");
-    long ms = s ? atol(s) : 0;
+    long ms = td_debug_get()->save_delay_ms;
     if (ms <= 0) return;
     struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {

@@ -6,6 +6,7 @@
 #include "cli.h"
 #include "trident/args.h"
 #include "trident/check.h"
+#include "trident/debug.h"
 #include "trident/checkpoint.h"
 #include "trident/comm.h"
 #include "trident/hf.h"
@@ -47,6 +48,7 @@ int cli_convert(int argc, char **argv)
         return 0;
     }
     td_log_set_level(a.verbose);
+    td_debug_from_args(&a);
     if (a.from.n != 2 || a.to.n != 2)
         td_usage_error("%s: give --from FORMAT DIR and --to FORMAT DIR (see %s --help)", prog, prog);
     const char *ff = a.from.v[0], *in = a.from.v[1], *tf = a.to.v[0], *out = a.to.v[1];

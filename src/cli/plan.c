@@ -8,6 +8,7 @@
 #include "cli.h"
 #include "trident/args.h"
 #include "trident/check.h"
+#include "trident/debug.h"
 #include "trident/comm.h"
 #include "trident/plan.h"
 
@@ -133,6 +134,7 @@ int cli_plan(int argc, char **argv)
         td_args_free(&a);
         return 0;
     }
+    td_debug_from_args(&a);
     if (a.plan_calibrate) {
         comm *world = comm_world_init(&argc, &argv);
         plan_cluster me;

@@ -4,6 +4,7 @@
 #include "cli.h"
 #include "trident/args.h"
 #include "trident/check.h"
+#include "trident/debug.h"
 #include "trident/comm.h"
 #include "trident/trainer.h"
 
@@ -20,6 +21,7 @@ int cli_train(int argc, char **argv)
         return 0;
     }
     td_log_set_level(a.verbose);
+    td_debug_from_args(&a);
     comm *world = comm_world_init(&argc, &argv);
     comm_set_timeout(a.distributed_timeout_minutes * 60);
     int rc = trainer_run(&a, world); /* validates the flags (against the checkpoint of --load) first */

@@ -14,6 +14,7 @@
 
 #include "comm_impl.h"
 #include "trident/check.h"
+#include "trident/debug.h"
 
 #define HOST_LEN 64
 #define MAX_STAGES 3
@@ -58,9 +59,8 @@ static const struct comm_ops HIER_OPS;
 
 void comm_host_name(int world_rank, int world_size, char *out, size_t len)
 {
-    const char *fake = getenv("TRIDENT_TEST_HOSTS");
-    if (fake && atoi(fake) > 0) {
-        long n = atoi(fake);
+    long n = td_debug_get()->fake_hosts;
+    if (n > 0) {
         snprintf(out, len, "test-host-%ld", (long)world_rank * n / (world_size > 0 ? world_size : 1));
         return;
     }

@@ -34,6 +34,7 @@
 #include "comm_impl.h"
 #include "mpi_fault.h"
 #include "trident/check.h"
+#include "trident/debug.h"
 #include "trident/timer.h"
 
 typedef struct {
@@ -109,9 +110,9 @@ void fault_init(MPI_Comm world, int rank, int size)
     for (int r = 0; r < size; r++)
         g_watched[r] = r != rank && me.start >= 0 && strcmp(g_peers[r].host, me.host) == 0 &&
                        proc_start(g_peers[r].pid, &st) == g_peers[r].start;
-    /* test hook: only this world rank watches, as if every other rank were on another node */
-    const char *only = getenv("TRIDENT_TEST_WATCH_ONLY_RANK");
-    if (only && *only && atoi(only) != rank) memset(g_watched, 0, (size_t)size);
+    /* --debug-watch-only-rank: only that world rank watches, as if every other rank were on another node */
+    int only = td_debug_get()->watch_only_rank;
+    if (only >= 0 && only != rank) memset(g_watched, 0, (size_t)size);
     if (MPI_Comm_dup(world, &g_alarm) != MPI_SUCCESS ||
         MPI_Comm_set_errhandler(g_alarm, MPI_ERRORS_RETURN) != MPI_SUCCESS ||
         MPI_Irecv(&g_alarm_in, 1, MPI_INT32_T, MPI_ANY_SOURCE, ALARM_TAG, g_alarm, &g_alarm_req) != MPI_SUCCESS ||

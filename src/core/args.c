@@ -427,6 +427,20 @@ static const flag_t FLAGS[] = {
      NULL},
     {"--dtype", A_CHOICE, OFF(dtype), "F32", TD_CMD_CONVERT, "convert",
      "--to hf: the tensors' type (F16 and BF16 round the fp32 weights to nearest even)", 0, 0, "F32|F16|BF16"},
+
+    /* fakes and faults for tests and drills (trident/debug.h); off by default */
+    {"--fake-hosts", A_INT, OFF(fake_hosts), "0", TD_CMD_TRAIN | TD_CMD_PLAN, "debug",
+     "the ranks believe they sit on N hosts, consecutive ranks together: hierarchical collectives and "
+     "--calibrate on one machine (0: the real host names)", 0, 1 << 20, NULL},
+    {"--debug-save-delay-ms", A_INT, OFF(debug_save_delay_ms), "0", TD_CMD_TRAIN | TD_CMD_CONVERT, "debug",
+     "a checkpoint save pauses this long after each shard and before its renames (a save to interrupt)", 0,
+     3600000, NULL},
+    {"--debug-overflow-iteration", A_I64, OFF(debug_overflow_iteration), "0", TD_CMD_TRAIN, "debug",
+     "at this iteration the last rank finds an Inf in one gradient: a loss-scale overflow (0: never)", 0, 1e18,
+     NULL},
+    {"--debug-watch-only-rank", A_INT, OFF(debug_watch_only_rank), "-1", TD_CMD_TRAIN, "debug",
+     "only this world rank watches the peers of its node, as if the others were each alone on a node "
+     "(-1: every rank)", -1, 1 << 24, NULL},
 };
 #define NFLAGS ((int)(sizeof FLAGS / sizeof FLAGS[0]))
 _Static_assert(sizeof FLAGS / sizeof FLAGS[0] <= TD_MAX_FLAGS, "raise TD_MAX_FLAGS");

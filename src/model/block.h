@@ -52,11 +52,34 @@ typedef struct block_ops {
     /* Runs on this rank's positions only under sequence parallelism: its gradients are summed
      * over the tensor-parallel group at the end of the iteration. */
     int seq_local;
-    /* Metrics the kind sums over an iteration's training micro-batches (NULL: none): how many
-     * for the config, and a micro-batch's forward's added into out. */
-    int (*nstats)(const gpt_config *c);
+    /* Its statistics (block_stats.c; nstat 0: none), named, in the order of a layer's numbers
+     * (stat_list: a number, or one per expert; summed over the iteration's training micro-batches
+     * and the ranks, or derived by metrics from those sums). stats adds a micro-batch's forward's
+     * into out, the layer's numbers (block_stat_index's positions). */
+    const struct block_stat *stat_list;
+    int nstat;
     void (*stats)(const void *a, double *out);
+    /* The iteration's report from the sums of its layers over the global batch (sums: (nlayers,
+     * block_stat_count) as block_stats.c gathers them, its derived numbers written there): its
+     * metrics into out (returns how many, at most max), its lists into arr (*narr counts them,
+     * at most GPT_MAX_ARRAYS), pointing into sums. */
+    int (*metrics)(const gpt_config *c, double *sums, int nlayers, const gpt_stats_scope *s, gpt_metric *out,
+                   int max, gpt_metric_array *arr, int *narr);
+    /* What the kind does with its layer's sums over the global batch before the optimizer step
+     * (NULL: nothing): the MoE block's expert bias moves against the load. */
+    void (*stats_apply)(const gpt_config *c, const void *params, const double *sums);
 } block_ops;
+
+/* A statistic of a block kind: what each of its layers reports of an iteration, by name. */
+typedef struct block_stat {
+    const char *name;   /* "z_loss" */
+    int per_expert;     /* one number per expert (c->num_experts) rather than one */
+    int derived;        /* written by the kind's metrics from the others (not summed by the forwards) */
+} block_stat;
+/* How many numbers a layer of kind ops reports (0: none), and where statistic `name` starts in
+ * them (-1: the kind has none of that name). */
+int block_stat_count(const block_ops *ops, const gpt_config *c);
+int block_stat_index(const block_ops *ops, const gpt_config *c, const char *name);
 
 #define GPT_SCRATCH_KINDS 8
 /* Forward temporaries and backward gradients of the stage, shared by every block and every

@@ -118,6 +118,10 @@ struct gpt_acts {
     float token_weight, sample_weight; /* what one token's and one sample's loss count */
 };
 
+/* gpt_forward's part, training only (block_stats.c): the micro-batch's statistics of the stage's
+ * layer l added into the stage's sums (m->layer_stats). */
+void model_block_stats_add(gpt_model *m, const gpt_acts *a, int l);
+
 /* ---- activation recomputation (recompute.c) ---- */
 
 /* Carves (ar NULL: counts) the activations shared by every micro-batch: the layers a full

@@ -643,18 +643,59 @@ void moe_update_expert_bias(const gpt_config *c, const void *pv, const double *t
     }
 }
 
-/* The metrics: the load-balancing loss, the z-loss, the choices dropped over capacity, then the
- * tokens routed to each expert. */
-static int nstats(const gpt_config *c) { return 4 + c->num_experts; }
+/* Its statistics, a layer's numbers in this order: the load-balancing loss and the z-loss
+ * without their coefficients (Megatron's logged values), the (token, expert) choices dropped over
+ * capacity, the tokens routed to each expert, the tokens whose choice float noise could flip
+ * (MOE_TIE), summed; then the busiest expert against the mean, derived from the tokens. */
+static const block_stat moe_stats[] = {
+    {"load_balancing_loss", 0, 0}, {"z_loss", 0, 0}, {"dropped", 0, 0},
+    {"tokens", 1, 0},              {"near_ties", 0, 0}, {"load_max_mean", 0, 1},
+};
+enum { ST_AUX, ST_Z, ST_DROPPED, ST_TOKENS }; /* then near_ties at ST_TOKENS + E, load_max_mean next */
 
 static void stats(const void *av, double *out)
 {
     const moe_acts *a = av;
-    out[0] += a->aux;
-    out[1] += a->z;
-    out[2] += a->dropped;
-    for (int e = 0; e < a->E; e++) out[3 + e] += a->routed[e];
-    out[3 + a->E] += a->near_ties;
+    out[ST_AUX] += a->aux;
+    out[ST_Z] += a->z;
+    out[ST_DROPPED] += a->dropped;
+    for (int e = 0; e < a->E; e++) out[ST_TOKENS + e] += a->routed[e];
+    out[ST_TOKENS + a->E] += a->near_ties;
+}
+
+/* The iteration's report: the two losses, a MoE layer's and a micro-batch's mean; each layer's
+ * busiest expert against the mean, and the worst layer's; the share of the choices dropped over
+ * capacity (with a capacity); the near ties over the layers; per layer the load and the tokens
+ * routed to each expert. */
+static int metrics(const gpt_config *c, double *sums, int L, const gpt_stats_scope *sc, gpt_metric *out, int max,
+                   gpt_metric_array *arr, int *narr)
+{
+    int E = c->num_experts, n = E + 5, load = ST_TOKENS + E + 1;
+    double aux = 0, z = 0, dropped = 0, near_ties = 0, worst = 0;
+    for (int l = 0; l < L; l++) {
+        double *s = sums + (size_t)l * n, total = 0, most = 0;
+        aux += s[ST_AUX], z += s[ST_Z], dropped += s[ST_DROPPED];
+        near_ties += s[ST_TOKENS + E];
+        for (int e = 0; e < E; e++) total += s[ST_TOKENS + e], most = s[ST_TOKENS + e] > most ? s[ST_TOKENS + e] : most;
+        s[load] = total > 0 ? most / (total / E) : 0;
+        worst = s[load] > worst ? s[load] : worst;
+    }
+    TD_ASSERT(max >= 5 && *narr + 2 <= GPT_MAX_ARRAYS);
+    int k = 0;
+    out[k++] = (gpt_metric){"load_balancing_loss", "load balancing loss", "%.4f", aux / (L * sc->micro_batches)};
+    out[k++] = (gpt_metric){"z_loss", "z loss", "%.4E", z / (L * sc->micro_batches)};
+    out[k++] = (gpt_metric){"expert_load_max_mean", "expert load max/mean", "%.2f", worst};
+    if (c->moe_capacity > 0)
+        out[k++] = (gpt_metric){"dropped_tokens", "dropped", "%.4f", dropped / ((double)L * sc->samples * c->seq * c->moe_topk)};
+    out[k++] = (gpt_metric){"router_near_ties", "near ties", "%.0f", near_ties};
+    arr[(*narr)++] = (gpt_metric_array){"expert_load_max_mean_per_layer", "%.6g", L, 1, n, 0, sums + load};
+    arr[(*narr)++] = (gpt_metric_array){"tokens_per_expert", "%.0f", L, E, n, 1, sums + ST_TOKENS};
+    return k;
+}
+
+static void stats_apply(const gpt_config *c, const void *params, const double *sums)
+{
+    if (c->moe_expert_bias) moe_update_expert_bias(c, params, sums + ST_TOKENS);
 }
 
 static void bwd(const block_io *io, float *dx, void *gv, const float *dbranch, const void *av, const void *pv, be_in x)
@@ -752,5 +793,6 @@ static void bwd(const block_io *io, float *dx, void *gv, const float *dbranch, c
 const block_ops moe_ops = {
     .name = "MoE MLP", .params_size = sizeof(moe_params), .acts_size = sizeof(moe_acts),
     .scratch_size = sizeof(moe_scratch), .tensors = tensors, .acts = acts, .scratch = scratch, .fwd = fwd, .bwd = bwd,
-    .nstats = nstats, .stats = stats,
+    .stat_list = moe_stats, .nstat = sizeof moe_stats / sizeof moe_stats[0], .stats = stats, .metrics = metrics,
+    .stats_apply = stats_apply,
 };

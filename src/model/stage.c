@@ -484,14 +484,11 @@ float *gpt_forward(gpt_model *m, gpt_acts *a, const gpt_batch *in, const float *
         be_copy(be, a->input, input, (size_t)B * m->seq_l * h);
     }
     const float *x = a->input;
-    int nst = training ? gpt_layer_nstats(&m->cfg) : 0;
-    if (nst && !m->layer_stats) m->layer_stats = td_xcalloc((size_t)m->nlayers * nst + 1, sizeof(double));
     for (int l = 0; l < m->nlayers; l++) {
         if (m->params_needed) m->params_needed(m->params_needed_user, layer_start(m, l));
         layer_fwd(m, a, l, x);
         x = a->layers[l].out;
-        const block_slot *mlp = &m->layers[l].slot[GPT_SLOT_MLP];
-        if (nst && mlp->ops->stats) mlp->ops->stats(a->layers[l].slot[GPT_SLOT_MLP], m->layer_stats + (size_t)l * nst);
+        if (training) model_block_stats_add(m, a, l);
     }
     if (!m->last) return (float *)x;
 
@@ -504,26 +501,12 @@ float *gpt_forward(gpt_model *m, gpt_acts *a, const gpt_batch *in, const float *
 
 int gpt_head_nstats(const gpt_config *c) { return model_head_of(c)->nstats; }
 
-int gpt_layer_nstats(const gpt_config *c)
-{
-    int layer = 0; /* a MoE layer's kind when there is one (--moe-layer-freq) */
-    while (layer < c->num_layers - 1 && !gpt_moe_layer(c, layer)) layer++;
-    const block_ops *o = layer_spec_ops(c, layer, GPT_SLOT_MLP);
-    return o->nstats ? o->nstats(c) : 0;
-}
-const double *gpt_layer_stats(const gpt_model *m) { return m->layer_stats; }
-
 void gpt_moe_update_expert_bias(gpt_model *m, const double *tokens)
 {
     if (!gpt_moe(&m->cfg) || !m->cfg.moe_expert_bias) return;
     for (int l = 0, moe = gpt_moe_layers(&m->cfg, 0, m->layer0); l < m->nlayers; l++)
         if (gpt_moe_layer(&m->cfg, m->layer0 + l))
             moe_update_expert_bias(&m->cfg, m->layers[l].slot[GPT_SLOT_MLP].p, tokens + (size_t)moe++ * m->cfg.num_experts);
-}
-void gpt_layer_stats_clear(gpt_model *m)
-{
-    int n = gpt_layer_nstats(&m->cfg);
-    if (m->layer_stats) memset(m->layer_stats, 0, (size_t)m->nlayers * n * sizeof(double));
 }
 const char *gpt_head_stat_name(const gpt_config *c, int i) { return model_head_of(c)->stat_names[i]; }
 

@@ -26,6 +26,7 @@
 #include "backend.h"
 #include "trident/check.h"
 #include "trident/comm.h"
+#include "trident/comm_hier.h"
 #include "trident/plan.h"
 #include "trident/timer.h"
 
@@ -195,16 +196,14 @@ static double resident_gib(void)
 }
 
 /* Node of every rank (hosts numbered in order of first appearance; caller frees), the number
- * of nodes and the most ranks a node holds. TRIDENT_TEST_HOSTS=N (tests on one machine) names
- * the ranks' hosts as N nodes filled in rank order would. Collective over world. */
+ * of nodes and the most ranks a node holds. --fake-hosts N (tests on one machine) names the
+ * ranks' hosts as N nodes filled in rank order would (comm_host_name). Collective over world. */
 static int *node_of_ranks(comm *world, int *nodes, int *per_node)
 {
     enum { HOST = 64 };
     int n = comm_size(world);
     char me[HOST] = "";
-    const char *fake = getenv("TRIDENT_TEST_HOSTS");
-    if (fake && atoi(fake) > 0) snprintf(me, sizeof me, "test-host-%d", (int)((long)comm_rank(world) * atoi(fake) / n));
-    else if (gethostname(me, sizeof me - 1) != 0) strcpy(me, "?");
+    comm_host_name(comm_rank(world), n, me, sizeof me);
     char *hosts = td_xcalloc((size_t)n, HOST);
     comm_allgather(world, me, hosts, HOST, COMM_U8);
     int *node = td_xcalloc((size_t)n, sizeof *node), *count = td_xcalloc((size_t)n, sizeof *count);

@@ -81,8 +81,7 @@ void run_batches_iteration(run_state *r, const gpt_config *c)
 void run_batches_close(run_state *r)
 {
     be_dfree(r->model.be, r->batches.it.grad_in);
-    free(r->batches.moe_tokens);
-    free(r->batches.moe_load);
+    free(r->batches.block_sums);
     for (int k = 0; k < 2; k++)
         if (r->batches.it.prefetch[k]) be_dfree(r->model.be, r->batches.it.prefetch[k]);
     batch_source_close(r->batches.source);
@@ -98,68 +97,31 @@ double run_batches_loss(const run_state *r, double loss_sum)
     return loss_sum / gpt_head_loss_divisor(config_of(r), r->gbs);
 }
 
-/* A mixture of experts' sums of the iteration, every MoE layer's over the global batch (the
- * stages' layers summed over the data-parallel ranks, then gathered over the pipeline by a sum:
- * each stage holds its own; the dense layers of --moe-layer-freq have none); then, with
- * --moe-router-enable-expert-bias, every MoE layer's expert bias moved against its load, on every
- * rank alike, before the optimizer step. */
-void run_batches_moe_collect(run_state *r)
+/* The blocks' statistics of the iteration: each stage's layers' sums summed over the
+ * data-parallel ranks, then gathered over the pipeline by a sum (each stage holds its own
+ * layers'), so that every rank holds the whole model's; then what each kind does with them
+ * before the optimizer step, on every rank alike. */
+void run_batches_block_stats(run_state *r)
 {
-    const gpt_config *c = config_of(r);
-    int n = gpt_layer_nstats(c);
+    size_t n = gpt_block_stats_size(config_of(r));
     if (n == 0) return;
-    int L = c->num_layers, E = c->num_experts, Lm = gpt_moe_layers(c, 0, L);
-    double *all = td_xcalloc((size_t)L * n, sizeof(double));
-    for (int k = 0; k < r->model.nchunks; k++) {
-        gpt_model *m = r->model.chunks[k];
-        const double *s = gpt_layer_stats(m);
-        for (size_t i = 0; s && i < (size_t)m->nlayers * n; i++) all[(size_t)m->layer0 * n + i] += s[i];
-        gpt_layer_stats_clear(m);
-    }
-    comm_allreduce(r->ps->dp_group, all, (size_t)L * n, COMM_F64, COMM_SUM);
-    if (r->ps->pp > 1) comm_allreduce(r->ps->pp_group, all, (size_t)L * n, COMM_F64, COMM_SUM);
-    if (!r->batches.moe_tokens) {
-        r->batches.moe_tokens = td_xcalloc((size_t)Lm * E, sizeof(double));
-        r->batches.moe_load = td_xcalloc((size_t)Lm, sizeof(double));
-    }
-    r->batches.moe_aux = r->batches.moe_z = r->batches.moe_dropped = r->batches.moe_near_ties = 0;
-    for (int l = 0, i = 0; l < L; l++) {
-        if (!gpt_moe_layer(c, l)) continue;
-        const double *s = all + (size_t)l * n;
-        double total = 0, most = 0;
-        r->batches.moe_aux += s[0], r->batches.moe_z += s[1], r->batches.moe_dropped += s[2];
-        r->batches.moe_near_ties += s[3 + E];
-        for (int e = 0; e < E; e++) {
-            r->batches.moe_tokens[(size_t)i * E + e] = s[3 + e];
-            total += s[3 + e], most = s[3 + e] > most ? s[3 + e] : most;
-        }
-        r->batches.moe_load[i++] = total > 0 ? most / (total / E) : 0;
-    }
-    free(all);
-    for (int k = 0; k < r->model.nchunks; k++) gpt_moe_update_expert_bias(r->model.chunks[k], r->batches.moe_tokens);
+    if (!r->batches.block_sums) r->batches.block_sums = td_xcalloc(n, sizeof(double));
+    double *sums = r->batches.block_sums;
+    memset(sums, 0, n * sizeof(double));
+    for (int k = 0; k < r->model.nchunks; k++) gpt_block_stats_take(r->model.chunks[k], sums);
+    comm_allreduce(r->ps->dp_group, sums, n, COMM_F64, COMM_SUM);
+    if (r->ps->pp > 1) comm_allreduce(r->ps->pp_group, sums, n, COMM_F64, COMM_SUM);
+    for (int k = 0; k < r->model.nchunks; k++) gpt_block_stats_apply(r->model.chunks[k], sums);
 }
 
-/* ... and its metrics: the load-balancing loss and the z-loss (without their coefficients:
- * Megatron's logged values), a MoE layer's and a micro-batch's mean; the tokens routed to each
- * expert; each MoE layer's busiest expert against the mean, and the worst layer's. */
-static void moe_metrics(run_state *r, met_record *rec)
+/* ... and their metrics, by the kinds' names: after the head's in the log line, their lists in
+ * metrics.jsonl. */
+static void block_metrics(run_state *r, met_record *rec)
 {
-    const gpt_config *c = config_of(r);
-    if (gpt_layer_nstats(c) == 0 || !r->batches.moe_tokens) return;
-    int L = gpt_moe_layers(c, 0, c->num_layers);
-    double micro = (double)r->num_micro * r->ps->dp, worst = 0;
-    for (int l = 0; l < L; l++) worst = r->batches.moe_load[l] > worst ? r->batches.moe_load[l] : worst;
-    TD_ASSERT(rec->nextra + 5 <= GPT_MAX_STATS);
-    rec->extra[rec->nextra++] = (gpt_metric){"load_balancing_loss", "load balancing loss", "%.4f", r->batches.moe_aux / (L * micro)};
-    rec->extra[rec->nextra++] = (gpt_metric){"z_loss", "z loss", "%.4E", r->batches.moe_z / (L * micro)};
-    rec->extra[rec->nextra++] = (gpt_metric){"expert_load_max_mean", "expert load max/mean", "%.2f", worst};
-    if (c->moe_capacity > 0) /* the share of the (token, expert) choices dropped over capacity */
-        rec->extra[rec->nextra++] = (gpt_metric){"dropped_tokens", "dropped", "%.4f",
-                                                 r->batches.moe_dropped / ((double)L * r->gbs * c->seq * c->moe_topk)};
-    /* the tokens of the iteration, over the MoE layers, whose choice float noise could flip */
-    rec->extra[rec->nextra++] = (gpt_metric){"router_near_ties", "near ties", "%.0f", r->batches.moe_near_ties};
-    rec->moe_layers = L, rec->moe_experts = c->num_experts;
-    rec->moe_tokens = r->batches.moe_tokens, rec->moe_load = r->batches.moe_load;
+    if (!r->batches.block_sums) return;
+    gpt_stats_scope sc = {.micro_batches = (double)r->num_micro * r->ps->dp, .samples = (double)r->gbs};
+    rec->nextra += gpt_block_metrics(config_of(r), r->batches.block_sums, &sc, rec->extra + rec->nextra,
+                                     GPT_MAX_STATS - rec->nextra, rec->arrays, &rec->narrays);
 }
 
 void run_batches_metrics(run_state *r, met_record *rec)
@@ -174,5 +136,5 @@ void run_batches_metrics(run_state *r, met_record *rec)
         rec->nextra = gpt_head_metrics(c, st, &rec->lm_loss, rec->extra);
         memset(st, 0, (size_t)n * sizeof(double));
     }
-    moe_metrics(r, rec);
+    block_metrics(r, rec);
 }

@@ -9,14 +9,14 @@
 
 #include "train_impl.h"
 #include "trident/check.h"
+#include "trident/debug.h"
 #include "trident/timer.h"
 
 void run_loop(run_state *r, ckpt_progress prog, int resume, double t_begin)
 {
     const td_args *a = r->a;
     char msg[4096];
-    const char *ov = getenv("TRIDENT_TEST_OVERFLOW_ITER");
-    int64_t overflow_test_iter = ov ? atoll(ov) : -1;
+    int64_t overflow_test_iter = td_debug_get()->overflow_iter > 0 ? td_debug_get()->overflow_iter : -1;
     const gpt_config *c = &r->model.chunks[0]->cfg;
     double flops_iter = gpt_flops_per_iteration(c, r->gbs, 0);
     int64_t consumed = prog.consumed_train, valid_consumed = prog.consumed_valid, last_saved = -1;
@@ -38,7 +38,7 @@ void run_loop(run_state *r, ckpt_progress prog, int resume, double t_begin)
         run_batches_begin(r, GPTDS_TRAIN);
         double loss_sum = pp_run(r->model.schedule, &r->batches.it);
         dp_finish_grads(r->model.dp, r->model.nchunks);
-        run_batches_moe_collect(r);
+        run_batches_block_stats(r);
         bd_start(&r->report.bd, BD_OPTIMIZER);
         if (iter == overflow_test_iter) run_inject_overflow(r);
         double norm = opt_unscaled_grad_norm(r->optim.opt, scale);

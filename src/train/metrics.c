@@ -29,6 +29,21 @@ static void put_num(FILE *f, const char *key, double x, int digits)
     else fprintf(f, ", \"%s\": null", key);
 }
 
+/* ", \"key\": [...]": a flat list, or a list of rows' lists, each number in a's format. */
+static void put_array(FILE *f, const gpt_metric_array *a)
+{
+    fprintf(f, ", \"%s\": [", a->key);
+    for (int i = 0; i < a->rows; i++) {
+        if (a->nested) fprintf(f, "%s[", i ? ", " : "");
+        for (int j = 0; j < a->cols; j++) {
+            if (i + j > 0 && (j > 0 || !a->nested)) fprintf(f, ", ");
+            fprintf(f, a->fmt, a->values[(size_t)i * a->stride + j]);
+        }
+        if (a->nested) fprintf(f, "]");
+    }
+    fprintf(f, "]");
+}
+
 void met_write(met_writer *w, const met_record *r)
 {
     if (!w) return;
@@ -53,18 +68,7 @@ void met_write(met_writer *w, const met_record *r)
         put_num(w->f, key, r->inflight_ms[g], 6);
     }
     for (int i = 0; i < r->nextra; i++) put_num(w->f, r->extra[i].key, r->extra[i].value, 17);
-    if (r->moe_layers > 0) { /* per layer: the busiest expert against the mean, and the tokens of each expert */
-        fprintf(w->f, ", \"expert_load_max_mean_per_layer\": [");
-        for (int l = 0; l < r->moe_layers; l++) fprintf(w->f, "%s%.6g", l ? ", " : "", r->moe_load[l]);
-        fprintf(w->f, "], \"tokens_per_expert\": [");
-        for (int l = 0; l < r->moe_layers; l++) {
-            fprintf(w->f, "%s[", l ? ", " : "");
-            for (int e = 0; e < r->moe_experts; e++)
-                fprintf(w->f, "%s%.0f", e ? ", " : "", r->moe_tokens[(size_t)l * r->moe_experts + e]);
-            fprintf(w->f, "]");
-        }
-        fprintf(w->f, "]");
-    }
+    for (int i = 0; i < r->narrays; i++) put_array(w->f, &r->arrays[i]);
     if (!isnan(r->val_loss)) {
         put_num(w->f, "val_loss", r->val_loss, 17);
         put_num(w->f, "val_ppl", exp(r->val_loss), 17);

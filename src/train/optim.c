@@ -6,7 +6,7 @@
 #include "train_impl.h"
 #include "trident/check.h"
 
-/* Test hook (TRIDENT_TEST_OVERFLOW_ITER=N): at iteration N the last rank finds an Inf in one of
+/* --debug-overflow-iteration N (trident/debug.h): at iteration N the last rank finds an Inf in one of
  * the gradients it steps, as an fp16 overflow would leave there; every rank must skip the step. */
 void run_inject_overflow(run_state *r)
 {

@@ -49,11 +49,8 @@ typedef struct {
     int eval;                /* validation runs: --eval-iters > 0 and a validation split exists */
     int64_t consumed;        /* samples consumed before this iteration */
     pp_iteration it;         /* it.micro: the source's micro-batches of the iteration */
-    double *moe_tokens;      /* a mixture of experts: the iteration's tokens per (MoE layer, expert), the MoE layers in order */
-    double *moe_load;        /* ... and each layer's busiest expert's share against the mean */
-    double moe_aux, moe_z;   /* ... and the router losses summed over layers and micro-batches */
-    double moe_dropped;      /* ... and the choices dropped over capacity */
-    double moe_near_ties;    /* ... and the tokens whose choice float noise could flip (moe.c's MOE_TIE) */
+    double *block_sums;      /* the blocks' statistics of the iteration over the global batch, named by
+                              * their kinds (gpt_block_stats_size numbers; NULL: none yet) */
 } run_batches;
 
 /* The optimizer unit (optim.c). */
@@ -161,11 +158,12 @@ float run_batches_loss_scale(const run_state *r, double scale);
 double run_batches_loss(const run_state *r, double loss_sum);
 
 /* Adds the head's own figures to the iteration's record, from the last stage's sums (zeroed for
- * the next iteration). */
+ * the next iteration), then the blocks' (run_batches_block_stats's). */
 void run_batches_metrics(run_state *r, met_record *rec);
-/* A mixture of experts: the iteration's per-layer sums over the global batch, and the expert
- * bias moved against the load (before the optimizer step; every rank). */
-void run_batches_moe_collect(run_state *r);
+/* The blocks' statistics of the iteration summed over the global batch, and what their kinds do
+ * with them before the optimizer step (every rank; gpt_block_stats_apply). Nothing when no kind
+ * of the model has statistics. */
+void run_batches_block_stats(run_state *r);
 
 /* Frees the batch source and the iteration's buffers. */
 void run_batches_close(run_state *r);
@@ -181,7 +179,7 @@ void run_optim_schedule(run_state *r);
 /* Prints the optimizer's line (the first rank of each stage). */
 void run_optim_describe(run_state *r);
 
-/* Test hook (TRIDENT_TEST_OVERFLOW_ITER=N): at iteration N the last rank finds an Inf in one of
+/* --debug-overflow-iteration N (trident/debug.h): at iteration N the last rank finds an Inf in one of
  * the gradients it steps, as an fp16 overflow would leave there; every rank must skip the step. */
 void run_inject_overflow(run_state *r);
 

@@ -72,12 +72,12 @@ if "$TRIDENT" convert --from hf hf_src --to trident held >held.log 2>&1 && [ -f 
 else bad "--to trident once the lock is free"; cat held.log held/.trident-save.lock; fi
 
 # ... and holds it while it writes, not only while it checks the folder: a convert whose save is
-# held (TRIDENT_TEST_SAVE_DELAY_MS, e2e/checkpoint_lock's hook) is paused (SIGSTOP) once its
+# held (--debug-save-delay-ms, as in e2e/checkpoint_lock) is paused (SIGSTOP) once its
 # iter_0000000.tmp exists (the writing phase), so the overlap does not depend on timing; meanwhile
 # flock -n cannot take the lock and a second convert into the folder is refused naming the first;
 # continued, the first finishes its checkpoint
-TRIDENT_TEST_SAVE_DELAY_MS=300 OMPI_MCA_orte_tmpdir_base=$(session_base) "$TRIDENT" convert --from hf hf_src \
-  --to trident writing >writing.log 2>&1 &
+OMPI_MCA_orte_tmpdir_base=$(session_base) "$TRIDENT" convert --from hf hf_src \
+  --to trident writing --debug-save-delay-ms 300 >writing.log 2>&1 &
 conv=$!
 for k in $(seq 1200); do [ -d writing/iter_0000000.tmp ] || ! kill -0 $conv 2>/dev/null && break; sleep 0.05; done
 if kill -STOP $conv 2>/dev/null && [ -d writing/iter_0000000.tmp ]; then

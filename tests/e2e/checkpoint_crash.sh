@@ -2,7 +2,7 @@
 # Crashes during a save (kill -9) leave the previous checkpoint loadable and
 # latest_checkpointed_iteration.txt pointing at it.
 #  1. One rank, continuing a checkpoint of iteration 1 (saved once, without delay, for both);
-#     TRIDENT_TEST_SAVE_DELAY_MS makes the saver pause after each shard and before the renames.
+#     --debug-save-delay-ms makes the saver pause after each shard and before the renames.
 #     Killed (a) with only the model shard of iteration 2 written, (b) with every shard and
 #     meta.json written but not yet renamed. Each time: latest says 1, `checkpoint info`
 #     verifies iteration 1, and a run resumed from it (with --save into the same folder) matches
@@ -35,7 +35,7 @@ latest_is() { [ -f "$1/latest_checkpointed_iteration.txt" ] && [ "$(cat "$1/late
 kill_during_save() { # name file-that-marks-the-moment
   local name=$1 mark=$2
   rm -rf "$name" && mkdir "$name" && cp -r it1 "$name/ckpt"
-  TRIDENT_TEST_SAVE_DELAY_MS=800 run_direct "$name/run.log" --train-iters 5 --load "$name/ckpt" --save "$name/ckpt" \
+  run_direct "$name/run.log" --debug-save-delay-ms 800 --train-iters 5 --load "$name/ckpt" --save "$name/ckpt" \
     --save-interval 1 --metrics-file "$name/m.jsonl"
   if ! wait_for 60 test -e "$name/ckpt/iter_0000002.tmp/$mark"; then
     bad "$name: $mark never appeared"; kill -9 "$job"; cat "$name/run.log"; return
@@ -61,7 +61,7 @@ kill_during_save before_rename meta.json
 rm -rf mp && mkdir mp
 train 4 2 --pipeline-model-parallel-size 2 --train-iters 5 --exit-interval 1 --save mp/ckpt >/dev/null ||
   { bad "tp2 x pp2: the run saving iteration 1 failed"; cat "$last_log"; }
-TRIDENT_TEST_SAVE_DELAY_MS=800 OMPI_MCA_orte_tmpdir_base=$(session_base) timeout 120 "${MPIRUN[@]}" -np 4 "$TRIDENT" train "${BASE[@]}" --tensor-model-parallel-size 2 \
+OMPI_MCA_orte_tmpdir_base=$(session_base) timeout 120 "${MPIRUN[@]}" -np 4 "$TRIDENT" train "${BASE[@]}" --debug-save-delay-ms 800 --tensor-model-parallel-size 2 \
   --make-vocab-size-divisible-by 256 --pipeline-model-parallel-size 2 --train-iters 5 --load mp/ckpt --save mp/ckpt \
   --save-interval 1 >mp/run.log 2>&1 &
 job=$!

@@ -11,9 +11,9 @@ LOCK=.trident-save.lock
 wait_lock() { local k; for k in $(seq 600); do [ -s "$1/$LOCK" ] && return 0; sleep 0.1; done; return 1; }
 stop_ranks() { local p; for p in $(ranks_of "$1"); do kill "-$2" "$p"; done; }
 
-# A: 2 ranks, seed 7, saving every iteration, each save held 0.5 s (a test hook): in bytes its 4
+# A: 2 ranks, seed 7, saving every iteration, each save held 0.5 s (--debug-save-delay-ms): in bytes its 4
 # iterations take a few milliseconds, and A once ended before the pause below reached it
-TRIDENT_TEST_SAVE_DELAY_MS=500 OMPI_MCA_orte_tmpdir_base=$(session_base) timeout 200 "${MPIRUN[@]}" -np 2 "$TRIDENT" train "${BASE[@]}" \
+OMPI_MCA_orte_tmpdir_base=$(session_base) timeout 200 "${MPIRUN[@]}" -np 2 "$TRIDENT" train "${BASE[@]}" --debug-save-delay-ms 500 \
   --tensor-model-parallel-size 2 --make-vocab-size-divisible-by 256 --train-iters 4 --save shared --save-interval 1 >a.log 2>&1 &
 a=$!
 if ! wait_lock shared; then

@@ -29,7 +29,7 @@ check_layout pp2_vp2_dp2 4 1 --pipeline-model-parallel-size 2 --num-layers-per-v
 # scale that overflows at first (2^24: skips, the hysteresis counting down, a halving) and a forced
 # overflow after the resume: the loss scale, its trackers and the skipped count are saved
 check_layout bf16_tp2_pp2 4 2 --pipeline-model-parallel-size 2 --bf16
-TRIDENT_TEST_OVERFLOW_ITER=5 check_layout fp16_one_rank 1 1 --fp16 --initial-loss-scale 16777216
+check_layout fp16_one_rank 1 1 --debug-overflow-iteration 5 --fp16 --initial-loss-scale 16777216
 # a mixture of experts (docs/moe.md): the router and the stacked experts saved and loaded, the
 # router losses on
 MOE=(--num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 64 --moe-aux-loss-coeff 1e-2 --moe-z-loss-coeff 1e-3)

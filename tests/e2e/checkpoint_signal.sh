@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SIGTERM to mpirun (Ctrl-C, a scheduler, `kill`) with --exit-signal-handler and a save that takes
-# seconds (TRIDENT_TEST_SAVE_DELAY_MS=700: about 2.1 s, twice the default grace). Open MPI passes
+# seconds (--debug-save-delay-ms 700: about 2.1 s, twice the default grace). Open MPI passes
 # SIGTERM on to the ranks odls_base_sigkill_timeout seconds later (default 1) and SIGKILLs them as
 # long again after that; the ranks, once saved, cut its second wait short.
 #  1. With the documented launch (--mca odls_base_sigkill_timeout 5 here, more than the save):
@@ -23,7 +23,7 @@ latest() { cat "$1/latest_checkpointed_iteration.txt" 2>/dev/null; }
 sigterm_mpirun() {
   local name=$1 logi=$2; shift 2
   own_session_dir
-  TRIDENT_TEST_SAVE_DELAY_MS=700 "${MPIRUN[@]}" "$@" -np 2 "$TRIDENT" train "${BASE[@]}" --tensor-model-parallel-size 1 \
+  "${MPIRUN[@]}" "$@" -np 2 "$TRIDENT" train "${BASE[@]}" --debug-save-delay-ms 700 --tensor-model-parallel-size 1 \
     --make-vocab-size-divisible-by 512 --train-iters 100000 --exit-signal-handler --save "$name" \
     --eval-interval "$logi" --log-interval "$logi" --metrics-file "$name.jsonl" >"$name.log" 2>&1 &
   local job=$!

@@ -10,7 +10,7 @@
 #     1.5%) took 203 s alone and timed out under ASan; this one trains about 80,000 tokens in all
 #     instead of 470,000 (the cross-entropy over GPT-2's 50257 words dominates, 71% of an
 #     iteration under ASan).
-#  2. A forced overflow (TRIDENT_TEST_OVERFLOW_ITER: an Inf in one gradient of the last rank) in
+#  2. A forced overflow (--debug-overflow-iteration: an Inf in one gradient of the last rank) in
 #     --fp16 with --hysteresis 1 skips exactly that step and halves the scale; with the default
 #     --hysteresis 2 it skips the step and keeps the scale.
 #  3. Divergence (issue 21): --fp16 --lr 1000 --clip-grad 0 (2 x 64 tokens) from Megatron's
@@ -56,7 +56,7 @@ skips=$(field fp16.jsonl skipped | grep -c 1)
 
 # 2. forced overflow at iteration 4
 overflow() { # hysteresis
-  TRIDENT_TEST_OVERFLOW_ITER=4 "$TRIDENT" train "${SMALL[@]}" --peak-tflops 1 --fp16 --initial-loss-scale 1024 --hysteresis "$1" \
+  "$TRIDENT" train "${SMALL[@]}" --debug-overflow-iteration 4 --peak-tflops 1 --fp16 --initial-loss-scale 1024 --hysteresis "$1" \
     --train-iters 7 --eval-iters 0 --metrics-file h$1.jsonl >h$1.log 2>&1 || { bad "overflow run failed"; tail -5 h$1.log; }
   echo "$(field h$1.jsonl skipped | tr '\n' ' ')| $(field h$1.jsonl loss_scale | tr '\n' ' ')"
 }

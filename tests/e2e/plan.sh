@@ -24,9 +24,9 @@ printf '{"name": "half-h100", "base": "dgx-h100", "gpus_per_node": 4, "memory_gi
 if out=$("$TRIDENT" plan "${M[@]}" --num-gpus 512 --cluster cluster.json --top 1) && grep -q "of half-h100 (4 a node" <<<"$out" &&
    ! grep -q "^ *8 " <<<"$out"; then ok "cluster file from a preset: $(head -n 1 <<<"$out" | cut -c1-160)"
 else bad "cluster file"; echo "$out"; fi
-# this machine, calibrated as 4 ranks on 2 hosts (TRIDENT_TEST_HOSTS): nodes, ranks a node and both
+# this machine, calibrated as 4 ranks on 2 hosts (--fake-hosts 2): nodes, ranks a node and both
 # links written (the real network: cluster/plan_calibrate); then a layout evaluated on it
-if timeout 120 env TRIDENT_TEST_HOSTS=2 mpirun --oversubscribe --bind-to none -x TRIDENT_TEST_HOSTS -np 4 "$TRIDENT" plan --calibrate --calibrate-seconds 0.05 >me.json 2>cal.log &&
+if timeout 120 mpirun --oversubscribe --bind-to none -np 4 "$TRIDENT" plan --calibrate --fake-hosts 2 --calibrate-seconds 0.05 >me.json 2>cal.log &&
    grep -q '"framework":.*"trident-cpu"' me.json &&
    python3 -c 'import json, sys; c = json.load(open("me.json")); sys.exit(not (c["nodes"] == 2 and c["gpus_per_node"] == 2 and c["inter_node_bandwidth"] > 0 and c["intra_node_bandwidth"] > 0 and c["name"].startswith("2 nodes x 2 ranks")))' &&
    out=$("$TRIDENT" plan --num-layers 4 --hidden-size 64 --num-attention-heads 4 --seq-length 64 --vocab-size 50257 \

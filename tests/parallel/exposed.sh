@@ -61,7 +61,7 @@ for name in dp2_overlap dp2; do
   grep -q "    dp    exposed .* ms of .* ms in flight (.*% hidden)" "$work/$name.log" ||
     { echo "FAIL: $name: no dp line in the log's time breakdown"; grep -A12 "time breakdown" "$work/$name.log"; fail=1; }
 done
-if TRIDENT_TEST_HOSTS=2 run hier_dp4 4 --dp-collectives hierarchical; then
+if run hier_dp4 4 --fake-hosts 2 --dp-collectives hierarchical; then
   check hier_dp4 'v["dp_inflight_ms"] > 0 && v["dp_exposed_ms"] > 0' "hierarchical dp 4: its time is dp's"
   check hier_dp4 "$adds_up" \
     "hierarchical dp 4: the groups' exposed times add up to comm_ms"

@@ -135,9 +135,9 @@ fault 1 killed_rank
 # the loss (and makes it exit 0 whatever its ranks do), so the ranks alone must end the job, and
 # both ranks that are not rank 0 must say they heard of it.
 killed_rank_other_node() {
-  local log victim extra_mpirun=(--enable-recovery --mca btl tcp,self -x TRIDENT_TEST_WATCH_ONLY_RANK=0) start took heard
+  local log victim extra_mpirun=(--enable-recovery --mca btl tcp,self) start took heard
   log=$(mktemp)
-  start_job "$log" --pipeline-model-parallel-size 2
+  start_job "$log" --pipeline-model-parallel-size 2 --debug-watch-only-rank 0
   victim=$(ranks_of "$job" | tail -1)
   started "$log" "$victim" || return
   kill -9 "$victim"

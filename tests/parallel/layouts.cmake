@@ -203,14 +203,14 @@ trident_layout(distopt_pp2_vp2_dp2 4 1 1 --pipeline-model-parallel-size 2 --num-
   --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather --ddp-bucket-size 7000)
 trident_layout(distopt_dp4_eager512 4 1 1 ENV "OMPI_MCA_btl_vader_eager_limit=512;OMPI_MCA_btl_vader_rndv_eager_limit=512"
   --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather --ddp-bucket-size 50000)
-# Hierarchical data-parallel collectives (--dp-collectives): TRIDENT_TEST_HOSTS=2 makes ranks 0-1
+# Hierarchical data-parallel collectives (--dp-collectives): --fake-hosts 2 makes ranks 0-1
 # and 2-3 believe they share a host each, so the buckets sum inside the "host", then per rail,
 # then spread inside again: the one-rank run within the tolerance (only the float sums' order
 # differs). layout_hier_used holds that they really went hierarchical, and that auto timed both.
-trident_layout(hier_dp4 4 1 1 ENV "TRIDENT_TEST_HOSTS=2" --dp-collectives hierarchical)
-trident_layout(hier_distopt_dp4_overlap 4 1 1 ENV "TRIDENT_TEST_HOSTS=2" --dp-collectives hierarchical
+trident_layout(hier_dp4 4 1 1 --fake-hosts 2 --dp-collectives hierarchical)
+trident_layout(hier_distopt_dp4_overlap 4 1 1 --fake-hosts 2 --dp-collectives hierarchical
   --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather --ddp-bucket-size 5000)
-trident_layout(hier_dp4_overlap_auto 4 1 1 ENV "TRIDENT_TEST_HOSTS=2" --overlap-grad-reduce --ddp-bucket-size 5000)
+trident_layout(hier_dp4_overlap_auto 4 1 1 --fake-hosts 2 --overlap-grad-reduce --ddp-bucket-size 5000)
 add_test(NAME parallel/layout_hier_used COMMAND bash -c
   "set -e; cd ${LAYOUT_DIR}; grep -q 'dp collectives: hierarchical (2 hosts x 2 data-parallel ranks)' hier_dp4.log; \
    grep -q 'dp collectives: hierarchical (2 hosts x 2 data-parallel ranks)' hier_distopt_dp4_overlap.log; \
@@ -279,8 +279,8 @@ trident_layout(bf16_sp_distopt_tp2_pp2_dp2 8 2 1 --sequence-parallel --pipeline-
   --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather --ddp-bucket-size 20000)
 set(LAYOUT_ARCH --fp16 --initial-loss-scale 4096 --hysteresis 1)
 set(LAYOUT_BASE fp16_baseline)
-trident_layout(fp16_baseline 1 1 2 ENV "TRIDENT_TEST_OVERFLOW_ITER=2")
-trident_layout(fp16_tp2_pp2_dp2 8 2 1 ENV "TRIDENT_TEST_OVERFLOW_ITER=2" --pipeline-model-parallel-size 2
+trident_layout(fp16_baseline 1 1 2 --debug-overflow-iteration 2)
+trident_layout(fp16_tp2_pp2_dp2 8 2 1 --debug-overflow-iteration 2 --pipeline-model-parallel-size 2
   --use-distributed-optimizer)
 unset(LAYOUT_TOL)
 set(LAYOUT_ARCH "")
@@ -362,12 +362,12 @@ trident_layout(moe_grouped_ep2 2 1 2 --expert-model-parallel-size 2 --moe-groupe
 trident_layout(moe_pp2_ep2 4 1 2 --pipeline-model-parallel-size 2 --expert-model-parallel-size 2)
 trident_layout(moe_distopt_ep2_dp4_a2a 4 1 2 --expert-model-parallel-size 2 --use-distributed-optimizer
   --overlap-grad-reduce --overlap-param-gather --ddp-bucket-size 20000 --moe-token-dispatcher-type alltoall)
-# under hierarchical dp collectives (TRIDENT_TEST_HOSTS=2: ranks 0-1 and 2-3 a "host" each): the
+# under hierarchical dp collectives (--fake-hosts 2: ranks 0-1 and 2-3 a "host" each): the
 # dense buckets sum over the hierarchical view of dp 4, the experts' over their flat
 # expert-data-parallel group (ranks 0,2 and 1,3: the same experts), plain and sharded
-trident_layout(moe_hier_ep2_dp4_a2a 4 1 2 ENV "TRIDENT_TEST_HOSTS=2" --expert-model-parallel-size 2
+trident_layout(moe_hier_ep2_dp4_a2a 4 1 2 --fake-hosts 2 --expert-model-parallel-size 2
   --moe-token-dispatcher-type alltoall --dp-collectives hierarchical)
-trident_layout(moe_hier_distopt_ep2_dp4_a2a 4 1 2 ENV "TRIDENT_TEST_HOSTS=2" --expert-model-parallel-size 2
+trident_layout(moe_hier_distopt_ep2_dp4_a2a 4 1 2 --fake-hosts 2 --expert-model-parallel-size 2
   --moe-token-dispatcher-type alltoall --dp-collectives hierarchical --use-distributed-optimizer
   --overlap-grad-reduce --overlap-param-gather --ddp-bucket-size 20000)
 # with capacity (drops over it, per micro-batch as Megatron's per rank): the same drops in every

@@ -203,7 +203,7 @@ typedef struct ckpt_save_stats {
  * rename. keep_last > 0 then removes all but the keep_last newest checkpoints at or below this
  * iteration. An I/O error ends the job naming the file, after removing the partial iter_NNNNNNN.tmp;
  * the previous checkpoint stays intact.
- * The environment variable TRIDENT_TEST_SAVE_DELAY_MS (tests only) sleeps that long after each
+ * --debug-save-delay-ms (td_debug_get()->save_delay_ms, tests only) sleeps that long after each
  * shard and before the renames. */
 void ckpt_save(const char *dir, const ckpt_model *m, const ckpt_progress *p, const char *args_json, int keep_last,
                ckpt_save_stats *stats);

@@ -9,9 +9,9 @@
 
 #include "trident/comm.h"
 
-/* The host this rank sits on (gethostname), written to `out` (len bytes). The test hook
- * TRIDENT_TEST_HOSTS=N makes the ranks of the world believe they sit on N hosts, consecutive
- * world ranks sharing one ("test-host-0", ...). */
+/* The host this rank sits on (gethostname), written to `out` (len bytes). --fake-hosts N
+ * (td_debug_get()->fake_hosts, tests on one machine) makes the ranks of the world believe they
+ * sit on N hosts, consecutive world ranks sharing one ("test-host-0", ...). */
 void comm_host_name(int world_rank, int world_size, char *out, size_t len);
 
 /* Collective over flat: a hierarchical view of flat, or NULL when flat is all there is (the group

@@ -140,8 +140,8 @@ typedef struct gpt_model {
      * uses it to wait for a parameter all-gather still in flight. */
     void (*params_needed)(void *user, size_t from);
     void *params_needed_user;
-    double *layer_stats;     /* the MLP slots' metrics over the training micro-batches since the
-                              * last gpt_layer_stats_clear (gpt_layer_stats); NULL: none yet */
+    double *layer_stats;     /* the blocks' statistics over the training micro-batches since the
+                              * last gpt_block_stats_take, (nlayers, the kind's count); NULL: none yet */
 } gpt_model;
 
 /* Builds the stage of `ps` owning layers [layer0, layer0 + nlayers), allocates its buffers
@@ -233,19 +233,6 @@ const char *gpt_head_stat_name(const gpt_config *c, int i);
 /* Last stage, after gpt_forward: adds the micro-batch's sums into stats (gpt_head_nstats). */
 void gpt_head_stats(const gpt_acts *a, double *stats);
 
-/* The MLP slots' metrics, summed over the training micro-batches' forwards since the last clear:
- * gpt_layer_nstats(c) numbers a layer (0: the kind has none; a mixture of experts: the
- * load-balancing loss and the z-loss without their coefficients, then the tokens routed to each
- * expert), for the stage's layers in order (NULL before any; a dense layer's numbers stay 0 in a
- * model that mixes them, --moe-layer-freq). */
-int gpt_layer_nstats(const gpt_config *c);
-const double *gpt_layer_stats(const gpt_model *m);
-void gpt_layer_stats_clear(gpt_model *m);
-/* --moe-router-enable-expert-bias: moves each of the stage's MoE layers' expert bias against the
- * iteration's load, tokens (MoE layers, E) over the global batch for the whole model's MoE layers in order (every rank
- * alike, before the optimizer step: the bias has no gradient). Nothing without the bias. */
-void gpt_moe_update_expert_bias(gpt_model *m, const double *tokens);
-
 /* A metric an iteration reports beside its loss. */
 typedef struct gpt_metric {
     const char *key;   /* in metrics.jsonl: "lm_acc" */
@@ -253,6 +240,47 @@ typedef struct gpt_metric {
     const char *fmt;   /* its number in the log line: "%.4f" */
     double value;
 } gpt_metric;
+/* A list of numbers an iteration reports (metrics.jsonl only): element (i, j) at
+ * values[i * stride + j]. */
+typedef struct gpt_metric_array {
+    const char *key;       /* "tokens_per_expert" */
+    const char *fmt;       /* each number: "%.0f" */
+    int rows, cols, stride;
+    int nested;            /* rows lists of cols numbers; 0: one flat list of rows x cols */
+    const double *values;
+} gpt_metric_array;
+#define GPT_MAX_ARRAYS 4
+/* What an iteration's sums cover: the global batch's micro-batches (over data parallelism) and samples. */
+typedef struct gpt_stats_scope {
+    double micro_batches;
+    double samples;
+} gpt_stats_scope;
+
+/* The blocks' statistics: what a block kind's layers measure in the training forwards, each
+ * named by the kind (src/model/block.h's block_stat; the MoE block's: docs/moe.md), for the
+ * model's layers of that kind in order (the dense layers of --moe-layer-freq have none).
+ * gpt_block_stats_size: the numbers of the whole model's (0: no kind has statistics).
+ * gpt_block_stat_index: where statistic `name` of the row-th layer with statistics starts in
+ * them (a per-expert one: its first expert's), -1: none of that name. */
+size_t gpt_block_stats_size(const gpt_config *c);
+long gpt_block_stat_index(const gpt_config *c, int row, const char *name);
+/* Adds the stage's sums since the last call into sums (gpt_block_stats_size numbers, the whole
+ * model's: the trainer sums them over the stages and the data-parallel ranks), and clears the stage's. */
+void gpt_block_stats_take(gpt_model *m, double *sums);
+/* With sums over the global batch, before the optimizer step: what each kind of the stage does
+ * with its layers' (the MoE block with --moe-router-enable-expert-bias: its expert bias moves
+ * against the load). Every rank alike. */
+void gpt_block_stats_apply(gpt_model *m, const double *sums);
+/* The iteration's report of the blocks from sums over the global batch: their metrics into out
+ * (returns how many, at most max) and their lists into arr (*narr counts them), which point into
+ * sums (the derived numbers written there). */
+int gpt_block_metrics(const gpt_config *c, double *sums, const gpt_stats_scope *s, gpt_metric *out, int max,
+                      gpt_metric_array *arr, int *narr);
+/* --moe-router-enable-expert-bias: moves each of the stage's MoE layers' expert bias against the
+ * iteration's load, tokens (MoE layers, E) over the global batch for the whole model's MoE layers
+ * in order (what gpt_block_stats_apply does with the MoE block's "tokens"). Nothing without the bias. */
+void gpt_moe_update_expert_bias(gpt_model *m, const double *tokens);
+
 /* What the head reports of an iteration from its sums over the global batch (stats, as
  * gpt_head_stats adds them): *loss the iteration's loss (overwritten only by a head whose sums
  * hold it), and its metrics into out (at most GPT_MAX_STATS); returns how many. */

@@ -27,17 +27,18 @@ typedef struct met_record {
     double exposed_ms[PS_GROUPS];  /* ... of it, per kind of group (ps_comm_times) */
     double inflight_ms[PS_GROUPS]; /* time each kind had communication in flight */
     double val_loss;         /* NaN when not evaluated this iteration */
-    /* the head's metrics beside the loss (gpt_head_metrics: e.g. a masked LM's accuracy), in
-     * metrics.jsonl under their keys and in the log line after the loss */
+    /* the head's metrics beside the loss (gpt_head_metrics: e.g. a masked LM's accuracy), then
+     * the blocks' (gpt_block_metrics: e.g. MoE's load-balancing loss), in metrics.jsonl under
+     * their keys and in the log line after the loss */
     int nextra;
     gpt_metric extra[GPT_MAX_STATS];
     const char *val_name;    /* the validation line's name of the loss; NULL: "lm loss", with its
                               * perplexity */
     double time_left_s;      /* to --train-iters at the mean iteration time so far; NaN: not known */
-    /* a mixture of experts (0 layers: none): the iteration's tokens per (layer, expert) over the
-     * global batch, and each layer's busiest expert against the mean, in metrics.jsonl */
-    int moe_layers, moe_experts;
-    const double *moe_tokens, *moe_load;
+    /* the blocks' lists (gpt_block_metrics: e.g. a MoE layer's tokens per expert), in
+     * metrics.jsonl only, after the metrics */
+    int narrays;
+    gpt_metric_array arrays[GPT_MAX_ARRAYS];
 } met_record;
 
 typedef struct met_writer met_writer;
