@@ -170,6 +170,16 @@ static double launcher_kill_timeout(void)
     return v && *v ? atof(v) : 1;
 }
 
+/* A sanitizer build's ranks end slowly (the leak check at exit walks every allocation: seconds a
+ * rank under load), so a launcher still waiting on them after the grace is slow, not stuck: the
+ * watcher gives it ten times as long there (make asan: flag errors under mpirun -np 2 ended 137,
+ * their launcher killed while the ranks still ended). */
+#if defined(__SANITIZE_ADDRESS__)
+#define SLOW_BUILD 10
+#else
+#define SLOW_BUILD 1
+#endif
+
 static int g_kick_launcher;        /* started by Open MPI's mpirun or orted: the watcher works */
 static pid_t g_launcher;           /* it, and its start time (a reused pid is not it) */
 static int64_t g_launcher_start;
@@ -199,7 +209,7 @@ void fault_kick_setup(void)
     int first = g_launcher == 0;
     g_kick_launcher = under_open_mpi_launcher();
     double t = launcher_kill_timeout();
-    g_kick_polls = (long)((2 * t + 5) * 100);
+    g_kick_polls = (long)((2 * t + 5) * 100 * SLOW_BUILD);
     g_max_fd = sysconf(_SC_OPEN_MAX);
     if (g_max_fd <= 0 || g_max_fd > 65536) g_max_fd = 65536;
     if (first && g_kick_launcher) {

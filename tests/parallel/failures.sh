@@ -8,6 +8,7 @@
 set -u
 [ "$(id -u)" -eq 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 trident=$1 data=$2 vocab=$3 merges=$4
+SCALE=${TD_TIME_SCALE:-1} # the build's slowness (tests/CMakeLists.txt, Limits): 10 under the sanitizers
 . "$(dirname "$0")/../session_dir.sh"
 mpirun=(mpirun --oversubscribe --bind-to none --mca odls_base_sigkill_timeout 60)
 base=(--vocab-file "$vocab" --merge-file "$merges" --split 90,10,0 --num-layers 4
@@ -26,7 +27,7 @@ check_one() {
   local name=$1 want=$2 text=$3 np=$4; shift 4
   local out rc
   own_session_dir
-  out=$(timeout 50 "${mpirun[@]}" -np "$np" "$trident" train "${base[@]}" "$@" 2>&1); rc=$?
+  out=$(timeout $((50 * SCALE)) "${mpirun[@]}" -np "$np" "$trident" train "${base[@]}" "$@" 2>&1); rc=$?
   if [ "$rc" -eq "$want" ] && grep -qF -- "$text" <<<"$out"; then
     echo "ok: $name (exit $rc): $(grep -F -- "$text" <<<"$out" | head -1)"
   else
@@ -82,7 +83,7 @@ start_job() {
   "${mpirun[@]}" ${extra_mpirun[@]+"${extra_mpirun[@]}"} -np 4 "$trident" train "${base[@]}" --data-path "$data" \
     --train-iters 100000 "$@" >"$log" 2>&1 &
   job=$!
-  for _ in $(seq 1 300); do grep -qE "iteration +[0-9]+/" "$log" && break; sleep 0.2; done
+  for _ in $(seq 1 $((300 * SCALE))); do grep -qE "iteration +[0-9]+/" "$log" && break; sleep 0.2; done
 }
 # started LOG VICTIM: false, with a FAIL line, when the job never started (no rank to fault)
 started() {
@@ -94,9 +95,9 @@ started() {
 end_job() {
   local name=$1 limit=$2 text=$3 start rc took
   start=$(date +%s)
-  for _ in $(seq 1 $((limit * 10))); do kill -0 "$job" 2>/dev/null || break; sleep 0.1; done
+  for _ in $(seq 1 $((limit * 10 * SCALE))); do kill -0 "$job" 2>/dev/null || break; sleep 0.1; done
   if kill -0 "$job" 2>/dev/null; then
-    echo "FAIL: $name: job still running after $limit s"
+    echo "FAIL: $name: job still running after $((limit * SCALE)) s"
     for p in $(ranks_of "$job"); do kill -9 "$p"; done; kill -9 "$job"; return
   fi
   wait "$job"; rc=$?
@@ -142,7 +143,7 @@ killed_rank_other_node() {
   started "$log" "$victim" || return
   kill -9 "$victim"
   start=$(date +%s)
-  for _ in $(seq 1 200); do kill -0 "$job" 2>/dev/null || break; sleep 0.1; done
+  for _ in $(seq 1 $((200 * SCALE))); do kill -0 "$job" 2>/dev/null || break; sleep 0.1; done
   if kill -0 "$job" 2>/dev/null; then
     echo "FAIL: killed rank, heard of by the ranks of other nodes: job still running after 20 s"
     for p in $(ranks_of "$job"); do kill -9 "$p"; done; kill -9 "$job"
