@@ -41,6 +41,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "trident/activation.h"
 #include "trident/check.h"
 #include "trident/comm.h"
 #include "trident/philox.h"
@@ -249,24 +250,20 @@ struct be_ops {
     void (*attention_kv_fwd)(const backend *be, be_out out, be_in q, be_in kc, be_in vc, int ldq, int B, int n,
                              int pos0, int cap, int NH, int NKV, int HS);
 
-    /* ---- GeLU, tanh approximation (GPT-2 / Megatron) ---- */
-    /* out (n) written = gelu(inp); out may equal inp. */
-    void (*gelu_fwd)(const backend *be, be_out out, be_in inp, size_t n);
-    /* dinp (n) += gelu'(inp) * dout. */
-    void (*gelu_bwd)(const backend *be, be_out dinp, be_in dout, be_in inp, size_t n);
-    /* Fused bias + GeLU: out (N, C) written = gelu(inp + b); inp (N, C) is kept (it is what the
-     * backward needs); b (C). */
+    /* ---- The MLP's activation: a function of td_act (trident/activation.h), gated or not ---- */
+    /* Not gated (glu 0): out (N, F) written = act(inp (N, F)); out may equal inp.
+     * Gated (glu 1): inp (N, 2F), each row [gate (F) | up (F)] (the fused fc output); out (N, F)
+     * written = act(gate) * up. */
+    void (*act_fwd)(const backend *be, int act, int glu, be_out out, be_in inp, int N, int F);
+    /* dinp (N, F) += act'(inp) * dout, or, gated, dinp (N, 2F) += the gradient w.r.t. [gate | up];
+     * dout (N, F); inp as in the forward. */
+    void (*act_bwd)(const backend *be, int act, int glu, be_out dinp, be_in dout, be_in inp, int N, int F);
+    /* Fused bias + GeLU (tanh), the ungated GeLU MLP's fast path: out (N, C) written =
+     * gelu(inp + b); inp (N, C) is kept (it is what the backward needs); b (C). */
     void (*bias_gelu_fwd)(const backend *be, be_out out, be_in inp, const float *b, int N, int C);
     /* dinp (N, C) += gelu'(inp + b) * dout; db (C) += column sums of that (either may be NULL). */
     void (*bias_gelu_bwd)(const backend *be, be_out dinp, float *db, be_in dout, be_in inp, const float *b, int N,
                           int C);
-
-    /* ---- SwiGLU (Llama's MLP; Megatron --swiglu) ---- */
-    /* out (N, F) written = silu(gate) * up, silu(x) = x sigmoid(x); inp (N, 2F), each row
-     * [gate (F) | up (F)] (the fused fc1 output). */
-    void (*swiglu_fwd)(const backend *be, be_out out, be_in inp, int N, int F);
-    /* dinp (N, 2F) += gradient w.r.t. [gate | up]. dout (N, F); inp as in the forward. */
-    void (*swiglu_bwd)(const backend *be, be_out dinp, be_in dout, be_in inp, int N, int F);
 
     /* ---- mixture-of-experts routing (Megatron-Core's TopKRouter) ---- */
     /* Each row n of the router's logits (N, E), E <= BE_MOE_MAX_EXPERTS: its top-k experts idx
@@ -383,7 +380,7 @@ typedef enum {
     BE_OP_GEMM,         /* matmul_fwd, matmul_bwd */
     BE_OP_ATTENTION,    /* attention_fwd, attention_bwd */
     BE_OP_LAYERNORM,    /* layernorm_*, rmsnorm_* */
-    BE_OP_GELU,         /* gelu_*, bias_gelu_*, swiglu_* (the MLP's activation) */
+    BE_OP_GELU,         /* act_*, bias_gelu_* (the MLP's activation) */
     BE_OP_ROPE,         /* rope_* */
     BE_OP_RESIDUAL,     /* bias, dropout, residual add, scale */
     BE_OP_EMBEDDING,    /* embedding_*, pos_embedding_* */
@@ -656,17 +653,27 @@ static inline void be_attention_kv_fwd(const backend *be, float *out, const floa
                               HS);
     be_toc(be, BE_OP_ATTENTION, t0, 4.0 * B * n * (double)(pos0 + n) * NH * HS);
 }
-static inline void be_gelu_fwd(const backend *be, float *out, const float *inp, size_t n)
+static inline void be_act_fwd(const backend *be, int act, int glu, float *out, const float *inp, int N, int F)
 {
     be_event t0 = be_tic(be);
-    be->ops->gelu_fwd(be, be_f32_out(out), be_f32(inp), n);
+    be->ops->act_fwd(be, act, glu, be_f32_out(out), be_f32(inp), N, F);
     be_toc(be, BE_OP_GELU, t0, 0);
+}
+static inline void be_act_bwd(const backend *be, int act, int glu, float *dinp, const float *dout, const float *inp,
+                              int N, int F)
+{
+    be_event t0 = be_tic(be);
+    be->ops->act_bwd(be, act, glu, be_f32_out(dinp), be_f32(dout), be_f32(inp), N, F);
+    be_toc(be, BE_OP_GELU, t0, 0);
+}
+/* GeLU (tanh) over n (< 2^31) elements, and SwiGLU: be_act_* of TD_ACT_GELU and of TD_ACT_SILU gated. */
+static inline void be_gelu_fwd(const backend *be, float *out, const float *inp, size_t n)
+{
+    be_act_fwd(be, TD_ACT_GELU, 0, out, inp, 1, (int)n);
 }
 static inline void be_gelu_bwd(const backend *be, float *dinp, const float *dout, const float *inp, size_t n)
 {
-    be_event t0 = be_tic(be);
-    be->ops->gelu_bwd(be, be_f32_out(dinp), be_f32(dout), be_f32(inp), n);
-    be_toc(be, BE_OP_GELU, t0, 0);
+    be_act_bwd(be, TD_ACT_GELU, 0, dinp, dout, inp, 1, (int)n);
 }
 static inline void be_bias_gelu_fwd(const backend *be, float *out, const float *inp, const float *b, int N, int C)
 {
@@ -683,15 +690,11 @@ static inline void be_bias_gelu_bwd(const backend *be, float *dinp, float *db, c
 }
 static inline void be_swiglu_fwd(const backend *be, float *out, const float *inp, int N, int F)
 {
-    be_event t0 = be_tic(be);
-    be->ops->swiglu_fwd(be, be_f32_out(out), be_f32(inp), N, F);
-    be_toc(be, BE_OP_GELU, t0, 0);
+    be_act_fwd(be, TD_ACT_SILU, 1, out, inp, N, F);
 }
 static inline void be_swiglu_bwd(const backend *be, float *dinp, const float *dout, const float *inp, int N, int F)
 {
-    be_event t0 = be_tic(be);
-    be->ops->swiglu_bwd(be, be_f32_out(dinp), be_f32(dout), be_f32(inp), N, F);
-    be_toc(be, BE_OP_GELU, t0, 0);
+    be_act_bwd(be, TD_ACT_SILU, 1, dinp, dout, inp, N, F);
 }
 /* The routers' score functions (moe_route_fwd) and the most experts a router may choose among. */
 enum { BE_MOE_SOFTMAX, BE_MOE_SIGMOID };

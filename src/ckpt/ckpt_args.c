@@ -59,6 +59,19 @@ static int moe_layers_reconcile(td_args *a, const gpt_config *ck, int vocab, int
     return 0;
 }
 
+/* Whether one of the '|'-separated flags in also was given (NULL: none). */
+static int also_given(const td_args *a, const char *also)
+{
+    char f[64];
+    for (const char *p = also; p && *p;) {
+        size_t len = strcspn(p, "|");
+        snprintf(f, sizeof f, "%.*s", (int)len, p);
+        if (td_args_given(a, f)) return 1;
+        p += len + (p[len] == '|');
+    }
+    return 0;
+}
+
 int ckpt_args_reconcile(td_args *a, const ckpt_meta *m, int vocab, int tp, int log, char *msg, size_t msglen)
 {
     gpt_config run = ckpt_config_of_args(a, vocab, tp), ckn = m->model, *ck = &ckn;
@@ -73,7 +86,7 @@ int ckpt_args_reconcile(td_args *a, const ckpt_meta *m, int vocab, int tp, int l
     for (int i = 0; i < GPT_NCONFIG_KEYS; i++) {
         const gpt_config_key *k = &GPT_CONFIG_KEYS[i];
         double cv = gpt_config_get(ck, k), rv = gpt_config_get(&run, k);
-        int given = td_args_given(a, k->flag);
+        int given = td_args_given(a, k->flag) || also_given(a, k->also);
         char cs[32], rs[32], item[160];
         gpt_config_value_str(&ck_said, k, cs, sizeof cs);
         gpt_config_value_str(&run_said, k, rs, sizeof rs);

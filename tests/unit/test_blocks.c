@@ -56,7 +56,7 @@ static gpt_config arch(int which)
         c.rotary_base = 500.0f;
         c.query_groups = 2;
         c.kv_channels = 6;
-        c.swiglu = 1;
+        c.act = TD_ACT_SILU, c.glu = 1;
         c.disable_bias = 1;
         c.untied = 1;
     } else if (which == 2) { /* rotary on half the dims, QKV bias only, GeLU without bias */
@@ -223,12 +223,12 @@ static double gelu(double x) { return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (
 static void ref_mlp(const ref *r, double *out, const double *x, const mlp_params *p)
 {
     const gpt_config *c = &r->m->cfg;
-    int h = c->hidden, f = c->ffn, BT = B * T, w = c->swiglu ? 2 * f : f;
+    int h = c->hidden, f = c->ffn, BT = B * T, w = c->glu ? 2 * f : f;
     double *u = calloc((size_t)BT * w, sizeof(double)), *a = calloc((size_t)BT * f, sizeof(double));
     ref_linear(r, u, x, p->fc_w, p->fc_b, BT, h, w);
     for (int t = 0; t < BT; t++)
         for (int i = 0; i < f; i++) {
-            if (c->swiglu) {
+            if (c->glu) {
                 double gt = u[t * w + i], up = u[t * w + f + i];
                 a[t * f + i] = gt / (1.0 + exp(-gt)) * up;
             } else {
@@ -570,10 +570,10 @@ static void layer_spec(void **st)
 {
     (void)st;
     static const char *const want[4][5] = {
-        {"LayerNorm", "attention", "LayerNorm", "MLP (GeLU)", "LM head"},
-        {"RMSNorm", "attention", "RMSNorm", "MLP (SwiGLU)", "LM head"},
-        {"LayerNorm", "attention", "LayerNorm", "MLP (GeLU)", "LM head"},
-        {"LayerNorm", "attention", "LayerNorm", "MLP (GeLU)", "BERT heads"},
+        {"LayerNorm", "attention", "LayerNorm", "MLP", "LM head"},
+        {"RMSNorm", "attention", "RMSNorm", "MLP", "LM head"},
+        {"LayerNorm", "attention", "LayerNorm", "MLP", "LM head"},
+        {"LayerNorm", "attention", "LayerNorm", "MLP", "BERT heads"},
     };
     static const char *const prefix[GPT_LAYER_NSLOTS] = {"layers.0.ln1.", "layers.0.attn.", "layers.0.ln2.",
                                                          "layers.0.mlp."};

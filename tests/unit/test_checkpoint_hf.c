@@ -445,7 +445,8 @@ static void import_refuses_what_it_cannot_compute(void **state)
     (void)state;
     expect_import_error("{\"model_type\": \"bert\"}", "gpt2, llama, mistral, mixtral, qwen2_moe and megatron-bert convert");
     expect_import_error("{\"vocab_size\": 50, \"n_positions\": 8, \"n_embd\": 16, \"n_layer\": 2, \"n_head\": 4, "
-                        "\"activation_function\": \"gelu\"}", "not the tanh GeLU");
+                        "\"activation_function\": \"quick_gelu\"}", "activation_function 'quick_gelu' is not an activation "
+                        "trident computes");
     expect_import_error("{\"vocab_size\": 50, \"n_positions\": 8, \"n_embd\": 16, \"n_layer\": 2, \"n_head\": 4, "
                         "\"layer_norm_epsilon\": 2}", "layer_norm_epsilon must be in (0, 1)");
     expect_import_error("{\"vocab_size\": 50, \"n_positions\": 8, \"n_embd\": 16, \"n_layer\": 3, \"n_head\": 4}",
@@ -599,7 +600,7 @@ static void llama_import_matches_reference(void **state)
     assert_int_equal(m->cfg.norm, GPT_NORM_RMSNORM);
     assert_int_equal(gpt_groups(&m->cfg), LG);
     assert_int_equal(gpt_head_dim(&m->cfg), LD);
-    assert_true(m->cfg.untied && m->cfg.swiglu && m->cfg.pos == GPT_POS_ROPE);
+    assert_true(m->cfg.untied && m->cfg.glu && m->cfg.pos == GPT_POS_ROPE);
     float *got = trident_logits(m);
     double ref[T * V];
     ref_llama_logits(&hm, IDS, ref);
@@ -616,7 +617,7 @@ static void llama_export_matches_reference_and_round_trips(void **state)
     gpt_config c = {.num_layers = L, .hidden = LH, .heads = LNH, .query_groups = LG, .kv_channels = LD, .ffn = LF,
                     .seq = T, .max_pos = P, .vocab = V, .padded_vocab = gpt_padded_vocab(V, 8, 1),
                     .norm = GPT_NORM_RMSNORM, .norm_eps = (float)LEPS, .pos = GPT_POS_ROPE,
-                    .rotary_base = (float)LTHETA, .swiglu = 1, .disable_bias = 1, .untied = 1, .init_std = 0.4f,
+                    .rotary_base = (float)LTHETA, .act = TD_ACT_SILU, .glu = 1, .disable_bias = 1, .untied = 1, .init_std = 0.4f,
                     .seed = 5};
     gpt_model *m = gpt_create(&c, g_ps, g_be, 0, L, 1, 1);
     char hfdir[600];
@@ -678,7 +679,7 @@ static void llama_import_refuses_what_it_cannot_compute(void **state)
 {
     (void)state;
     expect_llama_error("\"rope_scaling\": {\"type\": \"linear\", \"factor\": 2}", "rope_scaling");
-    expect_llama_error("\"hidden_act\": \"gelu\"", "hidden_act");
+    expect_llama_error("\"hidden_act\": \"quick_gelu\"", "hidden_act 'quick_gelu' is not an activation");
     expect_llama_error("\"attention_bias\": true", "attention_bias");
     expect_llama_error("\"sliding_window\": 4", "sliding_window");
     expect_llama_error("\"num_key_value_heads\": 3", "not divisible by num_key_value_heads");
@@ -1146,7 +1147,7 @@ static void moe_import(const moe_kind *k, const char *config, const char *tag, i
     assert_int_equal(c->moe_shared_gate, k->qwen);
     assert_int_equal(c->add_qkv_bias, k->qwen);
     assert_int_equal(gpt_groups(c), MG);
-    assert_true(c->swiglu && c->disable_bias && c->untied && c->norm == GPT_NORM_RMSNORM);
+    assert_true(c->glu && c->disable_bias && c->untied && c->norm == GPT_NORM_RMSNORM);
     assert_true(fabs(gpt_rotary_base(c) - k->theta) < 1e-3);
     assert_true(fabs(c->moe_aux_coeff - (k->qwen ? 0.001 : 0.02)) < 1e-9);
     if (k->qwen) assert_int_equal(c->ffn, MDENSE);
@@ -1260,7 +1261,7 @@ static gpt_model *moe_model(const moe_kind *k, uint64_t seed)
                     .ffn = 64, /* not the experts' size: a Mixtral's comes back as it */
                     .seq = T, .max_pos = P, .vocab = V, .padded_vocab = gpt_padded_vocab(V, 8, 1),
                     .norm = GPT_NORM_RMSNORM, .norm_eps = (float)k->eps, .pos = GPT_POS_ROPE,
-                    .rotary_base = (float)k->theta, .swiglu = 1, .disable_bias = 1, .add_qkv_bias = k->qwen,
+                    .rotary_base = (float)k->theta, .act = TD_ACT_SILU, .glu = 1, .disable_bias = 1, .add_qkv_bias = k->qwen,
                     .untied = !k->tied, .init_std = 0.4f, .seed = seed, .num_experts = ME, .moe_ffn = MF,
                     .moe_topk = MK, .moe_pre_softmax = !k->norm_topk, .moe_shared_ffn = k->qwen ? MS : 0,
                     .moe_shared_gate = k->qwen, .moe_aux_coeff = 0.01f};
@@ -1394,7 +1395,7 @@ static void moe_refuses_what_it_cannot_compute(void **state)
 
     gpt_config c = {.num_layers = L, .hidden = MH, .heads = MNH, .ffn = MF, .seq = T, .max_pos = P, .vocab = V,
                     .padded_vocab = gpt_padded_vocab(V, 8, 1), .norm = GPT_NORM_RMSNORM, .pos = GPT_POS_ROPE,
-                    .swiglu = 1, .disable_bias = 1, .init_std = 0.3f, .seed = 3, .num_experts = ME, .moe_topk = MK,
+                    .act = TD_ACT_SILU, .glu = 1, .disable_bias = 1, .init_std = 0.3f, .seed = 3, .num_experts = ME, .moe_topk = MK,
                     .moe_score = 1};
     const char *const sigmoid[] = {"LlamaForCausalLM: a mixture of experts", "MixtralForCausalLM: a sigmoid router",
                                    "Qwen2MoeForCausalLM: a sigmoid router", NULL};
