@@ -31,7 +31,7 @@ const gpt_config_key GPT_CONFIG_KEYS[] = {
     FLT0("rotary_base", "--rotary-base", rotary_base, 1e12),
     FLT0("rotary_percent", "--rotary-percent", rotary_percent, 1),
     {"activation_func", "--activation-func", GPT_KEY_ARCH, 0, offsetof(gpt_config, act), 0, TD_ACT_COUNT - 1,
-     TD_ACT_CHOICES, NULL, 0, "--swiglu|--squared-relu|--openai-gelu"},
+     TD_ACT_CHOICES, NULL, 0, TD_ACT_SWITCHES},
     {"gated_linear_unit", "--gated-linear-unit", GPT_KEY_ARCH, 0, offsetof(gpt_config, glu), 0, 1, NULL, NULL, 0,
      "--swiglu"},
     INT("disable_bias_linear", "--disable-bias-linear", GPT_KEY_ARCH, disable_bias, 0, 1),

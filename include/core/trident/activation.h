@@ -22,6 +22,9 @@ typedef enum {
 } td_act;
 
 #define TD_ACT_CHOICES "gelu|gelu_erf|silu|relu|squared_relu"
+/* Megatron's switches that choose an activation (td_act_of_args): they count as giving
+ * --activation-func when a checkpoint's settings are held against the flags. */
+#define TD_ACT_SWITCHES "--swiglu|--squared-relu|--openai-gelu"
 
 typedef struct {
     const char *name;      /* --activation-func's choice, meta.json's activation_func */
