@@ -214,7 +214,7 @@ int main(int argc, char **argv)
 
     double bt = BT, C = c->C, F = c->F, V = c->V, T = c->T, fb = sizeof(float);
     printf("shapes: tokens %d (mbs %d x seq %d), hidden %d, heads %d, ffn %d, vocab %d; %d threads; "
-           "AdamW over %zu M elements\n", BT, mbs, seq, hidden, heads, c->F, vocab, be->nthreads, adam_n >> 20);
+           "AdamW over %zu M elements\n", BT, mbs, seq, hidden, heads, c->F, vocab, be_cpu_threads(be), adam_n >> 20);
     printf("%-28s %13s  %14s  %s\n", "kernel", "best wall", "cpu per call", "rate");
     run(c, "matmul_fwd qkv", k_qkv_fwd, reps, 2 * bt * C * 3 * C, 0);
     run(c, "matmul_bwd qkv", k_qkv_bwd, reps, 4 * bt * C * 3 * C, 0);

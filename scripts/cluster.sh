@@ -5,20 +5,29 @@
 # which enters the node's namespaces where ssh would log in. Addresses (10.77.0.0/24) exist only
 # inside the namespaces made here; nothing is sent anywhere else.
 #
-# Usage: scripts/cluster.sh up N [--ranks-per-node K] [--rate RATE] [--cpus C] [--private-disk] [--slurm]   (RATE for tc tbf: 1gbit;
+# Usage: scripts/cluster.sh up N [--ranks-per-node K] [--rate RATE] [--cpus C] [--private-disk] [--slurm]
+#                               [--share PATH]... [--owner PID]   (RATE for tc tbf: 1gbit;
 #          --cpus C: each node's processes get at most C cores' time (a CPU cgroup: 0.5, 1, 2), as a node of C cores;
 #          --private-disk: each node's own disk CLUSTER_DIR/nodeK/disk at /mnt/local, the rest shared;
-#          --slurm: munge, slurmctld and a slurmd per node of K CPUs, see scripts/cluster-slurm.sh)
+#          --slurm: munge, slurmctld and a slurmd per node of K CPUs, see scripts/cluster-slurm.sh;
+#          --share PATH: a path under /tmp that the nodes see too (its top folder /tmp/X, bind-mounted into
+#            each node's own /tmp at the same path); the checkout this script is in is always shared;
+#          --owner PID: the cluster goes down by itself once process PID has ended, however it ended
+#            (a watchdog in a session of its own; the tests give their own pid: a ctest timeout's SIGKILL
+#            runs no trap))
 #        scripts/cluster.sh run NODE CMD...    (NODE: node1 .. nodeN)
 #        scripts/cluster.sh fault NODE kill|cut|loss|stop|heal   (what can go wrong with a node)
 #        scripts/cluster.sh cpus C   (every node's CPU share from now on; the cluster was made with --cpus)
 #        scripts/cluster.sh down
 # Environment: CLUSTER_DIR (default /run/trident-cluster; not under /tmp, which each node has its own of): the hostfile, the rsh agent
-# (CLUSTER_DIR/rsh), the node table. `up` removes what it made if it fails; `down` removes all.
+# (CLUSTER_DIR/rsh), the node table. `up` removes what it made if it fails; `down` removes all. What `up`
+# leaves running (the namespaces' holders, the daemons, the watchdog) holds none of the caller's
+# stdin, stdout or stderr, so `up ... | tail` and `$(up ...)` return once `up` has.
 # Needs root (CAP_NET_ADMIN, CAP_SYS_ADMIN): otherwise it says so in one line and exits 77.
 set -euo pipefail
 dir=${CLUSTER_DIR:-/run/trident-cluster}
 net=10.77.0
+here=$(cd "$(dirname "$0")" && pwd) # this script's folder (the watchdog runs from /)
 
 die() { echo "cluster.sh: $*" >&2; exit 1; }
 
@@ -32,28 +41,46 @@ pid_of() { # node -> the pid holding its namespaces
   awk -v n="$1" '$1 == n { print $2 }' "$dir/nodes" 2>/dev/null
 }
 
-# The processes inside node $1's namespaces (its network namespace), its holder and the unshare
-# above it (which entered the namespaces too) aside.
-procs_of() {
-  local pid; pid=$(pid_of "$1"); [ -n "$pid" ] || return 0
-  local outer; outer=$(awk -v n="$1" '$1 == n { print $3 }' "$dir/nodes")
-  local ns; ns=$(readlink "/proc/$pid/ns/net") || return 0
-  for p in /proc/[0-9]*; do
-    case ${p#/proc/} in "$pid"|"$outer") continue ;; esac
-    [ "$(readlink "$p/ns/net" 2>/dev/null)" = "$ns" ] && echo "${p#/proc/}"
+# The processes inside the network namespaces of the nodes named (bridge, node1, ...), their holders
+# and the unshare above each (which entered the namespaces too) aside: one pass over /proc.
+procs_of() { # node...
+  local nets="" skip="" node pid
+  for node in "$@"; do
+    pid=$(pid_of "$node"); [ -n "$pid" ] || continue
+    nets="$nets $(readlink "/proc/$pid/ns/net" 2>/dev/null || true)"
   done
-  return 0
+  skip=$(awk '{ print $2, $3 }' "$dir/nodes" 2>/dev/null | tr '\n' ' ')
+  { find /proc -mindepth 3 -maxdepth 3 -path '/proc/[0-9]*/ns/net' -printf '%h %l\n' 2>/dev/null || true; } |
+    awk -v nets="$nets" -v skip="$skip" '
+      BEGIN { split(nets, a, " "); for (i in a) want[a[i]] = 1; split(skip, h, " "); for (i in h) no[h[i]] = 1 }
+      ($2 in want) { sub("^/proc/", "", $1); sub("/ns$", "", $1); if (!($1 in no)) print $1 }'
+}
+
+unshares() { # ends the unshare processes this cluster started (each SIGKILLs its holder as it ends)
+  local p c
+  for p in $(cat "$dir/unshares" 2>/dev/null); do
+    read -r c 2>/dev/null < "/proc/$p/comm" && [ "$c" = unshare ] && kill "$p" 2>/dev/null || true
+  done
 }
 
 down() {
-  [ -f "$dir/nodes" ] || { cpu_groups_down; rm -rf "$dir"; return 0; }
-  [ ! -d "$dir/slurm" ] || "$(dirname "$0")/cluster-slurm.sh" down || true
-  # what still runs inside a node (a daemon of a job that was cut off, a stopped rank) goes too
-  awk '$1 != "bridge" { print $1 }' "$dir/nodes" | while read -r node; do
-    procs_of "$node" | xargs -r kill -KILL 2>/dev/null || true
-  done
+  # an `up` still making this cluster (its caller gave up on it: a timeout) first ends, bounded
+  local u="" us=""; read -r u us 2>/dev/null < "$dir/up" || true
+  if [ -n "$u" ] && [ "$u" != $$ ]; then
+    for _ in $(seq 1200); do [ "$(started "$u" || true)" = "$us" ] || break; sleep 0.1; done
+  fi
+  # the watchdog of `up --owner` (unless this is it) first, so that it does not take down a later cluster
+  local w; w=$(cat "$dir/watchdog" 2>/dev/null || true)
+  [ -z "$w" ] || [ "$w" = $$ ] || kill "$w" 2>/dev/null || true
+  [ -f "$dir/nodes" ] || { unshares; cpu_groups_down; rm -rf "$dir"; return 0; }
+  [ ! -d "$dir/slurm" ] || "$here/cluster-slurm.sh" down || true
+  # what still runs inside a node (a daemon of a job that was cut off, a stopped rank) or the
+  # bridge's namespace (munged) goes too
+  procs_of $(awk '{ print $1 }' "$dir/nodes") | xargs -r kill -KILL 2>/dev/null || true
   # the namespaces (and the veth links, the bridge and the addresses in them) end with their holders
+  # (an unshare ending SIGKILLs its holder: those of a killed `up` that are not in the table yet)
   awk '{ print $2 }' "$dir/nodes" | while read -r pid; do kill "$pid" 2>/dev/null || true; done
+  unshares
   cpu_groups_down
   rm -rf "$dir"
 }
@@ -117,8 +144,9 @@ join_cpu_group() { # node: this process joins the node's CPU group, if the clust
 hold() { # name, unshare flags...
   local name=$1; shift
   mkdir -p "$dir/$name"
-  unshare "$@" --fork --kill-child sh -c 'exec sleep infinity' &
+  unshare "$@" --fork --kill-child sh -c 'exec sleep infinity' </dev/null >/dev/null 2>&1 &
   local outer=$!
+  echo "$outer" >> "$dir/unshares" # for down, should `up` end before the line below
   # the holder is unshare's child; wait until it is there and in its own namespace
   local pid=""
   for _ in $(seq 100); do
@@ -130,12 +158,40 @@ hold() { # name, unshare flags...
   echo "$name $pid $outer" >> "$dir/nodes"
 }
 
+# The start time of process $1 (clock ticks after boot), which tells it from a later one of its pid.
+started() { local s; read -r s 2>/dev/null < "/proc/$1/stat" || return 1; s=${s##*) }; set -- $s; echo "${20}"; }
+
+# `up --owner`: runs in a session of its own, its output nowhere, until the owner (pid, start time)
+# has ended, then takes the cluster down, `up` first if it still runs; ends at once when this
+# cluster's `down` has run (CLUSTER_DIR/watchdog no longer names it).
+watch() { # owner pid, its start time, the pid of `up`, its start time
+  echo $$ > "$dir/watchdog"
+  cd /
+  while [ "$(cat "$dir/watchdog" 2>/dev/null)" = $$ ] && [ "$(started "$1" || true)" = "$2" ]; do sleep 0.5; done
+  [ "$(cat "$dir/watchdog" 2>/dev/null)" = $$ ] || return 0
+  [ "$(started "$3" || true)" != "$4" ] || kill -TERM "$3" 2>/dev/null || true # `up` downs what it made
+  for _ in $(seq 100); do [ "$(started "$3" || true)" = "$4" ] || break; sleep 0.1; done
+  down
+}
+
+# The top folder under /tmp of a path (/tmp/X of /tmp/X/Y/..., after . and ..; links not followed);
+# nothing for a path elsewhere.
+tmp_top() {
+  local p; p=$(realpath -ms -- "$1")
+  case $p in /tmp/?*) p=${p#/tmp/}; echo "/tmp/${p%%/*}" ;; esac
+}
+
 up() {
   local n=$1; shift
-  local per=1 rate="" disk="" slurm="" cpus=""
+  local per=1 rate="" disk="" slurm="" cpus="" owner=""
+  local -a shares=()
+  local top; top=$(tmp_top "$(dirname "$here")")
+  [ -z "$top" ] || shares+=("$top")
   while [ $# -gt 0 ]; do
     case $1 in
       --ranks-per-node) per=$2; shift 2 ;;
+      --share) top=$(tmp_top "$2"); [ -z "$top" ] || shares+=("$top"); shift 2 ;;
+      --owner) owner=$2; shift 2 ;;
       --rate) rate=$2; shift 2 ;;
       --cpus) cpus=$2; shift 2 ;;
       --private-disk) disk=/mnt/local; shift ;;
@@ -144,10 +200,23 @@ up() {
     esac
   done
   [[ $n =~ ^[0-9]+$ ]] && [ "$n" -ge 1 ] && [ "$n" -le 200 ] || { echo "cluster.sh: up N: N from 1 to 200, not '$n'" >&2; exit 2; }
+  [ -z "$owner" ] || { [[ $owner =~ ^[0-9]+$ ]] && started "$owner" >/dev/null; } ||
+    { echo "cluster.sh: --owner $owner: no such process (give the pid of the process the cluster lives with)" >&2; exit 2; }
+  local s; [ ${#shares[@]} -eq 0 ] || mapfile -t shares < <(printf '%s\n' "${shares[@]}" | sort -u)
+  for s in "${shares[@]}"; do
+    [ -e "$s" ] || { echo "cluster.sh: --share: $s does not exist (give paths under /tmp that do)" >&2; exit 2; }
+  done
   can_make_namespaces || exit 77
   [ -f "$dir/nodes" ] && die "a cluster is up already in $dir: scripts/cluster.sh down first"
   mkdir -p "$dir"
-  trap 'down' ERR INT TERM
+  echo "$$ $(started $$)" > "$dir/up" # up at work: a down waits for it (removed when up is done)
+  trap 'down' ERR
+  trap 'down; exit 1' INT TERM
+  if [ -n "$owner" ]; then
+    CLUSTER_DIR=$dir setsid "$here/cluster.sh" watch "$owner" "$(started "$owner")" $$ "$(started $$)" </dev/null >/dev/null 2>&1 &
+    for _ in $(seq 100); do [ -s "$dir/watchdog" ] && break; sleep 0.02; done
+    [ -s "$dir/watchdog" ] || die "the watchdog of --owner $owner did not start"
+  fi
   [ -z "$cpus" ] || cpu_groups_up "$cpus" "$n"
   hold bridge --net
   local bpid; bpid=$(pid_of bridge)
@@ -165,14 +234,17 @@ up() {
     # its name, its /etc/hosts and its /tmp, seen only inside its mount namespace
     nsenter -t "$pid" -u hostname "$node"
     nsenter -t "$pid" -m mount --bind "$dir/hosts" /etc/hosts
-    nsenter -t "$pid" -m mount --bind "$dir/$node/tmp" /tmp
+    # the shared paths under /tmp (the checkout, --share): the host's, mounted inside the node's own
+    # /tmp before it covers the host's (mounts of the node's namespace only: outside, empty folders)
+    for s in "${shares[@]}"; do
+      if [ -d "$s" ]; then mkdir -p "$dir/$node$s"; else touch "$dir/$node$s"; fi
+      nsenter -t "$pid" -m mount --bind "$s" "$dir/$node$s"
+    done
+    nsenter -t "$pid" -m mount --rbind "$dir/$node/tmp" /tmp
     # its own disk (an empty folder at /mnt/local outside the nodes); down removes it with $dir
     [ -z "$disk" ] || { mkdir -p "$disk" "$dir/$node/disk" && nsenter -t "$pid" -m mount --bind "$dir/$node/disk" "$disk"; }
-    # eth0 in the node, its peer on the bridge
-    ip link add "tdc$$n$k" type veth peer name "tdb$$n$k"
-    ip link set "tdc$$n$k" netns "$pid"
-    ip link set "tdb$$n$k" netns "$bpid"
-    nsenter -t "$pid" -n ip link set "tdc$$n$k" name eth0
+    # eth0 in the node, its peer on the bridge (made in their namespaces: none is ever left outside)
+    ip link add eth0 netns "$pid" type veth peer name "tdb$$n$k" netns "$bpid"
     nsenter -t "$pid" -n ip addr add "$net.$((10 + k))/24" dev eth0
     nsenter -t "$pid" -n ip link set lo up
     nsenter -t "$pid" -n ip link set eth0 up
@@ -193,9 +265,11 @@ pid=\$(awk -v n="\$host" '\$1 == n { print \$2 }' "$dir/nodes")
 exec nsenter -t "\$pid" -n -u -m -- /bin/sh -c "\$*"
 EOF
   chmod +x "$dir/rsh"
-  [ -z "$slurm" ] || "$(dirname "$0")/cluster-slurm.sh" up "$n" "$per"
+  [ -z "$slurm" ] || "$here/cluster-slurm.sh" up "$n" "$per"
   trap - ERR INT TERM
-  echo "cluster: $n nodes (node1..node$n, $net.11..), $per slots each${cpus:+, $cpus cores of CPU time each}${rate:+, links shaped to $rate}${disk:+, each its own disk at $disk}; hostfile $dir/hostfile, rsh agent $dir/rsh"
+  rm -f "$dir/up"
+  local shared="${shares[*]}"
+  echo "cluster: $n nodes (node1..node$n, $net.11..), $per slots each${cpus:+, $cpus cores of CPU time each}${rate:+, links shaped to $rate}${disk:+, each its own disk at $disk}${shared:+, $shared shared in their /tmp}${owner:+, down when process $owner ends}; hostfile $dir/hostfile, rsh agent $dir/rsh"
   [ -z "$slurm" ] || echo "slurm: export SLURM_CONF=$dir/slurm/slurm.conf, then e.g. scripts/cluster.sh run node1 srun -N $n hostname"
 }
 
@@ -233,10 +307,11 @@ fault() { # node, kind
 }
 
 case ${1:-} in
-  up) shift; [ $# -ge 1 ] || { echo "cluster.sh: up N [--ranks-per-node K] [--rate RATE] [--cpus C] [--private-disk] [--slurm]" >&2; exit 2; }; up "$@" ;;
+  up) shift; [ $# -ge 1 ] || { echo "cluster.sh: up N [--ranks-per-node K] [--rate RATE] [--cpus C] [--private-disk] [--slurm] [--share PATH]... [--owner PID]" >&2; exit 2; }; up "$@" ;;
   down) down ;;
+  watch) shift; watch "$@" ;; # started by up --owner
   run) shift; [ $# -ge 2 ] || { echo "cluster.sh: run NODE CMD..." >&2; exit 2; }; run "$@" ;;
   fault) shift; [ $# -eq 2 ] || { echo "cluster.sh: fault NODE kill|cut|loss|stop|heal" >&2; exit 2; }; fault "$@" ;;
   cpus) shift; [ $# -eq 1 ] || { echo "cluster.sh: cpus C (each node's cores of CPU time)" >&2; exit 2; }; cpus "$1" ;;
-  *) echo "usage: scripts/cluster.sh up N [--ranks-per-node K] [--rate RATE] [--cpus C] [--private-disk] [--slurm] | run NODE CMD... | fault NODE KIND | cpus C | down" >&2; exit 2 ;;
+  *) echo "usage: scripts/cluster.sh up N [--ranks-per-node K] [--rate RATE] [--cpus C] [--private-disk] [--slurm] [--share PATH]... [--owner PID] | run NODE CMD... | fault NODE KIND | cpus C | down" >&2; exit 2 ;;
 esac

@@ -38,7 +38,13 @@ const char *be_backend_names(void)
 backend *be_create(const char *name, int nthreads_or_device)
 {
     for (int i = 0; i < BE_NBACKENDS; i++)
-        if (name && strcmp(name, BACKENDS[i].name) == 0) return BACKENDS[i].create(nthreads_or_device);
+        if (name && strcmp(name, BACKENDS[i].name) == 0) {
+            backend *be = BACKENDS[i].create(nthreads_or_device);
+            const char *missing = be_ops_missing(be->ops);
+            TD_CHECK(missing == NULL, "fill every entry BE_OP_ENTRIES does not mark optional (docs/backend.md)",
+                     "backend %s leaves its required entry %s NULL", BACKENDS[i].name, missing);
+            return be;
+        }
     td_usage_error("--backend %s: not a backend of this binary (it has: %s)", name ? name : "(none)",
                    be_backend_names());
 }

@@ -273,7 +273,7 @@ void plan_calibrate(plan_cluster *c, const char *backend_name, double seconds, c
     free(node);
     backend *be = be_create(backend_name, 0);
     snprintf(c->name, sizeof c->name, "%d node%s x %d rank%s, %d thread%s each", nodes, nodes > 1 ? "s" : "",
-             per_node, per_node > 1 ? "s" : "", be->nthreads, be->nthreads > 1 ? "s" : "");
+             per_node, per_node > 1 ? "s" : "", be_cpu_threads(be), be_cpu_threads(be) > 1 ? "s" : "");
     c->trident_cpu = 1;
     c->gpus_per_node = per_node;
     c->nodes = nodes;

@@ -6,7 +6,7 @@ set(TD_CLUSTER_ENV "TRIDENT=$<TARGET_FILE:trident>;DATA=${CMAKE_BINARY_DIR}/test
 # td_cluster_test(NAME COST SCRIPT ARGS...): WORK is testtmp/cluster-NAME
 function(td_cluster_test name cost script)
   add_test(NAME cluster/${name} COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/${script} ${ARGN})
-  set_tests_properties(cluster/${name} PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77 COST ${cost}
+  set_tests_properties(cluster/${name} PROPERTIES SKIP_RETURN_CODE 77 COST ${cost}
     FIXTURES_REQUIRED checkpoint_data ENVIRONMENT "${TD_CLUSTER_ENV};WORK=${CMAKE_BINARY_DIR}/testtmp/cluster-${name}")
 endfunction()
 td_cluster_test(layouts 12 layouts.sh)
@@ -16,3 +16,13 @@ td_cluster_test(disk 17 disk.sh)
 # slurm.sh and faults.sh (kill, cut, loss, stop) side by side: mostly waiting, they share one slot
 td_cluster_test(slurm_and_faults 60 waiting.sh)
 td_cluster_test(plan_calibrate 20 plan_calibrate.sh)
+# scripts/cluster.sh itself (no trident run, no data): `up` returns through a pipe, `up --owner`
+# goes down with its owner however it ends, and the nodes see the paths under /tmp they are given
+function(td_cluster_script_test name cost)
+  add_test(NAME cluster/${name} COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/${name}.sh)
+  set_tests_properties(cluster/${name} PROPERTIES COST ${cost} SKIP_RETURN_CODE 77
+    ENVIRONMENT "ROOT=${CMAKE_SOURCE_DIR};WORK=${CMAKE_BINARY_DIR}/testtmp/cluster-${name}")
+endfunction()
+td_cluster_script_test(pipe 3)
+td_cluster_script_test(owner 5)
+td_cluster_script_test(tmp_paths 3)

@@ -5,10 +5,10 @@
 # Open MPI starts ranks; `cpus 0.1` lowers the share while the node runs (at most 0.45 s then);
 # `down` removes the CPU groups. Environment: ROOT, WORK.
 set -u
+. "$(dirname "$0")/two_nodes.sh"
 export CLUSTER_DIR=/run/trident-cluster-cpus.$$
-cluster=$ROOT/scripts/cluster.sh
 trap '"$cluster" down' EXIT
-"$cluster" up 1 --cpus 0.5 >/dev/null || exit $?
+cluster_up 1 --cpus 0.5 >/dev/null || exit $?
 top=$(cat "$CLUSTER_DIR/cgroup")
 fail=0
 # cpu_of CMD...: seconds of CPU the command and its children used

@@ -12,12 +12,11 @@
 # (--verbose 2), grouped by the node the rank ran on, and held against the files on each disk.
 # Environment (tests/cluster/cluster.cmake): TRIDENT, DATA, VOCAB, MERGES, WORK, COMPARE_RUNS, ROOT.
 set -u
-. "$(dirname "$0")/../session_dir.sh"
+. "$(dirname "$0")/two_nodes.sh"
 own_session_dir # its jobs apart from those of the tests beside it
 export CLUSTER_DIR=/run/trident-cluster-disk.$$
-cluster=$ROOT/scripts/cluster.sh
 trap '"$cluster" down' EXIT
-"$cluster" up 2 --ranks-per-node 2 --private-disk || exit $? # 77: no namespaces here (skipped, says why)
+cluster_up 2 --ranks-per-node 2 --private-disk || exit $? # 77: no namespaces here (skipped, says why)
 rm -rf "$WORK" && mkdir -p "$WORK/data" && cd "$WORK" || exit 1
 export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 unset OMPI_MCA_pml OMPI_MCA_btl # the suite's one-node transports: here TCP must carry the job

@@ -18,10 +18,10 @@
 #  slurmd that cannot start makes `up --slurm` say so in one line and exit 77, leaving nothing.
 # Environment (tests/cluster/cluster.cmake): TRIDENT, DATA, VOCAB, MERGES, WORK, COMPARE_RUNS, ROOT.
 set -u
-. "$(dirname "$0")/../session_dir.sh"
+SCALE=${TD_TIME_SCALE:-1} # the build's slowness (tests/CMakeLists.txt, Limits): 10 under the sanitizers
+. "$(dirname "$0")/two_nodes.sh"
 own_session_dir # its jobs apart from those of the tests beside it
 export CLUSTER_DIR=/run/trident-cluster-slurm.$$
-cluster=$ROOT/scripts/cluster.sh
 trap '"$cluster" down; CLUSTER_DIR=$CLUSTER_DIR.planted "$cluster" down' EXIT
 # A quarter of a core a node (a CPU group; a tenth while the batch job trains): the batch job trains
 # until Slurm's signal, 30-60 s away whatever it does, so the less CPU it may take the more the rest
@@ -30,7 +30,7 @@ trap '"$cluster" down; CLUSTER_DIR=$CLUSTER_DIR.planted "$cluster" down' EXIT
 # (where the machine has a CPU cgroup controller)
 quarter=(--cpus 0.25)
 [ -f /sys/fs/cgroup/cpu/cpu.cfs_quota_us ] || grep -qsw cpu /sys/fs/cgroup/cgroup.controllers || quarter=()
-"$cluster" up 2 --ranks-per-node 2 --slurm "${quarter[@]}" || exit $? # 77: no namespaces or no Slurm here (skipped, says why)
+cluster_up 2 --ranks-per-node 2 --slurm "${quarter[@]}" || exit $? # 77: no namespaces or no Slurm here (skipped, says why)
 export SLURM_CONF=$CLUSTER_DIR/slurm/slurm.conf
 rm -rf "$WORK" && mkdir -p "$WORK" && cd "$WORK" || exit 1
 export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -65,7 +65,7 @@ compare() { # reference, run, what
 planted_slurmd() {
   mkdir -p bin && printf '#!/bin/sh\necho "slurmd: fatal: planted failure" >&2\nexit 1\n' > bin/slurmd && chmod +x bin/slurmd
   local said rc
-  said=$(PATH=$PWD/bin:$PATH CLUSTER_DIR=$CLUSTER_DIR.planted "$cluster" up 1 --slurm 2>&1); rc=$?
+  said=$(PATH=$PWD/bin:$PATH CLUSTER_DIR=$CLUSTER_DIR.planted cluster_up 1 --slurm 2>&1); rc=$?
   if [ $rc = 77 ] && [ "$said" = "cluster-slurm.sh: Slurm could not start here (slurmd.node1 ended: slurmd: fatal: planted failure): skipped" ] &&
      [ ! -e "$CLUSTER_DIR.planted" ] && ! pgrep -f "$CLUSTER_DIR.planted" > /dev/null; then
     ok "a slurmd that cannot start: exit 77, one line naming it, nothing left"
@@ -74,7 +74,7 @@ planted_slurmd() {
 # Without --mpi=pmix (this cluster's MpiDefault is none, as Debian's) each rank could start as a
 # world of its own: Open MPI must refuse instead
 without_pmix() {
-  if timeout 60 "$cluster" run node1 srun -N 2 --ntasks-per-node 2 "$TRIDENT" train "${BASE[@]}" --exit-interval 3 > nopmix.log 2>&1; then
+  if timeout $((60 * SCALE)) "$cluster" run node1 srun -N 2 --ntasks-per-node 2 "$TRIDENT" train "${BASE[@]}" --exit-interval 3 > nopmix.log 2>&1; then
     bad "srun without --mpi=pmix trained"; grep -m 2 "world" nopmix.log
   elif grep -q 'direct launched using "srun"' nopmix.log && ! grep -q "iteration " nopmix.log; then
     ok "srun without --mpi=pmix: refused by Open MPI before any rank trains ($(grep -m 1 -o 'The application appears to have been direct launched using "srun"' nopmix.log))"
@@ -82,9 +82,9 @@ without_pmix() {
 }
 
 field() { tr ' ' '\n' <<< "$1" | sed -n "s/^$2=//p"; } # scontrol -o line, field name
-wait_job() { # id, restarts: waits (120 s at most) until the job's run number `restarts` has ended; sets state, runtime
+wait_job() { # id, restarts: waits (120 s x SCALE at most) until the job's run number `restarts` has ended; sets state, runtime
   local line
-  for _ in $(seq 600); do
+  for _ in $(seq $((600 * SCALE))); do
     line=$(login scontrol -o show job "$1" 2>/dev/null)
     state=""; [ "$(field "$line" Restarts)" = "$2" ] && state=$(field "$line" JobState)
     case $state in COMPLETED|FAILED|TIMEOUT|CANCELLED|NODE_FAIL|OUT_OF_MEMORY|PREEMPTED|BOOT_FAIL|DEADLINE) break ;; esac
@@ -99,7 +99,7 @@ login srun --mpi=list 2>&1 | grep -qx '[[:space:]]*pmix' || bad "srun --mpi=list
 one_rank one 3 &
 across() { # name, launcher...
   local name=$1; shift
-  timeout 120 "$cluster" run node1 "$@" "$TRIDENT" train "${BASE[@]}" --make-vocab-size-divisible-by 256 \
+  timeout $((120 * SCALE)) "$cluster" run node1 "$@" "$TRIDENT" train "${BASE[@]}" --make-vocab-size-divisible-by 256 \
     --tensor-model-parallel-size 2 --exit-interval 3 --metrics-file "$name.jsonl" --dump-params "$name.params" > "$name.log" 2>&1 ||
     { bad "$* exited $?"; tail -20 "$name.log"; }
   grep -qF "placement: node1: ranks 0-1 (tp 0-1, pp 0, dp 0); node2: ranks 2-3 (tp 0-1, pp 0, dp 1)" "$name.log" ||
@@ -120,21 +120,24 @@ compare one salloc "salloc -N 2 --ntasks-per-node 2 mpirun: tp 2 x dp 2 across 2
   printf 'exec srun --mpi=pmix %q train' "$TRIDENT"; printf ' %q' "${BASE[@]}"
   echo ' --make-vocab-size-divisible-by 256 --tensor-model-parallel-size 2 --exit-signal-handler --save ck --load ck --metrics-file job.jsonl ${stop:+--exit-interval "$stop" --dump-params job.params}'
 } > job.sh
-id=$(login sbatch --parsable -N 2 --ntasks-per-node 2 --time=1 --signal=TERM@22 --requeue --open-mode=append -o job.log job.sh) ||
+# (a slower build, e.g. under the sanitizers: a 3-minute limit and the signal 100 s before its end, as a
+# save there takes minutes at a tenth of a core)
+limit=1 lead=22; [ "$SCALE" -gt 1 ] && limit=3 lead=100
+id=$(login sbatch --parsable -N 2 --ntasks-per-node 2 --time=$limit --signal=TERM@$lead --requeue --open-mode=append -o job.log job.sh) ||
   { bad "sbatch: $id"; exit 1; }
 planted_slurmd # meanwhile (it needs no CPU of this cluster)
 # once the job trains, a tenth of a core a node until the signal: what it does in those 30-60 s
 # only needs to be under way (its start-up keeps the quarter, so that it is past it by the signal)
 if [ ${#quarter[@]} -gt 0 ]; then
-  for _ in $(seq 600); do [ -s job.jsonl ] && break; sleep 0.1; done
-  "$cluster" cpus 0.1
+  for _ in $(seq $((600 * SCALE))); do [ -s job.jsonl ] && break; sleep 0.1; done
+  [ "$SCALE" -gt 1 ] || "$cluster" cpus 0.1
 fi
 wait_job "$id" 0
 [ ${#quarter[@]} -eq 0 ] || "$cluster" cpus 0.25
 n=$(cat ck/latest_checkpointed_iteration.txt 2>/dev/null)
 if [ "$state" = COMPLETED ] && [ -n "$n" ] && grep -q "received SIGTERM: saving iteration $n to ck before exiting" job.log &&
    grep -q "saved checkpoint at iteration $n to ck" job.log && "$TRIDENT" checkpoint info ck > info.log 2>&1; then
-  ok "sbatch --time=1 --signal=TERM@22: SIGTERM from Slurm, iteration $n saved (verifies), job COMPLETED after $runtime of its 1-minute limit"
+  ok "sbatch --time=$limit --signal=TERM@$lead: SIGTERM from Slurm, iteration $n saved (verifies), job COMPLETED after $runtime of its $limit-minute limit"
 else bad "the time limit's signal: job $state, latest '$n'"; tail -20 job.log; fi
 grep -q "odls_base_sigkill_timeout" job.log && bad "srun's ranks were warned of mpirun's grace period"
 

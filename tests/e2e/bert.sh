@@ -16,6 +16,9 @@
 #    above the most frequent token's share, and the sentence-order head learns the order their
 #    "then" shows; a model without context (checked by cutting the attention to each query's own
 #    key) stays at the entropy.
+# Needs bert-base-uncased's vocab.txt (VOCAB, made by scripts/test-deps.sh): without it, says so and
+# exits 77 (skipped).
+[ -f "$VOCAB" ] || { echo "$VOCAB is missing (BERT WordPiece vocabulary): run scripts/test-deps.sh ${VOCAB%/node/bert/vocab.txt} (make test does): skipped"; exit 77; }
 . "$(dirname "$0")/checkpoint_lib.sh"
 "$(dirname "$0")/../../scripts/text-to-jsonl.sh" "$SHAKESPEARE" ts.jsonl 3000
 "$TRIDENT" preprocess --input ts.jsonl --output-prefix ts --split-sentences --tokenizer-type BertWordPieceLowerCase \

@@ -38,6 +38,8 @@ set(LAYOUT_TRAIN --data-path ${LAYOUT_DIR}/bytes_text_document --tokenizer-type 
 # the baseline build of the CPU kernels (other rounding everywhere): the difference is the float
 # noise of that model's training, and a key whose noise is above a tenth of the tolerance gets
 # ten times its noise instead (compare_runs.c says why the grad norm of the Llama runs needs it).
+# With LAYOUT_NEEDS set (a file made by scripts/test-deps.sh), a run without that file prints why
+# and exits 77: skipped, as the tests of the other downloaded references.
 function(trident_layout name np tp mbs)
   set(ref ${LAYOUT_BASE})
   if(DEFINED LAYOUT_REF)
@@ -68,6 +70,10 @@ function(trident_layout name np tp mbs)
     endwhile()
   endif()
   set(out ${LAYOUT_DIR}/${name})
+  set(need "")
+  if(DEFINED LAYOUT_NEEDS)
+    set(need "${LAYOUT_NEEDS_CHECK} ")
+  endif()
   math(EXPR div "512 / ${tp}")
   set(cmd ${TD_MPIRUN} -np ${np} $<TARGET_FILE:trident> train ${LAYOUT_TRAIN}
     --tensor-model-parallel-size ${tp} --make-vocab-size-divisible-by ${div} --micro-batch-size ${mbs}
@@ -79,7 +85,7 @@ function(trident_layout name np tp mbs)
     set(noisy ON)
   endif()
   if(name STREQUAL "${LAYOUT_BASE}")
-    add_test(NAME parallel/layout_${name} COMMAND bash -c "rm -f ${out}.jsonl && \"$@\" > ${out}.log 2>&1 || { cat ${out}.log; exit 1; }" _ ${cmd})
+    add_test(NAME parallel/layout_${name} COMMAND bash -c "${need}rm -f ${out}.jsonl && \"$@\" > ${out}.log 2>&1 || { cat ${out}.log; exit 1; }" _ ${cmd})
     set_tests_properties(parallel/layout_${name} PROPERTIES FIXTURES_SETUP layouts_${name}
       FIXTURES_REQUIRED ${data_fixture})
     if(noisy)
@@ -87,9 +93,12 @@ function(trident_layout name np tp mbs)
         --tensor-model-parallel-size ${tp} --make-vocab-size-divisible-by ${div} --micro-batch-size ${mbs}
         --metrics-file ${out}_noise.jsonl ${ARGN} ${LAYOUT_ARCH})
       add_test(NAME parallel/layout_${name}_noise COMMAND bash -c
-        "rm -f ${out}_noise.jsonl && \"$@\" > ${out}_noise.log 2>&1 || { cat ${out}_noise.log; exit 1; }" _ ${ncmd})
+        "${need}rm -f ${out}_noise.jsonl && \"$@\" > ${out}_noise.log 2>&1 || { cat ${out}_noise.log; exit 1; }" _ ${ncmd})
       set_tests_properties(parallel/layout_${name}_noise PROPERTIES FIXTURES_SETUP layouts_${name}_noise
         FIXTURES_REQUIRED ${data_fixture} ENVIRONMENT "${env};TRIDENT_CPU_ISA=baseline")
+      if(need)
+        set_tests_properties(parallel/layout_${name}_noise PROPERTIES SKIP_RETURN_CODE 77)
+      endif()
     endif()
   else()
     set(noise "")
@@ -99,7 +108,7 @@ function(trident_layout name np tp mbs)
       list(APPEND fixtures layouts_${ref}_noise)
     endif()
     add_test(NAME parallel/layout_${name} COMMAND bash -c
-      "rm -f ${out}.jsonl && \"$@\" > ${out}.log 2>&1 || { cat ${out}.log; exit 1; }; \
+      "${need}rm -f ${out}.jsonl && \"$@\" > ${out}.log 2>&1 || { cat ${out}.log; exit 1; }; \
        grep -q 'every replica is bitwise the same' ${out}.log || { echo 'no replica check in the log'; exit 1; }; \
        $<TARGET_FILE:compare_runs> ${LAYOUT_DIR}/${ref}.jsonl ${out}.jsonl ${LAYOUT_DIR}/${ref}.params ${out}.params ${tol} ${noise}"
       _ ${cmd})
@@ -107,6 +116,9 @@ function(trident_layout name np tp mbs)
       FIXTURES_REQUIRED "${fixtures}")
   endif()
   set_tests_properties(parallel/layout_${name} PROPERTIES ENVIRONMENT "${env}")
+  if(need)
+    set_tests_properties(parallel/layout_${name} PROPERTIES SKIP_RETURN_CODE 77)
+  endif()
   # two 8-rank jobs at once under make asan (1.6 GB a rank) ran the 24 GiB machine out of memory
   if(np GREATER_EQUAL 8)
     set_tests_properties(parallel/layout_${name} PROPERTIES RESOURCE_LOCK eight_ranks)
@@ -404,12 +416,16 @@ set(LAYOUT_ARCH "")
 # the sentence-order head, with dropout; every layout against its one-rank run. The weights of
 # the loss are the global batch's (1 / its masked tokens, 1 / its samples), so the sums over
 # micro-batches and data-parallel ranks are the one-rank run's mean.
+# Without that vocab.txt (a build where scripts/test-deps.sh has not run) each of them says so and
+# exits 77 (skipped).
 set(BERT_VOCAB ${CMAKE_BINARY_DIR}/node/bert/vocab.txt)
 set(BERT_DATA ${LAYOUT_DIR}/bert_text_sentence)
+set(LAYOUT_NEEDS ${BERT_VOCAB})
+set(LAYOUT_NEEDS_CHECK "[ -f ${BERT_VOCAB} ] || { echo '${BERT_VOCAB} is missing (BERT WordPiece vocabulary): run scripts/test-deps.sh ${CMAKE_BINARY_DIR} (make test does): skipped'; exit 77; };")
 add_test(NAME parallel/layouts_bert_data COMMAND ${CMAKE_COMMAND} -E env bash -c
-  "set -e; mkdir -p ${LAYOUT_DIR}; ${CMAKE_SOURCE_DIR}/scripts/text-to-jsonl.sh ${TRIDENT_SHARED_DATA}/tinyshakespeare.txt ${LAYOUT_DIR}/bert.jsonl 6000; \
+  "${LAYOUT_NEEDS_CHECK} set -e; mkdir -p ${LAYOUT_DIR}; ${CMAKE_SOURCE_DIR}/scripts/text-to-jsonl.sh ${TRIDENT_SHARED_DATA}/tinyshakespeare.txt ${LAYOUT_DIR}/bert.jsonl 6000; \
    $<TARGET_FILE:trident> preprocess --input ${LAYOUT_DIR}/bert.jsonl --output-prefix ${LAYOUT_DIR}/bert --split-sentences --tokenizer-type BertWordPieceLowerCase --vocab-file ${BERT_VOCAB}")
-set_tests_properties(parallel/layouts_bert_data PROPERTIES FIXTURES_SETUP layouts_bert_data)
+set_tests_properties(parallel/layouts_bert_data PROPERTIES FIXTURES_SETUP layouts_bert_data SKIP_RETURN_CODE 77)
 set(GPT_LAYOUT_TRAIN ${LAYOUT_TRAIN})
 set(LAYOUT_TRAIN --model bert --data-path ${BERT_DATA} --tokenizer-type BertWordPieceLowerCase --vocab-file ${BERT_VOCAB}
   --split 90,10,0 --num-layers 4 --hidden-size 64 --num-attention-heads 4 --seq-length 64 --max-position-embeddings 64
@@ -443,6 +459,7 @@ trident_layout(bert_bf16_baseline 1 1 2)
 trident_layout(bert_bf16_sp_tp2_pp2_dp2 8 2 1 --sequence-parallel --pipeline-model-parallel-size 2)
 unset(LAYOUT_TOL)
 unset(LAYOUT_DATA_FIXTURE)
+unset(LAYOUT_NEEDS)
 set(LAYOUT_ARCH "")
 set(LAYOUT_TRAIN ${GPT_LAYOUT_TRAIN})
 

@@ -8,6 +8,7 @@
 #include <omp.h>
 
 #include "cpu.h"
+#include "trident/activation.h"
 
 /* ---- the functions: f and f' ---- */
 
@@ -175,7 +176,7 @@ void cpu_act_fwd(const backend *be, int act, int glu, float *out, const float *i
 {
     size_t rows = glu ? (size_t)N : (size_t)N * F;
     int w = glu ? F : 1;
-#pragma omp parallel num_threads(be->nthreads) if ((size_t)N * F > CPU_PAR_MIN_EXP)
+#pragma omp parallel num_threads(cpu_threads(be)) if ((size_t)N * F > CPU_PAR_MIN_EXP)
     {
         size_t r0, r1;
         rows_of(rows, omp_get_thread_num(), omp_get_num_threads(), &r0, &r1);
@@ -187,7 +188,7 @@ void cpu_act_bwd(const backend *be, int act, int glu, float *dinp, const float *
 {
     size_t rows = glu ? (size_t)N : (size_t)N * F;
     int w = glu ? F : 1;
-#pragma omp parallel num_threads(be->nthreads) if ((size_t)N * F > CPU_PAR_MIN_EXP)
+#pragma omp parallel num_threads(cpu_threads(be)) if ((size_t)N * F > CPU_PAR_MIN_EXP)
     {
         size_t r0, r1;
         rows_of(rows, omp_get_thread_num(), omp_get_num_threads(), &r0, &r1);
@@ -199,7 +200,7 @@ void cpu_act_bwd(const backend *be, int act, int glu, float *dinp, const float *
 
 void cpu_bias_gelu_fwd(const backend *be, float *out, const float *inp, const float *b, int N, int C)
 {
-#pragma omp parallel for schedule(static) num_threads(be->nthreads) if ((size_t)N * C > CPU_PAR_MIN_EXP)
+#pragma omp parallel for schedule(static) num_threads(cpu_threads(be)) if ((size_t)N * C > CPU_PAR_MIN_EXP)
     for (int n = 0; n < N; n++) {
         const float *x = inp + (size_t)n * C;
         float *y = out + (size_t)n * C;
@@ -213,7 +214,7 @@ void cpu_bias_gelu_fwd(const backend *be, float *out, const float *inp, const fl
 void cpu_bias_gelu_bwd(const backend *be, float *dinp, float *db, const float *dout, const float *inp,
                        const float *b, int N, int C)
 {
-#pragma omp parallel num_threads(be->nthreads) if ((size_t)N * C > CPU_PAR_MIN_EXP)
+#pragma omp parallel num_threads(cpu_threads(be)) if ((size_t)N * C > CPU_PAR_MIN_EXP)
     {
         int c0, c1;
         cpu_cols_of(C, omp_get_thread_num(), omp_get_num_threads(), &c0, &c1);

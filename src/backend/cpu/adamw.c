@@ -15,7 +15,7 @@ void cpu_adamw(const backend *be, float *p, const float *g, float *m, float *v, 
     float step_size = (float)(lr / bc1);
     float inv_sqrt_bc2 = (float)(1.0 / sqrt(bc2));
     float decay = 1.0f - lr * wd;
-#pragma omp parallel for simd schedule(static) num_threads(be->nthreads) if (n > CPU_PAR_MIN_EXP)
+#pragma omp parallel for simd schedule(static) num_threads(cpu_threads(be)) if (n > CPU_PAR_MIN_EXP)
     for (size_t i = 0; i < n; i++) {
         float gi = g[i] * gscale;
         float mi = beta1 * m[i] + (1.0f - beta1) * gi;
@@ -35,7 +35,7 @@ double cpu_sumsq(const backend *be, const float *x, size_t n)
     size_t nchunk = (n + SUMSQ_CHUNK - 1) / SUMSQ_CHUNK;
     if (nchunk == 0) return 0.0;
     double *part = cpu_scratch(3, nchunk * sizeof(double));
-#pragma omp parallel for schedule(static) num_threads(be->nthreads) if (n > CPU_PAR_MIN)
+#pragma omp parallel for schedule(static) num_threads(cpu_threads(be)) if (n > CPU_PAR_MIN)
     for (size_t k = 0; k < nchunk; k++) {
         size_t lo = k * SUMSQ_CHUNK, hi = lo + SUMSQ_CHUNK < n ? lo + SUMSQ_CHUNK : n;
         /* SUMSQ_LANES independent partial sums (several vector registers, so the adds do not

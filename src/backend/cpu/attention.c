@@ -80,7 +80,7 @@ void cpu_attention_fwd(const backend *be, float *out, float *lse, const float *q
     if (B <= 0 || T <= 0 || NH <= 0) return;
     att_shape sh = {q, k, v, ldq, ldkv, B, T, NH, NKV, HS, klen};
     check_shape(&sh);
-#pragma omp parallel num_threads(be->nthreads) if ((double)B * NH * T * T * HS > CPU_PAR_MIN_MACS)
+#pragma omp parallel num_threads(cpu_threads(be)) if ((double)B * NH * T * T * HS > CPU_PAR_MIN_MACS)
     {
         float *S = cpu_scratch(0, (size_t)blk * T * sizeof(float));
         float *mult = dropping ? cpu_scratch(1, (size_t)T * sizeof(float)) : NULL;
@@ -184,7 +184,7 @@ void cpu_attention_bwd(const backend *be, float *dq, float *dk, float *dv, const
     att_shape sh = {q, k, v, ldq, ldkv, B, T, NH, NKV, HS, klen};
     check_shape(&sh);
     int rep = NH / NKV;
-#pragma omp parallel num_threads(be->nthreads) if ((double)B * NH * T * T * HS > CPU_PAR_MIN_MACS)
+#pragma omp parallel num_threads(cpu_threads(be)) if ((double)B * NH * T * T * HS > CPU_PAR_MIN_MACS)
     {
         float *P = cpu_scratch(0, scratch * sizeof(float)), *G = cpu_scratch(1, scratch * sizeof(float));
         float *M = dropping ? cpu_scratch(2, scratch * sizeof(float)) : NULL;

@@ -1,5 +1,5 @@
 /* Attention of new queries over a key/value cache, for generation: see attention_kv_fwd in
- * backend.h. One (row, head, query) per task; the scores of one query in per-thread scratch. */
+ * be_ops.h. One (row, head, query) per task; the scores of one query in per-thread scratch. */
 #include <math.h>
 #include <omp.h>
 
@@ -12,7 +12,7 @@ void cpu_attention_kv_fwd(const backend *be, float *out, const float *q, const f
     const float scale = 1.0f / sqrtf((float)HS);
     const int64_t tasks = (int64_t)B * NH * n;
     double macs = (double)tasks * (pos0 + n) * HS * 2;
-#pragma omp parallel num_threads(be->nthreads) if (macs > CPU_PAR_MIN_MACS)
+#pragma omp parallel num_threads(cpu_threads(be)) if (macs > CPU_PAR_MIN_MACS)
     {
         float *s = cpu_scratch(0, (size_t)(pos0 + n) * sizeof(float));
 #pragma omp for schedule(static)

@@ -10,6 +10,7 @@
 
 #include "trident/check.h"
 #include "trident/timer.h"
+#include "backend.h"
 #include "cpu.h"
 
 /* Buffers of at least CPU_HUGE bytes (parameters, gradients, Adam moments, activations) are
@@ -120,7 +121,7 @@ double cpu_copy_gbps(const backend *be)
     double best = 1e30;
     for (int r = 0; r <= REPS; r++) {
         double t0 = td_now();
-#pragma omp parallel num_threads(be->nthreads)
+#pragma omp parallel num_threads(cpu_threads(be))
         {
             int t = omp_get_thread_num(), nt = omp_get_num_threads();
             size_t lo = n / (size_t)nt * (size_t)t, hi = t == nt - 1 ? n : n / (size_t)nt * (size_t)(t + 1);
@@ -148,7 +149,7 @@ double cpu_adamw_stream_gbps(const backend *be)
     for (int r = 0; r <= REPS; r++) {
         double t0 = td_now();
         if (r == 0) {
-#pragma omp parallel for simd schedule(static) num_threads(be->nthreads)
+#pragma omp parallel for simd schedule(static) num_threads(cpu_threads(be))
             for (size_t i = 0; i < n; i++) {
                 p[i] = 1.0f;
                 g[i] = 1e-3f;
@@ -156,7 +157,7 @@ double cpu_adamw_stream_gbps(const backend *be)
             }
             continue;
         }
-#pragma omp parallel for simd schedule(static) num_threads(be->nthreads)
+#pragma omp parallel for simd schedule(static) num_threads(cpu_threads(be))
         for (size_t i = 0; i < n; i++) {
             float gi = g[i];
             m[i] = m[i] * 0.5f + gi;
@@ -176,7 +177,7 @@ double cpu_adamw_stream_gbps(const backend *be)
 
 void cpu_blas_threads(const backend *be)
 {
-    if (openblas_get_num_threads() != be->nthreads) openblas_set_num_threads(be->nthreads);
+    if (openblas_get_num_threads() != cpu_threads(be)) openblas_set_num_threads(cpu_threads(be));
 }
 
 /* ---- choosing the kernels of this CPU ---- */
@@ -312,7 +313,7 @@ void be_prepare_process(char **argv)
 static void cpu_describe(const backend *be, char *out, size_t len)
 {
     const char *was = getenv("TRIDENT_BLAS_REEXEC");
-    const cpu_isa *isa = &CPU_ISAS[be->isa];
+    const cpu_isa *isa = &CPU_ISAS[((const cpu_state *)be->impl)->isa];
     snprintf(out, len, "trident's %s kernels (%s), OpenBLAS %s sgemm%s%s%s%s", isa->name, isa->what,
              openblas_get_corename(), was ? " (chosen at start-up over " : "", was ? was : "", was ? ")" : "",
              cpu_has_avx512() && !cpu_blas_core_avx512(openblas_get_corename())
@@ -320,15 +321,29 @@ static void cpu_describe(const backend *be, char *out, size_t len)
                  : "");
 }
 
+static void cpu_destroy(backend *be)
+{
+    free(be->impl);
+    be->impl = NULL;
+}
+
+static struct be_ops g_cpu_ops[CPU_NISAS]; /* one vtable per ISA build, filled on first use */
+
+int be_cpu_threads(const backend *be)
+{
+    return be && be->ops >= g_cpu_ops && be->ops < g_cpu_ops + CPU_NISAS ? cpu_threads(be) : 0;
+}
+
 backend *be_cpu(int nthreads)
 {
     TD_CHECK(nthreads >= 0, "pass 0 for OpenMP's default", "nthreads %d", nthreads);
-    static struct be_ops ops[CPU_NISAS];
     static int filled[CPU_NISAS];
     backend *be = td_xcalloc(1, sizeof *be);
-    be->isa = cpu_isa_choose();
-    if (!filled[be->isa]) {
-        struct be_ops *o = &ops[be->isa];
+    cpu_state *st = td_xcalloc(1, sizeof *st);
+    be->impl = st;
+    st->isa = cpu_isa_choose();
+    if (!filled[st->isa]) {
+        struct be_ops *o = &g_cpu_ops[st->isa];
         o->name = "cpu";
         o->alloc = cpu_alloc;
         o->free = cpu_free;
@@ -337,20 +352,21 @@ backend *be_cpu(int nthreads)
         o->sync = cpu_sync;
         o->event_record = cpu_event_record;
         o->event_elapsed = cpu_event_elapsed;
+        o->destroy = cpu_destroy;
         o->peak_gflops = cpu_peak_gflops;
         o->copy_gbps = cpu_copy_gbps;
         o->adamw_stream_gbps = cpu_adamw_stream_gbps;
         o->describe = cpu_describe;
-        CPU_ISAS[be->isa].fill(o);
-        filled[be->isa] = 1;
+        CPU_ISAS[st->isa].fill(o);
+        filled[st->isa] = 1;
     }
-    be->ops = &ops[be->isa];
-    be->nthreads = nthreads > 0 ? nthreads : omp_get_max_threads();
+    be->ops = &g_cpu_ops[st->isa];
+    st->nthreads = nthreads > 0 ? nthreads : omp_get_max_threads();
     be->device = -1;
     be->queue = NULL; /* synchronous: nothing queues */
     /* OpenBLAS (OpenMP build) sizes its team from the OpenMP setting of the calling thread. */
-    omp_set_num_threads(be->nthreads);
-    openblas_set_num_threads(be->nthreads);
+    omp_set_num_threads(st->nthreads);
+    openblas_set_num_threads(st->nthreads);
     return be;
 }
 

@@ -1,9 +1,17 @@
 /* The CPU backend's kernels (OpenBLAS sgemm + OpenMP), one file per family. Private to
- * src/backend: everything else reaches them through the vtable in backend/backend.h. */
+ * src/backend: everything else reaches them through the vtable of backend/be_ops.h. */
 #ifndef TRIDENT_BACKEND_CPU_H
 #define TRIDENT_BACKEND_CPU_H
 
-#include "backend.h"
+#include "be_ops.h"
+
+/* The cpu backend's own state, behind be->impl (what no other backend has). */
+typedef struct cpu_state {
+    int nthreads; /* OpenMP threads of every kernel (and of OpenBLAS) */
+    int isa;      /* which ISA build of the kernels runs (CPU_ISAS in cpu.c) */
+} cpu_state;
+/* The OpenMP threads of be's kernels. */
+static inline int cpu_threads(const backend *be) { return ((const cpu_state *)be->impl)->nthreads; }
 
 /* Per-ISA builds. CMakeLists.txt compiles the kernel files (every file here but cpu.c) for the
  * target's baseline and, on x86-64, twice more: with -march=x86-64-v3 (AVX2 + FMA) and
@@ -199,14 +207,14 @@ void cpu_attention_bwd(const backend *be, float *dq, float *dk, float *dv, const
 void cpu_attention_kv_fwd(const backend *be, float *out, const float *q, const float *kc, const float *vc, int ldq,
                           int B, int n, int pos0, int cap, int NH, int NKV, int HS);
 
-/* act.c: the backend.h entries act_fwd, act_bwd, bias_gelu_fwd, bias_gelu_bwd */
+/* act.c: the be_ops.h entries act_fwd, act_bwd, bias_gelu_fwd, bias_gelu_bwd */
 void cpu_act_fwd(const backend *be, int act, int glu, float *out, const float *inp, int N, int F);
 void cpu_act_bwd(const backend *be, int act, int glu, float *dinp, const float *dout, const float *inp, int N, int F);
 void cpu_bias_gelu_fwd(const backend *be, float *out, const float *inp, const float *b, int N, int C);
 void cpu_bias_gelu_bwd(const backend *be, float *dinp, float *db, const float *dout, const float *inp,
                        const float *b, int N, int C);
 
-/* moe_router.c: the backend.h entries of the same names */
+/* moe_router.c: the be_ops.h entries of the same names */
 #define CPU_MOE_MAX_EXPERTS BE_MOE_MAX_EXPERTS
 void cpu_moe_route_fwd(const backend *be, int32_t *idx, float *probs, const float *logits, const float *bias, int N,
                        int E, int k, int score, int pre_softmax, float scale);

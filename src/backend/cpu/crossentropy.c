@@ -10,7 +10,7 @@
 
 void cpu_ce_max(const backend *be, float *maxv, const float *logits, int BT, int Vloc, int Vreal)
 {
-#pragma omp parallel for schedule(static) num_threads(be->nthreads) if ((size_t)BT * Vloc > CPU_PAR_MIN)
+#pragma omp parallel for schedule(static) num_threads(cpu_threads(be)) if ((size_t)BT * Vloc > CPU_PAR_MIN)
     for (int i = 0; i < BT; i++) {
         const float *l = logits + (size_t)i * Vloc;
         float m = -INFINITY;
@@ -23,7 +23,7 @@ void cpu_ce_max(const backend *be, float *maxv, const float *logits, int BT, int
 void cpu_ce_sumexp(const backend *be, float *sumexp, const float *logits, const float *maxv, int BT, int Vloc,
                    int Vreal)
 {
-#pragma omp parallel for schedule(static) num_threads(be->nthreads) if ((size_t)BT * Vloc > CPU_PAR_MIN_EXP)
+#pragma omp parallel for schedule(static) num_threads(cpu_threads(be)) if ((size_t)BT * Vloc > CPU_PAR_MIN_EXP)
     for (int i = 0; i < BT; i++) {
         const float *l = logits + (size_t)i * Vloc;
         float m = maxv[i];
@@ -54,7 +54,7 @@ void cpu_ce_loss(const backend *be, float *losses, const float *maxv, const floa
 void cpu_ce_bwd(const backend *be, float *logits, const float *maxv, const float *sumexp, const int32_t *targets,
                 const float *dloss, int BT, int Vloc, int Vreal, int vstart)
 {
-#pragma omp parallel for schedule(static) num_threads(be->nthreads) if ((size_t)BT * Vloc > CPU_PAR_MIN_EXP)
+#pragma omp parallel for schedule(static) num_threads(cpu_threads(be)) if ((size_t)BT * Vloc > CPU_PAR_MIN_EXP)
     for (int i = 0; i < BT; i++) {
         float *l = logits + (size_t)i * Vloc;
         float m = maxv[i], inv = 1.0f / sumexp[i], d = dloss[i];

@@ -1,4 +1,4 @@
-/* Dropout with masks regenerated from Philox at logical coordinates (see backend.h): nothing
+/* Dropout with masks regenerated from Philox at logical coordinates (see be_ops.h): nothing
  * is stored, and any slice of a tensor (rows, channels, heads) draws exactly its own mask. */
 #include <stdlib.h>
 #include <string.h>
@@ -37,7 +37,7 @@ static void drop_rows(const backend *be, float *out, const float *resid, const f
                       int T, int C, const be_drop *drop)
 {
     int rows = B * T;
-#pragma omp parallel num_threads(be->nthreads) if ((size_t)rows * C > CPU_PAR_MIN_EXP)
+#pragma omp parallel num_threads(cpu_threads(be)) if ((size_t)rows * C > CPU_PAR_MIN_EXP)
     {
         float *mult = cpu_scratch(3, (size_t)C * sizeof(float));
 #pragma omp for schedule(static)
@@ -88,7 +88,7 @@ void cpu_bias_dropout_add_fwd(const backend *be, float *out, const float *resid,
         return;
     }
     size_t rows = (size_t)B * T;
-#pragma omp parallel for schedule(static) num_threads(be->nthreads) if (rows * C > CPU_PAR_MIN)
+#pragma omp parallel for schedule(static) num_threads(cpu_threads(be)) if (rows * C > CPU_PAR_MIN)
     for (size_t row = 0; row < rows; row++) {
         const float *r = resid + row * C, *x = inp + row * C;
         float *y = out + row * C;

@@ -7,7 +7,7 @@
 void cpu_embedding_fwd(const backend *be, float *out, const int32_t *ids, const float *wte, int BT, int C,
                        int vstart, int Vloc)
 {
-#pragma omp parallel for schedule(static) num_threads(be->nthreads) if ((size_t)BT * C > CPU_PAR_MIN)
+#pragma omp parallel for schedule(static) num_threads(cpu_threads(be)) if ((size_t)BT * C > CPU_PAR_MIN)
     for (int i = 0; i < BT; i++) {
         float *y = out + (size_t)i * C;
         int64_t r = (int64_t)ids[i] - vstart;
@@ -24,7 +24,7 @@ void cpu_embedding_bwd(const backend *be, float *dwte, const float *dout, const 
                        int vstart, int Vloc)
 {
     int nblk = (C + CPU_LINE - 1) / CPU_LINE;
-#pragma omp parallel for schedule(static) num_threads(be->nthreads) if ((size_t)BT * C > CPU_PAR_MIN)
+#pragma omp parallel for schedule(static) num_threads(cpu_threads(be)) if ((size_t)BT * C > CPU_PAR_MIN)
     for (int blk = 0; blk < nblk; blk++) {
         int c0 = blk * CPU_LINE, w = C - c0 < CPU_LINE ? C - c0 : CPU_LINE;
         for (int i = 0; i < BT; i++) {
@@ -40,7 +40,7 @@ void cpu_embedding_bwd(const backend *be, float *dwte, const float *dout, const 
 void cpu_pos_embedding_fwd(const backend *be, float *out, const float *wpe, int B, int T, int C, int pos0)
 {
     int rows = B * T;
-#pragma omp parallel for schedule(static) num_threads(be->nthreads) if ((size_t)rows * C > CPU_PAR_MIN)
+#pragma omp parallel for schedule(static) num_threads(cpu_threads(be)) if ((size_t)rows * C > CPU_PAR_MIN)
     for (int row = 0; row < rows; row++) {
         float *y = out + (size_t)row * C;
         const float *p = wpe + (size_t)(pos0 + row % T) * C;
@@ -50,7 +50,7 @@ void cpu_pos_embedding_fwd(const backend *be, float *out, const float *wpe, int 
 
 void cpu_pos_embedding_bwd(const backend *be, float *dwpe, const float *dout, int B, int T, int C, int pos0)
 {
-#pragma omp parallel for schedule(static) num_threads(be->nthreads) if ((size_t)B * T * C > CPU_PAR_MIN)
+#pragma omp parallel for schedule(static) num_threads(cpu_threads(be)) if ((size_t)B * T * C > CPU_PAR_MIN)
     for (int t = 0; t < T; t++) {
         float *dp = dwpe + (size_t)(pos0 + t) * C;
         for (int b = 0; b < B; b++) {

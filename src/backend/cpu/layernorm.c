@@ -9,7 +9,7 @@
 void cpu_layernorm_fwd(const backend *be, float *out, float *mean, float *rstd, const float *inp, const float *w,
                        const float *b, int N, int C, float eps)
 {
-#pragma omp parallel for schedule(static) num_threads(be->nthreads) if ((size_t)N * C > CPU_PAR_MIN)
+#pragma omp parallel for schedule(static) num_threads(cpu_threads(be)) if ((size_t)N * C > CPU_PAR_MIN)
     for (int n = 0; n < N; n++) {
         const float *x = inp + (size_t)n * C;
         float *y = out + (size_t)n * C;
@@ -76,7 +76,7 @@ static void ln_bwd_cols(float *dw, float *db, const float *dout, const float *in
 void cpu_layernorm_bwd(const backend *be, float *dinp, float *dw, float *db, const float *dout, const float *inp,
                        const float *w, const float *mean, const float *rstd, int N, int C)
 {
-#pragma omp parallel num_threads(be->nthreads) if ((size_t)N * C > CPU_PAR_MIN)
+#pragma omp parallel num_threads(cpu_threads(be)) if ((size_t)N * C > CPU_PAR_MIN)
     {
         if (dinp) {
 #pragma omp for schedule(static) nowait

@@ -10,7 +10,7 @@
 
 void cpu_colsum_acc(const backend *be, float *db, const float *x, int N, int C)
 {
-#pragma omp parallel num_threads(be->nthreads) if ((size_t)N * C > CPU_PAR_MIN)
+#pragma omp parallel num_threads(cpu_threads(be)) if ((size_t)N * C > CPU_PAR_MIN)
     {
         int c0, c1;
         cpu_cols_of(C, omp_get_thread_num(), omp_get_num_threads(), &c0, &c1);
@@ -38,7 +38,7 @@ void cpu_colsum_acc(const backend *be, float *db, const float *x, int N, int C)
 static void few_rows_times_wt(const backend *be, float *out, const float *inp, const float *w, float beta, int n, int C,
                               int OC)
 {
-#pragma omp parallel for schedule(static) num_threads(be->nthreads) if ((double)n * C * OC > CPU_PAR_MIN_MACS)
+#pragma omp parallel for schedule(static) num_threads(cpu_threads(be)) if ((double)n * C * OC > CPU_PAR_MIN_MACS)
     for (int o = 0; o < OC; o++) {
         const float *wr = w + (size_t)o * C;
         for (int r = 0; r < n; r++) {
@@ -70,7 +70,7 @@ void cpu_matmul_fwd(const backend *be, float *out, const float *inp, const float
     if (BT <= 0 || OC <= 0) return;
     float beta = 0.0f;
     if (b) {
-#pragma omp parallel for schedule(static) num_threads(be->nthreads) if ((size_t)BT * OC > CPU_PAR_MIN)
+#pragma omp parallel for schedule(static) num_threads(cpu_threads(be)) if ((size_t)BT * OC > CPU_PAR_MIN)
         for (int i = 0; i < BT; i++) memcpy(out + (size_t)i * OC, b, (size_t)OC * sizeof(float));
         beta = 1.0f;
     }
@@ -91,7 +91,7 @@ static int64_t *group_rows(const int32_t *counts, int G)
 
 static int side_by_side(const backend *be, int G, int64_t rows)
 {
-    return be->nthreads > 1 && G >= be->nthreads && rows / G < CPU_GROUPED_ROWS;
+    return cpu_threads(be) > 1 && G >= cpu_threads(be) && rows / G < CPU_GROUPED_ROWS;
 }
 
 void cpu_matmul_grouped_fwd(const backend *be, float *out, const float *inp, const float *w, const float *b,
@@ -101,7 +101,7 @@ void cpu_matmul_grouped_fwd(const backend *be, float *out, const float *inp, con
     int par = side_by_side(be, G, off[G]);
     if (par) openblas_set_num_threads(1); /* each group's GEMM on its own thread */
     else cpu_blas_threads(be);
-#pragma omp parallel for schedule(dynamic, 1) num_threads(be->nthreads) if (par)
+#pragma omp parallel for schedule(dynamic, 1) num_threads(cpu_threads(be)) if (par)
     for (int g = 0; g < G; g++) {
         int n = counts[g];
         if (n <= 0) continue;
@@ -122,7 +122,7 @@ void cpu_matmul_grouped_bwd(const backend *be, float *dinp, float *dw, float *db
     int par = side_by_side(be, G, off[G]);
     if (par) openblas_set_num_threads(1);
     else cpu_blas_threads(be);
-#pragma omp parallel for schedule(dynamic, 1) num_threads(be->nthreads) if (par)
+#pragma omp parallel for schedule(dynamic, 1) num_threads(cpu_threads(be)) if (par)
     for (int g = 0; g < G; g++) {
         int n = counts[g];
         if (n <= 0) continue;

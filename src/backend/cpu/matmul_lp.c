@@ -30,7 +30,7 @@ void cpu_convert(const backend *be, void *dst, be_dtype dt, const void *src, be_
     float *fo = dst;
     const uint16_t *h = src;
     uint16_t *ho = dst;
-#pragma omp parallel num_threads(be->nthreads) if (n > CPU_PAR_MIN)
+#pragma omp parallel num_threads(cpu_threads(be)) if (n > CPU_PAR_MIN)
     {
         size_t t = (size_t)omp_get_thread_num(), nt = (size_t)omp_get_num_threads();
         size_t lo = n * t / nt, hi = n * (t + 1) / nt;
@@ -87,7 +87,7 @@ void cpu_matmul_fwd_lp(const backend *be, float *out, const void *inp, const voi
     }
     float beta = 0.0f;
     if (b) {
-#pragma omp parallel for schedule(static) num_threads(be->nthreads) if ((size_t)BT * OC > CPU_PAR_MIN)
+#pragma omp parallel for schedule(static) num_threads(cpu_threads(be)) if ((size_t)BT * OC > CPU_PAR_MIN)
         for (int i = 0; i < BT; i++) memcpy(out + (size_t)i * OC, b, (size_t)OC * sizeof(float));
         beta = 1.0f;
     }

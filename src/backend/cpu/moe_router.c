@@ -39,7 +39,7 @@ static inline float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
 void cpu_moe_route_fwd(const backend *be, int32_t *idx, float *probs, const float *logits, const float *bias, int N,
                        int E, int k, int score, int pre_softmax, float scale)
 {
-#pragma omp parallel for schedule(static) num_threads(be->nthreads) if ((size_t)N * E > 65536)
+#pragma omp parallel for schedule(static) num_threads(cpu_threads(be)) if ((size_t)N * E > 65536)
     for (int n = 0; n < N; n++) {
         const float *l = logits + (size_t)n * E;
         int32_t *ix = idx + (size_t)n * k;
@@ -69,7 +69,7 @@ void cpu_moe_route_fwd(const backend *be, int32_t *idx, float *probs, const floa
 void cpu_moe_route_bwd(const backend *be, float *dlogits, const float *dprobs, const float *logits, const int32_t *idx,
                        int N, int E, int k, int score, int pre_softmax, float scale)
 {
-#pragma omp parallel for schedule(static) num_threads(be->nthreads) if ((size_t)N * E > 65536)
+#pragma omp parallel for schedule(static) num_threads(cpu_threads(be)) if ((size_t)N * E > 65536)
     for (int n = 0; n < N; n++) {
         const float *l = logits + (size_t)n * E;
         const int32_t *ix = idx + (size_t)n * k;
@@ -108,7 +108,7 @@ double cpu_moe_aux_loss(const backend *be, float *dlogits, const float *logits, 
                         int k, int score, double coeff, double tokens, float dscale)
 {
     double c = coeff * E / (k * tokens * tokens), loss = 0;
-#pragma omp parallel for schedule(static) num_threads(be->nthreads) if ((size_t)N * E > 65536) reduction(+ : loss)
+#pragma omp parallel for schedule(static) num_threads(cpu_threads(be)) if ((size_t)N * E > 65536) reduction(+ : loss)
     for (int n = 0; n < N; n++) {
         const float *l = logits + (size_t)n * E;
         float s[CPU_MOE_MAX_EXPERTS], sg[CPU_MOE_MAX_EXPERTS];
@@ -138,7 +138,7 @@ double cpu_moe_z_loss(const backend *be, float *dlogits, const float *logits, in
                       float dscale)
 {
     double loss = 0;
-#pragma omp parallel for schedule(static) num_threads(be->nthreads) if ((size_t)N * E > 65536) reduction(+ : loss)
+#pragma omp parallel for schedule(static) num_threads(cpu_threads(be)) if ((size_t)N * E > 65536) reduction(+ : loss)
     for (int n = 0; n < N; n++) {
         const float *l = logits + (size_t)n * E;
         float mx = l[0];
@@ -157,7 +157,7 @@ double cpu_moe_z_loss(const backend *be, float *dlogits, const float *logits, in
 /* xe[row[n k + j]] = x[n] (h floats a row): every token's row once for each expert it goes to. */
 void cpu_moe_permute(const backend *be, float *xe, const float *x, const int32_t *row, int N, int k, int h)
 {
-#pragma omp parallel for schedule(static) num_threads(be->nthreads) if ((size_t)N * k * h > 65536)
+#pragma omp parallel for schedule(static) num_threads(cpu_threads(be)) if ((size_t)N * k * h > 65536)
     for (int n = 0; n < N; n++)
         for (int j = 0; j < k; j++)
             if (row[n * k + j] >= 0) memcpy(xe + (size_t)row[n * k + j] * h, x + (size_t)n * h, (size_t)h * sizeof(float));
@@ -166,7 +166,7 @@ void cpu_moe_permute(const backend *be, float *xe, const float *x, const int32_t
 /* dx[n] += sum_j dxe[row[n k + j]]: the permutation's backward. */
 void cpu_moe_permute_bwd(const backend *be, float *dx, const float *dxe, const int32_t *row, int N, int k, int h)
 {
-#pragma omp parallel for schedule(static) num_threads(be->nthreads) if ((size_t)N * k * h > 65536)
+#pragma omp parallel for schedule(static) num_threads(cpu_threads(be)) if ((size_t)N * k * h > 65536)
     for (int n = 0; n < N; n++)
         for (int j = 0; j < k; j++) {
             if (row[n * k + j] < 0) continue; /* dropped (over an expert's capacity) */
@@ -180,7 +180,7 @@ void cpu_moe_permute_bwd(const backend *be, float *dx, const float *dxe, const i
 void cpu_moe_unpermute(const backend *be, float *out, const float *ye, const int32_t *row, const float *probs, int N,
                        int k, int h)
 {
-#pragma omp parallel for schedule(static) num_threads(be->nthreads) if ((size_t)N * k * h > 65536)
+#pragma omp parallel for schedule(static) num_threads(cpu_threads(be)) if ((size_t)N * k * h > 65536)
     for (int n = 0; n < N; n++) {
         float *o = out + (size_t)n * h;
         memset(o, 0, (size_t)h * sizeof(float));
@@ -197,7 +197,7 @@ void cpu_moe_unpermute(const backend *be, float *out, const float *ye, const int
 void cpu_moe_unpermute_bwd(const backend *be, float *dye, float *dprobs, const float *dout, const float *ye,
                            const int32_t *row, const float *probs, int N, int k, int h)
 {
-#pragma omp parallel for schedule(static) num_threads(be->nthreads) if ((size_t)N * k * h > 65536)
+#pragma omp parallel for schedule(static) num_threads(cpu_threads(be)) if ((size_t)N * k * h > 65536)
     for (int n = 0; n < N; n++) {
         const float *d = dout + (size_t)n * h;
         for (int j = 0; j < k; j++) {

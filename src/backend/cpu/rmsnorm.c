@@ -9,7 +9,7 @@
 void cpu_rmsnorm_fwd(const backend *be, float *out, float *rstd, const float *inp, const float *w, int N, int C,
                      float eps)
 {
-#pragma omp parallel for schedule(static) num_threads(be->nthreads) if ((size_t)N * C > CPU_PAR_MIN)
+#pragma omp parallel for schedule(static) num_threads(cpu_threads(be)) if ((size_t)N * C > CPU_PAR_MIN)
     for (int n = 0; n < N; n++) {
         const float *x = inp + (size_t)n * C;
         float *y = out + (size_t)n * C;
@@ -54,7 +54,7 @@ static void rms_bwd_cols(float *dw, const float *dout, const float *inp, const f
 void cpu_rmsnorm_bwd(const backend *be, float *dinp, float *dw, const float *dout, const float *inp, const float *w,
                      const float *rstd, int N, int C)
 {
-#pragma omp parallel num_threads(be->nthreads) if ((size_t)N * C > CPU_PAR_MIN)
+#pragma omp parallel num_threads(cpu_threads(be)) if ((size_t)N * C > CPU_PAR_MIN)
     {
         if (dinp) {
 #pragma omp for schedule(static) nowait

@@ -39,7 +39,7 @@ static const float *rope_table(const backend *be, int npos, int rot, float base)
     float *tab = p, *inv = cpu_scratch(0, (size_t)r2 * sizeof(float));
     for (int i = 0; i < r2; i++) /* torch: 1.0 / (base ** (arange(0, rot, 2).float() / rot)) */
         inv[i] = 1.0f / (float)pow((double)base, (double)((float)(2 * i) / (float)rot));
-#pragma omp parallel for schedule(static) num_threads(be->nthreads) if ((size_t)npos * r2 > CPU_PAR_MIN_EXP / 8)
+#pragma omp parallel for schedule(static) num_threads(cpu_threads(be)) if ((size_t)npos * r2 > CPU_PAR_MIN_EXP / 8)
     for (int pos = 0; pos < npos; pos++) {
         float *c = tab + (size_t)pos * 2 * r2, *s = c + r2;
         for (int i = 0; i < r2; i++) {
@@ -60,7 +60,7 @@ static void rope_apply(const backend *be, float *x, int B, int T, int ld, int nh
     if (B <= 0 || T <= 0 || nh <= 0) return;
     int r2 = rot / 2;
     const float *tab = rope_table(be, pos0 + T, rot, base);
-#pragma omp parallel for schedule(static) num_threads(be->nthreads) if ((size_t)B * T * nh * rot > CPU_PAR_MIN)
+#pragma omp parallel for schedule(static) num_threads(cpu_threads(be)) if ((size_t)B * T * nh * rot > CPU_PAR_MIN)
     for (int bt = 0; bt < B * T; bt++) {
         const float *c = tab + (size_t)(pos0 + bt % T) * 2 * r2, *s = c + r2;
         float *row = x + (size_t)bt * ld;

@@ -1,0 +1,471 @@
+/* The backend contract: what a compute backend implements. The vtable (struct be_ops), the
+ * types its entries take (typed buffers, events, dropout sites), struct backend, the list of
+ * entries a backend may leave NULL (BE_OP_ENTRIES) and the dropout mask every backend reproduces
+ * bit for bit. Private to the floors that call a backend: they include backend.h (the timed
+ * be_* wrappers over this vtable, be_create); a backend's own folder includes this. docs/backend.md
+ * is the contract entry by entry and what a device backend implements each with.
+ *
+ * Conventions (llm.c style, Megatron TP-aware):
+ *  - outputs first, then inputs, then sizes;
+ *  - every size is the TP-LOCAL size (heads n/t, FFN 4h/t, vocab V/t), so the same kernels
+ *    serve tensor parallelism; weights are (out, in) row-major: out = inp . W^T + b;
+ *  - backward ACCUMULATES (+=) into every gradient it is given, parameter and input alike,
+ *    unless its contract says "writes"; a NULL gradient pointer skips that gradient;
+ *  - buffers do not alias unless the contract says so;
+ *  - activations (and their gradients) travel as typed buffers (be_in to read, be_out to write:
+ *    a pointer and its dtype); weights, their gradients, optimizer state and per-row
+ *    statistics (mean, rstd, lse, maxv, ...) are fp32 `float *`. A backend checks the dtypes it
+ *    is given and dies naming the entry on one it does not compute in (cpu: fp32 only, but the
+ *    low-precision GEMMs).
+ *
+ * The queue. A backend has ONE ordered queue (cpu: none, every call runs to completion before it
+ * returns; CUDA: one stream, be->queue). Every vtable entry is enqueued on it in call order and
+ * runs after everything enqueued before it, so the model needs no synchronisation between
+ * kernels. Memory:
+ *  - every pointer an entry takes is DEVICE memory of this backend (from alloc; cpu: host
+ *    memory), including the integer arrays: token ids, targets, attention's klen and a dropout's
+ *    sample indices. Only the scalars of the call itself (sizes, eps, a be_drop's p, seed, site,
+ *    pos0, unit0) are host values, read when the call is made;
+ *  - host code reads or writes device memory only through copy_bytes: an H2D copy returns once
+ *    the host source may be reused (synchronous for the host buffer), a D2H copy returns once
+ *    everything enqueued before it has run and the host destination holds the bytes
+ *    (synchronous); D2D copies and set_bytes are enqueued like kernels. Code that dereferences a
+ *    device pointer on the host is correct on cpu only;
+ *  - an entry that returns a value read from device memory (sumsq) waits for the queue first;
+ *  - sync returns when everything enqueued so far has run: after it the host may time, free or
+ *    reuse any buffer. free is ordered after the work queued before it.
+ * Timing goes through events (event_record, event_elapsed): a point in the queue, so the time
+ * between two is the device's, not the host's enqueueing time. */
+#ifndef TRIDENT_BE_OPS_H
+#define TRIDENT_BE_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "trident/philox.h"
+
+typedef struct backend backend;
+
+typedef enum { BE_H2D, BE_D2H, BE_D2D } be_copy_kind;
+
+/* Element types of backend buffers: typed buffers (below) carry one, `float *` arguments are
+ * fp32. The cpu kernels compute in fp32 but the low-precision GEMMs and the conversions. bf16
+ * is the top half of an IEEE float (8-bit exponent, 7-bit mantissa); fp16 is IEEE binary16
+ * (5-bit exponent, 10-bit mantissa, largest finite 65504). Both are stored as uint16_t. */
+typedef enum { BE_F32 = 0, BE_BF16 = 1, BE_F16 = 2 } be_dtype;
+static inline size_t be_dtype_size(be_dtype t) { return t == BE_F32 ? 4 : 2; }
+static inline const char *be_dtype_name(be_dtype t) { return t == BE_BF16 ? "bf16" : t == BE_F16 ? "fp16" : "fp32"; }
+
+/* Typed buffers: an activation (or its gradient) as the kernels receive it, device memory and
+ * the dtype of its elements. be_in is read, be_out written or accumulated. A NULL p (an optional
+ * output left out) may carry any dtype. */
+typedef struct be_in {
+    const void *p;
+    be_dtype dt;
+} be_in;
+typedef struct be_out {
+    void *p;
+    be_dtype dt;
+} be_out;
+static inline be_in be_f32(const float *p)
+{
+    be_in x = {p, BE_F32};
+    return x;
+}
+static inline be_out be_f32_out(float *p)
+{
+    be_out x = {p, BE_F32};
+    return x;
+}
+
+/* A point in the backend's queue (event_record): cpu stamps the wall clock when the call is made
+ * (everything before it has run); a device backend records a device event (h) on its queue. An
+ * event is read once, by event_elapsed, which releases what it holds. */
+typedef struct be_event {
+    double t; /* cpu: td_now() at the record */
+    void *h;  /* device backends: their event handle; cpu: NULL */
+} be_event;
+
+/* Where a dropout mask lives in the logical model: the mask of an element is a pure function of
+ * (seed, sample, site, position, unit) — never of rank or layout — and is regenerated, not
+ * stored. p == 0 (or a NULL be_drop) is exactly the identity. The struct itself is host memory
+ * read at the call (its scalars are kernel arguments); `sample` points into device memory. */
+typedef struct be_drop {
+    float p;               /* drop probability in [0, 1); kept values are scaled by 1/(1-p) */
+    uint64_t seed;         /* the run's seed */
+    const int64_t *sample; /* (B) device array: global sample index (dataset order) of batch row b */
+    int site;              /* dropout site id, unique per dropout call site of the model
+                            * (e.g. 3*layer + {0 attn, 1 after proj, 2 after fc2}; 0..65535) */
+    int pos0;              /* position of row t = 0 (nonzero for a sequence-parallel slice) */
+    int unit0;             /* hidden dropout: global channel of column 0;
+                            * attention dropout: global index of local head 0 */
+} be_drop;
+
+/* The vtable. Every entry takes the backend first (its queue and state) and is enqueued on its queue
+ * in call order (see the top of this file). Shapes in comments; N = rows, BT = B*T. See the
+ * contracts on each entry. */
+struct be_ops {
+    const char *name;
+
+    /* ---- memory (device memory of the backend; host for cpu) ---- */
+    /* Returns `bytes` of uninitialised memory, 64-byte aligned; dies if short. */
+    void *(*alloc)(const backend *be, size_t bytes);
+    void (*free)(const backend *be, void *p); /* NULL is a no-op */
+    /* dst = src, `bytes` bytes. BE_H2D (src host, dst device) returns when src may be reused;
+     * BE_D2H (src device, dst host) returns when dst holds the bytes, after all queued work;
+     * BE_D2D (both device) is enqueued. Overlap only when dst == src. */
+    void (*copy_bytes)(const backend *be, void *dst, const void *src, size_t bytes, be_copy_kind kind);
+    /* p (device, `bytes` bytes) = byte, enqueued. */
+    void (*set_bytes)(const backend *be, void *p, int byte, size_t bytes);
+    /* Returns when everything enqueued so far has run. cpu: nothing queues, a no-op. */
+    void (*sync)(const backend *be);
+    /* *ev = a point in the queue after everything enqueued so far (cpu: the wall clock now). */
+    void (*event_record)(const backend *be, be_event *ev);
+    /* Seconds between two recorded events, start recorded first; waits until `end` has passed.
+     * Releases both events (each is read once). */
+    double (*event_elapsed)(const backend *be, be_event *start, be_event *end);
+    /* Frees the backend's own state (impl: its queue, library handles), after waiting for the
+     * queue; be_free calls it, then frees the struct. Optional: NULL when there is nothing to free. */
+    void (*destroy)(backend *be);
+
+    /* ---- matmul: out = inp . W^T + b ---- */
+    /* out (BT, OC) written; inp (BT, C); w (OC, C); b (OC) or NULL. */
+    void (*matmul_fwd)(const backend *be, be_out out, be_in inp, const float *w, const float *b, int BT, int C,
+                       int OC);
+    /* dinp (BT, C) += dout . W; dw (OC, C) += dout^T . inp; db (OC) += column sums of dout.
+     * Any of dinp, dw, db may be NULL. dout (BT, OC). */
+    void (*matmul_bwd)(const backend *be, be_out dinp, float *dw, float *db, be_in dout, be_in inp, const float *w,
+                       int BT, int C, int OC);
+
+    /* ---- grouped matmul: a mixture of experts' experts in one call (--moe-grouped-gemm) ----
+     * G groups of counts[g] consecutive rows: out_g (n_g, OC) written = inp_g (n_g, C) . W_g^T + b_g,
+     * W_g = w + g OC C, b_g = b + g OC (b NULL: none); and its backward, dinp_g, dW_g, db_g
+     * accumulated (any NULL). fp32. Optional: when NULL, be_matmul_grouped_* runs matmul_fwd/bwd
+     * group by group. */
+    void (*matmul_grouped_fwd)(const backend *be, float *out, const float *inp, const float *w, const float *b,
+                               const int32_t *counts, int G, int C, int OC);
+    void (*matmul_grouped_bwd)(const backend *be, float *dinp, float *dw, float *db, const float *dout,
+                               const float *inp, const float *w, const int32_t *counts, int G, int C, int OC);
+
+    /* ---- dtypes ---- */
+    /* dst (n, dtype dt) written = src (n, dtype st) converted: to bf16 and fp16 rounded to nearest
+     * even, NaN kept NaN, beyond fp16's range +-Inf; widening is exact. dst == src only when the
+     * types are equal. */
+    void (*convert)(const backend *be, void *dst, be_dtype dt, const void *src, be_dtype st, size_t n);
+    /* The low-precision linear layer: as matmul_fwd and matmul_bwd, with inp, w and dout in dtype
+     * dt (BE_BF16 or BE_F16: inp.dt and dout.dt are dt) and every product accumulated in fp32
+     * into fp32 outputs (out written, b fp32 or NULL; dinp and dw accumulated, either may be
+     * NULL). The bias gradient is not here: it is a column sum of the fp32 dout (bias_bwd). */
+    void (*matmul_fwd_lp)(const backend *be, be_out out, be_in inp, const void *w, const float *b, be_dtype dt,
+                          int BT, int C, int OC);
+    void (*matmul_bwd_lp)(const backend *be, be_out dinp, float *dw, be_in dout, be_in inp, const void *w,
+                          be_dtype dt, int BT, int C, int OC);
+    /* 1 if GEMMs in dt run on the device's own instructions for it (cpu: bf16 with AVX512-BF16),
+     * 0 if they are widened to fp32 (same results, fp32 speed). */
+    int (*lp_native)(const backend *be, be_dtype dt);
+
+    /* ---- embeddings (vocab-parallel word table, replicated positions) ---- */
+    /* out (BT, C) written: row i = wte[ids[i] - vstart] if vstart <= ids[i] < vstart + Vloc, else
+     * zeros. wte (Vloc, C) is the local slice of the word table. ids (BT) are device ints. */
+    void (*embedding_fwd)(const backend *be, be_out out, const int32_t *ids, const float *wte, int BT, int C,
+                          int vstart, int Vloc);
+    /* dwte (Vloc, C) += dout rows for the ids in this slice (others ignored). Deterministic. */
+    void (*embedding_bwd)(const backend *be, float *dwte, be_in dout, const int32_t *ids, int BT, int C,
+                          int vstart, int Vloc);
+    /* out (B, T, C) += wpe[pos0 + t] for each row (b, t). wpe (>= pos0 + T, C). */
+    void (*pos_embedding_fwd)(const backend *be, be_out out, const float *wpe, int B, int T, int C, int pos0);
+    /* dwpe[pos0 + t] += sum over b of dout[b, t]. dout (B, T, C). Deterministic. */
+    void (*pos_embedding_bwd)(const backend *be, float *dwpe, be_in dout, int B, int T, int C, int pos0);
+
+    /* ---- layernorm ---- */
+    /* out (N, C) written = (inp - mean) * rstd * w + b, rstd = 1 / sqrt(var + eps) (biased
+     * variance, as torch.nn.LayerNorm); mean (N), rstd (N) written (either may be NULL when no
+     * backward follows). inp (N, C); w, b (C). */
+    void (*layernorm_fwd)(const backend *be, be_out out, float *mean, float *rstd, be_in inp, const float *w,
+                          const float *b, int N, int C, float eps);
+    /* dinp (N, C) +=; dw (C) +=; db (C) += (any may be NULL). dout, inp (N, C); mean, rstd (N)
+     * from the forward. Deterministic (no dependence on thread count). */
+    void (*layernorm_bwd)(const backend *be, be_out dinp, float *dw, float *db, be_in dout, be_in inp,
+                          const float *w, const float *mean, const float *rstd, int N, int C);
+
+    /* ---- RMSNorm (Llama; Megatron --normalization RMSNorm) ---- */
+    /* out (N, C) written = inp * rstd * w, rstd = 1 / sqrt(mean(inp^2) + eps); rstd (N) written
+     * (may be NULL when no backward follows). inp (N, C); w (C). */
+    void (*rmsnorm_fwd)(const backend *be, be_out out, float *rstd, be_in inp, const float *w, int N, int C,
+                        float eps);
+    /* dinp (N, C) +=; dw (C) += (either may be NULL). dout, inp (N, C); w (C); rstd (N) from the
+     * forward. Deterministic (no dependence on thread count). */
+    void (*rmsnorm_bwd)(const backend *be, be_out dinp, float *dw, be_in dout, be_in inp, const float *w,
+                        const float *rstd, int N, int C);
+
+    /* ---- rotary position embedding, "rotate half" (Hugging Face Llama, Megatron non-interleaved) ----
+     * x: rows (B, T) of ld floats, each holding nh heads of hs floats from the start pointer (a q
+     * or k slice of a fused qkv row, say). In each head the first rot dims (rot even, <= hs;
+     * rot = hs * --rotary-percent) turn by angle a_i = (pos0 + t) * inv_freq_i, r2 = rot / 2,
+     * inv_freq_i = 1 / base^(2i / rot), i < r2:
+     *   y[i] = x[i] cos a_i - x[i + r2] sin a_i,   y[i + r2] = x[i + r2] cos a_i + x[i] sin a_i;
+     * dims rot.. hs-1 are unchanged. The angles are rounded as Hugging Face's float32
+     * computation rounds them (inv_freq and the product (pos0 + t) * inv_freq in float32; cos
+     * and sin of that float32 angle correctly rounded), so positions far from 0 turn as they do
+     * in a checkpoint's original framework. */
+    /* x rotated in place (written). */
+    void (*rope_fwd)(const backend *be, be_out x, int B, int T, int ld, int nh, int hs, int rot, float base,
+                     int pos0);
+    /* dx rotated back in place: WRITES dx = R^T dx (the rotation by -a_i; not +=). */
+    void (*rope_bwd)(const backend *be, be_out dx, int B, int T, int ld, int nh, int hs, int rot, float base,
+                     int pos0);
+
+    /* ---- self-attention core, grouped-query: NH local query heads, NKV local key/value
+     * heads (NH % NKV == 0; NKV = NH is multi-head attention), head size HS, C = NH * HS ---- */
+    /* q: rows (B, T) of stride ldq, each holding the NH query heads, head h at columns h*HS..;
+     * k, v: rows (B, T) of stride ldkv, each holding NKV heads. Query head h attends with
+     * key/value head h / (NH / NKV). A fused GPT-2 qkv (B, T, 3C) with rows [q | k | v] is
+     * q = qkv, k = qkv + C, v = qkv + 2C, ldq = ldkv = 3C.
+     * out (B, T, C) written: head h at columns h*HS... att = softmax(q k^T / sqrt(HS)) over keys
+     * [0, t] of query t (causal: klen NULL), or over keys [0, klen[b]) for every query of sample b
+     * (bidirectional with a padding mask: klen (B) device ints in [1, T]), then dropout (drop,
+     * unit = (drop->unit0 + h) * T + key position; NULL or p = 0: none),
+     * out = att . v. lse (B, NH, T) written: the log-sum-exp of each score row, which is all the
+     * backward needs (it recomputes the probabilities; no (T, T) buffer is kept). Caller
+     * buffers: out B*T*C floats, lse B*NH*T floats; cpu scratch is per thread and reused
+     * (64*T floats forward, 3x that backward). */
+    void (*attention_fwd)(const backend *be, be_out out, float *lse, be_in q, be_in k, be_in v, int ldq, int ldkv,
+                          int B, int T, int NH, int NKV, int HS, const int32_t *klen, const be_drop *drop);
+    /* dq (rows of stride ldq) +=, dk, dv (rows of stride ldkv) += the gradients w.r.t. q, k, v
+     * (any may be NULL; the other columns of their rows are untouched); dk and dv of a key/value
+     * head receive the sum over the query heads that share it, in a fixed order (deterministic).
+     * dout (B, T, C); q, k, v, lse, strides, klen, drop as in the forward. dq, dk, dv may be
+     * parts of one fused buffer (disjoint columns). */
+    void (*attention_bwd)(const backend *be, be_out dq, be_out dk, be_out dv, be_in dout, be_in q, be_in k, be_in v,
+                          const float *lse, int ldq, int ldkv, int B, int T, int NH, int NKV, int HS,
+                          const int32_t *klen, const be_drop *drop);
+
+    /* ---- attention over a key/value cache (generation; no dropout, no backward) ----
+     * q: rows (B, n) of stride ldq, the queries of positions pos0 .. pos0 + n - 1 (NH heads of HS,
+     * rotated); kc, vc: (B, cap, NKV * HS) caches holding the keys and values of positions
+     * 0 .. pos0 + n - 1 (the new ones already appended). out (B, n, NH * HS) written: query i of
+     * head h attends to keys 0 .. pos0 + i of head h / (NH / NKV), softmax(q k^T / sqrt(HS)) v. */
+    void (*attention_kv_fwd)(const backend *be, be_out out, be_in q, be_in kc, be_in vc, int ldq, int B, int n,
+                             int pos0, int cap, int NH, int NKV, int HS);
+
+    /* ---- The MLP's activation: a function of td_act (trident/activation.h), gated or not ---- */
+    /* Not gated (glu 0): out (N, F) written = act(inp (N, F)); out may equal inp.
+     * Gated (glu 1): inp (N, 2F), each row [gate (F) | up (F)] (the fused fc output); out (N, F)
+     * written = act(gate) * up. */
+    void (*act_fwd)(const backend *be, int act, int glu, be_out out, be_in inp, int N, int F);
+    /* dinp (N, F) += act'(inp) * dout, or, gated, dinp (N, 2F) += the gradient w.r.t. [gate | up];
+     * dout (N, F); inp as in the forward. */
+    void (*act_bwd)(const backend *be, int act, int glu, be_out dinp, be_in dout, be_in inp, int N, int F);
+    /* Fused bias + GeLU (tanh), the ungated GeLU MLP's fast path: out (N, C) written =
+     * gelu(inp + b); inp (N, C) is kept (it is what the backward needs); b (C). */
+    void (*bias_gelu_fwd)(const backend *be, be_out out, be_in inp, const float *b, int N, int C);
+    /* dinp (N, C) += gelu'(inp + b) * dout; db (C) += column sums of that (either may be NULL). */
+    void (*bias_gelu_bwd)(const backend *be, be_out dinp, float *db, be_in dout, be_in inp, const float *b, int N,
+                          int C);
+
+    /* ---- mixture-of-experts routing (Megatron-Core's TopKRouter) ---- */
+    /* Each row n of the router's logits (N, E), E <= BE_MOE_MAX_EXPERTS: its top-k experts idx
+     * (N, k), largest first (ties to the lower index), and their weights probs (N, k), as
+     * topk_routing_with_score_function: BE_MOE_SOFTMAX with pre_softmax: the k largest of
+     * softmax(l), as they are; without: softmax over the k largest logits; BE_MOE_SIGMOID:
+     * the k largest of sigmoid(l) (+ bias[e], the aux-loss-free expert bias, for the choice
+     * only; bias may be NULL), normalised over the k when k > 1. Times scale unless scale is 0. */
+    void (*moe_route_fwd)(const backend *be, int32_t *idx, float *probs, const float *logits, const float *bias, int N,
+                          int E, int k, int score, int pre_softmax, float scale);
+    /* dlogits (N, E) += the gradient of the weights (dprobs (N, k)) through the same function,
+     * the choice held fixed. */
+    void (*moe_route_bwd)(const backend *be, float *dlogits, const float *dprobs, const float *logits,
+                          const int32_t *idx, int N, int E, int k, int score, int pre_softmax, float scale);
+    /* Switch Transformer's load-balancing loss as Megatron computes it, coeff E / (k T^2)
+     * sum_e (sum_n s[n][e]) counts[e] over these N rows (s: softmax of the logits, or sigmoid
+     * normalised over the experts; counts (E): the tokens routed to each expert among the T =
+     * `tokens` it counts), returned; dlogits (N, E) += dscale times its gradient, counts held
+     * fixed (dlogits NULL: the loss only). */
+    double (*moe_aux_loss)(const backend *be, float *dlogits, const float *logits, const int32_t *counts, int N, int E,
+                           int k, int score, double coeff, double tokens, float dscale);
+    /* ST-MoE's router z-loss, coeff / T sum_n logsumexp(l_n)^2 over these N rows (T = `tokens`),
+     * returned; dlogits += dscale times its gradient (NULL: the loss only). */
+    double (*moe_z_loss)(const backend *be, float *dlogits, const float *logits, int N, int E, double coeff,
+                         double tokens, float dscale);
+    /* The token dispatch inside a rank: xe[row[n k + j]] = x[n] (rows of h floats), and its
+     * backward dx[n] += sum_j dxe[row[n k + j]]; the combine out[n] written = sum_j probs[n k + j]
+     * ye[row[n k + j]], and its backward dye[row] written = probs dout[n], dprobs written =
+     * dout[n] . ye[row]. row: each (token, choice)'s row in the expert-sorted buffers, or -1:
+     * dropped (over its expert's capacity: no row, no part in the output, dprobs 0). */
+    void (*moe_permute)(const backend *be, float *xe, const float *x, const int32_t *row, int N, int k, int h);
+    void (*moe_permute_bwd)(const backend *be, float *dx, const float *dxe, const int32_t *row, int N, int k, int h);
+    void (*moe_unpermute)(const backend *be, float *out, const float *ye, const int32_t *row, const float *probs,
+                          int N, int k, int h);
+    void (*moe_unpermute_bwd)(const backend *be, float *dye, float *dprobs, const float *dout, const float *ye,
+                              const int32_t *row, const float *probs, int N, int k, int h);
+
+    /* ---- elementwise ---- */
+    /* out (n) written = a + b; out may equal a or b. */
+    void (*add)(const backend *be, be_out out, be_in a, be_in b, size_t n);
+    /* x (n) *= s. */
+    void (*scale)(const backend *be, be_out x, float s, size_t n);
+    /* out (N, C) += b (C) on every row. */
+    void (*bias_add)(const backend *be, be_out out, const float *b, int N, int C);
+    /* db (C) += column sums of dout (N, C). Deterministic. */
+    void (*bias_bwd)(const backend *be, float *db, be_in dout, int N, int C);
+
+    /* ---- dropout (hidden): tensor (B, T, C), unit = drop->unit0 + channel ---- */
+    /* out written = inp * mask / (1 - p); out may equal inp (then p = 0 costs nothing). */
+    void (*dropout_fwd)(const backend *be, be_out out, be_in inp, int B, int T, int C, const be_drop *drop);
+    /* WRITES dinp = dout * mask / (1 - p) (not +=); dinp may equal dout. */
+    void (*dropout_bwd)(const backend *be, be_out dinp, be_in dout, int B, int T, int C, const be_drop *drop);
+    /* Megatron's bias-dropout-add: out (B, T, C) written = resid + dropout(inp + b); b (C) or
+     * NULL; out may equal resid or inp. Backward: dresid = dout; d(inp) via dropout_bwd, and
+     * db via bias_bwd of that. */
+    void (*bias_dropout_add_fwd)(const backend *be, be_out out, be_in resid, be_in inp, const float *b, int B,
+                                 int T, int C, const be_drop *drop);
+
+    /* ---- vocab-parallel softmax cross-entropy over logits (BT, Vloc) of the vocab slice
+     * [vstart, vstart + Vloc). Only its first Vreal columns (0 <= Vreal <= Vloc, see
+     * be_vocab_real) are real vocabulary entries; the rest are Megatron's padding, treated as
+     * logits of -inf: no part in the max or the sum, probability 0, gradient 0. The parallel
+     * code all-reduces between the steps: max (MAX), sumexp (SUM), tlogit (SUM). Targets are
+     * global ids in [0, V) of the real vocabulary, (BT) device ints. ---- */
+    /* maxv (BT) written = max over the real columns of the local slice (-inf when none). */
+    void (*ce_max)(const backend *be, float *maxv, be_in logits, int BT, int Vloc, int Vreal);
+    /* sumexp (BT) written = sum over the real columns of exp(logit - maxv) (maxv: GLOBAL max). */
+    void (*ce_sumexp)(const backend *be, float *sumexp, be_in logits, const float *maxv, int BT, int Vloc,
+                      int Vreal);
+    /* tlogit (BT) written = logits[i, targets[i] - vstart] if the target is in the slice, else 0. */
+    void (*ce_target)(const backend *be, float *tlogit, be_in logits, const int32_t *targets, int BT, int Vloc,
+                      int vstart);
+    /* losses (BT) written = log(sumexp) + maxv - tlogit (all global). */
+    void (*ce_loss)(const backend *be, float *losses, const float *maxv, const float *sumexp, const float *tlogit,
+                    int BT);
+    /* In place, one pass: logits (BT, Vloc) is overwritten (WRITES, not +=) with
+     * dlogits = (exp(logit - maxv) / sumexp - [target == vstart + j]) * dloss[i] for the real
+     * columns j < Vreal, and exactly 0 for the padded ones.
+     * maxv, sumexp: the global ones; dloss (BT): d(total loss)/d(loss of row i). */
+    void (*ce_bwd)(const backend *be, be_out logits, const float *maxv, const float *sumexp, const int32_t *targets,
+                   const float *dloss, int BT, int Vloc, int Vreal, int vstart);
+
+    /* ---- optimizer, on a contiguous slice of n elements ---- */
+    /* PyTorch AdamW, step >= 1 (count including this one): with g' = g * gscale,
+     * p -= lr*wd*p; m = b1 m + (1-b1) g'; v = b2 v + (1-b2) g'^2;
+     * p -= lr/(1-b1^step) * m / (sqrt(v)/sqrt(1-b2^step) + eps). p, m, v updated in place. */
+    void (*adamw)(const backend *be, float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1,
+                  float beta2, float eps, float wd, float gscale, int64_t step);
+    /* Sum of squares of x (n), accumulated in double. Returns it to the host (waits for the queue). */
+    double (*sumsq)(const backend *be, const float *x, size_t n);
+
+    /* ---- measurement ---- */
+    /* Best sgemm GFLOP/s of a quick square run (a fraction of a second), for MFU. */
+    double (*peak_gflops)(const backend *be);
+    /* Best STREAM-like copy bandwidth in GB/s (bytes read + bytes written, 1e9) of all threads,
+     * over buffers well beyond the caches (a fraction of a second; 256 MB allocated and freed):
+     * the memory-bound limit kernels like AdamW are held against. */
+    double (*copy_gbps)(const backend *be);
+    /* Best bandwidth in GB/s of AdamW's memory traffic alone (p, g, m, v read, p, m, v written in
+     * place; be_adamw_bytes) over buffers beyond the caches: the limit the AdamW kernel is held
+     * against. A read-heavy mix streams faster than a copy (1.8x here). */
+    double (*adamw_stream_gbps)(const backend *be);
+    /* One line naming the kernels in use (ISA build, GEMM libraries), for the start-up log. */
+    void (*describe)(const backend *be, char *out, size_t len);
+};
+
+
+/* The routers' score functions (moe_route_fwd) and the most experts a router may choose among. */
+enum { BE_MOE_SOFTMAX, BE_MOE_SIGMOID };
+#define BE_MOE_MAX_EXPERTS 1024
+
+/* ---- time per kernel family, for the trainer's breakdown of an iteration ----
+ * When be->stats is set, every be_<entry> wrapper (backend.h) adds the time between two events, one
+ * recorded before the entry and one after (be_tic, be_toc), to the family of the entry (and,
+ * for GEMMs and attention, its model FLOPs). On cpu the events are wall-clock stamps around a
+ * call that runs to completion; on a device backend they are points of its queue, and reading
+ * one waits for it (stats are for measurement runs). */
+typedef enum {
+    BE_OP_GEMM,         /* matmul_fwd, matmul_bwd */
+    BE_OP_ATTENTION,    /* attention_fwd, attention_bwd */
+    BE_OP_LAYERNORM,    /* layernorm_*, rmsnorm_* */
+    BE_OP_GELU,         /* act_*, bias_gelu_* (the MLP's activation) */
+    BE_OP_ROPE,         /* rope_* */
+    BE_OP_RESIDUAL,     /* bias, dropout, residual add, scale */
+    BE_OP_EMBEDDING,    /* embedding_*, pos_embedding_* */
+    BE_OP_CROSSENTROPY, /* ce_* */
+    BE_OP_OPTIMIZER,    /* adamw, sumsq */
+    BE_OP_MEMORY,       /* zero, copy, dtype conversion */
+    BE_OP_ROUTER,       /* moe_* (mixture-of-experts routing and its losses) */
+    BE_OP_COUNT
+} be_op;
+
+typedef struct be_stats {
+    double seconds[BE_OP_COUNT];
+    double flops[BE_OP_COUNT]; /* GEMM: 2 m n k per product; attention: Megatron's count (4 B s^2 h
+                                * forward, twice that backward, causal mask ignored) */
+    int64_t calls[BE_OP_COUNT];
+} be_stats;
+
+
+/* A backend: its vtable and a small context, the same for every implementation. Stateless
+ * otherwise: every kernel is a pure function of its arguments (scratch, if any, is the
+ * implementation's own). What one implementation needs besides (cpu: its thread count and ISA
+ * build; CUDA: library handles, an event pool) lives behind impl, in its own folder. */
+struct backend {
+    const struct be_ops *ops;
+    void *queue; /* the one ordered queue every entry is enqueued on (CUDA: a cudaStream_t);
+                  * cpu: NULL, every entry runs before it returns */
+    int device;  /* a device backend: its device ordinal; cpu: -1 */
+    void *impl;  /* the implementation's own state (cpu: cpu_state, src/backend/cpu/cpu.h) */
+    be_stats *stats; /* NULL, or where the wrappers add kernel times (see be_stats) */
+    /* Mixed precision (mixed.c): BE_F32, or the dtype every be_matmul_fwd/bwd multiplies in
+     * (be_set_gemm_dtype); the weights' copies in it. */
+    be_dtype gemm_dtype;
+    struct be_lowp *lowp;
+};
+
+/* ---- which entries a backend must fill ----
+ * Every entry of struct be_ops, by name and place, in declaration order; `optional` marks the
+ * ones a backend may leave NULL, and what then happens is in their contract above (destroy:
+ * nothing to free; matmul_grouped_fwd/bwd: be_matmul_grouped_* runs matmul_fwd/bwd group by
+ * group). This table (backend.c) is the one list of optional entries: be_create refuses a backend
+ * missing any other, docs/backend.md names the same ones, and unit/test_backend_contract holds
+ * the table to the struct, the cpu backend to the table and the page to the table. */
+typedef struct be_op_entry {
+    const char *name; /* the member's name */
+    size_t offset;    /* offsetof(struct be_ops, name) */
+    int optional;     /* 1: may be NULL */
+} be_op_entry;
+extern const be_op_entry BE_OP_ENTRIES[];
+extern const int BE_OP_NENTRIES;
+/* The name of the first entry `ops` leaves NULL that BE_OP_ENTRIES does not mark optional, or
+ * NULL when every required entry is there. */
+const char *be_ops_missing(const struct be_ops *ops);
+
+/* ---- the dropout mask, shared by every backend (the CUDA one must match bit for bit) ----
+ * One Philox-4x32-10 block (key = seed) gives the masks of 4 consecutive units:
+ * counter = { unit / 4, position, sample low 32 bits,
+ *             (sample >> 32) & 0xff | site << 8 (16 bits) | kind << 24 };
+ * word unit % 4 is kept when it is >= threshold(p) = floor(p * 2^32). */
+enum { BE_DROP_HIDDEN = 1, BE_DROP_ATTN = 2 };
+
+static inline uint32_t be_drop_threshold(float p)
+{
+    double t = (double)p * 4294967296.0;
+    return t >= 4294967295.0 ? 4294967295u : (uint32_t)t;
+}
+static inline td_philox_ctr be_drop_counter(int kind, int site, int64_t sample, int64_t pos, int64_t unit)
+{
+    td_philox_ctr c = {{(uint32_t)((uint64_t)unit >> 2), (uint32_t)pos, (uint32_t)(uint64_t)sample,
+                        (((uint32_t)((uint64_t)sample >> 32)) & 0xffu) | ((uint32_t)site & 0xffffu) << 8 |
+                            (uint32_t)kind << 24}};
+    return c;
+}
+static inline td_philox_ctr be_drop_block(uint64_t seed, int kind, int site, int64_t sample, int64_t pos,
+                                          int64_t unit)
+{
+    return td_philox4x32_inline(be_drop_counter(kind, site, sample, pos, unit), td_philox_key_from_seed(seed));
+}
+/* 1 if element (sample, site, pos, unit) of a `kind` dropout survives. */
+static inline int be_drop_keep(const be_drop *d, int kind, int64_t sample, int64_t pos, int64_t unit)
+{
+    td_philox_ctr r = be_drop_block(d->seed, kind, d->site, sample, pos, unit);
+    return r.v[unit & 3] >= be_drop_threshold(d->p);
+}
+
+#endif

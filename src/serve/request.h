@@ -1,0 +1,61 @@
+/* A request of trident serve, from the body that asked for it to the JSON that answers it:
+ * request.c parses and checks a body (Megatron's PUT /api, OpenAI's POST /v1/completions) into a
+ * request and writes its responses; server.c (HTTP, the queue, the generating loop) moves it
+ * along. Private to src/serve. */
+#ifndef TRIDENT_SERVE_REQUEST_H
+#define TRIDENT_SERVE_REQUEST_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "trident/generate.h"
+#include "trident/server.h"
+
+struct MHD_Connection;
+
+enum { API_MEGATRON, API_OPENAI };
+
+typedef struct request {
+    int api, stream, n;       /* n prompts */
+    uint64_t id;              /* OpenAI's "cmpl-<id>", one a request */
+    int want_logprobs;        /* Megatron's "logprobs": true */
+    float **logprobs;         /* (n, positions - 1) when wanted */
+    int32_t **ids;
+    int *lens;
+    gen_config g;
+    int32_t **out;
+    int *out_lens;
+    int done;
+    char *error;              /* when done: why it failed (a 500), or NULL */
+    /* streaming: server-sent events appended as tokens come, read by the response callback */
+    char *sse;
+    size_t sse_len, sse_read;
+    int refs;                 /* the handler and (streaming) the response callback */
+    struct MHD_Connection *conn; /* the connection answering it */
+    int suspended;            /* conn is suspended until the request is done or has events to send */
+    pthread_mutex_t mu;
+    struct request *next;
+} request;
+
+/* What every request is checked against, set once before the first req_parse: the server's
+ * settings, the tokenizer (kept, not copied) and the model's positions. */
+void req_setup(const srv_config *cfg, const tok_tokenizer *tok, int positions);
+/* The request a body of `api` describes (one reference), or NULL with the HTTP status and a
+ * one-line message in (code, msg). */
+request *req_parse(int api, const char *body, size_t len, unsigned *code, char *msg, size_t mlen);
+/* Drops one reference; the last frees the request. */
+void req_unref(request *r);
+/* Appends text to r's server-sent events (the caller holds r->mu where another thread reads them). */
+void req_sse_append(request *r, const char *text);
+/* The text of n ids (malloc'd; invalid UTF-8 kept as bytes) and its length in *len. */
+char *req_decode(const int32_t *ids, int n, size_t *len);
+/* OpenAI's finish_reason of row i of a done request. */
+const char *req_finish_reason(const request *r, int i);
+/* The OpenAI completion (malloc'd JSON): the whole response (stream_row -1), or one event of a
+ * stream: row stream_row's chunk (chunk_len bytes) and its finish reason (NULL until the end). */
+char *req_openai_json(request *r, int stream_row, const char *chunk, size_t chunk_len, const char *finish);
+/* Megatron's response to PUT /api (malloc'd JSON). */
+char *req_megatron_json(request *r);
+
+#endif
