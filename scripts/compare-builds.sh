@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Two builds of trident held against each other, for a change that must not change behaviour (a
-# restructuring): GPT, BERT and a mixture of experts train 6 iterations from scratch with each binary, and a checkpoint
-# the OLD binary saved at iteration 3 is resumed to 6 by each; the metrics must be bit-identical
-# (timing fields aside) and the NEW binary's `checkpoint info` must read the OLD checkpoint. On
-# the GPT checkpoint, each binary's `eval` (strided perplexity: the flags' documents and the
-# checkpoint's own, on one rank and on two as tp 2 and pp 2) and greedy `generate` must print the
-# same (timings aside) and write the same metrics line.
+# restructuring): GPT-2, BERT, a Llama-style model (--swiglu, RMSNorm, rotary, grouped-query) and
+# three mixtures of experts (GeLU experts; one with its named statistics in the log and metrics:
+# every other layer MoE, the router losses, a capacity, the expert bias; SwiGLU experts) train 6
+# iterations from scratch with each binary, and a checkpoint the OLD binary saved at iteration 3 is
+# resumed to 6 by each; the metrics must be bit-identical (timing fields aside) and the NEW binary's
+# `checkpoint info` must read the OLD checkpoint; the decoders' greedy generation from it must be
+# token-for-token the same. On the GPT checkpoint, each binary's `eval` (strided perplexity: the
+# flags' documents and the checkpoint's own, on one rank and on two as tp 2 and pp 2) and greedy
+# `generate` must print the same (timings aside) and write the same metrics line.
 # Usage: scripts/compare-builds.sh OLD_TRIDENT NEW_TRIDENT [BUILD]
 #   BUILD: a build folder whose test fixtures exist (make test ran there); default build.
 set -u
@@ -21,17 +24,21 @@ gpt=(--data-path "$build/testtmp/checkpoint/ts_text_document" --vocab-file "$dat
      --merge-file "$data/gpt2/merges.txt" --seq-length 16 --max-position-embeddings 16 "${common[@]}")
 bert=(--model bert --data-path "$build/testtmp/bert/ts_text_sentence" --tokenizer-type BertWordPieceLowerCase
       --vocab-file "$build/node/bert/vocab.txt" --seq-length 32 --max-position-embeddings 32 "${common[@]}")
-# a mixture of experts (its named statistics in the log line and metrics.jsonl): every other layer
-# MoE, with the load-balancing and z losses, a capacity, the expert bias
-moe=("${gpt[@]}" --num-experts 4 --moe-router-topk 2 --moe-layer-freq "[1,0,1,1]" --moe-aux-loss-coeff 1e-2
+llama=("${gpt[@]}" --normalization RMSNorm --position-embedding-type rope --swiglu --disable-bias-linear
+       --untie-embeddings-and-output-weights --group-query-attention --num-query-groups 2 --ffn-hidden-size 64)
+moe=("${gpt[@]}" --num-experts 4 --moe-router-topk 2 --moe-aux-loss-coeff 0.01)
+# a mixture of experts whose named statistics reach the log line and metrics.jsonl: every other
+# layer MoE, with the load-balancing and z losses, a capacity, the expert bias
+moe_stats=("${gpt[@]}" --num-experts 4 --moe-router-topk 2 --moe-layer-freq "[1,0,1,1]" --moe-aux-loss-coeff 1e-2
      --moe-z-loss-coeff 1e-3 --moe-expert-capacity-factor 1.5 --moe-router-score-function sigmoid
      --moe-router-enable-expert-bias --log-interval 1)
+moe_llama=("${llama[@]}" --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 32 --moe-aux-loss-coeff 0.01)
 untimed() { sed -E 's/"(tokens_per_s|model_tflops_per_rank|mfu|elapsed_ms|comm_ms)": [^,}]*(, )?//g' "$@"; }
 fails=0
 same() { # what a b
   if [ -s "$2" ] && cmp -s <(untimed "$2") <(untimed "$3"); then echo "ok: $1"; else echo "FAIL: $1"; fails=$((fails + 1)); fi
 }
-for fam in gpt bert moe; do
+for fam in gpt bert llama moe moe_stats moe_llama; do
   declare -n flags=$fam
   "$old" train "${flags[@]}" --train-iters 6 --metrics-file $fam.old.jsonl >$fam.old.log 2>&1
   "$new" train "${flags[@]}" --train-iters 6 --metrics-file $fam.new.jsonl >$fam.new.log 2>&1
@@ -45,6 +52,12 @@ for fam in gpt bert moe; do
   same "$fam: the old binary's checkpoint resumed by each" $fam.rold.jsonl $fam.rnew.jsonl
   if "$new" checkpoint info $fam.ck2 >$fam.info.log 2>&1; then echo "ok: $fam: checkpoint info reads it"
   else echo "FAIL: $fam: checkpoint info"; cat $fam.info.log; fails=$((fails + 1)); fi
+  [ $fam = bert ] && continue
+  gen=(--load $fam.ck --vocab-file "$data/gpt2/vocab.json" --merge-file "$data/gpt2/merges.txt" --greedy
+       --max-new-tokens 8 --prompt "First Citizen:" "ROMEO:")
+  "$old" generate "${gen[@]}" >$fam.gold.txt 2>$fam.gold.log
+  "$new" generate "${gen[@]}" >$fam.gnew.txt 2>$fam.gnew.log
+  same "$fam: greedy generation from the old checkpoint, old and new" $fam.gold.txt $fam.gnew.txt
 done
 # inference on the old binary's GPT checkpoint: what eval and generate print, timings aside
 secs() { sed -E 's/ \| [0-9.]+ s$//' "$@"; }

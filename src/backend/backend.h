@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "trident/activation.h"
 #include "trident/check.h"
 #include "trident/comm.h"
 #include "trident/timer.h"
@@ -256,17 +257,27 @@ static inline void be_attention_kv_fwd(const backend *be, float *out, const floa
                               HS);
     be_toc(be, BE_OP_ATTENTION, t0, 4.0 * B * n * (double)(pos0 + n) * NH * HS);
 }
-static inline void be_gelu_fwd(const backend *be, float *out, const float *inp, size_t n)
+static inline void be_act_fwd(const backend *be, int act, int glu, float *out, const float *inp, int N, int F)
 {
     be_event t0 = be_tic(be);
-    be->ops->gelu_fwd(be, be_f32_out(out), be_f32(inp), n);
+    be->ops->act_fwd(be, act, glu, be_f32_out(out), be_f32(inp), N, F);
     be_toc(be, BE_OP_GELU, t0, 0);
+}
+static inline void be_act_bwd(const backend *be, int act, int glu, float *dinp, const float *dout, const float *inp,
+                              int N, int F)
+{
+    be_event t0 = be_tic(be);
+    be->ops->act_bwd(be, act, glu, be_f32_out(dinp), be_f32(dout), be_f32(inp), N, F);
+    be_toc(be, BE_OP_GELU, t0, 0);
+}
+/* GeLU (tanh) over n (< 2^31) elements, and SwiGLU: be_act_* of TD_ACT_GELU and of TD_ACT_SILU gated. */
+static inline void be_gelu_fwd(const backend *be, float *out, const float *inp, size_t n)
+{
+    be_act_fwd(be, TD_ACT_GELU, 0, out, inp, 1, (int)n);
 }
 static inline void be_gelu_bwd(const backend *be, float *dinp, const float *dout, const float *inp, size_t n)
 {
-    be_event t0 = be_tic(be);
-    be->ops->gelu_bwd(be, be_f32_out(dinp), be_f32(dout), be_f32(inp), n);
-    be_toc(be, BE_OP_GELU, t0, 0);
+    be_act_bwd(be, TD_ACT_GELU, 0, dinp, dout, inp, 1, (int)n);
 }
 static inline void be_bias_gelu_fwd(const backend *be, float *out, const float *inp, const float *b, int N, int C)
 {
@@ -283,15 +294,11 @@ static inline void be_bias_gelu_bwd(const backend *be, float *dinp, float *db, c
 }
 static inline void be_swiglu_fwd(const backend *be, float *out, const float *inp, int N, int F)
 {
-    be_event t0 = be_tic(be);
-    be->ops->swiglu_fwd(be, be_f32_out(out), be_f32(inp), N, F);
-    be_toc(be, BE_OP_GELU, t0, 0);
+    be_act_fwd(be, TD_ACT_SILU, 1, out, inp, N, F);
 }
 static inline void be_swiglu_bwd(const backend *be, float *dinp, const float *dout, const float *inp, int N, int F)
 {
-    be_event t0 = be_tic(be);
-    be->ops->swiglu_bwd(be, be_f32_out(dinp), be_f32(dout), be_f32(inp), N, F);
-    be_toc(be, BE_OP_GELU, t0, 0);
+    be_act_bwd(be, TD_ACT_SILU, 1, dinp, dout, inp, N, F);
 }
 static inline void be_moe_route_fwd(const backend *be, int32_t *idx, float *probs, const float *logits,
                                     const float *bias, int N, int E, int k, int score, int pre_softmax, float scale)

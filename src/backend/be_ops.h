@@ -248,24 +248,20 @@ struct be_ops {
     void (*attention_kv_fwd)(const backend *be, be_out out, be_in q, be_in kc, be_in vc, int ldq, int B, int n,
                              int pos0, int cap, int NH, int NKV, int HS);
 
-    /* ---- GeLU, tanh approximation (GPT-2 / Megatron) ---- */
-    /* out (n) written = gelu(inp); out may equal inp. */
-    void (*gelu_fwd)(const backend *be, be_out out, be_in inp, size_t n);
-    /* dinp (n) += gelu'(inp) * dout. */
-    void (*gelu_bwd)(const backend *be, be_out dinp, be_in dout, be_in inp, size_t n);
-    /* Fused bias + GeLU: out (N, C) written = gelu(inp + b); inp (N, C) is kept (it is what the
-     * backward needs); b (C). */
+    /* ---- The MLP's activation: a function of td_act (trident/activation.h), gated or not ---- */
+    /* Not gated (glu 0): out (N, F) written = act(inp (N, F)); out may equal inp.
+     * Gated (glu 1): inp (N, 2F), each row [gate (F) | up (F)] (the fused fc output); out (N, F)
+     * written = act(gate) * up. */
+    void (*act_fwd)(const backend *be, int act, int glu, be_out out, be_in inp, int N, int F);
+    /* dinp (N, F) += act'(inp) * dout, or, gated, dinp (N, 2F) += the gradient w.r.t. [gate | up];
+     * dout (N, F); inp as in the forward. */
+    void (*act_bwd)(const backend *be, int act, int glu, be_out dinp, be_in dout, be_in inp, int N, int F);
+    /* Fused bias + GeLU (tanh), the ungated GeLU MLP's fast path: out (N, C) written =
+     * gelu(inp + b); inp (N, C) is kept (it is what the backward needs); b (C). */
     void (*bias_gelu_fwd)(const backend *be, be_out out, be_in inp, const float *b, int N, int C);
     /* dinp (N, C) += gelu'(inp + b) * dout; db (C) += column sums of that (either may be NULL). */
     void (*bias_gelu_bwd)(const backend *be, be_out dinp, float *db, be_in dout, be_in inp, const float *b, int N,
                           int C);
-
-    /* ---- SwiGLU (Llama's MLP; Megatron --swiglu) ---- */
-    /* out (N, F) written = silu(gate) * up, silu(x) = x sigmoid(x); inp (N, 2F), each row
-     * [gate (F) | up (F)] (the fused fc1 output). */
-    void (*swiglu_fwd)(const backend *be, be_out out, be_in inp, int N, int F);
-    /* dinp (N, 2F) += gradient w.r.t. [gate | up]. dout (N, F); inp as in the forward. */
-    void (*swiglu_bwd)(const backend *be, be_out dinp, be_in dout, be_in inp, int N, int F);
 
     /* ---- mixture-of-experts routing (Megatron-Core's TopKRouter) ---- */
     /* Each row n of the router's logits (N, E), E <= BE_MOE_MAX_EXPERTS: its top-k experts idx
@@ -387,7 +383,7 @@ typedef enum {
     BE_OP_GEMM,         /* matmul_fwd, matmul_bwd */
     BE_OP_ATTENTION,    /* attention_fwd, attention_bwd */
     BE_OP_LAYERNORM,    /* layernorm_*, rmsnorm_* */
-    BE_OP_GELU,         /* gelu_*, bias_gelu_*, swiglu_* (the MLP's activation) */
+    BE_OP_GELU,         /* act_*, bias_gelu_* (the MLP's activation) */
     BE_OP_ROPE,         /* rope_* */
     BE_OP_RESIDUAL,     /* bias, dropout, residual add, scale */
     BE_OP_EMBEDDING,    /* embedding_*, pos_embedding_* */

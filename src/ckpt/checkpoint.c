@@ -756,6 +756,14 @@ static int read_meta(const char *iter_dir, ckpt_meta *out, char *err, size_t err
         }
         gpt_config_set(c, key, x);
     }
+    /* before issue 33 the activation was one switch, "swiglu": SiLU, gated */
+    const cJSON *sw = cJSON_GetObjectItemCaseSensitive(mod, "swiglu");
+    if (sw && !cJSON_GetObjectItemCaseSensitive(mod, "activation_func")) {
+        double x;
+        if (get_num(mod, "swiglu", &x) || (x != 0 && x != 1))
+            FAIL("%s: model.swiglu is not 0 or 1: the checkpoint is corrupt", mpath);
+        if (x == 1) c->act = TD_ACT_SILU, c->glu = 1;
+    }
     if (read_moe_layer_freq(mod, c, mpath, err, errlen)) goto fail;
     gpt_config_normalize(c); /* resolved defaults (written since issue 21) read as the 0 older files hold */
     if (c->padded_vocab < c->vocab)

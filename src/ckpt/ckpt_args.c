@@ -62,6 +62,18 @@ static int moe_layers_reconcile(td_args *a, const gpt_config *ck, int vocab, int
     return 0;
 }
 
+/* The first of the '|'-separated flags in also that was given, copied into f; 0 when none was. */
+static int also_given(const td_args *a, const char *also, char *f, size_t len)
+{
+    for (const char *p = also; p && *p;) {
+        size_t n = strcspn(p, "|");
+        snprintf(f, len, "%.*s", (int)n, p);
+        if (td_args_given(a, f)) return 1;
+        p += n + (p[n] == '|');
+    }
+    return 0;
+}
+
 int ckpt_args_reconcile(td_args *a, const ckpt_meta *m, int vocab, int tp, int log, char *msg, size_t msglen)
 {
     gpt_config run = ckpt_config_of_args(a, vocab, tp), ckn = m->model, *ck = &ckn;
@@ -76,7 +88,9 @@ int ckpt_args_reconcile(td_args *a, const ckpt_meta *m, int vocab, int tp, int l
     for (int i = 0; i < GPT_NCONFIG_KEYS; i++) {
         const gpt_config_key *k = &GPT_CONFIG_KEYS[i];
         double cv = gpt_config_get(ck, k), rv = gpt_config_get(&run, k);
-        int given = td_args_given(a, k->flag);
+        char alias[64]; /* a switch that sets the key too (--swiglu: activation_func silu) */
+        int given = td_args_given(a, k->flag) || also_given(a, k->also, alias, sizeof alias);
+        const char *flag = td_args_given(a, k->flag) || !given ? k->flag : alias;
         char cs[32], rs[32], item[160];
         gpt_config_value_str(&ck_said, k, cs, sizeof cs);
         gpt_config_value_str(&run_said, k, rs, sizeof rs);
@@ -96,9 +110,13 @@ int ckpt_args_reconcile(td_args *a, const ckpt_meta *m, int vocab, int tp, int l
             if (given && !use) {
                 /* a flag is held to the value it means (--moe-ffn-hidden-size 96 is the experts' size of a
                  * checkpoint whose moe_ffn is its ffn_hidden_size 96), as the message prints them */
-                if (gpt_config_get(&run_said, k) != gpt_config_get(&ck_said, k) && k->kind == GPT_KEY_ARCH)
-                    FAIL("%s %s differs from the checkpoint's %s %s (%s): give %s %s, leave the flag out, or add "
-                         "--use-checkpoint-args", k->flag, rs, k->key, cs, mpath, k->flag, cs);
+                if (gpt_config_get(&run_said, k) != gpt_config_get(&ck_said, k) && k->kind == GPT_KEY_ARCH) {
+                    char said[128];
+                    if (flag == k->flag) snprintf(said, sizeof said, "%s %s", flag, rs);
+                    else snprintf(said, sizeof said, "%s (%s %s)", flag, k->key, rs);
+                    FAIL("%s differs from the checkpoint's %s %s (%s): give %s %s, leave the flag out, or add "
+                         "--use-checkpoint-args", said, k->key, cs, mpath, k->flag, cs);
+                }
                 break;
             }
             /* 0 of a setting whose 0 means the default: the flag's default, and its switch off */
@@ -108,8 +126,16 @@ int ckpt_args_reconcile(td_args *a, const ckpt_meta *m, int vocab, int tp, int l
                 FAIL("the checkpoint's %s %s (%s) is outside the range %s takes: the checkpoint is corrupt", k->key,
                      cs, mpath, k->flag);
             }
+            /* the switches that set it too give way (--use-checkpoint-args over --swiglu) */
+            for (const char *p = k->also; p && *p;) {
+                size_t n = strcspn(p, "|");
+                char f[64];
+                snprintf(f, sizeof f, "%.*s", (int)n, p);
+                td_args_set_number(a, f, 0);
+                p += n + (p[n] == '|');
+            }
             if (rv != cv) {
-                if (given) snprintf(item, sizeof item, "%s %s (not %s %s)", k->key, cs, k->flag, rs);
+                if (given) snprintf(item, sizeof item, "%s %s (not %s %s)", k->key, cs, flag, rs);
                 else snprintf(item, sizeof item, "%s %s", k->key, cs);
                 append(taken, sizeof taken, item);
             }

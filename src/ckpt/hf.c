@@ -227,6 +227,21 @@ static void to_float(float *dst, const void *src, st_dtype t, size_t n)
     }
 }
 
+int hf_json_act(const cJSON *o, const char *key, const char *dflt, const char *path, int *act, char *err,
+                size_t errlen)
+{
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, key);
+    const char *name = cJSON_IsString(j) ? j->valuestring : dflt;
+    int a = td_act_from_hf(name);
+    if (a < 0) {
+        snprintf(err, errlen, "%s: %s '%s' is not an activation trident computes (gelu_new, gelu_pytorch_tanh, "
+                 "gelu_fast, gelu, silu, relu, relu2)", path, key, name);
+        return -1;
+    }
+    *act = a;
+    return 0;
+}
+
 int hf_json_int(const cJSON *o, const char *key, int def, int *v)
 {
     const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, key);

@@ -18,8 +18,9 @@
  * lm_head.dense, lm_head.norm        cls.predictions.transform.dense, .LayerNorm
  * lm_head.bias (Vp)                  cls.predictions.bias (V)   (decoder.weight and .bias are tied)
  * binary_head                        cls.seq_relationship
- * trident's GeLU is the tanh approximation: config.json says hidden_act "gelu_new" (Megatron's
- * BERT itself uses the exact erf GeLU). */
+ * hidden_act is the model's activation (td_act's Hugging Face name): "gelu_new" for trident's
+ * default tanh GeLU, "gelu" for the exact erf GeLU Megatron's BERT uses (--activation-func
+ * gelu_erf); it applies to the MLP and to the masked-LM transform alike. */
 #include <stdio.h>
 #include <string.h>
 
@@ -91,7 +92,7 @@ static cJSON *bert_config(const gpt_config *c)
     cJSON_AddItemToArray(arch, cJSON_CreateString(c->binary_head ? "MegatronBertForPreTraining"
                                                                  : "MegatronBertForMaskedLM"));
     cJSON_AddStringToObject(o, "model_type", "megatron-bert");
-    cJSON_AddStringToObject(o, "hidden_act", "gelu_new");
+    cJSON_AddStringToObject(o, "hidden_act", TD_ACTS[c->act].hf);
     cJSON_AddNumberToObject(o, "vocab_size", c->vocab);
     cJSON_AddNumberToObject(o, "hidden_size", c->hidden);
     cJSON_AddNumberToObject(o, "intermediate_size", c->ffn);
@@ -114,6 +115,7 @@ static const char *bert_mismatch(const gpt_config *c)
 {
     if (gpt_head_dim(c) * c->heads != c->hidden) return "a head size other than hidden / heads";
     if (gpt_moe(c)) return "a mixture of experts";
+    if (c->glu) return td_act_label(c->act, c->glu); /* MegatronBertIntermediate is ungated */
     return NULL;
 }
 
@@ -127,10 +129,7 @@ static int bert_read_config(const cJSON *o, const char *path, gpt_config *c, cha
              "and vocab_size must be positive integers", path);
     if (c->hidden % c->heads)
         FAIL("%s: hidden_size %d is not divisible by num_attention_heads %d", path, c->hidden, c->heads);
-    const cJSON *act = cJSON_GetObjectItemCaseSensitive(o, "hidden_act");
-    const char *a = cJSON_IsString(act) ? act->valuestring : "gelu";
-    if (strcmp(a, "gelu_new") && strcmp(a, "gelu_pytorch_tanh") && strcmp(a, "gelu_fast"))
-        FAIL("%s: hidden_act '%s' is not the tanh GeLU trident computes (gelu_new)", path, a);
+    if (hf_json_act(o, "hidden_act", "gelu", path, &c->act, err, errlen)) return -1;
     if (hf_json_num(o, "type_vocab_size", 2) != GPT_ENCODER_TOKENTYPES) FAIL("%s: type_vocab_size must be 2", path);
     const cJSON *pe = cJSON_GetObjectItemCaseSensitive(o, "position_embedding_type");
     if (cJSON_IsString(pe) && strcmp(pe->valuestring, "absolute") != 0)

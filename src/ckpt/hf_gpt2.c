@@ -68,7 +68,7 @@ static cJSON *gpt2_config(const gpt_config *c)
     cJSON *arch = cJSON_AddArrayToObject(o, "architectures");
     cJSON_AddItemToArray(arch, cJSON_CreateString("GPT2LMHeadModel"));
     cJSON_AddStringToObject(o, "model_type", "gpt2");
-    cJSON_AddStringToObject(o, "activation_function", "gelu_new");
+    cJSON_AddStringToObject(o, "activation_function", TD_ACTS[c->act].hf);
     cJSON_AddNumberToObject(o, "vocab_size", c->vocab);
     cJSON_AddNumberToObject(o, "n_positions", c->max_pos);
     cJSON_AddNumberToObject(o, "n_ctx", c->max_pos);
@@ -100,7 +100,7 @@ static const char *gpt2_mismatch(const gpt_config *c)
 {
     if (c->norm != GPT_NORM_LAYERNORM) return "RMSNorm";
     if (c->pos != GPT_POS_LEARNED) return "no learned positions";
-    if (c->swiglu) return "SwiGLU";
+    if (c->glu) return td_act_label(c->act, c->glu); /* GPT2MLP is ungated */
     if (!gpt_has_bias(c)) return "no biases";
     if (c->untied) return "an untied output layer";
     if (gpt_gqa(c)) return "grouped-query attention";
@@ -121,10 +121,7 @@ static int gpt2_read_config(const cJSON *o, const char *path, gpt_config *c, cha
              "null)", path);
     if (!c->ffn) c->ffn = 4 * c->hidden;
     if (c->hidden % c->heads) FAIL("%s: n_embd %d is not divisible by n_head %d", path, c->hidden, c->heads);
-    const cJSON *act = cJSON_GetObjectItemCaseSensitive(o, "activation_function");
-    const char *a = cJSON_IsString(act) ? act->valuestring : "gelu_new";
-    if (strcmp(a, "gelu_new") && strcmp(a, "gelu_pytorch_tanh") && strcmp(a, "gelu_fast"))
-        FAIL("%s: activation_function '%s' is not the tanh GeLU trident computes (gelu_new)", path, a);
+    if (hf_json_act(o, "activation_function", "gelu_new", path, &c->act, err, errlen)) return -1;
     c->norm_eps = (float)hf_json_num(o, "layer_norm_epsilon", 1e-5);
     if (!(c->norm_eps > 0 && c->norm_eps < 1)) FAIL("%s: layer_norm_epsilon must be in (0, 1)", path);
     if (!hf_json_bool(o, "scale_attn_weights", 1) || hf_json_bool(o, "scale_attn_by_inverse_layer_idx", 0))

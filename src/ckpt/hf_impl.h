@@ -82,5 +82,10 @@ int hf_moe_read_experts(const cJSON *o, const char *path, const char *experts_ke
 int hf_json_int(const cJSON *o, const char *key, int def, int *v);
 double hf_json_num(const cJSON *o, const char *key, double def);
 int hf_json_bool(const cJSON *o, const char *key, int def);
+/* The activation function config.json names under key (Hugging Face's hidden_act, GPT-2's
+ * activation_function; dflt when absent or null) into *act (td_act, trident/activation.h); -1
+ * with one line in err for a name trident does not compute. */
+int hf_json_act(const cJSON *o, const char *key, const char *dflt, const char *path, int *act, char *err,
+                size_t errlen);
 
 #endif

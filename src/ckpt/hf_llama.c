@@ -71,7 +71,7 @@ cJSON *hf_llama_config(const gpt_config *c, const char *arch, const char *model_
     cJSON *archs = cJSON_AddArrayToObject(o, "architectures");
     cJSON_AddItemToArray(archs, cJSON_CreateString(arch));
     cJSON_AddStringToObject(o, "model_type", model_type);
-    cJSON_AddStringToObject(o, "hidden_act", "silu");
+    cJSON_AddStringToObject(o, "hidden_act", TD_ACTS[c->act].hf); /* gated: act(gate) * up */
     cJSON_AddNumberToObject(o, "vocab_size", c->vocab);
     cJSON_AddNumberToObject(o, "hidden_size", c->hidden);
     cJSON_AddNumberToObject(o, "num_hidden_layers", c->num_layers);
@@ -105,7 +105,7 @@ const char *hf_llama_mismatch(const gpt_config *c)
     if (c->norm != GPT_NORM_RMSNORM) return "LayerNorm";
     if (c->pos != GPT_POS_ROPE) return "no rotary positions";
     if (gpt_rotary_dims(c) != gpt_head_dim(c)) return "rotary on part of each head";
-    if (!c->swiglu) return "GeLU";
+    if (!c->glu) return "an ungated MLP"; /* LlamaMLP is act(gate_proj) * up_proj */
     return NULL;
 }
 
@@ -155,9 +155,9 @@ int hf_llama_read_decoder(const cJSON *o, const char *path, gpt_config *c, doubl
     if (head_dim % 2) FAIL("%s: head_dim %d is odd; rotary positions need an even head size", path, head_dim);
     c->query_groups = groups == c->heads ? 0 : groups;
     c->kv_channels = head_dim;
-    const cJSON *act = cJSON_GetObjectItemCaseSensitive(o, "hidden_act");
-    if (cJSON_IsString(act) && strcmp(act->valuestring, "silu") != 0)
-        FAIL("%s: hidden_act '%s' is not the SiLU gate trident computes (silu)", path, act->valuestring);
+    /* the gate's function: hidden_act, or Gemma's hidden_activation (gelu_pytorch_tanh: GeGLU) */
+    const char *act_key = cJSON_GetObjectItemCaseSensitive(o, "hidden_act") ? "hidden_act" : "hidden_activation";
+    if (hf_json_act(o, act_key, "silu", path, &c->act, err, errlen)) return -1;
     if (fabs(hf_json_num(o, "partial_rotary_factor", 1.0) - 1.0) > 1e-12)
         FAIL("%s: partial_rotary_factor is not 1; trident converts models that rotate whole heads", path);
     c->pos = GPT_POS_ROPE;
@@ -165,7 +165,7 @@ int hf_llama_read_decoder(const cJSON *o, const char *path, gpt_config *c, doubl
     c->norm = GPT_NORM_RMSNORM;
     c->norm_eps = (float)hf_json_num(o, "rms_norm_eps", eps);
     if (!(c->norm_eps > 0 && c->norm_eps < 1)) FAIL("%s: rms_norm_eps must be in (0, 1)", path);
-    c->swiglu = 1;
+    c->glu = 1;
     c->disable_bias = 1;
     c->untied = !hf_json_bool(o, "tie_word_embeddings", 0);
     c->attn_dropout = (float)hf_json_num(o, "attention_dropout", 0.0);

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "trident/activation.h"
 #include "trident/check.h"
 
 enum arg_type { A_INT, A_I64, A_FLOAT, A_STR, A_BOOL, A_LIST, A_CHOICE };
@@ -128,7 +129,7 @@ static const flag_t FLAGS[] = {
     {"--num-attention-heads", A_INT, OFF(num_attention_heads), "12", MODEL, "model", "attention heads", 1,
      1 << 16, NULL},
     {"--ffn-hidden-size", A_INT, OFF(ffn_hidden_size), NULL, MODEL, "model",
-     "MLP hidden size (default 4h; with --swiglu 8h/3 rounded down to a multiple of 64, as Megatron)", 1, 1 << 24,
+     "MLP hidden size (default 4h; gated, e.g. --swiglu, 8h/3 rounded down to a multiple of 64, as Megatron)", 1, 1 << 24,
      NULL},
     {"--normalization", A_CHOICE, OFF(normalization), "LayerNorm", MODEL, "model",
      "the layers' and the final norm", 0, 0, "LayerNorm|RMSNorm"},
@@ -139,8 +140,18 @@ static const flag_t FLAGS[] = {
     {"--rotary-base", A_FLOAT, OFF(rotary_base), "10000", MODEL, "model", "rotary base (theta)", 1, 1e12, NULL},
     {"--rotary-percent", A_FLOAT, OFF(rotary_percent), "1.0", MODEL, "model",
      "fraction of each head's dimensions that rotate", 1e-6, 1, NULL},
-    {"--swiglu", A_BOOL, OFF(swiglu), "0", MODEL, "model", "SwiGLU MLP (gate and up projections) instead of GeLU",
-     0, 0, NULL},
+    {"--swiglu", A_BOOL, OFF(swiglu), "0", MODEL, "model",
+     "SwiGLU MLP (gate and up projections): --activation-func silu --gated-linear-unit", 0, 0, NULL},
+    {"--squared-relu", A_BOOL, OFF(squared_relu), "0", MODEL, "model",
+     "squared ReLU MLP: --activation-func squared_relu", 0, 0, NULL},
+    {"--openai-gelu", A_BOOL, OFF(openai_gelu), "0", MODEL, "model",
+     "GeLU's tanh approximation (GPT-2's; trident's default): --activation-func gelu", 0, 0, NULL},
+    {"--activation-func", A_CHOICE, OFF(activation_func), NULL, MODEL, "model",
+     "the MLP's activation (Megatron-Core's activation_func): gelu (tanh approximation, GPT-2), gelu_erf (exact, "
+     "BERT), silu, relu, squared_relu (default gelu, or what --swiglu/--squared-relu say)", 0, 0, TD_ACT_CHOICES},
+    {"--gated-linear-unit", A_BOOL, OFF(gated_linear_unit), "0", MODEL, "model",
+     "gated MLP (Megatron-Core's gated_linear_unit): fc holds [gate | up], the MLP computes act(gate) * up "
+     "(silu: SwiGLU, gelu: GeGLU)", 0, 0, NULL},
     {"--num-experts", A_INT, OFF(num_experts), "0", MODEL, "moe",
      "mixture of experts: each layer's MLP is this many experts and a router (0: a dense MLP; docs/moe.md)", 0,
      1024, NULL},
@@ -707,9 +718,9 @@ static int check_bert(const td_args *a, char *msg, size_t msglen)
     if (strcmp(a->position_embedding_type, "learned_absolute") != 0)
         FAIL("--model bert has learned absolute positions: leave out --position-embedding-type %s",
              a->position_embedding_type);
-    if (a->swiglu || a->disable_bias_linear || a->untie_embeddings_and_output_weights)
-        FAIL("--model bert is Megatron-BERT (GeLU MLP, biases, the decoder tied to the word embedding): leave "
-             "out --swiglu, --disable-bias-linear and --untie-embeddings-and-output-weights");
+    if (a->swiglu || a->gated_linear_unit || a->disable_bias_linear || a->untie_embeddings_and_output_weights)
+        FAIL("--model bert is Megatron-BERT (an ungated MLP, biases, the decoder tied to the word embedding): leave "
+             "out --swiglu, --gated-linear-unit, --disable-bias-linear and --untie-embeddings-and-output-weights");
     if (a->bert_binary_head && a->bert_no_binary_head && td_args_given(a, "--bert-binary-head"))
         FAIL("give at most one of --bert-binary-head and --bert-no-binary-head");
     return 0;

@@ -178,7 +178,7 @@ static void fwd(gpt_model *m, gpt_acts *acts, const float *x, double *loss)
     const block_ops *norm = norm_kind(m);
     block_io io = model_io(m, acts, NULL, NULL);
     be_matmul_fwd_in(be, a->lm_h, kept_in(m->lnf.ops->output(acts->lnf)), p->lm_dense_w, p->lm_dense_b, BTl, h, h);
-    be_gelu_fwd(be, a->lm_g, a->lm_h, (size_t)BTl * h);
+    be_act_fwd(be, m->cfg.act, 0, a->lm_g, a->lm_h, BTl, h); /* the MLP's function (HF: hidden_act), ungated */
     norm->fwd(&io, a->lm_norm, &p->lm_norm, NULL, be_f32(a->lm_g));
     tp_column_linear_fwd(be, tp, acts->logits, model_sp_input(m, norm->output(a->lm_norm), B), m->p.head_w,
                          p->lm_bias, BT, h, m->vocab_l);
@@ -252,7 +252,7 @@ static void bwd(gpt_model *m, gpt_acts *acts, const float *x, float loss_scale)
     be_zero(be, s->dtmp, (size_t)BTl * h);
     norm->bwd(&io, s->dtmp, &g->lm_norm, dnorm, a->lm_norm, &p->lm_norm, be_f32(a->lm_g));
     be_zero(be, s->branch, (size_t)BTl * h);
-    be_gelu_bwd(be, s->branch, s->dtmp, a->lm_h, (size_t)BTl * h);
+    be_act_bwd(be, m->cfg.act, 0, s->branch, s->dtmp, a->lm_h, BTl, h);
     be_zero(be, s->dtmp, (size_t)BTl * h);
     be_matmul_bwd_in(be, s->dtmp, g->lm_dense_w, g->lm_dense_b, s->branch, kept_in(m->lnf.ops->output(acts->lnf)),
                      p->lm_dense_w, BTl, h, h);

@@ -125,7 +125,7 @@ static inline int model_pos0(const gpt_model *m) { return m->sp ? m->ps->tp_rank
 /* ---- the kinds (one file each) ---- */
 extern const block_ops layernorm_ops, rmsnorm_ops;  /* norm.c */
 extern const block_ops attention_ops;               /* attention.c: multi-head or grouped-query, rotary or not */
-extern const block_ops mlp_gelu_ops, mlp_swiglu_ops; /* mlp.c */
+extern const block_ops mlp_ops;                      /* mlp.c: its activation the config's (act, glu) */
 extern const block_ops moe_ops;                      /* moe.c: the mixture-of-experts MLP */
 /* moe.c: generation's step of a MoE layer: out (rows, h) from x (rows, h), with buffers for up to
  * `rows` tokens (moe_step_new). */
@@ -133,6 +133,12 @@ typedef struct moe_acts moe_acts;
 moe_acts *moe_step_new(const gpt_model *m, int rows);
 void moe_step_free(const gpt_model *m, moe_acts *a);
 void moe_step(const gpt_model *m, const void *params, moe_acts *a, float *out, const float *x, int rows);
+/* mlp.c: the MLP's fc and activation on `rows` rows, shared with generation's step: fch (rows,
+ * f/t, or 2f/t gated) = x fc_w^T (+ fc_b), act (rows, f/t) = the config's activation of it (fc_b
+ * fused into a tanh GeLU). params: the layer's mlp_params; tp: the group fc is split over. */
+struct mlp_params;
+void mlp_fc_act_fwd(const gpt_model *m, const comm *tp, const struct mlp_params *p, float *act, float *fch, be_in x,
+                    int rows);
 /* moe.c: the expert bias of a layer's MoE parameters moved against its load (tokens (E)). */
 void moe_update_expert_bias(const gpt_config *c, const void *params, const double *tokens);
 
@@ -150,7 +156,7 @@ typedef struct attn_params {
     float *proj_b;        /* (h) or NULL */
 } attn_params;
 typedef struct mlp_params {
-    float *fc_w;          /* (f/t, h); SwiGLU: (2f/t, h), rows [gate | up] of the local slice */
+    float *fc_w;          /* (f/t, h); gated: (2f/t, h), rows [gate | up] of the local slice */
     float *fc_b;          /* (f/t) or (2f/t); NULL without biases */
     float *fc2_w;         /* (h, f/t) */
     float *fc2_b;         /* (h) or NULL */
@@ -158,7 +164,7 @@ typedef struct mlp_params {
 
 typedef struct moe_params {
     float *router_w;      /* (E, h) */
-    float *fc_w;          /* (E bF, h): expert e's rows [e bF, (e + 1) bF), bF = F (GeLU) or 2F (SwiGLU) */
+    float *fc_w;          /* (E bF, h): expert e's rows [e bF, (e + 1) bF), bF = F, or 2F gated */
     float *fc_b;          /* (E bF) or NULL */
     float *fc2_w;         /* (E h, F) */
     float *fc2_b;         /* (E h) or NULL */

@@ -8,13 +8,13 @@
 #include "trident/check.h"
 #include "trident/gpt.h"
 
-/* Megatron's SwiGLU default: 8h/3 rounded down to a multiple of 64. */
+/* Megatron's SwiGLU default, for any gated MLP: 8h/3 rounded down to a multiple of 64. */
 static int swiglu_ffn(int h) { return (int)((4.0 * h * 2.0 / 3.0) / 64.0) * 64; }
 
 static int default_ffn(const td_args *a)
 {
     if (a->ffn_hidden_size) return a->ffn_hidden_size;
-    return a->swiglu ? swiglu_ffn(a->hidden_size) : 4 * a->hidden_size;
+    return a->swiglu || a->gated_linear_unit ? swiglu_ffn(a->hidden_size) : 4 * a->hidden_size;
 }
 
 /* Each expert's hidden size: --moe-ffn-hidden-size, or the dense MLP's. */
@@ -41,7 +41,8 @@ void gpt_config_from_args(gpt_config *c, const td_args *a)
                                                                 : GPT_POS_LEARNED;
     c->rotary_base = (float)a->rotary_base;
     c->rotary_percent = (float)a->rotary_percent;
-    c->swiglu = a->swiglu;
+    char amsg[256]; /* a conflict of the activation flags is gpt_config_validate's to report */
+    if (td_act_of_args(a, &c->act, &c->glu, amsg, sizeof amsg)) c->act = TD_ACT_GELU, c->glu = 0;
     c->disable_bias = a->disable_bias_linear;
     c->add_qkv_bias = a->add_qkv_bias;
     c->untied = a->untie_embeddings_and_output_weights;
@@ -113,8 +114,10 @@ int gpt_config_validate(const td_args *a, int tp, char *msg, size_t msglen)
     }
     int ffn = default_ffn(a);
     if (ffn < 1)
-        FAIL("--swiglu with --hidden-size %d gives no MLP width (8h/3 rounded down to 64): give "
-             "--ffn-hidden-size", a->hidden_size);
+        FAIL("a gated MLP (--swiglu, --gated-linear-unit) with --hidden-size %d gives no MLP width (8h/3 rounded "
+             "down to 64): give --ffn-hidden-size", a->hidden_size);
+    int act, glu;
+    if (td_act_of_args(a, &act, &glu, msg, msglen)) return -1;
     if (ffn % tp) FAIL("--ffn-hidden-size %d is not divisible by --tensor-model-parallel-size %d", ffn, tp);
     if (a->add_qkv_bias && !a->disable_bias_linear)
         FAIL("--add-qkv-bias needs --disable-bias-linear (without it every linear layer has a bias)");
@@ -191,18 +194,18 @@ void gpt_config_describe(const gpt_config *c, char *out, size_t len)
     if (c->kind == GPT_KIND_ENCODER)
         snprintf(kind, sizeof kind, "%s%s: ", GPT_ENCODER_NAME, c->binary_head ? " with the sentence-order head" : "");
     char mlp[240];
-    snprintf(mlp, sizeof mlp, "%s %d", c->swiglu ? "SwiGLU" : "GeLU", c->ffn);
+    snprintf(mlp, sizeof mlp, "%s %d", td_act_label(c->act, c->glu), c->ffn);
     if (gpt_moe(c)) {
         int moe_layers = gpt_moe_layers(c, 0, c->num_layers);
         char dense[64] = ""; /* --moe-layer-freq: the other layers' dense MLP */
         char shared[64] = "";
         if (moe_layers < c->num_layers)
             snprintf(dense, sizeof dense, " in %d of the layers (%s %d in the others)", moe_layers,
-                     c->swiglu ? "SwiGLU" : "GeLU", c->ffn);
+                     td_act_label(c->act, c->glu), c->ffn);
         if (c->moe_shared_ffn > 0)
             snprintf(shared, sizeof shared, " + a shared expert of %d%s", c->moe_shared_ffn, c->moe_shared_gate ? " (gated)" : "");
         snprintf(mlp, sizeof mlp, "mixture of %d %s experts of %d%s, top-%d by %s%s%s%s", c->num_experts,
-                 c->swiglu ? "SwiGLU" : "GeLU", gpt_moe_ffn(c), dense, c->moe_topk, c->moe_score ? "sigmoid" : "softmax",
+                 td_act_label(c->act, c->glu), gpt_moe_ffn(c), dense, c->moe_topk, c->moe_score ? "sigmoid" : "softmax",
                  c->moe_score || !c->moe_pre_softmax ? "" : " (before the top-k)",
                  c->moe_aux_coeff > 0 || c->moe_z_coeff > 0 ? ", router losses" : "", shared);
     }
@@ -250,7 +253,7 @@ double gpt_flops_per_iteration(const gpt_config *c, int64_t batch, int full_reco
      * counts no router), the dense MLP in the others (--moe-layer-freq) */
     double moe = gpt_moe_layers(c, 0, c->num_layers);
     double ffn = (moe * ((double)c->moe_topk * gpt_moe_ffn(c) + c->moe_shared_ffn) + (l - moe) * c->ffn) / l;
-    double layers = (1.0 + groups + s / h) * qratio + ffn / h * (c->swiglu ? 1.5 : 1.0);
+    double layers = (1.0 + groups + s / h) * qratio + ffn / h * (c->glu ? 1.5 : 1.0);
     double logits = V / (2.0 * l * h);
     return (double)batch * s * l * h * h * ((full_recompute ? 16.0 : 12.0) * layers + 12.0 * logits);
 }

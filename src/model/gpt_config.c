@@ -8,14 +8,14 @@
 #include "trident/args.h"
 #include "trident/gpt.h"
 
-#define INT(key, flag, kind, field, lo, hi) {key, flag, kind, 0, offsetof(gpt_config, field), lo, hi, NULL, NULL, 0}
-#define FLT(key, flag, kind, field, lo, hi) {key, flag, kind, 1, offsetof(gpt_config, field), lo, hi, NULL, NULL, 0}
+#define INT(key, flag, kind, field, lo, hi) {key, flag, kind, 0, offsetof(gpt_config, field), lo, hi, NULL, NULL, 0, NULL}
+#define FLT(key, flag, kind, field, lo, hi) {key, flag, kind, 1, offsetof(gpt_config, field), lo, hi, NULL, NULL, 0, NULL}
 /* an int whose 0 means the flag's default, or that needs a switch when not 0 */
 #define OPT(key, flag, field, hi, enable) \
-    {key, flag, GPT_KEY_ARCH, 0, offsetof(gpt_config, field), 0, hi, NULL, enable, 1}
-#define FLT0(key, flag, field, hi) {key, flag, GPT_KEY_ARCH, 1, offsetof(gpt_config, field), 0, hi, NULL, NULL, 1}
+    {key, flag, GPT_KEY_ARCH, 0, offsetof(gpt_config, field), 0, hi, NULL, enable, 1, NULL}
+#define FLT0(key, flag, field, hi) {key, flag, GPT_KEY_ARCH, 1, offsetof(gpt_config, field), 0, hi, NULL, NULL, 1, NULL}
 #define ENUM(key, flag, field, choices, n) \
-    {key, flag, GPT_KEY_ARCH, 0, offsetof(gpt_config, field), 0, (n) - 1, choices, NULL, 0}
+    {key, flag, GPT_KEY_ARCH, 0, offsetof(gpt_config, field), 0, (n) - 1, choices, NULL, 0, NULL}
 
 const gpt_config_key GPT_CONFIG_KEYS[] = {
     INT("num_layers", "--num-layers", GPT_KEY_ARCH, num_layers, 1, 1 << 16),
@@ -30,7 +30,10 @@ const gpt_config_key GPT_CONFIG_KEYS[] = {
     ENUM("position_embedding_type", "--position-embedding-type", pos, "learned_absolute|rope|none", 3),
     FLT0("rotary_base", "--rotary-base", rotary_base, 1e12),
     FLT0("rotary_percent", "--rotary-percent", rotary_percent, 1),
-    INT("swiglu", "--swiglu", GPT_KEY_ARCH, swiglu, 0, 1),
+    {"activation_func", "--activation-func", GPT_KEY_ARCH, 0, offsetof(gpt_config, act), 0, TD_ACT_COUNT - 1,
+     TD_ACT_CHOICES, NULL, 0, TD_ACT_SWITCHES},
+    {"gated_linear_unit", "--gated-linear-unit", GPT_KEY_ARCH, 0, offsetof(gpt_config, glu), 0, 1, NULL, NULL, 0,
+     "--swiglu"},
     INT("disable_bias_linear", "--disable-bias-linear", GPT_KEY_ARCH, disable_bias, 0, 1),
     INT("add_qkv_bias", "--add-qkv-bias", GPT_KEY_ARCH, add_qkv_bias, 0, 1),
     INT("untie_embeddings_and_output_weights", "--untie-embeddings-and-output-weights", GPT_KEY_ARCH, untied, 0, 1),
@@ -44,7 +47,7 @@ const gpt_config_key GPT_CONFIG_KEYS[] = {
     FLT0("moe_router_topk_scaling_factor", "--moe-router-topk-scaling-factor", moe_topk_scale, 1e6),
     FLT("moe_aux_loss_coeff", "--moe-aux-loss-coeff", GPT_KEY_RECORD, moe_aux_coeff, 0, 1e6),
     {"moe_router_load_balancing_type", "--moe-router-load-balancing-type", GPT_KEY_RECORD, 0,
-     offsetof(gpt_config, moe_seq_aux), 0, 1, "aux_loss|seq_aux_loss", NULL, 0},
+     offsetof(gpt_config, moe_seq_aux), 0, 1, "aux_loss|seq_aux_loss", NULL, 0, NULL},
     FLT("moe_z_loss_coeff", "--moe-z-loss-coeff", GPT_KEY_RECORD, moe_z_coeff, 0, 1e6),
     INT("moe_shared_expert_intermediate_size", "--moe-shared-expert-intermediate-size", GPT_KEY_ARCH, moe_shared_ffn, 0, 1 << 24),
     INT("moe_shared_expert_gate", "--moe-shared-expert-gate", GPT_KEY_ARCH, moe_shared_gate, 0, 1),
@@ -52,7 +55,7 @@ const gpt_config_key GPT_CONFIG_KEYS[] = {
     FLT("moe_router_bias_update_rate", "--moe-router-bias-update-rate", GPT_KEY_RECORD, moe_bias_rate, 0, 1),
     FLT("moe_expert_capacity_factor", "--moe-expert-capacity-factor", GPT_KEY_RECORD, moe_capacity, 0, 1e6),
     {"moe_token_drop_policy", "--moe-token-drop-policy", GPT_KEY_RECORD, 0, offsetof(gpt_config, moe_drop_position), 0, 1,
-     "probs|position", NULL, 0},
+     "probs|position", NULL, 0, NULL},
     INT("moe_pad_expert_input_to_capacity", "--moe-pad-expert-input-to-capacity", GPT_KEY_RECORD, moe_pad, 0, 1),
     INT("vocab_size", "--vocab-file", GPT_KEY_VOCAB, vocab, 1, 1 << 30),
     INT("padded_vocab_size", "--make-vocab-size-divisible-by", GPT_KEY_PADDING, padded_vocab, 1, 1 << 30),

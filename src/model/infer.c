@@ -29,7 +29,7 @@ struct gpt_kv_cache {
 
 /* Width of a layer's key (or value) rows on this rank, and of the fc output. */
 static int kv_width(const gpt_model *m) { return gpt_gqa(&m->cfg) ? m->kv_l : m->q_l; }
-static int fc_out(const gpt_model *m) { return m->cfg.swiglu ? 2 * m->ffn_l : m->ffn_l; }
+static int fc_out(const gpt_model *m) { return gpt_fc_blocks(&m->cfg) * m->ffn_l; }
 
 /* Whether the generation step knows the kinds in the stage's slots. */
 static int kinds_known(const gpt_model *m)
@@ -38,7 +38,7 @@ static int kinds_known(const gpt_model *m)
         const gpt_layer *L = &m->layers[l];
         const block_ops *mlp = L->slot[GPT_SLOT_MLP].ops;
         if (L->slot[GPT_SLOT_ATTENTION].ops != &attention_ops ||
-            (mlp != &mlp_gelu_ops && mlp != &mlp_swiglu_ops && mlp != &moe_ops))
+            (mlp != &mlp_ops && mlp != &moe_ops))
             return 0;
     }
     return 1;
@@ -143,14 +143,7 @@ static void layer_step(gpt_model *m, gpt_kv_cache *c, int l, int pos, int n)
         be_bias_dropout_add_fwd(be, c->x, c->x, c->branch, NULL, B, n, h, NULL);
         return;
     }
-    if (cf->swiglu) {
-        tp_column_linear_fwd(be, tp, c->fch, be_f32(c->ln), mlp->fc_w, mlp->fc_b, rows, h, fc_out(m));
-        be_swiglu_fwd(be, c->act, c->fch, rows, m->ffn_l);
-    } else {
-        tp_column_linear_fwd(be, tp, c->fch, be_f32(c->ln), mlp->fc_w, NULL, rows, h, m->ffn_l);
-        if (mlp->fc_b) be_bias_gelu_fwd(be, c->act, c->fch, mlp->fc_b, rows, m->ffn_l);
-        else be_gelu_fwd(be, c->act, c->fch, (size_t)rows * m->ffn_l);
-    }
+    mlp_fc_act_fwd(m, tp, mlp, c->act, c->fch, be_f32(c->ln), rows);
     tp_row_linear_fwd(be, tp, c->branch, be_f32(c->act), mlp->fc2_w, rows, m->ffn_l, h);
     be_bias_dropout_add_fwd(be, c->x, c->x, c->branch, mlp->fc2_b, B, n, h, NULL);
 }

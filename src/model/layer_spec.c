@@ -13,8 +13,7 @@ static int layernorm(const gpt_config *c, int layer) { return (void)layer, c->no
 static int rmsnorm(const gpt_config *c, int layer) { return (void)layer, c->norm == GPT_NORM_RMSNORM; }
 static int always(const gpt_config *c, int layer) { return (void)c, (void)layer, 1; }
 /* the MLP slot: the MoE block in the layers --moe-layer-freq names, the dense MLP in the others */
-static int gelu(const gpt_config *c, int layer) { return !c->swiglu && !gpt_moe_layer(c, layer); }
-static int swiglu(const gpt_config *c, int layer) { return c->swiglu && !gpt_moe_layer(c, layer); }
+static int dense(const gpt_config *c, int layer) { return !gpt_moe_layer(c, layer); }
 static int moe(const gpt_config *c, int layer) { return gpt_moe_layer(c, layer); }
 
 /* Slot -1: a norm anywhere (the layers' two, the final norm, a head's). */
@@ -28,9 +27,8 @@ static const struct {
     {ANY_NORM, layernorm, &layernorm_ops},
     {ANY_NORM, rmsnorm, &rmsnorm_ops},
     {GPT_SLOT_ATTENTION, always, &attention_ops}, /* multi-head or grouped-query, rotary or not: the config's */
-    {GPT_SLOT_MLP, gelu, &mlp_gelu_ops},
-    {GPT_SLOT_MLP, swiglu, &mlp_swiglu_ops},
-    {GPT_SLOT_MLP, moe, &moe_ops}, /* its experts GeLU or SwiGLU, as the config's */
+    {GPT_SLOT_MLP, dense, &mlp_ops}, /* its activation the config's (act, glu) */
+    {GPT_SLOT_MLP, moe, &moe_ops},   /* its experts' activation the config's too */
 };
 
 const block_ops *layer_spec_ops(const gpt_config *c, int layer, int slot)

@@ -1,7 +1,8 @@
-/* MLP blocks under tensor parallelism (after Megatron): fc column-parallel, the activation, fc2
- * row-parallel; the fc2 bias is added by the layer (with dropout). Two kinds: GeLU (fc with its
- * bias fused into the GeLU) and SwiGLU (the gate and up projections as two blocks of one
- * weight, each split over tp so every rank holds matching rows). See block.h. */
+/* The MLP block under tensor parallelism (after Megatron): fc column-parallel, the activation,
+ * fc2 row-parallel; the fc2 bias is added by the layer (with dropout). The activation is the
+ * config's pair (act, glu: trident/activation.h): gated, fc holds the gate and up projections as
+ * two blocks of one weight, each split over tp so every rank holds matching rows; the ungated
+ * tanh GeLU with a bias takes the backend's fused bias + GeLU. See block.h. */
 #include "block.h"
 
 #include <stdio.h>
@@ -9,23 +10,26 @@
 #include "tensor_parallel.h"
 
 typedef struct {
-    float *fch;        /* (BT, f/t): fc output before bias and GeLU; SwiGLU (BT, 2f/t) [gate | up] */
-    kept_buf fch_gelu; /* (BT, f/t): the activation's output */
+    float *fch;       /* (BT, f/t): fc output (before the bias when fused); gated (BT, 2f/t) [gate | up] */
+    kept_buf fch_act; /* (BT, f/t): the activation's output */
 } mlp_acts;
 
 typedef struct {
-    float *dfch;       /* (BT, f/t), SwiGLU (BT, 2f/t) */
-    float *dfch_gelu;  /* (BT, f/t) */
+    float *dfch;     /* (BT, f/t), gated (BT, 2f/t) */
+    float *dfch_act; /* (BT, f/t) */
 } mlp_scratch;
 
-/* fc's output blocks: 1, or SwiGLU's gate and up. */
-static int fc_blocks(const gpt_config *c) { return c->swiglu ? 2 : 1; }
+/* Whether the fc bias is fused into the activation (the backend's bias + GeLU tanh). */
+static int fused_bias(const gpt_config *c, const mlp_params *p)
+{
+    return p->fc_b && !c->glu && c->act == TD_ACT_GELU;
+}
 
 static void tensors(table_builder *tb, int layer, int stream0, const char *prefix, void *pv, void *gv)
 {
     mlp_params *p = pv, *g = gv;
     const gpt_config *c = tb->cfg;
-    int64_t h = c->hidden, f = c->ffn, blocks = fc_blocks(c);
+    int64_t h = c->hidden, f = c->ffn, blocks = gpt_fc_blocks(c);
     int bias = gpt_has_bias(c);
     char n[64];
 #define T(field, init, kind, d0, d1, sd, blocks, nd, label)                                                    \
@@ -46,99 +50,74 @@ static void acts(carver *cv, const gpt_model *m, void *av)
 {
     mlp_acts *a = av;
     int64_t BT = (int64_t)m->mbs * m->cfg.seq;
-    CARVE(cv, a->fch, float, BT * fc_blocks(&m->cfg) * m->ffn_l);
-    model_carve_kept(cv, &a->fch_gelu, BT * m->ffn_l, 1, "fch_gelu");
+    CARVE(cv, a->fch, float, BT * gpt_fc_blocks(&m->cfg) * m->ffn_l);
+    model_carve_kept(cv, &a->fch_act, BT * m->ffn_l, 1, "fch_act");
 }
 
 static void scratch(carver *cv, const gpt_model *m, void *sv)
 {
     mlp_scratch *s = sv;
     int64_t BT = (int64_t)m->mbs * m->cfg.seq;
-    CARVE(cv, s->dfch, float, BT * fc_blocks(&m->cfg) * m->ffn_l);
-    CARVE(cv, s->dfch_gelu, float, BT * m->ffn_l);
+    CARVE(cv, s->dfch, float, BT * gpt_fc_blocks(&m->cfg) * m->ffn_l);
+    CARVE(cv, s->dfch_act, float, BT * m->ffn_l);
 }
 
-static void gelu_fwd(const block_io *io, void *av, const void *pv, float *out, be_in x)
+void mlp_fc_act_fwd(const gpt_model *m, const comm *tp, const mlp_params *p, float *act, float *fch, be_in x,
+                    int rows)
+{
+    const gpt_config *c = &m->cfg;
+    int fused = fused_bias(c, p);
+    tp_column_linear_fwd(m->be, tp, fch, x, p->fc_w, fused ? NULL : p->fc_b, rows, c->hidden,
+                         gpt_fc_blocks(c) * m->ffn_l);
+    if (fused) be_bias_gelu_fwd(m->be, act, fch, p->fc_b, rows, m->ffn_l);
+    else be_act_fwd(m->be, c->act, c->glu, act, fch, rows, m->ffn_l);
+}
+
+static void mlp_fwd(const block_io *io, void *av, const void *pv, float *out, be_in x)
 {
     const gpt_model *m = io->m;
-    const mlp_params *p = pv;
     mlp_acts *a = av;
     const comm *tp = model_tp_reduce(m);
     int BT = io->B * m->cfg.seq, h = m->cfg.hidden;
-    float *act = kept_stage(&a->fch_gelu);
-    tp_column_linear_fwd(m->be, tp, a->fch, x, p->fc_w, NULL, BT, h, m->ffn_l);
-    if (p->fc_b) be_bias_gelu_fwd(m->be, act, a->fch, p->fc_b, BT, m->ffn_l);
-    else be_gelu_fwd(m->be, act, a->fch, (size_t)BT * m->ffn_l);
-    kept_done(m->be, &a->fch_gelu, (size_t)BT * m->ffn_l);
-    tp_row_linear_fwd(m->be, tp, out, kept_in(&a->fch_gelu), p->fc2_w, BT, m->ffn_l, h);
+    mlp_fc_act_fwd(m, tp, pv, kept_stage(&a->fch_act), a->fch, x, BT);
+    kept_done(m->be, &a->fch_act, (size_t)BT * m->ffn_l);
+    tp_row_linear_fwd(m->be, tp, out, kept_in(&a->fch_act), ((const mlp_params *)pv)->fc2_w, BT, m->ffn_l, h);
 }
 
-static void swiglu_fwd(const block_io *io, void *av, const void *pv, float *out, be_in x)
-{
-    const gpt_model *m = io->m;
-    const mlp_params *p = pv;
-    mlp_acts *a = av;
-    const comm *tp = model_tp_reduce(m);
-    int BT = io->B * m->cfg.seq, h = m->cfg.hidden;
-    tp_column_linear_fwd(m->be, tp, a->fch, x, p->fc_w, p->fc_b, BT, h, 2 * m->ffn_l);
-    be_swiglu_fwd(m->be, kept_stage(&a->fch_gelu), a->fch, BT, m->ffn_l);
-    kept_done(m->be, &a->fch_gelu, (size_t)BT * m->ffn_l);
-    tp_row_linear_fwd(m->be, tp, out, kept_in(&a->fch_gelu), p->fc2_w, BT, m->ffn_l, h);
-}
-
-/* fc2's backward, shared: the bias, the weight and d(activation output) into s->dfch_gelu. */
+/* fc2's backward, shared: the bias, the weight and d(activation output) into s->dfch_act. */
 static void fc2_bwd(const block_io *io, mlp_params *g, const float *dbranch, const mlp_acts *a, const mlp_params *p)
 {
     const gpt_model *m = io->m;
     mlp_scratch *s = io->scratch;
     int BT = io->B * m->cfg.seq, h = m->cfg.hidden;
     if (g->fc2_b) be_bias_bwd(m->be, g->fc2_b, dbranch, BT, h);
-    be_zero(m->be, s->dfch_gelu, (size_t)BT * m->ffn_l);
-    tp_row_linear_bwd(m->be, model_tp_reduce(m), s->dfch_gelu, g->fc2_w, dbranch, kept_in(&a->fch_gelu), p->fc2_w,
+    be_zero(m->be, s->dfch_act, (size_t)BT * m->ffn_l);
+    tp_row_linear_bwd(m->be, model_tp_reduce(m), s->dfch_act, g->fc2_w, dbranch, kept_in(&a->fch_act), p->fc2_w,
                       BT, m->ffn_l, h);
-    be_zero(m->be, s->dfch, (size_t)BT * fc_blocks(&m->cfg) * m->ffn_l);
+    be_zero(m->be, s->dfch, (size_t)BT * gpt_fc_blocks(&m->cfg) * m->ffn_l);
 }
 
-static void gelu_bwd(const block_io *io, float *dx, void *gv, const float *dbranch, const void *av, const void *pv,
-                     be_in x)
+static void mlp_bwd(const block_io *io, float *dx, void *gv, const float *dbranch, const void *av, const void *pv,
+                    be_in x)
 {
     const gpt_model *m = io->m;
+    const gpt_config *c = &m->cfg;
     const mlp_params *p = pv;
     mlp_params *g = gv;
     const mlp_acts *a = av;
     mlp_scratch *s = io->scratch;
-    int BT = io->B * m->cfg.seq, h = m->cfg.hidden;
+    int BT = io->B * c->seq, h = c->hidden, fused = fused_bias(c, p);
     fc2_bwd(io, g, dbranch, a, p);
-    if (p->fc_b) be_bias_gelu_bwd(m->be, s->dfch, g->fc_b, s->dfch_gelu, a->fch, p->fc_b, BT, m->ffn_l);
-    else be_gelu_bwd(m->be, s->dfch, s->dfch_gelu, a->fch, (size_t)BT * m->ffn_l);
-    tp_column_linear_bwd(m->be, model_tp_reduce(m), dx, g->fc_w, NULL, s->dfch, x, p->fc_w, BT, h, m->ffn_l);
-}
-
-static void swiglu_bwd(const block_io *io, float *dx, void *gv, const float *dbranch, const void *av,
-                       const void *pv, be_in x)
-{
-    const gpt_model *m = io->m;
-    const mlp_params *p = pv;
-    mlp_params *g = gv;
-    const mlp_acts *a = av;
-    mlp_scratch *s = io->scratch;
-    int BT = io->B * m->cfg.seq, h = m->cfg.hidden;
-    fc2_bwd(io, g, dbranch, a, p);
-    be_swiglu_bwd(m->be, s->dfch, s->dfch_gelu, a->fch, BT, m->ffn_l);
-    tp_column_linear_bwd(m->be, model_tp_reduce(m), dx, g->fc_w, g->fc_b, s->dfch, x, p->fc_w, BT, h,
-                         2 * m->ffn_l);
+    if (fused) be_bias_gelu_bwd(m->be, s->dfch, g->fc_b, s->dfch_act, a->fch, p->fc_b, BT, m->ffn_l);
+    else be_act_bwd(m->be, c->act, c->glu, s->dfch, s->dfch_act, a->fch, BT, m->ffn_l);
+    tp_column_linear_bwd(m->be, model_tp_reduce(m), dx, g->fc_w, fused ? NULL : g->fc_b, s->dfch, x, p->fc_w, BT, h,
+                         gpt_fc_blocks(c) * m->ffn_l);
 }
 
 static const float *out_bias(const void *p) { return ((const mlp_params *)p)->fc2_b; }
 
-const block_ops mlp_gelu_ops = {
-    .name = "MLP (GeLU)", .params_size = sizeof(mlp_params), .acts_size = sizeof(mlp_acts),
-    .scratch_size = sizeof(mlp_scratch), .tensors = tensors, .acts = acts, .scratch = scratch, .fwd = gelu_fwd,
-    .bwd = gelu_bwd, .out_bias = out_bias,
-};
-
-const block_ops mlp_swiglu_ops = {
-    .name = "MLP (SwiGLU)", .params_size = sizeof(mlp_params), .acts_size = sizeof(mlp_acts),
-    .scratch_size = sizeof(mlp_scratch), .tensors = tensors, .acts = acts, .scratch = scratch, .fwd = swiglu_fwd,
-    .bwd = swiglu_bwd, .out_bias = out_bias,
+const block_ops mlp_ops = {
+    .name = "MLP", .params_size = sizeof(mlp_params), .acts_size = sizeof(mlp_acts),
+    .scratch_size = sizeof(mlp_scratch), .tensors = tensors, .acts = acts, .scratch = scratch, .fwd = mlp_fwd,
+    .bwd = mlp_bwd, .out_bias = out_bias,
 };

@@ -78,8 +78,6 @@ typedef struct {
     float *sh_dglog;  /* (T) */
 } moe_scratch;
 
-static int fc_blocks(const gpt_config *c) { return c->swiglu ? 2 : 1; }
-
 /* Expert parallelism of the stage's ranks (1 without; generation and the memory count run one) */
 static int ep_of(const gpt_model *m) { return m->ps && m->ps->ep > 1 ? m->ps->ep : 1; }
 
@@ -120,7 +118,7 @@ static void tensors(table_builder *tb, int layer, int stream0, const char *prefi
 {
     moe_params *p = pv, *g = gv;
     const gpt_config *c = tb->cfg;
-    int64_t h = c->hidden, E = c->num_experts, F = gpt_moe_ffn(c), bF = fc_blocks(c) * F, b = fc_blocks(c);
+    int64_t h = c->hidden, E = c->num_experts, F = gpt_moe_ffn(c), bF = gpt_fc_blocks(c) * F, b = gpt_fc_blocks(c);
     int bias = gpt_has_bias(c);
     char n[80];
 #define T(field, init, kind, d0, d1, label)                                                                        \
@@ -150,7 +148,7 @@ static void tensors(table_builder *tb, int layer, int stream0, const char *prefi
     X(fc_w, INIT_NORMAL, 3, E * bF, h, 0, (int)(E * b), "experts.fc.weight");
     T(router_w, INIT_NORMAL, 4, E, h, "router.weight");
     if (c->moe_expert_bias) T(expert_bias, INIT_ZEROS, 10, E, 0, "router.expert_bias");
-    int64_t S = c->moe_shared_ffn, bS = fc_blocks(c) * S;
+    int64_t S = c->moe_shared_ffn, bS = gpt_fc_blocks(c) * S;
     if (S > 0) {
         if (bias) T(sh_fc2_b, INIT_ZEROS, 5, h, 0, "shared_expert.fc2.bias");
         TS(sh_fc2_w, INIT_NORMAL_OUT, 6, h, S, 1, 1, "shared_expert.fc2.weight");
@@ -184,7 +182,7 @@ static void carve_tokens(carver *cv, const gpt_config *c, int ep, int tp, int st
         CARVE(cv, a->aux_probs, float, T * k);
     }
     CARVE(cv, a->xe, float, src_rows(c, T) * c->hidden);
-    CARVE(cv, a->he, float, R * fc_blocks(c) * F);
+    CARVE(cv, a->he, float, R * gpt_fc_blocks(c) * F);
     CARVE(cv, a->ae, float, R * F);
     /* ye: the experts' outputs back at the source; with allgather they stay where computed */
     CARVE(cv, a->ye, float, (ep > 1 && c->moe_allgather ? R : src_rows(c, T)) * c->hidden);
@@ -200,7 +198,7 @@ static void carve_tokens(carver *cv, const gpt_config *c, int ep, int tp, int st
     }
     int64_t S = c->moe_shared_ffn / stp;
     if (S > 0) {
-        CARVE(cv, a->sh_he, float, T * fc_blocks(c) * S);
+        CARVE(cv, a->sh_he, float, T * gpt_fc_blocks(c) * S);
         CARVE(cv, a->sh_ae, float, T * S);
         CARVE(cv, a->sh_ye, float, T * c->hidden);
         CARVE(cv, a->sh_gy, float, T * c->hidden);
@@ -227,7 +225,7 @@ static void scratch(carver *cv, const gpt_model *m, void *sv)
     CARVE(cv, s->dprobs, float, T * k);
     CARVE(cv, s->dye, float, src_rows(c, T) * c->hidden);
     CARVE(cv, s->dae, float, R * F);
-    CARVE(cv, s->dhe, float, R * fc_blocks(c) * F);
+    CARVE(cv, s->dhe, float, R * gpt_fc_blocks(c) * F);
     CARVE(cv, s->dxe, float, src_rows(c, T) * c->hidden);
     if (ep > 1) {
         CARVE(cv, s->dyl, float, R * c->hidden);
@@ -243,7 +241,7 @@ static void scratch(carver *cv, const gpt_model *m, void *sv)
     if (S > 0) {
         CARVE(cv, s->sh_dye, float, T * c->hidden);
         CARVE(cv, s->sh_dae, float, T * S);
-        CARVE(cv, s->sh_dhe, float, T * fc_blocks(c) * S);
+        CARVE(cv, s->sh_dhe, float, T * gpt_fc_blocks(c) * S);
         CARVE(cv, s->sh_dg, float, T);
         CARVE(cv, s->sh_dglog, float, T);
     }
@@ -255,10 +253,9 @@ static void mlp_fwd(const gpt_model *m, float *ye, float *ae, float *he, const f
                     const float *b1, const float *w2, const float *b2, int n, int F)
 {
     const gpt_config *c = &m->cfg;
-    int h = c->hidden, bF = fc_blocks(c) * F;
+    int h = c->hidden, bF = gpt_fc_blocks(c) * F;
     be_matmul_fwd(m->be, he, x, w1, b1, n, h, bF);
-    if (c->swiglu) be_swiglu_fwd(m->be, ae, he, n, F);
-    else be_gelu_fwd(m->be, ae, he, (size_t)n * F);
+    be_act_fwd(m->be, c->act, c->glu, ae, he, n, F);
     be_matmul_fwd(m->be, ye, ae, w2, b2, n, F, h);
 }
 
@@ -267,12 +264,11 @@ static void mlp_bwd(const gpt_model *m, float *dx, float *dw1, float *db1, float
                     const float *w2, int n, int F)
 {
     const gpt_config *c = &m->cfg;
-    int h = c->hidden, bF = fc_blocks(c) * F;
+    int h = c->hidden, bF = gpt_fc_blocks(c) * F;
     be_zero(m->be, dae, (size_t)n * F);
     be_matmul_bwd(m->be, dae, dw2, db2, dye, ae, w2, n, F, h);
     be_zero(m->be, dhe, (size_t)n * bF);
-    if (c->swiglu) be_swiglu_bwd(m->be, dhe, dae, he, n, F);
-    else be_gelu_bwd(m->be, dhe, dae, he, (size_t)n * F);
+    be_act_bwd(m->be, c->act, c->glu, dhe, dae, he, n, F);
     be_matmul_bwd(m->be, dx, dw1, db1, dhe, x, w1, n, h, bF);
 }
 
@@ -506,7 +502,7 @@ static void forward(const gpt_model *m, moe_acts *a, moe_scratch *s, const moe_p
     /* under tensor parallelism every tp rank routes the same tokens alike and runs its slice of
      * every expert: the outputs are partial sums, summed over tp by the layer (sequence
      * parallelism's reduce-scatter) or here (all-reduce); fc2's biases on tp rank 0 only */
-    int h = c->hidden, E = c->num_experts, k = c->moe_topk, F = gpt_moe_ffn(c) / expert_tp(m), bF = fc_blocks(c) * F;
+    int h = c->hidden, E = c->num_experts, k = c->moe_topk, F = gpt_moe_ffn(c) / expert_tp(m), bF = gpt_fc_blocks(c) * F;
     int first = m->ps->tp_rank == 0, bias_here = first || whole_experts(m); /* whole experts: each its own */
     be_matmul_fwd(m->be, a->logits, xf, p->router_w, NULL, T, h, E);
     be_moe_route_fwd(m->be, a->idx, a->probs, a->logits, p->expert_bias, T, E, k, c->moe_score, c->moe_pre_softmax,
@@ -543,8 +539,7 @@ static void forward(const gpt_model *m, moe_acts *a, moe_scratch *s, const moe_p
         int nl = 0;
         for (int e = 0; e < El; e++) nl += a->lcount[e];
         be_matmul_grouped_fwd(m->be, a->he, xl, p->fc_w, p->fc_b, a->lcount, El, h, bF);
-        if (c->swiglu) be_swiglu_fwd(m->be, a->ae, a->he, nl, F);
-        else be_gelu_fwd(m->be, a->ae, a->he, (size_t)nl * F);
+        be_act_fwd(m->be, c->act, c->glu, a->ae, a->he, nl, F);
         be_matmul_grouped_fwd(m->be, yl, a->ae, p->fc2_w, bias_here ? p->fc2_b : NULL, a->lcount, El, F, h);
     }
     for (int e = 0, r0 = 0; e < El && !c->moe_grouped; r0 += a->lcount[e++]) { /* this rank's experts, e local */
@@ -707,7 +702,7 @@ static void bwd(const block_io *io, float *dx, void *gv, const float *dbranch, c
     const moe_acts *a = av;
     moe_scratch *s = io->scratch;
     int T = io->B * c->seq, h = c->hidden, E = c->num_experts, k = c->moe_topk, F = gpt_moe_ffn(c) / expert_tp(m);
-    int bF = fc_blocks(c) * F;
+    int bF = gpt_fc_blocks(c) * F;
     const float *xf = x.dt == BE_F32 ? (const float *)x.p : a->x32; /* the forward widened it there */
     /* tensor parallelism: the experts' outputs were partial, so are the weights' gradients through
      * them (summed over tp); the router's and the gate's input gradients, the same on every tp
@@ -740,8 +735,7 @@ static void bwd(const block_io *io, float *dx, void *gv, const float *dbranch, c
         be_zero(m->be, s->dae, (size_t)nl * F);
         be_matmul_grouped_bwd(m->be, s->dae, g->fc2_w, g->fc2_b, dyl, a->ae, p->fc2_w, a->lcount, El, F, h);
         be_zero(m->be, s->dhe, (size_t)nl * bF);
-        if (c->swiglu) be_swiglu_bwd(m->be, s->dhe, s->dae, a->he, nl, F);
-        else be_gelu_bwd(m->be, s->dhe, s->dae, a->he, (size_t)nl * F);
+        be_act_bwd(m->be, c->act, c->glu, s->dhe, s->dae, a->he, nl, F);
         be_matmul_grouped_bwd(m->be, dxl, g->fc_w, g->fc_b, s->dhe, xl, p->fc_w, a->lcount, El, h, bF);
     }
     for (int e = 0, r0 = 0; e < El && !c->moe_grouped; r0 += a->lcount[e++]) {

@@ -186,7 +186,7 @@ static double mlp_time(const plan_job *j, const plan_cluster *c, const plan_layo
                        double *ep_comm)
 {
     const gpt_config *g = &j->cfg;
-    int dt = j->dtype, b = g->swiglu ? 2 : 1;
+    int dt = j->dtype, b = gpt_fc_blocks(g);
     double t = l->tp, T = (double)l->mbs * g->seq, h = g->hidden, f = g->ffn / t;
     *ep_comm = 0;
     if (!moe) {
@@ -248,14 +248,14 @@ static double moe_share(const gpt_config *g)
  * shared expert), against a dense layer's MLP. */
 static double experts_params(const gpt_config *g, int tp, int ep)
 {
-    double h = g->hidden, F = gpt_moe_ffn(g), b = g->swiglu ? 2.0 : 1.0;
+    double h = g->hidden, F = gpt_moe_ffn(g), b = gpt_fc_blocks(g);
     double one = (b * F * h + F * h) / tp + (gpt_has_bias(g) ? b * F / tp + h : 0);
     return g->num_experts / (double)ep * one;
 }
 
 static double moe_rest_params(const gpt_config *g, int tp)
 {
-    double h = g->hidden, S = g->moe_shared_ffn, b = g->swiglu ? 2.0 : 1.0;
+    double h = g->hidden, S = g->moe_shared_ffn, b = gpt_fc_blocks(g);
     double n = g->num_experts * h + (S > 0 ? (b * S * h + S * h) / tp + (gpt_has_bias(g) ? b * S / tp + h : 0) : 0);
     return n + (g->moe_shared_gate ? h : 0);
 }
@@ -267,7 +267,7 @@ static double stage_params_ep(const gpt_config *g, int tp, int ep, int layers, i
                               double *experts)
 {
     double h = g->hidden, t = tp, V = g->padded_vocab;
-    double qkv = gpt_q_width(g) + 2.0 * gpt_kv_width(g), q = gpt_q_width(g), f = g->ffn * (g->swiglu ? 2.0 : 1.0);
+    double qkv = gpt_q_width(g) + 2.0 * gpt_kv_width(g), q = gpt_q_width(g), f = g->ffn * (double)gpt_fc_blocks(g);
     double norm = g->norm == GPT_NORM_RMSNORM ? h : 2.0 * h; /* a norm's weight (and LayerNorm's bias) */
     double attn = (qkv * h + q * h) / t + 2.0 * norm + (gpt_has_bias(g) ? qkv / t + h : 0);
     double dense = (f * h + g->ffn * h) / t + (gpt_has_bias(g) ? f / t + h : 0);

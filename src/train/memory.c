@@ -153,7 +153,7 @@ void mem_predict(const mem_layout *l, mem_prediction *p)
         double widest_in = c->hidden > c->ffn / l->tp ? c->hidden : c->ffn / l->tp;
         int head = 0;
         for (int i = 0; i < l->nchunks; i++) head |= l->chunk[i].last;
-        double fc1 = (c->swiglu ? 2.0 : 1.0) * c->ffn / l->tp, qkv = (gpt_q_width(c) + 2.0 * gpt_kv_width(c)) / l->tp;
+        double fc1 = (double)gpt_fc_blocks(c) * c->ffn / l->tp, qkv = (gpt_q_width(c) + 2.0 * gpt_kv_width(c)) / l->tp;
         double widest_out = fc1 > qkv ? fc1 : qkv; /* the widest GEMM output: fc1's, qkv's or the logits */
         if (head && V > widest_out) widest_out = V;
         /* the copies and one output gradient rounded (mixed.c's scratch: at most 64 MiB of

@@ -47,6 +47,8 @@ case_ ffn_differs "--ffn-hidden-size 64 differs from the checkpoint's ffn_hidden
 case_ layers_differ "--num-layers 8 differs from the checkpoint's num_layers 4" ":" --num-layers 8
 case_ positions_differ "--max-position-embeddings 32 differs from the checkpoint's max_position_embeddings 16" \
   ":" --max-position-embeddings 32
+# the activation set by a Megatron switch (--swiglu: activation_func silu), named as given
+case_ swiglu_differs "--swiglu (activation_func silu) differs from the checkpoint's activation_func gelu" ":" --swiglu
 # a weights-only checkpoint: meta.json without the optimizer and its shards
 case_ no_optimizer_state "has no optimizer state" \
   "jq '.optimizer = null | .files |= map(select(.kind == \"model\"))' iter_0000002/meta.json >m && mv m iter_0000002/meta.json && rm iter_0000002/optim_*"

@@ -105,7 +105,7 @@ static void layernorm_bf16_out(const backend *be)
 {
     be->ops->layernorm_fwd(be, bf16_out(g_h), g_stat, g_stat, be_f32(g_x), g_w, g_w, N, C, 1e-5f);
 }
-static void gelu_bf16_in(const backend *be) { be->ops->gelu_fwd(be, be_f32_out(g_y), bf16_in(g_h), N * C); }
+static void gelu_bf16_in(const backend *be) { be->ops->act_fwd(be, TD_ACT_GELU, 0, be_f32_out(g_y), bf16_in(g_h), N, C); }
 static void add_bf16_in(const backend *be) { be->ops->add(be, be_f32_out(g_y), be_f32(g_x), bf16_in(g_h), N * C); }
 static void matmul_bf16_in(const backend *be)
 {
@@ -135,7 +135,7 @@ static void cpu_refuses_other_dtypes(void **state)
         const char *says;
     } cases[] = {
         {layernorm_bf16_out, "cpu layernorm_fwd: a bf16 output buffer"},
-        {gelu_bf16_in, "cpu gelu_fwd: a bf16 input buffer"},
+        {gelu_bf16_in, "cpu act_fwd: a bf16 input buffer"},
         {add_bf16_in, "cpu add: a bf16 input buffer"},
         {matmul_bf16_in, "cpu matmul_fwd: a bf16 input buffer"},
         {attention_bf16_k, "cpu attention_fwd: a bf16 input buffer"},

@@ -11,7 +11,8 @@
  * embedding, the masked-LM head (dense, GeLU, norm, the tied decoder with its bias, the loss at
  * the masked positions), the pooler and the sentence-order head — are checked as one whole
  * one-layer model against a double-precision BERT written here: the weighted loss and the
- * gradient of every tensor by central differences. */
+ * gradient of every tensor by central differences. The MLP also with the other points of the
+ * activation axes: GeGLU (gated tanh GeLU), squared ReLU, the exact erf GeLU. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -56,7 +57,7 @@ static gpt_config arch(int which)
         c.rotary_base = 500.0f;
         c.query_groups = 2;
         c.kv_channels = 6;
-        c.swiglu = 1;
+        c.act = TD_ACT_SILU, c.glu = 1;
         c.disable_bias = 1;
         c.untied = 1;
     } else if (which == 2) { /* rotary on half the dims, QKV bias only, GeLU without bias */
@@ -67,6 +68,13 @@ static gpt_config arch(int which)
     } else if (which == 3) { /* BERT */
         c.kind = GPT_KIND_ENCODER;
         c.binary_head = 1;
+    } else if (which == 4) { /* GPT-2's with a GeGLU MLP (Gemma's gate: tanh GeLU), biases */
+        c.act = TD_ACT_GELU, c.glu = 1;
+    } else if (which == 5) { /* GPT-2's with a squared-ReLU MLP (its bias in the linear, not fused) */
+        c.act = TD_ACT_SQUARED_RELU;
+    } else if (which == 6) { /* GPT-2's with the exact erf GeLU (BERT's), without biases */
+        c.act = TD_ACT_GELU_ERF;
+        c.disable_bias = 1;
     }
     return c;
 }
@@ -219,20 +227,33 @@ static void ref_attention(const ref *r, double *out, const double *x, const attn
 
 static double gelu(double x) { return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x))); }
 
+/* The MLP's activation function, from its definition. */
+static double ref_act(int act, double x)
+{
+    switch (act) {
+    case TD_ACT_GELU: return gelu(x);
+    case TD_ACT_GELU_ERF: return 0.5 * x * (1.0 + erf(x / sqrt(2.0)));
+    case TD_ACT_SILU: return x / (1.0 + exp(-x));
+    case TD_ACT_RELU: return x > 0 ? x : 0.0;
+    case TD_ACT_SQUARED_RELU: return x > 0 ? x * x : 0.0;
+    default: fail_msg("no reference for activation %d", act); return 0;
+    }
+}
+
 /* The MLP block's output (BT, h) after its output bias. */
 static void ref_mlp(const ref *r, double *out, const double *x, const mlp_params *p)
 {
     const gpt_config *c = &r->m->cfg;
-    int h = c->hidden, f = c->ffn, BT = B * T, w = c->swiglu ? 2 * f : f;
+    int h = c->hidden, f = c->ffn, BT = B * T, w = c->glu ? 2 * f : f;
     double *u = calloc((size_t)BT * w, sizeof(double)), *a = calloc((size_t)BT * f, sizeof(double));
     ref_linear(r, u, x, p->fc_w, p->fc_b, BT, h, w);
     for (int t = 0; t < BT; t++)
         for (int i = 0; i < f; i++) {
-            if (c->swiglu) {
+            if (c->glu) {
                 double gt = u[t * w + i], up = u[t * w + f + i];
-                a[t * f + i] = gt / (1.0 + exp(-gt)) * up;
+                a[t * f + i] = ref_act(c->act, gt) * up;
             } else {
-                a[t * f + i] = gelu(u[t * w + i]);
+                a[t * f + i] = ref_act(c->act, u[t * w + i]);
             }
         }
     ref_linear(r, out, a, p->fc2_w, p->fc2_b, BT, f, h);
@@ -443,6 +464,9 @@ static void mlp_gpt2(void **st) { (void)st; check_block(0, MLP); }
 static void mlp_llama(void **st) { (void)st; check_block(1, MLP); }
 static void mlp_mixed(void **st) { (void)st; check_block(2, MLP); }
 static void attention_bert(void **st) { (void)st; check_block(3, ATTN); }
+static void mlp_geglu(void **st) { (void)st; check_block(4, MLP); }
+static void mlp_squared_relu(void **st) { (void)st; check_block(5, MLP); }
+static void mlp_gelu_erf(void **st) { (void)st; check_block(6, MLP); }
 
 /* ---- BERT: the whole one-layer model against a double-precision one ---- */
 
@@ -570,10 +594,10 @@ static void layer_spec(void **st)
 {
     (void)st;
     static const char *const want[4][5] = {
-        {"LayerNorm", "attention", "LayerNorm", "MLP (GeLU)", "LM head"},
-        {"RMSNorm", "attention", "RMSNorm", "MLP (SwiGLU)", "LM head"},
-        {"LayerNorm", "attention", "LayerNorm", "MLP (GeLU)", "LM head"},
-        {"LayerNorm", "attention", "LayerNorm", "MLP (GeLU)", "BERT heads"},
+        {"LayerNorm", "attention", "LayerNorm", "MLP", "LM head"},
+        {"RMSNorm", "attention", "RMSNorm", "MLP", "LM head"},
+        {"LayerNorm", "attention", "LayerNorm", "MLP", "LM head"},
+        {"LayerNorm", "attention", "LayerNorm", "MLP", "BERT heads"},
     };
     static const char *const prefix[GPT_LAYER_NSLOTS] = {"layers.0.ln1.", "layers.0.attn.", "layers.0.ln2.",
                                                          "layers.0.mlp."};
@@ -691,7 +715,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(attention_llama), cmocka_unit_test(attention_mixed), cmocka_unit_test(mlp_gpt2),
         cmocka_unit_test(mlp_llama),       cmocka_unit_test(mlp_mixed),       cmocka_unit_test(attention_bert),
         cmocka_unit_test(bert_model),      cmocka_unit_test(layer_spec),      cmocka_unit_test(head_metrics),
-        cmocka_unit_test(stage_checks),
+        cmocka_unit_test(stage_checks),    cmocka_unit_test(mlp_geglu),       cmocka_unit_test(mlp_squared_relu),
+        cmocka_unit_test(mlp_gelu_erf),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     be_free(g_be);

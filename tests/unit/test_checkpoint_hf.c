@@ -445,7 +445,8 @@ static void import_refuses_what_it_cannot_compute(void **state)
     (void)state;
     expect_import_error("{\"model_type\": \"bert\"}", "gpt2, llama, mistral, mixtral, qwen2_moe and megatron-bert convert");
     expect_import_error("{\"vocab_size\": 50, \"n_positions\": 8, \"n_embd\": 16, \"n_layer\": 2, \"n_head\": 4, "
-                        "\"activation_function\": \"gelu\"}", "not the tanh GeLU");
+                        "\"activation_function\": \"quick_gelu\"}", "activation_function 'quick_gelu' is not an activation "
+                        "trident computes");
     expect_import_error("{\"vocab_size\": 50, \"n_positions\": 8, \"n_embd\": 16, \"n_layer\": 2, \"n_head\": 4, "
                         "\"layer_norm_epsilon\": 2}", "layer_norm_epsilon must be in (0, 1)");
     expect_import_error("{\"vocab_size\": 50, \"n_positions\": 8, \"n_embd\": 16, \"n_layer\": 3, \"n_head\": 4}",
@@ -530,6 +531,10 @@ static void rotate_half(double *x, int pos)
     memcpy(x, y, sizeof y);
 }
 
+/* The reference Llama's gate function: SiLU, or (Gemma's hidden_activation gelu_pytorch_tanh) the
+ * tanh GeLU. */
+static int g_llama_gelu_gate;
+
 static void ref_llama_logits(const hmodel *m, const int32_t *ids, double *logits /* (T, V) */)
 {
     static double x[T][LH], a[T][LH], q[T][LNH * LD], k[T][LG * LD], v[T][LG * LD], y[T][LNH * LD], tmp[T][LH];
@@ -572,7 +577,12 @@ static void ref_llama_logits(const hmodel *m, const int32_t *ids, double *logits
             rms(a[t], x[t], G("model.layers.%d.post_attention_layernorm.weight", LH, 0));
             linear(g[t], a[t], G("model.layers.%d.mlp.gate_proj.weight", LF, LH), LH, LF);
             linear(u[t], a[t], G("model.layers.%d.mlp.up_proj.weight", LF, LH), LH, LF);
-            for (int i = 0; i < LF; i++) g[t][i] = g[t][i] / (1.0 + exp(-g[t][i])) * u[t][i]; /* silu(gate) * up */
+            for (int i = 0; i < LF; i++) { /* act(gate) * up */
+                double z = g[t][i];
+                double act = g_llama_gelu_gate ? 0.5 * z * (1 + tanh(sqrt(2 / M_PI) * (z + 0.044715 * z * z * z)))
+                                               : z / (1.0 + exp(-z));
+                g[t][i] = act * u[t][i];
+            }
             linear(tmp[t], g[t], G("model.layers.%d.mlp.down_proj.weight", LH, LF), LF, LH);
             for (int i = 0; i < LH; i++) x[t][i] += tmp[t][i];
         }
@@ -599,7 +609,7 @@ static void llama_import_matches_reference(void **state)
     assert_int_equal(m->cfg.norm, GPT_NORM_RMSNORM);
     assert_int_equal(gpt_groups(&m->cfg), LG);
     assert_int_equal(gpt_head_dim(&m->cfg), LD);
-    assert_true(m->cfg.untied && m->cfg.swiglu && m->cfg.pos == GPT_POS_ROPE);
+    assert_true(m->cfg.untied && m->cfg.glu && m->cfg.pos == GPT_POS_ROPE);
     float *got = trident_logits(m);
     double ref[T * V];
     ref_llama_logits(&hm, IDS, ref);
@@ -616,7 +626,7 @@ static void llama_export_matches_reference_and_round_trips(void **state)
     gpt_config c = {.num_layers = L, .hidden = LH, .heads = LNH, .query_groups = LG, .kv_channels = LD, .ffn = LF,
                     .seq = T, .max_pos = P, .vocab = V, .padded_vocab = gpt_padded_vocab(V, 8, 1),
                     .norm = GPT_NORM_RMSNORM, .norm_eps = (float)LEPS, .pos = GPT_POS_ROPE,
-                    .rotary_base = (float)LTHETA, .swiglu = 1, .disable_bias = 1, .untied = 1, .init_std = 0.4f,
+                    .rotary_base = (float)LTHETA, .act = TD_ACT_SILU, .glu = 1, .disable_bias = 1, .untied = 1, .init_std = 0.4f,
                     .seed = 5};
     gpt_model *m = gpt_create(&c, g_ps, g_be, 0, L, 1, 1);
     char hfdir[600];
@@ -645,6 +655,128 @@ static void llama_export_matches_reference_and_round_trips(void **state)
 
     check_round_trip(m, hfdir, "llama_export");
     gpt_free(m);
+}
+
+/* GeGLU as Gemma configures it (hidden_activation gelu_pytorch_tanh, no hidden_act): imported as
+ * the tanh GeLU gated, held to the reference; exported with hidden_act gelu_new, held again. */
+static void llama_geglu_import_and_export(void **state)
+{
+    (void)state;
+    hmodel hm = {0};
+    random_llama(&hm, 9);
+    char hfdir[600], ck[600], err[1024] = "";
+    sub(hfdir, sizeof hfdir, "geglu_import_hf");
+    sub(ck, sizeof ck, "geglu_import_ckpt");
+    cJSON *cfg = cJSON_Parse(LLAMA_CONFIG);
+    cJSON_DeleteItemFromObject(cfg, "hidden_act");
+    cJSON_AddStringToObject(cfg, "hidden_activation", "gelu_pytorch_tanh");
+    char *config = cJSON_PrintUnformatted(cfg);
+    cJSON_Delete(cfg);
+    write_hf(&hm, hfdir, config);
+    free(config);
+    if (hf_import(hfdir, ck, 8, "cpu", g_world, err, sizeof err)) fail_msg("%s", err);
+    gpt_model *m = load_model(ck);
+    assert_int_equal(m->cfg.act, TD_ACT_GELU);
+    assert_true(m->cfg.glu);
+    g_llama_gelu_gate = 1;
+    double ref[T * V];
+    ref_llama_logits(&hm, IDS, ref);
+    float *got = trident_logits(m);
+    compare_logits(got, m->vocab_l, ref, "geglu hf -> trident");
+    free(got);
+    hfree(&hm);
+
+    char out[600];
+    export_model(m, "geglu_export", out, sizeof out, &hm);
+    cfg = read_config_json(out);
+    assert_string_equal(cJSON_GetObjectItem(cfg, "hidden_act")->valuestring, "gelu_new");
+    cJSON_Delete(cfg);
+    ref_llama_logits(&hm, IDS, ref);
+    got = trident_logits(m);
+    compare_logits(got, m->vocab_l, ref, "geglu trident -> hf");
+    free(got);
+    g_llama_gelu_gate = 0;
+    /* the reference with SiLU is another model: the test tells the two gates apart */
+    ref_llama_logits(&hm, IDS, ref);
+    got = trident_logits(m);
+    double maxd = 0;
+    for (int t = 0; t < T; t++)
+        for (int v = 0; v < V; v++) maxd = fmax(maxd, fabs(got[t * m->vocab_l + v] - ref[t * V + v]));
+    assert_true(maxd > 1e-3);
+    free(got);
+    hfree(&hm);
+    gpt_free(m);
+}
+
+/* meta.json of checkpoint dir (saved at iteration 3), parsed, and written back. */
+static cJSON *meta_read(const char *dir)
+{
+    char path[700];
+    snprintf(path, sizeof path, "%s/iter_0000003/meta.json", dir);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    static char text[1 << 16];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = 0;
+    cJSON *o = cJSON_Parse(text);
+    assert_non_null(o);
+    return o;
+}
+static void meta_write(const char *dir, const cJSON *o)
+{
+    char path[700], *text = cJSON_Print(o);
+    snprintf(path, sizeof path, "%s/iter_0000003/meta.json", dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+    free(text);
+}
+
+/* meta.json writes the activation as Megatron-Core's two settings, and a checkpoint written before
+ * them (one "swiglu" switch) still loads: swiglu 1 as SiLU gated (0 as GeLU, which the gated
+ * shards then contradict); another value is refused by name. */
+static void checkpoint_activation_keys(void **state)
+{
+    (void)state;
+    gpt_config c = {.num_layers = L, .hidden = LH, .heads = LNH, .query_groups = LG, .kv_channels = LD, .ffn = LF,
+                    .seq = T, .max_pos = P, .vocab = V, .padded_vocab = gpt_padded_vocab(V, 8, 1),
+                    .norm = GPT_NORM_RMSNORM, .pos = GPT_POS_ROPE, .act = TD_ACT_SILU, .glu = 1, .disable_bias = 1,
+                    .untied = 1, .init_std = 0.4f, .seed = 5};
+    gpt_model *m = gpt_create(&c, g_ps, g_be, 0, L, 1, 1);
+    char ck[600], err[1024] = "";
+    sub(ck, sizeof ck, "act_keys_ckpt");
+    ckpt_model cm = {g_ps, 1, &m, NULL, NULL, NULL, NULL};
+    ckpt_progress prog = {.iteration = 3, .consumed_train = 24, .seed = 5};
+    ckpt_save(ck, &cm, &prog, "{}", 0, NULL);
+    gpt_free(m);
+    cJSON *o = meta_read(ck), *mod = cJSON_GetObjectItem(o, "model");
+    assert_string_equal(cJSON_GetObjectItem(mod, "activation_func")->valuestring, "silu");
+    assert_int_equal(cJSON_GetObjectItem(mod, "gated_linear_unit")->valueint, 1);
+    assert_null(cJSON_GetObjectItem(mod, "swiglu"));
+    /* swiglu 0 reads as GeLU, which the gated shards contradict */
+    static const struct { double swiglu; int act, glu; const char *want; } old[] = {
+        {1, TD_ACT_SILU, 1, NULL}, {0, -1, 0, "tensor layers.0.mlp.fc.weight"}, {2, -1, 0, "model.swiglu is not 0 or 1"}};
+    for (int i = 0; i < 3; i++) {
+        cJSON_DeleteItemFromObject(mod, "activation_func");
+        cJSON_DeleteItemFromObject(mod, "gated_linear_unit");
+        cJSON_DeleteItemFromObject(mod, "swiglu");
+        cJSON_AddNumberToObject(mod, "swiglu", old[i].swiglu);
+        meta_write(ck, o);
+        ckpt_meta meta;
+        int rc = ckpt_find(ck, &meta, err, sizeof err);
+        if (old[i].act < 0) {
+            assert_int_equal(rc, -1);
+            if (!strstr(err, old[i].want)) fail_msg("error '%s' lacks '%s'", err, old[i].want);
+            continue;
+        }
+        if (rc) fail_msg("%s", err);
+        assert_int_equal(meta.model.act, old[i].act);
+        assert_int_equal(meta.model.glu, old[i].glu);
+        ckpt_meta_free(&meta);
+    }
+    cJSON_Delete(o);
 }
 
 static void expect_llama_error(const char *extra, const char *want)
@@ -678,7 +810,7 @@ static void llama_import_refuses_what_it_cannot_compute(void **state)
 {
     (void)state;
     expect_llama_error("\"rope_scaling\": {\"type\": \"linear\", \"factor\": 2}", "rope_scaling");
-    expect_llama_error("\"hidden_act\": \"gelu\"", "hidden_act");
+    expect_llama_error("\"hidden_act\": \"quick_gelu\"", "hidden_act 'quick_gelu' is not an activation");
     expect_llama_error("\"attention_bias\": true", "attention_bias");
     expect_llama_error("\"sliding_window\": 4", "sliding_window");
     expect_llama_error("\"num_key_value_heads\": 3", "not divisible by num_key_value_heads");
@@ -693,6 +825,10 @@ static const int32_t BLABELS[T] = {-1, 12, -1, -1, 30, -1, -1, -1};
 static const int32_t BSOP[1] = {1};
 
 static double gelu_new(double v) { return 0.5 * v * (1 + tanh(sqrt(2 / M_PI) * (v + 0.044715 * v * v * v))); }
+/* transformers' "gelu": the exact one */
+static double gelu_exact(double v) { return 0.5 * v * (1 + erf(v / sqrt(2.0))); }
+/* The reference BERT's activation, as config.json's hidden_act names it (gelu_new or gelu). */
+static double (*g_bert_act)(double) = gelu_new;
 
 /* ln over H with eps */
 static void ln_eps(double *out, const double *in, const float *w, const float *b, double eps)
@@ -766,7 +902,7 @@ static double ref_bert(const hmodel *m, double *logits, double eps)
             for (int i = 0; i < H; i++) x[t][i] += o[i];
             ln_eps(y[t], x[t], W("ln.weight", H, 0), W("ln.bias", H, 0), eps);
             dense(f[t], y[t], W("intermediate.dense.weight", F, H), W("intermediate.dense.bias", F, 0), H, F);
-            for (int i = 0; i < F; i++) f[t][i] = gelu_new(f[t][i]);
+            for (int i = 0; i < F; i++) f[t][i] = g_bert_act(f[t][i]);
             dense(o, f[t], W("output.dense.weight", H, F), W("output.dense.bias", H, 0), F, H);
             for (int i = 0; i < H; i++) x[t][i] += o[i];
         }
@@ -780,7 +916,7 @@ static double ref_bert(const hmodel *m, double *logits, double eps)
         memcpy(y[t], e, sizeof e);
         dense(h1, e, hget(m, "cls.predictions.transform.dense.weight", H, H),
               hget(m, "cls.predictions.transform.dense.bias", H, 0), H, H);
-        for (int i = 0; i < H; i++) h1[i] = gelu_new(h1[i]);
+        for (int i = 0; i < H; i++) h1[i] = g_bert_act(h1[i]);
         ln_eps(h2, h1, hget(m, "cls.predictions.transform.LayerNorm.weight", H, 0),
                hget(m, "cls.predictions.transform.LayerNorm.bias", H, 0), eps);
         dense(logits + t * V, h2, wte, hget(m, "cls.predictions.bias", V, 0), H, V); /* the tied decoder */
@@ -799,12 +935,13 @@ static double ref_bert(const hmodel *m, double *logits, double eps)
     return loss;
 }
 
-static void bert_export_matches_reference_and_round_trips(void **state)
+/* A trident BERT of activation act exported: config.json's hidden_act is hf_act, and the
+ * reference reading it computes trident's logits and loss. */
+static void check_bert_export(int act, const char *hf_act, const char *tag)
 {
-    (void)state;
     gpt_config c = {.num_layers = L, .hidden = H, .heads = NH, .ffn = F, .seq = T, .max_pos = P, .vocab = V,
                     .padded_vocab = gpt_padded_vocab(V, 8, 1), .init_std = 0.3f, .seed = 17,
-                    .kind = GPT_KIND_ENCODER, .binary_head = 1};
+                    .kind = GPT_KIND_ENCODER, .binary_head = 1, .act = act};
     gpt_model *m = gpt_create(&c, g_ps, g_be, 0, L, 1, 1);
     /* the zero-initialised biases and norms moved, so that the file's every tensor counts */
     float *host = malloc(m->numel * sizeof(float));
@@ -817,7 +954,7 @@ static void bert_export_matches_reference_and_round_trips(void **state)
     free(host);
     char hfdir[600];
     hmodel hm = {0};
-    export_model(m, "bert_export", hfdir, sizeof hfdir, &hm);
+    export_model(m, tag, hfdir, sizeof hfdir, &hm);
     assert_int_equal(hm.n, 3 + 16 * L + 2 + 2 + 4 + 1 + 2); /* embeddings, layers, encoder.ln, pooler, transform, bias, seq_relationship */
     hget(&hm, "bert.encoder.layer.1.attention.self.key.weight", H, H);
     hget(&hm, "bert.encoder.layer.0.intermediate.dense.weight", F, H);
@@ -827,7 +964,9 @@ static void bert_export_matches_reference_and_round_trips(void **state)
     assert_string_equal(cJSON_GetObjectItem(cfg, "model_type")->valuestring, "megatron-bert");
     assert_string_equal(cJSON_GetArrayItem(cJSON_GetObjectItem(cfg, "architectures"), 0)->valuestring,
                         "MegatronBertForPreTraining");
-    assert_string_equal(cJSON_GetObjectItem(cfg, "hidden_act")->valuestring, "gelu_new");
+    const char *said = cJSON_GetObjectItem(cfg, "hidden_act")->valuestring;
+    assert_string_equal(said, hf_act);
+    g_bert_act = strcmp(said, "gelu") == 0 ? gelu_exact : gelu_new;
     assert_int_equal(cJSON_GetObjectItem(cfg, "type_vocab_size")->valueint, 2);
     double eps = cJSON_GetObjectItem(cfg, "layer_norm_eps")->valuedouble;
     cJSON_Delete(cfg);
@@ -850,14 +989,23 @@ static void bert_export_matches_reference_and_round_trips(void **state)
             maxd = fmax(maxd, fabs(got[t * m->vocab_l + v] - ref[t * V + v]));
             maxr = fmax(maxr, fabs(ref[t * V + v]));
         }
-    printf("bert trident -> hf: max |trident - reference| %.3g over logits up to %.3g; loss %.8f, reference %.8f\n",
-           maxd, maxr, loss, ref_l);
+    printf("%s trident -> hf: max |trident - reference| %.3g over logits up to %.3g; loss %.8f, reference %.8f\n",
+           tag, maxd, maxr, loss, ref_l);
     assert_true(maxr > 0.5 && maxd <= 1e-5 * maxr);
     assert_true(fabs(loss - ref_l) <= 1e-5 * ref_l);
     free(got);
     hfree(&hm);
-    check_round_trip(m, hfdir, "bert_export");
+    check_round_trip(m, hfdir, tag);
     gpt_free(m);
+    g_bert_act = gelu_new;
+}
+
+static void bert_export_matches_reference_and_round_trips(void **state)
+{
+    (void)state;
+    check_bert_export(TD_ACT_GELU, "gelu_new", "bert_export");
+    /* Megatron-BERT's own exact GeLU (--activation-func gelu_erf) exports as transformers' "gelu" */
+    check_bert_export(TD_ACT_GELU_ERF, "gelu", "bert_erf_export");
 }
 
 /* ---- Mixtral and Qwen2-MoE: an independent MixtralForCausalLM and Qwen2MoeForCausalLM ---- */
@@ -1146,7 +1294,7 @@ static void moe_import(const moe_kind *k, const char *config, const char *tag, i
     assert_int_equal(c->moe_shared_gate, k->qwen);
     assert_int_equal(c->add_qkv_bias, k->qwen);
     assert_int_equal(gpt_groups(c), MG);
-    assert_true(c->swiglu && c->disable_bias && c->untied && c->norm == GPT_NORM_RMSNORM);
+    assert_true(c->glu && c->disable_bias && c->untied && c->norm == GPT_NORM_RMSNORM);
     assert_true(fabs(gpt_rotary_base(c) - k->theta) < 1e-3);
     assert_true(fabs(c->moe_aux_coeff - (k->qwen ? 0.001 : 0.02)) < 1e-9);
     if (k->qwen) assert_int_equal(c->ffn, MDENSE);
@@ -1260,7 +1408,7 @@ static gpt_model *moe_model(const moe_kind *k, uint64_t seed)
                     .ffn = 64, /* not the experts' size: a Mixtral's comes back as it */
                     .seq = T, .max_pos = P, .vocab = V, .padded_vocab = gpt_padded_vocab(V, 8, 1),
                     .norm = GPT_NORM_RMSNORM, .norm_eps = (float)k->eps, .pos = GPT_POS_ROPE,
-                    .rotary_base = (float)k->theta, .swiglu = 1, .disable_bias = 1, .add_qkv_bias = k->qwen,
+                    .rotary_base = (float)k->theta, .act = TD_ACT_SILU, .glu = 1, .disable_bias = 1, .add_qkv_bias = k->qwen,
                     .untied = !k->tied, .init_std = 0.4f, .seed = seed, .num_experts = ME, .moe_ffn = MF,
                     .moe_topk = MK, .moe_pre_softmax = !k->norm_topk, .moe_shared_ffn = k->qwen ? MS : 0,
                     .moe_shared_gate = k->qwen, .moe_aux_coeff = 0.01f};
@@ -1394,7 +1542,7 @@ static void moe_refuses_what_it_cannot_compute(void **state)
 
     gpt_config c = {.num_layers = L, .hidden = MH, .heads = MNH, .ffn = MF, .seq = T, .max_pos = P, .vocab = V,
                     .padded_vocab = gpt_padded_vocab(V, 8, 1), .norm = GPT_NORM_RMSNORM, .pos = GPT_POS_ROPE,
-                    .swiglu = 1, .disable_bias = 1, .init_std = 0.3f, .seed = 3, .num_experts = ME, .moe_topk = MK,
+                    .act = TD_ACT_SILU, .glu = 1, .disable_bias = 1, .init_std = 0.3f, .seed = 3, .num_experts = ME, .moe_topk = MK,
                     .moe_score = 1};
     const char *const sigmoid[] = {"LlamaForCausalLM: a mixture of experts", "MixtralForCausalLM: a sigmoid router",
                                    "Qwen2MoeForCausalLM: a sigmoid router", NULL};
@@ -1498,6 +1646,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(llama_import_matches_reference),
         cmocka_unit_test(llama_export_matches_reference_and_round_trips),
         cmocka_unit_test(llama_import_refuses_what_it_cannot_compute),
+        cmocka_unit_test(llama_geglu_import_and_export),
+        cmocka_unit_test(checkpoint_activation_keys),
         cmocka_unit_test(bert_export_matches_reference_and_round_trips),
         cmocka_unit_test(mixtral_import_matches_reference_and_round_trips),
         cmocka_unit_test(qwen2moe_import_matches_reference_and_round_trips),

@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include "trident/arena.h"
+#include "trident/activation.h"
 #include "trident/args.h"
 #include "trident/philox.h"
 
@@ -203,6 +204,10 @@ static void args_model_rules(void **state)
           "--position-embedding-type", "rope"}, "leave out --position-embedding-type rope"},
         {{"--model", "bert", "--tokenizer-type", "BertWordPieceLowerCase", "--data-path", "A", "--swiglu"},
          "leave out --swiglu"},
+        {{"--model", "bert", "--tokenizer-type", "BertWordPieceLowerCase", "--data-path", "A", "--gated-linear-unit"},
+         "--gated-linear-unit"},
+        {{"--model", "bert", "--tokenizer-type", "BertWordPieceLowerCase", "--data-path", "A", "--activation-func",
+          "gelu_erf"}, NULL},
         {{"--model", "bert", "--tokenizer-type", "BertWordPieceLowerCase", "--data-path", "A",
           "--untie-embeddings-and-output-weights"}, "leave out --swiglu"},
         {{"--model", "bert", "--tokenizer-type", "BertWordPieceLowerCase", "--data-path", "A", "--bert-binary-head",
@@ -226,6 +231,64 @@ static void args_model_rules(void **state)
     }
 }
 
+/* The activation axes from the flags (Megatron's switches and the explicit pair), the conflicts
+ * named, Hugging Face's names, and the table in the order of --activation-func's choices. */
+static void activation_axes(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *argv[6];
+        int act, glu;      /* -1: refused */
+        const char *want;  /* the refusal names */
+    } cases[] = {
+        {{NULL}, TD_ACT_GELU, 0, NULL},
+        {{"--swiglu"}, TD_ACT_SILU, 1, NULL},
+        {{"--squared-relu"}, TD_ACT_SQUARED_RELU, 0, NULL},
+        {{"--openai-gelu"}, TD_ACT_GELU, 0, NULL},
+        {{"--activation-func", "gelu", "--gated-linear-unit"}, TD_ACT_GELU, 1, NULL}, /* GeGLU */
+        {{"--activation-func", "gelu_erf"}, TD_ACT_GELU_ERF, 0, NULL},
+        {{"--activation-func", "relu", "--gated-linear-unit"}, TD_ACT_RELU, 1, NULL},
+        {{"--swiglu", "--activation-func", "silu"}, TD_ACT_SILU, 1, NULL},
+        {{"--squared-relu", "--gated-linear-unit"}, TD_ACT_SQUARED_RELU, 1, NULL},
+        {{"--swiglu", "--squared-relu"}, -1, 0, "--swiglu and --squared-relu choose two activations"},
+        {{"--swiglu", "--activation-func", "gelu"}, -1, 0, "--swiglu means --activation-func silu, not gelu"},
+        {{"--openai-gelu", "--activation-func", "gelu_erf"}, -1, 0, "--openai-gelu means --activation-func gelu"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *argv[7] = {"train"};
+        int argc = 1;
+        while (argc < 7 && cases[i].argv[argc - 1]) {
+            argv[argc] = (char *)cases[i].argv[argc - 1];
+            argc++;
+        }
+        td_args a;
+        assert_int_equal(td_args_parse(&a, TD_CMD_TRAIN, "trident train", argc, argv, 1), 0);
+        char msg[256] = "";
+        int act = -9, glu = -9, rc = td_act_of_args(&a, &act, &glu, msg, sizeof msg);
+        if (cases[i].act < 0 ? rc != -1 || !strstr(msg, cases[i].want)
+                             : rc != 0 || act != cases[i].act || glu != cases[i].glu)
+            fail_msg("case %zu: rc %d act %d glu %d '%s'", i, rc, act, glu, msg);
+        td_args_free(&a);
+    }
+    static const struct { const char *hf; int act; } hf[] = {
+        {"gelu_new", TD_ACT_GELU}, {"gelu_pytorch_tanh", TD_ACT_GELU}, {"gelu_fast", TD_ACT_GELU},
+        {"gelu", TD_ACT_GELU_ERF}, {"silu", TD_ACT_SILU}, {"swish", TD_ACT_SILU}, {"relu", TD_ACT_RELU},
+        {"relu2", TD_ACT_SQUARED_RELU}, {"quick_gelu", -1}, {"gelu_new2", -1}, {"", -1}};
+    for (size_t i = 0; i < sizeof hf / sizeof hf[0]; i++) assert_int_equal(td_act_from_hf(hf[i].hf), hf[i].act);
+    /* every row's export name reads back as itself; the rows in the order of the choices */
+    const char *p = TD_ACT_CHOICES;
+    for (int i = 0; i < TD_ACT_COUNT; i++) {
+        assert_int_equal(td_act_from_hf(TD_ACTS[i].hf), i);
+        size_t n = strcspn(p, "|");
+        assert_true(strlen(TD_ACTS[i].name) == n && strncmp(p, TD_ACTS[i].name, n) == 0);
+        p += n + (p[n] == '|');
+    }
+    assert_true(*p == 0);
+    assert_string_equal(td_act_label(TD_ACT_SILU, 1), "SwiGLU");
+    assert_string_equal(td_act_label(TD_ACT_GELU, 1), "GeGLU");
+    assert_string_equal(td_act_label(TD_ACT_GELU, 0), "GeLU");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -236,6 +299,7 @@ int main(void)
         cmocka_unit_test(args_bad_values_exit_2),
         cmocka_unit_test(args_choice_index),
         cmocka_unit_test(args_model_rules),
+        cmocka_unit_test(activation_axes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -51,7 +51,7 @@ static gpt_config llama(void)
     gpt_config c = gpt2();
     c.norm = GPT_NORM_RMSNORM;
     c.pos = GPT_POS_ROPE;
-    c.swiglu = 1;
+    c.act = TD_ACT_SILU, c.glu = 1;
     c.disable_bias = 1;
     c.untied = 1;
     c.query_groups = 2;

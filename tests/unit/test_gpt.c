@@ -376,7 +376,8 @@ static void config_keys_by_hand(void **state)
         {"position_embedding_type", "--position-embedding-type"},
         {"rotary_base", "--rotary-base"},
         {"rotary_percent", "--rotary-percent"},
-        {"swiglu", "--swiglu"},
+        {"activation_func", "--activation-func"},
+        {"gated_linear_unit", "--gated-linear-unit"},
         {"disable_bias_linear", "--disable-bias-linear"},
         {"add_qkv_bias", "--add-qkv-bias"},
         {"untie_embeddings_and_output_weights", "--untie-embeddings-and-output-weights"},
@@ -532,7 +533,7 @@ static void recomputation_is_bitwise(void **state)
         if (llama) {
             c.norm = GPT_NORM_RMSNORM;
             c.pos = GPT_POS_ROPE;
-            c.swiglu = 1;
+            c.act = TD_ACT_SILU, c.glu = 1;
             c.ffn = 32;
             c.query_groups = 2;
             c.disable_bias = 1;

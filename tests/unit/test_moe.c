@@ -47,7 +47,7 @@ static arch make_shared(int llama, int score, int pre, float scale, int shared, 
     c->moe_score = score, c->moe_pre_softmax = pre, c->moe_topk_scale = scale;
     c->moe_aux_coeff = 0.3f, c->moe_z_coeff = 0.05f;
     c->moe_shared_ffn = shared, c->moe_shared_gate = gate;
-    if (llama) c->swiglu = 1, c->disable_bias = 1, c->norm = GPT_NORM_RMSNORM, c->pos = GPT_POS_ROPE;
+    if (llama) c->act = TD_ACT_SILU, c->glu = 1, c->disable_bias = 1, c->norm = GPT_NORM_RMSNORM, c->pos = GPT_POS_ROPE;
     return a;
 }
 
@@ -72,7 +72,7 @@ static double ref_moe(ref *r, double *out, const double *x)
 {
     const gpt_config *c = &r->m->cfg;
     const moe_params *p = r->p;
-    int h = c->hidden, E = c->num_experts, k = c->moe_topk, F = c->moe_ffn, bF = c->swiglu ? 2 * F : F;
+    int h = c->hidden, E = c->num_experts, k = c->moe_topk, F = c->moe_ffn, bF = c->glu ? 2 * F : F;
     double lg[BT][8], sc[BT][8], counts[8] = {0}, zsum = 0, ww[BT][8], cb[B][8] = {{0}};
     r->margin = 1e30, r->dropped = 0;
     for (int t = 0; t < BT; t++) {
@@ -151,7 +151,7 @@ static double ref_moe(ref *r, double *out, const double *x)
         /* the experts, after the shared one (Qwen2-MoE: sigmoid(gate . x) times its MLP) */
         for (int i = 0; i < h; i++) out[t * h + i] = 0;
         if (c->moe_shared_ffn > 0) {
-            int S = c->moe_shared_ffn, bS = c->swiglu ? 2 * S : S;
+            int S = c->moe_shared_ffn, bS = c->glu ? 2 * S : S;
             double u[64], a[64], gw = 1;
             if (p->sh_gate_w) {
                 double gl = 0;
@@ -163,7 +163,7 @@ static double ref_moe(ref *r, double *out, const double *x)
                 for (int i = 0; i < h; i++) s += x[t * h + i] * P(r, p->sh_fc_w, (size_t)o * h + i);
                 u[o] = s;
             }
-            for (int f = 0; f < S; f++) a[f] = c->swiglu ? u[f] * sigm(u[f]) * u[S + f] : gelu(u[f]);
+            for (int f = 0; f < S; f++) a[f] = c->glu ? u[f] * sigm(u[f]) * u[S + f] : gelu(u[f]);
             for (int o = 0; o < h; o++) {
                 double s = p->sh_fc2_b ? P(r, p->sh_fc2_b, (size_t)o) : 0;
                 for (int f = 0; f < S; f++) s += a[f] * P(r, p->sh_fc2_w, (size_t)o * S + f);
@@ -178,7 +178,7 @@ static double ref_moe(ref *r, double *out, const double *x)
                 for (int i = 0; i < h; i++) s += x[t * h + i] * P(r, p->fc_w, ((size_t)e * bF + o) * h + i);
                 u[o] = s;
             }
-            for (int f = 0; f < F; f++) a[f] = c->swiglu ? u[f] * sigm(u[f]) * u[F + f] : gelu(u[f]);
+            for (int f = 0; f < F; f++) a[f] = c->glu ? u[f] * sigm(u[f]) * u[F + f] : gelu(u[f]);
             for (int o = 0; o < h; o++) {
                 double s = p->fc2_b ? P(r, p->fc2_b, (size_t)e * h + o) : 0;
                 for (int f = 0; f < F; f++) s += a[f] * P(r, p->fc2_w, ((size_t)e * h + o) * F + f);

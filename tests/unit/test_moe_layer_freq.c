@@ -135,7 +135,7 @@ static gpt_config mixed(void)
 {
     gpt_config c = {0};
     c.num_layers = 4, c.hidden = 16, c.heads = 4, c.ffn = 24, c.seq = 8, c.max_pos = 8;
-    c.vocab = 50, c.padded_vocab = 64, c.init_std = 0.02f, c.seed = 5, c.swiglu = 1;
+    c.vocab = 50, c.padded_vocab = 64, c.init_std = 0.02f, c.seed = 5, c.act = TD_ACT_SILU, c.glu = 1;
     c.num_experts = 4, c.moe_ffn = 8, c.moe_topk = 2;
     char msg[200];
     assert_int_equal(gpt_moe_layer_freq_parse(&c, "[1,0,1,1]", 4, msg, sizeof msg), 0);

@@ -373,7 +373,7 @@ static plan_job mixtral(void)
     plan_job j;
     memset(&j, 0, sizeof j);
     gpt_config *g = &j.cfg;
-    g->num_layers = 32, g->hidden = 4096, g->heads = 32, g->query_groups = 8, g->ffn = 14336, g->swiglu = 1;
+    g->num_layers = 32, g->hidden = 4096, g->heads = 32, g->query_groups = 8, g->ffn = 14336, g->act = TD_ACT_SILU, g->glu = 1;
     g->norm = GPT_NORM_RMSNORM, g->pos = GPT_POS_ROPE, g->disable_bias = 1, g->untied = 1;
     g->num_experts = 8, g->moe_topk = 2;
     g->seq = g->max_pos = 4096, g->vocab = g->padded_vocab = 32000;

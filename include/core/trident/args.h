@@ -81,6 +81,10 @@ typedef struct td_args {
     double rotary_base;
     double rotary_percent;
     int swiglu;
+    char *activation_func;     /* --activation-func: a TD_ACT_CHOICES name, NULL: from the switches */
+    int gated_linear_unit;
+    int squared_relu;
+    int openai_gelu;
     int group_query_attention;
     int num_query_groups;
     int kv_channels;

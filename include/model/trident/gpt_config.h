@@ -8,6 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "trident/activation.h"
+
 typedef enum { GPT_NORM_LAYERNORM, GPT_NORM_RMSNORM } gpt_norm;
 typedef enum { GPT_POS_LEARNED, GPT_POS_ROPE, GPT_POS_NONE } gpt_pos;
 /* The model's kind: a causal decoder with a next-token loss (GPT, Llama), or a bidirectional
@@ -39,7 +41,8 @@ typedef struct gpt_config {
     gpt_pos pos;         /* learned absolute positions (GPT-2), rotary (Llama) or none */
     float rotary_base;   /* theta; 0: 10000 */
     float rotary_percent;/* fraction of each head's dims rotated; 0: all */
-    int swiglu;          /* MLP: SwiGLU (gate and up projections) instead of GeLU */
+    int act;             /* the MLP's activation function (td_act, trident/activation.h); 0: GeLU tanh */
+    int glu;             /* gated linear unit: fc holds [gate | up], the MLP is act(gate) * up (SwiGLU: silu) */
     int disable_bias;    /* no biases in the linear layers (Llama) */
     int add_qkv_bias;    /* ... except the QKV projection's (Qwen) */
     int untied;          /* the output layer is its own tensor, not the word embedding */
@@ -91,6 +94,8 @@ static inline int gpt_kv_width(const gpt_config *c) { return gpt_groups(c) * gpt
 /* Grouped-query attention keeps q and kv as two tensors; multi-head attention one fused qkv. */
 static inline int gpt_gqa(const gpt_config *c) { return gpt_groups(c) != c->heads; }
 static inline int gpt_has_bias(const gpt_config *c) { return !c->disable_bias; }
+/* The blocks of the MLP's fc layer (and of each expert's): [gate | up] when gated, else one. */
+static inline int gpt_fc_blocks(const gpt_config *c) { return c->glu ? 2 : 1; }
 static inline int gpt_moe(const gpt_config *c) { return c->num_experts > 0; }
 /* Whether global layer `layer` holds the MoE block (the others the dense MLP); 0 in a dense model. */
 static inline int gpt_moe_layer(const gpt_config *c, int layer)
@@ -171,6 +176,7 @@ typedef struct gpt_config_key {
     const char *choices; /* an enum: "LayerNorm|RMSNorm", the value its index, written as the name */
     const char *enable;  /* a switch the flag needs (--group-query-attention), set when the value is not 0 */
     int zero_default;    /* 0 means the flag's default (--kv-channels: h / n): the flag is left unset */
+    const char *also;    /* other flags that set it ("--swiglu|--squared-relu"), or NULL */
 } gpt_config_key;
 
 extern const gpt_config_key GPT_CONFIG_KEYS[];

@@ -41,8 +41,8 @@ static inline int cpu_threads(const backend *be) { return ((const cpu_state *)be
 #define cpu_dropout_fwd CPU_PASTE(cpu_dropout_fwd, CPU_ISA)
 #define cpu_embedding_bwd CPU_PASTE(cpu_embedding_bwd, CPU_ISA)
 #define cpu_embedding_fwd CPU_PASTE(cpu_embedding_fwd, CPU_ISA)
-#define cpu_gelu_bwd CPU_PASTE(cpu_gelu_bwd, CPU_ISA)
-#define cpu_gelu_fwd CPU_PASTE(cpu_gelu_fwd, CPU_ISA)
+#define cpu_act_bwd CPU_PASTE(cpu_act_bwd, CPU_ISA)
+#define cpu_act_fwd CPU_PASTE(cpu_act_fwd, CPU_ISA)
 #define cpu_layernorm_bwd CPU_PASTE(cpu_layernorm_bwd, CPU_ISA)
 #define cpu_layernorm_fwd CPU_PASTE(cpu_layernorm_fwd, CPU_ISA)
 #define cpu_matmul_bwd CPU_PASTE(cpu_matmul_bwd, CPU_ISA)
@@ -57,8 +57,6 @@ static inline int cpu_threads(const backend *be) { return ((const cpu_state *)be
 #define cpu_rope_fwd CPU_PASTE(cpu_rope_fwd, CPU_ISA)
 #define cpu_scale CPU_PASTE(cpu_scale, CPU_ISA)
 #define cpu_sumsq CPU_PASTE(cpu_sumsq, CPU_ISA)
-#define cpu_swiglu_bwd CPU_PASTE(cpu_swiglu_bwd, CPU_ISA)
-#define cpu_swiglu_fwd CPU_PASTE(cpu_swiglu_fwd, CPU_ISA)
 #define cpu_convert CPU_PASTE(cpu_convert, CPU_ISA)
 #define cpu_lp_native CPU_PASTE(cpu_lp_native, CPU_ISA)
 #define cpu_matmul_fwd_lp CPU_PASTE(cpu_matmul_fwd_lp, CPU_ISA)
@@ -209,13 +207,13 @@ void cpu_attention_bwd(const backend *be, float *dq, float *dk, float *dv, const
 void cpu_attention_kv_fwd(const backend *be, float *out, const float *q, const float *kc, const float *vc, int ldq,
                           int B, int n, int pos0, int cap, int NH, int NKV, int HS);
 
-void cpu_gelu_fwd(const backend *be, float *out, const float *inp, size_t n);
-void cpu_gelu_bwd(const backend *be, float *dinp, const float *dout, const float *inp, size_t n);
+/* act.c: the be_ops.h entries act_fwd, act_bwd, bias_gelu_fwd, bias_gelu_bwd */
+void cpu_act_fwd(const backend *be, int act, int glu, float *out, const float *inp, int N, int F);
+void cpu_act_bwd(const backend *be, int act, int glu, float *dinp, const float *dout, const float *inp, int N, int F);
 void cpu_bias_gelu_fwd(const backend *be, float *out, const float *inp, const float *b, int N, int C);
 void cpu_bias_gelu_bwd(const backend *be, float *dinp, float *db, const float *dout, const float *inp,
                        const float *b, int N, int C);
 
-void cpu_swiglu_fwd(const backend *be, float *out, const float *inp, int N, int F);
 /* moe_router.c: the be_ops.h entries of the same names */
 #define CPU_MOE_MAX_EXPERTS BE_MOE_MAX_EXPERTS
 void cpu_moe_route_fwd(const backend *be, int32_t *idx, float *probs, const float *logits, const float *bias, int N,
@@ -232,7 +230,6 @@ void cpu_moe_unpermute(const backend *be, float *out, const float *ye, const int
                        int k, int h);
 void cpu_moe_unpermute_bwd(const backend *be, float *dye, float *dprobs, const float *dout, const float *ye,
                            const int32_t *row, const float *probs, int N, int k, int h);
-void cpu_swiglu_bwd(const backend *be, float *dinp, const float *dout, const float *inp, int N, int F);
 
 void cpu_add(const backend *be, float *out, const float *a, const float *b, size_t n);
 void cpu_scale(const backend *be, float *x, float s, size_t n);

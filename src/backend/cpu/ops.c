@@ -124,13 +124,13 @@ static void e_attention_kv_fwd(const backend *be, be_out out, be_in q, be_in kc,
     cpu_attention_kv_fwd(be, out32(out, e), in32(q, e), in32(kc, e), in32(vc, e), ldq, B, n, pos0, cap, NH, NKV, HS);
 }
 
-static void e_gelu_fwd(const backend *be, be_out out, be_in inp, size_t n)
+static void e_act_fwd(const backend *be, int act, int glu, be_out out, be_in inp, int N, int F)
 {
-    cpu_gelu_fwd(be, out32(out, "gelu_fwd"), in32(inp, "gelu_fwd"), n);
+    cpu_act_fwd(be, act, glu, out32(out, "act_fwd"), in32(inp, "act_fwd"), N, F);
 }
-static void e_gelu_bwd(const backend *be, be_out dinp, be_in dout, be_in inp, size_t n)
+static void e_act_bwd(const backend *be, int act, int glu, be_out dinp, be_in dout, be_in inp, int N, int F)
 {
-    cpu_gelu_bwd(be, out32(dinp, "gelu_bwd"), in32(dout, "gelu_bwd"), in32(inp, "gelu_bwd"), n);
+    cpu_act_bwd(be, act, glu, out32(dinp, "act_bwd"), in32(dout, "act_bwd"), in32(inp, "act_bwd"), N, F);
 }
 static void e_bias_gelu_fwd(const backend *be, be_out out, be_in inp, const float *b, int N, int C)
 {
@@ -142,15 +142,6 @@ static void e_bias_gelu_bwd(const backend *be, be_out dinp, float *db, be_in dou
     cpu_bias_gelu_bwd(be, out32(dinp, "bias_gelu_bwd"), db, in32(dout, "bias_gelu_bwd"), in32(inp, "bias_gelu_bwd"),
                       b, N, C);
 }
-static void e_swiglu_fwd(const backend *be, be_out out, be_in inp, int N, int F)
-{
-    cpu_swiglu_fwd(be, out32(out, "swiglu_fwd"), in32(inp, "swiglu_fwd"), N, F);
-}
-static void e_swiglu_bwd(const backend *be, be_out dinp, be_in dout, be_in inp, int N, int F)
-{
-    cpu_swiglu_bwd(be, out32(dinp, "swiglu_bwd"), in32(dout, "swiglu_bwd"), in32(inp, "swiglu_bwd"), N, F);
-}
-
 static void e_add(const backend *be, be_out out, be_in a, be_in b, size_t n)
 {
     cpu_add(be, out32(out, "add"), in32(a, "add"), in32(b, "add"), n);
@@ -223,12 +214,10 @@ void cpu_kernels_fill(struct be_ops *o)
     o->attention_fwd = e_attention_fwd;
     o->attention_bwd = e_attention_bwd;
     o->attention_kv_fwd = e_attention_kv_fwd;
-    o->gelu_fwd = e_gelu_fwd;
-    o->gelu_bwd = e_gelu_bwd;
+    o->act_fwd = e_act_fwd;
+    o->act_bwd = e_act_bwd;
     o->bias_gelu_fwd = e_bias_gelu_fwd;
     o->bias_gelu_bwd = e_bias_gelu_bwd;
-    o->swiglu_fwd = e_swiglu_fwd;
-    o->swiglu_bwd = e_swiglu_bwd;
     o->moe_route_fwd = cpu_moe_route_fwd;
     o->moe_route_bwd = cpu_moe_route_bwd;
     o->moe_aux_loss = cpu_moe_aux_loss;
