@@ -19,6 +19,7 @@
 #include <cmocka.h>
 
 #include "backend/backend.h"
+#include "trident/activation.h"
 #include "trident/comm.h"
 #include "trident/gpt.h"
 #include "trident/metrics.h"
@@ -34,7 +35,7 @@ static gpt_config mixed(void)
 {
     gpt_config c = {0};
     c.num_layers = 4, c.hidden = 16, c.heads = 4, c.ffn = 24, c.seq = S, c.max_pos = S;
-    c.vocab = 50, c.padded_vocab = 64, c.init_std = 0.02f, c.seed = 5, c.swiglu = 1;
+    c.vocab = 50, c.padded_vocab = 64, c.init_std = 0.02f, c.seed = 5, c.act = TD_ACT_SILU, c.glu = 1;
     c.num_experts = E, c.moe_ffn = 8, c.moe_topk = K, c.moe_aux_coeff = 0.01f, c.moe_z_coeff = 0.001f;
     char msg[200];
     assert_int_equal(gpt_moe_layer_freq_parse(&c, "[1,0,1,1]", 4, msg, sizeof msg), 0);
