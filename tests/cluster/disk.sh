@@ -35,7 +35,7 @@ fail=0
 bad() { echo "FAIL: $*"; fail=1; }
 across() { # name, flags...: 4 ranks, 2 on each node; its exit code in $rc
   local name=$1; shift
-  timeout -k 10 120 "$cluster" run node1 mpirun --hostfile "$CLUSTER_DIR/hostfile" --mca plm_rsh_agent "$CLUSTER_DIR/rsh" \
+  timeout -k 10 $((120 * ${TD_TIME_SCALE:-1})) "$cluster" run node1 mpirun --hostfile "$CLUSTER_DIR/hostfile" --mca plm_rsh_agent "$CLUSTER_DIR/rsh" \
     --mca btl tcp,self,vader --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0 -x OMP_NUM_THREADS \
     -np 4 "$TRIDENT" train "${BASE[@]}" "$@" > "$name.log" 2>&1
   rc=$?

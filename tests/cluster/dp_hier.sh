@@ -16,7 +16,7 @@ fail=0
   { echo "FAIL: one rank"; cat one.log; exit 1; }
 dp4() { # name, the line rank 0 must print, flags...
   local name=$1 want=$2; shift 2
-  timeout 120 "$cluster" run node1 mpirun --hostfile "$CLUSTER_DIR/hostfile" --mca plm_rsh_agent "$CLUSTER_DIR/rsh" \
+  timeout $((120 * ${TD_TIME_SCALE:-1})) "$cluster" run node1 mpirun --hostfile "$CLUSTER_DIR/hostfile" --mca plm_rsh_agent "$CLUSTER_DIR/rsh" \
     --mca btl tcp,self,vader --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0 -x OMP_NUM_THREADS \
     -np 4 "$TRIDENT" train "${BASE[@]}" "$@" --metrics-file "$name.jsonl" --dump-params "$name.params" > "$name.log" 2>&1
   local rc=$?

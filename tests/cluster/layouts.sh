@@ -17,7 +17,7 @@ fail=0
 "$TRIDENT" train "${BASE[@]}" --make-vocab-size-divisible-by 512 --metrics-file one.jsonl --dump-params one.params > one.log 2>&1 || { echo "FAIL: one rank"; cat one.log; exit 1; }
 across() { # name, flags...: 4 ranks, 2 on each node, against the run REF (default one)
   local name=$1; shift
-  timeout 120 "$cluster" run node1 mpirun --hostfile "$CLUSTER_DIR/hostfile" --mca plm_rsh_agent "$CLUSTER_DIR/rsh" \
+  timeout $((120 * ${TD_TIME_SCALE:-1})) "$cluster" run node1 mpirun --hostfile "$CLUSTER_DIR/hostfile" --mca plm_rsh_agent "$CLUSTER_DIR/rsh" \
     --mca btl tcp,self,vader --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0 -x OMP_NUM_THREADS ${MAP:+--map-by $MAP} \
     -np 4 "$TRIDENT" train "${BASE[@]}" --make-vocab-size-divisible-by 256 "$@" --metrics-file "$name.jsonl" --dump-params "$name.params" > "$name.log" 2>&1
   local rc=$?

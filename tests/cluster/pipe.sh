@@ -17,8 +17,8 @@ fail=0
 returns() {
   local how=$1; shift
   local rc
-  if [ "$how" = pipe ]; then timeout 30 bash -c '"$0" up "$@" 2>&1 | cat > up.out' "$cluster" "$@"; rc=$?
-  else timeout 30 bash -c 'x=$("$0" up "$@" 2>&1); echo "$x" > up.out' "$cluster" "$@"; rc=$?; fi
+  if [ "$how" = pipe ]; then timeout $((30 * ${TD_TIME_SCALE:-1})) bash -c '"$0" up "$@" 2>&1 | cat > up.out' "$cluster" "$@"; rc=$?
+  else timeout $((30 * ${TD_TIME_SCALE:-1})) bash -c 'x=$("$0" up "$@" 2>&1); echo "$x" > up.out' "$cluster" "$@"; rc=$?; fi
   if [ $rc = 124 ]; then echo "FAIL: $how: scripts/cluster.sh up $* did not return in 30 s (something it left running holds the pipe)"; fail=1
   elif grep -q "^cluster: 1 nodes" up.out; then echo "ok: $how: scripts/cluster.sh up $* returned, its line read"
   else echo "FAIL: $how: scripts/cluster.sh up $*: exit $rc, said: $(cat up.out)"; fail=1

@@ -9,7 +9,7 @@
 set -u
 . "$(dirname "$0")/two_nodes.sh"
 two_nodes plan
-timeout 180 "$cluster" run node1 mpirun --hostfile "$CLUSTER_DIR/hostfile" --mca plm_rsh_agent "$CLUSTER_DIR/rsh" \
+timeout $((180 * ${TD_TIME_SCALE:-1})) "$cluster" run node1 mpirun --hostfile "$CLUSTER_DIR/hostfile" --mca plm_rsh_agent "$CLUSTER_DIR/rsh" \
   --mca btl tcp,self,vader --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0 -x OMP_NUM_THREADS \
   -np 4 "$TRIDENT" plan --calibrate --calibrate-seconds 0.05 > me.json 2> cal.log || { echo "FAIL: --calibrate exited $?"; cat cal.log; exit 1; }
 python3 - me.json <<'PY' || { cat me.json; exit 1; }

@@ -30,7 +30,7 @@ check "rsh agent: node2 runs it" "$("$CLUSTER_DIR/rsh" node2 "$host/bin/hello" 2
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 unset OMPI_MCA_pml OMPI_MCA_btl
 own_session_dir
-check "mpirun across the nodes runs it on both" "$(timeout 60 "$cluster" run node1 mpirun --hostfile "$CLUSTER_DIR/hostfile" \
+check "mpirun across the nodes runs it on both" "$(timeout $((60 * ${TD_TIME_SCALE:-1})) "$cluster" run node1 mpirun --hostfile "$CLUSTER_DIR/hostfile" \
   --mca plm_rsh_agent "$CLUSTER_DIR/rsh" --mca oob_tcp_if_include eth0 -np 2 "$host/bin/hello" 2>&1 | sort)" \
   "$(printf 'node1: seen from the host\nnode2: seen from the host')"
 "$cluster" run node2 sh -c "echo written by node2 > $host/from_node2"

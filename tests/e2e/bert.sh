@@ -82,7 +82,7 @@ done
 # bad flags: exit 2 on every rank, once, before anything is allocated
 bad_flags() { # want flags...
   local want=$1; shift
-  timeout 60 "${MPIRUN[@]}" -np 2 "$TRIDENT" train --model bert --data-path ts_text_sentence --train-iters 1 "$@" \
+  timeout $((60 * ${TD_TIME_SCALE:-1})) "${MPIRUN[@]}" -np 2 "$TRIDENT" train --model bert --data-path ts_text_sentence --train-iters 1 "$@" \
     >bad.log 2>&1
   local rc=$?
   if [ $rc = 2 ] && [ "$(grep -c "error: trident train: .*$want" bad.log)" = 1 ] && ! grep -q "parameters" bad.log; then

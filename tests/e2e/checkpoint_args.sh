@@ -62,7 +62,7 @@ for x in "${BASE[@]}"; do
   case $x in --num-layers|--hidden-size|--num-attention-heads|--seq-length|--max-position-embeddings) skip=1; continue ;; esac
   NOMODEL+=("$x")
 done
-if timeout 120 "${MPIRUN[@]}" -np 1 "$TRIDENT" train "${NOMODEL[@]}" --make-vocab-size-divisible-by 512 --train-iters 4 \
+if timeout $((120 * ${TD_TIME_SCALE:-1})) "${MPIRUN[@]}" -np 1 "$TRIDENT" train "${NOMODEL[@]}" --make-vocab-size-divisible-by 512 --train-iters 4 \
      --load src --metrics-file none.jsonl >none.log 2>&1 &&
    grep -q "from the checkpoint's meta.json (src/iter_0000002/meta.json): num_layers 4, hidden_size 32, num_attention_heads 4, ffn_hidden_size 128, max_position_embeddings 16, seq_length 16" none.log &&
    diff <(untimed full_tail.jsonl) <(untimed none.jsonl) >/dev/null; then

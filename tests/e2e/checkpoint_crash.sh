@@ -61,7 +61,7 @@ kill_during_save before_rename meta.json
 rm -rf mp && mkdir mp
 train 4 2 --pipeline-model-parallel-size 2 --train-iters 5 --exit-interval 1 --save mp/ckpt >/dev/null ||
   { bad "tp2 x pp2: the run saving iteration 1 failed"; cat "$last_log"; }
-OMPI_MCA_orte_tmpdir_base=$(session_base) timeout 120 "${MPIRUN[@]}" -np 4 "$TRIDENT" train "${BASE[@]}" --debug-save-delay-ms 800 --tensor-model-parallel-size 2 \
+OMPI_MCA_orte_tmpdir_base=$(session_base) timeout $((120 * ${TD_TIME_SCALE:-1})) "${MPIRUN[@]}" -np 4 "$TRIDENT" train "${BASE[@]}" --debug-save-delay-ms 800 --tensor-model-parallel-size 2 \
   --make-vocab-size-divisible-by 256 --pipeline-model-parallel-size 2 --train-iters 5 --load mp/ckpt --save mp/ckpt \
   --save-interval 1 >mp/run.log 2>&1 &
 job=$!

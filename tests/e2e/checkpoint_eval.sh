@@ -12,7 +12,7 @@ train 4 2 --pipeline-model-parallel-size 2 --train-iters 3 --save ck >/dev/null 
 EV=(--load ck --data-path "$DATA" --split 99,1,0 --split-name valid --seq-length 16 --micro-batch-size 3)
 evaluate() { # name np K tp pp [flags]
   local name=$1 np=$2 K=$3 tp=$4 pp=$5; shift 5
-  timeout 120 "${MPIRUN[@]}" -np "$np" "$TRIDENT" eval "${EV[@]}" --eval-stride "$K" --tensor-model-parallel-size "$tp" \
+  timeout $((120 * ${TD_TIME_SCALE:-1})) "${MPIRUN[@]}" -np "$np" "$TRIDENT" eval "${EV[@]}" --eval-stride "$K" --tensor-model-parallel-size "$tp" \
     --pipeline-model-parallel-size "$pp" --metrics-file "$name.jsonl" "$@" >"$name.log" 2>&1
 }
 for K in 16 5; do
@@ -39,7 +39,7 @@ grep -q "eval: loss .* | perplexity .* | tokens" one_16.log && ok "prints loss, 
 # loss of the explicit flags, and says what it took; flags given win.
 own() { # name [flags]: one rank, the valid split
   local name=$1; shift
-  timeout 120 "$TRIDENT" eval --load ck --split-name valid --micro-batch-size 8 --metrics-file "$name.jsonl" "$@" \
+  timeout $((120 * ${TD_TIME_SCALE:-1})) "$TRIDENT" eval --load ck --split-name valid --micro-batch-size 8 --metrics-file "$name.jsonl" "$@" \
     >"$name.log" 2>&1
 }
 docs() { echo "$(jq .documents "$1.jsonl") $(jq .first_document "$1.jsonl") $(jq -r .split "$1.jsonl")"; }
@@ -62,11 +62,11 @@ else bad "eval with the checkpoint's data settings"; tail -3 explicit.log taken.
 # pass scores one epoch of samples, which are exactly the stride-16 windows (in another order);
 # trident eval of the checkpoint saved right after must give the same loss.
 one=(--split 1028,1,471 --split-name valid --seq-length 16)
-if timeout 60 "$TRIDENT" eval --load ck --data-path "$DATA" "${one[@]}" --metrics-file win.jsonl >win.log 2>&1; then
+if timeout $((60 * ${TD_TIME_SCALE:-1})) "$TRIDENT" eval --load ck --data-path "$DATA" "${one[@]}" --metrics-file win.jsonl >win.log 2>&1; then
   nwin=$(jq .windows win.jsonl)
   if train 1 1 --split 1028,1,471 --train-iters 1 --eval-interval 1000 --eval-iters "$nwin" --global-batch-size 1 \
        --save tv --metrics-file tv.jsonl &&
-     timeout 60 "$TRIDENT" eval --load tv --data-path "$DATA" "${one[@]}" --metrics-file tve.jsonl >tve.log 2>&1; then
+     timeout $((60 * ${TD_TIME_SCALE:-1})) "$TRIDENT" eval --load tv --data-path "$DATA" "${one[@]}" --metrics-file tve.jsonl >tve.log 2>&1; then
     a=$(jq .val_loss tv.jsonl) b=$(jq .loss tve.jsonl)
     if awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-6 * a) }'; then
       ok "one document, $nwin windows: the trainer's validation loss $a = eval's $b"
@@ -77,7 +77,7 @@ else bad "window count"; cat win.log; fi
 # Token ids outside the checkpoint's vocabulary: a .bin of 0xFF bytes (every id 65535) is refused
 # before anything is scored, once (rank 0), exit 1, naming the file, the position, the id and the size.
 cp "$DATA.idx" ff.idx && head -c "$(stat -c %s "$DATA.bin")" /dev/zero | tr '\0' '\377' >ff.bin
-timeout 60 "${MPIRUN[@]}" -np 2 "$TRIDENT" eval --load ck --data-path ff --seq-length 16 \
+timeout $((60 * ${TD_TIME_SCALE:-1})) "${MPIRUN[@]}" -np 2 "$TRIDENT" eval --load ck --data-path ff --seq-length 16 \
   --tensor-model-parallel-size 2 >ff.log 2>&1; rc=$?
 if [ "$rc" = 1 ] && grep -q "ff.bin: token id 65535 at document 0, token 0 (byte 0 of the file) is outside the vocabulary of 50257 ids" ff.log &&
    [ "$(grep -c 'token id 65535' ff.log)" = 1 ]; then ok "ids outside the vocabulary: exit 1: $(grep -m1 'token id' ff.log)"

@@ -17,7 +17,7 @@ else bad "--exit-duration-in-mins"; cat "$last_log"; fi
 
 # SIGTERM to one rank of tp2 x pp2: the flag is agreed by all-reduce, every rank saves and exits 0
 log=$WORK/sig.log
-OMPI_MCA_orte_tmpdir_base=$(session_base) timeout 120 "${MPIRUN[@]}" -np 4 "$TRIDENT" train "${BASE[@]}" \
+OMPI_MCA_orte_tmpdir_base=$(session_base) timeout $((120 * ${TD_TIME_SCALE:-1})) "${MPIRUN[@]}" -np 4 "$TRIDENT" train "${BASE[@]}" \
   --tensor-model-parallel-size 2 --make-vocab-size-divisible-by 256 --pipeline-model-parallel-size 2 --train-iters 100000 --exit-signal-handler --save sig --metrics-file sig.jsonl >"$log" 2>&1 &
 job=$!
 for _ in $(seq 1 600); do [ -f sig.jsonl ] && [ "$(wc -l <sig.jsonl)" -ge 3 ] && break; sleep 0.05; done

@@ -43,7 +43,7 @@ train() {
   local np=$1 tp=$2 launch=("${MPIRUN[@]}" -np "$1"); shift 2
   [ "$np" = 1 ] && launch=()
   last_log=$WORK/run$((++nrun)).log
-  OMPI_MCA_orte_tmpdir_base=$(session_base) timeout 120 "${launch[@]}" "$TRIDENT" train "${BASE[@]}" \
+  OMPI_MCA_orte_tmpdir_base=$(session_base) timeout $((120 * ${TD_TIME_SCALE:-1})) "${launch[@]}" "$TRIDENT" train "${BASE[@]}" \
     --tensor-model-parallel-size "$tp" --make-vocab-size-divisible-by $((512 / tp)) "$@" >"$last_log" 2>&1
 }
 nrun=0

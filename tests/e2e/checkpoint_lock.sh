@@ -13,7 +13,7 @@ stop_ranks() { local p; for p in $(ranks_of "$1"); do kill "-$2" "$p"; done; }
 
 # A: 2 ranks, seed 7, saving every iteration, each save held 0.5 s (--debug-save-delay-ms): in bytes its 4
 # iterations take a few milliseconds, and A once ended before the pause below reached it
-OMPI_MCA_orte_tmpdir_base=$(session_base) timeout 200 "${MPIRUN[@]}" -np 2 "$TRIDENT" train "${BASE[@]}" --debug-save-delay-ms 500 \
+OMPI_MCA_orte_tmpdir_base=$(session_base) timeout $((200 * ${TD_TIME_SCALE:-1})) "${MPIRUN[@]}" -np 2 "$TRIDENT" train "${BASE[@]}" --debug-save-delay-ms 500 \
   --tensor-model-parallel-size 2 --make-vocab-size-divisible-by 256 --train-iters 4 --save shared --save-interval 1 >a.log 2>&1 &
 a=$!
 if ! wait_lock shared; then
@@ -47,7 +47,7 @@ if train 2 2 --train-iters 6 --load shared --save shared && [ "$(cat shared/late
 then ok "a later run into shared (resuming A) saves iteration 6"; else bad "the run after A:"; tail -3 "$last_log"; fi
 
 # a holder killed with kill -9 leaves no stale lock
-OMPI_MCA_orte_tmpdir_base=$(session_base) timeout 200 "${MPIRUN[@]}" -np 2 "$TRIDENT" train "${BASE[@]}" \
+OMPI_MCA_orte_tmpdir_base=$(session_base) timeout $((200 * ${TD_TIME_SCALE:-1})) "${MPIRUN[@]}" -np 2 "$TRIDENT" train "${BASE[@]}" \
   --tensor-model-parallel-size 2 --make-vocab-size-divisible-by 256 --train-iters 100000 --save killed --save-interval 100000 >c.log 2>&1 &
 c=$!
 if wait_lock killed; then

@@ -59,7 +59,7 @@ want="error: prompt 1: the model's logits at position 4 (0 generated) hold a NaN
 if [ "$rc" = 1 ] && [ "$(grep -c 'error:' <<<"$out")" = 1 ] && grep -qF -- "$want" <<<"$out" && ! grep -q '!!' <<<"$out"; then
   ok "generate on overflowing logits: exit 1: $(grep error: <<<"$out")"
 else bad "generate on overflowing logits: exit $rc: $out"; fi
-out=$(timeout 60 "${MPIRUN[@]}" -np 2 "$TRIDENT" generate --load big_ck "${TOK[@]}" --pipeline-model-parallel-size 2 \
+out=$(timeout $((60 * ${TD_TIME_SCALE:-1})) "${MPIRUN[@]}" -np 2 "$TRIDENT" generate --load big_ck "${TOK[@]}" --pipeline-model-parallel-size 2 \
   --prompt "First" "Second!" --max-new-tokens 4 --greedy 2>&1); rc=$?
 if [ "$rc" = 1 ] && [ "$(grep -c 'error:' <<<"$out")" = 1 ] &&
    grep -qF "error: prompt 1 (of the batch): the model's logits at position 4 (0 generated) hold" <<<"$out" &&

@@ -20,7 +20,7 @@ TOK=(--vocab-file "$VOCAB" --merge-file "$MERGES")
 gen() {
   local np=$1 tp=$2 pp=$3 out=$4 launch=(mpirun --oversubscribe --bind-to none -np "$1"); shift 4
   [ "$np" = 1 ] && launch=()
-  OMP_NUM_THREADS=1 timeout 120 "${launch[@]}" "$TRIDENT" generate "${TOK[@]}" \
+  OMP_NUM_THREADS=1 timeout $((120 * ${TD_TIME_SCALE:-1})) "${launch[@]}" "$TRIDENT" generate "${TOK[@]}" \
     --tensor-model-parallel-size "$tp" --pipeline-model-parallel-size "$pp" --ignore-eod "$@" >"$out.raw" 2>"$out.err" ||
     { bad "generate $out failed"; tail -3 "$out.err"; }
   grep -v -E '^(\[rank [0-9]+\] )?generate: ' "$out.raw" >"$out"

@@ -26,7 +26,7 @@ if out=$("$TRIDENT" plan "${M[@]}" --num-gpus 512 --cluster cluster.json --top 1
 else bad "cluster file"; echo "$out"; fi
 # this machine, calibrated as 4 ranks on 2 hosts (--fake-hosts 2): nodes, ranks a node and both
 # links written (the real network: cluster/plan_calibrate); then a layout evaluated on it
-if timeout 120 mpirun --oversubscribe --bind-to none -np 4 "$TRIDENT" plan --calibrate --fake-hosts 2 --calibrate-seconds 0.05 >me.json 2>cal.log &&
+if timeout $((120 * ${TD_TIME_SCALE:-1})) mpirun --oversubscribe --bind-to none -np 4 "$TRIDENT" plan --calibrate --fake-hosts 2 --calibrate-seconds 0.05 >me.json 2>cal.log &&
    grep -q '"framework":.*"trident-cpu"' me.json &&
    python3 -c 'import json, sys; c = json.load(open("me.json")); sys.exit(not (c["nodes"] == 2 and c["gpus_per_node"] == 2 and c["inter_node_bandwidth"] > 0 and c["intra_node_bandwidth"] > 0 and c["name"].startswith("2 nodes x 2 ranks")))' &&
    out=$("$TRIDENT" plan --num-layers 4 --hidden-size 64 --num-attention-heads 4 --seq-length 64 --vocab-size 50257 \
@@ -106,7 +106,7 @@ elif [ "$(id -u)" -eq 0 ] && [ -f /sys/fs/cgroup/cgroup.controllers ] && mkdir "
   cg=/sys/fs/cgroup/trident-plan-test.$$; echo "5000 10000" >"$cg/cpu.max"
 fi
 if [ -z "$cg" ]; then echo "not checked: --calibrate under a CPU quota (needs root and a writable cgroup cpu controller)"
-elif timeout 120 sh -c 'echo $$ >"$1/cgroup.procs" && exec "$2" plan --calibrate --calibrate-seconds 0.1' sh "$cg" "$TRIDENT" >quota.json 2>quota.log &&
+elif timeout $((120 * ${TD_TIME_SCALE:-1})) sh -c 'echo $$ >"$1/cgroup.procs" && exec "$2" plan --calibrate --calibrate-seconds 0.1' sh "$cg" "$TRIDENT" >quota.json 2>quota.log &&
      python3 -c 'import json, sys; c = json.load(open("quota.json")); sys.exit(c["cores_per_node"] != 0.5)'
 then ok "--calibrate under a half-core quota: cores_per_node 0.5"
 else bad "--calibrate under a quota"; cat quota.log quota.json; fi

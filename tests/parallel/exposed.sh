@@ -10,7 +10,7 @@
 # 120 s a run). Usage: exposed.sh TRIDENT DATA_PREFIX VOCAB MERGES WORK
 set -u
 trident=$1 data=$2 vocab=$3 merges=$4 work=$5
-mpirun=(timeout 120 mpirun --oversubscribe --bind-to none)
+mpirun=(timeout $((120 * ${TD_TIME_SCALE:-1})) mpirun --oversubscribe --bind-to none)
 base=(--data-path "$data" --vocab-file "$vocab" --merge-file "$merges" --split 90,10,0 --num-layers 2
       --hidden-size 64 --num-attention-heads 4 --seq-length 32 --max-position-embeddings 32 --micro-batch-size 1
       --global-batch-size 4 --train-iters 3 --eval-iters 0 --log-interval 100 --peak-tflops 1
