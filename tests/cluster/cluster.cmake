@@ -9,7 +9,7 @@ function(td_cluster_test name cost script)
   set_tests_properties(cluster/${name} PROPERTIES SKIP_RETURN_CODE 77 COST ${cost}
     FIXTURES_REQUIRED checkpoint_data ENVIRONMENT "${TD_CLUSTER_ENV};WORK=${CMAKE_BINARY_DIR}/testtmp/cluster-${name}")
 endfunction()
-td_cluster_test(layouts 12 layouts.sh)
+td_cluster_test(layouts 15 layouts.sh)
 td_cluster_test(dp_hier 12 dp_hier.sh)
 td_cluster_test(cpus 3 cpus.sh)
 td_cluster_test(disk 17 disk.sh)
