@@ -5,7 +5,8 @@
  * output projection row-parallel; the output bias is added by the layer (with dropout).
  * Multi-head attention keeps one fused qkv weight ([q | k | v] blocks, GPT-2's layout);
  * grouped-query attention a q and a kv weight. Selective recomputation keeps q, k, v and
- * redoes the core. See block.h. */
+ * redoes the core. Generation's step (decode) keeps each layer's keys and values in a cache and
+ * attends the new positions to all of them (be_attention_kv_fwd). See block.h. */
 #include "block.h"
 
 #include <stdio.h>
@@ -176,8 +177,71 @@ static void bwd(const block_io *io, float *dx, void *gv, const float *dbranch, c
 
 static const float *out_bias(const void *p) { return ((const attn_params *)p)->proj_b; }
 
+/* ---- generation's step: the new positions' keys and values appended to the layer's cache ---- */
+
+typedef struct {
+    float *k, *v; /* (B, cap, kv width): the keys (rotated) and values of every position so far */
+    int cap;
+} attn_decode_state;
+
+typedef struct {
+    float *q;     /* (rows, 3nd/t) [q | k | v], grouped-query attention (rows, nd/t) */
+    float *kv;    /* grouped-query attention: (rows, 2gd/t) */
+    float *atty;  /* (rows, nd/t) */
+} attn_decode_scratch;
+
+/* Width of a position's key (or value) row on this rank. */
+static int kv_width(const gpt_model *m) { return gpt_gqa(&m->cfg) ? m->kv_l : m->q_l; }
+
+static void decode_state(carver *cv, const gpt_model *m, int B, int cap, void *sv)
+{
+    attn_decode_state *st = sv;
+    st->cap = cap;
+    CARVE(cv, st->k, float, (int64_t)B * cap * kv_width(m));
+    CARVE(cv, st->v, float, (int64_t)B * cap * kv_width(m));
+}
+
+static void decode_scratch(carver *cv, const gpt_model *m, int rows, void *sv)
+{
+    attn_decode_scratch *s = sv;
+    int gqa = gpt_gqa(&m->cfg);
+    CARVE(cv, s->q, float, (int64_t)rows * (gqa ? m->q_l : 3 * m->q_l));
+    if (gqa) CARVE(cv, s->kv, float, (int64_t)rows * 2 * m->kv_l);
+    CARVE(cv, s->atty, float, (int64_t)rows * m->q_l);
+}
+
+static void decode(const block_io *io, void *sv, const void *pv, float *out, be_in x, int pos, int n)
+{
+    const gpt_model *m = io->m;
+    const gpt_config *c = &m->cfg;
+    const backend *be = m->be;
+    const attn_params *p = pv;
+    attn_decode_state *st = sv;
+    attn_decode_scratch *s = io->scratch;
+    const comm *tp = m->ps->tp_group; /* generation has no sequence parallelism */
+    int B = io->B, rows = B * n, h = c->hidden, d = gpt_head_dim(c), rot = gpt_rotary_dims(c), gqa = gpt_gqa(c);
+    int kvw = kv_width(m);
+    tp_column_linear_fwd(be, tp, s->q, x, p->qkv_w, p->qkv_b, rows, h, gqa ? m->q_l : 3 * m->q_l);
+    if (gqa) tp_column_linear_fwd(be, tp, s->kv, x, p->kv_w, p->kv_b, rows, h, 2 * m->kv_l);
+    qkv_view w = view_of(m, s->q, s->kv);
+    if (rot) { /* from the step's first position */
+        be_rope_fwd(be, w.q, B, n, w.ldq, m->heads_l, d, rot, gpt_rotary_base(c), pos);
+        be_rope_fwd(be, w.k, B, n, w.ldkv, m->groups_l, d, rot, gpt_rotary_base(c), pos);
+    }
+    for (int b = 0; b < B; b++)
+        for (int i = 0; i < n; i++) {
+            size_t src = ((size_t)b * n + i) * w.ldkv, dst = ((size_t)b * st->cap + pos + i) * kvw;
+            be_memcpy(be, st->k + dst, w.k + src, (size_t)kvw * sizeof(float), BE_D2D);
+            be_memcpy(be, st->v + dst, w.v + src, (size_t)kvw * sizeof(float), BE_D2D);
+        }
+    be_attention_kv_fwd(be, s->atty, w.q, st->k, st->v, w.ldq, B, n, pos, st->cap, m->heads_l, m->groups_l, d);
+    tp_row_linear_fwd(be, tp, out, be_f32(s->atty), p->proj_w, rows, m->q_l, h);
+}
+
 const block_ops attention_ops = {
     .name = "attention", .params_size = sizeof(attn_params), .acts_size = sizeof(attn_acts),
     .scratch_size = sizeof(attn_scratch), .tensors = tensors, .acts = acts, .scratch = scratch, .fwd = fwd,
     .bwd = bwd, .recompute_acts = core_acts, .recompute = core_fwd, .out_bias = out_bias,
+    .decode_size = sizeof(attn_decode_state), .decode_state = decode_state,
+    .decode_scratch_size = sizeof(attn_decode_scratch), .decode_scratch = decode_scratch, .decode = decode,
 };

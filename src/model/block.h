@@ -1,9 +1,10 @@
 /* Private to src/model: the block seam (after Megatron-Core's ModuleSpec). A block kind is one
- * const block_ops: its tensors, its activations, forward, backward and what selective
- * recomputation redoes. A layer is slots (gpt.h: input norm, attention, pre-MLP norm, MLP),
- * each holding a kind's ops and its parameters behind an opaque pointer; layer_spec.c fills
- * them from the config through one table. A new kind is a file defining its ops (static
- * functions behind them) and a row of that table. */
+ * const block_ops: its tensors, its activations, forward, backward, what selective
+ * recomputation redoes, and generation's decode step. A layer is slots (gpt.h: input norm,
+ * attention, pre-MLP norm, MLP), each holding a kind's ops and its parameters behind an opaque
+ * pointer; layer_spec.c fills them from the config through one table. Training (layer.c) and
+ * generation (infer.c) call a kind only through its ops. A new kind is a file defining its ops
+ * (static functions behind them) and a row of that table. */
 #ifndef TRIDENT_MODEL_BLOCK_H
 #define TRIDENT_MODEL_BLOCK_H
 
@@ -68,6 +69,25 @@ typedef struct block_ops {
     /* What the kind does with its layer's sums over the global batch before the optimizer step
      * (NULL: nothing): the MoE block's expert bias moves against the load. */
     void (*stats_apply)(const gpt_config *c, const void *params, const double *sums);
+
+    /* Generation (infer.c: gpt_kv_create, gpt_infer): new positions of io->B rows against what
+     * earlier steps left. decode NULL: the kind cannot generate (gpt_kv_create refuses a model
+     * holding it, naming the kind). Each slot of the stage has its own decode state (decode_size
+     * bytes, 0: none; decode_state carves into it, cv->ar NULL: counts, what the slot keeps from
+     * step to step for B rows of up to cap positions: the attention's keys and values); each kind
+     * in the stage its step scratch (decode_scratch_size bytes, 0: none; decode_scratch carves
+     * the temporaries of a step of up to `rows` = B nmax positions), shared by its slots and
+     * handed over as io->scratch. All of it lives in one backend allocation infer.c owns. */
+    size_t decode_size;
+    void (*decode_state)(carver *cv, const gpt_model *m, int B, int cap, void *st);
+    size_t decode_scratch_size;
+    void (*decode_scratch)(carver *cv, const gpt_model *m, int rows, void *s);
+    /* Positions [pos, pos + n) of each of io->B rows, x (B n, h) fp32 row-major by row then
+     * position, as fwd: a norm writes its output into out (B n, h); a branch kind writes its
+     * output before out_bias (the layer adds that, with no dropout), all-reduced over the
+     * tensor-parallel group (generation has no sequence parallelism); a kind with state reads the
+     * [0, pos) its earlier steps stored for the same rows and stores [pos, pos + n). */
+    void (*decode)(const block_io *io, void *st, const void *p, float *out, be_in x, int pos, int n);
 } block_ops;
 
 /* A statistic of a block kind: what each of its layers reports of an iteration, by name. */
@@ -127,18 +147,6 @@ extern const block_ops layernorm_ops, rmsnorm_ops;  /* norm.c */
 extern const block_ops attention_ops;               /* attention.c: multi-head or grouped-query, rotary or not */
 extern const block_ops mlp_ops;                      /* mlp.c: its activation the config's (act, glu) */
 extern const block_ops moe_ops;                      /* moe.c: the mixture-of-experts MLP */
-/* moe.c: generation's step of a MoE layer: out (rows, h) from x (rows, h), with buffers for up to
- * `rows` tokens (moe_step_new). */
-typedef struct moe_acts moe_acts;
-moe_acts *moe_step_new(const gpt_model *m, int rows);
-void moe_step_free(const gpt_model *m, moe_acts *a);
-void moe_step(const gpt_model *m, const void *params, moe_acts *a, float *out, const float *x, int rows);
-/* mlp.c: the MLP's fc and activation on `rows` rows, shared with generation's step: fch (rows,
- * f/t, or 2f/t gated) = x fc_w^T (+ fc_b), act (rows, f/t) = the config's activation of it (fc_b
- * fused into a tanh GeLU). params: the layer's mlp_params; tp: the group fc is split over. */
-struct mlp_params;
-void mlp_fc_act_fwd(const gpt_model *m, const comm *tp, const struct mlp_params *p, float *act, float *fch, be_in x,
-                    int rows);
 /* moe.c: the expert bias of a layer's MoE parameters moved against its load (tokens (E)). */
 void moe_update_expert_bias(const gpt_config *c, const void *params, const double *tokens);
 

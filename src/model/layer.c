@@ -13,10 +13,6 @@
 #include "trident/check.h"
 #include "tensor_parallel.h"
 
-/* The branch slot after each norm slot, and the layer's two residual halves. */
-enum { HALF_ATTN, HALF_MLP };
-static const int NORM_OF[2] = {GPT_SLOT_INPUT_NORM, GPT_SLOT_PRE_MLP_NORM};
-static const int BRANCH_OF[2] = {GPT_SLOT_ATTENTION, GPT_SLOT_MLP};
 /* Each slot's name in the tensor names and the first Philox stream kind of its tensors (the
  * values of GPT-2's layout, kept so checkpoints and initialisation stay what they were). */
 static const char *const SLOT_NAME[GPT_LAYER_NSLOTS] = {"ln1", "attn", "ln2", "mlp"};
@@ -67,9 +63,9 @@ void layer_acts_carve(carver *cv, const gpt_model *m, const gpt_layer *L, layer_
 {
     int64_t BT = (int64_t)m->mbs * m->seq_l; /* this rank's positions under sequence parallelism */
     int h = m->cfg.hidden;
-    for (int half = HALF_ATTN; half <= HALF_MLP; half++) {
-        for (int k = NORM_OF[half]; k <= BRANCH_OF[half]; k++) L->slot[k].ops->acts(cv, m, a->slot[k]);
-        if (half == HALF_ATTN) CARVE(cv, a->res2, float, BT * h);
+    for (int half = LAYER_HALF_ATTN; half <= LAYER_HALF_MLP; half++) {
+        for (int k = layer_norm_slot(half); k <= layer_branch_slot(half); k++) L->slot[k].ops->acts(cv, m, a->slot[k]);
+        if (half == LAYER_HALF_ATTN) CARVE(cv, a->res2, float, BT * h);
         else CARVE(cv, a->out, float, BT * h);
     }
 }
@@ -79,8 +75,8 @@ static void layer_drops(const gpt_model *m, const gpt_acts *acts, int L, be_drop
 {
     float ph = acts->training ? m->cfg.hidden_dropout : 0.0f, pa = acts->training ? m->cfg.attn_dropout : 0.0f;
     *att = model_drop(m, acts, pa, site_attn_probs(L), m->ps->tp_rank * m->heads_l);
-    out[HALF_ATTN] = model_drop(m, acts, ph, site_attn_out(L), 0);
-    out[HALF_MLP] = model_drop(m, acts, ph, site_mlp_out(L), 0);
+    out[LAYER_HALF_ATTN] = model_drop(m, acts, ph, site_attn_out(L), 0);
+    out[LAYER_HALF_MLP] = model_drop(m, acts, ph, site_mlp_out(L), 0);
     out[0].pos0 = out[1].pos0 = model_pos0(m); /* the branches' dropout acts on this rank's positions */
 }
 
@@ -104,14 +100,15 @@ static block_io slot_io(gpt_model *m, const gpt_acts *acts, int l, int k, const 
 static void half_fwd(gpt_model *m, gpt_acts *acts, int l, int half, const float *x, float *out, const be_drop *d_att,
                      const be_drop *d_out)
 {
-    const block_slot *n = &m->layers[l].slot[NORM_OF[half]], *b = &m->layers[l].slot[BRANCH_OF[half]];
+    int nk = layer_norm_slot(half), bk = layer_branch_slot(half);
+    const block_slot *n = &m->layers[l].slot[nk], *b = &m->layers[l].slot[bk];
     layer_acts *a = &acts->layers[l];
-    void *na = a->slot[NORM_OF[half]];
+    void *na = a->slot[nk];
     int B = acts->B;
     float *branch = m->scratch->branch;
-    block_io nio = slot_io(m, acts, l, NORM_OF[half], d_att), bio = slot_io(m, acts, l, BRANCH_OF[half], d_att);
+    block_io nio = slot_io(m, acts, l, nk, d_att), bio = slot_io(m, acts, l, bk, d_att);
     n->ops->fwd(&nio, na, n->p, NULL, be_f32(x));
-    b->ops->fwd(&bio, a->slot[BRANCH_OF[half]], b->p, branch, model_sp_input(m, n->ops->output(na), B));
+    b->ops->fwd(&bio, a->slot[bk], b->p, branch, model_sp_input(m, n->ops->output(na), B));
     const float *bias = b->ops->out_bias ? b->ops->out_bias(b->p) : NULL;
     be_bias_dropout_add_fwd(m->be, out, x, block_output(m, branch, B), bias, B, m->seq_l, m->cfg.hidden, d_out);
 }
@@ -121,8 +118,8 @@ void layer_fwd(gpt_model *m, gpt_acts *acts, int l, const float *x)
     layer_acts *a = &acts->layers[l];
     be_drop d_att, d_out[2];
     layer_drops(m, acts, m->layer0 + l, &d_att, d_out);
-    half_fwd(m, acts, l, HALF_ATTN, x, a->res2, &d_att, &d_out[HALF_ATTN]);
-    half_fwd(m, acts, l, HALF_MLP, a->res2, a->out, &d_att, &d_out[HALF_MLP]);
+    half_fwd(m, acts, l, LAYER_HALF_ATTN, x, a->res2, &d_att, &d_out[LAYER_HALF_ATTN]);
+    half_fwd(m, acts, l, LAYER_HALF_MLP, a->res2, a->out, &d_att, &d_out[LAYER_HALF_MLP]);
 }
 
 void layer_recompute(gpt_model *m, gpt_acts *acts, int l)
@@ -161,14 +158,15 @@ static const float *branch_grad(gpt_model *m, const float *d, int B)
 static void half_bwd(gpt_model *m, gpt_acts *acts, int l, int half, const float *x, const be_drop *d_att,
                      const be_drop *d_out)
 {
-    const block_slot *n = &m->layers[l].slot[NORM_OF[half]], *b = &m->layers[l].slot[BRANCH_OF[half]];
+    int nk = layer_norm_slot(half), bk = layer_branch_slot(half);
+    const block_slot *n = &m->layers[l].slot[nk], *b = &m->layers[l].slot[bk];
     const layer_acts *a = &acts->layers[l];
-    const void *na = a->slot[NORM_OF[half]];
+    const void *na = a->slot[nk];
     struct gpt_scratch *s = m->scratch;
     int B = acts->B;
-    block_io nio = slot_io(m, acts, l, NORM_OF[half], d_att), bio = slot_io(m, acts, l, BRANCH_OF[half], d_att);
+    block_io nio = slot_io(m, acts, l, nk, d_att), bio = slot_io(m, acts, l, bk, d_att);
     const float *dbranch = branch_grad(m, dropout_grad(m->be, s->dtmp, s->dres, B, m->seq_l, m->cfg.hidden, d_out), B);
-    b->ops->bwd(&bio, s->dln, b->g, dbranch, a->slot[BRANCH_OF[half]], b->p, model_sp_input(m, n->ops->output(na), B));
+    b->ops->bwd(&bio, s->dln, b->g, dbranch, a->slot[bk], b->p, model_sp_input(m, n->ops->output(na), B));
     n->ops->bwd(&nio, s->dres, n->g, model_sp_norm_grad(m, B), na, n->p, be_f32(x));
 }
 
@@ -176,6 +174,6 @@ void layer_bwd(gpt_model *m, gpt_acts *acts, int l, const float *x)
 {
     be_drop d_att, d_out[2];
     layer_drops(m, acts, m->layer0 + l, &d_att, d_out);
-    half_bwd(m, acts, l, HALF_MLP, acts->layers[l].res2, &d_att, &d_out[HALF_MLP]);
-    half_bwd(m, acts, l, HALF_ATTN, x, &d_att, &d_out[HALF_ATTN]);
+    half_bwd(m, acts, l, LAYER_HALF_MLP, acts->layers[l].res2, &d_att, &d_out[LAYER_HALF_MLP]);
+    half_bwd(m, acts, l, LAYER_HALF_ATTN, x, &d_att, &d_out[LAYER_HALF_ATTN]);
 }

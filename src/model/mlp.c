@@ -62,8 +62,10 @@ static void scratch(carver *cv, const gpt_model *m, void *sv)
     CARVE(cv, s->dfch_act, float, BT * m->ffn_l);
 }
 
-void mlp_fc_act_fwd(const gpt_model *m, const comm *tp, const mlp_params *p, float *act, float *fch, be_in x,
-                    int rows)
+/* fc and the activation on `rows` rows: fch (rows, f/t, or 2f/t gated) = x fc_w^T (+ fc_b), act
+ * (rows, f/t) the activation of it (fc_b fused into a tanh GeLU); tp: the group fc is split over. */
+static void fc_act_fwd(const gpt_model *m, const comm *tp, const mlp_params *p, float *act, float *fch, be_in x,
+                       int rows)
 {
     const gpt_config *c = &m->cfg;
     int fused = fused_bias(c, p);
@@ -79,7 +81,7 @@ static void mlp_fwd(const block_io *io, void *av, const void *pv, float *out, be
     mlp_acts *a = av;
     const comm *tp = model_tp_reduce(m);
     int BT = io->B * m->cfg.seq, h = m->cfg.hidden;
-    mlp_fc_act_fwd(m, tp, pv, kept_stage(&a->fch_act), a->fch, x, BT);
+    fc_act_fwd(m, tp, pv, kept_stage(&a->fch_act), a->fch, x, BT);
     kept_done(m->be, &a->fch_act, (size_t)BT * m->ffn_l);
     tp_row_linear_fwd(m->be, tp, out, kept_in(&a->fch_act), ((const mlp_params *)pv)->fc2_w, BT, m->ffn_l, h);
 }
@@ -116,8 +118,35 @@ static void mlp_bwd(const block_io *io, float *dx, void *gv, const float *dbranc
 
 static const float *out_bias(const void *p) { return ((const mlp_params *)p)->fc2_b; }
 
+/* ---- generation's step: the forward of the new positions, nothing kept ---- */
+
+typedef struct {
+    float *fch; /* (rows, f/t), gated (rows, 2f/t) */
+    float *act; /* (rows, f/t) */
+} mlp_decode_scratch;
+
+static void decode_scratch(carver *cv, const gpt_model *m, int rows, void *sv)
+{
+    mlp_decode_scratch *s = sv;
+    CARVE(cv, s->fch, float, (int64_t)rows * gpt_fc_blocks(&m->cfg) * m->ffn_l);
+    CARVE(cv, s->act, float, (int64_t)rows * m->ffn_l);
+}
+
+static void decode(const block_io *io, void *st, const void *pv, float *out, be_in x, int pos, int n)
+{
+    const gpt_model *m = io->m;
+    const comm *tp = m->ps->tp_group; /* generation has no sequence parallelism */
+    mlp_decode_scratch *s = io->scratch;
+    int rows = io->B * n;
+    (void)st, (void)pos;
+    fc_act_fwd(m, tp, pv, s->act, s->fch, x, rows);
+    tp_row_linear_fwd(m->be, tp, out, be_f32(s->act), ((const mlp_params *)pv)->fc2_w, rows, m->ffn_l,
+                      m->cfg.hidden);
+}
+
 const block_ops mlp_ops = {
     .name = "MLP", .params_size = sizeof(mlp_params), .acts_size = sizeof(mlp_acts),
     .scratch_size = sizeof(mlp_scratch), .tensors = tensors, .acts = acts, .scratch = scratch, .fwd = mlp_fwd,
-    .bwd = mlp_bwd, .out_bias = out_bias,
+    .bwd = mlp_bwd, .out_bias = out_bias, .decode_scratch_size = sizeof(mlp_decode_scratch),
+    .decode_scratch = decode_scratch, .decode = decode,
 };

@@ -29,6 +29,12 @@ extern const embedding_ops embedding_block;
 
 /* ---- a transformer layer (layer.c) ---- */
 
+/* The layer's two residual halves (training's layer.c and generation's infer.c walk them alike):
+ * x + branch(norm(x)), the norm slot before each branch slot. */
+enum { LAYER_HALF_ATTN, LAYER_HALF_MLP, LAYER_NHALVES };
+static inline int layer_norm_slot(int half) { return half == LAYER_HALF_ATTN ? GPT_SLOT_INPUT_NORM : GPT_SLOT_PRE_MLP_NORM; }
+static inline int layer_branch_slot(int half) { return half == LAYER_HALF_ATTN ? GPT_SLOT_ATTENTION : GPT_SLOT_MLP; }
+
 /* x + attention(norm(x)), then + MLP(norm(.)), each branch with bias, dropout and residual add;
  * the place where recomputation and sequence parallelism hook in. */
 typedef struct {

@@ -17,7 +17,7 @@
 
 #include "trident/check.h"
 
-struct moe_acts {
+typedef struct moe_acts {
     float *logits;    /* (T, E) */
     int32_t *idx;     /* (T, k): the chosen experts */
     float *probs;     /* (T, k): their weights */
@@ -56,7 +56,7 @@ struct moe_acts {
     float *x32;       /* (T, h) the input in fp32 when the layer keeps it in the GEMMs' dtype (bf16, fp16) */
     double aux, z;    /* this micro-batch's load-balancing and z losses without their coefficients */
     int E;
-};
+} moe_acts;
 
 typedef struct {
     float *dlogits;   /* (T, E) */
@@ -162,7 +162,7 @@ static void tensors(table_builder *tb, int layer, int stream0, const char *prefi
 }
 
 /* The buffers of T tokens' forward (and the backward's kept values), carved: a micro-batch's
- * activations (acts), or generation's step buffers (moe_step_new). */
+ * activations (acts), or generation's step buffers (decode_scratch). */
 /* tp: the split of each expert's width; stp: the shared expert's (the tp size). */
 static void carve_tokens(carver *cv, const gpt_config *c, int ep, int tp, int stp, int64_t T, moe_acts *a)
 {
@@ -591,37 +591,21 @@ static void fwd(const block_io *io, void *av, const void *pv, float *out, be_in 
     forward(io->m, a, io->scratch, pv, out, input_f32(io->m, a, x, io->B * io->m->cfg.seq), io->B * io->m->cfg.seq);
 }
 
-/* ---- generation's step (src/model/infer.c): the forward of any number of tokens ---- */
+/* ---- generation's step: the forward of the new positions' tokens, nothing kept ---- */
 
-/* generation's buffers: the same carving as a micro-batch's, in one allocation of its own */
-struct moe_step_bufs {
-    moe_acts a;
-    td_arena ar;
-};
-
-moe_acts *moe_step_new(const gpt_model *m, int rows)
+/* The step's buffers: a micro-batch's carving for `rows` tokens (generation's carver is fp32: no
+ * widened input). */
+static void decode_scratch(carver *cv, const gpt_model *m, int rows, void *s)
 {
-    struct moe_step_bufs *b = td_xcalloc(1, sizeof *b);
-    carver cv = {NULL, 0, 0, BE_F32, NULL, 0};
     TD_ASSERT(ep_of(m) == 1); /* generation runs every expert on its one rank */
-    carve_tokens(&cv, &m->cfg, 1, expert_tp(m), m->tp, rows, &b->a); /* count */
-    td_arena_wrap(&b->ar, be_alloc(m->be, cv.bytes), cv.bytes);
-    cv = (carver){&b->ar, 0, 0, BE_F32, NULL, 0};
-    carve_tokens(&cv, &m->cfg, 1, expert_tp(m), m->tp, rows, &b->a);
-    return &b->a;
+    carve_tokens(cv, &m->cfg, 1, expert_tp(m), m->tp, rows, s);
 }
 
-void moe_step_free(const gpt_model *m, moe_acts *a)
+static void decode(const block_io *io, void *st, const void *pv, float *out, be_in x, int pos, int n)
 {
-    if (!a) return;
-    struct moe_step_bufs *b = (struct moe_step_bufs *)a; /* a is its first member */
-    be_dfree(m->be, b->ar.base);
-    free(b);
-}
-
-void moe_step(const gpt_model *m, const void *params, moe_acts *a, float *out, const float *x, int rows)
-{
-    forward(m, a, NULL, params, out, x, rows);
+    (void)st, (void)pos;
+    TD_ASSERT(x.dt == BE_F32);
+    forward(io->m, io->scratch, NULL, pv, out, x.p, io->B * n);
 }
 
 /* Megatron's get_updated_expert_bias: each expert's bias moves by rate toward the experts under
@@ -788,5 +772,6 @@ const block_ops moe_ops = {
     .name = "MoE MLP", .params_size = sizeof(moe_params), .acts_size = sizeof(moe_acts),
     .scratch_size = sizeof(moe_scratch), .tensors = tensors, .acts = acts, .scratch = scratch, .fwd = fwd, .bwd = bwd,
     .stat_list = moe_stats, .nstat = sizeof moe_stats / sizeof moe_stats[0], .stats = stats, .metrics = metrics,
-    .stats_apply = stats_apply,
+    .stats_apply = stats_apply, .decode_scratch_size = sizeof(moe_acts), .decode_scratch = decode_scratch,
+    .decode = decode,
 };

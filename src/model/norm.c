@@ -88,12 +88,31 @@ static void rms_bwd(const block_io *io, float *dx, void *gv, const float *dout, 
 
 static const kept_buf *output(const void *a) { return &((const norm_acts *)a)->out; }
 
+/* Generation's step: the output of io->B n rows into out, nothing kept. */
+static void ln_decode(const block_io *io, void *st, const void *pv, float *out, be_in x, int pos, int n)
+{
+    const gpt_model *m = io->m;
+    const norm_params *p = pv;
+    (void)st, (void)pos;
+    be_layernorm_fwd(m->be, out, NULL, NULL, x.p, p->w, p->b, io->B * n, m->cfg.hidden, gpt_norm_eps(&m->cfg));
+}
+
+static void rms_decode(const block_io *io, void *st, const void *pv, float *out, be_in x, int pos, int n)
+{
+    const gpt_model *m = io->m;
+    const norm_params *p = pv;
+    (void)st, (void)pos;
+    be_rmsnorm_fwd(m->be, out, NULL, x.p, p->w, io->B * n, m->cfg.hidden, gpt_norm_eps(&m->cfg));
+}
+
 const block_ops layernorm_ops = {
     .name = "LayerNorm", .params_size = sizeof(norm_params), .acts_size = sizeof(norm_acts),
     .tensors = ln_tensors, .acts = ln_acts, .fwd = ln_fwd, .bwd = ln_bwd, .output = output, .seq_local = 1,
+    .decode = ln_decode,
 };
 
 const block_ops rmsnorm_ops = {
     .name = "RMSNorm", .params_size = sizeof(norm_params), .acts_size = sizeof(norm_acts),
     .tensors = rms_tensors, .acts = rms_acts, .fwd = rms_fwd, .bwd = rms_bwd, .output = output, .seq_local = 1,
+    .decode = rms_decode,
 };
