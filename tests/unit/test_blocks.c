@@ -12,7 +12,9 @@
  * the masked positions), the pooler and the sentence-order head — are checked as one whole
  * one-layer model against a double-precision BERT written here: the weighted loss and the
  * gradient of every tensor by central differences. The MLP also with the other points of the
- * activation axes: GeGLU (gated tanh GeLU), squared ReLU, the exact erf GeLU. */
+ * activation axes: GeGLU (gated tanh GeLU), squared ReLU, the exact erf GeLU. Generation runs
+ * each slot through its kind's decode step: a kind generation has never heard of generates, one
+ * without a decode step is refused by name. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -21,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -654,8 +657,8 @@ static void head_metrics(void **st)
 }
 
 /* The stage's checks of what it is given: a bidirectional model's micro-batch without its
- * lengths, a token-type model's without its types, and generation over a block kind it has no
- * step for, each end the job naming what is missing (caught here through the abort hook). */
+ * lengths and a token-type model's without its types each end the job naming what is missing
+ * (caught here through the abort hook). */
 static jmp_buf g_died;
 static void died(int code)
 {
@@ -663,7 +666,6 @@ static void died(int code)
     longjmp(g_died, 1);
 }
 
-static const block_ops *g_kind;
 static int dies_forward(model_at *x, const gpt_batch *in)
 {
     if (setjmp(g_died)) return 1;
@@ -671,18 +673,11 @@ static int dies_forward(model_at *x, const gpt_batch *in)
     return 0;
 }
 
-static int dies_kv_create(gpt_model *m)
-{
-    if (setjmp(g_died)) return 1;
-    gpt_kv_cache *c = gpt_kv_create(m, 1, 4, 2);
-    gpt_kv_free(m, c);
-    return 0;
-}
 
 static void stage_checks(void **st)
 {
     (void)st;
-    gpt_config c = arch(3), g = arch(0);
+    gpt_config c = arch(3);
     model_at x;
     model_open(&x, &c, 1, 0);
     int64_t sample[B] = {0, 1};
@@ -694,14 +689,89 @@ static void stage_checks(void **st)
     assert_true(dies_forward(&x, &in));
     in.lengths = BERT_KLEN, in.types = NULL;
     assert_true(dies_forward(&x, &in));
+    td_set_abort_hook(NULL);
     model_close(&x);
-    model_open(&x, &g, 1, 0);
-    assert_false(dies_kv_create(x.m));
-    g_kind = x.m->layers[0].slot[GPT_SLOT_MLP].ops;
-    static const block_ops unknown = {.name = "a kind generation has no step for"};
-    x.m->layers[0].slot[GPT_SLOT_MLP].ops = &unknown;
-    assert_true(dies_kv_create(x.m));
-    x.m->layers[0].slot[GPT_SLOT_MLP].ops = g_kind;
+}
+
+/* ---- generation through the kinds' decode steps ---- */
+
+/* A kind src/model/infer.c has never heard of: the MLP's ops under another name, its decode step
+ * the MLP's, counted. */
+static int g_decodes;
+static void counted_decode(const block_io *io, void *st, const void *p, float *out, be_in x, int pos, int n)
+{
+    g_decodes++;
+    mlp_ops.decode(io, st, p, out, x, pos, n);
+}
+
+/* gpt_kv_create and gpt_infer's logits of prompt {3, 1, 4} then one step of {1}, per row (B, V);
+ * returns 1 when gpt_kv_create ended the job (err: what it printed). */
+static int generate(gpt_model *m, float *logits, char *err, size_t len)
+{
+    static const int32_t prompt[B * 3] = {3, 1, 4, 15, 9, 2}, next[B] = {1, 5};
+    FILE *f = tmpfile();
+    assert_non_null(f);
+    fflush(stderr);
+    int saved = dup(2);
+    dup2(fileno(f), 2);
+    int died_here = 0;
+    gpt_kv_cache *c = NULL;
+    if (setjmp(g_died)) died_here = 1;
+    else c = gpt_kv_create(m, B, T, 3);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    rewind(f);
+    size_t n = fread(err, 1, len - 1, f);
+    err[n] = 0;
+    fclose(f);
+    if (died_here) return 1;
+    gpt_infer(m, c, prompt, NULL, 0, 3, logits);
+    gpt_infer(m, c, next, NULL, 3, 1, logits);
+    gpt_kv_free(m, c);
+    return 0;
+}
+
+/* infer.c runs every slot through its kind's decode step and knows no kind: a kind it has never
+ * heard of generates (its decode step called once a step for the one layer), with the logits of
+ * the MLP whose step it borrows; a kind that trains but has no decode step is refused by
+ * gpt_kv_create with one line naming the kind and the layer. Llama's blocks (RMSNorm, GQA,
+ * rotary, SwiGLU). */
+static void decode_through_kinds(void **st)
+{
+    (void)st;
+    gpt_config c = arch(1);
+    model_at x;
+    model_open(&x, &c, 1, 0);
+    float want[B * 40], got[B * 40];
+    char err[1024];
+    td_set_abort_hook(died);
+    block_slot *mlp = &x.m->layers[0].slot[GPT_SLOT_MLP];
+    const block_ops *kind = mlp->ops;
+    assert_ptr_equal(kind, &mlp_ops);
+    assert_false(generate(x.m, want, err, sizeof err));
+
+    static block_ops renamed;
+    renamed = mlp_ops;
+    renamed.name = "an MLP infer.c does not know";
+    renamed.decode = counted_decode;
+    mlp->ops = &renamed;
+    g_decodes = 0;
+    assert_false(generate(x.m, got, err, sizeof err));
+    assert_int_equal(g_decodes, 2);
+    assert_memory_equal(got, want, sizeof want);
+
+    static block_ops no_step;
+    no_step = mlp_ops;
+    no_step.name = "an MLP without a decode step";
+    no_step.decode = NULL;
+    mlp->ops = &no_step;
+    assert_true(generate(x.m, got, err, sizeof err));
+    assert_non_null(strstr(err, "\"an MLP without a decode step\" (layer 0)"));
+    assert_non_null(strstr(err, "block_ops.decode"));
+    assert_ptr_equal(strchr(err, '\n'), err + strlen(err) - 1); /* one line */
+
+    mlp->ops = kind;
     td_set_abort_hook(NULL);
     model_close(&x);
 }
@@ -716,7 +786,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(mlp_llama),       cmocka_unit_test(mlp_mixed),       cmocka_unit_test(attention_bert),
         cmocka_unit_test(bert_model),      cmocka_unit_test(layer_spec),      cmocka_unit_test(head_metrics),
         cmocka_unit_test(stage_checks),    cmocka_unit_test(mlp_geglu),       cmocka_unit_test(mlp_squared_relu),
-        cmocka_unit_test(mlp_gelu_erf),
+        cmocka_unit_test(mlp_gelu_erf),    cmocka_unit_test(decode_through_kinds),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     be_free(g_be);
