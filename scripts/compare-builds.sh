@@ -8,7 +8,9 @@
 # `checkpoint info` must read the OLD checkpoint; the decoders' greedy generation from it must be
 # token-for-token the same. On the GPT checkpoint, each binary's `eval` (strided perplexity: the
 # flags' documents and the checkpoint's own, on one rank and on two as tp 2 and pp 2) and greedy
-# `generate` must print the same (timings aside) and write the same metrics line.
+# `generate` must print the same (timings aside) and write the same metrics line. Greedy generation
+# is also held on two ranks: GPT-2, the Llama-style model and the Mixtral-shaped one (SwiGLU experts,
+# GQA, rotary, RMSNorm) as tp 2, GPT-2 as pp 2, and the Llama-style without the key/value cache.
 # Usage: scripts/compare-builds.sh OLD_TRIDENT NEW_TRIDENT [BUILD]
 #   BUILD: a build folder whose test fixtures exist (make test ran there); default build.
 set -u
@@ -35,6 +37,7 @@ moe_stats=("${gpt[@]}" --num-experts 4 --moe-router-topk 2 --moe-layer-freq "[1,
 moe_llama=("${llama[@]}" --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 32 --moe-aux-loss-coeff 0.01)
 untimed() { sed -E 's/"(tokens_per_s|model_tflops_per_rank|mfu|elapsed_ms|comm_ms)": [^,}]*(, )?//g' "$@"; }
 fails=0
+mpi=(mpirun --oversubscribe -np 2)
 same() { # what a b
   if [ -s "$2" ] && cmp -s <(untimed "$2") <(untimed "$3"); then echo "ok: $1"; else echo "FAIL: $1"; fails=$((fails + 1)); fi
 }
@@ -58,6 +61,20 @@ for fam in gpt bert llama moe moe_stats moe_llama; do
   "$old" generate "${gen[@]}" >$fam.gold.txt 2>$fam.gold.log
   "$new" generate "${gen[@]}" >$fam.gnew.txt 2>$fam.gnew.log
   same "$fam: greedy generation from the old checkpoint, old and new" $fam.gold.txt $fam.gnew.txt
+  two=()
+  case $fam in
+    gpt) two=("tp 2:--tensor-model-parallel-size 2" "pp 2:--pipeline-model-parallel-size 2") ;;
+    llama) two=("tp 2:--tensor-model-parallel-size 2" "no cache:--no-kv-cache") ;;
+    moe_llama) two=("tp 2:--tensor-model-parallel-size 2") ;;
+  esac
+  for t in "${two[@]}"; do
+    read -ra lay <<<"${t#*:}"
+    run=("${mpi[@]}")
+    [ "${t%%:*}" = "no cache" ] && run=()
+    "${run[@]}" "$old" generate "${gen[@]}" "${lay[@]}" >$fam.gold2.txt 2>$fam.gold2.log
+    "${run[@]}" "$new" generate "${gen[@]}" "${lay[@]}" >$fam.gnew2.txt 2>$fam.gnew2.log
+    same "$fam: greedy generation from the old checkpoint (${t%%:*}), old and new" $fam.gold2.txt $fam.gnew2.txt
+  done
 done
 # inference on the old binary's GPT checkpoint: what eval and generate print, timings aside
 secs() { sed -E 's/ \| [0-9.]+ s$//' "$@"; }
@@ -71,7 +88,6 @@ infer() { # name command...: run by each binary (TRIDENT), stdout and the metric
      { [ ! -e $name.old.jsonl ] || cmp -s $name.old.jsonl $name.new.jsonl; }; then echo "ok: $name"
   else echo "FAIL: $name"; diff <(secs $name.old.out) <(secs $name.new.out) | head -5; fails=$((fails + 1)); fi
 }
-mpi=(mpirun --oversubscribe -np 2)
 infer eval_flags TRIDENT eval --metrics-file METRICS --load gpt.ck --data-path "${gpt[1]}" --split 90,10,0 \
   --split-name valid --seq-length 16 --eval-stride 5 --micro-batch-size 2
 infer eval_own TRIDENT eval --metrics-file METRICS --load gpt.ck --split-name valid --micro-batch-size 3
