@@ -10,7 +10,9 @@
 # flags' documents and the checkpoint's own, on one rank and on two as tp 2 and pp 2) and greedy
 # `generate` must print the same (timings aside) and write the same metrics line. Greedy generation
 # is also held on two ranks: GPT-2, the Llama-style model and the Mixtral-shaped one (SwiGLU experts,
-# GQA, rotary, RMSNorm) as tp 2, GPT-2 as pp 2, and the Llama-style without the key/value cache.
+# GQA, rotary, RMSNorm) as tp 2, GPT-2 as pp 2, and the Llama-style without the key/value cache;
+# and `serve`'s log-probabilities of those three (one rank and tp 2; JSON prints each float's
+# exact value), greedy and sampled, must be the same bit for bit.
 # Usage: scripts/compare-builds.sh OLD_TRIDENT NEW_TRIDENT [BUILD]
 #   BUILD: a build folder whose test fixtures exist (make test ran there); default build.
 set -u
@@ -35,6 +37,23 @@ moe_stats=("${gpt[@]}" --num-experts 4 --moe-router-topk 2 --moe-layer-freq "[1,
      --moe-z-loss-coeff 1e-3 --moe-expert-capacity-factor 1.5 --moe-router-score-function sigmoid
      --moe-router-enable-expert-bias --log-interval 1)
 moe_llama=("${llama[@]}" --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 32 --moe-aux-loss-coeff 0.01)
+served() { # out binary checkpoint tp: serve's answers (with log-probabilities) to two requests
+  local out=$1 bin=$2 ck=$3 tp=$4 port pid spid i run=()
+  port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  [ "$tp" -gt 1 ] && run=(mpirun --oversubscribe -np "$tp")
+  "${run[@]}" "$bin" serve --load "$ck" --vocab-file "$data/gpt2/vocab.json" --merge-file "$data/gpt2/merges.txt" \
+    --port "$port" --tensor-model-parallel-size "$tp" >"$out.log" 2>&1 &
+  pid=$!
+  for i in $(seq 150); do grep -q "listening on" "$out.log" && break; sleep 0.2; done
+  curl -s -X PUT "localhost:$port/api" -d '{"prompts": ["First Citizen: we", "ROMEO:"], "tokens_to_generate": 8,
+    "temperature": 0, "logprobs": true}' >"$out"
+  curl -s -X PUT "localhost:$port/api" -d '{"prompts": ["The quick brown fox jumps"], "tokens_to_generate": 10,
+    "temperature": 0.9, "top_k": 5, "random_seed": 3, "logprobs": true}' >>"$out"
+  spid=$(grep -o 'pid [0-9]*' "$out.log" | head -1 | cut -d' ' -f2)
+  [ -n "$spid" ] && kill -TERM "$spid"
+  wait $pid
+  grep -q '"logprobs":\[\[' "$out" || : >"$out" # no answer: empty, which `same` fails
+}
 untimed() { sed -E 's/"(tokens_per_s|model_tflops_per_rank|mfu|elapsed_ms|comm_ms)": [^,}]*(, )?//g' "$@"; }
 fails=0
 mpi=(mpirun --oversubscribe -np 2)
@@ -75,6 +94,13 @@ for fam in gpt bert llama moe moe_stats moe_llama; do
     "${run[@]}" "$new" generate "${gen[@]}" "${lay[@]}" >$fam.gnew2.txt 2>$fam.gnew2.log
     same "$fam: greedy generation from the old checkpoint (${t%%:*}), old and new" $fam.gold2.txt $fam.gnew2.txt
   done
+  case $fam in gpt | llama | moe_llama)
+    for tp in 1 2; do
+      served $fam.sold$tp.json "$old" $fam.ck $tp
+      served $fam.snew$tp.json "$new" $fam.ck $tp
+      same "$fam: serve's log-probabilities on tp $tp, old and new" $fam.sold$tp.json $fam.snew$tp.json
+    done ;;
+  esac
 done
 # inference on the old binary's GPT checkpoint: what eval and generate print, timings aside
 secs() { sed -E 's/ \| [0-9.]+ s$//' "$@"; }
