@@ -309,7 +309,9 @@ float *gpt_backward(gpt_model *m, gpt_acts *a, const float *doutput, float loss_
 /* ---- generation (src/model/infer.c): the incremental forward with a key/value cache ---- */
 typedef struct gpt_kv_cache gpt_kv_cache;
 /* A cache for B rows of up to `cap` positions of this stage's layers, and the buffers of steps of
- * up to `nmax` new positions a row. */
+ * up to `nmax` new positions a row: each slot's decode state and each block kind's step scratch
+ * (their decode entries), in backend memory. Ends the job, naming it, when a block kind of the
+ * stage has no decode step, or under sequence parallelism. */
 gpt_kv_cache *gpt_kv_create(gpt_model *m, int B, int cap, int nmax);
 void gpt_kv_free(gpt_model *m, gpt_kv_cache *c);
 /* Runs positions [pos, pos + n) of every row through the stage, appending their keys and values
