@@ -22,6 +22,10 @@
 
 #include "cuda_impl.h"
 
+/* Compiled without --use_fast_math (CUDA defines no macro to check it by): the kernels hold the
+ * cpu backend's results to 1e-5, and RoPE its float32 angle roundings, with IEEE division, square
+ * root and expf. */
+
 extern "C" {
 #include "trident/check.h"
 }
