@@ -452,10 +452,10 @@ static void t_optimizer(size_t n)
     }
     double sc = g_cpu->ops->sumsq(g_cpu, fc(g), n), s1 = g_gpu->ops->sumsq(g_gpu, fg(g), n);
     double s2 = g_gpu->ops->sumsq(g_gpu, fg(g), n), rel = fabs(s1 - sc) / sc;
-    int ok = rel <= 1e-12;
+    int ok = rel <= 1e-9; /* both in double; n eps bounds the order's effect */
     g_checks++;
     g_fails += !ok;
-    printf("%s %-48s      n %-8zu rel err %.2e (bound 1e-12)\n", ok ? "ok  " : "FAIL", "sumsq", n, rel);
+    printf("%s %-48s      n %-8zu rel err %.2e (bound 1e-9)\n", ok ? "ok  " : "FAIL", "sumsq", n, rel);
     check_same_bits("sumsq", &s1, &s2, sizeof s1);
     rm(p), rm(g), rm(m), rm(v);
 }
