@@ -234,9 +234,9 @@ static void drop_launch(const backend *be, const char *entry, be_out out, be_in 
     int ot = cu_dtype(out.dt, entry), it = cu_dtype(inp.dt, entry), rt = resid.p ? cu_dtype(resid.dt, entry) : 0;
     /* no dropout, no bias, no residual, in place: the identity */
     if (!d.on && !b && !resid.p && out.p == inp.p && ot == it) return;
+    if (B <= 0 || T <= 0 || C <= 0) return;
     int64_t nb = cu_drop_nblocks(d.unit0, C);
     size_t nthreads = (size_t)B * T * (size_t)nb;
-    if ((size_t)B * T * C == 0) return;
     drop_k<<<cu_blocks(nthreads), CU_THREADS, 0, cu_stream(be)>>>(out.p, ot, resid.p, rt, inp.p, it, b, T, C, nb,
                                                                  nthreads, d);
     CU_LAUNCHED("dropout");
