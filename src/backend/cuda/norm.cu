@@ -1,0 +1,211 @@
+/* The CUDA backend's LayerNorm and RMSNorm (forward and backward) and the column sums behind every
+ * parameter gradient of this family (bias_bwd, the norms' weights, bias + GeLU's bias).
+ *
+ * Rows: one warp a row (CU_THREADS / 32 rows a block), the row's sums over its columns each lane
+ * strided then a butterfly across the warp; the mean, the variance about it (two passes, as the
+ * cpu) and 1 / sqrtf (correctly rounded, not rsqrtf). Column sums: a block of 32 columns x 32
+ * row lanes; lane y sums rows y, y + 32, ... in order, then one thread a column adds the 32 lane
+ * sums in order and adds the total to the gradient: a fixed order set by N and C alone, no
+ * atomics (deterministic, as the contract asks). */
+#include <math.h>
+
+#include "elem_impl.cuh"
+
+
+#define ROWS_PER_BLOCK (CU_THREADS / 32)
+
+static unsigned row_blocks(int N)
+{
+    size_t b = ((size_t)N + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK;
+    return (unsigned)(b < 65536 ? b : 65536);
+}
+/* The grid-stride loop over rows, one warp a row. */
+#define ROW_FOR(n, N)                                                                           \
+    for (int n = blockIdx.x * ROWS_PER_BLOCK + (int)(threadIdx.x >> 5); n < (N);                \
+         n += gridDim.x * ROWS_PER_BLOCK)
+
+/* ---- column sums ---- */
+
+#define COL_W 32 /* columns a block */
+#define COL_H 32 /* row lanes a block */
+
+static __global__ void colsum_k(int mode, float *acc, float *acc2, const void *x, int xt, const void *y, int yt,
+                                const float *s0, const float *s1, const float *b, int N, int C)
+{
+    __shared__ float part[2][COL_H][COL_W + 1];
+    int c = blockIdx.x * COL_W + threadIdx.x;
+    float a1 = 0.0f, a2 = 0.0f;
+    if (c < C) {
+        for (int n = threadIdx.y; n < N; n += COL_H) {
+            size_t i = (size_t)n * C + c;
+            float xv = cu_ld(x, xt, i);
+            switch (mode) {
+            case CU_COL_LN:
+                a1 += xv * (cu_ld(y, yt, i) - s0[n]) * s1[n];
+                a2 += xv;
+                break;
+            case CU_COL_RMS: a1 += xv * cu_ld(y, yt, i) * s1[n]; break;
+            case CU_COL_GELU: a1 += cu_gelu_grad(cu_ld(y, yt, i) + b[c]) * xv; break;
+            default: a1 += xv; break;
+            }
+        }
+    }
+    part[0][threadIdx.y][threadIdx.x] = a1;
+    part[1][threadIdx.y][threadIdx.x] = a2;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < C) {
+        float t1 = 0.0f, t2 = 0.0f;
+        for (int k = 0; k < COL_H; k++) {
+            t1 += part[0][k][threadIdx.x];
+            t2 += part[1][k][threadIdx.x];
+        }
+        if (acc) acc[c] += t1;
+        if (acc2) acc2[c] += t2;
+    }
+}
+
+void cu_colsum(const backend *be, int mode, float *acc, float *acc2, const void *x, int xt, const void *y, int yt,
+               const float *s0, const float *s1, const float *b, int N, int C)
+{
+    if ((!acc && !acc2) || N <= 0 || C <= 0) return;
+    dim3 grid((unsigned)((C + COL_W - 1) / COL_W)), block(COL_W, COL_H);
+    colsum_k<<<grid, block, 0, cu_stream(be)>>>(mode, acc, acc2, x, xt, y, yt, s0, s1, b, N, C);
+    CU_LAUNCHED("column sums (a parameter gradient)");
+}
+
+static void e_bias_bwd(const backend *be, float *db, be_in dout, int N, int C)
+{
+    cu_colsum(be, CU_COL_PLAIN, db, NULL, dout.p, cu_dtype(dout.dt, "bias_bwd"), NULL, 0, NULL, NULL, NULL, N, C);
+}
+
+/* ---- LayerNorm ---- */
+
+static __global__ void layernorm_fwd_k(void *out, int ot, float *mean, float *rstd, const void *inp, int it,
+                                       const float *w, const float *b, int N, int C, float eps)
+{
+    const int lane = threadIdx.x & 31;
+    ROW_FOR(n, N) {
+        size_t r = (size_t)n * C;
+        float m = 0.0f;
+        for (int c = lane; c < C; c += 32) m += cu_ld(inp, it, r + c);
+        m = cu_warp_sum(m) / (float)C;
+        float var = 0.0f;
+        for (int c = lane; c < C; c += 32) {
+            float d = cu_ld(inp, it, r + c) - m;
+            var += d * d;
+        }
+        float s = 1.0f / sqrtf(cu_warp_sum(var) / (float)C + eps);
+        for (int c = lane; c < C; c += 32) cu_st(out, ot, r + c, (cu_ld(inp, it, r + c) - m) * s * w[c] + b[c]);
+        if (lane == 0) {
+            if (mean) mean[n] = m;
+            if (rstd) rstd[n] = s;
+        }
+    }
+}
+static void e_layernorm_fwd(const backend *be, be_out out, float *mean, float *rstd, be_in inp, const float *w,
+                            const float *b, int N, int C, float eps)
+{
+    if (N <= 0 || C <= 0) return;
+    layernorm_fwd_k<<<row_blocks(N), CU_THREADS, 0, cu_stream(be)>>>(out.p, cu_dtype(out.dt, "layernorm_fwd"), mean,
+                                                                    rstd, inp.p, cu_dtype(inp.dt, "layernorm_fwd"),
+                                                                    w, b, N, C, eps);
+    CU_LAUNCHED("layernorm_fwd");
+}
+
+/* dinp row += rstd (dxhat - mean(dxhat) - xhat mean(dxhat xhat)), dxhat = dout w. */
+static __global__ void layernorm_bwd_k(void *dinp, int dit, const void *dout, int dt, const void *inp, int it,
+                                       const float *w, const float *mean, const float *rstd, int N, int C)
+{
+    const int lane = threadIdx.x & 31;
+    ROW_FOR(n, N) {
+        size_t r = (size_t)n * C;
+        float m = mean[n], s = rstd[n], a = 0.0f, bs = 0.0f;
+        for (int c = lane; c < C; c += 32) {
+            float dxh = cu_ld(dout, dt, r + c) * w[c];
+            a += dxh;
+            bs += dxh * (cu_ld(inp, it, r + c) - m) * s;
+        }
+        a = cu_warp_sum(a) / (float)C;
+        bs = cu_warp_sum(bs) / (float)C;
+        for (int c = lane; c < C; c += 32) {
+            float xh = (cu_ld(inp, it, r + c) - m) * s;
+            cu_st(dinp, dit, r + c, cu_ld(dinp, dit, r + c) + s * (cu_ld(dout, dt, r + c) * w[c] - a - xh * bs));
+        }
+    }
+}
+static void e_layernorm_bwd(const backend *be, be_out dinp, float *dw, float *db, be_in dout, be_in inp,
+                            const float *w, const float *mean, const float *rstd, int N, int C)
+{
+    if (N <= 0 || C <= 0) return;
+    int dt = cu_dtype(dout.dt, "layernorm_bwd"), it = cu_dtype(inp.dt, "layernorm_bwd");
+    cu_colsum(be, CU_COL_LN, dw, db, dout.p, dt, inp.p, it, mean, rstd, NULL, N, C);
+    if (!dinp.p) return;
+    layernorm_bwd_k<<<row_blocks(N), CU_THREADS, 0, cu_stream(be)>>>(dinp.p, cu_dtype(dinp.dt, "layernorm_bwd"),
+                                                                    dout.p, dt, inp.p, it, w, mean, rstd, N, C);
+    CU_LAUNCHED("layernorm_bwd");
+}
+
+/* ---- RMSNorm ---- */
+
+static __global__ void rmsnorm_fwd_k(void *out, int ot, float *rstd, const void *inp, int it, const float *w, int N,
+                                     int C, float eps)
+{
+    const int lane = threadIdx.x & 31;
+    ROW_FOR(n, N) {
+        size_t r = (size_t)n * C;
+        float ss = 0.0f;
+        for (int c = lane; c < C; c += 32) {
+            float v = cu_ld(inp, it, r + c);
+            ss += v * v;
+        }
+        float s = 1.0f / sqrtf(cu_warp_sum(ss) / (float)C + eps);
+        for (int c = lane; c < C; c += 32) cu_st(out, ot, r + c, cu_ld(inp, it, r + c) * s * w[c]);
+        if (lane == 0 && rstd) rstd[n] = s;
+    }
+}
+static void e_rmsnorm_fwd(const backend *be, be_out out, float *rstd, be_in inp, const float *w, int N, int C,
+                          float eps)
+{
+    if (N <= 0 || C <= 0) return;
+    rmsnorm_fwd_k<<<row_blocks(N), CU_THREADS, 0, cu_stream(be)>>>(out.p, cu_dtype(out.dt, "rmsnorm_fwd"), rstd,
+                                                                  inp.p, cu_dtype(inp.dt, "rmsnorm_fwd"), w, N, C,
+                                                                  eps);
+    CU_LAUNCHED("rmsnorm_fwd");
+}
+
+/* dinp row += rstd (dxhat - xhat mean(dxhat xhat)), xhat = x rstd, dxhat = dout w. */
+static __global__ void rmsnorm_bwd_k(void *dinp, int dit, const void *dout, int dt, const void *inp, int it,
+                                     const float *w, const float *rstd, int N, int C)
+{
+    const int lane = threadIdx.x & 31;
+    ROW_FOR(n, N) {
+        size_t r = (size_t)n * C;
+        float s = rstd[n], a = 0.0f;
+        for (int c = lane; c < C; c += 32) a += cu_ld(dout, dt, r + c) * w[c] * cu_ld(inp, it, r + c) * s;
+        a = cu_warp_sum(a) / (float)C;
+        for (int c = lane; c < C; c += 32) {
+            float x = cu_ld(inp, it, r + c);
+            cu_st(dinp, dit, r + c, cu_ld(dinp, dit, r + c) + s * (cu_ld(dout, dt, r + c) * w[c] - x * s * a));
+        }
+    }
+}
+static void e_rmsnorm_bwd(const backend *be, be_out dinp, float *dw, be_in dout, be_in inp, const float *w,
+                          const float *rstd, int N, int C)
+{
+    if (N <= 0 || C <= 0) return;
+    int dt = cu_dtype(dout.dt, "rmsnorm_bwd"), it = cu_dtype(inp.dt, "rmsnorm_bwd");
+    cu_colsum(be, CU_COL_RMS, dw, NULL, dout.p, dt, inp.p, it, NULL, rstd, NULL, N, C);
+    if (!dinp.p) return;
+    rmsnorm_bwd_k<<<row_blocks(N), CU_THREADS, 0, cu_stream(be)>>>(dinp.p, cu_dtype(dinp.dt, "rmsnorm_bwd"), dout.p,
+                                                                  dt, inp.p, it, w, rstd, N, C);
+    CU_LAUNCHED("rmsnorm_bwd");
+}
+
+void cu_fill_norm(struct be_ops *o)
+{
+    o->layernorm_fwd = e_layernorm_fwd;
+    o->layernorm_bwd = e_layernorm_bwd;
+    o->rmsnorm_fwd = e_rmsnorm_fwd;
+    o->rmsnorm_bwd = e_rmsnorm_bwd;
+    o->bias_bwd = e_bias_bwd;
+}

@@ -1,0 +1,79 @@
+/* The CUDA backend's AdamW over a flat slice (PyTorch semantics, decoupled weight decay, the bias
+ * corrections computed on the host in double as the cpu backend's) and the sum of squares behind
+ * the gradient norm, which returns its value to the host (it waits for the stream).
+ *
+ * sumsq sums in double in an order fixed by n alone: SUMSQ_BLOCKS blocks of CU_THREADS threads,
+ * thread t of the grid taking elements t, t + SUMSQ_BLOCKS CU_THREADS, ... in order; each block's
+ * sum to a partial in stream-ordered scratch (cudaMallocAsync), and one block adds the partials
+ * in a fixed order. No atomics: the same bits on every run and every GPU. */
+#include <math.h>
+
+#include "elem_impl.cuh"
+
+static __global__ void adamw_k(float *p, const float *g, float *m, float *v, size_t n, float beta1, float beta2,
+                               float eps, float gscale, float step_size, float inv_sqrt_bc2, float decay)
+{
+    CU_FOR(i, n) {
+        float gi = g[i] * gscale;
+        float mi = beta1 * m[i] + (1.0f - beta1) * gi;
+        float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
+        m[i] = mi;
+        v[i] = vi;
+        p[i] = p[i] * decay - step_size * mi / (sqrtf(vi) * inv_sqrt_bc2 + eps);
+    }
+}
+static void e_adamw(const backend *be, float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1,
+                    float beta2, float eps, float wd, float gscale, int64_t step)
+{
+    TD_CHECK(step >= 1, "AdamW steps count from 1", "step %lld", (long long)step);
+    if (n == 0) return;
+    double bc1 = 1.0 - pow((double)beta1, (double)step);
+    double bc2 = 1.0 - pow((double)beta2, (double)step);
+    float step_size = (float)(lr / bc1);
+    float inv_sqrt_bc2 = (float)(1.0 / sqrt(bc2));
+    float decay = 1.0f - lr * wd;
+    adamw_k<<<cu_blocks(n), CU_THREADS, 0, cu_stream(be)>>>(p, g, m, v, n, beta1, beta2, eps, gscale, step_size,
+                                                           inv_sqrt_bc2, decay);
+    CU_LAUNCHED("adamw");
+}
+
+#define SUMSQ_BLOCKS 512
+
+static __global__ void sumsq_part_k(double *part, const float *x, size_t n)
+{
+    double s = 0.0;
+    for (size_t i = (size_t)blockIdx.x * CU_THREADS + threadIdx.x; i < n; i += (size_t)SUMSQ_BLOCKS * CU_THREADS)
+        s += (double)x[i] * x[i];
+    s = cu_block_sum_d(s);
+    if (threadIdx.x == 0) part[blockIdx.x] = s;
+}
+/* part[SUMSQ_BLOCKS] = the sum of part[0 .. SUMSQ_BLOCKS), one block. */
+static __global__ void sumsq_total_k(double *part)
+{
+    double s = 0.0;
+    for (int k = threadIdx.x; k < SUMSQ_BLOCKS; k += CU_THREADS) s += part[k];
+    s = cu_block_sum_d(s);
+    if (threadIdx.x == 0) part[SUMSQ_BLOCKS] = s;
+}
+static double e_sumsq(const backend *be, const float *x, size_t n)
+{
+    if (n == 0) return 0.0;
+    cudaStream_t st = cu_stream(be);
+    double *part = NULL, s = 0.0;
+    CU_CHECK(cudaMallocAsync((void **)&part, (SUMSQ_BLOCKS + 1) * sizeof(double), st), "sumsq: scratch");
+    sumsq_part_k<<<SUMSQ_BLOCKS, CU_THREADS, 0, st>>>(part, x, n);
+    CU_LAUNCHED("sumsq");
+    sumsq_total_k<<<1, CU_THREADS, 0, st>>>(part);
+    CU_LAUNCHED("sumsq (total)");
+    CU_CHECK(cudaMemcpyAsync(&s, part + SUMSQ_BLOCKS, sizeof(double), cudaMemcpyDeviceToHost, st),
+             "sumsq: reading the sum");
+    CU_CHECK(cudaFreeAsync(part, st), "sumsq: scratch");
+    CU_CHECK(cudaStreamSynchronize(st), "sumsq: waiting for the sum");
+    return s;
+}
+
+void cu_fill_optim(struct be_ops *o)
+{
+    o->adamw = e_adamw;
+    o->sumsq = e_sumsq;
+}

@@ -1,0 +1,505 @@
+/* The CUDA backend's elementwise family (src/backend/cuda/elementwise.cu, norm.cu, loss.cu,
+ * optim.cu) against the cpu backend: every entry cuda_fill_elementwise fills, on fresh random
+ * inputs of odd sizes (rows 7, widths 97, 1000 and GPT-2's vocabulary 50257 padded to 50304), in
+ * fp32, bf16 and fp16 activations.
+ *
+ * The measure: the relative infinity norm of a whole output, max |gpu - cpu| / max |cpu| (absolute
+ * when the cpu's output is all zeros). Bounds: 1e-5 in the fp32 run, 1e-2 in the bf16 and fp16 runs
+ * (the GPU rounds its outputs to the dtype once; the cpu, which computes in fp32 only, gets the same
+ * rounded inputs widened). Exact (the gpu's output equals the cpu's rounded to the buffer's dtype, bit
+ * for bit), where both do the same IEEE operations in the same order: the dropout masks (dropout_fwd
+ * and dropout_bwd multiply the same inputs by the same 1/(1-p) or 0), add, scale, bias_add, the
+ * embeddings forward and backward (the backward adds in the cpu's token order), ce_max, ce_target.
+ * Bit for bit over two gpu runs (the contract's determinism): embedding_bwd, the column sums, sumsq.
+ *
+ * Before any device is touched it checks that cuda_fill_elementwise fills exactly this family's
+ * entries. Then it exits 77, saying why, when this build has no cuda backend or no GPU is
+ * visible. The entries are called through the vtable (be->ops) because the fp32 wrappers of
+ * backend.h cannot pass bf16 or fp16 buffers; memory goes through be_alloc and be_memcpy. */
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "trident/activation.h"
+#include "trident/half.h"
+#include "backend/backend.h"
+
+/* cudacore's backend.h declares it (the visible devices of a backend; 0 without); repeated here
+ * so that this file compiles before that lands. */
+int be_backend_devices(const char *name);
+/* src/backend/cuda/cuda_impl.h (private, and needs cuda_runtime.h): this family's vtable share. */
+void cuda_fill_elementwise(struct be_ops *ops);
+
+#define SKIP 77
+
+static const backend *g_cpu, *g_gpu;
+static int g_fails, g_checks;
+static be_dtype g_run_dt; /* the activations' dtype of the run in progress */
+
+/* ---- the entries cuda_fill_elementwise must fill, and only they ---- */
+static const char *const FAMILY[] = {
+    "embedding_fwd", "embedding_bwd", "pos_embedding_fwd", "pos_embedding_bwd", "layernorm_fwd", "layernorm_bwd",
+    "rmsnorm_fwd", "rmsnorm_bwd", "rope_fwd", "rope_bwd", "act_fwd", "act_bwd", "bias_gelu_fwd", "bias_gelu_bwd",
+    "add", "scale", "bias_add", "bias_bwd", "dropout_fwd", "dropout_bwd", "bias_dropout_add_fwd", "ce_max",
+    "ce_sumexp", "ce_target", "ce_loss", "ce_bwd", "adamw", "sumsq"};
+enum { NFAMILY = sizeof FAMILY / sizeof FAMILY[0] };
+
+static int fill_sets_exactly_the_family(void)
+{
+    struct be_ops o;
+    memset(&o, 0, sizeof o);
+    cuda_fill_elementwise(&o);
+    int bad = 0, named = 0;
+    for (int e = 0; e < BE_OP_NENTRIES; e++) {
+        const char *name = BE_OP_ENTRIES[e].name;
+        int mine = 0;
+        for (int k = 0; k < NFAMILY; k++) mine |= strcmp(FAMILY[k], name) == 0;
+        named += mine;
+        void *fn;
+        memcpy(&fn, (const char *)&o + BE_OP_ENTRIES[e].offset, sizeof fn);
+        if (mine != (fn != NULL)) {
+            printf("FAIL cuda_fill_elementwise: %s is %s\n", name, fn ? "set but not this family's" : "left NULL");
+            bad = 1;
+        }
+    }
+    if (named != NFAMILY) {
+        printf("FAIL the family names %d entries the contract does not have\n", NFAMILY - named);
+        bad = 1;
+    }
+    if (!bad) printf("ok   cuda_fill_elementwise fills exactly its %d entries\n", NFAMILY);
+    return bad;
+}
+
+/* ---- tensors held on both backends ---- */
+
+static uint64_t g_seed = 0x243F6A8885A308D3ULL;
+static float urand(float lo, float hi)
+{
+    g_seed ^= g_seed >> 12, g_seed ^= g_seed << 25, g_seed ^= g_seed >> 27;
+    return lo + (hi - lo) * (float)((g_seed * 0x2545F4914F6CDD1DULL) >> 40) / 16777216.0f;
+}
+static float round_to(float v, be_dtype dt)
+{
+    return dt == BE_BF16 ? td_bf16_to_f32(td_f32_to_bf16(v)) : dt == BE_F16 ? td_f16_to_f32(td_f32_to_f16(v)) : v;
+}
+
+/* n values, rounded to dt: fp32 on the cpu (c), dt on the gpu (g). */
+typedef struct {
+    size_t n;
+    be_dtype dt;
+    float *c;
+    void *g;
+} pair;
+
+static void *to_dev(const backend *be, const void *h, size_t bytes)
+{
+    void *d = be_alloc(be, bytes ? bytes : 4);
+    if (bytes) be_memcpy(be, d, h, bytes, BE_H2D);
+    return d;
+}
+static pair mk_from(const float *h, size_t n, be_dtype dt)
+{
+    pair t = {n, dt, NULL, NULL};
+    float *r = malloc((n ? n : 1) * sizeof(float));
+    uint16_t *h16 = malloc((n ? n : 1) * 2);
+    for (size_t i = 0; i < n; i++) {
+        r[i] = round_to(h[i], dt);
+        h16[i] = dt == BE_BF16 ? td_f32_to_bf16(r[i]) : td_f32_to_f16(r[i]);
+    }
+    t.c = to_dev(g_cpu, r, n * sizeof(float));
+    t.g = to_dev(g_gpu, dt == BE_F32 ? (void *)r : (void *)h16, n * be_dtype_size(dt));
+    free(r), free(h16);
+    return t;
+}
+static pair mk(size_t n, be_dtype dt, float lo, float hi)
+{
+    float *h = malloc((n ? n : 1) * sizeof(float));
+    for (size_t i = 0; i < n; i++) h[i] = urand(lo, hi);
+    pair t = mk_from(h, n, dt);
+    free(h);
+    return t;
+}
+static void rm(pair t)
+{
+    be_dfree(g_cpu, t.c);
+    be_dfree(g_gpu, t.g);
+}
+static be_in cin(pair t) { return (be_in){t.c, BE_F32}; }
+static be_out cout(pair t) { return (be_out){t.c, BE_F32}; }
+static be_in gin(pair t) { return (be_in){t.g, t.dt}; }
+static be_out gout(pair t) { return (be_out){t.g, t.dt}; }
+static float *fc(pair t) { return t.c; }
+static float *fg(pair t) { return (float *)t.g; }
+
+/* The gpu's values of t, widened to fp32 (malloc'd). */
+static float *gpu_values(pair t)
+{
+    float *h = malloc((t.n ? t.n : 1) * sizeof(float));
+    if (t.dt == BE_F32) {
+        be_memcpy(g_gpu, h, t.g, t.n * sizeof(float), BE_D2H);
+        return h;
+    }
+    uint16_t *h16 = malloc((t.n ? t.n : 1) * 2);
+    be_memcpy(g_gpu, h16, t.g, t.n * 2, BE_D2H);
+    for (size_t i = 0; i < t.n; i++) h[i] = t.dt == BE_BF16 ? td_bf16_to_f32(h16[i]) : td_f16_to_f32(h16[i]);
+    free(h16);
+    return h;
+}
+static float *cpu_values(pair t)
+{
+    float *h = malloc((t.n ? t.n : 1) * sizeof(float));
+    be_memcpy(g_cpu, h, t.c, t.n * sizeof(float), BE_D2H);
+    return h;
+}
+
+/* Holds the gpu's t to the cpu's within `tol`, or when 0 the run's bound: 1e-5 in the fp32 run,
+ * 1e-2 in the bf16 and fp16 runs, fp32 buffers included (there a gpu output rounded to bf16 may
+ * feed the next entry, whose cpu twin reads the unrounded value); prints the measure. */
+static void check_tol(const char *what, pair t, double tol)
+{
+    if (tol <= 0) tol = g_run_dt == BE_F32 && t.dt == BE_F32 ? 1e-5 : 1e-2;
+    float *g = gpu_values(t), *c = cpu_values(t);
+    double num = 0, den = 0;
+    int nonfinite = 0;
+    for (size_t i = 0; i < t.n; i++) {
+        if (!isfinite(g[i]) || !isfinite(c[i])) {
+            nonfinite += !(g[i] == c[i]) && !(isnan(g[i]) && isnan(c[i]));
+            continue;
+        }
+        double d = fabs((double)g[i] - c[i]);
+        num = d > num ? d : num;
+        den = fabs(c[i]) > den ? fabs(c[i]) : den;
+    }
+    double rel = den > 0 ? num / den : num;
+    int ok = rel <= tol && !nonfinite;
+    g_checks++;
+    g_fails += !ok;
+    printf("%s %-48s %-4s n %-8zu rel err %.2e (bound %.0e)%s\n", ok ? "ok  " : "FAIL", what, be_dtype_name(t.dt), t.n,
+           rel, tol, nonfinite ? " non-finite mismatch" : "");
+    free(g), free(c);
+}
+static void check(const char *what, pair t) { check_tol(what, t, 0); }
+
+/* The gpu's t equals the cpu's rounded to t's dtype, bit for bit. */
+static void check_exact(const char *what, pair t)
+{
+    float *g = gpu_values(t), *c = cpu_values(t);
+    size_t diff = 0;
+    for (size_t i = 0; i < t.n; i++) {
+        float r = round_to(c[i], t.dt);
+        diff += memcmp(&g[i], &r, 4) != 0;
+    }
+    g_checks++;
+    g_fails += diff != 0;
+    printf("%s %-48s %-4s n %-8zu %zu elements differ (bit for bit)\n", diff ? "FAIL" : "ok  ", what,
+           be_dtype_name(t.dt), t.n, diff);
+    free(g), free(c);
+}
+/* Two gpu results of the same call are the same bits. */
+static void check_same_bits(const char *what, const void *a, const void *b, size_t bytes)
+{
+    int same = memcmp(a, b, bytes) == 0;
+    g_checks++;
+    g_fails += !same;
+    printf("%s %-48s run twice: %s\n", same ? "ok  " : "FAIL", what, same ? "the same bits" : "DIFFERENT bits");
+}
+static const char *label(const char *entry, be_dtype dt, int a, int b)
+{
+    static char s[160];
+    snprintf(s, sizeof s, "%s %s [%d x %d]", entry, be_dtype_name(dt), a, b);
+    return s;
+}
+
+/* ---- the entries ---- */
+
+/* add, scale and bias_add are one IEEE operation an element, the same on both: exact. */
+static void t_add_scale_bias(be_dtype dt, int N, int C)
+{
+    size_t n = (size_t)N * C;
+    pair a = mk(n, dt, -2, 2), b = mk(n, dt, -2, 2), out = mk(n, dt, 0, 0), bias = mk(C, BE_F32, -1, 1);
+    g_cpu->ops->add(g_cpu, cout(out), cin(a), cin(b), n);
+    g_gpu->ops->add(g_gpu, gout(out), gin(a), gin(b), n);
+    check_exact(label("add", dt, N, C), out);
+    g_cpu->ops->add(g_cpu, cout(a), cin(a), cin(b), n); /* out == a */
+    g_gpu->ops->add(g_gpu, gout(a), gin(a), gin(b), n);
+    check_exact(label("add (out == a)", dt, N, C), a);
+    g_cpu->ops->scale(g_cpu, cout(b), 0.37f, n);
+    g_gpu->ops->scale(g_gpu, gout(b), 0.37f, n);
+    check_exact(label("scale", dt, N, C), b);
+    pair o2 = mk(n, dt, -1, 1), dout = mk(n, dt, -1, 1), db = mk(C, BE_F32, -1, 1);
+    g_cpu->ops->bias_add(g_cpu, cout(o2), fc(bias), N, C);
+    g_gpu->ops->bias_add(g_gpu, gout(o2), fg(bias), N, C);
+    check_exact(label("bias_add", dt, N, C), o2);
+    g_cpu->ops->bias_bwd(g_cpu, fc(db), cin(dout), N, C);
+    g_gpu->ops->bias_bwd(g_gpu, fg(db), gin(dout), N, C);
+    check(label("bias_bwd db", dt, N, C), db);
+    rm(a), rm(b), rm(out), rm(bias), rm(o2), rm(dout), rm(db);
+}
+
+static void t_act(be_dtype dt, int N, int F)
+{
+    for (int act = 0; act < TD_ACT_COUNT; act++)
+        for (int glu = 0; glu < 2; glu++) {
+            size_t nin = (size_t)N * F * (glu ? 2 : 1), nout = (size_t)N * F;
+            pair x = mk(nin, dt, -4, 4), y = mk(nout, dt, 0, 0), dy = mk(nout, dt, -1, 1), dx = mk(nin, dt, -1, 1);
+            char what[64];
+            snprintf(what, sizeof what, "act_fwd %s", td_act_label(act, glu));
+            g_cpu->ops->act_fwd(g_cpu, act, glu, cout(y), cin(x), N, F);
+            g_gpu->ops->act_fwd(g_gpu, act, glu, gout(y), gin(x), N, F);
+            check(label(what, dt, N, F), y);
+            snprintf(what, sizeof what, "act_bwd %s", td_act_label(act, glu));
+            g_cpu->ops->act_bwd(g_cpu, act, glu, cout(dx), cin(dy), cin(x), N, F);
+            g_gpu->ops->act_bwd(g_gpu, act, glu, gout(dx), gin(dy), gin(x), N, F);
+            check(label(what, dt, N, F), dx);
+            rm(x), rm(y), rm(dy), rm(dx);
+        }
+    size_t n = (size_t)N * F;
+    pair x = mk(n, dt, -4, 4), b = mk(F, BE_F32, -1, 1), y = mk(n, dt, 0, 0), dy = mk(n, dt, -1, 1),
+         dx = mk(n, dt, -1, 1), db = mk(F, BE_F32, -1, 1);
+    g_cpu->ops->bias_gelu_fwd(g_cpu, cout(y), cin(x), fc(b), N, F);
+    g_gpu->ops->bias_gelu_fwd(g_gpu, gout(y), gin(x), fg(b), N, F);
+    check(label("bias_gelu_fwd", dt, N, F), y);
+    g_cpu->ops->bias_gelu_bwd(g_cpu, cout(dx), fc(db), cin(dy), cin(x), fc(b), N, F);
+    g_gpu->ops->bias_gelu_bwd(g_gpu, gout(dx), fg(db), gin(dy), gin(x), fg(b), N, F);
+    check(label("bias_gelu_bwd dinp", dt, N, F), dx);
+    check(label("bias_gelu_bwd db", dt, N, F), db);
+    rm(x), rm(b), rm(y), rm(dy), rm(dx), rm(db);
+}
+
+/* Masks bit for bit: x in [0.5, 1.5), so every element is x / (1-p) or exactly 0 on both. */
+static void t_dropout(be_dtype dt, int B, int T, int C, float p, int unit0, int pos0)
+{
+    size_t n = (size_t)B * T * C;
+    int64_t samples[3] = {7, (1LL << 33) + 5, 123456789};
+    int64_t *cs = to_dev(g_cpu, samples, sizeof samples), *gs = to_dev(g_gpu, samples, sizeof samples);
+    be_drop cd = {.p = p, .seed = 0x1234567890abcdefULL, .sample = cs, .site = 301, .pos0 = pos0, .unit0 = unit0};
+    be_drop gd = cd;
+    gd.sample = gs;
+    pair x = mk(n, dt, 0.5f, 1.5f), y = mk(n, dt, 0, 0), r = mk(n, dt, -1, 1), b = mk(C, BE_F32, -1, 1);
+    char what[64];
+    snprintf(what, sizeof what, "dropout_fwd p %.1f unit0 %d pos0 %d", p, unit0, pos0);
+    g_cpu->ops->dropout_fwd(g_cpu, cout(y), cin(x), B, T, C, &cd);
+    g_gpu->ops->dropout_fwd(g_gpu, gout(y), gin(x), B, T, C, &gd);
+    check_exact(label(what, dt, B * T, C), y);
+    snprintf(what, sizeof what, "dropout_bwd p %.1f (in place)", p);
+    g_cpu->ops->dropout_bwd(g_cpu, cout(x), cin(x), B, T, C, &cd);
+    g_gpu->ops->dropout_bwd(g_gpu, gout(x), gin(x), B, T, C, &gd);
+    check_exact(label(what, dt, B * T, C), x);
+    snprintf(what, sizeof what, "bias_dropout_add_fwd p %.1f", p);
+    g_cpu->ops->bias_dropout_add_fwd(g_cpu, cout(y), cin(r), cin(y), fc(b), B, T, C, &cd);
+    g_gpu->ops->bias_dropout_add_fwd(g_gpu, gout(y), gin(r), gin(y), fg(b), B, T, C, &gd);
+    check(label(what, dt, B * T, C), y);
+    g_cpu->ops->bias_dropout_add_fwd(g_cpu, cout(r), cin(r), cin(x), NULL, B, T, C, NULL);
+    g_gpu->ops->bias_dropout_add_fwd(g_gpu, gout(r), gin(r), gin(x), NULL, B, T, C, NULL);
+    check(label("bias_dropout_add_fwd no dropout, no bias", dt, B * T, C), r);
+    rm(x), rm(y), rm(r), rm(b);
+    be_dfree(g_cpu, cs), be_dfree(g_gpu, gs);
+}
+
+static void t_embedding(be_dtype dt, int BT, int C, int vstart, int Vloc)
+{
+    int32_t *ids = malloc(BT * sizeof(int32_t));
+    for (int i = 0; i < BT; i++) ids[i] = (int32_t)urand(0, (float)(vstart + Vloc + 20)) % (vstart + Vloc + 20);
+    ids[BT - 1] = ids[0]; /* repeats, and rows in the slice */
+    ids[1] = ids[3] = vstart;
+    ids[2] = vstart + Vloc - 1;
+    int32_t *cid = to_dev(g_cpu, ids, BT * sizeof(int32_t)), *gid = to_dev(g_gpu, ids, BT * sizeof(int32_t));
+    pair wte = mk((size_t)Vloc * C, BE_F32, -1, 1), out = mk((size_t)BT * C, dt, 0, 0);
+    g_cpu->ops->embedding_fwd(g_cpu, cout(out), cid, fc(wte), BT, C, vstart, Vloc);
+    g_gpu->ops->embedding_fwd(g_gpu, gout(out), gid, fg(wte), BT, C, vstart, Vloc);
+    check_exact(label("embedding_fwd", dt, BT, C), out);
+    pair dout = mk((size_t)BT * C, dt, -1, 1);
+    size_t bytes = (size_t)Vloc * C * sizeof(float);
+    float *first = malloc(bytes), *second = malloc(bytes), *init = malloc(bytes);
+    be_memcpy(g_gpu, init, wte.g, bytes, BE_D2H);
+    g_cpu->ops->embedding_bwd(g_cpu, fc(wte), cin(dout), cid, BT, C, vstart, Vloc);
+    g_gpu->ops->embedding_bwd(g_gpu, fg(wte), gin(dout), gid, BT, C, vstart, Vloc);
+    check_exact(label("embedding_bwd dwte (the cpu's order)", dt, BT, C), wte);
+    be_memcpy(g_gpu, first, wte.g, bytes, BE_D2H);
+    be_memcpy(g_gpu, wte.g, init, bytes, BE_H2D);
+    g_gpu->ops->embedding_bwd(g_gpu, fg(wte), gin(dout), gid, BT, C, vstart, Vloc);
+    be_memcpy(g_gpu, second, wte.g, bytes, BE_D2H);
+    check_same_bits(label("embedding_bwd dwte", dt, BT, C), first, second, bytes);
+    free(first), free(second), free(init), free(ids);
+    rm(wte), rm(out), rm(dout);
+    be_dfree(g_cpu, cid), be_dfree(g_gpu, gid);
+}
+
+/* Adds in the cpu's order: exact. */
+static void t_pos_embedding(be_dtype dt, int B, int T, int C, int pos0)
+{
+    pair wpe = mk((size_t)(pos0 + T) * C, BE_F32, -1, 1), out = mk((size_t)B * T * C, dt, -1, 1);
+    pair dout = mk((size_t)B * T * C, dt, -1, 1);
+    g_cpu->ops->pos_embedding_fwd(g_cpu, cout(out), fc(wpe), B, T, C, pos0);
+    g_gpu->ops->pos_embedding_fwd(g_gpu, gout(out), fg(wpe), B, T, C, pos0);
+    check_exact(label("pos_embedding_fwd", dt, B * T, C), out);
+    g_cpu->ops->pos_embedding_bwd(g_cpu, fc(wpe), cin(dout), B, T, C, pos0);
+    g_gpu->ops->pos_embedding_bwd(g_gpu, fg(wpe), gin(dout), B, T, C, pos0);
+    check_exact(label("pos_embedding_bwd dwpe (the cpu's order)", dt, B * T, C), wpe);
+    rm(wpe), rm(out), rm(dout);
+}
+
+static void t_norms(be_dtype dt, int N, int C)
+{
+    size_t n = (size_t)N * C;
+    pair x = mk(n, dt, -2, 3), w = mk(C, BE_F32, 0.5f, 1.5f), b = mk(C, BE_F32, -1, 1), y = mk(n, dt, 0, 0);
+    pair mean = mk(N, BE_F32, 0, 0), rstd = mk(N, BE_F32, 0, 0);
+    pair dy = mk(n, dt, -1, 1), dx = mk(n, dt, -1, 1), dw = mk(C, BE_F32, -1, 1), db = mk(C, BE_F32, -1, 1);
+    g_cpu->ops->layernorm_fwd(g_cpu, cout(y), fc(mean), fc(rstd), cin(x), fc(w), fc(b), N, C, 1e-5f);
+    g_gpu->ops->layernorm_fwd(g_gpu, gout(y), fg(mean), fg(rstd), gin(x), fg(w), fg(b), N, C, 1e-5f);
+    check(label("layernorm_fwd out", dt, N, C), y);
+    check(label("layernorm_fwd mean", dt, N, C), mean);
+    check(label("layernorm_fwd rstd", dt, N, C), rstd);
+    /* the backward from the cpu's statistics on both, so it is held alone */
+    be_memcpy(g_gpu, mean.g, mean.c, N * sizeof(float), BE_H2D);
+    be_memcpy(g_gpu, rstd.g, rstd.c, N * sizeof(float), BE_H2D);
+    float *dw0 = malloc(C * sizeof(float)), *dw1 = malloc(C * sizeof(float)), *dw2 = malloc(C * sizeof(float));
+    be_memcpy(g_gpu, dw0, dw.g, C * sizeof(float), BE_D2H);
+    g_cpu->ops->layernorm_bwd(g_cpu, cout(dx), fc(dw), fc(db), cin(dy), cin(x), fc(w), fc(mean), fc(rstd), N, C);
+    g_gpu->ops->layernorm_bwd(g_gpu, gout(dx), fg(dw), fg(db), gin(dy), gin(x), fg(w), fg(mean), fg(rstd), N, C);
+    check(label("layernorm_bwd dinp", dt, N, C), dx);
+    check(label("layernorm_bwd dw", dt, N, C), dw);
+    check(label("layernorm_bwd db", dt, N, C), db);
+    be_memcpy(g_gpu, dw1, dw.g, C * sizeof(float), BE_D2H);
+    be_memcpy(g_gpu, dw.g, dw0, C * sizeof(float), BE_H2D);
+    g_gpu->ops->layernorm_bwd(g_gpu, (be_out){NULL, dt}, fg(dw), NULL, gin(dy), gin(x), fg(w), fg(mean), fg(rstd), N,
+                              C);
+    be_memcpy(g_gpu, dw2, dw.g, C * sizeof(float), BE_D2H);
+    check_same_bits(label("layernorm_bwd dw (column sums)", dt, N, C), dw1, dw2, C * sizeof(float));
+
+    g_cpu->ops->rmsnorm_fwd(g_cpu, cout(y), fc(rstd), cin(x), fc(w), N, C, 1e-6f);
+    g_gpu->ops->rmsnorm_fwd(g_gpu, gout(y), fg(rstd), gin(x), fg(w), N, C, 1e-6f);
+    check(label("rmsnorm_fwd out", dt, N, C), y);
+    check(label("rmsnorm_fwd rstd", dt, N, C), rstd);
+    be_memcpy(g_gpu, rstd.g, rstd.c, N * sizeof(float), BE_H2D);
+    g_cpu->ops->rmsnorm_bwd(g_cpu, cout(dx), fc(dw), cin(dy), cin(x), fc(w), fc(rstd), N, C);
+    g_gpu->ops->rmsnorm_bwd(g_gpu, gout(dx), fg(dw), gin(dy), gin(x), fg(w), fg(rstd), N, C);
+    check(label("rmsnorm_bwd dinp", dt, N, C), dx);
+    check(label("rmsnorm_bwd dw", dt, N, C), dw);
+    free(dw0), free(dw1), free(dw2);
+    rm(x), rm(w), rm(b), rm(y), rm(mean), rm(rstd), rm(dy), rm(dx), rm(dw), rm(db);
+}
+
+static void t_rope(be_dtype dt, int B, int T, int nh, int hs, int rot, int pos0)
+{
+    int ld = nh * hs + 5;
+    pair x = mk((size_t)B * T * ld, dt, -2, 2);
+    char what[64];
+    snprintf(what, sizeof what, "rope_fwd rot %d/%d pos0 %d", rot, hs, pos0);
+    g_cpu->ops->rope_fwd(g_cpu, cout(x), B, T, ld, nh, hs, rot, 10000.0f, pos0);
+    g_gpu->ops->rope_fwd(g_gpu, gout(x), B, T, ld, nh, hs, rot, 10000.0f, pos0);
+    check(label(what, dt, B * T, ld), x);
+    snprintf(what, sizeof what, "rope_bwd rot %d/%d pos0 %d", rot, hs, pos0);
+    g_cpu->ops->rope_bwd(g_cpu, cout(x), B, T, ld, nh, hs, rot, 500000.0f, pos0);
+    g_gpu->ops->rope_bwd(g_gpu, gout(x), B, T, ld, nh, hs, rot, 500000.0f, pos0);
+    check(label(what, dt, B * T, ld), x);
+    rm(x);
+}
+
+/* The cross-entropy steps, each from the cpu's previous results so it is held alone. */
+static void t_crossentropy(be_dtype dt, int BT, int Vloc, int Vreal, int vstart)
+{
+    size_t n = (size_t)BT * Vloc;
+    pair logits = mk(n, dt, -8, 8);
+    int32_t *tg = malloc(BT * sizeof(int32_t));
+    for (int i = 0; i < BT; i++) tg[i] = vstart + (int32_t)(urand(-0.2f, 1.2f) * Vreal); /* some outside the slice */
+    tg[0] = vstart + Vreal - 1;
+    for (int i = 0; i < BT; i++) tg[i] = tg[i] < 0 ? 0 : tg[i];
+    int32_t *ct = to_dev(g_cpu, tg, BT * sizeof(int32_t)), *gt = to_dev(g_gpu, tg, BT * sizeof(int32_t));
+    pair maxv = mk(BT, BE_F32, 0, 0), sumexp = mk(BT, BE_F32, 0, 0), tlogit = mk(BT, BE_F32, 0, 0);
+    pair losses = mk(BT, BE_F32, 0, 0), dloss = mk(BT, BE_F32, 0.1f, 1);
+#define SYNC_FROM_CPU(t) be_memcpy(g_gpu, (t).g, (t).c, (t).n * sizeof(float), BE_H2D)
+    g_cpu->ops->ce_max(g_cpu, fc(maxv), cin(logits), BT, Vloc, Vreal);
+    g_gpu->ops->ce_max(g_gpu, fg(maxv), gin(logits), BT, Vloc, Vreal);
+    check_exact(label("ce_max", dt, BT, Vloc), maxv);
+    SYNC_FROM_CPU(maxv);
+    g_cpu->ops->ce_sumexp(g_cpu, fc(sumexp), cin(logits), fc(maxv), BT, Vloc, Vreal);
+    g_gpu->ops->ce_sumexp(g_gpu, fg(sumexp), gin(logits), fg(maxv), BT, Vloc, Vreal);
+    check(label("ce_sumexp", dt, BT, Vloc), sumexp);
+    SYNC_FROM_CPU(sumexp);
+    g_cpu->ops->ce_target(g_cpu, fc(tlogit), cin(logits), ct, BT, Vloc, vstart);
+    g_gpu->ops->ce_target(g_gpu, fg(tlogit), gin(logits), gt, BT, Vloc, vstart);
+    check_exact(label("ce_target", dt, BT, Vloc), tlogit);
+    SYNC_FROM_CPU(tlogit);
+    g_cpu->ops->ce_loss(g_cpu, fc(losses), fc(maxv), fc(sumexp), fc(tlogit), BT);
+    g_gpu->ops->ce_loss(g_gpu, fg(losses), fg(maxv), fg(sumexp), fg(tlogit), BT);
+    check(label("ce_loss", dt, BT, Vloc), losses);
+    g_cpu->ops->ce_bwd(g_cpu, cout(logits), fc(maxv), fc(sumexp), ct, fc(dloss), BT, Vloc, Vreal, vstart);
+    g_gpu->ops->ce_bwd(g_gpu, gout(logits), fg(maxv), fg(sumexp), gt, fg(dloss), BT, Vloc, Vreal, vstart);
+    check(label("ce_bwd dlogits", dt, BT, Vloc), logits);
+#undef SYNC_FROM_CPU
+    rm(logits), rm(maxv), rm(sumexp), rm(tlogit), rm(losses), rm(dloss);
+    free(tg);
+    be_dfree(g_cpu, ct), be_dfree(g_gpu, gt);
+}
+
+static void t_optimizer(size_t n)
+{
+    pair p = mk(n, BE_F32, -1, 1), g = mk(n, BE_F32, -1, 1), m = mk(n, BE_F32, -0.1f, 0.1f), v = mk(n, BE_F32, 0, 0.01f);
+    for (int64_t step = 1; step <= 10; step += 9) {
+        g_cpu->ops->adamw(g_cpu, fc(p), fc(g), fc(m), fc(v), n, 3e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, step);
+        g_gpu->ops->adamw(g_gpu, fg(p), fg(g), fg(m), fg(v), n, 3e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, step);
+        char what[64];
+        snprintf(what, sizeof what, "adamw step %lld p", (long long)step);
+        check(what, p);
+        snprintf(what, sizeof what, "adamw step %lld m", (long long)step);
+        check(what, m);
+        snprintf(what, sizeof what, "adamw step %lld v", (long long)step);
+        check(what, v);
+    }
+    double sc = g_cpu->ops->sumsq(g_cpu, fc(g), n), s1 = g_gpu->ops->sumsq(g_gpu, fg(g), n);
+    double s2 = g_gpu->ops->sumsq(g_gpu, fg(g), n), rel = fabs(s1 - sc) / sc;
+    int ok = rel <= 1e-9; /* both in double; n eps bounds the order's effect */
+    g_checks++;
+    g_fails += !ok;
+    printf("%s %-48s      n %-8zu rel err %.2e (bound 1e-9)\n", ok ? "ok  " : "FAIL", "sumsq", n, rel);
+    check_same_bits("sumsq", &s1, &s2, sizeof s1);
+    rm(p), rm(g), rm(m), rm(v);
+}
+
+int main(void)
+{
+    if (fill_sets_exactly_the_family()) return 1;
+    if (!be_backend_known("cuda")) {
+        printf("skipped: this build has no cuda backend (configure with -DTRIDENT_CUDA=ON where nvcc is)\n");
+        return SKIP;
+    }
+    if (be_backend_devices("cuda") == 0) {
+        printf("skipped: no CUDA device is visible (check nvidia-smi and CUDA_VISIBLE_DEVICES)\n");
+        return SKIP;
+    }
+    backend *cpu = be_create("cpu", 1), *gpu = be_create("cuda", 0);
+    g_cpu = cpu, g_gpu = gpu;
+    const be_dtype dts[] = {BE_F32, BE_BF16, BE_F16};
+    for (int k = 0; k < 3; k++) {
+        be_dtype dt = dts[k];
+        g_run_dt = dt;
+        t_add_scale_bias(dt, 7, 97);
+        t_add_scale_bias(dt, 300, 1000);
+        t_act(dt, 7, 97);
+        t_act(dt, 9, 1000);
+        t_dropout(dt, 3, 7, 97, 0.1f, 0, 0);
+        t_dropout(dt, 2, 5, 1000, 0.5f, 3, 17);
+        t_dropout(dt, 1, 2, 50257, 0.3f, 130, 4000);
+        t_embedding(dt, 64, 97, 0, 50);
+        t_embedding(dt, 7, 1000, 100, 3);
+        t_pos_embedding(dt, 3, 7, 97, 0);
+        t_pos_embedding(dt, 2, 5, 1000, 9);
+        t_norms(dt, 7, 97);
+        t_norms(dt, 70, 1000);
+        t_rope(dt, 2, 7, 3, 16, 16, 0);
+        t_rope(dt, 1, 5, 4, 64, 32, 4090);
+        t_crossentropy(dt, 7, 50304, 50257, 0);
+        t_crossentropy(dt, 5, 1000, 1000, 1000);
+    }
+    g_run_dt = BE_F32;
+    t_optimizer((size_t)1000 * 7 + 3);
+    t_optimizer((size_t)1 << 20 | 7);
+    be_free(gpu);
+    be_free(cpu);
+    printf("%d of %d checks failed\n", g_fails, g_checks);
+    return g_fails ? 1 : 0;
+}
