@@ -421,6 +421,7 @@ int main(void)
         {"kv n1 pos0 512 gqa1 hs80", 2, 1, 512, 600, 3, 1, 80, BE_F32},
         {"kv n7 pos0 129 gqa1 hs64", 1, 7, 129, 200, 3, 1, 64, BE_F32},
         {"kv n3 pos0 300 gqa2 hs256", 1, 3, 300, 400, 4, 2, 256, BE_F32},
+        {"kv n2 pos0 100 gqa1 hs80 bf16 cache", 2, 2, 100, 130, 3, 1, 80, BE_BF16},
     };
     for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++) run_kv(&kv[i]);
 
