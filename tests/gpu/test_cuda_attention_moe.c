@@ -1,11 +1,11 @@
 /* The CUDA backend's attention and MoE entries (src/backend/cuda/attention.cu, moe.cu) against
  * the CPU backend on the same fresh random inputs: attention_fwd/bwd (causal and padded,
  * grouped-query, fused and separate q/k/v rows, dropout, head sizes 64, 80 and 256, sequence
- * lengths 1, 7, 129 and 513, fp32 and bf16), attention_kv_fwd (the decode step; fp32 and a bf16
+ * lengths 1, 7, 33, 40, 129 and 513; fp32, bf16 and fp16), attention_kv_fwd (the decode step; fp32 and a bf16
  * cache), the router (every score function), its losses and the permutes.
  * Error measure: the max-norm relative error max_i |gpu_i - cpu_i| / max_i |cpu_i| of each
- * output buffer; fp32 within 1e-5, bf16 within 1e-2 (the CPU computes in fp32 on the same
- * bf16-rounded inputs). The attention dropout's mask is checked bit for bit against be_drop_keep
+ * output buffer; fp32 within 1e-5, bf16 and fp16 within 1e-2 (the CPU computes in fp32 on the
+ * same rounded inputs). The attention dropout's mask is checked bit for bit against be_drop_keep
  * (be_ops.h) itself: with q = 0 and v the identity, out = mask / T exactly, on both backends.
  * Bytes that must not be read (padded keys, cache positions past the step) are NaN, so a
  * kernel reading them fails; columns a fused layout leaves to others must come back unchanged.
@@ -297,6 +297,7 @@ typedef struct {
     const char *name;
     int N, E, k, score, pre, bias;
     float scale;
+    int ties; /* logits on a grid of 0.5: many exact ties, which go to the lower expert */
 } route_case;
 
 static void run_route(const route_case *c)
@@ -305,6 +306,7 @@ static void run_route(const route_case *c)
     const size_t nl = (size_t)N * E, np = (size_t)N * k;
     float *l = rnd_new(nl, -3, 3), *bias = rnd_new(E, -0.3f, 0.3f), *dprobs = rnd_new(np, -1, 1);
     float *dl = rnd_new(nl, -0.2f, 0.2f);
+    for (size_t i = 0; c->ties && i < nl; i++) l[i] = roundf(l[i] * 2) / 2;
     int32_t *idx_c = td_xcalloc(np, 4), *idx_g = td_xcalloc(np, 4), *counts = td_xcalloc(E, 4);
     float *probs_c = td_xcalloc(np, 4), *dl_c = dup(dl, nl);
     const float *b = c->bias ? bias : NULL;
@@ -412,6 +414,7 @@ int main(void)
         {"att T40 causal gqa2 hs256 drop", 1, 40, 4, 2, 256, 0, 0, 7, 0.1f, BE_F32},
         {"att T129 causal gqa1 hs64 bf16 drop", 2, 129, 3, 1, 64, 0, 0, 7, 0.1f, BE_BF16},
         {"att T129 padded mha hs80 bf16 fused", 2, 129, 3, 3, 80, 1, 1, 7, 0.0f, BE_BF16},
+        {"att T33 causal gqa1 hs64 fp16 drop", 1, 33, 2, 1, 64, 0, 0, 7, 0.1f, BE_F16},
     };
     for (size_t i = 0; i < sizeof att / sizeof att[0]; i++) run_attention(&att[i]);
     run_mask();
@@ -426,14 +429,17 @@ int main(void)
     for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++) run_kv(&kv[i]);
 
     static const route_case rt[] = {
-        {"route softmax pre k2 E8", 37, 8, 2, BE_MOE_SOFTMAX, 1, 0, 0.0f},
-        {"route softmax post k2 E8", 37, 8, 2, BE_MOE_SOFTMAX, 0, 0, 0.0f},
-        {"route softmax post k1 E64 scale", 33, 64, 1, BE_MOE_SOFTMAX, 0, 0, 2.5f},
-        {"route softmax pre k4 E160", 41, 160, 4, BE_MOE_SOFTMAX, 1, 0, 0.0f},
-        {"route sigmoid k2 E64 bias", 37, 64, 2, BE_MOE_SIGMOID, 0, 1, 0.0f},
-        {"route sigmoid k1 E8", 29, 8, 1, BE_MOE_SIGMOID, 0, 0, 1.5f},
-        {"route sigmoid k8 E1024 bias", 9, 1024, 8, BE_MOE_SIGMOID, 0, 1, 0.0f},
-        {"route softmax pre k8 E1024", 9, 1024, 8, BE_MOE_SOFTMAX, 1, 0, 0.0f},
+        {"route softmax pre k2 E8", 37, 8, 2, BE_MOE_SOFTMAX, 1, 0, 0.0f, 0},
+        {"route softmax post k2 E8", 37, 8, 2, BE_MOE_SOFTMAX, 0, 0, 0.0f, 0},
+        {"route softmax post k1 E64 scale", 33, 64, 1, BE_MOE_SOFTMAX, 0, 0, 2.5f, 0},
+        {"route softmax pre k4 E160", 41, 160, 4, BE_MOE_SOFTMAX, 1, 0, 0.0f, 0},
+        {"route sigmoid k2 E64 bias", 37, 64, 2, BE_MOE_SIGMOID, 0, 1, 0.0f, 0},
+        {"route sigmoid k1 E8", 29, 8, 1, BE_MOE_SIGMOID, 0, 0, 1.5f, 0},
+        {"route sigmoid k8 E1024 bias", 9, 1024, 8, BE_MOE_SIGMOID, 0, 1, 0.0f, 0},
+        {"route softmax pre k8 E1024", 9, 1024, 8, BE_MOE_SOFTMAX, 1, 0, 0.0f, 0},
+        {"route softmax pre k4 E64 ties", 37, 64, 4, BE_MOE_SOFTMAX, 1, 0, 0.0f, 1},
+        {"route softmax post k6 E64 ties", 37, 64, 6, BE_MOE_SOFTMAX, 0, 0, 0.0f, 1},
+        {"route sigmoid k3 E40 ties", 37, 40, 3, BE_MOE_SIGMOID, 0, 0, 0.0f, 1},
     };
     for (size_t i = 0; i < sizeof rt / sizeof rt[0]; i++) run_route(&rt[i]);
     run_permute(37, 2, 77);
