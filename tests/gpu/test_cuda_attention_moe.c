@@ -61,15 +61,27 @@ static void round_to(float *x, size_t n, be_dtype dt)
     free(h);
 }
 
-/* A device copy of x (n floats) in dtype dt. */
-static void *up(const float *x, size_t n, be_dtype dt)
+/* Device buffer d (n elements of dt) = x (n floats) converted to dt. */
+static void put(void *d, const float *x, size_t n, be_dtype dt)
 {
-    size_t bytes = (n ? n : 1) * be_dtype_size(dt);
-    void *d = be_alloc(gpu, bytes), *h = td_xmalloc(bytes);
+    void *h = td_xmalloc((n ? n : 1) * be_dtype_size(dt));
     cpu->ops->convert(cpu, h, dt, x, BE_F32, n);
     be_memcpy(gpu, d, h, n * be_dtype_size(dt), BE_H2D);
     free(h);
+}
+/* A device copy of x (n floats) in dtype dt. */
+static void *up(const float *x, size_t n, be_dtype dt)
+{
+    void *d = be_alloc(gpu, (n ? n : 1) * be_dtype_size(dt));
+    put(d, x, n, dt);
     return d;
+}
+/* The bytes of device buffer d (new host memory). */
+static void *raw(const void *d, size_t bytes)
+{
+    void *h = td_xmalloc(bytes ? bytes : 1);
+    be_memcpy(gpu, h, d, bytes, BE_D2H);
+    return h;
 }
 static void *up_bytes(const void *x, size_t bytes)
 {
@@ -206,6 +218,17 @@ static void run_attention(const att_case *c)
         free(gk_g), free(gv_g);
     }
     free(out_g), free(lse_g), free(gq_g);
+    /* the backward again from the same gradients: the same bits (fixed-order sums, no atomics) */
+    size_t bq = nq * es, bkv = c->fused ? 0 : nkv * es;
+    char *r1 = raw(gq_d, bq), *r1k = raw(gk_d, bkv), *r1v = raw(gv_d, bkv);
+    put(gq_d, gq, nq, c->dt);
+    if (!c->fused) put(gk_d, gk, nkv, c->dt), put(gv_d, gv, nkv, c->dt);
+    gpu->ops->attention_bwd(gpu, dq_o, dk_o, dv_o, dout_in, q_in, k_in, v_in, lse_d, ldq, ldkv, B, T, NH, NKV, HS,
+                            c->padded ? klen_d : NULL, &drop_d);
+    char *r2 = raw(gq_d, bq), *r2k = raw(gk_d, bkv), *r2v = raw(gv_d, bkv);
+    expect_true(c->name, "a second backward gives the same bits",
+                !memcmp(r1, r2, bq) && !memcmp(r1k, r2k, bkv) && !memcmp(r1v, r2v, bkv));
+    free(r1), free(r1k), free(r1v), free(r2), free(r2k), free(r2v);
     be_dfree(gpu, q_d), be_dfree(gpu, gq_d), be_dfree(gpu, dout_d), be_dfree(gpu, out_d), be_dfree(gpu, lse_d);
     be_dfree(gpu, klen_d), be_dfree(gpu, (void *)drop_d.sample);
     if (!c->fused) be_dfree(gpu, k_d), be_dfree(gpu, v_d), be_dfree(gpu, gk_d), be_dfree(gpu, gv_d);
