@@ -9,7 +9,9 @@
  * (be_ops.h) itself: with q = 0 and v the identity, out = mask / T exactly, on both backends.
  * Bytes that must not be read (padded keys, cache positions past the step) are NaN, so a
  * kernel reading them fails; columns a fused layout leaves to others must come back unchanged.
- * Exits 77 (skipped), saying why, where the binary has no CUDA backend or no GPU is visible. */
+ * Before any device is touched it checks that cuda_fill_attention_moe fills exactly its entries;
+ * then it exits 77 (skipped), saying why, where the binary has no CUDA backend or no GPU is
+ * visible. Built only with the CUDA backend (tests/gpu/attention_moe.cmake). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -20,8 +22,11 @@
 #include "trident/philox.h"
 #include "backend/backend.h"
 
-/* cuda.c (the backend core): how many devices backend `name` sees (0: none, or not built). */
+/* backend.h declares it once the backend core is merged (the devices backend `name` sees); the same
+ * declaration here, so that this file compiles before. */
 int be_backend_devices(const char *name);
+/* src/backend/cuda/cuda_impl.h (private, and needs cuda_runtime.h): attention.cu's share of the vtable. */
+void cuda_fill_attention_moe(struct be_ops *ops);
 
 #define SKIP 77
 #define TOL32 1e-5
@@ -411,9 +416,36 @@ static void run_permute(int N, int k, int h)
     free(out_c), free(dye_c), free(dprobs_c), free(xe_g), free(dx_g), free(out_g), free(dye_g), free(dprobs_g);
 }
 
+/* cuda_fill_attention_moe sets exactly these entries of a zeroed vtable, and no other. */
+static void run_fill(void)
+{
+    static const char *const mine[] = {"attention_fwd", "attention_bwd", "attention_kv_fwd", "moe_route_fwd",
+                                       "moe_route_bwd", "moe_aux_loss", "moe_z_loss", "moe_permute",
+                                       "moe_permute_bwd", "moe_unpermute", "moe_unpermute_bwd"};
+    const int nmine = (int)(sizeof mine / sizeof mine[0]);
+    struct be_ops o;
+    memset(&o, 0, sizeof o);
+    cuda_fill_attention_moe(&o);
+    int bad = 0, found = 0;
+    for (int e = 0; e < BE_OP_NENTRIES; e++) {
+        int is_mine = 0;
+        for (int j = 0; j < nmine; j++) is_mine |= strcmp(mine[j], BE_OP_ENTRIES[e].name) == 0;
+        found += is_mine;
+        void *fn;
+        memcpy(&fn, (const char *)&o + BE_OP_ENTRIES[e].offset, sizeof fn);
+        if (is_mine != (fn != NULL)) {
+            printf("FAIL cuda_fill_attention_moe: %s %s\n", BE_OP_ENTRIES[e].name, fn ? "set, not its entry" : "left NULL");
+            bad = 1;
+        }
+    }
+    expect_true("fill", "cuda_fill_attention_moe sets its 11 entries and no other", !bad && found == nmine);
+}
+
 int main(void)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
+    run_fill();
+    if (failures) return 1;
     if (!be_backend_known("cuda")) {
         printf("SKIP: this binary has no cuda backend (built without CUDA: -DTRIDENT_CUDA=OFF or no nvcc)\n");
         return SKIP;
