@@ -9,10 +9,12 @@
  * (be_ops.h) itself: with q = 0 and v the identity, out = mask / T exactly, on both backends.
  * Bytes that must not be read (padded keys, cache positions past the step) are NaN, so a
  * kernel reading them fails; columns a fused layout leaves to others must come back unchanged.
- * Before any device is touched it checks that cuda_fill_attention_moe fills exactly its entries;
- * then it exits 77 (skipped), saying why, where the binary has no CUDA backend or no GPU is
+ * Before any device is touched it checks that cuda_fill_attention_moe fills exactly its entries
+ * and that the entries refuse what the kernels cannot do (head size past 256, more than 1024
+ * experts, a decode step past the cache) before they launch anything; then it exits 77 (skipped), saying why, where the binary has no CUDA backend or no GPU is
  * visible. Built only with the CUDA backend (tests/gpu/attention_moe.cmake). */
 #include <math.h>
+#include <setjmp.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -441,10 +443,54 @@ static void run_fill(void)
     expect_true("fill", "cuda_fill_attention_moe sets its 11 entries and no other", !bad && found == nmine);
 }
 
+/* ---- the refusals, on the host: each entry checks its sizes before it touches the backend ---- */
+static jmp_buf g_died;
+static void died(int code) { longjmp(g_died, code ? code : 1); }
+
+static void run_refusals(void)
+{
+    struct be_ops o;
+    memset(&o, 0, sizeof o);
+    cuda_fill_attention_moe(&o);
+    if (!o.attention_fwd || !o.attention_kv_fwd || !o.moe_route_fwd) return; /* run_fill said so */
+    be_in none = {NULL, BE_F32};
+    be_out nout = {NULL, BE_F32};
+    be_out some = {&o, BE_F32}; /* a gradient asked for (never written: the call dies first) */
+    const char *what[] = {"attention_fwd head size 257", "attention_bwd head size 300",
+                          "attention_kv_fwd head size 512", "attention_kv_fwd positions past the cache",
+                          "attention_fwd 3 query heads over 2 key/value heads", "moe_route_fwd 1025 experts",
+                          "moe_route_fwd top-9 of 8", "moe_aux_loss 2000 experts"};
+    td_set_abort_hook(died);
+    for (int i = 0; i < 8; i++) {
+        volatile int dead = 0;
+        if (setjmp(g_died) == 0) {
+            switch (i) { /* a NULL backend: the check must come first */
+            case 0: o.attention_fwd(NULL, nout, NULL, none, none, none, 257 * 2, 257, 1, 4, 2, 1, 257, NULL, NULL); break;
+            case 1:
+                o.attention_bwd(NULL, some, nout, nout, none, none, none, none, NULL, 600, 300, 1, 4, 2, 1, 300, NULL,
+                                NULL);
+                break;
+            case 2: o.attention_kv_fwd(NULL, nout, none, none, none, 512, 1, 1, 0, 8, 1, 1, 512); break;
+            case 3: o.attention_kv_fwd(NULL, nout, none, none, none, 64, 1, 2, 7, 8, 1, 1, 64); break;
+            case 4: o.attention_fwd(NULL, nout, NULL, none, none, none, 192, 128, 1, 4, 3, 2, 64, NULL, NULL); break;
+            case 5: o.moe_route_fwd(NULL, NULL, NULL, NULL, NULL, 4, 1025, 2, BE_MOE_SOFTMAX, 0, 0.0f); break;
+            case 6: o.moe_route_fwd(NULL, NULL, NULL, NULL, NULL, 4, 8, 9, BE_MOE_SOFTMAX, 0, 0.0f); break;
+            default: o.moe_aux_loss(NULL, NULL, NULL, NULL, 4, 2000, 2, BE_MOE_SOFTMAX, 0.01, 8, 1.0f); break;
+            }
+        } else
+            dead = 1;
+        char line[160];
+        snprintf(line, sizeof line, "refuses %s (ends naming the entry)", what[i]);
+        expect_true("refusal", line, dead);
+    }
+    td_set_abort_hook(NULL);
+}
+
 int main(void)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
     run_fill();
+    run_refusals();
     if (failures) return 1;
     if (!be_backend_known("cuda")) {
         printf("SKIP: this binary has no cuda backend (built without CUDA: -DTRIDENT_CUDA=OFF or no nvcc)\n");
