@@ -449,13 +449,13 @@ static void died(int code) { longjmp(g_died, code ? code : 1); }
 
 static void run_refusals(void)
 {
-    struct be_ops o;
-    memset(&o, 0, sizeof o);
+    /* static: nothing here lives in a register a longjmp could clobber */
+    static struct be_ops o;
+    static const be_in none = {NULL, BE_F32};
+    static const be_out nout = {NULL, BE_F32}, some = {&o, BE_F32}; /* some: a gradient asked for (the call
+                                                                      * dies before writing it) */
     cuda_fill_attention_moe(&o);
     if (!o.attention_fwd || !o.attention_kv_fwd || !o.moe_route_fwd) return; /* run_fill said so */
-    be_in none = {NULL, BE_F32};
-    be_out nout = {NULL, BE_F32};
-    be_out some = {&o, BE_F32}; /* a gradient asked for (never written: the call dies first) */
     const char *what[] = {"attention_fwd head size 257", "attention_bwd head size 300",
                           "attention_kv_fwd head size 512", "attention_kv_fwd positions past the cache",
                           "attention_fwd 3 query heads over 2 key/value heads", "moe_route_fwd 1025 experts",
