@@ -1,8 +1,8 @@
 /* The CUDA backend's attention and MoE entries (src/backend/cuda/attention.cu, moe.cu) against
  * the CPU backend on the same fresh random inputs: attention_fwd/bwd (causal and padded,
  * grouped-query, fused and separate q/k/v rows, dropout, head sizes 64, 80 and 256, sequence
- * lengths 1, 7, 33, 40, 129 and 513; fp32, bf16 and fp16), attention_kv_fwd (the decode step; fp32 and a bf16
- * cache), the router (every score function), its losses and the permutes.
+ * lengths 1, 7, 33, 40, 129 and 513; fp32, bf16 and fp16), attention_kv_fwd (the decode step;
+ * fp32 and a bf16 cache), the router (every score function), its losses and the permutes.
  * Error measure: the max-norm relative error max_i |gpu_i - cpu_i| / max_i |cpu_i| of each
  * output buffer; fp32 within 1e-5, bf16 and fp16 within 1e-2 (the CPU computes in fp32 on the
  * same rounded inputs). The attention dropout's mask is checked bit for bit against be_drop_keep
@@ -11,8 +11,9 @@
  * kernel reading them fails; columns a fused layout leaves to others must come back unchanged.
  * Before any device is touched it checks that cuda_fill_attention_moe fills exactly its entries
  * and that the entries refuse what the kernels cannot do (head size past 256, more than 1024
- * experts, a decode step past the cache) before they launch anything; then it exits 77 (skipped), saying why, where the binary has no CUDA backend or no GPU is
- * visible. Built only with the CUDA backend (tests/gpu/attention_moe.cmake). */
+ * experts, a decode step past the cache) before they launch anything; then it exits 77
+ * (skipped), saying why, where the binary has no CUDA backend or no GPU is visible. Built only
+ * with the CUDA backend (tests/gpu/attention_moe.cmake). */
 #include <math.h>
 #include <setjmp.h>
 #include <stdint.h>
