@@ -175,7 +175,10 @@ static void run_attention(const att_case *c)
     float *gq = rnd_new(nq, -0.5f, 0.5f), *gk = c->fused ? gq : rnd_new(nkv, -0.5f, 0.5f);
     float *gv = c->fused ? gq : rnd_new(nkv, -0.5f, 0.5f);
     round_to(qb, nq, c->dt), round_to(dout, no, c->dt), round_to(gq, nq, c->dt);
-    if (!c->fused) round_to(kb, nkv, c->dt), round_to(vb, nkv, c->dt), round_to(gk, nkv, c->dt), round_to(gv, nkv, c->dt);
+    if (!c->fused) {
+        round_to(kb, nkv, c->dt), round_to(vb, nkv, c->dt);
+        round_to(gk, nkv, c->dt), round_to(gv, nkv, c->dt);
+    }
     int64_t sample[8];
     for (int b = 0; b < B; b++) sample[b] = b % 2 ? ((int64_t)1 << 33) + 11 * b : 5 + b;
     be_drop drop = {c->p, 777, sample, 5, 3, 2};
@@ -192,7 +195,8 @@ static void run_attention(const att_case *c)
 
     /* the GPU, in dt */
     size_t es = be_dtype_size(c->dt);
-    char *q_d = up(qb, nq, c->dt), *k_d = c->fused ? q_d : up(kb, nkv, c->dt), *v_d = c->fused ? q_d : up(vb, nkv, c->dt);
+    char *q_d = up(qb, nq, c->dt), *k_d = c->fused ? q_d : up(kb, nkv, c->dt);
+    char *v_d = c->fused ? q_d : up(vb, nkv, c->dt);
     char *gq_d = up(gq, nq, c->dt), *gk_d = c->fused ? gq_d : up(gk, nkv, c->dt);
     char *gv_d = c->fused ? gq_d : up(gv, nkv, c->dt);
     void *dout_d = up(dout, no, c->dt), *out_d = be_alloc(gpu, no * es + 1);
@@ -282,8 +286,9 @@ static void run_mask(void)
                 }
     long n = (long)B * T * NH * HS;
     char what[160];
-    snprintf(what, sizeof what, "attention dropout mask = be_drop_keep bit for bit (cpu %ld, cuda %ld of %ld differ; %ld kept)",
-             bad_c, bad_g, n, kept);
+    snprintf(what, sizeof what,
+             "attention dropout mask = be_drop_keep bit for bit (cpu %ld, cuda %ld of %ld differ; %ld kept)", bad_c,
+             bad_g, n, kept);
     expect_true("mask", what, bad_c == 0 && bad_g == 0 && kept > n / 4 && kept < 3 * n / 4);
     be_dfree(gpu, q_d), be_dfree(gpu, k_d), be_dfree(gpu, v_d), be_dfree(gpu, out_d), be_dfree(gpu, lse_d);
     be_dfree(gpu, (void *)drop_d.sample), be_dfree(gpu, klen_d);
@@ -344,7 +349,8 @@ static void run_route(const route_case *c)
     cpu->ops->moe_route_fwd(cpu, idx_c, probs_c, l, b, N, E, k, c->score, c->pre, c->scale);
     cpu->ops->moe_route_bwd(cpu, dl_c, dprobs, l, idx_c, N, E, k, c->score, c->pre, c->scale);
     for (size_t i = 0; i < np; i++) counts[idx_c[i]]++;
-    double tokens = N * 1.5, aux_c = cpu->ops->moe_aux_loss(cpu, dl_c, l, counts, N, E, k, c->score, 0.01, tokens, 0.7f);
+    double tokens = N * 1.5;
+    double aux_c = cpu->ops->moe_aux_loss(cpu, dl_c, l, counts, N, E, k, c->score, 0.01, tokens, 0.7f);
     double aux0_c = cpu->ops->moe_aux_loss(cpu, NULL, l, counts, N, E, k, c->score, 0.01, tokens, 0.7f);
     double z_c = cpu->ops->moe_z_loss(cpu, dl_c, l, N, E, 0.001, tokens, 1.3f);
 
@@ -395,7 +401,8 @@ static void run_permute(int N, int k, int h)
     cpu->ops->moe_permute_bwd(cpu, dx_c, dxe, row, N, k, h);
     cpu->ops->moe_unpermute(cpu, out_c, ye, row, probs, N, k, h);
     cpu->ops->moe_unpermute_bwd(cpu, dye_c, dprobs_c, dout, ye, row, probs, N, k, h);
-    float *x_d = up(x, nx, BE_F32), *xe_d = up(xe, ne, BE_F32), *dx_d = up(dx, nx, BE_F32), *dxe_d = up(dxe, ne, BE_F32);
+    float *x_d = up(x, nx, BE_F32), *xe_d = up(xe, ne, BE_F32), *dx_d = up(dx, nx, BE_F32);
+    float *dxe_d = up(dxe, ne, BE_F32);
     float *probs_d = up(probs, nr, BE_F32), *ye_d = up(ye, ne, BE_F32), *dout_d = up(dout, nx, BE_F32);
     float *out_d = be_alloc(gpu, nx * 4), *dye_d = up(xe, ne, BE_F32), *dprobs_d = be_alloc(gpu, nr * 4);
     int32_t *row_d = up_bytes(row, nr * 4);
@@ -437,7 +444,8 @@ static void run_fill(void)
         void *fn;
         memcpy(&fn, (const char *)&o + BE_OP_ENTRIES[e].offset, sizeof fn);
         if (is_mine != (fn != NULL)) {
-            printf("FAIL cuda_fill_attention_moe: %s %s\n", BE_OP_ENTRIES[e].name, fn ? "set, not its entry" : "left NULL");
+            printf("FAIL cuda_fill_attention_moe: %s %s\n", BE_OP_ENTRIES[e].name,
+                   fn ? "set, not its entry" : "left NULL");
             bad = 1;
         }
     }
@@ -466,7 +474,9 @@ static void run_refusals(void)
         volatile int dead = 0;
         if (setjmp(g_died) == 0) {
             switch (i) { /* a NULL backend: the check must come first */
-            case 0: o.attention_fwd(NULL, nout, NULL, none, none, none, 257 * 2, 257, 1, 4, 2, 1, 257, NULL, NULL); break;
+            case 0:
+                o.attention_fwd(NULL, nout, NULL, none, none, none, 257 * 2, 257, 1, 4, 2, 1, 257, NULL, NULL);
+                break;
             case 1:
                 o.attention_bwd(NULL, some, nout, nout, none, none, none, none, NULL, 600, 300, 1, 4, 2, 1, 300, NULL,
                                 NULL);
