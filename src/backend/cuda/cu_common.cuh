@@ -1,0 +1,97 @@
+/* Private to src/backend/cuda's kernel files (attention.cu, moe.cu): device helpers they share —
+ * typed element access (fp32, bf16, fp16 buffers read as fp32, written rounded to nearest even)
+ * and Philox-4x32-10 with the dropout counters of be_ops.h, so that a mask drawn here is the
+ * CPU backend's bit for bit. Header-only, no templates: every helper is a __device__ inline. */
+#ifndef TRIDENT_CU_COMMON_CUH
+#define TRIDENT_CU_COMMON_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+#include "cuda_impl.h"
+
+/* Element i of a buffer of dtype dt (be_dtype), as fp32 (widening is exact). */
+static __device__ __forceinline__ float cu_ld(const void *p, int dt, size_t i)
+{
+    if (dt == BE_BF16) return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
+    if (dt == BE_F16) return __half2float(((const __half *)p)[i]);
+    return ((const float *)p)[i];
+}
+
+/* Element i = x, rounded to nearest even into dt (NaN stays NaN; beyond fp16's range +-Inf). */
+static __device__ __forceinline__ void cu_st(void *p, int dt, size_t i, float x)
+{
+    if (dt == BE_BF16) ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(x);
+    else if (dt == BE_F16) ((__half *)p)[i] = __float2half_rn(x);
+    else ((float *)p)[i] = x;
+}
+
+/* Element i += x (in fp32, then rounded into dt). */
+static __device__ __forceinline__ void cu_acc(void *p, int dt, size_t i, float x)
+{
+    cu_st(p, dt, i, cu_ld(p, dt, i) + x);
+}
+
+/* A dropout as the kernels take it: the be_drop's host scalars, read at the call. on = 0: none. */
+typedef struct cu_drop {
+    int on;
+    uint32_t thr;          /* be_drop_threshold(p): a word >= thr keeps its element */
+    float keep;            /* 1 / (1 - p), as the CPU rounds it */
+    uint32_t k0, k1;       /* the Philox key: the seed's low and high words */
+    uint32_t site;         /* drop->site */
+    int pos0, unit0;
+    const int64_t *sample; /* (B) device */
+} cu_drop;
+
+/* The host side: a be_drop (or NULL) as kernel arguments. */
+static inline cu_drop cu_drop_of(const be_drop *d)
+{
+    cu_drop c;
+    c.on = d != NULL && d->p > 0.0f;
+    c.thr = c.on ? be_drop_threshold(d->p) : 0;
+    c.keep = c.on ? 1.0f / (1.0f - d->p) : 1.0f;
+    c.k0 = c.on ? (uint32_t)d->seed : 0;
+    c.k1 = c.on ? (uint32_t)(d->seed >> 32) : 0;
+    c.site = c.on ? (uint32_t)d->site : 0;
+    c.pos0 = c.on ? d->pos0 : 0;
+    c.unit0 = c.on ? d->unit0 : 0;
+    c.sample = c.on ? d->sample : NULL;
+    return c;
+}
+
+/* Philox-4x32-10 of counter c under key (k0, k1): td_philox4x32_inline on the device. */
+static __device__ __forceinline__ uint4 cu_philox(uint4 c, uint32_t k0, uint32_t k1)
+{
+#pragma unroll
+    for (int r = 0; r < 10; r++) {
+        uint32_t hi0 = __umulhi(TD_PHILOX_M0, c.x), lo0 = TD_PHILOX_M0 * c.x;
+        uint32_t hi1 = __umulhi(TD_PHILOX_M1, c.z), lo1 = TD_PHILOX_M1 * c.z;
+        uint4 n = make_uint4(hi1 ^ c.y ^ k0, lo1, hi0 ^ c.w ^ k1, lo0);
+        c = n;
+        k0 += TD_PHILOX_W0;
+        k1 += TD_PHILOX_W1;
+    }
+    return c;
+}
+
+/* The Philox block holding unit's mask word at (kind, sample, pos): be_drop_block. */
+static __device__ __forceinline__ uint4 cu_drop_block(const cu_drop &d, int kind, int64_t sample, int64_t pos,
+                                                      int64_t unit)
+{
+    uint4 c = make_uint4((uint32_t)((uint64_t)unit >> 2), (uint32_t)pos, (uint32_t)(uint64_t)sample,
+                         (((uint32_t)((uint64_t)sample >> 32)) & 0xffu) | (d.site & 0xffffu) << 8 |
+                             (uint32_t)kind << 24);
+    return cu_philox(c, d.k0, d.k1);
+}
+
+/* Word w (0..3) of a block. */
+static __device__ __forceinline__ uint32_t cu_word(uint4 r, int w)
+{
+    return w == 0 ? r.x : w == 1 ? r.y : w == 2 ? r.z : r.w;
+}
+
+/* moe.cu: the router's and the permutes' entries into ops (cuda_fill_attention_moe calls it). */
+void cu_fill_moe(struct be_ops *ops);
+
+#endif
