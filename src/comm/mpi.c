@@ -2,6 +2,7 @@
  * is a world of one without mpirun) and errors return to us so they can be reported with the
  * failed call and the rank before the job is aborted. */
 #include <mpi.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <time.h>
@@ -157,6 +158,23 @@ static void on_signal(int sig)
 }
 
 static MPI_Comm g_usage_comm = MPI_COMM_NULL; /* comm_usage_exit's barrier, once the world exists */
+/* More ranks on this host than cores this process may run on (mpirun --oversubscribe, several ranks
+ * sharing a GPU's host): a waiting rank then sleeps from its first polls instead of spinning for a
+ * millisecond, since the rank it waits for may need this core (bounded_wait). */
+static int g_oversubscribed;
+
+/* Whether this host runs more ranks of the world than this process has cores (its affinity mask). */
+static int host_oversubscribed(void)
+{
+    MPI_Comm host;
+    int local = 1;
+    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &host) != MPI_SUCCESS) return 0;
+    MPI_Comm_size(host, &local);
+    MPI_Comm_free(&host);
+    cpu_set_t set;
+    int cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    return cores > 0 && local > cores;
+}
 
 comm *comm_world_init(int *argc, char ***argv)
 {
@@ -178,6 +196,7 @@ comm *comm_world_init(int *argc, char ***argv)
         signal(SIGFPE, on_signal);
         signal(SIGILL, on_signal);
         fault_init(MPI_COMM_WORLD, w->rank, w->size);
+        g_oversubscribed = host_oversubscribed();
     }
     return w;
 }
@@ -285,21 +304,24 @@ static int world_rank_of(const comm *c, int peer)
 
 /* Completes *req, polling so that a wait longer than the timeout ends the job with a message
  * naming this rank, the call, the group and the peer instead of hanging, and a wait on a dead
- * peer ends it at once (checked every half second). The first millisecond spins; after that
- * each poll yields the core (oversubscribed ranks need it) for a twentieth of the time waited so
- * far (20 us to 1 ms), so a long wait wakes rarely and ends at most 5% (or 1 ms) late. */
+ * peer ends it at once (checked every half second). The first millisecond spins (none on an
+ * oversubscribed host: the peer may need this core); after that each poll yields the core for a
+ * twentieth of the time waited so far (20 us to 1 ms), so a long wait wakes rarely and ends at
+ * most 5% (or 1 ms) late. */
 static void bounded_wait(const comm *c, MPI_Request *req, const char *call, int peer, const char *file, int line)
 {
     double limit = comm_timeout(), t0 = td_now(), now = t0, next_watch = t0 + 0.5;
+    double spin = g_oversubscribed ? 0 : 1e-3;
+    long every = g_oversubscribed ? 7 : 63; /* polls between looks at the clock, minus one */
     int rc = MPI_SUCCESS;
     for (long spins = 0;; spins++) {
         int done = 0;
         rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
         if (rc != MPI_SUCCESS) break;
         if (done) return;
-        if ((spins & 63) != 63) continue;
+        if ((spins & every) != every) continue;
         now = td_now();
-        if (now - t0 > 1e-3) { /* sleep a twentieth of the wait so far, 20 us to 1 ms: at most 5% late */
+        if (now - t0 > spin) { /* sleep a twentieth of the wait so far, 20 us to 1 ms: at most 5% late */
             double s = (now - t0) / 20;
             struct timespec ts = {0, (long)(1e9 * (s < 2e-5 ? 2e-5 : s > 1e-3 ? 1e-3 : s))};
             nanosleep(&ts, NULL);
