@@ -19,23 +19,35 @@ void run_trim_heap(void)
 #endif
 }
 
-/* The vocabulary of the tokenizer (--vocab-file or --tokenizer-model); -1 without one. */
-int run_tokenizer_vocab(const td_args *a)
+/* The vocabulary of the tokenizer (--vocab-file or --tokenizer-model); -1 without one. Rank 0 opens
+ * the tokenizer and broadcasts its size (a Llama 3 tokenizer.json is 9 MB of JSON, half a
+ * CPU-second to parse: once a job, not once a rank); a tokenizer it cannot open ends every rank with
+ * 1, rank 0 saying why. */
+int run_tokenizer_vocab(const td_args *a, const comm *world)
 {
     if (!a->vocab_file && !a->tokenizer_model) return -1;
-    char err[512];
-    tok_spec spec = {a->tokenizer_type, a->vocab_file, a->merge_file, a->tokenizer_model};
-    tok_tokenizer *tok = tok_open(&spec, err, sizeof err);
-    if (!tok) td_fatal(1, "%s", err);
-    int v = tok_vocab_size(tok);
-    tok_free(tok);
-    run_trim_heap(); /* a tokenizer.json's parse leaves tens of MB in the heap's free lists */
+    char err[512] = "";
+    int32_t v = -2;
+    if (comm_rank(world) == 0) {
+        tok_spec spec = {a->tokenizer_type, a->vocab_file, a->merge_file, a->tokenizer_model};
+        tok_tokenizer *tok = tok_open(&spec, err, sizeof err);
+        if (tok) {
+            v = tok_vocab_size(tok);
+            tok_free(tok);
+            run_trim_heap(); /* a tokenizer.json's parse leaves tens of MB in the heap's free lists */
+        }
+    }
+    comm_bcast(world, &v, 1, COMM_I32, 0);
+    if (v == -2) {
+        if (comm_rank(world) == 0) fprintf(stderr, "error: %s\n", err);
+        comm_usage_exit(1);
+    }
     return v;
 }
 
 gpt_config run_model_config(const td_args *a, const ps_state *ps)
 {
-    return ckpt_config_of_args(a, run_tokenizer_vocab(a), ps->tp);
+    return ckpt_config_of_args(a, run_tokenizer_vocab(a, ps->world), ps->tp);
 }
 
 /* Completes every parameter all-gather in flight (distributed optimizer): before anything

@@ -112,7 +112,7 @@ void run_trim_heap(void);
 
 /* The vocabulary of the tokenizer (--vocab-file or --tokenizer-model); -1 without one. Ends the
  * job (exit 1) when the tokenizer does not open. */
-int run_tokenizer_vocab(const td_args *a);
+int run_tokenizer_vocab(const td_args *a, const comm *world);
 
 /* The model's configuration from the flags (reads the tokenizer for the vocabulary). */
 gpt_config run_model_config(const td_args *a, const ps_state *ps);

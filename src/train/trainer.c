@@ -76,7 +76,7 @@ int trainer_run(const td_args *a, comm *world)
     int resume = run_resume_find(&eff, world, &meta), rank = comm_rank(world);
     char msg[4096];
     /* every rank finds the same problem before allocating; rank 0 prints it, all exit 2 */
-    if ((resume && ckpt_args_reconcile(&eff, &meta, run_tokenizer_vocab(&eff), eff.tensor_model_parallel_size, rank == 0,
+    if ((resume && ckpt_args_reconcile(&eff, &meta, run_tokenizer_vocab(&eff, world), eff.tensor_model_parallel_size, rank == 0,
                                        msg, sizeof msg)) ||
         trainer_validate(&eff, comm_size(world), msg, sizeof msg)) {
         if (rank == 0) fprintf(stderr, "error: trident train: %s\n", msg);
