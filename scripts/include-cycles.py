@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The shape of the source tree (docs/architecture.md, issue 33): no circle of includes between
-files, and no .c or .h file over 1,000 lines, under src/ and include/.
+files, and no .c, .h, .cu or .cuh file over 1,000 lines, under src/ and include/.
 
 The graph: an edge from a file to each file its `#include "..."` lines name, resolved as the
 build resolves them: the including file's folder first, then include/<floor>/ and src/<floor>/
@@ -24,7 +24,7 @@ def sources(root):
     out = []
     for top in ("src", "include"):
         for d, _, files in os.walk(os.path.join(root, top)):
-            out += [os.path.join(d, f) for f in files if f.endswith((".c", ".h"))]
+            out += [os.path.join(d, f) for f in files if f.endswith((".c", ".h", ".cu", ".cuh"))]
     return sorted(out)
 
 
