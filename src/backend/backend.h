@@ -23,8 +23,8 @@ const char *be_op_name(be_op op);
 /* A backend by name (be_backend_names; "cpu", "cuda" where built with it), or "auto" (be_auto_name:
  * cuda when built with it and a GPU is visible, else cpu). nthreads_or_device is the cpu's thread
  * count (0: OpenMP's default) or, for a device backend, 0: this rank's device (the local rank
- * modulo the visible devices, be_device_for_rank), d > 0: device d. An unknown name exits 2 with
- * the list. */
+ * modulo the visible devices, be_device_for_rank), d > 0: device d - 1 (with "auto" the number
+ * counts only when it runs the cpu). An unknown name exits 2 with the list. */
 backend *be_create(const char *name, int nthreads_or_device);
 /* 1 if `name` is a backend of this binary, or "auto". */
 int be_backend_known(const char *name);

@@ -80,7 +80,10 @@ const char *be_backend_names(void)
 
 backend *be_create(const char *name, int nthreads_or_device)
 {
-    name = be_auto_name(name);
+    if (name && strcmp(name, "auto") == 0) {
+        name = be_auto_name(name);
+        if (strcmp(name, "cpu") != 0) nthreads_or_device = 0; /* a thread count is no device: this rank's */
+    }
     for (int i = 0; i < BE_NBACKENDS; i++)
         if (name && strcmp(name, BACKENDS[i].name) == 0) {
             backend *be = BACKENDS[i].create(nthreads_or_device);
