@@ -4,8 +4,8 @@
 # that are not CUDA's or the C library's, Open MPI's runtime (its components, relocated with
 # OPAL_PREFIX), GPT-2's tokenizer files and tinyshakespeare preprocessed. The CUDA libraries
 # (cuBLAS) are the GPU machine's own. The bundle is a folder git ignores, for the device tool's
-# `carry` (64 MiB with the working tree).
-#   scripts/gpu-bundle.sh [BUILD [BUNDLE]]   (default: build, BUILD/gpu-bundle)
+# `carry` (64 MiB with the working tree): BUNDLE.tar.xz.
+#   scripts/gpu-bundle.sh [BUILD [BUNDLE]]   (default: build, BUILD/gpu-bundle; writes BUNDLE/ and BUNDLE.tar.xz)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=$(cd "${1:-$ROOT/build}" && pwd)
@@ -29,11 +29,12 @@ for exe in trident test_gpu_backend; do
 done
 
 # Open MPI as Debian installs it, under a prefix of the bundle's (OPAL_PREFIX relocates it).
-OMPI_LIB=$(dirname "$(readlink -f "$(ldd "$B/bin/trident" | awk '/libmpi\.so/ {print $3}')")")
+ompi_path() { ompi_info --path "$1" --parsable | cut -d: -f3; }
+PREFIX=$(ompi_path prefix) PKGLIB=$(ompi_path pkglibdir) PKGDATA=$(ompi_path pkgdatadir)
 O=$B/ompi/usr
-mkdir -p "$O/bin" "$O/share" "$O/lib/x86_64-linux-gnu/openmpi/lib"
-cp -a "$OMPI_LIB/openmpi3" "$O/lib/x86_64-linux-gnu/openmpi/lib/"
-cp -a /usr/share/openmpi "$O/share/"
+mkdir -p "$O/bin" "$O${PKGLIB#"$PREFIX"}" "$O${PKGDATA#"$PREFIX"}"
+cp -a "$PKGLIB"/. "$O${PKGLIB#"$PREFIX"}/"
+cp -a "$PKGDATA"/. "$O${PKGDATA#"$PREFIX"}/"
 for t in orterun orted; do cp -L "$(command -v $t)" "$O/bin/$t"; done
 ln -sf orterun "$O/bin/mpirun"
 PMIX=$(ls -d /usr/lib/x86_64-linux-gnu/pmix2/lib/pmix 2>/dev/null || true)
@@ -42,7 +43,7 @@ PMIX=$(ls -d /usr/lib/x86_64-linux-gnu/pmix2/lib/pmix 2>/dev/null || true)
 # The closure of shared libraries, less the C runtime and CUDA's own (the GPU machine has them).
 skip='^(linux-vdso|ld-linux|libc\.|libm\.|libpthread|libdl\.|librt\.|libutil|libresolv|libgcc_s|libstdc\+\+|libcuda\.|libcublas|libcudart|libnvidia)'
 objs=("$B/bin/trident" "$B/bin/test_gpu_backend" "$O/bin/orterun" "$O/bin/orted")
-objs+=("$O"/lib/x86_64-linux-gnu/openmpi/lib/openmpi3/*.so)
+objs+=("$O${PKGLIB#"$PREFIX"}"/*.so)
 [ -d "$B/ompi/pmix" ] && objs+=("$B/ompi/pmix"/*.so)
 for o in "${objs[@]}"; do ldd "$o" 2>/dev/null; done | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' | sort -u |
   while read -r name path; do
@@ -62,7 +63,7 @@ rm -rf "$tmp"
 cat >"$B/env.sh" <<'ENV'
 # Sourced by scripts/gpu-check.sh: the bundle's libraries before the machine's, Open MPI relocated.
 TD_BUNDLE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-export LD_LIBRARY_PATH="$TD_BUNDLE/lib:$TD_BUNDLE/ompi/usr/lib/x86_64-linux-gnu/openmpi/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export LD_LIBRARY_PATH="$TD_BUNDLE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export OPAL_PREFIX="$TD_BUNDLE/ompi/usr" PMIX_MCA_mca_base_component_path="$TD_BUNDLE/ompi/pmix"
 export PATH="$TD_BUNDLE/bin:$TD_BUNDLE/ompi/usr/bin:$PATH"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_ess_singleton_isolated=1
@@ -72,4 +73,7 @@ ENV
   echo "built $(date -u +%FT%TZ) from $(git -C "$ROOT" rev-parse --short HEAD)$(git -C "$ROOT" diff --quiet || echo +changes) on $(hostname)"
   (cd "$B" && find . -type f -printf '%s %p\n' | sort -k2)
 } >"$B/MANIFEST"
-echo "gpu-bundle: $B, $(du -sh "$B" | cut -f1) ($(find "$B" -type f | wc -l) files)"
+# What travels: one xz archive (139 MB of files are 29 MB so, 49 MB gzipped; the device tool
+# carries 64 MiB with the working tree). scripts/gpu-check.sh unpacks it.
+tar cf - -C "$B" . | xz -T2 -6 >"$B.tar.xz.tmp" && mv "$B.tar.xz.tmp" "$B.tar.xz"
+echo "gpu-bundle: $B, $(du -sh "$B" | cut -f1) ($(find "$B" -type f | wc -l) files), packed as $B.tar.xz ($(du -h "$B.tar.xz" | cut -f1))"

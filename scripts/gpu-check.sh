@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The GPU check (docs/gpu.md), one command for a GPU machine without a package registry:
-#   scripts/gpu-check.sh OUTDIR [BUNDLE]     (BUNDLE: default build/gpu-bundle, from scripts/gpu-bundle.sh)
+#   scripts/gpu-check.sh OUTDIR [BUNDLE]     (BUNDLE: default build/gpu-bundle.tar.xz, else the folder
+#                                             build/gpu-bundle: what scripts/gpu-bundle.sh made)
 # Runs, each under its own time limit so that the whole ends inside 8 minutes:
 #  1. the GPU tests: tests/gpu/test_gpu_backend (the CUDA backend's entries against the cpu's);
 #  2. the same under compute-sanitizer --tool memcheck (without its timed figures);
@@ -8,12 +9,20 @@
 #     with --backend cuda and with --backend cpu from one seed, each iteration's loss within
 #     1e-4 relative (the worst printed).
 # Writes OUTDIR/*.log, OUTDIR/nvidia-smi.txt and OUTDIR/summary.json; exit 0 when every step passed.
-# On the device tool: run with carry ["build/gpu-bundle"], OUTDIR under $OUT.
+# On the device tool: run with carry ["build/gpu-bundle.tar.xz"], OUTDIR under $OUT.
 set -uo pipefail
 OUT_DIR=${1:?usage: scripts/gpu-check.sh OUTDIR [BUNDLE]}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-BUNDLE=${2:-$ROOT/build/gpu-bundle}
+BUNDLE=${2:-$ROOT/build/gpu-bundle.tar.xz}
+[ -e "$BUNDLE" ] || BUNDLE=$ROOT/build/gpu-bundle
 mkdir -p "$OUT_DIR" && OUT_DIR=$(cd "$OUT_DIR" && pwd)
+if [ -f "$BUNDLE" ]; then # the archive the device tool carried: unpack it (xz, or Python's lzma)
+  dir=${TMPDIR:-/tmp}/trident-gpu-bundle
+  rm -rf "$dir" && mkdir -p "$dir"
+  { xz -dc "$BUNDLE" 2>/dev/null || python3 -c 'import lzma, sys; sys.stdout.buffer.write(lzma.open(sys.argv[1]).read())' "$BUNDLE"; } |
+    tar xf - -C "$dir" || { echo "gpu-check: cannot unpack $BUNDLE" >&2; exit 2; }
+  BUNDLE=$dir
+fi
 [ -f "$BUNDLE/env.sh" ] || { echo "gpu-check: no bundle at $BUNDLE: run scripts/gpu-bundle.sh where trident was built" >&2; exit 2; }
 # shellcheck source=/dev/null
 source "$BUNDLE/env.sh"
