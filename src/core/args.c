@@ -54,7 +54,7 @@ static const flag_t FLAGS[] = {
      "the compute backend: auto (cuda when this trident has it and a GPU is visible, else cpu), cpu, or cuda "
      "(one GPU a rank: the local rank modulo the visible GPUs; docs/gpu.md); plan reads it with --calibrate, "
      "convert with --from hf", 0, 0, TD_BACKEND_CHOICES},
-    {"--tf32", A_BOOL, OFF(tf32), "0", TD_CMD_TRAIN | TD_CMD_EVAL | TD_CMD_GENERATE | TD_CMD_SERVE | TD_CMD_PLAN,
+    {"--tf32", A_BOOL, OFF(tf32), "0", TD_CMD_TRAIN | TD_CMD_EVAL | TD_CMD_GENERATE | TD_CMD_SERVE,
      "common",
      "cuda: fp32 GEMMs may round their inputs to TF32 on the tensor cores (several times faster, about 1e-3 "
      "relative error); off, they are IEEE fp32 and match the cpu backend's. The cpu backend has no TF32", 0, 0,

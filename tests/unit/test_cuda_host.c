@@ -140,7 +140,7 @@ static void tf32_flag(void **state)
     assert_int_equal(a.tf32, 0);
     assert_string_equal(a.backend, "auto");
     td_args_free(&a);
-    static const unsigned cmds[] = {TD_CMD_TRAIN, TD_CMD_EVAL, TD_CMD_GENERATE, TD_CMD_SERVE, TD_CMD_PLAN};
+    static const unsigned cmds[] = {TD_CMD_TRAIN, TD_CMD_EVAL, TD_CMD_GENERATE, TD_CMD_SERVE};
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
         char *argv[] = {"x", "--tf32", "--backend", "cpu", NULL};
         assert_int_equal(td_args_parse(&a, cmds[i], "trident x", 4, argv, 1), 0);
@@ -157,6 +157,13 @@ static void parse_tf32_on_convert(void)
     td_args_parse(&a, TD_CMD_CONVERT, "trident convert", 2, argv, 1);
 }
 
+static void parse_tf32_on_plan(void)
+{
+    td_args a;
+    char *argv[] = {"plan", "--tf32", NULL};
+    td_args_parse(&a, TD_CMD_PLAN, "trident plan", 2, argv, 1);
+}
+
 static void parse_backend_cuda(void)
 {
     td_args a;
@@ -171,6 +178,7 @@ static void backend_flag(void **state)
     char err[2048];
     assert_int_equal(run_in_child(parse_tf32_on_convert, err, sizeof err), 2); /* convert multiplies nothing */
     assert_non_null(strstr(err, "--tf32"));
+    assert_int_equal(run_in_child(parse_tf32_on_plan, err, sizeof err), 2); /* nor does plan's calibration */
     int rc = run_in_child(parse_backend_cuda, err, sizeof err);
 #ifdef TRIDENT_HAVE_CUDA
     assert_int_equal(rc, 0);
