@@ -15,9 +15,7 @@
 #include <cuda_fp16.h>
 
 #include "cuda_core.h"
-extern "C" {
 #include "trident/check.h"
-}
 
 #define CU_STR2(x) #x
 #define CU_STR(x) CU_STR2(x)
