@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU check (docs/gpu.md), one command for a GPU machine without a package registry:
-#   scripts/gpu-check.sh OUTDIR [BUNDLE]     (BUNDLE: default build/gpu-bundle.tar.xz, else the folder
-#                                             build/gpu-bundle: what scripts/gpu-bundle.sh made)
+#   scripts/gpu-check.sh OUTDIR [BUNDLE [--smoke]]  (BUNDLE: default build/gpu-bundle.tar.xz, else the
+#                                   folder build/gpu-bundle: what scripts/gpu-bundle.sh made)
 # Runs, each under its own time limit so that the whole ends inside 8 minutes:
 #  1. the GPU tests: tests/gpu/test_gpu_backend (the CUDA backend's entries against the cpu's);
 #  2. the same under compute-sanitizer --tool memcheck (without its timed figures);
@@ -11,9 +11,10 @@
 # Writes OUTDIR/*.log, OUTDIR/nvidia-smi.txt and OUTDIR/summary.json; exit 0 when every step passed.
 # On the device tool: run with carry ["build/gpu-bundle.tar.xz"], OUTDIR under $OUT.
 set -uo pipefail
-OUT_DIR=${1:?usage: scripts/gpu-check.sh OUTDIR [BUNDLE]}
+OUT_DIR=${1:?usage: scripts/gpu-check.sh OUTDIR [BUNDLE] [--smoke]}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUNDLE=${2:-$ROOT/build/gpu-bundle.tar.xz}
+SMOKE=${3:-} # --smoke: a 2-layer model instead of GPT-2 small, to try the script itself without a GPU
 [ -e "$BUNDLE" ] || BUNDLE=$ROOT/build/gpu-bundle
 mkdir -p "$OUT_DIR" && OUT_DIR=$(cd "$OUT_DIR" && pwd)
 if [ -f "$BUNDLE" ]; then # the archive the device tool carried: unpack it (xz, or Python's lzma)
@@ -45,8 +46,12 @@ step() { # name limit-seconds command...: runs it into OUT_DIR/name.log, records
   SECS[$name]=$(($(date +%s) - s))
   echo "gpu-check: $name: rc ${RC[$name]} in ${SECS[$name]} s"
 }
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$OUT_DIR/nvidia-smi.txt" 2>&1
-GPU=$(head -1 "$OUT_DIR/nvidia-smi.txt")
+if command -v nvidia-smi >/dev/null; then # a query only: the card's settings are left as they are
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$OUT_DIR/nvidia-smi.txt" 2>&1
+else
+  echo "no nvidia-smi" >"$OUT_DIR/nvidia-smi.txt"
+fi
+GPU=$(head -1 "$OUT_DIR/nvidia-smi.txt" | sed 's/"/\\"/g')
 echo "gpu-check: $GPU; bundle $(head -1 "$BUNDLE/MANIFEST")"
 trident --version >"$OUT_DIR/version.txt" 2>&1
 SEED=$(date +%s)
@@ -55,7 +60,8 @@ SEED=$(date +%s)
 step gpu_backend 120 test_gpu_backend "$SEED"
 # 2. memcheck
 if command -v compute-sanitizer >/dev/null; then
-  step memcheck 180 compute-sanitizer --tool memcheck --error-exitcode 99 test_gpu_backend "$SEED" --no-figures
+  step memcheck 180 compute-sanitizer --tool memcheck --error-exitcode 99 --target-processes application-only \
+    "$(command -v test_gpu_backend)" "$SEED" --sanitizer
 else
   echo "compute-sanitizer not found" >"$OUT_DIR/memcheck.log"; RC[memcheck]=127; SECS[memcheck]=0
 fi
@@ -66,6 +72,7 @@ GPT2=(train --data-path "$D/ts_text_document" --vocab-file "$D/vocab.json" --mer
       --max-position-embeddings 1024 --micro-batch-size 2 --global-batch-size 2 --train-iters 20 --lr 6e-4
       --lr-warmup-iters 2 --hidden-dropout 0.1 --attention-dropout 0.1 --eval-iters 0 --log-interval 1 --seed 1234
       --peak-tflops 1)
+[ "$SMOKE" = --smoke ] && GPT2=("${GPT2[@]}" --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 64)
 s=$(date +%s)
 ( cd "$OUT_DIR" && OMP_NUM_THREADS=$(($(nproc) - 1)) timeout -k 10 240 trident "${GPT2[@]}" --backend cpu \
     --metrics-file gpt2_cpu.jsonl >gpt2_cpu.log 2>&1; echo $? >gpt2_cpu.rc ) &
