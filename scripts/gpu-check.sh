@@ -111,8 +111,9 @@ cat >"$OUT_DIR/summary.json" <<JSON
  "seconds": $(($(date +%s) - T0)), "passed": $((1 - failed))}
 JSON
 # the device tool brings back at most 8 files: everything in one archive, the main ones beside it
-(cd "$OUT_DIR" && tar czf logs.tar.gz --exclude=logs.tar.gz . &&
-  find . -maxdepth 1 -type f ! -name logs.tar.gz ! -name summary.json ! -name gpu_backend.log ! -name memcheck.log \
-    ! -name gpt2_compare.log -delete)
+tgz=$(mktemp "${TMPDIR:-/tmp}/gpu-check-logs.XXXXXX")
+tar czf "$tgz" -C "$OUT_DIR" . && mv "$tgz" "$OUT_DIR/logs.tar.gz" &&
+  find "$OUT_DIR" -maxdepth 1 -type f ! -name logs.tar.gz ! -name summary.json ! -name gpu_backend.log \
+    ! -name memcheck.log ! -name gpt2_compare.log -delete
 echo "gpu-check: $([ $failed = 0 ] && echo PASSED || echo FAILED) in $(($(date +%s) - T0)) s; $OUT_DIR/summary.json"
 exit $failed
