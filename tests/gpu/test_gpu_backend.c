@@ -106,6 +106,21 @@ static void test_memory(const backend *g)
     g->ops->event_record(g, &t1);
     double s = g->ops->event_elapsed(g, &t0, &t1);
     check(s > 0 && s < 1.0 && t0.h == NULL && t1.h == NULL, "events: elapsed > 0 and both released", s, 1.0);
+    /* 40 H2D copies from one host buffer rewritten after each (more copies than staging slots):
+     * each copy holds what the buffer held when it was called */
+    enum { SEG = 100003, NSEG = 40 };
+    unsigned char *hb = malloc(SEG), *all = malloc((size_t)SEG * NSEG), *dall = g->ops->alloc(g, (size_t)SEG * NSEG);
+    for (int i = 0; i < NSEG; i++) {
+        memset(hb, 7 * i + 1, SEG);
+        g->ops->copy_bytes(g, dall + (size_t)i * SEG, hb, SEG, BE_H2D);
+        memset(hb, 0xee, SEG);
+    }
+    down(g, all, dall, (size_t)SEG * NSEG);
+    same = 1;
+    for (size_t i = 0; i < (size_t)SEG * NSEG; i++) same &= all[i] == (unsigned char)(7 * (i / SEG) + 1);
+    check(same, "40 H2D copies from one reused host buffer: each holds its own bytes", same, 1);
+    g->ops->free(g, dall);
+    free(hb), free(all);
     /* H2D from pinned memory: the source may be reused once copy_bytes returns */
     unsigned char *pinned = NULL;
     if (cudaMallocHost((void **)&pinned, N) == cudaSuccess) {

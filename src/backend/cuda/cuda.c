@@ -144,21 +144,34 @@ static void cu_free(const backend *be, void *p)
     if (p) CU_CHECK(cudaFreeAsync(p, cu_stream(be)), "freeing device memory");
 }
 
+/* H2D through the pinned slots, a slot (1 MiB) a piece: the host's memcpy into a slot, then the DMA
+ * from it enqueued and an event after it. Waiting for a slot waits only for the copy that used it
+ * CU_STAGE_SLOTS pieces ago, so small copies (a micro-batch's ids and targets) never wait for the
+ * queue, and a large one (a checkpoint) overlaps the host's copying with the DMA. */
+static void stage_h2d(const backend *be, unsigned char *dst, const unsigned char *src, size_t bytes)
+{
+    cuda_state *st = cu_state(be);
+    for (size_t off = 0; off < bytes; off += CU_STAGE_SLOT_BYTES) {
+        size_t n = bytes - off < CU_STAGE_SLOT_BYTES ? bytes - off : CU_STAGE_SLOT_BYTES;
+        int k = st->stage_next;
+        st->stage_next = (k + 1) % CU_STAGE_SLOTS;
+        unsigned char *slot = st->stage + (size_t)k * CU_STAGE_SLOT_BYTES;
+        CU_CHECK(cudaEventSynchronize(st->stage_done[k]), "waiting for a staging slot of host-to-device copies");
+        memcpy(slot, src + off, n);
+        CU_CHECK(cudaMemcpyAsync(dst + off, slot, n, cudaMemcpyHostToDevice, cu_stream(be)),
+                 "copying host memory to the device");
+        CU_CHECK(cudaEventRecord(st->stage_done[k], cu_stream(be)), "recording a staging slot's copy");
+    }
+}
+
 static void cu_copy_bytes(const backend *be, void *dst, const void *src, size_t bytes, be_copy_kind kind)
 {
     if (!bytes || dst == src) return;
     cudaStream_t s = cu_stream(be);
     switch (kind) {
-    case BE_H2D: {
-        CU_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s), "copying host memory to the device");
-        /* from pageable memory the call returns once the bytes are staged; from pinned memory it
-         * returns at once, and the source may be reused only after the copy */
-        struct cudaPointerAttributes at;
-        if (cudaPointerGetAttributes(&at, src) != cudaSuccess) (void)cudaGetLastError();
-        else if (at.type != cudaMemoryTypeUnregistered)
-            CU_CHECK(cudaStreamSynchronize(s), "waiting for a copy from pinned host memory");
+    case BE_H2D:
+        stage_h2d(be, dst, src, bytes);
         break;
-    }
     case BE_D2H:
         CU_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s), "copying device memory to the host");
         CU_CHECK(cudaStreamSynchronize(s), "waiting for a copy to the host");
@@ -215,6 +228,8 @@ static void cu_destroy(backend *be)
     CU_CHECK(cudaStreamSynchronize(cu_stream(be)), "waiting for the queue before freeing the backend");
     cuda_gemm_destroy(be);
     while (st->nevents > 0) CU_CHECK(cudaEventDestroy(st->events[--st->nevents]), "destroying a timing event");
+    for (int k = 0; k < CU_STAGE_SLOTS; k++) CU_CHECK(cudaEventDestroy(st->stage_done[k]), "destroying a staging event");
+    CU_CHECK(cudaFreeHost(st->stage), "freeing the pinned staging slots");
     CU_CHECK(cudaStreamDestroy(cu_stream(be)), "destroying the stream");
     be->queue = NULL;
     free(st);
@@ -318,6 +333,10 @@ backend *be_cuda(int device)
     uint64_t keep = UINT64_MAX;
     CU_CHECK(cudaDeviceGetDefaultMemPool(&pool, dev), "finding the device's memory pool");
     CU_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep), "setting the memory pool");
+    CU_CHECK(cudaMallocHost((void **)&st->stage, CU_STAGE_SLOTS * CU_STAGE_SLOT_BYTES),
+             "allocating pinned staging memory for host-to-device copies");
+    for (int k = 0; k < CU_STAGE_SLOTS; k++)
+        CU_CHECK(cudaEventCreateWithFlags(&st->stage_done[k], cudaEventDisableTiming), "creating a staging event");
     cuda_gemm_init(be);
     char drv[64];
     driver_version(drv, sizeof drv);

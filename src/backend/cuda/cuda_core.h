@@ -10,12 +10,20 @@ extern "C" {
 #endif
 
 #define CU_EVENT_POOL 64
+/* Host-to-device copies go through pinned staging slots (cuda.c): the host source is copied into
+ * a slot and the DMA from it enqueued, so copy_bytes returns once the source may be reused without
+ * waiting for the queue. A slot is reused after its copy has run (its event). */
+#define CU_STAGE_SLOTS 16
+#define CU_STAGE_SLOT_BYTES ((size_t)1 << 20)
 
 typedef struct cuda_state {
     int tf32;                           /* fp32 GEMMs may use TF32 (--tf32) */
     void *cublas;                       /* the cublasHandle_t, on be->queue */
     cudaEvent_t events[CU_EVENT_POOL];  /* released events, ready for reuse */
     int nevents;
+    unsigned char *stage;               /* pinned, CU_STAGE_SLOTS x CU_STAGE_SLOT_BYTES */
+    cudaEvent_t stage_done[CU_STAGE_SLOTS]; /* recorded after each slot's copy */
+    int stage_next;                     /* the slot the next piece takes */
     int sm;                             /* compute capability, 10 major + minor (90: Hopper) */
     size_t total_mem;                   /* bytes of device memory */
     char name[256];                     /* "NVIDIA H200" */
