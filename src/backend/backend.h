@@ -20,13 +20,42 @@
 const char *be_op_name(be_op op);
 
 /* ---- the backends of this binary (registry.c) ---- */
-/* A backend by name (be_backend_names; "cpu"): nthreads_or_device is the cpu's thread count (0:
- * OpenMP's default) or a device backend's device ordinal. An unknown name exits 2 with the list. */
+/* A backend by name (be_backend_names; "cpu", "cuda" where built with it), or "auto" (be_auto_name:
+ * cuda when built with it and a GPU is visible, else cpu). nthreads_or_device is the cpu's thread
+ * count (0: OpenMP's default) or, for a device backend, 0: this rank's device (the local rank
+ * modulo the visible devices, be_device_for_rank), d > 0: device d - 1 (with "auto" the number
+ * counts only when it runs the cpu). An unknown name exits 2 with the list. */
 backend *be_create(const char *name, int nthreads_or_device);
-/* 1 if `name` is a backend of this binary. */
+/* 1 if `name` is a backend of this binary, or "auto". */
 int be_backend_known(const char *name);
-/* The backends of this binary, ", " between them ("cpu"). */
+/* The backends of this binary, ", " between them ("cpu" or "cpu, cuda"). */
 const char *be_backend_names(void);
+/* The backend "auto" stands for on this machine (any other name is returned as it is). */
+const char *be_auto_name(const char *name);
+/* Devices the backend `name` can run on here: cpu 1; cuda the visible GPUs (CUDA_VISIBLE_DEVICES
+ * honoured), 0 when this binary has no CUDA, there is no driver or no GPU; an unknown name 0.
+ * Never ends the process: the GPU tests ask it to skip. */
+int be_backend_devices(const char *name);
+/* 1 if this binary was built with the CUDA backend. */
+int be_have_cuda(void);
+/* fp32 GEMMs may round their inputs to TF32 (--tf32): a device backend's tensor cores then run
+ * them several times faster, at about 1e-3 relative error; off (the default) they are IEEE fp32,
+ * held to the CPU's. The cpu backend has no TF32: a no-op there. */
+void be_set_tf32(backend *be, int on);
+
+/* ---- device backends: what needs no device (device.c) ---- */
+/* This process's rank among the processes of its node as the launcher says
+ * (OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID, MPI_LOCALRANKID, PMI_LOCAL_RANK); 0 when none is set
+ * (started alone) or it is not a number. */
+int be_local_rank(void);
+/* The device a process of local rank `local` takes among `ndev` visible ones: local modulo ndev,
+ * so that several ranks share a device when there are more ranks than devices; -1 when ndev < 1. */
+int be_device_for_rank(int local, int ndev);
+/* What --backend auto runs: "cuda" when cuda_built and cuda_devices > 0, else "cpu". */
+const char *be_auto_choice(int cuda_built, int cuda_devices);
+/* The out-of-memory line of a device backend (out, len bytes): what was being allocated, `asked`
+ * bytes (0: not known), the device's free and total bytes, and the flags that need less memory. */
+void be_oom_message(char *out, size_t len, const char *what, size_t asked, size_t free_b, size_t total_b);
 /* Waits for the queue, frees the backend's state (destroy), its mixed-precision copies and the
  * struct. NULL is a no-op. */
 void be_free(backend *be);

@@ -1,6 +1,7 @@
 /* The backends of this binary, by name: be_create and be_free. The one file that names an
  * implementation's constructor: adding a backend is its folder, a row of BACKENDS and its
- * sources in CMakeLists.txt (docs/backend.md). */
+ * sources in CMakeLists.txt (docs/backend.md). "auto" stands for cuda where it is built and a GPU
+ * is visible, else cpu. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,6 +9,9 @@
 #include "trident/check.h"
 #include "backend.h"
 #include "cpu/cpu.h"
+#ifdef TRIDENT_HAVE_CUDA
+#include "cuda/cuda.h"
+#endif
 
 typedef struct {
     const char *name;
@@ -16,11 +20,50 @@ typedef struct {
 
 static const be_entry BACKENDS[] = {
     {"cpu", be_cpu},
+#ifdef TRIDENT_HAVE_CUDA
+    {"cuda", be_cuda},
+#endif
 };
 enum { BE_NBACKENDS = (int)(sizeof BACKENDS / sizeof BACKENDS[0]) };
 
+int be_have_cuda(void)
+{
+#ifdef TRIDENT_HAVE_CUDA
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+int be_backend_devices(const char *name)
+{
+    if (!name) return 0;
+    if (strcmp(name, "cpu") == 0) return 1;
+#ifdef TRIDENT_HAVE_CUDA
+    if (strcmp(name, "cuda") == 0) return cuda_device_count();
+#endif
+    return 0;
+}
+
+const char *be_auto_name(const char *name)
+{
+    if (!name || strcmp(name, "auto") != 0) return name;
+    return be_auto_choice(be_have_cuda(), be_backend_devices("cuda"));
+}
+
+void be_set_tf32(backend *be, int on)
+{
+#ifdef TRIDENT_HAVE_CUDA
+    if (be && strcmp(be->ops->name, "cuda") == 0) cuda_set_tf32(be, on);
+#else
+    (void)be;
+    (void)on;
+#endif
+}
+
 int be_backend_known(const char *name)
 {
+    if (name && strcmp(name, "auto") == 0) return 1;
     for (int i = 0; i < BE_NBACKENDS; i++)
         if (name && strcmp(name, BACKENDS[i].name) == 0) return 1;
     return 0;
@@ -37,6 +80,10 @@ const char *be_backend_names(void)
 
 backend *be_create(const char *name, int nthreads_or_device)
 {
+    if (name && strcmp(name, "auto") == 0) {
+        name = be_auto_name(name);
+        if (strcmp(name, "cpu") != 0) nthreads_or_device = 0; /* a thread count is no device: this rank's */
+    }
     for (int i = 0; i < BE_NBACKENDS; i++)
         if (name && strcmp(name, BACKENDS[i].name) == 0) {
             backend *be = BACKENDS[i].create(nthreads_or_device);

@@ -8,11 +8,14 @@
 #include "trident/check.h"
 #include "trident/comm.h"
 
+/* "trident 0.1.0 (backends: cpu, cuda)": the version and the backends built in. */
+static void version_line(void) { printf("trident %s (backends: %s)\n", TRIDENT_VERSION, be_backend_names()); }
+
 static int cli_version(int argc, char **argv)
 {
     (void)argc;
     (void)argv;
-    printf("trident %s\n", TRIDENT_VERSION);
+    version_line();
     return 0;
 }
 
@@ -60,7 +63,7 @@ int main(int argc, char **argv)
         return argc < 2 ? TD_EXIT_USAGE : 0;
     }
     if (strcmp(argv[1], "--version") == 0) {
-        printf("trident %s\n", TRIDENT_VERSION);
+        version_line();
         return 0;
     }
     for (int i = 0; i < NCOMMANDS; i++)

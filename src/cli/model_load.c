@@ -81,6 +81,7 @@ void cli_load_stage(cli_model *out, const td_args *a, comm *world, int mbs)
     int pp = a->pipeline_model_parallel_size, per = out->cfg.num_layers / pp;
     out->ps = ps_init(world, a->tensor_model_parallel_size, pp);
     out->be = be_create(a->backend, 0);
+    be_set_tf32(out->be, a->tf32);
     out->m = gpt_create_for_checkpoint(&out->cfg, out->ps, out->be, out->ps->pp_rank * per, per, mbs, 1);
     ckpt_model cm = {out->ps, 1, &out->m, NULL, NULL, NULL, NULL};
     if (ckpt_load(&out->meta, &cm, 0, err, sizeof err)) td_fatal(1, "%s", err);

@@ -37,16 +37,28 @@ typedef struct {
 #define BIG 9.0e18
 
 const char TD_MODEL_CHOICES[] = "gpt|bert";
+/* The backends of src/backend/registry.c, and auto: cuda only in a binary built with it. */
+#ifdef TRIDENT_HAVE_CUDA
+#define TD_BACKEND_CHOICES "auto|cpu|cuda"
+#else
+#define TD_BACKEND_CHOICES "auto|cpu"
+#endif
 
 static const flag_t FLAGS[] = {
     {"--seed", A_I64, OFF(seed), "1234", TD_CMD_TRAIN | TD_CMD_DATA_INFO | TD_CMD_EVAL | TD_CMD_GENERATE | TD_CMD_SERVE,
      "common",
      "seed of every random stream (init, dropout, data shuffling)", 0, BIG, NULL},
     {"--verbose", A_INT, OFF(verbose), "1", ALL, "common", "0 errors only, 1 info, 2 debug", 0, 2, NULL},
-    {"--backend", A_CHOICE, OFF(backend), "cpu",
+    {"--backend", A_CHOICE, OFF(backend), "auto",
      TD_CMD_TRAIN | TD_CMD_EVAL | TD_CMD_GENERATE | TD_CMD_SERVE | TD_CMD_CONVERT | TD_CMD_PLAN, "common",
-     "the compute backend: cpu (the only one today; plan reads it with --calibrate, convert with --from hf)", 0, 0,
-     "cpu"},
+     "the compute backend: auto (cuda when this trident has it and a GPU is visible, else cpu), cpu, or cuda "
+     "(one GPU a rank: the local rank modulo the visible GPUs; docs/gpu.md); plan reads it with --calibrate, "
+     "convert with --from hf", 0, 0, TD_BACKEND_CHOICES},
+    {"--tf32", A_BOOL, OFF(tf32), "0", TD_CMD_TRAIN | TD_CMD_EVAL | TD_CMD_GENERATE | TD_CMD_SERVE,
+     "common",
+     "cuda: fp32 GEMMs may round their inputs to TF32 on the tensor cores (several times faster, about 1e-3 "
+     "relative error); off, they are IEEE fp32 and match the cpu backend's. The cpu backend has no TF32", 0, 0,
+     NULL},
 
     {"--tokenizer-type", A_CHOICE, OFF(tokenizer_type), "GPT2BPETokenizer", TOK, "tokenizer",
      "GPT2BPETokenizer (--vocab-file, --merge-file), HuggingFaceTokenizer (--tokenizer-model), or BERT's "
@@ -520,6 +532,9 @@ static void store(td_args *a, const flag_t *f, const char *prog, const char *v)
         break;
     }
     case A_CHOICE:
+        if (!choice_ok(f->choices, v) && strcmp(f->name, "--backend") == 0 && strcmp(v, "cuda") == 0)
+            td_usage_error("%s: --backend cuda: this trident was built without CUDA: build it where nvcc is "
+                           "(-DTRIDENT_CUDA=ON, docs/gpu.md), or use --backend cpu", prog);
         if (!choice_ok(f->choices, v))
             td_usage_error("%s: %s '%s' is not one of %s", prog, f->name, v, f->choices);
         /* fall through */

@@ -68,6 +68,7 @@ void run_model_grid(run_state *r, comm *world)
     if (a->sequence_parallel && ps->tp == 1 && ps->world_rank == 0)
         TD_INFO("--sequence-parallel does nothing without tensor parallelism: off");
     r->model.be = be_create(a->backend, 0);
+    be_set_tf32(r->model.be, a->tf32);
     if (a->bf16 || a->fp16) be_set_gemm_dtype(r->model.be, a->bf16 ? BE_BF16 : BE_F16);
 }
 

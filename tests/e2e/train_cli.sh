@@ -38,7 +38,7 @@ expect "bad value" 2 "--num-layers 'two' is not an integer" "$TRIDENT" train --n
 expect "no data" 2 "--data-path is required" "$TRIDENT" train --train-iters 2
 # --backend: a name of the registry (src/backend/registry.c), before anything is allocated
 for cmd in train eval generate serve convert plan; do
-  expect "$cmd: unknown backend" 2 "--backend 'cuda' is not one of cpu" "$TRIDENT" $cmd --backend cuda
+  expect "$cmd: unknown backend" 2 "--backend 'tpu' is not one of auto|cpu" "$TRIDENT" $cmd --backend tpu
 done
 expect "iterations and samples" 2 "exactly one of" "$TRIDENT" train --data-path x "${TOK[@]}" --train-iters 1 \
   --train-samples 8

@@ -44,10 +44,21 @@ static int run_in_child(void (*fn)(const backend *), const backend *be, char *er
 static void registry_names_the_cpu(void **state)
 {
     (void)state;
+#ifdef TRIDENT_HAVE_CUDA
+    assert_string_equal(be_backend_names(), "cpu, cuda");
+    assert_true(be_backend_known("cuda"));
+    assert_int_equal(be_have_cuda(), 1);
+#else
     assert_string_equal(be_backend_names(), "cpu");
-    assert_true(be_backend_known("cpu"));
     assert_false(be_backend_known("cuda"));
+    assert_int_equal(be_have_cuda(), 0);
+    assert_int_equal(be_backend_devices("cuda"), 0);
+#endif
+    assert_true(be_backend_known("cpu"));
+    assert_true(be_backend_known("auto"));
     assert_false(be_backend_known(""));
+    assert_int_equal(be_backend_devices("cpu"), 1);
+    assert_int_equal(be_backend_devices("tpu"), 0);
     backend *be = be_create("cpu", 1);
     assert_string_equal(be->ops->name, "cpu");
     assert_null(be->queue); /* synchronous: no queue */
@@ -61,10 +72,11 @@ static void flag_choices_are_the_registry(void **state)
     (void)state;
     td_args a;
     td_args_defaults(&a, TD_CMD_TRAIN);
-    assert_string_equal(a.backend, "cpu");
+    assert_string_equal(a.backend, "auto");
     int n = 0;
     for (int v = 0; td_args_set_number(&a, "--backend", v) == 0; v++, n++) assert_true(be_backend_known(a.backend));
     td_args_free(&a);
+    n--; /* auto */
     int registry = 1; /* commas + 1 in "cpu" */
     for (const char *p = be_backend_names(); *p; p++) registry += *p == ',';
     assert_int_equal(n, registry);

@@ -29,7 +29,8 @@ typedef struct td_args {
     /* common */
     int64_t seed;
     int verbose;
-    char *backend;             /* --backend: a name of the registry (src/backend/registry.c) */
+    char *backend;             /* --backend: auto or a name of the registry (src/backend/registry.c) */
+    int tf32;                  /* --tf32: fp32 GEMMs may use TF32 (cuda) */
     /* tokenizer */
     char *tokenizer_type;
     char *vocab_file;

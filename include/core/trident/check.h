@@ -7,6 +7,10 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#ifdef __cplusplus /* the CUDA backend's .cu files (C++) call these C functions */
+extern "C" {
+#endif
+
 /* Exit code for configuration errors (bad flag, bad value, bad layout). */
 #define TD_EXIT_USAGE 2
 
@@ -82,5 +86,9 @@ const char *td_strerror(int err);
 
 /* "s" unless n is 1: printf("%d document%s", n, td_plural(n)). */
 static inline const char *td_plural(long long n) { return n == 1 ? "" : "s"; }
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif
