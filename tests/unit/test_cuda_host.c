@@ -224,6 +224,31 @@ static void cuda_error_lines(void **state)
         assert_int_equal(count_char(err, '\n'), 1);
     }
 }
+
+/* The three parts of the CUDA backend (core and GEMMs, the elementwise family, attention and MoE)
+ * together fill every entry BE_OP_ENTRIES requires, each entry from one part only: be_create would
+ * otherwise refuse the backend on the GPU, naming the missing entry. */
+static void cuda_parts_fill_the_contract(void **state)
+{
+    (void)state;
+    struct be_ops parts[3];
+    void (*fill[3])(struct be_ops *) = {cuda_fill_core, cuda_fill_elementwise, cuda_fill_attention_moe};
+    struct be_ops all;
+    memset(&all, 0, sizeof all);
+    for (int k = 0; k < 3; k++) {
+        memset(&parts[k], 0, sizeof parts[k]);
+        fill[k](&parts[k]);
+        fill[k](&all);
+    }
+    for (int e = 0; e < BE_OP_NENTRIES; e++) {
+        if (strcmp(BE_OP_ENTRIES[e].name, "name") == 0) continue;
+        int set = 0;
+        for (int k = 0; k < 3; k++) set += *(void **)((char *)&parts[k] + BE_OP_ENTRIES[e].offset) != NULL;
+        if (set > 1) fail_msg("entry %s is filled by %d parts of the CUDA backend", BE_OP_ENTRIES[e].name, set);
+    }
+    const char *missing = be_ops_missing(&all);
+    if (missing) fail_msg("the CUDA backend leaves its required entry %s NULL", missing);
+}
 #endif
 
 int main(void)
@@ -232,7 +257,7 @@ int main(void)
         cmocka_unit_test(device_for_rank), cmocka_unit_test(local_rank_from_launcher), cmocka_unit_test(auto_choice),
         cmocka_unit_test(oom_line),        cmocka_unit_test(tf32_flag),                cmocka_unit_test(backend_flag),
 #ifdef TRIDENT_HAVE_CUDA
-        cmocka_unit_test(cuda_error_lines),
+        cmocka_unit_test(cuda_error_lines),        cmocka_unit_test(cuda_parts_fill_the_contract),
 #endif
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
