@@ -19,10 +19,11 @@ grep -q '^TRIDENT_HAVE_CUDA:INTERNAL=ON' "$BUILD/CMakeCache.txt" 2>/dev/null ||
   die "$BUILD/trident has no CUDA backend: configure where nvcc is (-DTRIDENT_CUDA=ON) and build"
 [ -f "$DATA/gpt2/vocab.json" ] && [ -f "$DATA/tinyshakespeare.txt" ] ||
   die "no GPT-2 vocabulary or tinyshakespeare under $DATA: scripts/get-data.sh"
-cmake --build "$BUILD" -j 2 --target trident test_gpu_backend >/dev/null
+GPU_TESTS=(test_gpu_backend test_cuda_elementwise test_cuda_attention_moe)
+cmake --build "$BUILD" -j 2 --target trident "${GPU_TESTS[@]}" >/dev/null
 
 rm -rf "$B" && mkdir -p "$B/bin" "$B/lib" "$B/data"
-for exe in trident test_gpu_backend; do
+for exe in trident "${GPU_TESTS[@]}"; do
   f=$(find "$BUILD" -maxdepth 2 -type f -name "$exe" -perm -u+x | head -1)
   [ -n "$f" ] || die "$exe not built in $BUILD"
   strip --strip-debug -o "$B/bin/$exe" "$f" # line tables stay: compute-sanitizer's backtraces name functions
@@ -42,7 +43,8 @@ PMIX=$(ls -d /usr/lib/x86_64-linux-gnu/pmix2/lib/pmix 2>/dev/null || true)
 
 # The closure of shared libraries, less the C runtime and CUDA's own (the GPU machine has them).
 skip='^(linux-vdso|ld-linux|libc\.|libm\.|libpthread|libdl\.|librt\.|libutil|libresolv|libgcc_s|libstdc\+\+|libcuda\.|libcublas|libcudart|libnvidia)'
-objs=("$B/bin/trident" "$B/bin/test_gpu_backend" "$O/bin/orterun" "$O/bin/orted")
+objs=("$B/bin/trident" "$O/bin/orterun" "$O/bin/orted")
+for exe in "${GPU_TESTS[@]}"; do objs+=("$B/bin/$exe"); done
 objs+=("$O${PKGLIB#"$PREFIX"}"/*.so)
 [ -d "$B/ompi/pmix" ] && objs+=("$B/ompi/pmix"/*.so)
 for o in "${objs[@]}"; do ldd "$o" 2>/dev/null; done | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' | sort -u |
