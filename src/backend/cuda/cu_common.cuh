@@ -1,7 +1,7 @@
-/* Private to src/backend/cuda's kernel files (attention.cu, moe.cu): device helpers they share —
- * typed element access (fp32, bf16, fp16 buffers read as fp32, written rounded to nearest even)
- * and Philox-4x32-10 with the dropout counters of be_ops.h, so that a mask drawn here is the
- * CPU backend's bit for bit. Header-only, no templates: every helper is a __device__ inline. */
+/* Private to src/backend/cuda's kernel files: device helpers they all share — typed element access
+ * (fp32, bf16, fp16 buffers read as fp32, written rounded to nearest even) and a dropout's mask
+ * words through cu_drop.h (the one Philox-4x32-10 source, which a host test holds to the CPU
+ * backend's masks bit for bit). Header-only, no templates: every helper is a __device__ inline. */
 #ifndef TRIDENT_CU_COMMON_CUH
 #define TRIDENT_CU_COMMON_CUH
 
@@ -9,6 +9,7 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
+#include "cu_drop.h"
 #include "cuda_impl.h"
 
 /* Element i of a buffer of dtype dt (be_dtype), as fp32 (widening is exact). */
@@ -60,29 +61,13 @@ static inline cu_drop cu_drop_of(const be_drop *d)
     return c;
 }
 
-/* Philox-4x32-10 of counter c under key (k0, k1): td_philox4x32_inline on the device. */
-static __device__ __forceinline__ uint4 cu_philox(uint4 c, uint32_t k0, uint32_t k1)
-{
-#pragma unroll
-    for (int r = 0; r < 10; r++) {
-        uint32_t hi0 = __umulhi(TD_PHILOX_M0, c.x), lo0 = TD_PHILOX_M0 * c.x;
-        uint32_t hi1 = __umulhi(TD_PHILOX_M1, c.z), lo1 = TD_PHILOX_M1 * c.z;
-        uint4 n = make_uint4(hi1 ^ c.y ^ k0, lo1, hi0 ^ c.w ^ k1, lo0);
-        c = n;
-        k0 += TD_PHILOX_W0;
-        k1 += TD_PHILOX_W1;
-    }
-    return c;
-}
-
-/* The Philox block holding unit's mask word at (kind, sample, pos): be_drop_block. */
+/* The Philox block holding unit's mask word at (kind, sample, pos): cu_drop.h's cu_drop_block. */
 static __device__ __forceinline__ uint4 cu_drop_block(const cu_drop &d, int kind, int64_t sample, int64_t pos,
                                                       int64_t unit)
 {
-    uint4 c = make_uint4((uint32_t)((uint64_t)unit >> 2), (uint32_t)pos, (uint32_t)(uint64_t)sample,
-                         (((uint32_t)((uint64_t)sample >> 32)) & 0xffu) | (d.site & 0xffffu) << 8 |
-                             (uint32_t)kind << 24);
-    return cu_philox(c, d.k0, d.k1);
+    uint32_t r[4];
+    cu_drop_block(r, (uint64_t)d.k0 | (uint64_t)d.k1 << 32, kind, (int)d.site, sample, pos, unit);
+    return make_uint4(r[0], r[1], r[2], r[3]);
 }
 
 /* Word w (0..3) of a block. */

@@ -20,6 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cu_common.cuh"
 #include "cuda_impl.h"
 
 /* Compiled without --use_fast_math (CUDA defines no macro to check it by): the kernels hold the
@@ -40,22 +41,7 @@ static inline int cu_dtype(int dt, const char *entry)
 
 #define CU_THREADS 256 /* threads of a block (every kernel of the family) */
 
-/* ---- typed loads and stores (dt is a be_dtype) ---- */
-static __device__ __forceinline__ float cu_ld(const void *p, int dt, size_t i)
-{
-    if (dt == BE_BF16) return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
-    if (dt == BE_F16) return __half2float(((const __half *)p)[i]);
-    return ((const float *)p)[i];
-}
-static __device__ __forceinline__ void cu_st(void *p, int dt, size_t i, float v)
-{
-    if (dt == BE_BF16)
-        ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(v);
-    else if (dt == BE_F16)
-        ((__half *)p)[i] = __float2half_rn(v);
-    else
-        ((float *)p)[i] = v;
-}
+/* typed loads and stores (cu_ld, cu_st, cu_acc): cu_common.cuh */
 
 /* ---- reductions in a fixed order ---- */
 /* The sum over a warp's 32 lanes, a butterfly: every lane gets the same bits. */
