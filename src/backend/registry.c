@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "trident/check.h"
+#include "trident/debug.h"
 #include "backend.h"
 #include "cpu/cpu.h"
 #ifdef TRIDENT_HAVE_CUDA
@@ -78,6 +79,30 @@ const char *be_backend_names(void)
     return names;
 }
 
+/* --debug-comm-staged: a backend's own entries, but comm staged through host memory as a device
+ * backend without a CUDA-aware MPI stages it, so every transfer's staging path (xfer.h) runs, and
+ * is checked against the direct one, on cpu. */
+static void *staged_host_alloc(const backend *be, size_t bytes)
+{
+    (void)be;
+    void *p = NULL;
+    TD_CHECK(posix_memalign(&p, 64, bytes ? bytes : 1) == 0, "free memory", "%zu bytes of staging", bytes);
+    return p;
+}
+static void staged_host_free(const backend *be, void *p)
+{
+    (void)be;
+    free(p);
+}
+static void stage_comm(backend *be)
+{
+    static struct be_ops staged;
+    staged = *be->ops;
+    staged.host_alloc = staged_host_alloc;
+    staged.host_free = staged_host_free;
+    be->ops = &staged;
+}
+
 backend *be_create(const char *name, int nthreads_or_device)
 {
     if (name && strcmp(name, "auto") == 0) {
@@ -90,6 +115,8 @@ backend *be_create(const char *name, int nthreads_or_device)
             const char *missing = be_ops_missing(be->ops);
             TD_CHECK(missing == NULL, "fill every entry BE_OP_ENTRIES does not mark optional (docs/backend.md)",
                      "backend %s leaves its required entry %s NULL", BACKENDS[i].name, missing);
+            if (td_debug_get()->comm_staged && !be->ops->host_alloc) stage_comm(be);
+            xfer_init(be);
             return be;
         }
     td_usage_error("--backend %s: not a backend of this binary (it has: %s)", name ? name : "(none)",
@@ -101,6 +128,7 @@ void be_free(backend *be)
     if (!be) return;
     be->ops->sync(be);
     be_lowp_free(be);
+    xfer_free(be);
     if (be->ops->destroy) be->ops->destroy(be);
     free(be);
 }
