@@ -12,7 +12,6 @@
 
 #include "trident/activation.h"
 #include "trident/check.h"
-#include "trident/comm.h"
 #include "trident/timer.h"
 #include "be_ops.h"
 #include "xfer.h"

@@ -33,7 +33,10 @@
  *    device pointer on the host is correct on cpu only;
  *  - an entry that returns a value read from device memory (sumsq) waits for the queue first;
  *  - sync returns when everything enqueued so far has run: after it the host may time, free or
- *    reuse any buffer. free is ordered after the work queued before it.
+ *    reuse any buffer. free is ordered after the work queued before it;
+ *  - comm never takes this memory unless the backend says it may: host_alloc NULL (cpu) hands
+ *    comm the backend's pointers, host_alloc set stages every transfer through host memory
+ *    (xfer.h, the one place that applies the rule).
  * Timing goes through events (event_record, event_elapsed): a point in the queue, so the time
  * between two is the device's, not the host's enqueueing time. */
 #ifndef TRIDENT_BE_OPS_H
