@@ -2,6 +2,7 @@
  * implementation's constructor: adding a backend is its folder, a row of BACKENDS and its
  * sources in CMakeLists.txt (docs/backend.md). "auto" stands for cuda where it is built and a GPU
  * is visible, else cpu. */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,8 +81,33 @@ const char *be_backend_names(void)
 }
 
 /* --debug-comm-staged: a backend's own entries, but comm staged through host memory as a device
- * backend without a CUDA-aware MPI stages it, so every transfer's staging path (xfer.h) runs, and
- * is checked against the direct one, on cpu. */
+ * backend without a CUDA-aware MPI stages it, and events that pass late as a device queue's do (an
+ * event has passed once a later one was recorded, or after a sync), so every transfer's staging
+ * path (xfer.h) and every start deferred to its event (trident/overlap.h) runs, and is checked
+ * against the direct path, on cpu. */
+static const struct be_ops *g_staged_inner;
+static intptr_t g_recorded, g_synced; /* events recorded (ids 1..); all up to g_synced have passed */
+static void staged_event_record(const backend *be, be_event *ev)
+{
+    g_staged_inner->event_record(be, ev);
+    ev->h = (void *)++g_recorded;
+}
+static double staged_event_elapsed(const backend *be, be_event *start, be_event *end)
+{
+    start->h = end->h = NULL;
+    return g_staged_inner->event_elapsed(be, start, end);
+}
+static int staged_event_query(const backend *be, const be_event *ev)
+{
+    (void)be;
+    intptr_t id = (intptr_t)ev->h;
+    return id < g_recorded || id <= g_synced;
+}
+static void staged_sync(const backend *be)
+{
+    g_staged_inner->sync(be);
+    g_synced = g_recorded;
+}
 static void *staged_host_alloc(const backend *be, size_t bytes)
 {
     (void)be;
@@ -97,9 +123,16 @@ static void staged_host_free(const backend *be, void *p)
 static void stage_comm(backend *be)
 {
     static struct be_ops staged;
+    g_staged_inner = be->ops;
     staged = *be->ops;
     staged.host_alloc = staged_host_alloc;
     staged.host_free = staged_host_free;
+    if (!staged.event_query) {
+        staged.event_record = staged_event_record;
+        staged.event_elapsed = staged_event_elapsed;
+        staged.event_query = staged_event_query;
+        staged.sync = staged_sync;
+    }
     be->ops = &staged;
 }
 

@@ -142,10 +142,20 @@ static void finish_reduce(dp_chunk *d, int i)
 }
 
 /* Starts, in order, the closed buckets whose events have passed (the first that has not stops
- * the rest: the queue runs in order). Returns how many still wait. */
-static int start_ready(dp_chunk *d)
+ * the rest: the queue runs in order; force: every one, after a sync). Returns how many still wait. */
+static int start_ready(dp_chunk *d, int force)
 {
     int i = 0;
+    if (force) {
+        for (int j = 0; j < d->next; j++)
+            if (d->b[j].pending && !be_event_query(d->m->be, &d->b[j].ready)) {
+                be_sync(d->m->be);
+                break;
+            }
+        for (int j = 0; j < d->next; j++)
+            if (d->b[j].pending) start_reduce(d, j);
+        return 0;
+    }
     while (i < d->next && !(d->b[i].pending && !be_event_query(d->m->be, &d->b[i].ready))) {
         if (d->b[i].pending) start_reduce(d, i);
         i++;
@@ -155,11 +165,11 @@ static int start_ready(dp_chunk *d)
     return waiting;
 }
 
-/* ov_progress's poll while buckets wait for their events. */
-static void poll_ready(void *ctx)
+/* ov_progress's poll (ov_flush's: force) while buckets wait for their events. */
+static void poll_ready(void *ctx, int force)
 {
     dp_chunk *d = ctx;
-    if (!start_ready(d)) ov_remove(poll_ready, d);
+    if (!start_ready(d, force)) ov_remove(poll_ready, d);
 }
 
 /* gpt_model.grads_ready: during the last micro-batch's backward, closes every bucket lying
@@ -180,7 +190,7 @@ static void grads_ready(void *user, size_t prefix_end)
         }
         d->next++;
     }
-    if (closed && start_ready(d)) ov_add(poll_ready, d);
+    if (closed && start_ready(d, 0)) ov_add(poll_ready, d);
 }
 
 /* Completes bucket i's all-gather of the parameters, if one is in flight. */

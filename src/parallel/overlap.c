@@ -9,14 +9,14 @@
 #define OV_MAX 16 /* owners waiting at once: the chunks' data parallelism and one pipeline run */
 
 static struct {
-    void (*fn)(void *);
+    void (*fn)(void *, int);
     void *ctx;
 } g_wait[OV_MAX];
 static int g_n, g_in;
 
 void ov_attach(const backend *be) { be_set_progress((backend *)be, ov_progress, NULL); }
 
-void ov_add(void (*fn)(void *ctx), void *ctx)
+void ov_add(void (*fn)(void *ctx, int force), void *ctx)
 {
     for (int i = 0; i < g_n; i++)
         if (g_wait[i].fn == fn && g_wait[i].ctx == ctx) return;
@@ -25,7 +25,7 @@ void ov_add(void (*fn)(void *ctx), void *ctx)
     g_wait[g_n++].ctx = ctx;
 }
 
-void ov_remove(void (*fn)(void *ctx), void *ctx)
+void ov_remove(void (*fn)(void *ctx, int force), void *ctx)
 {
     for (int i = 0; i < g_n; i++)
         if (g_wait[i].fn == fn && g_wait[i].ctx == ctx) {
@@ -35,18 +35,25 @@ void ov_remove(void (*fn)(void *ctx), void *ctx)
         }
 }
 
+/* fn(ctx, force) of every owner waiting now (an fn may remove itself). */
+static void poll_all(int force)
+{
+    if (g_in || !g_n) return;
+    g_in = 1;
+    int n = g_n;
+    void (*fn[OV_MAX])(void *, int);
+    void *ctx[OV_MAX];
+    for (int i = 0; i < n; i++) fn[i] = g_wait[i].fn, ctx[i] = g_wait[i].ctx;
+    for (int i = 0; i < n; i++) fn[i](ctx[i], force);
+    g_in = 0;
+}
+
 void ov_progress(void *unused)
 {
     (void)unused;
     if (g_in) return;
-    if (g_n) {
-        g_in = 1;
-        int n = g_n;
-        void (*fn[OV_MAX])(void *);
-        void *ctx[OV_MAX];
-        for (int i = 0; i < n; i++) fn[i] = g_wait[i].fn, ctx[i] = g_wait[i].ctx; /* an fn may remove itself */
-        for (int i = 0; i < n; i++) fn[i](ctx[i]);
-        g_in = 0;
-    }
+    poll_all(0);
     comm_progress();
 }
+
+void ov_flush(void) { poll_all(1); }

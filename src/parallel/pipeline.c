@@ -242,10 +242,12 @@ typedef struct {
 static int vstage(const run *r, int chunk) { return chunk * r->p + r->s; }
 static int tag_of(const run *r, int micro, int vs, int grad) { return 2 * (micro * r->V + vs) + grad; }
 
-/* comm_wait on a stage transfer, its time counted in the iteration's transfer_s. */
+/* comm_wait on a stage transfer, its time counted in the iteration's transfer_s; what still
+ * waits for its event is started first (ov_flush: a peer may be waiting on it). */
 static void transfer_wait(run *r, comm_req *q)
 {
     if (!q) return;
+    ov_flush();
     double t0 = td_now();
     comm_wait(q);
     r->it->transfer_s += td_now() - t0;
@@ -284,6 +286,7 @@ static void advance_gathers(void *ctx)
 static void transfer_recv(run *r, int grad, int c, int micro, float *buf, size_t n, int peer, int tag)
 {
     pp_iteration *it = r->it;
+    ov_flush(); /* this rank blocks below: nothing of its own may be left waiting for an event */
     double t0 = td_now();
     prefetched *pf = &r->pre[grad];
     if ((pf->q || pf->gather) && pf->chunk == c && pf->micro == micro) {
@@ -333,8 +336,11 @@ static void send_start(run *r, flight *f)
     f->pending = 0;
 }
 
-/* ov_progress's poll while sends wait for their events: starts those whose events have passed. */
-static void poll_sends(void *ctx)
+static void send_now(run *r, flight *f);
+
+/* ov_progress's poll while sends wait for their events: starts those whose events have passed
+ * (ov_flush's, force: all of them). */
+static void poll_sends(void *ctx, int force)
 {
     run *r = ctx;
     int waiting = 0;
@@ -342,7 +348,8 @@ static void poll_sends(void *ctx)
         flight *fl = r->fl + (size_t)c * r->it->chunks[c]->max_inflight;
         for (int i = 0; i < r->nfl[c]; i++)
             if (fl[i].pending) {
-                if (be_event_query(r->be, &fl[i].ready)) send_start(r, &fl[i]);
+                if (force) send_now(r, &fl[i]);
+                else if (be_event_query(r->be, &fl[i].ready)) send_start(r, &fl[i]);
                 else waiting++;
             }
     }
