@@ -127,7 +127,7 @@ static void stage_comm(backend *be)
     staged = *be->ops;
     staged.host_alloc = staged_host_alloc;
     staged.host_free = staged_host_free;
-    if (!staged.event_query) {
+    if (!staged.event_query && !be->queue) { /* late events stand in for a queue only where none is */
         staged.event_record = staged_event_record;
         staged.event_elapsed = staged_event_elapsed;
         staged.event_query = staged_event_query;
