@@ -1,7 +1,7 @@
 /* Calling a backend: what the model, parallel and other floors include. be_create and be_free,
  * events, and a timed wrapper per entry of the contract (be_ops.h: the vtable, its types and
  * rules): be_<entry>(be, ...) calls be->ops-><entry>(be, ...), adds its time to be->stats when
- * set, and lets communication in flight progress. The wrappers take `float *` (fp32) where the
+ * set, and runs the progress hook a caller registered (be_set_progress). The wrappers take `float *` (fp32) where the
  * vtable takes typed buffers. Private to the floors that call a backend (CMakeLists.txt:
  * TRIDENT_BACKEND_CALLERS). */
 #ifndef TRIDENT_BACKEND_H
@@ -12,9 +12,9 @@
 
 #include "trident/activation.h"
 #include "trident/check.h"
-#include "trident/comm.h"
 #include "trident/timer.h"
 #include "be_ops.h"
+#include "xfer.h"
 
 /* A short name of a family ("GEMM", "attention", ...). */
 const char *be_op_name(be_op op);
@@ -87,6 +87,21 @@ static inline double be_event_elapsed(const backend *be, be_event *start, be_eve
     return be->ops->event_elapsed(be, start, end);
 }
 
+/* 1 if everything enqueued before ev was recorded has run (no wait; ev is not released). A backend
+ * without event_query (cpu) runs every entry to completion: always 1. */
+static inline int be_event_query(const backend *be, const be_event *ev)
+{
+    return !be->ops->event_query || be->ops->event_query(be, ev);
+}
+/* hook(ctx) runs after every wrapped entry from now on (NULL: nothing): the parallel floor's
+ * (trident/overlap.h), which starts the transfers whose events have passed and lets communication
+ * in flight move on between kernels. */
+static inline void be_set_progress(backend *be, void (*hook)(void *ctx), void *ctx)
+{
+    be->progress = hook;
+    be->progress_ctx = ctx;
+}
+
 /* ---- wrappers: be_<entry>(be, ...) calls be->ops-><entry>(be, ...), timed into be->stats ---- */
 /* Fp32 callers: the wrappers take float * and pass it as an fp32 typed buffer. */
 static inline be_event be_tic(const backend *be)
@@ -95,11 +110,11 @@ static inline be_event be_tic(const backend *be)
     if (be->stats) be->ops->event_record(be, &e);
     return e;
 }
-/* Ends every wrapped kernel: communication in flight moves on between kernels (comm_progress;
- * nothing when none is), so a rank computing does not hold back the transfers it started. */
+/* Ends every wrapped kernel: the registered progress hook runs (be_set_progress), so a rank
+ * computing does not hold back the transfers it started. */
 static inline void be_toc(const backend *be, be_op op, be_event t0, double flops)
 {
-    comm_progress();
+    if (be->progress) be->progress(be->progress_ctx);
     if (!be->stats) return;
     be_event t1 = be_event_record(be);
     be->stats->seconds[op] += be->ops->event_elapsed(be, &t0, &t1);
@@ -107,8 +122,17 @@ static inline void be_toc(const backend *be, be_op op, be_event t0, double flops
     be->stats->calls[op]++;
 }
 
-static inline void *be_alloc(const backend *be, size_t bytes) { return be->ops->alloc(be, bytes); }
-static inline void be_dfree(const backend *be, void *p) { be->ops->free(be, p); }
+static inline void *be_alloc(const backend *be, size_t bytes)
+{
+    void *p = be->ops->alloc(be, bytes);
+    if (be->xfer) xfer_note_alloc(be, p, bytes); /* staged comm: its mirrors go with it */
+    return p;
+}
+static inline void be_dfree(const backend *be, void *p)
+{
+    if (be->xfer) xfer_note_free(be, p);
+    be->ops->free(be, p);
+}
 static inline void be_memcpy(const backend *be, void *dst, const void *src, size_t bytes, be_copy_kind k)
 {
     be_event t0 = be_tic(be);

@@ -33,7 +33,10 @@
  *    device pointer on the host is correct on cpu only;
  *  - an entry that returns a value read from device memory (sumsq) waits for the queue first;
  *  - sync returns when everything enqueued so far has run: after it the host may time, free or
- *    reuse any buffer. free is ordered after the work queued before it.
+ *    reuse any buffer. free is ordered after the work queued before it;
+ *  - comm never takes this memory unless the backend says it may: host_alloc NULL (cpu) hands
+ *    comm the backend's pointers, host_alloc set stages every transfer through host memory
+ *    (xfer.h, the one place that applies the rule).
  * Timing goes through events (event_record, event_elapsed): a point in the queue, so the time
  * between two is the device's, not the host's enqueueing time. */
 #ifndef TRIDENT_BE_OPS_H
@@ -127,6 +130,18 @@ struct be_ops {
     /* Frees the backend's own state (impl: its queue, library handles), after waiting for the
      * queue; be_free calls it, then frees the struct. Optional: NULL when there is nothing to free. */
     void (*destroy)(backend *be);
+    /* Pinned host memory for the transfers comm makes (xfer.h), a pair, both set or both NULL.
+     * NULL: comm reads and writes this backend's memory directly (cpu: it is host memory; a device
+     * backend over a CUDA-aware MPI or NCCL). Set: every buffer that crosses comm is staged through
+     * host memory from host_alloc (`bytes`, 64-byte aligned, dies if short): copied D2H before a
+     * send, H2D after a receive completes. host_free(NULL) is a no-op. Optional. */
+    void *(*host_alloc)(const backend *be, size_t bytes);
+    void (*host_free)(const backend *be, void *p);
+    /* 1 if everything enqueued before ev was recorded has run, without waiting; 0 if not yet. Reads
+     * ev, never releases it. Optional: NULL means every recorded event has passed (cpu: each entry
+     * runs to completion before it returns). Data parallelism and the pipeline start a bucket's
+     * reduction or a stage's send when the event recorded after its last kernel has passed. */
+    int (*event_query)(const backend *be, const be_event *ev);
 
     /* ---- matmul: out = inp . W^T + b ---- */
     /* out (BT, OC) written; inp (BT, C); w (OC, C); b (OC) or NULL. */
@@ -417,6 +432,13 @@ struct backend {
      * (be_set_gemm_dtype); the weights' copies in it. */
     be_dtype gemm_dtype;
     struct be_lowp *lowp;
+    /* Run after every wrapped entry (be_toc): what the caller registered with be_set_progress (the
+     * parallel floor: buckets and stage sends whose events have passed start, and communication
+     * in flight moves on); NULL: nothing. */
+    void (*progress)(void *ctx);
+    void *progress_ctx;
+    /* The staging of comm transfers when ops->host_alloc is set (xfer.c); NULL when comm is direct. */
+    struct xfer_state *xfer;
 };
 
 /* ---- which entries a backend must fill ----

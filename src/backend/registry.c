@@ -2,11 +2,13 @@
  * implementation's constructor: adding a backend is its folder, a row of BACKENDS and its
  * sources in CMakeLists.txt (docs/backend.md). "auto" stands for cuda where it is built and a GPU
  * is visible, else cpu. */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "trident/check.h"
+#include "trident/debug.h"
 #include "backend.h"
 #include "cpu/cpu.h"
 #ifdef TRIDENT_HAVE_CUDA
@@ -78,6 +80,62 @@ const char *be_backend_names(void)
     return names;
 }
 
+/* --debug-comm-staged: a backend's own entries, but comm staged through host memory as a device
+ * backend without a CUDA-aware MPI stages it, and events that pass late as a device queue's do (an
+ * event has passed once a later one was recorded, or after a sync), so every transfer's staging
+ * path (xfer.h) and every start deferred to its event (trident/overlap.h) runs, and is checked
+ * against the direct path, on cpu. */
+static const struct be_ops *g_staged_inner;
+static intptr_t g_recorded, g_synced; /* events recorded (ids 1..); all up to g_synced have passed */
+static void staged_event_record(const backend *be, be_event *ev)
+{
+    g_staged_inner->event_record(be, ev);
+    ev->h = (void *)++g_recorded;
+}
+static double staged_event_elapsed(const backend *be, be_event *start, be_event *end)
+{
+    start->h = end->h = NULL;
+    return g_staged_inner->event_elapsed(be, start, end);
+}
+static int staged_event_query(const backend *be, const be_event *ev)
+{
+    (void)be;
+    intptr_t id = (intptr_t)ev->h;
+    return id < g_recorded || id <= g_synced;
+}
+static void staged_sync(const backend *be)
+{
+    g_staged_inner->sync(be);
+    g_synced = g_recorded;
+}
+static void *staged_host_alloc(const backend *be, size_t bytes)
+{
+    (void)be;
+    void *p = NULL;
+    TD_CHECK(posix_memalign(&p, 64, bytes ? bytes : 1) == 0, "free memory", "%zu bytes of staging", bytes);
+    return p;
+}
+static void staged_host_free(const backend *be, void *p)
+{
+    (void)be;
+    free(p);
+}
+static void stage_comm(backend *be)
+{
+    static struct be_ops staged;
+    g_staged_inner = be->ops;
+    staged = *be->ops;
+    staged.host_alloc = staged_host_alloc;
+    staged.host_free = staged_host_free;
+    if (!staged.event_query && !be->queue) { /* late events stand in for a queue only where none is */
+        staged.event_record = staged_event_record;
+        staged.event_elapsed = staged_event_elapsed;
+        staged.event_query = staged_event_query;
+        staged.sync = staged_sync;
+    }
+    be->ops = &staged;
+}
+
 backend *be_create(const char *name, int nthreads_or_device)
 {
     if (name && strcmp(name, "auto") == 0) {
@@ -90,6 +148,8 @@ backend *be_create(const char *name, int nthreads_or_device)
             const char *missing = be_ops_missing(be->ops);
             TD_CHECK(missing == NULL, "fill every entry BE_OP_ENTRIES does not mark optional (docs/backend.md)",
                      "backend %s leaves its required entry %s NULL", BACKENDS[i].name, missing);
+            if (td_debug_get()->comm_staged && !be->ops->host_alloc) stage_comm(be);
+            xfer_init(be);
             return be;
         }
     td_usage_error("--backend %s: not a backend of this binary (it has: %s)", name ? name : "(none)",
@@ -101,6 +161,7 @@ void be_free(backend *be)
     if (!be) return;
     be->ops->sync(be);
     be_lowp_free(be);
+    xfer_free(be);
     if (be->ops->destroy) be->ops->destroy(be);
     free(be);
 }

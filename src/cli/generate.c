@@ -7,6 +7,7 @@
 #include "cli.h"
 #include "trident/args.h"
 #include "trident/check.h"
+#include "trident/debug.h"
 #include "trident/checkpoint.h"
 #include "trident/comm.h"
 #include "trident/generate.h"
@@ -70,6 +71,7 @@ int cli_generate(int argc, char **argv)
     }
     td_log_set_level(a.verbose);
     td_log_set_stream(stderr); /* stdout holds the generated text alone */
+    td_debug_from_args(&a);
     comm *world = comm_world_init(&argc, &argv);
     comm_set_timeout(a.distributed_timeout_minutes * 60);
     int tp = a.tensor_model_parallel_size, pp = a.pipeline_model_parallel_size;

@@ -464,6 +464,9 @@ static const flag_t FLAGS[] = {
     {"--debug-watch-only-rank", A_INT, OFF(debug_watch_only_rank), "-1", TD_CMD_TRAIN, "debug",
      "only this world rank watches the peers of its node, as if the others were each alone on a node "
      "(-1: every rank)", -1, 1 << 24, NULL},
+    {"--debug-comm-staged", A_BOOL, OFF(debug_comm_staged), "0", TD_CMD_TRAIN | TD_CMD_GENERATE | TD_CMD_EVAL, "debug",
+     "every buffer crossing comm is staged through host memory, and kernels' events pass late, as on a device "
+     "backend without a CUDA-aware MPI (the same results, with copies)", 0, 0, NULL},
 };
 #define NFLAGS ((int)(sizeof FLAGS / sizeof FLAGS[0]))
 _Static_assert(sizeof FLAGS / sizeof FLAGS[0] <= TD_MAX_FLAGS, "raise TD_MAX_FLAGS");

@@ -28,13 +28,13 @@ void ev_forward(gpt_model *m, const ps_state *ps, const int32_t *ids, const int3
     const float *input = NULL;
     int sg = pp_scatter_gather_applies(ps, 1); /* each tp rank sends 1/tp of the activation */
     if (!m->first) {
-        pp_recv(ps, sg, gpt_acts_input(a), BT * h, ps->pp_rank - 1, 0);
+        pp_recv(ps, m->be, sg, gpt_acts_input(a), BT * h, ps->pp_rank - 1, 0);
         input = gpt_acts_input(a);
     }
     gpt_batch in = {.B = B, .ids = ids, .targets = targets, .sample = sample};
     const float *y = gpt_forward(m, a, &in, input, 0, NULL);
     if (!m->last) {
-        comm_wait(pp_send(ps, sg, y, BT * h, ps->pp_rank + 1, 0));
+        comm_wait(pp_send(ps, m->be, sg, y, BT * h, ps->pp_rank + 1, 0));
     } else {
         be_memcpy(m->be, loss, gpt_acts_losses(a), BT * sizeof(float), BE_D2H);
         if (correct) { /* the argmax over the whole vocabulary: each slice's, then the best of them */

@@ -143,7 +143,7 @@ static void sop_fwd(gpt_model *m, gpt_acts *acts, const float *x)
         if (holds0) be_copy(be, a->x_cls + (size_t)b * h, x + (size_t)b * m->seq_l * h, (size_t)h);
         else be_zero(be, a->x_cls + (size_t)b * h, (size_t)h);
     }
-    if (m->sp) comm_allreduce(m->ps->tp_group, a->x_cls, (size_t)B * h, COMM_F32, COMM_SUM);
+    if (m->sp) xfer_allreduce(be, m->ps->tp_group, a->x_cls, (size_t)B * h, COMM_F32, COMM_SUM);
     const norm_params *lnf = m->lnf.p; /* BERT's norms are LayerNorms */
     const bert_params *p = m->head_p;
     be_layernorm_fwd(be, a->cls, a->cls_mean, a->cls_rstd, a->x_cls, lnf->w, lnf->b, B, h, gpt_norm_eps(&m->cfg));

@@ -174,11 +174,9 @@ float *gpt_infer(gpt_model *m, gpt_kv_cache *c, const int32_t *ids, const float 
     slot_decode(m, c, nslots(m) - 1, B, c->ln, c->last, pos + n - 1, 1); /* the final norm */
     tp_column_linear_fwd(be, m->ps->tp_group, c->logits_l, be_f32(c->ln), m->p.head_w, NULL, B, h, m->vocab_l);
     size_t slice = (size_t)B * m->vocab_l;
-    if (m->tp > 1) {
-        float *mine = td_xmalloc(slice * sizeof(float));
-        be_memcpy(be, mine, c->logits_l, slice * sizeof(float), BE_D2H);
-        comm_allgather(m->ps->tp_group, mine, c->gathered, slice, COMM_F32);
-        free(mine);
+    if (m->tp > 1) { /* into host memory: this slice as comm reads it (xfer.h), the others beside */
+        comm_allgather(m->ps->tp_group, xfer_send_view(be, c->logits_l, slice * sizeof(float)), c->gathered, slice,
+                       COMM_F32);
     } else {
         be_memcpy(be, c->gathered, c->logits_l, slice * sizeof(float), BE_D2H);
     }

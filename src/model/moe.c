@@ -333,7 +333,7 @@ static void exchange_counts(const gpt_model *m, moe_acts *a)
     int P = m->ps->ep, El = local_experts(m);
     size_t *cnt = td_xmalloc((size_t)2 * P * sizeof *cnt), *dsp = cnt + P;
     for (int r = 0; r < P; r++) cnt[r] = (size_t)El, dsp[r] = (size_t)r * El;
-    comm_alltoallv(m->ps->ep_group, a->count + expert_base(m), cnt, dsp, a->rcount, cnt, dsp, COMM_I32,
+    xfer_alltoallv(m->be, m->ps->ep_group, a->count + expert_base(m), cnt, dsp, a->rcount, cnt, dsp, COMM_I32,
                    MOE_TAG_COUNTS);
     free(cnt);
     for (int j = 0; j < El; j++) {
@@ -388,8 +388,8 @@ static void exchange(const gpt_model *m, const moe_acts *a, float *xchg, float *
     rank_rows(m, a, P, h, out, v, v + P); /* sent */
     rank_rows(m, a, P, h, !out, v + 2 * P, v + 3 * P); /* received */
     if (!out) reorder(m, a, xchg, src, h, 0);
-    comm_alltoallv(m->ps->ep_group, out ? src : xchg, v, v + P, out ? xchg : dst, v + 2 * P, v + 3 * P, COMM_F32,
-                   MOE_TAG_ROWS);
+    xfer_alltoallv(m->be, m->ps->ep_group, out ? src : xchg, v, v + P, out ? xchg : dst, v + 2 * P, v + 3 * P,
+                   COMM_F32, MOE_TAG_ROWS);
     if (out) reorder(m, a, dst, xchg, h, 1);
     free(v);
 }
@@ -414,11 +414,12 @@ static void gather_dispatch(const gpt_model *m, moe_acts *a, moe_scratch *s, con
     int P = m->ps->ep, El = local_experts(m), e0 = expert_base(m) + m->ps->ep_rank * El, k = c->moe_topk;
     int E = c->num_experts, h = c->hidden;
     int G = P * T;
-    comm_allgather(m->ps->ep_group, xf, s->gbuf, (size_t)T * h, COMM_F32);
-    comm_allgather(m->ps->ep_group, a->probs, a->gprobs, (size_t)T * k, COMM_F32);
+    xfer_allgather(m->be, m->ps->ep_group, xf, s->gbuf, (size_t)T * h, COMM_F32);
+    xfer_allgather(m->be, m->ps->ep_group, a->probs, a->gprobs, (size_t)T * k, COMM_F32);
     int32_t *gidx = td_xmalloc((size_t)G * k * sizeof *gidx), *at = td_xcalloc((size_t)El * P, sizeof *at);
-    comm_allgather(m->ps->ep_group, a->idx, gidx, (size_t)T * k, COMM_I32);
-    comm_allgather(m->ps->ep_group, a->row, a->grow, (size_t)T * k, COMM_I32); /* -1: dropped at its source */
+    comm_allgather(m->ps->ep_group, xfer_send_view(m->be, a->idx, (size_t)T * k * sizeof(int32_t)), gidx, (size_t)T * k,
+                   COMM_I32); /* into host memory */
+    xfer_allgather(m->be, m->ps->ep_group, a->row, a->grow, (size_t)T * k, COMM_I32); /* -1: dropped at its source */
     /* host memory: the CPU backend's. rcount[src][j]: the rows of source src for local expert j */
     memset(a->rcount, 0, (size_t)E * sizeof *a->rcount);
     for (int i = 0; i < G * k; i++) {
@@ -551,7 +552,7 @@ static void forward(const gpt_model *m, moe_acts *a, moe_scratch *s, const moe_p
     }
     if (gather) { /* this rank's experts' share of every gathered token's output, summed over the group */
         be_moe_unpermute(m->be, s->gbuf, a->ye, a->grow, a->gprobs, ep * T, k, h);
-        comm_reduce_scatter(m->ps->ep_group, s->gbuf, out, (size_t)T * h, COMM_F32, COMM_SUM);
+        xfer_reduce_scatter(m->be, m->ps->ep_group, s->gbuf, out, (size_t)T * h, COMM_F32, COMM_SUM);
     } else {
         if (ep > 1) from_experts(m, a, s->xchg, a->ye + ob * h, yl, h); /* the outputs back, in xe's order */
         be_moe_unpermute(m->be, out, a->ye, rows_here(a), a->probs, T, k, h);
@@ -569,7 +570,7 @@ static void forward(const gpt_model *m, moe_acts *a, moe_scratch *s, const moe_p
             be_add(m->be, out, out, a->sh_ye, (size_t)T * h);
         }
     }
-    if (m->tp > 1 && !m->sp) comm_allreduce(m->ps->tp_group, out, (size_t)T * h, COMM_F32, COMM_SUM);
+    if (m->tp > 1 && !m->sp) xfer_allreduce(m->be, m->ps->tp_group, out, (size_t)T * h, COMM_F32, COMM_SUM);
     /* the losses over this micro-batch's tokens, without their coefficients (as Megatron logs
      * them; measured whether they train or not); their gradients come in the backward */
     a->aux = aux_loss(m, a, p->expert_bias ? a->aux_idx : a->idx, NULL, T, 1.0, 0);
@@ -699,16 +700,16 @@ static void bwd(const block_io *io, float *dx, void *gv, const float *dbranch, c
     const float *dyl = s->dye + ob * h, *xl = a->xe + ob * h;
     float *dxl = s->dxe + ob * h;
     if (gather) { /* the group's outputs' gradients; the weights' back to their tokens' ranks */
-        comm_allgather(m->ps->ep_group, dbranch, s->gbuf, (size_t)T * h, COMM_F32);
+        xfer_allgather(m->be, m->ps->ep_group, dbranch, s->gbuf, (size_t)T * h, COMM_F32);
         if (c->moe_pad) be_zero(m->be, s->dyl, (size_t)nl * h);
         be_moe_unpermute_bwd(m->be, s->dyl, s->gdprobs, s->gbuf, a->ye, a->grow, a->gprobs, ep * T, k, h);
-        comm_reduce_scatter(m->ps->ep_group, s->gdprobs, s->dprobs, (size_t)T * k, COMM_F32, COMM_SUM);
-        if (tpg) comm_allreduce(tpg, s->dprobs, (size_t)T * k, COMM_F32, COMM_SUM);
+        xfer_reduce_scatter(m->be, m->ps->ep_group, s->gdprobs, s->dprobs, (size_t)T * k, COMM_F32, COMM_SUM);
+        if (tpg) xfer_allreduce(m->be, tpg, s->dprobs, (size_t)T * k, COMM_F32, COMM_SUM);
         dyl = s->dyl, dxl = s->dxl, xl = a->xl;
     } else {
         if (c->moe_pad) be_zero(m->be, s->dye, (size_t)src_rows(c, T) * h); /* no gradient into the padding */
         be_moe_unpermute_bwd(m->be, s->dye, s->dprobs, dbranch, a->ye, rows_here(a), a->probs, T, k, h);
-        if (tpg) comm_allreduce(tpg, s->dprobs, (size_t)T * k, COMM_F32, COMM_SUM);
+        if (tpg) xfer_allreduce(m->be, tpg, s->dprobs, (size_t)T * k, COMM_F32, COMM_SUM);
         if (ep > 1) { /* the outputs' gradients to the ranks of their experts, as the rows went */
             to_experts(m, a, s->xchg, s->dyl, s->dye + ob * h, h);
             dyl = s->dyl, dxl = s->dxl, xl = a->xl;
@@ -736,7 +737,7 @@ static void bwd(const block_io *io, float *dx, void *gv, const float *dbranch, c
     if (gather) { /* the group's inputs' partial gradients, summed to their ranks */
         be_zero(m->be, s->gbuf, (size_t)ep * T * h);
         be_moe_permute_bwd(m->be, s->gbuf, dxl, a->grow, ep * T, k, h);
-        comm_reduce_scatter(m->ps->ep_group, s->gbuf, dx, (size_t)T * h, COMM_F32, COMM_SUM);
+        xfer_reduce_scatter(m->be, m->ps->ep_group, s->gbuf, dx, (size_t)T * h, COMM_F32, COMM_SUM);
     } else {
         be_zero(m->be, dx, (size_t)T * h);
         be_moe_permute_bwd(m->be, dx, s->dxe, rows_here(a), T, k, h);
@@ -746,7 +747,7 @@ static void bwd(const block_io *io, float *dx, void *gv, const float *dbranch, c
         const float *dsh = dbranch;
         if (p->sh_gate_w) { /* d(gated) -> d(shared output), and the gate's logit's gradient */
             be_moe_unpermute_bwd(m->be, s->sh_dye, s->sh_dg, dbranch, a->sh_ye, a->ident, a->sh_g, T, 1, h);
-            if (tpg) comm_allreduce(tpg, s->sh_dg, (size_t)T, COMM_F32, COMM_SUM);
+            if (tpg) xfer_allreduce(m->be, tpg, s->sh_dg, (size_t)T, COMM_F32, COMM_SUM);
             be_zero(m->be, s->sh_dglog, (size_t)T);
             be_moe_route_bwd(m->be, s->sh_dglog, s->sh_dg, a->sh_glog, a->sh_idx, T, 1, 1, BE_MOE_SIGMOID, 0, 0);
             be_matmul_bwd(m->be, dx_once, g->sh_gate_w, NULL, s->sh_dglog, xf, p->sh_gate_w, T, h, 1);
@@ -765,7 +766,7 @@ static void bwd(const block_io *io, float *dx, void *gv, const float *dbranch, c
         aux_loss(m, (moe_acts *)a, p->expert_bias ? a->aux_idx : a->idx, s->dlogits, T, c->moe_aux_coeff, dscale);
     if (c->moe_z_coeff > 0) be_moe_z_loss(m->be, s->dlogits, a->logits, T, E, c->moe_z_coeff, T, dscale);
     be_matmul_bwd(m->be, dx_once, g->router_w, NULL, s->dlogits, xf, p->router_w, T, h, E);
-    if (tpg && !m->sp) comm_allreduce(tpg, dx, (size_t)T * h, COMM_F32, COMM_SUM); /* f's backward */
+    if (tpg && !m->sp) xfer_allreduce(m->be, tpg, dx, (size_t)T * h, COMM_F32, COMM_SUM); /* f's backward */
 }
 
 const block_ops moe_ops = {

@@ -1,14 +1,14 @@
 /* Tensor parallelism: see src/model/tensor_parallel.h. */
 #include "tensor_parallel.h"
 
-void tp_copy_bwd(const comm *tp, float *dx, size_t n)
+void tp_copy_bwd(const backend *be, const comm *tp, float *dx, size_t n)
 {
-    if (tp) comm_allreduce(tp, dx, n, COMM_F32, COMM_SUM);
+    if (tp) xfer_allreduce(be, tp, dx, n, COMM_F32, COMM_SUM);
 }
 
-void tp_reduce_fwd(const comm *tp, float *x, size_t n)
+void tp_reduce_fwd(const backend *be, const comm *tp, float *x, size_t n)
 {
-    if (tp) comm_allreduce(tp, x, n, COMM_F32, COMM_SUM);
+    if (tp) xfer_allreduce(be, tp, x, n, COMM_F32, COMM_SUM);
 }
 
 /* Rank-major (t, B, T/t, C) <-> sample-major (B, T, C): chunk r of sample b is positions
@@ -34,7 +34,7 @@ void tp_sp_gather(const backend *be, const comm *tp, float *full, const float *l
         if (full != local) be_copy(be, full, local, n);
         return;
     }
-    comm_allgather(tp, local, tmp, n, COMM_F32);
+    xfer_allgather(be, tp, local, tmp, n, COMM_F32);
     sp_permute(be, full, tmp, t, B, T, C, 1);
 }
 
@@ -48,7 +48,7 @@ void tp_sp_scatter(const backend *be, const comm *tp, float *local, const float 
         return;
     }
     sp_permute(be, tmp, full, t, B, T, C, 0);
-    comm_reduce_scatter(tp, tmp, local, n, COMM_F32, COMM_SUM);
+    xfer_reduce_scatter(be, tp, tmp, local, n, COMM_F32, COMM_SUM);
 }
 
 void tp_column_linear_fwd(const backend *be, const comm *tp, float *out, be_in inp, const float *w, const float *b,
@@ -63,14 +63,14 @@ void tp_column_linear_bwd(const backend *be, const comm *tp, float *dinp, float 
 {
     be_zero(be, dinp, (size_t)BT * C);
     be_matmul_bwd_in(be, dinp, dw, db, dout, inp, w, BT, C, OCl);
-    tp_copy_bwd(tp, dinp, (size_t)BT * C);
+    tp_copy_bwd(be, tp, dinp, (size_t)BT * C);
 }
 
 void tp_row_linear_fwd(const backend *be, const comm *tp, float *out, be_in inp, const float *w, int BT, int Cl,
                        int OC)
 {
     be_matmul_fwd_in(be, out, inp, w, NULL, BT, Cl, OC);
-    tp_reduce_fwd(tp, out, (size_t)BT * OC);
+    tp_reduce_fwd(be, tp, out, (size_t)BT * OC);
 }
 
 void tp_row_linear_bwd(const backend *be, const comm *tp, float *dinp, float *dw, const float *dout,
@@ -84,7 +84,7 @@ void tp_embedding_fwd(const backend *be, const comm *tp, float *out, const int32
                       int BT, int C, int vstart, int Vloc)
 {
     be_embedding_fwd(be, out, ids, wte_l, BT, C, vstart, Vloc);
-    tp_reduce_fwd(tp, out, (size_t)BT * C);
+    tp_reduce_fwd(be, tp, out, (size_t)BT * C);
 }
 
 void tp_cross_entropy_fwd(const backend *be, const comm *tp, float *losses, float *maxv, float *sumexp,
@@ -93,10 +93,10 @@ void tp_cross_entropy_fwd(const backend *be, const comm *tp, float *losses, floa
 {
     int Vreal = be_vocab_real(vocab, vstart, Vloc);
     be_ce_max(be, maxv, logits_l, BT, Vloc, Vreal);
-    comm_allreduce(tp, maxv, (size_t)BT, COMM_F32, COMM_MAX);
+    xfer_allreduce(be, tp, maxv, (size_t)BT, COMM_F32, COMM_MAX);
     be_ce_sumexp(be, sumexp, logits_l, maxv, BT, Vloc, Vreal);
-    comm_allreduce(tp, sumexp, (size_t)BT, COMM_F32, COMM_SUM);
+    xfer_allreduce(be, tp, sumexp, (size_t)BT, COMM_F32, COMM_SUM);
     be_ce_target(be, tlogit, logits_l, targets, BT, Vloc, vstart);
-    comm_allreduce(tp, tlogit, (size_t)BT, COMM_F32, COMM_SUM);
+    xfer_allreduce(be, tp, tlogit, (size_t)BT, COMM_F32, COMM_SUM);
     be_ce_loss(be, losses, maxv, sumexp, tlogit, BT);
 }

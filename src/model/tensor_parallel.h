@@ -32,10 +32,11 @@ void tp_sp_scatter(const backend *be, const comm *tp, float *local, const float 
 
 /* The maps below take a NULL group to mean "no reduction here": sequence parallelism reduces
  * with a reduce-scatter instead (the caller's). */
+/* Every collective here is over backend memory, through xfer.h's rule (direct or staged). */
 /* f, backward: dx (n) = sum over the group of dx. */
-void tp_copy_bwd(const comm *tp, float *dx, size_t n);
+void tp_copy_bwd(const backend *be, const comm *tp, float *dx, size_t n);
 /* g, forward: x (n) = sum over the group of x. */
-void tp_reduce_fwd(const comm *tp, float *x, size_t n);
+void tp_reduce_fwd(const backend *be, const comm *tp, float *x, size_t n);
 /* g, backward: identity. */
 static inline void tp_reduce_bwd(const comm *tp, float *dx, size_t n)
 {

@@ -9,6 +9,7 @@
 
 #include "trident/check.h"
 #include "trident/comm_hier.h"
+#include "trident/overlap.h"
 #include "trident/timer.h"
 
 typedef struct {
@@ -17,6 +18,8 @@ typedef struct {
     size_t *counts;     /* (group size) each rank's piece */
     size_t *displs;     /* (group size) its offset within the bucket */
     int held;           /* waits for the embedding group's sum before its reduction starts */
+    int pending;        /* closed, its reduction not started: waits for `ready` to pass */
+    be_event ready;     /* recorded after the kernels that made its gradients final */
     comm_req *grad_req; /* the reduction in flight */
     comm_req *param_req;/* the all-gather in flight */
 } bucket;
@@ -99,37 +102,112 @@ static int cut_buckets(const gpt_model *m, const ps_state *ps, size_t bucket_ele
     return n;
 }
 
+/* Where bucket i's reduction lands: the bucket in place, or this rank's piece of the shard. */
+static float *reduced_of(dp_chunk *d, int i, size_t *n)
+{
+    bucket *k = &d->b[i];
+    if (!d->cfg.distributed) {
+        *n = k->hi - k->lo;
+        return d->m->grads + k->lo;
+    }
+    *n = d->ranges[i].n;
+    return d->shard_grads + d->ranges[i].shard;
+}
+
+/* The bucket's gradients go to comm as the backend's rule says (xfer.h): staged, copied to host
+ * memory now and back once the reduction completes (finish_reduce). */
 static void start_reduce(dp_chunk *d, int i)
 {
     bucket *k = &d->b[i];
+    const backend *be = d->m->be;
     float *g = d->m->grads + k->lo;
+    size_t n = k->hi - k->lo, rn;
+    float *r = reduced_of(d, i, &rn);
+    k->pending = 0;
     if (d->cfg.distributed)
-        k->grad_req = comm_ireduce_scatterv(bucket_group(d, k), g, d->shard_grads + d->ranges[i].shard, k->counts,
-                                            COMM_F32, COMM_SUM);
+        k->grad_req = comm_ireduce_scatterv(bucket_group(d, k), xfer_send_view(be, g, n * sizeof(float)),
+                                            xfer_recv_view(be, r, rn * sizeof(float)), k->counts, COMM_F32, COMM_SUM);
     else
-        k->grad_req = comm_iallreduce(bucket_group(d, k), g, k->hi - k->lo, COMM_F32, COMM_SUM);
+        k->grad_req = comm_iallreduce(bucket_group(d, k), xfer_inout_view(be, g, n * sizeof(float)), n, COMM_F32,
+                                      COMM_SUM);
 }
 
-/* gpt_model.grads_ready: during the last micro-batch's backward, starts every bucket lying
- * wholly in grads[0, prefix_end) (a held one is left for the finish). */
+static void finish_reduce(dp_chunk *d, int i)
+{
+    size_t rn;
+    float *r = reduced_of(d, i, &rn);
+    comm_wait(d->b[i].grad_req);
+    d->b[i].grad_req = NULL;
+    xfer_recv_done(d->m->be, r, rn * sizeof(float));
+}
+
+/* Starts, in order, the closed buckets whose events have passed (the first that has not stops
+ * the rest: the queue runs in order; force: every one, after a sync). Returns how many still wait. */
+static int start_ready(dp_chunk *d, int force)
+{
+    int i = 0;
+    if (force) {
+        for (int j = 0; j < d->next; j++)
+            if (d->b[j].pending && !be_event_query(d->m->be, &d->b[j].ready)) {
+                be_sync(d->m->be);
+                break;
+            }
+        for (int j = 0; j < d->next; j++)
+            if (d->b[j].pending) start_reduce(d, j);
+        return 0;
+    }
+    while (i < d->next && !(d->b[i].pending && !be_event_query(d->m->be, &d->b[i].ready))) {
+        if (d->b[i].pending) start_reduce(d, i);
+        i++;
+    }
+    int waiting = 0;
+    for (; i < d->next; i++) waiting += d->b[i].pending;
+    return waiting;
+}
+
+/* ov_progress's poll (ov_flush's: force) while buckets wait for their events. */
+static void poll_ready(void *ctx, int force)
+{
+    dp_chunk *d = ctx;
+    if (!start_ready(d, force)) ov_remove(poll_ready, d);
+}
+
+/* gpt_model.grads_ready: during the last micro-batch's backward, closes every bucket lying
+ * wholly in grads[0, prefix_end) (a held one is left for the finish): an event is recorded after
+ * the kernels that wrote it, and its reduction starts once the event has passed (at once on cpu;
+ * else from ov_progress, between later kernels). */
 static void grads_ready(void *user, size_t prefix_end)
 {
     dp_chunk *d = user;
     if (!d->m->grads_final) return;
+    int closed = 0;
     while (d->next < d->n && d->b[d->next].hi <= prefix_end) {
-        if (!d->b[d->next].held) start_reduce(d, d->next);
+        bucket *k = &d->b[d->next];
+        if (!k->held) {
+            k->ready = be_event_record(d->m->be);
+            k->pending = 1;
+            closed = 1;
+        }
         d->next++;
     }
+    if (closed && start_ready(d, 0)) ov_add(poll_ready, d);
+}
+
+/* Completes bucket i's all-gather of the parameters, if one is in flight. */
+static void finish_gather(dp_chunk *d, int i)
+{
+    bucket *k = &d->b[i];
+    if (!k->param_req) return;
+    comm_wait(k->param_req);
+    k->param_req = NULL;
+    xfer_recv_done(d->m->be, d->m->params + k->lo, (k->hi - k->lo) * sizeof(float));
 }
 
 /* gpt_model.params_needed: waits for the gathers of the buckets reaching into [from, numel). */
 static void params_needed(void *user, size_t from)
 {
     dp_chunk *d = user;
-    for (int i = d->n - 1; i >= 0 && d->b[i].hi > from; i--) {
-        comm_wait(d->b[i].param_req);
-        d->b[i].param_req = NULL;
-    }
+    for (int i = d->n - 1; i >= 0 && d->b[i].hi > from; i--) finish_gather(d, i);
 }
 
 dp_chunk *dp_attach(gpt_model *m, const ps_state *ps, const dp_config *cfg)
@@ -166,6 +244,7 @@ dp_chunk *dp_attach(gpt_model *m, const ps_state *ps, const dp_config *cfg)
         d->shard_grads = be_alloc(m->be, (d->shard_numel ? d->shard_numel : 1) * sizeof(float));
         be_zero(m->be, d->shard_grads, d->shard_numel);
     }
+    ov_attach(m->be);
     if (cfg->overlap_grad_reduce) {
         m->grads_ready = grads_ready;
         m->grads_ready_user = d;
@@ -181,6 +260,7 @@ void dp_detach(dp_chunk *d)
 {
     if (!d) return;
     dp_wait_params(d);
+    ov_remove(poll_ready, d);
     if (d->m->grads_ready_user == d) d->m->grads_ready = NULL, d->m->grads_ready_user = NULL;
     if (d->m->params_needed_user == d) d->m->params_needed = NULL, d->m->params_needed_user = NULL;
     for (int i = 0; i < d->n; i++) {
@@ -207,20 +287,21 @@ void dp_finish_grads(dp_chunk *const *d, int n)
     /* distributed: the embedding copies are summed before the reduce-scatters of their buckets */
     for (int c = 0; c < n; c++)
         if (d[c]->cfg.distributed && d[c]->embd_grads)
-            comm_allreduce(d[c]->ps->embd_group, d[c]->embd_grads, d[c]->embd_numel, COMM_F32, COMM_SUM);
+            xfer_allreduce(d[c]->m->be, d[c]->ps->embd_group, d[c]->embd_grads, d[c]->embd_numel, COMM_F32, COMM_SUM);
     for (int c = 0; c < n; c++) {
         dp_chunk *k = d[c];
+        ov_remove(poll_ready, k);
         for (int i = 0; i < k->n; i++) {
-            if (i >= k->next || k->b[i].held) start_reduce(k, i);
-            comm_wait(k->b[i].grad_req);
-            k->b[i].grad_req = NULL;
+            if (k->b[i].pending && !be_event_query(k->m->be, &k->b[i].ready)) be_sync(k->m->be);
+            if (i >= k->next || k->b[i].held || k->b[i].pending) start_reduce(k, i);
+            finish_reduce(k, i);
         }
         k->next = 0;
     }
     /* plain: every rank has the whole sum over dp; then the two copies are summed */
     for (int c = 0; c < n; c++)
         if (!d[c]->cfg.distributed && d[c]->embd_grads)
-            comm_allreduce(d[c]->ps->embd_group, d[c]->embd_grads, d[c]->embd_numel, COMM_F32, COMM_SUM);
+            xfer_allreduce(d[c]->m->be, d[c]->ps->embd_group, d[c]->embd_grads, d[c]->embd_numel, COMM_F32, COMM_SUM);
 }
 
 void dp_start_param_gather(dp_chunk *d)
@@ -231,17 +312,16 @@ void dp_start_param_gather(dp_chunk *d)
     for (int i = d->n - 1; i >= 0; i--) {
         bucket *k = &d->b[i];
         TD_ASSERT(k->param_req == NULL);
-        k->param_req = comm_iallgatherv(bucket_group(d, k), d->m->params + k->lo, k->counts, k->displs, COMM_F32);
+        k->param_req = comm_iallgatherv(bucket_group(d, k),
+                                        xfer_inout_view(d->m->be, d->m->params + k->lo, (k->hi - k->lo) * sizeof(float)),
+                                        k->counts, k->displs, COMM_F32);
     }
     if (!d->cfg.overlap_param_gather) dp_wait_params(d);
 }
 
 void dp_wait_params(dp_chunk *d)
 {
-    for (int i = 0; i < d->n; i++) {
-        comm_wait(d->b[i].param_req);
-        d->b[i].param_req = NULL;
-    }
+    for (int i = 0; i < d->n; i++) finish_gather(d, i);
 }
 
 /* ---- choosing the collectives ---- */

@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "trident/check.h"
+#include "trident/overlap.h"
 #include "trident/timer.h"
 
 int pp_schedule_parse(const char *s, int pp, int vp, pp_schedule *out)
@@ -163,34 +164,41 @@ void pp_transfer_slice(size_t n, int t, int r, size_t *off, size_t *count)
     *off = ur * q + (ur < extra ? ur : extra);
 }
 
-comm_req *pp_send(const ps_state *ps, int scatter_gather, const float *buf, size_t n, int peer, int tag)
+comm_req *pp_send(const ps_state *ps, const backend *be, int scatter_gather, const float *buf, size_t n, int peer,
+                  int tag)
 {
     size_t off = 0, count = n;
     if (scatter_gather) pp_transfer_slice(n, ps->tp, ps->tp_rank, &off, &count);
-    return comm_isend(ps->pp_group, buf + off, count, COMM_F32, peer, tag);
+    return comm_isend(ps->pp_group, xfer_send_view(be, buf + off, count * sizeof(float)), count, COMM_F32, peer, tag);
 }
 
-comm_req *pp_recv_start(const ps_state *ps, int scatter_gather, float *buf, size_t n, int peer, int tag)
+/* The receive lands in the view of the whole of buf (the slice at its place), where the
+ * all-gather rebuilds the rest: a staged transfer crosses to the device once, whole. */
+comm_req *pp_recv_start(const ps_state *ps, const backend *be, int scatter_gather, float *buf, size_t n, int peer,
+                        int tag)
 {
     size_t off = 0, count = n;
     if (scatter_gather) pp_transfer_slice(n, ps->tp, ps->tp_rank, &off, &count);
-    return comm_irecv(ps->pp_group, buf + off, count, COMM_F32, peer, tag);
+    float *view = xfer_recv_view(be, buf, n * sizeof(float));
+    return comm_irecv(ps->pp_group, view + off, count, COMM_F32, peer, tag);
 }
 
-void pp_recv_finish(const ps_state *ps, int scatter_gather, float *buf, size_t n)
+void pp_recv_finish(const ps_state *ps, const backend *be, int scatter_gather, float *buf, size_t n)
 {
-    if (!scatter_gather) return;
-    int t = ps->tp;
-    size_t *counts = td_xmalloc(2 * (size_t)t * sizeof(size_t)), *displs = counts + t;
-    for (int r = 0; r < t; r++) pp_transfer_slice(n, t, r, &displs[r], &counts[r]);
-    comm_wait(comm_iallgatherv(ps->tp_group, buf, counts, displs, COMM_F32));
-    free(counts);
+    if (scatter_gather) {
+        int t = ps->tp;
+        size_t *counts = td_xmalloc(2 * (size_t)t * sizeof(size_t)), *displs = counts + t;
+        for (int r = 0; r < t; r++) pp_transfer_slice(n, t, r, &displs[r], &counts[r]);
+        comm_wait(comm_iallgatherv(ps->tp_group, xfer_recv_view(be, buf, n * sizeof(float)), counts, displs, COMM_F32));
+        free(counts);
+    }
+    xfer_recv_done(be, buf, n * sizeof(float));
 }
 
-void pp_recv(const ps_state *ps, int scatter_gather, float *buf, size_t n, int peer, int tag)
+void pp_recv(const ps_state *ps, const backend *be, int scatter_gather, float *buf, size_t n, int peer, int tag)
 {
-    comm_wait(pp_recv_start(ps, scatter_gather, buf, n, peer, tag));
-    pp_recv_finish(ps, scatter_gather, buf, n);
+    comm_wait(pp_recv_start(ps, be, scatter_gather, buf, n, peer, tag));
+    pp_recv_finish(ps, be, scatter_gather, buf, n);
 }
 
 /* ---- per-chunk bookkeeping of micro-batches in flight ---- */
@@ -200,6 +208,13 @@ typedef struct {
     int micro;
     int backward_done;
     comm_req *send; /* output (forward) or input gradient (backward) on its way */
+    /* a send not started yet: it starts once `ready` (recorded after the kernels that wrote src)
+     * has passed (queue_send) */
+    int pending;
+    be_event ready;
+    const float *src;
+    size_t n;
+    int peer, tag;
 } flight;
 
 /* A receive posted ahead (it->prefetch): for the step (forward or backward, chunk, micro-batch). */
@@ -212,6 +227,7 @@ typedef struct {
 
 typedef struct {
     pp_iteration *it;
+    const backend *be; /* the chunks' */
     int p, s, v, V;
     flight *fl;    /* per chunk: max_inflight entries */
     int *nfl;      /* per chunk: entries in use */
@@ -226,10 +242,12 @@ typedef struct {
 static int vstage(const run *r, int chunk) { return chunk * r->p + r->s; }
 static int tag_of(const run *r, int micro, int vs, int grad) { return 2 * (micro * r->V + vs) + grad; }
 
-/* comm_wait on a stage transfer, its time counted in the iteration's transfer_s. */
+/* comm_wait on a stage transfer, its time counted in the iteration's transfer_s; what still
+ * waits for its event is started first (ov_flush: a peer may be waiting on it). */
 static void transfer_wait(run *r, comm_req *q)
 {
     if (!q) return;
+    ov_flush();
     double t0 = td_now();
     comm_wait(q);
     r->it->transfer_s += td_now() - t0;
@@ -243,7 +261,10 @@ static void start_gather(run *r, prefetched *pf)
 {
     comm_wait(pf->q);
     pf->q = NULL;
-    pf->gather = comm_iallgatherv(r->it->ps->tp_gather, r->it->prefetch[pf - r->pre], r->counts, r->displs, COMM_F32);
+    int t = r->it->ps->tp;
+    size_t n = r->displs[t - 1] + r->counts[t - 1]; /* the whole transfer, in its view */
+    float *view = xfer_recv_view(r->be, r->it->prefetch[pf - r->pre], n * sizeof(float));
+    pf->gather = comm_iallgatherv(r->it->ps->tp_gather, view, r->counts, r->displs, COMM_F32);
 }
 
 static prefetched *oldest_receiving(run *r)
@@ -265,6 +286,7 @@ static void advance_gathers(void *ctx)
 static void transfer_recv(run *r, int grad, int c, int micro, float *buf, size_t n, int peer, int tag)
 {
     pp_iteration *it = r->it;
+    ov_flush(); /* this rank blocks below: nothing of its own may be left waiting for an event */
     double t0 = td_now();
     prefetched *pf = &r->pre[grad];
     if ((pf->q || pf->gather) && pf->chunk == c && pf->micro == micro) {
@@ -277,10 +299,11 @@ static void transfer_recv(run *r, int grad, int c, int micro, float *buf, size_t
         }
         comm_wait(pf->gather);
         pf->gather = NULL;
+        xfer_recv_done(r->be, it->prefetch[grad], n * sizeof(float));
         be_copy(it->chunks[c]->be, buf, it->prefetch[grad], n);
     } else {
         TD_ASSERT(pf->q == NULL && pf->gather == NULL);
-        pp_recv(it->ps, it->scatter_gather, buf, n, peer, tag);
+        pp_recv(it->ps, r->be, it->scatter_gather, buf, n, peer, tag);
     }
     it->transfer_s += td_now() - t0;
 }
@@ -300,11 +323,57 @@ static void prefetch_next(run *r)
     int vs = vstage(r, c);
     size_t act = (size_t)it->mbs * m->seq_l * m->cfg.hidden;
     int peer = r->next_forward ? (vs - 1) % r->p : (vs + 1) % r->p;
-    r->pre[grad].q = pp_recv_start(it->ps, it->scatter_gather, it->prefetch[grad], act, peer,
+    r->pre[grad].q = pp_recv_start(it->ps, r->be, it->scatter_gather, it->prefetch[grad], act, peer,
                                    tag_of(r, r->next_micro, vs, grad));
     r->pre[grad].chunk = c;
     r->pre[grad].micro = r->next_micro;
     r->pre[grad].seq = r->seq++;
+}
+
+static void send_start(run *r, flight *f)
+{
+    f->send = pp_send(r->it->ps, r->be, r->it->scatter_gather, f->src, f->n, f->peer, f->tag);
+    f->pending = 0;
+}
+
+static void send_now(run *r, flight *f);
+
+/* ov_progress's poll while sends wait for their events: starts those whose events have passed
+ * (ov_flush's, force: all of them). */
+static void poll_sends(void *ctx, int force)
+{
+    run *r = ctx;
+    int waiting = 0;
+    for (int c = 0; c < r->v; c++) {
+        flight *fl = r->fl + (size_t)c * r->it->chunks[c]->max_inflight;
+        for (int i = 0; i < r->nfl[c]; i++)
+            if (fl[i].pending) {
+                if (force) send_now(r, &fl[i]);
+                else if (be_event_query(r->be, &fl[i].ready)) send_start(r, &fl[i]);
+                else waiting++;
+            }
+    }
+    if (!waiting) ov_remove(poll_sends, r);
+}
+
+/* f's send of the n floats of src to peer with tag: an event recorded after the kernels that
+ * wrote src, and the send started once it has passed (at once on cpu; else from ov_progress,
+ * between later kernels, or send_now). */
+static void queue_send(run *r, flight *f, const float *src, size_t n, int peer, int tag)
+{
+    f->src = src, f->n = n, f->peer = peer, f->tag = tag;
+    f->ready = be_event_record(r->be);
+    f->pending = 1;
+    if (be_event_query(r->be, &f->ready)) send_start(r, f);
+    else ov_add(poll_sends, r);
+}
+
+/* Before f's send is waited on: started, after its kernels if they have not run yet. */
+static void send_now(run *r, flight *f)
+{
+    if (!f->pending) return;
+    if (!be_event_query(r->be, &f->ready)) be_sync(r->be);
+    send_start(r, f);
 }
 
 /* Frees the slot of a finished micro-batch of chunk c (backward done, or any forward when not
@@ -321,6 +390,7 @@ static void reclaim(run *r, int c, int all)
     for (int i = 0; i < r->nfl[c]; i++) {
         int finished = fl[i].backward_done || !r->it->training;
         if (all) {
+            send_now(r, &fl[i]);
             transfer_wait(r, fl[i].send);
             fl[i].send = NULL;
         }
@@ -330,6 +400,7 @@ static void reclaim(run *r, int c, int all)
     for (int i = 0; i < r->nfl[c]; i++) {
         int finished = fl[i].backward_done || !r->it->training;
         if (finished && (all || i == oldest)) {
+            send_now(r, &fl[i]);
             transfer_wait(r, fl[i].send);
             gpt_acts_release(m, fl[i].a);
         } else {
@@ -359,9 +430,9 @@ static void forward_step(run *r, int c)
     float *out = gpt_forward(m, a, &it->micro[micro], input, it->training, &loss);
     r->loss += loss;
     if (m->last) gpt_head_stats(a, it->stats);
-    flight f = {a, micro, 0, NULL};
-    if (!m->last) f.send = pp_send(it->ps, it->scatter_gather, out, act, (vs + 1) % r->p, tag_of(r, micro, vs + 1, 0));
-    r->fl[(size_t)c * m->max_inflight + r->nfl[c]++] = f;
+    flight *f = &r->fl[(size_t)c * m->max_inflight + r->nfl[c]++];
+    *f = (flight){.a = a, .micro = micro};
+    if (!m->last) queue_send(r, f, out, act, (vs + 1) % r->p, tag_of(r, micro, vs + 1, 0));
 }
 
 static void backward_step(run *r, int c)
@@ -377,6 +448,7 @@ static void backward_step(run *r, int c)
     if (!m->last) transfer_recv(r, 1, c, micro, it->grad_in, act, (vs + 1) % r->p, tag_of(r, micro, vs, 1));
     prefetch_next(r);
     /* the output has arrived downstream (its gradient came back), so its send is complete */
+    send_now(r, f);
     transfer_wait(r, f->send);
     f->send = NULL;
     /* the last micro-batch's backward makes the chunk's gradients final */
@@ -386,7 +458,7 @@ static void backward_step(run *r, int c)
     if (!m->first) {
         float *buf = gpt_acts_input(f->a);
         be_copy(m->be, buf, dinput, act);
-        f->send = pp_send(it->ps, it->scatter_gather, buf, act, (vs - 1 + r->p) % r->p, tag_of(r, micro, vs - 1, 1));
+        queue_send(r, f, buf, act, (vs - 1 + r->p) % r->p, tag_of(r, micro, vs - 1, 1));
     }
     f->backward_done = 1;
 }
@@ -402,6 +474,8 @@ double pp_run(pp_schedule schedule, pp_iteration *it)
 {
     run r = {0};
     r.it = it;
+    r.be = it->chunks[0]->be;
+    ov_attach(it->chunks[0]->be);
     r.p = it->ps->pp;
     r.s = it->ps->pp_rank;
     r.v = it->nchunks;
@@ -460,5 +534,6 @@ double pp_run(pp_schedule schedule, pp_iteration *it)
     TD_ASSERT(r.pre[0].q == NULL && r.pre[1].q == NULL && r.pre[0].gather == NULL && r.pre[1].gather == NULL);
 
     for (int c = 0; c < r.v; c++) reclaim(&r, c, 1);
+    ov_remove(poll_sends, &r);
     return r.loss;
 }

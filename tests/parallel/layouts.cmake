@@ -221,7 +221,7 @@ add_test(NAME parallel/layout_hier_used COMMAND bash -c
 set_tests_properties(parallel/layout_hier_used PROPERTIES
   FIXTURES_REQUIRED "layouts_hier_dp4;layouts_hier_distopt_dp4_overlap;layouts_hier_dp4_overlap_auto;layouts_dp4;layouts_moe_hier_ep2_dp4_a2a;layouts_moe_hier_distopt_ep2_dp4_a2a")
 
-# The overlaps and the progress they make between kernels (comm_progress) change no bit: dp 2
+# The overlaps and the progress they make between kernels (ov_progress) change no bit: dp 2
 # sums two addends whatever the bucketing, so with and without them the runs are bitwise equal.
 set(LAYOUT_TOL 0)
 set(LAYOUT_REF dp2)
@@ -235,6 +235,16 @@ set(LAYOUT_TOL 0)
 set(LAYOUT_REF distopt_dp2_buckets)
 trident_layout(distopt_dp2_overlap_bitwise 2 1 2 --use-distributed-optimizer --overlap-grad-reduce
   --overlap-param-gather --ddp-bucket-size 5000)
+# Every buffer crossing comm staged through host memory (--debug-comm-staged: the rule of a device
+# backend without a CUDA-aware MPI, src/backend/xfer.h) moves the same floats: bitwise the direct
+# runs, for the buckets and the distributed optimizer's shards and gathers, and for the tensor-
+# parallel collectives with the stage transfers and their scatter/gather (the MoE exchange: below)
+set(LAYOUT_REF distopt_dp2_overlap_bitwise)
+trident_layout(staged_distopt_dp2_overlap 2 1 2 --use-distributed-optimizer --overlap-grad-reduce
+  --overlap-param-gather --ddp-bucket-size 5000 --debug-comm-staged)
+set(LAYOUT_REF tp2_pp2_vp2)
+trident_layout(staged_tp2_pp2_vp2 4 2 1 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1
+  --debug-comm-staged)
 unset(LAYOUT_REF)
 unset(LAYOUT_TOL)
 
@@ -347,6 +357,13 @@ trident_layout(moe_distopt_sp_tp2_pp2 4 2 2 --sequence-parallel --pipeline-model
 # the same tp rank), with sequence parallelism (allgather) and without (alltoall)
 trident_layout(moe_sp_tp2_ep2 4 2 2 --sequence-parallel --expert-model-parallel-size 2)
 trident_layout(moe_tp2_ep2_a2a 4 2 2 --expert-model-parallel-size 2 --moe-token-dispatcher-type alltoall)
+# the token exchange staged through host memory (--debug-comm-staged, src/backend/xfer.h): bitwise
+set(LAYOUT_TOL 0)
+set(LAYOUT_REF moe_tp2_ep2_a2a)
+trident_layout(moe_staged_tp2_ep2_a2a 4 2 2 --expert-model-parallel-size 2 --moe-token-dispatcher-type alltoall
+  --debug-comm-staged)
+unset(LAYOUT_REF)
+unset(LAYOUT_TOL)
 # --expert-tensor-parallel-size 1: the experts whole, split over the tp ranks (and over ep: 1 of the 4
 # a rank at tp 2 x ep 2), the tp ranks' partial outputs summed by the layer
 trident_layout(moe_etp1_tp2 2 2 2 --expert-tensor-parallel-size 1)

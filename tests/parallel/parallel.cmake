@@ -20,6 +20,13 @@ target_link_libraries(test_moe_a2a PRIVATE trident_floors)
 target_include_directories(test_moe_a2a PRIVATE ${CMAKE_SOURCE_DIR}/src)
 add_test(NAME parallel/moe_a2a_np2 COMMAND ${TD_MPIRUN} -np 2 $<TARGET_FILE:test_moe_a2a>)
 set_tests_properties(parallel/moe_a2a_np2 PROPERTIES ENVIRONMENT "${TD_MPI_ENV}")
+# buffers that cross comm: direct (the cpu's rule: no staging copy) and staged through host memory
+# (a device backend's: comm never handed backend memory), buckets started from queue events
+add_executable(test_xfer ${CMAKE_CURRENT_LIST_DIR}/test_xfer.c)
+target_link_libraries(test_xfer PRIVATE trident_floors)
+target_include_directories(test_xfer PRIVATE ${CMAKE_SOURCE_DIR}/src)
+add_test(NAME parallel/xfer_np2 COMMAND ${TD_MPIRUN} -np 2 $<TARGET_FILE:test_xfer>)
+set_tests_properties(parallel/xfer_np2 PROPERTIES ENVIRONMENT "${TD_MPI_ENV}" TIMEOUT 60)
 # A wait that times out while the other ranks still wait: the one line of the job, printed by the
 # lowest rank that answered the roll call (rank 0 here), says whose wait it was; its [rank P]
 # prefix and the rank the text says waited ("in world rank M") are the same rank, or the line

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "backend/backend.h"
 #include "trident/check.h"
 #include "trident/comm.h"
 #include "trident/parallel_state.h"
@@ -152,6 +153,7 @@ static void check_slices(void)
 static void check_stage_transfers(comm *world)
 {
     ps_state *ps = ps_init(world, 2, 2);
+    backend *be = be_create("cpu", 1); /* direct: comm reads and writes these host buffers */
     static const size_t sizes[] = {64, 7, 1};
     for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++)
         for (int sg = 0; sg < 2; sg++)
@@ -162,10 +164,10 @@ static void check_stage_transfers(comm *world)
                 if (ps->pp_rank == from) {
                     if (sg) pp_transfer_slice(n, ps->tp, ps->tp_rank, &off, &count);
                     for (size_t i = 0; i < n; i++) buf[i] = i >= off && i < off + count ? (float)(100 * tag + (int)i) : -7.0f;
-                    comm_wait(pp_send(ps, sg, buf, n, 1 - from, tag));
+                    comm_wait(pp_send(ps, be, sg, buf, n, 1 - from, tag));
                 } else {
                     for (size_t i = 0; i < n; i++) buf[i] = -1.0f;
-                    pp_recv(ps, sg, buf, n, from, tag);
+                    pp_recv(ps, be, sg, buf, n, from, tag);
                     for (size_t i = 0; i < n; i++)
                         EXPECT(buf[i] == (float)(100 * tag + (int)i), "stage transfer n %zu scatter/gather %d: [%zu] got %g want %d",
                                n, sg, i, buf[i], 100 * tag + (int)i);
@@ -174,6 +176,7 @@ static void check_stage_transfers(comm *world)
     EXPECT(pp_scatter_gather_applies(ps, 1) && !pp_scatter_gather_applies(ps, 0), "scatter/gather on tp 2 x pp 2");
     ps->sequence_parallel = 1;
     EXPECT(!pp_scatter_gather_applies(ps, 1), "scatter/gather under sequence parallelism");
+    be_free(be);
     ps_free(ps);
 }
 

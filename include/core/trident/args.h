@@ -175,7 +175,7 @@ typedef struct td_args {
     td_strlist to;
 
     /* debug (trident/debug.h, td_debug_from_args): fakes and faults for tests and drills */
-    int fake_hosts, debug_save_delay_ms, debug_watch_only_rank;
+    int fake_hosts, debug_save_delay_ms, debug_watch_only_rank, debug_comm_staged;
     int64_t debug_overflow_iteration;
     unsigned char set_[TD_MAX_FLAGS]; /* set_[i]: flag i of the table was given */
 } td_args;

@@ -11,6 +11,9 @@
 typedef struct td_debug {
     int fake_hosts;         /* > 0: the ranks believe they sit on that many hosts, consecutive ranks
                              * together (hierarchical collectives and calibration on one machine) */
+    int comm_staged;        /* 1: the backend stages every buffer that crosses comm through host
+                             * memory and its events pass late (as a device backend without a
+                             * CUDA-aware MPI; xfer.h, overlap.h) */
     int save_delay_ms;      /* > 0: a checkpoint save pauses that long after each shard and before
                              * its renames (a save in progress, long enough to interrupt) */
     int64_t overflow_iter;  /* > 0: at that training iteration the last rank finds an Inf in one

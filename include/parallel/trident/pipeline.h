@@ -77,18 +77,25 @@ int pp_slots_needed(pp_schedule schedule, int pp, int pp_rank, int nchunks, int 
  * the sequence already and sends only that). */
 int pp_scatter_gather_applies(const ps_state *ps, int wanted);
 
+/* The stage transfers move backend memory of `be` (buf), as the backend's rule says: handed to
+ * comm directly, or staged through host memory (xfer.h: copied D2H when the send starts, H2D
+ * when the receive is finished). */
 /* One stage transfer of the n floats of buf to stage `peer` of the pipeline group with `tag`
- * (non-blocking; buf must stay until comm_wait). With scatter_gather only this tp rank's slice
- * goes (pp_transfer_slice), to the peer with the same tp rank. */
-comm_req *pp_send(const ps_state *ps, int scatter_gather, const float *buf, size_t n, int peer, int tag);
+ * (non-blocking; buf must not be sent again before comm_wait). With scatter_gather only this tp
+ * rank's slice goes (pp_transfer_slice), to the peer with the same tp rank. buf holds what the
+ * kernels enqueued before the call wrote. */
+comm_req *pp_send(const ps_state *ps, const struct backend *be, int scatter_gather, const float *buf, size_t n, int peer,
+                  int tag);
 /* Receives the n floats pp_send sent from stage `peer` with `tag` into buf, blocking; with
  * scatter_gather this rank's slice arrives and an all-gather over the tp group (collective:
  * every tp rank of the stage receives the same transfer) rebuilds the whole of buf. */
-void pp_recv(const ps_state *ps, int scatter_gather, float *buf, size_t n, int peer, int tag);
+void pp_recv(const ps_state *ps, const struct backend *be, int scatter_gather, float *buf, size_t n, int peer, int tag);
 /* pp_recv in two halves: the receive (of this rank's slice, with scatter_gather) posted, and,
- * once it has completed, the all-gather that rebuilds buf (nothing without scatter_gather). */
-comm_req *pp_recv_start(const ps_state *ps, int scatter_gather, float *buf, size_t n, int peer, int tag);
-void pp_recv_finish(const ps_state *ps, int scatter_gather, float *buf, size_t n);
+ * once it has completed, the all-gather that rebuilds buf (nothing without scatter_gather) and
+ * buf written (staged: from its host mirror). */
+comm_req *pp_recv_start(const ps_state *ps, const struct backend *be, int scatter_gather, float *buf, size_t n, int peer,
+                        int tag);
+void pp_recv_finish(const ps_state *ps, const struct backend *be, int scatter_gather, float *buf, size_t n);
 /* The slice [*off, *off + *count) of an n-element transfer that tp rank r of t sends under
  * scatter/gather: t runs differing by at most one element, the first n % t one longer, so any
  * n works without padding (Megatron requires n divisible by t). */
