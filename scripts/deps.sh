@@ -2,7 +2,9 @@
 # Install the Debian packages trident builds and tests with (and, with --bench, benchmarks with), if any are missing.
 # As root: apt-get update + apt-get install. Otherwise: print the exact command and fail.
 set -euo pipefail
-pkgs=(build-essential cmake pkg-config libopenblas-openmp-dev libdnnl-dev libopenmpi-dev openmpi-bin
+# ninja-build: CMake's Ninja generator, which keeps both cores busy where make's recursion left one
+# idle (a fresh build: 64 s against 106 s of wall on 2 cores, 2026-11-28)
+pkgs=(build-essential cmake ninja-build pkg-config libopenblas-openmp-dev libdnnl-dev libopenmpi-dev openmpi-bin
       libpcre2-dev libcjson-dev libcmocka-dev zlib1g-dev libzstd-dev libicu-dev libmicrohttpd-dev curl
       protobuf-compiler) # protoc --decode_raw reads the TensorBoard files in the tests
 # Slurm for the emulated cluster's `--slurm` (scripts/cluster-slurm.sh, tests/cluster/slurm.sh)
