@@ -17,6 +17,7 @@ const be_op_entry BE_OP_ENTRIES[] = {
     {"host_alloc", offsetof(struct be_ops, host_alloc), 1},
     {"host_free", offsetof(struct be_ops, host_free), 1},
     {"event_query", offsetof(struct be_ops, event_query), 1},
+    {"event_release", offsetof(struct be_ops, event_release), 1},
     {"matmul_fwd", offsetof(struct be_ops, matmul_fwd), 0},
     {"matmul_bwd", offsetof(struct be_ops, matmul_bwd), 0},
     {"matmul_grouped_fwd", offsetof(struct be_ops, matmul_grouped_fwd), 1},

@@ -93,6 +93,12 @@ static inline int be_event_query(const backend *be, const be_event *ev)
 {
     return !be->ops->event_query || be->ops->event_query(be, ev);
 }
+/* Releases an event recorded for be_event_query once it is no longer needed (cpu: nothing to do). */
+static inline void be_event_release(const backend *be, be_event *ev)
+{
+    if (be->ops->event_release) be->ops->event_release(be, ev);
+    ev->h = NULL;
+}
 /* hook(ctx) runs after every wrapped entry from now on (NULL: nothing): the parallel floor's
  * (trident/overlap.h), which starts the transfers whose events have passed and lets communication
  * in flight move on between kernels. */

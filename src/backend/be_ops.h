@@ -142,6 +142,11 @@ struct be_ops {
      * runs to completion before it returns). Data parallelism and the pipeline start a bucket's
      * reduction or a stage's send when the event recorded after its last kernel has passed. */
     int (*event_query)(const backend *be, const be_event *ev);
+    /* Releases what an event recorded for event_query holds (one never timed by event_elapsed);
+     * ev->h is NULL after it, and releasing a released or empty event is a no-op. Optional: NULL
+     * when an event holds nothing (cpu). The overlap releases a bucket's or a send's event when it
+     * starts the transfer. */
+    void (*event_release)(const backend *be, be_event *ev);
 
     /* ---- matmul: out = inp . W^T + b ---- */
     /* out (BT, OC) written; inp (BT, C); w (OC, C); b (OC) or NULL. */

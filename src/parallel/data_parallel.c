@@ -123,6 +123,7 @@ static void start_reduce(dp_chunk *d, int i)
     float *g = d->m->grads + k->lo;
     size_t n = k->hi - k->lo, rn;
     float *r = reduced_of(d, i, &rn);
+    if (k->pending) be_event_release(be, &k->ready);
     k->pending = 0;
     if (d->cfg.distributed)
         k->grad_req = comm_ireduce_scatterv(bucket_group(d, k), xfer_send_view(be, g, n * sizeof(float)),

@@ -333,6 +333,7 @@ static void prefetch_next(run *r)
 static void send_start(run *r, flight *f)
 {
     f->send = pp_send(r->it->ps, r->be, r->it->scatter_gather, f->src, f->n, f->peer, f->tag);
+    be_event_release(r->be, &f->ready);
     f->pending = 0;
 }
 

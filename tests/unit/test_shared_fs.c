@@ -273,6 +273,15 @@ static void open_turns(void **st)
 /* ---- the --save check ---- */
 static void save_body(comm *world, void *arg) { sfs_check_save_dir(world, arg); }
 
+/* The ranks here are threads of one process: each that finds the error exits (td_usage_error), and
+ * exit() called by several threads at once is undefined (a run ended 255 instead of 2). The first
+ * to get here ends the process at once; _exit is safe from any number of threads. */
+static void exit_at_once(int code)
+{
+    fflush(stderr);
+    _exit(code);
+}
+
 /* The exit status of the --save check of dir in a child process (the check exits the process on a
  * node-local folder); its stderr in err. */
 static int save_check(const int node_of[N], const char *dir, char *err, size_t len)
@@ -285,6 +294,7 @@ static int save_check(const int node_of[N], const char *dir, char *err, size_t l
     if (pid == 0) {
         dup2(fds[1], 2);
         close(fds[0]);
+        td_set_usage_hook(exit_at_once);
         run_ranks(node_of, save_body, (void *)dir);
         _exit(0);
     }

@@ -212,6 +212,38 @@ static void event_release(const backend *be, be_event *ev)
     else CU_CHECK(cudaEventDestroy(e), "destroying a timing event");
 }
 
+/* Whether everything before ev has run, without waiting (cudaEventQuery: ready, or not yet). */
+static int cu_event_query(const backend *be, const be_event *ev)
+{
+    (void)be;
+    if (!ev->h) return 1;
+    cudaError_t e = cudaEventQuery((cudaEvent_t)ev->h);
+    if (e == cudaErrorNotReady) {
+        (void)cudaGetLastError(); /* not an error: clear it */
+        return 0;
+    }
+    CU_CHECK(e, "asking whether a queued transfer's kernels have run");
+    return 1;
+}
+
+/* ---- pinned host memory: comm's staging (xfer.h) ----
+ * Plain Open MPI cannot read device memory, so every buffer that crosses comm is staged through
+ * page-locked host memory (the D2H and H2D copies then run at the link's speed). A CUDA-aware MPI
+ * or NCCL would hand comm device pointers instead: leave these two NULL then. */
+static void *cu_host_alloc(const backend *be, size_t bytes)
+{
+    (void)be;
+    void *p = NULL;
+    CU_CHECK(cudaMallocHost(&p, bytes ? bytes : 1), "allocating pinned host memory for comm's staging");
+    return p; /* page-aligned */
+}
+
+static void cu_host_free(const backend *be, void *p)
+{
+    (void)be;
+    if (p) CU_CHECK(cudaFreeHost(p), "freeing pinned host memory");
+}
+
 static double cu_event_elapsed(const backend *be, be_event *start, be_event *end)
 {
     float ms = 0.0f;
@@ -291,6 +323,10 @@ void cuda_fill_core(struct be_ops *o)
     o->sync = cu_sync;
     o->event_record = cu_event_record;
     o->event_elapsed = cu_event_elapsed;
+    o->event_query = cu_event_query;
+    o->event_release = event_release;
+    o->host_alloc = cu_host_alloc;
+    o->host_free = cu_host_free;
     o->destroy = cu_destroy;
     o->copy_gbps = cu_copy_gbps;
     o->describe = cu_describe;
