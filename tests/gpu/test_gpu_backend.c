@@ -134,6 +134,28 @@ static void test_memory(const backend *g)
     } else {
         check(0, "cudaMallocHost for the pinned-copy check", 0, 1);
     }
+    /* comm's staging (xfer.h): host_alloc is pinned, writable host memory a copy can use both ways */
+    check(g->ops->host_alloc && g->ops->host_free, "host_alloc and host_free set: comm is staged", 1, 1);
+    unsigned char *stage = g->ops->host_alloc(g, N);
+    memcpy(stage, h, N);
+    g->ops->copy_bytes(g, a, stage, N, BE_H2D);
+    memset(stage, 0, N);
+    g->ops->copy_bytes(g, stage, a, N, BE_D2H);
+    check(memcmp(stage, h, N) == 0, "host_alloc memory: H2D then D2H through it, every byte", 1, 1);
+    g->ops->host_free(g, stage);
+    g->ops->host_free(g, NULL);
+    /* event_query: an event behind a long queue has not passed at once, has after sync; released once */
+    be_event q;
+    for (int r = 0; r < 200; r++) g->ops->set_bytes(g, b, r, N);
+    g->ops->event_record(g, &q);
+    int early = g->ops->event_query(g, &q);
+    g->ops->sync(g);
+    int late = g->ops->event_query(g, &q);
+    check(late == 1, "event_query: 1 once the queue has run", late, 1);
+    printf("event_query right after 200 queued set_bytes: %d (0 expected on a GPU, not required)\n", early);
+    g->ops->event_release(g, &q);
+    g->ops->event_release(g, &q); /* a released event: a no-op */
+    check(q.h == NULL, "event_release: the handle given back", q.h == NULL, 1);
     g->ops->sync(g);
     g->ops->free(g, a);
     g->ops->free(g, b);
