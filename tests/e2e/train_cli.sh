@@ -60,6 +60,14 @@ expect "more experts a token than there are" 2 "--moe-router-topk 3 is more than
   "$TRIDENT" train "${TINY[@]}" --num-experts 2 --moe-router-topk 3
 expect "expert bias without sigmoid" 2 "--moe-router-enable-expert-bias needs --moe-router-score-function sigmoid" \
   "$TRIDENT" train "${TINY[@]}" --num-experts 4 --moe-router-enable-expert-bias
+# a tokenizer.json that does not load: rank 0 opens it (and broadcasts the vocabulary's size), so
+# one line says why and every rank exits 1, none waiting on the others
+unigram=$(mktemp --suffix=.json) && echo '{"model": {"type": "Unigram"}}' > "$unigram"
+expect "a tokenizer.json of another model, 2 ranks" 1 "model Unigram is not supported" \
+  "${MPIRUN[@]}" -np 2 "$TRIDENT" train --data-path "$DATA" --tokenizer-type HuggingFaceTokenizer --tokenizer-model "$unigram" \
+  --num-layers 1 --hidden-size 8 --num-attention-heads 2 --seq-length 8 --micro-batch-size 1 --train-iters 2
+once "a tokenizer.json of another model, 2 ranks"
+rm -f "$unigram"
 expect "expert width not divisible by tp" 2 "--moe-ffn-hidden-size 31 is not divisible by --tensor-model-parallel-size 2" \
   "${MPIRUN[@]}" -np 2 "$TRIDENT" train "${TINY[@]}" --num-experts 4 --tensor-model-parallel-size 2 \
   --moe-ffn-hidden-size 31
