@@ -109,6 +109,8 @@ else
 fi
 
 checks=$(grep -o '[0-9]* of [0-9]* checks passed' "$OUT_DIR/gpu_backend.log" | tail -1)
+# issue 34's memory figure: the device pool's peak against trident's prediction (the trainer's line)
+devmem=$(grep -o 'peak device memory, stage 0: .*' "$OUT_DIR/gpt2_cuda.log" 2>/dev/null | head -1 | sed 's/"/\\"/g')
 figures=$(grep '^figures:' "$OUT_DIR/gpu_backend.log" | head -1 | sed 's/"/\\"/g')
 failed=0
 for k in gpu_backend gpu_elementwise gpu_attention_moe memcheck memcheck_elementwise memcheck_attention_moe gpt2; do
@@ -124,7 +126,7 @@ cat >"$OUT_DIR/summary.json" <<JSON
  "memcheck_elementwise": {"rc": ${RC[memcheck_elementwise]}, "seconds": ${SECS[memcheck_elementwise]}},
  "memcheck_attention_moe": {"rc": ${RC[memcheck_attention_moe]}, "seconds": ${SECS[memcheck_attention_moe]}},
  "gpt2_small_fp32_20_iterations": {"rc": ${RC[gpt2]}, "seconds": ${SECS[gpt2]}, "worst_relative_loss_difference": "$WORST",
-   "tolerance": 1e-4, "cpu_rc": "$(cat "$OUT_DIR/gpt2_cpu.rc" 2>/dev/null)", "cuda_rc": "$(cat "$OUT_DIR/gpt2_cuda.rc" 2>/dev/null)"},
+   "tolerance": 1e-4, "device_memory": "$devmem", "cpu_rc": "$(cat "$OUT_DIR/gpt2_cpu.rc" 2>/dev/null)", "cuda_rc": "$(cat "$OUT_DIR/gpt2_cuda.rc" 2>/dev/null)"},
  "seconds": $(($(date +%s) - T0)), "passed": $((1 - failed))}
 JSON
 # the device tool brings back at most 8 files: everything in one archive, the main ones beside it

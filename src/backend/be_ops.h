@@ -386,6 +386,10 @@ struct be_ops {
     double (*adamw_stream_gbps)(const backend *be);
     /* One line naming the kernels in use (ISA build, GEMM libraries), for the start-up log. */
     void (*describe)(const backend *be, char *out, size_t len);
+    /* The most device memory this backend's allocations held at once since it was created, in
+     * bytes (the trainer holds it to its memory prediction). Optional: NULL for a backend whose
+     * memory is the process's (cpu: its peak RSS is measured instead). */
+    size_t (*mem_peak)(const backend *be);
 };
 
 

@@ -77,20 +77,24 @@ void run_predict_memory(run_state *r, const gpt_config *c, int slots)
 
 /* Sets this rank's peak RSS against the prediction: the larger of the model's run plus what the
  * process held before it (the libraries, MPI), and the peak reached before the model (a large
- * tokenizer.json's parse: the vocabulary size is read from it). The largest per pipeline stage. */
+ * tokenizer.json's parse: the vocabulary size is read from it). The largest per pipeline stage.
+ * On a device backend (mem_peak), also the device memory's peak against the model and its run. */
 void run_report_memory(run_state *r)
 {
     const ps_state *ps = r->ps;
-    double mine[4] = {r->report.rss_peak, r->report.mem_pred.total, r->report.rss_start, r->report.hwm_start};
-    double *all = td_xmalloc(4 * sizeof(double) * (size_t)ps->world_size);
-    comm_allgather(ps->world, mine, all, 4, COMM_F64);
+    const backend *be = r->model.be;
+    double dev = be->ops->mem_peak ? (double)be->ops->mem_peak(be) : 0;
+    double mine[5] = {r->report.rss_peak, r->report.mem_pred.total, r->report.rss_start, r->report.hwm_start, dev};
+    double *all = td_xmalloc(5 * sizeof(double) * (size_t)ps->world_size);
+    comm_allgather(ps->world, mine, all, 5, COMM_F64);
     if (ps->world_rank == 0)
         for (int st = 0; st < ps->pp; st++) {
-            const double *top = NULL; /* the rank of the stage with the largest peak */
+            const double *top = NULL, *dtop = NULL; /* the ranks of the stage with the largest peaks (RSS, device) */
             for (int t = 0; t < ps->tp; t++)
                 for (int d = 0; d < ps->dp; d++) {
-                    const double *x = all + 4 * ps_rank_of(ps, t, d, st);
+                    const double *x = all + 5 * ps_rank_of(ps, t, d, st);
                     if (!top || x[0] > top[0]) top = x;
+                    if (!dtop || x[4] > dtop[4]) dtop = x;
                 }
             double run = top[1] + top[2], pred = fmax(run, top[3]);
             char before[160] = "";
@@ -100,6 +104,10 @@ void run_report_memory(run_state *r)
             TD_INFO("peak memory (RSS), stage %d: %.1f MiB measured, %.1f MiB predicted (%.1f for the model and its "
                     "run + %.1f held before it%s): %+.1f%%", st, top[0] / MIB, pred / MIB, top[1] / MIB, top[2] / MIB,
                     before, 100.0 * (top[0] - pred) / pred);
+            if (be->ops->mem_peak) /* a device: the model and its run live in its memory, the rest on the host */
+                TD_INFO("peak device memory, stage %d: %.1f MiB measured (the memory pool's high-water mark), %.1f MiB "
+                        "predicted for the model and its run: %+.1f%%", st, dtop[4] / MIB, dtop[1] / MIB,
+                        100.0 * (dtop[4] - dtop[1]) / dtop[1]);
         }
     free(all);
 }

@@ -292,6 +292,17 @@ static double cu_copy_gbps(const backend *be)
     return be_copy_bytes(n) / best * 1e-9;
 }
 
+/* The device pool's high-water mark of memory in use (cudaMemPoolAttrUsedMemHigh): what this
+ * process's allocations held at once, cached memory the pool kept aside not counted. */
+static size_t cu_mem_peak(const backend *be)
+{
+    cudaMemPool_t pool;
+    unsigned long long high = 0;
+    CU_CHECK(cudaDeviceGetMemPool(&pool, be->device), "finding the device's memory pool");
+    CU_CHECK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &high), "reading the memory pool's peak");
+    return (size_t)high;
+}
+
 static void cu_describe(const backend *be, char *out, size_t len)
 {
     const cuda_state *st = cu_state(be);
@@ -330,6 +341,7 @@ void cuda_fill_core(struct be_ops *o)
     o->destroy = cu_destroy;
     o->copy_gbps = cu_copy_gbps;
     o->describe = cu_describe;
+    o->mem_peak = cu_mem_peak;
     cuda_fill_gemm(o);
 }
 
