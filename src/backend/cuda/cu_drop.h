@@ -8,6 +8,8 @@
 
 #include <stdint.h>
 
+#include "trident/philox.h" /* its constants: one definition for the cpu and the device */
+
 #ifdef __CUDACC__
 #define CU_HD static __host__ __device__ __forceinline__
 #else
@@ -20,12 +22,12 @@ CU_HD void cu_philox(uint32_t r[4], const uint32_t c_in[4], uint32_t k0, uint32_
 {
     uint32_t c0 = c_in[0], c1 = c_in[1], c2 = c_in[2], c3 = c_in[3];
     for (int i = 0; i < 10; i++) {
-        uint64_t p0 = (uint64_t)0xD2511F53u * c0, p1 = (uint64_t)0xCD9E8D57u * c2;
+        uint64_t p0 = (uint64_t)TD_PHILOX_M0 * c0, p1 = (uint64_t)TD_PHILOX_M1 * c2;
         uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0, n1 = (uint32_t)p1;
         uint32_t n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1, n3 = (uint32_t)p0;
         c0 = n0, c1 = n1, c2 = n2, c3 = n3;
-        k0 += 0x9E3779B9u;
-        k1 += 0xBB67AE85u;
+        k0 += TD_PHILOX_W0;
+        k1 += TD_PHILOX_W1;
     }
     r[0] = c0, r[1] = c1, r[2] = c2, r[3] = c3;
 }
