@@ -15,6 +15,7 @@
 #include "mpi_fault.h"
 #include "ring.h"
 #include "trident/check.h"
+#include "trident/cores.h"
 #include "trident/timer.h"
 
 typedef struct {
@@ -162,18 +163,45 @@ static MPI_Comm g_usage_comm = MPI_COMM_NULL; /* comm_usage_exit's barrier, once
  * sharing a GPU's host): a waiting rank then sleeps from its first polls instead of spinning for a
  * millisecond, since the rank it waits for may need this core (bounded_wait). */
 static int g_oversubscribed;
+/* The ranks on this host whose cores overlap this process's (itself included): 1 when the
+ * launcher bound each rank to cores of its own, every rank of the host under --bind-to none. */
+static int g_sharing = 1;
 
-/* Whether this host runs more ranks of the world than this process has cores (its affinity mask). */
-static int host_oversubscribed(void)
+/* Counts the ranks of this host and those whose affinity masks overlap this process's. Collective
+ * over the world. */
+static void host_census(void)
 {
     MPI_Comm host;
     int local = 1;
-    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &host) != MPI_SUCCESS) return 0;
+    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &host) != MPI_SUCCESS) return;
     MPI_Comm_size(host, &local);
+    cpu_set_t mine;
+    CPU_ZERO(&mine);
+    int have = sched_getaffinity(0, sizeof mine, &mine) == 0;
+    if (!have)
+        for (int c = 0; c < CPU_SETSIZE && c < sysconf(_SC_NPROCESSORS_ONLN); c++) CPU_SET(c, &mine);
+    cpu_set_t *all = td_xcalloc((size_t)local, sizeof *all);
+    if (MPI_Allgather(&mine, (int)sizeof mine, MPI_BYTE, all, (int)sizeof mine, MPI_BYTE, host) == MPI_SUCCESS) {
+        g_sharing = 0;
+        for (int r = 0; r < local; r++) {
+            cpu_set_t both;
+            CPU_AND(&both, &mine, &all[r]);
+            g_sharing += CPU_COUNT(&both) > 0;
+        }
+        if (g_sharing < 1) g_sharing = 1;
+    }
+    free(all);
     MPI_Comm_free(&host);
-    cpu_set_t set;
-    int cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : (int)sysconf(_SC_NPROCESSORS_ONLN);
-    return cores > 0 && local > cores;
+    double cores = td_usable_cores();
+    g_oversubscribed = cores > 0 && local > cores;
+}
+
+int comm_threads_per_rank(void)
+{
+    const char *omp = getenv("OMP_NUM_THREADS");
+    if (omp && *omp) return 0; /* the user's: OpenMP reads it */
+    int n = (int)(td_usable_cores() / g_sharing);
+    return n > 0 ? n : 1;
 }
 
 comm *comm_world_init(int *argc, char ***argv)
@@ -196,7 +224,7 @@ comm *comm_world_init(int *argc, char ***argv)
         signal(SIGFPE, on_signal);
         signal(SIGILL, on_signal);
         fault_init(MPI_COMM_WORLD, w->rank, w->size);
-        g_oversubscribed = host_oversubscribed();
+        host_census();
     }
     return w;
 }

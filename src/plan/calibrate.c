@@ -27,6 +27,7 @@
 #include "trident/check.h"
 #include "trident/comm.h"
 #include "trident/comm_hier.h"
+#include "trident/cores.h"
 #include "trident/plan.h"
 #include "trident/timer.h"
 
@@ -123,66 +124,6 @@ static void fit_gemm_curve(plan_cluster *c, double big_rate, double small_rate)
     c->gemm_half = 128.0 * (1.0 / cbrt(f) - 1.0);
 }
 
-/* The CPU quota of this process's cgroup and its ancestors in cores (cgroup v2 cpu.max, v1
- * cpu.cfs_quota_us / cpu.cfs_period_us), the smallest; 0 when there is none. */
-static double quota_cores(void)
-{
-    FILE *f = fopen("/proc/self/cgroup", "r");
-    if (!f) return 0;
-    char line[512], path[768], v1[512] = "", v2[512] = "";
-    while (fgets(line, sizeof line, f)) {
-        line[strcspn(line, "\n")] = 0;
-        char *ctl = strchr(line, ':'), *p = ctl ? strchr(ctl + 1, ':') : NULL;
-        if (!p) continue;
-        *p++ = 0, ctl++;
-        if (*ctl == 0) snprintf(v2, sizeof v2, "%s", p);
-        else if (strcmp(ctl, "cpu") == 0 || strncmp(ctl, "cpu,", 4) == 0 || strstr(ctl, ",cpu,") ||
-                 (strlen(ctl) > 4 && strcmp(ctl + strlen(ctl) - 4, ",cpu") == 0))
-            snprintf(v1, sizeof v1, "%s", p);
-    }
-    fclose(f);
-    double best = 0;
-    for (int v = 1; v <= 2; v++) {
-        char cg[512];
-        snprintf(cg, sizeof cg, "%s", v == 1 ? v1 : v2);
-        if (v == 1 && !v1[0]) continue;
-        if (v == 2 && !v2[0]) continue;
-        for (;;) { /* this cgroup, then each parent up to the root */
-            double q = -1, per = -1;
-            if (v == 1) {
-                snprintf(path, sizeof path, "/sys/fs/cgroup/cpu%s/cpu.cfs_quota_us", cg);
-                FILE *a = fopen(path, "r");
-                if (a && fscanf(a, "%lf", &q) != 1) q = -1;
-                if (a) fclose(a);
-                snprintf(path, sizeof path, "/sys/fs/cgroup/cpu%s/cpu.cfs_period_us", cg);
-                FILE *b = fopen(path, "r");
-                if (b && fscanf(b, "%lf", &per) != 1) per = -1;
-                if (b) fclose(b);
-            } else {
-                snprintf(path, sizeof path, "/sys/fs/cgroup%s/cpu.max", cg);
-                FILE *a = fopen(path, "r");
-                if (a && fscanf(a, "%lf %lf", &q, &per) != 2) q = -1; /* "max 100000": no quota */
-                if (a) fclose(a);
-            }
-            if (q > 0 && per > 0 && (best == 0 || q / per < best)) best = q / per;
-            char *slash = strrchr(cg, '/');
-            if (!slash || cg[1] == 0) break;
-            if (slash == cg) slash[1] = 0;
-            else *slash = 0;
-        }
-    }
-    return best;
-}
-
-/* The cores this process may run on: its affinity mask, under its cgroup's CPU quota. */
-static double usable_cores(void)
-{
-    cpu_set_t set;
-    double n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : sysconf(_SC_NPROCESSORS_ONLN);
-    double q = quota_cores();
-    return q > 0 && q < n ? q : n;
-}
-
 static double resident_gib(void)
 {
     FILE *f = fopen("/proc/self/status", "r");
@@ -276,7 +217,7 @@ void plan_calibrate(plan_cluster *c, const char *backend_name, double seconds, c
     c->trident_cpu = 1;
     c->gpus_per_node = per_node;
     c->nodes = nodes;
-    c->cores_per_node = usable_cores();
+    c->cores_per_node = td_usable_cores();
     comm_barrier(world);
     /* the sgemm peak (the trainer's MFU peak), and what the ranks get, every rank at once, over
      * enough of a quota's periods: efficiency of n^3 GEMMs against the peak */

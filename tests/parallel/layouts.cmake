@@ -484,3 +484,8 @@ set(LAYOUT_TRAIN ${GPT_LAYOUT_TRAIN})
 add_test(NAME parallel/exposed COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/exposed.sh $<TARGET_FILE:trident>
   ${LAYOUT_DATA} ${TRIDENT_SHARED_DATA}/gpt2/vocab.json ${TRIDENT_SHARED_DATA}/gpt2/merges.txt ${LAYOUT_DIR}/exposed)
 set_tests_properties(parallel/exposed PROPERTIES FIXTURES_REQUIRED layouts_data ENVIRONMENT "${TD_MPI_ENV}")
+
+# The threads a rank runs with OMP_NUM_THREADS unset: its host's cores over the ranks sharing them.
+add_test(NAME parallel/threads COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/threads.sh $<TARGET_FILE:trident>
+  ${LAYOUT_DATA} ${TRIDENT_SHARED_DATA}/gpt2/vocab.json ${TRIDENT_SHARED_DATA}/gpt2/merges.txt ${LAYOUT_DIR}/threads)
+set_tests_properties(parallel/threads PROPERTIES FIXTURES_REQUIRED layouts_data ENVIRONMENT "${TD_MPI_ENV}")

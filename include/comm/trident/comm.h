@@ -18,6 +18,12 @@ struct comm_ops;
 /* Initialises the process world (MPI_Init; works without mpirun for one rank), sets the log
  * rank and makes fatal errors abort the whole job. Call once, first. */
 comm *comm_world_init(int *argc, char ***argv);
+/* The OpenMP threads a rank should run when OMP_NUM_THREADS is unset: the cores this process may
+ * use (affinity mask, cgroup quota; trident/cores.h) over the ranks of its host whose masks
+ * overlap its own (counted by comm_world_init; 1 before it or alone), at least 1. 0 when
+ * OMP_NUM_THREADS is set: OpenMP's choice, the user's. Two ranks unbound on two cores each ran
+ * two threads before (OpenMP's default), 12x slower than one each. */
+int comm_threads_per_rank(void);
 /* Finalises the world (MPI_Finalize) and frees it. */
 void comm_world_finalize(comm *world);
 /* Ends this process with a config error's code (td_set_usage_hook) once every rank has reached

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "trident/check.h"
+#include "trident/comm.h"
 #include "trident/timer.h"
 #include "backend.h"
 #include "cpu.h"
@@ -314,8 +315,9 @@ static void cpu_describe(const backend *be, char *out, size_t len)
 {
     const char *was = getenv("TRIDENT_BLAS_REEXEC");
     const cpu_isa *isa = &CPU_ISAS[((const cpu_state *)be->impl)->isa];
-    snprintf(out, len, "trident's %s kernels (%s), OpenBLAS %s sgemm%s%s%s%s", isa->name, isa->what,
-             openblas_get_corename(), was ? " (chosen at start-up over " : "", was ? was : "", was ? ")" : "",
+    int n = cpu_threads(be);
+    snprintf(out, len, "trident's %s kernels (%s), OpenBLAS %s sgemm, %d thread%s%s%s%s%s", isa->name, isa->what,
+             openblas_get_corename(), n, n > 1 ? "s" : "", was ? " (chosen at start-up over " : "", was ? was : "", was ? ")" : "",
              cpu_has_avx512() && !cpu_blas_core_avx512(openblas_get_corename())
                  ? ": AVX2 kernels on an AVX-512 CPU, unset OPENBLAS_CORETYPE for twice the GEMM speed"
                  : "");
@@ -361,7 +363,9 @@ backend *be_cpu(int nthreads)
         filled[st->isa] = 1;
     }
     be->ops = &g_cpu_ops[st->isa];
-    st->nthreads = nthreads > 0 ? nthreads : omp_get_max_threads();
+    /* unset OMP_NUM_THREADS: this rank's share of its host's cores, not every core for every rank */
+    int share = comm_threads_per_rank();
+    st->nthreads = nthreads > 0 ? nthreads : share > 0 ? share : omp_get_max_threads();
     be->device = -1;
     be->queue = NULL; /* synchronous: nothing queues */
     /* OpenBLAS (OpenMP build) sizes its team from the OpenMP setting of the calling thread. */
