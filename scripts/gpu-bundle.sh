@@ -20,10 +20,11 @@ grep -q '^TRIDENT_HAVE_CUDA:INTERNAL=ON' "$BUILD/CMakeCache.txt" 2>/dev/null ||
 [ -f "$DATA/gpt2/vocab.json" ] && [ -f "$DATA/tinyshakespeare.txt" ] ||
   die "no GPT-2 vocabulary or tinyshakespeare under $DATA: scripts/get-data.sh"
 GPU_TESTS=(test_gpu_backend test_cuda_elementwise test_cuda_attention_moe)
-cmake --build "$BUILD" -j 2 --target trident "${GPU_TESTS[@]}" >/dev/null
+TOOLS=(compare_runs) # the layout matrix's comparison (tests/parallel/compare_runs.c)
+cmake --build "$BUILD" -j 2 --target trident "${GPU_TESTS[@]}" "${TOOLS[@]}" >/dev/null
 
 rm -rf "$B" && mkdir -p "$B/bin" "$B/lib" "$B/data"
-for exe in trident "${GPU_TESTS[@]}"; do
+for exe in trident "${GPU_TESTS[@]}" "${TOOLS[@]}"; do
   f=$(find "$BUILD" -maxdepth 2 -type f -name "$exe" -perm -u+x | head -1)
   [ -n "$f" ] || die "$exe not built in $BUILD"
   strip --strip-debug -o "$B/bin/$exe" "$f" # line tables stay: compute-sanitizer's backtraces name functions
@@ -44,7 +45,7 @@ PMIX=$(ls -d /usr/lib/x86_64-linux-gnu/pmix2/lib/pmix 2>/dev/null || true)
 # The closure of shared libraries, less the C runtime and CUDA's own (the GPU machine has them).
 skip='^(linux-vdso|ld-linux|libc\.|libm\.|libpthread|libdl\.|librt\.|libutil|libresolv|libgcc_s|libstdc\+\+|libcuda\.|libcublas|libcudart|libnvidia)'
 objs=("$B/bin/trident" "$O/bin/orterun" "$O/bin/orted")
-for exe in "${GPU_TESTS[@]}"; do objs+=("$B/bin/$exe"); done
+for exe in "${GPU_TESTS[@]}" "${TOOLS[@]}"; do objs+=("$B/bin/$exe"); done
 objs+=("$O${PKGLIB#"$PREFIX"}"/*.so)
 [ -d "$B/ompi/pmix" ] && objs+=("$B/ompi/pmix"/*.so)
 for o in "${objs[@]}"; do ldd "$o" 2>/dev/null; done | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' | sort -u |
@@ -60,6 +61,21 @@ tmp=$(mktemp -d)
 "$ROOT/scripts/text-to-jsonl.sh" "$DATA/tinyshakespeare.txt" "$tmp/ts.jsonl"
 "$BUILD/trident" preprocess --input "$tmp/ts.jsonl" --output-prefix "$B/data/ts" --vocab-file "$DATA/gpt2/vocab.json" \
   --merge-file "$DATA/gpt2/merges.txt" --append-eod --workers 2 >"$tmp/pre.log" 2>&1 || { cat "$tmp/pre.log"; die "preprocess failed"; }
+# the layout matrix's data (tests/parallel/layouts.cmake): 1500 documents tokenized by bytes
+"$ROOT/scripts/text-to-jsonl.sh" "$DATA/tinyshakespeare.txt" "$tmp/ts1500.jsonl" 1500
+python3 "$ROOT/tests/parallel/byte_tokenizer.py" "$B/data/bytes.json"
+"$BUILD/trident" preprocess --input "$tmp/ts1500.jsonl" --output-prefix "$B/data/bytes" --tokenizer-type HuggingFaceTokenizer \
+  --tokenizer-model "$B/data/bytes.json" --append-eod >"$tmp/pre.log" 2>&1 || { cat "$tmp/pre.log"; die "preprocess (bytes) failed"; }
+# BERT's, where scripts/test-deps.sh has rebuilt bert-base-uncased's vocabulary
+if [ -f "$BUILD/node/bert/vocab.txt" ]; then
+  cp "$BUILD/node/bert/vocab.txt" "$B/data/bert_vocab.txt"
+  "$ROOT/scripts/text-to-jsonl.sh" "$DATA/tinyshakespeare.txt" "$tmp/bert.jsonl" 6000
+  "$BUILD/trident" preprocess --input "$tmp/bert.jsonl" --output-prefix "$B/data/bert" --split-sentences \
+    --tokenizer-type BertWordPieceLowerCase --vocab-file "$B/data/bert_vocab.txt" >"$tmp/pre.log" 2>&1 ||
+    { cat "$tmp/pre.log"; die "preprocess (BERT) failed"; }
+else
+  echo "gpu-bundle: no $BUILD/node/bert/vocab.txt (scripts/test-deps.sh $BUILD): the check's BERT run will say so" >&2
+fi
 rm -rf "$tmp"
 
 cat >"$B/env.sh" <<'ENV'
