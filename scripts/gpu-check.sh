@@ -238,6 +238,22 @@ PY
   done
   kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
   if [ -n "$ans" ]; then echo "serve: answered $ans"; else echo "serve: no answer"; tail -5 "$L/serve.log"; bad=1; fi
+  # plan --calibrate on the device: one rank, and two sharing it (each gets half its memory)
+  OMP_NUM_THREADS=1 timeout -k 5 "$(left 60)" trident plan --calibrate --backend "$BK" --calibrate-seconds 0.2 \
+    >"$L/cal1.json" 2>"$L/cal1.log" &&
+  OMP_NUM_THREADS=1 timeout -k 5 "$(left 60)" mpirun --oversubscribe --bind-to none -np 2 trident plan --calibrate \
+    --backend "$BK" --calibrate-seconds 0.2 >"$L/cal2.json" 2>"$L/cal2.log" </dev/null &&
+  python3 - "$L/cal1.json" "$L/cal2.json" "$BK" <<'PY' || bad=1
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+gpu = sys.argv[3] == "cuda"
+print("plan --calibrate: %s: fp32 %.3g, bf16 %.3g FLOP/s, %.1f GiB (two ranks: %.1f each), held %.2f GiB, HBM %.3g B/s"
+      % (a["name"], a["peak_fp32_flops"], a["peak_bf16_flops"], a["memory_gib"], b["memory_gib"], a["reserved_gib"], a["memory_bandwidth"]))
+ok = a["framework"] == ("trident-cuda" if gpu else "trident-cpu") and b["gpus_per_node"] == 2
+if gpu:
+    ok = ok and a["peak_bf16_flops"] > 2 * a["peak_fp32_flops"] > 0 and 0.45 < b["memory_gib"] / a["memory_gib"] < 0.55
+sys.exit(0 if ok else 1)
+PY
   return $bad
 }
 fstep devices 120 devices

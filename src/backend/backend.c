@@ -70,6 +70,7 @@ const be_op_entry BE_OP_ENTRIES[] = {
     {"adamw_stream_gbps", offsetof(struct be_ops, adamw_stream_gbps), 0},
     {"describe", offsetof(struct be_ops, describe), 0},
     {"mem_peak", offsetof(struct be_ops, mem_peak), 1},
+    {"mem_capacity", offsetof(struct be_ops, mem_capacity), 1},
 };
 const int BE_OP_NENTRIES = (int)(sizeof BE_OP_ENTRIES / sizeof BE_OP_ENTRIES[0]);
 /* An entry added to struct be_ops without its row here does not compile (every entry is a

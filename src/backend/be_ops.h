@@ -390,6 +390,11 @@ struct be_ops {
      * bytes (the trainer holds it to its memory prediction). Optional: NULL for a backend whose
      * memory is the process's (cpu: its peak RSS is measured instead). */
     size_t (*mem_peak)(const backend *be);
+    /* The device's memory in bytes, and in *in_use (when not NULL) the bytes in use on it now by
+     * every process (contexts, pools): what `trident plan --calibrate` records as a device's memory
+     * and what is held besides the model. Optional: NULL for a backend whose memory is the host's
+     * (cpu: /proc/meminfo and the process's RSS are read). */
+    size_t (*mem_capacity)(const backend *be, size_t *in_use);
 };
 
 

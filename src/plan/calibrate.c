@@ -212,9 +212,20 @@ void plan_calibrate(plan_cluster *c, const char *backend_name, double seconds, c
     int my_node = node[me];
     free(node);
     backend *be = be_create(backend_name, 0);
-    snprintf(c->name, sizeof c->name, "%d node%s x %d rank%s, %d thread%s each", nodes, nodes > 1 ? "s" : "",
-             per_node, per_node > 1 ? "s" : "", be_cpu_threads(be), be_cpu_threads(be) > 1 ? "s" : "");
+    /* a backend with memory of its own is a device (cuda): its name, memory and 16-bit peaks */
+    int device = be->ops->mem_capacity != NULL;
+    if (device) {
+        char d[512] = "", gpu[40] = "GPU";
+        be_describe(be, d, sizeof d); /* "CUDA on NAME (device ..." */
+        const char *on = strstr(d, " on "), *par = on ? strstr(on, " (") : NULL;
+        if (on && par && par > on + 4) snprintf(gpu, sizeof gpu, "%.*s", (int)(par - on - 4), on + 4);
+        snprintf(c->name, sizeof c->name, "%d node%s x %d rank%s, %s", nodes, nodes > 1 ? "s" : "", per_node,
+                 per_node > 1 ? "s" : "", gpu);
+    } else
+        snprintf(c->name, sizeof c->name, "%d node%s x %d rank%s, %d thread%s each", nodes, nodes > 1 ? "s" : "",
+                 per_node, per_node > 1 ? "s" : "", be_cpu_threads(be), be_cpu_threads(be) > 1 ? "s" : "");
     c->trident_cpu = 1;
+    c->trident_gpu = device;
     c->gpus_per_node = per_node;
     c->nodes = nodes;
     c->cores_per_node = td_usable_cores();
@@ -228,6 +239,15 @@ void plan_calibrate(plan_cluster *c, const char *backend_name, double seconds, c
      * of them gives figures neutral in the min / max below */
     double intra_bw = 1e30, intra_lat = 0, inter_bw = 1e30, inter_lat = 0;
     comm *in = comm_split(world, my_node, me); /* every node at once */
+    /* the ranks of this node on this rank's device (several ranks may share one GPU) */
+    int sharing = 1;
+    if (device) {
+        int n_in = comm_size(in), *devs = td_xcalloc((size_t)n_in, sizeof *devs);
+        comm_allgather(in, &be->device, devs, sizeof(int), COMM_U8);
+        sharing = 0;
+        for (int r = 0; r < n_in; r++) sharing += devs[r] == be->device;
+        free(devs);
+    }
     fit_link(world, in, &intra_bw, &intra_lat);
     comm_free(in);
     comm *across = comm_split(world, local, me); /* every local index at once */
@@ -255,5 +275,26 @@ void plan_calibrate(plan_cluster *c, const char *backend_name, double seconds, c
         if (strncmp(line, "MemTotal:", 9) == 0) kb = atof(line + 9);
     if (m) fclose(m);
     c->mem_gib = kb > 0 ? kb * 1024.0 / GIB / per_node : 1;
+    if (device) {
+        /* the device's memory, its share for each rank on it; held besides the model: what is in
+         * use on it now (contexts, this backend's staging), a rank's share; the 16-bit peaks */
+        size_t used = 0, total = be->ops->mem_capacity(be, &used);
+        double mine2[2] = {(double)total / GIB / sharing, (double)used / GIB / sharing}, least[2];
+        least[0] = -mine2[0], least[1] = mine2[1];
+        comm_allreduce(world, least, 2, COMM_F64, COMM_MAX);
+        c->mem_gib = -least[0];
+        c->mem_reserved_gib = least[1];
+        for (int d = BE_BF16; d <= BE_F16; d++) {
+            backend *lp = be_create(backend_name, 0);
+            double p = 0;
+            if (lp->ops->lp_native(lp, (be_dtype)d)) {
+                be_set_gemm_dtype(lp, (be_dtype)d);
+                p = be_peak_gflops(lp) * 1e9;
+            }
+            be_free(lp);
+            comm_allreduce(world, &p, 1, COMM_F64, COMM_MIN);
+            c->peak[d] = p;
+        }
+    }
     be_free(be);
 }

@@ -43,15 +43,15 @@
 static const plan_cluster PRESETS[] = {
     /* DGX-2H: 16 V100 (32 GB, 450 W: 125 TFLOP/s fp16, no bf16), NVSwitch (150 GB/s a direction, about
      * 120 reached by NCCL), 8 x 100 Gb/s InfiniBand a node (6.25 GB/s a GPU) */
-    {"dgx2h-v100", 16, {15.7e12, 0, 125e12}, 32, 0.9e12, 120e9, 8e-6, 5.0e9, 15e-6, 0.80, 96, 2.0, 0, 0, 0},
+    {"dgx2h-v100", 16, {15.7e12, 0, 125e12}, 32, 0.9e12, 120e9, 8e-6, 5.0e9, 15e-6, 0.80, 96, 2.0, 0, 0, 0, 0},
     /* DGX A100: 8 A100 80 GB (312 TFLOP/s bf16/fp16, 19.5 fp32), NVLink 3 (300 GB/s a direction,
      * about 240 reached), 8 x 200 Gb/s HDR a node (25 GB/s a GPU, about 21 reached); GEMM efficiency
      * 0.715 fitted to five rows of the Megatron paper's Table 1 at their own layouts, the rest held
      * out (tests/unit/test_plan.c) */
-    {"dgx-a100-80gb", 8, {19.5e12, 312e12, 312e12}, 80, 2.0e12, 240e9, 6e-6, 21e9, 12e-6, 0.715, 48, 3.0, 0, 0, 0},
+    {"dgx-a100-80gb", 8, {19.5e12, 312e12, 312e12}, 80, 2.0e12, 240e9, 6e-6, 21e9, 12e-6, 0.715, 48, 3.0, 0, 0, 0, 0},
     /* DGX H100: 8 H100 SXM 80 GB (989 TFLOP/s dense bf16/fp16, 67 fp32), NVLink 4 (450 GB/s a
      * direction, about 360 reached), 8 x 400 Gb/s NDR a node (50 GB/s a GPU, about 42 reached) */
-    {"dgx-h100", 8, {67e12, 989e12, 989e12}, 80, 3.35e12, 360e9, 5e-6, 42e9, 10e-6, 0.72, 128, 3.0, 0, 0, 0},
+    {"dgx-h100", 8, {67e12, 989e12, 989e12}, 80, 3.35e12, 360e9, 5e-6, 42e9, 10e-6, 0.72, 128, 3.0, 0, 0, 0, 0},
 };
 #define NPRESETS ((int)(sizeof PRESETS / sizeof PRESETS[0]))
 
@@ -672,7 +672,8 @@ static const struct {
     {"gemm_half_dim", offsetof(plan_cluster, gemm_half), 0, 1e9, 0},
     {"reserved_gib", offsetof(plan_cluster, mem_reserved_gib), 0, 1e9, 0},
 };
-/* "framework": "megatron" (GPU clusters, the default) or "trident-cpu" (what --calibrate writes). */
+/* "framework": "megatron" (GPU clusters, the default), "trident-cpu" or "trident-cuda" (what
+ * --calibrate writes on the cpu or the cuda backend: trident's own memory and communication). */
 #define NFIELDS ((int)(sizeof FIELDS / sizeof FIELDS[0]))
 
 /* Fields written only when given (> 0): the nodes and the cores a node. */
@@ -735,11 +736,13 @@ int plan_cluster_load(const char *path, plan_cluster *c, char *err, size_t errle
     }
     const cJSON *fw = cJSON_GetObjectItemCaseSensitive(o, "framework");
     if (fw && !(cJSON_IsString(fw) && (strcmp(fw->valuestring, "megatron") == 0 ||
-                                      strcmp(fw->valuestring, "trident-cpu") == 0))) {
-        snprintf(err, errlen, "--cluster %s: framework must be \"megatron\" or \"trident-cpu\"", path);
+                                      strcmp(fw->valuestring, "trident-cpu") == 0 ||
+                                      strcmp(fw->valuestring, "trident-cuda") == 0))) {
+        snprintf(err, errlen, "--cluster %s: framework must be \"megatron\", \"trident-cpu\" or \"trident-cuda\"", path);
         goto out;
     }
-    if (fw) c->trident_cpu = strcmp(fw->valuestring, "trident-cpu") == 0;
+    if (fw) c->trident_gpu = strcmp(fw->valuestring, "trident-cuda") == 0;
+    if (fw) c->trident_cpu = c->trident_gpu || strcmp(fw->valuestring, "trident-cpu") == 0;
     const cJSON *name = cJSON_GetObjectItemCaseSensitive(o, "name");
     snprintf(c->name, sizeof c->name, "%s", cJSON_IsString(name) ? name->valuestring : path);
     for (int i = 0; i < NFIELDS; i++) {
@@ -780,7 +783,7 @@ char *plan_cluster_json(const plan_cluster *c)
 {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "name", c->name);
-    cJSON_AddStringToObject(o, "framework", c->trident_cpu ? "trident-cpu" : "megatron");
+    cJSON_AddStringToObject(o, "framework", c->trident_gpu ? "trident-cuda" : c->trident_cpu ? "trident-cpu" : "megatron");
     for (int i = 0; i < NFIELDS; i++)
         if (get_field(c, i) > 0 || !optional_field(i)) cJSON_AddNumberToObject(o, FIELDS[i].key, get_field(c, i));
     char *s = cJSON_Print(o);

@@ -89,6 +89,19 @@ if on=$("$TRIDENT" plan "${S[@]}" --tensor-model-parallel-size 2 --pipeline-mode
    for k in tp_exposed_ms pp_exposed_ms embd_exposed_ms dp_exposed_ms; do grep -q "\"$k\": " <<<"$on" || exit 1; done
 then ok "scatter/gather: pp exposed $(field pp_exposed_ms <<<"$on") ms on, $(field pp_exposed_ms <<<"$off") ms off"
 else bad "scatter/gather"; echo "${on:-} ${off:-}"; fi
+# the same cluster calibrated on the cuda backend ("trident-cuda": trident's own memory and
+# communication on GPUs) plans exactly as the cpu's file; a wrong framework is refused by name
+sed 's/"trident-cpu"/"trident-cuda"/' two_nodes_cpu.json >two_nodes_cuda.json
+if a=$("$TRIDENT" plan "${S[@]}" --tensor-model-parallel-size 2 --json) &&
+   b=$("$TRIDENT" plan "${S[@]/two_nodes_cpu.json/two_nodes_cuda.json}" --tensor-model-parallel-size 2 --json) &&
+   [ "$a" = "$b" ] && grep -q '"step_s"\|"iteration_s"\|"time' <<<"$a"
+then ok "a trident-cuda cluster file plans as the trident-cpu one"
+else bad "trident-cuda cluster file"; echo "${a:-}"; echo "${b:-}"; fi
+sed 's/"trident-cpu"/"trident-gpu"/' two_nodes_cpu.json >two_nodes_bad.json
+if out=$("$TRIDENT" plan "${S[@]/two_nodes_cpu.json/two_nodes_bad.json}" 2>&1); rc=$?; [ $rc -eq 2 ] &&
+   grep -q 'framework must be "megatron", "trident-cpu" or "trident-cuda"' <<<"$out"
+then ok "framework trident-gpu refused (exit 2)"
+else bad "a wrong framework: exit $rc: $out"; fi
 if h=$("$TRIDENT" plan "${S[@]}" --tensor-model-parallel-size 1 --dp-collectives hierarchical --json) &&
    f=$("$TRIDENT" plan "${S[@]}" --tensor-model-parallel-size 1 --dp-collectives flat --json) &&
    [ "$(field dp_collectives <<<"$h")" = hierarchical ] && [ "$(field dp_collectives <<<"$f")" = flat ] &&

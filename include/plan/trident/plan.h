@@ -37,6 +37,8 @@ typedef struct plan_cluster {
     int nodes;             /* nodes in the cluster; 0: as many as a layout needs */
     double cores_per_node; /* the cores a node's ranks get, as --calibrate saw them (a CPU quota may make it
                             * fractional; information only; 0 when not given) */
+    int trident_gpu;       /* trident's own on GPUs (the cuda backend; "framework": "trident-cuda"): the
+                            * same memory and communication model as trident_cpu (set with it) */
 } plan_cluster;
 
 /* Fills c with a preset ("dgx2h-v100", "dgx-a100-80gb", "dgx-h100"); -1 when unknown. */

@@ -292,6 +292,16 @@ static double cu_copy_gbps(const backend *be)
     return be_copy_bytes(n) / best * 1e-9;
 }
 
+/* The device's memory and what is in use on it (cudaMemGetInfo: total, total - free). */
+static size_t cu_mem_capacity(const backend *be, size_t *in_use)
+{
+    size_t free_b = 0, total_b = 0;
+    (void)be;
+    CU_CHECK(cudaMemGetInfo(&free_b, &total_b), "reading the device's memory");
+    if (in_use) *in_use = total_b - free_b;
+    return total_b;
+}
+
 /* The device pool's high-water mark of memory in use (cudaMemPoolAttrUsedMemHigh): what this
  * process's allocations held at once, cached memory the pool kept aside not counted. */
 static size_t cu_mem_peak(const backend *be)
@@ -342,6 +352,7 @@ void cuda_fill_core(struct be_ops *o)
     o->copy_gbps = cu_copy_gbps;
     o->describe = cu_describe;
     o->mem_peak = cu_mem_peak;
+    o->mem_capacity = cu_mem_capacity;
     cuda_fill_gemm(o);
 }
 
