@@ -18,7 +18,7 @@ set_tests_properties(e2e/train_data PROPERTIES FIXTURES_SETUP train_data)
 add_test(NAME e2e/train_shakespeare_val_loss COMMAND bash -c
   "set -e; rm -f ${TRAIN_DIR}/metrics.jsonl; \
    $<TARGET_FILE:trident> train --data-path ${TRAIN_DATA} \"$@\" --split 949,50,1 --num-layers 2 \
-     --hidden-size 64 --num-attention-heads 4 --seq-length 64 --micro-batch-size 8 --global-batch-size 8 \
+     --hidden-size 64 --num-attention-heads 4 --seq-length 32 --micro-batch-size 8 --global-batch-size 8 \
      --train-iters 150 --lr 4e-3 --min-lr 4e-4 --lr-decay-style cosine --lr-warmup-iters 15 --weight-decay 0.1 \
      --hidden-dropout 0 --attention-dropout 0 --eval-interval 150 --eval-iters 20 --log-interval 50 --seed 1 --peak-tflops 1 \
      --metrics-file ${TRAIN_DIR}/metrics.jsonl; \
