@@ -66,12 +66,13 @@ char *req_decode(const int32_t *ids, int n, size_t *len)
     return text;
 }
 
-/* The ids of text (len bytes) appended to out: the end-of-document token's own text (GPT-2's
- * "<|endoftext|>") is that token, as Hugging Face's tokenizers read a special token inside a
- * text; the rest is tokenized as trident tokenizes any text. */
-static void encode_text(tok_worker *w, const char *text, size_t len, bpe_ids *out)
+/* The ids of text (len bytes) appended to out. With special, the end-of-document token's own text
+ * (GPT-2's "<|endoftext|>") is that token, as Hugging Face's tokenizers (and so vLLM and
+ * lm-evaluation-harness) read a special token inside a text; the rest is tokenized as trident
+ * tokenizes any text (Megatron's server: every text so). */
+static void encode_text(tok_worker *w, const char *text, size_t len, int special, bpe_ids *out)
 {
-    int32_t eod = tok_eod_id(R.tok);
+    int32_t eod = special ? tok_eod_id(R.tok) : -1;
     size_t el = 0;
     char *et = eod >= 0 ? req_decode(&eod, 1, &el) : NULL;
     const char *p = text, *end = text + len;
@@ -616,7 +617,7 @@ static int read_prompts(int api, const cJSON *p, const char *body, size_t len, i
             break;
         }
         bpe_ids e = {0};
-        encode_text(w, text, tlen, &e);
+        encode_text(w, text, tlen, api == API_OPENAI, &e);
         free(text);
         (*ids)[i] = e.ids ? e.ids : td_xcalloc(1, sizeof(int32_t));
         (*lens)[i] = (int)e.n;
@@ -818,7 +819,7 @@ char *req_tokenize_json(const char *body, size_t len, unsigned *code, char *msg,
     }
     bpe_ids e = {0};
     tok_worker *w = tok_worker_new(R.tok);
-    encode_text(w, text, tlen, &e);
+    encode_text(w, text, tlen, 1, &e);
     tok_worker_free(w);
     free(text);
     cJSON_Delete(o);

@@ -16,7 +16,8 @@ of the e2e/gen_models fixture (4 layers, hidden 64, 128 positions, GPT-2's BPE):
  (c) each field against answers known by hand or from the float64 reader: echo with max_tokens 0 (the prompt
      scored, nothing generated), logprobs 5 (the top 5 of every position), text_offset, stop (a string, a list: the
      text cut before the first found, finish_reason "stop"), n (choices p n + j), seed (same seed, same text),
-     token-id prompts and batched lists (the texts of the single requests), usage, and the 400s naming the field.
+     token-id prompts and batched lists (the texts of the single requests), usage, and the 400s naming the field;
+ (d) on 2 pipeline stages, the loglikelihood requests score as on one rank.
 Environment: TRIDENT, VOCAB, MERGES, WORK, MODEL (the gen_models fixture's gpt2 checkpoint)."""
 import json, math, os, shutil, signal, socket, struct, subprocess, sys, tempfile, time, urllib.error, urllib.request
 import numpy as np
@@ -50,17 +51,22 @@ def post(path, body):
     if st != 200: raise RuntimeError(f"POST {path} {json.dumps(body)[:200]}: {st} {j}")
     return j
 
-server = subprocess.Popen([T, "serve", "--load", CK, *TOK, "--port", str(PORT), "--max-batch", "8"], env=env,
-                          stdout=open("serve.log", "w"), stderr=subprocess.STDOUT)
-def stop_server():
-    if server.poll() is None: server.send_signal(signal.SIGTERM)
-    try: server.wait(30 * SCALE)
-    except subprocess.TimeoutExpired: server.kill()
-import atexit; atexit.register(stop_server)
-t0 = time.time()
-while "listening on" not in open("serve.log").read():
-    if server.poll() is not None or time.time() - t0 > 60 * SCALE: sys.exit("FAIL: the server did not start: " + open("serve.log").read()[-2000:])
-    time.sleep(0.1)
+servers = []
+def start(cmd, log):
+    p = subprocess.Popen(cmd, env=env, stdout=open(log, "w"), stderr=subprocess.STDOUT)
+    servers.append(p)
+    t0 = time.time()
+    while "listening on" not in open(log).read():
+        if p.poll() is not None or time.time() - t0 > 60 * SCALE: sys.exit("FAIL: the server did not start: " + open(log).read()[-2000:])
+        time.sleep(0.1)
+    return p
+def stop_servers():
+    for p in servers:
+        if p.poll() is None: p.send_signal(signal.SIGTERM)
+        try: p.wait(30 * SCALE)
+        except subprocess.TimeoutExpired: p.kill()
+import atexit; atexit.register(stop_servers)
+server = start([T, "serve", "--load", CK, *TOK, "--port", str(PORT), "--max-batch", "8"], "serve.log")
 
 # ---- the float64 reader: the model's Hugging Face export read by its published formats ----
 subprocess.run([T, "convert", "--from", "trident", CK, "--to", "hf", "hf"], env=env, check=True, capture_output=True,
@@ -247,6 +253,9 @@ check(tk["tokens"] == [15496, 995, 50256] and tk["count"] == 3 and lm.prefix_tok
       "/tokenize: 'Hello world<|endoftext|>' is GPT-2's [15496, 995, 50256] (the token's text is the token, as Hugging "
       "Face reads it), so lm-eval's prefix token is 50256", tk)
 check(lm.tokenizer.decode([15496, 995, 11]) == "Hello world,", "/detokenize [15496, 995, 11] is 'Hello world,'")
+j = post("/v1/completions", {"prompt": "Hello world<|endoftext|>", "max_tokens": 0, "echo": True, "logprobs": 0})
+check(j["choices"][0]["logprobs"]["tokens"] == ["Hello", " world", "<|endoftext|>"] and j["usage"]["prompt_tokens"] == 3,
+      "a text prompt reads the token's text as the token too", j)
 
 # (b) a loglikelihood task: contexts and continuations (trailing spaces, an empty context, a continuation that is
 # the model's own greedy text, one shared context with several continuations as multiple-choice tasks send)
@@ -392,6 +401,15 @@ if st != 405: wrong.append(("POST /tokenizer_info", st, j))
 check(not wrong, f"{len(errors) + 5} bad requests get 400 (405) with a line naming the field", wrong)
 check(server.poll() is None, "the server is still up")
 
-stop_server()
+# (d) the same loglikelihood requests on 2 pipeline stages (the scores broadcast from the last stage)
+PORT = free_port(); BASE = f"http://127.0.0.1:{PORT}"
+start(["mpirun", "--oversubscribe", "--bind-to", "none", "-np", "2", T, "serve", "--load", CK, *TOK, "--port", str(PORT),
+       "--max-batch", "8", "--pipeline-model-parallel-size", "2"], "serve_pp2.log")
+got2 = lm.loglikelihood(pairs) + lm._loglikelihood_tokens(id_items)
+d = max(abs(a[0] - b[0]) for a, b in zip(got, got2))
+check(d < 1e-5 and [a[1] for a in got] == [b[1] for b in got2],
+      f"pp 2: the same log-likelihoods and is_greedy as one rank (largest difference {d:.2e})", f"{got2}")
+
+stop_servers()
 print(f"{passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)
