@@ -130,14 +130,16 @@ static void stop_row(gen_stats *st, int *done, int *len, int b, int pos)
     len[b] = 0;
 }
 
-/* log p(token) under logits (V): the log-softmax in double, rounded to float; with top > 0 the
+/* log p(token) under logits (V): the log-softmax (exponentials in float, summed and logged in
+ * double), rounded to float; with top > 0 the
  * top most likely ids into ti (best first, the lower id on ties) and their log-probabilities into tl. */
 static float score_row(const float *l, int V, int token, int top, int32_t *ti, float *tl)
 {
-    double mx = l[0], z = 0;
+    float mx = l[0];
+    double z = 0;
     for (int i = 1; i < V; i++) mx = l[i] > mx ? l[i] : mx;
-    for (int i = 0; i < V; i++) z += exp((double)l[i] - mx);
-    double lz = mx + log(z);
+    for (int i = 0; i < V; i++) z += expf(l[i] - mx); /* as the training loss sums them (cpu_ce_sumexp) */
+    double lz = (double)mx + log(z);
     if (top > V) top = V;
     int k = 0;
     for (int i = 0; i < V && top > 0; i++) {
@@ -153,6 +155,7 @@ static float score_row(const float *l, int V, int token, int top, int32_t *ti, f
 static void on_prefill(void *user, int r0, int count, const float *logits)
 {
     prefill *p = user;
+#pragma omp parallel for schedule(static) if ((size_t)count * p->V > (1u << 20))
     for (int k = 0; k < count; k++) {
         int r = r0 + k, b = r / p->n, i = r % p->n;
         const float *l = logits + (size_t)k * p->V;

@@ -327,7 +327,7 @@ float *gpt_infer(gpt_model *m, gpt_kv_cache *c, const int32_t *ids, const float 
  * of B rows of n positions, row b's position pos + i being row b n + i. */
 typedef void (*gpt_logits_fn)(void *user, int r0, int count, const float *logits);
 /* gpt_infer, but the last stage hands the logits of every new position (not only each row's last)
- * to fn, up to B rows at a time in row order, and returns NULL; other stages return their output
+ * to fn, in row order, a chunk of rows at a time (about 16M logits, at least B rows), and returns NULL; other stages return their output
  * as gpt_infer does. Collective over the tensor-parallel group. */
 float *gpt_infer_each(gpt_model *m, gpt_kv_cache *c, const int32_t *ids, const float *input, int pos, int n,
                       gpt_logits_fn fn, void *user);
