@@ -552,22 +552,25 @@ static int check_fields(const cJSON *o, int api, char *msg, size_t mlen)
     return 0;
 }
 
-/* A list of token ids (ids of prompt `which`, 1-based) checked against [0, vocab): the ids (*n), or
- * NULL with the message. */
+/* A list of token ids (those of prompt `which`, 1-based; 0: the "tokens" field) checked against
+ * [0, vocab): the ids (*n), or NULL with the message. */
 static int32_t *token_ids(const cJSON *a, int which, int *n, char *msg, size_t mlen)
 {
     int k = cJSON_GetArraySize(a), i = 0;
+    char what[40];
+    if (which) snprintf(what, sizeof what, "prompt %d's", which);
+    else snprintf(what, sizeof what, "\"tokens\"");
     if (k == 0) return snprintf(msg, mlen, "prompt %d is an empty list of token ids; a prompt holds at least one token", which), NULL;
     int32_t *ids = td_xmalloc((size_t)k * sizeof(int32_t));
     for (const cJSON *e = a->child; e; e = e->next, i++) {
         double v = cJSON_IsNumber(e) ? e->valuedouble : -1;
         if (!cJSON_IsNumber(e) || v != (double)(int64_t)v || v < 0 || v >= R.vocab) {
             if (cJSON_IsNumber(e))
-                snprintf(msg, mlen, "prompt %d's token %d is %g; token ids are integers from 0 to %d (the vocabulary)",
-                         which, i + 1, v, R.vocab - 1);
+                snprintf(msg, mlen, "%s token %d is %g; token ids are integers from 0 to %d (the vocabulary)", what, i + 1,
+                         v, R.vocab - 1);
             else
-                snprintf(msg, mlen, "prompt %d's token %d is not a number; a list of token ids holds integers from 0 "
-                         "to %d", which, i + 1, R.vocab - 1);
+                snprintf(msg, mlen, "%s token %d is not a number; a list of token ids holds integers from 0 to %d", what,
+                         i + 1, R.vocab - 1);
             free(ids);
             return NULL;
         }
@@ -843,7 +846,7 @@ char *req_detokenize_json(const char *body, size_t len, unsigned *code, char *ms
     int n = 0;
     int32_t *ids = NULL;
     if (!cJSON_IsArray(t)) snprintf(msg, mlen, "\"tokens\" must be a list of token ids");
-    else if (t->child) ids = token_ids(t, 1, &n, msg, mlen);
+    else if (t->child) ids = token_ids(t, 0, &n, msg, mlen);
     int bad = !cJSON_IsArray(t) || (t->child && !ids);
     cJSON_Delete(o);
     if (bad) return NULL;
