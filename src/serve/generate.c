@@ -277,7 +277,9 @@ int gen_run(gpt_model *m, const ps_state *ps, const gen_config *g, int B, int32_
             len[b] = t + 1;
             st->generated++;
             if (stream && ps->world_rank == 0) stream(user, b, next[b]);
-            if (next[b] == g->eod || len[b] - lens[b] >= g->max_new) done[b] = 1, ndone++;
+            if (next[b] == g->eod || len[b] - lens[b] >= g->max_new ||
+                (g->stop && g->stop(g->stop_user, b, tokens + (size_t)b * cap + lens[b], len[b] - lens[b])))
+                done[b] = 1, ndone++;
         }
     }
     st->decode_s = td_now() - t0 - st->prefill_s;

@@ -713,7 +713,7 @@ request *req_parse(int api, const char *body, size_t len, unsigned *code, char *
     r->prompts = np, r->choices = (int)choices, r->echo = echo, r->top = (int)top;
     pthread_mutex_init(&r->mu, NULL);
     r->g = (gen_config){(int)tokens, temp == 0 || top_k == 1, (float)temp, (int)top_k, (float)top_p,
-                        (uint64_t)seed, tok_eod_id(R.tok), 0};
+                        (uint64_t)seed, tok_eod_id(R.tok), 0, NULL, NULL};
     r->ids = td_xcalloc((size_t)n, sizeof *r->ids);
     r->out = td_xcalloc((size_t)n, sizeof *r->out);
     r->lens = td_xcalloc((size_t)n, sizeof(int));

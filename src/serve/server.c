@@ -411,9 +411,61 @@ static void on_token(void *user, int b, int32_t token)
     free(t);
 }
 
-/* Broadcasts one message from rank 0: the kind, and for a batch its settings, lengths and tokens. */
+/* A batch's stop strings, every rank's copy: row b's packed in stops + at[b] ("one\0two\0", len[b]
+ * bytes), so that each rank stops a row at the same token (gen_config.stop). */
+typedef struct {
+    int *len;
+    size_t *at;
+    char *stops;
+} row_stops;
+
+static void row_stops_free(row_stops *rs)
+{
+    free(rs->len), free(rs->at), free(rs->stops);
+    memset(rs, 0, sizeof *rs);
+}
+
+/* Rank 0: the rows' stop strings of the batch's requests. */
+static void row_stops_of(const batch *bt, int B, row_stops *rs)
+{
+    rs->len = td_xcalloc((size_t)B + 1, sizeof(int));
+    rs->at = td_xcalloc((size_t)B + 1, sizeof(size_t));
+    size_t total = 0;
+    for (int q = 0, k = 0; q < bt->nreq; q++)
+        for (int i = 0; i < bt->req[q]->n; i++, k++) {
+            const request *r = bt->req[q];
+            rs->at[k] = total;
+            for (int j = 0; j < r->nstop; j++) rs->len[k] += (int)strlen(r->stop[j]) + 1;
+            total += (size_t)rs->len[k];
+        }
+    rs->stops = td_xmalloc(total + 1);
+    for (int q = 0, k = 0; q < bt->nreq; q++)
+        for (int i = 0; i < bt->req[q]->n; i++, k++)
+            for (int j = 0, o = 0; j < bt->req[q]->nstop; j++) {
+                size_t n = strlen(bt->req[q]->stop[j]) + 1;
+                memcpy(rs->stops + rs->at[k] + o, bt->req[q]->stop[j], n);
+                o += (int)n;
+            }
+}
+
+/* Whether row b's continuation gen[0..n) holds one of its stop strings. */
+static int stop_hit(void *user, int b, const int32_t *gen, int n)
+{
+    const row_stops *rs = user;
+    if (!rs->len[b]) return 0;
+    size_t tl;
+    char *t = req_decode(gen, n, &tl);
+    int hit = 0;
+    for (const char *p = rs->stops + rs->at[b]; p < rs->stops + rs->at[b] + rs->len[b] && !hit; p += strlen(p) + 1)
+        hit = memmem(t, tl, p, strlen(p)) != NULL;
+    free(t);
+    return hit;
+}
+
+/* Broadcasts one message from rank 0: the kind, and for a batch its settings, lengths, tokens and
+ * stop strings. */
 static int exchange(const ps_state *ps, int kind, gen_config *g, int *B, int **lens, int32_t ***ids, int *logprobs,
-                    int *top)
+                    int *top, row_stops *rs)
 {
     int64_t h[10] = {kind, *B, g->max_new, g->greedy, g->top_k, g->eod, (int64_t)(g->seed >> 1), (int64_t)(g->seed & 1),
                      logprobs ? *logprobs : 0, top ? *top : 0};
@@ -424,7 +476,7 @@ static int exchange(const ps_state *ps, int kind, gen_config *g, int *B, int **l
     if (ps->world_rank != 0) {
         *B = (int)h[1];
         *g = (gen_config){(int)h[2], (int)h[3], (float)f[0], (int)h[4], (float)f[1],
-                          (uint64_t)h[6] << 1 | (uint64_t)h[7], (int)h[5], 0};
+                          (uint64_t)h[6] << 1 | (uint64_t)h[7], (int)h[5], 0, NULL, NULL};
         *lens = td_xmalloc((size_t)*B * sizeof(int));
         *ids = td_xcalloc((size_t)*B, sizeof **ids);
         *logprobs = (int)h[8], *top = (int)h[9];
@@ -434,6 +486,16 @@ static int exchange(const ps_state *ps, int kind, gen_config *g, int *B, int **l
         if (ps->world_rank != 0) (*ids)[i] = td_xmalloc((size_t)(*lens)[i] * sizeof(int32_t));
         comm_bcast(ps->world, (*ids)[i], (size_t)(*lens)[i], COMM_I32, 0);
     }
+    if (ps->world_rank != 0) {
+        rs->len = td_xcalloc((size_t)*B + 1, sizeof(int));
+        rs->at = td_xcalloc((size_t)*B + 1, sizeof(size_t));
+    }
+    comm_bcast(ps->world, rs->len, (size_t)*B, COMM_I32, 0);
+    size_t total = 0;
+    for (int i = 0; i < *B; i++) rs->at[i] = total, total += (size_t)rs->len[i];
+    if (ps->world_rank != 0) rs->stops = td_xmalloc(total + 1);
+    if (total) comm_bcast(ps->world, rs->stops, total, COMM_U8, 0);
+    g->stop = stop_hit, g->stop_user = rs;
     return SRV_BATCH;
 }
 
@@ -663,10 +725,12 @@ int srv_run(gpt_model *m, const ps_state *ps, const tok_tokenizer *tok, const sr
             int B = 0, *lens = NULL;
             int32_t **ids = NULL;
             int want = 0, top = 0;
-            int kind = exchange(ps, SRV_IDLE, &g, &B, &lens, &ids, &want, &top);
+            row_stops rs = {0};
+            int kind = exchange(ps, SRV_IDLE, &g, &B, &lens, &ids, &want, &top, &rs);
             if (kind == SRV_STOP) return 0;
             if (kind != SRV_BATCH) continue;
             generate(m, ps, &g, B, ids, lens, want, top, NULL);
+            row_stops_free(&rs);
             for (int i = 0; i < B; i++) free(ids[i]);
             free(ids), free(lens);
         }
@@ -729,20 +793,23 @@ int srv_run(gpt_model *m, const ps_state *ps, const tok_tokenizer *tok, const sr
         }
         if (finished) break;
         if (have) {
-            exchange(ps, SRV_BATCH, &g, &B, &lens, &ids, &bt.logprobs, &bt.top);
+            row_stops rs = {0};
+            row_stops_of(&bt, B, &rs);
+            exchange(ps, SRV_BATCH, &g, &B, &lens, &ids, &bt.logprobs, &bt.top, &rs);
             generate(m, ps, &g, B, ids, lens, bt.logprobs, bt.top, &bt);
+            row_stops_free(&rs);
             free(lens), free(ids);
             last = td_now();
         } else if (td_now() - last > HEARTBEAT_S) { /* keeps the other ranks' waits from timing out */
             gen_config none = {0};
             int zero = 0;
-            exchange(ps, SRV_IDLE, &none, &zero, NULL, NULL, NULL, NULL);
+            exchange(ps, SRV_IDLE, &none, &zero, NULL, NULL, NULL, NULL, NULL);
             last = td_now();
         }
     }
     gen_config none = {0};
     int zero = 0;
-    exchange(ps, SRV_STOP, &none, &zero, NULL, NULL, NULL, NULL);
+    exchange(ps, SRV_STOP, &none, &zero, NULL, NULL, NULL, NULL, NULL);
     MHD_stop_daemon(d);
     for (int i = 0; i < IP_BUCKETS; i++)
         while (S.ips[i]) {

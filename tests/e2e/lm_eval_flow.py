@@ -17,7 +17,8 @@ of the e2e/gen_models fixture (4 layers, hidden 64, 128 positions, GPT-2's BPE):
      scored, nothing generated), logprobs 5 (the top 5 of every position), text_offset, stop (a string, a list: the
      text cut before the first found, finish_reason "stop"), n (choices p n + j), seed (same seed, same text),
      token-id prompts and batched lists (the texts of the single requests), usage, and the 400s naming the field;
- (d) on 2 pipeline stages, the loglikelihood requests score as on one rank.
+ (d) on 2 pipeline stages, the loglikelihood requests score as on one rank, and a stop string ends generation at
+     the same token (every rank decides alike).
 Environment: TRIDENT, VOCAB, MERGES, WORK, MODEL (the gen_models fixture's gpt2 checkpoint)."""
 import json, math, os, shutil, signal, socket, struct, subprocess, sys, tempfile, time, urllib.error, urllib.request
 import numpy as np
@@ -340,17 +341,24 @@ check(len(lp["tokens"]) == 4 and "".join(lp["tokens"]) == c["text"] and lp["text
       "greedy completion with logprobs 1: the completion's tokens only (offsets after the prompt), each the top one",
       json.dumps(j)[:500])
 samp = {"prompt": "ROMEO:", "max_tokens": 24, "temperature": 1, "seed": 3}  # the same seed, the same text
-bc = post("/v1/completions", samp)["choices"][0]
+bj = post("/v1/completions", samp)
+bc = bj["choices"][0]
 base = bc["text"]
 s1, s2 = base[12:14], base[5:8]
 first = min(base.find(s1), base.find(s2))
-j1 = post("/v1/completions", {**samp, "stop": s1})["choices"][0]
+j1j = post("/v1/completions", {**samp, "stop": s1})
+j1 = j1j["choices"][0]
 j2 = post("/v1/completions", {**samp, "stop": [s1, s2]})["choices"][0]
 j3 = post("/v1/completions", {**samp, "stop": ["\u2603 not there"]})["choices"][0]
 check(len(base) > 14 and s1 != s2 and j1["text"] == base[:base.find(s1)] and j1["finish_reason"] == "stop" and j2["text"] == base[:first]
       and j2["finish_reason"] == "stop" and j3["text"] == base and j3["finish_reason"] == bc["finish_reason"],
       f"stop: the text cut before the first stop string found ({base!r}, stops {s1!r}, {s2!r}), finish_reason stop",
       f"{j1} {j2} {j3}")
+n1 = len(lm.tok_encode(base[:base.find(s1) + len(s1)]))
+check(j1j["usage"]["completion_tokens"] < bj["usage"]["completion_tokens"] and
+      abs(j1j["usage"]["completion_tokens"] - n1) <= 1,
+      f"... and generation stops at the token that completes it: {j1j['usage']['completion_tokens']} tokens generated "
+      f"against {bj['usage']['completion_tokens']} without", f"{j1j['usage']} {bj['usage']} {n1}")
 sampled = {"prompt": ["ROMEO:", "JULIET:"], "max_tokens": 8, "temperature": 1.0, "n": 3, "seed": 11}
 a, b = post("/v1/completions", sampled), post("/v1/completions", sampled)
 other = post("/v1/completions", {**sampled, "seed": 12})
@@ -409,6 +417,9 @@ got2 = lm.loglikelihood(pairs) + lm._loglikelihood_tokens(id_items)
 d = max(abs(a[0] - b[0]) for a, b in zip(got, got2))
 check(d < 1e-5 and [a[1] for a in got] == [b[1] for b in got2],
       f"pp 2: the same log-likelihoods and is_greedy as one rank (largest difference {d:.2e})", f"{got2}")
+j1p = post("/v1/completions", {**samp, "stop": s1})
+check(j1p["choices"][0]["text"] == j1["text"] and j1p["usage"] == j1j["usage"],
+      "pp 2: a stop string stops generation at the same token, with the same text", f"{j1p} {j1j}")
 
 stop_servers()
 print(f"{passed} passed, {failed} failed")

@@ -10,6 +10,10 @@
 #include "trident/gpt.h"
 #include "trident/parallel_state.h"
 
+/* Whether row b, having generated gen[0..n) (its last token not the end of a document), stops
+ * there: called on every rank, which must all answer alike (the same function of the same ids). */
+typedef int (*gen_stop_fn)(void *user, int b, const int32_t *gen, int n);
+
 typedef struct gen_config {
     int max_new;       /* tokens to generate a row (after its prompt) */
     int greedy;        /* argmax (also when temperature is 0 or top_k is 1) */
@@ -19,6 +23,8 @@ typedef struct gen_config {
     uint64_t seed;
     int eod;           /* a row stops after generating this id; -1: none */
     int no_cache;      /* run the whole prefix at every step (the reference for the cache) */
+    gen_stop_fn stop;  /* NULL: a row stops at eod or max_new only */
+    void *stop_user;
 } gen_config;
 
 typedef struct gen_stats {
