@@ -498,6 +498,7 @@ static const field FIELDS[] = {
     {"max_tokens", API_OPENAI, HONOURED, NULL},
     {"temperature", API_OPENAI, HONOURED, NULL},
     {"top_p", API_OPENAI, HONOURED, NULL},
+    {"top_k", API_OPENAI, HONOURED, NULL}, /* vLLM's, which lm-evaluation-harness passes on from a task */
     {"seed", API_OPENAI, HONOURED, NULL},
     {"stream", API_OPENAI, HONOURED, NULL},
     {"echo", API_OPENAI, HONOURED, NULL},
@@ -678,6 +679,7 @@ request *req_parse(int api, const char *body, size_t len, unsigned *code, char *
         err = number(o, "max_tokens", 16, 0, cfg->max_tokens, 1, &tokens, msg, mlen) ||
               number(o, "temperature", 1.0, 0, 100, 0, &temp, msg, mlen) ||
               number(o, "top_p", 1.0, 0, 1, 0, &top_p, msg, mlen) ||
+              number(o, "top_k", 0, -1, 1e9, 1, &top_k, msg, mlen) ||
               number(o, "seed", seed, 0, 9007199254740992.0, 1, &seed, msg, mlen) ||
               number(o, "n", 1, 1, cfg->max_batch, 1, &choices, msg, mlen);
         if (!err && lp && cJSON_IsBool(lp))
@@ -712,8 +714,9 @@ request *req_parse(int api, const char *body, size_t len, unsigned *code, char *
     r->api = api, r->stream = stream, r->n = n, r->refs = 1, r->want_logprobs = logprobs;
     r->prompts = np, r->choices = (int)choices, r->echo = echo, r->top = (int)top;
     pthread_mutex_init(&r->mu, NULL);
-    r->g = (gen_config){(int)tokens, temp == 0 || top_k == 1, (float)temp, (int)top_k, (float)top_p,
-                        (uint64_t)seed, tok_eod_id(R.tok), 0, NULL, NULL};
+    int k = top_k < 0 ? 0 : (int)top_k; /* vLLM's -1: every token */
+    r->g = (gen_config){(int)tokens, temp == 0 || top_k == 1, (float)temp, k, (float)top_p, (uint64_t)seed,
+                        tok_eod_id(R.tok), 0, NULL, NULL};
     r->ids = td_xcalloc((size_t)n, sizeof *r->ids);
     r->out = td_xcalloc((size_t)n, sizeof *r->out);
     r->lens = td_xcalloc((size_t)n, sizeof(int));

@@ -371,6 +371,10 @@ check([c["index"] for c in a["choices"]] == list(range(6)) and ta == [c["text"] 
       "n 3 over 2 prompts: 6 choices (index p n + j), the same seed gives the same texts, another seed others; usage "
       "counts each prompt once", json.dumps(a)[:400])
 one = post("/v1/completions", {"prompt": "ROMEO:", "max_tokens": 6, "temperature": 0})["choices"][0]["text"]
+k1 = post("/v1/completions", {"prompt": "ROMEO:", "max_tokens": 6, "temperature": 1, "top_k": 1, "seed": 5})["choices"][0]["text"]
+kall = post("/v1/completions", {"prompt": "ROMEO:", "max_tokens": 6, "temperature": 1, "top_k": -1, "seed": 5})["choices"][0]["text"]
+k0 = post("/v1/completions", {"prompt": "ROMEO:", "max_tokens": 6, "temperature": 1, "seed": 5})["choices"][0]["text"]
+check(k1 == one and kall == k0, "top_k (vLLM's): 1 is greedy, -1 is every token (as leaving it out)", f"{k1!r} {one!r} {kall!r} {k0!r}")
 two = post("/v1/completions", {"prompt": "JULIET:", "max_tokens": 6, "temperature": 0})["choices"][0]["text"]
 ids1, ids2 = lm.tok_encode("ROMEO:"), lm.tok_encode("JULIET:")
 j = post("/v1/completions", {"prompt": [ids1, ids2], "max_tokens": 6, "temperature": 0, "n": 2})
@@ -393,7 +397,7 @@ errors = [({"prompt": [[1, 2], [50257]]}, "prompt 2's token 1 is 50257"), ({"pro
           ({"prompt": "a", "stop": [1]}, '"stop" item 1'), ({"prompt": "a", "n": 0}, '"n" is 0'),
           ({"prompt": ["a", "b", "c"], "n": 3}, '"n" 3 = 9 completions'), ({"prompt": "a", "echo": "yes"}, '"echo" must be'),
           ({"prompt": "a", "echo": True, "stream": True}, '"echo" is not supported with "stream"'),
-          ({"prompt": "a", "best_of": 2}, '"best_of"'), ({"prompt": "a", "frob": 1}, '"frob" is not a field')]
+          ({"prompt": "a", "best_of": 2}, '"best_of"'), ({"prompt": "a", "top_k": -2}, '"top_k" is -2'), ({"prompt": "a", "frob": 1}, '"frob" is not a field')]
 wrong = []
 for body, want in errors:
     st, j = call("POST", "/v1/completions", body)
