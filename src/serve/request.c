@@ -777,6 +777,13 @@ char *req_tokenizer_info_json(void)
     } else {
         cJSON_AddNullToObject(o, "eos_token");
     }
+    int bos = tok_bos_id(R.tok); /* lm-eval's prefix token is the BOS when there is one, else the EOS */
+    if (bos >= 0) {
+        size_t n;
+        char *t = req_decode((const int32_t *)&bos, 1, &n);
+        cJSON_AddItemToObject(o, "bos_token", text_item(t, n));
+        free(t);
+    }
     cJSON_AddNumberToObject(o, "model_max_length", R.positions);
     cJSON_AddNumberToObject(o, "vocab_size", R.vocab);
     char *s = cJSON_PrintUnformatted(o);

@@ -18,8 +18,10 @@ of the e2e/gen_models fixture (4 layers, hidden 64, 128 positions, GPT-2's BPE):
      text cut before the first found, finish_reason "stop"), n (choices p n + j), seed (same seed, same text),
      token-id prompts and batched lists (the texts of the single requests), usage, and the 400s naming the field;
  (d) on 2 pipeline stages, the loglikelihood requests score as on one rank, and a stop string ends generation at
-     the same token (every rank decides alike).
-Environment: TRIDENT, VOCAB, MERGES, WORK, MODEL (the gen_models fixture's gpt2 checkpoint)."""
+     the same token (every rank decides alike);
+ (e) with Llama 3's tokenizer.json (a 1-layer model trained one step): /tokenizer_info's bos_token, lm-eval's prefix.
+Environment: TRIDENT, VOCAB, MERGES, WORK, MODEL (the gen_models fixture's gpt2 checkpoint), DATA (its training data),
+TOKENIZER (Llama 3's tokenizer.json, from scripts/test-deps.sh)."""
 import json, math, os, shutil, signal, socket, struct, subprocess, sys, tempfile, time, urllib.error, urllib.request
 import numpy as np
 
@@ -424,6 +426,24 @@ check(d < 1e-5 and [a[1] for a in got] == [b[1] for b in got2],
 j1p = post("/v1/completions", {**samp, "stop": s1})
 check(j1p["choices"][0]["text"] == j1["text"] and j1p["usage"] == j1j["usage"],
       "pp 2: a stop string stops generation at the same token, with the same text", f"{j1p} {j1j}")
+
+# (e) a tokenizer.json with a beginning-of-text token (Llama 3's): /tokenizer_info names it, so lm-eval's prefix
+# token is it (as with Hugging Face's tokenizer), and its special tokens' texts are the tokens
+tk_flags = ["--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", os.environ["TOKENIZER"]]
+subprocess.run([T, "train", "--data-path", os.environ["DATA"], *tk_flags, "--split", "949,50,1", "--num-layers", "1",
+                "--hidden-size", "32", "--num-attention-heads", "2", "--seq-length", "32", "--micro-batch-size", "1",
+                "--global-batch-size", "1", "--train-iters", "1", "--lr", "1e-4", "--eval-iters", "0", "--peak-tflops", "1",
+                "--normalization", "RMSNorm", "--position-embedding-type", "rope", "--swiglu", "--disable-bias-linear",
+                "--save", "l3ck"], env=env, check=True, capture_output=True, timeout=120 * SCALE)
+PORT = free_port(); BASE = f"http://127.0.0.1:{PORT}"
+start([T, "serve", "--load", "l3ck", *tk_flags, "--port", str(PORT)], "serve_l3.log")
+l3 = RemoteTokenizer(BASE + "/v1/completions")
+toks = l3.encode("<|begin_of_text|>Hello world<|end_of_text|>")
+prefix = l3.bos_token_id or l3.eos_token_id
+check(l3.info.get("bos_token") == "<|begin_of_text|>" and l3.eos_token == "<|end_of_text|>" and prefix == 128000
+      and toks == [128000, 9906, 1917, 128001],
+      "Llama 3's tokenizer.json: /tokenizer_info names bos_token <|begin_of_text|> and eos_token <|end_of_text|>, so "
+      "lm-eval's prefix token is 128000; /tokenize reads the special tokens' texts as them", f"{l3.info} {toks}")
 
 stop_servers()
 print(f"{passed} passed, {failed} failed")

