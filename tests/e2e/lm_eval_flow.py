@@ -17,8 +17,8 @@ of the e2e/gen_models fixture (4 layers, hidden 64, 128 positions, GPT-2's BPE):
      scored, nothing generated), logprobs 5 (the top 5 of every position), text_offset, stop (a string, a list: the
      text cut before the first found, finish_reason "stop"), n (choices p n + j), seed (same seed, same text),
      token-id prompts and batched lists (the texts of the single requests), usage, and the 400s naming the field;
- (d) on 2 pipeline stages, the loglikelihood requests score as on one rank, and a stop string ends generation at
-     the same token (every rank decides alike);
+ (d) on tp 2 x pp 2 (4 ranks), the loglikelihood requests score as on one rank, and a stop string ends generation
+     at the same token (every rank decides alike);
  (e) with Llama 3's tokenizer.json (a 1-layer model trained one step): /tokenizer_info's bos_token, lm-eval's prefix.
 Environment: TRIDENT, VOCAB, MERGES, WORK, MODEL (the gen_models fixture's gpt2 checkpoint), DATA (its training data),
 TOKENIZER (Llama 3's tokenizer.json, from scripts/test-deps.sh)."""
@@ -415,17 +415,18 @@ if st != 405: wrong.append(("POST /tokenizer_info", st, j))
 check(not wrong, f"{len(errors) + 5} bad requests get 400 (405) with a line naming the field", wrong)
 check(server.poll() is None, "the server is still up")
 
-# (d) the same loglikelihood requests on 2 pipeline stages (the scores broadcast from the last stage)
+# (d) the same loglikelihood requests on tp 2 x pp 2 (the vocabulary's slices gathered, the scores broadcast from the
+# last stage)
 PORT = free_port(); BASE = f"http://127.0.0.1:{PORT}"
-start(["mpirun", "--oversubscribe", "--bind-to", "none", "-np", "2", T, "serve", "--load", CK, *TOK, "--port", str(PORT),
-       "--max-batch", "8", "--pipeline-model-parallel-size", "2"], "serve_pp2.log")
+start(["mpirun", "--oversubscribe", "--bind-to", "none", "-np", "4", T, "serve", "--load", CK, *TOK, "--port", str(PORT),
+       "--max-batch", "8", "--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2"], "serve_tp2pp2.log")
 got2 = lm.loglikelihood(pairs) + lm._loglikelihood_tokens(id_items)
 d = max(abs(a[0] - b[0]) for a, b in zip(got, got2))
-check(d < 1e-5 and [a[1] for a in got] == [b[1] for b in got2],
-      f"pp 2: the same log-likelihoods and is_greedy as one rank (largest difference {d:.2e})", f"{got2}")
+check(d < 1e-4 and [a[1] for a in got] == [b[1] for b in got2],
+      f"tp 2 x pp 2: the same log-likelihoods (largest difference {d:.2e}, tol 1e-4) and is_greedy as one rank", f"{got2}")
 j1p = post("/v1/completions", {**samp, "stop": s1})
 check(j1p["choices"][0]["text"] == j1["text"] and j1p["usage"] == j1j["usage"],
-      "pp 2: a stop string stops generation at the same token, with the same text", f"{j1p} {j1j}")
+      "tp 2 x pp 2: a stop string stops generation at the same token, with the same text", f"{j1p} {j1j}")
 
 # (e) a tokenizer.json with a beginning-of-text token (Llama 3's): /tokenizer_info names it, so lm-eval's prefix
 # token is it (as with Hugging Face's tokenizer), and its special tokens' texts are the tokens

@@ -100,7 +100,7 @@ set_tests_properties(e2e/serve PROPERTIES FIXTURES_REQUIRED "train_data;gen_mode
 
 # lm-evaluation-harness's local-completions flow against trident serve: its loglikelihood and
 # rolling-loglikelihood requests built and parsed its way, scores against trident eval --task
-# LOGLIKELIHOOD and a float64 reader of the model, on 1 rank and on pp 2; every /v1/completions field
+# LOGLIKELIHOOD and a float64 reader of the model, on 1 rank and on tp 2 x pp 2; every /v1/completions field
 # (tests/e2e/lm_eval_flow.py).
 add_test(NAME e2e/lm_eval_flow COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/lm_eval_flow.py)
 set_tests_properties(e2e/lm_eval_flow PROPERTIES FIXTURES_REQUIRED "train_data;gen_models" COST 15
