@@ -4,7 +4,8 @@
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libopenblas-openmp-dev libdnnl-dev libopenmpi-dev openmpi-bin
       libpcre2-dev libcjson-dev libcmocka-dev zlib1g-dev libzstd-dev libicu-dev libmicrohttpd-dev curl
-      protobuf-compiler) # protoc --decode_raw reads the TensorBoard files in the tests
+      protobuf-compiler python3-numpy) # protoc --decode_raw reads the TensorBoard files in the tests; numpy:
+      # e2e/lm_eval_flow's float64 reader of a model
 # Slurm for the emulated cluster's `--slurm` (scripts/cluster-slurm.sh, tests/cluster/slurm.sh)
 pkgs+=(slurmctld slurmd slurm-client munge)
 # --fuzz: the fuzzers' compiler; --bench: PyTorch for the benchmarks' peers (bench/peer_torch_*.py;

@@ -25,7 +25,8 @@ static const char SUMMARY[] =
     "given --data-path, --split and --seq-length (so \"valid\" is what the training held out), come from the\n"
     "checkpoint's meta.json.\n"
     "With --task WIKITEXT103|LAMBADA|HELLASWAG --valid-data FILE: the zero-shot evaluations of the Megatron\n"
-    "papers and llm.c on their published files (docs/eval.md).";
+    "papers and llm.c on their published files; --task LOGLIKELIHOOD: each {\"context\", \"continuation\"} item's\n"
+    "log-likelihood as lm-evaluation-harness scores it, a line each in --metrics-file (docs/eval.md).";
 
 /* trident eval --task: a zero-shot task on --valid-data (eval_tasks.c). */
 static int eval_task(td_args *a, comm *world, const char *prog)
@@ -64,6 +65,24 @@ static int eval_task(td_args *a, comm *world, const char *prog)
         if (ps->world_rank == 0)
             printf("LAMBADA%s: %lld of %lld correct | accuracy %.4f\n", a->strict_lambada ? " (strict)" : "",
                    (long long)r.correct, (long long)r.n, r.accuracy);
+    } else if (strcmp(a->task, "LOGLIKELIHOOD") == 0) {
+        ev_ll_item *it;
+        int n;
+        if (ev_loglikelihood(m, ps, tok, a->valid_data, &it, &n, err, sizeof err)) td_fatal(1, "%s", err);
+        double sum = 0;
+        int greedy = 0;
+        for (int i = 0; i < n; i++) sum += it[i].loglikelihood, greedy += it[i].is_greedy;
+        snprintf(line, sizeof line, "\"items\": %d, \"loglikelihood\": %.17g, \"greedy\": %d", n, sum, greedy);
+        if (ps->world_rank == 0) {
+            printf("LOGLIKELIHOOD: %d item%s | sum of log-likelihoods %.6f | %d greedy\n", n, td_plural(n), sum, greedy);
+            FILE *f = a->metrics_file ? fopen(a->metrics_file, "a") : NULL;
+            if (a->metrics_file && !f) td_fatal(1, "cannot open --metrics-file %s: %s", a->metrics_file, td_strerror(errno));
+            for (int i = 0; f && i < n; i++) /* each item's, in file order, before the summary line */
+                fprintf(f, "{\"task\": \"LOGLIKELIHOOD\", \"item\": %d, \"loglikelihood\": %.17g, \"is_greedy\": %s, "
+                        "\"tokens\": %d}\n", i, it[i].loglikelihood, it[i].is_greedy ? "true" : "false", it[i].tokens);
+            if (f && fclose(f) != 0) td_fatal(1, "cannot write --metrics-file %s: %s", a->metrics_file, td_strerror(errno));
+        }
+        free(it);
     } else {
         ev_hellaswag_result r;
         if (ev_hellaswag(m, ps, tok, a->valid_data, &r, err, sizeof err)) td_fatal(1, "%s", err);

@@ -122,7 +122,7 @@ int cli_generate(int argc, char **argv)
     }
     tok_worker_free(w);
     gen_config g = {a.max_new_tokens, a.greedy, (float)a.temperature, a.top_k, (float)a.top_p, (uint64_t)a.seed,
-                    a.ignore_eod ? -1 : tok_eod_id(tok), a.no_kv_cache};
+                    a.ignore_eod ? -1 : tok_eod_id(tok), a.no_kv_cache, NULL, NULL};
     int cap = gen_capacity(&g, B, lens);
     if (cap > c.max_pos && cap - g.max_new < c.max_pos && !td_args_given(&a, "--max-new-tokens")) {
         int fit = c.max_pos - (cap - g.max_new); /* the default asks more than the model holds: what fits */

@@ -430,10 +430,12 @@ static const flag_t FLAGS[] = {
     {"--max-tokens-to-generate", A_INT, OFF(max_tokens_to_generate), "256", TD_CMD_SERVE, "server",
      "tokens a request may ask for; more get 400", 1, 1 << 24, NULL},
     {"--task", A_CHOICE, OFF(task), NULL, TD_CMD_EVAL, "evaluation",
-     "a zero-shot task on --valid-data instead of a dataset: WikiText-103 perplexity, LAMBADA accuracy or "
-     "HellaSwag (docs/eval.md)", 0, 0, "WIKITEXT103|LAMBADA|HELLASWAG"},
+     "a zero-shot task on --valid-data instead of a dataset: WikiText-103 perplexity, LAMBADA accuracy, "
+     "HellaSwag, or LOGLIKELIHOOD (each item's log-likelihood of a continuation after a context, as "
+     "lm-evaluation-harness scores one; docs/eval.md)", 0, 0, "WIKITEXT103|LAMBADA|HELLASWAG|LOGLIKELIHOOD"},
     {"--valid-data", A_STR, OFF(valid_data), NULL, TD_CMD_EVAL, "evaluation",
-     "--task's file: wiki.test.tokens, lambada_test.jsonl or hellaswag_val.jsonl", 0, 0, NULL},
+     "--task's file: wiki.test.tokens, lambada_test.jsonl, hellaswag_val.jsonl, or for LOGLIKELIHOOD "
+     "{\"context\", \"continuation\"} a line (texts or lists of token ids)", 0, 0, NULL},
     {"--strict-lambada", A_BOOL, OFF(strict_lambada), "0", TD_CMD_EVAL, "evaluation",
      "LAMBADA: the whole last word must be predicted (default: its last token)", 0, 0, NULL},
     {"--overlapping-eval", A_INT, OFF(overlapping_eval), "32", TD_CMD_EVAL, "evaluation",

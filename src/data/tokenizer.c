@@ -166,6 +166,7 @@ void tok_free(tok_tokenizer *t)
 
 int tok_vocab_size(const tok_tokenizer *t) { return t->ops->vocab_size(t->impl); }
 int tok_eod_id(const tok_tokenizer *t) { return t->ops->eod(t->impl); }
+int tok_bos_id(const tok_tokenizer *t) { return t->ops == &HF_OPS ? hf_bos_id(t->impl) : -1; }
 const char *tok_kind(const tok_tokenizer *t) { return t->ops->kind; }
 
 const wp_tokenizer *tok_wordpiece(const tok_tokenizer *t) { return t->ops == &WP_OPS ? t->impl : NULL; }

@@ -420,3 +420,125 @@ int ev_hellaswag(gpt_model *m, const ps_state *ps, const tok_tokenizer *tok, con
     }
     return rc;
 }
+
+/* One side of a LOGLIKELIHOOD item: a list of token ids (checked against the vocabulary) into
+ * *ids (*n), or NULL when j is a text; -1 with err when neither. */
+static int item_ids(const cJSON *j, const char *key, int vocab, int32_t **ids, int *n, const char *where, char *err,
+                    size_t errlen)
+{
+    *ids = NULL, *n = 0;
+    if (cJSON_IsString(j)) return 0;
+    if (!cJSON_IsArray(j)) return snprintf(err, errlen, "%s: \"%s\" must be a text or a list of token ids", where, key), -1;
+    int k = cJSON_GetArraySize(j), i = 0;
+    *ids = td_xmalloc((size_t)(k + 1) * sizeof(int32_t));
+    for (const cJSON *e = j->child; e; e = e->next, i++) {
+        double v = cJSON_IsNumber(e) ? e->valuedouble : -1;
+        if (v < 0 || v >= vocab || v != (double)(int64_t)v) {
+            snprintf(err, errlen, "%s: \"%s\" token %d is not a token id (an integer from 0 to %d)", where, key, i + 1,
+                     vocab - 1);
+            free(*ids), *ids = NULL;
+            return -1;
+        }
+        (*ids)[i] = (int32_t)v;
+    }
+    *n = k;
+    return 0;
+}
+
+/* A LOGLIKELIHOOD item's context and continuation as ids (lm-evaluation-harness's _encode_pair for
+ * texts); 0, or -1 with err. */
+static int item_pair(const cJSON *row, tok_worker *w, int vocab, int eod, int32_t **ctx, int *nc, int32_t **cont,
+                     int *nt, const char *where, char *err, size_t errlen)
+{
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(row, "context");
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(row, "continuation");
+    if (!c || !t) return snprintf(err, errlen, "%s: needs \"context\" and \"continuation\"", where), -1;
+    if (item_ids(c, "context", vocab, ctx, nc, where, err, errlen)) return -1;
+    if (item_ids(t, "continuation", vocab, cont, nt, where, err, errlen)) return free(*ctx), -1;
+    if (!*ctx && !*cont) { /* both texts */
+        const char *cs = c->valuestring, *ts = t->valuestring;
+        size_t cl = strlen(cs), tl = strlen(ts), keep = cl;
+        while (keep > 0 && strchr(" \t\n\r\v\f", cs[keep - 1])) keep--; /* trailing spaces go to the continuation */
+        if (keep == 0) { /* no context: the end-of-document token is, unless the continuation starts with it */
+            char *all = td_xmalloc(cl + tl + 1);
+            memcpy(all, cs, cl), memcpy(all + cl, ts, tl + 1);
+            int32_t *whole = encode(w, all, cl + tl, nt);
+            free(all);
+            int lead = *nt > 0 && whole[0] == eod;
+            *ctx = td_xmalloc(sizeof(int32_t)), (*ctx)[0] = eod, *nc = 1;
+            *nt -= lead;
+            *cont = td_xmalloc((size_t)(*nt + 1) * sizeof(int32_t));
+            memcpy(*cont, whole + lead, (size_t)*nt * sizeof(int32_t));
+            free(whole);
+        } else {
+            char *all = td_xmalloc(cl + tl + 1);
+            memcpy(all, cs, cl), memcpy(all + cl, ts, tl + 1);
+            int nw;
+            int32_t *whole = encode(w, all, cl + tl, &nw);
+            free(all);
+            *ctx = encode(w, cs, keep, nc);
+            *nt = nw > *nc ? nw - *nc : 0;
+            *cont = td_xmalloc((size_t)(*nt + 1) * sizeof(int32_t));
+            memcpy(*cont, whole + *nc, (size_t)*nt * sizeof(int32_t));
+            free(whole);
+        }
+    } else if (!*ctx || !*cont) {
+        free(*ctx), free(*cont);
+        return snprintf(err, errlen, "%s: \"context\" and \"continuation\" are both texts or both lists of token ids",
+                        where), -1;
+    }
+    if (*nc < 1 || *nt < 1) {
+        free(*ctx), free(*cont);
+        return snprintf(err, errlen, "%s: the %s holds no token", where, *nc < 1 ? "context" : "continuation"), -1;
+    }
+    return 0;
+}
+
+int ev_loglikelihood(gpt_model *m, const ps_state *ps, const tok_tokenizer *tok, const char *path, ev_ll_item **items,
+                     int *n, char *err, size_t errlen)
+{
+    int *lines = NULL;
+    cJSON **rows = read_jsonl(path, n, &lines, err, errlen);
+    if (!rows) return -1;
+    const int S = m->cfg.seq, B = m->mbs;
+    int eod = tok_eod_id(tok), rc = 0;
+    tok_worker *w = tok_worker_new(tok);
+    int32_t *ids = td_xmalloc((size_t)B * S * sizeof(int32_t)), *tg = td_xmalloc((size_t)B * S * sizeof(int32_t));
+    float *loss = td_xmalloc((size_t)B * S * sizeof(float));
+    uint8_t *ok = td_xmalloc((size_t)B * S);
+    int *first = td_xmalloc((size_t)B * sizeof(int)), *count = td_xmalloc((size_t)B * sizeof(int));
+    *items = td_xcalloc((size_t)*n, sizeof **items);
+    for (int e0 = 0; e0 < *n && rc == 0; e0 += B) {
+        int rows_in = *n - e0 < B ? *n - e0 : B;
+        for (int r = 0; r < rows_in && rc == 0; r++) {
+            char where[600];
+            snprintf(where, sizeof where, "%s line %d (item %d)", path, lines[e0 + r], e0 + r + 1);
+            int32_t *ctx, *cont;
+            int nc, nt;
+            if (item_pair(rows[e0 + r], w, m->cfg.vocab, eod, &ctx, &nc, &cont, &nt, where, err, errlen)) {
+                rc = -1;
+                break;
+            }
+            first[r] = fill_pair(ids + (size_t)r * S, tg + (size_t)r * S, S, ctx, nc, cont, nt);
+            count[r] = nt;
+            free(ctx), free(cont);
+        }
+        if (rc) break;
+        ev_forward(m, ps, ids, tg, rows_in, loss, ok);
+        for (int r = 0; r < rows_in; r++) {
+            ev_ll_item *it = &(*items)[e0 + r];
+            it->is_greedy = 1;
+            for (int i = 0; i < count[r]; i++) {
+                if (first[r] + i < 0) continue; /* cut off with the front of a long item */
+                it->loglikelihood -= loss[(size_t)r * S + first[r] + i];
+                it->is_greedy &= ok[(size_t)r * S + first[r] + i];
+                it->tokens++;
+            }
+        }
+    }
+    tok_worker_free(w);
+    for (int i = 0; i < *n; i++) cJSON_Delete(rows[i]);
+    free(rows), free(lines), free(ids), free(tg), free(loss), free(ok), free(first), free(count);
+    if (rc) free(*items), *items = NULL;
+    return rc;
+}

@@ -152,8 +152,8 @@ static void layer_step(gpt_model *m, gpt_kv_cache *c, int l, int pos, int n)
     }
 }
 
-float *gpt_infer(gpt_model *m, gpt_kv_cache *c, const int32_t *ids, const float *input, int pos, int n,
-                 float *logits)
+/* Positions [pos, pos + n) of every row through the stage's layers, into c->x (B n, h). */
+static void run_layers(gpt_model *m, gpt_kv_cache *c, const int32_t *ids, const float *input, int pos, int n)
 {
     TD_CHECK(n >= 1 && n <= c->nmax && pos >= 0 && pos + n <= c->cap, "", "generation step of positions [%d, %d) "
              "in a cache of %d (at most %d a step)", pos, pos + n, c->cap, c->nmax);
@@ -167,26 +167,65 @@ float *gpt_infer(gpt_model *m, gpt_kv_cache *c, const int32_t *ids, const float 
         be_copy(be, c->x, input, (size_t)rows * h);
     }
     for (int l = 0; l < m->nlayers; l++) layer_step(m, c, l, pos, n);
-    if (!m->last) return c->x;
+}
 
-    /* the logits of each row's last new position, gathered over the vocabulary slices */
-    for (int b = 0; b < B; b++) be_copy(be, c->last + (size_t)b * h, c->x + ((size_t)b * n + n - 1) * h, (size_t)h);
-    slot_decode(m, c, nslots(m) - 1, B, c->ln, c->last, pos + n - 1, 1); /* the final norm */
-    tp_column_linear_fwd(be, m->ps->tp_group, c->logits_l, be_f32(c->ln), m->p.head_w, NULL, B, h, m->vocab_l);
-    size_t slice = (size_t)B * m->vocab_l;
+/* Last stage: the logits (count, vocab) (host, the real vocabulary gathered over tensor
+ * parallelism) of count hidden rows at x (backend), through the final norm (into ln, count rows)
+ * and the head (logits_l: count rows of the vocabulary slice; gathered: host, tp of them). */
+static void head_logits(gpt_model *m, gpt_kv_cache *c, const float *x, int count, int pos, float *ln, float *logits_l,
+                        float *gathered, float *logits)
+{
+    const backend *be = m->be;
+    int h = m->cfg.hidden;
+    slot_decode(m, c, nslots(m) - 1, count, ln, x, pos, 1); /* the final norm */
+    tp_column_linear_fwd(be, m->ps->tp_group, logits_l, be_f32(ln), m->p.head_w, NULL, count, h, m->vocab_l);
+    size_t slice = (size_t)count * m->vocab_l;
     if (m->tp > 1) { /* into host memory: this slice as comm reads it (xfer.h), the others beside */
-        comm_allgather(m->ps->tp_group, xfer_send_view(be, c->logits_l, slice * sizeof(float)), c->gathered, slice,
-                       COMM_F32);
+        comm_allgather(m->ps->tp_group, xfer_send_view(be, logits_l, slice * sizeof(float)), gathered, slice, COMM_F32);
     } else {
-        be_memcpy(be, c->gathered, c->logits_l, slice * sizeof(float), BE_D2H);
+        be_memcpy(be, gathered, logits_l, slice * sizeof(float), BE_D2H);
     }
     int V = m->cfg.vocab;
-    for (int b = 0; b < B; b++)
+    for (int b = 0; b < count; b++)
         for (int r = 0; r < m->tp; r++) {
             int v0 = r * m->vocab_l, nv = be_vocab_real(V, v0, m->vocab_l);
             if (nv > 0)
-                memcpy(logits + (size_t)b * V + v0, c->gathered + (size_t)r * slice + (size_t)b * m->vocab_l,
+                memcpy(logits + (size_t)b * V + v0, gathered + (size_t)r * slice + (size_t)b * m->vocab_l,
                        (size_t)nv * sizeof(float));
         }
+}
+
+float *gpt_infer(gpt_model *m, gpt_kv_cache *c, const int32_t *ids, const float *input, int pos, int n,
+                 float *logits)
+{
+    run_layers(m, c, ids, input, pos, n);
+    if (!m->last) return c->x;
+    /* the logits of each row's last new position */
+    int B = c->B, h = m->cfg.hidden;
+    for (int b = 0; b < B; b++) be_copy(m->be, c->last + (size_t)b * h, c->x + ((size_t)b * n + n - 1) * h, (size_t)h);
+    head_logits(m, c, c->last, B, pos + n - 1, c->ln, c->logits_l, c->gathered, logits);
+    return NULL;
+}
+
+float *gpt_infer_each(gpt_model *m, gpt_kv_cache *c, const int32_t *ids, const float *input, int pos, int n,
+                      gpt_logits_fn fn, void *user)
+{
+    run_layers(m, c, ids, input, pos, n);
+    if (!m->last) return c->x;
+    /* every new position's logits (of the B n rows in c->x, row b's position pos + i at b n + i), in
+     * chunks of about 16M logits (at least B rows), so that the head's GEMM is a large one */
+    int B = c->B, h = m->cfg.hidden, rows = B * n;
+    int chunk = (int)((16u << 20) / (unsigned)m->vocab_l);
+    chunk = chunk < B ? B : chunk > rows ? rows : chunk;
+    float *logits_l = be_alloc(m->be, (size_t)chunk * m->vocab_l * sizeof(float));
+    float *gathered = td_xmalloc((size_t)m->tp * chunk * m->vocab_l * sizeof(float));
+    float *logits = td_xmalloc((size_t)chunk * m->cfg.vocab * sizeof(float));
+    for (int r0 = 0; r0 < rows; r0 += chunk) {
+        int count = rows - r0 < chunk ? rows - r0 : chunk;
+        head_logits(m, c, c->x + (size_t)r0 * h, count, pos, c->ln, logits_l, gathered, logits);
+        fn(user, r0, count, logits);
+    }
+    be_dfree(m->be, logits_l);
+    free(gathered), free(logits);
     return NULL;
 }

@@ -77,10 +77,23 @@ int32_t gen_sample(float *logits, int V, const gen_config *g, int b, int pos)
     return last; /* rounding left u at the very top */
 }
 
+/* The prompt step of a batch with log-probabilities: every position's logits are scored as they
+ * come (gpt_infer_each), each row's last kept for the sampler. */
+typedef struct {
+    int n, cap, V, top;
+    const int32_t *tokens; /* (B, cap) */
+    float *lps;            /* (B, n - 1): log p(token i + 1), NaN where the logits were not all finite */
+    int32_t *tids;         /* (B, n - 1, top) */
+    float *tlps;
+    float *logits;         /* (B, V): each row's position n - 1 */
+} prefill;
+
+static void on_prefill(void *user, int r0, int count, const float *logits);
+
 /* One forward of positions [pos, pos + n) of tokens (B, cap) through the pipeline; the last stage
- * fills logits (B, vocab). */
+ * fills logits (B, vocab), or with p (pos 0) scores every position into p. */
 static void step(gpt_model *m, const ps_state *ps, gpt_kv_cache *c, const int32_t *tokens, int B, int cap, int pos,
-                 int n, int32_t *ids, float *logits)
+                 int n, int32_t *ids, float *logits, prefill *p)
 {
     size_t rows = (size_t)B * n, h = (size_t)m->cfg.hidden;
     float *in = NULL;
@@ -92,7 +105,7 @@ static void step(gpt_model *m, const ps_state *ps, gpt_kv_cache *c, const int32_
                              ps->pp_rank - 1, 1));
         xfer_recv_done(m->be, in, rows * h * sizeof(float));
     }
-    float *y = gpt_infer(m, c, ids, in, pos, n, logits);
+    float *y = p ? gpt_infer_each(m, c, ids, in, pos, n, on_prefill, p) : gpt_infer(m, c, ids, in, pos, n, logits);
     if (!m->last)
         comm_wait(comm_isend(ps->pp_group, xfer_send_view(m->be, y, rows * h * sizeof(float)), rows * h, COMM_F32,
                              ps->pp_rank + 1, 1));
@@ -117,19 +130,84 @@ static void stop_row(gen_stats *st, int *done, int *len, int b, int pos)
     len[b] = 0;
 }
 
-/* log p(token) under logits (V), in double. */
-static float log_prob(const float *l, int V, int token)
+/* log p(token) under logits (V): the log-softmax (exponentials in float, summed and logged in
+ * double), rounded to float; with top > 0 the
+ * top most likely ids into ti (best first, the lower id on ties) and their log-probabilities into tl. */
+static float score_row(const float *l, int V, int token, int top, int32_t *ti, float *tl)
 {
-    double mx = l[0], z = 0;
+    float mx = l[0];
+    double z = 0;
     for (int i = 1; i < V; i++) mx = l[i] > mx ? l[i] : mx;
-    for (int i = 0; i < V; i++) z += exp((double)l[i] - mx);
-    return (float)((double)l[token] - mx - log(z));
+    for (int i = 0; i < V; i++) z += expf(l[i] - mx); /* as the training loss sums them (cpu_ce_sumexp) */
+    double lz = (double)mx + log(z);
+    if (top > V) top = V;
+    int k = 0;
+    for (int i = 0; i < V && top > 0; i++) {
+        if (k == top && !(l[i] > l[ti[top - 1]])) continue;
+        int j = k < top ? k++ : top - 1;
+        for (; j > 0 && l[i] > l[ti[j - 1]]; j--) ti[j] = ti[j - 1];
+        ti[j] = i;
+    }
+    for (int j = 0; j < top; j++) tl[j] = (float)((double)l[ti[j]] - lz);
+    return (float)((double)l[token] - lz);
+}
+
+static void on_prefill(void *user, int r0, int count, const float *logits)
+{
+    prefill *p = user;
+#pragma omp parallel for schedule(static) if ((size_t)count * p->V > (1u << 20))
+    for (int k = 0; k < count; k++) {
+        int r = r0 + k, b = r / p->n, i = r % p->n;
+        const float *l = logits + (size_t)k * p->V;
+        if (i == p->n - 1) {
+            memcpy(p->logits + (size_t)b * p->V, l, (size_t)p->V * sizeof(float));
+            continue;
+        }
+        size_t at = (size_t)b * (p->n - 1) + i;
+        p->lps[at] = all_finite(l, p->V) ? score_row(l, p->V, p->tokens[(size_t)b * p->cap + i + 1], p->top,
+                                                     p->tids + at * p->top, p->tlps + at * p->top)
+                                         : NAN;
+    }
+}
+
+/* The prompt step with log-probabilities: positions [0, n) of every row in one step, each position's
+ * scores into lp (every rank: the last stage broadcasts them), logits (last stage) the last
+ * position's; a row whose logits were not finite at a position stops there. Returns the rows stopped. */
+static int prefill_scored(gpt_model *m, const ps_state *ps, gpt_kv_cache *c, const int32_t *tokens, int B, int cap,
+                          int n, int32_t *ids, float *logits, const gen_logprobs *lp, gen_stats *st, int *done, int *len)
+{
+    int V = m->cfg.vocab, top = lp->top, last_stage = ps->pp - 1, stopped = 0;
+    size_t np = (size_t)B * (n - 1);
+    prefill p = {n, cap, V, top, tokens, td_xcalloc(np + 1, sizeof(float)), td_xcalloc(np * top + 1, sizeof(int32_t)),
+                 td_xcalloc(np * top + 1, sizeof(float)), logits};
+    step(m, ps, c, tokens, B, cap, 0, n, ids, logits, &p);
+    comm_bcast(ps->pp_group, p.lps, np, COMM_F32, last_stage);
+    if (top) {
+        comm_bcast(ps->pp_group, p.tids, np * top, COMM_I32, last_stage);
+        comm_bcast(ps->pp_group, p.tlps, np * top, COMM_F32, last_stage);
+    }
+    for (int b = 0; b < B; b++)
+        for (int i = 0; i < n - 1; i++) {
+            size_t at = (size_t)b * (n - 1) + i;
+            if (isnan(p.lps[at])) {
+                stop_row(st, done, len, b, i);
+                stopped++;
+                break;
+            }
+            lp->lp[b][i] = p.lps[at];
+            if (top) {
+                memcpy(lp->top_ids[b] + (size_t)i * top, p.tids + at * top, (size_t)top * sizeof(int32_t));
+                memcpy(lp->top_lp[b] + (size_t)i * top, p.tlps + at * top, (size_t)top * sizeof(float));
+            }
+        }
+    free(p.lps), free(p.tids), free(p.tlps);
+    return stopped;
 }
 
 int gen_run(gpt_model *m, const ps_state *ps, const gen_config *g, int B, int32_t *const *prompts, const int *lens,
-            int32_t **out, int *out_len, float **logprobs, gen_stream_fn stream, void *user, gen_stats *st)
+            int32_t **out, int *out_len, const gen_logprobs *lp, gen_stream_fn stream, void *user, gen_stats *st)
 {
-    int cap = gen_capacity(g, B, lens), V = m->cfg.vocab, shortest = lens[0];
+    int cap = gen_capacity(g, B, lens), V = m->cfg.vocab, shortest = lens[0], top = lp ? lp->top : 0;
     for (int b = 1; b < B; b++) shortest = lens[b] < shortest ? lens[b] : shortest;
     TD_ASSERT(shortest >= 1);
     int32_t *tokens = td_xcalloc((size_t)B * cap, sizeof(int32_t)), *next = td_xmalloc((size_t)B * sizeof(int32_t));
@@ -145,32 +223,17 @@ int gen_run(gpt_model *m, const ps_state *ps, const gen_config *g, int B, int32_
     for (int b = 0; b < B; b++) st->prompt_tokens += lens[b];
     st->bad_row = st->bad_pos = -1;
     int last_stage = ps->pp - 1, ndone = 0;
-    float *lp = td_xcalloc((size_t)B, sizeof(float)), *row = logprobs && m->last ? td_xmalloc((size_t)V * sizeof(float)) : NULL;
+    float *lpv = td_xcalloc((size_t)B, sizeof(float)), *row = lp && m->last ? td_xmalloc((size_t)V * sizeof(float)) : NULL;
+    int32_t *tids = td_xcalloc((size_t)B * top + 1, sizeof(int32_t));
+    float *tlps = td_xcalloc((size_t)B * top + 1, sizeof(float));
     double t0 = td_now();
-    /* with log-probabilities, the shortest prompt's positions run one at a time: each one's logits
-     * give the next prompt token's log-probability */
-    int from = 1;
-    if (logprobs)
-        for (; from < shortest; from++) {
-            if (g->no_cache) step(m, ps, c, tokens, B, cap, 0, from, ids, logits);
-            else step(m, ps, c, tokens, B, cap, from - 1, 1, ids, logits);
-            if (m->last)
-                for (int b = 0; b < B; b++) {
-                    const float *l = logits + (size_t)b * V;
-                    lp[b] = all_finite(l, V) ? log_prob(l, V, tokens[(size_t)b * cap + from]) : NAN;
-                }
-            comm_bcast(ps->pp_group, lp, (size_t)B, COMM_F32, last_stage);
-            for (int b = 0; b < B; b++) {
-                if (done[b]) continue;
-                if (isnan(lp[b])) stop_row(st, done, len, b, from - 1), ndone++;
-                else logprobs[b][from - 1] = lp[b];
-            }
-        }
+    /* with log-probabilities, the shortest prompt's positions run first in one step that scores each */
+    if (lp) ndone += prefill_scored(m, ps, c, tokens, B, cap, shortest, ids, logits, lp, st, done, len);
     /* position t - 1's logits choose the token at t; t runs from the shortest prompt on */
     for (int t = shortest; ndone < B && t < cap; t++) {
-        if (g->no_cache) step(m, ps, c, tokens, B, cap, 0, t, ids, logits);
-        else if (t == shortest && from == 1) step(m, ps, c, tokens, B, cap, 0, t, ids, logits);
-        else step(m, ps, c, tokens, B, cap, t - 1, 1, ids, logits);
+        if (t == shortest && lp) (void)0; /* the prompt step has left its logits */
+        else if (g->no_cache || t == shortest) step(m, ps, c, tokens, B, cap, 0, t, ids, logits, NULL);
+        else step(m, ps, c, tokens, B, cap, t - 1, 1, ids, logits, NULL);
         if (t == shortest) st->prefill_s = td_now() - t0;
         if (m->last)
             for (int b = 0; b < B; b++) {
@@ -181,10 +244,16 @@ int gen_run(gpt_model *m, const ps_state *ps, const gen_config *g, int B, int32_
                 }
                 if (row) memcpy(row, l, (size_t)V * sizeof(float)); /* the sampler overwrites l */
                 next[b] = gen_sample(l, V, g, b, t);
-                if (row) lp[b] = log_prob(row, V, t < lens[b] ? tokens[(size_t)b * cap + t] : next[b]);
+                if (row)
+                    lpv[b] = score_row(row, V, t < lens[b] ? tokens[(size_t)b * cap + t] : next[b], top,
+                                       tids + (size_t)b * top, tlps + (size_t)b * top);
             }
         comm_bcast(ps->pp_group, next, (size_t)B, COMM_I32, last_stage);
-        if (logprobs) comm_bcast(ps->pp_group, lp, (size_t)B, COMM_F32, last_stage);
+        if (lp) comm_bcast(ps->pp_group, lpv, (size_t)B, COMM_F32, last_stage);
+        if (top) {
+            comm_bcast(ps->pp_group, tids, (size_t)B * top, COMM_I32, last_stage);
+            comm_bcast(ps->pp_group, tlps, (size_t)B * top, COMM_F32, last_stage);
+        }
         for (int b = 0; b < B; b++) {
             if (done[b]) continue;
             if (next[b] == GEN_NONFINITE) {
@@ -192,13 +261,25 @@ int gen_run(gpt_model *m, const ps_state *ps, const gen_config *g, int B, int32_
                 ndone++;
                 continue;
             }
-            if (logprobs) logprobs[b][t - 1] = lp[b];
+            if (lp && !(t == lens[b] && g->max_new == 0)) { /* max_new 0: nothing follows the prompt */
+                lp->lp[b][t - 1] = lpv[b];
+                if (top) {
+                    memcpy(lp->top_ids[b] + (size_t)(t - 1) * top, tids + (size_t)b * top, (size_t)top * sizeof(int32_t));
+                    memcpy(lp->top_lp[b] + (size_t)(t - 1) * top, tlps + (size_t)b * top, (size_t)top * sizeof(float));
+                }
+            }
             if (t < lens[b]) continue; /* still inside its prompt */
+            if (g->max_new == 0) { /* scored, nothing to generate */
+                done[b] = 1, ndone++;
+                continue;
+            }
             tokens[(size_t)b * cap + t] = next[b];
             len[b] = t + 1;
             st->generated++;
             if (stream && ps->world_rank == 0) stream(user, b, next[b]);
-            if (next[b] == g->eod || len[b] - lens[b] >= g->max_new) done[b] = 1, ndone++;
+            if (next[b] == g->eod || len[b] - lens[b] >= g->max_new ||
+                (g->stop && g->stop(g->stop_user, b, tokens + (size_t)b * cap + lens[b], len[b] - lens[b])))
+                done[b] = 1, ndone++;
         }
     }
     st->decode_s = td_now() - t0 - st->prefill_s;
@@ -207,6 +288,6 @@ int gen_run(gpt_model *m, const ps_state *ps, const gen_config *g, int B, int32_
         out_len[b] = len[b];
     }
     gpt_kv_free(m, c);
-    free(tokens), free(next), free(ids), free(done), free(len), free(logits), free(lp), free(row);
+    free(tokens), free(next), free(ids), free(done), free(len), free(logits), free(lpv), free(row), free(tids), free(tlps);
     return st->nonfinite;
 }

@@ -13,13 +13,16 @@ static struct {
     const srv_config *cfg;
     const tok_tokenizer *tok;
     int positions; /* the model's */
+    int vocab;     /* token ids a prompt may hold: [0, vocab) */
 } R;
 
-void req_setup(const srv_config *cfg, const tok_tokenizer *tok, int positions)
+void req_setup(const srv_config *cfg, const tok_tokenizer *tok, int positions, int vocab)
 {
     R.cfg = cfg;
     R.tok = tok;
     R.positions = positions;
+    int tv = tok_vocab_size(tok);
+    R.vocab = tv > 0 && tv < vocab ? tv : vocab;
 }
 
 /* ---- requests ---- */
@@ -30,8 +33,13 @@ void req_unref(request *r)
     int left = --r->refs;
     pthread_mutex_unlock(&r->mu);
     if (left) return;
-    for (int i = 0; i < r->n; i++) free(r->ids[i]), free(r->out[i]), free(r->logprobs ? r->logprobs[i] : NULL);
+    for (int i = 0; i < r->n; i++) {
+        free(r->ids[i]), free(r->out[i]), free(r->logprobs ? r->logprobs[i] : NULL);
+        free(r->top_ids ? r->top_ids[i] : NULL), free(r->top_lp ? r->top_lp[i] : NULL);
+    }
+    for (int i = 0; i < r->nstop; i++) free(r->stop[i]);
     free(r->ids), free(r->lens), free(r->out), free(r->out_lens), free(r->sse), free(r->logprobs), free(r->error);
+    free(r->top_ids), free(r->top_lp), free(r->stop);
     pthread_mutex_destroy(&r->mu);
     free(r);
 }
@@ -56,6 +64,27 @@ char *req_decode(const int32_t *ids, int n, size_t *len)
         return td_xstrdup("");
     }
     return text;
+}
+
+/* The ids of text (len bytes) appended to out. With special, the end-of-document token's own text
+ * (GPT-2's "<|endoftext|>") is that token, as Hugging Face's tokenizers (and so vLLM and
+ * lm-evaluation-harness) read a special token inside a text; the rest is tokenized as trident
+ * tokenizes any text (Megatron's server: every text so). */
+static void encode_text(tok_worker *w, const char *text, size_t len, int special, bpe_ids *out)
+{
+    int32_t eod = special ? tok_eod_id(R.tok) : -1;
+    size_t el = 0;
+    char *et = eod >= 0 ? req_decode(&eod, 1, &el) : NULL;
+    const char *p = text, *end = text + len;
+    while (el && p < end) {
+        const char *hit = memmem(p, (size_t)(end - p), et, el);
+        if (!hit) break;
+        if (hit > p) tok_encode(w, p, (size_t)(hit - p), out);
+        bpe_ids_push(out, eod);
+        p = hit + el;
+    }
+    if (p < end) tok_encode(w, p, (size_t)(end - p), out);
+    free(et);
 }
 
 /* A JSON string of n bytes as a cJSON item. cJSON's strings end at a NUL; this one escapes it
@@ -98,6 +127,106 @@ const char *req_finish_reason(const request *r, int i)
     return gen > 0 && r->g.eod >= 0 && r->out[i][r->out_lens[i] - 1] == r->g.eod ? "stop" : "length";
 }
 
+static int utf8_valid(const unsigned char *s, size_t n)
+{
+    for (size_t i = 0; i < n;) {
+        unsigned c = s[i];
+        size_t k = c < 0x80 ? 1 : c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+        if (k == 0 || i + k > n) return 0;
+        for (size_t j = 1; j < k; j++)
+            if ((s[i + j] & 0xc0) != 0x80) return 0;
+        if ((c == 0xe0 && s[i + 1] < 0xa0) || (c == 0xed && s[i + 1] >= 0xa0) || (c == 0xf0 && s[i + 1] < 0x90) ||
+            (c == 0xf4 && s[i + 1] >= 0x90))
+            return 0;
+        i += k;
+    }
+    return 1;
+}
+
+/* Characters in n bytes of UTF-8 (the bytes that do not continue one). */
+static size_t utf8_chars(const char *s, size_t n)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) k += ((unsigned char)s[i] & 0xc0) != 0x80;
+    return k;
+}
+
+/* One token's text as a client sees it (a new C string): its UTF-8, or OpenAI's "bytes:\xNN..."
+ * when its bytes are part of a character (or hold a NUL); *chars gets the characters it adds to
+ * the text, *bytes its bytes. */
+static char *token_text(int32_t id, size_t *chars, size_t *bytes)
+{
+    size_t n;
+    char *t = req_decode(&id, 1, &n);
+    *chars = utf8_chars(t, n), *bytes = n;
+    if (utf8_valid((const unsigned char *)t, n) && !memchr(t, 0, n)) { /* tok_decode's text has no NUL after it */
+        char *z = td_xmalloc(n + 1);
+        memcpy(z, t, n);
+        z[n] = 0;
+        free(t);
+        return z;
+    }
+    char *q = td_xmalloc(8 + 4 * n);
+    size_t k = (size_t)sprintf(q, "bytes:");
+    for (size_t i = 0; i < n; i++) k += (size_t)sprintf(q + k, "\\x%02x", (unsigned char)t[i]);
+    free(t);
+    return q;
+}
+
+/* Where row i's continuation (its decoded text, n bytes) is cut by its first stop string: the
+ * bytes kept (n when none is found). */
+static size_t stop_cut(const request *r, const char *text, size_t n)
+{
+    size_t cut = n;
+    for (int s = 0; s < r->nstop; s++) {
+        size_t k = strlen(r->stop[s]);
+        for (size_t at = 0; k && at + k <= cut; at++)
+            if (memcmp(text + at, r->stop[s], k) == 0) {
+                cut = at;
+                break;
+            }
+    }
+    return cut;
+}
+
+/* OpenAI's "logprobs" of row i's tokens [from, to): tokens, token_logprobs (null for the first
+ * token of the prompt, which nothing predicts), top_logprobs (the top most likely next tokens of
+ * the position before each, token text -> log-probability) and text_offset (the characters of
+ * prompt and continuation before each token). */
+static cJSON *choice_logprobs(const request *r, int i, int from, int to)
+{
+    cJSON *lp = cJSON_CreateObject(), *toks = cJSON_AddArrayToObject(lp, "tokens");
+    cJSON *tlp = cJSON_AddArrayToObject(lp, "token_logprobs"), *top = cJSON_AddArrayToObject(lp, "top_logprobs");
+    cJSON *off = cJSON_AddArrayToObject(lp, "text_offset");
+    size_t at = 0, chars, bytes;
+    for (int k = 0; k < to; k++) {
+        char *t = token_text(r->out[i][k], &chars, &bytes);
+        if (k >= from) {
+            cJSON_AddItemToArray(toks, cJSON_CreateString(t));
+            cJSON_AddItemToArray(off, cJSON_CreateNumber((double)at));
+        }
+        free(t);
+        at += chars;
+        if (k < from) continue;
+        if (k == 0) {
+            cJSON_AddItemToArray(tlp, cJSON_CreateNull());
+            cJSON_AddItemToArray(top, cJSON_CreateNull());
+            continue;
+        }
+        cJSON_AddItemToArray(tlp, cJSON_CreateNumber(r->logprobs[i][k - 1]));
+        cJSON *d = cJSON_CreateObject();
+        for (int j = 0; j < r->top; j++) {
+            size_t at_k = (size_t)(k - 1) * r->top + j, c2, b2;
+            char *key = token_text(r->top_ids[i][at_k], &c2, &b2);
+            if (!cJSON_GetObjectItemCaseSensitive(d, key)) /* two tokens may print alike: the likelier keeps it */
+                cJSON_AddNumberToObject(d, key, r->top_lp[i][at_k]);
+            free(key);
+        }
+        cJSON_AddItemToArray(top, d);
+    }
+    return lp;
+}
+
 /* An OpenAI completion as JSON text: the whole answer (chunk NULL), or one streamed event of
  * row stream_row with its text (finish: NULL while tokens come, then "stop" or "length"). */
 char *req_openai_json(request *r, int stream_row, const char *chunk, size_t chunk_len, const char *finish)
@@ -116,7 +245,7 @@ char *req_openai_json(request *r, int stream_row, const char *chunk, size_t chun
         cJSON *c = cJSON_CreateObject();
         int gen = r->out_lens[i] - r->lens[i];
         completion += gen > 0 ? gen : 0;
-        prompt += r->lens[i];
+        if (i % r->choices == 0) prompt += r->lens[i]; /* each prompt once, whatever its choices */
         if (chunk) {
             cJSON_AddItemToObject(c, "text", text_item(chunk, chunk_len));
             cJSON_AddNumberToObject(c, "index", i);
@@ -124,12 +253,30 @@ char *req_openai_json(request *r, int stream_row, const char *chunk, size_t chun
             else cJSON_AddNullToObject(c, "finish_reason");
         } else {
             const int32_t *ids;
-            size_t n;
+            size_t n, pn = 0;
             char *t = req_decode(ids, continuation(r, i, &ids), &n);
-            cJSON_AddItemToObject(c, "text", text_item(t, n));
-            free(t);
+            size_t cut = stop_cut(r, t, n);
+            char *p = r->echo ? req_decode(r->out[i], r->lens[i], &pn) : td_xstrdup("");
+            char *all = td_xmalloc(pn + cut + 1);
+            memcpy(all, p, pn), memcpy(all + pn, t, cut);
+            cJSON_AddItemToObject(c, "text", text_item(all, pn + cut));
             cJSON_AddNumberToObject(c, "index", i);
-            cJSON_AddStringToObject(c, "finish_reason", req_finish_reason(r, i));
+            if (r->want_logprobs) {
+                int to = r->out_lens[i];
+                if (cut < n) { /* the generated tokens that start before the cut */
+                    size_t at = 0, chars, bytes;
+                    to = r->lens[i];
+                    while (to < r->out_lens[i] && at < cut) {
+                        free(token_text(r->out[i][to], &chars, &bytes));
+                        at += bytes, to++;
+                    }
+                }
+                cJSON_AddItemToObject(c, "logprobs", choice_logprobs(r, i, r->echo ? 0 : r->lens[i], to));
+            } else {
+                cJSON_AddNullToObject(c, "logprobs");
+            }
+            cJSON_AddStringToObject(c, "finish_reason", cut < n ? "stop" : req_finish_reason(r, i));
+            free(t), free(p), free(all);
         }
         cJSON_AddItemToArray(ch, c);
     }
@@ -315,10 +462,10 @@ static char *prompt_text(const char *body, size_t len, const char *key, int i, s
 }
 
 /* ---- request fields ----
- * Every field of a body is one the server honours, or one it has not built yet, accepted only
- * at the value that changes nothing (null always; false, 1, 0 or empty as the field's default):
- * a client asking for what is not built (log-probabilities, stop strings, several choices) is
- * told so by name, never answered as if it had been heard. */
+ * Every field of a body is one the server honours, or one it has not built, accepted only at the
+ * value that changes nothing (null always; false, 1, 0 or empty as the field's default): a client
+ * asking for what is not built (penalties, a suffix, several sampled candidates) is told so by
+ * name, never answered as if it had been heard. */
 
 enum { HONOURED, NOOP_ANY, NOOP_NULL, NOOP_FALSE, NOOP_ONE, NOOP_ZERO, NOOP_EMPTY };
 
@@ -351,14 +498,13 @@ static const field FIELDS[] = {
     {"max_tokens", API_OPENAI, HONOURED, NULL},
     {"temperature", API_OPENAI, HONOURED, NULL},
     {"top_p", API_OPENAI, HONOURED, NULL},
+    {"top_k", API_OPENAI, HONOURED, NULL}, /* vLLM's, which lm-evaluation-harness passes on from a task */
     {"seed", API_OPENAI, HONOURED, NULL},
     {"stream", API_OPENAI, HONOURED, NULL},
-    {"echo", API_OPENAI, NOOP_FALSE,
-     "the answer holds the continuation only, with no log-probabilities of the prompt; leave it out or false"},
-    {"logprobs", API_OPENAI, NOOP_NULL,
-     "no log-probabilities are computed here; leave it out or null (PUT /api takes \"logprobs\": true)"},
-    {"stop", API_OPENAI, NOOP_EMPTY, "generation stops only at the end-of-document token; leave it out or null"},
-    {"n", API_OPENAI, NOOP_ONE, "one completion a prompt; send the request again for more, or leave it out or 1"},
+    {"echo", API_OPENAI, HONOURED, NULL},
+    {"logprobs", API_OPENAI, HONOURED, NULL},
+    {"stop", API_OPENAI, HONOURED, NULL},
+    {"n", API_OPENAI, HONOURED, NULL},
     {"best_of", API_OPENAI, NOOP_ONE, "one completion a prompt; leave it out or 1"},
     {"suffix", API_OPENAI, NOOP_EMPTY, "no text is inserted; leave it out or null"},
     {"presence_penalty", API_OPENAI, NOOP_ZERO, "no penalties; leave it out or 0"},
@@ -389,7 +535,7 @@ static int check_fields(const cJSON *o, int api, char *msg, size_t mlen)
         for (size_t i = 0; i < sizeof FIELDS / sizeof *FIELDS && !f; i++)
             if (FIELDS[i].api == api && strcmp(FIELDS[i].name, j->string) == 0) f = &FIELDS[i];
         if (!f) {
-            char known[400];
+            char known[600];
             size_t k = 0;
             known[0] = 0;
             for (size_t i = 0; i < sizeof FIELDS / sizeof *FIELDS && k < sizeof known - 40; i++)
@@ -407,10 +553,99 @@ static int check_fields(const cJSON *o, int api, char *msg, size_t mlen)
     return 0;
 }
 
-/* A token-id prompt (an array of numbers, or of arrays). */
-static int token_prompt(const cJSON *p)
+/* A list of token ids (those of prompt `which`, 1-based; 0: the "tokens" field) checked against
+ * [0, vocab): the ids (*n), or NULL with the message. */
+static int32_t *token_ids(const cJSON *a, int which, int *n, char *msg, size_t mlen)
 {
-    return cJSON_IsArray(p) && p->child && (cJSON_IsNumber(p->child) || cJSON_IsArray(p->child));
+    int k = cJSON_GetArraySize(a), i = 0;
+    char what[40];
+    if (which) snprintf(what, sizeof what, "prompt %d's", which);
+    else snprintf(what, sizeof what, "\"tokens\"");
+    if (k == 0) return snprintf(msg, mlen, "prompt %d is an empty list of token ids; a prompt holds at least one token", which), NULL;
+    int32_t *ids = td_xmalloc((size_t)k * sizeof(int32_t));
+    for (const cJSON *e = a->child; e; e = e->next, i++) {
+        double v = cJSON_IsNumber(e) ? e->valuedouble : -1;
+        if (!cJSON_IsNumber(e) || v != (double)(int64_t)v || v < 0 || v >= R.vocab) {
+            if (cJSON_IsNumber(e))
+                snprintf(msg, mlen, "%s token %d is %g; token ids are integers from 0 to %d (the vocabulary)", what, i + 1,
+                         v, R.vocab - 1);
+            else
+                snprintf(msg, mlen, "%s token %d is not a number; a list of token ids holds integers from 0 to %d", what,
+                         i + 1, R.vocab - 1);
+            free(ids);
+            return NULL;
+        }
+        ids[i] = (int32_t)v;
+    }
+    *n = k;
+    return ids;
+}
+
+/* The prompts of a body (Megatron's "prompts": strings; OpenAI's "prompt": a string, strings, a
+ * list of token ids or lists of them) as token ids: *np prompts into *ids and *lens; 0, or -1
+ * with the message. */
+static int read_prompts(int api, const cJSON *p, const char *body, size_t len, int32_t ***ids, int **lens, int *np,
+                        char *msg, size_t mlen)
+{
+    const char *pname = api == API_MEGATRON ? "prompts" : "prompt";
+    int one = api == API_OPENAI && (cJSON_IsString(p) || (cJSON_IsArray(p) && p->child && cJSON_IsNumber(p->child)));
+    int n = one ? 1 : cJSON_IsArray(p) ? cJSON_GetArraySize(p) : -1;
+    if (n < 1) {
+        if (api == API_MEGATRON)
+            snprintf(msg, mlen, "\"prompts\" must be an array of strings with at least one prompt");
+        else
+            snprintf(msg, mlen, "\"prompt\" must be a string, an array of strings, a list of token ids or a list of "
+                     "lists of token ids, with at least one prompt%s", cJSON_IsArray(p) ? " (it is an empty list)" : "");
+        return -1;
+    }
+    *ids = td_xcalloc((size_t)n, sizeof **ids);
+    *lens = td_xcalloc((size_t)n, sizeof **lens);
+    *np = n;
+    tok_worker *w = tok_worker_new(R.tok);
+    int err = 0;
+    for (int i = 0; i < n && !err; i++) {
+        const cJSON *s = one ? p : cJSON_GetArrayItem(p, i);
+        if (api == API_OPENAI && cJSON_IsArray(s)) {
+            if (!((*ids)[i] = token_ids(s, i + 1, &(*lens)[i], msg, mlen))) err = 1;
+            continue;
+        }
+        size_t tlen = 0;
+        char *text = cJSON_IsString(s) ? prompt_text(body, len, pname, i, &tlen) : NULL;
+        if (!text || tlen == 0) {
+            if (api == API_MEGATRON || cJSON_IsString(s))
+                snprintf(msg, mlen, "prompt %d is not a non-empty string", i + 1);
+            else
+                snprintf(msg, mlen, "prompt %d is neither a string nor a list of token ids", i + 1);
+            free(text);
+            err = 1;
+            break;
+        }
+        bpe_ids e = {0};
+        encode_text(w, text, tlen, api == API_OPENAI, &e);
+        free(text);
+        (*ids)[i] = e.ids ? e.ids : td_xcalloc(1, sizeof(int32_t));
+        (*lens)[i] = (int)e.n;
+    }
+    tok_worker_free(w);
+    return err ? -1 : 0;
+}
+
+/* OpenAI's "stop": null, a string or a list of up to 4 strings (empty ones ignored) into r. */
+static int read_stop(const cJSON *o, request *r, char *msg, size_t mlen)
+{
+    const cJSON *st = cJSON_GetObjectItemCaseSensitive(o, "stop");
+    if (!st || cJSON_IsNull(st)) return 0;
+    int k = cJSON_IsString(st) ? 1 : cJSON_IsArray(st) ? cJSON_GetArraySize(st) : -1;
+    if (k < 0 || k > 4)
+        return snprintf(msg, mlen, "\"stop\" must be a string or a list of at most 4 strings%s",
+                        k > 4 ? " (it has more)" : ""), -1;
+    r->stop = td_xcalloc((size_t)k + 1, sizeof *r->stop);
+    for (int i = 0; i < k; i++) {
+        const cJSON *e = cJSON_IsString(st) ? st : cJSON_GetArrayItem(st, i);
+        if (!cJSON_IsString(e)) return snprintf(msg, mlen, "\"stop\" item %d is not a string", i + 1), -1;
+        if (*e->valuestring) r->stop[r->nstop++] = td_xstrdup(e->valuestring);
+    }
+    return 0;
 }
 
 /* The request a body describes, or NULL with (code, msg). */
@@ -429,24 +664,9 @@ request *req_parse(int api, const char *body, size_t len, unsigned *code, char *
     }
     const srv_config *cfg = R.cfg;
     const cJSON *p = cJSON_GetObjectItemCaseSensitive(o, api == API_MEGATRON ? "prompts" : "prompt");
-    if (api == API_OPENAI && token_prompt(p)) {
-        snprintf(msg, mlen, "\"prompt\" as token ids is not supported yet: send the prompt as text (a string or "
-                 "strings)");
-        cJSON_Delete(o);
-        return NULL;
-    }
-    const char *pname = api == API_MEGATRON ? "prompts" : "prompt";
-    int n = cJSON_IsString(p) && api == API_OPENAI ? 1 : cJSON_IsArray(p) ? cJSON_GetArraySize(p) : -1;
-    double tokens, temp, top_k = 0, top_p, seed = (double)(cfg->seed % 9007199254740992ull);
-    int stream = 0, err = 0, logprobs = 0;
-    if (n < 1) {
-        snprintf(msg, mlen, "\"%s\" must be %s with at least one prompt", pname,
-                 api == API_MEGATRON ? "an array of strings" : "a string or an array of strings");
-        err = 1;
-    } else if (n > cfg->max_batch) {
-        snprintf(msg, mlen, "%d prompts; a request takes at most %d (--max-batch)", n, cfg->max_batch);
-        err = 1;
-    } else if (api == API_MEGATRON) {
+    double tokens, temp, top_k = 0, top_p, seed = (double)(cfg->seed % 9007199254740992ull), choices = 1, top = 0;
+    int stream = 0, err = 0, logprobs = 0, echo = 0;
+    if (api == API_MEGATRON) {
         err = number(o, "tokens_to_generate", 64, 0, cfg->max_tokens, 1, &tokens, msg, mlen) ||
               number(o, "temperature", 1.0, 0, 100, 0, &temp, msg, mlen) ||
               number(o, "top_k", 0, 0, 1e9, 1, &top_k, msg, mlen) || number(o, "top_p", 0, 0, 1, 0, &top_p, msg, mlen) ||
@@ -455,58 +675,198 @@ request *req_parse(int api, const char *body, size_t len, unsigned *code, char *
         if (!err && lp && !cJSON_IsBool(lp)) snprintf(msg, mlen, "\"logprobs\" must be true or false"), err = 1;
         logprobs = cJSON_IsTrue(lp);
     } else {
+        const cJSON *lp = cJSON_GetObjectItemCaseSensitive(o, "logprobs");
         err = number(o, "max_tokens", 16, 0, cfg->max_tokens, 1, &tokens, msg, mlen) ||
               number(o, "temperature", 1.0, 0, 100, 0, &temp, msg, mlen) ||
               number(o, "top_p", 1.0, 0, 1, 0, &top_p, msg, mlen) ||
-              number(o, "seed", seed, 0, 9007199254740992.0, 1, &seed, msg, mlen);
-        const cJSON *st = cJSON_GetObjectItemCaseSensitive(o, "stream");
-        if (!err && st && !cJSON_IsBool(st)) snprintf(msg, mlen, "\"stream\" must be true or false"), err = 1;
-        stream = cJSON_IsTrue(st);
+              number(o, "top_k", 0, -1, 1e9, 1, &top_k, msg, mlen) ||
+              number(o, "seed", seed, 0, 9007199254740992.0, 1, &seed, msg, mlen) ||
+              number(o, "n", 1, 1, cfg->max_batch, 1, &choices, msg, mlen);
+        if (!err && lp && cJSON_IsBool(lp))
+            snprintf(msg, mlen, "\"logprobs\" is %s; it takes an integer from 0 to %d (the most likely tokens listed "
+                     "a position) or null", cJSON_IsTrue(lp) ? "true" : "false", GEN_MAX_TOP), err = 1;
+        err = err || number(o, "logprobs", 0, 0, GEN_MAX_TOP, 1, &top, msg, mlen);
+        logprobs = lp && !cJSON_IsNull(lp);
+        const cJSON *st = cJSON_GetObjectItemCaseSensitive(o, "stream"), *ec = cJSON_GetObjectItemCaseSensitive(o, "echo");
+        if (!err && st && !cJSON_IsBool(st) && !cJSON_IsNull(st)) snprintf(msg, mlen, "\"stream\" must be true or false"), err = 1;
+        if (!err && ec && !cJSON_IsBool(ec) && !cJSON_IsNull(ec)) snprintf(msg, mlen, "\"echo\" must be true or false"), err = 1;
+        stream = cJSON_IsTrue(st), echo = cJSON_IsTrue(ec);
+        const cJSON *sp = cJSON_GetObjectItemCaseSensitive(o, "stop");
+        const char *with = echo ? "echo" : logprobs ? "logprobs" : sp && !cJSON_IsNull(sp) ? "stop" : NULL;
+        if (!err && stream && with)
+            snprintf(msg, mlen, "\"%s\" is not supported with \"stream\": true; send the request without streaming", with),
+                err = 1;
     }
     if (err) {
         cJSON_Delete(o);
         return NULL;
     }
+    int32_t **pids = NULL;
+    int *plens = NULL, np = 0;
+    if (read_prompts(api, p, body, len, &pids, &plens, &np, msg, mlen)) {
+        for (int i = 0; i < np; i++) free(pids[i]);
+        free(pids), free(plens);
+        cJSON_Delete(o);
+        return NULL;
+    }
+    int n = np * (int)choices;
     request *r = td_xcalloc(1, sizeof *r);
     r->api = api, r->stream = stream, r->n = n, r->refs = 1, r->want_logprobs = logprobs;
+    r->prompts = np, r->choices = (int)choices, r->echo = echo, r->top = (int)top;
     pthread_mutex_init(&r->mu, NULL);
-    r->g = (gen_config){(int)tokens, temp == 0 || top_k == 1, (float)temp, (int)top_k, (float)top_p,
-                        (uint64_t)seed, tok_eod_id(R.tok), 0};
+    int k = top_k < 0 ? 0 : (int)top_k; /* vLLM's -1: every token */
+    r->g = (gen_config){(int)tokens, temp == 0 || top_k == 1, (float)temp, k, (float)top_p, (uint64_t)seed,
+                        tok_eod_id(R.tok), 0, NULL, NULL};
     r->ids = td_xcalloc((size_t)n, sizeof *r->ids);
     r->out = td_xcalloc((size_t)n, sizeof *r->out);
     r->lens = td_xcalloc((size_t)n, sizeof(int));
     r->out_lens = td_xcalloc((size_t)n, sizeof(int));
     if (logprobs) r->logprobs = td_xcalloc((size_t)n, sizeof *r->logprobs);
-    tok_worker *w = tok_worker_new(R.tok);
-    for (int i = 0; i < n && !err; i++) {
-        const cJSON *s = cJSON_IsString(p) ? p : cJSON_GetArrayItem(p, i);
-        size_t tlen = 0;
-        char *text = cJSON_IsString(s) ? prompt_text(body, len, pname, i, &tlen) : NULL;
-        if (!text || tlen == 0) {
-            snprintf(msg, mlen, "prompt %d is not a non-empty string", i + 1);
-            free(text);
+    if (r->top) r->top_ids = td_xcalloc((size_t)n, sizeof *r->top_ids), r->top_lp = td_xcalloc((size_t)n, sizeof *r->top_lp);
+    if (n > cfg->max_batch) {
+        snprintf(msg, mlen, "%d prompt%s x \"n\" %d = %d completions; a request takes at most %d (--max-batch)", np,
+                 td_plural(np), (int)choices, n, cfg->max_batch);
+        err = 1;
+    }
+    err = err || read_stop(o, r, msg, mlen);
+    for (int q = 0; q < np && !err; q++) {
+        int L = plens[q];
+        if (L > cfg->max_prompt_tokens || L + (int)tokens > R.positions) {
+            snprintf(msg, mlen, "prompt %d is %d token%s; with %d to generate a request takes at most %d (the model's "
+                     "positions %d; --max-prompt-tokens %d)", q + 1, L, td_plural(L), (int)tokens,
+                     R.positions - (int)tokens < cfg->max_prompt_tokens ? R.positions - (int)tokens : cfg->max_prompt_tokens,
+                     R.positions, cfg->max_prompt_tokens);
             err = 1;
             break;
         }
-        bpe_ids e = {0};
-        tok_encode(w, text, tlen, &e);
-        free(text);
-        r->ids[i] = e.ids, r->lens[i] = (int)e.n;
-        if (e.n < 1 || (int)e.n > cfg->max_prompt_tokens || (int)e.n + (int)tokens > R.positions) {
-            snprintf(msg, mlen, "prompt %d is %zu token%s; with %d to generate a request takes at most %d (the model's "
-                     "positions; --max-prompt-tokens %d)", i + 1, e.n, td_plural((long long)e.n), (int)tokens,
-                     R.positions - (int)tokens < cfg->max_prompt_tokens ? R.positions - (int)tokens : cfg->max_prompt_tokens,
-                     cfg->max_prompt_tokens);
-            err = 1;
+        for (int j = 0; j < (int)choices; j++) {
+            int i = q * (int)choices + j;
+            size_t cap = (size_t)L + (size_t)tokens + 1;
+            r->ids[i] = td_xmalloc((size_t)L * sizeof(int32_t));
+            memcpy(r->ids[i], pids[q], (size_t)L * sizeof(int32_t));
+            r->lens[i] = L;
+            r->out[i] = td_xmalloc(cap * sizeof(int32_t));
+            if (logprobs) r->logprobs[i] = td_xcalloc(cap, sizeof(float));
+            if (r->top) {
+                r->top_ids[i] = td_xcalloc(cap * (size_t)r->top, sizeof(int32_t));
+                r->top_lp[i] = td_xcalloc(cap * (size_t)r->top, sizeof(float));
+            }
         }
-        r->out[i] = td_xmalloc((size_t)(e.n + (size_t)tokens + 1) * sizeof(int32_t));
-        if (logprobs) r->logprobs[i] = td_xcalloc(e.n + (size_t)tokens + 1, sizeof(float));
     }
-    tok_worker_free(w);
+    for (int i = 0; i < np; i++) free(pids[i]);
+    free(pids), free(plens);
     cJSON_Delete(o);
     if (err) {
         req_unref(r);
         return NULL;
     }
     return r;
+}
+
+/* ---- the remote tokenizer (vLLM's endpoints, as lm-evaluation-harness's RemoteTokenizer calls them) ---- */
+
+char *req_tokenizer_info_json(void)
+{
+    cJSON *o = cJSON_CreateObject();
+    int eod = tok_eod_id(R.tok);
+    if (eod >= 0) {
+        size_t n;
+        char *t = req_decode((const int32_t *)&eod, 1, &n);
+        cJSON_AddItemToObject(o, "eos_token", text_item(t, n));
+        free(t);
+    } else {
+        cJSON_AddNullToObject(o, "eos_token");
+    }
+    int bos = tok_bos_id(R.tok); /* lm-eval's prefix token is the BOS when there is one, else the EOS */
+    if (bos >= 0) {
+        size_t n;
+        char *t = req_decode((const int32_t *)&bos, 1, &n);
+        cJSON_AddItemToObject(o, "bos_token", text_item(t, n));
+        free(t);
+    }
+    cJSON_AddNumberToObject(o, "model_max_length", R.positions);
+    cJSON_AddNumberToObject(o, "vocab_size", R.vocab);
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return s;
+}
+
+/* The body of a tokenizer endpoint as an object holding only the named fields (and "model"), or
+ * NULL with (code, msg). */
+static cJSON *tokenizer_body(const char *body, size_t len, const char *path, const char *const *names, int nn,
+                             unsigned *code, char *msg, size_t mlen)
+{
+    *code = 400;
+    cJSON *o = cJSON_ParseWithLength(body, len);
+    if (!o || !cJSON_IsObject(o)) {
+        snprintf(msg, mlen, "the body is not a JSON object");
+        cJSON_Delete(o);
+        return NULL;
+    }
+    for (const cJSON *j = o->child; j; j = j->next) {
+        int known = strcmp(j->string, "model") == 0;
+        for (int i = 0; i < nn && !known; i++) known = strcmp(j->string, names[i]) == 0;
+        if (!known) {
+            snprintf(msg, mlen, "\"%s\" is not a field of POST %s (it takes %s%s%s)", j->string, path, names[0],
+                     nn > 1 ? ", " : "", nn > 1 ? names[1] : "");
+            cJSON_Delete(o);
+            return NULL;
+        }
+    }
+    return o;
+}
+
+char *req_tokenize_json(const char *body, size_t len, unsigned *code, char *msg, size_t mlen)
+{
+    static const char *const names[] = {"prompt", "add_special_tokens"};
+    cJSON *o = tokenizer_body(body, len, "/tokenize", names, 2, code, msg, mlen);
+    if (!o) return NULL;
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive(o, "prompt"), *sp = cJSON_GetObjectItemCaseSensitive(o, "add_special_tokens");
+    size_t tlen = 0;
+    char *text = cJSON_IsString(p) ? prompt_text(body, len, "prompt", 0, &tlen) : NULL;
+    if (!text || (sp && !cJSON_IsBool(sp) && !cJSON_IsNull(sp))) {
+        snprintf(msg, mlen, text ? "\"add_special_tokens\" must be true or false" : "\"prompt\" must be a string");
+        free(text);
+        cJSON_Delete(o);
+        return NULL;
+    }
+    bpe_ids e = {0};
+    tok_worker *w = tok_worker_new(R.tok);
+    encode_text(w, text, tlen, 1, &e);
+    tok_worker_free(w);
+    free(text);
+    cJSON_Delete(o);
+    cJSON *a = cJSON_CreateObject();
+    cJSON_AddNumberToObject(a, "count", (double)e.n);
+    cJSON_AddNumberToObject(a, "max_model_len", R.positions);
+    cJSON *t = cJSON_AddArrayToObject(a, "tokens");
+    for (size_t i = 0; i < e.n; i++) cJSON_AddItemToArray(t, cJSON_CreateNumber(e.ids[i]));
+    free(e.ids);
+    char *s = cJSON_PrintUnformatted(a);
+    cJSON_Delete(a);
+    return s;
+}
+
+char *req_detokenize_json(const char *body, size_t len, unsigned *code, char *msg, size_t mlen)
+{
+    static const char *const names[] = {"tokens"};
+    cJSON *o = tokenizer_body(body, len, "/detokenize", names, 1, code, msg, mlen);
+    if (!o) return NULL;
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "tokens");
+    int n = 0;
+    int32_t *ids = NULL;
+    if (!cJSON_IsArray(t)) snprintf(msg, mlen, "\"tokens\" must be a list of token ids");
+    else if (t->child) ids = token_ids(t, 0, &n, msg, mlen);
+    int bad = !cJSON_IsArray(t) || (t->child && !ids);
+    cJSON_Delete(o);
+    if (bad) return NULL;
+    size_t tl;
+    char *text = req_decode(ids, n, &tl);
+    free(ids);
+    cJSON *a = cJSON_CreateObject();
+    cJSON_AddItemToObject(a, "prompt", text_item(text, tl));
+    free(text);
+    char *s = cJSON_PrintUnformatted(a);
+    cJSON_Delete(a);
+    return s;
 }

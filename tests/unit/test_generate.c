@@ -180,9 +180,10 @@ static void sampler(void **state)
     assert_int_equal(gen_sample(l, V, &g, 1, 17), a);
 }
 
-/* gen_run's log-probabilities (Megatron's server returns them): log p(token i + 1 | tokens 0..i)
- * of prompt and generated tokens alike, with the cache and without, against the log-softmax of the
- * training forward's logits over the final sequences. */
+/* gen_run's log-probabilities (Megatron's server and /v1/completions return them): log p(token
+ * i + 1 | tokens 0..i) of prompt and generated tokens alike, and the 3 most likely tokens at every
+ * position with theirs, with the cache and without, and with nothing generated (max_new 0: the
+ * prompts scored), against the log-softmax of the training forward's logits over the final sequences. */
 static void logprobs(void **state)
 {
     (void)state;
@@ -192,14 +193,20 @@ static void logprobs(void **state)
     int32_t p0[5] = {3, 14, 15, 92, 65}, p1[2] = {35, 89};
     int32_t *prompts[B] = {p0, p1};
     int lens[B] = {5, 2};
-    for (int no_cache = 0; no_cache <= 1; no_cache++) {
-        gen_config g = {.max_new = 4, .greedy = 1, .temperature = 1.0f, .seed = 1, .eod = -1, .no_cache = no_cache};
+    enum { TOP = 3 };
+    for (int mode = 0; mode < 3; mode++) {
+        int no_cache = mode == 1, max_new = mode == 2 ? 0 : 4;
+        gen_config g = {.max_new = max_new, .greedy = 1, .temperature = 1.0f, .seed = 1, .eod = -1, .no_cache = no_cache};
         int cap = gen_capacity(&g, B, lens), out_len[B];
-        int32_t *out[B];
-        float *lp[B];
-        for (int b = 0; b < B; b++) out[b] = calloc((size_t)cap, sizeof(int32_t)), lp[b] = calloc((size_t)cap, sizeof(float));
+        int32_t *out[B], *top_ids[B];
+        float *lp[B], *top_lp[B];
+        for (int b = 0; b < B; b++) {
+            out[b] = calloc((size_t)cap, sizeof(int32_t)), lp[b] = calloc((size_t)cap, sizeof(float));
+            top_ids[b] = calloc((size_t)cap * TOP, sizeof(int32_t)), top_lp[b] = calloc((size_t)cap * TOP, sizeof(float));
+        }
         gen_stats st;
-        gen_run(m, g_ps, &g, B, prompts, lens, out, out_len, lp, NULL, NULL, &st);
+        gen_logprobs want = {lp, TOP, top_ids, top_lp};
+        gen_run(m, g_ps, &g, B, prompts, lens, out, out_len, &want, NULL, NULL, &st);
         int32_t ids[B * T] = {0}, targets[B * T] = {0};
         int64_t sample[B] = {0, 1};
         for (int b = 0; b < B; b++)
@@ -209,7 +216,7 @@ static void logprobs(void **state)
         const float *ref = gpt_acts_logits(a);
         double worst = 0;
         for (int b = 0; b < B; b++) {
-            assert_int_equal(out_len[b], lens[b] + 4);
+            assert_int_equal(out_len[b], lens[b] + max_new);
             for (int i = 0; i + 1 < out_len[b]; i++) {
                 const float *l = ref + ((size_t)b * T + i) * Vl;
                 double mx = l[0], z = 0;
@@ -217,12 +224,24 @@ static void logprobs(void **state)
                 for (int v = 0; v < V; v++) z += exp(l[v] - mx);
                 double want = l[out[b][i + 1]] - mx - log(z);
                 worst = fmax(worst, fabs(lp[b][i] - want));
+                int best[TOP]; /* the reference's 3 largest logits, by a plain scan */
+                for (int k = 0; k < TOP; k++) {
+                    best[k] = -1;
+                    for (int v = 0; v < V; v++) {
+                        int taken = 0;
+                        for (int j = 0; j < k; j++) taken |= best[j] == v;
+                        if (!taken && (best[k] < 0 || l[v] > l[best[k]])) best[k] = v;
+                    }
+                    assert_int_equal(top_ids[b][i * TOP + k], best[k]);
+                    worst = fmax(worst, fabs(top_lp[b][i * TOP + k] - (l[best[k]] - mx - log(z))));
+                }
             }
         }
-        printf("  log-probabilities (%s): largest difference %.2e (tol 1e-4)\n", no_cache ? "no cache" : "cache", worst);
+        printf("  log-probabilities and top %d (%s): largest difference %.2e (tol 1e-4)\n", TOP,
+               mode == 0 ? "cache" : mode == 1 ? "no cache" : "nothing generated", worst);
         assert_true(worst < 1e-4);
         gpt_acts_release(m, a);
-        for (int b = 0; b < B; b++) free(out[b]), free(lp[b]);
+        for (int b = 0; b < B; b++) free(out[b]), free(lp[b]), free(top_ids[b]), free(top_lp[b]);
     }
     gpt_free(m);
 }

@@ -35,6 +35,7 @@ void tok_free(tok_tokenizer *t);
 
 int tok_vocab_size(const tok_tokenizer *t);
 int tok_eod_id(const tok_tokenizer *t); /* the id --append-eod adds; -1 if the tokenizer has none */
+int tok_bos_id(const tok_tokenizer *t); /* a tokenizer.json's beginning-of-text token; -1: none (GPT-2) */
 const char *tok_kind(const tok_tokenizer *t); /* "GPT-2 BPE" or "tokenizer.json BPE", for messages */
 
 /* The WordPiece model under t (for its special tokens and "##" pieces), or NULL when t is

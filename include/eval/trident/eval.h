@@ -91,4 +91,18 @@ typedef struct {
 int ev_hellaswag(gpt_model *m, const ps_state *ps, const tok_tokenizer *tok, const char *path,
                  ev_hellaswag_result *out, char *err, size_t errlen);
 
+typedef struct {
+    double loglikelihood; /* sum of log p(continuation token | the tokens before), nats */
+    int is_greedy;        /* every continuation token the most likely one (the lowest id on ties) */
+    int tokens;           /* continuation tokens scored */
+} ev_ll_item;
+/* LOGLIKELIHOOD: {"context": ..., "continuation": ...} a line, each a text or a list of token ids,
+ * scored as lm-evaluation-harness's loglikelihood requests are: texts split its way (the
+ * context's trailing spaces moved to the continuation, context + continuation tokenized whole,
+ * the continuation being the ids past the context's own), an empty context being the
+ * end-of-document token; an item longer than seq + 1 tokens keeps its last ones. *items (*n of
+ * them, malloc'd) in file order. */
+int ev_loglikelihood(gpt_model *m, const ps_state *ps, const tok_tokenizer *tok, const char *path, ev_ll_item **items,
+                     int *n, char *err, size_t errlen);
+
 #endif

@@ -323,6 +323,15 @@ void gpt_kv_free(gpt_model *m, gpt_kv_cache *c);
 float *gpt_infer(gpt_model *m, gpt_kv_cache *c, const int32_t *ids, const float *input, int pos, int n,
                  float *logits);
 
+/* What gpt_infer_each hands over: logits (count, vocab) (host) of rows [r0, r0 + count) of a step
+ * of B rows of n positions, row b's position pos + i being row b n + i. */
+typedef void (*gpt_logits_fn)(void *user, int r0, int count, const float *logits);
+/* gpt_infer, but the last stage hands the logits of every new position (not only each row's last)
+ * to fn, in row order, a chunk of rows at a time (about 16M logits, at least B rows), and returns NULL; other stages return their output
+ * as gpt_infer does. Collective over the tensor-parallel group. */
+float *gpt_infer_each(gpt_model *m, gpt_kv_cache *c, const int32_t *ids, const float *input, int pos, int n,
+                      gpt_logits_fn fn, void *user);
+
 /* The whole model's logical tensors as a one-rank table in m->table / m->ntensors (no buffers;
  * free(m->table) after): the canonical order below. */
 void gpt_logical_table(const gpt_config *cfg, gpt_model *m);
