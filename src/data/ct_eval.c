@@ -224,9 +224,9 @@ static size_t slice_indices(ct_rt *rt, size_t n, ct_val start, ct_val stop, ct_v
         s = s < 0 ? fmax(len + s, -1) : fmin(s, len - 1);
         e = e < -1 ? fmax(len + e, -1) : fmin(e, len - 1);
     }
-    if (dir == 0) ct_fail(rt, "slice step cannot be zero"); /* JavaScript loops for ever */
     size_t cnt = 0, cap = n + 1;
     *out = ct_alloc(&rt->arena, cap * sizeof **out);
+    if (dir == 0) return 0; /* for (i = s; 0 * i < 0 * e; ...) runs no step */
     for (double i = s; dir * i < dir * e; i += st) {
         if (++rt->steps > CT_MAX_STEPS) ct_fail(rt, "the template ran more than %ld steps", CT_MAX_STEPS);
         if (cnt < cap) (*out)[cnt++] = (long)i;
