@@ -64,8 +64,12 @@ static char *find_config(const char *dir)
     char *p = td_xmalloc(n);
     snprintf(p, n, "%s/tokenizer_config.json", dir);
     if (is_file(p)) return p;
-    snprintf(p, n, "%s/../tokenizer_config.json", dir);
-    if (is_file(p)) return p;
+    size_t l = strlen(dir);
+    while (l > 1 && dir[l - 1] == '/') l--;
+    const char *base = dir + l;
+    while (base > dir && base[-1] != '/') base--;
+    snprintf(p, n, "%.*s/../tokenizer_config.json", (int)l, dir);
+    if (!strncmp(base, "iter_", 5) && is_file(p)) return p;
     free(p);
     return NULL;
 }
