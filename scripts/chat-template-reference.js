@@ -13,7 +13,8 @@
 //        {name, template}: hand-written templates, one construct each), each is written as
 //        construct-NAME/tokenizer_config.json beside CASES.jsonl and rendered likewise
 //   chat-template-reference.js compare REF.jsonl GOT.jsonl   the counts; exits 1 on any case where
-//        trident's bytes differ, or where one side raised and the other did not
+//        trident's bytes differ, where one side raised and the other did not, or where trident's
+//        raise_exception message is not the reference's
 'use strict';
 const fs = require('fs');
 const path = require('path');
@@ -143,7 +144,12 @@ function compare(refFile, gotFile) {
     let why = null;
     if (!y) why = 'no answer from trident';
     else if (x.ok && y.ok && x.text === y.text) same++;
-    else if (!x.ok && !y.ok) bothRaised++;
+    else if (!x.ok && !y.ok) {
+      // trident's raise_exception must be the template's own message, as the reference's
+      if (y.error.startsWith('raise_exception: ') && y.error.slice(17) !== x.error.replace(/[\r\n]/g, ' '))
+        why = `both raised, but trident's raise (${y.error}) is not the reference's (${x.error})`;
+      else bothRaised++;
+    }
     else if (x.ok && y.ok) {
       let i = 0;
       while (i < x.text.length && x.text[i] === y.text[i]) i++;
