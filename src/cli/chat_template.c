@@ -28,7 +28,8 @@ static const char USAGE_TEXT[] =
     "  --add-generation-prompt   end with the opening of the assistant's turn (default: off)\n"
     "  --date YYYY-MM-DD         the date strftime_now() gives the template (default: today, local time)\n"
     "  --cases FILE.jsonl        many renders at once (tests): each line {id, config, messages,\n"
-    "                            add_generation_prompt} -> one line {id, ok: true, text} or {id, ok: false, error}\n"
+    "                            add_generation_prompt, tools} -> one line {id, ok: true, text} or\n"
+    "                            {id, ok: false, error}\n"
     "\n"
     "A template error, or the template's raise_exception(), exits 1 with one line; a bad flag exits 2.\n";
 
@@ -91,7 +92,7 @@ static int parse_date(const char *s, struct tm *tm)
 typedef struct {
     char *path;
     ct_config cfg;
-    ct_template *t;
+    ct_template *t, *tool_t;
     char err[512];
 } cached;
 
@@ -121,15 +122,24 @@ static int run_cases(const char *prog, const char *path, const struct tm *now)
             if (ct_load_config(cfgp->valuestring, &cache[k].cfg, cache[k].err, sizeof cache[k].err) == 0) {
                 if (!cache[k].cfg.template_src) snprintf(cache[k].err, sizeof cache[k].err, "no chat_template");
                 else cache[k].t = ct_compile(cache[k].cfg.template_src, cache[k].err, sizeof cache[k].err);
+                if (cache[k].t && cache[k].cfg.tool_template_src &&
+                    !(cache[k].tool_t = ct_compile(cache[k].cfg.tool_template_src, cache[k].err, sizeof cache[k].err))) {
+                    ct_free(cache[k].t);
+                    cache[k].t = NULL;
+                }
             }
         }
         cJSON *out = cJSON_CreateObject();
         cJSON_AddItemToObject(out, "id", id ? cJSON_Duplicate(id, 1) : cJSON_CreateNull());
         char err[1024] = "";
         char *r = NULL;
-        if (cache[k].t) {
-            cJSON *ctx = ct_chat_context(&cache[k].cfg, msgs, cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "add_generation_prompt")), NULL);
-            r = ct_render(cache[k].t, ctx, now, err, sizeof err);
+        const cJSON *tools = cJSON_GetObjectItemCaseSensitive(c, "tools");
+        if (cJSON_IsNull(tools)) tools = NULL;
+        ct_template *t = cache[k].t;
+        if (t && tools && cache[k].tool_t) t = cache[k].tool_t; /* get_chat_template: "tool_use" with tools */
+        if (t) {
+            cJSON *ctx = ct_chat_context(&cache[k].cfg, msgs, cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "add_generation_prompt")), tools);
+            r = ct_render(t, ctx, now, err, sizeof err);
             cJSON_Delete(ctx);
         } else {
             snprintf(err, sizeof err, "%s", cache[k].err);
@@ -149,6 +159,7 @@ static int run_cases(const char *prog, const char *path, const struct tm *now)
         free(cache[k].path);
         ct_config_free(&cache[k].cfg);
         ct_free(cache[k].t);
+        ct_free(cache[k].tool_t);
     }
     free(cache);
     free(text);

@@ -327,7 +327,7 @@ static int run_iteration(ct_rt *rt, const ct_nodes *body, ct_env *scope, ct_buf 
 {
     ct_loop_jmp lj;
     lj.outer = rt->loop;
-    int depth = rt->depth;
+    int depth = rt->depth, calls = rt->calls;
     rt->loop = &lj;
     int r = setjmp(lj.jb);
     if (r == 0) {
@@ -335,6 +335,7 @@ static int run_iteration(ct_rt *rt, const ct_nodes *body, ct_env *scope, ct_buf 
         ct_buf_put(rt, out, v.u.s->s, v.u.s->len);
     } else {
         rt->depth = depth;
+        rt->calls = calls;
     }
     rt->loop = lj.outer;
     return r;
@@ -472,7 +473,7 @@ static ct_val eval_raw(ct_rt *rt, const ct_node *n, ct_env *env)
 {
     if (!n) return (ct_val){.t = V_UNDEF};
     if (++rt->steps > CT_MAX_STEPS) ct_fail(rt, "the template ran more than %ld steps", CT_MAX_STEPS);
-    if (++rt->depth > 15 * CT_MAX_DEPTH) ct_fail(rt, "the template's calls nest deeper than %d", 15 * CT_MAX_DEPTH);
+    if (++rt->depth > CT_MAX_EVAL_DEPTH) ct_fail(rt, "the template's evaluation nests deeper than %d", CT_MAX_EVAL_DEPTH);
     ct_val v = {.t = V_NULL};
     switch (n->type) {
     case N_TEXT:

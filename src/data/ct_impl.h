@@ -12,7 +12,9 @@
 #include <cjson/cJSON.h>
 
 /* ---- bounds (untrusted templates) ---- */
-#define CT_MAX_DEPTH 200                 /* nesting of the syntax and of calls */
+#define CT_MAX_DEPTH 200                 /* nesting of the syntax */
+#define CT_MAX_EVAL_DEPTH 1000           /* nesting of evaluation */
+#define CT_MAX_CALLS 200                 /* nesting of macro calls (with the above: a render needs < 512 KiB of stack) */
 #define CT_MAX_STEPS 20000000L           /* evaluation steps of one render */
 #define CT_MAX_MEMORY ((size_t)256 << 20) /* arena bytes of one render */
 #define CT_MAX_OUTPUT ((size_t)64 << 20) /* bytes of any one string */
@@ -127,7 +129,7 @@ typedef struct {
     char *err;
     size_t errlen;
     long steps;
-    int depth;
+    int depth, calls;
     ct_loop_jmp *loop; /* innermost for loop running (break/continue land there) */
     struct tm now;
 } ct_rt;

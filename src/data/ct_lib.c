@@ -476,18 +476,23 @@ ct_val ct_call_func(ct_rt *rt, ct_val fn, ct_array *args, ct_env *env)
     switch (f->kind) {
     case F_GLOBAL: return call_global(rt, f->name, args);
     case F_METHOD: return call_method(rt, f, args);
-    case F_MACRO: {
-        if (rt->depth > 10 * CT_MAX_DEPTH) ct_fail(rt, "the template's macros nest deeper than the limit");
-        ct_env *scope = ct_env_new(rt, env);
-        char display[96];
-        snprintf(display, sizeof display, "'%s'", f->name);
-        ct_bind_macro_args(rt, display, &f->node->args, f->node->uses_kwargs, f->node->uses_varargs, args, scope);
-        return ct_eval_block(rt, &f->node->body, scope);
-    }
+    case F_MACRO:
     case F_CALLER: {
-        ct_env *scope = ct_env_new(rt, f->env);
-        ct_bind_macro_args(rt, "None", &f->node->alt, f->node->uses_kwargs, f->node->uses_varargs, args, scope);
-        return ct_eval_block(rt, &f->node->body, scope);
+        if (++rt->calls > CT_MAX_CALLS) ct_fail(rt, "the template's macro calls nest deeper than %d", CT_MAX_CALLS);
+        ct_env *scope = ct_env_new(rt, f->kind == F_MACRO ? env : f->env);
+        if (f->kind == F_MACRO) {
+            ct_val name = ct_mk_str(rt, "'", 1);
+            ct_buf b = {0};
+            ct_buf_put(rt, &b, name.u.s->s, 1);
+            ct_buf_puts(rt, &b, f->name);
+            ct_buf_puts(rt, &b, "'");
+            ct_bind_macro_args(rt, b.p, &f->node->args, f->node->uses_kwargs, f->node->uses_varargs, args, scope);
+        } else {
+            ct_bind_macro_args(rt, "None", &f->node->alt, f->node->uses_kwargs, f->node->uses_varargs, args, scope);
+        }
+        ct_val v = ct_eval_block(rt, &f->node->body, scope);
+        rt->calls--;
+        return v;
     }
     }
     ct_fail(rt, "bad function");

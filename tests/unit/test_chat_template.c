@@ -259,7 +259,16 @@ static void hostile_templates(void **state)
     expect_error(ifs, "nested deeper");
     free(ifs);
     free(deep);
-    expect_error("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", "deeper");
+    expect_error("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", "macro calls nest deeper than 200");
+    char *chain = malloc(2 * 3000 + 16);
+    strcpy(chain, "{{ 1");
+    for (int i = 0; i < 3000; i++) strcat(chain + 4 + 2 * i, "+1");
+    strcat(chain, " }}");
+    expect_error(chain, "nests deeper than 1000");
+    chain[4 + 2 * 900] = 0; /* 901 terms: within the bound */
+    strcat(chain, " }}");
+    expect(chain, "901");
+    free(chain);
     /* 10^10 iterations: the step or the memory bound ends it */
     expect_error("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", NULL);
     expect_error("{% set ns = namespace(s='xxxxxxxxxxxxxxxx') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}"
