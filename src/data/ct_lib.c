@@ -386,6 +386,35 @@ static ct_val call_method(ct_rt *rt, const ct_func *f, ct_array *args)
 
 /* ---------------------------------------------------------------- globals */
 
+static double parse_num(const ct_str *s, int integer, int *ok);
+
+/* Number(value.value): what arithmetic and comparisons make of a raw JavaScript value. */
+static double js_number(ct_val v)
+{
+    switch (v.t) {
+    case V_INT:
+    case V_FLOAT: return v.u.n;
+    case V_BOOL: return v.u.b;
+    case V_NULL: return 0;
+    case V_STR: {
+        int ok;
+        size_t a = ct_js_ws_prefix(v.u.s->s, v.u.s->len);
+        if (a == v.u.s->len) return 0;
+        double d = parse_num(v.u.s, 0, &ok);
+        /* the whole string must be the number (parseFloat takes a prefix) */
+        char tmp[64];
+        size_t z = v.u.s->len - ct_js_ws_suffix(v.u.s->s, v.u.s->len);
+        if (!ok || z - a >= sizeof tmp) return NAN;
+        memcpy(tmp, v.u.s->s + a, z - a);
+        tmp[z - a] = 0;
+        char *end;
+        double e = strtod(tmp, &end);
+        return *end || strpbrk(tmp, "xXnNiI") ? (strcmp(tmp, "Infinity") ? NAN : d) : e;
+    }
+    default: return NAN;
+    }
+}
+
 static const char *const MONTHS[] = {"January", "February", "March", "April", "May", "June", "July",
                                      "August", "September", "October", "November", "December"};
 
@@ -426,18 +455,19 @@ static ct_val call_global(ct_rt *rt, const char *name, ct_array *args)
         else ct_js_string(rt, &b, args->v[0]);
         ct_fail(rt, "raise_exception: %s", b.p ? b.p : "");
     }
-    if (!strcmp(name, "range")) {
-        for (size_t i = 0; i < args->n; i++)
-            if (args->v[i].t != V_INT && args->v[i].t != V_FLOAT) ct_fail(rt, "range() arguments must be numbers");
-        if (args->n == 0) ct_fail(rt, "range() needs an argument");
-        double start = args->v[0].u.n, stop, step = args->n > 2 ? args->v[2].u.n : 1;
-        if (args->n > 1) stop = args->v[1].u.n;
-        else stop = start, start = 0;
-        if (step == 0) ct_fail(rt, "range() step must not be zero");
+    if (!strcmp(name, "range")) { /* utils.ts range() on the arguments' JavaScript values */
+        double a[3];
+        int string_step = args->n > 2 && args->v[2].t == V_STR;
+        for (size_t i = 0; i < 3; i++) a[i] = i < args->n ? js_number(args->v[i]) : NAN;
+        int has_stop = args->n > 1 && args->v[1].t != V_UNDEF;
+        double start = a[0], stop = a[1], step = args->n > 2 && args->v[2].t != V_UNDEF ? a[2] : 1;
+        if (!has_stop) stop = start, start = 0;
+        if (step == 0 && !string_step) ct_fail(rt, "range() step must not be zero");
         ct_val out = ct_mk_array(rt, V_ARRAY, 0);
         for (double i = start; step > 0 ? i < stop : i > stop; i += step) {
             if (++rt->steps > CT_MAX_STEPS) ct_fail(rt, "the template ran more than %ld steps", CT_MAX_STEPS);
             ct_array_push(rt, out.u.a, ct_mk_num(i, i == floor(i)));
+            if (string_step) break; /* i += "..." makes i a string: approximated as the end */
         }
         return out;
     }
