@@ -105,8 +105,8 @@ static ct_val binary(ct_rt *rt, const ct_node *n, ct_env *env)
     if (!strcmp(op, "and")) return ct_truthy(l) ? ct_eval(rt, n->b, env) : l;
     if (!strcmp(op, "or")) return ct_truthy(l) ? l : ct_eval(rt, n->b, env);
     ct_val r = ct_eval(rt, n->b, env);
-    if (!strcmp(op, "==")) return ct_mk_bool(ct_loose_eq(l, r));
-    if (!strcmp(op, "!=")) return ct_mk_bool(!ct_loose_eq(l, r));
+    if (!strcmp(op, "==")) return ct_mk_bool(ct_loose_eq(rt, l, r));
+    if (!strcmp(op, "!=")) return ct_mk_bool(!ct_loose_eq(rt, l, r));
     int in = !strcmp(op, "in"), notin = !strcmp(op, "not in");
     if (l.t == V_UNDEF || r.t == V_UNDEF) {
         if (r.t == V_UNDEF && (in || notin)) return ct_mk_bool(notin);

@@ -178,7 +178,7 @@ ct_val ct_call_func(ct_rt *rt, ct_val fn, ct_array *args, ct_env *env);
 ct_val ct_builtin_member(ct_rt *rt, ct_val obj, const char *name, size_t n); /* or V_UNDEF */
 int ct_compare(ct_rt *rt, ct_val a, ct_val b, int case_sensitive);
 int ct_strict_eq(ct_val a, ct_val b); /* x.value === y.value */
-int ct_loose_eq(ct_val a, ct_val b);  /* x.value == y.value */
+int ct_loose_eq(ct_rt *rt, ct_val a, ct_val b); /* x.value == y.value */
 
 /* evaluator (ct_eval.c) */
 ct_val ct_eval(ct_rt *rt, const ct_node *n, ct_env *env);

@@ -448,11 +448,8 @@ static ct_val strftime_now(ct_rt *rt, const ct_str *fmt)
 static ct_val call_global(ct_rt *rt, const char *name, ct_array *args)
 {
     if (!strcmp(name, "raise_exception")) {
-        ct_buf b = {0};
-        if (args->n == 0) ct_buf_puts(rt, &b, "undefined");
-        else if (args->v[0].t == V_NULL) ct_buf_puts(rt, &b, "null");
-        else if (args->v[0].t == V_UNDEF) ct_buf_puts(rt, &b, "undefined");
-        else ct_js_string(rt, &b, args->v[0]);
+        ct_buf b = {0}; /* new Error(value): undefined (and NullValue's value) gives "" */
+        if (args->n > 0) ct_js_string(rt, &b, args->v[0]);
         ct_fail(rt, "raise_exception: %s", b.p ? b.p : "");
     }
     if (!strcmp(name, "range")) { /* utils.ts range() on the arguments' JavaScript values */

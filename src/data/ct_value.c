@@ -265,7 +265,7 @@ void ct_to_string(ct_rt *rt, ct_buf *b, ct_val v)
         } else put_num(rt, b, v.u.n);
         return;
     case V_BOOL: ct_buf_puts(rt, b, v.u.b ? "true" : "false"); return;
-    case V_NULL: ct_buf_puts(rt, b, "null"); return;
+    case V_NULL: /* NullValue holds JavaScript's undefined (new NullValue() with no value) */
     case V_UNDEF: ct_buf_puts(rt, b, "undefined"); return;
     case V_ARRAY:
     case V_TUPLE:
@@ -429,8 +429,9 @@ static int is_number(ct_val v) { return v.t == V_INT || v.t == V_FLOAT; }
 
 int ct_strict_eq(ct_val a, ct_val b)
 {
-    if (a.t == V_HOLE) a.t = V_UNDEF;
-    if (b.t == V_HOLE) b.t = V_UNDEF;
+    /* NullValue's value is undefined too: null, undefined and a hole are one value here */
+    if (a.t == V_HOLE || a.t == V_NULL) a.t = V_UNDEF;
+    if (b.t == V_HOLE || b.t == V_NULL) b.t = V_UNDEF;
     if (is_number(a) && is_number(b)) return a.u.n == b.u.n;
     if (is_composite(a) || is_composite(b)) return same_ref(a, b);
     if (a.t != b.t) return 0;
@@ -459,21 +460,22 @@ static double js_to_number(const ct_str *s)
     return *end ? NAN : v;
 }
 
-int ct_loose_eq(ct_val a, ct_val b)
+int ct_loose_eq(ct_rt *rt, ct_val a, ct_val b)
 {
     if (a.t == V_HOLE) a.t = V_UNDEF;
     if (b.t == V_HOLE) b.t = V_UNDEF;
     int na = a.t == V_NULL || a.t == V_UNDEF, nb = b.t == V_NULL || b.t == V_UNDEF;
     if (na || nb) return na && nb;
     if (is_composite(a) && is_composite(b)) return same_ref(a, b);
-    if (a.t == V_BOOL) return ct_loose_eq(ct_mk_num(a.u.b, 1), b);
-    if (b.t == V_BOOL) return ct_loose_eq(a, ct_mk_num(b.u.b, 1));
+    if (a.t == V_BOOL) return ct_loose_eq(rt, ct_mk_num(a.u.b, 1), b);
+    if (b.t == V_BOOL) return ct_loose_eq(rt, a, ct_mk_num(b.u.b, 1));
     if (is_composite(a) || is_composite(b)) {
         if (a.t == V_FUNC || b.t == V_FUNC) return 0;
-        /* ToPrimitive: the composite as String() makes it; a temporary arena is not at hand,
-         * so compare piecewise only the common case: a composite never equals a number or
-         * string in the templates we know; JavaScript would compare its join(",") */
-        return 0;
+        /* ToPrimitive: an array as its join(","), a Map as "[object Map]" */
+        ct_buf p = {0};
+        ct_js_string(rt, &p, is_composite(a) ? a : b);
+        ct_val s = ct_buf_val(rt, &p);
+        return is_composite(a) ? ct_loose_eq(rt, s, b) : ct_loose_eq(rt, a, s);
     }
     if (is_number(a) && is_number(b)) return a.u.n == b.u.n;
     if (a.t == V_STR && b.t == V_STR) return a.u.s->len == b.u.s->len && !memcmp(a.u.s->s, b.u.s->s, a.u.s->len);

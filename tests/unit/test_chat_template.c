@@ -141,6 +141,12 @@ static void comparisons(void **state)
     (void)state;
     expect("{{ 1 == 1.0 }}{{ '1' == 1 }}{{ true == 1 }}{{ missing == none }}", "truetruetruetrue"); /* JS == */
     expect("{{ [1] == [1] }}{{ messages == messages }}", "falsetrue");
+    /* an array against a primitive: its join(",") (ToPrimitive); a dict is "[object Map]" */
+    expect("{{ [] == false }}{{ [1, 2] == '1,2' }}{{ [1] == 1 }}{{ [[1, 2]] == '1,2' }}{{ {} == '[object Map]' }}",
+           "truetruetruefalsetrue");
+    /* none is a NullValue holding JavaScript's undefined: "undefined" inside an array's string,
+     * and === to an undefined */
+    expect("{{ [none, 1] ~ '' }}{{ [none, missing] | unique | length }}", "undefined,11");
     expect("{{ 'b' in 'abc' }}{{ 2 in [1, 2] }}{{ 'a' in {'a': 1} }}{{ 'z' not in 'abc' }}{{ 1 in missing }}",
            "truetruetruetruefalse");
     expect("{{ [] or 'x' }}{{ 'y' and 'z' }}{{ not [] }}{{ none or 0 or '' or 'last' }}", "xztruelast");
@@ -222,6 +228,7 @@ static void errors(void **state)
 {
     (void)state;
     expect_error("{{ raise_exception('Roles must alternate\nreally') }}", "raise_exception: Roles must alternate really");
+    expect_error("{{ raise_exception(none) }}", "raise_exception: "); /* new Error(undefined): "" */
     expect_error("{% if %}x{% endif %}", "template syntax");
     expect_error("{% for m in messages %}x", "missing {% endfor %}");
     expect_error("{{ 'unterminated }}", "unexpected end of input");
