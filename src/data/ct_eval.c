@@ -528,7 +528,7 @@ static ct_val eval_raw(ct_rt *rt, const ct_node *n, ct_env *env)
     case N_BINARY: v = binary(rt, n, env); break;
     case N_FILTER: v = ct_apply_filter(rt, eval_raw(rt, n->a, env), n->b, env); break;
     case N_TEST: {
-        ct_val a = ct_eval(rt, n->a, env);
+        ct_val a = eval_raw(rt, n->a, env);
         int r = ct_run_test(rt, n->b->s, a, NULL);
         v = ct_mk_bool(n->flag ? !r : r);
         break;

@@ -122,6 +122,9 @@ static void assignments(void **state)
     expect("{% set a, b = [1, 2] %}{{ b }}{{ a }}", "21");
     expect("{% set s %}x{{ 1 + 1 }}{% endset %}[{{ s }}]", "[x2]");
     expect("{% set x = [] | first %}[{{ x }}]", "[]"); /* a JavaScript undefined kept by set prints nothing */
+    /* the reference's instanceof tests take it (false); default() without its flag passes it on */
+    expect("{{ ([] | last) is sequence }}{{ ([] | first) is not number }}{% set y = ([] | first) | default('d') %}[{{ y }}]",
+           "falsetrue[]");
 }
 
 static void arithmetic_and_numbers(void **state)
@@ -238,6 +241,7 @@ static void errors(void **state)
     expect_error("{{ missing + 1 }}", "undefined");
     expect_error("{{ none ~ 'x' }}", "null");
     expect_error("{{ [] | first }}", "undefined in JavaScript");
+    expect_error("{{ ([] | first) is defined }}", "undefined in JavaScript"); /* .type of undefined throws there */
     expect_error("{% break %}", "outside a for loop");
     expect_error("{{ 'x'.format(1) }}", "not a function");
     expect_error("{{ é }}", "unexpected character");
