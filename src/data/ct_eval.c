@@ -149,7 +149,10 @@ static ct_val binary(ct_rt *rt, const ct_node *n, ct_env *env)
     } else if (ct_is_array(r)) {
         if (in || notin) {
             int found = 0;
-            for (size_t i = 0; i < r.u.a->n && !found; i++) found = ct_strict_eq(r.u.a->v[i], l);
+            for (size_t i = 0; i < r.u.a->n && !found; i++) {
+                ct_check_value(rt, r.u.a->v[i]); /* find's x.value of undefined throws there */
+                found = ct_strict_eq(r.u.a->v[i], l);
+            }
             rt->steps += (long)r.u.a->n;
             return ct_mk_bool(in ? found : !found);
         }
@@ -501,15 +504,16 @@ static ct_val eval_raw(ct_rt *rt, const ct_node *n, ct_env *env)
     case N_FILTERSTMT: v = ct_apply_filter(rt, ct_eval_block(rt, &n->body, env), n->a, env); break;
     case N_ARRAY:
     case N_TUPLE:
+        /* an element may be a JavaScript undefined (a hole): the reference keeps it until used */
         v = ct_mk_array(rt, n->type == N_ARRAY ? V_ARRAY : V_TUPLE, n->args.n);
-        for (size_t i = 0; i < n->args.n; i++) ct_array_push(rt, v.u.a, ct_eval(rt, n->args.v[i], env));
+        for (size_t i = 0; i < n->args.n; i++) ct_array_push(rt, v.u.a, eval_raw(rt, n->args.v[i], env));
         break;
     case N_OBJECT:
         v = ct_mk_map(rt, V_OBJECT);
         for (size_t i = 0; i < n->keys.n; i++) {
             ct_val k = ct_eval(rt, n->keys.v[i], env);
             if (k.t != V_STR) ct_fail(rt, "object keys must be strings: got %s", ct_type_name(k));
-            ct_map_set(rt, v.u.m, k.u.s->s, k.u.s->len, ct_eval(rt, n->args.v[i], env));
+            ct_map_set(rt, v.u.m, k.u.s->s, k.u.s->len, eval_raw(rt, n->args.v[i], env));
         }
         break;
     case N_IDENT: v = lookup(env, n->s, n->len); break;

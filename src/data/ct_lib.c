@@ -644,6 +644,7 @@ static ct_val join(ct_rt *rt, ct_val operand, const ct_str *sep)
     } else {
         for (size_t i = 0; i < operand.u.a->n; i++) {
             if (i) ct_buf_put(rt, &b, sep->s, sep->len);
+            ct_check_value(rt, operand.u.a->v[i]); /* x.value of undefined throws there */
             ct_js_string(rt, &b, operand.u.a->v[i]);
         }
     }
@@ -673,6 +674,7 @@ static ct_val array_filter(ct_rt *rt, ct_val op, const char *f)
     if (!strcmp(f, "unique")) {
         ct_val out = ct_mk_array(rt, V_ARRAY, 0);
         for (size_t i = 0; i < a->n; i++) {
+            ct_check_value(rt, a->v[i]); /* item.value of undefined throws there */
             int seen = 0;
             for (size_t j = 0; j < out.u.a->n && !seen; j++) {
                 ct_val x = out.u.a->v[j], y = a->v[i];
@@ -780,6 +782,7 @@ static ct_val call_filter(ct_rt *rt, ct_val op, const ct_node *call, ct_env *env
         ct_val out = ct_mk_array(rt, V_ARRAY, 0);
         for (size_t i = 0; i < op.u.a->n; i++) {
             ct_val *a = ct_map_get(op.u.a->v[i].u.m, attr->s, attr->len);
+            if (a && a->t == V_HOLE) a = NULL; /* `a ? ... : false` of a JavaScript undefined */
             int r = a ? (test ? ct_run_test(rt, test, *a, &value) : ct_truthy(*a)) : 0;
             if (select ? r : !r) ct_array_push(rt, out.u.a, op.u.a->v[i]);
         }

@@ -125,6 +125,8 @@ static void assignments(void **state)
     /* the reference's instanceof tests take it (false); default() without its flag passes it on */
     expect("{{ ([] | last) is sequence }}{{ ([] | first) is not number }}{% set y = ([] | first) | default('d') %}[{{ y }}]",
            "falsetrue[]");
+    /* inside a list or dict literal it stays until used: a join of the list's string skips it */
+    expect("{% if {'a': [] | first} %}T{% endif %}{{ [[] | first, 1] | length }}{{ [[] | first, 2] ~ 'x' }}", "T2,2x");
 }
 
 static void arithmetic_and_numbers(void **state)
