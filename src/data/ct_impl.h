@@ -1,6 +1,7 @@
 /* Chat templates inside: the arena, the tokens, the syntax tree and the values shared by
- * chat_template.c (lexer, parser, API), ct_eval.c (evaluator) and ct_lib.c (filters, tests,
- * methods, JSON, strings). Names mirror @huggingface/jinja's so the two read side by side. */
+ * chat_template.c (arena, API), ct_lex.c, ct_parse.c, ct_eval.c (evaluator), ct_lib.c (filters,
+ * tests, methods, globals) and ct_value.c (values, strings, JSON). Names mirror
+ * @huggingface/jinja's so the two read side by side. */
 #ifndef TRIDENT_CT_IMPL_H
 #define TRIDENT_CT_IMPL_H
 
@@ -170,6 +171,10 @@ size_t ct_js_ws_suffix(const char *s, size_t n);      /* ... at the end */
 size_t ct_utf16_len(const char *s, size_t n);
 void ct_tojson(ct_rt *rt, ct_buf *b, ct_val v, int indent, int ensure_ascii, int sort_keys,
                const char *item_sep, const char *key_sep, int depth, int undef_to_null);
+
+/* compile (ct_lex.c, ct_parse.c): tokens and syntax tree in rt's arena; errors through ct_fail */
+void ct_tokenize(ct_rt *rt, const char *src, ct_token **tokens, size_t *n);
+void ct_parse(ct_rt *rt, ct_token *tokens, size_t n, ct_nodes *body);
 
 /* library (ct_lib.c) */
 ct_val ct_apply_filter(ct_rt *rt, ct_val operand, const ct_node *filter, ct_env *env);
