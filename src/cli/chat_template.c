@@ -139,7 +139,7 @@ static int run_cases(const char *prog, const char *path, const struct tm *now)
         if (t && tools && cache[k].tool_t) t = cache[k].tool_t; /* get_chat_template: "tool_use" with tools */
         if (t) {
             cJSON *ctx = ct_chat_context(&cache[k].cfg, msgs, cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "add_generation_prompt")), tools);
-            r = ct_render(t, ctx, now, err, sizeof err);
+            r = ct_render(t, ctx, now, NULL, err, sizeof err);
             cJSON_Delete(ctx);
         } else {
             snprintf(err, sizeof err, "%s", cache[k].err);
@@ -230,9 +230,9 @@ int cli_chat_template(int argc, char **argv)
     ct_template *t = ct_compile(src, err, sizeof err);
     if (!t) td_fatal(1, "%s: the chat_template of %s: %s", prog, config, err);
     cJSON *ctx = ct_chat_context(&cfg, messages, add_gen, tools);
-    char *out = ct_render(t, ctx, nowp, err, sizeof err);
+    size_t n;
+    char *out = ct_render(t, ctx, nowp, &n, err, sizeof err);
     if (!out) td_fatal(1, "%s: the chat_template of %s: %s", prog, config, err);
-    size_t n = strlen(out);
     if (n && fwrite(out, 1, n, stdout) != n) td_fatal(1, "%s: writing stdout failed: %s", prog, td_strerror(errno));
     if (fflush(stdout) != 0) td_fatal(1, "%s: writing stdout failed: %s", prog, td_strerror(errno));
     free(out);

@@ -120,7 +120,7 @@ static void set_fn(ct_rt *rt, ct_env *env, const char *name)
     ct_map_set(rt, &env->vars, name, strlen(name), (ct_val){.t = V_FUNC, .u.f = f});
 }
 
-char *ct_render(const ct_template *t, const cJSON *ctx, const struct tm *now, char *err, size_t errlen)
+char *ct_render(const ct_template *t, const cJSON *ctx, const struct tm *now, size_t *len, char *err, size_t errlen)
 {
     char dummy[8];
     if (!err || !errlen) err = dummy, errlen = sizeof dummy;
@@ -169,6 +169,7 @@ char *ct_render(const ct_template *t, const cJSON *ctx, const struct tm *now, ch
     out = malloc(r.u.s->len + 1);
     if (!out) ct_fail(rt, "out of memory");
     memcpy(out, r.u.s->s, r.u.s->len + 1);
+    if (len) *len = r.u.s->len;
     ct_arena_free(&rt->arena);
     free(rt);
     return out;

@@ -28,7 +28,9 @@ static char *render(const char *src, const char *ctx, char *err, size_t errlen)
     cJSON *j = cJSON_Parse(ctx ? ctx : CTX);
     assert_non_null(j);
     struct tm now = {.tm_year = 124, .tm_mon = 6, .tm_mday = 26, .tm_hour = 9, .tm_min = 5};
-    char *out = ct_render(t, j, &now, err, errlen);
+    size_t len = 0;
+    char *out = ct_render(t, j, &now, &len, err, errlen);
+    if (out) assert_int_equal(len, strlen(out)); /* no case here writes a NUL (see nul_in_output) */
     cJSON_Delete(j);
     ct_free(t);
     return out;
@@ -250,7 +252,7 @@ static void errors(void **state)
     char err[256];
     cJSON *j = cJSON_Parse("{\"raise_exception\": 1}");
     ct_template *t = ct_compile("x", err, sizeof err);
-    assert_null(ct_render(t, j, NULL, err, sizeof err)); /* a context may not redeclare a global */
+    assert_null(ct_render(t, j, NULL, NULL, err, sizeof err)); /* a context may not redeclare a global */
     assert_non_null(strstr(err, "already declared"));
     ct_free(t);
     cJSON_Delete(j);
@@ -327,6 +329,22 @@ static void load_config(void **state)
     assert_int_equal(ct_load_config("/nonexistent/tokenizer_config.json", &c, err, sizeof err), -1);
 }
 
+/* A NUL the template writes itself ('\x00') is in the output: *len counts past it. */
+static void nul_in_output(void **state)
+{
+    (void)state;
+    char err[256];
+    ct_template *t = ct_compile("{{ 'a\\x00b' }}", err, sizeof err);
+    assert_non_null(t);
+    size_t len = 0;
+    char *out = ct_render(t, NULL, NULL, &len, err, sizeof err);
+    assert_non_null(out);
+    assert_int_equal(len, 3);
+    assert_memory_equal(out, "a\0b", 4);
+    free(out);
+    ct_free(t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests_[] = {
@@ -337,6 +355,7 @@ int main(void)
         cmocka_unit_test(tojson), cmocka_unit_test(strings_and_methods),
         cmocka_unit_test(macros_and_globals), cmocka_unit_test(errors),
         cmocka_unit_test(hostile_templates), cmocka_unit_test(load_config),
+        cmocka_unit_test(nul_in_output),
     };
     return cmocka_run_group_tests(tests_, NULL, NULL);
 }

@@ -20,11 +20,11 @@ ct_template *ct_compile(const char *src, char *err, size_t errlen);
 
 /* Renders t with the variables of `ctx`, a cJSON object (messages, add_generation_prompt,
  * bos_token, ...; ct_chat_context builds the one apply_chat_template passes). `now` is the
- * local time strftime_now() formats (NULL: the clock). Returns a malloc'd NUL-terminated string
- * (the output may hold no NUL: JSON strings cannot carry one into it), or NULL with a one-line
- * reason in err[errlen]: the template's raise_exception("...") gives "raise_exception: ...".
- * Thread-safe: t is only read. */
-char *ct_render(const ct_template *t, const cJSON *ctx, const struct tm *now, char *err, size_t errlen);
+ * local time strftime_now() formats (NULL: the clock). Returns a malloc'd string, NUL-terminated,
+ * its length in *len if len is not NULL (a template may write a NUL itself: '\x00'), or NULL with
+ * a one-line reason in err[errlen]: the template's raise_exception("...") gives
+ * "raise_exception: ...". Thread-safe: t is only read; a render needs < 512 KiB of stack. */
+char *ct_render(const ct_template *t, const cJSON *ctx, const struct tm *now, size_t *len, char *err, size_t errlen);
 
 void ct_free(ct_template *t);
 
