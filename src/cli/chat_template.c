@@ -24,11 +24,12 @@ static const char USAGE_TEXT[] =
     "  --model-dir DIR           a Hugging Face model folder or a trident checkpoint converted from one:\n"
     "                            DIR/tokenizer_config.json (of an iter_NNNNNNN folder, its parent's)\n"
     "  --messages FILE.json      a JSON list of messages ({\"role\": ..., \"content\": ...}), or an object\n"
-    "                            {\"messages\": [...], \"tools\": [...]}; '-' reads stdin\n"
+    "                            {\"messages\": [...], \"tools\": [...], ...}: its other members are more\n"
+    "                            variables for the template (\"enable_thinking\": false); '-' reads stdin\n"
     "  --add-generation-prompt   end with the opening of the assistant's turn (default: off)\n"
     "  --date YYYY-MM-DD         the date strftime_now() gives the template (default: today, local time)\n"
     "  --cases FILE.jsonl        many renders at once (tests): each line {id, config, messages,\n"
-    "                            add_generation_prompt, tools} -> one line {id, ok: true, text} or\n"
+    "                            add_generation_prompt, tools, kwargs} -> one line {id, ok: true, text} or\n"
     "                            {id, ok: false, error}\n"
     "\n"
     "A template error, or the template's raise_exception(), exits 1 with one line; a bad flag exits 2.\n";
@@ -138,7 +139,8 @@ static int run_cases(const char *prog, const char *path, const struct tm *now)
         ct_template *t = cache[k].t;
         if (t && tools && cache[k].tool_t) t = cache[k].tool_t; /* get_chat_template: "tool_use" with tools */
         if (t) {
-            cJSON *ctx = ct_chat_context(&cache[k].cfg, msgs, cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "add_generation_prompt")), tools);
+            cJSON *ctx = ct_chat_context(&cache[k].cfg, msgs, cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "add_generation_prompt")),
+                                         tools, cJSON_GetObjectItemCaseSensitive(c, "kwargs"));
             r = ct_render(t, ctx, now, NULL, err, sizeof err);
             cJSON_Delete(ctx);
         } else {
@@ -217,10 +219,14 @@ int cli_chat_template(int argc, char **argv)
     cJSON *j = cJSON_ParseWithLength(text, len);
     free(text);
     const cJSON *messages = j, *tools = NULL;
+    cJSON *kwargs = cJSON_CreateObject(); /* the object's other members: apply_chat_template's kwargs */
     if (cJSON_IsObject(j)) {
         messages = cJSON_GetObjectItemCaseSensitive(j, "messages");
         tools = cJSON_GetObjectItemCaseSensitive(j, "tools");
         if (cJSON_IsNull(tools)) tools = NULL;
+        for (const cJSON *k = j->child; k; k = k->next)
+            if (strcmp(k->string, "messages") && strcmp(k->string, "tools"))
+                cJSON_AddItemToObject(kwargs, k->string, cJSON_Duplicate(k, 1));
     }
     if (!cJSON_IsArray(messages))
         td_fatal(1, "%s: --messages %s is not a JSON list of messages (nor an object with one as \"messages\")", prog, messages_path);
@@ -229,7 +235,8 @@ int cli_chat_template(int argc, char **argv)
     if (!src) td_fatal(1, "%s: %s has no chat_template", prog, config);
     ct_template *t = ct_compile(src, err, sizeof err);
     if (!t) td_fatal(1, "%s: the chat_template of %s: %s", prog, config, err);
-    cJSON *ctx = ct_chat_context(&cfg, messages, add_gen, tools);
+    cJSON *ctx = ct_chat_context(&cfg, messages, add_gen, tools, kwargs);
+    cJSON_Delete(kwargs);
     size_t n;
     char *out = ct_render(t, ctx, nowp, &n, err, sizeof err);
     if (!out) td_fatal(1, "%s: the chat_template of %s: %s", prog, config, err);

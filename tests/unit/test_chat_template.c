@@ -312,10 +312,12 @@ static void load_config(void **state)
     assert_null(c.special[CT_PAD]); /* empty: transformers.js passes no such token */
     assert_null(c.special[CT_UNK]);
     cJSON *m = cJSON_Parse("[]");
-    cJSON *ctx = ct_chat_context(&c, m, 1, NULL);
+    cJSON *kw = cJSON_Parse("{\"enable_thinking\": false, \"bos_token\": \"B\"}");
+    cJSON *ctx = ct_chat_context(&c, m, 1, NULL, kw);
     char *s = cJSON_PrintUnformatted(ctx);
     assert_string_equal(s, "{\"messages\":[],\"add_generation_prompt\":true,\"tools\":null,\"documents\":null,"
-                           "\"bos_token\":\"<s>\",\"eos_token\":\"</s>\"}");
+                           "\"bos_token\":\"B\",\"eos_token\":\"</s>\",\"enable_thinking\":false}");
+    cJSON_Delete(kw);
     free(s);
     cJSON_Delete(ctx);
     cJSON_Delete(m);

@@ -46,9 +46,12 @@ typedef struct {
 int ct_load_config(const char *path, ct_config *cfg, char *err, size_t errlen);
 void ct_config_free(ct_config *cfg);
 
-/* The context apply_chat_template(messages, {add_generation_prompt, tools}) of transformers.js
- * renders with: {messages, add_generation_prompt, tools (null if NULL), documents: null, and each
- * special token cfg has}. `messages` and `tools` are copied. Returns a new cJSON object. */
-cJSON *ct_chat_context(const ct_config *cfg, const cJSON *messages, int add_generation_prompt, const cJSON *tools);
+/* The context apply_chat_template(messages, {add_generation_prompt, tools, ...kwargs}) of
+ * transformers.js renders with: {messages, add_generation_prompt, tools (null if NULL), documents:
+ * null, each special token cfg has, then the members of the object `kwargs` (NULL: none; e.g.
+ * {"enable_thinking": false}), a member of the same name replacing the value in place}. Its
+ * arguments are copied. Returns a new cJSON object. */
+cJSON *ct_chat_context(const ct_config *cfg, const cJSON *messages, int add_generation_prompt, const cJSON *tools,
+                       const cJSON *kwargs);
 
 #endif
