@@ -17,6 +17,7 @@ int cli_plan(int argc, char **argv);
 int cli_train(int argc, char **argv);
 
 int cli_tokenize(int argc, char **argv);
+int cli_chat_template(int argc, char **argv);
 int cli_preprocess(int argc, char **argv);
 
 int cli_checkpoint(int argc, char **argv);

@@ -1,7 +1,10 @@
 /* trident convert: Hugging Face (GPT-2, Llama, Mixtral, Qwen2-MoE, Megatron-BERT) <-> trident
  * checkpoints (see docs/convert.md). */
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli.h"
 #include "trident/args.h"
@@ -21,7 +24,9 @@ static const char SUMMARY[] =
     "holding a model is refused.\n"
     "trident convert --from hf DIR --to trident OUT: the reverse; OUT is a checkpoint folder (iteration 0,\n"
     "weights only) to train from with --load OUT --finetune; OUT is locked while it is written, as a\n"
-    "training run locks its --save folder.";
+    "training run locks its --save folder.\n"
+    "Both ways the model's tokenizer_config.json (its chat template and special tokens; of an iter_NNNNNNN\n"
+    "folder, the checkpoint folder's) is copied along when there is one (docs/chat.md).";
 
 /* --to trident OUT: takes OUT's save lock (ckpt_lock_save_dir, held until this process ends) before
  * checking that OUT holds no checkpoint and writing one, so two converts into one folder, or a
@@ -36,6 +41,46 @@ static void lock_out(const char *out)
     snprintf(msg, sizeof msg, "--to trident %s", rest);
     if (rc > 0) td_warn("%s", msg);
     else td_fatal(1, "%s", msg);
+}
+
+/* Keeps the model's tokenizer_config.json (its chat template and special tokens, docs/chat.md)
+ * with the converted model: copies FROM/tokenizer_config.json, or when FROM is a checkpoint's
+ * iter_NNNNNNN folder its parent's, to TO/tokenizer_config.json (through a temporary file and a
+ * rename). Returns 1 if copied, 0 if FROM has none, -1 with the reason in err. */
+static int keep_tokenizer_config(const char *from, const char *to, char *err, size_t errlen)
+{
+    char src[4200], dst[4200], tmp[4300];
+    struct stat st;
+    size_t fl = strlen(from);
+    while (fl > 1 && from[fl - 1] == '/') fl--;
+    const char *base = from + fl;
+    while (base > from && base[-1] != '/') base--;
+    snprintf(src, sizeof src, "%s/tokenizer_config.json", from);
+    if (stat(src, &st) != 0) {
+        if (strncmp(base, "iter_", 5) != 0) return 0;
+        snprintf(src, sizeof src, "%.*s/../tokenizer_config.json", (int)fl, from);
+        if (stat(src, &st) != 0) return 0;
+    }
+    errno = 0;
+    snprintf(dst, sizeof dst, "%s/tokenizer_config.json", to);
+    snprintf(tmp, sizeof tmp, "%s.tmp", dst);
+    FILE *in = fopen(src, "rb"), *out = in ? fopen(tmp, "wb") : NULL;
+    int rc = in && out ? 0 : -1;
+    char buf[1 << 16];
+    size_t n;
+    while (rc == 0 && (n = fread(buf, 1, sizeof buf, in)) > 0)
+        if (fwrite(buf, 1, n, out) != n) rc = -1;
+    if (in && ferror(in)) rc = -1;
+    int e = errno;
+    if (in) fclose(in);
+    if (out && fclose(out) != 0) rc = -1;
+    if (rc == 0 && rename(tmp, dst) != 0) rc = -1;
+    if (rc) {
+        snprintf(err, errlen, "copying %.400s to %.400s failed: %s", src, dst, td_strerror(errno ? errno : e));
+        remove(tmp);
+        return -1;
+    }
+    return 1;
 }
 
 int cli_convert(int argc, char **argv)
@@ -69,6 +114,7 @@ int cli_convert(int argc, char **argv)
         if (found) td_fatal(1, "%s", err);
         if (m.note) td_warn("%s", m.note);
         rc = hf_export(&m, out, (st_dtype)st_dtype_parse(a.dtype), err, sizeof err);
+        if (rc == 0 && keep_tokenizer_config(in, out, err, sizeof err) < 0) rc = -1;
         if (rc == 0)
             TD_INFO("wrote %s/config.json and %s/model.safetensors (%s) from %s (iteration %lld, tp %d x pp %d) in %.2f s",
                     out, out, a.dtype, m.dir, (long long)m.progress.iteration, m.tp, m.pp, td_now() - t0);
@@ -78,6 +124,9 @@ int cli_convert(int argc, char **argv)
         if (comm_size(world) != 1) td_fatal(1, "%s runs on one rank (not under mpirun -np > 1)", prog);
         lock_out(out);
         rc = hf_import(in, out, a.make_vocab_size_divisible_by, a.backend, world, err, sizeof err);
+        int kept = rc == 0 ? keep_tokenizer_config(in, out, err, sizeof err) : 0;
+        if (kept < 0) rc = -1;
+        if (kept > 0) TD_INFO("kept %s/tokenizer_config.json (chat template, special tokens) as %s/tokenizer_config.json", in, out);
         if (rc == 0)
             TD_INFO("wrote a trident checkpoint (iteration 0, weights only) to %s from %s in %.2f s; train from it "
                     "with --load %s --finetune", out, in, td_now() - t0, out);

@@ -29,6 +29,7 @@ typedef struct {
 static const subcommand COMMANDS[] = {
     /* one row per subcommand: {name, cli_<name>, summary, detail} */
     {"tokenize", cli_tokenize, "text to token ids and back: GPT-2 BPE, Hugging Face tokenizer.json, WordPiece", NULL},
+    {"chat-template", cli_chat_template, "render a conversation with a model's chat template (tokenizer_config.json)", NULL},
     {"preprocess", cli_preprocess, "tokenize JSON lines or text files into a Megatron .bin/.idx dataset", NULL},
     {"data-info", cli_data_info, "split a dataset, build or load its indices, print the statistics", NULL},
     {"eval", cli_eval, "strided perplexity of a checkpoint on a dataset (any layout)", NULL},

@@ -40,10 +40,20 @@ if [ "$rc" = 1 ] && grep -qF "error: --to hf hf_src already holds a model (hf_sr
    [ "$before" = "$(tree_sums hf_src)" ]; then ok "--to hf into a folder holding a model: refused, exit 1, untouched"
 else bad "--to hf into an existing model: exit $rc: $out"; fi
 
+# the model's tokenizer_config.json (chat template, special tokens) goes with the conversion both ways
+printf '{"chat_template": "{%% for m in messages %%}<{{ m.role }}>{{ m.content }}{%% endfor %%}{{ eos_token }}", "eos_token": "</s>"}' \
+  >hf_src/tokenizer_config.json
+printf '[{"role":"user","content":"hi"}]' >chat.json
 if "$TRIDENT" convert --from hf hf_src --to trident back >back.log 2>&1 &&
    out=$("$TRIDENT" checkpoint compare src back) && grep -q "bit-identical" <<<"$out"; then
   ok "trident -> hf -> trident: $(tail -1 <<<"$out")"
 else bad "round trip:"; cat back.log; echo "${out:-}"; fi
+if cmp -s hf_src/tokenizer_config.json back/tokenizer_config.json && grep -q "kept hf_src/tokenizer_config.json" back.log &&
+   [ "$("$TRIDENT" chat-template --model-dir back/iter_0000000 --messages chat.json)" = "<user>hi</s>" ] &&
+   "$TRIDENT" convert --from trident back/iter_0000000 --to hf hf_back >hf_back.log 2>&1 &&
+   cmp -s hf_src/tokenizer_config.json hf_back/tokenizer_config.json; then
+  ok "tokenizer_config.json kept by --to trident and by --to hf (of an iter_ folder); chat-template renders from the checkpoint"
+else bad "tokenizer_config.json through the conversions"; cat back.log hf_back.log 2>/dev/null; ls back hf_back 2>/dev/null; fi
 info=$("$TRIDENT" checkpoint info back 2>&1); rc=$? # its exit code checked, not hidden by a pipe
 [ "$rc" = 0 ] && grep -q "optimizer: none" <<<"$info" && ok "the converted checkpoint is weights only" ||
   { bad "converted checkpoint info: exit $rc"; echo "$info"; }
