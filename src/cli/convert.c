@@ -10,6 +10,7 @@
 #include "trident/checkpoint.h"
 #include "trident/comm.h"
 #include "trident/hf.h"
+#include "trident/peft.h"
 #include "trident/timer.h"
 
 static const char SUMMARY[] =
@@ -21,7 +22,9 @@ static const char SUMMARY[] =
     "holding a model is refused.\n"
     "trident convert --from hf DIR --to trident OUT: the reverse; OUT is a checkpoint folder (iteration 0,\n"
     "weights only) to train from with --load OUT --finetune; OUT is locked while it is written, as a\n"
-    "training run locks its --save folder.";
+    "training run locks its --save folder.\n"
+    "trident convert --from hf DIR --to hf OUT --merge-lora ADAPTER: OUT is DIR's model with the PEFT LoRA\n"
+    "adapter ADAPTER merged into its weights (W + scaling B A), config.json copied (docs/finetune.md).";
 
 /* --to trident OUT: takes OUT's save lock (ckpt_lock_save_dir, held until this process ends) before
  * checking that OUT holds no checkpoint and writing one, so two converts into one folder, or a
@@ -52,6 +55,20 @@ int cli_convert(int argc, char **argv)
     if (a.from.n != 2 || a.to.n != 2)
         td_usage_error("%s: give --from FORMAT DIR and --to FORMAT DIR (see %s --help)", prog, prog);
     const char *ff = a.from.v[0], *in = a.from.v[1], *tf = a.to.v[0], *out = a.to.v[1];
+    if (a.merge_lora) {
+        if (strcmp(ff, "hf") != 0 || strcmp(tf, "hf") != 0)
+            td_usage_error("%s: --merge-lora merges into a Hugging Face model: give --from hf DIR --to hf OUT", prog);
+        if (td_args_given(&a, "--dtype"))
+            td_usage_error("%s: --merge-lora keeps each weight's type: --dtype does not apply", prog);
+        char merr[4600] = "";
+        int merged = 0;
+        double m0 = td_now();
+        if (peft_merge_hf(a.merge_lora, in, out, &merged, merr, sizeof merr)) td_fatal(1, "%s", merr);
+        TD_INFO("wrote %s/config.json and %s/model.safetensors: %s with the LoRA adapter %s merged into %d weights "
+                "in %.2f s", out, out, in, a.merge_lora, merged, td_now() - m0);
+        td_args_free(&a);
+        return 0;
+    }
     int t2h = strcmp(ff, "trident") == 0 && strcmp(tf, "hf") == 0;
     int h2t = strcmp(ff, "hf") == 0 && strcmp(tf, "trident") == 0;
     if (td_args_given(&a, "--dtype") && !t2h)
