@@ -1,10 +1,10 @@
 /* Private to src/model: LoRA (Hu et al. 2021; Hugging Face PEFT's LoraLayer) on a tensor-parallel
  * linear layer, the base weight W frozen: out = W x + scaling B (A dropout(x)), A (r, in),
  * B (out, r), scaling = lora_alpha / r (PEFT's; lora_alpha / sqrt(r) under rsLoRA: the caller's).
- * Split over the tensor-parallel group as the base is (Megatron-Bridge's LoRA on Megatron-Core's
- * parallel linears): on a column-parallel linear (W split by output rows) A is replicated and B
- * split by output rows; on a row-parallel one (W split by input columns) A is split by input
- * columns and B replicated. The low-rank activation su = scaling (dropout(x) A^T) (BT, r) is
+ * Split over the tensor-parallel group as the base is (PEFT's LoraParallelLinear on Megatron's
+ * parallel linears, src/peft/tuners/lora/tp_layer.py): on a column-parallel linear (W split by
+ * output rows) A is replicated and B split by output rows; on a row-parallel one (W split by
+ * input columns) A is split by input columns and B replicated. The low-rank activation su = scaling (dropout(x) A^T) (BT, r) is
  * whole on every rank: the row-parallel forward sums it over the group, the column-parallel
  * backward sums its gradient. The dropout is the backend's (be_drop: the same masks in every
  * layout when the caller gives the global channel of the local column 0 and the positions).
