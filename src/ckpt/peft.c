@@ -14,6 +14,7 @@
 #include "ckpt_fs.h"
 #include "trident/check.h"
 #include "trident/half.h"
+#include "trident/hf.h"
 #include "trident/safetensors.h"
 
 #define FAIL(...)                                                                        \
@@ -334,5 +335,25 @@ fail:
     st_close(ad);
     st_close(model);
     peft_config_free(&c);
+    return rc;
+}
+
+int peft_import_hf(const char *adapter, const char *in, const char *out, int divisible_by, const char *backend_name,
+                   comm *world, int *merged, char *err, size_t errlen)
+{
+    char tmp[4200];
+    size_t n = strlen(out);
+    while (n > 1 && out[n - 1] == '/') n--;
+    snprintf(tmp, sizeof tmp, "%.*s.merge-lora.%ld", (int)n, out, (long)getpid());
+    if (ckf_remove_tree(tmp) != 0) {
+        snprintf(err, errlen, "cannot remove the stale %s: %s", tmp, td_strerror(errno));
+        return -1;
+    }
+    int rc = peft_merge_hf(adapter, in, tmp, merged, err, errlen);
+    if (rc == 0) rc = hf_import(tmp, out, divisible_by, backend_name, world, err, errlen);
+    if (ckf_remove_tree(tmp) != 0 && rc == 0) {
+        snprintf(err, errlen, "cannot remove %s: %s", tmp, td_strerror(errno));
+        rc = -1;
+    }
     return rc;
 }

@@ -122,7 +122,9 @@ def llama_model(d, rng, dtype):
     write_st(os.path.join(d, "model.safetensors"), tensors, {"format": "pt"})
     cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": h,
            "intermediate_size": f, "num_attention_heads": 2, "num_key_value_heads": 1,
-           "num_hidden_layers": 1, "vocab_size": v, "torch_dtype": "float32" if dtype == "F32" else "bfloat16"}
+           "num_hidden_layers": 1, "vocab_size": v, "max_position_embeddings": 16, "rms_norm_eps": 1e-5,
+           "rope_theta": 10000.0, "tie_word_embeddings": False, "hidden_act": "silu",
+           "torch_dtype": "float32" if dtype == "F32" else "bfloat16"}
     with open(os.path.join(d, "config.json"), "w") as fh:
         json.dump(cfg, fh, indent=2)
     return {n: (dtype, list(s), vals) for n, _, s, vals in tensors}
@@ -200,6 +202,32 @@ def merge_case(work, label, dtype, targets, r, alpha, rslora):
             check(gdt == dt and gshape == shape and graw == encode(dt, vals), "%s: %s unchanged" % (label, name))
 
 
+def trident_case(work):
+    """--to trident with --merge-lora: the merged model imported; exported back to Hugging Face (F32,
+    the fp32 weights unchanged by the trip) it must equal the float64 merge bitwise."""
+    rng = random.Random("trident")
+    base, ad, ck, back = (os.path.join(work, "tri" + x) for x in ("-base", "-adapter", "-ckpt", "-back"))
+    model = llama_model(base, rng, "F32")
+    shapes = {n[:-len(".weight")]: tuple(s) for n, (_, s, _) in model.items() if len(s) == 2}
+    mods = ["model.layers.0.self_attn.k_proj", "model.layers.0.self_attn.o_proj", "model.layers.0.mlp.up_proj"]
+    r, alpha = 2, 5
+    ab = adapter(ad, rng, mods, shapes, r, alpha)
+    rc, err = run("--from", "hf", base, "--to", "trident", ck, "--merge-lora", ad)
+    check(rc == 0, "trident: --to trident --merge-lora exits 0")
+    check(not [f for f in os.listdir(work) if ".merge-lora." in f], "trident: the temporary merged folder removed")
+    rc2, err2 = run("--from", "trident", ck, "--to", "hf", back)
+    check(rc == 0 and rc2 == 0, "trident: exported back to hf %s" % (err or err2 if rc or rc2 else ""))
+    if rc or rc2:
+        return
+    got, _ = read_st(os.path.join(back, "model.safetensors"))
+    for name, (dt, shape, vals) in model.items():
+        mod = name[:-len(".weight")]
+        want = merged(vals, ab[mod][0], ab[mod][1], shape[0], shape[1], r, alpha / r, False, "F32") \
+            if mod in ab else vals
+        check(got[name][1] == shape and decode("F32", got[name][2]) == want,
+              "trident: %s %s after the trip" % (name, "merged" if mod in ab else "unchanged"))
+
+
 def gpt2_case(work):
     """GPT-2's Conv1D weights are (in, out): PEFT targets c_attn with fan_in_fan_out true, and its keys
     keep the transformer. prefix of GPT2LMHeadModel, while many GPT-2 files store h.0... without it."""
@@ -255,6 +283,12 @@ def refusals(work):
         rc, err = run("--from", "hf", base, "--to", "hf", out, "--merge-lora", ad)
         check(rc == 1 and needle in err and len(err.splitlines()) == 1 and not os.path.exists(
             os.path.join(out, "model.safetensors")), "refused, one line naming %s: %s" % (needle, err))
+    ad, out = os.path.join(work, "bad-use_dora"), os.path.join(work, "bad-ckpt")
+    rc, err = run("--from", "hf", base, "--to", "trident", out, "--merge-lora", ad)
+    left = [f for f in os.listdir(work) if ".merge-lora." in f] + \
+        [f for f in (os.listdir(out) if os.path.isdir(out) else []) if f.startswith("iter_")]
+    check(rc == 1 and "use_dora" in err and not left,
+          "--to trident: a bad adapter refused, no checkpoint and no temporary folder left: %s" % err)
     ad = os.path.join(work, "ok-adapter")
     adapter(ad, rng, [q], shapes, 2, 4)
     rc, err = run("--from", "hf", base, "--to", "hf", base, "--merge-lora", ad)
@@ -269,6 +303,7 @@ def main():
         merge_case(work, "f32", "F32", ["q_proj", "v_proj", "down_proj"], 4, 16, False)
         merge_case(work, "rslora-bf16", "BF16", ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
                                                   "down_proj"], 4, 6, True)
+        trident_case(work)
         gpt2_case(work)
         refusals(work)
     finally:

@@ -10,6 +10,8 @@
 
 #include <stddef.h>
 
+#include "trident/comm.h"
+
 typedef struct peft_lora_config {
     int r;                 /* rank */
     double lora_alpha;     /* PEFT's default 8 */
@@ -35,5 +37,11 @@ double peft_scaling(const peft_lora_config *c);
  * lora_B of a module whose weight IN holds, with shapes agreeing; an OUT already holding a model
  * is refused. Returns 0 and the number of merged modules in *merged, or -1 with one line in err. */
 int peft_merge_hf(const char *adapter, const char *in, const char *out, int *merged, char *err, size_t errlen);
+/* hf_import (trident/hf.h) of IN with the adapter merged as peft_merge_hf merges it: the merged
+ * model is written to a temporary folder beside OUT (OUT.merge-lora.PID, removed afterwards) and
+ * imported into the trident checkpoint OUT (iteration 0, weights only). Returns 0 and *merged, or
+ * -1 with one line in err. */
+int peft_import_hf(const char *adapter, const char *in, const char *out, int divisible_by, const char *backend_name,
+                   comm *world, int *merged, char *err, size_t errlen);
 
 #endif
