@@ -13,6 +13,7 @@
 #include "trident/checkpoint.h"
 #include "trident/comm.h"
 #include "trident/hf.h"
+#include "trident/peft.h"
 #include "trident/timer.h"
 
 static const char SUMMARY[] =
@@ -26,7 +27,10 @@ static const char SUMMARY[] =
     "weights only) to train from with --load OUT --finetune; OUT is locked while it is written, as a\n"
     "training run locks its --save folder.\n"
     "Both ways the model's tokenizer_config.json (its chat template and special tokens; of an iter_NNNNNNN\n"
-    "folder, the checkpoint folder's) is copied along when there is one (docs/chat.md).";
+    "folder, the checkpoint folder's) is copied along when there is one (docs/chat.md).\n"
+    "trident convert --from hf DIR --to hf OUT --merge-lora ADAPTER: OUT is DIR's model with the PEFT LoRA\n"
+    "adapter ADAPTER merged into its weights (W + scaling B A), config.json copied (docs/finetune.md);\n"
+    "with --to trident OUT the merged model is imported as above.";
 
 /* --to trident OUT: takes OUT's save lock (ckpt_lock_save_dir, held until this process ends) before
  * checking that OUT holds no checkpoint and writing one, so two converts into one folder, or a
@@ -97,6 +101,23 @@ int cli_convert(int argc, char **argv)
     if (a.from.n != 2 || a.to.n != 2)
         td_usage_error("%s: give --from FORMAT DIR and --to FORMAT DIR (see %s --help)", prog, prog);
     const char *ff = a.from.v[0], *in = a.from.v[1], *tf = a.to.v[0], *out = a.to.v[1];
+    if (a.merge_lora && (strcmp(ff, "hf") != 0 || (strcmp(tf, "hf") != 0 && strcmp(tf, "trident") != 0)))
+        td_usage_error("%s: --merge-lora merges into a Hugging Face model: give --from hf DIR and --to hf OUT or "
+                       "--to trident OUT", prog);
+    if (a.merge_lora && strcmp(tf, "hf") == 0) {
+        if (td_args_given(&a, "--dtype"))
+            td_usage_error("%s: --merge-lora keeps each weight's type: --dtype does not apply", prog);
+        char merr[4600] = "";
+        int merged = 0;
+        double m0 = td_now();
+        if (peft_merge_hf(a.merge_lora, in, out, &merged, merr, sizeof merr)) td_fatal(1, "%s", merr);
+        TD_INFO("wrote %s/config.json and %s/model.safetensors: %s with the LoRA adapter %s merged into %d weights "
+                "in %.2f s", out, out, in, a.merge_lora, merged, td_now() - m0);
+        int kept = keep_tokenizer_config(in, out, merr, sizeof merr); /* the merged model keeps its chat template */
+        if (kept < 0) td_fatal(1, "%s", merr);
+        td_args_free(&a);
+        return 0;
+    }
     int t2h = strcmp(ff, "trident") == 0 && strcmp(tf, "hf") == 0;
     int h2t = strcmp(ff, "hf") == 0 && strcmp(tf, "trident") == 0;
     if (td_args_given(&a, "--dtype") && !t2h)
@@ -104,7 +125,7 @@ int cli_convert(int argc, char **argv)
     if (!t2h && !h2t)
         td_usage_error("%s: --from %s --to %s: the conversions are --from trident --to hf and --from hf --to trident",
                        prog, ff, tf);
-    char err[1024] = "";
+    char err[4600] = "";
     double t0 = td_now();
     int rc;
     if (t2h) {
@@ -123,7 +144,12 @@ int cli_convert(int argc, char **argv)
         comm *world = comm_world_init(&argc, &argv);
         if (comm_size(world) != 1) td_fatal(1, "%s runs on one rank (not under mpirun -np > 1)", prog);
         lock_out(out);
-        rc = hf_import(in, out, a.make_vocab_size_divisible_by, a.backend, world, err, sizeof err);
+        int merged = 0;
+        rc = a.merge_lora ? peft_import_hf(a.merge_lora, in, out, a.make_vocab_size_divisible_by, a.backend, world,
+                                           &merged, err, sizeof err)
+                          : hf_import(in, out, a.make_vocab_size_divisible_by, a.backend, world, err, sizeof err);
+        if (rc == 0 && a.merge_lora)
+            TD_INFO("the LoRA adapter %s merged into %d weights of %s", a.merge_lora, merged, in);
         int kept = rc == 0 ? keep_tokenizer_config(in, out, err, sizeof err) : 0;
         if (kept < 0) rc = -1;
         if (kept > 0) TD_INFO("kept %s/tokenizer_config.json (chat template, special tokens) as %s/tokenizer_config.json", in, out);

@@ -452,6 +452,9 @@ static const flag_t FLAGS[] = {
      NULL},
     {"--dtype", A_CHOICE, OFF(dtype), "F32", TD_CMD_CONVERT, "convert",
      "--to hf: the tensors' type (F16 and BF16 round the fp32 weights to nearest even)", 0, 0, "F32|F16|BF16"},
+    {"--merge-lora", A_STR, OFF(merge_lora), NULL, TD_CMD_CONVERT, "convert",
+     "ADAPTER: a PEFT LoRA adapter folder (adapter_config.json + adapter_model.safetensors) merged into "
+     "the weights of --from hf DIR --to hf OUT (W + scaling B A)", 0, 0, NULL},
 
     /* fakes and faults for tests and drills (trident/debug.h); off by default */
     {"--fake-hosts", A_INT, OFF(fake_hosts), "0", TD_CMD_TRAIN | TD_CMD_PLAN, "debug",

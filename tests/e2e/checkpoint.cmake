@@ -20,3 +20,7 @@ foreach(name resume reshard crash errors exit convert eval disk find args signal
     ENVIRONMENT "TRIDENT=$<TARGET_FILE:trident>;DATA=${CKPT_DIR}/ts_text_document;VOCAB=${TRIDENT_SHARED_DATA}/gpt2/vocab.json;MERGES=${TRIDENT_SHARED_DATA}/gpt2/merges.txt;BYTES_DATA=${CKPT_DIR}/bytes_text_document;BYTES_TOKENIZER=${CKPT_DIR}/bytes.json;WORK=${CKPT_DIR}/${name};COMPARE_RUNS=$<TARGET_FILE:compare_runs>;${TD_MPI_ENV}")
 endforeach()
 # a NaN in a Hugging Face model refused on import; overflowing logits refused by generate and serve
+# LoRA adapters in PEFT's format merged into a Hugging Face model (convert --merge-lora): the
+# model and adapters written by hand in the test, every merged byte against a float64 merge there.
+add_test(NAME e2e/lora_merge COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/lora_merge.py)
+set_tests_properties(e2e/lora_merge PROPERTIES ENVIRONMENT "TRIDENT=$<TARGET_FILE:trident>" TIMEOUT 30)

@@ -116,6 +116,7 @@ typedef struct td_args {
     int no_scatter_gather_tensors_in_pipeline;
     int bf16, fp16;            /* mixed precision */
     char *dtype;               /* convert --to hf: F32, F16 or BF16 */
+    char *merge_lora;          /* convert --from hf --to hf: a PEFT LoRA adapter folder to merge */
     td_strlist prompt;         /* generate */
     char *prompt_file;
     char *task, *valid_data;   /* eval --task */
