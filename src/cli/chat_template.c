@@ -59,8 +59,7 @@ static int is_file(const char *p)
     return stat(p, &st) == 0 && S_ISREG(st.st_mode);
 }
 
-/* DIR/tokenizer_config.json, or its parent's when DIR is a checkpoint's iter_NNNNNNN folder. */
-static char *find_config(const char *dir)
+char *cli_find_tokenizer_config(const char *dir)
 {
     size_t n = strlen(dir) + 64;
     char *p = td_xmalloc(n);
@@ -207,7 +206,7 @@ int cli_chat_template(int argc, char **argv)
     if (!config == !model_dir) td_usage_error("%s: give one of --tokenizer-config PATH and --model-dir DIR", prog);
     if (!messages_path) td_usage_error("%s: give --messages FILE.json (a JSON list of messages)", prog);
     char *found = NULL;
-    if (model_dir && !(config = found = find_config(model_dir)))
+    if (model_dir && !(config = found = cli_find_tokenizer_config(model_dir)))
         td_usage_error("%s: --model-dir %s has no tokenizer_config.json (nor has its parent folder)", prog, model_dir);
 
     char err[1024];

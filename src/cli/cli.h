@@ -18,6 +18,9 @@ int cli_train(int argc, char **argv);
 
 int cli_tokenize(int argc, char **argv);
 int cli_chat_template(int argc, char **argv);
+/* DIR/tokenizer_config.json, or its parent's when DIR is a checkpoint's iter_NNNNNNN folder (where
+ * `convert` keeps it): malloc'd, or NULL when there is none. */
+char *cli_find_tokenizer_config(const char *dir);
 int cli_preprocess(int argc, char **argv);
 
 int cli_checkpoint(int argc, char **argv);

@@ -405,6 +405,10 @@ static const flag_t FLAGS[] = {
      NULL},
 
     {"--host", A_STR, OFF(host), "127.0.0.1", TD_CMD_SERVE, "server", "the IPv4 address to listen on", 0, 0, NULL},
+    {"--chat-template", A_STR, OFF(chat_template), NULL, TD_CMD_SERVE, "server",
+     "the tokenizer_config.json (or a folder holding one) whose chat_template and special tokens "
+     "POST /v1/chat/completions renders conversations with (default: the one `convert --from hf` kept in the "
+     "--load folder; without one the chat endpoint answers 400 saying so)", 0, 0, NULL},
     {"--port", A_INT, OFF(port), "5000", TD_CMD_SERVE, "server", "the TCP port", 1, 65535, NULL},
     {"--max-batch", A_INT, OFF(max_batch), "8", TD_CMD_SERVE, "server",
      "prompts generated together (greedy requests are batched; a sampled one runs alone)", 1, 1024, NULL},

@@ -233,9 +233,10 @@ char *req_openai_json(request *r, int stream_row, const char *chunk, size_t chun
 {
     cJSON *o = cJSON_CreateObject();
     char id[48];
-    snprintf(id, sizeof id, "cmpl-%llu", (unsigned long long)r->id);
+    int chat = r->api == API_CHAT;
+    snprintf(id, sizeof id, "%s-%llu", chat ? "chatcmpl" : "cmpl", (unsigned long long)r->id);
     cJSON_AddStringToObject(o, "id", id);
-    cJSON_AddStringToObject(o, "object", "text_completion");
+    cJSON_AddStringToObject(o, "object", !chat ? "text_completion" : chunk ? "chat.completion.chunk" : "chat.completion");
     cJSON_AddNumberToObject(o, "created", (double)time(NULL));
     cJSON_AddStringToObject(o, "model", "trident");
     cJSON *ch = cJSON_AddArrayToObject(o, "choices");
@@ -246,7 +247,17 @@ char *req_openai_json(request *r, int stream_row, const char *chunk, size_t chun
         int gen = r->out_lens[i] - r->lens[i];
         completion += gen > 0 ? gen : 0;
         if (i % r->choices == 0) prompt += r->lens[i]; /* each prompt once, whatever its choices */
-        if (chunk) {
+        if (chunk && chat) { /* the assistant's message in deltas; the last event's delta is empty */
+            cJSON_AddNumberToObject(c, "index", i);
+            cJSON *d = cJSON_AddObjectToObject(c, "delta");
+            if (!finish || chunk_len) {
+                cJSON_AddStringToObject(d, "role", "assistant");
+                cJSON_AddItemToObject(d, "content", text_item(chunk, chunk_len));
+            }
+            cJSON_AddNullToObject(c, "logprobs");
+            if (finish) cJSON_AddStringToObject(c, "finish_reason", finish);
+            else cJSON_AddNullToObject(c, "finish_reason");
+        } else if (chunk) {
             cJSON_AddItemToObject(c, "text", text_item(chunk, chunk_len));
             cJSON_AddNumberToObject(c, "index", i);
             if (finish) cJSON_AddStringToObject(c, "finish_reason", finish);
@@ -259,7 +270,13 @@ char *req_openai_json(request *r, int stream_row, const char *chunk, size_t chun
             char *p = r->echo ? req_decode(r->out[i], r->lens[i], &pn) : td_xstrdup("");
             char *all = td_xmalloc(pn + cut + 1);
             memcpy(all, p, pn), memcpy(all + pn, t, cut);
-            cJSON_AddItemToObject(c, "text", text_item(all, pn + cut));
+            if (chat) {
+                cJSON *msg = cJSON_AddObjectToObject(c, "message");
+                cJSON_AddStringToObject(msg, "role", "assistant");
+                cJSON_AddItemToObject(msg, "content", text_item(all, pn + cut));
+            } else {
+                cJSON_AddItemToObject(c, "text", text_item(all, pn + cut));
+            }
             cJSON_AddNumberToObject(c, "index", i);
             if (r->want_logprobs) {
                 int to = r->out_lens[i];
@@ -511,7 +528,36 @@ static const field FIELDS[] = {
     {"frequency_penalty", API_OPENAI, NOOP_ZERO, "no penalties; leave it out or 0"},
     {"logit_bias", API_OPENAI, NOOP_EMPTY, "no biases; leave it out or null"},
     {"stream_options", API_OPENAI, NOOP_NULL, "the stream has no usage event; leave it out or null"},
+    {"model", API_CHAT, NOOP_ANY, NULL},
+    {"user", API_CHAT, NOOP_ANY, NULL},
+    {"messages", API_CHAT, HONOURED, NULL},
+    {"tools", API_CHAT, HONOURED, NULL}, /* given to the template, which may describe them to the model */
+    {"chat_template_kwargs", API_CHAT, HONOURED, NULL}, /* vLLM's: more variables for the template (enable_thinking) */
+    {"max_tokens", API_CHAT, HONOURED, NULL},
+    {"max_completion_tokens", API_CHAT, HONOURED, NULL},
+    {"temperature", API_CHAT, HONOURED, NULL},
+    {"top_p", API_CHAT, HONOURED, NULL},
+    {"top_k", API_CHAT, HONOURED, NULL},
+    {"seed", API_CHAT, HONOURED, NULL},
+    {"stream", API_CHAT, HONOURED, NULL},
+    {"stop", API_CHAT, HONOURED, NULL},
+    {"n", API_CHAT, HONOURED, NULL},
+    {"tool_choice", API_CHAT, NOOP_ANY, NULL}, /* the template and the model decide */
+    {"parallel_tool_calls", API_CHAT, NOOP_ANY, NULL},
+    {"logprobs", API_CHAT, NOOP_FALSE, "a chat answer has no log-probabilities here; score text with POST "
+                                       "/v1/completions (echo, logprobs), or leave it out or false"},
+    {"top_logprobs", API_CHAT, NOOP_ZERO, "a chat answer has no log-probabilities here; leave it out or 0"},
+    {"presence_penalty", API_CHAT, NOOP_ZERO, "no penalties; leave it out or 0"},
+    {"frequency_penalty", API_CHAT, NOOP_ZERO, "no penalties; leave it out or 0"},
+    {"logit_bias", API_CHAT, NOOP_EMPTY, "no biases; leave it out or null"},
+    {"response_format", API_CHAT, NOOP_NULL, "no constrained output; leave it out or null"},
+    {"stream_options", API_CHAT, NOOP_NULL, "the stream has no usage event; leave it out or null"},
 };
+
+static const char *api_path(int api)
+{
+    return api == API_MEGATRON ? "PUT /api" : api == API_CHAT ? "POST /v1/chat/completions" : "POST /v1/completions";
+}
 
 /* Whether j is the no-op value of its kind. */
 static int noop_value(const cJSON *j, int kind)
@@ -541,8 +587,7 @@ static int check_fields(const cJSON *o, int api, char *msg, size_t mlen)
             for (size_t i = 0; i < sizeof FIELDS / sizeof *FIELDS && k < sizeof known - 40; i++)
                 if (FIELDS[i].api == api && FIELDS[i].kind == HONOURED)
                     k += (size_t)snprintf(known + k, sizeof known - k, "%s%s", k ? ", " : "", FIELDS[i].name);
-            snprintf(msg, mlen, "\"%s\" is not a field of %s (it takes %s)", j->string,
-                     api == API_MEGATRON ? "PUT /api" : "POST /v1/completions", known);
+            snprintf(msg, mlen, "\"%s\" is not a field of %s (it takes %s)", j->string, api_path(api), known);
             return -1;
         }
         if (f->kind != HONOURED && !noop_value(j, f->kind)) {
@@ -649,6 +694,65 @@ static int read_stop(const cJSON *o, request *r, char *msg, size_t mlen)
 }
 
 /* The request a body describes, or NULL with (code, msg). */
+/* The token id of a special token's text when it is one token (the chat template's eos_token), else -1. */
+static int32_t one_token(const char *text)
+{
+    if (!text || !*text) return -1;
+    tok_worker *w = tok_worker_new(R.tok);
+    bpe_ids e = {0};
+    encode_text(w, text, strlen(text), 1, &e);
+    tok_worker_free(w);
+    int32_t id = e.n == 1 ? e.ids[0] : -1;
+    free(e.ids);
+    return id;
+}
+
+/* POST /v1/chat/completions: "messages" (and "tools") rendered by the model's chat template with the
+ * generation prompt, as transformers.js's apply_chat_template renders them, then tokenized with
+ * its special tokens read as such: one prompt in (*ids, *len). */
+static int chat_prompt(const cJSON *o, int32_t **ids, int *len, char *msg, size_t mlen)
+{
+    const srv_config *cfg = R.cfg;
+    if (!cfg->chat)
+        return snprintf(msg, mlen, "this server has no chat template: the checkpoint holds no tokenizer_config.json "
+                        "with a chat_template; start it with --chat-template PATH (a model's tokenizer_config.json), "
+                        "or send POST /v1/completions"), -1;
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(o, "messages"), *tools = cJSON_GetObjectItemCaseSensitive(o, "tools");
+    if (!cJSON_IsArray(m) || !m->child)
+        return snprintf(msg, mlen, "\"messages\" must be a list of at least one {\"role\", \"content\"} message"), -1;
+    int i = 0;
+    for (const cJSON *e = m->child; e; e = e->next, i++) {
+        const cJSON *role = cJSON_GetObjectItemCaseSensitive(e, "role");
+        if (!cJSON_IsObject(e) || !cJSON_IsString(role))
+            return snprintf(msg, mlen, "message %d is not an object with a \"role\" string", i + 1), -1;
+    }
+    if (tools && !cJSON_IsNull(tools) && !cJSON_IsArray(tools))
+        return snprintf(msg, mlen, "\"tools\" must be a list or null"), -1;
+    const cJSON *kw = cJSON_GetObjectItemCaseSensitive(o, "chat_template_kwargs");
+    if (kw && !cJSON_IsNull(kw) && !cJSON_IsObject(kw))
+        return snprintf(msg, mlen, "\"chat_template_kwargs\" must be an object of the template's variables"), -1;
+    int with_tools = cJSON_IsArray(tools) && tools->child;
+    cJSON *ctx = ct_chat_context(cfg->chat_config, m, 1, with_tools ? tools : NULL, cJSON_IsObject(kw) ? kw : NULL);
+    char err[512] = "";
+    size_t tl = 0;
+    /* a list of templates: its "tool_use" one when tools are given (as get_chat_template picks) */
+    char *text = ct_render(with_tools && cfg->chat_tools ? cfg->chat_tools : cfg->chat, ctx, NULL, &tl, err, sizeof err);
+    cJSON_Delete(ctx);
+    if (!text) return snprintf(msg, mlen, "the model's chat template refused the conversation: %s", err), -1;
+    if (tl == 0) {
+        free(text);
+        return snprintf(msg, mlen, "the model's chat template rendered the conversation as nothing"), -1;
+    }
+    tok_worker *w = tok_worker_new(R.tok);
+    bpe_ids e = {0};
+    encode_text(w, text, tl, 1, &e);
+    tok_worker_free(w);
+    free(text);
+    *ids = e.ids ? e.ids : td_xcalloc(1, sizeof(int32_t));
+    *len = (int)e.n;
+    return 0;
+}
+
 request *req_parse(int api, const char *body, size_t len, unsigned *code, char *msg, size_t mlen)
 {
     *code = 400;
@@ -675,8 +779,12 @@ request *req_parse(int api, const char *body, size_t len, unsigned *code, char *
         if (!err && lp && !cJSON_IsBool(lp)) snprintf(msg, mlen, "\"logprobs\" must be true or false"), err = 1;
         logprobs = cJSON_IsTrue(lp);
     } else {
-        const cJSON *lp = cJSON_GetObjectItemCaseSensitive(o, "logprobs");
-        err = number(o, "max_tokens", 16, 0, cfg->max_tokens, 1, &tokens, msg, mlen) ||
+        const cJSON *lp = api == API_CHAT ? NULL : cJSON_GetObjectItemCaseSensitive(o, "logprobs");
+        /* chat: max_completion_tokens (OpenAI's newer name) or max_tokens, the server's most by default */
+        const char *mt = api == API_CHAT && cJSON_GetObjectItemCaseSensitive(o, "max_completion_tokens")
+                             ? "max_completion_tokens" : "max_tokens";
+        err = number(o, mt, api == API_CHAT ? cfg->max_tokens : 16, api == API_CHAT ? 1 : 0, cfg->max_tokens, 1, &tokens,
+                     msg, mlen) ||
               number(o, "temperature", 1.0, 0, 100, 0, &temp, msg, mlen) ||
               number(o, "top_p", 1.0, 0, 1, 0, &top_p, msg, mlen) ||
               number(o, "top_k", 0, -1, 1e9, 1, &top_k, msg, mlen) ||
@@ -687,7 +795,8 @@ request *req_parse(int api, const char *body, size_t len, unsigned *code, char *
                      "a position) or null", cJSON_IsTrue(lp) ? "true" : "false", GEN_MAX_TOP), err = 1;
         err = err || number(o, "logprobs", 0, 0, GEN_MAX_TOP, 1, &top, msg, mlen);
         logprobs = lp && !cJSON_IsNull(lp);
-        const cJSON *st = cJSON_GetObjectItemCaseSensitive(o, "stream"), *ec = cJSON_GetObjectItemCaseSensitive(o, "echo");
+        const cJSON *st = cJSON_GetObjectItemCaseSensitive(o, "stream"),
+                    *ec = api == API_CHAT ? NULL : cJSON_GetObjectItemCaseSensitive(o, "echo");
         if (!err && st && !cJSON_IsBool(st) && !cJSON_IsNull(st)) snprintf(msg, mlen, "\"stream\" must be true or false"), err = 1;
         if (!err && ec && !cJSON_IsBool(ec) && !cJSON_IsNull(ec)) snprintf(msg, mlen, "\"echo\" must be true or false"), err = 1;
         stream = cJSON_IsTrue(st), echo = cJSON_IsTrue(ec);
@@ -703,11 +812,23 @@ request *req_parse(int api, const char *body, size_t len, unsigned *code, char *
     }
     int32_t **pids = NULL;
     int *plens = NULL, np = 0;
-    if (read_prompts(api, p, body, len, &pids, &plens, &np, msg, mlen)) {
+    if (api == API_CHAT) {
+        np = 1;
+        pids = td_xcalloc(1, sizeof *pids);
+        plens = td_xcalloc(1, sizeof *plens);
+        err = chat_prompt(o, &pids[0], &plens[0], msg, mlen);
+    }
+    if (err || (api != API_CHAT && read_prompts(api, p, body, len, &pids, &plens, &np, msg, mlen))) {
         for (int i = 0; i < np; i++) free(pids[i]);
         free(pids), free(plens);
         cJSON_Delete(o);
         return NULL;
+    }
+    if (api == API_CHAT && !cJSON_GetObjectItemCaseSensitive(o, "max_tokens") &&
+        !cJSON_GetObjectItemCaseSensitive(o, "max_completion_tokens")) { /* as many as the positions leave */
+        int room = R.positions - plens[0];
+        tokens = room < cfg->max_tokens ? room : cfg->max_tokens;
+        if (tokens < 1) tokens = 1; /* the prompt is too long: said below */
     }
     int n = np * (int)choices;
     request *r = td_xcalloc(1, sizeof *r);
@@ -715,8 +836,11 @@ request *req_parse(int api, const char *body, size_t len, unsigned *code, char *
     r->prompts = np, r->choices = (int)choices, r->echo = echo, r->top = (int)top;
     pthread_mutex_init(&r->mu, NULL);
     int k = top_k < 0 ? 0 : (int)top_k; /* vLLM's -1: every token */
+    /* a chat ends at the template's eos_token when it is one token (Llama 3's <|eot_id|>), else at the
+     * tokenizer's end of document */
+    int32_t eod = tok_eod_id(R.tok), chat_eos = api == API_CHAT ? one_token(cfg->chat_config->special[CT_EOS]) : -1;
     r->g = (gen_config){(int)tokens, temp == 0 || top_k == 1, (float)temp, k, (float)top_p, (uint64_t)seed,
-                        tok_eod_id(R.tok), 0, NULL, NULL};
+                        chat_eos >= 0 ? chat_eos : eod, 0, NULL, NULL};
     r->ids = td_xcalloc((size_t)n, sizeof *r->ids);
     r->out = td_xcalloc((size_t)n, sizeof *r->out);
     r->lens = td_xcalloc((size_t)n, sizeof(int));
@@ -764,6 +888,22 @@ request *req_parse(int api, const char *body, size_t len, unsigned *code, char *
 }
 
 /* ---- the remote tokenizer (vLLM's endpoints, as lm-evaluation-harness's RemoteTokenizer calls them) ---- */
+
+char *req_models_json(void)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "object", "list");
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "id", "trident");
+    cJSON_AddStringToObject(m, "object", "model");
+    cJSON_AddNumberToObject(m, "created", 0);
+    cJSON_AddStringToObject(m, "owned_by", "trident");
+    cJSON_AddNumberToObject(m, "max_model_len", R.positions);
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "data"), m);
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return s;
+}
 
 char *req_tokenizer_info_json(void)
 {

@@ -14,7 +14,7 @@
 
 struct MHD_Connection;
 
-enum { API_MEGATRON, API_OPENAI };
+enum { API_MEGATRON, API_OPENAI, API_CHAT }; /* PUT /api, POST /v1/completions, POST /v1/chat/completions */
 
 typedef struct request {
     int api, stream, n;       /* n rows: prompts x choices */
@@ -68,6 +68,8 @@ char *req_openai_json(request *r, int stream_row, const char *chunk, size_t chun
 char *req_tokenizer_info_json(void);
 char *req_tokenize_json(const char *body, size_t len, unsigned *code, char *msg, size_t mlen);
 char *req_detokenize_json(const char *body, size_t len, unsigned *code, char *msg, size_t mlen);
+/* GET /v1/models' answer (malloc'd JSON): the one model, "trident". */
+char *req_models_json(void);
 /* Megatron's response to PUT /api (malloc'd JSON). */
 char *req_megatron_json(request *r);
 

@@ -303,6 +303,10 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         return MHD_YES;
     }
     if (k->req) return answer(c, k); /* resumed: its request is done */
+    if (strcmp(url, "/v1/models") == 0) {
+        if (strcmp(method, "GET") != 0) return error(c, MHD_HTTP_METHOD_NOT_ALLOWED, "%s takes GET", url);
+        return reply(c, MHD_HTTP_OK, req_models_json(), "application/json");
+    }
     int tk = strcmp(url, "/tokenizer_info") == 0 ? 1 : strcmp(url, "/tokenize") == 0 ? 2 : strcmp(url, "/detokenize") == 0 ? 3 : 0;
     if (tk) { /* the remote tokenizer: answered here, nothing queued */
         if (strcmp(method, tk == 1 ? "GET" : "POST") != 0)
@@ -315,9 +319,13 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
                                                                   : req_detokenize_json(b, k->len, &code, msg, sizeof msg);
         return json ? reply(c, MHD_HTTP_OK, json, "application/json") : error(c, code, "%s", msg);
     }
-    int api = strcmp(url, "/api") == 0 ? API_MEGATRON : strcmp(url, "/v1/completions") == 0 ? API_OPENAI : -1;
-    if (api < 0) return error(c, MHD_HTTP_NOT_FOUND, "no such endpoint %s: PUT /api, POST /v1/completions, GET /tokenizer_info, "
-                                  "POST /tokenize or POST /detokenize", url);
+    int api = strcmp(url, "/api") == 0                   ? API_MEGATRON
+              : strcmp(url, "/v1/completions") == 0      ? API_OPENAI
+              : strcmp(url, "/v1/chat/completions") == 0 ? API_CHAT
+                                                         : -1;
+    if (api < 0) return error(c, MHD_HTTP_NOT_FOUND, "no such endpoint %s: PUT /api, POST /v1/completions, POST "
+                                  "/v1/chat/completions, GET /v1/models, GET /tokenizer_info, POST /tokenize or POST "
+                                  "/detokenize", url);
     if (strcmp(method, api == API_MEGATRON ? "PUT" : "POST") != 0)
         return error(c, MHD_HTTP_METHOD_NOT_ALLOWED, "%s takes %s", url, api == API_MEGATRON ? "PUT" : "POST");
     if (k->too_big)

@@ -158,6 +158,15 @@ add_test(NAME e2e/bench_moe COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/bench_moe.sh)
 set_tests_properties(e2e/bench_moe PROPERTIES FIXTURES_REQUIRED train_data
   ENVIRONMENT "ROOT=${CMAKE_SOURCE_DIR};BUILD=${CMAKE_BINARY_DIR};DATA=${TRAIN_DATA};WORK=${CMAKE_BINARY_DIR}/testtmp/bench_moe;TRIDENT_DATA=${TRIDENT_SHARED_DATA};${TD_MPI_ENV}")
 
+# trident serve through OpenAI's official client (npm openai): models.list, completions and chat
+# completions, whole and streamed; the chat's prompt rendered by @huggingface/jinja and held to the
+# server's (tests/e2e/openai_client.js).
+add_test(NAME e2e/openai_client COMMAND node ${CMAKE_CURRENT_LIST_DIR}/openai_client.js $<TARGET_FILE:trident>
+  ${GEN_MODELS}/gpt2 ${TRIDENT_SHARED_DATA}/gpt2/vocab.json ${TRIDENT_SHARED_DATA}/gpt2/merges.txt
+  ${CMAKE_BINARY_DIR}/node/node_modules ${CMAKE_BINARY_DIR}/testtmp/openai_client)
+set_tests_properties(e2e/openai_client PROPERTIES FIXTURES_REQUIRED gen_models SKIP_RETURN_CODE 77
+  ENVIRONMENT "${TD_MPI_ENV}")
+
 # trident serve under 1,100 and 5,000 half-request connections from many addresses: a real client is
 # answered within 2 s; at a small --max-connections the oldest incomplete requests get 503 for new
 # ones, in one log line (tests/e2e/serve_flood.py).

@@ -122,6 +122,7 @@ typedef struct td_args {
     char *task, *valid_data;   /* eval --task */
     char *tensorboard_dir;
     char *host;                /* serve */
+    char *chat_template;       /* serve: a tokenizer_config.json (or its folder) for /v1/chat/completions */
     int port, max_batch, max_queue, max_prompt_tokens, max_tokens_to_generate;
     int max_connections, max_connections_per_ip, idle_timeout, request_timeout, shutdown_grace;
     int64_t max_body_bytes;

@@ -1,5 +1,6 @@
-/* trident serve: Megatron's text-generation server (PUT /api) and an OpenAI-style
- * POST /v1/completions on GNU libmicrohttpd, generating with gen_run in any tp x pp layout.
+/* trident serve: Megatron's text-generation server (PUT /api) and OpenAI-style POST
+ * /v1/completions, POST /v1/chat/completions (the model's chat template) and GET /v1/models on GNU
+ * libmicrohttpd, generating with gen_run in any tp x pp layout.
  * World rank 0 runs the HTTP front end and a queue; requests are batched (greedy ones together,
  * up to max_batch prompts) and each batch is broadcast to every rank, which generate it together.
  * Idle ranks hear a heartbeat so their bounded waits do not expire. SIGTERM or SIGINT stops new
@@ -10,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "trident/chat_template.h"
 #include "trident/gpt.h"
 #include "trident/parallel_state.h"
 #include "trident/tokenizer.h"
@@ -29,6 +31,11 @@ typedef struct srv_config {
     int request_timeout;   /* seconds to send a whole request (headers and body) */
     int shutdown_grace;    /* seconds SIGTERM waits for connections without a whole request */
     uint64_t seed;         /* sampling seed when a request gives none */
+    /* POST /v1/chat/completions: the model's chat template and the special tokens of its
+     * tokenizer_config.json (chat_config), compiled (chat); both NULL: the endpoint answers 400 */
+    const ct_config *chat_config;
+    const ct_template *chat;
+    const ct_template *chat_tools; /* of a list of templates, "tool_use", rendered when tools are given; or NULL */
 } srv_config;
 
 /* Serves until SIGTERM or SIGINT (collective over ps->world). Returns 0, or -1 with err when
