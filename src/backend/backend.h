@@ -260,39 +260,64 @@ static inline void be_rmsnorm_bwd(const backend *be, float *dinp, float *dw, con
     be->ops->rmsnorm_bwd(be, be_f32_out(dinp), dw, be_f32(dout), be_f32(inp), w, rstd, N, C);
     be_toc(be, BE_OP_LAYERNORM, t0, 0);
 }
+/* Rotary positions of rows (b, t): pos (B, T) device ints, or NULL: pos0 + t. */
+static inline void be_rope_fwd_at(const backend *be, float *x, int B, int T, int ld, int nh, int hs, int rot,
+                                  float base, int pos0, const int32_t *pos)
+{
+    be_event t0 = be_tic(be);
+    be->ops->rope_fwd(be, be_f32_out(x), B, T, ld, nh, hs, rot, base, pos0, pos);
+    be_toc(be, BE_OP_ROPE, t0, 0);
+}
+static inline void be_rope_bwd_at(const backend *be, float *dx, int B, int T, int ld, int nh, int hs, int rot,
+                                  float base, int pos0, const int32_t *pos)
+{
+    be_event t0 = be_tic(be);
+    be->ops->rope_bwd(be, be_f32_out(dx), B, T, ld, nh, hs, rot, base, pos0, pos);
+    be_toc(be, BE_OP_ROPE, t0, 0);
+}
 static inline void be_rope_fwd(const backend *be, float *x, int B, int T, int ld, int nh, int hs, int rot,
                                float base, int pos0)
 {
-    be_event t0 = be_tic(be);
-    be->ops->rope_fwd(be, be_f32_out(x), B, T, ld, nh, hs, rot, base, pos0);
-    be_toc(be, BE_OP_ROPE, t0, 0);
+    be_rope_fwd_at(be, x, B, T, ld, nh, hs, rot, base, pos0, NULL);
 }
 static inline void be_rope_bwd(const backend *be, float *dx, int B, int T, int ld, int nh, int hs, int rot,
                                float base, int pos0)
 {
-    be_event t0 = be_tic(be);
-    be->ops->rope_bwd(be, be_f32_out(dx), B, T, ld, nh, hs, rot, base, pos0);
-    be_toc(be, BE_OP_ROPE, t0, 0);
+    be_rope_bwd_at(be, dx, B, T, ld, nh, hs, rot, base, pos0, NULL);
 }
-/* Model FLOPs are Megatron's count (4 B s^2 h forward) whatever the mask. */
+/* Model FLOPs are Megatron's count (4 B s^2 h forward) whatever the mask. seg: packed documents
+ * (be_ops.h), NULL: none. */
+static inline void be_attention_fwd_seg(const backend *be, float *out, float *lse, const float *q, const float *k,
+                                        const float *v, int ldq, int ldkv, int B, int T, int NH, int NKV, int HS,
+                                        const int32_t *klen, const int32_t *seg, const be_drop *drop)
+{
+    be_event t0 = be_tic(be);
+    be->ops->attention_fwd(be, be_f32_out(out), lse, be_f32(q), be_f32(k), be_f32(v), ldq, ldkv, B, T, NH, NKV,
+                          HS, klen, seg, drop);
+    be_toc(be, BE_OP_ATTENTION, t0, 4.0 * B * T * (double)T * NH * HS);
+}
+static inline void be_attention_bwd_seg(const backend *be, float *dq, float *dk, float *dv, const float *dout,
+                                        const float *q, const float *k, const float *v, const float *lse, int ldq,
+                                        int ldkv, int B, int T, int NH, int NKV, int HS, const int32_t *klen,
+                                        const int32_t *seg, const be_drop *drop)
+{
+    be_event t0 = be_tic(be);
+    be->ops->attention_bwd(be, be_f32_out(dq), be_f32_out(dk), be_f32_out(dv), be_f32(dout), be_f32(q),
+                          be_f32(k), be_f32(v), lse, ldq, ldkv, B, T, NH, NKV, HS, klen, seg, drop);
+    be_toc(be, BE_OP_ATTENTION, t0, 8.0 * B * T * (double)T * NH * HS);
+}
 static inline void be_attention_fwd_masked(const backend *be, float *out, float *lse, const float *q, const float *k,
                                            const float *v, int ldq, int ldkv, int B, int T, int NH, int NKV, int HS,
                                            const int32_t *klen, const be_drop *drop)
 {
-    be_event t0 = be_tic(be);
-    be->ops->attention_fwd(be, be_f32_out(out), lse, be_f32(q), be_f32(k), be_f32(v), ldq, ldkv, B, T, NH, NKV,
-                          HS, klen, drop);
-    be_toc(be, BE_OP_ATTENTION, t0, 4.0 * B * T * (double)T * NH * HS);
+    be_attention_fwd_seg(be, out, lse, q, k, v, ldq, ldkv, B, T, NH, NKV, HS, klen, NULL, drop);
 }
 static inline void be_attention_bwd_masked(const backend *be, float *dq, float *dk, float *dv, const float *dout,
                                            const float *q, const float *k, const float *v, const float *lse, int ldq,
                                            int ldkv, int B, int T, int NH, int NKV, int HS, const int32_t *klen,
                                            const be_drop *drop)
 {
-    be_event t0 = be_tic(be);
-    be->ops->attention_bwd(be, be_f32_out(dq), be_f32_out(dk), be_f32_out(dv), be_f32(dout), be_f32(q),
-                          be_f32(k), be_f32(v), lse, ldq, ldkv, B, T, NH, NKV, HS, klen, drop);
-    be_toc(be, BE_OP_ATTENTION, t0, 8.0 * B * T * (double)T * NH * HS);
+    be_attention_bwd_seg(be, dq, dk, dv, dout, q, k, v, lse, ldq, ldkv, B, T, NH, NKV, HS, klen, NULL, drop);
 }
 /* Causal (GPT). */
 static inline void be_attention_fwd(const backend *be, float *out, float *lse, const float *q, const float *k,

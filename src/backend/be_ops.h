@@ -227,13 +227,15 @@ struct be_ops {
      * dims rot.. hs-1 are unchanged. The angles are rounded as Hugging Face's float32
      * computation rounds them (inv_freq and the product (pos0 + t) * inv_freq in float32; cos
      * and sin of that float32 angle correctly rounded), so positions far from 0 turn as they do
-     * in a checkpoint's original framework. */
+     * in a checkpoint's original framework. pos: (B, T) device ints, the position of row (b, t)
+     * in [0, T) (packed documents, --reset-position-ids: positions restart at each document),
+     * used instead of pos0 + t (pos0 must be 0); NULL: pos0 + t. */
     /* x rotated in place (written). */
     void (*rope_fwd)(const backend *be, be_out x, int B, int T, int ld, int nh, int hs, int rot, float base,
-                     int pos0);
+                     int pos0, const int32_t *pos);
     /* dx rotated back in place: WRITES dx = R^T dx (the rotation by -a_i; not +=). */
     void (*rope_bwd)(const backend *be, be_out dx, int B, int T, int ld, int nh, int hs, int rot, float base,
-                     int pos0);
+                     int pos0, const int32_t *pos);
 
     /* ---- self-attention core, grouped-query: NH local query heads, NKV local key/value
      * heads (NH % NKV == 0; NKV = NH is multi-head attention), head size HS, C = NH * HS ---- */
@@ -243,22 +245,27 @@ struct be_ops {
      * q = qkv, k = qkv + C, v = qkv + 2C, ldq = ldkv = 3C.
      * out (B, T, C) written: head h at columns h*HS... att = softmax(q k^T / sqrt(HS)) over keys
      * [0, t] of query t (causal: klen NULL), or over keys [0, klen[b]) for every query of sample b
-     * (bidirectional with a padding mask: klen (B) device ints in [1, T]), then dropout (drop,
+     * (bidirectional with a padding mask: klen (B) device ints in [1, T]). Packed documents
+     * (Megatron's --reset-attention-mask): seg (B, T) device ints, causal only (klen NULL), the
+     * first position of the document token t of sample b belongs to, so query t reads keys
+     * [seg[b T + t], t]; each row's seg is non-decreasing with seg[b T + t] in [0, t]. seg NULL:
+     * one document (today's causal attention, bit for bit). Then dropout (drop,
      * unit = (drop->unit0 + h) * T + key position; NULL or p = 0: none),
      * out = att . v. lse (B, NH, T) written: the log-sum-exp of each score row, which is all the
      * backward needs (it recomputes the probabilities; no (T, T) buffer is kept). Caller
      * buffers: out B*T*C floats, lse B*NH*T floats; cpu scratch is per thread and reused
      * (64*T floats forward, 3x that backward). */
     void (*attention_fwd)(const backend *be, be_out out, float *lse, be_in q, be_in k, be_in v, int ldq, int ldkv,
-                          int B, int T, int NH, int NKV, int HS, const int32_t *klen, const be_drop *drop);
+                          int B, int T, int NH, int NKV, int HS, const int32_t *klen, const int32_t *seg,
+                          const be_drop *drop);
     /* dq (rows of stride ldq) +=, dk, dv (rows of stride ldkv) += the gradients w.r.t. q, k, v
      * (any may be NULL; the other columns of their rows are untouched); dk and dv of a key/value
      * head receive the sum over the query heads that share it, in a fixed order (deterministic).
-     * dout (B, T, C); q, k, v, lse, strides, klen, drop as in the forward. dq, dk, dv may be
+     * dout (B, T, C); q, k, v, lse, strides, klen, seg, drop as in the forward. dq, dk, dv may be
      * parts of one fused buffer (disjoint columns). */
     void (*attention_bwd)(const backend *be, be_out dq, be_out dk, be_out dv, be_in dout, be_in q, be_in k, be_in v,
                           const float *lse, int ldq, int ldkv, int B, int T, int NH, int NKV, int HS,
-                          const int32_t *klen, const be_drop *drop);
+                          const int32_t *klen, const int32_t *seg, const be_drop *drop);
 
     /* ---- attention over a key/value cache (generation; no dropout, no backward) ----
      * q: rows (B, n) of stride ldq, the queries of positions pos0 .. pos0 + n - 1 (NH heads of HS,

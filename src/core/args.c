@@ -106,6 +106,14 @@ static const flag_t FLAGS[] = {
      "samples per micro-batch per data-parallel rank", 1, 1 << 20, NULL},
     {"--global-batch-size", A_INT, OFF(global_batch_size), NULL, TD_CMD_TRAIN | TD_CMD_DATA_INFO | TD_CMD_PLAN,
      "data", "samples per iteration over all ranks (default: micro-batch x data-parallel)", 1, 1 << 30, NULL},
+    {"--reset-attention-mask", A_BOOL, OFF(reset_attention_mask), "0", TD_CMD_TRAIN, "data",
+     "packed documents: a token attends only to earlier tokens of its own document (the EOD token ends one and "
+     "belongs to it)", 0, 0, NULL},
+    {"--reset-position-ids", A_BOOL, OFF(reset_position_ids), "0", TD_CMD_TRAIN, "data",
+     "packed documents: positions restart at 0 after each EOD token (learned positions and rope)", 0, 0, NULL},
+    {"--eod-mask-loss", A_BOOL, OFF(eod_mask_loss), "0", TD_CMD_TRAIN, "data",
+     "no loss where the input token is EOD; the loss is the mean over the other tokens of the global batch", 0, 0,
+     NULL},
 
     {"--cluster", A_STR, OFF(cluster), "dgx-a100-80gb", TD_CMD_PLAN, "plan",
      "the cluster: dgx2h-v100, dgx-a100-80gb, dgx-h100, or a JSON file (docs/plan.md)", 0, 0, NULL},
@@ -750,6 +758,9 @@ static int check_bert(const td_args *a, char *msg, size_t msglen)
              "out --swiglu, --gated-linear-unit, --disable-bias-linear and --untie-embeddings-and-output-weights");
     if (a->bert_binary_head && a->bert_no_binary_head && td_args_given(a, "--bert-binary-head"))
         FAIL("give at most one of --bert-binary-head and --bert-no-binary-head");
+    if (a->reset_attention_mask || a->reset_position_ids || a->eod_mask_loss)
+        FAIL("--model bert trains on padded sentence pairs with bidirectional attention: leave out "
+             "--reset-attention-mask, --reset-position-ids and --eod-mask-loss (packed documents of a causal model)");
     return 0;
 }
 

@@ -1,7 +1,8 @@
 /* Attention block under tensor parallelism (after Megatron): the QKV projection column-parallel
  * (each rank computes the queries of its n/t heads and the keys and values of its g/t groups),
  * rotary positions on the local heads when the model has them, the core (causal, or
- * bidirectional over each sample's unpadded keys) (query head i reads key/value group i / (n/g)),
+ * bidirectional over each sample's unpadded keys, or causal within each packed document)
+ * (query head i reads key/value group i / (n/g)),
  * output projection row-parallel; the output bias is added by the layer (with dropout).
  * Multi-head attention keeps one fused qkv weight ([q | k | v] blocks, GPT-2's layout);
  * grouped-query attention a q and a kv weight. Selective recomputation keeps q, k, v and
@@ -113,8 +114,8 @@ static void core_fwd(const block_io *io, void *av)
     const gpt_model *m = io->m;
     attn_acts *a = av;
     qkv_view w = view_of(m, a->q, a->kv);
-    be_attention_fwd_masked(m->be, kept_stage(&a->atty), a->lse, w.q, w.k, w.v, w.ldq, w.ldkv, io->B, m->cfg.seq,
-                            m->heads_l, m->groups_l, gpt_head_dim(&m->cfg), io->klen, io->drop);
+    be_attention_fwd_seg(m->be, kept_stage(&a->atty), a->lse, w.q, w.k, w.v, w.ldq, w.ldkv, io->B, m->cfg.seq,
+                         m->heads_l, m->groups_l, gpt_head_dim(&m->cfg), io->klen, io->seg, io->drop);
     kept_done(m->be, &a->atty, (size_t)io->B * m->cfg.seq * m->q_l);
 }
 
@@ -131,8 +132,8 @@ static void fwd(const block_io *io, void *av, const void *pv, float *out, be_in 
     if (gqa) tp_column_linear_fwd(m->be, tp, a->kv, x, p->kv_w, p->kv_b, BT, h, 2 * m->kv_l);
     qkv_view w = view_of(m, a->q, a->kv);
     if (rot) {
-        be_rope_fwd(m->be, w.q, B, T, w.ldq, m->heads_l, d, rot, gpt_rotary_base(c), 0);
-        be_rope_fwd(m->be, w.k, B, T, w.ldkv, m->groups_l, d, rot, gpt_rotary_base(c), 0);
+        be_rope_fwd_at(m->be, w.q, B, T, w.ldq, m->heads_l, d, rot, gpt_rotary_base(c), 0, io->pos);
+        be_rope_fwd_at(m->be, w.k, B, T, w.ldkv, m->groups_l, d, rot, gpt_rotary_base(c), 0, io->pos);
     }
     core_fwd(io, a);
     tp_row_linear_fwd(m->be, tp, out, kept_in(&a->atty), p->proj_w, BT, m->q_l, h);
@@ -157,12 +158,12 @@ static void bwd(const block_io *io, float *dx, void *gv, const float *dbranch, c
     be_zero(be, s->dqkv, (size_t)BT * (gqa ? m->q_l : 3 * m->q_l));
     if (gqa) be_zero(be, s->dkv, (size_t)BT * 2 * m->kv_l);
     qkv_view w = view_of(m, a->q, a->kv), dw = view_of(m, s->dqkv, s->dkv);
-    be_attention_bwd_masked(be, dw.q, dw.k, dw.v, s->datty, w.q, w.k, w.v, a->lse, w.ldq, w.ldkv, B, T, m->heads_l,
-                            m->groups_l, d, io->klen, io->drop);
+    be_attention_bwd_seg(be, dw.q, dw.k, dw.v, s->datty, w.q, w.k, w.v, a->lse, w.ldq, w.ldkv, B, T, m->heads_l,
+                         m->groups_l, d, io->klen, io->seg, io->drop);
     if (rot) {
         /* back through the rotation: the gradients of the projections' outputs */
-        be_rope_bwd(be, dw.q, B, T, dw.ldq, m->heads_l, d, rot, gpt_rotary_base(c), 0);
-        be_rope_bwd(be, dw.k, B, T, dw.ldkv, m->groups_l, d, rot, gpt_rotary_base(c), 0);
+        be_rope_bwd_at(be, dw.q, B, T, dw.ldq, m->heads_l, d, rot, gpt_rotary_base(c), 0, io->pos);
+        be_rope_bwd_at(be, dw.k, B, T, dw.ldkv, m->groups_l, d, rot, gpt_rotary_base(c), 0, io->pos);
     }
     if (!gqa) {
         tp_column_linear_bwd(be, tp, dx, g->qkv_w, g->qkv_b, s->dqkv, x, p->qkv_w, BT, h, 3 * m->q_l);

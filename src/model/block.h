@@ -18,6 +18,8 @@ typedef struct block_io {
     const int32_t *klen;   /* (B) device: each sample's keys before its padding; NULL: causal */
     const be_drop *drop;   /* the block's own dropout (attention probabilities); NULL: none */
     void *scratch;         /* the kind's backward scratch (shared by the slots and layers of the stage it fills) */
+    const int32_t *seg;    /* (B, s) device: packed documents' starts (be_ops.h); NULL: none */
+    const int32_t *pos;    /* (B, s) device: token positions for rope; NULL: 0..s-1 */
 } block_io;
 
 typedef struct block_ops {

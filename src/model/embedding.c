@@ -1,5 +1,6 @@
 /* Embedding: vocab-parallel word embedding (out-of-slice ids masked, then all-reduced over tp)
- * plus learned absolute positions (when the config has them; rotary models have none here) plus
+ * plus learned absolute positions (when the config has them; rotary models have none here; a
+ * packed batch's positions restart at each document: the rows its position array names) plus
  * token types (when it has them: replicated rows), then dropout. See model_impl.h. */
 #include "model_impl.h"
 
@@ -31,7 +32,8 @@ static void tensors(table_builder *tb, gpt_tensors *p, gpt_tensors *g, int canon
 
 /* Under sequence parallelism the vocab-parallel lookup's all-reduce becomes a reduce-scatter:
  * out holds this rank's positions (B, seq_l, h), and the positions and dropout act on them. */
-static void fwd(gpt_model *m, float *out, const int32_t *ids, const int32_t *types, int B, const be_drop *d)
+static void fwd(gpt_model *m, float *out, const int32_t *ids, const int32_t *types, const int32_t *pos, int B,
+                const be_drop *d)
 {
     int T = m->seq_l, h = m->cfg.hidden, pos0 = model_pos0(m);
     if (m->sp) {
@@ -41,7 +43,12 @@ static void fwd(gpt_model *m, float *out, const int32_t *ids, const int32_t *typ
     } else {
         tp_embedding_fwd(m->be, m->ps->tp_group, out, ids, m->p.wte, B * T, h, m->vstart, m->vocab_l);
     }
-    if (m->p.wpe) be_pos_embedding_fwd(m->be, out, m->p.wpe, B, T, h, pos0);
+    if (m->p.wpe && !pos) be_pos_embedding_fwd(m->be, out, m->p.wpe, B, T, h, pos0);
+    if (m->p.wpe && pos) { /* packed documents: each token's row of the table, looked up and added */
+        float *pe = m->scratch->branch;
+        be_embedding_fwd(m->be, pe, pos, m->p.wpe, B * T, h, 0, m->cfg.max_pos);
+        be_add(m->be, out, out, pe, (size_t)B * T * h);
+    }
     if (m->p.tte) { /* a lookup into scratch, added */
         float *tt = m->scratch->branch;
         be_embedding_fwd(m->be, tt, types, m->p.tte, B * T, h, 0, gpt_tokentypes(&m->cfg));
@@ -52,13 +59,15 @@ static void fwd(gpt_model *m, float *out, const int32_t *ids, const int32_t *typ
     be_dropout_fwd(m->be, out, out, B, T, h, &dl);
 }
 
-static void bwd(gpt_model *m, float *dout, const int32_t *ids, const int32_t *types, int B, const be_drop *d)
+static void bwd(gpt_model *m, float *dout, const int32_t *ids, const int32_t *types, const int32_t *pos, int B,
+                const be_drop *d)
 {
     int T = m->seq_l, h = m->cfg.hidden, pos0 = model_pos0(m);
     be_drop dl = *d;
     dl.pos0 = pos0;
     be_dropout_bwd(m->be, dout, dout, B, T, h, &dl);
-    if (m->g.wpe) be_pos_embedding_bwd(m->be, m->g.wpe, dout, B, T, h, pos0);
+    if (m->g.wpe && !pos) be_pos_embedding_bwd(m->be, m->g.wpe, dout, B, T, h, pos0);
+    if (m->g.wpe && pos) be_embedding_bwd(m->be, m->g.wpe, dout, pos, B * T, h, 0, m->cfg.max_pos);
     if (m->g.tte) be_embedding_bwd(m->be, m->g.tte, dout, types, B * T, h, 0, gpt_tokentypes(&m->cfg));
     if (m->sp) { /* every position's gradient, for this rank's vocabulary rows */
         struct gpt_scratch *s = m->scratch;

@@ -1,6 +1,7 @@
 /* The LM head and its loss (GPT, Llama): the output layer on the final norm's output,
  * vocab-parallel (tied to the word embedding, or its own tensor), and the vocab-parallel
- * next-token cross-entropy over every position. See head_ops in model_impl.h. */
+ * next-token cross-entropy over every position (or over the positions a batch's loss mask
+ * counts, weighted by its token weight: --eod-mask-loss). See head_ops in model_impl.h. */
 #include "model_impl.h"
 
 #include "tensor_parallel.h"
@@ -36,6 +37,11 @@ static void fwd(gpt_model *m, gpt_acts *a, const float *x, double *loss)
     float *host = m->scratch->host;
     be_memcpy(be, host, a->losses, (size_t)BT * sizeof(float), BE_D2H);
     double sum = 0;
+    if (a->loss_mask) { /* --eod-mask-loss: the counted tokens', weighted to the global batch's mean */
+        for (int i = 0; i < BT; i++) sum += a->loss_mask[i] * (double)host[i];
+        *loss = a->token_weight * sum;
+        return;
+    }
     for (int i = 0; i < BT; i++) sum += host[i];
     *loss = sum;
 }
@@ -45,7 +51,10 @@ static void bwd(gpt_model *m, gpt_acts *a, const float *x, float loss_scale)
     const backend *be = m->be;
     struct gpt_scratch *s = m->scratch;
     int B = a->B, BT = B * m->cfg.seq, h = m->cfg.hidden;
-    for (int i = 0; i < BT; i++) s->host[i] = loss_scale;
+    if (a->loss_mask)
+        for (int i = 0; i < BT; i++) s->host[i] = loss_scale * a->token_weight * a->loss_mask[i];
+    else
+        for (int i = 0; i < BT; i++) s->host[i] = loss_scale;
     be_memcpy(be, s->dloss, s->host, (size_t)BT * sizeof(float), BE_H2D);
     be_ce_bwd(be, a->logits, a->maxv, a->sumexp, a->targets, s->dloss, BT, m->vocab_l,
               be_vocab_real(m->cfg.vocab, m->vstart, m->vocab_l), m->vstart);

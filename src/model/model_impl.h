@@ -21,9 +21,12 @@ typedef struct embedding_ops {
     /* canonical: the whole model's logical order (words, positions, token types), else the
      * buffer's (the reverse). */
     void (*tensors)(table_builder *tb, gpt_tensors *p, gpt_tensors *g, int canonical);
-    void (*fwd)(gpt_model *m, float *out, const int32_t *ids, const int32_t *types, int B, const be_drop *d);
+    /* pos (B, seq_l) device: this rank's positions' learned-position rows; NULL: pos0 + t */
+    void (*fwd)(gpt_model *m, float *out, const int32_t *ids, const int32_t *types, const int32_t *pos, int B,
+                const be_drop *d);
     /* From dout (B, seq_l, h; overwritten by the dropout backward). */
-    void (*bwd)(gpt_model *m, float *dout, const int32_t *ids, const int32_t *types, int B, const be_drop *d);
+    void (*bwd)(gpt_model *m, float *dout, const int32_t *ids, const int32_t *types, const int32_t *pos, int B,
+                const be_drop *d);
 } embedding_ops;
 extern const embedding_ops embedding_block;
 
@@ -121,6 +124,13 @@ struct gpt_acts {
     const int32_t *klen;   /* what the attention reads: lengths, or NULL (causal) */
     int32_t *sample_labels;/* (mbs) host: per-sample labels, last stage */
     int32_t *targets_host; /* (mbs, s) host, last stage: the targets (-1: no loss there) */
+    /* packed documents: device copies (allocated on the first batch that has them, outside the
+     * arena: mbs * s ints each) and what the kernels read (NULL when the batch has none) */
+    int32_t *seg_buf, *pos_buf, *posl_buf;
+    const int32_t *seg;    /* (mbs, s): each token's document start (attention) */
+    const int32_t *pos;    /* (mbs, s): each token's position (rope) */
+    const int32_t *pos_l;  /* (mbs, seq_l) first stage: this rank's positions' (learned positions) */
+    const float *loss_mask;/* (mbs, s) host, last stage: the batch's (valid for the iteration); NULL: all count */
     float token_weight, sample_weight; /* what one token's and one sample's loss count */
 };
 

@@ -215,6 +215,9 @@ static void acts_free(gpt_model *m, gpt_acts *a)
     free(a->head);
     free(a->sample_labels);
     free(a->targets_host);
+    int32_t *packed[3] = {a->seg_buf, a->pos_buf, a->posl_buf};
+    for (int i = 0; i < 3; i++)
+        if (packed[i]) be_dfree(m->be, packed[i]);
 }
 
 /* The kinds' scratch structs (the buffers are carved): one for each kind with a scratch among the
@@ -438,6 +441,41 @@ static size_t layer_start(const gpt_model *m, int l)
     return m->table[last - 1].offset + m->table[last - 1].numel;
 }
 
+/* A device buffer of the slot's mbs * n ints, allocated on first use. */
+static int32_t *slot_ints(const gpt_model *m, int32_t **buf, int n)
+{
+    if (!*buf) *buf = be_alloc(m->be, (size_t)m->mbs * n * sizeof(int32_t));
+    return *buf;
+}
+
+/* Packed documents: the whole sequence's document starts and positions on every stage (the
+ * attention of every layer reads all positions, sequence parallel or not), this rank's slice of
+ * the positions on the first stage (learned positions), the loss mask on the last. */
+static void take_packed(gpt_model *m, gpt_acts *a, const gpt_batch *in)
+{
+    int B = in->B, T = m->cfg.seq, Tl = m->seq_l, pos0 = model_pos0(m);
+    TD_CHECK(!in->seg || !gpt_bidirectional(&m->cfg), "pack documents only for a causal model",
+             "a bidirectional model's micro-batch has document starts (seg)");
+    a->seg = a->pos = a->pos_l = NULL;
+    a->loss_mask = m->last ? in->loss_mask : NULL;
+    if (in->seg) {
+        a->seg = slot_ints(m, &a->seg_buf, T);
+        be_memcpy(m->be, a->seg_buf, in->seg, (size_t)B * T * sizeof(int32_t), BE_H2D);
+    }
+    if (!in->pos) return;
+    a->pos = slot_ints(m, &a->pos_buf, T);
+    be_memcpy(m->be, a->pos_buf, in->pos, (size_t)B * T * sizeof(int32_t), BE_H2D);
+    if (!m->first || !m->p.wpe) return;
+    if (Tl == T) {
+        a->pos_l = a->pos;
+        return;
+    }
+    a->pos_l = slot_ints(m, &a->posl_buf, Tl);
+    for (int b = 0; b < B; b++)
+        be_memcpy(m->be, a->posl_buf + (size_t)b * Tl, in->pos + (size_t)b * T + pos0, (size_t)Tl * sizeof(int32_t),
+                  BE_H2D);
+}
+
 /* The batch's inputs into the slot, once per micro-batch: on the device what kernels read (the
  * sample indices, the lengths of a bidirectional model, this rank's positions' token types; the
  * ids and targets where they are read), in host memory what the head reads there (per-sample
@@ -460,6 +498,7 @@ static void take_inputs(gpt_model *m, gpt_acts *a, const gpt_batch *in)
         for (int b = 0; b < B; b++)
             be_memcpy(m->be, a->types + (size_t)b * Tl, in->types + (size_t)b * T + pos0, (size_t)Tl * sizeof(int32_t),
                       BE_H2D);
+    take_packed(m, a, in);
 }
 
 float *gpt_forward(gpt_model *m, gpt_acts *a, const gpt_batch *in, const float *input, int training, double *loss_sum)
@@ -479,7 +518,7 @@ float *gpt_forward(gpt_model *m, gpt_acts *a, const gpt_batch *in, const float *
     if (m->first) {
         be_memcpy(be, a->ids, in->ids, (size_t)BT * sizeof(int32_t), BE_H2D);
         be_drop d = model_drop(m, a, training ? m->cfg.hidden_dropout : 0.0f, site_embedding(), 0);
-        embedding_block.fwd(m, a->input, a->ids, a->types, B, &d);
+        embedding_block.fwd(m, a->input, a->ids, a->types, a->pos_l, B, &d);
     } else if (input != a->input) {
         be_copy(be, a->input, input, (size_t)B * m->seq_l * h);
     }
@@ -561,7 +600,7 @@ float *gpt_backward(gpt_model *m, gpt_acts *a, const float *doutput, float loss_
     }
 
     be_drop d = model_drop(m, a, a->training ? m->cfg.hidden_dropout : 0.0f, site_embedding(), 0);
-    embedding_block.bwd(m, s->dres, a->ids, a->types, B, &d);
+    embedding_block.bwd(m, s->dres, a->ids, a->types, a->pos_l, B, &d);
     if (m->g.wpe) model_sp_sum(m, m->g.wpe, (size_t)m->cfg.max_pos * h);
     if (m->g.tte) model_sp_sum(m, m->g.tte, (size_t)gpt_tokentypes(&m->cfg) * h);
     if (m->grads_ready) m->grads_ready(m->grads_ready_user, m->numel);

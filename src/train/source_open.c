@@ -7,6 +7,23 @@
 #include "trident/bert_source.h"
 #include "trident/check.h"
 #include "trident/gpt_source.h"
+#include "trident/tokenizer.h"
+
+/* The EOD id packed documents split at: the tokenizer's (every rank opens it; only packed runs
+ * pay for that). Ends the job with one line when there is none. */
+static int32_t packing_eod(const td_args *a)
+{
+    char err[512];
+    tok_spec spec = {a->tokenizer_type, a->vocab_file, a->merge_file, a->tokenizer_model};
+    tok_tokenizer *tok = tok_open(&spec, err, sizeof err);
+    if (!tok) td_fatal(1, "%s", err);
+    int eod = tok_eod_id(tok);
+    tok_free(tok);
+    if (eod < 0)
+        td_fatal(2, "--reset-attention-mask, --reset-position-ids and --eod-mask-loss split documents at the "
+                    "tokenizer's end-of-document token, and this tokenizer has none: leave them out");
+    return eod;
+}
 
 batch_source *batch_source_open(const gptds_config *dc, const td_args *a, const gpt_config *c, int mbs, int num_micro,
                                 int dp, int dp_rank, comm *world)
@@ -19,7 +36,9 @@ batch_source *batch_source_open(const gptds_config *dc, const td_args *a, const 
         s->self = bert_source_open(dc, a, c, mbs, num_micro, dp, dp_rank, world);
     } else {
         s->ops = &gpt_source_ops;
-        s->self = gpt_source_open(dc, c, mbs, num_micro, dp, dp_rank, world);
+        gpt_packing pk = {a->reset_attention_mask, a->reset_position_ids, a->eod_mask_loss, -1};
+        if (gpt_packing_on(&pk)) pk.eod = packing_eod(a);
+        s->self = gpt_source_open(dc, c, &pk, mbs, num_micro, dp, dp_rank, world);
     }
     return s;
 }

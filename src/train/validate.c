@@ -167,5 +167,16 @@ int run_validate(const td_args *a, int world_size, char *msg, size_t msglen)
         FAIL("%d micro-batches in flight per stage is more than %d; use fewer micro-batches with "
              "--pipeline-schedule gpipe",
              pp_slots_needed(sched, pp, 0, vp, micro), PP_MAX_SLOTS);
+    if (a->reset_attention_mask || a->reset_position_ids || a->eod_mask_loss) {
+        /* packed documents split at the tokenizer's EOD (a tokenizer that does not open is
+         * reported where the run opens it) */
+        tok_tokenizer *tok = tok_open(&spec, msg, msglen);
+        int eod = tok ? tok_eod_id(tok) : 0;
+        tok_free(tok);
+        msg[0] = 0;
+        if (eod < 0)
+            FAIL("--reset-attention-mask, --reset-position-ids and --eod-mask-loss split documents at the "
+                 "tokenizer's end-of-document token, and this tokenizer has none: leave them out");
+    }
     return 0;
 }

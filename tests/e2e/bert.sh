@@ -92,6 +92,8 @@ bad_flags() { # want flags...
 bad_flags "needs BERT's WordPiece tokenizer" --vocab-file "$VOCAB"
 bad_flags "leave out --swiglu" --tokenizer-type BertWordPieceLowerCase --vocab-file "$VOCAB" --swiglu
 bad_flags "not a blend" --tokenizer-type BertWordPieceLowerCase --vocab-file "$VOCAB" --data-path 1 a 1 b
+bad_flags "leave out --reset-attention-mask" --tokenizer-type BertWordPieceLowerCase --vocab-file "$VOCAB" \
+  --reset-attention-mask
 
 # The masked LM learns from context, not just token frequencies, and the sentence-order head
 # learns. Synthetic documents (made here, seed 1): one word drawn uniformly from 64, repeated in

@@ -157,5 +157,16 @@ out=$(TRIDENT_HANG_GUARD_S=1 timeout $((20 * SCALE)) "$TRIDENT" tokenize "${TOK[
 expect "hang guard: not a number" 2 "TRIDENT_HANG_GUARD_S='soon' is not a number of seconds" \
   env TRIDENT_HANG_GUARD_S=soon "$TRIDENT" version
 
+# packed documents: --model bert refuses them (e2e/bert); a tokenizer without an end-of-document
+# token (GPT-2's byte alphabet alone) cannot split documents: exit 2, once
+noeod=$(mktemp -d)
+python3 "$(dirname "$0")/../parallel/byte_tokenizer.py" "$noeod/bytes.json" &&
+  sed 's/<|endoftext|>/<|pad|>/g' "$noeod/bytes.json" > "$noeod/noeod.json"
+expect "packed: no EOD" 2 "and this tokenizer has none: leave them out" "${MPIRUN[@]}" -np 2 "$TRIDENT" train \
+  --data-path "$DATA" --tokenizer-type HuggingFaceTokenizer --tokenizer-model "$noeod/noeod.json" --num-layers 1 \
+  --hidden-size 8 --num-attention-heads 2 --seq-length 8 --train-iters 2 --eod-mask-loss
+once "packed: no EOD"
+rm -rf "$noeod"
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -1,5 +1,5 @@
 /* The CUDA backend's attention and MoE entries (src/backend/cuda/attention.cu, moe.cu) against
- * the CPU backend on the same fresh random inputs: attention_fwd/bwd (causal and padded,
+ * the CPU backend on the same fresh random inputs: attention_fwd/bwd (causal, padded and packed,
  * grouped-query, fused and separate q/k/v rows, dropout, head sizes 64, 80 and 256, sequence
  * lengths 1, 7, 33, 40, 129 and 513; fp32, bf16 and fp16), attention_kv_fwd (the decode step;
  * fp32 and a bf16 cache), the router (every score function), its losses and the permutes.
@@ -144,7 +144,8 @@ static void expect_true(const char *name, const char *what, int ok)
 typedef struct {
     const char *name;
     int B, T, NH, NKV, HS;
-    int padded; /* 1: bidirectional over klen[b] = T - b T / 3 (at least 1); 0: causal */
+    int padded; /* 1: bidirectional over klen[b] = T - b T / 3 (at least 1); 0: causal; 2: causal
+                 * over packed documents (seg: lengths 32, 1, 31, 33, 64, 7, ... from b) */
     int fused;  /* 1: q, k, v columns of one row [q | k | v | 3 spare] (and the gradients too) */
     int grads;  /* bits: 1 dq, 2 dk, 4 dv (the others NULL) */
     float p;    /* attention dropout */
@@ -164,6 +165,14 @@ static void run_attention(const att_case *c)
     size_t koff = c->fused ? (size_t)C : 0, voff = c->fused ? (size_t)(NH + NKV) * HS : 0;
     int32_t klen[8];
     for (int b = 0; b < B; b++) klen[b] = T - b * T / 3 > 0 ? T - b * T / 3 : 1;
+    static const int doclen[6] = {32, 1, 31, 33, 64, 7};
+    int32_t *seg = td_xmalloc((size_t)B * T * sizeof(int32_t));
+    for (int b = 0; b < B; b++)
+        for (int t = 0, s0 = 0, k = b, left = doclen[b % 6]; t < T; t++, left--) {
+            if (left == 0) s0 = t, left = doclen[++k % 6];
+            seg[(size_t)b * T + t] = s0;
+        }
+    const int32_t *klen_c = c->padded == 1 ? klen : NULL, *seg_c = c->padded == 2 ? seg : NULL;
     if (c->padded)
         for (int b = 0; b < B; b++)
             for (int t = klen[b]; t < T; t++)
@@ -187,11 +196,11 @@ static void run_attention(const att_case *c)
     float *out_c = td_xcalloc(no ? no : 1, sizeof(float)), *lse_c = td_xcalloc(nl, sizeof(float));
     float *gq_c = dup(gq, nq), *gk_c = c->fused ? gq_c : dup(gk, nkv), *gv_c = c->fused ? gq_c : dup(gv, nkv);
     cpu->ops->attention_fwd(cpu, be_f32_out(out_c), lse_c, be_f32(qb), be_f32(kb + koff), be_f32(vb + voff), ldq,
-                            ldkv, B, T, NH, NKV, HS, c->padded ? klen : NULL, &drop);
+                            ldkv, B, T, NH, NKV, HS, klen_c, seg_c, &drop);
     cpu->ops->attention_bwd(cpu, be_f32_out(c->grads & 1 ? gq_c : NULL), be_f32_out(c->grads & 2 ? gk_c + koff : NULL),
                             be_f32_out(c->grads & 4 ? gv_c + voff : NULL), be_f32(dout), be_f32(qb),
                             be_f32(kb + koff), be_f32(vb + voff), lse_c, ldq, ldkv, B, T, NH, NKV, HS,
-                            c->padded ? klen : NULL, &drop);
+                            klen_c, seg_c, &drop);
 
     /* the GPU, in dt */
     size_t es = be_dtype_size(c->dt);
@@ -201,18 +210,19 @@ static void run_attention(const att_case *c)
     char *gv_d = c->fused ? gq_d : up(gv, nkv, c->dt);
     void *dout_d = up(dout, no, c->dt), *out_d = be_alloc(gpu, no * es + 1);
     float *lse_d = be_alloc(gpu, nl * sizeof(float));
-    int32_t *klen_d = up_bytes(klen, sizeof(int32_t) * B);
+    int32_t *klen_d = up_bytes(klen, sizeof(int32_t) * B), *seg_d = up_bytes(seg, sizeof(int32_t) * B * T);
+    const int32_t *klen_g = c->padded == 1 ? klen_d : NULL, *seg_g = c->padded == 2 ? seg_d : NULL;
     be_drop drop_d = drop;
     drop_d.sample = up_bytes(sample, sizeof(int64_t) * B);
     be_in q_in = {q_d, c->dt}, k_in = {k_d + koff * es, c->dt}, v_in = {v_d + voff * es, c->dt};
     be_out out_o = {out_d, c->dt};
     gpu->ops->attention_fwd(gpu, out_o, lse_d, q_in, k_in, v_in, ldq, ldkv, B, T, NH, NKV, HS,
-                            c->padded ? klen_d : NULL, &drop_d);
+                            klen_g, seg_g, &drop_d);
     be_out dq_o = {c->grads & 1 ? gq_d : NULL, c->dt}, dk_o = {c->grads & 2 ? gk_d + koff * es : NULL, c->dt};
     be_out dv_o = {c->grads & 4 ? gv_d + voff * es : NULL, c->dt};
     be_in dout_in = {dout_d, c->dt};
     gpu->ops->attention_bwd(gpu, dq_o, dk_o, dv_o, dout_in, q_in, k_in, v_in, lse_d, ldq, ldkv, B, T, NH, NKV, HS,
-                            c->padded ? klen_d : NULL, &drop_d);
+                            klen_g, seg_g, &drop_d);
     float *out_g = down(out_d, no, c->dt), *lse_g = down(lse_d, nl, BE_F32), *gq_g = down(gq_d, nq, c->dt);
     expect(c->name, "out", relerr(out_g, out_c, no), tol);
     expect(c->name, "lse", relerr(lse_g, lse_c, nl), tol);
@@ -236,13 +246,14 @@ static void run_attention(const att_case *c)
     put(gq_d, gq, nq, c->dt);
     if (!c->fused) put(gk_d, gk, nkv, c->dt), put(gv_d, gv, nkv, c->dt);
     gpu->ops->attention_bwd(gpu, dq_o, dk_o, dv_o, dout_in, q_in, k_in, v_in, lse_d, ldq, ldkv, B, T, NH, NKV, HS,
-                            c->padded ? klen_d : NULL, &drop_d);
+                            klen_g, seg_g, &drop_d);
     char *r2 = raw(gq_d, bq), *r2k = raw(gk_d, bkv), *r2v = raw(gv_d, bkv);
     expect_true(c->name, "a second backward gives the same bits",
                 !memcmp(r1, r2, bq) && !memcmp(r1k, r2k, bkv) && !memcmp(r1v, r2v, bkv));
     free(r1), free(r1k), free(r1v), free(r2), free(r2k), free(r2v);
     be_dfree(gpu, q_d), be_dfree(gpu, gq_d), be_dfree(gpu, dout_d), be_dfree(gpu, out_d), be_dfree(gpu, lse_d);
-    be_dfree(gpu, klen_d), be_dfree(gpu, (void *)drop_d.sample);
+    be_dfree(gpu, klen_d), be_dfree(gpu, seg_d), be_dfree(gpu, (void *)drop_d.sample);
+    free(seg);
     if (!c->fused) be_dfree(gpu, k_d), be_dfree(gpu, v_d), be_dfree(gpu, gk_d), be_dfree(gpu, gv_d);
     free(out_c), free(lse_c), free(gq_c), free(qb), free(dout), free(gq);
     if (!c->fused) free(gk_c), free(gv_c), free(kb), free(vb), free(gk), free(gv);
@@ -263,14 +274,14 @@ static void run_mask(void)
     be_drop drop = {0.5f, 0x123456789abcdefULL, sample, 17, 1000, 5};
     float *out_c = td_xcalloc(no, sizeof(float)), *lse = td_xcalloc((size_t)B * NH * T, sizeof(float));
     cpu->ops->attention_fwd(cpu, be_f32_out(out_c), lse, be_f32(q), be_f32(k), be_f32(v), C, HS, B, T, NH, NKV, HS,
-                            klen, &drop);
+                            klen, NULL, &drop);
     void *q_d = up(q, nq, BE_F32), *k_d = up(k, nkv, BE_F32), *v_d = up(v, nkv, BE_F32);
     void *out_d = be_alloc(gpu, no * 4), *lse_d = be_alloc(gpu, (size_t)B * NH * T * 4);
     be_drop drop_d = drop;
     drop_d.sample = up_bytes(sample, sizeof sample);
     int32_t *klen_d = up_bytes(klen, sizeof klen);
     gpu->ops->attention_fwd(gpu, be_f32_out(out_d), lse_d, be_f32(q_d), be_f32(k_d), be_f32(v_d), C, HS, B, T, NH,
-                            NKV, HS, klen_d, &drop_d);
+                            NKV, HS, klen_d, NULL, &drop_d);
     float *out_g = down(out_d, no, BE_F32);
     long bad_c = 0, bad_g = 0, kept = 0;
     for (int b = 0; b < B; b++)
@@ -475,15 +486,15 @@ static void run_refusals(void)
         if (setjmp(g_died) == 0) {
             switch (i) { /* a NULL backend: the check must come first */
             case 0:
-                o.attention_fwd(NULL, nout, NULL, none, none, none, 257 * 2, 257, 1, 4, 2, 1, 257, NULL, NULL);
+                o.attention_fwd(NULL, nout, NULL, none, none, none, 257 * 2, 257, 1, 4, 2, 1, 257, NULL, NULL, NULL);
                 break;
             case 1:
                 o.attention_bwd(NULL, some, nout, nout, none, none, none, none, NULL, 600, 300, 1, 4, 2, 1, 300, NULL,
-                                NULL);
+                                NULL, NULL);
                 break;
             case 2: o.attention_kv_fwd(NULL, nout, none, none, none, 512, 1, 1, 0, 8, 1, 1, 512); break;
             case 3: o.attention_kv_fwd(NULL, nout, none, none, none, 64, 1, 2, 7, 8, 1, 1, 64); break;
-            case 4: o.attention_fwd(NULL, nout, NULL, none, none, none, 192, 128, 1, 4, 3, 2, 64, NULL, NULL); break;
+            case 4: o.attention_fwd(NULL, nout, NULL, none, none, none, 192, 128, 1, 4, 3, 2, 64, NULL, NULL, NULL); break;
             case 5: o.moe_route_fwd(NULL, NULL, NULL, NULL, NULL, 4, 1025, 2, BE_MOE_SOFTMAX, 0, 0.0f); break;
             case 6: o.moe_route_fwd(NULL, NULL, NULL, NULL, NULL, 4, 8, 9, BE_MOE_SOFTMAX, 0, 0.0f); break;
             default: o.moe_aux_loss(NULL, NULL, NULL, NULL, 4, 2000, 2, BE_MOE_SOFTMAX, 0.01, 8, 1.0f); break;
@@ -527,6 +538,11 @@ int main(void)
         {"att T129 causal gqa1 hs64 bf16 drop", 2, 129, 3, 1, 64, 0, 0, 7, 0.1f, BE_BF16},
         {"att T129 padded mha hs80 bf16 fused", 2, 129, 3, 3, 80, 1, 1, 7, 0.0f, BE_BF16},
         {"att T33 causal gqa1 hs64 fp16 drop", 1, 33, 2, 1, 64, 0, 0, 7, 0.1f, BE_F16},
+        /* packed documents (seg): boundaries on and off the 32-key tiles, one-token documents */
+        {"att T129 packed mha hs64 fused drop", 3, 129, 3, 3, 64, 2, 1, 7, 0.1f, BE_F32},
+        {"att T200 packed gqa1 hs80", 2, 200, 4, 2, 80, 2, 0, 7, 0.0f, BE_F32},
+        {"att T129 packed gqa1 hs64 dk dv only drop", 2, 129, 3, 1, 64, 2, 0, 6, 0.1f, BE_F32},
+        {"att T129 packed mha hs64 bf16", 2, 129, 3, 3, 64, 2, 0, 7, 0.0f, BE_BF16},
     };
     for (size_t i = 0; i < sizeof att / sizeof att[0]; i++) run_attention(&att[i]);
     run_mask();

@@ -389,12 +389,12 @@ static void t_rope(be_dtype dt, int B, int T, int nh, int hs, int rot, int pos0)
     pair x = mk((size_t)B * T * ld, dt, -2, 2);
     char what[64];
     snprintf(what, sizeof what, "rope_fwd rot %d/%d pos0 %d", rot, hs, pos0);
-    g_cpu->ops->rope_fwd(g_cpu, cout(x), B, T, ld, nh, hs, rot, 10000.0f, pos0);
-    g_gpu->ops->rope_fwd(g_gpu, gout(x), B, T, ld, nh, hs, rot, 10000.0f, pos0);
+    g_cpu->ops->rope_fwd(g_cpu, cout(x), B, T, ld, nh, hs, rot, 10000.0f, pos0, NULL);
+    g_gpu->ops->rope_fwd(g_gpu, gout(x), B, T, ld, nh, hs, rot, 10000.0f, pos0, NULL);
     check(label(what, dt, B * T, ld), x);
     snprintf(what, sizeof what, "rope_bwd rot %d/%d pos0 %d", rot, hs, pos0);
-    g_cpu->ops->rope_bwd(g_cpu, cout(x), B, T, ld, nh, hs, rot, 500000.0f, pos0);
-    g_gpu->ops->rope_bwd(g_gpu, gout(x), B, T, ld, nh, hs, rot, 500000.0f, pos0);
+    g_cpu->ops->rope_bwd(g_cpu, cout(x), B, T, ld, nh, hs, rot, 500000.0f, pos0, NULL);
+    g_gpu->ops->rope_bwd(g_gpu, gout(x), B, T, ld, nh, hs, rot, 500000.0f, pos0, NULL);
     check(label(what, dt, B * T, ld), x);
     rm(x);
 }

@@ -480,6 +480,33 @@ unset(LAYOUT_NEEDS)
 set(LAYOUT_ARCH "")
 set(LAYOUT_TRAIN ${GPT_LAYOUT_TRAIN})
 
+# Packed documents (--reset-attention-mask --reset-position-ids --eod-mask-loss): the byte data's
+# documents are tinyshakespeare's speeches, tens of bytes each ended by EOD (--append-eod), so
+# every 64-token sample holds several, and every micro-batch counts its own tokens of loss; each
+# rank takes the whole sequence's document starts (sequence parallelism too), the first stage its
+# slice of the positions (learned positions), the loss's token count is the global batch's (data
+# parallelism); recomputation redoes the attention with the same documents (bitwise). Against the
+# one-rank run with the flags, for GPT-2 and the Llama-shaped model (rope, grouped-query).
+set(LAYOUT_ARCH --reset-attention-mask --reset-position-ids --eod-mask-loss)
+set(LAYOUT_BASE packed_baseline)
+trident_layout(packed_baseline 1 1 2)
+trident_layout(packed_tp2 2 2 2)
+trident_layout(packed_sp_tp2_pp2_vp2 4 2 1 --sequence-parallel --pipeline-model-parallel-size 2
+  --num-layers-per-virtual-pipeline-stage 1)
+trident_layout(packed_distopt_dp2 2 1 2 --use-distributed-optimizer)
+set(LAYOUT_TOL 0)
+trident_layout(packed_rc_full 1 1 2 --recompute-granularity full --recompute-method uniform --recompute-num-layers 2)
+unset(LAYOUT_TOL)
+set(LAYOUT_ARCH --normalization RMSNorm --position-embedding-type rope --swiglu --ffn-hidden-size 128
+  --group-query-attention --num-query-groups 2 --disable-bias-linear --untie-embeddings-and-output-weights
+  --reset-attention-mask --reset-position-ids --eod-mask-loss)
+set(LAYOUT_BASE packed_llama_baseline)
+trident_layout(packed_llama_baseline 1 1 2)
+trident_layout(packed_llama_sp_tp2_pp2_dp2 8 2 1 --sequence-parallel --pipeline-model-parallel-size 2
+  --use-distributed-optimizer --recompute-granularity selective)
+set(LAYOUT_ARCH "")
+set_tests_properties(unit/test_packed PROPERTIES TIMEOUT 30)
+
 # The exposed and in-flight communication per group, in the metrics file and the breakdown.
 add_test(NAME parallel/exposed COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/exposed.sh $<TARGET_FILE:trident>
   ${LAYOUT_DATA} ${TRIDENT_SHARED_DATA}/gpt2/vocab.json ${TRIDENT_SHARED_DATA}/gpt2/merges.txt ${LAYOUT_DIR}/exposed)

@@ -47,6 +47,7 @@ typedef struct {
     const be_drop *drop; /* NULL: none */
     double *lse;         /* (B, NH, T) written, or NULL */
     const int32_t *klen; /* (B) bidirectional over keys [0, klen[b]); NULL: causal */
+    const int32_t *seg;  /* (B, T) causal over packed documents: keys [seg[b T + t], t]; NULL: none */
 } att_ctx;
 
 static void att_ref(void *vc, double *out)
@@ -58,20 +59,21 @@ static void att_ref(void *vc, double *out)
         for (int h = 0; h < c->NH; h++)
             for (int t = 0; t < T; t++) {
                 int g = h / (c->NH / c->NKV), e = c->klen ? c->klen[b] : t + 1;
+                int j0 = c->seg ? c->seg[(size_t)b * T + t] : 0; /* keys before j0: probability 0 */
                 const double *q = c->q + ((size_t)b * T + t) * c->ldq + h * HS;
                 double m = -INFINITY, sum = 0.0;
-                for (int j = 0; j < e; j++) {
+                for (int j = j0; j < e; j++) {
                     const double *k = c->k + ((size_t)b * T + j) * c->ldkv + g * HS;
                     double d = 0.0;
                     for (int e = 0; e < HS; e++) d += q[e] * k[e];
                     s[j] = d / sqrt((double)HS);
                     m = s[j] > m ? s[j] : m;
                 }
-                for (int j = 0; j < e; j++) sum += exp(s[j] - m);
+                for (int j = j0; j < e; j++) sum += exp(s[j] - m);
                 if (c->lse) c->lse[((size_t)b * c->NH + h) * T + t] = m + log(sum);
                 double *o = out + ((size_t)b * T + t) * C + h * HS;
                 for (int i = 0; i < HS; i++) o[i] = 0.0;
-                for (int j = 0; j < e; j++) {
+                for (int j = j0; j < e; j++) {
                     double p = exp(s[j] - m) / sum;
                     if (c->drop && c->drop->p > 0)
                         p *= be_drop_keep(c->drop, BE_DROP_ATTN, c->drop->sample[b], c->drop->pos0 + t,
@@ -95,7 +97,7 @@ static void check_attention(const backend *be, int B, int T, int NH, int HS, con
     float *out = tb_zeros(nout), *lse = tb_zeros(nlse), *dqkv = tb_zeros(nqkv);
     double *ref = td_xmalloc(nout * sizeof(double)), *lse_ref = td_xmalloc(nlse * sizeof(double));
     double *Rd = tb_dup(R, nout), *qkvd = tb_dup(qkv, nqkv);
-    att_ctx c = {qkvd, qkvd + C, qkvd + 2 * C, 3 * C, 3 * C, B, T, NH, NH, HS, drop, lse_ref, NULL};
+    att_ctx c = {qkvd, qkvd + C, qkvd + 2 * C, 3 * C, 3 * C, B, T, NH, NH, HS, drop, lse_ref, NULL, NULL};
     char name[64];
 
     fwd_fused(be, out, lse, qkv, B, T, NH, HS, drop);
@@ -120,8 +122,8 @@ static void check_attention(const backend *be, int B, int T, int NH, int HS, con
 /* Grouped-query attention on separate q, k, v buffers whose rows carry pad extra columns (which
  * must get no gradient): forward and lse against the reference, dq, dk, dv against FD,
  * accumulation, and NULL gradients skipped. */
-static void check_gqa_masked(const backend *be, int B, int T, int NH, int NKV, int HS, int pad, const int32_t *klen,
-                             const be_drop *drop, const char *what)
+static void check_gqa_seg(const backend *be, int B, int T, int NH, int NKV, int HS, int pad, const int32_t *klen,
+                          const int32_t *seg, const be_drop *drop, const char *what)
 {
     int C = NH * HS, ldq = C + pad, ldkv = NKV * HS + pad;
     size_t nq = (size_t)B * T * ldq, nkv = (size_t)B * T * ldkv, nout = (size_t)B * T * C, nlse = (size_t)B * NH * T;
@@ -130,10 +132,10 @@ static void check_gqa_masked(const backend *be, int B, int T, int NH, int NKV, i
     float *out = tb_zeros(nout), *lse = tb_zeros(nlse), *dq = tb_zeros(nq), *dk = tb_zeros(nkv), *dv = tb_zeros(nkv);
     double *ref = td_xmalloc(nout * sizeof(double)), *lse_ref = td_xmalloc(nlse * sizeof(double));
     double *Rd = tb_dup(R, nout), *qd = tb_dup(q, nq), *kd = tb_dup(k, nkv), *vd = tb_dup(v, nkv);
-    att_ctx c = {qd, kd, vd, ldq, ldkv, B, T, NH, NKV, HS, drop, lse_ref, klen};
+    att_ctx c = {qd, kd, vd, ldq, ldkv, B, T, NH, NKV, HS, drop, lse_ref, klen, seg};
     char name[80];
 
-    be_attention_fwd_masked(be, out, lse, q, k, v, ldq, ldkv, B, T, NH, NKV, HS, klen, drop);
+    be_attention_fwd_seg(be, out, lse, q, k, v, ldq, ldkv, B, T, NH, NKV, HS, klen, seg, drop);
     att_ref(&c, ref);
     c.lse = NULL;
     snprintf(name, sizeof name, "gqa fwd %s", what);
@@ -141,7 +143,7 @@ static void check_gqa_masked(const backend *be, int B, int T, int NH, int NKV, i
     snprintf(name, sizeof name, "gqa lse %s", what);
     TB_CLOSE(name, lse, lse_ref, nlse, 1e-5);
 
-    be_attention_bwd_masked(be, dq, dk, dv, R, q, k, v, lse, ldq, ldkv, B, T, NH, NKV, HS, klen, drop);
+    be_attention_bwd_seg(be, dq, dk, dv, R, q, k, v, lse, ldq, ldkv, B, T, NH, NKV, HS, klen, seg, drop);
     snprintf(name, sizeof name, "gqa dq %s", what);
     TB_GRAD(name, dq, qd, nq, att_ref, &c, Rd, nout, 1e-4);
     snprintf(name, sizeof name, "gqa dk %s", what);
@@ -150,23 +152,86 @@ static void check_gqa_masked(const backend *be, int B, int T, int NH, int NKV, i
     TB_GRAD(name, dv, vd, nkv, att_ref, &c, Rd, nout, 1e-4);
 
     float *dq1 = tb_copy(dq, nq), *dk1 = tb_copy(dk, nkv), *dv1 = tb_copy(dv, nkv);
-    be_attention_bwd_masked(be, dq, dk, dv, R, q, k, v, lse, ldq, ldkv, B, T, NH, NKV, HS, klen, drop);
+    be_attention_bwd_seg(be, dq, dk, dv, R, q, k, v, lse, ldq, ldkv, B, T, NH, NKV, HS, klen, seg, drop);
     tb_check_doubled("gqa dq", dq1, dq, nq);
     tb_check_doubled("gqa dk", dk1, dk, nkv);
     tb_check_doubled("gqa dv", dv1, dv, nkv);
     /* each gradient alone is the same as with the others */
     float *g = tb_zeros(nq > nkv ? nq : nkv);
-    be_attention_bwd_masked(be, g, NULL, NULL, R, q, k, v, lse, ldq, ldkv, B, T, NH, NKV, HS, klen, drop);
+    be_attention_bwd_seg(be, g, NULL, NULL, R, q, k, v, lse, ldq, ldkv, B, T, NH, NKV, HS, klen, seg, drop);
     assert_memory_equal(g, dq1, nq * sizeof(float));
     memset(g, 0, nkv * sizeof(float));
-    be_attention_bwd_masked(be, NULL, g, NULL, R, q, k, v, lse, ldq, ldkv, B, T, NH, NKV, HS, klen, drop);
+    be_attention_bwd_seg(be, NULL, g, NULL, R, q, k, v, lse, ldq, ldkv, B, T, NH, NKV, HS, klen, seg, drop);
     assert_memory_equal(g, dk1, nkv * sizeof(float));
     memset(g, 0, nkv * sizeof(float));
-    be_attention_bwd_masked(be, NULL, NULL, g, R, q, k, v, lse, ldq, ldkv, B, T, NH, NKV, HS, klen, drop);
+    be_attention_bwd_seg(be, NULL, NULL, g, R, q, k, v, lse, ldq, ldkv, B, T, NH, NKV, HS, klen, seg, drop);
     assert_memory_equal(g, dv1, nkv * sizeof(float));
 
     free(q), free(k), free(v), free(R), free(out), free(lse), free(dq), free(dk), free(dv), free(ref), free(lse_ref);
     free(Rd), free(qd), free(kd), free(vd), free(dq1), free(dk1), free(dv1), free(g);
+}
+
+static void check_gqa_masked(const backend *be, int B, int T, int NH, int NKV, int HS, int pad, const int32_t *klen,
+                             const be_drop *drop, const char *what)
+{
+    check_gqa_seg(be, B, T, NH, NKV, HS, pad, klen, NULL, drop, what);
+}
+
+/* seg (B, T) of documents of the given lengths, cycled from lens[b % n] for row b. */
+static int32_t *seg_of(int B, int T, const int *lens, int n)
+{
+    int32_t *seg = td_xmalloc((size_t)B * T * sizeof(int32_t));
+    for (int b = 0; b < B; b++)
+        for (int t = 0, s0 = 0, k = b % n, left = lens[k]; t < T; t++, left--) {
+            if (left == 0) s0 = t, k = (k + 1) % n, left = lens[k];
+            seg[(size_t)b * T + t] = s0;
+        }
+    return seg;
+}
+
+/* Packed documents (--reset-attention-mask): against the reference (query t reads keys
+ * [seg[t], t]) and FD; many short documents, one-token ones, boundaries on and beside the
+ * kernel's 64-row query blocks, GQA, dropout. */
+static void attention_packed(void **state)
+{
+    const int64_t sample[2] = {3, 11};
+    be_drop drop = {.p = 0.2f, .seed = 5, .sample = sample, .site = 2, .pos0 = 0, .unit0 = 1};
+    const int shortd[] = {2, 1, 3}, edges[] = {64, 1, 63, 2}, edges2[] = {65, 63, 2};
+    int32_t *s1 = seg_of(2, 9, shortd, 3), *s2 = seg_of(2, 130, edges, 4), *s3 = seg_of(1, 130, edges2, 3);
+    check_gqa_seg(*state, 2, 9, 2, 2, 3, 1, NULL, s1, NULL, "(packed, documents 2 1 3)");
+    check_gqa_seg(*state, 2, 9, 4, 2, 3, 0, NULL, s1, &drop, "(packed GQA, p 0.2)");
+    check_gqa_seg(*state, 2, 130, 2, 1, 2, 0, NULL, s2, &drop, "(packed T130, boundaries at 64 and 128, p 0.2)");
+    check_gqa_seg(*state, 1, 130, 2, 2, 2, 1, NULL, s3, NULL, "(packed T130, boundaries at 65 and 128)");
+    free(s1), free(s2), free(s3);
+}
+
+/* One document (seg all 0) is today's causal attention bit for bit: out, lse and gradients. */
+static void attention_packed_one(void **state)
+{
+    const backend *be = *state;
+    enum { B = 2, T = 70, NH = 4, NKV = 2, HS = 3, ldq = NH * HS, ldkv = NKV * HS };
+    const int64_t sample[B] = {8, 9};
+    be_drop drop = {.p = 0.1f, .seed = 4, .sample = sample, .site = 3, .pos0 = 0, .unit0 = 2};
+    size_t nq = (size_t)B * T * ldq, nkv = (size_t)B * T * ldkv, nl = (size_t)B * NH * T;
+    float *q = tb_rand_new(nq, 80, -1.5f, 1.5f), *k = tb_rand_new(nkv, 81, -1.5f, 1.5f);
+    float *v = tb_rand_new(nkv, 82, -1.5f, 1.5f), *R = tb_rand_new(nq, 83, -1, 1);
+    int32_t *zero = td_xcalloc((size_t)B * T, sizeof(int32_t));
+    float *o[2], *l[2], *g[2][3];
+    for (int w = 0; w < 2; w++) {
+        o[w] = tb_zeros(nq), l[w] = tb_zeros(nl);
+        g[w][0] = tb_zeros(nq), g[w][1] = tb_zeros(nkv), g[w][2] = tb_zeros(nkv);
+        be_attention_fwd_seg(be, o[w], l[w], q, k, v, ldq, ldkv, B, T, NH, NKV, HS, NULL, w ? zero : NULL, &drop);
+        be_attention_bwd_seg(be, g[w][0], g[w][1], g[w][2], R, q, k, v, l[w], ldq, ldkv, B, T, NH, NKV, HS, NULL,
+                             w ? zero : NULL, &drop);
+    }
+    assert_memory_equal(o[0], o[1], nq * sizeof(float));
+    assert_memory_equal(l[0], l[1], nl * sizeof(float));
+    assert_memory_equal(g[0][0], g[1][0], nq * sizeof(float));
+    assert_memory_equal(g[0][1], g[1][1], nkv * sizeof(float));
+    assert_memory_equal(g[0][2], g[1][2], nkv * sizeof(float));
+    printf("  attention: one packed document is the causal attention bit for bit\n");
+    for (int w = 0; w < 2; w++) free(o[w]), free(l[w]), free(g[w][0]), free(g[w][1]), free(g[w][2]);
+    free(q), free(k), free(v), free(R), free(zero);
 }
 
 static void check_gqa(const backend *be, int B, int T, int NH, int NKV, int HS, int pad, const be_drop *drop,
@@ -317,6 +382,8 @@ int main(void)
         cmocka_unit_test(attention_causal),
         cmocka_unit_test(attention_bidirectional),
         cmocka_unit_test(attention_padding),
+        cmocka_unit_test(attention_packed),
+        cmocka_unit_test(attention_packed_one),
         cmocka_unit_test(attention_dropout_layout_invariant),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -126,7 +126,7 @@ static void matmul_bf16_in(const backend *be)
 static void attention_bf16_k(const backend *be)
 {
     be->ops->attention_fwd(be, be_f32_out(g_y), g_stat, be_f32(g_x), bf16_in(g_h), be_f32(g_x), C, C, 1, N, 1, 1, C,
-                           NULL, NULL);
+                           NULL, NULL, NULL);
 }
 static void ce_bf16_logits(const backend *be) { be->ops->ce_max(be, g_stat, bf16_in(g_h), N, C, C); }
 static void dropout_bf16_out(const backend *be)

@@ -54,6 +54,7 @@ typedef struct td_args {
     int seq_length;
     int micro_batch_size;
     int global_batch_size;
+    int reset_attention_mask, reset_position_ids, eod_mask_loss; /* packed documents (gpt_source.h) */
     /* plan */
     char *cluster;
     int num_gpus, vocab_size, plan_top, plan_explain, plan_json, plan_calibrate;

@@ -221,6 +221,13 @@ typedef struct gpt_batch {
     const int32_t *lengths;  /* (B) tokens before the padding, in [1, s]: every stage of a
                               * bidirectional model (attention); NULL: causal */
     const int32_t *labels;   /* (B) per-sample labels, last stage; NULL: none */
+    /* packed documents (Megatron's --reset-attention-mask, --reset-position-ids, --eod-mask-loss):
+     * each NULL when off */
+    const int32_t *seg;      /* (B, s) every stage of a causal model: the first position of the
+                              * document token t belongs to (attention reads keys [seg, t]) */
+    const int32_t *pos;      /* (B, s) every stage: token t's position (learned or rotary) */
+    const float *loss_mask;  /* (B, s) last stage: 1 where the token's loss counts, 0 where not;
+                              * the loss is token_weight * sum(mask * loss) */
     float token_weight;      /* what one token's loss counts (a head that weights its loss) */
     float sample_weight;     /* what one sample's loss counts */
 } gpt_batch;

@@ -6,7 +6,9 @@
  * walks the query heads of its group in order, so the sums into dk and dv are owned by one
  * thread and do not depend on the thread count. Query rows go in blocks of ATT_BLK so that only
  * the scores that count are computed: keys [0, end of block) when causal, [0, klen[b])
- * otherwise. Q K^T, att . V and the backward products are cblas_sgemm calls straight on the
+ * otherwise. Packed documents (seg): query t reads keys [seg[t], t] only, and a block of query
+ * rows scores only keys [seg[r0], end of block): the key blocks before the segment of its first
+ * row are skipped. Q K^T, att . V and the backward products are cblas_sgemm calls straight on the
  * strided q, k, v rows (a fused qkv layout, leading dimension 3C, or separate buffers): no
  * copies. OpenBLAS runs single-threaded inside the parallel region, so the threads do not
  * oversubscribe. The forward keeps only the log-sum-exp of each score row; the backward
@@ -26,19 +28,23 @@ typedef struct {
     const float *q, *k, *v;
     int ldq, ldkv, T, HS, C, head; /* head: local query head index */
     int klen;                      /* bidirectional over keys [0, klen); 0: causal */
+    const int32_t *seg;            /* (T) the row's document starts; NULL: one document */
     int64_t sample;                /* global sample index of the batch row (dropout) */
 } att_task;
 
 typedef struct {
     const float *q, *k, *v;
     int ldq, ldkv, B, T, NH, NKV, HS;
-    const int32_t *klen;
+    const int32_t *klen, *seg;
 } att_shape;
 
 /* Keys of query row t: [0, t] causal, else [0, klen). */
 static inline int keys_of(const att_task *a, int t) { return a->klen ? a->klen : t + 1; }
-/* Keys a block of query rows [r0, r0 + nr) reads. */
+/* First key of query row t: its document's start. */
+static inline int key0_of(const att_task *a, int t) { return a->seg ? a->seg[t] : 0; }
+/* Keys a block of query rows [r0, r0 + nr) reads: [block_key0, block_keys). */
 static inline int block_keys(const att_task *a, int r0, int nr) { return a->klen ? a->klen : r0 + nr; }
+static inline int block_key0(const att_task *a, int r0) { return key0_of(a, r0); }
 
 static att_task task_of(const att_shape *s, const be_drop *drop, int b, int h)
 {
@@ -47,7 +53,7 @@ static att_task task_of(const att_shape *s, const be_drop *drop, int b, int h)
                   s->k + (size_t)b * s->T * s->ldkv + (size_t)g * s->HS,
                   s->v + (size_t)b * s->T * s->ldkv + (size_t)g * s->HS,
                   s->ldq, s->ldkv, s->T, s->HS, s->NH * s->HS, h, s->klen ? s->klen[b] : 0,
-                  cpu_dropping(drop) ? drop->sample[b] : 0};
+                  s->seg ? s->seg + (size_t)b * s->T : NULL, cpu_dropping(drop) ? drop->sample[b] : 0};
     return a;
 }
 
@@ -55,30 +61,38 @@ static void check_shape(const att_shape *s)
 {
     TD_ASSERT(s->NKV > 0 && s->NH % s->NKV == 0 && s->ldq >= s->NH * s->HS && s->ldkv >= s->NKV * s->HS);
     for (int b = 0; s->klen && b < s->B; b++) TD_ASSERT(s->klen[b] >= 1 && s->klen[b] <= s->T);
+    if (!s->seg) return;
+    TD_CHECK(!s->klen, "packed documents are causal", "attention: both a padding mask (klen) and segments (seg)");
+    for (int b = 0; b < s->B; b++)
+        for (int t = 0; t < s->T; t++) {
+            int g = s->seg[(size_t)b * s->T + t];
+            TD_CHECK(g >= 0 && g <= t && (t == 0 || g >= s->seg[(size_t)b * s->T + t - 1]),
+                     "segment starts are non-decreasing, within [0, t]", "attention: seg[%d][%d] = %d", b, t, g);
+        }
 }
 
-/* Scores of query rows [r0, r0 + nr) against keys [0, nk) into S (nr, nk). */
-static void scores(float *S, const att_task *a, int r0, int nr, int nk)
+/* Scores of query rows [r0, r0 + nr) against keys [k0, nk) into S (nr, nk - k0). */
+static void scores(float *S, const att_task *a, int r0, int nr, int k0, int nk)
 {
     float scale = 1.0f / sqrtf((float)a->HS);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, nk, a->HS, scale, a->q + (size_t)r0 * a->ldq, a->ldq,
-                a->k, a->ldkv, 0.0f, S, nk);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, nk - k0, a->HS, scale, a->q + (size_t)r0 * a->ldq,
+                a->ldq, a->k + (size_t)k0 * a->ldkv, a->ldkv, 0.0f, S, nk - k0);
 }
 
-/* Dropout multipliers of row t (keys [0, nk)) of this head into mult. */
-static void att_mults(float *mult, const att_task *a, const be_drop *drop, int t, int nk)
+/* Dropout multipliers of row t, keys [k0, k0 + n), of this head into mult. */
+static void att_mults(float *mult, const att_task *a, const be_drop *drop, int t, int k0, int n)
 {
-    int64_t unit0 = ((int64_t)drop->unit0 + a->head) * a->T;
-    cpu_drop_mults(mult, nk, drop, BE_DROP_ATTN, a->sample, (int64_t)drop->pos0 + t, unit0);
+    int64_t unit0 = ((int64_t)drop->unit0 + a->head) * a->T + k0;
+    cpu_drop_mults(mult, n, drop, BE_DROP_ATTN, a->sample, (int64_t)drop->pos0 + t, unit0);
 }
 
 void cpu_attention_fwd(const backend *be, float *out, float *lse, const float *q, const float *k, const float *v,
                        int ldq, int ldkv, int B, int T, int NH, int NKV, int HS, const int32_t *klen,
-                       const be_drop *drop)
+                       const int32_t *seg, const be_drop *drop)
 {
     int C = NH * HS, blk = T < ATT_BLK ? T : ATT_BLK, dropping = cpu_dropping(drop);
     if (B <= 0 || T <= 0 || NH <= 0) return;
-    att_shape sh = {q, k, v, ldq, ldkv, B, T, NH, NKV, HS, klen};
+    att_shape sh = {q, k, v, ldq, ldkv, B, T, NH, NKV, HS, klen, seg};
     check_shape(&sh);
 #pragma omp parallel num_threads(cpu_threads(be)) if ((double)B * NH * T * T * HS > CPU_PAR_MIN_MACS)
     {
@@ -90,98 +104,105 @@ void cpu_attention_fwd(const backend *be, float *out, float *lse, const float *q
             float *o = out + (size_t)(bh / NH) * T * C + (size_t)(bh % NH) * HS;
             float *l = lse + (size_t)bh * T;
             for (int r0 = 0; r0 < T; r0 += blk) {
-                int nr = T - r0 < blk ? T - r0 : blk, nk = block_keys(&a, r0, nr);
-                scores(S, &a, r0, nr, nk);
+                int nr = T - r0 < blk ? T - r0 : blk, nk = block_keys(&a, r0, nr), kb = block_key0(&a, r0);
+                int w = nk - kb; /* the block's score columns: keys [kb, nk) */
+                scores(S, &a, r0, nr, kb, nk);
                 for (int i = 0; i < nr; i++) {
-                    int t = r0 + i, e = keys_of(&a, t);
-                    float *row = S + (size_t)i * nk, m = -INFINITY, sum = 0.0f;
+                    int t = r0 + i, e = keys_of(&a, t) - kb, s0 = key0_of(&a, t) - kb;
+                    float *row = S + (size_t)i * w, m = -INFINITY, sum = 0.0f;
 #pragma omp simd reduction(max : m)
-                    for (int j = 0; j < e; j++) m = row[j] > m ? row[j] : m;
+                    for (int j = s0; j < e; j++) m = row[j] > m ? row[j] : m;
 #pragma omp simd reduction(+ : sum)
-                    for (int j = 0; j < e; j++) {
+                    for (int j = s0; j < e; j++) {
                         row[j] = cpu_expf(row[j] - m);
                         sum += row[j];
                     }
                     float inv = 1.0f / sum;
 #pragma omp simd
-                    for (int j = 0; j < e; j++) row[j] *= inv;
-                    for (int j = e; j < nk; j++) row[j] = 0.0f;
+                    for (int j = s0; j < e; j++) row[j] *= inv;
+                    for (int j = 0; j < s0; j++) row[j] = 0.0f;
+                    for (int j = e; j < w; j++) row[j] = 0.0f;
                     l[t] = m + logf(sum);
                     if (dropping) {
-                        att_mults(mult, &a, drop, t, e);
-                        for (int j = 0; j < e; j++) row[j] *= mult[j];
+                        att_mults(mult, &a, drop, t, kb + s0, e - s0);
+                        for (int j = s0; j < e; j++) row[j] *= mult[j - s0];
                     }
                 }
-                /* out rows (nr, HS) = att (nr, nk) . V (nk, HS) */
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nr, HS, nk, 1.0f, S, nk, a.v, a.ldkv, 0.0f,
-                            o + (size_t)r0 * C, C);
+                /* out rows (nr, HS) = att (nr, w) . V (w, HS) */
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nr, HS, w, 1.0f, S, w,
+                            a.v + (size_t)kb * a.ldkv, a.ldkv, 0.0f, o + (size_t)r0 * C, C);
             }
         }
     }
 }
 
-/* One block of query rows of one head: P (probabilities), M (dropout multipliers) and G (the
- * gradient buffer) are (nr, nk) scratch. Accumulates into dq rows [r0, r0+nr) (stride ldq), dk,
- * dv rows [0, nk) (stride ldkv); any of them may be NULL. */
+/* One block of query rows of one head, over the block's keys [kb, nk) (w = nk - kb of them):
+ * P (probabilities), M (dropout multipliers) and G (the gradient buffer) are (nr, w) scratch.
+ * Accumulates into dq rows [r0, r0+nr) (stride ldq), dk, dv rows [kb, nk) (stride ldkv); any of
+ * them may be NULL. */
 static void att_bwd_block(float *dq, float *dk, float *dv, const float *dO, const att_task *a, const float *l,
                           const be_drop *drop, int r0, int nr, float *P, float *M, float *G)
 {
-    int nk = block_keys(a, r0, nr), ldq = a->ldq, ldkv = a->ldkv, C = a->C, HS = a->HS, dropping = M != NULL;
+    int nk = block_keys(a, r0, nr), kb = block_key0(a, r0), w = nk - kb;
+    int ldq = a->ldq, ldkv = a->ldkv, C = a->C, HS = a->HS, dropping = M != NULL;
     float scale = 1.0f / sqrtf((float)HS);
-    scores(P, a, r0, nr, nk);
+    const float *kk = a->k + (size_t)kb * ldkv, *vv = a->v + (size_t)kb * ldkv;
+    scores(P, a, r0, nr, kb, nk);
     for (int i = 0; i < nr; i++) {
-        int t = r0 + i, e = keys_of(a, t);
-        float *row = P + (size_t)i * nk;
+        int t = r0 + i, e = keys_of(a, t) - kb, s0 = key0_of(a, t) - kb;
+        float *row = P + (size_t)i * w;
         float lt = l[t];
 #pragma omp simd
-        for (int j = 0; j < e; j++) row[j] = cpu_expf(row[j] - lt);
-        for (int j = e; j < nk; j++) row[j] = 0.0f;
+        for (int j = s0; j < e; j++) row[j] = cpu_expf(row[j] - lt);
+        for (int j = 0; j < s0; j++) row[j] = 0.0f;
+        for (int j = e; j < w; j++) row[j] = 0.0f;
         if (dropping) {
-            float *mrow = M + (size_t)i * nk, *grow = G + (size_t)i * nk;
-            att_mults(mrow, a, drop, t, e);
-            for (int j = e; j < nk; j++) mrow[j] = 0.0f;
-            for (int j = 0; j < nk; j++) grow[j] = row[j] * mrow[j];
+            float *mrow = M + (size_t)i * w, *grow = G + (size_t)i * w;
+            att_mults(mrow + s0, a, drop, t, kb + s0, e - s0);
+            for (int j = 0; j < s0; j++) mrow[j] = 0.0f;
+            for (int j = e; j < w; j++) mrow[j] = 0.0f;
+            for (int j = 0; j < w; j++) grow[j] = row[j] * mrow[j];
         }
     }
-    /* dV (nk, HS) += att_dropped^T (nk, nr) . dO (nr, HS) */
+    /* dV (w, HS) += att_dropped^T (w, nr) . dO (nr, HS) */
     if (dv)
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, HS, nr, 1.0f, dropping ? G : P, nk,
-                    dO + (size_t)r0 * C, C, 1.0f, dv, ldkv);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, w, HS, nr, 1.0f, dropping ? G : P, w,
+                    dO + (size_t)r0 * C, C, 1.0f, dv + (size_t)kb * ldkv, ldkv);
     if (!dq && !dk) return;
-    /* G (nr, nk) = dO . V^T: the gradient of the dropped probabilities */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, nk, HS, 1.0f, dO + (size_t)r0 * C, C, a->v, ldkv, 0.0f,
-                G, nk);
-    /* dS = P * (dP - sum_j P dP), dP = G * M; written over P */
+    /* G (nr, w) = dO . V^T: the gradient of the dropped probabilities */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, w, HS, 1.0f, dO + (size_t)r0 * C, C, vv, ldkv, 0.0f, G,
+                w);
+    /* dS = P * (dP - sum_j P dP), dP = G * M; written over P (zero outside [s0, e) already) */
     for (int i = 0; i < nr; i++) {
-        int e = keys_of(a, r0 + i);
-        float *prow = P + (size_t)i * nk, *grow = G + (size_t)i * nk;
+        int e = keys_of(a, r0 + i) - kb, s0 = key0_of(a, r0 + i) - kb;
+        float *prow = P + (size_t)i * w, *grow = G + (size_t)i * w;
         if (dropping) {
-            const float *mrow = M + (size_t)i * nk;
-            for (int j = 0; j < e; j++) grow[j] *= mrow[j];
+            const float *mrow = M + (size_t)i * w;
+            for (int j = s0; j < e; j++) grow[j] *= mrow[j];
         }
         float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
-        for (int j = 0; j < e; j++) dot += prow[j] * grow[j];
+        for (int j = s0; j < e; j++) dot += prow[j] * grow[j];
 #pragma omp simd
-        for (int j = 0; j < e; j++) prow[j] *= grow[j] - dot;
+        for (int j = s0; j < e; j++) prow[j] *= grow[j] - dot;
     }
-    /* dQ (nr, HS) += scale dS . K;  dK (nk, HS) += scale dS^T . Q */
+    /* dQ (nr, HS) += scale dS . K;  dK (w, HS) += scale dS^T . Q */
     if (dq)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nr, HS, nk, scale, P, nk, a->k, ldkv, 1.0f,
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nr, HS, w, scale, P, w, kk, ldkv, 1.0f,
                     dq + (size_t)r0 * ldq, ldq);
     if (dk)
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, HS, nr, scale, P, nk, a->q + (size_t)r0 * ldq, ldq,
-                    1.0f, dk, ldkv);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, w, HS, nr, scale, P, w, a->q + (size_t)r0 * ldq, ldq,
+                    1.0f, dk + (size_t)kb * ldkv, ldkv);
 }
 
 void cpu_attention_bwd(const backend *be, float *dq, float *dk, float *dv, const float *dout, const float *q,
                        const float *k, const float *v, const float *lse, int ldq, int ldkv, int B, int T, int NH,
-                       int NKV, int HS, const int32_t *klen, const be_drop *drop)
+                       int NKV, int HS, const int32_t *klen, const int32_t *seg, const be_drop *drop)
 {
     int C = NH * HS, blk = T < ATT_BLK ? T : ATT_BLK, dropping = cpu_dropping(drop);
     size_t scratch = (size_t)blk * T;
     if (B <= 0 || T <= 0 || NH <= 0 || (!dq && !dk && !dv)) return;
-    att_shape sh = {q, k, v, ldq, ldkv, B, T, NH, NKV, HS, klen};
+    att_shape sh = {q, k, v, ldq, ldkv, B, T, NH, NKV, HS, klen, seg};
     check_shape(&sh);
     int rep = NH / NKV;
 #pragma omp parallel num_threads(cpu_threads(be)) if ((double)B * NH * T * T * HS > CPU_PAR_MIN_MACS)

@@ -194,15 +194,17 @@ void cpu_rmsnorm_fwd(const backend *be, float *out, float *rstd, const float *in
 void cpu_rmsnorm_bwd(const backend *be, float *dinp, float *dw, const float *dout, const float *inp, const float *w,
                      const float *rstd, int N, int C);
 
-void cpu_rope_fwd(const backend *be, float *x, int B, int T, int ld, int nh, int hs, int rot, float base, int pos0);
-void cpu_rope_bwd(const backend *be, float *dx, int B, int T, int ld, int nh, int hs, int rot, float base, int pos0);
+void cpu_rope_fwd(const backend *be, float *x, int B, int T, int ld, int nh, int hs, int rot, float base, int pos0,
+                  const int32_t *pos);
+void cpu_rope_bwd(const backend *be, float *dx, int B, int T, int ld, int nh, int hs, int rot, float base, int pos0,
+                  const int32_t *pos);
 
 void cpu_attention_fwd(const backend *be, float *out, float *lse, const float *q, const float *k, const float *v,
                        int ldq, int ldkv, int B, int T, int NH, int NKV, int HS, const int32_t *klen,
-                       const be_drop *drop);
+                       const int32_t *seg, const be_drop *drop);
 void cpu_attention_bwd(const backend *be, float *dq, float *dk, float *dv, const float *dout, const float *q,
                        const float *k, const float *v, const float *lse, int ldq, int ldkv, int B, int T, int NH,
-                       int NKV, int HS, const int32_t *klen, const be_drop *drop);
+                       int NKV, int HS, const int32_t *klen, const int32_t *seg, const be_drop *drop);
 
 void cpu_attention_kv_fwd(const backend *be, float *out, const float *q, const float *kc, const float *vc, int ldq,
                           int B, int n, int pos0, int cap, int NH, int NKV, int HS);

@@ -92,30 +92,31 @@ static void e_rmsnorm_bwd(const backend *be, be_out dinp, float *dw, be_in dout,
 }
 
 static void e_rope_fwd(const backend *be, be_out x, int B, int T, int ld, int nh, int hs, int rot, float base,
-                       int pos0)
+                       int pos0, const int32_t *pos)
 {
-    cpu_rope_fwd(be, out32(x, "rope_fwd"), B, T, ld, nh, hs, rot, base, pos0);
+    cpu_rope_fwd(be, out32(x, "rope_fwd"), B, T, ld, nh, hs, rot, base, pos0, pos);
 }
 static void e_rope_bwd(const backend *be, be_out dx, int B, int T, int ld, int nh, int hs, int rot, float base,
-                       int pos0)
+                       int pos0, const int32_t *pos)
 {
-    cpu_rope_bwd(be, out32(dx, "rope_bwd"), B, T, ld, nh, hs, rot, base, pos0);
+    cpu_rope_bwd(be, out32(dx, "rope_bwd"), B, T, ld, nh, hs, rot, base, pos0, pos);
 }
 
 static void e_attention_fwd(const backend *be, be_out out, float *lse, be_in q, be_in k, be_in v, int ldq, int ldkv,
-                            int B, int T, int NH, int NKV, int HS, const int32_t *klen, const be_drop *drop)
+                            int B, int T, int NH, int NKV, int HS, const int32_t *klen, const int32_t *seg,
+                            const be_drop *drop)
 {
     const char *e = "attention_fwd";
     cpu_attention_fwd(be, out32(out, e), lse, in32(q, e), in32(k, e), in32(v, e), ldq, ldkv, B, T, NH, NKV, HS, klen,
-                      drop);
+                      seg, drop);
 }
 static void e_attention_bwd(const backend *be, be_out dq, be_out dk, be_out dv, be_in dout, be_in q, be_in k,
                             be_in v, const float *lse, int ldq, int ldkv, int B, int T, int NH, int NKV, int HS,
-                            const int32_t *klen, const be_drop *drop)
+                            const int32_t *klen, const int32_t *seg, const be_drop *drop)
 {
     const char *e = "attention_bwd";
     cpu_attention_bwd(be, out32(dq, e), out32(dk, e), out32(dv, e), in32(dout, e), in32(q, e), in32(k, e),
-                      in32(v, e), lse, ldq, ldkv, B, T, NH, NKV, HS, klen, drop);
+                      in32(v, e), lse, ldq, ldkv, B, T, NH, NKV, HS, klen, seg, drop);
 }
 static void e_attention_kv_fwd(const backend *be, be_out out, be_in q, be_in kc, be_in vc, int ldq, int B, int n,
                                int pos0, int cap, int NH, int NKV, int HS)

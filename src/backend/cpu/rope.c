@@ -1,5 +1,6 @@
 /* Rotary position embedding, "rotate half" (Hugging Face Llama, Megatron non-interleaved): pairs
- * (i, i + rot/2) of the first rot dims of each head turn by (pos0 + t) * inv_freq_i.
+ * (i, i + rot/2) of the first rot dims of each head turn by (pos0 + t) * inv_freq_i, or by
+ * pos[b T + t] * inv_freq_i when a position array is given (packed documents).
  *
  * The angles follow Hugging Face's float32 computation, so that a model trained there sees the
  * same rotations here: inv_freq = 1 / base^(arange(0, rot, 2) / rot), every step in float32 (the
@@ -54,15 +55,17 @@ static const float *rope_table(const backend *be, int npos, int rot, float base)
 
 /* x rotated by sgn * angle in place (sgn = 1 forward, -1 the transpose). */
 static void rope_apply(const backend *be, float *x, int B, int T, int ld, int nh, int hs, int rot, float base,
-                       int pos0, float sgn)
+                       int pos0, const int32_t *pos, float sgn)
 {
-    TD_ASSERT(rot > 0 && rot % 2 == 0 && rot <= hs && nh * hs <= ld && pos0 >= 0);
+    TD_ASSERT(rot > 0 && rot % 2 == 0 && rot <= hs && nh * hs <= ld && pos0 >= 0 && (!pos || pos0 == 0));
     if (B <= 0 || T <= 0 || nh <= 0) return;
     int r2 = rot / 2;
     const float *tab = rope_table(be, pos0 + T, rot, base);
 #pragma omp parallel for schedule(static) num_threads(cpu_threads(be)) if ((size_t)B * T * nh * rot > CPU_PAR_MIN)
     for (int bt = 0; bt < B * T; bt++) {
-        const float *c = tab + (size_t)(pos0 + bt % T) * 2 * r2, *s = c + r2;
+        int p = pos ? pos[bt] : pos0 + bt % T;
+        TD_ASSERT(p >= 0 && p < pos0 + T);
+        const float *c = tab + (size_t)p * 2 * r2, *s = c + r2;
         float *row = x + (size_t)bt * ld;
         for (int h = 0; h < nh; h++) {
             float *x1 = row + (size_t)h * hs, *x2 = x1 + r2;
@@ -76,12 +79,14 @@ static void rope_apply(const backend *be, float *x, int B, int T, int ld, int nh
     }
 }
 
-void cpu_rope_fwd(const backend *be, float *x, int B, int T, int ld, int nh, int hs, int rot, float base, int pos0)
+void cpu_rope_fwd(const backend *be, float *x, int B, int T, int ld, int nh, int hs, int rot, float base, int pos0,
+                  const int32_t *pos)
 {
-    rope_apply(be, x, B, T, ld, nh, hs, rot, base, pos0, 1.0f);
+    rope_apply(be, x, B, T, ld, nh, hs, rot, base, pos0, pos, 1.0f);
 }
 
-void cpu_rope_bwd(const backend *be, float *dx, int B, int T, int ld, int nh, int hs, int rot, float base, int pos0)
+void cpu_rope_bwd(const backend *be, float *dx, int B, int T, int ld, int nh, int hs, int rot, float base, int pos0,
+                  const int32_t *pos)
 {
-    rope_apply(be, dx, B, T, ld, nh, hs, rot, base, pos0, -1.0f);
+    rope_apply(be, dx, B, T, ld, nh, hs, rot, base, pos0, pos, -1.0f);
 }

@@ -18,7 +18,8 @@
  *        - D); (3) per query tile: dQ += scale dS K over its key tiles.
  * Masks: causal (query t reads keys 0..t) or padded (every query of sample b reads keys
  * 0..klen[b]-1; klen is clamped to [1, T] on the device, as it cannot be checked there without
- * a sync). Attention dropout multiplies the probabilities by the CPU's Philox mask at (sample,
+ * a sync); packed documents (seg) narrow a causal row to keys seg[t]..t, the key tiles before
+ * the first row's document skipped (seg clamped to [0, t] on the device). Attention dropout multiplies the probabilities by the CPU's Philox mask at (sample,
  * pos0 + query, (unit0 + head) * T + key), scaled by 1/(1-p).
  *
  * Limits: head size 1..ATT_MAX_HS (256; larger is refused naming the entry: the accumulators
@@ -50,6 +51,7 @@ typedef struct att_args {
     int qdt, kdt, vdt;
     int ldq, ldkv, B, T, NH, NKV, HS;
     const int32_t *klen; /* (B) device, or NULL: causal */
+    const int32_t *seg;  /* (B, T) device: each query's document start, or NULL: one document */
     float scale;         /* 1 / sqrt(HS) */
     cu_drop dr;
 } att_args;
@@ -60,6 +62,19 @@ static __device__ __forceinline__ int att_keys(const att_args &a, int b, int t)
     if (!a.klen) return t + 1;
     int n = a.klen[b];
     return n < 1 ? 1 : n > a.T ? a.T : n;
+}
+
+/* First key query t of sample b reads: its document's start (0 without segments). */
+static __device__ __forceinline__ int att_key0(const att_args &a, int b, int t)
+{
+    if (!a.seg) return 0;
+    int s = a.seg[(size_t)b * a.T + t];
+    return s < 0 ? 0 : s > t ? t : s;
+}
+/* The first key tile a query tile starting at q0 reads (its first row's document start). */
+static __device__ __forceinline__ int att_tile0(const att_args &a, int b, int q0)
+{
+    return a.seg ? att_key0(a, b, q0) / ATT_BK * ATT_BK : 0;
 }
 
 /* Rows [r0, r0 + ATT_BQ) of a (T, ld) matrix's columns [col, col + HS) into s (ATT_BQ, HS + 1)
@@ -127,7 +142,7 @@ __global__ void __launch_bounds__(ATT_THREADS) att_fwd_kernel(att_args a, void *
     const int b = blockIdx.z, h = blockIdx.y, g = h / (a.NH / a.NKV), q0 = blockIdx.x * ATT_BQ;
     const int r = threadIdx.x >> 3, sub = threadIdx.x & 7, t = q0 + r;
     const int tm = t < a.T ? t : a.T - 1; /* rows past T mask as the last one and are not written */
-    const int nkeys = att_keys(a, b, tm);
+    const int nkeys = att_keys(a, b, tm), key0 = att_key0(a, b, tm);
     const int kend = a.klen ? att_keys(a, b, 0) : min(q0 + ATT_BQ, a.T);
     const size_t qbase = (size_t)b * a.T * a.ldq + (size_t)h * HS;
     const size_t kvbase = (size_t)b * a.T * a.ldkv + (size_t)g * HS;
@@ -137,7 +152,7 @@ __global__ void __launch_bounds__(ATT_THREADS) att_fwd_kernel(att_args a, void *
 #pragma unroll
     for (int u = 0; u < ATT_CPT; u++) acc[u] = 0.0f;
     float m = -INFINITY, l = 0.0f;
-    for (int k0 = 0; k0 < kend; k0 += ATT_BK) {
+    for (int k0 = att_tile0(a, b, q0); k0 < kend; k0 += ATT_BK) {
         __syncthreads(); /* the previous tile's K, V and P are read */
         att_load_tile(Ks, a.k, a.kdt, kvbase, a.ldkv, k0, kend, HS);
         att_load_tile(Vs, a.v, a.vdt, kvbase, a.ldkv, k0, kend, HS);
@@ -148,14 +163,16 @@ __global__ void __launch_bounds__(ATT_THREADS) att_fwd_kernel(att_args a, void *
             const float *qr = Qs + r * hsp, *kr = Ks + jj * hsp;
             float dot = 0.0f;
             for (int d = 0; d < HS; d++) dot += qr[d] * kr[d];
-            s[w] = k0 + jj < nkeys ? dot * a.scale : -INFINITY;
+            s[w] = k0 + jj < nkeys && k0 + jj >= key0 ? dot * a.scale : -INFINITY;
             mt = fmaxf(mt, s[w]);
         }
         att_mults4(mult, a, b, h, tm, k0 + sub * 4);
-        float mnew = fmaxf(m, row_max8(mt)); /* finite: key 0 is in every row's first tile */
-        float alpha = expf(m - mnew), ls = 0.0f;
+        /* finite without segments (key 0 is in every row's first tile); with them a row whose
+         * document starts in a later tile has seen no key yet: -inf, and nothing adds up */
+        float mnew = fmaxf(m, row_max8(mt));
+        float alpha = mnew == -INFINITY ? 1.0f : expf(m - mnew), ls = 0.0f;
         for (int w = 0; w < 4; w++) {
-            float p = expf(s[w] - mnew); /* 0 for masked keys */
+            float p = s[w] == -INFINITY ? 0.0f : expf(s[w] - mnew); /* 0 for masked keys */
             ls += p;
             Ps[r * (ATT_BK + 1) + sub * 4 + w] = p * mult[w];
         }
@@ -225,6 +242,9 @@ __global__ void __launch_bounds__(ATT_THREADS) att_bwd_kv_kernel(att_args a, voi
         const size_t qbase = (size_t)b * a.T * a.ldq + (size_t)h * HS, obase = (size_t)b * a.T * C + (size_t)h * HS;
         const size_t rowbase = ((size_t)b * a.NH + h) * a.T;
         for (int q0 = qstart; q0 < a.T; q0 += ATT_BQ) {
+            /* segments: starts are non-decreasing, so once a tile's first query starts its
+             * document past this key tile, no later query reads it (uniform over the block) */
+            if (a.seg && att_key0(a, b, q0) >= k0 + ATT_BK) break;
             __syncthreads(); /* the previous tile's Q, dO, P, dS are read */
             att_load_tile(Qs, a.q, a.qdt, qbase, a.ldq, q0, a.T, HS);
             att_load_tile(Os, dout, ddt, obase, C, q0, a.T, HS);
@@ -237,7 +257,7 @@ __global__ void __launch_bounds__(ATT_THREADS) att_bwd_kv_kernel(att_args a, voi
             for (int w = 0; w < 4; w++) {
                 int i = sub * 4 + w, t = q0 + i;
                 float p = 0.0f, pm = 0.0f, ds = 0.0f;
-                if (t < a.T && j < att_keys(a, b, t)) {
+                if (t < a.T && j < att_keys(a, b, t) && j >= att_key0(a, b, t)) {
                     const float *qr = Qs + i * hsp, *kr = Ks + r * hsp, *orr = Os + i * hsp, *vr = Vs + r * hsp;
                     float s = 0.0f, dp = 0.0f;
                     for (int d = 0; d < HS; d++) {
@@ -290,7 +310,7 @@ __global__ void __launch_bounds__(ATT_THREADS) att_bwd_q_kernel(att_args a, void
     const int b = blockIdx.z, h = blockIdx.y, g = h / (a.NH / a.NKV), q0 = blockIdx.x * ATT_BQ;
     const int r = threadIdx.x >> 3, sub = threadIdx.x & 7, t = q0 + r;
     const int tm = t < a.T ? t : a.T - 1;
-    const int nkeys = att_keys(a, b, tm);
+    const int nkeys = att_keys(a, b, tm), key0 = att_key0(a, b, tm);
     const int kend = a.klen ? att_keys(a, b, 0) : min(q0 + ATT_BQ, a.T);
     const size_t qbase = (size_t)b * a.T * a.ldq + (size_t)h * HS, obase = (size_t)b * a.T * C + (size_t)h * HS;
     const size_t kvbase = (size_t)b * a.T * a.ldkv + (size_t)g * HS;
@@ -301,7 +321,7 @@ __global__ void __launch_bounds__(ATT_THREADS) att_bwd_q_kernel(att_args a, void
     float acc[ATT_CPT];
 #pragma unroll
     for (int u = 0; u < ATT_CPT; u++) acc[u] = 0.0f;
-    for (int k0 = 0; k0 < kend; k0 += ATT_BK) {
+    for (int k0 = att_tile0(a, b, q0); k0 < kend; k0 += ATT_BK) {
         __syncthreads();
         att_load_tile(Ks, a.k, a.kdt, kvbase, a.ldkv, k0, kend, HS);
         att_load_tile(Vs, a.v, a.vdt, kvbase, a.ldkv, k0, kend, HS);
@@ -311,7 +331,7 @@ __global__ void __launch_bounds__(ATT_THREADS) att_bwd_q_kernel(att_args a, void
         for (int w = 0; w < 4; w++) {
             int jj = sub * 4 + w;
             float ds = 0.0f;
-            if (k0 + jj < nkeys) {
+            if (k0 + jj < nkeys && k0 + jj >= key0) {
                 const float *qr = Qs + r * hsp, *kr = Ks + jj * hsp, *orr = Os + r * hsp, *vr = Vs + jj * hsp;
                 float s = 0.0f, dp = 0.0f;
                 for (int d = 0; d < HS; d++) {
@@ -428,13 +448,14 @@ static size_t att_smem(const void *kernel, size_t tiles, size_t extra, int HS)
 }
 
 static att_args att_args_of(be_in q, be_in k, be_in v, int ldq, int ldkv, int B, int T, int NH, int NKV, int HS,
-                            const int32_t *klen, const be_drop *drop)
+                            const int32_t *klen, const int32_t *seg, const be_drop *drop)
 {
     att_args a;
     a.q = q.p, a.k = k.p, a.v = v.p;
     a.qdt = q.dt, a.kdt = k.dt, a.vdt = v.dt;
     a.ldq = ldq, a.ldkv = ldkv, a.B = B, a.T = T, a.NH = NH, a.NKV = NKV, a.HS = HS;
     a.klen = klen;
+    a.seg = seg;
     a.scale = 1.0f / sqrtf((float)HS);
     a.dr = cu_drop_of(drop);
     return a;
@@ -450,22 +471,25 @@ static void att_fwd_launch(const backend *be, const att_args &a, be_out out, flo
 }
 
 static void cu_attention_fwd(const backend *be, be_out out, float *lse, be_in q, be_in k, be_in v, int ldq, int ldkv,
-                             int B, int T, int NH, int NKV, int HS, const int32_t *klen, const be_drop *drop)
+                             int B, int T, int NH, int NKV, int HS, const int32_t *klen, const int32_t *seg,
+                             const be_drop *drop)
 {
     if (B <= 0 || T <= 0 || NH <= 0) return;
     att_check("attention_fwd", NH, NKV, HS, ldq, ldkv);
-    att_args a = att_args_of(q, k, v, ldq, ldkv, B, T, NH, NKV, HS, klen, drop);
+    TD_CHECK(!seg || !klen, "packed documents are causal", "cuda attention_fwd: both klen and seg");
+    att_args a = att_args_of(q, k, v, ldq, ldkv, B, T, NH, NKV, HS, klen, seg, drop);
     be_in none = {NULL, BE_F32};
     att_fwd_launch(be, a, out, lse, none, NULL);
 }
 
 static void cu_attention_bwd(const backend *be, be_out dq, be_out dk, be_out dv, be_in dout, be_in q, be_in k,
                              be_in v, const float *lse, int ldq, int ldkv, int B, int T, int NH, int NKV, int HS,
-                             const int32_t *klen, const be_drop *drop)
+                             const int32_t *klen, const int32_t *seg, const be_drop *drop)
 {
     if (B <= 0 || T <= 0 || NH <= 0 || (!dq.p && !dk.p && !dv.p)) return;
     att_check("attention_bwd", NH, NKV, HS, ldq, ldkv);
-    att_args a = att_args_of(q, k, v, ldq, ldkv, B, T, NH, NKV, HS, klen, drop);
+    TD_CHECK(!seg || !klen, "packed documents are causal", "cuda attention_bwd: both klen and seg");
+    att_args a = att_args_of(q, k, v, ldq, ldkv, B, T, NH, NKV, HS, klen, seg, drop);
     /* D = dout . out a row, from the forward run again (the contract passes no out) */
     float *D = (float *)be->ops->alloc(be, (size_t)B * NH * T * sizeof(float));
     be_out none = {NULL, BE_F32};
