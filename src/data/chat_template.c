@@ -70,11 +70,11 @@ struct ct_template {
     ct_nodes body;
 };
 
-ct_template *ct_compile(const char *src, char *err, size_t errlen)
+/* A run's state: its errors into err (never NULL), its arena bounded by CT_MAX_MEMORY; NULL with
+ * "out of memory" in err when there is none. */
+static ct_rt *rt_new(char *err, size_t errlen)
 {
     ct_rt *rt = calloc(1, sizeof *rt);
-    char dummy[8];
-    if (!err || !errlen) err = dummy, errlen = sizeof dummy;
     if (!rt) {
         snprintf(err, errlen, "out of memory");
         return NULL;
@@ -85,6 +85,15 @@ ct_template *ct_compile(const char *src, char *err, size_t errlen)
     rt->arena.fail = &rt->fail;
     rt->arena.err = err;
     rt->arena.errlen = errlen;
+    return rt;
+}
+
+ct_template *ct_compile(const char *src, char *err, size_t errlen)
+{
+    char dummy[8];
+    if (!err || !errlen) err = dummy, errlen = sizeof dummy;
+    ct_rt *rt = rt_new(err, errlen);
+    if (!rt) return NULL;
     if (setjmp(rt->fail)) {
         ct_arena_free(&rt->arena);
         free(rt);
@@ -124,17 +133,8 @@ char *ct_render(const ct_template *t, const cJSON *ctx, const struct tm *now, si
 {
     char dummy[8];
     if (!err || !errlen) err = dummy, errlen = sizeof dummy;
-    ct_rt *rt = calloc(1, sizeof *rt);
-    if (!rt) {
-        snprintf(err, errlen, "out of memory");
-        return NULL;
-    }
-    rt->err = err;
-    rt->errlen = errlen;
-    rt->arena.limit = CT_MAX_MEMORY;
-    rt->arena.fail = &rt->fail;
-    rt->arena.err = err;
-    rt->arena.errlen = errlen;
+    ct_rt *rt = rt_new(err, errlen);
+    if (!rt) return NULL;
     if (now) {
         rt->now = *now;
     } else {
