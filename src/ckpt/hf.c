@@ -531,7 +531,7 @@ int hf_import(const char *in, const char *out, int divisible_by, const char *bac
     ps = ps_init(world, 1, 1);
     be = be_create(backend_name, 0);
     m = gpt_create(&c, ps, be, 0, c.num_layers, 1, 1);
-    host = td_xmalloc(m->numel * sizeof(float));
+    host = td_xmalloc(m->numel_all * sizeof(float));
     for (int i = 0; i < m->ntensors; i++)
         if (import_tensor(fam, &fs, m, &m->table[i], host, err, errlen)) goto fail;
     for (int fi = 0; fi < fs.n; fi++)
@@ -557,7 +557,7 @@ int hf_import(const char *in, const char *out, int divisible_by, const char *bac
                          why);
             }
         }
-    be_memcpy(be, m->params, host, m->numel * sizeof(float), BE_H2D);
+    be_memcpy(be, m->params, host, m->numel_all * sizeof(float), BE_H2D);
     m->cfg.seq = c.max_pos; /* recorded as the model's sequence length; the model is never run here */
     cJSON *args = cJSON_CreateObject();
     cJSON_AddNumberToObject(args, "num_layers", c.num_layers);

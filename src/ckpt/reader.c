@@ -650,6 +650,7 @@ int ckpt_load(const ckpt_meta *meta, const ckpt_model *m, int load_optimizer, ch
             host = td_xmalloc((whole ? g->numel : largest) * sizeof(float));
             for (int i = 0; i < g->ntensors; i++) {
                 const gpt_tensor_info *t = &g->table[i];
+                if (kind > 0 && t->frozen) continue; /* LoRA's frozen base: no optimizer state */
                 ckpt_slice want = ckpt_slice_of(t);
                 if (ckpt_read(r, (ckpt_kind)kind, t->name, &want, whole ? host + t->offset : host, err, errlen)) goto fail;
                 if (!whole) be_memcpy(g->be, dst + t->offset, host, t->numel * sizeof(float), BE_H2D);

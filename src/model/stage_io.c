@@ -14,7 +14,7 @@ be_drop model_drop(const gpt_model *m, const gpt_acts *a, float p, int site, int
 
 block_io model_io(gpt_model *m, const gpt_acts *acts, void *scratch, const be_drop *drop)
 {
-    block_io io = {m, acts->B, acts->klen, drop, scratch};
+    block_io io = {.m = m, .B = acts->B, .klen = acts->klen, .drop = drop, .scratch = scratch};
     return io;
 }
 
