@@ -287,7 +287,7 @@ static int check_against(const ckpt_reader *r, const ckpt_meta *m, const gpt_mod
         const char *name = lt->name;
         int nd = lt->ndim;
         int64_t want[2] = {lt->shape[0], nd == 2 ? lt->shape[1] : 0};
-        for (int kind = 0; kind < nkinds; kind++) {
+        for (int kind = 0; kind < (lt->frozen ? 1 : nkinds); kind++) { /* LoRA's frozen base: no moments */
             int g0, g1;
             find_group(r, (ckpt_kind)kind, name, &g0, &g1);
             if (g0 == g1)
