@@ -632,6 +632,12 @@ int ckpt_load(const ckpt_meta *meta, const ckpt_model *m, int load_optimizer, ch
     if (load_optimizer && m->adam_m && !meta->has_optimizer)
         FAIL("the checkpoint %s has no optimizer state (a converted or weights-only checkpoint): add --finetune "
              "or --no-load-optim", meta->dir);
+    /* LoRA on a base checkpoint (train --finetune --lora-rank): the adapters keep their initial
+     * values (B zero: the model starts as the base) */
+    int new_adapters = gpt_lora(c) && meta->model.lora_rank == 0;
+    if (new_adapters && load_optimizer)
+        FAIL("the checkpoint %s has no LoRA adapters and this run trains them (--lora-rank %d): add --finetune to "
+             "start them on its weights", meta->dir, c->lora_rank);
     r = ckpt_reader_open(meta, err, errlen);
     if (!r) goto fail;
     for (int k = 0; k < m->nchunks; k++) {
@@ -651,6 +657,7 @@ int ckpt_load(const ckpt_meta *meta, const ckpt_model *m, int load_optimizer, ch
             for (int i = 0; i < g->ntensors; i++) {
                 const gpt_tensor_info *t = &g->table[i];
                 if (kind > 0 && t->frozen) continue; /* LoRA's frozen base: no optimizer state */
+                if (new_adapters && !t->frozen) continue;
                 ckpt_slice want = ckpt_slice_of(t);
                 if (ckpt_read(r, (ckpt_kind)kind, t->name, &want, whole ? host + t->offset : host, err, errlen)) goto fail;
                 if (!whole) be_memcpy(g->be, dst + t->offset, host, t->numel * sizeof(float), BE_H2D);

@@ -5,6 +5,8 @@
 # - the trained count (the optimizer's line) is the adapters' hand-counted 8192 elements;
 # - the base is bitwise the initial model after training (held against a plain run at lr 0, whose
 #   weights are the initial ones), only the adapters and their moments move, the loss falls;
+# - --finetune --lora-rank on a plain checkpoint starts new adapters on that base (its first loss
+#   the base's), without --finetune refused;
 # - a run stopped at 3 and resumed to 6 is bitwise the uninterrupted run (the LoRA settings read
 #   back from meta.json, not given again), one rank and tp 2 x pp 2.
 CKPT_TOKENS=bytes . "$(dirname "$0")/checkpoint_lib.sh"
@@ -53,6 +55,24 @@ other=$(grep "values differ" cmp_12.txt | grep -vc "lora_[AB]")
 # 56 adapter tensors (4 layers x 7 modules x A, B), each with its two moments
 if [ "$moved" = 168 ] && [ "$other" = 0 ]; then ok "iterations 2-6 moved the 56 adapter tensors and their moments, nothing else"
 else bad "iterations 2-6 moved $moved adapter entries (want 168) and $other others"; cat cmp_12.txt; fi
+
+# LoRA on a pretrained base: a plain run's checkpoint, then --finetune --lora-rank: the adapters
+# new (B zero: the first loss is the base's, as a plain --finetune's), the base left as loaded
+train 1 1 --train-iters 2 --save base "${LLAMA[@]}" || { bad "base run failed"; cat "$last_log"; }
+train 1 1 --train-iters 3 --load base --finetune --log-interval 1 "${LLAMA[@]}" || { bad "plain finetune failed"; cat "$last_log"; }
+plain=$(grep -o 'lm loss: [0-9.E+-]*' "$last_log" | head -1)
+train 1 1 --train-iters 3 --load base --finetune --save ft --log-interval 1 "${LLAMA[@]}" "${LORA[@]}" ||
+  { bad "LoRA finetune failed"; cat "$last_log"; }
+lora1=$(grep -o 'lm loss: [0-9.E+-]*' "$last_log" | head -1)
+if [ -n "$plain" ] && [ "$plain" = "$lora1" ]; then ok "--finetune --lora-rank on a base: first loss the base's ($lora1)"
+else bad "--finetune --lora-rank: first loss '$lora1', plain finetune's '$plain'"; fi
+"$TRIDENT" checkpoint compare base ft >cmp_ft.txt 2>&1
+if [ "$(grep -c "values differ" cmp_ft.txt)" = 0 ] && [ "$(grep -c "frozen (LoRA's base)" cmp_ft.txt)" = 31 ]; then
+  ok "--finetune --lora-rank: the 31 base tensors saved as loaded"
+else bad "--finetune --lora-rank changed the base"; cat cmp_ft.txt; fi
+train 1 1 --train-iters 3 --load base "${LLAMA[@]}" "${LORA[@]}"
+if [ $? = 2 ] && grep -q "has no LoRA adapters: add --finetune" "$last_log"; then ok "--lora-rank on a base without --finetune refused: $(head -1 "$last_log")"
+else bad "--lora-rank on a base without --finetune not refused"; cat "$last_log"; fi
 
 check_resume() { # name np tp flags...
   local name=$1 np=$2 tp=$3; shift 3
