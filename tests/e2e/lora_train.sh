@@ -5,6 +5,7 @@
 # - the trained count (the optimizer's line) is the adapters' hand-counted 8192 elements;
 # - the base is bitwise the initial model after training (held against a plain run at lr 0, whose
 #   weights are the initial ones), only the adapters and their moments move, the loss falls;
+# - convert --to hf writes the adapters merged into the weights (scored as the LoRA model);
 # - --finetune --lora-rank on a plain checkpoint starts new adapters on that base (its first loss
 #   the base's), without --finetune refused;
 # - a run stopped at 3 and resumed to 6 is bitwise the uninterrupted run (the LoRA settings read
@@ -55,6 +56,25 @@ other=$(grep "values differ" cmp_12.txt | grep -vc "lora_[AB]")
 # 56 adapter tensors (4 layers x 7 modules x A, B), each with its two moments
 if [ "$moved" = 168 ] && [ "$other" = 0 ]; then ok "iterations 2-6 moved the 56 adapter tensors and their moments, nothing else"
 else bad "iterations 2-6 moved $moved adapter entries (want 168) and $other others"; cat cmp_12.txt; fi
+
+# convert --to hf of a LoRA checkpoint writes the merged model (PEFT's merge_and_unload): imported
+# back, it scores as the LoRA checkpoint itself (eval's loss to its 7 printed digits), unlike the base
+evalloss() { "$TRIDENT" eval --load "$1" "${TOKENS[@]}" --split 90,10,0 --split-name valid --seq-length 16 2>&1 |
+  grep -o 'eval: loss [0-9.]*'; }
+rm -rf merged imported
+"$TRIDENT" convert --from trident lora --to hf merged >conv.log 2>&1 && "$TRIDENT" convert --from hf merged --to trident imported   >>conv.log 2>&1 || { bad "convert of the LoRA checkpoint failed"; cat conv.log; }
+el=$(evalloss lora) em=$(evalloss imported) eb=$(evalloss init)
+if [ -n "$el" ] && [ "$el" = "$em" ] && [ "$el" != "$eb" ]; then ok "merged export scores as the LoRA model ($el; the base: $eb)"
+else bad "merged export: '$em', the LoRA model '$el', the base '$eb'"; fi
+# ... and GPT-2's fused q|k|v (multi-head attention) and ungated MLP, exported as c_attn / c_fc
+train 1 1 --train-iters 4 --lr 1e-2 --save lora_gpt2 --lora-rank 4 --lora-alpha 16 --lora-target-modules all-linear ||
+  { bad "GPT-2 LoRA run failed"; cat "$last_log"; }
+rm -rf merged2 imported2
+"$TRIDENT" convert --from trident lora_gpt2 --to hf merged2 >conv.log 2>&1 &&
+  "$TRIDENT" convert --from hf merged2 --to trident imported2 >>conv.log 2>&1 || { bad "GPT-2 convert failed"; cat conv.log; }
+el=$(evalloss lora_gpt2) em=$(evalloss imported2)
+if [ -n "$el" ] && [ "$el" = "$em" ]; then ok "GPT-2: merged export scores as the LoRA model ($el)"
+else bad "GPT-2 merged export: '$em', the LoRA model '$el'"; fi
 
 # LoRA on a pretrained base: a plain run's checkpoint, then --finetune --lora-rank: the adapters
 # new (B zero: the first loss is the base's, as a plain --finetune's), the base left as loaded
