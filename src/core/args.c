@@ -460,8 +460,9 @@ static const flag_t FLAGS[] = {
 
     {"--from", A_LIST, OFF(from), NULL, TD_CMD_CONVERT, "convert",
      "FORMAT DIR: the input (trident DIR, a checkpoint; hf DIR, config.json + model.safetensors)", 0, 0, NULL},
-    {"--to", A_LIST, OFF(to), NULL, TD_CMD_CONVERT, "convert", "FORMAT DIR: the output (hf or trident)", 0, 0,
-     NULL},
+    {"--to", A_LIST, OFF(to), NULL, TD_CMD_CONVERT, "convert",
+     "FORMAT DIR: the output (hf or trident; peft: the LoRA adapters of a trident checkpoint in PEFT's format)", 0,
+     0, NULL},
     {"--dtype", A_CHOICE, OFF(dtype), "F32", TD_CMD_CONVERT, "convert",
      "--to hf: the tensors' type (F16 and BF16 round the fp32 weights to nearest even)", 0, 0, "F32|F16|BF16"},
     {"--merge-lora", A_STR, OFF(merge_lora), NULL, TD_CMD_CONVERT, "convert",

@@ -5,7 +5,8 @@
 # - the trained count (the optimizer's line) is the adapters' hand-counted 8192 elements;
 # - the base is bitwise the initial model after training (held against a plain run at lr 0, whose
 #   weights are the initial ones), only the adapters and their moments move, the loss falls;
-# - convert --to hf writes the adapters merged into the weights (scored as the LoRA model);
+# - convert --to hf writes the adapters merged into the weights, --to peft the adapters in PEFT's
+#   format (merged by --merge-lora into the base's export): both score as the LoRA model;
 # - --finetune --lora-rank on a plain checkpoint starts new adapters on that base (its first loss
 #   the base's), without --finetune refused;
 # - a run stopped at 3 and resumed to 6 is bitwise the uninterrupted run (the LoRA settings read
@@ -75,6 +76,23 @@ rm -rf merged2 imported2
 el=$(evalloss lora_gpt2) em=$(evalloss imported2)
 if [ -n "$el" ] && [ "$el" = "$em" ]; then ok "GPT-2: merged export scores as the LoRA model ($el)"
 else bad "GPT-2 merged export: '$em', the LoRA model '$el'"; fi
+
+# convert --to peft: the adapters in PEFT's format; merged into the base's Hugging Face export by
+# convert --merge-lora (PEFT's reader and merge, src/ckpt/peft.c) they score as the LoRA model
+rm -rf peft base_hf peft_merged
+"$TRIDENT" convert --from trident lora --to peft peft >conv.log 2>&1 && "$TRIDENT" convert --from trident init --to hf base_hf \
+  >>conv.log 2>&1 && "$TRIDENT" convert --from hf base_hf --to trident peft_merged --merge-lora peft >>conv.log 2>&1 ||
+  { bad "--to peft, or merging it, failed"; cat conv.log; }
+ep=$(evalloss peft_merged)
+if [ -n "$ep" ] && [ "$ep" = "$(evalloss lora)" ] && grep -q '"target_modules":.*"down_proj"' peft/adapter_config.json; then
+  ok "--to peft: merged by --merge-lora into the base, scores as the LoRA model ($ep)"
+else bad "--to peft: merged '$ep', the LoRA model '$(evalloss lora)'"; cat peft/adapter_config.json; fi
+"$TRIDENT" convert --from trident init --to peft peft2 >conv.log 2>&1
+if [ $? = 1 ] && [ "$(grep -c . conv.log)" = 1 ] && grep -q "has no LoRA adapters" conv.log; then ok "--to peft without adapters refused: $(cat conv.log)"
+else bad "--to peft of a checkpoint without adapters not refused"; cat conv.log; fi
+"$TRIDENT" convert --from trident lora_gpt2 --to peft peft3 >conv.log 2>&1
+if [ $? = 1 ] && grep -q "not a Llama-family model" conv.log; then ok "--to peft of GPT-2 refused: $(cat conv.log)"
+else bad "--to peft of GPT-2 not refused"; cat conv.log; fi
 
 # LoRA on a pretrained base: a plain run's checkpoint, then --finetune --lora-rank: the adapters
 # new (B zero: the first loss is the base's, as a plain --finetune's), the base left as loaded
