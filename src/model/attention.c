@@ -100,6 +100,10 @@ static lora_dims lora_dims_of(const gpt_model *m, int B, int T, int in, int out)
     return d;
 }
 
+/* Where the caller sums the branch's output and input gradient over tp afterwards (sequence
+ * parallelism's reduce-scatters): the adapters' whole terms are added on its rank 0 only. */
+static const comm *lora_later(const gpt_model *m) { return m->sp ? m->ps->tp_group : NULL; }
+
 /* Module i's dropout: the layer's, at its own site; the row-parallel o reads the local columns. */
 static be_drop lora_drop(const gpt_model *m, const block_io *io, int i)
 {
@@ -226,7 +230,7 @@ static void fwd(const block_io *io, void *av, const void *pv, float *out, be_in 
     if (p->lora_a[3]) {
         lora_dims ld = lora_dims_of(m, B, T, m->q_l, h);
         be_drop dr = lora_drop(m, io, 3);
-        lora_row_fwd(m->be, tp, NULL, out, a->su[3], s->lora.xd, s->lora.tmp, kept_stage(&a->atty), p->lora_a[3],
+        lora_row_fwd(m->be, m->ps->tp_group, lora_later(m), out, a->su[3], s->lora.xd, s->lora.tmp, kept_stage(&a->atty), p->lora_a[3],
                      p->lora_b[3], &dr, &ld);
     }
 }
@@ -279,7 +283,7 @@ static void bwd(const block_io *io, float *dx, void *gv, const float *dbranch, c
         if (!p->lora_a[i]) continue;
         lora_place pl = place_of(m, i, s->dqkv, s->dkv);
         be_drop dr = lora_drop(m, io, i);
-        lora_fused_bwd(be, tp, dx, g->lora_a[i], g->lora_b[i], &s->lora, pl.out, x.p, a->su[i], p->lora_a[i],
+        lora_fused_bwd(be, m->ps->tp_group, lora_later(m), dx, g->lora_a[i], g->lora_b[i], &s->lora, pl.out, x.p, a->su[i], p->lora_a[i],
                        p->lora_b[i], pl.off, pl.w, pl.ld, &dr, &ld);
     }
 }

@@ -99,7 +99,7 @@ void lora_fused_fwd(const backend *be, float *out, float *su, const lora_scratch
     lora_column_fwd(be, NULL, out, su, s->xd, s->tmp, x, A, s->bw, drop, &dd);
 }
 
-void lora_fused_bwd(const backend *be, const comm *tp, float *dx, float *dA, float *dB, const lora_scratch *s,
+void lora_fused_bwd(const backend *be, const comm *tp, const comm *later, float *dx, float *dA, float *dB, const lora_scratch *s,
                     const float *dy, const float *x, const float *su, const float *A, const float *B, int off, int w,
                     int ld, const be_drop *drop, const lora_dims *d)
 {
@@ -108,6 +108,6 @@ void lora_fused_bwd(const backend *be, const comm *tp, float *dx, float *dA, flo
     widen(be, s->bw, B, off, w, ld, d->r);
     be_zero(be, s->dbw, (size_t)ld * d->r);
     if (drop && drop->p != 0.0f) be_dropout_fwd(be, s->xd, x, d->B, d->T, d->in, drop); /* the forward's mask again */
-    lora_column_bwd(be, tp, NULL, dx, dA, s->dbw, s->du, s->tmp, dy, x, s->xd, su, A, s->bw, drop, &dd);
+    lora_column_bwd(be, tp, later, dx, dA, s->dbw, s->du, s->tmp, dy, x, s->xd, su, A, s->bw, drop, &dd);
     be_add(be, dB, dB, s->dbw + (size_t)off * d->r, (size_t)w * d->r);
 }

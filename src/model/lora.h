@@ -75,8 +75,8 @@ static inline size_t lora_scratch_floats(int64_t BT, int64_t ld, int64_t in, int
 void lora_fused_fwd(const backend *be, float *out, float *su, const lora_scratch *s, const float *x, const float *A,
                     const float *B, int off, int w, int ld, const be_drop *drop, const lora_dims *d);
 /* Its backward from dy (BT, ld): dA (r, in) and dB (w, r) accumulate; dx (BT, in) accumulates the
- * whole input gradient (summed over tp: call it after the base's backward has reduced dx). */
-void lora_fused_bwd(const backend *be, const comm *tp, float *dx, float *dA, float *dB, const lora_scratch *s,
+ * whole input gradient (du summed over tp) on the ranks `later` says (as lora_column_bwd). */
+void lora_fused_bwd(const backend *be, const comm *tp, const comm *later, float *dx, float *dA, float *dB, const lora_scratch *s,
                     const float *dy, const float *x, const float *su, const float *A, const float *B, int off, int w,
                     int ld, const be_drop *drop, const lora_dims *d);
 

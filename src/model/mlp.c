@@ -78,6 +78,10 @@ static lora_dims lora_dims_of(const gpt_model *m, int B, int T, int in, int out)
     return d;
 }
 
+/* Where the caller sums the branch's output and input gradient over tp afterwards (sequence
+ * parallelism's reduce-scatters): the adapters' whole terms are added on its rank 0 only. */
+static const comm *lora_later(const gpt_model *m) { return m->sp ? m->ps->tp_group : NULL; }
+
 /* Module i's dropout: the layer's, at its own site; the row-parallel down reads the local columns. */
 static be_drop lora_drop(const gpt_model *m, const block_io *io, int i)
 {
@@ -142,7 +146,7 @@ static void mlp_fwd(const block_io *io, void *av, const void *pv, float *out, be
     if (p->lora_a[2]) {
         lora_dims d = lora_dims_of(m, io->B, T, m->ffn_l, h);
         be_drop dr = lora_drop(m, io, 2);
-        lora_row_fwd(m->be, tp, NULL, out, a->su[2], s->lora.xd, s->lora.tmp, kept_stage(&a->fch_act), p->lora_a[2],
+        lora_row_fwd(m->be, m->ps->tp_group, lora_later(m), out, a->su[2], s->lora.xd, s->lora.tmp, kept_stage(&a->fch_act), p->lora_a[2],
                      p->lora_b[2], &dr, &d);
     }
 }
@@ -187,7 +191,7 @@ static void mlp_bwd(const block_io *io, float *dx, void *gv, const float *dbranc
     for (int i = 0; i < 2; i++) { /* the adapters' input gradient, whole: after dx's reduction */
         if (!p->lora_a[i]) continue;
         be_drop dr = lora_drop(m, io, i);
-        lora_fused_bwd(m->be, model_tp_reduce(m), dx, g->lora_a[i], g->lora_b[i], &s->lora, s->dfch, x.p, a->su[i],
+        lora_fused_bwd(m->be, m->ps->tp_group, lora_later(m), dx, g->lora_a[i], g->lora_b[i], &s->lora, s->dfch, x.p, a->su[i],
                        p->lora_a[i], p->lora_b[i], lora_off(m, i), m->ffn_l, gpt_fc_blocks(c) * m->ffn_l, &dr, &d);
     }
 }
