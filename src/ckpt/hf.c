@@ -136,7 +136,8 @@ static int lora_merge(ckpt_reader *r, const gpt_config *c, const char *name, flo
         snprintf(an, sizeof an, "layers.%d.%s.lora_A.weight", l, map[i].mod);
         snprintf(bn, sizeof bn, "layers.%d.%s.lora_B.weight", l, map[i].mod);
         ckpt_slice sa = ckpt_slice_whole(rk, cols), sb = ckpt_slice_whole(rows, rk);
-        float *A = td_xmalloc((size_t)(rk * cols) * sizeof(float)), *B = td_xmalloc((size_t)(rows * rk) * sizeof(float));
+        float *A = td_xmalloc((size_t)(rk * cols) * sizeof(float));
+        float *B = td_xmalloc((size_t)(rows * rk) * sizeof(float));
         if (ckpt_read(r, CKPT_PARAMS, an, &sa, A, err, errlen) || ckpt_read(r, CKPT_PARAMS, bn, &sb, B, err, errlen)) {
             free(A);
             free(B);

@@ -121,8 +121,8 @@ static void lora_scratch_carve(carver *cv, const gpt_model *m, int64_t rows, lor
     int64_t ld = gqa ? (m->q_l > 2 * m->kv_l ? m->q_l : 2 * m->kv_l) : 3 * m->q_l;
     if (ld < h) ld = h;
     int64_t in = h > m->q_l ? h : m->q_l;
-    float **f[5] = {&ls->bw, &ls->dbw, &ls->tmp, &ls->xd, &ls->du};
-    for (int k = 0; k < 5; k++) CARVE(cv, *f[k], float, lora_scratch_floats(rows, ld, in, r, k));
+    float **f[LORA_SCRATCH_FIELDS] = {&ls->bw, &ls->dbw, &ls->tmp, &ls->xd, &ls->du, &ls->xf};
+    for (int k = 0; k < LORA_SCRATCH_FIELDS; k++) CARVE(cv, *f[k], float, lora_scratch_floats(rows, ld, in, r, k));
 }
 
 /* The q, k, v adapters' forward into the fused outputs q (and kv) from x (rows = B T). */
@@ -217,8 +217,7 @@ static void fwd(const block_io *io, void *av, const void *pv, float *out, be_in 
     if (gqa) tp_column_linear_fwd(m->be, tp, a->kv, x, p->kv_w, p->kv_b, BT, h, 2 * m->kv_l);
     attn_scratch *s = io->scratch;
     if (gpt_lora(c)) {
-        TD_ASSERT(x.dt == BE_F32); /* LoRA runs in fp32 (gpt_config_validate) */
-        lora_qkv_fwd(m, io, p, a->su, &s->lora, a->q, a->kv, x.p, B, T);
+        lora_qkv_fwd(m, io, p, a->su, &s->lora, a->q, a->kv, lora_input(m->be, s->lora.xf, x, (size_t)BT * h), B, T);
     }
     qkv_view w = view_of(m, a->q, a->kv);
     if (rot) {
@@ -230,8 +229,9 @@ static void fwd(const block_io *io, void *av, const void *pv, float *out, be_in 
     if (p->lora_a[3]) {
         lora_dims ld = lora_dims_of(m, B, T, m->q_l, h);
         be_drop dr = lora_drop(m, io, 3);
-        lora_row_fwd(m->be, m->ps->tp_group, lora_later(m), out, a->su[3], s->lora.xd, s->lora.tmp, kept_stage(&a->atty), p->lora_a[3],
-                     p->lora_b[3], &dr, &ld);
+        const float *atty = lora_input(m->be, s->lora.xf, kept_in(&a->atty), (size_t)BT * m->q_l);
+        lora_row_fwd(m->be, m->ps->tp_group, lora_later(m), out, a->su[3], s->lora.xd, s->lora.tmp, atty,
+                     p->lora_a[3], p->lora_b[3], &dr, &ld);
     }
 }
 
@@ -254,7 +254,7 @@ static void bwd(const block_io *io, float *dx, void *gv, const float *dbranch, c
     if (p->lora_a[3]) { /* before dbranch's buffer is reused below */
         lora_dims ld = lora_dims_of(m, B, T, m->q_l, h);
         be_drop dr = lora_drop(m, io, 3);
-        const float *atty = kept_stage(&a->atty);
+        const float *atty = lora_input(be, s->lora.xf, kept_in(&a->atty), (size_t)BT * m->q_l);
         if (dr.p != 0.0f) be_dropout_fwd(be, s->lora.xd, atty, B, T, m->q_l, &dr); /* the forward's mask again */
         lora_row_bwd(be, s->datty, g->lora_a[3], g->lora_b[3], s->lora.du, s->lora.tmp, dbranch, atty, s->lora.xd,
                      a->su[3], p->lora_a[3], p->lora_b[3], &dr, &ld);
@@ -279,12 +279,13 @@ static void bwd(const block_io *io, float *dx, void *gv, const float *dbranch, c
         be_add(be, dx, dx, dx2, (size_t)BT * h);
     }
     lora_dims ld = lora_dims_of(m, B, T, h, 0);
+    const float *xf = gpt_lora(c) ? lora_input(be, s->lora.xf, x, (size_t)BT * h) : NULL;
     for (int i = 0; i < 3; i++) { /* the adapters' input gradient, whole (summed over tp): after dx's reduction */
         if (!p->lora_a[i]) continue;
         lora_place pl = place_of(m, i, s->dqkv, s->dkv);
         be_drop dr = lora_drop(m, io, i);
-        lora_fused_bwd(be, m->ps->tp_group, lora_later(m), dx, g->lora_a[i], g->lora_b[i], &s->lora, pl.out, x.p, a->su[i], p->lora_a[i],
-                       p->lora_b[i], pl.off, pl.w, pl.ld, &dr, &ld);
+        lora_fused_bwd(be, m->ps->tp_group, lora_later(m), dx, g->lora_a[i], g->lora_b[i], &s->lora, pl.out, xf,
+                       a->su[i], p->lora_a[i], p->lora_b[i], pl.off, pl.w, pl.ld, &dr, &ld);
     }
 }
 
@@ -343,8 +344,7 @@ static void decode(const block_io *io, void *sv, const void *pv, float *out, be_
     tp_column_linear_fwd(be, tp, s->q, x, p->qkv_w, p->qkv_b, rows, h, gqa ? m->q_l : 3 * m->q_l);
     if (gqa) tp_column_linear_fwd(be, tp, s->kv, x, p->kv_w, p->kv_b, rows, h, 2 * m->kv_l);
     if (gpt_lora(c)) {
-        TD_ASSERT(x.dt == BE_F32);
-        lora_qkv_fwd(m, io, p, s->su, &s->lora, s->q, s->kv, x.p, B, n);
+        lora_qkv_fwd(m, io, p, s->su, &s->lora, s->q, s->kv, lora_input(be, s->lora.xf, x, (size_t)rows * h), B, n);
     }
     qkv_view w = view_of(m, s->q, s->kv);
     if (rot) { /* from the step's first position */

@@ -83,6 +83,13 @@ void lora_row_bwd(const backend *be, float *dx, float *dAl, float *dB, float *du
     down_bwd(be, dx, dAl, tmp, du, xin, Al, drop, d, 1);
 }
 
+const float *lora_input(const backend *be, float *xf, be_in x, size_t n)
+{
+    if (x.dt == BE_F32) return x.p;
+    be_convert(be, xf, BE_F32, x.p, x.dt, n);
+    return xf;
+}
+
 /* B (w, r) into rows [off, off + w) of the zeroed (ld, r) bw. */
 static void widen(const backend *be, float *bw, const float *B, int off, int w, int ld, int r)
 {
@@ -99,7 +106,8 @@ void lora_fused_fwd(const backend *be, float *out, float *su, const lora_scratch
     lora_column_fwd(be, NULL, out, su, s->xd, s->tmp, x, A, s->bw, drop, &dd);
 }
 
-void lora_fused_bwd(const backend *be, const comm *tp, const comm *later, float *dx, float *dA, float *dB, const lora_scratch *s,
+void lora_fused_bwd(const backend *be, const comm *tp, const comm *later, float *dx, float *dA, float *dB,
+                    const lora_scratch *s,
                     const float *dy, const float *x, const float *su, const float *A, const float *B, int off, int w,
                     int ld, const be_drop *drop, const lora_dims *d)
 {

@@ -68,8 +68,9 @@ static void lora_scratch_carve(carver *cv, const gpt_model *m, int64_t rows, lor
     int h = m->cfg.hidden;
     int64_t ld = (int64_t)gpt_fc_blocks(&m->cfg) * m->ffn_l, in = h > m->ffn_l ? h : m->ffn_l;
     if (ld < h) ld = h;
-    float **f[5] = {&ls->bw, &ls->dbw, &ls->tmp, &ls->xd, &ls->du};
-    for (int k = 0; k < 5; k++) CARVE(cv, *f[k], float, lora_scratch_floats(rows, ld, in, m->cfg.lora_rank, k));
+    float **f[LORA_SCRATCH_FIELDS] = {&ls->bw, &ls->dbw, &ls->tmp, &ls->xd, &ls->du, &ls->xf};
+    for (int k = 0; k < LORA_SCRATCH_FIELDS; k++)
+        CARVE(cv, *f[k], float, lora_scratch_floats(rows, ld, in, m->cfg.lora_rank, k));
 }
 
 static lora_dims lora_dims_of(const gpt_model *m, int B, int T, int in, int out)
@@ -122,11 +123,11 @@ static void fc_act_fwd(const gpt_model *m, const block_io *io, const comm *tp, c
     int fused = fused_bias(c, p), ld = gpt_fc_blocks(c) * m->ffn_l;
     tp_column_linear_fwd(m->be, tp, fch, x, p->fc_w, fused ? NULL : p->fc_b, rows, c->hidden, ld);
     lora_dims d = lora_dims_of(m, rows / T, T, c->hidden, 0);
+    const float *xf = p->lora_a[0] || p->lora_a[1] ? lora_input(m->be, ls->xf, x, (size_t)rows * c->hidden) : NULL;
     for (int i = 0; i < 2; i++) { /* the gate and up adapters, before the activation */
         if (!p->lora_a[i]) continue;
-        TD_ASSERT(x.dt == BE_F32); /* LoRA runs in fp32 (gpt_config_validate) */
         be_drop dr = lora_drop(m, io, i);
-        lora_fused_fwd(m->be, fch, su[i], ls, x.p, p->lora_a[i], p->lora_b[i], lora_off(m, i), m->ffn_l, ld, &dr, &d);
+        lora_fused_fwd(m->be, fch, su[i], ls, xf, p->lora_a[i], p->lora_b[i], lora_off(m, i), m->ffn_l, ld, &dr, &d);
     }
     if (fused) be_bias_gelu_fwd(m->be, act, fch, p->fc_b, rows, m->ffn_l);
     else be_act_fwd(m->be, c->act, c->glu, act, fch, rows, m->ffn_l);
@@ -146,8 +147,9 @@ static void mlp_fwd(const block_io *io, void *av, const void *pv, float *out, be
     if (p->lora_a[2]) {
         lora_dims d = lora_dims_of(m, io->B, T, m->ffn_l, h);
         be_drop dr = lora_drop(m, io, 2);
-        lora_row_fwd(m->be, m->ps->tp_group, lora_later(m), out, a->su[2], s->lora.xd, s->lora.tmp, kept_stage(&a->fch_act), p->lora_a[2],
-                     p->lora_b[2], &dr, &d);
+        const float *act = lora_input(m->be, s->lora.xf, kept_in(&a->fch_act), (size_t)BT * m->ffn_l);
+        lora_row_fwd(m->be, m->ps->tp_group, lora_later(m), out, a->su[2], s->lora.xd, s->lora.tmp, act,
+                     p->lora_a[2], p->lora_b[2], &dr, &d);
     }
 }
 
@@ -164,7 +166,7 @@ static void fc2_bwd(const block_io *io, mlp_params *g, const float *dbranch, con
     if (p->lora_a[2]) {
         lora_dims d = lora_dims_of(m, io->B, m->cfg.seq, m->ffn_l, h);
         be_drop dr = lora_drop(m, io, 2);
-        const float *act = kept_stage(&a->fch_act);
+        const float *act = lora_input(m->be, s->lora.xf, kept_in(&a->fch_act), (size_t)io->B * m->cfg.seq * m->ffn_l);
         if (dr.p != 0.0f) be_dropout_fwd(m->be, s->lora.xd, act, io->B, m->cfg.seq, m->ffn_l, &dr); /* the mask again */
         lora_row_bwd(m->be, s->dfch_act, g->lora_a[2], g->lora_b[2], s->lora.du, s->lora.tmp, dbranch, act,
                      s->lora.xd, a->su[2], p->lora_a[2], p->lora_b[2], &dr, &d);
@@ -188,11 +190,13 @@ static void mlp_bwd(const block_io *io, float *dx, void *gv, const float *dbranc
     tp_column_linear_bwd(m->be, model_tp_reduce(m), dx, g->fc_w, fused ? NULL : g->fc_b, s->dfch, x, p->fc_w, BT, h,
                          gpt_fc_blocks(c) * m->ffn_l);
     lora_dims d = lora_dims_of(m, io->B, c->seq, h, 0);
+    const float *xf = p->lora_a[0] || p->lora_a[1] ? lora_input(m->be, s->lora.xf, x, (size_t)BT * h) : NULL;
     for (int i = 0; i < 2; i++) { /* the adapters' input gradient, whole: after dx's reduction */
         if (!p->lora_a[i]) continue;
         be_drop dr = lora_drop(m, io, i);
-        lora_fused_bwd(m->be, m->ps->tp_group, lora_later(m), dx, g->lora_a[i], g->lora_b[i], &s->lora, s->dfch, x.p, a->su[i],
-                       p->lora_a[i], p->lora_b[i], lora_off(m, i), m->ffn_l, gpt_fc_blocks(c) * m->ffn_l, &dr, &d);
+        lora_fused_bwd(m->be, m->ps->tp_group, lora_later(m), dx, g->lora_a[i], g->lora_b[i], &s->lora, s->dfch, xf,
+                       a->su[i], p->lora_a[i], p->lora_b[i], lora_off(m, i), m->ffn_l, gpt_fc_blocks(c) * m->ffn_l, &dr,
+                       &d);
     }
 }
 

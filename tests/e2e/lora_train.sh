@@ -10,7 +10,7 @@
 # - --finetune --lora-rank on a plain checkpoint starts new adapters on that base (its first loss
 #   the base's), without --finetune refused;
 # - a run stopped at 3 and resumed to 6 is bitwise the uninterrupted run (the LoRA settings read
-#   back from meta.json, not given again), one rank and tp 2 x pp 2.
+#   back from meta.json, not given again), one rank, tp 2 x pp 2, and tp 2 under --bf16.
 CKPT_TOKENS=bytes . "$(dirname "$0")/checkpoint_lib.sh"
 LLAMA=(--normalization RMSNorm --position-embedding-type rope --swiglu --ffn-hidden-size 64 --group-query-attention
        --num-query-groups 2 --disable-bias-linear --untie-embeddings-and-output-weights)
@@ -28,7 +28,6 @@ refused "--lora-target-modules: 'c_attn' is not one of" --lora-rank 4 --lora-tar
 refused "--lora-target-modules is empty" --lora-rank 4 --lora-target-modules ""
 refused "--lora-alpha 0: " --lora-rank 4 --lora-alpha 0
 refused "--lora-rank with --num-experts" --lora-rank 4 --num-experts 4 --moe-router-topk 2
-refused "--lora-rank with --bf16" --lora-rank 4 --bf16
 # GPT-2's ungated MLP has no gate_proj (its fc is up_proj)
 train 1 1 --train-iters 1 --lora-rank 4 --lora-target-modules gate_proj
 if [ $? = 2 ] && grep -q "gate_proj: the MLP is not gated" "$last_log"; then ok "refused: $(cat "$last_log")"; else bad "gate_proj on an ungated MLP not refused"; fi
@@ -129,4 +128,5 @@ check_resume() { # name np tp flags...
 }
 check_resume resume_one_rank 1 1
 check_resume resume_tp2_pp2 4 2 --pipeline-model-parallel-size 2
+check_resume resume_bf16_tp2 2 2 --bf16
 finish

@@ -351,6 +351,15 @@ trident_layout(lora_distopt_dp2 2 1 2 --use-distributed-optimizer --overlap-grad
 trident_layout(lora_sp_tp2 2 2 2 --sequence-parallel)
 trident_layout(lora_sp_distopt_tp2_pp2_dp2 8 2 1 --sequence-parallel --pipeline-model-parallel-size 2
   --use-distributed-optimizer)
+# ... and under --bf16 (the adapters read the kept inputs the base's GEMMs read, widened to fp32;
+# their GEMMs in bf16), within the bf16 layouts' tolerance (see there) against the bf16 one-rank run
+set(LAYOUT_ARCH ${LAYOUT_LLAMA} --lora-rank 4 --lora-alpha 16 --lora-target-modules all-linear --lora-dropout 0.1 --bf16)
+set(LAYOUT_BASE lora_bf16_baseline)
+set(LAYOUT_TOL 2e-3)
+trident_layout(lora_bf16_baseline 1 1 2)
+trident_layout(lora_bf16_sp_distopt_tp2_pp2_dp2 8 2 1 --sequence-parallel --pipeline-model-parallel-size 2
+  --use-distributed-optimizer)
+unset(LAYOUT_TOL)
 set(LAYOUT_ARCH ${LAYOUT_LLAMA})
 
 # A mixture of experts (src/model/moe.c), 4 layers (the last --num-layers given counts): 4 SwiGLU experts a layer, top-2, a gated shared expert
