@@ -251,7 +251,7 @@ static uint64_t write_shard(const char *dir, const char *tmp, const ckpt_model *
             const float *base = optimizer ? (b == 0 ? m->adam_m[c] : m->adam_v[c]) : g->params;
             for (int i = 0; i < g->ntensors; i++) {
                 const gpt_tensor_info *t = &g->table[i];
-                if (!rank_writes(m, t, by_dp)) continue;
+                if (!rank_writes(m, t, by_dp) || (optimizer && t->frozen)) continue;
                 char name[96];
                 snprintf(name, sizeof name, "%s%s",
                          optimizer ? ckpt_kind_prefix(b ? CKPT_EXP_AVG_SQ : CKPT_EXP_AVG) : "", t->name);

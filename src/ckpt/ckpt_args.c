@@ -87,6 +87,13 @@ int ckpt_args_reconcile(td_args *a, const ckpt_meta *m, int vocab, int tp, int l
     ckf_join(mpath, sizeof mpath, m->dir, "meta.json");
     for (int i = 0; i < GPT_NCONFIG_KEYS; i++) {
         const gpt_config_key *k = &GPT_CONFIG_KEYS[i];
+        /* --finetune --lora-rank R from a checkpoint without adapters: LoRA on that base, the
+         * adapters new (ckpt_load leaves them initialised) */
+        if (strncmp(k->key, "lora_", 5) == 0 && a->lora_rank > 0 && ck->lora_rank == 0) {
+            if (a->finetune) continue;
+            FAIL("--lora-rank %d: the checkpoint %s has no LoRA adapters: add --finetune to train new adapters on its "
+                 "weights", a->lora_rank, mpath);
+        }
         double cv = gpt_config_get(ck, k), rv = gpt_config_get(&run, k);
         char alias[64]; /* a switch that sets the key too (--swiglu: activation_func silu) */
         int given = td_args_given(a, k->flag) || also_given(a, k->also, alias, sizeof alias);

@@ -103,6 +103,60 @@ static void narrow(float *buf, size_t n, st_dtype t)
 }
 
 /* The file of a Hugging Face model OUT already holds (config.json, weights), or NULL. */
+/* LoRA (a checkpoint of train --lora-rank): the adapters of the base tensor `name` (the logical,
+ * whole tensor in w, rows x cols) merged into it as PEFT's merge_and_unload does, w += alpha / r
+ * B A over each module's rows of trident's fused tensors, in double and rounded once to float. */
+static int lora_merge(ckpt_reader *r, const gpt_config *c, const char *name, float *w, int64_t cols, char *err,
+                      size_t errlen)
+{
+    static const struct {
+        const char *base, *mod; /* the base tensor's suffix, the module's prefix */
+        int module;
+    } map[] = {
+        {"attn.qkv.weight", "attn.q_proj", GPT_LORA_Q}, {"attn.qkv.weight", "attn.k_proj", GPT_LORA_K},
+        {"attn.qkv.weight", "attn.v_proj", GPT_LORA_V}, {"attn.q.weight", "attn.q_proj", GPT_LORA_Q},
+        {"attn.kv.weight", "attn.k_proj", GPT_LORA_K},  {"attn.kv.weight", "attn.v_proj", GPT_LORA_V},
+        {"attn.proj.weight", "attn.o_proj", GPT_LORA_O}, {"mlp.fc.weight", "mlp.gate_proj", GPT_LORA_GATE},
+        {"mlp.fc.weight", "mlp.up_proj", GPT_LORA_UP},  {"mlp.fc2.weight", "mlp.down_proj", GPT_LORA_DOWN},
+    };
+    int l;
+    char rest[64];
+    if (!gpt_lora(c) || sscanf(name, "layers.%d.%63s", &l, rest) != 2) return 0;
+    int64_t q = gpt_q_width(c), kv = gpt_kv_width(c), rk = c->lora_rank;
+    for (size_t i = 0; i < sizeof map / sizeof *map; i++) {
+        if (strcmp(rest, map[i].base) != 0 || !gpt_lora_on(c, map[i].module)) continue;
+        int m = map[i].module;
+        /* the module's rows of the fused tensor */
+        int64_t off = 0, rows = m == GPT_LORA_Q ? q : m == GPT_LORA_K || m == GPT_LORA_V ? kv
+                                                   : m == GPT_LORA_GATE || m == GPT_LORA_UP ? c->ffn : c->hidden;
+        if (!gpt_gqa(c) && (m == GPT_LORA_K || m == GPT_LORA_V)) off = m == GPT_LORA_K ? q : 2 * q;
+        if (gpt_gqa(c) && m == GPT_LORA_V) off = kv;
+        if (m == GPT_LORA_UP && c->glu) off = c->ffn;
+        char an[96], bn[96];
+        snprintf(an, sizeof an, "layers.%d.%s.lora_A.weight", l, map[i].mod);
+        snprintf(bn, sizeof bn, "layers.%d.%s.lora_B.weight", l, map[i].mod);
+        ckpt_slice sa = ckpt_slice_whole(rk, cols), sb = ckpt_slice_whole(rows, rk);
+        float *A = td_xmalloc((size_t)(rk * cols) * sizeof(float));
+        float *B = td_xmalloc((size_t)(rows * rk) * sizeof(float));
+        if (ckpt_read(r, CKPT_PARAMS, an, &sa, A, err, errlen) || ckpt_read(r, CKPT_PARAMS, bn, &sb, B, err, errlen)) {
+            free(A);
+            free(B);
+            return -1;
+        }
+        double scaling = (double)c->lora_alpha / (double)rk;
+        for (int64_t o = 0; o < rows; o++)
+            for (int64_t j = 0; j < cols; j++) {
+                double d = 0;
+                for (int64_t k = 0; k < rk; k++) d += (double)B[o * rk + k] * (double)A[k * cols + j];
+                float *x = &w[(off + o) * cols + j];
+                *x = (float)((double)*x + scaling * d);
+            }
+        free(A);
+        free(B);
+    }
+    return 0;
+}
+
 static const char *hf_model_file(const char *out, char *path, size_t len)
 {
     static const char *const files[] = {"config.json", "model.safetensors", "model.safetensors.index.json",
@@ -138,18 +192,21 @@ int hf_export(const ckpt_meta *meta, const char *out, st_dtype dtype, char *err,
     ckpt_list_tensors(r, &tl);
     pc = td_xmalloc((size_t)hf_max_pieces(c) * sizeof *pc);
     size_t total = 1;
-    for (int i = 0; i < tl.n; i++) total += (size_t)fam->pieces(c, tl.names[i], pc);
+    for (int i = 0; i < tl.n; i++)
+        if (!(gpt_lora(c) && strstr(tl.names[i], ".lora_"))) total += (size_t)fam->pieces(c, tl.names[i], pc);
     e = td_xcalloc(total, sizeof *e);
     names = td_xcalloc(total, sizeof *names);
     bufs = td_xcalloc(total, sizeof *bufs);
     for (int i = 0; i < tl.n; i++) {
+        if (gpt_lora(c) && strstr(tl.names[i], ".lora_")) continue; /* merged into their base tensors */
         int np = fam->pieces(c, tl.names[i], pc);
         if (np == 0) FAIL("%s: tensor %s has no %s counterpart", meta->dir, tl.names[i], fam->arch);
         ckpt_slice s = tl.shapes[i];
         int64_t cols = s.ndim == 2 ? s.shape[1] : 1;
         if (np == 1) s.shape[0] = piece_rows(&pc[0], c, tl.names[i], s.shape[0]); /* unpadded vocabulary */
         float *whole = td_xmalloc((size_t)(s.shape[0] * cols) * sizeof(float));
-        if (ckpt_read(r, CKPT_PARAMS, tl.names[i], &s, whole, err, errlen)) {
+        if (ckpt_read(r, CKPT_PARAMS, tl.names[i], &s, whole, err, errlen) ||
+            lora_merge(r, c, tl.names[i], whole, cols, err, errlen)) {
             free(whole);
             goto fail;
         }
@@ -531,7 +588,7 @@ int hf_import(const char *in, const char *out, int divisible_by, const char *bac
     ps = ps_init(world, 1, 1);
     be = be_create(backend_name, 0);
     m = gpt_create(&c, ps, be, 0, c.num_layers, 1, 1);
-    host = td_xmalloc(m->numel * sizeof(float));
+    host = td_xmalloc(m->numel_all * sizeof(float));
     for (int i = 0; i < m->ntensors; i++)
         if (import_tensor(fam, &fs, m, &m->table[i], host, err, errlen)) goto fail;
     for (int fi = 0; fi < fs.n; fi++)
@@ -557,7 +614,7 @@ int hf_import(const char *in, const char *out, int divisible_by, const char *bac
                          why);
             }
         }
-    be_memcpy(be, m->params, host, m->numel * sizeof(float), BE_H2D);
+    be_memcpy(be, m->params, host, m->numel_all * sizeof(float), BE_H2D);
     m->cfg.seq = c.max_pos; /* recorded as the model's sequence length; the model is never run here */
     cJSON *args = cJSON_CreateObject();
     cJSON_AddNumberToObject(args, "num_layers", c.num_layers);

@@ -12,6 +12,9 @@
 #include <cjson/cJSON.h>
 
 #include "ckpt_fs.h"
+#include "ckpt_impl.h"
+#include "trident/checkpoint.h"
+#include "trident/gpt.h"
 #include "trident/check.h"
 #include "trident/half.h"
 #include "trident/hf.h"
@@ -355,5 +358,101 @@ int peft_import_hf(const char *adapter, const char *in, const char *out, int div
         snprintf(err, errlen, "cannot remove %s: %s", tmp, td_strerror(errno));
         rc = -1;
     }
+    return rc;
+}
+
+/* ---- export: a trident LoRA checkpoint's adapters in PEFT's format ---- */
+
+int peft_export(const ckpt_meta *meta, const char *out, int *modules, char *err, size_t errlen)
+{
+    static const char *const hf_names[GPT_LORA_NMODULES] = {"q_proj", "k_proj", "v_proj", "o_proj",
+                                                             "gate_proj", "up_proj", "down_proj"};
+    const gpt_config *c = &meta->model;
+    ckpt_reader *r = NULL;
+    ckpt_tensor_list tl = {0};
+    st_entry *e = NULL;
+    char **names = NULL;
+    float **bufs = NULL;
+    char *text = NULL;
+    int n = 0, rc = -1;
+    *modules = 0;
+    if (!gpt_lora(c))
+        FAIL("--from trident %s: the checkpoint has no LoRA adapters (lora_rank 0 in its meta.json): train them with "
+             "--lora-rank", meta->dir);
+    if (c->norm != GPT_NORM_RMSNORM || !c->glu || c->kind != GPT_KIND_DECODER)
+        FAIL("--to peft: %s is not a Llama-family model (RMSNorm, a gated MLP): PEFT's module names are written for "
+             "Llama's q_proj ... down_proj only; export the merged model with --to hf", meta->dir);
+    char path[4200], tmp[4300];
+    ckf_join(path, sizeof path, out, "adapter_model.safetensors");
+    if (access(path, F_OK) == 0)
+        FAIL("--to peft %s already holds an adapter (%s): give an empty or new folder, or remove it first", out, path);
+    r = ckpt_reader_open(meta, err, errlen);
+    if (!r) goto fail;
+    ckpt_list_tensors(r, &tl);
+    e = td_xcalloc((size_t)tl.n + 1, sizeof *e);
+    names = td_xcalloc((size_t)tl.n + 1, sizeof *names);
+    bufs = td_xcalloc((size_t)tl.n + 1, sizeof *bufs);
+    for (int i = 0; i < tl.n; i++) {
+        int l;
+        char block[16], mod[16], ab;
+        if (sscanf(tl.names[i], "layers.%d.%15[^.].%15[^.].lora_%c.weight", &l, block, mod, &ab) != 4) continue;
+        const ckpt_slice *s = &tl.shapes[i];
+        char hf[160];
+        snprintf(hf, sizeof hf, "base_model.model.model.layers.%d.%s.%s.lora_%c.weight", l,
+                 strcmp(block, "attn") == 0 ? "self_attn" : "mlp", mod, ab);
+        float *buf = td_xmalloc((size_t)(s->shape[0] * s->shape[1]) * sizeof(float));
+        bufs[n] = buf;
+        if (ckpt_read(r, CKPT_PARAMS, tl.names[i], s, buf, err, errlen)) goto fail;
+        names[n] = td_xstrdup(hf);
+        e[n] = (st_entry){names[n], ST_F32, 2, {s->shape[0], s->shape[1]}, buf,
+                          (size_t)(s->shape[0] * s->shape[1]) * sizeof(float)};
+        n++;
+        if (ab == 'A') ++*modules;
+    }
+    if (ckf_mkdirs(out) != 0) FAIL("cannot create %s: %s", out, td_strerror(errno));
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    const char *mk[] = {"format"}, *mv[] = {"pt"};
+    if (st_write(tmp, e, n, mk, mv, 1, 1, err, errlen)) goto fail;
+    if (rename(tmp, path) != 0) {
+        unlink(tmp);
+        FAIL("cannot rename %s to %s: %s", tmp, path, td_strerror(errno));
+    }
+    cJSON *cfg = cJSON_CreateObject();
+    cJSON_AddStringToObject(cfg, "peft_type", "LORA");
+    cJSON_AddStringToObject(cfg, "task_type", "CAUSAL_LM");
+    cJSON_AddNullToObject(cfg, "base_model_name_or_path");
+    cJSON_AddNumberToObject(cfg, "r", c->lora_rank);
+    cJSON_AddNumberToObject(cfg, "lora_alpha", c->lora_alpha);
+    cJSON_AddNumberToObject(cfg, "lora_dropout", ckpt_float_value(c->lora_dropout));
+    cJSON *tm = cJSON_AddArrayToObject(cfg, "target_modules");
+    for (int m = 0; m < GPT_LORA_NMODULES; m++)
+        if (gpt_lora_on(c, m)) cJSON_AddItemToArray(tm, cJSON_CreateString(hf_names[m]));
+    cJSON_AddStringToObject(cfg, "bias", "none");
+    cJSON_AddFalseToObject(cfg, "fan_in_fan_out");
+    cJSON_AddFalseToObject(cfg, "use_rslora");
+    cJSON_AddFalseToObject(cfg, "use_dora");
+    cJSON_AddTrueToObject(cfg, "inference_mode");
+    cJSON_AddTrueToObject(cfg, "init_lora_weights");
+    cJSON_AddNullToObject(cfg, "modules_to_save");
+    text = cJSON_Print(cfg);
+    cJSON_Delete(cfg);
+    size_t len = strlen(text);
+    text = td_xrealloc(text, len + 2);
+    text[len++] = '\n';
+    ckf_join(path, sizeof path, out, "adapter_config.json");
+    if (ckf_write_atomic(path, text, len) != 0) FAIL("cannot write %s: %s", path, td_strerror(errno));
+    if (ckf_fsync_dir(out) != 0) FAIL("cannot fsync %s: %s", out, td_strerror(errno));
+    rc = 0;
+fail:
+    for (int i = 0; i < tl.n && names; i++) {
+        free(names[i]);
+        free(bufs[i]);
+    }
+    free(names);
+    free(bufs);
+    free(e);
+    free(text);
+    ckpt_tensor_list_free(&tl);
+    if (r) ckpt_reader_close(r);
     return rc;
 }

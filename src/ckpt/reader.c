@@ -287,7 +287,7 @@ static int check_against(const ckpt_reader *r, const ckpt_meta *m, const gpt_mod
         const char *name = lt->name;
         int nd = lt->ndim;
         int64_t want[2] = {lt->shape[0], nd == 2 ? lt->shape[1] : 0};
-        for (int kind = 0; kind < nkinds; kind++) {
+        for (int kind = 0; kind < (lt->frozen ? 1 : nkinds); kind++) { /* LoRA's frozen base: no moments */
             int g0, g1;
             find_group(r, (ckpt_kind)kind, name, &g0, &g1);
             if (g0 == g1)
@@ -632,6 +632,12 @@ int ckpt_load(const ckpt_meta *meta, const ckpt_model *m, int load_optimizer, ch
     if (load_optimizer && m->adam_m && !meta->has_optimizer)
         FAIL("the checkpoint %s has no optimizer state (a converted or weights-only checkpoint): add --finetune "
              "or --no-load-optim", meta->dir);
+    /* LoRA on a base checkpoint (train --finetune --lora-rank): the adapters keep their initial
+     * values (B zero: the model starts as the base) */
+    int new_adapters = gpt_lora(c) && meta->model.lora_rank == 0;
+    if (new_adapters && load_optimizer)
+        FAIL("the checkpoint %s has no LoRA adapters and this run trains them (--lora-rank %d): add --finetune to "
+             "start them on its weights", meta->dir, c->lora_rank);
     r = ckpt_reader_open(meta, err, errlen);
     if (!r) goto fail;
     for (int k = 0; k < m->nchunks; k++) {
@@ -650,6 +656,8 @@ int ckpt_load(const ckpt_meta *meta, const ckpt_model *m, int load_optimizer, ch
             host = td_xmalloc((whole ? g->numel : largest) * sizeof(float));
             for (int i = 0; i < g->ntensors; i++) {
                 const gpt_tensor_info *t = &g->table[i];
+                if (kind > 0 && t->frozen) continue; /* LoRA's frozen base: no optimizer state */
+                if (new_adapters && !t->frozen) continue;
                 ckpt_slice want = ckpt_slice_of(t);
                 if (ckpt_read(r, (ckpt_kind)kind, t->name, &want, whole ? host + t->offset : host, err, errlen)) goto fail;
                 if (!whole) be_memcpy(g->be, dst + t->offset, host, t->numel * sizeof(float), BE_H2D);

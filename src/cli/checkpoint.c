@@ -105,6 +105,14 @@ static int info(const char *path)
     return bad ? 1 : 0;
 }
 
+/* Whether logical tensor `name` of the table is frozen (LoRA's base). */
+static int frozen_in(const gpt_model *logical, const char *name)
+{
+    for (int i = 0; i < logical->ntensors; i++)
+        if (strcmp(logical->table[i].name, name) == 0) return logical->table[i].frozen;
+    return 0;
+}
+
 /* Reads the whole of tensor `name` (kind k) of r, as shape s. */
 static float *read_whole(ckpt_reader *r, ckpt_kind k, const char *name, const ckpt_slice *s)
 {
@@ -133,6 +141,9 @@ static int compare(const char *pa, const char *pb)
         differ++;
     }
     int kinds = ma.has_optimizer && mb.has_optimizer ? 3 : 1;
+    gpt_model lfa, lfb; /* the logical tables: which tensors are frozen */
+    gpt_logical_table(&ma.model, &lfa);
+    gpt_logical_table(&mb.model, &lfb);
     /* the word embedding is compared over the real vocabulary; padded rows (a layout artefact
      * HF files do not have) only get a note */
     int vocab = ma.model.vocab < mb.model.vocab ? ma.model.vocab : mb.model.vocab;
@@ -141,7 +152,14 @@ static int compare(const char *pa, const char *pb)
         ckpt_slice s = la.shapes[i];
         int word = ckpt_is_vocab_tensor(la.names[i]);
         if (word) s.shape[0] = vocab;
-        for (int k = 0; k < kinds; k++) {
+        /* LoRA's frozen base has no Adam moments */
+        int fa = frozen_in(&lfa, la.names[i]), fb = frozen_in(&lfb, la.names[i]), nk = fa || fb ? 1 : kinds;
+        if (kinds > 1 && fa != fb) {
+            printf("%s: trained in %s, frozen (LoRA's base) in %s\n", la.names[i], fa ? mb.dir : ma.dir,
+                   fa ? ma.dir : mb.dir);
+            differ++;
+        }
+        for (int k = 0; k < nk; k++) {
             float *a = read_whole(ra, (ckpt_kind)k, la.names[i], &s);
             char why[1024];
             float *b = td_xmalloc((size_t)ckpt_slice_numel(&s) * sizeof(float));
@@ -193,6 +211,8 @@ static int compare(const char *pa, const char *pb)
            differ ? "DIFFERENT" : "bit-identical");
     ckpt_tensor_list_free(&la);
     ckpt_tensor_list_free(&lb);
+    free(lfa.table);
+    free(lfb.table);
     ckpt_reader_close(ra);
     ckpt_reader_close(rb);
     ckpt_meta_free(&ma);

@@ -118,6 +118,22 @@ int cli_convert(int argc, char **argv)
         td_args_free(&a);
         return 0;
     }
+    if (strcmp(tf, "peft") == 0) { /* a LoRA checkpoint's adapters in PEFT's format */
+        if (strcmp(ff, "trident") != 0 || td_args_given(&a, "--dtype"))
+            td_usage_error("%s: --to peft writes the LoRA adapters of --from trident DIR (F32; --dtype does not apply)",
+                           prog);
+        ckpt_meta m;
+        char perr[4600] = "";
+        int found = ckpt_find(in, &m, perr, sizeof perr), modules = 0;
+        if (found == 1) td_fatal(1, "--from trident %s: no checkpoint there (no %s, no meta.json)", in, CKPT_LATEST);
+        if (found) td_fatal(1, "%s", perr);
+        if (peft_export(&m, out, &modules, perr, sizeof perr)) td_fatal(1, "%s", perr);
+        TD_INFO("wrote %s/adapter_config.json and %s/adapter_model.safetensors: the %d LoRA modules of %s (iteration "
+                "%lld)", out, out, modules, m.dir, (long long)m.progress.iteration);
+        ckpt_meta_free(&m);
+        td_args_free(&a);
+        return 0;
+    }
     int t2h = strcmp(ff, "trident") == 0 && strcmp(tf, "hf") == 0;
     int h2t = strcmp(ff, "hf") == 0 && strcmp(tf, "trident") == 0;
     if (td_args_given(&a, "--dtype") && !t2h)

@@ -37,6 +37,7 @@ typedef struct {
 #define BIG 9.0e18
 
 const char TD_MODEL_CHOICES[] = "gpt|bert";
+const char TD_LORA_MODULE_CHOICES[] = "q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj";
 /* The backends of src/backend/registry.c, and auto: cuda only in a binary built with it. */
 #ifdef TRIDENT_HAVE_CUDA
 #define TD_BACKEND_CHOICES "auto|cpu|cuda"
@@ -239,6 +240,17 @@ static const flag_t FLAGS[] = {
      0.999, NULL},
     {"--attention-dropout", A_FLOAT, OFF(attention_dropout), "0.1", MODEL, "model",
      "dropout on attention probabilities", 0, 0.999, NULL},
+    {"--lora-rank", A_INT, OFF(lora_rank), "0", MODEL, "lora",
+     "LoRA (docs/finetune.md): adapters of this rank on the target modules, the base frozen (no gradients, no "
+     "optimizer state); 0: off", 0, 1 << 16, NULL},
+    {"--lora-alpha", A_FLOAT, OFF(lora_alpha), "8", MODEL, "lora",
+     "LoRA's alpha: the adapters' output scaled by alpha / rank (PEFT's lora_alpha, default 8)", 0, 1e6, NULL},
+    {"--lora-dropout", A_FLOAT, OFF(lora_dropout), "0", MODEL, "lora",
+     "dropout on the adapters' input (PEFT's lora_dropout)", 0, 0.999, NULL},
+    {"--lora-target-modules", A_STR, OFF(lora_target_modules), "q_proj,v_proj", MODEL, "lora",
+     "the Hugging Face modules given adapters, comma-separated: q_proj, k_proj, v_proj, o_proj, gate_proj, "
+     "up_proj, down_proj (up/down: fc/fc2 of an ungated MLP), or all-linear (PEFT's default for Llama: "
+     "q_proj,v_proj)", 0, 0, TD_LORA_MODULE_CHOICES},
 
     {"--tensor-model-parallel-size", A_INT, OFF(tensor_model_parallel_size), "1", MODEL, "parallel",
      "ranks a layer is split over", 1, 1 << 16, NULL},
@@ -460,8 +472,9 @@ static const flag_t FLAGS[] = {
 
     {"--from", A_LIST, OFF(from), NULL, TD_CMD_CONVERT, "convert",
      "FORMAT DIR: the input (trident DIR, a checkpoint; hf DIR, config.json + model.safetensors)", 0, 0, NULL},
-    {"--to", A_LIST, OFF(to), NULL, TD_CMD_CONVERT, "convert", "FORMAT DIR: the output (hf or trident)", 0, 0,
-     NULL},
+    {"--to", A_LIST, OFF(to), NULL, TD_CMD_CONVERT, "convert",
+     "FORMAT DIR: the output (hf or trident; peft: the LoRA adapters of a trident checkpoint in PEFT's format)", 0,
+     0, NULL},
     {"--dtype", A_CHOICE, OFF(dtype), "F32", TD_CMD_CONVERT, "convert",
      "--to hf: the tensors' type (F16 and BF16 round the fp32 weights to nearest even)", 0, 0, "F32|F16|BF16"},
     {"--merge-lora", A_STR, OFF(merge_lora), NULL, TD_CMD_CONVERT, "convert",
@@ -677,6 +690,14 @@ int td_args_set_number(td_args *a, const char *flag, double v)
     case A_I64: *(int64_t *)field = (int64_t)v; return 0;
     case A_FLOAT: *(double *)field = v; return 0;
     case A_BOOL: *(int *)field = v != 0; return 0;
+    case A_STR: { /* a set of the choices (--lora-target-modules): v its mask */
+        if (!f->choices || v != (unsigned)v || v < 1 || v >= 128) return -1;
+        char list[256];
+        td_lora_modules_str((unsigned)v, list, sizeof list);
+        free(*(char **)field);
+        *(char **)field = td_xstrdup(list);
+        return 0;
+    }
     case A_CHOICE: { /* the v-th of the choices */
         const char *p = f->choices;
         for (int i = 0; i < (int)v && p; i++) {
@@ -889,4 +910,45 @@ void td_args_copy(td_args *dst, const td_args *src)
 void td_args_free(td_args *a)
 {
     for (int i = 0; i < NFLAGS; i++) clear_field(a, &FLAGS[i]);
+}
+
+int td_lora_modules_parse(const char *list, unsigned *mask, char *msg, size_t msglen)
+{
+    *mask = 0;
+    if (strcmp(list, "all-linear") == 0) {
+        *mask = 0x7f;
+        return 0;
+    }
+    for (const char *p = list; *p;) {
+        size_t n = strcspn(p, ",");
+        int i = 0, found = 0;
+        for (const char *c = TD_LORA_MODULE_CHOICES; c; c = strchr(c, '|') ? strchr(c, '|') + 1 : NULL, i++)
+            if (n && n == strcspn(c, "|") && strncmp(c, p, n) == 0) {
+                found = 1;
+                break;
+            }
+        if (!found) {
+            snprintf(msg, msglen, "--lora-target-modules: '%.*s' is not one of q_proj, k_proj, v_proj, o_proj, "
+                     "gate_proj, up_proj, down_proj (comma-separated) or all-linear", (int)n, p);
+            return -1;
+        }
+        *mask |= 1u << i;
+        p += n;
+        if (*p == ',') p++;
+    }
+    if (!*mask) {
+        snprintf(msg, msglen, "--lora-target-modules is empty: name at least one module (q_proj,v_proj is PEFT's default)");
+        return -1;
+    }
+    return 0;
+}
+
+void td_lora_modules_str(unsigned mask, char *out, size_t len)
+{
+    size_t used = 0;
+    out[0] = 0;
+    int i = 0;
+    for (const char *c = TD_LORA_MODULE_CHOICES; c && used < len; c = strchr(c, '|') ? strchr(c, '|') + 1 : NULL, i++)
+        if (mask >> i & 1) used += (size_t)snprintf(out + used, len - used, "%s%.*s", used ? "," : "",
+                                                    (int)strcspn(c, "|"), c);
 }

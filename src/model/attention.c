@@ -12,6 +12,7 @@
 
 #include <stdio.h>
 
+#include "lora.h"
 #include "tensor_parallel.h"
 
 typedef struct {
@@ -20,12 +21,14 @@ typedef struct {
     float *kv;     /* grouped-query attention: (BT, 2gd/t) [k | v] of the local groups */
     kept_buf atty; /* (BT, nd/t) */
     float *lse;    /* (B, n/t, s) */
+    float *su[4];  /* LoRA's (BT, r) of q, k, v, o (GPT_LORA_*), where targeted */
 } attn_acts;
 
 typedef struct {
     float *dqkv;   /* (BT, 3nd/t); grouped-query attention: the queries', (BT, nd/t) */
     float *dkv;    /* grouped-query attention: (BT, 2gd/t) */
     float *datty;  /* (BT, nd/t) */
+    lora_scratch lora;
 } attn_scratch;
 
 static void tensors(table_builder *tb, int layer, int stream0, const char *prefix, void *pv, void *gv)
@@ -54,6 +57,86 @@ static void tensors(table_builder *tb, int layer, int stream0, const char *prefi
         T(qkv_w, INIT_NORMAL, 3, 3 * q, h, 0, 3, 0, "qkv.weight");
     }
 #undef T
+    /* LoRA: q, k, v on the column-parallel projections, o on the row-parallel one */
+    static const char *const mods[4] = {"q_proj", "k_proj", "v_proj", "o_proj"};
+    for (int i = 3; i >= 0; i--) {
+        if (!gpt_lora_on(c, GPT_LORA_Q + i)) continue;
+        int r = c->lora_rank;
+        int64_t w = i == 0 ? q : kv;
+        snprintf(n, sizeof n, "%s.%s.lora_A.weight", prefix, mods[i]);
+        model_add_adapter(tb, &p->lora_a[i], &g->lora_a[i], INIT_NORMAL, model_stream(layer, 32 + 2 * i), n, r,
+                          i < 3 ? h : q, i < 3 ? -1 : 1, 1);
+        snprintf(n, sizeof n, "%s.%s.lora_B.weight", prefix, mods[i]);
+        model_add_adapter(tb, &p->lora_b[i], &g->lora_b[i], INIT_ZEROS, model_stream(layer, 33 + 2 * i), n,
+                          i < 3 ? w : h, r, i < 3 ? 0 : -1, 1);
+    }
+}
+
+/* LoRA's column modules (q, k, v): where module i's output lies in the fused outputs. */
+typedef struct {
+    float *out; /* the fused buffer (a->q or a->kv, or their gradients) */
+    int off, w, ld;
+} lora_place;
+
+static lora_place place_of(const gpt_model *m, int i, float *q, float *kv)
+{
+    lora_place pl;
+    if (gpt_gqa(&m->cfg)) {
+        pl.out = i == 0 ? q : kv;
+        pl.ld = i == 0 ? m->q_l : 2 * m->kv_l;
+        pl.off = i == 2 ? m->kv_l : 0;
+        pl.w = i == 0 ? m->q_l : m->kv_l;
+    } else {
+        pl.out = q;
+        pl.ld = 3 * m->q_l;
+        pl.off = i * m->q_l;
+        pl.w = m->q_l;
+    }
+    return pl;
+}
+
+static lora_dims lora_dims_of(const gpt_model *m, int B, int T, int in, int out)
+{
+    lora_dims d = {B, T, in, out, m->cfg.lora_rank, gpt_lora_scaling(&m->cfg)};
+    return d;
+}
+
+/* Where the caller sums the branch's output and input gradient over tp afterwards (sequence
+ * parallelism's reduce-scatters): the adapters' whole terms are added on its rank 0 only. */
+static const comm *lora_later(const gpt_model *m) { return m->sp ? m->ps->tp_group : NULL; }
+
+/* Module i's dropout: the layer's, at its own site; the row-parallel o reads the local columns. */
+static be_drop lora_drop(const gpt_model *m, const block_io *io, int i)
+{
+    be_drop d = io->lora;
+    d.site += GPT_LORA_Q + i;
+    if (i == 3) d.unit0 = m->ps->tp_rank * m->q_l;
+    return d;
+}
+
+/* The LoRA scratch of this kind: the widest fused output and input over `rows` rows. */
+static void lora_scratch_carve(carver *cv, const gpt_model *m, int64_t rows, lora_scratch *ls)
+{
+    if (!gpt_lora(&m->cfg)) return;
+    int gqa = gpt_gqa(&m->cfg), r = m->cfg.lora_rank, h = m->cfg.hidden;
+    int64_t ld = gqa ? (m->q_l > 2 * m->kv_l ? m->q_l : 2 * m->kv_l) : 3 * m->q_l;
+    if (ld < h) ld = h;
+    int64_t in = h > m->q_l ? h : m->q_l;
+    float **f[LORA_SCRATCH_FIELDS] = {&ls->bw, &ls->dbw, &ls->tmp, &ls->xd, &ls->du, &ls->xf};
+    for (int k = 0; k < LORA_SCRATCH_FIELDS; k++) CARVE(cv, *f[k], float, lora_scratch_floats(rows, ld, in, r, k));
+}
+
+/* The q, k, v adapters' forward into the fused outputs q (and kv) from x (rows = B T). */
+static void lora_qkv_fwd(const gpt_model *m, const block_io *io, const attn_params *p, float *const su[3],
+                         const lora_scratch *ls, float *q, float *kv, const float *x, int B, int T)
+{
+    lora_dims d = lora_dims_of(m, B, T, m->cfg.hidden, 0);
+    for (int i = 0; i < 3; i++) {
+        if (!p->lora_a[i]) continue;
+        lora_place pl = place_of(m, i, q, kv);
+        be_drop dr = lora_drop(m, io, i);
+        lora_fused_fwd(m->be, pl.out, su[i], ls, x, p->lora_a[i], p->lora_b[i], pl.off, pl.w, pl.ld, &dr, &d);
+    }
 }
 
 /* What selective recomputation redoes: the core's output and log-sum-exp. */
@@ -72,6 +155,8 @@ static void acts(carver *cv, const gpt_model *m, void *av)
     int gqa = gpt_gqa(&m->cfg);
     CARVE(cv, a->q, float, BT * (gqa ? m->q_l : 3 * m->q_l));
     if (gqa) CARVE(cv, a->kv, float, BT * 2 * m->kv_l);
+    for (int i = 0; i < 4; i++)
+        if (gpt_lora_on(&m->cfg, GPT_LORA_Q + i)) CARVE(cv, a->su[i], float, BT * m->cfg.lora_rank);
     if (!cv->selective) core_acts(cv, m, a);
 }
 
@@ -83,6 +168,7 @@ static void scratch(carver *cv, const gpt_model *m, void *sv)
     CARVE(cv, s->dqkv, float, BT * (gqa ? m->q_l : 3 * m->q_l));
     if (gqa) CARVE(cv, s->dkv, float, BT * 2 * m->kv_l);
     CARVE(cv, s->datty, float, BT * m->q_l);
+    lora_scratch_carve(cv, m, BT, &s->lora);
 }
 
 /* Where q, k and v sit in a buffer pair laid out as the activations (or their gradients). */
@@ -130,6 +216,10 @@ static void fwd(const block_io *io, void *av, const void *pv, float *out, be_in 
     int gqa = gpt_gqa(c);
     tp_column_linear_fwd(m->be, tp, a->q, x, p->qkv_w, p->qkv_b, BT, h, gqa ? m->q_l : 3 * m->q_l);
     if (gqa) tp_column_linear_fwd(m->be, tp, a->kv, x, p->kv_w, p->kv_b, BT, h, 2 * m->kv_l);
+    attn_scratch *s = io->scratch;
+    if (gpt_lora(c)) {
+        lora_qkv_fwd(m, io, p, a->su, &s->lora, a->q, a->kv, lora_input(m->be, s->lora.xf, x, (size_t)BT * h), B, T);
+    }
     qkv_view w = view_of(m, a->q, a->kv);
     if (rot) {
         be_rope_fwd_at(m->be, w.q, B, T, w.ldq, m->heads_l, d, rot, gpt_rotary_base(c), 0, io->pos);
@@ -137,6 +227,13 @@ static void fwd(const block_io *io, void *av, const void *pv, float *out, be_in 
     }
     core_fwd(io, a);
     tp_row_linear_fwd(m->be, tp, out, kept_in(&a->atty), p->proj_w, BT, m->q_l, h);
+    if (p->lora_a[3]) {
+        lora_dims ld = lora_dims_of(m, B, T, m->q_l, h);
+        be_drop dr = lora_drop(m, io, 3);
+        const float *atty = lora_input(m->be, s->lora.xf, kept_in(&a->atty), (size_t)BT * m->q_l);
+        lora_row_fwd(m->be, m->ps->tp_group, lora_later(m), out, a->su[3], s->lora.xd, s->lora.tmp, atty,
+                     p->lora_a[3], p->lora_b[3], &dr, &ld);
+    }
 }
 
 static void bwd(const block_io *io, float *dx, void *gv, const float *dbranch, const void *av, const void *pv,
@@ -155,6 +252,14 @@ static void bwd(const block_io *io, float *dx, void *gv, const float *dbranch, c
     if (g->proj_b) be_bias_bwd(be, g->proj_b, dbranch, BT, h);
     be_zero(be, s->datty, (size_t)BT * m->q_l);
     tp_row_linear_bwd(be, tp, s->datty, g->proj_w, dbranch, kept_in(&a->atty), p->proj_w, BT, m->q_l, h);
+    if (p->lora_a[3]) { /* before dbranch's buffer is reused below */
+        lora_dims ld = lora_dims_of(m, B, T, m->q_l, h);
+        be_drop dr = lora_drop(m, io, 3);
+        const float *atty = lora_input(be, s->lora.xf, kept_in(&a->atty), (size_t)BT * m->q_l);
+        if (dr.p != 0.0f) be_dropout_fwd(be, s->lora.xd, atty, B, T, m->q_l, &dr); /* the forward's mask again */
+        lora_row_bwd(be, s->datty, g->lora_a[3], g->lora_b[3], s->lora.du, s->lora.tmp, dbranch, atty, s->lora.xd,
+                     a->su[3], p->lora_a[3], p->lora_b[3], &dr, &ld);
+    }
     be_zero(be, s->dqkv, (size_t)BT * (gqa ? m->q_l : 3 * m->q_l));
     if (gqa) be_zero(be, s->dkv, (size_t)BT * 2 * m->kv_l);
     qkv_view w = view_of(m, a->q, a->kv), dw = view_of(m, s->dqkv, s->dkv);
@@ -167,13 +272,22 @@ static void bwd(const block_io *io, float *dx, void *gv, const float *dbranch, c
     }
     if (!gqa) {
         tp_column_linear_bwd(be, tp, dx, g->qkv_w, g->qkv_b, s->dqkv, x, p->qkv_w, BT, h, 3 * m->q_l);
-        return;
+    } else {
+        /* two column-parallel projections of the same input: their input gradients add up */
+        float *dx2 = m->scratch->dtmp;
+        tp_column_linear_bwd(be, tp, dx, g->qkv_w, g->qkv_b, s->dqkv, x, p->qkv_w, BT, h, m->q_l);
+        tp_column_linear_bwd(be, tp, dx2, g->kv_w, g->kv_b, s->dkv, x, p->kv_w, BT, h, 2 * m->kv_l);
+        be_add(be, dx, dx, dx2, (size_t)BT * h);
     }
-    /* two column-parallel projections of the same input: their input gradients add up */
-    float *dx2 = m->scratch->dtmp;
-    tp_column_linear_bwd(be, tp, dx, g->qkv_w, g->qkv_b, s->dqkv, x, p->qkv_w, BT, h, m->q_l);
-    tp_column_linear_bwd(be, tp, dx2, g->kv_w, g->kv_b, s->dkv, x, p->kv_w, BT, h, 2 * m->kv_l);
-    be_add(be, dx, dx, dx2, (size_t)BT * h);
+    lora_dims ld = lora_dims_of(m, B, T, h, 0);
+    const float *xf = gpt_lora(c) ? lora_input(be, s->lora.xf, x, (size_t)BT * h) : NULL;
+    for (int i = 0; i < 3; i++) { /* the adapters' input gradient, whole (summed over tp): after dx's reduction */
+        if (!p->lora_a[i]) continue;
+        lora_place pl = place_of(m, i, s->dqkv, s->dkv);
+        be_drop dr = lora_drop(m, io, i);
+        lora_fused_bwd(be, m->ps->tp_group, lora_later(m), dx, g->lora_a[i], g->lora_b[i], &s->lora, pl.out, xf,
+                       a->su[i], p->lora_a[i], p->lora_b[i], pl.off, pl.w, pl.ld, &dr, &ld);
+    }
 }
 
 static const float *out_bias(const void *p) { return ((const attn_params *)p)->proj_b; }
@@ -189,6 +303,8 @@ typedef struct {
     float *q;     /* (rows, 3nd/t) [q | k | v], grouped-query attention (rows, nd/t) */
     float *kv;    /* grouped-query attention: (rows, 2gd/t) */
     float *atty;  /* (rows, nd/t) */
+    float *su[4]; /* LoRA: (rows, r) */
+    lora_scratch lora;
 } attn_decode_scratch;
 
 /* Width of a position's key (or value) row on this rank. */
@@ -209,6 +325,10 @@ static void decode_scratch(carver *cv, const gpt_model *m, int rows, void *sv)
     CARVE(cv, s->q, float, (int64_t)rows * (gqa ? m->q_l : 3 * m->q_l));
     if (gqa) CARVE(cv, s->kv, float, (int64_t)rows * 2 * m->kv_l);
     CARVE(cv, s->atty, float, (int64_t)rows * m->q_l);
+    if (gpt_lora(&m->cfg)) {
+        for (int i = 0; i < 4; i++) CARVE(cv, s->su[i], float, (int64_t)rows * m->cfg.lora_rank);
+        lora_scratch_carve(cv, m, rows, &s->lora);
+    }
 }
 
 static void decode(const block_io *io, void *sv, const void *pv, float *out, be_in x, int pos, int n)
@@ -224,6 +344,9 @@ static void decode(const block_io *io, void *sv, const void *pv, float *out, be_
     int kvw = kv_width(m);
     tp_column_linear_fwd(be, tp, s->q, x, p->qkv_w, p->qkv_b, rows, h, gqa ? m->q_l : 3 * m->q_l);
     if (gqa) tp_column_linear_fwd(be, tp, s->kv, x, p->kv_w, p->kv_b, rows, h, 2 * m->kv_l);
+    if (gpt_lora(c)) {
+        lora_qkv_fwd(m, io, p, s->su, &s->lora, s->q, s->kv, lora_input(be, s->lora.xf, x, (size_t)rows * h), B, n);
+    }
     qkv_view w = view_of(m, s->q, s->kv);
     if (rot) { /* from the step's first position */
         be_rope_fwd(be, w.q, B, n, w.ldq, m->heads_l, d, rot, gpt_rotary_base(c), pos);
@@ -237,6 +360,10 @@ static void decode(const block_io *io, void *sv, const void *pv, float *out, be_
         }
     be_attention_kv_fwd(be, s->atty, w.q, st->k, st->v, w.ldq, B, n, pos, st->cap, m->heads_l, m->groups_l, d);
     tp_row_linear_fwd(be, tp, out, be_f32(s->atty), p->proj_w, rows, m->q_l, h);
+    if (p->lora_a[3]) {
+        lora_dims ld = lora_dims_of(m, B, n, m->q_l, h);
+        lora_row_fwd(be, tp, NULL, out, s->su[3], NULL, s->lora.tmp, s->atty, p->lora_a[3], p->lora_b[3], NULL, &ld);
+    }
 }
 
 const block_ops attention_ops = {

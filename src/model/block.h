@@ -20,6 +20,7 @@ typedef struct block_io {
     void *scratch;         /* the kind's backward scratch (shared by the slots and layers of the stage it fills) */
     const int32_t *seg;    /* (B, s) device: packed documents' starts (be_ops.h); NULL: none */
     const int32_t *pos;    /* (B, s) device: token positions for rope; NULL: 0..s-1 */
+    be_drop lora;          /* LoRA's dropout of the layer's adapters (p 0: none); module i's site is site + i */
 } block_io;
 
 typedef struct block_ops {
@@ -164,12 +165,18 @@ typedef struct attn_params {
     float *kv_b;          /* (2gd/t) or NULL */
     float *proj_w;        /* (h, nd/t) */
     float *proj_b;        /* (h) or NULL */
+    /* LoRA (lora.h), by GPT_LORA_Q..GPT_LORA_O, NULL where not a target: q, k, v A (r, h) whole and
+     * B (nd/t or gd/t, r) the local heads' rows; o A (r, nd/t) the local columns and B (h, r) whole */
+    float *lora_a[4], *lora_b[4];
 } attn_params;
 typedef struct mlp_params {
     float *fc_w;          /* (f/t, h); gated: (2f/t, h), rows [gate | up] of the local slice */
     float *fc_b;          /* (f/t) or (2f/t); NULL without biases */
     float *fc2_w;         /* (h, f/t) */
     float *fc2_b;         /* (h) or NULL */
+    /* LoRA (lora.h), by GPT_LORA_GATE + i, NULL where not a target: gate and up A (r, h) whole and
+     * B (f/t, r) the local rows; down A (r, f/t) the local columns and B (h, r) whole */
+    float *lora_a[3], *lora_b[3];
 } mlp_params;
 
 typedef struct moe_params {

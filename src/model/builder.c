@@ -31,6 +31,7 @@ void model_add_tensor(table_builder *tb, float **param, float **grad, enum init_
     t->shard_dim = shard_dim;
     t->shard_blocks = blocks;
     t->no_decay = no_decay;
+    t->frozen = tb->freeze;
     t->tp_replicated = shard_dim < 0;
     size_t numel = (size_t)d0 * (size_t)(d1 ? d1 : 1);
     if (shard_dim >= 0) {
@@ -65,11 +66,38 @@ void model_add_expert_tensor(table_builder *tb, float **param, float **grad, enu
     t->row0 = t->nrows * group;
 }
 
+void model_add_adapter(table_builder *tb, float **param, float **grad, enum init_kind init, uint64_t stream,
+                       const char *name, int64_t d0, int64_t d1, int shard_dim, int blocks)
+{
+    int freeze = tb->freeze;
+    tb->freeze = 0;
+    model_add_tensor(tb, param, grad, init == INIT_NORMAL ? INIT_LORA_A : init, stream, name, d0, d1, shard_dim,
+                     blocks, 0);
+    tb->freeze = freeze;
+}
+
+size_t model_table_order(table_builder *tb)
+{
+    size_t at = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < tb->n; i++) {
+            gpt_tensor_info *t = &tb->table[i];
+            if (t->frozen != pass) continue;
+            t->offset = at;
+            at += t->numel;
+        }
+    TD_ASSERT(at == tb->numel);
+    size_t trained = 0;
+    for (int i = 0; i < tb->n; i++)
+        if (!tb->table[i].frozen) trained += tb->table[i].numel;
+    return trained;
+}
+
 void model_table_point(const table_builder *tb, float *params, float *grads)
 {
     for (int i = 0; i < tb->n; i++) {
         *tb->slots[i].param = params + tb->table[i].offset;
-        *tb->slots[i].grad = grads ? grads + tb->table[i].offset : NULL;
+        *tb->slots[i].grad = grads && !tb->table[i].frozen ? grads + tb->table[i].offset : NULL;
     }
 }
 
@@ -98,6 +126,19 @@ static void init_normal_slice(float *dst, const gpt_tensor_info *t, uint64_t see
     }
 }
 
+/* LoRA's A: this rank's slice of logical tensor t (r, in) uniform in +-1/sqrt(in) (kaiming_uniform_
+ * with a = sqrt(5)), element (i, j) draw number i * in + j of the stream, whatever the layout. */
+static void init_uniform_slice(float *dst, const gpt_tensor_info *t, uint64_t seed, uint64_t stream)
+{
+    int64_t rows = t->shape[0], cols = t->shape[1];
+    int64_t c0 = t->shard_dim == 1 ? t->shard_start : 0, w = t->shard_dim == 1 ? t->shard_len : cols;
+    float bound = 1.0f / sqrtf((float)cols);
+    TD_ASSERT(t->ndim == 2 && t->shard_dim != 0);
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t j = 0; j < w; j++)
+            dst[r * w + j] = bound * (2.0f * td_philox_uniform(seed, stream, (uint64_t)(r * cols + c0 + j)) - 1.0f);
+}
+
 void model_table_init(const table_builder *tb, const backend *be, float *params)
 {
     const gpt_config *c = tb->cfg;
@@ -116,6 +157,7 @@ void model_table_init(const table_builder *tb, const backend *be, float *params)
             for (size_t k = 0; k < t->numel; k++) dst[k] = 1.0f;
             break;
         case INIT_ZEROS: memset(dst, 0, t->numel * sizeof(float)); break;
+        case INIT_LORA_A: init_uniform_slice(dst, t, c->seed, tb->slots[i].stream); break;
         }
         be_memcpy(be, params + t->offset, dst, t->numel * sizeof(float), BE_H2D);
     }

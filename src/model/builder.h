@@ -12,7 +12,7 @@
 
 /* ---- the tensor table ---- */
 
-enum init_kind { INIT_NORMAL, INIT_NORMAL_OUT, INIT_ONES, INIT_ZEROS };
+enum init_kind { INIT_NORMAL, INIT_NORMAL_OUT, INIT_ONES, INIT_ZEROS, INIT_LORA_A };
 
 typedef struct {
     float **param, **grad; /* where to point once the buffers exist */
@@ -28,6 +28,7 @@ typedef struct table_builder {
     int n, cap;
     size_t numel;            /* elements registered so far */
     int ep, ep_rank;         /* expert parallelism: the experts' slices taken (0 or 1: all of them) */
+    int freeze;              /* LoRA: the tensors registered are frozen (model_add_adapter's are not) */
 } table_builder;
 
 /* Philox stream of a logical tensor: (global layer, or -1 outside the layers; kind). */
@@ -44,8 +45,15 @@ void model_add_tensor(table_builder *tb, float **param, float **grad, enum init_
  * blocks), or replicated (shard_dim -1). */
 void model_add_expert_tensor(table_builder *tb, float **param, float **grad, enum init_kind init, uint64_t stream,
                              const char *name, int64_t d0, int64_t d1, int shard_dim, int blocks, int no_decay);
+/* A LoRA adapter's tensor (trained while the base is frozen), otherwise as model_add_tensor;
+ * INIT_NORMAL draws it uniform in +-1/sqrt(d1) (PEFT's kaiming_uniform_(a=sqrt(5)) of lora_A). */
+void model_add_adapter(table_builder *tb, float **param, float **grad, enum init_kind init, uint64_t stream,
+                       const char *name, int64_t d0, int64_t d1, int shard_dim, int blocks);
+/* Lays the table out once every tensor is registered: the trained tensors first, in registration
+ * order, then the frozen ones. Returns the trained elements (tb->numel stays the total). */
+size_t model_table_order(table_builder *tb);
 /* Points every registered pointer at its place in params and grads (grads NULL: the gradient
- * pointers NULL). */
+ * pointers NULL; a frozen tensor's always NULL). */
 void model_table_point(const table_builder *tb, float *params, float *grads);
 /* Initialises the parameters (backend memory) from (seed, logical tensor, element), one tensor
  * at a time through a host buffer. */

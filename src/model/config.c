@@ -52,6 +52,15 @@ void gpt_config_from_args(gpt_config *c, const td_args *a)
     c->seed = (uint64_t)a->seed;
     c->kind = td_args_choice_index(a, "--model") == GPT_KIND_ENCODER ? GPT_KIND_ENCODER : GPT_KIND_DECODER;
     if (c->kind == GPT_KIND_ENCODER) gpt_encoder_from_args(c, a);
+    if (a->lora_rank > 0) { /* a bad list is gpt_config_validate's to report: q_proj,v_proj until then */
+        char msg[256];
+        unsigned mask = 0;
+        c->lora_rank = a->lora_rank;
+        c->lora_alpha = (float)a->lora_alpha;
+        c->lora_dropout = (float)a->lora_dropout;
+        c->lora_targets = td_lora_modules_parse(a->lora_target_modules, &mask, msg, sizeof msg) ? 5 : (int)mask;
+        if (!c->glu) c->lora_targets &= ~(1 << GPT_LORA_GATE); /* all-linear: an ungated MLP has no gate */
+    }
     c->num_experts = a->num_experts;
     if (c->num_experts > 0) {
         c->moe_ffn = td_args_given(a, "--moe-ffn-hidden-size") ? a->moe_ffn_hidden_size : 0;
@@ -83,6 +92,32 @@ void gpt_config_from_args(gpt_config *c, const td_args *a)
         snprintf(msg, msglen, __VA_ARGS__);                                              \
         return -1;                                                                       \
     } while (0)
+
+/* The LoRA flags: what this build trains with adapters (docs/finetune.md). */
+static int lora_validate(const td_args *a, int tp, char *msg, size_t msglen)
+{
+    static const char *const flags[] = {"--lora-alpha", "--lora-dropout", "--lora-target-modules"};
+    if (a->lora_rank == 0) {
+        for (size_t i = 0; i < sizeof flags / sizeof *flags; i++)
+            if (td_args_given(a, flags[i])) FAIL("%s needs --lora-rank (the adapters' rank, 1 or more)", flags[i]);
+        return 0;
+    }
+    unsigned mask;
+    if (td_lora_modules_parse(a->lora_target_modules, &mask, msg, msglen)) return -1;
+    int glu = 0, act;
+    char amsg[256];
+    if (td_act_of_args(a, &act, &glu, amsg, sizeof amsg) == 0 && !glu && (mask >> GPT_LORA_GATE & 1) &&
+        strcmp(a->lora_target_modules, "all-linear") != 0)
+        FAIL("--lora-target-modules gate_proj: the MLP is not gated (fc is up_proj, fc2 down_proj): leave gate_proj "
+             "out or give --swiglu");
+    if (!(a->lora_alpha > 0)) FAIL("--lora-alpha %g: the adapters' scaling alpha / rank needs alpha above 0", a->lora_alpha);
+    if (a->model && strcmp(a->model, "gpt") != 0) FAIL("--lora-rank: LoRA is built for --model gpt (not bert yet)");
+    if (a->num_experts > 0)
+        FAIL("--lora-rank with --num-experts: adapters on the experts are not built yet; train the dense model, or "
+             "leave --lora-rank out");
+    (void)tp;
+    return 0;
+}
 
 int gpt_config_validate(const td_args *a, int tp, char *msg, size_t msglen)
 {
@@ -121,6 +156,7 @@ int gpt_config_validate(const td_args *a, int tp, char *msg, size_t msglen)
     if (ffn % tp) FAIL("--ffn-hidden-size %d is not divisible by --tensor-model-parallel-size %d", ffn, tp);
     if (a->add_qkv_bias && !a->disable_bias_linear)
         FAIL("--add-qkv-bias needs --disable-bias-linear (without it every linear layer has a bias)");
+    if (lora_validate(a, tp, msg, msglen)) return -1;
     if (a->num_experts == 0) {
         static const char *const moe_flags[] = {"--moe-ffn-hidden-size", "--moe-router-topk", "--moe-router-score-function",
                                                 "--moe-router-pre-softmax", "--moe-router-topk-scaling-factor",

@@ -63,6 +63,7 @@ static void bwd(gpt_model *m, float *dout, const int32_t *ids, const int32_t *ty
                 const be_drop *d)
 {
     int T = m->seq_l, h = m->cfg.hidden, pos0 = model_pos0(m);
+    if (!m->g.wte) return; /* LoRA: the embeddings frozen, nothing to compute */
     be_drop dl = *d;
     dl.pos0 = pos0;
     be_dropout_bwd(m->be, dout, dout, B, T, h, &dl);

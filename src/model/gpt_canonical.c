@@ -86,8 +86,8 @@ static int write_at(int fd, const float *src, size_t n, int64_t elem)
 
 int gpt_write_canonical(const gpt_model *m, int fd, int writer)
 {
-    float *host = td_xmalloc(m->numel * sizeof(float));
-    be_memcpy(m->be, host, m->params, m->numel * sizeof(float), BE_D2H);
+    float *host = td_xmalloc(m->numel_all * sizeof(float));
+    be_memcpy(m->be, host, m->params, m->numel_all * sizeof(float), BE_D2H);
     gpt_model logical; /* the canonical offsets, built once */
     gpt_logical_table(&m->cfg, &logical);
     int rc = 0;

@@ -63,6 +63,11 @@ const gpt_config_key GPT_CONFIG_KEYS[] = {
     FLT("init_method_std", "--init-method-std", GPT_KEY_RECORD, init_std, 0, 10),
     FLT("hidden_dropout", "--hidden-dropout", GPT_KEY_RECORD, hidden_dropout, 0, 1),
     FLT("attention_dropout", "--attention-dropout", GPT_KEY_RECORD, attn_dropout, 0, 1),
+    /* LoRA: the rank and the targets fix the adapters' shapes; alpha and dropout are taken on resume */
+    INT("lora_rank", "--lora-rank", GPT_KEY_ARCH, lora_rank, 0, 1 << 16),
+    OPT("lora_target_modules", "--lora-target-modules", lora_targets, 127, NULL),
+    FLT0("lora_alpha", "--lora-alpha", lora_alpha, 1e6),
+    FLT("lora_dropout", "--lora-dropout", GPT_KEY_RUN, lora_dropout, 0, 1),
 };
 const int GPT_NCONFIG_KEYS = (int)(sizeof GPT_CONFIG_KEYS / sizeof GPT_CONFIG_KEYS[0]);
 

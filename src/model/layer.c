@@ -93,7 +93,11 @@ static const float *block_output(gpt_model *m, float *out, int B)
 /* The io of slot k of stage layer l: its kind's scratch, and the attention probabilities' dropout. */
 static block_io slot_io(gpt_model *m, const gpt_acts *acts, int l, int k, const be_drop *d_att)
 {
-    return model_io(m, acts, model_kind_scratch(m, m->layers[l].slot[k].ops), k == GPT_SLOT_ATTENTION ? d_att : NULL);
+    block_io io =
+        model_io(m, acts, model_kind_scratch(m, m->layers[l].slot[k].ops), k == GPT_SLOT_ATTENTION ? d_att : NULL);
+    if (gpt_lora(&m->cfg))
+        io.lora = model_drop(m, acts, acts->training ? m->cfg.lora_dropout : 0.0f, site_lora(m, m->layer0 + l), 0);
+    return io;
 }
 
 /* One residual half: out = x + dropout(branch(norm(x)) + bias). */

@@ -82,3 +82,40 @@ void lora_row_bwd(const backend *be, float *dx, float *dAl, float *dB, float *du
     be_scale(be, du, d->scaling, (size_t)BT * d->r);
     down_bwd(be, dx, dAl, tmp, du, xin, Al, drop, d, 1);
 }
+
+const float *lora_input(const backend *be, float *xf, be_in x, size_t n)
+{
+    if (x.dt == BE_F32) return x.p;
+    be_convert(be, xf, BE_F32, x.p, x.dt, n);
+    return xf;
+}
+
+/* B (w, r) into rows [off, off + w) of the zeroed (ld, r) bw. */
+static void widen(const backend *be, float *bw, const float *B, int off, int w, int ld, int r)
+{
+    be_zero(be, bw, (size_t)ld * r);
+    be_memcpy(be, bw + (size_t)off * r, B, (size_t)w * r * sizeof(float), BE_D2D);
+}
+
+void lora_fused_fwd(const backend *be, float *out, float *su, const lora_scratch *s, const float *x, const float *A,
+                    const float *B, int off, int w, int ld, const be_drop *drop, const lora_dims *d)
+{
+    lora_dims dd = *d;
+    dd.out = ld;
+    widen(be, s->bw, B, off, w, ld, d->r);
+    lora_column_fwd(be, NULL, out, su, s->xd, s->tmp, x, A, s->bw, drop, &dd);
+}
+
+void lora_fused_bwd(const backend *be, const comm *tp, const comm *later, float *dx, float *dA, float *dB,
+                    const lora_scratch *s,
+                    const float *dy, const float *x, const float *su, const float *A, const float *B, int off, int w,
+                    int ld, const be_drop *drop, const lora_dims *d)
+{
+    lora_dims dd = *d;
+    dd.out = ld;
+    widen(be, s->bw, B, off, w, ld, d->r);
+    be_zero(be, s->dbw, (size_t)ld * d->r);
+    if (drop && drop->p != 0.0f) be_dropout_fwd(be, s->xd, x, d->B, d->T, d->in, drop); /* the forward's mask again */
+    lora_column_bwd(be, tp, later, dx, dA, s->dbw, s->du, s->tmp, dy, x, s->xd, su, A, s->bw, drop, &dd);
+    be_add(be, dB, dB, s->dbw + (size_t)off * d->r, (size_t)w * d->r);
+}

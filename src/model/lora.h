@@ -51,4 +51,39 @@ void lora_row_bwd(const backend *be, float *dx, float *dAl, float *dB, float *du
                   const float *x, const float *xd, const float *su, const float *Al, const float *B,
                   const be_drop *drop, const lora_dims *d);
 
+/* ---- a module of trident's fused projections (q|k|v, k|v, gate|up) ----
+ * Hugging Face's separate modules are column ranges of one fused column-parallel output here: a
+ * module's B (w, r) is widened into the fused rows [off, off + w) of a zeroed (ld, r) buffer so that
+ * lora_column_fwd/bwd run on the whole fused output (the zero rows add exact zeros; the LoRA term is
+ * about r/h of the base's GEMMs), and its gradient is read back from those rows. */
+typedef struct lora_scratch {
+    float *bw, *dbw; /* (ld, r): the widened B and its gradient */
+    float *tmp;      /* (BT, max(ld, in)) */
+    float *xd;       /* (BT, in): the dropped input (with dropout) */
+    float *du;       /* (BT, r) */
+    float *xf;       /* (BT, in): a low-precision input widened to fp32 (--bf16, --fp16) */
+} lora_scratch;
+enum { LORA_SCRATCH_FIELDS = 6 };
+/* Carving sizes (floats) of a lora_scratch for rows BT, the widest fused output ld, the widest
+ * input in, rank r. */
+static inline size_t lora_scratch_floats(int64_t BT, int64_t ld, int64_t in, int r, int field)
+{
+    int64_t w = ld > in ? ld : in;
+    const int64_t n[LORA_SCRATCH_FIELDS] = {ld * r, ld * r, BT * w, BT * in, BT * r, BT * in};
+    return (size_t)n[field];
+}
+/* The adapter's input x (n elements) as fp32: x itself, or widened into xf (a kept input in the
+ * GEMMs' dtype: the adapter reads the values the base's GEMM reads). */
+const float *lora_input(const backend *be, float *xf, be_in x, size_t n);
+/* out (BT, ld) columns [off, off + w) += scaling B (A dropout(x)); su (BT, r) written (keep it for
+ * the backward). A (r, in) whole, B (w, r) this rank's rows. d->out is ignored (ld is used). */
+void lora_fused_fwd(const backend *be, float *out, float *su, const lora_scratch *s, const float *x, const float *A,
+                    const float *B, int off, int w, int ld, const be_drop *drop, const lora_dims *d);
+/* Its backward from dy (BT, ld): dA (r, in) and dB (w, r) accumulate; dx (BT, in) accumulates the
+ * whole input gradient (du summed over tp) on the ranks `later` says (as lora_column_bwd). */
+void lora_fused_bwd(const backend *be, const comm *tp, const comm *later, float *dx, float *dA, float *dB,
+                    const lora_scratch *s,
+                    const float *dy, const float *x, const float *su, const float *A, const float *B, int off, int w,
+                    int ld, const be_drop *drop, const lora_dims *d);
+
 #endif

@@ -7,16 +7,19 @@
 
 #include <stdio.h>
 
+#include "lora.h"
 #include "tensor_parallel.h"
 
 typedef struct {
     float *fch;       /* (BT, f/t): fc output (before the bias when fused); gated (BT, 2f/t) [gate | up] */
     kept_buf fch_act; /* (BT, f/t): the activation's output */
+    float *su[3];     /* LoRA's (BT, r) of gate, up, down (GPT_LORA_GATE + i), where targeted */
 } mlp_acts;
 
 typedef struct {
     float *dfch;     /* (BT, f/t), gated (BT, 2f/t) */
     float *dfch_act; /* (BT, f/t) */
+    lora_scratch lora;
 } mlp_scratch;
 
 /* Whether the fc bias is fused into the activation (the backend's bias + GeLU tanh). */
@@ -44,7 +47,53 @@ static void tensors(table_builder *tb, int layer, int stream0, const char *prefi
     if (bias) T(fc_b, INIT_ZEROS, 2, blocks * f, 0, 0, (int)blocks, 1, "fc.bias");
     T(fc_w, INIT_NORMAL, 3, blocks * f, h, 0, (int)blocks, 0, "fc.weight");
 #undef T
+    /* LoRA: gate and up on fc's blocks (up is the whole fc of an ungated MLP), down on fc2 */
+    static const char *const mods[3] = {"gate_proj", "up_proj", "down_proj"};
+    for (int i = 2; i >= 0; i--) {
+        if (!gpt_lora_on(c, GPT_LORA_GATE + i)) continue;
+        int r = c->lora_rank;
+        snprintf(n, sizeof n, "%s.%s.lora_A.weight", prefix, mods[i]);
+        model_add_adapter(tb, &p->lora_a[i], &g->lora_a[i], INIT_NORMAL, model_stream(layer, 40 + 2 * i), n, r,
+                          i < 2 ? h : f, i < 2 ? -1 : 1, 1);
+        snprintf(n, sizeof n, "%s.%s.lora_B.weight", prefix, mods[i]);
+        model_add_adapter(tb, &p->lora_b[i], &g->lora_b[i], INIT_ZEROS, model_stream(layer, 41 + 2 * i), n,
+                          i < 2 ? f : h, r, i < 2 ? 0 : -1, 1);
+    }
 }
+
+/* LoRA's scratch over `rows` rows: the widest output (fc's, or h) and input (h or f/t). */
+static void lora_scratch_carve(carver *cv, const gpt_model *m, int64_t rows, lora_scratch *ls)
+{
+    if (!gpt_lora(&m->cfg)) return;
+    int h = m->cfg.hidden;
+    int64_t ld = (int64_t)gpt_fc_blocks(&m->cfg) * m->ffn_l, in = h > m->ffn_l ? h : m->ffn_l;
+    if (ld < h) ld = h;
+    float **f[LORA_SCRATCH_FIELDS] = {&ls->bw, &ls->dbw, &ls->tmp, &ls->xd, &ls->du, &ls->xf};
+    for (int k = 0; k < LORA_SCRATCH_FIELDS; k++)
+        CARVE(cv, *f[k], float, lora_scratch_floats(rows, ld, in, m->cfg.lora_rank, k));
+}
+
+static lora_dims lora_dims_of(const gpt_model *m, int B, int T, int in, int out)
+{
+    lora_dims d = {B, T, in, out, m->cfg.lora_rank, gpt_lora_scaling(&m->cfg)};
+    return d;
+}
+
+/* Where the caller sums the branch's output and input gradient over tp afterwards (sequence
+ * parallelism's reduce-scatters): the adapters' whole terms are added on its rank 0 only. */
+static const comm *lora_later(const gpt_model *m) { return m->sp ? m->ps->tp_group : NULL; }
+
+/* Module i's dropout: the layer's, at its own site; the row-parallel down reads the local columns. */
+static be_drop lora_drop(const gpt_model *m, const block_io *io, int i)
+{
+    be_drop d = io->lora;
+    d.site += GPT_LORA_GATE + i;
+    if (i == 2) d.unit0 = m->ps->tp_rank * m->ffn_l;
+    return d;
+}
+
+/* Where gate (i 0) and up (i 1) lie in fc's output: [gate | up] gated, up alone otherwise. */
+static int lora_off(const gpt_model *m, int i) { return m->cfg.glu && i == 1 ? m->ffn_l : 0; }
 
 static void acts(carver *cv, const gpt_model *m, void *av)
 {
@@ -52,6 +101,8 @@ static void acts(carver *cv, const gpt_model *m, void *av)
     int64_t BT = (int64_t)m->mbs * m->cfg.seq;
     CARVE(cv, a->fch, float, BT * gpt_fc_blocks(&m->cfg) * m->ffn_l);
     model_carve_kept(cv, &a->fch_act, BT * m->ffn_l, 1, "fch_act");
+    for (int i = 0; i < 3; i++)
+        if (gpt_lora_on(&m->cfg, GPT_LORA_GATE + i)) CARVE(cv, a->su[i], float, BT * m->cfg.lora_rank);
 }
 
 static void scratch(carver *cv, const gpt_model *m, void *sv)
@@ -60,17 +111,24 @@ static void scratch(carver *cv, const gpt_model *m, void *sv)
     int64_t BT = (int64_t)m->mbs * m->cfg.seq;
     CARVE(cv, s->dfch, float, BT * gpt_fc_blocks(&m->cfg) * m->ffn_l);
     CARVE(cv, s->dfch_act, float, BT * m->ffn_l);
+    lora_scratch_carve(cv, m, BT, &s->lora);
 }
 
 /* fc and the activation on `rows` rows: fch (rows, f/t, or 2f/t gated) = x fc_w^T (+ fc_b), act
  * (rows, f/t) the activation of it (fc_b fused into a tanh GeLU); tp: the group fc is split over. */
-static void fc_act_fwd(const gpt_model *m, const comm *tp, const mlp_params *p, float *act, float *fch, be_in x,
-                       int rows)
+static void fc_act_fwd(const gpt_model *m, const block_io *io, const comm *tp, const mlp_params *p, float *act,
+                       float *fch, be_in x, int rows, float *const su[2], const lora_scratch *ls, int T)
 {
     const gpt_config *c = &m->cfg;
-    int fused = fused_bias(c, p);
-    tp_column_linear_fwd(m->be, tp, fch, x, p->fc_w, fused ? NULL : p->fc_b, rows, c->hidden,
-                         gpt_fc_blocks(c) * m->ffn_l);
+    int fused = fused_bias(c, p), ld = gpt_fc_blocks(c) * m->ffn_l;
+    tp_column_linear_fwd(m->be, tp, fch, x, p->fc_w, fused ? NULL : p->fc_b, rows, c->hidden, ld);
+    lora_dims d = lora_dims_of(m, rows / T, T, c->hidden, 0);
+    const float *xf = p->lora_a[0] || p->lora_a[1] ? lora_input(m->be, ls->xf, x, (size_t)rows * c->hidden) : NULL;
+    for (int i = 0; i < 2; i++) { /* the gate and up adapters, before the activation */
+        if (!p->lora_a[i]) continue;
+        be_drop dr = lora_drop(m, io, i);
+        lora_fused_fwd(m->be, fch, su[i], ls, xf, p->lora_a[i], p->lora_b[i], lora_off(m, i), m->ffn_l, ld, &dr, &d);
+    }
     if (fused) be_bias_gelu_fwd(m->be, act, fch, p->fc_b, rows, m->ffn_l);
     else be_act_fwd(m->be, c->act, c->glu, act, fch, rows, m->ffn_l);
 }
@@ -80,10 +138,19 @@ static void mlp_fwd(const block_io *io, void *av, const void *pv, float *out, be
     const gpt_model *m = io->m;
     mlp_acts *a = av;
     const comm *tp = model_tp_reduce(m);
-    int BT = io->B * m->cfg.seq, h = m->cfg.hidden;
-    fc_act_fwd(m, tp, pv, kept_stage(&a->fch_act), a->fch, x, BT);
+    const mlp_params *p = pv;
+    mlp_scratch *s = io->scratch;
+    int T = m->cfg.seq, BT = io->B * T, h = m->cfg.hidden;
+    fc_act_fwd(m, io, tp, p, kept_stage(&a->fch_act), a->fch, x, BT, a->su, &s->lora, T);
     kept_done(m->be, &a->fch_act, (size_t)BT * m->ffn_l);
-    tp_row_linear_fwd(m->be, tp, out, kept_in(&a->fch_act), ((const mlp_params *)pv)->fc2_w, BT, m->ffn_l, h);
+    tp_row_linear_fwd(m->be, tp, out, kept_in(&a->fch_act), p->fc2_w, BT, m->ffn_l, h);
+    if (p->lora_a[2]) {
+        lora_dims d = lora_dims_of(m, io->B, T, m->ffn_l, h);
+        be_drop dr = lora_drop(m, io, 2);
+        const float *act = lora_input(m->be, s->lora.xf, kept_in(&a->fch_act), (size_t)BT * m->ffn_l);
+        lora_row_fwd(m->be, m->ps->tp_group, lora_later(m), out, a->su[2], s->lora.xd, s->lora.tmp, act,
+                     p->lora_a[2], p->lora_b[2], &dr, &d);
+    }
 }
 
 /* fc2's backward, shared: the bias, the weight and d(activation output) into s->dfch_act. */
@@ -96,6 +163,14 @@ static void fc2_bwd(const block_io *io, mlp_params *g, const float *dbranch, con
     be_zero(m->be, s->dfch_act, (size_t)BT * m->ffn_l);
     tp_row_linear_bwd(m->be, model_tp_reduce(m), s->dfch_act, g->fc2_w, dbranch, kept_in(&a->fch_act), p->fc2_w,
                       BT, m->ffn_l, h);
+    if (p->lora_a[2]) {
+        lora_dims d = lora_dims_of(m, io->B, m->cfg.seq, m->ffn_l, h);
+        be_drop dr = lora_drop(m, io, 2);
+        const float *act = lora_input(m->be, s->lora.xf, kept_in(&a->fch_act), (size_t)io->B * m->cfg.seq * m->ffn_l);
+        if (dr.p != 0.0f) be_dropout_fwd(m->be, s->lora.xd, act, io->B, m->cfg.seq, m->ffn_l, &dr); /* the mask again */
+        lora_row_bwd(m->be, s->dfch_act, g->lora_a[2], g->lora_b[2], s->lora.du, s->lora.tmp, dbranch, act,
+                     s->lora.xd, a->su[2], p->lora_a[2], p->lora_b[2], &dr, &d);
+    }
     be_zero(m->be, s->dfch, (size_t)BT * gpt_fc_blocks(&m->cfg) * m->ffn_l);
 }
 
@@ -114,6 +189,15 @@ static void mlp_bwd(const block_io *io, float *dx, void *gv, const float *dbranc
     else be_act_bwd(m->be, c->act, c->glu, s->dfch, s->dfch_act, a->fch, BT, m->ffn_l);
     tp_column_linear_bwd(m->be, model_tp_reduce(m), dx, g->fc_w, fused ? NULL : g->fc_b, s->dfch, x, p->fc_w, BT, h,
                          gpt_fc_blocks(c) * m->ffn_l);
+    lora_dims d = lora_dims_of(m, io->B, c->seq, h, 0);
+    const float *xf = p->lora_a[0] || p->lora_a[1] ? lora_input(m->be, s->lora.xf, x, (size_t)BT * h) : NULL;
+    for (int i = 0; i < 2; i++) { /* the adapters' input gradient, whole: after dx's reduction */
+        if (!p->lora_a[i]) continue;
+        be_drop dr = lora_drop(m, io, i);
+        lora_fused_bwd(m->be, m->ps->tp_group, lora_later(m), dx, g->lora_a[i], g->lora_b[i], &s->lora, s->dfch, xf,
+                       a->su[i], p->lora_a[i], p->lora_b[i], lora_off(m, i), m->ffn_l, gpt_fc_blocks(c) * m->ffn_l, &dr,
+                       &d);
+    }
 }
 
 static const float *out_bias(const void *p) { return ((const mlp_params *)p)->fc2_b; }
@@ -123,6 +207,8 @@ static const float *out_bias(const void *p) { return ((const mlp_params *)p)->fc
 typedef struct {
     float *fch; /* (rows, f/t), gated (rows, 2f/t) */
     float *act; /* (rows, f/t) */
+    float *su[3]; /* LoRA: (rows, r) */
+    lora_scratch lora;
 } mlp_decode_scratch;
 
 static void decode_scratch(carver *cv, const gpt_model *m, int rows, void *sv)
@@ -130,6 +216,10 @@ static void decode_scratch(carver *cv, const gpt_model *m, int rows, void *sv)
     mlp_decode_scratch *s = sv;
     CARVE(cv, s->fch, float, (int64_t)rows * gpt_fc_blocks(&m->cfg) * m->ffn_l);
     CARVE(cv, s->act, float, (int64_t)rows * m->ffn_l);
+    if (gpt_lora(&m->cfg)) {
+        for (int i = 0; i < 3; i++) CARVE(cv, s->su[i], float, (int64_t)rows * m->cfg.lora_rank);
+        lora_scratch_carve(cv, m, rows, &s->lora);
+    }
 }
 
 static void decode(const block_io *io, void *st, const void *pv, float *out, be_in x, int pos, int n)
@@ -138,10 +228,14 @@ static void decode(const block_io *io, void *st, const void *pv, float *out, be_
     const comm *tp = m->ps->tp_group; /* generation has no sequence parallelism */
     mlp_decode_scratch *s = io->scratch;
     int rows = io->B * n;
+    const mlp_params *p = pv;
     (void)st, (void)pos;
-    fc_act_fwd(m, tp, pv, s->act, s->fch, x, rows);
-    tp_row_linear_fwd(m->be, tp, out, be_f32(s->act), ((const mlp_params *)pv)->fc2_w, rows, m->ffn_l,
-                      m->cfg.hidden);
+    fc_act_fwd(m, io, tp, p, s->act, s->fch, x, rows, s->su, &s->lora, n);
+    tp_row_linear_fwd(m->be, tp, out, be_f32(s->act), p->fc2_w, rows, m->ffn_l, m->cfg.hidden);
+    if (p->lora_a[2]) {
+        lora_dims d = lora_dims_of(m, io->B, n, m->ffn_l, m->cfg.hidden);
+        lora_row_fwd(m->be, tp, NULL, out, s->su[2], NULL, s->lora.tmp, s->act, p->lora_a[2], p->lora_b[2], NULL, &d);
+    }
 }
 
 const block_ops mlp_ops = {

@@ -118,7 +118,7 @@ static void take_table(gpt_model *m, table_builder *tb)
 {
     m->table = tb->table;
     m->ntensors = tb->n;
-    m->numel = tb->numel;
+    m->numel = m->numel_all = tb->numel;
 }
 
 void gpt_logical_table(const gpt_config *cfg, gpt_model *m)
@@ -128,7 +128,7 @@ void gpt_logical_table(const gpt_config *cfg, gpt_model *m)
     m->tp = 1;
     m->nlayers = cfg->num_layers;
     slots_init(m);
-    table_builder tb = {cfg, 1, 0, NULL, NULL, 0, 0, 0, 1, 0};
+    table_builder tb = {cfg, 1, 0, NULL, NULL, 0, 0, 0, 1, 0, gpt_lora(cfg)};
     embedding_block.tensors(&tb, &m->p, &m->g, 1); /* GPT-2's order: word, position (then token types) */
     for (int l = 0; l < cfg->num_layers; l++) layer_tensors(&tb, l, &m->layers[l]);
     block_slot_tensors(&m->lnf, &tb, -1, 3, "final_norm");
@@ -177,10 +177,12 @@ static void stage_register(gpt_model *m, table_builder *tb)
 static void stage_tensors(gpt_model *m, int for_checkpoint)
 {
     const gpt_config *cfg = &m->cfg;
-    table_builder tb = {cfg, m->tp, m->ps->tp_rank, NULL, NULL, 0, 0, 0, m->ps->ep, m->ps->ep_rank};
+    table_builder tb = {cfg, m->tp, m->ps->tp_rank, NULL, NULL, 0, 0, 0, m->ps->ep, m->ps->ep_rank, gpt_lora(cfg)};
     stage_register(m, &tb);
+    size_t trained = model_table_order(&tb);
     take_table(m, &tb);
-    m->params = be_alloc(m->be, m->numel * sizeof(float));
+    m->numel = trained;
+    m->params = be_alloc(m->be, m->numel_all * sizeof(float));
     if (!for_checkpoint) {
         m->grads = be_alloc(m->be, m->numel * sizeof(float));
         be_zero(m->be, m->grads, m->numel);
@@ -338,7 +340,9 @@ static gpt_config counted(const gpt_config *cfg, int tp)
     return c;
 }
 
-int64_t gpt_stage_numel(const gpt_config *config, int tp, int ep, int layer0, int nlayers, int first, int last)
+/* The stage's parameters (trained: the trained ones only). */
+static int64_t stage_numel(const gpt_config *config, int tp, int ep, int layer0, int nlayers, int first, int last,
+                           int trained)
 {
     gpt_config cf = counted(config, tp);
     const gpt_config *cfg = &cf;
@@ -348,12 +352,24 @@ int64_t gpt_stage_numel(const gpt_config *config, int tp, int ep, int layer0, in
     m.cfg = *cfg, m.ps = &ps, m.layer0 = layer0, m.nlayers = nlayers, m.first = first, m.last = last;
     stage_sizes(&m, cfg, &ps);
     slots_init(&m);
-    table_builder tb = {cfg, tp, 0, NULL, NULL, 0, 0, 0, ep, 0};
+    table_builder tb = {cfg, tp, 0, NULL, NULL, 0, 0, 0, ep, 0, gpt_lora(cfg)};
     stage_register(&m, &tb);
+    size_t n = trained ? model_table_order(&tb) : tb.numel;
     free(tb.table);
     free(tb.slots);
     slots_free(&m);
-    return (int64_t)tb.numel;
+    return (int64_t)n;
+}
+
+int64_t gpt_stage_numel(const gpt_config *config, int tp, int ep, int layer0, int nlayers, int first, int last)
+{
+    return stage_numel(config, tp, ep, layer0, nlayers, first, last, 0);
+}
+
+int64_t gpt_stage_trained_numel(const gpt_config *config, int tp, int ep, int layer0, int nlayers, int first,
+                                int last)
+{
+    return stage_numel(config, tp, ep, layer0, nlayers, first, last, 1);
 }
 
 void gpt_layout_bytes_of(const gpt_config *config, int tp, int ep, int sp, int mbs, int lowp, int layer,
@@ -423,7 +439,10 @@ void gpt_acts_release(gpt_model *m, gpt_acts *a)
 float *gpt_param(const gpt_model *m, const char *name, int grad)
 {
     for (int i = 0; i < m->ntensors; i++)
-        if (strcmp(m->table[i].name, name) == 0) return (grad ? m->grads : m->params) + m->table[i].offset;
+        if (strcmp(m->table[i].name, name) == 0) {
+            if (grad && (m->table[i].frozen || !m->grads)) return NULL;
+            return (grad ? m->grads : m->params) + m->table[i].offset;
+        }
     return NULL;
 }
 
@@ -431,6 +450,14 @@ float *gpt_param(const gpt_model *m, const char *name, int grad)
 
 /* Where layer l's parameters begin in the buffer (l = -1: the embeddings): the end of layer
  * l + 1's tensors; the top layer's reach down to 0 (the head). */
+/* The end of the trained tensors among the table's first n: the frozen ones lie past them all. */
+static size_t trained_end(const gpt_model *m, int n)
+{
+    for (int i = n - 1; i >= 0; i--)
+        if (!m->table[i].frozen) return m->table[i].offset + m->table[i].numel;
+    return 0;
+}
+
 static size_t layer_start(const gpt_model *m, int l)
 {
     if (l + 1 >= m->nlayers) return 0;
@@ -438,7 +465,7 @@ static size_t layer_start(const gpt_model *m, int l)
     int last = 0;
     for (int k = 0; k < GPT_LAYER_NSLOTS; k++)
         if (L->slot[k].t1 > last) last = L->slot[k].t1;
-    return m->table[last - 1].offset + m->table[last - 1].numel;
+    return trained_end(m, last);
 }
 
 /* A device buffer of the slot's mbs * n ints, allocated on first use. */
@@ -583,7 +610,7 @@ float *gpt_backward(gpt_model *m, gpt_acts *a, const float *doutput, float loss_
         /* the head's and the final norm's gradients, first in the buffer, are final: their buckets
          * (an untied output layer's is as large as the word embedding's) reduce behind the layers */
         if (m->grads_ready && m->lnf.t1 > 0)
-            m->grads_ready(m->grads_ready_user, m->table[m->lnf.t1 - 1].offset + m->table[m->lnf.t1 - 1].numel);
+            m->grads_ready(m->grads_ready_user, trained_end(m, m->lnf.t1));
     } else {
         be_copy(be, s->dres, doutput, (size_t)BTl * h);
     }

@@ -14,7 +14,7 @@ be_drop model_drop(const gpt_model *m, const gpt_acts *a, float p, int site, int
 
 block_io model_io(gpt_model *m, const gpt_acts *acts, void *scratch, const be_drop *drop)
 {
-    block_io io = {m, acts->B, acts->klen, drop, scratch, acts->seg, acts->pos};
+    block_io io = {.m = m, .B = acts->B, .klen = acts->klen, .drop = drop, .scratch = scratch, .seg = acts->seg, .pos = acts->pos};
     return io;
 }
 
@@ -44,5 +44,6 @@ void model_sp_sum(const gpt_model *m, float *g, size_t n)
 void model_sp_sum_slot(const gpt_model *m, const block_slot *s)
 {
     if (!m->sp || !m->grads_final || !s->ops->seq_local) return;
-    for (int t = s->t0; t < s->t1; t++) model_sp_sum(m, m->grads + m->table[t].offset, m->table[t].numel);
+    for (int t = s->t0; t < s->t1; t++) /* (LoRA's frozen tensors have no gradient) */
+        if (!m->table[t].frozen) model_sp_sum(m, m->grads + m->table[t].offset, m->table[t].numel);
 }

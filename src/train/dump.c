@@ -26,17 +26,17 @@ static void check_replicas(run_state *r)
     double d[3] = {0, 0, 0}; /* data-parallel, tensor-parallel, embedding copy */
     for (int k = 0; k < r->model.nchunks; k++) {
         gpt_model *m = r->model.chunks[k];
-        float *mine = td_xmalloc(m->numel * sizeof(float)), *ref = td_xmalloc(m->numel * sizeof(float));
-        be_memcpy(r->model.be, mine, m->params, m->numel * sizeof(float), BE_D2H);
-        memcpy(ref, mine, m->numel * sizeof(float));
-        comm_bcast(r->ps->dp_group, ref, m->numel, COMM_F32, 0);
+        float *mine = td_xmalloc(m->numel_all * sizeof(float)), *ref = td_xmalloc(m->numel_all * sizeof(float));
+        be_memcpy(r->model.be, mine, m->params, m->numel_all * sizeof(float), BE_D2H);
+        memcpy(ref, mine, m->numel_all * sizeof(float));
+        comm_bcast(r->ps->dp_group, ref, m->numel_all, COMM_F32, 0);
         for (int i = 0; i < m->ntensors; i++) { /* the experts: over the ranks holding the same ones */
             const gpt_tensor_info *t = &m->table[i];
             if (!t->expert || r->ps->ep == 1) continue;
             memcpy(ref + t->offset, mine + t->offset, t->numel * sizeof(float));
             comm_bcast(r->ps->edp_group, ref + t->offset, t->numel, COMM_F32, 0);
         }
-        d[0] = fmax(d[0], max_abs_diff(mine, ref, m->numel));
+        d[0] = fmax(d[0], max_abs_diff(mine, ref, m->numel_all));
         for (int i = 0; i < m->ntensors; i++) {
             const gpt_tensor_info *t = &m->table[i];
             if (!t->tp_replicated) continue;

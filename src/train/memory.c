@@ -116,6 +116,7 @@ void mem_predict(const mem_layout *l, mem_prediction *p)
 {
     *p = (mem_prediction){0};
     double numel = 0, experts = 0; /* experts: this rank's (split over ep), of numel */
+    double trained = 0;            /* of numel, the trained (LoRA: the adapters; the base has no grads) */
     for (int i = 0; i < l->nchunks; i++) {
         const mem_chunk *k = &l->chunk[i];
         double all = mem_chunk_params(&l->cfg, l->tp, k);
@@ -125,6 +126,9 @@ void mem_predict(const mem_layout *l, mem_prediction *p)
             all = here;
         }
         numel += all;
+        trained += gpt_lora(&l->cfg) ? (double)gpt_stage_trained_numel(&l->cfg, l->tp, 1, k->layer0, k->nlayers,
+                                                                        k->first, k->last)
+                                     : all;
         double a = mem_chunk_acts(l, k);
         p->acts_micro += a;
         p->acts += a * k->inflight;
@@ -134,18 +138,19 @@ void mem_predict(const mem_layout *l, mem_prediction *p)
     if (l->nchunks > 1 || !l->chunk[0].first || !l->chunk[0].last) /* pp > 1: the receives posted ahead */
         p->workspace += 2 * 4.0 * l->mbs * l->cfg.seq * l->cfg.hidden;
     p->params = 4.0 * numel;
-    p->grads = 4.0 * numel;
+    p->grads = 4.0 * trained;
     /* the distributed optimizer also reduce-scatters the grads into a buffer of its shard */
     /* (the experts' shards are over the expert-data-parallel group, dp / ep) */
-    p->optimizer = l->distributed_optimizer ? 12.0 * ((numel - experts) / l->dp + experts * ep_of(l) / l->dp) : 8.0 * numel;
+    p->optimizer = l->distributed_optimizer ? 12.0 * ((trained - experts) / l->dp + experts * ep_of(l) / l->dp)
+                                            : 8.0 * trained;
     if (l->dp > 1) { /* Open MPI's non-blocking reductions copy a bucket (measured: about one) */
-        double bucket = l->bucket_elems > 0 && l->bucket_elems < numel ? l->bucket_elems : numel;
+        double bucket = l->bucket_elems > 0 && l->bucket_elems < trained ? l->bucket_elems : trained;
         p->comm = 4.0 * bucket;
     }
     /* a tied word embedding split over the first and last stage: its grads' sum over the two is
-     * a non-blocking all-reduce, which Open MPI stages through a copy (measured at pp 8) */
+     * a non-blocking all-reduce, which Open MPI stages through a copy (measured at pp 8; none frozen) */
     for (int i = 0; i < l->nchunks; i++)
-        if (l->chunk[i].first != l->chunk[i].last && !l->cfg.untied)
+        if (l->chunk[i].first != l->chunk[i].last && !l->cfg.untied && !gpt_lora(&l->cfg))
             p->comm += 4.0 * l->cfg.padded_vocab / l->tp * l->cfg.hidden;
     if (l->lowp) {
         const gpt_config *c = &l->cfg;

@@ -104,7 +104,7 @@ int run_model_build(run_state *r, const gpt_config *c, opt_shard shards[PS_MAX_C
         pp_split_layers(&split, k * ps->pp + ps->pp_rank, &layer0, &n);
         gpt_model *m = gpt_create_recompute(c, ps, r->model.be, layer0, n, a->micro_batch_size, slots, &rc);
         r->model.chunks[k] = m;
-        be_lowp_register(r->model.be, m->params, m->numel);
+        be_lowp_register(r->model.be, m->params, m->numel_all);
         r->model.dp[k] = dp_attach(m, ps, &dpc);
         shards[k].ranges = dp_shard(r->model.dp[k], &shards[k].nranges, &shards[k].grads);
         r->model.shard_ranges[k] = shards[k].ranges;

@@ -24,3 +24,9 @@ endforeach()
 # model and adapters written by hand in the test, every merged byte against a float64 merge there.
 add_test(NAME e2e/lora_merge COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/lora_merge.py)
 set_tests_properties(e2e/lora_merge PROPERTIES ENVIRONMENT "TRIDENT=$<TARGET_FILE:trident>" TIMEOUT 30)
+# LoRA training (train --lora-rank): the refusals, the frozen base bitwise unchanged, only the
+# adapters and their moments moving, exact resume with the settings from meta.json (1 and 4 ranks),
+# the merged (--to hf) and PEFT (--to peft) exports scored as the LoRA model; 10 s
+add_test(NAME e2e/lora_train COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/lora_train.sh)
+set_tests_properties(e2e/lora_train PROPERTIES FIXTURES_REQUIRED checkpoint_data COST 10
+  ENVIRONMENT "TRIDENT=$<TARGET_FILE:trident>;BYTES_DATA=${CKPT_DIR}/bytes_text_document;BYTES_TOKENIZER=${CKPT_DIR}/bytes.json;WORK=${CKPT_DIR}/lora_train;${TD_MPI_ENV}")

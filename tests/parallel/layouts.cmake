@@ -335,6 +335,33 @@ trident_layout(llama_sp_distopt_rc_tp2_pp2_dp2 8 2 1 --sequence-parallel --pipel
 trident_layout(llama_distopt_dp2 2 1 2 --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather
   --ddp-bucket-size 6000)
 
+# LoRA (docs/finetune.md) on the Llama-shaped model: rank-4 adapters on all seven projections (the
+# fused q, k|v and gate|up outputs' column ranges, o and down row-parallel) with dropout on their
+# input, everything else frozen (no gradients, no optimizer state); the layouts against its own
+# one-rank run, the distributed optimizer's buckets over the adapters alone; under sequence
+# parallelism the adapters' whole terms added once before the reduce-scatters.
+set(LAYOUT_LLAMA ${LAYOUT_ARCH})
+set(LAYOUT_ARCH ${LAYOUT_LLAMA} --lora-rank 4 --lora-alpha 16 --lora-target-modules all-linear --lora-dropout 0.1)
+set(LAYOUT_BASE lora_baseline)
+trident_layout(lora_baseline 1 1 2)
+trident_layout(lora_tp2 2 2 2)
+trident_layout(lora_pp2_vp2 2 1 1 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 2)
+trident_layout(lora_distopt_dp2 2 1 2 --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather
+  --ddp-bucket-size 3000)
+trident_layout(lora_sp_tp2 2 2 2 --sequence-parallel)
+trident_layout(lora_sp_distopt_tp2_pp2_dp2 8 2 1 --sequence-parallel --pipeline-model-parallel-size 2
+  --use-distributed-optimizer)
+# ... and under --bf16 (the adapters read the kept inputs the base's GEMMs read, widened to fp32;
+# their GEMMs in bf16), within the bf16 layouts' tolerance (see there) against the bf16 one-rank run
+set(LAYOUT_ARCH ${LAYOUT_LLAMA} --lora-rank 4 --lora-alpha 16 --lora-target-modules all-linear --lora-dropout 0.1 --bf16)
+set(LAYOUT_BASE lora_bf16_baseline)
+set(LAYOUT_TOL 2e-3)
+trident_layout(lora_bf16_baseline 1 1 2)
+trident_layout(lora_bf16_sp_distopt_tp2_pp2_dp2 8 2 1 --sequence-parallel --pipeline-model-parallel-size 2
+  --use-distributed-optimizer)
+unset(LAYOUT_TOL)
+set(LAYOUT_ARCH ${LAYOUT_LLAMA})
+
 # A mixture of experts (src/model/moe.c), 4 layers (the last --num-layers given counts): 4 SwiGLU experts a layer, top-2, a gated shared expert
 # (Qwen2-MoE's), the load-balancing and z losses on, dropless; data and pipeline layouts (interleaved too) and the distributed
 # optimizer against the one-rank run. The routing must not depend on the layout: the same tokens

@@ -402,7 +402,7 @@ static void run_moe(comm *world, backend *be, float *out_h, float *dx_h)
     acts->training = 0;
     const block_slot *s = &m->layers[0].slot[GPT_SLOT_MLP];
     EXPECT(s->ops == &moe_ops, "rank %d: layer 0's MLP is not the MoE block", g_rank);
-    block_io io = {m, MBS, NULL, NULL, model_kind_scratch(m, s->ops), NULL, NULL};
+    block_io io = {.m = m, .B = MBS, .scratch = model_kind_scratch(m, s->ops)};
     void *av = acts->layers[0].slot[GPT_SLOT_MLP];
     m->loss_scale = 1.0f / NT;
     be_zero(be, m->grads, m->numel);

@@ -281,7 +281,7 @@ static void run_block(model_at *x, enum block k, float *out, const float *in, co
     int slot = slot_of(k);
     const block_slot *s = &m->layers[0].slot[slot];
     void *acts = x->a->layers[0].slot[slot];
-    block_io io = {m, B, x->a->klen, NULL, model_kind_scratch(m, s->ops), NULL, NULL};
+    block_io io = {.m = m, .B = B, .klen = x->a->klen, .scratch = model_kind_scratch(m, s->ops)};
     int BT = B * T, h = m->cfg.hidden;
     be_zero(g_be, m->grads, m->numel);
     if (k == NORM) {

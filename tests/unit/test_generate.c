@@ -74,6 +74,10 @@ static void check_model(const gpt_config *c, const char *name)
 {
     gpt_model *m = gpt_create(c, g_ps, g_be, 0, c->num_layers, B, 1);
     int V = c->vocab, Vl = m->vocab_l;
+    for (int i = 0; i < m->ntensors; i++) /* LoRA's B starts at zero: values, so the adapters count */
+        if (strstr(m->table[i].name, ".lora_B"))
+            for (size_t k = 0; k < m->table[i].numel; k++)
+                m->params[m->table[i].offset + k] = 0.2f * sinf((float)(k + 5 * i));
     int32_t ids[B * T], targets[B * T];
     int64_t sample[B] = {0, 1};
     for (int i = 0; i < B * T; i++) {
@@ -125,6 +129,14 @@ static void infer_matches_training_forward(void **state)
     char msg[200];
     assert_int_equal(gpt_moe_layer_freq_parse(&e, "[0,1,0]", e.num_layers, msg, sizeof msg), 0);
     check_model(&e, "Llama blocks, the middle layer's MLP 4 experts");
+    /* LoRA adapters on all seven projections (the fused outputs' column ranges, o and down) */
+    gpt_config f = llama(), g = gpt2();
+    f.lora_rank = g.lora_rank = 3;
+    f.lora_alpha = g.lora_alpha = 6.0f;
+    f.lora_targets = 0x7f;
+    g.lora_targets = 0x7f & ~(1 << GPT_LORA_GATE);
+    check_model(&f, "Llama blocks with LoRA adapters");
+    check_model(&g, "GPT-2 blocks with LoRA adapters");
 }
 
 static void sampler(void **state)

@@ -80,6 +80,30 @@ static void ref_linear(double *out, const double *in, const ref_model *r, const 
     }
 }
 
+/* LoRA (c->lora_rank > 0): out (OC) += alpha / r B (A in), A (r, C) and B (OC, r) layer l's `mod`
+ * ("attn.q_proj", ...), when the model has that adapter. */
+static void ref_lora(double *out, const double *in, const ref_model *r, int l, const char *mod, int C, int OC)
+{
+    if (r->c->lora_rank == 0) return;
+    char n[40];
+    snprintf(n, sizeof n, "%s.lora_A.weight", mod);
+    const float *A = tensor_at(r->m, l, n);
+    snprintf(n, sizeof n, "%s.lora_B.weight", mod);
+    const float *Bm = tensor_at(r->m, l, n);
+    if (!A) return;
+    int R = r->c->lora_rank;
+    double u[16], s = (double)r->c->lora_alpha / R;
+    for (int j = 0; j < R; j++) {
+        u[j] = 0;
+        for (int k = 0; k < C; k++) u[j] += P(r, &A[(size_t)j * C + k]) * in[k];
+    }
+    for (int o = 0; o < OC; o++) {
+        double t = 0;
+        for (int j = 0; j < R; j++) t += P(r, &Bm[(size_t)o * R + j]) * u[j];
+        out[o] += s * t;
+    }
+}
+
 static double ref_gelu(double x)
 {
     return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
@@ -101,7 +125,12 @@ static double ref_loss(const ref_model *r, const int32_t *ids, const int32_t *ta
     for (int l = 0; l < c->num_layers; l++) {
         tlayer Lv = layer_of(r->m, l), *L = &Lv;
         for (int t = 0; t < T; t++) ref_layernorm(ln + t * h, x + t * h, r, L->ln1.w, L->ln1.b, h);
-        for (int t = 0; t < T; t++) ref_linear(qkv + t * 3 * h, ln + t * h, r, L->attn.qkv_w, L->attn.qkv_b, h, 3 * h);
+        for (int t = 0; t < T; t++) {
+            ref_linear(qkv + t * 3 * h, ln + t * h, r, L->attn.qkv_w, L->attn.qkv_b, h, 3 * h);
+            ref_lora(qkv + t * 3 * h, ln + t * h, r, l, "attn.q_proj", h, h);
+            ref_lora(qkv + t * 3 * h + h, ln + t * h, r, l, "attn.k_proj", h, h);
+            ref_lora(qkv + t * 3 * h + 2 * h, ln + t * h, r, l, "attn.v_proj", h, h);
+        }
         for (int hd = 0; hd < nh; hd++)
             for (int t = 0; t < T; t++) {
                 double att[64], mx = -1e300, sum = 0;
@@ -120,13 +149,16 @@ static double ref_loss(const ref_model *r, const int32_t *ids, const int32_t *ta
             }
         for (int t = 0; t < T; t++) {
             ref_linear(tmp + t * h, y + t * h, r, L->attn.proj_w, L->attn.proj_b, h, h);
+            ref_lora(tmp + t * h, y + t * h, r, l, "attn.o_proj", h, h);
             for (int i = 0; i < h; i++) x[t * h + i] += tmp[t * h + i];
         }
         for (int t = 0; t < T; t++) ref_layernorm(ln + t * h, x + t * h, r, L->ln2.w, L->ln2.b, h);
         for (int t = 0; t < T; t++) {
             ref_linear(fc + t * f, ln + t * h, r, L->mlp.fc_w, L->mlp.fc_b, h, f);
+            ref_lora(fc + t * f, ln + t * h, r, l, "mlp.up_proj", h, f);
             for (int i = 0; i < f; i++) fc[t * f + i] = ref_gelu(fc[t * f + i]);
             ref_linear(tmp + t * h, fc + t * f, r, L->mlp.fc2_w, L->mlp.fc2_b, f, h);
+            ref_lora(tmp + t * h, fc + t * f, r, l, "mlp.down_proj", f, h);
             for (int i = 0; i < h; i++) x[t * h + i] += tmp[t * h + i];
         }
     }
@@ -223,6 +255,91 @@ static void model_matches_double_reference(void **state)
         nonzero += m->g.wte[k] != 0.0f;
     printf("padded rows %d..%d: %d nonzero gradient elements\n", c.vocab, c.padded_vocab - 1, nonzero);
     assert_int_equal(nonzero, 0);
+    gpt_free(m);
+}
+
+/* LoRA (train --lora-rank): adapters of rank 2 on q, k, v, o, up and down of the GPT-2 model, the
+ * rest frozen. The trained tensors are the adapters alone, laid out first (the gradient buffer
+ * and the optimizer's state their size, hand-counted); no frozen tensor has a gradient; the loss
+ * and every adapter's gradient match the double reference with the LoRA terms (alpha / r B A x on
+ * each module's output, the fused q|k|v's column ranges) by central finite differences. */
+static void lora_matches_double_reference(void **state)
+{
+    (void)state;
+    gpt_config c = tiny_config();
+    c.lora_rank = 2;
+    c.lora_alpha = 3.0f; /* scaling 1.5 */
+    c.lora_targets = 0x7f & ~(1 << GPT_LORA_GATE);
+    enum { B = 2 };
+    gpt_model *m = gpt_create(&c, g_ps, g_be, 0, c.num_layers, B, 1);
+    /* per layer (h 16, f 64, r 2): q, k, v, o 2x16 + 16x2 = 64 each; up 2x16 + 64x2 and down 2x64 + 16x2 = 160 each */
+    assert_int_equal(m->numel, 2 * (4 * 64 + 2 * 160));
+    size_t adapters = 0;
+    for (int i = 0; i < m->ntensors; i++) {
+        const gpt_tensor_info *t = &m->table[i];
+        int adapter = strstr(t->name, ".lora_") != NULL;
+        assert_int_equal(t->frozen, !adapter);
+        if (adapter) {
+            assert_true(t->offset + t->numel <= m->numel);
+            adapters += t->numel;
+            assert_non_null(gpt_param(m, t->name, 1));
+        } else {
+            assert_true(t->offset >= m->numel && t->offset + t->numel <= m->numel_all);
+            assert_null(gpt_param(m, t->name, 1));
+        }
+    }
+    assert_int_equal(adapters, m->numel);
+    /* B starts at zero (PEFT's init), where A's gradient is zero: give it values */
+    for (int i = 0; i < m->ntensors; i++) {
+        const gpt_tensor_info *t = &m->table[i];
+        if (strstr(t->name, ".lora_B")) {
+            for (size_t k = 0; k < t->numel; k++) m->params[t->offset + k] = 0.3f * sinf((float)(k + 7 * i));
+        }
+    }
+    int32_t ids[B * 8], targets[B * 8];
+    int64_t sample[B];
+    make_batch(&c, B, ids, targets, sample, 11);
+    gpt_acts *a = gpt_acts_acquire(m);
+    double loss_sum = 0;
+    gpt_forward(m, a, &(gpt_batch){.B = B, .ids = ids, .targets = targets, .sample = sample}, NULL, 1, &loss_sum);
+    gpt_backward(m, a, NULL, 1.0f / (float)(B * c.seq));
+    gpt_acts_release(m, a);
+
+    ref_model r = {&c, &m->p, m, NULL, NULL, 0};
+    double ref = 0, ref0 = 0;
+    for (int b = 0; b < B; b++) ref += ref_loss(&r, ids + b * c.seq, targets + b * c.seq) / B;
+    gpt_config nolora = c;
+    nolora.lora_rank = 0;
+    ref_model r0 = {&nolora, &m->p, m, NULL, NULL, 0};
+    for (int b = 0; b < B; b++) ref0 += ref_loss(&r0, ids + b * c.seq, targets + b * c.seq) / B;
+    double loss = loss_sum / (B * c.seq);
+    printf("loss %.8f reference %.8f (relative %.1e; without the adapters %.8f)\n", loss, ref,
+           fabs(loss - ref) / fabs(ref), ref0);
+    assert_true(fabs(loss - ref) < LOSS_TOL * fabs(ref));
+    assert_true(fabs(ref - ref0) > 1e-3); /* the adapters count */
+    double worst = 0;
+    int checked = 0;
+    for (int ti = 0; ti < m->ntensors; ti++) {
+        const gpt_tensor_info *t = &m->table[ti];
+        if (t->frozen) continue;
+        for (size_t k = 0; k < t->numel; k += 1 + t->numel / 7) {
+            const float *pp = m->params + t->offset + k;
+            double eps = 1e-5, lp = 0, lm = 0;
+            r.delta_ptr = pp;
+            r.delta_at = eps;
+            for (int b = 0; b < B; b++) lp += ref_loss(&r, ids + b * c.seq, targets + b * c.seq) / B;
+            r.delta_at = -eps;
+            for (int b = 0; b < B; b++) lm += ref_loss(&r, ids + b * c.seq, targets + b * c.seq) / B;
+            r.delta_ptr = NULL;
+            double fd = (lp - lm) / (2 * eps), an = m->grads[t->offset + k];
+            double err = fabs(fd - an) / (fabs(fd) + 1e-3);
+            if (err > worst) worst = err;
+            if (err > GRAD_TOL) printf("%s[%zu]: analytic %.8g finite-difference %.8g\n", t->name, k, an, fd);
+            assert_true(err <= GRAD_TOL);
+            checked++;
+        }
+    }
+    printf("%d adapter gradient elements checked, worst relative error %.2e\n", checked, worst);
     gpt_free(m);
 }
 
@@ -405,6 +522,10 @@ static void config_keys_by_hand(void **state)
         {"init_method_std", "--init-method-std"},
         {"hidden_dropout", "--hidden-dropout"},
         {"attention_dropout", "--attention-dropout"},
+        {"lora_rank", "--lora-rank"},
+        {"lora_target_modules", "--lora-target-modules"},
+        {"lora_alpha", "--lora-alpha"},
+        {"lora_dropout", "--lora-dropout"},
     };
     int n = (int)(sizeof keys / sizeof keys[0]);
     assert_int_equal(GPT_NCONFIG_KEYS, n);
@@ -572,6 +693,7 @@ int main(int argc, char **argv)
     g_be = be_create("cpu", 0);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(model_matches_double_reference),
+        cmocka_unit_test(lora_matches_double_reference),
         cmocka_unit_test(init_is_layout_invariant),
         cmocka_unit_test(weight_decay_skips_biases_and_norms),
         cmocka_unit_test(logical_tensors_match_the_model),

@@ -252,6 +252,36 @@ static void test_moe_distributed_optimizer(void **state)
     assert_true(fabs(p.optimizer - want) < 1e-9 * want);
 }
 
+/* LoRA (rank 2 on q_proj, v_proj of the Llama blocks): the parameters are the whole model's, the
+ * grads and the optimizer's state the adapters' alone, counted by hand: q A (2, 32) + B (32, 2),
+ * v A (2, 32) + B (16, 2) = 224 a layer, 896 in 4; the activations (each adapter's (BT, r) kept)
+ * as the model carves them. */
+static void test_lora_by_hand(void **state)
+{
+    (void)state;
+    mem_layout l = {0};
+    l.cfg = llama();
+    l.cfg.lora_rank = 2, l.cfg.lora_alpha = 8, l.cfg.lora_targets = 1 << GPT_LORA_Q | 1 << GPT_LORA_V;
+    l.tp = 1, l.dp = 1, l.mbs = 2, l.nchunks = 1;
+    l.chunk[0] = (mem_chunk){4, 1, 1, 1, 0};
+    gpt_model *m = gpt_create(&l.cfg, g_ps, g_be, 0, 4, 2, 1);
+    assert_int_equal(m->numel, 896);
+    gpt_config base = l.cfg;
+    base.lora_rank = 0, base.lora_targets = 0;
+    assert_int_equal(m->numel_all, gpt_stage_numel(&base, 1, 1, 0, 4, 1, 1) + 896);
+    mem_prediction p;
+    mem_predict(&l, &p);
+    printf("LoRA: params %.0f, grads %.0f, optimizer %.0f bytes\n", p.params, p.grads, p.optimizer);
+    assert_true(p.params == 4.0 * (double)m->numel_all);
+    assert_true(p.grads == 4.0 * 896 && p.optimizer == 8.0 * 896);
+    double acts = mem_chunk_acts(&l, &l.chunk[0]);
+    assert_true(acts <= (double)m->acts_bytes && (double)m->acts_bytes - acts <= 64.0 * (13 + 15 * 4));
+    gpt_free(m);
+    l.dp = 4, l.distributed_optimizer = 1;
+    mem_predict(&l, &p);
+    assert_true(p.optimizer == 12.0 * 896 / 4);
+}
+
 /* Parameters per tensor-parallel rank, counted by hand. GPT-2 (h 32, ffn 128, 4 layers, vocab
  * 100 padded to 128, 24 positions): Megatron's 12 L h^2 + 13 L h for the layers at tp 1; at tp 2
  * per layer 2 LayerNorms 2 x 2h = 128, QKV 3h h / 2 = 1536 + bias 3h / 2 = 48, projection
@@ -360,6 +390,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_layout_terms),
         cmocka_unit_test(test_moe_distributed_optimizer),
         cmocka_unit_test(test_moe_mixed_chunks),
+        cmocka_unit_test(test_lora_by_hand),
         cmocka_unit_test(test_params_by_hand),
         cmocka_unit_test(test_tp_sp_acts_by_hand),
     };

@@ -235,7 +235,7 @@ static void check(arch A, const char *name)
         static const float bias[5] = {-0.3f, 0.05f, 0.0f, 0.25f, -0.1f};
         memcpy(m->params + t->offset, bias, sizeof bias);
     }
-    block_io io = {m, B, NULL, NULL, model_kind_scratch(m, m->layers[0].slot[GPT_SLOT_MLP].ops), NULL, NULL};
+    block_io io = {.m = m, .B = B, .scratch = model_kind_scratch(m, m->layers[0].slot[GPT_SLOT_MLP].ops)};
 
     float *x = malloc((size_t)n * sizeof(float)), *R = malloc((size_t)n * sizeof(float));
     float *out = malloc((size_t)n * sizeof(float)), *dx = malloc((size_t)n * sizeof(float));
@@ -429,7 +429,7 @@ static void zero_router_out(arch A, float *out)
     const gpt_tensor_info *t = find(m, "layers.0.mlp.router.weight");
     assert_non_null(t);
     memset(m->params + t->offset, 0, t->numel * sizeof(float));
-    block_io io = {m, B, NULL, NULL, model_kind_scratch(m, s->ops), NULL, NULL};
+    block_io io = {.m = m, .B = B, .scratch = model_kind_scratch(m, s->ops)};
     float *x = malloc((size_t)BT * A.c.hidden * sizeof(float));
     td_philox_fill_normal(x, (uint64_t)BT * A.c.hidden, 6, 1, 0, 0.0f, 1.0f);
     s->ops->fwd(&io, acts->layers[0].slot[GPT_SLOT_MLP], s->p, out, be_f32(x));

@@ -44,4 +44,13 @@ int peft_merge_hf(const char *adapter, const char *in, const char *out, int *mer
 int peft_import_hf(const char *adapter, const char *in, const char *out, int divisible_by, const char *backend_name,
                    comm *world, int *merged, char *err, size_t errlen);
 
+struct ckpt_meta;
+/* Writes the LoRA adapters of a trident checkpoint (train --lora-rank) in PEFT's format:
+ * OUT/adapter_model.safetensors (F32, base_model.model.model.layers.N.self_attn.q_proj.lora_A.weight
+ * ..., the Llama names) and OUT/adapter_config.json (r, lora_alpha, lora_dropout, target_modules,
+ * bias "none", task_type CAUSAL_LM). For Llama-family models (RMSNorm, gated MLP); an OUT already
+ * holding an adapter is refused. Returns 0 and the number of modules in *modules, or -1 with one
+ * line in err. */
+int peft_export(const struct ckpt_meta *meta, const char *out, int *modules, char *err, size_t errlen);
+
 #endif

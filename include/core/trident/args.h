@@ -98,6 +98,9 @@ typedef struct td_args {
     double init_method_std;
     double hidden_dropout;
     double attention_dropout;
+    int lora_rank;             /* train: LoRA adapters of this rank on a frozen base (0: off) */
+    double lora_alpha, lora_dropout;
+    char *lora_target_modules; /* a comma-separated subset of TD_LORA_MODULE_CHOICES, or all-linear */
     /* parallel */
     int tensor_model_parallel_size;
     int pipeline_model_parallel_size;
@@ -203,6 +206,13 @@ int td_args_given(const td_args *a, const char *flag);
 int td_args_choice_index(const td_args *a, const char *flag);
 /* --model's choices, in the order of gpt_kind (include/model/trident/gpt_config.h). */
 extern const char TD_MODEL_CHOICES[];
+/* The Hugging Face module names --lora-target-modules takes (Llama's), in bit order. */
+extern const char TD_LORA_MODULE_CHOICES[];
+/* Parses a --lora-target-modules list (names of TD_LORA_MODULE_CHOICES, comma-separated, or
+ * "all-linear") into *mask (bit i: the i-th choice): 0, or -1 with one line in msg. */
+int td_lora_modules_parse(const char *list, unsigned *mask, char *msg, size_t msglen);
+/* The list of mask's names, comma-separated, into out. */
+void td_lora_modules_str(unsigned mask, char *out, size_t len);
 /* The flag combinations a --model choice fixes (--model bert: Megatron-BERT's LayerNorm, learned
  * positions, GeLU MLP with biases and tied decoder, a WordPiece tokenizer and one sentence-level
  * dataset; --bert-binary-head and --bert-no-binary-head need it) for a training run: 0, or -1

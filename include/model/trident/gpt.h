@@ -63,6 +63,8 @@ typedef struct gpt_tensor_info {
                            * rank's experts' rows), summed over the expert-data-parallel group */
     int64_t row0, nrows;  /* expert parallelism: only rows [row0, row0 + nrows) of dim 0 held (whole blocks
                            * of a dim-0 split; nrows 0: every row, the split's) */
+    int frozen;           /* LoRA's frozen base: not trained, no gradient and no optimizer state; laid out
+                           * after every trained tensor (offset >= the model's numel) */
 } gpt_tensor_info;
 
 /* The rows of dim 0 tensor t holds at all: [*r0, *r1) (its tensor-parallel blocks among them). */
@@ -107,8 +109,10 @@ typedef struct gpt_model {
                               * output) a sample holds seq_l = seq / tp positions, this rank's */
     int seq_l;               /* seq / tp with sp, else seq */
 
-    float *params, *grads;   /* one buffer each, numel floats, laid out by the table */
-    size_t numel;
+    float *params, *grads;   /* one buffer each, laid out by the table: params numel_all floats, grads
+                              * numel (the trained tensors come first; LoRA's frozen base after them) */
+    size_t numel;            /* the trained elements: the gradients, the optimizer's state, the buckets */
+    size_t numel_all;        /* every parameter (numel without LoRA) */
     gpt_tensors p, g;        /* pointer tables over params and grads */
     gpt_layer *layers;       /* nlayers: the blocks in their slots (parameters and gradients) */
     block_slot lnf;          /* last stage: the final norm */
@@ -166,6 +170,9 @@ void gpt_free(gpt_model *m);
  * final norm and the head) on one of tp tensor-parallel ranks: the table gpt_create registers
  * (the padded vocabulary taken up to a multiple of tp, as a run pads it). */
 int64_t gpt_stage_numel(const gpt_config *cfg, int tp, int ep, int layer0, int nlayers, int first, int last);
+/* ... of them, the trained ones (all without LoRA; with it the adapters): the gradients' and the
+ * optimizer state's elements. */
+int64_t gpt_stage_trained_numel(const gpt_config *cfg, int tp, int ep, int layer0, int nlayers, int first, int last);
 /* Whether the head transforms every position (dense h -> h) before the decoder: for a cost model. */
 int gpt_head_transform(const gpt_config *c);
 /* The stage's layout in bytes, as gpt_create carves it (the same functions, counting; each

@@ -79,7 +79,18 @@ typedef struct gpt_config {
      * N > 0, layer i iff i % N == 0 (0: 1, every layer); GPT_MOE_FREQ_LIST: the list in moe_layer_bits */
     int moe_layer_freq;
     uint64_t moe_layer_bits[GPT_MOE_LIST_WORDS]; /* bit i (word i / 64): layer i is MoE; GPT_MOE_FREQ_LIST only */
+    /* LoRA (src/model/lora.h, docs/finetune.md): adapters on the target modules, everything else frozen */
+    int lora_rank;       /* r; 0: no adapters, everything trains */
+    float lora_alpha;    /* the adapters' output scaled by lora_alpha / r */
+    float lora_dropout;  /* on the adapters' input */
+    int lora_targets;    /* bit i: the i-th of GPT_LORA_* (the Hugging Face module names) */
 } gpt_config;
+
+/* The modules LoRA may target, by their Hugging Face (Llama) names: the bits of lora_targets. */
+enum { GPT_LORA_Q, GPT_LORA_K, GPT_LORA_V, GPT_LORA_O, GPT_LORA_GATE, GPT_LORA_UP, GPT_LORA_DOWN, GPT_LORA_NMODULES };
+static inline int gpt_lora(const gpt_config *c) { return c->lora_rank > 0; }
+static inline int gpt_lora_on(const gpt_config *c, int module) { return c->lora_rank > 0 && (c->lora_targets >> module & 1); }
+static inline float gpt_lora_scaling(const gpt_config *c) { return c->lora_alpha / (float)c->lora_rank; }
 
 /* The resolved values of the fields whose zero means a default. */
 static inline int gpt_groups(const gpt_config *c) { return c->query_groups ? c->query_groups : c->heads; }
