@@ -1,0 +1,169 @@
+/* SFT's batch source: a sample per row, cut and padded, the loss mask from the answer mask. See
+ * include/train/trident/sft_source.h. */
+#include "trident/sft_source.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "trident/check.h"
+#include "trident/indexed.h"
+#include "trident/sft.h"
+
+typedef struct {
+    idx_dataset *tok, *am;
+    int64_t beg[GPTDS_NSPLITS], end[GPTDS_NSPLITS];
+    uint64_t seed;
+    int mbs, dp, dp_rank, seq, num_micro, answer_only;
+    int32_t pad;
+    int64_t *perm, perm_epoch;   /* the order of perm_split's documents in epoch perm_epoch */
+    int perm_split;
+    int32_t *toks, *amask;       /* (seq + 1) one sample */
+    int32_t *ids, *targets;      /* (num_micro, mbs, seq) */
+    int64_t *sample;             /* (num_micro, mbs) */
+    float *mask;                 /* (num_micro, mbs, seq) */
+} sft_source;
+
+int sft_row(const int32_t *toks, const int32_t *am, int64_t len, int seq, int answer_only, int32_t pad, int32_t *ids,
+            int32_t *targets, float *mask)
+{
+    int64_t n = len < seq + 1 ? len : seq + 1; /* the tokens kept: the first seq + 1 */
+    int counted = 0;
+    for (int t = 0; t < seq; t++) {
+        ids[t] = t < n ? toks[t] : pad;
+        int has = t + 1 < n;
+        targets[t] = has ? toks[t + 1] : pad;
+        int c = has && (!answer_only || am[t + 1]); /* the target token is the answer's */
+        mask[t] = c ? 1.0f : 0.0f;
+        counted += c;
+    }
+    return counted;
+}
+
+static uint64_t splitmix(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+/* The document of sample idx of split s: documents in a Fisher-Yates order keyed by the seed, the
+ * split and the epoch. */
+static int64_t doc_of(sft_source *g, gptds_split s, int64_t idx)
+{
+    int64_t n = g->end[s] - g->beg[s], epoch = idx / n;
+    if (!g->perm || g->perm_split != (int)s || g->perm_epoch != epoch) {
+        free(g->perm);
+        g->perm = td_xmalloc((size_t)n * sizeof(int64_t));
+        for (int64_t i = 0; i < n; i++) g->perm[i] = i;
+        uint64_t x = g->seed * 0x100000001b3ULL ^ ((uint64_t)s << 56) ^ (uint64_t)epoch;
+        for (int64_t i = n - 1; i > 0; i--) {
+            int64_t j = (int64_t)(splitmix(&x) % (uint64_t)(i + 1));
+            int64_t t = g->perm[i];
+            g->perm[i] = g->perm[j], g->perm[j] = t;
+        }
+        g->perm_split = (int)s, g->perm_epoch = epoch;
+    }
+    return g->beg[s] + g->perm[idx % n];
+}
+
+static void sft_begin(void *self, gptds_split split, int64_t consumed, const comm *dp_group, gpt_batch *micro)
+{
+    sft_source *g = self;
+    int S = g->seq;
+    int64_t counted = 0;
+    const int64_t *di = idx_doc_index(g->tok);
+    for (int m = 0; m < g->num_micro; m++) {
+        size_t r0 = (size_t)m * g->mbs;
+        for (int j = 0; j < g->mbs; j++) {
+            int64_t idx = batch_sample_index(consumed, m, j, g->mbs, g->dp, g->dp_rank);
+            int64_t sq = di[doc_of(g, split, idx)];
+            int64_t len = idx_seq_len(g->tok, sq), n = len < S + 1 ? len : S + 1;
+            idx_read(g->tok, sq, 0, n, g->toks);
+            idx_read(g->am, sq, 0, n, g->amask);
+            size_t o = (r0 + j) * S;
+            counted += sft_row(g->toks, g->amask, len, S, g->answer_only, g->pad, g->ids + o, g->targets + o,
+                               g->mask + o);
+            g->sample[r0 + j] = idx;
+        }
+        micro[m] = (gpt_batch){.B = g->mbs, .ids = g->ids + r0 * S, .targets = g->targets + r0 * S,
+                               .sample = g->sample + r0, .loss_mask = g->mask + r0 * S};
+    }
+    /* the mean over the counted targets of the global batch, as the packed source weighs it */
+    comm_allreduce(dp_group, &counted, 1, COMM_I64, COMM_SUM);
+    double all = (double)g->num_micro * g->mbs * g->dp * S;
+    float w = counted ? (float)(all / (double)counted) : 0.0f;
+    for (int m = 0; m < g->num_micro; m++) micro[m].token_weight = w;
+}
+
+static int64_t sft_num_samples(const void *self, gptds_split split)
+{
+    const sft_source *g = self;
+    return g->end[split] - g->beg[split];
+}
+
+static void sft_close(void *self)
+{
+    sft_source *g = self;
+    idx_close(g->tok), idx_close(g->am);
+    free(g->perm), free(g->toks), free(g->amask), free(g->ids), free(g->targets), free(g->sample), free(g->mask);
+    free(g);
+}
+
+const batch_source_ops sft_source_ops = {"SFT samples", sft_begin, sft_num_samples, sft_close};
+
+/* The samples of [beg, end) longer than seq + 1 tokens, cut at the right. */
+static int64_t count_long(const idx_dataset *d, int64_t beg, int64_t end, int seq)
+{
+    const int64_t *di = idx_doc_index(d);
+    int64_t n = 0;
+    for (int64_t i = beg; i < end; i++) n += idx_seq_len(d, di[i]) > seq + 1;
+    return n;
+}
+
+void *sft_source_open(const gptds_config *dc, const gpt_config *c, int answer_only, int32_t pad, int mbs,
+                      int num_micro, int dp, int dp_rank, int log)
+{
+    if (dc->n != 1 || dc->weights)
+        td_fatal(2, "--sft reads one dataset: give --data-path one PREFIX_sft_document, not a blend");
+    char err[1024];
+    sft_source *g = td_xcalloc(1, sizeof *g);
+    char *mp = sft_mask_prefix(dc->paths[0]);
+    if (!(g->tok = idx_open(dc->paths[0], err, sizeof err))) td_fatal(1, "--sft: %s", err);
+    if (!(g->am = idx_open(mp, err, sizeof err)))
+        td_fatal(1, "--sft: the answer mask %s: %s (write both with preprocess --sft)", mp, err);
+    int64_t nd = idx_num_documents(g->tok);
+    if (idx_num_documents(g->am) != nd || idx_num_sequences(g->am) != idx_num_sequences(g->tok) ||
+        idx_num_sequences(g->tok) != nd || memcmp(idx_seq_lens(g->am), idx_seq_lens(g->tok), (size_t)nd * sizeof(int32_t)))
+        td_fatal(1, "--sft: %s and its answer mask %s do not hold the same samples; write both again with preprocess --sft",
+                 dc->paths[0], mp);
+    double w[GPTDS_NSPLITS];
+    if (gptds_parse_split(dc->split, w, err, sizeof err) != 0) td_fatal(2, "%s", err);
+    gptds_split_range(w, nd, g->beg, g->end);
+    if (g->end[GPTDS_TRAIN] <= g->beg[GPTDS_TRAIN])
+        td_fatal(2, "--sft: --split %s leaves no training samples of the %lld in %s", dc->split, (long long)nd,
+                 dc->paths[0]);
+    g->seed = (uint64_t)dc->seed;
+    g->mbs = mbs, g->dp = dp, g->dp_rank = dp_rank, g->seq = c->seq, g->num_micro = num_micro;
+    g->answer_only = answer_only, g->pad = pad, g->perm_split = -1;
+    size_t rows = (size_t)num_micro * mbs;
+    g->toks = td_xmalloc((size_t)(c->seq + 1) * sizeof(int32_t));
+    g->amask = td_xmalloc((size_t)(c->seq + 1) * sizeof(int32_t));
+    g->ids = td_xmalloc(rows * c->seq * sizeof(int32_t));
+    g->targets = td_xmalloc(rows * c->seq * sizeof(int32_t));
+    g->sample = td_xmalloc(rows * sizeof(int64_t));
+    g->mask = td_xmalloc(rows * c->seq * sizeof(float));
+    if (log) {
+        static const char *const names[] = {"training", "validation", "test"};
+        for (int s = 0; s < GPTDS_NSPLITS; s++) {
+            int64_t n = g->end[s] - g->beg[s];
+            if (n <= 0) continue;
+            int64_t cut = count_long(g->tok, g->beg[s], g->end[s], c->seq);
+            TD_INFO("sft: %lld %s samples, %lld of them longer than --seq-length + 1 = %d tokens, cut at the right "
+                    "(%.1f%%); loss over %s", (long long)n, names[s], (long long)cut, c->seq + 1,
+                    100.0 * (double)cut / (double)n, answer_only ? "the answer's tokens" : "every token");
+        }
+    }
+    free(mp);
+    return g;
+}
