@@ -91,9 +91,10 @@ static const flag_t FLAGS[] = {
      "PREFIX_<key>_sentence.bin and .idx", 0, 0, NULL},
     {"--workers", A_INT, OFF(workers), "1", TD_CMD_PREPROCESS, "preprocess",
      "tokenizer threads", 1, 1024, NULL},
-    {"--sft", A_BOOL, OFF(sft), "0", TD_CMD_PREPROCESS | TD_CMD_TRAIN, "sft",
+    {"--sft", A_BOOL, OFF(sft), "0", TD_CMD_PREPROCESS | TD_CMD_TRAIN | TD_CMD_EVAL, "sft",
      "supervised fine-tuning data: preprocess writes PREFIX_sft_document and its _answer_mask sidecar "
-     "(docs/finetune.md); train reads one sample per sequence, padded, the loss over the answer's tokens", 0, 0, NULL},
+     "(docs/finetune.md); train reads one sample per sequence, padded, the loss over the answer's tokens; eval scores "
+     "a split so", 0, 0, NULL},
     {"--sft-format", A_CHOICE, OFF(sft_format), "chat", TD_CMD_PREPROCESS, "sft",
      "--sft lines: prompt-response (--prompt-template), chat ({\"messages\": [{role, content}]}) or sharegpt "
      "({\"conversations\": [{from, value}]}), the last two rendered with --chat-template", 0, 0,
@@ -101,7 +102,7 @@ static const flag_t FLAGS[] = {
     {"--prompt-template", A_STR, OFF(prompt_template), NULL, TD_CMD_PREPROCESS, "sft",
      "--sft-format prompt-response: text with {key} placeholders of each line's strings, ending with the answer's "
      "(e.g. 'Q: {input}\\n\\nA: {output}')", 0, 0, NULL},
-    {"--no-answer-only-loss", A_BOOL, OFF(no_answer_only_loss), "0", TD_CMD_TRAIN, "sft",
+    {"--no-answer-only-loss", A_BOOL, OFF(no_answer_only_loss), "0", TD_CMD_TRAIN | TD_CMD_EVAL, "sft",
      "--sft: the loss counts every token of a sample, not only the answer's", 0, 0, NULL},
     {"--skip-bad-lines", A_BOOL, OFF(skip_bad_lines), "0", TD_CMD_PREPROCESS, "preprocess",
      "count and skip malformed JSON lines instead of failing", 0, 0, NULL},

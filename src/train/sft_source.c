@@ -23,22 +23,6 @@ typedef struct {
     float *mask;                 /* (num_micro, mbs, seq) */
 } sft_source;
 
-int sft_row(const int32_t *toks, const int32_t *am, int64_t len, int seq, int answer_only, int32_t pad, int32_t *ids,
-            int32_t *targets, float *mask)
-{
-    int64_t n = len < seq + 1 ? len : seq + 1; /* the tokens kept: the first seq + 1 */
-    int counted = 0;
-    for (int t = 0; t < seq; t++) {
-        ids[t] = t < n ? toks[t] : pad;
-        int has = t + 1 < n;
-        targets[t] = has ? toks[t + 1] : pad;
-        int c = has && (!answer_only || am[t + 1]); /* the target token is the answer's */
-        mask[t] = c ? 1.0f : 0.0f;
-        counted += c;
-    }
-    return counted;
-}
-
 static uint64_t splitmix(uint64_t *x)
 {
     uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);

@@ -2,7 +2,7 @@
 # by hand (chat, ShareGPT, prompt/response), bad lines named file:line, train --sft counting cut
 # samples, tp 2 and dp 2 against one rank. About 6 s.
 add_test(NAME e2e/sft COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/sft.sh)
-set_tests_properties(e2e/sft PROPERTIES TIMEOUT 40
+set_tests_properties(e2e/sft PROPERTIES TIMEOUT 60
   ENVIRONMENT "${TD_MPI_ENV};TRIDENT=$<TARGET_FILE:trident>")
 # the unit test of tests/unit/test_sft.c (registered by tests/CMakeLists.txt's glob): under a second
 set_tests_properties(unit/test_sft PROPERTIES TIMEOUT 15)

@@ -143,14 +143,15 @@ expect "bad: template without the answer last" 2 "must end with the answer's {ke
 expect "bad: --sft-format without --sft" 2 "--sft-format applies to --sft only" \
   "$T" preprocess "${CHAT[@]}" --sft-format chat --input "$D/chat.jsonl" --output-prefix "$D/bad"
 
-# training: 64 samples (56 training), 4 iterations of 8; tp 2 and dp 2 the loss of one rank
+# training: 64 samples (56 training, 8 validation), 4 iterations of 8; tp 2 and dp 2 the loss of one rank
 expect "rev: preprocess" 0 "64 samples" \
   "${PRE[@]}" --chat-template "$D/tokenizer_config.json" --input "$D/rev.jsonl" --output-prefix "$D/rev"
-long=$(read_ds "$D/rev_sft_document" | python3 -c 'import json,sys; t=json.load(sys.stdin)[0]; print(sum(len(x) > 33 for x in t[:58]))')
+long=$(read_ds "$D/rev_sft_document" | python3 -c 'import json,sys; t=json.load(sys.stdin)[0]; print(sum(len(x) > 33 for x in t[:56]))')
 TRAIN=(train --sft --data-path "$D/rev_sft_document" "${CHAT[@]}" --num-layers 2 --hidden-size 32
        --num-attention-heads 4 --seq-length 32 --micro-batch-size 2 --global-batch-size 8 --train-iters 4
-       --log-interval 1 --lr 1e-3 --split 90,10,0 --eval-interval 4 --eval-iters 1 --seed 7 --peak-tflops 1)
-expect "train: one rank" 0 "sft: 58 training samples, $long of them longer than --seq-length + 1 = 33 tokens" "$T" "${TRAIN[@]}"
+       --log-interval 1 --lr 1e-3 --split 87.5,12.5,0 --eval-interval 4 --eval-iters 1 --seed 7 --peak-tflops 1)
+expect "train: one rank" 0 "sft: 56 training samples, $long of them longer than --seq-length + 1 = 33 tokens" "$T" "${TRAIN[@]}" \
+  --save "$D/ck" --save-interval 4
 one=$out
 expect "train: tp 2" 0 "iteration        4/" "${MPIRUN[@]}" -np 2 "$T" "${TRAIN[@]}" --tensor-model-parallel-size 2
 tp=$out
@@ -163,6 +164,16 @@ a, b, c = ([float(x) for x in s.split()] for s in sys.argv[1:4])
 assert len(a) == 5 and len(b) == 5 and len(c) == 5, (a, b, c)
 assert all(abs(x - y) <= 2e-5 * abs(x) and abs(x - z) <= 2e-5 * abs(x) for x, y, z in zip(a, b, c)), (a, b, c)
 EOF
+# eval --sft of the validation split (its 8 samples, one global batch): the final validation loss
+# of the run that saved the checkpoint, through ev_forward's rows instead of the schedule; tp 2 so
+valid=$(grep -oE 'lm loss value: [0-9.E+-]+' <<<"$one" | tail -1 | awk '{print $NF}')
+for np in 1 2; do
+  expect "eval --sft: np $np" 0 "eval --sft: 8 samples" "${MPIRUN[@]}" -np $np "$T" eval --sft --load "$D/ck" \
+    --split-name valid --micro-batch-size 2 --tensor-model-parallel-size $np
+  got=$(grep -oE 'eval: loss [0-9.]+' <<<"$out" | awk '{print $NF}')
+  python3 -c "import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); assert abs(a - b) <= 2e-5 * a" "$valid" "$got" &&
+    ok "eval --sft: np $np: loss $got = the run's validation loss $valid" || bad "eval --sft: np $np: loss '$got', validation '$valid'"
+done
 # every target counted: a different (larger-denominator) loss from the same weights
 expect "train: --no-answer-only-loss" 0 "loss over every token" "$T" "${TRAIN[@]}" --no-answer-only-loss --train-iters 1
 first_all=$(losses "$out" | awk '{print $1}') first_ans=$(losses "$one" | awk '{print $1}')

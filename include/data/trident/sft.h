@@ -53,6 +53,13 @@ typedef struct {
 int sft_prep_run(const sft_config *c, const tok_tokenizer *t, const char *const *inputs, int n_inputs,
                  const char *output_prefix, sft_prep_stats *st, char *err, size_t errlen);
 
+/* One row of a sample of len tokens (toks, its answer mask am; the first min(len, seq + 1) read):
+ * ids, targets and loss mask (seq each): the sample cut to seq + 1 tokens (cut at the right),
+ * then pad; a target counts (mask 1) where it is a token of the sample and, with answer_only, the
+ * answer's. Returns the counted targets. */
+int sft_row(const int32_t *toks, const int32_t *am, int64_t len, int seq, int answer_only, int32_t pad, int32_t *ids,
+            int32_t *targets, float *mask);
+
 /* "DATA_answer_mask": the mask sidecar of the token dataset DATA (caller frees). */
 char *sft_mask_prefix(const char *data_prefix);
 

@@ -22,9 +22,4 @@ extern const batch_source_ops sft_source_ops;
 void *sft_source_open(const gptds_config *dc, const gpt_config *c, int answer_only, int32_t pad, int mbs,
                       int num_micro, int dp, int dp_rank, int log);
 
-/* One row: ids, targets and the loss mask (seq each) of a sample of len tokens (toks, and its
- * answer mask am) cut to seq + 1. Returns the counted targets. */
-int sft_row(const int32_t *toks, const int32_t *am, int64_t len, int seq, int answer_only, int32_t pad, int32_t *ids,
-            int32_t *targets, float *mask);
-
 #endif
