@@ -21,6 +21,7 @@ typedef struct {
     int32_t *ids, *targets;      /* (num_micro, mbs, seq) */
     int64_t *sample;             /* (num_micro, mbs) */
     float *mask;                 /* (num_micro, mbs, seq) */
+    int64_t last[2];             /* the last training iteration's counted targets, samples cut */
 } sft_source;
 
 static uint64_t splitmix(uint64_t *x)
@@ -55,7 +56,7 @@ static void sft_begin(void *self, gptds_split split, int64_t consumed, const com
 {
     sft_source *g = self;
     int S = g->seq;
-    int64_t counted = 0;
+    int64_t counted[2] = {0, 0}; /* targets counted, samples cut */
     const int64_t *di = idx_doc_index(g->tok);
     for (int m = 0; m < g->num_micro; m++) {
         size_t r0 = (size_t)m * g->mbs;
@@ -66,7 +67,8 @@ static void sft_begin(void *self, gptds_split split, int64_t consumed, const com
             idx_read(g->tok, sq, 0, n, g->toks);
             idx_read(g->am, sq, 0, n, g->amask);
             size_t o = (r0 + j) * S;
-            counted += sft_row(g->toks, g->amask, len, S, g->answer_only, g->pad, g->ids + o, g->targets + o,
+            counted[1] += len > S + 1;
+            counted[0] += sft_row(g->toks, g->amask, len, S, g->answer_only, g->pad, g->ids + o, g->targets + o,
                                g->mask + o);
             g->sample[r0 + j] = idx;
         }
@@ -74,9 +76,10 @@ static void sft_begin(void *self, gptds_split split, int64_t consumed, const com
                                .sample = g->sample + r0, .loss_mask = g->mask + r0 * S};
     }
     /* the mean over the counted targets of the global batch, as the packed source weighs it */
-    comm_allreduce(dp_group, &counted, 1, COMM_I64, COMM_SUM);
+    comm_allreduce(dp_group, counted, 2, COMM_I64, COMM_SUM);
+    if (split == GPTDS_TRAIN) g->last[0] = counted[0], g->last[1] = counted[1];
     double all = (double)g->num_micro * g->mbs * g->dp * S;
-    float w = counted ? (float)(all / (double)counted) : 0.0f;
+    float w = counted[0] ? (float)(all / (double)counted[0]) : 0.0f;
     for (int m = 0; m < g->num_micro; m++) micro[m].token_weight = w;
 }
 
@@ -94,7 +97,19 @@ static void sft_close(void *self)
     free(g);
 }
 
-const batch_source_ops sft_source_ops = {"SFT samples", sft_begin, sft_num_samples, sft_close};
+/* sft_loss_tokens: the targets the loss counted over the global batch; sft_samples_cut: its
+ * samples longer than seq + 1, cut at the right */
+static int sft_metrics(const void *self, gpt_metric *out, int max)
+{
+    const sft_source *g = self;
+    static const gpt_metric m[2] = {{"sft_loss_tokens", "loss tokens", "%.0f", 0},
+                                    {"sft_samples_cut", "samples cut", "%.0f", 0}};
+    int n = max < 2 ? max : 2;
+    for (int i = 0; i < n; i++) out[i] = m[i], out[i].value = (double)g->last[i];
+    return n;
+}
+
+const batch_source_ops sft_source_ops = {"SFT samples", sft_begin, sft_num_samples, sft_close, sft_metrics};
 
 /* The samples of [beg, end) longer than seq + 1 tokens, cut at the right. */
 static int64_t count_long(const idx_dataset *d, int64_t beg, int64_t end, int seq)

@@ -178,6 +178,24 @@ done
 expect "train: --no-answer-only-loss" 0 "loss over every token" "$T" "${TRAIN[@]}" --no-answer-only-loss --train-iters 1
 first_all=$(losses "$out" | awk '{print $1}') first_ans=$(losses "$one" | awk '{print $1}')
 [ "$first_all" != "$first_ans" ] && ok "--no-answer-only-loss: $first_all, answer-only $first_ans" || bad "--no-answer-only-loss: the same loss $first_all"
+# metrics: at --seq-length 8 every sample (at least 10 + 11 tokens before its answer) is cut, so each
+# iteration cuts all 8 of its samples and counts 8 x 8 targets with --no-answer-only-loss, none with
+# the answer-only loss (which is then 0)
+for mode in all answer; do
+  rm -f "$D/m.jsonl"
+  extra=(); [ $mode = all ] && extra=(--no-answer-only-loss)
+  expect "metrics: $mode" 0 "samples cut: 8" "$T" "${TRAIN[@]}" --seq-length 8 --train-iters 2 --eval-iters 0 \
+    --metrics-file "$D/m.jsonl" "${extra[@]}"
+  python3 - "$D/m.jsonl" $mode <<'EOF' && ok "metrics: $mode: sft_samples_cut 8, sft_loss_tokens as worked out" || bad "metrics: $mode: $(cat "$D/m.jsonl")"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert len(rows) == 2
+for r in rows:
+    assert r["sft_samples_cut"] == 8, r
+    assert r["sft_loss_tokens"] == (64 if sys.argv[2] == "all" else 0), r
+    assert sys.argv[2] == "all" or r["lm_loss"] == 0, r
+EOF
+done
 expect "train: --sft with packing" 2 "--sft reads one sample per sequence" "$T" "${TRAIN[@]}" --eod-mask-loss
 cp "$D/rev_sft_document.bin" "$D/nomask_sft_document.bin" && cp "$D/rev_sft_document.idx" "$D/nomask_sft_document.idx"
 NOMASK=("${TRAIN[@]}")
