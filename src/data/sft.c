@@ -223,6 +223,17 @@ static char *render_first(const sft_config *c, const cJSON *m, int n, int gen, s
     return text;
 }
 
+/* Whether render(messages[:n], gen 0) equals `with` (the gen 1 render of the same messages). */
+static int always_prompts(const sft_config *c, const cJSON *m, int n, const char *with, size_t wl)
+{
+    size_t l0 = 0;
+    char err[64];
+    char *without = render_first(c, m, n, 0, &l0, err, sizeof err);
+    int same = without && l0 == wl && memcmp(without, with, wl) == 0;
+    free(without);
+    return same;
+}
+
 static size_t common_prefix(const bpe_ids *a, const bpe_ids *b)
 {
     size_t i = 0;
@@ -240,6 +251,17 @@ static long prefix_tokens(const sft_config *c, const tok_tokenizer *t, tok_worke
     if (!text) return -1;
     if (len > full_len || memcmp(text, full, len) != 0) {
         free(text);
+        if (!gen) { /* a template that appends the generation prompt whatever add_generation_prompt says */
+            size_t l2 = 0;
+            char *with = render_first(c, m, n, 1, &l2, err, errlen);
+            int same = with && always_prompts(c, m, n, with, l2);
+            free(with);
+            if (same)
+                return fail(err, errlen, "the chat template appends the assistant's generation prompt even when "
+                                         "add_generation_prompt is false (as Llama 3.0's first template does), so where "
+                                         "an answer ends cannot be told; use a template that honours "
+                                         "add_generation_prompt (e.g. Llama 3.1's)");
+        }
         return fail(err, errlen, "the chat template does not render the first %d messages%s as the start of the whole "
                                  "conversation, so the assistant's tokens cannot be told apart; use a template that "
                                  "renders earlier turns unchanged", n, gen ? " with the generation prompt" : "");
