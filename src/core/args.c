@@ -91,6 +91,8 @@ static const flag_t FLAGS[] = {
      "PREFIX_<key>_sentence.bin and .idx", 0, 0, NULL},
     {"--workers", A_INT, OFF(workers), "1", TD_CMD_PREPROCESS, "preprocess",
      "tokenizer threads", 1, 1024, NULL},
+    {"--skip-bad-lines", A_BOOL, OFF(skip_bad_lines), "0", TD_CMD_PREPROCESS, "preprocess",
+     "count and skip malformed JSON lines instead of failing", 0, 0, NULL},
     {"--sft", A_BOOL, OFF(sft), "0", TD_CMD_PREPROCESS | TD_CMD_TRAIN | TD_CMD_EVAL, "sft",
      "supervised fine-tuning data: preprocess writes PREFIX_sft_document and its _answer_mask sidecar "
      "(docs/finetune.md); train reads one sample per sequence, padded, the loss over the answer's tokens; eval scores "
@@ -104,8 +106,6 @@ static const flag_t FLAGS[] = {
      "(e.g. 'Q: {input}\\n\\nA: {output}')", 0, 0, NULL},
     {"--no-answer-only-loss", A_BOOL, OFF(no_answer_only_loss), "0", TD_CMD_TRAIN | TD_CMD_EVAL, "sft",
      "--sft: the loss counts every token of a sample, not only the answer's", 0, 0, NULL},
-    {"--skip-bad-lines", A_BOOL, OFF(skip_bad_lines), "0", TD_CMD_PREPROCESS, "preprocess",
-     "count and skip malformed JSON lines instead of failing", 0, 0, NULL},
 
     {"--data-path", A_LIST, OFF(data_path), NULL, ANY_DATA, "data",
      "dataset prefix, or a blend: W1 PREFIX1 W2 PREFIX2 ...", 0, 0, NULL},
