@@ -143,7 +143,7 @@ expect "bad: template without the answer last" 2 "must end with the answer's {ke
 expect "bad: --sft-format without --sft" 2 "--sft-format applies to --sft only" \
   "$T" preprocess "${CHAT[@]}" --sft-format chat --input "$D/chat.jsonl" --output-prefix "$D/bad"
 
-# training: 64 samples (56 training, 8 validation), 4 iterations of 8; tp 2 and dp 2 the loss of one rank
+# training: 64 samples (56 training, 8 validation), 4 iterations of 8; tp 2, dp 2 and pp 2 the loss of one rank
 expect "rev: preprocess" 0 "64 samples" \
   "${PRE[@]}" --chat-template "$D/tokenizer_config.json" --input "$D/rev.jsonl" --output-prefix "$D/rev"
 long=$(read_ds "$D/rev_sft_document" | python3 -c 'import json,sys; t=json.load(sys.stdin)[0]; print(sum(len(x) > 33 for x in t[:56]))')
@@ -157,12 +157,14 @@ expect "train: tp 2" 0 "iteration        4/" "${MPIRUN[@]}" -np 2 "$T" "${TRAIN[
 tp=$out
 expect "train: dp 2" 0 "iteration        4/" "${MPIRUN[@]}" -np 2 "$T" "${TRAIN[@]}"
 dp=$out
+expect "train: pp 2" 0 "iteration        4/" "${MPIRUN[@]}" -np 2 "$T" "${TRAIN[@]}" --pipeline-model-parallel-size 2
+pp=$out
 losses() { grep -oE '(lm loss|lm loss value): [0-9.E+-]+' <<<"$1" | awk '{print $NF}' | tr '\n' ' '; }
-python3 - "$(losses "$one")" "$(losses "$tp")" "$(losses "$dp")" <<'EOF' && ok "layouts: tp 2 and dp 2 the losses of one rank: $(losses "$one")" || bad "layouts: $(losses "$one") / $(losses "$tp") / $(losses "$dp")"
+python3 - "$(losses "$one")" "$(losses "$tp")" "$(losses "$dp")" "$(losses "$pp")" <<'EOF' && ok "layouts: tp 2, dp 2 and pp 2 the losses of one rank: $(losses "$one")" || bad "layouts: $(losses "$one") / $(losses "$tp") / $(losses "$dp") / $(losses "$pp")"
 import sys
-a, b, c = ([float(x) for x in s.split()] for s in sys.argv[1:4])
-assert len(a) == 5 and len(b) == 5 and len(c) == 5, (a, b, c)
-assert all(abs(x - y) <= 2e-5 * abs(x) and abs(x - z) <= 2e-5 * abs(x) for x, y, z in zip(a, b, c)), (a, b, c)
+a, *others = ([float(x) for x in s.split()] for s in sys.argv[1:5])
+assert len(a) == 5 and all(len(o) == 5 for o in others), (a, others)
+assert all(abs(x - y) <= 2e-5 * abs(x) for o in others for x, y in zip(a, o)), (a, others)
 EOF
 # eval --sft of the validation split (its 8 samples, one global batch): the final validation loss
 # of the run that saved the checkpoint, through ev_forward's rows instead of the schedule; tp 2 so
