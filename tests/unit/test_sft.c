@@ -96,12 +96,14 @@ static gpt_config tiny_config(void)
     return c;
 }
 
-static void *open_source(const gpt_config *c, int mbs, int num_micro)
+static void *open_packed(const gpt_config *c, int mbs, int num_micro, int packed)
 {
     char *paths[1] = {g_prefix};
     gptds_config dc = {.n = 1, .paths = paths, .split = "100,0,0", .seed = 1234, .seq_length = S};
-    return sft_source_open(&dc, c, 1, PAD, mbs, num_micro, 1, 0, 0);
+    return sft_source_open(&dc, c, 1, packed, packed, PAD, mbs, num_micro, 1, 0, 0);
 }
+
+static void *open_source(const gpt_config *c, int mbs, int num_micro) { return open_packed(c, mbs, num_micro, 0); }
 
 /* The sample a row holds, by its first token. */
 static int sample_of(const int32_t *row)
@@ -185,6 +187,80 @@ static void answer_only_loss(void **state)
     sft_source_ops.close(src);
 }
 
+/* Per-token losses (B, S) of a forward without the loss mask into out. */
+static void losses_of(gpt_model *m, const gpt_batch *in, float *out)
+{
+    gpt_batch plain = *in;
+    plain.loss_mask = NULL, plain.token_weight = 0;
+    gpt_acts *a = gpt_acts_acquire(m);
+    double sum = 0;
+    gpt_forward(m, a, &plain, NULL, 0, &sum);
+    be_memcpy(g_be, out, gpt_acts_losses(a), (size_t)in->B * m->cfg.seq * sizeof(float), BE_D2H);
+    gpt_acts_release(m, a);
+}
+
+/* Packed (--reset-attention-mask, --reset-position-ids): every sample in exactly one row; each
+ * row's samples (found by seg) have the per-token losses and the loss mask of the sample alone in
+ * a row of its own (sft_row), where the mask counts; no target across two samples; the loss is
+ * the mean over the counted targets of the samples alone. */
+static void packed_equals_alone(void **state)
+{
+    (void)state;
+    enum { P = 16 }; /* rows of 16 + 1: the samples of 5, 9, 12, 3 and 7 tokens fill 3 or 4 (12 fits with 5 or 3 only) */
+    gpt_config c = tiny_config();
+    c.seq = c.max_pos = P;
+    void *src = open_packed(&c, 1, 1, 1);
+    int rows = (int)sft_source_ops.num_samples(src, GPTDS_TRAIN);
+    assert_true(rows >= 3 && rows <= 4);
+    sft_source_ops.close(src);
+    src = open_packed(&c, rows, 1, 1);
+    gpt_batch in;
+    sft_source_ops.begin(src, GPTDS_TRAIN, 0, g_ps->dp_group, &in);
+    gpt_model *m = gpt_create(&c, g_ps, g_be, 0, c.num_layers, rows > NDOC ? rows : NDOC, 1);
+    float *packed = malloc((size_t)rows * P * sizeof(float)), alone[P];
+    losses_of(m, &in, packed);
+    int seen[NDOC] = {0}, counted = 0;
+    double want = 0;
+    for (int r = 0; r < rows; r++) {
+        const int32_t *ids = in.ids + r * P, *seg = in.seg + r * P, *pos = in.pos + r * P;
+        for (int t0 = 0; t0 < P; t0++) {
+            if (seg[t0] != t0 || ids[t0] < 20) continue; /* a sample starts here (padding: ids PAD) */
+            int k = sample_of(ids + t0);
+            seen[k]++;
+            int32_t toks[16], am[16], a_ids[P], a_tg[P];
+            float a_mk[P];
+            for (int i = 0; i < LEN[k]; i++) toks[i] = tok_of(k, i), am[i] = i >= ANS[k];
+            sft_row(toks, am, LEN[k], P, 1, PAD, a_ids, a_tg, a_mk);
+            int64_t sample = 0;
+            losses_of(m, &(gpt_batch){.B = 1, .ids = a_ids, .targets = a_tg, .sample = &sample}, alone);
+            for (int t = 0; t0 + t < P && seg[t0 + t] == t0; t++) {
+                assert_int_equal(pos[t0 + t], t);
+                int last = t0 + t + 1 >= P || seg[t0 + t + 1] != t0; /* its target is another sample's */
+                float mk = in.loss_mask[r * P + t0 + t];
+                assert_true(mk == (last ? 0.0f : a_mk[t]));
+                if (mk > 0) {
+                    double d = fabs((double)packed[r * P + t0 + t] - alone[t]);
+                    assert_true(d < 1e-5 * fabs(alone[t]) + 1e-6);
+                    want += alone[t], counted++;
+                }
+            }
+        }
+    }
+    for (int k = 0; k < NDOC; k++) assert_int_equal(seen[k], 1);
+    gpt_acts *a = gpt_acts_acquire(m);
+    double got = 0;
+    gpt_forward(m, a, &in, NULL, 0, &got);
+    gpt_acts_release(m, a);
+    got /= (double)rows * P;
+    want /= counted;
+    printf("packed: %d samples in %d rows; answer-only loss %.6f, the samples alone %.6f over %d targets\n", NDOC, rows,
+           got, want, counted);
+    assert_true(fabs(got - want) < 1e-5 * fabs(want));
+    free(packed);
+    gpt_free(m);
+    sft_source_ops.close(src);
+}
+
 int main(int argc, char **argv)
 {
     g_world = comm_world_init(&argc, &argv);
@@ -195,6 +271,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(row_by_hand),
         cmocka_unit_test(source_rows),
         cmocka_unit_test(answer_only_loss),
+        cmocka_unit_test(packed_equals_alone),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     char *mp = sft_mask_prefix(g_prefix), path[600];
