@@ -96,14 +96,14 @@ static gpt_config tiny_config(void)
     return c;
 }
 
-static void *open_packed(const gpt_config *c, int mbs, int num_micro, int packed)
+static void *open_packed(const gpt_config *c, int mbs, int num_micro, int packed, int answer_only)
 {
     char *paths[1] = {g_prefix};
     gptds_config dc = {.n = 1, .paths = paths, .split = "100,0,0", .seed = 1234, .seq_length = S};
-    return sft_source_open(&dc, c, 1, packed, packed, PAD, mbs, num_micro, 1, 0, 0);
+    return sft_source_open(&dc, c, answer_only, packed, packed, PAD, mbs, num_micro, 1, 0, 0);
 }
 
-static void *open_source(const gpt_config *c, int mbs, int num_micro) { return open_packed(c, mbs, num_micro, 0); }
+static void *open_source(const gpt_config *c, int mbs, int num_micro) { return open_packed(c, mbs, num_micro, 0, 1); }
 
 /* The sample a row holds, by its first token. */
 static int sample_of(const int32_t *row)
@@ -203,17 +203,16 @@ static void losses_of(gpt_model *m, const gpt_batch *in, float *out)
  * row's samples (found by seg) have the per-token losses and the loss mask of the sample alone in
  * a row of its own (sft_row), where the mask counts; no target across two samples; the loss is
  * the mean over the counted targets of the samples alone. */
-static void packed_equals_alone(void **state)
+static void check_packed(int answer_only)
 {
-    (void)state;
     enum { P = 16 }; /* rows of 16 + 1: the samples of 5, 9, 12, 3 and 7 tokens fill 3 or 4 (12 fits with 5 or 3 only) */
     gpt_config c = tiny_config();
     c.seq = c.max_pos = P;
-    void *src = open_packed(&c, 1, 1, 1);
+    void *src = open_packed(&c, 1, 1, 1, answer_only);
     int rows = (int)sft_source_ops.num_samples(src, GPTDS_TRAIN);
     assert_true(rows >= 3 && rows <= 4);
     sft_source_ops.close(src);
-    src = open_packed(&c, rows, 1, 1);
+    src = open_packed(&c, rows, 1, 1, answer_only);
     gpt_batch in;
     sft_source_ops.begin(src, GPTDS_TRAIN, 0, g_ps->dp_group, &in);
     gpt_model *m = gpt_create(&c, g_ps, g_be, 0, c.num_layers, rows > NDOC ? rows : NDOC, 1);
@@ -230,7 +229,7 @@ static void packed_equals_alone(void **state)
             int32_t toks[16], am[16], a_ids[P], a_tg[P];
             float a_mk[P];
             for (int i = 0; i < LEN[k]; i++) toks[i] = tok_of(k, i), am[i] = i >= ANS[k];
-            sft_row(toks, am, LEN[k], P, 1, PAD, a_ids, a_tg, a_mk);
+            sft_row(toks, am, LEN[k], P, answer_only, PAD, a_ids, a_tg, a_mk);
             int64_t sample = 0;
             losses_of(m, &(gpt_batch){.B = 1, .ids = a_ids, .targets = a_tg, .sample = &sample}, alone);
             for (int t = 0; t0 + t < P && seg[t0 + t] == t0; t++) {
@@ -253,12 +252,20 @@ static void packed_equals_alone(void **state)
     gpt_acts_release(m, a);
     got /= (double)rows * P;
     want /= counted;
-    printf("packed: %d samples in %d rows; answer-only loss %.6f, the samples alone %.6f over %d targets\n", NDOC, rows,
+    printf("packed (%s): %d samples in %d rows; loss %.6f, the samples alone %.6f over %d targets\n",
+           answer_only ? "answer-only" : "every target", NDOC, rows,
            got, want, counted);
     assert_true(fabs(got - want) < 1e-5 * fabs(want));
     free(packed);
     gpt_free(m);
     sft_source_ops.close(src);
+}
+
+static void packed_equals_alone(void **state)
+{
+    (void)state;
+    check_packed(1);
+    check_packed(0); /* every target of a sample: the one across two samples must still not count */
 }
 
 int main(int argc, char **argv)
