@@ -198,7 +198,24 @@ for r in rows:
     assert sys.argv[2] == "all" or r["lm_loss"] == 0, r
 EOF
 done
-expect "train: --sft with packing" 2 "--sft reads one sample per sequence" "$T" "${TRAIN[@]}" --eod-mask-loss
+expect "train: --sft with --eod-mask-loss" 2 "--sft counts the answer's tokens" "$T" "${TRAIN[@]}" --eod-mask-loss
+# packed: the 56 training samples (29 to 41 tokens, cut to 33) two or so a row of 64 + 1; tp 2 and
+# dp 2 the losses of one rank
+PACK=("${TRAIN[@]}" --seq-length 64 --max-position-embeddings 64 --reset-attention-mask --reset-position-ids)
+expect "packed: one rank" 0 "sft: training samples packed into" "$T" "${PACK[@]}"
+rows=$(grep -oE 'training samples packed into [0-9]+ rows' <<<"$out" | grep -oE '[0-9]+')
+[ -n "$rows" ] && [ "$rows" -lt 56 ] && [ "$rows" -ge 28 ] && ok "packed: 56 samples in $rows rows" || bad "packed: rows '$rows'"
+pone=$out
+expect "packed: tp 2" 0 "iteration        4/" "${MPIRUN[@]}" -np 2 "$T" "${PACK[@]}" --tensor-model-parallel-size 2
+ptp=$out
+expect "packed: dp 2" 0 "iteration        4/" "${MPIRUN[@]}" -np 2 "$T" "${PACK[@]}"
+pdp=$out
+python3 - "$(losses "$pone")" "$(losses "$ptp")" "$(losses "$pdp")" <<'EOF' && ok "packed: tp 2 and dp 2 the losses of one rank: $(losses "$pone")" || bad "packed: $(losses "$pone") / $(losses "$ptp") / $(losses "$pdp")"
+import sys
+a, *others = ([float(x) for x in s.split()] for s in sys.argv[1:4])
+assert len(a) == 5 and all(len(o) == 5 for o in others), (a, others)
+assert all(abs(x - y) <= 2e-5 * abs(x) for o in others for x, y in zip(a, o)), (a, others)
+EOF
 cp "$D/rev_sft_document.bin" "$D/nomask_sft_document.bin" && cp "$D/rev_sft_document.idx" "$D/nomask_sft_document.idx"
 NOMASK=("${TRAIN[@]}")
 NOMASK[3]="$D/nomask_sft_document"
