@@ -11,6 +11,7 @@
 #include "trident/checkpoint.h"
 #include "trident/comm.h"
 #include "trident/eval.h"
+#include "trident/sft.h"
 #include "trident/gpt_dataset.h"
 #include "trident/parallel_state.h"
 #include "trident/timer.h"
@@ -109,6 +110,48 @@ static int eval_task(td_args *a, comm *world, const char *prog)
     return 0;
 }
 
+/* --sft: the answer-only loss of the split's samples, one a row (ev_sft); frees what cli_eval opened. */
+static void eval_sft(td_args *a, comm *world, cli_model *cmod, dsr_reader *d, int64_t beg, int64_t end, double t0)
+{
+    char err[4096] = "";
+    char *mp = sft_mask_prefix(a->data_path.v[0]);
+    dsr_reader *mask = dsr_open(mp, err, sizeof err);
+    if (!mask) td_fatal(1, "trident eval --sft: the answer mask %s: %s (write both with preprocess --sft)", mp, err);
+    if (dsr_num_sequences(mask) != dsr_num_sequences(d) ||
+        memcmp(dsr_seq_lens(mask), dsr_seq_lens(d), (size_t)dsr_num_sequences(d) * sizeof(int32_t)) != 0)
+        td_fatal(1, "trident eval --sft: %s and its answer mask %s do not hold the same samples; write both again "
+                    "with preprocess --sft", a->data_path.v[0], mp);
+    ev_result res;
+    ev_sft(cmod->m, cmod->ps, d, mask, beg, end, a->micro_batch_size, !a->no_answer_only_loss, 0, &res);
+    double secs = td_now() - t0;
+    if (cmod->ps->world_rank == 0) {
+        const char *what = a->no_answer_only_loss ? "every target" : "the answer's targets";
+        printf("eval --sft: %lld sample%s (%lld cut at the right past --seq-length + 1 = %d tokens), %lld tokens; "
+               "%lld of %s scored\n", (long long)res.documents, td_plural(res.documents), (long long)res.windows,
+               a->seq_length + 1, (long long)res.doc_tokens, (long long)res.tokens, what);
+        printf("eval: loss %.6f | perplexity %.4f | tokens %lld | %.2f s\n", res.loss, res.perplexity,
+               (long long)res.tokens, secs);
+        if (a->metrics_file) {
+            FILE *f = fopen(a->metrics_file, "a");
+            if (!f) td_fatal(1, "cannot open --metrics-file %s: %s", a->metrics_file, td_strerror(errno));
+            fprintf(f, "{\"eval\": \"%s\", \"sft\": true, \"answer_only\": %s, \"checkpoint\": \"%s\", "
+                       "\"iteration\": %lld, \"samples\": %lld, \"samples_cut\": %lld, \"sample_tokens\": %lld, "
+                       "\"seq_length\": %d, \"tokens\": %lld, \"loss\": %.17g, \"perplexity\": %.17g}\n",
+                    a->split_name, a->no_answer_only_loss ? "false" : "true", cmod->meta.dir,
+                    (long long)cmod->meta.progress.iteration, (long long)res.documents, (long long)res.windows,
+                    (long long)res.doc_tokens, a->seq_length, (long long)res.tokens, res.loss, res.perplexity);
+            if (fclose(f) != 0) td_fatal(1, "cannot write --metrics-file %s: %s", a->metrics_file, td_strerror(errno));
+        }
+        fflush(stdout);
+    }
+    dsr_close(mask);
+    free(mp);
+    dsr_close(d);
+    cli_free_model(cmod);
+    td_args_free(a);
+    comm_world_finalize(world);
+}
+
 int cli_eval(int argc, char **argv)
 {
     const char *prog = "trident eval";
@@ -158,6 +201,10 @@ int cli_eval(int argc, char **argv)
         TD_INFO("eval: %s (iteration %lld), tp %d x pp %d x dp %d; %s split of %s: documents [%lld, %lld)", meta->dir,
                 (long long)meta->progress.iteration, tp, pp, ps->dp, a.split_name, a.data_path.v[0], (long long)beg,
                 (long long)end);
+    if (a.sft) {
+        eval_sft(&a, world, &cmod, d, beg, end, t0);
+        return 0;
+    }
     ev_result res;
     ev_score(m, ps, d, beg, end, K, a.micro_batch_size, &res);
     double secs = td_now() - t0;

@@ -12,6 +12,7 @@
 #include "trident/args.h"
 #include "trident/check.h"
 #include "trident/preprocess.h"
+#include "trident/sft.h"
 #include "trident/tokenizer.h"
 
 #define PROG "trident preprocess"
@@ -49,14 +50,35 @@ static void need_output_folder(const char *prefix)
 
 static void validate(const td_args *a)
 {
+    char msg[512];
     if (a->input.n == 0)
         td_usage_error(PROG ": --input is required (one or more .jsonl or text files; .gz and .zst are decompressed)");
     if (!a->output_prefix || !*a->output_prefix)
         td_usage_error(PROG ": --output-prefix is required (writes PREFIX_<key>_document.bin and .idx, or "
                        "PREFIX_<key>_sentence.* with --split-sentences)");
-    char msg[512];
     tok_spec spec = {a->tokenizer_type, a->vocab_file, a->merge_file, a->tokenizer_model};
     if (tok_check_spec(&spec, msg, sizeof msg) != 0) td_usage_error(PROG ": %s", msg);
+    if (!a->sft) {
+        const char *only[] = {"--sft-format", "--prompt-template", "--chat-template"};
+        for (int i = 0; i < 3; i++)
+            if (td_args_given(a, only[i])) td_usage_error(PROG ": %s applies to --sft only", only[i]);
+    } else {
+        if (strcmp(a->input_format, "json") != 0 || a->split_sentences || td_args_given(a, "--json-keys") ||
+            a->append_eod || a->skip_bad_lines)
+            td_usage_error(PROG ": --sft reads JSON lines whole: leave out --input-format text, --split-sentences, "
+                           "--json-keys, --append-eod and --skip-bad-lines");
+        sft_format f;
+        sft_parse_format(a->sft_format, &f);
+        if (f == SFT_PROMPT_RESPONSE) {
+            if (sft_check_prompt_template(a->prompt_template, msg, sizeof msg) != 0) td_usage_error(PROG ": %s", msg);
+            if (a->chat_template) td_usage_error(PROG ": --chat-template applies to --sft-format chat and sharegpt");
+        } else {
+            if (!a->chat_template)
+                td_usage_error(PROG ": --sft-format %s needs --chat-template (the model's tokenizer_config.json, or "
+                               "its folder)", a->sft_format);
+            if (a->prompt_template) td_usage_error(PROG ": --prompt-template applies to --sft-format prompt-response");
+        }
+    }
     if (a->json_keys.n == 0) td_usage_error(PROG ": --json-keys needs at least one key");
     for (int i = 0; i < a->json_keys.n; i++) {
         const char *k = a->json_keys.v[i];
@@ -76,6 +98,44 @@ static void validate(const td_args *a)
     const char *flags[2], *paths[2];
     for (int i = 0, n = tok_spec_files(&spec, flags, paths); i < n; i++) need_readable(flags[i], paths[i]);
     need_output_folder(a->output_prefix);
+}
+
+/* --sft: the samples and their answer masks (include/data/trident/sft.h). */
+static int run_sft(const td_args *a, const tok_tokenizer *tok)
+{
+    char err[1024];
+    sft_config c = {.prompt_template = a->prompt_template};
+    sft_parse_format(a->sft_format, &c.format);
+    ct_config cfg = {0};
+    ct_template *t = NULL;
+    if (c.format != SFT_PROMPT_RESPONSE) {
+        struct stat st;
+        char *path = NULL;
+        if (stat(a->chat_template, &st) == 0 && S_ISDIR(st.st_mode)) {
+            if (!(path = cli_find_tokenizer_config(a->chat_template)))
+                td_fatal(2, PROG ": --chat-template %s: the folder holds no tokenizer_config.json", a->chat_template);
+        } else {
+            path = td_xstrdup(a->chat_template);
+        }
+        if (ct_load_config(path, &cfg, err, sizeof err) != 0) td_fatal(1, PROG ": --chat-template %s: %s", path, err);
+        if (!cfg.template_src) td_fatal(1, PROG ": --chat-template %s has no chat_template", path);
+        if (!(t = ct_compile(cfg.template_src, err, sizeof err)))
+            td_fatal(1, PROG ": the chat_template of %s: %s", path, err);
+        free(path);
+        c.chat = &cfg, c.tmpl = t;
+    }
+    sft_prep_stats st;
+    int rc = sft_prep_run(&c, tok, (const char *const *)a->input.v, a->input.n, a->output_prefix, &st, err, sizeof err);
+    ct_free(t);
+    ct_config_free(&cfg);
+    if (rc != 0) td_fatal(1, PROG ": %s", err);
+    char *data = prep_dataset_prefix(a->output_prefix, "sft", 0);
+    if (a->verbose)
+        fprintf(stderr, "preprocess --sft: %lld samples, %lld tokens, %lld of them the answer's (%.1f%%); wrote %s and "
+                        "%s_answer_mask\n", (long long)st.samples, (long long)st.tokens, (long long)st.answer_tokens,
+                st.tokens ? 100.0 * (double)st.answer_tokens / (double)st.tokens : 0.0, data, data);
+    free(data);
+    return 0;
 }
 
 int cli_preprocess(int argc, char **argv)
@@ -99,6 +159,12 @@ int cli_preprocess(int argc, char **argv)
     if (!tok) {
         td_args_free(&a);
         td_fatal(1, "%s", err);
+    }
+    if (a.sft) {
+        int rc = run_sft(&a, tok);
+        tok_free(tok);
+        td_args_free(&a);
+        return rc;
     }
     prep_config c = {
         .inputs = (const char *const *)a.input.v,

@@ -94,6 +94,19 @@ static const flag_t FLAGS[] = {
      "tokenizer threads", 1, 1024, NULL},
     {"--skip-bad-lines", A_BOOL, OFF(skip_bad_lines), "0", TD_CMD_PREPROCESS, "preprocess",
      "count and skip malformed JSON lines instead of failing", 0, 0, NULL},
+    {"--sft", A_BOOL, OFF(sft), "0", TD_CMD_PREPROCESS | TD_CMD_TRAIN | TD_CMD_EVAL, "sft",
+     "supervised fine-tuning data: preprocess writes PREFIX_sft_document and its _answer_mask sidecar "
+     "(docs/finetune.md); train reads one sample per sequence, padded, the loss over the answer's tokens; eval scores "
+     "a split so", 0, 0, NULL},
+    {"--sft-format", A_CHOICE, OFF(sft_format), "chat", TD_CMD_PREPROCESS, "sft",
+     "--sft lines: prompt-response (--prompt-template), chat ({\"messages\": [{role, content}]}) or sharegpt "
+     "({\"conversations\": [{from, value}]}), the last two rendered with --chat-template", 0, 0,
+     "prompt-response|chat|sharegpt"},
+    {"--prompt-template", A_STR, OFF(prompt_template), NULL, TD_CMD_PREPROCESS, "sft",
+     "--sft-format prompt-response: text with {key} placeholders of each line's strings, ending with the answer's "
+     "(e.g. 'Q: {input}\\n\\nA: {output}')", 0, 0, NULL},
+    {"--no-answer-only-loss", A_BOOL, OFF(no_answer_only_loss), "0", TD_CMD_TRAIN | TD_CMD_EVAL, "sft",
+     "--sft: the loss counts every token of a sample, not only the answer's", 0, 0, NULL},
 
     {"--data-path", A_LIST, OFF(data_path), NULL, ANY_DATA, "data",
      "dataset prefix, or a blend: W1 PREFIX1 W2 PREFIX2 ...", 0, 0, NULL},
@@ -425,10 +438,11 @@ static const flag_t FLAGS[] = {
      NULL},
 
     {"--host", A_STR, OFF(host), "127.0.0.1", TD_CMD_SERVE, "server", "the IPv4 address to listen on", 0, 0, NULL},
-    {"--chat-template", A_STR, OFF(chat_template), NULL, TD_CMD_SERVE, "server",
-     "the tokenizer_config.json (or a folder holding one) whose chat_template and special tokens "
-     "POST /v1/chat/completions renders conversations with (default: the one `convert --from hf` kept in the "
-     "--load folder; without one the chat endpoint answers 400 saying so)", 0, 0, NULL},
+    {"--chat-template", A_STR, OFF(chat_template), NULL, TD_CMD_SERVE | TD_CMD_PREPROCESS, "server",
+     "the tokenizer_config.json (or a folder holding one) whose chat_template and special tokens render "
+     "conversations: serve's POST /v1/chat/completions (default: the one `convert --from hf` kept in the "
+     "--load folder; without one the chat endpoint answers 400 saying so), preprocess --sft's chat and sharegpt "
+     "formats", 0, 0, NULL},
     {"--port", A_INT, OFF(port), "5000", TD_CMD_SERVE, "server", "the TCP port", 1, 65535, NULL},
     {"--max-batch", A_INT, OFF(max_batch), "8", TD_CMD_SERVE, "server",
      "prompts generated together (greedy requests are batched; a sampled one runs alone)", 1, 1024, NULL},

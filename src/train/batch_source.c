@@ -17,6 +17,11 @@ int64_t batch_source_num_samples(const batch_source *s, gptds_split split)
     return s->ops->num_samples(s->self, split);
 }
 
+int batch_source_metrics(const batch_source *s, gpt_metric *out, int max)
+{
+    return s->ops->metrics && max > 0 ? s->ops->metrics(s->self, out, max) : 0;
+}
+
 void batch_source_close(batch_source *s)
 {
     if (!s) return;

@@ -137,4 +137,5 @@ void run_batches_metrics(run_state *r, met_record *rec)
         memset(st, 0, (size_t)n * sizeof(double));
     }
     block_metrics(r, rec);
+    rec->nextra += batch_source_metrics(r->batches.source, rec->extra + rec->nextra, GPT_MAX_STATS - rec->nextra);
 }

@@ -124,4 +124,4 @@ static void begin(void *self, gptds_split split, int64_t consumed, const comm *d
 
 static void close_source(void *self) { bert_source_close(self); }
 
-const batch_source_ops bert_source_ops = {"BERT sentence pairs", begin, num_samples, close_source};
+const batch_source_ops bert_source_ops = {"BERT sentence pairs", begin, num_samples, close_source, NULL};

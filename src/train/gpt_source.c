@@ -82,7 +82,7 @@ static void gpt_close(void *self)
     free(g);
 }
 
-const batch_source_ops gpt_source_ops = {"GPT windows", gpt_begin, gpt_num_samples, gpt_close};
+const batch_source_ops gpt_source_ops = {"GPT windows", gpt_begin, gpt_num_samples, gpt_close, NULL};
 
 struct open_gpt {
     const gptds_config *dc;

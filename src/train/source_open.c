@@ -7,6 +7,7 @@
 #include "trident/bert_source.h"
 #include "trident/check.h"
 #include "trident/gpt_source.h"
+#include "trident/sft_source.h"
 #include "trident/tokenizer.h"
 
 /* The EOD id packed documents split at: the tokenizer's (every rank opens it; only packed runs
@@ -34,6 +35,16 @@ batch_source *batch_source_open(const gptds_config *dc, const td_args *a, const 
     if (gpt_tokentypes(c)) { /* an encoder: masked sentence pairs with token types */
         s->ops = &bert_source_ops;
         s->self = bert_source_open(dc, a, c, mbs, num_micro, dp, dp_rank, world);
+    } else if (a->sft) { /* one fine-tuning sample a row, the loss over its answer */
+        s->ops = &sft_source_ops;
+        char err[512];
+        tok_spec spec = {a->tokenizer_type, a->vocab_file, a->merge_file, a->tokenizer_model};
+        tok_tokenizer *tok = tok_open(&spec, err, sizeof err);
+        if (!tok) td_fatal(1, "%s", err);
+        int32_t pad = tok_eod_id(tok) >= 0 ? tok_eod_id(tok) : 0;
+        tok_free(tok);
+        s->self = sft_source_open(dc, c, !a->no_answer_only_loss, a->reset_attention_mask, a->reset_position_ids, pad,
+                                  mbs, num_micro, dp, dp_rank, comm_rank(world) == 0);
     } else {
         s->ops = &gpt_source_ops;
         gpt_packing pk = {a->reset_attention_mask, a->reset_position_ids, a->eod_mask_loss, -1};

@@ -55,6 +55,8 @@ typedef struct td_args {
     int micro_batch_size;
     int global_batch_size;
     int reset_attention_mask, reset_position_ids, eod_mask_loss; /* packed documents (gpt_source.h) */
+    int sft, no_answer_only_loss;    /* SFT samples (include/data/trident/sft.h) */
+    char *sft_format, *prompt_template;
     /* plan */
     char *cluster;
     int num_gpus, vocab_size, plan_top, plan_explain, plan_json, plan_calibrate;

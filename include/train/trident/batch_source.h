@@ -25,6 +25,9 @@ typedef struct batch_source_ops {
     void (*begin)(void *self, gptds_split split, int64_t consumed, const comm *dp_group, gpt_batch *micro);
     int64_t (*num_samples)(const void *self, gptds_split split);
     void (*close)(void *self);
+    /* Optional (NULL: none): the metrics of the last training iteration begun, global over the
+     * data-parallel ranks, into out[0, max); returns how many. */
+    int (*metrics)(const void *self, gpt_metric *out, int max);
 } batch_source_ops;
 
 struct batch_source {
@@ -44,6 +47,8 @@ batch_source *batch_source_open(const gptds_config *dc, const td_args *a, const 
 void batch_source_begin(batch_source *s, gptds_split split, int64_t consumed, const comm *dp_group);
 int64_t batch_source_num_samples(const batch_source *s, gptds_split split);
 void batch_source_close(batch_source *s);
+/* The source's metrics of the last training iteration (ops->metrics; 0 when it has none). */
+int batch_source_metrics(const batch_source *s, gpt_metric *out, int max);
 
 /* The global sample index of row j of micro-batch m of the iteration at `consumed` on dp_rank:
  * the data-parallel ranks take consecutive blocks of mbs rows. */

@@ -1,0 +1,440 @@
+/* SFT samples: JSONL lines into tokens and answer masks, written as an indexed dataset and its
+ * mask sidecar. See include/data/trident/sft.h. */
+#include "trident/sft.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "prep_impl.h"
+#include "trident/check.h"
+#include "trident/indexed.h"
+
+int sft_parse_format(const char *name, sft_format *f)
+{
+    static const char *const names[] = {"prompt-response", "chat", "sharegpt"};
+    for (int i = 0; i < 3; i++)
+        if (name && strcmp(name, names[i]) == 0) return *f = (sft_format)i, 0;
+    return -1;
+}
+
+char *sft_mask_prefix(const char *data_prefix)
+{
+    size_t n = strlen(data_prefix) + sizeof "_answer_mask";
+    char *p = td_xmalloc(n);
+    snprintf(p, n, "%s_answer_mask", data_prefix);
+    return p;
+}
+
+static int fail(char *err, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+/* The ids of text appended to out, the tokenizer's end-of-document text read as that token
+ * (GPT-2's "<|endoftext|>"; a tokenizer.json reads its added tokens itself). */
+static void encode_special(const tok_tokenizer *t, tok_worker *w, const char *text, size_t len, bpe_ids *out)
+{
+    int32_t eod = tok_eod_id(t);
+    char *et = NULL;
+    size_t el = 0;
+    char err[64];
+    if (eod >= 0 && tok_decode(t, &eod, 1, &et, &el, err, sizeof err) != 0) el = 0;
+    const char *p = text, *end = text + len;
+    while (el && p < end) {
+        const char *hit = memmem(p, (size_t)(end - p), et, el);
+        if (!hit) break;
+        if (hit > p) tok_encode(w, p, (size_t)(hit - p), out);
+        bpe_ids_push(out, eod);
+        p = hit + el;
+    }
+    if (p < end) tok_encode(w, p, (size_t)(end - p), out);
+    free(et);
+}
+
+static void push_mask(bpe_ids *mask, size_t n, int32_t v)
+{
+    for (size_t i = 0; i < n; i++) bpe_ids_push(mask, v);
+}
+
+/* ---- prompt/response ---------------------------------------------------------------------- */
+
+/* The placeholder at p ('{'): its key's length, or 0 when p does not open one. */
+static size_t placeholder(const char *p)
+{
+    if (*p != '{') return 0;
+    const char *e = strchr(p + 1, '}');
+    if (!e || e == p + 1) return 0;
+    for (const char *q = p + 1; q < e; q++)
+        if (*q == '{' || *q == '"') return 0;
+    return (size_t)(e - p - 1);
+}
+
+int sft_check_prompt_template(const char *tmpl, char *err, size_t errlen)
+{
+    if (!tmpl || !*tmpl)
+        return fail(err, errlen, "--prompt-template is required with --sft-format prompt-response "
+                                 "(e.g. 'Q: {input}\\n\\nA: {output}', the answer's key last)");
+    const char *last = NULL;
+    for (const char *p = tmpl; *p; p++) {
+        size_t k = placeholder(p);
+        if (k) last = p, p += k + 1;
+    }
+    if (!last) return fail(err, errlen, "--prompt-template '%s' has no {key} placeholder; the answer's {key} ends it", tmpl);
+    if (last[placeholder(last) + 2] != '\0')
+        return fail(err, errlen, "--prompt-template '%s' must end with the answer's {key} placeholder", tmpl);
+    return 0;
+}
+
+/* Appends tmpl[0..n) to out with \n, \t, \\ decoded. */
+static void put_unescaped(prep_str *out, const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (c == '\\' && i + 1 < n && (s[i + 1] == 'n' || s[i + 1] == 't' || s[i + 1] == '\\')) {
+            i++;
+            c = s[i] == 'n' ? '\n' : s[i] == 't' ? '\t' : '\\';
+        }
+        prep_str_put(out, &c, 1);
+    }
+}
+
+/* The line's string value of key[0..n), spaces stripped at both ends (Megatron-Bridge's strip(" ")). */
+static int value_of(const cJSON *o, const char *key, size_t n, prep_str *out, char *err, size_t errlen)
+{
+    char name[256];
+    if (n >= sizeof name) return fail(err, errlen, "a placeholder key of more than 255 bytes");
+    memcpy(name, key, n);
+    name[n] = '\0';
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
+    if (!v) return fail(err, errlen, "no \"%s\" key (the prompt template names it)", name);
+    if (!cJSON_IsString(v)) return fail(err, errlen, "\"%s\" is not a string", name);
+    const char *s = v->valuestring, *e = s + strlen(s);
+    while (s < e && *s == ' ') s++;
+    while (e > s && e[-1] == ' ') e--;
+    prep_str_put(out, s, (size_t)(e - s));
+    return 0;
+}
+
+static int encode_pair(const sft_config *c, const tok_tokenizer *t, tok_worker *w, const cJSON *o, bpe_ids *ids,
+                       bpe_ids *mask, char *err, size_t errlen)
+{
+    prep_str prompt = {0}, answer = {0};
+    const char *p = c->prompt_template, *lit = p;
+    int rc = 0;
+    while (*p && rc == 0) {
+        size_t k = placeholder(p);
+        if (!k) {
+            p++;
+            continue;
+        }
+        put_unescaped(&prompt, lit, (size_t)(p - lit));
+        int is_answer = p[k + 2] == '\0';
+        rc = value_of(o, p + 1, k, is_answer ? &answer : &prompt, err, errlen);
+        p += k + 2;
+        lit = p;
+    }
+    if (rc == 0) {
+        size_t n0 = ids->n;
+        if (prompt.n) encode_special(t, w, prompt.s, prompt.n, ids);
+        push_mask(mask, ids->n - n0, 0);
+        n0 = ids->n;
+        if (answer.n) encode_special(t, w, answer.s, answer.n, ids);
+        if (tok_eod_id(t) >= 0) bpe_ids_push(ids, tok_eod_id(t));
+        push_mask(mask, ids->n - n0, 1);
+    }
+    prep_str_free(&prompt);
+    prep_str_free(&answer);
+    return rc;
+}
+
+/* ---- chat and ShareGPT ---------------------------------------------------------------------- */
+
+/* ShareGPT's speaker names as chat roles: human -> user, gpt -> assistant, others lower-cased. */
+static void sharegpt_role(const char *from, char *role, size_t n)
+{
+    size_t i = 0;
+    for (; from[i] && i + 1 < n; i++) role[i] = (char)(from[i] >= 'A' && from[i] <= 'Z' ? from[i] + 32 : from[i]);
+    role[i] = '\0';
+    if (strcmp(role, "human") == 0) snprintf(role, n, "user");
+    else if (strcmp(role, "gpt") == 0) snprintf(role, n, "assistant");
+}
+
+/* The line's conversation as a new cJSON array of {role, content} messages, or NULL with err. */
+static cJSON *conversation(sft_format f, const cJSON *o, char *err, size_t errlen)
+{
+    if (f == SFT_CHAT) {
+        const cJSON *m = cJSON_GetObjectItemCaseSensitive(o, "messages");
+        if (!cJSON_IsArray(m) || !m->child)
+            return fail(err, errlen, "no \"messages\" list of {\"role\", \"content\"} messages"), NULL;
+        int i = 1;
+        for (const cJSON *e = m->child; e; e = e->next, i++)
+            if (!cJSON_IsObject(e) || !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(e, "role")))
+                return fail(err, errlen, "message %d has no \"role\" string", i), NULL;
+        return cJSON_Duplicate(m, 1);
+    }
+    const cJSON *cv = cJSON_GetObjectItemCaseSensitive(o, "conversations");
+    if (!cJSON_IsArray(cv) || !cv->child)
+        return fail(err, errlen, "no \"conversations\" list of {\"from\", \"value\"} turns"), NULL;
+    cJSON *out = cJSON_CreateArray();
+    const cJSON *sys = cJSON_GetObjectItemCaseSensitive(o, "system");
+    if (cJSON_IsString(sys) && *sys->valuestring) {
+        cJSON *msg = cJSON_CreateObject();
+        cJSON_AddStringToObject(msg, "role", "system");
+        cJSON_AddStringToObject(msg, "content", sys->valuestring);
+        cJSON_AddItemToArray(out, msg);
+    }
+    int i = 1;
+    for (const cJSON *e = cv->child; e; e = e->next, i++) {
+        const cJSON *from = cJSON_GetObjectItemCaseSensitive(e, "from"), *v = cJSON_GetObjectItemCaseSensitive(e, "value");
+        if (!cJSON_IsString(from) || !cJSON_IsString(v)) {
+            cJSON_Delete(out);
+            return fail(err, errlen, "turn %d has no \"from\" and \"value\" strings", i), NULL;
+        }
+        char role[64];
+        sharegpt_role(from->valuestring, role, sizeof role);
+        cJSON *msg = cJSON_CreateObject();
+        cJSON_AddStringToObject(msg, "role", role);
+        cJSON_AddStringToObject(msg, "content", v->valuestring);
+        cJSON_AddItemToArray(out, msg);
+    }
+    return out;
+}
+
+/* The first n messages of m rendered: a malloc'd text (length in *len) or NULL with err. */
+static char *render_first(const sft_config *c, const cJSON *m, int n, int gen, size_t *len, char *err, size_t errlen)
+{
+    cJSON *part = cJSON_CreateArray();
+    int i = 0;
+    for (const cJSON *e = m->child; e && i < n; e = e->next, i++) cJSON_AddItemToArray(part, cJSON_Duplicate(e, 1));
+    cJSON *ctx = ct_chat_context(c->chat, part, gen, NULL, NULL);
+    char why[384] = "";
+    char *text = ct_render(c->tmpl, ctx, NULL, len, why, sizeof why);
+    cJSON_Delete(ctx);
+    cJSON_Delete(part);
+    if (!text) fail(err, errlen, "the chat template refused the conversation: %s", why);
+    return text;
+}
+
+/* Whether render(messages[:n], gen 0) equals `with` (the gen 1 render of the same messages). */
+static int always_prompts(const sft_config *c, const cJSON *m, int n, const char *with, size_t wl)
+{
+    size_t l0 = 0;
+    char err[64];
+    char *without = render_first(c, m, n, 0, &l0, err, sizeof err);
+    int same = without && l0 == wl && memcmp(without, with, wl) == 0;
+    free(without);
+    return same;
+}
+
+static size_t common_prefix(const bpe_ids *a, const bpe_ids *b)
+{
+    size_t i = 0;
+    while (i < a->n && i < b->n && a->ids[i] == b->ids[i]) i++;
+    return i;
+}
+
+/* The tokens of render(messages[:n], gen) and their common prefix with full's; -1 with err when
+ * that render's text is not a prefix of the whole conversation's. */
+static long prefix_tokens(const sft_config *c, const tok_tokenizer *t, tok_worker *w, const cJSON *m, int n, int gen,
+                          const char *full, size_t full_len, const bpe_ids *full_ids, char *err, size_t errlen)
+{
+    size_t len = 0;
+    char *text = render_first(c, m, n, gen, &len, err, errlen);
+    if (!text) return -1;
+    if (len > full_len || memcmp(text, full, len) != 0) {
+        free(text);
+        if (!gen) { /* a template that appends the generation prompt whatever add_generation_prompt says */
+            size_t l2 = 0;
+            char *with = render_first(c, m, n, 1, &l2, err, errlen);
+            int same = with && always_prompts(c, m, n, with, l2);
+            free(with);
+            if (same)
+                return fail(err, errlen, "the chat template appends the assistant's generation prompt even when "
+                                         "add_generation_prompt is false (as Llama 3.0's first template does), so where "
+                                         "an answer ends cannot be told; use a template that honours "
+                                         "add_generation_prompt (e.g. Llama 3.1's)");
+        }
+        return fail(err, errlen, "the chat template does not render the first %d messages%s as the start of the whole "
+                                 "conversation, so the assistant's tokens cannot be told apart; use a template that "
+                                 "renders earlier turns unchanged", n, gen ? " with the generation prompt" : "");
+    }
+    bpe_ids ids = {0};
+    encode_special(t, w, text, len, &ids);
+    free(text);
+    size_t k = common_prefix(&ids, full_ids);
+    bpe_ids_free(&ids);
+    return (long)k;
+}
+
+static int encode_chat(const sft_config *c, const tok_tokenizer *t, tok_worker *w, const cJSON *o, bpe_ids *ids,
+                       bpe_ids *mask, char *err, size_t errlen)
+{
+    cJSON *m = conversation(c->format, o, err, errlen);
+    if (!m) return -1;
+    int rc = -1, answers = 0;
+    size_t len = 0;
+    int n = cJSON_GetArraySize(m);
+    char *full = render_first(c, m, n, 0, &len, err, errlen);
+    bpe_ids all = {0};
+    if (!full) goto out;
+    encode_special(t, w, full, len, &all);
+    int32_t *mk = td_xcalloc(all.n ? all.n : 1, sizeof *mk);
+    int k = 0;
+    for (const cJSON *e = m->child; e; e = e->next, k++) {
+        const cJSON *role = cJSON_GetObjectItemCaseSensitive(e, "role");
+        if (!cJSON_IsString(role) || strcmp(role->valuestring, "assistant") != 0) continue;
+        long a = prefix_tokens(c, t, w, m, k, 1, full, len, &all, err, errlen);
+        long b = a < 0 ? -1 : prefix_tokens(c, t, w, m, k + 1, 0, full, len, &all, err, errlen);
+        if (b < 0) {
+            free(mk);
+            goto out;
+        }
+        for (long i = a; i < b; i++) mk[i] = 1;
+        answers++;
+    }
+    if (!answers) {
+        free(mk);
+        fail(err, errlen, "no assistant turn: nothing to learn (roles are \"assistant\"; ShareGPT's \"gpt\")");
+        goto out;
+    }
+    for (size_t i = 0; i < all.n; i++) bpe_ids_push(ids, all.ids[i]), bpe_ids_push(mask, mk[i]);
+    free(mk);
+    rc = 0;
+out:
+    bpe_ids_free(&all);
+    free(full);
+    cJSON_Delete(m);
+    return rc;
+}
+
+int sft_encode(const sft_config *c, const tok_tokenizer *t, tok_worker *w, const char *line, size_t len, bpe_ids *ids,
+               bpe_ids *mask, char *err, size_t errlen)
+{
+    cJSON *o = cJSON_ParseWithLength(line, len);
+    if (!o || !cJSON_IsObject(o)) {
+        cJSON_Delete(o);
+        return fail(err, errlen, "not a JSON object");
+    }
+    size_t n0 = ids->n, m0 = mask->n;
+    int rc = c->format == SFT_PROMPT_RESPONSE ? encode_pair(c, t, w, o, ids, mask, err, errlen)
+                                              : encode_chat(c, t, w, o, ids, mask, err, errlen);
+    cJSON_Delete(o);
+    if (rc) ids->n = n0, mask->n = m0;
+    return rc;
+}
+
+int sft_row(const int32_t *toks, const int32_t *am, int64_t len, int seq, int answer_only, int32_t pad, int32_t *ids,
+            int32_t *targets, float *mask)
+{
+    int64_t n = len < seq + 1 ? len : seq + 1; /* the tokens kept: the first seq + 1 */
+    int counted = 0;
+    for (int t = 0; t < seq; t++) {
+        ids[t] = t < n ? toks[t] : pad;
+        int has = t + 1 < n;
+        targets[t] = has ? toks[t + 1] : pad;
+        int c = has && (!answer_only || am[t + 1]); /* the target token is the answer's */
+        mask[t] = c ? 1.0f : 0.0f;
+        counted += c;
+    }
+    return counted;
+}
+
+/* ---- the run ------------------------------------------------------------------------------ */
+
+typedef struct {
+    const sft_config *c;
+    const tok_tokenizer *t;
+    tok_worker *w;
+    idx_writer *tokens, *masks;
+    bpe_ids ids, mask;
+    sft_prep_stats *st;
+} sft_run;
+
+static int one_line(sft_run *r, const char *file, int64_t lineno, const char *p, size_t n, char *err, size_t errlen)
+{
+    size_t i = 0;
+    while (i < n && (p[i] == ' ' || p[i] == '\t' || p[i] == '\r')) i++;
+    if (i == n) return r->st->blank_lines++, 0;
+    char why[512];
+    r->ids.n = r->mask.n = 0;
+    if (sft_encode(r->c, r->t, r->w, p, n, &r->ids, &r->mask, why, sizeof why) != 0)
+        return fail(err, errlen, "%s:%lld: %s", file, (long long)lineno, why);
+    if (idx_writer_add(r->tokens, r->ids.ids, r->ids.n, why, sizeof why) != 0 ||
+        idx_writer_add(r->masks, r->mask.ids, r->mask.n, why, sizeof why) != 0)
+        return fail(err, errlen, "%s", why);
+    r->st->samples++;
+    r->st->tokens += (int64_t)r->ids.n;
+    for (size_t k = 0; k < r->mask.n; k++) r->st->answer_tokens += r->mask.ids[k];
+    return 0;
+}
+
+static int one_file(sft_run *r, const char *file, char *err, size_t errlen)
+{
+    prep_src s;
+    if (prep_src_open(&s, file, err, errlen) != 0) return -1;
+    prep_str buf = {0};
+    char chunk[1 << 16];
+    int64_t lineno = 0;
+    int rc = 0;
+    for (;;) {
+        ssize_t got = prep_src_read(&s, chunk, sizeof chunk, err, errlen);
+        if (got < 0) {
+            rc = -1;
+            break;
+        }
+        if (got > 0) prep_str_put(&buf, chunk, (size_t)got);
+        size_t start = 0;
+        for (size_t i = 0; i < buf.n && rc == 0; i++)
+            if (buf.s[i] == '\n') {
+                rc = one_line(r, file, ++lineno, buf.s + start, i - start, err, errlen);
+                start = i + 1;
+            }
+        if (rc) break;
+        memmove(buf.s, buf.s + start, buf.n - start);
+        buf.n -= start;
+        if (got == 0) {
+            if (buf.n) rc = one_line(r, file, ++lineno, buf.s, buf.n, err, errlen);
+            break;
+        }
+    }
+    prep_str_free(&buf);
+    prep_src_close(&s);
+    return rc;
+}
+
+int sft_prep_run(const sft_config *c, const tok_tokenizer *t, const char *const *inputs, int n_inputs,
+                 const char *output_prefix, sft_prep_stats *st, char *err, size_t errlen)
+{
+    sft_prep_stats local = {0};
+    sft_run r = {.c = c, .t = t, .st = st ? st : &local};
+    *r.st = (sft_prep_stats){0};
+    char *data = prep_dataset_prefix(output_prefix, "sft", 0);
+    char *maskp = sft_mask_prefix(data);
+    r.tokens = idx_writer_open(data, idx_dtype_for_vocab(tok_vocab_size(t)), err, errlen);
+    r.masks = r.tokens ? idx_writer_open(maskp, IDX_U8, err, errlen) : NULL;
+    int rc = r.masks ? 0 : -1;
+    r.w = tok_worker_new(t);
+    for (int i = 0; i < n_inputs && rc == 0; i++) rc = one_file(&r, inputs[i], err, errlen);
+    if (rc == 0 && r.st->samples == 0) rc = fail(err, errlen, "no samples in the inputs (every line blank)");
+    if (rc == 0) {
+        rc = idx_writer_finish(r.tokens, err, errlen);
+        r.tokens = NULL;
+        if (rc == 0) rc = idx_writer_finish(r.masks, err, errlen), r.masks = NULL;
+    }
+    if (r.tokens) idx_writer_abort(r.tokens);
+    if (r.masks) idx_writer_abort(r.masks);
+    tok_worker_free(r.w);
+    bpe_ids_free(&r.ids);
+    bpe_ids_free(&r.mask);
+    free(data);
+    free(maskp);
+    return rc;
+}
