@@ -55,6 +55,10 @@ request *req_parse(int api, const char *body, size_t len, unsigned *code, char *
 void req_unref(request *r);
 /* Appends text to r's server-sent events (the caller holds r->mu where another thread reads them). */
 void req_sse_append(request *r, const char *text);
+/* String i of member `key` of the top-level object in body (the member a string: i 0; an array:
+ * its item i), unescaped by length into a malloc'd buffer of *n bytes (NUL-terminated past them;
+ * a lone surrogate becomes U+FFFD), or NULL when it is not a string. body is JSON cJSON accepted. */
+char *req_body_string(const char *body, size_t len, const char *key, int i, size_t *n);
 /* The text of n ids (malloc'd; invalid UTF-8 kept as bytes) and its length in *len. */
 char *req_decode(const int32_t *ids, int n, size_t *len);
 /* OpenAI's finish_reason of row i of a done request. */
