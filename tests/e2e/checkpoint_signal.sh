@@ -38,6 +38,14 @@ sigterm_mpirun() {
 outcome() {
   read -r rc took n <"$1.result" || { rc=none took=none n=none; }
   echo "$1: mpirun exit $rc, $took s after SIGTERM, $n iterations"
+  # Open MPI 4.1's mpirun itself sometimes dies of SIGSEGV in PMIx_server_finalize while it tears
+  # down after a job it ended on a signal (open-mpi/ompi#13650: "mpirun segfaults during normal
+  # and abnormal termination", nondeterministic; CI saw exit 139 once with every rank saved). That
+  # crash is after the ranks: the checks on the save stand, and it counts as the signal's exit 1.
+  if [ "$rc" = 139 ] && grep -q "PMIx_server_finalize" "$1.log" && grep -q "mpirun(" "$1.log"; then
+    echo "$1: mpirun crashed in its own PMIx finalize after the job (Open MPI's bug): taken as exit 1"
+    rc=1
+  fi
 }
 
 sigterm_mpirun grace 1000 --mca odls_base_sigkill_timeout 5 &
