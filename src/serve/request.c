@@ -14,7 +14,23 @@ static struct {
     const tok_tokenizer *tok;
     int positions; /* the model's */
     int vocab;     /* token ids a prompt may hold: [0, vocab) */
+    int32_t eos;   /* a chat's last token: the template's eos_token when it is one token, else the end of document */
 } R;
+
+static void encode_text(tok_worker *w, const char *text, size_t len, int special, bpe_ids *out);
+
+/* The token id of a special token's text when it is one token (the chat template's eos_token), else -1. */
+static int32_t one_token(const char *text)
+{
+    if (!text || !*text) return -1;
+    tok_worker *w = tok_worker_new(R.tok);
+    bpe_ids e = {0};
+    encode_text(w, text, strlen(text), 1, &e);
+    tok_worker_free(w);
+    int32_t id = e.n == 1 ? e.ids[0] : -1;
+    free(e.ids);
+    return id;
+}
 
 void req_setup(const srv_config *cfg, const tok_tokenizer *tok, int positions, int vocab)
 {
@@ -23,6 +39,8 @@ void req_setup(const srv_config *cfg, const tok_tokenizer *tok, int positions, i
     R.positions = positions;
     int tv = tok_vocab_size(tok);
     R.vocab = tv > 0 && tv < vocab ? tv : vocab;
+    int32_t eos = cfg->chat_config ? one_token(cfg->chat_config->special[CT_EOS]) : -1;
+    R.eos = eos >= 0 ? eos : tok_eod_id(tok);
 }
 
 /* ---- requests ---- */
@@ -573,19 +591,6 @@ static int read_stop(const cJSON *o, request *r, char *msg, size_t mlen)
 }
 
 /* The request a body describes, or NULL with (code, msg). */
-/* The token id of a special token's text when it is one token (the chat template's eos_token), else -1. */
-static int32_t one_token(const char *text)
-{
-    if (!text || !*text) return -1;
-    tok_worker *w = tok_worker_new(R.tok);
-    bpe_ids e = {0};
-    encode_text(w, text, strlen(text), 1, &e);
-    tok_worker_free(w);
-    int32_t id = e.n == 1 ? e.ids[0] : -1;
-    free(e.ids);
-    return id;
-}
-
 /* POST /v1/chat/completions: "messages" (and "tools") rendered by the model's chat template with the
  * generation prompt, as transformers.js's apply_chat_template renders them, then tokenized with
  * its special tokens read as such: one prompt in (*ids, *len). */
@@ -716,10 +721,9 @@ request *req_parse(int api, const char *body, size_t len, unsigned *code, char *
     pthread_mutex_init(&r->mu, NULL);
     int k = top_k < 0 ? 0 : (int)top_k; /* vLLM's -1: every token */
     /* a chat ends at the template's eos_token when it is one token (Llama 3's <|eot_id|>), else at the
-     * tokenizer's end of document */
-    int32_t eod = tok_eod_id(R.tok), chat_eos = api == API_CHAT ? one_token(cfg->chat_config->special[CT_EOS]) : -1;
+     * tokenizer's end of document (R.eos) */
     r->g = (gen_config){(int)tokens, temp == 0 || top_k == 1, (float)temp, k, (float)top_p, (uint64_t)seed,
-                        chat_eos >= 0 ? chat_eos : eod, 0, NULL, NULL};
+                        api == API_CHAT ? R.eos : tok_eod_id(R.tok), 0, NULL, NULL};
     r->ids = td_xcalloc((size_t)n, sizeof *r->ids);
     r->out = td_xcalloc((size_t)n, sizeof *r->out);
     r->lens = td_xcalloc((size_t)n, sizeof(int));
