@@ -264,6 +264,10 @@ static const flag_t FLAGS[] = {
      "the Hugging Face modules given adapters, comma-separated: q_proj, k_proj, v_proj, o_proj, gate_proj, "
      "up_proj, down_proj (up/down: fc/fc2 of an ungated MLP), or all-linear (PEFT's default for Llama: "
      "q_proj,v_proj)", 0, 0, TD_LORA_MODULE_CHOICES},
+    {"--lora-load", A_STR, OFF(lora_load), NULL, TD_CMD_TRAIN, "lora",
+     "DIR: a PEFT LoRA adapter (adapter_config.json + adapter_model.safetensors, Llama module names) loaded as "
+     "the trainable adapters, its r, lora_alpha, lora_dropout and modules taken; with --load BASE --finetune", 0, 0,
+     NULL},
 
     {"--tensor-model-parallel-size", A_INT, OFF(tensor_model_parallel_size), "1", MODEL, "parallel",
      "ranks a layer is split over", 1, 1 << 16, NULL},

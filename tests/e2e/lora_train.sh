@@ -6,11 +6,13 @@
 # - the base is bitwise the initial model after training (held against a plain run at lr 0, whose
 #   weights are the initial ones), only the adapters and their moments move, the loss falls;
 # - convert --to hf writes the adapters merged into the weights, --to peft the adapters in PEFT's
-#   format (merged by --merge-lora into the base's export): both score as the LoRA model;
+#   format (merged by --merge-lora into the base's export): both score as the LoRA model; GPT-2's
+#   --to peft (c_attn stacked) applied by tests/e2e/lora_peft.py in float64 is the merged export;
 # - --finetune --lora-rank on a plain checkpoint starts new adapters on that base (its first loss
 #   the base's), without --finetune refused;
 # - a run stopped at 3 and resumed to 6 is bitwise the uninterrupted run (the LoRA settings read
 #   back from meta.json, not given again), one rank, tp 2 x pp 2, and tp 2 under --bf16.
+PEFT_PY=$(cd "$(dirname "$0")" && pwd)/lora_peft.py
 CKPT_TOKENS=bytes . "$(dirname "$0")/checkpoint_lib.sh"
 LLAMA=(--normalization RMSNorm --position-embedding-type rope --swiglu --ffn-hidden-size 64 --group-query-attention
        --num-query-groups 2 --disable-bias-linear --untie-embeddings-and-output-weights)
@@ -91,9 +93,40 @@ else bad "--to peft: merged '$ep', the LoRA model '$(evalloss lora)'"; cat peft/
 "$TRIDENT" convert --from trident init --to peft peft2 >conv.log 2>&1
 if [ $? = 1 ] && [ "$(grep -c . conv.log)" = 1 ] && grep -q "has no LoRA adapters" conv.log; then ok "--to peft without adapters refused: $(cat conv.log)"
 else bad "--to peft of a checkpoint without adapters not refused"; cat conv.log; fi
-"$TRIDENT" convert --from trident lora_gpt2 --to peft peft3 >conv.log 2>&1
-if [ $? = 1 ] && grep -q "not a Llama-family model" conv.log; then ok "--to peft of GPT-2 refused: $(cat conv.log)"
-else bad "--to peft of GPT-2 not refused"; cat conv.log; fi
+# GPT-2's --to peft (c_attn the rank n r stack of the targeted q, k, v; fan_in_fan_out): the
+# adapter applied to the base's --to hf export as PEFT computes it, in float64 in
+# tests/e2e/lora_peft.py, is the merged --to hf export bit for bit; all-linear (c_attn rank 12),
+# and q_proj,v_proj,down_proj (k's rows of c_attn zero, rank 8; mlp.c_proj padded to rank 8)
+train 1 1 --train-iters 1 --lr 0 --min-lr 0 --lr-warmup-iters 0 --save init_gpt2 || { bad "GPT-2 lr 0 run failed"; cat "$last_log"; }
+train 1 1 --train-iters 4 --lr 1e-2 --save lora_gpt2_qv --lora-rank 4 --lora-alpha 16 --lora-target-modules q_proj,v_proj,down_proj ||
+  { bad "GPT-2 q,v LoRA run failed"; cat "$last_log"; }
+rm -rf base2_hf merged3 peft3 peft4
+"$TRIDENT" convert --from trident init_gpt2 --to hf base2_hf >conv.log 2>&1 &&
+  "$TRIDENT" convert --from trident lora_gpt2_qv --to hf merged3 >>conv.log 2>&1 &&
+  "$TRIDENT" convert --from trident lora_gpt2 --to peft peft3 >>conv.log 2>&1 &&
+  "$TRIDENT" convert --from trident lora_gpt2_qv --to peft peft4 >>conv.log 2>&1 || { bad "GPT-2 exports failed"; cat conv.log; }
+for p in "peft3 merged2 all-linear" "peft4 merged3 q_proj,v_proj,down_proj"; do
+  set -- $p
+  if python3 "$PEFT_PY" apply "$1" base2_hf "$2" >apply.log 2>&1; then ok "GPT-2 --to peft ($3): $(cat apply.log)"
+  else bad "GPT-2 --to peft ($3): PEFT's delta on the base is not the merged export: $(cat apply.log)"; fi
+done
+if grep -q '"r":[[:space:]]*12\b' peft3/adapter_config.json && grep -q '"lora_alpha":[[:space:]]*48\b' peft3/adapter_config.json &&
+   grep -q '"fan_in_fan_out":[[:space:]]*true\b' peft3/adapter_config.json && grep -q '"r":[[:space:]]*8\b' peft4/adapter_config.json &&
+   grep -q '"lora_alpha":[[:space:]]*32\b' peft4/adapter_config.json && grep -q '"mlp.c_proj"' peft4/adapter_config.json &&
+   ! grep -q '"mlp.c_fc"' peft4/adapter_config.json; then
+  ok "GPT-2 adapter_config.json: r 3x4 and 2x4, alpha scaled with it, fan_in_fan_out, the targeted modules"
+else bad "GPT-2 adapter_config.json"; cat peft3/adapter_config.json peft4/adapter_config.json; fi
+# ... and trident's own PEFT reader (--merge-lora) merges it into a model that scores as the LoRA one
+rm -rf peft4_merged
+"$TRIDENT" convert --from hf base2_hf --to trident peft4_merged --merge-lora peft4 >conv.log 2>&1 || { bad "--merge-lora of GPT-2's adapter failed"; cat conv.log; }
+el=$(evalloss lora_gpt2_qv) em=$(evalloss peft4_merged)
+if [ -n "$el" ] && [ "$el" = "$em" ]; then ok "GPT-2 --to peft merged by --merge-lora scores as the LoRA model ($el)"
+else bad "GPT-2 --to peft merged by --merge-lora: '$em', the LoRA model '$el'"; fi
+# a model that is neither (LayerNorm with a gated MLP): refused, one line
+train 1 1 --train-iters 1 --swiglu --save lora_ln_glu --lora-rank 4 || { bad "LayerNorm+SwiGLU LoRA run failed"; cat "$last_log"; }
+"$TRIDENT" convert --from trident lora_ln_glu --to peft peft5 >conv.log 2>&1
+if [ $? = 1 ] && [ "$(grep -c . conv.log)" = 1 ] && grep -q "neither GPT-2 nor a Llama-family model" conv.log; then ok "--to peft of another model refused: $(cat conv.log)"
+else bad "--to peft of a LayerNorm+SwiGLU model not refused"; cat conv.log; fi
 
 # LoRA on a pretrained base: a plain run's checkpoint, then --finetune --lora-rank: the adapters
 # new (B zero: the first loss is the base's, as a plain --finetune's), the base left as loaded
