@@ -112,9 +112,10 @@ static int lora_validate(const td_args *a, int tp, char *msg, size_t msglen)
              "out or give --swiglu");
     if (!(a->lora_alpha > 0)) FAIL("--lora-alpha %g: the adapters' scaling alpha / rank needs alpha above 0", a->lora_alpha);
     if (a->model && strcmp(a->model, "gpt") != 0) FAIL("--lora-rank: LoRA is built for --model gpt (not bert yet)");
-    if (a->num_experts > 0)
-        FAIL("--lora-rank with --num-experts: adapters on the experts are not built yet; train the dense model, or "
-             "leave --lora-rank out");
+    unsigned mlp = 1u << GPT_LORA_GATE | 1u << GPT_LORA_UP | 1u << GPT_LORA_DOWN;
+    if (a->num_experts > 0 && (mask & mlp))
+        FAIL("--lora-target-modules %s with --num-experts: adapters on the MLP's modules (the experts') are not built "
+             "yet; target the attention's (q_proj,k_proj,v_proj,o_proj)", a->lora_target_modules);
     (void)tp;
     return 0;
 }

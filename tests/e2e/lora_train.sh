@@ -31,7 +31,8 @@ refused "--lora-alpha needs --lora-rank" --lora-alpha 16
 refused "--lora-target-modules: 'c_attn' is not one of" --lora-rank 4 --lora-target-modules q_proj,c_attn
 refused "--lora-target-modules is empty" --lora-rank 4 --lora-target-modules ""
 refused "--lora-alpha 0: " --lora-rank 4 --lora-alpha 0
-refused "--lora-rank with --num-experts" --lora-rank 4 --num-experts 4 --moe-router-topk 2
+refused "--lora-target-modules all-linear with --num-experts: adapters on the MLP's modules" --lora-rank 4 \
+  --lora-target-modules all-linear --num-experts 4 --moe-router-topk 2
 # GPT-2's ungated MLP has no gate_proj (its fc is up_proj)
 train 1 1 --train-iters 1 --lora-rank 4 --lora-target-modules gate_proj
 if [ $? = 2 ] && grep -q "gate_proj: the MLP is not gated" "$last_log"; then ok "refused: $(cat "$last_log")"; else bad "gate_proj on an ungated MLP not refused"; fi
@@ -60,6 +61,23 @@ other=$(grep "values differ" cmp_12.txt | grep -vc "lora_[AB]")
 # 56 adapter tensors (4 layers x 7 modules x A, B), each with its two moments
 if [ "$moved" = 168 ] && [ "$other" = 0 ]; then ok "iterations 2-6 moved the 56 adapter tensors and their moments, nothing else"
 else bad "iterations 2-6 moved $moved adapter entries (want 168) and $other others"; cat cmp_12.txt; fi
+
+# LoRA on a mixture of experts' attention: the experts, the router and the shared expert frozen,
+# bitwise the initial ones after training (against a plain run at lr 0), only the adapters moving
+MOE=(--swiglu --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 64 --moe-shared-expert-intermediate-size 32
+     --moe-shared-expert-gate --moe-aux-loss-coeff 1e-2)
+train 1 1 --train-iters 3 --lr 1e-2 --save moe_lora --save-interval 1 "${MOE[@]}" --lora-rank 4 \
+  --lora-target-modules q_proj,k_proj,v_proj,o_proj || { bad "MoE LoRA run failed"; cat "$last_log"; }
+train 1 1 --train-iters 1 --lr 0 --min-lr 0 --lr-warmup-iters 0 --save moe_init "${MOE[@]}" || { bad "MoE lr 0 run failed"; cat "$last_log"; }
+"$TRIDENT" checkpoint compare moe_init moe_lora >cmp_moe.txt 2>&1
+"$TRIDENT" checkpoint compare moe_lora/iter_0000001 moe_lora >cmp_moe12.txt 2>&1
+frozen=$(grep -c "frozen (LoRA's base)" cmp_moe.txt) experts=$(grep "frozen (LoRA's base)" cmp_moe.txt | grep -c "mlp")
+moved=$(grep "values differ" cmp_moe12.txt | grep -c "lora_[AB]") other=$(grep "values differ" cmp_moe12.txt | grep -vc "lora_[AB]")
+# 4 layers x 4 modules x A, B = 32 adapter tensors, each with its two moments
+if [ "$(grep -c "values differ" cmp_moe.txt)" = 0 ] && [ "$experts" -ge 4 ] && [ "$moved" = 96 ] && [ "$other" = 0 ]; then
+  ok "MoE attention LoRA: the $frozen base tensors ($experts of the MoE MLPs) bitwise the initial ones, the 32 adapters and their moments moved"
+else bad "MoE attention LoRA: base differences $(grep -c "values differ" cmp_moe.txt), $frozen frozen ($experts MLP), $moved adapter entries moved (want 96), $other others"
+  cat cmp_moe.txt cmp_moe12.txt; fi
 
 # convert --to hf of a LoRA checkpoint writes the merged model (PEFT's merge_and_unload): imported
 # back, it scores as the LoRA checkpoint itself (eval's loss to its 7 printed digits), unlike the base
