@@ -611,27 +611,64 @@ static int export_gpt2(ckpt_reader *rd, const gpt_config *c, export_list *x, int
     return 0;
 }
 
-/* Llama's modules, each trident adapter as it is (lora_A (r, in), lora_B (out, r)). */
-static int export_llama(ckpt_reader *rd, const gpt_config *c, export_list *x, cJSON *targets, char *err,
-                        size_t errlen)
+/* The Hugging Face module of trident adapter module m in layer l: Llama's, or (bert) MegatronBert's. */
+static void module_path(char *out, size_t len, int bert, int l, int m)
+{
+    static const char *const bert_mods[GPT_LORA_NMODULES] = {
+        "attention.self.query", "attention.self.key", "attention.self.value", "attention.output.dense", NULL,
+        "intermediate.dense", "output.dense"};
+    if (bert) snprintf(out, len, "bert.encoder.layer.%d.%s", l, bert_mods[m]);
+    else snprintf(out, len, "model.layers.%d.%s.%s", l, m <= GPT_LORA_O ? "self_attn" : "mlp", llama_mods[m]);
+}
+
+/* Llama's or BERT's modules (Linear layers, W (out, in)), each trident adapter as it is (lora_A (r,
+ * in), lora_B (out, r)). target_modules: Llama's module names; BERT's as a regular expression that
+ * PEFT matches against the whole module path (re.fullmatch), as the suffix "output.dense" alone
+ * would also name attention.output.dense. */
+static int export_linear(ckpt_reader *rd, const gpt_config *c, int bert, export_list *x, cJSON **targets, char *err,
+                         size_t errlen)
 {
     ckpt_tensor_list tl = {0};
     ckpt_list_tensors(rd, &tl);
     int rc = 0;
     for (int i = 0; i < tl.n && rc == 0; i++) {
-        int l;
+        int l, m = -1;
         char block[16], mod[16], ab;
         if (sscanf(tl.names[i], "layers.%d.%15[^.].%15[^.].lora_%c.weight", &l, block, mod, &ab) != 4) continue;
+        for (int k = 0; k < GPT_LORA_NMODULES; k++)
+            if (strcmp(mod, llama_mods[k]) == 0) m = k;
+        if (m < 0 || (bert && m == GPT_LORA_GATE)) {
+            snprintf(err, errlen, "--to peft: %s has no Hugging Face module to name", tl.names[i]);
+            rc = -1;
+            break;
+        }
         const ckpt_slice *s = &tl.shapes[i];
-        char hf[160];
-        snprintf(hf, sizeof hf, PREFIX "model.layers.%d.%s.%s.lora_%c.weight", l,
-                 strcmp(block, "attn") == 0 ? "self_attn" : "mlp", mod, ab);
+        char path[128], hf[200];
+        module_path(path, sizeof path, bert, l, m);
+        snprintf(hf, sizeof hf, PREFIX "%s.lora_%c.weight", path, ab);
         float *buf = export_add(x, hf, s->shape[0], s->shape[1]);
         rc = ckpt_read(rd, CKPT_PARAMS, tl.names[i], s, buf, err, errlen);
     }
     ckpt_tensor_list_free(&tl);
-    for (int m = 0; m < GPT_LORA_NMODULES; m++)
-        if (gpt_lora_on(c, m)) cJSON_AddItemToArray(targets, cJSON_CreateString(llama_mods[m]));
+    if (!bert) {
+        for (int m = 0; m < GPT_LORA_NMODULES; m++)
+            if (gpt_lora_on(c, m)) cJSON_AddItemToArray(*targets, cJSON_CreateString(llama_mods[m]));
+        return rc;
+    }
+    static const char *const re[GPT_LORA_NMODULES] = {"attention\\.self\\.query", "attention\\.self\\.key",
+                                                      "attention\\.self\\.value", "attention\\.output\\.dense",
+                                                      NULL, "intermediate\\.dense", "output\\.dense"};
+    char pat[512] = ".*\\.layer\\.\\d+\\.(";
+    for (int m = 0, first = 1; m < GPT_LORA_NMODULES; m++)
+        if (gpt_lora_on(c, m) && re[m]) {
+            size_t n = strlen(pat);
+            snprintf(pat + n, sizeof pat - n, "%s%s", first ? "" : "|", re[m]);
+            first = 0;
+        }
+    size_t n = strlen(pat);
+    snprintf(pat + n, sizeof pat - n, ")");
+    cJSON_Delete(*targets);
+    *targets = cJSON_CreateString(pat);
     return rc;
 }
 
@@ -649,17 +686,18 @@ int peft_export(const ckpt_meta *meta, const char *out, int *modules, char *err,
              "--lora-rank", meta->dir);
     char why[1024];
     const hf_family *fam = hf_family_of_model(c, why, sizeof why);
-    int gpt2 = fam && strcmp(fam->model_type, "gpt2") == 0;
-    if (!gpt2 && (c->norm != GPT_NORM_RMSNORM || !c->glu || c->kind != GPT_KIND_DECODER))
-        FAIL("--to peft: %s is neither GPT-2 nor a Llama-family model (RMSNorm, a gated MLP): PEFT's module names are "
-             "written for those; export the merged model with --to hf", meta->dir);
+    int gpt2 = fam && strcmp(fam->model_type, "gpt2") == 0, bert = fam && fam->kind == GPT_KIND_ENCODER;
+    if (!gpt2 && !bert && (c->norm != GPT_NORM_RMSNORM || !c->glu || c->kind != GPT_KIND_DECODER))
+        FAIL("--to peft: %s is neither GPT-2, Megatron-BERT nor a Llama-family model (RMSNorm, a gated MLP): PEFT's "
+             "module names are written for those; export the merged model with --to hf", meta->dir);
     char path[4200], tmp[4300];
     ckf_join(path, sizeof path, out, "adapter_model.safetensors");
     if (access(path, F_OK) == 0)
         FAIL("--to peft %s already holds an adapter (%s): give an empty or new folder, or remove it first", out, path);
     r = ckpt_reader_open(meta, err, errlen);
     if (!r) goto fail;
-    if (gpt2 ? export_gpt2(r, c, &x, &R, targets, err, errlen) : export_llama(r, c, &x, targets, err, errlen)) goto fail;
+    if (gpt2 ? export_gpt2(r, c, &x, &R, targets, err, errlen) : export_linear(r, c, bert, &x, &targets, err, errlen))
+        goto fail;
     *modules = x.n / 2;
     if (ckf_mkdirs(out) != 0) FAIL("cannot create %s: %s", out, td_strerror(errno));
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
@@ -671,7 +709,7 @@ int peft_export(const ckpt_meta *meta, const char *out, int *modules, char *err,
     }
     cJSON *cfg = cJSON_CreateObject();
     cJSON_AddStringToObject(cfg, "peft_type", "LORA");
-    cJSON_AddStringToObject(cfg, "task_type", "CAUSAL_LM");
+    if (!bert) cJSON_AddStringToObject(cfg, "task_type", "CAUSAL_LM"); /* (PEFT has no task for pretraining BERT) */
     cJSON_AddNullToObject(cfg, "base_model_name_or_path");
     cJSON_AddNumberToObject(cfg, "r", R);
     /* alpha' / R = alpha / r (R = r but for GPT-2's stacked c_attn) */

@@ -111,7 +111,6 @@ static int lora_validate(const td_args *a, int tp, char *msg, size_t msglen)
         FAIL("--lora-target-modules gate_proj: the MLP is not gated (fc is up_proj, fc2 down_proj): leave gate_proj "
              "out or give --swiglu");
     if (!(a->lora_alpha > 0)) FAIL("--lora-alpha %g: the adapters' scaling alpha / rank needs alpha above 0", a->lora_alpha);
-    if (a->model && strcmp(a->model, "gpt") != 0) FAIL("--lora-rank: LoRA is built for --model gpt (not bert yet)");
     unsigned mlp = 1u << GPT_LORA_GATE | 1u << GPT_LORA_UP | 1u << GPT_LORA_DOWN;
     if (a->num_experts > 0 && (mask & mlp))
         FAIL("--lora-target-modules %s with --num-experts: adapters on the MLP's modules (the experts') are not built "

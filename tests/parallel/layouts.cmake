@@ -508,6 +508,15 @@ set(LAYOUT_ARCH --bert-no-binary-head)
 set(LAYOUT_BASE bert_nobh_baseline)
 trident_layout(bert_nobh_baseline 1 1 2)
 trident_layout(bert_nobh_sp_tp2_pp2_dp2 8 2 1 --sequence-parallel --pipeline-model-parallel-size 2)
+# LoRA on BERT (Hugging Face's query, key, value and the other linears by trident's names: every
+# linear of the encoder), the embeddings, norms and both heads frozen, against its own one-rank run
+set(LAYOUT_ARCH --lora-rank 4 --lora-alpha 16 --lora-target-modules query,key,value,o_proj,up_proj,down_proj
+  --lora-dropout 0.1)
+set(LAYOUT_BASE bert_lora_baseline)
+trident_layout(bert_lora_baseline 1 1 2)
+trident_layout(bert_lora_tp2 2 2 2)
+trident_layout(bert_lora_sp_distopt_tp2_pp2_dp2 8 2 1 --sequence-parallel --pipeline-model-parallel-size 2
+  --use-distributed-optimizer)
 # and under --bf16, against its own one-rank run within the bf16 tolerance of the GPT runs above
 set(LAYOUT_ARCH --bf16)
 set(LAYOUT_TOL 2e-3)
