@@ -143,7 +143,7 @@ else bad "GPT-2 --to peft merged by --merge-lora: '$em', the LoRA model '$el'"; 
 # a model that is neither (LayerNorm with a gated MLP): refused, one line
 train 1 1 --train-iters 1 --swiglu --save lora_ln_glu --lora-rank 4 || { bad "LayerNorm+SwiGLU LoRA run failed"; cat "$last_log"; }
 "$TRIDENT" convert --from trident lora_ln_glu --to peft peft5 >conv.log 2>&1
-if [ $? = 1 ] && [ "$(grep -c . conv.log)" = 1 ] && grep -q "neither GPT-2 nor a Llama-family model" conv.log; then ok "--to peft of another model refused: $(cat conv.log)"
+if [ $? = 1 ] && [ "$(grep -c . conv.log)" = 1 ] && grep -q "is neither GPT-2, Megatron-BERT nor a Llama-family model" conv.log; then ok "--to peft of another model refused: $(cat conv.log)"
 else bad "--to peft of a LayerNorm+SwiGLU model not refused"; cat conv.log; fi
 
 # LoRA on a pretrained base: a plain run's checkpoint, then --finetune --lora-rank: the adapters
@@ -180,6 +180,15 @@ check_resume() { # name np tp flags...
   else bad "$name: the resumed run differs"; diff <(untimed "$name.full.jsonl") <(untimed "$name.split.jsonl"); fi
 }
 check_resume resume_one_rank 1 1
+# the trainer's TFLOP/s counts LoRA's work (gpt_flops_per_iteration): by hand a token, forward FLOPs
+# (2 a multiply-add) of the frozen weights 2 x 32 x (32 + 32 + 32 + 128) + 2 x 64 x 32 = 18432 a
+# layer, 2 passes (no weight gradient); the attention core 2 x 2 x 16 x 32 = 2048, 3 passes; the
+# adapters 2 x 4 x (64 + 48 + 48 + 64 + 96 + 96 + 96) = 4096, 3 passes; the frozen output layer
+# 2 x 32 x 512 = 32768, 2 passes: 4 x 55296 + 65536 = 286720 a token, 128 tokens an iteration
+fl=$(head -1 resume_one_rank.full.jsonl | sed -E 's/.*"model_tflops_per_rank": ([0-9.e+-]*).*"elapsed_ms": ([0-9.e+-]*).*/\1 \2/')
+if awk -v x="$fl" 'BEGIN { split(x, a, " "); f = a[1] * a[2] * 1e9; d = f / 36700160 - 1; exit !(d < 1e-4 && d > -1e-4) }'
+then ok "the TFLOP/s line counts LoRA's FLOPs: 36700160 an iteration by hand ($fl)"
+else bad "the TFLOP/s line's FLOPs ($fl: TFLOP/s, ms) are not LoRA's 36700160 by hand"; fi
 check_resume resume_tp2_pp2 4 2 --pipeline-model-parallel-size 2
 check_resume resume_bf16_tp2 2 2 --bf16
 finish
