@@ -103,4 +103,11 @@ refused "--lora-rank 8 differs from the adapter's r 2" --load base --finetune --
 refused "--lora-load needs --load BASE --finetune" --load base --lora-load hand
 refused "has LoRA adapters of its own" --load ft --finetune --lora-load hand
 refused "cannot read" --load base --finetune --lora-load no_such_folder
+# tensors whose shape is not the model's (rank 3 under r 2): exit 1, one line naming the tensor
+python3 "$PEFT_PY" hand bad_shape shape
+train 1 1 --train-iters 1 "${LLAMA[@]}" --load base --finetune --lora-load bad_shape
+rc=$?
+if [ $rc = 1 ] && grep -q "down_proj.lora_A.default.weight is BF16 (3, 64) but the model's layers.3.mlp.down_proj.lora_A.weight is (2, 64)" "$last_log" &&
+   [ "$(grep -c error "$last_log")" = 1 ]; then ok "a shape that is not the model's: exit 1, $(grep -m1 error "$last_log")"
+else bad "a wrong adapter shape: exit $rc"; cat "$last_log"; fi
 finish
