@@ -376,24 +376,39 @@ int peft_import_hf(const char *adapter, const char *in, const char *out, int div
 static const char *const llama_mods[GPT_LORA_NMODULES] = {"q_proj", "k_proj", "v_proj", "o_proj",
                                                            "gate_proj", "up_proj", "down_proj"};
 
-/* Parses a PEFT key base_model.model.model.layers.N.BLOCK.MOD.lora_X[.ADAPTER].weight into layer,
- * module (GPT_LORA_*) and which (0 A, 1 B); -1 when it is not one. */
-static int llama_key(const char *name, int *layer, int *module, int *which)
+/* MegatronBert's modules of GPT_LORA_* m (no gate: BERT's MLP is not gated). */
+static const char *const bert_mods[GPT_LORA_NMODULES] = {
+    "attention.self.query", "attention.self.key", "attention.self.value", "attention.output.dense", NULL,
+    "intermediate.dense", "output.dense"};
+
+/* The module path of GPT_LORA_* m after the layer's number: Llama's self_attn.q_proj ..., or
+ * (bert) MegatronBert's attention.self.query ...; "" for a module the model has not. */
+static void module_tail(char *out, size_t len, int bert, int m)
 {
-    static const char head[] = PREFIX "model.layers.";
-    if (strncmp(name, head, sizeof head - 1) != 0) return -1;
-    const char *p = name + sizeof head - 1;
+    if (bert) snprintf(out, len, "%s", bert_mods[m] ? bert_mods[m] : "");
+    else snprintf(out, len, "%s.%s", m <= GPT_LORA_O ? "self_attn" : "mlp", llama_mods[m]);
+}
+
+/* The head of a layer's module paths (before its number), without PREFIX. */
+static const char *layer_head(int bert) { return bert ? "bert.encoder.layer." : "model.layers."; }
+
+/* Parses a PEFT key PREFIX HEAD N.TAIL.lora_X[.ADAPTER].weight (HEAD, TAIL: layer_head and
+ * module_tail) into layer, module (GPT_LORA_*) and which (0 A, 1 B); -1 when it is not one. */
+static int adapter_key(const char *name, int bert, int *layer, int *module, int *which)
+{
+    size_t pn = strlen(PREFIX), hn = strlen(layer_head(bert));
+    if (strncmp(name, PREFIX, pn) != 0 || strncmp(name + pn, layer_head(bert), hn) != 0) return -1;
+    const char *p = name + pn + hn;
     char *end;
     if (*p < '0' || *p > '9') return -1;
     long l = strtol(p, &end, 10);
     if (*end != '.' || l > 1 << 20) return -1;
     p = end + 1;
-    int attn = strncmp(p, "self_attn.", 10) == 0, mlp = strncmp(p, "mlp.", 4) == 0;
-    if (!attn && !mlp) return -1;
-    p += attn ? 10 : 4;
-    for (int m = attn ? GPT_LORA_Q : GPT_LORA_GATE; m <= (attn ? GPT_LORA_O : GPT_LORA_DOWN); m++) {
-        size_t n = strlen(llama_mods[m]);
-        if (strncmp(p, llama_mods[m], n) != 0 || strncmp(p + n, ".lora_", 6) != 0) continue;
+    for (int m = 0; m < GPT_LORA_NMODULES; m++) {
+        char tail[64];
+        module_tail(tail, sizeof tail, bert, m);
+        size_t n = strlen(tail);
+        if (!n || strncmp(p, tail, n) != 0 || strncmp(p + n, ".lora_", 6) != 0) continue;
         const char *q = p + n + 6;
         if (*q != 'A' && *q != 'B') return -1;
         int w = *q == 'B';
@@ -407,7 +422,7 @@ static int llama_key(const char *name, int *layer, int *module, int *which)
     return -1;
 }
 
-int peft_adapter_open(const char *dir, int num_layers, peft_adapter *ad, char *err, size_t errlen)
+int peft_adapter_open(const char *dir, int num_layers, int bert, peft_adapter *ad, char *err, size_t errlen)
 {
     memset(ad, 0, sizeof *ad);
     if (peft_read_config(dir, &ad->cfg, err, errlen)) return -1;
@@ -423,10 +438,15 @@ int peft_adapter_open(const char *dir, int num_layers, peft_adapter *ad, char *e
     for (int i = 0; i < f->h.ntensors; i++) {
         const st_tensor *t = &f->h.tensors[i];
         int l, m, w;
-        if (llama_key(t->name, &l, &m, &w))
+        if (adapter_key(t->name, bert, &l, &m, &w)) {
+            if (bert)
+                FAIL("%s: tensor %s is not a LoRA weight of a MegatronBert encoder module (" PREFIX "bert.encoder."
+                     "layer.N.attention.self.query.lora_A.weight ...; query/key/value, attention.output.dense, "
+                     "intermediate.dense, output.dense): trident trains adapters on those only", path, t->name);
             FAIL("%s: tensor %s is not a LoRA weight of a Llama-family module (" PREFIX "model.layers.N.self_attn."
                  "q_proj.lora_A.weight ...; q/k/v/o_proj, mlp gate/up/down_proj): trident trains adapters on those "
                  "only", path, t->name);
+        }
         if (l >= num_layers)
             FAIL("%s: tensor %s is for layer %d but the model has %d layers", path, t->name, l, num_layers);
         const st_tensor **slot = &tab[((size_t)l * GPT_LORA_NMODULES + (size_t)m) * 2 + (size_t)w];
@@ -442,7 +462,8 @@ int peft_adapter_open(const char *dir, int num_layers, peft_adapter *ad, char *e
             for (int w = 0; w < 2 && (seen >> m & 1); w++)
                 if (!tab[((size_t)l * GPT_LORA_NMODULES + (size_t)m) * 2 + (size_t)w])
                     FAIL("%s: layer %d has no %s.lora_%c: trident trains the same modules in every layer (%s "
-                         "elsewhere)", path, l, llama_mods[m], w ? 'B' : 'A', llama_mods[m]);
+                         "elsewhere)", path, l, bert ? bert_mods[m] : llama_mods[m], w ? 'B' : 'A',
+                         bert ? bert_mods[m] : llama_mods[m]);
     ad->targets = seen;
     return 0;
 fail:
@@ -614,11 +635,9 @@ static int export_gpt2(ckpt_reader *rd, const gpt_config *c, export_list *x, int
 /* The Hugging Face module of trident adapter module m in layer l: Llama's, or (bert) MegatronBert's. */
 static void module_path(char *out, size_t len, int bert, int l, int m)
 {
-    static const char *const bert_mods[GPT_LORA_NMODULES] = {
-        "attention.self.query", "attention.self.key", "attention.self.value", "attention.output.dense", NULL,
-        "intermediate.dense", "output.dense"};
-    if (bert) snprintf(out, len, "bert.encoder.layer.%d.%s", l, bert_mods[m]);
-    else snprintf(out, len, "model.layers.%d.%s.%s", l, m <= GPT_LORA_O ? "self_attn" : "mlp", llama_mods[m]);
+    char tail[64];
+    module_tail(tail, sizeof tail, bert, m);
+    snprintf(out, len, "%s%d.%s", layer_head(bert), l, tail);
 }
 
 /* Llama's or BERT's modules (Linear layers, W (out, in)), each trident adapter as it is (lora_A (r,

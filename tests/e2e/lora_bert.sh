@@ -7,7 +7,8 @@
 # - convert --to peft writes MegatronBert's module paths, target_modules a regular expression that
 #   names exactly the targeted modules (output.dense, not attention.output.dense); applied to the
 #   base's --to hf export as PEFT computes it (float64, tests/e2e/lora_peft.py) it is the merged
-#   --to hf export bit for bit; the merged export imported back scores as the LoRA checkpoint.
+#   --to hf export bit for bit; the merged export imported back scores as the LoRA checkpoint;
+# - that export loaded back with train --lora-load trains as the LoRA checkpoint (1 rank, tp 2).
 # Needs bert-base-uncased's vocab.txt (VOCAB, made by scripts/test-deps.sh): without it, says so and
 # exits 77 (skipped).
 [ -f "$VOCAB" ] || { echo "$VOCAB is missing (BERT WordPiece vocabulary): run scripts/test-deps.sh ${VOCAB%/node/bert/vocab.txt} (make test does): skipped"; exit 77; }
@@ -61,4 +62,15 @@ train 1 1 --train-iters 1 --lr 0 --min-lr 0 --lr-warmup-iters 0 --load imported 
 li=$(losses "$last_log")
 if [ -n "$ll" ] && [ "$ll" = "$li" ]; then ok "the merged export, imported back, scores as the LoRA checkpoint ($ll)"
 else bad "merged export imported: '$li', the LoRA checkpoint '$ll'"; fi
+# the PEFT export loaded back (train --lora-load, MegatronBert's keys) onto the base trains as the
+# LoRA checkpoint loaded with --finetune: metrics bit-identical, on one rank and on tp 2
+for tp in 1 2; do
+  train "$tp" "$tp" --train-iters 3 --load lora --finetune --metrics-file "ckpt$tp.jsonl" ||
+    { bad "tp $tp: --finetune of the LoRA checkpoint failed"; cat "$last_log"; continue; }
+  train "$tp" "$tp" --train-iters 3 --load init --finetune --lora-load peft --metrics-file "peft$tp.jsonl" ||
+    { bad "tp $tp: --lora-load of BERT's adapter failed"; cat "$last_log"; continue; }
+  if diff <(untimed "ckpt$tp.jsonl") <(untimed "peft$tp.jsonl") >/dev/null && grep -q sop_loss "peft$tp.jsonl"; then
+    ok "tp $tp: --lora-load of the BERT export trains as the LoRA checkpoint (metrics bit-identical)"
+  else bad "tp $tp: --lora-load of the BERT export differs from the LoRA checkpoint"; diff <(untimed "ckpt$tp.jsonl") <(untimed "peft$tp.jsonl") | head -4; fi
+done
 finish

@@ -56,10 +56,12 @@ typedef struct peft_adapter {
 /* Opens the PEFT adapter folder DIR (adapter_config.json read as peft_read_config reads it,
  * adapter_model.safetensors) for a model of num_layers layers. Its tensors must all be LoRA
  * weights of Llama-family modules, base_model.model.model.layers.N.self_attn.{q,k,v,o}_proj or
- * .mlp.{gate,up,down}_proj, each .lora_A.weight or .lora_B.weight, with or without the adapter
- * name before .weight (.lora_A.default.weight, as a model's state_dict names it), and the same
- * modules in every layer, each with both A and B. Returns 0, or -1 with one line in err. */
-int peft_adapter_open(const char *dir, int num_layers, peft_adapter *ad, char *err, size_t errlen);
+ * .mlp.{gate,up,down}_proj (bert: MegatronBert's, base_model.model.bert.encoder.layer.N.
+ * attention.self.{query,key,value}, .attention.output.dense, .intermediate.dense, .output.dense),
+ * each .lora_A.weight or .lora_B.weight, with or without the adapter name before .weight
+ * (.lora_A.default.weight, as a model's state_dict names it), and the same modules in every
+ * layer, each with both A and B. Returns 0, or -1 with one line in err. */
+int peft_adapter_open(const char *dir, int num_layers, int bert, peft_adapter *ad, char *err, size_t errlen);
 /* The slice `want` of trident adapter tensor `name` (layers.N.attn.q_proj.lora_A.weight ...) as
  * floats into dst: the adapter's tensor (F32, F16 or BF16) whose shape must be want's. Returns 0,
  * or -1 with one line in err. */
