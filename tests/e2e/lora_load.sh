@@ -3,7 +3,7 @@
 # on the tiny Llama-shaped model of the checkpoint tests:
 # - a LoRA run's adapters exported with convert --to peft and loaded back with --lora-load onto
 #   its base train exactly as the LoRA checkpoint itself loaded with --finetune (metrics bitwise
-#   equal), on one rank and on tp 2 x pp 2;
+#   equal), on one rank, on tp 2 x pp 2, and on dp 2 with the distributed optimizer under --bf16;
 # - a hand-written adapter (tests/e2e/lora_peft.py: BF16, use_rslora, the adapter's name in the
 #   keys) loaded at lr 0 and exported again is the same adapter, on one rank and on tp 2 x pp 2
 #   (each rank's slices placed where the checkpoint's slicing puts them); its first loss is the
@@ -40,6 +40,7 @@ roundtrip() { # name np tp flags...
 }
 roundtrip one_rank 1 1
 roundtrip tp2_pp2 4 2 --pipeline-model-parallel-size 2
+roundtrip distopt_dp2_bf16 2 1 --use-distributed-optimizer --bf16
 train 1 1 --train-iters 1 --load base --finetune --log-interval 1 "${LLAMA[@]}" "${LORA[@]}"
 fresh=$(losses "$last_log")
 loaded=$(grep -o '"lm_loss": [0-9.e+-]*' one_rank.peft.jsonl 2>/dev/null | head -1 | cut -d' ' -f2)
