@@ -364,7 +364,8 @@ static void run_block(const blk_case *c)
     float *k = rnd_new(R * nkv, -1.5f, 1.5f), *v = rnd_new(R * nkv, -1.5f, 1.5f);
     float *gk = rnd_new(R * nkv, -0.5f, 0.5f), *gv = rnd_new(R * nkv, -0.5f, 0.5f);
     round_to(q, nq, c->dt), round_to(dout, nq, c->dt), round_to(gq, nq, c->dt);
-    round_to(k, R * nkv, c->dt), round_to(v, R * nkv, c->dt), round_to(gk, R * nkv, c->dt), round_to(gv, R * nkv, c->dt);
+    round_to(k, R * nkv, c->dt), round_to(v, R * nkv, c->dt);
+    round_to(gk, R * nkv, c->dt), round_to(gv, R * nkv, c->dt);
 
     float *out_c = td_xcalloc(nq, sizeof(float)), *lse_c = td_xcalloc(nl, sizeof(float));
     float *po_c = td_xcalloc(nq, sizeof(float)), *pl_c = td_xcalloc(nl, sizeof(float)), *D_c = td_xcalloc(nl, 4);
