@@ -396,6 +396,33 @@ static void cp_packed(void **state)
     check_cp(*state, 2, 4, 3, 4, 1, 4, NULL, seg, &drop, "(C4 seg p 0.25)");
 }
 
+/* Positions and documents that break the contract end the call, naming what was wrong: query
+ * positions not increasing, a key past the sequence, a document start after its row. */
+static jmp_buf g_died;
+static void died(int code) { longjmp(g_died, code ? code : 1); }
+
+static void block_refusals(void **state)
+{
+    static const backend *be;
+    be = *state;
+    static float q[4 * 4], out[4 * 4], lse[4];
+    static const int32_t ok[4] = {0, 1, 2, 3}, down[4] = {0, 2, 1, 3}, past[4] = {4, 5, 6, 8};
+    static const int32_t seg[4] = {0, 0, 3, 3}; /* row at position 2 starts its document at 3 */
+    const char *what[] = {"query positions not increasing", "a key past the sequence", "a document after its row"};
+    td_set_abort_hook(died);
+    for (int i = 0; i < 3; i++) {
+        volatile int dead = 0;
+        if (setjmp(g_died) == 0) {
+            const int32_t *qp = i == 0 ? down : ok, *kp = i == 1 ? past : ok, *sg = i == 2 ? seg : NULL;
+            be_attention_block_fwd(be, out, lse, q, q, q, 4, 4, 1, 4, 4, 8, qp, kp, 1, 1, 4, NULL, sg, NULL);
+        } else
+            dead = 1;
+        printf("  block fwd refuses %s: %s\n", what[i], dead ? "yes" : "NO");
+        assert_true(dead);
+    }
+    td_set_abort_hook(NULL);
+}
+
 int main(void)
 {
     tb_skip_unless_isa_runs();
@@ -410,6 +437,7 @@ int main(void)
         cmocka_unit_test(cp_dropout),
         cmocka_unit_test(cp_bidirectional),
         cmocka_unit_test(cp_packed),
+        cmocka_unit_test(block_refusals),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
