@@ -100,7 +100,8 @@ static void check_shape(const att_shape *s)
         for (int t = 0; t < s->T; t++) {
             int g = s->seg[(size_t)b * s->T + t], p = s->qpos ? s->qpos[t] : t;
             TD_CHECK(g >= 0 && g <= p && (t == 0 || g >= s->seg[(size_t)b * s->T + t - 1]),
-                     "segment starts are non-decreasing, within [0, t]", "attention: seg[%d][%d] = %d", b, t, g);
+                     "segment starts are non-decreasing, within [0, the row's position]",
+                     "attention: seg[%d][%d] = %d", b, t, g);
         }
 }
 
