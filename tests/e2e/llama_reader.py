@@ -42,12 +42,17 @@ def read_safetensors(path):
     return out
 
 
-def write_safetensors(path, tensors):
-    """tensors: {name: float32 array}, written F32 in name order."""
+def write_safetensors(path, tensors, dtype="F32"):
+    """tensors: {name: float32 array}, written in name order as F32, or BF16 (rounded to nearest even)."""
     header, off, blobs = {}, 0, []
     for k in sorted(tensors):
-        b = np.ascontiguousarray(tensors[k], dtype="<f4").tobytes()
-        header[k] = {"dtype": "F32", "shape": list(tensors[k].shape), "data_offsets": [off, off + len(b)]}
+        a = np.ascontiguousarray(tensors[k], dtype="<f4")
+        if dtype == "BF16":
+            u = a.view("<u4").astype(np.uint64)
+            b = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype("<u2").tobytes()
+        else:
+            b = a.tobytes()
+        header[k] = {"dtype": dtype, "shape": list(tensors[k].shape), "data_offsets": [off, off + len(b)]}
         off += len(b)
         blobs.append(b)
     h = json.dumps(header).encode()
@@ -195,9 +200,10 @@ def write_tokenizer(folder):
 
 
 def write_tiny_llama(folder, hidden=64, layers=2, heads=4, kv_heads=2, ffn=176, vocab=259, positions=128,
-                     tied=False, rope_theta=500000.0, eps=1e-5, seed=1):
-    """A Hugging Face LlamaForCausalLM folder with random F32 weights (normal, std 0.08; norms 1 +
-    noise), its config.json as transformers writes one, and the ChatML byte tokenizer."""
+                     tied=False, rope_theta=500000.0, eps=1e-5, seed=1, dtype="F32"):
+    """A Hugging Face LlamaForCausalLM folder with random weights (normal, std 0.08; norms 1 + noise)
+    stored as dtype (F32 or BF16), its config.json as transformers writes one, and the ChatML byte
+    tokenizer."""
     os.makedirs(folder, exist_ok=True)
     rng = np.random.default_rng(seed)
     hd = hidden // heads
@@ -215,13 +221,14 @@ def write_tiny_llama(folder, hidden=64, layers=2, heads=4, kv_heads=2, ffn=176, 
         T[p + "self_attn.o_proj.weight"] = r(hidden, heads * hd)
         T[p + "mlp.gate_proj.weight"], T[p + "mlp.up_proj.weight"] = r(ffn, hidden), r(ffn, hidden)
         T[p + "mlp.down_proj.weight"] = r(hidden, ffn)
-    write_safetensors(os.path.join(folder, "model.safetensors"), T)
+    write_safetensors(os.path.join(folder, "model.safetensors"), T, dtype)
     cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",
            "vocab_size": vocab, "hidden_size": hidden, "intermediate_size": ffn, "num_hidden_layers": layers,
            "num_attention_heads": heads, "num_key_value_heads": kv_heads, "head_dim": hd,
            "max_position_embeddings": positions, "rms_norm_eps": eps, "rope_theta": rope_theta,
            "rope_scaling": None, "tie_word_embeddings": tied, "attention_bias": False, "mlp_bias": False,
-           "bos_token_id": None, "eos_token_id": 258, "torch_dtype": "float32"}
+           "bos_token_id": None, "eos_token_id": 258,
+           "torch_dtype": {"F32": "float32", "BF16": "bfloat16"}[dtype]}
     json.dump(cfg, open(os.path.join(folder, "config.json"), "w"), indent=2)
     write_tokenizer(folder)
 

@@ -58,10 +58,10 @@ SEQ, SPLIT = 32, "90,10,0"
 
 
 def case(tied):
-    name = "tied" if tied else "untied"
-    d = os.path.join(WORK, name)
+    name = "tied, BF16" if tied else "untied, F32"
+    d = os.path.join(WORK, "tied" if tied else "untied")
     hf, ds = os.path.join(d, "hf"), os.path.join(d, "chats")
-    lr.write_tiny_llama(hf, tied=tied, seed=2 if tied else 1)
+    lr.write_tiny_llama(hf, tied=tied, seed=2 if tied else 1, dtype="BF16" if tied else "F32")
     lr.write_reverse_chats(os.path.join(d, "chats.jsonl"), 200, seed=5)
     tok = ["--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", os.path.join(hf, "tokenizer.json")]
     run("convert", "--from", "hf", hf, "--to", "trident", os.path.join(d, "base"))
