@@ -163,12 +163,14 @@ for want in "long right 6" "long left 6" "short right 12" "short left 22"; do
   got=$(python3 -c 'import json,sys; r=json.loads(open(sys.argv[1]).readline()); print(r["sft_loss_tokens"], r["sft_samples_cut"])' "$D/m.jsonl")
   [ "$got" = "$3 2" ] && ok "truncation: $1 $2: $3 answer targets counted in a batch of 2, 2 cut" || bad "truncation: $1 $2: got '$got', want '$3 2'"
 done
-# eval --sft truncates as train does: the short samples' 11 answer targets each (left), 6 (right)
-expect "truncation: save" 0 "iteration        1/" "$T" "${TR[@]}" --data-path "$D/short_sft_document" --save "$D/tck"
-for want in "left 88" "right 48"; do
+# eval --sft truncates as train does: the short samples' 11 answer targets each (left), 6 (right);
+# without the flag, the training run's method (left) from the checkpoint
+expect "truncation: save" 0 "iteration        1/" "$T" "${TR[@]}" --data-path "$D/short_sft_document" --save "$D/tck" \
+  --sft-truncation-method left
+for want in "left 88 --sft-truncation-method" "right 48 --sft-truncation-method" "left 88"; do
   set -- $want
-  expect "truncation: eval --sft $1" 0 "eval --sft: 8 samples (8 truncated past --seq-length + 1 = 12 tokens, --sft-truncation-method $1), 160 tokens; $2 of the answer's targets scored" \
-    "$T" eval --sft --load "$D/tck" --split-name train --micro-batch-size 2 --sft-truncation-method $1
+  expect "truncation: eval --sft ${3:+$3 }$1" 0 "eval --sft: 8 samples (8 truncated past --seq-length + 1 = 12 tokens, --sft-truncation-method $1), 160 tokens; $2 of the answer's targets scored" \
+    "$T" eval --sft --load "$D/tck" --split-name train --micro-batch-size 2 ${3:+$3 $1}
 done
 expect "bad: --sft-truncation-method without --sft" 2 "--sft-truncation-method applies to --sft only" \
   "$T" train --data-path "$D/long_sft_document" "${CHAT[@]}" --num-layers 1 --hidden-size 16 --num-attention-heads 2 \
