@@ -215,6 +215,13 @@ int ckpt_args_eval_data(td_args *a, const ckpt_meta *m, char *taken, size_t take
         a->split = td_xstrdup(split->valuestring);
         note_append(taken, takenlen, "--split %s", split->valuestring);
     }
+    const cJSON *how = cJSON_GetObjectItemCaseSensitive(args, "sft_truncation_method");
+    if (rc == 0 && a->sft && !td_args_given(a, "--sft-truncation-method") && cJSON_IsString(how) &&
+        (strcmp(how->valuestring, "left") == 0 || strcmp(how->valuestring, "right") == 0)) {
+        free(a->sft_truncation_method);
+        a->sft_truncation_method = td_xstrdup(how->valuestring);
+        note_append(taken, takenlen, "--sft-truncation-method %s", how->valuestring);
+    }
     if (rc == 0 && !td_args_given(a, "--seq-length")) {
         char s[32];
         snprintf(s, sizeof s, "%d", a->seq_length);

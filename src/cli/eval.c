@@ -122,13 +122,16 @@ static void eval_sft(td_args *a, comm *world, cli_model *cmod, dsr_reader *d, in
         td_fatal(1, "trident eval --sft: %s and its answer mask %s do not hold the same samples; write both again "
                     "with preprocess --sft", a->data_path.v[0], mp);
     ev_result res;
-    ev_sft(cmod->m, cmod->ps, d, mask, beg, end, a->micro_batch_size, !a->no_answer_only_loss, 0, &res);
+    sft_trunc how = SFT_TRUNC_RIGHT;
+    sft_parse_truncation(a->sft_truncation_method, &how);
+    ev_sft(cmod->m, cmod->ps, d, mask, beg, end, a->micro_batch_size, !a->no_answer_only_loss, how, 0, &res);
     double secs = td_now() - t0;
     if (cmod->ps->world_rank == 0) {
         const char *what = a->no_answer_only_loss ? "every target" : "the answer's targets";
-        printf("eval --sft: %lld sample%s (%lld cut at the right past --seq-length + 1 = %d tokens), %lld tokens; "
-               "%lld of %s scored\n", (long long)res.documents, td_plural(res.documents), (long long)res.windows,
-               a->seq_length + 1, (long long)res.doc_tokens, (long long)res.tokens, what);
+        printf("eval --sft: %lld sample%s (%lld truncated past --seq-length + 1 = %d tokens, --sft-truncation-method "
+               "%s), %lld tokens; %lld of %s scored\n", (long long)res.documents, td_plural(res.documents),
+               (long long)res.windows, a->seq_length + 1, how == SFT_TRUNC_LEFT ? "left" : "right",
+               (long long)res.doc_tokens, (long long)res.tokens, what);
         printf("eval: loss %.6f | perplexity %.4f | tokens %lld | %.2f s\n", res.loss, res.perplexity,
                (long long)res.tokens, secs);
         if (a->metrics_file) {

@@ -13,6 +13,7 @@
 #include "trident/check.h"
 #include "trident/preprocess.h"
 #include "trident/sft.h"
+#include "trident/timer.h"
 #include "trident/tokenizer.h"
 
 #define PROG "trident preprocess"
@@ -59,8 +60,8 @@ static void validate(const td_args *a)
     tok_spec spec = {a->tokenizer_type, a->vocab_file, a->merge_file, a->tokenizer_model};
     if (tok_check_spec(&spec, msg, sizeof msg) != 0) td_usage_error(PROG ": %s", msg);
     if (!a->sft) {
-        const char *only[] = {"--sft-format", "--prompt-template", "--chat-template"};
-        for (int i = 0; i < 3; i++)
+        const char *only[] = {"--sft-format", "--prompt-template", "--chat-template", "--sft-truncation-field"};
+        for (int i = 0; i < 4; i++)
             if (td_args_given(a, only[i])) td_usage_error(PROG ": %s applies to --sft only", only[i]);
     } else {
         if (strcmp(a->input_format, "json") != 0 || a->split_sentences || td_args_given(a, "--json-keys") ||
@@ -72,11 +73,17 @@ static void validate(const td_args *a)
         if (f == SFT_PROMPT_RESPONSE) {
             if (sft_check_prompt_template(a->prompt_template, msg, sizeof msg) != 0) td_usage_error(PROG ": %s", msg);
             if (a->chat_template) td_usage_error(PROG ": --chat-template applies to --sft-format chat and sharegpt");
+            if (a->sft_truncation_field && *a->sft_truncation_field &&
+                sft_check_truncation_field(a->prompt_template, a->sft_truncation_field, msg, sizeof msg) != 0)
+                td_usage_error(PROG ": %s", msg);
         } else {
             if (!a->chat_template)
                 td_usage_error(PROG ": --sft-format %s needs --chat-template (the model's tokenizer_config.json, or "
                                "its folder)", a->sft_format);
             if (a->prompt_template) td_usage_error(PROG ": --prompt-template applies to --sft-format prompt-response");
+            if (a->sft_truncation_field)
+                td_usage_error(PROG ": --sft-truncation-field applies to --sft-format prompt-response (a chat sample "
+                               "is truncated at its ends, by train's --sft-truncation-method)");
         }
     }
     if (a->json_keys.n == 0) td_usage_error(PROG ": --json-keys needs at least one key");
@@ -104,7 +111,9 @@ static void validate(const td_args *a)
 static int run_sft(const td_args *a, const tok_tokenizer *tok)
 {
     char err[1024];
-    sft_config c = {.prompt_template = a->prompt_template};
+    sft_config c = {.prompt_template = a->prompt_template, .truncation_field = a->sft_truncation_field,
+                    .workers = a->workers};
+    if (!c.truncation_field) c.truncation_field = sft_default_truncation_field(a->prompt_template);
     sft_parse_format(a->sft_format, &c.format);
     ct_config cfg = {0};
     ct_template *t = NULL;
@@ -125,15 +134,19 @@ static int run_sft(const td_args *a, const tok_tokenizer *tok)
         c.chat = &cfg, c.tmpl = t;
     }
     sft_prep_stats st;
+    double t0 = td_now();
     int rc = sft_prep_run(&c, tok, (const char *const *)a->input.v, a->input.n, a->output_prefix, &st, err, sizeof err);
     ct_free(t);
     ct_config_free(&cfg);
     if (rc != 0) td_fatal(1, PROG ": %s", err);
+    double secs = td_now() - t0;
     char *data = prep_dataset_prefix(a->output_prefix, "sft", 0);
     if (a->verbose)
         fprintf(stderr, "preprocess --sft: %lld samples, %lld tokens, %lld of them the answer's (%.1f%%); wrote %s and "
-                        "%s_answer_mask\n", (long long)st.samples, (long long)st.tokens, (long long)st.answer_tokens,
-                st.tokens ? 100.0 * (double)st.answer_tokens / (double)st.tokens : 0.0, data, data);
+                        "%s_answer_mask; %.2f s, %.0f samples/s with %d worker%s\n", (long long)st.samples,
+                (long long)st.tokens, (long long)st.answer_tokens,
+                st.tokens ? 100.0 * (double)st.answer_tokens / (double)st.tokens : 0.0, data, data, secs,
+                secs > 0 ? (double)st.samples / secs : 0.0, c.workers, td_plural(c.workers));
     free(data);
     return 0;
 }

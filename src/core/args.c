@@ -105,6 +105,13 @@ static const flag_t FLAGS[] = {
     {"--prompt-template", A_STR, OFF(prompt_template), NULL, TD_CMD_PREPROCESS, "sft",
      "--sft-format prompt-response: text with {key} placeholders of each line's strings, ending with the answer's "
      "(e.g. 'Q: {input}\\n\\nA: {output}')", 0, 0, NULL},
+    {"--sft-truncation-field", A_STR, OFF(sft_truncation_field), NULL, TD_CMD_PREPROCESS, "sft",
+     "--sft-format prompt-response: comma-separated prompt keys whose values a sample longer than the sequence "
+     "loses tokens from first, shared out (Megatron-Bridge's truncation_field; default input when the template has "
+     "{input}, '' for none)", 0, 0, NULL},
+    {"--sft-truncation-method", A_CHOICE, OFF(sft_truncation_method), "right", TD_CMD_TRAIN | TD_CMD_EVAL, "sft",
+     "--sft: a sample longer than --seq-length + 1 loses the end (right) or the start (left) of its truncation "
+     "fields, then of itself (Megatron-Bridge's truncation_method)", 0, 0, "right|left"},
     {"--no-answer-only-loss", A_BOOL, OFF(no_answer_only_loss), "0", TD_CMD_TRAIN | TD_CMD_EVAL, "sft",
      "--sft: the loss counts every token of a sample, not only the answer's", 0, 0, NULL},
 

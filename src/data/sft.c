@@ -2,6 +2,7 @@
  * mask sidecar. See include/data/trident/sft.h. */
 #include "trident/sft.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -123,36 +124,107 @@ static int value_of(const cJSON *o, const char *key, size_t n, prep_str *out, ch
     return 0;
 }
 
+/* Whether key[0..n) is one of the comma-separated fields. */
+static int is_field(const char *fields, const char *key, size_t n)
+{
+    for (const char *f = fields; f && *f;) {
+        const char *e = strchr(f, ',');
+        size_t l = e ? (size_t)(e - f) : strlen(f);
+        if (l == n && memcmp(f, key, n) == 0) return 1;
+        if (!e) break;
+        f = e + 1;
+    }
+    return 0;
+}
+
+/* The tokens of s appended to ids, each marked v in mask; s emptied. */
+static void flush(const tok_tokenizer *t, tok_worker *w, prep_str *s, int32_t v, bpe_ids *ids, bpe_ids *mask)
+{
+    size_t n0 = ids->n;
+    if (s->n) encode_special(t, w, s->s, s->n, ids);
+    push_mask(mask, ids->n - n0, v);
+    s->n = 0;
+}
+
+/* The prompt's text encoded as one piece, except each truncation field's value, encoded apart
+ * with the template's spaces before it (as Bridge splits the template at " *{key}") and marked
+ * SFT_MASK_FIELD (+ 1 every other field); then the answer and EOD marked SFT_MASK_ANSWER. */
 static int encode_pair(const sft_config *c, const tok_tokenizer *t, tok_worker *w, const cJSON *o, bpe_ids *ids,
                        bpe_ids *mask, char *err, size_t errlen)
 {
-    prep_str prompt = {0}, answer = {0};
+    prep_str prompt = {0}, field = {0}, answer = {0};
     const char *p = c->prompt_template, *lit = p;
-    int rc = 0;
+    int rc = 0, nfield = 0;
     while (*p && rc == 0) {
         size_t k = placeholder(p);
         if (!k) {
             p++;
             continue;
         }
-        put_unescaped(&prompt, lit, (size_t)(p - lit));
-        int is_answer = p[k + 2] == '\0';
-        rc = value_of(o, p + 1, k, is_answer ? &answer : &prompt, err, errlen);
+        int is_answer = p[k + 2] == '\0', cut = !is_answer && is_field(c->truncation_field, p + 1, k);
+        size_t litn = (size_t)(p - lit), sp = 0;
+        while (cut && sp < litn && lit[litn - 1 - sp] == ' ') sp++;
+        put_unescaped(&prompt, lit, litn - sp);
+        if (cut) {
+            flush(t, w, &prompt, SFT_MASK_PROMPT, ids, mask);
+            prep_str_put(&field, lit + litn - sp, sp);
+            rc = value_of(o, p + 1, k, &field, err, errlen);
+            if (rc == 0) flush(t, w, &field, SFT_MASK_FIELD + (nfield++ & 1), ids, mask);
+        } else {
+            rc = value_of(o, p + 1, k, is_answer ? &answer : &prompt, err, errlen);
+        }
         p += k + 2;
         lit = p;
     }
     if (rc == 0) {
+        flush(t, w, &prompt, SFT_MASK_PROMPT, ids, mask);
         size_t n0 = ids->n;
-        if (prompt.n) encode_special(t, w, prompt.s, prompt.n, ids);
-        push_mask(mask, ids->n - n0, 0);
-        n0 = ids->n;
         if (answer.n) encode_special(t, w, answer.s, answer.n, ids);
         if (tok_eod_id(t) >= 0) bpe_ids_push(ids, tok_eod_id(t));
-        push_mask(mask, ids->n - n0, 1);
+        push_mask(mask, ids->n - n0, SFT_MASK_ANSWER);
     }
     prep_str_free(&prompt);
+    prep_str_free(&field);
     prep_str_free(&answer);
     return rc;
+}
+
+int sft_check_truncation_field(const char *tmpl, const char *fields, char *err, size_t errlen)
+{
+    for (const char *f = fields; f && *f;) {
+        const char *e = strchr(f, ',');
+        size_t l = e ? (size_t)(e - f) : strlen(f);
+        int found = 0, answer = 0;
+        for (const char *p = tmpl; p && *p; p++) {
+            size_t k = placeholder(p);
+            if (!k) continue;
+            if (k == l && memcmp(p + 1, f, l) == 0) found = 1, answer = p[k + 2] == '\0';
+            p += k + 1;
+        }
+        if (!found || answer || l == 0)
+            return fail(err, errlen, "--sft-truncation-field '%.*s' %s; name prompt keys of --prompt-template '%s', "
+                        "comma-separated", (int)l, f, answer ? "is the answer's key (the answer is kept)" :
+                        "is not a {key} of the prompt template", tmpl);
+        for (const char *g = fields; g < f; g++)
+            if ((g == fields || g[-1] == ',') && strncmp(g, f, l) == 0 && (g[l] == ',' || g[l] == '\0'))
+                return fail(err, errlen, "--sft-truncation-field lists '%.*s' twice", (int)l, f);
+        if (!e) break;
+        f = e + 1;
+    }
+    return 0;
+}
+
+const char *sft_default_truncation_field(const char *tmpl)
+{
+    char err[8];
+    return tmpl && sft_check_truncation_field(tmpl, "input", err, sizeof err) == 0 ? "input" : "";
+}
+
+int sft_parse_truncation(const char *name, sft_trunc *t)
+{
+    if (name && strcmp(name, "right") == 0) return *t = SFT_TRUNC_RIGHT, 0;
+    if (name && strcmp(name, "left") == 0) return *t = SFT_TRUNC_LEFT, 0;
+    return -1;
 }
 
 /* ---- chat and ShareGPT ---------------------------------------------------------------------- */
@@ -331,6 +403,38 @@ int sft_encode(const sft_config *c, const tok_tokenizer *t, tok_worker *w, const
     return rc;
 }
 
+int64_t sft_truncate(int32_t *toks, int32_t *am, int64_t len, int64_t budget, sft_trunc how)
+{
+    if (len <= budget) return len;
+    int64_t excess = len - budget, nf = 0;
+    for (int64_t i = 0; i < len; i++) nf += am[i] >= SFT_MASK_FIELD && (i == 0 || am[i - 1] != am[i]);
+    if (nf > 0) { /* Bridge's shares: excess / nf each, the first excess % nf fields one more */
+        int64_t total = excess, f = 0, out = 0;
+        for (int64_t i = 0; i < len;) {
+            if (am[i] < SFT_MASK_FIELD) {
+                toks[out] = toks[i], am[out] = am[i], out++, i++;
+                continue;
+            }
+            int64_t j = i + 1;
+            while (j < len && am[j] == am[i]) j++;
+            int64_t share = total / nf + (f < total % nf), cut = share < j - i ? share : j - i;
+            f++, excess -= cut;
+            int64_t b = how == SFT_TRUNC_LEFT ? i + cut : i, e = how == SFT_TRUNC_LEFT ? j : j - cut;
+            for (int64_t k = b; k < e; k++) toks[out] = toks[k], am[out] = am[k], out++;
+            i = j;
+        }
+        len = out;
+    }
+    if (excess > 0) { /* what the fields could not give: the sample's end (right) or start (left) */
+        if (how == SFT_TRUNC_LEFT) {
+            memmove(toks, toks + excess, (size_t)(len - excess) * sizeof *toks);
+            memmove(am, am + excess, (size_t)(len - excess) * sizeof *am);
+        }
+        len -= excess;
+    }
+    return len;
+}
+
 int sft_row(const int32_t *toks, const int32_t *am, int64_t len, int seq, int answer_only, int32_t pad, int32_t *ids,
             int32_t *targets, float *mask)
 {
@@ -340,7 +444,7 @@ int sft_row(const int32_t *toks, const int32_t *am, int64_t len, int seq, int an
         ids[t] = t < n ? toks[t] : pad;
         int has = t + 1 < n;
         targets[t] = has ? toks[t + 1] : pad;
-        int c = has && (!answer_only || am[t + 1]); /* the target token is the answer's */
+        int c = has && (!answer_only || am[t + 1] == SFT_MASK_ANSWER); /* the target token is the answer's */
         mask[t] = c ? 1.0f : 0.0f;
         counted += c;
     }
@@ -349,31 +453,120 @@ int sft_row(const int32_t *toks, const int32_t *am, int64_t len, int seq, int an
 
 /* ---- the run ------------------------------------------------------------------------------ */
 
+#define SFT_BATCH_BYTES (1u << 20) /* text a worker's share of a batch holds, about */
+
+typedef struct {
+    size_t off, len; /* in the batch's text */
+    int64_t lineno;
+} sft_line;
+
+/* A worker's share of a batch: lines [beg, end), encoded in order until the first bad one. */
 typedef struct {
     const sft_config *c;
     const tok_tokenizer *t;
     tok_worker *w;
-    idx_writer *tokens, *masks;
-    bpe_ids ids, mask;
+    const char *text;
+    const sft_line *lines;
+    size_t beg, end, bad; /* bad: the first line that failed, or end */
+    bpe_ids ids, mask;    /* the share's samples back to back */
+    int64_t *lens;        /* (end - beg) each line's tokens, -1 for a blank line */
+    size_t lens_cap;
+    char why[512];
+    pthread_t thread;
+} sft_part;
+
+typedef struct {
     sft_prep_stats *st;
+    idx_writer *tokens, *masks;
+    int nparts;
+    sft_part *parts;
+    prep_str text;      /* the batch's lines */
+    sft_line *lines;
+    size_t nlines, lines_cap;
 } sft_run;
 
-static int one_line(sft_run *r, const char *file, int64_t lineno, const char *p, size_t n, char *err, size_t errlen)
+static int is_blank(const char *p, size_t n)
 {
-    size_t i = 0;
-    while (i < n && (p[i] == ' ' || p[i] == '\t' || p[i] == '\r')) i++;
-    if (i == n) return r->st->blank_lines++, 0;
-    char why[512];
-    r->ids.n = r->mask.n = 0;
-    if (sft_encode(r->c, r->t, r->w, p, n, &r->ids, &r->mask, why, sizeof why) != 0)
-        return fail(err, errlen, "%s:%lld: %s", file, (long long)lineno, why);
-    if (idx_writer_add(r->tokens, r->ids.ids, r->ids.n, why, sizeof why) != 0 ||
-        idx_writer_add(r->masks, r->mask.ids, r->mask.n, why, sizeof why) != 0)
-        return fail(err, errlen, "%s", why);
-    r->st->samples++;
-    r->st->tokens += (int64_t)r->ids.n;
-    for (size_t k = 0; k < r->mask.n; k++) r->st->answer_tokens += r->mask.ids[k];
+    for (size_t i = 0; i < n; i++)
+        if (p[i] != ' ' && p[i] != '\t' && p[i] != '\r') return 0;
+    return 1;
+}
+
+static void *encode_part(void *arg)
+{
+    sft_part *p = arg;
+    p->ids.n = p->mask.n = 0;
+    p->bad = p->end;
+    for (size_t i = p->beg; i < p->end; i++) {
+        const sft_line *l = &p->lines[i];
+        size_t n0 = p->ids.n;
+        if (is_blank(p->text + l->off, l->len)) {
+            p->lens[i - p->beg] = -1;
+            continue;
+        }
+        if (sft_encode(p->c, p->t, p->w, p->text + l->off, l->len, &p->ids, &p->mask, p->why, sizeof p->why) != 0) {
+            p->bad = i;
+            break;
+        }
+        p->lens[i - p->beg] = (int64_t)(p->ids.n - n0);
+    }
+    return NULL;
+}
+
+/* The batch's lines cut into nparts shares in order, encoded by as many threads, then written in
+ * order up to the first bad line (so the output does not depend on the workers); the batch
+ * emptied. */
+static int flush_batch(sft_run *r, const char *file, char *err, size_t errlen)
+{
+    size_t n = r->nlines, W = (size_t)r->nparts;
+    for (size_t k = 0; k < W; k++) {
+        sft_part *p = &r->parts[k];
+        p->text = r->text.s, p->lines = r->lines;
+        p->beg = n * k / W, p->end = n * (k + 1) / W;
+        if (p->end - p->beg > p->lens_cap) {
+            p->lens_cap = p->end - p->beg;
+            p->lens = td_xrealloc(p->lens, p->lens_cap * sizeof *p->lens);
+        }
+    }
+    size_t started = 1;
+    for (; started < W; started++)
+        if (pthread_create(&r->parts[started].thread, NULL, encode_part, &r->parts[started]) != 0) break;
+    encode_part(&r->parts[0]);
+    for (size_t k = started; k < W; k++) encode_part(&r->parts[k]); /* threads that did not start */
+    for (size_t k = 1; k < started; k++) pthread_join(r->parts[k].thread, NULL);
+    for (size_t k = 0; k < W; k++) {
+        sft_part *p = &r->parts[k];
+        size_t off = 0;
+        for (size_t i = p->beg; i < p->bad; i++) {
+            int64_t len = p->lens[i - p->beg];
+            if (len < 0) {
+                r->st->blank_lines++;
+                continue;
+            }
+            if (idx_writer_add(r->tokens, p->ids.ids + off, (size_t)len, err, errlen) != 0 ||
+                idx_writer_add(r->masks, p->mask.ids + off, (size_t)len, err, errlen) != 0)
+                return -1;
+            r->st->samples++;
+            r->st->tokens += len;
+            for (int64_t j = 0; j < len; j++) r->st->answer_tokens += p->mask.ids[off + (size_t)j] == SFT_MASK_ANSWER;
+            off += (size_t)len;
+        }
+        if (p->bad < p->end)
+            return fail(err, errlen, "%s:%lld: %s", file, (long long)r->lines[p->bad].lineno, p->why);
+    }
+    r->nlines = 0;
+    r->text.n = 0;
     return 0;
+}
+
+static void add_line(sft_run *r, const char *p, size_t n, int64_t lineno)
+{
+    if (r->nlines == r->lines_cap) {
+        r->lines_cap = r->lines_cap ? 2 * r->lines_cap : 1024;
+        r->lines = td_xrealloc(r->lines, r->lines_cap * sizeof *r->lines);
+    }
+    r->lines[r->nlines++] = (sft_line){r->text.n, n, lineno};
+    prep_str_put(&r->text, p, n);
 }
 
 static int one_file(sft_run *r, const char *file, char *err, size_t errlen)
@@ -384,6 +577,7 @@ static int one_file(sft_run *r, const char *file, char *err, size_t errlen)
     char chunk[1 << 16];
     int64_t lineno = 0;
     int rc = 0;
+    size_t batch = (size_t)r->nparts * SFT_BATCH_BYTES;
     for (;;) {
         ssize_t got = prep_src_read(&s, chunk, sizeof chunk, err, errlen);
         if (got < 0) {
@@ -394,14 +588,16 @@ static int one_file(sft_run *r, const char *file, char *err, size_t errlen)
         size_t start = 0;
         for (size_t i = 0; i < buf.n && rc == 0; i++)
             if (buf.s[i] == '\n') {
-                rc = one_line(r, file, ++lineno, buf.s + start, i - start, err, errlen);
+                add_line(r, buf.s + start, i - start, ++lineno);
                 start = i + 1;
+                if (r->text.n >= batch) rc = flush_batch(r, file, err, errlen);
             }
         if (rc) break;
         memmove(buf.s, buf.s + start, buf.n - start);
         buf.n -= start;
         if (got == 0) {
-            if (buf.n) rc = one_line(r, file, ++lineno, buf.s, buf.n, err, errlen);
+            if (buf.n) add_line(r, buf.s, buf.n, ++lineno);
+            rc = flush_batch(r, file, err, errlen);
             break;
         }
     }
@@ -414,14 +610,15 @@ int sft_prep_run(const sft_config *c, const tok_tokenizer *t, const char *const 
                  const char *output_prefix, sft_prep_stats *st, char *err, size_t errlen)
 {
     sft_prep_stats local = {0};
-    sft_run r = {.c = c, .t = t, .st = st ? st : &local};
+    sft_run r = {.st = st ? st : &local, .nparts = c->workers > 1 ? c->workers : 1};
     *r.st = (sft_prep_stats){0};
     char *data = prep_dataset_prefix(output_prefix, "sft", 0);
     char *maskp = sft_mask_prefix(data);
     r.tokens = idx_writer_open(data, idx_dtype_for_vocab(tok_vocab_size(t)), err, errlen);
     r.masks = r.tokens ? idx_writer_open(maskp, IDX_U8, err, errlen) : NULL;
     int rc = r.masks ? 0 : -1;
-    r.w = tok_worker_new(t);
+    r.parts = td_xcalloc((size_t)r.nparts, sizeof *r.parts);
+    for (int k = 0; k < r.nparts; k++) r.parts[k].c = c, r.parts[k].t = t, r.parts[k].w = tok_worker_new(t);
     for (int i = 0; i < n_inputs && rc == 0; i++) rc = one_file(&r, inputs[i], err, errlen);
     if (rc == 0 && r.st->samples == 0) rc = fail(err, errlen, "no samples in the inputs (every line blank)");
     if (rc == 0) {
@@ -431,9 +628,15 @@ int sft_prep_run(const sft_config *c, const tok_tokenizer *t, const char *const 
     }
     if (r.tokens) idx_writer_abort(r.tokens);
     if (r.masks) idx_writer_abort(r.masks);
-    tok_worker_free(r.w);
-    bpe_ids_free(&r.ids);
-    bpe_ids_free(&r.mask);
+    for (int k = 0; k < r.nparts; k++) {
+        tok_worker_free(r.parts[k].w);
+        bpe_ids_free(&r.parts[k].ids);
+        bpe_ids_free(&r.parts[k].mask);
+        free(r.parts[k].lens);
+    }
+    free(r.parts);
+    prep_str_free(&r.text);
+    free(r.lines);
     free(data);
     free(maskp);
     return rc;

@@ -17,7 +17,8 @@ typedef struct {
     int32_t pad;
     int64_t *perm, perm_epoch;   /* the order of perm_split's documents in epoch perm_epoch */
     int perm_split;
-    int32_t *toks, *amask;       /* (seq + 1) one sample */
+    sft_trunc how;               /* --sft-truncation-method */
+    int32_t *toks, *amask;       /* (the longest sample, at least seq + 1) one sample, truncated in place */
     int32_t *ids, *targets;      /* (num_micro, mbs, seq) */
     int64_t *sample;             /* (num_micro, mbs) */
     float *mask;                 /* (num_micro, mbs, seq) */
@@ -63,7 +64,16 @@ static int64_t bin_of(sft_source *g, gptds_split s, int64_t idx)
     return g->perm[idx % n];
 }
 
-/* A packed row of the documents of bin b of split s: each cut to seq + 1 tokens, concatenated,
+/* Sample sq (len tokens) read whole into g->toks and g->amask and truncated to seq + 1 tokens
+ * (sft_truncate): its new length. */
+static int64_t read_sample(sft_source *g, int64_t sq, int64_t len)
+{
+    idx_read(g->tok, sq, 0, len, g->toks);
+    idx_read(g->am, sq, 0, len, g->amask);
+    return sft_truncate(g->toks, g->amask, len, g->seq + 1, g->how);
+}
+
+/* A packed row of the documents of bin b of split s: each truncated to seq + 1 tokens, concatenated,
  * then pad; a target counts where it and its input are of one sample (and, answer-only, the
  * answer's); seg and pos restart at each sample. Returns the counted targets; *cut += the
  * samples cut. */
@@ -74,11 +84,11 @@ static int pack_row(sft_source *g, int s, int64_t b, int32_t *ids, int32_t *targ
     const int64_t *di = idx_doc_index(g->tok);
     int used = 0;
     for (int64_t k = g->bin_off[s][b]; k < g->bin_off[s][b + 1]; k++) {
-        int64_t sq = di[g->bin_docs[s][k]], len = idx_seq_len(g->tok, sq);
-        int n = (int)(len < S + 1 - used ? len : S + 1 - used);
+        int64_t sq = di[g->bin_docs[s][k]], len = idx_seq_len(g->tok, sq), kept = read_sample(g, sq, len);
+        int n = (int)(kept < S + 1 - used ? kept : S + 1 - used);
         *cut += len > n;
-        idx_read(g->tok, sq, 0, n, g->buf + used);
-        idx_read(g->am, sq, 0, n, g->bufm + used);
+        memcpy(g->buf + used, g->toks, (size_t)n * sizeof(int32_t));
+        memcpy(g->bufm + used, g->amask, (size_t)n * sizeof(int32_t));
         for (int t = used; t < used + n; t++) g->owner[t] = used; /* the sample's first position */
         used += n;
     }
@@ -88,7 +98,7 @@ static int pack_row(sft_source *g, int s, int64_t b, int32_t *ids, int32_t *targ
         int start = in ? g->owner[t] : used;
         ids[t] = in ? g->buf[t] : g->pad;
         targets[t] = t + 1 < used ? g->buf[t + 1] : g->pad;
-        int c = has && (!g->answer_only || g->bufm[t + 1]);
+        int c = has && (!g->answer_only || g->bufm[t + 1] == SFT_MASK_ANSWER);
         mask[t] = c ? 1.0f : 0.0f;
         counted += c;
         if (seg) seg[t] = start;
@@ -116,11 +126,9 @@ static void sft_begin(void *self, gptds_split split, int64_t consumed, const com
                 continue;
             }
             int64_t sq = di[g->bin_docs[split][g->bin_off[split][bin]]];
-            int64_t len = idx_seq_len(g->tok, sq), n = len < S + 1 ? len : S + 1;
-            idx_read(g->tok, sq, 0, n, g->toks);
-            idx_read(g->am, sq, 0, n, g->amask);
+            int64_t len = idx_seq_len(g->tok, sq), n = read_sample(g, sq, len);
             counted[1] += len > S + 1;
-            counted[0] += sft_row(g->toks, g->amask, len, S, g->answer_only, g->pad, g->ids + o, g->targets + o,
+            counted[0] += sft_row(g->toks, g->amask, n, S, g->answer_only, g->pad, g->ids + o, g->targets + o,
                                g->mask + o);
         }
         micro[m] = (gpt_batch){.B = g->mbs, .ids = g->ids + r0 * S, .targets = g->targets + r0 * S,
@@ -153,7 +161,7 @@ static void sft_close(void *self)
 }
 
 /* sft_loss_tokens: the targets the loss counted over the global batch; sft_samples_cut: its
- * samples longer than seq + 1, cut at the right */
+ * samples longer than seq + 1, truncated */
 static int sft_metrics(const void *self, gpt_metric *out, int max)
 {
     const sft_source *g = self;
@@ -166,7 +174,7 @@ static int sft_metrics(const void *self, gpt_metric *out, int max)
 
 const batch_source_ops sft_source_ops = {"SFT samples", sft_begin, sft_num_samples, sft_close, sft_metrics};
 
-/* The samples of [beg, end) longer than seq + 1 tokens, cut at the right. */
+/* The samples of [beg, end) longer than seq + 1 tokens, truncated. */
 static int64_t count_long(const idx_dataset *d, int64_t beg, int64_t end, int seq)
 {
     const int64_t *di = idx_doc_index(d);
@@ -198,8 +206,8 @@ static void make_bins(sft_source *g, int s, int packed)
     g->nbins[s] = nb;
 }
 
-void *sft_source_open(const gptds_config *dc, const gpt_config *c, int answer_only, int pack_seg, int pack_pos,
-                      int32_t pad, int mbs, int num_micro, int dp, int dp_rank, int log)
+void *sft_source_open(const gptds_config *dc, const gpt_config *c, int answer_only, sft_trunc how, int pack_seg,
+                      int pack_pos, int32_t pad, int mbs, int num_micro, int dp, int dp_rank, int log)
 {
     if (dc->n != 1 || dc->weights)
         td_fatal(2, "--sft reads one dataset: give --data-path one PREFIX_sft_document, not a blend");
@@ -222,10 +230,12 @@ void *sft_source_open(const gptds_config *dc, const gpt_config *c, int answer_on
                  dc->paths[0]);
     g->seed = (uint64_t)dc->seed;
     g->mbs = mbs, g->dp = dp, g->dp_rank = dp_rank, g->seq = c->seq, g->num_micro = num_micro;
-    g->answer_only = answer_only, g->pad = pad, g->perm_split = -1;
-    size_t rows = (size_t)num_micro * mbs;
-    g->toks = td_xmalloc((size_t)(c->seq + 1) * sizeof(int32_t));
-    g->amask = td_xmalloc((size_t)(c->seq + 1) * sizeof(int32_t));
+    g->answer_only = answer_only, g->pad = pad, g->perm_split = -1, g->how = how;
+    size_t rows = (size_t)num_micro * mbs, longest = (size_t)c->seq + 1;
+    for (int64_t i = 0; i < nd; i++)
+        if ((size_t)idx_seq_lens(g->tok)[i] > longest) longest = (size_t)idx_seq_lens(g->tok)[i];
+    g->toks = td_xmalloc(longest * sizeof(int32_t));
+    g->amask = td_xmalloc(longest * sizeof(int32_t));
     g->ids = td_xmalloc(rows * c->seq * sizeof(int32_t));
     g->targets = td_xmalloc(rows * c->seq * sizeof(int32_t));
     g->sample = td_xmalloc(rows * sizeof(int64_t));
@@ -243,9 +253,10 @@ void *sft_source_open(const gptds_config *dc, const gpt_config *c, int answer_on
             int64_t n = g->end[s] - g->beg[s];
             if (n <= 0) continue;
             int64_t cut = count_long(g->tok, g->beg[s], g->end[s], c->seq);
-            TD_INFO("sft: %lld %s samples, %lld of them longer than --seq-length + 1 = %d tokens, cut at the right "
-                    "(%.1f%%); loss over %s", (long long)n, names[s], (long long)cut, c->seq + 1,
-                    100.0 * (double)cut / (double)n, answer_only ? "the answer's tokens" : "every token");
+            TD_INFO("sft: %lld %s samples, %lld of them longer than --seq-length + 1 = %d tokens, truncated "
+                    "(%.1f%%, --sft-truncation-method %s); loss over %s", (long long)n, names[s], (long long)cut,
+                    c->seq + 1, 100.0 * (double)cut / (double)n, how == SFT_TRUNC_LEFT ? "left" : "right",
+                    answer_only ? "the answer's tokens" : "every token");
             if (pack_seg || pack_pos)
                 TD_INFO("sft: %s samples packed into %lld rows of %d (%.2f a row)", names[s], (long long)g->nbins[s],
                         c->seq, (double)n / (double)g->nbins[s]);

@@ -43,7 +43,9 @@ batch_source *batch_source_open(const gptds_config *dc, const td_args *a, const 
         if (!tok) td_fatal(1, "%s", err);
         int32_t pad = tok_eod_id(tok) >= 0 ? tok_eod_id(tok) : 0;
         tok_free(tok);
-        s->self = sft_source_open(dc, c, !a->no_answer_only_loss, a->reset_attention_mask, a->reset_position_ids, pad,
+        sft_trunc how = SFT_TRUNC_RIGHT;
+        sft_parse_truncation(a->sft_truncation_method, &how);
+        s->self = sft_source_open(dc, c, !a->no_answer_only_loss, how, a->reset_attention_mask, a->reset_position_ids, pad,
                                   mbs, num_micro, dp, dp_rank, comm_rank(world) == 0);
     } else {
         s->ops = &gpt_source_ops;

@@ -171,6 +171,7 @@ int run_validate(const td_args *a, int world_size, char *msg, size_t msglen)
         FAIL("--sft counts the answer's tokens (or every sample token with --no-answer-only-loss), never one across "
              "two samples: leave out --eod-mask-loss");
     if (!a->sft && a->no_answer_only_loss) FAIL("--no-answer-only-loss applies to --sft only");
+    if (!a->sft && td_args_given(a, "--sft-truncation-method")) FAIL("--sft-truncation-method applies to --sft only");
     if (!a->sft && (a->reset_attention_mask || a->reset_position_ids || a->eod_mask_loss)) {
         /* packed documents split at the tokenizer's EOD (a tokenizer that does not open is
          * reported where the run opens it) */

@@ -74,18 +74,21 @@ def read(prefix):
 print(json.dumps([read(sys.argv[1]), read(sys.argv[1] + "_answer_mask")]))
 EOF
 }
-# check NAME PREFIX SPANS: sample k's mask is 1 exactly on SPANS[k] (a JSON list of [begin, end) lists)
-# and its length is LENS[k]
+# check NAME PREFIX SPANS LENS [FIELDS]: sample k's mask is 1 exactly on SPANS[k] (a JSON list of
+# [begin, end) lists), 2 on FIELDS[k] (the truncation field's tokens; none when not given), 0
+# elsewhere, and its length is LENS[k]
 check() {
   local name=$1 got; got=$(read_ds "$2") || { bad "$name: unreadable"; return; }
-  python3 - "$got" "$3" "$4" <<'EOF' && ok "$1: masks on $3, lengths $4" || bad "$1: masks not on $3 (lengths $4)"
+  python3 - "$got" "$3" "$4" "${5:-[]}" <<'EOF' && ok "$1: masks on $3, fields on ${5:-[]}, lengths $4" || bad "$1: masks not on $3 / ${5:-[]} (lengths $4)"
 import json, sys
-(toks, masks), spans, lens = json.loads(sys.argv[1]), json.loads(sys.argv[2]), json.loads(sys.argv[3])
+(toks, masks), spans, lens, fields = (json.loads(a) for a in sys.argv[1:5])
 assert [len(t) for t in toks] == lens == [len(m) for m in masks], ([len(t) for t in toks], lens)
-for m, sp in zip(masks, spans):
+for k, (m, sp) in enumerate(zip(masks, spans)):
     want = [0] * len(m)
     for b, e in sp:
         want[b:e] = [1] * (e - b)
+    for b, e in (fields[k] if k < len(fields) else []):
+        want[b:e] = [2] * (e - b)
     assert m == want, (m, want)
 EOF
 }
@@ -115,12 +118,102 @@ check "sharegpt" "$D/sg_sft_document" '[[[32,36]]]' '[36]'
 
 # prompt/response, "Q: {input}\nA: {output}": "Q: ab\nA: " is 9 tokens (the value's spaces
 # stripped, as Megatron-Bridge strips them), then "ba" and <|endoftext|>: [9, 12); "Q: x\nA: " 8,
-# "yz" + EOD: [8, 11)
+# "yz" + EOD: [8, 11). The truncation field, input by default, is " ab" [2, 5) and " x" [2, 4)
+# (the template's space before {input} with it, as Bridge splits the template at " *{key}")
 expect "pairs: preprocess" 0 "2 samples, 23 tokens, 6 of them" \
   "${PRE[@]}" --sft-format prompt-response --prompt-template 'Q: {input}\nA: {output}' --input "$D/pairs.jsonl" --output-prefix "$D/pr"
-check "pairs" "$D/pr_sft_document" '[[[9,12]],[[8,11]]]' '[12,11]'
+check "pairs" "$D/pr_sft_document" '[[[9,12]],[[8,11]]]' '[12,11]' '[[[2,5]],[[2,4]]]'
+expect "pairs: --sft-truncation-field ''" 0 "2 samples, 23 tokens" "${PRE[@]}" --sft-format prompt-response \
+  --prompt-template 'Q: {input}\nA: {output}' --sft-truncation-field '' --input "$D/pairs.jsonl" --output-prefix "$D/prn"
+check "pairs: no truncation field" "$D/prn_sft_document" '[[[9,12]],[[8,11]]]' '[12,11]'
+expect "bad: truncation field not in the template" 2 "--sft-truncation-field 'context' is not a {key}" \
+  "${PRE[@]}" --sft-format prompt-response --prompt-template 'Q: {input}\nA: {output}' --sft-truncation-field context \
+  --input "$D/pairs.jsonl" --output-prefix "$D/bad"
+expect "bad: truncation field the answer" 2 "is the answer's key" \
+  "${PRE[@]}" --sft-format prompt-response --prompt-template 'Q: {input}\nA: {output}' --sft-truncation-field input,output \
+  --input "$D/pairs.jsonl" --output-prefix "$D/bad"
+expect "bad: truncation field with chat" 2 "--sft-truncation-field applies to --sft-format prompt-response" \
+  "${PRE[@]}" --chat-template "$D/tokenizer_config.json" --sft-truncation-field input --input "$D/chat.jsonl" --output-prefix "$D/bad"
+
+# truncation as Bridge's GPTSFTDataset (--seq-length 11: 12 tokens kept; one token a byte):
+#   long.jsonl:  "Q:" 2 + " " + 20 letters (the field, 21) + "\nA: " 4 + "ba" + EOD 3 = 30 tokens, 18 too
+#     many: the field keeps 3 (right: its first, left: its last), the answer whole: 3 targets
+#     counted a sample by either method (cut at the right as before: none)
+#   short.jsonl: "Q:" 2 + " ab" 3 + "\nA: " 4 + "abcdefghij" + EOD 11 = 20 tokens, 8 too many: the
+#     field gives its 3, the other 5 come off the end (right: 12 tokens "Q:\nA: abcdef", 6 answer
+#     targets) or the start (left: " abcdefghij" + EOD, 11 answer targets)
+python3 - "$D" <<'EOF' || exit 1
+import json, sys
+d = sys.argv[1]
+open(d + "/long.jsonl", "w").write("".join(json.dumps({"input": "abcdefghijklmnopqrst", "output": "ba"}) + "\n" for _ in range(8)))
+open(d + "/short.jsonl", "w").write("".join(json.dumps({"input": "ab", "output": "abcdefghij"}) + "\n" for _ in range(8)))
+EOF
+for f in long short; do
+  expect "truncation: preprocess $f" 0 "8 samples" "${PRE[@]}" --sft-format prompt-response \
+    --prompt-template 'Q: {input}\nA: {output}' --input "$D/$f.jsonl" --output-prefix "$D/$f"
+done
+TR=(train --sft "${CHAT[@]}" --num-layers 1 --hidden-size 16 --num-attention-heads 2 --seq-length 11
+    --micro-batch-size 2 --global-batch-size 2 --train-iters 1 --log-interval 1 --lr 1e-3 --split 100,0,0
+    --eval-iters 0 --seed 7)
+for want in "long right 6" "long left 6" "short right 12" "short left 22"; do
+  set -- $want
+  rm -f "$D/m.jsonl"
+  expect "truncation: $1 $2" 0 "sft: 8 training samples, 8 of them longer than --seq-length + 1 = 12 tokens, truncated (100.0%, --sft-truncation-method $2)" \
+    "$T" "${TR[@]}" --data-path "$D/${1}_sft_document" --sft-truncation-method $2 --metrics-file "$D/m.jsonl"
+  got=$(python3 -c 'import json,sys; r=json.loads(open(sys.argv[1]).readline()); print(r["sft_loss_tokens"], r["sft_samples_cut"])' "$D/m.jsonl")
+  [ "$got" = "$3 2" ] && ok "truncation: $1 $2: $3 answer targets counted in a batch of 2, 2 cut" || bad "truncation: $1 $2: got '$got', want '$3 2'"
+done
+# eval --sft truncates as train does: the short samples' 11 answer targets each (left), 6 (right);
+# without the flag, the training run's method (left) from the checkpoint
+expect "truncation: save" 0 "iteration        1/" "$T" "${TR[@]}" --data-path "$D/short_sft_document" --save "$D/tck" \
+  --sft-truncation-method left
+for want in "left 88 --sft-truncation-method" "right 48 --sft-truncation-method" "left 88"; do
+  set -- $want
+  expect "truncation: eval --sft ${3:+$3 }$1" 0 "eval --sft: 8 samples (8 truncated past --seq-length + 1 = 12 tokens, --sft-truncation-method $1), 160 tokens; $2 of the answer's targets scored" \
+    "$T" eval --sft --load "$D/tck" --split-name train --micro-batch-size 2 ${3:+$3 $1}
+done
+expect "bad: --sft-truncation-method without --sft" 2 "--sft-truncation-method applies to --sft only" \
+  "$T" train --data-path "$D/long_sft_document" "${CHAT[@]}" --num-layers 1 --hidden-size 16 --num-attention-heads 2 \
+  --seq-length 11 --micro-batch-size 2 --global-batch-size 2 --train-iters 1 --sft-truncation-method left
 first=$(read_ds "$D/pr_sft_document" | python3 -c 'import json,sys; print(json.load(sys.stdin)[0][0])')
 [ "$first" = "[81, 58, 32, 97, 98, 10, 65, 58, 32, 98, 97, 256]" ] && ok "pairs: tokens $first" || bad "pairs: tokens $first"
+
+# --workers: the same bytes as one worker. 2600 chat lines of about 900 bytes (2.3 MB: two batches
+# of 2 x 1 MB at --workers 2, one at 3) with blank lines among them, and the pairs; a file whose
+# lines 5 and 8 are bad names line 5 whatever the workers (line 5 in the second worker's share of
+# three, line 8 in the third's)
+python3 - "$D" <<'EOF' || exit 1
+import json, random, sys
+d = sys.argv[1]
+random.seed(5)
+w = lambda n: "".join(random.choice("abcdefgh ") for _ in range(n))
+with open(d + "/many.jsonl", "w") as f:
+    for i in range(2600):
+        f.write(json.dumps({"messages": [{"role": "user", "content": w(random.randint(300, 800))},
+                                         {"role": "assistant", "content": w(random.randint(100, 400))}]}) + "\n")
+        if i % 997 == 3: f.write("  \n")
+ok = json.dumps({"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]})
+lines = [ok] * 9
+lines[4], lines[7] = "{not json", json.dumps({"messages": [{"role": "user", "content": "a"}]})
+open(d + "/twobad.jsonl", "w").write("\n".join(lines) + "\n")
+EOF
+for n in 1 2 3; do
+  expect "workers: chat --workers $n" 0 "2600 samples" "${PRE[@]}" --chat-template "$D/tokenizer_config.json" \
+    --input "$D/many.jsonl" --output-prefix "$D/w$n" --workers $n
+  expect "workers: pairs --workers $n" 0 "with $n worker" "${PRE[@]}" --sft-format prompt-response --workers $n \
+    --prompt-template 'Q: {input}\nA: {output}' --input "$D/pairs.jsonl" "$D/long.jsonl" "$D/pairs.jsonl" --output-prefix "$D/pw$n"
+  expect "workers: the first bad line at --workers $n" 1 "$D/twobad.jsonl:5: not a JSON object" \
+    "${PRE[@]}" --chat-template "$D/tokenizer_config.json" --input "$D/twobad.jsonl" --output-prefix "$D/bad" --workers $n
+done
+same=1
+for n in 2 3; do
+  for p in w pw; do
+    for f in _sft_document.bin _sft_document.idx _sft_document_answer_mask.bin _sft_document_answer_mask.idx; do
+      cmp -s "$D/${p}1$f" "$D/$p$n$f" || { same=0; echo "differs: $p$n$f"; }
+    done
+  done
+done
+[ $same = 1 ] && ok "workers: --workers 2 and 3 write the bytes of one worker (chat and pairs)" || bad "workers: the bytes differ"
 
 # bad input: one line naming file:line, exit 1; nothing written
 expect "bad: not JSON" 1 "$D/badjson.jsonl:2: not a JSON object" \

@@ -53,17 +53,35 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (!g_tok) load();
     if (size == 0) return 0;
     sft_config c = {.format = (sft_format)(data[0] % 3), .chat = &g_cfg, .tmpl = g_tmpl,
-                    .prompt_template = "Q: {input}\\nA: {output}"};
+                    .prompt_template = "Q: {input}\\nA: {output}", .truncation_field = data[0] & 4 ? "input" : NULL};
     bpe_ids ids = {0}, mask = {0};
     char err[512] = "";
     if (sft_encode(&c, g_tok, g_w, (const char *)data + 1, size - 1, &ids, &mask, err, sizeof err) == 0) {
         if (ids.n != mask.n) abort();
-        int answer = 0;
+        int answer = 0, field = 0;
         for (size_t i = 0; i < mask.n; i++) {
-            if (mask.ids[i] != 0 && mask.ids[i] != 1) abort();
-            answer += mask.ids[i];
+            if (mask.ids[i] < 0 || mask.ids[i] > 3 || (mask.ids[i] > 1 && !c.truncation_field)) abort();
+            answer += mask.ids[i] == SFT_MASK_ANSWER;
+            field += mask.ids[i] >= SFT_MASK_FIELD;
         }
         if (!answer) abort();
+        /* truncated to a budget from the first byte: min(n, budget) tokens, in their order, each with
+         * its mark; the answer whole when the fields hold the excess */
+        int64_t n = (int64_t)ids.n, budget = (data[0] >> 3) + 1;
+        for (int how = 0; how < 2; how++) {
+            int32_t *t = malloc((size_t)(n ? n : 1) * sizeof *t), *m = malloc((size_t)(n ? n : 1) * sizeof *m);
+            memcpy(t, ids.ids, (size_t)n * sizeof *t);
+            memcpy(m, mask.ids, (size_t)n * sizeof *m);
+            int64_t k = sft_truncate(t, m, n, budget, (sft_trunc)how), j = 0, kept_answer = 0;
+            if (k != (n < budget ? n : budget)) abort();
+            for (int64_t i = 0; i < k; i++, j++) { /* a subsequence of (ids, mask) */
+                while (j < n && (ids.ids[j] != t[i] || mask.ids[j] != m[i])) j++;
+                if (j == n) abort();
+                kept_answer += m[i] == SFT_MASK_ANSWER;
+            }
+            if (n - budget <= field && kept_answer != answer) abort();
+            free(t), free(m);
+        }
     } else if (err[0] == '\0' || ids.n || mask.n) {
         abort(); /* a rejection says why and adds nothing */
     }

@@ -100,7 +100,7 @@ static void *open_packed(const gpt_config *c, int mbs, int num_micro, int packed
 {
     char *paths[1] = {g_prefix};
     gptds_config dc = {.n = 1, .paths = paths, .split = "100,0,0", .seed = 1234, .seq_length = S};
-    return sft_source_open(&dc, c, answer_only, packed, packed, PAD, mbs, num_micro, 1, 0, 0);
+    return sft_source_open(&dc, c, answer_only, SFT_TRUNC_RIGHT, packed, packed, PAD, mbs, num_micro, 1, 0, 0);
 }
 
 static void *open_source(const gpt_config *c, int mbs, int num_micro) { return open_packed(c, mbs, num_micro, 0, 1); }
@@ -111,6 +111,58 @@ static int sample_of(const int32_t *row)
     int k = row[0] - 20;
     assert_true(k >= 0 && k < NDOC);
     return k;
+}
+
+/* sft_truncate against Megatron-Bridge's _multiple_truncation worked by hand. */
+static void check_trunc(const int32_t *toks, const int32_t *am, int64_t len, int64_t budget, sft_trunc how,
+                        const int32_t *want, int64_t want_len)
+{
+    int32_t t[16], m[16];
+    memcpy(t, toks, (size_t)len * sizeof *t);
+    memcpy(m, am, (size_t)len * sizeof *m);
+    assert_int_equal(sft_truncate(t, m, len, budget, how), want_len);
+    assert_memory_equal(t, want, (size_t)want_len * sizeof *t);
+    for (int64_t i = 0; i < want_len; i++) assert_int_equal(m[i], am[want[i] - 1]); /* each token keeps its mark */
+}
+
+/* A prompt/response sample: "Q:" (tokens 1 2), the truncation field (3..7, mask 2), "A:" (8 9),
+ * the answer and EOD (10 11 12, mask 1). Budget 9 (3 too many): the field alone gives 3 — right
+ * keeps its first 2 (3 4), left its last 2 (6 7); the answer is whole. Budget 5 (7 too many): the
+ * field gives all 5, the 2 left come off the sample's end (right: the answer's 11 12) or start
+ * (left: "Q:"). Two fields (2 2 2 and 3 3 3, 10 tokens, budget 7): 3 shared 2 then 1. A field
+ * shorter than its share (one token, share 2 of 4) gives what it has; the rest of the sample gives
+ * the remainder. A chat sample (no field) loses its end or start. Then sft_row over what remains:
+ * the answer-only targets are the answer's, never the field's. */
+static void truncate_by_hand(void **state)
+{
+    (void)state;
+    const int32_t a[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, am[12] = {0, 0, 2, 2, 2, 2, 2, 0, 0, 1, 1, 1};
+    check_trunc(a, am, 12, 12, SFT_TRUNC_RIGHT, a, 12);
+    check_trunc(a, am, 12, 9, SFT_TRUNC_RIGHT, (const int32_t[]){1, 2, 3, 4, 8, 9, 10, 11, 12}, 9);
+    check_trunc(a, am, 12, 9, SFT_TRUNC_LEFT, (const int32_t[]){1, 2, 6, 7, 8, 9, 10, 11, 12}, 9);
+    check_trunc(a, am, 12, 5, SFT_TRUNC_RIGHT, (const int32_t[]){1, 2, 8, 9, 10}, 5);
+    check_trunc(a, am, 12, 5, SFT_TRUNC_LEFT, (const int32_t[]){8, 9, 10, 11, 12}, 5);
+    const int32_t b[10] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, bm[10] = {0, 2, 2, 2, 0, 3, 3, 3, 1, 1};
+    check_trunc(b, bm, 10, 7, SFT_TRUNC_RIGHT, (const int32_t[]){1, 2, 5, 6, 7, 9, 10}, 7);
+    check_trunc(b, bm, 10, 7, SFT_TRUNC_LEFT, (const int32_t[]){1, 4, 5, 7, 8, 9, 10}, 7);
+    const int32_t c[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9}, cm[9] = {0, 2, 0, 3, 3, 3, 3, 1, 1};
+    check_trunc(c, cm, 9, 5, SFT_TRUNC_RIGHT, (const int32_t[]){1, 3, 4, 5, 8}, 5);
+    check_trunc(c, cm, 9, 5, SFT_TRUNC_LEFT, (const int32_t[]){3, 6, 7, 8, 9}, 5);
+    const int32_t d[6] = {1, 2, 3, 4, 5, 6}, dm[6] = {0, 0, 0, 1, 1, 1};
+    check_trunc(d, dm, 6, 4, SFT_TRUNC_RIGHT, (const int32_t[]){1, 2, 3, 4}, 4);
+    check_trunc(d, dm, 6, 4, SFT_TRUNC_LEFT, (const int32_t[]){3, 4, 5, 6}, 4);
+    /* seq 8 over the budget-9 right cut: targets 2 3 4 8 9 10 11 12 (marks 0 2 2 0 0 1 1 1 at t + 1):
+     * the last three counted */
+    int32_t t[12], m[12], ids[8], tg[8];
+    float mk[8];
+    memcpy(t, a, sizeof a), memcpy(m, am, sizeof am);
+    int64_t n = sft_truncate(t, m, 12, 9, SFT_TRUNC_RIGHT);
+    assert_int_equal(sft_row(t, m, n, 8, 1, PAD, ids, tg, mk), 3);
+    const float want_mk[8] = {0, 0, 0, 0, 0, 1, 1, 1};
+    const int32_t want_tg[8] = {2, 3, 4, 8, 9, 10, 11, 12};
+    assert_memory_equal(mk, want_mk, sizeof mk);
+    assert_memory_equal(tg, want_tg, sizeof tg);
+    assert_int_equal(sft_row(t, m, n, 8, 0, PAD, ids, tg, mk), 8); /* every target, the field's too */
 }
 
 /* Two iterations of 2 micro-batches of 2 rows (8 rows): the first 5 are the 5 samples in some
@@ -276,6 +328,7 @@ int main(int argc, char **argv)
     write_samples();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(row_by_hand),
+        cmocka_unit_test(truncate_by_hand),
         cmocka_unit_test(source_rows),
         cmocka_unit_test(answer_only_loss),
         cmocka_unit_test(packed_equals_alone),

@@ -145,7 +145,8 @@ int ckpt_args_reconcile(td_args *a, const ckpt_meta *m, int vocab, int tp, int l
  * "all", --split, so "valid" is the split the training held out (the seed plays no part: eval
  * takes the documents in order). Call after ckpt_args_reconcile. Updates a; `taken` lists what
  * came from the checkpoint for a log line ("--data-path P, --split S, --seq-length N": the
- * sequence length too when not given, which reconcile took), "" for nothing. Returns 0, or -1
+ * sequence length too when not given, which reconcile took; with --sft, the training run's
+ * --sft-truncation-method unless given), "" for nothing. Returns 0, or -1
  * with one line in err (a usage error). */
 int ckpt_args_eval_data(td_args *a, const ckpt_meta *m, char *taken, size_t takenlen, char *err, size_t errlen);
 

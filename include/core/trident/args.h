@@ -56,7 +56,7 @@ typedef struct td_args {
     int global_batch_size;
     int reset_attention_mask, reset_position_ids, eod_mask_loss; /* packed documents (gpt_source.h) */
     int sft, no_answer_only_loss;    /* SFT samples (include/data/trident/sft.h) */
-    char *sft_format, *prompt_template;
+    char *sft_format, *prompt_template, *sft_truncation_field, *sft_truncation_method;
     /* plan */
     char *cluster;
     int num_gpus, vocab_size, plan_top, plan_explain, plan_json, plan_calibrate;

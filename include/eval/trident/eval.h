@@ -9,6 +9,7 @@
 
 #include <stdint.h>
 
+#include "trident/sft.h"
 #include "trident/gpt.h"
 #include "trident/comm.h"
 #include "trident/dataset_reader.h"
@@ -42,12 +43,12 @@ dsr_reader *ev_open_dataset(comm *world, const char *path, int vocab, const char
                             const char *cache_dir);
 
 /* (sft.c) The answer-only loss of SFT samples [doc_begin, doc_end) of d (PREFIX_sft_document) and
- * mask (its _answer_mask sidecar), one a row as train --sft reads them (sft_row: cut past S + 1,
- * padded with pad): out->loss is the mean loss over the answer's targets (every target of the
+ * mask (its _answer_mask sidecar), one a row as train --sft reads them (sft_truncate by how to
+ * S + 1 tokens, then sft_row: padded with pad): out->loss is the mean loss over the answer's targets (every target of the
  * samples with answer_only 0), out->tokens those targets, out->windows the samples cut.
  * Collective over ps->world, like ev_score. */
 void ev_sft(gpt_model *m, const ps_state *ps, const dsr_reader *d, const dsr_reader *mask, int64_t doc_begin,
-            int64_t doc_end, int mbs, int answer_only, int32_t pad, ev_result *out);
+            int64_t doc_end, int mbs, int answer_only, sft_trunc how, int32_t pad, ev_result *out);
 
 /* ---- zero-shot tasks (src/eval/tasks.c; trident eval --task) ----
  * Each is collective over ps->world and gives every rank the result. m is built for micro-batches

@@ -16,13 +16,15 @@
 #include "trident/batch_source.h"
 #include "trident/gpt.h"
 #include "trident/gpt_dataset.h"
+#include "trident/sft.h"
 
 extern const batch_source_ops sft_source_ops;
 
 /* Opens dc->paths[0] (exactly one dataset, no blend) and its mask sidecar, split by dc->split.
- * pad: the id padding and past-the-end targets carry (never counted). Ends the job with one line
+ * pad: the id padding and past-the-end targets carry (never counted); how: the truncation of a
+ * sample longer than seq + 1 (sft_truncate). Ends the job with one line
  * on a missing or mismatched sidecar, a blend, or an empty training split. */
-void *sft_source_open(const gptds_config *dc, const gpt_config *c, int answer_only, int pack_seg, int pack_pos,
-                      int32_t pad, int mbs, int num_micro, int dp, int dp_rank, int log);
+void *sft_source_open(const gptds_config *dc, const gpt_config *c, int answer_only, sft_trunc how, int pack_seg,
+                      int pack_pos, int32_t pad, int mbs, int num_micro, int dp, int dp_rank, int log);
 
 #endif
