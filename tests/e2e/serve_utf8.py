@@ -5,7 +5,8 @@ trained on an emoji and a CJK character emits them a byte at a time, and sampled
 answer's body is read with a strict UTF-8 decoder, then as JSON; each text is held to Python's
 bytes.decode("utf-8", "replace") of the token bytes (the maximal-subpart rule trident implements, as
 Hugging Face's decode); the streamed deltas concatenated equal the unstreamed text, and a character's first
-bytes are held back (empty deltas) until the token that completes it. Hand-worked: the prompt ids
+bytes are held back (empty deltas) until the token that completes it; chat's message.content and delta.content
+alike; a stop string that is a 2-byte character cuts the text where Python finds it. Hand-worked: the prompt ids
 F0 9F 98 'a' echo as U+FFFD "a"; /detokenize and Megatron's /api say the same.
 Environment: TRIDENT, WORK."""
 import atexit, codecs, json, os, shutil, socket, subprocess, sys, tempfile, time, urllib.error, urllib.request
@@ -37,7 +38,10 @@ subprocess.run([T, "train", "--data-path", "u_text_document", *TOK, "--split", "
                 "--save", "ck"], env=env, check=True, capture_output=True, timeout=300 * SCALE)
 
 s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
-srv = subprocess.Popen([T, "serve", "--load", "ck", *TOK, "--port", str(port)], env=env, stdout=open("serve.log", "w"),
+# a chat template that writes the user's content as it is, and the end-of-document token's text as eos_token
+json.dump({"chat_template": "{% for m in messages %}{{ m['content'] }}{% endfor %}", "eos_token": "<|endoftext|>"},
+          open("tokenizer_config.json", "w"))
+srv = subprocess.Popen([T, "serve", "--load", "ck", *TOK, "--port", str(port), "--chat-template", "tokenizer_config.json"], env=env, stdout=open("serve.log", "w"),
                        stderr=subprocess.STDOUT)
 atexit.register(lambda: srv.poll() is None and srv.kill())
 
@@ -124,6 +128,18 @@ check(m is not None and m["text"][0].startswith(EMOJI) and m["segments"][0][:4] 
       f"/api: text {m and m['text'][0]!r} starts with the emoji whole, its byte tokens each U+FFFD in segments "
       f"{m and m['segments'][0][:5]}")
 
+# chat: message.content and the streamed delta.content alike
+body = {"messages": [{"role": "user", "content": "x"}], "max_tokens": 24, "temperature": 50, "seed": 5}
+c, raw = call("POST", "/v1/chat/completions", body)
+j = strict(raw, "chat")
+c2, raw2 = call("POST", "/v1/chat/completions", dict(body, stream=True))
+ev = events(raw2, "chat streamed")
+if j and ev is not None:
+    content = j["choices"][0]["message"]["content"]
+    streamed = "".join(e["choices"][0]["delta"].get("content", "") for e in ev)
+    check(c == 200 and streamed == content and "\ufffd" in content,
+          f"chat: {content[:16]!r}... (ill-formed bytes replaced) is the streamed deltas joined")
+
 # (b) sampled hot: any bytes; 4 choices, strict everywhere
 hb = judge("hot", {"prompt": "x", "max_tokens": 24, "temperature": 50, "seed": 7, "n": 4}, 4)
 bad_bytes = 0
@@ -131,6 +147,17 @@ for b in hb:
     try: b.decode("utf-8")
     except UnicodeDecodeError: bad_bytes += 1
 check(bad_bytes == 4, f"hot: each of the 4 choices' bytes is ill-formed UTF-8 ({bad_bytes} of 4): the case is exercised")
+# a stop string is found in the bytes where it is in the text: the text ends before it (choices without it whole,
+# their finish_reason as it was)
+texts = [b.decode("utf-8", "replace") for b in hb]
+stop = next((ch for t in texts for ch in t if ord(ch) >= 0x80 and ch != "\ufffd"), "x")  # a character of 2+ bytes
+c, raw = call("POST", "/v1/completions", {"prompt": "x", "max_tokens": 24, "temperature": 50, "seed": 7, "n": 4,
+                                          "stop": [stop]})
+j = strict(raw, "hot with stop")
+if j and texts:
+    got = [(ch["text"], ch["finish_reason"]) for ch in j["choices"]]
+    want = [(t[:t.index(stop)], "stop") if stop in t else (t, got[k][1]) for k, t in enumerate(texts)]
+    check(c == 200 and got == want, f"hot with stop {stop!r}: {[g[0][:12] for g in got]} cut before it")
 
 # (c) hand-worked: F0 9F 98 then 'a' is U+FFFD 'a' (one replacement for the three bytes)
 c, raw = call("POST", "/v1/completions", {"prompt": [0xF0, 0x9F, 0x98, 0x61], "max_tokens": 1, "echo": True,
