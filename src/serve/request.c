@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "trident/check.h"
+#include "utf8.h"
 
 static struct {
     const srv_config *cfg;
@@ -57,6 +58,7 @@ void req_unref(request *r)
     }
     for (int i = 0; i < r->nstop; i++) free(r->stop[i]);
     free(r->ids), free(r->lens), free(r->out), free(r->out_lens), free(r->sse), free(r->logprobs), free(r->error);
+    free(r->held), free(r->nheld);
     free(r->top_ids), free(r->top_lp), free(r->stop);
     pthread_mutex_destroy(&r->mu);
     free(r);
@@ -84,6 +86,20 @@ char *req_decode(const int32_t *ids, int n, size_t *len)
     return text;
 }
 
+char *req_stream_text(request *r, int row, const char *bytes, size_t n, int final, size_t *len)
+{
+    size_t h = (size_t)r->nheld[row], used;
+    char *b = td_xmalloc(h + n + 1), *w = td_xmalloc(3 * (h + n) + 1);
+    memcpy(b, r->held[row], h);
+    if (n) memcpy(b + h, bytes, n);
+    *len = utf8_clean(b, h + n, final, w, &used);
+    w[*len] = 0;
+    r->nheld[row] = (int)(h + n - used);
+    memcpy(r->held[row], b + used, h + n - used);
+    free(b);
+    return w;
+}
+
 /* The ids of text (len bytes) appended to out. With special, the end-of-document token's own text
  * (GPT-2's "<|endoftext|>") is that token, as Hugging Face's tokenizers (and so vLLM and
  * lm-evaluation-harness) read a special token inside a text; the rest is tokenized as trident
@@ -105,15 +121,18 @@ static void encode_text(tok_worker *w, const char *text, size_t len, int special
     free(et);
 }
 
-/* A JSON string of n bytes as a cJSON item. cJSON's strings end at a NUL; this one escapes it
- * (\u0000) with the other control characters, quotes and backslashes, and keeps every other byte. */
+/* A JSON string of n bytes as a cJSON item. The bytes are made well-formed UTF-8 first (utf8.h:
+ * each ill-formed part one U+FFFD). cJSON's strings end at a NUL; this one escapes it (\u0000)
+ * with the other control characters, quotes and backslashes, and keeps every other byte. */
 static cJSON *text_item(const char *s, size_t n)
 {
+    char *w = td_xmalloc(3 * n + 1);
+    n = utf8_clean(s, n, 1, w, NULL);
     char *q = td_xmalloc(6 * n + 3);
     size_t k = 0;
     q[k++] = '"';
     for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
+        unsigned char c = (unsigned char)w[i];
         if (c == '"' || c == '\\') q[k++] = '\\', q[k++] = (char)c;
         else if (c == '\n') q[k++] = '\\', q[k++] = 'n';
         else if (c == '\t') q[k++] = '\\', q[k++] = 't';
@@ -124,7 +143,7 @@ static cJSON *text_item(const char *s, size_t n)
     q[k++] = '"';
     q[k] = 0;
     cJSON *item = cJSON_CreateRaw(q);
-    free(q);
+    free(q), free(w);
     return item;
 }
 
@@ -161,22 +180,13 @@ static int utf8_valid(const unsigned char *s, size_t n)
     return 1;
 }
 
-/* Characters in n bytes of UTF-8 (the bytes that do not continue one). */
-static size_t utf8_chars(const char *s, size_t n)
-{
-    size_t k = 0;
-    for (size_t i = 0; i < n; i++) k += ((unsigned char)s[i] & 0xc0) != 0x80;
-    return k;
-}
-
 /* One token's text as a client sees it (a new C string): its UTF-8, or OpenAI's "bytes:\xNN..."
- * when its bytes are part of a character (or hold a NUL); *chars gets the characters it adds to
- * the text, *bytes its bytes. */
-static char *token_text(int32_t id, size_t *chars, size_t *bytes)
+ * when its bytes are part of a character (or hold a NUL); *bytes gets its bytes. */
+static char *token_text(int32_t id, size_t *bytes)
 {
     size_t n;
     char *t = req_decode(&id, 1, &n);
-    *chars = utf8_chars(t, n), *bytes = n;
+    *bytes = n;
     if (utf8_valid((const unsigned char *)t, n) && !memchr(t, 0, n)) { /* tok_decode's text has no NUL after it */
         char *z = td_xmalloc(n + 1);
         memcpy(z, t, n);
@@ -189,6 +199,21 @@ static char *token_text(int32_t id, size_t *chars, size_t *bytes)
     for (size_t i = 0; i < n; i++) k += (size_t)sprintf(q + k, "\\x%02x", (unsigned char)t[i]);
     free(t);
     return q;
+}
+
+/* The characters that token id adds to a text streamed so far (utf8.h), whose trailing bytes
+ * not yet a whole character are hold[0..*held); updates them. */
+static size_t stream_chars(int32_t id, char *hold, size_t *held)
+{
+    size_t n, used;
+    char *t = req_decode(&id, 1, &n);
+    char *b = td_xmalloc(*held + n), *w = td_xmalloc(3 * (*held + n) + 1);
+    memcpy(b, hold, *held), memcpy(b + *held, t, n);
+    size_t chars = utf8_chars(w, utf8_clean(b, *held + n, 0, w, &used));
+    *held = *held + n - used;
+    memcpy(hold, b + used, *held);
+    free(t), free(b), free(w);
+    return chars;
 }
 
 /* Where row i's continuation (its decoded text, n bytes) is cut by its first stop string: the
@@ -216,15 +241,16 @@ static cJSON *choice_logprobs(const request *r, int i, int from, int to)
     cJSON *lp = cJSON_CreateObject(), *toks = cJSON_AddArrayToObject(lp, "tokens");
     cJSON *tlp = cJSON_AddArrayToObject(lp, "token_logprobs"), *top = cJSON_AddArrayToObject(lp, "top_logprobs");
     cJSON *off = cJSON_AddArrayToObject(lp, "text_offset");
-    size_t at = 0, chars, bytes;
+    size_t at = 0, bytes, held = 0; /* at: characters of the text (as streamed) before token k */
+    char hold[UTF8_HELD_MAX];
     for (int k = 0; k < to; k++) {
-        char *t = token_text(r->out[i][k], &chars, &bytes);
+        char *t = token_text(r->out[i][k], &bytes);
         if (k >= from) {
             cJSON_AddItemToArray(toks, cJSON_CreateString(t));
             cJSON_AddItemToArray(off, cJSON_CreateNumber((double)at));
         }
         free(t);
-        at += chars;
+        at += stream_chars(r->out[i][k], hold, &held);
         if (k < from) continue;
         if (k == 0) {
             cJSON_AddItemToArray(tlp, cJSON_CreateNull());
@@ -234,8 +260,8 @@ static cJSON *choice_logprobs(const request *r, int i, int from, int to)
         cJSON_AddItemToArray(tlp, cJSON_CreateNumber(r->logprobs[i][k - 1]));
         cJSON *d = cJSON_CreateObject();
         for (int j = 0; j < r->top; j++) {
-            size_t at_k = (size_t)(k - 1) * r->top + j, c2, b2;
-            char *key = token_text(r->top_ids[i][at_k], &c2, &b2);
+            size_t at_k = (size_t)(k - 1) * r->top + j, b2;
+            char *key = token_text(r->top_ids[i][at_k], &b2);
             if (!cJSON_GetObjectItemCaseSensitive(d, key)) /* two tokens may print alike: the likelier keeps it */
                 cJSON_AddNumberToObject(d, key, r->top_lp[i][at_k]);
             free(key);
@@ -299,10 +325,10 @@ char *req_openai_json(request *r, int stream_row, const char *chunk, size_t chun
             if (r->want_logprobs) {
                 int to = r->out_lens[i];
                 if (cut < n) { /* the generated tokens that start before the cut */
-                    size_t at = 0, chars, bytes;
+                    size_t at = 0, bytes;
                     to = r->lens[i];
                     while (to < r->out_lens[i] && at < cut) {
-                        free(token_text(r->out[i][to], &chars, &bytes));
+                        free(token_text(r->out[i][to], &bytes));
                         at += bytes, to++;
                     }
                 }
@@ -728,6 +754,8 @@ request *req_parse(int api, const char *body, size_t len, unsigned *code, char *
     r->out = td_xcalloc((size_t)n, sizeof *r->out);
     r->lens = td_xcalloc((size_t)n, sizeof(int));
     r->out_lens = td_xcalloc((size_t)n, sizeof(int));
+    r->held = td_xcalloc((size_t)n, sizeof *r->held);
+    r->nheld = td_xcalloc((size_t)n, sizeof(int));
     if (logprobs) r->logprobs = td_xcalloc((size_t)n, sizeof *r->logprobs);
     if (r->top) r->top_ids = td_xcalloc((size_t)n, sizeof *r->top_ids), r->top_lp = td_xcalloc((size_t)n, sizeof *r->top_lp);
     if (n > cfg->max_batch) {

@@ -38,6 +38,8 @@ typedef struct request {
     /* streaming: server-sent events appended as tokens come, read by the response callback */
     char *sse;
     size_t sse_len, sse_read;
+    char (*held)[4];          /* each row's streamed bytes not yet a whole character (nheld[row] of them) */
+    int *nheld;
     int refs;                 /* the handler and (streaming) the response callback */
     struct MHD_Connection *conn; /* the connection answering it */
     int suspended;            /* conn is suspended until the request is done or has events to send */
@@ -59,8 +61,14 @@ void req_sse_append(request *r, const char *text);
  * its item i), unescaped by length into a malloc'd buffer of *n bytes (NUL-terminated past them;
  * a lone surrogate becomes U+FFFD), or NULL when it is not a string. body is JSON cJSON accepted. */
 char *req_body_string(const char *body, size_t len, const char *key, int i, size_t *n);
-/* The text of n ids (malloc'd; invalid UTF-8 kept as bytes) and its length in *len. */
+/* The text of n ids (malloc'd; its bytes as the tokenizer gives them, ill-formed UTF-8 included:
+ * every JSON answer makes them well-formed) and its length in *len. */
 char *req_decode(const int32_t *ids, int n, size_t *len);
+/* Streaming row `row`: the text to send now (malloc'd, *len bytes, NUL-terminated past them) for
+ * the next n bytes of its continuation, well-formed UTF-8 (utf8.h): bytes that may start a character
+ * the next token completes are held back in r->held; final sends what is held (a character that
+ * never completed as U+FFFD). Concatenated, the texts equal the unstreamed answer's text. */
+char *req_stream_text(request *r, int row, const char *bytes, size_t n, int final, size_t *len);
 /* OpenAI's finish_reason of row i of a done request. */
 const char *req_finish_reason(const request *r, int i);
 /* The OpenAI completion (malloc'd JSON): the whole response (stream_row -1), or one event of a

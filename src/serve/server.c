@@ -405,10 +405,12 @@ static void on_token(void *user, int b, int32_t token)
     while (i > 0 && bt->row0[i] > b) i--;
     request *r = bt->req[i];
     if (!r->stream || (r->g.eod >= 0 && token == r->g.eod)) return; /* EOD: the last event says "stop" */
-    size_t n;
+    size_t n, sn;
     char *t = req_decode(&token, 1, &n);
     pthread_mutex_lock(&r->mu);
-    char *json = req_openai_json(r, b - bt->row0[i], t, n, NULL);
+    char *s = req_stream_text(r, b - bt->row0[i], t, n, 0, &sn); /* a character's first bytes wait for the rest */
+    char *json = req_openai_json(r, b - bt->row0[i], s, sn, NULL);
+    free(s);
     req_sse_append(r, "data: ");
     req_sse_append(r, json);
     req_sse_append(r, "\n\n");
@@ -579,6 +581,16 @@ static void generate(gpt_model *m, const ps_state *ps, const gen_config *g, int 
                 }
             }
             for (int i = 0; i < r->n && r->stream; i++) { /* each row's last event: why it ended */
+                size_t sn;
+                char *s = req_stream_text(r, i, "", 0, 1, &sn);
+                if (sn) { /* bytes held for a character that never completed: U+FFFD */
+                    char *ev = req_openai_json(r, i, s, sn, NULL);
+                    req_sse_append(r, "data: ");
+                    req_sse_append(r, ev);
+                    req_sse_append(r, "\n\n");
+                    free(ev);
+                }
+                free(s);
                 char *json = req_openai_json(r, i, "", 0, req_finish_reason(r, i));
                 req_sse_append(r, "data: ");
                 req_sse_append(r, json);

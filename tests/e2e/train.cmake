@@ -103,6 +103,13 @@ add_test(NAME e2e/serve COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/serve
 set_tests_properties(e2e/serve PROPERTIES FIXTURES_REQUIRED "train_data;gen_models"
   ENVIRONMENT "TRIDENT=$<TARGET_FILE:trident>;DATA=${TRAIN_DATA};VOCAB=${TRIDENT_SHARED_DATA}/gpt2/vocab.json;MERGES=${TRIDENT_SHARED_DATA}/gpt2/merges.txt;MODEL=${GEN_MODELS}/gpt2;WORK=${CMAKE_BINARY_DIR}/testtmp/serve;${TD_MPI_ENV}")
 
+# trident serve's answers well-formed UTF-8 when byte tokens split characters: a byte-level model's
+# completions, streams, /api and /detokenize read strictly and held to Python's replacement decoder
+# (tests/e2e/serve_utf8.py); 3 s
+add_test(NAME e2e/serve_utf8 COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/serve_utf8.py)
+set_tests_properties(e2e/serve_utf8 PROPERTIES TIMEOUT 30
+  ENVIRONMENT "TRIDENT=$<TARGET_FILE:trident>;WORK=${CMAKE_BINARY_DIR}/testtmp/serve_utf8;${TD_MPI_ENV}")
+
 # lm-evaluation-harness's local-completions flow against trident serve: its loglikelihood and
 # rolling-loglikelihood requests built and parsed its way, scores against trident eval --task
 # LOGLIKELIHOOD and a float64 reader of the model, on 1 rank and on tp 2 x pp 2; every /v1/completions field
