@@ -9,6 +9,7 @@
  * The experts' weights are stacked: fc (E bF, h), expert e's rows [e bF, (e + 1) bF) (SwiGLU:
  * its [gate | up]); fc2 (E h, F). Today: one rank of tensor parallelism, fp32 GEMMs. */
 #include "block.h"
+#include "lora.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -54,6 +55,8 @@ typedef struct moe_acts {
                        * experts' (-1: another rank's expert, or dropped) */
     float *gprobs;    /* (ep T, k) the gathered weights */
     float *x32;       /* (T, h) the input in fp32 when the layer keeps it in the GEMMs' dtype (bf16, fp16) */
+    float *su[3];     /* LoRA on the experts: (Rmax, r) each target's low-rank activation, row by row as xl */
+    lora_scratch lora; /* its scratch (here, not in moe_scratch: generation's step runs it too) */
     double aux, z;    /* this micro-batch's load-balancing and z losses without their coefficients */
     int E;
 } moe_acts;
@@ -146,6 +149,19 @@ static void tensors(table_builder *tb, int layer, int stream0, const char *prefi
     X(fc2_w, INIT_NORMAL_OUT, 1, E * h, F, 1, 1, "experts.fc2.weight");
     if (bias) X(fc_b, INIT_ZEROS, 2, E * bF, 0, 0, (int)(E * b), "experts.fc.bias");
     X(fc_w, INIT_NORMAL, 3, E * bF, h, 0, (int)(E * b), "experts.fc.weight");
+    /* LoRA on each expert, its adapters stacked and split as the expert's tensors: gate and up on
+     * fc's blocks (up the whole fc ungated), down on fc2; the router stays frozen */
+    static const char *const mods[3] = {"gate_proj", "up_proj", "down_proj"};
+    for (int i = 2; i >= 0; i--) {
+        if (!gpt_lora_on(c, GPT_LORA_GATE + i)) continue;
+        int r = c->lora_rank;
+        snprintf(n, sizeof n, "%s.experts.%s.lora_A.weight", prefix, mods[i]);
+        model_add_expert_adapter(tb, &p->lora_a[i], &g->lora_a[i], INIT_NORMAL, model_stream(layer, 40 + 2 * i), n,
+                                 E * r, i < 2 ? h : F, i < 2 ? -1 : 1, 1);
+        snprintf(n, sizeof n, "%s.experts.%s.lora_B.weight", prefix, mods[i]);
+        model_add_expert_adapter(tb, &p->lora_b[i], &g->lora_b[i], INIT_ZEROS, model_stream(layer, 41 + 2 * i), n,
+                                 E * (i < 2 ? F : h), r, i < 2 ? 0 : -1, i < 2 ? (int)E : 1);
+    }
     T(router_w, INIT_NORMAL, 4, E, h, "router.weight");
     if (c->moe_expert_bias) T(expert_bias, INIT_ZEROS, 10, E, 0, "router.expert_bias");
     int64_t S = c->moe_shared_ffn, bS = gpt_fc_blocks(c) * S;
@@ -195,6 +211,16 @@ static void carve_tokens(carver *cv, const gpt_config *c, int ep, int tp, int st
     if (ep > 1 && c->moe_allgather) {
         CARVE(cv, a->grow, int32_t, ep * T * k);
         CARVE(cv, a->gprobs, float, ep * T * k);
+    }
+    if (gpt_lora(c) && gpt_lora_on(c, GPT_LORA_GATE) + gpt_lora_on(c, GPT_LORA_UP) + gpt_lora_on(c, GPT_LORA_DOWN)) {
+        int r = c->lora_rank;
+        int64_t bF = gpt_fc_blocks(c) * F, in = F > c->hidden ? F : c->hidden;
+        for (int i = 0; i < 3; i++)
+            if (gpt_lora_on(c, GPT_LORA_GATE + i)) CARVE(cv, a->su[i], float, R * r);
+        lora_scratch *ls = &a->lora;
+        float **f[LORA_SCRATCH_FIELDS] = {&ls->bw, &ls->dbw, &ls->tmp, &ls->xd, &ls->du, &ls->xf};
+        for (int q = 0; q < LORA_SCRATCH_FIELDS; q++) /* no dropout, fp32 rows: xd and xf unused */
+            if (f[q] != &ls->xd && f[q] != &ls->xf) CARVE(cv, *f[q], float, lora_scratch_floats(R, bF, in, r, q));
     }
     int64_t S = c->moe_shared_ffn / stp;
     if (S > 0) {
@@ -494,6 +520,91 @@ static double aux_loss(const gpt_model *m, moe_acts *a, const int32_t *ix, float
     return loss;
 }
 
+/* ---- LoRA on the experts: each expert's adapters on its own rows, after its GEMMs ----
+ * An expert split over tp is a column-parallel fc and a row-parallel fc2 (lora.h); its outputs
+ * and input gradients are partial sums over tp, summed by the layer, so the whole LoRA terms are
+ * added on tp rank 0. A whole expert (--expert-tensor-parallel-size 1) is one rank's. */
+static const comm *expert_tp_group(const gpt_model *m) { return expert_tp(m) > 1 ? m->ps->tp_group : NULL; }
+static lora_dims expert_lora_dims(const gpt_model *m, int n, int in, int out)
+{
+    lora_dims d = {1, n, in, out, m->cfg.lora_rank, gpt_lora_scaling(&m->cfg)};
+    return d;
+}
+/* gate (i 0) and up (1): their fused block of [gate | up] (up the whole fc ungated) */
+static int expert_lora_off(const gpt_model *m, int i, int F) { return m->cfg.glu && i == 1 ? F : 0; }
+
+/* he (rows, bF) += gate's and up's terms; rows as lcount, expert by expert (e local). */
+static void expert_lora_fc_fwd(const gpt_model *m, moe_acts *a, const moe_params *p, float *he, const float *xl, int El,
+                               int F)
+{
+    int h = m->cfg.hidden, r = m->cfg.lora_rank, bF = gpt_fc_blocks(&m->cfg) * F;
+    for (int i = 0; i < 2; i++) {
+        if (!p->lora_a[i]) continue;
+        for (int e = 0, r0 = 0; e < El; r0 += a->lcount[e++]) {
+            if (a->lcount[e] == 0) continue;
+            lora_dims d = expert_lora_dims(m, a->lcount[e], h, 0);
+            lora_fused_fwd(m->be, he + (size_t)r0 * bF, a->su[i] + (size_t)r0 * r, &a->lora, xl + (size_t)r0 * h,
+                           p->lora_a[i] + (size_t)e * r * h, p->lora_b[i] + (size_t)e * F * r,
+                           expert_lora_off(m, i, F), F, bF, NULL, &d);
+        }
+    }
+}
+
+/* yl (rows, h) += down's term of the activations ae (rows, F). */
+static void expert_lora_fc2_fwd(const gpt_model *m, moe_acts *a, const moe_params *p, float *yl, const float *ae, int El,
+                                int F)
+{
+    int h = m->cfg.hidden, r = m->cfg.lora_rank;
+    if (!p->lora_a[2]) return;
+    const comm *tpg = expert_tp_group(m);
+    for (int e = 0, r0 = 0; e < El; r0 += a->lcount[e++]) {
+        if (a->lcount[e] == 0) continue;
+        lora_dims d = expert_lora_dims(m, a->lcount[e], F, h);
+        lora_row_fwd(m->be, tpg, tpg, yl + (size_t)r0 * h, a->su[2] + (size_t)r0 * r, NULL, a->lora.tmp,
+                     ae + (size_t)r0 * F, p->lora_a[2] + (size_t)e * r * F, p->lora_b[2] + (size_t)e * h * r, NULL, &d);
+    }
+}
+
+/* Down's backward: dA, dB accumulate; dae (rows, F) += its input gradient; dyl (rows, h) the
+ * outputs' gradient, whole on every tp rank. */
+static void expert_lora_fc2_bwd(const gpt_model *m, moe_acts *a, const moe_params *p, moe_params *g, float *dae,
+                                const float *dyl, int El, int F)
+{
+    int h = m->cfg.hidden, r = m->cfg.lora_rank;
+    if (!p->lora_a[2]) return;
+    for (int e = 0, r0 = 0; e < El; r0 += a->lcount[e++]) {
+        if (a->lcount[e] == 0) continue;
+        lora_dims d = expert_lora_dims(m, a->lcount[e], F, h);
+        size_t ar = (size_t)e * r * F, br = (size_t)e * h * r;
+        lora_row_bwd(m->be, dae + (size_t)r0 * F, g->lora_a[2] + ar, g->lora_b[2] + br, a->lora.du, a->lora.tmp,
+                     dyl + (size_t)r0 * h, a->ae + (size_t)r0 * F, NULL, a->su[2] + (size_t)r0 * r, p->lora_a[2] + ar,
+                     p->lora_b[2] + br, NULL, &d);
+    }
+}
+
+/* Gate's and up's backward from dhe (rows, bF): dA, dB accumulate; dxl (rows, h) += the input
+ * gradient (on tp rank 0 of a split expert: the layer sums dxl's over tp). */
+static void expert_lora_fc_bwd(const gpt_model *m, moe_acts *a, const moe_params *p, moe_params *g, float *dxl,
+                               const float *dhe, const float *xl, int El, int F)
+{
+    int h = m->cfg.hidden, r = m->cfg.lora_rank, bF = gpt_fc_blocks(&m->cfg) * F;
+    const comm *tpg = expert_tp_group(m);
+    for (int i = 0; i < 2; i++) {
+        if (!p->lora_a[i]) continue;
+        for (int e = 0, r0 = 0; e < El; r0 += a->lcount[e++]) {
+            if (a->lcount[e] == 0) continue;
+            lora_dims d = expert_lora_dims(m, a->lcount[e], h, 0);
+            size_t ar = (size_t)e * r * h, br = (size_t)e * F * r;
+            lora_fused_bwd(m->be, tpg, tpg, dxl + (size_t)r0 * h, g->lora_a[i] + ar, g->lora_b[i] + br, &a->lora,
+                           dhe + (size_t)r0 * bF, xl + (size_t)r0 * h, a->su[i] + (size_t)r0 * r, p->lora_a[i] + ar,
+                           p->lora_b[i] + br, expert_lora_off(m, i, F), F, bF, NULL, &d);
+        }
+    }
+}
+
+/* Whether the layer's experts carry adapters. */
+static int has_expert_lora(const moe_params *p) { return p->lora_a[0] || p->lora_a[1] || p->lora_a[2]; }
+
 /* The forward of T tokens xf (T, h) into out (T, h), keeping in a what the backward needs (s:
  * the slot's scratch, for the exchange under expert parallelism; NULL without). */
 static void forward(const gpt_model *m, moe_acts *a, moe_scratch *s, const moe_params *p, float *out, const float *xf,
@@ -505,6 +616,7 @@ static void forward(const gpt_model *m, moe_acts *a, moe_scratch *s, const moe_p
      * parallelism's reduce-scatter) or here (all-reduce); fc2's biases on tp rank 0 only */
     int h = c->hidden, E = c->num_experts, k = c->moe_topk, F = gpt_moe_ffn(c) / expert_tp(m), bF = gpt_fc_blocks(c) * F;
     int first = m->ps->tp_rank == 0, bias_here = first || whole_experts(m); /* whole experts: each its own */
+    int expert_lora = has_expert_lora(p);
     be_matmul_fwd(m->be, a->logits, xf, p->router_w, NULL, T, h, E);
     be_moe_route_fwd(m->be, a->idx, a->probs, a->logits, p->expert_bias, T, E, k, c->moe_score, c->moe_pre_softmax,
                      c->moe_topk_scale);
@@ -536,14 +648,30 @@ static void forward(const gpt_model *m, moe_acts *a, moe_scratch *s, const moe_p
     } else {
         memcpy(a->lcount, a->count + eb, (size_t)El * sizeof *a->lcount);
     }
-    if (c->moe_grouped) { /* one grouped GEMM over this rank's experts, each activation over all rows */
+    if (c->moe_grouped || expert_lora) { /* the experts' GEMMs, their adapters' terms added */
         int nl = 0;
         for (int e = 0; e < El; e++) nl += a->lcount[e];
-        be_matmul_grouped_fwd(m->be, a->he, xl, p->fc_w, p->fc_b, a->lcount, El, h, bF);
+        if (c->moe_grouped) {
+            be_matmul_grouped_fwd(m->be, a->he, xl, p->fc_w, p->fc_b, a->lcount, El, h, bF);
+        } else {
+            for (int e = 0, r0 = 0; e < El; r0 += a->lcount[e++])
+                if (a->lcount[e])
+                    be_matmul_fwd(m->be, a->he + (size_t)r0 * bF, xl + (size_t)r0 * h, p->fc_w + (size_t)e * bF * h,
+                                  p->fc_b ? p->fc_b + (size_t)e * bF : NULL, a->lcount[e], h, bF);
+        }
+        expert_lora_fc_fwd(m, a, p, a->he, xl, El, F);
         be_act_fwd(m->be, c->act, c->glu, a->ae, a->he, nl, F);
-        be_matmul_grouped_fwd(m->be, yl, a->ae, p->fc2_w, bias_here ? p->fc2_b : NULL, a->lcount, El, F, h);
+        if (c->moe_grouped) {
+            be_matmul_grouped_fwd(m->be, yl, a->ae, p->fc2_w, bias_here ? p->fc2_b : NULL, a->lcount, El, F, h);
+        } else {
+            for (int e = 0, r0 = 0; e < El; r0 += a->lcount[e++])
+                if (a->lcount[e])
+                    be_matmul_fwd(m->be, yl + (size_t)r0 * h, a->ae + (size_t)r0 * F, p->fc2_w + (size_t)e * h * F,
+                                  p->fc2_b && bias_here ? p->fc2_b + (size_t)e * h : NULL, a->lcount[e], F, h);
+        }
+        expert_lora_fc2_fwd(m, a, p, yl, a->ae, El, F);
     }
-    for (int e = 0, r0 = 0; e < El && !c->moe_grouped; r0 += a->lcount[e++]) { /* this rank's experts, e local */
+    for (int e = 0, r0 = 0; e < El && !c->moe_grouped && !expert_lora; r0 += a->lcount[e++]) { /* this rank's experts, e local */
         int n = a->lcount[e];
         if (n == 0) continue;
         mlp_fwd(m, yl + (size_t)r0 * h, a->ae + (size_t)r0 * F, a->he + (size_t)r0 * bF, xl + (size_t)r0 * h,
@@ -716,14 +844,34 @@ static void bwd(const block_io *io, float *dx, void *gv, const float *dbranch, c
         }
     }
     be_zero(m->be, dxl, (size_t)nl * h);
-    if (c->moe_grouped) {
+    int expert_lora = has_expert_lora(p);
+    if (c->moe_grouped || expert_lora) { /* the adapters' gradients after each GEMM's */
+        moe_acts *am = (moe_acts *)a; /* its LoRA scratch */
         be_zero(m->be, s->dae, (size_t)nl * F);
-        be_matmul_grouped_bwd(m->be, s->dae, g->fc2_w, g->fc2_b, dyl, a->ae, p->fc2_w, a->lcount, El, F, h);
+        if (c->moe_grouped) {
+            be_matmul_grouped_bwd(m->be, s->dae, g->fc2_w, g->fc2_b, dyl, a->ae, p->fc2_w, a->lcount, El, F, h);
+        } else {
+            for (int e = 0, r0 = 0; e < El; r0 += a->lcount[e++])
+                if (a->lcount[e])
+                    be_matmul_bwd(m->be, s->dae + (size_t)r0 * F, g->fc2_w ? g->fc2_w + (size_t)e * h * F : NULL,
+                                  g->fc2_b ? g->fc2_b + (size_t)e * h : NULL, dyl + (size_t)r0 * h,
+                                  a->ae + (size_t)r0 * F, p->fc2_w + (size_t)e * h * F, a->lcount[e], F, h);
+        }
+        expert_lora_fc2_bwd(m, am, p, g, s->dae, dyl, El, F);
         be_zero(m->be, s->dhe, (size_t)nl * bF);
         be_act_bwd(m->be, c->act, c->glu, s->dhe, s->dae, a->he, nl, F);
-        be_matmul_grouped_bwd(m->be, dxl, g->fc_w, g->fc_b, s->dhe, xl, p->fc_w, a->lcount, El, h, bF);
+        if (c->moe_grouped) {
+            be_matmul_grouped_bwd(m->be, dxl, g->fc_w, g->fc_b, s->dhe, xl, p->fc_w, a->lcount, El, h, bF);
+        } else {
+            for (int e = 0, r0 = 0; e < El; r0 += a->lcount[e++])
+                if (a->lcount[e])
+                    be_matmul_bwd(m->be, dxl + (size_t)r0 * h, g->fc_w ? g->fc_w + (size_t)e * bF * h : NULL,
+                                  g->fc_b ? g->fc_b + (size_t)e * bF : NULL, s->dhe + (size_t)r0 * bF,
+                                  xl + (size_t)r0 * h, p->fc_w + (size_t)e * bF * h, a->lcount[e], h, bF);
+        }
+        expert_lora_fc_bwd(m, am, p, g, dxl, s->dhe, xl, El, F);
     }
-    for (int e = 0, r0 = 0; e < El && !c->moe_grouped; r0 += a->lcount[e++]) {
+    for (int e = 0, r0 = 0; e < El && !c->moe_grouped && !expert_lora; r0 += a->lcount[e++]) {
         int n = a->lcount[e];
         if (n == 0) continue;
         size_t rh = (size_t)r0 * h, rf = (size_t)r0 * F, rb = (size_t)r0 * bF;

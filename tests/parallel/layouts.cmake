@@ -425,6 +425,24 @@ trident_layout(lora_moe_baseline 1 1 2)
 trident_layout(lora_moe_tp2_ep2_a2a 4 2 2 --expert-model-parallel-size 2 --moe-token-dispatcher-type alltoall)
 trident_layout(lora_moe_sp_distopt_tp2_ep2 4 2 2 --sequence-parallel --expert-model-parallel-size 2
   --use-distributed-optimizer --moe-grouped-gemm)
+# LoRA on the experts too (gate, up and down adapters of every expert, stacked and split as the
+# experts; q too; the router frozen): each expert's adapters on its own rows, over ep (allgather
+# and alltoall), ep x tp (each expert's adapters split as it is) with sequence parallelism and
+# grouped GEMMs, whole experts over tp (--expert-tensor-parallel-size 1), pipeline stages, and the
+# distributed optimizer over dp x ep; against one rank
+set(LAYOUT_ARCH --num-layers 4 --swiglu --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 64
+  --moe-aux-loss-coeff 1e-2 --moe-z-loss-coeff 1e-3 --lora-rank 4 --lora-alpha 16
+  --lora-target-modules q_proj,gate_proj,up_proj,down_proj)
+set(LAYOUT_BASE lora_experts_baseline)
+trident_layout(lora_experts_baseline 1 1 2)
+trident_layout(lora_experts_ep2 2 1 2 --expert-model-parallel-size 2)
+trident_layout(lora_experts_tp2_ep2_a2a 4 2 2 --expert-model-parallel-size 2 --moe-token-dispatcher-type alltoall)
+trident_layout(lora_experts_sp_tp2_ep2_grouped 4 2 2 --sequence-parallel --expert-model-parallel-size 2
+  --moe-grouped-gemm)
+trident_layout(lora_experts_etp1_tp2 2 2 2 --expert-tensor-parallel-size 1)
+trident_layout(lora_experts_pp2_ep2 4 1 2 --pipeline-model-parallel-size 2 --expert-model-parallel-size 2)
+trident_layout(lora_experts_distopt_ep2_dp4_a2a 4 1 2 --expert-model-parallel-size 2 --use-distributed-optimizer
+  --moe-token-dispatcher-type alltoall)
 set(LAYOUT_ARCH ${LAYOUT_MOE})
 set(LAYOUT_BASE moe_baseline)
 # with capacity (drops over it, per micro-batch as Megatron's per rank): the same drops in every
