@@ -5,7 +5,7 @@
 # - the base (experts and router too) is bitwise the loaded one after training, only the adapters
 #   and their moments move;
 # - convert --to hf merges each expert's adapters into its own weights: imported back it scores
-#   as the LoRA checkpoint; --to peft writes Mixtral's keys (block_sparse_moe.experts.E.w1/w3/w2),
+#   as the LoRA checkpoint, and generates its greedy text; --to peft writes Mixtral's keys (block_sparse_moe.experts.E.w1/w3/w2),
 #   which tests/e2e/lora_peft.py applies to the base's export in float64 to the merged export bit
 #   for bit, and which --merge-lora merges into a model scoring as the LoRA checkpoint;
 # - --lora-load of that PEFT adapter trains as the LoRA checkpoint loaded with --finetune
@@ -61,6 +61,13 @@ rm -rf merged imported base_hf peft peft_merged
 el=$(evalloss ft) em=$(evalloss imported) eb=$(evalloss base)
 if [ -n "$el" ] && [ "$el" = "$em" ] && [ "$el" != "$eb" ]; then ok "merged --to hf scores as the LoRA model ($el; the base: $eb)"
 else bad "merged --to hf: '$em', the LoRA model '$el', the base '$eb'"; fi
+# generation's step (the experts' adapters on the new positions' rows): the LoRA checkpoint's greedy
+# text is the merged model's
+gen() { "$TRIDENT" generate --load "$1" --tokenizer-type HuggingFaceTokenizer --tokenizer-model "$BYTES_TOKENIZER" \
+  --prompt "The king" --max-new-tokens 8 --greedy 2>&1 | grep -v '^generate:'; }
+gl=$(gen ft) gm=$(gen imported)
+if [ -n "$gl" ] && [ "$gl" = "$gm" ] && [ "${gl#error}" = "$gl" ]; then ok "generate: the LoRA checkpoint's greedy text is the merged model's ('$gl')"
+else bad "generate: the LoRA checkpoint '$gl', the merged model '$gm'"; fi
 if python3 "$PEFT_PY" apply peft base_hf merged >apply.log 2>&1 && grep -q "^64 modules applied" apply.log; then
   ok "--to peft (Mixtral's expert keys) applied in float64: $(cat apply.log)"
 else bad "--to peft applied to the base is not the merged export: $(cat apply.log)"; fi
