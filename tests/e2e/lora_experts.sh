@@ -68,6 +68,12 @@ gen() { "$TRIDENT" generate --load "$1" --tokenizer-type HuggingFaceTokenizer --
 gl=$(gen ft) gm=$(gen imported)
 if [ -n "$gl" ] && [ "$gl" = "$gm" ] && [ "${gl#error}" = "$gl" ]; then ok "generate: the LoRA checkpoint's greedy text is the merged model's ('$gl')"
 else bad "generate: the LoRA checkpoint '$gl', the merged model '$gm'"; fi
+# ... and on tp 2 (each expert's adapters split over tp: down's low-rank sum over the group)
+g2=$(OMPI_MCA_orte_tmpdir_base=$(session_base) timeout 60 "${MPIRUN[@]}" -np 2 "$TRIDENT" generate --load ft \
+  --tensor-model-parallel-size 2 --tokenizer-type HuggingFaceTokenizer --tokenizer-model "$BYTES_TOKENIZER" \
+  --prompt "The king" --max-new-tokens 8 --greedy 2>/dev/null | tr -d '\n')
+if [ -n "$gl" ] && [ "$g2" = "$gl" ]; then ok "generate on tp 2: the same greedy text"
+else bad "generate on tp 2: '$g2', one rank '$gl'"; fi
 if python3 "$PEFT_PY" apply peft base_hf merged >apply.log 2>&1 && grep -q "^64 modules applied" apply.log; then
   ok "--to peft (Mixtral's expert keys) applied in float64: $(cat apply.log)"
 else bad "--to peft applied to the base is not the merged export: $(cat apply.log)"; fi
