@@ -7,7 +7,10 @@
  * loss and the z-loss add their gradients to the router's logits in the backward, scaled as the
  * language-model loss is (a micro-batch's losses count as its share of the global batch).
  * The experts' weights are stacked: fc (E bF, h), expert e's rows [e bF, (e + 1) bF) (SwiGLU:
- * its [gate | up]); fc2 (E h, F). Today: one rank of tensor parallelism, fp32 GEMMs. */
+ * its [gate | up]); fc2 (E h, F). Today: one rank of tensor parallelism, fp32 GEMMs.
+ * Under LoRA (--lora-target-modules gate_proj, up_proj, down_proj) each expert has its own
+ * adapters, stacked and split as its weights, run on its own rows after its GEMMs; the router,
+ * the experts and the shared expert (which has none yet) stay frozen. */
 #include "block.h"
 #include "lora.h"
 
