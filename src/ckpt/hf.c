@@ -104,7 +104,8 @@ static void narrow(float *buf, size_t n, st_dtype t)
 /* The file of a Hugging Face model OUT already holds (config.json, weights), or NULL. */
 /* LoRA (a checkpoint of train --lora-rank): the adapters of the base tensor `name` (the logical,
  * whole tensor in w, rows x cols) merged into it as PEFT's merge_and_unload does, w += alpha / r
- * B A over each module's rows of trident's fused tensors, in double and rounded once to float. */
+ * B A over each module's rows of trident's fused tensors, in double and rounded once to float.
+ * The experts' (MoE): each expert e's adapters, the rows e of their stacks, into its own rows. */
 static int lora_merge(ckpt_reader *r, const gpt_config *c, const char *name, float *w, int64_t cols, char *err,
                       size_t errlen)
 {
@@ -117,6 +118,9 @@ static int lora_merge(ckpt_reader *r, const gpt_config *c, const char *name, flo
         {"attn.kv.weight", "attn.k_proj", GPT_LORA_K},  {"attn.kv.weight", "attn.v_proj", GPT_LORA_V},
         {"attn.proj.weight", "attn.o_proj", GPT_LORA_O}, {"mlp.fc.weight", "mlp.gate_proj", GPT_LORA_GATE},
         {"mlp.fc.weight", "mlp.up_proj", GPT_LORA_UP},  {"mlp.fc2.weight", "mlp.down_proj", GPT_LORA_DOWN},
+        {"mlp.experts.fc.weight", "mlp.experts.gate_proj", GPT_LORA_GATE},
+        {"mlp.experts.fc.weight", "mlp.experts.up_proj", GPT_LORA_UP},
+        {"mlp.experts.fc2.weight", "mlp.experts.down_proj", GPT_LORA_DOWN},
     };
     int l;
     char rest[64];
@@ -125,31 +129,36 @@ static int lora_merge(ckpt_reader *r, const gpt_config *c, const char *name, flo
     for (size_t i = 0; i < sizeof map / sizeof *map; i++) {
         if (strcmp(rest, map[i].base) != 0 || !gpt_lora_on(c, map[i].module)) continue;
         int m = map[i].module;
-        /* the module's rows of the fused tensor */
+        int64_t E = strstr(map[i].base, "experts.") ? c->num_experts : 1, f = E > 1 ? gpt_moe_ffn(c) : c->ffn;
+        /* the module's rows of the fused tensor (of each expert's block of stride `stride` rows) */
         int64_t off = 0, rows = m == GPT_LORA_Q ? q : m == GPT_LORA_K || m == GPT_LORA_V ? kv
-                                                   : m == GPT_LORA_GATE || m == GPT_LORA_UP ? c->ffn : c->hidden;
+                                                   : m == GPT_LORA_GATE || m == GPT_LORA_UP ? f : c->hidden;
+        int64_t stride = m == GPT_LORA_GATE || m == GPT_LORA_UP ? gpt_fc_blocks(c) * f : rows;
         if (!gpt_gqa(c) && (m == GPT_LORA_K || m == GPT_LORA_V)) off = m == GPT_LORA_K ? q : 2 * q;
         if (gpt_gqa(c) && m == GPT_LORA_V) off = kv;
-        if (m == GPT_LORA_UP && c->glu) off = c->ffn;
+        if (m == GPT_LORA_UP && c->glu) off = f;
         char an[96], bn[96];
         snprintf(an, sizeof an, "layers.%d.%s.lora_A.weight", l, map[i].mod);
         snprintf(bn, sizeof bn, "layers.%d.%s.lora_B.weight", l, map[i].mod);
-        ckpt_slice sa = ckpt_slice_whole(rk, cols), sb = ckpt_slice_whole(rows, rk);
-        float *A = td_xmalloc((size_t)(rk * cols) * sizeof(float));
-        float *B = td_xmalloc((size_t)(rows * rk) * sizeof(float));
+        ckpt_slice sa = ckpt_slice_whole(E * rk, cols), sb = ckpt_slice_whole(E * rows, rk);
+        float *A = td_xmalloc((size_t)(E * rk * cols) * sizeof(float));
+        float *B = td_xmalloc((size_t)(E * rows * rk) * sizeof(float));
         if (ckpt_read(r, CKPT_PARAMS, an, &sa, A, err, errlen) || ckpt_read(r, CKPT_PARAMS, bn, &sb, B, err, errlen)) {
             free(A);
             free(B);
             return -1;
         }
         double scaling = (double)c->lora_alpha / (double)rk;
-        for (int64_t o = 0; o < rows; o++)
-            for (int64_t j = 0; j < cols; j++) {
-                double d = 0;
-                for (int64_t k = 0; k < rk; k++) d += (double)B[o * rk + k] * (double)A[k * cols + j];
-                float *x = &w[(off + o) * cols + j];
-                *x = (float)((double)*x + scaling * d);
-            }
+        for (int64_t e = 0; e < E; e++) {
+            const float *Ae = A + e * rk * cols, *Be = B + e * rows * rk;
+            for (int64_t o = 0; o < rows; o++)
+                for (int64_t j = 0; j < cols; j++) {
+                    double d = 0;
+                    for (int64_t k = 0; k < rk; k++) d += (double)Be[o * rk + k] * (double)Ae[k * cols + j];
+                    float *x = &w[(e * stride + off + o) * cols + j];
+                    *x = (float)((double)*x + scaling * d);
+                }
+        }
         free(A);
         free(B);
     }

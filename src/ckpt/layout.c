@@ -49,22 +49,24 @@ int64_t ckpt_slice_numel(const ckpt_slice *s)
 
 void ckpt_slice_take(const ckpt_slice *s, const float *whole, float *dst)
 {
-    TD_ASSERT(s->r1 == 0);
     int64_t rows = s->shape[0], cols = s->ndim == 2 ? s->shape[1] : 1;
+    int64_t r0 = s->r1 ? s->r0 : 0, r1 = s->r1 ? s->r1 : rows; /* an expert-parallel rank's rows */
     if (s->dim < 0) {
-        memcpy(dst, whole, (size_t)(rows * cols) * sizeof(float));
+        memcpy(dst, whole + r0 * cols, (size_t)((r1 - r0) * cols) * sizeof(float));
         return;
     }
     int64_t block = s->shape[s->dim] / s->blocks;
     if (s->dim == 0) {
-        for (int b = 0; b < s->blocks; b++)
-            memcpy(dst + (int64_t)b * s->len * cols, whole + (b * block + s->start) * cols,
+        for (int b = 0, k = 0; b < s->blocks; b++) {
+            if (b * block < r0 || b * block >= r1) continue; /* another rank's experts */
+            memcpy(dst + (int64_t)k++ * s->len * cols, whole + (b * block + s->start) * cols,
                    (size_t)(s->len * cols) * sizeof(float));
+        }
         return;
     }
-    for (int64_t i = 0; i < rows; i++)
+    for (int64_t i = r0; i < r1; i++)
         for (int b = 0; b < s->blocks; b++)
-            memcpy(dst + (i * s->blocks + b) * s->len, whole + i * cols + b * block + s->start,
+            memcpy(dst + ((i - r0) * s->blocks + b) * s->len, whole + i * cols + b * block + s->start,
                    (size_t)s->len * sizeof(float));
 }
 

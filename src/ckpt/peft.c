@@ -422,7 +422,30 @@ static int adapter_key(const char *name, int bert, int *layer, int *module, int 
     return -1;
 }
 
-int peft_adapter_open(const char *dir, int num_layers, int bert, peft_adapter *ad, char *err, size_t errlen)
+/* Parses an expert's PEFT key PREFIX model.layers.N.block_sparse_moe.experts.E.w1 (w3, w2) or
+ * .mlp.experts.E.gate_proj (up_proj, down_proj) .lora_X[.ADAPTER].weight into layer, expert,
+ * module (0 gate, 1 up, 2 down) and which; -1 when it is not one. */
+static int expert_key(const char *name, int *layer, int *expert, int *module, int *which)
+{
+    static const char *const mods[6] = {"w1", "w3", "w2", "gate_proj", "up_proj", "down_proj"};
+    int l, e, n = 0;
+    char blk[24], mod[16];
+    if (sscanf(name, PREFIX "model.layers.%d.%23[^.].experts.%d.%15[^.].lora_%n", &l, blk, &e, mod, &n) != 4 || !n)
+        return -1;
+    int mix = strcmp(blk, "block_sparse_moe") == 0;
+    if (!mix && strcmp(blk, "mlp") != 0) return -1;
+    const char *q = name + n;
+    if ((*q != 'A' && *q != 'B') || adapter_name_len(q + 1) < 0 || l < 0 || e < 0) return -1;
+    for (int m = 0; m < 3; m++)
+        if (strcmp(mod, mods[(mix ? 0 : 3) + m]) == 0) {
+            *layer = l, *expert = e, *module = m, *which = *q == 'B';
+            return 0;
+        }
+    return -1;
+}
+
+int peft_adapter_open(const char *dir, int num_layers, int num_experts, int bert, peft_adapter *ad, char *err,
+                      size_t errlen)
 {
     memset(ad, 0, sizeof *ad);
     if (peft_read_config(dir, &ad->cfg, err, errlen)) return -1;
@@ -434,10 +457,25 @@ int peft_adapter_open(const char *dir, int num_layers, int bert, peft_adapter *a
     ad->num_layers = num_layers;
     const st_tensor **tab = td_xcalloc((size_t)num_layers * GPT_LORA_NMODULES * 2 + 1, sizeof *tab);
     ad->tensors = (const void **)tab;
+    ad->num_experts = num_experts;
+    const st_tensor **xt = td_xcalloc((size_t)num_layers * 3 * (size_t)num_experts * 2 + 1, sizeof *xt);
+    ad->experts = (const void **)xt;
     unsigned seen = 0;
     for (int i = 0; i < f->h.ntensors; i++) {
         const st_tensor *t = &f->h.tensors[i];
-        int l, m, w;
+        int l, m, w, e;
+        if (num_experts > 0 && expert_key(t->name, &l, &e, &m, &w) == 0) {
+            if (l >= num_layers || e >= num_experts)
+                FAIL("%s: tensor %s is for layer %d, expert %d but the model has %d layers of %d experts", path,
+                     t->name, l, e, num_layers, num_experts);
+            const st_tensor **slot = &xt[(((size_t)l * 3 + (size_t)m) * (size_t)num_experts + (size_t)e) * 2 + (size_t)w];
+            if (*slot)
+                FAIL("%s: %s and %s are the same adapter weight (two adapter names?): keep one adapter", path,
+                     (*slot)->name, t->name);
+            *slot = t;
+            seen |= 1u << (GPT_LORA_GATE + m);
+            continue;
+        }
         if (adapter_key(t->name, bert, &l, &m, &w)) {
             if (bert)
                 FAIL("%s: tensor %s is not a LoRA weight of a MegatronBert encoder module (" PREFIX "bert.encoder."
@@ -457,9 +495,16 @@ int peft_adapter_open(const char *dir, int num_layers, int bert, peft_adapter *a
         seen |= 1u << m;
     }
     if (!seen) FAIL("%s: the adapter holds no LoRA weights", path);
+    for (int l = 0; l < num_layers && num_experts > 0; l++) /* a MoE model's MLP modules are its experts' */
+        for (int m = 0; m < 3; m++)
+            for (int e = 0; e < num_experts && (seen >> (GPT_LORA_GATE + m) & 1); e++)
+                for (int w = 0; w < 2; w++)
+                    if (!xt[(((size_t)l * 3 + (size_t)m) * (size_t)num_experts + (size_t)e) * 2 + (size_t)w])
+                        FAIL("%s: layer %d expert %d has no %s.lora_%c: trident trains the same modules on every "
+                             "expert of every layer", path, l, e, llama_mods[GPT_LORA_GATE + m], w ? 'B' : 'A');
     for (int l = 0; l < num_layers; l++)
         for (int m = 0; m < GPT_LORA_NMODULES; m++)
-            for (int w = 0; w < 2 && (seen >> m & 1); w++)
+            for (int w = 0; w < 2 && (seen >> m & 1) && !(num_experts > 0 && m >= GPT_LORA_GATE); w++)
                 if (!tab[((size_t)l * GPT_LORA_NMODULES + (size_t)m) * 2 + (size_t)w])
                     FAIL("%s: layer %d has no %s.lora_%c: trident trains the same modules in every layer (%s "
                          "elsewhere)", path, l, bert ? bert_mods[m] : llama_mods[m], w ? 'B' : 'A',
@@ -476,6 +521,44 @@ double peft_adapter_alpha(const peft_adapter *ad)
     return ad->cfg.use_rslora ? ad->cfg.lora_alpha * sqrt((double)ad->cfg.r) : ad->cfg.lora_alpha;
 }
 
+/* An expert stack (E r, in) or (E out, r) of layer l's module `mod`, from every expert's tensor. */
+static int expert_read(const peft_adapter *ad, const char *name, int l, const char *mod, int b,
+                       const ckpt_slice *want, float *dst, char *err, size_t errlen)
+{
+    const st_file *f = ad->file;
+    int m = -1, E = ad->num_experts;
+    for (int k = 0; k < 3; k++)
+        if (strcmp(mod, llama_mods[GPT_LORA_GATE + k]) == 0) m = k;
+    if (m < 0 || l < 0 || l >= ad->num_layers || want->shape[0] % E != 0) {
+        snprintf(err, errlen, "--lora-load: trident's adapter %s has no PEFT counterpart", name);
+        return -1;
+    }
+    int64_t d0 = want->shape[0] / E, d1 = want->shape[1];
+    float *whole = td_xmalloc((size_t)(want->shape[0] * d1) * sizeof(float));
+    for (int e = 0; e < E; e++) {
+        const st_tensor *t = ad->experts[(((size_t)l * 3 + (size_t)m) * (size_t)E + (size_t)e) * 2 + (size_t)b];
+        if (!t) {
+            snprintf(err, errlen, "%s: no %s.lora_%c of expert %d in layer %d, which this run trains", f->path, mod,
+                     b ? 'B' : 'A', e, l);
+            free(whole);
+            return -1;
+        }
+        if (!is_float(t->dtype) || t->ndim != 2 || t->shape[0] != d0 || t->shape[1] != d1) {
+            snprintf(err, errlen, "%s: %s is %s (%lld, %lld) but each expert's part of the model's %s is (%lld, %lld) "
+                     "(r %d; check the base model matches the adapter's)", f->path, t->name, st_dtype_name(t->dtype),
+                     (long long)t->shape[0], t->ndim == 2 ? (long long)t->shape[1] : 0LL, name, (long long)d0,
+                     (long long)d1, ad->cfg.r);
+            free(whole);
+            return -1;
+        }
+        const void *data = st_data(f, t);
+        for (size_t i = 0; i < (size_t)(d0 * d1); i++) whole[(size_t)e * d0 * d1 + i] = (float)elem(data, t->dtype, i);
+    }
+    ckpt_slice_take(want, whole, dst);
+    free(whole);
+    return 0;
+}
+
 int peft_adapter_read(const peft_adapter *ad, const char *name, const ckpt_slice *want, float *dst, char *err,
                       size_t errlen)
 {
@@ -483,6 +566,8 @@ int peft_adapter_read(const peft_adapter *ad, const char *name, const ckpt_slice
     int l, ab_ok = 0;
     char block[16], mod[16], ab = 0;
     int m = -1;
+    if (sscanf(name, "layers.%d.mlp.experts.%15[^.].lora_%c.weight", &l, mod, &ab) == 3 && ad->num_experts > 0)
+        return expert_read(ad, name, l, mod, ab == 'B', want, dst, err, errlen);
     if (sscanf(name, "layers.%d.%15[^.].%15[^.].lora_%c.weight", &l, block, mod, &ab) == 4 && l >= 0 &&
         l < ad->num_layers && (ab == 'A' || ab == 'B')) {
         ab_ok = 1;
@@ -518,6 +603,7 @@ void peft_adapter_close(peft_adapter *ad)
 {
     st_close(ad->file);
     free(ad->tensors);
+    free(ad->experts);
     peft_config_free(&ad->cfg);
     memset(ad, 0, sizeof *ad);
 }
@@ -644,8 +730,48 @@ static void module_path(char *out, size_t len, int bert, int l, int m)
  * in), lora_B (out, r)). target_modules: Llama's module names; BERT's as a regular expression that
  * PEFT matches against the whole module path (re.fullmatch), as the suffix "output.dense" alone
  * would also name attention.output.dense. */
-static int export_linear(ckpt_reader *rd, const gpt_config *c, int bert, export_list *x, cJSON **targets, char *err,
-                         size_t errlen)
+/* The experts' adapters of a MoE family (`moe`: Mixtral's block_sparse_moe.experts.E.w1/w3/w2,
+ * Qwen2-MoE's mlp.experts.E.gate_proj/up_proj/down_proj): trident's stack of expert adapters
+ * (E r, in) or (E out, r) named expert by expert. */
+static int export_experts(ckpt_reader *rd, const gpt_config *c, const char *moe, const ckpt_tensor_list *tl,
+                          export_list *x, char *err, size_t errlen)
+{
+    static const char *const mixtral[3] = {"w1", "w3", "w2"};
+    int mix = strcmp(moe, "mixtral") == 0, E = c->num_experts;
+    for (int i = 0; i < tl->n; i++) {
+        int l, m = -1;
+        char mod[16], ab;
+        if (sscanf(tl->names[i], "layers.%d.mlp.experts.%15[^.].lora_%c.weight", &l, mod, &ab) != 3) continue;
+        for (int k = GPT_LORA_GATE; k <= GPT_LORA_DOWN; k++)
+            if (strcmp(mod, llama_mods[k]) == 0) m = k;
+        const ckpt_slice *s = &tl->shapes[i];
+        if (m < 0 || s->shape[0] % E != 0) {
+            snprintf(err, errlen, "--to peft: %s has no Hugging Face module to name", tl->names[i]);
+            return -1;
+        }
+        int64_t d0 = s->shape[0] / E, d1 = s->shape[1];
+        float *all = td_xmalloc((size_t)(s->shape[0] * d1) * sizeof(float));
+        if (ckpt_read(rd, CKPT_PARAMS, tl->names[i], s, all, err, errlen)) {
+            free(all);
+            return -1;
+        }
+        for (int e = 0; e < E; e++) {
+            char hf[200];
+            if (mix)
+                snprintf(hf, sizeof hf, PREFIX "model.layers.%d.block_sparse_moe.experts.%d.%s.lora_%c.weight", l, e,
+                         mixtral[m - GPT_LORA_GATE], ab);
+            else
+                snprintf(hf, sizeof hf, PREFIX "model.layers.%d.mlp.experts.%d.%s.lora_%c.weight", l, e, llama_mods[m],
+                         ab);
+            memcpy(export_add(x, hf, d0, d1), all + (size_t)e * d0 * d1, (size_t)(d0 * d1) * sizeof(float));
+        }
+        free(all);
+    }
+    return 0;
+}
+
+static int export_linear(ckpt_reader *rd, const gpt_config *c, int bert, const char *moe, export_list *x,
+                         cJSON **targets, char *err, size_t errlen)
 {
     ckpt_tensor_list tl = {0};
     ckpt_list_tensors(rd, &tl);
@@ -653,6 +779,16 @@ static int export_linear(ckpt_reader *rd, const gpt_config *c, int bert, export_
     for (int i = 0; i < tl.n && rc == 0; i++) {
         int l, m = -1;
         char block[16], mod[16], ab;
+        if (strstr(tl.names[i], ".experts.")) {
+            if (!strstr(tl.names[i], ".lora_")) continue;
+            if (!moe) {
+                snprintf(err, errlen, "--to peft: %s: the model is not Mixtral or Qwen2-MoE, whose expert modules "
+                         "PEFT's keys name; export the merged model with --to hf", tl.names[i]);
+                rc = -1;
+                break;
+            }
+            continue; /* export_experts' */
+        }
         if (sscanf(tl.names[i], "layers.%d.%15[^.].%15[^.].lora_%c.weight", &l, block, mod, &ab) != 4) continue;
         for (int k = 0; k < GPT_LORA_NMODULES; k++)
             if (strcmp(mod, llama_mods[k]) == 0) m = k;
@@ -668,10 +804,13 @@ static int export_linear(ckpt_reader *rd, const gpt_config *c, int bert, export_
         float *buf = export_add(x, hf, s->shape[0], s->shape[1]);
         rc = ckpt_read(rd, CKPT_PARAMS, tl.names[i], s, buf, err, errlen);
     }
+    if (rc == 0 && moe && c->num_experts > 0) rc = export_experts(rd, c, moe, &tl, x, err, errlen);
     ckpt_tensor_list_free(&tl);
-    if (!bert) {
+    if (!bert) { /* PEFT matches each by suffix: Mixtral's experts are w1 (gate), w3 (up), w2 (down) */
+        static const char *const mixtral[GPT_LORA_NMODULES] = {"q_proj", "k_proj", "v_proj", "o_proj", "w1", "w3", "w2"};
+        int mix = moe && strcmp(moe, "mixtral") == 0;
         for (int m = 0; m < GPT_LORA_NMODULES; m++)
-            if (gpt_lora_on(c, m)) cJSON_AddItemToArray(*targets, cJSON_CreateString(llama_mods[m]));
+            if (gpt_lora_on(c, m)) cJSON_AddItemToArray(*targets, cJSON_CreateString(mix ? mixtral[m] : llama_mods[m]));
         return rc;
     }
     static const char *const re[GPT_LORA_NMODULES] = {"attention\\.self\\.query", "attention\\.self\\.key",
@@ -706,6 +845,9 @@ int peft_export(const ckpt_meta *meta, const char *out, int *modules, char *err,
     char why[1024];
     const hf_family *fam = hf_family_of_model(c, why, sizeof why);
     int gpt2 = fam && strcmp(fam->model_type, "gpt2") == 0, bert = fam && fam->kind == GPT_KIND_ENCODER;
+    const char *moe = fam && (strcmp(fam->model_type, "mixtral") == 0 || strcmp(fam->model_type, "qwen2_moe") == 0)
+                          ? fam->model_type
+                          : NULL;
     if (!gpt2 && !bert && (c->norm != GPT_NORM_RMSNORM || !c->glu || c->kind != GPT_KIND_DECODER))
         FAIL("--to peft: %s is neither GPT-2, Megatron-BERT nor a Llama-family model (RMSNorm, a gated MLP): PEFT's "
              "module names are written for those; export the merged model with --to hf", meta->dir);
@@ -715,7 +857,7 @@ int peft_export(const ckpt_meta *meta, const char *out, int *modules, char *err,
         FAIL("--to peft %s already holds an adapter (%s): give an empty or new folder, or remove it first", out, path);
     r = ckpt_reader_open(meta, err, errlen);
     if (!r) goto fail;
-    if (gpt2 ? export_gpt2(r, c, &x, &R, targets, err, errlen) : export_linear(r, c, bert, &x, &targets, err, errlen))
+    if (gpt2 ? export_gpt2(r, c, &x, &R, targets, err, errlen) : export_linear(r, c, bert, moe, &x, &targets, err, errlen))
         goto fail;
     *modules = x.n / 2;
     if (ckf_mkdirs(out) != 0) FAIL("cannot create %s: %s", out, td_strerror(errno));

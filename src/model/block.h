@@ -194,6 +194,10 @@ typedef struct moe_params {
     float *sh_gate_w;     /* (1, h) or NULL */
     float *expert_bias;   /* (E) with --moe-router-enable-expert-bias, else NULL: no gradient (the trainer
                            * moves it against the load, gpt_moe_update_expert_bias), no decay */
+    /* LoRA on the experts (lora.h), by GPT_LORA_GATE + i, NULL where not a target, stacked over the
+     * experts as fc and fc2 are: gate and up A (E r, h) each expert's whole, B (E F, r) each split
+     * by rows over tp; down A (E r, F) each split by columns over tp, B (E h, r) whole */
+    float *lora_a[3], *lora_b[3];
 } moe_params;
 
 /* ---- slots ---- */

@@ -76,6 +76,16 @@ void model_add_adapter(table_builder *tb, float **param, float **grad, enum init
     tb->freeze = freeze;
 }
 
+void model_add_expert_adapter(table_builder *tb, float **param, float **grad, enum init_kind init, uint64_t stream,
+                              const char *name, int64_t d0, int64_t d1, int shard_dim, int blocks)
+{
+    int freeze = tb->freeze;
+    tb->freeze = 0;
+    model_add_expert_tensor(tb, param, grad, init == INIT_NORMAL ? INIT_LORA_A : init, stream, name, d0, d1, shard_dim,
+                            blocks, 0);
+    tb->freeze = freeze;
+}
+
 size_t model_table_order(table_builder *tb)
 {
     size_t at = 0;
@@ -127,16 +137,19 @@ static void init_normal_slice(float *dst, const gpt_tensor_info *t, uint64_t see
 }
 
 /* LoRA's A: this rank's slice of logical tensor t (r, in) uniform in +-1/sqrt(in) (kaiming_uniform_
- * with a = sqrt(5)), element (i, j) draw number i * in + j of the stream, whatever the layout. */
+ * with a = sqrt(5)), element (i, j) draw number i * in + j of the stream, whatever the layout (an
+ * experts' stack (E r, in): this rank's experts' rows, r0 to r1). */
 static void init_uniform_slice(float *dst, const gpt_tensor_info *t, uint64_t seed, uint64_t stream)
 {
-    int64_t rows = t->shape[0], cols = t->shape[1];
+    int64_t cols = t->shape[1], r0, r1;
     int64_t c0 = t->shard_dim == 1 ? t->shard_start : 0, w = t->shard_dim == 1 ? t->shard_len : cols;
     float bound = 1.0f / sqrtf((float)cols);
     TD_ASSERT(t->ndim == 2 && t->shard_dim != 0);
-    for (int64_t r = 0; r < rows; r++)
+    gpt_tensor_rows(t, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++)
         for (int64_t j = 0; j < w; j++)
-            dst[r * w + j] = bound * (2.0f * td_philox_uniform(seed, stream, (uint64_t)(r * cols + c0 + j)) - 1.0f);
+            dst[(r - r0) * w + j] =
+                bound * (2.0f * td_philox_uniform(seed, stream, (uint64_t)(r * cols + c0 + j)) - 1.0f);
 }
 
 void model_table_init(const table_builder *tb, const backend *be, float *params)

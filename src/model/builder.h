@@ -49,6 +49,10 @@ void model_add_expert_tensor(table_builder *tb, float **param, float **grad, enu
  * INIT_NORMAL draws it uniform in +-1/sqrt(d1) (PEFT's kaiming_uniform_(a=sqrt(5)) of lora_A). */
 void model_add_adapter(table_builder *tb, float **param, float **grad, enum init_kind init, uint64_t stream,
                        const char *name, int64_t d0, int64_t d1, int shard_dim, int blocks);
+/* A LoRA adapter's tensor stacked over the experts (d0 = experts x rows of each), trained, split
+ * as model_add_expert_tensor splits the experts' own tensors. */
+void model_add_expert_adapter(table_builder *tb, float **param, float **grad, enum init_kind init, uint64_t stream,
+                              const char *name, int64_t d0, int64_t d1, int shard_dim, int blocks);
 /* Lays the table out once every tensor is registered: the trained tensors first, in registration
  * order, then the frozen ones. Returns the trained elements (tb->numel stays the total). */
 size_t model_table_order(table_builder *tb);

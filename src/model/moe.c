@@ -7,8 +7,12 @@
  * loss and the z-loss add their gradients to the router's logits in the backward, scaled as the
  * language-model loss is (a micro-batch's losses count as its share of the global batch).
  * The experts' weights are stacked: fc (E bF, h), expert e's rows [e bF, (e + 1) bF) (SwiGLU:
- * its [gate | up]); fc2 (E h, F). Today: one rank of tensor parallelism, fp32 GEMMs. */
+ * its [gate | up]); fc2 (E h, F). Today: one rank of tensor parallelism, fp32 GEMMs.
+ * Under LoRA (--lora-target-modules gate_proj, up_proj, down_proj) each expert has its own
+ * adapters, stacked and split as its weights, run on its own rows after its GEMMs; the router,
+ * the experts and the shared expert (which has none yet) stay frozen. */
 #include "block.h"
+#include "lora.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -54,6 +58,8 @@ typedef struct moe_acts {
                        * experts' (-1: another rank's expert, or dropped) */
     float *gprobs;    /* (ep T, k) the gathered weights */
     float *x32;       /* (T, h) the input in fp32 when the layer keeps it in the GEMMs' dtype (bf16, fp16) */
+    float *su[3];     /* LoRA on the experts: (Rmax, r) each target's low-rank activation, row by row as xl */
+    lora_scratch lora; /* generation's step: its scratch (a micro-batch's is the slot's, moe_scratch's) */
     double aux, z;    /* this micro-batch's load-balancing and z losses without their coefficients */
     int E;
 } moe_acts;
@@ -76,6 +82,7 @@ typedef struct {
     float *sh_dhe;    /* (T, bS) */
     float *sh_dg;     /* (T) the gate's weight's gradient through sigmoid, then its logit's */
     float *sh_dglog;  /* (T) */
+    lora_scratch lora; /* LoRA on the experts: the adapters' scratch */
 } moe_scratch;
 
 /* Expert parallelism of the stage's ranks (1 without; generation and the memory count run one) */
@@ -146,6 +153,19 @@ static void tensors(table_builder *tb, int layer, int stream0, const char *prefi
     X(fc2_w, INIT_NORMAL_OUT, 1, E * h, F, 1, 1, "experts.fc2.weight");
     if (bias) X(fc_b, INIT_ZEROS, 2, E * bF, 0, 0, (int)(E * b), "experts.fc.bias");
     X(fc_w, INIT_NORMAL, 3, E * bF, h, 0, (int)(E * b), "experts.fc.weight");
+    /* LoRA on each expert, its adapters stacked and split as the expert's tensors: gate and up on
+     * fc's blocks (up the whole fc ungated), down on fc2; the router stays frozen */
+    static const char *const mods[3] = {"gate_proj", "up_proj", "down_proj"};
+    for (int i = 2; i >= 0; i--) {
+        if (!gpt_lora_on(c, GPT_LORA_GATE + i)) continue;
+        int r = c->lora_rank;
+        snprintf(n, sizeof n, "%s.experts.%s.lora_A.weight", prefix, mods[i]);
+        model_add_expert_adapter(tb, &p->lora_a[i], &g->lora_a[i], INIT_NORMAL, model_stream(layer, 40 + 2 * i), n,
+                                 E * r, i < 2 ? h : F, i < 2 ? -1 : 1, 1);
+        snprintf(n, sizeof n, "%s.experts.%s.lora_B.weight", prefix, mods[i]);
+        model_add_expert_adapter(tb, &p->lora_b[i], &g->lora_b[i], INIT_ZEROS, model_stream(layer, 41 + 2 * i), n,
+                                 E * (i < 2 ? F : h), r, i < 2 ? 0 : -1, i < 2 ? (int)E : 1);
+    }
     T(router_w, INIT_NORMAL, 4, E, h, "router.weight");
     if (c->moe_expert_bias) T(expert_bias, INIT_ZEROS, 10, E, 0, "router.expert_bias");
     int64_t S = c->moe_shared_ffn, bS = gpt_fc_blocks(c) * S;
@@ -161,10 +181,28 @@ static void tensors(table_builder *tb, int layer, int stream0, const char *prefi
 #undef X
 }
 
+/* Whether the experts carry adapters (--lora-target-modules with gate, up or down). */
+static int experts_lora(const gpt_config *c)
+{
+    return gpt_lora_on(c, GPT_LORA_GATE) || gpt_lora_on(c, GPT_LORA_UP) || gpt_lora_on(c, GPT_LORA_DOWN);
+}
+
+/* The experts' adapters' scratch for R rows of experts of width F (this rank's): no dropout and
+ * fp32 rows, so no dropped or widened input (xd, xf). */
+static void carve_lora_scratch(carver *cv, const gpt_config *c, int64_t R, int64_t F, lora_scratch *ls)
+{
+    if (!experts_lora(c)) return;
+    int64_t bF = gpt_fc_blocks(c) * F, in = F > c->hidden ? F : c->hidden;
+    float **f[LORA_SCRATCH_FIELDS] = {&ls->bw, &ls->dbw, &ls->tmp, &ls->xd, &ls->du, &ls->xf};
+    for (int q = 0; q < LORA_SCRATCH_FIELDS; q++)
+        if (f[q] != &ls->xd && f[q] != &ls->xf) CARVE(cv, *f[q], float, lora_scratch_floats(R, bF, in, c->lora_rank, q));
+}
+
 /* The buffers of T tokens' forward (and the backward's kept values), carved: a micro-batch's
- * activations (acts), or generation's step buffers (decode_scratch). */
+ * activations (acts), or generation's step buffers (decode_scratch, with the adapters' scratch:
+ * decode 1). */
 /* tp: the split of each expert's width; stp: the shared expert's (the tp size). */
-static void carve_tokens(carver *cv, const gpt_config *c, int ep, int tp, int stp, int64_t T, moe_acts *a)
+static void carve_tokens(carver *cv, const gpt_config *c, int ep, int tp, int stp, int64_t T, moe_acts *a, int decode)
 {
     int64_t E = c->num_experts, k = c->moe_topk, F = gpt_moe_ffn(c) / tp, R = rows_max(c, ep, T);
     a->E = (int)E;
@@ -196,6 +234,9 @@ static void carve_tokens(carver *cv, const gpt_config *c, int ep, int tp, int st
         CARVE(cv, a->grow, int32_t, ep * T * k);
         CARVE(cv, a->gprobs, float, ep * T * k);
     }
+    for (int i = 0; i < 3; i++) /* LoRA on the experts: each target's low-rank activations, kept */
+        if (gpt_lora_on(c, GPT_LORA_GATE + i)) CARVE(cv, a->su[i], float, R * c->lora_rank);
+    if (decode) carve_lora_scratch(cv, c, R, F, &a->lora);
     int64_t S = c->moe_shared_ffn / stp;
     if (S > 0) {
         CARVE(cv, a->sh_he, float, T * gpt_fc_blocks(c) * S);
@@ -211,7 +252,7 @@ static void carve_tokens(carver *cv, const gpt_config *c, int ep, int tp, int st
 
 static void acts(carver *cv, const gpt_model *m, void *av)
 {
-    carve_tokens(cv, &m->cfg, ep_of(m), expert_tp(m), m->tp, (int64_t)m->mbs * m->cfg.seq, av);
+    carve_tokens(cv, &m->cfg, ep_of(m), expert_tp(m), m->tp, (int64_t)m->mbs * m->cfg.seq, av, 0);
 }
 
 static void scratch(carver *cv, const gpt_model *m, void *sv)
@@ -237,6 +278,7 @@ static void scratch(carver *cv, const gpt_model *m, void *sv)
             CARVE(cv, s->gdprobs, float, ep * T * k);
         }
     }
+    carve_lora_scratch(cv, c, R, F, &s->lora);
     int64_t S = c->moe_shared_ffn / m->tp;
     if (S > 0) {
         CARVE(cv, s->sh_dye, float, T * c->hidden);
@@ -494,6 +536,91 @@ static double aux_loss(const gpt_model *m, moe_acts *a, const int32_t *ix, float
     return loss;
 }
 
+/* ---- LoRA on the experts: each expert's adapters on its own rows, after its GEMMs ----
+ * An expert split over tp is a column-parallel fc and a row-parallel fc2 (lora.h); its outputs
+ * and input gradients are partial sums over tp, summed by the layer, so the whole LoRA terms are
+ * added on tp rank 0. A whole expert (--expert-tensor-parallel-size 1) is one rank's. */
+static const comm *expert_tp_group(const gpt_model *m) { return expert_tp(m) > 1 ? m->ps->tp_group : NULL; }
+static lora_dims expert_lora_dims(const gpt_model *m, int n, int in, int out)
+{
+    lora_dims d = {1, n, in, out, m->cfg.lora_rank, gpt_lora_scaling(&m->cfg)};
+    return d;
+}
+/* gate (i 0) and up (1): their fused block of [gate | up] (up the whole fc ungated) */
+static int expert_lora_off(const gpt_model *m, int i, int F) { return m->cfg.glu && i == 1 ? F : 0; }
+
+/* he (rows, bF) += gate's and up's terms; rows as lcount, expert by expert (e local). */
+static void expert_lora_fc_fwd(const gpt_model *m, moe_acts *a, const lora_scratch *ls, const moe_params *p, float *he,
+                               const float *xl, int El, int F)
+{
+    int h = m->cfg.hidden, r = m->cfg.lora_rank, bF = gpt_fc_blocks(&m->cfg) * F;
+    for (int i = 0; i < 2; i++) {
+        if (!p->lora_a[i]) continue;
+        for (int e = 0, r0 = 0; e < El; r0 += a->lcount[e++]) {
+            if (a->lcount[e] == 0) continue;
+            lora_dims d = expert_lora_dims(m, a->lcount[e], h, 0);
+            lora_fused_fwd(m->be, he + (size_t)r0 * bF, a->su[i] + (size_t)r0 * r, ls, xl + (size_t)r0 * h,
+                           p->lora_a[i] + (size_t)e * r * h, p->lora_b[i] + (size_t)e * F * r,
+                           expert_lora_off(m, i, F), F, bF, NULL, &d);
+        }
+    }
+}
+
+/* yl (rows, h) += down's term of the activations ae (rows, F). */
+static void expert_lora_fc2_fwd(const gpt_model *m, moe_acts *a, const lora_scratch *ls, const moe_params *p,
+                                float *yl, const float *ae, int El, int F)
+{
+    int h = m->cfg.hidden, r = m->cfg.lora_rank;
+    if (!p->lora_a[2]) return;
+    const comm *tpg = expert_tp_group(m);
+    for (int e = 0, r0 = 0; e < El; r0 += a->lcount[e++]) {
+        if (a->lcount[e] == 0) continue;
+        lora_dims d = expert_lora_dims(m, a->lcount[e], F, h);
+        lora_row_fwd(m->be, tpg, tpg, yl + (size_t)r0 * h, a->su[2] + (size_t)r0 * r, NULL, ls->tmp,
+                     ae + (size_t)r0 * F, p->lora_a[2] + (size_t)e * r * F, p->lora_b[2] + (size_t)e * h * r, NULL, &d);
+    }
+}
+
+/* Down's backward: dA, dB accumulate; dae (rows, F) += its input gradient; dyl (rows, h) the
+ * outputs' gradient, whole on every tp rank. */
+static void expert_lora_fc2_bwd(const gpt_model *m, const moe_acts *a, const lora_scratch *ls, const moe_params *p,
+                                moe_params *g, float *dae, const float *dyl, int El, int F)
+{
+    int h = m->cfg.hidden, r = m->cfg.lora_rank;
+    if (!p->lora_a[2]) return;
+    for (int e = 0, r0 = 0; e < El; r0 += a->lcount[e++]) {
+        if (a->lcount[e] == 0) continue;
+        lora_dims d = expert_lora_dims(m, a->lcount[e], F, h);
+        size_t ar = (size_t)e * r * F, br = (size_t)e * h * r;
+        lora_row_bwd(m->be, dae + (size_t)r0 * F, g->lora_a[2] + ar, g->lora_b[2] + br, ls->du, ls->tmp,
+                     dyl + (size_t)r0 * h, a->ae + (size_t)r0 * F, NULL, a->su[2] + (size_t)r0 * r, p->lora_a[2] + ar,
+                     p->lora_b[2] + br, NULL, &d);
+    }
+}
+
+/* Gate's and up's backward from dhe (rows, bF): dA, dB accumulate; dxl (rows, h) += the input
+ * gradient (on tp rank 0 of a split expert: the layer sums dxl's over tp). */
+static void expert_lora_fc_bwd(const gpt_model *m, const moe_acts *a, const lora_scratch *ls, const moe_params *p,
+                               moe_params *g, float *dxl, const float *dhe, const float *xl, int El, int F)
+{
+    int h = m->cfg.hidden, r = m->cfg.lora_rank, bF = gpt_fc_blocks(&m->cfg) * F;
+    const comm *tpg = expert_tp_group(m);
+    for (int i = 0; i < 2; i++) {
+        if (!p->lora_a[i]) continue;
+        for (int e = 0, r0 = 0; e < El; r0 += a->lcount[e++]) {
+            if (a->lcount[e] == 0) continue;
+            lora_dims d = expert_lora_dims(m, a->lcount[e], h, 0);
+            size_t ar = (size_t)e * r * h, br = (size_t)e * F * r;
+            lora_fused_bwd(m->be, tpg, tpg, dxl + (size_t)r0 * h, g->lora_a[i] + ar, g->lora_b[i] + br, ls,
+                           dhe + (size_t)r0 * bF, xl + (size_t)r0 * h, a->su[i] + (size_t)r0 * r, p->lora_a[i] + ar,
+                           p->lora_b[i] + br, expert_lora_off(m, i, F), F, bF, NULL, &d);
+        }
+    }
+}
+
+/* Whether the layer's experts carry adapters. */
+static int has_expert_lora(const moe_params *p) { return p->lora_a[0] || p->lora_a[1] || p->lora_a[2]; }
+
 /* The forward of T tokens xf (T, h) into out (T, h), keeping in a what the backward needs (s:
  * the slot's scratch, for the exchange under expert parallelism; NULL without). */
 static void forward(const gpt_model *m, moe_acts *a, moe_scratch *s, const moe_params *p, float *out, const float *xf,
@@ -505,6 +632,8 @@ static void forward(const gpt_model *m, moe_acts *a, moe_scratch *s, const moe_p
      * parallelism's reduce-scatter) or here (all-reduce); fc2's biases on tp rank 0 only */
     int h = c->hidden, E = c->num_experts, k = c->moe_topk, F = gpt_moe_ffn(c) / expert_tp(m), bF = gpt_fc_blocks(c) * F;
     int first = m->ps->tp_rank == 0, bias_here = first || whole_experts(m); /* whole experts: each its own */
+    int expert_lora = has_expert_lora(p);
+    const lora_scratch *ls = s ? &s->lora : &a->lora; /* a micro-batch's, or generation's step's */
     be_matmul_fwd(m->be, a->logits, xf, p->router_w, NULL, T, h, E);
     be_moe_route_fwd(m->be, a->idx, a->probs, a->logits, p->expert_bias, T, E, k, c->moe_score, c->moe_pre_softmax,
                      c->moe_topk_scale);
@@ -536,14 +665,30 @@ static void forward(const gpt_model *m, moe_acts *a, moe_scratch *s, const moe_p
     } else {
         memcpy(a->lcount, a->count + eb, (size_t)El * sizeof *a->lcount);
     }
-    if (c->moe_grouped) { /* one grouped GEMM over this rank's experts, each activation over all rows */
+    if (c->moe_grouped || expert_lora) { /* the experts' GEMMs, their adapters' terms added */
         int nl = 0;
         for (int e = 0; e < El; e++) nl += a->lcount[e];
-        be_matmul_grouped_fwd(m->be, a->he, xl, p->fc_w, p->fc_b, a->lcount, El, h, bF);
+        if (c->moe_grouped) {
+            be_matmul_grouped_fwd(m->be, a->he, xl, p->fc_w, p->fc_b, a->lcount, El, h, bF);
+        } else {
+            for (int e = 0, r0 = 0; e < El; r0 += a->lcount[e++])
+                if (a->lcount[e])
+                    be_matmul_fwd(m->be, a->he + (size_t)r0 * bF, xl + (size_t)r0 * h, p->fc_w + (size_t)e * bF * h,
+                                  p->fc_b ? p->fc_b + (size_t)e * bF : NULL, a->lcount[e], h, bF);
+        }
+        expert_lora_fc_fwd(m, a, ls, p, a->he, xl, El, F);
         be_act_fwd(m->be, c->act, c->glu, a->ae, a->he, nl, F);
-        be_matmul_grouped_fwd(m->be, yl, a->ae, p->fc2_w, bias_here ? p->fc2_b : NULL, a->lcount, El, F, h);
+        if (c->moe_grouped) {
+            be_matmul_grouped_fwd(m->be, yl, a->ae, p->fc2_w, bias_here ? p->fc2_b : NULL, a->lcount, El, F, h);
+        } else {
+            for (int e = 0, r0 = 0; e < El; r0 += a->lcount[e++])
+                if (a->lcount[e])
+                    be_matmul_fwd(m->be, yl + (size_t)r0 * h, a->ae + (size_t)r0 * F, p->fc2_w + (size_t)e * h * F,
+                                  p->fc2_b && bias_here ? p->fc2_b + (size_t)e * h : NULL, a->lcount[e], F, h);
+        }
+        expert_lora_fc2_fwd(m, a, ls, p, yl, a->ae, El, F);
     }
-    for (int e = 0, r0 = 0; e < El && !c->moe_grouped; r0 += a->lcount[e++]) { /* this rank's experts, e local */
+    for (int e = 0, r0 = 0; e < El && !c->moe_grouped && !expert_lora; r0 += a->lcount[e++]) { /* this rank's experts, e local */
         int n = a->lcount[e];
         if (n == 0) continue;
         mlp_fwd(m, yl + (size_t)r0 * h, a->ae + (size_t)r0 * F, a->he + (size_t)r0 * bF, xl + (size_t)r0 * h,
@@ -599,7 +744,7 @@ static void fwd(const block_io *io, void *av, const void *pv, float *out, be_in 
 static void decode_scratch(carver *cv, const gpt_model *m, int rows, void *s)
 {
     TD_ASSERT(ep_of(m) == 1); /* generation runs every expert on its one rank */
-    carve_tokens(cv, &m->cfg, 1, expert_tp(m), m->tp, rows, s);
+    carve_tokens(cv, &m->cfg, 1, expert_tp(m), m->tp, rows, s, 1);
 }
 
 static void decode(const block_io *io, void *st, const void *pv, float *out, be_in x, int pos, int n)
@@ -716,14 +861,33 @@ static void bwd(const block_io *io, float *dx, void *gv, const float *dbranch, c
         }
     }
     be_zero(m->be, dxl, (size_t)nl * h);
-    if (c->moe_grouped) {
+    int expert_lora = has_expert_lora(p);
+    if (c->moe_grouped || expert_lora) { /* the adapters' gradients after each GEMM's */
         be_zero(m->be, s->dae, (size_t)nl * F);
-        be_matmul_grouped_bwd(m->be, s->dae, g->fc2_w, g->fc2_b, dyl, a->ae, p->fc2_w, a->lcount, El, F, h);
+        if (c->moe_grouped) {
+            be_matmul_grouped_bwd(m->be, s->dae, g->fc2_w, g->fc2_b, dyl, a->ae, p->fc2_w, a->lcount, El, F, h);
+        } else {
+            for (int e = 0, r0 = 0; e < El; r0 += a->lcount[e++])
+                if (a->lcount[e])
+                    be_matmul_bwd(m->be, s->dae + (size_t)r0 * F, g->fc2_w ? g->fc2_w + (size_t)e * h * F : NULL,
+                                  g->fc2_b ? g->fc2_b + (size_t)e * h : NULL, dyl + (size_t)r0 * h,
+                                  a->ae + (size_t)r0 * F, p->fc2_w + (size_t)e * h * F, a->lcount[e], F, h);
+        }
+        expert_lora_fc2_bwd(m, a, &s->lora, p, g, s->dae, dyl, El, F);
         be_zero(m->be, s->dhe, (size_t)nl * bF);
         be_act_bwd(m->be, c->act, c->glu, s->dhe, s->dae, a->he, nl, F);
-        be_matmul_grouped_bwd(m->be, dxl, g->fc_w, g->fc_b, s->dhe, xl, p->fc_w, a->lcount, El, h, bF);
+        if (c->moe_grouped) {
+            be_matmul_grouped_bwd(m->be, dxl, g->fc_w, g->fc_b, s->dhe, xl, p->fc_w, a->lcount, El, h, bF);
+        } else {
+            for (int e = 0, r0 = 0; e < El; r0 += a->lcount[e++])
+                if (a->lcount[e])
+                    be_matmul_bwd(m->be, dxl + (size_t)r0 * h, g->fc_w ? g->fc_w + (size_t)e * bF * h : NULL,
+                                  g->fc_b ? g->fc_b + (size_t)e * bF : NULL, s->dhe + (size_t)r0 * bF,
+                                  xl + (size_t)r0 * h, p->fc_w + (size_t)e * bF * h, a->lcount[e], h, bF);
+        }
+        expert_lora_fc_bwd(m, a, &s->lora, p, g, dxl, s->dhe, xl, El, F);
     }
-    for (int e = 0, r0 = 0; e < El && !c->moe_grouped; r0 += a->lcount[e++]) {
+    for (int e = 0, r0 = 0; e < El && !c->moe_grouped && !expert_lora; r0 += a->lcount[e++]) {
         int n = a->lcount[e];
         if (n == 0) continue;
         size_t rh = (size_t)r0 * h, rf = (size_t)r0 * F, rb = (size_t)r0 * bF;

@@ -210,7 +210,8 @@ static double mlp_time(const plan_job *j, const plan_cluster *c, const plan_layo
 
 /* LoRA's adapters in a layer, forward (their backward is twice it): each targeted module's
  * A (r, in) and B (out, r) products on T tokens, split over tp as the base (a column-parallel
- * module's B by rows, a row-parallel one's A by columns); no MLP adapters in a MoE layer. */
+ * module's B by rows, a row-parallel one's A by columns); in a MoE layer the MLP's modules are
+ * each of this rank's E / ep experts' adapters on its (balanced) ep T k / E rows. */
 static double lora_time(const plan_job *j, const plan_cluster *c, const plan_layout *l, int moe)
 {
     const gpt_config *g = &j->cfg;
@@ -222,11 +223,18 @@ static double lora_time(const plan_job *j, const plan_cluster *c, const plan_lay
         double in, out;
         int row; /* row-parallel: the input split */
     } mod[GPT_LORA_NMODULES] = {{h, q, 0}, {h, kv, 0}, {h, kv, 0}, {q, h, 1}, {h, f, 0}, {h, f, 0}, {f, h, 1}};
-    double sec = 0;
+    double sec = 0, E = g->num_experts, ep = ep_of(l), F = gpt_moe_ffn(g);
     for (int m = 0; m < GPT_LORA_NMODULES; m++) {
-        if (!gpt_lora_on(g, m) || (moe && m >= GPT_LORA_GATE)) continue;
-        double in = mod[m].row ? mod[m].in / t : mod[m].in, out = mod[m].row ? mod[m].out : mod[m].out / t;
-        sec += plan_gemm_s(c, dt, T, r, in) + plan_gemm_s(c, dt, T, out, r);
+        if (!gpt_lora_on(g, m)) continue;
+        int expert = moe && m >= GPT_LORA_GATE;
+        double mi = expert && m == GPT_LORA_DOWN ? F : mod[m].in, mo = expert && m != GPT_LORA_DOWN ? F : mod[m].out;
+        double in = mod[m].row ? mi / t : mi, out = mod[m].row ? mo : mo / t;
+        if (expert) { /* each expert on its rows */
+            double rows = ep * T * g->moe_topk / E;
+            sec += E / ep * (plan_gemm_s(c, dt, rows, r, in) + plan_gemm_s(c, dt, rows, out, r));
+        } else {
+            sec += plan_gemm_s(c, dt, T, r, in) + plan_gemm_s(c, dt, T, out, r);
+        }
     }
     return sec;
 }

@@ -195,7 +195,7 @@ int run_lora_load_args(td_args *a, const ckpt_meta *meta, int resume, int log, c
     if (meta->model.lora_rank > 0)
         FAIL("--lora-load %s: --load %s has LoRA adapters of its own (lora_rank %d in its meta.json): load the base "
              "without adapters", a->lora_load, meta->dir, meta->model.lora_rank);
-    if (peft_adapter_open(a->lora_load, meta->model.num_layers, meta->model.kind == GPT_KIND_ENCODER, &ad, msg, msglen))
+    if (peft_adapter_open(a->lora_load, meta->model.num_layers, meta->model.num_experts, meta->model.kind == GPT_KIND_ENCODER, &ad, msg, msglen))
         return -1;
     double alpha = peft_adapter_alpha(&ad);
     char list[256];
@@ -235,7 +235,7 @@ void run_lora_load(run_state *r)
     peft_adapter ad;
     double t0 = td_now();
     const gpt_config *c = &r->model.chunks[0]->cfg;
-    int bad = peft_adapter_open(a->lora_load, c->num_layers, c->kind == GPT_KIND_ENCODER, &ad, err, sizeof err) != 0;
+    int bad = peft_adapter_open(a->lora_load, c->num_layers, c->num_experts, c->kind == GPT_KIND_ENCODER, &ad, err, sizeof err) != 0;
     int n = 0;
     for (int k = 0; k < r->model.nchunks && !bad; k++) {
         const gpt_model *g = r->model.chunks[k];

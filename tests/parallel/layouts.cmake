@@ -425,6 +425,24 @@ trident_layout(lora_moe_baseline 1 1 2)
 trident_layout(lora_moe_tp2_ep2_a2a 4 2 2 --expert-model-parallel-size 2 --moe-token-dispatcher-type alltoall)
 trident_layout(lora_moe_sp_distopt_tp2_ep2 4 2 2 --sequence-parallel --expert-model-parallel-size 2
   --use-distributed-optimizer --moe-grouped-gemm)
+# LoRA on the experts too (gate, up and down adapters of every expert, stacked and split as the
+# experts; q too; the router frozen): each expert's adapters on its own rows, over ep (allgather
+# and alltoall), ep x tp (each expert's adapters split as it is) with sequence parallelism and
+# grouped GEMMs, whole experts over tp (--expert-tensor-parallel-size 1), pipeline stages, and the
+# distributed optimizer over dp x ep; against one rank
+set(LAYOUT_ARCH --num-layers 4 --swiglu --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 64
+  --moe-aux-loss-coeff 1e-2 --moe-z-loss-coeff 1e-3 --lora-rank 4 --lora-alpha 16
+  --lora-target-modules q_proj,gate_proj,up_proj,down_proj)
+set(LAYOUT_BASE lora_experts_baseline)
+trident_layout(lora_experts_baseline 1 1 2)
+trident_layout(lora_experts_ep2 2 1 2 --expert-model-parallel-size 2)
+trident_layout(lora_experts_tp2_ep2_a2a 4 2 2 --expert-model-parallel-size 2 --moe-token-dispatcher-type alltoall)
+trident_layout(lora_experts_sp_tp2_ep2_grouped 4 2 2 --sequence-parallel --expert-model-parallel-size 2
+  --moe-grouped-gemm)
+trident_layout(lora_experts_etp1_tp2 2 2 2 --expert-tensor-parallel-size 1)
+trident_layout(lora_experts_pp2_ep2 4 1 2 --pipeline-model-parallel-size 2 --expert-model-parallel-size 2)
+trident_layout(lora_experts_distopt_ep2_dp4_a2a 4 1 2 --expert-model-parallel-size 2 --use-distributed-optimizer
+  --moe-token-dispatcher-type alltoall)
 set(LAYOUT_ARCH ${LAYOUT_MOE})
 set(LAYOUT_BASE moe_baseline)
 # with capacity (drops over it, per micro-batch as Megatron's per rank): the same drops in every
@@ -449,6 +467,12 @@ trident_layout(moe_bf16_baseline 1 1 2)
 trident_layout(moe_bf16_pp2_dp2 4 1 2 --pipeline-model-parallel-size 2 --use-distributed-optimizer)
 trident_layout(moe_bf16_ep2_a2a 2 1 2 --expert-model-parallel-size 2 --moe-token-dispatcher-type alltoall)
 trident_layout(moe_bf16_sp_tp2 2 2 2 --sequence-parallel)
+# ... with LoRA on the experts (no shared expert: its adapters are not built)
+set(LAYOUT_ARCH --num-layers 4 --bf16 --swiglu --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 64
+  --moe-aux-loss-coeff 1e-2 --lora-rank 4 --lora-alpha 16 --lora-target-modules all-linear)
+set(LAYOUT_BASE lora_experts_bf16_baseline)
+trident_layout(lora_experts_bf16_baseline 1 1 2)
+trident_layout(lora_experts_bf16_sp_tp2_ep2 4 2 2 --sequence-parallel --expert-model-parallel-size 2)
 unset(LAYOUT_TOL)
 # --moe-layer-freq: MoE and dense layers mixed (4 MoE layers and 4 SwiGLU MLPs of --ffn-hidden-size
 # 96: 3 and 1 on the first stage, 1 and 3 on the second), with the expert bias moving; pp 2, pp 2
@@ -465,6 +489,13 @@ trident_layout(moe_mixed_rc_pp2 2 1 2 --pipeline-model-parallel-size 2 --recompu
   --recompute-method uniform --recompute-num-layers 2)
 trident_layout(moe_mixed_distopt_pp2_vp2_dp2 4 1 2 --pipeline-model-parallel-size 2
   --num-layers-per-virtual-pipeline-stage 2 --use-distributed-optimizer --overlap-grad-reduce --ddp-bucket-size 20000)
+# ... with LoRA on every MLP module: the experts' adapters in the MoE layers, the dense MLP's in
+# the others, the expert bias still moving against the load (frozen to the optimizer)
+set(LAYOUT_ARCH ${LAYOUT_ARCH} --lora-rank 4 --lora-alpha 16 --lora-target-modules gate_proj,up_proj,down_proj)
+set(LAYOUT_BASE lora_moe_mixed_baseline)
+trident_layout(lora_moe_mixed_baseline 1 1 2)
+trident_layout(lora_moe_mixed_distopt_pp2_ep2 4 1 2 --pipeline-model-parallel-size 2 --expert-model-parallel-size 2
+  --use-distributed-optimizer)
 set(LAYOUT_ARCH "")
 
 # BERT (--model bert, docs/bert.md): a sentence-level dataset of the same text under BERT's

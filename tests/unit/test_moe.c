@@ -67,6 +67,23 @@ static double P(const ref *r, const float *p, size_t i) { return (double)p[i] + 
 static double gelu(double x) { return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x))); }
 static double sigm(double x) { return 1.0 / (1.0 + exp(-x)); }
 
+/* LoRA on expert e (c->lora_rank > 0): out (w) += alpha / r B_e (A_e in), A stacked (E r, n),
+ * B stacked (E w, r) as moe.c's adapters */
+static void ref_expert_lora(const ref *r, double *out, const double *in, const float *A, const float *Bm, int e, int n,
+                            int w)
+{
+    const gpt_config *c = &r->m->cfg;
+    if (!A) return;
+    int R = c->lora_rank;
+    double u[8], sc = (double)c->lora_alpha / R;
+    for (int k = 0; k < R; k++) {
+        u[k] = 0;
+        for (int i = 0; i < n; i++) u[k] += P(r, A, ((size_t)e * R + k) * n + i) * in[i];
+    }
+    for (int o = 0; o < w; o++)
+        for (int k = 0; k < R; k++) out[o] += sc * P(r, Bm, ((size_t)e * w + o) * R + k) * u[k];
+}
+
 /* out (BT, h) and the objective's extra term (the two losses times dscale), from x (BT, h) */
 static double ref_moe(ref *r, double *out, const double *x)
 {
@@ -178,12 +195,17 @@ static double ref_moe(ref *r, double *out, const double *x)
                 for (int i = 0; i < h; i++) s += x[t * h + i] * P(r, p->fc_w, ((size_t)e * bF + o) * h + i);
                 u[o] = s;
             }
+            ref_expert_lora(r, u, x + t * h, p->lora_a[0], p->lora_b[0], e, h, F);            /* gate */
+            ref_expert_lora(r, u + (c->glu ? F : 0), x + t * h, p->lora_a[1], p->lora_b[1], e, h, F); /* up */
             for (int f = 0; f < F; f++) a[f] = c->glu ? u[f] * sigm(u[f]) * u[F + f] : gelu(u[f]);
+            double y[64];
             for (int o = 0; o < h; o++) {
                 double s = p->fc2_b ? P(r, p->fc2_b, (size_t)e * h + o) : 0;
                 for (int f = 0; f < F; f++) s += a[f] * P(r, p->fc2_w, ((size_t)e * h + o) * F + f);
-                out[t * h + o] += ww[t][j] * s;
+                y[o] = s;
             }
+            ref_expert_lora(r, y, a, p->lora_a[2], p->lora_b[2], e, F, h); /* down */
+            for (int o = 0; o < h; o++) out[t * h + o] += ww[t][j] * y[o];
         }
     }
     double aux = 0;
@@ -229,6 +251,10 @@ static void check(arch A, const char *name)
     const block_slot *s = &m->layers[0].slot[GPT_SLOT_MLP];
     assert_ptr_equal(s->ops, &moe_ops);
     void *av = acts->layers[0].slot[GPT_SLOT_MLP];
+    for (int ti = 0; ti < m->ntensors && gpt_lora(c); ti++) { /* LoRA: B's too nonzero, so A has a gradient */
+        const gpt_tensor_info *t = &m->table[ti];
+        if (strstr(t->name, ".lora_B")) td_philox_fill_normal(m->params + t->offset, t->numel, 6, 3 + (uint64_t)ti, 0, 0.0f, 0.5f);
+    }
     if (c->moe_expert_bias) { /* a bias that moves the choice: +0.25 makes expert 3 chosen more often, -0.3 expert 0 less */
         const gpt_tensor_info *t = find(m, "layers.0.mlp.router.expert_bias");
         assert_non_null(t);
@@ -291,6 +317,10 @@ static void check(arch A, const char *name)
     for (int ti = 0; ti < m->ntensors; ti++) {
         const gpt_tensor_info *t = &m->table[ti];
         if (strncmp(t->name, "layers.0.mlp.", 13) != 0) continue;
+        if (t->frozen) { /* LoRA: the base has no gradient (its pointer NULL) */
+            assert_true(gpt_lora(c) && !strstr(t->name, ".lora_"));
+            continue;
+        }
         for (int e = 0; e < 16; e++) {
             size_t i = (size_t)(((uint64_t)e * 2654435761u + (uint64_t)ti * 40503u) % t->numel);
             float *pp = m->params + t->offset + i;
@@ -304,6 +334,8 @@ static void check(arch A, const char *name)
     printf("%s: %d parameter gradients %.2e\n", name, checked, perr);
     int tensors = (c->disable_bias ? 3 : 5) + (c->moe_shared_ffn ? (c->disable_bias ? 2 : 4) + c->moe_shared_gate : 0) +
                   c->moe_expert_bias; /* its gradient is 0, as the reference's: only the choice moves with it */
+    if (gpt_lora(c)) /* only the adapters train: A and B of each target */
+        tensors = 2 * (gpt_lora_on(c, GPT_LORA_GATE) + gpt_lora_on(c, GPT_LORA_UP) + gpt_lora_on(c, GPT_LORA_DOWN));
     assert_true(checked == 16 * tensors);
     assert_true(perr < 1e-4);
     free(wg), free(fd), free(tmp), free(x), free(R), free(out), free(dx), free(xd), free(od);
@@ -324,6 +356,28 @@ static void qwen_shared_gated(void **st)
     (void)st;
     check(make_shared(1, BE_MOE_SOFTMAX, 0, 0, 14, 1), "SwiGLU experts and a gated shared expert (Qwen2-MoE)");
 }
+/* LoRA on every expert's gate, up and down (rank 2, alpha 3: scaling 1.5), the base and the router
+ * frozen: each expert's adapters change its own tokens' outputs only, their gradients by finite
+ * differences of the double reference */
+static void llama_lora_experts(void **st)
+{
+    (void)st;
+    arch a = make(1, BE_MOE_SOFTMAX, 0, 0);
+    a.c.lora_rank = 2, a.c.lora_alpha = 3.0f;
+    a.c.lora_targets = 1 << GPT_LORA_GATE | 1 << GPT_LORA_UP | 1 << GPT_LORA_DOWN;
+    check(a, "SwiGLU experts with LoRA on gate, up and down");
+    a.c.moe_grouped = 1;
+    check(a, "SwiGLU experts with LoRA on gate, up and down, grouped GEMMs");
+}
+static void gpt2_lora_experts(void **st)
+{
+    (void)st;
+    arch a = make(0, BE_MOE_SOFTMAX, 0, 0);
+    a.c.lora_rank = 3, a.c.lora_alpha = 6.0f;
+    a.c.lora_targets = 1 << GPT_LORA_UP | 1 << GPT_LORA_DOWN;
+    check(a, "GeLU experts (biases) with LoRA on up and down");
+}
+
 static void llama_sigmoid_bias(void **st)
 {
     (void)st;
@@ -477,7 +531,8 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(gpt2_softmax), cmocka_unit_test(gpt2_pre_softmax), cmocka_unit_test(llama_softmax),
         cmocka_unit_test(llama_sigmoid), cmocka_unit_test(qwen_shared_gated), cmocka_unit_test(gpt2_shared),
-        cmocka_unit_test(llama_sigmoid_bias), cmocka_unit_test(expert_bias_update), cmocka_unit_test(capacity_probs),
+        cmocka_unit_test(llama_sigmoid_bias), cmocka_unit_test(llama_lora_experts),
+        cmocka_unit_test(gpt2_lora_experts), cmocka_unit_test(expert_bias_update), cmocka_unit_test(capacity_probs),
         cmocka_unit_test(capacity_position), cmocka_unit_test(seq_aux), cmocka_unit_test(capacity_padded), cmocka_unit_test(grouped),
         cmocka_unit_test(gpt2_softmax_scaled), cmocka_unit_test(llama_sigmoid_scaled), cmocka_unit_test(scale_by_hand),
     };

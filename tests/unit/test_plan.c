@@ -731,6 +731,32 @@ static void lora_time(void **state)
     close_to(r.t_dp, 8192 / 1e9, 1e-12);
     close_to(r.m_grads, 2048 * 4.0, 1e-12);
     close_to(r.m_optimizer, 2048 * 8.0, 1e-12);
+
+    /* a mixture of experts (4 experts of 32, top 2): a token goes through its 2 experts' up and down
+     * adapters, 2 x ((64 + 32) + (32 + 64)) = 384 in + out a layer (not the dense ffn's 640), against
+     * q's 64 + 64; the rest of the FLOPs is the same for any targets: the difference is 3 passes x
+     * 2 r x (384 - 128) a token and layer; with every other layer dense (--moe-layer-freq 2) the
+     * mean over the layers (384 + 640) / 2 = 512 */
+    g->num_experts = 4, g->moe_topk = 2, g->moe_ffn = 32;
+    g->lora_targets = 1 << GPT_LORA_Q;
+    double q_only = gpt_flops_per_iteration(g, 8, 0);
+    g->lora_targets = 1 << GPT_LORA_UP | 1 << GPT_LORA_DOWN;
+    close_to(gpt_flops_per_iteration(g, 8, 0) - q_only, tokens * 2 * 3 * 8 * (384.0 - 128), 1e-9);
+    g->moe_layer_freq = 2;
+    g->lora_targets = 1 << GPT_LORA_Q;
+    q_only = gpt_flops_per_iteration(g, 8, 0);
+    g->lora_targets = 1 << GPT_LORA_UP | 1 << GPT_LORA_DOWN;
+    close_to(gpt_flops_per_iteration(g, 8, 0) - q_only, tokens * 2 * 3 * 8 * (512.0 - 128), 1e-9);
+    /* the planner's compute time on the shape-blind device: the experts' adapters each on its
+     * expert's rows (8 x 32 x 2 / 4 = 128 rows, 4 experts), the same FLOPs in every MoE layer */
+    g->moe_layer_freq = 0;
+    l.dp = 1, l.mbs = 8;
+    g->lora_targets = 1 << GPT_LORA_Q;
+    assert_int_equal(plan_evaluate(&j, &c, &l, &r, err, sizeof err), 0);
+    double tq = r.t_compute;
+    g->lora_targets = 1 << GPT_LORA_UP | 1 << GPT_LORA_DOWN;
+    assert_int_equal(plan_evaluate(&j, &c, &l, &r, err, sizeof err), 0);
+    close_to(r.t_compute - tq, tokens * 2 * 3 * 8 * (384.0 - 128) / 1e12, 1e-9);
 }
 
 int main(void)

@@ -52,6 +52,8 @@ typedef struct peft_adapter {
     unsigned targets;      /* bit m: module GPT_LORA_* m has adapters, in every layer */
     void *file;            /* the open adapter_model.safetensors (st_file) */
     const void **tensors;  /* [layer][module][A, B]: its st_tensor, or NULL */
+    int num_experts;       /* the model's (0: dense) */
+    const void **experts;  /* [layer][gate, up, down][expert][A, B]: an expert's st_tensor, or NULL */
 } peft_adapter;
 /* Opens the PEFT adapter folder DIR (adapter_config.json read as peft_read_config reads it,
  * adapter_model.safetensors) for a model of num_layers layers. Its tensors must all be LoRA
@@ -60,11 +62,15 @@ typedef struct peft_adapter {
  * attention.self.{query,key,value}, .attention.output.dense, .intermediate.dense, .output.dense),
  * each .lora_A.weight or .lora_B.weight, with or without the adapter name before .weight
  * (.lora_A.default.weight, as a model's state_dict names it), and the same modules in every
- * layer, each with both A and B. Returns 0, or -1 with one line in err. */
-int peft_adapter_open(const char *dir, int num_layers, int bert, peft_adapter *ad, char *err, size_t errlen);
+ * layer, each with both A and B. A MoE model's (num_experts > 0) experts' too: Mixtral's
+ * model.layers.N.block_sparse_moe.experts.E.{w1,w3,w2} or Qwen2-MoE's mlp.experts.E.{gate,up,
+ * down}_proj, every expert of every layer. Returns 0, or -1 with one line in err. */
+int peft_adapter_open(const char *dir, int num_layers, int num_experts, int bert, peft_adapter *ad, char *err,
+                      size_t errlen);
 /* The slice `want` of trident adapter tensor `name` (layers.N.attn.q_proj.lora_A.weight ...) as
- * floats into dst: the adapter's tensor (F32, F16 or BF16) whose shape must be want's. Returns 0,
- * or -1 with one line in err. */
+ * floats into dst: the adapter's tensor (F32, F16 or BF16) whose shape must be want's (an expert
+ * stack's, layers.N.mlp.experts.gate_proj.lora_A.weight ...: every expert's tensor, stacked).
+ * Returns 0, or -1 with one line in err. */
 int peft_adapter_read(const peft_adapter *ad, const char *name, const struct ckpt_slice *want, float *dst, char *err,
                       size_t errlen);
 /* lora_alpha for trident's scaling alpha / r: the adapter's, or alpha sqrt(r) under use_rslora. */

@@ -219,8 +219,9 @@ int64_t gpt_num_params(const gpt_config *cfg);
  * backward computes the input's gradient only: 4N a token rather than 6N), the attention core's
  * products 3, and the adapters' GEMMs 3 passes of 2 r (in + out) a token per adapted module. */
 double gpt_flops_per_iteration(const gpt_config *cfg, int64_t batch, int full_recompute);
-/* Under LoRA, the sum over the adapted modules of in + out (the adapters' A (r, in) and B (out, r)
- * hold r times it per layer); 0 without. */
+/* Under LoRA, the sum over the adapted modules of in + out a token goes through, averaged over the
+ * layers (the adapters' A (r, in) and B (out, r) take 2 r times it in multiply-adds a token; a MoE
+ * layer's MLP modules count its k experts' adapters); 0 without. */
 double gpt_lora_widths(const gpt_config *cfg);
 
 #endif
