@@ -227,9 +227,10 @@ struct be_ops {
      * dims rot.. hs-1 are unchanged. The angles are rounded as Hugging Face's float32
      * computation rounds them (inv_freq and the product (pos0 + t) * inv_freq in float32; cos
      * and sin of that float32 angle correctly rounded), so positions far from 0 turn as they do
-     * in a checkpoint's original framework. pos: (B, T) device ints, the position of row (b, t)
-     * in [0, T) (packed documents, --reset-position-ids: positions restart at each document),
-     * used instead of pos0 + t (pos0 must be 0); NULL: pos0 + t. */
+     * in a checkpoint's original framework. pos: (B, T) device ints, the position (>= 0) of row
+     * (b, t) (packed documents, --reset-position-ids: positions restart at each document; context
+     * parallelism: a rank's chunks lie anywhere in the sequence), used instead of pos0 + t (pos0
+     * must be 0); NULL: pos0 + t. */
     /* x rotated in place (written). */
     void (*rope_fwd)(const backend *be, be_out x, int B, int T, int ld, int nh, int hs, int rot, float base,
                      int pos0, const int32_t *pos);

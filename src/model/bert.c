@@ -108,7 +108,7 @@ static void scratch(carver *cv, const gpt_model *m, void *sv)
 
 static size_t host_floats(const gpt_model *m)
 {
-    size_t big = 3 * (size_t)m->mbs * m->cfg.seq, hh = 2 * (size_t)m->mbs * m->cfg.hidden;
+    size_t big = 3 * (size_t)m->mbs * m->seq_c, hh = 2 * (size_t)m->mbs * m->cfg.hidden;
     return big > hh ? big : hh;
 }
 
@@ -173,7 +173,7 @@ static void fwd(gpt_model *m, gpt_acts *acts, const float *x, double *loss)
     const backend *be = m->be;
     const comm *tp = m->ps->tp_group;
     struct bert_head_acts *a = acts->head;
-    int B = acts->B, BT = B * m->cfg.seq, BTl = B * m->seq_l, h = m->cfg.hidden;
+    int B = acts->B, BT = B * m->seq_c, BTl = B * m->seq_l, h = m->cfg.hidden;
     memset(acts->stats, 0, sizeof acts->stats);
     const block_ops *norm = norm_kind(m);
     block_io io = model_io(m, acts, NULL, NULL);
@@ -240,7 +240,7 @@ static void bwd(gpt_model *m, gpt_acts *acts, const float *x, float loss_scale)
     const backend *be = m->be;
     struct gpt_scratch *s = m->scratch;
     struct bert_head_acts *a = acts->head;
-    int B = acts->B, BT = B * m->cfg.seq, BTl = B * m->seq_l, h = m->cfg.hidden;
+    int B = acts->B, BT = B * m->seq_c, BTl = B * m->seq_l, h = m->cfg.hidden;
     float w = loss_scale * acts->token_weight;
     for (int i = 0; i < BT; i++) s->host[i] = acts->targets_host[i] >= 0 ? w : 0.0f;
     be_memcpy(be, s->dloss, s->host, (size_t)BT * sizeof(float), BE_H2D);

@@ -61,10 +61,11 @@ void dp_bucket_bounds(size_t numel, size_t bucket, int b, size_t *lo, size_t *hi
 }
 
 /* The group of a bucket's collectives: the experts' over the ranks holding the same experts; the
- * others over dp, in its hierarchical view when one was chosen. */
+ * others over dp x cp (dp without context parallelism), in its hierarchical view when one was
+ * chosen. */
 static const comm *group_of(const ps_state *ps, int expert)
 {
-    return expert ? ps->edp_group : ps->dp_hier ? ps->dp_hier : ps->dp_group;
+    return expert ? ps->edp_group : ps->dp_hier ? ps->dp_hier : ps->dpcp_group;
 }
 
 static const comm *bucket_group(const dp_chunk *d, const bucket *k) { return group_of(d->ps, k->expert); }
@@ -230,7 +231,7 @@ dp_chunk *dp_attach(gpt_model *m, const ps_state *ps, const dp_config *cfg)
     if (!cfg->distributed) d->ranges[0] = (dp_range){0, m->numel, 0};
     for (int i = 0; i < d->n; i++) {
         bucket *k = &d->b[i];
-        int gn = k->expert ? ps->edp : ps->dp, me = k->expert ? ps->edp_rank : ps->dp_rank;
+        int gn = k->expert ? ps->edp : ps->dpcp, me = k->expert ? ps->edp_rank : ps->dpcp_rank;
         k->counts = td_xmalloc((size_t)gn * sizeof(size_t));
         k->displs = td_xmalloc((size_t)gn * sizeof(size_t));
         for (int r = 0; r < gn; r++) dp_piece(k->hi - k->lo, gn, r, &k->displs[r], &k->counts[r]);
@@ -349,7 +350,7 @@ int dp_choose_collectives(ps_state *ps, const char *mode, size_t numel, size_t b
                           char *line, size_t len)
 {
     line[0] = '\0';
-    if (strcmp(mode, "flat") == 0 || ps->dp < 2) return 0;
+    if (strcmp(mode, "flat") == 0 || ps->dp < 2 || ps->cp > 1) return 0; /* cp: flat (validate refuses hierarchical) */
     char host[64];
     comm_host_name(ps->world_rank, ps->world_size, host, sizeof host);
     comm *h = comm_hier_create(ps->dp_group, host);

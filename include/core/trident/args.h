@@ -105,6 +105,8 @@ typedef struct td_args {
     char *lora_target_modules; /* a comma-separated subset of TD_LORA_MODULE_CHOICES, or all-linear */
     /* parallel */
     int tensor_model_parallel_size;
+    int context_parallel_size; /* ranks each sample's sequence is split over (1: off) */
+    char *cp_comm_type;        /* context parallelism's attention exchange: "a2a" (built), "all_gather", "p2p" */
     int pipeline_model_parallel_size;
     int num_layers_per_virtual_pipeline_stage;
     char *pipeline_schedule;

@@ -107,7 +107,11 @@ typedef struct gpt_model {
     int sp;                  /* sequence parallel (ps->sequence_parallel): outside the tensor-
                               * parallel regions (norms, dropout, residuals, the stage input and
                               * output) a sample holds seq_l = seq / tp positions, this rank's */
-    int seq_l;               /* seq / tp with sp, else seq */
+    int seq_l;               /* seq_c / tp with sp, else seq_c */
+    int cp, cp_rank;         /* context parallelism (ps->cp, ps->cp_rank; 1 and 0 without) */
+    int seq_c;               /* positions of a sample this rank's layers hold: seq / cp, the chunks cp_rank
+                              * and 2 cp - 1 - cp_rank of the 2 cp equal chunks of the sequence (seq without
+                              * cp); every activation but the attention core's is (B, seq_c or seq_l, .) */
 
     float *params, *grads;   /* one buffer each, laid out by the table: params numel_all floats, grads
                               * numel (the trained tensors come first; LoRA's frozen base after them) */
