@@ -102,7 +102,19 @@ typedef struct be_drop {
     int pos0;              /* position of row t = 0 (nonzero for a sequence-parallel slice) */
     int unit0;             /* hidden dropout: global channel of column 0;
                             * attention dropout: global index of local head 0 */
+    int cp_chunk;          /* hidden dropout under context parallelism: the rows' u = pos0 + t are this
+                            * rank's two chunks of cp_chunk positions, chunks cp_c0 and cp_c1 of the
+                            * sequence (be_drop_pos); 0: row t is position pos0 + t */
+    int cp_c0, cp_c1;
 } be_drop;
+
+/* The position row t of a dropout's rows stands at (the Philox counter's). */
+static inline int64_t be_drop_pos(const be_drop *d, int64_t t)
+{
+    int64_t u = (int64_t)d->pos0 + t, L = d->cp_chunk;
+    if (!L) return u;
+    return u < L ? d->cp_c0 * L + u : d->cp_c1 * L + u - L;
+}
 
 /* The vtable. Every entry takes the backend first (its queue and state) and is enqueued on its queue
  * in call order (see the top of this file). Shapes in comments; N = rows, BT = B*T. See the

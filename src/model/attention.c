@@ -228,6 +228,18 @@ static void cp_gather_qkv(const gpt_model *m, attn_scratch *s, const float *q, c
     }
 }
 
+/* The attention probabilities' dropout on the gathered core: rows are the sequence's positions
+ * from 0, the heads this rank's C-th of the local ones. */
+static be_drop cp_core_drop(const gpt_model *m, const be_drop *d)
+{
+    be_drop dr = {0};
+    if (!d) return dr;
+    dr = *d;
+    dr.pos0 = dr.cp_chunk = dr.cp_c0 = dr.cp_c1 = 0;
+    dr.unit0 += m->cp_rank * (m->heads_l / m->cp);
+    return dr;
+}
+
 /* The core under context parallelism (a2a): on every token with a C-th of the heads (causal,
  * klen and seg read the whole sequence as without), its output back to this rank's tokens; lse
  * is kept in the gathered layout (B, n/t/C, seq). */
@@ -236,10 +248,11 @@ static void cp_core_fwd(const block_io *io, attn_acts *a)
     const gpt_model *m = io->m;
     attn_scratch *s = io->scratch;
     int C = m->cp, B = io->B, S = m->cfg.seq;
+    be_drop dr = cp_core_drop(m, io->drop);
     cp_gather_qkv(m, s, a->q, a->kv, B);
     qkv_view w = view_part(m, s->cp_q, s->cp_kv, C);
     be_attention_fwd_seg(m->be, s->cp_o, a->lse, w.q, w.k, w.v, w.ldq, w.ldkv, B, S, m->heads_l / C,
-                         m->groups_l / C, gpt_head_dim(&m->cfg), io->klen, io->seg, io->drop);
+                         m->groups_l / C, gpt_head_dim(&m->cfg), io->klen, io->seg, io->drop ? &dr : NULL);
     cp_a2a_to_seq(m->be, m->ps->cp_group, kept_stage(&a->atty), s->cp_o, s->cp_send, s->cp_recv, B, S, 1, m->q_l);
     kept_done(m->be, &a->atty, (size_t)B * m->seq_c * m->q_l);
 }
@@ -253,13 +266,15 @@ static void cp_core_bwd(const block_io *io, const attn_acts *a)
     const comm *cp = m->ps->cp_group;
     int C = m->cp, B = io->B, S = m->cfg.seq, gqa = gpt_gqa(&m->cfg);
     size_t BT = (size_t)B * m->seq_c;
+    be_drop dr = cp_core_drop(m, io->drop);
     cp_gather_qkv(m, s, a->q, a->kv, B);
     cp_a2a_to_heads(m->be, cp, s->cp_o, s->datty, s->cp_send, s->cp_recv, B, S, 1, m->q_l);
     be_zero(m->be, s->cp_dq, BT * (gqa ? m->q_l : 3 * m->q_l));
     if (gqa) be_zero(m->be, s->cp_dkv, BT * 2 * m->kv_l);
     qkv_view w = view_part(m, s->cp_q, s->cp_kv, C), dw = view_part(m, s->cp_dq, s->cp_dkv, C);
     be_attention_bwd_seg(m->be, dw.q, dw.k, dw.v, s->cp_o, w.q, w.k, w.v, a->lse, w.ldq, w.ldkv, B, S,
-                         m->heads_l / C, m->groups_l / C, gpt_head_dim(&m->cfg), io->klen, io->seg, io->drop);
+                         m->heads_l / C, m->groups_l / C, gpt_head_dim(&m->cfg), io->klen, io->seg,
+                         io->drop ? &dr : NULL);
     if (gqa) {
         cp_a2a_to_seq(m->be, cp, s->dqkv, s->cp_dq, s->cp_send, s->cp_recv, B, S, 1, m->q_l);
         cp_a2a_to_seq(m->be, cp, s->dkv, s->cp_dkv, s->cp_send, s->cp_recv, B, S, 2, m->kv_l);

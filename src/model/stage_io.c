@@ -8,7 +8,9 @@
 
 be_drop model_drop(const gpt_model *m, const gpt_acts *a, float p, int site, int unit0)
 {
-    be_drop d = {p, m->cfg.seed, a->sample, site, 0, unit0};
+    be_drop d = {.p = p, .seed = m->cfg.seed, .sample = a->sample, .site = site, .unit0 = unit0};
+    if (m->cp > 1) /* this rank's tokens are two chunks of the sequence: the masks by their global positions */
+        d.cp_chunk = m->seq_c / 2, d.cp_c0 = m->cp_rank, d.cp_c1 = 2 * m->cp - 1 - m->cp_rank;
     return d;
 }
 

@@ -92,9 +92,7 @@ static int cp_validate(const td_args *a, int world_size, char *msg, size_t msgle
         FAIL("--cp-comm-type a2a splits each tensor-parallel rank's %d attention heads and %d key/value groups over "
              "--context-parallel-size %d ranks: give sizes that divide them", heads, groups, cp);
     const char *no = NULL;
-    if (a->hidden_dropout > 0 || a->attention_dropout > 0)
-        no = "dropout (give --hidden-dropout 0 --attention-dropout 0)";
-    else if (a->num_experts > 0) no = "mixture of experts (--num-experts)";
+    if (a->num_experts > 0) no = "mixture of experts (--num-experts)";
     else if (strcmp(a->model, "gpt") != 0) no = "--model bert";
     else if (a->sft) no = "--sft";
     else if (a->reset_attention_mask || a->reset_position_ids || a->eod_mask_loss)

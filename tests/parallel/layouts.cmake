@@ -248,6 +248,26 @@ trident_layout(staged_tp2_pp2_vp2 4 2 1 --pipeline-model-parallel-size 2 --num-l
 unset(LAYOUT_REF)
 unset(LAYOUT_TOL)
 
+# Context parallelism (--context-parallel-size, --cp-comm-type a2a; docs/parallelism.md): each
+# sample's 64 positions cut into 2C chunks, rank i holding chunks i and 2C - 1 - i, positions and
+# dropout masks by global position, q, k, v exchanged for heads around the attention core (a2a of
+# 2 x 32 x 192 / 2 floats = 24 KiB at cp 2, above the eager limit), gradients over dp x cp:
+# against the one-rank run, with dropout on. cp 2 x tp 2 (4 heads: one a rank), sequence parallel
+# too; interleaved pipeline; the distributed optimizer sharded over dp x cp with both overlaps;
+# selective recomputation redoing the exchanged core.
+trident_layout(cp2 2 1 2 --context-parallel-size 2)
+trident_layout(cp4 4 1 2 --context-parallel-size 4)
+trident_layout(cp2_sp_tp2 4 2 2 --context-parallel-size 2 --sequence-parallel)
+trident_layout(cp2_pp2_vp2 4 1 1 --context-parallel-size 2 --pipeline-model-parallel-size 2
+  --num-layers-per-virtual-pipeline-stage 2)
+trident_layout(cp2_distopt_dp2_overlap 4 1 1 --context-parallel-size 2 --use-distributed-optimizer
+  --overlap-grad-reduce --overlap-param-gather --ddp-bucket-size 5000)
+trident_layout(cp2_rc_selective 2 1 2 --context-parallel-size 2 --recompute-granularity selective)
+add_test(NAME parallel/cp_refusals COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/cp_refusals.sh $<TARGET_FILE:trident>
+  ${LAYOUT_DATA} ${TRIDENT_SHARED_DATA}/gpt2/vocab.json ${TRIDENT_SHARED_DATA}/gpt2/merges.txt)
+set_tests_properties(parallel/cp_refusals PROPERTIES FIXTURES_REQUIRED layouts_data ENVIRONMENT "${TD_MPI_ENV}"
+  TIMEOUT 60)
+
 # Activation recomputation: bitwise the run without it in the same layout (tolerance 0), and in
 # the pipeline schedules against the one-rank run.
 set(LAYOUT_TOL 0)
@@ -285,6 +305,7 @@ trident_layout(bf16_baseline 1 1 2)
 trident_layout(bf16_tp2 2 2 2)
 trident_layout(bf16_pp2_vp2 2 1 1 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 2)
 trident_layout(bf16_dp2 2 1 2)
+trident_layout(bf16_cp2 2 1 2 --context-parallel-size 2)
 trident_layout(bf16_sp_distopt_tp2_pp2_dp2 8 2 1 --sequence-parallel --pipeline-model-parallel-size 2
   --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather --ddp-bucket-size 20000)
 set(LAYOUT_ARCH --fp16 --initial-loss-scale 4096 --hysteresis 1)
@@ -334,6 +355,8 @@ trident_layout(llama_sp_distopt_rc_tp2_pp2_dp2 8 2 1 --sequence-parallel --pipel
   --use-distributed-optimizer --recompute-granularity selective)
 trident_layout(llama_distopt_dp2 2 1 2 --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather
   --ddp-bucket-size 6000)
+# context parallelism: rope at each token's global position, 2 query groups split over cp 2
+trident_layout(llama_cp2 2 1 2 --context-parallel-size 2)
 
 # LoRA (docs/finetune.md) on the Llama-shaped model: rank-4 adapters on all seven projections (the
 # fused q, k|v and gate|up outputs' column ranges, o and down row-parallel) with dropout on their

@@ -83,7 +83,7 @@ static void scores(float *S, const att_task *a, int r0, int nr, int k0, int nk)
 static void att_mults(float *mult, const att_task *a, const be_drop *drop, int t, int k0, int n)
 {
     int64_t unit0 = ((int64_t)drop->unit0 + a->head) * a->T + k0;
-    cpu_drop_mults(mult, n, drop, BE_DROP_ATTN, a->sample, (int64_t)drop->pos0 + t, unit0);
+    cpu_drop_mults(mult, n, drop, BE_DROP_ATTN, a->sample, be_drop_pos(drop, t), unit0);
 }
 
 void cpu_attention_fwd(const backend *be, float *out, float *lse, const float *q, const float *k, const float *v,
