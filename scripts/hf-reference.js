@@ -6,8 +6,9 @@
 //   hf-reference.js encode NODE_MODULES TOKENIZER.json FILE [--lines]
 //        ids of FILE (UTF-8) as `trident tokenize [--whole]` prints them: encode(text,
 //        add_special_tokens=false), one line per input line (--lines) or one for the whole file
-//   hf-reference.js encode-both NODE_MODULES TOKENIZER.json FILE WHOLE_OUT LINES_OUT   both of
-//        encode's outputs (whole, --lines) written to two files
+//   hf-reference.js encode-both NODE_MODULES TOKENIZER.json FILE WHOLE_OUT LINES_OUT [FILE WHOLE_OUT LINES_OUT]...
+//        both of encode's outputs (whole, --lines) written to two files, for each file, from one
+//        load of the tokenizer (a load of Llama 3's is most of a short input's time)
 //   hf-reference.js random SEED N OUT.txt   N lines of random Unicode text with special tokens
 //   hf-reference.js tricky OUT.txt          tricky strings, one per line
 //   hf-reference.js cases NODE_MODULES OUT.jsonl   small hand-made tokenizer.json files, one
@@ -65,11 +66,13 @@ async function encodeCmd(modules, tokfile, file, lines) {
 
 // Both encodings of one file from one start of node and one load of the tokenizer.json (a second
 // of node's start-up and the library's parse of Llama 3's file a run).
-async function encodeBothCmd(modules, tokfile, file, wholeOut, linesOut) {
+async function encodeBothCmd(modules, tokfile, triples) {
   const tok = load(modules, tokfile);
-  const text = readUtf8(file);
-  fs.writeFileSync(wholeOut, await encodeText(tok, text, false));
-  fs.writeFileSync(linesOut, await encodeText(tok, text, true));
+  for (let i = 0; i < triples.length; i += 3) {
+    const text = readUtf8(triples[i]);
+    fs.writeFileSync(triples[i + 1], await encodeText(tok, text, false));
+    fs.writeFileSync(triples[i + 2], await encodeText(tok, text, true));
+  }
 }
 
 // ---- generated inputs -----------------------------------------------------------------------
@@ -328,8 +331,8 @@ const [cmd, ...args] = process.argv.slice(2);
 (async () => {
   if (cmd === 'encode' && (args.length === 3 || (args.length === 4 && args[3] === '--lines'))) {
     await encodeCmd(args[0], args[1], args[2], args.length === 4);
-  } else if (cmd === 'encode-both' && args.length === 5) {
-    await encodeBothCmd(args[0], args[1], args[2], args[3], args[4]);
+  } else if (cmd === 'encode-both' && args.length >= 5 && (args.length - 2) % 3 === 0) {
+    await encodeBothCmd(args[0], args[1], args.slice(2));
   } else if (cmd === 'random' && args.length === 3) {
     randomCmd(args[0], args[1], args[2]);
   } else if (cmd === 'tricky' && args.length === 1) {
@@ -348,7 +351,7 @@ const [cmd, ...args] = process.argv.slice(2);
     await infoCmd(args[0], args[1]);
   } else {
     console.error('usage: hf-reference.js encode NODE_MODULES TOKENIZER.json FILE [--lines] | ' +
-                  'encode-both NODE_MODULES TOKENIZER.json FILE WHOLE_OUT LINES_OUT | random SEED N OUT.txt | ' +
+                  'encode-both NODE_MODULES TOKENIZER.json FILE WHOLE_OUT LINES_OUT [FILE WHOLE_OUT LINES_OUT]... | random SEED N OUT.txt | ' +
                   'tricky OUT.txt | info NODE_MODULES TOKENIZER.json');
     process.exit(2);
   }
