@@ -93,7 +93,6 @@ static int cp_validate(const td_args *a, int world_size, char *msg, size_t msgle
              "--context-parallel-size %d ranks: give sizes that divide them", heads, groups, cp);
     const char *no = NULL;
     if (a->num_experts > 0) no = "mixture of experts (--num-experts)";
-    else if (strcmp(a->model, "gpt") != 0) no = "--model bert";
     else if (a->sft) no = "--sft";
     else if (a->reset_attention_mask || a->reset_position_ids || a->eod_mask_loss)
         no = "packed documents (--reset-attention-mask, --reset-position-ids, --eod-mask-loss)";

@@ -509,7 +509,9 @@ foreach(args
     "bert_dp2 2 1 2"
     "bert_sp_tp2 2 2 2 --sequence-parallel"
     "bert_tp2_pp2_dp2 8 2 1 --pipeline-model-parallel-size 2"
-    "bert_sp_distopt_rc_tp2_pp2_vp2 4 2 1 --sequence-parallel --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1 --use-distributed-optimizer --overlap-grad-reduce --recompute-granularity full --recompute-method uniform --recompute-num-layers 1")
+    "bert_sp_distopt_rc_tp2_pp2_vp2 4 2 1 --sequence-parallel --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1 --use-distributed-optimizer --overlap-grad-reduce --recompute-granularity full --recompute-method uniform --recompute-num-layers 1"
+    "bert_cp2 2 1 2 --context-parallel-size 2"
+    "bert_cp2_sp_tp2 4 2 2 --context-parallel-size 2 --sequence-parallel")
   separate_arguments(args)
   trident_layout(${args})
 endforeach()
