@@ -1,6 +1,6 @@
 # SFT data end to end (tests/e2e/sft.sh): preprocess --sft's answer masks against spans worked out
 # by hand (chat, ShareGPT, prompt/response), bad lines named file:line, train --sft counting cut
-# samples, tp 2 and dp 2 against one rank, eval --sft against the saving run's validation loss.
+# samples, tp 2, dp 2, pp 2 and cp 2 against one rank, eval --sft against the saving run's validation loss.
 # About 10 s on idle cores (53 s beside a 2-core training job).
 add_test(NAME e2e/sft COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/sft.sh)
 set_tests_properties(e2e/sft PROPERTIES TIMEOUT 90

@@ -546,6 +546,10 @@ trident_layout(packed_tp2 2 2 2)
 trident_layout(packed_sp_tp2_pp2_vp2 4 2 1 --sequence-parallel --pipeline-model-parallel-size 2
   --num-layers-per-virtual-pipeline-stage 1)
 trident_layout(packed_distopt_dp2 2 1 2 --use-distributed-optimizer)
+# context parallelism: each rank's chunks of the positions and loss mask, the document starts of
+# the whole sequence read by the exchanged attention core
+trident_layout(packed_cp2 2 1 2 --context-parallel-size 2)
+trident_layout(packed_cp4 4 1 2 --context-parallel-size 4)
 set(LAYOUT_TOL 0)
 trident_layout(packed_rc_full 1 1 2 --recompute-granularity full --recompute-method uniform --recompute-num-layers 2)
 unset(LAYOUT_TOL)
@@ -556,6 +560,7 @@ set(LAYOUT_BASE packed_llama_baseline)
 trident_layout(packed_llama_baseline 1 1 2)
 trident_layout(packed_llama_sp_tp2_pp2_dp2 8 2 1 --sequence-parallel --pipeline-model-parallel-size 2
   --use-distributed-optimizer --recompute-granularity selective)
+trident_layout(packed_llama_cp2 2 1 2 --context-parallel-size 2)
 set(LAYOUT_ARCH "")
 set_tests_properties(unit/test_packed PROPERTIES TIMEOUT 30)
 
