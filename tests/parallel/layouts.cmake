@@ -374,6 +374,8 @@ trident_layout(lora_distopt_dp2 2 1 2 --use-distributed-optimizer --overlap-grad
 trident_layout(lora_sp_tp2 2 2 2 --sequence-parallel)
 trident_layout(lora_sp_distopt_tp2_pp2_dp2 8 2 1 --sequence-parallel --pipeline-model-parallel-size 2
   --use-distributed-optimizer)
+# context parallelism: the adapters' dropout by global position, their gradients over dp x cp
+trident_layout(lora_cp2_distopt_dp2 4 1 1 --context-parallel-size 2 --use-distributed-optimizer)
 # ... and under --bf16 (the adapters read the kept inputs the base's GEMMs read, widened to fp32;
 # their GEMMs in bf16), within the bf16 layouts' tolerance (see there) against the bf16 one-rank run
 set(LAYOUT_ARCH ${LAYOUT_LLAMA} --lora-rank 4 --lora-alpha 16 --lora-target-modules all-linear --lora-dropout 0.1 --bf16)
