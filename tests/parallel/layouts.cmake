@@ -313,6 +313,7 @@ set(LAYOUT_BASE fp16_baseline)
 trident_layout(fp16_baseline 1 1 2 --debug-overflow-iteration 2)
 trident_layout(fp16_tp2_pp2_dp2 8 2 1 --debug-overflow-iteration 2 --pipeline-model-parallel-size 2
   --use-distributed-optimizer)
+trident_layout(fp16_cp2_dp2 4 1 1 --debug-overflow-iteration 2 --context-parallel-size 2 --use-distributed-optimizer)
 unset(LAYOUT_TOL)
 set(LAYOUT_ARCH "")
 
