@@ -172,16 +172,23 @@ void ps_placement(const ps_state *ps, char *out, size_t len, char *warn, size_t 
             for (int q = 0; q < r && !seen; q++) seen = strcmp(hosts + (size_t)q * PS_HOST, h) == 0;
             if (seen) continue;
             int lo = n, hi = -1, tl = ps->tp, th = -1, pl = ps->pp, ph = -1, dl = ps->dp, dh = -1, count = 0;
+            int cl = ps->cp, ch = -1;
             for (int q = 0; q < n; q++) {
                 if (strcmp(hosts + (size_t)q * PS_HOST, h) != 0) continue;
-                int t = q % ps->tp, d = (q / (ps->tp * ps->cp)) % ps->dp, p = q / (ps->tp * ps->cp * ps->dp);
+                int t = q % ps->tp, c = (q / ps->tp) % ps->cp, d = (q / (ps->tp * ps->cp)) % ps->dp,
+                    p = q / (ps->tp * ps->cp * ps->dp);
+                cl = c < cl ? c : cl, ch = c > ch ? c : ch;
                 lo = q < lo ? q : lo, hi = q > hi ? q : hi, count++;
                 tl = t < tl ? t : tl, th = t > th ? t : th;
                 dl = d < dl ? d : dl, dh = d > dh ? d : dh;
                 pl = p < pl ? p : pl, ph = p > ph ? p : ph;
             }
-            char rs[96], ts[32], ds[32], pss[32];
+            char rs[96], ts[32], ds[32], pss[32], cs[40] = "", c1[32];
             span(rs, sizeof rs, lo, hi), span(ts, sizeof ts, tl, th), span(ds, sizeof ds, dl, dh), span(pss, sizeof pss, pl, ph);
+            if (ps->cp > 1) { /* context parallelism: its span too */
+                span(c1, sizeof c1, cl, ch);
+                snprintf(cs, sizeof cs, ", cp %s", c1);
+            }
             if (count != hi - lo + 1) { /* not consecutive: the ranks one by one (the first 12) */
                 size_t k = 0;
                 int listed = 0;
@@ -191,8 +198,8 @@ void ps_placement(const ps_state *ps, char *out, size_t len, char *warn, size_t 
                 if (listed < count && k < sizeof rs) snprintf(rs + k, sizeof rs - k, ",...");
             }
             if (used + 4 >= len) break; /* full: the line already ends in "..." */
-            int w = snprintf(out + used, len - used, "%s%s: %s %s (tp %s, pp %s, dp %s)", used ? "; " : "", h,
-                             count == 1 ? "rank" : "ranks", rs, ts, pss, ds);
+            int w = snprintf(out + used, len - used, "%s%s: %s %s (tp %s, pp %s, dp %s%s)", used ? "; " : "", h,
+                             count == 1 ? "rank" : "ranks", rs, ts, pss, ds, cs);
             if (w > 0) used += (size_t)w;
             if (used >= len) { /* cut short: say so */
                 memcpy(out + len - 4, "...", 4);

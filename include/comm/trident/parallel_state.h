@@ -77,7 +77,7 @@ const char *ps_group_name(ps_group g);
 void ps_comm_times(const ps_state *ps, double exposed[PS_GROUPS], double inflight[PS_GROUPS]);
 
 /* Where the ranks run (collective over the world): on world rank 0, fills `out` with one line per
- * host, "HOST: ranks A-B (tp a-b, pp c, dp d-e)", and `warn` with one line naming the first
+ * host, "HOST: ranks A-B (tp a-b, pp c, dp d-e)" (", cp f-g" after dp under context parallelism), and `warn` with one line naming the first
  * tensor-parallel group whose ranks span hosts and how to keep tp inside a node ("" when none);
  * other ranks get "" in both. Hosts are gethostname()'s names. */
 void ps_placement(const ps_state *ps, char *out, size_t len, char *warn, size_t wlen);
