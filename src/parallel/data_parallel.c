@@ -332,7 +332,7 @@ void dp_wait_params(dp_chunk *d)
 static double time_bucket(const ps_state *ps, const comm *g, float *buf, float *shard, const size_t *counts,
                           const size_t *displs, size_t n, int distributed, int reps)
 {
-    comm_barrier(ps->dp_group);
+    comm_barrier(ps->dpcp_group);
     double t0 = td_now();
     for (int i = 0; i < reps; i++) {
         if (distributed) {
@@ -342,7 +342,7 @@ static double time_bucket(const ps_state *ps, const comm *g, float *buf, float *
             comm_wait(comm_iallreduce(g, buf, n, COMM_F32, COMM_SUM));
     }
     double t = td_now() - t0;
-    comm_allreduce(ps->dp_group, &t, 1, COMM_F64, COMM_MAX);
+    comm_allreduce(ps->dpcp_group, &t, 1, COMM_F64, COMM_MAX);
     return t;
 }
 
@@ -350,10 +350,11 @@ int dp_choose_collectives(ps_state *ps, const char *mode, size_t numel, size_t b
                           char *line, size_t len)
 {
     line[0] = '\0';
-    if (strcmp(mode, "flat") == 0 || ps->dp < 2 || ps->cp > 1) return 0; /* cp: flat (validate refuses hierarchical) */
+    /* the buckets' group: dp x cp (dp without context parallelism) */
+    if (strcmp(mode, "flat") == 0 || ps->dpcp < 2) return 0;
     char host[64];
     comm_host_name(ps->world_rank, ps->world_size, host, sizeof host);
-    comm *h = comm_hier_create(ps->dp_group, host);
+    comm *h = comm_hier_create(ps->dpcp_group, host);
     if (!h) return 0;
     int nodes, per;
     comm_hier_shape(h, &nodes, &per);
@@ -365,14 +366,15 @@ int dp_choose_collectives(ps_state *ps, const char *mode, size_t numel, size_t b
     /* auto: one bucket of the run's size, after a warm-up each, twice each way alternated; the faster kept */
     size_t n = bucket_elems && bucket_elems < numel ? bucket_elems : numel;
     if (!n) n = 1;
-    float *buf = td_xcalloc(n, sizeof(float)), *shard = td_xcalloc(n / (size_t)ps->dp + 1, sizeof(float));
-    size_t *counts = td_xmalloc((size_t)ps->dp * sizeof(size_t)), *displs = td_xmalloc((size_t)ps->dp * sizeof(size_t));
-    for (int r = 0; r < ps->dp; r++) dp_piece(n, ps->dp, r, &displs[r], &counts[r]);
-    time_bucket(ps, ps->dp_group, buf, shard, counts, displs, n, distributed, 1); /* warm-up */
+    int G = ps->dpcp;
+    float *buf = td_xcalloc(n, sizeof(float)), *shard = td_xcalloc(n / (size_t)G + 1, sizeof(float));
+    size_t *counts = td_xmalloc((size_t)G * sizeof(size_t)), *displs = td_xmalloc((size_t)G * sizeof(size_t));
+    for (int r = 0; r < G; r++) dp_piece(n, G, r, &displs[r], &counts[r]);
+    time_bucket(ps, ps->dpcp_group, buf, shard, counts, displs, n, distributed, 1); /* warm-up */
     time_bucket(ps, h, buf, shard, counts, displs, n, distributed, 1);
     double tf = 0, th = 0;
     for (int round = 0; round < 2; round++) {
-        tf += time_bucket(ps, ps->dp_group, buf, shard, counts, displs, n, distributed, 1);
+        tf += time_bucket(ps, ps->dpcp_group, buf, shard, counts, displs, n, distributed, 1);
         th += time_bucket(ps, h, buf, shard, counts, displs, n, distributed, 1);
     }
     free(buf), free(shard), free(counts), free(displs);

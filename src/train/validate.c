@@ -93,7 +93,6 @@ static int cp_validate(const td_args *a, int world_size, char *msg, size_t msgle
              "--context-parallel-size %d ranks: give sizes that divide them", heads, groups, cp);
     const char *no = NULL;
     if (a->num_experts > 0) no = "mixture of experts (--num-experts)";
-    else if (strcmp(a->dp_collectives, "hierarchical") == 0) no = "--dp-collectives hierarchical";
     if (no) FAIL("--context-parallel-size %d does not work with %s yet: leave one of them out", cp, no);
     return 0;
 }

@@ -211,15 +211,19 @@ trident_layout(hier_dp4 4 1 1 --fake-hosts 2 --dp-collectives hierarchical)
 trident_layout(hier_distopt_dp4_overlap 4 1 1 --fake-hosts 2 --dp-collectives hierarchical
   --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather --ddp-bucket-size 5000)
 trident_layout(hier_dp4_overlap_auto 4 1 1 --fake-hosts 2 --overlap-grad-reduce --ddp-bucket-size 5000)
+# under context parallelism the buckets' group is dp x cp (here all 4 ranks over the 2 "hosts")
+trident_layout(hier_cp2_distopt_dp2 4 1 1 --context-parallel-size 2 --fake-hosts 2 --dp-collectives hierarchical
+  --use-distributed-optimizer --overlap-grad-reduce --ddp-bucket-size 5000)
 add_test(NAME parallel/layout_hier_used COMMAND bash -c
   "set -e; cd ${LAYOUT_DIR}; grep -q 'dp collectives: hierarchical (2 hosts x 2 data-parallel ranks)' hier_dp4.log; \
    grep -q 'dp collectives: hierarchical (2 hosts x 2 data-parallel ranks)' hier_distopt_dp4_overlap.log; \
    grep -Eq 'dp collectives: (flat|hierarchical) .*flat [0-9.]+ ms, hierarchical [0-9.]+ ms' hier_dp4_overlap_auto.log; \
    grep -q 'dp collectives: hierarchical (2 hosts x 2 data-parallel ranks)' moe_hier_ep2_dp4_a2a.log; \
    grep -q 'dp collectives: hierarchical (2 hosts x 2 data-parallel ranks)' moe_hier_distopt_ep2_dp4_a2a.log; \
+   grep -q 'dp collectives: hierarchical (2 hosts x 2 data-parallel ranks)' hier_cp2_distopt_dp2.log; \
    ! grep -q 'dp collectives' dp4.log")
 set_tests_properties(parallel/layout_hier_used PROPERTIES
-  FIXTURES_REQUIRED "layouts_hier_dp4;layouts_hier_distopt_dp4_overlap;layouts_hier_dp4_overlap_auto;layouts_dp4;layouts_moe_hier_ep2_dp4_a2a;layouts_moe_hier_distopt_ep2_dp4_a2a")
+  FIXTURES_REQUIRED "layouts_hier_dp4;layouts_hier_distopt_dp4_overlap;layouts_hier_dp4_overlap_auto;layouts_dp4;layouts_moe_hier_ep2_dp4_a2a;layouts_moe_hier_distopt_ep2_dp4_a2a;layouts_hier_cp2_distopt_dp2")
 
 # The overlaps and the progress they make between kernels (ov_progress) change no bit: dp 2
 # sums two addends whatever the bucketing, so with and without them the runs are bitwise equal.
