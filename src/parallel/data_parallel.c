@@ -286,10 +286,19 @@ int dp_num_buckets(const dp_chunk *d) { return d->n; }
 
 void dp_finish_grads(dp_chunk *const *d, int n)
 {
-    /* distributed: the embedding copies are summed before the reduce-scatters of their buckets */
-    for (int c = 0; c < n; c++)
-        if (d[c]->cfg.distributed && d[c]->embd_grads)
-            xfer_allreduce(d[c]->m->be, d[c]->ps->embd_group, d[c]->embd_grads, d[c]->embd_numel, COMM_F32, COMM_SUM);
+    /* distributed: the embedding copies are summed before the reduce-scatters of their buckets. The
+     * two copies lie at other places of their stages' buffers, so a reduce-scatter would add an
+     * element's dp addends in another order on each (its shard's owner differs): the copies would
+     * part by a rounding (dp >= 3). So the dp sum comes first, whole (an all-reduce), then the two
+     * copies' sum, and the reduce-scatter adds the other dp ranks' zeros to dp rank 0's: exact. */
+    for (int c = 0; c < n; c++) {
+        dp_chunk *k = d[c];
+        if (!k->cfg.distributed || !k->embd_grads) continue;
+        const backend *be = k->m->be;
+        if (k->ps->dpcp > 1) xfer_allreduce(be, k->ps->dpcp_group, k->embd_grads, k->embd_numel, COMM_F32, COMM_SUM);
+        xfer_allreduce(be, k->ps->embd_group, k->embd_grads, k->embd_numel, COMM_F32, COMM_SUM);
+        if (k->ps->dpcp_rank != 0) be_zero(be, k->embd_grads, k->embd_numel);
+    }
     for (int c = 0; c < n; c++) {
         dp_chunk *k = d[c];
         ov_remove(poll_ready, k);

@@ -201,6 +201,13 @@ trident_layout(distopt_tp2_pp2_dp2 8 2 1 --pipeline-model-parallel-size 2 --use-
   --overlap-grad-reduce --ddp-bucket-size 20000)
 trident_layout(distopt_pp2_vp2_dp2 4 1 1 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 2
   --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather --ddp-bucket-size 7000)
+# dp 4 x pp 2: the tied embedding's two copies (first and last stage, at other places of their
+# buffers) must stay bitwise equal although a reduce-scatter over 4 would sum each copy's element
+# in another order (data_parallel.c sums the embedding over dp whole first); and the same with dp x
+# cp = 4 (context parallelism)
+trident_layout(distopt_dp4_pp2 8 1 1 --pipeline-model-parallel-size 2 --use-distributed-optimizer --overlap-grad-reduce)
+trident_layout(cp2_distopt_dp2_pp2 8 1 1 --context-parallel-size 2 --pipeline-model-parallel-size 2
+  --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather)
 trident_layout(distopt_dp4_eager512 4 1 1 ENV "OMPI_MCA_btl_vader_eager_limit=512;OMPI_MCA_btl_vader_rndv_eager_limit=512"
   --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather --ddp-bucket-size 50000)
 # Hierarchical data-parallel collectives (--dp-collectives): --fake-hosts 2 makes ranks 0-1
