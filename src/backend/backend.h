@@ -332,6 +332,47 @@ static inline void be_attention_bwd(const backend *be, float *dq, float *dk, flo
 {
     be_attention_bwd_masked(be, dq, dk, dv, dout, q, k, v, lse, ldq, ldkv, B, T, NH, NKV, HS, NULL, drop);
 }
+/* A block of queries against a block of keys, fp32 (be_ops.h: attention_block_fwd). Model FLOPs
+ * 4 B Tq Tk h whatever the mask: summed over a sequence's blocks, Megatron's count. */
+static inline void be_attention_block_fwd(const backend *be, float *out, float *lse, const float *q, const float *k,
+                                          const float *v, int ldq, int ldkv, int B, int Tq, int Tk, int Tg,
+                                          const int32_t *qpos, const int32_t *kpos, int NH, int NKV, int HS,
+                                          const int32_t *klen, const int32_t *seg, const be_drop *drop)
+{
+    be_event t0 = be_tic(be);
+    be->ops->attention_block_fwd(be, be_f32_out(out), lse, be_f32(q), be_f32(k), be_f32(v), ldq, ldkv, B, Tq, Tk, Tg,
+                                 qpos, kpos, NH, NKV, HS, klen, seg, drop);
+    be_toc(be, BE_OP_ATTENTION, t0, 4.0 * B * Tq * (double)Tk * NH * HS);
+}
+/* The gradients of one (query block, key block) pair from the global lse and D (be_ops.h). */
+static inline void be_attention_block_bwd(const backend *be, float *dq, float *dk, float *dv, const float *dout,
+                                          const float *q, const float *k, const float *v, const float *lse,
+                                          const float *D, int ldq, int ldkv, int B, int Tq, int Tk, int Tg,
+                                          const int32_t *qpos, const int32_t *kpos, int NH, int NKV, int HS,
+                                          const int32_t *klen, const int32_t *seg, const be_drop *drop)
+{
+    be_event t0 = be_tic(be);
+    be->ops->attention_block_bwd(be, be_f32_out(dq), be_f32_out(dk), be_f32_out(dv), be_f32(dout), be_f32(q),
+                                 be_f32(k), be_f32(v), lse, D, ldq, ldkv, B, Tq, Tk, Tg, qpos, kpos, NH, NKV, HS, klen,
+                                 seg, drop);
+    be_toc(be, BE_OP_ATTENTION, t0, 8.0 * B * Tq * (double)Tk * NH * HS);
+}
+/* (out, lse) <- their exact merge with (out_part, lse_part) (be_ops.h: attention_merge). */
+static inline void be_attention_merge(const backend *be, float *out, float *lse, const float *out_part,
+                                      const float *lse_part, int B, int T, int NH, int HS)
+{
+    be_event t0 = be_tic(be);
+    be->ops->attention_merge(be, be_f32_out(out), lse, be_f32(out_part), lse_part, B, T, NH, HS);
+    be_toc(be, BE_OP_ATTENTION, t0, 0);
+}
+/* D (B, NH, T) = rowsum(dout * out) a head (be_ops.h: attention_delta). */
+static inline void be_attention_delta(const backend *be, float *D, const float *dout, const float *out, int B, int T,
+                                      int NH, int HS)
+{
+    be_event t0 = be_tic(be);
+    be->ops->attention_delta(be, D, be_f32(dout), be_f32(out), B, T, NH, HS);
+    be_toc(be, BE_OP_ATTENTION, t0, 0);
+}
 static inline void be_attention_kv_fwd(const backend *be, float *out, const float *q, const float *kc,
                                        const float *vc, int ldq, int B, int n, int pos0, int cap, int NH, int NKV,
                                        int HS)

@@ -280,6 +280,49 @@ struct be_ops {
                           const float *lse, int ldq, int ldkv, int B, int T, int NH, int NKV, int HS,
                           const int32_t *klen, const int32_t *seg, const be_drop *drop);
 
+    /* ---- attention of a block of queries against a block of keys (context parallelism) ----
+     * The pieces of attention_fwd/bwd over one sequence of Tg tokens whose query rows and key
+     * rows live in blocks (a rank's load-balanced chunks, a key/value block passed round a ring
+     * or gathered). q: rows (B, Tq) of stride ldq, the queries at global positions qpos[0..Tq);
+     * k, v: rows (B, Tk) of stride ldkv, the keys and values at global positions kpos[0..Tk).
+     * qpos (Tq), kpos (Tk): device ints, strictly increasing, in [0, Tg), the same for every
+     * sample (a rank's chunks i and 2C-1-i in order are fine: increasing, not contiguous). Heads,
+     * GQA and strides as attention_fwd. Masks by global position: causal (klen NULL: the query at
+     * p reads keys at positions <= p), bidirectional (klen (B) device ints in [1, Tg]: keys at
+     * positions < klen[b]), packed documents (seg (B, Tq) device ints, causal only: the global
+     * start of each query row's document, non-decreasing along the rows, <= the row's position:
+     * keys at positions in [seg, p]). Dropout as attention_fwd's over the whole sequence, bit for
+     * bit: row position drop->pos0 + qpos[i], unit (drop->unit0 + h) * Tg + kpos[j]. */
+    /* out (B, Tq, C) written: the attention of each query row over the keys of THIS block it
+     * reads, normalised over them (then dropped: the multipliers of those keys); lse (B, NH, Tq)
+     * written: the log-sum-exp of the row's scores over those keys. A row that reads no key of
+     * the block gets out 0 and lse -inf. Merging the blocks of a row with attention_merge gives
+     * attention_fwd's out and lse (dropout acts on each probability alone, so the merge's
+     * rescaling by exp(lse_block - lse) turns each block's probabilities into the global ones). */
+    void (*attention_block_fwd)(const backend *be, be_out out, float *lse, be_in q, be_in k, be_in v, int ldq,
+                                int ldkv, int B, int Tq, int Tk, int Tg, const int32_t *qpos, const int32_t *kpos,
+                                int NH, int NKV, int HS, const int32_t *klen, const int32_t *seg, const be_drop *drop);
+    /* dq +=, dk +=, dv += (any may be NULL; other columns untouched) the gradients of this
+     * (query block, key block) pair, with lse and D (B, NH, Tq) the rows' GLOBAL log-sum-exp
+     * (merged over every key block) and D = attention_delta(dout, merged out). dq: rows (B, Tq)
+     * of stride ldq; dk, dv: rows (B, Tk) of stride ldkv. Summed over all key blocks of a
+     * sequence it is attention_bwd's gradient (to fp32 rounding: D comes from out, not from the
+     * probabilities). Everything else as attention_block_fwd. */
+    void (*attention_block_bwd)(const backend *be, be_out dq, be_out dk, be_out dv, be_in dout, be_in q, be_in k,
+                                be_in v, const float *lse, const float *D, int ldq, int ldkv, int B, int Tq, int Tk,
+                                int Tg, const int32_t *qpos, const int32_t *kpos, int NH, int NKV, int HS,
+                                const int32_t *klen, const int32_t *seg, const be_drop *drop);
+    /* (out, lse) <- the exact merge of (out, lse) and (out_part, lse_part), in place: out (B, T,
+     * NH * HS), lse (B, NH, T) rows of one query's results over two disjoint key sets:
+     * lse' = log(e^lse + e^lse_part), out' = e^(lse - lse') out + e^(lse_part - lse') out_part.
+     * A side at -inf contributes nothing (both -inf: unchanged, out stays what it was). Start
+     * from the first block's (out, lse), or from out 0 and lse -inf. */
+    void (*attention_merge)(const backend *be, be_out out, float *lse, be_in out_part, const float *lse_part, int B,
+                            int T, int NH, int HS);
+    /* D (B, NH, T) written = sum over the head's HS columns of dout * out, per row and head:
+     * the softmax backward's row term, from the merged out, for attention_block_bwd. */
+    void (*attention_delta)(const backend *be, float *D, be_in dout, be_in out, int B, int T, int NH, int HS);
+
     /* ---- attention over a key/value cache (generation; no dropout, no backward) ----
      * q: rows (B, n) of stride ldq, the queries of positions pos0 .. pos0 + n - 1 (NH heads of HS,
      * rotated); kc, vc: (B, cap, NKV * HS) caches holding the keys and values of positions
@@ -430,7 +473,7 @@ enum { BE_MOE_SOFTMAX, BE_MOE_SIGMOID };
  * one waits for it (stats are for measurement runs). */
 typedef enum {
     BE_OP_GEMM,         /* matmul_fwd, matmul_bwd */
-    BE_OP_ATTENTION,    /* attention_fwd, attention_bwd */
+    BE_OP_ATTENTION,    /* attention_fwd, attention_bwd, the block entries, merge, delta */
     BE_OP_LAYERNORM,    /* layernorm_*, rmsnorm_* */
     BE_OP_GELU,         /* act_*, bias_gelu_* (the MLP's activation) */
     BE_OP_ROPE,         /* rope_* */

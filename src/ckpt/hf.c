@@ -69,8 +69,7 @@ const char *hf_class_of(const gpt_config *c)
     return NULL;
 }
 
-/* The family a trident model converts to, or NULL with the reasons in err. */
-static const hf_family *family_of_model(const gpt_config *c, char *err, size_t errlen)
+const hf_family *hf_family_of_model(const gpt_config *c, char *err, size_t errlen)
 {
     char why[1024] = "";
     for (int i = 0; hf_families[i]; i++) {
@@ -185,7 +184,7 @@ int hf_export(const ckpt_meta *meta, const char *out, st_dtype dtype, char *err,
                  "empty or new folder, or remove it first", out, held);
         return -1;
     }
-    const hf_family *fam = family_of_model(c, err, errlen);
+    const hf_family *fam = hf_family_of_model(c, err, errlen);
     if (!fam) return -1;
     r = ckpt_reader_open(meta, err, errlen);
     if (!r) goto fail;

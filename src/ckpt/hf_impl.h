@@ -39,6 +39,9 @@ typedef struct hf_family {
 /* Every family, in the order export tries them (the first whose architecture matches); NULL
  * ends the list (hf_families.c). */
 extern const hf_family *const hf_families[];
+/* The family a trident model converts to (the first of hf_families whose architecture matches),
+ * or NULL with the reasons in err. */
+const hf_family *hf_family_of_model(const gpt_config *c, char *err, size_t errlen);
 
 /* The most pieces one trident tensor of c maps to: 3 (q, k, v), or 2 per expert for a stack
  * of E experts' [gate | up] rows. */

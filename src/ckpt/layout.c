@@ -47,6 +47,27 @@ int64_t ckpt_slice_numel(const ckpt_slice *s)
     return n0 * n1;
 }
 
+void ckpt_slice_take(const ckpt_slice *s, const float *whole, float *dst)
+{
+    TD_ASSERT(s->r1 == 0);
+    int64_t rows = s->shape[0], cols = s->ndim == 2 ? s->shape[1] : 1;
+    if (s->dim < 0) {
+        memcpy(dst, whole, (size_t)(rows * cols) * sizeof(float));
+        return;
+    }
+    int64_t block = s->shape[s->dim] / s->blocks;
+    if (s->dim == 0) {
+        for (int b = 0; b < s->blocks; b++)
+            memcpy(dst + (int64_t)b * s->len * cols, whole + (b * block + s->start) * cols,
+                   (size_t)(s->len * cols) * sizeof(float));
+        return;
+    }
+    for (int64_t i = 0; i < rows; i++)
+        for (int b = 0; b < s->blocks; b++)
+            memcpy(dst + (i * s->blocks + b) * s->len, whole + i * cols + b * block + s->start,
+                   (size_t)s->len * sizeof(float));
+}
+
 void ckpt_iter_dir(char *out, size_t len, const char *dir, int64_t iteration)
 {
     int k = snprintf(out, len, "%s/iter_%07lld", dir, (long long)iteration);

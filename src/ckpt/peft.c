@@ -13,6 +13,7 @@
 
 #include "ckpt_fs.h"
 #include "ckpt_impl.h"
+#include "hf_impl.h"
 #include "trident/checkpoint.h"
 #include "trident/gpt.h"
 #include "trident/check.h"
@@ -152,23 +153,31 @@ typedef struct {
     const st_tensor *a, *b, *w;
 } lora_mod;
 
-/* The module of adapter tensor `name` (PREFIX M .lora_A.weight): M into mod, which = 0 (A) or 1
- * (B); -1 when the name is not a LoRA weight. */
+/* The length of the adapter's name in name's tail ".ADAPTER.weight" (what a model's state_dict
+ * has where save_pretrained writes ".weight"): 0 for a plain ".weight", -1 for neither. */
+static int adapter_name_len(const char *tail)
+{
+    if (strcmp(tail, ".weight") == 0) return 0;
+    size_t n = strlen(tail);
+    if (n < 9 || tail[0] != '.' || strcmp(tail + n - 7, ".weight") != 0 || memchr(tail + 1, '.', n - 8)) return -1;
+    return (int)(n - 8);
+}
+
+/* The module of adapter tensor `name` (PREFIX M .lora_A.weight, or .lora_A.ADAPTER.weight): M
+ * into mod, which = 0 (A) or 1 (B); -1 when the name is not a LoRA weight. */
 static int adapter_name(const char *name, char *mod, size_t len, int *which)
 {
-    size_t n = strlen(name), p = strlen(PREFIX);
-    static const char *const tails[] = {".lora_A.weight", ".lora_B.weight"};
+    size_t p = strlen(PREFIX);
     if (strncmp(name, PREFIX, p) != 0) return -1;
-    for (int k = 0; k < 2; k++) {
-        size_t t = strlen(tails[k]);
-        if (n > p + t && strcmp(name + n - t, tails[k]) == 0 && n - t - p < len) {
-            memcpy(mod, name + p, n - t - p);
-            mod[n - t - p] = 0;
-            *which = k;
-            return 0;
-        }
-    }
-    return -1;
+    const char *at = NULL;
+    for (const char *s = strstr(name + p, ".lora_"); s; s = strstr(s + 1, ".lora_")) at = s;
+    if (!at || at == name + p || (at[6] != 'A' && at[6] != 'B') || adapter_name_len(at + 7) < 0) return -1;
+    size_t m = (size_t)(at - name) - p;
+    if (m >= len) return -1;
+    memcpy(mod, name + p, m);
+    mod[m] = 0;
+    *which = at[6] == 'B';
+    return 0;
 }
 
 /* The model tensor of module M: M.weight, or (GPT-2's files without the prefix) M less
@@ -196,7 +205,8 @@ static int match_modules(const st_file *ad, const st_file *model, const peft_lor
         char mod[1100];
         int which;
         if (adapter_name(t->name, mod, sizeof mod, &which))
-            FAIL("%s: tensor %s is not a LoRA weight (" PREFIX "MODULE.lora_A.weight or .lora_B.weight)", ad->path,
+            FAIL("%s: tensor %s is not a LoRA weight (" PREFIX "MODULE.lora_A.weight or .lora_B.weight, or with the "
+                 "adapter's name before .weight)", ad->path,
                  t->name);
         if (!is_float(t->dtype) || t->ndim != 2)
             FAIL("%s: %s is %s with %d dimensions: a LoRA weight is a matrix of F32, F16 or BF16", ad->path, t->name,
@@ -361,74 +371,373 @@ int peft_import_hf(const char *adapter, const char *in, const char *out, int div
     return rc;
 }
 
+/* ---- a PEFT adapter loaded as trident's trainable adapters ---- */
+
+static const char *const llama_mods[GPT_LORA_NMODULES] = {"q_proj", "k_proj", "v_proj", "o_proj",
+                                                           "gate_proj", "up_proj", "down_proj"};
+
+/* MegatronBert's modules of GPT_LORA_* m (no gate: BERT's MLP is not gated). */
+static const char *const bert_mods[GPT_LORA_NMODULES] = {
+    "attention.self.query", "attention.self.key", "attention.self.value", "attention.output.dense", NULL,
+    "intermediate.dense", "output.dense"};
+
+/* The module path of GPT_LORA_* m after the layer's number: Llama's self_attn.q_proj ..., or
+ * (bert) MegatronBert's attention.self.query ...; "" for a module the model has not. */
+static void module_tail(char *out, size_t len, int bert, int m)
+{
+    if (bert) snprintf(out, len, "%s", bert_mods[m] ? bert_mods[m] : "");
+    else snprintf(out, len, "%s.%s", m <= GPT_LORA_O ? "self_attn" : "mlp", llama_mods[m]);
+}
+
+/* The head of a layer's module paths (before its number), without PREFIX. */
+static const char *layer_head(int bert) { return bert ? "bert.encoder.layer." : "model.layers."; }
+
+/* Parses a PEFT key PREFIX HEAD N.TAIL.lora_X[.ADAPTER].weight (HEAD, TAIL: layer_head and
+ * module_tail) into layer, module (GPT_LORA_*) and which (0 A, 1 B); -1 when it is not one. */
+static int adapter_key(const char *name, int bert, int *layer, int *module, int *which)
+{
+    size_t pn = strlen(PREFIX), hn = strlen(layer_head(bert));
+    if (strncmp(name, PREFIX, pn) != 0 || strncmp(name + pn, layer_head(bert), hn) != 0) return -1;
+    const char *p = name + pn + hn;
+    char *end;
+    if (*p < '0' || *p > '9') return -1;
+    long l = strtol(p, &end, 10);
+    if (*end != '.' || l > 1 << 20) return -1;
+    p = end + 1;
+    for (int m = 0; m < GPT_LORA_NMODULES; m++) {
+        char tail[64];
+        module_tail(tail, sizeof tail, bert, m);
+        size_t n = strlen(tail);
+        if (!n || strncmp(p, tail, n) != 0 || strncmp(p + n, ".lora_", 6) != 0) continue;
+        const char *q = p + n + 6;
+        if (*q != 'A' && *q != 'B') return -1;
+        int w = *q == 'B';
+        q++;
+        if (adapter_name_len(q) < 0) return -1; /* .weight, or .ADAPTER.weight */
+        *layer = (int)l;
+        *module = m;
+        *which = w;
+        return 0;
+    }
+    return -1;
+}
+
+int peft_adapter_open(const char *dir, int num_layers, int bert, peft_adapter *ad, char *err, size_t errlen)
+{
+    memset(ad, 0, sizeof *ad);
+    if (peft_read_config(dir, &ad->cfg, err, errlen)) return -1;
+    char path[4200];
+    ckf_join(path, sizeof path, dir, "adapter_model.safetensors");
+    st_file *f = st_open(path, err, errlen);
+    if (!f) goto fail;
+    ad->file = f;
+    ad->num_layers = num_layers;
+    const st_tensor **tab = td_xcalloc((size_t)num_layers * GPT_LORA_NMODULES * 2 + 1, sizeof *tab);
+    ad->tensors = (const void **)tab;
+    unsigned seen = 0;
+    for (int i = 0; i < f->h.ntensors; i++) {
+        const st_tensor *t = &f->h.tensors[i];
+        int l, m, w;
+        if (adapter_key(t->name, bert, &l, &m, &w)) {
+            if (bert)
+                FAIL("%s: tensor %s is not a LoRA weight of a MegatronBert encoder module (" PREFIX "bert.encoder."
+                     "layer.N.attention.self.query.lora_A.weight ...; query/key/value, attention.output.dense, "
+                     "intermediate.dense, output.dense): trident trains adapters on those only", path, t->name);
+            FAIL("%s: tensor %s is not a LoRA weight of a Llama-family module (" PREFIX "model.layers.N.self_attn."
+                 "q_proj.lora_A.weight ...; q/k/v/o_proj, mlp gate/up/down_proj): trident trains adapters on those "
+                 "only", path, t->name);
+        }
+        if (l >= num_layers)
+            FAIL("%s: tensor %s is for layer %d but the model has %d layers", path, t->name, l, num_layers);
+        const st_tensor **slot = &tab[((size_t)l * GPT_LORA_NMODULES + (size_t)m) * 2 + (size_t)w];
+        if (*slot)
+            FAIL("%s: %s and %s are the same adapter weight (two adapter names?): keep one adapter", path,
+                 (*slot)->name, t->name);
+        *slot = t;
+        seen |= 1u << m;
+    }
+    if (!seen) FAIL("%s: the adapter holds no LoRA weights", path);
+    for (int l = 0; l < num_layers; l++)
+        for (int m = 0; m < GPT_LORA_NMODULES; m++)
+            for (int w = 0; w < 2 && (seen >> m & 1); w++)
+                if (!tab[((size_t)l * GPT_LORA_NMODULES + (size_t)m) * 2 + (size_t)w])
+                    FAIL("%s: layer %d has no %s.lora_%c: trident trains the same modules in every layer (%s "
+                         "elsewhere)", path, l, bert ? bert_mods[m] : llama_mods[m], w ? 'B' : 'A',
+                         bert ? bert_mods[m] : llama_mods[m]);
+    ad->targets = seen;
+    return 0;
+fail:
+    peft_adapter_close(ad);
+    return -1;
+}
+
+double peft_adapter_alpha(const peft_adapter *ad)
+{
+    return ad->cfg.use_rslora ? ad->cfg.lora_alpha * sqrt((double)ad->cfg.r) : ad->cfg.lora_alpha;
+}
+
+int peft_adapter_read(const peft_adapter *ad, const char *name, const ckpt_slice *want, float *dst, char *err,
+                      size_t errlen)
+{
+    const st_file *f = ad->file;
+    int l, ab_ok = 0;
+    char block[16], mod[16], ab = 0;
+    int m = -1;
+    if (sscanf(name, "layers.%d.%15[^.].%15[^.].lora_%c.weight", &l, block, mod, &ab) == 4 && l >= 0 &&
+        l < ad->num_layers && (ab == 'A' || ab == 'B')) {
+        ab_ok = 1;
+        for (int k = 0; k < GPT_LORA_NMODULES; k++)
+            if (strcmp(mod, llama_mods[k]) == 0) m = k;
+    }
+    if (!ab_ok || m < 0) {
+        snprintf(err, errlen, "--lora-load: trident's adapter %s has no PEFT counterpart", name);
+        return -1;
+    }
+    const st_tensor *t = ad->tensors[((size_t)l * GPT_LORA_NMODULES + (size_t)m) * 2 + (size_t)(ab == 'B')];
+    if (!t) {
+        snprintf(err, errlen, "%s: no %s.lora_%c for layer %d, which this run trains", f->path, mod, ab, l);
+        return -1;
+    }
+    if (!is_float(t->dtype) || t->ndim != 2 || t->shape[0] != want->shape[0] || t->shape[1] != want->shape[1]) {
+        snprintf(err, errlen, "%s: %s is %s (%lld, %lld) but the model's %s is (%lld, %lld) (r %d; check the base "
+                 "model matches the adapter's)", f->path, t->name, st_dtype_name(t->dtype), (long long)t->shape[0],
+                 t->ndim == 2 ? (long long)t->shape[1] : 0LL, name, (long long)want->shape[0],
+                 (long long)want->shape[1], ad->cfg.r);
+        return -1;
+    }
+    size_t n = (size_t)(t->shape[0] * t->shape[1]);
+    float *whole = td_xmalloc(n * sizeof(float));
+    const void *data = st_data(f, t);
+    for (size_t i = 0; i < n; i++) whole[i] = (float)elem(data, t->dtype, i);
+    ckpt_slice_take(want, whole, dst);
+    free(whole);
+    return 0;
+}
+
+void peft_adapter_close(peft_adapter *ad)
+{
+    st_close(ad->file);
+    free(ad->tensors);
+    peft_config_free(&ad->cfg);
+    memset(ad, 0, sizeof *ad);
+}
+
 /* ---- export: a trident LoRA checkpoint's adapters in PEFT's format ---- */
+
+/* The tensors an export writes, grown one at a time. */
+typedef struct {
+    st_entry *e;
+    char **names;
+    float **bufs;
+    int n, cap;
+} export_list;
+
+/* A new zeroed (d0, d1) F32 tensor named `name` in the list; its data. */
+static float *export_add(export_list *x, const char *name, int64_t d0, int64_t d1)
+{
+    if (x->n == x->cap) {
+        x->cap = x->cap ? 2 * x->cap : 64;
+        x->e = td_xrealloc(x->e, (size_t)x->cap * sizeof *x->e);
+        x->names = td_xrealloc(x->names, (size_t)x->cap * sizeof *x->names);
+        x->bufs = td_xrealloc(x->bufs, (size_t)x->cap * sizeof *x->bufs);
+    }
+    float *buf = td_xcalloc((size_t)(d0 * d1) + 1, sizeof(float));
+    x->names[x->n] = td_xstrdup(name);
+    x->bufs[x->n] = buf;
+    x->e[x->n] = (st_entry){x->names[x->n], ST_F32, 2, {d0, d1}, buf, (size_t)(d0 * d1) * sizeof(float)};
+    x->n++;
+    return buf;
+}
+
+static void export_free(export_list *x)
+{
+    for (int i = 0; i < x->n; i++) {
+        free(x->names[i]);
+        free(x->bufs[i]);
+    }
+    free(x->names);
+    free(x->bufs);
+    free(x->e);
+}
+
+/* Reads trident tensor `name` (whole, (d0, d1)) into the rows [row0, row0 + d0) and columns
+ * [col0, col0 + d1) of dst, a matrix with ld columns. */
+static int read_block(ckpt_reader *r, const char *name, float *dst, int64_t ld, int64_t row0, int64_t col0,
+                      int64_t d0, int64_t d1, char *err, size_t errlen)
+{
+    ckpt_slice s = ckpt_slice_whole(d0, d1);
+    float *buf = td_xmalloc((size_t)(d0 * d1) * sizeof(float));
+    int rc = ckpt_read(r, CKPT_PARAMS, name, &s, buf, err, errlen);
+    for (int64_t i = 0; i < d0 && rc == 0; i++)
+        memcpy(dst + (row0 + i) * ld + col0, buf + i * d1, (size_t)d1 * sizeof(float));
+    free(buf);
+    return rc;
+}
+
+/* GPT-2's modules (Conv1D, fan_in_fan_out): c_attn is q|k|v fused, so its adapter is the rank
+ * n r stack of the n targeted ones among q, k, v: lora_A = [A_q; A_k; A_v] (n r, h), lora_B (3h,
+ * n r) block-diagonal (module m's rows, its r columns; an untargeted one's rows zero). The other
+ * modules are written at the same rank R = n r (one r for the whole adapter, as PEFT's config has
+ * no other without rank_pattern): A's rows and B's columns past r zero, which adds nothing and
+ * stays zero under training. lora_alpha is scaled to alpha R / r so that PEFT's alpha / r is
+ * trident's. */
+static int export_gpt2(ckpt_reader *rd, const gpt_config *c, export_list *x, int *R, cJSON *targets, char *err,
+                       size_t errlen)
+{
+    int r = c->lora_rank, n = 0;
+    for (int m = GPT_LORA_Q; m <= GPT_LORA_V; m++) n += gpt_lora_on(c, m);
+    *R = r * (n ? n : 1);
+    int64_t h = c->hidden, q = gpt_q_width(c), kv = gpt_kv_width(c), f = c->ffn;
+    const struct {
+        int module;
+        const char *hf;             /* PEFT's module (target_modules: its unique suffix) */
+        const char *blk, *tri;      /* trident's block and adapter */
+        int64_t in, out;
+    } one[] = {{GPT_LORA_O, "attn.c_proj", "attn", "o_proj", q, h},
+               {GPT_LORA_UP, "mlp.c_fc", "mlp", "up_proj", h, f},
+               {GPT_LORA_DOWN, "mlp.c_proj", "mlp", "down_proj", f, h}};
+    char name[256], tn[128];
+    if (n) cJSON_AddItemToArray(targets, cJSON_CreateString("c_attn"));
+    for (size_t k = 0; k < sizeof one / sizeof one[0]; k++)
+        if (gpt_lora_on(c, one[k].module)) cJSON_AddItemToArray(targets, cJSON_CreateString(one[k].hf));
+    for (int l = 0; l < c->num_layers; l++) {
+        if (n) {
+            static const char *const qkv[3] = {"q_proj", "k_proj", "v_proj"};
+            snprintf(name, sizeof name, "base_model.model.transformer.h.%d.attn.c_attn.lora_A.weight", l);
+            float *A = export_add(x, name, *R, h);
+            snprintf(name, sizeof name, "base_model.model.transformer.h.%d.attn.c_attn.lora_B.weight", l);
+            float *B = export_add(x, name, q + 2 * kv, *R);
+            for (int m = 0, j = 0; m < 3; m++) {
+                if (!gpt_lora_on(c, GPT_LORA_Q + m)) continue;
+                int64_t w = m == 0 ? q : kv, row0 = m == 0 ? 0 : q + (m - 1) * kv;
+                snprintf(tn, sizeof tn, "layers.%d.attn.%s.lora_A.weight", l, qkv[m]);
+                if (read_block(rd, tn, A, h, (int64_t)j * r, 0, r, h, err, errlen)) return -1;
+                snprintf(tn, sizeof tn, "layers.%d.attn.%s.lora_B.weight", l, qkv[m]);
+                if (read_block(rd, tn, B, *R, row0, (int64_t)j * r, w, r, err, errlen)) return -1;
+                j++;
+            }
+        }
+        for (size_t k = 0; k < sizeof one / sizeof one[0]; k++) {
+            if (!gpt_lora_on(c, one[k].module)) continue;
+            snprintf(name, sizeof name, "base_model.model.transformer.h.%d.%s.lora_A.weight", l, one[k].hf);
+            float *A = export_add(x, name, *R, one[k].in);
+            snprintf(name, sizeof name, "base_model.model.transformer.h.%d.%s.lora_B.weight", l, one[k].hf);
+            float *B = export_add(x, name, one[k].out, *R);
+            snprintf(tn, sizeof tn, "layers.%d.%s.%s.lora_A.weight", l, one[k].blk, one[k].tri);
+            if (read_block(rd, tn, A, one[k].in, 0, 0, r, one[k].in, err, errlen)) return -1;
+            snprintf(tn, sizeof tn, "layers.%d.%s.%s.lora_B.weight", l, one[k].blk, one[k].tri);
+            if (read_block(rd, tn, B, *R, 0, 0, one[k].out, r, err, errlen)) return -1;
+        }
+    }
+    return 0;
+}
+
+/* The Hugging Face module of trident adapter module m in layer l: Llama's, or (bert) MegatronBert's. */
+static void module_path(char *out, size_t len, int bert, int l, int m)
+{
+    char tail[64];
+    module_tail(tail, sizeof tail, bert, m);
+    snprintf(out, len, "%s%d.%s", layer_head(bert), l, tail);
+}
+
+/* Llama's or BERT's modules (Linear layers, W (out, in)), each trident adapter as it is (lora_A (r,
+ * in), lora_B (out, r)). target_modules: Llama's module names; BERT's as a regular expression that
+ * PEFT matches against the whole module path (re.fullmatch), as the suffix "output.dense" alone
+ * would also name attention.output.dense. */
+static int export_linear(ckpt_reader *rd, const gpt_config *c, int bert, export_list *x, cJSON **targets, char *err,
+                         size_t errlen)
+{
+    ckpt_tensor_list tl = {0};
+    ckpt_list_tensors(rd, &tl);
+    int rc = 0;
+    for (int i = 0; i < tl.n && rc == 0; i++) {
+        int l, m = -1;
+        char block[16], mod[16], ab;
+        if (sscanf(tl.names[i], "layers.%d.%15[^.].%15[^.].lora_%c.weight", &l, block, mod, &ab) != 4) continue;
+        for (int k = 0; k < GPT_LORA_NMODULES; k++)
+            if (strcmp(mod, llama_mods[k]) == 0) m = k;
+        if (m < 0 || (bert && m == GPT_LORA_GATE)) {
+            snprintf(err, errlen, "--to peft: %s has no Hugging Face module to name", tl.names[i]);
+            rc = -1;
+            break;
+        }
+        const ckpt_slice *s = &tl.shapes[i];
+        char path[128], hf[200];
+        module_path(path, sizeof path, bert, l, m);
+        snprintf(hf, sizeof hf, PREFIX "%s.lora_%c.weight", path, ab);
+        float *buf = export_add(x, hf, s->shape[0], s->shape[1]);
+        rc = ckpt_read(rd, CKPT_PARAMS, tl.names[i], s, buf, err, errlen);
+    }
+    ckpt_tensor_list_free(&tl);
+    if (!bert) {
+        for (int m = 0; m < GPT_LORA_NMODULES; m++)
+            if (gpt_lora_on(c, m)) cJSON_AddItemToArray(*targets, cJSON_CreateString(llama_mods[m]));
+        return rc;
+    }
+    static const char *const re[GPT_LORA_NMODULES] = {"attention\\.self\\.query", "attention\\.self\\.key",
+                                                      "attention\\.self\\.value", "attention\\.output\\.dense",
+                                                      NULL, "intermediate\\.dense", "output\\.dense"};
+    char pat[512] = ".*\\.layer\\.\\d+\\.(";
+    for (int m = 0, first = 1; m < GPT_LORA_NMODULES; m++)
+        if (gpt_lora_on(c, m) && re[m]) {
+            size_t n = strlen(pat);
+            snprintf(pat + n, sizeof pat - n, "%s%s", first ? "" : "|", re[m]);
+            first = 0;
+        }
+    size_t n = strlen(pat);
+    snprintf(pat + n, sizeof pat - n, ")");
+    cJSON_Delete(*targets);
+    *targets = cJSON_CreateString(pat);
+    return rc;
+}
 
 int peft_export(const ckpt_meta *meta, const char *out, int *modules, char *err, size_t errlen)
 {
-    static const char *const hf_names[GPT_LORA_NMODULES] = {"q_proj", "k_proj", "v_proj", "o_proj",
-                                                             "gate_proj", "up_proj", "down_proj"};
     const gpt_config *c = &meta->model;
     ckpt_reader *r = NULL;
-    ckpt_tensor_list tl = {0};
-    st_entry *e = NULL;
-    char **names = NULL;
-    float **bufs = NULL;
+    export_list x = {0};
     char *text = NULL;
-    int n = 0, rc = -1;
+    cJSON *targets = cJSON_CreateArray();
+    int rc = -1, R = c->lora_rank;
     *modules = 0;
     if (!gpt_lora(c))
         FAIL("--from trident %s: the checkpoint has no LoRA adapters (lora_rank 0 in its meta.json): train them with "
              "--lora-rank", meta->dir);
-    if (c->norm != GPT_NORM_RMSNORM || !c->glu || c->kind != GPT_KIND_DECODER)
-        FAIL("--to peft: %s is not a Llama-family model (RMSNorm, a gated MLP): PEFT's module names are written for "
-             "Llama's q_proj ... down_proj only; export the merged model with --to hf", meta->dir);
+    char why[1024];
+    const hf_family *fam = hf_family_of_model(c, why, sizeof why);
+    int gpt2 = fam && strcmp(fam->model_type, "gpt2") == 0, bert = fam && fam->kind == GPT_KIND_ENCODER;
+    if (!gpt2 && !bert && (c->norm != GPT_NORM_RMSNORM || !c->glu || c->kind != GPT_KIND_DECODER))
+        FAIL("--to peft: %s is neither GPT-2, Megatron-BERT nor a Llama-family model (RMSNorm, a gated MLP): PEFT's "
+             "module names are written for those; export the merged model with --to hf", meta->dir);
     char path[4200], tmp[4300];
     ckf_join(path, sizeof path, out, "adapter_model.safetensors");
     if (access(path, F_OK) == 0)
         FAIL("--to peft %s already holds an adapter (%s): give an empty or new folder, or remove it first", out, path);
     r = ckpt_reader_open(meta, err, errlen);
     if (!r) goto fail;
-    ckpt_list_tensors(r, &tl);
-    e = td_xcalloc((size_t)tl.n + 1, sizeof *e);
-    names = td_xcalloc((size_t)tl.n + 1, sizeof *names);
-    bufs = td_xcalloc((size_t)tl.n + 1, sizeof *bufs);
-    for (int i = 0; i < tl.n; i++) {
-        int l;
-        char block[16], mod[16], ab;
-        if (sscanf(tl.names[i], "layers.%d.%15[^.].%15[^.].lora_%c.weight", &l, block, mod, &ab) != 4) continue;
-        const ckpt_slice *s = &tl.shapes[i];
-        char hf[160];
-        snprintf(hf, sizeof hf, "base_model.model.model.layers.%d.%s.%s.lora_%c.weight", l,
-                 strcmp(block, "attn") == 0 ? "self_attn" : "mlp", mod, ab);
-        float *buf = td_xmalloc((size_t)(s->shape[0] * s->shape[1]) * sizeof(float));
-        bufs[n] = buf;
-        if (ckpt_read(r, CKPT_PARAMS, tl.names[i], s, buf, err, errlen)) goto fail;
-        names[n] = td_xstrdup(hf);
-        e[n] = (st_entry){names[n], ST_F32, 2, {s->shape[0], s->shape[1]}, buf,
-                          (size_t)(s->shape[0] * s->shape[1]) * sizeof(float)};
-        n++;
-        if (ab == 'A') ++*modules;
-    }
+    if (gpt2 ? export_gpt2(r, c, &x, &R, targets, err, errlen) : export_linear(r, c, bert, &x, &targets, err, errlen))
+        goto fail;
+    *modules = x.n / 2;
     if (ckf_mkdirs(out) != 0) FAIL("cannot create %s: %s", out, td_strerror(errno));
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
     const char *mk[] = {"format"}, *mv[] = {"pt"};
-    if (st_write(tmp, e, n, mk, mv, 1, 1, err, errlen)) goto fail;
+    if (st_write(tmp, x.e, x.n, mk, mv, 1, 1, err, errlen)) goto fail;
     if (rename(tmp, path) != 0) {
         unlink(tmp);
         FAIL("cannot rename %s to %s: %s", tmp, path, td_strerror(errno));
     }
     cJSON *cfg = cJSON_CreateObject();
     cJSON_AddStringToObject(cfg, "peft_type", "LORA");
-    cJSON_AddStringToObject(cfg, "task_type", "CAUSAL_LM");
+    if (!bert) cJSON_AddStringToObject(cfg, "task_type", "CAUSAL_LM"); /* (PEFT has no task for pretraining BERT) */
     cJSON_AddNullToObject(cfg, "base_model_name_or_path");
-    cJSON_AddNumberToObject(cfg, "r", c->lora_rank);
-    cJSON_AddNumberToObject(cfg, "lora_alpha", c->lora_alpha);
+    cJSON_AddNumberToObject(cfg, "r", R);
+    /* alpha' / R = alpha / r (R = r but for GPT-2's stacked c_attn) */
+    cJSON_AddNumberToObject(cfg, "lora_alpha", ckpt_float_value(c->lora_alpha) * (double)(R / c->lora_rank));
     cJSON_AddNumberToObject(cfg, "lora_dropout", ckpt_float_value(c->lora_dropout));
-    cJSON *tm = cJSON_AddArrayToObject(cfg, "target_modules");
-    for (int m = 0; m < GPT_LORA_NMODULES; m++)
-        if (gpt_lora_on(c, m)) cJSON_AddItemToArray(tm, cJSON_CreateString(hf_names[m]));
+    cJSON_AddItemToObject(cfg, "target_modules", targets);
+    targets = NULL;
     cJSON_AddStringToObject(cfg, "bias", "none");
-    cJSON_AddFalseToObject(cfg, "fan_in_fan_out");
+    cJSON_AddBoolToObject(cfg, "fan_in_fan_out", gpt2); /* GPT-2's Conv1D stores its weights (in, out) */
     cJSON_AddFalseToObject(cfg, "use_rslora");
     cJSON_AddFalseToObject(cfg, "use_dora");
     cJSON_AddTrueToObject(cfg, "inference_mode");
@@ -444,15 +753,9 @@ int peft_export(const ckpt_meta *meta, const char *out, int *modules, char *err,
     if (ckf_fsync_dir(out) != 0) FAIL("cannot fsync %s: %s", out, td_strerror(errno));
     rc = 0;
 fail:
-    for (int i = 0; i < tl.n && names; i++) {
-        free(names[i]);
-        free(bufs[i]);
-    }
-    free(names);
-    free(bufs);
-    free(e);
+    cJSON_Delete(targets);
+    export_free(&x);
     free(text);
-    ckpt_tensor_list_free(&tl);
     if (r) ckpt_reader_close(r);
     return rc;
 }

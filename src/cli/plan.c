@@ -161,6 +161,9 @@ int cli_plan(int argc, char **argv)
             td_usage_error(PROG ": --num-gpus is required (the devices to plan for), or a cluster file with \"nodes\"");
         a.num_gpus = cl.nodes * cl.gpus_per_node;
     }
+    unsigned lora_mask;
+    if (a.lora_rank > 0 && td_lora_modules_parse(a.lora_target_modules, &lora_mask, err, sizeof err))
+        td_usage_error(PROG ": %s", err);
     plan_job job;
     memset(&job, 0, sizeof job);
     gpt_config_from_args(&job.cfg, &a);

@@ -262,8 +262,12 @@ static const flag_t FLAGS[] = {
      "dropout on the adapters' input (PEFT's lora_dropout)", 0, 0.999, NULL},
     {"--lora-target-modules", A_STR, OFF(lora_target_modules), "q_proj,v_proj", MODEL, "lora",
      "the Hugging Face modules given adapters, comma-separated: q_proj, k_proj, v_proj, o_proj, gate_proj, "
-     "up_proj, down_proj (up/down: fc/fc2 of an ungated MLP), or all-linear (PEFT's default for Llama: "
-     "q_proj,v_proj)", 0, 0, TD_LORA_MODULE_CHOICES},
+     "up_proj, down_proj (up/down: fc/fc2 of an ungated MLP; BERT's query, key, value are q/k/v_proj), or "
+     "all-linear (PEFT's default for Llama: q_proj,v_proj)", 0, 0, TD_LORA_MODULE_CHOICES},
+    {"--lora-load", A_STR, OFF(lora_load), NULL, TD_CMD_TRAIN, "lora",
+     "DIR: a PEFT LoRA adapter (adapter_config.json + adapter_model.safetensors, Llama module names) loaded as "
+     "the trainable adapters, its r, lora_alpha, lora_dropout and modules taken; with --load BASE --finetune", 0, 0,
+     NULL},
 
     {"--tensor-model-parallel-size", A_INT, OFF(tensor_model_parallel_size), "1", MODEL, "parallel",
      "ranks a layer is split over", 1, 1 << 16, NULL},
@@ -940,6 +944,9 @@ int td_lora_modules_parse(const char *list, unsigned *mask, char *msg, size_t ms
         *mask = 0x7f;
         return 0;
     }
+    /* Hugging Face BERT's names of the attention's projections (PEFT's default for BERT: query,
+     * value), bits 0-2 */
+    static const char *const bert[3] = {"query", "key", "value"};
     for (const char *p = list; *p;) {
         size_t n = strcspn(p, ",");
         int i = 0, found = 0;
@@ -948,9 +955,12 @@ int td_lora_modules_parse(const char *list, unsigned *mask, char *msg, size_t ms
                 found = 1;
                 break;
             }
+        for (int b = 0; b < 3 && !found; b++)
+            if (n == strlen(bert[b]) && strncmp(bert[b], p, n) == 0) found = 1, i = b;
         if (!found) {
             snprintf(msg, msglen, "--lora-target-modules: '%.*s' is not one of q_proj, k_proj, v_proj, o_proj, "
-                     "gate_proj, up_proj, down_proj (comma-separated) or all-linear", (int)n, p);
+                     "gate_proj, up_proj, down_proj (BERT's query, key, value too; comma-separated) or all-linear",
+                     (int)n, p);
             return -1;
         }
         *mask |= 1u << i;

@@ -111,10 +111,10 @@ static int lora_validate(const td_args *a, int tp, char *msg, size_t msglen)
         FAIL("--lora-target-modules gate_proj: the MLP is not gated (fc is up_proj, fc2 down_proj): leave gate_proj "
              "out or give --swiglu");
     if (!(a->lora_alpha > 0)) FAIL("--lora-alpha %g: the adapters' scaling alpha / rank needs alpha above 0", a->lora_alpha);
-    if (a->model && strcmp(a->model, "gpt") != 0) FAIL("--lora-rank: LoRA is built for --model gpt (not bert yet)");
-    if (a->num_experts > 0)
-        FAIL("--lora-rank with --num-experts: adapters on the experts are not built yet; train the dense model, or "
-             "leave --lora-rank out");
+    unsigned mlp = 1u << GPT_LORA_GATE | 1u << GPT_LORA_UP | 1u << GPT_LORA_DOWN;
+    if (a->num_experts > 0 && (mask & mlp))
+        FAIL("--lora-target-modules %s with --num-experts: adapters on the MLP's modules (the experts') are not built "
+             "yet; target the attention's (q_proj,k_proj,v_proj,o_proj)", a->lora_target_modules);
     (void)tp;
     return 0;
 }
@@ -278,6 +278,17 @@ int gpt_padded_vocab(int vocab, int divisible_by, int tp)
     return (int)((vocab + m - 1) / m * m);
 }
 
+double gpt_lora_widths(const gpt_config *c)
+{
+    if (!gpt_lora(c)) return 0;
+    double h = c->hidden, q = gpt_q_width(c), kv = gpt_kv_width(c), f = c->ffn;
+    const double in_out[GPT_LORA_NMODULES] = {h + q, h + kv, h + kv, q + h, h + f, h + f, f + h};
+    double sum = 0;
+    for (int m = 0; m < GPT_LORA_NMODULES; m++)
+        if (gpt_lora_on(c, m)) sum += in_out[m];
+    return sum;
+}
+
 double gpt_flops_per_iteration(const gpt_config *c, int64_t batch, int full_recompute)
 {
     /* Megatron's num_floating_point_operations: 12 = 3 passes x 2 (multiply-add) x 2 (the
@@ -289,9 +300,18 @@ double gpt_flops_per_iteration(const gpt_config *c, int64_t batch, int full_reco
      * counts no router), the dense MLP in the others (--moe-layer-freq) */
     double moe = gpt_moe_layers(c, 0, c->num_layers);
     double ffn = (moe * ((double)c->moe_topk * gpt_moe_ffn(c) + c->moe_shared_ffn) + (l - moe) * c->ffn) / l;
-    double layers = (1.0 + groups + s / h) * qratio + ffn / h * (c->glu ? 1.5 : 1.0);
+    double weights = (1.0 + groups) * qratio + ffn / h * (c->glu ? 1.5 : 1.0), core = s / h * qratio;
     double logits = V / (2.0 * l * h);
-    return (double)batch * s * l * h * h * ((full_recompute ? 16.0 : 12.0) * layers + 12.0 * logits);
+    if (!gpt_lora(c))
+        return (double)batch * s * l * h * h * ((full_recompute ? 16.0 : 12.0) * (weights + core) + 12.0 * logits);
+    /* LoRA: a frozen weight's backward is its input's gradient alone, 2 of the 3 passes (8, not
+     * 12; 12 with full recomputation, not 16), the output layer's too; the attention core's
+     * products are activations' and keep all 3; the adapters (A (r, in), B (out, r)) are trained:
+     * 2 r (in + out) a token and layer per pass, 3 passes (4 with full recomputation) */
+    double adapters = 2.0 * c->lora_rank * gpt_lora_widths(c) / (h * h);
+    return (double)batch * s * l * h * h *
+           ((full_recompute ? 12.0 : 8.0) * weights + (full_recompute ? 16.0 : 12.0) * core + 8.0 * logits +
+            (full_recompute ? 4.0 : 3.0) * adapters);
 }
 
 int gpt_rotary_dims(const gpt_config *c)

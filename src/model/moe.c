@@ -727,8 +727,10 @@ static void bwd(const block_io *io, float *dx, void *gv, const float *dbranch, c
         int n = a->lcount[e];
         if (n == 0) continue;
         size_t rh = (size_t)r0 * h, rf = (size_t)r0 * F, rb = (size_t)r0 * bF;
-        mlp_bwd(m, dxl + rh, g->fc_w + (size_t)e * bF * h, g->fc_b ? g->fc_b + (size_t)e * bF : NULL,
-                g->fc2_w + (size_t)e * h * F, g->fc2_b ? g->fc2_b + (size_t)e * h : NULL, s->dae + rf, s->dhe + rb,
+        /* a gradient NULL: the experts frozen (LoRA on the attention) */
+        mlp_bwd(m, dxl + rh, g->fc_w ? g->fc_w + (size_t)e * bF * h : NULL, g->fc_b ? g->fc_b + (size_t)e * bF : NULL,
+                g->fc2_w ? g->fc2_w + (size_t)e * h * F : NULL, g->fc2_b ? g->fc2_b + (size_t)e * h : NULL,
+                s->dae + rf, s->dhe + rb,
                 dyl + rh, xl + rh, a->he + rb, a->ae + rf, p->fc_w + (size_t)e * bF * h,
                 p->fc2_w + (size_t)e * h * F, n, F);
     }

@@ -39,7 +39,7 @@ const float *model_sp_norm_grad(gpt_model *m, int B)
 
 void model_sp_sum(const gpt_model *m, float *g, size_t n)
 {
-    if (!m->sp || !m->grads_final) return;
+    if (!m->sp || !m->grads_final || !g) return; /* g NULL: a frozen tensor (LoRA's base) */
     xfer_allreduce(m->be, m->ps->tp_group, g, n, COMM_F32, COMM_SUM);
 }
 

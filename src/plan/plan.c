@@ -208,6 +208,35 @@ static double mlp_time(const plan_job *j, const plan_cluster *c, const plan_layo
     return sec;
 }
 
+/* LoRA's adapters in a layer, forward (their backward is twice it): each targeted module's
+ * A (r, in) and B (out, r) products on T tokens, split over tp as the base (a column-parallel
+ * module's B by rows, a row-parallel one's A by columns); no MLP adapters in a MoE layer. */
+static double lora_time(const plan_job *j, const plan_cluster *c, const plan_layout *l, int moe)
+{
+    const gpt_config *g = &j->cfg;
+    if (!gpt_lora(g)) return 0;
+    int dt = j->dtype;
+    double t = l->tp, T = (double)l->mbs * g->seq, h = g->hidden, q = gpt_q_width(g), kv = gpt_kv_width(g);
+    double f = g->ffn, r = g->lora_rank;
+    const struct {
+        double in, out;
+        int row; /* row-parallel: the input split */
+    } mod[GPT_LORA_NMODULES] = {{h, q, 0}, {h, kv, 0}, {h, kv, 0}, {q, h, 1}, {h, f, 0}, {h, f, 0}, {f, h, 1}};
+    double sec = 0;
+    for (int m = 0; m < GPT_LORA_NMODULES; m++) {
+        if (!gpt_lora_on(g, m) || (moe && m >= GPT_LORA_GATE)) continue;
+        double in = mod[m].row ? mod[m].in / t : mod[m].in, out = mod[m].row ? mod[m].out : mod[m].out / t;
+        sec += plan_gemm_s(c, dt, T, r, in) + plan_gemm_s(c, dt, T, out, r);
+    }
+    return sec;
+}
+
+/* Under LoRA, the trained (adapter) parameters of a stage of `layers` layers on one tp rank. */
+static double stage_trained(const gpt_config *g, int tp, int layers, int first, int last)
+{
+    return (double)gpt_stage_trained_numel(g, tp, 1, 0, layers, first, last);
+}
+
 static layer_cost layer_time(const plan_job *j, const plan_cluster *c, const plan_layout *l, int moe)
 {
     const gpt_config *g = &j->cfg;
@@ -226,8 +255,11 @@ static layer_cost layer_time(const plan_job *j, const plan_cluster *c, const pla
     if (moe) elementwise += T * g->moe_topk * h * e * 4.0 / c->hbm_bw; /* the rows permuted and combined */
     layer_cost r;
     r.ep_comm = ep_comm;
-    r.fwd = gemms + core + softmax + elementwise;
-    r.bwd = 2.0 * r.fwd;
+    double adapters = lora_time(j, c, l, moe);
+    r.fwd = gemms + core + softmax + elementwise + adapters;
+    /* LoRA: the frozen weights' backward is their input's gradient alone (one GEMM each, not two);
+     * the core's, the elementwise passes' and the adapters' backward are twice their forward */
+    r.bwd = gpt_lora(g) ? gemms + 2.0 * (core + softmax + elementwise + adapters) : 2.0 * r.fwd;
     r.recompute = l->recompute == PLAN_RC_FULL ? r.fwd : l->recompute == PLAN_RC_SELECTIVE ? core + softmax : 0;
     double bw, lat;
     plan_group_link(c, l, PLAN_GROUP_TP, &bw, &lat);
@@ -342,9 +374,14 @@ static void megatron_memory(const plan_job *j, const plan_cluster *c, const plan
         opt[k] = state * ((params[k] - X) / dense_div + X / expert_div);
         acts[k] = Ls * acts_layer * (is_first ? plan_inflight(l->pp, l->vp, m) : 1.0) + work + (is_last ? logits : 0);
     }
-    int w = params[0] * (e + 4.0) + opt[0] + acts[0] >= params[1] * (e + 4.0) + opt[1] + acts[1] ? 0 : 1;
+    double grads[2] = {params[0], params[1]}; /* the parameters with a gradient */
+    for (int k = 0; k < 2 && gpt_lora(g); k++) { /* LoRA: the adapters' alone; the frozen base 16-bit only */
+        grads[k] = stage_trained(g, l->tp, Ls, k == 0, k == 1 || l->pp == 1);
+        opt[k] = state * grads[k] / dense_div;
+    }
+    int w = params[0] * e + grads[0] * 4.0 + opt[0] + acts[0] >= params[1] * e + grads[1] * 4.0 + opt[1] + acts[1] ? 0 : 1;
     r->m_params = params[w] * e;
-    r->m_grads = params[w] * 4.0; /* fp32 */
+    r->m_grads = grads[w] * 4.0; /* fp32 */
     r->m_optimizer = opt[w];
     r->m_acts = acts[w];
     r->m_other = c->mem_reserved_gib * GIB;
@@ -427,6 +464,7 @@ static dp_exposed dp_stage(const plan_job *j, const plan_cluster *c, const plan_
     const gpt_config *g = &j->cfg;
     int Ls = g->num_layers / l->pp;
     double X, P = stage_params_ep(g, l->tp, ep_of(l), Ls, first, last, l->pp, &X), e = act_bytes(j->dtype);
+    if (gpt_lora(g)) P = stage_trained(g, l->tp, Ls, first, last), X = 0; /* LoRA: the adapters' gradients alone */
     double gb = j->dtype == 2 ? 2.0 : 4.0, S = (P - X) * gb, G = (P - X) * e, red, gat;
     dp_exposed x = {0, 0, 0};
     dp_flat(c, l, S, G, &red, &gat);
@@ -447,7 +485,8 @@ static dp_exposed dp_stage(const plan_job *j, const plan_cluster *c, const plan_
     }
     red += xred, gat += xgat;
     double V = g->padded_vocab / (double)l->tp, h = g->hidden, late = 0;
-    if (first) late = V * h + (g->pos == GPT_POS_LEARNED ? (double)g->max_pos * h : 0) + gpt_tokentypes(g) * h;
+    if (gpt_lora(g)) late = 0; /* the embeddings frozen: no late gradient */
+    else if (first) late = V * h + (g->pos == GPT_POS_LEARNED ? (double)g->max_pos * h : 0) + gpt_tokentypes(g) * h;
     else if (!g->untied && l->distopt) late = V * h;
     double B = l->bucket_elems > 0 ? l->bucket_elems : 40e6;
     double early = B * floor((P - late) / B) / P; /* the fraction in buckets closing before the end */
@@ -508,7 +547,7 @@ int plan_evaluate(const plan_job *j, const plan_cluster *c, const plan_layout *l
     double head_fwd = plan_gemm_s(c, j->dtype, T, V, h) + T * V * 4.0 * 3.0 / c->hbm_bw; /* logits, fp32 softmax */
     if (gpt_head_transform(g)) /* the head's transform (dense h -> h, replicated; a pooler is B rows) */
         head_fwd += plan_gemm_s(c, j->dtype, T / (l->sp ? l->tp : 1), h, h);
-    double head = 3.0 * head_fwd;
+    double head = (gpt_lora(g) ? 2.0 : 3.0) * head_fwd; /* LoRA: the frozen output layer's input gradient only */
     double per_micro = Ls * (lc.fwd + lc.bwd + lc.recompute + lc.tp_comm + lc.ep_comm) + head;
     r->t_compute = m * (Ls * (lc.fwd + lc.bwd + lc.recompute) + head);
     r->t_recompute = m * Ls * lc.recompute;
@@ -527,9 +566,10 @@ int plan_evaluate(const plan_job *j, const plan_cluster *c, const plan_layout *l
         /* the hide windows: the last micro-batch's backward, the first one's forward, of a stage */
         double bwd = Ls * (lc.bwd + lc.recompute), fwd = Ls * lc.fwd;
         double one = l->pp == 1; /* a single stage holds the output layer too */
-        dp_exposed x = dp_stage(j, c, l, 1, l->pp == 1, bwd + one * 2.0 * head_fwd, fwd + one * head_fwd);
+        double hb = head - head_fwd; /* the output layer's backward */
+        dp_exposed x = dp_stage(j, c, l, 1, l->pp == 1, bwd + one * hb, fwd + one * head_fwd);
         if (l->pp > 1) { /* the last stage too, with the output layer; the slower counts */
-            dp_exposed y = dp_stage(j, c, l, 0, 1, bwd + 2.0 * head_fwd, fwd + head_fwd);
+            dp_exposed y = dp_stage(j, c, l, 0, 1, bwd + hb, fwd + head_fwd);
             if (y.reduce + y.gather > x.reduce + x.gather) x = y;
         }
         r->t_dp = x.reduce;
@@ -538,6 +578,7 @@ int plan_evaluate(const plan_job *j, const plan_cluster *c, const plan_layout *l
         r->dp_hier = x.hier;
     }
     /* Adam: read the grads, master weights and moments, write them and the 16-bit copy */
+    if (gpt_lora(g)) P = stage_trained(g, l->tp, Ls, l->pp == 1, 1), X = 0; /* LoRA: Adam steps the adapters */
     double shard = l->distopt ? (P - X) / l->dp + X / (l->dp / ep) : P;
     r->t_optimizer += shard * (j->dtype ? 30.0 : 28.0) / c->hbm_bw;
     r->iter_s = r->t_compute + r->t_tp + r->t_ep + r->t_bubble + r->t_p2p + r->t_dp + r->t_optimizer;

@@ -15,6 +15,7 @@
 #include "shared_fs.h"
 #include "train_impl.h"
 #include "trident/check.h"
+#include "trident/peft.h"
 #include "trident/timer.h"
 
 /* ---- checkpoints: --load at start, --save and --exit-* after iterations (docs/checkpoints.md) ---- */
@@ -179,6 +180,86 @@ ckpt_progress run_resume_load(run_state *r, const ckpt_meta *meta)
                 meta->vp > 1 ? "s" : "", td_now() - t0,
                 a->finetune ? ": weights only, starting at iteration 0" : a->no_load_optim ? ": no optimizer state" : "");
     return p;
+}
+
+#define FAIL(...)                                                                        \
+    do {                                                                                 \
+        snprintf(msg, msglen, __VA_ARGS__);                                              \
+        goto fail;                                                                       \
+    } while (0)
+
+int run_lora_load_args(td_args *a, const ckpt_meta *meta, int resume, int log, char *msg, size_t msglen)
+{
+    if (!a->lora_load) return 0;
+    peft_adapter ad = {0};
+    if (!a->load || !a->finetune || !resume)
+        FAIL("--lora-load needs --load BASE --finetune: the base model the adapter was trained on, as a trident "
+             "checkpoint (convert --from hf BASE --to trident)");
+    if (meta->model.lora_rank > 0)
+        FAIL("--lora-load %s: --load %s has LoRA adapters of its own (lora_rank %d in its meta.json): load the base "
+             "without adapters", a->lora_load, meta->dir, meta->model.lora_rank);
+    if (peft_adapter_open(a->lora_load, meta->model.num_layers, meta->model.kind == GPT_KIND_ENCODER, &ad, msg, msglen))
+        return -1;
+    double alpha = peft_adapter_alpha(&ad);
+    char list[256];
+    td_lora_modules_str(ad.targets, list, sizeof list);
+    unsigned given_mask = 0;
+    if (td_args_given(a, "--lora-rank") && a->lora_rank != ad.cfg.r)
+        FAIL("--lora-rank %d differs from the adapter's r %d (%s/adapter_config.json): leave --lora-rank out",
+             a->lora_rank, ad.cfg.r, a->lora_load);
+    if (td_args_given(a, "--lora-alpha") && a->lora_alpha != alpha)
+        FAIL("--lora-alpha %g differs from the adapter's lora_alpha %g%s (%s/adapter_config.json): leave "
+             "--lora-alpha out", a->lora_alpha, alpha, ad.cfg.use_rslora ? " (use_rslora: alpha sqrt(r))" : "",
+             a->lora_load);
+    if (td_args_given(a, "--lora-target-modules") &&
+        (td_lora_modules_parse(a->lora_target_modules, &given_mask, msg, msglen) || given_mask != ad.targets))
+        FAIL("--lora-target-modules %s differs from the adapter's modules %s (%s): leave --lora-target-modules out",
+             a->lora_target_modules, list, a->lora_load);
+    if (td_args_set_number(a, "--lora-rank", ad.cfg.r) || td_args_set_number(a, "--lora-alpha", alpha) ||
+        td_args_set_number(a, "--lora-target-modules", ad.targets) ||
+        (!td_args_given(a, "--lora-dropout") && td_args_set_number(a, "--lora-dropout", ad.cfg.lora_dropout)))
+        FAIL("--lora-load %s: r %d, lora_alpha %g or lora_dropout %g is outside what train takes (--lora-rank, "
+             "--lora-alpha, --lora-dropout)", a->lora_load, ad.cfg.r, alpha, ad.cfg.lora_dropout);
+    if (log)
+        TD_INFO("--lora-load %s: r %d, lora_alpha %g%s, lora_dropout %g, modules %s", a->lora_load, ad.cfg.r, alpha,
+                ad.cfg.use_rslora ? " (use_rslora: its alpha sqrt(r))" : "", a->lora_dropout, list);
+    peft_adapter_close(&ad);
+    return 0;
+fail:
+    peft_adapter_close(&ad);
+    return -1;
+}
+#undef FAIL
+
+void run_lora_load(run_state *r)
+{
+    const td_args *a = r->a;
+    char err[4400] = "";
+    peft_adapter ad;
+    double t0 = td_now();
+    const gpt_config *c = &r->model.chunks[0]->cfg;
+    int bad = peft_adapter_open(a->lora_load, c->num_layers, c->kind == GPT_KIND_ENCODER, &ad, err, sizeof err) != 0;
+    int n = 0;
+    for (int k = 0; k < r->model.nchunks && !bad; k++) {
+        const gpt_model *g = r->model.chunks[k];
+        for (int i = 0; i < g->ntensors && !bad; i++) {
+            const gpt_tensor_info *t = &g->table[i];
+            if (t->frozen) continue; /* under LoRA, what is not frozen is an adapter */
+            ckpt_slice want = ckpt_slice_of(t);
+            float *host = td_xmalloc(t->numel * sizeof(float));
+            bad = peft_adapter_read(&ad, t->name, &want, host, err, sizeof err) != 0;
+            if (!bad) be_memcpy(g->be, g->params + t->offset, host, t->numel * sizeof(float), BE_H2D);
+            free(host);
+            n++;
+        }
+    }
+    peft_adapter_close(&ad); /* zeroed by a failed open: nothing to close */
+    run_fail_if_any(r->ps->world, bad, err);
+    int32_t total = n;
+    comm_allreduce(r->ps->world, &total, 1, COMM_I32, COMM_SUM);
+    if (r->ps->world_rank == 0)
+        TD_INFO("loaded the PEFT adapter %s as the trainable adapters (%d slices over the ranks) in %.2f s", a->lora_load,
+                (int)total, td_now() - t0);
 }
 
 void run_save_checkpoint(run_state *r, const ckpt_progress *p)

@@ -204,6 +204,14 @@ void run_resume_note_changes(const td_args *a, const ckpt_meta *m, int gbs);
 /* Loads the checkpoint into the run (weights only with --finetune, no moments with
  * --no-load-optim) and returns where to continue from. */
 ckpt_progress run_resume_load(run_state *r, const ckpt_meta *meta);
+/* --lora-load DIR (docs/finetune.md): the adapter's r, lora_alpha (rsLoRA's as alpha sqrt(r)),
+ * lora_dropout (unless --lora-dropout is given) and modules become a's LoRA flags; a given flag
+ * that differs, a --load that is not a base (meta, when resume) loaded with --finetune, or an
+ * adapter trident cannot train is refused. Call before ckpt_args_reconcile. Returns 0, or -1 with
+ * one line in msg (a usage error). */
+int run_lora_load_args(td_args *a, const ckpt_meta *meta, int resume, int log, char *msg, size_t msglen);
+/* Fills every rank's adapters (its slices) from --lora-load's tensors; after run_resume_load. */
+void run_lora_load(run_state *r);
 
 /* World rank 0 takes the --save folder's lock for the job (held until it ends); when another run
  * holds it, rank 0 says so in one line and every rank returns 1 together. */

@@ -76,7 +76,8 @@ int trainer_run(const td_args *a, comm *world)
     int resume = run_resume_find(&eff, world, &meta), rank = comm_rank(world);
     char msg[4096];
     /* every rank finds the same problem before allocating; rank 0 prints it, all exit 2 */
-    if ((resume && ckpt_args_reconcile(&eff, &meta, run_tokenizer_vocab(&eff, world), eff.tensor_model_parallel_size, rank == 0,
+    if (run_lora_load_args(&eff, &meta, resume, rank == 0, msg, sizeof msg) ||
+        (resume && ckpt_args_reconcile(&eff, &meta, run_tokenizer_vocab(&eff, world), eff.tensor_model_parallel_size, rank == 0,
                                        msg, sizeof msg)) ||
         trainer_validate(&eff, comm_size(world), msg, sizeof msg)) {
         if (rank == 0) fprintf(stderr, "error: trident train: %s\n", msg);
@@ -103,6 +104,7 @@ int trainer_run(const td_args *a, comm *world)
     if (resume) {
         if (r.ps->world_rank == 0) run_resume_note_changes(a, &meta, r.gbs);
         prog = run_resume_load(&r, &meta);
+        if (a->lora_load) run_lora_load(&r);
         ckpt_meta_free(&meta);
         r.optim.skipped = prog.skipped;
         memcpy(r.ckpt.run_id, prog.run_id, sizeof r.ckpt.run_id);

@@ -30,3 +30,9 @@ set_tests_properties(e2e/lora_merge PROPERTIES ENVIRONMENT "TRIDENT=$<TARGET_FIL
 add_test(NAME e2e/lora_train COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/lora_train.sh)
 set_tests_properties(e2e/lora_train PROPERTIES FIXTURES_REQUIRED checkpoint_data COST 10
   ENVIRONMENT "TRIDENT=$<TARGET_FILE:trident>;BYTES_DATA=${CKPT_DIR}/bytes_text_document;BYTES_TOKENIZER=${CKPT_DIR}/bytes.json;WORK=${CKPT_DIR}/lora_train;${TD_MPI_ENV}")
+# A PEFT adapter loaded as trainable adapters (train --lora-load): the --to peft export loaded back
+# trains as the LoRA checkpoint (1 and 4 ranks), a hand-written adapter placed exactly and scored as
+# its merge, the refusals; 15 s
+add_test(NAME e2e/lora_load COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/lora_load.sh)
+set_tests_properties(e2e/lora_load PROPERTIES FIXTURES_REQUIRED checkpoint_data COST 10 TIMEOUT 120
+  ENVIRONMENT "TRIDENT=$<TARGET_FILE:trident>;BYTES_DATA=${CKPT_DIR}/bytes_text_document;BYTES_TOKENIZER=${CKPT_DIR}/bytes.json;WORK=${CKPT_DIR}/lora_load;${TD_MPI_ENV}")

@@ -2,11 +2,11 @@
 # Bad checkpoints: each case is one clear error line naming the file or tensor, a non-zero exit,
 # and nothing overwritten (the run is given --save into the checkpoint's own folder, whose files
 # must keep their checksums). Plus `trident checkpoint info` on a good and a corrupt checkpoint.
-. "$(dirname "$0")/checkpoint_lib.sh"
+CKPT_TOKENS=bytes . "$(dirname "$0")/checkpoint_lib.sh"
 train 4 2 --pipeline-model-parallel-size 2 --train-iters 2 --save good >/dev/null ||
   { bad "source run failed"; cat "$last_log"; finish; exit; }
 if out=$("$TRIDENT" checkpoint info good) && grep -q "^iteration 2;" <<<"$out" &&
-   grep -q "^layout: tp 2 x pp 2 x dp 1" <<<"$out" && grep -q "embedding.word.weight *\[50688, 32\]" <<<"$out" &&
+   grep -q "^layout: tp 2 x pp 2 x dp 1" <<<"$out" && grep -q "embedding.word.weight *\[512, 32\]" <<<"$out" &&
    grep -Eq "CRC32: all [0-9]+ entries ok" <<<"$out" &&
    grep -q "num_query_groups 4, kv_channels 8, .* norm_epsilon 1e-05, .* rotary_base 10000, rotary_percent 1," <<<"$out"
 then
@@ -61,7 +61,7 @@ edited() { # name want-text jq-edit
   local what out rc
   for what in eval convert info; do
     case $what in
-      eval) out=$("$TRIDENT" eval --load "$name" --data-path "$DATA" --seq-length 16 2>&1) ;;
+      eval) out=$("$TRIDENT" eval --load "$name" --data-path "$BYTES_DATA" --seq-length 16 2>&1) ;;
       convert) out=$("$TRIDENT" convert --from trident "$name" --to hf "hf_$name" 2>&1) ;;
       info) out=$("$TRIDENT" checkpoint info "$name" 2>&1) ;;
     esac
@@ -102,7 +102,7 @@ swapped() { # name shard from-folder want-text
   for what in train eval convert info; do
     case $what in
       train) train 2 1 --train-iters 4 --load "$name" --save "$name" "${DIST[@]}"; rc=$?; out=$(cat "$last_log") ;;
-      eval) out=$("$TRIDENT" eval --load "$name" --data-path "$DATA" --seq-length 16 2>&1) ;;
+      eval) out=$("$TRIDENT" eval --load "$name" --data-path "$BYTES_DATA" --seq-length 16 2>&1) ;;
       convert) out=$("$TRIDENT" convert --from trident "$name" --to hf "hf_$name" 2>&1) ;;
       info) out=$("$TRIDENT" checkpoint info "$name" 2>&1) ;;
     esac
@@ -139,7 +139,7 @@ for path in sys.argv[1:]:
 PY
 if ! grep -lq run_id old/iter_0000002/* && "$TRIDENT" checkpoint info old >old_info.txt &&
    grep -Eq "CRC32: all [0-9]+ entries ok" old_info.txt && grep -q "kv_channels 8, .* norm_epsilon 1e-05" old_info.txt &&
-   "$TRIDENT" eval --load old --data-path "$DATA" --split 99,1,0 --seq-length 16 >/dev/null 2>&1 &&
+   "$TRIDENT" eval --load old --data-path "$BYTES_DATA" --split 99,1,0 --seq-length 16 >/dev/null 2>&1 &&
    train 2 1 --train-iters 4 --load old --save old "${DIST[@]}" && [ -d old/iter_0000004 ] &&
    [ "$(jq -r .run_id old/iter_0000004/meta.json | wc -c)" = 17 ]; then
   ok "a checkpoint from before run ids loads (info, eval, train); the resumed run saves with a new run id"

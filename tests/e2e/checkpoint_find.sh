@@ -12,7 +12,7 @@
 #  4. A run from scratch (or from an older checkpoint) saving into a folder of checkpoints is
 #     refused, so is `convert --to trident` into one, and a --load path holding no checkpoint
 #     (unless it is also --save).
-. "$(dirname "$0")/checkpoint_lib.sh"
+CKPT_TOKENS=bytes . "$(dirname "$0")/checkpoint_lib.sh"
 train 1 1 --train-iters 6 --metrics-file full.jsonl >/dev/null || { bad "reference run failed"; cat "$last_log"; }
 train 1 1 --train-iters 6 --exit-interval 4 --save src --save-interval 2 >/dev/null ||
   { bad "source run failed"; cat "$last_log"; }
@@ -25,9 +25,9 @@ out=$("$TRIDENT" checkpoint info nl 2>&1) && grep -q "^iteration 4;" <<<"$out" &
   ok "checkpoint info: $(grep warning <<<"$out")" || { bad "checkpoint info without latest:"; echo "$out" | head -3; }
 out=$("$TRIDENT" convert --from trident nl --to hf hf_nl 2>&1) && grep -qF "$note" <<<"$out" && [ -f hf_nl/config.json ] &&
   ok "convert finds iteration 4 the same way" || { bad "convert without latest:"; echo "$out" | tail -3; }
-out=$("$TRIDENT" eval --load nl --data-path "$DATA" --split 99,1,0 --seq-length 16 2>&1) && grep -qF "$note" <<<"$out" &&
+out=$("$TRIDENT" eval --load nl --data-path "$BYTES_DATA" --split 99,1,0 --seq-length 16 2>&1) && grep -qF "$note" <<<"$out" &&
   grep -q "eval: loss" <<<"$out" && ok "eval finds iteration 4 the same way" || { bad "eval without latest:"; echo "$out" | tail -3; }
-out=$("$TRIDENT" generate --load nl --vocab-file "$VOCAB" --merge-file "$MERGES" --prompt Hi --max-new-tokens 2 2>&1) &&
+out=$("$TRIDENT" generate --load nl --tokenizer-type HuggingFaceTokenizer --tokenizer-model "$BYTES_TOKENIZER" --prompt Hi --max-new-tokens 2 2>&1) &&
   grep -qF "$note" <<<"$out" && grep -q "iteration 4)" <<<"$out" && ok "generate finds iteration 4 the same way, and says so" ||
   { bad "generate without latest:"; echo "$out" | tail -3; }
 before=$(tree_sums nl/iter_0000004)

@@ -6,11 +6,13 @@
 # - the base is bitwise the initial model after training (held against a plain run at lr 0, whose
 #   weights are the initial ones), only the adapters and their moments move, the loss falls;
 # - convert --to hf writes the adapters merged into the weights, --to peft the adapters in PEFT's
-#   format (merged by --merge-lora into the base's export): both score as the LoRA model;
+#   format (merged by --merge-lora into the base's export): both score as the LoRA model; GPT-2's
+#   --to peft (c_attn stacked) applied by tests/e2e/lora_peft.py in float64 is the merged export;
 # - --finetune --lora-rank on a plain checkpoint starts new adapters on that base (its first loss
 #   the base's), without --finetune refused;
 # - a run stopped at 3 and resumed to 6 is bitwise the uninterrupted run (the LoRA settings read
 #   back from meta.json, not given again), one rank, tp 2 x pp 2, and tp 2 under --bf16.
+PEFT_PY=$(cd "$(dirname "$0")" && pwd)/lora_peft.py
 CKPT_TOKENS=bytes . "$(dirname "$0")/checkpoint_lib.sh"
 LLAMA=(--normalization RMSNorm --position-embedding-type rope --swiglu --ffn-hidden-size 64 --group-query-attention
        --num-query-groups 2 --disable-bias-linear --untie-embeddings-and-output-weights)
@@ -29,7 +31,8 @@ refused "--lora-alpha needs --lora-rank" --lora-alpha 16
 refused "--lora-target-modules: 'c_attn' is not one of" --lora-rank 4 --lora-target-modules q_proj,c_attn
 refused "--lora-target-modules is empty" --lora-rank 4 --lora-target-modules ""
 refused "--lora-alpha 0: " --lora-rank 4 --lora-alpha 0
-refused "--lora-rank with --num-experts" --lora-rank 4 --num-experts 4 --moe-router-topk 2
+refused "--lora-target-modules all-linear with --num-experts: adapters on the MLP's modules" --lora-rank 4 \
+  --lora-target-modules all-linear --num-experts 4 --moe-router-topk 2
 # GPT-2's ungated MLP has no gate_proj (its fc is up_proj)
 train 1 1 --train-iters 1 --lora-rank 4 --lora-target-modules gate_proj
 if [ $? = 2 ] && grep -q "gate_proj: the MLP is not gated" "$last_log"; then ok "refused: $(cat "$last_log")"; else bad "gate_proj on an ungated MLP not refused"; fi
@@ -58,6 +61,23 @@ other=$(grep "values differ" cmp_12.txt | grep -vc "lora_[AB]")
 # 56 adapter tensors (4 layers x 7 modules x A, B), each with its two moments
 if [ "$moved" = 168 ] && [ "$other" = 0 ]; then ok "iterations 2-6 moved the 56 adapter tensors and their moments, nothing else"
 else bad "iterations 2-6 moved $moved adapter entries (want 168) and $other others"; cat cmp_12.txt; fi
+
+# LoRA on a mixture of experts' attention: the experts, the router and the shared expert frozen,
+# bitwise the initial ones after training (against a plain run at lr 0), only the adapters moving
+MOE=(--swiglu --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 64 --moe-shared-expert-intermediate-size 32
+     --moe-shared-expert-gate --moe-aux-loss-coeff 1e-2)
+train 1 1 --train-iters 3 --lr 1e-2 --save moe_lora --save-interval 1 "${MOE[@]}" --lora-rank 4 \
+  --lora-target-modules q_proj,k_proj,v_proj,o_proj || { bad "MoE LoRA run failed"; cat "$last_log"; }
+train 1 1 --train-iters 1 --lr 0 --min-lr 0 --lr-warmup-iters 0 --save moe_init "${MOE[@]}" || { bad "MoE lr 0 run failed"; cat "$last_log"; }
+"$TRIDENT" checkpoint compare moe_init moe_lora >cmp_moe.txt 2>&1
+"$TRIDENT" checkpoint compare moe_lora/iter_0000001 moe_lora >cmp_moe12.txt 2>&1
+frozen=$(grep -c "frozen (LoRA's base)" cmp_moe.txt) experts=$(grep "frozen (LoRA's base)" cmp_moe.txt | grep -c "mlp")
+moved=$(grep "values differ" cmp_moe12.txt | grep -c "lora_[AB]") other=$(grep "values differ" cmp_moe12.txt | grep -vc "lora_[AB]")
+# 4 layers x 4 modules x A, B = 32 adapter tensors, each with its two moments
+if [ "$(grep -c "values differ" cmp_moe.txt)" = 0 ] && [ "$experts" -ge 4 ] && [ "$moved" = 96 ] && [ "$other" = 0 ]; then
+  ok "MoE attention LoRA: the $frozen base tensors ($experts of the MoE MLPs) bitwise the initial ones, the 32 adapters and their moments moved"
+else bad "MoE attention LoRA: base differences $(grep -c "values differ" cmp_moe.txt), $frozen frozen ($experts MLP), $moved adapter entries moved (want 96), $other others"
+  cat cmp_moe.txt cmp_moe12.txt; fi
 
 # convert --to hf of a LoRA checkpoint writes the merged model (PEFT's merge_and_unload): imported
 # back, it scores as the LoRA checkpoint itself (eval's loss to its 7 printed digits), unlike the base
@@ -91,9 +111,40 @@ else bad "--to peft: merged '$ep', the LoRA model '$(evalloss lora)'"; cat peft/
 "$TRIDENT" convert --from trident init --to peft peft2 >conv.log 2>&1
 if [ $? = 1 ] && [ "$(grep -c . conv.log)" = 1 ] && grep -q "has no LoRA adapters" conv.log; then ok "--to peft without adapters refused: $(cat conv.log)"
 else bad "--to peft of a checkpoint without adapters not refused"; cat conv.log; fi
-"$TRIDENT" convert --from trident lora_gpt2 --to peft peft3 >conv.log 2>&1
-if [ $? = 1 ] && grep -q "not a Llama-family model" conv.log; then ok "--to peft of GPT-2 refused: $(cat conv.log)"
-else bad "--to peft of GPT-2 not refused"; cat conv.log; fi
+# GPT-2's --to peft (c_attn the rank n r stack of the targeted q, k, v; fan_in_fan_out): the
+# adapter applied to the base's --to hf export as PEFT computes it, in float64 in
+# tests/e2e/lora_peft.py, is the merged --to hf export bit for bit; all-linear (c_attn rank 12),
+# and q_proj,v_proj,down_proj (k's rows of c_attn zero, rank 8; mlp.c_proj padded to rank 8)
+train 1 1 --train-iters 1 --lr 0 --min-lr 0 --lr-warmup-iters 0 --save init_gpt2 || { bad "GPT-2 lr 0 run failed"; cat "$last_log"; }
+train 1 1 --train-iters 4 --lr 1e-2 --save lora_gpt2_qv --lora-rank 4 --lora-alpha 16 --lora-target-modules q_proj,v_proj,down_proj ||
+  { bad "GPT-2 q,v LoRA run failed"; cat "$last_log"; }
+rm -rf base2_hf merged3 peft3 peft4
+"$TRIDENT" convert --from trident init_gpt2 --to hf base2_hf >conv.log 2>&1 &&
+  "$TRIDENT" convert --from trident lora_gpt2_qv --to hf merged3 >>conv.log 2>&1 &&
+  "$TRIDENT" convert --from trident lora_gpt2 --to peft peft3 >>conv.log 2>&1 &&
+  "$TRIDENT" convert --from trident lora_gpt2_qv --to peft peft4 >>conv.log 2>&1 || { bad "GPT-2 exports failed"; cat conv.log; }
+for p in "peft3 merged2 all-linear" "peft4 merged3 q_proj,v_proj,down_proj"; do
+  set -- $p
+  if python3 "$PEFT_PY" apply "$1" base2_hf "$2" >apply.log 2>&1; then ok "GPT-2 --to peft ($3): $(cat apply.log)"
+  else bad "GPT-2 --to peft ($3): PEFT's delta on the base is not the merged export: $(cat apply.log)"; fi
+done
+if grep -q '"r":[[:space:]]*12\b' peft3/adapter_config.json && grep -q '"lora_alpha":[[:space:]]*48\b' peft3/adapter_config.json &&
+   grep -q '"fan_in_fan_out":[[:space:]]*true\b' peft3/adapter_config.json && grep -q '"r":[[:space:]]*8\b' peft4/adapter_config.json &&
+   grep -q '"lora_alpha":[[:space:]]*32\b' peft4/adapter_config.json && grep -q '"mlp.c_proj"' peft4/adapter_config.json &&
+   ! grep -q '"mlp.c_fc"' peft4/adapter_config.json; then
+  ok "GPT-2 adapter_config.json: r 3x4 and 2x4, alpha scaled with it, fan_in_fan_out, the targeted modules"
+else bad "GPT-2 adapter_config.json"; cat peft3/adapter_config.json peft4/adapter_config.json; fi
+# ... and trident's own PEFT reader (--merge-lora) merges it into a model that scores as the LoRA one
+rm -rf peft4_merged
+"$TRIDENT" convert --from hf base2_hf --to trident peft4_merged --merge-lora peft4 >conv.log 2>&1 || { bad "--merge-lora of GPT-2's adapter failed"; cat conv.log; }
+el=$(evalloss lora_gpt2_qv) em=$(evalloss peft4_merged)
+if [ -n "$el" ] && [ "$el" = "$em" ]; then ok "GPT-2 --to peft merged by --merge-lora scores as the LoRA model ($el)"
+else bad "GPT-2 --to peft merged by --merge-lora: '$em', the LoRA model '$el'"; fi
+# a model that is neither (LayerNorm with a gated MLP): refused, one line
+train 1 1 --train-iters 1 --swiglu --save lora_ln_glu --lora-rank 4 || { bad "LayerNorm+SwiGLU LoRA run failed"; cat "$last_log"; }
+"$TRIDENT" convert --from trident lora_ln_glu --to peft peft5 >conv.log 2>&1
+if [ $? = 1 ] && [ "$(grep -c . conv.log)" = 1 ] && grep -q "is neither GPT-2, Megatron-BERT nor a Llama-family model" conv.log; then ok "--to peft of another model refused: $(cat conv.log)"
+else bad "--to peft of a LayerNorm+SwiGLU model not refused"; cat conv.log; fi
 
 # LoRA on a pretrained base: a plain run's checkpoint, then --finetune --lora-rank: the adapters
 # new (B zero: the first loss is the base's, as a plain --finetune's), the base left as loaded
@@ -129,6 +180,15 @@ check_resume() { # name np tp flags...
   else bad "$name: the resumed run differs"; diff <(untimed "$name.full.jsonl") <(untimed "$name.split.jsonl"); fi
 }
 check_resume resume_one_rank 1 1
+# the trainer's TFLOP/s counts LoRA's work (gpt_flops_per_iteration): by hand a token, forward FLOPs
+# (2 a multiply-add) of the frozen weights 2 x 32 x (32 + 32 + 32 + 128) + 2 x 64 x 32 = 18432 a
+# layer, 2 passes (no weight gradient); the attention core 2 x 2 x 16 x 32 = 2048, 3 passes; the
+# adapters 2 x 4 x (64 + 48 + 48 + 64 + 96 + 96 + 96) = 4096, 3 passes; the frozen output layer
+# 2 x 32 x 512 = 32768, 2 passes: 4 x 55296 + 65536 = 286720 a token, 128 tokens an iteration
+fl=$(head -1 resume_one_rank.full.jsonl | sed -E 's/.*"model_tflops_per_rank": ([0-9.e+-]*).*"elapsed_ms": ([0-9.e+-]*).*/\1 \2/')
+if awk -v x="$fl" 'BEGIN { split(x, a, " "); f = a[1] * a[2] * 1e9; d = f / 36700160 - 1; exit !(d < 1e-4 && d > -1e-4) }'
+then ok "the TFLOP/s line counts LoRA's FLOPs: 36700160 an iteration by hand ($fl)"
+else bad "the TFLOP/s line's FLOPs ($fl: TFLOP/s, ms) are not LoRA's 36700160 by hand"; fi
 check_resume resume_tp2_pp2 4 2 --pipeline-model-parallel-size 2
 check_resume resume_bf16_tp2 2 2 --bf16
 finish

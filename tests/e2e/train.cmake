@@ -62,12 +62,17 @@ add_test(NAME e2e/bert COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/bert.sh)
 set_tests_properties(e2e/bert PROPERTIES SKIP_RETURN_CODE 77
   ENVIRONMENT "TRIDENT=$<TARGET_FILE:trident>;VOCAB=${CMAKE_BINARY_DIR}/node/bert/vocab.txt;SHAKESPEARE=${TRIDENT_SHARED_DATA}/tinyshakespeare.txt;COMPARE_RUNS=$<TARGET_FILE:compare_runs>;WORK=${CMAKE_BINARY_DIR}/testtmp/bert;DATA=;MERGES=;${TD_MPI_ENV}")
 
+# LoRA on BERT (tests/e2e/lora_bert.sh): the base frozen bitwise, heads included; the PEFT export
+# (MegatronBert's module paths) against the merged one in float64; 5 s
+add_test(NAME e2e/lora_bert COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/lora_bert.sh)
+set_tests_properties(e2e/lora_bert PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 60
+  ENVIRONMENT "TRIDENT=$<TARGET_FILE:trident>;VOCAB=${CMAKE_BINARY_DIR}/node/bert/vocab.txt;SHAKESPEARE=${TRIDENT_SHARED_DATA}/tinyshakespeare.txt;WORK=${CMAKE_BINARY_DIR}/testtmp/lora_bert;DATA=;MERGES=;${TD_MPI_ENV}")
 # Mixed precision: --bf16 and --fp16 end within 1.1% and 0.07% of fp32's validation loss after 100
 # iterations in bytes (the checkpoint tests' byte-level data); a forced overflow skips one step and halves the scale; a diverged fp16 run stops
 # (exit 1, no checkpoint, NaN-free metrics) (tests/e2e/mixed_precision.sh).
 add_test(NAME e2e/mixed_precision COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/mixed_precision.sh)
-set_tests_properties(e2e/mixed_precision PROPERTIES FIXTURES_REQUIRED "train_data;checkpoint_data"
-  ENVIRONMENT "TRIDENT=$<TARGET_FILE:trident>;DATA=${TRAIN_DATA};VOCAB=${TRIDENT_SHARED_DATA}/gpt2/vocab.json;MERGES=${TRIDENT_SHARED_DATA}/gpt2/merges.txt;BYTES_DATA=${CKPT_DIR}/bytes_text_document;BYTES_TOKENIZER=${CKPT_DIR}/bytes.json;WORK=${CMAKE_BINARY_DIR}/testtmp/mixed_precision;${TD_MPI_ENV}")
+set_tests_properties(e2e/mixed_precision PROPERTIES FIXTURES_REQUIRED checkpoint_data
+  ENVIRONMENT "TRIDENT=$<TARGET_FILE:trident>;BYTES_DATA=${CKPT_DIR}/bytes_text_document;BYTES_TOKENIZER=${CKPT_DIR}/bytes.json;WORK=${CMAKE_BINARY_DIR}/testtmp/mixed_precision;${TD_MPI_ENV}")
 
 # The small GPT-2 and Llama-style models e2e/generate and e2e/serve share, trained once
 # (tests/e2e/gen_models.sh).

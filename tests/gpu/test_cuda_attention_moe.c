@@ -173,7 +173,7 @@ static void run_attention(const att_case *c)
             seg[(size_t)b * T + t] = s0;
         }
     const int32_t *klen_c = c->padded == 1 ? klen : NULL, *seg_c = c->padded == 2 ? seg : NULL;
-    if (c->padded)
+    if (c->padded == 1) /* padding only: packed rows read every key up to their own */
         for (int b = 0; b < B; b++)
             for (int t = klen[b]; t < T; t++)
                 for (int d = 0; d < NKV * HS; d++) {
@@ -304,6 +304,137 @@ static void run_mask(void)
     be_dfree(gpu, q_d), be_dfree(gpu, k_d), be_dfree(gpu, v_d), be_dfree(gpu, out_d), be_dfree(gpu, lse_d);
     be_dfree(gpu, (void *)drop_d.sample), be_dfree(gpu, klen_d);
     free(q), free(k), free(v), free(out_c), free(lse), free(out_g);
+}
+
+/* ---- the context-parallel entries: attention_block_fwd/bwd, attention_merge, attention_delta ---- */
+
+/* lse rows against the CPU's: -inf at the same rows (a row that reads no key of the block), the
+ * finite rest within tol. */
+static void expect_lse(const char *name, const char *what, const float *g, const float *c, size_t n, double tol)
+{
+    float *gf = dup(g, n), *cf = dup(c, n);
+    int same = 1;
+    for (size_t i = 0; i < n; i++) {
+        same &= isinf(g[i]) == isinf(c[i]) && (!isinf(c[i]) || c[i] < 0);
+        if (isinf(gf[i])) gf[i] = 0;
+        if (isinf(cf[i])) cf[i] = 0;
+    }
+    char line[160];
+    snprintf(line, sizeof line, "%s: -inf at the same rows", what);
+    expect_true(name, line, same);
+    expect(name, what, relerr(gf, cf, n), tol);
+    free(gf), free(cf);
+}
+
+typedef struct {
+    const char *name;
+    int B, C, L, rank; /* the sequence Tg = 2 C L; this rank's rows: chunks rank and 2C-1-rank */
+    int NH, NKV, HS;
+    int mode; /* 0 causal, 1 padded (klen[b] = Tg - b Tg / 3), 2 packed (documents of 13 from b) */
+    float p;
+    be_dtype dt;
+} blk_case;
+
+/* One rank of the load-balanced ring: its queries against every rank's key block in ring order,
+ * each block's out and lse, the merges, D and the block backward (accumulated into gradients that
+ * start random) on both backends from the same inputs. */
+static void run_block(const blk_case *c)
+{
+    const int B = c->B, Tg = 2 * c->C * c->L, Tq = 2 * c->L, NH = c->NH, NKV = c->NKV, HS = c->HS;
+    const int D = NH * HS, KV = NKV * HS, R = c->C;
+    const size_t nq = (size_t)B * Tq * D, nkv = (size_t)B * Tq * KV, nl = (size_t)B * NH * Tq;
+    double tol = c->dt == BE_F32 ? TOL32 : TOL16;
+    size_t es = be_dtype_size(c->dt);
+    int32_t *pos = td_xmalloc((size_t)R * Tq * sizeof(int32_t)), klen[8];
+    for (int r = 0; r < R; r++)
+        for (int i = 0; i < c->L; i++)
+            pos[r * Tq + i] = r * c->L + i, pos[r * Tq + c->L + i] = (2 * R - 1 - r) * c->L + i;
+    for (int b = 0; b < B; b++) klen[b] = Tg - b * Tg / 3 > 0 ? Tg - b * Tg / 3 : 1;
+    int32_t *seg = td_xmalloc((size_t)B * Tq * sizeof(int32_t));
+    for (int b = 0; b < B; b++)
+        for (int i = 0; i < Tq; i++) {
+            int p = pos[c->rank * Tq + i], s0 = (p + b) / 13 * 13 - b;
+            seg[(size_t)b * Tq + i] = s0 < 0 ? 0 : s0;
+        }
+    const int32_t *klen_c = c->mode == 1 ? klen : NULL, *seg_c = c->mode == 2 ? seg : NULL;
+    int64_t sample[8];
+    for (int b = 0; b < B; b++) sample[b] = 9 + 1000 * b;
+    be_drop drop = {.p = c->p, .seed = 4321, .sample = sample, .site = 3, .unit0 = 1};
+    float *q = rnd_new(nq, -1.5f, 1.5f), *dout = rnd_new(nq, -1, 1), *gq = rnd_new(nq, -0.5f, 0.5f);
+    float *k = rnd_new(R * nkv, -1.5f, 1.5f), *v = rnd_new(R * nkv, -1.5f, 1.5f);
+    float *gk = rnd_new(R * nkv, -0.5f, 0.5f), *gv = rnd_new(R * nkv, -0.5f, 0.5f);
+    round_to(q, nq, c->dt), round_to(dout, nq, c->dt), round_to(gq, nq, c->dt);
+    round_to(k, R * nkv, c->dt), round_to(v, R * nkv, c->dt);
+    round_to(gk, R * nkv, c->dt), round_to(gv, R * nkv, c->dt);
+
+    float *out_c = td_xcalloc(nq, sizeof(float)), *lse_c = td_xcalloc(nl, sizeof(float));
+    float *po_c = td_xcalloc(nq, sizeof(float)), *pl_c = td_xcalloc(nl, sizeof(float)), *D_c = td_xcalloc(nl, 4);
+    float *gq_c = dup(gq, nq), *gk_c = dup(gk, R * nkv), *gv_c = dup(gv, R * nkv);
+    void *q_d = up(q, nq, c->dt), *dout_d = up(dout, nq, c->dt), *gq_d = up(gq, nq, c->dt);
+    char *k_d = up(k, R * nkv, c->dt), *v_d = up(v, R * nkv, c->dt), *gk_d = up(gk, R * nkv, c->dt);
+    char *gv_d = up(gv, R * nkv, c->dt);
+    void *out_d = be_alloc(gpu, nq * es), *po_d = be_alloc(gpu, nq * es);
+    float *lse_d = be_alloc(gpu, nl * 4), *pl_d = be_alloc(gpu, nl * 4), *D_d = be_alloc(gpu, nl * 4);
+    int32_t *pos_d = up_bytes(pos, (size_t)R * Tq * sizeof(int32_t)), *klen_d = up_bytes(klen, sizeof(int32_t) * B);
+    int32_t *seg_d = up_bytes(seg, sizeof(int32_t) * B * Tq);
+    const int32_t *klen_g = c->mode == 1 ? klen_d : NULL, *seg_g = c->mode == 2 ? seg_d : NULL;
+    be_drop drop_d = drop;
+    drop_d.sample = up_bytes(sample, sizeof(int64_t) * B);
+    const int32_t *qp_c = pos + c->rank * Tq, *qp_g = pos_d + c->rank * Tq;
+    be_in q_in = {q_d, c->dt}, dout_in = {dout_d, c->dt};
+    char what[96];
+    for (int s = 0; s < R; s++) { /* forward: the ring, this rank's own block first */
+        int j = ((c->rank - s) % R + R) % R;
+        float *o_c = s ? po_c : out_c, *l_c = s ? pl_c : lse_c;
+        void *o_d = s ? po_d : out_d;
+        float *l_d = s ? pl_d : lse_d;
+        cpu->ops->attention_block_fwd(cpu, be_f32_out(o_c), l_c, be_f32(q), be_f32(k + j * nkv), be_f32(v + j * nkv), D,
+                                      KV, B, Tq, Tq, Tg, qp_c, pos + j * Tq, NH, NKV, HS, klen_c, seg_c, &drop);
+        be_in k_in = {k_d + j * nkv * es, c->dt}, v_in = {v_d + j * nkv * es, c->dt};
+        be_out o_o = {o_d, c->dt};
+        gpu->ops->attention_block_fwd(gpu, o_o, l_d, q_in, k_in, v_in, D, KV, B, Tq, Tq, Tg, qp_g, pos_d + j * Tq, NH,
+                                      NKV, HS, klen_g, seg_g, &drop_d);
+        float *o_g = down(o_d, nq, c->dt), *l_g = down(l_d, nl, BE_F32);
+        snprintf(what, sizeof what, "block fwd out (keys of rank %d)", j);
+        expect(c->name, what, relerr(o_g, o_c, nq), tol);
+        snprintf(what, sizeof what, "block fwd lse (keys of rank %d)", j);
+        expect_lse(c->name, what, l_g, l_c, nl, tol);
+        free(o_g), free(l_g);
+        if (!s) continue;
+        cpu->ops->attention_merge(cpu, be_f32_out(out_c), lse_c, be_f32(po_c), pl_c, B, Tq, NH, HS);
+        be_out acc = {out_d, c->dt};
+        be_in part = {po_d, c->dt};
+        gpu->ops->attention_merge(gpu, acc, lse_d, part, pl_d, B, Tq, NH, HS);
+    }
+    float *out_g = down(out_d, nq, c->dt), *lse_g = down(lse_d, nl, BE_F32);
+    expect(c->name, "merged out", relerr(out_g, out_c, nq), tol);
+    expect_lse(c->name, "merged lse", lse_g, lse_c, nl, tol);
+    cpu->ops->attention_delta(cpu, D_c, be_f32(dout), be_f32(out_c), B, Tq, NH, HS);
+    be_in out_in = {out_d, c->dt};
+    gpu->ops->attention_delta(gpu, D_d, dout_in, out_in, B, Tq, NH, HS);
+    float *D_g = down(D_d, nl, BE_F32);
+    expect(c->name, "delta D", relerr(D_g, D_c, nl), tol);
+    for (int s = 0; s < R; s++) { /* backward: the merged lse and D, gradients into the key block */
+        int j = ((c->rank - s) % R + R) % R;
+        cpu->ops->attention_block_bwd(cpu, be_f32_out(gq_c), be_f32_out(gk_c + j * nkv), be_f32_out(gv_c + j * nkv),
+                                      be_f32(dout), be_f32(q), be_f32(k + j * nkv), be_f32(v + j * nkv), lse_c, D_c,
+                                      D, KV, B, Tq, Tq, Tg, qp_c, pos + j * Tq, NH, NKV, HS, klen_c, seg_c, &drop);
+        be_in k_in = {k_d + j * nkv * es, c->dt}, v_in = {v_d + j * nkv * es, c->dt};
+        be_out dq_o = {gq_d, c->dt}, dk_o = {gk_d + j * nkv * es, c->dt}, dv_o = {gv_d + j * nkv * es, c->dt};
+        gpu->ops->attention_block_bwd(gpu, dq_o, dk_o, dv_o, dout_in, q_in, k_in, v_in, lse_d, D_d, D, KV, B, Tq, Tq,
+                                      Tg, qp_g, pos_d + j * Tq, NH, NKV, HS, klen_g, seg_g, &drop_d);
+    }
+    float *gq_g = down(gq_d, nq, c->dt), *gk_g = down(gk_d, R * nkv, c->dt), *gv_g = down(gv_d, R * nkv, c->dt);
+    expect(c->name, "block bwd dq (summed over the key blocks)", relerr(gq_g, gq_c, nq), tol);
+    expect(c->name, "block bwd dk (every key block)", relerr(gk_g, gk_c, R * nkv), tol);
+    expect(c->name, "block bwd dv (every key block)", relerr(gv_g, gv_c, R * nkv), tol);
+    free(out_g), free(lse_g), free(D_g), free(gq_g), free(gk_g), free(gv_g);
+    be_dfree(gpu, q_d), be_dfree(gpu, dout_d), be_dfree(gpu, gq_d), be_dfree(gpu, k_d), be_dfree(gpu, v_d);
+    be_dfree(gpu, gk_d), be_dfree(gpu, gv_d), be_dfree(gpu, out_d), be_dfree(gpu, po_d), be_dfree(gpu, lse_d);
+    be_dfree(gpu, pl_d), be_dfree(gpu, D_d), be_dfree(gpu, pos_d), be_dfree(gpu, klen_d), be_dfree(gpu, seg_d);
+    be_dfree(gpu, (void *)drop_d.sample);
+    free(pos), free(seg), free(q), free(dout), free(gq), free(k), free(v), free(gk), free(gv), free(out_c);
+    free(lse_c), free(po_c), free(pl_c), free(D_c), free(gq_c), free(gk_c), free(gv_c);
 }
 
 /* ---- attention_kv_fwd ---- */
@@ -440,9 +571,11 @@ static void run_permute(int N, int k, int h)
 /* cuda_fill_attention_moe sets exactly these entries of a zeroed vtable, and no other. */
 static void run_fill(void)
 {
-    static const char *const mine[] = {"attention_fwd", "attention_bwd", "attention_kv_fwd", "moe_route_fwd",
-                                       "moe_route_bwd", "moe_aux_loss", "moe_z_loss", "moe_permute",
-                                       "moe_permute_bwd", "moe_unpermute", "moe_unpermute_bwd"};
+    static const char *const mine[] = {"attention_fwd",       "attention_bwd",   "attention_block_fwd",
+                                       "attention_block_bwd", "attention_merge", "attention_delta",
+                                       "attention_kv_fwd",    "moe_route_fwd",   "moe_route_bwd",
+                                       "moe_aux_loss",        "moe_z_loss",      "moe_permute",
+                                       "moe_permute_bwd",     "moe_unpermute",   "moe_unpermute_bwd"};
     const int nmine = (int)(sizeof mine / sizeof mine[0]);
     struct be_ops o;
     memset(&o, 0, sizeof o);
@@ -460,7 +593,7 @@ static void run_fill(void)
             bad = 1;
         }
     }
-    expect_true("fill", "cuda_fill_attention_moe sets its 11 entries and no other", !bad && found == nmine);
+    expect_true("fill", "cuda_fill_attention_moe sets its 15 entries and no other", !bad && found == nmine);
 }
 
 /* ---- the refusals, on the host: each entry checks its sizes before it touches the backend ---- */
@@ -479,9 +612,10 @@ static void run_refusals(void)
     const char *what[] = {"attention_fwd head size 257", "attention_bwd head size 300",
                           "attention_kv_fwd head size 512", "attention_kv_fwd positions past the cache",
                           "attention_fwd 3 query heads over 2 key/value heads", "moe_route_fwd 1025 experts",
-                          "moe_route_fwd top-9 of 8", "moe_aux_loss 2000 experts"};
+                          "moe_route_fwd top-9 of 8", "moe_aux_loss 2000 experts",
+                          "attention_block_fwd head size 257", "attention_block_bwd without key positions"};
     td_set_abort_hook(died);
-    for (int i = 0; i < 8; i++) {
+    for (int i = 0; i < 10; i++) {
         volatile int dead = 0;
         if (setjmp(g_died) == 0) {
             switch (i) { /* a NULL backend: the check must come first */
@@ -497,7 +631,15 @@ static void run_refusals(void)
             case 4: o.attention_fwd(NULL, nout, NULL, none, none, none, 192, 128, 1, 4, 3, 2, 64, NULL, NULL, NULL); break;
             case 5: o.moe_route_fwd(NULL, NULL, NULL, NULL, NULL, 4, 1025, 2, BE_MOE_SOFTMAX, 0, 0.0f); break;
             case 6: o.moe_route_fwd(NULL, NULL, NULL, NULL, NULL, 4, 8, 9, BE_MOE_SOFTMAX, 0, 0.0f); break;
-            default: o.moe_aux_loss(NULL, NULL, NULL, NULL, 4, 2000, 2, BE_MOE_SOFTMAX, 0.01, 8, 1.0f); break;
+            case 7: o.moe_aux_loss(NULL, NULL, NULL, NULL, 4, 2000, 2, BE_MOE_SOFTMAX, 0.01, 8, 1.0f); break;
+            case 8:
+                o.attention_block_fwd(NULL, nout, NULL, none, none, none, 257 * 2, 257, 1, 4, 4, 8, (const int32_t *)&o,
+                                      (const int32_t *)&o, 2, 1, 257, NULL, NULL, NULL);
+                break;
+            default:
+                o.attention_block_bwd(NULL, some, nout, nout, none, none, none, none, NULL, NULL, 128, 64, 1, 4, 4, 8,
+                                      (const int32_t *)&o, NULL, 2, 1, 64, NULL, NULL, NULL);
+                break;
             }
         } else
             dead = 1;
@@ -546,6 +688,17 @@ int main(void)
     };
     for (size_t i = 0; i < sizeof att / sizeof att[0]; i++) run_attention(&att[i]);
     run_mask();
+
+    static const blk_case blk[] = {
+        {"cp C2 rank0 causal gqa2 hs64", 2, 2, 20, 0, 4, 2, 64, 0, 0.0f, BE_F32},
+        {"cp C2 rank1 causal mha hs80 drop", 2, 2, 20, 1, 3, 3, 80, 0, 0.1f, BE_F32},
+        {"cp C4 rank1 causal gqa1 hs64 drop (Tq 80)", 1, 4, 40, 1, 3, 1, 64, 0, 0.2f, BE_F32},
+        {"cp C4 rank3 padded mha hs64 drop", 3, 4, 9, 3, 2, 2, 64, 1, 0.1f, BE_F32},
+        {"cp C2 rank0 packed gqa1 hs64 drop", 2, 2, 33, 0, 2, 1, 64, 2, 0.1f, BE_F32},
+        {"cp C2 rank1 causal gqa1 hs256", 1, 2, 16, 1, 2, 1, 256, 0, 0.0f, BE_F32},
+        {"cp C2 rank1 causal mha hs64 bf16 drop", 2, 2, 20, 1, 3, 3, 64, 0, 0.1f, BE_BF16},
+    };
+    for (size_t i = 0; i < sizeof blk / sizeof blk[0]; i++) run_block(&blk[i]);
 
     static const kv_case kv[] = {
         {"kv n1 pos0 0 mha hs64", 2, 1, 0, 16, 3, 3, 64, BE_F32},

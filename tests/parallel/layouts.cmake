@@ -451,6 +451,19 @@ trident_layout(moe_hier_ep2_dp4_a2a 4 1 2 --fake-hosts 2 --expert-model-parallel
 trident_layout(moe_hier_distopt_ep2_dp4_a2a 4 1 2 --fake-hosts 2 --expert-model-parallel-size 2
   --moe-token-dispatcher-type alltoall --dp-collectives hierarchical --use-distributed-optimizer
   --overlap-grad-reduce --overlap-param-gather --ddp-bucket-size 20000)
+# LoRA on the MoE model's attention (q, k, v, o adapters; the experts, the router and the shared
+# expert frozen: no gradients, no optimizer state): tp 2 x ep 2 (alltoall) and, with sequence
+# parallelism, the distributed optimizer over the adapters alone, against its own one-rank run
+set(LAYOUT_MOE ${LAYOUT_ARCH})
+set(LAYOUT_ARCH ${LAYOUT_MOE} --lora-rank 4 --lora-alpha 16 --lora-target-modules q_proj,k_proj,v_proj,o_proj
+  --lora-dropout 0.1)
+set(LAYOUT_BASE lora_moe_baseline)
+trident_layout(lora_moe_baseline 1 1 2)
+trident_layout(lora_moe_tp2_ep2_a2a 4 2 2 --expert-model-parallel-size 2 --moe-token-dispatcher-type alltoall)
+trident_layout(lora_moe_sp_distopt_tp2_ep2 4 2 2 --sequence-parallel --expert-model-parallel-size 2
+  --use-distributed-optimizer --moe-grouped-gemm)
+set(LAYOUT_ARCH ${LAYOUT_MOE})
+set(LAYOUT_BASE moe_baseline)
 # with capacity (drops over it, per micro-batch as Megatron's per rank): the same drops in every
 # layout of the same micro-batch size
 set(LAYOUT_ARCH --num-layers 4 --swiglu --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 64 --moe-aux-loss-coeff 1e-2
@@ -534,6 +547,15 @@ set(LAYOUT_ARCH --bert-no-binary-head)
 set(LAYOUT_BASE bert_nobh_baseline)
 trident_layout(bert_nobh_baseline 1 1 2)
 trident_layout(bert_nobh_sp_tp2_pp2_dp2 8 2 1 --sequence-parallel --pipeline-model-parallel-size 2)
+# LoRA on BERT (Hugging Face's query, key, value and the other linears by trident's names: every
+# linear of the encoder), the embeddings, norms and both heads frozen, against its own one-rank run
+set(LAYOUT_ARCH --lora-rank 4 --lora-alpha 16 --lora-target-modules query,key,value,o_proj,up_proj,down_proj
+  --lora-dropout 0.1)
+set(LAYOUT_BASE bert_lora_baseline)
+trident_layout(bert_lora_baseline 1 1 2)
+trident_layout(bert_lora_tp2 2 2 2)
+trident_layout(bert_lora_sp_distopt_tp2_pp2_dp2 8 2 1 --sequence-parallel --pipeline-model-parallel-size 2
+  --use-distributed-optimizer)
 # and under --bf16, against its own one-rank run within the bf16 tolerance of the GPT runs above
 set(LAYOUT_ARCH --bf16)
 set(LAYOUT_TOL 2e-3)

@@ -683,6 +683,56 @@ static void overlap_buckets(void **state)
     close_to(r.x_dp - r.t_dp, half * (1 - 100000.0 / 110336), 1e-12);
 }
 
+/* LoRA's time: a frozen linear's backward is its input's gradient alone. A model of 2 layers,
+ * hidden 64, 4 heads (MHA), FFN 256 (GeLU), seq 32, padded vocabulary 512, 8 samples, adapters of
+ * rank 4 on q_proj and v_proj, counted by hand a token at a time (forward FLOPs, 2 per
+ * multiply-add): the weights' GEMMs 2 x 64 x (192 + 64 + 256 + 256) = 98304 a layer, 2 passes;
+ * the attention core's 2 x 2 x 32 x 64 = 8192, 3 passes; the adapters' 2 x 4 x ((64 + 64) + (64 +
+ * 64)) = 2048, 3 passes; the logits' 2 x 64 x 512 = 65536, 2 passes. Without LoRA every GEMM 3
+ * passes. The planner's compute time on a device whose GEMMs run at the peak whatever their shape
+ * (gemm_half 0) and whose memory-bound kernels are free is those FLOPs over the peak; its data
+ * parallelism reduces the adapters' 2048 fp32 gradients alone, and Megatron's memory holds
+ * gradients and Adam state for them alone. */
+static void lora_time(void **state)
+{
+    (void)state;
+    plan_job j;
+    memset(&j, 0, sizeof j);
+    gpt_config *g = &j.cfg;
+    g->num_layers = 2, g->hidden = 64, g->heads = 4, g->ffn = 256, g->seq = g->max_pos = 32;
+    g->vocab = g->padded_vocab = 512, g->untied = 1;
+    j.gbs = 8, j.dtype = 0;
+    double tokens = 8 * 32, full = tokens * (2 * (3 * 98304.0 + 3 * 8192) + 3 * 65536);
+    close_to(gpt_flops_per_iteration(g, 8, 0), full, 1e-12);
+    g->lora_rank = 4, g->lora_alpha = 8, g->lora_targets = 1 << GPT_LORA_Q | 1 << GPT_LORA_V;
+    double lora = tokens * (2 * (2 * 98304.0 + 3 * 8192 + 3 * 2048) + 2 * 65536);
+    close_to(lora, 149946368.0, 1e-15); /* 585728 a token */
+    close_to(gpt_flops_per_iteration(g, 8, 0), lora, 1e-12);
+    /* full recomputation: the layers' forward again (the logits not) */
+    close_to(gpt_flops_per_iteration(g, 8, 1), tokens * (2 * (3 * 98304.0 + 4 * 8192 + 4 * 2048) + 2 * 65536), 1e-12);
+
+    plan_cluster c = {.gpus_per_node = 2, .nodes = 1, .peak = {1e12, 0, 0}, .mem_gib = 80, .hbm_bw = 1e30,
+                      .intra_bw = 1e9, .inter_bw = 1e9, .gemm_emax = 1, .gemm_half = 0};
+    plan_layout l = {1, 1, 1, 1, 8, PLAN_RC_NONE, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0, 0, 0};
+    plan_result r;
+    char err[256];
+    assert_int_equal(plan_evaluate(&j, &c, &l, &r, err, sizeof err), 0);
+    close_to(r.t_compute, lora / 1e12, 1e-9);
+    close_to(r.flops, lora, 1e-12);
+    g->lora_rank = 0;
+    assert_int_equal(plan_evaluate(&j, &c, &l, &r, err, sizeof err), 0);
+    close_to(r.t_compute, full / 1e12, 1e-9);
+    g->lora_rank = 4;
+    /* dp 2, each rank 4 samples: the adapters' gradients, 2 layers x (4 x 64 + 64 x 4) x 2 modules = 2048
+     * floats, all-reduced over 2 ranks: 2 x 1/2 x 8192 bytes / 1 GB/s; Megatron's memory (fp32
+     * training): fp32 gradients and Adam's two moments (8 bytes) for them alone */
+    l.dp = 2, l.mbs = 4;
+    assert_int_equal(plan_evaluate(&j, &c, &l, &r, err, sizeof err), 0);
+    close_to(r.t_dp, 8192 / 1e9, 1e-12);
+    close_to(r.m_grads, 2048 * 4.0, 1e-12);
+    close_to(r.m_optimizer, 2048 * 8.0, 1e-12);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -691,7 +741,7 @@ int main(void)
         cmocka_unit_test(megatron_tp_pp),      cmocka_unit_test(trident_cpu_memory), cmocka_unit_test(megatron_table2),
         cmocka_unit_test(placement_links),     cmocka_unit_test(scatter_gather), cmocka_unit_test(dp_hierarchical),
         cmocka_unit_test(overlap_buckets),     cmocka_unit_test(mixture_of_experts),
-        cmocka_unit_test(moe_distributed_optimizer),
+        cmocka_unit_test(moe_distributed_optimizer), cmocka_unit_test(lora_time),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

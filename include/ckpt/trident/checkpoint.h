@@ -76,6 +76,9 @@ ckpt_slice ckpt_slice_of(const gpt_tensor_info *t);
 ckpt_slice ckpt_slice_whole(int64_t d0, int64_t d1);
 /* Elements a buffer holding slice s has. */
 int64_t ckpt_slice_numel(const ckpt_slice *s);
+/* Copies slice s of a whole row-major tensor (s->shape) into dst (ckpt_slice_numel(s) floats, laid
+ * out as a buffer holding s). Expert rows (s->r1) are not taken: s must have r1 0. */
+void ckpt_slice_take(const ckpt_slice *s, const float *whole, float *dst);
 
 /* Kinds of state in a checkpoint. */
 typedef enum { CKPT_PARAMS = 0, CKPT_EXP_AVG = 1, CKPT_EXP_AVG_SQ = 2 } ckpt_kind;

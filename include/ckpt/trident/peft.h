@@ -44,13 +44,43 @@ int peft_merge_hf(const char *adapter, const char *in, const char *out, int *mer
 int peft_import_hf(const char *adapter, const char *in, const char *out, int divisible_by, const char *backend_name,
                    comm *world, int *merged, char *err, size_t errlen);
 
+/* ---- a PEFT adapter as trident's trainable adapters (train --lora-load) ---- */
+struct ckpt_slice;
+typedef struct peft_adapter {
+    peft_lora_config cfg;
+    int num_layers;
+    unsigned targets;      /* bit m: module GPT_LORA_* m has adapters, in every layer */
+    void *file;            /* the open adapter_model.safetensors (st_file) */
+    const void **tensors;  /* [layer][module][A, B]: its st_tensor, or NULL */
+} peft_adapter;
+/* Opens the PEFT adapter folder DIR (adapter_config.json read as peft_read_config reads it,
+ * adapter_model.safetensors) for a model of num_layers layers. Its tensors must all be LoRA
+ * weights of Llama-family modules, base_model.model.model.layers.N.self_attn.{q,k,v,o}_proj or
+ * .mlp.{gate,up,down}_proj (bert: MegatronBert's, base_model.model.bert.encoder.layer.N.
+ * attention.self.{query,key,value}, .attention.output.dense, .intermediate.dense, .output.dense),
+ * each .lora_A.weight or .lora_B.weight, with or without the adapter name before .weight
+ * (.lora_A.default.weight, as a model's state_dict names it), and the same modules in every
+ * layer, each with both A and B. Returns 0, or -1 with one line in err. */
+int peft_adapter_open(const char *dir, int num_layers, int bert, peft_adapter *ad, char *err, size_t errlen);
+/* The slice `want` of trident adapter tensor `name` (layers.N.attn.q_proj.lora_A.weight ...) as
+ * floats into dst: the adapter's tensor (F32, F16 or BF16) whose shape must be want's. Returns 0,
+ * or -1 with one line in err. */
+int peft_adapter_read(const peft_adapter *ad, const char *name, const struct ckpt_slice *want, float *dst, char *err,
+                      size_t errlen);
+/* lora_alpha for trident's scaling alpha / r: the adapter's, or alpha sqrt(r) under use_rslora. */
+double peft_adapter_alpha(const peft_adapter *ad);
+void peft_adapter_close(peft_adapter *ad);
+
 struct ckpt_meta;
 /* Writes the LoRA adapters of a trident checkpoint (train --lora-rank) in PEFT's format:
- * OUT/adapter_model.safetensors (F32, base_model.model.model.layers.N.self_attn.q_proj.lora_A.weight
- * ..., the Llama names) and OUT/adapter_config.json (r, lora_alpha, lora_dropout, target_modules,
- * bias "none", task_type CAUSAL_LM). For Llama-family models (RMSNorm, gated MLP); an OUT already
- * holding an adapter is refused. Returns 0 and the number of modules in *modules, or -1 with one
- * line in err. */
+ * OUT/adapter_model.safetensors (F32) and OUT/adapter_config.json (r, lora_alpha, lora_dropout,
+ * target_modules, bias "none", fan_in_fan_out, task_type CAUSAL_LM). Llama-family models (RMSNorm,
+ * gated MLP): base_model.model.model.layers.N.self_attn.q_proj.lora_A.weight ..., each adapter as
+ * it is. GPT-2: base_model.model.transformer.h.N.attn.c_attn.lora_A.weight ..., fan_in_fan_out,
+ * c_attn the rank n r stack of the n targeted q, k, v adapters (lora_B block-diagonal), the other
+ * modules zero-padded to that rank, lora_alpha scaled with it (docs/finetune.md). Any other
+ * model, or an OUT already holding an adapter, is refused. Returns 0 and the number of modules in
+ * *modules, or -1 with one line in err. */
 int peft_export(const struct ckpt_meta *meta, const char *out, int *modules, char *err, size_t errlen);
 
 #endif

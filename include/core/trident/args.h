@@ -103,6 +103,7 @@ typedef struct td_args {
     int lora_rank;             /* train: LoRA adapters of this rank on a frozen base (0: off) */
     double lora_alpha, lora_dropout;
     char *lora_target_modules; /* a comma-separated subset of TD_LORA_MODULE_CHOICES, or all-linear */
+    char *lora_load;           /* train: a PEFT adapter folder loaded as the trainable adapters */
     /* parallel */
     int tensor_model_parallel_size;
     int context_parallel_size; /* ranks each sample's sequence is split over (1: off) */

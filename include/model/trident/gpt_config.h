@@ -214,7 +214,13 @@ int gpt_logical_tensor(const gpt_config *cfg, int i, char *name, size_t len, int
 int64_t gpt_canonical_offset(const gpt_config *cfg, const char *name);
 /* Parameters of the logical model (every tensor counted once, padded vocab included). */
 int64_t gpt_num_params(const gpt_config *cfg);
-/* Model FLOPs of one iteration of `batch` samples (Megatron's formula, padded vocab). */
+/* Model FLOPs of one iteration of `batch` samples (Megatron's formula, padded vocab). Under LoRA
+ * the frozen weights' GEMMs (the layers' linears, the output layer) count 2 passes, not 3 (their
+ * backward computes the input's gradient only: 4N a token rather than 6N), the attention core's
+ * products 3, and the adapters' GEMMs 3 passes of 2 r (in + out) a token per adapted module. */
 double gpt_flops_per_iteration(const gpt_config *cfg, int64_t batch, int full_recompute);
+/* Under LoRA, the sum over the adapted modules of in + out (the adapters' A (r, in) and B (out, r)
+ * hold r times it per layer); 0 without. */
+double gpt_lora_widths(const gpt_config *cfg);
 
 #endif

@@ -25,6 +25,10 @@ static inline int cpu_threads(const backend *be) { return ((const cpu_state *)be
 #define cpu_add CPU_PASTE(cpu_add, CPU_ISA)
 #define cpu_attention_bwd CPU_PASTE(cpu_attention_bwd, CPU_ISA)
 #define cpu_attention_fwd CPU_PASTE(cpu_attention_fwd, CPU_ISA)
+#define cpu_attention_block_fwd CPU_PASTE(cpu_attention_block_fwd, CPU_ISA)
+#define cpu_attention_block_bwd CPU_PASTE(cpu_attention_block_bwd, CPU_ISA)
+#define cpu_attention_merge CPU_PASTE(cpu_attention_merge, CPU_ISA)
+#define cpu_attention_delta CPU_PASTE(cpu_attention_delta, CPU_ISA)
 #define cpu_bias_add CPU_PASTE(cpu_bias_add, CPU_ISA)
 #define cpu_bias_bwd CPU_PASTE(cpu_bias_bwd, CPU_ISA)
 #define cpu_bias_dropout_add_fwd CPU_PASTE(cpu_bias_dropout_add_fwd, CPU_ISA)
@@ -205,6 +209,18 @@ void cpu_attention_fwd(const backend *be, float *out, float *lse, const float *q
 void cpu_attention_bwd(const backend *be, float *dq, float *dk, float *dv, const float *dout, const float *q,
                        const float *k, const float *v, const float *lse, int ldq, int ldkv, int B, int T, int NH,
                        int NKV, int HS, const int32_t *klen, const int32_t *seg, const be_drop *drop);
+void cpu_attention_block_fwd(const backend *be, float *out, float *lse, const float *q, const float *k,
+                             const float *v, int ldq, int ldkv, int B, int Tq, int Tk, int Tg, const int32_t *qpos,
+                             const int32_t *kpos, int NH, int NKV, int HS, const int32_t *klen, const int32_t *seg,
+                             const be_drop *drop);
+void cpu_attention_block_bwd(const backend *be, float *dq, float *dk, float *dv, const float *dout, const float *q,
+                             const float *k, const float *v, const float *lse, const float *D, int ldq, int ldkv,
+                             int B, int Tq, int Tk, int Tg, const int32_t *qpos, const int32_t *kpos, int NH, int NKV,
+                             int HS, const int32_t *klen, const int32_t *seg, const be_drop *drop);
+void cpu_attention_merge(const backend *be, float *out, float *lse, const float *op, const float *lp, int B, int T,
+                         int NH, int HS);
+void cpu_attention_delta(const backend *be, float *D, const float *dout, const float *out, int B, int T, int NH,
+                         int HS);
 
 void cpu_attention_kv_fwd(const backend *be, float *out, const float *q, const float *kc, const float *vc, int ldq,
                           int B, int n, int pos0, int cap, int NH, int NKV, int HS);

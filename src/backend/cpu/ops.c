@@ -118,6 +118,34 @@ static void e_attention_bwd(const backend *be, be_out dq, be_out dk, be_out dv, 
     cpu_attention_bwd(be, out32(dq, e), out32(dk, e), out32(dv, e), in32(dout, e), in32(q, e), in32(k, e),
                       in32(v, e), lse, ldq, ldkv, B, T, NH, NKV, HS, klen, seg, drop);
 }
+static void e_attention_block_fwd(const backend *be, be_out out, float *lse, be_in q, be_in k, be_in v, int ldq,
+                                  int ldkv, int B, int Tq, int Tk, int Tg, const int32_t *qpos, const int32_t *kpos,
+                                  int NH, int NKV, int HS, const int32_t *klen, const int32_t *seg, const be_drop *drop)
+{
+    const char *e = "attention_block_fwd";
+    cpu_attention_block_fwd(be, out32(out, e), lse, in32(q, e), in32(k, e), in32(v, e), ldq, ldkv, B, Tq, Tk, Tg, qpos,
+                            kpos, NH, NKV, HS, klen, seg, drop);
+}
+static void e_attention_block_bwd(const backend *be, be_out dq, be_out dk, be_out dv, be_in dout, be_in q, be_in k,
+                                  be_in v, const float *lse, const float *D, int ldq, int ldkv, int B, int Tq, int Tk,
+                                  int Tg, const int32_t *qpos, const int32_t *kpos, int NH, int NKV, int HS,
+                                  const int32_t *klen, const int32_t *seg, const be_drop *drop)
+{
+    const char *e = "attention_block_bwd";
+    cpu_attention_block_bwd(be, out32(dq, e), out32(dk, e), out32(dv, e), in32(dout, e), in32(q, e), in32(k, e),
+                            in32(v, e), lse, D, ldq, ldkv, B, Tq, Tk, Tg, qpos, kpos, NH, NKV, HS, klen, seg, drop);
+}
+static void e_attention_merge(const backend *be, be_out out, float *lse, be_in out_part, const float *lse_part, int B,
+                              int T, int NH, int HS)
+{
+    const char *e = "attention_merge";
+    cpu_attention_merge(be, out32(out, e), lse, in32(out_part, e), lse_part, B, T, NH, HS);
+}
+static void e_attention_delta(const backend *be, float *D, be_in dout, be_in out, int B, int T, int NH, int HS)
+{
+    const char *e = "attention_delta";
+    cpu_attention_delta(be, D, in32(dout, e), in32(out, e), B, T, NH, HS);
+}
 static void e_attention_kv_fwd(const backend *be, be_out out, be_in q, be_in kc, be_in vc, int ldq, int B, int n,
                                int pos0, int cap, int NH, int NKV, int HS)
 {
@@ -214,6 +242,10 @@ void cpu_kernels_fill(struct be_ops *o)
     o->rope_bwd = e_rope_bwd;
     o->attention_fwd = e_attention_fwd;
     o->attention_bwd = e_attention_bwd;
+    o->attention_block_fwd = e_attention_block_fwd;
+    o->attention_block_bwd = e_attention_block_bwd;
+    o->attention_merge = e_attention_merge;
+    o->attention_delta = e_attention_delta;
     o->attention_kv_fwd = e_attention_kv_fwd;
     o->act_fwd = e_act_fwd;
     o->act_bwd = e_act_bwd;

@@ -49,32 +49,93 @@ static_assert(ATT_BQ == ATT_BK && ATT_THREADS == 8 * ATT_BQ, "8 threads a row, 4
 typedef struct att_args {
     const void *q, *k, *v;
     int qdt, kdt, vdt;
-    int ldq, ldkv, B, T, NH, NKV, HS;
+    int ldq, ldkv, B, T, NH, NKV, HS; /* T: query rows a sample */
     const int32_t *klen; /* (B) device, or NULL: causal */
     const int32_t *seg;  /* (B, T) device: each query's document start, or NULL: one document */
     float scale;         /* 1 / sqrt(HS) */
     cu_drop dr;
+    /* The block entries (attention_block_*): key rows Tk a sample, dropout's sequence length Tg,
+     * the global positions of the query rows and keys (device, strictly increasing); qpos NULL:
+     * self-attention, Tk = Tg = T. */
+    int Tk, Tg;
+    const int32_t *qpos, *kpos;
 } att_args;
 
-/* Keys query t of sample b reads: [0, t] causal, [0, klen) padded (klen clamped to [1, T]). */
+/* Block mode: the keys at positions <= x (the first index past them; keys increasing). */
+static __device__ __forceinline__ int att_upper(const att_args &a, int x)
+{
+    int lo = 0, hi = a.Tk;
+    while (lo < hi) {
+        int m = (lo + hi) >> 1;
+        if (a.kpos[m] <= x) lo = m + 1;
+        else hi = m;
+    }
+    return lo;
+}
+
+/* Block mode: the first query row at a position >= x (query positions increasing). */
+static __device__ __forceinline__ int att_qfirst(const att_args &a, int x)
+{
+    int lo = 0, hi = a.T;
+    while (lo < hi) {
+        int m = (lo + hi) >> 1;
+        if (a.qpos[m] < x) lo = m + 1;
+        else hi = m;
+    }
+    return lo;
+}
+
+/* klen[b] clamped to [1, n]. */
+static __device__ __forceinline__ int att_klen(const att_args &a, int b, int n)
+{
+    int k = a.klen[b];
+    return k < 1 ? 1 : k > n ? n : k;
+}
+
+/* Keys query t of sample b reads: [0, t] causal, [0, klen) padded (klen clamped to [1, T]).
+ * Block mode: the end of its keys in the key block (positions <= the query's, or < klen). */
 static __device__ __forceinline__ int att_keys(const att_args &a, int b, int t)
 {
+    if (a.qpos) return att_upper(a, a.klen ? att_klen(a, b, a.Tg) - 1 : a.qpos[t]);
     if (!a.klen) return t + 1;
     int n = a.klen[b];
     return n < 1 ? 1 : n > a.T ? a.T : n;
 }
 
-/* First key query t of sample b reads: its document's start (0 without segments). */
+/* Query t's document start (clamped to [0, its position]). */
+static __device__ __forceinline__ int att_seg(const att_args &a, int b, int t)
+{
+    int s = a.seg[(size_t)b * a.T + t], p = a.qpos ? a.qpos[t] : t;
+    return s < 0 ? 0 : s > p ? p : s;
+}
+
+/* First key query t of sample b reads: its document's start (0 without segments); block mode:
+ * the first key of the block at or after it (at most att_keys). */
 static __device__ __forceinline__ int att_key0(const att_args &a, int b, int t)
 {
     if (!a.seg) return 0;
-    int s = a.seg[(size_t)b * a.T + t];
-    return s < 0 ? 0 : s > t ? t : s;
+    if (a.qpos) return min(att_upper(a, att_seg(a, b, t) - 1), att_keys(a, b, t));
+    return att_seg(a, b, t);
+}
+
+/* Does query t of sample b read key j (j < Tk)? Block mode by the positions themselves. */
+static __device__ __forceinline__ bool att_reads(const att_args &a, int b, int t, int j)
+{
+    if (!a.qpos) return j < att_keys(a, b, t) && j >= att_key0(a, b, t);
+    int kp = a.kpos[j];
+    if (a.klen) return kp < att_klen(a, b, a.Tg);
+    return kp <= a.qpos[t] && (!a.seg || kp >= att_seg(a, b, t));
 }
 /* The first key tile a query tile starting at q0 reads (its first row's document start). */
 static __device__ __forceinline__ int att_tile0(const att_args &a, int b, int q0)
 {
     return a.seg ? att_key0(a, b, q0) / ATT_BK * ATT_BK : 0;
+}
+/* The end of the keys a query tile starting at q0 reads (its last row's: ends are non-decreasing). */
+static __device__ __forceinline__ int att_kend(const att_args &a, int b, int q0)
+{
+    if (a.qpos) return att_keys(a, b, min(q0 + ATT_BQ, a.T) - 1);
+    return a.klen ? att_keys(a, b, 0) : min(q0 + ATT_BQ, a.T);
 }
 
 /* Rows [r0, r0 + ATT_BQ) of a (T, ld) matrix's columns [col, col + HS) into s (ATT_BQ, HS + 1)
@@ -106,10 +167,15 @@ static __device__ __forceinline__ float row_max8(float x)
 
 /* Dropout multipliers m[0..4) of keys j0..j0+3 for query t of (sample b, head h): 0 or 1/(1-p).
  * Consecutive keys are consecutive units, so one Philox block serves up to 4 (two at most). */
+static __device__ float att_mult1(const att_args &a, int b, int h, int t, int j);
 static __device__ void att_mults4(float m[4], const att_args &a, int b, int h, int t, int j0)
 {
     if (!a.dr.on) {
         m[0] = m[1] = m[2] = m[3] = 1.0f;
+        return;
+    }
+    if (a.qpos) { /* block mode: keys by position, not consecutive units; past the block masked */
+        for (int w = 0; w < 4; w++) m[w] = j0 + w < a.Tk ? att_mult1(a, b, h, t, j0 + w) : 0.0f;
         return;
     }
     int64_t sample = a.dr.sample[b], pos = (int64_t)a.dr.pos0 + t;
@@ -121,12 +187,13 @@ static __device__ void att_mults4(float m[4], const att_args &a, int b, int h, i
     }
 }
 
-/* Dropout multiplier of one (query t, key j) of (sample b, head h). */
+/* Dropout multiplier of one (query t, key j) of (sample b, head h); block mode: at the query's
+ * and the key's global positions. */
 static __device__ float att_mult1(const att_args &a, int b, int h, int t, int j)
 {
     if (!a.dr.on) return 1.0f;
-    int64_t unit = ((int64_t)a.dr.unit0 + h) * a.T + j;
-    uint4 r = cu_drop_block(a.dr, BE_DROP_ATTN, a.dr.sample[b], (int64_t)a.dr.pos0 + t, unit);
+    int64_t unit = ((int64_t)a.dr.unit0 + h) * a.Tg + (a.qpos ? a.kpos[j] : j);
+    uint4 r = cu_drop_block(a.dr, BE_DROP_ATTN, a.dr.sample[b], (int64_t)a.dr.pos0 + (a.qpos ? a.qpos[t] : t), unit);
     return cu_word(r, (int)(unit & 3)) >= a.dr.thr ? a.dr.keep : 0.0f;
 }
 
@@ -143,9 +210,9 @@ __global__ void __launch_bounds__(ATT_THREADS) att_fwd_kernel(att_args a, void *
     const int r = threadIdx.x >> 3, sub = threadIdx.x & 7, t = q0 + r;
     const int tm = t < a.T ? t : a.T - 1; /* rows past T mask as the last one and are not written */
     const int nkeys = att_keys(a, b, tm), key0 = att_key0(a, b, tm);
-    const int kend = a.klen ? att_keys(a, b, 0) : min(q0 + ATT_BQ, a.T);
+    const int kend = att_kend(a, b, q0);
     const size_t qbase = (size_t)b * a.T * a.ldq + (size_t)h * HS;
-    const size_t kvbase = (size_t)b * a.T * a.ldkv + (size_t)g * HS;
+    const size_t kvbase = (size_t)b * a.Tk * a.ldkv + (size_t)g * HS;
 
     att_load_tile(Qs, a.q, a.qdt, qbase, a.ldq, q0, a.T, HS);
     float acc[ATT_CPT];
@@ -190,7 +257,7 @@ __global__ void __launch_bounds__(ATT_THREADS) att_fwd_kernel(att_args a, void *
                 if (sub + 8 * u < HS) acc[u] += p * vr[8 * u];
         }
     }
-    float inv = 1.0f / l;
+    float inv = l > 0.0f ? 1.0f / l : 0.0f; /* l 0: block mode, a row that reads no key of the block */
     size_t orow = ((size_t)b * a.T + t) * C + (size_t)h * HS;
     if (!D) {
         if (t >= a.T) return;
@@ -199,7 +266,7 @@ __global__ void __launch_bounds__(ATT_THREADS) att_fwd_kernel(att_args a, void *
             int c = sub + 8 * u;
             if (c < HS) cu_st(out, odt, orow + c, acc[u] * inv);
         }
-        if (sub == 0) lse[((size_t)b * a.NH + h) * a.T + t] = m + logf(l);
+        if (sub == 0) lse[((size_t)b * a.NH + h) * a.T + t] = l > 0.0f ? m + logf(l) : -INFINITY;
         return;
     }
     float dsum = 0.0f;
@@ -229,15 +296,16 @@ __global__ void __launch_bounds__(ATT_THREADS) att_bwd_kv_kernel(att_args a, voi
           *Dq = Ls + ATT_BQ;
     const int b = blockIdx.z, g = blockIdx.y, k0 = blockIdx.x * ATT_BK;
     const int r = threadIdx.x >> 3, sub = threadIdx.x & 7, j = k0 + r;
-    const int kread = a.klen ? att_keys(a, b, 0) : a.T; /* keys anyone reads */
+    const int kread = a.klen ? att_keys(a, b, 0) : a.Tk; /* keys anyone reads */
     if (k0 >= kread) return; /* padding: no query reads these keys, their gradients are 0 */
-    const size_t kvbase = (size_t)b * a.T * a.ldkv + (size_t)g * HS;
-    att_load_tile(Ks, a.k, a.kdt, kvbase, a.ldkv, k0, a.T, HS);
-    att_load_tile(Vs, a.v, a.vdt, kvbase, a.ldkv, k0, a.T, HS);
+    const size_t kvbase = (size_t)b * a.Tk * a.ldkv + (size_t)g * HS;
+    att_load_tile(Ks, a.k, a.kdt, kvbase, a.ldkv, k0, a.Tk, HS);
+    att_load_tile(Vs, a.v, a.vdt, kvbase, a.ldkv, k0, a.Tk, HS);
     float gk[ATT_CPT], gv[ATT_CPT];
 #pragma unroll
     for (int u = 0; u < ATT_CPT; u++) gk[u] = gv[u] = 0.0f;
-    const int qstart = a.klen ? 0 : k0 / ATT_BQ * ATT_BQ; /* causal: no query before key k0 reads it */
+    /* causal: no query before key k0 reads it (block mode: no query at a position before it) */
+    const int qstart = a.klen ? 0 : a.qpos ? att_qfirst(a, a.kpos[k0]) / ATT_BQ * ATT_BQ : k0 / ATT_BQ * ATT_BQ;
     for (int h = g * rep; h < (g + 1) * rep; h++) {
         const size_t qbase = (size_t)b * a.T * a.ldq + (size_t)h * HS, obase = (size_t)b * a.T * C + (size_t)h * HS;
         const size_t rowbase = ((size_t)b * a.NH + h) * a.T;
@@ -257,7 +325,7 @@ __global__ void __launch_bounds__(ATT_THREADS) att_bwd_kv_kernel(att_args a, voi
             for (int w = 0; w < 4; w++) {
                 int i = sub * 4 + w, t = q0 + i;
                 float p = 0.0f, pm = 0.0f, ds = 0.0f;
-                if (t < a.T && j < att_keys(a, b, t) && j >= att_key0(a, b, t)) {
+                if (t < a.T && j < a.Tk && att_reads(a, b, t, j)) {
                     const float *qr = Qs + i * hsp, *kr = Ks + r * hsp, *orr = Os + i * hsp, *vr = Vs + r * hsp;
                     float s = 0.0f, dp = 0.0f;
                     for (int d = 0; d < HS; d++) {
@@ -286,7 +354,7 @@ __global__ void __launch_bounds__(ATT_THREADS) att_bwd_kv_kernel(att_args a, voi
             }
         }
     }
-    if (j >= a.T) return;
+    if (j >= a.Tk) return;
     size_t row = kvbase + (size_t)j * a.ldkv;
 #pragma unroll
     for (int u = 0; u < ATT_CPT; u++) {
@@ -311,9 +379,9 @@ __global__ void __launch_bounds__(ATT_THREADS) att_bwd_q_kernel(att_args a, void
     const int r = threadIdx.x >> 3, sub = threadIdx.x & 7, t = q0 + r;
     const int tm = t < a.T ? t : a.T - 1;
     const int nkeys = att_keys(a, b, tm), key0 = att_key0(a, b, tm);
-    const int kend = a.klen ? att_keys(a, b, 0) : min(q0 + ATT_BQ, a.T);
+    const int kend = att_kend(a, b, q0);
     const size_t qbase = (size_t)b * a.T * a.ldq + (size_t)h * HS, obase = (size_t)b * a.T * C + (size_t)h * HS;
-    const size_t kvbase = (size_t)b * a.T * a.ldkv + (size_t)g * HS;
+    const size_t kvbase = (size_t)b * a.Tk * a.ldkv + (size_t)g * HS;
     const size_t rowbase = ((size_t)b * a.NH + h) * a.T;
     att_load_tile(Qs, a.q, a.qdt, qbase, a.ldq, q0, a.T, HS);
     att_load_tile(Os, dout, ddt, obase, C, q0, a.T, HS);
@@ -458,6 +526,8 @@ static att_args att_args_of(be_in q, be_in k, be_in v, int ldq, int ldkv, int B,
     a.seg = seg;
     a.scale = 1.0f / sqrtf((float)HS);
     a.dr = cu_drop_of(drop);
+    a.Tk = T, a.Tg = T;
+    a.qpos = a.kpos = NULL;
     return a;
 }
 
@@ -510,6 +580,115 @@ static void cu_attention_bwd(const backend *be, be_out dq, be_out dk, be_out dv,
     be->ops->free(be, D); /* ordered after the kernels that read it */
 }
 
+/* The block entries' arguments: att_args_of's, then the block's key rows, positions and Tg. */
+static att_args att_block_args(be_in q, be_in k, be_in v, int ldq, int ldkv, int B, int Tq, int Tk, int Tg,
+                               const int32_t *qpos, const int32_t *kpos, int NH, int NKV, int HS,
+                               const int32_t *klen, const int32_t *seg, const be_drop *drop, const char *entry)
+{
+    att_check(entry, NH, NKV, HS, ldq, ldkv);
+    TD_CHECK(!seg || !klen, "packed documents are causal", "cuda %s: both klen and seg", entry);
+    TD_CHECK(qpos && kpos && Tk >= 0 && Tq <= Tg && Tk <= Tg, "pass the global positions of the query rows and keys",
+             "cuda %s: %d query rows and %d keys of a sequence of %d (positions %s)", entry, Tq, Tk, Tg,
+             qpos && kpos ? "given" : "missing");
+    att_args a = att_args_of(q, k, v, ldq, ldkv, B, Tq, NH, NKV, HS, klen, seg, drop);
+    a.Tk = Tk, a.Tg = Tg;
+    a.qpos = qpos, a.kpos = kpos;
+    return a;
+}
+
+static void cu_attention_block_fwd(const backend *be, be_out out, float *lse, be_in q, be_in k, be_in v, int ldq,
+                                   int ldkv, int B, int Tq, int Tk, int Tg, const int32_t *qpos, const int32_t *kpos,
+                                   int NH, int NKV, int HS, const int32_t *klen, const int32_t *seg,
+                                   const be_drop *drop)
+{
+    if (B <= 0 || Tq <= 0 || NH <= 0) return;
+    att_args a = att_block_args(q, k, v, ldq, ldkv, B, Tq, Tk, Tg, qpos, kpos, NH, NKV, HS, klen, seg, drop,
+                                "attention_block_fwd");
+    be_in none = {NULL, BE_F32};
+    att_fwd_launch(be, a, out, lse, none, NULL);
+}
+
+static void cu_attention_block_bwd(const backend *be, be_out dq, be_out dk, be_out dv, be_in dout, be_in q, be_in k,
+                                   be_in v, const float *lse, const float *D, int ldq, int ldkv, int B, int Tq,
+                                   int Tk, int Tg, const int32_t *qpos, const int32_t *kpos, int NH, int NKV, int HS,
+                                   const int32_t *klen, const int32_t *seg, const be_drop *drop)
+{
+    if (B <= 0 || Tq <= 0 || Tk <= 0 || NH <= 0 || (!dq.p && !dk.p && !dv.p)) return;
+    att_args a = att_block_args(q, k, v, ldq, ldkv, B, Tq, Tk, Tg, qpos, kpos, NH, NKV, HS, klen, seg, drop,
+                                "attention_block_bwd");
+    if (dk.p || dv.p) {
+        size_t sm = att_smem((const void *)att_bwd_kv_kernel, 4, 2 * ATT_BK * (ATT_BQ + 1) + 2 * ATT_BQ, HS);
+        dim3 grid((Tk + ATT_BK - 1) / ATT_BK, NKV, B);
+        att_bwd_kv_kernel<<<grid, ATT_THREADS, sm, cu_stream(be)>>>(a, dk.p, dk.dt, dv.p, dv.dt, dout.p, dout.dt, lse,
+                                                                    D);
+        CU_LAUNCHED("att_bwd_kv_kernel");
+    }
+    if (dq.p) {
+        size_t sm = att_smem((const void *)att_bwd_q_kernel, 4, ATT_BQ * (ATT_BK + 1), HS);
+        dim3 grid((Tq + ATT_BQ - 1) / ATT_BQ, NH, B);
+        att_bwd_q_kernel<<<grid, ATT_THREADS, sm, cu_stream(be)>>>(a, dq.p, dq.dt, dout.p, dout.dt, lse, D);
+        CU_LAUNCHED("att_bwd_q_kernel");
+    }
+}
+
+/* One thread a row (b, h, t) of n = B NH T: (out, lse) merged with (op, lp), see attention_merge. */
+__global__ void att_merge_kernel(void *out, int odt, float *lse, const void *op, int pdt, const float *lp, int T,
+                                 int NH, int HS, size_t n)
+{
+    for (size_t r = blockIdx.x * (size_t)blockDim.x + threadIdx.x; r < n; r += (size_t)gridDim.x * blockDim.x) {
+        size_t b = r / ((size_t)NH * T), h = r / T % NH, t = r % T, o = (b * T + t) * NH * HS + h * HS;
+        float la = lse[r], lb = lp[r];
+        if (lb == -INFINITY) continue;
+        if (la == -INFINITY) {
+            for (int c = 0; c < HS; c++) cu_st(out, odt, o + c, cu_ld(op, pdt, o + c));
+            lse[r] = lb;
+            continue;
+        }
+        float m = fmaxf(la, lb), l = m + log1pf(expf(-fabsf(la - lb)));
+        float wa = expf(la - l), wb = expf(lb - l);
+        for (int c = 0; c < HS; c++) cu_st(out, odt, o + c, wa * cu_ld(out, odt, o + c) + wb * cu_ld(op, pdt, o + c));
+        lse[r] = l;
+    }
+}
+
+/* One thread a row (b, h, t): D = dout . out over the head's columns, see attention_delta. */
+__global__ void att_delta_kernel(float *D, const void *dout, int ddt, const void *out, int odt, int T, int NH, int HS,
+                                 size_t n)
+{
+    for (size_t r = blockIdx.x * (size_t)blockDim.x + threadIdx.x; r < n; r += (size_t)gridDim.x * blockDim.x) {
+        size_t b = r / ((size_t)NH * T), h = r / T % NH, t = r % T, o = (b * T + t) * NH * HS + h * HS;
+        float d = 0.0f;
+        for (int c = 0; c < HS; c++) d += cu_ld(dout, ddt, o + c) * cu_ld(out, odt, o + c);
+        D[r] = d;
+    }
+}
+
+/* Blocks for n rows at ATT_THREADS a block, at most 65536 (the kernels loop over the rest). */
+static unsigned att_row_blocks(size_t n)
+{
+    size_t b = (n + ATT_THREADS - 1) / ATT_THREADS;
+    return (unsigned)(b < 65536 ? (b ? b : 1) : 65536);
+}
+
+static void cu_attention_merge(const backend *be, be_out out, float *lse, be_in out_part, const float *lse_part, int B,
+                               int T, int NH, int HS)
+{
+    size_t n = (size_t)B * NH * T;
+    if (n == 0 || HS <= 0) return;
+    att_merge_kernel<<<att_row_blocks(n), ATT_THREADS, 0, cu_stream(be)>>>(out.p, out.dt, lse, out_part.p,
+                                                                          out_part.dt, lse_part, T, NH, HS, n);
+    CU_LAUNCHED("att_merge_kernel");
+}
+
+static void cu_attention_delta(const backend *be, float *D, be_in dout, be_in out, int B, int T, int NH, int HS)
+{
+    size_t n = (size_t)B * NH * T;
+    if (n == 0 || HS <= 0) return;
+    att_delta_kernel<<<att_row_blocks(n), ATT_THREADS, 0, cu_stream(be)>>>(D, dout.p, dout.dt, out.p, out.dt, T, NH,
+                                                                          HS, n);
+    CU_LAUNCHED("att_delta_kernel");
+}
+
 static void cu_attention_kv_fwd(const backend *be, be_out out, be_in q, be_in kc, be_in vc, int ldq, int B, int n,
                                 int pos0, int cap, int NH, int NKV, int HS)
 {
@@ -528,6 +707,10 @@ void cuda_fill_attention_moe(struct be_ops *ops)
 {
     ops->attention_fwd = cu_attention_fwd;
     ops->attention_bwd = cu_attention_bwd;
+    ops->attention_block_fwd = cu_attention_block_fwd;
+    ops->attention_block_bwd = cu_attention_block_bwd;
+    ops->attention_merge = cu_attention_merge;
+    ops->attention_delta = cu_attention_delta;
     ops->attention_kv_fwd = cu_attention_kv_fwd;
     cu_fill_moe(ops);
 }
