@@ -276,8 +276,9 @@ static const flag_t FLAGS[] = {
      "2 x size chunks, rank i holding chunks i and 2 x size - 1 - i; docs/parallelism.md)", 1, 1 << 16, NULL},
     {"--cp-comm-type", A_CHOICE, OFF(cp_comm_type), "a2a", TD_CMD_TRAIN, "parallel",
      "how attention reaches the other context-parallel ranks' keys and values: a2a (Ulysses: an all-to-all "
-     "exchanges sequence for heads around the attention core; the one built); all_gather and p2p (a ring) are "
-     "refused until built", 0, 0, "a2a|all_gather|p2p"},
+     "exchanges sequence for heads around the attention core), all_gather (every rank's keys and values "
+     "gathered, its queries against each rank's block, merged exactly); p2p (a ring) is refused until built",
+     0, 0, "a2a|all_gather|p2p"},
     {"--expert-model-parallel-size", A_INT, OFF(expert_model_parallel_size), "1", MODEL, "parallel",
      "ranks the experts of each MoE layer are split over, carved out of data parallelism (Megatron's "
      "expert parallelism; docs/moe.md)", 1, 1 << 16, NULL},

@@ -35,6 +35,10 @@ typedef struct {
      * the core's output or its gradient (BT, nd/t), their gradients as dqkv (dkv); the
      * all-to-all's send and receive buffers */
     float *cp_q, *cp_kv, *cp_o, *cp_dq, *cp_dkv, *cp_send, *cp_recv;
+    /* all_gather: every rank's key/value rows (C, BT, kv row) as this rank's (the fused [q | k | v]
+     * rows, or [k | v]), their gradients, a block's output (BT, nd/t) and lse and the backward's D
+     * (B, n/t, seq_c) */
+    float *cp_g, *cp_dg, *cp_lse, *cp_D;
 } attn_scratch;
 
 static void tensors(table_builder *tb, int layer, int stream0, const char *prefix, void *pv, void *gv)
@@ -175,7 +179,14 @@ static void scratch(carver *cv, const gpt_model *m, void *sv)
     if (gqa) CARVE(cv, s->dkv, float, BT * 2 * m->kv_l);
     CARVE(cv, s->datty, float, BT * m->q_l);
     lora_scratch_carve(cv, m, BT, &s->lora);
-    if (m->cp > 1) {
+    if (m->cp > 1 && m->ps->cp_comm == PS_CP_ALL_GATHER) {
+        int64_t wkv = gqa ? 2 * m->kv_l : 3 * m->q_l, nl = (int64_t)m->mbs * m->heads_l * m->seq_c;
+        CARVE(cv, s->cp_g, float, m->cp * BT * wkv);
+        CARVE(cv, s->cp_dg, float, m->cp * BT * wkv);
+        CARVE(cv, s->cp_o, float, BT * m->q_l);
+        CARVE(cv, s->cp_lse, float, nl);
+        CARVE(cv, s->cp_D, float, nl);
+    } else if (m->cp > 1) {
         int64_t wq = gqa ? m->q_l : 3 * m->q_l, wmax = wq > 2 * m->kv_l ? wq : 2 * m->kv_l;
         CARVE(cv, s->cp_q, float, BT * wq);
         CARVE(cv, s->cp_dq, float, BT * wq);
@@ -240,6 +251,85 @@ static be_drop cp_core_drop(const gpt_model *m, const be_drop *d)
     return dr;
 }
 
+/* all_gather: the key/value rows every rank holds, (C, B, seq_c, ld), k at koff and v at voff of
+ * a row: the fused [q | k | v] rows, or grouped-query attention's [k | v]. */
+typedef struct {
+    const float *src;
+    int ld, koff, voff;
+} kv_rows;
+
+static kv_rows kv_rows_of(const gpt_model *m, const attn_acts *a)
+{
+    if (gpt_gqa(&m->cfg)) return (kv_rows){a->kv, 2 * m->kv_l, 0, m->kv_l};
+    return (kv_rows){a->q, 3 * m->q_l, m->q_l, 2 * m->q_l};
+}
+
+/* The attention probabilities' dropout as attention_fwd gets it on the whole sequence (the block
+ * calls key each element by its global row and key). */
+static be_drop whole_drop(const be_drop *d)
+{
+    be_drop dr = *d;
+    dr.pos0 = dr.cp_chunk = dr.cp_c0 = dr.cp_c1 = 0;
+    return dr;
+}
+
+/* The core under context parallelism, all_gather: every rank's keys and values gathered, this
+ * rank's queries against each rank's block (block entries at global positions: causal, klen and
+ * seg as on the whole sequence), the blocks' outputs merged exactly by their lse. */
+static void ag_core_fwd(const block_io *io, attn_acts *a)
+{
+    const gpt_model *m = io->m;
+    const backend *be = m->be;
+    attn_scratch *s = io->scratch;
+    int B = io->B, Tl = m->seq_c, d = gpt_head_dim(&m->cfg);
+    kv_rows kv = kv_rows_of(m, a);
+    size_t n = (size_t)B * Tl * kv.ld;
+    be_drop dr = io->drop ? whole_drop(io->drop) : (be_drop){0};
+    qkv_view w = view_of(m, a->q, a->kv);
+    xfer_allgather(be, m->ps->cp_group, kv.src, s->cp_g, n, COMM_F32);
+    float *out = kept_stage(&a->atty);
+    const int32_t *qpos = m->cp_pos + (size_t)m->cp_rank * Tl;
+    for (int j = 0; j < m->cp; j++) {
+        const float *g = s->cp_g + j * n;
+        be_attention_block_fwd(be, j ? s->cp_o : out, j ? s->cp_lse : a->lse, w.q, g + kv.koff, g + kv.voff, w.ldq,
+                               kv.ld, B, Tl, Tl, m->cfg.seq, qpos, m->cp_pos + (size_t)j * Tl, m->heads_l, m->groups_l,
+                               d, io->klen, io->seg, io->drop ? &dr : NULL);
+        if (j) be_attention_merge(be, out, a->lse, s->cp_o, s->cp_lse, B, Tl, m->heads_l, d);
+    }
+    kept_done(be, &a->atty, (size_t)B * Tl * m->q_l);
+}
+
+/* Its backward: D from the merged output, each block's gradients (dq here, dk and dv into the
+ * gathered buffer at the block's owner's place), the gathered gradients reduce-scattered back to
+ * their owners. Without grouped-query attention dq lands in this rank's own place of the fused
+ * gathered rows, whose q columns every other rank leaves 0: the reduce-scatter brings it home. */
+static void ag_core_bwd(const block_io *io, const attn_acts *a)
+{
+    const gpt_model *m = io->m;
+    const backend *be = m->be;
+    attn_scratch *s = io->scratch;
+    int B = io->B, Tl = m->seq_c, d = gpt_head_dim(&m->cfg), gqa = gpt_gqa(&m->cfg);
+    kv_rows kv = kv_rows_of(m, a);
+    size_t n = (size_t)B * Tl * kv.ld;
+    be_drop dr = io->drop ? whole_drop(io->drop) : (be_drop){0};
+    qkv_view w = view_of(m, a->q, a->kv);
+    be_in out = kept_in(&a->atty); /* kept in the GEMMs' dtype under mixed precision: widened */
+    if (out.dt != BE_F32) be_convert(be, s->cp_o, BE_F32, out.p, out.dt, (size_t)B * Tl * m->q_l);
+    be_attention_delta(be, s->cp_D, s->datty, out.dt != BE_F32 ? s->cp_o : out.p, B, Tl, m->heads_l, d);
+    xfer_allgather(be, m->ps->cp_group, kv.src, s->cp_g, n, COMM_F32);
+    be_zero(be, s->cp_dg, (size_t)m->cp * n);
+    float *dq = gqa ? s->dqkv : s->cp_dg + (size_t)m->cp_rank * n;
+    const int32_t *qpos = m->cp_pos + (size_t)m->cp_rank * Tl;
+    for (int j = 0; j < m->cp; j++) {
+        const float *g = s->cp_g + j * n;
+        float *dg = s->cp_dg + j * n;
+        be_attention_block_bwd(be, dq, dg + kv.koff, dg + kv.voff, s->datty, w.q, g + kv.koff, g + kv.voff, a->lse,
+                               s->cp_D, w.ldq, kv.ld, B, Tl, Tl, m->cfg.seq, qpos, m->cp_pos + (size_t)j * Tl,
+                               m->heads_l, m->groups_l, d, io->klen, io->seg, io->drop ? &dr : NULL);
+    }
+    xfer_reduce_scatter(be, m->ps->cp_group, s->cp_dg, gqa ? s->dkv : s->dqkv, n, COMM_F32, COMM_SUM);
+}
+
 /* The core under context parallelism (a2a): on every token with a C-th of the heads (causal,
  * klen and seg read the whole sequence as without), its output back to this rank's tokens; lse
  * is kept in the gathered layout (B, n/t/C, seq). */
@@ -289,7 +379,8 @@ static void core_fwd(const block_io *io, void *av)
     const gpt_model *m = io->m;
     attn_acts *a = av;
     if (m->cp > 1) {
-        cp_core_fwd(io, a);
+        if (m->ps->cp_comm == PS_CP_ALL_GATHER) ag_core_fwd(io, a);
+        else cp_core_fwd(io, a);
         return;
     }
     qkv_view w = view_of(m, a->q, a->kv);
@@ -356,7 +447,9 @@ static void bwd(const block_io *io, float *dx, void *gv, const float *dbranch, c
     be_zero(be, s->dqkv, (size_t)BT * (gqa ? m->q_l : 3 * m->q_l));
     if (gqa) be_zero(be, s->dkv, (size_t)BT * 2 * m->kv_l);
     qkv_view w = view_of(m, a->q, a->kv), dw = view_of(m, s->dqkv, s->dkv);
-    if (m->cp > 1)
+    if (m->cp > 1 && m->ps->cp_comm == PS_CP_ALL_GATHER)
+        ag_core_bwd(io, a);
+    else if (m->cp > 1)
         cp_core_bwd(io, a);
     else
         be_attention_bwd_seg(be, dw.q, dw.k, dw.v, s->datty, w.q, w.k, w.v, a->lse, w.ldq, w.ldkv, B, T, m->heads_l,

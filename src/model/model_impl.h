@@ -127,7 +127,8 @@ struct gpt_acts {
     /* packed documents: device copies (allocated on the first batch that has them, outside the
      * arena: mbs * s ints each) and what the kernels read (NULL when the batch has none) */
     int32_t *seg_buf, *pos_buf, *posl_buf;
-    const int32_t *seg;    /* (mbs, s): each token's document start (attention) */
+    const int32_t *seg;    /* (mbs, s): each token's document start (attention); context parallelism
+                            * other than a2a: this rank's rows' only, (mbs, seq_c) */
     const int32_t *pos;    /* (mbs, s): each token's position (rope) */
     const int32_t *pos_l;  /* (mbs, seq_l) first stage: this rank's positions' (learned positions) */
     const float *loss_mask;/* (mbs, s) host, last stage: the batch's (valid for the iteration); NULL: all count */

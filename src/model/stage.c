@@ -302,6 +302,15 @@ static gpt_model *stage_create(const gpt_config *cfg, const ps_state *ps, const 
     TD_ASSERT(ps->cp <= 1 || cfg->seq % (2 * ps->cp) == 0);
     TD_ASSERT(!ps->sequence_parallel || cfg->seq / (ps->cp > 1 ? ps->cp : 1) % ps->tp == 0);
     stage_sizes(m, cfg, ps);
+    if (m->cp > 1 && ps->cp_comm != PS_CP_A2A) { /* every cp rank's positions, for the attention's block calls */
+        int32_t *pos = td_xmalloc((size_t)m->cp * m->seq_c * sizeof(int32_t));
+        for (int r = 0; r < m->cp; r++)
+            for (int t = 0, L = m->seq_c / 2; t < m->seq_c; t++)
+                pos[(size_t)r * m->seq_c + t] = (t < L ? r : 2 * m->cp - 1 - r) * L + t % L;
+        m->cp_pos = be_alloc(be, (size_t)m->cp * m->seq_c * sizeof(int32_t));
+        be_memcpy(be, m->cp_pos, pos, (size_t)m->cp * m->seq_c * sizeof(int32_t), BE_H2D);
+        free(pos);
+    }
     slots_init(m);
     stage_tensors(m, for_checkpoint);
     stage_acts(m);
@@ -334,6 +343,7 @@ void gpt_free(gpt_model *m)
     free(s);
     be_dfree(m->be, m->params);
     be_dfree(m->be, m->grads);
+    if (m->cp_pos) be_dfree(m->be, m->cp_pos);
     slots_free(m);
     free(m->table);
     free(m);
@@ -520,7 +530,11 @@ static void take_packed(gpt_model *m, gpt_acts *a, const gpt_batch *in)
              "a bidirectional model's micro-batch has document starts (seg)");
     a->seg = a->pos = a->pos_l = NULL;
     a->loss_mask = m->last && in->loss_mask ? cp_rows(m, a->cp_mask, in->loss_mask, B, sizeof(float)) : NULL;
-    if (in->seg) {
+    if (in->seg && m->cp_pos) { /* block calls: the document starts of this rank's rows */
+        a->seg = slot_ints(m, &a->seg_buf, S);
+        be_memcpy(m->be, a->seg_buf, cp_rows(m, a->cp_host, in->seg, B, sizeof(int32_t)), (size_t)B * T * sizeof(int32_t),
+                  BE_H2D);
+    } else if (in->seg) {
         a->seg = slot_ints(m, &a->seg_buf, S);
         be_memcpy(m->be, a->seg_buf, in->seg, (size_t)B * S * sizeof(int32_t), BE_H2D);
     }

@@ -65,6 +65,9 @@ void run_model_grid(run_state *r, comm *world)
     ps_init_experts(ps, a->num_experts > 0 ? a->expert_model_parallel_size : 1);
     /* Megatron turns sequence parallelism off on one tensor-parallel rank */
     ps->sequence_parallel = a->sequence_parallel && ps->tp > 1;
+    ps->cp_comm = strcmp(a->cp_comm_type, "all_gather") == 0 ? PS_CP_ALL_GATHER
+                  : strcmp(a->cp_comm_type, "p2p") == 0      ? PS_CP_P2P
+                                                             : PS_CP_A2A;
     if (a->sequence_parallel && ps->tp == 1 && ps->world_rank == 0)
         TD_INFO("--sequence-parallel does nothing without tensor parallelism: off");
     r->model.be = be_create(a->backend, 0);

@@ -274,6 +274,14 @@ trident_layout(cp2_pp2_vp2 4 1 1 --context-parallel-size 2 --pipeline-model-para
 trident_layout(cp2_distopt_dp2_overlap 4 1 1 --context-parallel-size 2 --use-distributed-optimizer
   --overlap-grad-reduce --overlap-param-gather --ddp-bucket-size 5000)
 trident_layout(cp2_rc_selective 2 1 2 --context-parallel-size 2 --recompute-granularity selective)
+# --cp-comm-type all_gather: every rank's keys and values gathered, this rank's queries against each
+# rank's block at global positions (the attention block entries), merged by lse; the key/value
+# gradients reduce-scattered home
+trident_layout(cp2_ag 2 1 2 --context-parallel-size 2 --cp-comm-type all_gather)
+trident_layout(cp4_ag 4 1 2 --context-parallel-size 4 --cp-comm-type all_gather)
+trident_layout(cp2_ag_sp_tp2 4 2 2 --context-parallel-size 2 --cp-comm-type all_gather --sequence-parallel)
+trident_layout(cp2_ag_rc_selective_distopt_dp2 4 1 1 --context-parallel-size 2 --cp-comm-type all_gather
+  --recompute-granularity selective --use-distributed-optimizer --overlap-grad-reduce)
 add_test(NAME parallel/cp_refusals COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/cp_refusals.sh $<TARGET_FILE:trident>
   ${LAYOUT_DATA} ${TRIDENT_SHARED_DATA}/gpt2/vocab.json ${TRIDENT_SHARED_DATA}/gpt2/merges.txt)
 set_tests_properties(parallel/cp_refusals PROPERTIES FIXTURES_REQUIRED layouts_data ENVIRONMENT "${TD_MPI_ENV}"
@@ -317,6 +325,7 @@ trident_layout(bf16_tp2 2 2 2)
 trident_layout(bf16_pp2_vp2 2 1 1 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 2)
 trident_layout(bf16_dp2 2 1 2)
 trident_layout(bf16_cp2 2 1 2 --context-parallel-size 2)
+trident_layout(bf16_cp2_ag 2 1 2 --context-parallel-size 2 --cp-comm-type all_gather)
 trident_layout(bf16_sp_distopt_tp2_pp2_dp2 8 2 1 --sequence-parallel --pipeline-model-parallel-size 2
   --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather --ddp-bucket-size 20000)
 set(LAYOUT_ARCH --fp16 --initial-loss-scale 4096 --hysteresis 1)
@@ -369,6 +378,8 @@ trident_layout(llama_distopt_dp2 2 1 2 --use-distributed-optimizer --overlap-gra
   --ddp-bucket-size 6000)
 # context parallelism: rope at each token's global position, 2 query groups split over cp 2
 trident_layout(llama_cp2 2 1 2 --context-parallel-size 2)
+# all_gather needs no heads split: tp 2 leaves one key/value group a rank, cp 2 still works
+trident_layout(llama_cp2_ag_tp2 4 2 2 --context-parallel-size 2 --cp-comm-type all_gather)
 
 # LoRA (docs/finetune.md) on the Llama-shaped model: rank-4 adapters on all seven projections (the
 # fused q, k|v and gate|up outputs' column ranges, o and down row-parallel) with dropout on their
@@ -538,7 +549,8 @@ foreach(args
     "bert_tp2_pp2_dp2 8 2 1 --pipeline-model-parallel-size 2"
     "bert_sp_distopt_rc_tp2_pp2_vp2 4 2 1 --sequence-parallel --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1 --use-distributed-optimizer --overlap-grad-reduce --recompute-granularity full --recompute-method uniform --recompute-num-layers 1"
     "bert_cp2 2 1 2 --context-parallel-size 2"
-    "bert_cp2_sp_tp2 4 2 2 --context-parallel-size 2 --sequence-parallel")
+    "bert_cp2_sp_tp2 4 2 2 --context-parallel-size 2 --sequence-parallel"
+    "bert_cp2_ag 2 1 2 --context-parallel-size 2 --cp-comm-type all_gather")
   separate_arguments(args)
   trident_layout(${args})
 endforeach()
@@ -586,6 +598,7 @@ trident_layout(packed_distopt_dp2 2 1 2 --use-distributed-optimizer)
 # the whole sequence read by the exchanged attention core
 trident_layout(packed_cp2 2 1 2 --context-parallel-size 2)
 trident_layout(packed_cp4 4 1 2 --context-parallel-size 4)
+trident_layout(packed_cp2_ag 2 1 2 --context-parallel-size 2 --cp-comm-type all_gather)
 set(LAYOUT_TOL 0)
 trident_layout(packed_rc_full 1 1 2 --recompute-granularity full --recompute-method uniform --recompute-num-layers 2)
 unset(LAYOUT_TOL)

@@ -41,7 +41,13 @@ typedef struct ps_state {
                                     * when ep is 1 (not owned then) */
     int sequence_parallel;         /* outside the tensor-parallel regions each tp rank holds s/tp of
                                     * the sequence (set by the trainer before building models) */
+    int cp_comm;                   /* context parallelism's attention exchange (--cp-comm-type, PS_CP_*;
+                                    * set by the trainer before building models) */
 } ps_state;
+
+/* --cp-comm-type: Ulysses' all-to-all (heads for sequence around the core; the zero value), every
+ * rank's keys and values gathered, or a ring of key/value blocks. */
+enum { PS_CP_A2A, PS_CP_ALL_GATHER, PS_CP_P2P };
 
 /* Model chunks (virtual pipeline stages) one rank may hold at most: --num-layers-per-virtual-
  * pipeline-stage gives each rank num_layers / (pp x layers per stage) chunks, and the schedule,

@@ -112,6 +112,8 @@ typedef struct gpt_model {
     int seq_c;               /* positions of a sample this rank's layers hold: seq / cp, the chunks cp_rank
                               * and 2 cp - 1 - cp_rank of the 2 cp equal chunks of the sequence (seq without
                               * cp); every activation but the attention core's is (B, seq_c or seq_l, .) */
+    int32_t *cp_pos;         /* (cp, seq_c) device: each cp rank's positions (all_gather's block calls); NULL
+                              * without cp or under a2a */
 
     float *params, *grads;   /* one buffer each, laid out by the table: params numel_all floats, grads
                               * numel (the trained tensors come first; LoRA's frozen base after them) */
