@@ -39,6 +39,8 @@ typedef struct {
      * rows, or [k | v]), their gradients, a block's output (BT, nd/t) and lse and the backward's D
      * (B, n/t, seq_c) */
     float *cp_g, *cp_dg, *cp_lse, *cp_D;
+    /* p2p: cp_g and cp_dg hold two key/value blocks (the one attended, the one arriving) and two
+     * of their gradients' accumulators */
 } attn_scratch;
 
 static void tensors(table_builder *tb, int layer, int stream0, const char *prefix, void *pv, void *gv)
@@ -179,10 +181,11 @@ static void scratch(carver *cv, const gpt_model *m, void *sv)
     if (gqa) CARVE(cv, s->dkv, float, BT * 2 * m->kv_l);
     CARVE(cv, s->datty, float, BT * m->q_l);
     lora_scratch_carve(cv, m, BT, &s->lora);
-    if (m->cp > 1 && m->ps->cp_comm == PS_CP_ALL_GATHER) {
+    if (m->cp > 1 && m->ps->cp_comm != PS_CP_A2A) {
         int64_t wkv = gqa ? 2 * m->kv_l : 3 * m->q_l, nl = (int64_t)m->mbs * m->heads_l * m->seq_c;
-        CARVE(cv, s->cp_g, float, m->cp * BT * wkv);
-        CARVE(cv, s->cp_dg, float, m->cp * BT * wkv);
+        int blocks = m->ps->cp_comm == PS_CP_P2P ? 2 : m->cp;
+        CARVE(cv, s->cp_g, float, blocks * BT * wkv);
+        CARVE(cv, s->cp_dg, float, blocks * BT * wkv);
         CARVE(cv, s->cp_o, float, BT * m->q_l);
         CARVE(cv, s->cp_lse, float, nl);
         CARVE(cv, s->cp_D, float, nl);
@@ -330,6 +333,77 @@ static void ag_core_bwd(const block_io *io, const attn_acts *a)
     xfer_reduce_scatter(be, m->ps->cp_group, s->cp_dg, gqa ? s->dkv : s->dqkv, n, COMM_F32, COMM_SUM);
 }
 
+enum { CP_TAG_RING = 0x4360 }; /* + step (forward), + C + 2 step (+1) backward */
+
+/* The core under context parallelism, p2p: the key/value blocks go round the ring, each step's
+ * transfer posted before the attention of the block at hand (block j = rank - step mod C), the
+ * blocks' outputs merged exactly by their lse. */
+static void p2p_core_fwd(const block_io *io, attn_acts *a)
+{
+    const gpt_model *m = io->m;
+    const backend *be = m->be;
+    attn_scratch *s = io->scratch;
+    int B = io->B, Tl = m->seq_c, d = gpt_head_dim(&m->cfg), C = m->cp, r = m->cp_rank;
+    kv_rows kv = kv_rows_of(m, a);
+    size_t n = (size_t)B * Tl * kv.ld;
+    be_drop dr = io->drop ? whole_drop(io->drop) : (be_drop){0};
+    qkv_view w = view_of(m, a->q, a->kv);
+    float *out = kept_stage(&a->atty);
+    const int32_t *qpos = m->cp_pos + (size_t)r * Tl;
+    const float *cur = kv.src;
+    for (int step = 0; step < C; step++) {
+        float *next = s->cp_g + (size_t)(step % 2) * n;
+        cp_ring_req q;
+        if (step < C - 1) cp_ring_start(be, m->ps->cp_group, cur, next, n, CP_TAG_RING + step, &q);
+        int j = (r - step + C) % C;
+        be_attention_block_fwd(be, step ? s->cp_o : out, step ? s->cp_lse : a->lse, w.q, cur + kv.koff,
+                               cur + kv.voff, w.ldq, kv.ld, B, Tl, Tl, m->cfg.seq, qpos, m->cp_pos + (size_t)j * Tl,
+                               m->heads_l, m->groups_l, d, io->klen, io->seg, io->drop ? &dr : NULL);
+        if (step) be_attention_merge(be, out, a->lse, s->cp_o, s->cp_lse, B, Tl, m->heads_l, d);
+        if (step < C - 1) cp_ring_wait(be, &q);
+        cur = next;
+    }
+    kept_done(be, &a->atty, (size_t)B * Tl * m->q_l);
+}
+
+/* Its backward: D once; the key/value blocks go round again with their dk, dv accumulators, each
+ * rank adding its queries' part (dq stays here); after C steps each accumulator is one hop from
+ * its block's owner: a last step sends it home, added into this rank's gradients. */
+static void p2p_core_bwd(const block_io *io, const attn_acts *a)
+{
+    const gpt_model *m = io->m;
+    const backend *be = m->be;
+    attn_scratch *s = io->scratch;
+    int B = io->B, Tl = m->seq_c, d = gpt_head_dim(&m->cfg), C = m->cp, r = m->cp_rank, gqa = gpt_gqa(&m->cfg);
+    kv_rows kv = kv_rows_of(m, a);
+    size_t n = (size_t)B * Tl * kv.ld;
+    be_drop dr = io->drop ? whole_drop(io->drop) : (be_drop){0};
+    qkv_view w = view_of(m, a->q, a->kv);
+    be_in out = kept_in(&a->atty); /* kept in the GEMMs' dtype under mixed precision: widened */
+    if (out.dt != BE_F32) be_convert(be, s->cp_o, BE_F32, out.p, out.dt, (size_t)B * Tl * m->q_l);
+    be_attention_delta(be, s->cp_D, s->datty, out.dt != BE_F32 ? s->cp_o : out.p, B, Tl, m->heads_l, d);
+    const int32_t *qpos = m->cp_pos + (size_t)r * Tl;
+    const float *cur = kv.src;
+    float *acc = s->cp_dg; /* the gradients of the block at hand: this rank's own first */
+    be_zero(be, acc, n);
+    for (int step = 0; step < C; step++) {
+        int j = (r - step + C) % C;
+        be_attention_block_bwd(be, s->dqkv, acc + kv.koff, acc + kv.voff, s->datty, w.q, cur + kv.koff, cur + kv.voff,
+                               a->lse, s->cp_D, w.ldq, kv.ld, B, Tl, Tl, m->cfg.seq, qpos, m->cp_pos + (size_t)j * Tl,
+                               m->heads_l, m->groups_l, d, io->klen, io->seg, io->drop ? &dr : NULL);
+        float *nacc = s->cp_dg + (size_t)((step + 1) % 2) * n, *next = s->cp_g + (size_t)(step % 2) * n;
+        cp_ring_req qa, qk;
+        cp_ring_start(be, m->ps->cp_group, acc, nacc, n, CP_TAG_RING + C + 2 * step, &qa);
+        if (step < C - 1) cp_ring_start(be, m->ps->cp_group, cur, next, n, CP_TAG_RING + C + 2 * step + 1, &qk);
+        cp_ring_wait(be, &qa);
+        if (step < C - 1) cp_ring_wait(be, &qk);
+        acc = nacc, cur = next;
+    }
+    /* acc: this rank's own block's dk, dv from every rank (0 in the q columns of the fused rows) */
+    if (gqa) be_copy(be, s->dkv, acc, n);
+    else be_add(be, s->dqkv, s->dqkv, acc, n);
+}
+
 /* The core under context parallelism (a2a): on every token with a C-th of the heads (causal,
  * klen and seg read the whole sequence as without), its output back to this rank's tokens; lse
  * is kept in the gathered layout (B, n/t/C, seq). */
@@ -380,6 +454,7 @@ static void core_fwd(const block_io *io, void *av)
     attn_acts *a = av;
     if (m->cp > 1) {
         if (m->ps->cp_comm == PS_CP_ALL_GATHER) ag_core_fwd(io, a);
+        else if (m->ps->cp_comm == PS_CP_P2P) p2p_core_fwd(io, a);
         else cp_core_fwd(io, a);
         return;
     }
@@ -449,6 +524,8 @@ static void bwd(const block_io *io, float *dx, void *gv, const float *dbranch, c
     qkv_view w = view_of(m, a->q, a->kv), dw = view_of(m, s->dqkv, s->dkv);
     if (m->cp > 1 && m->ps->cp_comm == PS_CP_ALL_GATHER)
         ag_core_bwd(io, a);
+    else if (m->cp > 1 && m->ps->cp_comm == PS_CP_P2P)
+        p2p_core_bwd(io, a);
     else if (m->cp > 1)
         cp_core_bwd(io, a);
     else

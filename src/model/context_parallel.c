@@ -75,3 +75,20 @@ void cp_a2a_to_seq(const backend *be, const comm *cp, float *local, const float 
     exchange(be, cp, send, recv, n);
     for (int j = 0; j < C; j++) slice_heads(be, local, recv + j * n, j, C, B, Tc, P, w, 1);
 }
+
+void cp_ring_start(const backend *be, const comm *cp, const float *send, float *recv, size_t n, int tag,
+                   cp_ring_req *q)
+{
+    int C = comm_size(cp), r = comm_rank(cp);
+    q->dst = recv, q->bytes = n * sizeof(float);
+    q->recv = comm_irecv(cp, xfer_recv_view(be, recv, q->bytes), n, COMM_F32, (r + C - 1) % C, tag);
+    q->send = comm_isend(cp, xfer_send_view(be, send, q->bytes), n, COMM_F32, (r + 1) % C, tag);
+}
+
+void cp_ring_wait(const backend *be, cp_ring_req *q)
+{
+    comm_wait(q->send);
+    comm_wait(q->recv);
+    xfer_recv_done(be, q->dst, q->bytes);
+    q->send = q->recv = NULL;
+}

@@ -21,4 +21,17 @@ void cp_a2a_to_heads(const backend *be, const comm *cp, float *full, const float
 void cp_a2a_to_seq(const backend *be, const comm *cp, float *local, const float *full, float *send, float *recv,
                    int B, int S, int P, int w);
 
+/* The ring of --cp-comm-type p2p: n floats of send to the next cp rank ((rank + 1) mod C) and n
+ * into recv from the previous one, started (send and recv: backend memory, not overlapping; send
+ * not written until cp_ring_wait). Every wait is comm's bounded one. */
+typedef struct {
+    comm_req *send, *recv;
+    float *dst;
+    size_t bytes;
+} cp_ring_req;
+void cp_ring_start(const backend *be, const comm *cp, const float *send, float *recv, size_t n, int tag,
+                   cp_ring_req *q);
+/* Completes the step: recv holds the previous rank's floats. */
+void cp_ring_wait(const backend *be, cp_ring_req *q);
+
 #endif

@@ -84,8 +84,6 @@ static int cp_validate(const td_args *a, int world_size, char *msg, size_t msgle
     if (a->seq_length % (2 * cp))
         FAIL("--seq-length %d is not divisible by 2 x --context-parallel-size %d: context parallelism cuts each "
              "sequence into %d equal chunks (refused, not padded)", a->seq_length, cp, 2 * cp);
-    if (strcmp(a->cp_comm_type, "p2p") == 0)
-        FAIL("--cp-comm-type %s is not built yet; use --cp-comm-type a2a or all_gather", a->cp_comm_type);
     int heads = a->num_attention_heads / tp;
     int groups = (a->group_query_attention && a->num_query_groups ? a->num_query_groups : a->num_attention_heads) / tp;
     if (strcmp(a->cp_comm_type, "a2a") == 0 && (heads % cp || groups % cp))

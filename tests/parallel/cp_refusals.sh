@@ -27,9 +27,8 @@ check "seq not divisible by 2 x cp" 3 "--seq-length 16 is not divisible by 2 x -
 check "world not divisible by tp x cp x pp" 3 "the world size 3 is not divisible by --tensor-model-parallel-size 1 x --context-parallel-size 2" \
   --context-parallel-size 2
 check "heads not divisible by cp (a2a)" 4 "splits each tensor-parallel rank's 2 attention heads and 2 key/value groups over --context-parallel-size 4" \
-  --context-parallel-size 4 --num-attention-heads 2
-check "comm type not built" 2 "--cp-comm-type p2p is not built yet; use --cp-comm-type a2a" \
-  --context-parallel-size 2 --cp-comm-type p2p
+  --context-parallel-size 4 --num-attention-heads 2 --cp-comm-type a2a
+check "comm type unknown" 2 "--cp-comm-type 'ring' is not one of a2a|all_gather|p2p" --context-parallel-size 2 --cp-comm-type ring
 check "cp with MoE" 2 "--context-parallel-size 2 does not work with mixture of experts (--num-experts) yet" \
   --context-parallel-size 2 --num-experts 2
 [ "$fail" -eq 0 ]

@@ -266,9 +266,16 @@ unset(LAYOUT_TOL)
 # against the one-rank run, with dropout on. cp 2 x tp 2 (4 heads: one a rank), sequence parallel
 # too; interleaved pipeline; the distributed optimizer sharded over dp x cp with both overlaps;
 # selective recomputation redoing the exchanged core.
-trident_layout(cp2 2 1 2 --context-parallel-size 2)
-trident_layout(cp4 4 1 2 --context-parallel-size 4)
-trident_layout(cp2_sp_tp2 4 2 2 --context-parallel-size 2 --sequence-parallel)
+trident_layout(cp2 2 1 2 --context-parallel-size 2 --cp-comm-type a2a)
+trident_layout(cp4 4 1 2 --context-parallel-size 4 --cp-comm-type a2a)
+trident_layout(cp2_sp_tp2 4 2 2 --context-parallel-size 2 --cp-comm-type a2a --sequence-parallel)
+trident_layout(cp2_a2a_rc_selective 2 1 2 --context-parallel-size 2 --cp-comm-type a2a --recompute-granularity selective)
+# --cp-comm-type p2p (the default, as Megatron's): the ring of key/value blocks, each step's
+# transfer posted before the block at hand's attention, merged by lse; backward with the dk, dv
+# accumulators travelling home. The rows below without a comm type run it too.
+trident_layout(cp2_p2p 2 1 2 --context-parallel-size 2 --cp-comm-type p2p)
+trident_layout(cp4_p2p 4 1 2 --context-parallel-size 4 --cp-comm-type p2p)
+trident_layout(cp2_p2p_sp_tp2 4 2 2 --context-parallel-size 2 --cp-comm-type p2p --sequence-parallel)
 trident_layout(cp2_pp2_vp2 4 1 1 --context-parallel-size 2 --pipeline-model-parallel-size 2
   --num-layers-per-virtual-pipeline-stage 2)
 trident_layout(cp2_distopt_dp2_overlap 4 1 1 --context-parallel-size 2 --use-distributed-optimizer
@@ -377,7 +384,8 @@ trident_layout(llama_sp_distopt_rc_tp2_pp2_dp2 8 2 1 --sequence-parallel --pipel
 trident_layout(llama_distopt_dp2 2 1 2 --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather
   --ddp-bucket-size 6000)
 # context parallelism: rope at each token's global position, 2 query groups split over cp 2
-trident_layout(llama_cp2 2 1 2 --context-parallel-size 2)
+trident_layout(llama_cp2 2 1 2 --context-parallel-size 2 --cp-comm-type a2a)
+trident_layout(llama_cp4_p2p 4 1 2 --context-parallel-size 4 --cp-comm-type p2p)
 # all_gather needs no heads split: tp 2 leaves one key/value group a rank, cp 2 still works
 trident_layout(llama_cp2_ag_tp2 4 2 2 --context-parallel-size 2 --cp-comm-type all_gather)
 
@@ -548,7 +556,7 @@ foreach(args
     "bert_sp_tp2 2 2 2 --sequence-parallel"
     "bert_tp2_pp2_dp2 8 2 1 --pipeline-model-parallel-size 2"
     "bert_sp_distopt_rc_tp2_pp2_vp2 4 2 1 --sequence-parallel --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1 --use-distributed-optimizer --overlap-grad-reduce --recompute-granularity full --recompute-method uniform --recompute-num-layers 1"
-    "bert_cp2 2 1 2 --context-parallel-size 2"
+    "bert_cp2 2 1 2 --context-parallel-size 2 --cp-comm-type a2a"
     "bert_cp2_sp_tp2 4 2 2 --context-parallel-size 2 --sequence-parallel"
     "bert_cp2_ag 2 1 2 --context-parallel-size 2 --cp-comm-type all_gather")
   separate_arguments(args)
@@ -596,7 +604,7 @@ trident_layout(packed_sp_tp2_pp2_vp2 4 2 1 --sequence-parallel --pipeline-model-
 trident_layout(packed_distopt_dp2 2 1 2 --use-distributed-optimizer)
 # context parallelism: each rank's chunks of the positions and loss mask, the document starts of
 # the whole sequence read by the exchanged attention core
-trident_layout(packed_cp2 2 1 2 --context-parallel-size 2)
+trident_layout(packed_cp2 2 1 2 --context-parallel-size 2 --cp-comm-type a2a)
 trident_layout(packed_cp4 4 1 2 --context-parallel-size 4)
 trident_layout(packed_cp2_ag 2 1 2 --context-parallel-size 2 --cp-comm-type all_gather)
 set(LAYOUT_TOL 0)

@@ -107,7 +107,7 @@ typedef struct td_args {
     /* parallel */
     int tensor_model_parallel_size;
     int context_parallel_size; /* ranks each sample's sequence is split over (1: off) */
-    char *cp_comm_type;        /* context parallelism's attention exchange: "a2a" (built), "all_gather", "p2p" */
+    char *cp_comm_type;        /* context parallelism's attention exchange: "p2p", "all_gather" or "a2a" */
     int pipeline_model_parallel_size;
     int num_layers_per_virtual_pipeline_stage;
     char *pipeline_schedule;
