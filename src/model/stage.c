@@ -392,13 +392,13 @@ int64_t gpt_stage_trained_numel(const gpt_config *config, int tp, int ep, int la
     return stage_numel(config, tp, ep, layer0, nlayers, first, last, 1);
 }
 
-void gpt_layout_bytes_of(const gpt_config *config, int tp, int cp, int ep, int sp, int mbs, int lowp, int layer,
-                         gpt_layout_bytes *out)
+void gpt_layout_bytes_of(const gpt_config *config, int tp, int cp, int cp_comm, int ep, int sp, int mbs, int lowp,
+                         int layer, gpt_layout_bytes *out)
 {
     gpt_config cf = counted(config, tp);
     const gpt_config *cfg = &cf;
     ps_state ps = {0};
-    ps.tp = tp, ps.pp = 1, ps.ep = ep, ps.sequence_parallel = sp, ps.cp = cp;
+    ps.tp = tp, ps.pp = 1, ps.ep = ep, ps.sequence_parallel = sp, ps.cp = cp, ps.cp_comm = cp_comm;
     gpt_model m = {0};
     struct gpt_scratch s = {0};
     m.cfg = *cfg, m.ps = &ps, m.mbs = mbs, m.layer0 = layer, m.nlayers = 1, m.first = m.last = 1, m.scratch = &s;

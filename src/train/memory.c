@@ -41,10 +41,11 @@ static kind_layouts layouts_of(const mem_layout *l)
         if (!gpt_moe_layer(&l->cfg, i) && dense < 0) dense = i;
     }
     if (dense >= 0 || moe < 0)
-        gpt_layout_bytes_of(&l->cfg, l->tp, cp_of(l), ep_of(l), l->sequence_parallel, l->mbs, l->lowp,
+        gpt_layout_bytes_of(&l->cfg, l->tp, cp_of(l), l->cp_comm, ep_of(l), l->sequence_parallel, l->mbs, l->lowp,
                             dense < 0 ? 0 : dense, &k.dense);
     if (moe >= 0)
-        gpt_layout_bytes_of(&l->cfg, l->tp, cp_of(l), ep_of(l), l->sequence_parallel, l->mbs, l->lowp, moe, &k.moe);
+        gpt_layout_bytes_of(&l->cfg, l->tp, cp_of(l), l->cp_comm, ep_of(l), l->sequence_parallel, l->mbs, l->lowp, moe,
+                            &k.moe);
     return k;
 }
 

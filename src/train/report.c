@@ -53,6 +53,7 @@ void run_predict_memory(run_state *r, const gpt_config *c, int slots)
     l->dp = r->ps->dp;
     l->ep = r->ps->ep;
     l->cp = r->ps->cp;
+    l->cp_comm = r->ps->cp_comm;
     l->mbs = a->micro_batch_size;
     l->nchunks = r->model.nchunks;
     l->distributed_optimizer = a->use_distributed_optimizer && r->ps->dpcp > 1;

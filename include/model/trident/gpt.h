@@ -183,7 +183,7 @@ int64_t gpt_stage_trained_numel(const gpt_config *cfg, int tp, int ep, int layer
 int gpt_head_transform(const gpt_config *c);
 /* The stage's layout in bytes, as gpt_create carves it (the same functions, counting; each
  * buffer unrounded), for a config on tp tensor-parallel ranks (sp: sequence parallel) and cp
- * context-parallel ones (each holding seq / cp positions of a sample; 1: none) with
+ * context-parallel ones (each holding seq / cp positions of a sample; 1: none; cp_comm: PS_CP_*) with
  * micro-batches of mbs samples, kept GEMM inputs in a 2-byte dtype when lowp: the one
  * description the memory prediction reads (the padded vocabulary taken up to a multiple of tp).
  * The layer's figures are those of global layer `layer` (its MLP the dense one or the MoE block,
@@ -201,8 +201,8 @@ typedef struct gpt_layout_bytes {
     double host;            /* host memory of the scratch: the losses' staging */
     double host_head;       /* ... and the head's host work (last stage) */
 } gpt_layout_bytes;
-void gpt_layout_bytes_of(const gpt_config *cfg, int tp, int cp, int ep, int sp, int mbs, int lowp, int layer,
-                         gpt_layout_bytes *out);
+void gpt_layout_bytes_of(const gpt_config *cfg, int tp, int cp, int cp_comm, int ep, int sp, int mbs, int lowp,
+                         int layer, gpt_layout_bytes *out);
 
 /* Takes a free activation slot for one micro-batch (dies if all max_inflight are in use);
  * gpt_acts_release returns it after its backward (or after a forward-only pass). */
