@@ -210,7 +210,7 @@ int main(int argc, char **argv)
     c->sample = td_xmalloc((size_t)c->B * sizeof(int64_t));
     for (int i = 0; i < BT; i++) c->ids[i] = c->targets[i] = (int32_t)((i * 7919) % c->V);
     for (int i = 0; i < c->B; i++) c->sample[i] = i;
-    c->drop = (be_drop){0.1f, 1234, c->sample, 5, 0, 0};
+    c->drop = (be_drop){.p = 0.1f, .seed = 1234, .sample = c->sample, .site = 5};
 
     double bt = BT, C = c->C, F = c->F, V = c->V, T = c->T, fb = sizeof(float);
     printf("shapes: tokens %d (mbs %d x seq %d), hidden %d, heads %d, ffn %d, vocab %d; %d threads; "

@@ -102,7 +102,19 @@ typedef struct be_drop {
     int pos0;              /* position of row t = 0 (nonzero for a sequence-parallel slice) */
     int unit0;             /* hidden dropout: global channel of column 0;
                             * attention dropout: global index of local head 0 */
+    int cp_chunk;          /* hidden dropout under context parallelism: the rows' u = pos0 + t are this
+                            * rank's two chunks of cp_chunk positions, chunks cp_c0 and cp_c1 of the
+                            * sequence (be_drop_pos); 0: row t is position pos0 + t */
+    int cp_c0, cp_c1;
 } be_drop;
+
+/* The position row t of a dropout's rows stands at (the Philox counter's). */
+static inline int64_t be_drop_pos(const be_drop *d, int64_t t)
+{
+    int64_t u = (int64_t)d->pos0 + t, L = d->cp_chunk;
+    if (!L) return u;
+    return u < L ? d->cp_c0 * L + u : d->cp_c1 * L + u - L;
+}
 
 /* The vtable. Every entry takes the backend first (its queue and state) and is enqueued on its queue
  * in call order (see the top of this file). Shapes in comments; N = rows, BT = B*T. See the
@@ -227,9 +239,10 @@ struct be_ops {
      * dims rot.. hs-1 are unchanged. The angles are rounded as Hugging Face's float32
      * computation rounds them (inv_freq and the product (pos0 + t) * inv_freq in float32; cos
      * and sin of that float32 angle correctly rounded), so positions far from 0 turn as they do
-     * in a checkpoint's original framework. pos: (B, T) device ints, the position of row (b, t)
-     * in [0, T) (packed documents, --reset-position-ids: positions restart at each document),
-     * used instead of pos0 + t (pos0 must be 0); NULL: pos0 + t. */
+     * in a checkpoint's original framework. pos: (B, T) device ints, the position (>= 0) of row
+     * (b, t) (packed documents, --reset-position-ids: positions restart at each document; context
+     * parallelism: a rank's chunks lie anywhere in the sequence), used instead of pos0 + t (pos0
+     * must be 0); NULL: pos0 + t. */
     /* x rotated in place (written). */
     void (*rope_fwd)(const backend *be, be_out x, int B, int T, int ld, int nh, int hs, int rot, float base,
                      int pos0, const int32_t *pos);

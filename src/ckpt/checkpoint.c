@@ -138,11 +138,12 @@ static void shard_free(out_shard *s)
 }
 
 /* The tensors of chunk c this rank writes: not the last stage's copy of the word embedding
- * (the first stage saves it), and replicated tensors from tp rank 0 only. */
+ * (the first stage saves it), and replicated tensors from tp rank 0 only; the model from the
+ * first rank of dp x cp (the context-parallel ranks hold the same model). */
 static int rank_writes(const ckpt_model *m, const gpt_tensor_info *t, int by_dp)
 {
     if (t->embedding_copy) return 0;
-    if (!by_dp && !t->expert && m->ps->dp_rank != 0) return 0; /* expert parallelism: the experts' file */
+    if (!by_dp && !t->expert && m->ps->dpcp_rank != 0) return 0; /* expert parallelism: the experts' file */
     if (t->tp_replicated && m->ps->tp_rank != 0) return 0;
     return 1;
 }
@@ -272,7 +273,7 @@ static uint64_t write_shard(const char *dir, const char *tmp, const ckpt_model *
     snprintf(it_s, sizeof it_s, "%lld", (long long)p->iteration);
     snprintf(tp_s, sizeof tp_s, "%d", ps->tp_rank);
     snprintf(pp_s, sizeof pp_s, "%d", ps->pp_rank);
-    snprintf(dp_s, sizeof dp_s, "%d", ps->dp_rank);
+    snprintf(dp_s, sizeof dp_s, "%d", ps->dpcp_rank); /* the distributed optimizer's shard: of dp x cp */
     snprintf(ver, sizeof ver, "%d", m->shard_ranges ? 2 : 1);
     int nmeta = 0, has_id = p->run_id[0] != 0, cap = 8 + s.n; /* 8: the shard's own keys at most */
     const char **keys = td_xmalloc((size_t)cap * sizeof(char *)), **vals = td_xmalloc((size_t)cap * sizeof(char *));
@@ -289,7 +290,7 @@ static uint64_t write_shard(const char *dir, const char *tmp, const ckpt_model *
     TD_ASSERT(nmeta <= cap);
 
     char fname[64], path[4200], err[1024];
-    if (by_dp) ckpt_dp_shard_name(fname, sizeof fname, ps->tp_rank, ps->pp_rank, ps->dp_rank);
+    if (by_dp) ckpt_dp_shard_name(fname, sizeof fname, ps->tp_rank, ps->pp_rank, ps->dpcp_rank);
     else if (ps->ep_rank > 0) ckpt_ep_shard_name(fname, sizeof fname, optimizer, ps->tp_rank, ps->pp_rank, ps->ep_rank);
     else ckpt_shard_name(fname, sizeof fname, optimizer, ps->tp_rank, ps->pp_rank);
     ckf_join(path, sizeof path, tmp, fname);
@@ -365,6 +366,7 @@ static cJSON *meta_json(const ckpt_model *m, const ckpt_progress *p, const char 
     cJSON_AddNumberToObject(lay, "tensor_model_parallel_size", ps->tp);
     cJSON_AddNumberToObject(lay, "pipeline_model_parallel_size", ps->pp);
     cJSON_AddNumberToObject(lay, "data_parallel_size", ps->dp);
+    if (ps->cp > 1) cJSON_AddNumberToObject(lay, "context_parallel_size", ps->cp); /* a run setting: any C loads it */
     if (ps->ep > 1) cJSON_AddNumberToObject(lay, "expert_model_parallel_size", ps->ep);
     cJSON_AddNumberToObject(lay, "virtual_pipeline_stages", m->nchunks);
     cJSON_AddNumberToObject(lay, "world_size", ps->world_size);
@@ -401,8 +403,8 @@ static cJSON *meta_json(const ckpt_model *m, const ckpt_progress *p, const char 
     for (int opt = 0; opt <= (m->adam_m ? 1 : 0); opt++)
         for (int pr = 0; pr < ps->pp; pr++)
             for (int tr = 0; tr < ps->tp; tr++)
-                for (int dr = 0; dr < (opt && m->shard_ranges ? ps->dp : ps->ep); dr++) {
-                /* dr: the data-parallel rank of a distributed optimizer's shard, else the expert-parallel rank */
+                for (int dr = 0; dr < (opt && m->shard_ranges ? ps->dpcp : ps->ep); dr++) {
+                /* dr: the dp x cp rank of a distributed optimizer's shard, else the expert-parallel rank */
                 char name[64], path[4200];
                 if (opt && m->shard_ranges) ckpt_dp_shard_name(name, sizeof name, tr, pr, dr);
                 else if (dr > 0) ckpt_ep_shard_name(name, sizeof name, opt, tr, pr, dr);
@@ -564,11 +566,12 @@ void ckpt_save(const char *dir, const ckpt_model *m, const ckpt_progress *p, con
     }
     comm_barrier(ps->world);
     int64_t bytes = 0;
-    if (ps->edp_rank == 0) { /* without expert parallelism: data-parallel rank 0 */
+    int writer = ps->edp_rank == 0 && ps->cp_rank == 0; /* without expert parallelism: dp x cp rank 0 */
+    if (writer) {
         bytes += (int64_t)write_shard(dir, tmp, m, p, 0);
         save_delay();
     }
-    if (m->adam_m && (ps->edp_rank == 0 || m->shard_ranges)) {
+    if (m->adam_m && (writer || m->shard_ranges)) {
         bytes += (int64_t)write_shard(dir, tmp, m, p, 1);
         save_delay();
     }
@@ -730,6 +733,11 @@ static int read_meta(const char *iter_dir, ckpt_meta *out, char *err, size_t err
         FAIL("%s: the layout's expert_model_parallel_size is malformed (a divisor of data_parallel_size %lld)", mpath,
              (long long)dp);
     out->ep = (int)ep;
+    int64_t cp = 1;
+    if (cJSON_GetObjectItemCaseSensitive(lay, "context_parallel_size") &&
+        (get_int(lay, "context_parallel_size", &cp) || cp < 1 || cp > 65536))
+        FAIL("%s: the layout's context_parallel_size is malformed", mpath);
+    out->cp = (int)cp;
 
     const cJSON *mod = cJSON_GetObjectItemCaseSensitive(root, "model");
     if (!cJSON_IsObject(mod)) FAIL("%s: the model section is missing", mpath);
@@ -810,13 +818,14 @@ static int read_meta(const char *iter_dir, ckpt_meta *out, char *err, size_t err
         by_dp += dr >= 0;
         counts[fl->optimizer]++;
     }
-    /* optimizer shards: one per model-parallel position, or (distributed optimizer) per rank */
-    int optim_want = out->tp * out->pp * (by_dp ? out->dp : out->ep);
+    /* optimizer shards: one per model-parallel position, or (distributed optimizer) per rank of
+     * dp x cp */
+    int optim_want = out->tp * out->pp * (by_dp ? out->dp * out->cp : out->ep);
     if (counts[0] != out->tp * out->pp * out->ep || (out->has_optimizer && counts[1] != optim_want) ||
         (by_dp && by_dp != counts[1]))
-        FAIL("%s lists %d model and %d optimizer shards (%d of them per data-parallel rank); a %d x %d x dp %d (ep %d) "
-             "layout has %d model and %d optimizer shards: the checkpoint is corrupt", mpath, counts[0], counts[1], by_dp,
-             out->tp, out->pp, out->dp, out->ep, out->tp * out->pp * out->ep, optim_want);
+        FAIL("%s lists %d model and %d optimizer shards (%d of them per data-parallel rank); a %d x %d x dp %d (ep %d, "
+             "cp %d) layout has %d model and %d optimizer shards: the checkpoint is corrupt", mpath, counts[0], counts[1],
+             by_dp, out->tp, out->pp, out->dp, out->ep, out->cp, out->tp * out->pp * out->ep, optim_want);
     for (i = 0; i < out->nfiles; i++) {
         char fpath[4400];
         ckf_join(fpath, sizeof fpath, iter_dir, out->files[i].name);

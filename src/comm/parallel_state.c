@@ -10,34 +10,48 @@
 
 int ps_rank_of(const ps_state *ps, int tp_rank, int dp_rank, int pp_rank)
 {
-    return tp_rank + ps->tp * (dp_rank + ps->dp * pp_rank);
+    return tp_rank + ps->tp * ps->cp * (dp_rank + ps->dp * pp_rank);
 }
 
-ps_state *ps_init(comm *world, int tp, int pp)
+ps_state *ps_init(comm *world, int tp, int pp) { return ps_init_cp(world, tp, 1, pp); }
+
+ps_state *ps_init_cp(comm *world, int tp, int cp, int pp)
 {
     ps_state *ps = td_xcalloc(1, sizeof *ps);
     ps->world = world;
     ps->world_rank = comm_rank(world);
     ps->world_size = comm_size(world);
-    TD_ASSERT(tp >= 1 && pp >= 1 && ps->world_size % (tp * pp) == 0);
+    TD_ASSERT(tp >= 1 && cp >= 1 && pp >= 1 && ps->world_size % (tp * cp * pp) == 0);
     ps->tp = tp;
+    ps->cp = cp;
     ps->pp = pp;
-    ps->dp = ps->world_size / (tp * pp);
+    ps->dp = ps->world_size / (tp * cp * pp);
     int r = ps->world_rank;
     ps->tp_rank = r % tp;
-    ps->dp_rank = (r / tp) % ps->dp;
-    ps->pp_rank = r / (tp * ps->dp);
+    ps->cp_rank = (r / tp) % cp;
+    ps->dp_rank = (r / (tp * cp)) % ps->dp;
+    ps->pp_rank = r / (tp * cp * ps->dp);
+    ps->dpcp = ps->dp * cp;
+    ps->dpcp_rank = ps->cp_rank + cp * ps->dp_rank;
     ps->ep = 1, ps->edp = ps->dp, ps->edp_rank = ps->dp_rank;
 
     /* color: the coordinates the group shares; key: the coordinate that varies */
-    ps->tp_group = comm_split(world, ps->dp_rank + ps->dp * ps->pp_rank, ps->tp_rank);
-    ps->dp_group = comm_split(world, ps->tp_rank + tp * ps->pp_rank, ps->dp_rank);
-    ps->pp_group = comm_split(world, ps->tp_rank + tp * ps->dp_rank, ps->pp_rank);
-    ps->mp_group = comm_split(world, ps->dp_rank, ps->tp_rank + tp * ps->pp_rank);
+    int t = ps->tp_rank, c = ps->cp_rank, d = ps->dp_rank, p = ps->pp_rank, dp = ps->dp;
+    ps->tp_group = comm_split(world, c + cp * (d + dp * p), t);
+    ps->dp_group = comm_split(world, t + tp * (c + cp * p), d);
+    ps->pp_group = comm_split(world, t + tp * (c + cp * d), p);
+    ps->mp_group = comm_split(world, c + cp * d, t + tp * p);
     comm_set_name(ps->tp_group, "tensor-parallel");
     comm_set_name(ps->dp_group, "data-parallel");
     comm_set_name(ps->pp_group, "pipeline");
     comm_set_name(ps->mp_group, "model-parallel");
+    ps->cp_group = comm_split(world, t + tp * (d + dp * p), c);
+    comm_set_name(ps->cp_group, "context-parallel");
+    ps->dpcp_group = ps->dp_group;
+    if (cp > 1) {
+        ps->dpcp_group = comm_split(world, t + tp * p, ps->dpcp_rank);
+        comm_set_name(ps->dpcp_group, "data-parallel with context-parallel");
+    }
     ps->edp_group = ps->dp_group;
     if (tp > 1 && pp > 1) {
         ps->tp_gather = comm_split(ps->tp_group, 0, ps->tp_rank);
@@ -45,7 +59,7 @@ ps_state *ps_init(comm *world, int tp, int pp)
     }
     int in_embd = ps_is_first_stage(ps) || ps_is_last_stage(ps);
     /* non-members each get a color of their own (a group of one, freed at once) */
-    comm *e = comm_split(world, in_embd ? ps->tp_rank + tp * ps->dp_rank : tp * ps->dp + r, ps->pp_rank);
+    comm *e = comm_split(world, in_embd ? t + tp * (c + cp * d) : tp * cp * dp + r, p);
     comm_set_name(e, "embedding");
     if (in_embd) ps->embd_group = e;
     else comm_free(e);
@@ -54,7 +68,7 @@ ps_state *ps_init(comm *world, int tp, int pp)
 
 void ps_init_experts(ps_state *ps, int ep)
 {
-    TD_ASSERT(ep >= 1 && ps->dp % ep == 0 && ps->ep == 1);
+    TD_ASSERT(ep >= 1 && ps->dp % ep == 0 && ps->ep == 1 && (ep == 1 || ps->cp == 1));
     if (ep == 1) return;
     ps->ep = ep;
     ps->ep_rank = ps->dp_rank % ep;
@@ -75,6 +89,8 @@ void ps_free(ps_state *ps)
     comm_free(ps->dp_hier);
     comm_free(ps->tp_gather);
     comm_free(ps->tp_group);
+    if (ps->dpcp_group != ps->dp_group) comm_free(ps->dpcp_group);
+    comm_free(ps->cp_group);
     comm_free(ps->dp_group);
     comm_free(ps->pp_group);
     comm_free(ps->mp_group);
@@ -87,6 +103,8 @@ double ps_comm_seconds(const ps_state *ps)
     double s = comm_seconds(ps->world) + comm_seconds(ps->tp_group) + comm_seconds(ps->dp_group) +
                comm_seconds(ps->pp_group) + comm_seconds(ps->mp_group);
     if (ps->dp_hier) s += comm_seconds(ps->dp_hier);
+    if (ps->cp_group) s += comm_seconds(ps->cp_group);
+    if (ps->dpcp_group != ps->dp_group) s += comm_seconds(ps->dpcp_group);
     if (ps->tp_gather) s += comm_seconds(ps->tp_gather);
     if (ps->ep_group) s += comm_seconds(ps->ep_group) + comm_seconds(ps->edp_group);
     return ps->embd_group ? s + comm_seconds(ps->embd_group) : s;
@@ -94,13 +112,13 @@ double ps_comm_seconds(const ps_state *ps)
 
 const char *ps_group_name(ps_group g)
 {
-    static const char *const names[PS_GROUPS] = {"tp", "pp", "dp", "ep", "embd", "other"};
+    static const char *const names[PS_GROUPS] = {"tp", "pp", "dp", "ep", "embd", "cp", "other"};
     return g < PS_GROUPS ? names[g] : "?";
 }
 
 void ps_comm_times(const ps_state *ps, double exposed[PS_GROUPS], double inflight[PS_GROUPS])
 {
-    const comm *one[] = {ps->tp_group, ps->pp_group, ps->dp_group, ps->ep_group, ps->embd_group};
+    const comm *one[] = {ps->tp_group, ps->pp_group, ps->dp_group, ps->ep_group, ps->embd_group, ps->cp_group};
     for (int g = 0; g < PS_OTHER; g++) {
         exposed[g] = one[g] ? comm_seconds(one[g]) : 0;
         inflight[g] = one[g] ? comm_busy_seconds(one[g]) : 0;
@@ -113,6 +131,10 @@ void ps_comm_times(const ps_state *ps, double exposed[PS_GROUPS], double infligh
     if (ps->tp_gather) { /* the stage transfers' all-gathers stay the tp group's, as before they ran behind */
         exposed[PS_TP] += comm_seconds(ps->tp_gather);
         inflight[PS_TP] += comm_busy_seconds(ps->tp_gather);
+    }
+    if (ps->dpcp_group != ps->dp_group) { /* gradients and shards over dp x cp */
+        exposed[PS_DP] += comm_seconds(ps->dpcp_group);
+        inflight[PS_DP] += comm_busy_seconds(ps->dpcp_group);
     }
     if (ps->edp_group != ps->dp_group) { /* the experts' gradient buckets */
         exposed[PS_DP] += comm_seconds(ps->edp_group);
@@ -150,16 +172,23 @@ void ps_placement(const ps_state *ps, char *out, size_t len, char *warn, size_t 
             for (int q = 0; q < r && !seen; q++) seen = strcmp(hosts + (size_t)q * PS_HOST, h) == 0;
             if (seen) continue;
             int lo = n, hi = -1, tl = ps->tp, th = -1, pl = ps->pp, ph = -1, dl = ps->dp, dh = -1, count = 0;
+            int cl = ps->cp, ch = -1;
             for (int q = 0; q < n; q++) {
                 if (strcmp(hosts + (size_t)q * PS_HOST, h) != 0) continue;
-                int t = q % ps->tp, d = (q / ps->tp) % ps->dp, p = q / (ps->tp * ps->dp);
+                int t = q % ps->tp, c = (q / ps->tp) % ps->cp, d = (q / (ps->tp * ps->cp)) % ps->dp,
+                    p = q / (ps->tp * ps->cp * ps->dp);
+                cl = c < cl ? c : cl, ch = c > ch ? c : ch;
                 lo = q < lo ? q : lo, hi = q > hi ? q : hi, count++;
                 tl = t < tl ? t : tl, th = t > th ? t : th;
                 dl = d < dl ? d : dl, dh = d > dh ? d : dh;
                 pl = p < pl ? p : pl, ph = p > ph ? p : ph;
             }
-            char rs[96], ts[32], ds[32], pss[32];
+            char rs[96], ts[32], ds[32], pss[32], cs[40] = "", c1[32];
             span(rs, sizeof rs, lo, hi), span(ts, sizeof ts, tl, th), span(ds, sizeof ds, dl, dh), span(pss, sizeof pss, pl, ph);
+            if (ps->cp > 1) { /* context parallelism: its span too */
+                span(c1, sizeof c1, cl, ch);
+                snprintf(cs, sizeof cs, ", cp %s", c1);
+            }
             if (count != hi - lo + 1) { /* not consecutive: the ranks one by one (the first 12) */
                 size_t k = 0;
                 int listed = 0;
@@ -169,8 +198,8 @@ void ps_placement(const ps_state *ps, char *out, size_t len, char *warn, size_t 
                 if (listed < count && k < sizeof rs) snprintf(rs + k, sizeof rs - k, ",...");
             }
             if (used + 4 >= len) break; /* full: the line already ends in "..." */
-            int w = snprintf(out + used, len - used, "%s%s: %s %s (tp %s, pp %s, dp %s)", used ? "; " : "", h,
-                             count == 1 ? "rank" : "ranks", rs, ts, pss, ds);
+            int w = snprintf(out + used, len - used, "%s%s: %s %s (tp %s, pp %s, dp %s%s)", used ? "; " : "", h,
+                             count == 1 ? "rank" : "ranks", rs, ts, pss, ds, cs);
             if (w > 0) used += (size_t)w;
             if (used >= len) { /* cut short: say so */
                 memcpy(out + len - 4, "...", 4);

@@ -12,6 +12,7 @@
 
 #include <stdio.h>
 
+#include "context_parallel.h"
 #include "lora.h"
 #include "tensor_parallel.h"
 
@@ -29,6 +30,17 @@ typedef struct {
     float *dkv;    /* grouped-query attention: (BT, 2gd/t) */
     float *datty;  /* (BT, nd/t) */
     lora_scratch lora;
+    /* context parallelism (cp C > 1): the core's operands over every token with a C-th of the local
+     * heads, (B, seq, ./C) = (BT, .) floats, BT this rank's tokens: q (and kv) as a->q (a->kv),
+     * the core's output or its gradient (BT, nd/t), their gradients as dqkv (dkv); the
+     * all-to-all's send and receive buffers */
+    float *cp_q, *cp_kv, *cp_o, *cp_dq, *cp_dkv, *cp_send, *cp_recv;
+    /* all_gather: every rank's key/value rows (C, BT, kv row) as this rank's (the fused [q | k | v]
+     * rows, or [k | v]), their gradients, a block's output (BT, nd/t) and lse and the backward's D
+     * (B, n/t, seq_c) */
+    float *cp_g, *cp_dg, *cp_lse, *cp_D;
+    /* p2p: cp_g and cp_dg hold two key/value blocks (the one attended, the one arriving) and two
+     * of their gradients' accumulators */
 } attn_scratch;
 
 static void tensors(table_builder *tb, int layer, int stream0, const char *prefix, void *pv, void *gv)
@@ -143,15 +155,15 @@ static void lora_qkv_fwd(const gpt_model *m, const block_io *io, const attn_para
 static void core_acts(carver *cv, const gpt_model *m, void *av)
 {
     attn_acts *a = av;
-    int64_t BT = (int64_t)m->mbs * m->cfg.seq;
+    int64_t BT = (int64_t)m->mbs * m->seq_c;
     model_carve_kept(cv, &a->atty, BT * m->q_l, 1, "atty");
-    CARVE(cv, a->lse, float, (int64_t)m->mbs * m->heads_l * m->cfg.seq);
+    CARVE(cv, a->lse, float, (int64_t)m->mbs * m->heads_l * m->seq_c);
 }
 
 static void acts(carver *cv, const gpt_model *m, void *av)
 {
     attn_acts *a = av;
-    int64_t BT = (int64_t)m->mbs * m->cfg.seq;
+    int64_t BT = (int64_t)m->mbs * m->seq_c;
     int gqa = gpt_gqa(&m->cfg);
     CARVE(cv, a->q, float, BT * (gqa ? m->q_l : 3 * m->q_l));
     if (gqa) CARVE(cv, a->kv, float, BT * 2 * m->kv_l);
@@ -163,12 +175,30 @@ static void acts(carver *cv, const gpt_model *m, void *av)
 static void scratch(carver *cv, const gpt_model *m, void *sv)
 {
     attn_scratch *s = sv;
-    int64_t BT = (int64_t)m->mbs * m->cfg.seq;
+    int64_t BT = (int64_t)m->mbs * m->seq_c;
     int gqa = gpt_gqa(&m->cfg);
     CARVE(cv, s->dqkv, float, BT * (gqa ? m->q_l : 3 * m->q_l));
     if (gqa) CARVE(cv, s->dkv, float, BT * 2 * m->kv_l);
     CARVE(cv, s->datty, float, BT * m->q_l);
     lora_scratch_carve(cv, m, BT, &s->lora);
+    if (m->cp > 1 && m->ps->cp_comm != PS_CP_A2A) {
+        int64_t wkv = gqa ? 2 * m->kv_l : 3 * m->q_l, nl = (int64_t)m->mbs * m->heads_l * m->seq_c;
+        int blocks = m->ps->cp_comm == PS_CP_P2P ? 2 : m->cp;
+        CARVE(cv, s->cp_g, float, blocks * BT * wkv);
+        CARVE(cv, s->cp_dg, float, blocks * BT * wkv);
+        CARVE(cv, s->cp_o, float, BT * m->q_l);
+        CARVE(cv, s->cp_lse, float, nl);
+        CARVE(cv, s->cp_D, float, nl);
+    } else if (m->cp > 1) {
+        int64_t wq = gqa ? m->q_l : 3 * m->q_l, wmax = wq > 2 * m->kv_l ? wq : 2 * m->kv_l;
+        CARVE(cv, s->cp_q, float, BT * wq);
+        CARVE(cv, s->cp_dq, float, BT * wq);
+        if (gqa) CARVE(cv, s->cp_kv, float, BT * 2 * m->kv_l);
+        if (gqa) CARVE(cv, s->cp_dkv, float, BT * 2 * m->kv_l);
+        CARVE(cv, s->cp_o, float, BT * m->q_l);
+        CARVE(cv, s->cp_send, float, BT * wmax);
+        CARVE(cv, s->cp_recv, float, BT * wmax);
+    }
 }
 
 /* Where q, k and v sit in a buffer pair laid out as the activations (or their gradients). */
@@ -177,21 +207,244 @@ typedef struct {
     int ldq, ldkv;
 } qkv_view;
 
-static qkv_view view_of(const gpt_model *m, float *q, float *kv)
+/* ... with a C-th of the heads (context parallelism's gathered operands; C = 1: the layout itself). */
+static qkv_view view_part(const gpt_model *m, float *q, float *kv, int C)
 {
     qkv_view w;
+    int ql = m->q_l / C, kvl = m->kv_l / C;
     w.q = q;
     if (gpt_gqa(&m->cfg)) {
         w.k = kv;
-        w.v = kv + m->kv_l;
-        w.ldq = m->q_l;
-        w.ldkv = 2 * m->kv_l;
+        w.v = kv + kvl;
+        w.ldq = ql;
+        w.ldkv = 2 * kvl;
     } else {
-        w.k = q + m->q_l;
-        w.v = q + 2 * m->q_l;
-        w.ldq = w.ldkv = 3 * m->q_l;
+        w.k = q + ql;
+        w.v = q + 2 * ql;
+        w.ldq = w.ldkv = 3 * ql;
     }
     return w;
+}
+
+static qkv_view view_of(const gpt_model *m, float *q, float *kv) { return view_part(m, q, kv, 1); }
+
+/* Context parallelism: this rank's tokens' q, k, v (rotated) to every token's, of a C-th of the
+ * heads, in s->cp_q (and s->cp_kv). */
+static void cp_gather_qkv(const gpt_model *m, attn_scratch *s, const float *q, const float *kv, int B)
+{
+    const comm *cp = m->ps->cp_group;
+    int S = m->cfg.seq;
+    if (gpt_gqa(&m->cfg)) {
+        cp_a2a_to_heads(m->be, cp, s->cp_q, q, s->cp_send, s->cp_recv, B, S, 1, m->q_l);
+        cp_a2a_to_heads(m->be, cp, s->cp_kv, kv, s->cp_send, s->cp_recv, B, S, 2, m->kv_l);
+    } else {
+        cp_a2a_to_heads(m->be, cp, s->cp_q, q, s->cp_send, s->cp_recv, B, S, 3, m->q_l);
+    }
+}
+
+/* The attention probabilities' dropout on the gathered core: rows are the sequence's positions
+ * from 0, the heads this rank's C-th of the local ones. */
+static be_drop cp_core_drop(const gpt_model *m, const be_drop *d)
+{
+    be_drop dr = {0};
+    if (!d) return dr;
+    dr = *d;
+    dr.pos0 = dr.cp_chunk = dr.cp_c0 = dr.cp_c1 = 0;
+    dr.unit0 += m->cp_rank * (m->heads_l / m->cp);
+    return dr;
+}
+
+/* all_gather: the key/value rows every rank holds, (C, B, seq_c, ld), k at koff and v at voff of
+ * a row: the fused [q | k | v] rows, or grouped-query attention's [k | v]. */
+typedef struct {
+    const float *src;
+    int ld, koff, voff;
+} kv_rows;
+
+static kv_rows kv_rows_of(const gpt_model *m, const attn_acts *a)
+{
+    if (gpt_gqa(&m->cfg)) return (kv_rows){a->kv, 2 * m->kv_l, 0, m->kv_l};
+    return (kv_rows){a->q, 3 * m->q_l, m->q_l, 2 * m->q_l};
+}
+
+/* The attention probabilities' dropout as attention_fwd gets it on the whole sequence (the block
+ * calls key each element by its global row and key). */
+static be_drop whole_drop(const be_drop *d)
+{
+    be_drop dr = *d;
+    dr.pos0 = dr.cp_chunk = dr.cp_c0 = dr.cp_c1 = 0;
+    return dr;
+}
+
+/* The core under context parallelism, all_gather: every rank's keys and values gathered, this
+ * rank's queries against each rank's block (block entries at global positions: causal, klen and
+ * seg as on the whole sequence), the blocks' outputs merged exactly by their lse. */
+static void ag_core_fwd(const block_io *io, attn_acts *a)
+{
+    const gpt_model *m = io->m;
+    const backend *be = m->be;
+    attn_scratch *s = io->scratch;
+    int B = io->B, Tl = m->seq_c, d = gpt_head_dim(&m->cfg);
+    kv_rows kv = kv_rows_of(m, a);
+    size_t n = (size_t)B * Tl * kv.ld;
+    be_drop dr = io->drop ? whole_drop(io->drop) : (be_drop){0};
+    qkv_view w = view_of(m, a->q, a->kv);
+    xfer_allgather(be, m->ps->cp_group, kv.src, s->cp_g, n, COMM_F32);
+    float *out = kept_stage(&a->atty);
+    const int32_t *qpos = m->cp_pos + (size_t)m->cp_rank * Tl;
+    for (int j = 0; j < m->cp; j++) {
+        const float *g = s->cp_g + j * n;
+        be_attention_block_fwd(be, j ? s->cp_o : out, j ? s->cp_lse : a->lse, w.q, g + kv.koff, g + kv.voff, w.ldq,
+                               kv.ld, B, Tl, Tl, m->cfg.seq, qpos, m->cp_pos + (size_t)j * Tl, m->heads_l, m->groups_l,
+                               d, io->klen, io->seg, io->drop ? &dr : NULL);
+        if (j) be_attention_merge(be, out, a->lse, s->cp_o, s->cp_lse, B, Tl, m->heads_l, d);
+    }
+    kept_done(be, &a->atty, (size_t)B * Tl * m->q_l);
+}
+
+/* Its backward: D from the merged output, each block's gradients (dq here, dk and dv into the
+ * gathered buffer at the block's owner's place), the gathered gradients reduce-scattered back to
+ * their owners. Without grouped-query attention dq lands in this rank's own place of the fused
+ * gathered rows, whose q columns every other rank leaves 0: the reduce-scatter brings it home. */
+static void ag_core_bwd(const block_io *io, const attn_acts *a)
+{
+    const gpt_model *m = io->m;
+    const backend *be = m->be;
+    attn_scratch *s = io->scratch;
+    int B = io->B, Tl = m->seq_c, d = gpt_head_dim(&m->cfg), gqa = gpt_gqa(&m->cfg);
+    kv_rows kv = kv_rows_of(m, a);
+    size_t n = (size_t)B * Tl * kv.ld;
+    be_drop dr = io->drop ? whole_drop(io->drop) : (be_drop){0};
+    qkv_view w = view_of(m, a->q, a->kv);
+    be_in out = kept_in(&a->atty); /* kept in the GEMMs' dtype under mixed precision: widened */
+    if (out.dt != BE_F32) be_convert(be, s->cp_o, BE_F32, out.p, out.dt, (size_t)B * Tl * m->q_l);
+    be_attention_delta(be, s->cp_D, s->datty, out.dt != BE_F32 ? s->cp_o : out.p, B, Tl, m->heads_l, d);
+    xfer_allgather(be, m->ps->cp_group, kv.src, s->cp_g, n, COMM_F32);
+    be_zero(be, s->cp_dg, (size_t)m->cp * n);
+    float *dq = gqa ? s->dqkv : s->cp_dg + (size_t)m->cp_rank * n;
+    const int32_t *qpos = m->cp_pos + (size_t)m->cp_rank * Tl;
+    for (int j = 0; j < m->cp; j++) {
+        const float *g = s->cp_g + j * n;
+        float *dg = s->cp_dg + j * n;
+        be_attention_block_bwd(be, dq, dg + kv.koff, dg + kv.voff, s->datty, w.q, g + kv.koff, g + kv.voff, a->lse,
+                               s->cp_D, w.ldq, kv.ld, B, Tl, Tl, m->cfg.seq, qpos, m->cp_pos + (size_t)j * Tl,
+                               m->heads_l, m->groups_l, d, io->klen, io->seg, io->drop ? &dr : NULL);
+    }
+    xfer_reduce_scatter(be, m->ps->cp_group, s->cp_dg, gqa ? s->dkv : s->dqkv, n, COMM_F32, COMM_SUM);
+}
+
+enum { CP_TAG_RING = 0x4360 }; /* + step (forward), + C + 2 step (+1) backward */
+
+/* The core under context parallelism, p2p: the key/value blocks go round the ring, each step's
+ * transfer posted before the attention of the block at hand (block j = rank - step mod C), the
+ * blocks' outputs merged exactly by their lse. */
+static void p2p_core_fwd(const block_io *io, attn_acts *a)
+{
+    const gpt_model *m = io->m;
+    const backend *be = m->be;
+    attn_scratch *s = io->scratch;
+    int B = io->B, Tl = m->seq_c, d = gpt_head_dim(&m->cfg), C = m->cp, r = m->cp_rank;
+    kv_rows kv = kv_rows_of(m, a);
+    size_t n = (size_t)B * Tl * kv.ld;
+    be_drop dr = io->drop ? whole_drop(io->drop) : (be_drop){0};
+    qkv_view w = view_of(m, a->q, a->kv);
+    float *out = kept_stage(&a->atty);
+    const int32_t *qpos = m->cp_pos + (size_t)r * Tl;
+    const float *cur = kv.src;
+    for (int step = 0; step < C; step++) {
+        float *next = s->cp_g + (size_t)(step % 2) * n;
+        cp_ring_req q;
+        if (step < C - 1) cp_ring_start(be, m->ps->cp_group, cur, next, n, CP_TAG_RING + step, &q);
+        int j = (r - step + C) % C;
+        be_attention_block_fwd(be, step ? s->cp_o : out, step ? s->cp_lse : a->lse, w.q, cur + kv.koff,
+                               cur + kv.voff, w.ldq, kv.ld, B, Tl, Tl, m->cfg.seq, qpos, m->cp_pos + (size_t)j * Tl,
+                               m->heads_l, m->groups_l, d, io->klen, io->seg, io->drop ? &dr : NULL);
+        if (step) be_attention_merge(be, out, a->lse, s->cp_o, s->cp_lse, B, Tl, m->heads_l, d);
+        if (step < C - 1) cp_ring_wait(be, &q);
+        cur = next;
+    }
+    kept_done(be, &a->atty, (size_t)B * Tl * m->q_l);
+}
+
+/* Its backward: D once; the key/value blocks go round again with their dk, dv accumulators, each
+ * rank adding its queries' part (dq stays here); after C steps each accumulator is one hop from
+ * its block's owner: a last step sends it home, added into this rank's gradients. */
+static void p2p_core_bwd(const block_io *io, const attn_acts *a)
+{
+    const gpt_model *m = io->m;
+    const backend *be = m->be;
+    attn_scratch *s = io->scratch;
+    int B = io->B, Tl = m->seq_c, d = gpt_head_dim(&m->cfg), C = m->cp, r = m->cp_rank, gqa = gpt_gqa(&m->cfg);
+    kv_rows kv = kv_rows_of(m, a);
+    size_t n = (size_t)B * Tl * kv.ld;
+    be_drop dr = io->drop ? whole_drop(io->drop) : (be_drop){0};
+    qkv_view w = view_of(m, a->q, a->kv);
+    be_in out = kept_in(&a->atty); /* kept in the GEMMs' dtype under mixed precision: widened */
+    if (out.dt != BE_F32) be_convert(be, s->cp_o, BE_F32, out.p, out.dt, (size_t)B * Tl * m->q_l);
+    be_attention_delta(be, s->cp_D, s->datty, out.dt != BE_F32 ? s->cp_o : out.p, B, Tl, m->heads_l, d);
+    const int32_t *qpos = m->cp_pos + (size_t)r * Tl;
+    const float *cur = kv.src;
+    float *acc = s->cp_dg; /* the gradients of the block at hand: this rank's own first */
+    be_zero(be, acc, n);
+    for (int step = 0; step < C; step++) {
+        int j = (r - step + C) % C;
+        be_attention_block_bwd(be, s->dqkv, acc + kv.koff, acc + kv.voff, s->datty, w.q, cur + kv.koff, cur + kv.voff,
+                               a->lse, s->cp_D, w.ldq, kv.ld, B, Tl, Tl, m->cfg.seq, qpos, m->cp_pos + (size_t)j * Tl,
+                               m->heads_l, m->groups_l, d, io->klen, io->seg, io->drop ? &dr : NULL);
+        float *nacc = s->cp_dg + (size_t)((step + 1) % 2) * n, *next = s->cp_g + (size_t)(step % 2) * n;
+        cp_ring_req qa, qk;
+        cp_ring_start(be, m->ps->cp_group, acc, nacc, n, CP_TAG_RING + C + 2 * step, &qa);
+        if (step < C - 1) cp_ring_start(be, m->ps->cp_group, cur, next, n, CP_TAG_RING + C + 2 * step + 1, &qk);
+        cp_ring_wait(be, &qa);
+        if (step < C - 1) cp_ring_wait(be, &qk);
+        acc = nacc, cur = next;
+    }
+    /* acc: this rank's own block's dk, dv from every rank (0 in the q columns of the fused rows) */
+    if (gqa) be_copy(be, s->dkv, acc, n);
+    else be_add(be, s->dqkv, s->dqkv, acc, n);
+}
+
+/* The core under context parallelism (a2a): on every token with a C-th of the heads (causal,
+ * klen and seg read the whole sequence as without), its output back to this rank's tokens; lse
+ * is kept in the gathered layout (B, n/t/C, seq). */
+static void cp_core_fwd(const block_io *io, attn_acts *a)
+{
+    const gpt_model *m = io->m;
+    attn_scratch *s = io->scratch;
+    int C = m->cp, B = io->B, S = m->cfg.seq;
+    be_drop dr = cp_core_drop(m, io->drop);
+    cp_gather_qkv(m, s, a->q, a->kv, B);
+    qkv_view w = view_part(m, s->cp_q, s->cp_kv, C);
+    be_attention_fwd_seg(m->be, s->cp_o, a->lse, w.q, w.k, w.v, w.ldq, w.ldkv, B, S, m->heads_l / C,
+                         m->groups_l / C, gpt_head_dim(&m->cfg), io->klen, io->seg, io->drop ? &dr : NULL);
+    cp_a2a_to_seq(m->be, m->ps->cp_group, kept_stage(&a->atty), s->cp_o, s->cp_send, s->cp_recv, B, S, 1, m->q_l);
+    kept_done(m->be, &a->atty, (size_t)B * m->seq_c * m->q_l);
+}
+
+/* Its backward: s->datty (this rank's tokens) to the gradients of this rank's tokens' q, k, v in
+ * s->dqkv (and s->dkv), q, k, v gathered again. */
+static void cp_core_bwd(const block_io *io, const attn_acts *a)
+{
+    const gpt_model *m = io->m;
+    attn_scratch *s = io->scratch;
+    const comm *cp = m->ps->cp_group;
+    int C = m->cp, B = io->B, S = m->cfg.seq, gqa = gpt_gqa(&m->cfg);
+    size_t BT = (size_t)B * m->seq_c;
+    be_drop dr = cp_core_drop(m, io->drop);
+    cp_gather_qkv(m, s, a->q, a->kv, B);
+    cp_a2a_to_heads(m->be, cp, s->cp_o, s->datty, s->cp_send, s->cp_recv, B, S, 1, m->q_l);
+    be_zero(m->be, s->cp_dq, BT * (gqa ? m->q_l : 3 * m->q_l));
+    if (gqa) be_zero(m->be, s->cp_dkv, BT * 2 * m->kv_l);
+    qkv_view w = view_part(m, s->cp_q, s->cp_kv, C), dw = view_part(m, s->cp_dq, s->cp_dkv, C);
+    be_attention_bwd_seg(m->be, dw.q, dw.k, dw.v, s->cp_o, w.q, w.k, w.v, a->lse, w.ldq, w.ldkv, B, S,
+                         m->heads_l / C, m->groups_l / C, gpt_head_dim(&m->cfg), io->klen, io->seg,
+                         io->drop ? &dr : NULL);
+    if (gqa) {
+        cp_a2a_to_seq(m->be, cp, s->dqkv, s->cp_dq, s->cp_send, s->cp_recv, B, S, 1, m->q_l);
+        cp_a2a_to_seq(m->be, cp, s->dkv, s->cp_dkv, s->cp_send, s->cp_recv, B, S, 2, m->kv_l);
+    } else {
+        cp_a2a_to_seq(m->be, cp, s->dqkv, s->cp_dq, s->cp_send, s->cp_recv, B, S, 3, m->q_l);
+    }
 }
 
 /* The attention core alone: atty and lse from the kept (rotated) q, k, v. */
@@ -199,10 +452,16 @@ static void core_fwd(const block_io *io, void *av)
 {
     const gpt_model *m = io->m;
     attn_acts *a = av;
+    if (m->cp > 1) {
+        if (m->ps->cp_comm == PS_CP_ALL_GATHER) ag_core_fwd(io, a);
+        else if (m->ps->cp_comm == PS_CP_P2P) p2p_core_fwd(io, a);
+        else cp_core_fwd(io, a);
+        return;
+    }
     qkv_view w = view_of(m, a->q, a->kv);
-    be_attention_fwd_seg(m->be, kept_stage(&a->atty), a->lse, w.q, w.k, w.v, w.ldq, w.ldkv, io->B, m->cfg.seq,
+    be_attention_fwd_seg(m->be, kept_stage(&a->atty), a->lse, w.q, w.k, w.v, w.ldq, w.ldkv, io->B, m->seq_c,
                          m->heads_l, m->groups_l, gpt_head_dim(&m->cfg), io->klen, io->seg, io->drop);
-    kept_done(m->be, &a->atty, (size_t)io->B * m->cfg.seq * m->q_l);
+    kept_done(m->be, &a->atty, (size_t)io->B * m->seq_c * m->q_l);
 }
 
 static void fwd(const block_io *io, void *av, const void *pv, float *out, be_in x)
@@ -212,7 +471,7 @@ static void fwd(const block_io *io, void *av, const void *pv, float *out, be_in 
     const attn_params *p = pv;
     attn_acts *a = av;
     const comm *tp = model_tp_reduce(m);
-    int B = io->B, T = c->seq, BT = B * T, h = c->hidden, d = gpt_head_dim(c), rot = gpt_rotary_dims(c);
+    int B = io->B, T = m->seq_c, BT = B * T, h = c->hidden, d = gpt_head_dim(c), rot = gpt_rotary_dims(c);
     int gqa = gpt_gqa(c);
     tp_column_linear_fwd(m->be, tp, a->q, x, p->qkv_w, p->qkv_b, BT, h, gqa ? m->q_l : 3 * m->q_l);
     if (gqa) tp_column_linear_fwd(m->be, tp, a->kv, x, p->kv_w, p->kv_b, BT, h, 2 * m->kv_l);
@@ -247,7 +506,7 @@ static void bwd(const block_io *io, float *dx, void *gv, const float *dbranch, c
     const attn_acts *a = av;
     attn_scratch *s = io->scratch;
     const comm *tp = model_tp_reduce(m);
-    int B = io->B, T = c->seq, BT = B * T, h = c->hidden, d = gpt_head_dim(c), rot = gpt_rotary_dims(c);
+    int B = io->B, T = m->seq_c, BT = B * T, h = c->hidden, d = gpt_head_dim(c), rot = gpt_rotary_dims(c);
     int gqa = gpt_gqa(c);
     if (g->proj_b) be_bias_bwd(be, g->proj_b, dbranch, BT, h);
     be_zero(be, s->datty, (size_t)BT * m->q_l);
@@ -263,8 +522,15 @@ static void bwd(const block_io *io, float *dx, void *gv, const float *dbranch, c
     be_zero(be, s->dqkv, (size_t)BT * (gqa ? m->q_l : 3 * m->q_l));
     if (gqa) be_zero(be, s->dkv, (size_t)BT * 2 * m->kv_l);
     qkv_view w = view_of(m, a->q, a->kv), dw = view_of(m, s->dqkv, s->dkv);
-    be_attention_bwd_seg(be, dw.q, dw.k, dw.v, s->datty, w.q, w.k, w.v, a->lse, w.ldq, w.ldkv, B, T, m->heads_l,
-                         m->groups_l, d, io->klen, io->seg, io->drop);
+    if (m->cp > 1 && m->ps->cp_comm == PS_CP_ALL_GATHER)
+        ag_core_bwd(io, a);
+    else if (m->cp > 1 && m->ps->cp_comm == PS_CP_P2P)
+        p2p_core_bwd(io, a);
+    else if (m->cp > 1)
+        cp_core_bwd(io, a);
+    else
+        be_attention_bwd_seg(be, dw.q, dw.k, dw.v, s->datty, w.q, w.k, w.v, a->lse, w.ldq, w.ldkv, B, T, m->heads_l,
+                             m->groups_l, d, io->klen, io->seg, io->drop);
     if (rot) {
         /* back through the rotation: the gradients of the projections' outputs */
         be_rope_bwd_at(be, dw.q, B, T, dw.ldq, m->heads_l, d, rot, gpt_rotary_base(c), 0, io->pos);

@@ -108,7 +108,7 @@ static void scratch(carver *cv, const gpt_model *m, void *sv)
 
 static size_t host_floats(const gpt_model *m)
 {
-    size_t big = 3 * (size_t)m->mbs * m->cfg.seq, hh = 2 * (size_t)m->mbs * m->cfg.hidden;
+    size_t big = 3 * (size_t)m->mbs * m->seq_c, hh = 2 * (size_t)m->mbs * m->cfg.hidden;
     return big > hh ? big : hh;
 }
 
@@ -132,6 +132,11 @@ static void mlm_stats(const gpt_model *m, gpt_acts *acts, int BT)
     acts->stats[MLM_TOKENS] = n;
     acts->stats[MLM_CORRECT] = correct;
 }
+
+/* Whether this rank runs the sentence-order head: with the binary head, on the context-parallel
+ * rank holding position 0 (its [CLS] rows; the other cp ranks add nothing to its loss, sums or
+ * gradients, which dp x cp sums). */
+static int sop_here(const gpt_model *m) { return m->cfg.binary_head && m->cp_rank == 0; }
 
 /* The pooler and the binary head on the [CLS] rows; the sentence-order sums. */
 static void sop_fwd(gpt_model *m, gpt_acts *acts, const float *x)
@@ -173,7 +178,7 @@ static void fwd(gpt_model *m, gpt_acts *acts, const float *x, double *loss)
     const backend *be = m->be;
     const comm *tp = m->ps->tp_group;
     struct bert_head_acts *a = acts->head;
-    int B = acts->B, BT = B * m->cfg.seq, BTl = B * m->seq_l, h = m->cfg.hidden;
+    int B = acts->B, BT = B * m->seq_c, BTl = B * m->seq_l, h = m->cfg.hidden;
     memset(acts->stats, 0, sizeof acts->stats);
     const block_ops *norm = norm_kind(m);
     block_io io = model_io(m, acts, NULL, NULL);
@@ -185,7 +190,7 @@ static void fwd(gpt_model *m, gpt_acts *acts, const float *x, double *loss)
     tp_cross_entropy_fwd(be, tp, acts->losses, acts->maxv, acts->sumexp, acts->tlogit, acts->logits, acts->targets, BT,
                          m->vocab_l, m->vstart, m->cfg.vocab);
     mlm_stats(m, acts, BT);
-    if (m->cfg.binary_head) sop_fwd(m, acts, x);
+    if (sop_here(m)) sop_fwd(m, acts, x);
     if (loss) *loss = acts->token_weight * acts->stats[MLM_LOSS] + acts->sample_weight * acts->stats[SOP_LOSS];
 }
 
@@ -240,7 +245,7 @@ static void bwd(gpt_model *m, gpt_acts *acts, const float *x, float loss_scale)
     const backend *be = m->be;
     struct gpt_scratch *s = m->scratch;
     struct bert_head_acts *a = acts->head;
-    int B = acts->B, BT = B * m->cfg.seq, BTl = B * m->seq_l, h = m->cfg.hidden;
+    int B = acts->B, BT = B * m->seq_c, BTl = B * m->seq_l, h = m->cfg.hidden;
     float w = loss_scale * acts->token_weight;
     for (int i = 0; i < BT; i++) s->host[i] = acts->targets_host[i] >= 0 ? w : 0.0f;
     be_memcpy(be, s->dloss, s->host, (size_t)BT * sizeof(float), BE_H2D);
@@ -258,7 +263,7 @@ static void bwd(gpt_model *m, gpt_acts *acts, const float *x, float loss_scale)
                      p->lm_dense_w, BTl, h, h);
     be_zero(be, s->dres, (size_t)BTl * h);
     m->lnf.ops->bwd(&io, s->dres, m->lnf.g, s->dtmp, acts->lnf, m->lnf.p, be_f32(x));
-    if (m->cfg.binary_head) sop_bwd(m, acts, loss_scale * acts->sample_weight);
+    if (sop_here(m)) sop_bwd(m, acts, loss_scale * acts->sample_weight);
 }
 
 /* The LM head's transform runs on this rank's positions: its gradients are summed over the

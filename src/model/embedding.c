@@ -38,8 +38,8 @@ static void fwd(gpt_model *m, float *out, const int32_t *ids, const int32_t *typ
     int T = m->seq_l, h = m->cfg.hidden, pos0 = model_pos0(m);
     if (m->sp) {
         struct gpt_scratch *s = m->scratch;
-        be_embedding_fwd(m->be, s->branch, ids, m->p.wte, B * m->cfg.seq, h, m->vstart, m->vocab_l);
-        tp_sp_scatter(m->be, m->ps->tp_group, out, s->branch, s->sptmp, B, m->cfg.seq, h);
+        be_embedding_fwd(m->be, s->branch, ids, m->p.wte, B * m->seq_c, h, m->vstart, m->vocab_l);
+        tp_sp_scatter(m->be, m->ps->tp_group, out, s->branch, s->sptmp, B, m->seq_c, h);
     } else {
         tp_embedding_fwd(m->be, m->ps->tp_group, out, ids, m->p.wte, B * T, h, m->vstart, m->vocab_l);
     }
@@ -72,10 +72,10 @@ static void bwd(gpt_model *m, float *dout, const int32_t *ids, const int32_t *ty
     if (m->g.tte) be_embedding_bwd(m->be, m->g.tte, dout, types, B * T, h, 0, gpt_tokentypes(&m->cfg));
     if (m->sp) { /* every position's gradient, for this rank's vocabulary rows */
         struct gpt_scratch *s = m->scratch;
-        tp_sp_gather(m->be, m->ps->tp_group, s->dgath, dout, s->sptmp, B, m->cfg.seq, h);
+        tp_sp_gather(m->be, m->ps->tp_group, s->dgath, dout, s->sptmp, B, m->seq_c, h);
         dout = s->dgath;
     }
-    be_embedding_bwd(m->be, m->g.wte, dout, ids, B * m->cfg.seq, h, m->vstart, m->vocab_l);
+    be_embedding_bwd(m->be, m->g.wte, dout, ids, B * m->seq_c, h, m->vstart, m->vocab_l);
 }
 
 const embedding_ops embedding_block = {tensors, fwd, bwd};

@@ -27,7 +27,7 @@ static void fwd(gpt_model *m, gpt_acts *a, const float *x, double *loss)
 {
     const backend *be = m->be;
     const comm *tp = m->ps->tp_group;
-    int B = a->B, BT = B * m->cfg.seq, h = m->cfg.hidden;
+    int B = a->B, BT = B * m->seq_c, h = m->cfg.hidden;
     (void)x;
     tp_column_linear_fwd(be, tp, a->logits, model_sp_input(m, m->lnf.ops->output(a->lnf), B), m->p.head_w, NULL, BT,
                          h, m->vocab_l);
@@ -50,7 +50,7 @@ static void bwd(gpt_model *m, gpt_acts *a, const float *x, float loss_scale)
 {
     const backend *be = m->be;
     struct gpt_scratch *s = m->scratch;
-    int B = a->B, BT = B * m->cfg.seq, h = m->cfg.hidden;
+    int B = a->B, BT = B * m->seq_c, h = m->cfg.hidden;
     if (a->loss_mask)
         for (int i = 0; i < BT; i++) s->host[i] = loss_scale * a->token_weight * a->loss_mask[i];
     else

@@ -86,7 +86,7 @@ static const float *block_output(gpt_model *m, float *out, int B)
 {
     if (!m->sp) return out;
     struct gpt_scratch *s = m->scratch;
-    tp_sp_scatter(m->be, m->ps->tp_group, s->branch_l, out, s->sptmp, B, m->cfg.seq, m->cfg.hidden);
+    tp_sp_scatter(m->be, m->ps->tp_group, s->branch_l, out, s->sptmp, B, m->seq_c, m->cfg.hidden);
     return s->branch_l;
 }
 
@@ -154,7 +154,7 @@ static const float *branch_grad(gpt_model *m, const float *d, int B)
 {
     if (!m->sp) return d;
     struct gpt_scratch *s = m->scratch;
-    tp_sp_gather(m->be, m->ps->tp_group, s->dgath, d, s->sptmp, B, m->cfg.seq, m->cfg.hidden);
+    tp_sp_gather(m->be, m->ps->tp_group, s->dgath, d, s->sptmp, B, m->seq_c, m->cfg.hidden);
     return s->dgath;
 }
 

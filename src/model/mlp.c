@@ -98,7 +98,7 @@ static int lora_off(const gpt_model *m, int i) { return m->cfg.glu && i == 1 ? m
 static void acts(carver *cv, const gpt_model *m, void *av)
 {
     mlp_acts *a = av;
-    int64_t BT = (int64_t)m->mbs * m->cfg.seq;
+    int64_t BT = (int64_t)m->mbs * m->seq_c;
     CARVE(cv, a->fch, float, BT * gpt_fc_blocks(&m->cfg) * m->ffn_l);
     model_carve_kept(cv, &a->fch_act, BT * m->ffn_l, 1, "fch_act");
     for (int i = 0; i < 3; i++)
@@ -108,7 +108,7 @@ static void acts(carver *cv, const gpt_model *m, void *av)
 static void scratch(carver *cv, const gpt_model *m, void *sv)
 {
     mlp_scratch *s = sv;
-    int64_t BT = (int64_t)m->mbs * m->cfg.seq;
+    int64_t BT = (int64_t)m->mbs * m->seq_c;
     CARVE(cv, s->dfch, float, BT * gpt_fc_blocks(&m->cfg) * m->ffn_l);
     CARVE(cv, s->dfch_act, float, BT * m->ffn_l);
     lora_scratch_carve(cv, m, BT, &s->lora);
@@ -140,7 +140,7 @@ static void mlp_fwd(const block_io *io, void *av, const void *pv, float *out, be
     const comm *tp = model_tp_reduce(m);
     const mlp_params *p = pv;
     mlp_scratch *s = io->scratch;
-    int T = m->cfg.seq, BT = io->B * T, h = m->cfg.hidden;
+    int T = m->seq_c, BT = io->B * T, h = m->cfg.hidden;
     fc_act_fwd(m, io, tp, p, kept_stage(&a->fch_act), a->fch, x, BT, a->su, &s->lora, T);
     kept_done(m->be, &a->fch_act, (size_t)BT * m->ffn_l);
     tp_row_linear_fwd(m->be, tp, out, kept_in(&a->fch_act), p->fc2_w, BT, m->ffn_l, h);
@@ -158,16 +158,16 @@ static void fc2_bwd(const block_io *io, mlp_params *g, const float *dbranch, con
 {
     const gpt_model *m = io->m;
     mlp_scratch *s = io->scratch;
-    int BT = io->B * m->cfg.seq, h = m->cfg.hidden;
+    int BT = io->B * m->seq_c, h = m->cfg.hidden;
     if (g->fc2_b) be_bias_bwd(m->be, g->fc2_b, dbranch, BT, h);
     be_zero(m->be, s->dfch_act, (size_t)BT * m->ffn_l);
     tp_row_linear_bwd(m->be, model_tp_reduce(m), s->dfch_act, g->fc2_w, dbranch, kept_in(&a->fch_act), p->fc2_w,
                       BT, m->ffn_l, h);
     if (p->lora_a[2]) {
-        lora_dims d = lora_dims_of(m, io->B, m->cfg.seq, m->ffn_l, h);
+        lora_dims d = lora_dims_of(m, io->B, m->seq_c, m->ffn_l, h);
         be_drop dr = lora_drop(m, io, 2);
-        const float *act = lora_input(m->be, s->lora.xf, kept_in(&a->fch_act), (size_t)io->B * m->cfg.seq * m->ffn_l);
-        if (dr.p != 0.0f) be_dropout_fwd(m->be, s->lora.xd, act, io->B, m->cfg.seq, m->ffn_l, &dr); /* the mask again */
+        const float *act = lora_input(m->be, s->lora.xf, kept_in(&a->fch_act), (size_t)io->B * m->seq_c * m->ffn_l);
+        if (dr.p != 0.0f) be_dropout_fwd(m->be, s->lora.xd, act, io->B, m->seq_c, m->ffn_l, &dr); /* the mask again */
         lora_row_bwd(m->be, s->dfch_act, g->lora_a[2], g->lora_b[2], s->lora.du, s->lora.tmp, dbranch, act,
                      s->lora.xd, a->su[2], p->lora_a[2], p->lora_b[2], &dr, &d);
     }
@@ -183,13 +183,13 @@ static void mlp_bwd(const block_io *io, float *dx, void *gv, const float *dbranc
     mlp_params *g = gv;
     const mlp_acts *a = av;
     mlp_scratch *s = io->scratch;
-    int BT = io->B * c->seq, h = c->hidden, fused = fused_bias(c, p);
+    int BT = io->B * m->seq_c, h = c->hidden, fused = fused_bias(c, p);
     fc2_bwd(io, g, dbranch, a, p);
     if (fused) be_bias_gelu_bwd(m->be, s->dfch, g->fc_b, s->dfch_act, a->fch, p->fc_b, BT, m->ffn_l);
     else be_act_bwd(m->be, c->act, c->glu, s->dfch, s->dfch_act, a->fch, BT, m->ffn_l);
     tp_column_linear_bwd(m->be, model_tp_reduce(m), dx, g->fc_w, fused ? NULL : g->fc_b, s->dfch, x, p->fc_w, BT, h,
                          gpt_fc_blocks(c) * m->ffn_l);
-    lora_dims d = lora_dims_of(m, io->B, c->seq, h, 0);
+    lora_dims d = lora_dims_of(m, io->B, m->seq_c, h, 0);
     const float *xf = p->lora_a[0] || p->lora_a[1] ? lora_input(m->be, s->lora.xf, x, (size_t)BT * h) : NULL;
     for (int i = 0; i < 2; i++) { /* the adapters' input gradient, whole: after dx's reduction */
         if (!p->lora_a[i]) continue;

@@ -127,10 +127,15 @@ struct gpt_acts {
     /* packed documents: device copies (allocated on the first batch that has them, outside the
      * arena: mbs * s ints each) and what the kernels read (NULL when the batch has none) */
     int32_t *seg_buf, *pos_buf, *posl_buf;
-    const int32_t *seg;    /* (mbs, s): each token's document start (attention) */
+    const int32_t *seg;    /* (mbs, s): each token's document start (attention); context parallelism
+                            * other than a2a: this rank's rows' only, (mbs, seq_c) */
     const int32_t *pos;    /* (mbs, s): each token's position (rope) */
     const int32_t *pos_l;  /* (mbs, seq_l) first stage: this rank's positions' (learned positions) */
     const float *loss_mask;/* (mbs, s) host, last stage: the batch's (valid for the iteration); NULL: all count */
+    /* context parallelism (m->cp > 1; NULL without): host staging of a batch field's rows cut to this
+     * rank's chunks, and the loss mask so cut (valid while the slot is) */
+    int32_t *cp_host;      /* (mbs, seq_c) */
+    float *cp_mask;        /* (mbs, seq_c) */
     float token_weight, sample_weight; /* what one token's and one sample's loss count */
 };
 

@@ -252,7 +252,7 @@ static void carve_tokens(carver *cv, const gpt_config *c, int ep, int tp, int st
 
 static void acts(carver *cv, const gpt_model *m, void *av)
 {
-    carve_tokens(cv, &m->cfg, ep_of(m), expert_tp(m), m->tp, (int64_t)m->mbs * m->cfg.seq, av, 0);
+    carve_tokens(cv, &m->cfg, ep_of(m), expert_tp(m), m->tp, (int64_t)m->mbs * m->seq_c, av, 0);
 }
 
 static void scratch(carver *cv, const gpt_model *m, void *sv)
@@ -734,7 +734,7 @@ static const float *input_f32(const gpt_model *m, moe_acts *a, be_in x, int T)
 static void fwd(const block_io *io, void *av, const void *pv, float *out, be_in x)
 {
     moe_acts *a = av;
-    forward(io->m, a, io->scratch, pv, out, input_f32(io->m, a, x, io->B * io->m->cfg.seq), io->B * io->m->cfg.seq);
+    forward(io->m, a, io->scratch, pv, out, input_f32(io->m, a, x, io->B * io->m->seq_c), io->B * io->m->seq_c);
 }
 
 /* ---- generation's step: the forward of the new positions' tokens, nothing kept ---- */

@@ -18,7 +18,7 @@
  * keys) and, for bidirectional attention, the lengths. */
 static void inputs_carve(carver *cv, const gpt_model *m, gpt_acts *a)
 {
-    int64_t BT = (int64_t)m->mbs * m->cfg.seq, h = m->cfg.hidden;
+    int64_t BT = (int64_t)m->mbs * m->seq_c, h = m->cfg.hidden;
     CARVE(cv, a->ids, int32_t, BT);
     CARVE(cv, a->targets, int32_t, BT);
     CARVE(cv, a->input, float, (int64_t)m->mbs * m->seq_l * h);
@@ -31,7 +31,7 @@ static void inputs_carve(carver *cv, const gpt_model *m, gpt_acts *a)
  * head's own. */
 static void head_carve(carver *cv, const gpt_model *m, gpt_acts *a)
 {
-    int64_t BT = (int64_t)m->mbs * m->cfg.seq;
+    int64_t BT = (int64_t)m->mbs * m->seq_c;
     m->lnf.ops->acts(cv, m, a->lnf);
     CARVE(cv, a->logits, float, BT * m->vocab_l);
     CARVE(cv, a->losses, float, BT);
@@ -55,7 +55,7 @@ static size_t acts_layout(gpt_model *m, gpt_acts *a, const layer_acts *shared, t
 /* The shared scratch, each layer slot's kind's and the head's (cv: the stage's carver). */
 static void scratch_carve(carver *cv, const gpt_model *m, struct gpt_scratch *s)
 {
-    int64_t BT = (int64_t)m->mbs * m->cfg.seq, h = m->cfg.hidden;
+    int64_t BT = (int64_t)m->mbs * m->seq_c, h = m->cfg.hidden;
     if (cv->kept_dt != BE_F32) { /* first: the kept buffers carved after it point at it */
         int64_t w = h > m->q_l ? h : m->q_l;
         CARVE(cv, s->lp_stage, float, BT * (w > m->ffn_l ? w : m->ffn_l));
@@ -87,7 +87,7 @@ static size_t scratch_layout(gpt_model *m, struct gpt_scratch *s, td_arena *ar)
 /* Host memory of the scratch: the losses' staging and the head's host work. */
 static size_t scratch_host_floats(const gpt_model *m)
 {
-    size_t n = (size_t)m->mbs * m->cfg.seq;
+    size_t n = (size_t)m->mbs * m->seq_c;
     if (m->last && m->head->host_floats) n += m->head->host_floats(m);
     return n;
 }
@@ -157,7 +157,10 @@ static void stage_sizes(gpt_model *m, const gpt_config *cfg, const ps_state *ps)
     m->vocab_l = cfg->padded_vocab / m->tp;
     m->vstart = m->vocab_l * ps->tp_rank;
     m->sp = ps->sequence_parallel;
-    m->seq_l = m->sp ? cfg->seq / m->tp : cfg->seq;
+    m->cp = ps->cp > 1 ? ps->cp : 1;
+    m->cp_rank = m->cp > 1 ? ps->cp_rank : 0;
+    m->seq_c = cfg->seq / m->cp;
+    m->seq_l = m->sp ? m->seq_c / m->tp : m->seq_c;
 }
 
 /* The stage's tensors into tb in reverse backprop order. */
@@ -205,7 +208,11 @@ static void acts_alloc(gpt_model *m, gpt_acts *a)
     a->lnf = td_xcalloc(1, m->lnf.ops->acts_size);
     a->head = td_xcalloc(1, m->head->acts_size ? m->head->acts_size : 1);
     a->sample_labels = td_xcalloc((size_t)mbs, sizeof(int32_t));
-    a->targets_host = td_xcalloc((size_t)mbs * m->cfg.seq, sizeof(int32_t));
+    a->targets_host = td_xcalloc((size_t)mbs * m->seq_c, sizeof(int32_t));
+    if (m->cp > 1) {
+        a->cp_host = td_xcalloc((size_t)mbs * m->seq_c, sizeof(int32_t));
+        a->cp_mask = td_xcalloc((size_t)mbs * m->seq_c, sizeof(float));
+    }
 }
 
 static void acts_free(gpt_model *m, gpt_acts *a)
@@ -217,6 +224,8 @@ static void acts_free(gpt_model *m, gpt_acts *a)
     free(a->head);
     free(a->sample_labels);
     free(a->targets_host);
+    free(a->cp_host);
+    free(a->cp_mask);
     int32_t *packed[3] = {a->seg_buf, a->pos_buf, a->posl_buf};
     for (int i = 0; i < 3; i++)
         if (packed[i]) be_dfree(m->be, packed[i]);
@@ -256,7 +265,7 @@ static void stage_acts(gpt_model *m)
     m->slots = td_xcalloc((size_t)m->max_inflight, sizeof(gpt_acts));
     m->scratch = td_xcalloc(1, sizeof *m->scratch);
     struct gpt_scratch *s = m->scratch;
-    s->host = td_xmalloc((size_t)m->mbs * m->cfg.seq * sizeof(float));
+    s->host = td_xmalloc((size_t)m->mbs * m->seq_c * sizeof(float));
     scratch_alloc(m, s);
     if (m->last && m->head->host_floats) s->head_host = td_xmalloc(m->head->host_floats(m) * sizeof(float));
     for (int i = 0; i < m->max_inflight; i++) acts_alloc(m, &m->slots[i]);
@@ -290,8 +299,18 @@ static gpt_model *stage_create(const gpt_config *cfg, const ps_state *ps, const 
     m->max_inflight = max_inflight;
     TD_ASSERT(cfg->heads % ps->tp == 0 && gpt_groups(cfg) % ps->tp == 0 && cfg->heads % gpt_groups(cfg) == 0 &&
               cfg->ffn % ps->tp == 0 && cfg->padded_vocab % ps->tp == 0);
-    TD_ASSERT(!ps->sequence_parallel || cfg->seq % ps->tp == 0);
+    TD_ASSERT(ps->cp <= 1 || cfg->seq % (2 * ps->cp) == 0);
+    TD_ASSERT(!ps->sequence_parallel || cfg->seq / (ps->cp > 1 ? ps->cp : 1) % ps->tp == 0);
     stage_sizes(m, cfg, ps);
+    if (m->cp > 1 && ps->cp_comm != PS_CP_A2A) { /* every cp rank's positions, for the attention's block calls */
+        int32_t *pos = td_xmalloc((size_t)m->cp * m->seq_c * sizeof(int32_t));
+        for (int r = 0; r < m->cp; r++)
+            for (int t = 0, L = m->seq_c / 2; t < m->seq_c; t++)
+                pos[(size_t)r * m->seq_c + t] = (t < L ? r : 2 * m->cp - 1 - r) * L + t % L;
+        m->cp_pos = be_alloc(be, (size_t)m->cp * m->seq_c * sizeof(int32_t));
+        be_memcpy(be, m->cp_pos, pos, (size_t)m->cp * m->seq_c * sizeof(int32_t), BE_H2D);
+        free(pos);
+    }
     slots_init(m);
     stage_tensors(m, for_checkpoint);
     stage_acts(m);
@@ -324,6 +343,7 @@ void gpt_free(gpt_model *m)
     free(s);
     be_dfree(m->be, m->params);
     be_dfree(m->be, m->grads);
+    if (m->cp_pos) be_dfree(m->be, m->cp_pos);
     slots_free(m);
     free(m->table);
     free(m);
@@ -372,13 +392,13 @@ int64_t gpt_stage_trained_numel(const gpt_config *config, int tp, int ep, int la
     return stage_numel(config, tp, ep, layer0, nlayers, first, last, 1);
 }
 
-void gpt_layout_bytes_of(const gpt_config *config, int tp, int ep, int sp, int mbs, int lowp, int layer,
-                         gpt_layout_bytes *out)
+void gpt_layout_bytes_of(const gpt_config *config, int tp, int cp, int cp_comm, int ep, int sp, int mbs, int lowp,
+                         int layer, gpt_layout_bytes *out)
 {
     gpt_config cf = counted(config, tp);
     const gpt_config *cfg = &cf;
     ps_state ps = {0};
-    ps.tp = tp, ps.pp = 1, ps.ep = ep, ps.sequence_parallel = sp;
+    ps.tp = tp, ps.pp = 1, ps.ep = ep, ps.sequence_parallel = sp, ps.cp = cp, ps.cp_comm = cp_comm;
     gpt_model m = {0};
     struct gpt_scratch s = {0};
     m.cfg = *cfg, m.ps = &ps, m.mbs = mbs, m.layer0 = layer, m.nlayers = 1, m.first = m.last = 1, m.scratch = &s;
@@ -408,8 +428,8 @@ void gpt_layout_bytes_of(const gpt_config *config, int tp, int ep, int sp, int m
         cv = base, L->slot[GPT_SLOT_MLP].ops->scratch(&cv, &m, model_kind_scratch(&m, L->slot[GPT_SLOT_MLP].ops));
         out->scratch_mlp = (double)cv.raw;
     }
-    out->host = (double)(mbs * (size_t)cfg->seq) * sizeof(float);
-    out->host_head = (double)(scratch_host_floats(&m) - mbs * (size_t)cfg->seq) * sizeof(float);
+    out->host = (double)(mbs * (size_t)m.seq_c) * sizeof(float);
+    out->host_head = (double)(scratch_host_floats(&m) - mbs * (size_t)m.seq_c) * sizeof(float);
     acts_free(&m, &a);
     scratch_free(&s);
     slots_free(&m);
@@ -475,23 +495,54 @@ static int32_t *slot_ints(const gpt_model *m, int32_t **buf, int n)
     return *buf;
 }
 
-/* Packed documents: the whole sequence's document starts and positions on every stage (the
- * attention of every layer reads all positions, sequence parallel or not), this rank's slice of
- * the positions on the first stage (learned positions), the loss mask on the last. */
+/* Context parallelism: the rows (B, seq) of a batch field of esize-byte elements cut to this
+ * rank's two chunks, (B, seq_c), into dst (host); src itself without cp. */
+static const void *cp_rows(const gpt_model *m, void *dst, const void *src, int B, size_t esize)
+{
+    if (m->cp == 1) return src;
+    size_t S = (size_t)m->cfg.seq, T = (size_t)m->seq_c, L = T / 2;
+    int chunk[2] = {m->cp_rank, 2 * m->cp - 1 - m->cp_rank};
+    for (int b = 0; b < B; b++)
+        for (int i = 0; i < 2; i++)
+            memcpy((char *)dst + (b * T + i * L) * esize, (const char *)src + (b * S + (size_t)chunk[i] * L) * esize,
+                   L * esize);
+    return dst;
+}
+
+/* Context parallelism: the global positions of this rank's tokens, (B, seq_c), into dst. */
+static const int32_t *cp_positions(const gpt_model *m, int32_t *dst, int B)
+{
+    int T = m->seq_c, L = T / 2;
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) dst[(size_t)b * T + t] = (t < L ? m->cp_rank : 2 * m->cp - 1 - m->cp_rank) * L + t % L;
+    return dst;
+}
+
+/* Packed documents: the whole sequence's document starts on every stage (the attention of
+ * every layer reads all positions: sequence parallel, context parallel or not), the positions of
+ * this rank's tokens on every stage (rope) and its slice of them on the first stage (learned
+ * positions), the loss mask on the last. Context parallelism gives every batch positions: its
+ * tokens' are not 0, 1, ... */
 static void take_packed(gpt_model *m, gpt_acts *a, const gpt_batch *in)
 {
-    int B = in->B, T = m->cfg.seq, Tl = m->seq_l, pos0 = model_pos0(m);
+    int B = in->B, S = m->cfg.seq, T = m->seq_c, Tl = m->seq_l, pos0 = model_pos0(m);
     TD_CHECK(!in->seg || !gpt_bidirectional(&m->cfg), "pack documents only for a causal model",
              "a bidirectional model's micro-batch has document starts (seg)");
     a->seg = a->pos = a->pos_l = NULL;
-    a->loss_mask = m->last ? in->loss_mask : NULL;
-    if (in->seg) {
-        a->seg = slot_ints(m, &a->seg_buf, T);
-        be_memcpy(m->be, a->seg_buf, in->seg, (size_t)B * T * sizeof(int32_t), BE_H2D);
+    a->loss_mask = m->last && in->loss_mask ? cp_rows(m, a->cp_mask, in->loss_mask, B, sizeof(float)) : NULL;
+    if (in->seg && m->cp_pos) { /* block calls: the document starts of this rank's rows */
+        a->seg = slot_ints(m, &a->seg_buf, S);
+        be_memcpy(m->be, a->seg_buf, cp_rows(m, a->cp_host, in->seg, B, sizeof(int32_t)), (size_t)B * T * sizeof(int32_t),
+                  BE_H2D);
+    } else if (in->seg) {
+        a->seg = slot_ints(m, &a->seg_buf, S);
+        be_memcpy(m->be, a->seg_buf, in->seg, (size_t)B * S * sizeof(int32_t), BE_H2D);
     }
-    if (!in->pos) return;
+    const int32_t *pos = in->pos ? cp_rows(m, a->cp_host, in->pos, B, sizeof(int32_t))
+                         : m->cp > 1 ? cp_positions(m, a->cp_host, B) : NULL;
+    if (!pos) return;
     a->pos = slot_ints(m, &a->pos_buf, T);
-    be_memcpy(m->be, a->pos_buf, in->pos, (size_t)B * T * sizeof(int32_t), BE_H2D);
+    be_memcpy(m->be, a->pos_buf, pos, (size_t)B * T * sizeof(int32_t), BE_H2D);
     if (!m->first || !m->p.wpe) return;
     if (Tl == T) {
         a->pos_l = a->pos;
@@ -499,7 +550,7 @@ static void take_packed(gpt_model *m, gpt_acts *a, const gpt_batch *in)
     }
     a->pos_l = slot_ints(m, &a->posl_buf, Tl);
     for (int b = 0; b < B; b++)
-        be_memcpy(m->be, a->posl_buf + (size_t)b * Tl, in->pos + (size_t)b * T + pos0, (size_t)Tl * sizeof(int32_t),
+        be_memcpy(m->be, a->posl_buf + (size_t)b * Tl, pos + (size_t)b * T + pos0, (size_t)Tl * sizeof(int32_t),
                   BE_H2D);
 }
 
@@ -510,7 +561,7 @@ static void take_packed(gpt_model *m, gpt_acts *a, const gpt_batch *in)
 static void take_inputs(gpt_model *m, gpt_acts *a, const gpt_batch *in)
 {
     const backend *be = m->be;
-    int B = in->B, T = m->cfg.seq, Tl = m->seq_l, pos0 = model_pos0(m);
+    int B = in->B, T = m->seq_c, Tl = m->seq_l, pos0 = model_pos0(m);
     be_memcpy(be, a->sample, in->sample, (size_t)B * sizeof(int64_t), BE_H2D);
     a->token_weight = in->token_weight;
     a->sample_weight = in->sample_weight;
@@ -520,18 +571,21 @@ static void take_inputs(gpt_model *m, gpt_acts *a, const gpt_batch *in)
         a->klen = a->lengths;
     }
     if (m->last && in->labels) memcpy(a->sample_labels, in->labels, (size_t)B * sizeof(int32_t));
-    if (m->last) memcpy(a->targets_host, in->targets, (size_t)B * T * sizeof(int32_t));
-    if (m->first && a->types) /* row by row: under sequence parallelism a slice of each sample */
+    if (m->last)
+        memcpy(a->targets_host, cp_rows(m, a->cp_host, in->targets, B, sizeof(int32_t)), (size_t)B * T * sizeof(int32_t));
+    if (m->first && a->types) { /* row by row: under sequence parallelism a slice of each sample */
+        const int32_t *types = cp_rows(m, a->cp_host, in->types, B, sizeof(int32_t));
         for (int b = 0; b < B; b++)
-            be_memcpy(m->be, a->types + (size_t)b * Tl, in->types + (size_t)b * T + pos0, (size_t)Tl * sizeof(int32_t),
+            be_memcpy(m->be, a->types + (size_t)b * Tl, types + (size_t)b * T + pos0, (size_t)Tl * sizeof(int32_t),
                       BE_H2D);
+    }
     take_packed(m, a, in);
 }
 
 float *gpt_forward(gpt_model *m, gpt_acts *a, const gpt_batch *in, const float *input, int training, double *loss_sum)
 {
     const backend *be = m->be;
-    int B = in->B, T = m->cfg.seq, BT = B * T, h = m->cfg.hidden;
+    int B = in->B, T = m->seq_c, BT = B * T, h = m->cfg.hidden;
     TD_ASSERT(B >= 1 && B <= m->mbs);
     TD_CHECK(!gpt_bidirectional(&m->cfg) || in->lengths, "give the batch its lengths",
              "a bidirectional model's micro-batch has no lengths (tokens before the padding)");
@@ -543,7 +597,7 @@ float *gpt_forward(gpt_model *m, gpt_acts *a, const gpt_batch *in, const float *
 
     if (m->params_needed) m->params_needed(m->params_needed_user, layer_start(m, -1));
     if (m->first) {
-        be_memcpy(be, a->ids, in->ids, (size_t)BT * sizeof(int32_t), BE_H2D);
+        be_memcpy(be, a->ids, cp_rows(m, a->cp_host, in->ids, B, sizeof(int32_t)), (size_t)BT * sizeof(int32_t), BE_H2D);
         be_drop d = model_drop(m, a, training ? m->cfg.hidden_dropout : 0.0f, site_embedding(), 0);
         embedding_block.fwd(m, a->input, a->ids, a->types, a->pos_l, B, &d);
     } else if (input != a->input) {
@@ -558,7 +612,7 @@ float *gpt_forward(gpt_model *m, gpt_acts *a, const gpt_batch *in, const float *
     }
     if (!m->last) return (float *)x;
 
-    be_memcpy(be, a->targets, in->targets, (size_t)BT * sizeof(int32_t), BE_H2D);
+    be_memcpy(be, a->targets, a->targets_host, (size_t)BT * sizeof(int32_t), BE_H2D); /* this rank's */
     block_io io = model_io(m, a, NULL, NULL);
     m->lnf.ops->fwd(&io, a->lnf, m->lnf.p, NULL, be_f32(x));
     m->head->fwd(m, a, x, loss_sum);

@@ -8,7 +8,9 @@
 
 be_drop model_drop(const gpt_model *m, const gpt_acts *a, float p, int site, int unit0)
 {
-    be_drop d = {p, m->cfg.seed, a->sample, site, 0, unit0};
+    be_drop d = {.p = p, .seed = m->cfg.seed, .sample = a->sample, .site = site, .unit0 = unit0};
+    if (m->cp > 1) /* this rank's tokens are two chunks of the sequence: the masks by their global positions */
+        d.cp_chunk = m->seq_c / 2, d.cp_c0 = m->cp_rank, d.cp_c1 = 2 * m->cp - 1 - m->cp_rank;
     return d;
 }
 
@@ -23,7 +25,7 @@ be_in model_sp_input(gpt_model *m, const kept_buf *x, int B)
     if (!m->sp) return kept_in(x);
     struct gpt_scratch *s = m->scratch;
     TD_ASSERT(x->dt == BE_F32); /* norm outputs stay fp32 under sequence parallelism */
-    tp_sp_gather(m->be, m->ps->tp_group, s->gath, x->p, s->sptmp, B, m->cfg.seq, m->cfg.hidden);
+    tp_sp_gather(m->be, m->ps->tp_group, s->gath, x->p, s->sptmp, B, m->seq_c, m->cfg.hidden);
     return be_f32(s->gath);
 }
 
@@ -31,7 +33,7 @@ const float *model_sp_norm_grad(gpt_model *m, int B)
 {
     struct gpt_scratch *s = m->scratch;
     if (!m->sp) return s->dln;
-    tp_sp_scatter(m->be, m->ps->tp_group, s->dln_l, s->dln, s->sptmp, B, m->cfg.seq, m->cfg.hidden);
+    tp_sp_scatter(m->be, m->ps->tp_group, s->dln_l, s->dln, s->sptmp, B, m->seq_c, m->cfg.hidden);
     return s->dln_l;
 }
 

@@ -84,7 +84,7 @@ double opt_grad_norm(const opt_adamw *o)
      * are summed over the expert-parallel group */
     if (!o->sharded && o->ps->ep_group) comm_allreduce(o->ps->ep_group, &sx, 1, COMM_F64, COMM_SUM);
     ss += sx;
-    if (o->sharded) comm_allreduce(o->ps->dp_group, &ss, 1, COMM_F64, COMM_SUM);
+    if (o->sharded) comm_allreduce(o->ps->dpcp_group, &ss, 1, COMM_F64, COMM_SUM);
     comm_allreduce(o->ps->mp_group, &ss, 1, COMM_F64, COMM_SUM);
     return sqrt(ss);
 }

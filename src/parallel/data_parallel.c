@@ -61,10 +61,11 @@ void dp_bucket_bounds(size_t numel, size_t bucket, int b, size_t *lo, size_t *hi
 }
 
 /* The group of a bucket's collectives: the experts' over the ranks holding the same experts; the
- * others over dp, in its hierarchical view when one was chosen. */
+ * others over dp x cp (dp without context parallelism), in its hierarchical view when one was
+ * chosen. */
 static const comm *group_of(const ps_state *ps, int expert)
 {
-    return expert ? ps->edp_group : ps->dp_hier ? ps->dp_hier : ps->dp_group;
+    return expert ? ps->edp_group : ps->dp_hier ? ps->dp_hier : ps->dpcp_group;
 }
 
 static const comm *bucket_group(const dp_chunk *d, const bucket *k) { return group_of(d->ps, k->expert); }
@@ -230,7 +231,7 @@ dp_chunk *dp_attach(gpt_model *m, const ps_state *ps, const dp_config *cfg)
     if (!cfg->distributed) d->ranges[0] = (dp_range){0, m->numel, 0};
     for (int i = 0; i < d->n; i++) {
         bucket *k = &d->b[i];
-        int gn = k->expert ? ps->edp : ps->dp, me = k->expert ? ps->edp_rank : ps->dp_rank;
+        int gn = k->expert ? ps->edp : ps->dpcp, me = k->expert ? ps->edp_rank : ps->dpcp_rank;
         k->counts = td_xmalloc((size_t)gn * sizeof(size_t));
         k->displs = td_xmalloc((size_t)gn * sizeof(size_t));
         for (int r = 0; r < gn; r++) dp_piece(k->hi - k->lo, gn, r, &k->displs[r], &k->counts[r]);
@@ -285,10 +286,19 @@ int dp_num_buckets(const dp_chunk *d) { return d->n; }
 
 void dp_finish_grads(dp_chunk *const *d, int n)
 {
-    /* distributed: the embedding copies are summed before the reduce-scatters of their buckets */
-    for (int c = 0; c < n; c++)
-        if (d[c]->cfg.distributed && d[c]->embd_grads)
-            xfer_allreduce(d[c]->m->be, d[c]->ps->embd_group, d[c]->embd_grads, d[c]->embd_numel, COMM_F32, COMM_SUM);
+    /* distributed: the embedding copies are summed before the reduce-scatters of their buckets. The
+     * two copies lie at other places of their stages' buffers, so a reduce-scatter would add an
+     * element's dp addends in another order on each (its shard's owner differs): the copies would
+     * part by a rounding (dp >= 3). So the dp sum comes first, whole (an all-reduce), then the two
+     * copies' sum, and the reduce-scatter adds the other dp ranks' zeros to dp rank 0's: exact. */
+    for (int c = 0; c < n; c++) {
+        dp_chunk *k = d[c];
+        if (!k->cfg.distributed || !k->embd_grads) continue;
+        const backend *be = k->m->be;
+        if (k->ps->dpcp > 1) xfer_allreduce(be, k->ps->dpcp_group, k->embd_grads, k->embd_numel, COMM_F32, COMM_SUM);
+        xfer_allreduce(be, k->ps->embd_group, k->embd_grads, k->embd_numel, COMM_F32, COMM_SUM);
+        if (k->ps->dpcp_rank != 0) be_zero(be, k->embd_grads, k->embd_numel);
+    }
     for (int c = 0; c < n; c++) {
         dp_chunk *k = d[c];
         ov_remove(poll_ready, k);
@@ -331,7 +341,7 @@ void dp_wait_params(dp_chunk *d)
 static double time_bucket(const ps_state *ps, const comm *g, float *buf, float *shard, const size_t *counts,
                           const size_t *displs, size_t n, int distributed, int reps)
 {
-    comm_barrier(ps->dp_group);
+    comm_barrier(ps->dpcp_group);
     double t0 = td_now();
     for (int i = 0; i < reps; i++) {
         if (distributed) {
@@ -341,7 +351,7 @@ static double time_bucket(const ps_state *ps, const comm *g, float *buf, float *
             comm_wait(comm_iallreduce(g, buf, n, COMM_F32, COMM_SUM));
     }
     double t = td_now() - t0;
-    comm_allreduce(ps->dp_group, &t, 1, COMM_F64, COMM_MAX);
+    comm_allreduce(ps->dpcp_group, &t, 1, COMM_F64, COMM_MAX);
     return t;
 }
 
@@ -349,10 +359,11 @@ int dp_choose_collectives(ps_state *ps, const char *mode, size_t numel, size_t b
                           char *line, size_t len)
 {
     line[0] = '\0';
-    if (strcmp(mode, "flat") == 0 || ps->dp < 2) return 0;
+    /* the buckets' group: dp x cp (dp without context parallelism) */
+    if (strcmp(mode, "flat") == 0 || ps->dpcp < 2) return 0;
     char host[64];
     comm_host_name(ps->world_rank, ps->world_size, host, sizeof host);
-    comm *h = comm_hier_create(ps->dp_group, host);
+    comm *h = comm_hier_create(ps->dpcp_group, host);
     if (!h) return 0;
     int nodes, per;
     comm_hier_shape(h, &nodes, &per);
@@ -364,14 +375,15 @@ int dp_choose_collectives(ps_state *ps, const char *mode, size_t numel, size_t b
     /* auto: one bucket of the run's size, after a warm-up each, twice each way alternated; the faster kept */
     size_t n = bucket_elems && bucket_elems < numel ? bucket_elems : numel;
     if (!n) n = 1;
-    float *buf = td_xcalloc(n, sizeof(float)), *shard = td_xcalloc(n / (size_t)ps->dp + 1, sizeof(float));
-    size_t *counts = td_xmalloc((size_t)ps->dp * sizeof(size_t)), *displs = td_xmalloc((size_t)ps->dp * sizeof(size_t));
-    for (int r = 0; r < ps->dp; r++) dp_piece(n, ps->dp, r, &displs[r], &counts[r]);
-    time_bucket(ps, ps->dp_group, buf, shard, counts, displs, n, distributed, 1); /* warm-up */
+    int G = ps->dpcp;
+    float *buf = td_xcalloc(n, sizeof(float)), *shard = td_xcalloc(n / (size_t)G + 1, sizeof(float));
+    size_t *counts = td_xmalloc((size_t)G * sizeof(size_t)), *displs = td_xmalloc((size_t)G * sizeof(size_t));
+    for (int r = 0; r < G; r++) dp_piece(n, G, r, &displs[r], &counts[r]);
+    time_bucket(ps, ps->dpcp_group, buf, shard, counts, displs, n, distributed, 1); /* warm-up */
     time_bucket(ps, h, buf, shard, counts, displs, n, distributed, 1);
     double tf = 0, th = 0;
     for (int round = 0; round < 2; round++) {
-        tf += time_bucket(ps, ps->dp_group, buf, shard, counts, displs, n, distributed, 1);
+        tf += time_bucket(ps, ps->dpcp_group, buf, shard, counts, displs, n, distributed, 1);
         th += time_bucket(ps, h, buf, shard, counts, displs, n, distributed, 1);
     }
     free(buf), free(shard), free(counts), free(displs);

@@ -33,7 +33,7 @@ double run_evaluate(run_state *r, gptds_split s, int64_t consumed, int64_t iters
     }
     r->batches.it.training = 1;
     memset(r->batches.it.stats, 0, sizeof r->batches.it.stats); /* the training iterations' sums are their own */
-    comm_allreduce(r->ps->dp_group, &total, 1, COMM_F64, COMM_SUM);
+    comm_allreduce(r->ps->dpcp_group, &total, 1, COMM_F64, COMM_SUM); /* each cp rank: its tokens' */
     /* the loss lives on the last stage: share it with every rank */
     comm_bcast(r->ps->pp_group, &total, 1, COMM_F64, r->ps->pp - 1);
     return total / ((double)iters * gpt_head_loss_divisor(config_of(r), r->gbs));
@@ -109,7 +109,7 @@ void run_batches_block_stats(run_state *r)
     double *sums = r->batches.block_sums;
     memset(sums, 0, n * sizeof(double));
     for (int k = 0; k < r->model.nchunks; k++) gpt_block_stats_take(r->model.chunks[k], sums);
-    comm_allreduce(r->ps->dp_group, sums, n, COMM_F64, COMM_SUM);
+    comm_allreduce(r->ps->dpcp_group, sums, n, COMM_F64, COMM_SUM);
     if (r->ps->pp > 1) comm_allreduce(r->ps->pp_group, sums, n, COMM_F64, COMM_SUM);
     for (int k = 0; k < r->model.nchunks; k++) gpt_block_stats_apply(r->model.chunks[k], sums);
 }
@@ -131,7 +131,7 @@ void run_batches_metrics(run_state *r, met_record *rec)
     rec->val_name = gpt_head_loss_name(c);
     if (n > 0) {
         double *st = r->batches.it.stats;
-        comm_allreduce(r->ps->dp_group, st, (size_t)n, COMM_F64, COMM_SUM);
+        comm_allreduce(r->ps->dpcp_group, st, (size_t)n, COMM_F64, COMM_SUM);
         comm_bcast(r->ps->pp_group, st, (size_t)n, COMM_F64, r->ps->pp - 1);
         rec->nextra = gpt_head_metrics(c, st, &rec->lm_loss, rec->extra);
         memset(st, 0, (size_t)n * sizeof(double));

@@ -171,9 +171,12 @@ ckpt_progress run_resume_load(run_state *r, const ckpt_meta *meta)
     if (a->finetune) p = (ckpt_progress){.seed = (uint64_t)a->seed};
     p.seed = (uint64_t)a->seed;
     comm_barrier(r->ps->world);
+    char cps[32] = ""; /* context parallelism: a run setting the checkpoint records */
+    if (meta->cp > 1) snprintf(cps, sizeof cps, ", cp %d", meta->cp);
     if (r->ps->world_rank == 0)
-        TD_INFO("loaded checkpoint %s (iteration %lld, written by tp %d x pp %d x dp %d, ep %d, %d virtual stage%s) in "
-                "%.2f s%s", meta->dir, (long long)meta->progress.iteration, meta->tp, meta->pp, meta->dp, meta->ep, meta->vp,
+        TD_INFO("loaded checkpoint %s (iteration %lld, written by tp %d x pp %d x dp %d, ep %d%s, %d virtual stage%s) "
+                "in %.2f s%s", meta->dir, (long long)meta->progress.iteration, meta->tp, meta->pp, meta->dp, meta->ep,
+                cps, meta->vp,
                 meta->vp > 1 ? "s" : "", td_now() - t0,
                 a->finetune ? ": weights only, starting at iteration 0" : a->no_load_optim ? ": no optimizer state" : "");
     return p;

@@ -29,7 +29,7 @@ static void check_replicas(run_state *r)
         float *mine = td_xmalloc(m->numel_all * sizeof(float)), *ref = td_xmalloc(m->numel_all * sizeof(float));
         be_memcpy(r->model.be, mine, m->params, m->numel_all * sizeof(float), BE_D2H);
         memcpy(ref, mine, m->numel_all * sizeof(float));
-        comm_bcast(r->ps->dp_group, ref, m->numel_all, COMM_F32, 0);
+        comm_bcast(r->ps->dpcp_group, ref, m->numel_all, COMM_F32, 0); /* dp and cp replicas */
         for (int i = 0; i < m->ntensors; i++) { /* the experts: over the ranks holding the same ones */
             const gpt_tensor_info *t = &m->table[i];
             if (!t->expert || r->ps->ep == 1) continue;
@@ -78,7 +78,7 @@ void run_dump_params(run_state *r, const char *path)
     int fd = open(path, O_WRONLY);
     if (fd < 0) td_fatal(1, "cannot open --dump-params %s: %s", path, td_strerror(errno));
     for (int k = 0; k < r->model.nchunks; k++)
-        if (gpt_write_canonical(r->model.chunks[k], fd, r->ps->dp_rank == 0))
+        if (gpt_write_canonical(r->model.chunks[k], fd, r->ps->dpcp_rank == 0))
             td_fatal(1, "cannot write --dump-params %s: %s", path, td_strerror(errno));
     if (fsync(fd) != 0 || close(fd) != 0) td_fatal(1, "cannot write --dump-params %s: %s", path, td_strerror(errno));
     check_replicas(r);

@@ -59,7 +59,7 @@ void run_loop(run_state *r, ckpt_progress prog, int resume, double t_begin)
         bd_stop(&r->report.bd, BD_ADAMW);
         bd_stop(&r->report.bd, BD_OPTIMIZER);
         consumed += r->gbs;
-        comm_allreduce(r->ps->dp_group, &loss_sum, 1, COMM_F64, COMM_SUM);
+        comm_allreduce(r->ps->dpcp_group, &loss_sum, 1, COMM_F64, COMM_SUM); /* cp: each its tokens' */
         comm_bcast(r->ps->pp_group, &loss_sum, 1, COMM_F64, r->ps->pp - 1);
         double loss = run_batches_loss(r, loss_sum);
         be_sync(r->model.be);

@@ -27,6 +27,9 @@ typedef struct {
 } kind_layouts;
 
 static int ep_of(const mem_layout *l) { return l->ep > 1 ? l->ep : 1; }
+static int cp_of(const mem_layout *l) { return l->cp > 1 ? l->cp : 1; }
+/* Positions of a sample on a rank: seq / cp. */
+static double seq_of(const mem_layout *l) { return (double)l->cfg.seq / cp_of(l); }
 
 static kind_layouts layouts_of(const mem_layout *l)
 {
@@ -38,8 +41,11 @@ static kind_layouts layouts_of(const mem_layout *l)
         if (!gpt_moe_layer(&l->cfg, i) && dense < 0) dense = i;
     }
     if (dense >= 0 || moe < 0)
-        gpt_layout_bytes_of(&l->cfg, l->tp, ep_of(l), l->sequence_parallel, l->mbs, l->lowp, dense < 0 ? 0 : dense, &k.dense);
-    if (moe >= 0) gpt_layout_bytes_of(&l->cfg, l->tp, ep_of(l), l->sequence_parallel, l->mbs, l->lowp, moe, &k.moe);
+        gpt_layout_bytes_of(&l->cfg, l->tp, cp_of(l), l->cp_comm, ep_of(l), l->sequence_parallel, l->mbs, l->lowp,
+                            dense < 0 ? 0 : dense, &k.dense);
+    if (moe >= 0)
+        gpt_layout_bytes_of(&l->cfg, l->tp, cp_of(l), l->cp_comm, ep_of(l), l->sequence_parallel, l->mbs, l->lowp, moe,
+                            &k.moe);
     return k;
 }
 
@@ -63,7 +69,7 @@ double mem_chunk_acts(const mem_layout *l, const mem_chunk *k)
     const gpt_config *c = &l->cfg;
     kind_layouts kl = layouts_of(l);
     const gpt_layout_bytes *b = kind_of(&kl, l, k->layer0); /* what every layer kind has alike */
-    double BT = (double)l->mbs * c->seq, h = c->hidden, sp = l->sequence_parallel ? l->tp : 1;
+    double BT = l->mbs * seq_of(l), h = c->hidden, sp = l->sequence_parallel ? l->tp : 1;
     double inputs = b->inputs + (k->first ? b->types : 0), layers = 0;
     int n = l->recompute_num_layers > 0 ? l->recompute_num_layers : 1;
     for (int j = 0; j < k->nlayers; j++) {
@@ -134,16 +140,17 @@ void mem_predict(const mem_layout *l, mem_prediction *p)
         p->acts += a * k->inflight;
         p->workspace += chunk_workspace(l, k);
     }
-    p->workspace += 4.0 * l->mbs * l->cfg.seq * l->cfg.hidden; /* the received output gradient */
+    p->workspace += 4.0 * l->mbs * seq_of(l) * l->cfg.hidden; /* the received output gradient */
     if (l->nchunks > 1 || !l->chunk[0].first || !l->chunk[0].last) /* pp > 1: the receives posted ahead */
-        p->workspace += 2 * 4.0 * l->mbs * l->cfg.seq * l->cfg.hidden;
+        p->workspace += 2 * 4.0 * l->mbs * seq_of(l) * l->cfg.hidden;
     p->params = 4.0 * numel;
     p->grads = 4.0 * trained;
     /* the distributed optimizer also reduce-scatters the grads into a buffer of its shard */
-    /* (the experts' shards are over the expert-data-parallel group, dp / ep) */
-    p->optimizer = l->distributed_optimizer ? 12.0 * ((trained - experts) / l->dp + experts * ep_of(l) / l->dp)
+    /* (the experts' shards are over the expert-data-parallel group, dp / ep; the others over dp x cp) */
+    double dpcp = (double)l->dp * cp_of(l);
+    p->optimizer = l->distributed_optimizer ? 12.0 * ((trained - experts) / dpcp + experts * ep_of(l) / l->dp)
                                             : 8.0 * trained;
-    if (l->dp > 1) { /* Open MPI's non-blocking reductions copy a bucket (measured: about one) */
+    if (dpcp > 1) { /* Open MPI's non-blocking reductions copy a bucket (measured: about one) */
         double bucket = l->bucket_elems > 0 && l->bucket_elems < trained ? l->bucket_elems : trained;
         p->comm = 4.0 * bucket;
     }
@@ -154,7 +161,7 @@ void mem_predict(const mem_layout *l, mem_prediction *p)
             p->comm += 4.0 * l->cfg.padded_vocab / l->tp * l->cfg.hidden;
     if (l->lowp) {
         const gpt_config *c = &l->cfg;
-        double BT = (double)l->mbs * c->seq, V = (double)c->padded_vocab / l->tp;
+        double BT = l->mbs * seq_of(l), V = (double)c->padded_vocab / l->tp;
         double widest_in = c->hidden > c->ffn / l->tp ? c->hidden : c->ffn / l->tp;
         int head = 0;
         for (int i = 0; i < l->nchunks; i++) head |= l->chunk[i].last;

@@ -60,11 +60,14 @@ void run_wait_params(run_state *r)
 void run_model_grid(run_state *r, comm *world)
 {
     const td_args *a = r->a;
-    r->ps = ps_init(world, a->tensor_model_parallel_size, a->pipeline_model_parallel_size);
+    r->ps = ps_init_cp(world, a->tensor_model_parallel_size, a->context_parallel_size, a->pipeline_model_parallel_size);
     ps_state *ps = r->ps;
     ps_init_experts(ps, a->num_experts > 0 ? a->expert_model_parallel_size : 1);
     /* Megatron turns sequence parallelism off on one tensor-parallel rank */
     ps->sequence_parallel = a->sequence_parallel && ps->tp > 1;
+    ps->cp_comm = strcmp(a->cp_comm_type, "all_gather") == 0 ? PS_CP_ALL_GATHER
+                  : strcmp(a->cp_comm_type, "p2p") == 0      ? PS_CP_P2P
+                                                             : PS_CP_A2A;
     if (a->sequence_parallel && ps->tp == 1 && ps->world_rank == 0)
         TD_INFO("--sequence-parallel does nothing without tensor parallelism: off");
     r->model.be = be_create(a->backend, 0);
@@ -97,7 +100,7 @@ int run_model_build(run_state *r, const gpt_config *c, opt_shard shards[PS_MAX_C
     r->model.slots = slots;
     gpt_recompute rc = recompute_of(a);
     /* on one data-parallel rank the distributed optimizer is the plain one (no second grad buffer) */
-    int distributed = a->use_distributed_optimizer && ps->dp > 1;
+    int distributed = a->use_distributed_optimizer && ps->dpcp > 1;
     dp_config dpc = {(size_t)a->ddp_bucket_size, a->overlap_grad_reduce, distributed, a->overlap_param_gather};
     for (int k = 0; k < r->model.nchunks; k++) {
         int layer0, n;

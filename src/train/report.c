@@ -52,9 +52,11 @@ void run_predict_memory(run_state *r, const gpt_config *c, int slots)
     l->tp = r->ps->tp;
     l->dp = r->ps->dp;
     l->ep = r->ps->ep;
+    l->cp = r->ps->cp;
+    l->cp_comm = r->ps->cp_comm;
     l->mbs = a->micro_batch_size;
     l->nchunks = r->model.nchunks;
-    l->distributed_optimizer = a->use_distributed_optimizer && r->ps->dp > 1;
+    l->distributed_optimizer = a->use_distributed_optimizer && r->ps->dpcp > 1;
     l->bucket_elems = (double)a->ddp_bucket_size;
     l->lowp = r->model.be->gemm_dtype != BE_F32;
     l->lowp_widened = l->lowp && !r->model.be->ops->lp_native(r->model.be, r->model.be->gemm_dtype);
@@ -235,8 +237,10 @@ void run_report_start(run_state *r, const gpt_config *c)
     char where[2048], warn[512];
     ps_placement(ps, where, sizeof where, warn, sizeof warn); /* collective */
     if (ps->world_rank != 0) return;
-    TD_INFO("trident %s: world %d = tp %d x pp %d x dp %d%s, backend %s, schedule %s (%d chunk%s per rank)",
-            TRIDENT_VERSION, ps->world_size, ps->tp, ps->pp, ps->dp,
+    char cps[64] = "";
+    if (ps->cp > 1) snprintf(cps, sizeof cps, " x cp %d (%s)", ps->cp, a->cp_comm_type);
+    TD_INFO("trident %s: world %d = tp %d x pp %d x dp %d%s%s, backend %s, schedule %s (%d chunk%s per rank)",
+            TRIDENT_VERSION, ps->world_size, ps->tp, ps->pp, ps->dp, cps,
             ps->sequence_parallel ? " (sequence parallel)" : "", be->ops->name,
             pp_schedule_name(r->model.schedule), r->model.nchunks, r->model.nchunks > 1 ? "s" : "");
     int whole = c->moe_etp1 && ps->tp > 1;

@@ -24,7 +24,7 @@ static void setup_shape(run_state *r)
 {
     const td_args *a = r->a;
     const ps_state *ps = r->ps;
-    r->report.reporter = ps->tp_rank == 0 && ps->dp_rank == 0 && ps_is_last_stage(ps);
+    r->report.reporter = ps->tp_rank == 0 && ps->cp_rank == 0 && ps->dp_rank == 0 && ps_is_last_stage(ps);
     r->gbs = a->global_batch_size ? a->global_batch_size : a->micro_batch_size * ps->dp;
     r->num_micro = r->gbs / (a->micro_batch_size * ps->dp);
     r->train_iters = td_args_given(a, "--train-iters") ? a->train_iters : a->train_samples / r->gbs;

@@ -70,6 +70,31 @@ pp_split run_split(const td_args *a, int pp)
     return s;
 }
 
+/* Context parallelism's rules (--context-parallel-size C > 1): the world holds the grid, each
+ * sequence cuts into 2C chunks (Megatron's load balancing; uneven lengths are refused, not
+ * padded), the a2a exchange splits the local heads and key/value groups C ways, and what is not
+ * built with it yet is refused by name. */
+static int cp_validate(const td_args *a, int world_size, char *msg, size_t msglen)
+{
+    int tp = a->tensor_model_parallel_size, pp = a->pipeline_model_parallel_size, cp = a->context_parallel_size;
+    if (cp == 1) return 0;
+    if (world_size % (tp * cp * pp))
+        FAIL("the world size %d is not divisible by --tensor-model-parallel-size %d x --context-parallel-size %d x "
+             "--pipeline-model-parallel-size %d", world_size, tp, cp, pp);
+    if (a->seq_length % (2 * cp))
+        FAIL("--seq-length %d is not divisible by 2 x --context-parallel-size %d: context parallelism cuts each "
+             "sequence into %d equal chunks (refused, not padded)", a->seq_length, cp, 2 * cp);
+    int heads = a->num_attention_heads / tp;
+    int groups = (a->group_query_attention && a->num_query_groups ? a->num_query_groups : a->num_attention_heads) / tp;
+    if (strcmp(a->cp_comm_type, "a2a") == 0 && (heads % cp || groups % cp))
+        FAIL("--cp-comm-type a2a splits each tensor-parallel rank's %d attention heads and %d key/value groups over "
+             "--context-parallel-size %d ranks: give sizes that divide them", heads, groups, cp);
+    const char *no = NULL;
+    if (a->num_experts > 0) no = "mixture of experts (--num-experts)";
+    if (no) FAIL("--context-parallel-size %d does not work with %s yet: leave one of them out", cp, no);
+    return 0;
+}
+
 int run_validate(const td_args *a, int world_size, char *msg, size_t msglen)
 {
     int tp = a->tensor_model_parallel_size, pp = a->pipeline_model_parallel_size;
@@ -103,6 +128,7 @@ int run_validate(const td_args *a, int world_size, char *msg, size_t msglen)
              "--pipeline-model-parallel-size %d",
              world_size, tp, pp);
     if (gpt_config_validate(a, tp, msg, msglen)) return -1;
+    if (cp_validate(a, world_size, msg, msglen)) return -1;
     pp_split layers_split = run_split(a, pp);
     int vp = layers_split.vp;
     if (td_args_given(a, "--num-layers-per-virtual-pipeline-stage")) {
@@ -149,15 +175,15 @@ int run_validate(const td_args *a, int world_size, char *msg, size_t msglen)
         FAIL("--pipeline-schedule interleaved needs --num-layers-per-virtual-pipeline-stage");
     if (sched != PP_SCHEDULE_INTERLEAVED && vp > 1)
         FAIL("--num-layers-per-virtual-pipeline-stage needs --pipeline-schedule interleaved (or auto)");
-    int dp = world_size / (tp * pp);
+    int dp = world_size / (tp * pp * a->context_parallel_size);
     int gbs = a->global_batch_size ? a->global_batch_size : a->micro_batch_size * dp;
     if (gbs % (a->micro_batch_size * dp))
         FAIL("--global-batch-size %d is not divisible by --micro-batch-size %d x data-parallel size %d", gbs,
              a->micro_batch_size, dp);
     if (dp % a->expert_model_parallel_size)
         FAIL("--expert-model-parallel-size %d does not divide the data-parallel size %d (world %d / "
-             "(tensor %d x pipeline %d)): expert parallelism is carved out of data parallelism",
-             a->expert_model_parallel_size, dp, world_size, tp, pp);
+             "(tensor %d x context %d x pipeline %d)): expert parallelism is carved out of data parallelism",
+             a->expert_model_parallel_size, dp, world_size, tp, a->context_parallel_size, pp);
     int micro = gbs / (a->micro_batch_size * dp);
     if (sched == PP_SCHEDULE_INTERLEAVED && micro % pp)
         FAIL("the interleaved schedule needs the number of micro-batches (%d = --global-batch-size %d / "

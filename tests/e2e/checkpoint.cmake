@@ -14,7 +14,7 @@ add_test(NAME e2e/checkpoint_data COMMAND ${CMAKE_COMMAND} -E env bash -c
    $<TARGET_FILE:trident> preprocess --input ${CKPT_DIR}/ts.jsonl --output-prefix ${CKPT_DIR}/bytes --tokenizer-type HuggingFaceTokenizer --tokenizer-model ${CKPT_DIR}/bytes.json --append-eod")
 set_tests_properties(e2e/checkpoint_data PROPERTIES FIXTURES_SETUP checkpoint_data)
 
-foreach(name resume reshard crash errors exit convert eval disk find args signal distopt lock nonfinite)
+foreach(name resume reshard crash errors exit convert eval disk find args signal distopt lock nonfinite cp)
   add_test(NAME e2e/checkpoint_${name} COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/checkpoint_${name}.sh)
   set_tests_properties(e2e/checkpoint_${name} PROPERTIES FIXTURES_REQUIRED checkpoint_data
     ENVIRONMENT "TRIDENT=$<TARGET_FILE:trident>;DATA=${CKPT_DIR}/ts_text_document;VOCAB=${TRIDENT_SHARED_DATA}/gpt2/vocab.json;MERGES=${TRIDENT_SHARED_DATA}/gpt2/merges.txt;BYTES_DATA=${CKPT_DIR}/bytes_text_document;BYTES_TOKENIZER=${CKPT_DIR}/bytes.json;WORK=${CKPT_DIR}/${name};COMPARE_RUNS=$<TARGET_FILE:compare_runs>;${TD_MPI_ENV}")

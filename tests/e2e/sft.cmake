@@ -1,8 +1,8 @@
 # SFT data end to end (tests/e2e/sft.sh): preprocess --sft's answer masks against spans worked out
 # by hand (chat, ShareGPT, prompt/response), bad lines named file:line, train --sft counting cut
-# samples, tp 2 and dp 2 against one rank, eval --sft against the saving run's validation loss;
-# truncation as Megatron-Bridge (the field's tokens in the mask, answer targets counted by hand in
-# train and eval --sft), --workers 2 and 3 byte for byte. 38 s at load 7 on 2 cores.
+# samples, tp 2, dp 2, pp 2 and cp 2 against one rank, eval --sft against the saving run's validation
+# loss; truncation as Megatron-Bridge (the field's tokens in the mask, answer targets counted by hand
+# in train and eval --sft), --workers 2 and 3 byte for byte. 38 s at load 7 on 2 cores.
 add_test(NAME e2e/sft COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/sft.sh)
 set_tests_properties(e2e/sft PROPERTIES TIMEOUT 120
   ENVIRONMENT "${TD_MPI_ENV};TRIDENT=$<TARGET_FILE:trident>")

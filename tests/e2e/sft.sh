@@ -236,7 +236,7 @@ expect "bad: template without the answer last" 2 "must end with the answer's {ke
 expect "bad: --sft-format without --sft" 2 "--sft-format applies to --sft only" \
   "$T" preprocess "${CHAT[@]}" --sft-format chat --input "$D/chat.jsonl" --output-prefix "$D/bad"
 
-# training: 64 samples (56 training, 8 validation), 4 iterations of 8; tp 2, dp 2 and pp 2 the loss of one rank
+# training: 64 samples (56 training, 8 validation), 4 iterations of 8; tp 2, dp 2, pp 2 and cp 2 the loss of one rank
 expect "rev: preprocess" 0 "64 samples" \
   "${PRE[@]}" --chat-template "$D/tokenizer_config.json" --input "$D/rev.jsonl" --output-prefix "$D/rev"
 long=$(read_ds "$D/rev_sft_document" | python3 -c 'import json,sys; t=json.load(sys.stdin)[0]; print(sum(len(x) > 33 for x in t[:56]))')
@@ -252,10 +252,12 @@ expect "train: dp 2" 0 "iteration        4/" "${MPIRUN[@]}" -np 2 "$T" "${TRAIN[
 dp=$out
 expect "train: pp 2" 0 "iteration        4/" "${MPIRUN[@]}" -np 2 "$T" "${TRAIN[@]}" --pipeline-model-parallel-size 2
 pp=$out
+expect "train: cp 2" 0 "iteration        4/" "${MPIRUN[@]}" -np 2 "$T" "${TRAIN[@]}" --context-parallel-size 2
+cp=$out
 losses() { grep -oE '(lm loss|lm loss value): [0-9.E+-]+' <<<"$1" | awk '{print $NF}' | tr '\n' ' '; }
-python3 - "$(losses "$one")" "$(losses "$tp")" "$(losses "$dp")" "$(losses "$pp")" <<'EOF' && ok "layouts: tp 2, dp 2 and pp 2 the losses of one rank: $(losses "$one")" || bad "layouts: $(losses "$one") / $(losses "$tp") / $(losses "$dp") / $(losses "$pp")"
+python3 - "$(losses "$one")" "$(losses "$tp")" "$(losses "$dp")" "$(losses "$pp")" "$(losses "$cp")" <<'EOF' && ok "layouts: tp 2, dp 2, pp 2 and cp 2 the losses of one rank: $(losses "$one")" || bad "layouts: $(losses "$one") / $(losses "$tp") / $(losses "$dp") / $(losses "$pp") / $(losses "$cp")"
 import sys
-a, *others = ([float(x) for x in s.split()] for s in sys.argv[1:5])
+a, *others = ([float(x) for x in s.split()] for s in sys.argv[1:6])
 assert len(a) == 5 and all(len(o) == 5 for o in others), (a, others)
 assert all(abs(x - y) <= 2e-5 * abs(x) for o in others for x, y in zip(a, o)), (a, others)
 EOF
@@ -292,8 +294,8 @@ for r in rows:
 EOF
 done
 expect "train: --sft with --eod-mask-loss" 2 "--sft counts the answer's tokens" "$T" "${TRAIN[@]}" --eod-mask-loss
-# packed: the 56 training samples (29 to 41 tokens, cut to 33) two or so a row of 64 + 1; tp 2 and
-# dp 2 the losses of one rank
+# packed: the 56 training samples (29 to 41 tokens, cut to 33) two or so a row of 64 + 1; tp 2, dp 2
+# and cp 2 the losses of one rank
 PACK=("${TRAIN[@]}" --seq-length 64 --max-position-embeddings 64 --reset-attention-mask --reset-position-ids)
 expect "packed: one rank" 0 "sft: training samples packed into" "$T" "${PACK[@]}"
 rows=$(grep -oE 'training samples packed into [0-9]+ rows' <<<"$out" | grep -oE '[0-9]+')
@@ -303,9 +305,11 @@ expect "packed: tp 2" 0 "iteration        4/" "${MPIRUN[@]}" -np 2 "$T" "${PACK[
 ptp=$out
 expect "packed: dp 2" 0 "iteration        4/" "${MPIRUN[@]}" -np 2 "$T" "${PACK[@]}"
 pdp=$out
-python3 - "$(losses "$pone")" "$(losses "$ptp")" "$(losses "$pdp")" <<'EOF' && ok "packed: tp 2 and dp 2 the losses of one rank: $(losses "$pone")" || bad "packed: $(losses "$pone") / $(losses "$ptp") / $(losses "$pdp")"
+expect "packed: cp 2" 0 "iteration        4/" "${MPIRUN[@]}" -np 2 "$T" "${PACK[@]}" --context-parallel-size 2
+pcp=$out
+python3 - "$(losses "$pone")" "$(losses "$ptp")" "$(losses "$pdp")" "$(losses "$pcp")" <<'EOF' && ok "packed: tp 2, dp 2 and cp 2 the losses of one rank: $(losses "$pone")" || bad "packed: $(losses "$pone") / $(losses "$ptp") / $(losses "$pdp") / $(losses "$pcp")"
 import sys
-a, *others = ([float(x) for x in s.split()] for s in sys.argv[1:4])
+a, *others = ([float(x) for x in s.split()] for s in sys.argv[1:5])
 assert len(a) == 5 and all(len(o) == 5 for o in others), (a, others)
 assert all(abs(x - y) <= 2e-5 * abs(x) for o in others for x, y in zip(a, o)), (a, others)
 EOF

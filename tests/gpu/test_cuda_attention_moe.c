@@ -190,7 +190,7 @@ static void run_attention(const att_case *c)
     }
     int64_t sample[8];
     for (int b = 0; b < B; b++) sample[b] = b % 2 ? ((int64_t)1 << 33) + 11 * b : 5 + b;
-    be_drop drop = {c->p, 777, sample, 5, 3, 2};
+    be_drop drop = {.p = c->p, .seed = 777, .sample = sample, .site = 5, .pos0 = 3, .unit0 = 2};
 
     /* the CPU: fp32 on the same values */
     float *out_c = td_xcalloc(no ? no : 1, sizeof(float)), *lse_c = td_xcalloc(nl, sizeof(float));
@@ -271,7 +271,7 @@ static void run_mask(void)
         for (int t = 0; t < T; t++) v[((size_t)b * T + t) * HS + t] = 1.0f;
     int32_t klen[2] = {T, T};
     int64_t sample[2] = {((int64_t)5 << 32) + 3, 12345};
-    be_drop drop = {0.5f, 0x123456789abcdefULL, sample, 17, 1000, 5};
+    be_drop drop = {.p = 0.5f, .seed = 0x123456789abcdefULL, .sample = sample, .site = 17, .pos0 = 1000, .unit0 = 5};
     float *out_c = td_xcalloc(no, sizeof(float)), *lse = td_xcalloc((size_t)B * NH * T, sizeof(float));
     cpu->ops->attention_fwd(cpu, be_f32_out(out_c), lse, be_f32(q), be_f32(k), be_f32(v), C, HS, B, T, NH, NKV, HS,
                             klen, NULL, &drop);
@@ -359,7 +359,7 @@ static void run_block(const blk_case *c)
     const int32_t *klen_c = c->mode == 1 ? klen : NULL, *seg_c = c->mode == 2 ? seg : NULL;
     int64_t sample[8];
     for (int b = 0; b < B; b++) sample[b] = 9 + 1000 * b;
-    be_drop drop = {c->p, 4321, sample, 3, 0, 1};
+    be_drop drop = {.p = c->p, .seed = 4321, .sample = sample, .site = 3, .unit0 = 1};
     float *q = rnd_new(nq, -1.5f, 1.5f), *dout = rnd_new(nq, -1, 1), *gq = rnd_new(nq, -0.5f, 0.5f);
     float *k = rnd_new(R * nkv, -1.5f, 1.5f), *v = rnd_new(R * nkv, -1.5f, 1.5f);
     float *gk = rnd_new(R * nkv, -0.5f, 0.5f), *gv = rnd_new(R * nkv, -0.5f, 0.5f);

@@ -201,6 +201,13 @@ trident_layout(distopt_tp2_pp2_dp2 8 2 1 --pipeline-model-parallel-size 2 --use-
   --overlap-grad-reduce --ddp-bucket-size 20000)
 trident_layout(distopt_pp2_vp2_dp2 4 1 1 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 2
   --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather --ddp-bucket-size 7000)
+# dp 4 x pp 2: the tied embedding's two copies (first and last stage, at other places of their
+# buffers) must stay bitwise equal although a reduce-scatter over 4 would sum each copy's element
+# in another order (data_parallel.c sums the embedding over dp whole first); and the same with dp x
+# cp = 4 (context parallelism)
+trident_layout(distopt_dp4_pp2 8 1 1 --pipeline-model-parallel-size 2 --use-distributed-optimizer --overlap-grad-reduce)
+trident_layout(cp2_distopt_dp2_pp2 8 1 1 --context-parallel-size 2 --pipeline-model-parallel-size 2
+  --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather)
 trident_layout(distopt_dp4_eager512 4 1 1 ENV "OMPI_MCA_btl_vader_eager_limit=512;OMPI_MCA_btl_vader_rndv_eager_limit=512"
   --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather --ddp-bucket-size 50000)
 # Hierarchical data-parallel collectives (--dp-collectives): --fake-hosts 2 makes ranks 0-1
@@ -211,15 +218,19 @@ trident_layout(hier_dp4 4 1 1 --fake-hosts 2 --dp-collectives hierarchical)
 trident_layout(hier_distopt_dp4_overlap 4 1 1 --fake-hosts 2 --dp-collectives hierarchical
   --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather --ddp-bucket-size 5000)
 trident_layout(hier_dp4_overlap_auto 4 1 1 --fake-hosts 2 --overlap-grad-reduce --ddp-bucket-size 5000)
+# under context parallelism the buckets' group is dp x cp (here all 4 ranks over the 2 "hosts")
+trident_layout(hier_cp2_distopt_dp2 4 1 1 --context-parallel-size 2 --fake-hosts 2 --dp-collectives hierarchical
+  --use-distributed-optimizer --overlap-grad-reduce --ddp-bucket-size 5000)
 add_test(NAME parallel/layout_hier_used COMMAND bash -c
   "set -e; cd ${LAYOUT_DIR}; grep -q 'dp collectives: hierarchical (2 hosts x 2 data-parallel ranks)' hier_dp4.log; \
    grep -q 'dp collectives: hierarchical (2 hosts x 2 data-parallel ranks)' hier_distopt_dp4_overlap.log; \
    grep -Eq 'dp collectives: (flat|hierarchical) .*flat [0-9.]+ ms, hierarchical [0-9.]+ ms' hier_dp4_overlap_auto.log; \
    grep -q 'dp collectives: hierarchical (2 hosts x 2 data-parallel ranks)' moe_hier_ep2_dp4_a2a.log; \
    grep -q 'dp collectives: hierarchical (2 hosts x 2 data-parallel ranks)' moe_hier_distopt_ep2_dp4_a2a.log; \
+   grep -q 'dp collectives: hierarchical (2 hosts x 2 data-parallel ranks)' hier_cp2_distopt_dp2.log; \
    ! grep -q 'dp collectives' dp4.log")
 set_tests_properties(parallel/layout_hier_used PROPERTIES
-  FIXTURES_REQUIRED "layouts_hier_dp4;layouts_hier_distopt_dp4_overlap;layouts_hier_dp4_overlap_auto;layouts_dp4;layouts_moe_hier_ep2_dp4_a2a;layouts_moe_hier_distopt_ep2_dp4_a2a")
+  FIXTURES_REQUIRED "layouts_hier_dp4;layouts_hier_distopt_dp4_overlap;layouts_hier_dp4_overlap_auto;layouts_dp4;layouts_moe_hier_ep2_dp4_a2a;layouts_moe_hier_distopt_ep2_dp4_a2a;layouts_hier_cp2_distopt_dp2")
 
 # The overlaps and the progress they make between kernels (ov_progress) change no bit: dp 2
 # sums two addends whatever the bucketing, so with and without them the runs are bitwise equal.
@@ -247,6 +258,41 @@ trident_layout(staged_tp2_pp2_vp2 4 2 1 --pipeline-model-parallel-size 2 --num-l
   --debug-comm-staged)
 unset(LAYOUT_REF)
 unset(LAYOUT_TOL)
+
+# Context parallelism (--context-parallel-size, --cp-comm-type a2a; docs/parallelism.md): each
+# sample's 64 positions cut into 2C chunks, rank i holding chunks i and 2C - 1 - i, positions and
+# dropout masks by global position, q, k, v exchanged for heads around the attention core (a2a of
+# 2 x 32 x 192 / 2 floats = 24 KiB at cp 2, above the eager limit), gradients over dp x cp:
+# against the one-rank run, with dropout on. cp 2 x tp 2 (4 heads: one a rank), sequence parallel
+# too; interleaved pipeline; the distributed optimizer sharded over dp x cp with both overlaps;
+# selective recomputation redoing the exchanged core.
+trident_layout(cp2 2 1 2 --context-parallel-size 2 --cp-comm-type a2a)
+trident_layout(cp4 4 1 2 --context-parallel-size 4 --cp-comm-type a2a)
+trident_layout(cp2_sp_tp2 4 2 2 --context-parallel-size 2 --cp-comm-type a2a --sequence-parallel)
+trident_layout(cp2_a2a_rc_selective 2 1 2 --context-parallel-size 2 --cp-comm-type a2a --recompute-granularity selective)
+# --cp-comm-type p2p (the default, as Megatron's): the ring of key/value blocks, each step's
+# transfer posted before the block at hand's attention, merged by lse; backward with the dk, dv
+# accumulators travelling home. The rows below without a comm type run it too.
+trident_layout(cp2_p2p 2 1 2 --context-parallel-size 2 --cp-comm-type p2p)
+trident_layout(cp4_p2p 4 1 2 --context-parallel-size 4 --cp-comm-type p2p)
+trident_layout(cp2_p2p_sp_tp2 4 2 2 --context-parallel-size 2 --cp-comm-type p2p --sequence-parallel)
+trident_layout(cp2_pp2_vp2 4 1 1 --context-parallel-size 2 --pipeline-model-parallel-size 2
+  --num-layers-per-virtual-pipeline-stage 2)
+trident_layout(cp2_distopt_dp2_overlap 4 1 1 --context-parallel-size 2 --use-distributed-optimizer
+  --overlap-grad-reduce --overlap-param-gather --ddp-bucket-size 5000)
+trident_layout(cp2_rc_selective 2 1 2 --context-parallel-size 2 --recompute-granularity selective)
+# --cp-comm-type all_gather: every rank's keys and values gathered, this rank's queries against each
+# rank's block at global positions (the attention block entries), merged by lse; the key/value
+# gradients reduce-scattered home
+trident_layout(cp2_ag 2 1 2 --context-parallel-size 2 --cp-comm-type all_gather)
+trident_layout(cp4_ag 4 1 2 --context-parallel-size 4 --cp-comm-type all_gather)
+trident_layout(cp2_ag_sp_tp2 4 2 2 --context-parallel-size 2 --cp-comm-type all_gather --sequence-parallel)
+trident_layout(cp2_ag_rc_selective_distopt_dp2 4 1 1 --context-parallel-size 2 --cp-comm-type all_gather
+  --recompute-granularity selective --use-distributed-optimizer --overlap-grad-reduce)
+add_test(NAME parallel/cp_refusals COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/cp_refusals.sh $<TARGET_FILE:trident>
+  ${LAYOUT_DATA} ${TRIDENT_SHARED_DATA}/gpt2/vocab.json ${TRIDENT_SHARED_DATA}/gpt2/merges.txt)
+set_tests_properties(parallel/cp_refusals PROPERTIES FIXTURES_REQUIRED layouts_data ENVIRONMENT "${TD_MPI_ENV}"
+  TIMEOUT 60)
 
 # Activation recomputation: bitwise the run without it in the same layout (tolerance 0), and in
 # the pipeline schedules against the one-rank run.
@@ -285,6 +331,8 @@ trident_layout(bf16_baseline 1 1 2)
 trident_layout(bf16_tp2 2 2 2)
 trident_layout(bf16_pp2_vp2 2 1 1 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 2)
 trident_layout(bf16_dp2 2 1 2)
+trident_layout(bf16_cp2 2 1 2 --context-parallel-size 2)
+trident_layout(bf16_cp2_ag 2 1 2 --context-parallel-size 2 --cp-comm-type all_gather)
 trident_layout(bf16_sp_distopt_tp2_pp2_dp2 8 2 1 --sequence-parallel --pipeline-model-parallel-size 2
   --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather --ddp-bucket-size 20000)
 set(LAYOUT_ARCH --fp16 --initial-loss-scale 4096 --hysteresis 1)
@@ -292,6 +340,7 @@ set(LAYOUT_BASE fp16_baseline)
 trident_layout(fp16_baseline 1 1 2 --debug-overflow-iteration 2)
 trident_layout(fp16_tp2_pp2_dp2 8 2 1 --debug-overflow-iteration 2 --pipeline-model-parallel-size 2
   --use-distributed-optimizer)
+trident_layout(fp16_cp2_dp2 4 1 1 --debug-overflow-iteration 2 --context-parallel-size 2 --use-distributed-optimizer)
 unset(LAYOUT_TOL)
 set(LAYOUT_ARCH "")
 
@@ -334,6 +383,11 @@ trident_layout(llama_sp_distopt_rc_tp2_pp2_dp2 8 2 1 --sequence-parallel --pipel
   --use-distributed-optimizer --recompute-granularity selective)
 trident_layout(llama_distopt_dp2 2 1 2 --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather
   --ddp-bucket-size 6000)
+# context parallelism: rope at each token's global position, 2 query groups split over cp 2
+trident_layout(llama_cp2 2 1 2 --context-parallel-size 2 --cp-comm-type a2a)
+trident_layout(llama_cp4_p2p 4 1 2 --context-parallel-size 4 --cp-comm-type p2p)
+# all_gather needs no heads split: tp 2 leaves one key/value group a rank, cp 2 still works
+trident_layout(llama_cp2_ag_tp2 4 2 2 --context-parallel-size 2 --cp-comm-type all_gather)
 
 # LoRA (docs/finetune.md) on the Llama-shaped model: rank-4 adapters on all seven projections (the
 # fused q, k|v and gate|up outputs' column ranges, o and down row-parallel) with dropout on their
@@ -351,6 +405,8 @@ trident_layout(lora_distopt_dp2 2 1 2 --use-distributed-optimizer --overlap-grad
 trident_layout(lora_sp_tp2 2 2 2 --sequence-parallel)
 trident_layout(lora_sp_distopt_tp2_pp2_dp2 8 2 1 --sequence-parallel --pipeline-model-parallel-size 2
   --use-distributed-optimizer)
+# context parallelism: the adapters' dropout by global position, their gradients over dp x cp
+trident_layout(lora_cp2_distopt_dp2 4 1 1 --context-parallel-size 2 --use-distributed-optimizer)
 # ... and under --bf16 (the adapters read the kept inputs the base's GEMMs read, widened to fp32;
 # their GEMMs in bf16), within the bf16 layouts' tolerance (see there) against the bf16 one-rank run
 set(LAYOUT_ARCH ${LAYOUT_LLAMA} --lora-rank 4 --lora-alpha 16 --lora-target-modules all-linear --lora-dropout 0.1 --bf16)
@@ -530,7 +586,10 @@ foreach(args
     "bert_dp2 2 1 2"
     "bert_sp_tp2 2 2 2 --sequence-parallel"
     "bert_tp2_pp2_dp2 8 2 1 --pipeline-model-parallel-size 2"
-    "bert_sp_distopt_rc_tp2_pp2_vp2 4 2 1 --sequence-parallel --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1 --use-distributed-optimizer --overlap-grad-reduce --recompute-granularity full --recompute-method uniform --recompute-num-layers 1")
+    "bert_sp_distopt_rc_tp2_pp2_vp2 4 2 1 --sequence-parallel --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1 --use-distributed-optimizer --overlap-grad-reduce --recompute-granularity full --recompute-method uniform --recompute-num-layers 1"
+    "bert_cp2 2 1 2 --context-parallel-size 2 --cp-comm-type a2a"
+    "bert_cp2_sp_tp2 4 2 2 --context-parallel-size 2 --sequence-parallel"
+    "bert_cp2_ag 2 1 2 --context-parallel-size 2 --cp-comm-type all_gather")
   separate_arguments(args)
   trident_layout(${args})
 endforeach()
@@ -574,6 +633,11 @@ trident_layout(packed_tp2 2 2 2)
 trident_layout(packed_sp_tp2_pp2_vp2 4 2 1 --sequence-parallel --pipeline-model-parallel-size 2
   --num-layers-per-virtual-pipeline-stage 1)
 trident_layout(packed_distopt_dp2 2 1 2 --use-distributed-optimizer)
+# context parallelism: each rank's chunks of the positions and loss mask, the document starts of
+# the whole sequence read by the exchanged attention core
+trident_layout(packed_cp2 2 1 2 --context-parallel-size 2 --cp-comm-type a2a)
+trident_layout(packed_cp4 4 1 2 --context-parallel-size 4)
+trident_layout(packed_cp2_ag 2 1 2 --context-parallel-size 2 --cp-comm-type all_gather)
 set(LAYOUT_TOL 0)
 trident_layout(packed_rc_full 1 1 2 --recompute-granularity full --recompute-method uniform --recompute-num-layers 2)
 unset(LAYOUT_TOL)
@@ -584,6 +648,7 @@ set(LAYOUT_BASE packed_llama_baseline)
 trident_layout(packed_llama_baseline 1 1 2)
 trident_layout(packed_llama_sp_tp2_pp2_dp2 8 2 1 --sequence-parallel --pipeline-model-parallel-size 2
   --use-distributed-optimizer --recompute-granularity selective)
+trident_layout(packed_llama_cp2 2 1 2 --context-parallel-size 2)
 set(LAYOUT_ARCH "")
 set_tests_properties(unit/test_packed PROPERTIES TIMEOUT 30)
 

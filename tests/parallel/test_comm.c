@@ -180,6 +180,43 @@ static void check_stage_transfers(comm *world)
     ps_free(ps);
 }
 
+/* The members of g, as world ranks in g's order. */
+static void members(const ps_state *ps, const comm *g, int *out)
+{
+    comm_allgather(g, &ps->world_rank, out, 1, COMM_I32);
+}
+
+/* Context parallelism's grid, Megatron's order tp-cp-dp-pp, on 4 ranks: tp 1 x cp 2 x dp 2
+ * (rank = cp_rank + 2 dp_rank) and tp 2 x cp 2 (rank = tp_rank + 2 cp_rank): each group's members
+ * worked out by hand. */
+static void check_cp_grid(comm *world)
+{
+    int r = comm_rank(world), m[4];
+    ps_state *ps = ps_init_cp(world, 1, 2, 1);
+    EXPECT(ps->cp == 2 && ps->dp == 2 && ps->cp_rank == r % 2 && ps->dp_rank == r / 2 && ps->dpcp == 4 &&
+           ps->dpcp_rank == r, "cp grid tp 1 x cp 2 x dp 2: rank %d has cp %d/%d dp %d/%d dpcp %d/%d", r, ps->cp_rank,
+           ps->cp, ps->dp_rank, ps->dp, ps->dpcp_rank, ps->dpcp);
+    members(ps, ps->cp_group, m);
+    EXPECT(m[0] == r / 2 * 2 && m[1] == r / 2 * 2 + 1, "cp group of rank %d: %d %d", r, m[0], m[1]);
+    members(ps, ps->dp_group, m);
+    EXPECT(m[0] == r % 2 && m[1] == r % 2 + 2, "dp group of rank %d: %d %d", r, m[0], m[1]);
+    members(ps, ps->dpcp_group, m);
+    EXPECT(m[0] == 0 && m[1] == 1 && m[2] == 2 && m[3] == 3, "dp x cp group of rank %d: %d %d %d %d", r, m[0], m[1],
+           m[2], m[3]);
+    EXPECT(comm_size(ps->mp_group) == 1 && comm_size(ps->tp_group) == 1, "tp and model-parallel groups of one");
+    ps_free(ps);
+    ps = ps_init_cp(world, 2, 2, 1);
+    EXPECT(ps->tp_rank == r % 2 && ps->cp_rank == r / 2 && ps->dp == 1, "cp grid tp 2 x cp 2: rank %d", r);
+    members(ps, ps->tp_group, m);
+    EXPECT(m[0] == r / 2 * 2 && m[1] == r / 2 * 2 + 1, "tp group of rank %d: %d %d", r, m[0], m[1]);
+    members(ps, ps->cp_group, m);
+    EXPECT(m[0] == r % 2 && m[1] == r % 2 + 2, "cp group of rank %d: %d %d", r, m[0], m[1]);
+    members(ps, ps->dpcp_group, m);
+    EXPECT(m[0] == r % 2 && m[1] == r % 2 + 2, "dp x cp group of rank %d (= cp): %d %d", r, m[0], m[1]);
+    EXPECT(comm_size(ps->mp_group) == 2, "model-parallel group (tp x pp) of 2");
+    ps_free(ps);
+}
+
 /* Many collectives in flight on one group at once, polled with comm_test, waited out of order:
  * each still gives its own sums (the staged hierarchical ones must keep their order per group). */
 static void check_in_flight(const comm *c, const char *name)
@@ -309,6 +346,7 @@ int main(int argc, char **argv)
     comm_free(half);
     check_slices();
     if (comm_size(world) == 4) check_stage_transfers(world);
+    if (comm_size(world) == 4) check_cp_grid(world);
     check_in_flight(world, "world");
     check_ring_order(world);
     check_hier(world, 1, 0);

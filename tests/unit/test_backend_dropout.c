@@ -1,7 +1,8 @@
 /* src/backend/cpu/dropout.c: p = 0 is exactly the identity; the mask is Philox at logical
  * coordinates (checked element by element against be_drop_keep), drops about p, and is the
  * same whether a tensor is processed whole or by rows, positions or channels; the backward
- * uses the same mask; bias-dropout-add against a reference and finite differences. */
+ * uses the same mask; bias-dropout-add against a reference and finite differences; a context-
+ * parallel rank's two chunks draw the whole sequence's masks at their positions. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -198,6 +199,43 @@ static void bias_dropout_add(void **state)
     free(dinp), free(db);
 }
 
+/* Context parallelism: rank r of C holds chunks r and 2C - 1 - r of L positions of each sample;
+ * its rows, keyed through cp_chunk (be_drop_pos), draw exactly the masks of those positions in the
+ * whole sequence's dropout, for every rank (and with a sequence-parallel slice's pos0 inside the
+ * rank's rows). */
+static void mask_context_parallel_chunks(void **state)
+{
+    const backend *be = *state;
+    enum { B = 2, C = 3, L = 4, S = 2 * C * L, H = 40, N = B * S * H, NL = B * 2 * L * H };
+    const int64_t sample[B] = {11, 4};
+    be_drop d = {.p = 0.3f, .seed = 99, .sample = sample, .site = 3, .unit0 = 8};
+    float *x = tb_rand_new(N, 21, 0.5f, 1.5f), *full = tb_zeros(N);
+    be_dropout_fwd(be, full, x, B, S, H, &d);
+    float *xl = tb_zeros(NL), *out = tb_zeros(NL);
+    for (int r = 0; r < C; r++) {
+        int chunk[2] = {r, 2 * C - 1 - r};
+        for (int b = 0; b < B; b++)
+            for (int i = 0; i < 2; i++)
+                memcpy(xl + ((size_t)b * 2 * L + i * L) * H, x + ((size_t)b * S + chunk[i] * L) * H, L * H * sizeof(float));
+        be_drop dl = d;
+        dl.cp_chunk = L, dl.cp_c0 = chunk[0], dl.cp_c1 = chunk[1];
+        be_dropout_fwd(be, out, xl, B, 2 * L, H, &dl);
+        for (int b = 0; b < B; b++)
+            for (int i = 0; i < 2; i++)
+                assert_memory_equal(out + ((size_t)b * 2 * L + i * L) * H, full + ((size_t)b * S + chunk[i] * L) * H,
+                                    L * H * sizeof(float));
+        /* the second half of the rank's rows alone (a sequence-parallel slice: pos0 = L) */
+        float *half = tb_zeros(B * L * H), *xh = tb_zeros(B * L * H);
+        for (int b = 0; b < B; b++) memcpy(xh + (size_t)b * L * H, xl + ((size_t)b * 2 * L + L) * H, L * H * sizeof(float));
+        dl.pos0 = L;
+        be_dropout_fwd(be, half, xh, B, L, H, &dl);
+        for (int b = 0; b < B; b++)
+            assert_memory_equal(half + (size_t)b * L * H, full + ((size_t)b * S + chunk[1] * L) * H, L * H * sizeof(float));
+        free(half), free(xh);
+    }
+    free(x), free(full), free(xl), free(out);
+}
+
 int main(void)
 {
     tb_skip_unless_isa_runs();
@@ -207,6 +245,7 @@ int main(void)
         cmocka_unit_test(mask_unaligned_rows),
         cmocka_unit_test(mask_layout_invariant),
         cmocka_unit_test(bias_dropout_add),
+        cmocka_unit_test(mask_context_parallel_chunks),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -160,7 +160,7 @@ static void check_mixed(const gpt_config *c, int layer0, int n, int mbs, const g
     mem_prediction p;
     mem_predict(&l, &p);
     gpt_layout_bytes b;
-    gpt_layout_bytes_of(c, 1, 1, 0, mbs, 0, layer0, &b);
+    gpt_layout_bytes_of(c, 1, 1, 0, 1, 0, mbs, 0, layer0, &b);
     double act = 4.0 * mbs * c->seq * c->hidden, recv = (m->first && m->last ? 1 : 3) * act;
     double predicted = p.workspace - recv - b.host - (m->last ? b.host_head : 0);
     double measured = (double)m->arena.cap - (double)m->acts_bytes - 64;
@@ -377,6 +377,51 @@ static void test_tp_sp_acts_by_hand(void **state)
     assert_true(mem_chunk_acts(&l, &bert) == 4 * (first + layers + head + bert_head));
 }
 
+/* Context parallelism: a rank's activations are those of seq / cp positions (every layer buffer
+ * exactly half at cp 2, the core's log-sum-exp too: (B, n/cp, seq) = (B, n, seq/cp)), and the
+ * prediction holds the arena a cp rank's model carves: its activations, and its workspace with the
+ * all-to-all's buffers. */
+static void test_cp_acts(void **state)
+{
+    (void)state;
+    gpt_config cs[2] = {gpt2(), llama()};
+    for (int i = 0; i < 6; i++) {
+        gpt_config *c = &cs[i % 2];
+        int comm = i / 2; /* PS_CP_A2A, PS_CP_ALL_GATHER, PS_CP_P2P */
+        c->seq = 32, c->max_pos = 32;
+        gpt_layout_bytes one, two;
+        gpt_layout_bytes_of(c, 1, 1, 0, 1, 0, 2, 0, 0, &one);
+        gpt_layout_bytes_of(c, 1, 2, comm, 1, 0, 2, 0, 0, &two);
+        assert_true(two.layer * 2 == one.layer);
+        assert_true(two.inputs < one.inputs); /* the ids and stage input halve; the sample indices do not */
+        assert_true(two.head * 2 == one.head);
+        assert_true(two.scratch > one.scratch / 2); /* the exchange's buffers */
+        ps_state cp = *g_ps;
+        cp.cp = 2, cp.cp_rank = 1, cp.cp_comm = comm;
+        gpt_model *m = gpt_create(c, &cp, g_be, 0, c->num_layers, 2, 1);
+        mem_layout l = {0};
+        l.cfg = *c;
+        l.tp = l.dp = 1, l.cp = 2, l.cp_comm = comm;
+        l.mbs = 2;
+        l.nchunks = 1;
+        l.chunk[0] = (mem_chunk){c->num_layers, 1, 1, 1, 0};
+        double acts = mem_chunk_acts(&l, &l.chunk[0]);
+        assert_true(acts <= (double)m->acts_bytes);
+        assert_true((double)m->acts_bytes - acts <= 64.0 * (13 + 13 * c->num_layers));
+        mem_prediction p;
+        mem_predict(&l, &p);
+        double recv = 4.0 * 2 * (c->seq / 2) * c->hidden;
+        double predicted = p.workspace - recv - two.host - two.host_head;
+        double measured = (double)m->arena.cap - (double)m->acts_bytes - 64;
+        printf("cp 2 (comm %d), %s: activations %.0f carved, %.0f predicted; workspace %.0f, %.0f\n", comm,
+               i % 2 ? "llama" : "gpt2",
+               (double)m->acts_bytes, acts, measured, predicted);
+        assert_true(predicted <= measured);
+        assert_true(measured - predicted <= 64.0 * (40 + 25 * c->num_layers));
+        gpt_free(m);
+    }
+}
+
 int main(int argc, char **argv)
 {
     g_world = comm_world_init(&argc, &argv);
@@ -393,6 +438,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_lora_by_hand),
         cmocka_unit_test(test_params_by_hand),
         cmocka_unit_test(test_tp_sp_acts_by_hand),
+        cmocka_unit_test(test_cp_acts),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     be_free(g_be);

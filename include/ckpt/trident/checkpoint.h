@@ -100,6 +100,8 @@ typedef struct ckpt_meta {
     ckpt_progress progress;
     int tp, pp, dp, vp;      /* the layout that wrote it */
     int ep;                  /* its expert parallelism (1 without) */
+    int cp;                  /* its context parallelism (1 without): a run setting, not the model's; a
+                              * distributed optimizer's state is in dp x cp shards */
     gpt_config model;        /* seq: the training sequence length; seed: progress.seed */
     int has_optimizer;
     int nfiles;

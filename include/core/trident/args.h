@@ -23,7 +23,7 @@ enum td_cmd {
     TD_CMD_SERVE = 1u << 9,
 };
 
-#define TD_MAX_FLAGS 192
+#define TD_MAX_FLAGS 224
 
 typedef struct td_args {
     /* common */
@@ -106,6 +106,8 @@ typedef struct td_args {
     char *lora_load;           /* train: a PEFT adapter folder loaded as the trainable adapters */
     /* parallel */
     int tensor_model_parallel_size;
+    int context_parallel_size; /* ranks each sample's sequence is split over (1: off) */
+    char *cp_comm_type;        /* context parallelism's attention exchange: "p2p", "all_gather" or "a2a" */
     int pipeline_model_parallel_size;
     int num_layers_per_virtual_pipeline_stage;
     char *pipeline_schedule;

@@ -107,7 +107,13 @@ typedef struct gpt_model {
     int sp;                  /* sequence parallel (ps->sequence_parallel): outside the tensor-
                               * parallel regions (norms, dropout, residuals, the stage input and
                               * output) a sample holds seq_l = seq / tp positions, this rank's */
-    int seq_l;               /* seq / tp with sp, else seq */
+    int seq_l;               /* seq_c / tp with sp, else seq_c */
+    int cp, cp_rank;         /* context parallelism (ps->cp, ps->cp_rank; 1 and 0 without) */
+    int seq_c;               /* positions of a sample this rank's layers hold: seq / cp, the chunks cp_rank
+                              * and 2 cp - 1 - cp_rank of the 2 cp equal chunks of the sequence (seq without
+                              * cp); every activation but the attention core's is (B, seq_c or seq_l, .) */
+    int32_t *cp_pos;         /* (cp, seq_c) device: each cp rank's positions (all_gather's block calls); NULL
+                              * without cp or under a2a */
 
     float *params, *grads;   /* one buffer each, laid out by the table: params numel_all floats, grads
                               * numel (the trained tensors come first; LoRA's frozen base after them) */
@@ -176,7 +182,8 @@ int64_t gpt_stage_trained_numel(const gpt_config *cfg, int tp, int ep, int layer
 /* Whether the head transforms every position (dense h -> h) before the decoder: for a cost model. */
 int gpt_head_transform(const gpt_config *c);
 /* The stage's layout in bytes, as gpt_create carves it (the same functions, counting; each
- * buffer unrounded), for a config on tp tensor-parallel ranks (sp: sequence parallel) with
+ * buffer unrounded), for a config on tp tensor-parallel ranks (sp: sequence parallel) and cp
+ * context-parallel ones (each holding seq / cp positions of a sample; 1: none; cp_comm: PS_CP_*) with
  * micro-batches of mbs samples, kept GEMM inputs in a 2-byte dtype when lowp: the one
  * description the memory prediction reads (the padded vocabulary taken up to a multiple of tp).
  * The layer's figures are those of global layer `layer` (its MLP the dense one or the MoE block,
@@ -194,8 +201,8 @@ typedef struct gpt_layout_bytes {
     double host;            /* host memory of the scratch: the losses' staging */
     double host_head;       /* ... and the head's host work (last stage) */
 } gpt_layout_bytes;
-void gpt_layout_bytes_of(const gpt_config *cfg, int tp, int ep, int sp, int mbs, int lowp, int layer,
-                         gpt_layout_bytes *out);
+void gpt_layout_bytes_of(const gpt_config *cfg, int tp, int cp, int cp_comm, int ep, int sp, int mbs, int lowp,
+                         int layer, gpt_layout_bytes *out);
 
 /* Takes a free activation slot for one micro-batch (dies if all max_inflight are in use);
  * gpt_acts_release returns it after its backward (or after a forward-only pass). */

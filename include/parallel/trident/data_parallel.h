@@ -65,7 +65,8 @@ void dp_wait_params(dp_chunk *d);
 int dp_num_buckets(const dp_chunk *d);
 
 /* --dp-collectives (flat|hierarchical|auto), before dp_attach; collective over the world. When the
- * dp group spans two hosts or more with as many of its ranks on each, two at least
+ * buckets' group (dp x cp: the dp group without context parallelism) spans two hosts or more with
+ * as many of its ranks on each, two at least
  * (comm_hier_create), "hierarchical" sets ps->dp_hier and "auto" times one bucket of
  * min(bucket_elems, numel) elements (all-reduce; with `distributed` reduce-scatter and all-gather)
  * both ways on the dp group and keeps the faster, writing one line with both times to `line` (""

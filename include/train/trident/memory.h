@@ -24,6 +24,10 @@ typedef struct {
     gpt_config cfg;  /* padded_vocab set */
     int tp, dp;
     int ep;          /* expert parallelism (carved out of dp; 0 or 1: none): a rank's experts are E / ep */
+    int cp;          /* context parallelism (0 or 1: none): a rank holds seq / cp positions of a sample
+                      * (and the attention's exchange buffers); the distributed optimizer shards over
+                      * dp x cp */
+    int cp_comm;     /* its attention exchange (PS_CP_*: the buffers it carves) */
     int mbs;         /* micro-batch size */
     int nchunks;
     mem_chunk chunk[PS_MAX_CHUNKS];

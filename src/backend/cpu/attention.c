@@ -118,7 +118,7 @@ static void att_mults(float *mult, const att_task *a, const be_drop *drop, int t
 {
     if (!a->kpos) {
         int64_t unit0 = ((int64_t)drop->unit0 + a->head) * a->T + k0;
-        cpu_drop_mults(mult, n, drop, BE_DROP_ATTN, a->sample, (int64_t)drop->pos0 + t, unit0);
+        cpu_drop_mults(mult, n, drop, BE_DROP_ATTN, a->sample, be_drop_pos(drop, t), unit0);
         return;
     }
     /* block mode: the row at its global position, keys by theirs, a run of consecutive positions

@@ -43,7 +43,7 @@ static void drop_rows(const backend *be, float *out, const float *resid, const f
 #pragma omp for schedule(static)
         for (int row = 0; row < rows; row++) {
             int bi = row / T, t = row % T;
-            cpu_drop_mults(mult, C, drop, BE_DROP_HIDDEN, drop->sample[bi], (int64_t)drop->pos0 + t, drop->unit0);
+            cpu_drop_mults(mult, C, drop, BE_DROP_HIDDEN, drop->sample[bi], be_drop_pos(drop, t), drop->unit0);
             size_t off = (size_t)row * C;
             const float *x = inp + off;
             float *y = out + off;

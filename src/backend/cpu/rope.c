@@ -59,12 +59,14 @@ static void rope_apply(const backend *be, float *x, int B, int T, int ld, int nh
 {
     TD_ASSERT(rot > 0 && rot % 2 == 0 && rot <= hs && nh * hs <= ld && pos0 >= 0 && (!pos || pos0 == 0));
     if (B <= 0 || T <= 0 || nh <= 0) return;
-    int r2 = rot / 2;
-    const float *tab = rope_table(be, pos0 + T, rot, base);
+    int r2 = rot / 2, npos = pos0 + T;
+    if (pos) /* packed documents' positions lie in [0, T); context parallelism's chunks anywhere in the sequence */
+        for (int bt = 0; bt < B * T; bt++) npos = pos[bt] >= npos ? pos[bt] + 1 : npos;
+    const float *tab = rope_table(be, npos, rot, base);
 #pragma omp parallel for schedule(static) num_threads(cpu_threads(be)) if ((size_t)B * T * nh * rot > CPU_PAR_MIN)
     for (int bt = 0; bt < B * T; bt++) {
         int p = pos ? pos[bt] : pos0 + bt % T;
-        TD_ASSERT(p >= 0 && p < pos0 + T);
+        TD_ASSERT(p >= 0 && p < npos);
         const float *c = tab + (size_t)p * 2 * r2, *s = c + r2;
         float *row = x + (size_t)bt * ld;
         for (int h = 0; h < nh; h++) {

@@ -190,6 +190,7 @@ typedef struct {
     uint32_t thr;
     float keep;
     int site, pos0, unit0, on;
+    int cp_chunk, cp_c0, cp_c1; /* be_drop's: be_drop_pos */
 } drop_args;
 
 /* out (B, T, C) = [resid +] ([inp + b]) [* mask / (1 - p)]: the cpu's drop_rows and its
@@ -201,9 +202,11 @@ static __global__ void drop_k(void *out, int ot, const void *resid, int rt, cons
         size_t row = k / nb;
         int64_t q = cu_drop_first_block(d.unit0) + (int64_t)(k % nb);
         uint32_t r[4] = {0, 0, 0, 0};
-        if (d.on)
-            cu_drop_block(r, d.seed, BE_DROP_HIDDEN, d.site, d.sample[row / T], (int64_t)d.pos0 + (int64_t)(row % T),
-                          4 * q);
+        if (d.on) {
+            int64_t u = (int64_t)d.pos0 + (int64_t)(row % T), L = d.cp_chunk; /* be_drop_pos */
+            int64_t pos = !L ? u : u < L ? d.cp_c0 * L + u : d.cp_c1 * L + u - L;
+            cu_drop_block(r, d.seed, BE_DROP_HIDDEN, d.site, d.sample[row / T], pos, 4 * q);
+        }
         for (int w = 0; w < 4; w++) {
             int64_t c = 4 * q + w - d.unit0;
             if (c < 0 || c >= C) continue;
@@ -220,7 +223,7 @@ static __global__ void drop_k(void *out, int ot, const void *resid, int rt, cons
 static void drop_launch(const backend *be, const char *entry, be_out out, be_in resid, be_in inp, const float *b,
                         int B, int T, int C, const be_drop *drop)
 {
-    drop_args d = {0, NULL, 0, 1.0f, 0, 0, 0, 0};
+    drop_args d = {0, NULL, 0, 1.0f, 0, 0, 0, 0, 0, 0, 0};
     if (drop && drop->p > 0.0f) {
         d.on = 1;
         d.seed = drop->seed;
@@ -230,6 +233,7 @@ static void drop_launch(const backend *be, const char *entry, be_out out, be_in 
         d.site = drop->site;
         d.pos0 = drop->pos0;
         d.unit0 = drop->unit0;
+        d.cp_chunk = drop->cp_chunk, d.cp_c0 = drop->cp_c0, d.cp_c1 = drop->cp_c1;
     }
     int ot = cu_dtype(out.dt, entry), it = cu_dtype(inp.dt, entry), rt = resid.p ? cu_dtype(resid.dt, entry) : 0;
     /* no dropout, no bias, no residual, in place: the identity */
