@@ -23,7 +23,7 @@ enum td_cmd {
     TD_CMD_SERVE = 1u << 9,
 };
 
-#define TD_MAX_FLAGS 192
+#define TD_MAX_FLAGS 224
 
 typedef struct td_args {
     /* common */
@@ -84,6 +84,16 @@ typedef struct td_args {
     char *position_embedding_type;
     double rotary_base;
     double rotary_percent;
+    char *rope_scaling_type;   /* --rope-scaling-type: none|linear|llama3|yarn */
+    int use_rope_scaling;      /* Megatron's --use-rope-scaling: llama3 */
+    double rope_scaling_factor;
+    double rotary_scaling_factor; /* Megatron's name of the factor (yarn) */
+    double rope_low_freq_factor;
+    double rope_high_freq_factor;
+    int original_max_position_embeddings;
+    double yarn_beta_fast;
+    double yarn_beta_slow;
+    double yarn_attention_factor;
     int swiglu;
     char *activation_func;     /* --activation-func: a TD_ACT_CHOICES name, NULL: from the switches */
     int gated_linear_unit;
