@@ -87,6 +87,24 @@ def case(name, rs):
           f"{wrong:.6f}, another loss (the check can fail)")
     plain = loss(lr.Llama(dict(ref.cfg, rope_scaling=None), ref.W))
     check(rel(plain, want) > 10 * TOL, f"{name}: unscaled rotary positions score {plain:.6f}, another")
+    # generation (the key/value cache path, one position a step) past the original context: greedy
+    # tokens as the reader's argmax, prompt and continuation reaching position 100 > 64
+    prompt, new = b"The quick brown fox jumps over the lazy dog, then it runs far away into the woods.", 20
+    ids, margin = list(prompt), []
+    for _ in range(new):
+        z = ref.logits(ids)[-1]
+        nxt, top = int(np.argmax(z)), np.sort(z)
+        margin.append(top[-1] - top[-2])
+        if nxt >= 256:  # <|endoftext|> or <|im_end|>: generate stops there
+            break
+        ids.append(nxt)
+    want_text = bytes(ids[len(prompt):])
+    p = subprocess.run([T, "generate", "--load", os.path.join(d, "ckpt"), *tok, "--prompt", prompt.decode(),
+                        "--max-new-tokens", str(new), "--greedy", "--seq-length", "128"],
+                       env=env, capture_output=True, timeout=120 * SCALE)
+    check(p.returncode == 0 and p.stdout == prompt + want_text + b"\n",
+          f"{name}: generate's greedy tokens at positions {len(prompt)}..{len(ids)} are the reader's "
+          f"(smallest top-2 logit margin {min(margin):.1e})", (p.stdout[-60:], want_text))
     run("convert", "--from", "trident", os.path.join(d, "ckpt"), "--to", "hf", os.path.join(d, "out"))
     got = json.load(open(os.path.join(d, "out", "config.json")))["rope_scaling"]
     same = isinstance(got, dict) and all(
