@@ -126,5 +126,29 @@ err = p.stderr.strip().splitlines()
 check(p.returncode != 0 and len(err) == 1 and "dynamic" in err[0], "rope_type dynamic is refused with one line",
       (p.returncode, p.stderr))
 
+# the flags: refused with one line and exit 2 where they contradict or lack what they need; a
+# checkpoint keeps its rope scaling in meta.json and refuses another on --load
+d = os.path.join(WORK, "linear")
+base = ["train", "--position-embedding-type", "rope", "--num-layers", "1", "--hidden-size", "16",
+        "--num-attention-heads", "2", "--seq-length", "8", "--data-path", os.path.join(d, "chats_sft_document"),
+        "--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", os.path.join(d, "hf", "tokenizer.json"),
+        "--micro-batch-size", "2", "--global-batch-size", "2", "--train-iters", "2", "--lr", "1e-3"]
+for bad, want in [(["--rope-scaling-type", "yarn"], "needs --rope-scaling-factor"),
+                  (["--use-rope-scaling", "--rope-scaling-type", "yarn"], "contradicts --rope-scaling-type yarn"),
+                  (["--use-rope-scaling", "--yarn-beta-fast", "8"], "need --rope-scaling-type yarn"),
+                  (["--rope-scaling-factor", "4"], "needs rope scaling")]:
+    p = run(*base, *bad, ok=False)
+    err = p.stderr.strip().splitlines()
+    check(p.returncode == 2 and len(err) == 1 and want in err[0], f"{' '.join(bad)}: exit 2, one line", p.stderr)
+ck = os.path.join(WORK, "flags-ckpt")
+run(*base, "--rope-scaling-type", "yarn", "--rotary-scaling-factor", "4", "--original-max-position-embeddings", "4",
+    "--save", ck)
+meta = json.load(open(os.path.join(ck, "iter_0000002", "meta.json")))
+check(json.dumps(meta).count('"rope_scaling_type": "yarn"') >= 1 and '"original_max_position_embeddings": 4' in
+      json.dumps(meta), "train --rope-scaling-type yarn: meta.json keeps the rope scaling")
+p = run(*base, "--load", ck, "--rope-scaling-type", "llama3", "--train-iters", "3", ok=False)
+check(p.returncode != 0 and "rope_scaling_type yarn" in p.stderr, "--load with another rope scaling is refused",
+      p.stderr[-300:])
+
 print(f"{passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)
