@@ -264,7 +264,11 @@ void gpt_config_describe(const gpt_config *c, char *out, size_t len)
     char attn[96], pos[64];
     if (g != c->heads) snprintf(attn, sizeof attn, "%d heads in %d query groups", c->heads, g);
     else snprintf(attn, sizeof attn, "%d heads", c->heads);
-    if (c->pos == GPT_POS_ROPE)
+    static const char *const scalings[] = {"", "linear", "llama3", "yarn"};
+    if (c->pos == GPT_POS_ROPE && c->rope_scaling)
+        snprintf(pos, sizeof pos, "rope (base %g, %d of %d dims, %s scaling x%g)", (double)gpt_rotary_base(c),
+                 gpt_rotary_dims(c), d, scalings[c->rope_scaling], (double)c->rope_factor);
+    else if (c->pos == GPT_POS_ROPE)
         snprintf(pos, sizeof pos, "rope (base %g, %d of %d dims)", (double)gpt_rotary_base(c), gpt_rotary_dims(c), d);
     else snprintf(pos, sizeof pos, "%s positions", c->pos == GPT_POS_NONE ? "no" : "learned");
     char kind[96] = "";
