@@ -163,6 +163,10 @@ int gpt_config_validate(const td_args *a, int tp, char *msg, size_t msglen)
     if (a->use_rope_scaling && strcmp(a->rope_scaling_type, "none") != 0 && strcmp(a->rope_scaling_type, "llama3") != 0)
         FAIL("--use-rope-scaling is llama3 rope scaling; it contradicts --rope-scaling-type %s", a->rope_scaling_type);
     if (scaled && !rope) FAIL("rope scaling needs --position-embedding-type rope");
+    if (td_args_given(a, "--rope-scaling-factor") && td_args_given(a, "--rotary-scaling-factor") &&
+        a->rope_scaling_factor != a->rotary_scaling_factor)
+        FAIL("--rope-scaling-factor %g and --rotary-scaling-factor %g are one setting; give one", a->rope_scaling_factor,
+             a->rotary_scaling_factor);
     static const char *const scale_flags[] = {"--rope-scaling-factor", "--rotary-scaling-factor",
                                               "--rope-low-freq-factor", "--rope-high-freq-factor",
                                               "--original-max-position-embeddings", "--yarn-beta-fast",

@@ -136,7 +136,10 @@ base = ["train", "--position-embedding-type", "rope", "--num-layers", "1", "--hi
 for bad, want in [(["--rope-scaling-type", "yarn"], "needs --rope-scaling-factor"),
                   (["--use-rope-scaling", "--rope-scaling-type", "yarn"], "contradicts --rope-scaling-type yarn"),
                   (["--use-rope-scaling", "--yarn-beta-fast", "8"], "need --rope-scaling-type yarn"),
-                  (["--rope-scaling-factor", "4"], "needs rope scaling")]:
+                  (["--rope-scaling-factor", "4"], "needs rope scaling"),
+                  (["--use-rope-scaling", "--rope-scaling-factor", "8", "--rotary-scaling-factor", "4"], "give one"),
+                  (["--position-embedding-type", "learned_absolute", "--use-rope-scaling"],
+                   "needs --position-embedding-type rope")]:
     p = run(*base, *bad, ok=False)
     err = p.stderr.strip().splitlines()
     check(p.returncode == 2 and len(err) == 1 and want in err[0], f"{' '.join(bad)}: exit 2, one line", p.stderr)
