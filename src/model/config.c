@@ -41,7 +41,9 @@ void gpt_config_from_args(gpt_config *c, const td_args *a)
                                                                 : GPT_POS_LEARNED;
     c->rotary_base = (float)a->rotary_base;
     c->rotary_percent = (float)a->rotary_percent;
-    c->rope_scaling = a->use_rope_scaling                               ? GPT_ROPE_LLAMA3
+    int megatron_yarn = a->rope_type && strcmp(a->rope_type, "yarn") == 0;
+    c->rope_scaling = megatron_yarn                                     ? GPT_ROPE_YARN
+                      : a->use_rope_scaling                             ? GPT_ROPE_LLAMA3
                       : strcmp(a->rope_scaling_type, "linear") == 0 ? GPT_ROPE_LINEAR
                       : strcmp(a->rope_scaling_type, "llama3") == 0 ? GPT_ROPE_LLAMA3
                       : strcmp(a->rope_scaling_type, "yarn") == 0   ? GPT_ROPE_YARN
@@ -59,6 +61,10 @@ void gpt_config_from_args(gpt_config *c, const td_args *a)
         if (td_args_given(a, "--yarn-beta-fast")) c->yarn_beta_fast = (float)a->yarn_beta_fast;
         if (td_args_given(a, "--yarn-beta-slow")) c->yarn_beta_slow = (float)a->yarn_beta_slow;
         if (td_args_given(a, "--yarn-attention-factor")) c->yarn_attn_factor = (float)a->yarn_attention_factor;
+        if (td_args_given(a, "--mscale") || td_args_given(a, "--mscale-all-dim")) {
+            double ms = td_args_given(a, "--mscale") ? a->mscale : 1.0, all = a->mscale_all_dim, lf = log(f);
+            c->yarn_attn_factor = (float)((f <= 1 ? 1.0 : 0.1 * ms * lf + 1) / (f <= 1 || all == 0 ? 1.0 : 0.1 * all * lf + 1));
+        }
     }
     char amsg[256]; /* a conflict of the activation flags is gpt_config_validate's to report */
     if (td_act_of_args(a, &c->act, &c->glu, amsg, sizeof amsg)) c->act = TD_ACT_GELU, c->glu = 0;
@@ -159,9 +165,15 @@ int gpt_config_validate(const td_args *a, int tp, char *msg, size_t msglen)
         FAIL("--num-attention-heads %d is not divisible by --tensor-model-parallel-size %d", heads, tp);
     if (!rope && (td_args_given(a, "--rotary-base") || td_args_given(a, "--rotary-percent")))
         FAIL("--rotary-base and --rotary-percent need --position-embedding-type rope");
-    int scaled = a->use_rope_scaling || strcmp(a->rope_scaling_type, "none") != 0;
-    if (a->use_rope_scaling && strcmp(a->rope_scaling_type, "none") != 0 && strcmp(a->rope_scaling_type, "llama3") != 0)
-        FAIL("--use-rope-scaling is llama3 rope scaling; it contradicts --rope-scaling-type %s", a->rope_scaling_type);
+    const char *stype = a->rope_scaling_type;
+    if (a->rope_type && strcmp(a->rope_type, "yarn") == 0) {
+        if (strcmp(stype, "none") != 0 && strcmp(stype, "yarn") != 0)
+            FAIL("--rope-type yarn contradicts --rope-scaling-type %s", stype);
+        stype = "yarn";
+    }
+    int scaled = a->use_rope_scaling || strcmp(stype, "none") != 0;
+    if (a->use_rope_scaling && strcmp(stype, "none") != 0 && strcmp(stype, "llama3") != 0)
+        FAIL("--use-rope-scaling is llama3 rope scaling; it contradicts --rope-scaling-type %s", stype);
     if (scaled && !rope) FAIL("rope scaling needs --position-embedding-type rope");
     if (td_args_given(a, "--rope-scaling-factor") && td_args_given(a, "--rotary-scaling-factor") &&
         a->rope_scaling_factor != a->rotary_scaling_factor)
@@ -170,21 +182,26 @@ int gpt_config_validate(const td_args *a, int tp, char *msg, size_t msglen)
     static const char *const scale_flags[] = {"--rope-scaling-factor", "--rotary-scaling-factor",
                                               "--rope-low-freq-factor", "--rope-high-freq-factor",
                                               "--original-max-position-embeddings", "--yarn-beta-fast",
-                                              "--yarn-beta-slow", "--yarn-attention-factor"};
+                                              "--yarn-beta-slow", "--yarn-attention-factor",
+                                              "--mscale", "--mscale-all-dim"};
     for (size_t i = 0; i < sizeof scale_flags / sizeof scale_flags[0]; i++)
         if (!scaled && td_args_given(a, scale_flags[i]))
             FAIL("%s needs rope scaling: --rope-scaling-type linear|llama3|yarn or --use-rope-scaling", scale_flags[i]);
-    if (scaled && strcmp(a->rope_scaling_type, "llama3") != 0 && !a->use_rope_scaling &&
+    if (scaled && strcmp(stype, "llama3") != 0 && !a->use_rope_scaling &&
         (td_args_given(a, "--rope-low-freq-factor") || td_args_given(a, "--rope-high-freq-factor")))
         FAIL("--rope-low-freq-factor and --rope-high-freq-factor are llama3 rope scaling's; give --rope-scaling-type "
              "llama3");
-    if (scaled && strcmp(a->rope_scaling_type, "yarn") != 0 &&
+    if (scaled && strcmp(stype, "yarn") != 0 &&
         (td_args_given(a, "--yarn-beta-fast") || td_args_given(a, "--yarn-beta-slow") ||
-         td_args_given(a, "--yarn-attention-factor")))
-        FAIL("--yarn-beta-fast, --yarn-beta-slow and --yarn-attention-factor need --rope-scaling-type yarn");
-    if (scaled && strcmp(a->rope_scaling_type, "llama3") != 0 && !a->use_rope_scaling &&
+         td_args_given(a, "--yarn-attention-factor") || td_args_given(a, "--mscale") ||
+         td_args_given(a, "--mscale-all-dim")))
+        FAIL("--yarn-beta-fast, --yarn-beta-slow, --yarn-attention-factor, --mscale and --mscale-all-dim need "
+             "--rope-scaling-type yarn");
+    if (td_args_given(a, "--yarn-attention-factor") && (td_args_given(a, "--mscale") || td_args_given(a, "--mscale-all-dim")))
+        FAIL("--yarn-attention-factor and --mscale/--mscale-all-dim set the same factor; give one");
+    if (scaled && strcmp(stype, "llama3") != 0 && !a->use_rope_scaling &&
         !td_args_given(a, "--rope-scaling-factor") && !td_args_given(a, "--rotary-scaling-factor"))
-        FAIL("--rope-scaling-type %s needs --rope-scaling-factor", a->rope_scaling_type);
+        FAIL("--rope-scaling-type %s needs --rope-scaling-factor", stype);
     if (rope) {
         double r = d * a->rotary_percent;
         if (r != (double)(int)r || (int)r % 2 || r < 2)

@@ -138,6 +138,9 @@ for bad, want in [(["--rope-scaling-type", "yarn"], "needs --rope-scaling-factor
                   (["--use-rope-scaling", "--yarn-beta-fast", "8"], "need --rope-scaling-type yarn"),
                   (["--rope-scaling-factor", "4"], "needs rope scaling"),
                   (["--use-rope-scaling", "--rope-scaling-factor", "8", "--rotary-scaling-factor", "4"], "give one"),
+                  (["--rope-type", "yarn", "--rope-scaling-type", "llama3"], "contradicts --rope-scaling-type llama3"),
+                  (["--rope-type", "yarn", "--rotary-scaling-factor", "4", "--mscale", "1",
+                    "--yarn-attention-factor", "1.2"], "give one"),
                   (["--position-embedding-type", "learned_absolute", "--use-rope-scaling"],
                    "needs --position-embedding-type rope")]:
     p = run(*base, *bad, ok=False)
@@ -149,6 +152,16 @@ run(*base, "--rope-scaling-type", "yarn", "--rotary-scaling-factor", "4", "--ori
 meta = json.load(open(os.path.join(ck, "iter_0000002", "meta.json")))
 check(json.dumps(meta).count('"rope_scaling_type": "yarn"') >= 1 and '"original_max_position_embeddings": 4' in
       json.dumps(meta), "train --rope-scaling-type yarn: meta.json keeps the rope scaling")
+# Megatron's names (--rope-type yarn, --rotary-scaling-factor, --mscale 1, --mscale-all-dim 0.5): the
+# attention factor (0.1 ln 4 + 1) / (0.05 ln 4 + 1) = 1.0654
+ck2 = os.path.join(WORK, "flags-megatron")
+run(*base, "--rope-type", "yarn", "--rotary-scaling-factor", "4", "--original-max-position-embeddings", "4",
+    "--mscale", "1", "--mscale-all-dim", "0.5", "--save", ck2)
+cfg2 = json.load(open(os.path.join(ck2, "iter_0000002", "meta.json")))
+flat = json.dumps(cfg2)
+af = (0.1 * np.log(4) + 1) / (0.05 * np.log(4) + 1)
+check('"rope_scaling_type": "yarn"' in flat and f"{af:.6f}"[:6] in flat,
+      f"--rope-type yarn --mscale 1 --mscale-all-dim 0.5: yarn with attention factor {af:.6f} in meta.json", flat[:400])
 p = run(*base, "--load", ck, "--rope-scaling-type", "llama3", "--train-iters", "3", ok=False)
 check(p.returncode != 0 and "rope_scaling_type yarn" in p.stderr, "--load with another rope scaling is refused",
       p.stderr[-300:])

@@ -94,6 +94,9 @@ typedef struct td_args {
     double yarn_beta_fast;
     double yarn_beta_slow;
     double yarn_attention_factor;
+    char *rope_type;           /* Megatron's --rope-type rope|yarn */
+    double mscale;             /* Megatron's --mscale, --mscale-all-dim: yarn's attention factor */
+    double mscale_all_dim;
     int swiglu;
     char *activation_func;     /* --activation-func: a TD_ACT_CHOICES name, NULL: from the switches */
     int gated_linear_unit;
