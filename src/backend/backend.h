@@ -7,6 +7,7 @@
 #ifndef TRIDENT_BACKEND_H
 #define TRIDENT_BACKEND_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -260,20 +261,43 @@ static inline void be_rmsnorm_bwd(const backend *be, float *dinp, float *dw, con
     be->ops->rmsnorm_bwd(be, be_f32_out(dinp), dw, be_f32(dout), be_f32(inp), w, rstd, N, C);
     be_toc(be, BE_OP_LAYERNORM, t0, 0);
 }
-/* Rotary positions of rows (b, t): pos (B, T) device ints, or NULL: pos0 + t. */
+/* r filled with the plain rotary frequencies of (rot, base), rounded as Hugging Face's float32
+ * computation rounds them (1 / base^(2i / rot), the power in double), scale 1. */
+static inline void be_rope_plain(be_rope *r, int rot, float base)
+{
+    for (int i = 0; i < rot / 2 && i < BE_ROPE_MAX_HALF; i++)
+        r->inv_freq[i] = 1.0f / (float)pow((double)base, (double)((float)(2 * i) / (float)rot));
+    r->scale = 1.0f;
+}
+/* Rotary positions of rows (b, t) by the frequencies r: pos (B, T) device ints, or NULL: pos0 + t. */
+static inline void be_rope_fwd_freq(const backend *be, float *x, int B, int T, int ld, int nh, int hs, int rot,
+                                    const be_rope *r, int pos0, const int32_t *pos)
+{
+    be_event t0 = be_tic(be);
+    be->ops->rope_fwd(be, be_f32_out(x), B, T, ld, nh, hs, rot, r, pos0, pos);
+    be_toc(be, BE_OP_ROPE, t0, 0);
+}
+static inline void be_rope_bwd_freq(const backend *be, float *dx, int B, int T, int ld, int nh, int hs, int rot,
+                                    const be_rope *r, int pos0, const int32_t *pos)
+{
+    be_event t0 = be_tic(be);
+    be->ops->rope_bwd(be, be_f32_out(dx), B, T, ld, nh, hs, rot, r, pos0, pos);
+    be_toc(be, BE_OP_ROPE, t0, 0);
+}
+/* The same with the plain frequencies of base. */
 static inline void be_rope_fwd_at(const backend *be, float *x, int B, int T, int ld, int nh, int hs, int rot,
                                   float base, int pos0, const int32_t *pos)
 {
-    be_event t0 = be_tic(be);
-    be->ops->rope_fwd(be, be_f32_out(x), B, T, ld, nh, hs, rot, base, pos0, pos);
-    be_toc(be, BE_OP_ROPE, t0, 0);
+    be_rope r;
+    be_rope_plain(&r, rot, base);
+    be_rope_fwd_freq(be, x, B, T, ld, nh, hs, rot, &r, pos0, pos);
 }
 static inline void be_rope_bwd_at(const backend *be, float *dx, int B, int T, int ld, int nh, int hs, int rot,
                                   float base, int pos0, const int32_t *pos)
 {
-    be_event t0 = be_tic(be);
-    be->ops->rope_bwd(be, be_f32_out(dx), B, T, ld, nh, hs, rot, base, pos0, pos);
-    be_toc(be, BE_OP_ROPE, t0, 0);
+    be_rope r;
+    be_rope_plain(&r, rot, base);
+    be_rope_bwd_freq(be, dx, B, T, ld, nh, hs, rot, &r, pos0, pos);
 }
 static inline void be_rope_fwd(const backend *be, float *x, int B, int T, int ld, int nh, int hs, int rot,
                                float base, int pos0)

@@ -84,6 +84,16 @@ static inline be_out be_f32_out(float *p)
 /* A point in the backend's queue (event_record): cpu stamps the wall clock when the call is made
  * (everything before it has run); a device backend records a device event (h) on its queue. An
  * event is read once, by event_elapsed, which releases what it holds. */
+/* Rotary frequencies of one model: inv_freq_i for i < rot/2 (computed once on the host, in double
+ * and rounded, from the model's base and rope scaling: gpt_rope_freqs), and the factor the cos and
+ * sin are multiplied by (YaRN's attention factor; 1 otherwise). Host memory; the CUDA backend
+ * passes it to its kernel by value. */
+#define BE_ROPE_MAX_HALF 256
+typedef struct be_rope {
+    float inv_freq[BE_ROPE_MAX_HALF];
+    float scale;
+} be_rope;
+
 typedef struct be_event {
     double t; /* cpu: td_now() at the record */
     void *h;  /* device backends: their event handle; cpu: NULL */
@@ -234,8 +244,9 @@ struct be_ops {
      * x: rows (B, T) of ld floats, each holding nh heads of hs floats from the start pointer (a q
      * or k slice of a fused qkv row, say). In each head the first rot dims (rot even, <= hs;
      * rot = hs * --rotary-percent) turn by angle a_i = (pos0 + t) * inv_freq_i, r2 = rot / 2,
-     * inv_freq_i = 1 / base^(2i / rot), i < r2:
-     *   y[i] = x[i] cos a_i - x[i + r2] sin a_i,   y[i + r2] = x[i + r2] cos a_i + x[i] sin a_i;
+     * inv_freq_i = r->inv_freq[i] (1 / base^(2i / rot) without rope scaling), i < r2 (r2 <=
+     * BE_ROPE_MAX_HALF), c_i = cos(a_i) * r->scale, s_i = sin(a_i) * r->scale:
+     *   y[i] = x[i] c_i - x[i + r2] s_i,   y[i + r2] = x[i + r2] c_i + x[i] s_i;
      * dims rot.. hs-1 are unchanged. The angles are rounded as Hugging Face's float32
      * computation rounds them (inv_freq and the product (pos0 + t) * inv_freq in float32; cos
      * and sin of that float32 angle correctly rounded), so positions far from 0 turn as they do
@@ -244,10 +255,10 @@ struct be_ops {
      * parallelism: a rank's chunks lie anywhere in the sequence), used instead of pos0 + t (pos0
      * must be 0); NULL: pos0 + t. */
     /* x rotated in place (written). */
-    void (*rope_fwd)(const backend *be, be_out x, int B, int T, int ld, int nh, int hs, int rot, float base,
+    void (*rope_fwd)(const backend *be, be_out x, int B, int T, int ld, int nh, int hs, int rot, const be_rope *r,
                      int pos0, const int32_t *pos);
     /* dx rotated back in place: WRITES dx = R^T dx (the rotation by -a_i; not +=). */
-    void (*rope_bwd)(const backend *be, be_out dx, int B, int T, int ld, int nh, int hs, int rot, float base,
+    void (*rope_bwd)(const backend *be, be_out dx, int B, int T, int ld, int nh, int hs, int rot, const be_rope *r,
                      int pos0, const int32_t *pos);
 
     /* ---- self-attention core, grouped-query: NH local query heads, NKV local key/value

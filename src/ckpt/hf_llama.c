@@ -65,6 +65,34 @@ int hf_llama_pieces(const gpt_config *c, const char *name, hf_piece *out)
     return 0;
 }
 
+/* rope_scaling as transformers reads it: null, or the rope_type and its parameters resolved. */
+static void add_rope_scaling(cJSON *o, const gpt_config *c)
+{
+    static const char *const names[] = {"default", "linear", "llama3", "yarn"};
+    if (c->rope_scaling == GPT_ROPE_NONE) {
+        cJSON_AddNullToObject(o, "rope_scaling");
+        return;
+    }
+    cJSON *rs = cJSON_AddObjectToObject(o, "rope_scaling");
+    cJSON_AddStringToObject(rs, "rope_type", names[c->rope_scaling]);
+    cJSON_AddNumberToObject(rs, "factor", ckpt_float_value(c->rope_factor));
+    if (c->rope_scaling == GPT_ROPE_LLAMA3) {
+        cJSON_AddNumberToObject(rs, "low_freq_factor", ckpt_float_value(c->rope_low_freq > 0 ? c->rope_low_freq : 1));
+        cJSON_AddNumberToObject(rs, "high_freq_factor", ckpt_float_value(c->rope_high_freq > 0 ? c->rope_high_freq : 4));
+        cJSON_AddNumberToObject(rs, "original_max_position_embeddings",
+                                c->rope_orig_max_pos > 0 ? c->rope_orig_max_pos : 8192);
+    } else if (c->rope_scaling == GPT_ROPE_YARN) {
+        double f = c->rope_factor;
+        cJSON_AddNumberToObject(rs, "original_max_position_embeddings",
+                                c->rope_orig_max_pos > 0 ? c->rope_orig_max_pos : c->max_pos);
+        cJSON_AddNumberToObject(rs, "beta_fast", ckpt_float_value(c->yarn_beta_fast > 0 ? c->yarn_beta_fast : 32));
+        cJSON_AddNumberToObject(rs, "beta_slow", ckpt_float_value(c->yarn_beta_slow > 0 ? c->yarn_beta_slow : 1));
+        cJSON_AddNumberToObject(rs, "attention_factor", c->yarn_attn_factor > 0 ? ckpt_float_value(c->yarn_attn_factor)
+                                                        : f <= 1                ? 1.0
+                                                                                : 0.1 * log(f) + 1.0);
+    }
+}
+
 cJSON *hf_llama_config(const gpt_config *c, const char *arch, const char *model_type)
 {
     cJSON *o = cJSON_CreateObject();
@@ -81,7 +109,7 @@ cJSON *hf_llama_config(const gpt_config *c, const char *arch, const char *model_
     cJSON_AddNumberToObject(o, "max_position_embeddings", c->max_pos);
     cJSON_AddNumberToObject(o, "rms_norm_eps", ckpt_float_value(gpt_norm_eps(c)));
     cJSON_AddNumberToObject(o, "rope_theta", ckpt_float_value(gpt_rotary_base(c)));
-    cJSON_AddNullToObject(o, "rope_scaling");
+    add_rope_scaling(o, c);
     cJSON_AddNumberToObject(o, "attention_dropout", ckpt_float_value(c->attn_dropout));
     cJSON_AddBoolToObject(o, "tie_word_embeddings", !c->untied);
     cJSON_AddNumberToObject(o, "initializer_range", ckpt_float_value(c->init_std));
@@ -118,24 +146,72 @@ static const char *llama_mismatch(const gpt_config *c)
     return NULL;
 }
 
-/* The rotary base of config.json: rope_theta, or transformers 5's rope_parameters {rope_type
- * "default", rope_theta}; -1 with err for scaled rotary positions. */
-static int read_rope(const cJSON *o, const char *path, double theta, float *base, char *err, size_t errlen)
+/* YaRN's default attention factor of a scale (transformers' get_mscale). */
+static double yarn_mscale(double scale, double m)
+{
+    return scale <= 1 ? 1.0 : 0.1 * m * log(scale) + 1.0;
+}
+
+/* c's rope scaling from rs (rope_scaling, or transformers 5's rope_parameters): rope_type (or the
+ * older "type") default, linear, llama3 or yarn, with its parameters. */
+static int read_rope_scaling(const cJSON *rs, const char *path, gpt_config *c, char *err, size_t errlen)
+{
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(rs, "rope_type");
+    if (!cJSON_IsString(type)) type = cJSON_GetObjectItemCaseSensitive(rs, "type");
+    const char *t = cJSON_IsString(type) ? type->valuestring : "default";
+    if (strcmp(t, "default") == 0) return 0;
+    c->rope_scaling = strcmp(t, "linear") == 0   ? GPT_ROPE_LINEAR
+                      : strcmp(t, "llama3") == 0 ? GPT_ROPE_LLAMA3
+                      : strcmp(t, "yarn") == 0   ? GPT_ROPE_YARN
+                                                 : GPT_ROPE_NONE;
+    if (!c->rope_scaling)
+        FAIL("%s: rope_scaling's rope_type '%s' is not one trident computes (default, linear, llama3, yarn)", path, t);
+    int orig = 0;
+    const cJSON *om = cJSON_GetObjectItemCaseSensitive(rs, "original_max_position_embeddings");
+    if (om && (hf_json_int(rs, "original_max_position_embeddings", -1, &orig) || orig < 1))
+        FAIL("%s: rope_scaling's original_max_position_embeddings must be a positive integer", path);
+    double f = hf_json_num(rs, "factor", 0.0);
+    if (!(f > 0) && c->rope_scaling == GPT_ROPE_YARN && orig > 0) f = (double)c->max_pos / orig; /* transformers 5 */
+    if (!(f > 0)) FAIL("%s: rope_scaling (%s) needs a positive factor", path, t);
+    c->rope_factor = (float)f;
+    c->rope_orig_max_pos = orig;
+    if (c->rope_scaling == GPT_ROPE_LLAMA3) {
+        double lo = hf_json_num(rs, "low_freq_factor", 1.0), hi = hf_json_num(rs, "high_freq_factor", 4.0);
+        if (!(lo > 0 && hi > lo))
+            FAIL("%s: rope_scaling (llama3) needs 0 < low_freq_factor < high_freq_factor, not %g and %g", path, lo, hi);
+        c->rope_low_freq = (float)lo, c->rope_high_freq = (float)hi;
+    } else if (c->rope_scaling == GPT_ROPE_YARN) {
+        const cJSON *tr = cJSON_GetObjectItemCaseSensitive(rs, "truncate");
+        if (cJSON_IsFalse(tr))
+            FAIL("%s: rope_scaling (yarn) has truncate false; trident rounds YaRN's correction range as the default", path);
+        double fast = hf_json_num(rs, "beta_fast", 32.0), slow = hf_json_num(rs, "beta_slow", 1.0);
+        if (!(fast > 0 && slow > 0)) FAIL("%s: rope_scaling (yarn) needs positive beta_fast and beta_slow", path);
+        c->yarn_beta_fast = (float)fast, c->yarn_beta_slow = (float)slow;
+        double af = hf_json_num(rs, "attention_factor", 0.0), ms = hf_json_num(rs, "mscale", 0.0),
+               msa = hf_json_num(rs, "mscale_all_dim", 0.0);
+        if (!(af > 0)) af = ms > 0 && msa > 0 ? yarn_mscale(f, ms) / yarn_mscale(f, msa) : yarn_mscale(f, 1.0);
+        c->yarn_attn_factor = (float)af;
+    }
+    return 0;
+}
+
+/* c's rotary base (rope_theta, or transformers 5's rope_parameters' rope_theta) and rope scaling
+ * (rope_scaling or rope_parameters); -1 with err for an unknown rope_type. */
+static int read_rope(const cJSON *o, const char *path, double theta, gpt_config *c, char *err, size_t errlen)
 {
     const cJSON *rs = cJSON_GetObjectItemCaseSensitive(o, "rope_scaling");
-    if (rs && !cJSON_IsNull(rs))
-        FAIL("%s: rope_scaling is set; trident computes plain rotary positions (rope_scaling null)", path);
+    if (rs && !cJSON_IsNull(rs)) {
+        if (!cJSON_IsObject(rs)) FAIL("%s: rope_scaling must be an object or null", path);
+        if (read_rope_scaling(rs, path, c, err, errlen)) return -1;
+    }
     theta = hf_json_num(o, "rope_theta", theta);
     const cJSON *rp = cJSON_GetObjectItemCaseSensitive(o, "rope_parameters");
     if (cJSON_IsObject(rp)) {
-        const cJSON *type = cJSON_GetObjectItemCaseSensitive(rp, "rope_type");
-        if (cJSON_IsString(type) && strcmp(type->valuestring, "default") != 0)
-            FAIL("%s: rope_parameters' rope_type is '%s'; trident computes plain rotary positions (\"default\")", path,
-                 type->valuestring);
+        if (read_rope_scaling(rp, path, c, err, errlen)) return -1;
         theta = hf_json_num(rp, "rope_theta", theta);
     }
-    *base = (float)theta;
-    if (!(*base > 1)) FAIL("%s: rope_theta must be larger than 1", path);
+    c->rotary_base = (float)theta;
+    if (!(c->rotary_base > 1)) FAIL("%s: rope_theta must be larger than 1", path);
     return 0;
 }
 
@@ -161,7 +237,7 @@ int hf_llama_read_decoder(const cJSON *o, const char *path, gpt_config *c, doubl
     if (fabs(hf_json_num(o, "partial_rotary_factor", 1.0) - 1.0) > 1e-12)
         FAIL("%s: partial_rotary_factor is not 1; trident converts models that rotate whole heads", path);
     c->pos = GPT_POS_ROPE;
-    if (read_rope(o, path, theta, &c->rotary_base, err, errlen)) return -1;
+    if (read_rope(o, path, theta, c, err, errlen)) return -1;
     c->norm = GPT_NORM_RMSNORM;
     c->norm_eps = (float)hf_json_num(o, "rms_norm_eps", eps);
     if (!(c->norm_eps > 0 && c->norm_eps < 1)) FAIL("%s: rms_norm_eps must be in (0, 1)", path);

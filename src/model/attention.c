@@ -16,6 +16,21 @@
 #include "lora.h"
 #include "tensor_parallel.h"
 
+/* The rotary frequencies of c for the backend: the plain ones rounded as Hugging Face rounds them,
+ * or gpt_rope_freqs' (rope scaling) rounded to float. */
+static void rope_of(const gpt_config *c, be_rope *r)
+{
+    int rot = gpt_rotary_dims(c);
+    TD_CHECK(rot / 2 <= BE_ROPE_MAX_HALF, "at most 512 rotated dims a head", "rotary dims %d", rot);
+    if (c->rope_scaling == GPT_ROPE_NONE) {
+        be_rope_plain(r, rot, gpt_rotary_base(c));
+        return;
+    }
+    double inv[BE_ROPE_MAX_HALF];
+    r->scale = (float)gpt_rope_freqs(c, inv);
+    for (int i = 0; i < rot / 2; i++) r->inv_freq[i] = (float)inv[i];
+}
+
 typedef struct {
     float *q;      /* (BT, 3nd/t): [q | k | v] of the local heads, rotated; grouped-query
                     * attention: the queries only (BT, nd/t) */
@@ -481,8 +496,10 @@ static void fwd(const block_io *io, void *av, const void *pv, float *out, be_in 
     }
     qkv_view w = view_of(m, a->q, a->kv);
     if (rot) {
-        be_rope_fwd_at(m->be, w.q, B, T, w.ldq, m->heads_l, d, rot, gpt_rotary_base(c), 0, io->pos);
-        be_rope_fwd_at(m->be, w.k, B, T, w.ldkv, m->groups_l, d, rot, gpt_rotary_base(c), 0, io->pos);
+        be_rope r;
+        rope_of(c, &r);
+        be_rope_fwd_freq(m->be, w.q, B, T, w.ldq, m->heads_l, d, rot, &r, 0, io->pos);
+        be_rope_fwd_freq(m->be, w.k, B, T, w.ldkv, m->groups_l, d, rot, &r, 0, io->pos);
     }
     core_fwd(io, a);
     tp_row_linear_fwd(m->be, tp, out, kept_in(&a->atty), p->proj_w, BT, m->q_l, h);
@@ -533,8 +550,10 @@ static void bwd(const block_io *io, float *dx, void *gv, const float *dbranch, c
                              m->groups_l, d, io->klen, io->seg, io->drop);
     if (rot) {
         /* back through the rotation: the gradients of the projections' outputs */
-        be_rope_bwd_at(be, dw.q, B, T, dw.ldq, m->heads_l, d, rot, gpt_rotary_base(c), 0, io->pos);
-        be_rope_bwd_at(be, dw.k, B, T, dw.ldkv, m->groups_l, d, rot, gpt_rotary_base(c), 0, io->pos);
+        be_rope r;
+        rope_of(c, &r);
+        be_rope_bwd_freq(be, dw.q, B, T, dw.ldq, m->heads_l, d, rot, &r, 0, io->pos);
+        be_rope_bwd_freq(be, dw.k, B, T, dw.ldkv, m->groups_l, d, rot, &r, 0, io->pos);
     }
     if (!gqa) {
         tp_column_linear_bwd(be, tp, dx, g->qkv_w, g->qkv_b, s->dqkv, x, p->qkv_w, BT, h, 3 * m->q_l);
@@ -615,8 +634,10 @@ static void decode(const block_io *io, void *sv, const void *pv, float *out, be_
     }
     qkv_view w = view_of(m, s->q, s->kv);
     if (rot) { /* from the step's first position */
-        be_rope_fwd(be, w.q, B, n, w.ldq, m->heads_l, d, rot, gpt_rotary_base(c), pos);
-        be_rope_fwd(be, w.k, B, n, w.ldkv, m->groups_l, d, rot, gpt_rotary_base(c), pos);
+        be_rope r;
+        rope_of(c, &r);
+        be_rope_fwd_freq(be, w.q, B, n, w.ldq, m->heads_l, d, rot, &r, pos, NULL);
+        be_rope_fwd_freq(be, w.k, B, n, w.ldkv, m->groups_l, d, rot, &r, pos, NULL);
     }
     for (int b = 0; b < B; b++)
         for (int i = 0; i < n; i++) {

@@ -41,6 +41,31 @@ void gpt_config_from_args(gpt_config *c, const td_args *a)
                                                                 : GPT_POS_LEARNED;
     c->rotary_base = (float)a->rotary_base;
     c->rotary_percent = (float)a->rotary_percent;
+    int megatron_yarn = a->rope_type && strcmp(a->rope_type, "yarn") == 0;
+    c->rope_scaling = megatron_yarn                                     ? GPT_ROPE_YARN
+                      : a->use_rope_scaling                             ? GPT_ROPE_LLAMA3
+                      : strcmp(a->rope_scaling_type, "linear") == 0 ? GPT_ROPE_LINEAR
+                      : strcmp(a->rope_scaling_type, "llama3") == 0 ? GPT_ROPE_LLAMA3
+                      : strcmp(a->rope_scaling_type, "yarn") == 0   ? GPT_ROPE_YARN
+                                                                      : GPT_ROPE_NONE;
+    if (c->rope_scaling) {
+        double f = td_args_given(a, "--rope-scaling-factor")     ? a->rope_scaling_factor
+                   : td_args_given(a, "--rotary-scaling-factor") ? a->rotary_scaling_factor
+                   : c->rope_scaling == GPT_ROPE_LLAMA3          ? 8.0
+                                                                 : 0.0;
+        c->rope_factor = (float)f;
+        if (td_args_given(a, "--rope-low-freq-factor")) c->rope_low_freq = (float)a->rope_low_freq_factor;
+        if (td_args_given(a, "--rope-high-freq-factor")) c->rope_high_freq = (float)a->rope_high_freq_factor;
+        if (td_args_given(a, "--original-max-position-embeddings"))
+            c->rope_orig_max_pos = a->original_max_position_embeddings;
+        if (td_args_given(a, "--yarn-beta-fast")) c->yarn_beta_fast = (float)a->yarn_beta_fast;
+        if (td_args_given(a, "--yarn-beta-slow")) c->yarn_beta_slow = (float)a->yarn_beta_slow;
+        if (td_args_given(a, "--yarn-attention-factor")) c->yarn_attn_factor = (float)a->yarn_attention_factor;
+        if (td_args_given(a, "--mscale") || td_args_given(a, "--mscale-all-dim")) {
+            double ms = td_args_given(a, "--mscale") ? a->mscale : 1.0, all = a->mscale_all_dim, lf = log(f);
+            c->yarn_attn_factor = (float)((f <= 1 ? 1.0 : 0.1 * ms * lf + 1) / (f <= 1 || all == 0 ? 1.0 : 0.1 * all * lf + 1));
+        }
+    }
     char amsg[256]; /* a conflict of the activation flags is gpt_config_validate's to report */
     if (td_act_of_args(a, &c->act, &c->glu, amsg, sizeof amsg)) c->act = TD_ACT_GELU, c->glu = 0;
     c->disable_bias = a->disable_bias_linear;
@@ -145,6 +170,43 @@ int gpt_config_validate(const td_args *a, int tp, char *msg, size_t msglen)
         FAIL("--num-attention-heads %d is not divisible by --tensor-model-parallel-size %d", heads, tp);
     if (!rope && (td_args_given(a, "--rotary-base") || td_args_given(a, "--rotary-percent")))
         FAIL("--rotary-base and --rotary-percent need --position-embedding-type rope");
+    const char *stype = a->rope_scaling_type;
+    if (a->rope_type && strcmp(a->rope_type, "yarn") == 0) {
+        if (strcmp(stype, "none") != 0 && strcmp(stype, "yarn") != 0)
+            FAIL("--rope-type yarn contradicts --rope-scaling-type %s", stype);
+        stype = "yarn";
+    }
+    int scaled = a->use_rope_scaling || strcmp(stype, "none") != 0;
+    if (a->use_rope_scaling && strcmp(stype, "none") != 0 && strcmp(stype, "llama3") != 0)
+        FAIL("--use-rope-scaling is llama3 rope scaling; it contradicts --rope-scaling-type %s", stype);
+    if (scaled && !rope) FAIL("rope scaling needs --position-embedding-type rope");
+    if (td_args_given(a, "--rope-scaling-factor") && td_args_given(a, "--rotary-scaling-factor") &&
+        a->rope_scaling_factor != a->rotary_scaling_factor)
+        FAIL("--rope-scaling-factor %g and --rotary-scaling-factor %g are one setting; give one", a->rope_scaling_factor,
+             a->rotary_scaling_factor);
+    static const char *const scale_flags[] = {"--rope-scaling-factor", "--rotary-scaling-factor",
+                                              "--rope-low-freq-factor", "--rope-high-freq-factor",
+                                              "--original-max-position-embeddings", "--yarn-beta-fast",
+                                              "--yarn-beta-slow", "--yarn-attention-factor",
+                                              "--mscale", "--mscale-all-dim"};
+    for (size_t i = 0; i < sizeof scale_flags / sizeof scale_flags[0]; i++)
+        if (!scaled && td_args_given(a, scale_flags[i]))
+            FAIL("%s needs rope scaling: --rope-scaling-type linear|llama3|yarn or --use-rope-scaling", scale_flags[i]);
+    if (scaled && strcmp(stype, "llama3") != 0 && !a->use_rope_scaling &&
+        (td_args_given(a, "--rope-low-freq-factor") || td_args_given(a, "--rope-high-freq-factor")))
+        FAIL("--rope-low-freq-factor and --rope-high-freq-factor are llama3 rope scaling's; give --rope-scaling-type "
+             "llama3");
+    if (scaled && strcmp(stype, "yarn") != 0 &&
+        (td_args_given(a, "--yarn-beta-fast") || td_args_given(a, "--yarn-beta-slow") ||
+         td_args_given(a, "--yarn-attention-factor") || td_args_given(a, "--mscale") ||
+         td_args_given(a, "--mscale-all-dim")))
+        FAIL("--yarn-beta-fast, --yarn-beta-slow, --yarn-attention-factor, --mscale and --mscale-all-dim need "
+             "--rope-scaling-type yarn");
+    if (td_args_given(a, "--yarn-attention-factor") && (td_args_given(a, "--mscale") || td_args_given(a, "--mscale-all-dim")))
+        FAIL("--yarn-attention-factor and --mscale/--mscale-all-dim set the same factor; give one");
+    if (scaled && strcmp(stype, "llama3") != 0 && !a->use_rope_scaling &&
+        !td_args_given(a, "--rope-scaling-factor") && !td_args_given(a, "--rotary-scaling-factor"))
+        FAIL("--rope-scaling-type %s needs --rope-scaling-factor", stype);
     if (rope) {
         double r = d * a->rotary_percent;
         if (r != (double)(int)r || (int)r % 2 || r < 2)
@@ -228,7 +290,11 @@ void gpt_config_describe(const gpt_config *c, char *out, size_t len)
     char attn[96], pos[64];
     if (g != c->heads) snprintf(attn, sizeof attn, "%d heads in %d query groups", c->heads, g);
     else snprintf(attn, sizeof attn, "%d heads", c->heads);
-    if (c->pos == GPT_POS_ROPE)
+    static const char *const scalings[] = {"", "linear", "llama3", "yarn"};
+    if (c->pos == GPT_POS_ROPE && c->rope_scaling)
+        snprintf(pos, sizeof pos, "rope (base %g, %d of %d dims, %s scaling x%g)", (double)gpt_rotary_base(c),
+                 gpt_rotary_dims(c), d, scalings[c->rope_scaling], (double)c->rope_factor);
+    else if (c->pos == GPT_POS_ROPE)
         snprintf(pos, sizeof pos, "rope (base %g, %d of %d dims)", (double)gpt_rotary_base(c), gpt_rotary_dims(c), d);
     else snprintf(pos, sizeof pos, "%s positions", c->pos == GPT_POS_NONE ? "no" : "learned");
     char kind[96] = "";
@@ -321,6 +387,47 @@ double gpt_flops_per_iteration(const gpt_config *c, int64_t batch, int full_reco
     return (double)batch * s * l * h * h *
            ((full_recompute ? 12.0 : 8.0) * weights + (full_recompute ? 16.0 : 12.0) * core + 8.0 * logits +
             (full_recompute ? 4.0 : 3.0) * adapters);
+}
+
+/* YaRN's dimension at which a frequency turns nrot times over the original context. */
+static double yarn_dim(double nrot, int rot, double base, double ctx)
+{
+    return rot * log(ctx / (nrot * 2 * M_PI)) / (2 * log(base));
+}
+
+double gpt_rope_freqs(const gpt_config *c, double *inv)
+{
+    int rot = gpt_rotary_dims(c), r2 = rot / 2;
+    double base = gpt_rotary_base(c), f = c->rope_factor, scale = 1.0;
+    for (int i = 0; i < r2; i++) inv[i] = 1.0 / pow(base, (double)(2 * i) / rot);
+    if (c->rope_scaling == GPT_ROPE_LINEAR) {
+        for (int i = 0; i < r2; i++) inv[i] /= f;
+    } else if (c->rope_scaling == GPT_ROPE_LLAMA3) {
+        double lo = c->rope_low_freq > 0 ? c->rope_low_freq : 1.0, hi = c->rope_high_freq > 0 ? c->rope_high_freq : 4.0;
+        double ctx = c->rope_orig_max_pos > 0 ? c->rope_orig_max_pos : 8192;
+        for (int i = 0; i < r2; i++) {
+            double wavelen = 2 * M_PI / inv[i];
+            if (wavelen < ctx / hi) continue; /* high frequencies: kept */
+            if (wavelen > ctx / lo) {         /* low: interpolated */
+                inv[i] /= f;
+                continue;
+            }
+            double smooth = (ctx / wavelen - lo) / (hi - lo); /* between: a blend */
+            inv[i] = (1 - smooth) * inv[i] / f + smooth * inv[i];
+        }
+    } else if (c->rope_scaling == GPT_ROPE_YARN) {
+        double ctx = c->rope_orig_max_pos > 0 ? c->rope_orig_max_pos : c->max_pos;
+        double fast = c->yarn_beta_fast > 0 ? c->yarn_beta_fast : 32, slow = c->yarn_beta_slow > 0 ? c->yarn_beta_slow : 1;
+        double low = fmax(floor(yarn_dim(fast, rot, base, ctx)), 0);
+        double high = fmin(ceil(yarn_dim(slow, rot, base, ctx)), rot - 1);
+        if (low == high) high += 0.001;
+        for (int i = 0; i < r2; i++) {
+            double ramp = fmin(fmax((i - low) / (high - low), 0), 1), extra = 1 - ramp;
+            inv[i] = inv[i] / f * (1 - extra) + inv[i] * extra;
+        }
+        scale = c->yarn_attn_factor > 0 ? c->yarn_attn_factor : f <= 1 ? 1.0 : 0.1 * log(f) + 1.0;
+    }
+    return scale;
 }
 
 int gpt_rotary_dims(const gpt_config *c)

@@ -41,3 +41,10 @@ set_tests_properties(e2e/lora_load PROPERTIES FIXTURES_REQUIRED checkpoint_data 
 add_test(NAME e2e/lora_experts COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/lora_experts.sh)
 set_tests_properties(e2e/lora_experts PROPERTIES FIXTURES_REQUIRED checkpoint_data COST 10 TIMEOUT 60
   ENVIRONMENT "TRIDENT=$<TARGET_FILE:trident>;BYTES_DATA=${CKPT_DIR}/bytes_text_document;BYTES_TOKENIZER=${CKPT_DIR}/bytes.json;WORK=${CKPT_DIR}/lora_experts;${TD_MPI_ENV}")
+
+# Rope scaling (llama3, yarn, linear) held by the float64 reader (tests/e2e/rope_scaling.py): a tiny
+# Hugging Face Llama with rope_scaling imported and scored by eval beyond its original context, the
+# loss equal to the reader's; the export keeps rope_scaling; an unknown rope_type refused.
+add_test(NAME e2e/rope_scaling COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/rope_scaling.py)
+set_tests_properties(e2e/rope_scaling PROPERTIES TIMEOUT 60
+  ENVIRONMENT "${TD_MPI_ENV};TRIDENT=$<TARGET_FILE:trident>;WORK=${CMAKE_BINARY_DIR}/testtmp/rope_scaling")

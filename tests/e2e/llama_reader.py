@@ -5,7 +5,7 @@ Llama written by hand, a byte-level ChatML tokenizer and a rule-following chat d
 The forward is transformers' LlamaForCausalLM written again in numpy (modeling_llama.py):
 RMSNorm x / sqrt(mean(x^2) + rms_norm_eps) * w; q, k, v, o projections (out, in) without bias;
 rotary positions by rotate-half (dims i and i + head_dim/2 of a head paired, inv_freq
-rope_theta^(-2i/head_dim)); num_key_value_heads groups shared by num_attention_heads /
+rope_theta^(-2i/head_dim), or as rope_scaling's linear, llama3 or yarn rule sets it); num_key_value_heads groups shared by num_attention_heads /
 num_key_value_heads query heads each; causal softmax(q k^T / sqrt(head_dim)) v; SwiGLU
 down(silu(gate x) * up x); a final RMSNorm; lm_head, or embed_tokens when tie_word_embeddings.
 Everything in float64 from the stored values. A PEFT LoRA adapter (adapter_config.json +
@@ -61,6 +61,49 @@ def write_safetensors(path, tensors, dtype="F32"):
         f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
 
 
+def rope_frequencies(cfg, hd, theta):
+    """(inv_freq (hd/2,), the cos/sin factor) of a config's rope_scaling, in float64, by the rules of
+    transformers' modeling_rope_utils (written again here): none/default: theta^(-2i/hd); linear:
+    divided by factor; llama3: wavelengths 2 pi / inv_freq above original / low_freq_factor divided by
+    factor, below original / high_freq_factor kept, between blended by
+    (original / wavelength - low) / (high - low); yarn: a ramp over dims between
+    floor(d(beta_fast)) and ceil(d(beta_slow)), d(r) = hd ln(original / (2 pi r)) / (2 ln theta),
+    mixing interpolated (inv_freq / factor) and extrapolated (inv_freq) frequencies, and cos and sin
+    multiplied by attention_factor (default 0.1 ln(factor) + 1)."""
+    base = theta ** (-np.arange(0, hd, 2, dtype=np.float64) / hd)
+    rs = cfg.get("rope_scaling") or cfg.get("rope_parameters") or {}
+    kind = rs.get("rope_type", rs.get("type", "default"))
+    if kind == "default":
+        return base, 1.0
+    f = float(rs["factor"])
+    if kind == "linear":
+        return base / f, 1.0
+    if kind == "llama3":
+        orig, lo, hi = rs["original_max_position_embeddings"], rs["low_freq_factor"], rs["high_freq_factor"]
+        out = []
+        for w in base:
+            wl = 2 * math.pi / w
+            if wl < orig / hi:
+                out.append(w)
+            elif wl > orig / lo:
+                out.append(w / f)
+            else:
+                t = (orig / wl - lo) / (hi - lo)
+                out.append((1 - t) * w / f + t * w)
+        return np.array(out), 1.0
+    if kind == "yarn":
+        orig = rs.get("original_max_position_embeddings") or cfg["max_position_embeddings"]
+        fast, slow = rs.get("beta_fast") or 32, rs.get("beta_slow") or 1
+        d = lambda r: hd * math.log(orig / (2 * math.pi * r)) / (2 * math.log(theta))
+        lo, hi = max(math.floor(d(fast)), 0), min(math.ceil(d(slow)), hd - 1)
+        if lo == hi:
+            hi += 0.001
+        keep = 1 - np.clip((np.arange(hd // 2, dtype=np.float64) - lo) / (hi - lo), 0, 1)
+        att = rs.get("attention_factor") or (1.0 if f <= 1 else 0.1 * math.log(f) + 1)
+        return base / f * (1 - keep) + base * keep, att
+    raise ValueError(f"rope_type {kind}")
+
+
 class Llama:
     """A Llama-family model: its config.json (a dict) and weights ({name: float64 array})."""
 
@@ -71,7 +114,8 @@ class Llama:
         self.NKV = c.get("num_key_value_heads", self.NH)
         self.HD = c.get("head_dim") or self.H // self.NH
         self.eps, self.theta = c["rms_norm_eps"], c.get("rope_theta", 10000.0)
-        assert c.get("rope_scaling") is None and c.get("hidden_act", "silu") == "silu", c
+        assert c.get("hidden_act", "silu") == "silu", c
+        self.inv_freq, self.rope_scale = rope_frequencies(c, self.HD, self.theta)
         self.head = self.W["model.embed_tokens.weight"] if c.get("tie_word_embeddings") else self.W["lm_head.weight"]
 
     @staticmethod
@@ -102,9 +146,9 @@ class Llama:
 
     def _rope(self, x, pos):  # x (heads, n, hd): rotate-half
         hd = self.HD
-        inv = self.theta ** (-np.arange(0, hd, 2, dtype=np.float64) / hd)
-        ang = np.outer(pos, inv)
-        cos, sin = np.concatenate([np.cos(ang)] * 2, -1), np.concatenate([np.sin(ang)] * 2, -1)
+        ang = np.outer(pos, self.inv_freq)
+        cos = np.concatenate([np.cos(ang)] * 2, -1) * self.rope_scale
+        sin = np.concatenate([np.sin(ang)] * 2, -1) * self.rope_scale
         rot = np.concatenate([-x[..., hd // 2:], x[..., :hd // 2]], -1)
         return x * cos + rot * sin
 
@@ -200,7 +244,7 @@ def write_tokenizer(folder):
 
 
 def write_tiny_llama(folder, hidden=64, layers=2, heads=4, kv_heads=2, ffn=176, vocab=259, positions=128,
-                     tied=False, rope_theta=500000.0, eps=1e-5, seed=1, dtype="F32"):
+                     tied=False, rope_theta=500000.0, eps=1e-5, seed=1, dtype="F32", rope_scaling=None):
     """A Hugging Face LlamaForCausalLM folder with random weights (normal, std 0.08; norms 1 + noise)
     stored as dtype (F32 or BF16), its config.json as transformers writes one, and the ChatML byte
     tokenizer."""
@@ -226,7 +270,7 @@ def write_tiny_llama(folder, hidden=64, layers=2, heads=4, kv_heads=2, ffn=176, 
            "vocab_size": vocab, "hidden_size": hidden, "intermediate_size": ffn, "num_hidden_layers": layers,
            "num_attention_heads": heads, "num_key_value_heads": kv_heads, "head_dim": hd,
            "max_position_embeddings": positions, "rms_norm_eps": eps, "rope_theta": rope_theta,
-           "rope_scaling": None, "tie_word_embeddings": tied, "attention_bias": False, "mlp_bias": False,
+           "rope_scaling": rope_scaling, "tie_word_embeddings": tied, "attention_bias": False, "mlp_bias": False,
            "bos_token_id": None, "eos_token_id": 258,
            "torch_dtype": {"F32": "float32", "BF16": "bfloat16"}[dtype]}
     json.dump(cfg, open(os.path.join(folder, "config.json"), "w"), indent=2)

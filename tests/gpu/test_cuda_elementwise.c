@@ -387,14 +387,29 @@ static void t_rope(be_dtype dt, int B, int T, int nh, int hs, int rot, int pos0)
 {
     int ld = nh * hs + 5;
     pair x = mk((size_t)B * T * ld, dt, -2, 2);
-    char what[64];
+    char what[80];
+    be_rope r;
+    be_rope_plain(&r, rot, 10000.0f);
     snprintf(what, sizeof what, "rope_fwd rot %d/%d pos0 %d", rot, hs, pos0);
-    g_cpu->ops->rope_fwd(g_cpu, cout(x), B, T, ld, nh, hs, rot, 10000.0f, pos0, NULL);
-    g_gpu->ops->rope_fwd(g_gpu, gout(x), B, T, ld, nh, hs, rot, 10000.0f, pos0, NULL);
+    g_cpu->ops->rope_fwd(g_cpu, cout(x), B, T, ld, nh, hs, rot, &r, pos0, NULL);
+    g_gpu->ops->rope_fwd(g_gpu, gout(x), B, T, ld, nh, hs, rot, &r, pos0, NULL);
     check(label(what, dt, B * T, ld), x);
+    be_rope_plain(&r, rot, 500000.0f);
     snprintf(what, sizeof what, "rope_bwd rot %d/%d pos0 %d", rot, hs, pos0);
-    g_cpu->ops->rope_bwd(g_cpu, cout(x), B, T, ld, nh, hs, rot, 500000.0f, pos0, NULL);
-    g_gpu->ops->rope_bwd(g_gpu, gout(x), B, T, ld, nh, hs, rot, 500000.0f, pos0, NULL);
+    g_cpu->ops->rope_bwd(g_cpu, cout(x), B, T, ld, nh, hs, rot, &r, pos0, NULL);
+    g_gpu->ops->rope_bwd(g_gpu, gout(x), B, T, ld, nh, hs, rot, &r, pos0, NULL);
+    check(label(what, dt, B * T, ld), x);
+    /* rope scaling: frequencies of no closed form (every third one divided by 4) and a cos/sin scale */
+    be_rope_plain(&r, rot, 10000.0f);
+    for (int i = 0; i < rot / 2; i += 3) r.inv_freq[i] /= 4;
+    r.scale = 1.1386f;
+    snprintf(what, sizeof what, "rope_fwd scaled rot %d/%d pos0 %d", rot, hs, pos0);
+    g_cpu->ops->rope_fwd(g_cpu, cout(x), B, T, ld, nh, hs, rot, &r, pos0, NULL);
+    g_gpu->ops->rope_fwd(g_gpu, gout(x), B, T, ld, nh, hs, rot, &r, pos0, NULL);
+    check(label(what, dt, B * T, ld), x);
+    snprintf(what, sizeof what, "rope_bwd scaled rot %d/%d pos0 %d", rot, hs, pos0);
+    g_cpu->ops->rope_bwd(g_cpu, cout(x), B, T, ld, nh, hs, rot, &r, pos0, NULL);
+    g_gpu->ops->rope_bwd(g_gpu, gout(x), B, T, ld, nh, hs, rot, &r, pos0, NULL);
     check(label(what, dt, B * T, ld), x);
     rm(x);
 }

@@ -211,6 +211,39 @@ static void rope_float32_angles(void **state)
     check_rope(be, 1, 3, 64, 1, 64, 32, 1000000.0f, 0, 1e-5, "(base 1e6, pos 0)");
 }
 
+/* Rotation by given frequencies and a cos/sin scale (rope scaling: be_rope_fwd_freq): each pair
+ * (i, i + r2) of row t turned by the float32 angle (float)(pos0 + t) * inv_freq[i] and multiplied by
+ * scale, against a double reference; the backward is the forward's transpose,
+ * <R, fwd(x)> = <bwd(R), x>. */
+static void rope_scaled(void **state)
+{
+    const backend *be = *state;
+    enum { B = 2, T = 5, NH = 3, HS = 8, ROT = 8, LD = 28, R2 = ROT / 2, POS0 = 90 };
+    be_rope r;
+    const double inv[R2] = {1.0, 0.2, 0.031, 0.0007};
+    for (int i = 0; i < R2; i++) r.inv_freq[i] = (float)inv[i];
+    r.scale = 1.25f;
+    size_t n = (size_t)B * T * LD;
+    float *x = tb_rand_new(n, 130, -1, 1), *y = tb_copy(x, n), *R = tb_rand_new(n, 131, -1, 1), *dR = tb_copy(R, n);
+    double *ref = td_xmalloc(n * sizeof(double));
+    for (size_t k = 0; k < n; k++) ref[k] = x[k];
+    for (int bt = 0; bt < B * T; bt++)
+        for (int h = 0; h < NH; h++)
+            for (int i = 0; i < R2; i++) {
+                size_t i1 = (size_t)bt * LD + (size_t)h * HS + i, i2 = i1 + R2;
+                double a = (double)((float)(POS0 + bt % T) * r.inv_freq[i]), c = cos(a) * 1.25, sn = sin(a) * 1.25;
+                ref[i1] = x[i1] * c - x[i2] * sn;
+                ref[i2] = x[i2] * c + x[i1] * sn;
+            }
+    be_rope_fwd_freq(be, y, B, T, LD, NH, HS, ROT, &r, POS0, NULL);
+    TB_CLOSE("rope fwd, given frequencies and scale 1.25", y, ref, n, 2e-6);
+    be_rope_bwd_freq(be, dR, B, T, LD, NH, HS, ROT, &r, POS0, NULL);
+    double lhs = 0, rhs = 0;
+    for (size_t k = 0; k < n; k++) lhs += (double)R[k] * y[k], rhs += (double)dR[k] * x[k];
+    if (fabs(lhs - rhs) > 1e-5 * (fabs(lhs) + 1)) fail_msg("rope bwd is not fwd's transpose: %.9g vs %.9g", lhs, rhs);
+    free(x), free(y), free(R), free(dR), free(ref);
+}
+
 int main(void)
 {
     tb_skip_unless_isa_runs();
@@ -219,6 +252,7 @@ int main(void)
         cmocka_unit_test(swiglu),
         cmocka_unit_test(rope),
         cmocka_unit_test(rope_float32_angles),
+        cmocka_unit_test(rope_scaled),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -806,10 +806,44 @@ static void expect_llama_error(const char *extra, const char *want)
     hfree(&hm);
 }
 
+/* gpt_rope_freqs of head size 16, theta 10000 (inv_i = 10000^(-i/8)), factor 4, original context 64,
+ * against the rules worked by hand:
+ * llama3 (low 1, high 4): wavelength 2 pi / inv_i below 64/4 = 16 kept (i 0: 6.28), above 64
+ * divided by 4 (i >= 3), between blended by s = (64 / wavelength - 1) / 3: i 1 (wavelength 19.87,
+ * s 0.7404) 0.316228 (0.25 + 0.75 s) = 0.254648, i 2 (62.83, s 0.00621) 0.025465;
+ * yarn (beta 32, 1): d(r) = 16 ln(64 / (2 pi r)) / (2 ln 10000), floor d(32) = -1 -> 0,
+ * ceil d(1) = ceil 2.02 = 3, inv_i (i/3 / 4 + 1 - i/3) for i < 3: 1, 0.316228 * 0.75, 0.1 * 0.5, then
+ * inv_i / 4; cos and sin times 0.1 ln 4 + 1 = 1.138629; linear: inv_i / 4. */
+static void rope_scaling_frequencies(void **state)
+{
+    (void)state;
+    gpt_config c = {0};
+    c.hidden = 64, c.heads = 4, c.pos = GPT_POS_ROPE, c.max_pos = 256, c.rope_factor = 4, c.rope_orig_max_pos = 64;
+    double inv[8];
+    const double llama3[8] = {1, 0.25464790894703254, 0.025464790894703257, 0.0079056941504209478, 0.0025,
+                              0.00079056941504209485, 0.00025, 7.9056941504209485e-05};
+    const double yarn[8] = {1, 0.23717082451262847, 0.05, 0.0079056941504209478, 0.0025,
+                            0.00079056941504209485, 0.00025, 7.9056941504209485e-05};
+    c.rope_scaling = GPT_ROPE_LLAMA3;
+    assert_true(gpt_rope_freqs(&c, inv) == 1.0);
+    for (int i = 0; i < 8; i++)
+        if (fabs(inv[i] - llama3[i]) > 1e-14 * llama3[i]) fail_msg("llama3 inv_freq[%d] %.17g, want %.17g", i, inv[i], llama3[i]);
+    c.rope_scaling = GPT_ROPE_YARN;
+    double sc = gpt_rope_freqs(&c, inv);
+    if (fabs(sc - 1.1386294361119891) > 1e-15) fail_msg("yarn attention factor %.17g", sc);
+    for (int i = 0; i < 8; i++)
+        if (fabs(inv[i] - yarn[i]) > 1e-14 * yarn[i]) fail_msg("yarn inv_freq[%d] %.17g, want %.17g", i, inv[i], yarn[i]);
+    c.rope_scaling = GPT_ROPE_LINEAR;
+    assert_true(gpt_rope_freqs(&c, inv) == 1.0);
+    for (int i = 0; i < 8; i++)
+        if (fabs(inv[i] - pow(10000.0, -i / 8.0) / 4) > 1e-16) fail_msg("linear inv_freq[%d] %.17g", i, inv[i]);
+}
+
 static void llama_import_refuses_what_it_cannot_compute(void **state)
 {
     (void)state;
-    expect_llama_error("\"rope_scaling\": {\"type\": \"linear\", \"factor\": 2}", "rope_scaling");
+    expect_llama_error("\"rope_scaling\": {\"type\": \"dynamic\", \"factor\": 2}", "rope_type 'dynamic' is not one");
+    expect_llama_error("\"rope_scaling\": {\"rope_type\": \"llama3\"}", "needs a positive factor");
     expect_llama_error("\"hidden_act\": \"quick_gelu\"", "hidden_act 'quick_gelu' is not an activation");
     expect_llama_error("\"attention_bias\": true", "attention_bias");
     expect_llama_error("\"sliding_window\": 4", "sliding_window");
@@ -1535,8 +1569,8 @@ static void moe_refuses_what_it_cannot_compute(void **state)
     expect_moe_error(&QWEN2MOE, "\"mlp_only_layers\": [1]", "mlp_only_layers is not empty");
     expect_moe_error(&QWEN2MOE, "\"use_sliding_window\": true", "use_sliding_window is true");
     expect_moe_error(&QWEN2MOE, "\"layer_types\": [\"sliding_attention\", \"full_attention\"]", "sliding_attention");
-    expect_moe_error(&QWEN2MOE, "\"rope_parameters\": {\"rope_type\": \"yarn\", \"rope_theta\": 700.0}",
-                     "rope_type is 'yarn'");
+    expect_moe_error(&QWEN2MOE, "\"rope_parameters\": {\"rope_type\": \"longrope\", \"rope_theta\": 700.0}",
+                     "rope_type 'longrope' is not one");
     expect_moe_error(&QWEN2MOE, "\"shared_expert_intermediate_size\": 0", "shared_expert_intermediate_size");
     expect_moe_error(&QWEN2MOE, "\"qkv_bias\": false", "unexpected tensor model.layers.0.self_attn.q_proj.bias");
 
@@ -1646,6 +1680,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(llama_import_matches_reference),
         cmocka_unit_test(llama_export_matches_reference_and_round_trips),
         cmocka_unit_test(llama_import_refuses_what_it_cannot_compute),
+        cmocka_unit_test(rope_scaling_frequencies),
         cmocka_unit_test(llama_geglu_import_and_export),
         cmocka_unit_test(checkpoint_activation_keys),
         cmocka_unit_test(bert_export_matches_reference_and_round_trips),

@@ -84,6 +84,19 @@ typedef struct td_args {
     char *position_embedding_type;
     double rotary_base;
     double rotary_percent;
+    char *rope_scaling_type;   /* --rope-scaling-type: none|linear|llama3|yarn */
+    int use_rope_scaling;      /* Megatron's --use-rope-scaling: llama3 */
+    double rope_scaling_factor;
+    double rotary_scaling_factor; /* Megatron's name of the factor (yarn) */
+    double rope_low_freq_factor;
+    double rope_high_freq_factor;
+    int original_max_position_embeddings;
+    double yarn_beta_fast;
+    double yarn_beta_slow;
+    double yarn_attention_factor;
+    char *rope_type;           /* Megatron's --rope-type rope|yarn */
+    double mscale;             /* Megatron's --mscale, --mscale-all-dim: yarn's attention factor */
+    double mscale_all_dim;
     int swiglu;
     char *activation_func;     /* --activation-func: a TD_ACT_CHOICES name, NULL: from the switches */
     int gated_linear_unit;

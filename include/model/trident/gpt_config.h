@@ -12,6 +12,10 @@
 
 typedef enum { GPT_NORM_LAYERNORM, GPT_NORM_RMSNORM } gpt_norm;
 typedef enum { GPT_POS_LEARNED, GPT_POS_ROPE, GPT_POS_NONE } gpt_pos;
+/* rope scaling (Hugging Face's rope_type): none, linear (positions / factor), llama3 (Llama 3.1's
+ * per-wavelength rule), yarn (NTK-by-parts ramp and attention factor) */
+typedef enum { GPT_ROPE_NONE, GPT_ROPE_LINEAR, GPT_ROPE_LLAMA3, GPT_ROPE_YARN } gpt_rope_scaling;
+#define GPT_ROPE_CHOICES "none|linear|llama3|yarn"
 /* The model's kind: a causal decoder with a next-token loss (GPT, Llama), or a bidirectional
  * encoder (token-type embeddings for sentence pairs, a padding mask, the masked-LM head with its
  * dense + GeLU + norm transform and output bias; the pooler and the sentence-order head when
@@ -41,6 +45,14 @@ typedef struct gpt_config {
     gpt_pos pos;         /* learned absolute positions (GPT-2), rotary (Llama) or none */
     float rotary_base;   /* theta; 0: 10000 */
     float rotary_percent;/* fraction of each head's dims rotated; 0: all */
+    int rope_scaling;    /* gpt_rope_scaling */
+    float rope_factor;   /* the scaling's factor (linear, llama3, yarn) */
+    float rope_low_freq; /* llama3 low_freq_factor; 0: 1 */
+    float rope_high_freq;/* llama3 high_freq_factor; 0: 4 */
+    int rope_orig_max_pos;  /* original_max_position_embeddings; 0: 8192 (llama3), max_pos (yarn) */
+    float yarn_beta_fast;   /* 0: 32 */
+    float yarn_beta_slow;   /* 0: 1 */
+    float yarn_attn_factor; /* the factor of cos and sin; 0: 0.1 ln(factor) + 1 (1 when factor <= 1) */
     int act;             /* the MLP's activation function (td_act, trident/activation.h); 0: GeLU tanh */
     int glu;             /* gated linear unit: fc holds [gate | up], the MLP is act(gate) * up (SwiGLU: silu) */
     int disable_bias;    /* no biases in the linear layers (Llama) */
@@ -99,6 +111,10 @@ static inline float gpt_norm_eps(const gpt_config *c) { return c->norm_eps > 0 ?
 static inline float gpt_rotary_base(const gpt_config *c) { return c->rotary_base > 0 ? c->rotary_base : 10000.0f; }
 /* Rotated dims of each head (d * rotary_percent, even); 0 without rotary positions. */
 int gpt_rotary_dims(const gpt_config *c);
+/* The rotary frequencies of c in double: writes inv[i] for i < gpt_rotary_dims(c) / 2 (base and
+ * rope scaling applied as Hugging Face's rope_type computes them) and returns the factor cos and
+ * sin are multiplied by (YaRN's attention factor; 1 otherwise). */
+double gpt_rope_freqs(const gpt_config *c, double *inv);
 /* The query projection's width n*d, and one key or value projection's g*d. */
 static inline int gpt_q_width(const gpt_config *c) { return c->heads * gpt_head_dim(c); }
 static inline int gpt_kv_width(const gpt_config *c) { return gpt_groups(c) * gpt_head_dim(c); }

@@ -198,9 +198,9 @@ void cpu_rmsnorm_fwd(const backend *be, float *out, float *rstd, const float *in
 void cpu_rmsnorm_bwd(const backend *be, float *dinp, float *dw, const float *dout, const float *inp, const float *w,
                      const float *rstd, int N, int C);
 
-void cpu_rope_fwd(const backend *be, float *x, int B, int T, int ld, int nh, int hs, int rot, float base, int pos0,
+void cpu_rope_fwd(const backend *be, float *x, int B, int T, int ld, int nh, int hs, int rot, const be_rope *r, int pos0,
                   const int32_t *pos);
-void cpu_rope_bwd(const backend *be, float *dx, int B, int T, int ld, int nh, int hs, int rot, float base, int pos0,
+void cpu_rope_bwd(const backend *be, float *dx, int B, int T, int ld, int nh, int hs, int rot, const be_rope *r, int pos0,
                   const int32_t *pos);
 
 void cpu_attention_fwd(const backend *be, float *out, float *lse, const float *q, const float *k, const float *v,

@@ -91,15 +91,15 @@ static void e_rmsnorm_bwd(const backend *be, be_out dinp, float *dw, be_in dout,
                     N, C);
 }
 
-static void e_rope_fwd(const backend *be, be_out x, int B, int T, int ld, int nh, int hs, int rot, float base,
+static void e_rope_fwd(const backend *be, be_out x, int B, int T, int ld, int nh, int hs, int rot, const be_rope *r,
                        int pos0, const int32_t *pos)
 {
-    cpu_rope_fwd(be, out32(x, "rope_fwd"), B, T, ld, nh, hs, rot, base, pos0, pos);
+    cpu_rope_fwd(be, out32(x, "rope_fwd"), B, T, ld, nh, hs, rot, r, pos0, pos);
 }
-static void e_rope_bwd(const backend *be, be_out dx, int B, int T, int ld, int nh, int hs, int rot, float base,
+static void e_rope_bwd(const backend *be, be_out dx, int B, int T, int ld, int nh, int hs, int rot, const be_rope *r,
                        int pos0, const int32_t *pos)
 {
-    cpu_rope_bwd(be, out32(dx, "rope_bwd"), B, T, ld, nh, hs, rot, base, pos0, pos);
+    cpu_rope_bwd(be, out32(dx, "rope_bwd"), B, T, ld, nh, hs, rot, r, pos0, pos);
 }
 
 static void e_attention_fwd(const backend *be, be_out out, float *lse, be_in q, be_in k, be_in v, int ldq, int ldkv,

@@ -368,18 +368,18 @@ static void e_pos_embedding_bwd(const backend *be, float *dwpe, be_in dout, int 
 }
 
 /* ---- RoPE, rotate half: one thread a (row, pair i), over the row's heads ----
- * The angle as the cpu (and Hugging Face's float32) rounds it: inv_freq in float32 from a
- * double power, the product in float32, cos and sin of it in double, rounded. */
-static __global__ void rope_k(void *x, int xt, int T, int ld, int nh, int hs, int rot, float base, int pos0,
+ * The angle as the cpu (and Hugging Face's float32) rounds it: inv_freq in float32 as the host
+ * computed it (be_rope, passed by value), the product in float32, cos and sin of it in double,
+ * rounded, then times r.scale. */
+static __global__ void rope_k(void *x, int xt, int T, int ld, int nh, int hs, int rot, be_rope r, int pos0,
                               const int32_t *pos, float sgn, size_t n)
 {
     int r2 = rot / 2;
     CU_FOR(k, n) {
         size_t bt = k / r2;
         int i = (int)(k % r2);
-        float inv = 1.0f / (float)pow((double)base, (double)((float)(2 * i) / (float)rot));
-        float a = (float)(pos ? pos[bt] : pos0 + (int)(bt % T)) * inv;
-        float c = (float)cos((double)a), si = sgn * (float)sin((double)a);
+        float a = (float)(pos ? pos[bt] : pos0 + (int)(bt % T)) * r.inv_freq[i];
+        float c = (float)cos((double)a) * r.scale, si = sgn * ((float)sin((double)a) * r.scale);
         for (int h = 0; h < nh; h++) {
             size_t i1 = bt * ld + (size_t)h * hs + i, i2 = i1 + r2;
             float x1 = cu_ld(x, xt, i1), x2 = cu_ld(x, xt, i2);
@@ -389,26 +389,26 @@ static __global__ void rope_k(void *x, int xt, int T, int ld, int nh, int hs, in
     }
 }
 static void rope_launch(const backend *be, const char *entry, be_out x, int B, int T, int ld, int nh, int hs, int rot,
-                        float base, int pos0, const int32_t *pos, float sgn)
+                        const be_rope *r, int pos0, const int32_t *pos, float sgn)
 {
-    TD_CHECK(rot > 0 && rot % 2 == 0 && rot <= hs && nh * hs <= ld && pos0 >= 0 && (!pos || pos0 == 0),
+    TD_CHECK(rot > 0 && rot % 2 == 0 && rot <= hs && rot / 2 <= BE_ROPE_MAX_HALF && nh * hs <= ld && pos0 >= 0 && (!pos || pos0 == 0),
              "rot even in (0, hs], nh * hs <= ld, pos0 >= 0", "cuda %s: rot %d hs %d nh %d ld %d pos0 %d", entry, rot,
              hs, nh, ld, pos0);
     size_t n = (size_t)B * T * (rot / 2);
     if (n == 0 || nh <= 0) return;
-    rope_k<<<cu_blocks(n), CU_THREADS, 0, cu_stream(be)>>>(x.p, cu_dtype(x.dt, entry), T, ld, nh, hs, rot, base, pos0,
+    rope_k<<<cu_blocks(n), CU_THREADS, 0, cu_stream(be)>>>(x.p, cu_dtype(x.dt, entry), T, ld, nh, hs, rot, *r, pos0,
                                                           pos, sgn, n);
     CU_LAUNCHED("rope");
 }
-static void e_rope_fwd(const backend *be, be_out x, int B, int T, int ld, int nh, int hs, int rot, float base,
+static void e_rope_fwd(const backend *be, be_out x, int B, int T, int ld, int nh, int hs, int rot, const be_rope *r,
                        int pos0, const int32_t *pos)
 {
-    rope_launch(be, "rope_fwd", x, B, T, ld, nh, hs, rot, base, pos0, pos, 1.0f);
+    rope_launch(be, "rope_fwd", x, B, T, ld, nh, hs, rot, r, pos0, pos, 1.0f);
 }
-static void e_rope_bwd(const backend *be, be_out dx, int B, int T, int ld, int nh, int hs, int rot, float base,
+static void e_rope_bwd(const backend *be, be_out dx, int B, int T, int ld, int nh, int hs, int rot, const be_rope *r,
                        int pos0, const int32_t *pos)
 {
-    rope_launch(be, "rope_bwd", dx, B, T, ld, nh, hs, rot, base, pos0, pos, -1.0f);
+    rope_launch(be, "rope_bwd", dx, B, T, ld, nh, hs, rot, r, pos0, pos, -1.0f);
 }
 
 void cuda_fill_elementwise(struct be_ops *o)
