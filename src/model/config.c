@@ -116,10 +116,6 @@ static int lora_validate(const td_args *a, int tp, char *msg, size_t msglen)
         FAIL("--lora-target-modules %s with --moe-shared-expert-intermediate-size: adapters on the shared expert are "
              "not built yet; target the attention's (q_proj,k_proj,v_proj,o_proj) or a model without one",
              a->lora_target_modules);
-    if (a->num_experts > 0 && (mask & mlp) && a->lora_dropout > 0)
-        FAIL("--lora-dropout %g with adapters on the experts (--lora-target-modules %s): dropout on the experts' "
-             "adapters is not built yet; give --lora-dropout 0 or target the attention only", a->lora_dropout,
-             a->lora_target_modules);
     (void)tp;
     return 0;
 }
