@@ -202,6 +202,9 @@ typedef struct moe_params {
      * experts as fc and fc2 are: gate and up A (E r, h) each expert's whole, B (E F, r) each split
      * by rows over tp; down A (E r, F) each split by columns over tp, B (E h, r) whole */
     float *lora_a[3], *lora_b[3];
+    /* LoRA on the shared expert, by GPT_LORA_GATE + i, NULL where not a target (or no shared
+     * expert): as the dense MLP's (mlp_params) on its width S */
+    float *sh_lora_a[3], *sh_lora_b[3];
 } moe_params;
 
 /* ---- slots ---- */

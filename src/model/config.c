@@ -111,11 +111,6 @@ static int lora_validate(const td_args *a, int tp, char *msg, size_t msglen)
         FAIL("--lora-target-modules gate_proj: the MLP is not gated (fc is up_proj, fc2 down_proj): leave gate_proj "
              "out or give --swiglu");
     if (!(a->lora_alpha > 0)) FAIL("--lora-alpha %g: the adapters' scaling alpha / rank needs alpha above 0", a->lora_alpha);
-    unsigned mlp = 1u << GPT_LORA_GATE | 1u << GPT_LORA_UP | 1u << GPT_LORA_DOWN;
-    if (a->num_experts > 0 && (mask & mlp) && a->moe_shared_expert_intermediate_size > 0)
-        FAIL("--lora-target-modules %s with --moe-shared-expert-intermediate-size: adapters on the shared expert are "
-             "not built yet; target the attention's (q_proj,k_proj,v_proj,o_proj) or a model without one",
-             a->lora_target_modules);
     (void)tp;
     return 0;
 }

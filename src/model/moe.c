@@ -10,7 +10,8 @@
  * its [gate | up]); fc2 (E h, F). Today: one rank of tensor parallelism, fp32 GEMMs.
  * Under LoRA (--lora-target-modules gate_proj, up_proj, down_proj) each expert has its own
  * adapters, stacked and split as its weights, run on its own rows after its GEMMs; the router,
- * the experts and the shared expert (which has none yet) stay frozen. --lora-dropout on them: expert_drop. */
+ * the experts and the shared expert stay frozen; the shared expert has the dense MLP's adapters
+ * (shared_lora_fwd). --lora-dropout on the experts': expert_drop. */
 #include "block.h"
 #include "lora.h"
 
@@ -59,6 +60,7 @@ typedef struct moe_acts {
     float *gprobs;    /* (ep T, k) the gathered weights */
     float *x32;       /* (T, h) the input in fp32 when the layer keeps it in the GEMMs' dtype (bf16, fp16) */
     float *su[3];     /* LoRA on the experts: (Rmax, r) each target's low-rank activation, row by row as xl */
+    float *sh_su[3];  /* (T, r) the shared expert's, with LoRA on it */
     int64_t *tok;     /* (Rmax) --lora-dropout on the experts: each of xl's rows' token, sample seq + position
                        * (the dropout masks' key; host memory: the CPU backend's) */
     lora_scratch lora; /* generation's step: its scratch (a micro-batch's is the slot's, moe_scratch's) */
@@ -177,6 +179,17 @@ static void tensors(table_builder *tb, int layer, int stream0, const char *prefi
         if (bias) TS(sh_fc_b, INIT_ZEROS, 7, bS, 0, 0, (int)b, "shared_expert.fc.bias");
         TS(sh_fc_w, INIT_NORMAL, 8, bS, h, 0, (int)b, "shared_expert.fc.weight");
         if (c->moe_shared_gate) T(sh_gate_w, INIT_NORMAL, 9, 1, h, "shared_expert.gate.weight");
+        /* LoRA on the shared expert: the dense MLP's adapters (mlp.c) on its width S */
+        for (int i = 2; i >= 0; i--) {
+            if (!gpt_lora_on(c, GPT_LORA_GATE + i)) continue;
+            int r = c->lora_rank;
+            snprintf(n, sizeof n, "%s.shared_expert.%s.lora_A.weight", prefix, mods[i]);
+            model_add_adapter(tb, &p->sh_lora_a[i], &g->sh_lora_a[i], INIT_NORMAL, model_stream(layer, 50 + 2 * i), n,
+                              r, i < 2 ? h : S, i < 2 ? -1 : 1, 1);
+            snprintf(n, sizeof n, "%s.shared_expert.%s.lora_B.weight", prefix, mods[i]);
+            model_add_adapter(tb, &p->sh_lora_b[i], &g->sh_lora_b[i], INIT_ZEROS, model_stream(layer, 51 + 2 * i), n,
+                              i < 2 ? S : h, r, i < 2 ? 0 : -1, 1);
+        }
     }
 #undef T
 #undef TS
@@ -189,11 +202,13 @@ static int experts_lora(const gpt_config *c)
     return gpt_lora_on(c, GPT_LORA_GATE) || gpt_lora_on(c, GPT_LORA_UP) || gpt_lora_on(c, GPT_LORA_DOWN);
 }
 
-/* The experts' adapters' scratch for R rows of experts of width F (this rank's): fp32 rows, so no
- * widened input (xf); the dropped input (xd) with --lora-dropout. */
-static void carve_lora_scratch(carver *cv, const gpt_config *c, int64_t R, int64_t F, lora_scratch *ls)
+/* The adapters' scratch for R rows of experts of width F (this rank's) and the shared expert's T
+ * rows of width S: fp32 rows, so no widened input (xf); the dropped input (xd) with --lora-dropout. */
+static void carve_lora_scratch(carver *cv, const gpt_config *c, int64_t R, int64_t F, int64_t T, int64_t S,
+                               lora_scratch *ls)
 {
     if (!experts_lora(c)) return;
+    R = R > T ? R : T, F = F > S ? F : S;
     int64_t bF = gpt_fc_blocks(c) * F, in = F > c->hidden ? F : c->hidden;
     float **f[LORA_SCRATCH_FIELDS] = {&ls->bw, &ls->dbw, &ls->tmp, &ls->xd, &ls->du, &ls->xf};
     for (int q = 0; q < LORA_SCRATCH_FIELDS; q++)
@@ -240,7 +255,9 @@ static void carve_tokens(carver *cv, const gpt_config *c, int ep, int tp, int st
     for (int i = 0; i < 3; i++) /* LoRA on the experts: each target's low-rank activations, kept */
         if (gpt_lora_on(c, GPT_LORA_GATE + i)) CARVE(cv, a->su[i], float, R * c->lora_rank);
     if (experts_lora(c) && c->lora_dropout > 0) CARVE(cv, a->tok, int64_t, R);
-    if (decode) carve_lora_scratch(cv, c, R, F, &a->lora);
+    for (int i = 0; i < 3; i++) /* ... and the shared expert's */
+        if (gpt_lora_on(c, GPT_LORA_GATE + i) && c->moe_shared_ffn > 0) CARVE(cv, a->sh_su[i], float, T * c->lora_rank);
+    if (decode) carve_lora_scratch(cv, c, R, F, T, c->moe_shared_ffn / stp, &a->lora);
     int64_t S = c->moe_shared_ffn / stp;
     if (S > 0) {
         CARVE(cv, a->sh_he, float, T * gpt_fc_blocks(c) * S);
@@ -282,7 +299,7 @@ static void scratch(carver *cv, const gpt_model *m, void *sv)
             CARVE(cv, s->gdprobs, float, ep * T * k);
         }
     }
-    carve_lora_scratch(cv, c, R, F, &s->lora);
+    carve_lora_scratch(cv, c, R, F, T, c->moe_shared_ffn / m->tp, &s->lora);
     int64_t S = c->moe_shared_ffn / m->tp;
     if (S > 0) {
         CARVE(cv, s->sh_dye, float, T * c->hidden);
@@ -685,6 +702,86 @@ static void expert_lora_fc_bwd(const gpt_model *m, const moe_acts *a, const lora
     }
 }
 
+/* ---- LoRA on the shared expert: the dense MLP's adapters (mlp.c) on its T rows ----
+ * Its fc is column-parallel and its fc2 row-parallel over tp like the dense MLP's, but its output
+ * and input gradient are partial sums the layer sums over tp, as the routed experts' are: the whole
+ * terms are added on tp rank 0 (later: the tp group). The dropout is the dense MLP's (its sites,
+ * the tokens' samples and positions: the block runs on the whole sequence). */
+static const comm *shared_tp_group(const gpt_model *m) { return m->tp > 1 ? m->ps->tp_group : NULL; }
+static lora_dims shared_lora_dims(const gpt_model *m, int T, int in, int out, const be_drop *ld)
+{
+    int s = m->cfg.seq, drop = ld && ld->p != 0.0f; /* with dropout T is B whole sequences */
+    lora_dims d = {drop ? T / s : 1, drop ? s : T, in, out, m->cfg.lora_rank, gpt_lora_scaling(&m->cfg)};
+    return d;
+}
+static be_drop shared_drop(const gpt_model *m, const be_drop *ld, int i, int S)
+{
+    be_drop d = {0};
+    if (!ld || ld->p == 0.0f) return d;
+    d = *ld;
+    d.site += GPT_LORA_GATE + i;
+    if (i == 2) d.unit0 = m->ps->tp_rank * S;
+    return d;
+}
+static int has_shared_lora(const moe_params *p) { return p->sh_lora_a[0] || p->sh_lora_a[1] || p->sh_lora_a[2]; }
+
+/* The shared expert's forward with its adapters: sh_ye (T, h) from xf (T, h); S this rank's width. */
+static void shared_lora_fwd(const gpt_model *m, moe_acts *a, const lora_scratch *ls, const moe_params *p,
+                            const float *xf, const float *b2, int T, int S, const be_drop *ld)
+{
+    const gpt_config *c = &m->cfg;
+    int h = c->hidden, bS = gpt_fc_blocks(c) * S;
+    const comm *tpg = shared_tp_group(m);
+    be_matmul_fwd(m->be, a->sh_he, xf, p->sh_fc_w, p->sh_fc_b, T, h, bS);
+    for (int i = 0; i < 2; i++) {
+        if (!p->sh_lora_a[i]) continue;
+        lora_dims d = shared_lora_dims(m, T, h, 0, ld);
+        be_drop dr = shared_drop(m, ld, i, S);
+        lora_fused_fwd(m->be, a->sh_he, a->sh_su[i], ls, xf, p->sh_lora_a[i], p->sh_lora_b[i],
+                       c->glu && i == 1 ? S : 0, S, bS, &dr, &d);
+    }
+    be_act_fwd(m->be, c->act, c->glu, a->sh_ae, a->sh_he, T, S);
+    be_matmul_fwd(m->be, a->sh_ye, a->sh_ae, p->sh_fc2_w, b2, T, S, h);
+    if (p->sh_lora_a[2]) {
+        lora_dims d = shared_lora_dims(m, T, S, h, ld);
+        be_drop dr = shared_drop(m, ld, 2, S);
+        lora_row_fwd(m->be, tpg, tpg, a->sh_ye, a->sh_su[2], ls->xd, ls->tmp, a->sh_ae, p->sh_lora_a[2],
+                     p->sh_lora_b[2], &dr, &d);
+    }
+}
+
+/* Its backward from dsh (T, h), whole on every tp rank: the adapters' gradients accumulate, dx
+ * (T, h) accumulates the input gradient (the adapters' on tp rank 0). */
+static void shared_lora_bwd(const gpt_model *m, const moe_acts *a, moe_scratch *s, const moe_params *p, moe_params *g,
+                            float *dx, const float *dsh, const float *xf, int T, int S, const be_drop *ld)
+{
+    const gpt_config *c = &m->cfg;
+    int h = c->hidden, bS = gpt_fc_blocks(c) * S;
+    const comm *tpg = shared_tp_group(m);
+    const lora_scratch *ls = &s->lora;
+    be_zero(m->be, s->sh_dae, (size_t)T * S);
+    be_matmul_bwd(m->be, s->sh_dae, g->sh_fc2_w, g->sh_fc2_b, dsh, a->sh_ae, p->sh_fc2_w, T, S, h);
+    if (p->sh_lora_a[2]) {
+        lora_dims d = shared_lora_dims(m, T, S, h, ld);
+        be_drop dr = shared_drop(m, ld, 2, S);
+        const float *xd = NULL;
+        if (dr.p != 0.0f) /* the forward's mask again */
+            be_dropout_fwd(m->be, ls->xd, a->sh_ae, d.B, d.T, S, &dr), xd = ls->xd;
+        lora_row_bwd(m->be, s->sh_dae, g->sh_lora_a[2], g->sh_lora_b[2], ls->du, ls->tmp, dsh, a->sh_ae, xd,
+                     a->sh_su[2], p->sh_lora_a[2], p->sh_lora_b[2], &dr, &d);
+    }
+    be_zero(m->be, s->sh_dhe, (size_t)T * bS);
+    be_act_bwd(m->be, c->act, c->glu, s->sh_dhe, s->sh_dae, a->sh_he, T, S);
+    be_matmul_bwd(m->be, dx, g->sh_fc_w, g->sh_fc_b, s->sh_dhe, xf, p->sh_fc_w, T, h, bS);
+    for (int i = 0; i < 2; i++) {
+        if (!p->sh_lora_a[i]) continue;
+        lora_dims d = shared_lora_dims(m, T, h, 0, ld);
+        be_drop dr = shared_drop(m, ld, i, S);
+        lora_fused_bwd(m->be, tpg, tpg, dx, g->sh_lora_a[i], g->sh_lora_b[i], ls, s->sh_dhe, xf, a->sh_su[i],
+                       p->sh_lora_a[i], p->sh_lora_b[i], c->glu && i == 1 ? S : 0, S, bS, &dr, &d);
+    }
+}
+
 /* Whether the layer's experts carry adapters. */
 static int has_expert_lora(const moe_params *p) { return p->lora_a[0] || p->lora_a[1] || p->lora_a[2]; }
 
@@ -772,8 +869,11 @@ static void forward(const gpt_model *m, moe_acts *a, moe_scratch *s, const moe_p
         be_moe_unpermute(m->be, out, a->ye, rows_here(a), a->probs, T, k, h);
     }
     if (c->moe_shared_ffn > 0) { /* the shared expert on every token, gated or not, added */
-        mlp_fwd(m, a->sh_ye, a->sh_ae, a->sh_he, xf, p->sh_fc_w, p->sh_fc_b, p->sh_fc2_w, first ? p->sh_fc2_b : NULL,
-                T, c->moe_shared_ffn / m->tp);
+        if (has_shared_lora(p))
+            shared_lora_fwd(m, a, ls, p, xf, first ? p->sh_fc2_b : NULL, T, c->moe_shared_ffn / m->tp, ld);
+        else
+            mlp_fwd(m, a->sh_ye, a->sh_ae, a->sh_he, xf, p->sh_fc_w, p->sh_fc_b, p->sh_fc2_w,
+                    first ? p->sh_fc2_b : NULL, T, c->moe_shared_ffn / m->tp);
         if (p->sh_gate_w) { /* sigmoid(w . x): a router of one expert, its weight not normalised */
             be_matmul_fwd(m->be, a->sh_glog, xf, p->sh_gate_w, NULL, T, h, 1);
             be_moe_route_fwd(m->be, a->sh_idx, a->sh_g, a->sh_glog, NULL, T, 1, 1, BE_MOE_SIGMOID, 0, 0);
@@ -989,8 +1089,11 @@ static void bwd(const block_io *io, float *dx, void *gv, const float *dbranch, c
             be_matmul_bwd(m->be, dx_once, g->sh_gate_w, NULL, s->sh_dglog, xf, p->sh_gate_w, T, h, 1);
             dsh = s->sh_dye;
         }
-        mlp_bwd(m, dx, g->sh_fc_w, g->sh_fc_b, g->sh_fc2_w, g->sh_fc2_b, s->sh_dae, s->sh_dhe, dsh, xf, a->sh_he,
-                a->sh_ae, p->sh_fc_w, p->sh_fc2_w, T, c->moe_shared_ffn / m->tp);
+        if (has_shared_lora(p))
+            shared_lora_bwd(m, a, s, p, g, dx, dsh, xf, T, c->moe_shared_ffn / m->tp, &io->lora);
+        else
+            mlp_bwd(m, dx, g->sh_fc_w, g->sh_fc_b, g->sh_fc2_w, g->sh_fc2_b, s->sh_dae, s->sh_dhe, dsh, xf, a->sh_he,
+                    a->sh_ae, p->sh_fc_w, p->sh_fc2_w, T, c->moe_shared_ffn / m->tp);
     }
     be_zero(m->be, s->dlogits, (size_t)T * E);
     be_moe_route_bwd(m->be, s->dlogits, s->dprobs, a->logits, a->idx, T, E, k, c->moe_score, c->moe_pre_softmax,

@@ -102,6 +102,19 @@ static const double *ref_lora_in(const ref *r, double *buf, const double *in, in
     return buf;
 }
 
+/* ... of the shared expert's module i on token t: the dense MLP's (site 1 + 3 L + 7 layer + 4 + i; the
+ * token's sample and position; the channel) */
+static const double *ref_shared_in(const ref *r, double *buf, const double *in, int n, int i, int t)
+{
+    const be_drop *ld = r->lora_drop;
+    if (!ld) return in;
+    be_drop d = *ld;
+    d.site = 1 + 3 * r->m->cfg.num_layers + 7 * 0 + 4 + i;
+    for (int j = 0; j < n; j++)
+        buf[j] = be_drop_keep(&d, BE_DROP_HIDDEN, ld->sample[t / T], t % T, j) ? in[j] * (double)(1.0f / (1.0f - d.p)) : 0.0;
+    return buf;
+}
+
 /* out (BT, h) and the objective's extra term (the two losses times dscale), from x (BT, h) */
 static double ref_moe(ref *r, double *out, const double *x)
 {
@@ -198,12 +211,18 @@ static double ref_moe(ref *r, double *out, const double *x)
                 for (int i = 0; i < h; i++) s += x[t * h + i] * P(r, p->sh_fc_w, (size_t)o * h + i);
                 u[o] = s;
             }
+            double xin[64], y[64];
+            ref_expert_lora(r, u, ref_shared_in(r, xin, x + t * h, h, 0, t), p->sh_lora_a[0], p->sh_lora_b[0], 0, h, S);
+            ref_expert_lora(r, u + (c->glu ? S : 0), ref_shared_in(r, xin, x + t * h, h, 1, t), p->sh_lora_a[1],
+                            p->sh_lora_b[1], 0, h, S);
             for (int f = 0; f < S; f++) a[f] = c->glu ? u[f] * sigm(u[f]) * u[S + f] : gelu(u[f]);
             for (int o = 0; o < h; o++) {
                 double s = p->sh_fc2_b ? P(r, p->sh_fc2_b, (size_t)o) : 0;
                 for (int f = 0; f < S; f++) s += a[f] * P(r, p->sh_fc2_w, (size_t)o * S + f);
-                out[t * h + o] += gw * s;
+                y[o] = s;
             }
+            ref_expert_lora(r, y, ref_shared_in(r, xin, a, S, 2, t), p->sh_lora_a[2], p->sh_lora_b[2], 0, S, h);
+            for (int o = 0; o < h; o++) out[t * h + o] += gw * y[o];
         }
         for (int j = 0; j < k; j++) {
             int e = r->idx[t * k + j];
@@ -357,8 +376,9 @@ static void check(arch A, const char *name)
     printf("%s: %d parameter gradients %.2e\n", name, checked, perr);
     int tensors = (c->disable_bias ? 3 : 5) + (c->moe_shared_ffn ? (c->disable_bias ? 2 : 4) + c->moe_shared_gate : 0) +
                   c->moe_expert_bias; /* its gradient is 0, as the reference's: only the choice moves with it */
-    if (gpt_lora(c)) /* only the adapters train: A and B of each target */
-        tensors = 2 * (gpt_lora_on(c, GPT_LORA_GATE) + gpt_lora_on(c, GPT_LORA_UP) + gpt_lora_on(c, GPT_LORA_DOWN));
+    if (gpt_lora(c)) /* only the adapters train: A and B of each target, the experts' and the shared expert's */
+        tensors = 2 * (gpt_lora_on(c, GPT_LORA_GATE) + gpt_lora_on(c, GPT_LORA_UP) + gpt_lora_on(c, GPT_LORA_DOWN)) *
+                  (c->moe_shared_ffn > 0 ? 2 : 1);
     assert_true(checked == 16 * tensors);
     assert_true(perr < 1e-4);
     free(wg), free(fd), free(tmp), free(x), free(R), free(out), free(dx), free(xd), free(od);
@@ -415,6 +435,22 @@ static void lora_experts_dropout(void **st)
     a.c.lora_rank = 3, a.c.lora_alpha = 6.0f, a.c.lora_dropout = 0.3f;
     a.c.lora_targets = 1 << GPT_LORA_UP | 1 << GPT_LORA_DOWN;
     check(a, "GeLU experts (biases) with LoRA on up and down, dropout 0.3");
+}
+/* LoRA on the shared expert too (Qwen2-MoE: gated, SwiGLU): the dense MLP's adapters on its gate,
+ * up and down beside the routed experts', without and with dropout */
+static void qwen_lora_shared(void **st)
+{
+    (void)st;
+    arch a = make_shared(1, BE_MOE_SOFTMAX, 0, 0, 14, 1);
+    a.c.lora_rank = 2, a.c.lora_alpha = 3.0f;
+    a.c.lora_targets = 1 << GPT_LORA_GATE | 1 << GPT_LORA_UP | 1 << GPT_LORA_DOWN;
+    check(a, "SwiGLU experts and a gated shared expert, LoRA on gate, up and down");
+    a.c.lora_dropout = 0.3f;
+    check(a, "SwiGLU experts and a gated shared expert, LoRA on gate, up and down, dropout 0.3");
+    a = make_shared(0, BE_MOE_SOFTMAX, 0, 0, 14, 0);
+    a.c.lora_rank = 3, a.c.lora_alpha = 6.0f;
+    a.c.lora_targets = 1 << GPT_LORA_UP | 1 << GPT_LORA_DOWN;
+    check(a, "GeLU experts and an ungated shared expert (biases), LoRA on up and down");
 }
 
 static void llama_sigmoid_bias(void **st)
@@ -571,7 +607,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(gpt2_softmax), cmocka_unit_test(gpt2_pre_softmax), cmocka_unit_test(llama_softmax),
         cmocka_unit_test(llama_sigmoid), cmocka_unit_test(qwen_shared_gated), cmocka_unit_test(gpt2_shared),
         cmocka_unit_test(llama_sigmoid_bias), cmocka_unit_test(llama_lora_experts),
-        cmocka_unit_test(gpt2_lora_experts), cmocka_unit_test(lora_experts_dropout), cmocka_unit_test(expert_bias_update), cmocka_unit_test(capacity_probs),
+        cmocka_unit_test(gpt2_lora_experts), cmocka_unit_test(lora_experts_dropout),
+        cmocka_unit_test(qwen_lora_shared), cmocka_unit_test(expert_bias_update), cmocka_unit_test(capacity_probs),
         cmocka_unit_test(capacity_position), cmocka_unit_test(seq_aux), cmocka_unit_test(capacity_padded), cmocka_unit_test(grouped),
         cmocka_unit_test(gpt2_softmax_scaled), cmocka_unit_test(llama_sigmoid_scaled), cmocka_unit_test(scale_by_hand),
     };
