@@ -278,10 +278,11 @@ double gpt_lora_widths(const gpt_config *c)
 {
     if (!gpt_lora(c)) return 0;
     double h = c->hidden, q = gpt_q_width(c), kv = gpt_kv_width(c), f = c->ffn, l = c->num_layers;
-    /* the MLP's modules: a MoE layer's token goes through its k experts' adapters (the shared
-     * expert has none), a dense layer's through the MLP's; averaged over the layers */
-    double moe = c->num_experts > 0 ? gpt_moe_layers(c, 0, c->num_layers) : 0;
-    double mlp = (moe * c->moe_topk * (h + (c->num_experts > 0 ? gpt_moe_ffn(c) : 0)) + (l - moe) * (h + f)) / l;
+    /* the MLP's modules: a MoE layer's token goes through its k experts' adapters and the shared
+     * expert's (width S), a dense layer's through the MLP's; averaged over the layers */
+    double moe = c->num_experts > 0 ? gpt_moe_layers(c, 0, c->num_layers) : 0, S = c->moe_shared_ffn;
+    double mlp = (moe * (c->moe_topk * (h + (c->num_experts > 0 ? gpt_moe_ffn(c) : 0)) + (S > 0 ? h + S : 0)) +
+                  (l - moe) * (h + f)) / l;
     const double in_out[GPT_LORA_NMODULES] = {h + q, h + kv, h + kv, q + h, mlp, mlp, mlp};
     double sum = 0;
     for (int m = 0; m < GPT_LORA_NMODULES; m++)
