@@ -123,7 +123,7 @@ check_resume resume_ep2_tp2 4 2 --expert-model-parallel-size 2
 QWEN=(--normalization RMSNorm --position-embedding-type rope --swiglu --disable-bias-linear --add-qkv-bias
       --untie-embeddings-and-output-weights --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 16
       --moe-shared-expert-intermediate-size 24 --moe-shared-expert-gate --moe-aux-loss-coeff 1e-2)
-rm -rf qbase qft qmerged qimported qbase_hf qpeft
+rm -rf qbase qft qmerged qimported qbase_hf qpeft qpeft_merged
 train 1 1 --train-iters 2 --save qbase "${QWEN[@]}" || { bad "Qwen2-MoE base run failed"; cat "$last_log"; }
 train 1 1 --train-iters 4 --lr 1e-2 --load qbase --finetune --save qft "${QWEN[@]}" "${LORA[@]}" --lora-dropout 0.1 ||
   { bad "Qwen2-MoE LoRA run failed"; cat "$last_log"; }
@@ -150,6 +150,10 @@ sys.exit(0 if all(k in keys for k in want) else 1)
 PY
 then ok "Qwen2-MoE --to peft (experts' and shared expert's keys) applied in float64: $(cat qapply.log)"
 else bad "Qwen2-MoE --to peft applied to the base is not the merged export: $(cat qapply.log)"; fi
+"$TRIDENT" convert --from hf qbase_hf --to trident qpeft_merged --merge-lora qpeft >qconv.log 2>&1 || { bad "Qwen2-MoE --merge-lora failed"; cat qconv.log; }
+qp=$(evalloss qpeft_merged)
+if [ -n "$qp" ] && [ "$qp" = "$ql" ]; then ok "Qwen2-MoE: --merge-lora of the adapter (shared expert's modules too) scores as the LoRA model ($qp)"
+else bad "Qwen2-MoE --merge-lora: '$qp', the LoRA model '$ql'"; fi
 qroundtrip() { # name np tp flags...
   local name=$1 np=$2 tp=$3; shift 3
   train "$np" "$tp" --train-iters 3 --lr 1e-2 --load qft --finetune --log-interval 1 --metrics-file "$name.ckpt.jsonl" \
