@@ -303,7 +303,7 @@ static void check(arch A, const char *name)
     block_io io = {.m = m, .B = B, .scratch = model_kind_scratch(m, m->layers[0].slot[GPT_SLOT_MLP].ops)};
     static const int64_t samples[B] = {1234567, 42}; /* the micro-batch's samples' dataset indices */
     if (c->lora_dropout > 0) /* the layer's LoRA dropout (layer.c slot_io), its mask fixed by the seed */
-        io.lora = (be_drop){c->lora_dropout, 5, samples, 1 + 3 * c->num_layers, 0, 0};
+        io.lora = (be_drop){.p = c->lora_dropout, .seed = 5, .sample = samples, .site = 1 + 3 * c->num_layers};
 
     float *x = malloc((size_t)n * sizeof(float)), *R = malloc((size_t)n * sizeof(float));
     float *out = malloc((size_t)n * sizeof(float)), *dx = malloc((size_t)n * sizeof(float));
