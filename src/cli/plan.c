@@ -41,13 +41,14 @@ static void print_json(const plan_result *r, const plan_cluster *c)
            "\"sequence_parallel\": %s, \"distributed_optimizer\": %s, \"fits\": %s, \"iteration_s\": %.6g, "
            "\"tflops_per_gpu\": %.6g, \"mfu\": %.6g, \"memory_gib_per_gpu\": %.6g, \"cluster\": \"%s\", "
            "\"breakdown_s\": {\"compute\": %.6g, \"recompute\": %.6g, \"tensor_parallel\": %.6g, \"bubble\": %.6g, "
-           "\"pipeline_p2p\": %.6g, \"data_parallel\": %.6g, \"optimizer\": %.6g, \"expert_parallel\": %.6g}, "
+           "\"pipeline_p2p\": %.6g, \"data_parallel\": %.6g, \"optimizer\": %.6g, \"expert_parallel\": %.6g, "
+           "\"context_parallel\": %.6g}, "
            "\"memory_gib\": {\"params\": %.6g, "
            "\"grads\": %.6g, \"optimizer\": %.6g, \"activations\": %.6g, \"other\": %.6g}, ",
            l->tp, l->pp, l->dp, l->vp, l->mbs, r->micro, rc_name(l->recompute), l->sp ? "true" : "false",
            l->distopt ? "true" : "false", r->fits ? "true" : "false", r->iter_s, r->tflops_per_gpu, r->mfu,
            r->m_total / GIB, c->name, r->t_compute, r->t_recompute, r->t_tp, r->t_bubble, r->t_p2p, r->t_dp,
-           r->t_optimizer, r->t_ep, r->m_params / GIB, r->m_grads / GIB, r->m_optimizer / GIB, r->m_acts / GIB,
+           r->t_optimizer, r->t_ep, r->x_cp, r->m_params / GIB, r->m_grads / GIB, r->m_optimizer / GIB, r->m_acts / GIB,
            r->m_other / GIB);
     /* the communication left exposed per kind of group, as the trainer's metrics file names its own */
     printf("\"tp_exposed_ms\": %.6g, \"pp_exposed_ms\": %.6g, \"ep_exposed_ms\": %.6g, \"embd_exposed_ms\": %.6g, "
@@ -243,7 +244,7 @@ int cli_plan(int argc, char **argv)
         free(res);
         if (why.priced == 0 && why.batch_refused > 0 && !why.refused[0])
             td_usage_error(PROG ": no layout of %d devices divides --global-batch-size %lld: the data-parallel sizes "
-                           "they allow (%d / (tp x pp), pp dividing the %d layers) are %d or more and none divides "
+                           "they allow (%d / (tp x cp x pp), pp dividing the %d layers, cp the sequence) are %d or more and none divides "
                            "it; give a batch divisible by %d", n, (long long)job.gbs, n, job.cfg.num_layers,
                            why.batch_dp, why.batch_dp);
         if (why.priced == 0)
