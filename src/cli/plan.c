@@ -28,6 +28,11 @@ static int scatter_gather(const plan_result *r)
     return l->pp > 1 && l->tp > 1 && !l->sp && !l->no_scatter_gather;
 }
 
+static const char *cp_name(plan_cp_comm t)
+{
+    return t == PLAN_CP_A2A ? "a2a" : t == PLAN_CP_ALL_GATHER ? "all_gather" : "p2p";
+}
+
 static void print_json(const plan_result *r, const plan_cluster *c)
 {
     const plan_layout *l = &r->l;
@@ -36,27 +41,31 @@ static void print_json(const plan_result *r, const plan_cluster *c)
            "\"sequence_parallel\": %s, \"distributed_optimizer\": %s, \"fits\": %s, \"iteration_s\": %.6g, "
            "\"tflops_per_gpu\": %.6g, \"mfu\": %.6g, \"memory_gib_per_gpu\": %.6g, \"cluster\": \"%s\", "
            "\"breakdown_s\": {\"compute\": %.6g, \"recompute\": %.6g, \"tensor_parallel\": %.6g, \"bubble\": %.6g, "
-           "\"pipeline_p2p\": %.6g, \"data_parallel\": %.6g, \"optimizer\": %.6g, \"expert_parallel\": %.6g}, "
+           "\"pipeline_p2p\": %.6g, \"data_parallel\": %.6g, \"optimizer\": %.6g, \"expert_parallel\": %.6g, "
+           "\"context_parallel\": %.6g}, "
            "\"memory_gib\": {\"params\": %.6g, "
            "\"grads\": %.6g, \"optimizer\": %.6g, \"activations\": %.6g, \"other\": %.6g}, ",
            l->tp, l->pp, l->dp, l->vp, l->mbs, r->micro, rc_name(l->recompute), l->sp ? "true" : "false",
            l->distopt ? "true" : "false", r->fits ? "true" : "false", r->iter_s, r->tflops_per_gpu, r->mfu,
            r->m_total / GIB, c->name, r->t_compute, r->t_recompute, r->t_tp, r->t_bubble, r->t_p2p, r->t_dp,
-           r->t_optimizer, r->t_ep, r->m_params / GIB, r->m_grads / GIB, r->m_optimizer / GIB, r->m_acts / GIB,
+           r->t_optimizer, r->t_ep, r->x_cp, r->m_params / GIB, r->m_grads / GIB, r->m_optimizer / GIB, r->m_acts / GIB,
            r->m_other / GIB);
     /* the communication left exposed per kind of group, as the trainer's metrics file names its own */
     printf("\"tp_exposed_ms\": %.6g, \"pp_exposed_ms\": %.6g, \"ep_exposed_ms\": %.6g, \"embd_exposed_ms\": %.6g, "
            "\"dp_exposed_ms\": %.6g, \"scatter_gather\": %s, \"dp_collectives\": \"%s\", "
-           "\"expert_model_parallel_size\": %d}\n",
+           "\"expert_model_parallel_size\": %d, \"context_parallel_size\": %d, \"cp_comm_type\": \"%s\", "
+           "\"cp_exposed_ms\": %.6g, \"cp_inflight_ms\": %.6g}\n",
            r->x_tp * 1e3, r->x_pp * 1e3, r->t_ep * 1e3, r->x_embd * 1e3, r->x_dp * 1e3, scatter_gather(r) ? "true" : "false",
-           r->dp_hier ? "hierarchical" : "flat", l->ep > 1 ? l->ep : 1);
+           r->dp_hier ? "hierarchical" : "flat", l->ep > 1 ? l->ep : 1, l->cp > 1 ? l->cp : 1, cp_name(l->cp_comm),
+           r->x_cp * 1e3, r->t_cp * 1e3);
 }
 
 static void print_row(const plan_result *r)
 {
     const plan_layout *l = &r->l;
-    char ep[32] = "";
+    char ep[64] = "";
     if (l->ep > 1) snprintf(ep, sizeof ep, "  ep %d", l->ep);
+    if (l->cp > 1) snprintf(ep + strlen(ep), sizeof ep - strlen(ep), "  cp %d %s", l->cp, cp_name(l->cp_comm));
     printf("%4d %4d %5d %3d %4d %5d  %-9s %3s %7s  %9.3f %8.1f %6.1f%% %8.1f%s%s\n", l->tp, l->pp, l->dp, l->vp, l->mbs,
            r->micro, rc_name(l->recompute), l->sp ? "yes" : "no", l->distopt ? "yes" : "no", r->iter_s,
            r->tflops_per_gpu, 100.0 * r->mfu, r->m_total / GIB, ep, r->fits ? "" : "  does not fit");
@@ -72,13 +81,18 @@ static void print_explain(const plan_result *r)
            100 * r->t_bubble / t, r->t_p2p, 100 * r->t_p2p / t, r->t_dp, 100 * r->t_dp / t, r->t_optimizer,
            100 * r->t_optimizer / t);
     if (r->t_ep > 0) printf(", expert-parallel exchange %.3f (%.0f%%)", r->t_ep, 100 * r->t_ep / t);
+    if (r->l.cp > 1)
+        printf(", context-parallel exchange %.3f (%.0f%%; %s, %.3f in flight, %.0f%% hidden)", r->x_cp,
+               100 * r->x_cp / t, cp_name(r->l.cp_comm), r->t_cp, r->t_cp > 0 ? 100 * (1 - r->x_cp / r->t_cp) : 0.0);
     printf("\n");
     printf("      memory (GiB): params %.2f + grads %.2f + optimizer %.2f + activations %.2f + framework %.2f = %.2f\n",
            r->m_params / GIB, r->m_grads / GIB, r->m_optimizer / GIB, r->m_acts / GIB, r->m_other / GIB,
            r->m_total / GIB);
-    printf("      exposed communication (ms): tp %.1f, pp %.1f, ep %.1f, embd %.1f, dp %.1f (%s%s)\n", r->x_tp * 1e3,
-           r->x_pp * 1e3, r->t_ep * 1e3, r->x_embd * 1e3, r->x_dp * 1e3, r->dp_hier ? "hierarchical" : "flat",
-           scatter_gather(r) ? "; pipeline scatter/gather" : "");
+    char cp[64] = "";
+    if (r->l.cp > 1) snprintf(cp, sizeof cp, ", cp %.1f", r->x_cp * 1e3);
+    printf("      exposed communication (ms): tp %.1f, pp %.1f, ep %.1f, embd %.1f, dp %.1f%s (%s%s%s)\n", r->x_tp * 1e3,
+           r->x_pp * 1e3, r->t_ep * 1e3, r->x_embd * 1e3, r->x_dp * 1e3, cp, r->dp_hier ? "hierarchical" : "flat",
+           r->l.cp > 1 ? " over dp x cp" : "", scatter_gather(r) ? "; pipeline scatter/gather" : "");
 }
 
 /* The job and the cluster in a line; ep: the expert-parallel size of an evaluated layout (0: a search). */
@@ -113,13 +127,17 @@ static plan_layout layout_options(const td_args *a)
     o.overlap_param = a->overlap_param_gather;
     o.bucket_elems = td_args_given(a, "--ddp-bucket-size") ? (double)a->ddp_bucket_size : 0;
     o.ep_alltoall = strcmp(a->moe_token_dispatcher_type, "alltoall") == 0;
+    o.cp_comm = strcmp(a->cp_comm_type, "a2a") == 0          ? PLAN_CP_A2A
+                : strcmp(a->cp_comm_type, "all_gather") == 0 ? PLAN_CP_ALL_GATHER
+                                                             : PLAN_CP_P2P;
     return o;
 }
 
 static const char *const LAYOUT_FLAGS[] = {"--tensor-model-parallel-size", "--pipeline-model-parallel-size",
                                            "--num-layers-per-virtual-pipeline-stage", "--micro-batch-size",
                                            "--recompute-granularity", "--use-distributed-optimizer",
-                                           "--sequence-parallel", "--expert-model-parallel-size"};
+                                           "--sequence-parallel", "--expert-model-parallel-size",
+                                           "--context-parallel-size"};
 
 int cli_plan(int argc, char **argv)
 {
@@ -182,16 +200,16 @@ int cli_plan(int argc, char **argv)
                        "optimizer all-gathers parameters)");
     int n = a.num_gpus, L = job.cfg.num_layers;
     if (given) {
-        int tp = a.tensor_model_parallel_size, pp = a.pipeline_model_parallel_size;
-        if (n % (tp * pp))
+        int tp = a.tensor_model_parallel_size, pp = a.pipeline_model_parallel_size, cp = a.context_parallel_size;
+        if (n % (tp * cp * pp))
             td_usage_error(PROG ": --num-gpus %d is not divisible by --tensor-model-parallel-size %d x "
-                           "--pipeline-model-parallel-size %d", n, tp, pp);
+                           "--context-parallel-size %d x --pipeline-model-parallel-size %d", n, tp, cp, pp);
         int per = td_args_given(&a, "--num-layers-per-virtual-pipeline-stage") ? a.num_layers_per_virtual_pipeline_stage
                                                                                : 0;
         plan_layout l = opts;
-        l.tp = tp, l.pp = pp, l.dp = n / (tp * pp), l.vp = per ? L / (pp * per) : 1, l.mbs = a.micro_batch_size;
+        l.tp = tp, l.cp = cp, l.pp = pp, l.dp = n / (tp * cp * pp), l.vp = per ? L / (pp * per) : 1, l.mbs = a.micro_batch_size;
         l.sp = a.sequence_parallel && tp > 1;
-        l.distopt = a.use_distributed_optimizer && l.dp > 1;
+        l.distopt = a.use_distributed_optimizer && l.dp * cp > 1;
         l.overlap_grad = a.overlap_grad_reduce;
         l.overlap_param = l.distopt && a.overlap_param_gather;
         l.ep = a.expert_model_parallel_size;
@@ -226,7 +244,7 @@ int cli_plan(int argc, char **argv)
         free(res);
         if (why.priced == 0 && why.batch_refused > 0 && !why.refused[0])
             td_usage_error(PROG ": no layout of %d devices divides --global-batch-size %lld: the data-parallel sizes "
-                           "they allow (%d / (tp x pp), pp dividing the %d layers) are %d or more and none divides "
+                           "they allow (%d / (tp x cp x pp), pp dividing the %d layers, cp the sequence) are %d or more and none divides "
                            "it; give a batch divisible by %d", n, (long long)job.gbs, n, job.cfg.num_layers,
                            why.batch_dp, why.batch_dp);
         if (why.priced == 0)

@@ -283,10 +283,10 @@ const flag_t td_flags[] = {
 
     {"--tensor-model-parallel-size", A_INT, OFF(tensor_model_parallel_size), "1", MODEL, "parallel",
      "ranks a layer is split over", 1, 1 << 16, NULL},
-    {"--context-parallel-size", A_INT, OFF(context_parallel_size), "1", TD_CMD_TRAIN, "parallel",
+    {"--context-parallel-size", A_INT, OFF(context_parallel_size), "1", TD_CMD_TRAIN | TD_CMD_PLAN, "parallel",
      "ranks each sample's sequence is split over in every layer (Megatron's context parallelism, load-balanced: "
      "2 x size chunks, rank i holding chunks i and 2 x size - 1 - i; docs/parallelism.md)", 1, 1 << 16, NULL},
-    {"--cp-comm-type", A_CHOICE, OFF(cp_comm_type), "p2p", TD_CMD_TRAIN, "parallel",
+    {"--cp-comm-type", A_CHOICE, OFF(cp_comm_type), "p2p", TD_CMD_TRAIN | TD_CMD_PLAN, "parallel",
      "how attention reaches the other context-parallel ranks' keys and values: p2p (Megatron's default: a ring "
      "passing key/value blocks, each step's transfer overlapped with the attention of the block at hand), "
      "all_gather (every rank's keys and values gathered, its queries against each rank's block), a2a "

@@ -107,21 +107,31 @@ double plan_inflight(int pp, int vp, int micro)
 
 /* ---- placement: which link a group runs over ---- */
 
-/* Rank of grid coordinates (tp_rank, dp_rank, pp_rank), Megatron's order. */
-static int grid_rank(const plan_layout *l, int t, int d, int p) { return t + l->tp * (d + l->dp * p); }
-
 static int ep_of(const plan_layout *l) { return l->ep > 1 ? l->ep : 1; }
+static int cp_of(const plan_layout *l) { return l->cp > 1 ? l->cp : 1; }
+/* The gradients' group: dp x cp. */
+static int dpcp_of(const plan_layout *l) { return l->dp * cp_of(l); }
+/* Positions of a sample a rank holds: seq / cp. */
+static double seq_l(const plan_job *j, const plan_layout *l) { return (double)j->cfg.seq / cp_of(l); }
+
+/* Rank of grid coordinates (tp_rank, cp_rank, dp_rank, pp_rank), Megatron's order tp-cp-dp-pp. */
+static int grid_rank(const plan_layout *l, int t, int c, int d, int p)
+{
+    return t + l->tp * (c + cp_of(l) * (d + l->dp * p));
+}
 
 /* The g-th group of a kind's k-th member. */
 static int group_member(const plan_layout *l, plan_group kind, int g, int k)
 {
-    if (kind == PLAN_GROUP_TP) return g * l->tp + k;                     /* consecutive ranks */
-    if (kind == PLAN_GROUP_EP) { /* ep consecutive dp ranks (stride tp) */
-        int rest = g / l->tp, edp = l->dp / ep_of(l);
-        return grid_rank(l, g % l->tp, rest % edp * ep_of(l) + k, rest / edp);
+    int cp = cp_of(l), rest = g / l->tp;
+    if (kind == PLAN_GROUP_TP) return g * l->tp + k; /* consecutive ranks */
+    if (kind == PLAN_GROUP_EP) {                     /* ep consecutive dp ranks (stride tp; no cp with experts) */
+        int edp = l->dp / ep_of(l);
+        return grid_rank(l, g % l->tp, 0, rest % edp * ep_of(l) + k, rest / edp);
     }
-    if (kind == PLAN_GROUP_DP) return grid_rank(l, g % l->tp, k, g / l->tp); /* stride tp */
-    return grid_rank(l, g % l->tp, g / l->tp, k);                           /* stride tp dp */
+    if (kind == PLAN_GROUP_DP) return grid_rank(l, g % l->tp, k % cp, k / cp, rest); /* dp x cp: stride tp */
+    if (kind == PLAN_GROUP_CP) return grid_rank(l, g % l->tp, k, rest % l->dp, rest / l->dp); /* stride tp */
+    return grid_rank(l, g % l->tp, rest % cp, rest / cp, k); /* stride tp cp dp */
 }
 
 /* The most nodes one group of a kind spans, and the fewest and the most ranks a group has on a
@@ -129,8 +139,12 @@ static int group_member(const plan_layout *l, plan_group kind, int g, int k)
 static void group_shape(const plan_cluster *c, const plan_layout *l, plan_group kind, int *span, int *fewest,
                         int *most)
 {
-    int size = kind == PLAN_GROUP_TP ? l->tp : kind == PLAN_GROUP_PP ? l->pp : kind == PLAN_GROUP_EP ? ep_of(l) : l->dp;
-    int n = l->tp * l->pp * l->dp, K = c->gpus_per_node > 0 ? c->gpus_per_node : 1;
+    int size = kind == PLAN_GROUP_TP   ? l->tp
+               : kind == PLAN_GROUP_PP ? l->pp
+               : kind == PLAN_GROUP_EP ? ep_of(l)
+               : kind == PLAN_GROUP_CP ? cp_of(l)
+                                       : dpcp_of(l);
+    int n = l->tp * cp_of(l) * l->pp * l->dp, K = c->gpus_per_node > 0 ? c->gpus_per_node : 1;
     *span = 1, *fewest = size, *most = 1;
     for (int g = 0; g < n / size; g++) {
         int nodes = 1, run = 1;
@@ -171,6 +185,7 @@ int plan_group_link(const plan_cluster *c, const plan_layout *l, plan_group kind
 typedef struct {
     double fwd, bwd, recompute, tp_comm; /* one layer, one micro-batch: seconds */
     double ep_comm;                      /* a MoE layer's token exchange, forward and backward */
+    double cp_flight, cp_exposed;        /* context parallelism's attention exchange (plan_cp_exchange_s) */
 } layer_cost;
 
 /* Bytes per element of activations and of the gradients the data-parallel group reduces. */
@@ -187,7 +202,7 @@ static double mlp_time(const plan_job *j, const plan_cluster *c, const plan_layo
 {
     const gpt_config *g = &j->cfg;
     int dt = j->dtype, b = gpt_fc_blocks(g);
-    double t = l->tp, T = (double)l->mbs * g->seq, h = g->hidden, f = g->ffn / t;
+    double t = l->tp, T = l->mbs * seq_l(j, l), h = g->hidden, f = g->ffn / t;
     *ep_comm = 0;
     if (!moe) {
         *width = f;
@@ -217,7 +232,7 @@ static double lora_time(const plan_job *j, const plan_cluster *c, const plan_lay
     const gpt_config *g = &j->cfg;
     if (!gpt_lora(g)) return 0;
     int dt = j->dtype;
-    double t = l->tp, T = (double)l->mbs * g->seq, h = g->hidden, q = gpt_q_width(g), kv = gpt_kv_width(g);
+    double t = l->tp, T = l->mbs * seq_l(j, l), h = g->hidden, q = gpt_q_width(g), kv = gpt_kv_width(g);
     double f = g->ffn, r = g->lora_rank;
     const struct {
         double in, out;
@@ -253,14 +268,21 @@ static layer_cost layer_time(const plan_job *j, const plan_cluster *c, const pla
 {
     const gpt_config *g = &j->cfg;
     int dt = j->dtype;
-    double t = l->tp, T = (double)l->mbs * g->seq, s = g->seq, h = g->hidden, d = gpt_head_dim(g);
+    int C = cp_of(l);
+    double t = l->tp, T = l->mbs * seq_l(j, l), s = g->seq, sc = seq_l(j, l), h = g->hidden, d = gpt_head_dim(g);
     double q = gpt_q_width(g) / t, kv = gpt_kv_width(g) / t, f, heads = g->heads / t, ep_comm;
     double gemms = plan_gemm_s(c, dt, T, q + 2 * kv, h) + plan_gemm_s(c, dt, T, h, q) +
                    mlp_time(j, c, l, moe, &f, &ep_comm);
-    double core = l->mbs * heads * (plan_gemm_s(c, dt, s, s, d) + plan_gemm_s(c, dt, s, d, s));
+    /* the attention core: a rank's s / C queries against all s keys (causal, load-balanced: a C-th
+     * of the work); a2a: a C-th of the heads on the whole sequence; p2p and all_gather: C blocks of
+     * (s / C, s / C), one a cp rank's keys */
+    double core = C > 1 && l->cp_comm == PLAN_CP_A2A
+                      ? l->mbs * heads / C * (plan_gemm_s(c, dt, s, s, d) + plan_gemm_s(c, dt, s, d, s))
+                      : l->mbs * heads * C * (plan_gemm_s(c, dt, sc, sc, d) + plan_gemm_s(c, dt, sc, d, sc));
     double e = act_bytes(dt), spd = l->sp ? t : 1;
-    /* the softmax's scores: scale and mask, softmax, dropout: about four passes over (s, s) a head */
-    double softmax = l->mbs * heads * s * s * e * 4.0 / c->hbm_bw;
+    /* the softmax's scores: scale and mask, softmax, dropout: about four passes over (s, s) a head (a
+     * C-th of them a cp rank) */
+    double softmax = l->mbs * heads * s * s * e * 4.0 / c->hbm_bw / C;
     /* two norms, two bias-dropout-residuals (the residual stream's tokens, / t with sequence
      * parallelism), and the MLP's bias and activation on f/t columns */
     double elementwise = (T * h * e * 12.0 / spd + T * f * e * 4.0) / c->hbm_bw;
@@ -277,11 +299,41 @@ static layer_cost layer_time(const plan_job *j, const plan_cluster *c, const pla
     plan_group_link(c, l, PLAN_GROUP_TP, &bw, &lat);
     double one = plan_allreduce_s(T * h * e, l->tp, bw, lat); /* = all-gather + reduce-scatter's volume */
     r.tp_comm = one * (4.0 + (l->recompute == PLAN_RC_FULL ? 2.0 : 0.0));
+    r.cp_flight = r.cp_exposed = 0;
+    if (C > 1) {
+        /* the rows a rank's exchange moves: Megatron sends k and v; trident's p2p and all_gather the
+         * fused q|k|v rows (k|v with grouped queries), its a2a q, k, v and the output */
+        double kvw = 2 * kv;
+        if (c->trident_cpu && l->cp_comm != PLAN_CP_A2A && !gpt_gqa(g)) kvw = 3 * q;
+        plan_group_link(c, l, PLAN_GROUP_CP, &bw, &lat);
+        plan_cp_exchange_s(l->cp_comm, C, T * kvw * e, T * 2 * q * e, core / C, bw, lat, l->recompute != PLAN_RC_NONE,
+                           c->trident_cpu, &r.cp_flight, &r.cp_exposed);
+    }
     return r;
 }
 
-/* Parameters of a stage holding `layers` layers (and the embedding on the first, the output
- * layer's copy on the last when the pipeline has more than one stage). */
+void plan_cp_exchange_s(plan_cp_comm type, int cp, double kv_bytes, double qo_bytes, double block_s, double bw,
+                        double lat, int redo, int twice_bwd, double *flight, double *exposed)
+{
+    *flight = *exposed = 0;
+    if (cp <= 1) return;
+    double fwd, fwd_x, bwd, bwd_x;
+    if (type == PLAN_CP_P2P) {
+        double step = kv_bytes / bw + lat, step2 = 2.0 * kv_bytes / bw + lat; /* backward: k, v and dk, dv */
+        fwd = (cp - 1) * step, fwd_x = (cp - 1) * fmax(0.0, step - block_s);
+        bwd = (cp - 1) * step2 + step, bwd_x = (cp - 1) * fmax(0.0, step2 - 2.0 * block_s) + step; /* + the hop home */
+    } else if (type == PLAN_CP_ALL_GATHER) {
+        double ag = plan_allgather_s(cp * kv_bytes, cp, bw, lat); /* = the gradients' reduce-scatter */
+        fwd = fwd_x = ag;
+        bwd = bwd_x = 2.0 * ag;
+    } else { /* a2a: four all-to-alls, (cp - 1) / cp of the rows each leaving */
+        fwd = fwd_x = (kv_bytes + qo_bytes) * (cp - 1) / cp / bw + 4.0 * (cp - 1) * lat;
+        bwd = bwd_x = (twice_bwd ? 2.0 : 1.0) * fwd;
+    }
+    *flight = fwd * (1 + redo) + bwd;
+    *exposed = fwd_x * (1 + redo) + bwd_x;
+}
+
 /* The share of the model's layers that are MoE (--moe-layer-freq; 0 dense). */
 static double moe_share(const gpt_config *g)
 {
@@ -328,6 +380,12 @@ static double stage_params_ep(const gpt_config *g, int tp, int ep, int layers, i
 }
 
 
+/* The trainer's PS_CP_* of a comm type. */
+static int cp_comm_ps(plan_cp_comm t)
+{
+    return t == PLAN_CP_A2A ? PS_CP_A2A : t == PLAN_CP_ALL_GATHER ? PS_CP_ALL_GATHER : PS_CP_P2P;
+}
+
 /* trident's own trainer on CPUs: its memory model (src/train/memory.c, the one the trainer
  * prints and checks itself against), for the first and the last pipeline rank, the larger. */
 static void trident_memory(const plan_job *j, const plan_cluster *c, const plan_layout *l, int m, plan_result *r)
@@ -340,7 +398,8 @@ static void trident_memory(const plan_job *j, const plan_cluster *c, const plan_
         memset(&ml, 0, sizeof ml);
         ml.cfg = j->cfg;
         ml.tp = l->tp, ml.dp = l->dp, ml.ep = ep_of(l), ml.mbs = l->mbs, ml.nchunks = l->vp;
-        ml.distributed_optimizer = l->distopt && l->dp > 1;
+        ml.cp = cp_of(l), ml.cp_comm = cp_comm_ps(l->cp_comm);
+        ml.distributed_optimizer = l->distopt && dpcp_of(l) > 1;
         ml.sequence_parallel = l->sp && l->tp > 1;
         ml.recompute = l->recompute == PLAN_RC_FULL ? MEM_RECOMPUTE_FULL
                        : l->recompute == PLAN_RC_SELECTIVE ? MEM_RECOMPUTE_SELECTIVE : MEM_RECOMPUTE_NONE;
@@ -372,11 +431,26 @@ static void megatron_memory(const plan_job *j, const plan_cluster *c, const plan
 {
     const gpt_config *g = &j->cfg;
     int Ls = g->num_layers / l->pp;
-    double e = act_bytes(j->dtype), T = (double)l->mbs * g->seq, V = g->padded_vocab / (double)l->tp;
+    int C = cp_of(l);
+    double e = act_bytes(j->dtype), T = l->mbs * seq_l(j, l), V = g->padded_vocab / (double)l->tp;
     double state = j->dtype ? 12.0 : 8.0, edp = (double)(l->dp / ep_of(l));
-    double dense_div = l->distopt ? l->dp : 1, expert_div = l->distopt ? edp : 1;
-    double acts_layer = plan_layer_act_bytes(g, l->mbs, l->tp, l->sp, l->recompute) * (j->dtype ? 1.0 : 2.0);
-    double work = l->recompute == PLAN_RC_FULL ? plan_layer_act_bytes(g, l->mbs, l->tp, l->sp, PLAN_RC_NONE) : 0;
+    double dense_div = l->distopt ? dpcp_of(l) : 1, expert_div = l->distopt ? edp : 1;
+    /* context parallelism: a layer's activations of s / C positions, the scores' term of its s / C
+     * queries against all s keys (C times the formula's at s / C) */
+    gpt_config gc = *g;
+    gc.seq = g->seq / C;
+    double scores = plan_layer_act_bytes(&gc, l->mbs, l->tp, l->sp, PLAN_RC_NONE) -
+                    plan_layer_act_bytes(&gc, l->mbs, l->tp, l->sp, PLAN_RC_SELECTIVE);
+    double acts_layer = (plan_layer_act_bytes(&gc, l->mbs, l->tp, l->sp, l->recompute) +
+                         (l->recompute == PLAN_RC_NONE ? (C - 1) * scores : 0)) * (j->dtype ? 1.0 : 2.0);
+    double work = l->recompute == PLAN_RC_FULL ? plan_layer_act_bytes(&gc, l->mbs, l->tp, l->sp, PLAN_RC_NONE) + (C - 1) * scores : 0;
+    if (C > 1) { /* the exchange's buffers, as the trainer carves them (in its fp32; here the activations' bytes) */
+        mem_layout ml;
+        memset(&ml, 0, sizeof ml);
+        ml.cfg = *g, ml.tp = l->tp, ml.mbs = l->mbs, ml.cp = C, ml.cp_comm = cp_comm_ps(l->cp_comm);
+        ml.sequence_parallel = l->sp && l->tp > 1;
+        work += mem_cp_exchange_bytes(&ml) * e / 4.0;
+    }
     double logits = T * V * (4.0 + e); /* the fp32 softmax and the 16-bit logits of one micro-batch */
     double params[2], opt[2], acts[2];
     for (int k = 0; k < 2; k++) { /* 0: the first stage, 1: the last */
@@ -411,7 +485,7 @@ static void pipeline_transfers(const plan_job *j, const plan_cluster *c, const p
                                plan_result *r)
 {
     const gpt_config *g = &j->cfg;
-    double T = (double)l->mbs * g->seq, V = g->padded_vocab / (double)l->tp, h = g->hidden, e = act_bytes(j->dtype);
+    double T = l->mbs * seq_l(j, l), V = g->padded_vocab / (double)l->tp, h = g->hidden, e = act_bytes(j->dtype);
     double bw, lat, tbw, tlat;
     int cross = plan_group_link(c, l, PLAN_GROUP_PP, &bw, &lat) > 1;
     plan_group_link(c, l, PLAN_GROUP_TP, &tbw, &tlat);
@@ -438,8 +512,8 @@ static void dp_flat(const plan_cluster *c, const plan_layout *l, double S, doubl
 {
     double bw, lat;
     plan_group_link(c, l, PLAN_GROUP_DP, &bw, &lat);
-    *red = l->distopt ? plan_allgather_s(S, l->dp, bw, lat) : plan_allreduce_s(S, l->dp, bw, lat);
-    *gat = l->distopt ? plan_allgather_s(G, l->dp, bw, lat) : 0;
+    *red = l->distopt ? plan_allgather_s(S, dpcp_of(l), bw, lat) : plan_allreduce_s(S, dpcp_of(l), bw, lat);
+    *gat = l->distopt ? plan_allgather_s(G, dpcp_of(l), bw, lat) : 0;
 }
 
 /* Hierarchical (src/comm/hier.c), k ranks of the group on each of N nodes: a reduce-scatter over
@@ -531,8 +605,21 @@ int plan_evaluate(const plan_job *j, const plan_cluster *c, const plan_layout *l
     int m = (int)(j->gbs / ((int64_t)l->mbs * l->dp));
     if (l->vp > 1 && m % l->pp) BAD("the interleaved schedule needs the micro-batches (%d) divisible by %d", m, l->pp);
     if (l->sp && l->tp > 1 && g->seq % l->tp) BAD("--seq-length is not divisible by the tensor-parallel size");
+    int C = cp_of(l);
+    if (C > 1) {
+        if (g->seq % (2 * C))
+            BAD("--seq-length %d is not divisible by 2 x --context-parallel-size %d (each sequence is cut into %d "
+                "equal chunks)", g->seq, C, 2 * C);
+        if (l->cp_comm == PLAN_CP_A2A && ((g->heads / l->tp) % C || (gpt_groups(g) / l->tp) % C))
+            BAD("--cp-comm-type a2a splits each tensor-parallel rank's %d attention heads and %d key/value groups "
+                "over --context-parallel-size %d ranks: give sizes that divide them", g->heads / l->tp,
+                gpt_groups(g) / l->tp, C);
+        if (l->sp && l->tp > 1 && (g->seq / C) % l->tp)
+            BAD("--seq-length / --context-parallel-size is not divisible by the tensor-parallel size");
+        if (gpt_moe(g)) BAD("--context-parallel-size %d does not work with mixture of experts (--num-experts) yet", C);
+    }
     r->micro = m;
-    int n = l->tp * l->pp * l->dp, Ls = g->num_layers / l->pp;
+    int n = l->tp * C * l->pp * l->dp, Ls = g->num_layers / l->pp;
     if (c->nodes > 0 && n > c->nodes * c->gpus_per_node)
         BAD("the layout needs %d devices; cluster %s has %d (%d node%s of %d)", n, c->name, c->nodes * c->gpus_per_node,
             c->nodes, c->nodes == 1 ? "" : "s", c->gpus_per_node);
@@ -555,17 +642,19 @@ int plan_evaluate(const plan_job *j, const plan_cluster *c, const plan_layout *l
         lc.recompute += share * (lm.recompute - lc.recompute), lc.tp_comm += share * (lm.tp_comm - lc.tp_comm);
         lc.ep_comm = share * lm.ep_comm;
     }
-    double T = (double)l->mbs * g->seq, V = g->padded_vocab / (double)l->tp, h = g->hidden;
+    double T = l->mbs * seq_l(j, l), V = g->padded_vocab / (double)l->tp, h = g->hidden;
     double head_fwd = plan_gemm_s(c, j->dtype, T, V, h) + T * V * 4.0 * 3.0 / c->hbm_bw; /* logits, fp32 softmax */
     if (gpt_head_transform(g)) /* the head's transform (dense h -> h, replicated; a pooler is B rows) */
         head_fwd += plan_gemm_s(c, j->dtype, T / (l->sp ? l->tp : 1), h, h);
     double head = (gpt_lora(g) ? 2.0 : 3.0) * head_fwd; /* LoRA: the frozen output layer's input gradient only */
-    double per_micro = Ls * (lc.fwd + lc.bwd + lc.recompute + lc.tp_comm + lc.ep_comm) + head;
+    double per_micro = Ls * (lc.fwd + lc.bwd + lc.recompute + lc.tp_comm + lc.ep_comm + lc.cp_exposed) + head;
     r->t_compute = m * (Ls * (lc.fwd + lc.bwd + lc.recompute) + head);
     r->t_recompute = m * Ls * lc.recompute;
     r->t_tp = m * Ls * lc.tp_comm;
     r->x_tp = r->t_tp;
     r->t_ep = m * Ls * lc.ep_comm;
+    r->t_cp = m * Ls * lc.cp_flight;
+    r->x_cp = m * Ls * lc.cp_exposed;
     /* fill and drain: a micro-batch's forward through the p - 1 stages before the last and its
      * backward back through them, stages of layers only (the last, with the output layer, is the
      * one the steady state waits on) */
@@ -574,7 +663,7 @@ int plan_evaluate(const plan_job *j, const plan_cluster *c, const plan_layout *l
     if (l->pp > 1) pipeline_transfers(j, c, l, m, gbytes, r);
     /* data parallelism: the stage's gradients, reduced (or reduce-scattered and all-gathered) */
     double X, P = stage_params_ep(g, l->tp, ep, Ls, l->pp == 1, 1, l->pp, &X);
-    if (l->dp > 1) {
+    if (dpcp_of(l) > 1) {
         /* the hide windows: the last micro-batch's backward, the first one's forward, of a stage */
         double bwd = Ls * (lc.bwd + lc.recompute), fwd = Ls * lc.fwd;
         double one = l->pp == 1; /* a single stage holds the output layer too */
@@ -591,9 +680,9 @@ int plan_evaluate(const plan_job *j, const plan_cluster *c, const plan_layout *l
     }
     /* Adam: read the grads, master weights and moments, write them and the 16-bit copy */
     if (gpt_lora(g)) P = stage_trained(g, l->tp, Ls, l->pp == 1, 1), X = 0; /* LoRA: Adam steps the adapters */
-    double shard = l->distopt ? (P - X) / l->dp + X / (l->dp / ep) : P;
+    double shard = l->distopt ? (P - X) / dpcp_of(l) + X / (l->dp / ep) : P;
     r->t_optimizer += shard * (j->dtype ? 30.0 : 28.0) / c->hbm_bw;
-    r->iter_s = r->t_compute + r->t_tp + r->t_ep + r->t_bubble + r->t_p2p + r->t_dp + r->t_optimizer;
+    r->iter_s = r->t_compute + r->t_tp + r->t_ep + r->x_cp + r->t_bubble + r->t_p2p + r->t_dp + r->t_optimizer;
     r->flops = gpt_flops_per_iteration(g, j->gbs, l->recompute == PLAN_RC_FULL);
     r->tflops_per_gpu = r->flops / r->iter_s / n / 1e12;
     r->mfu = r->tflops_per_gpu * 1e12 / c->peak[j->dtype];
@@ -621,26 +710,33 @@ int plan_search(const plan_job *j, const plan_cluster *c, int n, const plan_layo
     plan_result *all = NULL;
     plan_search_why w;
     memset(&w, 0, sizeof w);
+    plan_cp_comm cpc = opts ? opts->cp_comm : PLAN_CP_P2P;
     for (int tp = 1; tp <= c->gpus_per_node && tp <= n; tp *= 2)
-        for (int pp = 1; pp <= g->num_layers && tp * pp <= n; pp++) {
-            if (n % (tp * pp) || g->num_layers % pp) continue;
-            int dp = n / (tp * pp);
+        for (int cp = 1; tp * cp <= n; cp++) {
+            /* context parallelism: sizes dividing the devices that cut each sequence into 2 cp equal
+             * chunks (and a2a: the heads and groups of a tp rank); none with experts */
+            if (n % (tp * cp) || g->seq % (2 * cp)) continue;
+            if (cp > 1 && (gpt_moe(g) || (cpc == PLAN_CP_A2A && ((g->heads / tp) % cp || (gpt_groups(g) / tp) % cp))))
+                continue;
+        for (int pp = 1; pp <= g->num_layers && tp * cp * pp <= n; pp++) {
+            if (n % (tp * cp * pp) || g->num_layers % pp) continue;
+            int dp = n / (tp * cp * pp);
             if (j->gbs % dp) {
                 if (w.batch_refused++ == 0 || dp < w.batch_dp) w.batch_dp = dp;
                 continue;
             }
             int64_t per = j->gbs / dp;
-            for (int mbs = 1; mbs <= per && mbs <= 16; mbs++) {
+            for (int mbs = 1; mbs <= per && mbs <= (cp > 1 ? 1 : 16); mbs++) { /* cp: long sequences, one a micro-batch */
                 if (per % mbs) continue;
                 for (int vp = 1; vp <= (pp > 1 ? g->num_layers / pp : 1); vp++) {
                     if ((g->num_layers / pp) % vp) continue;
                     if (vp > 1 && vp != 2 && vp != 3 && vp != 4 && vp != 6 && vp != 8) continue;
                     for (int rc = 0; rc < 3; rc++)
                         for (int sp = 0; sp <= (tp > 1); sp++)
-                            for (int dop = 0; dop <= (dp > 1); dop++)
+                            for (int dop = 0; dop <= (dp * cp > 1); dop++)
                             for (int ep = 1; ep <= (gpt_moe(g) ? dp : 1); ep *= 2) { /* experts: powers of 2 */
                                 if (gpt_moe(g) && (dp % ep || g->num_experts % ep)) continue;
-                                plan_layout l = {tp, pp, dp, vp, mbs, (plan_recompute)rc, sp, dop, dp > 1, 0, PLAN_DP_AUTO, 0, 0, ep, 0};
+                                plan_layout l = {tp, pp, dp, vp, mbs, (plan_recompute)rc, sp, dop, dp * cp > 1, 0, PLAN_DP_AUTO, 0, 0, ep, 0, cp, cpc};
                                 if (opts) {
                                     l.no_scatter_gather = opts->no_scatter_gather;
                                     l.dp_collectives = opts->dp_collectives;
@@ -666,6 +762,7 @@ int plan_search(const plan_job *j, const plan_cluster *c, int n, const plan_layo
                 }
             }
         }
+        }
     if (why) *why = w;
     if (found) qsort(all, (size_t)found, sizeof *all, by_time);
     for (int i = 0; i < found && i < cap; i++) out[i] = all[i];
@@ -688,6 +785,11 @@ void plan_layout_flags(const plan_layout *l, int num_layers, char *out, size_t l
     if (l->bucket_elems > 0) {
         size_t used = strlen(more);
         snprintf(more + used, sizeof more - used, " --ddp-bucket-size %.0f", l->bucket_elems);
+    }
+    if (cp_of(l) > 1) {
+        size_t used = strlen(more);
+        snprintf(more + used, sizeof more - used, " --context-parallel-size %d --cp-comm-type %s", cp_of(l),
+                 l->cp_comm == PLAN_CP_A2A ? "a2a" : l->cp_comm == PLAN_CP_ALL_GATHER ? "all_gather" : "p2p");
     }
     if (ep_of(l) > 1) {
         size_t used = strlen(more);

@@ -179,6 +179,17 @@ void mem_predict(const mem_layout *l, mem_prediction *p)
     p->total = p->params + p->grads + p->optimizer + p->acts + p->workspace + p->lowp + p->comm;
 }
 
+double mem_cp_exchange_bytes(const mem_layout *l)
+{
+    if (cp_of(l) <= 1) return 0;
+    gpt_config local = l->cfg;
+    local.seq = (int)seq_of(l);
+    gpt_layout_bytes with, without;
+    gpt_layout_bytes_of(&l->cfg, l->tp, cp_of(l), l->cp_comm, ep_of(l), l->sequence_parallel, l->mbs, l->lowp, 0, &with);
+    gpt_layout_bytes_of(&local, l->tp, 1, l->cp_comm, ep_of(l), l->sequence_parallel, l->mbs, l->lowp, 0, &without);
+    return with.scratch - without.scratch;
+}
+
 void mem_describe(const mem_prediction *p, const mem_layout *l, char *out, size_t len)
 {
     int inflight = 0;

@@ -172,7 +172,16 @@ printf '{"base": "dgx-h100", "reserved_gib": 90}\n' >reserved.json
 expect2 "reserved_gib 90 leaves nothing of memory_gib 80 for a model" "${M[@]}" --num-gpus 8 --cluster reserved.json
 expect2 "--num-gpus 32 is more than cluster two_nodes.json has: 16 (2 nodes of 8)" "${M[@]}" --num-gpus 32   --cluster two_nodes.json
 G=(--num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-length 1024 --vocab-size 50257 --bf16 --cluster dgx-h100)
-expect2 "no layout of 64 devices divides --global-batch-size 99: .* give a batch divisible by 2" "${G[@]}"   --global-batch-size 99 --num-gpus 64
+# (seq 1022: no context-parallel size > 1 dividing 64 cuts it into 2 cp equal chunks, so dp >= 2)
+expect2 "no layout of 64 devices divides --global-batch-size 99: .* give a batch divisible by 2" "${G[@]/1024/1022}" --global-batch-size 99 --num-gpus 64
+# context parallelism: seq 1024 cut 2 cp ways, so the batch of 99 goes to dp 1 by cp
+if out=$("$TRIDENT" plan "${G[@]}" --global-batch-size 99 --num-gpus 64 --top 1) &&
+   grep -q "^train with: .*--context-parallel-size [0-9]* --cp-comm-type p2p" <<<"$out"; then ok "search over cp: $(tail -n 1 <<<"$out")"
+else bad "search over cp: $out"; fi
+expect2 "--seq-length 1024 is not divisible by 2 x --context-parallel-size 3" "${G[@]}" --global-batch-size 8 --num-gpus 6 --context-parallel-size 3
+expect2 "--cp-comm-type a2a splits each tensor-parallel rank's 12 attention heads and 12 key/value groups over --context-parallel-size 8" \
+        "${G[@]}" --global-batch-size 8 --num-gpus 8 --context-parallel-size 8 --cp-comm-type a2a
+expect2 "--cp-comm-type 'ring' is not one of a2a|all_gather|p2p" "${G[@]}" --global-batch-size 8 --num-gpus 8 --cp-comm-type ring
 out=$("$TRIDENT" plan "${M[@]}" --global-batch-size 64 --num-gpus 8 --cluster dgx-h100 2>&1); rc=$?
 if [ $rc = 1 ] && [ "$(grep -c "^error: " <<<"$out")" = 1 ] &&
    grep -q "no layout of 8 devices fits 80 GiB a device (the least needs [0-9.]* GiB)" <<<"$out"; then
@@ -191,5 +200,18 @@ if out=$("$TRIDENT" plan "${MOE[@]}" --num-gpus 16 --expert-model-parallel-size 
    python3 -c 'import json, sys; v = json.loads(sys.argv[1]); b = v["breakdown_s"]; t = sum(x for k, x in b.items() if k != "recompute"); sys.exit(not (b["expert_parallel"] > 0 and abs(t - v["iteration_s"]) <= 1e-5 * v["iteration_s"]))' "$js"
 then ok "moe: header, ep exchange's share: $(grep -o 'time:.*' <<<"$out" | cut -c1-200)..."
 else bad "moe: header / time shares: $out ${js:-}"; fi
+# a context-parallel layout evaluated: the row names cp and its comm type, the time line the
+# exchange (its share among parts adding up to the iteration), the exposed line its cp figure;
+# --json: cp_exposed_ms, cp_inflight_ms, and breakdown_s's parts (context_parallel among them) sum to iteration_s
+for T in p2p all_gather a2a; do
+if out=$("$TRIDENT" plan "${G[@]}" --global-batch-size 8 --num-gpus 8 --context-parallel-size 4 --cp-comm-type $T --explain) &&
+   grep -q "cp 4 $T\$" <<<"$out" && grep -q "context-parallel exchange [0-9.]* ([0-9]*%; $T, [0-9.]* in flight, [0-9]*% hidden)" <<<"$out" &&
+   grep -q "exposed communication (ms): .*, cp [0-9.]* (flat over dp x cp)" <<<"$out" &&
+   python3 -c 'import re, sys; s = sum(int(x) for x in re.findall(r"\((\d+)%", sys.argv[1].split("time:")[1].split("\n")[0])); sys.exit(not 97 <= s <= 103)' "$out" &&
+   js=$("$TRIDENT" plan "${G[@]}" --global-batch-size 8 --num-gpus 8 --context-parallel-size 4 --cp-comm-type $T --json) &&
+   python3 -c 'import json, sys; v = json.loads(sys.argv[1]); b = v["breakdown_s"]; t = sum(x for k, x in b.items() if k != "recompute"); sys.exit(not (v["context_parallel_size"] == 4 and v["cp_comm_type"] == sys.argv[2] and b["context_parallel"] > 0 and abs(b["context_parallel"] * 1e3 - v["cp_exposed_ms"]) <= 1e-5 * v["cp_exposed_ms"] and v["cp_inflight_ms"] >= v["cp_exposed_ms"] and v["data_parallel_size"] == 2 and abs(t - v["iteration_s"]) <= 1e-5 * v["iteration_s"]))' "$js" $T
+then ok "cp 4 $T: $(grep -o 'context-parallel exchange.*' <<<"$out")"
+else bad "cp 4 $T: $out ${js:-}"; fi
+done
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

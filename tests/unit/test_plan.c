@@ -90,7 +90,7 @@ static void memory_per_parameter(void **state)
     plan_job j = gpt(8, 1024, 16, 64);
     plan_result r;
     char err[256];
-    plan_layout l = {1, 1, 8, 1, 1, PLAN_RC_NONE, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0, 1, 0};
+    plan_layout l = {1, 1, 8, 1, 1, PLAN_RC_NONE, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0, 1, 0, 1, PLAN_CP_P2P};
     assert_int_equal(plan_evaluate(&j, &c, &l, &r, err, sizeof err), 0);
     double P = r.m_params / 2;
     close_to(r.m_params + r.m_grads + r.m_optimizer, 18 * P, 1e-12);
@@ -98,7 +98,7 @@ static void memory_per_parameter(void **state)
     assert_int_equal(plan_evaluate(&j, &c, &l, &r, err, sizeof err), 0);
     close_to(r.m_params + r.m_grads + r.m_optimizer, (6 + 12.0 / 8) * P, 1e-12);
     /* impossible layouts are refused with a reason */
-    plan_layout bad = {3, 1, 1, 1, 1, PLAN_RC_NONE, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0, 1, 0};
+    plan_layout bad = {3, 1, 1, 1, 1, PLAN_RC_NONE, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0, 1, 0, 1, PLAN_CP_P2P};
     assert_int_equal(plan_evaluate(&j, &c, &bad, &r, err, sizeof err), -1);
     assert_non_null(strstr(err, "tensor-model-parallel"));
 }
@@ -126,7 +126,7 @@ static plan_result table1_row(const plan_cluster *c, size_t i, int dtype)
     plan_job j = gpt(TABLE1[i].layers, TABLE1[i].hidden, TABLE1[i].heads, TABLE1[i].batch);
     j.dtype = dtype;
     int tp = TABLE1[i].tp, pp = TABLE1[i].pp;
-    plan_layout l = {tp, pp, TABLE1[i].gpus / (tp * pp), 1, 1, PLAN_RC_FULL, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0, 1, 0};
+    plan_layout l = {tp, pp, TABLE1[i].gpus / (tp * pp), 1, 1, PLAN_RC_FULL, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0, 1, 0, 1, PLAN_CP_P2P};
     plan_result r;
     char err[256];
     assert_int_equal(plan_evaluate(&j, c, &l, &r, err, sizeof err), 0);
@@ -232,7 +232,7 @@ static void megatron_table2(void **state)
         plan_result best = {0}, r;
         char err[256];
         for (int vp = 1; vp <= 4; vp++) {
-            plan_layout l = {8, T2[i].pp, T2[i].gpus / (8 * T2[i].pp), vp, 1, PLAN_RC_FULL, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0, 1, 0};
+            plan_layout l = {8, T2[i].pp, T2[i].gpus / (8 * T2[i].pp), vp, 1, PLAN_RC_FULL, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0, 1, 0, 1, PLAN_CP_P2P};
             if (plan_evaluate(&j, &c, &l, &r, err, sizeof err) == 0 && r.fits && r.tflops_per_gpu > best.tflops_per_gpu)
                 best = r;
         }
@@ -258,7 +258,7 @@ static void megatron_interleaving(void **state)
         plan_job j = gpt(96, 12288, 96, batch);
         plan_result a, b;
         char err[256];
-        plan_layout l = {8, 12, 1, 1, 1, PLAN_RC_FULL, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0, 1, 0};
+        plan_layout l = {8, 12, 1, 1, 1, PLAN_RC_FULL, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0, 1, 0, 1, PLAN_CP_P2P};
         assert_int_equal(plan_evaluate(&j, &c, &l, &a, err, sizeof err), 0);
         l.vp = 2;
         assert_int_equal(plan_evaluate(&j, &c, &l, &b, err, sizeof err), 0);
@@ -282,7 +282,7 @@ static void megatron_tp_pp(void **state)
         int best_tp = 0;
         printf("  162.2B, 64 GPUs, batch %3d:", batch);
         for (int tp = 2; tp <= 32; tp *= 2) {
-            plan_layout l = {tp, 64 / tp, 1, 1, 1, PLAN_RC_FULL, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0, 1, 0};
+            plan_layout l = {tp, 64 / tp, 1, 1, 1, PLAN_RC_FULL, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0, 1, 0, 1, PLAN_CP_P2P};
             plan_result r;
             char err[256];
             assert_int_equal(plan_evaluate(&j, &c, &l, &r, err, sizeof err), 0);
@@ -305,7 +305,7 @@ static void trident_cpu_memory(void **state)
     j.cfg.seq = j.cfg.max_pos = 128;
     j.cfg.vocab = 50257, j.cfg.padded_vocab = 50304;
     j.dtype = 0;
-    plan_layout l = {1, 1, 2, 1, 2, PLAN_RC_NONE, 0, 1, 0, 0, PLAN_DP_AUTO, 0, 0, 1, 0};
+    plan_layout l = {1, 1, 2, 1, 2, PLAN_RC_NONE, 0, 1, 0, 0, PLAN_DP_AUTO, 0, 0, 1, 0, 1, PLAN_CP_P2P};
     plan_result r;
     char err[256];
     assert_int_equal(plan_evaluate(&j, &c, &l, &r, err, sizeof err), 0);
@@ -335,7 +335,7 @@ static void mixture_of_experts(void **state)
     plan_result r;
     char err[256];
     for (int ep = 1; ep <= 4; ep *= 4) {
-        plan_layout l = {1, 1, 8, 1, 1, PLAN_RC_NONE, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0, ep, 0};
+        plan_layout l = {1, 1, 8, 1, 1, PLAN_RC_NONE, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0, ep, 0, 1, PLAN_CP_P2P};
         assert_int_equal(plan_evaluate(&j, &c, &l, &r, err, sizeof err), 0);
         double want = (double)gpt_stage_numel(&j.cfg, 1, ep, 0, 4, 1, 1);
         printf("ep %d: the plan's parameters %.0f, the model's table %.0f\n", ep, r.m_params / 4, want);
@@ -343,7 +343,7 @@ static void mixture_of_experts(void **state)
         if (ep == 1) assert_true(r.t_ep == 0);
     }
     double T = 128, h = 256, e = 4, bw, lat;
-    plan_layout l = {1, 1, 8, 1, 1, PLAN_RC_NONE, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0, 4, 0};
+    plan_layout l = {1, 1, 8, 1, 1, PLAN_RC_NONE, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0, 4, 0, 1, PLAN_CP_P2P};
     plan_group_link(&c, &l, PLAN_GROUP_EP, &bw, &lat);
     assert_int_equal(plan_evaluate(&j, &c, &l, &r, err, sizeof err), 0);
     double layers = 2, micro = 64 / 8; /* 2 MoE layers of 4, 8 micro-batches */
@@ -359,7 +359,7 @@ static void mixture_of_experts(void **state)
     for (int i = 0; i < found && i < 64; i++) with_ep += top[i].l.ep > 1;
     assert_true(with_ep > 0);
     c.trident_cpu = 1;
-    plan_layout tp2 = {2, 1, 4, 1, 1, PLAN_RC_NONE, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0, 1, 0};
+    plan_layout tp2 = {2, 1, 4, 1, 1, PLAN_RC_NONE, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0, 1, 0, 1, PLAN_CP_P2P};
     assert_int_equal(plan_evaluate(&j, &c, &tp2, &r, err, sizeof err), 0);
     tp2.ep = 2;
     assert_int_equal(plan_evaluate(&j, &c, &tp2, &r, err, sizeof err), 0);
@@ -410,7 +410,7 @@ static void moe_distributed_optimizer(void **state)
     plan_result r;
     char err[256];
     for (int ep = 1; ep <= 8; ep *= 2) {
-        plan_layout l = {2, 4, 8, 1, 1, PLAN_RC_SELECTIVE, 1, 1, 1, 0, PLAN_DP_AUTO, 0, 0, ep, 0};
+        plan_layout l = {2, 4, 8, 1, 1, PLAN_RC_SELECTIVE, 1, 1, 1, 0, PLAN_DP_AUTO, 0, 0, ep, 0, 1, PLAN_CP_P2P};
         assert_int_equal(plan_evaluate(&j, &c, &l, &r, err, sizeof err), 0);
         double X, P = mixtral_params(2, ep, 8, 1, 0, &X), XL, PL = mixtral_params(2, ep, 8, 0, 1, &XL);
         int last = fabs(r.m_params - 2 * PL) < 0.5; /* the busiest stage: the first or the last */
@@ -425,7 +425,7 @@ static void moe_distributed_optimizer(void **state)
         close_to(r.m_grads, 4 * P, 1e-12);
     }
     /* the layout listed at 79.5 GiB */
-    plan_layout l = {1, 2, 32, 4, 2, PLAN_RC_SELECTIVE, 0, 1, 1, 0, PLAN_DP_AUTO, 0, 0, 4, 0};
+    plan_layout l = {1, 2, 32, 4, 2, PLAN_RC_SELECTIVE, 0, 1, 1, 0, PLAN_DP_AUTO, 0, 0, 4, 0, 1, PLAN_CP_P2P};
     assert_int_equal(plan_evaluate(&j, &c, &l, &r, err, sizeof err), 0);
     double X, P = mixtral_params(1, 4, 16, 1, 0, &X);
     close_to(r.m_params, 2 * P, 1e-12);
@@ -466,7 +466,7 @@ static void placement_links(void **state)
                       .gemm_half = 16, .trident_cpu = 1};
     double bw, lat;
     /* tp 2 x dp 2: tp pairs {0,1} {2,3} inside the nodes, dp pairs {0,2} {1,3} across, one rank a node each */
-    plan_layout tp2dp2 = {2, 1, 2, 1, 1, PLAN_RC_NONE, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0, 1, 0};
+    plan_layout tp2dp2 = {2, 1, 2, 1, 1, PLAN_RC_NONE, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0, 1, 0, 1, PLAN_CP_P2P};
     assert_int_equal(plan_group_link(&c, &tp2dp2, PLAN_GROUP_TP, &bw, &lat), 1);
     assert_true(bw == 4e9 && lat == 2e-6);
     assert_int_equal(plan_group_link(&c, &tp2dp2, PLAN_GROUP_DP, &bw, &lat), 2);
@@ -474,32 +474,32 @@ static void placement_links(void **state)
     /* dp 4: one ring over both nodes, two of its ranks a node: the ring crosses each node's link
      * once, so it has the whole node's 100 MB/s; Megatron's GPUs (a NIC each): the ring's two
      * devices a node cross on both their NICs (NCCL's channels), 2 x 50 as well */
-    plan_layout dp4 = {1, 1, 4, 1, 1, PLAN_RC_NONE, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0, 1, 0};
+    plan_layout dp4 = {1, 1, 4, 1, 1, PLAN_RC_NONE, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0, 1, 0, 1, PLAN_CP_P2P};
     assert_int_equal(plan_group_link(&c, &dp4, PLAN_GROUP_DP, &bw, &lat), 2);
     assert_true(bw == 100e6);
     c.trident_cpu = 0;
     plan_group_link(&c, &dp4, PLAN_GROUP_DP, &bw, &lat);
     assert_true(bw == 100e6);
     /* ... but a tensor-parallel group across nodes and the pipeline's sends keep one device's 50 */
-    plan_layout tp4x = {4, 1, 1, 1, 1, PLAN_RC_NONE, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0, 1, 0};
+    plan_layout tp4x = {4, 1, 1, 1, 1, PLAN_RC_NONE, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0, 1, 0, 1, PLAN_CP_P2P};
     assert_int_equal(plan_group_link(&c, &tp4x, PLAN_GROUP_TP, &bw, &lat), 2);
     assert_true(bw == 50e6);
-    plan_layout pp4 = {1, 4, 1, 1, 1, PLAN_RC_NONE, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0, 1, 0};
+    plan_layout pp4 = {1, 4, 1, 1, 1, PLAN_RC_NONE, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0, 1, 0, 1, PLAN_CP_P2P};
     assert_int_equal(plan_group_link(&c, &pp4, PLAN_GROUP_PP, &bw, &lat), 2);
     assert_true(bw == 50e6);
     c.trident_cpu = 1;
     /* pp 2 x dp 2 (tp 1): rank = d + 2p, so dp pairs {0,1} {2,3} inside, pp pairs {0,2} {1,3} across */
-    plan_layout pp2dp2 = {1, 2, 2, 1, 1, PLAN_RC_NONE, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0, 1, 0};
+    plan_layout pp2dp2 = {1, 2, 2, 1, 1, PLAN_RC_NONE, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0, 1, 0, 1, PLAN_CP_P2P};
     assert_int_equal(plan_group_link(&c, &pp2dp2, PLAN_GROUP_DP, &bw, &lat), 1);
     assert_int_equal(plan_group_link(&c, &pp2dp2, PLAN_GROUP_PP, &bw, &lat), 2);
     assert_true(bw == 50e6);
     /* tp 4 spans both nodes, two ranks on each: 100 MB/s */
-    plan_layout tp4 = {4, 1, 1, 1, 1, PLAN_RC_NONE, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0, 1, 0};
+    plan_layout tp4 = {4, 1, 1, 1, 1, PLAN_RC_NONE, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0, 1, 0, 1, PLAN_CP_P2P};
     assert_int_equal(plan_group_link(&c, &tp4, PLAN_GROUP_TP, &bw, &lat), 2);
     assert_true(bw == 100e6);
     /* 3 ranks a node, tp 2 (3 is no multiple of 2): the pair {2,3} straddles nodes 1 and 2 */
     c.gpus_per_node = 3, c.nodes = 0;
-    plan_layout tp2dp3 = {2, 1, 3, 1, 1, PLAN_RC_NONE, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0, 1, 0};
+    plan_layout tp2dp3 = {2, 1, 3, 1, 1, PLAN_RC_NONE, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0, 1, 0, 1, PLAN_CP_P2P};
     assert_int_equal(plan_group_link(&c, &tp2dp3, PLAN_GROUP_TP, &bw, &lat), 2);
     assert_true(bw == 50e6 && lat == 1e-4);
     assert_int_equal(plan_group_link(&c, &tp2dp3, PLAN_GROUP_DP, &bw, &lat), 2); /* {0,2,4}: nodes 1, 1, 2 */
@@ -528,11 +528,11 @@ static void placement_links(void **state)
     /* tp 2 x pp 2 across, scatter/gather off: 4 micro-batches, each 32x64 fp32 activations (8192
      * bytes, whole from each tp rank) forward and back at 50 MB/s + 100 us, and the tied
      * embedding's half (64x64 fp32) summed by the first and last stages */
-    plan_layout tp2pp2 = {2, 2, 1, 1, 1, PLAN_RC_NONE, 0, 0, 0, 1, PLAN_DP_AUTO, 0, 0, 1, 0};
+    plan_layout tp2pp2 = {2, 2, 1, 1, 1, PLAN_RC_NONE, 0, 0, 0, 1, PLAN_DP_AUTO, 0, 0, 1, 0, 1, PLAN_CP_P2P};
     assert_int_equal(plan_evaluate(&j, &c, &tp2pp2, &r, err, sizeof err), 0);
     close_to(r.t_p2p, 8 * (8192 / 50e6 + 1e-4) + 16384 / 50e6 + 2e-4, 1e-12);
     /* more devices than the cluster's 2 nodes of 2 */
-    plan_layout dp8 = {1, 1, 8, 1, 1, PLAN_RC_NONE, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0, 1, 0};
+    plan_layout dp8 = {1, 1, 8, 1, 1, PLAN_RC_NONE, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0, 1, 0, 1, PLAN_CP_P2P};
     j.gbs = 8;
     assert_int_equal(plan_evaluate(&j, &c, &dp8, &r, err, sizeof err), -1);
     assert_non_null(strstr(err, "needs 8 devices"));
@@ -569,7 +569,7 @@ static void scatter_gather(void **state)
     plan_result on, off, sp;
     char err[256];
     /* tp 2 inside x pp 2 across, 4 micro-batches: 8 transfers of a 32x64 fp32 activation (8192 bytes) */
-    plan_layout l = {2, 2, 1, 1, 1, PLAN_RC_NONE, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0, 1, 0};
+    plan_layout l = {2, 2, 1, 1, 1, PLAN_RC_NONE, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0, 1, 0, 1, PLAN_CP_P2P};
     assert_int_equal(plan_evaluate(&j, &c, &l, &on, err, sizeof err), 0);
     l.no_scatter_gather = 1;
     assert_int_equal(plan_evaluate(&j, &c, &l, &off, err, sizeof err), 0);
@@ -600,7 +600,7 @@ static void dp_hierarchical(void **state)
     plan_result r;
     char err[256];
     /* dp 4 over 2 nodes of 2: 110336 parameters (placement_links), 441344 bytes of fp32 gradients */
-    plan_layout l = {1, 1, 4, 1, 1, PLAN_RC_NONE, 0, 0, 0, 0, PLAN_DP_FLAT, 0, 0, 1, 0};
+    plan_layout l = {1, 1, 4, 1, 1, PLAN_RC_NONE, 0, 0, 0, 0, PLAN_DP_FLAT, 0, 0, 1, 0, 1, PLAN_CP_P2P};
     double flat = 1.5 * 441344 / 100e6 + 6e-4; /* one ring at the node's 100 MB/s */
     /* in each node a reduce-scatter over 2 (1/2 of 441344 at 4 GB/s + 2 us), the two rails at once
      * an all-reduce of the half (220672 bytes) over 2 nodes at a rank's 50 MB/s (2 (1/2) 220672 /
@@ -635,7 +635,7 @@ static void dp_hierarchical(void **state)
     close_to(r.t_dp, 0.75 * 441344 / 100e6 + 3e-4, 1e-12);
     close_to(r.x_dp, 2 * (0.75 * 441344 / 100e6 + 3e-4), 1e-12);
     /* tp 2 x dp 2: one rank of each dp pair a node: flat whatever is asked */
-    plan_layout tp2dp2 = {2, 1, 2, 1, 1, PLAN_RC_NONE, 0, 0, 0, 0, PLAN_DP_HIER, 0, 0, 1, 0};
+    plan_layout tp2dp2 = {2, 1, 2, 1, 1, PLAN_RC_NONE, 0, 0, 0, 0, PLAN_DP_HIER, 0, 0, 1, 0, 1, PLAN_CP_P2P};
     assert_int_equal(plan_evaluate(&j, &c, &tp2dp2, &r, err, sizeof err), 0);
     close_to(r.t_dp, 226560 / 50e6 + 2e-4, 1e-12);
     assert_false(r.dp_hier);
@@ -649,7 +649,7 @@ static void overlap_buckets(void **state)
     plan_result r;
     char err[256];
     double flat = 1.5 * 441344 / 100e6 + 6e-4;
-    plan_layout l = {1, 1, 4, 1, 1, PLAN_RC_NONE, 0, 0, 1, 0, PLAN_DP_FLAT, 0, 0, 1, 0};
+    plan_layout l = {1, 1, 4, 1, 1, PLAN_RC_NONE, 0, 0, 1, 0, PLAN_DP_FLAT, 0, 0, 1, 0, 1, PLAN_CP_P2P};
     /* one bucket (the default 40M elements holds all 110336): it closes at the end, nothing hides */
     assert_int_equal(plan_evaluate(&j, &c, &l, &r, err, sizeof err), 0);
     close_to(r.t_dp, flat, 1e-12);
@@ -713,7 +713,7 @@ static void lora_time(void **state)
 
     plan_cluster c = {.gpus_per_node = 2, .nodes = 1, .peak = {1e12, 0, 0}, .mem_gib = 80, .hbm_bw = 1e30,
                       .intra_bw = 1e9, .inter_bw = 1e9, .gemm_emax = 1, .gemm_half = 0};
-    plan_layout l = {1, 1, 1, 1, 8, PLAN_RC_NONE, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0, 0, 0};
+    plan_layout l = {1, 1, 1, 1, 8, PLAN_RC_NONE, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0, 0, 0, 1, PLAN_CP_P2P};
     plan_result r;
     char err[256];
     assert_int_equal(plan_evaluate(&j, &c, &l, &r, err, sizeof err), 0);
@@ -770,6 +770,125 @@ static void lora_time(void **state)
     close_to(r.t_compute - tq, tokens * 2 * 3 * 8 * (384.0 + 160 - 128) / 1e12, 1e-9);
 }
 
+/* Context parallelism (--context-parallel-size), worked by hand. The exchange's terms on round
+ * numbers; then a 2-layer GPT (hidden 64, 4 heads of 16, ffn 256, seq 32, vocab 128, fp32) at cp 2
+ * on a shape-blind device (every GEMM at the peak, memory-bound kernels free) whose link is 1 GB/s
+ * and 10 us a message: the compute halves (every GEMM on 16 of the 32 positions, the core a rank's
+ * 16 queries against the 32 keys), the ring's sends, the activations of 16 positions, the
+ * exchange's buffers, the gradients over dp x cp. */
+static void context_parallel(void **state)
+{
+    (void)state;
+    double flight, exposed;
+    /* p2p, cp 4, 1000 bytes of k and v a rank at 1 MB/s, no latency: a step's send 1 ms. A block's
+     * attention 0.5 ms: forward 3 sends, 0.5 ms of each exposed; backward 3 sends of k, v and dk, dv
+     * (2 ms, 1 ms behind two blocks) and the gradients' hop home (1 ms) */
+    plan_cp_exchange_s(PLAN_CP_P2P, 4, 1000, 0, 0.5e-3, 1e6, 0, 0, 0, &flight, &exposed);
+    close_to(flight, 3e-3 + 6e-3 + 1e-3, 1e-12);
+    close_to(exposed, 1.5e-3 + 3e-3 + 1e-3, 1e-12);
+    /* a block of 2 ms hides every step of the ring: only the hop home is exposed */
+    plan_cp_exchange_s(PLAN_CP_P2P, 4, 1000, 0, 2e-3, 1e6, 0, 0, 0, &flight, &exposed);
+    close_to(exposed, 1e-3, 1e-12);
+    /* all_gather, cp 4, 1 ms a message step: the gather of 4 x 1000 bytes, 3/4 of it in 3 steps
+     * (6 ms), forward; backward the gather again and the gradients' reduce-scatter; all blocking */
+    plan_cp_exchange_s(PLAN_CP_ALL_GATHER, 4, 1000, 0, 1, 1e6, 1e-3, 0, 0, &flight, &exposed);
+    close_to(flight, 18e-3, 1e-12);
+    close_to(exposed, 18e-3, 1e-12);
+    /* a2a, cp 4: 1000 bytes of k, v and 2000 of q and the output, 3/4 of them leaving (2.25 ms),
+     * four all-to-alls of 3 steps (12 ms); backward as many (Megatron), twice (trident: q, k, v
+     * exchanged again); recomputation a forward more */
+    plan_cp_exchange_s(PLAN_CP_A2A, 4, 1000, 2000, 1, 1e6, 1e-3, 0, 0, &flight, &exposed);
+    close_to(flight, 2 * 14.25e-3, 1e-12);
+    close_to(exposed, flight, 1e-12);
+    plan_cp_exchange_s(PLAN_CP_A2A, 4, 1000, 2000, 1, 1e6, 1e-3, 1, 1, &flight, &exposed);
+    close_to(flight, 4 * 14.25e-3, 1e-12);
+
+    plan_cluster c = {.gpus_per_node = 4, .nodes = 1, .peak = {1e12, 0, 0}, .mem_gib = 80, .hbm_bw = 1e30,
+                      .intra_bw = 1e9, .intra_lat = 1e-5, .inter_bw = 1e9, .inter_lat = 1e-5, .gemm_emax = 1,
+                      .gemm_half = 0};
+    plan_job j = small_gpt(2);
+    plan_result one, r;
+    char err[256];
+    plan_layout l1 = {1, 1, 1, 1, 1, PLAN_RC_NONE, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0, 1, 0, 1, PLAN_CP_P2P};
+    plan_layout l2 = l1;
+    l2.cp = 2;
+    assert_int_equal(plan_evaluate(&j, &c, &l1, &one, err, sizeof err), 0);
+    assert_int_equal(plan_evaluate(&j, &c, &l2, &r, err, sizeof err), 0);
+    /* every GEMM on 16 positions and the core a C-th: half the compute, the same 2 micro-batches */
+    assert_int_equal(r.micro, 2);
+    close_to(r.t_compute, one.t_compute / 2, 1e-12);
+    /* the ring: a rank's 16 rows of k and v (2 x 64 fp32) are 8192 bytes, 8.192 us + 10 us a send; a
+     * block (4 heads, 16 queries x 16 keys x 16, two products) is 4 x 2 x 8192 FLOPs = 65.536 ns;
+     * forward 1 send, backward 1 send of 16384 bytes behind two blocks and the hop home; 2 layers x
+     * 2 micro-batches */
+    double step = 8192 / 1e9 + 1e-5, step2 = 16384 / 1e9 + 1e-5, block = 4 * 2 * 8192 / 1e12;
+    close_to(r.t_cp, 4 * (step + step2 + step), 1e-12);
+    close_to(r.x_cp, 4 * ((step - block) + (step2 - 2 * block) + step), 1e-12);
+    /* the gradients over dp x cp = 2 (no dp): all-reduced, 2 x 1/2 x 4P bytes + 2 x 10 us */
+    double P = r.m_params / 4;
+    close_to(r.t_dp, 4 * P / 1e9 + 2e-5, 1e-12);
+    close_to(r.iter_s, r.t_compute + r.x_cp + r.t_dp + r.t_optimizer, 1e-12);
+    /* memory: a layer's activations of 16 positions, sbh(34 + 5as/h) with s = 16, b = 1, h = 64
+     * (39936 bytes in 16-bit), and the scores of the 16 queries against all 32 keys, 5 a s s_k b =
+     * 10240 rather than the formula's 5120: 45056, twice in fp32; the logits of 16 positions (fp32
+     * softmax and the fp32 logits, 16 x 128 x 8); the p2p buffers as the trainer carves them: two
+     * blocks of the 16 rows' fused q|k|v (192 floats) and their gradients, the output (16 x 64),
+     * the softmax statistics and D (4 heads x 16): 13440 floats */
+    close_to(r.m_acts, 2 * 2 * 45056.0 + 16 * 128 * 8 + 13440 * 4, 1e-12);
+    mem_layout ml;
+    memset(&ml, 0, sizeof ml);
+    ml.cfg = j.cfg, ml.tp = 1, ml.mbs = 1, ml.cp = 2, ml.cp_comm = PS_CP_P2P;
+    close_to(mem_cp_exchange_bytes(&ml), 13440 * 4, 1e-12);
+    /* the distributed optimizer shards over dp x cp: fp32 Adam's 8 bytes a parameter, halved */
+    l2.distopt = 1;
+    assert_int_equal(plan_evaluate(&j, &c, &l2, &r, err, sizeof err), 0);
+    close_to(r.m_optimizer, 8 * P / 2, 1e-12);
+    char flags[512];
+    plan_layout_flags(&l2, 2, flags, sizeof flags);
+    assert_non_null(strstr(flags, "--context-parallel-size 2 --cp-comm-type p2p"));
+
+    /* the cp group's link: tp 1 x cp 2 x dp 2 on nodes of 2, rank = c + 2 d: cp pairs {0,1} {2,3}
+     * inside the nodes, dp x cp {0,1,2,3} across both */
+    plan_cluster n2 = two_nodes();
+    plan_layout l4 = {1, 1, 2, 1, 1, PLAN_RC_NONE, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0, 1, 0, 2, PLAN_CP_P2P};
+    double bw, lat;
+    assert_int_equal(plan_group_link(&n2, &l4, PLAN_GROUP_CP, &bw, &lat), 1);
+    assert_true(bw == 4e9);
+    assert_int_equal(plan_group_link(&n2, &l4, PLAN_GROUP_DP, &bw, &lat), 2);
+    /* tp 2 x cp 2: cp pairs {0,2} {1,3} across, one rank a node */
+    plan_layout l5 = {2, 1, 1, 1, 1, PLAN_RC_NONE, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0, 1, 0, 2, PLAN_CP_P2P};
+    assert_int_equal(plan_group_link(&n2, &l5, PLAN_GROUP_CP, &bw, &lat), 2);
+    assert_true(bw == 50e6);
+
+    /* refused: 32 positions are not 6 chunks; a2a splitting 4 heads over 8 ranks */
+    l2.distopt = 0, l2.cp = 3;
+    c.gpus_per_node = 8;
+    assert_int_equal(plan_evaluate(&j, &c, &l2, &r, err, sizeof err), -1);
+    assert_non_null(strstr(err, "2 x --context-parallel-size 3"));
+    l2.cp = 8, l2.cp_comm = PLAN_CP_A2A;
+    assert_int_equal(plan_evaluate(&j, &c, &l2, &r, err, sizeof err), -1);
+    assert_non_null(strstr(err, "a2a"));
+    l2.cp_comm = PLAN_CP_P2P;
+    assert_int_equal(plan_evaluate(&j, &c, &l2, &r, err, sizeof err), 0);
+
+    /* the search tries C: on 4 devices cp 1, 2 and 4 (32 positions into 8 chunks), at the options'
+     * comm type (a2a: 4 heads over 4 ranks) */
+    c.gpus_per_node = 4;
+    plan_layout opts;
+    memset(&opts, 0, sizeof opts);
+    opts.cp_comm = PLAN_CP_A2A;
+    j.gbs = 4;
+    static plan_result all[4096];
+    int found = plan_search(&j, &c, 4, &opts, all, 4096, NULL), seen[5] = {0};
+    assert_true(found > 0 && found <= 4096);
+    for (int i = 0; i < found; i++) {
+        assert_true(all[i].l.cp >= 1 && all[i].l.cp <= 4 && all[i].l.cp != 3);
+        assert_true(all[i].l.cp_comm == PLAN_CP_A2A);
+        seen[all[i].l.cp] = 1;
+    }
+    assert_true(seen[1] && seen[2] && seen[4]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -778,7 +897,7 @@ int main(void)
         cmocka_unit_test(megatron_tp_pp),      cmocka_unit_test(trident_cpu_memory), cmocka_unit_test(megatron_table2),
         cmocka_unit_test(placement_links),     cmocka_unit_test(scatter_gather), cmocka_unit_test(dp_hierarchical),
         cmocka_unit_test(overlap_buckets),     cmocka_unit_test(mixture_of_experts),
-        cmocka_unit_test(moe_distributed_optimizer), cmocka_unit_test(lora_time),
+        cmocka_unit_test(moe_distributed_optimizer), cmocka_unit_test(lora_time), cmocka_unit_test(context_parallel),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -13,7 +13,7 @@
 
 /* A cluster: nodes of identical devices. Bandwidths are per device and per direction. Ranks fill
  * the nodes in order (rank r on node r / gpus_per_node), Megatron's rank order over them
- * (rank = tp_rank + tp (dp_rank + dp pp_rank)): a group whose ranks sit on one node uses the intra
+ * (rank = tp_rank + tp (cp_rank + cp (dp_rank + dp pp_rank))): a group whose ranks sit on one node uses the intra
  * figures, one that spans nodes the inter ones (plan_group_link). */
 typedef struct plan_cluster {
     char name[64];
@@ -65,6 +65,9 @@ typedef enum { PLAN_RC_NONE, PLAN_RC_SELECTIVE, PLAN_RC_FULL } plan_recompute;
  * auto takes the cheaper, as the trainer's start-up measurement does. */
 typedef enum { PLAN_DP_AUTO, PLAN_DP_FLAT, PLAN_DP_HIER } plan_dp_collectives;
 
+/* --cp-comm-type: how attention reaches the other context-parallel ranks' keys and values. */
+typedef enum { PLAN_CP_P2P, PLAN_CP_ALL_GATHER, PLAN_CP_A2A } plan_cp_comm;
+
 typedef struct plan_layout {
     int tp, pp, dp;
     int vp;                /* model chunks per pipeline rank (interleaved schedule when > 1) */
@@ -82,6 +85,9 @@ typedef struct plan_layout {
     double bucket_elems;   /* --ddp-bucket-size, gradient elements a bucket; 0: the default 40e6 */
     int ep;                /* a mixture of experts: --expert-model-parallel-size, carved out of dp (0: 1) */
     int ep_alltoall;       /* --moe-token-dispatcher-type alltoall (else allgather) */
+    int cp;                /* --context-parallel-size (0: 1): each sample's sequence split over cp ranks in
+                            * every layer; the rank order tp-cp-dp-pp, gradients reduced over dp x cp */
+    plan_cp_comm cp_comm;  /* --cp-comm-type (0: p2p, Megatron's default) */
 } plan_layout;
 
 /* What a training iteration costs: a model, its batch and dtype. */
@@ -116,6 +122,10 @@ typedef struct plan_result {
     double x_tp, x_pp, x_embd, x_dp;
     double t_ep;           /* a mixture of experts' token exchange over the expert-parallel group (the
                             * critical path's; never hidden: x_ep the same) */
+    /* context parallelism's attention exchange over the cp group, forward and backward (and the
+     * recomputed forward's): t_cp all of it (in flight), x_cp what the critical path waits for (p2p
+     * hides a ring step behind the block attention at hand; all_gather and a2a are blocking) */
+    double t_cp, x_cp;
     int dp_hier;           /* the dp collectives priced hierarchical (trident-cpu, k >= 2 a node) */
     /* memory of the busiest device, bytes */
     double m_params, m_grads, m_optimizer, m_acts, m_other, m_total;
@@ -135,8 +145,23 @@ double plan_layer_act_bytes(const gpt_config *c, int mbs, int tp, int sp, plan_r
 /* Micro-batches whose activations a pipeline's first stage holds at once: min(p, m) for 1F1B,
  * times (1 + (p - 1) / (p v)) interleaved (Megatron's interleaved schedule). */
 double plan_inflight(int pp, int vp, int micro);
+/* Context parallelism's attention exchange for one layer and micro-batch on one rank, in seconds,
+ * over a cp group's link (bw, lat): `flight` all of it, forward, backward and `redo` recomputed
+ * forwards (0, or 1 with selective or full recomputation), and `exposed` what the compute does not
+ * hide. kv_bytes: the key/value rows a rank holds (mbs s/cp of them, the widths its comm type
+ * sends); qo_bytes: its query and output rows (a2a exchanges them too); block_s: one block's
+ * attention forward (a rank's queries against one rank's keys: the core's time / cp). p2p: a ring
+ * of cp - 1 sends of kv_bytes forward, each behind one block's attention; backward cp - 1 sends of
+ * the keys/values and their gradients (2 kv_bytes) behind twice a block, and the gradients' last
+ * hop home. all_gather: the keys/values gathered forward (and again backward), their gradients
+ * reduce-scattered. a2a: four all-to-alls forward (q, k, v to heads, the output back), (cp-1)/cp of
+ * the rows each, as many backward (trident's backward exchanges q, k, v again: twice_bwd). */
+void plan_cp_exchange_s(plan_cp_comm type, int cp, double kv_bytes, double qo_bytes, double block_s, double bw,
+                        double lat, int redo, int twice_bwd, double *flight, double *exposed);
 
-typedef enum { PLAN_GROUP_TP, PLAN_GROUP_PP, PLAN_GROUP_DP, PLAN_GROUP_EP } plan_group;
+/* The groups: PLAN_GROUP_DP is the gradients' group, dp x cp (same tp and pp rank; the dp ranks
+ * alone without context parallelism); PLAN_GROUP_CP the ranks sharing a sample's sequence. */
+typedef enum { PLAN_GROUP_TP, PLAN_GROUP_PP, PLAN_GROUP_DP, PLAN_GROUP_EP, PLAN_GROUP_CP } plan_group;
 /* The link the collectives of a layout's tp, pp or dp groups run over, given the placement rule
  * above: the intra-node bandwidth and latency when every group of that kind sits inside a node,
  * else the inter-node ones. On a trident-cpu cluster the ranks of a node share its one link, so a
@@ -159,7 +184,9 @@ typedef struct plan_search_why {
     char refused[256];   /* plan_evaluate's first reason for refusing a layout ("" when none) */
 } plan_search_why;
 
-/* Every layout of n devices (tp a power of two up to a node, pp dividing the layers, mbs
+/* Every layout of n devices (tp a power of two up to a node, cp dividing the devices left with
+ * seq % 2 cp == 0 (and the heads and groups of a tp rank for a2a) at opts's comm type (a search
+ * does not vary it; cp > 1 at micro-batch size 1), pp dividing the layers, mbs
  * dividing the per-replica batch, interleaving, recomputation, sequence parallelism, the
  * distributed optimizer), the ones that fit sorted fastest first into out (up to cap). Every
  * layout takes opts's no_scatter_gather, dp_collectives, overlap_param (with the distributed

@@ -63,6 +63,10 @@ double mem_chunk_params(const gpt_config *c, int tp, const mem_chunk *k);
 /* Activation bytes of one micro-batch of one chunk. */
 double mem_chunk_acts(const mem_layout *l, const mem_chunk *k);
 void mem_predict(const mem_layout *l, mem_prediction *out);
+/* Bytes of context parallelism's attention exchange buffers in one chunk's workspace (the model's
+ * own carving at l->cp and l->cp_comm, less the same rank's without cp; 0 when cp <= 1): what
+ * mem_predict counts for them, for `trident plan`'s other memory models. */
+double mem_cp_exchange_bytes(const mem_layout *l);
 /* "params 12.1 + grads 12.1 + optimizer 24.2 + activations 3.0 x 4 in flight + workspace 1.2 =
  * 61.6 MiB" */
 void mem_describe(const mem_prediction *p, const mem_layout *l, char *out, size_t len);
