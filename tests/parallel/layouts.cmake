@@ -470,6 +470,16 @@ trident_layout(moe_hier_ep2_dp4_a2a 4 1 2 --fake-hosts 2 --expert-model-parallel
 trident_layout(moe_hier_distopt_ep2_dp4_a2a 4 1 2 --fake-hosts 2 --expert-model-parallel-size 2
   --moe-token-dispatcher-type alltoall --dp-collectives hierarchical --use-distributed-optimizer
   --overlap-grad-reduce --overlap-param-gather --ddp-bucket-size 20000)
+# context parallelism (each rank routes its own chunks of every sample; the load-balancing and z
+# losses count the micro-batch's tokens per expert summed over cp): cp 2; ep carved out of dp x cp
+# (cp 2 x ep 2: the two chunks' tokens cross to each other's experts); ep 2 x edp 2 over dp 2 x cp 2
+# with the distributed optimizer (the experts' shards over the expert-data-parallel group, which
+# spans cp); cp 2 x tp 2 with sequence parallelism
+trident_layout(moe_cp2 2 1 2 --context-parallel-size 2)
+trident_layout(moe_cp2_ep2 2 1 2 --context-parallel-size 2 --expert-model-parallel-size 2)
+trident_layout(moe_cp2_ep2_distopt_dp2_a2a 4 1 2 --context-parallel-size 2 --expert-model-parallel-size 2
+  --use-distributed-optimizer --overlap-grad-reduce --ddp-bucket-size 20000 --moe-token-dispatcher-type alltoall)
+trident_layout(moe_cp2_sp_tp2 4 2 2 --context-parallel-size 2 --sequence-parallel)
 # LoRA on the MoE model's attention (q, k, v, o adapters; the experts, the router and the shared
 # expert frozen: no gradients, no optimizer state): tp 2 x ep 2 (alltoall) and, with sequence
 # parallelism, the distributed optimizer over the adapters alone, against its own one-rank run
@@ -545,6 +555,8 @@ trident_layout(moe_mixed_rc_pp2 2 1 2 --pipeline-model-parallel-size 2 --recompu
   --recompute-method uniform --recompute-num-layers 2)
 trident_layout(moe_mixed_distopt_pp2_vp2_dp2 4 1 2 --pipeline-model-parallel-size 2
   --num-layers-per-virtual-pipeline-stage 2 --use-distributed-optimizer --overlap-grad-reduce --ddp-bucket-size 20000)
+# ... at cp 2 x ep 2: the expert bias moves by the tokens per expert summed over dp x cp
+trident_layout(moe_mixed_cp2_ep2 2 1 2 --context-parallel-size 2 --expert-model-parallel-size 2)
 # ... with LoRA on every MLP module: the experts' adapters in the MoE layers, the dense MLP's in
 # the others, the expert bias still moving against the load (frozen to the optimizer)
 set(LAYOUT_ARCH ${LAYOUT_ARCH} --lora-rank 4 --lora-alpha 16 --lora-target-modules gate_proj,up_proj,down_proj)
