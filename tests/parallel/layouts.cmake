@@ -564,6 +564,15 @@ set(LAYOUT_BASE lora_moe_mixed_baseline)
 trident_layout(lora_moe_mixed_baseline 1 1 2)
 trident_layout(lora_moe_mixed_distopt_pp2_ep2 4 1 2 --pipeline-model-parallel-size 2 --expert-model-parallel-size 2
   --use-distributed-optimizer)
+# seq_aux_loss (the load-balancing loss per sequence, its mean over a micro-batch's): at cp 4 each
+# sequence's tokens per expert are summed over its chunks on the 4 ranks; at cp 2 x ep 2 the tokens
+# cross to the other cp rank's experts too
+set(LAYOUT_ARCH --num-layers 4 --swiglu --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 64
+  --moe-aux-loss-coeff 1e-2 --moe-router-load-balancing-type seq_aux_loss)
+set(LAYOUT_BASE moe_seqaux_baseline)
+trident_layout(moe_seqaux_baseline 1 1 2)
+trident_layout(moe_seqaux_cp4 4 1 2 --context-parallel-size 4)
+trident_layout(moe_seqaux_cp2_ep2 2 1 2 --context-parallel-size 2 --expert-model-parallel-size 2)
 set(LAYOUT_ARCH "")
 
 # BERT (--model bert, docs/bert.md): a sentence-level dataset of the same text under BERT's
