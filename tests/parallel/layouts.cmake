@@ -480,6 +480,11 @@ trident_layout(moe_cp2_ep2 2 1 2 --context-parallel-size 2 --expert-model-parall
 trident_layout(moe_cp2_ep2_distopt_dp2_a2a 4 1 2 --context-parallel-size 2 --expert-model-parallel-size 2
   --use-distributed-optimizer --overlap-grad-reduce --ddp-bucket-size 20000 --moe-token-dispatcher-type alltoall)
 trident_layout(moe_cp2_sp_tp2 4 2 2 --context-parallel-size 2 --sequence-parallel)
+# ... with pipeline stages, and with full recomputation (the recomputed forward sums the counts
+# over cp again, on every cp rank alike)
+trident_layout(moe_cp2_pp2 4 1 2 --context-parallel-size 2 --pipeline-model-parallel-size 2)
+trident_layout(moe_cp2_rc_full 2 1 2 --context-parallel-size 2 --recompute-granularity full --recompute-method uniform
+  --recompute-num-layers 1)
 # LoRA on the MoE model's attention (q, k, v, o adapters; the experts, the router and the shared
 # expert frozen: no gradients, no optimizer state): tp 2 x ep 2 (alltoall) and, with sequence
 # parallelism, the distributed optimizer over the adapters alone, against its own one-rank run
