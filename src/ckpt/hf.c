@@ -105,7 +105,8 @@ static void narrow(float *buf, size_t n, st_dtype t)
 /* LoRA (a checkpoint of train --lora-rank): the adapters of the base tensor `name` (the logical,
  * whole tensor in w, rows x cols) merged into it as PEFT's merge_and_unload does, w += alpha / r
  * B A over each module's rows of trident's fused tensors, in double and rounded once to float.
- * The experts' (MoE): each expert e's adapters, the rows e of their stacks, into its own rows. */
+ * The experts' (MoE): each expert e's adapters, the rows e of their stacks, into its own rows; the
+ * shared expert's as a dense MLP's of its width. */
 static int lora_merge(ckpt_reader *r, const gpt_config *c, const char *name, float *w, int64_t cols, char *err,
                       size_t errlen)
 {
@@ -121,6 +122,9 @@ static int lora_merge(ckpt_reader *r, const gpt_config *c, const char *name, flo
         {"mlp.experts.fc.weight", "mlp.experts.gate_proj", GPT_LORA_GATE},
         {"mlp.experts.fc.weight", "mlp.experts.up_proj", GPT_LORA_UP},
         {"mlp.experts.fc2.weight", "mlp.experts.down_proj", GPT_LORA_DOWN},
+        {"mlp.shared_expert.fc.weight", "mlp.shared_expert.gate_proj", GPT_LORA_GATE},
+        {"mlp.shared_expert.fc.weight", "mlp.shared_expert.up_proj", GPT_LORA_UP},
+        {"mlp.shared_expert.fc2.weight", "mlp.shared_expert.down_proj", GPT_LORA_DOWN},
     };
     int l;
     char rest[64];
@@ -130,6 +134,7 @@ static int lora_merge(ckpt_reader *r, const gpt_config *c, const char *name, flo
         if (strcmp(rest, map[i].base) != 0 || !gpt_lora_on(c, map[i].module)) continue;
         int m = map[i].module;
         int64_t E = strstr(map[i].base, "experts.") ? c->num_experts : 1, f = E > 1 ? gpt_moe_ffn(c) : c->ffn;
+        if (strstr(map[i].base, "shared_expert.")) f = c->moe_shared_ffn; /* a dense MLP of its own width */
         /* the module's rows of the fused tensor (of each expert's block of stride `stride` rows) */
         int64_t off = 0, rows = m == GPT_LORA_Q ? q : m == GPT_LORA_K || m == GPT_LORA_V ? kv
                                                    : m == GPT_LORA_GATE || m == GPT_LORA_UP ? f : c->hidden;

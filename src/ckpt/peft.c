@@ -444,6 +444,24 @@ static int expert_key(const char *name, int *layer, int *expert, int *module, in
     return -1;
 }
 
+/* Parses a shared expert's PEFT key PREFIX model.layers.N.mlp.shared_expert.gate_proj (up_proj,
+ * down_proj) .lora_X[.ADAPTER].weight (Qwen2-MoE) into layer, module (GPT_LORA_GATE..DOWN) and
+ * which; -1 when it is not one. */
+static int shared_key(const char *name, int *layer, int *module, int *which)
+{
+    int l, n = 0;
+    char mod[16];
+    if (sscanf(name, PREFIX "model.layers.%d.mlp.shared_expert.%15[^.].lora_%n", &l, mod, &n) != 2 || !n) return -1;
+    const char *q = name + n;
+    if ((*q != 'A' && *q != 'B') || adapter_name_len(q + 1) < 0 || l < 0) return -1;
+    for (int m = GPT_LORA_GATE; m <= GPT_LORA_DOWN; m++)
+        if (strcmp(mod, llama_mods[m]) == 0) {
+            *layer = l, *module = m, *which = *q == 'B';
+            return 0;
+        }
+    return -1;
+}
+
 int peft_adapter_open(const char *dir, int num_layers, int num_experts, int bert, peft_adapter *ad, char *err,
                       size_t errlen)
 {
@@ -476,7 +494,9 @@ int peft_adapter_open(const char *dir, int num_layers, int num_experts, int bert
             seen |= 1u << (GPT_LORA_GATE + m);
             continue;
         }
-        if (adapter_key(t->name, bert, &l, &m, &w)) {
+        /* a MoE layer's shared expert: its MLP modules' slots (the layer has no dense MLP) */
+        int shared = num_experts > 0 && shared_key(t->name, &l, &m, &w) == 0;
+        if (!shared && adapter_key(t->name, bert, &l, &m, &w)) {
             if (bert)
                 FAIL("%s: tensor %s is not a LoRA weight of a MegatronBert encoder module (" PREFIX "bert.encoder."
                      "layer.N.attention.self.query.lora_A.weight ...; query/key/value, attention.output.dense, "
@@ -568,7 +588,9 @@ int peft_adapter_read(const peft_adapter *ad, const char *name, const ckpt_slice
     int m = -1;
     if (sscanf(name, "layers.%d.mlp.experts.%15[^.].lora_%c.weight", &l, mod, &ab) == 3 && ad->num_experts > 0)
         return expert_read(ad, name, l, mod, ab == 'B', want, dst, err, errlen);
-    if (sscanf(name, "layers.%d.%15[^.].%15[^.].lora_%c.weight", &l, block, mod, &ab) == 4 && l >= 0 &&
+    /* the shared expert's (in its layer's MLP slots, shared_key) or a dense module's */
+    if ((sscanf(name, "layers.%d.mlp.shared_expert.%15[^.].lora_%c.weight", &l, mod, &ab) == 3 ||
+         sscanf(name, "layers.%d.%15[^.].%15[^.].lora_%c.weight", &l, block, mod, &ab) == 4) && l >= 0 &&
         l < ad->num_layers && (ab == 'A' || ab == 'B')) {
         ab_ok = 1;
         for (int k = 0; k < GPT_LORA_NMODULES; k++)
@@ -789,7 +811,16 @@ static int export_linear(ckpt_reader *rd, const gpt_config *c, int bert, const c
             }
             continue; /* export_experts' */
         }
-        if (sscanf(tl.names[i], "layers.%d.%15[^.].%15[^.].lora_%c.weight", &l, block, mod, &ab) != 4) continue;
+        int sh = strstr(tl.names[i], ".shared_expert.") && strstr(tl.names[i], ".lora_");
+        if (sh && !(moe && strcmp(moe, "qwen2_moe") == 0)) {
+            snprintf(err, errlen, "--to peft: %s: the model is not Qwen2-MoE, whose shared expert's modules PEFT's "
+                     "keys name; export the merged model with --to hf", tl.names[i]);
+            rc = -1;
+            break;
+        }
+        if (sh ? sscanf(tl.names[i], "layers.%d.mlp.shared_expert.%15[^.].lora_%c.weight", &l, mod, &ab) != 3
+               : sscanf(tl.names[i], "layers.%d.%15[^.].%15[^.].lora_%c.weight", &l, block, mod, &ab) != 4)
+            continue;
         for (int k = 0; k < GPT_LORA_NMODULES; k++)
             if (strcmp(mod, llama_mods[k]) == 0) m = k;
         if (m < 0 || (bert && m == GPT_LORA_GATE)) {
@@ -799,7 +830,8 @@ static int export_linear(ckpt_reader *rd, const gpt_config *c, int bert, const c
         }
         const ckpt_slice *s = &tl.shapes[i];
         char path[128], hf[200];
-        module_path(path, sizeof path, bert, l, m);
+        if (sh) snprintf(path, sizeof path, "model.layers.%d.mlp.shared_expert.%s", l, llama_mods[m]);
+        else module_path(path, sizeof path, bert, l, m);
         snprintf(hf, sizeof hf, PREFIX "%s.lora_%c.weight", path, ab);
         float *buf = export_add(x, hf, s->shape[0], s->shape[1]);
         rc = ckpt_read(rd, CKPT_PARAMS, tl.names[i], s, buf, err, errlen);

@@ -144,6 +144,10 @@ static inline const comm *model_tp_reduce(const gpt_model *m) { return m->sp ? N
 /* The first position a sample holds outside the tensor-parallel regions: tp_rank * seq_l under
  * sequence parallelism, else 0. */
 static inline int model_pos0(const gpt_model *m) { return m->sp ? m->ps->tp_rank * m->seq_l : 0; }
+/* LoRA's dropout sites (model_impl.h has the others'): GPT_LORA_NMODULES a layer, after every
+ * layer's three; then the routed experts' (gate, up, down: 3 a layer), after every layer's dense ones. */
+static inline int site_lora(const gpt_model *m, int layer) { return 1 + 3 * m->cfg.num_layers + GPT_LORA_NMODULES * layer; }
+static inline int site_lora_experts(const gpt_model *m, int layer) { return site_lora(m, m->cfg.num_layers) + 3 * layer; }
 
 /* ---- the kinds (one file each) ---- */
 extern const block_ops layernorm_ops, rmsnorm_ops;  /* norm.c */
@@ -198,6 +202,9 @@ typedef struct moe_params {
      * experts as fc and fc2 are: gate and up A (E r, h) each expert's whole, B (E F, r) each split
      * by rows over tp; down A (E r, F) each split by columns over tp, B (E h, r) whole */
     float *lora_a[3], *lora_b[3];
+    /* LoRA on the shared expert, by GPT_LORA_GATE + i, NULL where not a target (or no shared
+     * expert): as the dense MLP's (mlp_params) on its width S */
+    float *sh_lora_a[3], *sh_lora_b[3];
 } moe_params;
 
 /* ---- slots ---- */

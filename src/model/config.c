@@ -136,15 +136,6 @@ static int lora_validate(const td_args *a, int tp, char *msg, size_t msglen)
         FAIL("--lora-target-modules gate_proj: the MLP is not gated (fc is up_proj, fc2 down_proj): leave gate_proj "
              "out or give --swiglu");
     if (!(a->lora_alpha > 0)) FAIL("--lora-alpha %g: the adapters' scaling alpha / rank needs alpha above 0", a->lora_alpha);
-    unsigned mlp = 1u << GPT_LORA_GATE | 1u << GPT_LORA_UP | 1u << GPT_LORA_DOWN;
-    if (a->num_experts > 0 && (mask & mlp) && a->moe_shared_expert_intermediate_size > 0)
-        FAIL("--lora-target-modules %s with --moe-shared-expert-intermediate-size: adapters on the shared expert are "
-             "not built yet; target the attention's (q_proj,k_proj,v_proj,o_proj) or a model without one",
-             a->lora_target_modules);
-    if (a->num_experts > 0 && (mask & mlp) && a->lora_dropout > 0)
-        FAIL("--lora-dropout %g with adapters on the experts (--lora-target-modules %s): dropout on the experts' "
-             "adapters is not built yet; give --lora-dropout 0 or target the attention only", a->lora_dropout,
-             a->lora_target_modules);
     (void)tp;
     return 0;
 }
@@ -353,10 +344,11 @@ double gpt_lora_widths(const gpt_config *c)
 {
     if (!gpt_lora(c)) return 0;
     double h = c->hidden, q = gpt_q_width(c), kv = gpt_kv_width(c), f = c->ffn, l = c->num_layers;
-    /* the MLP's modules: a MoE layer's token goes through its k experts' adapters (the shared
-     * expert has none), a dense layer's through the MLP's; averaged over the layers */
-    double moe = c->num_experts > 0 ? gpt_moe_layers(c, 0, c->num_layers) : 0;
-    double mlp = (moe * c->moe_topk * (h + (c->num_experts > 0 ? gpt_moe_ffn(c) : 0)) + (l - moe) * (h + f)) / l;
+    /* the MLP's modules: a MoE layer's token goes through its k experts' adapters and the shared
+     * expert's (width S), a dense layer's through the MLP's; averaged over the layers */
+    double moe = c->num_experts > 0 ? gpt_moe_layers(c, 0, c->num_layers) : 0, S = c->moe_shared_ffn;
+    double mlp = (moe * (c->moe_topk * (h + (c->num_experts > 0 ? gpt_moe_ffn(c) : 0)) + (S > 0 ? h + S : 0)) +
+                  (l - moe) * (h + f)) / l;
     const double in_out[GPT_LORA_NMODULES] = {h + q, h + kv, h + kv, q + h, mlp, mlp, mlp};
     double sum = 0;
     for (int m = 0; m < GPT_LORA_NMODULES; m++)

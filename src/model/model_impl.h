@@ -175,7 +175,5 @@ static inline int site_embedding(void) { return 0; }
 static inline int site_attn_probs(int layer) { return 1 + 3 * layer; }
 static inline int site_attn_out(int layer) { return 2 + 3 * layer; }
 static inline int site_mlp_out(int layer) { return 3 + 3 * layer; }
-/* LoRA's dropout: GPT_LORA_NMODULES sites a layer, after every layer's three */
-static inline int site_lora(const gpt_model *m, int layer) { return 1 + 3 * m->cfg.num_layers + GPT_LORA_NMODULES * layer; }
 
 #endif

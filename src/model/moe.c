@@ -10,7 +10,8 @@
  * its [gate | up]); fc2 (E h, F). Today: one rank of tensor parallelism, fp32 GEMMs.
  * Under LoRA (--lora-target-modules gate_proj, up_proj, down_proj) each expert has its own
  * adapters, stacked and split as its weights, run on its own rows after its GEMMs; the router,
- * the experts and the shared expert (which has none yet) stay frozen. */
+ * the experts and the shared expert stay frozen; the shared expert has the dense MLP's adapters
+ * (shared_lora_fwd). --lora-dropout on the experts': expert_drop. */
 #include "block.h"
 #include "lora.h"
 
@@ -59,6 +60,9 @@ typedef struct moe_acts {
     float *gprobs;    /* (ep T, k) the gathered weights */
     float *x32;       /* (T, h) the input in fp32 when the layer keeps it in the GEMMs' dtype (bf16, fp16) */
     float *su[3];     /* LoRA on the experts: (Rmax, r) each target's low-rank activation, row by row as xl */
+    float *sh_su[3];  /* (T, r) the shared expert's, with LoRA on it */
+    int64_t *tok;     /* (Rmax) --lora-dropout on the experts: each of xl's rows' token, sample seq + position
+                       * (the dropout masks' key; host memory: the CPU backend's) */
     lora_scratch lora; /* generation's step: its scratch (a micro-batch's is the slot's, moe_scratch's) */
     double aux, z;    /* this micro-batch's load-balancing and z losses without their coefficients */
     int E;
@@ -175,6 +179,17 @@ static void tensors(table_builder *tb, int layer, int stream0, const char *prefi
         if (bias) TS(sh_fc_b, INIT_ZEROS, 7, bS, 0, 0, (int)b, "shared_expert.fc.bias");
         TS(sh_fc_w, INIT_NORMAL, 8, bS, h, 0, (int)b, "shared_expert.fc.weight");
         if (c->moe_shared_gate) T(sh_gate_w, INIT_NORMAL, 9, 1, h, "shared_expert.gate.weight");
+        /* LoRA on the shared expert: the dense MLP's adapters (mlp.c) on its width S */
+        for (int i = 2; i >= 0; i--) {
+            if (!gpt_lora_on(c, GPT_LORA_GATE + i)) continue;
+            int r = c->lora_rank;
+            snprintf(n, sizeof n, "%s.shared_expert.%s.lora_A.weight", prefix, mods[i]);
+            model_add_adapter(tb, &p->sh_lora_a[i], &g->sh_lora_a[i], INIT_NORMAL, model_stream(layer, 50 + 2 * i), n,
+                              r, i < 2 ? h : S, i < 2 ? -1 : 1, 1);
+            snprintf(n, sizeof n, "%s.shared_expert.%s.lora_B.weight", prefix, mods[i]);
+            model_add_adapter(tb, &p->sh_lora_b[i], &g->sh_lora_b[i], INIT_ZEROS, model_stream(layer, 51 + 2 * i), n,
+                              i < 2 ? S : h, r, i < 2 ? 0 : -1, 1);
+        }
     }
 #undef T
 #undef TS
@@ -187,15 +202,18 @@ static int experts_lora(const gpt_config *c)
     return gpt_lora_on(c, GPT_LORA_GATE) || gpt_lora_on(c, GPT_LORA_UP) || gpt_lora_on(c, GPT_LORA_DOWN);
 }
 
-/* The experts' adapters' scratch for R rows of experts of width F (this rank's): no dropout and
- * fp32 rows, so no dropped or widened input (xd, xf). */
-static void carve_lora_scratch(carver *cv, const gpt_config *c, int64_t R, int64_t F, lora_scratch *ls)
+/* The adapters' scratch for R rows of experts of width F (this rank's) and the shared expert's T
+ * rows of width S: fp32 rows, so no widened input (xf); the dropped input (xd) with --lora-dropout. */
+static void carve_lora_scratch(carver *cv, const gpt_config *c, int64_t R, int64_t F, int64_t T, int64_t S,
+                               lora_scratch *ls)
 {
     if (!experts_lora(c)) return;
+    R = R > T ? R : T, F = F > S ? F : S;
     int64_t bF = gpt_fc_blocks(c) * F, in = F > c->hidden ? F : c->hidden;
     float **f[LORA_SCRATCH_FIELDS] = {&ls->bw, &ls->dbw, &ls->tmp, &ls->xd, &ls->du, &ls->xf};
     for (int q = 0; q < LORA_SCRATCH_FIELDS; q++)
-        if (f[q] != &ls->xd && f[q] != &ls->xf) CARVE(cv, *f[q], float, lora_scratch_floats(R, bF, in, c->lora_rank, q));
+        if (f[q] != &ls->xf && (f[q] != &ls->xd || c->lora_dropout > 0))
+            CARVE(cv, *f[q], float, lora_scratch_floats(R, bF, in, c->lora_rank, q));
 }
 
 /* The buffers of T tokens' forward (and the backward's kept values), carved: a micro-batch's
@@ -238,7 +256,10 @@ static void carve_tokens(carver *cv, const gpt_config *c, int ep, int tp, int st
     }
     for (int i = 0; i < 3; i++) /* LoRA on the experts: each target's low-rank activations, kept */
         if (gpt_lora_on(c, GPT_LORA_GATE + i)) CARVE(cv, a->su[i], float, R * c->lora_rank);
-    if (decode) carve_lora_scratch(cv, c, R, F, &a->lora);
+    if (experts_lora(c) && c->lora_dropout > 0) CARVE(cv, a->tok, int64_t, R);
+    for (int i = 0; i < 3; i++) /* ... and the shared expert's */
+        if (gpt_lora_on(c, GPT_LORA_GATE + i) && c->moe_shared_ffn > 0) CARVE(cv, a->sh_su[i], float, T * c->lora_rank);
+    if (decode) carve_lora_scratch(cv, c, R, F, T, c->moe_shared_ffn / stp, &a->lora);
     int64_t S = c->moe_shared_ffn / stp;
     if (S > 0) {
         CARVE(cv, a->sh_he, float, T * gpt_fc_blocks(c) * S);
@@ -280,7 +301,7 @@ static void scratch(carver *cv, const gpt_model *m, void *sv)
             CARVE(cv, s->gdprobs, float, ep * T * k);
         }
     }
-    carve_lora_scratch(cv, c, R, F, &s->lora);
+    carve_lora_scratch(cv, c, R, F, T, c->moe_shared_ffn / m->tp, &s->lora);
     int64_t S = c->moe_shared_ffn / m->tp;
     if (S > 0) {
         CARVE(cv, s->sh_dye, float, T * c->hidden);
@@ -570,17 +591,72 @@ static double aux_loss(const gpt_model *m, moe_acts *a, float *dlogits, int T, d
  * and input gradients are partial sums over tp, summed by the layer, so the whole LoRA terms are
  * added on tp rank 0. A whole expert (--expert-tensor-parallel-size 1) is one rank's. */
 static const comm *expert_tp_group(const gpt_model *m) { return expert_tp(m) > 1 ? m->ps->tp_group : NULL; }
+/* An expert's n rows run as n samples of one position (the dropout's key, below). */
 static lora_dims expert_lora_dims(const gpt_model *m, int n, int in, int out)
 {
-    lora_dims d = {1, n, in, out, m->cfg.lora_rank, gpt_lora_scaling(&m->cfg)};
+    lora_dims d = {n, 1, in, out, m->cfg.lora_rank, gpt_lora_scaling(&m->cfg)};
     return d;
+}
+
+/* --lora-dropout on the experts: the mask of an adapter's input on an expert's row is drawn by the
+ * row's token (its sample's dataset index and its position in the sequence), the layer's module
+ * (sites past the dense adapters', site_lora_experts) and the expert's global index, never by
+ * which rank holds the expert or in what order its rows came: every ep/tp layout draws the same
+ * masks. The backend's dropout keys (sample, position, unit): here the expert's rows are its
+ * samples, each keyed by its token tok = sample seq + position (a->tok; unique while the dataset
+ * has under 2^40 / seq samples), the position is the expert's global index, the unit the input
+ * channel (down's input split over tp: this rank's columns from tp_rank F). ld: the layer's LoRA
+ * dropout (NULL or p 0: none). */
+static be_drop expert_drop(const gpt_model *m, const moe_acts *a, const be_drop *ld, int i, int e, int r0, int F)
+{
+    be_drop d = {0};
+    if (!ld || ld->p == 0.0f) return d;
+    d = *ld;
+    int layer = (ld->site - site_lora(m, 0)) / GPT_LORA_NMODULES;
+    d.site = site_lora_experts(m, layer) + i;
+    d.sample = a->tok + r0;
+    d.pos0 = expert_base(m) + (ep_of(m) > 1 ? m->ps->ep_rank : 0) * local_experts(m) + e;
+    d.unit0 = i == 2 && expert_tp(m) > 1 ? m->ps->tp_rank * F : 0;
+    return d;
+}
+
+/* a->tok: the token of each of this rank's experts' rows (expert_drop), from the T tokens of the
+ * micro-batch's samples `sample` (B = T / seq); ob: this tp rank's experts' first row in xe. The
+ * dispatchers' own maps, on the host (the CPU backend's memory). */
+static void expert_row_tokens(const gpt_model *m, moe_acts *a, moe_scratch *s, const int64_t *sample, int T,
+                              size_t ob)
+{
+    const gpt_config *c = &m->cfg;
+    int k = c->moe_topk, seq = c->seq, ep = ep_of(m), El = local_experts(m);
+    size_t nl = 0;
+    for (int e = 0; e < El; e++) nl += (size_t)a->lcount[e];
+    memset(a->tok, 0, nl * sizeof *a->tok); /* padding rows (--moe-pad-expert-input-to-capacity): zero input */
+    int64_t *tk = td_xmalloc((size_t)T * sizeof *tk);
+    for (int j = 0; j < T; j++) tk[j] = sample[j / seq] * seq + j % seq;
+    if (ep > 1 && c->moe_allgather) { /* the group's tokens, as the rows were gathered (grow) */
+        int64_t *g = td_xmalloc((size_t)ep * T * sizeof *g);
+        comm_allgather(m->ps->ep_group, tk, g, (size_t)T, COMM_I64);
+        for (int64_t i = 0; i < (int64_t)ep * T * k; i++)
+            if (a->grow[i] >= 0) a->tok[a->grow[i]] = g[i / k];
+        free(g);
+    } else if (ep > 1) { /* each xe row's token, sent as the rows are (the int64s' bytes as float pairs: copied only) */
+        int64_t *xt = td_xcalloc((size_t)src_rows(c, T), sizeof *xt);
+        for (int i = 0; i < T * k; i++)
+            if (a->row[i] >= 0) xt[a->row[i]] = tk[i / k];
+        to_experts(m, a, s->xchg, (float *)a->tok, (const float *)(xt + ob), 2);
+        free(xt);
+    } else {
+        for (int i = 0; i < T * k; i++)
+            if (a->row[i] >= (int64_t)ob && (size_t)a->row[i] - ob < nl) a->tok[a->row[i] - ob] = tk[i / k];
+    }
+    free(tk);
 }
 /* gate (i 0) and up (1): their fused block of [gate | up] (up the whole fc ungated) */
 static int expert_lora_off(const gpt_model *m, int i, int F) { return m->cfg.glu && i == 1 ? F : 0; }
 
 /* he (rows, bF) += gate's and up's terms; rows as lcount, expert by expert (e local). */
 static void expert_lora_fc_fwd(const gpt_model *m, moe_acts *a, const lora_scratch *ls, const moe_params *p, float *he,
-                               const float *xl, int El, int F)
+                               const float *xl, int El, int F, const be_drop *ld)
 {
     int h = m->cfg.hidden, r = m->cfg.lora_rank, bF = gpt_fc_blocks(&m->cfg) * F;
     for (int i = 0; i < 2; i++) {
@@ -588,16 +664,17 @@ static void expert_lora_fc_fwd(const gpt_model *m, moe_acts *a, const lora_scrat
         for (int e = 0, r0 = 0; e < El; r0 += a->lcount[e++]) {
             if (a->lcount[e] == 0) continue;
             lora_dims d = expert_lora_dims(m, a->lcount[e], h, 0);
+            be_drop dr = expert_drop(m, a, ld, i, e, r0, F);
             lora_fused_fwd(m->be, he + (size_t)r0 * bF, a->su[i] + (size_t)r0 * r, ls, xl + (size_t)r0 * h,
                            p->lora_a[i] + (size_t)e * r * h, p->lora_b[i] + (size_t)e * F * r,
-                           expert_lora_off(m, i, F), F, bF, NULL, &d);
+                           expert_lora_off(m, i, F), F, bF, &dr, &d);
         }
     }
 }
 
 /* yl (rows, h) += down's term of the activations ae (rows, F). */
 static void expert_lora_fc2_fwd(const gpt_model *m, moe_acts *a, const lora_scratch *ls, const moe_params *p,
-                                float *yl, const float *ae, int El, int F)
+                                float *yl, const float *ae, int El, int F, const be_drop *ld)
 {
     int h = m->cfg.hidden, r = m->cfg.lora_rank;
     if (!p->lora_a[2]) return;
@@ -605,15 +682,16 @@ static void expert_lora_fc2_fwd(const gpt_model *m, moe_acts *a, const lora_scra
     for (int e = 0, r0 = 0; e < El; r0 += a->lcount[e++]) {
         if (a->lcount[e] == 0) continue;
         lora_dims d = expert_lora_dims(m, a->lcount[e], F, h);
-        lora_row_fwd(m->be, tpg, tpg, yl + (size_t)r0 * h, a->su[2] + (size_t)r0 * r, NULL, ls->tmp,
-                     ae + (size_t)r0 * F, p->lora_a[2] + (size_t)e * r * F, p->lora_b[2] + (size_t)e * h * r, NULL, &d);
+        be_drop dr = expert_drop(m, a, ld, 2, e, r0, F);
+        lora_row_fwd(m->be, tpg, tpg, yl + (size_t)r0 * h, a->su[2] + (size_t)r0 * r, ls->xd, ls->tmp,
+                     ae + (size_t)r0 * F, p->lora_a[2] + (size_t)e * r * F, p->lora_b[2] + (size_t)e * h * r, &dr, &d);
     }
 }
 
 /* Down's backward: dA, dB accumulate; dae (rows, F) += its input gradient; dyl (rows, h) the
  * outputs' gradient, whole on every tp rank. */
 static void expert_lora_fc2_bwd(const gpt_model *m, const moe_acts *a, const lora_scratch *ls, const moe_params *p,
-                                moe_params *g, float *dae, const float *dyl, int El, int F)
+                                moe_params *g, float *dae, const float *dyl, int El, int F, const be_drop *ld)
 {
     int h = m->cfg.hidden, r = m->cfg.lora_rank;
     if (!p->lora_a[2]) return;
@@ -621,16 +699,21 @@ static void expert_lora_fc2_bwd(const gpt_model *m, const moe_acts *a, const lor
         if (a->lcount[e] == 0) continue;
         lora_dims d = expert_lora_dims(m, a->lcount[e], F, h);
         size_t ar = (size_t)e * r * F, br = (size_t)e * h * r;
+        be_drop dr = expert_drop(m, a, ld, 2, e, r0, F);
+        const float *xd = NULL;
+        if (dr.p != 0.0f) /* the forward's mask again */
+            be_dropout_fwd(m->be, ls->xd, a->ae + (size_t)r0 * F, d.B, d.T, F, &dr), xd = ls->xd;
         lora_row_bwd(m->be, dae + (size_t)r0 * F, g->lora_a[2] + ar, g->lora_b[2] + br, ls->du, ls->tmp,
-                     dyl + (size_t)r0 * h, a->ae + (size_t)r0 * F, NULL, a->su[2] + (size_t)r0 * r, p->lora_a[2] + ar,
-                     p->lora_b[2] + br, NULL, &d);
+                     dyl + (size_t)r0 * h, a->ae + (size_t)r0 * F, xd, a->su[2] + (size_t)r0 * r, p->lora_a[2] + ar,
+                     p->lora_b[2] + br, &dr, &d);
     }
 }
 
 /* Gate's and up's backward from dhe (rows, bF): dA, dB accumulate; dxl (rows, h) += the input
  * gradient (on tp rank 0 of a split expert: the layer sums dxl's over tp). */
 static void expert_lora_fc_bwd(const gpt_model *m, const moe_acts *a, const lora_scratch *ls, const moe_params *p,
-                               moe_params *g, float *dxl, const float *dhe, const float *xl, int El, int F)
+                               moe_params *g, float *dxl, const float *dhe, const float *xl, int El, int F,
+                               const be_drop *ld)
 {
     int h = m->cfg.hidden, r = m->cfg.lora_rank, bF = gpt_fc_blocks(&m->cfg) * F;
     const comm *tpg = expert_tp_group(m);
@@ -640,10 +723,91 @@ static void expert_lora_fc_bwd(const gpt_model *m, const moe_acts *a, const lora
             if (a->lcount[e] == 0) continue;
             lora_dims d = expert_lora_dims(m, a->lcount[e], h, 0);
             size_t ar = (size_t)e * r * h, br = (size_t)e * F * r;
+            be_drop dr = expert_drop(m, a, ld, i, e, r0, F);
             lora_fused_bwd(m->be, tpg, tpg, dxl + (size_t)r0 * h, g->lora_a[i] + ar, g->lora_b[i] + br, ls,
                            dhe + (size_t)r0 * bF, xl + (size_t)r0 * h, a->su[i] + (size_t)r0 * r, p->lora_a[i] + ar,
-                           p->lora_b[i] + br, expert_lora_off(m, i, F), F, bF, NULL, &d);
+                           p->lora_b[i] + br, expert_lora_off(m, i, F), F, bF, &dr, &d);
         }
+    }
+}
+
+/* ---- LoRA on the shared expert: the dense MLP's adapters (mlp.c) on its T rows ----
+ * Its fc is column-parallel and its fc2 row-parallel over tp like the dense MLP's, but its output
+ * and input gradient are partial sums the layer sums over tp, as the routed experts' are: the whole
+ * terms are added on tp rank 0 (later: the tp group). The dropout is the dense MLP's (its sites,
+ * the tokens' samples and positions: the block runs on the whole sequence). */
+static const comm *shared_tp_group(const gpt_model *m) { return m->tp > 1 ? m->ps->tp_group : NULL; }
+static lora_dims shared_lora_dims(const gpt_model *m, int T, int in, int out, const be_drop *ld)
+{
+    int s = m->seq_c, drop = ld && ld->p != 0.0f; /* with dropout T is B whole sequences */
+    lora_dims d = {drop ? T / s : 1, drop ? s : T, in, out, m->cfg.lora_rank, gpt_lora_scaling(&m->cfg)};
+    return d;
+}
+static be_drop shared_drop(const gpt_model *m, const be_drop *ld, int i, int S)
+{
+    be_drop d = {0};
+    if (!ld || ld->p == 0.0f) return d;
+    d = *ld;
+    d.site += GPT_LORA_GATE + i;
+    if (i == 2) d.unit0 = m->ps->tp_rank * S;
+    return d;
+}
+static int has_shared_lora(const moe_params *p) { return p->sh_lora_a[0] || p->sh_lora_a[1] || p->sh_lora_a[2]; }
+
+/* The shared expert's forward with its adapters: sh_ye (T, h) from xf (T, h); S this rank's width. */
+static void shared_lora_fwd(const gpt_model *m, moe_acts *a, const lora_scratch *ls, const moe_params *p,
+                            const float *xf, const float *b2, int T, int S, const be_drop *ld)
+{
+    const gpt_config *c = &m->cfg;
+    int h = c->hidden, bS = gpt_fc_blocks(c) * S;
+    const comm *tpg = shared_tp_group(m);
+    be_matmul_fwd(m->be, a->sh_he, xf, p->sh_fc_w, p->sh_fc_b, T, h, bS);
+    for (int i = 0; i < 2; i++) {
+        if (!p->sh_lora_a[i]) continue;
+        lora_dims d = shared_lora_dims(m, T, h, 0, ld);
+        be_drop dr = shared_drop(m, ld, i, S);
+        lora_fused_fwd(m->be, a->sh_he, a->sh_su[i], ls, xf, p->sh_lora_a[i], p->sh_lora_b[i],
+                       c->glu && i == 1 ? S : 0, S, bS, &dr, &d);
+    }
+    be_act_fwd(m->be, c->act, c->glu, a->sh_ae, a->sh_he, T, S);
+    be_matmul_fwd(m->be, a->sh_ye, a->sh_ae, p->sh_fc2_w, b2, T, S, h);
+    if (p->sh_lora_a[2]) {
+        lora_dims d = shared_lora_dims(m, T, S, h, ld);
+        be_drop dr = shared_drop(m, ld, 2, S);
+        lora_row_fwd(m->be, tpg, tpg, a->sh_ye, a->sh_su[2], ls->xd, ls->tmp, a->sh_ae, p->sh_lora_a[2],
+                     p->sh_lora_b[2], &dr, &d);
+    }
+}
+
+/* Its backward from dsh (T, h), whole on every tp rank: the adapters' gradients accumulate, dx
+ * (T, h) accumulates the input gradient (the adapters' on tp rank 0). */
+static void shared_lora_bwd(const gpt_model *m, const moe_acts *a, moe_scratch *s, const moe_params *p, moe_params *g,
+                            float *dx, const float *dsh, const float *xf, int T, int S, const be_drop *ld)
+{
+    const gpt_config *c = &m->cfg;
+    int h = c->hidden, bS = gpt_fc_blocks(c) * S;
+    const comm *tpg = shared_tp_group(m);
+    const lora_scratch *ls = &s->lora;
+    be_zero(m->be, s->sh_dae, (size_t)T * S);
+    be_matmul_bwd(m->be, s->sh_dae, g->sh_fc2_w, g->sh_fc2_b, dsh, a->sh_ae, p->sh_fc2_w, T, S, h);
+    if (p->sh_lora_a[2]) {
+        lora_dims d = shared_lora_dims(m, T, S, h, ld);
+        be_drop dr = shared_drop(m, ld, 2, S);
+        const float *xd = NULL;
+        if (dr.p != 0.0f) /* the forward's mask again */
+            be_dropout_fwd(m->be, ls->xd, a->sh_ae, d.B, d.T, S, &dr), xd = ls->xd;
+        lora_row_bwd(m->be, s->sh_dae, g->sh_lora_a[2], g->sh_lora_b[2], ls->du, ls->tmp, dsh, a->sh_ae, xd,
+                     a->sh_su[2], p->sh_lora_a[2], p->sh_lora_b[2], &dr, &d);
+    }
+    be_zero(m->be, s->sh_dhe, (size_t)T * bS);
+    be_act_bwd(m->be, c->act, c->glu, s->sh_dhe, s->sh_dae, a->sh_he, T, S);
+    be_matmul_bwd(m->be, dx, g->sh_fc_w, g->sh_fc_b, s->sh_dhe, xf, p->sh_fc_w, T, h, bS);
+    for (int i = 0; i < 2; i++) {
+        if (!p->sh_lora_a[i]) continue;
+        lora_dims d = shared_lora_dims(m, T, h, 0, ld);
+        be_drop dr = shared_drop(m, ld, i, S);
+        lora_fused_bwd(m->be, tpg, tpg, dx, g->sh_lora_a[i], g->sh_lora_b[i], ls, s->sh_dhe, xf, a->sh_su[i],
+                       p->sh_lora_a[i], p->sh_lora_b[i], c->glu && i == 1 ? S : 0, S, bS, &dr, &d);
     }
 }
 
@@ -651,9 +815,10 @@ static void expert_lora_fc_bwd(const gpt_model *m, const moe_acts *a, const lora
 static int has_expert_lora(const moe_params *p) { return p->lora_a[0] || p->lora_a[1] || p->lora_a[2]; }
 
 /* The forward of T tokens xf (T, h) into out (T, h), keeping in a what the backward needs (s:
- * the slot's scratch, for the exchange under expert parallelism; NULL without). */
+ * the slot's scratch, for the exchange under expert parallelism; NULL without). ld: the layer's
+ * LoRA dropout (NULL: none). */
 static void forward(const gpt_model *m, moe_acts *a, moe_scratch *s, const moe_params *p, float *out, const float *xf,
-                    int T)
+                    int T, const be_drop *ld)
 {
     const gpt_config *c = &m->cfg;
     /* under tensor parallelism every tp rank routes the same tokens alike and runs its slice of
@@ -694,6 +859,7 @@ static void forward(const gpt_model *m, moe_acts *a, moe_scratch *s, const moe_p
     } else {
         memcpy(a->lcount, a->count + eb, (size_t)El * sizeof *a->lcount);
     }
+    if (expert_lora && ld && ld->p != 0.0f) expert_row_tokens(m, a, s, ld->sample, T, ob);
     if (c->moe_grouped || expert_lora) { /* the experts' GEMMs, their adapters' terms added */
         int nl = 0;
         for (int e = 0; e < El; e++) nl += a->lcount[e];
@@ -705,7 +871,7 @@ static void forward(const gpt_model *m, moe_acts *a, moe_scratch *s, const moe_p
                     be_matmul_fwd(m->be, a->he + (size_t)r0 * bF, xl + (size_t)r0 * h, p->fc_w + (size_t)e * bF * h,
                                   p->fc_b ? p->fc_b + (size_t)e * bF : NULL, a->lcount[e], h, bF);
         }
-        expert_lora_fc_fwd(m, a, ls, p, a->he, xl, El, F);
+        expert_lora_fc_fwd(m, a, ls, p, a->he, xl, El, F, ld);
         be_act_fwd(m->be, c->act, c->glu, a->ae, a->he, nl, F);
         if (c->moe_grouped) {
             be_matmul_grouped_fwd(m->be, yl, a->ae, p->fc2_w, bias_here ? p->fc2_b : NULL, a->lcount, El, F, h);
@@ -715,7 +881,7 @@ static void forward(const gpt_model *m, moe_acts *a, moe_scratch *s, const moe_p
                     be_matmul_fwd(m->be, yl + (size_t)r0 * h, a->ae + (size_t)r0 * F, p->fc2_w + (size_t)e * h * F,
                                   p->fc2_b && bias_here ? p->fc2_b + (size_t)e * h : NULL, a->lcount[e], F, h);
         }
-        expert_lora_fc2_fwd(m, a, ls, p, yl, a->ae, El, F);
+        expert_lora_fc2_fwd(m, a, ls, p, yl, a->ae, El, F, ld);
     }
     for (int e = 0, r0 = 0; e < El && !c->moe_grouped && !expert_lora; r0 += a->lcount[e++]) { /* this rank's experts, e local */
         int n = a->lcount[e];
@@ -732,8 +898,11 @@ static void forward(const gpt_model *m, moe_acts *a, moe_scratch *s, const moe_p
         be_moe_unpermute(m->be, out, a->ye, rows_here(a), a->probs, T, k, h);
     }
     if (c->moe_shared_ffn > 0) { /* the shared expert on every token, gated or not, added */
-        mlp_fwd(m, a->sh_ye, a->sh_ae, a->sh_he, xf, p->sh_fc_w, p->sh_fc_b, p->sh_fc2_w, first ? p->sh_fc2_b : NULL,
-                T, c->moe_shared_ffn / m->tp);
+        if (has_shared_lora(p))
+            shared_lora_fwd(m, a, ls, p, xf, first ? p->sh_fc2_b : NULL, T, c->moe_shared_ffn / m->tp, ld);
+        else
+            mlp_fwd(m, a->sh_ye, a->sh_ae, a->sh_he, xf, p->sh_fc_w, p->sh_fc_b, p->sh_fc2_w,
+                    first ? p->sh_fc2_b : NULL, T, c->moe_shared_ffn / m->tp);
         if (p->sh_gate_w) { /* sigmoid(w . x): a router of one expert, its weight not normalised */
             be_matmul_fwd(m->be, a->sh_glog, xf, p->sh_gate_w, NULL, T, h, 1);
             be_moe_route_fwd(m->be, a->sh_idx, a->sh_g, a->sh_glog, NULL, T, 1, 1, BE_MOE_SIGMOID, 0, 0);
@@ -765,7 +934,8 @@ static const float *input_f32(const gpt_model *m, moe_acts *a, be_in x, int T)
 static void fwd(const block_io *io, void *av, const void *pv, float *out, be_in x)
 {
     moe_acts *a = av;
-    forward(io->m, a, io->scratch, pv, out, input_f32(io->m, a, x, io->B * io->m->seq_c), io->B * io->m->seq_c);
+    forward(io->m, a, io->scratch, pv, out, input_f32(io->m, a, x, io->B * io->m->seq_c), io->B * io->m->seq_c,
+            &io->lora);
 }
 
 /* ---- generation's step: the forward of the new positions' tokens, nothing kept ---- */
@@ -782,7 +952,7 @@ static void decode(const block_io *io, void *st, const void *pv, float *out, be_
 {
     (void)st, (void)pos;
     TD_ASSERT(x.dt == BE_F32);
-    forward(io->m, io->scratch, NULL, pv, out, x.p, io->B * n);
+    forward(io->m, io->scratch, NULL, pv, out, x.p, io->B * n, NULL);
 }
 
 /* Megatron's get_updated_expert_bias: each expert's bias moves by rate toward the experts under
@@ -904,7 +1074,7 @@ static void bwd(const block_io *io, float *dx, void *gv, const float *dbranch, c
                                   g->fc2_b ? g->fc2_b + (size_t)e * h : NULL, dyl + (size_t)r0 * h,
                                   a->ae + (size_t)r0 * F, p->fc2_w + (size_t)e * h * F, a->lcount[e], F, h);
         }
-        expert_lora_fc2_bwd(m, a, &s->lora, p, g, s->dae, dyl, El, F);
+        expert_lora_fc2_bwd(m, a, &s->lora, p, g, s->dae, dyl, El, F, &io->lora);
         be_zero(m->be, s->dhe, (size_t)nl * bF);
         be_act_bwd(m->be, c->act, c->glu, s->dhe, s->dae, a->he, nl, F);
         if (c->moe_grouped) {
@@ -916,7 +1086,7 @@ static void bwd(const block_io *io, float *dx, void *gv, const float *dbranch, c
                                   g->fc_b ? g->fc_b + (size_t)e * bF : NULL, s->dhe + (size_t)r0 * bF,
                                   xl + (size_t)r0 * h, p->fc_w + (size_t)e * bF * h, a->lcount[e], h, bF);
         }
-        expert_lora_fc_bwd(m, a, &s->lora, p, g, dxl, s->dhe, xl, El, F);
+        expert_lora_fc_bwd(m, a, &s->lora, p, g, dxl, s->dhe, xl, El, F, &io->lora);
     }
     for (int e = 0, r0 = 0; e < El && !c->moe_grouped && !expert_lora; r0 += a->lcount[e++]) {
         int n = a->lcount[e];
@@ -950,8 +1120,11 @@ static void bwd(const block_io *io, float *dx, void *gv, const float *dbranch, c
             be_matmul_bwd(m->be, dx_once, g->sh_gate_w, NULL, s->sh_dglog, xf, p->sh_gate_w, T, h, 1);
             dsh = s->sh_dye;
         }
-        mlp_bwd(m, dx, g->sh_fc_w, g->sh_fc_b, g->sh_fc2_w, g->sh_fc2_b, s->sh_dae, s->sh_dhe, dsh, xf, a->sh_he,
-                a->sh_ae, p->sh_fc_w, p->sh_fc2_w, T, c->moe_shared_ffn / m->tp);
+        if (has_shared_lora(p))
+            shared_lora_bwd(m, a, s, p, g, dx, dsh, xf, T, c->moe_shared_ffn / m->tp, &io->lora);
+        else
+            mlp_bwd(m, dx, g->sh_fc_w, g->sh_fc_b, g->sh_fc2_w, g->sh_fc2_b, s->sh_dae, s->sh_dhe, dsh, xf, a->sh_he,
+                    a->sh_ae, p->sh_fc_w, p->sh_fc2_w, T, c->moe_shared_ffn / m->tp);
     }
     be_zero(m->be, s->dlogits, (size_t)T * E);
     be_moe_route_bwd(m->be, s->dlogits, s->dprobs, a->logits, a->idx, T, E, k, c->moe_score, c->moe_pre_softmax,

@@ -229,9 +229,13 @@ static double lora_time(const plan_job *j, const plan_cluster *c, const plan_lay
         int expert = moe && m >= GPT_LORA_GATE;
         double mi = expert && m == GPT_LORA_DOWN ? F : mod[m].in, mo = expert && m != GPT_LORA_DOWN ? F : mod[m].out;
         double in = mod[m].row ? mi / t : mi, out = mod[m].row ? mo : mo / t;
-        if (expert) { /* each expert on its rows */
-            double rows = ep * T * g->moe_topk / E;
+        if (expert) { /* each expert on its rows; the shared expert (width S) on every token */
+            double rows = ep * T * g->moe_topk / E, S = g->moe_shared_ffn;
             sec += E / ep * (plan_gemm_s(c, dt, rows, r, in) + plan_gemm_s(c, dt, rows, out, r));
+            if (S > 0) {
+                double si = m == GPT_LORA_DOWN ? S / t : h, so = m == GPT_LORA_DOWN ? h : S / t;
+                sec += plan_gemm_s(c, dt, T, r, si) + plan_gemm_s(c, dt, T, so, r);
+            }
         } else {
             sec += plan_gemm_s(c, dt, T, r, in) + plan_gemm_s(c, dt, T, out, r);
         }

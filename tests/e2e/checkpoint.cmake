@@ -37,7 +37,8 @@ add_test(NAME e2e/lora_load COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/lora_load.sh)
 set_tests_properties(e2e/lora_load PROPERTIES FIXTURES_REQUIRED checkpoint_data COST 10 TIMEOUT 120
   ENVIRONMENT "TRIDENT=$<TARGET_FILE:trident>;BYTES_DATA=${CKPT_DIR}/bytes_text_document;BYTES_TOKENIZER=${CKPT_DIR}/bytes.json;WORK=${CKPT_DIR}/lora_load;${TD_MPI_ENV}")
 # LoRA on the experts of a Mixtral-shaped model (tests/e2e/lora_experts.sh): the base frozen, the
-# merged and PEFT exports, --merge-lora, --lora-load over ep/tp/distopt, exact resume; 15 s
+# merged and PEFT exports, --merge-lora, --lora-load over ep/tp/distopt, exact resume; Qwen2-MoE with the
+# shared expert's adapters (exports, --merge-lora, --lora-load); 17 s
 add_test(NAME e2e/lora_experts COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/lora_experts.sh)
 set_tests_properties(e2e/lora_experts PROPERTIES FIXTURES_REQUIRED checkpoint_data COST 10 TIMEOUT 60
   ENVIRONMENT "TRIDENT=$<TARGET_FILE:trident>;BYTES_DATA=${CKPT_DIR}/bytes_text_document;BYTES_TOKENIZER=${CKPT_DIR}/bytes.json;WORK=${CKPT_DIR}/lora_experts;${TD_MPI_ENV}")

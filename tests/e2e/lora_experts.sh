@@ -12,7 +12,12 @@
 #   (metrics bit-identical), on one rank, on tp 2 x ep 2 and on ep 2 x dp 2 with the distributed
 #   optimizer;
 # - a run stopped at 3 and resumed to 6 is bitwise the uninterrupted run, one rank and ep 2 x tp 2;
-# - a shared expert or --lora-dropout with the experts' adapters refused, exit 2, one line.
+# - Qwen2-MoE-shaped (q/k/v biases, a gated shared expert): the shared expert's adapters beside the
+#   experts'; the merged --to hf export scores as the LoRA checkpoint, --to peft (mlp.experts.E.* and
+#   mlp.shared_expert.* keys) applied in float64 is the merged export bit for bit, and --lora-load of
+#   it trains as the LoRA checkpoint, metrics bit-identical, on one rank and tp 2 x ep 2;
+# - --lora-dropout with the experts' adapters trains (parallel/layout_lora_experts_drop_* and
+#   unit/test_moe hold its masks).
 PEFT_PY=$(cd "$(dirname "$0")" && pwd)/lora_peft.py
 CKPT_TOKENS=bytes . "$(dirname "$0")/checkpoint_lib.sh"
 MIX=(--normalization RMSNorm --position-embedding-type rope --swiglu --group-query-attention --num-query-groups 2
@@ -31,8 +36,6 @@ refused() { # what flags...: exit 2 and one line saying what
      grep -qF -- "$what" "$last_log"; then ok "refused: $(head -1 "$last_log")"
   else bad "$* not refused with exit 2 and one line naming $what (exit $rc)"; cat "$last_log"; fi
 }
-refused "adapters on the shared expert are not built yet" "${LORA[@]}" --moe-shared-expert-intermediate-size 32
-refused "dropout on the experts' adapters is not built yet" "${LORA[@]}" --lora-dropout 0.1
 
 train 1 1 --train-iters 2 --save base "${MIX[@]}" || { bad "base run failed"; cat "$last_log"; }
 # per layer (hidden 32, head size 8, kv width 16, r 4): q 4x32 + 32x4, k and v 4x32 + 16x4, o 4x32 +
@@ -115,4 +118,53 @@ check_resume() { # name np tp flags...
 }
 check_resume resume_one_rank 1 1
 check_resume resume_ep2_tp2 4 2 --expert-model-parallel-size 2
+
+# Qwen2-MoE: adapters on the shared expert (mlp.shared_expert.gate_proj ...) beside the experts'
+QWEN=(--normalization RMSNorm --position-embedding-type rope --swiglu --disable-bias-linear --add-qkv-bias
+      --untie-embeddings-and-output-weights --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 16
+      --moe-shared-expert-intermediate-size 24 --moe-shared-expert-gate --moe-aux-loss-coeff 1e-2)
+rm -rf qbase qft qmerged qimported qbase_hf qpeft qpeft_merged
+train 1 1 --train-iters 2 --save qbase "${QWEN[@]}" || { bad "Qwen2-MoE base run failed"; cat "$last_log"; }
+train 1 1 --train-iters 4 --lr 1e-2 --load qbase --finetune --save qft "${QWEN[@]}" "${LORA[@]}" --lora-dropout 0.1 ||
+  { bad "Qwen2-MoE LoRA run failed"; cat "$last_log"; }
+"$TRIDENT" checkpoint compare qbase qft >qcmp.txt 2>&1
+"$TRIDENT" convert --from trident qft --to hf qmerged >qconv.log 2>&1 && "$TRIDENT" convert --from hf qmerged --to trident qimported \
+  >>qconv.log 2>&1 && "$TRIDENT" convert --from trident qbase --to hf qbase_hf >>qconv.log 2>&1 &&
+  "$TRIDENT" convert --from trident qft --to peft qpeft >>qconv.log 2>&1 || { bad "the Qwen2-MoE exports failed"; cat qconv.log; }
+if [ "$(grep -c "values differ" qcmp.txt)" = 0 ] && [ "$(grep "frozen (LoRA's base)" qcmp.txt | grep -c "shared_expert\.")" -ge 4 ]; then
+  ok "Qwen2-MoE: after training the base (the shared experts' among it) is bitwise as loaded"
+else bad "Qwen2-MoE: the base moved or the shared expert is not frozen"; cat qcmp.txt; fi
+ql=$(evalloss qft) qm=$(evalloss qimported) qb=$(evalloss qbase)
+if [ -n "$ql" ] && [ "$ql" = "$qm" ] && [ "$ql" != "$qb" ]; then ok "Qwen2-MoE: merged --to hf scores as the LoRA model ($ql; the base: $qb)"
+else bad "Qwen2-MoE merged --to hf: '$qm', the LoRA model '$ql', the base '$qb'"; fi
+# per layer: q, k, v, o 4 modules; the 4 experts' gate, up, down (4 x 3 = 12); the shared expert's 3
+if python3 "$PEFT_PY" apply qpeft qbase_hf qmerged >qapply.log 2>&1 && grep -q "^76 modules applied" qapply.log &&
+   python3 - qpeft/adapter_model.safetensors <<'PY'
+import json, struct, sys
+with open(sys.argv[1], 'rb') as f:
+    n = struct.unpack('<Q', f.read(8))[0]
+    keys = json.loads(f.read(n))
+want = [f"base_model.model.model.layers.{l}.mlp.shared_expert.{m}.lora_{w}.weight"
+        for l in range(4) for m in ("gate_proj", "up_proj", "down_proj") for w in "AB"]
+sys.exit(0 if all(k in keys for k in want) else 1)
+PY
+then ok "Qwen2-MoE --to peft (experts' and shared expert's keys) applied in float64: $(cat qapply.log)"
+else bad "Qwen2-MoE --to peft applied to the base is not the merged export: $(cat qapply.log)"; fi
+"$TRIDENT" convert --from hf qbase_hf --to trident qpeft_merged --merge-lora qpeft >qconv.log 2>&1 || { bad "Qwen2-MoE --merge-lora failed"; cat qconv.log; }
+qp=$(evalloss qpeft_merged)
+if [ -n "$qp" ] && [ "$qp" = "$ql" ]; then ok "Qwen2-MoE: --merge-lora of the adapter (shared expert's modules too) scores as the LoRA model ($qp)"
+else bad "Qwen2-MoE --merge-lora: '$qp', the LoRA model '$ql'"; fi
+qroundtrip() { # name np tp flags...
+  local name=$1 np=$2 tp=$3; shift 3
+  train "$np" "$tp" --train-iters 3 --lr 1e-2 --load qft --finetune --log-interval 1 --metrics-file "$name.ckpt.jsonl" \
+    "${QWEN[@]}" "$@" || { bad "$name: --finetune of the LoRA checkpoint failed"; cat "$last_log"; return; }
+  local want; want=$(losses "$last_log")
+  train "$np" "$tp" --train-iters 3 --lr 1e-2 --load qbase --finetune --lora-load qpeft --lora-dropout 0.1 --log-interval 1 \
+    --metrics-file "$name.peft.jsonl" "${QWEN[@]}" "$@" || { bad "$name: --lora-load failed"; cat "$last_log"; return; }
+  if [ -n "$want" ] && diff <(untimed "$name.ckpt.jsonl") <(untimed "$name.peft.jsonl") >/dev/null; then
+    ok "$name: --lora-load of the Qwen2-MoE adapter trains as the LoRA checkpoint (losses $want, metrics bit-identical)"
+  else bad "$name: --lora-load '$(losses "$last_log")', the LoRA checkpoint '$want'"; fi
+}
+qroundtrip qwen_one_rank 1 1
+qroundtrip qwen_tp2_ep2 4 2 --expert-model-parallel-size 2 --moe-token-dispatcher-type alltoall
 finish

@@ -31,8 +31,6 @@ refused "--lora-alpha needs --lora-rank" --lora-alpha 16
 refused "--lora-target-modules: 'c_attn' is not one of" --lora-rank 4 --lora-target-modules q_proj,c_attn
 refused "--lora-target-modules is empty" --lora-rank 4 --lora-target-modules ""
 refused "--lora-alpha 0: " --lora-rank 4 --lora-alpha 0
-refused "--lora-target-modules all-linear with --moe-shared-expert-intermediate-size: adapters on the shared expert" --lora-rank 4 \
-  --lora-target-modules all-linear --num-experts 4 --moe-router-topk 2 --moe-shared-expert-intermediate-size 32
 # GPT-2's ungated MLP has no gate_proj (its fc is up_proj)
 train 1 1 --train-iters 1 --lora-rank 4 --lora-target-modules gate_proj
 if [ $? = 2 ] && grep -q "gate_proj: the MLP is not gated" "$last_log"; then ok "refused: $(cat "$last_log")"; else bad "gate_proj on an ungated MLP not refused"; fi

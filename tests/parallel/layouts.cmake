@@ -514,6 +514,25 @@ trident_layout(lora_experts_etp1_tp2 2 2 2 --expert-tensor-parallel-size 1)
 trident_layout(lora_experts_pp2_ep2 4 1 2 --pipeline-model-parallel-size 2 --expert-model-parallel-size 2)
 trident_layout(lora_experts_distopt_ep2_dp4_a2a 4 1 2 --expert-model-parallel-size 2 --use-distributed-optimizer
   --moe-token-dispatcher-type alltoall)
+# ... with --lora-dropout: each expert row's adapter input dropped by its token's (sample, position),
+# the module and the expert, not by the rank holding the expert nor the rows' order: the same masks
+# over ep (allgather, alltoall with tp), sp tp x ep grouped, and whole experts over tp
+set(LAYOUT_ARCH ${LAYOUT_ARCH} --lora-dropout 0.1)
+set(LAYOUT_BASE lora_experts_drop_baseline)
+trident_layout(lora_experts_drop_baseline 1 1 2)
+trident_layout(lora_experts_drop_ep2 2 1 2 --expert-model-parallel-size 2)
+trident_layout(lora_experts_drop_tp2_ep2_a2a 4 2 2 --expert-model-parallel-size 2 --moe-token-dispatcher-type alltoall)
+trident_layout(lora_experts_drop_sp_tp2_ep2_grouped 4 2 2 --sequence-parallel --expert-model-parallel-size 2
+  --moe-grouped-gemm)
+trident_layout(lora_experts_drop_etp1_tp2 2 2 2 --expert-tensor-parallel-size 1)
+# ... and a gated shared expert (Qwen2-MoE) with its own adapters (the dense MLP's, split over tp as
+# it is, whole terms on tp rank 0 as the layer sums its partial output), dropout on
+set(LAYOUT_ARCH ${LAYOUT_ARCH} --moe-shared-expert-intermediate-size 32 --moe-shared-expert-gate)
+set(LAYOUT_BASE lora_experts_shared_baseline)
+trident_layout(lora_experts_shared_baseline 1 1 2)
+trident_layout(lora_experts_shared_tp2_ep2_a2a 4 2 2 --expert-model-parallel-size 2 --moe-token-dispatcher-type alltoall)
+trident_layout(lora_experts_shared_sp_tp2_ep2 4 2 2 --sequence-parallel --expert-model-parallel-size 2)
+trident_layout(lora_experts_shared_distopt_pp2_dp2 4 1 2 --pipeline-model-parallel-size 2 --use-distributed-optimizer)
 set(LAYOUT_ARCH ${LAYOUT_MOE})
 set(LAYOUT_BASE moe_baseline)
 # with capacity (drops over it, per micro-batch as Megatron's per rank): the same drops in every

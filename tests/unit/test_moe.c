@@ -61,6 +61,7 @@ typedef struct {
     int32_t *idx;      /* (BT, k) the reference's choice, written */
     double margin;     /* the smallest gap between a chosen and an unchosen score, written */
     int dropped;       /* choices dropped over capacity, written */
+    const be_drop *lora_drop; /* --lora-dropout on the experts' adapters (NULL: none): the layer's, as given to the block */
 } ref;
 
 static double P(const ref *r, const float *p, size_t i) { return (double)p[i] + (p + i == r->bump ? r->by : 0.0); }
@@ -82,6 +83,36 @@ static void ref_expert_lora(const ref *r, double *out, const double *in, const f
     }
     for (int o = 0; o < w; o++)
         for (int k = 0; k < R; k++) out[o] += sc * P(r, Bm, ((size_t)e * w + o) * R + k) * u[k];
+}
+
+/* in (n) with the expert adapters' dropout (ld non-NULL) of module i (gate 0, up 1, down 2) of expert e on token t:
+ * the mask the design keys (moe.c expert_drop), written out here by hand: site 1 + 3 L + 7 L (after every
+ * layer's dense ones) + 3 layer + i, the token as sample seq + position, the expert's index as the position,
+ * the input channel as the unit */
+static const double *ref_lora_in(const ref *r, double *buf, const double *in, int n, int i, int e, int t)
+{
+    const be_drop *ld = r->lora_drop;
+    if (!ld) return in;
+    const gpt_config *c = &r->m->cfg;
+    be_drop d = *ld;
+    d.site = 1 + 10 * c->num_layers + 3 * 0 + i;
+    int64_t tok = ld->sample[t / T] * T + t % T;
+    for (int j = 0; j < n; j++)
+        buf[j] = be_drop_keep(&d, BE_DROP_HIDDEN, tok, e, j) ? in[j] * (double)(1.0f / (1.0f - d.p)) : 0.0;
+    return buf;
+}
+
+/* ... of the shared expert's module i on token t: the dense MLP's (site 1 + 3 L + 7 layer + 4 + i; the
+ * token's sample and position; the channel) */
+static const double *ref_shared_in(const ref *r, double *buf, const double *in, int n, int i, int t)
+{
+    const be_drop *ld = r->lora_drop;
+    if (!ld) return in;
+    be_drop d = *ld;
+    d.site = 1 + 3 * r->m->cfg.num_layers + 7 * 0 + 4 + i;
+    for (int j = 0; j < n; j++)
+        buf[j] = be_drop_keep(&d, BE_DROP_HIDDEN, ld->sample[t / T], t % T, j) ? in[j] * (double)(1.0f / (1.0f - d.p)) : 0.0;
+    return buf;
 }
 
 /* out (BT, h) and the objective's extra term (the two losses times dscale), from x (BT, h) */
@@ -180,12 +211,18 @@ static double ref_moe(ref *r, double *out, const double *x)
                 for (int i = 0; i < h; i++) s += x[t * h + i] * P(r, p->sh_fc_w, (size_t)o * h + i);
                 u[o] = s;
             }
+            double xin[64], y[64];
+            ref_expert_lora(r, u, ref_shared_in(r, xin, x + t * h, h, 0, t), p->sh_lora_a[0], p->sh_lora_b[0], 0, h, S);
+            ref_expert_lora(r, u + (c->glu ? S : 0), ref_shared_in(r, xin, x + t * h, h, 1, t), p->sh_lora_a[1],
+                            p->sh_lora_b[1], 0, h, S);
             for (int f = 0; f < S; f++) a[f] = c->glu ? u[f] * sigm(u[f]) * u[S + f] : gelu(u[f]);
             for (int o = 0; o < h; o++) {
                 double s = p->sh_fc2_b ? P(r, p->sh_fc2_b, (size_t)o) : 0;
                 for (int f = 0; f < S; f++) s += a[f] * P(r, p->sh_fc2_w, (size_t)o * S + f);
-                out[t * h + o] += gw * s;
+                y[o] = s;
             }
+            ref_expert_lora(r, y, ref_shared_in(r, xin, a, S, 2, t), p->sh_lora_a[2], p->sh_lora_b[2], 0, S, h);
+            for (int o = 0; o < h; o++) out[t * h + o] += gw * y[o];
         }
         for (int j = 0; j < k; j++) {
             int e = r->idx[t * k + j];
@@ -195,8 +232,10 @@ static double ref_moe(ref *r, double *out, const double *x)
                 for (int i = 0; i < h; i++) s += x[t * h + i] * P(r, p->fc_w, ((size_t)e * bF + o) * h + i);
                 u[o] = s;
             }
-            ref_expert_lora(r, u, x + t * h, p->lora_a[0], p->lora_b[0], e, h, F);            /* gate */
-            ref_expert_lora(r, u + (c->glu ? F : 0), x + t * h, p->lora_a[1], p->lora_b[1], e, h, F); /* up */
+            double xin[64];
+            ref_expert_lora(r, u, ref_lora_in(r, xin, x + t * h, h, 0, e, t), p->lora_a[0], p->lora_b[0], e, h, F); /* gate */
+            ref_expert_lora(r, u + (c->glu ? F : 0), ref_lora_in(r, xin, x + t * h, h, 1, e, t), p->lora_a[1],
+                            p->lora_b[1], e, h, F); /* up */
             for (int f = 0; f < F; f++) a[f] = c->glu ? u[f] * sigm(u[f]) * u[F + f] : gelu(u[f]);
             double y[64];
             for (int o = 0; o < h; o++) {
@@ -204,7 +243,7 @@ static double ref_moe(ref *r, double *out, const double *x)
                 for (int f = 0; f < F; f++) s += a[f] * P(r, p->fc2_w, ((size_t)e * h + o) * F + f);
                 y[o] = s;
             }
-            ref_expert_lora(r, y, a, p->lora_a[2], p->lora_b[2], e, F, h); /* down */
+            ref_expert_lora(r, y, ref_lora_in(r, xin, a, F, 2, e, t), p->lora_a[2], p->lora_b[2], e, F, h); /* down */
             for (int o = 0; o < h; o++) out[t * h + o] += ww[t][j] * y[o];
         }
     }
@@ -262,6 +301,9 @@ static void check(arch A, const char *name)
         memcpy(m->params + t->offset, bias, sizeof bias);
     }
     block_io io = {.m = m, .B = B, .scratch = model_kind_scratch(m, m->layers[0].slot[GPT_SLOT_MLP].ops)};
+    static const int64_t samples[B] = {1234567, 42}; /* the micro-batch's samples' dataset indices */
+    if (c->lora_dropout > 0) /* the layer's LoRA dropout (layer.c slot_io), its mask fixed by the seed */
+        io.lora = (be_drop){.p = c->lora_dropout, .seed = 5, .sample = samples, .site = 1 + 3 * c->num_layers};
 
     float *x = malloc((size_t)n * sizeof(float)), *R = malloc((size_t)n * sizeof(float));
     float *out = malloc((size_t)n * sizeof(float)), *dx = malloc((size_t)n * sizeof(float));
@@ -270,7 +312,7 @@ static void check(arch A, const char *name)
     td_philox_fill_normal(R, (uint64_t)n, 6, 2, 0, 0.0f, 1.0f);
     for (int i = 0; i < n; i++) xd[i] = x[i];
     int32_t ridx[BT * 8];
-    ref r = {m, s->p, NULL, 0, 0, ridx, 0, 0};
+    ref r = {m, s->p, NULL, 0, 0, ridx, 0, 0, c->lora_dropout > 0 ? &io.lora : NULL};
 
     m->loss_scale = 0.9f / BT; /* the block's losses then weigh loss_scale x tokens = 0.9 */
     r.dscale = (double)m->loss_scale * BT;
@@ -334,8 +376,9 @@ static void check(arch A, const char *name)
     printf("%s: %d parameter gradients %.2e\n", name, checked, perr);
     int tensors = (c->disable_bias ? 3 : 5) + (c->moe_shared_ffn ? (c->disable_bias ? 2 : 4) + c->moe_shared_gate : 0) +
                   c->moe_expert_bias; /* its gradient is 0, as the reference's: only the choice moves with it */
-    if (gpt_lora(c)) /* only the adapters train: A and B of each target */
-        tensors = 2 * (gpt_lora_on(c, GPT_LORA_GATE) + gpt_lora_on(c, GPT_LORA_UP) + gpt_lora_on(c, GPT_LORA_DOWN));
+    if (gpt_lora(c)) /* only the adapters train: A and B of each target, the experts' and the shared expert's */
+        tensors = 2 * (gpt_lora_on(c, GPT_LORA_GATE) + gpt_lora_on(c, GPT_LORA_UP) + gpt_lora_on(c, GPT_LORA_DOWN)) *
+                  (c->moe_shared_ffn > 0 ? 2 : 1);
     assert_true(checked == 16 * tensors);
     assert_true(perr < 1e-4);
     free(wg), free(fd), free(tmp), free(x), free(R), free(out), free(dx), free(xd), free(od);
@@ -376,6 +419,38 @@ static void gpt2_lora_experts(void **st)
     a.c.lora_rank = 3, a.c.lora_alpha = 6.0f;
     a.c.lora_targets = 1 << GPT_LORA_UP | 1 << GPT_LORA_DOWN;
     check(a, "GeLU experts (biases) with LoRA on up and down");
+}
+/* ... with --lora-dropout 0.3: each expert row's adapter input masked by its token, module and expert
+ * (the reference draws the masks by that key itself), the masks fixed under the finite differences */
+static void lora_experts_dropout(void **st)
+{
+    (void)st;
+    arch a = make(1, BE_MOE_SOFTMAX, 0, 0);
+    a.c.lora_rank = 2, a.c.lora_alpha = 3.0f, a.c.lora_dropout = 0.3f;
+    a.c.lora_targets = 1 << GPT_LORA_GATE | 1 << GPT_LORA_UP | 1 << GPT_LORA_DOWN;
+    check(a, "SwiGLU experts with LoRA on gate, up and down, dropout 0.3");
+    a.c.moe_grouped = 1;
+    check(a, "SwiGLU experts with LoRA on gate, up and down, dropout 0.3, grouped GEMMs");
+    a = make(0, BE_MOE_SOFTMAX, 0, 0);
+    a.c.lora_rank = 3, a.c.lora_alpha = 6.0f, a.c.lora_dropout = 0.3f;
+    a.c.lora_targets = 1 << GPT_LORA_UP | 1 << GPT_LORA_DOWN;
+    check(a, "GeLU experts (biases) with LoRA on up and down, dropout 0.3");
+}
+/* LoRA on the shared expert too (Qwen2-MoE: gated, SwiGLU): the dense MLP's adapters on its gate,
+ * up and down beside the routed experts', without and with dropout */
+static void qwen_lora_shared(void **st)
+{
+    (void)st;
+    arch a = make_shared(1, BE_MOE_SOFTMAX, 0, 0, 14, 1);
+    a.c.lora_rank = 2, a.c.lora_alpha = 3.0f;
+    a.c.lora_targets = 1 << GPT_LORA_GATE | 1 << GPT_LORA_UP | 1 << GPT_LORA_DOWN;
+    check(a, "SwiGLU experts and a gated shared expert, LoRA on gate, up and down");
+    a.c.lora_dropout = 0.3f;
+    check(a, "SwiGLU experts and a gated shared expert, LoRA on gate, up and down, dropout 0.3");
+    a = make_shared(0, BE_MOE_SOFTMAX, 0, 0, 14, 0);
+    a.c.lora_rank = 3, a.c.lora_alpha = 6.0f;
+    a.c.lora_targets = 1 << GPT_LORA_UP | 1 << GPT_LORA_DOWN;
+    check(a, "GeLU experts and an ungated shared expert (biases), LoRA on up and down");
 }
 
 static void llama_sigmoid_bias(void **st)
@@ -532,7 +607,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(gpt2_softmax), cmocka_unit_test(gpt2_pre_softmax), cmocka_unit_test(llama_softmax),
         cmocka_unit_test(llama_sigmoid), cmocka_unit_test(qwen_shared_gated), cmocka_unit_test(gpt2_shared),
         cmocka_unit_test(llama_sigmoid_bias), cmocka_unit_test(llama_lora_experts),
-        cmocka_unit_test(gpt2_lora_experts), cmocka_unit_test(expert_bias_update), cmocka_unit_test(capacity_probs),
+        cmocka_unit_test(gpt2_lora_experts), cmocka_unit_test(lora_experts_dropout),
+        cmocka_unit_test(qwen_lora_shared), cmocka_unit_test(expert_bias_update), cmocka_unit_test(capacity_probs),
         cmocka_unit_test(capacity_position), cmocka_unit_test(seq_aux), cmocka_unit_test(capacity_padded), cmocka_unit_test(grouped),
         cmocka_unit_test(gpt2_softmax_scaled), cmocka_unit_test(llama_sigmoid_scaled), cmocka_unit_test(scale_by_hand),
     };

@@ -757,6 +757,17 @@ static void lora_time(void **state)
     g->lora_targets = 1 << GPT_LORA_UP | 1 << GPT_LORA_DOWN;
     assert_int_equal(plan_evaluate(&j, &c, &l, &r, err, sizeof err), 0);
     close_to(r.t_compute - tq, tokens * 2 * 3 * 8 * (384.0 - 128) / 1e12, 1e-9);
+    /* with a shared expert of 16: its up and down adapters on every token, (64 + 16) + (16 + 64)
+     * = 160 more in + out a layer, in the FLOPs and in the planner's time */
+    g->moe_shared_ffn = 16;
+    g->lora_targets = 1 << GPT_LORA_Q;
+    q_only = gpt_flops_per_iteration(g, 8, 0);
+    assert_int_equal(plan_evaluate(&j, &c, &l, &r, err, sizeof err), 0);
+    tq = r.t_compute;
+    g->lora_targets = 1 << GPT_LORA_UP | 1 << GPT_LORA_DOWN;
+    close_to(gpt_flops_per_iteration(g, 8, 0) - q_only, tokens * 2 * 3 * 8 * (384.0 + 160 - 128), 1e-9);
+    assert_int_equal(plan_evaluate(&j, &c, &l, &r, err, sizeof err), 0);
+    close_to(r.t_compute - tq, tokens * 2 * 3 * 8 * (384.0 + 160 - 128) / 1e12, 1e-9);
 }
 
 int main(void)

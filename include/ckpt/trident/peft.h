@@ -64,7 +64,8 @@ typedef struct peft_adapter {
  * (.lora_A.default.weight, as a model's state_dict names it), and the same modules in every
  * layer, each with both A and B. A MoE model's (num_experts > 0) experts' too: Mixtral's
  * model.layers.N.block_sparse_moe.experts.E.{w1,w3,w2} or Qwen2-MoE's mlp.experts.E.{gate,up,
- * down}_proj, every expert of every layer. Returns 0, or -1 with one line in err. */
+ * down}_proj, every expert of every layer, and Qwen2-MoE's shared expert's mlp.shared_expert.{gate,
+ * up,down}_proj (held in its layer's MLP module slots). Returns 0, or -1 with one line in err. */
 int peft_adapter_open(const char *dir, int num_layers, int num_experts, int bert, peft_adapter *ad, char *err,
                       size_t errlen);
 /* The slice `want` of trident adapter tensor `name` (layers.N.attn.q_proj.lora_A.weight ...) as
