@@ -617,22 +617,28 @@ static be_drop expert_drop(const gpt_model *m, const moe_acts *a, const be_drop 
     d.sample = a->tok + r0;
     d.pos0 = expert_base(m) + (ep_of(m) > 1 ? m->ps->ep_rank : 0) * local_experts(m) + e;
     d.unit0 = i == 2 && expert_tp(m) > 1 ? m->ps->tp_rank * F : 0;
+    d.cp_chunk = d.cp_c0 = d.cp_c1 = 0; /* the position is the expert's; the token's is in tok */
     return d;
 }
 
 /* a->tok: the token of each of this rank's experts' rows (expert_drop), from the T tokens of the
- * micro-batch's samples `sample` (B = T / seq); ob: this tp rank's experts' first row in xe. The
- * dispatchers' own maps, on the host (the CPU backend's memory). */
+ * micro-batch's samples `sample` (B = T / seq_c), each at its global position (context
+ * parallelism: the rank's chunks cp_rank and 2 cp - 1 - cp_rank of the sequence); ob: this tp
+ * rank's experts' first row in xe. The dispatchers' own maps, on the host (the CPU backend's
+ * memory). */
 static void expert_row_tokens(const gpt_model *m, moe_acts *a, moe_scratch *s, const int64_t *sample, int T,
                               size_t ob)
 {
     const gpt_config *c = &m->cfg;
-    int k = c->moe_topk, seq = c->seq, ep = ep_of(m), El = local_experts(m);
+    int k = c->moe_topk, seq = c->seq, sc = m->seq_c, L = sc / 2, ep = ep_of(m), El = local_experts(m);
     size_t nl = 0;
     for (int e = 0; e < El; e++) nl += (size_t)a->lcount[e];
     memset(a->tok, 0, nl * sizeof *a->tok); /* padding rows (--moe-pad-expert-input-to-capacity): zero input */
     int64_t *tk = td_xmalloc((size_t)T * sizeof *tk);
-    for (int j = 0; j < T; j++) tk[j] = sample[j / seq] * seq + j % seq;
+    for (int j = 0; j < T; j++) {
+        int t = j % sc, pos = m->cp > 1 ? (t < L ? m->cp_rank : 2 * m->cp - 1 - m->cp_rank) * L + t % L : t;
+        tk[j] = sample[j / sc] * seq + pos;
+    }
     if (ep > 1 && c->moe_allgather) { /* the group's tokens, as the rows were gathered (grow) */
         int64_t *g = td_xmalloc((size_t)ep * T * sizeof *g);
         comm_allgather(m->ps->ep_group, tk, g, (size_t)T, COMM_I64);

@@ -525,6 +525,10 @@ trident_layout(lora_experts_drop_tp2_ep2_a2a 4 2 2 --expert-model-parallel-size 
 trident_layout(lora_experts_drop_sp_tp2_ep2_grouped 4 2 2 --sequence-parallel --expert-model-parallel-size 2
   --moe-grouped-gemm)
 trident_layout(lora_experts_drop_etp1_tp2 2 2 2 --expert-tensor-parallel-size 1)
+# at cp 2 x ep 2 and cp 2: each row's token by its global position (the rank's chunks), the
+# expert's index as the mask's position whatever the layer's context-parallel mapping
+trident_layout(lora_experts_drop_cp2_ep2 2 1 2 --context-parallel-size 2 --expert-model-parallel-size 2)
+trident_layout(lora_experts_drop_cp2 2 1 2 --context-parallel-size 2)
 # ... and a gated shared expert (Qwen2-MoE) with its own adapters (the dense MLP's, split over tp as
 # it is, whole terms on tp rank 0 as the layer sums its partial output), dropout on
 set(LAYOUT_ARCH ${LAYOUT_ARCH} --moe-shared-expert-intermediate-size 32 --moe-shared-expert-gate)
@@ -533,6 +537,7 @@ trident_layout(lora_experts_shared_baseline 1 1 2)
 trident_layout(lora_experts_shared_tp2_ep2_a2a 4 2 2 --expert-model-parallel-size 2 --moe-token-dispatcher-type alltoall)
 trident_layout(lora_experts_shared_sp_tp2_ep2 4 2 2 --sequence-parallel --expert-model-parallel-size 2)
 trident_layout(lora_experts_shared_distopt_pp2_dp2 4 1 2 --pipeline-model-parallel-size 2 --use-distributed-optimizer)
+trident_layout(lora_experts_shared_cp2_ep2 2 1 2 --context-parallel-size 2 --expert-model-parallel-size 2)
 set(LAYOUT_ARCH ${LAYOUT_MOE})
 set(LAYOUT_BASE moe_baseline)
 # with capacity (drops over it, per micro-batch as Megatron's per rank): the same drops in every
