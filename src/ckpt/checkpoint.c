@@ -566,7 +566,7 @@ void ckpt_save(const char *dir, const ckpt_model *m, const ckpt_progress *p, con
     }
     comm_barrier(ps->world);
     int64_t bytes = 0;
-    int writer = ps->edp_rank == 0 && ps->cp_rank == 0; /* without expert parallelism: dp x cp rank 0 */
+    int writer = ps->edp_rank == 0; /* the first of the ranks holding the same experts (dp x cp rank 0 without) */
     if (writer) {
         bytes += (int64_t)write_shard(dir, tmp, m, p, 0);
         save_delay();
@@ -727,17 +727,17 @@ static int read_meta(const char *iter_dir, ckpt_meta *out, char *err, size_t err
         dp < 1 || vp < 1 || tp > 65536 || pp > 65536)
         FAIL("%s: the layout is missing or malformed", mpath);
     out->tp = (int)tp, out->pp = (int)pp, out->dp = (int)dp, out->vp = (int)vp;
-    int64_t ep = 1;
-    if (cJSON_GetObjectItemCaseSensitive(lay, "expert_model_parallel_size") &&
-        (get_int(lay, "expert_model_parallel_size", &ep) || ep < 1 || dp % ep))
-        FAIL("%s: the layout's expert_model_parallel_size is malformed (a divisor of data_parallel_size %lld)", mpath,
-             (long long)dp);
-    out->ep = (int)ep;
     int64_t cp = 1;
     if (cJSON_GetObjectItemCaseSensitive(lay, "context_parallel_size") &&
         (get_int(lay, "context_parallel_size", &cp) || cp < 1 || cp > 65536))
         FAIL("%s: the layout's context_parallel_size is malformed", mpath);
     out->cp = (int)cp;
+    int64_t ep = 1;
+    if (cJSON_GetObjectItemCaseSensitive(lay, "expert_model_parallel_size") &&
+        (get_int(lay, "expert_model_parallel_size", &ep) || ep < 1 || (dp * cp) % ep))
+        FAIL("%s: the layout's expert_model_parallel_size is malformed (a divisor of data_parallel_size %lld x "
+             "context_parallel_size %lld)", mpath, (long long)dp, (long long)cp);
+    out->ep = (int)ep;
 
     const cJSON *mod = cJSON_GetObjectItemCaseSensitive(root, "model");
     if (!cJSON_IsObject(mod)) FAIL("%s: the model section is missing", mpath);

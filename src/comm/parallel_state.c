@@ -33,7 +33,7 @@ ps_state *ps_init_cp(comm *world, int tp, int cp, int pp)
     ps->pp_rank = r / (tp * cp * ps->dp);
     ps->dpcp = ps->dp * cp;
     ps->dpcp_rank = ps->cp_rank + cp * ps->dp_rank;
-    ps->ep = 1, ps->edp = ps->dp, ps->edp_rank = ps->dp_rank;
+    ps->ep = 1, ps->edp = ps->dpcp, ps->edp_rank = ps->dpcp_rank; /* the experts' grid: dp x cp, as Megatron's */
 
     /* color: the coordinates the group shares; key: the coordinate that varies */
     int t = ps->tp_rank, c = ps->cp_rank, d = ps->dp_rank, p = ps->pp_rank, dp = ps->dp;
@@ -52,7 +52,7 @@ ps_state *ps_init_cp(comm *world, int tp, int cp, int pp)
         ps->dpcp_group = comm_split(world, t + tp * p, ps->dpcp_rank);
         comm_set_name(ps->dpcp_group, "data-parallel with context-parallel");
     }
-    ps->edp_group = ps->dp_group;
+    ps->edp_group = ps->dpcp_group;
     if (tp > 1 && pp > 1) {
         ps->tp_gather = comm_split(ps->tp_group, 0, ps->tp_rank);
         comm_set_name(ps->tp_gather, "tensor-parallel (stage transfers)");
@@ -68,13 +68,16 @@ ps_state *ps_init_cp(comm *world, int tp, int cp, int pp)
 
 void ps_init_experts(ps_state *ps, int ep)
 {
-    TD_ASSERT(ep >= 1 && ps->dp % ep == 0 && ps->ep == 1 && (ep == 1 || ps->cp == 1));
+    TD_ASSERT(ep >= 1 && ps->dpcp % ep == 0 && ps->ep == 1);
     if (ep == 1) return;
+    /* Megatron's expert grid: expert parallelism carved out of dp x cp (the dense grid's order
+     * tp-cp-dp, so ep runs over consecutive dp x cp ranks) and the expert-data-parallel group
+     * the rest of it */
     ps->ep = ep;
-    ps->ep_rank = ps->dp_rank % ep;
-    ps->edp = ps->dp / ep;
-    ps->edp_rank = ps->dp_rank / ep;
-    int tp = ps->tp, base = ps->tp_rank + tp * ps->dp * ps->pp_rank; /* tp and pp: shared by both */
+    ps->ep_rank = ps->dpcp_rank % ep;
+    ps->edp = ps->dpcp / ep;
+    ps->edp_rank = ps->dpcp_rank / ep;
+    int tp = ps->tp, base = ps->tp_rank + tp * ps->dpcp * ps->pp_rank; /* tp and pp: shared by both */
     ps->ep_group = comm_split(ps->world, base + tp * ps->edp_rank, ps->ep_rank);
     ps->edp_group = comm_split(ps->world, base + tp * ps->ep_rank, ps->edp_rank);
     comm_set_name(ps->ep_group, "expert-parallel");
@@ -84,7 +87,7 @@ void ps_init_experts(ps_state *ps, int ep)
 void ps_free(ps_state *ps)
 {
     if (!ps) return;
-    if (ps->edp_group != ps->dp_group) comm_free(ps->edp_group);
+    if (ps->ep > 1) comm_free(ps->edp_group); /* else dp x cp's */
     comm_free(ps->ep_group);
     comm_free(ps->dp_hier);
     comm_free(ps->tp_gather);
@@ -136,7 +139,7 @@ void ps_comm_times(const ps_state *ps, double exposed[PS_GROUPS], double infligh
         exposed[PS_DP] += comm_seconds(ps->dpcp_group);
         inflight[PS_DP] += comm_busy_seconds(ps->dpcp_group);
     }
-    if (ps->edp_group != ps->dp_group) { /* the experts' gradient buckets */
+    if (ps->ep > 1) { /* the experts' gradient buckets */
         exposed[PS_DP] += comm_seconds(ps->edp_group);
         inflight[PS_DP] += comm_busy_seconds(ps->edp_group);
     }

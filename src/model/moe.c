@@ -129,8 +129,10 @@ static void carve_lora_scratch(carver *cv, const gpt_config *c, int64_t R, int64
 /* The buffers of T tokens' forward (and the backward's kept values), carved: a micro-batch's
  * activations (acts), or generation's step buffers (decode_scratch, with the adapters' scratch:
  * decode 1). */
-/* tp: the split of each expert's width; stp: the shared expert's (the tp size). */
-static void carve_tokens(carver *cv, const gpt_config *c, int ep, int tp, int stp, int64_t T, moe_acts *a, int decode)
+/* tp: the split of each expert's width; stp: the shared expert's (the tp size); seq: a sample's
+ * positions among the T (seq / cp under context parallelism). */
+static void carve_tokens(carver *cv, const gpt_config *c, int ep, int tp, int stp, int seq, int64_t T, moe_acts *a,
+                         int decode)
 {
     int64_t E = c->num_experts, k = c->moe_topk, F = gpt_moe_ffn(c) / tp, R = rows_max(c, ep, T);
     a->E = (int)E;
@@ -142,7 +144,7 @@ static void carve_tokens(carver *cv, const gpt_config *c, int ep, int tp, int st
     CARVE(cv, a->count, int32_t, E);
     CARVE(cv, a->routed, int32_t, E);
     CARVE(cv, a->aux_count, int32_t, E);
-    if (c->moe_seq_aux) CARVE(cv, a->seq_count, int32_t, (T / c->seq + 1) * E);
+    if (c->moe_seq_aux) CARVE(cv, a->seq_count, int32_t, (T / seq + 1) * E);
     if (c->moe_expert_bias) {
         CARVE(cv, a->aux_idx, int32_t, T * k);
         CARVE(cv, a->aux_probs, float, T * k);
@@ -183,7 +185,7 @@ static void carve_tokens(carver *cv, const gpt_config *c, int ep, int tp, int st
 
 static void acts(carver *cv, const gpt_model *m, void *av)
 {
-    carve_tokens(cv, &m->cfg, ep_of(m), expert_tp(m), m->tp, (int64_t)m->mbs * m->seq_c, av, 0);
+    carve_tokens(cv, &m->cfg, ep_of(m), expert_tp(m), m->tp, m->seq_c, (int64_t)m->mbs * m->seq_c, av, 0);
 }
 
 static void scratch(carver *cv, const gpt_model *m, void *sv)
@@ -191,7 +193,7 @@ static void scratch(carver *cv, const gpt_model *m, void *sv)
     moe_scratch *s = sv;
     const gpt_config *c = &m->cfg;
     int ep = ep_of(m);
-    int64_t T = (int64_t)m->mbs * c->seq, E = c->num_experts, k = c->moe_topk, F = gpt_moe_ffn(c) / expert_tp(m);
+    int64_t T = (int64_t)m->mbs * m->seq_c, E = c->num_experts, k = c->moe_topk, F = gpt_moe_ffn(c) / expert_tp(m);
     int64_t R = rows_max(c, ep, T);
     CARVE(cv, s->dlogits, float, T * E);
     CARVE(cv, s->dprobs, float, T * k);
@@ -376,18 +378,23 @@ static void from_experts(const gpt_model *m, const moe_acts *a, float *xchg, flo
 }
 
 /* a->tok: the token of each of this rank's experts' rows (expert_drop), from the T tokens of the
- * micro-batch's samples `sample` (B = T / seq); ob: this tp rank's experts' first row in xe. The
- * dispatchers' own maps, on the host (the CPU backend's memory). */
+ * micro-batch's samples `sample` (B = T / seq_c), each at its global position (context
+ * parallelism: the rank's chunks cp_rank and 2 cp - 1 - cp_rank of the sequence); ob: this tp
+ * rank's experts' first row in xe. The dispatchers' own maps, on the host (the CPU backend's
+ * memory). */
 static void expert_row_tokens(const gpt_model *m, moe_acts *a, moe_scratch *s, const int64_t *sample, int T,
                               size_t ob)
 {
     const gpt_config *c = &m->cfg;
-    int k = c->moe_topk, seq = c->seq, ep = ep_of(m), El = local_experts(m);
+    int k = c->moe_topk, seq = c->seq, sc = m->seq_c, L = sc / 2, ep = ep_of(m), El = local_experts(m);
     size_t nl = 0;
     for (int e = 0; e < El; e++) nl += (size_t)a->lcount[e];
     memset(a->tok, 0, nl * sizeof *a->tok); /* padding rows (--moe-pad-expert-input-to-capacity): zero input */
     int64_t *tk = td_xmalloc((size_t)T * sizeof *tk);
-    for (int j = 0; j < T; j++) tk[j] = sample[j / seq] * seq + j % seq;
+    for (int j = 0; j < T; j++) {
+        int t = j % sc, pos = m->cp > 1 ? (t < L ? m->cp_rank : 2 * m->cp - 1 - m->cp_rank) * L + t % L : t;
+        tk[j] = sample[j / sc] * seq + pos;
+    }
     if (ep > 1 && c->moe_allgather) { /* the group's tokens, as the rows were gathered (grow) */
         int64_t *g = td_xmalloc((size_t)ep * T * sizeof *g);
         comm_allgather(m->ps->ep_group, tk, g, (size_t)T, COMM_I64);
@@ -477,25 +484,52 @@ static int count_near_ties(const moe_acts *a, const moe_params *p, const gpt_con
     return n;
 }
 
-/* The load-balancing loss of the T tokens, over all of them (aux_loss), or with seq_aux_loss the
- * mean over their sequences of each one's own (DeepSeek-V2/V3; Megatron's seq_aux_loss); counted
- * (`ix`, (T, k)) as the loss counts. dlogits (NULL: none) += dscale times its gradient. */
-static double aux_loss(const gpt_model *m, moe_acts *a, const int32_t *ix, float *dlogits, int T, double coeff,
-                       float dscale)
+/* Context parallelism: the ranks whose tokens make this rank's micro-batch (its samples' other
+ * chunks), or NULL without (generation's model has none). */
+static const comm *cp_group_of(const gpt_model *m) { return m->ps && m->cp > 1 ? m->ps->cp_group : NULL; }
+
+/* Whether the load-balancing loss is seq_aux_loss's, per sequence: T whole samples of seq_c
+ * positions here (generation's steps count over all their tokens). */
+static int per_sequence(const gpt_model *m, int T) { return m->cfg.moe_seq_aux && T % m->seq_c == 0; }
+
+/* What the load-balancing loss counts (`ix`, (T, k)), over the micro-batch: aux_count (E), or
+ * per sequence seq_count (B, E); under context parallelism summed over the cp ranks (each holds
+ * some of every sample's positions), so that every rank's loss counts the whole micro-batch's
+ * routing as one rank's would (Megatron sums its tokens per expert over tp x cp). Host memory:
+ * the CPU backend's. Collective over cp. */
+static void aux_counts(const gpt_model *m, moe_acts *a, const int32_t *ix, int T)
 {
     const gpt_config *c = &m->cfg;
-    int E = c->num_experts, k = c->moe_topk, s = c->seq;
-    if (!c->moe_seq_aux || T % s != 0)
-        return be_moe_aux_loss(m->be, dlogits, a->logits, a->aux_count, T, E, k, c->moe_score, coeff, T, dscale);
+    int E = c->num_experts, k = c->moe_topk, s = m->seq_c;
+    const comm *cpg = cp_group_of(m);
+    if (!per_sequence(m, T)) {
+        if (cpg) comm_allreduce(cpg, a->aux_count, (size_t)E, COMM_I32, COMM_SUM);
+        return;
+    }
+    int B = T / s;
+    memset(a->seq_count, 0, (size_t)B * E * sizeof *a->seq_count);
+    for (int b = 0; b < B; b++)
+        for (int i = b * s * k; i < (b + 1) * s * k; i++) a->seq_count[(size_t)b * E + ix[i]]++;
+    if (cpg) comm_allreduce(cpg, a->seq_count, (size_t)B * E, COMM_I32, COMM_SUM);
+}
+
+/* The load-balancing loss of the T tokens, over all of them (aux_loss), or with seq_aux_loss the
+ * mean over their sequences of each one's own (DeepSeek-V2/V3; Megatron's seq_aux_loss); counted
+ * as aux_counts left them. Under context parallelism this rank's share: the terms of its own
+ * tokens, normalised by the micro-batch's (or the sequence's) whole token count, so the cp ranks'
+ * shares sum to the loss. dlogits (NULL: none) += dscale times its gradient. */
+static double aux_loss(const gpt_model *m, moe_acts *a, float *dlogits, int T, double coeff, float dscale)
+{
+    const gpt_config *c = &m->cfg;
+    int E = c->num_experts, k = c->moe_topk, s = m->seq_c, cp = cp_group_of(m) ? m->cp : 1;
+    if (!per_sequence(m, T))
+        return be_moe_aux_loss(m->be, dlogits, a->logits, a->aux_count, T, E, k, c->moe_score, coeff, (double)T * cp,
+                               dscale);
     int B = T / s;
     double loss = 0;
-    for (int b = 0; b < B; b++) { /* host memory: the CPU backend's */
-        int32_t *cnt = a->seq_count + (size_t)b * E;
-        memset(cnt, 0, (size_t)E * sizeof *cnt);
-        for (int i = b * s * k; i < (b + 1) * s * k; i++) cnt[ix[i]]++;
-        loss += be_moe_aux_loss(m->be, dlogits ? dlogits + (size_t)b * s * E : NULL, a->logits + (size_t)b * s * E, cnt,
-                                s, E, k, c->moe_score, coeff / B, s, dscale);
-    }
+    for (int b = 0; b < B; b++)
+        loss += be_moe_aux_loss(m->be, dlogits ? dlogits + (size_t)b * s * E : NULL, a->logits + (size_t)b * s * E,
+                                a->seq_count + (size_t)b * E, s, E, k, c->moe_score, coeff / B, (double)s * cp, dscale);
     return loss;
 }
 
@@ -601,8 +635,10 @@ static void forward(const gpt_model *m, moe_acts *a, moe_scratch *s, const moe_p
     if (m->tp > 1 && !m->sp) xfer_allreduce(m->be, m->ps->tp_group, out, (size_t)T * h, COMM_F32, COMM_SUM);
     /* the losses over this micro-batch's tokens, without their coefficients (as Megatron logs
      * them; measured whether they train or not); their gradients come in the backward */
-    a->aux = aux_loss(m, a, p->expert_bias ? a->aux_idx : a->idx, NULL, T, 1.0, 0);
-    a->z = be_moe_z_loss(m->be, NULL, a->logits, T, E, 1.0, T, 0);
+    aux_counts(m, a, p->expert_bias ? a->aux_idx : a->idx, T);
+    int cp = cp_group_of(m) ? m->cp : 1; /* the micro-batch's tokens: T on each of the cp ranks */
+    a->aux = aux_loss(m, a, NULL, T, 1.0, 0);
+    a->z = be_moe_z_loss(m->be, NULL, a->logits, T, E, 1.0, (double)T * cp, 0);
 }
 
 /* The block's input in fp32: as it is, or widened from the GEMMs' dtype (mixed precision keeps
@@ -628,7 +664,7 @@ static void fwd(const block_io *io, void *av, const void *pv, float *out, be_in 
 static void decode_scratch(carver *cv, const gpt_model *m, int rows, void *s)
 {
     TD_ASSERT(ep_of(m) == 1); /* generation runs every expert on its one rank */
-    carve_tokens(cv, &m->cfg, 1, expert_tp(m), m->tp, rows, s, 1);
+    carve_tokens(cv, &m->cfg, 1, expert_tp(m), m->tp, m->cfg.seq, rows, s, 1);
 }
 
 static void decode(const block_io *io, void *st, const void *pv, float *out, be_in x, int pos, int n)
@@ -715,7 +751,7 @@ static void bwd(const block_io *io, float *dx, void *gv, const float *dbranch, c
     moe_params *g = gv;
     const moe_acts *a = av;
     moe_scratch *s = io->scratch;
-    int T = io->B * c->seq, h = c->hidden, E = c->num_experts, k = c->moe_topk, F = gpt_moe_ffn(c) / expert_tp(m);
+    int T = io->B * m->seq_c, h = c->hidden, E = c->num_experts, k = c->moe_topk, F = gpt_moe_ffn(c) / expert_tp(m);
     int bF = gpt_fc_blocks(c) * F;
     const float *xf = x.dt == BE_F32 ? (const float *)x.p : a->x32; /* the forward widened it there */
     /* tensor parallelism: the experts' outputs were partial, so are the weights' gradients through
@@ -813,11 +849,12 @@ static void bwd(const block_io *io, float *dx, void *gv, const float *dbranch, c
     be_moe_route_bwd(m->be, s->dlogits, s->dprobs, a->logits, a->idx, T, E, k, c->moe_score, c->moe_pre_softmax,
                      c->moe_topk_scale);
     /* each loss is this micro-batch's, counted as the language-model loss's tokens are: the
-     * gradient of loss_scale per token, T tokens */
-    float dscale = m->loss_scale * (float)T;
-    if (c->moe_aux_coeff > 0)
-        aux_loss(m, (moe_acts *)a, p->expert_bias ? a->aux_idx : a->idx, s->dlogits, T, c->moe_aux_coeff, dscale);
-    if (c->moe_z_coeff > 0) be_moe_z_loss(m->be, s->dlogits, a->logits, T, E, c->moe_z_coeff, T, dscale);
+     * gradient of loss_scale per token, T tokens (T cp: the micro-batch's over its cp ranks, each
+     * holding its share of the loss) */
+    int cp = cp_group_of(m) ? m->cp : 1;
+    float dscale = m->loss_scale * (float)T * (float)cp;
+    if (c->moe_aux_coeff > 0) aux_loss(m, (moe_acts *)a, s->dlogits, T, c->moe_aux_coeff, dscale);
+    if (c->moe_z_coeff > 0) be_moe_z_loss(m->be, s->dlogits, a->logits, T, E, c->moe_z_coeff, (double)T * cp, dscale);
     be_matmul_bwd(m->be, dx_once, g->router_w, NULL, s->dlogits, xf, p->router_w, T, h, E);
     if (tpg && !m->sp) xfer_allreduce(m->be, tpg, dx, (size_t)T * h, COMM_F32, COMM_SUM); /* f's backward */
 }

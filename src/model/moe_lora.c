@@ -38,6 +38,7 @@ static be_drop expert_drop(const gpt_model *m, const moe_acts *a, const be_drop 
     d.sample = a->tok + r0;
     d.pos0 = expert_base(m) + (ep_of(m) > 1 ? m->ps->ep_rank : 0) * local_experts(m) + e;
     d.unit0 = i == 2 && expert_tp(m) > 1 ? m->ps->tp_rank * F : 0;
+    d.cp_chunk = d.cp_c0 = d.cp_c1 = 0; /* the position is the expert's; the token's is in tok */
     return d;
 }
 

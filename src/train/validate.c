@@ -89,9 +89,9 @@ static int cp_validate(const td_args *a, int world_size, char *msg, size_t msgle
     if (strcmp(a->cp_comm_type, "a2a") == 0 && (heads % cp || groups % cp))
         FAIL("--cp-comm-type a2a splits each tensor-parallel rank's %d attention heads and %d key/value groups over "
              "--context-parallel-size %d ranks: give sizes that divide them", heads, groups, cp);
-    const char *no = NULL;
-    if (a->num_experts > 0) no = "mixture of experts (--num-experts)";
-    if (no) FAIL("--context-parallel-size %d does not work with %s yet: leave one of them out", cp, no);
+    if (a->num_experts > 0 && a->moe_expert_capacity_factor > 0)
+        FAIL("--context-parallel-size %d does not work with --moe-expert-capacity-factor: an expert's capacity and "
+             "the tokens it drops would follow each rank's chunks, not the sequence's; leave one of them out", cp);
     return 0;
 }
 
@@ -180,10 +180,10 @@ int run_validate(const td_args *a, int world_size, char *msg, size_t msglen)
     if (gbs % (a->micro_batch_size * dp))
         FAIL("--global-batch-size %d is not divisible by --micro-batch-size %d x data-parallel size %d", gbs,
              a->micro_batch_size, dp);
-    if (dp % a->expert_model_parallel_size)
-        FAIL("--expert-model-parallel-size %d does not divide the data-parallel size %d (world %d / "
-             "(tensor %d x context %d x pipeline %d)): expert parallelism is carved out of data parallelism",
-             a->expert_model_parallel_size, dp, world_size, tp, a->context_parallel_size, pp);
+    if (dp * a->context_parallel_size % a->expert_model_parallel_size)
+        FAIL("--expert-model-parallel-size %d does not divide the data-parallel x context-parallel size %d (world %d "
+             "/ (tensor %d x pipeline %d)): expert parallelism is carved out of data x context parallelism",
+             a->expert_model_parallel_size, dp * a->context_parallel_size, world_size, tp, pp);
     int micro = gbs / (a->micro_batch_size * dp);
     if (sched == PP_SCHEDULE_INTERLEAVED && micro % pp)
         FAIL("the interleaved schedule needs the number of micro-batches (%d = --global-batch-size %d / "

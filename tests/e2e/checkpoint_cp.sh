@@ -3,7 +3,8 @@
 # distributed optimizer (its Adam state sharded over dp x cp: 4 shards) at iteration 2 continues
 # on one rank, at cp 4 and at cp 2 x tp 2 with sequence parallelism, each within 1e-5 of the run
 # that never stopped (iterations 3-4, final parameters); meta.json records cp as a layout
-# setting; and a one-rank checkpoint continues at cp 2.
+# setting; a one-rank checkpoint continues at cp 2; and a mixture of experts saved at cp 2 x ep 2
+# continues elsewhere.
 CKPT_TOKENS=bytes . "$(dirname "$0")/checkpoint_lib.sh"
 train 4 1 --context-parallel-size 2 --use-distributed-optimizer --train-iters 4 --save src --save-interval 2 \
   --metrics-file base.jsonl --dump-params base.params || { bad "cp2 x dp2 source run failed"; cat "$last_log"; finish; exit; }
@@ -34,4 +35,27 @@ if train 1 1 --train-iters 4 --save one --save-interval 2 --metrics-file one.jso
      --dump-params one_cp2.params && out=$("$COMPARE_RUNS" one_tail.jsonl one_cp2.jsonl one.params one_cp2.params 1e-5); then
   ok "one rank -> cp 2: within 1e-5"
 else bad "one rank -> cp 2"; tail -3 "$last_log"; echo "${out:-}"; fi
+
+# a mixture of experts saved at cp 2 x dp 2 x ep 2 (ep carved out of dp x cp: cp rank 1 holds ep
+# rank 1's experts and writes their shard) with the distributed optimizer continues on one rank and
+# at dp 2 x ep 2 without cp, within 1e-5 of the run that never stopped
+MOE=(--num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 64 --moe-aux-loss-coeff 1e-2 --moe-z-loss-coeff 1e-3)
+if train 4 1 --context-parallel-size 2 --expert-model-parallel-size 2 --use-distributed-optimizer --train-iters 4 \
+     --save moe --save-interval 2 --metrics-file moe.jsonl --dump-params moe.params "${MOE[@]}"; then
+  m=moe/iter_0000002/meta.json
+  if [ "$(jq '[.files[] | select(.kind == "model")] | length' $m)" = 2 ] &&
+     [ "$(jq '[.files[] | select(.kind == "optimizer")] | length' $m)" = 4 ]; then
+    ok "moe cp2 x dp2 x ep2: two model shards (one per ep rank), the optimizer in 4 shards"
+  else bad "moe cp2 x dp2 x ep2 meta.json:"; jq -c '[.files[].name]' $m; fi
+  tail -n 2 moe.jsonl >moe_tail.jsonl
+  for to in "one_rank 1" "dp2_ep2 2 --expert-model-parallel-size 2"; do
+    read -r name np flags <<<"$to"
+    # shellcheck disable=SC2086
+    if train "$np" 1 --train-iters 4 --load moe/iter_0000002 --metrics-file "moe_$name.jsonl" \
+         --dump-params "moe_$name.params" $flags "${MOE[@]}" &&
+       out=$("$COMPARE_RUNS" moe_tail.jsonl "moe_$name.jsonl" moe.params "moe_$name.params" 1e-5); then
+      ok "moe cp2 x dp2 x ep2 -> $name: within 1e-5 ($(grep -o 'relative norm of the difference [^ ]*' <<<"$out"))"
+    else bad "moe cp2 x dp2 x ep2 -> $name"; tail -3 "$last_log"; echo "${out:-}"; fi
+  done
+else bad "moe cp2 x dp2 x ep2 source run failed"; tail -5 "$last_log"; fi
 finish

@@ -75,7 +75,7 @@ expect "expert parallelism without experts" 2 "--expert-model-parallel-size need
   "$TRIDENT" train "${TINY[@]}" --expert-model-parallel-size 2
 expect "experts not divisible by ep" 2 "--num-experts 3 is not divisible by --expert-model-parallel-size 2" \
   "$TRIDENT" train "${TINY[@]}" --num-experts 3 --moe-router-topk 1 --expert-model-parallel-size 2
-expect "ep that does not divide dp" 2 "--expert-model-parallel-size 2 does not divide the data-parallel size 3" \
+expect "ep that does not divide dp" 2 "--expert-model-parallel-size 2 does not divide the data-parallel x context-parallel size 3" \
   "${MPIRUN[@]}" -np 3 "$TRIDENT" train "${TINY[@]}" --num-experts 4 --expert-model-parallel-size 2
 expect "generate with expert parallelism, not built" 2 "--expert-model-parallel-size 2: trident generate holds every expert" \
   "$TRIDENT" generate --load nowhere --vocab-file "$VOCAB" --merge-file "$MERGES" --prompt a --expert-model-parallel-size 2

@@ -470,6 +470,21 @@ trident_layout(moe_hier_ep2_dp4_a2a 4 1 2 --fake-hosts 2 --expert-model-parallel
 trident_layout(moe_hier_distopt_ep2_dp4_a2a 4 1 2 --fake-hosts 2 --expert-model-parallel-size 2
   --moe-token-dispatcher-type alltoall --dp-collectives hierarchical --use-distributed-optimizer
   --overlap-grad-reduce --overlap-param-gather --ddp-bucket-size 20000)
+# context parallelism (each rank routes its own chunks of every sample; the load-balancing and z
+# losses count the micro-batch's tokens per expert summed over cp): cp 2; ep carved out of dp x cp
+# (cp 2 x ep 2: the two chunks' tokens cross to each other's experts); ep 2 x edp 2 over dp 2 x cp 2
+# with the distributed optimizer (the experts' shards over the expert-data-parallel group, which
+# spans cp); cp 2 x tp 2 with sequence parallelism
+trident_layout(moe_cp2 2 1 2 --context-parallel-size 2)
+trident_layout(moe_cp2_ep2 2 1 2 --context-parallel-size 2 --expert-model-parallel-size 2)
+trident_layout(moe_cp2_ep2_distopt_dp2_a2a 4 1 2 --context-parallel-size 2 --expert-model-parallel-size 2
+  --use-distributed-optimizer --overlap-grad-reduce --ddp-bucket-size 20000 --moe-token-dispatcher-type alltoall)
+trident_layout(moe_cp2_sp_tp2 4 2 2 --context-parallel-size 2 --sequence-parallel)
+# ... with pipeline stages, and with full recomputation (the recomputed forward sums the counts
+# over cp again, on every cp rank alike)
+trident_layout(moe_cp2_pp2 4 1 2 --context-parallel-size 2 --pipeline-model-parallel-size 2)
+trident_layout(moe_cp2_rc_full 2 1 2 --context-parallel-size 2 --recompute-granularity full --recompute-method uniform
+  --recompute-num-layers 1)
 # LoRA on the MoE model's attention (q, k, v, o adapters; the experts, the router and the shared
 # expert frozen: no gradients, no optimizer state): tp 2 x ep 2 (alltoall) and, with sequence
 # parallelism, the distributed optimizer over the adapters alone, against its own one-rank run
@@ -510,6 +525,10 @@ trident_layout(lora_experts_drop_tp2_ep2_a2a 4 2 2 --expert-model-parallel-size 
 trident_layout(lora_experts_drop_sp_tp2_ep2_grouped 4 2 2 --sequence-parallel --expert-model-parallel-size 2
   --moe-grouped-gemm)
 trident_layout(lora_experts_drop_etp1_tp2 2 2 2 --expert-tensor-parallel-size 1)
+# at cp 2 x ep 2 and cp 2: each row's token by its global position (the rank's chunks), the
+# expert's index as the mask's position whatever the layer's context-parallel mapping
+trident_layout(lora_experts_drop_cp2_ep2 2 1 2 --context-parallel-size 2 --expert-model-parallel-size 2)
+trident_layout(lora_experts_drop_cp2 2 1 2 --context-parallel-size 2)
 # ... and a gated shared expert (Qwen2-MoE) with its own adapters (the dense MLP's, split over tp as
 # it is, whole terms on tp rank 0 as the layer sums its partial output), dropout on
 set(LAYOUT_ARCH ${LAYOUT_ARCH} --moe-shared-expert-intermediate-size 32 --moe-shared-expert-gate)
@@ -518,6 +537,7 @@ trident_layout(lora_experts_shared_baseline 1 1 2)
 trident_layout(lora_experts_shared_tp2_ep2_a2a 4 2 2 --expert-model-parallel-size 2 --moe-token-dispatcher-type alltoall)
 trident_layout(lora_experts_shared_sp_tp2_ep2 4 2 2 --sequence-parallel --expert-model-parallel-size 2)
 trident_layout(lora_experts_shared_distopt_pp2_dp2 4 1 2 --pipeline-model-parallel-size 2 --use-distributed-optimizer)
+trident_layout(lora_experts_shared_cp2_ep2 2 1 2 --context-parallel-size 2 --expert-model-parallel-size 2)
 set(LAYOUT_ARCH ${LAYOUT_MOE})
 set(LAYOUT_BASE moe_baseline)
 # with capacity (drops over it, per micro-batch as Megatron's per rank): the same drops in every
@@ -564,6 +584,8 @@ trident_layout(moe_mixed_rc_pp2 2 1 2 --pipeline-model-parallel-size 2 --recompu
   --recompute-method uniform --recompute-num-layers 2)
 trident_layout(moe_mixed_distopt_pp2_vp2_dp2 4 1 2 --pipeline-model-parallel-size 2
   --num-layers-per-virtual-pipeline-stage 2 --use-distributed-optimizer --overlap-grad-reduce --ddp-bucket-size 20000)
+# ... at cp 2 x ep 2: the expert bias moves by the tokens per expert summed over dp x cp
+trident_layout(moe_mixed_cp2_ep2 2 1 2 --context-parallel-size 2 --expert-model-parallel-size 2)
 # ... with LoRA on every MLP module: the experts' adapters in the MoE layers, the dense MLP's in
 # the others, the expert bias still moving against the load (frozen to the optimizer)
 set(LAYOUT_ARCH ${LAYOUT_ARCH} --lora-rank 4 --lora-alpha 16 --lora-target-modules gate_proj,up_proj,down_proj)
@@ -571,6 +593,15 @@ set(LAYOUT_BASE lora_moe_mixed_baseline)
 trident_layout(lora_moe_mixed_baseline 1 1 2)
 trident_layout(lora_moe_mixed_distopt_pp2_ep2 4 1 2 --pipeline-model-parallel-size 2 --expert-model-parallel-size 2
   --use-distributed-optimizer)
+# seq_aux_loss (the load-balancing loss per sequence, its mean over a micro-batch's): at cp 4 each
+# sequence's tokens per expert are summed over its chunks on the 4 ranks; at cp 2 x ep 2 the tokens
+# cross to the other cp rank's experts too
+set(LAYOUT_ARCH --num-layers 4 --swiglu --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 64
+  --moe-aux-loss-coeff 1e-2 --moe-router-load-balancing-type seq_aux_loss)
+set(LAYOUT_BASE moe_seqaux_baseline)
+trident_layout(moe_seqaux_baseline 1 1 2)
+trident_layout(moe_seqaux_cp4 4 1 2 --context-parallel-size 4)
+trident_layout(moe_seqaux_cp2_ep2 2 1 2 --context-parallel-size 2 --expert-model-parallel-size 2)
 set(LAYOUT_ARCH "")
 
 # BERT (--model bert, docs/bert.md): a sentence-level dataset of the same text under BERT's

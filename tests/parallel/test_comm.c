@@ -204,6 +204,23 @@ static void check_cp_grid(comm *world)
     EXPECT(m[0] == 0 && m[1] == 1 && m[2] == 2 && m[3] == 3, "dp x cp group of rank %d: %d %d %d %d", r, m[0], m[1],
            m[2], m[3]);
     EXPECT(comm_size(ps->mp_group) == 1 && comm_size(ps->tp_group) == 1, "tp and model-parallel groups of one");
+    /* the experts' grid without ep: their gradients over dp x cp */
+    EXPECT(ps->edp_group == ps->dpcp_group && ps->edp == 4 && ps->edp_rank == r, "cp 2 x dp 2, ep 1: rank %d edp %d/%d",
+           r, ps->edp_rank, ps->edp);
+    /* ep 2 carved out of dp x cp (Megatron's expert grid): ep over consecutive dp x cp ranks */
+    ps_init_experts(ps, 2);
+    EXPECT(ps->ep_rank == r % 2 && ps->edp == 2 && ps->edp_rank == r / 2, "cp 2 x dp 2, ep 2: rank %d ep %d edp %d/%d",
+           r, ps->ep_rank, ps->edp_rank, ps->edp);
+    members(ps, ps->ep_group, m);
+    EXPECT(m[0] == r / 2 * 2 && m[1] == r / 2 * 2 + 1, "ep group of rank %d (its cp group's ranks): %d %d", r, m[0], m[1]);
+    members(ps, ps->edp_group, m);
+    EXPECT(m[0] == r % 2 && m[1] == r % 2 + 2, "expert-data-parallel group of rank %d: %d %d", r, m[0], m[1]);
+    ps_free(ps);
+    ps = ps_init_cp(world, 1, 2, 1);
+    ps_init_experts(ps, 4); /* ep over the whole dp x cp: every rank its own experts */
+    members(ps, ps->ep_group, m);
+    EXPECT(ps->ep_rank == r && ps->edp == 1 && comm_size(ps->edp_group) == 1 && m[0] == 0 && m[3] == 3,
+           "cp 2 x dp 2, ep 4: rank %d ep %d edp %d", r, ps->ep_rank, ps->edp);
     ps_free(ps);
     ps = ps_init_cp(world, 2, 2, 1);
     EXPECT(ps->tp_rank == r % 2 && ps->cp_rank == r / 2 && ps->dp == 1, "cp grid tp 2 x cp 2: rank %d", r);
@@ -214,6 +231,10 @@ static void check_cp_grid(comm *world)
     members(ps, ps->dpcp_group, m);
     EXPECT(m[0] == r % 2 && m[1] == r % 2 + 2, "dp x cp group of rank %d (= cp): %d %d", r, m[0], m[1]);
     EXPECT(comm_size(ps->mp_group) == 2, "model-parallel group (tp x pp) of 2");
+    ps_init_experts(ps, 2); /* dp 1: ep is the cp group, within a tp rank */
+    members(ps, ps->ep_group, m);
+    EXPECT(ps->ep_rank == r / 2 && ps->edp == 1 && m[0] == r % 2 && m[1] == r % 2 + 2,
+           "tp 2 x cp 2, ep 2: rank %d ep %d, group %d %d", r, ps->ep_rank, m[0], m[1]);
     ps_free(ps);
 }
 

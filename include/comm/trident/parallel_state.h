@@ -31,14 +31,14 @@ typedef struct ps_state {
                                     * of stage transfers that run behind compute (scatter/gather:
                                     * their order there is the schedule's, whatever the layers' tp
                                     * collectives do meanwhile); NULL otherwise */
-    int ep, ep_rank;               /* expert parallelism (--expert-model-parallel-size), carved out of dp as
-                                    * Megatron's: ep_rank = dp_rank % ep; 1 and 0 without */
-    int edp, edp_rank;             /* expert data parallelism: dp / ep, dp_rank / ep */
-    comm *ep_group;                /* the ep consecutive dp ranks whose experts together make a layer's
-                                    * (same tp, pp and dp_rank / ep); NULL when ep is 1 */
-    comm *edp_group;               /* the ranks holding the same experts (same tp, pp, dp_rank % ep): the
-                                    * experts' gradients are summed over it only; the dp group itself
-                                    * when ep is 1 (not owned then) */
+    int ep, ep_rank;               /* expert parallelism (--expert-model-parallel-size), carved out of
+                                    * dp x cp as Megatron's: ep_rank = dpcp_rank % ep; 1 and 0 without */
+    int edp, edp_rank;             /* expert data parallelism: dpcp / ep, dpcp_rank / ep */
+    comm *ep_group;                /* the ep consecutive dp x cp ranks whose experts together make a
+                                    * layer's (same tp, pp and dpcp_rank / ep); NULL when ep is 1 */
+    comm *edp_group;               /* the ranks holding the same experts (same tp, pp, dpcp_rank % ep):
+                                    * the experts' gradients are summed over it only; the dp x cp group
+                                    * itself when ep is 1 (not owned then) */
     int sequence_parallel;         /* outside the tensor-parallel regions each tp rank holds s/tp of
                                     * the sequence (set by the trainer before building models) */
     int cp_comm;                   /* context parallelism's attention exchange (--cp-comm-type, PS_CP_*;
@@ -61,8 +61,7 @@ ps_state *ps_init(comm *world, int tp, int pp);
 /* ps_init with context parallelism of size cp (tp * cp * pp divides the world size; the caller
  * checked). */
 ps_state *ps_init_cp(comm *world, int tp, int cp, int pp);
-/* Carves expert parallelism of size ep out of dp (ep divides dp, and cp is 1 when ep > 1; the
- * caller checked): the ep and expert-data-parallel groups. Collective over the world; once,
+/* Carves expert parallelism of size ep out of dp x cp (ep divides dp x cp; the caller checked): the ep and expert-data-parallel groups. Collective over the world; once,
  * before models are built. */
 void ps_init_experts(ps_state *ps, int ep);
 void ps_free(ps_state *ps);
