@@ -2,7 +2,9 @@
 # Context parallelism across 2 emulated nodes (scripts/cluster.sh: links shaped to 1 Gbit/s) against
 # the same ranks on one machine: cp 2, one rank a node, for each --cp-comm-type; the cp group's
 # communication from the trainer's breakdown (exposed, in flight, hidden, the share of the run's
-# time exposed) and the time per iteration. Needs root (namespaces). docs/parallelism.md.
+# time exposed) and the time per iteration. Needs root (namespaces). docs/parallelism.md. The emulated
+# nodes share this machine's cores: --bind-to none, or Open MPI binds each node's rank to the same
+# first core (every kernel then ran at half speed: attention 7.6 s against 3.4 s an iteration).
 # Usage: bench/cp_nodes.sh [--seq 8192] [--layers 2] [--hidden 64] [--heads 4] [--iters 2] [--types "p2p all_gather a2a"]
 # Environment: BUILD (default build), WORK (default $BUILD/bench_cp_nodes).
 set -uo pipefail
@@ -58,6 +60,6 @@ for T in $types; do
   row one_$T.log "one machine" "$T"
   timeout 600 "$cluster" run node1 mpirun --hostfile "$CLUSTER_DIR/hostfile" --mca plm_rsh_agent "$CLUSTER_DIR/rsh" \
     --mca btl tcp,self,vader --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0 -x OMP_NUM_THREADS \
-    -np 2 "$TRIDENT" "${RUN[@]}" --cp-comm-type "$T" > two_$T.log 2>&1
+    --bind-to none -np 2 "$TRIDENT" "${RUN[@]}" --cp-comm-type "$T" > two_$T.log 2>&1
   row two_$T.log "2 nodes, 1 Gbit/s" "$T"
 done
