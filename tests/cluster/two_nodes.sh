@@ -24,6 +24,9 @@ two_nodes() {
   cluster_up 2 --ranks-per-node 2 --rate 1gbit || exit $? # 77: no namespaces here (skipped, says why)
   rm -rf "$WORK" && mkdir -p "$WORK" && cd "$WORK" || exit 1
   export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  # the emulated nodes share this machine's cores: unbound, or Open MPI binds each node's ranks to
+  # the same first cores, where a rank cannot move off a core another test keeps busy
+  export OMPI_MCA_hwloc_base_binding_policy=none
   unset OMPI_MCA_pml OMPI_MCA_btl
   own_session_dir
 }
