@@ -6,7 +6,7 @@ reader's to 1e-6 relative (fp32 against float64), the reader with a planted wron
 another, the export (convert --to hf) keeps rope_scaling, and an unknown rope_type is refused with
 one line.
 Env: TRIDENT; WORK (a scratch folder, emptied)."""
-import json, os, shutil, subprocess, sys
+import json, os, re, shutil, subprocess, sys
 
 import numpy as np
 
@@ -37,6 +37,13 @@ def run(*args, ok=True):
     if ok and p.returncode != 0:
         raise SystemExit(f"FAIL: trident {' '.join(args)}: exit {p.returncode}\n{p.stdout[-2000:]}{p.stderr[-2000:]}")
     return p
+
+
+def err_lines(p):
+    """The lines of p's stderr, less a sanitizer build's leak-checker suppression table (printed at
+    exit: dashes, 'Suppressions used:', its header and its rows)."""
+    return [l for l in p.stderr.strip().splitlines()
+            if not re.match(r"^-*$|^Suppressions used:|^ *count +bytes template|^ *[0-9]+ +[0-9]+ ", l)]
 
 
 def rel(a, b):
@@ -122,7 +129,7 @@ for name, rs in CASES.items():
 d = os.path.join(WORK, "dynamic")
 lr.write_tiny_llama(d, rope_scaling={"rope_type": "dynamic", "factor": 2.0})
 p = run("convert", "--from", "hf", d, "--to", "trident", os.path.join(WORK, "dyn-ckpt"), ok=False)
-err = p.stderr.strip().splitlines()
+err = err_lines(p)
 check(p.returncode != 0 and len(err) == 1 and "dynamic" in err[0], "rope_type dynamic is refused with one line",
       (p.returncode, p.stderr))
 
@@ -144,7 +151,7 @@ for bad, want in [(["--rope-scaling-type", "yarn"], "needs --rope-scaling-factor
                   (["--position-embedding-type", "learned_absolute", "--use-rope-scaling"],
                    "needs --position-embedding-type rope")]:
     p = run(*base, *bad, ok=False)
-    err = p.stderr.strip().splitlines()
+    err = err_lines(p)
     check(p.returncode == 2 and len(err) == 1 and want in err[0], f"{' '.join(bad)}: exit 2, one line", p.stderr)
 ck = os.path.join(WORK, "flags-ckpt")
 run(*base, "--rope-scaling-type", "yarn", "--rotary-scaling-factor", "4", "--original-max-position-embeddings", "4",
