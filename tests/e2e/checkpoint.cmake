@@ -40,7 +40,7 @@ set_tests_properties(e2e/lora_load PROPERTIES FIXTURES_REQUIRED checkpoint_data 
 # merged and PEFT exports, --merge-lora, --lora-load over ep/tp/distopt, exact resume; Qwen2-MoE with the
 # shared expert's adapters (exports, --merge-lora, --lora-load); 17 s
 add_test(NAME e2e/lora_experts COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/lora_experts.sh)
-set_tests_properties(e2e/lora_experts PROPERTIES FIXTURES_REQUIRED checkpoint_data COST 10 TIMEOUT 60
+set_tests_properties(e2e/lora_experts PROPERTIES FIXTURES_REQUIRED checkpoint_data COST 17 TIMEOUT 102
   ENVIRONMENT "TRIDENT=$<TARGET_FILE:trident>;BYTES_DATA=${CKPT_DIR}/bytes_text_document;BYTES_TOKENIZER=${CKPT_DIR}/bytes.json;WORK=${CKPT_DIR}/lora_experts;${TD_MPI_ENV}")
 
 # Rope scaling (llama3, yarn, linear) held by the float64 reader (tests/e2e/rope_scaling.py): a tiny

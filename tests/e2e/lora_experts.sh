@@ -67,7 +67,9 @@ else bad "merged --to hf: '$em', the LoRA model '$el', the base '$eb'"; fi
 # generation's step (the experts' adapters on the new positions' rows): the LoRA checkpoint's greedy
 # text is the merged model's
 gen() { "$TRIDENT" generate --load "$1" --tokenizer-type HuggingFaceTokenizer --tokenizer-model "$BYTES_TOKENIZER" \
-  --prompt "The king" --max-new-tokens 8 --greedy 2>&1 | grep -v '^generate:'; }
+  --prompt "The king" --max-new-tokens 8 --greedy 2>&1 |
+  grep -v -e '^generate:' -e '^-*$' -e 'Suppressions used' -e '^ *count *bytes template' -e '^ *[0-9]\+ \+[0-9]\+ '; }
+# (less a sanitizer build's leak-checker suppression table, which it prints at exit)
 gl=$(gen ft) gm=$(gen imported)
 if [ -n "$gl" ] && [ "$gl" = "$gm" ] && [ "${gl#error}" = "$gl" ]; then ok "generate: the LoRA checkpoint's greedy text is the merged model's ('$gl')"
 else bad "generate: the LoRA checkpoint '$gl', the merged model '$gm'"; fi
