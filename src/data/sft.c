@@ -39,27 +39,6 @@ static int fail(char *err, size_t errlen, const char *fmt, ...)
     return -1;
 }
 
-/* The ids of text appended to out, the tokenizer's end-of-document text read as that token
- * (GPT-2's "<|endoftext|>"; a tokenizer.json reads its added tokens itself). */
-static void encode_special(const tok_tokenizer *t, tok_worker *w, const char *text, size_t len, bpe_ids *out)
-{
-    int32_t eod = tok_eod_id(t);
-    char *et = NULL;
-    size_t el = 0;
-    char err[64];
-    if (eod >= 0 && tok_decode(t, &eod, 1, &et, &el, err, sizeof err) != 0) el = 0;
-    const char *p = text, *end = text + len;
-    while (el && p < end) {
-        const char *hit = memmem(p, (size_t)(end - p), et, el);
-        if (!hit) break;
-        if (hit > p) tok_encode(w, p, (size_t)(hit - p), out);
-        bpe_ids_push(out, eod);
-        p = hit + el;
-    }
-    if (p < end) tok_encode(w, p, (size_t)(end - p), out);
-    free(et);
-}
-
 static void push_mask(bpe_ids *mask, size_t n, int32_t v)
 {
     for (size_t i = 0; i < n; i++) bpe_ids_push(mask, v);
@@ -141,7 +120,7 @@ static int is_field(const char *fields, const char *key, size_t n)
 static void flush(const tok_tokenizer *t, tok_worker *w, prep_str *s, int32_t v, bpe_ids *ids, bpe_ids *mask)
 {
     size_t n0 = ids->n;
-    if (s->n) encode_special(t, w, s->s, s->n, ids);
+    if (s->n) tok_encode_special(t, w, s->s, s->n, ids);
     push_mask(mask, ids->n - n0, v);
     s->n = 0;
 }
@@ -179,7 +158,7 @@ static int encode_pair(const sft_config *c, const tok_tokenizer *t, tok_worker *
     if (rc == 0) {
         flush(t, w, &prompt, SFT_MASK_PROMPT, ids, mask);
         size_t n0 = ids->n;
-        if (answer.n) encode_special(t, w, answer.s, answer.n, ids);
+        if (answer.n) tok_encode_special(t, w, answer.s, answer.n, ids);
         if (tok_eod_id(t) >= 0) bpe_ids_push(ids, tok_eod_id(t));
         push_mask(mask, ids->n - n0, SFT_MASK_ANSWER);
     }
@@ -339,7 +318,7 @@ static long prefix_tokens(const sft_config *c, const tok_tokenizer *t, tok_worke
                                  "renders earlier turns unchanged", n, gen ? " with the generation prompt" : "");
     }
     bpe_ids ids = {0};
-    encode_special(t, w, text, len, &ids);
+    tok_encode_special(t, w, text, len, &ids);
     free(text);
     size_t k = common_prefix(&ids, full_ids);
     bpe_ids_free(&ids);
@@ -357,7 +336,7 @@ static int encode_chat(const sft_config *c, const tok_tokenizer *t, tok_worker *
     char *full = render_first(c, m, n, 0, &len, err, errlen);
     bpe_ids all = {0};
     if (!full) goto out;
-    encode_special(t, w, full, len, &all);
+    tok_encode_special(t, w, full, len, &all);
     int32_t *mk = td_xcalloc(all.n ? all.n : 1, sizeof *mk);
     int k = 0;
     for (const cJSON *e = m->child; e; e = e->next, k++) {

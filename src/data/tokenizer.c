@@ -196,3 +196,24 @@ int tok_decode(const tok_tokenizer *t, const int32_t *ids, size_t n, char **out,
 {
     return t->ops->decode(t->impl, ids, n, out, out_len, err, errlen);
 }
+
+/* The ids of text appended to out, the tokenizer's end-of-document text read as that token
+ * (GPT-2's "<|endoftext|>"; a tokenizer.json reads its added tokens itself). */
+void tok_encode_special(const tok_tokenizer *t, tok_worker *w, const char *text, size_t len, bpe_ids *out)
+{
+    int32_t eod = tok_eod_id(t);
+    char *et = NULL;
+    size_t el = 0;
+    char err[64];
+    if (eod >= 0 && tok_decode(t, &eod, 1, &et, &el, err, sizeof err) != 0) el = 0;
+    const char *p = text, *end = text + len;
+    while (el && p < end) {
+        const char *hit = memmem(p, (size_t)(end - p), et, el);
+        if (!hit) break;
+        if (hit > p) tok_encode(w, p, (size_t)(hit - p), out);
+        bpe_ids_push(out, eod);
+        p = hit + el;
+    }
+    if (p < end) tok_encode(w, p, (size_t)(end - p), out);
+    free(et);
+}

@@ -106,19 +106,8 @@ char *req_stream_text(request *r, int row, const char *bytes, size_t n, int fina
  * tokenizes any text (Megatron's server: every text so). */
 static void encode_text(tok_worker *w, const char *text, size_t len, int special, bpe_ids *out)
 {
-    int32_t eod = special ? tok_eod_id(R.tok) : -1;
-    size_t el = 0;
-    char *et = eod >= 0 ? req_decode(&eod, 1, &el) : NULL;
-    const char *p = text, *end = text + len;
-    while (el && p < end) {
-        const char *hit = memmem(p, (size_t)(end - p), et, el);
-        if (!hit) break;
-        if (hit > p) tok_encode(w, p, (size_t)(hit - p), out);
-        bpe_ids_push(out, eod);
-        p = hit + el;
-    }
-    if (p < end) tok_encode(w, p, (size_t)(end - p), out);
-    free(et);
+    if (special) tok_encode_special(R.tok, w, text, len, out);
+    else tok_encode(w, text, len, out);
 }
 
 /* A JSON string of n bytes as a cJSON item. The bytes are made well-formed UTF-8 first (utf8.h:

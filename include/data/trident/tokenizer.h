@@ -46,6 +46,9 @@ tok_worker *tok_worker_new(const tok_tokenizer *t);
 void tok_worker_free(tok_worker *w);
 /* Appends the ids of text[0..len) to out. */
 void tok_encode(tok_worker *w, const char *text, size_t len, bpe_ids *out);
+/* As tok_encode, with the tokenizer's end-of-document text inside text read as that token (GPT-2's
+ * "<|endoftext|>", as Hugging Face's tokenizers read a special token in a text). */
+void tok_encode_special(const tok_tokenizer *t, tok_worker *w, const char *text, size_t len, bpe_ids *out);
 /* Text of ids[0..n) into out (grown with td_xrealloc); -1 with err naming a bad id. */
 int tok_decode(const tok_tokenizer *t, const int32_t *ids, size_t n, char **out, size_t *out_len, char *err,
                size_t errlen);
