@@ -146,9 +146,10 @@ void mem_predict(const mem_layout *l, mem_prediction *p)
     p->params = 4.0 * numel;
     p->grads = 4.0 * trained;
     /* the distributed optimizer also reduce-scatters the grads into a buffer of its shard */
-    /* (the experts' shards are over the expert-data-parallel group, dp / ep; the others over dp x cp) */
+    /* (the experts' shards are over the expert-data-parallel group, dp x cp / ep: expert parallelism
+     * is carved out of dp x cp; the others over dp x cp) */
     double dpcp = (double)l->dp * cp_of(l);
-    p->optimizer = l->distributed_optimizer ? 12.0 * ((trained - experts) / dpcp + experts * ep_of(l) / l->dp)
+    p->optimizer = l->distributed_optimizer ? 12.0 * ((trained - experts) / dpcp + experts / (dpcp / ep_of(l)))
                                             : 8.0 * trained;
     if (dpcp > 1) { /* Open MPI's non-blocking reductions copy a bucket (measured: about one) */
         double bucket = l->bucket_elems > 0 && l->bucket_elems < trained ? l->bucket_elems : trained;

@@ -252,6 +252,64 @@ static void test_moe_distributed_optimizer(void **state)
     assert_true(fabs(p.optimizer - want) < 1e-9 * want);
 }
 
+/* ... and under context parallelism: expert parallelism is carved out of dp x cp, so at dp 2 x
+ * cp 2 with ep 2 the experts' state is sharded over the expert-data-parallel group of
+ * dp x cp / ep = 2 ranks, the rest over dp x cp = 4 (the trainer's edp group,
+ * src/comm/parallel_state.c; before, the experts' shards were taken over dp / ep = 1). */
+static void test_moe_distributed_optimizer_cp(void **state)
+{
+    (void)state;
+    mem_layout l = {0};
+    l.cfg = gpt2();
+    l.cfg.num_experts = 4, l.cfg.moe_topk = 2, l.cfg.moe_ffn = 64;
+    l.tp = 1, l.dp = 2, l.cp = 2, l.ep = 2, l.mbs = 2, l.nchunks = 1, l.distributed_optimizer = 1;
+    l.chunk[0] = (mem_chunk){4, 1, 1, 1, 0};
+    mem_prediction p;
+    mem_predict(&l, &p);
+    double experts = 4 * 2 * 4192.0, numel = p.params / 4; /* as test_moe_distributed_optimizer */
+    double want = 12.0 * ((numel - experts) / 4 + experts / 2);
+    printf("ep 2 of dp 2 x cp 2: optimizer %.0f bytes, by hand %.0f\n", p.optimizer, want);
+    assert_true(fabs(p.optimizer - want) < 1e-9 * want);
+}
+
+/* A MoE layer under context parallelism holds the buffers of its seq / cp tokens: the router's
+ * logits, choices and weights, the dispatched rows, the experts' activations and the exchange's
+ * rows at ep 2 are exactly those of the same layer at cp 1 over a sequence of seq / cp (with
+ * seq_aux_loss its per-sequence counts too); and the prediction holds the arena a cp rank's MoE
+ * model carves. */
+static void test_moe_cp_acts(void **state)
+{
+    (void)state;
+    for (int ep = 1; ep <= 2; ep++)
+        for (int seqaux = 0; seqaux <= 1; seqaux++) {
+            gpt_config c = gpt2(), half;
+            c.num_experts = 4, c.moe_topk = 2, c.moe_ffn = 64, c.moe_seq_aux = seqaux;
+            c.seq = 32, c.max_pos = 32;
+            half = c;
+            half.seq = 16;
+            gpt_layout_bytes two, one;
+            gpt_layout_bytes_of(&c, 1, 2, PS_CP_P2P, ep, 0, 2, 0, 0, &two);
+            gpt_layout_bytes_of(&half, 1, 1, PS_CP_P2P, ep, 0, 2, 0, 0, &one);
+            printf("MoE ep %d%s: a layer at cp 2 of seq 32 %.0f bytes, at cp 1 of seq 16 %.0f\n", ep,
+                   seqaux ? " seq_aux" : "", two.layer, one.layer);
+            assert_true(two.layer == one.layer);
+            assert_true(two.layer_selective == one.layer_selective);
+            assert_true(two.scratch_mlp == one.scratch_mlp);
+            if (ep > 1) continue; /* one rank: no ep group to build */
+            ps_state cp = *g_ps;
+            cp.cp = 2, cp.cp_rank = 1, cp.cp_comm = PS_CP_P2P;
+            gpt_model *m = gpt_create(&c, &cp, g_be, 0, c.num_layers, 2, 1);
+            mem_layout l = {0};
+            l.cfg = c;
+            l.tp = l.dp = 1, l.cp = 2, l.cp_comm = PS_CP_P2P, l.mbs = 2, l.nchunks = 1;
+            l.chunk[0] = (mem_chunk){c.num_layers, 1, 1, 1, 0};
+            double acts = mem_chunk_acts(&l, &l.chunk[0]);
+            assert_true(acts <= (double)m->acts_bytes);
+            assert_true((double)m->acts_bytes - acts <= 64.0 * (13 + 40 * c.num_layers));
+            gpt_free(m);
+        }
+}
+
 /* LoRA (rank 2 on q_proj, v_proj of the Llama blocks): the parameters are the whole model's, the
  * grads and the optimizer's state the adapters' alone, counted by hand: q A (2, 32) + B (32, 2),
  * v A (2, 32) + B (16, 2) = 224 a layer, 896 in 4; the activations (each adapter's (BT, r) kept)
@@ -434,6 +492,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_bf16_chunks),
         cmocka_unit_test(test_layout_terms),
         cmocka_unit_test(test_moe_distributed_optimizer),
+        cmocka_unit_test(test_moe_distributed_optimizer_cp),
+        cmocka_unit_test(test_moe_cp_acts),
         cmocka_unit_test(test_moe_mixed_chunks),
         cmocka_unit_test(test_lora_by_hand),
         cmocka_unit_test(test_params_by_hand),

@@ -23,7 +23,8 @@ typedef struct {
 typedef struct {
     gpt_config cfg;  /* padded_vocab set */
     int tp, dp;
-    int ep;          /* expert parallelism (carved out of dp; 0 or 1: none): a rank's experts are E / ep */
+    int ep;          /* expert parallelism (carved out of dp x cp; 0 or 1: none): a rank's experts are
+                      * E / ep, their optimizer shards over dp x cp / ep */
     int cp;          /* context parallelism (0 or 1: none): a rank holds seq / cp positions of a sample
                       * (and the attention's exchange buffers); the distributed optimizer shards over
                       * dp x cp */
