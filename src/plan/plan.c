@@ -18,7 +18,8 @@
  *
  * Memory. Parameters, gradients and optimizer state per parameter as Megatron keeps them (16-bit
  * weights, fp32 gradients, fp32 master weights and Adam moments: 18 bytes, 6 + 12/d with the
- * distributed optimizer, the experts' state over their expert-data-parallel group d / ep instead;
+ * distributed optimizer over the d = dp x cp ranks, the experts' state over their
+ * expert-data-parallel group d / ep instead;
  * fp32 training 16, 8 + 8/d), activations by Korthikanti et al.'s
  * per-layer formulas times the micro-batches in flight on the first stage, the last stage's
  * logits, and what the framework holds besides (mem_reserved_gib). */
@@ -111,6 +112,8 @@ static int ep_of(const plan_layout *l) { return l->ep > 1 ? l->ep : 1; }
 static int cp_of(const plan_layout *l) { return l->cp > 1 ? l->cp : 1; }
 /* The gradients' group: dp x cp. */
 static int dpcp_of(const plan_layout *l) { return l->dp * cp_of(l); }
+/* The experts' gradients' group (expert parallelism carved out of dp x cp): dp x cp / ep. */
+static int edp_of(const plan_layout *l) { return dpcp_of(l) / ep_of(l); }
 /* Positions of a sample a rank holds: seq / cp. */
 static double seq_l(const plan_job *j, const plan_layout *l) { return (double)j->cfg.seq / cp_of(l); }
 
@@ -120,15 +123,18 @@ static int grid_rank(const plan_layout *l, int t, int c, int d, int p)
     return t + l->tp * (c + cp_of(l) * (d + l->dp * p));
 }
 
-/* The g-th group of a kind's k-th member. */
+/* The rank of a tp rank's dp x cp rank (cp_rank + cp dp_rank) on pipeline rank p. */
+static int dpcp_rank(const plan_layout *l, int t, int dc, int p) { return grid_rank(l, t, dc % cp_of(l), dc / cp_of(l), p); }
+
+/* The g-th group of a kind's k-th member. The experts' grid is carved out of dp x cp as the
+ * trainer's (src/comm/parallel_state.c, Megatron-Core's): an ep group is ep consecutive dp x cp
+ * ranks, the experts' data-parallel group the ranks of one ep rank (dp x cp rank mod ep). */
 static int group_member(const plan_layout *l, plan_group kind, int g, int k)
 {
-    int cp = cp_of(l), rest = g / l->tp;
+    int cp = cp_of(l), rest = g / l->tp, ep = ep_of(l), edp = edp_of(l);
     if (kind == PLAN_GROUP_TP) return g * l->tp + k; /* consecutive ranks */
-    if (kind == PLAN_GROUP_EP) {                     /* ep consecutive dp ranks (stride tp; no cp with experts) */
-        int edp = l->dp / ep_of(l);
-        return grid_rank(l, g % l->tp, 0, rest % edp * ep_of(l) + k, rest / edp);
-    }
+    if (kind == PLAN_GROUP_EP) return dpcp_rank(l, g % l->tp, rest % edp * ep + k, rest / edp); /* stride tp */
+    if (kind == PLAN_GROUP_EDP) return dpcp_rank(l, g % l->tp, rest % ep + ep * k, rest / ep);  /* stride tp ep */
     if (kind == PLAN_GROUP_DP) return grid_rank(l, g % l->tp, k % cp, k / cp, rest); /* dp x cp: stride tp */
     if (kind == PLAN_GROUP_CP) return grid_rank(l, g % l->tp, k, rest % l->dp, rest / l->dp); /* stride tp */
     return grid_rank(l, g % l->tp, rest % cp, rest / cp, k); /* stride tp cp dp */
@@ -143,6 +149,7 @@ static void group_shape(const plan_cluster *c, const plan_layout *l, plan_group 
                : kind == PLAN_GROUP_PP ? l->pp
                : kind == PLAN_GROUP_EP ? ep_of(l)
                : kind == PLAN_GROUP_CP ? cp_of(l)
+               : kind == PLAN_GROUP_EDP ? edp_of(l)
                                        : dpcp_of(l);
     int n = l->tp * cp_of(l) * l->pp * l->dp, K = c->gpus_per_node > 0 ? c->gpus_per_node : 1;
     *span = 1, *fewest = size, *most = 1;
@@ -173,7 +180,7 @@ int plan_group_link(const plan_cluster *c, const plan_layout *l, plan_group kind
     /* trident-cpu: the node's one link, k shares of it. Megatron's GPUs: a data- (or expert-) parallel
      * group's rings cross on every rail its k devices of a node own (NCCL's channels, one a NIC);
      * tensor parallelism across nodes and the pipeline's sends keep one device's share */
-    int rails = c->trident_cpu || kind == PLAN_GROUP_DP || kind == PLAN_GROUP_EP;
+    int rails = c->trident_cpu || kind == PLAN_GROUP_DP || kind == PLAN_GROUP_EP || kind == PLAN_GROUP_EDP;
     double share = rails ? c->inter_bw * fewest : c->inter_bw;
     *bw = share < c->intra_bw ? share : c->intra_bw;
     *lat = c->inter_lat;
@@ -308,6 +315,12 @@ static layer_cost layer_time(const plan_job *j, const plan_cluster *c, const pla
         plan_group_link(c, l, PLAN_GROUP_CP, &bw, &lat);
         plan_cp_exchange_s(l->cp_comm, C, T * kvw * e, T * 2 * q * e, core / C, bw, lat, l->recompute != PLAN_RC_NONE,
                            c->trident_cpu, &r.cp_flight, &r.cp_exposed);
+        if (moe) { /* the router's tokens per expert (per sample with seq_aux_loss), int32, all-reduced over
+                    * cp for the load-balancing loss: every forward, full recomputation's too; blocking */
+            double counts = (g->moe_seq_aux ? l->mbs : 1) * (double)g->num_experts * 4.0;
+            double stats = plan_allreduce_s(counts, C, bw, lat) * (l->recompute == PLAN_RC_FULL ? 2.0 : 1.0);
+            r.cp_flight += stats, r.cp_exposed += stats;
+        }
     }
     return r;
 }
@@ -426,14 +439,14 @@ static void trident_memory(const plan_job *j, const plan_cluster *c, const plan_
  * the last (the logits), the larger. A parameter holds its 16-bit copy (fp32 in fp32 training), its
  * fp32 gradient and the optimizer's state (fp32 master weight and Adam's moments, 12 bytes; fp32
  * training, the moments, 8), the state sharded by the distributed optimizer: the dense parameters'
- * over dp, the experts' over their expert-data-parallel group, dp / ep. */
+ * over dp x cp, the experts' over their expert-data-parallel group, dp x cp / ep. */
 static void megatron_memory(const plan_job *j, const plan_cluster *c, const plan_layout *l, int m, plan_result *r)
 {
     const gpt_config *g = &j->cfg;
     int Ls = g->num_layers / l->pp;
     int C = cp_of(l);
     double e = act_bytes(j->dtype), T = l->mbs * seq_l(j, l), V = g->padded_vocab / (double)l->tp;
-    double state = j->dtype ? 12.0 : 8.0, edp = (double)(l->dp / ep_of(l));
+    double state = j->dtype ? 12.0 : 8.0, edp = (double)edp_of(l);
     double dense_div = l->distopt ? dpcp_of(l) : 1, expert_div = l->distopt ? edp : 1;
     /* context parallelism: a layer's activations of s / C positions, the scores' term of its s / C
      * queries against all s keys (C times the formula's at s / C) */
@@ -554,11 +567,11 @@ static dp_exposed dp_stage(const plan_job *j, const plan_cluster *c, const plan_
     double gb = j->dtype == 2 ? 2.0 : 4.0, S = (P - X) * gb, G = (P - X) * e, red, gat;
     dp_exposed x = {0, 0, 0};
     dp_flat(c, l, S, G, &red, &gat);
-    double xred = 0, xgat = 0; /* the experts' over the expert-data-parallel group (the dp link) */
-    if (X > 0 && l->dp / ep_of(l) > 1) {
+    double xred = 0, xgat = 0; /* the experts' over the expert-data-parallel group, dp x cp / ep (flat) */
+    if (X > 0 && edp_of(l) > 1) {
         double bw, lat;
-        int edp = l->dp / ep_of(l);
-        plan_group_link(c, l, PLAN_GROUP_DP, &bw, &lat);
+        int edp = edp_of(l);
+        plan_group_link(c, l, PLAN_GROUP_EDP, &bw, &lat);
         xred = l->distopt ? plan_allgather_s(X * gb, edp, bw, lat) : plan_allreduce_s(X * gb, edp, bw, lat);
         xgat = l->distopt ? plan_allgather_s(X * e, edp, bw, lat) : 0;
     }
@@ -580,6 +593,19 @@ static dp_exposed dp_stage(const plan_job *j, const plan_cluster *c, const plan_
     double hidg = l->distopt && l->overlap_param ? fmin(gat * early, fwd) : 0;
     x.reduce = red - hid, x.gather = gat - hidg;
     return x;
+}
+
+/* What of a mixture of experts the trainer does not run under context parallelism C > 1 (its
+ * src/train/validate.c, cp_validate; the same words): an expert's capacity. 1 with one line in err
+ * (NULL: not asked), else 0. */
+static int cp_moe_refused(const gpt_config *g, int C, char *err, size_t errlen)
+{
+    if (C <= 1 || !gpt_moe(g) || g->moe_capacity <= 0) return 0;
+    if (err)
+        snprintf(err, errlen, "--context-parallel-size %d does not work with --moe-expert-capacity-factor: an expert's "
+                 "capacity and the tokens it drops would follow each rank's chunks, not the sequence's; leave one of "
+                 "them out", C);
+    return 1;
 }
 
 int plan_evaluate(const plan_job *j, const plan_cluster *c, const plan_layout *l, plan_result *r, char *err,
@@ -616,7 +642,7 @@ int plan_evaluate(const plan_job *j, const plan_cluster *c, const plan_layout *l
                 gpt_groups(g) / l->tp, C);
         if (l->sp && l->tp > 1 && (g->seq / C) % l->tp)
             BAD("--seq-length / --context-parallel-size is not divisible by the tensor-parallel size");
-        if (gpt_moe(g)) BAD("--context-parallel-size %d does not work with mixture of experts (--num-experts) yet", C);
+        if (cp_moe_refused(g, C, err, errlen)) return -1;
     }
     r->micro = m;
     int n = l->tp * C * l->pp * l->dp, Ls = g->num_layers / l->pp;
@@ -626,9 +652,10 @@ int plan_evaluate(const plan_job *j, const plan_cluster *c, const plan_layout *l
 
     int ep = ep_of(l);
     if (gpt_moe(g)) {
-        if (g->num_experts % ep || l->dp % ep)
-            BAD("--expert-model-parallel-size %d divides neither --num-experts %d nor data-parallel %d", ep,
-                g->num_experts, l->dp);
+        if (g->num_experts % ep || dpcp_of(l) % ep)
+            BAD("--expert-model-parallel-size %d must divide --num-experts %d and the data-parallel x "
+                "context-parallel size %d (expert parallelism is carved out of data x context parallelism)", ep,
+                g->num_experts, dpcp_of(l));
     } else if (ep > 1) {
         BAD("--expert-model-parallel-size needs --num-experts");
     }
@@ -641,6 +668,7 @@ int plan_evaluate(const plan_job *j, const plan_cluster *c, const plan_layout *l
         lc.fwd += share * (lm.fwd - lc.fwd), lc.bwd += share * (lm.bwd - lc.bwd);
         lc.recompute += share * (lm.recompute - lc.recompute), lc.tp_comm += share * (lm.tp_comm - lc.tp_comm);
         lc.ep_comm = share * lm.ep_comm;
+        lc.cp_flight += share * (lm.cp_flight - lc.cp_flight), lc.cp_exposed += share * (lm.cp_exposed - lc.cp_exposed);
     }
     double T = l->mbs * seq_l(j, l), V = g->padded_vocab / (double)l->tp, h = g->hidden;
     double head_fwd = plan_gemm_s(c, j->dtype, T, V, h) + T * V * 4.0 * 3.0 / c->hbm_bw; /* logits, fp32 softmax */
@@ -680,7 +708,7 @@ int plan_evaluate(const plan_job *j, const plan_cluster *c, const plan_layout *l
     }
     /* Adam: read the grads, master weights and moments, write them and the 16-bit copy */
     if (gpt_lora(g)) P = stage_trained(g, l->tp, Ls, l->pp == 1, 1), X = 0; /* LoRA: Adam steps the adapters */
-    double shard = l->distopt ? (P - X) / dpcp_of(l) + X / (l->dp / ep) : P;
+    double shard = l->distopt ? (P - X) / dpcp_of(l) + X / edp_of(l) : P;
     r->t_optimizer += shard * (j->dtype ? 30.0 : 28.0) / c->hbm_bw;
     r->iter_s = r->t_compute + r->t_tp + r->t_ep + r->x_cp + r->t_bubble + r->t_p2p + r->t_dp + r->t_optimizer;
     r->flops = gpt_flops_per_iteration(g, j->gbs, l->recompute == PLAN_RC_FULL);
@@ -714,9 +742,10 @@ int plan_search(const plan_job *j, const plan_cluster *c, int n, const plan_layo
     for (int tp = 1; tp <= c->gpus_per_node && tp <= n; tp *= 2)
         for (int cp = 1; tp * cp <= n; cp++) {
             /* context parallelism: sizes dividing the devices that cut each sequence into 2 cp equal
-             * chunks (and a2a: the heads and groups of a tp rank); none with experts */
+             * chunks (and a2a: the heads and groups of a tp rank; experts: what the trainer runs at cp) */
             if (n % (tp * cp) || g->seq % (2 * cp)) continue;
-            if (cp > 1 && (gpt_moe(g) || (cpc == PLAN_CP_A2A && ((g->heads / tp) % cp || (gpt_groups(g) / tp) % cp))))
+            if (cp > 1 && (cp_moe_refused(g, cp, NULL, 0) ||
+                           (cpc == PLAN_CP_A2A && ((g->heads / tp) % cp || (gpt_groups(g) / tp) % cp))))
                 continue;
         for (int pp = 1; pp <= g->num_layers && tp * cp * pp <= n; pp++) {
             if (n % (tp * cp * pp) || g->num_layers % pp) continue;
@@ -734,8 +763,8 @@ int plan_search(const plan_job *j, const plan_cluster *c, int n, const plan_layo
                     for (int rc = 0; rc < 3; rc++)
                         for (int sp = 0; sp <= (tp > 1); sp++)
                             for (int dop = 0; dop <= (dp * cp > 1); dop++)
-                            for (int ep = 1; ep <= (gpt_moe(g) ? dp : 1); ep *= 2) { /* experts: powers of 2 */
-                                if (gpt_moe(g) && (dp % ep || g->num_experts % ep)) continue;
+                            for (int ep = 1; ep <= (gpt_moe(g) ? dp * cp : 1); ep *= 2) { /* experts: powers of 2 of dp x cp */
+                                if (gpt_moe(g) && ((dp * cp) % ep || g->num_experts % ep)) continue;
                                 plan_layout l = {tp, pp, dp, vp, mbs, (plan_recompute)rc, sp, dop, dp * cp > 1, 0, PLAN_DP_AUTO, 0, 0, ep, 0, cp, cpc};
                                 if (opts) {
                                     l.no_scatter_gather = opts->no_scatter_gather;

@@ -445,11 +445,12 @@ static void moe_distributed_optimizer(void **state)
         double Xf, XL, Pf = mixtral_params(f->tp, ep, L, 1, f->pp == 1, &Xf);
         double PL = mixtral_params(f->tp, ep, L, f->pp == 1, 1, &XL);
         if (fabs(found[i].m_params - 2 * PL) < 0.5) Pf = PL, Xf = XL;
-        double div = f->distopt ? f->dp : 1, xdiv = f->distopt ? f->dp / ep : 1;
+        int dpcp = f->dp * (f->cp > 1 ? f->cp : 1); /* the state over dp x cp, the experts' over dp x cp / ep */
+        double div = f->distopt ? dpcp : 1, xdiv = f->distopt ? dpcp / ep : 1;
         double total = 6 * Pf + 12 * ((Pf - Xf) / div + Xf / xdiv) + found[i].m_acts + 3 * GIB;
         if (total > 80 * GIB)
-            fail_msg("listed: tp %d pp %d dp %d vp %d mbs %d ep %d distopt %d needs %.2f GiB by hand", f->tp, f->pp,
-                     f->dp, f->vp, f->mbs, ep, f->distopt, total / GIB);
+            fail_msg("listed: tp %d pp %d dp %d cp %d vp %d mbs %d ep %d distopt %d needs %.2f GiB by hand", f->tp,
+                     f->pp, f->dp, f->cp, f->vp, f->mbs, ep, f->distopt, total / GIB);
         assert_false(f->tp == 1 && f->pp == 2 && f->vp == 4 && f->mbs == 2 && ep == 4 && f->distopt &&
                      f->recompute == PLAN_RC_SELECTIVE);
     }
@@ -889,6 +890,109 @@ static void context_parallel(void **state)
     assert_true(seen[1] && seen[2] && seen[4]);
 }
 
+/* A mixture of experts under context parallelism, worked by hand: context_parallel's 2-layer GPT
+ * (hidden 64, 4 heads, seq 32, fp32), every layer MoE (4 experts of 64, top 2, GeLU, biases; an
+ * expert 64 x 64 + 64 x 64 + 64 + 64 = 8320 parameters), on its shape-blind device (every GEMM at
+ * the peak, 1 GB/s and 10 us a message). The expert grid is the trainer's: ep carved out of dp x cp
+ * (consecutive dp x cp ranks), the experts' gradients over the rest, dp x cp / ep. */
+static void moe_context_parallel(void **state)
+{
+    (void)state;
+    plan_cluster c = {.gpus_per_node = 4, .nodes = 1, .peak = {1e12, 0, 0}, .mem_gib = 80, .hbm_bw = 1e30,
+                      .intra_bw = 1e9, .intra_lat = 1e-5, .inter_bw = 1e9, .inter_lat = 1e-5, .gemm_emax = 1,
+                      .gemm_half = 0};
+    plan_job j = small_gpt(2);
+    j.cfg.num_experts = 4, j.cfg.moe_topk = 2, j.cfg.moe_ffn = 64;
+    plan_result one, r;
+    char err[256];
+    /* dp 1 x cp 2 x ep 2 on 2 devices (alltoall): the two cp ranks are one ep group, edp = 2 / 2 = 1 */
+    plan_layout l1 = {1, 1, 1, 1, 1, PLAN_RC_NONE, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0, 1, 1, 1, PLAN_CP_P2P};
+    plan_layout l = l1;
+    l.cp = 2, l.ep = 2;
+    assert_int_equal(plan_evaluate(&j, &c, &l1, &one, err, sizeof err), 0);
+    if (plan_evaluate(&j, &c, &l, &r, err, sizeof err)) fail_msg("dp 1 x cp 2 x ep 2 refused: %s", err);
+    /* the experts' GEMMs at T / C: each rank's 16 tokens x top 2 = 32 rows, 16 an expert for its 2
+     * experts (one rank at cp 1: 32 tokens, 16 rows an expert, 4 experts): with the router and the
+     * attention on 16 positions, half the compute */
+    assert_int_equal(r.micro, 2);
+    close_to(r.t_compute, one.t_compute / 2, 1e-12);
+    /* the token exchange at T / C: a rank's 16 tokens x top 2 rows of 64 fp32 (8192 bytes), half of
+     * them to the other ep rank, 4096 bytes at 1 GB/s + 10 us; dispatch and combine, forward and
+     * backward; 2 layers x 2 micro-batches */
+    close_to(r.t_ep, 2 * 2 * 4 * (4096 / 1e9 + 1e-5), 1e-12);
+    /* the cp exchange: context_parallel's ring, and the router's tokens per expert (4 int32, 16
+     * bytes) all-reduced over cp 2 in every forward: 16 / 1e9 + 2 x 10 us, blocking */
+    double step = 8192 / 1e9 + 1e-5, step2 = 16384 / 1e9 + 1e-5, block = 4 * 2 * 8192 / 1e12;
+    double stats = 16 / 1e9 + 2e-5;
+    close_to(r.t_cp, 4 * (step + step2 + step) + 4 * stats, 1e-12);
+    close_to(r.x_cp, 4 * ((step - block) + (step2 - 2 * block) + step) + 4 * stats, 1e-12);
+    /* a rank's parameters: 2 experts a layer (the model's own table at ep 2), X = 2 x 2 x 8320 */
+    double P = r.m_params / 4, X = 2 * 2 * 8320.0;
+    close_to(P, (double)gpt_stage_numel(&j.cfg, 1, 2, 0, 2, 1, 1), 1e-12);
+    close_to((double)gpt_stage_numel(&j.cfg, 1, 1, 0, 2, 1, 1) - P, X, 1e-12);
+    /* the dense gradients all-reduced over dp x cp = 2 ((P - X) x 4 bytes, 2 x 1/2 of them + 2 x 10
+     * us); the experts' over edp = 1: nothing */
+    close_to(r.t_dp, (P - X) * 4 / 1e9 + 2e-5, 1e-12);
+    close_to(r.iter_s, r.t_compute + r.t_ep + r.x_cp + r.t_dp + r.t_optimizer, 1e-12);
+    /* the distributed optimizer: fp32 Adam's 8 bytes a parameter, the dense over 2, the experts' over 1 */
+    l.distopt = 1;
+    assert_int_equal(plan_evaluate(&j, &c, &l, &r, err, sizeof err), 0);
+    close_to(r.m_optimizer, 8 * ((P - X) / 2 + X), 1e-12);
+    char flags[512];
+    plan_layout_flags(&l, 2, flags, sizeof flags);
+    assert_non_null(strstr(flags, "--context-parallel-size 2 --cp-comm-type p2p --expert-model-parallel-size 2 "
+                                  "--moe-token-dispatcher-type alltoall"));
+
+    /* dp 2 x cp 2 x ep 2 on 4 devices, 1 micro-batch: edp = 4 / 2 = 2. The dense gradients over 4
+     * (2 x 3/4 x 4 (P - X) bytes + 6 x 10 us), the experts' over their 2 (4 X bytes + 2 x 10 us);
+     * the distributed optimizer's state: the dense / 4, the experts' / 2 */
+    l.dp = 2, l.distopt = 0;
+    assert_int_equal(plan_evaluate(&j, &c, &l, &r, err, sizeof err), 0);
+    close_to(r.t_dp, 1.5 * (P - X) * 4 / 1e9 + 6e-5 + X * 4 / 1e9 + 2e-5, 1e-12);
+    l.distopt = 1;
+    assert_int_equal(plan_evaluate(&j, &c, &l, &r, err, sizeof err), 0);
+    close_to(r.m_optimizer, 8 * ((P - X) / 4 + X / 2), 1e-12);
+
+    /* placement on nodes of 2 ranks (rank = tp_rank + tp (cp_rank + cp dp_rank)): at tp 1 x cp 2 x
+     * dp 2, ep 2 is {0,1} {2,3}, inside the nodes; the experts' gradients {0,2} {1,3}, across. At tp
+     * 2 x cp 2, ep 2 is the cp pair {0,2} (and {1,3}): across, a rank's share of the node's link,
+     * 50 MB/s and 100 us, where the a2a is priced: 4 micro-batches of 16 tokens' 4096 bytes */
+    plan_cluster n2 = two_nodes();
+    plan_layout e4 = {1, 1, 2, 1, 1, PLAN_RC_NONE, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0, 2, 1, 2, PLAN_CP_P2P};
+    double bw, lat;
+    assert_int_equal(plan_group_link(&n2, &e4, PLAN_GROUP_EP, &bw, &lat), 1);
+    assert_true(bw == 4e9);
+    assert_int_equal(plan_group_link(&n2, &e4, PLAN_GROUP_EDP, &bw, &lat), 2);
+    assert_true(bw == 50e6 && lat == 1e-4);
+    assert_int_equal(plan_group_link(&n2, &e4, PLAN_GROUP_DP, &bw, &lat), 2);
+    plan_layout t2 = {2, 1, 1, 1, 1, PLAN_RC_NONE, 0, 0, 0, 0, PLAN_DP_AUTO, 0, 0, 2, 1, 2, PLAN_CP_P2P};
+    assert_int_equal(plan_group_link(&n2, &t2, PLAN_GROUP_EP, &bw, &lat), 2);
+    assert_true(bw == 50e6 && lat == 1e-4);
+    plan_job j4 = j;
+    j4.gbs = 4;
+    assert_int_equal(plan_evaluate(&j4, &n2, &t2, &r, err, sizeof err), 0);
+    close_to(r.t_ep, 4 * 2 * 4 * (4096 / 50e6 + 1e-4), 1e-12);
+
+    /* refused: ep not dividing dp x cp; an expert's capacity under cp (as the trainer) */
+    l.dp = 1, l.ep = 4;
+    assert_int_equal(plan_evaluate(&j, &c, &l, &r, err, sizeof err), -1);
+    assert_non_null(strstr(err, "the data-parallel x context-parallel size 2"));
+    l.ep = 2;
+    j.cfg.moe_capacity = 1.0f;
+    assert_int_equal(plan_evaluate(&j, &c, &l, &r, err, sizeof err), -1);
+    assert_non_null(strstr(err, "--context-parallel-size 2 does not work with --moe-expert-capacity-factor"));
+
+    /* the search: on 2 devices it lists dp 1 x cp 2 x ep 2; with a capacity, no cp */
+    static plan_result all[4096];
+    int found = plan_search(&j, &c, 2, NULL, all, 4096, NULL), cp_ep = 0;
+    for (int i = 0; i < found && i < 4096; i++) assert_true(all[i].l.cp <= 1);
+    j.cfg.moe_capacity = 0;
+    found = plan_search(&j, &c, 2, NULL, all, 4096, NULL);
+    assert_true(found > 0 && found <= 4096);
+    for (int i = 0; i < found; i++) cp_ep += all[i].l.cp == 2 && all[i].l.ep == 2 && all[i].l.dp == 1;
+    assert_true(cp_ep > 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -898,6 +1002,7 @@ int main(void)
         cmocka_unit_test(placement_links),     cmocka_unit_test(scatter_gather), cmocka_unit_test(dp_hierarchical),
         cmocka_unit_test(overlap_buckets),     cmocka_unit_test(mixture_of_experts),
         cmocka_unit_test(moe_distributed_optimizer), cmocka_unit_test(lora_time), cmocka_unit_test(context_parallel),
+        cmocka_unit_test(moe_context_parallel),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

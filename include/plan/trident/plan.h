@@ -83,7 +83,9 @@ typedef struct plan_layout {
     int overlap_param;     /* --overlap-param-gather (with distopt): the parameter all-gather behind the next
                             * forward */
     double bucket_elems;   /* --ddp-bucket-size, gradient elements a bucket; 0: the default 40e6 */
-    int ep;                /* a mixture of experts: --expert-model-parallel-size, carved out of dp (0: 1) */
+    int ep;                /* a mixture of experts: --expert-model-parallel-size (0: 1), carved out of dp x cp as
+                            * the trainer's: ep consecutive dp x cp ranks, the experts' gradients over the
+                            * rest (dp x cp / ep, PLAN_GROUP_EDP) */
     int ep_alltoall;       /* --moe-token-dispatcher-type alltoall (else allgather) */
     int cp;                /* --context-parallel-size (0: 1): each sample's sequence split over cp ranks in
                             * every layer; the rank order tp-cp-dp-pp, gradients reduced over dp x cp */
@@ -160,8 +162,11 @@ void plan_cp_exchange_s(plan_cp_comm type, int cp, double kv_bytes, double qo_by
                         double lat, int redo, int twice_bwd, double *flight, double *exposed);
 
 /* The groups: PLAN_GROUP_DP is the gradients' group, dp x cp (same tp and pp rank; the dp ranks
- * alone without context parallelism); PLAN_GROUP_CP the ranks sharing a sample's sequence. */
-typedef enum { PLAN_GROUP_TP, PLAN_GROUP_PP, PLAN_GROUP_DP, PLAN_GROUP_EP, PLAN_GROUP_CP } plan_group;
+ * alone without context parallelism); PLAN_GROUP_CP the ranks sharing a sample's sequence;
+ * PLAN_GROUP_EP ep consecutive ranks of dp x cp (dp x cp rank = cp_rank + cp dp_rank), the token
+ * exchange's; PLAN_GROUP_EDP the experts' gradients' group, the dp x cp / ep ranks of one ep rank
+ * (dp x cp rank mod ep). */
+typedef enum { PLAN_GROUP_TP, PLAN_GROUP_PP, PLAN_GROUP_DP, PLAN_GROUP_EP, PLAN_GROUP_CP, PLAN_GROUP_EDP } plan_group;
 /* The link the collectives of a layout's tp, pp or dp groups run over, given the placement rule
  * above: the intra-node bandwidth and latency when every group of that kind sits inside a node,
  * else the inter-node ones. On a trident-cpu cluster the ranks of a node share its one link, so a
@@ -186,7 +191,8 @@ typedef struct plan_search_why {
 
 /* Every layout of n devices (tp a power of two up to a node, cp dividing the devices left with
  * seq % 2 cp == 0 (and the heads and groups of a tp rank for a2a) at opts's comm type (a search
- * does not vary it; cp > 1 at micro-batch size 1), pp dividing the layers, mbs
+ * does not vary it; cp > 1 at micro-batch size 1; with experts, where the trainer runs them at
+ * cp), ep a power of two dividing the experts and dp x cp, pp dividing the layers, mbs
  * dividing the per-replica batch, interleaving, recomputation, sequence parallelism, the
  * distributed optimizer), the ones that fit sorted fastest first into out (up to cap). Every
  * layout takes opts's no_scatter_gather, dp_collectives, overlap_param (with the distributed
