@@ -33,6 +33,9 @@ static const char *cp_name(plan_cp_comm t)
     return t == PLAN_CP_A2A ? "a2a" : t == PLAN_CP_ALL_GATHER ? "all_gather" : "p2p";
 }
 
+/* The experts' data-parallel size: dp x cp / ep (expert parallelism carved out of dp x cp). */
+static int edp(const plan_layout *l) { return l->dp * (l->cp > 1 ? l->cp : 1) / (l->ep > 1 ? l->ep : 1); }
+
 static void print_json(const plan_result *r, const plan_cluster *c)
 {
     const plan_layout *l = &r->l;
@@ -53,11 +56,11 @@ static void print_json(const plan_result *r, const plan_cluster *c)
     /* the communication left exposed per kind of group, as the trainer's metrics file names its own */
     printf("\"tp_exposed_ms\": %.6g, \"pp_exposed_ms\": %.6g, \"ep_exposed_ms\": %.6g, \"embd_exposed_ms\": %.6g, "
            "\"dp_exposed_ms\": %.6g, \"scatter_gather\": %s, \"dp_collectives\": \"%s\", "
-           "\"expert_model_parallel_size\": %d, \"context_parallel_size\": %d, \"cp_comm_type\": \"%s\", "
-           "\"cp_exposed_ms\": %.6g, \"cp_inflight_ms\": %.6g}\n",
+           "\"expert_model_parallel_size\": %d, \"expert_data_parallel_size\": %d, \"context_parallel_size\": %d, "
+           "\"cp_comm_type\": \"%s\", \"cp_exposed_ms\": %.6g, \"cp_inflight_ms\": %.6g}\n",
            r->x_tp * 1e3, r->x_pp * 1e3, r->t_ep * 1e3, r->x_embd * 1e3, r->x_dp * 1e3, scatter_gather(r) ? "true" : "false",
-           r->dp_hier ? "hierarchical" : "flat", l->ep > 1 ? l->ep : 1, l->cp > 1 ? l->cp : 1, cp_name(l->cp_comm),
-           r->x_cp * 1e3, r->t_cp * 1e3);
+           r->dp_hier ? "hierarchical" : "flat", l->ep > 1 ? l->ep : 1, edp(l), l->cp > 1 ? l->cp : 1,
+           cp_name(l->cp_comm), r->x_cp * 1e3, r->t_cp * 1e3);
 }
 
 static void print_row(const plan_result *r)
@@ -88,11 +91,13 @@ static void print_explain(const plan_result *r)
     printf("      memory (GiB): params %.2f + grads %.2f + optimizer %.2f + activations %.2f + framework %.2f = %.2f\n",
            r->m_params / GIB, r->m_grads / GIB, r->m_optimizer / GIB, r->m_acts / GIB, r->m_other / GIB,
            r->m_total / GIB);
-    char cp[64] = "";
+    char cp[64] = "", experts[96] = "";
     if (r->l.cp > 1) snprintf(cp, sizeof cp, ", cp %.1f", r->x_cp * 1e3);
-    printf("      exposed communication (ms): tp %.1f, pp %.1f, ep %.1f, embd %.1f, dp %.1f%s (%s%s%s)\n", r->x_tp * 1e3,
+    if (r->l.ep > 1) /* the experts' gradients: over the rest of dp x cp */
+        snprintf(experts, sizeof experts, "; the experts' over %d (dp x cp / ep)", edp(&r->l));
+    printf("      exposed communication (ms): tp %.1f, pp %.1f, ep %.1f, embd %.1f, dp %.1f%s (%s%s%s%s)\n", r->x_tp * 1e3,
            r->x_pp * 1e3, r->t_ep * 1e3, r->x_embd * 1e3, r->x_dp * 1e3, cp, r->dp_hier ? "hierarchical" : "flat",
-           r->l.cp > 1 ? " over dp x cp" : "", scatter_gather(r) ? "; pipeline scatter/gather" : "");
+           r->l.cp > 1 ? " over dp x cp" : "", experts, scatter_gather(r) ? "; pipeline scatter/gather" : "");
 }
 
 /* The job and the cluster in a line; ep: the expert-parallel size of an evaluated layout (0: a search). */

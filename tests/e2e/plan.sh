@@ -153,8 +153,8 @@ else bad "moe: ep 4: $js"; fi
 if out=$("$TRIDENT" plan "${MOE[@]}" --num-gpus 16 --top 200) && grep -q "  ep [248]" <<<"$out"; then
   ok "moe: the search offers ep layouts ($(grep -c '  ep [248]' <<<"$out") of the top 200)"
 else bad "moe: no ep layout in the search"; fi
-expect2 "--expert-model-parallel-size 3 divides neither --num-experts 8 nor data-parallel 16" "${MOE[@]}" --num-gpus 16 \
-  --expert-model-parallel-size 3
+expect2 "--expert-model-parallel-size 3 must divide --num-experts 8 and the data-parallel x context-parallel size 16" \
+  "${MOE[@]}" --num-gpus 16 --expert-model-parallel-size 3
 expect2 "no bf16 peak" --num-layers 4 --vocab-size 100 --global-batch-size 16 --num-gpus 16 --cluster dgx2h-v100 --bf16
 expect2 "--dp-collectives 'ring' is not one of auto|flat|hierarchical" "${S[@]}" --dp-collectives ring
 expect2 "--ddp-bucket-size 0 is out of range" "${S[@]}" --ddp-bucket-size 0
@@ -213,5 +213,37 @@ if out=$("$TRIDENT" plan "${G[@]}" --global-batch-size 8 --num-gpus 8 --context-
 then ok "cp 4 $T: $(grep -o 'context-parallel exchange.*' <<<"$out")"
 else bad "cp 4 $T: $out ${js:-}"; fi
 done
+# a mixture of experts with context parallelism, ep carved out of dp x cp as the trainer's: a fixed
+# layout's row, --explain (both exchanges among shares adding up to the iteration, the experts'
+# gradients over dp x cp / ep) and --json (expert_data_parallel_size, the parts summing to iteration_s)
+if out=$("$TRIDENT" plan "${MOE[@]}" --num-gpus 16 --context-parallel-size 2 --expert-model-parallel-size 4 --explain) &&
+   grep -q "^ *1 *1 *8 .*  ep 4  cp 2 p2p\$" <<<"$out" && grep -q "8 experts top-2 (ep 4)" <<<"$out" &&
+   grep -q "expert-parallel exchange [0-9.]* ([0-9]*%), context-parallel exchange [0-9.]* ([0-9]*%; p2p" <<<"$out" &&
+   grep -q "exposed communication (ms): .*, cp [0-9.]* (flat over dp x cp; the experts' over 4 (dp x cp / ep))" <<<"$out" &&
+   python3 -c 'import re, sys; s = sum(int(x) for x in re.findall(r"\((\d+)%", sys.argv[1].split("time:")[1].split("\n")[0])); sys.exit(not 97 <= s <= 103)' "$out" &&
+   js=$("$TRIDENT" plan "${MOE[@]}" --num-gpus 16 --context-parallel-size 2 --expert-model-parallel-size 4 --json) &&
+   python3 -c 'import json, sys; v = json.loads(sys.argv[1]); b = v["breakdown_s"]; t = sum(x for k, x in b.items() if k != "recompute"); sys.exit(not (v["context_parallel_size"] == 2 and v["expert_model_parallel_size"] == 4 and v["expert_data_parallel_size"] == 4 and v["data_parallel_size"] == 8 and v["ep_exposed_ms"] > 0 and v["cp_exposed_ms"] > 0 and abs(t - v["iteration_s"]) <= 1e-5 * v["iteration_s"]))' "$js"
+then ok "moe at cp 2 x ep 4: $(grep -o 'expert-parallel exchange.*' <<<"$out")"
+else bad "moe at cp 2 x ep 4: $out ${js:-}"; fi
+# ... ep 8 over dp 1 x cp 16 (ep needs only divide dp x cp)
+if js=$("$TRIDENT" plan "${MOE[@]}" --num-gpus 16 --context-parallel-size 16 --expert-model-parallel-size 8 --json) &&
+   python3 -c 'import json, sys; v = json.loads(sys.argv[1]); sys.exit(not (v["data_parallel_size"] == 1 and v["expert_data_parallel_size"] == 2))' "$js"
+then ok "moe: ep 8 of dp 1 x cp 16"; else bad "moe: ep 8 of dp 1 x cp 16: ${js:-}"; fi
+expect2 "--context-parallel-size 2 does not work with --moe-expert-capacity-factor: an expert's capacity" "${MOE[@]}" \
+  --num-gpus 16 --context-parallel-size 2 --moe-expert-capacity-factor 1.5
+# a sequence of 64 Ki on 8 devices of 4 GiB: no layout without cp fits it, the search takes cp
+# with the experts carved out of dp x cp and says how to train it; with an expert capacity (which
+# the trainer refuses at cp) nothing fits (exit 1)
+printf '{"name": "h100-4gib", "base": "dgx-h100", "memory_gib": 4, "reserved_gib": 0}\n' >small.json
+LONG=(--num-layers 2 --hidden-size 2048 --num-attention-heads 2 --seq-length 65536 --max-position-embeddings 65536
+      --vocab-size 1000 --global-batch-size 8 --bf16 --num-experts 4 --moe-router-topk 2
+      --moe-token-dispatcher-type alltoall --cluster small.json --num-gpus 8)
+if out=$("$TRIDENT" plan "${LONG[@]}" --top 1) &&
+   grep -q "^train with: .*--context-parallel-size [248] --cp-comm-type p2p --expert-model-parallel-size [248] --moe-token-dispatcher-type alltoall\$" <<<"$out" &&
+   grep -q "  ep [248]  cp [248] p2p\$" <<<"$out"; then ok "moe: the search takes cp: $(tail -n 1 <<<"$out")"
+else bad "moe: the search at seq 65536: $out"; fi
+out=$("$TRIDENT" plan "${LONG[@]}" --moe-expert-capacity-factor 1.5 2>&1); rc=$?
+if [ $rc = 1 ] && grep -q "no layout of 8 devices fits 4 GiB a device" <<<"$out"; then ok "moe: without cp none fits: $(grep error <<<"$out")"
+else bad "moe: with capacity (no cp), want exit 1, got $rc: $out"; fi
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
