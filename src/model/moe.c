@@ -25,13 +25,13 @@
 #include "moe_impl.h"
 
 
-/* The rows this rank's experts may take in a micro-batch of T tokens: without ep its own; with it
- * each of the ep ranks sends at most T min(k, El) (a token's k experts are distinct), or padded
- * El capacities. */
-static int64_t rows_max(const gpt_config *c, int ep, int64_t T)
+/* The rows this rank's experts may take in a micro-batch of T tokens here (T cp over the
+ * context-parallel ranks): without ep its own; with it each of the ep ranks sends at most
+ * T min(k, El) (a token's k experts are distinct), or padded El capacities. */
+static int64_t rows_max(const gpt_config *c, int ep, int64_t T, int cp)
 {
     int64_t k = c->moe_topk, El = c->num_experts / ep;
-    if (ep == 1 || c->moe_pad) return src_rows(c, T);
+    if (ep == 1 || c->moe_pad) return src_rows(c, T, cp);
     return ep * T * (k < El ? k : El);
 }
 
@@ -130,11 +130,11 @@ static void carve_lora_scratch(carver *cv, const gpt_config *c, int64_t R, int64
  * activations (acts), or generation's step buffers (decode_scratch, with the adapters' scratch:
  * decode 1). */
 /* tp: the split of each expert's width; stp: the shared expert's (the tp size); seq: a sample's
- * positions among the T (seq / cp under context parallelism). */
-static void carve_tokens(carver *cv, const gpt_config *c, int ep, int tp, int stp, int seq, int64_t T, moe_acts *a,
-                         int decode)
+ * positions among the T (seq / cp under context parallelism, cp ranks holding the micro-batch). */
+static void carve_tokens(carver *cv, const gpt_config *c, int ep, int tp, int stp, int seq, int cp, int64_t T,
+                         moe_acts *a, int decode)
 {
-    int64_t E = c->num_experts, k = c->moe_topk, F = gpt_moe_ffn(c) / tp, R = rows_max(c, ep, T);
+    int64_t E = c->num_experts, k = c->moe_topk, F = gpt_moe_ffn(c) / tp, R = rows_max(c, ep, T, cp);
     a->E = (int)E;
     CARVE(cv, a->logits, float, T * E);
     if (cv->kept_dt != BE_F32) CARVE(cv, a->x32, float, T * c->hidden); /* mixed precision: the input widened */
@@ -149,11 +149,11 @@ static void carve_tokens(carver *cv, const gpt_config *c, int ep, int tp, int st
         CARVE(cv, a->aux_idx, int32_t, T * k);
         CARVE(cv, a->aux_probs, float, T * k);
     }
-    CARVE(cv, a->xe, float, src_rows(c, T) * c->hidden);
+    CARVE(cv, a->xe, float, src_rows(c, T, cp) * c->hidden);
     CARVE(cv, a->he, float, R * gpt_fc_blocks(c) * F);
     CARVE(cv, a->ae, float, R * F);
     /* ye: the experts' outputs back at the source; with allgather they stay where computed */
-    CARVE(cv, a->ye, float, (ep > 1 && c->moe_allgather ? R : src_rows(c, T)) * c->hidden);
+    CARVE(cv, a->ye, float, (ep > 1 && c->moe_allgather ? R : src_rows(c, T, cp)) * c->hidden);
     CARVE(cv, a->lcount, int32_t, E / ep);
     if (c->moe_etp1 && stp > 1) CARVE(cv, a->rowm, int32_t, T * k);
     if (ep > 1) {
@@ -185,7 +185,7 @@ static void carve_tokens(carver *cv, const gpt_config *c, int ep, int tp, int st
 
 static void acts(carver *cv, const gpt_model *m, void *av)
 {
-    carve_tokens(cv, &m->cfg, ep_of(m), expert_tp(m), m->tp, m->seq_c, (int64_t)m->mbs * m->seq_c, av, 0);
+    carve_tokens(cv, &m->cfg, ep_of(m), expert_tp(m), m->tp, m->seq_c, m->cp, (int64_t)m->mbs * m->seq_c, av, 0);
 }
 
 static void scratch(carver *cv, const gpt_model *m, void *sv)
@@ -194,13 +194,13 @@ static void scratch(carver *cv, const gpt_model *m, void *sv)
     const gpt_config *c = &m->cfg;
     int ep = ep_of(m);
     int64_t T = (int64_t)m->mbs * m->seq_c, E = c->num_experts, k = c->moe_topk, F = gpt_moe_ffn(c) / expert_tp(m);
-    int64_t R = rows_max(c, ep, T);
+    int64_t R = rows_max(c, ep, T, m->cp);
     CARVE(cv, s->dlogits, float, T * E);
     CARVE(cv, s->dprobs, float, T * k);
-    CARVE(cv, s->dye, float, src_rows(c, T) * c->hidden);
+    CARVE(cv, s->dye, float, src_rows(c, T, m->cp) * c->hidden);
     CARVE(cv, s->dae, float, R * F);
     CARVE(cv, s->dhe, float, R * gpt_fc_blocks(c) * F);
-    CARVE(cv, s->dxe, float, src_rows(c, T) * c->hidden);
+    CARVE(cv, s->dxe, float, src_rows(c, T, m->cp) * c->hidden);
     if (ep > 1) {
         CARVE(cv, s->dyl, float, R * c->hidden);
         CARVE(cv, s->dxl, float, R * c->hidden);
@@ -247,10 +247,23 @@ static void mlp_bwd(const gpt_model *m, float *dx, float *dw1, float *db1, float
     be_matmul_bwd(m->be, dx, dw1, db1, dhe, x, w1, n, h, bF);
 }
 
+/* Context parallelism: the ranks whose tokens make this rank's micro-batch (its samples' other
+ * chunks), or NULL without (generation's model has none); and how many they are (1 without). */
+static const comm *cp_group_of(const gpt_model *m) { return m->ps && m->cp > 1 ? m->ps->cp_group : NULL; }
+static int cp_of(const gpt_model *m) { return cp_group_of(m) ? m->cp : 1; }
+
+/* The position in its sample of position t of cp rank r's seq_c (Megatron's load balancing: the
+ * rank holds chunks r and 2 cp - 1 - r of the 2 cp equal chunks of the sequence). */
+static int cp_position(const gpt_model *m, int r, int t)
+{
+    int L = m->seq_c / 2;
+    return m->cp > 1 ? (t < L ? r : 2 * m->cp - 1 - r) * L + t % L : t;
+}
+
 /* With --moe-expert-capacity-factor (Megatron's apply_router_token_dropping, without padding):
- * an expert takes at most ceil(T k / E x factor) of its tokens; over that, the choices of the
- * lowest weight (probs; ties to the later token) or of the latest tokens (position) are dropped:
- * their row -1, their weight 0. */
+ * an expert takes at most cap = ceil(T k / E x factor) of a micro-batch's T tokens; over that,
+ * the choices of the lowest weight (probs; ties to the later token) or of the latest tokens
+ * (position) are dropped: their row -1, their weight 0. */
 static int cmp_keep(const void *x, const void *y, void *ctx)
 {
     const float *p = ctx;
@@ -258,36 +271,82 @@ static int cmp_keep(const void *x, const void *y, void *ctx)
     return p[i] > p[j] ? -1 : p[i] < p[j] ? 1 : (i > j) - (i < j);
 }
 
-static void apply_capacity(moe_acts *a, const gpt_config *c, int T)
+/* drop[i] = 1 for the choices (idx, probs: (T, k), tokens in the micro-batch's order) over their
+ * expert's capacity cap, 0 for the others. */
+static void capacity_drops(const gpt_config *c, const int32_t *idx, const float *probs, int T, int cap,
+                           unsigned char *drop)
 {
-    int E = c->num_experts, k = c->moe_topk, cap = (int)capacity_of(c, T);
+    int E = c->num_experts, k = c->moe_topk;
     int *mine = td_xmalloc((size_t)T * k * sizeof *mine);
+    memset(drop, 0, (size_t)T * k);
     for (int e = 0; e < E; e++) {
         int n = 0;
         for (int i = 0; i < T * k; i++)
-            if (a->idx[i] == e) mine[n++] = i; /* in token order */
+            if (idx[i] == e) mine[n++] = i; /* in token order */
         if (n <= cap) continue;
-        if (!c->moe_drop_position) qsort_r(mine, (size_t)n, sizeof *mine, cmp_keep, a->probs);
-        for (int q = cap; q < n; q++) a->row[mine[q]] = -1, a->probs[mine[q]] = 0, a->dropped++;
+        if (!c->moe_drop_position) qsort_r(mine, (size_t)n, sizeof *mine, cmp_keep, (void *)probs);
+        for (int q = cap; q < n; q++) drop[mine[q]] = 1;
     }
     free(mine);
 }
 
+/* The capacity over this rank's T tokens of the micro-batch. Under context parallelism the
+ * micro-batch's T cp tokens are the cp ranks' chunks: every rank gathers their choices (expert and
+ * weight, T k each) over the cp group, puts them in the micro-batch's token order (sample by
+ * sample, positions in order), decides the drops over all of them as one rank does, and keeps its
+ * own. Host memory (the CPU backend's). Collective over cp. */
+static void apply_capacity(const gpt_model *m, moe_acts *a, int T)
+{
+    const gpt_config *c = &m->cfg;
+    const comm *cpg = cp_group_of(m);
+    int k = c->moe_topk, cp = cp_of(m), sc = m->seq_c, seq = sc * cp, Tb = T * cp;
+    size_t n = (size_t)T * k, N = n * cp;
+    unsigned char *drop = td_xmalloc(N);
+    if (!cpg) {
+        capacity_drops(c, a->idx, a->probs, T, (int)capacity_of(c, T), drop);
+        for (size_t i = 0; i < n; i++)
+            if (drop[i]) a->row[i] = -1, a->probs[i] = 0, a->dropped++;
+        free(drop);
+        return;
+    }
+    int32_t *gi = td_xmalloc(2 * N * sizeof *gi), *bi = gi + N; /* gathered by rank; in the micro-batch's order */
+    float *gp = td_xmalloc(2 * N * sizeof *gp), *bp = gp + N;
+    comm_allgather(cpg, xfer_send_view(m->be, a->idx, n * sizeof *a->idx), gi, n, COMM_I32);
+    comm_allgather(cpg, xfer_send_view(m->be, a->probs, n * sizeof *a->probs), gp, n, COMM_F32);
+    for (int r = 0; r < cp; r++)
+        for (int j = 0; j < T; j++) {
+            size_t at = ((size_t)(j / sc) * seq + cp_position(m, r, j % sc)) * k, from = ((size_t)r * T + j) * k;
+            memcpy(bi + at, gi + from, (size_t)k * sizeof *bi);
+            memcpy(bp + at, gp + from, (size_t)k * sizeof *bp);
+        }
+    capacity_drops(c, bi, bp, Tb, (int)capacity_of(c, Tb), drop);
+    for (int j = 0; j < T; j++)
+        for (int q = 0; q < k; q++) {
+            size_t i = (size_t)j * k + q;
+            if (drop[((size_t)(j / sc) * seq + cp_position(m, m->cp_rank, j % sc)) * k + q])
+                a->row[i] = -1, a->probs[i] = 0, a->dropped++;
+        }
+    free(gi);
+    free(gp);
+    free(drop);
+}
+
 /* The rows of each expert and each choice's row in expert order: expert by expert, tokens in
  * order within one (Megatron's permute). On the host: the CPU backend's memory is the host's. */
-static void dispatch_map(moe_acts *a, const gpt_config *c, int T)
+static void dispatch_map(const gpt_model *m, moe_acts *a, int T)
 {
+    const gpt_config *c = &m->cfg;
     int E = c->num_experts, k = c->moe_topk;
     int32_t *off = td_xcalloc((size_t)E + 1, sizeof *off);
     memset(a->count, 0, (size_t)E * sizeof *a->count);
     memset(a->routed, 0, (size_t)E * sizeof *a->routed);
     for (int i = 0; i < T * k; i++) a->routed[a->idx[i]]++, a->row[i] = 0;
     a->dropped = 0;
-    if (c->moe_capacity > 0) apply_capacity(a, c, T);
+    if (c->moe_capacity > 0) apply_capacity(m, a, T);
     for (int i = 0; i < T * k; i++)
         if (a->row[i] >= 0) a->count[a->idx[i]]++;
-    if (c->moe_pad) /* every expert its capacity of rows, the ones past its tokens zeros */
-        for (int e = 0; e < E; e++) a->count[e] = (int32_t)capacity_of(c, T);
+    if (c->moe_pad) /* every expert the micro-batch's capacity of rows, the ones past its tokens here zeros */
+        for (int e = 0; e < E; e++) a->count[e] = (int32_t)capacity_of(c, (int64_t)T * cp_of(m));
     for (int e = 0; e < E; e++) off[e + 1] = off[e] + a->count[e];
     for (int i = 0; i < T * k; i++) /* in token order: each expert's rows keep it */
         if (a->row[i] >= 0) a->row[i] = off[a->idx[i]]++;
@@ -386,14 +445,13 @@ static void expert_row_tokens(const gpt_model *m, moe_acts *a, moe_scratch *s, c
                               size_t ob)
 {
     const gpt_config *c = &m->cfg;
-    int k = c->moe_topk, seq = c->seq, sc = m->seq_c, L = sc / 2, ep = ep_of(m), El = local_experts(m);
+    int k = c->moe_topk, seq = c->seq, sc = m->seq_c, ep = ep_of(m), El = local_experts(m);
     size_t nl = 0;
     for (int e = 0; e < El; e++) nl += (size_t)a->lcount[e];
     memset(a->tok, 0, nl * sizeof *a->tok); /* padding rows (--moe-pad-expert-input-to-capacity): zero input */
     int64_t *tk = td_xmalloc((size_t)T * sizeof *tk);
     for (int j = 0; j < T; j++) {
-        int t = j % sc, pos = m->cp > 1 ? (t < L ? m->cp_rank : 2 * m->cp - 1 - m->cp_rank) * L + t % L : t;
-        tk[j] = sample[j / sc] * seq + pos;
+        tk[j] = sample[j / sc] * seq + cp_position(m, m->cp_rank, j % sc);
     }
     if (ep > 1 && c->moe_allgather) { /* the group's tokens, as the rows were gathered (grow) */
         int64_t *g = td_xmalloc((size_t)ep * T * sizeof *g);
@@ -402,7 +460,7 @@ static void expert_row_tokens(const gpt_model *m, moe_acts *a, moe_scratch *s, c
             if (a->grow[i] >= 0) a->tok[a->grow[i]] = g[i / k];
         free(g);
     } else if (ep > 1) { /* each xe row's token, sent as the rows are (the int64s' bytes as float pairs: copied only) */
-        int64_t *xt = td_xcalloc((size_t)src_rows(c, T), sizeof *xt);
+        int64_t *xt = td_xcalloc((size_t)src_rows(c, T, cp_of(m)), sizeof *xt);
         for (int i = 0; i < T * k; i++)
             if (a->row[i] >= 0) xt[a->row[i]] = tk[i / k];
         to_experts(m, a, s->xchg, (float *)a->tok, (const float *)(xt + ob), 2);
@@ -439,7 +497,7 @@ static void gather_dispatch(const gpt_model *m, moe_acts *a, moe_scratch *s, con
         if (j < 0 || j >= El || a->grow[i] < 0) a->grow[i] = -1;
         else a->rcount[(i / (T * k)) * El + j]++;
     }
-    int32_t cap = c->moe_pad ? (int32_t)capacity_of(c, T) : 0;
+    int32_t cap = c->moe_pad ? (int32_t)capacity_of(c, (int64_t)T * cp_of(m)) : 0;
     for (int j = 0, r0 = 0; j < El; j++) { /* each (expert, source) its first row */
         a->lcount[j] = 0;
         for (int src = 0; src < P; src++) {
@@ -484,10 +542,6 @@ static int count_near_ties(const moe_acts *a, const moe_params *p, const gpt_con
     return n;
 }
 
-/* Context parallelism: the ranks whose tokens make this rank's micro-batch (its samples' other
- * chunks), or NULL without (generation's model has none). */
-static const comm *cp_group_of(const gpt_model *m) { return m->ps && m->cp > 1 ? m->ps->cp_group : NULL; }
-
 /* Whether the load-balancing loss is seq_aux_loss's, per sequence: T whole samples of seq_c
  * positions here (generation's steps count over all their tokens). */
 static int per_sequence(const gpt_model *m, int T) { return m->cfg.moe_seq_aux && T % m->seq_c == 0; }
@@ -521,7 +575,7 @@ static void aux_counts(const gpt_model *m, moe_acts *a, const int32_t *ix, int T
 static double aux_loss(const gpt_model *m, moe_acts *a, float *dlogits, int T, double coeff, float dscale)
 {
     const gpt_config *c = &m->cfg;
-    int E = c->num_experts, k = c->moe_topk, s = m->seq_c, cp = cp_group_of(m) ? m->cp : 1;
+    int E = c->num_experts, k = c->moe_topk, s = m->seq_c, cp = cp_of(m);
     if (!per_sequence(m, T))
         return be_moe_aux_loss(m->be, dlogits, a->logits, a->aux_count, T, E, k, c->moe_score, coeff, (double)T * cp,
                                dscale);
@@ -550,7 +604,7 @@ static void forward(const gpt_model *m, moe_acts *a, moe_scratch *s, const moe_p
     be_matmul_fwd(m->be, a->logits, xf, p->router_w, NULL, T, h, E);
     be_moe_route_fwd(m->be, a->idx, a->probs, a->logits, p->expert_bias, T, E, k, c->moe_score, c->moe_pre_softmax,
                      c->moe_topk_scale);
-    dispatch_map(a, c, T);
+    dispatch_map(m, a, T);
     a->near_ties = count_near_ties(a, p, c, T);
     memcpy(a->aux_count, a->routed, (size_t)E * sizeof *a->aux_count);
     if (p->expert_bias) { /* the load-balancing loss counts the unbiased choice (host memory: the CPU backend's) */
@@ -558,7 +612,7 @@ static void forward(const gpt_model *m, moe_acts *a, moe_scratch *s, const moe_p
         memset(a->aux_count, 0, (size_t)E * sizeof *a->aux_count);
         for (int i = 0; i < T * k; i++) a->aux_count[a->aux_idx[i]]++;
     }
-    if (c->moe_pad) be_zero(m->be, a->xe, (size_t)src_rows(c, T) * h); /* the padding rows */
+    if (c->moe_pad) be_zero(m->be, a->xe, (size_t)src_rows(c, T, cp_of(m)) * h); /* the padding rows */
     be_moe_permute(m->be, a->xe, xf, a->row, T, k, h);
     int ep = ep_of(m), El = local_experts(m), eb = expert_base(m), Etp = whole_experts(m) ? E / m->tp : E;
     size_t ob = 0; /* the rows of this tp rank's experts start there (host memory: the CPU backend's) */
@@ -636,7 +690,7 @@ static void forward(const gpt_model *m, moe_acts *a, moe_scratch *s, const moe_p
     /* the losses over this micro-batch's tokens, without their coefficients (as Megatron logs
      * them; measured whether they train or not); their gradients come in the backward */
     aux_counts(m, a, p->expert_bias ? a->aux_idx : a->idx, T);
-    int cp = cp_group_of(m) ? m->cp : 1; /* the micro-batch's tokens: T on each of the cp ranks */
+    int cp = cp_of(m); /* the micro-batch's tokens: T on each of the cp ranks */
     a->aux = aux_loss(m, a, NULL, T, 1.0, 0);
     a->z = be_moe_z_loss(m->be, NULL, a->logits, T, E, 1.0, (double)T * cp, 0);
 }
@@ -664,7 +718,7 @@ static void fwd(const block_io *io, void *av, const void *pv, float *out, be_in 
 static void decode_scratch(carver *cv, const gpt_model *m, int rows, void *s)
 {
     TD_ASSERT(ep_of(m) == 1); /* generation runs every expert on its one rank */
-    carve_tokens(cv, &m->cfg, 1, expert_tp(m), m->tp, m->cfg.seq, rows, s, 1);
+    carve_tokens(cv, &m->cfg, 1, expert_tp(m), m->tp, m->cfg.seq, 1, rows, s, 1);
 }
 
 static void decode(const block_io *io, void *st, const void *pv, float *out, be_in x, int pos, int n)
@@ -772,7 +826,7 @@ static void bwd(const block_io *io, float *dx, void *gv, const float *dbranch, c
         if (tpg) xfer_allreduce(m->be, tpg, s->dprobs, (size_t)T * k, COMM_F32, COMM_SUM);
         dyl = s->dyl, dxl = s->dxl, xl = a->xl;
     } else {
-        if (c->moe_pad) be_zero(m->be, s->dye, (size_t)src_rows(c, T) * h); /* no gradient into the padding */
+        if (c->moe_pad) be_zero(m->be, s->dye, (size_t)src_rows(c, T, cp_of(m)) * h); /* no gradient into the padding */
         be_moe_unpermute_bwd(m->be, s->dye, s->dprobs, dbranch, a->ye, rows_here(a), a->probs, T, k, h);
         if (tpg) xfer_allreduce(m->be, tpg, s->dprobs, (size_t)T * k, COMM_F32, COMM_SUM);
         if (ep > 1) { /* the outputs' gradients to the ranks of their experts, as the rows went */
@@ -851,7 +905,7 @@ static void bwd(const block_io *io, float *dx, void *gv, const float *dbranch, c
     /* each loss is this micro-batch's, counted as the language-model loss's tokens are: the
      * gradient of loss_scale per token, T tokens (T cp: the micro-batch's over its cp ranks, each
      * holding its share of the loss) */
-    int cp = cp_group_of(m) ? m->cp : 1;
+    int cp = cp_of(m);
     float dscale = m->loss_scale * (float)T * (float)cp;
     if (c->moe_aux_coeff > 0) aux_loss(m, (moe_acts *)a, s->dlogits, T, c->moe_aux_coeff, dscale);
     if (c->moe_z_coeff > 0) be_moe_z_loss(m->be, s->dlogits, a->logits, T, E, c->moe_z_coeff, (double)T * cp, dscale);

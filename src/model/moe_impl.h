@@ -95,10 +95,12 @@ static inline int64_t capacity_of(const gpt_config *c, int64_t T)
     return (int64_t)ceil((double)T * c->moe_topk / c->num_experts * c->moe_capacity);
 }
 
-/* The rows of a micro-batch's tokens in expert order: T k, or padded every expert's capacity. */
-static inline int64_t src_rows(const gpt_config *c, int64_t T)
+/* The rows of a rank's T tokens of a micro-batch in expert order: T k, or padded every expert's
+ * capacity, that of the micro-batch's T cp tokens (cp: the context-parallel ranks holding its
+ * chunks, 1 without): a rank keeps at most that many of an expert's tokens. */
+static inline int64_t src_rows(const gpt_config *c, int64_t T, int cp)
 {
-    return c->moe_pad ? c->num_experts * capacity_of(c, T) : T * c->moe_topk;
+    return c->moe_pad ? c->num_experts * capacity_of(c, T * cp) : T * c->moe_topk;
 }
 
 /* LoRA on the experts and the shared expert (moe_lora.c). */

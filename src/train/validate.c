@@ -89,9 +89,6 @@ static int cp_validate(const td_args *a, int world_size, char *msg, size_t msgle
     if (strcmp(a->cp_comm_type, "a2a") == 0 && (heads % cp || groups % cp))
         FAIL("--cp-comm-type a2a splits each tensor-parallel rank's %d attention heads and %d key/value groups over "
              "--context-parallel-size %d ranks: give sizes that divide them", heads, groups, cp);
-    if (a->num_experts > 0 && a->moe_expert_capacity_factor > 0)
-        FAIL("--context-parallel-size %d does not work with --moe-expert-capacity-factor: an expert's capacity and "
-             "the tokens it drops would follow each rank's chunks, not the sequence's; leave one of them out", cp);
     return 0;
 }
 

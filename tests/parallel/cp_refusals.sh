@@ -29,8 +29,6 @@ check "world not divisible by tp x cp x pp" 3 "the world size 3 is not divisible
 check "heads not divisible by cp (a2a)" 4 "splits each tensor-parallel rank's 2 attention heads and 2 key/value groups over --context-parallel-size 4" \
   --context-parallel-size 4 --num-attention-heads 2 --cp-comm-type a2a
 check "comm type unknown" 2 "--cp-comm-type 'ring' is not one of a2a|all_gather|p2p" --context-parallel-size 2 --cp-comm-type ring
-check "cp with MoE's expert capacity" 2 "--context-parallel-size 2 does not work with --moe-expert-capacity-factor" \
-  --context-parallel-size 2 --num-experts 2 --moe-expert-capacity-factor 1.5
 check "ep not dividing dp x cp" 2 "--expert-model-parallel-size 4 does not divide the data-parallel x context-parallel size 2" \
   --context-parallel-size 2 --num-experts 4 --expert-model-parallel-size 4
 [ "$fail" -eq 0 ]

@@ -552,6 +552,28 @@ trident_layout(moe_cap_sp_tp2 2 2 2 --sequence-parallel)
 # training as without, here over ep 2 (the padding crosses the group too)
 trident_layout(moe_cap_pad_ep2_a2a 2 1 2 --expert-model-parallel-size 2 --moe-pad-expert-input-to-capacity
   --moe-token-dispatcher-type alltoall)
+# under context parallelism the capacity is the micro-batch's: each rank gathers the cp group's
+# choices (expert, weight), decides the drops over the whole micro-batch in its token order and
+# keeps its own: cp 2, cp 2 x ep 2 (ep carved out of cp), and padded to the micro-batch's capacity
+# on every cp rank (alltoall); same_drops.py holds each run's dropped share per iteration to the
+# one-rank run's, and above 0
+trident_layout(moe_cap_cp2 2 1 2 --context-parallel-size 2)
+trident_layout(moe_cap_cp2_ep2 2 1 2 --context-parallel-size 2 --expert-model-parallel-size 2)
+trident_layout(moe_cap_pad_cp2_ep2_a2a 2 1 2 --context-parallel-size 2 --expert-model-parallel-size 2
+  --moe-pad-expert-input-to-capacity --moe-token-dispatcher-type alltoall)
+# ... dropping the latest tokens (the micro-batch's token order across the cp ranks' chunks): cp 4,
+# cp 2 x tp 2 with sequence parallelism
+set(LAYOUT_ARCH ${LAYOUT_ARCH} --moe-token-drop-policy position)
+set(LAYOUT_BASE moe_cap_pos_baseline)
+trident_layout(moe_cap_pos_baseline 1 1 2)
+trident_layout(moe_cap_pos_cp4 4 1 2 --context-parallel-size 4)
+trident_layout(moe_cap_pos_cp2_sp_tp2 4 2 2 --context-parallel-size 2 --sequence-parallel)
+add_test(NAME parallel/moe_cap_cp_drops COMMAND python3 ${CMAKE_CURRENT_LIST_DIR}/same_drops.py
+  ${LAYOUT_DIR}/moe_cap_baseline.jsonl ${LAYOUT_DIR}/moe_cap_cp2.jsonl ${LAYOUT_DIR}/moe_cap_cp2_ep2.jsonl
+  ${LAYOUT_DIR}/moe_cap_pad_cp2_ep2_a2a.jsonl -- ${LAYOUT_DIR}/moe_cap_pos_baseline.jsonl
+  ${LAYOUT_DIR}/moe_cap_pos_cp4.jsonl ${LAYOUT_DIR}/moe_cap_pos_cp2_sp_tp2.jsonl)
+set_tests_properties(parallel/moe_cap_cp_drops PROPERTIES TIMEOUT 20 FIXTURES_REQUIRED
+  "layouts_moe_cap_cp2;layouts_moe_cap_cp2_ep2;layouts_moe_cap_pad_cp2_ep2_a2a;layouts_moe_cap_pos_cp4;layouts_moe_cap_pos_cp2_sp_tp2")
 # in bf16 (the experts' and the router's GEMMs from bf16 copies; the input widened back to fp32 for
 # the router and the dispatch), at the bf16 group's tolerance
 set(LAYOUT_TOL 2e-3)
