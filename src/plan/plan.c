@@ -316,9 +316,13 @@ static layer_cost layer_time(const plan_job *j, const plan_cluster *c, const pla
         plan_cp_exchange_s(l->cp_comm, C, T * kvw * e, T * 2 * q * e, core / C, bw, lat, l->recompute != PLAN_RC_NONE,
                            c->trident_cpu, &r.cp_flight, &r.cp_exposed);
         if (moe) { /* the router's tokens per expert (per sample with seq_aux_loss), int32, all-reduced over
-                    * cp for the load-balancing loss: every forward, full recomputation's too; blocking */
+                    * cp for the load-balancing loss; with an expert capacity each token's k choices (expert
+                    * int32, weight fp32) all-gathered over cp, the drops decided over the micro-batch as one
+                    * rank's: every forward, full recomputation's too; blocking */
             double counts = (g->moe_seq_aux ? l->mbs : 1) * (double)g->num_experts * 4.0;
-            double stats = plan_allreduce_s(counts, C, bw, lat) * (l->recompute == PLAN_RC_FULL ? 2.0 : 1.0);
+            double stats = plan_allreduce_s(counts, C, bw, lat);
+            if (g->moe_capacity > 0) stats += 2.0 * plan_allgather_s(C * T * g->moe_topk * 4.0, C, bw, lat);
+            stats *= l->recompute == PLAN_RC_FULL ? 2.0 : 1.0;
             r.cp_flight += stats, r.cp_exposed += stats;
         }
     }
@@ -595,19 +599,6 @@ static dp_exposed dp_stage(const plan_job *j, const plan_cluster *c, const plan_
     return x;
 }
 
-/* What of a mixture of experts the trainer does not run under context parallelism C > 1 (its
- * src/train/validate.c, cp_validate; the same words): an expert's capacity. 1 with one line in err
- * (NULL: not asked), else 0. */
-static int cp_moe_refused(const gpt_config *g, int C, char *err, size_t errlen)
-{
-    if (C <= 1 || !gpt_moe(g) || g->moe_capacity <= 0) return 0;
-    if (err)
-        snprintf(err, errlen, "--context-parallel-size %d does not work with --moe-expert-capacity-factor: an expert's "
-                 "capacity and the tokens it drops would follow each rank's chunks, not the sequence's; leave one of "
-                 "them out", C);
-    return 1;
-}
-
 int plan_evaluate(const plan_job *j, const plan_cluster *c, const plan_layout *l, plan_result *r, char *err,
                   size_t errlen)
 {
@@ -642,7 +633,6 @@ int plan_evaluate(const plan_job *j, const plan_cluster *c, const plan_layout *l
                 gpt_groups(g) / l->tp, C);
         if (l->sp && l->tp > 1 && (g->seq / C) % l->tp)
             BAD("--seq-length / --context-parallel-size is not divisible by the tensor-parallel size");
-        if (cp_moe_refused(g, C, err, errlen)) return -1;
     }
     r->micro = m;
     int n = l->tp * C * l->pp * l->dp, Ls = g->num_layers / l->pp;
@@ -742,11 +732,9 @@ int plan_search(const plan_job *j, const plan_cluster *c, int n, const plan_layo
     for (int tp = 1; tp <= c->gpus_per_node && tp <= n; tp *= 2)
         for (int cp = 1; tp * cp <= n; cp++) {
             /* context parallelism: sizes dividing the devices that cut each sequence into 2 cp equal
-             * chunks (and a2a: the heads and groups of a tp rank; experts: what the trainer runs at cp) */
+             * chunks (and a2a: the heads and groups of a tp rank) */
             if (n % (tp * cp) || g->seq % (2 * cp)) continue;
-            if (cp > 1 && (cp_moe_refused(g, cp, NULL, 0) ||
-                           (cpc == PLAN_CP_A2A && ((g->heads / tp) % cp || (gpt_groups(g) / tp) % cp))))
-                continue;
+            if (cp > 1 && cpc == PLAN_CP_A2A && ((g->heads / tp) % cp || (gpt_groups(g) / tp) % cp)) continue;
         for (int pp = 1; pp <= g->num_layers && tp * cp * pp <= n; pp++) {
             if (n % (tp * cp * pp) || g->num_layers % pp) continue;
             int dp = n / (tp * cp * pp);

@@ -973,24 +973,30 @@ static void moe_context_parallel(void **state)
     assert_int_equal(plan_evaluate(&j4, &n2, &t2, &r, err, sizeof err), 0);
     close_to(r.t_ep, 4 * 2 * 4 * (4096 / 50e6 + 1e-4), 1e-12);
 
-    /* refused: ep not dividing dp x cp; an expert's capacity under cp (as the trainer) */
-    l.dp = 1, l.ep = 4;
+    /* refused: ep not dividing dp x cp */
+    l.dp = 1, l.ep = 4, l.distopt = 0;
     assert_int_equal(plan_evaluate(&j, &c, &l, &r, err, sizeof err), -1);
     assert_non_null(strstr(err, "the data-parallel x context-parallel size 2"));
+
+    /* an expert capacity under cp (the trainer decides the drops over the micro-batch): each rank's
+     * 16 tokens' 2 choices, an int32 expert and an fp32 weight each, all-gathered over cp 2 (2 x 128
+     * bytes of the 256 a gather holds, at 1 GB/s + 10 us) in every forward, blocking */
     l.ep = 2;
     j.cfg.moe_capacity = 1.0f;
-    assert_int_equal(plan_evaluate(&j, &c, &l, &r, err, sizeof err), -1);
-    assert_non_null(strstr(err, "--context-parallel-size 2 does not work with --moe-expert-capacity-factor"));
+    assert_int_equal(plan_evaluate(&j, &c, &l, &r, err, sizeof err), 0);
+    double gathers = 2 * (128 / 1e9 + 1e-5);
+    close_to(r.t_cp, 4 * (step + step2 + step) + 4 * (stats + gathers), 1e-12);
+    close_to(r.x_cp, 4 * ((step - block) + (step2 - 2 * block) + step) + 4 * (stats + gathers), 1e-12);
 
-    /* the search: on 2 devices it lists dp 1 x cp 2 x ep 2; with a capacity, no cp */
+    /* the search: on 2 devices it lists dp 1 x cp 2 x ep 2 (with the capacity too) */
     static plan_result all[4096];
-    int found = plan_search(&j, &c, 2, NULL, all, 4096, NULL), cp_ep = 0;
-    for (int i = 0; i < found && i < 4096; i++) assert_true(all[i].l.cp <= 1);
-    j.cfg.moe_capacity = 0;
-    found = plan_search(&j, &c, 2, NULL, all, 4096, NULL);
-    assert_true(found > 0 && found <= 4096);
-    for (int i = 0; i < found; i++) cp_ep += all[i].l.cp == 2 && all[i].l.ep == 2 && all[i].l.dp == 1;
-    assert_true(cp_ep > 0);
+    for (int cap = 1; cap >= 0; cap--) {
+        j.cfg.moe_capacity = cap ? 1.0f : 0;
+        int found = plan_search(&j, &c, 2, NULL, all, 4096, NULL), cp_ep = 0;
+        assert_true(found > 0 && found <= 4096);
+        for (int i = 0; i < found; i++) cp_ep += all[i].l.cp == 2 && all[i].l.ep == 2 && all[i].l.dp == 1;
+        assert_true(cp_ep > 0);
+    }
 }
 
 int main(void)

@@ -191,9 +191,9 @@ typedef struct plan_search_why {
 
 /* Every layout of n devices (tp a power of two up to a node, cp dividing the devices left with
  * seq % 2 cp == 0 (and the heads and groups of a tp rank for a2a) at opts's comm type (a search
- * does not vary it; cp > 1 at micro-batch size 1; with experts, where the trainer runs them at
- * cp), ep a power of two dividing the experts and dp x cp, pp dividing the layers, mbs
- * dividing the per-replica batch, interleaving, recomputation, sequence parallelism, the
+ * does not vary it; cp > 1 at micro-batch size 1; with experts too), ep a power of two dividing
+ * the experts and dp x cp, pp dividing the layers, mbs dividing the per-replica batch,
+ * interleaving, recomputation, sequence parallelism, the
  * distributed optimizer), the ones that fit sorted fastest first into out (up to cap). Every
  * layout takes opts's no_scatter_gather, dp_collectives, overlap_param (with the distributed
  * optimizer) and bucket_elems (opts NULL: the defaults). Fills *why (NULL: not asked). Returns how
