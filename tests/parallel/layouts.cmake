@@ -40,6 +40,50 @@ set(LAYOUT_TRAIN --data-path ${LAYOUT_DIR}/bytes_text_document --tokenizer-type 
 # ten times its noise instead (compare_runs.c says why the grad norm of the Llama runs needs it).
 # With LAYOUT_NEEDS set (a file made by scripts/test-deps.sh), a run without that file prints why
 # and exits 77: skipped, as the tests of the other downloaded references.
+#
+# The runs are made in batches (layout_batch.c): every run of one world size, environment and
+# LAYOUT_NEEDS is a line of one batch, trained one after the other in one MPI job
+# (parallel/layout_batch_KEY), which pays the processes' and MPI's start-up once (about half of
+# a run's CPU time on 2 cores: the matrix took 196 CPU-seconds as a job a run). The test
+# parallel/layout_NAME holds the run: its log, its replica line and its comparison.
+set(LAYOUT_BATCH_DIR ${CMAKE_BINARY_DIR}/tests/layout_batches)
+file(REMOVE_RECURSE ${LAYOUT_BATCH_DIR})
+file(MAKE_DIRECTORY ${LAYOUT_BATCH_DIR})
+set_property(GLOBAL PROPERTY LAYOUT_BATCH_KEYS "")
+# layout_batch_add(name out np env need data_fixture cmd...): the run as a line of its batch; sets
+# batch_key in the caller
+function(layout_batch_add name out np env need data_fixture)
+  set(key np${np})
+  if(env OR need)
+    string(MD5 h "${env}|${need}")
+    string(SUBSTRING ${h} 0 6 h)
+    set(key ${key}_${h})
+  endif()
+  # at most 12 runs a batch: a batch is one ctest test, and shorter ones pack better on 2 cores
+  get_property(count GLOBAL PROPERTY LAYOUT_BATCH_COUNT_${key})
+  if(NOT count)
+    set(count 0)
+  endif()
+  math(EXPR part "${count} / 12 + 1")
+  math(EXPR count "${count} + 1")
+  set_property(GLOBAL PROPERTY LAYOUT_BATCH_COUNT_${key} ${count})
+  if(part GREATER 1)
+    set(key ${key}_${part})
+  endif()
+  string(JOIN "\t" line ${out}.log ${ARGN})
+  file(APPEND ${LAYOUT_BATCH_DIR}/${key}.txt "${line}\n")
+  get_property(keys GLOBAL PROPERTY LAYOUT_BATCH_KEYS)
+  if(NOT key IN_LIST keys)
+    set_property(GLOBAL APPEND PROPERTY LAYOUT_BATCH_KEYS ${key})
+    set_property(GLOBAL PROPERTY LAYOUT_BATCH_${key}_NP ${np})
+    set_property(GLOBAL PROPERTY LAYOUT_BATCH_${key}_ENV "${env}")
+    set_property(GLOBAL PROPERTY LAYOUT_BATCH_${key}_NEED "${need}")
+  endif()
+  set_property(GLOBAL APPEND PROPERTY LAYOUT_BATCH_${key}_OUTS ${out})
+  set_property(GLOBAL APPEND PROPERTY LAYOUT_BATCH_${key}_DATA ${data_fixture})
+  set(batch_key ${key} PARENT_SCOPE)
+endfunction()
+
 function(trident_layout name np tp mbs)
   set(ref ${LAYOUT_BASE})
   if(DEFINED LAYOUT_REF)
@@ -53,7 +97,7 @@ function(trident_layout name np tp mbs)
   if(DEFINED LAYOUT_DATA_FIXTURE)
     set(data_fixture ${LAYOUT_DATA_FIXTURE})
   endif()
-  set(env ${TD_MPI_ENV})
+  set(env "")
   if(ARGN AND "${ARGV4}" STREQUAL "ENV")
     list(POP_FRONT ARGN _)
     set(first "")
@@ -75,54 +119,101 @@ function(trident_layout name np tp mbs)
     set(need "${LAYOUT_NEEDS_CHECK} ")
   endif()
   math(EXPR div "512 / ${tp}")
-  set(cmd ${TD_MPIRUN} -np ${np} $<TARGET_FILE:trident> train ${LAYOUT_TRAIN}
-    --tensor-model-parallel-size ${tp} --make-vocab-size-divisible-by ${div} --micro-batch-size ${mbs}
-    --metrics-file ${out}.jsonl --dump-params ${out}.params ${ARGN})
-  set(cmd ${cmd} ${LAYOUT_ARCH})
+  set(args ${LAYOUT_TRAIN} --tensor-model-parallel-size ${tp} --make-vocab-size-divisible-by ${div}
+    --micro-batch-size ${mbs})
   # the noise run of a base, where the baseline kernels differ from the best (x86-64 ISA builds)
   set(noisy OFF)
   if(NOT DEFINED LAYOUT_TOL AND "avx2" IN_LIST TD_KERNEL_ISAS)
     set(noisy ON)
   endif()
+  # a run's own test: its batch ended (a log of its own, the metrics written)
+  set(ran "${need}[ -s ${out}.jsonl ] || { echo 'no metrics from this run (${out}.jsonl): its batch failed or did not run it'; cat ${out}.log 2>/dev/null | tail -20; exit 1; }")
+  layout_batch_add(${name} ${out} ${np} "${env}" "${need}" ${data_fixture} ${args}
+    --metrics-file ${out}.jsonl --dump-params ${out}.params ${ARGN} ${LAYOUT_ARCH})
   if(name STREQUAL "${LAYOUT_BASE}")
-    add_test(NAME parallel/layout_${name} COMMAND bash -c "${need}rm -f ${out}.jsonl && \"$@\" > ${out}.log 2>&1 || { cat ${out}.log; exit 1; }" _ ${cmd})
+    add_test(NAME parallel/layout_${name} COMMAND bash -c "${ran}")
     set_tests_properties(parallel/layout_${name} PROPERTIES FIXTURES_SETUP layouts_${name}
-      FIXTURES_REQUIRED ${data_fixture})
+      FIXTURES_REQUIRED layouts_batch_${batch_key})
     if(noisy)
-      set(ncmd ${TD_MPIRUN} -np ${np} $<TARGET_FILE:trident> train ${LAYOUT_TRAIN}
-        --tensor-model-parallel-size ${tp} --make-vocab-size-divisible-by ${div} --micro-batch-size ${mbs}
+      set(nenv ${env} TRIDENT_CPU_ISA=baseline)
+      layout_batch_add(${name}_noise ${out}_noise ${np} "${nenv}" "${need}" ${data_fixture} ${args}
         --metrics-file ${out}_noise.jsonl ${ARGN} ${LAYOUT_ARCH})
       add_test(NAME parallel/layout_${name}_noise COMMAND bash -c
-        "${need}rm -f ${out}_noise.jsonl && \"$@\" > ${out}_noise.log 2>&1 || { cat ${out}_noise.log; exit 1; }" _ ${ncmd})
+        "${need}[ -s ${out}_noise.jsonl ] || { echo 'no metrics from this run: its batch failed or did not run it'; tail -20 ${out}_noise.log; exit 1; }")
       set_tests_properties(parallel/layout_${name}_noise PROPERTIES FIXTURES_SETUP layouts_${name}_noise
-        FIXTURES_REQUIRED ${data_fixture} ENVIRONMENT "${env};TRIDENT_CPU_ISA=baseline")
+        FIXTURES_REQUIRED layouts_batch_${batch_key})
       if(need)
         set_tests_properties(parallel/layout_${name}_noise PROPERTIES SKIP_RETURN_CODE 77)
       endif()
     endif()
   else()
     set(noise "")
-    set(fixtures "${data_fixture};layouts_${ref}")
+    set(fixtures "layouts_batch_${batch_key};layouts_${ref}")
     if(noisy AND ref STREQUAL "${LAYOUT_BASE}")
       set(noise ${LAYOUT_DIR}/${ref}_noise.jsonl)
       list(APPEND fixtures layouts_${ref}_noise)
     endif()
     add_test(NAME parallel/layout_${name} COMMAND bash -c
-      "${need}rm -f ${out}.jsonl && \"$@\" > ${out}.log 2>&1 || { cat ${out}.log; exit 1; }; \
-       grep -q 'every replica is bitwise the same' ${out}.log || { echo 'no replica check in the log'; exit 1; }; \
-       $<TARGET_FILE:compare_runs> ${LAYOUT_DIR}/${ref}.jsonl ${out}.jsonl ${LAYOUT_DIR}/${ref}.params ${out}.params ${tol} ${noise}"
-      _ ${cmd})
+      "${ran}; grep -q 'every replica is bitwise the same' ${out}.log || { echo 'no replica check in the log'; exit 1; }; \
+       $<TARGET_FILE:compare_runs> ${LAYOUT_DIR}/${ref}.jsonl ${out}.jsonl ${LAYOUT_DIR}/${ref}.params ${out}.params ${tol} ${noise}")
     set_tests_properties(parallel/layout_${name} PROPERTIES FIXTURES_SETUP layouts_${name}
       FIXTURES_REQUIRED "${fixtures}")
   endif()
-  set_tests_properties(parallel/layout_${name} PROPERTIES ENVIRONMENT "${env}")
   if(need)
     set_tests_properties(parallel/layout_${name} PROPERTIES SKIP_RETURN_CODE 77)
   endif()
-  # two 8-rank jobs at once under make asan (1.6 GB a rank) ran the 24 GiB machine out of memory
-  if(np GREATER_EQUAL 8)
-    set_tests_properties(parallel/layout_${name} PROPERTIES RESOURCE_LOCK eight_ranks)
-  endif()
+endfunction()
+
+# The batches' tests, once every run is listed (at the end of this file): each removes its runs'
+# metrics and logs (a metrics file is appended to), then trains them in one MPI job. COST: about
+# 0.6 s a run at 1-2 ranks, 1 at 4 and 2.2 at 8 on 2 cores beside the rest of the suite.
+add_executable(layout_batch ${CMAKE_CURRENT_LIST_DIR}/layout_batch.c)
+target_link_libraries(layout_batch PRIVATE trident_floors)
+target_include_directories(layout_batch PRIVATE ${CMAKE_SOURCE_DIR}/src)
+function(trident_layout_batches)
+  get_property(keys GLOBAL PROPERTY LAYOUT_BATCH_KEYS)
+  foreach(key ${keys})
+    get_property(np GLOBAL PROPERTY LAYOUT_BATCH_${key}_NP)
+    get_property(env GLOBAL PROPERTY LAYOUT_BATCH_${key}_ENV)
+    get_property(need GLOBAL PROPERTY LAYOUT_BATCH_${key}_NEED)
+    get_property(outs GLOBAL PROPERTY LAYOUT_BATCH_${key}_OUTS)
+    get_property(data GLOBAL PROPERTY LAYOUT_BATCH_${key}_DATA)
+    list(REMOVE_DUPLICATES data)
+    list(LENGTH outs n)
+    set(files "")
+    foreach(o ${outs})
+      list(APPEND files ${o}.jsonl ${o}.log)
+    endforeach()
+    string(JOIN " " files ${files})
+    set(list ${LAYOUT_BATCH_DIR}/${key}.txt)
+    add_test(NAME parallel/layout_batch_${key} COMMAND bash -c
+      "${need}rm -f ${files} && ${TD_MPIRUN_STR} -np ${np} $<TARGET_FILE:layout_batch> ${list}")
+    if(np GREATER_EQUAL 8)
+      math(EXPR cost "${n} * 22 / 10 + 1")
+    elseif(np GREATER_EQUAL 4)
+      math(EXPR cost "${n} + 1")
+    else()
+      math(EXPR cost "${n} * 6 / 10 + 1")
+    endif()
+    # its limit: the one a run had as a test of its own (60 s) is far more than a run needs, but
+    # twelve runs at 6 x COST left too little under make asan's or a loaded machine's slowness
+    if(np GREATER_EQUAL 8)
+      math(EXPR limit "${n} * 45")
+    elseif(np GREATER_EQUAL 4)
+      math(EXPR limit "${n} * 25")
+    else()
+      math(EXPR limit "${n} * 15")
+    endif()
+    set_tests_properties(parallel/layout_batch_${key} PROPERTIES FIXTURES_SETUP layouts_batch_${key}
+      FIXTURES_REQUIRED "${data}" ENVIRONMENT "${TD_MPI_ENV};${env}" COST ${cost} TD_LIMIT ${limit})
+    if(need)
+      set_tests_properties(parallel/layout_batch_${key} PROPERTIES SKIP_RETURN_CODE 77)
+    endif()
+    # two 8-rank jobs at once under make asan (1.6 GB a rank) ran the 24 GiB machine out of memory
+    if(np GREATER_EQUAL 8)
+      set_tests_properties(parallel/layout_batch_${key} PROPERTIES RESOURCE_LOCK eight_ranks)
+    endif()
+  endforeach()
 endfunction()
 
 set(LAYOUT_ARCH "")
@@ -733,3 +824,5 @@ set_tests_properties(parallel/exposed PROPERTIES FIXTURES_REQUIRED layouts_data 
 add_test(NAME parallel/threads COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/threads.sh $<TARGET_FILE:trident>
   ${LAYOUT_DATA} ${TRIDENT_SHARED_DATA}/gpt2/vocab.json ${TRIDENT_SHARED_DATA}/gpt2/merges.txt ${LAYOUT_DIR}/threads)
 set_tests_properties(parallel/threads PROPERTIES FIXTURES_REQUIRED layouts_data ENVIRONMENT "${TD_MPI_ENV}")
+
+trident_layout_batches()

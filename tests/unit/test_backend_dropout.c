@@ -85,24 +85,28 @@ static void mask_matches_philox(void **state)
 }
 
 /* Rows that start inside a Philox block and span several batches of blocks (a partial block, whole
- * batches, a tail): every element against be_drop_keep, for unit offsets 0..4. */
+ * batches of 16 blocks, a tail of 16 units or more, a shorter one): every element against
+ * be_drop_keep, for unit offsets 0..4 and row widths around the batch's 64 units. */
 static void mask_unaligned_rows(void **state)
 {
     const backend *be = *state;
-    enum { B = 2, T = 3, C = 4 * TD_PHILOX_BATCH * 2 + 23, N = B * T * C };
+    enum { B = 2, T = 3, CMAX = 4 * TD_PHILOX_BATCH * 2 + 23 };
+    const int widths[] = {CMAX, 64 + 9, 64, 40, 17, 7};
     const int64_t sample[B] = {5, 77};
-    float *x = tb_rand_new(N, 12, 0.5f, 1.5f), *out = tb_zeros(N);
-    for (int u0 = 0; u0 <= 4; u0++) {
-        be_drop d = {.p = 0.25f, .seed = 99, .sample = sample, .site = 3, .pos0 = 1, .unit0 = 4093 + u0};
-        be_dropout_fwd(be, out, x, B, T, C, &d);
-        for (int b = 0; b < B; b++)
-            for (int t = 0; t < T; t++)
-                for (int c = 0; c < C; c++) {
-                    size_t i = ((size_t)b * T + t) * C + c;
-                    int keep = be_drop_keep(&d, BE_DROP_HIDDEN, sample[b], d.pos0 + t, d.unit0 + c);
-                    assert_true(out[i] == (keep ? x[i] * (1.0f / (1.0f - d.p)) : 0.0f));
-                }
-    }
+    float *x = tb_rand_new(B * T * CMAX, 12, 0.5f, 1.5f), *out = tb_zeros(B * T * CMAX);
+    for (size_t wi = 0; wi < sizeof widths / sizeof *widths; wi++)
+        for (int u0 = 0; u0 <= 4; u0++) {
+            int C = widths[wi];
+            be_drop d = {.p = 0.25f, .seed = 99, .sample = sample, .site = 3, .pos0 = 1, .unit0 = 4093 + u0};
+            be_dropout_fwd(be, out, x, B, T, C, &d);
+            for (int b = 0; b < B; b++)
+                for (int t = 0; t < T; t++)
+                    for (int c = 0; c < C; c++) {
+                        size_t i = ((size_t)b * T + t) * C + c;
+                        int keep = be_drop_keep(&d, BE_DROP_HIDDEN, sample[b], d.pos0 + t, d.unit0 + c);
+                        assert_true(out[i] == (keep ? x[i] * (1.0f / (1.0f - d.p)) : 0.0f));
+                    }
+        }
     free(x), free(out);
 }
 
