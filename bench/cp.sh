@@ -48,10 +48,12 @@ for r in $runs; do
   IFS=: read -r T C EP <<<"$r"
   EP=${EP:-1}
   log=$WORK/${T}_cp${C}_ep$EP.log
+  epflag=()
+  [ "$EP" -gt 1 ] && epflag=(--expert-model-parallel-size "$EP")
   mpirun --oversubscribe --bind-to none -np "$C" "$TRIDENT" train --data-path "$WORK/bytes_text_document" \
     --tokenizer-type HuggingFaceTokenizer --tokenizer-model "$WORK/bytes.json" --split 90,10,0 "${MODEL[@]}" \
     --train-iters "$iters" --lr 1e-3 --eval-interval 1000 --eval-iters 1 --log-interval 1 \
-    --context-parallel-size "$C" --cp-comm-type "$T" --expert-model-parallel-size "$EP" >"$log" 2>&1 ||
+    --context-parallel-size "$C" --cp-comm-type "$T" "${epflag[@]}" >"$log" 2>&1 ||
     { echo "| $T | $C | failed: see $log |"; continue; }
   python3 - "$log" "$T" "$C" "$iters" "${base:-0}" "$EP" >"$WORK/row" <<'EOF'
 import re, sys
