@@ -162,17 +162,20 @@ killed_rank_other_node() {
 fault 2 killed_rank_other_node
 
 # A rank stopped (SIGSTOP) in tp 2 x pp 2: the others wait in a communication until
-# --distributed-timeout-minutes (here 3 s), then abort naming the call, the group and the peer.
+# --distributed-timeout-minutes (here 3 s; times SCALE, 30 s under the sanitizers, whose start-up
+# collectives on a loaded machine took longer than 3 s and ended the job before it trained), then
+# abort naming the call, the group and the peer.
+TMIN=$(awk -v s="$SCALE" 'BEGIN { print 0.05 * s }')
 stopped_rank() {
   local log victim; log=$(mktemp)
-  start_job "$log" --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --distributed-timeout-minutes 0.05
+  start_job "$log" --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --distributed-timeout-minutes "$TMIN"
   victim=$(ranks_of "$job" | tail -1)
   started "$log" "$victim" || return
   kill -STOP "$victim"
   end_job "stopped rank" 30 "no progress for"
   kill -CONT "$victim" 2>/dev/null
   grep -E "no progress for" "$log" | head -2
-  if ! grep -qE "failed: no progress for [0-9.]+ s \(--distributed-timeout-minutes 0.05\) on the [a-z-]+ group \(rank [0-9]+ of [0-9]+\)" "$log"; then
+  if ! grep -qE "failed: no progress for [0-9.]+ s \(--distributed-timeout-minutes $TMIN\) on the [a-z-]+ group \(rank [0-9]+ of [0-9]+\)" "$log"; then
     echo "FAIL: the timeout message does not name the call, the limit and the group"
   fi
   rm -f "$log"
@@ -184,14 +187,14 @@ fault 3 stopped_rank
 # group and the peer.
 stopped_rank_ring() {
   local log victim; log=$(mktemp)
-  TRIDENT_RING_MIN_BYTES=0 start_job "$log" --distributed-timeout-minutes 0.05
+  TRIDENT_RING_MIN_BYTES=0 start_job "$log" --distributed-timeout-minutes "$TMIN"
   victim=$(ranks_of "$job" | tail -1)
   started "$log" "$victim" || return
   kill -STOP "$victim"
   end_job "stopped rank in a ring all-reduce" 30 "no progress for"
   kill -CONT "$victim" 2>/dev/null
   grep -E "no progress for" "$log" | head -2
-  if ! grep -qE "MPI_I(send|recv).* failed: no progress for [0-9.]+ s \(--distributed-timeout-minutes 0.05\) on the data-parallel group \(rank [0-9] of 4\) with peer [0-9]" "$log"; then
+  if ! grep -qE "MPI_I(send|recv).* failed: no progress for [0-9.]+ s \(--distributed-timeout-minutes $TMIN\) on the data-parallel group \(rank [0-9] of 4\) with peer [0-9]" "$log"; then
     echo "FAIL: the ring step's timeout does not name the call, the dp group and the peer"
   fi
   rm -f "$log"
