@@ -188,22 +188,21 @@ function(trident_layout_batches)
     set(list ${LAYOUT_BATCH_DIR}/${key}.txt)
     add_test(NAME parallel/layout_batch_${key} COMMAND bash -c
       "${need}rm -f ${files} && ${TD_MPIRUN_STR} -np ${np} $<TARGET_FILE:layout_batch> ${list}")
+    # COST in tenths of a second a run; its limit in seconds a run: the one a run had as a test of
+    # its own (60 s) is far more than a run needs, but twelve runs at 6 x COST left too little
+    # under make asan's or a loaded machine's slowness
     if(np GREATER_EQUAL 8)
-      math(EXPR cost "${n} * 22 / 10 + 1")
+      set(tenths 22)
+      set(per 45)
     elseif(np GREATER_EQUAL 4)
-      math(EXPR cost "${n} + 1")
+      set(tenths 10)
+      set(per 25)
     else()
-      math(EXPR cost "${n} * 6 / 10 + 1")
+      set(tenths 6)
+      set(per 15)
     endif()
-    # its limit: the one a run had as a test of its own (60 s) is far more than a run needs, but
-    # twelve runs at 6 x COST left too little under make asan's or a loaded machine's slowness
-    if(np GREATER_EQUAL 8)
-      math(EXPR limit "${n} * 45")
-    elseif(np GREATER_EQUAL 4)
-      math(EXPR limit "${n} * 25")
-    else()
-      math(EXPR limit "${n} * 15")
-    endif()
+    math(EXPR cost "${n} * ${tenths} / 10 + 1")
+    math(EXPR limit "${n} * ${per}")
     set_tests_properties(parallel/layout_batch_${key} PROPERTIES FIXTURES_SETUP layouts_batch_${key}
       FIXTURES_REQUIRED "${data}" ENVIRONMENT "${TD_MPI_ENV};${env}" COST ${cost} TD_LIMIT ${limit})
     if(need)
