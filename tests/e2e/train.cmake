@@ -53,7 +53,7 @@ set_tests_properties(e2e/llama PROPERTIES
 
 # trident plan (tests/e2e/plan.sh): search, one layout in JSON, cluster files, bad flags.
 add_test(NAME e2e/plan COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/plan.sh)
-set_tests_properties(e2e/plan PROPERTIES
+set_tests_properties(e2e/plan PROPERTIES COST 14
   ENVIRONMENT "TRIDENT=$<TARGET_FILE:trident>;WORK=${CMAKE_BINARY_DIR}/testtmp/plan;${TD_MPI_ENV}")
 
 # BERT (tests/e2e/bert.sh): exact resume, resharding, Hugging Face round trip, the commands that

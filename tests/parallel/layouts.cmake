@@ -204,7 +204,7 @@ function(trident_layout_batches)
     math(EXPR cost "${n} * ${tenths} / 10 + 1")
     math(EXPR limit "${n} * ${per}")
     set_tests_properties(parallel/layout_batch_${key} PROPERTIES FIXTURES_SETUP layouts_batch_${key}
-      FIXTURES_REQUIRED "${data}" ENVIRONMENT "${TD_MPI_ENV};${env}" COST ${cost} TD_LIMIT ${limit})
+      FIXTURES_REQUIRED "${data}" ENVIRONMENT "${TD_MPI_ENV};${env}" COST ${cost} TIMEOUT ${limit})
     if(need)
       set_tests_properties(parallel/layout_batch_${key} PROPERTIES SKIP_RETURN_CODE 77)
     endif()
