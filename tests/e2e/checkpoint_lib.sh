@@ -22,6 +22,9 @@ rm -rf "$WORK" && mkdir -p "$WORK" && cd "$WORK" || exit 1
 ok() { echo "ok: $*"; pass=$((pass + 1)); }
 bad() { echo "FAIL: $*"; fail=$((fail + 1)); }
 finish() { echo "$pass passed, $fail failed"; [ "$fail" -eq 0 ]; }
+# unsanitized [FILE]: the lines a user sees, less the suppression table a sanitizer build's leak
+# checker prints at exit (dashes, "Suppressions used:", its header, its rows)
+unsanitized() { grep -v -e '^-*$' -e 'Suppressions used' -e '^ *count *bytes template' -e '^ *[0-9]\+ \+[0-9]\+ ' "$@"; }
 
 # The tiny model of the layout tests: 4 layers, hidden 32, dropout on, global batch 8; the padded
 # vocabulary is held whatever tp (--make-vocab-size-divisible-by 512/tp): 50688 rows in GPT-2's

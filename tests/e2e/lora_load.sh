@@ -89,7 +89,7 @@ refused() { # what flags...
   local what=$1; shift
   train 1 1 --train-iters 1 "${LLAMA[@]}" "$@"
   local rc=$?
-  if [ $rc = 2 ] && [ "$(grep -v -e '^-*$' -e 'Suppressions used' -e '^ *count *bytes template' -e '^ *[0-9]\+ \+[0-9]\+ ' "$last_log" | grep -c .)" = 1 ] &&
+  if [ $rc = 2 ] && [ "$(unsanitized "$last_log" | grep -c .)" = 1 ] &&
      grep -qF -- "$what" "$last_log"; then ok "refused: $(head -1 "$last_log")"
   else bad "$* not refused with exit 2 and one line naming '$what' (exit $rc)"; cat "$last_log"; fi
 }
