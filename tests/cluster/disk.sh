@@ -29,7 +29,7 @@ name=$(basename "$DATA")
 BASE=(--vocab-file "$VOCAB" --merge-file "$MERGES" --split 90,10,0 --num-layers 2
       --hidden-size 64 --num-attention-heads 4 --seq-length 32 --max-position-embeddings 32
       --hidden-dropout 0.1 --attention-dropout 0.1 --global-batch-size 8 --micro-batch-size 2 --lr 1e-3
-      --seed 7 --log-interval 100 --eval-iters 1 --eval-interval 2 --make-vocab-size-divisible-by 256
+      --seed 7 --peak-tflops 1 --log-interval 100 --eval-iters 1 --eval-interval 2 --make-vocab-size-divisible-by 256
       --tensor-model-parallel-size 2 --verbose 2)
 fail=0
 bad() { echo "FAIL: $*"; fail=1; }

@@ -10,7 +10,7 @@ two_nodes dphier
 BASE=(--data-path "$BYTES_DATA" --tokenizer-type HuggingFaceTokenizer --tokenizer-model "$BYTES_TOKENIZER" --split 90,10,0 --num-layers 4
       --hidden-size 64 --num-attention-heads 4 --seq-length 32 --max-position-embeddings 32
       --hidden-dropout 0.1 --attention-dropout 0.1 --global-batch-size 8 --micro-batch-size 1 --lr 1e-3
-      --seed 7 --train-iters 3 --log-interval 100 --eval-iters 0 --make-vocab-size-divisible-by 512)
+      --seed 7 --peak-tflops 1 --train-iters 3 --log-interval 100 --eval-iters 0 --make-vocab-size-divisible-by 512)
 fail=0
 "$TRIDENT" train "${BASE[@]}" --micro-batch-size 2 --metrics-file one.jsonl --dump-params one.params > one.log 2>&1 ||
   { echo "FAIL: one rank"; cat one.log; exit 1; }

@@ -21,7 +21,7 @@ LAST=40     # the iteration every run ends at (--exit-interval): the lr schedule
 BASE=(--data-path "$BYTES_DATA" --tokenizer-type HuggingFaceTokenizer --tokenizer-model "$BYTES_TOKENIZER" --split 90,10,0 --num-layers 4
       --hidden-size 64 --num-attention-heads 4 --seq-length 32 --max-position-embeddings 32
       --hidden-dropout 0.1 --attention-dropout 0.1 --global-batch-size 8 --micro-batch-size 2 --lr 1e-3
-      --seed 7 --train-iters 1000 --log-interval 100 --eval-iters 0)
+      --seed 7 --peak-tflops 1 --train-iters 1000 --log-interval 100 --eval-iters 0)
 # the one-rank run every kind is compared with: ONE=PREFIX names one made already
 one_rank() {
   if [ -n "${ONE:-}" ]; then cp "$ONE.jsonl" one.jsonl && cp "$ONE.params" one.params && return; fi

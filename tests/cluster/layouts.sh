@@ -12,7 +12,7 @@ two_nodes layouts
 BASE=(--data-path "$BYTES_DATA" --tokenizer-type HuggingFaceTokenizer --tokenizer-model "$BYTES_TOKENIZER" --split 90,10,0 --num-layers 4
       --hidden-size 64 --num-attention-heads 4 --seq-length 32 --max-position-embeddings 32
       --hidden-dropout 0.1 --attention-dropout 0.1 --global-batch-size 8 --micro-batch-size 2 --lr 1e-3
-      --seed 7 --train-iters 3 --log-interval 100 --eval-iters 0)
+      --seed 7 --peak-tflops 1 --train-iters 3 --log-interval 100 --eval-iters 0)
 fail=0
 "$TRIDENT" train "${BASE[@]}" --make-vocab-size-divisible-by 512 --metrics-file one.jsonl --dump-params one.params > one.log 2>&1 || { echo "FAIL: one rank"; cat one.log; exit 1; }
 across() { # name, flags...: 4 ranks, 2 on each node, against the run REF (default one)

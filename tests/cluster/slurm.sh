@@ -50,7 +50,7 @@ bad() { echo "FAIL: $*"; fail=1; }
 BASE=(--data-path "$DATA" --vocab-file "$VOCAB" --merge-file "$MERGES" --split 90,10,0 --num-layers 4
       --hidden-size 64 --num-attention-heads 4 --seq-length 32 --max-position-embeddings 32
       --hidden-dropout 0.1 --attention-dropout 0.1 --global-batch-size 8 --micro-batch-size 2 --lr 1e-3
-      --seed 7 --log-interval 100 --eval-iters 0 --train-iters 2000 --adam-eps 1e-5)
+      --seed 7 --peak-tflops 1 --log-interval 100 --eval-iters 0 --train-iters 2000 --adam-eps 1e-5)
 one_rank() { # name, stop: the one-rank run to iteration `stop`
   "$TRIDENT" train "${BASE[@]}" --make-vocab-size-divisible-by 512 --exit-interval "$2" --metrics-file "$1.jsonl" \
     --dump-params "$1.params" > "$1.log" 2>&1 || { bad "the one-rank run $1 failed"; tail -5 "$1.log"; }

@@ -68,13 +68,16 @@ static double cpu_event_elapsed(const backend *be, be_event *start, be_event *en
     return end->t - start->t;
 }
 
-/* Best of up to 16 square GEMMs (N = 1536: about 7 GFLOP each) in the backend's gemm dtype (sgemm,
- * or the low-precision kernel on inputs in bf16 or fp16) after one warm-up, stopping after half a
- * second: on a machine shared with other work the best run is the one that had the cores. */
+/* Best of 3 to 16 square GEMMs (N = 1024: about 2 GFLOP each, within the noise of N = 1536's rate
+ * on OpenBLAS) in the backend's gemm dtype (sgemm, or the low-precision kernel on inputs in bf16 or
+ * fp16) after one warm-up, stopping after a quarter of a second: on a machine shared with other work
+ * the best run is the one that had the cores. A training run measures at its start and again for the
+ * breakdown at its end, so this is paid twice a run (each rank): 0.25-0.3 s on one core, where N =
+ * 1536 and half a second took 1.1 s a run. */
 double cpu_peak_gflops(const backend *be)
 {
     cpu_blas_threads(be);
-    enum { N = 1536, REPS = 16 };
+    enum { N = 1024, REPS = 16 };
     be_dtype dt = be->gemm_dtype;
     float *a = td_xmalloc((size_t)N * N * sizeof(float)), *b = td_xmalloc((size_t)N * N * sizeof(float));
     float *c = td_xmalloc((size_t)N * N * sizeof(float));
@@ -90,7 +93,7 @@ double cpu_peak_gflops(const backend *be)
         be->ops->convert(be, bl, dt, b, BE_F32, (size_t)N * N);
     }
     double best = 1e30, start = td_now();
-    for (int r = 0; r <= REPS && (r < 4 || td_now() - start < 0.5); r++) {
+    for (int r = 0; r <= REPS && (r < 4 || td_now() - start < 0.25); r++) {
         double t0 = td_now();
         if (dt == BE_F32) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, N, N, 1.0f, a, N, b, N, 0.0f, c, N);
         else {
