@@ -27,7 +27,7 @@ set_tests_properties(parallel/layouts_data PROPERTIES FIXTURES_SETUP layouts_dat
 # flags shared by every run; the global batch is 8 samples
 set(LAYOUT_TRAIN --data-path ${LAYOUT_DIR}/bytes_text_document --tokenizer-type HuggingFaceTokenizer
   --tokenizer-model ${LAYOUT_DIR}/bytes.json --split 90,10,0
-  --num-layers 8 --hidden-size 64 --num-attention-heads 4 --seq-length 64 --max-position-embeddings 64
+  --num-layers 8 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --max-position-embeddings 32
   --hidden-dropout 0.1 --attention-dropout 0.1 --global-batch-size 8 --train-iters 4 --lr 1e-3
   --min-lr 1e-4 --lr-warmup-iters 1 --lr-decay-style cosine --eval-interval 2 --eval-iters 1
   --clip-grad 1.0 --seed 7 --peak-tflops 1 --log-interval 100 --distributed-timeout-minutes 2)
@@ -439,11 +439,11 @@ add_test(NAME parallel/failures COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/failures.
   ${LAYOUT_DATA} ${TRIDENT_SHARED_DATA}/gpt2/vocab.json ${TRIDENT_SHARED_DATA}/gpt2/merges.txt)
 set_tests_properties(parallel/failures PROPERTIES FIXTURES_REQUIRED layouts_data ENVIRONMENT "${TD_MPI_ENV}")
 
-# Uneven scatter/gather slices: hidden 65 (4 heads of 16 by --kv-channels) x seq 63 x mbs 1 = 4095
-# floats a stage transfer, odd, so tp rank 0 sends 2048 and tp rank 1 the 2047 after them (every
+# Uneven scatter/gather slices: hidden 65 (4 heads of 16 by --kv-channels) x seq 31 x mbs 1 = 2015
+# floats a stage transfer, odd, so tp rank 0 sends 1008 and tp rank 1 the 1007 after them (every
 # other layout's transfer is a multiple of tp); tp 2 x pp 2 (1F1B, the all-gathers behind compute),
 # 4 layers, against this model's one-rank run
-set(LAYOUT_ARCH --num-layers 4 --hidden-size 65 --kv-channels 16 --seq-length 63)
+set(LAYOUT_ARCH --num-layers 4 --hidden-size 65 --kv-channels 16 --seq-length 31)
 set(LAYOUT_BASE odd_baseline)
 trident_layout(odd_baseline 1 1 1)
 trident_layout(odd_tp2_pp2 4 2 1 --pipeline-model-parallel-size 2)
@@ -734,7 +734,7 @@ add_test(NAME parallel/layouts_bert_data COMMAND ${CMAKE_COMMAND} -E env bash -c
 set_tests_properties(parallel/layouts_bert_data PROPERTIES FIXTURES_SETUP layouts_bert_data SKIP_RETURN_CODE 77)
 set(GPT_LAYOUT_TRAIN ${LAYOUT_TRAIN})
 set(LAYOUT_TRAIN --model bert --data-path ${BERT_DATA} --tokenizer-type BertWordPieceLowerCase --vocab-file ${BERT_VOCAB}
-  --split 90,10,0 --num-layers 4 --hidden-size 64 --num-attention-heads 4 --seq-length 64 --max-position-embeddings 64
+  --split 90,10,0 --num-layers 4 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --max-position-embeddings 32
   --hidden-dropout 0.1 --attention-dropout 0.1 --global-batch-size 8 --train-iters 4 --lr 1e-3 --min-lr 1e-4
   --lr-warmup-iters 1 --lr-decay-style cosine --eval-interval 2 --eval-iters 1 --clip-grad 1.0 --seed 7
   --peak-tflops 1 --log-interval 100 --distributed-timeout-minutes 2)
