@@ -29,6 +29,7 @@
 #include <unicode/utypes.h>
 
 #include "trident/check.h"
+#include "trident/wordpiece.h"
 
 /* Reads a whole file. NULL (errno kept) on failure. */
 static char *read_file(const char *path, size_t *len)
@@ -522,8 +523,8 @@ static int read_model(loader *L, const cJSON *model)
     const char *ty = type_of(model);
     const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
     const cJSON *merges = cJSON_GetObjectItemCaseSensitive(model, "merges");
-    if (ty && strcmp(ty, "WordPiece") == 0) /* tok_open gives it to wp_load_tokenizer_json first */
-        BAD("tokenizer file '%s': model WordPiece is read by the WordPiece tokenizer (tok_open), not the BPE reader",
+    if (ty && strcmp(ty, "WordPiece") == 0) /* hf_load_any gives it to wp_from_tokenizer_json */
+        BAD("tokenizer file '%s': model WordPiece is read by the WordPiece tokenizer (hf_load_any), not the BPE reader",
             L->name);
     if (ty && strcmp(ty, "BPE") != 0)
         BAD("tokenizer file '%s': model %.40s is not supported (trident reads tokenizer.json models of type BPE and "
@@ -841,8 +842,12 @@ static void json_error_why(const char *json, size_t len, size_t off, char *why, 
                          : "a low surrogate \\uDC00-\\uDFFF must follow a high one");
 }
 
-hf_tokenizer *hf_load_json(const char *json, size_t len, const char *name, char *err, size_t errlen)
+/* json[0..len) read as a tokenizer.json: a WordPiece model into *wp when wp is given, any other
+ * through the BPE reader. */
+static hf_tokenizer *load_text(const char *json, size_t len, const char *name, struct wp_tokenizer **wp, char *err,
+                               size_t errlen)
 {
+    if (wp) *wp = NULL;
     hf_tokenizer *t = td_xcalloc(1, sizeof *t);
     snprintf(t->name, sizeof t->name, "%s", name);
     t->jit = 1;
@@ -851,6 +856,15 @@ hf_tokenizer *hf_load_json(const char *json, size_t len, const char *name, char 
     const char *at = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(json, len, &at, 0);
     int rc = -1;
+    if (root && wp) {
+        *wp = wp_from_tokenizer_json(root, name, err, errlen);
+        if (*wp || err[0]) { /* WordPiece: read, or refused with err */
+            cJSON_Delete(root);
+            hf_free(t);
+            return NULL;
+        }
+        td_seterr(err, errlen, "no error");
+    }
     if (!root) {
         size_t off = at && at >= json && at <= json + len ? (size_t)(at - json) : 0;
         char why[320];
@@ -875,8 +889,14 @@ hf_tokenizer *hf_load_json(const char *json, size_t len, const char *name, char 
     return t;
 }
 
-hf_tokenizer *hf_load(const char *path, char *err, size_t errlen)
+hf_tokenizer *hf_load_json(const char *json, size_t len, const char *name, char *err, size_t errlen)
 {
+    return load_text(json, len, name, NULL, err, errlen);
+}
+
+hf_tokenizer *hf_load_any(const char *path, struct wp_tokenizer **wp, char *err, size_t errlen)
+{
+    if (wp) *wp = NULL;
     size_t len;
     char *text = read_file(path, &len);
     if (!text) {
@@ -884,7 +904,9 @@ hf_tokenizer *hf_load(const char *path, char *err, size_t errlen)
                   td_strerror(errno));
         return NULL;
     }
-    hf_tokenizer *t = hf_load_json(text, len, path, err, errlen);
+    hf_tokenizer *t = load_text(text, len, path, wp, err, errlen);
     free(text);
     return t;
 }
+
+hf_tokenizer *hf_load(const char *path, char *err, size_t errlen) { return hf_load_any(path, NULL, err, errlen); }

@@ -137,10 +137,9 @@ tok_tokenizer *tok_open(const tok_spec *s, char *err, size_t errlen)
     void *impl;
     const tok_ops *ops;
     if (is_hf(s)) {
-        impl = wp_load_tokenizer_json(s->model, err, errlen);
-        if (impl) ops = &WP_OPS;
-        else if (err[0]) return NULL;
-        else impl = hf_load(s->model, err, errlen), ops = &HF_OPS;
+        wp_tokenizer *wp;
+        impl = hf_load_any(s->model, &wp, err, errlen), ops = &HF_OPS;
+        if (wp) impl = wp, ops = &WP_OPS;
     } else if (is_wordpiece(s)) {
         int lower = wp_type_lowercase(s->type);
         wp_options o = {lower, lower, 1, 1, NULL};

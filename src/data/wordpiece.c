@@ -344,20 +344,9 @@ int wp_type_lowercase(const char *type)
     return -1;
 }
 
-wp_tokenizer *wp_load_tokenizer_json(const char *path, char *err, size_t errlen)
+wp_tokenizer *wp_from_tokenizer_json(const cJSON *j, const char *path, char *err, size_t errlen)
 {
     err[0] = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL; /* hf_load says why */
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = td_xmalloc((size_t)(n > 0 ? n : 0) + 1);
-    size_t got = fread(buf, 1, (size_t)(n > 0 ? n : 0), f);
-    buf[got] = 0;
-    fclose(f);
-    cJSON *j = cJSON_Parse(buf);
-    free(buf);
     const cJSON *model = j ? cJSON_GetObjectItemCaseSensitive(j, "model") : NULL;
     const cJSON *type = model ? cJSON_GetObjectItemCaseSensitive(model, "type") : NULL;
     wp_tokenizer *t = NULL;
@@ -369,7 +358,6 @@ wp_tokenizer *wp_load_tokenizer_json(const char *path, char *err, size_t errlen)
             if (!cJSON_IsString(nt) || strcmp(nt->valuestring, "BertNormalizer") != 0) {
                 td_seterr(err, errlen, "%s: a WordPiece model with a %s normalizer; trident reads BertNormalizer (or "
                           "none)", path, cJSON_IsString(nt) ? nt->valuestring : "malformed");
-                cJSON_Delete(j);
                 return NULL;
             }
             const cJSON *lc = cJSON_GetObjectItemCaseSensitive(nz, "lowercase");
@@ -385,6 +373,5 @@ wp_tokenizer *wp_load_tokenizer_json(const char *path, char *err, size_t errlen)
         o.unk = cJSON_IsString(unk) ? unk->valuestring : NULL;
         t = wp_from_json(model, &o, err, errlen, path);
     }
-    cJSON_Delete(j);
     return t;
 }

@@ -388,6 +388,32 @@ static void seam(void **state)
     bpe_ids_free(&ids);
     tok_worker_free(w);
     tok_free(t);
+    /* a WordPiece tokenizer.json through the same call (one parse of the file decides the reader):
+     * BertNormalizer lowercases, WordPiece splits "Unaffable" as un ##aff ##able */
+    const char *wp = "{\"normalizer\":{\"type\":\"BertNormalizer\",\"lowercase\":true},"
+                     "\"pre_tokenizer\":{\"type\":\"BertPreTokenizer\"},\"model\":{\"type\":\"WordPiece\","
+                     "\"unk_token\":\"[UNK]\",\"vocab\":{\"[UNK]\":0,\"[SEP]\":1,\"un\":2,\"##aff\":3,\"##able\":4}}}";
+    spit(TMP("wp.json"), wp);
+    tok_spec ws = {"HuggingFaceTokenizer", NULL, NULL, TMP("wp.json")};
+    t = tok_open(&ws, err, sizeof err);
+    if (!t) fail_msg("%s", err);
+    assert_int_equal(tok_vocab_size(t), 5);
+    w = tok_worker_new(t);
+    tok_encode(w, "Unaffable", 9, &ids);
+    assert_int_equal(ids.n, 3);
+    assert_int_equal(ids.ids[0], 2);
+    assert_int_equal(ids.ids[1], 3);
+    assert_int_equal(ids.ids[2], 4);
+    bpe_ids_free(&ids);
+    tok_worker_free(w);
+    tok_free(t);
+    /* a WordPiece model with a normalizer the WordPiece reader does not take: refused by it, not
+     * handed on to the BPE reader */
+    spit(TMP("wp_bad.json"), "{\"normalizer\":{\"type\":\"Lowercase\"},\"model\":{\"type\":\"WordPiece\","
+                             "\"vocab\":{\"[UNK]\":0}}}");
+    tok_spec wb = {"HuggingFaceTokenizer", NULL, NULL, TMP("wp_bad.json")};
+    assert_null(tok_open(&wb, err, sizeof err));
+    if (!strstr(err, "a WordPiece model with a Lowercase normalizer; trident reads BertNormalizer")) fail_msg("%s", err);
 }
 
 static int run(const char *cmd)

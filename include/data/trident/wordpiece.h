@@ -25,10 +25,11 @@ typedef struct {
 wp_tokenizer *wp_load_vocab(const char *path, const wp_options *o, char *err, size_t errlen);
 /* A tokenizer.json's WordPiece "model" object (its "vocab": {token: id}). */
 wp_tokenizer *wp_from_json(const struct cJSON *model, const wp_options *o, char *err, size_t errlen, const char *src);
-/* A Hugging Face tokenizer.json whose model is WordPiece, with its BertNormalizer's settings (or
- * none); NULL with err empty when the file's model is another kind (or the file cannot be read:
- * the other reader says why), NULL with err set when it is WordPiece but cannot be read. */
-wp_tokenizer *wp_load_tokenizer_json(const char *path, char *err, size_t errlen);
+/* A Hugging Face tokenizer.json (parsed: root) whose model is WordPiece, with its BertNormalizer's
+ * settings (or none); NULL with err empty when the file's model is another kind, NULL with err set
+ * when it is WordPiece but cannot be read. path names the file in messages. hf_load_any reads the
+ * file and gives its root to this or to the BPE reader. */
+wp_tokenizer *wp_from_tokenizer_json(const struct cJSON *root, const char *path, char *err, size_t errlen);
 /* Megatron's --tokenizer-type names of a WordPiece vocab.txt: 1 for BertWordPieceLowerCase
  * (lower case, accents stripped), 0 for BertWordPieceCase, -1 for any other (or NULL). */
 int wp_type_lowercase(const char *type);
