@@ -69,12 +69,12 @@ static void att_ref(void *vc, double *out)
                     s[j] = d / sqrt((double)HS);
                     m = s[j] > m ? s[j] : m;
                 }
-                for (int j = j0; j < e; j++) sum += exp(s[j] - m);
-                if (c->lse) c->lse[((size_t)b * c->NH + h) * T + t] = m + log(sum);
+                for (int j = j0; j < e; j++) sum += s[j] = exp(s[j] - m); /* each exp once: the finite */
+                if (c->lse) c->lse[((size_t)b * c->NH + h) * T + t] = m + log(sum); /* differences call this a lot */
                 double *o = out + ((size_t)b * T + t) * C + h * HS;
                 for (int i = 0; i < HS; i++) o[i] = 0.0;
                 for (int j = j0; j < e; j++) {
-                    double p = exp(s[j] - m) / sum;
+                    double p = s[j] / sum;
                     if (c->drop && c->drop->p > 0)
                         p *= be_drop_keep(c->drop, BE_DROP_ATTN, c->drop->sample[b], c->drop->pos0 + t,
                                           ((int64_t)c->drop->unit0 + h) * T + j)
