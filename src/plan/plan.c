@@ -142,8 +142,8 @@ static int group_member(const plan_layout *l, plan_group kind, int g, int k)
 
 /* The most nodes one group of a kind spans, and the fewest and the most ranks a group has on a
  * node it spans. */
-static void group_shape(const plan_cluster *c, const plan_layout *l, plan_group kind, int *span, int *fewest,
-                        int *most)
+static void group_shape_walk(const plan_cluster *c, const plan_layout *l, plan_group kind, int *span, int *fewest,
+                             int *most)
 {
     int size = kind == PLAN_GROUP_TP   ? l->tp
                : kind == PLAN_GROUP_PP ? l->pp
@@ -167,6 +167,24 @@ static void group_shape(const plan_cluster *c, const plan_layout *l, plan_group 
         }
         *span = nodes > *span ? nodes : *span;
     }
+}
+
+/* The same, remembered: the walk visits every rank, and a search asks it of thousands of layouts
+ * that share a few grids (three quarters of unit/test_plan's time went to the walk). */
+static void group_shape(const plan_cluster *c, const plan_layout *l, plan_group kind, int *span, int *fewest,
+                        int *most)
+{
+    typedef struct { int key[7], span, fewest, most; } memo;
+    static _Thread_local memo seen[256];
+    int key[7] = {l->tp, cp_of(l), l->pp, l->dp, ep_of(l), (int)kind, c->gpus_per_node};
+    unsigned h = 0;
+    for (int i = 0; i < 7; i++) h = h * 0x9e3779b1u + (unsigned)key[i];
+    memo *m = &seen[(h ^ h >> 16) & 255];
+    if (memcmp(m->key, key, sizeof key) != 0) { /* an empty slot's tp 0 matches no layout */
+        group_shape_walk(c, l, kind, &m->span, &m->fewest, &m->most);
+        memcpy(m->key, key, sizeof key);
+    }
+    *span = m->span, *fewest = m->fewest, *most = m->most;
 }
 
 int plan_group_link(const plan_cluster *c, const plan_layout *l, plan_group kind, double *bw, double *lat)
