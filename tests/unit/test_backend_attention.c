@@ -48,12 +48,26 @@ typedef struct {
     double *lse;         /* (B, NH, T) written, or NULL */
     const int32_t *klen; /* (B) bidirectional over keys [0, klen[b]); NULL: causal */
     const int32_t *seg;  /* (B, T) causal over packed documents: keys [seg[b T + t], t]; NULL: none */
+    double *keep;        /* (B, NH, T, T) dropout's factor of each probability, drawn at the first call
+                          * (the finite differences call this hundreds of times); freed by the caller */
 } att_ctx;
 
 static void att_ref(void *vc, double *out)
 {
     att_ctx *c = vc;
     int C = c->NH * c->HS, T = c->T, HS = c->HS;
+    if (c->drop && c->drop->p > 0 && !c->keep) {
+        c->keep = td_xmalloc((size_t)c->B * c->NH * T * T * sizeof(double));
+        for (int b = 0; b < c->B; b++)
+            for (int h = 0; h < c->NH; h++)
+                for (int t = 0; t < T; t++)
+                    for (int j = 0; j < T; j++)
+                        c->keep[(((size_t)b * c->NH + h) * T + t) * T + j] =
+                            be_drop_keep(c->drop, BE_DROP_ATTN, c->drop->sample[b], c->drop->pos0 + t,
+                                         ((int64_t)c->drop->unit0 + h) * T + j)
+                                ? 1.0 / (1.0 - c->drop->p)
+                                : 0.0;
+    }
     double *s = td_xmalloc((size_t)T * sizeof(double));
     for (int b = 0; b < c->B; b++)
         for (int h = 0; h < c->NH; h++)
@@ -75,11 +89,7 @@ static void att_ref(void *vc, double *out)
                 for (int i = 0; i < HS; i++) o[i] = 0.0;
                 for (int j = j0; j < e; j++) {
                     double p = s[j] / sum;
-                    if (c->drop && c->drop->p > 0)
-                        p *= be_drop_keep(c->drop, BE_DROP_ATTN, c->drop->sample[b], c->drop->pos0 + t,
-                                          ((int64_t)c->drop->unit0 + h) * T + j)
-                                 ? 1.0 / (1.0 - c->drop->p)
-                                 : 0.0;
+                    if (c->keep) p *= c->keep[(((size_t)b * c->NH + h) * T + t) * T + j];
                     const double *v = c->v + ((size_t)b * T + j) * c->ldkv + g * HS;
                     for (int i = 0; i < HS; i++) o[i] += p * v[i];
                 }
@@ -97,7 +107,7 @@ static void check_attention(const backend *be, int B, int T, int NH, int HS, con
     float *out = tb_zeros(nout), *lse = tb_zeros(nlse), *dqkv = tb_zeros(nqkv);
     double *ref = td_xmalloc(nout * sizeof(double)), *lse_ref = td_xmalloc(nlse * sizeof(double));
     double *Rd = tb_dup(R, nout), *qkvd = tb_dup(qkv, nqkv);
-    att_ctx c = {qkvd, qkvd + C, qkvd + 2 * C, 3 * C, 3 * C, B, T, NH, NH, HS, drop, lse_ref, NULL, NULL};
+    att_ctx c = {qkvd, qkvd + C, qkvd + 2 * C, 3 * C, 3 * C, B, T, NH, NH, HS, drop, lse_ref, NULL, NULL, NULL};
     char name[64];
 
     fwd_fused(be, out, lse, qkv, B, T, NH, HS, drop);
@@ -116,7 +126,7 @@ static void check_attention(const backend *be, int B, int T, int NH, int HS, con
     tb_check_doubled(name, once, dqkv, nqkv);
 
     free(qkv), free(R), free(out), free(lse), free(dqkv), free(ref), free(lse_ref), free(Rd), free(qkvd);
-    free(once);
+    free(once), free(c.keep);
 }
 
 /* Grouped-query attention on separate q, k, v buffers whose rows carry pad extra columns (which
@@ -132,7 +142,7 @@ static void check_gqa_seg(const backend *be, int B, int T, int NH, int NKV, int 
     float *out = tb_zeros(nout), *lse = tb_zeros(nlse), *dq = tb_zeros(nq), *dk = tb_zeros(nkv), *dv = tb_zeros(nkv);
     double *ref = td_xmalloc(nout * sizeof(double)), *lse_ref = td_xmalloc(nlse * sizeof(double));
     double *Rd = tb_dup(R, nout), *qd = tb_dup(q, nq), *kd = tb_dup(k, nkv), *vd = tb_dup(v, nkv);
-    att_ctx c = {qd, kd, vd, ldq, ldkv, B, T, NH, NKV, HS, drop, lse_ref, klen, seg};
+    att_ctx c = {qd, kd, vd, ldq, ldkv, B, T, NH, NKV, HS, drop, lse_ref, klen, seg, NULL};
     char name[80];
 
     be_attention_fwd_seg(be, out, lse, q, k, v, ldq, ldkv, B, T, NH, NKV, HS, klen, seg, drop);
@@ -168,7 +178,7 @@ static void check_gqa_seg(const backend *be, int B, int T, int NH, int NKV, int 
     assert_memory_equal(g, dv1, nkv * sizeof(float));
 
     free(q), free(k), free(v), free(R), free(out), free(lse), free(dq), free(dk), free(dv), free(ref), free(lse_ref);
-    free(Rd), free(qd), free(kd), free(vd), free(dq1), free(dk1), free(dv1), free(g);
+    free(Rd), free(qd), free(kd), free(vd), free(dq1), free(dk1), free(dv1), free(g), free(c.keep);
 }
 
 static void check_gqa_masked(const backend *be, int B, int T, int NH, int NKV, int HS, int pad, const int32_t *klen,
