@@ -314,43 +314,6 @@ static void threads_share_tokenizer(void **state)
     hf_free(t);
 }
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* Prints one thread's encode speed on tinyshakespeare (load excluded), fresh and warm cache. */
-static void speed(void **state)
-{
-    (void)state;
-    const char *files[2] = {LLAMA3, LLAMA2}, *names[2] = {"llama3", "llama2"};
-    size_t len;
-    char *text = slurp(TD_TEST_DATA "/tinyshakespeare.txt", &len);
-    for (int f = 0; f < 2; f++) {
-        if (access(files[f], R_OK) != 0) continue;
-        char err[512];
-        double t0 = now();
-        hf_tokenizer *t = hf_load(files[f], err, sizeof err);
-        assert_non_null(t);
-        double t1 = now();
-        hf_worker *w = hf_worker_new(t);
-        bpe_ids ids = {0};
-        for (int pass = 0; pass < 2; pass++) {
-            ids.n = 0;
-            double a = now();
-            hf_encode(w, text, len, &ids);
-            printf("%s: tinyshakespeare, %s: %.1f MB/s (%zu tokens; load %.2f s)\n", names[f],
-                   pass ? "warm cache" : "fresh worker", (double)len / 1e6 / (now() - a), ids.n, t1 - t0);
-        }
-        bpe_ids_free(&ids);
-        hf_worker_free(w);
-        hf_free(t);
-    }
-    free(text);
-}
-
 /* The seam: flags checked, both kinds behind one interface. */
 static void seam(void **state)
 {
@@ -464,7 +427,6 @@ int main(void)
         cmocka_unit_test(real_files),
         cmocka_unit_test(vocab_and_merges_agree),
         cmocka_unit_test(threads_share_tokenizer),
-        cmocka_unit_test(speed),
         cmocka_unit_test(seam),
         cmocka_unit_test(cli),
     };
