@@ -3,7 +3,8 @@
  * GEMMs of a GPT-2 layer. Each library is dlopen'ed, so a missing one is skipped, not a build
  * error. Build and run: bench/gemm_libs.sh.
  *
- *   gemm_libs [BT] [threads]     BT = tokens per micro-batch (default 2048 = 8 x 256)
+ *   gemm_libs [BT] [threads] [H]   BT = tokens per micro-batch (default 2048 = 8 x 256), H = the
+ *                                  model's width (default 768, GPT-2 124M; 64 for the tests' models)
  *
  * Prints GFLOP/s (2 m n k per product, best of a few runs after a warm-up) per library and shape:
  * the three products of a linear layer (forward NT, input-grad NN, weight-grad TN) for
@@ -51,24 +52,26 @@ typedef struct {
     dnnl_bf16_fn dbf16;
 } impl;
 
-static void run(const impl *im, const shape *s, const float *a, const float *b, const uint16_t *a16,
-                const uint16_t *b16, float *c)
+/* 0, or the library's error (oneDNN's bf16 GEMM on a CPU without the instructions it needs) */
+static int run(const impl *im, const shape *s, const float *a, const float *b, const uint16_t *a16,
+               const uint16_t *b16, float *c)
 {
     int ta = s->form[0] == 'T', tb = s->form[1] == 'T';
     int lda = ta ? s->m : s->k, ldb = tb ? s->k : s->n;
-    if (im->cblas)
+    if (im->cblas) {
         im->cblas(ROW, ta ? TRANS : NOTRANS, tb ? TRANS : NOTRANS, s->m, s->n, s->k, 1.0f, a, lda, b, ldb, 0.0f, c,
                   s->n);
-    else if (im->dsgemm)
-        im->dsgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', s->m, s->n, s->k, 1.0f, a, lda, b, ldb, 0.0f, c, s->n);
-    else
-        im->dbf16(ta ? 'T' : 'N', tb ? 'T' : 'N', s->m, s->n, s->k, 1.0f, a16, lda, b16, ldb, 0.0f, c, s->n);
+        return 0;
+    }
+    if (im->dsgemm) return im->dsgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', s->m, s->n, s->k, 1.0f, a, lda, b, ldb, 0.0f, c, s->n);
+    return im->dbf16(ta ? 'T' : 'N', tb ? 'T' : 'N', s->m, s->n, s->k, 1.0f, a16, lda, b16, ldb, 0.0f, c, s->n);
 }
 
 int main(int argc, char **argv)
 {
     int BT = argc > 1 ? atoi(argv[1]) : 2048;
     int threads = argc > 2 ? atoi(argv[2]) : omp_get_max_threads();
+    int H = argc > 3 ? atoi(argv[3]) : 768;
     omp_set_num_threads(threads);
     impl ims[8];
     int ni = 0;
@@ -93,11 +96,11 @@ int main(int argc, char **argv)
         ims[ni++] = (impl){"onednn-bf16", NULL, NULL, (dnnl_bf16_fn)dlsym(h, "dnnl_gemm_bf16bf16f32")};
     }
     const shape shapes[] = {
-        {"qkv fwd", "NT", BT, 2304, 768},   {"qkv dinp", "NN", BT, 768, 2304},  {"qkv dw", "TN", 2304, 768, BT},
-        {"fc1 fwd", "NT", BT, 3072, 768},   {"fc2 fwd", "NT", BT, 768, 3072},   {"fc2 dw", "TN", 768, 3072, BT},
-        {"head fwd", "NT", BT, 50304, 768}, {"head dinp", "NN", BT, 768, 50304},
+        {"qkv fwd", "NT", BT, 3 * H, H},  {"qkv dinp", "NN", BT, H, 3 * H},  {"qkv dw", "TN", 3 * H, H, BT},
+        {"fc1 fwd", "NT", BT, 4 * H, H},  {"fc2 fwd", "NT", BT, H, 4 * H},    {"fc2 dw", "TN", H, 4 * H, BT},
+        {"head fwd", "NT", BT, 50304, H}, {"head dinp", "NN", BT, H, 50304}, {"head dw", "TN", 50304, H, BT},
     };
-    size_t maxe = (size_t)BT * 50304;
+    size_t maxe = (size_t)(BT > H ? BT : H) * 50304;
     float *a = malloc(maxe * 4), *b = malloc(maxe * 4), *c = malloc(maxe * 4);
     uint16_t *a16 = malloc(maxe * 2), *b16 = malloc(maxe * 2);
     for (size_t i = 0; i < maxe; i++) {
@@ -106,7 +109,7 @@ int main(int argc, char **argv)
         a16[i] = to_bf16(a[i]);
         b16[i] = to_bf16(b[i]);
     }
-    printf("GFLOP/s, BT=%d, %d threads\n%-10s", BT, threads, "");
+    printf("GFLOP/s, BT=%d, H=%d, %d threads\n%-10s", BT, H, threads, "");
     for (int i = 0; i < ni; i++) printf(" %14s", ims[i].lib);
     printf("\n");
     for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
@@ -118,13 +121,15 @@ int main(int argc, char **argv)
                 continue;
             }
             double best = 1e30, t_start = now();
-            for (int r = 0; r < 6 && (r < 2 || now() - t_start < 1.5); r++) {
+            int rc = 0;
+            for (int r = 0; r < 6 && (r < 2 || now() - t_start < 1.5) && !rc; r++) {
                 double t0 = now();
-                run(&ims[i], &shapes[s], a, b, a16, b16, c);
+                rc = run(&ims[i], &shapes[s], a, b, a16, b16, c);
                 double dt = now() - t0;
                 if (r > 0 && dt < best) best = dt;
             }
-            printf(" %14.1f", fl / best * 1e-9);
+            if (rc) printf(" %14s", "unsupported");
+            else printf(" %14.1f", fl / best * 1e-9);
         }
         printf("\n");
         fflush(stdout);
