@@ -842,12 +842,11 @@ static void json_error_why(const char *json, size_t len, size_t off, char *why, 
                          : "a low surrogate \\uDC00-\\uDFFF must follow a high one");
 }
 
-/* json[0..len) read as a tokenizer.json: a WordPiece model into *wp when wp is given, any other
- * through the BPE reader. */
+/* json[0..len) read as a tokenizer.json: a WordPiece model into *wp (NULL on entry) when wp is
+ * given, any other through the BPE reader. */
 static hf_tokenizer *load_text(const char *json, size_t len, const char *name, struct wp_tokenizer **wp, char *err,
                                size_t errlen)
 {
-    if (wp) *wp = NULL;
     hf_tokenizer *t = td_xcalloc(1, sizeof *t);
     snprintf(t->name, sizeof t->name, "%s", name);
     t->jit = 1;

@@ -24,7 +24,11 @@ add_test(NAME parallel/layouts_data COMMAND ${CMAKE_COMMAND} -E env bash -c
    $<TARGET_FILE:trident> preprocess --input ${LAYOUT_DIR}/ts.jsonl --output-prefix ${LAYOUT_DIR}/bytes --tokenizer-type HuggingFaceTokenizer --tokenizer-model ${LAYOUT_DIR}/bytes.json --append-eod")
 set_tests_properties(parallel/layouts_data PROPERTIES FIXTURES_SETUP layouts_data)
 
-# flags shared by every run; the global batch is 8 samples
+# flags shared by every run; the global batch is 8 samples. Sequences of 32 x hidden 64: a stage
+# transfer of one micro-batch is 8 KiB, a tp rank's half of it with scatter/gather (and a sequence-
+# parallel slice at tp 2) 4 KiB, so the payloads are above Open MPI's 4 KiB shared-memory eager
+# limit less its header, and go by rendezvous, where some deadlocks only appear; the eager512 rows
+# lower the limit to 512 bytes for every message. (Seq 64 cost a third more CPU.)
 set(LAYOUT_TRAIN --data-path ${LAYOUT_DIR}/bytes_text_document --tokenizer-type HuggingFaceTokenizer
   --tokenizer-model ${LAYOUT_DIR}/bytes.json --split 90,10,0
   --num-layers 8 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --max-position-embeddings 32
@@ -439,11 +443,11 @@ add_test(NAME parallel/failures COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/failures.
   ${LAYOUT_DATA} ${TRIDENT_SHARED_DATA}/gpt2/vocab.json ${TRIDENT_SHARED_DATA}/gpt2/merges.txt)
 set_tests_properties(parallel/failures PROPERTIES FIXTURES_REQUIRED layouts_data ENVIRONMENT "${TD_MPI_ENV}")
 
-# Uneven scatter/gather slices: hidden 65 (4 heads of 16 by --kv-channels) x seq 31 x mbs 1 = 2015
-# floats a stage transfer, odd, so tp rank 0 sends 1008 and tp rank 1 the 1007 after them (every
-# other layout's transfer is a multiple of tp); tp 2 x pp 2 (1F1B, the all-gathers behind compute),
-# 4 layers, against this model's one-rank run
-set(LAYOUT_ARCH --num-layers 4 --hidden-size 65 --kv-channels 16 --seq-length 31)
+# Uneven scatter/gather slices: hidden 65 (4 heads of 16 by --kv-channels) x seq 63 x mbs 1 = 4095
+# floats a stage transfer, odd, so tp rank 0 sends 2048 and tp rank 1 the 2047 after them (every
+# other layout's transfer is a multiple of tp; both halves over Open MPI's 4 KiB eager limit);
+# tp 2 x pp 2 (1F1B, the all-gathers behind compute), 4 layers, against this model's one-rank run
+set(LAYOUT_ARCH --num-layers 4 --hidden-size 65 --kv-channels 16 --seq-length 63 --max-position-embeddings 64)
 set(LAYOUT_BASE odd_baseline)
 trident_layout(odd_baseline 1 1 1)
 trident_layout(odd_tp2_pp2 4 2 1 --pipeline-model-parallel-size 2)
