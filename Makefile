@@ -22,8 +22,10 @@ deps:
 bench-deps:
 	@scripts/deps.sh --bench
 
+CONFIGURE = cmake -S . -B $(BUILD) $(if $(wildcard $(BUILD)/CMakeCache.txt),,-G "$(GENERATOR)") -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null
+
 configure: deps
-	@cmake -S . -B $(BUILD) $(if $(wildcard $(BUILD)/CMakeCache.txt),,-G "$(GENERATOR)") -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null
+	@$(CONFIGURE)
 
 build: configure
 	@cmake --build $(BUILD) -j $(JOBS)
@@ -33,9 +35,11 @@ demo: configure
 	@cmake --build $(BUILD) -j $(JOBS) --target trident
 	@scripts/demo.sh $(BUILD)
 
-# The npm references install (network, no CPU) while the build compiles.
-test: configure
-	@scripts/test-deps.sh $(BUILD) & deps=$$!; cmake --build $(BUILD) -j $(JOBS); rc=$$?; wait $$deps || exit 1; exit $$rc
+# The npm references install (network, and a few seconds of CPU) while CMake configures (one core)
+# and the build compiles.
+test: deps
+	@mkdir -p $(BUILD); scripts/test-deps.sh $(BUILD) & deps=$$!; $(CONFIGURE) && cmake --build $(BUILD) -j $(JOBS); rc=$$?; \
+	  wait $$deps || exit 1; exit $$rc
 	cd $(BUILD) && ctest --output-on-failure -j $(TEST_JOBS)
 
 asan: deps
