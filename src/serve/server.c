@@ -21,9 +21,45 @@
 
 #include "trident/check.h"
 #include "trident/comm.h"
+#include "trident/dynlib.h"
 #include "trident/generate.h"
 #include "trident/timer.h"
 #include "request.h"
+
+/* libmicrohttpd, opened when the server starts (trident/dynlib.h): linked, it and GnuTLS cost every
+ * start of every trident process 4.5 ms. TD_MHD_SONAME comes from the build (CMakeLists.txt). */
+static struct {
+    __typeof__(MHD_add_response_header) *MHD_add_response_header;
+    __typeof__(MHD_create_response_from_buffer) *MHD_create_response_from_buffer;
+    __typeof__(MHD_create_response_from_callback) *MHD_create_response_from_callback;
+    __typeof__(MHD_destroy_response) *MHD_destroy_response;
+    __typeof__(MHD_get_connection_info) *MHD_get_connection_info;
+    __typeof__(MHD_queue_response) *MHD_queue_response;
+    __typeof__(MHD_quiesce_daemon) *MHD_quiesce_daemon;
+    __typeof__(MHD_resume_connection) *MHD_resume_connection;
+    __typeof__(MHD_start_daemon) *MHD_start_daemon;
+    __typeof__(MHD_stop_daemon) *MHD_stop_daemon;
+    __typeof__(MHD_suspend_connection) *MHD_suspend_connection;
+} mhd;
+
+static void mhd_open(void)
+{
+    const td_dynsym syms[] = {
+        {"MHD_add_response_header", (void **)&mhd.MHD_add_response_header},
+        {"MHD_create_response_from_buffer", (void **)&mhd.MHD_create_response_from_buffer},
+        {"MHD_create_response_from_callback", (void **)&mhd.MHD_create_response_from_callback},
+        {"MHD_destroy_response", (void **)&mhd.MHD_destroy_response},
+        {"MHD_get_connection_info", (void **)&mhd.MHD_get_connection_info},
+        {"MHD_queue_response", (void **)&mhd.MHD_queue_response},
+        {"MHD_quiesce_daemon", (void **)&mhd.MHD_quiesce_daemon},
+        {"MHD_resume_connection", (void **)&mhd.MHD_resume_connection},
+        {"MHD_start_daemon", (void **)&mhd.MHD_start_daemon},
+        {"MHD_stop_daemon", (void **)&mhd.MHD_stop_daemon},
+        {"MHD_suspend_connection", (void **)&mhd.MHD_suspend_connection},
+    };
+    td_dynlib_open(TD_MHD_SONAME, "trident serve's HTTP server", "install libmicrohttpd (scripts/deps.sh does)", syms,
+                   (int)(sizeof syms / sizeof syms[0]));
+}
 
 enum { SRV_IDLE, SRV_BATCH, SRV_STOP };
 #define HEARTBEAT_S 5.0
@@ -127,7 +163,7 @@ static void drop(watch *w, unsigned code, const char *why)
 
 static void set_deadline(struct MHD_Connection *c, double deadline)
 {
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    const union MHD_ConnectionInfo *ci = mhd.MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     watch *w = ci ? ci->socket_context : NULL;
     if (!w) return;
     pthread_mutex_lock(&S.mu);
@@ -165,8 +201,8 @@ static void notify_connection(void *cls, struct MHD_Connection *c, void **socket
     (void)cls;
     pthread_mutex_lock(&S.mu);
     if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
-        const union MHD_ConnectionInfo *fd = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-        const union MHD_ConnectionInfo *ad = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        const union MHD_ConnectionInfo *fd = mhd.MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        const union MHD_ConnectionInfo *ad = mhd.MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
         watch *w = td_xcalloc(1, sizeof *w);
         w->c = c, w->deadline = td_now() + S.cfg->request_timeout, w->fd = fd ? fd->connect_fd : -1;
         if (ad && ad->client_addr->sa_family == AF_INET)
@@ -217,10 +253,10 @@ static struct MHD_Connection *to_wake(request *r)
 
 static enum MHD_Result reply(struct MHD_Connection *c, unsigned code, char *json, const char *type)
 {
-    struct MHD_Response *res = MHD_create_response_from_buffer(strlen(json), json, MHD_RESPMEM_MUST_FREE);
-    MHD_add_response_header(res, "Content-Type", type);
-    enum MHD_Result ok = MHD_queue_response(c, code, res);
-    MHD_destroy_response(res);
+    struct MHD_Response *res = mhd.MHD_create_response_from_buffer(strlen(json), json, MHD_RESPMEM_MUST_FREE);
+    mhd.MHD_add_response_header(res, "Content-Type", type);
+    enum MHD_Result ok = mhd.MHD_queue_response(c, code, res);
+    mhd.MHD_destroy_response(res);
     return ok;
 }
 
@@ -256,7 +292,7 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max)
         n = MHD_CONTENT_READER_END_OF_STREAM;
     } else {
         r->suspended = 1;
-        MHD_suspend_connection(r->conn);
+        mhd.MHD_suspend_connection(r->conn);
         n = 0;
     }
     pthread_mutex_unlock(&r->mu);
@@ -355,17 +391,17 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     pthread_mutex_unlock(&S.mu);
     r->conn = c;
     if (r->stream) { /* the callback holds the handler's reference */
-        struct MHD_Response *res = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, sse_read, r, sse_free);
-        MHD_add_response_header(res, "Content-Type", "text/event-stream");
-        MHD_add_response_header(res, "Cache-Control", "no-cache");
-        enum MHD_Result ok = MHD_queue_response(c, MHD_HTTP_OK, res);
-        MHD_destroy_response(res);
+        struct MHD_Response *res = mhd.MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, sse_read, r, sse_free);
+        mhd.MHD_add_response_header(res, "Content-Type", "text/event-stream");
+        mhd.MHD_add_response_header(res, "Cache-Control", "no-cache");
+        enum MHD_Result ok = mhd.MHD_queue_response(c, MHD_HTTP_OK, res);
+        mhd.MHD_destroy_response(res);
         return ok;
     }
     k->req = r;
     pthread_mutex_lock(&r->mu);
     int done = r->done;
-    if (!done) r->suspended = 1, MHD_suspend_connection(c); /* resumed when generated */
+    if (!done) r->suspended = 1, mhd.MHD_suspend_connection(c); /* resumed when generated */
     pthread_mutex_unlock(&r->mu);
     return done ? answer(c, k) : MHD_YES;
 }
@@ -416,7 +452,7 @@ static void on_token(void *user, int b, int32_t token)
     req_sse_append(r, "\n\n");
     struct MHD_Connection *wake = to_wake(r);
     pthread_mutex_unlock(&r->mu);
-    if (wake) MHD_resume_connection(wake);
+    if (wake) mhd.MHD_resume_connection(wake);
     free(json);
     free(t);
 }
@@ -565,7 +601,7 @@ static void generate(gpt_model *m, const ps_state *ps, const gen_config *g, int 
             if (nonfinite_error(r, out_lens + bt->row0[q], lens + bt->row0[q])) {
                 struct MHD_Connection *wake = to_wake(r);
                 pthread_mutex_unlock(&r->mu);
-                if (wake) MHD_resume_connection(wake);
+                if (wake) mhd.MHD_resume_connection(wake);
                 req_unref(r); /* the queue's */
                 continue;
             }
@@ -601,7 +637,7 @@ static void generate(gpt_model *m, const ps_state *ps, const gen_config *g, int 
             r->done = 1;
             struct MHD_Connection *wake = to_wake(r);
             pthread_mutex_unlock(&r->mu);
-            if (wake) MHD_resume_connection(wake);
+            if (wake) mhd.MHD_resume_connection(wake);
             req_unref(r); /* the queue's */
         }
     for (int i = 0; i < B; i++)
@@ -718,7 +754,8 @@ int srv_run(gpt_model *m, const ps_state *ps, const tok_tokenizer *tok, const sr
             listening = 0;
         } else {
             /* One epoll thread for every connection; a request waiting for its generation is suspended. */
-            d = MHD_start_daemon(MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG,
+            mhd_open();
+            d = mhd.MHD_start_daemon(MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG,
                                  (uint16_t)cfg->port, NULL, NULL, handle, NULL, MHD_OPTION_EXTERNAL_LOGGER, mhd_log,
                                  NULL, MHD_OPTION_SOCK_ADDR, &addr,
                                  MHD_OPTION_NOTIFY_COMPLETED, completed, NULL, MHD_OPTION_NOTIFY_CONNECTION,
@@ -762,7 +799,7 @@ int srv_run(gpt_model *m, const ps_state *ps, const tok_tokenizer *tok, const sr
     for (;;) {
         pthread_mutex_lock(&S.mu);
         if (g_stop && !quiesced) {
-            MHD_quiesce_daemon(d); /* no new connections; the open ones are answered */
+            mhd.MHD_quiesce_daemon(d); /* no new connections; the open ones are answered */
             quiesced = 1, stop_at = td_now();
             TD_INFO("serve: stopping: finishing %d queued request%s", S.queued, S.queued == 1 ? "" : "s");
         }
@@ -830,7 +867,7 @@ int srv_run(gpt_model *m, const ps_state *ps, const tok_tokenizer *tok, const sr
     gen_config none = {0};
     int zero = 0;
     exchange(ps, SRV_STOP, &none, &zero, NULL, NULL, NULL, NULL, NULL);
-    MHD_stop_daemon(d);
+    if (d) mhd.MHD_stop_daemon(d); /* rank 0 only: the others never opened libmicrohttpd */
     for (int i = 0; i < IP_BUCKETS; i++)
         while (S.ips[i]) {
             ip_count *e = S.ips[i];

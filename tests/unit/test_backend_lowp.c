@@ -19,6 +19,7 @@
 #include <cmocka.h>
 
 #include "test_backend_util.h"
+#include "trident/dynlib.h"
 
 static int setup(void **state)
 {
@@ -282,6 +283,26 @@ static void mixed_backward_in_slices(void **state)
     be_free(be);
 }
 
+/* libdnnl, opened at the first bf16 GEMM rather than linked (trident/dynlib.h): the library the
+ * build found exports the function matmul_lp.c looks up, and it multiplies. On a CPU without
+ * AVX512-BF16 oneDNN may decline (its status, not a crash); linear_lp holds the results where the
+ * backend uses it. */
+static void dnnl_opens(void **state)
+{
+    (void)state;
+    typedef int (*gemm_fn)(char, char, int64_t, int64_t, int64_t, float, const uint16_t *, int64_t,
+                           const uint16_t *, int64_t, float, float *, int64_t);
+    gemm_fn gemm = NULL;
+    const td_dynsym syms[] = {{"dnnl_gemm_bf16bf16f32", (void **)&gemm}};
+    td_dynlib_open(TD_DNNL_SONAME, "the dynlib test of oneDNN", "install libdnnl-dev", syms, 1);
+    assert_non_null(gemm);
+    uint16_t a[4] = {0x3f80, 0x4000, 0x4040, 0x4080}, b[4] = {0x3f80, 0, 0, 0x3f80}; /* [1 2; 3 4], I */
+    float c[4] = {0};
+    if (gemm('N', 'N', 2, 2, 2, 1.0f, a, 2, b, 2, 0.0f, c, 2) == 0) {
+        assert_true(c[0] == 1.0f && c[1] == 2.0f && c[2] == 3.0f && c[3] == 4.0f);
+    }
+}
+
 int main(void)
 {
     tb_skip_unless_isa_runs();
@@ -290,6 +311,7 @@ int main(void)
         cmocka_unit_test(linear_lp),
         cmocka_unit_test(mixed_weight_copies),
         cmocka_unit_test(mixed_backward_in_slices),
+        cmocka_unit_test(dnnl_opens),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -16,6 +16,7 @@
 #include "trident/arena.h"
 #include "trident/activation.h"
 #include "trident/args.h"
+#include "trident/dynlib.h"
 #include "trident/philox.h"
 
 static void philox_known_answers(void **state)
@@ -289,6 +290,54 @@ static void activation_axes(void **state)
     assert_string_equal(td_act_label(TD_ACT_GELU, 0), "GeLU");
 }
 
+/* td_dynlib_open in a child whose stderr goes to out (n bytes): its exit status. */
+static int dynlib_in_child(const char *soname, const char *sym, char *out, size_t n)
+{
+    char path[] = "/tmp/td_dynlib_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fd, 2);
+        double (*fn)(double) = NULL;
+        const td_dynsym syms[] = {{sym, (void **)&fn}};
+        td_dynlib_open(soname, "the dynlib test", "install nothing: this is a test", syms, 1);
+        _exit(fn ? 0 : 98);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    ssize_t got = pread(fd, out, n - 1, 0);
+    out[got > 0 ? got : 0] = 0;
+    close(fd);
+    unlink(path);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* A library opened when needed: the functions found and called; a second call returns at once; a
+ * missing library or function ends with exit 1 and one line naming it, what needed it and the fix. */
+static void dynlib_opens_and_refuses(void **state)
+{
+    (void)state;
+    double (*cos_fn)(double) = NULL;
+    const td_dynsym syms[] = {{"cos", (void **)&cos_fn}};
+    td_dynlib_open("libm.so.6", "the dynlib test", "-", syms, 1);
+    assert_non_null(cos_fn);
+    assert_true(cos_fn(0.5) == cos(0.5));
+    double (*first)(double) = cos_fn;
+    td_dynlib_open("libm.so.6", "the dynlib test", "-", syms, 1);
+    assert_true(cos_fn == first);
+
+    char out[1024];
+    assert_int_equal(dynlib_in_child("libtrident-absent.so.9", "cos", out, sizeof out), 1);
+    assert_non_null(strstr(out, "the dynlib test needs the shared library libtrident-absent.so.9"));
+    assert_non_null(strstr(out, "install nothing: this is a test"));
+    assert_non_null(strchr(out, '\n'));
+    assert_null(strchr(strchr(out, '\n') + 1, '\n'));
+    assert_int_equal(dynlib_in_child("libm.so.6", "td_no_such_function", out, sizeof out), 1);
+    assert_non_null(strstr(out, "needs td_no_such_function from libm.so.6"));
+    assert_int_equal(dynlib_in_child("libm.so.6", "sin", out, sizeof out), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -300,6 +349,7 @@ int main(void)
         cmocka_unit_test(args_choice_index),
         cmocka_unit_test(args_model_rules),
         cmocka_unit_test(activation_axes),
+        cmocka_unit_test(dynlib_opens_and_refuses),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -11,14 +11,28 @@
 #include <oneapi/dnnl/dnnl.h>
 
 #include "trident/check.h"
+#include "trident/dynlib.h"
 #include "trident/half.h"
 #include "cpu.h"
 
 /* oneDNN's bf16 GEMM: exported by libdnnl (extern "C", row-major like dnnl_sgemm) but not
- * declared in its 2.x headers. A and B are bf16 stored as uint16_t. */
-dnnl_status_t dnnl_gemm_bf16bf16f32(char transa, char transb, dnnl_dim_t M, dnnl_dim_t N, dnnl_dim_t K, float alpha,
-                                    const uint16_t *A, dnnl_dim_t lda, const uint16_t *B, dnnl_dim_t ldb, float beta,
-                                    float *C, dnnl_dim_t ldc);
+ * declared in its 2.x headers. A and B are bf16 stored as uint16_t. libdnnl is opened at the first
+ * bf16 GEMM (trident/dynlib.h), not linked: it cost every start of every process 1.2 ms.
+ * TD_DNNL_SONAME comes from the build (CMakeLists.txt). */
+typedef dnnl_status_t (*gemm_bf16_fn)(char transa, char transb, dnnl_dim_t M, dnnl_dim_t N, dnnl_dim_t K, float alpha,
+                                      const uint16_t *A, dnnl_dim_t lda, const uint16_t *B, dnnl_dim_t ldb,
+                                      float beta, float *C, dnnl_dim_t ldc);
+static gemm_bf16_fn g_gemm_bf16;
+
+static gemm_bf16_fn gemm_bf16(void)
+{
+    if (!g_gemm_bf16) {
+        const td_dynsym syms[] = {{"dnnl_gemm_bf16bf16f32", (void **)&g_gemm_bf16}};
+        td_dynlib_open(TD_DNNL_SONAME, "the bf16 GEMMs of --bf16 on this CPU (AVX512-BF16)",
+                       "install oneDNN (scripts/deps.sh does: apt-get install libdnnl-dev)", syms, 1);
+    }
+    return g_gemm_bf16;
+}
 
 void cpu_convert(const backend *be, void *dst, be_dtype dt, const void *src, be_dtype st, size_t n)
 {
@@ -91,7 +105,7 @@ void cpu_matmul_fwd_lp(const backend *be, float *out, const void *inp, const voi
         for (int i = 0; i < BT; i++) memcpy(out + (size_t)i * OC, b, (size_t)OC * sizeof(float));
         beta = 1.0f;
     }
-    dnnl_ok(dnnl_gemm_bf16bf16f32('N', 'T', BT, OC, C, 1.0f, inp, C, w, C, beta, out, OC), "forward");
+    dnnl_ok(gemm_bf16()('N', 'T', BT, OC, C, 1.0f, inp, C, w, C, beta, out, OC), "forward");
 }
 
 void cpu_matmul_bwd_lp(const backend *be, float *dinp, float *dw, const void *dout, const void *inp, const void *w,
@@ -106,6 +120,6 @@ void cpu_matmul_bwd_lp(const backend *be, float *dinp, float *dw, const void *do
         return;
     }
     /* dinp (BT, C) += dout (BT, OC) . W (OC, C); dW (OC, C) += dout^T (OC, BT) . inp (BT, C) */
-    if (dinp) dnnl_ok(dnnl_gemm_bf16bf16f32('N', 'N', BT, C, OC, 1.0f, dout, OC, w, C, 1.0f, dinp, C), "input grad");
-    if (dw) dnnl_ok(dnnl_gemm_bf16bf16f32('T', 'N', OC, C, BT, 1.0f, dout, OC, inp, C, 1.0f, dw, C), "weight grad");
+    if (dinp) dnnl_ok(gemm_bf16()('N', 'N', BT, C, OC, 1.0f, dout, OC, w, C, 1.0f, dinp, C), "input grad");
+    if (dw) dnnl_ok(gemm_bf16()('T', 'N', OC, C, BT, 1.0f, dout, OC, inp, C, 1.0f, dw, C), "weight grad");
 }
