@@ -1,5 +1,5 @@
 /* The communicator vtable behind include/comm/trident/comm.h. One implementation per file
- * (mpi.c; nccl.c on GPUs). Private to src/comm. */
+ * (mpi.c; solo.c, a world of one without MPI; nccl.c on GPUs). Private to src/comm. */
 #ifndef TRIDENT_COMM_IMPL_H
 #define TRIDENT_COMM_IMPL_H
 
@@ -44,5 +44,9 @@ struct comm_req {
     int done;      /* seen complete by comm_progress or comm_test: the wait only frees it */
     int tracked;   /* in comm.c's table of requests comm_progress advances */
 };
+
+/* A world of one without MPI (solo.c), and whether c is one of its groups. */
+comm *comm_solo_new(void);
+int comm_is_solo(const comm *c);
 
 #endif

@@ -204,8 +204,27 @@ int comm_threads_per_rank(void)
     return n > 0 ? n : 1;
 }
 
+/* Started without an MPI launcher: no mpirun or orted (Open MPI's variables), no PMIx or PMI
+ * server (srun --mpi=pmix, MPICH's launchers), and not one of several Slurm tasks (srun without
+ * --mpi=pmix: MPI_Init then says why each task would be a world of its own). */
+static int started_alone(void)
+{
+    static const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "OMPI_MCA_orte_hnp_uri", "PMIX_RANK", "PMI_RANK",
+                                 "PMI_SIZE"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
+        if (getenv(vars[i])) return 0;
+    return launcher_size() <= 1;
+}
+
 comm *comm_world_init(int *argc, char ***argv)
 {
+    if (started_alone()) { /* a world of one without MPI_Init (solo.c says what that saves) */
+        comm *w = comm_solo_new();
+        comm_set_name(w, "world");
+        td_log_set_rank(-1);
+        td_set_abort_hook(abort_hook);
+        return w;
+    }
     int provided = 0;
     fault_kick_setup(); /* before MPI_Init, which sets the variables it reads in a process started alone */
     TD_CHECK_MPI(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided));
@@ -283,6 +302,10 @@ void comm_world_finalize(comm *world)
         fault_kick_launcher(0);
     }
     td_set_abort_hook(NULL);
+    if (comm_is_solo(world)) { /* never initialised MPI */
+        comm_free(world);
+        return;
+    }
     fault_close();
     mpi_state *s = world->impl;
     MPI_OPS.free(s->ring);

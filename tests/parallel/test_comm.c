@@ -1,5 +1,6 @@
-/* The MPI communicator under mpirun: every collective and point-to-point call against values
- * each rank can compute on its own, on the world and on split sub-groups. Prints
+/* The communicator under mpirun (and alone, a world of one without MPI): every collective and
+ * point-to-point call against values each rank can compute on its own, on the world and on split
+ * sub-groups. Prints
  * "N passed, 0 failed" on rank 0; any mismatch aborts the job with its message. */
 #include <math.h>
 #include <stdint.h>
@@ -7,6 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <mpi.h>
 
 #include "backend/backend.h"
 #include "trident/check.h"
@@ -353,6 +358,36 @@ static void timeout_relay(comm *world)
     fprintf(stderr, "rank %d: the wait returned\n", r);
 }
 
+/* A process started alone (parallel/comm_np1: no mpirun) is a world of one without MPI (solo.c):
+ * MPI is never initialised; messages to itself match by tag in posting order, whichever side is
+ * posted first, as MPI's do; a wait on a message to itself never posted ends the process with a
+ * line that says so, rather than hanging. */
+static void check_alone(const comm *world)
+{
+    if (comm_size(world) != 1 || getenv("OMPI_COMM_WORLD_SIZE")) return;
+    int inited = 1;
+    MPI_Initialized(&inited);
+    EXPECT(!inited, "a process started alone initialised MPI");
+    float a = 1, b = 2, ra = 0, rb = 0;
+    comm_req *sa = comm_isend(world, &a, 1, COMM_F32, 0, 3), *sb = comm_isend(world, &b, 1, COMM_F32, 0, 4);
+    EXPECT(!comm_test(sa), "a send to itself complete before its receive was posted");
+    comm_req *qb = comm_irecv(world, &rb, 1, COMM_F32, 0, 4), *qa = comm_irecv(world, &ra, 1, COMM_F32, 0, 3);
+    EXPECT(comm_test(sa) && comm_test(qb), "matched messages to itself not complete");
+    comm_wait(qa), comm_wait(sb), comm_wait(sa), comm_wait(qb);
+    EXPECT(ra == 1 && rb == 2, "messages to itself by tag: got %g and %g, want 1 and 2", ra, rb);
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (!freopen("/dev/null", "w", stderr)) _exit(99);
+        float x;
+        comm_wait(comm_irecv(world, &x, 1, COMM_F32, 0, 5));
+        _exit(0);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    EXPECT(WIFEXITED(st) && WEXITSTATUS(st) == 1, "a wait on a receive from itself never sent: status %d", st);
+}
+
 int main(int argc, char **argv)
 {
     comm *world = comm_world_init(&argc, &argv);
@@ -373,6 +408,7 @@ int main(int argc, char **argv)
     check_hier(world, 1, 0);
     check_hier(world, 2, 0);
     check_hier(world, 2, 1);
+    check_alone(world);
     int total = g_checks;
     comm_allreduce(world, &total, 1, COMM_I32, COMM_SUM);
     if (comm_rank(world) == 0) printf("comm: %d passed, 0 failed\n", total);
