@@ -1,6 +1,6 @@
-/* MPI communicator: the comm vtable over MPI. The world starts with MPI_Init (a lone process
- * is a world of one without mpirun) and errors return to us so they can be reported with the
- * failed call and the rank before the job is aborted. */
+/* MPI communicator: the comm vtable over MPI. The world starts with MPI_Init under a launcher
+ * (a process started alone is solo.c's world of one, without MPI) and errors return to us so they
+ * can be reported with the failed call and the rank before the job is aborted. */
 #include <mpi.h>
 #include <sched.h>
 #include <signal.h>
