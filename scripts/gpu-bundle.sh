@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Prepares what a GPU machine without a package registry needs to run trident's GPU check
 # (scripts/gpu-check.sh, docs/gpu.md): the binaries built here, the shared libraries they load
-# that are not CUDA's or the C library's, Open MPI's runtime (its components, relocated with
+# (and those trident opens when first needed) that are not CUDA's or the C library's, Open MPI's runtime (its components, relocated with
 # OPAL_PREFIX), GPT-2's tokenizer files and tinyshakespeare preprocessed. The CUDA libraries
 # (cuBLAS) are the GPU machine's own. The bundle is a folder git ignores, for the device tool's
 # `carry` (64 MiB with the working tree): BUNDLE.tar.xz.
@@ -47,6 +47,16 @@ skip='^(linux-vdso|ld-linux|libc\.|libm\.|libpthread|libdl\.|librt\.|libutil|lib
 objs=("$B/bin/trident" "$O/bin/orterun" "$O/bin/orted")
 for exe in "${GPU_TESTS[@]}" "${TOOLS[@]}"; do objs+=("$B/bin/$exe"); done
 objs+=("$O${PKGLIB#"$PREFIX"}"/*.so)
+# and the libraries trident opens when a command first needs them (include/core/trident/dynlib.h:
+# libmicrohttpd for serve, oneDNN for --bf16 on an AVX512-BF16 host), which ldd does not list:
+# each under its SONAME, with its own closure
+for var in MHD_LIB DNNL_LIB; do
+  lib=$(sed -n "s/^$var:FILEPATH=//p" "$BUILD/CMakeCache.txt")
+  [ -n "$lib" ] && [ -e "$lib" ] || die "no $var in $BUILD/CMakeCache.txt (a library trident opens at run time)"
+  soname=$(objdump -p "$(readlink -f "$lib")" | awk '$1 == "SONAME" {print $2}')
+  cp -L "$lib" "$B/lib/$soname"
+  objs+=("$(readlink -f "$lib")")
+done
 [ -d "$B/ompi/pmix" ] && objs+=("$B/ompi/pmix"/*.so)
 for o in "${objs[@]}"; do ldd "$o" 2>/dev/null; done | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' | sort -u |
   while read -r name path; do
