@@ -48,9 +48,9 @@ objs=("$B/bin/trident" "$O/bin/orterun" "$O/bin/orted")
 for exe in "${GPU_TESTS[@]}" "${TOOLS[@]}"; do objs+=("$B/bin/$exe"); done
 objs+=("$O${PKGLIB#"$PREFIX"}"/*.so)
 # and the libraries trident opens when a command first needs them (include/core/trident/dynlib.h:
-# libmicrohttpd for serve, oneDNN for --bf16 on an AVX512-BF16 host), which ldd does not list:
-# each under its SONAME, with its own closure
-for var in MHD_LIB DNNL_LIB; do
+# libmicrohttpd for serve, oneDNN for --bf16 on an AVX512-BF16 host, ICU for text), which ldd does
+# not list: each under its SONAME, with its own closure
+for var in MHD_LIB DNNL_LIB ICU_UC_LIB; do
   lib=$(sed -n "s/^$var:FILEPATH=//p" "$BUILD/CMakeCache.txt")
   [ -n "$lib" ] && [ -e "$lib" ] || die "no $var in $BUILD/CMakeCache.txt (a library trident opens at run time)"
   soname=$(objdump -p "$(readlink -f "$lib")" | awk '$1 == "SONAME" {print $2}')

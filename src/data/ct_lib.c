@@ -6,9 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <unicode/ustring.h>
-
 #include "ct_impl.h"
+#include "icu.h"
 
 static ct_val undef(void) { return (ct_val){.t = V_UNDEF}; }
 static ct_val str_val(ct_rt *rt, const char *s, size_t n) { return ct_mk_str(rt, s, n); }
@@ -31,21 +30,21 @@ static ct_val change_case(ct_rt *rt, const ct_str *s, int upper)
     }
     UErrorCode e = U_ZERO_ERROR;
     int32_t n16 = 0;
-    u_strFromUTF8WithSub(NULL, 0, &n16, s->s, (int32_t)s->len, 0xFFFD, NULL, &e);
+    td_icu()->u_strFromUTF8WithSub(NULL, 0, &n16, s->s, (int32_t)s->len, 0xFFFD, NULL, &e);
     e = U_ZERO_ERROR;
     UChar *a = ct_alloc(&rt->arena, (size_t)(n16 + 1) * sizeof *a);
-    u_strFromUTF8WithSub(a, n16 + 1, NULL, s->s, (int32_t)s->len, 0xFFFD, NULL, &e);
+    td_icu()->u_strFromUTF8WithSub(a, n16 + 1, NULL, s->s, (int32_t)s->len, 0xFFFD, NULL, &e);
     int32_t cap = n16 * 3 + 8;
     UChar *b = ct_alloc(&rt->arena, (size_t)cap * sizeof *b);
     e = U_ZERO_ERROR;
-    int32_t m = upper ? u_strToUpper(b, cap, a, n16, "", &e) : u_strToLower(b, cap, a, n16, "", &e);
-    if (U_FAILURE(e)) ct_fail(rt, "case mapping failed: %s", u_errorName(e));
+    int32_t m = upper ? td_icu()->u_strToUpper(b, cap, a, n16, "", &e) : td_icu()->u_strToLower(b, cap, a, n16, "", &e);
+    if (U_FAILURE(e)) ct_fail(rt, "case mapping failed: %s", td_icu()->u_errorName(e));
     int32_t n8 = 0;
     e = U_ZERO_ERROR;
-    u_strToUTF8WithSub(NULL, 0, &n8, b, m, 0xFFFD, NULL, &e);
+    td_icu()->u_strToUTF8WithSub(NULL, 0, &n8, b, m, 0xFFFD, NULL, &e);
     char *o = ct_alloc(&rt->arena, (size_t)n8 + 1);
     e = U_ZERO_ERROR;
-    u_strToUTF8WithSub(o, n8 + 1, NULL, b, m, 0xFFFD, NULL, &e);
+    td_icu()->u_strToUTF8WithSub(o, n8 + 1, NULL, b, m, 0xFFFD, NULL, &e);
     return str_val(rt, o, (size_t)n8);
 }
 

@@ -9,12 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <unicode/uchar.h>
-#include <unicode/unorm2.h>
-#include <unicode/ustring.h>
-#include <unicode/utypes.h>
-
 #include "trident/check.h"
+#include "icu.h"
 
 /* ---- small helpers --------------------------------------------------------------------- */
 
@@ -280,21 +276,21 @@ static void unicode_run(sbuf *b, const char *s, size_t n, const UNormalizer2 *nz
     UErrorCode st = U_ZERO_ERROR;
     UChar *src = td_xmalloc((n + 1) * sizeof *src);
     int32_t n16 = 0, n_out, n8 = 0;
-    u_strFromUTF8(src, (int32_t)n + 1, &n16, s, (int32_t)n, &st);
-    TD_CHECK(U_SUCCESS(st), "this is a bug in trident", "u_strFromUTF8: %s", u_errorName(st));
+    td_icu()->u_strFromUTF8(src, (int32_t)n + 1, &n16, s, (int32_t)n, &st);
+    TD_CHECK(U_SUCCESS(st), "this is a bug in trident", "u_strFromUTF8: %s", td_icu()->u_errorName(st));
     st = U_ZERO_ERROR;
-    n_out = unorm2_normalize(nz, src, n16, NULL, 0, &st); /* preflight: the length */
+    n_out = td_icu()->unorm2_normalize(nz, src, n16, NULL, 0, &st); /* preflight: the length */
     UChar *dst = td_xmalloc(((size_t)n_out + 1) * sizeof *dst);
     st = U_ZERO_ERROR;
-    unorm2_normalize(nz, src, n16, dst, n_out + 1, &st);
-    TD_CHECK(U_SUCCESS(st), "this is a bug in trident", "unorm2_normalize: %s", u_errorName(st));
+    td_icu()->unorm2_normalize(nz, src, n16, dst, n_out + 1, &st);
+    TD_CHECK(U_SUCCESS(st), "this is a bug in trident", "unorm2_normalize: %s", td_icu()->u_errorName(st));
     st = U_ZERO_ERROR;
-    u_strToUTF8(NULL, 0, &n8, dst, n_out, &st);
+    td_icu()->u_strToUTF8(NULL, 0, &n8, dst, n_out, &st);
     size_t at = b->n;
     hf_sb_add(b, NULL, (size_t)n8); /* room */
     st = U_ZERO_ERROR;
-    u_strToUTF8(b->p + at, n8 + 1, &n8, dst, n_out, &st);
-    TD_CHECK(U_SUCCESS(st), "this is a bug in trident", "u_strToUTF8: %s", u_errorName(st));
+    td_icu()->u_strToUTF8(b->p + at, n8 + 1, &n8, dst, n_out, &st);
+    TD_CHECK(U_SUCCESS(st), "this is a bug in trident", "u_strToUTF8: %s", td_icu()->u_errorName(st));
     free(src);
     free(dst);
 }
@@ -306,7 +302,7 @@ static void unicode_run(sbuf *b, const char *s, size_t n, const UNormalizer2 *nz
 static int known_to_library(uint32_t cp)
 {
     UVersionInfo age;
-    u_charAge((UChar32)cp, age);
+    td_icu()->u_charAge((UChar32)cp, age);
     return age[0] > 0 && (age[0] < 9 || (age[0] == 9 && age[1] == 0));
 }
 

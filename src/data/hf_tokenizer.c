@@ -23,13 +23,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <unicode/uchar.h>
-#include <unicode/unorm2.h>
-#include <unicode/ustring.h>
-#include <unicode/utypes.h>
-
 #include "trident/check.h"
 #include "trident/wordpiece.h"
+#include "icu.h"
 
 /* Reads a whole file. NULL (errno kept) on failure. */
 static char *read_file(const char *path, size_t *len)
@@ -190,13 +186,13 @@ static int read_normalizer(loader *L, const cJSON *o, int depth)
         *s = (norm_step){NORM_REPLACE, p.lit, dup_bytes(v, n), p.nlit, n, NULL};
     } else if (strcmp(ty, "NFC") == 0 || strcmp(ty, "NFD") == 0 || strcmp(ty, "NFKC") == 0 || strcmp(ty, "NFKD") == 0) {
         UErrorCode st = U_ZERO_ERROR;
-        const UNormalizer2 *nz = strcmp(ty, "NFC") == 0 ? unorm2_getNFCInstance(&st)
-                                 : strcmp(ty, "NFD") == 0 ? unorm2_getNFDInstance(&st)
-                                 : strcmp(ty, "NFKC") == 0 ? unorm2_getNFKCInstance(&st)
-                                                           : unorm2_getNFKDInstance(&st);
+        const UNormalizer2 *nz = strcmp(ty, "NFC") == 0 ? td_icu()->unorm2_getNFCInstance(&st)
+                                 : strcmp(ty, "NFD") == 0 ? td_icu()->unorm2_getNFDInstance(&st)
+                                 : strcmp(ty, "NFKC") == 0 ? td_icu()->unorm2_getNFKCInstance(&st)
+                                                           : td_icu()->unorm2_getNFKDInstance(&st);
         if (!U_SUCCESS(st) || !nz)
             BAD("tokenizer file '%s': normalizer %s: ICU has no such normalizer here (%s)", L->name, ty,
-                u_errorName(st));
+                td_icu()->u_errorName(st));
         *s = (norm_step){NORM_UNICODE, NULL, NULL, 0, 0, nz};
     } else {
         BAD("tokenizer file '%s': normalizer %.40s is not supported (trident supports NFC, NFD, NFKC, NFKD, "

@@ -8,8 +8,9 @@
 
 #include <stdint.h>
 #include <string.h>
-#include <unicode/uchar.h>
 #include <unicode/utf8.h>
+
+#include "icu.h"
 
 /* Abbreviations that never end a sentence with one `.` (lower case, no dots). Full words that
  * often end sentences (May, June, sat, sun) are left out: a false split costs less in BERT data
@@ -70,7 +71,7 @@ static int starts_word(const char *t, size_t i, size_t end, int digits)
     int32_t k = 0, n = end - i < 4 ? (int32_t)(end - i) : 4;
     UChar32 cp;
     U8_NEXT((const uint8_t *)t + i, k, n, cp);
-    return cp < 0 || !u_islower(cp);
+    return cp < 0 || !td_icu()->u_islower(cp);
 }
 
 static int sentence_start(const char *t, size_t i, size_t end)

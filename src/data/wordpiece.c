@@ -8,12 +8,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unicode/uchar.h>
-#include <unicode/ustring.h>
-#include <unicode/unorm2.h>
 #include <unicode/utf8.h>
 
 #include "trident/check.h"
+#include "icu.h"
 
 #define WP_MAX_WORD 100 /* max_input_chars_per_word: a longer word is [UNK] */
 
@@ -148,7 +146,7 @@ static int is_cjk(UChar32 c)
            (c >= 0xF900 && c <= 0xFAFF) || (c >= 0x2F800 && c <= 0x2FA1F);
 }
 /* Unicode's White_Space (Rust's char::is_whitespace, which Hugging Face uses). */
-static int is_whitespace(UChar32 c) { return u_isUWhiteSpace(c); }
+static int is_whitespace(UChar32 c) { return td_icu()->u_isUWhiteSpace(c); }
 /* Hugging Face's is_control: the "other" categories Cc, Cf, Cs and Co, but tab and newlines (its
  * tables leave unassigned code points alone: they become [UNK]). */
 /* The Unicode version of the tokenizers library's category tables (the unicode_categories and
@@ -159,28 +157,28 @@ static int is_whitespace(UChar32 c) { return u_isUWhiteSpace(c); }
 static int known(UChar32 c)
 {
     UVersionInfo age;
-    u_charAge(c, age);
+    td_icu()->u_charAge(c, age);
     return age[0] <= 8;
 }
 
 static int is_control(UChar32 c)
 {
     if (c == '\t' || c == '\n' || c == '\r' || !known(c)) return 0;
-    int8_t t = u_charType(c);
+    int8_t t = td_icu()->u_charType(c);
     return t == U_CONTROL_CHAR || t == U_FORMAT_CHAR || t == U_SURROGATE || t == U_PRIVATE_USE_CHAR;
 }
 static int is_punct(UChar32 c)
 {
     if ((c >= 33 && c <= 47) || (c >= 58 && c <= 64) || (c >= 91 && c <= 96) || (c >= 123 && c <= 126)) return 1;
     if (!known(c)) return 0;
-    int8_t t = u_charType(c);
+    int8_t t = td_icu()->u_charType(c);
     return t == U_CONNECTOR_PUNCTUATION || t == U_DASH_PUNCTUATION || t == U_START_PUNCTUATION ||
            t == U_END_PUNCTUATION || t == U_INITIAL_PUNCTUATION || t == U_FINAL_PUNCTUATION ||
            t == U_OTHER_PUNCTUATION;
 }
 
 /* A mark accent stripping drops: a non-spacing mark (Mn) the tables know (see known()). */
-static int is_stripped_mark(UChar32 c) { return u_charType(c) == U_NON_SPACING_MARK && known(c); }
+static int is_stripped_mark(UChar32 c) { return td_icu()->u_charType(c) == U_NON_SPACING_MARK && known(c); }
 
 /* A growable UTF-32 buffer. */
 typedef struct {
@@ -216,7 +214,7 @@ static void normalize(const wp_tokenizer *t, const char *text, size_t len, u32bu
         return;
     }
     UErrorCode st = U_ZERO_ERROR;
-    const UNormalizer2 *nfd = unorm2_getNFDInstance(&st);
+    const UNormalizer2 *nfd = td_icu()->unorm2_getNFDInstance(&st);
     for (size_t i = 0; i < a.n; i++) {
         UChar src[4], dec[64], low[64];
         int32_t ns = 0, nd, nl;
@@ -225,7 +223,7 @@ static void normalize(const wp_tokenizer *t, const char *text, size_t len, u32bu
         int32_t ncur = ns;
         if (t->strip_accents) {
             st = U_ZERO_ERROR;
-            nd = unorm2_normalize(nfd, src, ns, dec, 64, &st);
+            nd = td_icu()->unorm2_normalize(nfd, src, ns, dec, 64, &st);
             if (U_SUCCESS(st)) cur = dec, ncur = nd;
         }
         UChar kept[64];
@@ -239,7 +237,7 @@ static void normalize(const wp_tokenizer *t, const char *text, size_t len, u32bu
         cur = kept, ncur = nk;
         if (t->lowercase) {
             st = U_ZERO_ERROR;
-            nl = u_strToLower(low, 64, kept, nk, "", &st);
+            nl = td_icu()->u_strToLower(low, 64, kept, nk, "", &st);
             if (U_SUCCESS(st)) cur = low, ncur = nl;
         }
         for (int32_t j = 0; j < ncur;) {
