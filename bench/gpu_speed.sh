@@ -84,7 +84,7 @@ if command -v nvidia-smi >/dev/null; then # a query only: the card's settings ar
 else
   GPU="no nvidia-smi"
 fi
-echo "gpu_speed: $GPU; bundle $(head -1 "$BUNDLE/MANIFEST"); shapes $SHAPES; ${TOTAL} s"
+echo "gpu_speed: $GPU; bundle $(head -1 "$BUNDLE/MANIFEST"); shapes $SHAPES; ${TOTAL} s; peers $PEER_GPT2, $PEER_LLAMA ($PYTHON)"
 
 FAILED=0
 left() { local l=$((DEADLINE - $(date +%s))); [ "$l" -lt "$1" ] && echo $((l > 1 ? l : 1)) || echo "$1"; } # min(limit, time left)

@@ -6,14 +6,13 @@
 #     OUT: default build/llmc)
 # bf16, no cuDNN (its flash attention needs cudnn-frontend's headers), no MPI, no NCCL, no NVML:
 # one GPU. Code for sm_90 (H100/H200) and sm_80 (A100), with PTX for sm_90 so a newer GPU JITs it.
-# Then converts the bundle's GPT-2-tokenized tinyshakespeare (trident's indexed dataset,
-# ${DATA:-build/gpu-bundle/data}/ts_text_document) to llm.c's token files with bench/llmc_tokens.py.
+# scripts/gpu-bundle.sh then takes OUT/train_gpt2cu into the bundle, with the bundle's GPT-2-tokenized
+# tinyshakespeare converted to llm.c's token files (bench/llmc_tokens.py).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 SRC=${1:?usage: bench/llmc-build.sh LLMC_SRC [OUT]}
 OUT=${2:-$ROOT/build/llmc}
 NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
-DATA=${DATA:-$ROOT/build/gpu-bundle/data}
 [ -f "$SRC/train_gpt2.cu" ] || { echo "llmc-build: no train_gpt2.cu in $SRC: export llm.c's tree there" >&2; exit 2; }
 [ -x "$NVCC" ] || { echo "llmc-build: no nvcc (set NVCC=/path/to/nvcc)" >&2; exit 2; }
 mkdir -p "$OUT"
@@ -32,9 +31,4 @@ fi
    train_gpt2.cu -lcublas -lcublasLt -o "$OUT/train_gpt2cu.tmp")
 mv "$OUT/train_gpt2cu.tmp" "$OUT/train_gpt2cu"
 git -C "$SRC" rev-parse HEAD >"$OUT/REVISION" 2>/dev/null || cat "$SRC/REVISION" >"$OUT/REVISION" 2>/dev/null || true
-if [ -f "$DATA/ts_text_document.idx" ]; then
-  python3 "$ROOT/bench/llmc_tokens.py" "$DATA/ts_text_document" "$OUT/ts"
-else
-  echo "llmc-build: no $DATA/ts_text_document.idx (scripts/gpu-bundle.sh first): no token files written" >&2
-fi
 echo "llmc-build: $OUT/train_gpt2cu ($(du -h "$OUT/train_gpt2cu" | cut -f1))"

@@ -94,9 +94,10 @@ PEER=$ROOT/../shared/bench/peer_torch_gpt2.py
 if [ -f "$PEER" ]; then mkdir -p "$B/peer" && cp "$PEER" "$B/peer/"
 else echo "gpu-bundle: no $PEER: bench/gpu_speed.sh will run without the PyTorch GPT-2 peer" >&2; fi
 LLMC=${LLMC:-$BUILD/llmc}
-if [ -x "$LLMC/train_gpt2cu" ] && [ -f "$LLMC/ts_train.bin" ] && [ -f "$LLMC/ts_val.bin" ]; then
-  mkdir -p "$B/llmc" && cp "$LLMC/train_gpt2cu" "$LLMC/ts_train.bin" "$LLMC/ts_val.bin" "$B/llmc/"
+if [ -x "$LLMC/train_gpt2cu" ]; then # with its token files: the tinyshakespeare above, in llm.c's format
+  mkdir -p "$B/llmc" && cp "$LLMC/train_gpt2cu" "$B/llmc/"
   [ -f "$LLMC/REVISION" ] && cp "$LLMC/REVISION" "$B/llmc/"
+  python3 "$ROOT/bench/llmc_tokens.py" "$B/data/ts_text_document" "$B/llmc/ts" >/dev/null || die "llmc_tokens.py failed"
 else
   echo "gpu-bundle: no llm.c in $LLMC (bench/llmc-build.sh): bench/gpu_speed.sh will say so" >&2
 fi
