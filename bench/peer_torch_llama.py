@@ -3,11 +3,13 @@
 
   python3 bench/peer_torch_llama.py --layers 12 --hidden 768 --heads 12 --groups 4 --ffn 2048 \
       --vocab 128256 --mbs 4 --seq 64
+  python3 bench/peer_torch_llama.py --device cuda --bf16 --compile ...   (a GPU: bench/gpu_speed.sh)
 
 The same architecture trident trains with --normalization RMSNorm --position-embedding-type rope
 --swiglu --group-query-attention --disable-bias-linear --untie-embeddings-and-output-weights:
 pre-RMSNorm, rotary positions (rotate-half), grouped-query attention, SwiGLU MLP, no biases,
-untied output layer, AdamW, fp32. Prints the best step time, tokens/s and model TFLOP/s (by
+untied output layer, AdamW, fp32 (with --bf16: bf16 autocast; on cuda: fused AdamW; --compile:
+torch.compile of the model, the first step compiling). Prints the best step time, tokens/s and model TFLOP/s (by
 Megatron's formula, the one trident reports).
 """
 import argparse, math, os, time
@@ -20,12 +22,14 @@ ap.add_argument("--ffn", type=int, default=2048); ap.add_argument("--vocab", typ
 ap.add_argument("--mbs", type=int, default=4); ap.add_argument("--seq", type=int, default=64)
 ap.add_argument("--theta", type=float, default=500000.0); ap.add_argument("--eps", type=float, default=1e-5)
 ap.add_argument("--steps", type=int, default=6); ap.add_argument("--threads", type=int, default=os.cpu_count())
+ap.add_argument("--device", default="cpu"); ap.add_argument("--bf16", action="store_true")
+ap.add_argument("--compile", action="store_true")
 a = ap.parse_args()
 torch.set_num_threads(a.threads); torch.manual_seed(0)
 L, C, NH, G, Fh, V, B, T = a.layers, a.hidden, a.heads, a.groups, a.ffn, a.vocab, a.mbs, a.seq
 D = C // NH
 sdpa = getattr(F, "scaled_dot_product_attention", None)  # torch >= 2.0
-mask = torch.ones(T, T, dtype=torch.bool).triu(1)
+mask = torch.ones(T, T, dtype=torch.bool, device=a.device).triu(1)
 
 class RMSNorm(nn.Module):
     def __init__(s):
@@ -35,11 +39,11 @@ class RMSNorm(nn.Module):
 
 inv = 1.0 / (a.theta ** (torch.arange(0, D, 2).float() / D))
 ang = torch.outer(torch.arange(T).float(), inv)
-cos, sin = torch.cat([ang, ang], -1).cos(), torch.cat([ang, ang], -1).sin()
+cos, sin = torch.cat([ang, ang], -1).cos().to(a.device), torch.cat([ang, ang], -1).sin().to(a.device)
 
 def rope(x):  # (B, heads, T, D), rotate-half
     x1, x2 = x[..., : D // 2], x[..., D // 2 :]
-    return x * cos + torch.cat([-x2, x1], -1) * sin
+    return x * cos.to(x.dtype) + torch.cat([-x2, x1], -1) * sin.to(x.dtype)
 
 class Block(nn.Module):
     def __init__(s):
@@ -72,18 +76,22 @@ class Llama(nn.Module):
         for b in s.layers: x = b(x)
         return F.cross_entropy(s.out(s.norm(x)).view(-1, V), tgt.view(-1))
 
-m = Llama()
+m = Llama().to(a.device)
 N = sum(p.numel() for p in m.parameters())
-opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
-x = torch.randint(0, V, (B, T)); y = torch.randint(0, V, (B, T))
+kw = {"fused": True} if a.device == "cuda" else {}
+opt = torch.optim.AdamW(m.parameters(), lr=1e-4, **kw)
+step_fn = torch.compile(m) if a.compile else m
+x = torch.randint(0, V, (B, T), device=a.device); y = torch.randint(0, V, (B, T), device=a.device)
+sync = torch.cuda.synchronize if a.device == "cuda" else (lambda: None)
 times = []
 for i in range(a.steps):
-    t = time.perf_counter()
-    loss = m(x, y)
+    sync(); t = time.perf_counter()
+    with torch.autocast(a.device, dtype=torch.bfloat16, enabled=a.bf16):
+        loss = step_fn(x, y)
     opt.zero_grad(set_to_none=True); loss.backward(); opt.step()
-    times.append(time.perf_counter() - t)
+    sync(); times.append(time.perf_counter() - t)
 best = min(times[1:]) if len(times) > 1 else times[0]
 # Megatron's num_floating_point_operations (GQA, SwiGLU, untied logits)
 flops = 12 * B * T * L * C * C * ((1 + G / NH + T / C) * (NH * D / C) + Fh / C * 1.5 + V / (2 * L * C))
-print(f"torch {torch.__version__} cpu params {N} best_step_ms {best*1e3:.1f} "
+print(f"torch {torch.__version__} {a.device} params {N} best_step_ms {best*1e3:.1f} "
       f"tokens_per_s {B*T/best:.1f} model_tflops {flops/best/1e12:.4f}")

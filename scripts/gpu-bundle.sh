@@ -87,6 +87,20 @@ else
   echo "gpu-bundle: no $BUILD/node/bert/vocab.txt (scripts/test-deps.sh $BUILD): the check's BERT run will say so" >&2
 fi
 rm -rf "$tmp"
+# issue 35's speed comparison (bench/gpu_speed.sh): the PyTorch GPT-2 peer, since the GPU machine
+# gets the working tree but not ../shared, and llm.c's train_gpt2cu with its token files where
+# bench/llmc-build.sh made them (LLMC, default BUILD/llmc)
+PEER=$ROOT/../shared/bench/peer_torch_gpt2.py
+if [ -f "$PEER" ]; then mkdir -p "$B/peer" && cp "$PEER" "$B/peer/"
+else echo "gpu-bundle: no $PEER: bench/gpu_speed.sh will run without the PyTorch GPT-2 peer" >&2; fi
+LLMC=${LLMC:-$BUILD/llmc}
+if [ -x "$LLMC/train_gpt2cu" ]; then # with its token files: the tinyshakespeare above, in llm.c's format
+  mkdir -p "$B/llmc" && cp "$LLMC/train_gpt2cu" "$B/llmc/"
+  [ -f "$LLMC/REVISION" ] && cp "$LLMC/REVISION" "$B/llmc/"
+  python3 "$ROOT/bench/llmc_tokens.py" "$B/data/ts_text_document" "$B/llmc/ts" >/dev/null || die "llmc_tokens.py failed"
+else
+  echo "gpu-bundle: no llm.c in $LLMC (bench/llmc-build.sh): bench/gpu_speed.sh will say so" >&2
+fi
 
 cat >"$B/env.sh" <<'ENV'
 # Sourced by scripts/gpu-check.sh: the bundle's libraries before the machine's, Open MPI relocated.

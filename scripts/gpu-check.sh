@@ -34,25 +34,9 @@ BK=cuda # the backend under test in steps 3-6
 [ "$SMOKE" = --smoke ] && BK=cpu
 [ -e "$BUNDLE" ] || BUNDLE=$ROOT/build/gpu-bundle
 mkdir -p "$OUT_DIR" && OUT_DIR=$(cd "$OUT_DIR" && pwd)
-if [ -f "$BUNDLE" ]; then # the archive the device tool carried: unpack it (xz, or Python's lzma)
-  dir=${TMPDIR:-/tmp}/trident-gpu-bundle
-  rm -rf "$dir" && mkdir -p "$dir"
-  { xz -dc "$BUNDLE" 2>/dev/null || python3 -c 'import lzma, sys; sys.stdout.buffer.write(lzma.open(sys.argv[1]).read())' "$BUNDLE"; } |
-    tar xf - -C "$dir" || { echo "gpu-check: cannot unpack $BUNDLE" >&2; exit 2; }
-  BUNDLE=$dir
-fi
-[ -d "$BUNDLE" ] && BUNDLE=$(cd "$BUNDLE" && pwd) # the runs below change folder
-[ -f "$BUNDLE/env.sh" ] || { echo "gpu-check: no bundle at $BUNDLE: run scripts/gpu-bundle.sh where trident was built" >&2; exit 2; }
-# shellcheck source=/dev/null
-source "$BUNDLE/env.sh"
-for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
-  [ -d "$d" ] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$d"
-done
-# pip's cuBLAS (PyTorch's), where the toolkit has none
-for d in $(python3 -c 'import nvidia.cu13, os; print(os.path.dirname(nvidia.cu13.__file__) + "/lib")' 2>/dev/null) \
-         $(python3 -c 'import nvidia.cublas, os; print(os.path.dirname(nvidia.cublas.__file__) + "/lib")' 2>/dev/null); do
-  [ -d "$d" ] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$d"
-done
+# shellcheck source=scripts/gpu-env.sh
+source "$ROOT/scripts/gpu-env.sh"
+gpu_bundle_env gpu-check "$BUNDLE"
 T0=$(date +%s)
 DEADLINE=$((T0 + 450)) # every step ends by then, whatever its own limit: the whole inside 8 minutes
 declare -A RC SECS

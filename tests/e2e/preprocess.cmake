@@ -11,6 +11,11 @@ if(NOT CMAKE_SCRIPT_MODE_FILE)
       COMMAND ${CMAKE_COMMAND} -DBIN=$<TARGET_FILE:trident> -DCASE=${_case} -DDATA=${TRIDENT_SHARED_DATA}
               -DTMP=${CMAKE_BINARY_DIR}/testtmp/e2e-preprocess-${_case} -P ${CMAKE_CURRENT_LIST_FILE})
   endforeach()
+  # issue 35's llm.c token files (bench/llmc_tokens.py) and bench/gpu_speed.sh's figures
+  add_test(NAME e2e/llmc_tokens COMMAND /usr/bin/python3 ${CMAKE_SOURCE_DIR}/tests/e2e/llmc_tokens.py
+           $<TARGET_FILE:trident> ${TRIDENT_SHARED_DATA})
+  add_test(NAME e2e/gpu_speed_report COMMAND /usr/bin/python3 ${CMAKE_SOURCE_DIR}/tests/e2e/gpu_speed_report.py)
+  set_tests_properties(e2e/llmc_tokens e2e/gpu_speed_report PROPERTIES TIMEOUT 30)
   return()
 endif()
 
