@@ -1,7 +1,7 @@
 # Trident across emulated nodes (scripts/cluster.sh, docs/cluster.md). Needs root for the
 # namespaces; without them the tests are skipped (77), naming why. The e2e/checkpoint_data
-# fixture's tinyshakespeare: in GPT-2's tokens (DATA, VOCAB, MERGES) where Slurm's clock or a
-# disk's size is tuned to that model, else in bytes (BYTES_DATA, BYTES_TOKENIZER: a third of the CPU).
+# fixture's tinyshakespeare: in GPT-2's tokens (DATA, VOCAB, MERGES) where Slurm's clock is tuned
+# to that model, else in bytes (BYTES_DATA, BYTES_TOKENIZER: a third of the CPU).
 set(TD_CLUSTER_ENV "TRIDENT=$<TARGET_FILE:trident>;DATA=${CMAKE_BINARY_DIR}/testtmp/checkpoint/ts_text_document;VOCAB=${TRIDENT_SHARED_DATA}/gpt2/vocab.json;MERGES=${TRIDENT_SHARED_DATA}/gpt2/merges.txt;BYTES_DATA=${CMAKE_BINARY_DIR}/testtmp/checkpoint/bytes_text_document;BYTES_TOKENIZER=${CMAKE_BINARY_DIR}/testtmp/checkpoint/bytes.json;COMPARE_RUNS=$<TARGET_FILE:compare_runs>;ROOT=${CMAKE_SOURCE_DIR}")
 # td_cluster_test(NAME COST SCRIPT ARGS...): WORK is testtmp/cluster-NAME
 function(td_cluster_test name cost script)

@@ -10,7 +10,9 @@
 #   start, exit 2, one line naming node2's ranks; the same checkpoint copied to both disks loads.
 # Builds are counted from each rank's debug line "gpt dataset ..., <split> split: built|loaded"
 # (--verbose 2), grouped by the node the rank ran on, and held against the files on each disk.
-# Environment (tests/cluster/cluster.cmake): TRIDENT, DATA, VOCAB, MERGES, WORK, COMPARE_RUNS, ROOT.
+# The checkpoint tests' tinyshakespeare in bytes (the byte-level tokenizer: no GPT-2 figure is held
+# here, and a run's start loads no 50257-entry BPE on each rank).
+# Environment (tests/cluster/cluster.cmake): TRIDENT, BYTES_DATA, BYTES_TOKENIZER, WORK, COMPARE_RUNS, ROOT.
 set -u
 . "$(dirname "$0")/two_nodes.sh"
 own_session_dir # its jobs apart from those of the tests beside it
@@ -21,12 +23,12 @@ rm -rf "$WORK" && mkdir -p "$WORK/data" && cd "$WORK" || exit 1
 export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 unset OMPI_MCA_pml OMPI_MCA_btl # the suite's one-node transports: here TCP must carry the job
 # the dataset, without caches: once on the shared filesystem, once on each node's own disk
-cp "$DATA.bin" "$DATA.idx" data/
-for k in 1 2; do mkdir -p "$CLUSTER_DIR/node$k/disk/data" && cp "$DATA.bin" "$DATA.idx" "$CLUSTER_DIR/node$k/disk/data/"; done
+cp "$BYTES_DATA.bin" "$BYTES_DATA.idx" data/
+for k in 1 2; do mkdir -p "$CLUSTER_DIR/node$k/disk/data" && cp "$BYTES_DATA.bin" "$BYTES_DATA.idx" "$CLUSTER_DIR/node$k/disk/data/"; done
 # a minute old: the check of the token ids is cached only for a .bin older than 2 s (docs/data.md)
 touch -d '1 minute ago' data/* "$CLUSTER_DIR"/node*/disk/data/*
-name=$(basename "$DATA")
-BASE=(--vocab-file "$VOCAB" --merge-file "$MERGES" --split 90,10,0 --num-layers 2
+name=$(basename "$BYTES_DATA")
+BASE=(--tokenizer-type HuggingFaceTokenizer --tokenizer-model "$BYTES_TOKENIZER" --split 90,10,0 --num-layers 2
       --hidden-size 64 --num-attention-heads 4 --seq-length 32 --max-position-embeddings 32
       --hidden-dropout 0.1 --attention-dropout 0.1 --global-batch-size 8 --micro-batch-size 2 --lr 1e-3
       --seed 7 --peak-tflops 1 --log-interval 100 --eval-iters 1 --eval-interval 2 --make-vocab-size-divisible-by 256
