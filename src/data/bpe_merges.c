@@ -21,8 +21,8 @@ void bpe_merges_free(bpe_merges *m)
 
 void bpe_merges_put(bpe_merges *m, int32_t a, int32_t b, int32_t rank, int32_t id)
 {
-    uint64_t key = ((uint64_t)(uint32_t)a << 32 | (uint32_t)b) + 1, h = key * 0x9e3779b97f4a7c15ull;
-    for (size_t i = (h ^ (h >> 31)) & m->mask;; i = (i + 1) & m->mask) {
+    uint64_t key = ((uint64_t)(uint32_t)a << 32 | (uint32_t)b) + 1;
+    for (size_t i = bpe_merges_home(m, a, b);; i = (i + 1) & m->mask) {
         bpe_merge *s = &m->slots[i];
         if (s->key == 0 || s->key == key) {
             *s = (bpe_merge){key, rank, id};

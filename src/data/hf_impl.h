@@ -150,6 +150,17 @@ void hf_smap_init(smap *m, size_t n);
 /* Maps the n bytes at sp->p + off to id (a later put of the same string replaces it). */
 void hf_smap_put(smap *m, const strpool *sp, uint32_t off, size_t n, int32_t id);
 int32_t hf_smap_find(const smap *m, const strpool *sp, const char *s, size_t n); /* -1: absent */
+/* The same lookup in steps, for loaders that look up many strings at once: the hash of s, a
+ * prefetch of its first slot, then (that slot in cache) a prefetch of the pooled string it holds,
+ * then the lookup itself. The misses of a batch then overlap rather than follow each other. */
+uint64_t hf_smap_hash(const char *s, size_t n);
+static inline void hf_smap_prefetch_slot(const smap *m, uint64_t h) { __builtin_prefetch(&m->slot[h & m->mask]); }
+static inline void hf_smap_prefetch_key(const smap *m, const strpool *sp, uint64_t h)
+{
+    const smap_slot *x = &m->slot[h & m->mask];
+    if (x->hash == h) __builtin_prefetch(sp->p + x->off);
+}
+int32_t hf_smap_find_hashed(const smap *m, const strpool *sp, const char *s, size_t n, uint64_t h);
 void hf_sb_add(sbuf *b, const char *s, size_t n); /* appends, keeps a NUL after */
 /* Appends s[0..n) to b with every occurrence of pat replaced by rep (left to right). */
 void hf_replace_into(sbuf *b, const char *s, size_t n, const char *pat, size_t np, const char *rep, size_t nr);

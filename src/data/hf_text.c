@@ -115,11 +115,18 @@ static smap_slot *smap_slot_for(const smap *m, const strpool *sp, const char *s,
     }
 }
 
-int32_t hf_smap_find(const smap *m, const strpool *sp, const char *s, size_t n)
+uint64_t hf_smap_hash(const char *s, size_t n) { return hf_hash_bytes(s, n) | 1ull << 63; }
+
+int32_t hf_smap_find_hashed(const smap *m, const strpool *sp, const char *s, size_t n, uint64_t h)
 {
     if (!m->slot) return -1;
-    smap_slot *x = smap_slot_for(m, sp, s, n, hf_hash_bytes(s, n) | 1ull << 63);
+    smap_slot *x = smap_slot_for(m, sp, s, n, h);
     return x->hash ? x->id : -1;
+}
+
+int32_t hf_smap_find(const smap *m, const strpool *sp, const char *s, size_t n)
+{
+    return hf_smap_find_hashed(m, sp, s, n, hf_smap_hash(s, n));
 }
 
 /* Maps the pooled string (off, n) to id; a later put of the same string wins. */

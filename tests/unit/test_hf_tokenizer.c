@@ -160,6 +160,18 @@ static void unsupported_is_refused(void **state)
     expect_refusal(with("decoder", "{\"type\":\"WordPiece\"}"), "decoder WordPiece is not supported");
     const char *bad_merge = "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1},\"merges\":[\"a b\"]}}";
     expect_refusal(bad_merge, "model.merges[0]: token \"ab\" is not in model.vocab");
+    /* the merges load in batches of 32 (read_merges): a fault past the first batch is named at
+     * its index, whether a token is missing or the entry is malformed; "#version" lines count for
+     * nothing */
+    {
+        char big[4096];
+        int len = snprintf(big, sizeof big, "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1,\"ab\":2},\"merges\":[\"#version: 0.2\"");
+        for (int i = 0; i < 40; i++) len += snprintf(big + len, sizeof big - (size_t)len, ",\"a b\"");
+        snprintf(big + len, sizeof big - (size_t)len, ",\"b a\"]}}");
+        expect_refusal(big, "model.merges[40]: token \"ba\" is not in model.vocab");
+        snprintf(big + len, sizeof big - (size_t)len, ",\"a b c\"]}}");
+        expect_refusal(big, "model.merges[40] is neither \"a b\" nor");
+    }
     expect_refusal("{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[],\"dropout\":0.1}}", "dropout");
     expect_refusal("{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":-1},\"merges\":[]}}", "model.vocab");
     expect_refusal("{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[],\"unk_token\":\"<unk>\"}}",
