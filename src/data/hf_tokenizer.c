@@ -453,7 +453,7 @@ static int read_merges(loader *L, const cJSON *merges)
                 break;
             }
             if (skip) continue;
-            if (jn + e->na + e->nb > jcap) jbuf = td_xrealloc(jbuf, jcap = 2 * (jn + e->na + e->nb) + 256);
+            if (!jbuf || jn + e->na + e->nb > jcap) jbuf = td_xrealloc(jbuf, jcap = 2 * (jn + e->na + e->nb) + 256);
             memcpy(jbuf + jn, e->a, e->na);
             memcpy(jbuf + jn + e->na, e->b, e->nb);
             e->joff = jn;
