@@ -6,10 +6,8 @@
 td_icu_fns td_icu_table;
 atomic_int td_icu_ready;
 
-/* the versioned name ICU's header gives f (u_charType -> "u_charType_72") */
-#define ICU_NAME2(f) #f
-#define ICU_NAME(f) ICU_NAME2(f)
-#define ICU_SYM(f) {ICU_NAME(f), (void **)&td_icu_table.f}
+/* each function by the versioned name ICU's header gives it (u_charType -> "u_charType_72") */
+#define ICU_SYM(f) TD_DYNSYM(td_icu_table, f)
 
 void td_icu_open(void)
 {

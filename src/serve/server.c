@@ -45,17 +45,17 @@ static struct {
 static void mhd_open(void)
 {
     const td_dynsym syms[] = {
-        {"MHD_add_response_header", (void **)&mhd.MHD_add_response_header},
-        {"MHD_create_response_from_buffer", (void **)&mhd.MHD_create_response_from_buffer},
-        {"MHD_create_response_from_callback", (void **)&mhd.MHD_create_response_from_callback},
-        {"MHD_destroy_response", (void **)&mhd.MHD_destroy_response},
-        {"MHD_get_connection_info", (void **)&mhd.MHD_get_connection_info},
-        {"MHD_queue_response", (void **)&mhd.MHD_queue_response},
-        {"MHD_quiesce_daemon", (void **)&mhd.MHD_quiesce_daemon},
-        {"MHD_resume_connection", (void **)&mhd.MHD_resume_connection},
-        {"MHD_start_daemon", (void **)&mhd.MHD_start_daemon},
-        {"MHD_stop_daemon", (void **)&mhd.MHD_stop_daemon},
-        {"MHD_suspend_connection", (void **)&mhd.MHD_suspend_connection},
+        TD_DYNSYM(mhd, MHD_add_response_header),
+        TD_DYNSYM(mhd, MHD_create_response_from_buffer),
+        TD_DYNSYM(mhd, MHD_create_response_from_callback),
+        TD_DYNSYM(mhd, MHD_destroy_response),
+        TD_DYNSYM(mhd, MHD_get_connection_info),
+        TD_DYNSYM(mhd, MHD_queue_response),
+        TD_DYNSYM(mhd, MHD_quiesce_daemon),
+        TD_DYNSYM(mhd, MHD_resume_connection),
+        TD_DYNSYM(mhd, MHD_start_daemon),
+        TD_DYNSYM(mhd, MHD_stop_daemon),
+        TD_DYNSYM(mhd, MHD_suspend_connection),
     };
     td_dynlib_open(TD_MHD_SONAME, "trident serve's HTTP server", "install libmicrohttpd (scripts/deps.sh does)", syms,
                    (int)(sizeof syms / sizeof syms[0]));
