@@ -25,12 +25,17 @@
  * Limits: head size 1..ATT_MAX_HS (256; larger is refused naming the entry: the accumulators
  * are registers and the tiles shared memory, 137 KB at 256, within sm_80's 163 KB). q, k, v,
  * out, dout, dq, dk, dv may each be fp32, bf16 or fp16 (read as fp32; written or accumulated in
- * fp32 and rounded once into their dtype); lse is fp32. Speed is not the aim yet (issue 34 is
- * correctness; the next one makes it fast): fp32 CUDA-core FMAs from shared memory, no tensor
- * cores. */
+ * fp32 and rounded once into their dtype); lse is fp32. These CUDA-core kernels (fp32 FMAs
+ * from shared memory) serve every case; the common ones (q, k, v in one 16-bit dtype, head size
+ * 64 or 128, self-attention) run on the tensor cores instead (att_mma.cuh, am_*), unless
+ * TRIDENT_CUDA_ATTENTION=simt asks for these (to measure one against the other). */
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "cu_common.cuh"
+#include "att_common.cuh"
+#include "att_mma.cuh"
 
 extern "C" {
 #include "trident/check.h"
@@ -44,99 +49,6 @@ extern "C" {
 #define KV_WARPS 8                 /* attention_kv_fwd: warps a query */
 #define KV_DPL (ATT_MAX_HS / 32)   /* attention_kv_fwd: head dims a lane: d = lane + 32 u */
 static_assert(ATT_BQ == ATT_BK && ATT_THREADS == 8 * ATT_BQ, "8 threads a row, 4 keys (or queries) each");
-
-/* The shape and inputs of one attention call, as the kernels take them. */
-typedef struct att_args {
-    const void *q, *k, *v;
-    int qdt, kdt, vdt;
-    int ldq, ldkv, B, T, NH, NKV, HS; /* T: query rows a sample */
-    const int32_t *klen; /* (B) device, or NULL: causal */
-    const int32_t *seg;  /* (B, T) device: each query's document start, or NULL: one document */
-    float scale;         /* 1 / sqrt(HS) */
-    cu_drop dr;
-    /* The block entries (attention_block_*): key rows Tk a sample, dropout's sequence length Tg,
-     * the global positions of the query rows and keys (device, strictly increasing); qpos NULL:
-     * self-attention, Tk = Tg = T. */
-    int Tk, Tg;
-    const int32_t *qpos, *kpos;
-} att_args;
-
-/* Block mode: the keys at positions <= x (the first index past them; keys increasing). */
-static __device__ __forceinline__ int att_upper(const att_args &a, int x)
-{
-    int lo = 0, hi = a.Tk;
-    while (lo < hi) {
-        int m = (lo + hi) >> 1;
-        if (a.kpos[m] <= x) lo = m + 1;
-        else hi = m;
-    }
-    return lo;
-}
-
-/* Block mode: the first query row at a position >= x (query positions increasing). */
-static __device__ __forceinline__ int att_qfirst(const att_args &a, int x)
-{
-    int lo = 0, hi = a.T;
-    while (lo < hi) {
-        int m = (lo + hi) >> 1;
-        if (a.qpos[m] < x) lo = m + 1;
-        else hi = m;
-    }
-    return lo;
-}
-
-/* klen[b] clamped to [1, n]. */
-static __device__ __forceinline__ int att_klen(const att_args &a, int b, int n)
-{
-    int k = a.klen[b];
-    return k < 1 ? 1 : k > n ? n : k;
-}
-
-/* Keys query t of sample b reads: [0, t] causal, [0, klen) padded (klen clamped to [1, T]).
- * Block mode: the end of its keys in the key block (positions <= the query's, or < klen). */
-static __device__ __forceinline__ int att_keys(const att_args &a, int b, int t)
-{
-    if (a.qpos) return att_upper(a, a.klen ? att_klen(a, b, a.Tg) - 1 : a.qpos[t]);
-    if (!a.klen) return t + 1;
-    int n = a.klen[b];
-    return n < 1 ? 1 : n > a.T ? a.T : n;
-}
-
-/* Query t's document start (clamped to [0, its position]). */
-static __device__ __forceinline__ int att_seg(const att_args &a, int b, int t)
-{
-    int s = a.seg[(size_t)b * a.T + t], p = a.qpos ? a.qpos[t] : t;
-    return s < 0 ? 0 : s > p ? p : s;
-}
-
-/* First key query t of sample b reads: its document's start (0 without segments); block mode:
- * the first key of the block at or after it (at most att_keys). */
-static __device__ __forceinline__ int att_key0(const att_args &a, int b, int t)
-{
-    if (!a.seg) return 0;
-    if (a.qpos) return min(att_upper(a, att_seg(a, b, t) - 1), att_keys(a, b, t));
-    return att_seg(a, b, t);
-}
-
-/* Does query t of sample b read key j (j < Tk)? Block mode by the positions themselves. */
-static __device__ __forceinline__ bool att_reads(const att_args &a, int b, int t, int j)
-{
-    if (!a.qpos) return j < att_keys(a, b, t) && j >= att_key0(a, b, t);
-    int kp = a.kpos[j];
-    if (a.klen) return kp < att_klen(a, b, a.Tg);
-    return kp <= a.qpos[t] && (!a.seg || kp >= att_seg(a, b, t));
-}
-/* The first key tile a query tile starting at q0 reads (its first row's document start). */
-static __device__ __forceinline__ int att_tile0(const att_args &a, int b, int q0)
-{
-    return a.seg ? att_key0(a, b, q0) / ATT_BK * ATT_BK : 0;
-}
-/* The end of the keys a query tile starting at q0 reads (its last row's: ends are non-decreasing). */
-static __device__ __forceinline__ int att_kend(const att_args &a, int b, int q0)
-{
-    if (a.qpos) return att_keys(a, b, min(q0 + ATT_BQ, a.T) - 1);
-    return a.klen ? att_keys(a, b, 0) : min(q0 + ATT_BQ, a.T);
-}
 
 /* Rows [r0, r0 + ATT_BQ) of a (T, ld) matrix's columns [col, col + HS) into s (ATT_BQ, HS + 1)
  * as fp32; rows at or past `end` read as 0. */
@@ -167,7 +79,6 @@ static __device__ __forceinline__ float row_max8(float x)
 
 /* Dropout multipliers m[0..4) of keys j0..j0+3 for query t of (sample b, head h): 0 or 1/(1-p).
  * Consecutive keys are consecutive units, so one Philox block serves up to 4 (two at most). */
-static __device__ float att_mult1(const att_args &a, int b, int h, int t, int j);
 static __device__ void att_mults4(float m[4], const att_args &a, int b, int h, int t, int j0)
 {
     if (!a.dr.on) {
@@ -187,16 +98,6 @@ static __device__ void att_mults4(float m[4], const att_args &a, int b, int h, i
     }
 }
 
-/* Dropout multiplier of one (query t, key j) of (sample b, head h); block mode: at the query's
- * and the key's global positions. */
-static __device__ float att_mult1(const att_args &a, int b, int h, int t, int j)
-{
-    if (!a.dr.on) return 1.0f;
-    int64_t unit = ((int64_t)a.dr.unit0 + h) * a.Tg + (a.qpos ? a.kpos[j] : j);
-    uint4 r = cu_drop_block(a.dr, BE_DROP_ATTN, a.dr.sample[b], (int64_t)a.dr.pos0 + (a.qpos ? a.qpos[t] : t), unit);
-    return cu_word(r, (int)(unit & 3)) >= a.dr.thr ? a.dr.keep : 0.0f;
-}
-
 /* The forward on the query tile blockIdx.x of (sample blockIdx.z, head blockIdx.y). D NULL:
  * writes out (dtype odt) and lse. D set (the backward's first pass): writes D[row] = dout[row] .
  * out[row] and nothing else. Shared memory: Q, K, V tiles (32, HS + 1) and P (32, 33). */
@@ -210,7 +111,7 @@ __global__ void __launch_bounds__(ATT_THREADS) att_fwd_kernel(att_args a, void *
     const int r = threadIdx.x >> 3, sub = threadIdx.x & 7, t = q0 + r;
     const int tm = t < a.T ? t : a.T - 1; /* rows past T mask as the last one and are not written */
     const int nkeys = att_keys(a, b, tm), key0 = att_key0(a, b, tm);
-    const int kend = att_kend(a, b, q0);
+    const int kend = att_kend(a, b, q0, ATT_BQ);
     const size_t qbase = (size_t)b * a.T * a.ldq + (size_t)h * HS;
     const size_t kvbase = (size_t)b * a.Tk * a.ldkv + (size_t)g * HS;
 
@@ -219,7 +120,7 @@ __global__ void __launch_bounds__(ATT_THREADS) att_fwd_kernel(att_args a, void *
 #pragma unroll
     for (int u = 0; u < ATT_CPT; u++) acc[u] = 0.0f;
     float m = -INFINITY, l = 0.0f;
-    for (int k0 = att_tile0(a, b, q0); k0 < kend; k0 += ATT_BK) {
+    for (int k0 = att_tile0(a, b, q0, ATT_BK); k0 < kend; k0 += ATT_BK) {
         __syncthreads(); /* the previous tile's K, V and P are read */
         att_load_tile(Ks, a.k, a.kdt, kvbase, a.ldkv, k0, kend, HS);
         att_load_tile(Vs, a.v, a.vdt, kvbase, a.ldkv, k0, kend, HS);
@@ -379,7 +280,7 @@ __global__ void __launch_bounds__(ATT_THREADS) att_bwd_q_kernel(att_args a, void
     const int r = threadIdx.x >> 3, sub = threadIdx.x & 7, t = q0 + r;
     const int tm = t < a.T ? t : a.T - 1;
     const int nkeys = att_keys(a, b, tm), key0 = att_key0(a, b, tm);
-    const int kend = att_kend(a, b, q0);
+    const int kend = att_kend(a, b, q0, ATT_BQ);
     const size_t qbase = (size_t)b * a.T * a.ldq + (size_t)h * HS, obase = (size_t)b * a.T * C + (size_t)h * HS;
     const size_t kvbase = (size_t)b * a.Tk * a.ldkv + (size_t)g * HS;
     const size_t rowbase = ((size_t)b * a.NH + h) * a.T;
@@ -389,7 +290,7 @@ __global__ void __launch_bounds__(ATT_THREADS) att_bwd_q_kernel(att_args a, void
     float acc[ATT_CPT];
 #pragma unroll
     for (int u = 0; u < ATT_CPT; u++) acc[u] = 0.0f;
-    for (int k0 = att_tile0(a, b, q0); k0 < kend; k0 += ATT_BK) {
+    for (int k0 = att_tile0(a, b, q0, ATT_BK); k0 < kend; k0 += ATT_BK) {
         __syncthreads();
         att_load_tile(Ks, a.k, a.kdt, kvbase, a.ldkv, k0, kend, HS);
         att_load_tile(Vs, a.v, a.vdt, kvbase, a.ldkv, k0, kend, HS);
@@ -531,6 +432,88 @@ static att_args att_args_of(be_in q, be_in k, be_in v, int ldq, int ldkv, int B,
     return a;
 }
 
+/* ---- the tensor-core kernels (att_mma.cuh) ---- */
+
+/* Whether this call runs on the tensor cores: q, k, v of one 16-bit dtype, head size 64 or 128,
+ * self-attention (the block entries stay on the CUDA-core kernels), even row strides and 4-byte
+ * aligned buffers (two elements a load), and TRIDENT_CUDA_ATTENTION not "simt". */
+static bool am_use(const att_args &a, const void *dout)
+{
+    static int mode = -1; /* 1: tensor cores where they apply, 0: never */
+    if (mode < 0) {
+        const char *e = getenv("TRIDENT_CUDA_ATTENTION");
+        mode = !(e && strcmp(e, "simt") == 0);
+    }
+    if (!mode || a.qpos || (a.HS != 64 && a.HS != 128)) return false;
+    if ((a.qdt != BE_BF16 && a.qdt != BE_F16) || a.kdt != a.qdt || a.vdt != a.qdt) return false;
+    if ((a.ldq & 1) || (a.ldkv & 1)) return false;
+    uintptr_t bits = (uintptr_t)a.q | (uintptr_t)a.k | (uintptr_t)a.v | (uintptr_t)dout;
+    return (bits & 3) == 0;
+}
+
+/* Raises a kernel's dynamic shared memory past the 48 KB default (once a kernel; a host-side
+ * attribute, no sync). */
+static void am_smem_attr(const void *kernel, size_t bytes, bool *done)
+{
+    if (*done || bytes <= 48 * 1024) return;
+    CU_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes),
+             "raising tensor-core attention's shared memory");
+    *done = true;
+}
+
+template <int HSZ, bool BF>
+static void am_fwd_t(const backend *be, const att_args &a, be_out out, float *lse, be_in dout, float *D)
+{
+    static bool attr;
+    size_t sm = am_smem_fwd(HSZ);
+    am_smem_attr((const void *)am_fwd_kernel<HSZ, BF>, sm, &attr);
+    dim3 grid((a.T + AM_BQ - 1) / AM_BQ, a.NH, a.B);
+    am_fwd_kernel<HSZ, BF><<<grid, AM_THREADS, sm, cu_stream(be)>>>(a, out.p, out.dt, lse, dout.p, dout.dt, D);
+    CU_LAUNCHED("am_fwd_kernel");
+}
+
+template <int HSZ, bool BF>
+static void am_bwd_t(const backend *be, const att_args &a, be_out dq, be_out dk, be_out dv, be_in dout,
+                     const float *lse, const float *D)
+{
+    if (dk.p || dv.p) {
+        static bool attr;
+        size_t sm = am_smem_kv(HSZ);
+        am_smem_attr((const void *)am_bwd_kv_kernel<HSZ, BF>, sm, &attr);
+        dim3 grid((a.T + AM_BK - 1) / AM_BK, a.NKV, a.B);
+        am_bwd_kv_kernel<HSZ, BF><<<grid, AM_THREADS, sm, cu_stream(be)>>>(a, dk.p, dk.dt, dv.p, dv.dt, dout.p,
+                                                                          dout.dt, lse, D);
+        CU_LAUNCHED("am_bwd_kv_kernel");
+    }
+    if (dq.p) {
+        static bool attr;
+        size_t sm = am_smem_q(HSZ);
+        am_smem_attr((const void *)am_bwd_q_kernel<HSZ, BF>, sm, &attr);
+        dim3 grid((a.T + AM_BQ - 1) / AM_BQ, a.NH, a.B);
+        am_bwd_q_kernel<HSZ, BF><<<grid, AM_THREADS, sm, cu_stream(be)>>>(a, dq.p, dq.dt, dout.p, dout.dt, lse, D);
+        CU_LAUNCHED("am_bwd_q_kernel");
+    }
+}
+
+/* The forward (D NULL: out and lse; else D) on the tensor cores, for a call am_use accepts. */
+static void am_fwd(const backend *be, const att_args &a, be_out out, float *lse, be_in dout, float *D)
+{
+    bool bf = a.qdt == BE_BF16;
+    if (a.HS == 64) bf ? am_fwd_t<64, true>(be, a, out, lse, dout, D) : am_fwd_t<64, false>(be, a, out, lse, dout, D);
+    else bf ? am_fwd_t<128, true>(be, a, out, lse, dout, D) : am_fwd_t<128, false>(be, a, out, lse, dout, D);
+}
+
+static void am_bwd(const backend *be, const att_args &a, be_out dq, be_out dk, be_out dv, be_in dout,
+                   const float *lse, const float *D)
+{
+    bool bf = a.qdt == BE_BF16;
+    if (a.HS == 64)
+        bf ? am_bwd_t<64, true>(be, a, dq, dk, dv, dout, lse, D) : am_bwd_t<64, false>(be, a, dq, dk, dv, dout, lse, D);
+    else
+        bf ? am_bwd_t<128, true>(be, a, dq, dk, dv, dout, lse, D)
+           : am_bwd_t<128, false>(be, a, dq, dk, dv, dout, lse, D);
+}
+
 /* The forward kernel on every query tile; D NULL: out and lse, else D (see att_fwd_kernel). */
 static void att_fwd_launch(const backend *be, const att_args &a, be_out out, float *lse, be_in dout, float *D)
 {
@@ -549,7 +532,8 @@ static void cu_attention_fwd(const backend *be, be_out out, float *lse, be_in q,
     TD_CHECK(!seg || !klen, "packed documents are causal", "cuda attention_fwd: both klen and seg");
     att_args a = att_args_of(q, k, v, ldq, ldkv, B, T, NH, NKV, HS, klen, seg, drop);
     be_in none = {NULL, BE_F32};
-    att_fwd_launch(be, a, out, lse, none, NULL);
+    if (am_use(a, NULL)) am_fwd(be, a, out, lse, none, NULL);
+    else att_fwd_launch(be, a, out, lse, none, NULL);
 }
 
 static void cu_attention_bwd(const backend *be, be_out dq, be_out dk, be_out dv, be_in dout, be_in q, be_in k,
@@ -563,6 +547,12 @@ static void cu_attention_bwd(const backend *be, be_out dq, be_out dk, be_out dv,
     /* D = dout . out a row, from the forward run again (the contract passes no out) */
     float *D = (float *)be->ops->alloc(be, (size_t)B * NH * T * sizeof(float));
     be_out none = {NULL, BE_F32};
+    if (am_use(a, dout.p)) {
+        am_fwd(be, a, none, NULL, dout, D);
+        am_bwd(be, a, dq, dk, dv, dout, lse, D);
+        be->ops->free(be, D);
+        return;
+    }
     att_fwd_launch(be, a, none, NULL, dout, D);
     if (dk.p || dv.p) {
         size_t sm = att_smem((const void *)att_bwd_kv_kernel, 4, 2 * ATT_BK * (ATT_BQ + 1) + 2 * ATT_BQ, HS);

@@ -28,22 +28,21 @@ static __device__ __forceinline__ void cu_st(void *p, int dt, size_t i, float x)
     else ((float *)p)[i] = x;
 }
 
+/* A 16-bit value (bf when bf16, else fp16) as fp32, and fp32 rounded to nearest even into one. */
+static __device__ __forceinline__ float cu_h2f(uint16_t u, bool bf)
+{
+    return bf ? __bfloat162float(__ushort_as_bfloat16(u)) : __half2float(__ushort_as_half(u));
+}
+static __device__ __forceinline__ uint16_t cu_f2h(float x, bool bf)
+{
+    return bf ? __bfloat16_as_ushort(__float2bfloat16_rn(x)) : __half_as_ushort(__float2half_rn(x));
+}
+
 /* Element i += x (in fp32, then rounded into dt). */
 static __device__ __forceinline__ void cu_acc(void *p, int dt, size_t i, float x)
 {
     cu_st(p, dt, i, cu_ld(p, dt, i) + x);
 }
-
-/* A dropout as the kernels take it: the be_drop's host scalars, read at the call. on = 0: none. */
-typedef struct cu_drop {
-    int on;
-    uint32_t thr;          /* be_drop_threshold(p): a word >= thr keeps its element */
-    float keep;            /* 1 / (1 - p), as the CPU rounds it */
-    uint32_t k0, k1;       /* the Philox key: the seed's low and high words */
-    uint32_t site;         /* drop->site */
-    int pos0, unit0;
-    const int64_t *sample; /* (B) device */
-} cu_drop;
 
 /* The host side: a be_drop (or NULL) as kernel arguments. */
 static inline cu_drop cu_drop_of(const be_drop *d)

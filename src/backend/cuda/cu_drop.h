@@ -16,6 +16,18 @@
 #define CU_HD static inline
 #endif
 
+/* A dropout as the kernels take it: the be_drop's host scalars, read at the call (cu_common.cuh's
+ * cu_drop_of makes one). on = 0: none. */
+typedef struct cu_drop {
+    int on;
+    uint32_t thr;          /* be_drop_threshold(p): a word >= thr keeps its element */
+    float keep;            /* 1 / (1 - p), as the CPU rounds it */
+    uint32_t k0, k1;       /* the Philox key: the seed's low and high words */
+    uint32_t site;         /* drop->site */
+    int pos0, unit0;
+    const int64_t *sample; /* (B) device */
+} cu_drop;
+
 /* One Philox-4x32-10 block: the 4 words of counter c under key (k0, k1) (the key is the seed's
  * low and high words, td_philox_key_from_seed), written to r. */
 CU_HD void cu_philox(uint32_t r[4], const uint32_t c_in[4], uint32_t k0, uint32_t k1)
