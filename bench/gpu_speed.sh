@@ -13,7 +13,9 @@
 # the PyTorch peer (bf16 autocast, torch.compile, SDPA, fused AdamW: ../shared/bench/peer_torch_gpt2.py
 # as the bundle carries it, bench/peer_torch_llama.py; 6 steps, the best after the compiling
 # first); llm.c's train_gpt2cu on the GPT-2 shapes where the bundle has it (bench/llmc-build.sh;
-# 10 steps, the median of steps 3-10). First the bf16 GEMM peak: torch.matmul at 8192^3.
+# 10 steps, the median of steps 3-10). First the bf16 GEMM peak: torch.matmul at 8192^3; then
+# attention alone at 124M's shape (bench/gpu_attention.c with the tensor-core kernels and with
+# TRIDENT_CUDA_ATTENTION=simt, and torch's scaled_dot_product_attention).
 # Order: the peak, 124M's three, 774M's trident and llm.c, the Llama's trident, then the 774M and
 # Llama peers (torch.compile is the slow part): each run under its own limit and all ending by
 # --seconds (default 285) after the start, what the deadline cuts being the last.
@@ -147,6 +149,17 @@ llmc_run() { # shape
 # the bf16 GEMM peak, then the runs in order of what matters most
 if [ $SMOKE = 1 ]; then job peak 30 "$PYTHON" "$PY" peak --device cpu --n 256 --seconds 0.3
 else job peak 30 "$PYTHON" "$PY" peak --device cuda --n 8192 --seconds 3; fi
+# attention alone at GPT-2 124M's shape: the tensor-core kernels, the CUDA-core ones, torch's SDPA
+if [ $SMOKE = 1 ]; then AT=(--batch 1 --seq 128 --heads 2 --head-size 64 --reps 2)
+else AT=(--batch 16 --seq 1024 --heads 12 --head-size 64 --reps 20); fi
+ATT=$(command -v gpu_attention || echo "$BUNDLE/bin/gpu_attention")
+if [ $SMOKE = 1 ]; then
+  job attention_trident 30 "$ATT" --backend cpu --dtype fp32 "${AT[@]}"
+else
+  job attention_trident 30 "$ATT" --backend cuda --dtype bf16 "${AT[@]}"
+  job attention_trident_simt 30 env TRIDENT_CUDA_ATTENTION=simt "$ATT" --backend cuda --dtype bf16 "${AT[@]}"
+fi
+job attention_torch 60 "$PYTHON" "$PY" attention --device $DEV "${AT[@]}"
 ORDER=()
 [ -n "${ARCH[gpt2_124m]:-}" ] && ORDER+=("trident gpt2_124m" "llmc gpt2_124m" "torch gpt2_124m")
 [ -n "${ARCH[gpt2_774m]:-}" ] && ORDER+=("trident gpt2_774m" "llmc gpt2_774m")

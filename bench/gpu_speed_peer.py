@@ -8,6 +8,9 @@
       runs a peer script (../shared/bench/peer_torch_gpt2.py, bench/peer_torch_llama.py) in this
       process, then prints "peak_device_memory_mib X" (torch.cuda.max_memory_allocated) where it
       used a GPU, else "peak_rss_mib X".
+  gpu_speed_peer.py attention --device cuda [--batch 16 --seq 1024 --heads 12 --head-size 64] [--reps 20]
+      torch's scaled_dot_product_attention (causal, bf16 on cuda, fp32 on cpu) forward and backward
+      alone, timed as bench/gpu_attention.c times trident's; prints the same "attention ..." line.
   gpu_speed_peer.py report OUTDIR
       reads OUTDIR/shapes.json (what gpu_speed.sh ran) and the runs' logs, writes OUTDIR/speed.json
       and OUTDIR/speed.md.
@@ -48,6 +51,47 @@ def run(argv):
         print("peak_device_memory_mib %.1f" % (torch.cuda.max_memory_allocated() / 2 ** 20))
     else:
         print("peak_rss_mib %.1f" % (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024))
+
+
+def attention(argv):
+    import argparse
+    import torch
+    import torch.nn.functional as F
+    ap = argparse.ArgumentParser(prog="gpu_speed_peer.py attention")
+    ap.add_argument("--device", default="cuda")
+    for n, d in (("--batch", 16), ("--seq", 1024), ("--heads", 12), ("--head-size", 64), ("--reps", 20)):
+        ap.add_argument(n, type=int, default=d)
+    a = ap.parse_args(argv)
+    dt = torch.bfloat16 if a.device == "cuda" else torch.float32
+    shape = (a.batch, a.heads, a.seq, a.head_size)
+    q, k, v = (torch.randn(shape, device=a.device, dtype=dt, requires_grad=True) for _ in range(3))
+    g = torch.randn(shape, device=a.device, dtype=dt)
+    cuda = a.device == "cuda"
+    def timed(fn):
+        if cuda:
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record(); fn(); e.record(); e.synchronize()
+            return s.elapsed_time(e) / 1e3
+        t = time.perf_counter(); fn(); return time.perf_counter() - t
+    sdpa = getattr(F, "scaled_dot_product_attention", None)
+    if sdpa is None:  # torch before 2.0 (Debian's, for --smoke): plain causal softmax attention
+        mask = torch.ones(a.seq, a.seq, device=a.device, dtype=torch.bool).tril()
+        def sdpa(q, k, v, is_causal):
+            s = (q @ k.transpose(-1, -2)) / a.head_size ** 0.5
+            return s.masked_fill(~mask, float("-inf")).softmax(-1) @ v
+    fwd = bwd = 1e30
+    for r in range(a.reps + 1):
+        box = {}
+        tf = timed(lambda: box.__setitem__("o", sdpa(q, k, v, is_causal=True)))
+        tb = timed(lambda: box["o"].backward(g))
+        q.grad = k.grad = v.grad = None
+        if r > 0:
+            fwd, bwd = min(fwd, tf), min(bwd, tb)
+    flops = 4.0 * a.batch * a.heads * a.seq * a.seq * a.head_size / 2.0
+    print("attention backend torch-%s dtype %s B %d T %d heads %d head_size %d (torch %s)" % (
+        "sdpa" if hasattr(F, "scaled_dot_product_attention") else "softmax", str(dt).replace("torch.", ""), a.batch, a.seq, a.heads, a.head_size, torch.__version__))
+    print("attention fwd_ms %.4f fwd_tflops %.2f bwd_ms %.4f bwd_tflops %.2f" % (
+        fwd * 1e3, flops / fwd / 1e12, bwd * 1e3, 2.5 * flops / bwd / 1e12))
 
 
 def megatron_flops_per_token(s):
@@ -117,6 +161,13 @@ def report(argv):
             r["trident_over_" + side] = t / o if t and o else None
         res["shapes"][name] = r
         rows.append((name, s, r))
+    # attention alone: trident's tensor-core and CUDA-core kernels and torch's SDPA (bench/gpu_attention.c)
+    res["attention"] = {}
+    for side in ("trident", "trident_simt", "torch"):
+        path = os.path.join(out, "attention_%s.log" % side)
+        if os.path.exists(path):
+            res["attention"][side] = {k: grab(path, k + r" ([0-9.]+)") for k in ("fwd_ms", "fwd_tflops", "bwd_ms", "bwd_tflops")}
+            res["attention"][side]["rc"] = grab(os.path.join(out, "attention_%s.rc" % side), r"(-?\d+)", int)
     json.dump(res, open(os.path.join(out, "speed.json"), "w"), indent=1)
 
     f = lambda x, fmt: (fmt % x) if x is not None else "-"
@@ -144,11 +195,21 @@ def report(argv):
                if side in r and r[side].get("rc") not in (0, None)]
         if "llmc" in r and r["llmc"].get("note"): bad.append("llm.c: " + r["llmc"]["note"])
         if bad: md.append("- %s: %s" % (name, "; ".join(bad)))
+    if res["attention"]:
+        shape = grab(os.path.join(out, "attention_trident.log"), r"attention backend (.*)", str)
+        md += ["", "Attention alone (%s; causal; forward, and backward dq dk dv; the best after a warm-up, timed by "
+               "events; FlashAttention's FLOP count):" % shape, "",
+               "| kernels | fwd ms | fwd TFLOP/s | bwd ms | bwd TFLOP/s |", "|---|---|---|---|---|"]
+        names = {"trident": "trident, tensor cores (att_mma.cuh)", "trident_simt": "trident, CUDA cores (TRIDENT_CUDA_ATTENTION=simt)",
+                 "torch": "torch scaled_dot_product_attention"}
+        for side, a in res["attention"].items():
+            md.append("| %s | %s | %s | %s | %s |" % (names[side], f(a["fwd_ms"], "%.3f"), f(a["fwd_tflops"], "%.1f"),
+                                                     f(a["bwd_ms"], "%.3f"), f(a["bwd_tflops"], "%.1f")))
     open(os.path.join(out, "speed.md"), "w").write("\n".join(md) + "\n")
     print("\n".join(md))
 
 
 if __name__ == "__main__":
-    if len(sys.argv) < 2 or sys.argv[1] not in ("peak", "run", "report"):
-        print("usage: gpu_speed_peer.py peak|run|report ...: see its docstring", file=sys.stderr); sys.exit(2)
-    {"peak": peak, "run": run, "report": report}[sys.argv[1]](sys.argv[2:])
+    if len(sys.argv) < 2 or sys.argv[1] not in ("peak", "run", "attention", "report"):
+        print("usage: gpu_speed_peer.py peak|run|attention|report ...: see its docstring", file=sys.stderr); sys.exit(2)
+    {"peak": peak, "run": run, "attention": attention, "report": report}[sys.argv[1]](sys.argv[2:])

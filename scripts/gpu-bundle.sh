@@ -20,7 +20,7 @@ grep -q '^TRIDENT_HAVE_CUDA:INTERNAL=ON' "$BUILD/CMakeCache.txt" 2>/dev/null ||
 [ -f "$DATA/gpt2/vocab.json" ] && [ -f "$DATA/tinyshakespeare.txt" ] ||
   die "no GPT-2 vocabulary or tinyshakespeare under $DATA: scripts/get-data.sh"
 GPU_TESTS=(test_gpu_backend test_cuda_elementwise test_cuda_attention_moe)
-TOOLS=(compare_runs) # the layout matrix's comparison (tests/parallel/compare_runs.c)
+TOOLS=(compare_runs gpu_attention) # the layout matrix's comparison (tests/parallel/compare_runs.c), attention alone (bench/gpu_attention.c)
 cmake --build "$BUILD" -j 2 --target trident "${GPU_TESTS[@]}" "${TOOLS[@]}" >/dev/null
 
 rm -rf "$B" && mkdir -p "$B/bin" "$B/lib" "$B/data"
