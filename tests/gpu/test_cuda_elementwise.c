@@ -465,6 +465,15 @@ static void t_optimizer(size_t n)
         snprintf(what, sizeof what, "adamw step %lld v", (long long)step);
         check(what, v);
     }
+    if (n > 1) { /* a slice from element 1: not 16-byte aligned, so one element a thread on the GPU */
+        g_cpu->ops->adamw(g_cpu, fc(p) + 1, fc(g) + 1, fc(m) + 1, fc(v) + 1, n - 1, 3e-3f, 0.9f, 0.95f, 1e-8f, 0.1f,
+                          0.5f, 11);
+        g_gpu->ops->adamw(g_gpu, fg(p) + 1, fg(g) + 1, fg(m) + 1, fg(v) + 1, n - 1, 3e-3f, 0.9f, 0.95f, 1e-8f, 0.1f,
+                          0.5f, 11);
+        check("adamw unaligned slice p", p);
+        check("adamw unaligned slice m", m);
+        check("adamw unaligned slice v", v);
+    }
     double sc = g_cpu->ops->sumsq(g_cpu, fc(g), n), s1 = g_gpu->ops->sumsq(g_gpu, fg(g), n);
     double s2 = g_gpu->ops->sumsq(g_gpu, fg(g), n), rel = fabs(s1 - sc) / sc;
     int ok = rel <= 1e-9; /* both in double; n eps bounds the order's effect */
