@@ -1,7 +1,7 @@
 /* The CUDA backend's attention and MoE entries (src/backend/cuda/attention.cu, moe.cu) against
  * the CPU backend on the same fresh random inputs: attention_fwd/bwd (causal, padded and packed,
  * grouped-query, fused and separate q/k/v rows, dropout, head sizes 64, 80, 128 and 256, sequence
- * lengths 1, 7, 33, 40, 129, 200 and 513; fp32, bf16 and fp16; 16-bit cases on the CUDA-core and
+ * lengths 1, 7, 33, 40, 129, 200 and 513; fp32, bf16 and fp16; bf16 cases on the CUDA-core and
  * the tensor-core kernels), attention_kv_fwd (the decode step;
  * fp32 and a bf16 cache), the router (every score function), its losses and the permutes.
  * Error measure: the max-norm relative error max_i |gpu_i - cpu_i| / max_i |cpu_i| of each
@@ -686,11 +686,11 @@ int main(void)
         {"att T200 packed gqa1 hs80", 2, 200, 4, 2, 80, 2, 0, 7, 0.0f, BE_F32},
         {"att T129 packed gqa1 hs64 dk dv only drop", 2, 129, 3, 1, 64, 2, 0, 6, 0.1f, BE_F32},
         {"att T129 packed mha hs64 bf16", 2, 129, 3, 3, 64, 2, 0, 7, 0.0f, BE_BF16},
-        /* the tensor-core kernels (att_mma.cuh: 16-bit q, k, v, head size 64 or 128, even row
-         * strides; the fused cases above have odd ones and run the CUDA-core kernels) */
+        /* the tensor-core kernels (att_mma.cuh: bf16 q, k, v, head size 64 or 128, even row
+         * strides; the fused cases above have odd ones, and fp16 runs the CUDA-core kernels) */
         {"att T513 causal gqa2 hs128 bf16 drop (tensor cores)", 1, 513, 4, 2, 128, 0, 0, 7, 0.1f, BE_BF16},
-        {"att T200 padded mha hs128 fp16 (tensor cores)", 2, 200, 2, 2, 128, 1, 0, 7, 0.0f, BE_F16},
-        {"att T129 packed gqa1 hs64 fp16 dk dv only drop (tensor cores)", 2, 129, 3, 1, 64, 2, 0, 6, 0.1f, BE_F16},
+        {"att T200 padded mha hs128 bf16 (tensor cores)", 2, 200, 2, 2, 128, 1, 0, 7, 0.0f, BE_BF16},
+        {"att T129 packed gqa1 hs64 bf16 dk dv only drop (tensor cores)", 2, 129, 3, 1, 64, 2, 0, 6, 0.1f, BE_BF16},
         {"att T129 causal mha hs64 bf16 dq only drop (tensor cores)", 2, 129, 3, 3, 64, 0, 0, 1, 0.1f, BE_BF16},
     };
     for (size_t i = 0; i < sizeof att / sizeof att[0]; i++) run_attention(&att[i]);

@@ -26,8 +26,8 @@
  * are registers and the tiles shared memory, 137 KB at 256, within sm_80's 163 KB). q, k, v,
  * out, dout, dq, dk, dv may each be fp32, bf16 or fp16 (read as fp32; written or accumulated in
  * fp32 and rounded once into their dtype); lse is fp32. These CUDA-core kernels (fp32 FMAs
- * from shared memory) serve every case; the common ones (q, k, v in one 16-bit dtype, head size
- * 64 or 128, self-attention) run on the tensor cores instead (att_mma.cuh, am_*), unless
+ * from shared memory) serve every case; the common ones (q, k, v in bf16, head size 64 or 128,
+ * self-attention) run on the tensor cores instead (att_mma.cuh, am_*), unless
  * TRIDENT_CUDA_ATTENTION=simt asks for these (to measure one against the other). */
 #include <math.h>
 #include <stdlib.h>
@@ -434,7 +434,7 @@ static att_args att_args_of(be_in q, be_in k, be_in v, int ldq, int ldkv, int B,
 
 /* ---- the tensor-core kernels (att_mma.cuh) ---- */
 
-/* Whether this call runs on the tensor cores: q, k, v of one 16-bit dtype, head size 64 or 128,
+/* Whether this call runs on the tensor cores: q, k, v in bf16, head size 64 or 128,
  * self-attention (the block entries stay on the CUDA-core kernels), even row strides and 4-byte
  * aligned buffers (two elements a load), and TRIDENT_CUDA_ATTENTION not "simt". */
 static bool am_use(const att_args &a, const void *dout)
@@ -445,7 +445,7 @@ static bool am_use(const att_args &a, const void *dout)
         mode = !(e && strcmp(e, "simt") == 0);
     }
     if (!mode || a.qpos || (a.HS != 64 && a.HS != 128)) return false;
-    if ((a.qdt != BE_BF16 && a.qdt != BE_F16) || a.kdt != a.qdt || a.vdt != a.qdt) return false;
+    if (a.qdt != BE_BF16 || a.kdt != BE_BF16 || a.vdt != BE_BF16) return false;
     if ((a.ldq & 1) || (a.ldkv & 1)) return false;
     uintptr_t bits = (uintptr_t)a.q | (uintptr_t)a.k | (uintptr_t)a.v | (uintptr_t)dout;
     return (bits & 3) == 0;
@@ -495,23 +495,21 @@ static void am_bwd_t(const backend *be, const att_args &a, be_out dq, be_out dk,
     }
 }
 
-/* The forward (D NULL: out and lse; else D) on the tensor cores, for a call am_use accepts. */
+/* The forward (D NULL: out and lse; else D) on the tensor cores, for a call am_use accepts. Only
+ * the bf16 instances are compiled: every kernel instance costs nvcc about 10 CPU-seconds, and the
+ * fp16 ones (att_mma.cuh has them, unit/att_mma_emu holds them) would serve fp16 training only,
+ * which runs the CUDA-core kernels. */
 static void am_fwd(const backend *be, const att_args &a, be_out out, float *lse, be_in dout, float *D)
 {
-    bool bf = a.qdt == BE_BF16;
-    if (a.HS == 64) bf ? am_fwd_t<64, true>(be, a, out, lse, dout, D) : am_fwd_t<64, false>(be, a, out, lse, dout, D);
-    else bf ? am_fwd_t<128, true>(be, a, out, lse, dout, D) : am_fwd_t<128, false>(be, a, out, lse, dout, D);
+    if (a.HS == 64) am_fwd_t<64, true>(be, a, out, lse, dout, D);
+    else am_fwd_t<128, true>(be, a, out, lse, dout, D);
 }
 
 static void am_bwd(const backend *be, const att_args &a, be_out dq, be_out dk, be_out dv, be_in dout,
                    const float *lse, const float *D)
 {
-    bool bf = a.qdt == BE_BF16;
-    if (a.HS == 64)
-        bf ? am_bwd_t<64, true>(be, a, dq, dk, dv, dout, lse, D) : am_bwd_t<64, false>(be, a, dq, dk, dv, dout, lse, D);
-    else
-        bf ? am_bwd_t<128, true>(be, a, dq, dk, dv, dout, lse, D)
-           : am_bwd_t<128, false>(be, a, dq, dk, dv, dout, lse, D);
+    if (a.HS == 64) am_bwd_t<64, true>(be, a, dq, dk, dv, dout, lse, D);
+    else am_bwd_t<128, true>(be, a, dq, dk, dv, dout, lse, D);
 }
 
 /* The forward kernel on every query tile; D NULL: out and lse, else D (see att_fwd_kernel). */
