@@ -15,7 +15,8 @@
 # first); llm.c's train_gpt2cu on the GPT-2 shapes where the bundle has it (bench/llmc-build.sh;
 # 10 steps, the median of steps 3-10). First the bf16 GEMM peak: torch.matmul at 8192^3; then
 # attention alone at 124M's shape (bench/gpu_attention.c with the tensor-core kernels and with
-# TRIDENT_CUDA_ATTENTION=simt, and torch's scaled_dot_product_attention).
+# TRIDENT_CUDA_ATTENTION=simt, and torch's scaled_dot_product_attention); after 124M's runs,
+# generation at batch 1 and 8 from its checkpoint against bench/peer_torch_generate.py.
 # Order: the peak, 124M's three, 774M's trident and llm.c, the Llama's trident, then the 774M and
 # Llama peers (torch.compile is the slow part): each run under its own limit and all ending by
 # --seconds (default 285) after the start, what the deadline cuts being the last.
@@ -116,8 +117,25 @@ trident_run() { # shape
     A+=(--normalization RMSNorm --position-embedding-type rope --rotary-base 500000 --swiglu --ffn-hidden-size "${FFN[$s]}"
         --group-query-attention --num-query-groups "${GRP[$s]}" --disable-bias-linear --untie-embeddings-and-output-weights)
   [ "$s" = gpt2_124m ] || lim=60
+  [ "$s" = gpt2_124m ] && A+=(--save "$CK") # generation's model, below
   rm -f "$OUT_DIR/${s}_trident.jsonl"
   job "${s}_trident" $lim "${A[@]}"
+}
+# generation at batch 1 and 8 (greedy, prompt 16, 128 new tokens, fp32 on both sides) from the
+# checkpoint of 124M's run, against bench/peer_torch_generate.py on the same device and shape
+CK=$(mktemp -d "${TMPDIR:-/tmp}/gpu-speed-ck.XXXXXX")
+trap 'rm -rf "$CK"' EXIT
+gen_run() { # shape
+  local s=$1 b prompts new=128
+  [ "${SEQ[$s]}" -ge 144 ] || new=$((SEQ[$s] - 16)) # --smoke's shapes hold 64 positions
+  [ -f "$CK/latest_checkpointed_iteration.txt" ] || { echo "gpu_speed: generation: no checkpoint from ${s}_trident"; FAILED=1; return; }
+  for b in 1 8; do
+    prompts=(); for ((i = 0; i < b; i++)); do prompts+=("$(printf ' the%.0s' $(seq 16))"); done
+    job "gen_b${b}_trident" 30 trident generate --load "$CK" --backend "$BK" --vocab-file "$D/vocab.json" \
+      --merge-file "$D/merges.txt" --prompt "${prompts[@]}" --max-new-tokens $new --greedy --ignore-eod
+    job "gen_b${b}_torch" 60 "$PYTHON" "$ROOT/bench/peer_torch_generate.py" --device $DEV --batch $b --prompt 16 \
+      --new $new --layers "${LAY[$s]}" --hidden "${HID[$s]}" --heads "${NH[$s]}" --threads "${OMP_NUM_THREADS:-1}"
+  done
 }
 torch_run() { # shape
   local s=$1 A
@@ -161,7 +179,7 @@ else
 fi
 job attention_torch 60 "$PYTHON" "$PY" attention --device $DEV "${AT[@]}"
 ORDER=()
-[ -n "${ARCH[gpt2_124m]:-}" ] && ORDER+=("trident gpt2_124m" "llmc gpt2_124m" "torch gpt2_124m")
+[ -n "${ARCH[gpt2_124m]:-}" ] && ORDER+=("trident gpt2_124m" "llmc gpt2_124m" "torch gpt2_124m" "gen gpt2_124m")
 [ -n "${ARCH[gpt2_774m]:-}" ] && ORDER+=("trident gpt2_774m" "llmc gpt2_774m")
 [ -n "${ARCH[llama_1b]:-}" ] && ORDER+=("trident llama_1b")
 [ -n "${ARCH[gpt2_774m]:-}" ] && ORDER+=("torch gpt2_774m")

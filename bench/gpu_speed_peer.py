@@ -168,6 +168,14 @@ def report(argv):
         if os.path.exists(path):
             res["attention"][side] = {k: grab(path, k + r" ([0-9.]+)") for k in ("fwd_ms", "fwd_tflops", "bwd_ms", "bwd_tflops")}
             res["attention"][side]["rc"] = grab(os.path.join(out, "attention_%s.rc" % side), r"(-?\d+)", int)
+    # generation: trident's "N tokens/s (first step included ...)" line against the peer's tokens_per_s
+    res["generation"] = {}
+    for b in (1, 8):
+        tr = grab(os.path.join(out, "gen_b%d_trident.log" % b), r"([0-9.]+) tokens/s \(first")
+        pe = grab(os.path.join(out, "gen_b%d_torch.log" % b), r"^tokens_per_s ([0-9.]+)$".replace("^", "(?m)^"))
+        if tr is not None or pe is not None or os.path.exists(os.path.join(out, "gen_b%d_trident.log" % b)):
+            res["generation"]["batch_%d" % b] = {"trident_tokens_per_s": tr, "torch_tokens_per_s": pe,
+                                                 "trident_over_torch": tr / pe if tr and pe else None}
     json.dump(res, open(os.path.join(out, "speed.json"), "w"), indent=1)
 
     f = lambda x, fmt: (fmt % x) if x is not None else "-"
@@ -205,6 +213,13 @@ def report(argv):
         for side, a in res["attention"].items():
             md.append("| %s | %s | %s | %s | %s |" % (names[side], f(a["fwd_ms"], "%.3f"), f(a["fwd_tflops"], "%.1f"),
                                                      f(a["bwd_ms"], "%.3f"), f(a["bwd_tflops"], "%.1f")))
+    if res["generation"]:
+        md += ["", "Generation (GPT-2 124M from the 124M run's checkpoint, fp32, greedy, prompt 16, 128 new tokens a row; "
+               "tokens/s with the first step included, both sides):", "",
+               "| batch | trident tok/s | torch tok/s | trident/torch |", "|---|---|---|---|"]
+        for k, g in res["generation"].items():
+            md.append("| %s | %s | %s | %s |" % (k.split("_")[1], f(g["trident_tokens_per_s"], "%.0f"),
+                                                 f(g["torch_tokens_per_s"], "%.0f"), f(g["trident_over_torch"], "%.2f")))
     open(os.path.join(out, "speed.md"), "w").write("\n".join(md) + "\n")
     print("\n".join(md))
 

@@ -2,7 +2,7 @@
 """The PyTorch peer of `trident generate`: GPT-2 (the peer_torch_gpt2.py architecture) in plain torch
 with a key/value cache per layer, greedy decoding of a batch of prompts, inference mode, fp32.
 
-    python3 bench/peer_torch_generate.py --batch 8 --prompt 16 --new 128 --threads 2 [--no-cache]
+    python3 bench/peer_torch_generate.py --batch 8 --prompt 16 --new 128 --threads 2 [--no-cache] [--device cuda]
 
 Prints `tokens_per_s N` (generated tokens / seconds, the first step included) and `decode_tokens_per_s N`
 (after the first step), as trident's log line does."""
@@ -15,7 +15,10 @@ ap.add_argument("--hidden", type=int, default=768); ap.add_argument("--vocab", t
 ap.add_argument("--batch", type=int, default=1); ap.add_argument("--prompt", type=int, default=16)
 ap.add_argument("--new", type=int, default=128); ap.add_argument("--threads", type=int, default=2)
 ap.add_argument("--no-cache", action="store_true")
+ap.add_argument("--device", default="cpu", help="cpu, or cuda (fp32 either way; TF32 stays off, torch's default)")
 a = ap.parse_args()
+dev = torch.device(a.device)
+sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
 torch.set_num_threads(a.threads); torch.manual_seed(0)
 L, NH, C, V, B = a.layers, a.heads, a.hidden, a.vocab, a.batch
 D = C // NH
@@ -34,7 +37,7 @@ class Block(nn.Module):
             k, v = cache[0][:, :, :pos + T], cache[1][:, :, :pos + T]
         S = k.shape[2]
         att = (q @ k.transpose(-2, -1)) / math.sqrt(D)
-        mask = torch.ones(T, S, dtype=torch.bool).triu(S - T + 1)
+        mask = torch.ones(T, S, dtype=torch.bool, device=x.device).triu(S - T + 1)
         y = att.masked_fill(mask, float("-inf")).softmax(-1) @ v
         x = x + s.proj(y.transpose(1, 2).reshape(B, T, C))
         return x + s.fc2(F.gelu(s.fc(s.ln2(x)), approximate="tanh"))
@@ -45,27 +48,29 @@ class GPT(nn.Module):
         s.wte, s.wpe = nn.Embedding(V, C), nn.Embedding(1024, C)
         s.h, s.lnf = nn.ModuleList(Block() for _ in range(L)), nn.LayerNorm(C)
     def forward(s, idx, caches, pos):
-        x = s.wte(idx) + s.wpe(torch.arange(pos, pos + idx.shape[1]))
+        x = s.wte(idx) + s.wpe(torch.arange(pos, pos + idx.shape[1], device=idx.device))
         for b, c in zip(s.h, caches): x = b(x, c, pos)
         return s.lnf(x[:, -1]) @ s.wte.weight.t()
 
-m = GPT().eval()
-tokens = torch.randint(0, V, (B, a.prompt))
+m = GPT().to(dev).eval()
+tokens = torch.randint(0, V, (B, a.prompt), device=dev)
 total = a.prompt + a.new
 with torch.inference_mode():
     caches = [None] * L if a.no_cache else \
-        [(torch.zeros(B, NH, total, D), torch.zeros(B, NH, total, D)) for _ in range(L)]
+        [(torch.zeros(B, NH, total, D, device=dev), torch.zeros(B, NH, total, D, device=dev)) for _ in range(L)]
+    if dev.type == "cuda":  # the kernels' first launches and cuBLAS's start, outside the timing
+        m(tokens, [None] * L, 0); sync()
     t0 = time.perf_counter()
     logits = m(tokens, caches, 0)
-    t1 = time.perf_counter()
+    sync(); t1 = time.perf_counter()
     for i in range(a.new):
         nxt = logits.argmax(-1, keepdim=True)
         tokens = torch.cat([tokens, nxt], 1)
         if i == a.new - 1: break
         if a.no_cache: logits = m(tokens, caches, 0)
         else: logits = m(nxt, caches, tokens.shape[1] - 1)
-    t2 = time.perf_counter()
+    sync(); t2 = time.perf_counter()
 gen = B * a.new
-print(f"torch {torch.__version__} batch {B} prompt {a.prompt} new {a.new} cache {not a.no_cache}")
+print(f"torch {torch.__version__} {dev.type} batch {B} prompt {a.prompt} new {a.new} cache {not a.no_cache}")
 print(f"tokens_per_s {gen / (t2 - t0):.1f}")
 print(f"decode_tokens_per_s {(gen - B) / max(t2 - t1, 1e-9):.1f}")
