@@ -110,4 +110,21 @@ void comm_set_progress_hook(void (*hook)(void *ctx), void *ctx);
 
 size_t comm_dtype_size(comm_dtype t);
 
+/* ---- device twins: NCCL for buffers in device memory (docs/gpu.md, "NCCL") ----
+ * A group's twin has its ranks, in its order, and its name; its buffers are device memory of the
+ * rank's GPU. Whoever hands comm device memory picks the twin (xfer_comm, src/backend/xfer.h);
+ * host memory keeps going to the group itself. */
+/* 1 when this build can make twins here (built with CUDA and libnccl.so.2 opens with every
+ * function trident calls); else 0 and the reason in why (len bytes). Never ends the process. */
+int comm_nccl_loadable(char *why, size_t len);
+/* Gives c its NCCL twin, ordered against `stream` (the backend's cudaStream_t: each operation
+ * runs after the work enqueued there before it, and the work enqueued after a blocking call or a
+ * request's wait runs after the operation). Collective over c; a no-op when c has one. Every
+ * later comm_split of c makes its part's twin too. */
+void comm_make_twin(comm *c, void *stream);
+/* The group device buffers of c's ranks cross: c's twin, or c when it has none. */
+const comm *comm_device(const comm *c);
+/* 1 if c's buffers are device memory (c is a twin). */
+int comm_is_device(const comm *c);
+
 #endif
