@@ -299,9 +299,12 @@ int xfer_comm_choose(const char *flag, const char *backend_flag, const comm *wor
     int32_t worst = (int32_t)xfer_nccl_rule(backend, cuda, lib, local, devices);
     comm_allreduce(world, &worst, 1, COMM_I32, COMM_MAX); /* host memory: the same answer on every rank */
     const char *choice = xfer_comm_choice(flag, (xfer_nccl_why)worst);
-    if (!choice) {
+    if (!choice) { /* every rank is here: the numbers of the host that refuses (most ranks, fewest GPUs) */
+        int32_t most = local, fewest = devices;
+        comm_allreduce(world, &most, 1, COMM_I32, COMM_MAX);
+        comm_allreduce(world, &fewest, 1, COMM_I32, COMM_MIN);
         char why[768];
-        xfer_nccl_why_text((xfer_nccl_why)worst, local, devices, lib_why, why, sizeof why);
+        xfer_nccl_why_text((xfer_nccl_why)worst, most, fewest, lib_why, why, sizeof why);
         td_usage_error("--comm nccl: %s", why);
     }
     g_nccl = strcmp(choice, "nccl") == 0;
