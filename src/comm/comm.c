@@ -36,7 +36,7 @@ const char *comm_name(const comm *c) { return c->name; }
 
 int comm_rank(const comm *c) { return c->rank; }
 int comm_size(const comm *c) { return c->size; }
-double comm_seconds(const comm *c) { return c->seconds; }
+double comm_seconds(const comm *c) { return c->seconds + (c->twin ? c->twin->seconds : 0); } /* its twin's too */
 
 comm *comm_split(const comm *c, int color, int key)
 {
@@ -180,7 +180,8 @@ int comm_progress(void)
 
 double comm_busy_seconds(const comm *c)
 {
-    return c->inflight ? c->busy + (td_now() - c->since) : c->busy;
+    double twin = c->twin ? comm_busy_seconds(c->twin) : 0; /* a group's device buffers are its twin's */
+    return twin + (c->inflight ? c->busy + (td_now() - c->since) : c->busy);
 }
 
 /* A group of one answers at once, but a device twin's (its buffers are not the host's to touch, and

@@ -278,6 +278,11 @@ static void device_group_of_one(void **state)
     assert_ptr_equal(comm_device(&host), &twin);
     comm_set_name(&host, "dp"); /* the twin is named with its group */
     assert_string_equal(comm_name(&twin), "dp");
+    /* the group's time includes its twin's (the device buffers' share) */
+    twin.seconds = 0.25, host.seconds = 0.5, twin.busy = 1, host.busy = 2;
+    assert_true(comm_seconds(&host) == 0.75);
+    assert_true(comm_busy_seconds(&host) == 3);
+    host.twin = NULL;
     /* and a host group of one still answers at once, copying on the host */
     int32_t a[2] = {1, 2}, b[2] = {0, 0};
     comm_allgather(g_world, a, b, 2, COMM_I32);

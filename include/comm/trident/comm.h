@@ -88,7 +88,7 @@ int comm_test(comm_req *r);
 /* Seconds spent blocked in communication on this communicator since creation: the blocking
  * calls and the waits of requests not yet complete (a request comm_progress saw complete costs
  * its wait nothing). This is the communication that was exposed, not hidden behind compute. */
-double comm_seconds(const comm *c);
+double comm_seconds(const comm *c); /* a group with an NCCL twin: the twin's seconds included */
 /* Seconds since creation during which at least one communication of this communicator was in
  * flight: a blocking call, or a request from its start until comm_progress or its wait saw it
  * complete (a union of intervals, so requests in flight together count once). Never less than
