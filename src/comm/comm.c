@@ -43,7 +43,7 @@ comm *comm_split(const comm *c, int color, int key)
     comm *s = c->ops->split(c, color, key);
     comm_set_name(s, c->name);
 #ifdef TRIDENT_HAVE_CUDA
-    if (c->twin) s->twin = nccl_twin_new(s, nccl_twin_stream(c->twin)); /* collective over s */
+    if (c->twin) s->twin = nccl_twin_new(s, nccl_twin_stream(c->twin), nccl_twin_p2p(c->twin)); /* collective over s */
 #endif
     return s;
 }
@@ -59,9 +59,9 @@ void comm_free(comm *c)
 #ifdef TRIDENT_HAVE_CUDA
 int comm_nccl_loadable(char *why, size_t len) { return nccl_loadable(why, len); }
 
-void comm_make_twin(comm *c, void *stream)
+void comm_make_twin(comm *c, void *stream, int p2p)
 {
-    if (c && !c->twin && !c->ops->device) c->twin = nccl_twin_new(c, stream);
+    if (c && !c->twin && !c->ops->device) c->twin = nccl_twin_new(c, stream, p2p);
 }
 #else
 int comm_nccl_loadable(char *why, size_t len)
@@ -71,9 +71,9 @@ int comm_nccl_loadable(char *why, size_t len)
     return 0;
 }
 
-void comm_make_twin(comm *c, void *stream)
+void comm_make_twin(comm *c, void *stream, int p2p)
 {
-    (void)stream;
+    (void)stream, (void)p2p;
     td_die(__FILE__, __LINE__, "comm_make_twin", "this is a bug in trident; please report it",
            "the %s group asked for an NCCL twin in a build without CUDA", c ? c->name : "(none)");
 }

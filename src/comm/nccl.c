@@ -18,9 +18,17 @@
  * Point-to-point messages (isend, irecv) wait in a list until the first test or wait of the
  * twin, or its next collective, and then start together in one ncclGroupStart/End: NCCL
  * completes a send only once its receive runs, and two ranks that each send before receiving
- * would otherwise each wait behind their own send. NCCL matches the messages between two ranks
- * in the order they were posted: tags are not matched (the callers post in the same order on
- * both sides). The v-collectives are grouped NCCL calls: an all-gatherv one broadcast a rank, a
+ * would otherwise each wait behind their own send. A twin made for messages (p2p: the pp and cp
+ * groups) sends those between neighbours on the ring of its ranks (the pipeline's stages, the
+ * interleaved schedule's last-to-first, context parallelism's ring) on channels: a two-rank
+ * communicator for each ordered pair of neighbours, with a stream of its own at each end. On one
+ * in-order stream a receive posted ahead (the pipeline posts them early) would hold back the
+ * sends behind it, and two neighbours could each wait for the other's send queued behind its own
+ * receive (stage s receiving a gradient before sending an activation, stage s + 1 receiving that
+ * activation before sending the gradient); on a channel a message waits only for the one before
+ * it on the same way between the same two ranks, as MPI's would. NCCL matches the messages
+ * between two ranks in the order they were posted: tags are not matched (the callers post in
+ * the same order on both sides). The v-collectives are grouped NCCL calls: an all-gatherv one broadcast a rank, a
  * reduce-scatterv one reduce a rank, a plain all-gather or reduce-scatter when every rank has the
  * same count and the parts lie in rank order.
  *
@@ -125,13 +133,22 @@ struct nccl_req {
 typedef struct {
     ncclComm_t nc;
     cudaStream_t s;      /* the twin's own stream */
+    /* A twin made for point-to-point messages (comm_make_twin's p2p, groups of two ranks or more):
+     * a channel for each ordered pair of neighbours on the ring of the group's ranks, a two-rank
+     * communicator with a stream of its own at each end; this rank's ends, by lane (lane_of): to
+     * rank + 1, from rank - 1, to rank - 1, from rank + 1 (the last two only beyond two ranks).
+     * NULL otherwise, and other messages: on nc. */
+    ncclComm_t ch[4];
+    cudaStream_t chs[4];
+    int p2p;
     cudaStream_t be;     /* the backend's stream the work is ordered against */
     cudaEvent_t ready;   /* recorded on be before each operation */
     cudaEvent_t done;    /* recorded on s after each blocking operation */
     int *scratch;        /* one device int: the barrier's all-reduce */
     nccl_req *queued;    /* point-to-point messages not yet started */
     const comm *group;   /* the group it twins (its name and ranks in messages) */
-    char cname[48];      /* NCCL's name for it (config.commName): "trident tp" */
+    char cname[5][48];   /* NCCL's names for its communicators (config.commName, kept while they
+                          * live): "trident pp", "trident pp 2>3", ... */
 } twin_state;
 
 static const struct comm_ops NCCL_OPS;
@@ -154,12 +171,14 @@ static void __attribute__((noreturn)) fail(const comm *c, const char *call, cons
     char me[320], last[512] = "";
     where(me, sizeof me);
     twin_state *s = TW(c);
-    if (s->nc) {
-        const char *l = L.ncclGetLastError ? L.ncclGetLastError(s->nc) : NULL;
-        if (l && *l) snprintf(last, sizeof last, " (%s)", l);
-        L.ncclCommAbort(s->nc);
-        s->nc = NULL;
-    }
+    ncclComm_t *all[5] = {&s->nc, &s->ch[0], &s->ch[1], &s->ch[2], &s->ch[3]};
+    for (int k = 0; k < 5; k++)
+        if (*all[k]) {
+            const char *l = L.ncclGetLastError ? L.ncclGetLastError(*all[k]) : NULL;
+            if (l && *l && !last[0]) snprintf(last, sizeof last, " (%s)", l);
+            L.ncclCommAbort(*all[k]);
+            *all[k] = NULL;
+        }
     td_die(file, line, call, "a peer rank or its GPU may have failed; see the first error above (NCCL_DEBUG=WARN says more)",
            "%s%s on the %s group's NCCL communicator (rank %d of %d), in %s", what, last,
            c->name[0] ? c->name : "world", c->rank, c->size, me);
@@ -172,10 +191,11 @@ static void sleep_a_little(double waited)
     nanosleep(&ts, NULL);
 }
 
-/* rc of an NCCL call on c's communicator: success returns; ncclInProgress (the communicator is
- * non-blocking: NCCL is still connecting or enqueuing) polls ncclCommGetAsyncError until it
- * settles, within the comm timeout; anything else ends the job naming `call`. */
-static void settle(const comm *c, ncclResult_t rc, const char *call, const char *file, int line)
+/* rc of an NCCL call on nc, one of c's communicators: success returns; ncclInProgress (the
+ * communicator is non-blocking: NCCL is still connecting or enqueuing) polls
+ * ncclCommGetAsyncError until it settles, within the comm timeout; anything else ends the job
+ * naming `call`. */
+static void settle(const comm *c, ncclComm_t nc, ncclResult_t rc, const char *call, const char *file, int line)
 {
     double t0 = td_now(), limit = comm_timeout();
     while (rc == ncclInProgress) {
@@ -188,12 +208,26 @@ static void settle(const comm *c, ncclResult_t rc, const char *call, const char 
         }
         sleep_a_little(now - t0);
         ncclResult_t st = ncclInProgress;
-        ncclResult_t q = L.ncclCommGetAsyncError(TW(c)->nc, &st);
+        ncclResult_t q = L.ncclCommGetAsyncError(nc, &st);
         rc = q != ncclSuccess ? q : st;
     }
     if (rc != ncclSuccess) fail(c, call, file, line, L.ncclGetErrorString(rc));
 }
-#define NC(c, call) settle((c), (call), #call, __FILE__, __LINE__)
+#define NC(c, call) settle((c), TW(c)->nc, (call), #call, __FILE__, __LINE__)
+#define NCON(c, nc, call) settle((c), (nc), (call), #call, __FILE__, __LINE__)
+
+/* An asynchronous error on any of c's communicators (ncclSuccess: none). */
+static ncclResult_t async_error(const comm *c)
+{
+    twin_state *s = TW(c);
+    ncclComm_t all[5] = {s->nc, s->ch[0], s->ch[1], s->ch[2], s->ch[3]};
+    for (int k = 0; k < 5; k++) {
+        ncclResult_t st = ncclSuccess;
+        if (all[k] && L.ncclCommGetAsyncError(all[k], &st) == ncclSuccess && st != ncclSuccess && st != ncclInProgress)
+            return st;
+    }
+    return ncclSuccess;
+}
 
 static void cuda_ok(const comm *c, cudaError_t e, const char *call, const char *file, int line)
 {
@@ -211,9 +245,8 @@ static void host_wait(const comm *c, cudaEvent_t ev, const char *call)
         if (e == cudaSuccess) return;
         if (e != cudaErrorNotReady) fail(c, call, __FILE__, __LINE__, cudaGetErrorString(e));
         (void)cudaGetLastError(); /* not ready is no error: clear it */
-        ncclResult_t st = ncclSuccess;
-        if (L.ncclCommGetAsyncError(TW(c)->nc, &st) == ncclSuccess && st != ncclSuccess && st != ncclInProgress)
-            fail(c, call, __FILE__, __LINE__, L.ncclGetErrorString(st));
+        ncclResult_t st = async_error(c);
+        if (st != ncclSuccess) fail(c, call, __FILE__, __LINE__, L.ncclGetErrorString(st));
         double now = td_now();
         if (limit > 0 && now - t0 > limit) {
             char what[160];
@@ -274,17 +307,74 @@ static nccl_req *new_req(const comm *c)
     return q;
 }
 
-/* After a non-blocking operation: its request, holding an event after it on the twin's stream. */
-static comm_req *end_req(const comm *c, nccl_req *q)
+/* After a non-blocking operation on stream st: its request, holding an event after it. */
+static comm_req *end_req_on(const comm *c, nccl_req *q, cudaStream_t st)
 {
     CU(c, cudaEventCreateWithFlags(&q->ev, cudaEventDisableTiming));
-    CU(c, cudaEventRecord(q->ev, TW(c)->s));
+    CU(c, cudaEventRecord(q->ev, st));
     return &q->base;
 }
+static comm_req *end_req(const comm *c, nccl_req *q) { return end_req_on(c, q, TW(c)->s); }
 
 /* ---- the twin's life ---- */
 
-comm *nccl_twin_new(const comm *g, void *stream)
+/* Joins the NCCL communicator `id` names as rank `rank` of `n` into *slot (c's, so that a failure
+ * aborts it); NCCL's name for it, kept in `name`, is `label`. */
+static void join(comm *c, ncclUniqueId id, int n, int rank, ncclComm_t *slot, const char *label, char name[48])
+{
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    int v = 0;
+    if (L.ncclGetVersion(&v) == ncclSuccess && v > 0 && (unsigned)v < cfg.version)
+        cfg.version = (unsigned)v; /* an older library reads the fields it knows */
+    cfg.blocking = 0; /* calls return while NCCL connects: settle() waits with the timeout */
+    snprintf(name, 48, "%s", label);
+    cfg.commName = name;
+    ncclResult_t rc = L.ncclCommInitRankConfig(slot, n, id, rank, &cfg);
+    if (rc != ncclSuccess && rc != ncclInProgress) {
+        *slot = NULL; /* nothing to abort */
+        fail(c, "ncclCommInitRankConfig", __FILE__, __LINE__, L.ncclGetErrorString(rc));
+    }
+    NCON(c, *slot, rc);
+}
+
+/* The channels of a p2p twin of g (n = g's size > 1): channel 2i carries rank i's messages to
+ * i + 1, channel 2i + 1 those of i + 1 to i (ranks modulo n; with two ranks only the even ones,
+ * the odd ones would repeat them). The sender of each makes its id and sends it to the receiver
+ * over g (MPI, bounded waits); then every rank joins its channels in channel order, so that no two
+ * ranks wait for each other in a circle. */
+static void make_channels(comm *c, const comm *g)
+{
+    twin_state *s = TW(c);
+    int n = g->size, me = g->rank, nch = n == 2 ? 2 : 2 * n;
+    ncclUniqueId *ids = td_xcalloc((size_t)nch, sizeof *ids);
+    comm_req **q = td_xcalloc((size_t)nch, sizeof *q);
+    int *ends = td_xcalloc(2 * (size_t)nch, sizeof *ends); /* channel k: from ends[2k] to ends[2k + 1] */
+    for (int k = 0; k < nch; k++) {
+        int i = n == 2 ? k : k / 2, fwd = n == 2 || k % 2 == 0;
+        int from = fwd ? i : (i + 1) % n, to = fwd ? (i + 1) % n : i;
+        ends[2 * k] = from, ends[2 * k + 1] = to;
+        if (me == from) {
+            NCON(c, NULL, L.ncclGetUniqueId(&ids[k]));
+            q[k] = comm_isend(g, &ids[k], sizeof ids[k], COMM_U8, to, 30000 + k);
+        } else if (me == to) {
+            q[k] = comm_irecv(g, &ids[k], sizeof ids[k], COMM_U8, from, 30000 + k);
+        }
+    }
+    for (int k = 0; k < nch; k++) comm_wait(q[k]);
+    for (int k = 0; k < nch; k++) {
+        int from = ends[2 * k], to = ends[2 * k + 1];
+        if (me != from && me != to) continue;
+        int next = to == (from + 1) % n; /* the message goes to the sender's next rank */
+        int l = me == from ? (next ? 0 : 2) : (next ? 1 : 3); /* lane - 1 (lane_of) */
+        char label[48];
+        snprintf(label, sizeof label, "trident %.20s %d>%d", g->name[0] ? g->name : "world", from, to);
+        CU(c, cudaStreamCreateWithFlags(&s->chs[l], cudaStreamNonBlocking));
+        join(c, ids[k], 2, me == from ? 0 : 1, &s->ch[l], label, s->cname[1 + l]);
+    }
+    free(ids), free(q), free(ends);
+}
+
+comm *nccl_twin_new(const comm *g, void *stream, int p2p)
 {
     nccl_open();
     comm *c = td_xcalloc(1, sizeof *c);
@@ -299,27 +389,20 @@ comm *nccl_twin_new(const comm *g, void *stream)
     CU(c, cudaEventCreateWithFlags(&s->ready, cudaEventDisableTiming));
     CU(c, cudaEventCreateWithFlags(&s->done, cudaEventDisableTiming));
     CU(c, cudaMalloc((void **)&s->scratch, sizeof(int)));
+    s->p2p = p2p;
     ncclUniqueId id;
     memset(&id, 0, sizeof id);
-    if (g->rank == 0) NC(c, L.ncclGetUniqueId(&id));
+    if (g->rank == 0) NCON(c, NULL, L.ncclGetUniqueId(&id));
     comm_bcast(g, &id, sizeof id, COMM_U8, 0); /* over MPI, bounded by its timeout */
-    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
-    int v = 0;
-    if (L.ncclGetVersion(&v) == ncclSuccess && v > 0 && (unsigned)v < cfg.version)
-        cfg.version = (unsigned)v; /* an older library reads the fields it knows */
-    cfg.blocking = 0; /* calls return while NCCL connects: settle() waits with the timeout */
-    snprintf(s->cname, sizeof s->cname, "trident %s", g->name[0] ? g->name : "world");
-    cfg.commName = s->cname;
-    ncclResult_t rc = L.ncclCommInitRankConfig(&s->nc, g->size, id, g->rank, &cfg);
-    if (rc != ncclSuccess && rc != ncclInProgress) {
-        s->nc = NULL; /* nothing to abort */
-        fail(c, "ncclCommInitRankConfig", __FILE__, __LINE__, L.ncclGetErrorString(rc));
-    }
-    NC(c, rc);
+    char label[48];
+    snprintf(label, sizeof label, "trident %.20s", g->name[0] ? g->name : "world");
+    join(c, id, g->size, g->rank, &s->nc, label, s->cname[0]);
+    if (p2p && g->size > 1) make_channels(c, g);
     return c;
 }
 
 void *nccl_twin_stream(const comm *twin) { return TW(twin)->be; }
+int nccl_twin_p2p(const comm *twin) { return TW(twin)->p2p; }
 
 static comm *nc_split(const comm *c, int color, int key)
 {
@@ -333,6 +416,15 @@ static void nc_free(comm *c)
     twin_state *s = TW(c);
     TD_CHECK(!s->queued, "this is a bug in trident; please report it",
              "the %s group's NCCL twin freed with a message posted and never waited", c->name);
+    for (int l = 0; l < 4; l++) { /* the channels: their work has run (bounded), then they go */
+        if (!s->ch[l]) continue;
+        CU(c, cudaEventRecord(s->done, s->chs[l]));
+        host_wait(c, s->done, "comm_free");
+        NCON(c, s->ch[l], L.ncclCommFinalize(s->ch[l]));
+        NCON(c, s->ch[l], L.ncclCommDestroy(s->ch[l]));
+        s->ch[l] = NULL;
+        cudaStreamDestroy(s->chs[l]);
+    }
     CU(c, cudaEventRecord(s->done, s->s));
     host_wait(c, s->done, "comm_free"); /* the twin's work has run (bounded) */
     NC(c, L.ncclCommFinalize(s->nc));
@@ -349,8 +441,12 @@ static void nc_free(comm *c)
 static void nc_abort(const comm *c, int code)
 {
     twin_state *s = TW(c);
-    if (s->nc) L.ncclCommAbort(s->nc);
-    s->nc = NULL;
+    ncclComm_t *all[5] = {&s->nc, &s->ch[0], &s->ch[1], &s->ch[2], &s->ch[3]};
+    for (int k = 0; k < 5; k++)
+        if (*all[k]) {
+            L.ncclCommAbort(*all[k]);
+            *all[k] = NULL;
+        }
     comm_abort(s->group, code);
 }
 
@@ -415,7 +511,26 @@ static void nc_alltoallv(const comm *c, const void *send, const size_t *scounts,
 
 /* ---- non-blocking operations ---- */
 
-/* The messages posted since the last start, in one group, each request given its event. */
+/* Which of c's communicators carries message m: 0 the twin's own (every message without
+ * channels, and those to itself or to a rank that is no neighbour), else 1 + the channel's lane:
+ * 1 to rank + 1, 2 from rank - 1, 3 to rank - 1, 4 from rank + 1. Both ends of a message name
+ * the same channel. */
+static int lane_of(const comm *c, const nccl_req *m)
+{
+    const twin_state *s = TW(c);
+    int n = c->size, next = (c->rank + 1) % n, prev = (c->rank + n - 1) % n;
+    if (!s->ch[0] || m->peer == c->rank) return 0;
+    if (m->is_send) return m->peer == next ? 1 : m->peer == prev && s->ch[2] ? 3 : 0;
+    return m->peer == prev ? 2 : m->peer == next && s->ch[3] ? 4 : 0;
+}
+
+/* The messages posted since the last start, each communicator's in one group on its stream, each
+ * request given its event. On a channel's stream a rank's messages go one way to one peer only,
+ * in the order both post them, so no message waits behind another to a different peer or in the
+ * other direction: on one in-order stream a receive posted ahead (the pipeline posts them early)
+ * would hold back the sends behind it, and two neighbours could each wait for the other's send
+ * queued behind its own receive (stage s receiving a gradient before sending an activation,
+ * stage s + 1 receiving that activation before sending the gradient). */
 static void start_queued(const comm *c)
 {
     twin_state *s = TW(c);
@@ -423,17 +538,27 @@ static void start_queued(const comm *c)
     if (!q) return;
     s->queued = NULL;
     CU(c, cudaEventRecord(s->ready, s->be));
-    CU(c, cudaStreamWaitEvent(s->s, s->ready, 0));
-    NC(c, L.ncclGroupStart());
-    for (nccl_req *m = q; m; m = m->next) {
-        if (m->is_send) NC(c, L.ncclSend(m->buf, m->count, nc_type(m->t), m->peer, s->nc, s->s));
-        else NC(c, L.ncclRecv(m->buf, m->count, nc_type(m->t), m->peer, s->nc, s->s));
+    for (int lane = 0; lane < 5; lane++) {
+        ncclComm_t nc = lane == 0 ? s->nc : s->ch[lane - 1];
+        cudaStream_t st = lane == 0 ? s->s : s->chs[lane - 1];
+        int any = 0;
+        for (nccl_req *m = q; m; m = m->next) any |= lane_of(c, m) == lane;
+        if (!any) continue;
+        CU(c, cudaStreamWaitEvent(st, s->ready, 0));
+        NCON(c, nc, L.ncclGroupStart());
+        for (nccl_req *m = q; m; m = m->next) {
+            if (lane_of(c, m) != lane) continue;
+            int peer = lane == 0 ? m->peer : lane == 1 || lane == 3 ? 1 : 0; /* in a channel: 0 sends, 1 receives */
+            if (m->is_send) NCON(c, nc, L.ncclSend(m->buf, m->count, nc_type(m->t), peer, nc, st));
+            else NCON(c, nc, L.ncclRecv(m->buf, m->count, nc_type(m->t), peer, nc, st));
+        }
+        NCON(c, nc, L.ncclGroupEnd());
+        for (nccl_req *m = q; m; m = m->next)
+            if (lane_of(c, m) == lane) end_req_on(c, m, st);
     }
-    NC(c, L.ncclGroupEnd());
     for (nccl_req *m = q, *n; m; m = n) {
         n = m->next;
         m->next = NULL;
-        end_req(c, m);
     }
 }
 
@@ -546,9 +671,8 @@ static int nc_test(comm_req *r)
     if (e == cudaSuccess) return 1;
     if (e != cudaErrorNotReady) fail(c, "cudaEventQuery", __FILE__, __LINE__, cudaGetErrorString(e));
     (void)cudaGetLastError();
-    ncclResult_t st = ncclSuccess;
-    if (L.ncclCommGetAsyncError(TW(c)->nc, &st) == ncclSuccess && st != ncclSuccess && st != ncclInProgress)
-        fail(c, "ncclCommGetAsyncError", __FILE__, __LINE__, L.ncclGetErrorString(st));
+    ncclResult_t st = async_error(c);
+    if (st != ncclSuccess) fail(c, "ncclCommGetAsyncError", __FILE__, __LINE__, L.ncclGetErrorString(st));
     return 0;
 }
 

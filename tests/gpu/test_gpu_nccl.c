@@ -334,7 +334,7 @@ int main(int argc, char **argv)
     backend *be = be_create("cuda", 0);
     g_be = be;
     double t0 = td_now();
-    comm_make_twin(world, be->queue);
+    comm_make_twin(world, be->queue, 1); /* with p2p: the directional communicators beyond one rank */
     const comm *tw = comm_device(world);
     check(comm_is_device(tw) && comm_size(tw) == g_size && comm_rank(tw) == g_rank, "the twin of the world");
     printf("twin of the world of %d made in %.2f s\n", g_size, td_now() - t0);

@@ -119,9 +119,13 @@ size_t comm_dtype_size(comm_dtype t);
 int comm_nccl_loadable(char *why, size_t len);
 /* Gives c its NCCL twin, ordered against `stream` (the backend's cudaStream_t: each operation
  * runs after the work enqueued there before it, and the work enqueued after a blocking call or a
- * request's wait runs after the operation). Collective over c; a no-op when c has one. Every
- * later comm_split of c makes its part's twin too. */
-void comm_make_twin(comm *c, void *stream);
+ * request's wait runs after the operation). p2p: the group carries point-to-point messages of
+ * device buffers (comm_isend, comm_irecv) between neighbours on the ring of its ranks: each
+ * ordered pair of neighbours gets a channel of its own (a two-rank NCCL communicator, a stream at
+ * each end), so that no message waits behind one to another peer or the other way; without,
+ * messages share the twin's stream. Collective over c; a no-op when c has one. Every later comm_split of c makes its part's
+ * twin too (with c's p2p). */
+void comm_make_twin(comm *c, void *stream, int p2p);
 /* The group device buffers of c's ranks cross: c's twin, or c when it has none. */
 const comm *comm_device(const comm *c);
 /* 1 if c's buffers are device memory (c is a twin). */
