@@ -147,7 +147,7 @@ typedef struct {
     int *scratch;        /* one device int: the barrier's all-reduce */
     nccl_req *queued;    /* point-to-point messages not yet started */
     const comm *group;   /* the group it twins (its name and ranks in messages) */
-    char cname[5][48];   /* NCCL's names for its communicators (config.commName, kept while they
+    char cname[5][64];   /* NCCL's names for its communicators (config.commName, kept while they
                           * live): "trident pp", "trident pp 2>3", ... */
 } twin_state;
 
@@ -320,14 +320,14 @@ static comm_req *end_req(const comm *c, nccl_req *q) { return end_req_on(c, q, T
 
 /* Joins the NCCL communicator `id` names as rank `rank` of `n` into *slot (c's, so that a failure
  * aborts it); NCCL's name for it, kept in `name`, is `label`. */
-static void join(comm *c, ncclUniqueId id, int n, int rank, ncclComm_t *slot, const char *label, char name[48])
+static void join(comm *c, ncclUniqueId id, int n, int rank, ncclComm_t *slot, const char *label, char name[64])
 {
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
     int v = 0;
     if (L.ncclGetVersion(&v) == ncclSuccess && v > 0 && (unsigned)v < cfg.version)
         cfg.version = (unsigned)v; /* an older library reads the fields it knows */
     cfg.blocking = 0; /* calls return while NCCL connects: settle() waits with the timeout */
-    snprintf(name, 48, "%s", label);
+    snprintf(name, 64, "%s", label);
     cfg.commName = name;
     ncclResult_t rc = L.ncclCommInitRankConfig(slot, n, id, rank, &cfg);
     if (rc != ncclSuccess && rc != ncclInProgress) {
@@ -337,22 +337,46 @@ static void join(comm *c, ncclUniqueId id, int n, int rank, ncclComm_t *slot, co
     NCON(c, *slot, rc);
 }
 
-/* The channels of a p2p twin of g (n = g's size > 1): channel 2i carries rank i's messages to
- * i + 1, channel 2i + 1 those of i + 1 to i (ranks modulo n; with two ranks only the even ones,
- * the odd ones would repeat them). The sender of each makes its id and sends it to the receiver
- * over g (MPI, bounded waits); then every rank joins its channels in channel order, so that no two
- * ranks wait for each other in a circle. */
+/* ---- channels: the messages between ring neighbours of a p2p twin ---- */
+
+int nccl_channels(int n) { return n < 2 ? 0 : n == 2 ? 2 : 2 * n; }
+
+void nccl_channel_ends(int n, int k, int *from, int *to)
+{
+    int i = n == 2 ? k : k / 2, fwd = n == 2 || k % 2 == 0;
+    *from = fwd ? i : (i + 1) % n;
+    *to = fwd ? (i + 1) % n : i;
+}
+
+int nccl_lane(int n, int me, int is_send, int peer)
+{
+    int next = (me + 1) % n, prev = (me + n - 1) % n;
+    if (n < 2 || peer == me) return 0;
+    if (is_send) return peer == next ? 1 : peer == prev && n > 2 ? 3 : 0;
+    return peer == prev ? 2 : peer == next && n > 2 ? 4 : 0;
+}
+
+int nccl_channel_lane(int n, int k, int me)
+{
+    int from, to;
+    nccl_channel_ends(n, k, &from, &to);
+    if (me == from) return nccl_lane(n, me, 1, to);
+    if (me == to) return nccl_lane(n, me, 0, from);
+    return 0;
+}
+
+/* The channels of a p2p twin of g (g's size > 1; nccl_twin.h). The sender of each makes its id
+ * and sends it to the receiver over g (MPI, bounded waits); then every rank joins its channels in
+ * channel order, so that no two ranks wait for each other in a circle. */
 static void make_channels(comm *c, const comm *g)
 {
     twin_state *s = TW(c);
-    int n = g->size, me = g->rank, nch = n == 2 ? 2 : 2 * n;
+    int n = g->size, me = g->rank, nch = nccl_channels(n);
     ncclUniqueId *ids = td_xcalloc((size_t)nch, sizeof *ids);
     comm_req **q = td_xcalloc((size_t)nch, sizeof *q);
-    int *ends = td_xcalloc(2 * (size_t)nch, sizeof *ends); /* channel k: from ends[2k] to ends[2k + 1] */
     for (int k = 0; k < nch; k++) {
-        int i = n == 2 ? k : k / 2, fwd = n == 2 || k % 2 == 0;
-        int from = fwd ? i : (i + 1) % n, to = fwd ? (i + 1) % n : i;
-        ends[2 * k] = from, ends[2 * k + 1] = to;
+        int from, to;
+        nccl_channel_ends(n, k, &from, &to);
         if (me == from) {
             NCON(c, NULL, L.ncclGetUniqueId(&ids[k]));
             q[k] = comm_isend(g, &ids[k], sizeof ids[k], COMM_U8, to, 30000 + k);
@@ -362,16 +386,15 @@ static void make_channels(comm *c, const comm *g)
     }
     for (int k = 0; k < nch; k++) comm_wait(q[k]);
     for (int k = 0; k < nch; k++) {
-        int from = ends[2 * k], to = ends[2 * k + 1];
-        if (me != from && me != to) continue;
-        int next = to == (from + 1) % n; /* the message goes to the sender's next rank */
-        int l = me == from ? (next ? 0 : 2) : (next ? 1 : 3); /* lane - 1 (lane_of) */
-        char label[48];
+        int from, to, l = nccl_channel_lane(n, k, me) - 1;
+        if (l < 0) continue;
+        nccl_channel_ends(n, k, &from, &to);
+        char label[64];
         snprintf(label, sizeof label, "trident %.20s %d>%d", g->name[0] ? g->name : "world", from, to);
         CU(c, cudaStreamCreateWithFlags(&s->chs[l], cudaStreamNonBlocking));
         join(c, ids[k], 2, me == from ? 0 : 1, &s->ch[l], label, s->cname[1 + l]);
     }
-    free(ids), free(q), free(ends);
+    free(ids), free(q);
 }
 
 comm *nccl_twin_new(const comm *g, void *stream, int p2p)
@@ -394,7 +417,7 @@ comm *nccl_twin_new(const comm *g, void *stream, int p2p)
     memset(&id, 0, sizeof id);
     if (g->rank == 0) NCON(c, NULL, L.ncclGetUniqueId(&id));
     comm_bcast(g, &id, sizeof id, COMM_U8, 0); /* over MPI, bounded by its timeout */
-    char label[48];
+    char label[64];
     snprintf(label, sizeof label, "trident %.20s", g->name[0] ? g->name : "world");
     join(c, id, g->size, g->rank, &s->nc, label, s->cname[0]);
     if (p2p && g->size > 1) make_channels(c, g);
@@ -517,11 +540,7 @@ static void nc_alltoallv(const comm *c, const void *send, const size_t *scounts,
  * the same channel. */
 static int lane_of(const comm *c, const nccl_req *m)
 {
-    const twin_state *s = TW(c);
-    int n = c->size, next = (c->rank + 1) % n, prev = (c->rank + n - 1) % n;
-    if (!s->ch[0] || m->peer == c->rank) return 0;
-    if (m->is_send) return m->peer == next ? 1 : m->peer == prev && s->ch[2] ? 3 : 0;
-    return m->peer == prev ? 2 : m->peer == next && s->ch[3] ? 4 : 0;
+    return TW(c)->ch[0] ? nccl_lane(c->size, c->rank, m->is_send, m->peer) : 0;
 }
 
 /* The messages posted since the last start, each communicator's in one group on its stream, each

@@ -19,6 +19,17 @@ comm *nccl_twin_new(const comm *c, void *stream, int p2p);
 /* The stream a twin orders its work against (the one it was made with), and its p2p. */
 void *nccl_twin_stream(const comm *twin);
 int nccl_twin_p2p(const comm *twin);
+/* The channels of a p2p twin over n ranks (0 for one rank): channel 2i carries rank i's messages
+ * to rank i + 1, channel 2i + 1 those of i + 1 to i (ranks modulo n; with two ranks only the first
+ * two, the rest would repeat them); channel k goes from *from to *to. */
+int nccl_channels(int n);
+void nccl_channel_ends(int n, int k, int *from, int *to);
+/* The lane rank `me` of n sends (is_send) a message to `peer` on, or receives one from it: 1 to
+ * me + 1, 2 from me - 1, 3 to me - 1, 4 from me + 1 (3 and 4 only beyond two ranks); 0 none (to
+ * itself, or no neighbour: the twin's own communicator). nccl_channel_lane: the lane of channel
+ * k at rank me, 0 when me is neither end. */
+int nccl_lane(int n, int me, int is_send, int peer);
+int nccl_channel_lane(int n, int k, int me);
 /* 1 if libnccl.so.2 opens and has every function nccl.c calls; else 0 and the reason in why
  * (len bytes). Never ends the process. */
 int nccl_loadable(char *why, size_t len);

@@ -19,6 +19,9 @@
 #include "backend/backend.h"
 #include "backend/xfer.h"
 #include "comm/comm_impl.h"
+#ifdef TRIDENT_HAVE_CUDA
+#include "comm/nccl_twin.h"
+#endif
 #include "trident/args.h"
 #include "trident/check.h"
 
@@ -289,12 +292,60 @@ static void device_group_of_one(void **state)
     assert_memory_equal(a, b, sizeof a);
 }
 
+#ifdef TRIDENT_HAVE_CUDA
+/* The p2p twins' channels (nccl.c), on every ring size: every message between neighbours, both
+ * ways, is on one channel that both its ends name, from its sender to its receiver; each rank's
+ * lanes are distinct channels, four of them beyond two ranks (two with two); a message to itself
+ * or to a rank that is no neighbour takes no channel. */
+static void channels(void **state)
+{
+    (void)state;
+    for (int n = 1; n <= 9; n++) {
+        int nch = nccl_channels(n);
+        assert_int_equal(nch, n == 1 ? 0 : n == 2 ? 2 : 2 * n);
+        for (int me = 0; me < n; me++) {
+            int seen[5] = {0}, lanes = 0;
+            for (int k = 0; k < nch; k++) {
+                int l = nccl_channel_lane(n, k, me);
+                if (!l) continue;
+                if (seen[l]++) fail_msg("n %d rank %d: lane %d on two channels", n, me, l);
+                lanes++;
+            }
+            assert_int_equal(lanes, n == 1 ? 0 : n == 2 ? 2 : 4);
+            assert_int_equal(nccl_lane(n, me, 1, me), 0);
+            assert_int_equal(nccl_lane(n, me, 0, me), 0);
+        }
+        for (int a = 0; a < n; a++)
+            for (int b = 0; b < n; b++) {
+                int neighbours = a != b && (b == (a + 1) % n || a == (b + 1) % n);
+                int ls = nccl_lane(n, a, 1, b), lr = nccl_lane(n, b, 0, a);
+                if (!neighbours) {
+                    if (ls || lr) fail_msg("n %d: %d to %d is no neighbours' message but takes lanes %d, %d", n, a, b, ls, lr);
+                    continue;
+                }
+                int ks = -1, kr = -1;
+                for (int k = 0; k < nch; k++) {
+                    if (nccl_channel_lane(n, k, a) == ls) ks = k;
+                    if (nccl_channel_lane(n, k, b) == lr) kr = k;
+                }
+                if (ks < 0 || ks != kr) fail_msg("n %d: %d to %d: the sender's channel %d, the receiver's %d", n, a, b, ks, kr);
+                int from, to;
+                nccl_channel_ends(n, ks, &from, &to);
+                if (from != a || to != b) fail_msg("n %d: %d to %d on channel %d from %d to %d", n, a, b, ks, from, to);
+            }
+    }
+}
+#endif
+
 int main(int argc, char **argv)
 {
     g_world = comm_world_init(&argc, &argv);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(rule_table), cmocka_unit_test(reason_lines),  cmocka_unit_test(local_size_from_launcher),
         cmocka_unit_test(comm_flag),  cmocka_unit_test(nccl_refused), cmocka_unit_test(device_group_of_one),
+#ifdef TRIDENT_HAVE_CUDA
+        cmocka_unit_test(channels),
+#endif
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     comm_world_finalize(g_world);
