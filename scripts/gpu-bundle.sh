@@ -19,7 +19,7 @@ grep -q '^TRIDENT_HAVE_CUDA:INTERNAL=ON' "$BUILD/CMakeCache.txt" 2>/dev/null ||
   die "$BUILD/trident has no CUDA backend: configure where nvcc is (-DTRIDENT_CUDA=ON) and build"
 [ -f "$DATA/gpt2/vocab.json" ] && [ -f "$DATA/tinyshakespeare.txt" ] ||
   die "no GPT-2 vocabulary or tinyshakespeare under $DATA: scripts/get-data.sh"
-GPU_TESTS=(test_gpu_backend test_cuda_elementwise test_cuda_attention_moe)
+GPU_TESTS=(test_gpu_backend test_cuda_elementwise test_cuda_attention_moe test_gpu_nccl)
 TOOLS=(compare_runs gpu_attention) # the layout matrix's comparison (tests/parallel/compare_runs.c), attention alone (bench/gpu_attention.c)
 cmake --build "$BUILD" -j 2 --target trident "${GPU_TESTS[@]}" "${TOOLS[@]}" >/dev/null
 

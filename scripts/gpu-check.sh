@@ -13,6 +13,8 @@
 #     (compare_runs): tp 2, pp 2 interleaved, dp 2 with the distributed optimizer and both
 #     overlaps, tp 2 x pp 2 x dp 2 (8 ranks), and a MoE's tp 2 x ep 2; the one-rank GPU run
 #     against the cpu's (1e-4);
+#  3b. NCCL at world size 1: tests/gpu/test_gpu_nccl (the world's twin on device buffers), and the
+#     one-rank layout run with --comm nccl against --comm mpi, bit for bit (compare_runs, tolerance 0);
 #  4. Llama-shaped, MoE and BERT models on the GPU against the cpu from one seed (1e-4), and
 #     GPT-2-shaped bf16 against fp32 after 50 iterations (final loss within 2%);
 #  5. generate --greedy from a GPU-trained checkpoint: cuda's tokens equal the cpu's; serve on the
@@ -151,6 +153,28 @@ layouts() {
   return $bad
 }
 fstep layouts 150 layouts
+# 3b. NCCL at world size 1 (docs/gpu.md, "NCCL"): the world's twin on device buffers against the
+#     arithmetic (tests/gpu/test_gpu_nccl.c), and the one-rank layout run with --comm nccl equal to
+#     --comm mpi bit for bit. --smoke: the test skips (77) and --comm nccl on the cpu exits 2.
+nccl() {
+  local bad=0 rc
+  timeout -k 5 "$(left 45)" test_gpu_nccl
+  rc=$?
+  echo "test_gpu_nccl: rc $rc"
+  if [ "$SMOKE" = --smoke ]; then [ $rc = 77 ] || bad=1; else [ $rc = 0 ] || bad=1; fi
+  lay_run nccl_mpi "$BK" 1 1 2 --comm mpi || { echo "nccl_mpi: rc $?"; tail -5 "$L/nccl_mpi.log"; return 1; }
+  if [ "$SMOKE" = --smoke ]; then
+    lay_run nccl_nccl "$BK" 1 1 2 --comm nccl
+    rc=$?
+    echo "--comm nccl on the $BK backend: rc $rc (2 expected): $(grep -m1 -- '--comm nccl' "$L/nccl_nccl.log")"
+    [ $rc = 2 ] || bad=1
+  else
+    lay_run nccl_nccl "$BK" 1 1 2 --comm nccl && lay_cmp nccl_mpi nccl_nccl 0 || { bad=1; tail -5 "$L/nccl_nccl.log"; }
+    grep -m1 'comm: device buffers' "$L/nccl_nccl.log"
+  fi
+  return $bad
+}
+fstep nccl 60 nccl
 # 4. the model kinds on the GPU against the cpu from one seed, and bf16 against fp32
 models() {
   local bad=0
@@ -279,7 +303,7 @@ figures=$(grep '^figures:' "$OUT_DIR/gpu_backend.log" | head -1 | sed 's/"/\\"/g
 lines() { python3 -c 'import json, sys; print(json.dumps(open(sys.argv[1]).read().splitlines()[-12:]))' "$OUT_DIR/$1.log" 2>/dev/null || echo '[]'; }
 failed=0
 for k in gpu_backend gpu_elementwise gpu_attention_moe memcheck memcheck_elementwise memcheck_attention_moe gpt2 \
-         layouts models devices speed; do
+         layouts nccl models devices speed; do
   [ "${RC[$k]}" = 0 ] || failed=1
 done
 cat >"$OUT_DIR/summary.json" <<JSON
@@ -294,6 +318,7 @@ cat >"$OUT_DIR/summary.json" <<JSON
  "gpt2_small_fp32_20_iterations": {"rc": ${RC[gpt2]}, "seconds": ${SECS[gpt2]}, "worst_relative_loss_difference": "$WORST",
    "tolerance": 1e-4, "device_memory": "$devmem", "cpu_rc": "$(cat "$OUT_DIR/gpt2_cpu.rc" 2>/dev/null)", "cuda_rc": "$(cat "$OUT_DIR/gpt2_cuda.rc" 2>/dev/null)"},
  "layouts": {"rc": ${RC[layouts]}, "seconds": ${SECS[layouts]}, "lines": $(lines layouts)},
+ "nccl": {"rc": ${RC[nccl]}, "seconds": ${SECS[nccl]}, "lines": $(lines nccl)},
  "models": {"rc": ${RC[models]}, "seconds": ${SECS[models]}, "lines": $(lines models)},
  "devices": {"rc": ${RC[devices]}, "seconds": ${SECS[devices]}, "lines": $(lines devices)},
  "speed": {"rc": ${RC[speed]}, "seconds": ${SECS[speed]}, "lines": $(lines speed)},

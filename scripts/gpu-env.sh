@@ -5,7 +5,7 @@
 #                                or its folder; TAG names the caller in messages)
 # Sets BUNDLE to the unpacked folder (absolute), sources its env.sh (its libraries, Open MPI
 # relocated, its bin/ on PATH) and adds CUDA's libraries: the toolkit's, else pip's (PyTorch's)
-# cuBLAS. Exits 2 with one line when there is no bundle.
+# cuBLAS, and pip's NCCL (nvidia-nccl-cu13) when python3 has it. Exits 2 with one line when there is no bundle.
 gpu_bundle_env() {
   local tag=$1 dir d
   BUNDLE=$2
@@ -28,5 +28,13 @@ gpu_bundle_env() {
            $(python3 -c 'import nvidia.cublas, os; print(os.path.dirname(nvidia.cublas.__file__) + "/lib")' 2>/dev/null); do
     [ -d "$d" ] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$d"
   done
+  # NCCL (--comm nccl, docs/gpu.md "NCCL"): pip's nvidia-nccl-cu13, opened by trident at run time;
+  # the bundle carries none
+  d=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0] + "/lib")' 2>/dev/null)
+  if [ -n "$d" ] && [ -e "$d/libnccl.so.2" ]; then
+    export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$d"
+  elif ! ldconfig -p 2>/dev/null | grep -q 'libnccl\.so\.2' && ! ls /usr/local/cuda/lib*/libnccl.so.2 >/dev/null 2>&1; then
+    echo "$tag: no libnccl.so.2 (pip's nvidia-nccl-cu13 not found under python3's site-packages): the NCCL steps skip" >&2
+  fi
   return 0
 }

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "xfer.h"
 #include "trident/check.h"
 #include "trident/hf.h"
 
@@ -79,8 +80,10 @@ void cli_load_stage(cli_model *out, const td_args *a, comm *world, int mbs)
 {
     char err[4096] = "";
     int pp = a->pipeline_model_parallel_size, per = out->cfg.num_layers / pp;
+    xfer_comm_choose(a->comm ? a->comm : "auto", a->backend, world); /* --comm nccl that cannot work: exit 2 here */
     out->ps = ps_init(world, a->tensor_model_parallel_size, pp);
     out->be = be_create(a->backend, 0);
+    xfer_comm_attach(out->be, out->ps); /* --comm nccl: every group's NCCL twin */
     be_set_tf32(out->be, a->tf32);
     out->m = gpt_create_for_checkpoint(&out->cfg, out->ps, out->be, out->ps->pp_rank * per, per, mbs, 1);
     ckpt_model cm = {out->ps, 1, &out->m, NULL, NULL, NULL, NULL};

@@ -5,6 +5,9 @@
 #include <string.h>
 
 #include "comm_impl.h"
+#ifdef TRIDENT_HAVE_CUDA
+#include "nccl_twin.h"
+#endif
 #include "trident/check.h"
 #include "trident/timer.h"
 
@@ -24,23 +27,60 @@ static double g_timeout = 600;
 
 void comm_set_timeout(double seconds) { g_timeout = seconds > 0 ? seconds : 0; }
 double comm_timeout(void) { return g_timeout; }
-void comm_set_name(comm *c, const char *name) { snprintf(c->name, sizeof c->name, "%s", name); }
+void comm_set_name(comm *c, const char *name)
+{
+    snprintf(c->name, sizeof c->name, "%s", name);
+    if (c->twin) comm_set_name(c->twin, name);
+}
 const char *comm_name(const comm *c) { return c->name; }
 
 int comm_rank(const comm *c) { return c->rank; }
 int comm_size(const comm *c) { return c->size; }
-double comm_seconds(const comm *c) { return c->seconds; }
+double comm_seconds(const comm *c) { return c->seconds + (c->twin ? c->twin->seconds : 0); } /* its twin's too */
 
 comm *comm_split(const comm *c, int color, int key)
 {
     comm *s = c->ops->split(c, color, key);
     comm_set_name(s, c->name);
+#ifdef TRIDENT_HAVE_CUDA
+    if (c->twin) s->twin = nccl_twin_new(s, nccl_twin_stream(c->twin), nccl_twin_p2p(c->twin)); /* collective over s */
+#endif
     return s;
 }
 void comm_free(comm *c)
 {
-    if (c) c->ops->free(c);
+    if (!c) return;
+    comm_free(c->twin);
+    c->ops->free(c);
 }
+
+/* ---- device twins ---- */
+
+#ifdef TRIDENT_HAVE_CUDA
+int comm_nccl_loadable(char *why, size_t len) { return nccl_loadable(why, len); }
+
+void comm_make_twin(comm *c, void *stream, int p2p)
+{
+    if (c && !c->twin && !c->ops->device) c->twin = nccl_twin_new(c, stream, p2p);
+}
+#else
+int comm_nccl_loadable(char *why, size_t len)
+{
+    td_seterr(why, len, "this trident was built without CUDA (no nvcc at its build): NCCL needs a build with the "
+                        "CUDA backend");
+    return 0;
+}
+
+void comm_make_twin(comm *c, void *stream, int p2p)
+{
+    (void)stream, (void)p2p;
+    td_die(__FILE__, __LINE__, "comm_make_twin", "this is a bug in trident; please report it",
+           "the %s group asked for an NCCL twin in a build without CUDA", c ? c->name : "(none)");
+}
+#endif
+
+const comm *comm_device(const comm *c) { return c && c->twin ? c->twin : c; }
+int comm_is_device(const comm *c) { return c && c->ops->device; }
 
 void comm_abort(const comm *c, int code)
 {
@@ -140,27 +180,33 @@ int comm_progress(void)
 
 double comm_busy_seconds(const comm *c)
 {
-    return c->inflight ? c->busy + (td_now() - c->since) : c->busy;
+    double twin = c->twin ? comm_busy_seconds(c->twin) : 0; /* a group's device buffers are its twin's */
+    return twin + (c->inflight ? c->busy + (td_now() - c->since) : c->busy);
 }
+
+/* A group of one answers at once, but a device twin's (its buffers are not the host's to touch, and
+ * NCCL's own one-rank path is what the GPU test exercises). */
+static int alone(const comm *c) { return c->size == 1 && !c->ops->device; }
 
 void comm_barrier(const comm *c)
 {
-    if (c->size > 1) TIMED(c, c->ops->barrier(c));
+    if (!alone(c)) TIMED(c, c->ops->barrier(c));
 }
 
 void comm_bcast(const comm *c, void *buf, size_t count, comm_dtype t, int root)
 {
-    if (c->size > 1 && count) TIMED(c, c->ops->bcast(c, buf, count, t, root));
+    if (!alone(c) && count) TIMED(c, c->ops->bcast(c, buf, count, t, root));
 }
 
 void comm_allreduce(const comm *c, void *buf, size_t count, comm_dtype t, comm_op op)
 {
-    if (c->size > 1 && count) TIMED(c, c->ops->allreduce(c, buf, count, t, op));
+    if (!alone(c) && count) TIMED(c, c->ops->allreduce(c, buf, count, t, op));
 }
 
 void comm_allgather(const comm *c, const void *send, void *recv, size_t count, comm_dtype t)
 {
-    if (c->size == 1) {
+    if (c->ops->device && !count) return;
+    if (alone(c)) {
         if (send != recv) memmove(recv, send, count * comm_dtype_size(t));
         return;
     }
@@ -169,7 +215,8 @@ void comm_allgather(const comm *c, const void *send, void *recv, size_t count, c
 
 void comm_reduce_scatter(const comm *c, const void *send, void *recv, size_t count, comm_dtype t, comm_op op)
 {
-    if (c->size == 1) {
+    if (c->ops->device && !count) return;
+    if (alone(c)) {
         if (send != recv) memmove(recv, send, count * comm_dtype_size(t));
         return;
     }
@@ -179,6 +226,10 @@ void comm_reduce_scatter(const comm *c, const void *send, void *recv, size_t cou
 void comm_alltoallv(const comm *c, const void *send, const size_t *scounts, const size_t *sdispls, void *recv,
                     const size_t *rcounts, const size_t *rdispls, comm_dtype t, int tag)
 {
+    if (c->ops->alltoallv) {
+        TIMED(c, c->ops->alltoallv(c, send, scounts, sdispls, recv, rcounts, rdispls, t, tag));
+        return;
+    }
     size_t es = comm_dtype_size(t);
     int n = c->size, me = c->rank;
     memmove((char *)recv + rdispls[me] * es, (const char *)send + sdispls[me] * es, scounts[me] * es);
@@ -210,7 +261,7 @@ comm_req *comm_irecv(const comm *c, void *buf, size_t count, comm_dtype t, int p
 
 comm_req *comm_iallreduce(const comm *c, void *buf, size_t count, comm_dtype t, comm_op op)
 {
-    if (c->size == 1 || !count) return NULL;
+    if (alone(c) || !count) return NULL;
     double t0 = td_now();
     return track(c->ops->iallreduce(c, buf, count, t, op), t0);
 }
@@ -218,7 +269,7 @@ comm_req *comm_iallreduce(const comm *c, void *buf, size_t count, comm_dtype t, 
 comm_req *comm_ireduce_scatter(const comm *c, const void *send, void *recv, size_t count, comm_dtype t,
                                comm_op op)
 {
-    if (c->size == 1) {
+    if (alone(c)) {
         if (send != recv) memmove(recv, send, count * comm_dtype_size(t));
         return NULL;
     }
@@ -228,7 +279,7 @@ comm_req *comm_ireduce_scatter(const comm *c, const void *send, void *recv, size
 
 comm_req *comm_iallgatherv(const comm *c, void *buf, const size_t *counts, const size_t *displs, comm_dtype t)
 {
-    if (c->size == 1) return NULL;
+    if (alone(c)) return NULL;
     double t0 = td_now();
     return track(c->ops->iallgatherv(c, buf, counts, displs, t), t0);
 }
@@ -236,7 +287,7 @@ comm_req *comm_iallgatherv(const comm *c, void *buf, const size_t *counts, const
 comm_req *comm_ireduce_scatterv(const comm *c, const void *send, void *recv, const size_t *counts, comm_dtype t,
                                 comm_op op)
 {
-    if (c->size == 1) {
+    if (alone(c)) {
         if (send != recv) memmove(recv, send, counts[0] * comm_dtype_size(t));
         return NULL;
     }

@@ -1,5 +1,6 @@
 /* The communicator vtable behind include/comm/trident/comm.h. One implementation per file
- * (mpi.c; solo.c, a world of one without MPI; nccl.c on GPUs). Private to src/comm. */
+ * (mpi.c; solo.c, a world of one without MPI; hier.c, a view of a flat group; nccl.c, the
+ * device twin of a group). Private to src/comm. */
 #ifndef TRIDENT_COMM_IMPL_H
 #define TRIDENT_COMM_IMPL_H
 
@@ -7,6 +8,8 @@
 
 struct comm_ops {
     const char *name;
+    int device; /* 1: buffers are device memory (nccl.c): comm.c never touches them on the host, and
+                 * a group of one goes through the implementation too (no host memmove) */
     comm *(*split)(const comm *c, int color, int key);
     void (*free)(comm *c);
     void (*abort)(const comm *c, int code);
@@ -15,6 +18,9 @@ struct comm_ops {
     void (*allreduce)(const comm *c, void *buf, size_t count, comm_dtype t, comm_op op);
     void (*allgather)(const comm *c, const void *send, void *recv, size_t count, comm_dtype t);
     void (*reduce_scatter)(const comm *c, const void *send, void *recv, size_t count, comm_dtype t, comm_op op);
+    /* optional: comm_alltoallv itself (NULL: comm.c's point-to-point messages) */
+    void (*alltoallv)(const comm *c, const void *send, const size_t *scounts, const size_t *sdispls, void *recv,
+                      const size_t *rcounts, const size_t *rdispls, comm_dtype t, int tag);
     comm_req *(*isend)(const comm *c, const void *buf, size_t count, comm_dtype t, int peer, int tag);
     comm_req *(*irecv)(const comm *c, void *buf, size_t count, comm_dtype t, int peer, int tag);
     comm_req *(*iallreduce)(const comm *c, void *buf, size_t count, comm_dtype t, comm_op op);
@@ -36,6 +42,7 @@ struct comm {
     int inflight;   /* blocking calls and requests not yet seen complete */
     char name[32];  /* the group's name in messages: "tp", "pp", "dp", ... */
     void *impl;     /* implementation state */
+    comm *twin;     /* the device twin (nccl.c: comm_make_twin), owned; NULL: none */
 };
 
 /* Every implementation's request starts with this, so comm_wait can dispatch. */

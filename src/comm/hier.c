@@ -355,6 +355,7 @@ static const struct comm_ops HIER_OPS = {
 
 comm *comm_hier_create(const comm *flat, const char *host)
 {
+    if (flat->twin) return NULL; /* NCCL carries its buffers: NCCL's own rings and trees (docs/gpu.md) */
     int size = comm_size(flat), me = comm_rank(flat);
     char mine[HOST_LEN] = {0};
     snprintf(mine, sizeof mine, "%s", host);

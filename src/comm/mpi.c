@@ -306,6 +306,8 @@ void comm_world_finalize(comm *world)
         comm_free(world);
         return;
     }
+    comm_free(world->twin); /* NCCL's communicator before MPI's */
+    world->twin = NULL;
     fault_close();
     mpi_state *s = world->impl;
     MPI_OPS.free(s->ring);

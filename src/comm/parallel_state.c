@@ -101,6 +101,14 @@ void ps_free(ps_state *ps)
     free(ps);
 }
 
+void ps_make_twins(ps_state *ps, void *stream)
+{
+    comm *groups[] = {ps->world,     ps->tp_group,   ps->cp_group,  ps->dp_group,  ps->dpcp_group, ps->pp_group,
+                      ps->mp_group,  ps->embd_group, ps->tp_gather, ps->ep_group,  ps->edp_group};
+    for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++) /* NULL: none */
+        comm_make_twin(groups[i], stream, groups[i] == ps->pp_group || groups[i] == ps->cp_group); /* their messages */
+}
+
 double ps_comm_seconds(const ps_state *ps)
 {
     double s = comm_seconds(ps->world) + comm_seconds(ps->tp_group) + comm_seconds(ps->dp_group) +

@@ -32,6 +32,11 @@ const flag_t td_flags[] = {
      "the compute backend: auto (cuda when this trident has it and a GPU is visible, else cpu), cpu, or cuda "
      "(one GPU a rank: the local rank modulo the visible GPUs; docs/gpu.md); plan reads it with --calibrate, "
      "convert with --from hf", 0, 0, TD_BACKEND_CHOICES},
+    {"--comm", A_CHOICE, OFF(comm), "auto", TD_CMD_TRAIN | TD_CMD_EVAL | TD_CMD_GENERATE | TD_CMD_SERVE, "common",
+     "the communicator device buffers cross between ranks: nccl (one NCCL communicator a group, the GPUs' buffers "
+     "read in place; needs --backend cuda, libnccl.so.2 and a GPU of its own for each rank of a host), mpi (through "
+     "pinned host copies), or auto (nccl where it can work, else mpi; docs/gpu.md, NCCL). Host memory always "
+     "crosses MPI", 0, 0, "auto|mpi|nccl"},
     {"--tf32", A_BOOL, OFF(tf32), "0", TD_CMD_TRAIN | TD_CMD_EVAL | TD_CMD_GENERATE | TD_CMD_SERVE,
      "common",
      "cuda: fp32 GEMMs may round their inputs to TF32 on the tensor cores (several times faster, about 1e-3 "

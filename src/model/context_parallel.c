@@ -81,8 +81,8 @@ void cp_ring_start(const backend *be, const comm *cp, const float *send, float *
 {
     int C = comm_size(cp), r = comm_rank(cp);
     q->dst = recv, q->bytes = n * sizeof(float);
-    q->recv = comm_irecv(cp, xfer_recv_view(be, recv, q->bytes), n, COMM_F32, (r + C - 1) % C, tag);
-    q->send = comm_isend(cp, xfer_send_view(be, send, q->bytes), n, COMM_F32, (r + 1) % C, tag);
+    q->recv = comm_irecv(xfer_comm(be, cp), xfer_recv_view(be, recv, q->bytes), n, COMM_F32, (r + C - 1) % C, tag);
+    q->send = comm_isend(xfer_comm(be, cp), xfer_send_view(be, send, q->bytes), n, COMM_F32, (r + 1) % C, tag);
 }
 
 void cp_ring_wait(const backend *be, cp_ring_req *q)

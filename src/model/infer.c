@@ -181,7 +181,7 @@ static void head_logits(gpt_model *m, gpt_kv_cache *c, const float *x, int count
     tp_column_linear_fwd(be, m->ps->tp_group, logits_l, be_f32(ln), m->p.head_w, NULL, count, h, m->vocab_l);
     size_t slice = (size_t)count * m->vocab_l;
     if (m->tp > 1) { /* into host memory: this slice as comm reads it (xfer.h), the others beside */
-        comm_allgather(m->ps->tp_group, xfer_send_view(be, logits_l, slice * sizeof(float)), gathered, slice, COMM_F32);
+        xfer_allgather_to_host(be, m->ps->tp_group, logits_l, gathered, slice, COMM_F32);
     } else {
         be_memcpy(be, gathered, logits_l, slice * sizeof(float), BE_D2H);
     }

@@ -311,8 +311,8 @@ static void apply_capacity(const gpt_model *m, moe_acts *a, int T)
     }
     int32_t *gi = td_xmalloc(2 * N * sizeof *gi), *bi = gi + N; /* gathered by rank; in the micro-batch's order */
     float *gp = td_xmalloc(2 * N * sizeof *gp), *bp = gp + N;
-    comm_allgather(cpg, xfer_send_view(m->be, a->idx, n * sizeof *a->idx), gi, n, COMM_I32);
-    comm_allgather(cpg, xfer_send_view(m->be, a->probs, n * sizeof *a->probs), gp, n, COMM_F32);
+    xfer_allgather_to_host(m->be, cpg, a->idx, gi, n, COMM_I32);
+    xfer_allgather_to_host(m->be, cpg, a->probs, gp, n, COMM_F32);
     for (int r = 0; r < cp; r++)
         for (int j = 0; j < T; j++) {
             size_t at = ((size_t)(j / sc) * seq + cp_position(m, r, j % sc)) * k, from = ((size_t)r * T + j) * k;
@@ -487,8 +487,7 @@ static void gather_dispatch(const gpt_model *m, moe_acts *a, moe_scratch *s, con
     xfer_allgather(m->be, m->ps->ep_group, xf, s->gbuf, (size_t)T * h, COMM_F32);
     xfer_allgather(m->be, m->ps->ep_group, a->probs, a->gprobs, (size_t)T * k, COMM_F32);
     int32_t *gidx = td_xmalloc((size_t)G * k * sizeof *gidx), *at = td_xcalloc((size_t)El * P, sizeof *at);
-    comm_allgather(m->ps->ep_group, xfer_send_view(m->be, a->idx, (size_t)T * k * sizeof(int32_t)), gidx, (size_t)T * k,
-                   COMM_I32); /* into host memory */
+    xfer_allgather_to_host(m->be, m->ps->ep_group, a->idx, gidx, (size_t)T * k, COMM_I32);
     xfer_allgather(m->be, m->ps->ep_group, a->row, a->grow, (size_t)T * k, COMM_I32); /* -1: dropped at its source */
     /* host memory: the CPU backend's. rcount[src][j]: the rows of source src for local expert j */
     memset(a->rcount, 0, (size_t)E * sizeof *a->rcount);

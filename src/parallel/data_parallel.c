@@ -127,10 +127,10 @@ static void start_reduce(dp_chunk *d, int i)
     if (k->pending) be_event_release(be, &k->ready);
     k->pending = 0;
     if (d->cfg.distributed)
-        k->grad_req = comm_ireduce_scatterv(bucket_group(d, k), xfer_send_view(be, g, n * sizeof(float)),
+        k->grad_req = comm_ireduce_scatterv(xfer_comm(be, bucket_group(d, k)), xfer_send_view(be, g, n * sizeof(float)),
                                             xfer_recv_view(be, r, rn * sizeof(float)), k->counts, COMM_F32, COMM_SUM);
     else
-        k->grad_req = comm_iallreduce(bucket_group(d, k), xfer_inout_view(be, g, n * sizeof(float)), n, COMM_F32,
+        k->grad_req = comm_iallreduce(xfer_comm(be, bucket_group(d, k)), xfer_inout_view(be, g, n * sizeof(float)), n, COMM_F32,
                                       COMM_SUM);
 }
 
@@ -323,7 +323,7 @@ void dp_start_param_gather(dp_chunk *d)
     for (int i = d->n - 1; i >= 0; i--) {
         bucket *k = &d->b[i];
         TD_ASSERT(k->param_req == NULL);
-        k->param_req = comm_iallgatherv(bucket_group(d, k),
+        k->param_req = comm_iallgatherv(xfer_comm(d->m->be, bucket_group(d, k)),
                                         xfer_inout_view(d->m->be, d->m->params + k->lo, (k->hi - k->lo) * sizeof(float)),
                                         k->counts, k->displs, COMM_F32);
     }
@@ -360,6 +360,11 @@ int dp_choose_collectives(ps_state *ps, const char *mode, size_t numel, size_t b
 {
     line[0] = '\0';
     /* the buckets' group: dp x cp (dp without context parallelism) */
+    if (ps->dpcp > 1 && comm_is_device(comm_device(ps->dpcp_group))) { /* --comm nccl */
+        snprintf(line, len, "dp collectives: NCCL's own rings and trees (--comm nccl%s)",
+                 strcmp(mode, "auto") == 0 ? "" : "; --dp-collectives applies to MPI only");
+        return 0;
+    }
     if (strcmp(mode, "flat") == 0 || ps->dpcp < 2) return 0;
     char host[64];
     comm_host_name(ps->world_rank, ps->world_size, host, sizeof host);

@@ -169,7 +169,7 @@ comm_req *pp_send(const ps_state *ps, const backend *be, int scatter_gather, con
 {
     size_t off = 0, count = n;
     if (scatter_gather) pp_transfer_slice(n, ps->tp, ps->tp_rank, &off, &count);
-    return comm_isend(ps->pp_group, xfer_send_view(be, buf + off, count * sizeof(float)), count, COMM_F32, peer, tag);
+    return comm_isend(xfer_comm(be, ps->pp_group), xfer_send_view(be, buf + off, count * sizeof(float)), count, COMM_F32, peer, tag);
 }
 
 /* The receive lands in the view of the whole of buf (the slice at its place), where the
@@ -180,7 +180,7 @@ comm_req *pp_recv_start(const ps_state *ps, const backend *be, int scatter_gathe
     size_t off = 0, count = n;
     if (scatter_gather) pp_transfer_slice(n, ps->tp, ps->tp_rank, &off, &count);
     float *view = xfer_recv_view(be, buf, n * sizeof(float));
-    return comm_irecv(ps->pp_group, view + off, count, COMM_F32, peer, tag);
+    return comm_irecv(xfer_comm(be, ps->pp_group), view + off, count, COMM_F32, peer, tag);
 }
 
 void pp_recv_finish(const ps_state *ps, const backend *be, int scatter_gather, float *buf, size_t n)
@@ -189,7 +189,7 @@ void pp_recv_finish(const ps_state *ps, const backend *be, int scatter_gather, f
         int t = ps->tp;
         size_t *counts = td_xmalloc(2 * (size_t)t * sizeof(size_t)), *displs = counts + t;
         for (int r = 0; r < t; r++) pp_transfer_slice(n, t, r, &displs[r], &counts[r]);
-        comm_wait(comm_iallgatherv(ps->tp_group, xfer_recv_view(be, buf, n * sizeof(float)), counts, displs, COMM_F32));
+        comm_wait(comm_iallgatherv(xfer_comm(be, ps->tp_group), xfer_recv_view(be, buf, n * sizeof(float)), counts, displs, COMM_F32));
         free(counts);
     }
     xfer_recv_done(be, buf, n * sizeof(float));
@@ -264,7 +264,7 @@ static void start_gather(run *r, prefetched *pf)
     int t = r->it->ps->tp;
     size_t n = r->displs[t - 1] + r->counts[t - 1]; /* the whole transfer, in its view */
     float *view = xfer_recv_view(r->be, r->it->prefetch[pf - r->pre], n * sizeof(float));
-    pf->gather = comm_iallgatherv(r->it->ps->tp_gather, view, r->counts, r->displs, COMM_F32);
+    pf->gather = comm_iallgatherv(xfer_comm(r->be, r->it->ps->tp_gather), view, r->counts, r->displs, COMM_F32);
 }
 
 static prefetched *oldest_receiving(run *r)

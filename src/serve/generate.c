@@ -101,13 +101,13 @@ static void step(gpt_model *m, const ps_state *ps, gpt_kv_cache *c, const int32_
         for (int b = 0; b < B; b++) memcpy(ids + (size_t)b * n, tokens + (size_t)b * cap + pos, (size_t)n * sizeof(int32_t));
     } else {
         in = be_alloc(m->be, rows * h * sizeof(float));
-        comm_wait(comm_irecv(ps->pp_group, xfer_recv_view(m->be, in, rows * h * sizeof(float)), rows * h, COMM_F32,
+        comm_wait(comm_irecv(xfer_comm(m->be, ps->pp_group), xfer_recv_view(m->be, in, rows * h * sizeof(float)), rows * h, COMM_F32,
                              ps->pp_rank - 1, 1));
         xfer_recv_done(m->be, in, rows * h * sizeof(float));
     }
     float *y = p ? gpt_infer_each(m, c, ids, in, pos, n, on_prefill, p) : gpt_infer(m, c, ids, in, pos, n, logits);
     if (!m->last)
-        comm_wait(comm_isend(ps->pp_group, xfer_send_view(m->be, y, rows * h * sizeof(float)), rows * h, COMM_F32,
+        comm_wait(comm_isend(xfer_comm(m->be, ps->pp_group), xfer_send_view(m->be, y, rows * h * sizeof(float)), rows * h, COMM_F32,
                              ps->pp_rank + 1, 1));
     be_dfree(m->be, in);
 }

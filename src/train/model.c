@@ -7,6 +7,7 @@
 #endif
 
 #include "train_impl.h"
+#include "xfer.h"
 #include "trident/check.h"
 #include "trident/tokenizer.h"
 
@@ -60,6 +61,7 @@ void run_wait_params(run_state *r)
 void run_model_grid(run_state *r, comm *world)
 {
     const td_args *a = r->a;
+    xfer_comm_choose(a->comm ? a->comm : "auto", a->backend, world); /* --comm nccl that cannot work: exit 2 here */
     r->ps = ps_init_cp(world, a->tensor_model_parallel_size, a->context_parallel_size, a->pipeline_model_parallel_size);
     ps_state *ps = r->ps;
     ps_init_experts(ps, a->num_experts > 0 ? a->expert_model_parallel_size : 1);
@@ -71,6 +73,7 @@ void run_model_grid(run_state *r, comm *world)
     if (a->sequence_parallel && ps->tp == 1 && ps->world_rank == 0)
         TD_INFO("--sequence-parallel does nothing without tensor parallelism: off");
     r->model.be = be_create(a->backend, 0);
+    xfer_comm_attach(r->model.be, ps); /* --comm nccl: every group's NCCL twin */
     be_set_tf32(r->model.be, a->tf32);
     if (a->bf16 || a->fp16) be_set_gemm_dtype(r->model.be, a->bf16 ? BE_BF16 : BE_F16);
 }

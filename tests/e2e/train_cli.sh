@@ -149,6 +149,14 @@ once "np 2: no training documents"
 
 # the hang guard (TRIDENT_HANG_GUARD_S, which ctest sets for every test): a trident process that outlives
 # it ends with exit 124 and a line naming the command; here tokenize waiting on a stdin that stays open
+# --comm (docs/gpu.md, NCCL): on every command that moves device buffers; nccl where it cannot work
+# (here the cpu backend) exits 2 before the backend exists, the reason agreed over the ranks, once
+for cmd in train eval generate serve; do
+  expect "$cmd: unknown communicator" 2 "--comm 'gloo' is not one of auto|mpi|nccl" "$TRIDENT" $cmd --comm gloo
+done
+expect "--comm nccl on the cpu" 2 "--comm nccl: the cpu backend's buffers are host memory" "${MPIRUN[@]}" -np 2 \
+  "$TRIDENT" train "${TINY[@]}" --backend cpu --comm nccl
+once "--comm nccl on the cpu"
 t0=$SECONDS
 out=$(TRIDENT_HANG_GUARD_S=1 timeout $((20 * SCALE)) "$TRIDENT" tokenize "${TOK[@]}" 2>&1 < <(exec sleep 30 2>/dev/null)); rc=$?
 [ "$rc" = 124 ] && grep -q "error: trident tokenize (pid [0-9]* on .*) still running after 1 s" <<<"$out" &&

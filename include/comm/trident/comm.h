@@ -88,7 +88,7 @@ int comm_test(comm_req *r);
 /* Seconds spent blocked in communication on this communicator since creation: the blocking
  * calls and the waits of requests not yet complete (a request comm_progress saw complete costs
  * its wait nothing). This is the communication that was exposed, not hidden behind compute. */
-double comm_seconds(const comm *c);
+double comm_seconds(const comm *c); /* a group with an NCCL twin: the twin's seconds included */
 /* Seconds since creation during which at least one communication of this communicator was in
  * flight: a blocking call, or a request from its start until comm_progress or its wait saw it
  * complete (a union of intervals, so requests in flight together count once). Never less than
@@ -109,5 +109,26 @@ int comm_progress(void);
 void comm_set_progress_hook(void (*hook)(void *ctx), void *ctx);
 
 size_t comm_dtype_size(comm_dtype t);
+
+/* ---- device twins: NCCL for buffers in device memory (docs/gpu.md, "NCCL") ----
+ * A group's twin has its ranks, in its order, and its name; its buffers are device memory of the
+ * rank's GPU. Whoever hands comm device memory picks the twin (xfer_comm, src/backend/xfer.h);
+ * host memory keeps going to the group itself. */
+/* 1 when this build can make twins here (built with CUDA and libnccl.so.2 opens with every
+ * function trident calls); else 0 and the reason in why (len bytes). Never ends the process. */
+int comm_nccl_loadable(char *why, size_t len);
+/* Gives c its NCCL twin, ordered against `stream` (the backend's cudaStream_t: each operation
+ * runs after the work enqueued there before it, and the work enqueued after a blocking call or a
+ * request's wait runs after the operation). p2p: the group carries point-to-point messages of
+ * device buffers (comm_isend, comm_irecv) between neighbours on the ring of its ranks: each
+ * ordered pair of neighbours gets a channel of its own (a two-rank NCCL communicator, a stream at
+ * each end), so that no message waits behind one to another peer or the other way; without,
+ * messages share the twin's stream. Collective over c; a no-op when c has one. Every later comm_split of c makes its part's
+ * twin too (with c's p2p). */
+void comm_make_twin(comm *c, void *stream, int p2p);
+/* The group device buffers of c's ranks cross: c's twin, or c when it has none. */
+const comm *comm_device(const comm *c);
+/* 1 if c's buffers are device memory (c is a twin). */
+int comm_is_device(const comm *c);
 
 #endif

@@ -16,7 +16,7 @@ void comm_host_name(int world_rank, int world_size, char *out, size_t len);
 
 /* Collective over flat: a hierarchical view of flat, or NULL when flat is all there is (the group
  * does not span two hosts, no host holds two of its ranks, or the hosts hold unequal numbers of
- * its ranks). `host` is this rank's host (comm_host_name). flat must outlive the view; every
+ * its ranks; or flat has an NCCL twin: NCCL takes its own rings and trees). `host` is this rank's host (comm_host_name). flat must outlive the view; every
  * request of the view must be waited before comm_free. */
 comm *comm_hier_create(const comm *flat, const char *host);
 /* Hosts the view spans and ranks per host (*nodes = 1, *per_node = size for a flat group). */

@@ -65,6 +65,11 @@ ps_state *ps_init_cp(comm *world, int tp, int cp, int pp);
  * before models are built. */
 void ps_init_experts(ps_state *ps, int ep);
 void ps_free(ps_state *ps);
+/* Every group of ps gets its NCCL twin (comm_make_twin, ordered against the backend's `stream`),
+ * the world first and then the groups in one fixed order on every rank, each collective over its
+ * own ranks; the pp and cp groups' with p2p (their stage transfers and ring). Before the data-parallel collectives are chosen (a twin's group takes NCCL's own
+ * ring and tree choices: no hierarchical view). */
+void ps_make_twins(ps_state *ps, void *stream);
 
 /* Seconds this rank has spent blocked in communication on all its groups so far. */
 double ps_comm_seconds(const ps_state *ps);

@@ -30,6 +30,7 @@ typedef struct td_args {
     int64_t seed;
     int verbose;
     char *backend;             /* --backend: auto or a name of the registry (src/backend/registry.c) */
+    char *comm;                /* --comm: auto, mpi or nccl (the communicator of device buffers; xfer.h) */
     int tf32;                  /* --tf32: fp32 GEMMs may use TF32 (cuda) */
     /* tokenizer */
     char *tokenizer_type;
