@@ -5,7 +5,8 @@
  * documents; grouped-query heads; dropout by the CPU backend's Philox masks (cu_drop.h, which
  * unit/test_cuda_drop holds to the CPU's bit for bit); head sizes 64 and 128; bf16 and fp16;
  * sequence lengths that are not multiples of the tiles; q, k, v interleaved in one row as the
- * model's fused QKV. Runs everywhere, GPU or not: the fragment layouts, the masks and the tiling
+ * model's fused QKV, as 16-bit values or as fp32 ones (a --bf16 run's activations, rounded as the
+ * tiles load). Runs everywhere, GPU or not: the fragment layouts, the masks and the tiling
  * are checked before a GPU ever runs them (tests/gpu/test_cuda_attention_moe.c then holds the
  * real kernels to the CPU backend on the device). */
 #include "cuemu.h"
@@ -28,6 +29,7 @@ struct tcase {
     float p;  /* attention dropout */
     int odt;  /* out's dtype */
     float tol; /* max |err| / max |ref| per tensor */
+    bool f32in; /* q, k, v handed over as fp32 (a --bf16 run's activations), rounded as the tiles load */
 };
 
 struct ref_out {
@@ -157,8 +159,8 @@ template <class G> static void compare(const tcase &c, const char *what, size_t 
 
 template <int HS, bool BF> static void run_case(const tcase &c)
 {
-    printf("%s: B %d, T %d, heads %d over %d, head size %d, %s, %s, dropout %.2f\n", c.name, c.B, c.T, c.NH, c.NKV,
-           HS, BF ? "bf16" : "fp16", c.mask == M_CAUSAL ? "causal" : c.mask == M_PADDED ? "padded" : "packed",
+    printf("%s: B %d, T %d, heads %d over %d, head size %d, %s%s, %s, dropout %.2f\n", c.name, c.B, c.T, c.NH, c.NKV,
+           HS, BF ? "bf16" : "fp16", c.f32in ? " (from fp32)" : "", c.mask == M_CAUSAL ? "causal" : c.mask == M_PADDED ? "padded" : "packed",
            (double)c.p);
     std::mt19937 rng(1234 + c.T * 7 + c.NH);
     std::uniform_real_distribution<float> U(-1.0f, 1.0f);
@@ -185,8 +187,16 @@ template <int HS, bool BF> static void run_case(const tcase &c)
     in.dr.sample = in.sample.data();
 
     att_args a;
-    a.q = in.qkv.data(), a.k = in.qkv.data() + C, a.v = in.qkv.data() + C + c.NKV * HS;
-    a.qdt = a.kdt = a.vdt = BF ? BE_BF16 : BE_F16;
+    std::vector<float> qkvf; /* the same values widened (exact), for the fp32-input cases */
+    if (c.f32in) {
+        qkvf.resize(in.qkv.size());
+        for (size_t i = 0; i < qkvf.size(); i++) qkvf[i] = cu_h2f(in.qkv[i], BF);
+        a.q = qkvf.data(), a.k = qkvf.data() + C, a.v = qkvf.data() + C + c.NKV * HS;
+        a.qdt = a.kdt = a.vdt = BE_F32;
+    } else {
+        a.q = in.qkv.data(), a.k = in.qkv.data() + C, a.v = in.qkv.data() + C + c.NKV * HS;
+        a.qdt = a.kdt = a.vdt = BF ? BE_BF16 : BE_F16;
+    }
     a.ldq = a.ldkv = in.ld, a.B = c.B, a.T = T, a.NH = c.NH, a.NKV = c.NKV, a.HS = HS;
     a.klen = c.mask == M_PADDED ? in.klen.data() : NULL;
     a.seg = c.mask == M_SEG ? in.seg.data() : NULL;
@@ -240,10 +250,12 @@ int main(int argc, char **argv)
 {
     (void)argc, (void)argv;
     const tcase cases[] = {
-        {"causal", 2, 100, 2, 1, 64, true, M_CAUSAL, 0.0f, BE_F32, 2e-2f},
-        {"padded+dropout", 2, 80, 2, 2, 128, false, M_PADDED, 0.2f, BE_F32, 5e-3f},
-        {"packed+dropout", 2, 130, 4, 2, 64, false, M_SEG, 0.1f, BE_BF16, 1e-2f},
-        {"causal fp16 out", 1, 64, 1, 1, 128, true, M_CAUSAL, 0.0f, BE_F16, 2e-2f},
+        {"causal", 2, 100, 2, 1, 64, true, M_CAUSAL, 0.0f, BE_F32, 2e-2f, false},
+        {"padded+dropout", 2, 80, 2, 2, 128, false, M_PADDED, 0.2f, BE_F32, 5e-3f, false},
+        {"packed+dropout", 2, 130, 4, 2, 64, false, M_SEG, 0.1f, BE_BF16, 1e-2f, false},
+        {"causal fp16 out", 1, 64, 1, 1, 128, true, M_CAUSAL, 0.0f, BE_F16, 2e-2f, false},
+        {"fp32 inputs, bf16 products", 2, 70, 2, 1, 64, true, M_CAUSAL, 0.1f, BE_F32, 2e-2f, true},
+        {"fp32 inputs, padded", 2, 66, 2, 2, 128, true, M_PADDED, 0.0f, BE_F32, 2e-2f, true},
     };
     for (const tcase &c : cases) {
         if (c.HS == 64 && c.bf) run_case<64, true>(c);

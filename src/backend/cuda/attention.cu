@@ -27,7 +27,7 @@
  * out, dout, dq, dk, dv may each be fp32, bf16 or fp16 (read as fp32; written or accumulated in
  * fp32 and rounded once into their dtype); lse is fp32. These CUDA-core kernels (fp32 FMAs
  * from shared memory) serve every case; the common ones (q, k, v in bf16, head size 64 or 128,
- * self-attention) run on the tensor cores instead (att_mma.cuh, am_*), unless
+ * self-attention; fp32 ones too in a --bf16 run) run on the tensor cores instead (att_mma.cuh, am_*), unless
  * TRIDENT_CUDA_ATTENTION=simt asks for these (to measure one against the other). */
 #include <math.h>
 #include <stdlib.h>
@@ -434,10 +434,12 @@ static att_args att_args_of(be_in q, be_in k, be_in v, int ldq, int ldkv, int B,
 
 /* ---- the tensor-core kernels (att_mma.cuh) ---- */
 
-/* Whether this call runs on the tensor cores: q, k, v in bf16, head size 64 or 128,
- * self-attention (the block entries stay on the CUDA-core kernels), even row strides and 4-byte
- * aligned buffers (two elements a load), and TRIDENT_CUDA_ATTENTION not "simt". */
-static bool am_use(const att_args &a, const void *dout)
+/* Whether this call runs on the tensor cores: q, k, v in bf16 — or in fp32 when the run multiplies
+ * in bf16 (be_set_gemm_dtype: --bf16), as autocast runs PyTorch's attention in bf16; the tiles
+ * round them as they load —, head size 64 or 128, self-attention (the block entries stay on the
+ * CUDA-core kernels), even row strides and 4-byte aligned buffers (two elements a load), and
+ * TRIDENT_CUDA_ATTENTION not "simt". An fp32 run (gemm dtype fp32) keeps fp32 attention. */
+static bool am_use(const backend *be, const att_args &a, const void *dout)
 {
     static int mode = -1; /* 1: tensor cores where they apply, 0: never */
     if (mode < 0) {
@@ -445,7 +447,9 @@ static bool am_use(const att_args &a, const void *dout)
         mode = !(e && strcmp(e, "simt") == 0);
     }
     if (!mode || a.qpos || (a.HS != 64 && a.HS != 128)) return false;
-    if (a.qdt != BE_BF16 || a.kdt != BE_BF16 || a.vdt != BE_BF16) return false;
+    bool bf16 = a.qdt == BE_BF16 && a.kdt == BE_BF16 && a.vdt == BE_BF16;
+    bool f32_in_bf16_run = a.qdt == BE_F32 && a.kdt == BE_F32 && a.vdt == BE_F32 && be->gemm_dtype == BE_BF16;
+    if (!bf16 && !f32_in_bf16_run) return false;
     if ((a.ldq & 1) || (a.ldkv & 1)) return false;
     uintptr_t bits = (uintptr_t)a.q | (uintptr_t)a.k | (uintptr_t)a.v | (uintptr_t)dout;
     return (bits & 3) == 0;
@@ -530,7 +534,7 @@ static void cu_attention_fwd(const backend *be, be_out out, float *lse, be_in q,
     TD_CHECK(!seg || !klen, "packed documents are causal", "cuda attention_fwd: both klen and seg");
     att_args a = att_args_of(q, k, v, ldq, ldkv, B, T, NH, NKV, HS, klen, seg, drop);
     be_in none = {NULL, BE_F32};
-    if (am_use(a, NULL)) am_fwd(be, a, out, lse, none, NULL);
+    if (am_use(be, a, NULL)) am_fwd(be, a, out, lse, none, NULL);
     else att_fwd_launch(be, a, out, lse, none, NULL);
 }
 
@@ -545,7 +549,7 @@ static void cu_attention_bwd(const backend *be, be_out dq, be_out dk, be_out dv,
     /* D = dout . out a row, from the forward run again (the contract passes no out) */
     float *D = (float *)be->ops->alloc(be, (size_t)B * NH * T * sizeof(float));
     be_out none = {NULL, BE_F32};
-    if (am_use(a, dout.p)) {
+    if (am_use(be, a, dout.p)) {
         am_fwd(be, a, none, NULL, dout, D);
         am_bwd(be, a, dq, dk, dv, dout, lse, D);
         be->ops->free(be, D);
