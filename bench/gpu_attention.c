@@ -2,11 +2,13 @@
  * PyTorch's scaled_dot_product_attention; bench/gpu_speed.sh runs it with and without
  * TRIDENT_CUDA_ATTENTION=simt, beside `gpu_speed_peer.py attention`):
  *   gpu_attention [--backend cuda|cpu] [--batch 16] [--seq 1024] [--heads 12] [--groups 12]
- *                 [--head-size 64] [--dtype bf16|fp16|fp32] [--reps 20]
+ *                 [--head-size 64] [--dtype bf16|fp16|fp32] [--reps 20] [--bf16-run]
  * Causal self-attention over q, k, v interleaved in one row as the model's fused QKV. Times
  * attention_fwd and attention_bwd (dq, dk, dv) with the backend's events, the best of `reps`
  * after one warm-up, and prints "attention fwd_ms X fwd_tflops Y bwd_ms X bwd_tflops Y" with
- * FlashAttention's FLOP count (forward 4 B H T^2 d / 2 for causal, backward 2.5 times it). */
+ * FlashAttention's FLOP count (forward 4 B H T^2 d / 2 for causal, backward 2.5 times it).
+ * --bf16-run: the backend multiplies in bf16 (be_set_gemm_dtype), as a --bf16 training run does:
+ * with --dtype fp32 that is the attention such a run gets (fp32 activations, bf16 products). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,7 +20,7 @@ static void usage_die(const char *why)
 {
     fprintf(stderr,
             "gpu_attention: %s\nusage: gpu_attention [--backend cuda|cpu] [--batch N] [--seq N] [--heads N] "
-            "[--groups N] [--head-size N] [--dtype bf16|fp16|fp32] [--reps N]\n",
+            "[--groups N] [--head-size N] [--dtype bf16|fp16|fp32] [--reps N] [--bf16-run]\n",
             why);
     exit(2);
 }
@@ -63,9 +65,13 @@ static void *random_buffer(backend *be, be_dtype dt, size_t n, unsigned *seed)
 int main(int argc, char **argv)
 {
     const char *bk = "cuda", *dts = "bf16";
-    int B = 16, T = 1024, NH = 12, NKV = -1, HS = 64, reps = 20;
+    int B = 16, T = 1024, NH = 12, NKV = -1, HS = 64, reps = 20, bf16_run = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
+        if (!strcmp(a, "--bf16-run")) {
+            bf16_run = 1;
+            continue;
+        }
         if (i + 1 >= argc) usage_die("every option takes a value");
         const char *v = argv[++i];
         if (!strcmp(a, "--backend")) bk = v;
@@ -84,6 +90,7 @@ int main(int argc, char **argv)
     if (B < 1 || T < 1 || NH < 1 || NKV < 1 || NH % NKV || HS < 1 || reps < 1)
         usage_die("sizes must be positive, the heads a multiple of the groups");
     backend *be = be_create(bk, 0);
+    if (bf16_run) be_set_gemm_dtype(be, BE_BF16);
     const int C = NH * HS, ld = (NH + 2 * NKV) * HS;
     unsigned seed = 12345;
     size_t nrow = (size_t)B * T;
@@ -113,8 +120,8 @@ int main(int argc, char **argv)
     }
     double flops = 4.0 * B * NH * (double)T * T * HS / 2.0;
     const char *kern = getenv("TRIDENT_CUDA_ATTENTION");
-    printf("attention backend %s dtype %s B %d T %d heads %d groups %d head_size %d kernels %s\n", bk, dts, B, T, NH,
-           NKV, HS, kern && *kern ? kern : "default");
+    printf("attention backend %s dtype %s%s B %d T %d heads %d groups %d head_size %d kernels %s\n", bk, dts,
+           bf16_run ? " (a bf16 run)" : "", B, T, NH, NKV, HS, kern && *kern ? kern : "default");
     printf("attention fwd_ms %.4f fwd_tflops %.2f bwd_ms %.4f bwd_tflops %.2f\n", fwd * 1e3, flops / fwd / 1e12,
            bwd * 1e3, 2.5 * flops / bwd / 1e12);
     be_free(be);

@@ -175,6 +175,7 @@ if [ $SMOKE = 1 ]; then
   job attention_trident 30 "$ATT" --backend cpu --dtype fp32 "${AT[@]}"
 else
   job attention_trident 30 "$ATT" --backend cuda --dtype bf16 "${AT[@]}"
+  job attention_trident_f32in 30 "$ATT" --backend cuda --dtype fp32 --bf16-run "${AT[@]}"
   job attention_trident_simt 30 env TRIDENT_CUDA_ATTENTION=simt "$ATT" --backend cuda --dtype bf16 "${AT[@]}"
 fi
 job attention_torch 60 "$PYTHON" "$PY" attention --device $DEV "${AT[@]}"

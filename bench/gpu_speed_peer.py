@@ -163,7 +163,7 @@ def report(argv):
         rows.append((name, s, r))
     # attention alone: trident's tensor-core and CUDA-core kernels and torch's SDPA (bench/gpu_attention.c)
     res["attention"] = {}
-    for side in ("trident", "trident_simt", "torch"):
+    for side in ("trident", "trident_f32in", "trident_simt", "torch"):
         path = os.path.join(out, "attention_%s.log" % side)
         if os.path.exists(path):
             res["attention"][side] = {k: grab(path, k + r" ([0-9.]+)") for k in ("fwd_ms", "fwd_tflops", "bwd_ms", "bwd_tflops")}
@@ -208,7 +208,9 @@ def report(argv):
         md += ["", "Attention alone (%s; causal; forward, and backward dq dk dv; the best after a warm-up, timed by "
                "events; FlashAttention's FLOP count):" % shape, "",
                "| kernels | fwd ms | fwd TFLOP/s | bwd ms | bwd TFLOP/s |", "|---|---|---|---|---|"]
-        names = {"trident": "trident, tensor cores (att_mma.cuh)", "trident_simt": "trident, CUDA cores (TRIDENT_CUDA_ATTENTION=simt)",
+        names = {"trident": "trident, tensor cores (att_mma.cuh)",
+                 "trident_f32in": "trident, tensor cores, fp32 q k v of a --bf16 run (rounded as they load)",
+                 "trident_simt": "trident, CUDA cores (TRIDENT_CUDA_ATTENTION=simt)",
                  "torch": "torch scaled_dot_product_attention"}
         for side, a in res["attention"].items():
             md.append("| %s | %s | %s | %s | %s |" % (names[side], f(a["fwd_ms"], "%.3f"), f(a["fwd_tflops"], "%.1f"),
