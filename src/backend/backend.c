@@ -1,8 +1,30 @@
 /* What every backend shares and calls no implementation: the kernel families' names, the table
  * of the contract's entries (which may be NULL) and the wrappers that chain vtable entries. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend.h"
+#include "trident/check.h"
+
+void be_stats_defer(be_stats *st, be_event t0, be_event t1, be_op op)
+{
+    if (st->npending == st->cap) {
+        st->cap = st->cap ? 2 * st->cap : 256;
+        st->pending = td_xrealloc(st->pending, (size_t)st->cap * sizeof *st->pending);
+    }
+    st->pending[st->npending++] = (be_pending){t0, t1, (int)op};
+}
+
+void be_stats_flush(const backend *be, be_stats *st)
+{
+    for (int i = 0; i < st->npending; i++) {
+        be_pending *p = &st->pending[i];
+        st->seconds[p->op] += be->ops->event_elapsed(be, &p->t0, &p->t1);
+    }
+    free(st->pending);
+    st->pending = NULL;
+    st->npending = st->cap = 0;
+}
 
 /* Every entry of struct be_ops, in declaration order; 1: optional (be_ops.h, docs/backend.md). */
 const be_op_entry BE_OP_ENTRIES[] = {

@@ -119,15 +119,20 @@ static inline be_event be_tic(const backend *be)
 }
 /* Ends every wrapped kernel: the registered progress hook runs (be_set_progress), so a rank
  * computing does not hold back the transfers it started. */
+void be_stats_defer(be_stats *st, be_event t0, be_event t1, be_op op);
 static inline void be_toc(const backend *be, be_op op, be_event t0, double flops)
 {
     if (be->progress) be->progress(be->progress_ctx);
     if (!be->stats) return;
     be_event t1 = be_event_record(be);
-    be->stats->seconds[op] += be->ops->event_elapsed(be, &t0, &t1);
     be->stats->flops[op] += flops;
     be->stats->calls[op]++;
+    if (be->ops->event_query) be_stats_defer(be->stats, t0, t1, op); /* asynchronous: read later, no wait */
+    else be->stats->seconds[op] += be->ops->event_elapsed(be, &t0, &t1);
 }
+/* Reads the events be_toc queued on an asynchronous backend (waiting for the last of them) into
+ * st's seconds, and releases them. The trainer calls it once an iteration, after its end. */
+void be_stats_flush(const backend *be, be_stats *st);
 
 static inline void *be_alloc(const backend *be, size_t bytes)
 {

@@ -497,11 +497,22 @@ typedef enum {
     BE_OP_COUNT
 } be_op;
 
+/* A timed kernel of an asynchronous backend whose events are not read yet (be_toc, be_stats_flush). */
+typedef struct be_pending {
+    be_event t0, t1;
+    int op; /* be_op */
+} be_pending;
+
 typedef struct be_stats {
     double seconds[BE_OP_COUNT];
     double flops[BE_OP_COUNT]; /* GEMM: 2 m n k per product; attention: Megatron's count (4 B s^2 h
                                 * forward, twice that backward, causal mask ignored) */
     int64_t calls[BE_OP_COUNT];
+    /* On an asynchronous backend (event_query set) reading a kernel's events waits for it, which
+     * would leave the device idle while the host enqueues the next: be_toc queues the events here
+     * instead, and be_stats_flush reads them all (seconds complete only after it). Empty on cpu. */
+    be_pending *pending;
+    int npending, cap;
 } be_stats;
 
 

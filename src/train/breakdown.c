@@ -27,6 +27,7 @@ void bd_end_iteration(bd_state *b)
     b->in_iter = 0;
     be_event end = be_event_record(b->be);
     b->total += be_event_elapsed(b->be, &b->iter_t, &end);
+    be_stats_flush(b->be, &b->kern); /* an asynchronous backend's kernel times: everything has run by now */
     b->comm += ps_comm_seconds(b->ps) - b->iter_c;
     double x[PS_GROUPS], f[PS_GROUPS];
     ps_comm_times(b->ps, x, f);

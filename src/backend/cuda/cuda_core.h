@@ -9,7 +9,9 @@
 extern "C" {
 #endif
 
-#define CU_EVENT_POOL 64
+/* Released events kept for reuse: a timed iteration (the trainer's breakdown) holds two a kernel
+ * until its end (be_stats_flush), a few thousand. */
+#define CU_EVENT_POOL 4096
 /* Host-to-device copies go through pinned staging slots (cuda.c): the host source is copied into
  * a slot and the DMA from it enqueued, so copy_bytes returns once the source may be reused without
  * waiting for the queue. A slot is reused after its copy has run (its event). */
