@@ -222,6 +222,24 @@ def report(argv):
         for k, g in res["generation"].items():
             md.append("| %s | %s | %s | %s |" % (k.split("_")[1], f(g["trident_tokens_per_s"], "%.0f"),
                                                  f(g["torch_tokens_per_s"], "%.0f"), f(g["trident_over_torch"], "%.2f")))
+    # trident's own time breakdown of each shape (kernel families by the backend's events, the
+    # optimizer, communication, data, untimed host gaps): where the next speed-up is
+    for name, s, r in rows:
+        try:
+            text = open(os.path.join(out, "%s_trident.log" % name), errors="replace").read().splitlines()
+        except OSError:
+            continue
+        start = next((i for i, l in enumerate(text) if "time breakdown" in l), None)
+        if start is None:
+            continue
+        block = [text[start]]
+        for l in text[start + 1:]:
+            block.append(l)
+            if "untimed" in l:
+                break
+        res["shapes"][name]["trident"]["breakdown"] = block
+        md += ["", "trident's time breakdown, %s:" % name, "", "```"] + block + ["```"]
+    json.dump(res, open(os.path.join(out, "speed.json"), "w"), indent=1)
     open(os.path.join(out, "speed.md"), "w").write("\n".join(md) + "\n")
     print("\n".join(md))
 
