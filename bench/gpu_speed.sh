@@ -13,12 +13,12 @@
 # the PyTorch peer (bf16 autocast, torch.compile, SDPA, fused AdamW: ../shared/bench/peer_torch_gpt2.py
 # as the bundle carries it, bench/peer_torch_llama.py; 6 steps, the best after the compiling
 # first); llm.c's train_gpt2cu on the GPT-2 shapes where the bundle has it (bench/llmc-build.sh;
-# 10 steps, the median of steps 3-10). First the bf16 GEMM peak: torch.matmul at 8192^3; then
+# 10 steps, the median of steps 3-10). First the bf16 GEMM peak: torch.matmul at 8192^3. Besides:
 # attention alone at 124M's shape (bench/gpu_attention.c with the tensor-core kernels and with
-# TRIDENT_CUDA_ATTENTION=simt, and torch's scaled_dot_product_attention); after 124M's runs,
-# generation at batch 1 and 8 from its checkpoint against bench/peer_torch_generate.py.
-# Order: the peak, 124M's three, 774M's trident and llm.c, the Llama's trident, then the 774M and
-# Llama peers (torch.compile is the slow part): each run under its own limit and all ending by
+# TRIDENT_CUDA_ATTENTION=simt, and torch's scaled_dot_product_attention), and generation at batch
+# 1 and 8 from 124M's checkpoint against bench/peer_torch_generate.py.
+# Order: the peak, 124M's three, attention alone, 774M's trident and llm.c, generation, the Llama's
+# trident, then the 774M and Llama peers (torch.compile is the slow part): each run under its own limit and all ending by
 # --seconds (default 285) after the start, what the deadline cuts being the last.
 # Writes OUTDIR/speed.json (per shape: tokens/s, ratios, MFU against the measured peak by
 # Megatron's FLOPs formula, peak device memory), OUTDIR/speed.md (the table) and OUTDIR/logs.tar.gz.
@@ -164,24 +164,30 @@ llmc_run() { # shape
     -b "${MBS[$s]}" -t "${SEQ[$s]}" -d $((MBS[$s] * SEQ[$s])) -x $ITERS -l 6e-4 -u 2 -v 100000 -m 1 -s 0 -h 0
 }
 
+attn_run() { # -: attention alone at GPT-2 124M's shape: the tensor-core kernels (bf16 inputs, and fp32
+  # ones in a bf16 run), the CUDA-core ones, torch's SDPA
+  local AT ATT
+  if [ $SMOKE = 1 ]; then AT=(--batch 1 --seq 128 --heads 2 --head-size 64 --reps 2)
+  else AT=(--batch 16 --seq 1024 --heads 12 --head-size 64 --reps 20); fi
+  ATT=$(command -v gpu_attention || echo "$BUNDLE/bin/gpu_attention")
+  if [ $SMOKE = 1 ]; then
+    job attention_trident 30 "$ATT" --backend cpu --dtype fp32 "${AT[@]}"
+  else
+    job attention_trident 30 "$ATT" --backend cuda --dtype bf16 "${AT[@]}"
+    job attention_trident_f32in 30 "$ATT" --backend cuda --dtype fp32 --bf16-run "${AT[@]}"
+    job attention_trident_simt 30 env TRIDENT_CUDA_ATTENTION=simt "$ATT" --backend cuda --dtype bf16 "${AT[@]}"
+  fi
+  job attention_torch 60 "$PYTHON" "$PY" attention --device $DEV "${AT[@]}"
+}
+
 # the bf16 GEMM peak, then the runs in order of what matters most
 if [ $SMOKE = 1 ]; then job peak 30 "$PYTHON" "$PY" peak --device cpu --n 256 --seconds 0.3
 else job peak 30 "$PYTHON" "$PY" peak --device cuda --n 8192 --seconds 3; fi
-# attention alone at GPT-2 124M's shape: the tensor-core kernels, the CUDA-core ones, torch's SDPA
-if [ $SMOKE = 1 ]; then AT=(--batch 1 --seq 128 --heads 2 --head-size 64 --reps 2)
-else AT=(--batch 16 --seq 1024 --heads 12 --head-size 64 --reps 20); fi
-ATT=$(command -v gpu_attention || echo "$BUNDLE/bin/gpu_attention")
-if [ $SMOKE = 1 ]; then
-  job attention_trident 30 "$ATT" --backend cpu --dtype fp32 "${AT[@]}"
-else
-  job attention_trident 30 "$ATT" --backend cuda --dtype bf16 "${AT[@]}"
-  job attention_trident_f32in 30 "$ATT" --backend cuda --dtype fp32 --bf16-run "${AT[@]}"
-  job attention_trident_simt 30 env TRIDENT_CUDA_ATTENTION=simt "$ATT" --backend cuda --dtype bf16 "${AT[@]}"
-fi
-job attention_torch 60 "$PYTHON" "$PY" attention --device $DEV "${AT[@]}"
 ORDER=()
-[ -n "${ARCH[gpt2_124m]:-}" ] && ORDER+=("trident gpt2_124m" "llmc gpt2_124m" "torch gpt2_124m" "gen gpt2_124m")
+[ -n "${ARCH[gpt2_124m]:-}" ] && ORDER+=("trident gpt2_124m" "llmc gpt2_124m" "torch gpt2_124m")
+ORDER+=("attn -")
 [ -n "${ARCH[gpt2_774m]:-}" ] && ORDER+=("trident gpt2_774m" "llmc gpt2_774m")
+[ -n "${ARCH[gpt2_124m]:-}" ] && ORDER+=("gen gpt2_124m")
 [ -n "${ARCH[llama_1b]:-}" ] && ORDER+=("trident llama_1b")
 [ -n "${ARCH[gpt2_774m]:-}" ] && ORDER+=("torch gpt2_774m")
 [ -n "${ARCH[llama_1b]:-}" ] && ORDER+=("torch llama_1b")
