@@ -147,6 +147,11 @@ layouts() {
   lay_run distopt_dp2_overlap "$BK" 2 1 1 --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather \
     --ddp-bucket-size 5000 && lay_cmp base distopt_dp2_overlap 1e-5 || bad=1
   lay_run tp2_pp2_dp2 "$BK" 8 2 1 --pipeline-model-parallel-size 2 && lay_cmp base tp2_pp2_dp2 1e-5 || bad=1
+  # activation recomputation on the GPU: bitwise the run without it (as the cpu's layout matrix
+  # holds it: the recomputed forward is the same deterministic kernels)
+  lay_run rc_full "$BK" 1 1 2 --recompute-granularity full --recompute-method uniform --recompute-num-layers 3 &&
+    lay_cmp base rc_full 0 || bad=1
+  lay_run rc_selective "$BK" 1 1 2 --recompute-granularity selective && lay_cmp base rc_selective 0 || bad=1
   lay_run moe_base "$BK" 1 1 2 "${MOE_ARCH[@]}" || { echo "moe_base: rc $?"; bad=1; }
   lay_run moe_tp2_ep2 "$BK" 4 2 2 --expert-model-parallel-size 2 --moe-token-dispatcher-type alltoall "${MOE_ARCH[@]}" &&
     lay_cmp moe_base moe_tp2_ep2 1e-5 || bad=1
