@@ -89,6 +89,7 @@ const be_op_entry BE_OP_ENTRIES[] = {
     {"ce_target", offsetof(struct be_ops, ce_target), 0},
     {"ce_loss", offsetof(struct be_ops, ce_loss), 0},
     {"ce_bwd", offsetof(struct be_ops, ce_bwd), 0},
+    {"ce_bwd_to", offsetof(struct be_ops, ce_bwd_to), 1},
     {"adamw", offsetof(struct be_ops, adamw), 0},
     {"sumsq", offsetof(struct be_ops, sumsq), 0},
     {"peak_gflops", offsetof(struct be_ops, peak_gflops), 0},

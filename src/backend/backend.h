@@ -602,6 +602,14 @@ static inline void be_ce_bwd(const backend *be, float *logits, const float *maxv
     be->ops->ce_bwd(be, be_f32_out(logits), maxv, sumexp, targets, dloss, BT, Vloc, Vreal, vstart);
     be_toc(be, BE_OP_CROSSENTROPY, t0, 0);
 }
+/* An LM head's backward with its cross-entropy's: be_ce_bwd over logits (BT, Vloc), then
+ * be_matmul_bwd_in with that as the output gradient (dinp, dw accumulated; no bias). In a run that
+ * multiplies in 16 bits, with the backend's ce_bwd_to, the gradient goes straight into the GEMMs'
+ * 16-bit scratch a slice of rows at a time (the same values, rounded as the GEMMs would round
+ * them) and logits is left as it was; otherwise logits holds the gradient after, as be_ce_bwd's. */
+void be_ce_head_bwd(const backend *be, float *dinp, float *dw, float *logits, const float *maxv, const float *sumexp,
+                    const int32_t *targets, const float *dloss, be_in inp, const float *w, int BT, int C, int Vloc,
+                    int Vreal, int vstart);
 static inline void be_adamw(const backend *be, float *p, const float *g, float *m, float *v, size_t n, float lr,
                             float beta1, float beta2, float eps, float wd, float gscale, int64_t step)
 {

@@ -437,6 +437,13 @@ struct be_ops {
      * maxv, sumexp: the global ones; dloss (BT): d(total loss)/d(loss of row i). */
     void (*ce_bwd)(const backend *be, be_out logits, const float *maxv, const float *sumexp, const int32_t *targets,
                    const float *dloss, int BT, int Vloc, int Vreal, int vstart);
+    /* ce_bwd out of place: dlogits (BT, Vloc) written with, element for element, the fp32 value
+     * ce_bwd would leave in logits, rounded into dlogits' dtype as convert rounds (fp32: the same
+     * bits); logits (fp32) is read, not changed. Optional: NULL, be_ce_head_bwd runs ce_bwd in
+     * place and rounds its result with convert. A run that multiplies in 16 bits hands the LM
+     * head's GEMMs their output gradient with it, never as fp32 (docs/backend.md). */
+    void (*ce_bwd_to)(const backend *be, be_out dlogits, be_in logits, const float *maxv, const float *sumexp,
+                      const int32_t *targets, const float *dloss, int BT, int Vloc, int Vreal, int vstart);
 
     /* ---- optimizer, on a contiguous slice of n elements ---- */
     /* PyTorch AdamW, step >= 1 (count including this one): with g' = g * gscale,

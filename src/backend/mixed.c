@@ -153,8 +153,30 @@ static void matmul_fwd_mixed(const backend *be, float *out, be_in inp, const flo
  * still large GEMMs. dW then sums the slices' products in order. */
 #define LOWP_CHUNK_BYTES ((size_t)64 << 20)
 
-static void matmul_bwd_mixed(const backend *be, float *dinp, float *dw, float *db, const float *dout, be_in inp,
-                             const float *w, int BT, int C, int OC)
+/* The cross-entropy's backward feeding an LM head's GEMMs (be_ce_head_bwd): each slice of the
+ * output gradient is made by ce_bwd_to straight in the gemm dtype instead of rounded from fp32. */
+typedef struct ce_src {
+    const float *logits, *maxv, *sumexp, *dloss;
+    const int32_t *targets;
+    int Vreal, vstart;
+} ce_src;
+
+/* dout's rows [r0, r0 + n) in the gemm dtype, in scratch slot 1: rounded from fp32 dout, or made by
+ * ce_bwd_to from the logits (ce set: dout unused). */
+static be_in bwd_dout_slice(const backend *be, const float *dout, const ce_src *ce, int r0, int n, int OC)
+{
+    if (!ce) return lowp_typed(be, lowp_input(be, 1, dout + (size_t)r0 * OC, (size_t)n * OC));
+    void *d = lowp_scratch(be, 1, (size_t)n * OC * be_dtype_size(be->gemm_dtype));
+    be_out o = {d, be->gemm_dtype};
+    be_event t0 = be_tic(be);
+    be->ops->ce_bwd_to(be, o, be_f32(ce->logits + (size_t)r0 * OC), ce->maxv + r0, ce->sumexp + r0, ce->targets + r0,
+                       ce->dloss + r0, n, OC, ce->Vreal, ce->vstart);
+    be_toc(be, BE_OP_CROSSENTROPY, t0, 0);
+    return lowp_typed(be, d);
+}
+
+static void matmul_bwd_mixed(const backend *be, float *dinp, float *dw, float *db, const float *dout, const ce_src *ce,
+                             be_in inp, const float *w, int BT, int C, int OC)
 {
     if (BT <= 0 || OC <= 0) return;
     if (db) be_bias_bwd(be, db, dout, BT, OC);
@@ -166,7 +188,7 @@ static void matmul_bwd_mixed(const backend *be, float *dinp, float *dw, float *d
     const void *wl = dinp ? lowp_weight(be, w, (size_t)OC * C) : NULL;
     for (int r0 = 0; r0 < BT; r0 += rows) {
         int n = BT - r0 < rows ? BT - r0 : rows;
-        be_in dl = lowp_typed(be, lowp_input(be, 1, dout + (size_t)r0 * OC, (size_t)n * OC));
+        be_in dl = bwd_dout_slice(be, dout, ce, r0, n, OC);
         be_in il = lowp_typed(be, NULL);
         if (dw) {
             be_in part = inp;
@@ -205,13 +227,26 @@ void be_matmul_bwd_in(const backend *be, float *dinp, float *dw, float *db, cons
                       const float *w, int BT, int C, int OC)
 {
     if (be->gemm_dtype != BE_F32) {
-        matmul_bwd_mixed(be, dinp, dw, db, dout, inp, w, BT, C, OC);
+        matmul_bwd_mixed(be, dinp, dw, db, dout, NULL, inp, w, BT, C, OC);
         return;
     }
     double f = 2.0 * BT * C * OC * ((dinp != NULL) + (dw != NULL));
     be_event t0 = be_tic(be);
     be->ops->matmul_bwd(be, be_f32_out(dinp), dw, db, be_f32(dout), inp, w, BT, C, OC);
     be_toc(be, BE_OP_GEMM, t0, f);
+}
+
+void be_ce_head_bwd(const backend *be, float *dinp, float *dw, float *logits, const float *maxv, const float *sumexp,
+                    const int32_t *targets, const float *dloss, be_in inp, const float *w, int BT, int C, int Vloc,
+                    int Vreal, int vstart)
+{
+    if (be->gemm_dtype != BE_F32 && be->ops->ce_bwd_to) {
+        ce_src ce = {logits, maxv, sumexp, dloss, targets, Vreal, vstart};
+        matmul_bwd_mixed(be, dinp, dw, NULL, NULL, &ce, inp, w, BT, C, Vloc);
+        return;
+    }
+    be_ce_bwd(be, logits, maxv, sumexp, targets, dloss, BT, Vloc, Vreal, vstart);
+    be_matmul_bwd_in(be, dinp, dw, NULL, logits, inp, w, BT, C, Vloc);
 }
 
 void be_matmul_fwd(const backend *be, float *out, const float *inp, const float *w, const float *b, int BT, int C,

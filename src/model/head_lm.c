@@ -56,11 +56,10 @@ static void bwd(gpt_model *m, gpt_acts *a, const float *x, float loss_scale)
     else
         for (int i = 0; i < BT; i++) s->host[i] = loss_scale;
     be_memcpy(be, s->dloss, s->host, (size_t)BT * sizeof(float), BE_H2D);
-    be_ce_bwd(be, a->logits, a->maxv, a->sumexp, a->targets, s->dloss, BT, m->vocab_l,
-              be_vocab_real(m->cfg.vocab, m->vstart, m->vocab_l), m->vstart);
     const kept_buf *out = m->lnf.ops->output(a->lnf);
-    tp_column_linear_bwd(be, model_tp_reduce(m), s->dln, m->g.head_w, NULL, a->logits, model_sp_input(m, out, B),
-                         m->p.head_w, BT, h, m->vocab_l);
+    tp_column_linear_ce_bwd(be, model_tp_reduce(m), s->dln, m->g.head_w, a->logits, a->maxv, a->sumexp, a->targets,
+                            s->dloss, model_sp_input(m, out, B), m->p.head_w, BT, h, m->vocab_l,
+                            be_vocab_real(m->cfg.vocab, m->vstart, m->vocab_l), m->vstart);
     be_zero(be, s->dres, (size_t)B * m->seq_l * h);
     block_io io = model_io(m, a, NULL, NULL);
     m->lnf.ops->bwd(&io, s->dres, m->lnf.g, model_sp_norm_grad(m, B), a->lnf, m->lnf.p, be_f32(x));

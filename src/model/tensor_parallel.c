@@ -66,6 +66,15 @@ void tp_column_linear_bwd(const backend *be, const comm *tp, float *dinp, float 
     tp_copy_bwd(be, tp, dinp, (size_t)BT * C);
 }
 
+void tp_column_linear_ce_bwd(const backend *be, const comm *tp, float *dinp, float *dw, float *logits,
+                             const float *maxv, const float *sumexp, const int32_t *targets, const float *dloss,
+                             be_in inp, const float *w, int BT, int C, int Vloc, int Vreal, int vstart)
+{
+    be_zero(be, dinp, (size_t)BT * C);
+    be_ce_head_bwd(be, dinp, dw, logits, maxv, sumexp, targets, dloss, inp, w, BT, C, Vloc, Vreal, vstart);
+    tp_copy_bwd(be, tp, dinp, (size_t)BT * C);
+}
+
 void tp_row_linear_fwd(const backend *be, const comm *tp, float *out, be_in inp, const float *w, int BT, int Cl,
                        int OC)
 {

@@ -54,6 +54,12 @@ void tp_column_linear_fwd(const backend *be, const comm *tp, float *out, be_in i
  * db (OCl) accumulate. dinp must not alias anything else. */
 void tp_column_linear_bwd(const backend *be, const comm *tp, float *dinp, float *dw, float *db,
                           const float *dout, be_in inp, const float *w, int BT, int C, int OCl);
+/* The LM head's backward with its vocab-parallel cross-entropy's: dlogits = the cross-entropy's
+ * gradient (be_ce_head_bwd: in a 16-bit run never materialised in fp32; otherwise written over
+ * logits), then tp_column_linear_bwd's dinp (written, all-reduced over tp) and dw (accumulated). */
+void tp_column_linear_ce_bwd(const backend *be, const comm *tp, float *dinp, float *dw, float *logits,
+                             const float *maxv, const float *sumexp, const int32_t *targets, const float *dloss,
+                             be_in inp, const float *w, int BT, int C, int Vloc, int Vreal, int vstart);
 /* Row-parallel linear without its bias: out (BT, OC) written = g(inp_l . W_l^T), where inp_l
  * (BT, Cl) is this rank's slice of the input features and W_l (OC, Cl) its columns of the full
  * weight. The caller adds the (replicated) bias after the reduce. */

@@ -44,7 +44,7 @@ static const char *const FAMILY[] = {
     "embedding_fwd", "embedding_bwd", "pos_embedding_fwd", "pos_embedding_bwd", "layernorm_fwd", "layernorm_bwd",
     "rmsnorm_fwd", "rmsnorm_bwd", "rope_fwd", "rope_bwd", "act_fwd", "act_bwd", "bias_gelu_fwd", "bias_gelu_bwd",
     "add", "scale", "bias_add", "bias_bwd", "dropout_fwd", "dropout_bwd", "bias_dropout_add_fwd", "ce_max",
-    "ce_sumexp", "ce_target", "ce_loss", "ce_bwd", "adamw", "sumsq"};
+    "ce_sumexp", "ce_target", "ce_loss", "ce_bwd", "ce_bwd_to", "adamw", "sumsq"};
 enum { NFAMILY = sizeof FAMILY / sizeof FAMILY[0] };
 
 static int fill_sets_exactly_the_family(void)
@@ -442,6 +442,12 @@ static void t_crossentropy(be_dtype dt, int BT, int Vloc, int Vreal, int vstart)
     g_cpu->ops->ce_loss(g_cpu, fc(losses), fc(maxv), fc(sumexp), fc(tlogit), BT);
     g_gpu->ops->ce_loss(g_gpu, fg(losses), fg(maxv), fg(sumexp), fg(tlogit), BT);
     check(label("ce_loss", dt, BT, Vloc), losses);
+    /* out of place, into bf16 (what a --bf16 run's LM head GEMMs take), before ce_bwd overwrites the logits */
+    pair dl = mk(n, BE_BF16, 0, 0);
+    g_cpu->ops->ce_bwd_to(g_cpu, cout(dl), cin(logits), fc(maxv), fc(sumexp), ct, fc(dloss), BT, Vloc, Vreal, vstart);
+    g_gpu->ops->ce_bwd_to(g_gpu, gout(dl), gin(logits), fg(maxv), fg(sumexp), gt, fg(dloss), BT, Vloc, Vreal, vstart);
+    check(label("ce_bwd_to dlogits (bf16)", dt, BT, Vloc), dl);
+    rm(dl);
     g_cpu->ops->ce_bwd(g_cpu, cout(logits), fc(maxv), fc(sumexp), ct, fc(dloss), BT, Vloc, Vreal, vstart);
     g_gpu->ops->ce_bwd(g_gpu, gout(logits), fg(maxv), fg(sumexp), gt, fg(dloss), BT, Vloc, Vreal, vstart);
     check(label("ce_bwd dlogits", dt, BT, Vloc), logits);

@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include "test_backend_util.h"
+#include "trident/half.h"
 
 static int setup(void **state)
 {
@@ -167,12 +168,84 @@ static void crossentropy_vocab_parallel(void **state)
     }
 }
 
+static float *dup_f(const float *x, size_t n)
+{
+    float *y = td_xmalloc(n * sizeof(float));
+    memcpy(y, x, n * sizeof(float));
+    return y;
+}
+
+/* ce_bwd_to (out of place, any dtype) gives, element for element, what ce_bwd leaves in place,
+ * rounded as convert rounds: fp32 the same bits, bf16 and fp16 td_f32_to_bf16/f16 of them; the
+ * logits are not changed. A slice starting at vstart 2 (one target below it, one in the padding). */
+static void crossentropy_bwd_to(void **state)
+{
+    const backend *be = *state;
+    const int32_t targets[BT] = {0, 23, 5, 11, 2, 17};
+    for (int vocab = V; vocab >= V - 5; vocab -= 5) {
+        float *logits = tb_rand_new(BT * V, 5, -8, 8), *dloss = tb_rand_new(BT, 6, 0.1f, 1.0f);
+        float losses[BT], maxv[BT], sumexp[BT], tl[BT];
+        be_crossentropy_fwd(be, losses, maxv, sumexp, tl, logits, targets, BT, V, vocab);
+        float *inplace = dup_f(logits, BT * V), *keep = dup_f(logits, BT * V);
+        be_ce_bwd(be, inplace, maxv, sumexp, targets, dloss, BT, V, vocab, 2);
+        float *o32 = td_xmalloc(BT * V * sizeof(float));
+        uint16_t *o16 = td_xmalloc(BT * V * sizeof(uint16_t));
+        be->ops->ce_bwd_to(be, be_f32_out(o32), be_f32(logits), maxv, sumexp, targets, dloss, BT, V, vocab, 2);
+        assert_memory_equal(o32, inplace, BT * V * sizeof(float));
+        assert_memory_equal(logits, keep, BT * V * sizeof(float));
+        for (int t = BE_BF16; t <= BE_F16; t++) {
+            be_out o = {o16, (be_dtype)t};
+            be->ops->ce_bwd_to(be, o, be_f32(logits), maxv, sumexp, targets, dloss, BT, V, vocab, 2);
+            int differ = 0;
+            for (int i = 0; i < BT * V; i++)
+                differ += o16[i] != (t == BE_BF16 ? td_f32_to_bf16(inplace[i]) : td_f32_to_f16(inplace[i]));
+            printf("  ce_bwd_to %s, vocab %d: %d of %d elements differ from ce_bwd's rounded\n",
+                   be_dtype_name((be_dtype)t), vocab, differ, BT * V);
+            assert_int_equal(differ, 0);
+        }
+        free(logits), free(dloss), free(inplace), free(keep), free(o32), free(o16);
+    }
+}
+
+/* be_ce_head_bwd in a bf16 run (the gradient made by ce_bwd_to straight in bf16) gives the bits of
+ * be_ce_bwd then be_matmul_bwd (which rounds the fp32 gradient into bf16 itself); in an fp32 run it
+ * is those two calls. */
+static void crossentropy_head_bwd_fused(void **state)
+{
+    (void)state;
+    enum { C = 16 };
+    const int32_t targets[BT] = {0, 23, 5, 11, 12, 17};
+    for (int run = 0; run < 2; run++) {
+        backend *be = be_create("cpu", 2); /* a run's gemm dtype is set once */
+        if (run) be_set_gemm_dtype(be, BE_BF16);
+        float *logits = tb_rand_new(BT * V, 7, -6, 6), *dloss = tb_rand_new(BT, 8, 0.1f, 1.0f);
+        float *inp = tb_rand_new(BT * C, 9, -1, 1), *w = tb_rand_new(V * C, 10, -1, 1);
+        float losses[BT], maxv[BT], sumexp[BT], tl[BT];
+        be_crossentropy_fwd(be, losses, maxv, sumexp, tl, logits, targets, BT, V, V - 3);
+        float *l2 = dup_f(logits, BT * V), *orig = dup_f(logits, BT * V);
+        float dinp_a[BT * C] = {0}, dw_a[V * C] = {0}, dinp_b[BT * C] = {0}, dw_b[V * C] = {0};
+        be_ce_bwd(be, logits, maxv, sumexp, targets, dloss, BT, V, V - 3, 0);
+        be_matmul_bwd(be, dinp_a, dw_a, NULL, logits, inp, w, BT, C, V);
+        be_ce_head_bwd(be, dinp_b, dw_b, l2, maxv, sumexp, targets, dloss, be_f32(inp), w, BT, C, V, V - 3, 0);
+        printf("  be_ce_head_bwd, %s run: dinp and dw %s\n", run ? "bf16" : "fp32",
+               memcmp(dinp_a, dinp_b, sizeof dinp_a) || memcmp(dw_a, dw_b, sizeof dw_a) ? "DIFFER" : "the same bits");
+        assert_memory_equal(dinp_a, dinp_b, sizeof dinp_a);
+        assert_memory_equal(dw_a, dw_b, sizeof dw_a);
+        /* the bf16 run took the fused path: its logits were never overwritten */
+        assert_int_equal(memcmp(l2, orig, BT * V * sizeof(float)) == 0, run == 1);
+        free(logits), free(dloss), free(inp), free(w), free(l2), free(orig);
+        be_free(be);
+    }
+}
+
 int main(void)
 {
     tb_skip_unless_isa_runs();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(crossentropy_one_rank),
         cmocka_unit_test(crossentropy_nan_logit),
+        cmocka_unit_test(crossentropy_bwd_to),
+        cmocka_unit_test(crossentropy_head_bwd_fused),
         cmocka_unit_test(crossentropy_vocab_parallel),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

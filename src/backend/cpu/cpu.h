@@ -35,6 +35,7 @@ static inline int cpu_threads(const backend *be) { return ((const cpu_state *)be
 #define cpu_bias_gelu_bwd CPU_PASTE(cpu_bias_gelu_bwd, CPU_ISA)
 #define cpu_bias_gelu_fwd CPU_PASTE(cpu_bias_gelu_fwd, CPU_ISA)
 #define cpu_ce_bwd CPU_PASTE(cpu_ce_bwd, CPU_ISA)
+#define cpu_ce_bwd_to CPU_PASTE(cpu_ce_bwd_to, CPU_ISA)
 #define cpu_ce_loss CPU_PASTE(cpu_ce_loss, CPU_ISA)
 #define cpu_ce_max CPU_PASTE(cpu_ce_max, CPU_ISA)
 #define cpu_ce_sumexp CPU_PASTE(cpu_ce_sumexp, CPU_ISA)
@@ -268,6 +269,10 @@ void cpu_ce_loss(const backend *be, float *losses, const float *maxv, const floa
                  int BT);
 void cpu_ce_bwd(const backend *be, float *logits, const float *maxv, const float *sumexp, const int32_t *targets,
                 const float *dloss, int BT, int Vloc, int Vreal, int vstart);
+/* ce_bwd_to: out (BT, Vloc) of dtype dt written with cpu_ce_bwd's values, rounded as convert rounds. */
+void cpu_ce_bwd_to(const backend *be, void *out, be_dtype dt, const float *logits, const float *maxv,
+                   const float *sumexp, const int32_t *targets, const float *dloss, int BT, int Vloc, int Vreal,
+                   int vstart);
 
 void cpu_adamw(const backend *be, float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1,
                float beta2, float eps, float wd, float gscale, int64_t step);

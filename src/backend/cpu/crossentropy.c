@@ -4,9 +4,12 @@
  * Columns past Vreal are vocabulary padding: skipped, as if their logits were -inf (as llm.c
  * does), so the loss is over the real vocabulary and their gradient is exactly 0. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cpu.h"
+#include "trident/check.h"
+#include "trident/half.h"
 
 void cpu_ce_max(const backend *be, float *maxv, const float *logits, int BT, int Vloc, int Vreal)
 {
@@ -51,18 +54,52 @@ void cpu_ce_loss(const backend *be, float *losses, const float *maxv, const floa
     for (int i = 0; i < BT; i++) losses[i] = logf(sumexp[i]) + maxv[i] - tlogit[i];
 }
 
+/* Row i of ce_bwd's result into v (Vloc floats): the arithmetic of cpu_ce_bwd, element for element. */
+static inline void ce_bwd_row(float *v, const float *l, float m, float scale, float d, int64_t r, int Vloc, int Vreal)
+{
+#pragma omp simd
+    for (int j = 0; j < Vreal; j++) v[j] = cpu_expf(l[j] - m) * scale;
+    if (Vreal < Vloc) memset(v + Vreal, 0, (size_t)(Vloc - Vreal) * sizeof(float));
+    if (r >= 0 && r < Vreal) v[r] -= d;
+}
+
+void cpu_ce_bwd_to(const backend *be, void *out, be_dtype dt, const float *logits, const float *maxv,
+                   const float *sumexp, const int32_t *targets, const float *dloss, int BT, int Vloc, int Vreal,
+                   int vstart)
+{
+#pragma omp parallel num_threads(cpu_threads(be)) if ((size_t)BT * Vloc > CPU_PAR_MIN_EXP)
+    {
+        /* fp32 output: straight into it; 16-bit: a row in fp32 first, then rounded as convert does */
+        float *row = dt == BE_F32 ? NULL : td_xmalloc((size_t)Vloc * sizeof(float));
+#pragma omp for schedule(static)
+        for (int i = 0; i < BT; i++) {
+            const float *l = logits + (size_t)i * Vloc;
+            float d = dloss[i], scale = 1.0f / sumexp[i] * d;
+            int64_t r = (int64_t)targets[i] - vstart;
+            if (dt == BE_F32) {
+                ce_bwd_row((float *)out + (size_t)i * Vloc, l, maxv[i], scale, d, r, Vloc, Vreal);
+                continue;
+            }
+            ce_bwd_row(row, l, maxv[i], scale, d, r, Vloc, Vreal);
+            uint16_t *o = (uint16_t *)out + (size_t)i * Vloc;
+            if (dt == BE_BF16) {
+#pragma omp simd
+                for (int j = 0; j < Vloc; j++) o[j] = td_f32_to_bf16(row[j]);
+            } else {
+                for (int j = 0; j < Vloc; j++) o[j] = td_f32_to_f16(row[j]);
+            }
+        }
+        free(row);
+    }
+}
+
 void cpu_ce_bwd(const backend *be, float *logits, const float *maxv, const float *sumexp, const int32_t *targets,
                 const float *dloss, int BT, int Vloc, int Vreal, int vstart)
 {
 #pragma omp parallel for schedule(static) num_threads(cpu_threads(be)) if ((size_t)BT * Vloc > CPU_PAR_MIN_EXP)
     for (int i = 0; i < BT; i++) {
         float *l = logits + (size_t)i * Vloc;
-        float m = maxv[i], inv = 1.0f / sumexp[i], d = dloss[i];
-        float scale = inv * d;
-#pragma omp simd
-        for (int j = 0; j < Vreal; j++) l[j] = cpu_expf(l[j] - m) * scale;
-        if (Vreal < Vloc) memset(l + Vreal, 0, (size_t)(Vloc - Vreal) * sizeof(float));
-        int64_t r = (int64_t)targets[i] - vstart;
-        if (r >= 0 && r < Vreal) l[r] -= d;
+        float d = dloss[i], scale = 1.0f / sumexp[i] * d;
+        ce_bwd_row(l, l, maxv[i], scale, d, (int64_t)targets[i] - vstart, Vloc, Vreal); /* in place */
     }
 }

@@ -220,6 +220,15 @@ static void e_ce_bwd(const backend *be, be_out logits, const float *maxv, const 
     cpu_ce_bwd(be, out32(logits, "ce_bwd"), maxv, sumexp, targets, dloss, BT, Vloc, Vreal, vstart);
 }
 
+static void e_ce_bwd_to(const backend *be, be_out dlogits, be_in logits, const float *maxv, const float *sumexp,
+                        const int32_t *targets, const float *dloss, int BT, int Vloc, int Vreal, int vstart)
+{
+    TD_CHECK(dlogits.dt == BE_F32 || dlogits.dt == BE_BF16 || dlogits.dt == BE_F16, "write fp32, bf16 or fp16",
+             "cpu ce_bwd_to: dlogits of dtype %d", (int)dlogits.dt);
+    cpu_ce_bwd_to(be, dlogits.p, dlogits.dt, in32(logits, "ce_bwd_to"), maxv, sumexp, targets, dloss, BT, Vloc, Vreal,
+                  vstart);
+}
+
 void cpu_kernels_fill(struct be_ops *o)
 {
     o->matmul_fwd = e_matmul_fwd;
@@ -271,6 +280,7 @@ void cpu_kernels_fill(struct be_ops *o)
     o->ce_target = e_ce_target;
     o->ce_loss = cpu_ce_loss;
     o->ce_bwd = e_ce_bwd;
+    o->ce_bwd_to = e_ce_bwd_to;
     o->adamw = cpu_adamw;
     o->sumsq = cpu_sumsq;
 }

@@ -109,6 +109,35 @@ static void e_ce_bwd(const backend *be, be_out logits, const float *maxv, const 
     CU_LAUNCHED("ce_bwd");
 }
 
+/* ce_bwd out of place: row i of dlogits (dtype ot) written with ce_bwd_k's value from logits (it). */
+static __global__ void ce_bwd_to_k(void *dlogits, int ot, const void *logits, int it, const float *maxv,
+                                   const float *sumexp, const int32_t *targets, const float *dloss, int BT, int Vloc,
+                                   int Vreal, int vstart)
+{
+    BLOCK_ROW_FOR(i, BT) {
+        size_t r = (size_t)i * Vloc;
+        float m = maxv[i], d = dloss[i], scale = 1.0f / sumexp[i] * d;
+        int64_t t = (int64_t)targets[i] - vstart;
+        for (int j = threadIdx.x; j < Vloc; j += CU_THREADS) {
+            float v = 0.0f;
+            if (j < Vreal) {
+                v = expf(cu_ld(logits, it, r + j) - m) * scale;
+                if (j == t) v -= d;
+            }
+            cu_st(dlogits, ot, r + j, v);
+        }
+    }
+}
+static void e_ce_bwd_to(const backend *be, be_out dlogits, be_in logits, const float *maxv, const float *sumexp,
+                        const int32_t *targets, const float *dloss, int BT, int Vloc, int Vreal, int vstart)
+{
+    if (BT <= 0 || Vloc <= 0) return;
+    ce_bwd_to_k<<<row_grid(BT), CU_THREADS, 0, cu_stream(be)>>>(dlogits.p, cu_dtype(dlogits.dt, "ce_bwd_to"), logits.p,
+                                                               cu_dtype(logits.dt, "ce_bwd_to"), maxv, sumexp, targets,
+                                                               dloss, BT, Vloc, Vreal, vstart);
+    CU_LAUNCHED("ce_bwd_to");
+}
+
 void cu_fill_loss(struct be_ops *o)
 {
     o->ce_max = e_ce_max;
@@ -116,4 +145,5 @@ void cu_fill_loss(struct be_ops *o)
     o->ce_target = e_ce_target;
     o->ce_loss = e_ce_loss;
     o->ce_bwd = e_ce_bwd;
+    o->ce_bwd_to = e_ce_bwd_to;
 }
