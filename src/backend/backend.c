@@ -87,6 +87,7 @@ const be_op_entry BE_OP_ENTRIES[] = {
     {"ce_max", offsetof(struct be_ops, ce_max), 0},
     {"ce_sumexp", offsetof(struct be_ops, ce_sumexp), 0},
     {"ce_target", offsetof(struct be_ops, ce_target), 0},
+    {"ce_fwd_fused", offsetof(struct be_ops, ce_fwd_fused), 1},
     {"ce_loss", offsetof(struct be_ops, ce_loss), 0},
     {"ce_bwd", offsetof(struct be_ops, ce_bwd), 0},
     {"ce_bwd_to", offsetof(struct be_ops, ce_bwd_to), 1},

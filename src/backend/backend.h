@@ -588,6 +588,16 @@ static inline void be_ce_target(const backend *be, float *tlogit, const float *l
     be->ops->ce_target(be, tlogit, be_f32(logits), targets, BT, Vloc, vstart);
     be_toc(be, BE_OP_CROSSENTROPY, t0, 0);
 }
+/* ce_fwd_fused when the backend has it (1), else nothing (0): the caller runs the four steps. */
+static inline int be_ce_fwd_fused(const backend *be, float *losses, float *maxv, float *sumexp, float *tlogit,
+                                  const float *logits, const int32_t *targets, int BT, int V, int Vreal)
+{
+    if (!be->ops->ce_fwd_fused) return 0;
+    be_event t0 = be_tic(be);
+    be->ops->ce_fwd_fused(be, losses, maxv, sumexp, tlogit, be_f32(logits), targets, BT, V, Vreal);
+    be_toc(be, BE_OP_CROSSENTROPY, t0, 0);
+    return 1;
+}
 static inline void be_ce_loss(const backend *be, float *losses, const float *maxv, const float *sumexp,
                               const float *tlogit, int BT)
 {

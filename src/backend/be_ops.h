@@ -428,6 +428,12 @@ struct be_ops {
     /* tlogit (BT) written = logits[i, targets[i] - vstart] if the target is in the slice, else 0. */
     void (*ce_target)(const backend *be, float *tlogit, be_in logits, const int32_t *targets, int BT, int Vloc,
                       int vstart);
+    /* The four steps in one pass over the logits, for a vocabulary not split (tensor-parallel size
+     * 1: vstart 0, the slice's values are the global ones): maxv, sumexp, tlogit and losses written
+     * as ce_max, ce_sumexp, ce_target and ce_loss would (the sum of exps in another order: equal
+     * within rounding). Optional: NULL, tp_cross_entropy_fwd runs the four steps. */
+    void (*ce_fwd_fused)(const backend *be, float *losses, float *maxv, float *sumexp, float *tlogit, be_in logits,
+                         const int32_t *targets, int BT, int Vloc, int Vreal);
     /* losses (BT) written = log(sumexp) + maxv - tlogit (all global). */
     void (*ce_loss)(const backend *be, float *losses, const float *maxv, const float *sumexp, const float *tlogit,
                     int BT);

@@ -101,6 +101,9 @@ void tp_cross_entropy_fwd(const backend *be, const comm *tp, float *losses, floa
                           int vstart, int vocab)
 {
     int Vreal = be_vocab_real(vocab, vstart, Vloc);
+    /* the vocabulary not split: one pass where the backend has it */
+    if (comm_size(tp) == 1 && be_ce_fwd_fused(be, losses, maxv, sumexp, tlogit, logits_l, targets, BT, Vloc, Vreal))
+        return;
     be_ce_max(be, maxv, logits_l, BT, Vloc, Vreal);
     xfer_allreduce(be, tp, maxv, (size_t)BT, COMM_F32, COMM_MAX);
     be_ce_sumexp(be, sumexp, logits_l, maxv, BT, Vloc, Vreal);

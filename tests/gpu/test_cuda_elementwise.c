@@ -44,7 +44,7 @@ static const char *const FAMILY[] = {
     "embedding_fwd", "embedding_bwd", "pos_embedding_fwd", "pos_embedding_bwd", "layernorm_fwd", "layernorm_bwd",
     "rmsnorm_fwd", "rmsnorm_bwd", "rope_fwd", "rope_bwd", "act_fwd", "act_bwd", "bias_gelu_fwd", "bias_gelu_bwd",
     "add", "scale", "bias_add", "bias_bwd", "dropout_fwd", "dropout_bwd", "bias_dropout_add_fwd", "ce_max",
-    "ce_sumexp", "ce_target", "ce_loss", "ce_bwd", "ce_bwd_to", "adamw", "sumsq"};
+    "ce_sumexp", "ce_target", "ce_fwd_fused", "ce_loss", "ce_bwd", "ce_bwd_to", "adamw", "sumsq"};
 enum { NFAMILY = sizeof FAMILY / sizeof FAMILY[0] };
 
 static int fill_sets_exactly_the_family(void)
@@ -442,6 +442,20 @@ static void t_crossentropy(be_dtype dt, int BT, int Vloc, int Vreal, int vstart)
     g_cpu->ops->ce_loss(g_cpu, fc(losses), fc(maxv), fc(sumexp), fc(tlogit), BT);
     g_gpu->ops->ce_loss(g_gpu, fg(losses), fg(maxv), fg(sumexp), fg(tlogit), BT);
     check(label("ce_loss", dt, BT, Vloc), losses);
+    /* the four steps in one pass (an unsplit vocabulary: vstart 0) against the cpu's four */
+    {
+        pair fm = mk(BT, BE_F32, 0, 0), fs = mk(BT, BE_F32, 0, 0), ft = mk(BT, BE_F32, 0, 0), fl = mk(BT, BE_F32, 0, 0);
+        g_cpu->ops->ce_max(g_cpu, fc(fm), cin(logits), BT, Vloc, Vreal);
+        g_cpu->ops->ce_sumexp(g_cpu, fc(fs), cin(logits), fc(fm), BT, Vloc, Vreal);
+        g_cpu->ops->ce_target(g_cpu, fc(ft), cin(logits), ct, BT, Vloc, 0);
+        g_cpu->ops->ce_loss(g_cpu, fc(fl), fc(fm), fc(fs), fc(ft), BT);
+        g_gpu->ops->ce_fwd_fused(g_gpu, fg(fl), fg(fm), fg(fs), fg(ft), gin(logits), gt, BT, Vloc, Vreal);
+        check_exact(label("ce_fwd_fused maxv", dt, BT, Vloc), fm);
+        check(label("ce_fwd_fused sumexp", dt, BT, Vloc), fs);
+        check_exact(label("ce_fwd_fused tlogit", dt, BT, Vloc), ft);
+        check(label("ce_fwd_fused losses", dt, BT, Vloc), fl);
+        rm(fm), rm(fs), rm(ft), rm(fl);
+    }
     /* out of place, into bf16 (what a --bf16 run's LM head GEMMs take), before ce_bwd overwrites the logits */
     pair dl = mk(n, BE_BF16, 0, 0);
     g_cpu->ops->ce_bwd_to(g_cpu, cout(dl), cin(logits), fc(maxv), fc(sumexp), ct, fc(dloss), BT, Vloc, Vreal, vstart);

@@ -70,6 +70,56 @@ static void e_ce_target(const backend *be, float *tlogit, be_in logits, const in
     CU_LAUNCHED("ce_target");
 }
 
+/* The four forward steps in one pass, for an unsplit vocabulary (vstart 0): each thread keeps a
+ * running max and its sum of exps relative to it over its columns (the sum in double, rescaled
+ * when the max rises), the block combines the threads' pairs in thread order (deterministic):
+ * M = their max, S = sum of s_t exp(m_t - M); loss = log S + M - the target's logit. */
+static __global__ void ce_fwd_fused_k(float *losses, float *maxv, float *sumexp, float *tlogit, const void *logits,
+                                      int lt, const int32_t *targets, int BT, int Vloc, int Vreal)
+{
+    __shared__ float ms[CU_THREADS];
+    __shared__ double ss[CU_THREADS];
+    BLOCK_ROW_FOR(i, BT) {
+        size_t r = (size_t)i * Vloc;
+        float m = -INFINITY;
+        double s = 0.0;
+        for (int j = threadIdx.x; j < Vreal; j += CU_THREADS) {
+            float x = cu_ld(logits, lt, r + j);
+            if (x > m) {
+                s = m == -INFINITY ? 0.0 : s * (double)expf(m - x);
+                m = x;
+            }
+            s += (double)expf(x - m);
+        }
+        ms[threadIdx.x] = m;
+        ss[threadIdx.x] = s;
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            float M = -INFINITY;
+            for (int t = 0; t < CU_THREADS; t++) M = fmaxf(M, ms[t]);
+            double S = 0.0;
+            for (int t = 0; t < CU_THREADS; t++)
+                if (ms[t] != -INFINITY) S += ss[t] * (double)expf(ms[t] - M);
+            int64_t tg = targets[i];
+            float tl = tg >= 0 && tg < Vloc ? cu_ld(logits, lt, r + (size_t)tg) : 0.0f;
+            maxv[i] = M;
+            sumexp[i] = (float)S;
+            tlogit[i] = tl;
+            losses[i] = logf((float)S) + M - tl;
+        }
+        __syncthreads(); /* the pairs are read before the next row writes them */
+    }
+}
+static void e_ce_fwd_fused(const backend *be, float *losses, float *maxv, float *sumexp, float *tlogit, be_in logits,
+                           const int32_t *targets, int BT, int Vloc, int Vreal)
+{
+    if (BT <= 0) return;
+    ce_fwd_fused_k<<<row_grid(BT), CU_THREADS, 0, cu_stream(be)>>>(losses, maxv, sumexp, tlogit, logits.p,
+                                                                  cu_dtype(logits.dt, "ce_fwd_fused"), targets, BT,
+                                                                  Vloc, Vreal);
+    CU_LAUNCHED("ce_fwd_fused");
+}
+
 static __global__ void ce_loss_k(float *losses, const float *maxv, const float *sumexp, const float *tlogit, int BT)
 {
     CU_FOR(i, (size_t)BT) losses[i] = logf(sumexp[i]) + maxv[i] - tlogit[i];
@@ -144,6 +194,7 @@ void cu_fill_loss(struct be_ops *o)
     o->ce_sumexp = e_ce_sumexp;
     o->ce_target = e_ce_target;
     o->ce_loss = e_ce_loss;
+    o->ce_fwd_fused = e_ce_fwd_fused;
     o->ce_bwd = e_ce_bwd;
     o->ce_bwd_to = e_ce_bwd_to;
 }
