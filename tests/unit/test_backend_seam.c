@@ -11,34 +11,20 @@
 
 #include <cmocka.h>
 
+#include "test_child.h"
+
 #include "test_backend_util.h"
 #include "trident/args.h"
 
-static void exit_now(int code) { _exit(code); }
-
-/* Runs fn(be) in a child with its stderr captured: returns the exit status, *err its stderr. */
-static int run_in_child(void (*fn)(const backend *), const backend *be, char *err, size_t len)
+/* run_in_child (test_child.h) of fn(be). */
+static void (*g_child_fn)(const backend *);
+static const backend *g_child_be;
+static void child_call(void) { g_child_fn(g_child_be); }
+static int run_in_child_be(void (*fn)(const backend *), const backend *be, char *err, size_t len)
 {
-    int fd[2];
-    assert_int_equal(pipe(fd), 0);
-    fflush(stdout);
-    pid_t pid = fork();
-    if (pid == 0) {
-        close(fd[0]);
-        dup2(fd[1], 2);
-        td_set_abort_hook(exit_now); /* no atexit handlers of the parent's libraries in the child */
-        fn(be);
-        _exit(0);
-    }
-    close(fd[1]);
-    size_t n = 0;
-    ssize_t r;
-    while (n + 1 < len && (r = read(fd[0], err + n, len - 1 - n)) > 0) n += (size_t)r;
-    err[n] = 0;
-    close(fd[0]);
-    int st = 0;
-    waitpid(pid, &st, 0);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    g_child_fn = fn;
+    g_child_be = be;
+    return run_in_child(child_call, err, len);
 }
 
 static void registry_names_the_cpu(void **state)
@@ -92,7 +78,7 @@ static void unknown_backend_exits_2_naming_the_list(void **state)
 {
     (void)state;
     char err[2048];
-    assert_int_equal(run_in_child(create_unknown, NULL, err, sizeof err), 2);
+    assert_int_equal(run_in_child_be(create_unknown, NULL, err, sizeof err), 2);
     assert_non_null(strstr(err, "--backend tpu"));
     assert_non_null(strstr(err, "it has: cpu"));
 }
@@ -157,7 +143,7 @@ static void cpu_refuses_other_dtypes(void **state)
     };
     char err[2048];
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        int code = run_in_child(cases[i].fn, be, err, sizeof err);
+        int code = run_in_child_be(cases[i].fn, be, err, sizeof err);
         if (code != 1 || !strstr(err, cases[i].says))
             fail_msg("case %zu: exit %d, stderr \"%s\"; want exit 1 saying \"%s\"", i, code, err, cases[i].says);
     }

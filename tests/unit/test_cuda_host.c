@@ -14,6 +14,8 @@
 
 #include <cmocka.h>
 
+#include "test_child.h"
+
 #include "backend/backend.h"
 #include "trident/args.h"
 #include "trident/check.h"
@@ -21,39 +23,6 @@
 #include "backend/cuda/cuda_impl.h"
 #endif
 
-static void exit_now(int code) { _exit(code); }
-
-/* Runs fn() in a child with its stderr captured: returns the exit status, err its stderr. */
-static int run_in_child(void (*fn)(void), char *err, size_t len)
-{
-    int fd[2];
-    assert_int_equal(pipe(fd), 0);
-    fflush(stdout);
-    pid_t pid = fork();
-    if (pid == 0) {
-        close(fd[0]);
-        dup2(fd[1], 2);
-        td_set_abort_hook(exit_now);
-        fn();
-        _exit(0);
-    }
-    close(fd[1]);
-    size_t n = 0;
-    ssize_t r;
-    while (n + 1 < len && (r = read(fd[0], err + n, len - 1 - n)) > 0) n += (size_t)r;
-    err[n] = 0;
-    close(fd[0]);
-    int st = 0;
-    waitpid(pid, &st, 0);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
-static int count_char(const char *s, char c)
-{
-    int n = 0;
-    for (; *s; s++) n += *s == c;
-    return n;
-}
 
 static void clear_launcher_env(void)
 {

@@ -132,34 +132,9 @@ static void e_ce_loss(const backend *be, float *losses, const float *maxv, const
     CU_LAUNCHED("ce_loss");
 }
 
-/* logits row i written = exp(l - maxv) / sumexp dloss, minus dloss at the target; 0 past Vreal. */
-static __global__ void ce_bwd_k(void *logits, int lt, const float *maxv, const float *sumexp, const int32_t *targets,
-                                const float *dloss, int BT, int Vloc, int Vreal, int vstart)
-{
-    BLOCK_ROW_FOR(i, BT) {
-        size_t r = (size_t)i * Vloc;
-        float m = maxv[i], d = dloss[i], scale = 1.0f / sumexp[i] * d;
-        int64_t t = (int64_t)targets[i] - vstart;
-        for (int j = threadIdx.x; j < Vloc; j += CU_THREADS) {
-            float v = 0.0f;
-            if (j < Vreal) {
-                v = expf(cu_ld(logits, lt, r + j) - m) * scale;
-                if (j == t) v -= d;
-            }
-            cu_st(logits, lt, r + j, v);
-        }
-    }
-}
-static void e_ce_bwd(const backend *be, be_out logits, const float *maxv, const float *sumexp, const int32_t *targets,
-                     const float *dloss, int BT, int Vloc, int Vreal, int vstart)
-{
-    if (BT <= 0 || Vloc <= 0) return;
-    ce_bwd_k<<<row_grid(BT), CU_THREADS, 0, cu_stream(be)>>>(logits.p, cu_dtype(logits.dt, "ce_bwd"), maxv, sumexp,
-                                                            targets, dloss, BT, Vloc, Vreal, vstart);
-    CU_LAUNCHED("ce_bwd");
-}
 
-/* ce_bwd out of place: row i of dlogits (dtype ot) written with ce_bwd_k's value from logits (it). */
+/* Row i of dlogits (dtype ot) written = exp(l - maxv) / sumexp dloss, minus dloss at the target, 0
+ * past Vreal, from logits (it): ce_bwd_to, and ce_bwd in place (dlogits = logits). */
 static __global__ void ce_bwd_to_k(void *dlogits, int ot, const void *logits, int it, const float *maxv,
                                    const float *sumexp, const int32_t *targets, const float *dloss, int BT, int Vloc,
                                    int Vreal, int vstart)
@@ -186,6 +161,16 @@ static void e_ce_bwd_to(const backend *be, be_out dlogits, be_in logits, const f
                                                                cu_dtype(logits.dt, "ce_bwd_to"), maxv, sumexp, targets,
                                                                dloss, BT, Vloc, Vreal, vstart);
     CU_LAUNCHED("ce_bwd_to");
+}
+
+static void e_ce_bwd(const backend *be, be_out logits, const float *maxv, const float *sumexp, const int32_t *targets,
+                     const float *dloss, int BT, int Vloc, int Vreal, int vstart)
+{
+    if (BT <= 0 || Vloc <= 0) return;
+    int lt = cu_dtype(logits.dt, "ce_bwd"); /* in place: each element read, then written, by one thread */
+    ce_bwd_to_k<<<row_grid(BT), CU_THREADS, 0, cu_stream(be)>>>(logits.p, lt, logits.p, lt, maxv, sumexp, targets,
+                                                               dloss, BT, Vloc, Vreal, vstart);
+    CU_LAUNCHED("ce_bwd");
 }
 
 void cu_fill_loss(struct be_ops *o)
