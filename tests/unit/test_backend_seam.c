@@ -174,6 +174,15 @@ static double stamp_elapsed(const backend *be, be_event *start, be_event *end)
     return 0.25 * (end->t - start->t); /* a device's clock: a quarter of the stamps' difference */
 }
 
+/* Three GeLUs, two GEMMs and a zeroing through the timed wrappers. */
+static void timed_calls(const backend *be, float *out)
+{
+    for (int i = 0; i < 3; i++) be_gelu_fwd(be, out, g_x, N * C);
+    be_matmul_fwd(be, out, g_x, g_w, NULL, N, C, C);
+    be_matmul_fwd(be, out, g_x, g_w, NULL, N, C, C);
+    be_zero(be, out, N * C);
+}
+
 /* With events that advance one stamp a record and an elapsed time of a quarter stamp, every
  * timed wrapper adds exactly 0.25 s to its family whatever the wall time: be_tic/be_toc read
  * the backend's events, not the host clock. */
@@ -189,10 +198,7 @@ static void stats_are_event_times(void **state)
     memset(&st, 0, sizeof st);
     be.stats = &st;
     float out[N * C];
-    for (int i = 0; i < 3; i++) be_gelu_fwd(&be, out, g_x, N * C);
-    be_matmul_fwd(&be, out, g_x, g_w, NULL, N, C, C);
-    be_matmul_fwd(&be, out, g_x, g_w, NULL, N, C, C);
-    be_zero(&be, out, N * C);
+    timed_calls(&be, out);
     assert_true(st.seconds[BE_OP_GELU] == 0.75);
     assert_int_equal(st.calls[BE_OP_GELU], 3);
     assert_true(st.seconds[BE_OP_GEMM] == 0.5);
@@ -234,10 +240,7 @@ static void stats_deferred_on_async(void **state)
     be.stats = &st;
     float out[N * C];
     g_elapsed_calls = 0;
-    for (int i = 0; i < 3; i++) be_gelu_fwd(&be, out, g_x, N * C);
-    be_matmul_fwd(&be, out, g_x, g_w, NULL, N, C, C);
-    be_matmul_fwd(&be, out, g_x, g_w, NULL, N, C, C);
-    be_zero(&be, out, N * C);
+    timed_calls(&be, out);
     assert_int_equal(g_elapsed_calls, 0); /* nothing waited for */
     assert_int_equal(st.npending, 6);
     assert_true(st.seconds[BE_OP_GELU] == 0.0);
