@@ -408,8 +408,15 @@ static void grouped_gemm(const backend *be, const grouped_plan *p, int prod, cub
                                                  plan_ptrs(p, d, prod, 1), ldb, betas,
                                                  (float *const *)plan_ptrs(p, d, prod, 2), ldc, k, size);
         free(tas), free(tbs), free(alpha), free(betas), free(size);
-        blas_check(st, "cublasSgemmGroupedBatched", what, __FILE__, __LINE__);
-        return;
+        if (st != CUBLAS_STATUS_NOT_SUPPORTED) {
+            blas_check(st, "cublasSgemmGroupedBatched", what, __FILE__, __LINE__);
+            return;
+        }
+        /* this cuBLAS has the call but not for this device: one cublasSgemm an expert from now on */
+        fprintf(stderr, "cuda: cublasSgemmGroupedBatched is not supported here (%s): the MoE grouped GEMM runs one "
+                        "cublasSgemm an expert\n",
+                g_blas.status_name(st));
+        g_blas.sgemm_grouped = NULL;
     }
     for (int i = 0; i < k; i++)
         blas_check(g_blas.sgemm(blas(be), ta, tb, m[i], n[i], kk[i], &one, plan_ptrs(p, p->host, prod, 0)[i], lda[i],
