@@ -15,8 +15,9 @@
 #     against the cpu's (1e-4);
 #  3b. NCCL at world size 1: tests/gpu/test_gpu_nccl (the world's twin on device buffers), and the
 #     one-rank layout run with --comm nccl against --comm mpi, bit for bit (compare_runs, tolerance 0);
-#  4. Llama-shaped, MoE and BERT models on the GPU against the cpu from one seed (1e-4), and
-#     GPT-2-shaped bf16 against fp32 after 50 iterations (final loss within 2%);
+#  4. Llama-shaped, MoE and BERT models on the GPU against the cpu from one seed (1e-4), the MoE
+#     with --moe-grouped-gemm against it without (1e-5), and GPT-2-shaped bf16 against fp32
+#     after 50 iterations (final loss within 2%);
 #  5. generate --greedy from a GPU-trained checkpoint: cuda's tokens equal the cpu's; serve on the
 #     GPU answers a completion; that checkpoint resumed on the cpu and a cpu one on the GPU, each
 #     against the uninterrupted run (1e-5);
@@ -186,6 +187,9 @@ models() {
   lay_run llama_cpu cpu 1 1 2 "${LLAMA_ARCH[@]}" && lay_run llama "$BK" 1 1 2 "${LLAMA_ARCH[@]}" &&
     lay_cmp llama_cpu llama 1e-4 || bad=1
   lay_run moe_cpu cpu 1 1 2 "${MOE_ARCH[@]}" && lay_cmp moe_cpu moe_base 1e-4 || bad=1
+  # the experts' GEMMs grouped (matmul_grouped_fwd/bwd: cublasSgemmGroupedBatched) against the
+  # same run one expert at a time: other cuBLAS kernels and db's other summation order, so 1e-5
+  lay_run moe_grouped "$BK" 1 1 2 "${MOE_ARCH[@]}" --moe-grouped-gemm && lay_cmp moe_base moe_grouped 1e-5 || bad=1
   if [ -f "$D/bert_text_sentence.idx" ]; then
     local LAYD=(--model bert --data-path "$D/bert_text_sentence" --tokenizer-type BertWordPieceLowerCase
                 --vocab-file "$D/bert_vocab.txt")

@@ -1,6 +1,7 @@
 /* The CUDA backend's core entries against the cpu backend's on the same fresh random inputs, odd
  * sizes included (docs/gpu.md): memory, copies, set_bytes, events, the fp32 GEMMs (within 1e-5 of
- * the largest value, TF32 off; 1e-2 with --tf32 allowed), the bf16 and fp16 GEMMs (1e-2), the
+ * the largest value, TF32 off; 1e-2 with --tf32 allowed), the MoE grouped GEMM (both of its cuBLAS
+ * paths, the same tolerances), the bf16 and fp16 GEMMs (1e-2), the
  * dtype conversions (bit for bit, NaN for NaN), lp_native and the measurements. Built only with
  * CUDA; exits 77 (ctest: skipped), saying why, without CUDA in the build or without a visible GPU.
  * The kernels of cuda_fill_elementwise and cuda_fill_attention_moe are held by their own tests.
@@ -208,6 +209,91 @@ static void test_matmul(const backend *c, const backend *g, int BT, int C, int O
     free(x), free(w), free(b), free(dy), free(out), free(gout), free(dx0), free(dw0), free(db0);
 }
 
+/* matmul_grouped_fwd (bias or none; the output poisoned with NaN first: every row written) and
+ * matmul_grouped_bwd (accumulating into random gradients, each of dinp, dW, db left out in turn;
+ * the experts without rows and a NULL gradient keep their values) against the cpu's grouped
+ * entries; counts[G] the experts' rows. */
+static void test_matmul_grouped(const backend *c, const backend *g, const int32_t *counts, int G, int C, int OC,
+                                double tol, const char *mode)
+{
+    int N = 0;
+    for (int e = 0; e < G; e++) N += counts[e];
+    size_t ni = (size_t)N * C, nw = (size_t)G * OC * C, no = (size_t)N * OC, nb = (size_t)G * OC;
+    float *x = fmem(ni), *w = fmem(nw), *b = fmem(nb), *dy = fmem(no), *out = fmem(no), *gout = fmem(no);
+    float *dx0 = fmem(ni), *dw0 = fmem(nw), *db0 = fmem(nb);
+    rnd(x, ni), rnd(w, nw), rnd(b, nb), rnd(dy, no), rnd(dx0, ni), rnd(dw0, nw), rnd(db0, nb);
+    float *gx = up(g, x, ni * 4), *gw = up(g, w, nw * 4), *gb = up(g, b, nb * 4), *gdy = up(g, dy, no * 4);
+    float *go = g->ops->alloc(g, no * 4);
+    char what[200], cnt[120] = "";
+    for (int e = 0, at = 0; e < G && at < (int)sizeof cnt - 8; e++)
+        at += snprintf(cnt + at, sizeof cnt - (size_t)at, "%s%d", e ? "," : "", (int)counts[e]);
+    for (int bias = 0; bias < 2; bias++) {
+        for (size_t i = 0; i < no; i++) out[i] = NAN;
+        c->ops->matmul_grouped_fwd(c, out, x, w, bias ? b : NULL, counts, G, C, OC);
+        g->ops->set_bytes(g, go, 0xff, no * 4); /* NaN: an element left unwritten fails */
+        g->ops->matmul_grouped_fwd(g, go, gx, gw, bias ? gb : NULL, counts, G, C, OC);
+        down(g, gout, go, no * 4);
+        double e = rel_err(gout, out, no);
+        snprintf(what, sizeof what, "matmul_grouped_fwd %s G %d rows {%s} C %d OC %d%s", mode, G, cnt, C, OC,
+                 bias ? " + bias" : "");
+        check(e <= tol, what, e, tol);
+    }
+    for (int skip = -1; skip < 3; skip++) { /* -1: all three gradients; else that one left out */
+        float *cdx = fmem(ni), *cdw = fmem(nw), *cdb = fmem(nb), *hdx = fmem(ni), *hdw = fmem(nw), *hdb = fmem(nb);
+        memcpy(cdx, dx0, ni * 4), memcpy(cdw, dw0, nw * 4), memcpy(cdb, db0, nb * 4);
+        float *gdx = up(g, dx0, ni * 4), *gdw = up(g, dw0, nw * 4), *gdb = up(g, db0, nb * 4);
+        c->ops->matmul_grouped_bwd(c, skip == 0 ? NULL : cdx, skip == 1 ? NULL : cdw, skip == 2 ? NULL : cdb, dy, x, w,
+                                   counts, G, C, OC);
+        g->ops->matmul_grouped_bwd(g, skip == 0 ? NULL : gdx, skip == 1 ? NULL : gdw, skip == 2 ? NULL : gdb, gdy, gx,
+                                   gw, counts, G, C, OC);
+        down(g, hdx, gdx, ni * 4), down(g, hdw, gdw, nw * 4), down(g, hdb, gdb, nb * 4);
+        double e = fmax(rel_err(hdx, cdx, ni), fmax(rel_err(hdw, cdw, nw), rel_err(hdb, cdb, nb)));
+        snprintf(what, sizeof what, "matmul_grouped_bwd %s G %d rows {%s} C %d OC %d (dinp, dW, db +=%s)", mode, G,
+                 cnt, C, OC, skip < 0 ? "" : skip == 0 ? "; dinp NULL" : skip == 1 ? "; dW NULL" : "; db NULL");
+        check(e <= tol, what, e, tol);
+        int untouched = 1; /* a NULL gradient is not written */
+        if (skip == 0) untouched = memcmp(hdx, dx0, ni * 4) == 0;
+        if (skip == 1) untouched = memcmp(hdw, dw0, nw * 4) == 0;
+        if (skip == 2) untouched = memcmp(hdb, db0, nb * 4) == 0;
+        for (int ex = 0; ex < G; ex++) /* an expert without rows: its dW and db kept their values */
+            if (!counts[ex])
+                untouched &= memcmp(hdw + (size_t)ex * OC * C, dw0 + (size_t)ex * OC * C, (size_t)OC * C * 4) == 0 &&
+                             memcmp(hdb + (size_t)ex * OC, db0 + (size_t)ex * OC, (size_t)OC * 4) == 0;
+        check(untouched, "  a NULL gradient and the experts without rows kept their values", untouched, 1);
+        g->ops->free(g, gdx), g->ops->free(g, gdw), g->ops->free(g, gdb);
+        free(cdx), free(cdw), free(cdb), free(hdx), free(hdw), free(hdb);
+    }
+    g->ops->free(g, gx), g->ops->free(g, gw), g->ops->free(g, gb), g->ops->free(g, gdy), g->ops->free(g, go);
+    free(x), free(w), free(b), free(dy), free(out), free(gout), free(dx0), free(dw0), free(db0);
+}
+
+/* The grouped GEMM's cases: one expert, uneven counts with zeros and a one-row expert, odd C and
+ * OC both ways, a larger layer, and no rows at all; through cublasSgemmGroupedBatched and
+ * through one cublasSgemm an expert, then in TF32 (under the sanitizer: the first path only, its
+ * kernels are the same). */
+static void test_grouped(const backend *c, backend *g, int sanitizer)
+{
+    static const int32_t one[1] = {37}, three[3] = {17, 0, 1}, eight[8] = {0, 9, 1, 40, 0, 3, 0, 22};
+    static const int32_t big[8] = {130, 0, 257, 64, 1, 90, 0, 200}, none[4] = {0, 0, 0, 0};
+    int native = cuda_set_grouped_batched(1);
+    printf("loaded cuBLAS %s cublasSgemmGroupedBatched\n", native ? "has" : "lacks (the per-expert path only)");
+    int first = native ? 1 : 0, last = sanitizer ? first : 0;
+    for (int path = first; path >= last; path--) {
+        cuda_set_grouped_batched(path);
+        const char *mode = path ? "fp32 grouped-batched" : "fp32 per-expert";
+        test_matmul_grouped(c, g, one, 1, 37, 53, 1e-5, mode);
+        test_matmul_grouped(c, g, three, 3, 37, 53, 1e-5, mode);
+        test_matmul_grouped(c, g, eight, 8, 53, 37, 1e-5, mode);
+        test_matmul_grouped(c, g, big, 8, 256, 384, 1e-5, mode);
+        test_matmul_grouped(c, g, none, 4, 37, 53, 1e-5, mode);
+    }
+    cuda_set_grouped_batched(1);
+    if (sanitizer) return;
+    be_set_tf32(g, 1);
+    test_matmul_grouped(c, g, big, 8, 256, 384, 1e-2, native ? "tf32 grouped-batched" : "tf32 per-expert");
+    be_set_tf32(g, 0);
+}
+
 /* The low-precision GEMMs: the same rounded inputs on both backends (rounded by the cpu's convert). */
 static void test_matmul_lp(const backend *c, const backend *g, be_dtype dt, int BT, int C, int OC)
 {
@@ -358,6 +444,7 @@ int main(int argc, char **argv)
     be_set_tf32(g, 1);
     test_matmul(c, g, 130, 257, 67, 1e-2, "tf32");
     be_set_tf32(g, 0);
+    test_grouped(c, g, sanitizer);
     for (int dt = BE_BF16; dt <= BE_F16; dt++) {
         test_matmul_lp(c, g, (be_dtype)dt, 37, 53, 29);
         test_matmul_lp(c, g, (be_dtype)dt, 256, 768, 2304);

@@ -217,6 +217,11 @@ static void cuda_parts_fill_the_contract(void **state)
     }
     const char *missing = be_ops_missing(&all);
     if (missing) fail_msg("the CUDA backend leaves its required entry %s NULL", missing);
+    /* an optional entry the backend implements (gemm.cu): the MoE grouped GEMM, not the wrapper's
+     * one matmul a group (its numbers: test_gpu_backend on a GPU) */
+    if (!parts[0].matmul_grouped_fwd || !parts[0].matmul_grouped_bwd)
+        fail_msg("the CUDA backend's core leaves matmul_grouped_fwd/bwd NULL (--moe-grouped-gemm would run group by "
+                 "group)");
 }
 #endif
 

@@ -316,7 +316,7 @@ static size_t cu_mem_peak(const backend *be)
 static void cu_describe(const backend *be, char *out, size_t len)
 {
     const cuda_state *st = cu_state(be);
-    char drv[64], blas[64];
+    char drv[64], blas[128];
     int rt = 0;
     driver_version(drv, sizeof drv);
     (void)cudaRuntimeGetVersion(&rt);

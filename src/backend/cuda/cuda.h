@@ -16,5 +16,10 @@ backend *be_cuda(int device);
 int cuda_device_count(void);
 /* fp32 GEMMs in TF32 (on) or IEEE fp32 (off, the default) on this backend. */
 void cuda_set_tf32(backend *be, int on);
+/* The MoE grouped GEMM (matmul_grouped_fwd/bwd of every CUDA backend of the process) through
+ * cublasSgemmGroupedBatched (on: the default, when the loaded cuBLAS has it, 12.5+) or one
+ * cublasSgemm an expert (off), so the tests can hold both to the cpu's. Returns whether the
+ * grouped call is now in use. Call it after be_cuda (cuBLAS is opened there). */
+int cuda_set_grouped_batched(int on);
 
 #endif

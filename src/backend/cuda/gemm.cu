@@ -4,10 +4,13 @@
  * (OC, C) weights are cuBLAS's column-major transposes, so out = inp . W^T is, column-major,
  * out^T (OC, BT) = W^T^T . inp^T: op T on the weight, N on the input. fp32 GEMMs run in IEEE fp32
  * unless --tf32; the low-precision ones take bf16/fp16 A and B and accumulate in fp32 into fp32
- * (cublasGemmEx, CUBLAS_COMPUTE_32F). */
+ * (cublasGemmEx, CUBLAS_COMPUTE_32F). The MoE grouped GEMM (matmul_grouped_fwd/bwd) runs each
+ * product's experts in one cublasSgemmGroupedBatched (cuBLAS 12.5+) when the loaded cuBLAS has it,
+ * else one cublasSgemm an expert. */
 #include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cublas_v2.h>
@@ -36,6 +39,11 @@ typedef cublasStatus_t (*cublas_gemm_ex_fn)(cublasHandle_t, cublasOperation_t, c
                                             const void *, const void *, cudaDataType, int, const void *,
                                             cudaDataType, int, const void *, void *, cudaDataType, int,
                                             cublasComputeType_t, cublasGemmAlgo_t);
+typedef cublasStatus_t (*cublas_sgemm_grouped_fn)(cublasHandle_t, const cublasOperation_t[],
+                                                  const cublasOperation_t[], const int[], const int[], const int[],
+                                                  const float[], const float *const[], const int[],
+                                                  const float *const[], const int[], const float[],
+                                                  float *const[], const int[], int, const int[]);
 
 static struct {
     void *lib;
@@ -47,6 +55,8 @@ static struct {
     cublas_status_fn status_name;
     cublas_sgemm_fn sgemm;
     cublas_gemm_ex_fn gemm_ex;
+    cublas_sgemm_grouped_fn sgemm_grouped; /* NULL: a cuBLAS before 12.5 */
+    int grouped_off;                       /* cuda_set_grouped_batched(0): one cublasSgemm a group */
 } g_blas;
 
 static void *blas_sym(const char *name)
@@ -81,6 +91,16 @@ static void blas_open(void)
     g_blas.status_name = (cublas_status_fn)blas_sym("cublasGetStatusName");
     g_blas.sgemm = (cublas_sgemm_fn)blas_sym("cublasSgemm_v2");
     g_blas.gemm_ex = (cublas_gemm_ex_fn)blas_sym("cublasGemmEx");
+    g_blas.sgemm_grouped = (cublas_sgemm_grouped_fn)dlsym(g_blas.lib, "cublasSgemmGroupedBatched");
+}
+
+/* Whether the grouped GEMMs go through cublasSgemmGroupedBatched. */
+static int grouped_batched(void) { return g_blas.sgemm_grouped && !g_blas.grouped_off; }
+
+extern "C" int cuda_set_grouped_batched(int on)
+{
+    g_blas.grouped_off = !on;
+    return grouped_batched();
 }
 
 static void blas_check(cublasStatus_t s, const char *call, const char *what, const char *file, int line)
@@ -114,7 +134,8 @@ void cuda_gemm_describe(const backend *be, char *out, size_t len)
 {
     int v = 0;
     BLAS_CHECK(g_blas.version(blas(be), &v), "reading cuBLAS's version");
-    snprintf(out, len, "cuBLAS %d.%d.%d", v / 10000, v / 100 % 100, v % 100);
+    snprintf(out, len, "cuBLAS %d.%d.%d (MoE grouped GEMM: %s)", v / 10000, v / 100 % 100, v % 100,
+             grouped_batched() ? "cublasSgemmGroupedBatched" : "a cublasSgemm an expert");
 }
 
 /* ---- kernels ---- */
@@ -142,6 +163,43 @@ __global__ void k_colsum_acc(float *db, const float *x, int N, int C)
     float acc = 0.0f;
     for (int n = 0; n < N; n++) acc += x[(size_t)n * C + j];
     db[j] += acc;
+}
+
+/* The group of row r: the g with off[g] <= r < off[g + 1] (off (G + 1) ascending, off[0] = 0). */
+__device__ __forceinline__ int d_group_of(const int64_t *off, int G, int64_t r)
+{
+    int lo = 0, hi = G - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (off[mid] <= r) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
+/* out (N, OC) += b_g on each row, g the row's group by the row offsets off (G + 1). */
+__global__ void k_grouped_bias(float *out, const float *b, const int64_t *off, int G, size_t N, int OC)
+{
+    size_t total = N * (size_t)OC;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
+        int64_t r = (int64_t)(i / (size_t)OC);
+        int g = d_group_of(off, G, r);
+        out[i] += b[(size_t)g * OC + i % (size_t)OC];
+    }
+}
+
+/* db_g (OC) += column sums of x_g (the rows off[g] .. off[g+1] of x (N, OC)), group g =
+ * blockIdx.y: each column added into db row by row in order, as the cpu's
+ * cpu_matmul_grouped_bwd (the same bits). Deterministic. */
+__global__ void k_grouped_colsum_acc(float *db, const float *x, const int64_t *off, int OC)
+{
+    int g = blockIdx.y, j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= OC) return;
+    int64_t r0 = off[g], r1 = off[g + 1];
+    if (r0 == r1) return;
+    float acc = db[(size_t)g * OC + j];
+    for (int64_t r = r0; r < r1; r++) acc += x[(size_t)r * OC + j];
+    db[(size_t)g * OC + j] = acc;
 }
 
 /* The conversions of include/core/trident/half.h: bf16 by the same integer rounding (nearest
@@ -262,6 +320,192 @@ static void cu_matmul_bwd(const backend *be, be_out dinp, float *dw, float *db, 
         BLAS_CHECK(g_blas.sgemm(blas(be), CUBLAS_OP_N, CUBLAS_OP_T, C, OC, BT, &one, x, C, dy, OC, &one, dw, C),
                    "matmul_bwd dW (cublasSgemm)");
     colsum_acc(be, db, dy, BT, OC);
+}
+
+/* ---- the MoE grouped GEMM ----
+ * One product of the G experts is a list of GEMMs, one an expert with rows: through
+ * cublasSgemmGroupedBatched each is a cuBLAS group of one problem (its m, n, k, ld and scalars in
+ * host arrays, its A, B and C pointers in device arrays), else one cublasSgemm each. The device
+ * side of a call (the row offsets the bias and db kernels read, the pointer arrays) is one block
+ * of stream-ordered scratch filled by one staged H2D copy, which returns once the host's copy may
+ * be reused: nothing waits for the queue. */
+
+enum { GP_FWD, GP_DINP, GP_DW, GP_PRODUCTS };
+
+typedef struct grouped_plan {
+    int G, k;                  /* experts; experts with rows */
+    int64_t *off;              /* (G + 1) host row offsets */
+    int *gi;                   /* (k) the experts with rows, ascending */
+    unsigned char *host;       /* the scratch's host image */
+    size_t bytes;              /* its size */
+    void *dev;                 /* the scratch on the device */
+} grouped_plan;
+
+/* The scratch: off (G + 1) int64, then nprod products' A, B and C pointer arrays (k each). */
+static const float **plan_ptrs(const grouped_plan *p, unsigned char *base, int prod, int which)
+{
+    size_t at = (size_t)(p->G + 1) * sizeof(int64_t) + ((size_t)prod * 3 + which) * (size_t)p->k * sizeof(float *);
+    return (const float **)(base + at);
+}
+
+static void plan_make(grouped_plan *p, const int32_t *counts, int G, int nprod)
+{
+    p->G = G;
+    p->k = 0;
+    p->off = (int64_t *)td_xmalloc((size_t)(G + 1) * sizeof(int64_t));
+    p->gi = (int *)td_xmalloc((size_t)(G ? G : 1) * sizeof(int));
+    p->off[0] = 0;
+    for (int g = 0; g < G; g++) {
+        TD_CHECK(counts[g] >= 0, "a group's row count is >= 0", "cuda matmul_grouped: group %d has %d rows", g,
+                 (int)counts[g]);
+        p->off[g + 1] = p->off[g] + counts[g];
+        if (counts[g]) p->gi[p->k++] = g;
+    }
+    p->bytes = (size_t)(G + 1) * sizeof(int64_t) + (size_t)nprod * 3 * (size_t)p->k * sizeof(float *);
+    p->host = (unsigned char *)td_xmalloc(p->bytes);
+    memcpy(p->host, p->off, (size_t)(G + 1) * sizeof(int64_t));
+    p->dev = NULL;
+}
+
+/* Product prod's pointers: A_i, B_i, C_i of the i-th expert with rows. */
+static void plan_set(grouped_plan *p, int prod, int i, const float *a, const float *b, float *c)
+{
+    plan_ptrs(p, p->host, prod, 0)[i] = a;
+    plan_ptrs(p, p->host, prod, 1)[i] = b;
+    plan_ptrs(p, p->host, prod, 2)[i] = c;
+}
+
+/* The host image to the device (enqueued; the host's copy reusable on return). */
+static void plan_upload(const backend *be, grouped_plan *p)
+{
+    p->dev = be->ops->alloc(be, p->bytes);
+    be->ops->copy_bytes(be, p->dev, p->host, p->bytes, BE_H2D);
+}
+
+static void plan_free(const backend *be, grouped_plan *p)
+{
+    if (p->dev) be->ops->free(be, p->dev); /* stream-ordered: after the queued kernels that read it */
+    free(p->off), free(p->gi), free(p->host);
+}
+
+/* C_i (m_i, n_i) = alpha op(A_i) op(B_i) + beta C_i over the k experts with rows, column-major as
+ * cublasSgemm; m, n, kk, lda, ldb, ldc (k) host arrays; the pointers product prod of the plan. */
+static void grouped_gemm(const backend *be, const grouped_plan *p, int prod, cublasOperation_t ta,
+                         cublasOperation_t tb, const int *m, const int *n, const int *kk, const int *lda,
+                         const int *ldb, const int *ldc, float beta, const char *what)
+{
+    int k = p->k;
+    const float one = 1.0f;
+    if (grouped_batched()) {
+        cublasOperation_t *tas = (cublasOperation_t *)td_xmalloc((size_t)k * sizeof *tas);
+        cublasOperation_t *tbs = (cublasOperation_t *)td_xmalloc((size_t)k * sizeof *tbs);
+        float *alpha = (float *)td_xmalloc((size_t)k * sizeof(float));
+        float *betas = (float *)td_xmalloc((size_t)k * sizeof(float));
+        int *size = (int *)td_xmalloc((size_t)k * sizeof(int));
+        for (int i = 0; i < k; i++) tas[i] = ta, tbs[i] = tb, alpha[i] = one, betas[i] = beta, size[i] = 1;
+        unsigned char *d = (unsigned char *)p->dev;
+        cublasStatus_t st = g_blas.sgemm_grouped(blas(be), tas, tbs, m, n, kk, alpha, plan_ptrs(p, d, prod, 0), lda,
+                                                 plan_ptrs(p, d, prod, 1), ldb, betas,
+                                                 (float *const *)plan_ptrs(p, d, prod, 2), ldc, k, size);
+        free(tas), free(tbs), free(alpha), free(betas), free(size);
+        if (st != CUBLAS_STATUS_NOT_SUPPORTED) {
+            blas_check(st, "cublasSgemmGroupedBatched", what, __FILE__, __LINE__);
+            return;
+        }
+        /* this cuBLAS has the call but not for this device: one cublasSgemm an expert from now on */
+        fprintf(stderr, "cuda: cublasSgemmGroupedBatched is not supported here (%s): the MoE grouped GEMM runs one "
+                        "cublasSgemm an expert\n",
+                g_blas.status_name(st));
+        g_blas.sgemm_grouped = NULL;
+    }
+    for (int i = 0; i < k; i++)
+        blas_check(g_blas.sgemm(blas(be), ta, tb, m[i], n[i], kk[i], &one, plan_ptrs(p, p->host, prod, 0)[i], lda[i],
+                                plan_ptrs(p, p->host, prod, 1)[i], ldb[i], &beta,
+                                (float *)plan_ptrs(p, p->host, prod, 2)[i], ldc[i]),
+                   "cublasSgemm", what, __FILE__, __LINE__);
+}
+
+/* The per-expert sizes of the k experts with rows: rows[i] = counts of the i-th, the rest x, y. */
+typedef struct grouped_dims {
+    int *rows, *x, *y;
+} grouped_dims;
+
+static grouped_dims dims_make(const grouped_plan *p, int x, int y)
+{
+    grouped_dims d;
+    size_t n = (size_t)(p->k ? p->k : 1) * sizeof(int);
+    d.rows = (int *)td_xmalloc(n), d.x = (int *)td_xmalloc(n), d.y = (int *)td_xmalloc(n);
+    for (int i = 0; i < p->k; i++) {
+        int g = p->gi[i];
+        d.rows[i] = (int)(p->off[g + 1] - p->off[g]), d.x[i] = x, d.y[i] = y;
+    }
+    return d;
+}
+static void dims_free(grouped_dims *d) { free(d->rows), free(d->x), free(d->y); }
+
+static void cu_matmul_grouped_fwd(const backend *be, float *out, const float *inp, const float *w, const float *b,
+                                  const int32_t *counts, int G, int C, int OC)
+{
+    if (G <= 0 || OC <= 0) return;
+    grouped_plan p;
+    plan_make(&p, counts, G, 1);
+    int64_t N = p.off[G];
+    if (N == 0) {
+        plan_free(be, &p);
+        return;
+    }
+    for (int i = 0; i < p.k; i++) {
+        int g = p.gi[i];
+        plan_set(&p, GP_FWD, i, w + (size_t)g * OC * C, inp + (size_t)p.off[g] * C, out + (size_t)p.off[g] * OC);
+    }
+    plan_upload(be, &p);
+    set_fp32_math(be);
+    /* out_g^T (OC, n_g) = W_g^T^T (op T on W_g (C, OC) column-major) . inp_g^T (C, n_g) */
+    grouped_dims oc = dims_make(&p, OC, C), cc = dims_make(&p, C, OC);
+    grouped_gemm(be, &p, GP_FWD, CUBLAS_OP_T, CUBLAS_OP_N, oc.x, oc.rows, oc.y, cc.x, cc.x, oc.x, 0.0f,
+                 "matmul_grouped_fwd");
+    dims_free(&oc), dims_free(&cc);
+    if (b) {
+        k_grouped_bias<<<blocks_for((size_t)N * OC, 256), 256, 0, cu_stream(be)>>>(out, b, (const int64_t *)p.dev, G,
+                                                                                  (size_t)N, OC);
+        CU_LAUNCHED("k_grouped_bias");
+    }
+    plan_free(be, &p);
+}
+
+static void cu_matmul_grouped_bwd(const backend *be, float *dinp, float *dw, float *db, const float *dout,
+                                  const float *inp, const float *w, const int32_t *counts, int G, int C, int OC)
+{
+    if (G <= 0 || OC <= 0 || (!dinp && !dw && !db)) return;
+    grouped_plan p;
+    plan_make(&p, counts, G, GP_PRODUCTS);
+    if (p.off[G] == 0) {
+        plan_free(be, &p);
+        return;
+    }
+    for (int i = 0; i < p.k; i++) {
+        int g = p.gi[i];
+        size_t r = (size_t)p.off[g];
+        const float *wg = w + (size_t)g * OC * C, *dy = dout + r * OC, *x = inp + r * C;
+        plan_set(&p, GP_DINP, i, wg, dy, dinp ? dinp + r * C : NULL);
+        plan_set(&p, GP_DW, i, x, dy, dw ? dw + (size_t)g * OC * C : NULL);
+    }
+    plan_upload(be, &p);
+    set_fp32_math(be);
+    grouped_dims cc = dims_make(&p, C, OC);
+    if (dinp && C) /* dinp_g^T (C, n_g) += W_g^T (C, OC) . dout_g^T (OC, n_g) */
+        grouped_gemm(be, &p, GP_DINP, CUBLAS_OP_N, CUBLAS_OP_N, cc.x, cc.rows, cc.y, cc.x, cc.y, cc.x, 1.0f,
+                     "matmul_grouped_bwd dinp");
+    if (dw && C) /* dW_g^T (C, OC) += inp_g^T (C, n_g) . dout_g (n_g, OC) */
+        grouped_gemm(be, &p, GP_DW, CUBLAS_OP_N, CUBLAS_OP_T, cc.x, cc.y, cc.rows, cc.x, cc.y, cc.x, 1.0f,
+                     "matmul_grouped_bwd dW");
+    dims_free(&cc);
+    if (db) {
+        dim3 grid((unsigned)((OC + 127) / 128), (unsigned)G);
+        k_grouped_colsum_acc<<<grid, 128, 0, cu_stream(be)>>>(db, dout, (const int64_t *)p.dev, OC);
+        CU_LAUNCHED("k_grouped_colsum_acc");
+    }
+    plan_free(be, &p);
 }
 
 static void cu_matmul_fwd_lp(const backend *be, be_out out, be_in inp, const void *w, const float *b, be_dtype dt,
@@ -396,6 +640,8 @@ void cuda_fill_gemm(struct be_ops *o)
 {
     o->matmul_fwd = cu_matmul_fwd;
     o->matmul_bwd = cu_matmul_bwd;
+    o->matmul_grouped_fwd = cu_matmul_grouped_fwd;
+    o->matmul_grouped_bwd = cu_matmul_grouped_bwd;
     o->matmul_fwd_lp = cu_matmul_fwd_lp;
     o->matmul_bwd_lp = cu_matmul_bwd_lp;
     o->convert = cu_convert;
