@@ -39,6 +39,11 @@ const char *be_auto_name(const char *name);
 int be_backend_devices(const char *name);
 /* 1 if this binary was built with the CUDA backend. */
 int be_have_cuda(void);
+/* --comm for --backend backend_flag (xfer_comm_choose with the backend resolved, the build's CUDA and
+ * the GPUs this process sees): 1 nccl, 0 mpi; --comm nccl that cannot work exits 2. Collective over
+ * world; before be_create. */
+struct comm;
+int be_comm_choose(const char *flag, const char *backend_flag, const struct comm *world);
 /* fp32 GEMMs may round their inputs to TF32 (--tf32): a device backend's tensor cores then run
  * them several times faster, at about 1e-3 relative error; off (the default) they are IEEE fp32,
  * held to the CPU's. The cpu backend has no TF32: a no-op there. */

@@ -10,6 +10,7 @@
 #include "trident/check.h"
 #include "trident/debug.h"
 #include "backend.h"
+#include "xfer.h"
 #include "cpu/cpu.h"
 #ifdef TRIDENT_HAVE_CUDA
 #include "cuda/cuda.h"
@@ -51,6 +52,14 @@ const char *be_auto_name(const char *name)
 {
     if (!name || strcmp(name, "auto") != 0) return name;
     return be_auto_choice(be_have_cuda(), be_backend_devices("cuda"));
+}
+
+int be_comm_choose(const char *flag, const char *backend_flag, const struct comm *world)
+{
+    const char *backend = be_auto_name(backend_flag);
+    int cuda = be_have_cuda();
+    int devices = cuda && strcmp(backend, "cuda") == 0 ? be_backend_devices("cuda") : 0;
+    return xfer_comm_choose(flag, backend, cuda, devices, world);
 }
 
 void be_set_tf32(backend *be, int on)

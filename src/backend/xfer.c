@@ -285,17 +285,14 @@ int xfer_local_size(void)
     return 1;
 }
 
-int xfer_comm_choose(const char *flag, const char *backend_flag, const comm *world)
+int xfer_comm_choose(const char *flag, const char *backend, int cuda, int devices, const comm *world)
 {
     g_nccl = 0;
     if (strcmp(flag, "mpi") == 0) return 0;
-    const char *backend = be_auto_name(backend_flag);
-    int cuda = be_have_cuda(), devices = 0, lib = 0, local = xfer_local_size();
+    int lib = 0, local = xfer_local_size();
     char lib_why[512] = "";
-    if (cuda && strcmp(backend, "cuda") == 0) {
-        devices = be_backend_devices("cuda");
-        lib = comm_nccl_loadable(lib_why, sizeof lib_why);
-    }
+    if (cuda && strcmp(backend, "cuda") == 0) lib = comm_nccl_loadable(lib_why, sizeof lib_why);
+    else devices = 0;
     int32_t worst = (int32_t)xfer_nccl_rule(backend, cuda, lib, local, devices);
     comm_allreduce(world, &worst, 1, COMM_I32, COMM_MAX); /* host memory: the same answer on every rank */
     const char *choice = xfer_comm_choice(flag, (xfer_nccl_why)worst);

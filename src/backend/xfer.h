@@ -84,11 +84,13 @@ void xfer_nccl_why_text(xfer_nccl_why why, int local_size, int devices, const ch
 /* The ranks on this host: the launcher's local size (OMPI_COMM_WORLD_LOCAL_SIZE, SLURM_NTASKS_PER_NODE,
  * MPI_LOCALNRANKS, PMI_LOCAL_SIZE); 1 when started alone or none says. */
 int xfer_local_size(void);
-/* Resolves --comm (flag: auto, mpi or nccl) for --backend backend_flag. Collective over world: every
- * rank finds the same answer (the largest reason over the ranks). --comm nccl where NCCL cannot
- * work exits 2 on every rank, rank 0 printing one line naming why. Call before be_create: under
- * nccl, the device backends it then makes are direct (xfer_init). Returns 1 for nccl. */
-int xfer_comm_choose(const char *flag, const char *backend_flag, const comm *world);
+/* Resolves --comm (flag: auto, mpi or nccl) for the run's backend (resolved: "cpu" or "cuda"), whether
+ * this trident has CUDA and the GPUs this process sees (be_comm_choose in registry.c finds them).
+ * Collective over world: every rank finds the same answer (the largest reason over the ranks).
+ * --comm nccl where NCCL cannot work exits 2 on every rank, rank 0 printing one line naming why.
+ * Call before be_create: under nccl, the device backends it then makes are direct (xfer_init).
+ * Returns 1 for nccl. */
+int xfer_comm_choose(const char *flag, const char *backend, int cuda, int devices, const comm *world);
 /* After be_create and ps_init under nccl: every group of ps gets its NCCL twin on be's queue
  * (ps_make_twins); a no-op otherwise. On a device backend, logs (world rank 0) which communicator
  * carries device buffers. Collective over the world. */

@@ -80,7 +80,7 @@ void cli_load_stage(cli_model *out, const td_args *a, comm *world, int mbs)
 {
     char err[4096] = "";
     int pp = a->pipeline_model_parallel_size, per = out->cfg.num_layers / pp;
-    xfer_comm_choose(a->comm ? a->comm : "auto", a->backend, world); /* --comm nccl that cannot work: exit 2 here */
+    be_comm_choose(a->comm ? a->comm : "auto", a->backend, world); /* --comm nccl that cannot work: exit 2 here */
     out->ps = ps_init(world, a->tensor_model_parallel_size, pp);
     out->be = be_create(a->backend, 0);
     xfer_comm_attach(out->be, out->ps); /* --comm nccl: every group's NCCL twin */

@@ -5,9 +5,6 @@
 #include <string.h>
 
 #include "comm_impl.h"
-#ifdef TRIDENT_HAVE_CUDA
-#include "nccl_twin.h"
-#endif
 #include "trident/check.h"
 #include "trident/timer.h"
 
@@ -42,9 +39,7 @@ comm *comm_split(const comm *c, int color, int key)
 {
     comm *s = c->ops->split(c, color, key);
     comm_set_name(s, c->name);
-#ifdef TRIDENT_HAVE_CUDA
-    if (c->twin) s->twin = nccl_twin_new(s, nccl_twin_stream(c->twin), nccl_twin_p2p(c->twin)); /* collective over s */
-#endif
+    if (c->twin) s->twin = c->twin->ops->twin_of(c->twin, s); /* collective over s */
     return s;
 }
 void comm_free(comm *c)
@@ -54,30 +49,7 @@ void comm_free(comm *c)
     c->ops->free(c);
 }
 
-/* ---- device twins ---- */
-
-#ifdef TRIDENT_HAVE_CUDA
-int comm_nccl_loadable(char *why, size_t len) { return nccl_loadable(why, len); }
-
-void comm_make_twin(comm *c, void *stream, int p2p)
-{
-    if (c && !c->twin && !c->ops->device) c->twin = nccl_twin_new(c, stream, p2p);
-}
-#else
-int comm_nccl_loadable(char *why, size_t len)
-{
-    td_seterr(why, len, "this trident was built without CUDA (no nvcc at its build): NCCL needs a build with the "
-                        "CUDA backend");
-    return 0;
-}
-
-void comm_make_twin(comm *c, void *stream, int p2p)
-{
-    (void)stream, (void)p2p;
-    td_die(__FILE__, __LINE__, "comm_make_twin", "this is a bug in trident; please report it",
-           "the %s group asked for an NCCL twin in a build without CUDA", c ? c->name : "(none)");
-}
-#endif
+/* comm_nccl_loadable and comm_make_twin: nccl.c in a build with CUDA, nccl_none.c without. */
 
 const comm *comm_device(const comm *c) { return c && c->twin ? c->twin : c; }
 int comm_is_device(const comm *c) { return c && c->ops->device; }

@@ -31,6 +31,9 @@ struct comm_ops {
                                   comm_op op);
     void (*wait)(comm_req *r);
     int (*test)(comm_req *r); /* 1 once complete (the request stays until wait); 0 if not yet, or on an error wait reports */
+    /* device twins (nccl.c): a twin of `group` made as `twin` was (its stream and kind); comm_split of
+     * a twinned group twins the part with it. Collective over group. NULL elsewhere. */
+    comm *(*twin_of)(const comm *twin, const comm *group);
 };
 
 struct comm {

@@ -427,6 +427,18 @@ comm *nccl_twin_new(const comm *g, void *stream, int p2p)
 void *nccl_twin_stream(const comm *twin) { return TW(twin)->be; }
 int nccl_twin_p2p(const comm *twin) { return TW(twin)->p2p; }
 
+int comm_nccl_loadable(char *why, size_t len) { return nccl_loadable(why, len); }
+
+void comm_make_twin(comm *c, void *stream, int p2p)
+{
+    if (c && !c->twin && !c->ops->device) c->twin = nccl_twin_new(c, stream, p2p);
+}
+
+static comm *nc_twin_of(const comm *twin, const comm *group)
+{
+    return nccl_twin_new(group, nccl_twin_stream(twin), nccl_twin_p2p(twin));
+}
+
 static comm *nc_split(const comm *c, int color, int key)
 {
     (void)color, (void)key;
@@ -715,4 +727,5 @@ static const struct comm_ops NCCL_OPS = {
     .ireduce_scatterv = nc_ireduce_scatterv,
     .wait = nc_wait,
     .test = nc_test,
+    .twin_of = nc_twin_of,
 };

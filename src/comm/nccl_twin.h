@@ -1,5 +1,5 @@
 /* The NCCL twin of a group (src/comm/nccl.c), private to src/comm: only in a build with CUDA
- * (TRIDENT_HAVE_CUDA); comm.c answers for a build without. docs/gpu.md, "NCCL". */
+ * (TRIDENT_HAVE_CUDA); nccl_none.c answers for a build without. docs/gpu.md, "NCCL". */
 #ifndef TRIDENT_NCCL_TWIN_H
 #define TRIDENT_NCCL_TWIN_H
 

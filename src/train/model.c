@@ -61,7 +61,7 @@ void run_wait_params(run_state *r)
 void run_model_grid(run_state *r, comm *world)
 {
     const td_args *a = r->a;
-    xfer_comm_choose(a->comm ? a->comm : "auto", a->backend, world); /* --comm nccl that cannot work: exit 2 here */
+    be_comm_choose(a->comm ? a->comm : "auto", a->backend, world); /* --comm nccl that cannot work: exit 2 here */
     r->ps = ps_init_cp(world, a->tensor_model_parallel_size, a->context_parallel_size, a->pipeline_model_parallel_size);
     ps_state *ps = r->ps;
     ps_init_experts(ps, a->num_experts > 0 ? a->expert_model_parallel_size : 1);

@@ -155,8 +155,8 @@ static void comm_flag(void **state)
 }
 
 /* --comm nccl where it cannot work: exit 2 before any backend exists, one line naming why. */
-static void choose_nccl_cpu(void) { xfer_comm_choose("nccl", "cpu", g_world); }
-static void choose_nccl_cuda(void) { xfer_comm_choose("nccl", "cuda", g_world); }
+static void choose_nccl_cpu(void) { be_comm_choose("nccl", "cpu", g_world); }
+static void choose_nccl_cuda(void) { be_comm_choose("nccl", "cuda", g_world); }
 
 static void nccl_refused(void **state)
 {
@@ -177,10 +177,10 @@ static void nccl_refused(void **state)
         assert_int_equal(count_char(err, '\n'), 1);
     }
     /* auto and mpi never refuse: the cpu backend runs over MPI, directly */
-    assert_int_equal(xfer_comm_choose("auto", "cpu", g_world), 0);
+    assert_int_equal(be_comm_choose("auto", "cpu", g_world), 0);
     assert_int_equal(xfer_comm_nccl(), 0);
-    assert_int_equal(xfer_comm_choose("mpi", "cpu", g_world), 0);
-    if (be_backend_devices("cuda") == 0) assert_int_equal(xfer_comm_choose("auto", "cuda", g_world), 0);
+    assert_int_equal(be_comm_choose("mpi", "cpu", g_world), 0);
+    if (be_backend_devices("cuda") == 0) assert_int_equal(be_comm_choose("auto", "cuda", g_world), 0);
     backend *be = be_create("cpu", 1);
     assert_true(xfer_direct(be));
     assert_ptr_equal(xfer_comm(be, g_world), g_world); /* host memory: the group itself */
