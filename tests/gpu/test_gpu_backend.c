@@ -446,8 +446,14 @@ int main(int argc, char **argv)
     be_set_tf32(g, 0);
     test_grouped(c, g, sanitizer);
     for (int dt = BE_BF16; dt <= BE_F16; dt++) {
-        test_matmul_lp(c, g, (be_dtype)dt, 37, 53, 29);
-        test_matmul_lp(c, g, (be_dtype)dt, 256, 768, 2304);
+        /* the forward's bias as cuBLASLt's epilogue, then as a kernel after cublasGemmEx */
+        for (int lt = 1; lt >= 0; lt--) {
+            int on = cuda_set_lt_bias(lt);
+            printf("matmul_fwd_lp's bias: %s\n", on ? "cuBLASLt epilogue" : "a kernel after the GEMM");
+            test_matmul_lp(c, g, (be_dtype)dt, 37, 53, 29);
+            test_matmul_lp(c, g, (be_dtype)dt, 256, 768, 2304);
+        }
+        cuda_set_lt_bias(1);
     }
     test_convert(c, g);
     if (!sanitizer) test_measurements(g);

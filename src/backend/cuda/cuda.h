@@ -21,5 +21,9 @@ void cuda_set_tf32(backend *be, int on);
  * cublasSgemm an expert (off), so the tests can hold both to the cpu's. Returns whether the
  * grouped call is now in use. Call it after be_cuda (cuBLAS is opened there). */
 int cuda_set_grouped_batched(int on);
+/* The 16-bit forward GEMM's bias as cuBLASLt's epilogue (on: the default, where libcublasLt takes
+ * it) or a kernel after the GEMM (off), for the tests to hold both to the cpu's. Returns whether the
+ * epilogue is now in use (off for good once cuBLASLt refused a call). */
+int cuda_set_lt_bias(int on);
 
 #endif

@@ -21,6 +21,8 @@ extern "C" {
 typedef struct cuda_state {
     int tf32;                           /* fp32 GEMMs may use TF32 (--tf32) */
     void *cublas;                       /* the cublasHandle_t, on be->queue */
+    void *cublaslt;                     /* the cublasLtHandle_t (gemm.cu: the 16-bit GEMMs' bias epilogue), or NULL */
+    void *lt_ws;                        /* its workspace (CU_LT_WS bytes, stream-ordered), or NULL */
     cudaEvent_t events[CU_EVENT_POOL];  /* released events, ready for reuse */
     int nevents;
     unsigned char *stage;               /* pinned, CU_STAGE_SLOTS x CU_STAGE_SLOT_BYTES */

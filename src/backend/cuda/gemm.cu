@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -23,6 +24,7 @@
 #define CU_STR2(x) #x
 #define CU_STR(x) CU_STR2(x)
 #define CUBLAS_SONAME "libcublas.so." CU_STR(CUBLAS_VER_MAJOR)
+#define CUBLASLT_SONAME "libcublasLt.so." CU_STR(CUBLAS_VER_MAJOR)
 
 /* ---- cuBLAS, opened at run time ---- */
 
@@ -115,6 +117,147 @@ static void blas_check(cublasStatus_t s, const char *call, const char *what, con
 
 static cublasHandle_t blas(const backend *be) { return (cublasHandle_t)cu_state(be)->cublas; }
 
+/* ---- cuBLASLt, opened at run time: the 16-bit forward GEMM with its bias as an epilogue ----
+ * One call writes out = inp . W^T + b, instead of the GEMM and then a kernel reading and writing
+ * the whole output again to add b. Anything missing or refused (no libcublasLt, a symbol, a
+ * descriptor, no algorithm for the shape) leaves the GEMM-then-kernel path, for good, with one
+ * line on stderr; TRIDENT_CUDA_LT=0 asks for it (to compare). cuBLAS itself links libcublasLt,
+ * so wherever cuBLAS opens this does too. */
+#define CU_LT_WS ((size_t)8 << 20) /* 8 MiB from the pool, the first time */
+
+static struct {
+    void *lib;
+    int state; /* 0 not tried, 1 usable, -1 not (the GEMM-then-kernel path), 2 usable but set aside */
+    decltype(&cublasLtCreate) create;
+    decltype(&cublasLtDestroy) destroy;
+    decltype(&cublasLtMatmulDescCreate) desc_create;
+    decltype(&cublasLtMatmulDescDestroy) desc_destroy;
+    decltype(&cublasLtMatmulDescSetAttribute) desc_set;
+    decltype(&cublasLtMatrixLayoutCreate) layout_create;
+    decltype(&cublasLtMatrixLayoutDestroy) layout_destroy;
+    decltype(&cublasLtMatmulPreferenceCreate) pref_create;
+    decltype(&cublasLtMatmulPreferenceDestroy) pref_destroy;
+    decltype(&cublasLtMatmulPreferenceSetAttribute) pref_set;
+    decltype(&cublasLtMatmulAlgoGetHeuristic) heuristic;
+    decltype(&cublasLtMatmul) matmul;
+} g_lt;
+
+static void lt_off(const char *why)
+{
+    if (g_lt.state != -1) fprintf(stderr, "cuda: the bias epilogue of cuBLASLt is off (%s): a GEMM, then a kernel\n", why);
+    g_lt.state = -1;
+}
+
+/* Opens cuBLASLt once; 1 when the epilogue path is usable. */
+static int lt_open(void)
+{
+    if (g_lt.state) return g_lt.state == 1; /* 2: set aside by cuda_set_lt_bias(0) */
+    const char *env = getenv("TRIDENT_CUDA_LT");
+    if (env && strcmp(env, "0") == 0) {
+        g_lt.state = -1; /* asked for: no line */
+        return 0;
+    }
+    g_lt.lib = dlopen(CUBLASLT_SONAME, RTLD_NOW | RTLD_LOCAL);
+    if (!g_lt.lib) {
+        lt_off(CUBLASLT_SONAME " does not open");
+        return 0;
+    }
+#define LT_SYM(field, name)                                                   \
+    if (!(g_lt.field = (decltype(g_lt.field))dlsym(g_lt.lib, name))) {        \
+        lt_off(CUBLASLT_SONAME " has no " name);                              \
+        return 0;                                                             \
+    }
+    LT_SYM(create, "cublasLtCreate")
+    LT_SYM(destroy, "cublasLtDestroy")
+    LT_SYM(desc_create, "cublasLtMatmulDescCreate")
+    LT_SYM(desc_destroy, "cublasLtMatmulDescDestroy")
+    LT_SYM(desc_set, "cublasLtMatmulDescSetAttribute")
+    LT_SYM(layout_create, "cublasLtMatrixLayoutCreate")
+    LT_SYM(layout_destroy, "cublasLtMatrixLayoutDestroy")
+    LT_SYM(pref_create, "cublasLtMatmulPreferenceCreate")
+    LT_SYM(pref_destroy, "cublasLtMatmulPreferenceDestroy")
+    LT_SYM(pref_set, "cublasLtMatmulPreferenceSetAttribute")
+    LT_SYM(heuristic, "cublasLtMatmulAlgoGetHeuristic")
+    LT_SYM(matmul, "cublasLtMatmul")
+#undef LT_SYM
+    g_lt.state = 1;
+    return 1;
+}
+
+extern "C" int cuda_set_lt_bias(int on)
+{
+    if (!on) {
+        if (g_lt.state == 1) g_lt.state = 2; /* usable, set aside */
+        return 0;
+    }
+    if (g_lt.state == 2) g_lt.state = 1;
+    return lt_open();
+}
+
+/* out (BT, OC) = inp . W^T + b through one cublasLtMatmul with CUBLASLT_EPILOGUE_BIAS (column-major:
+ * D (OC, BT) = op_T(W as (C, OC)) . inp as (C, BT), b a column vector of OC added to every column).
+ * 1 when it ran; 0 when cuBLASLt is off or refused this call (nothing written: the caller runs the
+ * GEMM and the bias kernel). */
+static int lt_bias_fwd(const backend *be, float *o, const void *x, const void *w, const float *b, cudaDataType t,
+                       int BT, int C, int OC)
+{
+    if (!lt_open()) return 0;
+    cuda_state *st = cu_state(be);
+    if (!st->cublaslt) {
+        cublasLtHandle_t h;
+        if (g_lt.create(&h) != CUBLAS_STATUS_SUCCESS) {
+            lt_off("cublasLtCreate failed");
+            return 0;
+        }
+        st->cublaslt = h;
+    }
+    if (!st->lt_ws)
+        CU_CHECK(cudaMallocAsync(&st->lt_ws, CU_LT_WS, cu_stream(be)), "allocating cuBLASLt's workspace");
+    cublasLtHandle_t h = (cublasLtHandle_t)st->cublaslt;
+    cublasLtMatmulDesc_t d = NULL;
+    cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL;
+    cublasLtMatmulPreference_t pr = NULL;
+    cublasLtMatmulHeuristicResult_t hr;
+    memset(&hr, 0, sizeof hr);
+    int found = 0;
+    cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BIAS;
+    cudaDataType bias_t = CUDA_R_32F;
+    size_t ws = CU_LT_WS;
+    const float one = 1.0f, zero = 0.0f;
+    const cublasStatus_t ok = CUBLAS_STATUS_SUCCESS;
+    const char *step = "a descriptor";
+    int done = g_lt.desc_create(&d, CUBLAS_COMPUTE_32F, CUDA_R_32F) == ok &&
+               g_lt.desc_set(d, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta) == ok &&
+               g_lt.desc_set(d, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb) == ok &&
+               g_lt.desc_set(d, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep) == ok &&
+               g_lt.desc_set(d, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &b, sizeof b) == ok &&
+               g_lt.desc_set(d, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_t, sizeof bias_t) == ok &&
+               g_lt.layout_create(&la, t, C, OC, C) == ok && g_lt.layout_create(&lb, t, C, BT, C) == ok &&
+               g_lt.layout_create(&lc, CUDA_R_32F, OC, BT, OC) == ok && g_lt.pref_create(&pr) == ok &&
+               g_lt.pref_set(pr, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws) == ok;
+    if (done) {
+        step = "an algorithm for the shape";
+        done = g_lt.heuristic(h, d, la, lb, lc, lc, pr, 1, &hr, &found) == ok && found > 0;
+    }
+    if (done) {
+        step = "cublasLtMatmul";
+        done = g_lt.matmul(h, d, &one, w, la, x, lb, &zero, o, lc, o, lc, &hr.algo, st->lt_ws, ws, cu_stream(be)) ==
+               ok;
+    }
+    if (pr) g_lt.pref_destroy(pr);
+    if (lc) g_lt.layout_destroy(lc);
+    if (lb) g_lt.layout_destroy(lb);
+    if (la) g_lt.layout_destroy(la);
+    if (d) g_lt.desc_destroy(d);
+    if (!done) {
+        char why[160];
+        snprintf(why, sizeof why, "%s refused at %d x %d x %d", step, OC, BT, C);
+        lt_off(why);
+    }
+    return done;
+}
+
 void cuda_gemm_init(backend *be)
 {
     blas_open();
@@ -126,16 +269,22 @@ void cuda_gemm_init(backend *be)
 
 void cuda_gemm_destroy(backend *be)
 {
-    if (cu_state(be)->cublas) BLAS_CHECK(g_blas.destroy(blas(be)), "destroying the cuBLAS handle");
-    cu_state(be)->cublas = NULL;
+    cuda_state *st = cu_state(be);
+    if (st->lt_ws) CU_CHECK(cudaFreeAsync(st->lt_ws, cu_stream(be)), "freeing cuBLASLt's workspace");
+    st->lt_ws = NULL;
+    if (st->cublaslt) g_lt.destroy((cublasLtHandle_t)st->cublaslt);
+    st->cublaslt = NULL;
+    if (st->cublas) BLAS_CHECK(g_blas.destroy(blas(be)), "destroying the cuBLAS handle");
+    st->cublas = NULL;
 }
 
 void cuda_gemm_describe(const backend *be, char *out, size_t len)
 {
     int v = 0;
     BLAS_CHECK(g_blas.version(blas(be), &v), "reading cuBLAS's version");
-    snprintf(out, len, "cuBLAS %d.%d.%d (MoE grouped GEMM: %s)", v / 10000, v / 100 % 100, v % 100,
-             grouped_batched() ? "cublasSgemmGroupedBatched" : "a cublasSgemm an expert");
+    snprintf(out, len, "cuBLAS %d.%d.%d (MoE grouped GEMM: %s; 16-bit GEMMs' bias: %s)", v / 10000, v / 100 % 100,
+             v % 100, grouped_batched() ? "cublasSgemmGroupedBatched" : "a cublasSgemm an expert",
+             lt_open() ? "cuBLASLt epilogue" : "a kernel");
 }
 
 /* ---- kernels ---- */
@@ -515,6 +664,7 @@ static void cu_matmul_fwd_lp(const backend *be, be_out out, be_in inp, const voi
     float *o = out32(out, "matmul_fwd_lp");
     const void *x = in_lp(inp, dt, "matmul_fwd_lp");
     if (!BT || !OC) return;
+    if (b && C && lt_bias_fwd(be, o, x, w, b, t, BT, C, OC)) return; /* the bias as the GEMM's epilogue */
     const float one = 1.0f, zero = 0.0f;
     BLAS_CHECK(g_blas.gemm_ex(blas(be), CUBLAS_OP_T, CUBLAS_OP_N, OC, BT, C, &one, w, t, C, x, t, C, &zero, o,
                               CUDA_R_32F, OC, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
