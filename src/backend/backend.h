@@ -187,6 +187,9 @@ void be_lowp_register(const backend *be, const float *base, size_t n);
 void be_lowp_invalidate(const backend *be);
 /* Frees the copies and scratch (be_free does). */
 void be_lowp_free(backend *be);
+/* The largest slice of rows of a rounded output gradient the backward makes at once (the rest in
+ * further slices): 64 MiB on cpu, 1 GiB on a device backend. */
+size_t be_lowp_chunk_bytes(const backend *be);
 /* Bytes of the weight copies and conversion scratch held now. */
 size_t be_lowp_bytes(const backend *be);
 

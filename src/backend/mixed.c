@@ -148,10 +148,16 @@ static void matmul_fwd_mixed(const backend *be, float *out, be_in inp, const flo
     be_toc(be, BE_OP_GEMM, t0, 2.0 * BT * C * OC);
 }
 
-/* The backward in slices of rows when the rounded output gradient would pass LOWP_CHUNK_BYTES
+/* The backward in slices of rows when the rounded output gradient would pass be_lowp_chunk_bytes
  * (an LM head's: tokens x vocabulary): the scratch stays bounded, and each slice's products are
- * still large GEMMs. dW then sums the slices' products in order. */
+ * still large GEMMs. dW then sums the slices' products in order. A device has the memory for
+ * larger slices, and each slice costs its dW a pass over the fp32 gradient of the weight (an LM
+ * head's: vocabulary x hidden), which 64 MiB slices would repeat 25 times at GPT-2 124M's
+ * micro-batch of 16 x 1024: 1 GiB there (2 slices). */
 #define LOWP_CHUNK_BYTES ((size_t)64 << 20)
+#define LOWP_CHUNK_BYTES_DEVICE ((size_t)1 << 30)
+
+size_t be_lowp_chunk_bytes(const backend *be) { return be->device >= 0 ? LOWP_CHUNK_BYTES_DEVICE : LOWP_CHUNK_BYTES; }
 
 /* The cross-entropy's backward feeding an LM head's GEMMs (be_ce_head_bwd): each slice of the
  * output gradient is made by ce_bwd_to straight in the gemm dtype instead of rounded from fp32. */
@@ -183,7 +189,8 @@ static void matmul_bwd_mixed(const backend *be, float *dinp, float *dw, float *d
     if (!dinp && !dw) return;
     be_dtype dt = be->gemm_dtype;
     size_t es = be_dtype_size(dt), row = (size_t)OC * es;
-    int rows = (size_t)BT * row > LOWP_CHUNK_BYTES ? (int)(LOWP_CHUNK_BYTES / row) : BT;
+    size_t chunk = be_lowp_chunk_bytes(be);
+    int rows = (size_t)BT * row > chunk ? (int)(chunk / row) : BT;
     if (rows < 256) rows = BT < 256 ? BT : 256;
     const void *wl = dinp ? lowp_weight(be, w, (size_t)OC * C) : NULL;
     for (int r0 = 0; r0 < BT; r0 += rows) {

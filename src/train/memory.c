@@ -169,9 +169,10 @@ void mem_predict(const mem_layout *l, mem_prediction *p)
         double fc1 = (double)gpt_fc_blocks(c) * c->ffn / l->tp, qkv = (gpt_q_width(c) + 2.0 * gpt_kv_width(c)) / l->tp;
         double widest_out = fc1 > qkv ? fc1 : qkv; /* the widest GEMM output: fc1's, qkv's or the logits */
         if (head && V > widest_out) widest_out = V;
-        /* the copies and one output gradient rounded (mixed.c's scratch: at most 64 MiB of
-         * rows at a time); under sequence parallelism also a gathered norm output */
-        double dout = fmin(2.0 * BT * widest_out, fmax(64.0 * MIB, 2.0 * 256 * widest_out));
+        /* the copies and one output gradient rounded (mixed.c's scratch: at most a slice of
+         * be_lowp_chunk_bytes of rows at a time); under sequence parallelism also a gathered norm output */
+        double slice = l->lowp_chunk_bytes > 0 ? l->lowp_chunk_bytes : 64.0 * MIB;
+        double dout = fmin(2.0 * BT * widest_out, fmax(slice, 2.0 * 256 * widest_out));
         p->lowp = 2.0 * numel + dout;
         if (l->sequence_parallel) p->lowp += 2.0 * BT * c->hidden;
         if (l->lowp_widened) /* and their fp32 widenings (cpu's per-thread scratch), the largest weight's too */

@@ -40,6 +40,8 @@ typedef struct {
     double bucket_elems;       /* --ddp-bucket-size (0: one bucket per chunk) */
     int lowp;                  /* GEMMs in bf16 or fp16 (--bf16, --fp16): the weights' copies */
     int lowp_widened;          /* ... widened to fp32 for sgemm (fp16, or no AVX512-BF16) */
+    double lowp_chunk_bytes;   /* ... the largest slice of a rounded output gradient (be_lowp_chunk_bytes:
+                                * 64 MiB on cpu, 1 GiB on a device); 0: 64 MiB */
 } mem_layout;
 
 enum { MEM_RECOMPUTE_NONE, MEM_RECOMPUTE_SELECTIVE, MEM_RECOMPUTE_FULL };
