@@ -643,6 +643,19 @@ static inline double be_sumsq(const backend *be, const float *x, size_t n)
     be_toc(be, BE_OP_OPTIMIZER, t0, 0);
     return s;
 }
+/* out[i] = be_sumsq(x[i], n[i]) for count slices, through sumsq_many (one wait for the queue) where
+ * the backend has it, else a slice at a time; the same values either way. */
+static inline void be_sumsq_many(const backend *be, double *out, const float *const *x, const size_t *n, int count)
+{
+    if (count <= 0) return;
+    if (!be->ops->sumsq_many) {
+        for (int i = 0; i < count; i++) out[i] = be_sumsq(be, x[i], n[i]);
+        return;
+    }
+    be_event t0 = be_tic(be);
+    be->ops->sumsq_many(be, out, x, n, count);
+    be_toc(be, BE_OP_OPTIMIZER, t0, 0);
+}
 static inline double be_peak_gflops(const backend *be) { return be->ops->peak_gflops(be); }
 static inline double be_copy_gbps(const backend *be) { return be->ops->copy_gbps(be); }
 static inline double be_adamw_stream_gbps(const backend *be) { return be->ops->adamw_stream_gbps(be); }

@@ -459,6 +459,11 @@ struct be_ops {
                   float beta2, float eps, float wd, float gscale, int64_t step);
     /* Sum of squares of x (n), accumulated in double. Returns it to the host (waits for the queue). */
     double (*sumsq)(const backend *be, const float *x, size_t n);
+    /* out[i] (host, count) = sumsq(x[i], n[i]) for each of count slices (x, n: host arrays of device
+     * pointers and lengths), each the value sumsq gives, waiting for the queue once, not once a
+     * slice: the gradient norm over a model's tensors. Optional: NULL, be_sumsq_many calls sumsq
+     * a slice at a time. */
+    void (*sumsq_many)(const backend *be, double *out, const float *const *x, const size_t *n, int count);
 
     /* ---- measurement ---- */
     /* Best sgemm GFLOP/s of a quick square run (a fraction of a second), for MFU. */

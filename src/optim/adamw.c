@@ -60,7 +60,13 @@ static int overlap(const gpt_tensor_info *t, const dp_range *r, size_t *lo, size
 
 double opt_grad_norm(const opt_adamw *o)
 {
-    double ss = 0, sx = 0; /* the experts' apart: under expert parallelism each rank holds its own */
+    /* every slice to sum, in order, then their sums in one call (a device waits once, not once a
+     * tensor), added up in that order */
+    int cap = 0, count = 0;
+    for (int c = 0; c < o->nchunks; c++) cap += o->shard[c].nranges * o->chunks[c]->ntensors;
+    const float **x = td_xmalloc((size_t)(cap ? cap : 1) * sizeof *x);
+    size_t *len = td_xmalloc((size_t)(cap ? cap : 1) * sizeof *len);
+    signed char *kind = td_xmalloc((size_t)(cap ? cap : 1)); /* 0 counted, 1 counted expert, 2 checked only */
     for (int c = 0; c < o->nchunks; c++) {
         const gpt_model *m = o->chunks[c];
         const opt_shard *sh = &o->shard[c];
@@ -73,12 +79,21 @@ double opt_grad_norm(const opt_adamw *o)
                 /* the first stage counts the embedding; tp rank 0 the norms and biases */
                 int counted = !t->embedding_copy && !(t->tp_replicated && o->ps->tp_rank != 0);
                 if (!counted && !o->check_all_finite) continue;
-                double s = be_sumsq(o->be, sh->grads + r->shard + (lo - r->lo), n);
-                if (counted) *(t->expert ? &sx : &ss) += s;
-                else if (!isfinite(s)) ss = INFINITY; /* an overflow anywhere skips the step everywhere */
+                x[count] = sh->grads + r->shard + (lo - r->lo);
+                len[count] = n;
+                kind[count++] = (signed char)(counted ? (t->expert ? 1 : 0) : 2);
             }
         }
     }
+    double *sums = td_xmalloc((size_t)(count ? count : 1) * sizeof *sums);
+    be_sumsq_many(o->be, sums, x, len, count);
+    double ss = 0, sx = 0; /* the experts' apart: under expert parallelism each rank holds its own */
+    for (int i = 0; i < count; i++) {
+        if (kind[i] == 0) ss += sums[i];
+        else if (kind[i] == 1) sx += sums[i];
+        else if (!isfinite(sums[i])) ss = INFINITY; /* an overflow anywhere skips the step everywhere */
+    }
+    free(x), free(len), free(kind), free(sums);
     /* distributed: the shards over dp hold every element once (the experts' too: their shards over
      * the expert-data-parallel group times the expert-parallel ranks' experts); plain: the experts
      * are summed over the expert-parallel group */

@@ -44,7 +44,7 @@ static const char *const FAMILY[] = {
     "embedding_fwd", "embedding_bwd", "pos_embedding_fwd", "pos_embedding_bwd", "layernorm_fwd", "layernorm_bwd",
     "rmsnorm_fwd", "rmsnorm_bwd", "rope_fwd", "rope_bwd", "act_fwd", "act_bwd", "bias_gelu_fwd", "bias_gelu_bwd",
     "add", "scale", "bias_add", "bias_bwd", "dropout_fwd", "dropout_bwd", "bias_dropout_add_fwd", "ce_max",
-    "ce_sumexp", "ce_target", "ce_fwd_fused", "ce_loss", "ce_bwd", "ce_bwd_to", "adamw", "sumsq"};
+    "ce_sumexp", "ce_target", "ce_fwd_fused", "ce_loss", "ce_bwd", "ce_bwd_to", "adamw", "sumsq", "sumsq_many"};
 enum { NFAMILY = sizeof FAMILY / sizeof FAMILY[0] };
 
 static int fill_sets_exactly_the_family(void)
@@ -493,6 +493,14 @@ static void t_optimizer(size_t n)
         check("adamw unaligned slice p", p);
         check("adamw unaligned slice m", m);
         check("adamw unaligned slice v", v);
+    }
+    { /* several slices' sums at once: each the bits of sumsq alone (an empty slice: 0) */
+        const float *xs[4] = {fg(g), fg(g) + 1, fg(g) + n / 3, fg(g) + n / 2};
+        size_t ns[4] = {n, n - 1, 0, n / 2 - 1};
+        double many[4], one[4];
+        g_gpu->ops->sumsq_many(g_gpu, many, xs, ns, 4);
+        for (int i = 0; i < 4; i++) one[i] = ns[i] ? g_gpu->ops->sumsq(g_gpu, xs[i], ns[i]) : 0.0;
+        check_same_bits("sumsq_many: each slice as sumsq's", many, one, sizeof many);
     }
     double sc = g_cpu->ops->sumsq(g_cpu, fc(g), n), s1 = g_gpu->ops->sumsq(g_gpu, fg(g), n);
     double s2 = g_gpu->ops->sumsq(g_gpu, fg(g), n), rel = fabs(s1 - sc) / sc;

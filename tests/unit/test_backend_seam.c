@@ -257,6 +257,32 @@ static void stats_deferred_on_async(void **state)
     assert_true(st.seconds[BE_OP_GELU] == 0.75);
 }
 
+/* be_sumsq_many: one sumsq_many call where the backend has one; else sumsq a slice at a time (the
+ * cpu); the same sums either way. */
+static int g_many_calls;
+static void stub_sumsq_many(const backend *be, double *out, const float *const *x, const size_t *n, int count)
+{
+    g_many_calls++;
+    for (int i = 0; i < count; i++) out[i] = be->ops->sumsq(be, x[i], n[i]);
+}
+static void sumsq_many_one_call(void **state)
+{
+    backend *cpu = *state;
+    const float *xs[3] = {g_x, g_x + 5, g_x + 7};
+    size_t ns[3] = {N * C, 3, 0};
+    double loop[3], many[3];
+    be_sumsq_many(cpu, loop, xs, ns, 3); /* the cpu has none: sumsq a slice at a time */
+    for (int i = 0; i < 3; i++) assert_true(loop[i] == (ns[i] ? cpu->ops->sumsq(cpu, xs[i], ns[i]) : 0.0));
+    struct be_ops ops = *cpu->ops;
+    ops.sumsq_many = stub_sumsq_many;
+    backend be = *cpu;
+    be.ops = &ops;
+    g_many_calls = 0;
+    be_sumsq_many(&be, many, xs, ns, 3);
+    assert_int_equal(g_many_calls, 1);
+    assert_memory_equal(many, loop, sizeof many);
+}
+
 /* cpu events are wall-clock stamps: the elapsed time is the difference of the stamps. */
 static void cpu_events_are_stamps(void **state)
 {
@@ -289,6 +315,7 @@ int main(void)
         cmocka_unit_test(wrappers_pass_fp32),
         cmocka_unit_test(stats_are_event_times),
         cmocka_unit_test(stats_deferred_on_async),
+        cmocka_unit_test(sumsq_many_one_call),
         cmocka_unit_test(cpu_events_are_stamps),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

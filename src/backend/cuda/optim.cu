@@ -79,13 +79,13 @@ static __global__ void sumsq_part_k(double *part, const float *x, size_t n)
     s = cu_block_sum_d(s);
     if (threadIdx.x == 0) part[blockIdx.x] = s;
 }
-/* part[SUMSQ_BLOCKS] = the sum of part[0 .. SUMSQ_BLOCKS), one block. */
-static __global__ void sumsq_total_k(double *part)
+/* *total = the sum of part[0 .. SUMSQ_BLOCKS), one block. */
+static __global__ void sumsq_total_k(double *total, const double *part)
 {
     double s = 0.0;
     for (int k = threadIdx.x; k < SUMSQ_BLOCKS; k += CU_THREADS) s += part[k];
     s = cu_block_sum_d(s);
-    if (threadIdx.x == 0) part[SUMSQ_BLOCKS] = s;
+    if (threadIdx.x == 0) *total = s;
 }
 static double e_sumsq(const backend *be, const float *x, size_t n)
 {
@@ -95,7 +95,7 @@ static double e_sumsq(const backend *be, const float *x, size_t n)
     CU_CHECK(cudaMallocAsync((void **)&part, (SUMSQ_BLOCKS + 1) * sizeof(double), st), "sumsq: scratch");
     sumsq_part_k<<<SUMSQ_BLOCKS, CU_THREADS, 0, st>>>(part, x, n);
     CU_LAUNCHED("sumsq");
-    sumsq_total_k<<<1, CU_THREADS, 0, st>>>(part);
+    sumsq_total_k<<<1, CU_THREADS, 0, st>>>(part + SUMSQ_BLOCKS, part);
     CU_LAUNCHED("sumsq (total)");
     CU_CHECK(cudaMemcpyAsync(&s, part + SUMSQ_BLOCKS, sizeof(double), cudaMemcpyDeviceToHost, st),
              "sumsq: reading the sum");
@@ -104,8 +104,33 @@ static double e_sumsq(const backend *be, const float *x, size_t n)
     return s;
 }
 
+/* Each slice's sum by sumsq's two kernels (the same order, the same bits), into one device array
+ * read back once: count slices, one wait. The partials' scratch is reused slice after slice (the
+ * stream orders them). */
+static void e_sumsq_many(const backend *be, double *out, const float *const *x, const size_t *n, int count)
+{
+    if (count <= 0) return;
+    cudaStream_t st = cu_stream(be);
+    double *part = NULL;
+    CU_CHECK(cudaMallocAsync((void **)&part, (SUMSQ_BLOCKS + (size_t)count) * sizeof(double), st), "sumsq: scratch");
+    double *tot = part + SUMSQ_BLOCKS;
+    CU_CHECK(cudaMemsetAsync(tot, 0, (size_t)count * sizeof(double), st), "sumsq: the totals");
+    for (int i = 0; i < count; i++) {
+        if (n[i] == 0) continue; /* its total stays 0 */
+        sumsq_part_k<<<SUMSQ_BLOCKS, CU_THREADS, 0, st>>>(part, x[i], n[i]);
+        CU_LAUNCHED("sumsq (many)");
+        sumsq_total_k<<<1, CU_THREADS, 0, st>>>(tot + i, part);
+        CU_LAUNCHED("sumsq (many, total)");
+    }
+    CU_CHECK(cudaMemcpyAsync(out, tot, (size_t)count * sizeof(double), cudaMemcpyDeviceToHost, st),
+             "sumsq: reading the sums");
+    CU_CHECK(cudaFreeAsync(part, st), "sumsq: scratch");
+    CU_CHECK(cudaStreamSynchronize(st), "sumsq: waiting for the sums");
+}
+
 void cu_fill_optim(struct be_ops *o)
 {
     o->adamw = e_adamw;
     o->sumsq = e_sumsq;
+    o->sumsq_many = e_sumsq_many;
 }
