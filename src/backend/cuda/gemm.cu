@@ -194,6 +194,72 @@ extern "C" int cuda_set_lt_bias(int on)
     return lt_open();
 }
 
+/* A shape's descriptors and algorithm, made once and kept (the heuristic costs host time at every
+ * call otherwise, on the hot path): LT_PLANS shapes, the oldest replaced. Handle-independent; the
+ * bias pointer is set on the descriptor at each call. */
+#define LT_PLANS 16
+typedef struct lt_plan {
+    int used;
+    cudaDataType t;
+    int BT, C, OC;
+    cublasLtMatmulDesc_t d;
+    cublasLtMatrixLayout_t la, lb, lc;
+    cublasLtMatmulAlgo_t algo;
+} lt_plan;
+static lt_plan g_lt_plans[LT_PLANS];
+static int g_lt_next;
+
+static void lt_plan_free(lt_plan *p)
+{
+    if (p->lc) g_lt.layout_destroy(p->lc);
+    if (p->lb) g_lt.layout_destroy(p->lb);
+    if (p->la) g_lt.layout_destroy(p->la);
+    if (p->d) g_lt.desc_destroy(p->d);
+    memset(p, 0, sizeof *p);
+}
+
+/* The plan of (t, BT, C, OC): kept, or made now; NULL when cuBLASLt refused it (*step says where). */
+static lt_plan *lt_plan_of(cublasLtHandle_t h, cudaDataType t, int BT, int C, int OC, const char **step)
+{
+    for (int i = 0; i < LT_PLANS; i++) {
+        lt_plan *p = &g_lt_plans[i];
+        if (p->used && p->t == t && p->BT == BT && p->C == C && p->OC == OC) return p;
+    }
+    lt_plan *p = &g_lt_plans[g_lt_next];
+    g_lt_next = (g_lt_next + 1) % LT_PLANS;
+    lt_plan_free(p);
+    cublasLtMatmulPreference_t pr = NULL;
+    cublasLtMatmulHeuristicResult_t hr;
+    memset(&hr, 0, sizeof hr);
+    int found = 0;
+    cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BIAS;
+    cudaDataType bias_t = CUDA_R_32F;
+    size_t ws = CU_LT_WS;
+    const cublasStatus_t ok = CUBLAS_STATUS_SUCCESS;
+    *step = "a descriptor";
+    int done = g_lt.desc_create(&p->d, CUBLAS_COMPUTE_32F, CUDA_R_32F) == ok &&
+               g_lt.desc_set(p->d, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta) == ok &&
+               g_lt.desc_set(p->d, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb) == ok &&
+               g_lt.desc_set(p->d, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep) == ok &&
+               g_lt.desc_set(p->d, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_t, sizeof bias_t) == ok &&
+               g_lt.layout_create(&p->la, t, C, OC, C) == ok && g_lt.layout_create(&p->lb, t, C, BT, C) == ok &&
+               g_lt.layout_create(&p->lc, CUDA_R_32F, OC, BT, OC) == ok && g_lt.pref_create(&pr) == ok &&
+               g_lt.pref_set(pr, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws) == ok;
+    if (done) {
+        *step = "an algorithm for the shape";
+        done = g_lt.heuristic(h, p->d, p->la, p->lb, p->lc, p->lc, pr, 1, &hr, &found) == ok && found > 0;
+    }
+    if (pr) g_lt.pref_destroy(pr);
+    if (!done) {
+        lt_plan_free(p);
+        return NULL;
+    }
+    p->used = 1, p->t = t, p->BT = BT, p->C = C, p->OC = OC;
+    p->algo = hr.algo;
+    return p;
+}
+
 /* out (BT, OC) = inp . W^T + b through one cublasLtMatmul with CUBLASLT_EPILOGUE_BIAS (column-major:
  * D (OC, BT) = op_T(W as (C, OC)) . inp as (C, BT), b a column vector of OC added to every column).
  * 1 when it ran; 0 when cuBLASLt is off or refused this call (nothing written: the caller runs the
@@ -214,42 +280,16 @@ static int lt_bias_fwd(const backend *be, float *o, const void *x, const void *w
     if (!st->lt_ws)
         CU_CHECK(cudaMallocAsync(&st->lt_ws, CU_LT_WS, cu_stream(be)), "allocating cuBLASLt's workspace");
     cublasLtHandle_t h = (cublasLtHandle_t)st->cublaslt;
-    cublasLtMatmulDesc_t d = NULL;
-    cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL;
-    cublasLtMatmulPreference_t pr = NULL;
-    cublasLtMatmulHeuristicResult_t hr;
-    memset(&hr, 0, sizeof hr);
-    int found = 0;
-    cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-    cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BIAS;
-    cudaDataType bias_t = CUDA_R_32F;
-    size_t ws = CU_LT_WS;
     const float one = 1.0f, zero = 0.0f;
-    const cublasStatus_t ok = CUBLAS_STATUS_SUCCESS;
-    const char *step = "a descriptor";
-    int done = g_lt.desc_create(&d, CUBLAS_COMPUTE_32F, CUDA_R_32F) == ok &&
-               g_lt.desc_set(d, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta) == ok &&
-               g_lt.desc_set(d, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb) == ok &&
-               g_lt.desc_set(d, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep) == ok &&
-               g_lt.desc_set(d, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &b, sizeof b) == ok &&
-               g_lt.desc_set(d, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_t, sizeof bias_t) == ok &&
-               g_lt.layout_create(&la, t, C, OC, C) == ok && g_lt.layout_create(&lb, t, C, BT, C) == ok &&
-               g_lt.layout_create(&lc, CUDA_R_32F, OC, BT, OC) == ok && g_lt.pref_create(&pr) == ok &&
-               g_lt.pref_set(pr, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws) == ok;
-    if (done) {
-        step = "an algorithm for the shape";
-        done = g_lt.heuristic(h, d, la, lb, lc, lc, pr, 1, &hr, &found) == ok && found > 0;
-    }
+    const char *step = "";
+    lt_plan *p = lt_plan_of(h, t, BT, C, OC, &step);
+    int done = p != NULL;
     if (done) {
         step = "cublasLtMatmul";
-        done = g_lt.matmul(h, d, &one, w, la, x, lb, &zero, o, lc, o, lc, &hr.algo, st->lt_ws, ws, cu_stream(be)) ==
-               ok;
+        done = g_lt.desc_set(p->d, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &b, sizeof b) == CUBLAS_STATUS_SUCCESS &&
+               g_lt.matmul(h, p->d, &one, w, p->la, x, p->lb, &zero, o, p->lc, o, p->lc, &p->algo, st->lt_ws,
+                           CU_LT_WS, cu_stream(be)) == CUBLAS_STATUS_SUCCESS;
     }
-    if (pr) g_lt.pref_destroy(pr);
-    if (lc) g_lt.layout_destroy(lc);
-    if (lb) g_lt.layout_destroy(lb);
-    if (la) g_lt.layout_destroy(la);
-    if (d) g_lt.desc_destroy(d);
     if (!done) {
         char why[160];
         snprintf(why, sizeof why, "%s refused at %d x %d x %d", step, OC, BT, C);
@@ -272,7 +312,10 @@ void cuda_gemm_destroy(backend *be)
     cuda_state *st = cu_state(be);
     if (st->lt_ws) CU_CHECK(cudaFreeAsync(st->lt_ws, cu_stream(be)), "freeing cuBLASLt's workspace");
     st->lt_ws = NULL;
-    if (st->cublaslt) g_lt.destroy((cublasLtHandle_t)st->cublaslt);
+    if (st->cublaslt) {
+        for (int i = 0; i < LT_PLANS; i++) lt_plan_free(&g_lt_plans[i]);
+        g_lt.destroy((cublasLtHandle_t)st->cublaslt);
+    }
     st->cublaslt = NULL;
     if (st->cublas) BLAS_CHECK(g_blas.destroy(blas(be)), "destroying the cuBLAS handle");
     st->cublas = NULL;
