@@ -87,22 +87,6 @@ static __global__ void sumsq_total_k(double *total, const double *part)
     s = cu_block_sum_d(s);
     if (threadIdx.x == 0) *total = s;
 }
-static double e_sumsq(const backend *be, const float *x, size_t n)
-{
-    if (n == 0) return 0.0;
-    cudaStream_t st = cu_stream(be);
-    double *part = NULL, s = 0.0;
-    CU_CHECK(cudaMallocAsync((void **)&part, (SUMSQ_BLOCKS + 1) * sizeof(double), st), "sumsq: scratch");
-    sumsq_part_k<<<SUMSQ_BLOCKS, CU_THREADS, 0, st>>>(part, x, n);
-    CU_LAUNCHED("sumsq");
-    sumsq_total_k<<<1, CU_THREADS, 0, st>>>(part + SUMSQ_BLOCKS, part);
-    CU_LAUNCHED("sumsq (total)");
-    CU_CHECK(cudaMemcpyAsync(&s, part + SUMSQ_BLOCKS, sizeof(double), cudaMemcpyDeviceToHost, st),
-             "sumsq: reading the sum");
-    CU_CHECK(cudaFreeAsync(part, st), "sumsq: scratch");
-    CU_CHECK(cudaStreamSynchronize(st), "sumsq: waiting for the sum");
-    return s;
-}
 
 /* Each slice's sum by sumsq's two kernels (the same order, the same bits), into one device array
  * read back once: count slices, one wait. The partials' scratch is reused slice after slice (the
@@ -126,6 +110,13 @@ static void e_sumsq_many(const backend *be, double *out, const float *const *x, 
              "sumsq: reading the sums");
     CU_CHECK(cudaFreeAsync(part, st), "sumsq: scratch");
     CU_CHECK(cudaStreamSynchronize(st), "sumsq: waiting for the sums");
+}
+
+static double e_sumsq(const backend *be, const float *x, size_t n)
+{
+    double s = 0.0;
+    e_sumsq_many(be, &s, &x, &n, 1); /* one slice: the kernels, one wait */
+    return s;
 }
 
 void cu_fill_optim(struct be_ops *o)
