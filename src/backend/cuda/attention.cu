@@ -27,8 +27,8 @@
  * out, dout, dq, dk, dv may each be fp32, bf16 or fp16 (read as fp32; written or accumulated in
  * fp32 and rounded once into their dtype); lse is fp32. These CUDA-core kernels (fp32 FMAs
  * from shared memory) serve every case; the common ones (q, k, v in bf16, head size 64 or 128,
- * self-attention; fp32 ones too in a --bf16 run) run on the tensor cores instead (att_mma.cuh, am_*), unless
- * TRIDENT_CUDA_ATTENTION=simt asks for these (to measure one against the other). */
+ * self-attention; fp32 ones too in a --bf16 run) run on the tensor cores instead (att_mma.cuh,
+ * am_*), unless TRIDENT_CUDA_ATTENTION=simt asks for these (to measure one against the other). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
