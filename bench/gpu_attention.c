@@ -5,8 +5,10 @@
  *                 [--head-size 64] [--dtype bf16|fp16|fp32] [--reps 20] [--bf16-run]
  * Causal self-attention over q, k, v interleaved in one row as the model's fused QKV. Times
  * attention_fwd and attention_bwd (dq, dk, dv) with the backend's events, the best of `reps`
- * after one warm-up, and prints "attention fwd_ms X fwd_tflops Y bwd_ms X bwd_tflops Y" with
- * FlashAttention's FLOP count (forward 4 B H T^2 d / 2 for causal, backward 2.5 times it).
+ * after one warm-up, and prints "attention fwd_ms X fwd_tflops Y bwd_ms X bwd_tflops Y
+ * bwd_rerun_ms Z" with FlashAttention's FLOP count (forward 4 B H T^2 d / 2 for causal, backward
+ * 2.5 times it). bwd is the backward as training calls it, given the forward's out; bwd_rerun
+ * the backward without it (D from the forward run again).
  * --bf16-run: the backend multiplies in bf16 (be_set_gemm_dtype), as a --bf16 training run does:
  * with --dtype fp32 that is the attention such a run gets (fp32 activations, bf16 products). */
 #include <math.h>
@@ -104,26 +106,32 @@ int main(int argc, char **argv)
     be_in q = {qkv, dt}, k = {(char *)qkv + C * es, dt}, v = {(char *)qkv + (size_t)(C + NKV * HS) * es, dt};
     be_out o = {out, dt}, dq = {dqkv, dt}, dk = {(char *)dqkv + C * es, dt},
            dv = {(char *)dqkv + (size_t)(C + NKV * HS) * es, dt};
-    be_in gin = {dout, dt};
-    double fwd = 1e30, bwd = 1e30;
+    be_in gin = {dout, dt}, oin = {out, dt}, nout = {NULL, dt};
+    double fwd = 1e30, bwd = 1e30, bwd_rerun = 1e30;
     for (int r = 0; r <= reps; r++) {
         be_event a = be_event_record(be);
         be->ops->attention_fwd(be, o, lse, q, k, v, ld, ld, B, T, NH, NKV, HS, NULL, NULL, NULL);
         be_event b = be_event_record(be), b2 = be_event_record(be);
-        be->ops->attention_bwd(be, dq, dk, dv, gin, q, k, v, lse, ld, ld, B, T, NH, NKV, HS, NULL, NULL, NULL);
-        be_event c = be_event_record(be);
+        /* as training calls it: D from the kept out */
+        be->ops->attention_bwd(be, dq, dk, dv, gin, oin, q, k, v, lse, ld, ld, B, T, NH, NKV, HS, NULL, NULL, NULL);
+        be_event c = be_event_record(be), c2 = be_event_record(be);
+        /* without out: D from the forward run again (the context-parallel a2a path) */
+        be->ops->attention_bwd(be, dq, dk, dv, gin, nout, q, k, v, lse, ld, ld, B, T, NH, NKV, HS, NULL, NULL, NULL);
+        be_event e = be_event_record(be);
         double tf = be_event_elapsed(be, &a, &b), tb = be_event_elapsed(be, &b2, &c);
+        double tr = be_event_elapsed(be, &c2, &e);
         if (r > 0) { /* the first is the warm-up */
             fwd = tf < fwd ? tf : fwd;
             bwd = tb < bwd ? tb : bwd;
+            bwd_rerun = tr < bwd_rerun ? tr : bwd_rerun;
         }
     }
     double flops = 4.0 * B * NH * (double)T * T * HS / 2.0;
     const char *kern = getenv("TRIDENT_CUDA_ATTENTION");
     printf("attention backend %s dtype %s%s B %d T %d heads %d groups %d head_size %d kernels %s\n", bk, dts,
            bf16_run ? " (a bf16 run)" : "", B, T, NH, NKV, HS, kern && *kern ? kern : "default");
-    printf("attention fwd_ms %.4f fwd_tflops %.2f bwd_ms %.4f bwd_tflops %.2f\n", fwd * 1e3, flops / fwd / 1e12,
-           bwd * 1e3, 2.5 * flops / bwd / 1e12);
+    printf("attention fwd_ms %.4f fwd_tflops %.2f bwd_ms %.4f bwd_tflops %.2f bwd_rerun_ms %.4f\n", fwd * 1e3,
+           flops / fwd / 1e12, bwd * 1e3, 2.5 * flops / bwd / 1e12, bwd_rerun * 1e3);
     be_free(be);
     return 0;
 }

@@ -166,7 +166,7 @@ def report(argv):
     for side in ("trident", "trident_f32in", "trident_simt", "torch"):
         path = os.path.join(out, "attention_%s.log" % side)
         if os.path.exists(path):
-            res["attention"][side] = {k: grab(path, k + r" ([0-9.]+)") for k in ("fwd_ms", "fwd_tflops", "bwd_ms", "bwd_tflops")}
+            res["attention"][side] = {k: grab(path, k + r" ([0-9.]+)") for k in ("fwd_ms", "fwd_tflops", "bwd_ms", "bwd_tflops", "bwd_rerun_ms")}
             res["attention"][side]["rc"] = grab(os.path.join(out, "attention_%s.rc" % side), r"(-?\d+)", int)
     # generation: trident's "N tokens/s (first step included ...)" line against the peer's tokens_per_s
     res["generation"] = {}
@@ -207,14 +207,16 @@ def report(argv):
         shape = grab(os.path.join(out, "attention_trident.log"), r"attention backend (.*)", str)
         md += ["", "Attention alone (%s; causal; forward, and backward dq dk dv; the best after a warm-up, timed by "
                "events; FlashAttention's FLOP count):" % shape, "",
-               "| kernels | fwd ms | fwd TFLOP/s | bwd ms | bwd TFLOP/s |", "|---|---|---|---|---|"]
+               "| kernels | fwd ms | fwd TFLOP/s | bwd ms | bwd TFLOP/s | bwd ms without out (D by a forward rerun) |",
+               "|---|---|---|---|---|---|"]
         names = {"trident": "trident, tensor cores (att_mma.cuh)",
                  "trident_f32in": "trident, tensor cores, fp32 q k v of a --bf16 run (rounded as they load)",
                  "trident_simt": "trident, CUDA cores (TRIDENT_CUDA_ATTENTION=simt)",
                  "torch": "torch scaled_dot_product_attention"}
         for side, a in res["attention"].items():
-            md.append("| %s | %s | %s | %s | %s |" % (names[side], f(a["fwd_ms"], "%.3f"), f(a["fwd_tflops"], "%.1f"),
-                                                     f(a["bwd_ms"], "%.3f"), f(a["bwd_tflops"], "%.1f")))
+            md.append("| %s | %s | %s | %s | %s | %s |" % (names[side], f(a["fwd_ms"], "%.3f"), f(a["fwd_tflops"], "%.1f"),
+                                                          f(a["bwd_ms"], "%.3f"), f(a["bwd_tflops"], "%.1f"),
+                                                          f(a["bwd_rerun_ms"], "%.3f")))
     if res["generation"]:
         md += ["", "Generation (GPT-2 124M from the 124M run's checkpoint, fp32, greedy, prompt 16, 128 new tokens a row; "
                "tokens/s with the first step included, both sides):", "",

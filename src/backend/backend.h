@@ -333,15 +333,24 @@ static inline void be_attention_fwd_seg(const backend *be, float *out, float *ls
                           HS, klen, seg, drop);
     be_toc(be, BE_OP_ATTENTION, t0, 4.0 * B * T * (double)T * NH * HS);
 }
+/* out: the forward's out as kept (be_ops.h: a backend may take D from it), or p NULL. */
+static inline void be_attention_bwd_out(const backend *be, float *dq, float *dk, float *dv, const float *dout,
+                                        be_in out, const float *q, const float *k, const float *v, const float *lse,
+                                        int ldq, int ldkv, int B, int T, int NH, int NKV, int HS,
+                                        const int32_t *klen, const int32_t *seg, const be_drop *drop)
+{
+    be_event t0 = be_tic(be);
+    be->ops->attention_bwd(be, be_f32_out(dq), be_f32_out(dk), be_f32_out(dv), be_f32(dout), out, be_f32(q),
+                          be_f32(k), be_f32(v), lse, ldq, ldkv, B, T, NH, NKV, HS, klen, seg, drop);
+    be_toc(be, BE_OP_ATTENTION, t0, 8.0 * B * T * (double)T * NH * HS);
+}
 static inline void be_attention_bwd_seg(const backend *be, float *dq, float *dk, float *dv, const float *dout,
                                         const float *q, const float *k, const float *v, const float *lse, int ldq,
                                         int ldkv, int B, int T, int NH, int NKV, int HS, const int32_t *klen,
                                         const int32_t *seg, const be_drop *drop)
 {
-    be_event t0 = be_tic(be);
-    be->ops->attention_bwd(be, be_f32_out(dq), be_f32_out(dk), be_f32_out(dv), be_f32(dout), be_f32(q),
-                          be_f32(k), be_f32(v), lse, ldq, ldkv, B, T, NH, NKV, HS, klen, seg, drop);
-    be_toc(be, BE_OP_ATTENTION, t0, 8.0 * B * T * (double)T * NH * HS);
+    be_attention_bwd_out(be, dq, dk, dv, dout, be_f32(NULL), q, k, v, lse, ldq, ldkv, B, T, NH, NKV, HS, klen, seg,
+                         drop);
 }
 static inline void be_attention_fwd_masked(const backend *be, float *out, float *lse, const float *q, const float *k,
                                            const float *v, int ldq, int ldkv, int B, int T, int NH, int NKV, int HS,

@@ -286,10 +286,13 @@ struct be_ops {
      * (any may be NULL; the other columns of their rows are untouched); dk and dv of a key/value
      * head receive the sum over the query heads that share it, in a fixed order (deterministic).
      * dout (B, T, C); q, k, v, lse, strides, klen, seg, drop as in the forward. dq, dk, dv may be
-     * parts of one fused buffer (disjoint columns). */
-    void (*attention_bwd)(const backend *be, be_out dq, be_out dk, be_out dv, be_in dout, be_in q, be_in k, be_in v,
-                          const float *lse, int ldq, int ldkv, int B, int T, int NH, int NKV, int HS,
-                          const int32_t *klen, const int32_t *seg, const be_drop *drop);
+     * parts of one fused buffer (disjoint columns). out: the forward's out (B, T, C) as the caller
+     * kept it (its dtype may be the GEMMs' 16-bit one), or p NULL. A backend that needs the
+     * softmax backward's row term D = dout . out takes it from there instead of running the
+     * forward again (cuda); one that has the probabilities at hand ignores it (cpu). */
+    void (*attention_bwd)(const backend *be, be_out dq, be_out dk, be_out dv, be_in dout, be_in out, be_in q,
+                          be_in k, be_in v, const float *lse, int ldq, int ldkv, int B, int T, int NH, int NKV,
+                          int HS, const int32_t *klen, const int32_t *seg, const be_drop *drop);
 
     /* ---- attention of a block of queries against a block of keys (context parallelism) ----
      * The pieces of attention_fwd/bwd over one sequence of Tg tokens whose query rows and key

@@ -546,8 +546,8 @@ static void bwd(const block_io *io, float *dx, void *gv, const float *dbranch, c
     else if (m->cp > 1)
         cp_core_bwd(io, a);
     else
-        be_attention_bwd_seg(be, dw.q, dw.k, dw.v, s->datty, w.q, w.k, w.v, a->lse, w.ldq, w.ldkv, B, T, m->heads_l,
-                             m->groups_l, d, io->klen, io->seg, io->drop);
+        be_attention_bwd_out(be, dw.q, dw.k, dw.v, s->datty, kept_in(&a->atty), w.q, w.k, w.v, a->lse, w.ldq,
+                             w.ldkv, B, T, m->heads_l, m->groups_l, d, io->klen, io->seg, io->drop);
     if (rot) {
         /* back through the rotation: the gradients of the projections' outputs */
         be_rope r;

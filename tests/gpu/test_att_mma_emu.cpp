@@ -1,7 +1,8 @@
 /* The tensor-core attention kernels (src/backend/cuda/att_mma.cuh) run on host threads
  * (tests/gpu/cuemu.h: a thread a lane, mma.m16n8k16 by PTX's fragment layout), held to a
- * double-precision attention written here: forward (out, lse), the backward's D pass, and dq, dk,
- * dv accumulated into a buffer that already holds values. Causal, padded (BERT) and packed
+ * double-precision attention written here: forward (out, lse), the backward's D pass (by the
+ * forward again, and from out a warp a row: am_delta_kernel, a third of the grid striding over the
+ * rows), and dq, dk, dv accumulated into a buffer that already holds values. Causal, padded (BERT) and packed
  * documents; grouped-query heads; dropout by the CPU backend's Philox masks (cu_drop.h, which
  * unit/test_cuda_drop holds to the CPU's bit for bit); head sizes 64 and 128; bf16 and fp16;
  * sequence lengths that are not multiples of the tiles; q, k, v interleaved in one row as the
@@ -218,6 +219,14 @@ template <int HS, bool BF> static void run_case(const tcase &c)
     emu_launch(gq, AM_THREADS, am_smem_fwd(HS),
                [&] { am_fwd_kernel<HS, BF>(a, NULL, 0, NULL, in.dout.data(), BE_F32, D.data()); });
     compare(c, "D", nl, [&](size_t i) { return (double)D[i]; }, r.D);
+    /* D as training takes it: from the forward's out in its dtype, a warp a row (am_delta_kernel);
+     * the backward below runs on this one */
+    std::fill(D.begin(), D.end(), NAN);
+    unsigned dblocks = (unsigned)((nl + AM_THREADS / 32 - 1) / (AM_THREADS / 32));
+    emu_launch(dim3(dblocks > 3 ? dblocks / 3 : 1), AM_THREADS, 0, [&] {
+        am_delta_kernel(D.data(), in.dout.data(), BE_F32, outp, c.odt, T, c.NH, HS, nl);
+    });
+    compare(c, "D from out", nl, [&](size_t i) { return (double)D[i]; }, r.D);
 
     /* gradients accumulate into a fp32 buffer shaped as qkv, already holding 0.25 */
     std::vector<float> g((size_t)c.B * T * in.ld, 0.25f);

@@ -203,7 +203,7 @@ static void run_attention(const att_case *c)
     cpu->ops->attention_fwd(cpu, be_f32_out(out_c), lse_c, be_f32(qb), be_f32(kb + koff), be_f32(vb + voff), ldq,
                             ldkv, B, T, NH, NKV, HS, klen_c, seg_c, &drop);
     cpu->ops->attention_bwd(cpu, be_f32_out(c->grads & 1 ? gq_c : NULL), be_f32_out(c->grads & 2 ? gk_c + koff : NULL),
-                            be_f32_out(c->grads & 4 ? gv_c + voff : NULL), be_f32(dout), be_f32(qb),
+                            be_f32_out(c->grads & 4 ? gv_c + voff : NULL), be_f32(dout), be_f32(NULL), be_f32(qb),
                             be_f32(kb + koff), be_f32(vb + voff), lse_c, ldq, ldkv, B, T, NH, NKV, HS,
                             klen_c, seg_c, &drop);
 
@@ -225,12 +225,29 @@ static void run_attention(const att_case *c)
                             klen_g, seg_g, &drop_d);
     be_out dq_o = {c->grads & 1 ? gq_d : NULL, c->dt}, dk_o = {c->grads & 2 ? gk_d + koff * es : NULL, c->dt};
     be_out dv_o = {c->grads & 4 ? gv_d + voff * es : NULL, c->dt};
-    be_in dout_in = {dout_d, c->dt};
-    gpu->ops->attention_bwd(gpu, dq_o, dk_o, dv_o, dout_in, q_in, k_in, v_in, lse_d, ldq, ldkv, B, T, NH, NKV, HS,
-                            klen_g, seg_g, &drop_d);
-    float *out_g = down(out_d, no, c->dt), *lse_g = down(lse_d, nl, BE_F32), *gq_g = down(gq_d, nq, c->dt);
+    be_in dout_in = {dout_d, c->dt}, out_in = {out_d, c->dt}, no_out = {NULL, c->dt};
+    float *out_g = down(out_d, no, c->dt), *lse_g = down(lse_d, nl, BE_F32);
     expect(c->name, "out", relerr(out_g, out_c, no), tol);
     expect(c->name, "lse", relerr(lse_g, lse_c, nl), tol);
+    /* the backward without out first (D from the forward run again), then with it as training
+     * passes it (D from out); each from the same starting gradients, held to the cpu's */
+    gpu->ops->attention_bwd(gpu, dq_o, dk_o, dv_o, dout_in, no_out, q_in, k_in, v_in, lse_d, ldq, ldkv, B, T, NH, NKV,
+                            HS, klen_g, seg_g, &drop_d);
+    float *gq_r = down(gq_d, nq, c->dt);
+    expect(c->name, c->fused ? "d[q|k|v] without out (D by the forward again)" : "dq without out (D by the forward again)",
+           relerr(gq_r, gq_c, nq), tol);
+    if (!c->fused) {
+        float *gk_r = down(gk_d, nkv, c->dt), *gv_r = down(gv_d, nkv, c->dt);
+        expect(c->name, "dk without out", relerr(gk_r, gk_c, nkv), tol);
+        expect(c->name, "dv without out", relerr(gv_r, gv_c, nkv), tol);
+        free(gk_r), free(gv_r);
+    }
+    free(gq_r);
+    put(gq_d, gq, nq, c->dt);
+    if (!c->fused) put(gk_d, gk, nkv, c->dt), put(gv_d, gv, nkv, c->dt);
+    gpu->ops->attention_bwd(gpu, dq_o, dk_o, dv_o, dout_in, out_in, q_in, k_in, v_in, lse_d, ldq, ldkv, B, T, NH, NKV,
+                            HS, klen_g, seg_g, &drop_d);
+    float *gq_g = down(gq_d, nq, c->dt);
     if (c->fused) {
         expect(c->name, "d[q|k|v] (fused rows)", relerr(gq_g, gq_c, nq), tol);
         int spare = 1; /* the 3 spare columns of every row: nobody's */
@@ -250,8 +267,8 @@ static void run_attention(const att_case *c)
     char *r1 = raw(gq_d, bq), *r1k = raw(gk_d, bkv), *r1v = raw(gv_d, bkv);
     put(gq_d, gq, nq, c->dt);
     if (!c->fused) put(gk_d, gk, nkv, c->dt), put(gv_d, gv, nkv, c->dt);
-    gpu->ops->attention_bwd(gpu, dq_o, dk_o, dv_o, dout_in, q_in, k_in, v_in, lse_d, ldq, ldkv, B, T, NH, NKV, HS,
-                            klen_g, seg_g, &drop_d);
+    gpu->ops->attention_bwd(gpu, dq_o, dk_o, dv_o, dout_in, out_in, q_in, k_in, v_in, lse_d, ldq, ldkv, B, T, NH, NKV,
+                            HS, klen_g, seg_g, &drop_d);
     char *r2 = raw(gq_d, bq), *r2k = raw(gk_d, bkv), *r2v = raw(gv_d, bkv);
     expect_true(c->name, "a second backward gives the same bits",
                 !memcmp(r1, r2, bq) && !memcmp(r1k, r2k, bkv) && !memcmp(r1v, r2v, bkv));
@@ -628,8 +645,8 @@ static void run_refusals(void)
                 o.attention_fwd(NULL, nout, NULL, none, none, none, 257 * 2, 257, 1, 4, 2, 1, 257, NULL, NULL, NULL);
                 break;
             case 1:
-                o.attention_bwd(NULL, some, nout, nout, none, none, none, none, NULL, 600, 300, 1, 4, 2, 1, 300, NULL,
-                                NULL, NULL);
+                o.attention_bwd(NULL, some, nout, nout, none, none, none, none, none, NULL, 600, 300, 1, 4, 2, 1, 300,
+                                NULL, NULL, NULL);
                 break;
             case 2: o.attention_kv_fwd(NULL, nout, none, none, none, 512, 1, 1, 0, 8, 1, 1, 512); break;
             case 3: o.attention_kv_fwd(NULL, nout, none, none, none, 64, 1, 2, 7, 8, 1, 1, 64); break;

@@ -110,11 +110,13 @@ static void e_attention_fwd(const backend *be, be_out out, float *lse, be_in q, 
     cpu_attention_fwd(be, out32(out, e), lse, in32(q, e), in32(k, e), in32(v, e), ldq, ldkv, B, T, NH, NKV, HS, klen,
                       seg, drop);
 }
-static void e_attention_bwd(const backend *be, be_out dq, be_out dk, be_out dv, be_in dout, be_in q, be_in k,
-                            be_in v, const float *lse, int ldq, int ldkv, int B, int T, int NH, int NKV, int HS,
-                            const int32_t *klen, const int32_t *seg, const be_drop *drop)
+/* out unused: the cpu's backward has each row's probabilities, and D from them. */
+static void e_attention_bwd(const backend *be, be_out dq, be_out dk, be_out dv, be_in dout, be_in out, be_in q,
+                            be_in k, be_in v, const float *lse, int ldq, int ldkv, int B, int T, int NH, int NKV,
+                            int HS, const int32_t *klen, const int32_t *seg, const be_drop *drop)
 {
     const char *e = "attention_bwd";
+    (void)out;
     cpu_attention_bwd(be, out32(dq, e), out32(dk, e), out32(dv, e), in32(dout, e), in32(q, e), in32(k, e),
                       in32(v, e), lse, ldq, ldkv, B, T, NH, NKV, HS, klen, seg, drop);
 }

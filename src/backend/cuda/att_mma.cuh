@@ -177,6 +177,26 @@ static inline size_t am_smem_kv(int hs)
             (size_t)2 * hs * (AM_BQ2 + AM_PAD)) * 2 + (size_t)2 * AM_BQ2 * sizeof(float);
 }
 static inline size_t am_smem_q(int hs) { return ((size_t)4 * AM_BQ * (hs + AM_PAD) + (size_t)hs * (AM_BK + AM_PAD)) * 2; }
+/* The softmax backward's row term from the forward's output, a warp a row: D[r] = dout[r] .
+ * out[r] over the head's HS columns, r = (b NH + h) T + t over `rows` rows (B NH T); dout and out
+ * (B, T, NH HS) in their dtypes. Each lane sums columns lane, lane + 32, ... in order, then the
+ * lanes fold by xor 16, 8, 4, 2, 1: a fixed order, so the same bits every run. The lanes read
+ * consecutive elements (coalesced); the warps of the grid stride over the rows. Serves
+ * attention_bwd given `out` (no forward rerun) and attention_delta. */
+static __global__ void __launch_bounds__(AM_THREADS) am_delta_kernel(float *D, const void *dout, int ddt,
+                                                                     const void *out, int odt, int T, int NH,
+                                                                     int HS, size_t rows)
+{
+    const int lane = threadIdx.x & 31, warps = AM_THREADS / 32;
+    for (size_t r = (size_t)blockIdx.x * warps + (threadIdx.x >> 5); r < rows; r += (size_t)gridDim.x * warps) {
+        size_t b = r / ((size_t)NH * T), h = r / T % NH, t = r % T, o = (b * T + t) * NH * HS + h * HS;
+        float d = 0.0f;
+        for (int c = lane; c < HS; c += 32) d += cu_ld(dout, ddt, o + c) * cu_ld(out, odt, o + c);
+        for (int m = 16; m; m >>= 1) d += __shfl_xor_sync(0xffffffffu, d, m);
+        if (lane == 0) D[r] = d;
+    }
+}
+
 
 /* The forward on query tile blockIdx.x of (sample blockIdx.z, head blockIdx.y): D NULL writes out
  * (dtype odt) and lse; D set (the backward's first pass) writes D[row] = dout[row] . out[row] and

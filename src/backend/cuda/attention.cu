@@ -11,8 +11,9 @@
  *    sum per row, the output rescaled as the max grows); writes out and lse = max + log(sum),
  *    all the backward needs;
  *  - backward, three kernels, each output owned by one block (no atomics, deterministic):
- *    (1) the forward again, writing D = dout . out per row (the softmax gradient's row term:
- *        sum_j P M dP = dout . out, with dropout too) instead of out; (2) per key tile of one
+ *    (1) D = dout . out per row (the softmax gradient's row term: sum_j P M dP = dout . out,
+ *        with dropout too), from the forward's out where the caller passes it (a warp a row,
+ *        am_delta_kernel), else by running the forward again, writing D instead of out; (2) per key tile of one
  *        key/value head: every query head of its group in order, every query tile, P
  *        recomputed from lse, dV += (P M)^T dout, dK += scale dS^T Q with dS = P (M (dout V^T)
  *        - D); (3) per query tile: dQ += scale dS K over its key tiles.
@@ -538,24 +539,38 @@ static void cu_attention_fwd(const backend *be, be_out out, float *lse, be_in q,
     else att_fwd_launch(be, a, out, lse, none, NULL);
 }
 
-static void cu_attention_bwd(const backend *be, be_out dq, be_out dk, be_out dv, be_in dout, be_in q, be_in k,
-                             be_in v, const float *lse, int ldq, int ldkv, int B, int T, int NH, int NKV, int HS,
-                             const int32_t *klen, const int32_t *seg, const be_drop *drop)
+/* D from dout and out, a warp a row (am_delta_kernel): attention_delta, and attention_bwd's first
+ * pass when it is given the forward's out. */
+static void cu_attention_delta(const backend *be, float *D, be_in dout, be_in out, int B, int T, int NH, int HS)
+{
+    size_t n = (size_t)B * NH * T, warps = AM_THREADS / 32, blocks = (n + warps - 1) / warps;
+    if (n == 0 || HS <= 0) return;
+    am_delta_kernel<<<(unsigned)(blocks < (1u << 20) ? blocks : (1u << 20)), AM_THREADS, 0, cu_stream(be)>>>(
+        D, dout.p, dout.dt, out.p, out.dt, T, NH, HS, n);
+    CU_LAUNCHED("am_delta_kernel");
+}
+
+static void cu_attention_bwd(const backend *be, be_out dq, be_out dk, be_out dv, be_in dout, be_in out, be_in q,
+                             be_in k, be_in v, const float *lse, int ldq, int ldkv, int B, int T, int NH, int NKV,
+                             int HS, const int32_t *klen, const int32_t *seg, const be_drop *drop)
 {
     if (B <= 0 || T <= 0 || NH <= 0 || (!dq.p && !dk.p && !dv.p)) return;
     att_check("attention_bwd", NH, NKV, HS, ldq, ldkv);
     TD_CHECK(!seg || !klen, "packed documents are causal", "cuda attention_bwd: both klen and seg");
     att_args a = att_args_of(q, k, v, ldq, ldkv, B, T, NH, NKV, HS, klen, seg, drop);
-    /* D = dout . out a row, from the forward run again (the contract passes no out) */
+    /* D = dout . out a row: from the forward's out when the caller kept it (one pass over dout and
+     * out), else from the forward run again */
     float *D = (float *)be->ops->alloc(be, (size_t)B * NH * T * sizeof(float));
     be_out none = {NULL, BE_F32};
-    if (am_use(be, a, dout.p)) {
-        am_fwd(be, a, none, NULL, dout, D);
+    bool tc = am_use(be, a, dout.p);
+    if (out.p) cu_attention_delta(be, D, dout, out, B, T, NH, HS);
+    else if (tc) am_fwd(be, a, none, NULL, dout, D);
+    else att_fwd_launch(be, a, none, NULL, dout, D);
+    if (tc) {
         am_bwd(be, a, dq, dk, dv, dout, lse, D);
         be->ops->free(be, D);
         return;
     }
-    att_fwd_launch(be, a, none, NULL, dout, D);
     if (dk.p || dv.p) {
         size_t sm = att_smem((const void *)att_bwd_kv_kernel, 4, 2 * ATT_BK * (ATT_BQ + 1) + 2 * ATT_BQ, HS);
         dim3 grid((T + ATT_BK - 1) / ATT_BK, NKV, B);
@@ -643,18 +658,6 @@ __global__ void att_merge_kernel(void *out, int odt, float *lse, const void *op,
     }
 }
 
-/* One thread a row (b, h, t): D = dout . out over the head's columns, see attention_delta. */
-__global__ void att_delta_kernel(float *D, const void *dout, int ddt, const void *out, int odt, int T, int NH, int HS,
-                                 size_t n)
-{
-    for (size_t r = blockIdx.x * (size_t)blockDim.x + threadIdx.x; r < n; r += (size_t)gridDim.x * blockDim.x) {
-        size_t b = r / ((size_t)NH * T), h = r / T % NH, t = r % T, o = (b * T + t) * NH * HS + h * HS;
-        float d = 0.0f;
-        for (int c = 0; c < HS; c++) d += cu_ld(dout, ddt, o + c) * cu_ld(out, odt, o + c);
-        D[r] = d;
-    }
-}
-
 /* Blocks for n rows at ATT_THREADS a block, at most 65536 (the kernels loop over the rest). */
 static unsigned att_row_blocks(size_t n)
 {
@@ -670,15 +673,6 @@ static void cu_attention_merge(const backend *be, be_out out, float *lse, be_in 
     att_merge_kernel<<<att_row_blocks(n), ATT_THREADS, 0, cu_stream(be)>>>(out.p, out.dt, lse, out_part.p,
                                                                           out_part.dt, lse_part, T, NH, HS, n);
     CU_LAUNCHED("att_merge_kernel");
-}
-
-static void cu_attention_delta(const backend *be, float *D, be_in dout, be_in out, int B, int T, int NH, int HS)
-{
-    size_t n = (size_t)B * NH * T;
-    if (n == 0 || HS <= 0) return;
-    att_delta_kernel<<<att_row_blocks(n), ATT_THREADS, 0, cu_stream(be)>>>(D, dout.p, dout.dt, out.p, out.dt, T, NH,
-                                                                          HS, n);
-    CU_LAUNCHED("att_delta_kernel");
 }
 
 static void cu_attention_kv_fwd(const backend *be, be_out out, be_in q, be_in kc, be_in vc, int ldq, int B, int n,
