@@ -48,6 +48,7 @@ const be_op_entry BE_OP_ENTRIES[] = {
     {"matmul_fwd_lp", offsetof(struct be_ops, matmul_fwd_lp), 0},
     {"matmul_bwd_lp", offsetof(struct be_ops, matmul_bwd_lp), 0},
     {"lp_native", offsetof(struct be_ops, lp_native), 0},
+    {"acts_in", offsetof(struct be_ops, acts_in), 1},
     {"embedding_fwd", offsetof(struct be_ops, embedding_fwd), 0},
     {"embedding_bwd", offsetof(struct be_ops, embedding_bwd), 0},
     {"pos_embedding_fwd", offsetof(struct be_ops, pos_embedding_fwd), 0},

@@ -245,12 +245,24 @@ static inline void be_pos_embedding_bwd(const backend *be, float *dwpe, const fl
     be->ops->pos_embedding_bwd(be, dwpe, be_f32(dout), B, T, C, pos0);
     be_toc(be, BE_OP_EMBEDDING, t0, 0);
 }
+/* Whether the backend's activation entries write and read dt (be_ops.h: acts_in). */
+static inline int be_acts_in(const backend *be, be_dtype dt)
+{
+    return dt == BE_F32 || (be->ops->acts_in && be->ops->acts_in(be, dt));
+}
+/* The norms, the activations and the attention core writing a typed output (out.dt: fp32, or one
+ * be_acts_in accepts); the float * forms below write fp32. */
+static inline void be_layernorm_fwd_to(const backend *be, be_out out, float *mean, float *rstd, const float *inp,
+                                       const float *w, const float *b, int N, int C, float eps)
+{
+    be_event t0 = be_tic(be);
+    be->ops->layernorm_fwd(be, out, mean, rstd, be_f32(inp), w, b, N, C, eps);
+    be_toc(be, BE_OP_LAYERNORM, t0, 0);
+}
 static inline void be_layernorm_fwd(const backend *be, float *out, float *mean, float *rstd, const float *inp,
                                     const float *w, const float *b, int N, int C, float eps)
 {
-    be_event t0 = be_tic(be);
-    be->ops->layernorm_fwd(be, be_f32_out(out), mean, rstd, be_f32(inp), w, b, N, C, eps);
-    be_toc(be, BE_OP_LAYERNORM, t0, 0);
+    be_layernorm_fwd_to(be, be_f32_out(out), mean, rstd, inp, w, b, N, C, eps);
 }
 static inline void be_layernorm_bwd(const backend *be, float *dinp, float *dw, float *db, const float *dout,
                                     const float *inp, const float *w, const float *mean, const float *rstd, int N,
@@ -260,12 +272,17 @@ static inline void be_layernorm_bwd(const backend *be, float *dinp, float *dw, f
     be->ops->layernorm_bwd(be, be_f32_out(dinp), dw, db, be_f32(dout), be_f32(inp), w, mean, rstd, N, C);
     be_toc(be, BE_OP_LAYERNORM, t0, 0);
 }
+static inline void be_rmsnorm_fwd_to(const backend *be, be_out out, float *rstd, const float *inp, const float *w,
+                                     int N, int C, float eps)
+{
+    be_event t0 = be_tic(be);
+    be->ops->rmsnorm_fwd(be, out, rstd, be_f32(inp), w, N, C, eps);
+    be_toc(be, BE_OP_LAYERNORM, t0, 0);
+}
 static inline void be_rmsnorm_fwd(const backend *be, float *out, float *rstd, const float *inp, const float *w,
                                   int N, int C, float eps)
 {
-    be_event t0 = be_tic(be);
-    be->ops->rmsnorm_fwd(be, be_f32_out(out), rstd, be_f32(inp), w, N, C, eps);
-    be_toc(be, BE_OP_LAYERNORM, t0, 0);
+    be_rmsnorm_fwd_to(be, be_f32_out(out), rstd, inp, w, N, C, eps);
 }
 static inline void be_rmsnorm_bwd(const backend *be, float *dinp, float *dw, const float *dout, const float *inp,
                                   const float *w, const float *rstd, int N, int C)
@@ -324,14 +341,20 @@ static inline void be_rope_bwd(const backend *be, float *dx, int B, int T, int l
 }
 /* Model FLOPs are Megatron's count (4 B s^2 h forward) whatever the mask. seg: packed documents
  * (be_ops.h), NULL: none. */
+static inline void be_attention_fwd_to(const backend *be, be_out out, float *lse, const float *q, const float *k,
+                                       const float *v, int ldq, int ldkv, int B, int T, int NH, int NKV, int HS,
+                                       const int32_t *klen, const int32_t *seg, const be_drop *drop)
+{
+    be_event t0 = be_tic(be);
+    be->ops->attention_fwd(be, out, lse, be_f32(q), be_f32(k), be_f32(v), ldq, ldkv, B, T, NH, NKV, HS, klen, seg,
+                          drop);
+    be_toc(be, BE_OP_ATTENTION, t0, 4.0 * B * T * (double)T * NH * HS);
+}
 static inline void be_attention_fwd_seg(const backend *be, float *out, float *lse, const float *q, const float *k,
                                         const float *v, int ldq, int ldkv, int B, int T, int NH, int NKV, int HS,
                                         const int32_t *klen, const int32_t *seg, const be_drop *drop)
 {
-    be_event t0 = be_tic(be);
-    be->ops->attention_fwd(be, be_f32_out(out), lse, be_f32(q), be_f32(k), be_f32(v), ldq, ldkv, B, T, NH, NKV,
-                          HS, klen, seg, drop);
-    be_toc(be, BE_OP_ATTENTION, t0, 4.0 * B * T * (double)T * NH * HS);
+    be_attention_fwd_to(be, be_f32_out(out), lse, q, k, v, ldq, ldkv, B, T, NH, NKV, HS, klen, seg, drop);
 }
 /* out: the forward's out as kept (be_ops.h: a backend may take D from it), or p NULL. */
 static inline void be_attention_bwd_out(const backend *be, float *dq, float *dk, float *dv, const float *dout,
@@ -428,11 +451,15 @@ static inline void be_attention_kv_fwd(const backend *be, float *out, const floa
                               HS);
     be_toc(be, BE_OP_ATTENTION, t0, 4.0 * B * n * (double)(pos0 + n) * NH * HS);
 }
-static inline void be_act_fwd(const backend *be, int act, int glu, float *out, const float *inp, int N, int F)
+static inline void be_act_fwd_to(const backend *be, int act, int glu, be_out out, const float *inp, int N, int F)
 {
     be_event t0 = be_tic(be);
-    be->ops->act_fwd(be, act, glu, be_f32_out(out), be_f32(inp), N, F);
+    be->ops->act_fwd(be, act, glu, out, be_f32(inp), N, F);
     be_toc(be, BE_OP_GELU, t0, 0);
+}
+static inline void be_act_fwd(const backend *be, int act, int glu, float *out, const float *inp, int N, int F)
+{
+    be_act_fwd_to(be, act, glu, be_f32_out(out), inp, N, F);
 }
 static inline void be_act_bwd(const backend *be, int act, int glu, float *dinp, const float *dout, const float *inp,
                               int N, int F)
@@ -450,11 +477,16 @@ static inline void be_gelu_bwd(const backend *be, float *dinp, const float *dout
 {
     be_act_bwd(be, TD_ACT_GELU, 0, dinp, dout, inp, 1, (int)n);
 }
-static inline void be_bias_gelu_fwd(const backend *be, float *out, const float *inp, const float *b, int N, int C)
+static inline void be_bias_gelu_fwd_to(const backend *be, be_out out, const float *inp, const float *b, int N,
+                                       int C)
 {
     be_event t0 = be_tic(be);
-    be->ops->bias_gelu_fwd(be, be_f32_out(out), be_f32(inp), b, N, C);
+    be->ops->bias_gelu_fwd(be, out, be_f32(inp), b, N, C);
     be_toc(be, BE_OP_GELU, t0, 0);
+}
+static inline void be_bias_gelu_fwd(const backend *be, float *out, const float *inp, const float *b, int N, int C)
+{
+    be_bias_gelu_fwd_to(be, be_f32_out(out), inp, b, N, C);
 }
 static inline void be_bias_gelu_bwd(const backend *be, float *dinp, float *db, const float *dout,
                                     const float *inp, const float *b, int N, int C)

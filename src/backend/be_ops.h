@@ -205,6 +205,13 @@ struct be_ops {
     /* 1 if GEMMs in dt run on the device's own instructions for it (cpu: bf16 with AVX512-BF16),
      * 0 if they are widened to fp32 (same results, fp32 speed). */
     int (*lp_native)(const backend *be, be_dtype dt);
+    /* 1 if every activation entry (norms, activations, attention, rope, dropout, the residual
+     * adds: everything that takes be_in/be_out, the GEMMs and the losses aside) reads and writes
+     * activations in dt (cuda: bf16 and fp16); 0, or the entry NULL: fp32 only (cpu). The model
+     * then has the producers of the activations it keeps for the GEMMs (the norms' outputs, the
+     * attention core's, the MLP activation's) write them straight in the GEMMs' 16-bit dtype,
+     * not in fp32 rounded by convert afterwards: the same bits, one pass less. */
+    int (*acts_in)(const backend *be, be_dtype dt);
 
     /* ---- embeddings (vocab-parallel word table, replicated positions) ---- */
     /* out (BT, C) written: row i = wte[ids[i] - vstart] if vstart <= ids[i] < vstart + Vloc, else

@@ -474,9 +474,10 @@ static void core_fwd(const block_io *io, void *av)
         return;
     }
     qkv_view w = view_of(m, a->q, a->kv);
-    be_attention_fwd_seg(m->be, kept_stage(&a->atty), a->lse, w.q, w.k, w.v, w.ldq, w.ldkv, io->B, m->seq_c,
-                         m->heads_l, m->groups_l, gpt_head_dim(&m->cfg), io->klen, io->seg, io->drop);
-    kept_done(m->be, &a->atty, (size_t)io->B * m->seq_c * m->q_l);
+    be_out o = kept_out(m->be, &a->atty);
+    be_attention_fwd_to(m->be, o, a->lse, w.q, w.k, w.v, w.ldq, w.ldkv, io->B, m->seq_c, m->heads_l, m->groups_l,
+                        gpt_head_dim(&m->cfg), io->klen, io->seg, io->drop);
+    kept_written(m->be, &a->atty, o, (size_t)io->B * m->seq_c * m->q_l);
 }
 
 static void fwd(const block_io *io, void *av, const void *pv, float *out, be_in x)

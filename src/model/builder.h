@@ -83,8 +83,10 @@ void *model_carve(carver *cv, size_t bytes, const char *what);
  * outputs, the attention core's output, the MLP activation's output) are kept in the GEMMs'
  * dtype under mixed precision (--bf16, --fp16: half the bytes, and the GEMMs read them as they
  * are), in fp32 otherwise. Under sequence parallelism the norms' outputs stay fp32: they are
- * gathered along the sequence before their GEMMs (and hold s/t of it). A producer writes fp32
- * where kept_stage says, then kept_done rounds that into the kept buffer. */
+ * gathered along the sequence before their GEMMs (and hold s/t of it). A producer that is one
+ * backend entry writes where kept_out says (the kept buffer itself when the backend writes its
+ * dtype, be_acts_in; else the fp32 stage) and calls kept_written; one that takes several steps
+ * writes fp32 where kept_stage says, then kept_done rounds that into the kept buffer. */
 typedef struct {
     void *p;
     be_dtype dt;
@@ -96,6 +98,17 @@ static inline float *kept_stage(const kept_buf *k) { return k->dt == BE_F32 ? (f
 static inline void kept_done(const struct backend *be, const kept_buf *k, size_t n)
 {
     if (k->dt != BE_F32) be_convert(be, k->p, k->dt, k->stage, BE_F32, n);
+}
+static inline be_out kept_out(const struct backend *be, const kept_buf *k)
+{
+    be_out o = {k->p, k->dt};
+    if (!be_acts_in(be, k->dt)) o.p = kept_stage(k), o.dt = BE_F32;
+    return o;
+}
+/* After a producer wrote o = kept_out(be, k): rounds the stage in when o was it. */
+static inline void kept_written(const struct backend *be, const kept_buf *k, be_out o, size_t n)
+{
+    if (o.p != k->p) kept_done(be, k, n);
 }
 static inline be_in kept_in(const kept_buf *k)
 {

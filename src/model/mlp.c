@@ -115,8 +115,9 @@ static void scratch(carver *cv, const gpt_model *m, void *sv)
 }
 
 /* fc and the activation on `rows` rows: fch (rows, f/t, or 2f/t gated) = x fc_w^T (+ fc_b), act
- * (rows, f/t) the activation of it (fc_b fused into a tanh GeLU); tp: the group fc is split over. */
-static void fc_act_fwd(const gpt_model *m, const block_io *io, const comm *tp, const mlp_params *p, float *act,
+ * (rows, f/t, in its dtype) the activation of it (fc_b fused into a tanh GeLU); tp: the group fc
+ * is split over. */
+static void fc_act_fwd(const gpt_model *m, const block_io *io, const comm *tp, const mlp_params *p, be_out act,
                        float *fch, be_in x, int rows, float *const su[2], const lora_scratch *ls, int T)
 {
     const gpt_config *c = &m->cfg;
@@ -129,8 +130,8 @@ static void fc_act_fwd(const gpt_model *m, const block_io *io, const comm *tp, c
         be_drop dr = lora_drop(m, io, i);
         lora_fused_fwd(m->be, fch, su[i], ls, xf, p->lora_a[i], p->lora_b[i], lora_off(m, i), m->ffn_l, ld, &dr, &d);
     }
-    if (fused) be_bias_gelu_fwd(m->be, act, fch, p->fc_b, rows, m->ffn_l);
-    else be_act_fwd(m->be, c->act, c->glu, act, fch, rows, m->ffn_l);
+    if (fused) be_bias_gelu_fwd_to(m->be, act, fch, p->fc_b, rows, m->ffn_l);
+    else be_act_fwd_to(m->be, c->act, c->glu, act, fch, rows, m->ffn_l);
 }
 
 static void mlp_fwd(const block_io *io, void *av, const void *pv, float *out, be_in x)
@@ -141,8 +142,9 @@ static void mlp_fwd(const block_io *io, void *av, const void *pv, float *out, be
     const mlp_params *p = pv;
     mlp_scratch *s = io->scratch;
     int T = m->seq_c, BT = io->B * T, h = m->cfg.hidden;
-    fc_act_fwd(m, io, tp, p, kept_stage(&a->fch_act), a->fch, x, BT, a->su, &s->lora, T);
-    kept_done(m->be, &a->fch_act, (size_t)BT * m->ffn_l);
+    be_out o = kept_out(m->be, &a->fch_act);
+    fc_act_fwd(m, io, tp, p, o, a->fch, x, BT, a->su, &s->lora, T);
+    kept_written(m->be, &a->fch_act, o, (size_t)BT * m->ffn_l);
     tp_row_linear_fwd(m->be, tp, out, kept_in(&a->fch_act), p->fc2_w, BT, m->ffn_l, h);
     if (p->lora_a[2]) {
         lora_dims d = lora_dims_of(m, io->B, T, m->ffn_l, h);
@@ -230,7 +232,7 @@ static void decode(const block_io *io, void *st, const void *pv, float *out, be_
     int rows = io->B * n;
     const mlp_params *p = pv;
     (void)st, (void)pos;
-    fc_act_fwd(m, io, tp, p, s->act, s->fch, x, rows, s->su, &s->lora, n);
+    fc_act_fwd(m, io, tp, p, be_f32_out(s->act), s->fch, x, rows, s->su, &s->lora, n);
     tp_row_linear_fwd(m->be, tp, out, be_f32(s->act), p->fc2_w, rows, m->ffn_l, m->cfg.hidden);
     if (p->lora_a[2]) {
         lora_dims d = lora_dims_of(m, io->B, n, m->ffn_l, m->cfg.hidden);

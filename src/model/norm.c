@@ -51,8 +51,9 @@ static void ln_fwd(const block_io *io, void *av, const void *pv, float *out, be_
     norm_acts *a = av;
     int BT = io->B * m->seq_l, h = m->cfg.hidden;
     (void)out;
-    be_layernorm_fwd(m->be, kept_stage(&a->out), a->mean, a->rstd, x.p, p->w, p->b, BT, h, gpt_norm_eps(&m->cfg));
-    kept_done(m->be, &a->out, (size_t)BT * h);
+    be_out o = kept_out(m->be, &a->out);
+    be_layernorm_fwd_to(m->be, o, a->mean, a->rstd, x.p, p->w, p->b, BT, h, gpt_norm_eps(&m->cfg));
+    kept_written(m->be, &a->out, o, (size_t)BT * h);
 }
 
 static void rms_fwd(const block_io *io, void *av, const void *pv, float *out, be_in x)
@@ -62,8 +63,9 @@ static void rms_fwd(const block_io *io, void *av, const void *pv, float *out, be
     norm_acts *a = av;
     int BT = io->B * m->seq_l, h = m->cfg.hidden;
     (void)out;
-    be_rmsnorm_fwd(m->be, kept_stage(&a->out), a->rstd, x.p, p->w, BT, h, gpt_norm_eps(&m->cfg));
-    kept_done(m->be, &a->out, (size_t)BT * h);
+    be_out o = kept_out(m->be, &a->out);
+    be_rmsnorm_fwd_to(m->be, o, a->rstd, x.p, p->w, BT, h, gpt_norm_eps(&m->cfg));
+    kept_written(m->be, &a->out, o, (size_t)BT * h);
 }
 
 static void ln_bwd(const block_io *io, float *dx, void *gv, const float *dout, const void *av, const void *pv,

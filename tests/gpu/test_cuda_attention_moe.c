@@ -281,6 +281,32 @@ static void run_attention(const att_case *c)
     if (!c->fused) free(gk_c), free(gv_c), free(kb), free(vb), free(gk), free(gv);
 }
 
+/* The attention core's output as a --bf16 run keeps it (fp32 q, k, v; out straight in bf16, be_ops.h
+ * acts_in): the same bits as the fp32 out rounded by convert, on the tensor cores (a bf16 run) and
+ * on the CUDA-core kernels (TRIDENT_CUDA_ATTENTION-free: an fp32 run with a bf16 out). */
+static void run_kept_out(int bf16_run)
+{
+    const int B = 2, T = 130, NH = 4, NKV = 2, HS = 64, C = NH * HS, ld = (NH + 2 * NKV) * HS;
+    const size_t nq = (size_t)B * T * ld, no = (size_t)B * T * C;
+    float *qkv = rnd_new(nq, -1.5f, 1.5f);
+    char *q_d = up(qkv, nq, BE_F32);
+    float *o32 = be_alloc(gpu, no * 4), *lse = be_alloc(gpu, (size_t)B * NH * T * 4);
+    void *o16 = be_alloc(gpu, no * 2), *r16 = be_alloc(gpu, no * 2);
+    be_in q = {q_d, BE_F32}, k = {q_d + (size_t)C * 4, BE_F32}, v = {q_d + (size_t)(C + NKV * HS) * 4, BE_F32};
+    if (bf16_run) be_set_gemm_dtype(gpu, BE_BF16);
+    gpu->ops->attention_fwd(gpu, be_f32_out(o32), lse, q, k, v, ld, ld, B, T, NH, NKV, HS, NULL, NULL, NULL);
+    gpu->ops->attention_fwd(gpu, (be_out){o16, BE_BF16}, lse, q, k, v, ld, ld, B, T, NH, NKV, HS, NULL, NULL, NULL);
+    if (bf16_run) be_set_gemm_dtype(gpu, BE_F32);
+    gpu->ops->convert(gpu, r16, BE_BF16, o32, BE_F32, no);
+    char *h1 = td_xmalloc(no * 2), *h2 = td_xmalloc(no * 2);
+    be_memcpy(gpu, h1, o16, no * 2, BE_D2H);
+    be_memcpy(gpu, h2, r16, no * 2, BE_D2H);
+    expect_true(bf16_run ? "kept out, a bf16 run (tensor cores)" : "kept out, CUDA cores",
+                "out written in bf16 = the fp32 out rounded by convert, bit for bit", !memcmp(h1, h2, no * 2));
+    free(h1), free(h2), free(qkv);
+    be_dfree(gpu, q_d), be_dfree(gpu, o32), be_dfree(gpu, lse), be_dfree(gpu, o16), be_dfree(gpu, r16);
+}
+
 /* The attention dropout mask itself on both backends: q = 0 makes every probability 1/T, v the
  * identity makes out[b, t, h, c] = mask(b, t, h, key c) / (T (1 - p)); kept iff nonzero, held to
  * be_drop_keep at (sample, pos0 + t, (unit0 + h) T + c). */
@@ -725,6 +751,8 @@ int main(void)
     for (size_t i = 0; i < sizeof bf16_run / sizeof bf16_run[0]; i++) run_attention(&bf16_run[i]);
     g_bf16_run = 0;
     be_set_gemm_dtype(gpu, BE_F32);
+    run_kept_out(1);
+    run_kept_out(0);
     run_mask();
 
     static const blk_case blk[] = {

@@ -11,6 +11,9 @@
  * and dropout_bwd multiply the same inputs by the same 1/(1-p) or 0), add, scale, bias_add, the
  * embeddings forward and backward (the backward adds in the cpu's token order), ce_max, ce_target.
  * Bit for bit over two gpu runs (the contract's determinism): embedding_bwd, the column sums, sumsq.
+ * Bit for bit, a 16-bit output written by the entry against its fp32 output rounded by convert
+ * (acts_in: a --bf16 run's norms and MLP activation write the GEMMs' inputs in 16 bits directly,
+ * which must change no bit): layernorm_fwd, rmsnorm_fwd, act_fwd, bias_gelu_fwd.
  *
  * Before any device is touched it checks that cuda_fill_elementwise fills exactly this family's
  * entries. Then it exits 77, saying why, when this build has no cuda backend or no GPU is
@@ -44,7 +47,7 @@ static const char *const FAMILY[] = {
     "embedding_fwd", "embedding_bwd", "pos_embedding_fwd", "pos_embedding_bwd", "layernorm_fwd", "layernorm_bwd",
     "rmsnorm_fwd", "rmsnorm_bwd", "rope_fwd", "rope_bwd", "act_fwd", "act_bwd", "bias_gelu_fwd", "bias_gelu_bwd",
     "add", "scale", "bias_add", "bias_bwd", "dropout_fwd", "dropout_bwd", "bias_dropout_add_fwd", "ce_max",
-    "ce_sumexp", "ce_target", "ce_fwd_fused", "ce_loss", "ce_bwd", "ce_bwd_to", "adamw", "sumsq", "sumsq_many"};
+    "ce_sumexp", "ce_target", "ce_fwd_fused", "ce_loss", "ce_bwd", "ce_bwd_to", "adamw", "sumsq", "sumsq_many", "acts_in"};
 enum { NFAMILY = sizeof FAMILY / sizeof FAMILY[0] };
 
 static int fill_sets_exactly_the_family(void)
@@ -383,6 +386,49 @@ static void t_norms(be_dtype dt, int N, int C)
     rm(x), rm(w), rm(b), rm(y), rm(mean), rm(rstd), rm(dy), rm(dx), rm(dw), rm(db);
 }
 
+/* The producers of kept GEMM inputs from fp32 inputs (a --bf16 run's residual stream): out in dt
+ * directly, bit for bit the fp32 out rounded by convert (acts_in says the backend takes dt). */
+static void t_kept_outputs(be_dtype dt, int N, int C)
+{
+    g_checks++;
+    if (!g_gpu->ops->acts_in || !g_gpu->ops->acts_in(g_gpu, dt)) {
+        g_fails++;
+        printf("FAIL acts_in: the backend does not take %s activations\n", be_dtype_name(dt));
+        return;
+    }
+    printf("ok   acts_in: %s activations taken\n", be_dtype_name(dt));
+    size_t n = (size_t)N * C, es = be_dtype_size(dt);
+    pair x = mk(2 * n, BE_F32, -3, 3), w = mk(C, BE_F32, 0.5f, 1.5f), b = mk(C, BE_F32, -1, 1);
+    pair st = mk(N, BE_F32, 0, 0), st2 = mk(N, BE_F32, 0, 0);
+    float *y32 = be_alloc(g_gpu, n * sizeof(float));
+    void *y16 = be_alloc(g_gpu, n * es), *r16 = be_alloc(g_gpu, n * es);
+    char *h1 = malloc(n * es), *h2 = malloc(n * es);
+    for (int k = 0; k < 5; k++) {
+        be_out o32 = {y32, BE_F32}, o16 = {y16, dt};
+        const char *what = k == 0 ? "layernorm_fwd" : k == 1 ? "rmsnorm_fwd" : k == 2 ? "act_fwd gelu" : k == 3 ? "act_fwd swiglu" : "bias_gelu_fwd";
+        for (int pass = 0; pass < 2; pass++) {
+            be_out o = pass ? o16 : o32;
+            if (k == 0) g_gpu->ops->layernorm_fwd(g_gpu, o, fg(st), fg(st2), gin(x), fg(w), fg(b), N, C, 1e-5f);
+            if (k == 1) g_gpu->ops->rmsnorm_fwd(g_gpu, o, fg(st), gin(x), fg(w), N, C, 1e-6f);
+            if (k == 2) g_gpu->ops->act_fwd(g_gpu, TD_ACT_GELU, 0, o, gin(x), N, C);
+            if (k == 3) g_gpu->ops->act_fwd(g_gpu, TD_ACT_SILU, 1, o, gin(x), N, C);
+            if (k == 4) g_gpu->ops->bias_gelu_fwd(g_gpu, o, gin(x), fg(b), N, C);
+        }
+        g_gpu->ops->convert(g_gpu, r16, dt, y32, BE_F32, n);
+        be_memcpy(g_gpu, h1, y16, n * es, BE_D2H);
+        be_memcpy(g_gpu, h2, r16, n * es, BE_D2H);
+        size_t diff = 0;
+        for (size_t i = 0; i < n; i++) diff += memcmp(h1 + i * es, h2 + i * es, es) != 0;
+        g_checks++;
+        g_fails += diff != 0;
+        printf("%s %-48s %-4s n %-8zu %zu elements differ from fp32 + convert\n", diff ? "FAIL" : "ok  ",
+               label(what, dt, N, C), be_dtype_name(dt), n, diff);
+    }
+    be_dfree(g_gpu, y32), be_dfree(g_gpu, y16), be_dfree(g_gpu, r16);
+    free(h1), free(h2);
+    rm(x), rm(w), rm(b), rm(st), rm(st2);
+}
+
 static void t_rope(be_dtype dt, int B, int T, int nh, int hs, int rot, int pos0)
 {
     int ld = nh * hs + 5;
@@ -542,6 +588,7 @@ int main(void)
         t_pos_embedding(dt, 2, 5, 1000, 9);
         t_norms(dt, 7, 97);
         t_norms(dt, 70, 1000);
+        if (dt != BE_F32) t_kept_outputs(dt, 70, 1000);
         t_rope(dt, 2, 7, 3, 16, 16, 0);
         t_rope(dt, 1, 5, 4, 64, 32, 4090);
         t_crossentropy(dt, 7, 50304, 50257, 0);

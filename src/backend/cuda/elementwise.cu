@@ -411,8 +411,17 @@ static void e_rope_bwd(const backend *be, be_out dx, int B, int T, int ld, int n
     rope_launch(be, "rope_bwd", dx, B, T, ld, nh, hs, rot, r, pos0, pos, -1.0f);
 }
 
+/* Every activation entry here and in attention.cu, norm.cu reads and writes fp32, bf16 and fp16
+ * through cu_ld/cu_st (a store rounds to nearest even: the bits convert gives). */
+static int e_acts_in(const backend *be, be_dtype dt)
+{
+    (void)be;
+    return dt == BE_F32 || dt == BE_BF16 || dt == BE_F16;
+}
+
 void cuda_fill_elementwise(struct be_ops *o)
 {
+    o->acts_in = e_acts_in;
     o->embedding_fwd = e_embedding_fwd;
     o->embedding_bwd = e_embedding_bwd;
     o->pos_embedding_fwd = e_pos_embedding_fwd;
