@@ -218,6 +218,36 @@ inline void emu_mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1, b
      * the matrices are unpacked again only past that barrier, after every lane has read these */
 }
 
+/* ldmatrix.sync.aligned.m8n8.x{1,2,4}[.trans].shared.b16: lanes 8i..8i+7 give the addresses of
+ * the 8 rows (8 16-bit elements each, 16-byte aligned, in shared memory) of matrix i < n; lane L
+ * receives in register i the elements (row L / 4, columns 2 (L % 4) and + 1) of matrix i, or with
+ * .trans (rows 2 (L % 4) and + 1, column L / 4): the PTX ISA's "Warp-level matrix load
+ * instruction: ldmatrix", written from it alone. The addresses go through two slots as a
+ * shuffle's values do; a misaligned or out-of-shared-memory row aborts, as the device faults. */
+inline void emu_ldmatrix(uint32_t *r, int n, bool trans, const uint16_t *row)
+{
+    static const uint16_t *xchg[2][EMU_MAX_THREADS];
+    static unsigned calls[EMU_MAX_THREADS];
+    unsigned t = threadIdx.x, slot = calls[t]++ & 1, w0 = t & ~31u, lane = t & 31u;
+    xchg[slot][t] = row;
+    emu_warp_sync();
+    const unsigned char *lo = g_emu.smem.data(), *hi = lo + g_emu.smem.size();
+    for (int i = 0; i < n; i++) {
+        uint16_t v[2];
+        for (int e = 0; e < 2; e++) {
+            unsigned rr = trans ? 2 * (lane & 3) + e : lane >> 2, cc = trans ? lane >> 2 : 2 * (lane & 3) + e;
+            const uint16_t *p = xchg[slot][w0 + 8 * i + rr];
+            if (((uintptr_t)p & 15) || (const unsigned char *)p < lo || (const unsigned char *)(p + 8) > hi) {
+                fprintf(stderr, "cuemu: ldmatrix row %u of matrix %d at %p: not a 16-byte aligned row of shared "
+                        "memory\n", rr, i, (const void *)p);
+                abort();
+            }
+            v[e] = p[cc];
+        }
+        r[i] = (uint32_t)v[0] | (uint32_t)v[1] << 16;
+    }
+}
+
 /* Runs kernel() for every block of grid (x fastest), `threads` emulated threads a block. */
 template <class F> static void emu_body(void *arg)
 {

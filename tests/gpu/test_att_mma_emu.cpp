@@ -31,6 +31,8 @@ struct tcase {
     int odt;  /* out's dtype */
     float tol; /* max |err| / max |ref| per tensor */
     bool f32in; /* q, k, v handed over as fp32 (a --bf16 run's activations), rounded as the tiles load */
+    bool odd;   /* q, k, v start 4 bytes past a 16-byte boundary: the tiles load 4 bytes (or an element)
+                 * at a time, not 16 */
 };
 
 struct ref_out {
@@ -189,13 +191,19 @@ template <int HS, bool BF> static void run_case(const tcase &c)
 
     att_args a;
     std::vector<float> qkvf; /* the same values widened (exact), for the fp32-input cases */
+    std::vector<uint16_t> qkvo; /* the 16-bit values 4 bytes past a 16-byte boundary (odd) */
+    const int sh = c.odd ? 2 : 0; /* odd: 16-bit elements past the vector's 16-byte aligned start */
     if (c.f32in) {
-        qkvf.resize(in.qkv.size());
-        for (size_t i = 0; i < qkvf.size(); i++) qkvf[i] = cu_h2f(in.qkv[i], BF);
-        a.q = qkvf.data(), a.k = qkvf.data() + C, a.v = qkvf.data() + C + c.NKV * HS;
+        qkvf.resize(in.qkv.size() + sh / 2);
+        for (size_t i = 0; i < in.qkv.size(); i++) qkvf[i + sh / 2] = cu_h2f(in.qkv[i], BF);
+        const float *q = qkvf.data() + sh / 2;
+        a.q = q, a.k = q + C, a.v = q + C + c.NKV * HS;
         a.qdt = a.kdt = a.vdt = BE_F32;
     } else {
-        a.q = in.qkv.data(), a.k = in.qkv.data() + C, a.v = in.qkv.data() + C + c.NKV * HS;
+        qkvo.resize(in.qkv.size() + sh);
+        std::copy(in.qkv.begin(), in.qkv.end(), qkvo.begin() + sh);
+        const uint16_t *q = qkvo.data() + sh;
+        a.q = q, a.k = q + C, a.v = q + C + c.NKV * HS;
         a.qdt = a.kdt = a.vdt = BF ? BE_BF16 : BE_F16;
     }
     a.ldq = a.ldkv = in.ld, a.B = c.B, a.T = T, a.NH = c.NH, a.NKV = c.NKV, a.HS = HS;
@@ -259,12 +267,14 @@ int main(int argc, char **argv)
 {
     (void)argc, (void)argv;
     const tcase cases[] = {
-        {"causal", 2, 100, 2, 1, 64, true, M_CAUSAL, 0.0f, BE_F32, 2e-2f, false},
-        {"padded+dropout", 2, 80, 2, 2, 128, false, M_PADDED, 0.2f, BE_F32, 5e-3f, false},
-        {"packed+dropout", 2, 130, 4, 2, 64, false, M_SEG, 0.1f, BE_BF16, 1e-2f, false},
-        {"causal fp16 out", 1, 64, 1, 1, 128, true, M_CAUSAL, 0.0f, BE_F16, 2e-2f, false},
-        {"fp32 inputs, bf16 products", 2, 70, 2, 1, 64, true, M_CAUSAL, 0.1f, BE_F32, 2e-2f, true},
-        {"fp32 inputs, padded", 2, 66, 2, 2, 128, true, M_PADDED, 0.0f, BE_F32, 2e-2f, true},
+        {"causal", 2, 100, 2, 1, 64, true, M_CAUSAL, 0.0f, BE_F32, 2e-2f, false, false},
+        {"padded+dropout", 2, 80, 2, 2, 128, false, M_PADDED, 0.2f, BE_F32, 5e-3f, false, false},
+        {"packed+dropout", 2, 130, 4, 2, 64, false, M_SEG, 0.1f, BE_BF16, 1e-2f, false, false},
+        {"causal fp16 out", 1, 64, 1, 1, 128, true, M_CAUSAL, 0.0f, BE_F16, 2e-2f, false, false},
+        {"fp32 inputs, bf16 products", 2, 70, 2, 1, 64, true, M_CAUSAL, 0.1f, BE_F32, 2e-2f, true, false},
+        {"fp32 inputs, padded", 2, 66, 2, 2, 128, true, M_PADDED, 0.0f, BE_F32, 2e-2f, true, false},
+        {"unaligned rows", 2, 70, 2, 1, 64, true, M_CAUSAL, 0.0f, BE_F32, 2e-2f, false, true},
+        {"unaligned fp32 rows", 1, 66, 2, 2, 128, true, M_SEG, 0.1f, BE_F32, 2e-2f, true, true},
     };
     for (const tcase &c : cases) {
         if (c.HS == 64 && c.bf) run_case<64, true>(c);

@@ -124,7 +124,9 @@ ATT_DEV float att_mult1(const att_args &a, int b, int h, int t, int j)
     uint32_t r[4];
     cu_drop_block(r, (uint64_t)a.dr.k0 | (uint64_t)a.dr.k1 << 32, BE_DROP_ATTN, (int)a.dr.site, a.dr.sample[b],
                   (int64_t)a.dr.pos0 + (a.qpos ? a.qpos[t] : t), unit);
-    return r[unit & 3] >= a.dr.thr ? a.dr.keep : 0.0f;
+    /* word unit % 4 by selects, not an index: an indexed array would live in local memory */
+    uint32_t w = unit & 2 ? (unit & 1 ? r[3] : r[2]) : (unit & 1 ? r[1] : r[0]);
+    return w >= a.dr.thr ? a.dr.keep : 0.0f;
 }
 
 #endif

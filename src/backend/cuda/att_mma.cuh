@@ -5,18 +5,23 @@
  * (fp32, other head sizes, the context-parallel block entries) and when TRIDENT_CUDA_ATTENTION=simt.
  *
  * The algorithm is the CUDA-core kernels' (online softmax forward writing out and lse; backward in
- * three passes, each output owned by one block: D by the forward again, dK and dV per key tile,
- * dQ per query tile; no atomics, the same bits on every run), with the products on the tensor
+ * three passes, each output owned by one block: D (from the forward's out, am_delta_kernel, or by
+ * the forward again), dK and dV per key tile, dQ per query tile; no atomics, the same bits on every
+ * run), with the products on the tensor
  * cores. A block is 4 warps; a warp owns 16 rows of the block's tile (queries, or keys in the
  * dK/dV pass) and computes its products as m16n8k16 MMAs:
- *  - the A operand of a product is 16 rows x 16 of the reduced dimension, taken from a row-major
- *    tile in shared memory (am_afrag) or from the accumulators of an earlier product: the C
- *    fragments of two adjacent 8-column tiles are, element for element, the A fragment of their
- *    16 columns (am_cfrag_to_a), so P and dS never leave registers (rounded to the 16-bit type,
- *    as FlashAttention-2 does);
- *  - the B operand (16 x 8) is read from a shared tile whose rows are B's columns: K's rows for
- *    S = Q K^T, V's for dP = dO V^T; the products over the other index (P V, dS K, P^T dO,
- *    dS^T Q) read transposed copies, which the loaders write (am_load_t);
+ *  - every tile sits in shared memory as stored (row-major, rows padded by 16 bytes so that the 8
+ *    rows an ldmatrix reads fall in distinct banks), and every fragment is read by ldmatrix.x4:
+ *    four 8 x 8 matrices a lane-quarter each;
+ *  - the A operand of a product is 16 rows x 16 of the reduced dimension, from a shared tile
+ *    (am_afrag) or from the accumulators of an earlier product: the C fragments of two adjacent
+ *    8-column tiles are, element for element, the A fragment of their 16 columns
+ *    (am_cfrag_to_a), so P and dS never leave registers (rounded to the 16-bit type, as
+ *    FlashAttention-2 does);
+ *  - the B operand (16 x 8): from a tile whose rows are B's columns (K's rows for S = Q K^T, V's
+ *    for dP = dO V^T: am_bfrag2, two k-steps a load), or, for the products over the other index
+ *    (P V, dS K, P^T dO, dS^T Q), from the tile as stored, transposed by ldmatrix.trans
+ *    (am_bfrag2_t, two 8-column tiles a load): no transposed copy is written;
  *  - per PTX's fragment layout (lane = 4 group + tq): A registers hold (group, 2 tq..+1),
  *    (group + 8, 2 tq..+1), (group, 2 tq + 8..+9), (group + 8, 2 tq + 8..+9); B's hold rows
  *    (2 tq..+1) and (2 tq + 8..+9) of column group; C's (group, 2 tq..+1), (group + 8, ...).
@@ -28,7 +33,8 @@
  * first), where tests/gpu/test_att_mma_emu.cpp runs these kernels on host threads, a thread a
  * lane, with an MMA that reads its operands by PTX's layout, against a double-precision reference.
  * Needs from its includer: cu_ld, cu_st, cu_acc (typed element access), cu_h2f, cu_f2h (16-bit
- * values), __shfl_xor_sync, __syncthreads, threadIdx, blockIdx. */
+ * values), __shfl_xor_sync, __syncthreads, threadIdx, blockIdx, gridDim, and under ATT_EMU
+ * emu_ldmatrix. */
 #ifndef TRIDENT_ATT_MMA_CUH
 #define TRIDENT_ATT_MMA_CUH
 
@@ -96,22 +102,44 @@ template <bool BF> ATT_DEV void am_mma(float c[4], const uint32_t a[4], uint32_t
 #endif
 }
 
-/* The A fragment of rows rw..rw+15, columns col..col+15 of a row-major shared tile (stride sld). */
-ATT_DEV void am_afrag(uint32_t f[4], const uint16_t *s, int sld, int rw, int col, int gr, int tq)
+/* Four 8 x 8 matrices of 16-bit elements from shared memory, one register each (ldmatrix .x4;
+ * .trans: each matrix transposed): lanes 8i..8i+7 give the rows of matrix i, 16-byte aligned. */
+template <bool TRANS> ATT_DEV void am_ldsm4(uint32_t r[4], const uint16_t *row)
 {
-    const uint16_t *p = s + (rw + gr) * sld + col + 2 * tq;
-    f[0] = am_ld32(p);
-    f[1] = am_ld32(p + 8 * sld);
-    f[2] = am_ld32(p + 8);
-    f[3] = am_ld32(p + 8 * sld + 8);
+#ifdef ATT_EMU
+    emu_ldmatrix(r, 4, TRANS, row);
+#else
+    uint32_t a = (uint32_t)__cvta_generic_to_shared(row);
+    if constexpr (TRANS)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(a));
+    else
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(a));
+#endif
 }
 
-/* The B fragment B[k][n] = s[n0 + n][col + k] (k < 16, n < 8): s's rows are B's columns. */
-ATT_DEV void am_bfrag(uint32_t &b0, uint32_t &b1, const uint16_t *s, int sld, int n0, int col, int gr, int tq)
+/* The A fragment of rows rw..rw+15, columns col..col+15 of a row-major shared tile (stride sld):
+ * the four 8 x 8 quarters (top left, bottom left, top right, bottom right) are registers 0-3. */
+ATT_DEV void am_afrag(uint32_t f[4], const uint16_t *s, int sld, int rw, int col, int lane)
 {
-    const uint16_t *p = s + (n0 + gr) * sld + col + 2 * tq;
-    b0 = am_ld32(p);
-    b1 = am_ld32(p + 8);
+    am_ldsm4<false>(f, s + (rw + (lane & 7) + (lane & 8)) * sld + col + (lane >> 4) * 8);
+}
+
+/* B fragments where s's rows are B's columns, B[k][n] = s[n0 + n][col + k] (K^T from K's rows):
+ * of columns n0..n0+7 at k-steps col and col + 16, as (b0, b1) pairs f[0..1] and f[2..3]. */
+ATT_DEV void am_bfrag2(uint32_t f[4], const uint16_t *s, int sld, int n0, int col, int lane)
+{
+    am_ldsm4<false>(f, s + (n0 + (lane & 7)) * sld + col + (lane >> 3) * 8);
+}
+
+/* B fragments where s's rows are B's rows, B[k][n] = s[k0 + k][n] (V as stored, for P V):
+ * the 16 rows k0.. of columns n0..n0+7 and n0+8..n0+15, as (b0, b1) pairs f[0..1] and f[2..3]. */
+ATT_DEV void am_bfrag2_t(uint32_t f[4], const uint16_t *s, int sld, int k0, int n0, int lane)
+{
+    am_ldsm4<true>(f, s + (k0 + (lane & 7) + (lane & 8)) * sld + n0 + (lane >> 4) * 8);
 }
 
 /* The C fragment x of 8-column tile nt (values of rows group and group + 8) into the A fragment of
@@ -134,12 +162,78 @@ ATT_DEV float am_sum4(float x)
     return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
 
+/* 16 bytes from global memory (16-byte aligned) as 4 registers, by value; 8 and 16 bytes into
+ * shared. */
+struct am_u4 {
+    uint32_t x, y, z, w;
+};
+ATT_DEV am_u4 am_ld128(const void *g)
+{
+    am_u4 v;
+#ifdef ATT_EMU
+    memcpy(&v, g, 16);
+#else
+    uint4 x = *(const uint4 *)g;
+    v.x = x.x, v.y = x.y, v.z = x.z, v.w = x.w;
+#endif
+    return v;
+}
+ATT_DEV void am_st64(uint16_t *s, uint32_t lo, uint32_t hi)
+{
+#ifdef ATT_EMU
+    uint32_t v[2] = {lo, hi};
+    memcpy(s, v, 8);
+#else
+    *(uint2 *)s = make_uint2(lo, hi);
+#endif
+}
+ATT_DEV void am_st128(uint16_t *s, am_u4 v)
+{
+#ifdef ATT_EMU
+    memcpy(s, &v, 16);
+#else
+    *(uint4 *)s = make_uint4(v.x, v.y, v.z, v.w);
+#endif
+}
+ATT_DEV float am_u2f(uint32_t u)
+{
+#ifdef ATT_EMU
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+#else
+    return __uint_as_float(u);
+#endif
+}
+
 /* Rows [r0, r0 + rows) of a matrix of dtype dt (row stride ld, from element base), HSZ columns,
- * into the shared tile s (rows x sld) as the compute type; rows at or past end are 0. */
+ * into the shared tile s (rows x sld, 16-byte aligned rows) as the compute type; rows at or past
+ * end are 0. Where the rows start on 16-byte boundaries (the model's buffers: 64-byte aligned
+ * allocations, head offsets and strides of whole heads), 16 bytes a load: 8 16-bit elements,
+ * or 4 fp32 ones rounded to 16 bits as they are stored; else 4 bytes (16-bit) or one element. */
 template <int HSZ, bool BF>
 ATT_DEV void am_load(uint16_t *s, int sld, const void *p, int dt, size_t base, int ld, int r0, int end, int rows)
 {
-    if (dt == (BF ? BE_BF16 : BE_F16)) { /* two elements a load: base, ld and HSZ are even */
+    const bool raw = dt == (BF ? BE_BF16 : BE_F16);
+    const uintptr_t at = (uintptr_t)p + base * (raw ? 2 : 4), pitch = (uintptr_t)ld * (raw ? 2 : 4);
+    if ((raw || dt == BE_F32) && ((at | pitch) & 15) == 0) {
+        const char *g = (const char *)at;
+        const am_u4 zero = {0u, 0u, 0u, 0u};
+        if (raw) { /* 8 elements a load */
+            for (int i = threadIdx.x; i < rows * (HSZ / 8); i += AM_THREADS) {
+                int r = i / (HSZ / 8), c = (i % (HSZ / 8)) * 8;
+                am_st128(s + r * sld + c, r0 + r < end ? am_ld128(g + (size_t)(r0 + r) * pitch + c * 2) : zero);
+            }
+            return;
+        }
+        for (int i = threadIdx.x; i < rows * (HSZ / 4); i += AM_THREADS) { /* 4 fp32 elements a load */
+            int r = i / (HSZ / 4), c = (i % (HSZ / 4)) * 4;
+            am_u4 v = r0 + r < end ? am_ld128(g + (size_t)(r0 + r) * pitch + c * 4) : zero;
+            am_st64(s + r * sld + c, am_pack<BF>(am_u2f(v.x), am_u2f(v.y)), am_pack<BF>(am_u2f(v.z), am_u2f(v.w)));
+        }
+        return;
+    }
+    if (raw) { /* two elements a load: base, ld and HSZ are even */
         const uint16_t *g = (const uint16_t *)p;
         for (int i = threadIdx.x; i < rows * (HSZ / 2); i += AM_THREADS) {
             int r = i / (HSZ / 2), c = (i % (HSZ / 2)) * 2;
@@ -153,30 +247,13 @@ ATT_DEV void am_load(uint16_t *s, int sld, const void *p, int dt, size_t base, i
     }
 }
 
-/* As am_load, transposed: s[c * sld + r] = row r0 + r, column c (HSZ rows of `rows` columns). */
-template <int HSZ, bool BF>
-ATT_DEV void am_load_t(uint16_t *s, int sld, const void *p, int dt, size_t base, int ld, int r0, int end, int rows)
-{
-    const bool raw = dt == (BF ? BE_BF16 : BE_F16);
-    for (int i = threadIdx.x; i < rows * HSZ; i += AM_THREADS) {
-        int r = i / HSZ, c = i % HSZ;
-        uint16_t v = 0;
-        if (r0 + r < end) {
-            size_t o = base + (size_t)(r0 + r) * ld + c;
-            v = raw ? ((const uint16_t *)p)[o] : cu_f2h(cu_ld(p, dt, o), BF);
-        }
-        s[c * sld + r] = v;
-    }
-}
-
 /* Shared bytes of each kernel at head size hs. */
-static inline size_t am_smem_fwd(int hs) { return ((size_t)2 * AM_BQ * (hs + AM_PAD) + (size_t)hs * (AM_BK + AM_PAD)) * 2; }
+static inline size_t am_smem_fwd(int hs) { return ((size_t)AM_BQ + 2 * AM_BK) * (hs + AM_PAD) * 2; }
 static inline size_t am_smem_kv(int hs)
 {
-    return ((size_t)2 * AM_BK * (hs + AM_PAD) + (size_t)2 * AM_BQ2 * (hs + AM_PAD) +
-            (size_t)2 * hs * (AM_BQ2 + AM_PAD)) * 2 + (size_t)2 * AM_BQ2 * sizeof(float);
+    return ((size_t)2 * AM_BK + 2 * AM_BQ2) * (hs + AM_PAD) * 2 + (size_t)2 * AM_BQ2 * sizeof(float);
 }
-static inline size_t am_smem_q(int hs) { return ((size_t)4 * AM_BQ * (hs + AM_PAD) + (size_t)hs * (AM_BK + AM_PAD)) * 2; }
+static inline size_t am_smem_q(int hs) { return ((size_t)2 * AM_BQ + 2 * AM_BK) * (hs + AM_PAD) * 2; }
 /* The softmax backward's row term from the forward's output, a warp a row: D[r] = dout[r] .
  * out[r] over the head's HS columns, r = (b NH + h) T + t over `rows` rows (B NH T); dout and out
  * (B, T, NH HS) in their dtypes. Each lane sums columns lane, lane + 32, ... in order, then the
@@ -200,14 +277,15 @@ static __global__ void __launch_bounds__(AM_THREADS) am_delta_kernel(float *D, c
 
 /* The forward on query tile blockIdx.x of (sample blockIdx.z, head blockIdx.y): D NULL writes out
  * (dtype odt) and lse; D set (the backward's first pass) writes D[row] = dout[row] . out[row] and
- * nothing else, as attention.cu's att_fwd_kernel. Shared: Q (64 x HSZ), K (64 x HSZ), V^T (HSZ x 64). */
+ * nothing else, as attention.cu's att_fwd_kernel. Shared: Q, K, V (64 x HSZ each, as stored: V's
+ * B fragments come transposed by ldmatrix.trans). */
 template <int HSZ, bool BF>
 __global__ void __launch_bounds__(AM_THREADS) am_fwd_kernel(att_args a, void *out, int odt, float *lse,
                                                             const void *dout, int ddt, float *D)
 {
     AM_SMEM(smraw);
-    constexpr int SLD = HSZ + AM_PAD, TLD = AM_BK + AM_PAD, KK = HSZ / 16, NO = HSZ / 8, NT = AM_BK / 8;
-    uint16_t *Qs = (uint16_t *)smraw, *Ks = Qs + AM_BQ * SLD, *Vt = Ks + AM_BK * SLD;
+    constexpr int SLD = HSZ + AM_PAD, KK = HSZ / 16, NO = HSZ / 8, NT = AM_BK / 8;
+    uint16_t *Qs = (uint16_t *)smraw, *Ks = Qs + AM_BQ * SLD, *Vs = Ks + AM_BK * SLD;
     const int C = a.NH * HSZ, b = blockIdx.z, h = blockIdx.y, g = h / (a.NH / a.NKV), q0 = blockIdx.x * AM_BQ;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gr = lane >> 2, tq = lane & 3, rw = warp * 16;
     int t[2], tm[2], nk[2], kz[2]; /* the lane's rows (group, group + 8): query, clamped, key range */
@@ -225,7 +303,7 @@ __global__ void __launch_bounds__(AM_THREADS) am_fwd_kernel(att_args a, void *ou
     __syncthreads();
     uint32_t qf[KK][4];
     AM_UNROLL
-    for (int kk = 0; kk < KK; kk++) am_afrag(qf[kk], Qs, SLD, rw, kk * 16, gr, tq);
+    for (int kk = 0; kk < KK; kk++) am_afrag(qf[kk], Qs, SLD, rw, kk * 16, lane);
     float o[NO][4];
     AM_UNROLL
     for (int n = 0; n < NO; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
@@ -233,17 +311,18 @@ __global__ void __launch_bounds__(AM_THREADS) am_fwd_kernel(att_args a, void *ou
     for (int k0 = att_tile0(a, b, q0, AM_BK); k0 < kend; k0 += AM_BK) {
         __syncthreads(); /* the previous tile's K and V^T are read */
         am_load<HSZ, BF>(Ks, SLD, a.k, a.kdt, kvbase, a.ldkv, k0, kend, AM_BK);
-        am_load_t<HSZ, BF>(Vt, TLD, a.v, a.vdt, kvbase, a.ldkv, k0, kend, AM_BK);
+        am_load<HSZ, BF>(Vs, SLD, a.v, a.vdt, kvbase, a.ldkv, k0, kend, AM_BK);
         __syncthreads();
         float s[NT][4];
         AM_UNROLL
         for (int nt = 0; nt < NT; nt++) {
             s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
             AM_UNROLL
-            for (int kk = 0; kk < KK; kk++) {
-                uint32_t b0, b1;
-                am_bfrag(b0, b1, Ks, SLD, nt * 8, kk * 16, gr, tq);
-                am_mma<BF>(s[nt], qf[kk], b0, b1);
+            for (int kk = 0; kk < KK; kk += 2) {
+                uint32_t f[4];
+                am_bfrag2(f, Ks, SLD, nt * 8, kk * 16, lane);
+                am_mma<BF>(s[nt], qf[kk], f[0], f[1]);
+                am_mma<BF>(s[nt], qf[kk + 1], f[2], f[3]);
             }
         }
         float mt[2] = {-INFINITY, -INFINITY};
@@ -288,10 +367,11 @@ __global__ void __launch_bounds__(AM_THREADS) am_fwd_kernel(att_args a, void *ou
         AM_UNROLL
         for (int kc = 0; kc < AM_BK / 16; kc++)
             AM_UNROLL
-            for (int n = 0; n < NO; n++) {
-                uint32_t b0, b1;
-                am_bfrag(b0, b1, Vt, TLD, n * 8, kc * 16, gr, tq);
-                am_mma<BF>(o[n], pf[kc], b0, b1);
+            for (int n = 0; n < NO; n += 2) {
+                uint32_t f[4];
+                am_bfrag2_t(f, Vs, SLD, kc * 16, n * 8, lane);
+                am_mma<BF>(o[n], pf[kc], f[0], f[1]);
+                am_mma<BF>(o[n + 1], pf[kc], f[2], f[3]);
             }
     }
     AM_UNROLL
@@ -322,17 +402,17 @@ __global__ void __launch_bounds__(AM_THREADS) am_fwd_kernel(att_args a, void *ou
  * the query heads of its group in order and every query tile that reads it, then accumulated once
  * into dk, dv (either may be NULL). A warp owns 16 keys: it computes S^T = K Q^T and dP^T = V dO^T
  * (keys x 32 queries), P^T and dS^T in registers, then dV += (P M)^T dO and dK += dS^T Q.
- * Shared: K, V (64 x HSZ), Q, dO (32 x HSZ), Q^T, dO^T (HSZ x 32), lse and D of the query tile. */
+ * Shared: K, V (64 x HSZ), Q, dO (32 x HSZ; their B fragments for dV and dK come transposed by
+ * ldmatrix.trans), lse and D of the query tile. */
 template <int HSZ, bool BF>
 __global__ void __launch_bounds__(AM_THREADS) am_bwd_kv_kernel(att_args a, void *dk, int dkdt, void *dv, int dvdt,
                                                                const void *dout, int ddt, const float *lse,
                                                                const float *D)
 {
     AM_SMEM(smraw);
-    constexpr int SLD = HSZ + AM_PAD, QLD = AM_BQ2 + AM_PAD, KK = HSZ / 16, NO = HSZ / 8, NQ = AM_BQ2 / 8;
+    constexpr int SLD = HSZ + AM_PAD, KK = HSZ / 16, NO = HSZ / 8, NQ = AM_BQ2 / 8;
     uint16_t *Ks = (uint16_t *)smraw, *Vs = Ks + AM_BK * SLD, *Qs = Vs + AM_BK * SLD, *Os = Qs + AM_BQ2 * SLD;
-    uint16_t *Qt = Os + AM_BQ2 * SLD, *Ot = Qt + HSZ * QLD;
-    float *Ls = (float *)(Ot + HSZ * QLD), *Ds = Ls + AM_BQ2;
+    float *Ls = (float *)(Os + AM_BQ2 * SLD), *Ds = Ls + AM_BQ2;
     const int C = a.NH * HSZ, rep = a.NH / a.NKV, b = blockIdx.z, g = blockIdx.y, k0 = blockIdx.x * AM_BK;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gr = lane >> 2, tq = lane & 3, rw = warp * 16;
     const int kread = a.klen ? att_keys(a, b, 0) : a.Tk; /* keys anyone reads */
@@ -344,8 +424,8 @@ __global__ void __launch_bounds__(AM_THREADS) am_bwd_kv_kernel(att_args a, void 
     uint32_t kf[KK][4], vf[KK][4];
     AM_UNROLL
     for (int kk = 0; kk < KK; kk++) {
-        am_afrag(kf[kk], Ks, SLD, rw, kk * 16, gr, tq);
-        am_afrag(vf[kk], Vs, SLD, rw, kk * 16, gr, tq);
+        am_afrag(kf[kk], Ks, SLD, rw, kk * 16, lane);
+        am_afrag(vf[kk], Vs, SLD, rw, kk * 16, lane);
     }
     const int j[2] = {k0 + rw + gr, k0 + rw + gr + 8};
     float gk[NO][4], gv[NO][4];
@@ -365,8 +445,6 @@ __global__ void __launch_bounds__(AM_THREADS) am_bwd_kv_kernel(att_args a, void 
             __syncthreads(); /* the previous query tile is read */
             am_load<HSZ, BF>(Qs, SLD, a.q, a.qdt, qbase, a.ldq, q0, a.T, AM_BQ2);
             am_load<HSZ, BF>(Os, SLD, dout, ddt, obase, C, q0, a.T, AM_BQ2);
-            am_load_t<HSZ, BF>(Qt, QLD, a.q, a.qdt, qbase, a.ldq, q0, a.T, AM_BQ2);
-            am_load_t<HSZ, BF>(Ot, QLD, dout, ddt, obase, C, q0, a.T, AM_BQ2);
             if (threadIdx.x < AM_BQ2) {
                 int t = q0 + threadIdx.x;
                 Ls[threadIdx.x] = t < a.T ? lse[rowbase + t] : 0.0f;
@@ -379,12 +457,14 @@ __global__ void __launch_bounds__(AM_THREADS) am_bwd_kv_kernel(att_args a, void 
                 AM_UNROLL
                 for (int e = 0; e < 4; e++) st[nq][e] = dpt[nq][e] = 0.0f;
                 AM_UNROLL
-                for (int kk = 0; kk < KK; kk++) {
-                    uint32_t b0, b1;
-                    am_bfrag(b0, b1, Qs, SLD, nq * 8, kk * 16, gr, tq);
-                    am_mma<BF>(st[nq], kf[kk], b0, b1);
-                    am_bfrag(b0, b1, Os, SLD, nq * 8, kk * 16, gr, tq);
-                    am_mma<BF>(dpt[nq], vf[kk], b0, b1);
+                for (int kk = 0; kk < KK; kk += 2) {
+                    uint32_t f[4];
+                    am_bfrag2(f, Qs, SLD, nq * 8, kk * 16, lane);
+                    am_mma<BF>(st[nq], kf[kk], f[0], f[1]);
+                    am_mma<BF>(st[nq], kf[kk + 1], f[2], f[3]);
+                    am_bfrag2(f, Os, SLD, nq * 8, kk * 16, lane);
+                    am_mma<BF>(dpt[nq], vf[kk], f[0], f[1]);
+                    am_mma<BF>(dpt[nq], vf[kk + 1], f[2], f[3]);
                 }
             }
             uint32_t pf[AM_BQ2 / 16][4], sf[AM_BQ2 / 16][4];
@@ -408,12 +488,14 @@ __global__ void __launch_bounds__(AM_THREADS) am_bwd_kv_kernel(att_args a, void 
             AM_UNROLL
             for (int kc = 0; kc < AM_BQ2 / 16; kc++)
                 AM_UNROLL
-                for (int n = 0; n < NO; n++) {
-                    uint32_t b0, b1;
-                    am_bfrag(b0, b1, Ot, QLD, n * 8, kc * 16, gr, tq);
-                    am_mma<BF>(gv[n], pf[kc], b0, b1);
-                    am_bfrag(b0, b1, Qt, QLD, n * 8, kc * 16, gr, tq);
-                    am_mma<BF>(gk[n], sf[kc], b0, b1);
+                for (int n = 0; n < NO; n += 2) {
+                    uint32_t f[4];
+                    am_bfrag2_t(f, Os, SLD, kc * 16, n * 8, lane);
+                    am_mma<BF>(gv[n], pf[kc], f[0], f[1]);
+                    am_mma<BF>(gv[n + 1], pf[kc], f[2], f[3]);
+                    am_bfrag2_t(f, Qs, SLD, kc * 16, n * 8, lane);
+                    am_mma<BF>(gk[n], sf[kc], f[0], f[1]);
+                    am_mma<BF>(gk[n + 1], sf[kc], f[2], f[3]);
                 }
         }
     }
@@ -434,15 +516,15 @@ __global__ void __launch_bounds__(AM_THREADS) am_bwd_kv_kernel(att_args a, void 
 
 /* dQ of query tile blockIdx.x of (sample blockIdx.z, head blockIdx.y): over its key tiles in
  * order, S = Q K^T and dP = dO V^T, dS in registers, dQ += dS K; accumulated once into dq, times
- * the scale. Shared: Q, dO (64 x HSZ), K, V (64 x HSZ), K^T (HSZ x 64). */
+ * the scale. Shared: Q, dO (64 x HSZ), K, V (64 x HSZ; K's B fragments for dQ come transposed by
+ * ldmatrix.trans). */
 template <int HSZ, bool BF>
 __global__ void __launch_bounds__(AM_THREADS) am_bwd_q_kernel(att_args a, void *dq, int dqdt, const void *dout,
                                                               int ddt, const float *lse, const float *D)
 {
     AM_SMEM(smraw);
-    constexpr int SLD = HSZ + AM_PAD, TLD = AM_BK + AM_PAD, KK = HSZ / 16, NO = HSZ / 8, NT = AM_BK / 8;
+    constexpr int SLD = HSZ + AM_PAD, KK = HSZ / 16, NO = HSZ / 8, NT = AM_BK / 8;
     uint16_t *Qs = (uint16_t *)smraw, *Os = Qs + AM_BQ * SLD, *Ks = Os + AM_BQ * SLD, *Vs = Ks + AM_BK * SLD;
-    uint16_t *Kt = Vs + AM_BK * SLD;
     const int C = a.NH * HSZ, b = blockIdx.z, h = blockIdx.y, g = h / (a.NH / a.NKV), q0 = blockIdx.x * AM_BQ;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gr = lane >> 2, tq = lane & 3, rw = warp * 16;
     const size_t qbase = (size_t)b * a.T * a.ldq + (size_t)h * HSZ, obase = (size_t)b * a.T * C + (size_t)h * HSZ;
@@ -465,8 +547,8 @@ __global__ void __launch_bounds__(AM_THREADS) am_bwd_q_kernel(att_args a, void *
     uint32_t qf[KK][4], of[KK][4];
     AM_UNROLL
     for (int kk = 0; kk < KK; kk++) {
-        am_afrag(qf[kk], Qs, SLD, rw, kk * 16, gr, tq);
-        am_afrag(of[kk], Os, SLD, rw, kk * 16, gr, tq);
+        am_afrag(qf[kk], Qs, SLD, rw, kk * 16, lane);
+        am_afrag(of[kk], Os, SLD, rw, kk * 16, lane);
     }
     float acc[NO][4];
     AM_UNROLL
@@ -475,19 +557,20 @@ __global__ void __launch_bounds__(AM_THREADS) am_bwd_q_kernel(att_args a, void *
         __syncthreads();
         am_load<HSZ, BF>(Ks, SLD, a.k, a.kdt, kvbase, a.ldkv, k0, kend, AM_BK);
         am_load<HSZ, BF>(Vs, SLD, a.v, a.vdt, kvbase, a.ldkv, k0, kend, AM_BK);
-        am_load_t<HSZ, BF>(Kt, TLD, a.k, a.kdt, kvbase, a.ldkv, k0, kend, AM_BK);
         __syncthreads();
         uint32_t sf[AM_BK / 16][4];
         AM_UNROLL
         for (int nt = 0; nt < NT; nt++) {
             float s[4] = {0.0f, 0.0f, 0.0f, 0.0f}, dp[4] = {0.0f, 0.0f, 0.0f, 0.0f};
             AM_UNROLL
-            for (int kk = 0; kk < KK; kk++) {
-                uint32_t b0, b1;
-                am_bfrag(b0, b1, Ks, SLD, nt * 8, kk * 16, gr, tq);
-                am_mma<BF>(s, qf[kk], b0, b1);
-                am_bfrag(b0, b1, Vs, SLD, nt * 8, kk * 16, gr, tq);
-                am_mma<BF>(dp, of[kk], b0, b1);
+            for (int kk = 0; kk < KK; kk += 2) {
+                uint32_t f[4];
+                am_bfrag2(f, Ks, SLD, nt * 8, kk * 16, lane);
+                am_mma<BF>(s, qf[kk], f[0], f[1]);
+                am_mma<BF>(s, qf[kk + 1], f[2], f[3]);
+                am_bfrag2(f, Vs, SLD, nt * 8, kk * 16, lane);
+                am_mma<BF>(dp, of[kk], f[0], f[1]);
+                am_mma<BF>(dp, of[kk + 1], f[2], f[3]);
             }
             float ds[4];
             AM_UNROLL
@@ -504,10 +587,11 @@ __global__ void __launch_bounds__(AM_THREADS) am_bwd_q_kernel(att_args a, void *
         AM_UNROLL
         for (int kc = 0; kc < AM_BK / 16; kc++)
             AM_UNROLL
-            for (int n = 0; n < NO; n++) {
-                uint32_t b0, b1;
-                am_bfrag(b0, b1, Kt, TLD, n * 8, kc * 16, gr, tq);
-                am_mma<BF>(acc[n], sf[kc], b0, b1);
+            for (int n = 0; n < NO; n += 2) {
+                uint32_t f[4];
+                am_bfrag2_t(f, Ks, SLD, kc * 16, n * 8, lane);
+                am_mma<BF>(acc[n], sf[kc], f[0], f[1]);
+                am_mma<BF>(acc[n + 1], sf[kc], f[2], f[3]);
             }
     }
     AM_UNROLL
