@@ -47,6 +47,8 @@ const be_op_entry BE_OP_ENTRIES[] = {
     {"convert", offsetof(struct be_ops, convert), 0},
     {"matmul_fwd_lp", offsetof(struct be_ops, matmul_fwd_lp), 0},
     {"matmul_bwd_lp", offsetof(struct be_ops, matmul_bwd_lp), 0},
+    {"matmul_gelu_fwd_lp", offsetof(struct be_ops, matmul_gelu_fwd_lp), 1},
+    {"matmul_dgelu_bwd_lp", offsetof(struct be_ops, matmul_dgelu_bwd_lp), 1},
     {"lp_native", offsetof(struct be_ops, lp_native), 0},
     {"acts_in", offsetof(struct be_ops, acts_in), 1},
     {"embedding_fwd", offsetof(struct be_ops, embedding_fwd), 0},

@@ -207,6 +207,23 @@ void be_matmul_fwd_in(const backend *be, float *out, be_in inp, const float *w, 
                       int OC);
 void be_matmul_bwd_in(const backend *be, float *dinp, float *dw, float *db, const float *dout, be_in inp,
                       const float *w, int BT, int C, int OC);
+/* be_matmul_bwd_in with the output gradient typed: fp32, or already in the gemm dtype (read as it
+ * is, no rounding pass; db then sums its 16-bit values). */
+void be_matmul_bwd_lpout(const backend *be, float *dinp, float *dw, float *db, be_in dout, be_in inp, const float *w,
+                         int BT, int C, int OC);
+/* A 16-bit run's GPT MLP (tanh GeLU after a biased fc, nothing between) in two products where the
+ * backend has the entries (matmul_gelu_fwd_lp, matmul_dgelu_bwd_lp):
+ *  - be_matmul_gelu_fwd: pre (BT, OC) = inp . W^T + b and act = gelu of it, both written in the
+ *    gemm dtype by one product; 1 when done, 0 (nothing written) where the run is fp32 or the
+ *    backend lacks or refuses it: the caller then runs the GEMM and bias_gelu_fwd;
+ *  - be_matmul_dgelu_bwd, for a forward be_matmul_gelu_fwd did: the next layer's (fc2's, W (OC,
+ *    C)) backward from dout (BT, OC, fp32) with act (BT, C) its input: dw += dout^T act, and dpre
+ *    (BT, C, gemm dtype) written = (dout . W) * gelu'(pre), by the DGELU product where the backend
+ *    takes it, else by the product into tmp (BT, C fp32 scratch) and act_bwd. */
+int be_matmul_gelu_fwd(const backend *be, void *act, void *pre, be_in inp, const float *w, const float *b, int BT,
+                       int C, int OC);
+void be_matmul_dgelu_bwd(const backend *be, void *dpre, float *tmp, float *dw, const float *dout, be_in act,
+                         const float *w, const void *pre, int BT, int C, int OC);
 void be_matmul_fwd(const backend *be, float *out, const float *inp, const float *w, const float *b, int BT, int C,
                    int OC);
 void be_matmul_bwd(const backend *be, float *dinp, float *dw, float *db, const float *dout, const float *inp,

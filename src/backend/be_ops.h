@@ -202,6 +202,19 @@ struct be_ops {
                           int BT, int C, int OC);
     void (*matmul_bwd_lp)(const backend *be, be_out dinp, float *dw, be_in dout, be_in inp, const void *w,
                           be_dtype dt, int BT, int C, int OC);
+    /* A 16-bit MLP's fc and its tanh GeLU as one product (cuda: cuBLASLt's GELU_AUX_BIAS
+     * epilogue): pre (BT, OC) written = inp . W^T + b rounded to dt (what the backward's GeLU
+     * derivative reads), act (BT, OC) written = gelu of the fp32 sum, rounded to dt; inp, w as
+     * matmul_fwd_lp's, b fp32 (OC), pre.dt = act.dt = dt. Returns 1 when done, 0 when the backend
+     * refuses this call (nothing written: the caller runs the product and bias_gelu_fwd). */
+    int (*matmul_gelu_fwd_lp)(const backend *be, be_out act, be_out pre, be_in inp, const void *w, const float *b,
+                              be_dtype dt, int BT, int C, int OC);
+    /* Its backward through the next layer's input gradient (cuda: the DGELU epilogue): dinp
+     * (BT, C) written = (dout . W) * gelu'(pre), dout (BT, OC) and W (OC, C) in dt as
+     * matmul_bwd_lp's, pre (BT, C) as matmul_gelu_fwd_lp wrote it, dinp in dt. 1 when done, 0
+     * refused (nothing written). */
+    int (*matmul_dgelu_bwd_lp)(const backend *be, be_out dinp, be_in dout, const void *w, be_in pre, be_dtype dt,
+                               int BT, int C, int OC);
     /* 1 if GEMMs in dt run on the device's own instructions for it (cpu: bf16 with AVX512-BF16),
      * 0 if they are widened to fp32 (same results, fp32 speed). */
     int (*lp_native)(const backend *be, be_dtype dt);

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "trident/activation.h"
 #include "trident/check.h"
 #include "backend.h"
 
@@ -167,11 +168,17 @@ typedef struct ce_src {
     int Vreal, vstart;
 } ce_src;
 
-/* dout's rows [r0, r0 + n) in the gemm dtype, in scratch slot 1: rounded from fp32 dout, or made by
- * ce_bwd_to from the logits (ce set: dout unused). */
-static be_in bwd_dout_slice(const backend *be, const float *dout, const ce_src *ce, int r0, int n, int OC)
+/* dout's rows [r0, r0 + n) in the gemm dtype: dout's own when it is in that dtype, else in scratch
+ * slot 1, rounded from fp32 dout or made by ce_bwd_to from the logits (ce set: dout unused). */
+static be_in bwd_dout_slice(const backend *be, be_in dout, const ce_src *ce, int r0, int n, int OC)
 {
-    if (!ce) return lowp_typed(be, lowp_input(be, 1, dout + (size_t)r0 * OC, (size_t)n * OC));
+    if (!ce && dout.dt == be->gemm_dtype)
+        return lowp_typed(be, (const char *)dout.p + (size_t)r0 * OC * be_dtype_size(dout.dt));
+    if (!ce) {
+        TD_CHECK(dout.dt == BE_F32, "keep output gradients in fp32 or in the GEMMs' dtype",
+                 "a %s output gradient in a %s run", be_dtype_name(dout.dt), be_dtype_name(be->gemm_dtype));
+        return lowp_typed(be, lowp_input(be, 1, (const float *)dout.p + (size_t)r0 * OC, (size_t)n * OC));
+    }
     void *d = lowp_scratch(be, 1, (size_t)n * OC * be_dtype_size(be->gemm_dtype));
     be_out o = {d, be->gemm_dtype};
     be_event t0 = be_tic(be);
@@ -181,17 +188,26 @@ static be_in bwd_dout_slice(const backend *be, const float *dout, const ce_src *
     return lowp_typed(be, d);
 }
 
-static void matmul_bwd_mixed(const backend *be, float *dinp, float *dw, float *db, const float *dout, const ce_src *ce,
+/* The rows of a slice of the backward's rounded output gradient (be_lowp_chunk_bytes). */
+static int bwd_slice_rows(const backend *be, int BT, int OC)
+{
+    size_t row = (size_t)OC * be_dtype_size(be->gemm_dtype), chunk = be_lowp_chunk_bytes(be);
+    int rows = (size_t)BT * row > chunk ? (int)(chunk / row) : BT;
+    return rows < 256 ? (BT < 256 ? BT : 256) : rows;
+}
+
+static void matmul_bwd_mixed(const backend *be, float *dinp, float *dw, float *db, be_in dout, const ce_src *ce,
                              be_in inp, const float *w, int BT, int C, int OC)
 {
     if (BT <= 0 || OC <= 0) return;
-    if (db) be_bias_bwd(be, db, dout, BT, OC);
+    if (db) {
+        be_event t0 = be_tic(be);
+        be->ops->bias_bwd(be, db, dout, BT, OC);
+        be_toc(be, BE_OP_RESIDUAL, t0, 0);
+    }
     if (!dinp && !dw) return;
     be_dtype dt = be->gemm_dtype;
-    size_t es = be_dtype_size(dt), row = (size_t)OC * es;
-    size_t chunk = be_lowp_chunk_bytes(be);
-    int rows = (size_t)BT * row > chunk ? (int)(chunk / row) : BT;
-    if (rows < 256) rows = BT < 256 ? BT : 256;
+    int rows = bwd_slice_rows(be, BT, OC);
     const void *wl = dinp ? lowp_weight(be, w, (size_t)OC * C) : NULL;
     for (int r0 = 0; r0 < BT; r0 += rows) {
         int n = BT - r0 < rows ? BT - r0 : rows;
@@ -234,7 +250,7 @@ void be_matmul_bwd_in(const backend *be, float *dinp, float *dw, float *db, cons
                       const float *w, int BT, int C, int OC)
 {
     if (be->gemm_dtype != BE_F32) {
-        matmul_bwd_mixed(be, dinp, dw, db, dout, NULL, inp, w, BT, C, OC);
+        matmul_bwd_mixed(be, dinp, dw, db, be_f32(dout), NULL, inp, w, BT, C, OC);
         return;
     }
     double f = 2.0 * BT * C * OC * ((dinp != NULL) + (dw != NULL));
@@ -249,11 +265,80 @@ void be_ce_head_bwd(const backend *be, float *dinp, float *dw, float *logits, co
 {
     if (be->gemm_dtype != BE_F32 && be->ops->ce_bwd_to) {
         ce_src ce = {logits, maxv, sumexp, dloss, targets, Vreal, vstart};
-        matmul_bwd_mixed(be, dinp, dw, NULL, NULL, &ce, inp, w, BT, C, Vloc);
+        matmul_bwd_mixed(be, dinp, dw, NULL, be_f32(NULL), &ce, inp, w, BT, C, Vloc);
         return;
     }
     be_ce_bwd(be, logits, maxv, sumexp, targets, dloss, BT, Vloc, Vreal, vstart);
     be_matmul_bwd_in(be, dinp, dw, NULL, logits, inp, w, BT, C, Vloc);
+}
+
+void be_matmul_bwd_lpout(const backend *be, float *dinp, float *dw, float *db, be_in dout, be_in inp, const float *w,
+                         int BT, int C, int OC)
+{
+    if (dout.dt == BE_F32) {
+        be_matmul_bwd_in(be, dinp, dw, db, dout.p, inp, w, BT, C, OC);
+        return;
+    }
+    TD_CHECK(dout.dt == be->gemm_dtype, "pass a 16-bit output gradient in the run's GEMM dtype",
+             "a %s output gradient in a %s run", be_dtype_name(dout.dt), be_dtype_name(be->gemm_dtype));
+    matmul_bwd_mixed(be, dinp, dw, db, dout, NULL, inp, w, BT, C, OC);
+}
+
+int be_matmul_gelu_fwd(const backend *be, void *act, void *pre, be_in inp, const float *w, const float *b, int BT,
+                       int C, int OC)
+{
+    be_dtype dt = be->gemm_dtype;
+    if (dt == BE_F32 || !be->ops->matmul_gelu_fwd_lp || BT <= 0 || OC <= 0) return 0;
+    const void *wl = lowp_weight(be, w, (size_t)OC * C);
+    be_in il = lowp_in(be, 0, inp, (size_t)BT * C);
+    be_out a = {act, dt}, p = {pre, dt};
+    be_event t0 = be_tic(be);
+    int done = be->ops->matmul_gelu_fwd_lp(be, a, p, il, wl, b, dt, BT, C, OC);
+    be_toc(be, BE_OP_GEMM, t0, done ? 2.0 * BT * C * OC : 0.0);
+    return done;
+}
+
+void be_matmul_dgelu_bwd(const backend *be, void *dpre, float *tmp, float *dw, const float *dout, be_in act,
+                         const float *w, const void *pre, int BT, int C, int OC)
+{
+    be_dtype dt = be->gemm_dtype;
+    if (BT <= 0 || OC <= 0) return;
+    int rows = bwd_slice_rows(be, BT, OC), fused = be->ops->matmul_dgelu_bwd_lp != NULL;
+    const void *wl = lowp_weight(be, w, (size_t)OC * C);
+    size_t es = be_dtype_size(dt);
+    for (int r0 = 0; r0 < BT; r0 += rows) {
+        int n = BT - r0 < rows ? BT - r0 : rows;
+        be_in dl = bwd_dout_slice(be, be_f32(dout), NULL, r0, n, OC);
+        be_in part = act;
+        part.p = (const char *)act.p + (size_t)r0 * C * be_dtype_size(act.dt);
+        be_event t0;
+        if (dw) {
+            be_in il = lowp_in(be, 0, part, (size_t)n * C);
+            t0 = be_tic(be);
+            be->ops->matmul_bwd_lp(be, be_f32_out(NULL), dw, dl, il, NULL, dt, n, C, OC);
+            be_toc(be, BE_OP_GEMM, t0, 2.0 * n * C * OC);
+        }
+        if (fused) {
+            be_out d = {(char *)dpre + (size_t)r0 * C * es, dt};
+            be_in pr = {(const char *)pre + (size_t)r0 * C * es, dt};
+            t0 = be_tic(be);
+            fused = be->ops->matmul_dgelu_bwd_lp(be, d, dl, wl, pr, dt, n, C, OC);
+            be_toc(be, BE_OP_GEMM, t0, fused ? 2.0 * n * C * OC : 0.0);
+            if (fused) continue;
+        }
+        /* refused: the input gradient in fp32 into tmp, then GeLU's derivative at pre */
+        float *t = tmp + (size_t)r0 * C;
+        be_zero(be, t, (size_t)n * C);
+        t0 = be_tic(be);
+        be->ops->matmul_bwd_lp(be, be_f32_out(t), NULL, dl, lowp_typed(be, NULL), wl, dt, n, C, OC);
+        be_toc(be, BE_OP_GEMM, t0, 2.0 * n * C * OC);
+        be_out d = {(char *)dpre + (size_t)r0 * C * es, dt};
+        be->ops->set_bytes(be, d.p, 0, (size_t)n * C * es);
+        be_in pr = {(const char *)pre + (size_t)r0 * C * es, dt};
+        t0 = be_tic(be);
+        be->ops->act_bwd(be, TD_ACT_GELU, 0, d, be_f32(t), pr, n, C);
+        be_toc(be, BE_OP_GELU, t0, 0);
+    }
 }
 
 void be_matmul_fwd(const backend *be, float *out, const float *inp, const float *w, const float *b, int BT, int C,

@@ -11,9 +11,11 @@
 #include "tensor_parallel.h"
 
 typedef struct {
-    float *fch;       /* (BT, f/t): fc output (before the bias when fused); gated (BT, 2f/t) [gate | up] */
+    float *fch;       /* (BT, f/t): fc output (before the bias when fused); gated (BT, 2f/t) [gate | up];
+                       * with lt_gelu, (BT, f/t) in the gemm dtype, after the bias */
     kept_buf fch_act; /* (BT, f/t): the activation's output */
     float *su[3];     /* LoRA's (BT, r) of gate, up, down (GPT_LORA_GATE + i), where targeted */
+    int lt_gelu;      /* the forward ran fc and GeLU as one product (be_matmul_gelu_fwd) */
 } mlp_acts;
 
 typedef struct {
@@ -26,6 +28,15 @@ typedef struct {
 static int fused_bias(const gpt_config *c, const mlp_params *p)
 {
     return p->fc_b && !c->glu && c->act == TD_ACT_GELU;
+}
+
+/* Whether fc and its GeLU may run as one product (be_matmul_gelu_fwd; the backend still decides):
+ * the fused bias and GeLU, a 16-bit run keeping the activation in the GEMMs' dtype, no adapter
+ * on the MLP (they read fch in fp32). */
+static int lt_gelu_ok(const gpt_model *m, const mlp_params *p, const mlp_acts *a)
+{
+    return fused_bias(&m->cfg, p) && m->be->gemm_dtype != BE_F32 && a->fch_act.dt == m->be->gemm_dtype &&
+           !p->lora_a[0] && !p->lora_a[1] && !p->lora_a[2];
 }
 
 static void tensors(table_builder *tb, int layer, int stream0, const char *prefix, void *pv, void *gv)
@@ -142,9 +153,13 @@ static void mlp_fwd(const block_io *io, void *av, const void *pv, float *out, be
     const mlp_params *p = pv;
     mlp_scratch *s = io->scratch;
     int T = m->seq_c, BT = io->B * T, h = m->cfg.hidden;
-    be_out o = kept_out(m->be, &a->fch_act);
-    fc_act_fwd(m, io, tp, p, o, a->fch, x, BT, a->su, &s->lora, T);
-    kept_written(m->be, &a->fch_act, o, (size_t)BT * m->ffn_l);
+    a->lt_gelu = lt_gelu_ok(m, p, a) && be_matmul_gelu_fwd(m->be, a->fch_act.p, a->fch, x, p->fc_w, p->fc_b, BT,
+                                                           h, m->ffn_l);
+    if (!a->lt_gelu) {
+        be_out o = kept_out(m->be, &a->fch_act);
+        fc_act_fwd(m, io, tp, p, o, a->fch, x, BT, a->su, &s->lora, T);
+        kept_written(m->be, &a->fch_act, o, (size_t)BT * m->ffn_l);
+    }
     tp_row_linear_fwd(m->be, tp, out, kept_in(&a->fch_act), p->fc2_w, BT, m->ffn_l, h);
     if (p->lora_a[2]) {
         lora_dims d = lora_dims_of(m, io->B, T, m->ffn_l, h);
@@ -186,6 +201,15 @@ static void mlp_bwd(const block_io *io, float *dx, void *gv, const float *dbranc
     const mlp_acts *a = av;
     mlp_scratch *s = io->scratch;
     int BT = io->B * m->seq_c, h = c->hidden, fused = fused_bias(c, p);
+    if (a->lt_gelu) { /* fc2's input gradient through GeLU's derivative in one product, in 16 bits */
+        be_dtype dt = m->be->gemm_dtype;
+        if (g->fc2_b) be_bias_bwd(m->be, g->fc2_b, dbranch, BT, h);
+        be_matmul_dgelu_bwd(m->be, s->dfch, s->dfch_act, g->fc2_w, dbranch, kept_in(&a->fch_act), p->fc2_w, a->fch,
+                            BT, m->ffn_l, h);
+        be_in dpre = {s->dfch, dt};
+        tp_column_linear_bwd_lp(m->be, model_tp_reduce(m), dx, g->fc_w, g->fc_b, dpre, x, p->fc_w, BT, h, m->ffn_l);
+        return;
+    }
     fc2_bwd(io, g, dbranch, a, p);
     if (fused) be_bias_gelu_bwd(m->be, s->dfch, g->fc_b, s->dfch_act, a->fch, p->fc_b, BT, m->ffn_l);
     else be_act_bwd(m->be, c->act, c->glu, s->dfch, s->dfch_act, a->fch, BT, m->ffn_l);

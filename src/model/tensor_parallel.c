@@ -66,6 +66,14 @@ void tp_column_linear_bwd(const backend *be, const comm *tp, float *dinp, float 
     tp_copy_bwd(be, tp, dinp, (size_t)BT * C);
 }
 
+void tp_column_linear_bwd_lp(const backend *be, const comm *tp, float *dinp, float *dw, float *db, be_in dout,
+                             be_in inp, const float *w, int BT, int C, int OCl)
+{
+    be_zero(be, dinp, (size_t)BT * C);
+    be_matmul_bwd_lpout(be, dinp, dw, db, dout, inp, w, BT, C, OCl);
+    tp_copy_bwd(be, tp, dinp, (size_t)BT * C);
+}
+
 void tp_column_linear_ce_bwd(const backend *be, const comm *tp, float *dinp, float *dw, float *logits,
                              const float *maxv, const float *sumexp, const int32_t *targets, const float *dloss,
                              be_in inp, const float *w, int BT, int C, int Vloc, int Vreal, int vstart)

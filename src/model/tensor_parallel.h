@@ -54,6 +54,9 @@ void tp_column_linear_fwd(const backend *be, const comm *tp, float *out, be_in i
  * db (OCl) accumulate. dinp must not alias anything else. */
 void tp_column_linear_bwd(const backend *be, const comm *tp, float *dinp, float *dw, float *db,
                           const float *dout, be_in inp, const float *w, int BT, int C, int OCl);
+/* As tp_column_linear_bwd, dout typed: fp32, or in the run's gemm dtype (be_matmul_bwd_lpout). */
+void tp_column_linear_bwd_lp(const backend *be, const comm *tp, float *dinp, float *dw, float *db, be_in dout,
+                             be_in inp, const float *w, int BT, int C, int OCl);
 /* The LM head's backward with its vocab-parallel cross-entropy's: dlogits = the cross-entropy's
  * gradient (be_ce_head_bwd: in a 16-bit run never materialised in fp32; otherwise written over
  * logits), then tp_column_linear_bwd's dinp (written, all-reduced over tp) and dw (accumulated). */

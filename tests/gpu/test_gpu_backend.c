@@ -17,6 +17,7 @@
 #include <time.h>
 
 #include "backend/backend.h"
+#include "trident/activation.h"
 #include "trident/half.h"
 #include "trident/philox.h"
 
@@ -332,6 +333,104 @@ static void test_matmul_lp(const backend *c, const backend *g, be_dtype dt, int 
     free(cdx), free(cdw), free(hdx), free(hdw);
 }
 
+/* The GPT MLP's fc and GeLU as one product and fc2's input gradient through GeLU's derivative
+ * (matmul_gelu_fwd_lp, matmul_dgelu_bwd_lp: cuBLASLt's GELU_AUX_BIAS and DGELU epilogues), held to
+ * the cpu's composition from the same rounded inputs: the GEMM with its bias, then the tanh GeLU
+ * (act_fwd) of the fp32 sum; fc2's product, then act_bwd at the GPU's rounded pre-activation. Then
+ * the mixed-precision wrappers the MLP calls (be_matmul_gelu_fwd, be_matmul_dgelu_bwd: dW as well),
+ * with cuBLASLt on, and off (lt 0: the forward declines, the backward's GeLU derivative by a
+ * kernel after the GEMM). BT x C into fc's OC, fc2 back to H. */
+static void test_matmul_gelu(const backend *c, backend *g, be_dtype dt, int BT, int C, int OC, int H, int lt)
+{
+    const double tol = 1e-2;
+    size_t ni = (size_t)BT * C, nw = (size_t)OC * C, no = (size_t)BT * OC, nw2 = (size_t)H * OC, ny = (size_t)BT * H;
+    size_t es = be_dtype_size(dt);
+    float *x = fmem(ni), *w = fmem(nw), *b = fmem(OC), *w2 = fmem(nw2), *dy = fmem(ny);
+    rnd(x, ni), rnd(w, nw), rnd(b, OC), rnd(w2, nw2), rnd(dy, ny);
+    uint16_t *xl = malloc(ni * 2), *wl = malloc(nw * 2), *w2l = malloc(nw2 * 2), *dyl = malloc(ny * 2);
+    c->ops->convert(c, xl, dt, x, BE_F32, ni), c->ops->convert(c, wl, dt, w, BE_F32, nw);
+    c->ops->convert(c, w2l, dt, w2, BE_F32, nw2), c->ops->convert(c, dyl, dt, dy, BE_F32, ny);
+    /* the cpu: pre = x W^T + b (fp32), act = gelu(pre) */
+    float *pre = fmem(no), *act = fmem(no), *t = fmem(no), *dref = fmem(no);
+    c->ops->matmul_fwd_lp(c, be_f32_out(pre), (be_in){xl, dt}, wl, b, dt, BT, C, OC);
+    c->ops->act_fwd(c, TD_ACT_GELU, 0, be_f32_out(act), be_f32(pre), BT, OC);
+    /* the gpu's entries */
+    int on = cuda_set_lt_bias(lt);
+    void *gx = up(g, xl, ni * 2), *gw = up(g, wl, nw * 2), *gw2 = up(g, w2l, nw2 * 2), *gdy = up(g, dyl, ny * 2);
+    float *gb = up(g, b, OC * 4);
+    void *gact = g->ops->alloc(g, no * es), *gpre = g->ops->alloc(g, no * es), *gd = g->ops->alloc(g, no * es);
+    int done = g->ops->matmul_gelu_fwd_lp(g, (be_out){gact, dt}, (be_out){gpre, dt}, (be_in){gx, dt}, gw, gb, dt, BT,
+                                         C, OC);
+    char what[200];
+    snprintf(what, sizeof what, "matmul_gelu_fwd_lp %s %dx%dx%d: %s", be_dtype_name(dt), BT, C, OC,
+             on ? "cuBLASLt's GELU_AUX_BIAS ran" : "declined with cuBLASLt set aside");
+    check(done == on, what, done, on);
+    uint16_t *h16 = malloc(no * 2);
+    float *hact = fmem(no), *hpre = fmem(no), *hd = fmem(no);
+    if (done) {
+        down(g, h16, gact, no * es), c->ops->convert(c, hact, BE_F32, h16, dt, no);
+        down(g, h16, gpre, no * es), c->ops->convert(c, hpre, BE_F32, h16, dt, no);
+        double e = rel_err(hact, act, no);
+        snprintf(what, sizeof what, "matmul_gelu_fwd_lp %s %dx%dx%d: act = gelu(x W^T + b)", be_dtype_name(dt), BT, C, OC);
+        check(e <= tol, what, e, tol);
+        e = rel_err(hpre, pre, no);
+        snprintf(what, sizeof what, "matmul_gelu_fwd_lp %s %dx%dx%d: pre = x W^T + b", be_dtype_name(dt), BT, C, OC);
+        check(e <= tol, what, e, tol);
+    } else { /* the cpu's pre, rounded, stands in for the backward */
+        c->ops->convert(c, h16, dt, pre, BE_F32, no), c->ops->convert(c, hpre, BE_F32, h16, dt, no);
+        g->ops->copy_bytes(g, gpre, h16, no * es, BE_H2D);
+    }
+    /* fc2's input gradient: (dy W2) * gelu'(pre), pre as the gpu holds it */
+    c->ops->matmul_bwd_lp(c, be_f32_out(t), NULL, (be_in){dyl, dt}, (be_in){NULL, dt}, w2l, dt, BT, OC, H);
+    c->ops->act_bwd(c, TD_ACT_GELU, 0, be_f32_out(dref), be_f32(t), be_f32(hpre), BT, OC);
+    done = g->ops->matmul_dgelu_bwd_lp(g, (be_out){gd, dt}, (be_in){gdy, dt}, gw2, (be_in){gpre, dt}, dt, BT, OC, H);
+    snprintf(what, sizeof what, "matmul_dgelu_bwd_lp %s %dx%dx%d: %s", be_dtype_name(dt), BT, OC, H,
+             on ? "cuBLASLt's DGELU ran" : "declined with cuBLASLt set aside");
+    check(done == on, what, done, on);
+    if (done) {
+        down(g, h16, gd, no * es), c->ops->convert(c, hd, BE_F32, h16, dt, no);
+        double e = rel_err(hd, dref, no);
+        snprintf(what, sizeof what, "matmul_dgelu_bwd_lp %s %dx%dx%d: (dy W2) gelu'(pre)", be_dtype_name(dt), BT, OC, H);
+        check(e <= tol, what, e, tol);
+    }
+    /* the wrappers, as the MLP calls them: fp32 x and dy, fp32 weights rounded by mixed.c */
+    be_dtype keep = g->gemm_dtype;
+    g->gemm_dtype = dt; /* be_set_gemm_dtype is once a backend */
+    float *gx32 = up(g, x, ni * 4), *gw32 = up(g, w, nw * 4), *gw232 = up(g, w2, nw2 * 4), *gdy32 = up(g, dy, ny * 4);
+    float *gdw = g->ops->alloc(g, nw2 * 4), *gtmp = g->ops->alloc(g, no * 4);
+    g->ops->set_bytes(g, gdw, 0, nw2 * 4);
+    done = be_matmul_gelu_fwd(g, gact, gpre, be_f32(gx32), gw32, gb, BT, C, OC);
+    snprintf(what, sizeof what, "be_matmul_gelu_fwd %s: %s", be_dtype_name(dt), on ? "one product" : "declined");
+    check(done == on, what, done, on);
+    if (!done) { /* nothing to hold: the backward below from the cpu's act and pre */
+        c->ops->convert(c, h16, dt, act, BE_F32, no);
+        g->ops->copy_bytes(g, gact, h16, no * es, BE_H2D);
+        c->ops->convert(c, h16, dt, pre, BE_F32, no);
+        g->ops->copy_bytes(g, gpre, h16, no * es, BE_H2D);
+    }
+    down(g, h16, gpre, no * es), c->ops->convert(c, hpre, BE_F32, h16, dt, no);
+    uint16_t *actl = malloc(no * 2);
+    down(g, actl, gact, no * es);
+    be_matmul_dgelu_bwd(g, gd, gtmp, gdw, gdy32, (be_in){gact, dt}, gw232, gpre, BT, OC, H);
+    memset(t, 0, no * 4), memset(dref, 0, no * 4);
+    float *dw = fmem(nw2), *hdw = fmem(nw2);
+    c->ops->matmul_bwd_lp(c, be_f32_out(t), dw, (be_in){dyl, dt}, (be_in){actl, dt}, w2l, dt, BT, OC, H);
+    c->ops->act_bwd(c, TD_ACT_GELU, 0, be_f32_out(dref), be_f32(t), be_f32(hpre), BT, OC);
+    down(g, h16, gd, no * es), c->ops->convert(c, hd, BE_F32, h16, dt, no);
+    down(g, hdw, gdw, nw2 * 4);
+    double e = fmax(rel_err(hd, dref, no), rel_err(hdw, dw, nw2));
+    snprintf(what, sizeof what, "be_matmul_dgelu_bwd %s %dx%dx%d (%s): dpre and dW", be_dtype_name(dt), BT, OC, H,
+             on ? "DGELU" : "GEMM, then act_bwd");
+    check(e <= tol, what, e, tol);
+    g->gemm_dtype = keep;
+    cuda_set_lt_bias(1);
+    g->ops->free(g, gx), g->ops->free(g, gw), g->ops->free(g, gw2), g->ops->free(g, gdy), g->ops->free(g, gb);
+    g->ops->free(g, gact), g->ops->free(g, gpre), g->ops->free(g, gd), g->ops->free(g, gx32), g->ops->free(g, gw32);
+    g->ops->free(g, gw232), g->ops->free(g, gdy32), g->ops->free(g, gdw), g->ops->free(g, gtmp);
+    free(x), free(w), free(b), free(w2), free(dy), free(xl), free(wl), free(w2l), free(dyl), free(pre), free(act);
+    free(t), free(dref), free(h16), free(hact), free(hpre), free(hd), free(actl), free(dw), free(hdw);
+}
+
 /* Every pair of dtypes on random values and the edge cases (ties, fp16 overflow and subnormals,
  * signed zeros, Inf, NaN): the same bits as the cpu's, and NaN where the cpu has NaN. */
 static void test_convert(const backend *c, const backend *g)
@@ -454,6 +553,10 @@ int main(int argc, char **argv)
             test_matmul_lp(c, g, (be_dtype)dt, 256, 768, 2304);
         }
         cuda_set_lt_bias(1);
+        for (int lt = 1; lt >= 0; lt--) {
+            test_matmul_gelu(c, g, (be_dtype)dt, 37, 53, 40, 29, lt);
+            test_matmul_gelu(c, g, (be_dtype)dt, 300, 96, 384, 96, lt);
+        }
     }
     test_convert(c, g);
     if (!sanitizer) test_measurements(g);

@@ -117,17 +117,28 @@ static void blas_check(cublasStatus_t s, const char *call, const char *what, con
 
 static cublasHandle_t blas(const backend *be) { return (cublasHandle_t)cu_state(be)->cublas; }
 
-/* ---- cuBLASLt, opened at run time: the 16-bit forward GEMM with its bias as an epilogue ----
- * One call writes out = inp . W^T + b, instead of the GEMM and then a kernel reading and writing
- * the whole output again to add b. Anything missing or refused (no libcublasLt, a symbol, a
- * descriptor, no algorithm for the shape) leaves the GEMM-then-kernel path, for good, with one
- * line on stderr; TRIDENT_CUDA_LT=0 asks for it (to compare). cuBLAS itself links libcublasLt,
- * so wherever cuBLAS opens this does too. */
+/* ---- cuBLASLt, opened at run time: 16-bit GEMMs with an epilogue ----
+ * One call writes what a GEMM and then a kernel over its whole output would: the forward's bias
+ * (out = inp . W^T + b), the GPT MLP's fc with its GeLU (the output and the pre-activation it keeps,
+ * GELU_AUX_BIAS) and the backward's GeLU derivative on fc2's input gradient (DGELU). Anything
+ * missing (no libcublasLt, a symbol) leaves every such path for the GEMM-then-kernel one, for
+ * good; a refusal (a descriptor, no algorithm for the shape, the call) leaves that epilogue's
+ * path, for good; each with one line on stderr. TRIDENT_CUDA_LT=0 asks for none (to compare).
+ * cuBLAS itself links libcublasLt, so wherever cuBLAS opens this does too. */
 #define CU_LT_WS ((size_t)8 << 20) /* 8 MiB from the pool, the first time */
+
+/* The epilogues, column-major: D (m, n) = op(A) (m, k) . B (k, n), then
+ *  LT_BIAS: D += bias (m) on every column, D fp32 (A = W^T, B = inp: out (BT, OC) row-major);
+ *  LT_GELU_BIAS: aux = D + bias, D = gelu(aux), both in A's 16-bit type (the MLP's fc);
+ *  LT_DGELU: D = D * gelu'(aux), in A's type (A = W as stored: fc2's input gradient). */
+typedef enum { LT_BIAS, LT_GELU_BIAS, LT_DGELU, LT_KINDS } lt_kind;
+static const char *const LT_NAMES[LT_KINDS] = {"bias epilogue", "GeLU epilogue (GELU_AUX_BIAS)",
+                                              "GeLU-derivative epilogue (DGELU)"};
 
 static struct {
     void *lib;
     int state; /* 0 not tried, 1 usable, -1 not (the GEMM-then-kernel path), 2 usable but set aside */
+    int kind_off[LT_KINDS]; /* an epilogue cuBLASLt refused: its GEMM-then-kernel path for good */
     decltype(&cublasLtCreate) create;
     decltype(&cublasLtDestroy) destroy;
     decltype(&cublasLtMatmulDescCreate) desc_create;
@@ -144,8 +155,14 @@ static struct {
 
 static void lt_off(const char *why)
 {
-    if (g_lt.state != -1) fprintf(stderr, "cuda: the bias epilogue of cuBLASLt is off (%s): a GEMM, then a kernel\n", why);
+    if (g_lt.state != -1) fprintf(stderr, "cuda: cuBLASLt's epilogues are off (%s): a GEMM, then a kernel\n", why);
     g_lt.state = -1;
+}
+static void lt_kind_off(lt_kind kind, const char *why)
+{
+    if (!g_lt.kind_off[kind])
+        fprintf(stderr, "cuda: cuBLASLt's %s is off (%s): a GEMM, then a kernel\n", LT_NAMES[kind], why);
+    g_lt.kind_off[kind] = 1;
 }
 
 /* Opens cuBLASLt once; 1 when the epilogue path is usable. */
@@ -196,12 +213,13 @@ extern "C" int cuda_set_lt_bias(int on)
 
 /* A shape's descriptors and algorithm, made once and kept (the heuristic costs host time at every
  * call otherwise, on the hot path): LT_PLANS shapes, the oldest replaced. Handle-independent; the
- * bias pointer is set on the descriptor at each call. */
+ * bias and aux pointers are set on the descriptor at each call. */
 #define LT_PLANS 16
 typedef struct lt_plan {
     int used;
-    cudaDataType t;
-    int BT, C, OC;
+    lt_kind kind;
+    cudaDataType t; /* A's and B's */
+    int m, n, k;
     cublasLtMatmulDesc_t d;
     cublasLtMatrixLayout_t la, lb, lc;
     cublasLtMatmulAlgo_t algo;
@@ -218,12 +236,15 @@ static void lt_plan_free(lt_plan *p)
     memset(p, 0, sizeof *p);
 }
 
-/* The plan of (t, BT, C, OC): kept, or made now; NULL when cuBLASLt refused it (*step says where). */
-static lt_plan *lt_plan_of(cublasLtHandle_t h, cudaDataType t, int BT, int C, int OC, const char **step)
+/* The plan of (kind, t, m, n, k): kept, or made now; NULL when cuBLASLt refused it (*step says
+ * where). A is W: stored (k, m), transposed, for the forward kinds; (m, k) for LT_DGELU. D is
+ * fp32 for LT_BIAS, t for the GeLU kinds (whose aux, ld m, is t as well). aux: the call's. */
+static lt_plan *lt_plan_of(cublasLtHandle_t h, lt_kind kind, cudaDataType t, int m, int n, int k, const void *aux,
+                           const char **step)
 {
     for (int i = 0; i < LT_PLANS; i++) {
         lt_plan *p = &g_lt_plans[i];
-        if (p->used && p->t == t && p->BT == BT && p->C == C && p->OC == OC) return p;
+        if (p->used && p->kind == kind && p->t == t && p->m == m && p->n == n && p->k == k) return p;
     }
     lt_plan *p = &g_lt_plans[g_lt_next];
     g_lt_next = (g_lt_next + 1) % LT_PLANS;
@@ -232,9 +253,12 @@ static lt_plan *lt_plan_of(cublasLtHandle_t h, cudaDataType t, int BT, int C, in
     cublasLtMatmulHeuristicResult_t hr;
     memset(&hr, 0, sizeof hr);
     int found = 0;
-    cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-    cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BIAS;
-    cudaDataType bias_t = CUDA_R_32F;
+    cublasOperation_t ta = kind == LT_DGELU ? CUBLAS_OP_N : CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    cublasLtEpilogue_t ep = kind == LT_BIAS ? CUBLASLT_EPILOGUE_BIAS
+                            : kind == LT_GELU_BIAS ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
+                                                   : CUBLASLT_EPILOGUE_DGELU;
+    cudaDataType bias_t = CUDA_R_32F, dt = kind == LT_BIAS ? CUDA_R_32F : t;
+    int64_t aux_ld = m;
     size_t ws = CU_LT_WS;
     const cublasStatus_t ok = CUBLAS_STATUS_SUCCESS;
     *step = "a descriptor";
@@ -242,9 +266,15 @@ static lt_plan *lt_plan_of(cublasLtHandle_t h, cudaDataType t, int BT, int C, in
                g_lt.desc_set(p->d, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta) == ok &&
                g_lt.desc_set(p->d, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb) == ok &&
                g_lt.desc_set(p->d, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep) == ok &&
-               g_lt.desc_set(p->d, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_t, sizeof bias_t) == ok &&
-               g_lt.layout_create(&p->la, t, C, OC, C) == ok && g_lt.layout_create(&p->lb, t, C, BT, C) == ok &&
-               g_lt.layout_create(&p->lc, CUDA_R_32F, OC, BT, OC) == ok && g_lt.pref_create(&pr) == ok &&
+               (kind == LT_DGELU ||
+                g_lt.desc_set(p->d, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_t, sizeof bias_t) == ok) &&
+               (kind == LT_BIAS ||
+                (g_lt.desc_set(p->d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof aux_ld) == ok &&
+                 g_lt.desc_set(p->d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux) == ok)) &&
+               (ta == CUBLAS_OP_T ? g_lt.layout_create(&p->la, t, k, m, k) : g_lt.layout_create(&p->la, t, m, k, m)) ==
+                   ok &&
+               g_lt.layout_create(&p->lb, t, k, n, k) == ok && g_lt.layout_create(&p->lc, dt, m, n, m) == ok &&
+               g_lt.pref_create(&pr) == ok &&
                g_lt.pref_set(pr, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws) == ok;
     if (done) {
         *step = "an algorithm for the shape";
@@ -255,19 +285,18 @@ static lt_plan *lt_plan_of(cublasLtHandle_t h, cudaDataType t, int BT, int C, in
         lt_plan_free(p);
         return NULL;
     }
-    p->used = 1, p->t = t, p->BT = BT, p->C = C, p->OC = OC;
+    p->used = 1, p->kind = kind, p->t = t, p->m = m, p->n = n, p->k = k;
     p->algo = hr.algo;
     return p;
 }
 
-/* out (BT, OC) = inp . W^T + b through one cublasLtMatmul with CUBLASLT_EPILOGUE_BIAS (column-major:
- * D (OC, BT) = op_T(W as (C, OC)) . inp as (C, BT), b a column vector of OC added to every column).
- * 1 when it ran; 0 when cuBLASLt is off or refused this call (nothing written: the caller runs the
- * GEMM and the bias kernel). */
-static int lt_bias_fwd(const backend *be, float *o, const void *x, const void *w, const float *b, cudaDataType t,
-                       int BT, int C, int OC)
+/* D (m, n) = op(A) . B with epilogue `kind` through one cublasLtMatmul (see lt_kind; b the bias or
+ * NULL, aux the pre-activation or NULL). 1 when it ran; 0 when cuBLASLt or this epilogue is off or
+ * was refused now (nothing written: the caller runs the GEMM and the kernel). */
+static int lt_matmul(const backend *be, lt_kind kind, void *d, const void *a, const void *bmat, const float *b,
+                     const void *aux, cudaDataType t, int m, int n, int k)
 {
-    if (!lt_open()) return 0;
+    if (!lt_open() || g_lt.kind_off[kind]) return 0;
     cuda_state *st = cu_state(be);
     if (!st->cublaslt) {
         cublasLtHandle_t h;
@@ -282,18 +311,20 @@ static int lt_bias_fwd(const backend *be, float *o, const void *x, const void *w
     cublasLtHandle_t h = (cublasLtHandle_t)st->cublaslt;
     const float one = 1.0f, zero = 0.0f;
     const char *step = "";
-    lt_plan *p = lt_plan_of(h, t, BT, C, OC, &step);
+    lt_plan *p = lt_plan_of(h, kind, t, m, n, k, aux, &step);
     int done = p != NULL;
     if (done) {
+        const cublasStatus_t ok = CUBLAS_STATUS_SUCCESS;
         step = "cublasLtMatmul";
-        done = g_lt.desc_set(p->d, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &b, sizeof b) == CUBLAS_STATUS_SUCCESS &&
-               g_lt.matmul(h, p->d, &one, w, p->la, x, p->lb, &zero, o, p->lc, o, p->lc, &p->algo, st->lt_ws,
-                           CU_LT_WS, cu_stream(be)) == CUBLAS_STATUS_SUCCESS;
+        done = (!b || g_lt.desc_set(p->d, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &b, sizeof b) == ok) &&
+               (!aux || g_lt.desc_set(p->d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux) == ok) &&
+               g_lt.matmul(h, p->d, &one, a, p->la, bmat, p->lb, &zero, d, p->lc, d, p->lc, &p->algo, st->lt_ws,
+                           CU_LT_WS, cu_stream(be)) == ok;
     }
     if (!done) {
         char why[160];
-        snprintf(why, sizeof why, "%s refused at %d x %d x %d", step, OC, BT, C);
-        lt_off(why);
+        snprintf(why, sizeof why, "%s refused at %d x %d x %d", step, m, n, k);
+        lt_kind_off(kind, why);
     }
     return done;
 }
@@ -327,7 +358,7 @@ void cuda_gemm_describe(const backend *be, char *out, size_t len)
     BLAS_CHECK(g_blas.version(blas(be), &v), "reading cuBLAS's version");
     snprintf(out, len, "cuBLAS %d.%d.%d (MoE grouped GEMM: %s; 16-bit GEMMs' bias: %s)", v / 10000, v / 100 % 100,
              v % 100, grouped_batched() ? "cublasSgemmGroupedBatched" : "a cublasSgemm an expert",
-             lt_open() ? "cuBLASLt epilogue" : "a kernel");
+             lt_open() && !g_lt.kind_off[LT_BIAS] ? "cuBLASLt epilogue" : "a kernel");
 }
 
 /* ---- kernels ---- */
@@ -707,12 +738,42 @@ static void cu_matmul_fwd_lp(const backend *be, be_out out, be_in inp, const voi
     float *o = out32(out, "matmul_fwd_lp");
     const void *x = in_lp(inp, dt, "matmul_fwd_lp");
     if (!BT || !OC) return;
-    if (b && C && lt_bias_fwd(be, o, x, w, b, t, BT, C, OC)) return; /* the bias as the GEMM's epilogue */
+    if (b && C && lt_matmul(be, LT_BIAS, o, w, x, b, NULL, t, OC, BT, C)) return; /* the bias as the epilogue */
     const float one = 1.0f, zero = 0.0f;
     BLAS_CHECK(g_blas.gemm_ex(blas(be), CUBLAS_OP_T, CUBLAS_OP_N, OC, BT, C, &one, w, t, C, x, t, C, &zero, o,
                               CUDA_R_32F, OC, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                "matmul_fwd_lp (cublasGemmEx)");
     bias_rows(be, o, b, BT, OC);
+}
+
+/* fc and its GeLU in one cublasLtMatmul (GELU_AUX_BIAS): act and pre in dt; 0 where cuBLASLt is off
+ * or refuses it (the caller then runs the GEMM and bias_gelu_fwd). */
+static int cu_matmul_gelu_fwd_lp(const backend *be, be_out act, be_out pre, be_in inp, const void *w, const float *b,
+                                 be_dtype dt, int BT, int C, int OC)
+{
+    cudaDataType t = cu_type(dt, "matmul_gelu_fwd_lp");
+    TD_CHECK(act.dt == dt && pre.dt == dt, "write fc's GeLU and pre-activation in the GEMM's dtype",
+             "cuda matmul_gelu_fwd_lp: %s and %s outputs of a %s GEMM", be_dtype_name(act.dt), be_dtype_name(pre.dt),
+             be_dtype_name(dt));
+    const void *x = in_lp(inp, dt, "matmul_gelu_fwd_lp");
+    if (!BT || !OC) return 1;
+    if (!b || !C) return 0;
+    return lt_matmul(be, LT_GELU_BIAS, act.p, w, x, b, pre.p, t, OC, BT, C);
+}
+
+/* fc2's input gradient with GeLU's derivative at pre in one cublasLtMatmul (DGELU): D (C, BT) =
+ * W as (C, OC) . dout as (OC, BT), times gelu'(pre); 0 where refused. */
+static int cu_matmul_dgelu_bwd_lp(const backend *be, be_out dinp, be_in dout, const void *w, be_in pre, be_dtype dt,
+                                  int BT, int C, int OC)
+{
+    cudaDataType t = cu_type(dt, "matmul_dgelu_bwd_lp");
+    TD_CHECK(dinp.dt == dt && pre.dt == dt, "pass the GeLU's pre-activation and gradient in the GEMM's dtype",
+             "cuda matmul_dgelu_bwd_lp: %s and %s buffers of a %s GEMM", be_dtype_name(dinp.dt), be_dtype_name(pre.dt),
+             be_dtype_name(dt));
+    const void *g = in_lp(dout, dt, "matmul_dgelu_bwd_lp");
+    if (!BT || !C) return 1;
+    if (!OC) return 0;
+    return lt_matmul(be, LT_DGELU, dinp.p, w, g, NULL, pre.p, t, C, BT, OC);
 }
 
 static void cu_matmul_bwd_lp(const backend *be, be_out dinp, float *dw, be_in dout, be_in inp, const void *w,
@@ -836,6 +897,8 @@ void cuda_fill_gemm(struct be_ops *o)
     o->matmul_grouped_fwd = cu_matmul_grouped_fwd;
     o->matmul_grouped_bwd = cu_matmul_grouped_bwd;
     o->matmul_fwd_lp = cu_matmul_fwd_lp;
+    o->matmul_gelu_fwd_lp = cu_matmul_gelu_fwd_lp;
+    o->matmul_dgelu_bwd_lp = cu_matmul_dgelu_bwd_lp;
     o->matmul_bwd_lp = cu_matmul_bwd_lp;
     o->convert = cu_convert;
     o->lp_native = cu_lp_native;
