@@ -3,10 +3,14 @@
  *
  * Rows: one warp a row (CU_THREADS / 32 rows a block), the row's sums over its columns each lane
  * strided then a butterfly across the warp; the mean, the variance about it (two passes, as the
- * cpu) and 1 / sqrtf (correctly rounded, not rsqrtf). Column sums: a block of 32 columns x 32
- * row lanes; lane y sums rows y, y + 32, ... in order, then one thread a column adds the 32 lane
- * sums in order and adds the total to the gradient: a fixed order set by N and C alone, no
- * atomics (deterministic, as the contract asks). */
+ * cpu) and 1 / sqrtf (correctly rounded, not rsqrtf). Column sums: the rows in chunks of about
+ * COL_ROWS (at most COL_CHUNKS of them), a block for each 32 columns of each chunk, 32 row lanes:
+ * lane y sums the chunk's rows y, y + 32, ... in order, one thread a column adds the 32 lane sums
+ * in order into the chunk's partial; then one thread a column adds the chunks' partials in order
+ * and adds the total to the gradient. A fixed order set by N and C alone, no atomics
+ * (deterministic, as the contract asks); and every SM has blocks: a GPT-2 124M micro-batch's
+ * 16384 rows of 768 columns are 768 blocks, where one block a column group (24) would leave most
+ * of an H100 idle on a gradient that is a single pass over memory. */
 #include <math.h>
 
 #include "elem_impl.cuh"
@@ -26,17 +30,21 @@ static unsigned row_blocks(int N)
 
 /* ---- column sums ---- */
 
-#define COL_W 32 /* columns a block */
-#define COL_H 32 /* row lanes a block */
+#define COL_W 32      /* columns a block */
+#define COL_H 32      /* row lanes a block */
+#define COL_ROWS 512  /* rows a chunk, about */
+#define COL_CHUNKS 128
 
-static __global__ void colsum_k(int mode, float *acc, float *acc2, const void *x, int xt, const void *y, int yt,
-                                const float *s0, const float *s1, const float *b, int N, int C)
+/* The column sums of rows [n0, n1) for 32 columns: into part[0][c] and part[1][c] (acc and acc2's
+ * terms) at chunk blockIdx.y, or, with one chunk, added to acc and acc2 at once. */
+static __global__ void colsum_k(int mode, float *acc, float *acc2, float *part, const void *x, int xt, const void *y,
+                                int yt, const float *s0, const float *s1, const float *b, int N, int C, int L)
 {
-    __shared__ float part[2][COL_H][COL_W + 1];
-    int c = blockIdx.x * COL_W + threadIdx.x;
+    __shared__ float lanes[2][COL_H][COL_W + 1];
+    int c = blockIdx.x * COL_W + threadIdx.x, n0 = blockIdx.y * L, n1 = min(n0 + L, N);
     float a1 = 0.0f, a2 = 0.0f;
     if (c < C) {
-        for (int n = threadIdx.y; n < N; n += COL_H) {
+        for (int n = n0 + threadIdx.y; n < n1; n += COL_H) {
             size_t i = (size_t)n * C + c;
             float xv = cu_ld(x, xt, i);
             switch (mode) {
@@ -50,27 +58,55 @@ static __global__ void colsum_k(int mode, float *acc, float *acc2, const void *x
             }
         }
     }
-    part[0][threadIdx.y][threadIdx.x] = a1;
-    part[1][threadIdx.y][threadIdx.x] = a2;
+    lanes[0][threadIdx.y][threadIdx.x] = a1;
+    lanes[1][threadIdx.y][threadIdx.x] = a2;
     __syncthreads();
     if (threadIdx.y == 0 && c < C) {
         float t1 = 0.0f, t2 = 0.0f;
         for (int k = 0; k < COL_H; k++) {
-            t1 += part[0][k][threadIdx.x];
-            t2 += part[1][k][threadIdx.x];
+            t1 += lanes[0][k][threadIdx.x];
+            t2 += lanes[1][k][threadIdx.x];
+        }
+        if (part) {
+            part[(size_t)blockIdx.y * C + c] = t1;
+            part[((size_t)gridDim.y + blockIdx.y) * C + c] = t2;
+            return;
         }
         if (acc) acc[c] += t1;
         if (acc2) acc2[c] += t2;
     }
 }
 
+/* acc[c] += the R chunks' partials of column c in order (acc2 likewise). */
+static __global__ void colsum_fin_k(float *acc, float *acc2, const float *part, int R, int C)
+{
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float t1 = 0.0f, t2 = 0.0f;
+    for (int k = 0; k < R; k++) {
+        t1 += part[(size_t)k * C + c];
+        t2 += part[((size_t)R + k) * C + c];
+    }
+    if (acc) acc[c] += t1;
+    if (acc2) acc2[c] += t2;
+}
+
 void cu_colsum(const backend *be, int mode, float *acc, float *acc2, const void *x, int xt, const void *y, int yt,
                const float *s0, const float *s1, const float *b, int N, int C)
 {
     if ((!acc && !acc2) || N <= 0 || C <= 0) return;
-    dim3 grid((unsigned)((C + COL_W - 1) / COL_W)), block(COL_W, COL_H);
-    colsum_k<<<grid, block, 0, cu_stream(be)>>>(mode, acc, acc2, x, xt, y, yt, s0, s1, b, N, C);
+    int R = (N + COL_ROWS - 1) / COL_ROWS;
+    R = R < COL_CHUNKS ? R : COL_CHUNKS;
+    int L = (N + R - 1) / R;
+    R = (N + L - 1) / L; /* no empty chunk */
+    float *part = R > 1 ? (float *)be->ops->alloc(be, (size_t)2 * R * C * sizeof(float)) : NULL;
+    dim3 grid((unsigned)((C + COL_W - 1) / COL_W), (unsigned)R), block(COL_W, COL_H);
+    colsum_k<<<grid, block, 0, cu_stream(be)>>>(mode, acc, acc2, part, x, xt, y, yt, s0, s1, b, N, C, L);
     CU_LAUNCHED("column sums (a parameter gradient)");
+    if (!part) return;
+    colsum_fin_k<<<(unsigned)((C + 255) / 256), 256, 0, cu_stream(be)>>>(acc, acc2, part, R, C);
+    CU_LAUNCHED("column sums' chunks (a parameter gradient)");
+    be->ops->free(be, part); /* ordered after the kernels that use it */
 }
 
 static void e_bias_bwd(const backend *be, float *db, be_in dout, int N, int C)
