@@ -68,3 +68,6 @@ endfunction()
 td_cuda_emu_test(elementwise test_cuda_elementwise.c 60)
 # seed 1 (the program's argv[1]; it prints how to run another)
 td_cuda_emu_test(backend test_gpu_backend.c 60 1)
+# the slowest of the three (7 s on one core: the kernels a thread at a time), so it starts early
+td_cuda_emu_test(attention_moe test_cuda_attention_moe.c 60)
+set_tests_properties(unit/cuda_emu_attention_moe PROPERTIES COST 8)
