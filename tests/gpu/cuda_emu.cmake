@@ -8,8 +8,8 @@
 #    context a thread, barriers, shuffles, ballots, the MMA by PTX's layout) and
 #    tests/gpu/emu/emu_runtime.cpp (one emulated device; memory is host memory; streams and
 #    events synchronous);
-#  - cuBLAS is tests/gpu/emu/emu_cublas.c built as libcublas.so.13, which gemm.cu's dlopen finds
-#    through LD_LIBRARY_PATH; cuBLASLt is left out (TRIDENT_CUDA_LT=0: the GEMM, then the bias kernel);
+#  - cuBLAS and cuBLASLt are tests/gpu/emu/emu_cublas.c built as libcublas.so.13 and
+#    libcublasLt.so.13, which gemm.cu's dlopen finds through LD_LIBRARY_PATH;
 #  - the test programs link these objects and the floors' static libraries, not trident_floors
 #    (which, with nvcc, carries the real CUDA objects); their runtime calls are named emu_cuda*,
 #    so they never meet a real libcudart in the same link.
@@ -47,12 +47,20 @@ target_compile_definitions(trident_cuda_emu PUBLIC TRIDENT_HAVE_CUDA=1 TD_CUDA_E
 target_compile_options(trident_cuda_emu PRIVATE -O1 -Wall -Wextra -Wno-unknown-pragmas) # nvcc's #pragma unroll
 target_link_libraries(trident_cuda_emu PUBLIC trident_backend ${CMAKE_DL_LIBS} m)
 
-# cuBLAS: libcublas.so.13 in the build's cuda_emu/lib, found by gemm.cu's dlopen through LD_LIBRARY_PATH.
+# cuBLAS: libcublas.so.13 in the build's cuda_emu/lib, found by gemm.cu's dlopen through LD_LIBRARY_PATH
+# (before the system's: /usr/local/cuda's real ones may be in ld.so's cache, and need a GPU).
 add_library(trident_emu_cublas SHARED ${TD_EMU_SRC}/emu_cublas.c)
 target_include_directories(trident_emu_cublas PRIVATE ${TD_EMU_SRC})
 target_compile_options(trident_emu_cublas PRIVATE -O2 -Wall -Wextra)
 target_link_libraries(trident_emu_cublas PRIVATE m)
 set_target_properties(trident_emu_cublas PROPERTIES OUTPUT_NAME cublas VERSION 13 SOVERSION 13
+                      LIBRARY_OUTPUT_DIRECTORY ${TD_EMU_OUT}/lib)
+# cuBLASLt (the 16-bit forward GEMM's bias epilogue): the same file as libcublasLt.so.13
+add_library(trident_emu_cublaslt SHARED ${TD_EMU_SRC}/emu_cublas.c)
+target_include_directories(trident_emu_cublaslt PRIVATE ${TD_EMU_SRC})
+target_compile_options(trident_emu_cublaslt PRIVATE -O2 -Wall -Wextra)
+target_link_libraries(trident_emu_cublaslt PRIVATE m)
+set_target_properties(trident_emu_cublaslt PROPERTIES OUTPUT_NAME cublasLt VERSION 13 SOVERSION 13
                       LIBRARY_OUTPUT_DIRECTORY ${TD_EMU_OUT}/lib)
 
 # The GPU test programs, unchanged, on the emulated backend: unit/cuda_emu_<name>.
@@ -60,10 +68,10 @@ function(td_cuda_emu_test name src timeout)
   add_executable(test_cuda_emu_${name} ${CMAKE_CURRENT_LIST_DIR}/${src})
   target_link_libraries(test_cuda_emu_${name} PRIVATE trident_cuda_emu)
   target_include_directories(test_cuda_emu_${name} PRIVATE ${CMAKE_SOURCE_DIR}/src)
-  add_dependencies(test_cuda_emu_${name} trident_emu_cublas)
+  add_dependencies(test_cuda_emu_${name} trident_emu_cublas trident_emu_cublaslt)
   add_test(NAME unit/cuda_emu_${name} COMMAND test_cuda_emu_${name} ${ARGN})
   set_tests_properties(unit/cuda_emu_${name} PROPERTIES TIMEOUT ${timeout}
-    ENVIRONMENT "LD_LIBRARY_PATH=${TD_EMU_OUT}/lib;TRIDENT_CUDA_LT=0")
+    ENVIRONMENT "LD_LIBRARY_PATH=${TD_EMU_OUT}/lib;OMP_NUM_THREADS=1") # the cpu reference on one thread: no spinning
 endfunction()
 td_cuda_emu_test(elementwise test_cuda_elementwise.c 60)
 # seed 1 (the program's argv[1]; it prints how to run another)

@@ -1,6 +1,5 @@
 /* cuBLASLt's types and entry points as src/backend/cuda/gemm.cu names them (the 16-bit GEMM's
- * bias epilogue), for the host emulation (cuda_runtime.h). No emulated libcublasLt.so.13 is built:
- * the emulated tests run with TRIDENT_CUDA_LT=0, so gemm.cu takes its GEMM-then-kernel path. */
+ * bias epilogue), for the host emulation (cuda_runtime.h); emu_cublas.c implements them. */
 #ifndef TRIDENT_EMU_CUBLASLT_H
 #define TRIDENT_EMU_CUBLASLT_H
 

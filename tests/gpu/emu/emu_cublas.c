@@ -1,6 +1,8 @@
-/* A cuBLAS for the host emulation of the CUDA backend (tests/gpu/cuda_emu.cmake builds it as
- * libcublas.so.13, which gemm.cu's dlopen finds through the tests' LD_LIBRARY_PATH): the entry
- * points gemm.cu looks up, column-major as cuBLAS's, in plain loops. Each product is summed in
+/* A cuBLAS and cuBLASLt for the host emulation of the CUDA backend (tests/gpu/cuda_emu.cmake
+ * builds this file as libcublas.so.13 and as libcublasLt.so.13, which gemm.cu's dlopen finds
+ * through the tests' LD_LIBRARY_PATH): the entry points gemm.cu looks up, column-major as cuBLAS's,
+ * in plain loops; cuBLASLt's matmul with the BIAS epilogue (D = alpha op(A) op(B) + beta C, then
+ * bias[r] added to row r of every column), its descriptors holding what gemm.cu sets. Each product is summed in
  * double and rounded once (cuBLAS sums in fp32 in an order of its own, so results agree to
  * rounding, not bit for bit); 16-bit operands (GemmEx: bf16, fp16) are widened exactly; under
  * CUBLAS_TF32_TENSOR_OP_MATH the fp32 operands are first rounded to TF32 (10 mantissa bits,
@@ -13,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cublas_v2.h"
+#include "cublasLt.h"
 
 #define EMU_EXPORT __attribute__((visibility("default")))
 
@@ -178,5 +180,166 @@ EMU_EXPORT cublasStatus_t cublasSgemmGroupedBatched(cublasHandle_t h, const cubl
             if (s != CUBLAS_STATUS_SUCCESS) return s;
         }
     }
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+/* ---- cuBLASLt ---- */
+
+struct emu_lt {
+    int unused;
+};
+struct emu_lt_desc {
+    cublasComputeType_t compute;
+    cudaDataType scale;
+    cublasOperation_t ta, tb;
+    cublasLtEpilogue_t epilogue;
+    cudaDataType bias_type;
+    const void *bias;
+};
+struct emu_lt_layout {
+    cudaDataType t;
+    uint64_t rows, cols;
+    int64_t ld;
+};
+struct emu_lt_pref {
+    uint64_t workspace;
+};
+
+EMU_EXPORT cublasStatus_t cublasLtCreate(cublasLtHandle_t *h)
+{
+    *h = calloc(1, sizeof **h);
+    return *h ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_ALLOC_FAILED;
+}
+EMU_EXPORT cublasStatus_t cublasLtDestroy(cublasLtHandle_t h)
+{
+    free(h);
+    return CUBLAS_STATUS_SUCCESS;
+}
+EMU_EXPORT cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeType_t compute,
+                                                   cudaDataType scale)
+{
+    *d = calloc(1, sizeof **d);
+    if (!*d) return CUBLAS_STATUS_ALLOC_FAILED;
+    (*d)->compute = compute, (*d)->scale = scale, (*d)->ta = (*d)->tb = CUBLAS_OP_N;
+    (*d)->epilogue = CUBLASLT_EPILOGUE_DEFAULT, (*d)->bias_type = CUDA_R_32F;
+    return CUBLAS_STATUS_SUCCESS;
+}
+EMU_EXPORT cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d)
+{
+    free(d);
+    return CUBLAS_STATUS_SUCCESS;
+}
+/* Each attribute's buffer of exactly its type's size, as cuBLASLt checks. */
+EMU_EXPORT cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr,
+                                                         const void *buf, size_t size)
+{
+    int32_t v32 = 0;
+    if (attr != CUBLASLT_MATMUL_DESC_BIAS_POINTER) {
+        if (size != sizeof v32) return CUBLAS_STATUS_INVALID_VALUE;
+        memcpy(&v32, buf, sizeof v32);
+    } else if (size != sizeof(void *)) {
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    switch (attr) {
+    case CUBLASLT_MATMUL_DESC_TRANSA: d->ta = (cublasOperation_t)v32; break;
+    case CUBLASLT_MATMUL_DESC_TRANSB: d->tb = (cublasOperation_t)v32; break;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE: d->epilogue = (cublasLtEpilogue_t)v32; break;
+    case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: d->bias_type = (cudaDataType)v32; break;
+    case CUBLASLT_MATMUL_DESC_BIAS_POINTER: memcpy(&d->bias, buf, sizeof d->bias); break;
+    default: return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    return CUBLAS_STATUS_SUCCESS;
+}
+EMU_EXPORT cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *l, cudaDataType t, uint64_t rows,
+                                                     uint64_t cols, int64_t ld)
+{
+    if (ld < (int64_t)(rows > 1 ? rows : 1)) return CUBLAS_STATUS_INVALID_VALUE;
+    *l = calloc(1, sizeof **l);
+    if (!*l) return CUBLAS_STATUS_ALLOC_FAILED;
+    (*l)->t = t, (*l)->rows = rows, (*l)->cols = cols, (*l)->ld = ld;
+    return CUBLAS_STATUS_SUCCESS;
+}
+EMU_EXPORT cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l)
+{
+    free(l);
+    return CUBLAS_STATUS_SUCCESS;
+}
+EMU_EXPORT cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *p)
+{
+    *p = calloc(1, sizeof **p);
+    return *p ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_ALLOC_FAILED;
+}
+EMU_EXPORT cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p)
+{
+    free(p);
+    return CUBLAS_STATUS_SUCCESS;
+}
+EMU_EXPORT cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p,
+                                                               cublasLtMatmulPreferenceAttributes_t attr,
+                                                               const void *buf, size_t size)
+{
+    if (attr != CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES || size != sizeof p->workspace)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    memcpy(&p->workspace, buf, sizeof p->workspace);
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+/* Whether D (m, n) = op(A) op(B) fits the layouts: op(A) m x k, op(B) k x n, C and D m x n of fp32;
+ * A and B of one type; the compute and scale types fp32; the epilogue DEFAULT or BIAS of fp32. */
+static int lt_shape(const struct emu_lt_desc *d, const struct emu_lt_layout *a, const struct emu_lt_layout *b,
+                    const struct emu_lt_layout *c, const struct emu_lt_layout *dd, uint64_t *m, uint64_t *n,
+                    uint64_t *k)
+{
+    uint64_t am = d->ta == CUBLAS_OP_T ? a->cols : a->rows, ak = d->ta == CUBLAS_OP_T ? a->rows : a->cols;
+    uint64_t bk = d->tb == CUBLAS_OP_T ? b->cols : b->rows, bn = d->tb == CUBLAS_OP_T ? b->rows : b->cols;
+    *m = am, *n = bn, *k = ak;
+    return op_ok(d->ta) && op_ok(d->tb) && ak == bk && c->rows == am && c->cols == bn && dd->rows == am &&
+           dd->cols == bn && a->t == b->t && c->t == CUDA_R_32F && dd->t == CUDA_R_32F &&
+           d->compute == CUBLAS_COMPUTE_32F && d->scale == CUDA_R_32F &&
+           (d->epilogue == CUBLASLT_EPILOGUE_DEFAULT || (d->epilogue == CUBLASLT_EPILOGUE_BIAS && d->bias_type == CUDA_R_32F));
+}
+
+EMU_EXPORT cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmulDesc_t d,
+                                                         cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
+                                                         cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t dd,
+                                                         cublasLtMatmulPreference_t p, int requested,
+                                                         cublasLtMatmulHeuristicResult_t results[], int *returned)
+{
+    (void)h, (void)p;
+    uint64_t m, n, k;
+    *returned = 0;
+    if (requested < 1) return CUBLAS_STATUS_INVALID_VALUE;
+    if (!lt_shape(d, a, b, c, dd, &m, &n, &k)) return CUBLAS_STATUS_NOT_SUPPORTED;
+    memset(&results[0], 0, sizeof results[0]);
+    results[0].algo.data[0] = 0x656d75; /* "emu" */
+    results[0].state = CUBLAS_STATUS_SUCCESS;
+    results[0].wavesCount = 1.0f;
+    *returned = 1;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+EMU_EXPORT cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const void *alpha, const void *A,
+                                         cublasLtMatrixLayout_t a, const void *B, cublasLtMatrixLayout_t b,
+                                         const void *beta, const void *C, cublasLtMatrixLayout_t c, void *D,
+                                         cublasLtMatrixLayout_t dd, const cublasLtMatmulAlgo_t *algo, void *workspace,
+                                         size_t workspace_size, cudaStream_t stream)
+{
+    (void)h, (void)workspace, (void)workspace_size, (void)stream;
+    uint64_t m, n, k;
+    if (!algo || algo->data[0] != 0x656d75) return CUBLAS_STATUS_INVALID_VALUE; /* from the heuristic */
+    if (!lt_shape(d, a, b, c, dd, &m, &n, &k)) return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (d->epilogue == CUBLASLT_EPILOGUE_BIAS && !d->bias) return CUBLAS_STATUS_INVALID_VALUE;
+    float be = *(const float *)beta;
+    if (be != 0.0f && C != D) { /* D = C first, then D = alpha op(A) op(B) + beta D */
+        for (uint64_t col = 0; col < n; col++)
+            for (uint64_t r = 0; r < m; r++)
+                ((float *)D)[r + col * (uint64_t)dd->ld] = ((const float *)C)[r + col * (uint64_t)c->ld];
+    }
+    operand oa = {A, a->t, d->ta == CUBLAS_OP_T, (int)a->ld, 0}, ob = {B, b->t, d->tb == CUBLAS_OP_T, (int)b->ld, 0};
+    cublasStatus_t s = gemm((int)m, (int)n, (int)k, *(const float *)alpha, &oa, &ob, be, (float *)D, (int)dd->ld);
+    if (s != CUBLAS_STATUS_SUCCESS || d->epilogue != CUBLASLT_EPILOGUE_BIAS) return s;
+    const float *bias = (const float *)d->bias;
+    for (uint64_t col = 0; col < n; col++)
+        for (uint64_t r = 0; r < m; r++) ((float *)D)[r + col * (uint64_t)dd->ld] += bias[r];
     return CUBLAS_STATUS_SUCCESS;
 }
