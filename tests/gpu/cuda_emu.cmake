@@ -63,19 +63,28 @@ target_link_libraries(trident_emu_cublaslt PRIVATE m)
 set_target_properties(trident_emu_cublaslt PROPERTIES OUTPUT_NAME cublasLt VERSION 13 SOVERSION 13
                       LIBRARY_OUTPUT_DIRECTORY ${TD_EMU_OUT}/lib)
 
-# The GPU test programs, unchanged, on the emulated backend: unit/cuda_emu_<name>.
-function(td_cuda_emu_test name src timeout)
+# The GPU test programs, unchanged, on the emulated backend: unit/cuda_emu_<name>, and again with the
+# threads of each block run in reverse order between barriers (unit/cuda_emu_<name>@reverse,
+# CUEMU_ORDER=reverse): a barrier missing between a write to shared memory and another thread's
+# read of it shows in one order or the other (tests/gpu/cuemu.h).
+function(td_cuda_emu_test name src cost)
   add_executable(test_cuda_emu_${name} ${CMAKE_CURRENT_LIST_DIR}/${src})
   target_link_libraries(test_cuda_emu_${name} PRIVATE trident_cuda_emu)
   target_include_directories(test_cuda_emu_${name} PRIVATE ${CMAKE_SOURCE_DIR}/src)
   add_dependencies(test_cuda_emu_${name} trident_emu_cublas trident_emu_cublaslt)
-  add_test(NAME unit/cuda_emu_${name} COMMAND test_cuda_emu_${name} ${ARGN})
-  set_tests_properties(unit/cuda_emu_${name} PROPERTIES TIMEOUT ${timeout}
-    ENVIRONMENT "LD_LIBRARY_PATH=${TD_EMU_OUT}/lib;OMP_NUM_THREADS=1") # the cpu reference on one thread: no spinning
+  foreach(order forward reverse)
+    set(t unit/cuda_emu_${name})
+    if(order STREQUAL "reverse")
+      set(t ${t}@reverse)
+    endif()
+    add_test(NAME ${t} COMMAND test_cuda_emu_${name} ${ARGN})
+    # the cpu reference on one OpenMP thread (no thread spinning while the emulated kernels run)
+    set_tests_properties(${t} PROPERTIES COST ${cost}
+      ENVIRONMENT "LD_LIBRARY_PATH=${TD_EMU_OUT}/lib;OMP_NUM_THREADS=1;CUEMU_ORDER=${order}")
+  endforeach()
 endfunction()
-td_cuda_emu_test(elementwise test_cuda_elementwise.c 60)
+# COST: seconds on one idle core (measured 2026-11-29); tests/CMakeLists.txt derives the time limits
+td_cuda_emu_test(elementwise test_cuda_elementwise.c 2)
 # seed 1 (the program's argv[1]; it prints how to run another)
-td_cuda_emu_test(backend test_gpu_backend.c 60 1)
-# the slowest of the three (7 s on one core: the kernels a thread at a time), so it starts early
-td_cuda_emu_test(attention_moe test_cuda_attention_moe.c 60)
-set_tests_properties(unit/cuda_emu_attention_moe PROPERTIES COST 8)
+td_cuda_emu_test(backend test_gpu_backend.c 1 1)
+td_cuda_emu_test(attention_moe test_cuda_attention_moe.c 8)

@@ -12,7 +12,8 @@
  * What it cannot see: blocks never run concurrently (a kernel whose blocks race on global memory,
  * or wait for one another, runs here as if they did not); between two barriers a thread runs
  * alone to the next barrier, so a race between threads of a block on shared memory without a
- * barrier between them reads one fixed interleaving, not the device's, and memory ordering, warp
+ * barrier between them reads one fixed interleaving (threads in index order, or in reverse with
+ * CUEMU_ORDER=reverse: a race shows in one of the two), not the device's, and memory ordering, warp
  * lockstep (a warp's lanes diverging and reconverging), performance, registers and the real
  * shared-memory banks are not modelled. It does see: a barrier some threads of a block never reach
  * (a deadlock: aborts naming the launch), a shuffle with a lane that has exited, blocks beyond
@@ -426,6 +427,20 @@ static inline void emu_entry_asm()
 }
 #endif
 
+/* The order the threads of a block run in between two barriers: 0, 1, ... or, with CUEMU_ORDER=reverse
+ * in the environment, the last first. A race between threads of a block (a barrier missing between
+ * a write to shared memory and another thread's read of it) shows in one order or the other: the
+ * tests run both (tests/gpu/cuda_emu.cmake). */
+inline bool emu_reverse()
+{
+    static int r = -1;
+    if (r < 0) {
+        const char *e = getenv("CUEMU_ORDER");
+        r = e && strcmp(e, "reverse") == 0;
+    }
+    return r;
+}
+
 /* Runs kernel (a callable of no arguments: one thread's work in one block) on a grid of blocks of
  * `block` threads with smem_bytes of dynamic shared memory; returns when every block has run. */
 template <class F> void emu_run(dim3 grid, dim3 block, size_t smem_bytes, F kernel)
@@ -474,7 +489,8 @@ template <class F> void emu_run(dim3 grid, dim3 block, size_t smem_bytes, F kern
     for (bool alive = true; alive;) {
         alive = false;
         bool ran = false;
-        for (unsigned t = 0; t < threads; t++) {
+        for (unsigned k = 0; k < threads; k++) {
+            unsigned t = emu_reverse() ? threads - 1 - k : k;
             emu_thread &e = g_emu.th[t];
             if (e.done) continue;
             alive = true;
