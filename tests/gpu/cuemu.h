@@ -104,6 +104,7 @@ struct emu_thread {
     void *sp;       /* emu_switch's */
     bool blocked, done, exited;
     char *stack;    /* EMU_STACK bytes above a guard page, kept from launch to launch */
+    dim3 idx;       /* its threadIdx in this launch */
 };
 struct emu_state {
     emu_barrier block, warp[EMU_WARPS], endb; /* __syncthreads, each warp's, the end of a block */
@@ -132,11 +133,11 @@ inline unsigned char *emu_smem() { return g_emu.smem.data(); }
     abort();
 }
 
-/* threadIdx of the thread of linear index t (x fastest). */
+/* The running thread: linear index t (threadIdx x fastest). */
 inline void emu_set_thread(unsigned t)
 {
     g_emu.cur = t;
-    threadIdx = dim3(t % blockDim.x, t / blockDim.x % blockDim.y, t / (blockDim.x * blockDim.y));
+    threadIdx = g_emu.th[t].idx;
 }
 
 inline void emu_yield(unsigned me)
@@ -338,7 +339,7 @@ inline void cu_acc(void *p, int dt, size_t i, float x) { cu_st(p, dt, i, cu_ld(p
  * (once a call: `calls` counts each lane's), and each lane reads back its 4 elements of C += A B. */
 inline void emu_mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1, bool bf)
 {
-    static float A[EMU_WARPS][16][16], B[EMU_WARPS][16][8];
+    static float A[EMU_WARPS][16][16], B[EMU_WARPS][8][16]; /* B transposed: B[w][col][k] */
     static unsigned unpacked[EMU_WARPS], calls[EMU_MAX_THREADS];
     unsigned t = g_emu.cur, w = t / 32, w0 = t & ~31u, lane = t & 31u;
     if (emu_warp_size() != 32) emu_fail("mma.sync in a warp of fewer than 32 threads");
@@ -359,16 +360,22 @@ inline void emu_mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1, b
             for (int i = 0; i < 4; i++) { /* b_i: row tig * 2 + (i & 1) (+ 8 for i >= 2), column group */
                 uint32_t reg = g_emu.b[w0 + L][i >> 1];
                 uint16_t v = (uint16_t)((i & 1) ? reg >> 16 : reg & 0xffff);
-                B[w][tig * 2 + (i & 1) + (i >= 2 ? 8 : 0)][grp] = emu_h2f(v, bf);
+                B[w][grp][tig * 2 + (i & 1) + (i >= 2 ? 8 : 0)] = emu_h2f(v, bf);
             }
         }
     }
     unsigned grp = lane >> 2, tig = lane & 3;
     for (int i = 0; i < 4; i++) { /* c_i: row group (+ 8 for i >= 2), column tig * 2 + (i & 1) */
         unsigned row = i < 2 ? grp : grp + 8, col = tig * 2 + (i & 1);
-        float s = 0.0f;
-        for (int k = 0; k < 16; k++) s += A[w][row][k] * B[w][k][col];
-        c[i] += s;
+        /* the 16 products (exact in fp32: 16-bit operands) summed in double, added to c with one
+         * rounding (the device's order of accumulation is its own; its precision at least fp32's) */
+        const float *ar = A[w][row], *bc = B[w][col];
+        double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
+        for (int k = 0; k < 16; k += 4) {
+            s0 += (double)(ar[k] * bc[k]), s1 += (double)(ar[k + 1] * bc[k + 1]);
+            s2 += (double)(ar[k + 2] * bc[k + 2]), s3 += (double)(ar[k + 3] * bc[k + 3]);
+        }
+        c[i] = (float)((double)c[i] + ((s0 + s1) + (s2 + s3)));
     }
     /* no second barrier: a lane that deposits its next operands waits for the others there, and
      * the matrices are unpacked again only past that barrier, after every lane has read these */
@@ -463,6 +470,7 @@ template <class F> void emu_run(dim3 grid, dim3 block, size_t smem_bytes, F kern
     for (unsigned t = 0; t < threads; t++) {
         emu_thread &e = g_emu.th[t];
         e.blocked = e.done = e.exited = false;
+        e.idx = dim3(t % block.x, t / block.x % block.y, t / (block.x * block.y));
         if (!e.stack) {
             void *m = mmap(NULL, EMU_STACK + 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
                            -1, 0);
