@@ -80,8 +80,7 @@ inline dim3 threadIdx, blockIdx, blockDim, gridDim;
 #define EMU_ASM_SWITCH 1
 extern "C" void emu_switch(void **save_sp, void *to_sp);
 __asm__(".text\n"
-        ".globl emu_switch\n"
-        ".weak emu_switch\n"
+        ".weak emu_switch\n" /* global, one copy however many units include this header */
         ".type emu_switch, @function\n"
         "emu_switch:\n"
         "  pushq %rbp\n  pushq %rbx\n  pushq %r12\n  pushq %r13\n  pushq %r14\n  pushq %r15\n"
