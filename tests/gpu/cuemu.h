@@ -27,8 +27,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <ucontext.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <vector>
@@ -116,13 +118,15 @@ struct emu_state {
     unsigned xcalls[EMU_MAX_THREADS];  /* exchanges each thread made in this launch */
     int votes[2][EMU_MAX_THREADS];     /* __syncthreads_or's, two slots taken in turn */
     unsigned bcalls[EMU_MAX_THREADS];  /* __syncthreads_or calls each thread made in this launch */
-    std::vector<unsigned char> smem;
+    unsigned char *smem;    /* the launch's dynamic shared memory: its end is a guard page's start */
+    unsigned char *smem_region; /* EMU_SMEM_REGION bytes, then the guard page */
+    bool running;           /* inside emu_run (the fault handler names the block and thread) */
     void (*body)(void *);
     void *arg;
 };
 inline emu_state g_emu;
 
-inline unsigned char *emu_smem() { return g_emu.smem.data(); }
+inline unsigned char *emu_smem() { return g_emu.smem; }
 
 [[noreturn]] inline void emu_fail(const char *what)
 {
@@ -447,6 +451,50 @@ inline bool emu_reverse()
     return r;
 }
 
+/* Memory a kernel must not touch faults: each thread's stack has a guard page below it, the launch's
+ * dynamic shared memory ends where a guard page starts (reading or writing past the bytes the
+ * launch asked for faults, to within 16 bytes), and so do the emulated device allocations
+ * (tests/gpu/emu/emu_runtime.cpp). The handler says so in one line, naming the block and thread
+ * of the launch in progress, then gives the fault to the handler before it (the default's core
+ * dump, or a sanitizer's report). */
+#define EMU_SMEM_REGION (256 * 1024) /* more than any device's shared memory a block (227 KiB) */
+inline struct sigaction g_emu_old_segv;
+inline void emu_on_fault(int sig, siginfo_t *info, void *ctx)
+{
+    char line[400];
+    int n = g_emu.running
+                ? snprintf(line, sizeof line,
+                           "cuemu: an access at %p faulted in a kernel (block (%u, %u, %u), thread (%u, %u, %u)): past the "
+                           "end of a device allocation or of the launch's dynamic shared memory, or a thread's stack "
+                           "overflowed\n",
+                           info->si_addr, blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x, threadIdx.y, threadIdx.z)
+                : snprintf(line, sizeof line,
+                           "cuemu: an access at %p faulted outside a kernel (past the end of a device allocation?)\n",
+                           info->si_addr);
+    if (n > 0 && write(2, line, (size_t)n) < 0) n = 0;
+    sigaction(SIGSEGV, &g_emu_old_segv, NULL); /* the fault again, to the handler before */
+    (void)sig, (void)ctx;
+}
+inline void emu_guard_init()
+{
+    if (g_emu.smem_region) return;
+    void *m = mmap(NULL, EMU_SMEM_REGION + 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) emu_fail("no memory for the shared memory");
+    mprotect((char *)m + EMU_SMEM_REGION, 4096, PROT_NONE);
+    g_emu.smem_region = (unsigned char *)m;
+    static char altstack[64 * 1024]; /* the handler runs here: a thread's overflowed stack cannot hold it */
+    stack_t ss;
+    memset(&ss, 0, sizeof ss);
+    ss.ss_sp = altstack;
+    ss.ss_size = sizeof altstack;
+    sigaltstack(&ss, NULL);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = emu_on_fault;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESETHAND;
+    sigaction(SIGSEGV, &sa, &g_emu_old_segv);
+}
+
 /* Runs kernel (a callable of no arguments: one thread's work in one block) on a grid of blocks of
  * `block` threads with smem_bytes of dynamic shared memory; returns when every block has run. */
 template <class F> void emu_run(dim3 grid, dim3 block, size_t smem_bytes, F kernel)
@@ -457,7 +505,10 @@ template <class F> void emu_run(dim3 grid, dim3 block, size_t smem_bytes, F kern
     blockDim = block;
     blockIdx = dim3(0, 0, 0);
     g_emu.nthreads = threads;
-    g_emu.smem.assign(smem_bytes + 16, 0xee);
+    emu_guard_init();
+    if (smem_bytes > EMU_SMEM_REGION) emu_fail("more dynamic shared memory than any device has");
+    g_emu.smem = g_emu.smem_region + EMU_SMEM_REGION - ((smem_bytes + 15) & ~(size_t)15);
+    memset(g_emu.smem, 0xee, (smem_bytes + 15) & ~(size_t)15); /* what nothing wrote reads as garbage */
     g_emu.block = emu_barrier{threads, 0, {}};
     g_emu.endb = emu_barrier{threads, 0, {}};
     for (unsigned w = 0; w * 32 < threads; w++) g_emu.warp[w] = emu_barrier{std::min(32u, threads - w * 32), 0, {}};
@@ -493,6 +544,7 @@ template <class F> void emu_run(dim3 grid, dim3 block, size_t smem_bytes, F kern
         makecontext(&e.ctx, (void (*)())emu_entry, 1, t);
 #endif
     }
+    g_emu.running = true;
     for (bool alive = true; alive;) {
         alive = false;
         bool ran = false;
@@ -512,6 +564,7 @@ template <class F> void emu_run(dim3 grid, dim3 block, size_t smem_bytes, F kern
         }
         if (alive && !ran) emu_fail("every live thread waits at a barrier that the others never reach: a deadlock");
     }
+    g_emu.running = false;
 }
 
 /* The launch of test_att_mma_emu.cpp: 1-D blocks, kernel a callable of no arguments. */

@@ -5,6 +5,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include <map>
@@ -23,7 +24,6 @@ struct emu_mempool {
 };
 
 static cudaError_t g_last;                   /* the error cudaGetLastError answers */
-static std::map<void *, size_t> g_allocs;    /* device allocations and their sizes */
 static size_t g_in_use, g_high;              /* bytes allocated; the most at once */
 static std::map<const void *, int> g_smem;   /* kernels' dynamic shared memory limits */
 static int g_device;
@@ -117,20 +117,31 @@ const char *cudaGetErrorString(cudaError_t e)
     return "unknown error";
 }
 
-/* Device memory: 256-byte aligned host memory (cudaMalloc's alignment), filled with a pattern
- * (NaN as fp32, bf16 and fp16: 0xffff...) so that a kernel reading what nothing wrote shows. */
+/* Device memory: 256-byte aligned (cudaMalloc's alignment), its own pages, ending where a guard
+ * page starts: an access past the end (beyond the 256-byte rounding) faults at once, and
+ * tests/gpu/cuemu.h's handler says so. Filled with a pattern (NaN as fp32, bf16 and fp16:
+ * 0xffff...) so that a kernel reading what nothing wrote shows. */
+struct emu_alloc {
+    size_t bytes;  /* asked for */
+    char *map;     /* the mapping: pages, then the guard page */
+    size_t mapped; /* its length */
+};
+static std::map<void *, emu_alloc> g_allocs; /* device allocations */
+
 cudaError_t cudaMalloc(void **p, size_t bytes)
 {
     *p = NULL;
     if (bytes > EMU_DEVICE_BYTES - g_in_use) return fail(cudaErrorMemoryAllocation);
-    size_t n = (bytes + 255) & ~(size_t)255;
-    void *m = aligned_alloc(256, n ? n : 256);
-    if (!m) return fail(cudaErrorMemoryAllocation);
-    memset(m, 0xff, n);
-    g_allocs[m] = bytes;
+    size_t n = bytes ? (bytes + 255) & ~(size_t)255 : 256, pages = (n + 4095) & ~(size_t)4095;
+    void *m = mmap(NULL, pages + 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED) return fail(cudaErrorMemoryAllocation);
+    mprotect((char *)m + pages, 4096, PROT_NONE);
+    char *d = (char *)m + pages - n;
+    memset(d, 0xff, n);
+    g_allocs[d] = emu_alloc{bytes, (char *)m, pages + 4096};
     g_in_use += bytes;
     g_high = std::max(g_high, g_in_use);
-    *p = m;
+    *p = d;
     return cudaSuccess;
 }
 cudaError_t cudaFree(void *p)
@@ -138,9 +149,9 @@ cudaError_t cudaFree(void *p)
     if (!p) return cudaSuccess;
     auto it = g_allocs.find(p);
     if (it == g_allocs.end()) return fail(cudaErrorInvalidValue);
-    g_in_use -= it->second;
+    g_in_use -= it->second.bytes;
+    munmap(it->second.map, it->second.mapped);
     g_allocs.erase(it);
-    free(p);
     return cudaSuccess;
 }
 cudaError_t cudaMallocAsync(void **p, size_t bytes, cudaStream_t s)
