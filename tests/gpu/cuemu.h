@@ -17,8 +17,9 @@
  * lockstep (a warp's lanes diverging and reconverging), performance, registers and the real
  * shared-memory banks are not modelled. It does see: a barrier some threads of a block never reach
  * (a deadlock: aborts naming the launch), a shuffle with a lane that has exited, blocks beyond
- * 1024 threads, the 16-bit roundings and the MMA fragment layouts. Threads that have returned no
- * longer count at __syncthreads (as on sm_70 and later). */
+ * 1024 threads, an access past the launch's dynamic shared memory or past a device allocation
+ * (guard pages: a fault naming the block and thread), the 16-bit roundings and the MMA fragment
+ * layouts. Threads that have returned no longer count at __syncthreads (as on sm_70 and later). */
 #ifndef TRIDENT_CUEMU_H
 #define TRIDENT_CUEMU_H
 
