@@ -418,8 +418,10 @@ __global__ void __launch_bounds__(AM_THREADS) am_bwd_kv_kernel(att_args a, void 
     const int kread = a.klen ? att_keys(a, b, 0) : a.Tk; /* keys anyone reads */
     if (k0 >= kread) return; /* padding: no query reads these keys, their gradients are 0 */
     const size_t kvbase = (size_t)b * a.Tk * a.ldkv + (size_t)g * HSZ;
-    am_load<HSZ, BF>(Ks, SLD, a.k, a.kdt, kvbase, a.ldkv, k0, a.Tk, AM_BK);
-    am_load<HSZ, BF>(Vs, SLD, a.v, a.vdt, kvbase, a.ldkv, k0, a.Tk, AM_BK);
+    /* keys nobody reads load as 0, as in the other kernels: a padded key's bytes are never read
+     * (dS^T there is 0 times dP^T = V dO^T, NaN where a padded V is) */
+    am_load<HSZ, BF>(Ks, SLD, a.k, a.kdt, kvbase, a.ldkv, k0, kread, AM_BK);
+    am_load<HSZ, BF>(Vs, SLD, a.v, a.vdt, kvbase, a.ldkv, k0, kread, AM_BK);
     __syncthreads();
     uint32_t kf[KK][4], vf[KK][4];
     AM_UNROLL
