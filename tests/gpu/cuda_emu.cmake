@@ -88,3 +88,18 @@ td_cuda_emu_test(elementwise test_cuda_elementwise.c 2)
 # seed 1 (the program's argv[1]; it prints how to run another)
 td_cuda_emu_test(backend test_gpu_backend.c 1 1)
 td_cuda_emu_test(attention_moe test_cuda_attention_moe.c 8)
+
+# The whole command line on the emulated backend (trident_emu: `--backend cuda` runs the CUDA
+# backend's kernels on host threads), for the end-to-end runs of tests/gpu/cuda_emu_train.sh: the
+# model's own calls into the backend (the kept 16-bit activations, the GeLU epilogues, attention's
+# backward from the kept output, the fused cross-entropy, the optimizer) against the cpu's run.
+add_executable(trident_emu ${TRIDENT_CLI_SOURCES})
+list(TRANSFORM TRIDENT_FLOORS PREPEND trident_ OUTPUT_VARIABLE td_emu_floors)
+target_link_libraries(trident_emu PRIVATE trident_cuda_emu ${td_emu_floors})
+target_include_directories(trident_emu PRIVATE ${CMAKE_SOURCE_DIR}/src/backend)
+add_dependencies(trident_emu trident_emu_cublas trident_emu_cublaslt)
+# tests/gpu/cuda_emu_train.sh: training on the emulated GPU against the cpu (GPT fp32 and bf16, a
+# Llama-shaped bf16 model); about 12 s, most of it the emulated kernels
+add_test(NAME e2e/cuda_emu_train COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/cuda_emu_train.sh)
+set_tests_properties(e2e/cuda_emu_train PROPERTIES FIXTURES_REQUIRED checkpoint_data COST 12 TIMEOUT 240
+  ENVIRONMENT "TRIDENT=$<TARGET_FILE:trident>;TRIDENT_EMU=$<TARGET_FILE:trident_emu>;CUEMU_LIB=${TD_EMU_OUT}/lib;COMPARE_RUNS=$<TARGET_FILE:compare_runs>;BYTES_DATA=${CMAKE_BINARY_DIR}/testtmp/checkpoint/bytes_text_document;BYTES_TOKENIZER=${CMAKE_BINARY_DIR}/testtmp/checkpoint/bytes.json;WORK=${CMAKE_BINARY_DIR}/testtmp/cuda_emu_train")
