@@ -493,9 +493,8 @@ inline void emu_on_fault(int sig, siginfo_t *info, void *ctx)
                            "end of a device allocation or of the launch's dynamic shared memory, or a thread's stack "
                            "overflowed\n",
                            info->si_addr, blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x, threadIdx.y, threadIdx.z)
-                : snprintf(line, sizeof line,
-                           "cuemu: an access at %p faulted outside a kernel (past the end of a device allocation?)\n",
-                           info->si_addr);
+                : snprintf(line, sizeof line, "cuemu: an access at %p faulted outside a kernel (%s)\n", info->si_addr,
+                           (uintptr_t)info->si_addr < 4096 ? "a NULL pointer" : "past the end of a device allocation?");
     if (n > 0 && write(2, line, (size_t)n) < 0) n = 0;
     sigaction(SIGSEGV, &g_emu_old_segv, NULL); /* the fault again, to the handler before */
     (void)sig, (void)ctx;
