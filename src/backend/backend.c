@@ -95,6 +95,7 @@ const be_op_entry BE_OP_ENTRIES[] = {
     {"ce_bwd", offsetof(struct be_ops, ce_bwd), 0},
     {"ce_bwd_to", offsetof(struct be_ops, ce_bwd_to), 1},
     {"adamw", offsetof(struct be_ops, adamw), 0},
+    {"adamw_many", offsetof(struct be_ops, adamw_many), 1},
     {"sumsq", offsetof(struct be_ops, sumsq), 0},
     {"sumsq_many", offsetof(struct be_ops, sumsq_many), 1},
     {"peak_gflops", offsetof(struct be_ops, peak_gflops), 0},

@@ -693,6 +693,20 @@ static inline void be_adamw(const backend *be, float *p, const float *g, float *
     be->ops->adamw(be, p, g, m, v, n, lr, beta1, beta2, eps, wd, gscale, step);
     be_toc(be, BE_OP_OPTIMIZER, t0, 0);
 }
+/* adamw on count slices (be_ops.h: adamw_many), or a slice at a time where the backend lacks it. */
+static inline void be_adamw_many(const backend *be, float *const *p, const float *const *g, float *const *m,
+                                 float *const *v, const size_t *n, const float *wd, int count, float lr, float beta1,
+                                 float beta2, float eps, float gscale, int64_t step)
+{
+    if (count <= 0) return;
+    be_event t0 = be_tic(be);
+    if (be->ops->adamw_many)
+        be->ops->adamw_many(be, p, g, m, v, n, wd, count, lr, beta1, beta2, eps, gscale, step);
+    else
+        for (int i = 0; i < count; i++)
+            be->ops->adamw(be, p[i], g[i], m[i], v[i], n[i], lr, beta1, beta2, eps, wd[i], gscale, step);
+    be_toc(be, BE_OP_OPTIMIZER, t0, 0);
+}
 static inline double be_sumsq(const backend *be, const float *x, size_t n)
 {
     double s;

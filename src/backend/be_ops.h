@@ -480,12 +480,19 @@ struct be_ops {
      * p -= lr/(1-b1^step) * m / (sqrt(v)/sqrt(1-b2^step) + eps). p, m, v updated in place. */
     void (*adamw)(const backend *be, float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1,
                   float beta2, float eps, float wd, float gscale, int64_t step);
+    /* adamw on count slices at once (slice i: p[i], g[i], m[i], v[i] of n[i] elements, weight decay
+     * wd[i]; the arrays host memory, the buffers device memory; the other arguments one step's),
+     * each element the same bits as adamw gives it: a model's tensors in a launch or two, not one
+     * each. Optional: NULL, be_adamw_many calls adamw a slice at a time. */
+    void (*adamw_many)(const backend *be, float *const *p, const float *const *g, float *const *m, float *const *v,
+                       const size_t *n, const float *wd, int count, float lr, float beta1, float beta2, float eps,
+                       float gscale, int64_t step);
     /* Sum of squares of x (n), accumulated in double. Returns it to the host (waits for the queue). */
     double (*sumsq)(const backend *be, const float *x, size_t n);
     /* out[i] (host, count) = sumsq(x[i], n[i]) for each of count slices (x, n: host arrays of device
-     * pointers and lengths), each the value sumsq gives, waiting for the queue once, not once a
-     * slice: the gradient norm over a model's tensors. Optional: NULL, be_sumsq_many calls sumsq
-     * a slice at a time. */
+     * pointers and lengths), each the value sumsq gives (the same bits), waiting for the queue
+     * once, not once a slice: the gradient norm over a model's tensors. Optional: NULL,
+     * be_sumsq_many calls sumsq a slice at a time. */
     void (*sumsq_many)(const backend *be, double *out, const float *const *x, const size_t *n, int count);
 
     /* ---- measurement ---- */

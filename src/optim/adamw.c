@@ -106,7 +106,15 @@ double opt_grad_norm(const opt_adamw *o)
 
 void opt_adamw_step(opt_adamw *o, double lr, double gscale, int64_t step)
 {
+    /* every slice, then one call (a device runs them in a launch or two, not a launch a tensor) */
     const opt_adamw_hparams *hp = &o->hp;
+    int cap = 0, count = 0;
+    for (int c = 0; c < o->nchunks; c++) cap += o->shard[c].nranges * o->chunks[c]->ntensors;
+    size_t k1 = (size_t)(cap ? cap : 1);
+    float **p = td_xmalloc(k1 * sizeof *p), **mm = td_xmalloc(k1 * sizeof *mm), **vv = td_xmalloc(k1 * sizeof *vv);
+    const float **g = td_xmalloc(k1 * sizeof *g);
+    size_t *len = td_xmalloc(k1 * sizeof *len);
+    float *wd = td_xmalloc(k1 * sizeof *wd);
     for (int c = 0; c < o->nchunks; c++) {
         gpt_model *m = o->chunks[c];
         const opt_shard *sh = &o->shard[c];
@@ -117,12 +125,15 @@ void opt_adamw_step(opt_adamw *o, double lr, double gscale, int64_t step)
                 size_t lo, n;
                 if (!overlap(t, r, &lo, &n)) continue;
                 size_t s = r->shard + (lo - r->lo); /* in the shard: gradients and moments */
-                float wd = t->no_decay ? 0.0f : (float)hp->weight_decay;
-                be_adamw(o->be, m->params + lo, sh->grads + s, o->m[c] + s, o->v[c] + s, n, (float)lr,
-                         (float)hp->beta1, (float)hp->beta2, (float)hp->eps, wd, (float)gscale, step);
+                p[count] = m->params + lo, g[count] = sh->grads + s, mm[count] = o->m[c] + s, vv[count] = o->v[c] + s;
+                len[count] = n;
+                wd[count++] = t->no_decay ? 0.0f : (float)hp->weight_decay;
             }
         }
     }
+    be_adamw_many(o->be, p, g, mm, vv, len, wd, count, (float)lr, (float)hp->beta1, (float)hp->beta2, (float)hp->eps,
+                  (float)gscale, step);
+    free(p), free(g), free(mm), free(vv), free(len), free(wd);
 }
 
 double opt_unscaled_grad_norm(const opt_adamw *o, double scale)

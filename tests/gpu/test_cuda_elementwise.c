@@ -47,7 +47,7 @@ static const char *const FAMILY[] = {
     "embedding_fwd", "embedding_bwd", "pos_embedding_fwd", "pos_embedding_bwd", "layernorm_fwd", "layernorm_bwd",
     "rmsnorm_fwd", "rmsnorm_bwd", "rope_fwd", "rope_bwd", "act_fwd", "act_bwd", "bias_gelu_fwd", "bias_gelu_bwd",
     "add", "scale", "bias_add", "bias_bwd", "dropout_fwd", "dropout_bwd", "bias_dropout_add_fwd", "ce_max",
-    "ce_sumexp", "ce_target", "ce_fwd_fused", "ce_loss", "ce_bwd", "ce_bwd_to", "adamw", "sumsq", "sumsq_many", "acts_in"};
+    "ce_sumexp", "ce_target", "ce_fwd_fused", "ce_loss", "ce_bwd", "ce_bwd_to", "adamw", "adamw_many", "sumsq", "sumsq_many", "acts_in"};
 enum { NFAMILY = sizeof FAMILY / sizeof FAMILY[0] };
 
 static int fill_sets_exactly_the_family(void)
@@ -546,6 +546,33 @@ static void t_optimizer(size_t n)
         check("adamw unaligned slice p", p);
         check("adamw unaligned slice m", m);
         check("adamw unaligned slice v", v);
+    }
+    if (n > 40) { /* several slices' steps at once: each element the bits of adamw on its slice alone */
+        size_t bytes = n * sizeof(float);
+        float *st[4], *hb[2];
+        for (int k = 0; k < 4; k++) st[k] = be_alloc(g_gpu, bytes); /* the first run's starting state */
+        float *src[4] = {fg(p), fg(g), fg(m), fg(v)};
+        for (int k = 0; k < 4; k++) be_memcpy(g_gpu, st[k], src[k], bytes, BE_D2D);
+        /* aligned, one element in (unaligned), a slice of 3 (a float4-free tail), an empty one, the rest */
+        size_t lo[5] = {0, n / 3 + 1, n / 2, n / 2 + 3, n / 2 + 3}, len[5] = {n / 3, n / 2 - n / 3 - 1, 3, 0, n - n / 2 - 3};
+        float wd[5] = {0.1f, 0.0f, 0.05f, 0.1f, 0.2f};
+        for (int s = 0; s < 5; s++)
+            g_gpu->ops->adamw(g_gpu, fg(p) + lo[s], fg(g) + lo[s], fg(m) + lo[s], fg(v) + lo[s], len[s], 3e-3f, 0.9f,
+                              0.95f, 1e-8f, wd[s], 0.5f, 12);
+        float *pp[5], *mm[5], *vv[5];
+        const float *gg[5];
+        for (int s = 0; s < 5; s++) pp[s] = st[0] + lo[s], gg[s] = st[1] + lo[s], mm[s] = st[2] + lo[s], vv[s] = st[3] + lo[s];
+        g_gpu->ops->adamw_many(g_gpu, pp, gg, mm, vv, len, wd, 5, 3e-3f, 0.9f, 0.95f, 1e-8f, 0.5f, 12);
+        hb[0] = malloc(bytes), hb[1] = malloc(bytes);
+        int same = 1;
+        float *one[3] = {fg(p), fg(m), fg(v)}, *many[3] = {st[0], st[2], st[3]};
+        for (int k = 0; k < 3; k++) {
+            be_memcpy(g_gpu, hb[0], one[k], bytes, BE_D2H), be_memcpy(g_gpu, hb[1], many[k], bytes, BE_D2H);
+            same &= memcmp(hb[0], hb[1], bytes) == 0;
+        }
+        check_same_bits("adamw_many: p, m, v as adamw a slice at a time", &same, &(int){1}, sizeof same);
+        free(hb[0]), free(hb[1]);
+        for (int k = 0; k < 4; k++) be_dfree(g_gpu, st[k]);
     }
     { /* several slices' sums at once: each the bits of sumsq alone (an empty slice: 0) */
         const float *xs[4] = {fg(g), fg(g) + 1, fg(g) + n / 3, fg(g) + n / 2};

@@ -7,7 +7,12 @@
  * sum to a partial in stream-ordered scratch (cudaMallocAsync), and one block adds the partials
  * in a fixed order. No atomics: the same bits on every run and every GPU. AdamW reads and writes
  * four elements a thread through 128-bit accesses where the four buffers are 16-byte aligned (the
- * flat buffers' slices are), the same arithmetic per element either way. */
+ * flat buffers' slices are), the same arithmetic per element either way.
+ *
+ * Many slices at once (a model's tensors: adamw_many, sumsq_many): a table of tasks, built on the
+ * host and copied to the device with the call (the staged H2D copy: no wait), and one launch over
+ * it — a block a task — instead of a launch (two for sumsq) a slice. Each task runs the one-slice
+ * kernels' arithmetic, in their order: the same bits. */
 #include <math.h>
 #include <stdint.h>
 
@@ -69,59 +74,152 @@ static void e_adamw(const backend *be, float *p, const float *g, float *m, float
     }
 }
 
+/* AdamW over many slices: each task a run of one slice, of float4s (vec) or floats. */
+#define ADAM_TASK 8192 /* float4s or floats a task */
+typedef struct {
+    float *p;
+    const float *g;
+    float *m, *v;
+    uint32_t len, vec;
+    float decay;
+    uint32_t pad;
+} adam_task;
+
+static __global__ void adamw_many_k(const adam_task *t, int ntasks, float beta1, float beta2, float eps,
+                                    float gscale, float step_size, float inv_sqrt_bc2)
+{
+    for (int k = blockIdx.x; k < ntasks; k += gridDim.x) {
+        const adam_task a = t[k];
+        if (a.vec) {
+            float4 *p = (float4 *)a.p, *m = (float4 *)a.m, *v = (float4 *)a.v;
+            const float4 *g = (const float4 *)a.g;
+            for (uint32_t i = threadIdx.x; i < a.len; i += blockDim.x) {
+                float4 pi = p[i], gi = g[i], mi = m[i], vi = v[i];
+                adamw1(pi.x, gi.x, mi.x, vi.x, beta1, beta2, eps, gscale, step_size, inv_sqrt_bc2, a.decay);
+                adamw1(pi.y, gi.y, mi.y, vi.y, beta1, beta2, eps, gscale, step_size, inv_sqrt_bc2, a.decay);
+                adamw1(pi.z, gi.z, mi.z, vi.z, beta1, beta2, eps, gscale, step_size, inv_sqrt_bc2, a.decay);
+                adamw1(pi.w, gi.w, mi.w, vi.w, beta1, beta2, eps, gscale, step_size, inv_sqrt_bc2, a.decay);
+                p[i] = pi, m[i] = mi, v[i] = vi;
+            }
+        } else {
+            for (uint32_t i = threadIdx.x; i < a.len; i += blockDim.x)
+                adamw1(a.p[i], a.g[i], a.m[i], a.v[i], beta1, beta2, eps, gscale, step_size, inv_sqrt_bc2, a.decay);
+        }
+    }
+}
+
+static void e_adamw_many(const backend *be, float *const *p, const float *const *g, float *const *m, float *const *v,
+                         const size_t *n, const float *wd, int count, float lr, float beta1, float beta2, float eps,
+                         float gscale, int64_t step)
+{
+    TD_CHECK(step >= 1, "AdamW steps count from 1", "step %lld", (long long)step);
+    size_t ntasks = 0;
+    for (int pass = 0; pass < 2; pass++) { /* count the tasks, then fill them */
+        adam_task *t = NULL;
+        if (pass) {
+            if (!ntasks) return;
+            t = (adam_task *)td_xcalloc(ntasks, sizeof *t);
+        }
+        size_t k = 0;
+        for (int i = 0; i < count; i++) {
+            size_t n4 = ((((uintptr_t)p[i] | (uintptr_t)g[i] | (uintptr_t)m[i] | (uintptr_t)v[i]) & 15) == 0 && n[i] >= 4)
+                            ? n[i] / 4 : 0;
+            float decay = 1.0f - lr * wd[i]; /* as adamw's */
+            for (int vec = 1; vec >= 0; vec--) { /* the float4s, then the floats past them */
+                size_t lo = vec ? 0 : 4 * n4, len = vec ? n4 : n[i] - 4 * n4;
+                for (size_t o = 0; o < len; o += ADAM_TASK, k++) {
+                    if (!t) continue;
+                    size_t e = lo + (vec ? 4 * o : o); /* the task's first element */
+                    t[k].p = p[i] + e, t[k].g = g[i] + e, t[k].m = m[i] + e, t[k].v = v[i] + e;
+                    t[k].len = (uint32_t)(len - o < ADAM_TASK ? len - o : ADAM_TASK);
+                    t[k].vec = (uint32_t)vec, t[k].decay = decay;
+                }
+            }
+        }
+        if (!pass) {
+            ntasks = k;
+            continue;
+        }
+        double bc1 = 1.0 - pow((double)beta1, (double)step);
+        double bc2 = 1.0 - pow((double)beta2, (double)step);
+        float step_size = (float)(lr / bc1);
+        float inv_sqrt_bc2 = (float)(1.0 / sqrt(bc2));
+        size_t bytes = ntasks * sizeof *t;
+        adam_task *dt = (adam_task *)be->ops->alloc(be, bytes);
+        be->ops->copy_bytes(be, dt, t, bytes, BE_H2D); /* staged: t may go at once */
+        free(t);
+        unsigned blocks = (unsigned)(ntasks < 65535 ? ntasks : 65535);
+        adamw_many_k<<<blocks, CU_THREADS, 0, cu_stream(be)>>>(dt, (int)ntasks, beta1, beta2, eps, gscale, step_size,
+                                                               inv_sqrt_bc2);
+        CU_LAUNCHED("adamw (many slices)");
+        be->ops->free(be, dt); /* ordered after the kernel */
+    }
+}
+
 #define SUMSQ_BLOCKS 512
 
-static __global__ void sumsq_part_k(double *part, const float *x, size_t n)
+/* Slice s is blocks s SUMSQ_BLOCKS .. (s + 1) SUMSQ_BLOCKS - 1 of the first kernel: its block k's
+ * thread t sums elements k CU_THREADS + t, + SUMSQ_BLOCKS CU_THREADS, ... in order, the block's
+ * sum the partial part[s SUMSQ_BLOCKS + k]; then block s of the second adds slice s's partials in
+ * a fixed order. Set by n alone (one slice or many: the same bits). */
+typedef struct {
+    const float *x;
+    size_t n;
+} sumsq_slice;
+static __global__ void sumsq_many_part_k(double *part, const sumsq_slice *sl)
 {
-    double s = 0.0;
-    for (size_t i = (size_t)blockIdx.x * CU_THREADS + threadIdx.x; i < n; i += (size_t)SUMSQ_BLOCKS * CU_THREADS)
-        s += (double)x[i] * x[i];
-    s = cu_block_sum_d(s);
-    if (threadIdx.x == 0) part[blockIdx.x] = s;
+    const sumsq_slice s = sl[blockIdx.x / SUMSQ_BLOCKS];
+    size_t kb = blockIdx.x % SUMSQ_BLOCKS;
+    double acc = 0.0;
+    for (size_t i = kb * CU_THREADS + threadIdx.x; i < s.n; i += (size_t)SUMSQ_BLOCKS * CU_THREADS)
+        acc += (double)s.x[i] * s.x[i];
+    acc = cu_block_sum_d(acc);
+    if (threadIdx.x == 0) part[blockIdx.x] = acc;
 }
-/* *total = the sum of part[0 .. SUMSQ_BLOCKS), one block. */
-static __global__ void sumsq_total_k(double *total, const double *part)
+static __global__ void sumsq_many_total_k(double *tot, const double *part)
 {
+    const double *p = part + (size_t)blockIdx.x * SUMSQ_BLOCKS;
     double s = 0.0;
-    for (int k = threadIdx.x; k < SUMSQ_BLOCKS; k += CU_THREADS) s += part[k];
+    for (int k = threadIdx.x; k < SUMSQ_BLOCKS; k += CU_THREADS) s += p[k];
     s = cu_block_sum_d(s);
-    if (threadIdx.x == 0) *total = s;
+    if (threadIdx.x == 0) tot[blockIdx.x] = s;
 }
 
-/* Each slice's sum by sumsq's two kernels (the same order, the same bits), into one device array
- * read back once: count slices, one wait. The partials' scratch is reused slice after slice (the
- * stream orders them). */
+/* Every slice's sum in two launches, read back once: count slices, one wait. */
 static void e_sumsq_many(const backend *be, double *out, const float *const *x, const size_t *n, int count)
 {
     if (count <= 0) return;
     cudaStream_t st = cu_stream(be);
-    double *part = NULL;
-    CU_CHECK(cudaMallocAsync((void **)&part, (SUMSQ_BLOCKS + (size_t)count) * sizeof(double), st), "sumsq: scratch");
-    double *tot = part + SUMSQ_BLOCKS;
-    CU_CHECK(cudaMemsetAsync(tot, 0, (size_t)count * sizeof(double), st), "sumsq: the totals");
-    for (int i = 0; i < count; i++) {
-        if (n[i] == 0) continue; /* its total stays 0 */
-        sumsq_part_k<<<SUMSQ_BLOCKS, CU_THREADS, 0, st>>>(part, x[i], n[i]);
-        CU_LAUNCHED("sumsq (many)");
-        sumsq_total_k<<<1, CU_THREADS, 0, st>>>(tot + i, part);
-        CU_LAUNCHED("sumsq (many, total)");
-    }
+    sumsq_slice *h = (sumsq_slice *)td_xmalloc((size_t)count * sizeof *h);
+    for (int i = 0; i < count; i++) h[i].x = x[i], h[i].n = n[i];
+    size_t tb = (size_t)count * sizeof *h, pb = (size_t)count * SUMSQ_BLOCKS * sizeof(double);
+    char *scratch = NULL;
+    CU_CHECK(cudaMallocAsync((void **)&scratch, pb + (size_t)count * sizeof(double) + tb, st), "sumsq: scratch");
+    double *part = (double *)scratch, *tot = (double *)(scratch + pb);
+    sumsq_slice *sl = (sumsq_slice *)(scratch + pb + (size_t)count * sizeof(double));
+    be->ops->copy_bytes(be, sl, h, tb, BE_H2D); /* staged: h may go at once */
+    free(h);
+    sumsq_many_part_k<<<(unsigned)count * SUMSQ_BLOCKS, CU_THREADS, 0, st>>>(part, sl);
+    CU_LAUNCHED("sumsq (many slices)");
+    sumsq_many_total_k<<<(unsigned)count, CU_THREADS, 0, st>>>(tot, part);
+    CU_LAUNCHED("sumsq (many slices, totals)");
     CU_CHECK(cudaMemcpyAsync(out, tot, (size_t)count * sizeof(double), cudaMemcpyDeviceToHost, st),
              "sumsq: reading the sums");
-    CU_CHECK(cudaFreeAsync(part, st), "sumsq: scratch");
+    CU_CHECK(cudaFreeAsync(scratch, st), "sumsq: scratch");
     CU_CHECK(cudaStreamSynchronize(st), "sumsq: waiting for the sums");
 }
 
 static double e_sumsq(const backend *be, const float *x, size_t n)
 {
     double s = 0.0;
-    e_sumsq_many(be, &s, &x, &n, 1); /* one slice: the kernels, one wait */
+    e_sumsq_many(be, &s, &x, &n, 1); /* one slice: the same kernels, one wait */
     return s;
 }
 
 void cu_fill_optim(struct be_ops *o)
 {
     o->adamw = e_adamw;
+    o->adamw_many = e_adamw_many;
     o->sumsq = e_sumsq;
     o->sumsq_many = e_sumsq_many;
 }
