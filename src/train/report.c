@@ -178,11 +178,13 @@ static void print_precision(const run_state *r)
 {
     const td_args *a = r->a;
     const backend *be = r->model.be;
-    int native = be->ops->lp_native(be, be->gemm_dtype);
+    int native = be->ops->lp_native(be, be->gemm_dtype), device = be->device >= 0;
     TD_INFO("mixed precision: %s GEMMs (%s), fp32 master weights, grads, Adam state, norms, softmax and "
             "cross-entropy; %s",
             be_dtype_name(be->gemm_dtype),
-            native ? "oneDNN on the CPU's AVX512-BF16 instructions"
+            device && native ? "cuBLAS on the device's tensor cores"
+            : device         ? "cuBLAS; this device has no tensor-core instructions for them"
+            : native         ? "oneDNN on the CPU's AVX512-BF16 instructions"
             : a->bf16 ? "this CPU lacks AVX512-BF16: bf16-rounded inputs multiplied by the fp32 sgemm, "
                         "same results at fp32 speed"
                       : "no fp16 arithmetic on this CPU: fp16-rounded inputs multiplied by the fp32 sgemm",

@@ -2,10 +2,10 @@
  * corrections computed on the host in double as the cpu backend's) and the sum of squares behind
  * the gradient norm, which returns its value to the host (it waits for the stream).
  *
- * sumsq sums in double in an order fixed by n alone: SUMSQ_BLOCKS blocks of CU_THREADS threads,
- * thread t of the grid taking elements t, t + SUMSQ_BLOCKS CU_THREADS, ... in order; each block's
- * sum to a partial in stream-ordered scratch (cudaMallocAsync), and one block adds the partials
- * in a fixed order. No atomics: the same bits on every run and every GPU. AdamW reads and writes
+ * sumsq sums in double in an order fixed by n alone: nb blocks of CU_THREADS threads (one per
+ * 8192 elements, 1 to 512), thread t of the slice's grid taking elements t, t + nb CU_THREADS, ...
+ * in order; each block's sum to a partial in stream-ordered scratch (cudaMallocAsync), and one
+ * block adds the partials in a fixed order. No atomics: the same bits on every run and every GPU. AdamW reads and writes
  * four elements a thread through 128-bit accesses where the four buffers are 16-byte aligned (the
  * flat buffers' slices are), the same arithmetic per element either way.
  *
@@ -156,33 +156,49 @@ static void e_adamw_many(const backend *be, float *const *p, const float *const 
     }
 }
 
-#define SUMSQ_BLOCKS 512
+#define SUMSQ_BLOCKS 512    /* blocks a slice, at most */
+#define SUMSQ_PER_BLOCK 8192 /* elements a block, about, below that */
 
-/* Slice s is blocks s SUMSQ_BLOCKS .. (s + 1) SUMSQ_BLOCKS - 1 of the first kernel: its block k's
- * thread t sums elements k CU_THREADS + t, + SUMSQ_BLOCKS CU_THREADS, ... in order, the block's
- * sum the partial part[s SUMSQ_BLOCKS + k]; then block s of the second adds slice s's partials in
- * a fixed order. Set by n alone (one slice or many: the same bits). */
+/* The blocks of a slice of n elements: one per SUMSQ_PER_BLOCK, 1 to SUMSQ_BLOCKS (a bias of 768
+ * elements is one block, not 512 of mostly idle threads). Set by n alone. */
+static unsigned sumsq_blocks(size_t n)
+{
+    size_t b = (n + SUMSQ_PER_BLOCK - 1) / SUMSQ_PER_BLOCK;
+    return (unsigned)(b < 1 ? 1 : b > SUMSQ_BLOCKS ? SUMSQ_BLOCKS : b);
+}
+
+/* Slice s is blocks first .. first + nb - 1 of the first kernel: its block k's thread t sums
+ * elements k CU_THREADS + t, + nb CU_THREADS, ... in order, the block's sum the partial part[first
+ * + k]; then block s of the second adds slice s's nb partials in a fixed order. Set by n alone
+ * (one slice or many: the same bits). */
 typedef struct {
     const float *x;
     size_t n;
+    unsigned first, nb;
 } sumsq_slice;
-static __global__ void sumsq_many_part_k(double *part, const sumsq_slice *sl)
+static __global__ void sumsq_many_part_k(double *part, const sumsq_slice *sl, int count)
 {
-    const sumsq_slice s = sl[blockIdx.x / SUMSQ_BLOCKS];
-    size_t kb = blockIdx.x % SUMSQ_BLOCKS;
+    int lo = 0, hi = count - 1; /* the slice whose blocks hold this one */
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (sl[mid].first <= blockIdx.x) lo = mid;
+        else hi = mid - 1;
+    }
+    const sumsq_slice s = sl[lo];
+    size_t kb = blockIdx.x - s.first;
     double acc = 0.0;
-    for (size_t i = kb * CU_THREADS + threadIdx.x; i < s.n; i += (size_t)SUMSQ_BLOCKS * CU_THREADS)
+    for (size_t i = kb * CU_THREADS + threadIdx.x; i < s.n; i += (size_t)s.nb * CU_THREADS)
         acc += (double)s.x[i] * s.x[i];
     acc = cu_block_sum_d(acc);
     if (threadIdx.x == 0) part[blockIdx.x] = acc;
 }
-static __global__ void sumsq_many_total_k(double *tot, const double *part)
+static __global__ void sumsq_many_total_k(double *tot, const double *part, const sumsq_slice *sl)
 {
-    const double *p = part + (size_t)blockIdx.x * SUMSQ_BLOCKS;
-    double s = 0.0;
-    for (int k = threadIdx.x; k < SUMSQ_BLOCKS; k += CU_THREADS) s += p[k];
-    s = cu_block_sum_d(s);
-    if (threadIdx.x == 0) tot[blockIdx.x] = s;
+    const sumsq_slice s = sl[blockIdx.x];
+    double acc = 0.0;
+    for (unsigned k = threadIdx.x; k < s.nb; k += CU_THREADS) acc += part[s.first + k];
+    acc = cu_block_sum_d(acc);
+    if (threadIdx.x == 0) tot[blockIdx.x] = acc;
 }
 
 /* Every slice's sum in two launches, read back once: count slices, one wait. */
@@ -191,17 +207,21 @@ static void e_sumsq_many(const backend *be, double *out, const float *const *x, 
     if (count <= 0) return;
     cudaStream_t st = cu_stream(be);
     sumsq_slice *h = (sumsq_slice *)td_xmalloc((size_t)count * sizeof *h);
-    for (int i = 0; i < count; i++) h[i].x = x[i], h[i].n = n[i];
-    size_t tb = (size_t)count * sizeof *h, pb = (size_t)count * SUMSQ_BLOCKS * sizeof(double);
+    size_t blocks = 0;
+    for (int i = 0; i < count; i++) {
+        h[i].x = x[i], h[i].n = n[i], h[i].first = (unsigned)blocks, h[i].nb = sumsq_blocks(n[i]);
+        blocks += h[i].nb;
+    }
+    size_t tb = (size_t)count * sizeof *h, pb = blocks * sizeof(double);
     char *scratch = NULL;
     CU_CHECK(cudaMallocAsync((void **)&scratch, pb + (size_t)count * sizeof(double) + tb, st), "sumsq: scratch");
     double *part = (double *)scratch, *tot = (double *)(scratch + pb);
     sumsq_slice *sl = (sumsq_slice *)(scratch + pb + (size_t)count * sizeof(double));
     be->ops->copy_bytes(be, sl, h, tb, BE_H2D); /* staged: h may go at once */
     free(h);
-    sumsq_many_part_k<<<(unsigned)count * SUMSQ_BLOCKS, CU_THREADS, 0, st>>>(part, sl);
+    sumsq_many_part_k<<<(unsigned)blocks, CU_THREADS, 0, st>>>(part, sl, count);
     CU_LAUNCHED("sumsq (many slices)");
-    sumsq_many_total_k<<<(unsigned)count, CU_THREADS, 0, st>>>(tot, part);
+    sumsq_many_total_k<<<(unsigned)count, CU_THREADS, 0, st>>>(tot, part, sl);
     CU_LAUNCHED("sumsq (many slices, totals)");
     CU_CHECK(cudaMemcpyAsync(out, tot, (size_t)count * sizeof(double), cudaMemcpyDeviceToHost, st),
              "sumsq: reading the sums");
