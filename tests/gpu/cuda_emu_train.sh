@@ -15,6 +15,9 @@
 #     probabilities and the GeLU's pre-activation in bf16). A wrong gradient moves it by far more.
 #  3. Llama-shaped (RMSNorm, rope, SwiGLU, grouped-query attention, no biases, untied), --bf16:
 #     within 3e-3 (1.0e-3 measured).
+#  3b. MoE (4 experts top-2, a gated shared expert, SwiGLU; the router's losses) with
+#     --moe-grouped-gemm (the emulated cublasSgemmGroupedBatched), fp32: within 1e-5 (2.8e-7).
+#     (BERT runs too, by hand: fp32 4.1e-6, bf16 9.0e-4 — 10 s a run, too long for the suite.)
 #  4. generate from the GPT fp32 run's checkpoint (saved by the emulated GPU), sampled at
 #     temperature 1 from one seed (three iterations leave greedy decoding a row of spaces): the
 #     same 48 tokens on both backends (the key/value cache in device memory, the decode step's
@@ -77,6 +80,9 @@ fi
 run_pair gpt_bf16 3e-3 --bf16
 grep -q "cuBLASLt's .* is off\|epilogues are off" g_gpt_bf16.log && bad "gpt_bf16: a cuBLASLt epilogue fell back"
 run_pair llama_bf16 3e-3 --bf16 "${LLAMA[@]}"
+run_pair moe_grouped 1e-5 --swiglu --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 64 \
+    --moe-aux-loss-coeff 1e-2 --moe-z-loss-coeff 1e-3 --moe-shared-expert-intermediate-size 32 \
+    --moe-shared-expert-gate --moe-grouped-gemm
 # 5. layouts, against the one-rank run on the emulated GPU (two heads: tp 2 splits them)
 LAYOUT=(--num-attention-heads 2 --make-vocab-size-divisible-by 256)
 lay_run() { # name np flags...
