@@ -133,8 +133,8 @@ const char *be_op_name(be_op op)
 void be_crossentropy_fwd(const backend *be, float *losses, float *maxv, float *sumexp, float *tlogit,
                          const float *logits, const int32_t *targets, int BT, int V, int vocab)
 {
-    be_ce_max(be, maxv, logits, BT, V, vocab);
-    be_ce_sumexp(be, sumexp, logits, maxv, BT, V, vocab);
-    be_ce_target(be, tlogit, logits, targets, BT, V, 0);
+    be_ce_max(be, maxv, be_f32(logits), BT, V, vocab);
+    be_ce_sumexp(be, sumexp, be_f32(logits), maxv, BT, V, vocab);
+    be_ce_target(be, tlogit, be_f32(logits), targets, BT, V, 0);
     be_ce_loss(be, losses, maxv, sumexp, tlogit, BT);
 }

@@ -224,6 +224,9 @@ int be_matmul_gelu_fwd(const backend *be, void *act, void *pre, be_in inp, const
                        int C, int OC);
 void be_matmul_dgelu_bwd(const backend *be, void *dpre, float *tmp, float *dw, const float *dout, be_in act,
                          const float *w, const void *pre, int BT, int C, int OC);
+/* be_matmul_fwd_in with the output typed: fp32, or in the gemm dtype on a backend whose activations
+ * may be (be_acts_in): a 16-bit run's logits, half the bytes. */
+void be_matmul_fwd_to(const backend *be, be_out out, be_in inp, const float *w, const float *b, int BT, int C, int OC);
 void be_matmul_fwd(const backend *be, float *out, const float *inp, const float *w, const float *b, int BT, int C,
                    int OC);
 void be_matmul_bwd(const backend *be, float *dinp, float *dw, float *db, const float *dout, const float *inp,
@@ -634,33 +637,34 @@ static inline int be_vocab_real(int vocab, int vstart, int Vloc)
     int n = vocab - vstart;
     return n < 0 ? 0 : n > Vloc ? Vloc : n;
 }
-static inline void be_ce_max(const backend *be, float *maxv, const float *logits, int BT, int Vloc, int Vreal)
+static inline void be_ce_max(const backend *be, float *maxv, be_in logits, int BT, int Vloc, int Vreal)
 {
     be_event t0 = be_tic(be);
-    be->ops->ce_max(be, maxv, be_f32(logits), BT, Vloc, Vreal);
+    be->ops->ce_max(be, maxv, logits, BT, Vloc, Vreal);
     be_toc(be, BE_OP_CROSSENTROPY, t0, 0);
 }
-static inline void be_ce_sumexp(const backend *be, float *sumexp, const float *logits, const float *maxv, int BT,
-                                int Vloc, int Vreal)
+static inline void be_ce_sumexp(const backend *be, float *sumexp, be_in logits, const float *maxv, int BT, int Vloc,
+                                int Vreal)
 {
     be_event t0 = be_tic(be);
-    be->ops->ce_sumexp(be, sumexp, be_f32(logits), maxv, BT, Vloc, Vreal);
+    be->ops->ce_sumexp(be, sumexp, logits, maxv, BT, Vloc, Vreal);
     be_toc(be, BE_OP_CROSSENTROPY, t0, 0);
 }
-static inline void be_ce_target(const backend *be, float *tlogit, const float *logits, const int32_t *targets,
-                                int BT, int Vloc, int vstart)
+static inline void be_ce_target(const backend *be, float *tlogit, be_in logits, const int32_t *targets, int BT,
+                                int Vloc, int vstart)
 {
     be_event t0 = be_tic(be);
-    be->ops->ce_target(be, tlogit, be_f32(logits), targets, BT, Vloc, vstart);
+    be->ops->ce_target(be, tlogit, logits, targets, BT, Vloc, vstart);
     be_toc(be, BE_OP_CROSSENTROPY, t0, 0);
 }
-/* ce_fwd_fused when the backend has it (1), else nothing (0): the caller runs the four steps. */
+/* ce_fwd_fused when the backend has it (1), else nothing (0): the caller runs the four steps.
+ * logits typed (fp32, or a 16-bit run's logits in the gemm dtype). */
 static inline int be_ce_fwd_fused(const backend *be, float *losses, float *maxv, float *sumexp, float *tlogit,
-                                  const float *logits, const int32_t *targets, int BT, int V, int Vreal)
+                                  be_in logits, const int32_t *targets, int BT, int V, int Vreal)
 {
     if (!be->ops->ce_fwd_fused) return 0;
     be_event t0 = be_tic(be);
-    be->ops->ce_fwd_fused(be, losses, maxv, sumexp, tlogit, be_f32(logits), targets, BT, V, Vreal);
+    be->ops->ce_fwd_fused(be, losses, maxv, sumexp, tlogit, logits, targets, BT, V, Vreal);
     be_toc(be, BE_OP_CROSSENTROPY, t0, 0);
     return 1;
 }
@@ -682,10 +686,11 @@ static inline void be_ce_bwd(const backend *be, float *logits, const float *maxv
  * be_matmul_bwd_in with that as the output gradient (dinp, dw accumulated; no bias). In a run that
  * multiplies in 16 bits, with the backend's ce_bwd_to, the gradient goes straight into the GEMMs'
  * 16-bit scratch a slice of rows at a time (the same values, rounded as the GEMMs would round
- * them) and logits is left as it was; otherwise logits holds the gradient after, as be_ce_bwd's. */
-void be_ce_head_bwd(const backend *be, float *dinp, float *dw, float *logits, const float *maxv, const float *sumexp,
-                    const int32_t *targets, const float *dloss, be_in inp, const float *w, int BT, int C, int Vloc,
-                    int Vreal, int vstart);
+ * them) and logits is left as it was; otherwise logits holds the gradient after, as be_ce_bwd's.
+ * logits: fp32, or (a 16-bit run with ce_bwd_to) in the gemm dtype. */
+void be_ce_head_bwd(const backend *be, float *dinp, float *dw, be_out logits, const float *maxv,
+                    const float *sumexp, const int32_t *targets, const float *dloss, be_in inp, const float *w, int BT,
+                    int C, int Vloc, int Vreal, int vstart);
 static inline void be_adamw(const backend *be, float *p, const float *g, float *m, float *v, size_t n, float lr,
                             float beta1, float beta2, float eps, float wd, float gscale, int64_t step)
 {

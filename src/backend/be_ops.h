@@ -197,7 +197,9 @@ struct be_ops {
     /* The low-precision linear layer: as matmul_fwd and matmul_bwd, with inp, w and dout in dtype
      * dt (BE_BF16 or BE_F16: inp.dt and dout.dt are dt) and every product accumulated in fp32
      * into fp32 outputs (out written, b fp32 or NULL; dinp and dw accumulated, either may be
-     * NULL). The bias gradient is not here: it is a column sum of the fp32 dout (bias_bwd). */
+     * NULL). On a backend whose acts_in(dt), out may be in dt too: the product rounded once, the
+     * bias (if any) added to that and rounded again. The bias gradient is not here: it is a column
+     * sum of dout (bias_bwd). */
     void (*matmul_fwd_lp)(const backend *be, be_out out, be_in inp, const void *w, const float *b, be_dtype dt,
                           int BT, int C, int OC);
     void (*matmul_bwd_lp)(const backend *be, be_out dinp, float *dw, be_in dout, be_in inp, const void *w,

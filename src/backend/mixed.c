@@ -163,7 +163,8 @@ size_t be_lowp_chunk_bytes(const backend *be) { return be->device >= 0 ? LOWP_CH
 /* The cross-entropy's backward feeding an LM head's GEMMs (be_ce_head_bwd): each slice of the
  * output gradient is made by ce_bwd_to straight in the gemm dtype instead of rounded from fp32. */
 typedef struct ce_src {
-    const float *logits, *maxv, *sumexp, *dloss;
+    be_in logits;
+    const float *maxv, *sumexp, *dloss;
     const int32_t *targets;
     int Vreal, vstart;
 } ce_src;
@@ -182,8 +183,10 @@ static be_in bwd_dout_slice(const backend *be, be_in dout, const ce_src *ce, int
     void *d = lowp_scratch(be, 1, (size_t)n * OC * be_dtype_size(be->gemm_dtype));
     be_out o = {d, be->gemm_dtype};
     be_event t0 = be_tic(be);
-    be->ops->ce_bwd_to(be, o, be_f32(ce->logits + (size_t)r0 * OC), ce->maxv + r0, ce->sumexp + r0, ce->targets + r0,
-                       ce->dloss + r0, n, OC, ce->Vreal, ce->vstart);
+    be_in l = ce->logits;
+    l.p = (const char *)l.p + (size_t)r0 * OC * be_dtype_size(l.dt);
+    be->ops->ce_bwd_to(be, o, l, ce->maxv + r0, ce->sumexp + r0, ce->targets + r0, ce->dloss + r0, n, OC, ce->Vreal,
+                       ce->vstart);
     be_toc(be, BE_OP_CROSSENTROPY, t0, 0);
     return lowp_typed(be, d);
 }
@@ -259,17 +262,20 @@ void be_matmul_bwd_in(const backend *be, float *dinp, float *dw, float *db, cons
     be_toc(be, BE_OP_GEMM, t0, f);
 }
 
-void be_ce_head_bwd(const backend *be, float *dinp, float *dw, float *logits, const float *maxv, const float *sumexp,
-                    const int32_t *targets, const float *dloss, be_in inp, const float *w, int BT, int C, int Vloc,
-                    int Vreal, int vstart)
+void be_ce_head_bwd(const backend *be, float *dinp, float *dw, be_out logits, const float *maxv,
+                    const float *sumexp, const int32_t *targets, const float *dloss, be_in inp, const float *w, int BT,
+                    int C, int Vloc, int Vreal, int vstart)
 {
     if (be->gemm_dtype != BE_F32 && be->ops->ce_bwd_to) {
-        ce_src ce = {logits, maxv, sumexp, dloss, targets, Vreal, vstart};
+        be_in l = {logits.p, logits.dt};
+        ce_src ce = {l, maxv, sumexp, dloss, targets, Vreal, vstart};
         matmul_bwd_mixed(be, dinp, dw, NULL, be_f32(NULL), &ce, inp, w, BT, C, Vloc);
         return;
     }
-    be_ce_bwd(be, logits, maxv, sumexp, targets, dloss, BT, Vloc, Vreal, vstart);
-    be_matmul_bwd_in(be, dinp, dw, NULL, logits, inp, w, BT, C, Vloc);
+    TD_CHECK(logits.dt == BE_F32, "keep the logits in fp32 where the backend has no ce_bwd_to",
+             "%s logits and no out-of-place cross-entropy backward", be_dtype_name(logits.dt));
+    be_ce_bwd(be, logits.p, maxv, sumexp, targets, dloss, BT, Vloc, Vreal, vstart);
+    be_matmul_bwd_in(be, dinp, dw, NULL, logits.p, inp, w, BT, C, Vloc);
 }
 
 void be_matmul_bwd_lpout(const backend *be, float *dinp, float *dw, float *db, be_in dout, be_in inp, const float *w,
@@ -339,6 +345,22 @@ void be_matmul_dgelu_bwd(const backend *be, void *dpre, float *tmp, float *dw, c
         be->ops->act_bwd(be, TD_ACT_GELU, 0, d, be_f32(t), pr, n, C);
         be_toc(be, BE_OP_GELU, t0, 0);
     }
+}
+
+void be_matmul_fwd_to(const backend *be, be_out out, be_in inp, const float *w, const float *b, int BT, int C, int OC)
+{
+    if (out.dt == BE_F32) {
+        be_matmul_fwd_in(be, out.p, inp, w, b, BT, C, OC);
+        return;
+    }
+    TD_CHECK(out.dt == be->gemm_dtype && be_acts_in(be, out.dt), "write a GEMM's 16-bit output only where the backend takes 16-bit activations",
+             "a %s GEMM output in a %s run", be_dtype_name(out.dt), be_dtype_name(be->gemm_dtype));
+    if (BT <= 0 || OC <= 0) return;
+    const void *wl = lowp_weight(be, w, (size_t)OC * C);
+    be_in il = lowp_in(be, 0, inp, (size_t)BT * C);
+    be_event t0 = be_tic(be);
+    be->ops->matmul_fwd_lp(be, out, il, wl, b, be->gemm_dtype, BT, C, OC);
+    be_toc(be, BE_OP_GEMM, t0, 2.0 * BT * C * OC);
 }
 
 void be_matmul_fwd(const backend *be, float *out, const float *inp, const float *w, const float *b, int BT, int C,

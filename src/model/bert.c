@@ -187,7 +187,7 @@ static void fwd(gpt_model *m, gpt_acts *acts, const float *x, double *loss)
     norm->fwd(&io, a->lm_norm, &p->lm_norm, NULL, be_f32(a->lm_g));
     tp_column_linear_fwd(be, tp, acts->logits, model_sp_input(m, norm->output(a->lm_norm), B), m->p.head_w,
                          p->lm_bias, BT, h, m->vocab_l);
-    tp_cross_entropy_fwd(be, tp, acts->losses, acts->maxv, acts->sumexp, acts->tlogit, acts->logits, acts->targets, BT,
+    tp_cross_entropy_fwd(be, tp, acts->losses, acts->maxv, acts->sumexp, acts->tlogit, be_f32(acts->logits), acts->targets, BT,
                          m->vocab_l, m->vstart, m->cfg.vocab);
     mlm_stats(m, acts, BT);
     if (sop_here(m)) sop_fwd(m, acts, x);

@@ -23,16 +23,32 @@ static void acts(carver *cv, const gpt_model *m, void *a)
     (void)cv, (void)m, (void)a; /* the logits and losses are the stage's (gpt_acts) */
 }
 
+/* The dtype of a micro-batch's logits: a training step's in the GEMMs' 16-bit dtype where the
+ * backend's activations may be 16-bit and its cross-entropy writes the gradient out of place
+ * (ce_bwd_to: logits are never overwritten), as Megatron and llm.c keep them — the largest
+ * activation (tokens x vocabulary) written once and read twice at half the bytes; the softmax,
+ * the loss and the gradient are still computed in fp32 from them. fp32 otherwise: validation,
+ * evaluation (which reads them back) and the cpu. */
+static be_dtype logits_dtype(const gpt_model *m, const gpt_acts *a)
+{
+    const backend *be = m->be;
+    be_dtype dt = be->gemm_dtype;
+    return a->training && dt != BE_F32 && be_acts_in(be, dt) && be->ops->ce_bwd_to ? dt : BE_F32;
+}
+
 static void fwd(gpt_model *m, gpt_acts *a, const float *x, double *loss)
 {
     const backend *be = m->be;
     const comm *tp = m->ps->tp_group;
     int B = a->B, BT = B * m->seq_c, h = m->cfg.hidden;
     (void)x;
-    tp_column_linear_fwd(be, tp, a->logits, model_sp_input(m, m->lnf.ops->output(a->lnf), B), m->p.head_w, NULL, BT,
-                         h, m->vocab_l);
-    tp_cross_entropy_fwd(be, tp, a->losses, a->maxv, a->sumexp, a->tlogit, a->logits, a->targets, BT, m->vocab_l,
-                         m->vstart, m->cfg.vocab);
+    a->logits_dt = logits_dtype(m, a);
+    be_out lo = {a->logits, a->logits_dt};
+    be_in li = {a->logits, a->logits_dt};
+    tp_column_linear_fwd_to(be, tp, lo, model_sp_input(m, m->lnf.ops->output(a->lnf), B), m->p.head_w, NULL, BT, h,
+                            m->vocab_l);
+    tp_cross_entropy_fwd(be, tp, a->losses, a->maxv, a->sumexp, a->tlogit, li, a->targets, BT, m->vocab_l, m->vstart,
+                         m->cfg.vocab);
     if (!loss) return;
     float *host = m->scratch->host;
     be_memcpy(be, host, a->losses, (size_t)BT * sizeof(float), BE_D2H);
@@ -57,7 +73,8 @@ static void bwd(gpt_model *m, gpt_acts *a, const float *x, float loss_scale)
         for (int i = 0; i < BT; i++) s->host[i] = loss_scale;
     be_memcpy(be, s->dloss, s->host, (size_t)BT * sizeof(float), BE_H2D);
     const kept_buf *out = m->lnf.ops->output(a->lnf);
-    tp_column_linear_ce_bwd(be, model_tp_reduce(m), s->dln, m->g.head_w, a->logits, a->maxv, a->sumexp, a->targets,
+    be_out lo = {a->logits, a->logits_dt};
+    tp_column_linear_ce_bwd(be, model_tp_reduce(m), s->dln, m->g.head_w, lo, a->maxv, a->sumexp, a->targets,
                             s->dloss, model_sp_input(m, out, B), m->p.head_w, BT, h, m->vocab_l,
                             be_vocab_real(m->cfg.vocab, m->vstart, m->vocab_l), m->vstart);
     be_zero(be, s->dres, (size_t)B * m->seq_l * h);

@@ -114,7 +114,9 @@ struct gpt_acts {
     float *input;          /* (BT, h): stage input (embedding output on the first stage) */
     layer_acts *layers;    /* nlayers */
     void *lnf;             /* last stage: the final norm's activations */
-    float *logits;         /* last stage: (BT, V/t); the backward overwrites it with dlogits */
+    float *logits;         /* last stage: (BT, V/t); the backward overwrites it with dlogits (fp32),
+                            * or, logits_dt 16-bit (head_lm.c), leaves it */
+    be_dtype logits_dt;    /* the dtype the head wrote logits in: fp32, or a training step's gemm dtype */
     float *losses, *maxv, *sumexp, *tlogit; /* last stage: (BT) each */
     void *head;            /* last stage: the head's activations */
     double stats[HEAD_MAX_STATS]; /* last stage: the head's sums of this micro-batch */

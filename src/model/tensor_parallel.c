@@ -54,8 +54,14 @@ void tp_sp_scatter(const backend *be, const comm *tp, float *local, const float 
 void tp_column_linear_fwd(const backend *be, const comm *tp, float *out, be_in inp, const float *w, const float *b,
                           int BT, int C, int OCl)
 {
+    tp_column_linear_fwd_to(be, tp, be_f32_out(out), inp, w, b, BT, C, OCl);
+}
+
+void tp_column_linear_fwd_to(const backend *be, const comm *tp, be_out out, be_in inp, const float *w, const float *b,
+                             int BT, int C, int OCl)
+{
     tp_copy_fwd(tp, (float *)inp.p, (size_t)BT * C); /* the identity (f) */
-    be_matmul_fwd_in(be, out, inp, w, b, BT, C, OCl);
+    be_matmul_fwd_to(be, out, inp, w, b, BT, C, OCl);
 }
 
 void tp_column_linear_bwd(const backend *be, const comm *tp, float *dinp, float *dw, float *db,
@@ -74,7 +80,7 @@ void tp_column_linear_bwd_lp(const backend *be, const comm *tp, float *dinp, flo
     tp_copy_bwd(be, tp, dinp, (size_t)BT * C);
 }
 
-void tp_column_linear_ce_bwd(const backend *be, const comm *tp, float *dinp, float *dw, float *logits,
+void tp_column_linear_ce_bwd(const backend *be, const comm *tp, float *dinp, float *dw, be_out logits,
                              const float *maxv, const float *sumexp, const int32_t *targets, const float *dloss,
                              be_in inp, const float *w, int BT, int C, int Vloc, int Vreal, int vstart)
 {
@@ -105,8 +111,8 @@ void tp_embedding_fwd(const backend *be, const comm *tp, float *out, const int32
 }
 
 void tp_cross_entropy_fwd(const backend *be, const comm *tp, float *losses, float *maxv, float *sumexp,
-                          float *tlogit, const float *logits_l, const int32_t *targets, int BT, int Vloc,
-                          int vstart, int vocab)
+                          float *tlogit, be_in logits_l, const int32_t *targets, int BT, int Vloc, int vstart,
+                          int vocab)
 {
     int Vreal = be_vocab_real(vocab, vstart, Vloc);
     /* the vocabulary not split: one pass where the backend has it */

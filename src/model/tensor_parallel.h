@@ -50,6 +50,9 @@ static inline void tp_reduce_bwd(const comm *tp, float *dx, size_t n)
  * b_l (OCl) are this rank's rows of the full weight. */
 void tp_column_linear_fwd(const backend *be, const comm *tp, float *out, be_in inp, const float *w, const float *b,
                           int BT, int C, int OCl);
+/* As tp_column_linear_fwd, out typed: fp32, or the gemm dtype where be_acts_in (be_matmul_fwd_to). */
+void tp_column_linear_fwd_to(const backend *be, const comm *tp, be_out out, be_in inp, const float *w, const float *b,
+                             int BT, int C, int OCl);
 /* dinp (BT, C) WRITTEN with the full input gradient (summed over the group); dw (OCl, C) and
  * db (OCl) accumulate. dinp must not alias anything else. */
 void tp_column_linear_bwd(const backend *be, const comm *tp, float *dinp, float *dw, float *db,
@@ -60,7 +63,7 @@ void tp_column_linear_bwd_lp(const backend *be, const comm *tp, float *dinp, flo
 /* The LM head's backward with its vocab-parallel cross-entropy's: dlogits = the cross-entropy's
  * gradient (be_ce_head_bwd: in a 16-bit run never materialised in fp32; otherwise written over
  * logits), then tp_column_linear_bwd's dinp (written, all-reduced over tp) and dw (accumulated). */
-void tp_column_linear_ce_bwd(const backend *be, const comm *tp, float *dinp, float *dw, float *logits,
+void tp_column_linear_ce_bwd(const backend *be, const comm *tp, float *dinp, float *dw, be_out logits,
                              const float *maxv, const float *sumexp, const int32_t *targets, const float *dloss,
                              be_in inp, const float *w, int BT, int C, int Vloc, int Vreal, int vstart);
 /* Row-parallel linear without its bias: out (BT, OC) written = g(inp_l . W_l^T), where inp_l
@@ -84,7 +87,7 @@ void tp_embedding_fwd(const backend *be, const comm *tp, float *out, const int32
  * all-reduces (max, sum of exp, target logit); the full logits are never gathered. tlogit (BT)
  * is scratch. */
 void tp_cross_entropy_fwd(const backend *be, const comm *tp, float *losses, float *maxv, float *sumexp,
-                          float *tlogit, const float *logits_l, const int32_t *targets, int BT, int Vloc,
-                          int vstart, int vocab);
+                          float *tlogit, be_in logits_l, const int32_t *targets, int BT, int Vloc, int vstart,
+                          int vocab);
 
 #endif

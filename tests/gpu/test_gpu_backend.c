@@ -328,6 +328,18 @@ static void test_matmul_lp(const backend *c, const backend *g, be_dtype dt, int 
     double e = rel_err(gout, out, no);
     snprintf(what, sizeof what, "matmul_fwd_lp %s %dx%dx%d + bias", be_dtype_name(dt), BT, C, OC);
     check(e <= tol, what, e, tol);
+    { /* the output in dt itself (a 16-bit run's logits: acts_in), the bias added after */
+        void *g16 = g->ops->alloc(g, no * 2);
+        uint16_t *h16 = malloc(no * 2);
+        g->ops->matmul_fwd_lp(g, (be_out){g16, dt}, hx, gw, gb, dt, BT, C, OC);
+        down(g, h16, g16, no * 2);
+        c->ops->convert(c, gout, BE_F32, h16, dt, no);
+        e = rel_err(gout, out, no);
+        snprintf(what, sizeof what, "matmul_fwd_lp %s %dx%dx%d + bias, output in %s", be_dtype_name(dt), BT, C, OC,
+                 be_dtype_name(dt));
+        check(e <= tol, what, e, tol);
+        g->ops->free(g, g16), free(h16);
+    }
     float *cdx = fmem(ni), *cdw = fmem(nw), *hdx = fmem(ni), *hdw = fmem(nw);
     memcpy(cdx, dx0, ni * 4), memcpy(cdw, dw0, nw * 4);
     float *gdx = up(g, dx0, ni * 4), *gdw = up(g, dw0, nw * 4);

@@ -132,13 +132,13 @@ static void vocab_parallel(const backend *be, int S, int vocab)
     float gmax[BT], gsum[BT], gtl[BT], part[BT], loss[BT];
     for (int i = 0; i < BT; i++) gmax[i] = -INFINITY, gsum[i] = 0.0f, gtl[i] = 0.0f;
     for (int s = 0; s < S; s++) { /* all-reduce MAX */
-        be_ce_max(be, part, sl + s * BT * Vl, BT, Vl, be_vocab_real(vocab, s * Vl, Vl));
+        be_ce_max(be, part, be_f32(sl + s * BT * Vl), BT, Vl, be_vocab_real(vocab, s * Vl, Vl));
         for (int i = 0; i < BT; i++) gmax[i] = part[i] > gmax[i] ? part[i] : gmax[i];
     }
     for (int s = 0; s < S; s++) { /* all-reduce SUM, twice */
-        be_ce_sumexp(be, part, sl + s * BT * Vl, gmax, BT, Vl, be_vocab_real(vocab, s * Vl, Vl));
+        be_ce_sumexp(be, part, be_f32(sl + s * BT * Vl), gmax, BT, Vl, be_vocab_real(vocab, s * Vl, Vl));
         for (int i = 0; i < BT; i++) gsum[i] += part[i];
-        be_ce_target(be, part, sl + s * BT * Vl, targets, BT, Vl, s * Vl);
+        be_ce_target(be, part, be_f32(sl + s * BT * Vl), targets, BT, Vl, s * Vl);
         for (int i = 0; i < BT; i++) gtl[i] += part[i];
     }
     be_ce_loss(be, loss, gmax, gsum, gtl, BT);
@@ -226,7 +226,7 @@ static void crossentropy_head_bwd_fused(void **state)
         float dinp_a[BT * C] = {0}, dw_a[V * C] = {0}, dinp_b[BT * C] = {0}, dw_b[V * C] = {0};
         be_ce_bwd(be, logits, maxv, sumexp, targets, dloss, BT, V, V - 3, 0);
         be_matmul_bwd(be, dinp_a, dw_a, NULL, logits, inp, w, BT, C, V);
-        be_ce_head_bwd(be, dinp_b, dw_b, l2, maxv, sumexp, targets, dloss, be_f32(inp), w, BT, C, V, V - 3, 0);
+        be_ce_head_bwd(be, dinp_b, dw_b, be_f32_out(l2), maxv, sumexp, targets, dloss, be_f32(inp), w, BT, C, V, V - 3, 0);
         printf("  be_ce_head_bwd, %s run: dinp and dw %s\n", run ? "bf16" : "fp32",
                memcmp(dinp_a, dinp_b, sizeof dinp_a) || memcmp(dw_a, dw_b, sizeof dw_a) ? "DIFFER" : "the same bits");
         assert_memory_equal(dinp_a, dinp_b, sizeof dinp_a);

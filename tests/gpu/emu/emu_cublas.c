@@ -144,7 +144,11 @@ EMU_EXPORT cublasStatus_t cublasSgemm_v2(cublasHandle_t h, cublasOperation_t ta,
     return gemm(m, n, k, *alpha, &a, &b, *beta, C, ldc);
 }
 
-/* The combinations gemm.cu uses: A and B of one type (fp32, bf16, fp16), C fp32, fp32 compute. */
+static float lt_ld16(const void *p, size_t i, cudaDataType t);
+static void lt_st16(void *p, size_t i, cudaDataType t, float x);
+
+/* The combinations gemm.cu uses: A and B of one type (fp32, bf16, fp16), fp32 compute, C fp32 or
+ * (16-bit A and B) of their type: the fp32 result rounded once to nearest even. */
 EMU_EXPORT cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
                                        int k, const void *alpha, const void *A, cudaDataType at, int lda,
                                        const void *B, cudaDataType bt, int ldb, const void *beta, void *C,
@@ -153,12 +157,22 @@ EMU_EXPORT cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, c
     (void)algo;
     if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
     if (!op_ok(ta) || !op_ok(tb)) return CUBLAS_STATUS_INVALID_VALUE;
-    if (at != bt || ct != CUDA_R_32F || compute != CUBLAS_COMPUTE_32F ||
+    if (at != bt || (ct != CUDA_R_32F && ct != at) || compute != CUBLAS_COMPUTE_32F ||
         (at != CUDA_R_32F && at != CUDA_R_16BF && at != CUDA_R_16F))
         return CUBLAS_STATUS_NOT_SUPPORTED;
     int t32 = at == CUDA_R_32F && h->math == CUBLAS_TF32_TENSOR_OP_MATH;
     operand a = {A, at, ta == CUBLAS_OP_T, lda, t32}, b = {B, bt, tb == CUBLAS_OP_T, ldb, t32};
-    return gemm(m, n, k, *(const float *)alpha, &a, &b, *(const float *)beta, (float *)C, ldc);
+    if (ct == CUDA_R_32F) return gemm(m, n, k, *(const float *)alpha, &a, &b, *(const float *)beta, (float *)C, ldc);
+    if (m < 0 || n < 0 || ldc < (m > 1 ? m : 1)) return CUBLAS_STATUS_INVALID_VALUE;
+    float beta32 = *(const float *)beta, *tmp = malloc(((size_t)m * n > 0 ? (size_t)m * n : 1) * sizeof(float));
+    if (!tmp) return CUBLAS_STATUS_ALLOC_FAILED;
+    for (int c = 0; beta32 != 0.0f && c < n; c++) /* beta 0 does not read C */
+        for (int r = 0; r < m; r++) tmp[(size_t)r + (size_t)c * m] = lt_ld16(C, (size_t)r + (size_t)c * ldc, ct);
+    cublasStatus_t s = gemm(m, n, k, *(const float *)alpha, &a, &b, beta32, tmp, m > 1 ? m : 1);
+    for (int c = 0; s == CUBLAS_STATUS_SUCCESS && c < n; c++)
+        for (int r = 0; r < m; r++) lt_st16(C, (size_t)r + (size_t)c * ldc, ct, tmp[(size_t)r + (size_t)c * m]);
+    free(tmp);
+    return s;
 }
 
 /* group_count groups; group g: group_size[g] problems of its sizes and scalars, whose A, B and C
