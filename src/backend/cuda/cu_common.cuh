@@ -44,18 +44,12 @@ static __device__ __forceinline__ uint16_t cu_f2h(float x, bool bf)
  * the same branch for every thread). The values are cu_ld's and the stores cu_st's roundings, so a
  * kernel computing each element with the same expression gives the same bits on either path.
  * The host picks the path: cu_vec_ok(p) for every buffer the kernel touches, and the sizes a
- * multiple of CU_VEC. The emulator (TD_CUDA_EMU) checks the alignment a device would fault on. */
+ * multiple of CU_VEC. The emulator (TD_CUDA_EMU) checks the alignment a device would fault on, and
+ * counts the accesses (cuemu_vec_accesses), so a test can see which path an entry took. */
 #define CU_VEC 8
 static inline bool cu_vec_ok(const void *p) { return ((uintptr_t)p & 15u) == 0; }
-#ifdef TD_CUDA_EMU
-#define CU_VEC_CHECK(p, i)                                                                          \
-    do {                                                                                           \
-        if (!cu_vec_ok(p) || (i) % CU_VEC) {                                                       \
-            fprintf(stderr, "cuemu: a 16-byte access at element %zu of %p: misaligned\n", (size_t)(i), \
-                    (const void *)(p));                                                            \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
+#ifdef TD_CUDA_EMU /* tests/gpu/cuemu.h: a misaligned access aborts naming it; the accesses are counted */
+#define CU_VEC_CHECK(p, i) cuemu_vec_access(p, (size_t)(i) % CU_VEC == 0)
 #else
 #define CU_VEC_CHECK(p, i) ((void)0)
 #endif

@@ -286,29 +286,61 @@ typedef struct {
     int cp_chunk, cp_c0, cp_c1; /* be_drop's: be_drop_pos */
 } drop_args;
 
-/* out (B, T, C) = [resid +] ([inp + b]) [* mask / (1 - p)]: the cpu's drop_rows and its
- * no-dropout paths, term for term. Thread k: row k / nb, Philox block k % nb of that row. */
-static __global__ void drop_k(void *out, int ot, const void *resid, int rt, const void *inp, int it, const float *b,
-                              int T, int C, int64_t nb, size_t nthreads, drop_args d)
+/* The mask words of Philox block q of a row (all 0 without dropout). */
+static __device__ __forceinline__ void drop_words(uint32_t r[4], const drop_args &d, size_t row, int T, int64_t q)
 {
+    r[0] = r[1] = r[2] = r[3] = 0;
+    if (!d.on) return;
+    int64_t u = (int64_t)d.pos0 + (int64_t)(row % T), L = d.cp_chunk; /* be_drop_pos */
+    int64_t pos = !L ? u : u < L ? d.cp_c0 * L + u : d.cp_c1 * L + u - L;
+    cu_drop_block(r, d.seed, BE_DROP_HIDDEN, d.site, d.sample[row / T], pos, 4 * q);
+}
+/* One unit: [resid +] ([x + b]) [* mask / (1 - p)], x and resid already loaded. */
+static __device__ __forceinline__ float drop_one(float v, const float *b, int64_t c, const drop_args &d, uint32_t r,
+                                                 bool resid, float rv)
+{
+    if (b) v = v + b[c];
+    if (d.on) v = v * (r >= d.thr ? d.keep : 0.0f);
+    if (resid) v = rv + v;
+    return v;
+}
+
+/* out (B, T, C) = [resid +] ([inp + b]) [* mask / (1 - p)]: the cpu's drop_rows and its
+ * no-dropout paths, term for term. Thread k: row k / nb, Philox block k % nb of that row. vec
+ * (unit0 a multiple of 4, C of CU_VEC, out, inp and resid aligned): thread k takes two blocks,
+ * row k / (nb / 2), columns 8 (k % (nb / 2)) .. + 7, with 16-byte accesses. */
+static __global__ void drop_k(void *out, int ot, const void *resid, int rt, const void *inp, int it, const float *b,
+                              int T, int C, int64_t nb, size_t nthreads, drop_args d, int vec)
+{
+    if (vec) {
+        int64_t np = nb / 2;
+        CU_FOR(k, nthreads) {
+            size_t row = k / np;
+            int64_t q = cu_drop_first_block(d.unit0) + 2 * (int64_t)(k % np), c0 = 8 * (int64_t)(k % np);
+            uint32_t r[8];
+            drop_words(r, d, row, T, q);
+            drop_words(r + 4, d, row, T, q + 1);
+            size_t i = row * C + (size_t)c0;
+            float v[CU_VEC], rv[CU_VEC] = {0, 0, 0, 0, 0, 0, 0, 0};
+            cu_ld8(inp, it, i, v);
+            if (resid) cu_ld8(resid, rt, i, rv);
+#pragma unroll
+            for (int w = 0; w < CU_VEC; w++) v[w] = drop_one(v[w], b, c0 + w, d, r[w], resid != NULL, rv[w]);
+            cu_st8(out, ot, i, v);
+        }
+        return;
+    }
     CU_FOR(k, nthreads) {
         size_t row = k / nb;
         int64_t q = cu_drop_first_block(d.unit0) + (int64_t)(k % nb);
-        uint32_t r[4] = {0, 0, 0, 0};
-        if (d.on) {
-            int64_t u = (int64_t)d.pos0 + (int64_t)(row % T), L = d.cp_chunk; /* be_drop_pos */
-            int64_t pos = !L ? u : u < L ? d.cp_c0 * L + u : d.cp_c1 * L + u - L;
-            cu_drop_block(r, d.seed, BE_DROP_HIDDEN, d.site, d.sample[row / T], pos, 4 * q);
-        }
+        uint32_t r[4];
+        drop_words(r, d, row, T, q);
         for (int w = 0; w < 4; w++) {
             int64_t c = 4 * q + w - d.unit0;
             if (c < 0 || c >= C) continue;
             size_t i = row * C + (size_t)c;
-            float v = cu_ld(inp, it, i);
-            if (b) v = v + b[c];
-            if (d.on) v = v * (r[w] >= d.thr ? d.keep : 0.0f);
-            if (resid) v = cu_ld(resid, rt, i) + v;
-            cu_st(out, ot, i, v);
+            float rv = resid ? cu_ld(resid, rt, i) : 0.0f;
+            cu_st(out, ot, i, drop_one(cu_ld(inp, it, i), b, c, d, r[w], resid != NULL, rv));
         }
     }
 }
@@ -333,9 +365,10 @@ static void drop_launch(const backend *be, const char *entry, be_out out, be_in 
     if (!d.on && !b && !resid.p && out.p == inp.p && ot == it) return;
     if (B <= 0 || T <= 0 || C <= 0) return;
     int64_t nb = cu_drop_nblocks(d.unit0, C);
-    size_t nthreads = (size_t)B * T * (size_t)nb;
+    int vec = d.unit0 % 4 == 0 && C % CU_VEC == 0 && cu_vec_ok(out.p) && cu_vec_ok(inp.p) && cu_vec_ok(resid.p);
+    size_t nthreads = (size_t)B * T * (size_t)(vec ? nb / 2 : nb);
     drop_k<<<cu_blocks(nthreads), CU_THREADS, 0, cu_stream(be)>>>(out.p, ot, resid.p, rt, inp.p, it, b, T, C, nb,
-                                                                 nthreads, d);
+                                                                 nthreads, d, vec);
     CU_LAUNCHED("dropout");
 }
 
