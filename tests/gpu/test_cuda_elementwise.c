@@ -761,7 +761,7 @@ int main(void)
         t_norms(dt, 7, 97);
         t_norms(dt, 70, 1000);
         if (dt != BE_F32) t_kept_outputs(dt, 70, 1000);
-        t_vec_paths(dt, 5, 776); /* 3 chunks of a warp's 256 columns and 8 more */
+        t_vec_paths(dt, 24, 776); /* 3 chunks of a warp's 256 columns and 8 more */
         t_rope(dt, 2, 7, 3, 16, 16, 0);
         t_rope(dt, 1, 5, 4, 64, 32, 4090);
         t_crossentropy(dt, 7, 50304, 50257, 0);
