@@ -69,6 +69,20 @@ static inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) {
 static inline float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
 static inline float2 make_float2(float x, float y) { return float2{x, y}; }
 
+/* The CUDA kernels' 16-byte accesses (cu_common.cuh's cu_ld8, cu_st8): one at p whose element
+ * index is a multiple of the vector (ok) must be 16-byte aligned, or it aborts naming it, as the
+ * device faults; each is counted in cuemu_vec_accesses (emu_runtime.cpp), which a test program
+ * reads to see that an entry took its vector path. */
+extern "C" unsigned long long cuemu_vec_accesses;
+inline void cuemu_vec_access(const void *p, bool ok)
+{
+    if (((uintptr_t)p & 15u) || !ok) {
+        fprintf(stderr, "cuemu: a 16-byte access to %p at a misaligned element (the device faults)\n", p);
+        abort();
+    }
+    cuemu_vec_accesses++;
+}
+
 /* The emulated threads are contexts of one host thread, switched cooperatively at barriers: a
  * thread arriving at a barrier yields to the scheduler until the barrier's last thread arrives
  * (that one goes on at once). No host thread, lock or system call per barrier but the context

@@ -592,6 +592,143 @@ static void t_optimizer(size_t n)
     rm(p), rm(g), rm(m), rm(v);
 }
 
+/* ---- the vector paths against the scalar ones, bit for bit ----
+ * The bandwidth-bound entries (add, act_fwd/bwd, bias_gelu_fwd/bwd, bias_dropout_add_fwd and the
+ * dropouts, embedding_fwd, layernorm and rmsnorm fwd/bwd) take 16-byte accesses when every buffer
+ * they touch is 16-byte aligned and the row length a multiple of 8, one element at a time
+ * otherwise, with the same arithmetic. Each runs here twice on the same inputs: on buffers as
+ * be_alloc gives them (aligned: the vector path) and on copies 4 bytes further (the scalar path);
+ * the outputs must be the same bits. Under the emulator (which exports cuemu_vec_accesses, its
+ * count of 16-byte accesses) it also holds that the first run made such accesses and the second
+ * none: the two runs did take the two paths. */
+extern unsigned long long cuemu_vec_accesses __attribute__((weak));
+static unsigned long long vec_count(void) { return &cuemu_vec_accesses ? cuemu_vec_accesses : 0; }
+
+/* The same n random values of dtype dt at a (aligned) and s (4 bytes past an aligned base). */
+typedef struct {
+    size_t bytes;
+    void *a, *base, *s;
+} twin;
+static twin twin_mk(size_t n, be_dtype dt, float lo, float hi)
+{
+    size_t es = be_dtype_size(dt);
+    twin t = {n * es, NULL, NULL, NULL};
+    unsigned char *h = malloc(t.bytes ? t.bytes : 1);
+    for (size_t i = 0; i < n; i++) {
+        float v = urand(lo, hi);
+        uint16_t u = dt == BE_BF16 ? td_f32_to_bf16(v) : td_f32_to_f16(v);
+        if (dt == BE_F32) memcpy(h + 4 * i, &v, 4);
+        else memcpy(h + 2 * i, &u, 2);
+    }
+    t.a = to_dev(g_gpu, h, t.bytes);
+    t.base = be_alloc(g_gpu, t.bytes + 16);
+    t.s = (char *)t.base + 4;
+    be_memcpy(g_gpu, t.s, h, t.bytes, BE_H2D);
+    free(h);
+    return t;
+}
+static void twin_rm(twin t)
+{
+    be_dfree(g_gpu, t.a);
+    be_dfree(g_gpu, t.base);
+}
+/* out's two copies are the same bits, and when counted (emulated) va > 0 vector accesses on the
+ * aligned run, vs == 0 on the shifted one. */
+static void check_vec(const char *what, be_dtype dt, twin out, int counted, unsigned long long va,
+                      unsigned long long vs)
+{
+    unsigned char *a = malloc(out.bytes), *b = malloc(out.bytes);
+    be_memcpy(g_gpu, a, out.a, out.bytes, BE_D2H);
+    be_memcpy(g_gpu, b, out.s, out.bytes, BE_D2H);
+    size_t es = be_dtype_size(dt), diff = 0;
+    for (size_t i = 0; i < out.bytes; i += es) diff += memcmp(a + i, b + i, es) != 0;
+    counted = counted && &cuemu_vec_accesses;
+    int paths = !counted || (va > 0 && vs == 0);
+    g_checks++;
+    g_fails += diff != 0 || !paths;
+    printf("%s %-48s %-4s vector vs scalar path: %zu elements differ%s", diff || !paths ? "FAIL" : "ok  ", what,
+           be_dtype_name(dt), diff, diff ? " (bit for bit)" : "");
+    if (counted) printf(", %llu and %llu 16-byte accesses%s", va, vs, paths ? "" : " (paths not taken)");
+    printf("\n");
+    free(a), free(b);
+}
+/* CALL twice, S = 0 (the aligned twins, TW(t)) then 1 (the shifted ones); checks out. */
+#define TW(t) (S ? (t).s : (t).a)
+#define VEC_RUN(what, dt, out, CALL)                                       \
+    do {                                                                  \
+        unsigned long long n_[2];                                         \
+        for (int S = 0; S < 2; S++) {                                     \
+            unsigned long long c_ = vec_count();                          \
+            CALL;                                                         \
+            n_[S] = vec_count() - c_;                                     \
+        }                                                                 \
+        check_vec(what, dt, out, 1, n_[0], n_[1]);                           \
+    } while (0)
+
+static void t_vec_paths(be_dtype dt, int N, int C)
+{
+    const struct be_ops *o = g_gpu->ops;
+    size_t n = (size_t)N * C;
+    char what[80];
+    twin x = twin_mk(n, dt, -2, 3), y = twin_mk(n, dt, -2, 2), out = twin_mk(n, dt, 0, 0), d = twin_mk(n, dt, -1, 1);
+    twin w = twin_mk(C, BE_F32, 0.5f, 1.5f), b = twin_mk(C, BE_F32, -1, 1);
+    twin mean = twin_mk(N, BE_F32, 0, 0), rstd = twin_mk(N, BE_F32, 0, 0);
+    twin x2 = twin_mk(2 * n, dt, -4, 4), d2 = twin_mk(2 * n, dt, -1, 1);
+#define IN(t) ((be_in){TW(t), dt})
+#define OUT(t) ((be_out){TW(t), dt})
+#define F(t) ((float *)TW(t))
+    VEC_RUN(label("add", dt, N, C), dt, out, o->add(g_gpu, OUT(out), IN(x), IN(y), n));
+    for (int act = 0; act < TD_ACT_COUNT; act++)
+        for (int glu = 0; glu < 2; glu++) {
+            twin xi = glu ? x2 : x, di = glu ? d2 : d;
+            snprintf(what, sizeof what, "act_fwd %s", td_act_label(act, glu));
+            VEC_RUN(label(what, dt, N, C), dt, out, o->act_fwd(g_gpu, act, glu, OUT(out), IN(xi), N, C));
+            snprintf(what, sizeof what, "act_bwd %s", td_act_label(act, glu));
+            VEC_RUN(label(what, dt, N, C), dt, di, o->act_bwd(g_gpu, act, glu, OUT(di), IN(y), IN(xi), N, C));
+        }
+    VEC_RUN(label("bias_gelu_fwd", dt, N, C), dt, out, o->bias_gelu_fwd(g_gpu, OUT(out), IN(x), F(b), N, C));
+    VEC_RUN(label("bias_gelu_bwd dinp", dt, N, C), dt, d,
+            o->bias_gelu_bwd(g_gpu, OUT(d), NULL, IN(y), IN(x), F(b), N, C));
+    VEC_RUN(label("layernorm_fwd out", dt, N, C), dt, out,
+            o->layernorm_fwd(g_gpu, OUT(out), F(mean), F(rstd), IN(x), F(w), F(b), N, C, 1e-5f));
+    check_vec(label("layernorm_fwd mean", dt, N, C), BE_F32, mean, 0, 0, 0);
+    check_vec(label("layernorm_fwd rstd", dt, N, C), BE_F32, rstd, 0, 0, 0);
+    VEC_RUN(label("layernorm_bwd dinp", dt, N, C), dt, d,
+            o->layernorm_bwd(g_gpu, OUT(d), NULL, NULL, IN(y), IN(x), F(w), F(mean), F(rstd), N, C));
+    VEC_RUN(label("rmsnorm_fwd out", dt, N, C), dt, out,
+            o->rmsnorm_fwd(g_gpu, OUT(out), F(rstd), IN(x), F(w), N, C, 1e-6f));
+    check_vec(label("rmsnorm_fwd rstd", dt, N, C), BE_F32, rstd, 0, 0, 0);
+    VEC_RUN(label("rmsnorm_bwd dinp", dt, N, C), dt, d,
+            o->rmsnorm_bwd(g_gpu, OUT(d), NULL, IN(y), IN(x), F(w), F(rstd), N, C));
+
+    /* the dropouts: unit0 a multiple of 4 (the vector path's), over two rows of 1 sample */
+    int64_t samples[1] = {11};
+    int64_t *gs = to_dev(g_gpu, samples, sizeof samples);
+    be_drop drop = {.p = 0.3f, .seed = 0x0123456789abcdefULL, .sample = gs, .site = 7, .pos0 = 5, .unit0 = 8};
+    VEC_RUN(label("bias_dropout_add_fwd", dt, N, C), dt, out,
+            o->bias_dropout_add_fwd(g_gpu, OUT(out), IN(y), IN(x), F(b), 1, N, C, &drop));
+    VEC_RUN(label("bias_dropout_add_fwd no dropout", dt, N, C), dt, out,
+            o->bias_dropout_add_fwd(g_gpu, OUT(out), IN(y), IN(x), F(b), 1, N, C, NULL));
+    VEC_RUN(label("dropout_fwd", dt, N, C), dt, out, o->dropout_fwd(g_gpu, OUT(out), IN(x), 1, N, C, &drop));
+    VEC_RUN(label("dropout_bwd (in place)", dt, N, C), dt, d, o->dropout_bwd(g_gpu, OUT(d), IN(d), 1, N, C, &drop));
+    be_dfree(g_gpu, gs);
+
+    /* embedding_fwd: ids in and out of the slice [1, 1 + Vloc) */
+    int32_t ids[64];
+    for (int i = 0; i < N && i < 64; i++) ids[i] = i % 7;
+    int32_t *gid = to_dev(g_gpu, ids, sizeof ids);
+    twin wte = twin_mk((size_t)4 * C, BE_F32, -1, 1);
+    VEC_RUN(label("embedding_fwd", dt, N, C), dt, out,
+            o->embedding_fwd(g_gpu, OUT(out), gid, F(wte), N < 64 ? N : 64, C, 1, 4));
+    be_dfree(g_gpu, gid);
+    twin_rm(wte);
+#undef IN
+#undef OUT
+#undef F
+    twin_rm(x), twin_rm(y), twin_rm(out), twin_rm(d), twin_rm(w), twin_rm(b), twin_rm(mean), twin_rm(rstd);
+    twin_rm(x2), twin_rm(d2);
+}
+
 int main(void)
 {
     if (fill_sets_exactly_the_family()) return 1;
@@ -616,6 +753,7 @@ int main(void)
         t_dropout(dt, 3, 7, 97, 0.1f, 0, 0);
         t_dropout(dt, 2, 5, 1000, 0.5f, 3, 17);
         t_dropout(dt, 1, 2, 50257, 0.3f, 130, 4000);
+        t_dropout(dt, 2, 3, 776, 0.2f, 64, 5); /* the vector path (unit0 and C multiples of 8) */
         t_embedding(dt, 64, 97, 0, 50);
         t_embedding(dt, 7, 1000, 100, 3);
         t_pos_embedding(dt, 3, 7, 97, 0);
@@ -623,6 +761,7 @@ int main(void)
         t_norms(dt, 7, 97);
         t_norms(dt, 70, 1000);
         if (dt != BE_F32) t_kept_outputs(dt, 70, 1000);
+        t_vec_paths(dt, 24, 776); /* 3 chunks of a warp's 256 columns and 8 more */
         t_rope(dt, 2, 7, 3, 16, 16, 0);
         t_rope(dt, 1, 5, 4, 64, 32, 4090);
         t_crossentropy(dt, 7, 50304, 50257, 0);

@@ -38,6 +38,55 @@ static __device__ __forceinline__ uint16_t cu_f2h(float x, bool bf)
     return bf ? __bfloat16_as_ushort(__float2bfloat16_rn(x)) : __half_as_ushort(__float2half_rn(x));
 }
 
+/* ---- 16-byte accesses: the bandwidth-bound kernels' vector paths ----
+ * CU_VEC consecutive elements i .. i + CU_VEC - 1 of a buffer whose base is 16-byte aligned, i a
+ * multiple of CU_VEC: one 16-byte access for bf16 and fp16, two for fp32 (dt switched at run time,
+ * the same branch for every thread). The values are cu_ld's and the stores cu_st's roundings, so a
+ * kernel computing each element with the same expression gives the same bits on either path.
+ * The host picks the path: cu_vec_ok(p) for every buffer the kernel touches, and the sizes a
+ * multiple of CU_VEC. The emulator (TD_CUDA_EMU) checks the alignment a device would fault on, and
+ * counts the accesses (cuemu_vec_accesses), so a test can see which path an entry took. */
+#define CU_VEC 8
+static inline bool cu_vec_ok(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+#ifdef TD_CUDA_EMU /* tests/gpu/cuemu.h: a misaligned access aborts naming it; the accesses are counted */
+#define CU_VEC_CHECK(p, i) cuemu_vec_access(p, (size_t)(i) % CU_VEC == 0)
+#else
+#define CU_VEC_CHECK(p, i) ((void)0)
+#endif
+static __device__ __forceinline__ void cu_ld8(const void *p, int dt, size_t i, float v[CU_VEC])
+{
+    CU_VEC_CHECK(p, i);
+    if (dt == BE_F32) {
+        const float4 *q = (const float4 *)((const float *)p + i);
+        float4 a = q[0], b = q[1];
+        v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+        return;
+    }
+    uint4 u = *(const uint4 *)((const uint16_t *)p + i);
+    bool bf = dt == BE_BF16;
+    uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        v[2 * k] = cu_h2f((uint16_t)(w[k] & 0xffffu), bf);
+        v[2 * k + 1] = cu_h2f((uint16_t)(w[k] >> 16), bf);
+    }
+}
+static __device__ __forceinline__ void cu_st8(void *p, int dt, size_t i, const float v[CU_VEC])
+{
+    CU_VEC_CHECK(p, i);
+    if (dt == BE_F32) {
+        float4 *q = (float4 *)((float *)p + i);
+        q[0] = make_float4(v[0], v[1], v[2], v[3]);
+        q[1] = make_float4(v[4], v[5], v[6], v[7]);
+        return;
+    }
+    bool bf = dt == BE_BF16;
+    uint32_t w[4];
+#pragma unroll
+    for (int k = 0; k < 4; k++) w[k] = (uint32_t)cu_f2h(v[2 * k], bf) | (uint32_t)cu_f2h(v[2 * k + 1], bf) << 16;
+    *(uint4 *)((uint16_t *)p + i) = make_uint4(w[0], w[1], w[2], w[3]);
+}
+
 /* Element i += x (in fp32, then rounded into dt). */
 static __device__ __forceinline__ void cu_acc(void *p, int dt, size_t i, float x)
 {

@@ -8,6 +8,10 @@
  * keeps nvcc's time small. Every value is widened to fp32 on load and computed in fp32; a store
  * rounds to the buffer's dtype to nearest even (NaN stays NaN, fp16 overflows to +-Inf), as the
  * backend's convert does. Accumulating entries (+=) read the old value, add in fp32 and round once.
+ * The bandwidth-bound entries (add, the activations, bias + GeLU, the dropouts, embedding_fwd, the
+ * norms) also have a vector path, 8 elements a thread through cu_ld8/cu_st8 (cu_common.cuh), taken
+ * when every buffer is 16-byte aligned and the row length a multiple of 8: each element computed
+ * by the same expression as on the scalar path, every row sum in the same order, the same bits.
  *
  * Determinism. Every reduction here sums in an order fixed by the sizes alone (the block sizes
  * are constants, never the device's SM count), with no floating-point atomics: the same inputs

@@ -17,15 +17,28 @@ extern "C" {
 
 /* ---- add, scale, bias ---- */
 
-static __global__ void add_k(void *out, int ot, const void *a, int at, const void *b, int bt, size_t n)
+/* vec: CU_VEC elements a thread, 16-byte accesses (every buffer aligned, n a multiple of CU_VEC). */
+static __global__ void add_k(void *out, int ot, const void *a, int at, const void *b, int bt, size_t n, int vec)
 {
+    if (vec) {
+        CU_FOR(g, n / CU_VEC) {
+            float x[CU_VEC], y[CU_VEC];
+            cu_ld8(a, at, g * CU_VEC, x);
+            cu_ld8(b, bt, g * CU_VEC, y);
+#pragma unroll
+            for (int k = 0; k < CU_VEC; k++) x[k] = x[k] + y[k];
+            cu_st8(out, ot, g * CU_VEC, x);
+        }
+        return;
+    }
     CU_FOR(i, n) cu_st(out, ot, i, cu_ld(a, at, i) + cu_ld(b, bt, i));
 }
 static void e_add(const backend *be, be_out out, be_in a, be_in b, size_t n)
 {
     if (n == 0) return;
-    add_k<<<cu_blocks(n), CU_THREADS, 0, cu_stream(be)>>>(out.p, cu_dtype(out.dt, "add"), a.p, cu_dtype(a.dt, "add"),
-                                                         b.p, cu_dtype(b.dt, "add"), n);
+    int vec = n % CU_VEC == 0 && cu_vec_ok(out.p) && cu_vec_ok(a.p) && cu_vec_ok(b.p);
+    add_k<<<cu_blocks(vec ? n / CU_VEC : n), CU_THREADS, 0, cu_stream(be)>>>(
+        out.p, cu_dtype(out.dt, "add"), a.p, cu_dtype(a.dt, "add"), b.p, cu_dtype(b.dt, "add"), n, vec);
     CU_LAUNCHED("add");
 }
 
@@ -86,8 +99,23 @@ static __device__ float act_df(int act, float x)
 }
 
 /* n = N F outputs; gated: inp rows [gate | up] of 2F. */
-static __global__ void act_fwd_k(int act, int glu, void *out, int ot, const void *inp, int it, int F, size_t n)
+/* vec: CU_VEC outputs a thread, 16-byte accesses (every buffer aligned, F a multiple of CU_VEC, so
+ * that a thread's outputs, gates and ups are each one aligned run of a row). */
+static __global__ void act_fwd_k(int act, int glu, void *out, int ot, const void *inp, int it, int F, size_t n,
+                                 int vec)
 {
+    if (vec) {
+        CU_FOR(q, n / CU_VEC) {
+            size_t i = q * CU_VEC, g = glu ? i / F * 2 * F + i % F : i;
+            float x[CU_VEC], u[CU_VEC], y[CU_VEC];
+            cu_ld8(inp, it, g, x);
+            if (glu) cu_ld8(inp, it, g + F, u);
+#pragma unroll
+            for (int k = 0; k < CU_VEC; k++) y[k] = !glu ? act_f(act, x[k]) : act_f(act, x[k]) * u[k];
+            cu_st8(out, ot, i, y);
+        }
+        return;
+    }
     CU_FOR(i, n) {
         if (!glu) {
             cu_st(out, ot, i, act_f(act, cu_ld(inp, it, i)));
@@ -97,9 +125,49 @@ static __global__ void act_fwd_k(int act, int glu, void *out, int ot, const void
         }
     }
 }
-static __global__ void act_bwd_k(int act, int glu, void *dinp, int dit, const void *dout, int dt, const void *inp,
-                                 int it, int F, size_t n)
+/* The gated derivatives (gate dg, up du) of one element, in the cpu's order. */
+static __device__ __forceinline__ void glu_df(int act, float dy, float x, float u, float *dg, float *du)
 {
+    if (act == TD_ACT_SILU) { /* the cpu's SwiGLU products, in its order */
+        float sg = sigmoid(x);
+        *dg = dy * u * sg * (1.0f + x * (1.0f - sg));
+        *du = dy * x * sg;
+    } else {
+        *dg = dy * u * act_df(act, x);
+        *du = dy * act_f(act, x);
+    }
+}
+static __global__ void act_bwd_k(int act, int glu, void *dinp, int dit, const void *dout, int dt, const void *inp,
+                                 int it, int F, size_t n, int vec)
+{
+    if (vec) { /* as act_fwd_k's */
+        CU_FOR(q, n / CU_VEC) {
+            size_t i = q * CU_VEC, g = glu ? i / F * 2 * F + i % F : i;
+            float dy[CU_VEC], x[CU_VEC], d[CU_VEC];
+            cu_ld8(dout, dt, i, dy);
+            cu_ld8(inp, it, g, x);
+            cu_ld8(dinp, dit, g, d);
+            if (!glu) {
+#pragma unroll
+                for (int k = 0; k < CU_VEC; k++) d[k] = d[k] + act_df(act, x[k]) * dy[k];
+                cu_st8(dinp, dit, g, d);
+                continue;
+            }
+            float u[CU_VEC], du[CU_VEC];
+            cu_ld8(inp, it, g + F, u);
+            cu_ld8(dinp, dit, g + F, du);
+#pragma unroll
+            for (int k = 0; k < CU_VEC; k++) {
+                float a, b;
+                glu_df(act, dy[k], x[k], u[k], &a, &b);
+                d[k] = d[k] + a;
+                du[k] = du[k] + b;
+            }
+            cu_st8(dinp, dit, g, d);
+            cu_st8(dinp, dit, g + F, du);
+        }
+        return;
+    }
     CU_FOR(i, n) {
         float dy = cu_ld(dout, dt, i);
         if (!glu) {
@@ -108,14 +176,7 @@ static __global__ void act_bwd_k(int act, int glu, void *dinp, int dit, const vo
         }
         size_t g = i / F * 2 * F + i % F;
         float x = cu_ld(inp, it, g), u = cu_ld(inp, it, g + F), dg, du;
-        if (act == TD_ACT_SILU) { /* the cpu's SwiGLU products, in its order */
-            float sg = sigmoid(x);
-            dg = dy * u * sg * (1.0f + x * (1.0f - sg));
-            du = dy * x * sg;
-        } else {
-            dg = dy * u * act_df(act, x);
-            du = dy * act_f(act, x);
-        }
+        glu_df(act, dy, x, u, &dg, &du);
         cu_st(dinp, dit, g, cu_ld(dinp, dit, g) + dg);
         cu_st(dinp, dit, g + F, cu_ld(dinp, dit, g + F) + du);
     }
@@ -131,8 +192,9 @@ static void e_act_fwd(const backend *be, int act, int glu, be_out out, be_in inp
     check_act(act, "act_fwd");
     size_t n = (size_t)N * F;
     if (n == 0) return;
-    act_fwd_k<<<cu_blocks(n), CU_THREADS, 0, cu_stream(be)>>>(act, glu, out.p, cu_dtype(out.dt, "act_fwd"), inp.p,
-                                                             cu_dtype(inp.dt, "act_fwd"), F, n);
+    int vec = F % CU_VEC == 0 && cu_vec_ok(out.p) && cu_vec_ok(inp.p);
+    act_fwd_k<<<cu_blocks(vec ? n / CU_VEC : n), CU_THREADS, 0, cu_stream(be)>>>(
+        act, glu, out.p, cu_dtype(out.dt, "act_fwd"), inp.p, cu_dtype(inp.dt, "act_fwd"), F, n, vec);
     CU_LAUNCHED("act_fwd");
 }
 static void e_act_bwd(const backend *be, int act, int glu, be_out dinp, be_in dout, be_in inp, int N, int F)
@@ -140,21 +202,50 @@ static void e_act_bwd(const backend *be, int act, int glu, be_out dinp, be_in do
     check_act(act, "act_bwd");
     size_t n = (size_t)N * F;
     if (n == 0 || !dinp.p) return;
-    act_bwd_k<<<cu_blocks(n), CU_THREADS, 0, cu_stream(be)>>>(act, glu, dinp.p, cu_dtype(dinp.dt, "act_bwd"), dout.p,
-                                                             cu_dtype(dout.dt, "act_bwd"), inp.p,
-                                                             cu_dtype(inp.dt, "act_bwd"), F, n);
+    int vec = F % CU_VEC == 0 && cu_vec_ok(dinp.p) && cu_vec_ok(dout.p) && cu_vec_ok(inp.p);
+    act_bwd_k<<<cu_blocks(vec ? n / CU_VEC : n), CU_THREADS, 0, cu_stream(be)>>>(
+        act, glu, dinp.p, cu_dtype(dinp.dt, "act_bwd"), dout.p, cu_dtype(dout.dt, "act_bwd"), inp.p,
+        cu_dtype(inp.dt, "act_bwd"), F, n, vec);
     CU_LAUNCHED("act_bwd");
 }
 
 /* ---- fused bias + GeLU (tanh) ---- */
 
-static __global__ void bias_gelu_fwd_k(void *out, int ot, const void *inp, int it, const float *b, int C, size_t n)
+/* vec: CU_VEC elements a thread, 16-byte accesses (every buffer and b aligned, C a multiple of CU_VEC). */
+static __global__ void bias_gelu_fwd_k(void *out, int ot, const void *inp, int it, const float *b, int C, size_t n,
+                                       int vec)
 {
+    if (vec) {
+        CU_FOR(q, n / CU_VEC) {
+            size_t i = q * CU_VEC;
+            float x[CU_VEC], bb[CU_VEC];
+            cu_ld8(inp, it, i, x);
+            cu_ld8(b, BE_F32, i % C, bb);
+#pragma unroll
+            for (int k = 0; k < CU_VEC; k++) x[k] = act_f(TD_ACT_GELU, x[k] + bb[k]);
+            cu_st8(out, ot, i, x);
+        }
+        return;
+    }
     CU_FOR(i, n) cu_st(out, ot, i, act_f(TD_ACT_GELU, cu_ld(inp, it, i) + b[i % C]));
 }
 static __global__ void bias_gelu_bwd_k(void *dinp, int dit, const void *dout, int dt, const void *inp, int it,
-                                       const float *b, int C, size_t n)
+                                       const float *b, int C, size_t n, int vec)
 {
+    if (vec) {
+        CU_FOR(q, n / CU_VEC) {
+            size_t i = q * CU_VEC;
+            float d[CU_VEC], x[CU_VEC], bb[CU_VEC], dy[CU_VEC];
+            cu_ld8(dinp, dit, i, d);
+            cu_ld8(inp, it, i, x);
+            cu_ld8(b, BE_F32, i % C, bb);
+            cu_ld8(dout, dt, i, dy);
+#pragma unroll
+            for (int k = 0; k < CU_VEC; k++) d[k] = d[k] + cu_gelu_grad(x[k] + bb[k]) * dy[k];
+            cu_st8(dinp, dit, i, d);
+        }
+        return;
+    }
     CU_FOR(i, n)
     cu_st(dinp, dit, i, cu_ld(dinp, dit, i) + cu_gelu_grad(cu_ld(inp, it, i) + b[i % C]) * cu_ld(dout, dt, i));
 }
@@ -162,8 +253,9 @@ static void e_bias_gelu_fwd(const backend *be, be_out out, be_in inp, const floa
 {
     size_t n = (size_t)N * C;
     if (n == 0) return;
-    bias_gelu_fwd_k<<<cu_blocks(n), CU_THREADS, 0, cu_stream(be)>>>(out.p, cu_dtype(out.dt, "bias_gelu_fwd"), inp.p,
-                                                                   cu_dtype(inp.dt, "bias_gelu_fwd"), b, C, n);
+    int vec = C % CU_VEC == 0 && cu_vec_ok(out.p) && cu_vec_ok(inp.p) && cu_vec_ok(b);
+    bias_gelu_fwd_k<<<cu_blocks(vec ? n / CU_VEC : n), CU_THREADS, 0, cu_stream(be)>>>(
+        out.p, cu_dtype(out.dt, "bias_gelu_fwd"), inp.p, cu_dtype(inp.dt, "bias_gelu_fwd"), b, C, n, vec);
     CU_LAUNCHED("bias_gelu_fwd");
 }
 /* db first (a column sum over the rows in a fixed order, norm.cu), then dinp: the same terms
@@ -176,8 +268,9 @@ static void e_bias_gelu_bwd(const backend *be, be_out dinp, float *db, be_in dou
     int dt = cu_dtype(dout.dt, "bias_gelu_bwd"), it = cu_dtype(inp.dt, "bias_gelu_bwd");
     if (db) cu_colsum(be, CU_COL_GELU, db, NULL, dout.p, dt, inp.p, it, NULL, NULL, b, N, C);
     if (!dinp.p) return;
-    bias_gelu_bwd_k<<<cu_blocks(n), CU_THREADS, 0, cu_stream(be)>>>(
-        dinp.p, cu_dtype(dinp.dt, "bias_gelu_bwd"), dout.p, dt, inp.p, it, b, C, n);
+    int vec = C % CU_VEC == 0 && cu_vec_ok(dinp.p) && cu_vec_ok(dout.p) && cu_vec_ok(inp.p) && cu_vec_ok(b);
+    bias_gelu_bwd_k<<<cu_blocks(vec ? n / CU_VEC : n), CU_THREADS, 0, cu_stream(be)>>>(
+        dinp.p, cu_dtype(dinp.dt, "bias_gelu_bwd"), dout.p, dt, inp.p, it, b, C, n, vec);
     CU_LAUNCHED("bias_gelu_bwd");
 }
 
@@ -193,29 +286,61 @@ typedef struct {
     int cp_chunk, cp_c0, cp_c1; /* be_drop's: be_drop_pos */
 } drop_args;
 
-/* out (B, T, C) = [resid +] ([inp + b]) [* mask / (1 - p)]: the cpu's drop_rows and its
- * no-dropout paths, term for term. Thread k: row k / nb, Philox block k % nb of that row. */
-static __global__ void drop_k(void *out, int ot, const void *resid, int rt, const void *inp, int it, const float *b,
-                              int T, int C, int64_t nb, size_t nthreads, drop_args d)
+/* The mask words of Philox block q of a row (all 0 without dropout). */
+static __device__ __forceinline__ void drop_words(uint32_t r[4], const drop_args &d, size_t row, int T, int64_t q)
 {
+    r[0] = r[1] = r[2] = r[3] = 0;
+    if (!d.on) return;
+    int64_t u = (int64_t)d.pos0 + (int64_t)(row % T), L = d.cp_chunk; /* be_drop_pos */
+    int64_t pos = !L ? u : u < L ? d.cp_c0 * L + u : d.cp_c1 * L + u - L;
+    cu_drop_block(r, d.seed, BE_DROP_HIDDEN, d.site, d.sample[row / T], pos, 4 * q);
+}
+/* One unit: [resid +] ([x + b]) [* mask / (1 - p)], x and resid already loaded. */
+static __device__ __forceinline__ float drop_one(float v, const float *b, int64_t c, const drop_args &d, uint32_t r,
+                                                 bool resid, float rv)
+{
+    if (b) v = v + b[c];
+    if (d.on) v = v * (r >= d.thr ? d.keep : 0.0f);
+    if (resid) v = rv + v;
+    return v;
+}
+
+/* out (B, T, C) = [resid +] ([inp + b]) [* mask / (1 - p)]: the cpu's drop_rows and its
+ * no-dropout paths, term for term. Thread k: row k / nb, Philox block k % nb of that row. vec
+ * (unit0 a multiple of 4, C of CU_VEC, out, inp and resid aligned): thread k takes two blocks,
+ * row k / (nb / 2), columns 8 (k % (nb / 2)) .. + 7, with 16-byte accesses. */
+static __global__ void drop_k(void *out, int ot, const void *resid, int rt, const void *inp, int it, const float *b,
+                              int T, int C, int64_t nb, size_t nthreads, drop_args d, int vec)
+{
+    if (vec) {
+        int64_t np = nb / 2;
+        CU_FOR(k, nthreads) {
+            size_t row = k / np;
+            int64_t q = cu_drop_first_block(d.unit0) + 2 * (int64_t)(k % np), c0 = 8 * (int64_t)(k % np);
+            uint32_t r[8];
+            drop_words(r, d, row, T, q);
+            drop_words(r + 4, d, row, T, q + 1);
+            size_t i = row * C + (size_t)c0;
+            float v[CU_VEC], rv[CU_VEC] = {0, 0, 0, 0, 0, 0, 0, 0};
+            cu_ld8(inp, it, i, v);
+            if (resid) cu_ld8(resid, rt, i, rv);
+#pragma unroll
+            for (int w = 0; w < CU_VEC; w++) v[w] = drop_one(v[w], b, c0 + w, d, r[w], resid != NULL, rv[w]);
+            cu_st8(out, ot, i, v);
+        }
+        return;
+    }
     CU_FOR(k, nthreads) {
         size_t row = k / nb;
         int64_t q = cu_drop_first_block(d.unit0) + (int64_t)(k % nb);
-        uint32_t r[4] = {0, 0, 0, 0};
-        if (d.on) {
-            int64_t u = (int64_t)d.pos0 + (int64_t)(row % T), L = d.cp_chunk; /* be_drop_pos */
-            int64_t pos = !L ? u : u < L ? d.cp_c0 * L + u : d.cp_c1 * L + u - L;
-            cu_drop_block(r, d.seed, BE_DROP_HIDDEN, d.site, d.sample[row / T], pos, 4 * q);
-        }
+        uint32_t r[4];
+        drop_words(r, d, row, T, q);
         for (int w = 0; w < 4; w++) {
             int64_t c = 4 * q + w - d.unit0;
             if (c < 0 || c >= C) continue;
             size_t i = row * C + (size_t)c;
-            float v = cu_ld(inp, it, i);
-            if (b) v = v + b[c];
-            if (d.on) v = v * (r[w] >= d.thr ? d.keep : 0.0f);
-            if (resid) v = cu_ld(resid, rt, i) + v;
-            cu_st(out, ot, i, v);
+            float rv = resid ? cu_ld(resid, rt, i) : 0.0f;
+            cu_st(out, ot, i, drop_one(cu_ld(inp, it, i), b, c, d, r[w], resid != NULL, rv));
         }
     }
 }
@@ -240,9 +365,10 @@ static void drop_launch(const backend *be, const char *entry, be_out out, be_in 
     if (!d.on && !b && !resid.p && out.p == inp.p && ot == it) return;
     if (B <= 0 || T <= 0 || C <= 0) return;
     int64_t nb = cu_drop_nblocks(d.unit0, C);
-    size_t nthreads = (size_t)B * T * (size_t)nb;
+    int vec = d.unit0 % 4 == 0 && C % CU_VEC == 0 && cu_vec_ok(out.p) && cu_vec_ok(inp.p) && cu_vec_ok(resid.p);
+    size_t nthreads = (size_t)B * T * (size_t)(vec ? nb / 2 : nb);
     drop_k<<<cu_blocks(nthreads), CU_THREADS, 0, cu_stream(be)>>>(out.p, ot, resid.p, rt, inp.p, it, b, T, C, nb,
-                                                                 nthreads, d);
+                                                                 nthreads, d, vec);
     CU_LAUNCHED("dropout");
 }
 
@@ -265,9 +391,25 @@ static void e_bias_dropout_add_fwd(const backend *be, be_out out, be_in resid, b
 
 /* ---- embeddings ---- */
 
+/* vec: CU_VEC elements a thread, 16-byte accesses (out and wte aligned, C a multiple of CU_VEC). */
 static __global__ void embedding_fwd_k(void *out, int ot, const int32_t *ids, const float *wte, int C, int vstart,
-                                       int Vloc, size_t n)
+                                       int Vloc, size_t n, int vec)
 {
+    if (vec) {
+        CU_FOR(q, n / CU_VEC) {
+            size_t i = q * CU_VEC;
+            int64_t r = (int64_t)ids[i / C] - vstart;
+            float v[CU_VEC];
+            if (r >= 0 && r < Vloc) {
+                cu_ld8(wte, BE_F32, (size_t)r * C + i % C, v);
+            } else {
+#pragma unroll
+                for (int k = 0; k < CU_VEC; k++) v[k] = 0.0f;
+            }
+            cu_st8(out, ot, i, v);
+        }
+        return;
+    }
     CU_FOR(i, n) {
         int64_t r = (int64_t)ids[i / C] - vstart;
         cu_st(out, ot, i, r >= 0 && r < Vloc ? wte[(size_t)r * C + i % C] : 0.0f);
@@ -278,8 +420,9 @@ static void e_embedding_fwd(const backend *be, be_out out, const int32_t *ids, c
 {
     size_t n = (size_t)BT * C;
     if (n == 0) return;
-    embedding_fwd_k<<<cu_blocks(n), CU_THREADS, 0, cu_stream(be)>>>(out.p, cu_dtype(out.dt, "embedding_fwd"), ids,
-                                                                   wte, C, vstart, Vloc, n);
+    int vec = C % CU_VEC == 0 && cu_vec_ok(out.p) && cu_vec_ok(wte);
+    embedding_fwd_k<<<cu_blocks(vec ? n / CU_VEC : n), CU_THREADS, 0, cu_stream(be)>>>(
+        out.p, cu_dtype(out.dt, "embedding_fwd"), ids, wte, C, vstart, Vloc, n, vec);
     CU_LAUNCHED("embedding_fwd");
 }
 

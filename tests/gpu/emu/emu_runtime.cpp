@@ -36,6 +36,10 @@ static cudaError_t fail(cudaError_t e)
 }
 
 extern "C" {
+unsigned long long cuemu_vec_accesses; /* cuemu.h */
+}
+
+extern "C" {
 
 void emu_cuda_set_error(cudaError_t e) { g_last = e; }
 void emu_cuda_set_smem_limit(const void *kernel, int bytes) { g_smem[kernel] = bytes; }
