@@ -87,7 +87,7 @@ endfunction()
 td_cuda_emu_test(elementwise test_cuda_elementwise.c 2)
 # seed 1 (the program's argv[1]; it prints how to run another)
 td_cuda_emu_test(backend test_gpu_backend.c 1 1)
-td_cuda_emu_test(attention_moe test_cuda_attention_moe.c 10)
+td_cuda_emu_test(attention_moe test_cuda_attention_moe.c 7)
 
 # The whole command line on the emulated backend (trident_emu: `--backend cuda` runs the CUDA
 # backend's kernels on host threads), for the end-to-end runs of tests/gpu/cuda_emu_train.sh: the
