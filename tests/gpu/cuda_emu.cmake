@@ -107,8 +107,8 @@ list(TRANSFORM TRIDENT_FLOORS PREPEND trident_ OUTPUT_VARIABLE td_emu_floors)
 target_link_libraries(trident_emu PRIVATE trident_cuda_emu ${td_emu_floors})
 target_include_directories(trident_emu PRIVATE ${CMAKE_SOURCE_DIR}/src/backend)
 add_dependencies(trident_emu trident_emu_cublas trident_emu_cublaslt)
-# tests/gpu/cuda_emu_train.sh: training on the emulated GPU against the cpu (GPT fp32 and bf16, a
-# Llama-shaped bf16 model, generation, tp 2 x pp 2 MoE, and dp 2 layouts); about 11 s, most of it the emulated kernels
+# tests/gpu/cuda_emu_train.sh: training on the emulated GPU against the cpu (GPT fp32 and bf16,
+# generation, tp 2 x pp 2; TD_EMU_FULL=1 adds Llama, MoE and dp 2); about 7 s, most of it the emulated kernels
 add_test(NAME e2e/cuda_emu_train COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/cuda_emu_train.sh)
 set_tests_properties(e2e/cuda_emu_train PROPERTIES FIXTURES_REQUIRED checkpoint_data COST 7 TIMEOUT 120
   ENVIRONMENT "TRIDENT=$<TARGET_FILE:trident>;TRIDENT_EMU=$<TARGET_FILE:trident_emu>;CUEMU_LIB=${TD_EMU_OUT}/lib;COMPARE_RUNS=$<TARGET_FILE:compare_runs>;BYTES_DATA=${CMAKE_BINARY_DIR}/testtmp/checkpoint/bytes_text_document;BYTES_TOKENIZER=${CMAKE_BINARY_DIR}/testtmp/checkpoint/bytes.json;WORK=${CMAKE_BINARY_DIR}/testtmp/cuda_emu_train")
