@@ -67,9 +67,7 @@ void tp_column_linear_fwd_to(const backend *be, const comm *tp, be_out out, be_i
 void tp_column_linear_bwd(const backend *be, const comm *tp, float *dinp, float *dw, float *db,
                           const float *dout, be_in inp, const float *w, int BT, int C, int OCl)
 {
-    be_zero(be, dinp, (size_t)BT * C);
-    be_matmul_bwd_in(be, dinp, dw, db, dout, inp, w, BT, C, OCl);
-    tp_copy_bwd(be, tp, dinp, (size_t)BT * C);
+    tp_column_linear_bwd_lp(be, tp, dinp, dw, db, be_f32(dout), inp, w, BT, C, OCl);
 }
 
 void tp_column_linear_bwd_lp(const backend *be, const comm *tp, float *dinp, float *dw, float *db, be_in dout,

@@ -539,6 +539,26 @@ static void cu_attention_fwd(const backend *be, be_out out, float *lse, be_in q,
     else att_fwd_launch(be, a, out, lse, none, NULL);
 }
 
+/* The CUDA-core backward's two passes with D given: dK and dV per key tile (a.Tk keys), dQ per
+ * query tile (a.T rows); either left out where its gradients are NULL. */
+static void att_bwd_launch(const backend *be, const att_args &a, be_out dq, be_out dk, be_out dv, be_in dout,
+                           const float *lse, const float *D)
+{
+    if (dk.p || dv.p) {
+        size_t sm = att_smem((const void *)att_bwd_kv_kernel, 4, 2 * ATT_BK * (ATT_BQ + 1) + 2 * ATT_BQ, a.HS);
+        dim3 grid((a.Tk + ATT_BK - 1) / ATT_BK, a.NKV, a.B);
+        att_bwd_kv_kernel<<<grid, ATT_THREADS, sm, cu_stream(be)>>>(a, dk.p, dk.dt, dv.p, dv.dt, dout.p, dout.dt, lse,
+                                                                    D);
+        CU_LAUNCHED("att_bwd_kv_kernel");
+    }
+    if (dq.p) {
+        size_t sm = att_smem((const void *)att_bwd_q_kernel, 4, ATT_BQ * (ATT_BK + 1), a.HS);
+        dim3 grid((a.T + ATT_BQ - 1) / ATT_BQ, a.NH, a.B);
+        att_bwd_q_kernel<<<grid, ATT_THREADS, sm, cu_stream(be)>>>(a, dq.p, dq.dt, dout.p, dout.dt, lse, D);
+        CU_LAUNCHED("att_bwd_q_kernel");
+    }
+}
+
 /* D from dout and out, a warp a row (am_delta_kernel): attention_delta, and attention_bwd's first
  * pass when it is given the forward's out. */
 static void cu_attention_delta(const backend *be, float *D, be_in dout, be_in out, int B, int T, int NH, int HS)
@@ -571,19 +591,7 @@ static void cu_attention_bwd(const backend *be, be_out dq, be_out dk, be_out dv,
         be->ops->free(be, D);
         return;
     }
-    if (dk.p || dv.p) {
-        size_t sm = att_smem((const void *)att_bwd_kv_kernel, 4, 2 * ATT_BK * (ATT_BQ + 1) + 2 * ATT_BQ, HS);
-        dim3 grid((T + ATT_BK - 1) / ATT_BK, NKV, B);
-        att_bwd_kv_kernel<<<grid, ATT_THREADS, sm, cu_stream(be)>>>(a, dk.p, dk.dt, dv.p, dv.dt, dout.p, dout.dt, lse,
-                                                                    D);
-        CU_LAUNCHED("att_bwd_kv_kernel");
-    }
-    if (dq.p) {
-        size_t sm = att_smem((const void *)att_bwd_q_kernel, 4, ATT_BQ * (ATT_BK + 1), HS);
-        dim3 grid((T + ATT_BQ - 1) / ATT_BQ, NH, B);
-        att_bwd_q_kernel<<<grid, ATT_THREADS, sm, cu_stream(be)>>>(a, dq.p, dq.dt, dout.p, dout.dt, lse, D);
-        CU_LAUNCHED("att_bwd_q_kernel");
-    }
+    att_bwd_launch(be, a, dq, dk, dv, dout, lse, D);
     be->ops->free(be, D); /* ordered after the kernels that read it */
 }
 
@@ -623,19 +631,7 @@ static void cu_attention_block_bwd(const backend *be, be_out dq, be_out dk, be_o
     if (B <= 0 || Tq <= 0 || Tk <= 0 || NH <= 0 || (!dq.p && !dk.p && !dv.p)) return;
     att_args a = att_block_args(q, k, v, ldq, ldkv, B, Tq, Tk, Tg, qpos, kpos, NH, NKV, HS, klen, seg, drop,
                                 "attention_block_bwd");
-    if (dk.p || dv.p) {
-        size_t sm = att_smem((const void *)att_bwd_kv_kernel, 4, 2 * ATT_BK * (ATT_BQ + 1) + 2 * ATT_BQ, HS);
-        dim3 grid((Tk + ATT_BK - 1) / ATT_BK, NKV, B);
-        att_bwd_kv_kernel<<<grid, ATT_THREADS, sm, cu_stream(be)>>>(a, dk.p, dk.dt, dv.p, dv.dt, dout.p, dout.dt, lse,
-                                                                    D);
-        CU_LAUNCHED("att_bwd_kv_kernel");
-    }
-    if (dq.p) {
-        size_t sm = att_smem((const void *)att_bwd_q_kernel, 4, ATT_BQ * (ATT_BK + 1), HS);
-        dim3 grid((Tq + ATT_BQ - 1) / ATT_BQ, NH, B);
-        att_bwd_q_kernel<<<grid, ATT_THREADS, sm, cu_stream(be)>>>(a, dq.p, dq.dt, dout.p, dout.dt, lse, D);
-        CU_LAUNCHED("att_bwd_q_kernel");
-    }
+    att_bwd_launch(be, a, dq, dk, dv, dout, lse, D);
 }
 
 /* One thread a row (b, h, t) of n = B NH T: (out, lse) merged with (op, lp), see attention_merge. */

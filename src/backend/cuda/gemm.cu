@@ -736,23 +736,16 @@ static void cu_matmul_fwd_lp(const backend *be, be_out out, be_in inp, const voi
 {
     cudaDataType t = cu_type(dt, "matmul_fwd_lp");
     const void *x = in_lp(inp, dt, "matmul_fwd_lp");
-    if (out.dt == dt && out.p) { /* the product rounded into dt (a 16-bit run's logits); the bias after */
-        if (!BT || !OC) return;
-        const float one = 1.0f, zero = 0.0f;
-        BLAS_CHECK(g_blas.gemm_ex(blas(be), CUBLAS_OP_T, CUBLAS_OP_N, OC, BT, C, &one, w, t, C, x, t, C, &zero, out.p, t,
-                                  OC, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-                   "matmul_fwd_lp into 16 bits (cublasGemmEx)");
-        if (b) be->ops->bias_add(be, out, b, BT, OC);
-        return;
-    }
-    float *o = out32(out, "matmul_fwd_lp");
+    int lp_out = out.p && out.dt == dt; /* the product rounded into dt (a 16-bit run's logits), the bias after */
+    if (!lp_out) out32(out, "matmul_fwd_lp");
     if (!BT || !OC) return;
-    if (b && C && lt_matmul(be, LT_BIAS, o, w, x, b, NULL, t, OC, BT, C)) return; /* the bias as the epilogue */
+    if (!lp_out && b && C && lt_matmul(be, LT_BIAS, out.p, w, x, b, NULL, t, OC, BT, C)) return; /* bias as epilogue */
     const float one = 1.0f, zero = 0.0f;
-    BLAS_CHECK(g_blas.gemm_ex(blas(be), CUBLAS_OP_T, CUBLAS_OP_N, OC, BT, C, &one, w, t, C, x, t, C, &zero, o,
-                              CUDA_R_32F, OC, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+    BLAS_CHECK(g_blas.gemm_ex(blas(be), CUBLAS_OP_T, CUBLAS_OP_N, OC, BT, C, &one, w, t, C, x, t, C, &zero, out.p,
+                              lp_out ? t : CUDA_R_32F, OC, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                "matmul_fwd_lp (cublasGemmEx)");
-    bias_rows(be, o, b, BT, OC);
+    if (lp_out && b) be->ops->bias_add(be, out, b, BT, OC);
+    else bias_rows(be, (float *)out.p, b, BT, OC);
 }
 
 /* fc and its GeLU in one cublasLtMatmul (GELU_AUX_BIAS): act and pre in dt; 0 where cuBLASLt is off

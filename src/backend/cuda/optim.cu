@@ -9,10 +9,10 @@
  * four elements a thread through 128-bit accesses where the four buffers are 16-byte aligned (the
  * flat buffers' slices are), the same arithmetic per element either way.
  *
- * Many slices at once (a model's tensors: adamw_many, sumsq_many): a table of tasks, built on the
- * host and copied to the device with the call (the staged H2D copy: no wait), and one launch over
- * it — a block a task — instead of a launch (two for sumsq) a slice. Each task runs the one-slice
- * kernels' arithmetic, in their order: the same bits. */
+ * Slices come many at once (a model's tensors: adamw_many, sumsq_many; adamw and sumsq are the
+ * same code on one slice): a table of tasks, built on the host and copied to the device with the
+ * call (the staged H2D copy: no wait), and one launch over it — a block a task — instead of a
+ * launch (two for sumsq) a slice. */
 #include <math.h>
 #include <stdint.h>
 
@@ -28,52 +28,6 @@ static __device__ __forceinline__ void adamw1(float &p, float g, float &m, float
     v = beta2 * v + (1.0f - beta2) * gi * gi;
     p = p * decay - step_size * m / (sqrtf(v) * inv_sqrt_bc2 + eps);
 }
-static __global__ void adamw_k(float *p, const float *g, float *m, float *v, size_t n, float beta1, float beta2,
-                               float eps, float gscale, float step_size, float inv_sqrt_bc2, float decay)
-{
-    CU_FOR(i, n) adamw1(p[i], g[i], m[i], v[i], beta1, beta2, eps, gscale, step_size, inv_sqrt_bc2, decay);
-}
-/* Four elements a thread through 128-bit loads and stores (the four buffers 16-byte aligned). */
-static __global__ void adamw4_k(float4 *p, const float4 *g, float4 *m, float4 *v, size_t n4, float beta1,
-                                float beta2, float eps, float gscale, float step_size, float inv_sqrt_bc2,
-                                float decay)
-{
-    CU_FOR(i, n4) {
-        float4 pi = p[i], gi = g[i], mi = m[i], vi = v[i];
-        adamw1(pi.x, gi.x, mi.x, vi.x, beta1, beta2, eps, gscale, step_size, inv_sqrt_bc2, decay);
-        adamw1(pi.y, gi.y, mi.y, vi.y, beta1, beta2, eps, gscale, step_size, inv_sqrt_bc2, decay);
-        adamw1(pi.z, gi.z, mi.z, vi.z, beta1, beta2, eps, gscale, step_size, inv_sqrt_bc2, decay);
-        adamw1(pi.w, gi.w, mi.w, vi.w, beta1, beta2, eps, gscale, step_size, inv_sqrt_bc2, decay);
-        p[i] = pi, m[i] = mi, v[i] = vi;
-    }
-}
-static void e_adamw(const backend *be, float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1,
-                    float beta2, float eps, float wd, float gscale, int64_t step)
-{
-    TD_CHECK(step >= 1, "AdamW steps count from 1", "step %lld", (long long)step);
-    if (n == 0) return;
-    double bc1 = 1.0 - pow((double)beta1, (double)step);
-    double bc2 = 1.0 - pow((double)beta2, (double)step);
-    float step_size = (float)(lr / bc1);
-    float inv_sqrt_bc2 = (float)(1.0 / sqrt(bc2));
-    float decay = 1.0f - lr * wd;
-    size_t n4 = 0;
-    if ((((uintptr_t)p | (uintptr_t)g | (uintptr_t)m | (uintptr_t)v) & 15) == 0 && n >= 4) {
-        n4 = n / 4;
-        adamw4_k<<<cu_blocks(n4), CU_THREADS, 0, cu_stream(be)>>>((float4 *)p, (const float4 *)g, (float4 *)m,
-                                                                  (float4 *)v, n4, beta1, beta2, eps, gscale,
-                                                                  step_size, inv_sqrt_bc2, decay);
-        CU_LAUNCHED("adamw (128-bit)");
-    }
-    size_t done = 4 * n4; /* the rest (or all, unaligned) one element a thread */
-    if (done < n) {
-        adamw_k<<<cu_blocks(n - done), CU_THREADS, 0, cu_stream(be)>>>(p + done, g + done, m + done, v + done,
-                                                                      n - done, beta1, beta2, eps, gscale,
-                                                                      step_size, inv_sqrt_bc2, decay);
-        CU_LAUNCHED("adamw");
-    }
-}
-
 /* AdamW over many slices: each task a run of one slice, of float4s (vec) or floats. */
 #define ADAM_TASK 8192 /* float4s or floats a task */
 typedef struct {
@@ -154,6 +108,12 @@ static void e_adamw_many(const backend *be, float *const *p, const float *const 
         CU_LAUNCHED("adamw (many slices)");
         be->ops->free(be, dt); /* ordered after the kernel */
     }
+}
+
+static void e_adamw(const backend *be, float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1,
+                    float beta2, float eps, float wd, float gscale, int64_t step)
+{
+    e_adamw_many(be, &p, &g, &m, &v, &n, &wd, 1, lr, beta1, beta2, eps, gscale, step); /* one slice: the same kernel */
 }
 
 #define SUMSQ_BLOCKS 512    /* blocks a slice, at most */
