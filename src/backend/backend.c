@@ -104,6 +104,7 @@ const be_op_entry BE_OP_ENTRIES[] = {
     {"describe", offsetof(struct be_ops, describe), 0},
     {"mem_peak", offsetof(struct be_ops, mem_peak), 1},
     {"mem_capacity", offsetof(struct be_ops, mem_capacity), 1},
+    {"lib_workspace_bytes", offsetof(struct be_ops, lib_workspace_bytes), 1},
 };
 const int BE_OP_NENTRIES = (int)(sizeof BE_OP_ENTRIES / sizeof BE_OP_ENTRIES[0]);
 /* An entry added to struct be_ops without its row here does not compile (every entry is a

@@ -519,6 +519,10 @@ struct be_ops {
      * and what is held besides the model. Optional: NULL for a backend whose memory is the host's
      * (cpu: /proc/meminfo and the process's RSS are read). */
     size_t (*mem_capacity)(const backend *be, size_t *in_use);
+    /* The device memory this backend allocates for its libraries' workspaces in a run at its
+     * gemm_dtype (cuBLASLt's epilogue workspace in a 16-bit run), in bytes: what the memory
+     * prediction adds to the model's own. Optional: NULL for none (cpu). */
+    size_t (*lib_workspace_bytes)(const backend *be);
 };
 
 

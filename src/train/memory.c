@@ -141,6 +141,7 @@ void mem_predict(const mem_layout *l, mem_prediction *p)
         p->workspace += chunk_workspace(l, k);
     }
     p->workspace += 4.0 * l->mbs * seq_of(l) * l->cfg.hidden; /* the received output gradient */
+    p->workspace += l->lib_workspace;
     if (l->nchunks > 1 || !l->chunk[0].first || !l->chunk[0].last) /* pp > 1: the receives posted ahead */
         p->workspace += 2 * 4.0 * l->mbs * seq_of(l) * l->cfg.hidden;
     p->params = 4.0 * numel;

@@ -61,6 +61,8 @@ void run_predict_memory(run_state *r, const gpt_config *c, int slots)
     l->lowp = r->model.be->gemm_dtype != BE_F32;
     l->lowp_widened = l->lowp && !r->model.be->ops->lp_native(r->model.be, r->model.be->gemm_dtype);
     l->lowp_chunk_bytes = (double)be_lowp_chunk_bytes(r->model.be);
+    l->lib_workspace = r->model.be->ops->lib_workspace_bytes
+                           ? (double)r->model.be->ops->lib_workspace_bytes(r->model.be) : 0;
     l->sequence_parallel = r->ps->sequence_parallel;
     const gpt_recompute *rc = &r->model.chunks[0]->rc;
     l->recompute = rc->granularity == GPT_RECOMPUTE_FULL        ? MEM_RECOMPUTE_FULL

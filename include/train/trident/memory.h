@@ -42,6 +42,8 @@ typedef struct {
     int lowp_widened;          /* ... widened to fp32 for sgemm (fp16, or no AVX512-BF16) */
     double lowp_chunk_bytes;   /* ... the largest slice of a rounded output gradient (be_lowp_chunk_bytes:
                                 * 64 MiB on cpu, 1 GiB on a device); 0: 64 MiB */
+    double lib_workspace;      /* the backend's libraries' own workspaces (cuBLASLt's on a device in a
+                                * 16-bit run: be_ops.lib_workspace_bytes), counted in the workspace */
 } mem_layout;
 
 enum { MEM_RECOMPUTE_NONE, MEM_RECOMPUTE_SELECTIVE, MEM_RECOMPUTE_FULL };

@@ -892,6 +892,13 @@ static double cu_adamw_stream_gbps(const backend *be)
     return (4.0 + 3.0) * 4.0 * (double)n / best * 1e-9;
 }
 
+/* cuBLASLt's workspace, allocated at a 16-bit run's first epilogue GEMM (none in an fp32 run, nor
+ * where cuBLASLt is off or missing). */
+static size_t cu_lib_workspace_bytes(const backend *be)
+{
+    return be->gemm_dtype != BE_F32 && lt_open() ? CU_LT_WS : 0;
+}
+
 void cuda_fill_gemm(struct be_ops *o)
 {
     o->matmul_fwd = cu_matmul_fwd;
@@ -906,4 +913,5 @@ void cuda_fill_gemm(struct be_ops *o)
     o->lp_native = cu_lp_native;
     o->peak_gflops = cu_peak_gflops;
     o->adamw_stream_gbps = cu_adamw_stream_gbps;
+    o->lib_workspace_bytes = cu_lib_workspace_bytes;
 }
