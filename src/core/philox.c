@@ -81,6 +81,21 @@ static void fill_block(float *out, uint64_t idx, uint64_t stream, td_philox_key 
     for (int i = 0; i < TD_PHILOX_BATCH; i++) out[i] = mean + std * normal_from_words(w[0][i], w[1][i]);
 }
 
+/* Block blk (TD_PHILOX_BATCH draws) of td_philox_fill_normal's n. */
+static inline void fill_block_at(float *out, uint64_t n, uint64_t first, uint64_t stream, td_philox_key key,
+                                 float mean, float std, uint64_t blk)
+{
+    uint64_t i0 = blk * TD_PHILOX_BATCH, idx = first + i0;
+    if (n - i0 >= TD_PHILOX_BATCH && (uint32_t)idx <= UINT32_MAX - (TD_PHILOX_BATCH - 1)) {
+        fill_block(out + i0, idx, stream, key, mean, std);
+    } else {
+        for (uint64_t i = i0; i < n && i < i0 + TD_PHILOX_BATCH; i++) {
+            td_philox_ctr r = td_philox_at(key, stream, first + i);
+            out[i] = mean + std * normal_from_words(r.v[0], r.v[1]);
+        }
+    }
+}
+
 /* Blocks of TD_PHILOX_BATCH consecutive indices at once where their counters' first word does
  * not wrap (td_philox4x32_batch), one at a time elsewhere: the same values either way. */
 void td_philox_fill_normal(float *out, uint64_t n, uint64_t seed, uint64_t stream, uint64_t first,
@@ -88,18 +103,14 @@ void td_philox_fill_normal(float *out, uint64_t n, uint64_t seed, uint64_t strea
 {
     td_philox_key key = td_philox_key_from_seed(seed);
     uint64_t nb = (n + TD_PHILOX_BATCH - 1) / TD_PHILOX_BATCH;
-#pragma omp parallel for schedule(static) if (n > 65536)
-    for (uint64_t blk = 0; blk < nb; blk++) {
-        uint64_t i0 = blk * TD_PHILOX_BATCH, idx = first + i0;
-        if (n - i0 >= TD_PHILOX_BATCH && (uint32_t)idx <= UINT32_MAX - (TD_PHILOX_BATCH - 1)) {
-            fill_block(out + i0, idx, stream, key, mean, std);
-        } else {
-            for (uint64_t i = i0; i < n && i < i0 + TD_PHILOX_BATCH; i++) {
-                td_philox_ctr r = td_philox_at(key, stream, first + i);
-                out[i] = mean + std * normal_from_words(r.v[0], r.v[1]);
-            }
-        }
+    /* A parallel region costs a system call (libgomp's barrier wakes its futex) even on one thread
+     * or under a false if(): a small fill (a tensor's row) stays out of one. */
+    if (n <= 65536) {
+        for (uint64_t blk = 0; blk < nb; blk++) fill_block_at(out, n, first, stream, key, mean, std, blk);
+        return;
     }
+#pragma omp parallel for schedule(static)
+    for (uint64_t blk = 0; blk < nb; blk++) fill_block_at(out, n, first, stream, key, mean, std, blk);
 }
 
 uint64_t td_philox_below(uint64_t seed, uint64_t stream, uint64_t index, uint64_t bound)

@@ -123,11 +123,11 @@ static void init_normal_slice(float *dst, const gpt_tensor_info *t, uint64_t see
         int64_t block = rows / t->shard_blocks, local = 0;
         for (int b = 0; b < t->shard_blocks; b++) {
             if (b * block < r0 || b * block >= r1) continue; /* another expert-parallel rank's */
-            for (int64_t r = 0; r < t->shard_len; r++, local++) {
-                int64_t lrow = b * block + t->shard_start + r;
-                td_philox_fill_normal(dst + local * cols, (uint64_t)cols, seed, stream, (uint64_t)(lrow * cols),
-                                      0.0f, std);
-            }
+            /* the block's rows are consecutive draws and consecutive rows of dst: one fill */
+            int64_t lrow = b * block + t->shard_start;
+            td_philox_fill_normal(dst + local * cols, (uint64_t)(t->shard_len * cols), seed, stream,
+                                  (uint64_t)(lrow * cols), 0.0f, std);
+            local += t->shard_len;
         }
     } else {
         for (int64_t r = r0; r < r1; r++)
