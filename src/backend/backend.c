@@ -84,6 +84,7 @@ const be_op_entry BE_OP_ENTRIES[] = {
     {"scale", offsetof(struct be_ops, scale), 0},
     {"bias_add", offsetof(struct be_ops, bias_add), 0},
     {"bias_bwd", offsetof(struct be_ops, bias_bwd), 0},
+    {"bias_bwd_to", offsetof(struct be_ops, bias_bwd_to), 1},
     {"dropout_fwd", offsetof(struct be_ops, dropout_fwd), 0},
     {"dropout_bwd", offsetof(struct be_ops, dropout_bwd), 0},
     {"bias_dropout_add_fwd", offsetof(struct be_ops, bias_dropout_add_fwd), 0},

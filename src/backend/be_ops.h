@@ -427,6 +427,12 @@ struct be_ops {
     void (*bias_add)(const backend *be, be_out out, const float *b, int N, int C);
     /* db (C) += column sums of dout (N, C). Deterministic. */
     void (*bias_bwd)(const backend *be, float *db, be_in dout, int N, int C);
+    /* bias_bwd and convert from one read of dout: db (C) += the column sums of dout (N, C) as
+     * bias_bwd sums them, and rounded (N, C) written = dout converted to rounded.dt as convert
+     * rounds it (the bits of the two calls). Optional: NULL, the two calls (be_matmul_bwd's
+     * 16-bit path, where dout is rounded for the GEMMs anyway: one pass over an fp32 gradient
+     * instead of two). */
+    void (*bias_bwd_to)(const backend *be, float *db, be_out rounded, be_in dout, int N, int C);
 
     /* ---- dropout (hidden): tensor (B, T, C), unit = drop->unit0 + channel ---- */
     /* out written = inp * mask / (1 - p); out may equal inp (then p = 0 costs nothing). */

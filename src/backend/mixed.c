@@ -203,18 +203,26 @@ static void matmul_bwd_mixed(const backend *be, float *dinp, float *dw, float *d
                              be_in inp, const float *w, int BT, int C, int OC)
 {
     if (BT <= 0 || OC <= 0) return;
+    be_dtype dt = be->gemm_dtype;
+    int rows = bwd_slice_rows(be, BT, OC), gemms = dinp || dw;
+    const void *rounded = NULL; /* fp32 dout rounded for the GEMMs by bias_bwd_to, in the pass of its db */
     if (db) {
         be_event t0 = be_tic(be);
-        be->ops->bias_bwd(be, db, dout, BT, OC);
+        if (gemms && !ce && dout.dt == BE_F32 && rows >= BT && be->ops->bias_bwd_to) {
+            void *d = lowp_scratch(be, 1, (size_t)BT * OC * be_dtype_size(dt));
+            be_out r = {d, dt};
+            be->ops->bias_bwd_to(be, db, r, dout, BT, OC);
+            rounded = d;
+        } else {
+            be->ops->bias_bwd(be, db, dout, BT, OC);
+        }
         be_toc(be, BE_OP_RESIDUAL, t0, 0);
     }
-    if (!dinp && !dw) return;
-    be_dtype dt = be->gemm_dtype;
-    int rows = bwd_slice_rows(be, BT, OC);
+    if (!gemms) return;
     const void *wl = dinp ? lowp_weight(be, w, (size_t)OC * C) : NULL;
     for (int r0 = 0; r0 < BT; r0 += rows) {
         int n = BT - r0 < rows ? BT - r0 : rows;
-        be_in dl = bwd_dout_slice(be, dout, ce, r0, n, OC);
+        be_in dl = rounded ? lowp_typed(be, rounded) : bwd_dout_slice(be, dout, ce, r0, n, OC);
         be_in il = lowp_typed(be, NULL);
         if (dw) {
             be_in part = inp;

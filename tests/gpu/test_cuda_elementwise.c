@@ -46,7 +46,7 @@ static be_dtype g_run_dt; /* the activations' dtype of the run in progress */
 static const char *const FAMILY[] = {
     "embedding_fwd", "embedding_bwd", "pos_embedding_fwd", "pos_embedding_bwd", "layernorm_fwd", "layernorm_bwd",
     "rmsnorm_fwd", "rmsnorm_bwd", "rope_fwd", "rope_bwd", "act_fwd", "act_bwd", "bias_gelu_fwd", "bias_gelu_bwd",
-    "add", "scale", "bias_add", "bias_bwd", "dropout_fwd", "dropout_bwd", "bias_dropout_add_fwd", "ce_max",
+    "add", "scale", "bias_add", "bias_bwd", "bias_bwd_to", "dropout_fwd", "dropout_bwd", "bias_dropout_add_fwd", "ce_max",
     "ce_sumexp", "ce_target", "ce_fwd_fused", "ce_loss", "ce_bwd", "ce_bwd_to", "adamw", "adamw_many", "sumsq", "sumsq_many", "acts_in"};
 enum { NFAMILY = sizeof FAMILY / sizeof FAMILY[0] };
 
@@ -240,6 +240,36 @@ static void t_add_scale_bias(be_dtype dt, int N, int C)
     g_gpu->ops->bias_bwd(g_gpu, fg(db), gin(dout), N, C);
     check(label("bias_bwd db", dt, N, C), db);
     rm(a), rm(b), rm(out), rm(bias), rm(o2), rm(dout), rm(db);
+}
+
+/* bias_bwd_to (an fp32 gradient's column sums and its rounding in one pass): the bits of the gpu's
+ * own bias_bwd and convert, and db within the bound of the cpu's bias_bwd. */
+static void t_bias_bwd_to(be_dtype rt, int N, int C)
+{
+    if (!g_gpu->ops->bias_bwd_to) {
+        printf("ok   bias_bwd_to: not filled (TRIDENT_CUDA_FUSED=0)\n");
+        return;
+    }
+    size_t n = (size_t)N * C, rb = n * be_dtype_size(rt);
+    pair dout = mk(n, BE_F32, -1, 1), db = mk(C, BE_F32, -1, 1);
+    float *db2 = be_alloc(g_gpu, (size_t)C * sizeof(float));
+    be_memcpy(g_gpu, db2, fg(db), (size_t)C * sizeof(float), BE_D2D);
+    void *r1 = be_alloc(g_gpu, rb), *r2 = be_alloc(g_gpu, rb);
+    g_cpu->ops->bias_bwd(g_cpu, fc(db), cin(dout), N, C);
+    g_gpu->ops->bias_bwd_to(g_gpu, fg(db), (be_out){r1, rt}, gin(dout), N, C);
+    g_gpu->ops->bias_bwd(g_gpu, db2, gin(dout), N, C);
+    g_gpu->ops->convert(g_gpu, r2, rt, fg(dout), BE_F32, n);
+    check(label("bias_bwd_to db", rt, N, C), db);
+    void *h1 = malloc(rb), *h2 = malloc(rb), *d1 = malloc((size_t)C * 4), *d2 = malloc((size_t)C * 4);
+    be_memcpy(g_gpu, h1, r1, rb, BE_D2H);
+    be_memcpy(g_gpu, h2, r2, rb, BE_D2H);
+    be_memcpy(g_gpu, d1, fg(db), (size_t)C * 4, BE_D2H);
+    be_memcpy(g_gpu, d2, db2, (size_t)C * 4, BE_D2H);
+    check_same_bits(label("bias_bwd_to db = bias_bwd's", rt, N, C), d1, d2, (size_t)C * 4);
+    check_same_bits(label("bias_bwd_to rounded = convert's", rt, N, C), h1, h2, rb);
+    free(h1), free(h2), free(d1), free(d2);
+    be_dfree(g_gpu, db2), be_dfree(g_gpu, r1), be_dfree(g_gpu, r2);
+    rm(dout), rm(db);
 }
 
 static void t_act(be_dtype dt, int N, int F)
@@ -748,6 +778,10 @@ int main(void)
         g_run_dt = dt;
         t_add_scale_bias(dt, 7, 97);
         t_add_scale_bias(dt, 300, 1000);
+        if (dt != BE_F32) { /* the rounded gradient's dtype; rows past one column-sum chunk, and odd widths */
+            t_bias_bwd_to(dt, 7, 97);
+            t_bias_bwd_to(dt, 1300, 200);
+        }
         t_act(dt, 7, 97);
         t_act(dt, 9, 1000);
         t_dropout(dt, 3, 7, 97, 0.1f, 0, 0);

@@ -28,6 +28,26 @@ static __device__ __forceinline__ void cu_st(void *p, int dt, size_t i, float x)
     else ((float *)p)[i] = x;
 }
 
+/* The conversions of include/core/trident/half.h: bf16 by the same integer rounding (nearest
+ * even, NaN a quiet NaN with its top bits), fp16 by the device's round-to-nearest-even (overflow
+ * to +-Inf, NaN a NaN). */
+static __device__ __forceinline__ uint16_t d_f32_to_bf16(float f)
+{
+    uint32_t u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+static __device__ __forceinline__ float d_bf16_to_f32(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
+static __device__ __forceinline__ uint16_t d_f32_to_f16(float f) { return __half_as_ushort(__float2half_rn(f)); }
+static __device__ __forceinline__ float d_f16_to_f32(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+/* Element i = x rounded as convert rounds it (cu_st's rounding, but for a NaN's payload). */
+static __device__ __forceinline__ void cu_st_convert(void *p, int dt, size_t i, float x)
+{
+    if (dt == BE_BF16) ((uint16_t *)p)[i] = d_f32_to_bf16(x);
+    else if (dt == BE_F16) ((uint16_t *)p)[i] = d_f32_to_f16(x);
+    else ((float *)p)[i] = x;
+}
+
 /* A 16-bit value (bf when bf16, else fp16) as fp32, and fp32 rounded to nearest even into one. */
 static __device__ __forceinline__ float cu_h2f(uint16_t u, bool bf)
 {

@@ -376,7 +376,8 @@ backend *be_cuda(int device)
         /* TRIDENT_CUDA_FUSED=0: the optional fused entries left out (the contract's plain steps run
          * instead), to tell on a GPU whether one of them is at fault (docs/gpu.md, "Switches") */
         const char *f = getenv("TRIDENT_CUDA_FUSED");
-        if (f && strcmp(f, "0") == 0) g_cuda_ops.ce_fwd_fused = NULL, g_cuda_ops.ce_bwd_to = NULL;
+        if (f && strcmp(f, "0") == 0)
+            g_cuda_ops.ce_fwd_fused = NULL, g_cuda_ops.ce_bwd_to = NULL, g_cuda_ops.bias_bwd_to = NULL;
     }
     backend *be = td_xcalloc(1, sizeof *be);
     cuda_state *st = td_xcalloc(1, sizeof *st);

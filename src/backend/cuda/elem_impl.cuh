@@ -110,10 +110,11 @@ static inline unsigned cu_blocks(size_t n)
  *   CU_COL_LN:      x[n, c] (y[n, c] - s0[n]) s1[n], and acc2 (C) += x[n, c]  (layernorm: dw, db)
  *   CU_COL_RMS:     x[n, c] y[n, c] s1[n]                    (rmsnorm: dw)
  *   CU_COL_GELU:    gelu'(y[n, c] + b[c]) x[n, c]            (bias_gelu: db)
- * x, y typed (xt, yt); s0, s1 (N) and b (C) fp32; acc, acc2 may be NULL (skipped). */
+ * x, y typed (xt, yt); s0, s1 (N) and b (C) fp32; acc, acc2 may be NULL (skipped). out (not NULL):
+ * x also written there (N, C), rounded into dtype ot as convert rounds (bias_bwd_to). */
 enum { CU_COL_PLAIN, CU_COL_LN, CU_COL_RMS, CU_COL_GELU };
 void cu_colsum(const backend *be, int mode, float *acc, float *acc2, const void *x, int xt, const void *y, int yt,
-               const float *s0, const float *s1, const float *b, int N, int C);
+               const float *s0, const float *s1, const float *b, int N, int C, void *out = NULL, int ot = 0);
 
 /* The GeLU (tanh) derivative, written as the cpu backend's (src/backend/cpu/act.c). */
 static __device__ __forceinline__ float cu_gelu_grad(float x)

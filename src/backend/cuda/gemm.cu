@@ -18,6 +18,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "cu_common.cuh"
 #include "cuda_core.h"
 #include "trident/check.h"
 
@@ -425,19 +426,7 @@ __global__ void k_grouped_colsum_acc(float *db, const float *x, const int64_t *o
     db[(size_t)g * OC + j] = acc;
 }
 
-/* The conversions of include/core/trident/half.h: bf16 by the same integer rounding (nearest
- * even, NaN a quiet NaN with its top bits), fp16 by the device's round-to-nearest-even (overflow
- * to +-Inf, NaN a NaN). */
-__device__ __forceinline__ uint16_t d_f32_to_bf16(float f)
-{
-    uint32_t u = __float_as_uint(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-__device__ __forceinline__ float d_bf16_to_f32(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
-__device__ __forceinline__ uint16_t d_f32_to_f16(float f) { return __half_as_ushort(__float2half_rn(f)); }
-__device__ __forceinline__ float d_f16_to_f32(uint16_t h) { return __half2float(__ushort_as_half(h)); }
-
+/* convert's roundings: cu_common.cuh (d_f32_to_bf16, d_f32_to_f16 and their widenings) */
 __global__ void k_convert(void *dst, int dt, const void *src, int st, size_t n)
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {

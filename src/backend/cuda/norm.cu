@@ -36,9 +36,11 @@ static unsigned row_blocks(int N)
 #define COL_CHUNKS 128
 
 /* The column sums of rows [n0, n1) for 32 columns: into part[0][c] and part[1][c] (acc and acc2's
- * terms) at chunk blockIdx.y, or, with one chunk, added to acc and acc2 at once. */
+ * terms) at chunk blockIdx.y, or, with one chunk, added to acc and acc2 at once. out (not NULL):
+ * every x read also written there, rounded into ot as convert rounds (bias_bwd_to). */
 static __global__ void colsum_k(int mode, float *acc, float *acc2, float *part, const void *x, int xt, const void *y,
-                                int yt, const float *s0, const float *s1, const float *b, int N, int C, int L)
+                                int yt, const float *s0, const float *s1, const float *b, int N, int C, int L,
+                                void *out, int ot)
 {
     __shared__ float lanes[2][COL_H][COL_W + 1];
     int c = blockIdx.x * COL_W + threadIdx.x, n0 = blockIdx.y * L, n1 = min(n0 + L, N);
@@ -47,6 +49,7 @@ static __global__ void colsum_k(int mode, float *acc, float *acc2, float *part, 
         for (int n = n0 + threadIdx.y; n < n1; n += COL_H) {
             size_t i = (size_t)n * C + c;
             float xv = cu_ld(x, xt, i);
+            if (out) cu_st_convert(out, ot, i, xv);
             switch (mode) {
             case CU_COL_LN:
                 a1 += xv * (cu_ld(y, yt, i) - s0[n]) * s1[n];
@@ -92,16 +95,16 @@ static __global__ void colsum_fin_k(float *acc, float *acc2, const float *part, 
 }
 
 void cu_colsum(const backend *be, int mode, float *acc, float *acc2, const void *x, int xt, const void *y, int yt,
-               const float *s0, const float *s1, const float *b, int N, int C)
+               const float *s0, const float *s1, const float *b, int N, int C, void *out, int ot)
 {
-    if ((!acc && !acc2) || N <= 0 || C <= 0) return;
+    if ((!acc && !acc2 && !out) || N <= 0 || C <= 0) return;
     int R = (N + COL_ROWS - 1) / COL_ROWS;
     R = R < COL_CHUNKS ? R : COL_CHUNKS;
     int L = (N + R - 1) / R;
     R = (N + L - 1) / L; /* no empty chunk */
     float *part = R > 1 ? (float *)be->ops->alloc(be, (size_t)2 * R * C * sizeof(float)) : NULL;
     dim3 grid((unsigned)((C + COL_W - 1) / COL_W), (unsigned)R), block(COL_W, COL_H);
-    colsum_k<<<grid, block, 0, cu_stream(be)>>>(mode, acc, acc2, part, x, xt, y, yt, s0, s1, b, N, C, L);
+    colsum_k<<<grid, block, 0, cu_stream(be)>>>(mode, acc, acc2, part, x, xt, y, yt, s0, s1, b, N, C, L, out, ot);
     CU_LAUNCHED("column sums (a parameter gradient)");
     if (!part) return;
     colsum_fin_k<<<(unsigned)((C + 255) / 256), 256, 0, cu_stream(be)>>>(acc, acc2, part, R, C);
@@ -112,6 +115,14 @@ void cu_colsum(const backend *be, int mode, float *acc, float *acc2, const void 
 static void e_bias_bwd(const backend *be, float *db, be_in dout, int N, int C)
 {
     cu_colsum(be, CU_COL_PLAIN, db, NULL, dout.p, cu_dtype(dout.dt, "bias_bwd"), NULL, 0, NULL, NULL, NULL, N, C);
+}
+
+/* bias_bwd and convert from one read of dout: the column-sum kernel also stores what it reads,
+ * rounded (the same sums, in the same order, as bias_bwd; the same bits as convert). */
+static void e_bias_bwd_to(const backend *be, float *db, be_out rounded, be_in dout, int N, int C)
+{
+    cu_colsum(be, CU_COL_PLAIN, db, NULL, dout.p, cu_dtype(dout.dt, "bias_bwd_to"), NULL, 0, NULL, NULL, NULL, N, C,
+              rounded.p, cu_dtype(rounded.dt, "bias_bwd_to"));
 }
 
 /* ---- rows: the scalar path, and the vector one ----
@@ -415,4 +426,5 @@ void cu_fill_norm(struct be_ops *o)
     o->rmsnorm_fwd = e_rmsnorm_fwd;
     o->rmsnorm_bwd = e_rmsnorm_bwd;
     o->bias_bwd = e_bias_bwd;
+    o->bias_bwd_to = e_bias_bwd_to;
 }
