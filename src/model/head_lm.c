@@ -2,6 +2,8 @@
  * vocab-parallel (tied to the word embedding, or its own tensor), and the vocab-parallel
  * next-token cross-entropy over every position (or over the positions a batch's loss mask
  * counts, weighted by its token weight: --eod-mask-loss). See head_ops in model_impl.h. */
+#include <string.h>
+
 #include "model_impl.h"
 
 #include "tensor_parallel.h"
@@ -36,6 +38,70 @@ static be_dtype logits_dtype(const gpt_model *m, const gpt_acts *a)
     return a->training && dt != BE_F32 && be_acts_in(be, dt) && be->ops->ce_bwd_to ? dt : BE_F32;
 }
 
+/* The losses kept on the device (take_losses): up to KEPT micro-batches' per-token losses, copied
+ * there by the forward (enqueued, no wait) and read by one copy when they are taken or the buffer
+ * is full; the sum of those read so far. */
+#define KEPT 8
+typedef struct {
+    float *dev;                    /* (KEPT, mbs * seq_c) device */
+    int n;                         /* kept, not yet read */
+    int bt[KEPT];                  /* each one's tokens */
+    const float *mask[KEPT];       /* its loss mask (copied: a batch's may be staging reused by the
+                                    * next, as context parallelism's cut of it is) or NULL */
+    double weight[KEPT];           /* its token weight */
+    double sum;                    /* the losses read since the last take, added in order */
+} lm_scratch;
+
+static void scratch(carver *cv, const gpt_model *m, void *sv)
+{
+    lm_scratch *k = sv;
+    CARVE(cv, k->dev, float, (int64_t)KEPT * m->mbs * m->seq_c);
+}
+/* The kept losses' staging for their read, then the kept masks' copies: (2 KEPT, mbs * seq_c). */
+static size_t host_floats(const gpt_model *m) { return (size_t)2 * KEPT * m->mbs * m->seq_c; }
+
+/* A micro-batch's loss from its per-token losses (host): their sum, or under a loss mask the
+ * counted tokens' weighted to the global batch's mean (--eod-mask-loss). */
+static double loss_of(const float *host, int BT, const float *mask, double token_weight)
+{
+    double sum = 0;
+    if (mask) {
+        for (int i = 0; i < BT; i++) sum += mask[i] * (double)host[i];
+        return token_weight * sum;
+    }
+    for (int i = 0; i < BT; i++) sum += host[i];
+    return sum;
+}
+
+/* Reads the kept losses (one copy: waits for the device) and adds each micro-batch's to the sum. */
+static void flush_losses(gpt_model *m)
+{
+    lm_scratch *k = m->scratch->head;
+    if (!k->n) return;
+    size_t per = (size_t)m->mbs * m->seq_c;
+    float *host = m->scratch->head_host;
+    be_memcpy(m->be, host, k->dev, ((size_t)(k->n - 1) * per + (size_t)k->bt[k->n - 1]) * sizeof(float), BE_D2H);
+    for (int i = 0; i < k->n; i++) k->sum += loss_of(host + (size_t)i * per, k->bt[i], k->mask[i], k->weight[i]);
+    k->n = 0;
+}
+
+static void keep_losses(gpt_model *m, const gpt_acts *a, int BT)
+{
+    lm_scratch *k = m->scratch->head;
+    if (k->n == KEPT) flush_losses(m);
+    size_t per = (size_t)m->mbs * m->seq_c;
+    be_copy(m->be, k->dev + (size_t)k->n * per, a->losses, (size_t)BT);
+    k->bt[k->n] = BT;
+    k->mask[k->n] = NULL;
+    if (a->loss_mask) {
+        float *copy = m->scratch->head_host + (size_t)(KEPT + k->n) * per;
+        memcpy(copy, a->loss_mask, (size_t)BT * sizeof(float));
+        k->mask[k->n] = copy;
+    }
+    k->weight[k->n] = a->token_weight;
+    k->n++;
+}
+
 static void fwd(gpt_model *m, gpt_acts *a, const float *x, double *loss)
 {
     const backend *be = m->be;
@@ -50,16 +116,21 @@ static void fwd(gpt_model *m, gpt_acts *a, const float *x, double *loss)
     tp_cross_entropy_fwd(be, tp, a->losses, a->maxv, a->sumexp, a->tlogit, li, a->targets, BT, m->vocab_l, m->vstart,
                          m->cfg.vocab);
     if (!loss) return;
-    float *host = m->scratch->host;
-    be_memcpy(be, host, a->losses, (size_t)BT * sizeof(float), BE_D2H);
-    double sum = 0;
-    if (a->loss_mask) { /* --eod-mask-loss: the counted tokens', weighted to the global batch's mean */
-        for (int i = 0; i < BT; i++) sum += a->loss_mask[i] * (double)host[i];
-        *loss = a->token_weight * sum;
+    if (m->defer_losses) {
+        keep_losses(m, a, BT);
         return;
     }
-    for (int i = 0; i < BT; i++) sum += host[i];
-    *loss = sum;
+    float *host = m->scratch->host;
+    be_memcpy(be, host, a->losses, (size_t)BT * sizeof(float), BE_D2H);
+    *loss = loss_of(host, BT, a->loss_mask, a->token_weight);
+}
+
+static void take_losses(gpt_model *m, double *loss)
+{
+    lm_scratch *k = m->scratch->head;
+    flush_losses(m);
+    *loss += k->sum;
+    k->sum = 0;
 }
 
 static void bwd(gpt_model *m, gpt_acts *a, const float *x, float loss_scale)
@@ -86,6 +157,7 @@ static void bwd(gpt_model *m, gpt_acts *a, const float *x, float loss_scale)
 static double loss_divisor(const gpt_config *c, int64_t global_batch) { return (double)global_batch * c->seq; }
 
 const head_ops lm_head_ops = {
-    .name = "LM head", .tensors = tensors, .acts = acts, .fwd = fwd, .bwd = bwd, .loss_divisor = loss_divisor,
+    .name = "LM head", .tensors = tensors, .acts = acts, .scratch = scratch, .scratch_size = sizeof(lm_scratch),
+    .host_floats = host_floats, .fwd = fwd, .take_losses = take_losses, .bwd = bwd, .loss_divisor = loss_divisor,
     .loss_name = NULL, /* "lm loss", with its perplexity */
 };

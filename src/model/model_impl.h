@@ -83,6 +83,10 @@ typedef struct head_ops {
      * acts->lnf) and its input x: fills acts->losses and acts->stats; *loss (not NULL): the
      * micro-batch's loss (the sum the trainer normalises). */
     void (*fwd)(gpt_model *m, gpt_acts *acts, const float *x, double *loss);
+    /* A head that can keep its losses on the device: with m->defer_losses set, fwd leaves *loss
+     * as it is and keeps the micro-batch's, and take_losses adds those kept since its last call
+     * into *loss, in their order (gpt_losses_take). NULL: fwd always fills *loss. */
+    void (*take_losses)(gpt_model *m, double *loss);
     /* Its backward down to and through the final norm: s->dres (B, seq_l, h) written with the
      * gradient of x; the head's and the final norm's gradients accumulate. */
     void (*bwd)(gpt_model *m, gpt_acts *acts, const float *x, float loss_scale);

@@ -619,6 +619,11 @@ float *gpt_forward(gpt_model *m, gpt_acts *a, const gpt_batch *in, const float *
     return NULL;
 }
 
+void gpt_losses_take(gpt_model *m, double *loss_sum)
+{
+    if (m->last && m->head->take_losses) m->head->take_losses(m, loss_sum);
+}
+
 int gpt_head_nstats(const gpt_config *c) { return model_head_of(c)->nstats; }
 
 void gpt_moe_update_expert_bias(gpt_model *m, const double *tokens)

@@ -488,6 +488,8 @@ double pp_run(pp_schedule schedule, pp_iteration *it)
     int nfl[PS_MAX_CHUNKS] = {0}, next_fwd[PS_MAX_CHUNKS] = {0}, next_bwd[PS_MAX_CHUNKS] = {0};
     TD_ASSERT(r.v <= PS_MAX_CHUNKS && it->chunks[0]->max_inflight <= PP_MAX_SLOTS);
     for (int c = 1; c < r.v; c++) TD_ASSERT(it->chunks[c]->max_inflight == it->chunks[0]->max_inflight);
+    /* the last stage's losses stay on the device until the schedule's end (gpt_losses_take) */
+    for (int c = 0; c < r.v; c++) it->chunks[c]->defer_losses = 1;
     r.fl = fl_store;
     r.nfl = nfl;
     r.next_fwd = next_fwd;
@@ -536,5 +538,9 @@ double pp_run(pp_schedule schedule, pp_iteration *it)
 
     for (int c = 0; c < r.v; c++) reclaim(&r, c, 1);
     ov_remove(poll_sends, &r);
+    for (int c = 0; c < r.v; c++) {
+        gpt_losses_take(it->chunks[c], &r.loss);
+        it->chunks[c]->defer_losses = 0;
+    }
     return r.loss;
 }

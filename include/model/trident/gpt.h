@@ -152,6 +152,9 @@ typedef struct gpt_model {
     void *params_needed_user;
     double *layer_stats;     /* the blocks' statistics over the training micro-batches since the
                               * last gpt_block_stats_take, (nlayers, the kind's count); NULL: none yet */
+    int defer_losses;        /* last stage: gpt_forward may keep a micro-batch's loss on the device
+                              * for gpt_losses_take instead of reading it at once (set by a schedule
+                              * that takes them) */
 } gpt_model;
 
 /* Builds the stage of `ps` owning layers [layer0, layer0 + nlayers), allocates its buffers
@@ -316,10 +319,17 @@ const char *gpt_head_loss_name(const gpt_config *c);
  * else `input` (B, s, h), the previous stage's output. Not last stage: returns the output
  * (B, s, h) in the activations (send it on). Last stage: computes the head's losses of
  * in->targets and returns NULL; *loss_sum (when not NULL) gets the micro-batch's loss (the sum
- * of its token losses, or the weighted sum for a head that weights them).
+ * of its token losses, or the weighted sum for a head that weights them), or, with
+ * m->defer_losses, is left for gpt_losses_take.
  * training = 0 turns dropout off. */
 float *gpt_forward(gpt_model *m, gpt_acts *a, const gpt_batch *in, const float *input, int training,
                    double *loss_sum);
+/* Last stage: adds into *loss_sum the losses of the micro-batches whose gpt_forward kept them
+ * (m->defer_losses, and a head that keeps them: the LM head), in their forward order, and
+ * forgets them: one read of device memory for up to 8 micro-batches, where reading each at its
+ * forward would make the host wait for the device between every forward and its backward. The
+ * sum is the one the forwards would have added. Nothing kept: nothing added. */
+void gpt_losses_take(gpt_model *m, double *loss_sum);
 /* Stage backward of the micro-batch in `a`. Last stage: seeds d(loss) = loss_scale per token
  * (e.g. 1 / tokens in the global batch; a weighting head: times the batch's weights). Else
  * `doutput` (B, s, h) is the gradient of this stage's output. Gradients accumulate into
