@@ -76,6 +76,15 @@ tally
 # The ranks of one job are mpirun's children: never match by command line (other tests' ranks
 # run the same binary under ctest -j).
 ranks_of() { pgrep -P "$1"; }
+# rank_pid JOB N: the pid of the job's world rank N (by its OMPI_COMM_WORLD_RANK: the ranks' pids
+# need not be in rank order — under load one run found rank 2 last by pid, and the faults below
+# expect the last rank)
+rank_pid() {
+  local p
+  for p in $(ranks_of "$1"); do
+    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2" && { echo "$p"; return; }
+  done
+}
 # start_job LOG FLAGS...: a 4-rank job in the background; sets $job once it is training.
 start_job() {
   local log=$1; shift
@@ -120,7 +129,7 @@ fault() { (own_session_dir; "$2") >"$results/$1" 2>&1 & }
 killed_rank() {
   local log victim; log=$(mktemp)
   start_job "$log" --pipeline-model-parallel-size 2
-  victim=$(ranks_of "$job" | tail -1)
+  victim=$(rank_pid "$job" 3)
   started "$log" "$victim" || return
   kill -9 "$victim"
   end_job "killed rank" 20 "(pid $victim on $(hostname)) is gone (killed or crashed): ending the job"
@@ -139,7 +148,7 @@ killed_rank_other_node() {
   local log victim extra_mpirun=(--enable-recovery --mca btl tcp,self) start took heard
   log=$(mktemp)
   start_job "$log" --pipeline-model-parallel-size 2 --debug-watch-only-rank 0
-  victim=$(ranks_of "$job" | tail -1)
+  victim=$(rank_pid "$job" 3)
   started "$log" "$victim" || return
   kill -9 "$victim"
   start=$(date +%s)
@@ -169,7 +178,7 @@ TMIN=$(awk -v s="$SCALE" 'BEGIN { print 0.05 * s }')
 stopped_rank() {
   local log victim; log=$(mktemp)
   start_job "$log" --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --distributed-timeout-minutes "$TMIN"
-  victim=$(ranks_of "$job" | tail -1)
+  victim=$(rank_pid "$job" 3)
   started "$log" "$victim" || return
   kill -STOP "$victim"
   end_job "stopped rank" 30 "no progress for"
@@ -188,7 +197,7 @@ fault 3 stopped_rank
 stopped_rank_ring() {
   local log victim; log=$(mktemp)
   TRIDENT_RING_MIN_BYTES=0 start_job "$log" --distributed-timeout-minutes "$TMIN"
-  victim=$(ranks_of "$job" | tail -1)
+  victim=$(rank_pid "$job" 3)
   started "$log" "$victim" || return
   kill -STOP "$victim"
   end_job "stopped rank in a ring all-reduce" 30 "no progress for"
