@@ -10,7 +10,8 @@ if train 2 1 --pipeline-model-parallel-size 2 --train-iters 10 --exit-interval 3
   ok "--exit-interval 3: exit 0 after iteration 3, saved"
 else bad "--exit-interval"; cat "$last_log"; fi
 
-if train 1 1 --train-iters 1000 --exit-duration-in-mins 0.0001 --save ed --metrics-file ed.jsonl &&
+# 1e-7 minutes (6 us) is past by the end of any first iteration; 1e-4 (6 ms) was not, on a fast CPU
+if train 1 1 --train-iters 1000 --exit-duration-in-mins 0.0000001 --save ed --metrics-file ed.jsonl &&
    [ "$(latest ed)" = 1 ] && grep -q "exiting after iteration 1 (--exit-duration-in-mins)" "$last_log"; then
   ok "--exit-duration-in-mins: exit 0 after the first iteration past the limit, saved"
 else bad "--exit-duration-in-mins"; cat "$last_log"; fi
