@@ -192,6 +192,101 @@ static void sampler(void **state)
     assert_int_equal(gen_sample(l, V, &g, 1, 17), a);
 }
 
+/* The sampler as first written: every probability sorted, the cut read off the full order. */
+static int desc_ref(const void *a, const void *b)
+{
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x < y) - (x > y);
+}
+
+static int sample_full_sort(float *logits, int V, const gen_config *g, int b, int pos)
+{
+    int best = 0;
+    for (int i = 1; i < V; i++)
+        if (logits[i] > logits[best]) best = i;
+    if (g->top_k == 1) return best; /* greedy */
+    float mx = logits[best];
+    double sum = 0;
+    for (int i = 0; i < V; i++) {
+        logits[i] = expf((logits[i] - mx) / g->temperature);
+        sum += logits[i];
+    }
+    if ((g->top_k > 0 && g->top_k < V) || (g->top_p > 0.0f && g->top_p < 1.0f)) {
+        float *sorted = malloc((size_t)V * sizeof(float));
+        memcpy(sorted, logits, (size_t)V * sizeof(float));
+        qsort(sorted, (size_t)V, sizeof(float), desc_ref);
+        int keep = g->top_k > 0 && g->top_k < V ? g->top_k : V;
+        double cum = 0;
+        for (int i = 0; g->top_p > 0.0f && g->top_p < 1.0f && i < keep; i++) {
+            cum += sorted[i] / sum;
+            if (cum >= g->top_p) {
+                keep = i + 1;
+                break;
+            }
+        }
+        float floor_p = sorted[keep - 1];
+        free(sorted);
+        sum = 0;
+        for (int i = 0; i < V; i++) {
+            if (logits[i] < floor_p) logits[i] = 0.0f;
+            sum += logits[i];
+        }
+    }
+    double u = td_philox_uniform(g->seed, (uint64_t)b, (uint64_t)pos) * sum, cum = 0;
+    int last = best;
+    for (int i = 0; i < V; i++) {
+        if (logits[i] <= 0.0f) continue;
+        cum += logits[i];
+        last = i;
+        if (u < cum) return i;
+    }
+    return last;
+}
+
+/* gen_sample orders the probabilities by a radix sort of their bits: the same token as a qsort at
+ * every position, over vocabularies of 1 to Llama 3's size, logits with ties, with most
+ * exponentials underflowing to 0, all equal, and every kind of cut. */
+static void sampler_cut_matches_full_sort(void **state)
+{
+    (void)state;
+    const int vs[] = {1, 2, 7, 300, 5000, 128256};
+    const float scales[] = {4.0f, 200.0f, 0.0f}; /* spread; most underflow at temperature 0.7; all equal */
+    const int ks[] = {0, 1, 2, 40, 299, 300, 4999, 128256};
+    const float ps[] = {0.0f, 0.1f, 0.5f, 0.95f, 0.9999f, 1.0f};
+    int checked = 0;
+    for (size_t vi = 0; vi < sizeof vs / sizeof *vs; vi++) {
+        int V = vs[vi];
+        float *base = malloc((size_t)V * sizeof(float)), *a = malloc((size_t)V * sizeof(float)),
+              *r = malloc((size_t)V * sizeof(float));
+        for (size_t si = 0; si < sizeof scales / sizeof *scales; si++)
+            for (int tied = 0; tied < 2; tied++) {
+                for (int i = 0; i < V; i++) {
+                    float x = (float)(td_philox_uniform(9, vi, (uint64_t)i) * scales[si]);
+                    base[i] = tied ? floorf(x * 2) / 2 : x; /* tied: a few distinct values, many of each */
+                }
+                for (size_t ki = 0; ki < sizeof ks / sizeof *ks; ki++)
+                    for (size_t pi = 0; pi < sizeof ps / sizeof *ps; pi++) {
+                        if (V > 5000 && (ki % 4 != 3 || pi % 3 != 1)) continue; /* Llama 3's size: top-k 40 or none, top-p 0.1 or 0.9999 */
+                        gen_config g = {.max_new = 1, .temperature = si == 1 ? 0.7f : 1.0f, .top_k = ks[ki],
+                                        .top_p = ps[pi], .seed = 5, .eod = -1};
+                        for (int pos = 0; pos < (V > 5000 ? 1 : 3); pos++) {
+                            memcpy(a, base, (size_t)V * sizeof(float));
+                            memcpy(r, base, (size_t)V * sizeof(float));
+                            int got = gen_sample(a, V, &g, 0, pos), want = sample_full_sort(r, V, &g, 0, pos);
+                            if (got != want)
+                                fail_msg("V %d, scale %g, tied %d, top-k %d, top-p %g, position %d: token %d, the full sort's %d",
+                                         V, scales[si], tied, g.top_k, g.top_p, pos, got, want);
+                            checked++;
+                        }
+                    }
+            }
+        free(base);
+        free(a);
+        free(r);
+    }
+    assert_true(checked > 1000);
+}
+
 /* gen_run's log-probabilities (Megatron's server and /v1/completions return them): log p(token
  * i + 1 | tokens 0..i) of prompt and generated tokens alike, and the 3 most likely tokens at every
  * position with theirs, with the cache and without, and with nothing generated (max_new 0: the
@@ -311,6 +406,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(infer_matches_training_forward),
         cmocka_unit_test(sampler),
+        cmocka_unit_test(sampler_cut_matches_full_sort),
         cmocka_unit_test(logprobs),
         cmocka_unit_test(nonfinite_logits_stop_the_row),
     };
