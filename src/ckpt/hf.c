@@ -550,6 +550,7 @@ static int import_tensor(const hf_family *fam, hf_files *fs, const gpt_model *m,
         size_t n = (size_t)(want0 * want1);
         tmp = td_xmalloc(n * sizeof(float));
         to_float(tmp, st_data(f, s), s->dtype, n);
+        st_release(f, s); /* an import holds one tensor's mapped pages at a time */
         for (size_t i = 0; i < n; i++)
             if (!isfinite(tmp[i])) {
                 char at2[64] = "";

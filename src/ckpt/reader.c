@@ -482,6 +482,7 @@ static int assemble(ckpt_reader *r, src_entry *e, char *err, size_t errlen)
             memcpy(buf + pc->elems[2 * k], data, (size_t)n * sizeof(float));
             data += n;
         }
+        st_release(r->files[pc->file], pc->t);
     }
     e->buf = buf;
     e->verified = 1;
@@ -586,6 +587,7 @@ int ckpt_read(ckpt_reader *r, ckpt_kind kind, const char *name, const ckpt_slice
         if (!intersect(want, &e->sl, rows_lim, NULL, NULL)) continue;
         if (verify_entry(r, e, err, errlen)) return -1;
         covered += intersect(want, &e->sl, rows_lim, dst, entry_data(r, e));
+        if (!e->npieces) st_release(r->files[e->file], e->t); /* resident: one entry's pages at a time */
         if (e->npieces) { /* assembled again if read again: one slice in memory at a time */
             free(e->buf);
             e->buf = NULL;
@@ -714,11 +716,13 @@ int ckpt_verify(ckpt_reader *r, void (*report)(void *user, const char *file, con
             for (int p = 0; p < e->npieces; p++) {
                 if (e->pieces[p].file != fi) continue;
                 int ok = verify_piece(r, &e->pieces[p], why, sizeof why) == 0;
+                st_release(r->files[fi], e->pieces[p].t);
                 if (!ok && !bad++) snprintf(err, errlen, "%s", why);
                 if (report) report(user, r->files[fi]->path, e->pieces[p].t->name, ok);
             }
             if (e->npieces || e->file != fi) continue;
             int ok = verify_entry(r, e, why, sizeof why) == 0;
+            st_release(r->files[fi], e->t);
             if (!ok && !bad++) snprintf(err, errlen, "%s", why);
             if (report) report(user, r->files[fi]->path, e->t->name, ok);
         }

@@ -435,6 +435,14 @@ st_file *st_open(const char *path, char *err, size_t errlen)
     return f;
 }
 
+void st_release(const st_file *f, const st_tensor *t)
+{
+    if (!f->map || t->end <= t->begin) return;
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)st_data(f, t) & ~(page - 1);
+    uintptr_t b = (uintptr_t)st_data(f, t) + (size_t)(t->end - t->begin);
+    (void)madvise((void *)a, b - a, MADV_DONTNEED); /* a read-only private mapping: nothing is lost */
+}
+
 void st_close(st_file *f)
 {
     if (!f) return;

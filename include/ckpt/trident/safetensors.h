@@ -72,6 +72,10 @@ static inline const void *st_data(const st_file *f, const st_tensor *t)
 {
     return f->map + f->h.data_start + t->begin;
 }
+/* Drops this process's mapped pages of t's bytes (they stay in the page cache; a later st_data read
+ * maps them again): a reader that copies tensor by tensor then holds one tensor's pages at a time,
+ * not the whole file's, in its resident memory. */
+void st_release(const st_file *f, const st_tensor *t);
 
 /* One tensor to write: its data, `bytes` long (= element count x dtype size). */
 typedef struct st_entry {
