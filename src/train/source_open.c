@@ -4,22 +4,19 @@
 
 #include <stdlib.h>
 
+#include "train_impl.h"
 #include "trident/bert_source.h"
 #include "trident/check.h"
 #include "trident/gpt_source.h"
 #include "trident/sft_source.h"
-#include "trident/tokenizer.h"
 
-/* The EOD id packed documents split at: the tokenizer's (every rank opens it; only packed runs
- * pay for that). Ends the job with one line when there is none. */
+/* The EOD id packed documents split at: the tokenizer's (every rank reads it, once a process:
+ * run_tokenizer_facts; only packed runs pay for that). Ends the job with one line when there is none. */
 static int32_t packing_eod(const td_args *a)
 {
     char err[512];
-    tok_spec spec = {a->tokenizer_type, a->vocab_file, a->merge_file, a->tokenizer_model};
-    tok_tokenizer *tok = tok_open(&spec, err, sizeof err);
-    if (!tok) td_fatal(1, "%s", err);
-    int eod = tok_eod_id(tok);
-    tok_free(tok);
+    int eod = -1;
+    if (run_tokenizer_facts(a, NULL, &eod, err, sizeof err)) td_fatal(1, "%s", err);
     if (eod < 0)
         td_fatal(2, "--reset-attention-mask, --reset-position-ids and --eod-mask-loss split documents at the "
                     "tokenizer's end-of-document token, and this tokenizer has none: leave them out");
@@ -38,11 +35,9 @@ batch_source *batch_source_open(const gptds_config *dc, const td_args *a, const 
     } else if (a->sft) { /* one fine-tuning sample a row, the loss over its answer */
         s->ops = &sft_source_ops;
         char err[512];
-        tok_spec spec = {a->tokenizer_type, a->vocab_file, a->merge_file, a->tokenizer_model};
-        tok_tokenizer *tok = tok_open(&spec, err, sizeof err);
-        if (!tok) td_fatal(1, "%s", err);
-        int32_t pad = tok_eod_id(tok) >= 0 ? tok_eod_id(tok) : 0;
-        tok_free(tok);
+        int eod = -1;
+        if (run_tokenizer_facts(a, NULL, &eod, err, sizeof err)) td_fatal(1, "%s", err);
+        int32_t pad = eod >= 0 ? eod : 0;
         sft_trunc how = SFT_TRUNC_RIGHT;
         sft_parse_truncation(a->sft_truncation_method, &how);
         s->self = sft_source_open(dc, c, !a->no_answer_only_loss, how, a->reset_attention_mask, a->reset_position_ids, pad,

@@ -110,6 +110,10 @@ pp_split run_split(const td_args *a, int pp);
  * resident): what a transient buffer left must not count in the run's peak memory. */
 void run_trim_heap(void);
 
+/* The tokenizer's vocabulary size and end-of-document id (-1: none) into *vocab and *eod (either
+ * may be NULL), opened once a process for the same tokenizer flags; -1 with err when it does not open. */
+int run_tokenizer_facts(const td_args *a, int *vocab, int *eod, char *err, size_t errlen);
+
 /* The vocabulary of the tokenizer (--vocab-file or --tokenizer-model); -1 without one. Ends the
  * job (exit 1) when the tokenizer does not open. */
 int run_tokenizer_vocab(const td_args *a, const comm *world);

@@ -198,9 +198,8 @@ int run_validate(const td_args *a, int world_size, char *msg, size_t msglen)
     if (!a->sft && (a->reset_attention_mask || a->reset_position_ids || a->eod_mask_loss)) {
         /* packed documents split at the tokenizer's EOD (a tokenizer that does not open is
          * reported where the run opens it) */
-        tok_tokenizer *tok = tok_open(&spec, msg, msglen);
-        int eod = tok ? tok_eod_id(tok) : 0;
-        tok_free(tok);
+        int eod = 0;
+        if (run_tokenizer_facts(a, NULL, &eod, msg, msglen)) eod = 0;
         msg[0] = 0;
         if (eod < 0)
             FAIL("--reset-attention-mask, --reset-position-ids and --eod-mask-loss split documents at the "
