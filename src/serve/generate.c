@@ -246,7 +246,8 @@ int gen_run(gpt_model *m, const ps_state *ps, const gen_config *g, int B, int32_
     for (int b = 0; b < B; b++) st->prompt_tokens += lens[b];
     st->bad_row = st->bad_pos = -1;
     int last_stage = ps->pp - 1, ndone = 0;
-    float *lpv = td_xcalloc((size_t)B, sizeof(float)), *row = lp && m->last ? td_xmalloc((size_t)V * sizeof(float)) : NULL;
+    /* with log-probabilities, each row's logits kept for scoring (the sampler overwrites them) */
+    float *lpv = td_xcalloc((size_t)B, sizeof(float)), *rows = lp && m->last ? td_xmalloc((size_t)B * V * sizeof(float)) : NULL;
     int32_t *tids = td_xcalloc((size_t)B * top + 1, sizeof(int32_t));
     float *tlps = td_xcalloc((size_t)B * top + 1, sizeof(float));
     double t0 = td_now();
@@ -258,14 +259,15 @@ int gen_run(gpt_model *m, const ps_state *ps, const gen_config *g, int B, int32_
         else if (g->no_cache || t == shortest) step(m, ps, c, tokens, B, cap, 0, t, ids, logits, NULL);
         else step(m, ps, c, tokens, B, cap, t - 1, 1, ids, logits, NULL);
         if (t == shortest) st->prefill_s = td_now() - t0;
-        if (m->last)
+        if (m->last) /* the rows sampled side by side (each draw is its own (seed, row, position)) */
+#pragma omp parallel for schedule(dynamic, 1) if (B > 1)
             for (int b = 0; b < B; b++) {
-                float *l = logits + (size_t)b * V;
+                float *l = logits + (size_t)b * V, *row = rows ? rows + (size_t)b * V : NULL;
                 if (!all_finite(l, V)) {
                     next[b] = GEN_NONFINITE;
                     continue;
                 }
-                if (row) memcpy(row, l, (size_t)V * sizeof(float)); /* the sampler overwrites l */
+                if (row) memcpy(row, l, (size_t)V * sizeof(float));
                 next[b] = gen_sample(l, V, g, b, t);
                 if (row)
                     lpv[b] = score_row(row, V, t < lens[b] ? tokens[(size_t)b * cap + t] : next[b], top,
@@ -311,6 +313,6 @@ int gen_run(gpt_model *m, const ps_state *ps, const gen_config *g, int B, int32_
         out_len[b] = len[b];
     }
     gpt_kv_free(m, c);
-    free(tokens), free(next), free(ids), free(done), free(len), free(logits), free(lpv), free(row), free(tids), free(tlps);
+    free(tokens), free(next), free(ids), free(done), free(len), free(logits), free(lpv), free(rows), free(tids), free(tlps);
     return st->nonfinite;
 }
