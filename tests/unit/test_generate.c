@@ -211,34 +211,34 @@ static int sample_full_sort(float *logits, int V, const gen_config *g, int b, in
         logits[i] = expf((logits[i] - mx) / g->temperature);
         sum += logits[i];
     }
+    float floor_p = 0.0f;
     if ((g->top_k > 0 && g->top_k < V) || (g->top_p > 0.0f && g->top_p < 1.0f)) {
         float *sorted = malloc((size_t)V * sizeof(float));
         memcpy(sorted, logits, (size_t)V * sizeof(float));
         qsort(sorted, (size_t)V, sizeof(float), desc_ref);
+        /* the definition: the k largest, then the fewest of those whose share reaches p */
         int keep = g->top_k > 0 && g->top_k < V ? g->top_k : V;
-        double cum = 0;
-        for (int i = 0; g->top_p > 0.0f && g->top_p < 1.0f && i < keep; i++) {
-            cum += sorted[i] / sum;
-            if (cum >= g->top_p) {
-                keep = i + 1;
-                break;
-            }
+        if (g->top_p > 0.0f && g->top_p < 1.0f) {
+            int n = 0;
+            double share = 0;
+            do share += sorted[n++] / sum;
+            while (n < keep && share < g->top_p);
+            keep = n;
         }
-        float floor_p = sorted[keep - 1];
+        floor_p = sorted[keep - 1];
         free(sorted);
-        sum = 0;
-        for (int i = 0; i < V; i++) {
-            if (logits[i] < floor_p) logits[i] = 0.0f;
-            sum += logits[i];
-        }
     }
-    double u = td_philox_uniform(g->seed, (uint64_t)b, (uint64_t)pos) * sum, cum = 0;
+    /* a draw over the kept probabilities (those at or above the floor) in id order */
+    double total = 0;
+    for (int i = 0; i < V; i++) total += logits[i] >= floor_p ? logits[i] : 0.0f;
+    double u = td_philox_uniform(g->seed, (uint64_t)b, (uint64_t)pos) * total, run = 0;
     int last = best;
     for (int i = 0; i < V; i++) {
-        if (logits[i] <= 0.0f) continue;
-        cum += logits[i];
+        float p = logits[i] >= floor_p ? logits[i] : 0.0f;
+        if (!(p > 0.0f)) continue;
+        run += p;
         last = i;
-        if (u < cum) return i;
+        if (u < run) return i;
     }
     return last;
 }
