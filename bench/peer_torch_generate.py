@@ -1,8 +1,11 @@
 #!/usr/bin/env python3
 """The PyTorch peer of `trident generate`: GPT-2 (the peer_torch_gpt2.py architecture) in plain torch
-with a key/value cache per layer, greedy decoding of a batch of prompts, inference mode, fp32.
+with a key/value cache per layer, greedy decoding of a batch of prompts (or with --sample, sampling at
+temperature 0.9 cut to the 40 most likely and then to the fewest of those reaching 0.95 of the mass,
+as trident's sampler cuts),
+inference mode, fp32.
 
-    python3 bench/peer_torch_generate.py --batch 8 --prompt 16 --new 128 --threads 2 [--no-cache] [--device cuda]
+    python3 bench/peer_torch_generate.py --batch 8 --prompt 16 --new 128 --threads 2 [--no-cache] [--sample] [--device cuda]
 
 Prints `tokens_per_s N` (generated tokens / seconds, the first step included) and `decode_tokens_per_s N`
 (after the first step), as trident's log line does."""
@@ -15,6 +18,7 @@ ap.add_argument("--hidden", type=int, default=768); ap.add_argument("--vocab", t
 ap.add_argument("--batch", type=int, default=1); ap.add_argument("--prompt", type=int, default=16)
 ap.add_argument("--new", type=int, default=128); ap.add_argument("--threads", type=int, default=2)
 ap.add_argument("--no-cache", action="store_true")
+ap.add_argument("--sample", action="store_true", help="temperature 0.9, top-k 40, top-p 0.95 instead of greedy")
 ap.add_argument("--device", default="cpu", help="cpu, or cuda (fp32 either way; TF32 stays off, torch's default)")
 a = ap.parse_args()
 dev = torch.device(a.device)
@@ -52,6 +56,11 @@ class GPT(nn.Module):
         for b, c in zip(s.h, caches): x = b(x, c, pos)
         return s.lnf(x[:, -1]) @ s.wte.weight.t()
 
+def sample(logits):  # as trident's sampler: the 40 most likely, then the fewest of those reaching 0.95
+    p, ids = (logits / 0.9).softmax(-1).topk(40, -1)  # of the whole distribution's mass; one draw a row
+    p = p.masked_fill(p.cumsum(-1) - p >= 0.95, 0.0)
+    return ids.gather(-1, torch.multinomial(p, 1))
+
 m = GPT().to(dev).eval()
 tokens = torch.randint(0, V, (B, a.prompt), device=dev)
 total = a.prompt + a.new
@@ -64,13 +73,14 @@ with torch.inference_mode():
     logits = m(tokens, caches, 0)
     sync(); t1 = time.perf_counter()
     for i in range(a.new):
-        nxt = logits.argmax(-1, keepdim=True)
+        nxt = sample(logits) if a.sample else logits.argmax(-1, keepdim=True)
         tokens = torch.cat([tokens, nxt], 1)
         if i == a.new - 1: break
         if a.no_cache: logits = m(tokens, caches, 0)
         else: logits = m(nxt, caches, tokens.shape[1] - 1)
     sync(); t2 = time.perf_counter()
 gen = B * a.new
-print(f"torch {torch.__version__} {dev.type} batch {B} prompt {a.prompt} new {a.new} cache {not a.no_cache}")
+print(f"torch {torch.__version__} {dev.type} batch {B} prompt {a.prompt} new {a.new} cache {not a.no_cache} "
+      f"{'sampled' if a.sample else 'greedy'}")
 print(f"tokens_per_s {gen / (t2 - t0):.1f}")
 print(f"decode_tokens_per_s {(gen - B) / max(t2 - t1, 1e-9):.1f}")
