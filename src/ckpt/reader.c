@@ -587,11 +587,12 @@ int ckpt_read(ckpt_reader *r, ckpt_kind kind, const char *name, const ckpt_slice
         if (!intersect(want, &e->sl, rows_lim, NULL, NULL)) continue;
         if (verify_entry(r, e, err, errlen)) return -1;
         covered += intersect(want, &e->sl, rows_lim, dst, entry_data(r, e));
-        if (!e->npieces) st_release(r->files[e->file], e->t); /* resident: one entry's pages at a time */
         if (e->npieces) { /* assembled again if read again: one slice in memory at a time */
             free(e->buf);
             e->buf = NULL;
             e->verified = 0;
+        } else {
+            st_release(r->files[e->file], e->t); /* resident: one entry's mapped pages at a time */
         }
     }
     if (covered != expected)

@@ -2,22 +2,10 @@
  * vocabulary read from the tokenizer) and this rank's chunks with their data parallelism. See
  * train_impl.h. */
 #include <string.h>
-#ifdef __GLIBC__
-#include <malloc.h>
-#endif
 
 #include "train_impl.h"
 #include "xfer.h"
 #include "trident/check.h"
-
-/* Gives the heap's free pages back to the system (glibc keeps freed small and medium blocks
- * resident): what a transient buffer left must not count in the run's peak memory. */
-void run_trim_heap(void)
-{
-#ifdef __GLIBC__
-    malloc_trim(0);
-#endif
-}
 
 gpt_config run_model_config(const td_args *a, const ps_state *ps)
 {

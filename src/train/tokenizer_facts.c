@@ -1,5 +1,5 @@
 /* The tokenizer's facts a training run asks for (its vocabulary size and end-of-document id), read
- * once a process: see run_tokenizer_facts and run_tokenizer_vocab in train_impl.h. */
+ * once a process, and the heap's trim after such a parse: see train_impl.h. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,12 +11,21 @@
 #include "trident/check.h"
 #include "trident/tokenizer.h"
 
+/* Gives the heap's free pages back to the system (glibc keeps freed small and medium blocks
+ * resident): what a transient buffer left must not count in the run's peak memory. */
+void run_trim_heap(void)
+{
+#ifdef __GLIBC__
+    malloc_trim(0);
+#endif
+}
+
 /* The tokenizer's facts a run asks for, kept from the last tokenizer opened: the resume's check, the
  * model's configuration, validation and the data source each ask, and a Llama 3 tokenizer.json is
  * 9 MB of JSON (0.1-0.5 CPU-seconds and 30,000 page faults a parse). */
 static struct {
-    int have, vocab, eod;
-    char *key;
+    int vocab, eod;
+    char *key; /* the tokenizer flags they are of; NULL before the first */
 } g_tok;
 
 static char *spec_key(const tok_spec *s)
@@ -33,7 +42,7 @@ int run_tokenizer_facts(const td_args *a, int *vocab, int *eod, char *err, size_
 {
     tok_spec spec = {a->tokenizer_type, a->vocab_file, a->merge_file, a->tokenizer_model};
     char *key = spec_key(&spec);
-    if (!g_tok.have || strcmp(key, g_tok.key) != 0) {
+    if (!g_tok.key || strcmp(key, g_tok.key) != 0) {
         tok_tokenizer *tok = tok_open(&spec, err, errlen);
         if (!tok) {
             free(key);
@@ -42,12 +51,9 @@ int run_tokenizer_facts(const td_args *a, int *vocab, int *eod, char *err, size_
         g_tok.vocab = tok_vocab_size(tok);
         g_tok.eod = tok_eod_id(tok);
         tok_free(tok);
-#ifdef __GLIBC__
-        malloc_trim(0); /* a tokenizer.json's parse leaves tens of MB in the heap's free lists */
-#endif
+        run_trim_heap(); /* a tokenizer.json's parse leaves tens of MB in the heap's free lists */
         free(g_tok.key);
         g_tok.key = key;
-        g_tok.have = 1;
     } else {
         free(key);
     }

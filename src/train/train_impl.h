@@ -106,6 +106,10 @@ pp_split run_split(const td_args *a, int pp);
 
 /* ---- tokenizer_facts.c ---- */
 
+/* Gives the heap's free pages back to the system (glibc keeps freed small and medium blocks
+ * resident): what a transient buffer left must not count in the run's peak memory. */
+void run_trim_heap(void);
+
 /* The tokenizer's vocabulary size and end-of-document id (-1: none) into *vocab and *eod (either
  * may be NULL), opened once a process for the same tokenizer flags; -1 with err when it does not open. */
 int run_tokenizer_facts(const td_args *a, int *vocab, int *eod, char *err, size_t errlen);
@@ -115,10 +119,6 @@ int run_tokenizer_facts(const td_args *a, int *vocab, int *eod, char *err, size_
 int run_tokenizer_vocab(const td_args *a, const comm *world);
 
 /* ---- model.c ---- */
-
-/* Gives the heap's free pages back to the system (glibc keeps freed small and medium blocks
- * resident): what a transient buffer left must not count in the run's peak memory. */
-void run_trim_heap(void);
 
 /* The model's configuration from the flags (reads the tokenizer for the vocabulary). */
 gpt_config run_model_config(const td_args *a, const ps_state *ps);
